@@ -1,0 +1,273 @@
+//! The bus contract: subjects, streams, consumers and versioned envelopes.
+//!
+//! Pure data, so an outside subscriber can depend on this crate alone. Subjects carry ids,
+//! never names. Every subject and stream name derives from one configurable prefix so that
+//! several installations (or test runs) can share a NATS server.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use differently_core::{OrgId, ProjectId, SandboxId, SandboxStatus};
+use serde::{Deserialize, Serialize};
+
+/// Version of the envelope layout. Consumers refuse envelopes from a newer major version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Derives every subject, stream and consumer name from one prefix (default `dly`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Naming {
+    prefix: String,
+}
+
+impl Default for Naming {
+    fn default() -> Self {
+        Naming { prefix: "dly".to_owned() }
+    }
+}
+
+impl Naming {
+    /// A naming scheme under `prefix`, which must be a lowercase token (`a-z0-9_`).
+    pub fn new(prefix: &str) -> Result<Naming, String> {
+        let ok = !prefix.is_empty()
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if ok {
+            Ok(Naming { prefix: prefix.to_owned() })
+        } else {
+            Err(format!("bus prefix {prefix:?} must be non-empty and use only a-z, 0-9 and _"))
+        }
+    }
+
+    /// The prefix itself.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn stream_name(&self, suffix: &str) -> String {
+        format!("{}_{suffix}", self.prefix.to_ascii_uppercase())
+    }
+
+    /// `dly.admit.<org>`: one admitted sandbox to place.
+    pub fn admit_subject(&self, org: &OrgId) -> String {
+        format!("{}.admit.{org}", self.prefix)
+    }
+
+    /// `dly.work.<pool>.<op>`: one backend mutation for a pool's workers.
+    pub fn work_subject(&self, pool: &str, op: WorkOp) -> String {
+        format!("{}.work.{pool}.{}", self.prefix, op.as_str())
+    }
+
+    /// `dly.evt.<org>.<project>.<sandbox>`: a committed state change.
+    pub fn event_subject(&self, org: &OrgId, project: &ProjectId, sandbox: &SandboxId) -> String {
+        format!("{}.evt.{org}.{project}.{sandbox}", self.prefix)
+    }
+
+    /// Filter for one tenant's events, optionally narrowed to a project and a sandbox.
+    pub fn event_filter(
+        &self,
+        org: &OrgId,
+        project: Option<&ProjectId>,
+        sandbox: Option<&SandboxId>,
+    ) -> String {
+        match (project, sandbox) {
+            (Some(p), Some(s)) => self.event_subject(org, p, s),
+            (Some(p), None) => format!("{}.evt.{org}.{p}.*", self.prefix),
+            (None, Some(s)) => format!("{}.evt.{org}.*.{s}", self.prefix),
+            (None, None) => format!("{}.evt.{org}.>", self.prefix),
+        }
+    }
+
+    /// The admission stream (work queue).
+    pub fn admit_stream(&self) -> StreamDef {
+        StreamDef {
+            name: self.stream_name("ADMIT"),
+            subjects: vec![format!("{}.admit.>", self.prefix)],
+            retention: Retention::WorkQueue,
+            max_age: None,
+        }
+    }
+
+    /// The work stream shared by all pools (work queue).
+    pub fn work_stream(&self) -> StreamDef {
+        StreamDef {
+            name: self.stream_name("WORK"),
+            subjects: vec![format!("{}.work.>", self.prefix)],
+            retention: Retention::WorkQueue,
+            max_age: None,
+        }
+    }
+
+    /// The event stream (limits: kept for a day so SSE clients can resume).
+    pub fn events_stream(&self) -> StreamDef {
+        StreamDef {
+            name: self.stream_name("EVENTS"),
+            subjects: vec![format!("{}.evt.>", self.prefix)],
+            retention: Retention::Limits,
+            max_age: Some(Duration::from_secs(24 * 3600)),
+        }
+    }
+
+    /// Every stream, in creation order.
+    pub fn streams(&self) -> Vec<StreamDef> {
+        vec![self.admit_stream(), self.work_stream(), self.events_stream()]
+    }
+
+    /// The placement leader's durable consumer on the admission stream.
+    pub fn placement_consumer(&self, ack_wait: Duration) -> ConsumerDef {
+        ConsumerDef {
+            stream: self.stream_name("ADMIT"),
+            durable: "placement".to_owned(),
+            filter: format!("{}.admit.>", self.prefix),
+            ack_wait,
+        }
+    }
+
+    /// One durable consumer per pool, shared by that pool's worker processes.
+    pub fn work_consumer(&self, pool: &str, ack_wait: Duration) -> ConsumerDef {
+        ConsumerDef {
+            stream: self.stream_name("WORK"),
+            durable: format!("work-{pool}"),
+            filter: format!("{}.work.{pool}.>", self.prefix),
+            ack_wait,
+        }
+    }
+}
+
+/// How a stream keeps messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// A message is removed once acknowledged.
+    WorkQueue,
+    /// Messages are kept until age or size limits.
+    Limits,
+}
+
+/// A stream to create (idempotently) at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamDef {
+    pub name: String,
+    pub subjects: Vec<String>,
+    pub retention: Retention,
+    pub max_age: Option<Duration>,
+}
+
+/// A durable pull consumer with explicit acks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerDef {
+    pub stream: String,
+    pub durable: String,
+    pub filter: String,
+    /// Unacknowledged messages are redelivered after this long (in-progress acks extend it).
+    pub ack_wait: Duration,
+}
+
+/// Backend mutations a pool's workers execute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkOp {
+    Create,
+    Delete,
+}
+
+impl WorkOp {
+    /// The subject token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkOp::Create => "create",
+            WorkOp::Delete => "delete",
+        }
+    }
+}
+
+/// W3C trace context carried across the bus so one trace spans API → worker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceContext {
+    pub traceparent: Option<String>,
+}
+
+/// Every bus message: schema version, the sandbox it is about, the status version it was
+/// derived from (consumers drop work whose version is stale), a trace context, and a body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelope<T> {
+    pub v: u32,
+    pub sandbox_id: SandboxId,
+    pub status_version: i64,
+    #[serde(default)]
+    pub trace: TraceContext,
+    pub body: T,
+}
+
+impl<T> Envelope<T> {
+    /// Wraps `body` at the current schema version.
+    pub fn new(sandbox_id: SandboxId, status_version: i64, body: T) -> Self {
+        Envelope {
+            v: SCHEMA_VERSION,
+            sandbox_id,
+            status_version,
+            trace: TraceContext::default(),
+            body,
+        }
+    }
+}
+
+/// Body on `dly.admit.<org>`: a sandbox was admitted and waits for placement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Admitted {
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
+}
+
+/// Body on `dly.work.<pool>.<op>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Work {
+    pub op: WorkOp,
+    pub pool: String,
+}
+
+/// Body on `dly.evt.…`: a committed status change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusChanged {
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
+    pub status: SandboxStatus,
+    pub status_reason: Option<String>,
+    pub pool: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// The JetStream message id used for de-duplication: the same sandbox, operation and status
+/// version always produce the same id, so a republish by the repair loop is dropped.
+pub fn msg_id(sandbox: &SandboxId, what: &str, status_version: i64) -> String {
+    format!("{sandbox}:{what}:{status_version}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_derive_from_the_prefix() {
+        let n = Naming::new("t1").unwrap();
+        let org = OrgId::new();
+        assert_eq!(n.admit_subject(&org), format!("t1.admit.{org}"));
+        assert_eq!(n.work_subject("pool-a", WorkOp::Create), "t1.work.pool-a.create");
+        assert_eq!(n.admit_stream().name, "T1_ADMIT");
+        assert_eq!(n.work_consumer("p", Duration::from_secs(1)).filter, "t1.work.p.>");
+        assert!(Naming::new("Bad.Prefix").is_err());
+        assert!(Naming::new("").is_err());
+    }
+
+    #[test]
+    fn envelope_round_trips() {
+        let env = Envelope::new(SandboxId::new(), 3, Work { op: WorkOp::Delete, pool: "p".into() });
+        let json = serde_json::to_vec(&env).unwrap();
+        let back: Envelope<Work> = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, env);
+    }
+}

@@ -1,0 +1,80 @@
+//! The bus: a `Bus` trait over JetStream (production) and an in-process implementation
+//! (`differently dev`). Both give the same semantics: work-queue streams with durable pull
+//! consumers, explicit acks, in-progress acks, delayed naks and de-duplication by message id;
+//! a limits stream of events that subscribers read from a sequence.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use differently_bus_schema::{ConsumerDef, Naming};
+use futures::stream::BoxStream;
+
+pub mod error;
+pub mod jetstream;
+pub mod memory;
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use error::BusError;
+
+/// Message transport between the roles. Postgres stays the truth; the bus is the fast path.
+#[async_trait]
+pub trait Bus: Send + Sync + 'static {
+    /// Creates every stream of `naming` (idempotent; safe to run on every start).
+    async fn ensure_streams(&self, naming: &Naming) -> Result<(), BusError>;
+
+    /// Publishes `payload` on `subject` and waits for the stream to store it. A second
+    /// publish with the same `msg_id` inside the de-duplication window is dropped.
+    async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<(), BusError>;
+
+    /// Binds to (creating if needed) a durable pull consumer. Several processes binding the
+    /// same durable share its messages.
+    async fn pull(&self, consumer: &ConsumerDef) -> Result<Box<dyn Pull>, BusError>;
+
+    /// Reads the event stream under `filter`, starting after sequence `after`
+    /// (`None`: only new events). Each item carries its stream sequence.
+    async fn events(
+        &self,
+        stream: &str,
+        filter: &str,
+        after: Option<u64>,
+    ) -> Result<BoxStream<'static, Result<Event, BusError>>, BusError>;
+}
+
+/// A bound pull consumer.
+#[async_trait]
+pub trait Pull: Send {
+    /// Waits up to `wait` for the next message; `Ok(None)` when none arrived.
+    async fn next(&mut self, wait: Duration) -> Result<Option<Delivery>, BusError>;
+}
+
+/// Acknowledgement operations of one delivered message.
+#[async_trait]
+pub trait Acker: Send + Sync {
+    /// Done: remove it.
+    async fn ack(&self) -> Result<(), BusError>;
+    /// Not done: redeliver after `delay`.
+    async fn nak(&self, delay: Duration) -> Result<(), BusError>;
+    /// Still working: restart the ack-wait timer.
+    async fn in_progress(&self) -> Result<(), BusError>;
+    /// Never redeliver (poison message).
+    async fn term(&self) -> Result<(), BusError>;
+}
+
+/// One message handed to a consumer.
+pub struct Delivery {
+    pub subject: String,
+    pub payload: Bytes,
+    /// 1 on first delivery, then counts redeliveries.
+    pub delivered: u64,
+    pub acker: Box<dyn Acker>,
+}
+
+/// One event read from the event stream.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub seq: u64,
+    pub subject: String,
+    pub payload: Bytes,
+}

@@ -1,0 +1,84 @@
+//! Stable error codes of the `/v1` API and their HTTP status, defined once.
+
+use serde::{Deserialize, Serialize};
+
+/// Every error code a client can receive. The string form is the contract; never rename one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidArgument,
+    Unauthenticated,
+    PermissionDenied,
+    NotFound,
+    Conflict,
+    PayloadTooLarge,
+    ValidationFailed,
+    NoEligiblePool,
+    UnsupportedCapability,
+    RateLimited,
+    QuotaExceeded,
+    Internal,
+    UnsupportedOperation,
+    ProviderUnavailable,
+    InsufficientCapacity,
+}
+
+impl ErrorCode {
+    /// The wire form, e.g. `invalid_argument`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "invalid_argument",
+            Self::Unauthenticated => "unauthenticated",
+            Self::PermissionDenied => "permission_denied",
+            Self::NotFound => "not_found",
+            Self::Conflict => "conflict",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::ValidationFailed => "validation_failed",
+            Self::NoEligiblePool => "no_eligible_pool",
+            Self::UnsupportedCapability => "unsupported_capability",
+            Self::RateLimited => "rate_limited",
+            Self::QuotaExceeded => "quota_exceeded",
+            Self::Internal => "internal",
+            Self::UnsupportedOperation => "unsupported_operation",
+            Self::ProviderUnavailable => "provider_unavailable",
+            Self::InsufficientCapacity => "insufficient_capacity",
+        }
+    }
+
+    /// The HTTP status this code is always served with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::InvalidArgument => 400,
+            Self::Unauthenticated => 401,
+            Self::PermissionDenied => 403,
+            Self::NotFound => 404,
+            Self::Conflict => 409,
+            Self::PayloadTooLarge => 413,
+            Self::ValidationFailed | Self::NoEligiblePool | Self::UnsupportedCapability => 422,
+            Self::RateLimited | Self::QuotaExceeded => 429,
+            Self::Internal => 500,
+            Self::UnsupportedOperation => 501,
+            Self::ProviderUnavailable | Self::InsufficientCapacity => 503,
+        }
+    }
+}
+
+/// A validation failure that names the offending field (JSON path such as `resources.cpu`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    /// Dotted path of the field in the request body or query.
+    pub field: String,
+    /// What is wrong with it, for a person.
+    pub message: String,
+}
+
+impl FieldError {
+    /// Builds a field error.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Exec request and result on the wire.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::FieldError;
+
+/// Default and maximum time an exec may run.
+pub const DEFAULT_EXEC_TIMEOUT_SECONDS: u64 = 60;
+pub const MAX_EXEC_TIMEOUT_SECONDS: u64 = 24 * 3600;
+/// Exit code of a command that ran out of time, as `timeout(1)` reports it.
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// Body of `POST /v1/sandboxes/{id}/exec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecRequest {
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub stdin: Option<String>,
+    pub timeout_seconds: Option<u64>,
+}
+
+impl ExecRequest {
+    /// Checks the request; the error names the field.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        match self.command.first() {
+            None => return Err(FieldError::new("command", "must name a program")),
+            Some(p) if p.is_empty() => {
+                return Err(FieldError::new("command[0]", "program name is empty"))
+            }
+            _ => {}
+        }
+        if self.command.iter().any(|a| a.contains('\0')) {
+            return Err(FieldError::new("command", "arguments may not contain NUL"));
+        }
+        if let Some(cwd) = &self.cwd {
+            if !cwd.starts_with('/') {
+                return Err(FieldError::new("cwd", "must be an absolute path"));
+            }
+        }
+        if let Some(t) = self.timeout_seconds {
+            if t == 0 || t > MAX_EXEC_TIMEOUT_SECONDS {
+                return Err(FieldError::new(
+                    "timeoutSeconds",
+                    format!("must be between 1 and {MAX_EXEC_TIMEOUT_SECONDS}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The program name, which is all the audit log records of an exec.
+    pub fn program(&self) -> &str {
+        self.command.first().map(String::as_str).unwrap_or("")
+    }
+
+    /// The effective timeout.
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.timeout_seconds.unwrap_or(DEFAULT_EXEC_TIMEOUT_SECONDS))
+    }
+}
+
+/// Outcome of a finished exec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub duration_ms: u64,
+}

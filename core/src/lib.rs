@@ -1,0 +1,22 @@
+//! Domain types of Differently: ids, wire types, error codes, the sandbox state machine,
+//! resources, accounting, first-fit placement and fair order.
+//!
+//! Pure on purpose: no I/O and no async runtime, so every rule here is a plain function that
+//! the API, the scheduler, the workers and the stores share and that tests exercise directly.
+
+pub mod error;
+pub mod exec;
+pub mod fair;
+pub mod faults;
+pub mod ids;
+pub mod placement;
+pub mod pool;
+pub mod resources;
+pub mod sandbox;
+pub mod status;
+
+pub use error::{ErrorCode, FieldError};
+pub use ids::{KeyId, OrgId, ProjectId, SandboxId};
+pub use resources::Resources;
+pub use sandbox::{CreateSandboxRequest, Sandbox, SandboxSpec};
+pub use status::SandboxStatus;

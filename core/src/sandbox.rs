@@ -1,0 +1,342 @@
+//! The sandbox as clients see it, the create request, and the validated spec built from it.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::resources::ResourcesRequest;
+use crate::{FieldError, OrgId, ProjectId, Resources, SandboxId, SandboxStatus};
+
+/// Labels under this prefix are reserved for Differently itself.
+pub const RESERVED_LABEL_PREFIX: &str = "differently.dev/";
+
+/// Default TTL when a request gives none (seeds: 3600 s).
+pub const DEFAULT_TTL_SECONDS: u64 = 3600;
+/// Upper bound on a TTL: 30 days.
+pub const MAX_TTL_SECONDS: u64 = 30 * 24 * 3600;
+
+/// Body of `POST /v1/sandboxes`. Every field is optional; unknown fields are refused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    pub project_id: Option<ProjectId>,
+    pub template: Option<String>,
+    pub resources: Option<ResourcesRequest>,
+    pub profile: Option<String>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub ttl_seconds: Option<u64>,
+    pub idle_timeout_seconds: Option<u64>,
+    pub capabilities: Option<Vec<String>>,
+    pub classification: Option<String>,
+    pub region: Option<String>,
+    pub strategy: Option<String>,
+    pub external: Option<String>,
+    pub priority: Option<i32>,
+    pub from_snapshot: Option<String>,
+}
+
+/// Classifications a request may carry, least to most sensitive.
+pub const CLASSIFICATIONS: [&str; 4] = ["public", "internal", "confidential", "restricted"];
+
+/// Capability names the API knows. A request naming another is a 422.
+pub const KNOWN_CAPABILITIES: [&str; 9] = [
+    "exec",
+    "files",
+    "exec.stream",
+    "lifecycle.pause",
+    "lifecycle.stop",
+    "snapshots",
+    "ports.expose",
+    "network.egress-control",
+    "gpu",
+];
+
+/// Named resource profiles.
+pub fn profile(name: &str) -> Option<Resources> {
+    let (cpu, memory_mib, disk_gib) = match name {
+        "small" => (1, 1024, 5),
+        "medium" => (2, 4096, 10),
+        "large" => (4, 8192, 20),
+        "xlarge" => (8, 16384, 50),
+        _ => return None,
+    };
+    Some(Resources {
+        cpu,
+        memory_mib,
+        disk_gib,
+    })
+}
+
+/// A create request after defaults and validation: everything the store and the backend need.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxSpec {
+    pub template: Option<String>,
+    pub resources: Resources,
+    pub env: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub ttl_seconds: u64,
+    pub idle_timeout_seconds: Option<u64>,
+    pub capabilities: Vec<String>,
+    pub classification: String,
+    pub region: Option<String>,
+    pub priority: i32,
+}
+
+impl SandboxSpec {
+    /// Applies defaults and checks every field; the error names the first bad field.
+    pub fn build(req: &CreateSandboxRequest) -> Result<SandboxSpec, FieldError> {
+        let base = match &req.profile {
+            Some(p) => profile(p).ok_or_else(|| {
+                FieldError::new("profile", "unknown profile; expected small, medium, large or xlarge")
+            })?,
+            None => Resources::DEFAULT,
+        };
+        let resources = req.resources.unwrap_or_default().resolve(base);
+        resources.validate("resources")?;
+
+        let env = req.env.clone().unwrap_or_default();
+        for k in env.keys() {
+            let valid = !k.is_empty()
+                && !k.starts_with(|c: char| c.is_ascii_digit())
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(FieldError::new(
+                    format!("env.{k}"),
+                    "environment variable names are letters, digits and _, not starting with a digit",
+                ));
+            }
+        }
+        let labels = req.labels.clone().unwrap_or_default();
+        for (k, v) in &labels {
+            if k.starts_with(RESERVED_LABEL_PREFIX) {
+                return Err(FieldError::new(
+                    format!("labels.{k}"),
+                    format!("the prefix {RESERVED_LABEL_PREFIX} is reserved"),
+                ));
+            }
+            if k.is_empty() || k.len() > 63 || v.len() > 255 || k.contains('=') {
+                return Err(FieldError::new(
+                    format!("labels.{k}"),
+                    "label keys are 1-63 characters without '=', values at most 255",
+                ));
+            }
+        }
+        let ttl_seconds = req.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
+        if ttl_seconds == 0 || ttl_seconds > MAX_TTL_SECONDS {
+            return Err(FieldError::new(
+                "ttlSeconds",
+                format!("must be between 1 and {MAX_TTL_SECONDS}"),
+            ));
+        }
+        if req.idle_timeout_seconds == Some(0) {
+            return Err(FieldError::new("idleTimeoutSeconds", "must be at least 1"));
+        }
+        let mut capabilities = req.capabilities.clone().unwrap_or_default();
+        capabilities.sort();
+        capabilities.dedup();
+        let classification = req
+            .classification
+            .clone()
+            .unwrap_or_else(|| "internal".to_owned());
+        if !CLASSIFICATIONS.contains(&classification.as_str()) {
+            return Err(FieldError::new(
+                "classification",
+                format!("expected one of {}", CLASSIFICATIONS.join(", ")),
+            ));
+        }
+        if let Some(t) = &req.template {
+            if t.is_empty() || t.len() > 512 {
+                return Err(FieldError::new("template", "must be 1-512 characters"));
+            }
+        }
+        if let Some(p) = req.priority {
+            if !(-100..=100).contains(&p) {
+                return Err(FieldError::new("priority", "must be between -100 and 100"));
+            }
+        }
+        Ok(SandboxSpec {
+            template: req.template.clone(),
+            resources,
+            env,
+            labels,
+            ttl_seconds,
+            idle_timeout_seconds: req.idle_timeout_seconds,
+            capabilities,
+            classification,
+            region: req.region.clone(),
+            priority: req.priority.unwrap_or(0),
+        })
+    }
+
+    /// Capability names this spec requires that the API does not know.
+    pub fn unknown_capabilities(&self) -> Vec<&str> {
+        self.capabilities
+            .iter()
+            .map(String::as_str)
+            .filter(|c| !KNOWN_CAPABILITIES.contains(c))
+            .collect()
+    }
+}
+
+/// A sandbox as stored and as served. Env values are kept in `spec` but never serialized
+/// to clients (`Sandbox::view` drops them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    pub id: SandboxId,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
+    pub status: SandboxStatus,
+    pub status_reason: Option<String>,
+    /// Bumped by every status change; bus envelopes carry it so consumers can drop stale work.
+    pub status_version: i64,
+    pub pool: Option<String>,
+    /// The backend's own id for the instance, once created.
+    pub backend_ref: Option<String>,
+    pub spec: SandboxSpec,
+    pub attempts: u32,
+    pub idempotency_key: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// The client-facing JSON shape of a sandbox (API.md): env keys only, no backend internals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxView {
+    pub id: SandboxId,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
+    pub status: SandboxStatus,
+    pub status_reason: Option<String>,
+    pub pool: Option<String>,
+    pub resources: Resources,
+    pub capabilities: Vec<String>,
+    pub classification: String,
+    pub region: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub template: Option<String>,
+    pub env_keys: Vec<String>,
+    pub ttl_seconds: u64,
+    pub idle_timeout_seconds: Option<u64>,
+    pub priority: i32,
+    pub attempts: u32,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+impl Sandbox {
+    /// A new queued sandbox for an admitted spec.
+    pub fn queued(
+        org_id: OrgId,
+        project_id: ProjectId,
+        spec: SandboxSpec,
+        idempotency_key: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Sandbox {
+        Sandbox {
+            id: SandboxId::new(),
+            org_id,
+            project_id,
+            status: SandboxStatus::Queued,
+            status_reason: None,
+            status_version: 1,
+            pool: None,
+            backend_ref: None,
+            spec,
+            attempts: 0,
+            idempotency_key,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            expires_at: None,
+            ended_at: None,
+        }
+    }
+
+    /// What a client may see of this sandbox.
+    pub fn view(&self) -> SandboxView {
+        SandboxView {
+            id: self.id.clone(),
+            org_id: self.org_id.clone(),
+            project_id: self.project_id.clone(),
+            status: self.status,
+            status_reason: self.status_reason.clone(),
+            pool: self.pool.clone(),
+            resources: self.spec.resources,
+            capabilities: self.spec.capabilities.clone(),
+            classification: self.spec.classification.clone(),
+            region: self.spec.region.clone(),
+            labels: self.spec.labels.clone(),
+            template: self.spec.template.clone(),
+            env_keys: self.spec.env.keys().cloned().collect(),
+            ttl_seconds: self.spec.ttl_seconds,
+            idle_timeout_seconds: self.spec.idle_timeout_seconds,
+            priority: self.spec.priority,
+            attempts: self.attempts,
+            created_at: self.created_at,
+            started_at: self.started_at,
+            expires_at: self.expires_at,
+            ended_at: self.ended_at,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(json: &str) -> Result<CreateSandboxRequest, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    #[test]
+    fn empty_request_gets_defaults() {
+        let spec = SandboxSpec::build(&req("{}").unwrap()).unwrap();
+        assert_eq!(spec.resources, Resources::DEFAULT);
+        assert_eq!(spec.ttl_seconds, DEFAULT_TTL_SECONDS);
+        assert_eq!(spec.classification, "internal");
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_are_refused() {
+        assert!(req(r#"{"bogus": 1}"#).is_err());
+        assert!(req(r#"{"resources": {"cpu": "two"}}"#).is_err());
+        assert!(req(r#"{"resources": {"cpu": -1}}"#).is_err());
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases = [
+            (r#"{"resources": {"cpu": 1000}}"#, "resources.cpu"),
+            (r#"{"ttlSeconds": 0}"#, "ttlSeconds"),
+            (r#"{"labels": {"differently.dev/x": "y"}}"#, "labels.differently.dev/x"),
+            (r#"{"env": {"1BAD": "y"}}"#, "env.1BAD"),
+            (r#"{"classification": "secret"}"#, "classification"),
+            (r#"{"profile": "huge"}"#, "profile"),
+            (r#"{"priority": 1000}"#, "priority"),
+        ];
+        for (json, field) in cases {
+            let e = SandboxSpec::build(&req(json).unwrap()).unwrap_err();
+            assert_eq!(e.field, field, "{json}");
+        }
+    }
+
+    #[test]
+    fn view_shows_env_keys_never_values() {
+        let spec = SandboxSpec::build(&req(r#"{"env": {"TOKEN": "s3cret"}}"#).unwrap()).unwrap();
+        let sbx = Sandbox::queued(OrgId::new(), ProjectId::new(), spec, None, Utc::now());
+        let json = serde_json::to_string(&sbx.view()).unwrap();
+        assert!(json.contains("TOKEN"));
+        assert!(!json.contains("s3cret"));
+        assert!(json.contains("\"memoryMiB\""));
+    }
+}

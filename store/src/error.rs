@@ -1,0 +1,35 @@
+//! Store errors, mapped to HTTP codes once at the API edge.
+
+use differently_core::SandboxStatus;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The row does not exist.
+    #[error("not found")]
+    NotFound,
+    /// A compare-and-set lost: the row is now in `current`.
+    #[error("sandbox is {current}, not in the expected status")]
+    StatusConflict { current: SandboxStatus },
+    /// The state machine forbids this change.
+    #[error("illegal transition {from} -> {to}")]
+    IllegalTransition { from: SandboxStatus, to: SandboxStatus },
+    /// An `Idempotency-Key` was reused with a different request body.
+    #[error("idempotency key reused with a different request")]
+    IdempotencyMismatch,
+    /// An admission limit (such as max queued) is reached.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
+    /// The database failed; the message is for logs, never for clients.
+    #[error("database: {0}")]
+    Database(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::RowNotFound => StoreError::NotFound,
+            other => StoreError::Database(other.to_string()),
+        }
+    }
+}

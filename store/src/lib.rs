@@ -1,0 +1,230 @@
+//! The `Store`: Postgres is the truth. Every method is one transaction named by its intent;
+//! every sandbox status change is compare-and-set on status and writes its audit record in
+//! the same transaction. Postgres (`postgres`) and in-memory (`memory`) implementations
+//! pass one conformance suite (`tests/conformance`).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+
+pub mod error;
+pub mod memory;
+pub mod postgres;
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use error::StoreError;
+
+/// An organization (tenancy grows in a later issue; today the bootstrap one).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Org {
+    pub id: OrgId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A project inside an organization.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Project {
+    pub id: ProjectId,
+    pub org_id: OrgId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Who did something, for the audit record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    /// An API key (its public id only).
+    Key(String),
+    /// The control plane itself (scheduler, worker, sweep).
+    System(&'static str),
+}
+
+impl Actor {
+    /// The audit form, e.g. `key:key_01…` or `system:scheduler`.
+    pub fn as_audit(&self) -> String {
+        match self {
+            Actor::Key(k) => format!("key:{k}"),
+            Actor::System(s) => format!("system:{s}"),
+        }
+    }
+}
+
+/// Admission of a new queued sandbox.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The row to insert; its status is `queued`.
+    pub sandbox: Sandbox,
+    /// Hash of the request body, so an `Idempotency-Key` reused with another body is a conflict.
+    pub request_hash: String,
+    /// Admission limit: at most this many queued sandboxes in the organization.
+    pub max_queued: Option<u32>,
+    pub actor: Actor,
+}
+
+/// Result of `admit`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admitted {
+    /// Inserted now.
+    New(Sandbox),
+    /// The `Idempotency-Key` was seen before with the same body: the original sandbox.
+    Replayed(Sandbox),
+}
+
+/// Concurrency limits re-checked atomically at activation. `None` means unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    pub max_active: Option<u32>,
+    pub max_cpu: Option<u64>,
+    pub max_memory_mib: Option<u64>,
+    pub max_disk_gib: Option<u64>,
+}
+
+/// The pool chosen for an activation and its concurrency cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSlot {
+    pub name: String,
+    pub max_concurrent: Option<u32>,
+}
+
+/// Result of `activate`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Activation {
+    /// Now `provisioning` on the pool; `attempts` was incremented.
+    Activated(Sandbox),
+    /// Quota or pool cap is full; the row stays `queued` with this `statusReason`.
+    Waiting(Sandbox),
+    /// The row is no longer `queued` (deleted, already activated): nothing done.
+    NotQueued(Sandbox),
+}
+
+/// A status change, checked against the state machine and compare-and-set on `from`.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    pub id: SandboxId,
+    /// The change applies only if the current status is one of these.
+    pub from: Vec<SandboxStatus>,
+    pub to: SandboxStatus,
+    pub reason: Option<String>,
+    pub actor: Actor,
+}
+
+/// Filter for listing sandboxes; results are in id (creation) order.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxFilter {
+    pub org_id: Option<OrgId>,
+    pub project_id: Option<ProjectId>,
+    pub status: Option<SandboxStatus>,
+    /// Only sandboxes carrying this label key with this value.
+    pub label: Option<(String, String)>,
+    /// Only ids strictly greater than this (cursor pagination).
+    pub after: Option<SandboxId>,
+    pub limit: u32,
+}
+
+/// An audit record as stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    pub seq: i64,
+    pub org_id: Option<OrgId>,
+    pub actor: String,
+    pub action: String,
+    pub resource: String,
+    pub at: DateTime<Utc>,
+    pub detail: serde_json::Value,
+}
+
+/// The store contract shared by Postgres and memory.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Creates the organization and project if they do not exist (bootstrap tenant).
+    async fn ensure_tenant(&self, org: &Org, project: &Project) -> Result<(), StoreError>;
+    async fn get_project(&self, id: &ProjectId) -> Result<Option<Project>, StoreError>;
+
+    /// Locks the organization row, replays an `Idempotency-Key` of the same project, checks
+    /// `max_queued`, inserts the queued row and its audit record.
+    async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError>;
+
+    async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<Sandbox>, StoreError>;
+    async fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError>;
+
+    /// Locks organization, then pool (when capped), then sandbox; re-checks `quota` against
+    /// usage derived from the organization's rows and the pool cap against the pool's rows;
+    /// moves `queued → provisioning` on `pool`, or records why it waits.
+    async fn activate(
+        &self,
+        id: &SandboxId,
+        pool: &PoolSlot,
+        quota: &Quota,
+        now: DateTime<Utc>,
+    ) -> Result<Activation, StoreError>;
+
+    /// `provisioning → running` with the backend's ref; sets `startedAt` and
+    /// `expiresAt = now + ttl`. Conflict if the row moved meanwhile.
+    async fn mark_running(
+        &self,
+        id: &SandboxId,
+        backend_ref: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError>;
+
+    /// `provisioning → queued` (another attempt, possibly on another pool) no earlier than
+    /// `not_before`, clearing the pool.
+    async fn requeue(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+        not_before: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError>;
+
+    /// Any other legal status change. Sets `endedAt` on final statuses.
+    async fn transition(&self, t: Transition, now: DateTime<Utc>) -> Result<Sandbox, StoreError>;
+
+    /// Updates only `statusReason` of a queued row (placement's "waiting: …").
+    async fn set_queued_reason(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+        not_before: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// Queued rows whose next attempt is due, oldest first.
+    async fn runnable_queued(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError>;
+
+    /// Rows in `status` not updated since `before`: work a lost message or a dead process left.
+    async fn stale(
+        &self,
+        status: SandboxStatus,
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError>;
+
+    /// Running, paused or stopped rows whose `expiresAt` has passed.
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Sandbox>, StoreError>;
+
+    /// Active CPU per organization (rows that reserve compute), for fair order.
+    async fn active_cpu_by_org(&self) -> Result<HashMap<OrgId, u64>, StoreError>;
+
+    /// Audit records, newest last.
+    async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError>;
+
+    /// Tries to become the scheduler leader. `Some` while held; dropping it releases it.
+    async fn try_lead(&self) -> Result<Option<Box<dyn Leadership>>, StoreError>;
+}
+
+/// A held leadership. Postgres: a session advisory lock on a dedicated connection.
+#[async_trait]
+pub trait Leadership: Send {
+    /// Checks (pings) that the lock is still held; `false` means step down now.
+    async fn still_held(&mut self) -> bool;
+}
