@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use differently_core::ids::InstallationId;
 use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 
 pub mod error;
@@ -143,6 +144,9 @@ pub struct AuditRecord {
 /// The store contract shared by Postgres and memory.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// This installation's id, created once and kept (backend instances are tagged with it).
+    async fn installation_id(&self) -> Result<InstallationId, StoreError>;
+
     /// Creates the organization and project if they do not exist (bootstrap tenant).
     async fn ensure_tenant(&self, org: &Org, project: &Project) -> Result<(), StoreError>;
     async fn get_project(&self, id: &ProjectId) -> Result<Option<Project>, StoreError>;
