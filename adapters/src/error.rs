@@ -23,6 +23,9 @@ pub enum AdapterError {
 impl AdapterError {
     /// Whether retrying the same call later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, AdapterError::Transient(_) | AdapterError::Unavailable(_))
+        matches!(
+            self,
+            AdapterError::Transient(_) | AdapterError::Unavailable(_)
+        )
     }
 }

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 pub mod devhost;
 pub mod error;
 pub mod fake;
+pub mod pools;
+pub mod registry;
 
 pub use error::AdapterError;
 

@@ -1,1 +1,95 @@
-//! placeholder
+//! The `/v1` HTTP API (axum). Handlers authenticate, validate at the boundary, run one store
+//! transaction, and announce the change on the bus; errors map to HTTP in `error` only.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use differently_adapters::pools::PoolSet;
+use differently_bus::Announcer;
+use differently_core::faults::Faults;
+use differently_core::ErrorCode;
+use differently_store::Store;
+use serde_json::json;
+
+pub mod auth;
+pub mod body;
+pub mod bootstrap;
+pub mod error;
+pub mod events;
+pub mod sandboxes;
+
+pub use auth::{generate_key, BootstrapKey};
+pub use bootstrap::{ensure_bootstrap_tenant, Tenant};
+
+/// Admission limits applied by the API.
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    pub max_queued: Option<u32>,
+}
+
+/// Everything a handler needs, shared by all requests.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+/// The parts of `AppState`.
+pub struct Inner {
+    pub store: Arc<dyn Store>,
+    pub announcer: Announcer,
+    pub pools: PoolSet,
+    pub bootstrap_key: BootstrapKey,
+    pub tenant: Tenant,
+    pub faults: Faults,
+    pub events: events::EventHub,
+    pub limits: Limits,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// Wraps the parts.
+    pub fn new(inner: Inner) -> AppState {
+        AppState(Arc::new(inner))
+    }
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(sandboxes::router())
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn healthz() -> impl IntoResponse {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Ready when the store answers; the bus connection is held by the process and reconnects.
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    match state.store.installation_id().await {
+        Ok(_) => (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready: store");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({ "status": "unavailable", "store": "unreachable" })),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn not_found() -> error::ApiError {
+    error::ApiError::new(ErrorCode::NotFound, "no such route")
+}

@@ -21,7 +21,9 @@ pub struct Naming {
 
 impl Default for Naming {
     fn default() -> Self {
-        Naming { prefix: "dly".to_owned() }
+        Naming {
+            prefix: "dly".to_owned(),
+        }
     }
 }
 
@@ -33,9 +35,13 @@ impl Naming {
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         if ok {
-            Ok(Naming { prefix: prefix.to_owned() })
+            Ok(Naming {
+                prefix: prefix.to_owned(),
+            })
         } else {
-            Err(format!("bus prefix {prefix:?} must be non-empty and use only a-z, 0-9 and _"))
+            Err(format!(
+                "bus prefix {prefix:?} must be non-empty and use only a-z, 0-9 and _"
+            ))
         }
     }
 
@@ -110,7 +116,11 @@ impl Naming {
 
     /// Every stream, in creation order.
     pub fn streams(&self) -> Vec<StreamDef> {
-        vec![self.admit_stream(), self.work_stream(), self.events_stream()]
+        vec![
+            self.admit_stream(),
+            self.work_stream(),
+            self.events_stream(),
+        ]
     }
 
     /// The placement leader's durable consumer on the admission stream.
@@ -256,16 +266,29 @@ mod tests {
         let n = Naming::new("t1").unwrap();
         let org = OrgId::new();
         assert_eq!(n.admit_subject(&org), format!("t1.admit.{org}"));
-        assert_eq!(n.work_subject("pool-a", WorkOp::Create), "t1.work.pool-a.create");
+        assert_eq!(
+            n.work_subject("pool-a", WorkOp::Create),
+            "t1.work.pool-a.create"
+        );
         assert_eq!(n.admit_stream().name, "T1_ADMIT");
-        assert_eq!(n.work_consumer("p", Duration::from_secs(1)).filter, "t1.work.p.>");
+        assert_eq!(
+            n.work_consumer("p", Duration::from_secs(1)).filter,
+            "t1.work.p.>"
+        );
         assert!(Naming::new("Bad.Prefix").is_err());
         assert!(Naming::new("").is_err());
     }
 
     #[test]
     fn envelope_round_trips() {
-        let env = Envelope::new(SandboxId::new(), 3, Work { op: WorkOp::Delete, pool: "p".into() });
+        let env = Envelope::new(
+            SandboxId::new(),
+            3,
+            Work {
+                op: WorkOp::Delete,
+                pool: "p".into(),
+            },
+        );
         let json = serde_json::to_vec(&env).unwrap();
         let back: Envelope<Work> = serde_json::from_slice(&json).unwrap();
         assert_eq!(back, env);

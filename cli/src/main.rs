@@ -1,1 +1,119 @@
-fn main() {}
+//! `differently`: the one binary. Server roles (`server --role api|scheduler|worker`), the
+//! all-in-one `dev` mode, `migrate`, and small client helpers.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+mod config;
+mod roles;
+
+#[derive(Parser)]
+#[command(
+    name = "differently",
+    version,
+    about = "One API for isolated sandboxes, placed by policy"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every role in one process on the in-memory store and bus, with a local `devhost` pool.
+    Dev {
+        /// API listen address.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        listen: String,
+        /// Where devhost sandboxes keep their working directories.
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// Run server roles against Postgres and NATS JetStream.
+    Server {
+        /// Roles to run in this process (comma-separated).
+        #[arg(long, value_delimiter = ',', required = true)]
+        role: Vec<Role>,
+        /// Pools whose work this process executes (worker role; default: all configured).
+        #[arg(long, value_delimiter = ',')]
+        pools: Vec<String>,
+        /// Configuration file (TOML); `DIFFERENTLY_*` variables override it.
+        #[arg(long, env = "DIFFERENTLY_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Apply database migrations and exit.
+    Migrate {
+        #[arg(long, env = "DIFFERENTLY_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// API key helpers.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Print a new random key (e.g. for DIFFERENTLY_BOOTSTRAP_KEY).
+    Generate,
+}
+
+/// A server role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Api,
+    Scheduler,
+    Worker,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("differently: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Dev { listen, root } => {
+                roles::init_logging(false);
+                roles::dev(&listen, root).await
+            }
+            Command::Server {
+                role,
+                pools,
+                config,
+            } => {
+                roles::init_logging(true);
+                let config = config::Config::load(config.as_deref())?;
+                roles::server(config, role, pools).await
+            }
+            Command::Migrate { config } => {
+                roles::init_logging(true);
+                let config = config::Config::load(config.as_deref())?;
+                roles::migrate(&config).await
+            }
+            Command::Key {
+                command: KeyCommand::Generate,
+            } => {
+                println!("{}", differently_api::generate_key());
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("differently: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

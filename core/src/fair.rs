@@ -52,10 +52,27 @@ mod tests {
     fn idle_org_first_then_round_robin_then_priority_and_age() {
         let (a, b) = (OrgId::new(), OrgId::new());
         let ids: Vec<SandboxId> = (0..4).map(|_| SandboxId::new()).collect();
-        let cand = |i: usize, org: &OrgId, priority| Candidate { id: ids[i].clone(), org: org.clone(), priority };
-        let list = vec![cand(0, &a, 0), cand(1, &a, 5), cand(2, &a, 0), cand(3, &b, 0)];
+        let cand = |i: usize, org: &OrgId, priority| Candidate {
+            id: ids[i].clone(),
+            org: org.clone(),
+            priority,
+        };
+        let list = vec![
+            cand(0, &a, 0),
+            cand(1, &a, 5),
+            cand(2, &a, 0),
+            cand(3, &b, 0),
+        ];
         let cpu = HashMap::from([(a.clone(), 8), (b.clone(), 0)]);
         let order: Vec<_> = fair_order(list, &cpu).into_iter().map(|c| c.id).collect();
-        assert_eq!(order, vec![ids[3].clone(), ids[1].clone(), ids[0].clone(), ids[2].clone()]);
+        assert_eq!(
+            order,
+            vec![
+                ids[3].clone(),
+                ids[1].clone(),
+                ids[0].clone(),
+                ids[2].clone()
+            ]
+        );
     }
 }

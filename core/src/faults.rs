@@ -42,7 +42,10 @@ mod tests {
     #[test]
     fn parses_points() {
         let f = Faults::parse("worker.after_create:500, x:bad");
-        assert_eq!(f.pause_at(WORKER_AFTER_CREATE), Some(Duration::from_millis(500)));
+        assert_eq!(
+            f.pause_at(WORKER_AFTER_CREATE),
+            Some(Duration::from_millis(500))
+        );
         assert_eq!(f.pause_at("x"), None);
         assert_eq!(Faults::parse("").pause_at("y"), None);
     }

@@ -128,7 +128,11 @@ mod tests {
 
     #[test]
     fn first_healthy_capable_pool_wins() {
-        let pools = [pool("a", &["exec"], false), pool("b", &[], true), pool("c", &["exec"], true)];
+        let pools = [
+            pool("a", &["exec"], false),
+            pool("b", &[], true),
+            pool("c", &["exec"], true),
+        ];
         let e = decide(&spec(&["exec"]), &pools);
         assert_eq!(e.decision, Decision::Placed { pool: "c".into() });
         assert_eq!(e.pools[0].reason.as_deref(), Some("unhealthy"));
@@ -138,18 +142,30 @@ mod tests {
     #[test]
     fn capable_but_unhealthy_waits_and_incapable_rejects() {
         let pools = [pool("a", &["exec"], false)];
-        assert!(matches!(decide(&spec(&["exec"]), &pools).decision, Decision::Waiting { .. }));
+        assert!(matches!(
+            decide(&spec(&["exec"]), &pools).decision,
+            Decision::Waiting { .. }
+        ));
         assert!(matches!(
             decide(&spec(&["snapshots"]), &pools).decision,
-            Decision::Rejected { code: ErrorCode::UnsupportedCapability, .. }
+            Decision::Rejected {
+                code: ErrorCode::UnsupportedCapability,
+                ..
+            }
         ));
         assert!(matches!(
             decide(&spec(&["teleport"]), &pools).decision,
-            Decision::Rejected { code: ErrorCode::UnsupportedCapability, .. }
+            Decision::Rejected {
+                code: ErrorCode::UnsupportedCapability,
+                ..
+            }
         ));
         assert!(matches!(
             decide(&spec(&[]), &[]).decision,
-            Decision::Rejected { code: ErrorCode::NoEligiblePool, .. }
+            Decision::Rejected {
+                code: ErrorCode::NoEligiblePool,
+                ..
+            }
         ));
     }
 
@@ -157,6 +173,9 @@ mod tests {
     fn external_pools_are_never_chosen_without_policy() {
         let mut p = pool("ext", &[], true);
         p.trust = Trust::External;
-        assert!(matches!(decide(&spec(&[]), &[p]).decision, Decision::Rejected { .. }));
+        assert!(matches!(
+            decide(&spec(&[]), &[p]).decision,
+            Decision::Rejected { .. }
+        ));
     }
 }

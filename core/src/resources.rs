@@ -85,11 +85,26 @@ mod tests {
     #[test]
     fn bounds_name_the_field() {
         assert!(Resources::DEFAULT.validate("resources").is_ok());
-        let e = Resources { cpu: 0, ..Resources::DEFAULT }.validate("resources").unwrap_err();
+        let e = Resources {
+            cpu: 0,
+            ..Resources::DEFAULT
+        }
+        .validate("resources")
+        .unwrap_err();
         assert_eq!(e.field, "resources.cpu");
-        let e = Resources { memory_mib: 64, ..Resources::DEFAULT }.validate("resources").unwrap_err();
+        let e = Resources {
+            memory_mib: 64,
+            ..Resources::DEFAULT
+        }
+        .validate("resources")
+        .unwrap_err();
         assert_eq!(e.field, "resources.memoryMiB");
-        let e = Resources { disk_gib: 20000, ..Resources::DEFAULT }.validate("resources").unwrap_err();
+        let e = Resources {
+            disk_gib: 20000,
+            ..Resources::DEFAULT
+        }
+        .validate("resources")
+        .unwrap_err();
         assert_eq!(e.field, "resources.diskGiB");
     }
 }

@@ -90,7 +90,10 @@ impl SandboxSpec {
     pub fn build(req: &CreateSandboxRequest) -> Result<SandboxSpec, FieldError> {
         let base = match &req.profile {
             Some(p) => profile(p).ok_or_else(|| {
-                FieldError::new("profile", "unknown profile; expected small, medium, large or xlarge")
+                FieldError::new(
+                    "profile",
+                    "unknown profile; expected small, medium, large or xlarge",
+                )
             })?,
             None => Resources::DEFAULT,
         };
@@ -318,7 +321,10 @@ mod tests {
         let cases = [
             (r#"{"resources": {"cpu": 1000}}"#, "resources.cpu"),
             (r#"{"ttlSeconds": 0}"#, "ttlSeconds"),
-            (r#"{"labels": {"differently.dev/x": "y"}}"#, "labels.differently.dev/x"),
+            (
+                r#"{"labels": {"differently.dev/x": "y"}}"#,
+                "labels.differently.dev/x",
+            ),
             (r#"{"env": {"1BAD": "y"}}"#, "env.1BAD"),
             (r#"{"classification": "secret"}"#, "classification"),
             (r#"{"profile": "huge"}"#, "profile"),

@@ -55,7 +55,10 @@ impl SandboxStatus {
 
     /// Counts toward the active-sandbox quota.
     pub fn counts_active(self) -> bool {
-        matches!(self, Provisioning | Running | Paused | Stopped | Terminating)
+        matches!(
+            self,
+            Provisioning | Running | Paused | Stopped | Terminating
+        )
     }
 
     /// Reserves CPU and memory (a paused sandbox is accounted as resident).

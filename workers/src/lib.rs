@@ -1,1 +1,302 @@
-//! placeholder
+//! Per-pool worker groups: execute backend mutations from `dly.work.<pool>.*` with
+//! at-least-once delivery and idempotent effects (the sandbox id is the key everywhere).
+//!
+//! Create: adapter create (idempotent) → `provisioning → running` → event → ack. A worker
+//! killed between create and commit leaves the message unacked; it is redelivered after the
+//! ack wait and the next create finds the existing instance. Delete: adapter delete
+//! (missing is fine) → `terminating → terminated`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use differently_adapters::{AdapterError, CreateInstance, SharedAdapter};
+use differently_bus::{Acker, Announcer, Delivery};
+use differently_bus_schema::{Envelope, Work, WorkOp};
+use differently_core::faults::{self, Faults};
+use differently_core::ids::InstallationId;
+use differently_core::{Sandbox, SandboxStatus};
+use differently_store::{Actor, Store, StoreError, Transition};
+use tokio::sync::{watch, Semaphore};
+
+/// Tunables of a worker group.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Redelivery timer of unacked work; in-progress acks extend it during long calls.
+    pub ack_wait: Duration,
+    /// Create deliveries per activation before giving the sandbox back to placement.
+    pub max_deliveries: u64,
+    /// Activations per sandbox before it fails for good.
+    pub max_attempts: u32,
+    /// Backend calls in flight per process.
+    pub concurrency: usize,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            ack_wait: Duration::from_secs(30),
+            max_deliveries: 3,
+            max_attempts: 3,
+            concurrency: 64,
+        }
+    }
+}
+
+/// The workers of one pool in this process.
+#[derive(Clone)]
+pub struct WorkerGroup {
+    pub pool: String,
+    pub adapter: SharedAdapter,
+    pub store: Arc<dyn Store>,
+    pub announcer: Announcer,
+    pub installation: InstallationId,
+    pub config: WorkerConfig,
+    pub faults: Faults,
+}
+
+impl WorkerGroup {
+    /// Pulls and executes work until `shutdown` turns true.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let def = self
+            .announcer
+            .naming()
+            .work_consumer(&self.pool, self.config.ack_wait);
+        let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            let mut pull = match self.announcer.bus().pull(&def).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(pool = %self.pool, error = %e, "worker: cannot bind consumer; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            tracing::info!(pool = %self.pool, "worker: consuming");
+            loop {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return;
+                };
+                let next = tokio::select! {
+                    n = pull.next(Duration::from_secs(5)) => n,
+                    _ = shutdown.changed() => return,
+                };
+                match next {
+                    Ok(Some(delivery)) => {
+                        let group = self.clone();
+                        tokio::spawn(async move {
+                            group.handle(delivery).await;
+                            drop(permit);
+                        });
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(pool = %self.pool, error = %e, "worker: pull failed");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn handle(&self, d: Delivery) {
+        let env = match serde_json::from_slice::<Envelope<Work>>(&d.payload) {
+            Ok(env) => env,
+            Err(e) => {
+                tracing::warn!(subject = %d.subject, error = %e, "worker: undecodable work dropped");
+                let _ = d.acker.term().await;
+                return;
+            }
+        };
+        let row = match self.store.get_sandbox(&env.sandbox_id).await {
+            Ok(Some(row)) => row,
+            Ok(None) => {
+                let _ = d.acker.term().await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "worker: store unavailable; retrying");
+                let _ = d.acker.nak(Duration::from_secs(1)).await;
+                return;
+            }
+        };
+        let outcome = match env.body.op {
+            WorkOp::Create => self.create(&row, d.delivered, d.acker.as_ref()).await,
+            WorkOp::Delete => self.delete(&row, d.delivered, d.acker.as_ref()).await,
+        };
+        let result = match outcome {
+            Ack::Done => d.acker.ack().await,
+            Ack::Retry(delay) => d.acker.nak(delay).await,
+        };
+        if let Err(e) = result {
+            tracing::warn!(sandbox = %row.id, error = %e, "worker: ack failed; the message will be redelivered");
+        }
+    }
+
+    async fn create(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
+        if row.status != SandboxStatus::Provisioning || row.pool.as_deref() != Some(&self.pool) {
+            return Ack::Done; // stale: the row moved on
+        }
+        let req = CreateInstance {
+            sandbox_id: row.id.clone(),
+            installation_id: self.installation.clone(),
+            template: row.spec.template.clone(),
+            resources: row.spec.resources,
+            env: row.spec.env.clone(),
+            ttl_seconds: row.spec.ttl_seconds,
+        };
+        let created = with_progress(acker, self.config.ack_wait, self.adapter.create(&req)).await;
+        let instance = match created {
+            Ok(i) => i,
+            Err(e) => return self.create_failed(row, delivered, e).await,
+        };
+        if let Some(pause) = self.faults.pause_at(faults::WORKER_AFTER_CREATE) {
+            tracing::warn!(sandbox = %row.id, ?pause, "fault point: pausing after create");
+            tokio::time::sleep(pause).await;
+        }
+        match self
+            .store
+            .mark_running(&row.id, &instance.backend_ref, Utc::now())
+            .await
+        {
+            Ok(running) => {
+                let _ = self.announcer.status(&running).await;
+                Ack::Done
+            }
+            Err(StoreError::StatusConflict { current }) => {
+                if current.is_final() {
+                    // Deleted or failed while we created: do not leave an orphan behind.
+                    if let Err(e) = self.adapter.delete(&row.id).await {
+                        tracing::warn!(sandbox = %row.id, error = %e, "worker: orphan delete failed; reconciler will retry");
+                    }
+                }
+                Ack::Done
+            }
+            Err(StoreError::NotFound) => Ack::Done,
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot record running; retrying");
+                Ack::Retry(Duration::from_secs(1))
+            }
+        }
+    }
+
+    async fn create_failed(&self, row: &Sandbox, delivered: u64, e: AdapterError) -> Ack {
+        tracing::warn!(sandbox = %row.id, pool = %self.pool, attempt = delivered, error = %e, "worker: create failed");
+        if e.is_retryable() && delivered < self.config.max_deliveries {
+            return Ack::Retry(backoff(delivered));
+        }
+        let now = Utc::now();
+        let result = if e.is_retryable() && row.attempts < self.config.max_attempts {
+            let not_before = now + chrono::Duration::seconds(2_i64.pow(row.attempts.min(6)));
+            self.store
+                .requeue(&row.id, &format!("create failed: {e}"), not_before)
+                .await
+        } else {
+            let t = Transition {
+                id: row.id.clone(),
+                from: vec![SandboxStatus::Provisioning],
+                to: SandboxStatus::Failed,
+                reason: Some(format!(
+                    "create failed after {} attempts: {e}",
+                    row.attempts
+                )),
+                actor: Actor::System("worker"),
+            };
+            self.store.transition(t, now).await
+        };
+        match result {
+            Ok(updated) => {
+                if updated.status == SandboxStatus::Queued {
+                    let _ = self.announcer.admitted(&updated, "-requeue").await;
+                }
+                let _ = self.announcer.status(&updated).await;
+                Ack::Done
+            }
+            Err(StoreError::StatusConflict { .. }) | Err(StoreError::NotFound) => Ack::Done,
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot record failure; retrying");
+                Ack::Retry(Duration::from_secs(1))
+            }
+        }
+    }
+
+    async fn delete(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
+        if row.status != SandboxStatus::Terminating {
+            return Ack::Done;
+        }
+        let deleted =
+            with_progress(acker, self.config.ack_wait, self.adapter.delete(&row.id)).await;
+        match deleted {
+            Ok(()) | Err(AdapterError::NotFound) => {}
+            Err(e) => {
+                // Deletes never give up: a leaked sandbox costs money.
+                tracing::warn!(sandbox = %row.id, error = %e, attempt = delivered, "worker: delete failed; retrying");
+                return Ack::Retry(backoff(delivered));
+            }
+        }
+        let t = Transition {
+            id: row.id.clone(),
+            from: vec![SandboxStatus::Terminating],
+            to: SandboxStatus::Terminated,
+            reason: row.status_reason.clone(),
+            actor: Actor::System("worker"),
+        };
+        match self.store.transition(t, Utc::now()).await {
+            Ok(done) => {
+                let _ = self.announcer.status(&done).await;
+                Ack::Done
+            }
+            Err(StoreError::StatusConflict { .. }) | Err(StoreError::NotFound) => Ack::Done,
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot record terminated; retrying");
+                Ack::Retry(Duration::from_secs(1))
+            }
+        }
+    }
+}
+
+enum Ack {
+    Done,
+    Retry(Duration),
+}
+
+/// Exponential back-off for redeliveries: 1 s, 2 s, 4 s … capped at 60 s.
+fn backoff(delivered: u64) -> Duration {
+    Duration::from_secs(1u64 << delivered.saturating_sub(1).min(6)).min(Duration::from_secs(60))
+}
+
+/// Runs `fut`, telling the bus we are still working every third of the ack wait.
+async fn with_progress<T>(
+    acker: &dyn Acker,
+    ack_wait: Duration,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(fut);
+    let every = (ack_wait / 3).max(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            out = &mut fut => return out,
+            _ = tokio::time::sleep(every) => {
+                if let Err(e) = acker.in_progress().await {
+                    tracing::warn!(error = %e, "worker: in-progress ack failed");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(2));
+        assert_eq!(backoff(4), Duration::from_secs(8));
+        assert_eq!(backoff(100), Duration::from_secs(60));
+    }
+}

@@ -1,0 +1,236 @@
+use std::time::{Duration, Instant};
+
+use differently_adapters::devhost::{DevhostAdapter, DevhostConfig, DevhostTag, TAG_FILE};
+use differently_adapters::{Adapter, AdapterError, InstanceRef};
+use differently_core::exec::ExecRequest;
+use differently_core::ids::InstallationId;
+use differently_core::SandboxId;
+
+use crate::{create_req, exec_req};
+
+/// An adapter on a fresh root with one sandbox created in it.
+async fn sandbox() -> (tempfile::TempDir, DevhostAdapter, InstanceRef) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let a = DevhostAdapter::new(DevhostConfig {
+        root: root.path().to_path_buf(),
+    });
+    let sbx = SandboxId::new();
+    let i = a
+        .create(&create_req(&sbx, &InstallationId::new()))
+        .await
+        .expect("create");
+    let at = InstanceRef {
+        sandbox_id: sbx,
+        backend_ref: i.backend_ref,
+    };
+    (root, a, at)
+}
+
+fn sh(script: &str) -> ExecRequest {
+    exec_req(&["sh", "-c", script])
+}
+
+#[tokio::test]
+async fn lifecycle_dir_tag_idempotent_list_delete() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let a = DevhostAdapter::new(DevhostConfig {
+        root: root.path().join("nested"),
+    });
+    let (sbx, inst) = (SandboxId::new(), InstallationId::new());
+    assert!(a
+        .list(&inst)
+        .await
+        .expect("list of missing root")
+        .is_empty());
+
+    let first = a.create(&create_req(&sbx, &inst)).await.expect("create");
+    assert_eq!(first.backend_ref, sbx.as_str());
+    let dir = a.sandbox_dir(&sbx);
+    assert!(dir.is_dir());
+    let tag: DevhostTag =
+        serde_json::from_slice(&std::fs::read(dir.join(TAG_FILE)).expect("tag")).expect("tag json");
+    assert_eq!((&tag.sandbox_id, &tag.installation_id), (&sbx, &inst));
+
+    std::fs::write(dir.join("keep.txt"), "x").expect("write");
+    let second = a
+        .create(&create_req(&sbx, &inst))
+        .await
+        .expect("create again");
+    assert_eq!(first, second);
+    assert!(
+        dir.join("keep.txt").exists(),
+        "idempotent create keeps the instance"
+    );
+
+    let other = SandboxId::new();
+    a.create(&create_req(&other, &InstallationId::new()))
+        .await
+        .expect("create other");
+    assert_eq!(a.list(&inst).await.expect("list"), vec![first.clone()]);
+    assert_eq!(a.find(&sbx).await.expect("find"), Some(first));
+
+    a.delete(&sbx).await.expect("delete");
+    assert!(!dir.exists());
+    assert_eq!(a.find(&sbx).await.expect("find"), None);
+    a.delete(&sbx).await.expect("delete of missing succeeds");
+    assert!(a.list(&inst).await.expect("list").is_empty());
+    assert_eq!(a.capabilities(), vec!["exec".to_owned()]);
+    a.health().await.expect("healthy");
+}
+
+#[tokio::test]
+async fn exec_stdout_stderr_and_exit_code() {
+    let (_root, a, at) = sandbox().await;
+    let r = a.exec(&at, &sh("echo hi")).await.expect("exec");
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str(), r.stderr.as_str()),
+        (0, "hi\n", "")
+    );
+
+    let r = a
+        .exec(&at, &sh("echo out; echo err >&2"))
+        .await
+        .expect("exec");
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("out\n", "err\n"));
+
+    assert_eq!(a.exec(&at, &sh("exit 3")).await.expect("exec").exit_code, 3);
+    assert_eq!(
+        a.exec(&at, &sh("kill -9 $$"))
+            .await
+            .expect("exec")
+            .exit_code,
+        137
+    );
+}
+
+#[tokio::test]
+async fn exec_env_is_clean() {
+    let (_root, a, at) = sandbox().await;
+    let leak = format!("DIFFERENTLY_TEST_LEAK_{}", std::process::id());
+    std::env::set_var(&leak, "leaked");
+    let mut req = sh(&format!(r#"echo "$FOO|$LANG|$HOME|${{{leak}-unset}}""#));
+    req.env.insert("FOO".into(), "bar".into());
+    let r = a.exec(&at, &req).await.expect("exec");
+    let home = a.sandbox_dir(&at.sandbox_id);
+    assert_eq!(r.stdout, format!("bar|C.UTF-8|{}|unset\n", home.display()));
+    // The request's env wins over the defaults.
+    let mut req = sh(r#"echo "$LANG""#);
+    req.env.insert("LANG".into(), "en_US.UTF-8".into());
+    assert_eq!(
+        a.exec(&at, &req).await.expect("exec").stdout,
+        "en_US.UTF-8\n"
+    );
+}
+
+#[tokio::test]
+async fn exec_cwd_is_relative_to_the_sandbox() {
+    let (_root, a, at) = sandbox().await;
+    let dir = a.sandbox_dir(&at.sandbox_id);
+    std::fs::create_dir_all(dir.join("work/sub")).expect("mkdir");
+
+    let r = a.exec(&at, &exec_req(&["pwd"])).await.expect("exec");
+    assert_eq!(r.stdout.trim_end(), dir.display().to_string());
+    let mut req = exec_req(&["pwd"]);
+    req.cwd = Some("/work/sub".into());
+    let r = a.exec(&at, &req).await.expect("exec");
+    assert_eq!(
+        r.stdout.trim_end(),
+        dir.join("work/sub").display().to_string()
+    );
+
+    req.cwd = Some("/work/../..".into());
+    assert!(matches!(
+        a.exec(&at, &req).await,
+        Err(AdapterError::Permanent(_))
+    ));
+    req.cwd = Some("/nope".into());
+    assert!(matches!(
+        a.exec(&at, &req).await,
+        Err(AdapterError::Permanent(_))
+    ));
+}
+
+#[tokio::test]
+async fn exec_stdin_is_delivered() {
+    let (_root, a, at) = sandbox().await;
+    let mut req = exec_req(&["cat"]);
+    req.stdin = Some("line one\nline two".into());
+    let r = a.exec(&at, &req).await.expect("exec");
+    assert_eq!((r.exit_code, r.stdout.as_str()), (0, "line one\nline two"));
+    // Without stdin the program sees EOF at once instead of hanging.
+    let r = a.exec(&at, &exec_req(&["cat"])).await.expect("exec");
+    assert_eq!((r.exit_code, r.stdout.as_str()), (0, ""));
+}
+
+/// Whether `pid` is gone (or a zombie waiting for its reaper).
+fn process_gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn exec_timeout_kills_the_process_group() {
+    let (_root, a, at) = sandbox().await;
+    let mut req = sh("sleep 30 & echo $! > bg.pid; echo started; sleep 30");
+    req.timeout_seconds = Some(1);
+    let started = Instant::now();
+    let r = a.exec(&at, &req).await.expect("exec");
+    let took = started.elapsed();
+    assert_eq!(r.exit_code, 124);
+    assert_eq!(r.stdout, "started\n", "output before the timeout is kept");
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    assert!(r.duration_ms >= 1000);
+
+    let pid = std::fs::read_to_string(a.sandbox_dir(&at.sandbox_id).join("bg.pid")).expect("pid");
+    let pid = pid.trim();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !process_gone(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(process_gone(pid), "background child {pid} survived");
+}
+
+#[tokio::test]
+async fn exec_output_is_capped_at_one_mib() {
+    let (_root, a, at) = sandbox().await;
+    let r = a
+        .exec(
+            &at,
+            &sh("head -c 3000000 /dev/zero | tr '\\0' a; echo small >&2"),
+        )
+        .await
+        .expect("exec");
+    assert_eq!(r.exit_code, 0);
+    assert_eq!(r.stdout.len(), 1024 * 1024);
+    assert!(r.stdout_truncated);
+    assert_eq!(r.stderr, "small\n");
+    assert!(!r.stderr_truncated);
+}
+
+#[tokio::test]
+async fn exec_missing_program_and_missing_sandbox() {
+    let (_root, a, at) = sandbox().await;
+    let r = a
+        .exec(&at, &exec_req(&["definitely-not-a-program-xyz"]))
+        .await
+        .expect("exec");
+    assert_eq!(r.exit_code, 127);
+    assert!(
+        r.stderr.contains("definitely-not-a-program-xyz"),
+        "{}",
+        r.stderr
+    );
+
+    let gone = InstanceRef {
+        sandbox_id: SandboxId::new(),
+        backend_ref: "x".into(),
+    };
+    assert_eq!(
+        a.exec(&gone, &exec_req(&["true"])).await,
+        Err(AdapterError::NotFound)
+    );
+}

@@ -1,0 +1,30 @@
+//! Strict JSON request bodies: malformed JSON, wrong types and unknown fields are a 400 that
+//! names the field, before anything is written.
+
+use axum::body::Bytes;
+use differently_core::ErrorCode;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::error::ApiError;
+
+/// Parses `bytes` as `T`, reporting the JSON path of the first problem.
+pub fn parse_json<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    let de = &mut serde_json::Deserializer::from_slice(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let field = if path == "." { String::new() } else { path };
+        let message = if field.is_empty() {
+            format!("invalid JSON body: {inner}")
+        } else {
+            format!("{field}: {inner}")
+        };
+        ApiError::new(ErrorCode::InvalidArgument, message).with_details(json!({ "field": field }))
+    })
+}

@@ -1,0 +1,119 @@
+//! The one mapping from every internal error to an HTTP response. Internal details are
+//! logged with the request id and never echoed to clients.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use differently_adapters::AdapterError;
+use differently_core::{ErrorCode, FieldError};
+use differently_store::StoreError;
+use serde_json::{json, Value};
+
+/// An error as served: `{"error": {code, message, details, requestId}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub details: Option<Value>,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with a code and a message for the client.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
+    }
+
+    /// Attaches machine-readable details.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// 404 that does not reveal whether the thing exists for someone else.
+    pub fn not_found(what: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("{what} not found"))
+    }
+
+    /// 500 whose cause is logged, not served.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        let request_id = ulid::Ulid::new().to_string();
+        tracing::error!(%request_id, error = %cause, "internal error");
+        Self::new(ErrorCode::Internal, "internal error")
+            .with_details(json!({ "requestId": request_id }))
+    }
+
+    /// 400/422 naming the offending field.
+    pub fn field(code: ErrorCode, e: FieldError) -> Self {
+        Self::new(code, e.to_string()).with_details(json!({ "field": e.field }))
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => ApiError::not_found("resource"),
+            StoreError::StatusConflict { current } => ApiError::new(
+                ErrorCode::Conflict,
+                format!("the sandbox changed concurrently; it is now {current}"),
+            )
+            .with_details(json!({ "status": current })),
+            StoreError::IllegalTransition { from, to } => ApiError::new(
+                ErrorCode::Conflict,
+                format!("a {from} sandbox cannot become {to}"),
+            ),
+            StoreError::IdempotencyMismatch => ApiError::new(
+                ErrorCode::Conflict,
+                "Idempotency-Key was already used with a different request body",
+            ),
+            StoreError::QuotaExceeded(m) => ApiError::new(ErrorCode::QuotaExceeded, m),
+            StoreError::Database(m) => ApiError::internal(m),
+        }
+    }
+}
+
+impl From<AdapterError> for ApiError {
+    fn from(e: AdapterError) -> Self {
+        match e {
+            AdapterError::Unsupported(m) => ApiError::new(ErrorCode::UnsupportedOperation, m),
+            AdapterError::Unavailable(m) | AdapterError::Transient(m) => {
+                tracing::warn!(error = %m, "backend call failed");
+                ApiError::new(
+                    ErrorCode::ProviderUnavailable,
+                    "the sandbox's backend is unavailable",
+                )
+            }
+            AdapterError::NotFound => ApiError::new(
+                ErrorCode::ProviderUnavailable,
+                "the sandbox's backend instance is missing",
+            ),
+            AdapterError::Permanent(m) => ApiError::new(ErrorCode::ValidationFailed, m),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut error = json!({ "code": self.code, "message": self.message });
+        if let Some(d) = self.details {
+            error["details"] = d;
+        }
+        let mut resp = (status, Json(json!({ "error": error }))).into_response();
+        if let Some(secs) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert("retry-after", v);
+            }
+        }
+        resp
+    }
+}
+
+/// Handler result.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,373 @@
+//! `/v1/sandboxes`: admission, reads, wait, delete and exec.
+//!
+//! Create: authenticate → build and validate → fail-fast placement → admit transaction →
+//! publish `dly.admit.<org>` → 202. A lost publish is repaired by the scheduler from Postgres.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::Utc;
+use differently_adapters::InstanceRef;
+use differently_bus_schema::WorkOp;
+use differently_core::exec::{ExecRequest, ExecResult};
+use differently_core::placement::{decide, Decision};
+use differently_core::sandbox::SandboxView;
+use differently_core::{
+    faults, CreateSandboxRequest, ErrorCode, Sandbox, SandboxId, SandboxSpec, SandboxStatus,
+};
+use differently_store::{Actor, Admission, Admitted, SandboxFilter, StoreError, Transition};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::auth::Principal;
+use crate::body::parse_json;
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sandboxes", post(create).get(list))
+        .route("/v1/sandboxes/{id}", get(read).delete(delete))
+        .route("/v1/sandboxes/{id}/wait", get(wait))
+        .route("/v1/sandboxes/{id}/exec", post(exec))
+}
+
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+async fn create(
+    State(state): State<AppState>,
+    principal: Principal,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+    let req: CreateSandboxRequest = parse_json(&body)?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let k = v
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN);
+            Some(
+                k.ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidArgument,
+                        "Idempotency-Key: must be 1-255 visible ASCII characters",
+                    )
+                })?
+                .to_owned(),
+            )
+        }
+    };
+    let spec =
+        SandboxSpec::build(&req).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    if let Some(p) = &req.project_id {
+        if *p != principal.project_id {
+            return Err(ApiError::not_found("project"));
+        }
+    }
+    if req.from_snapshot.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedOperation,
+            "fromSnapshot: snapshots are not available yet",
+        ));
+    }
+    if let Decision::Rejected { code, reason } = decide(&spec, &state.pools.views()).decision {
+        return Err(ApiError::new(code, reason));
+    }
+    let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
+    let request_hash = hex(&Sha256::digest(&canonical));
+    let sandbox = Sandbox::queued(
+        principal.org_id.clone(),
+        principal.project_id.clone(),
+        spec,
+        idempotency_key,
+        Utc::now(),
+    );
+    let admitted = state
+        .store
+        .admit(Admission {
+            sandbox,
+            request_hash,
+            max_queued: state.limits.max_queued,
+            actor: Actor::Key(principal.key_id.clone()),
+        })
+        .await?;
+    let sandbox = match admitted {
+        Admitted::Replayed(s) => return Ok((StatusCode::ACCEPTED, Json(s.view()))),
+        Admitted::New(s) => s,
+    };
+    if let Some(pause) = state.faults.pause_at(faults::API_AFTER_ADMIT_COMMIT) {
+        tokio::time::sleep(pause).await;
+    }
+    if let Err(e) = state.announcer.admitted(&sandbox, "").await {
+        // Committed is committed: the scheduler's repair pass finds the queued row.
+        tracing::warn!(sandbox = %sandbox.id, error = %e, "admission publish failed; repair will pick it up");
+    }
+    let _ = state.announcer.status(&sandbox).await;
+    Ok((StatusCode::ACCEPTED, Json(sandbox.view())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Loads a sandbox the principal may see; anything else is the same 404.
+async fn load(state: &AppState, principal: &Principal, raw_id: &str) -> ApiResult<Sandbox> {
+    let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
+    match state.store.get_sandbox(&id).await? {
+        Some(s) if s.org_id == principal.org_id && s.project_id == principal.project_id => Ok(s),
+        _ => Err(ApiError::not_found("sandbox")),
+    }
+}
+
+async fn read(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SandboxView>> {
+    Ok(Json(load(&state, &principal, &id).await?.view()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListQuery {
+    status: Option<String>,
+    label: Option<String>,
+    project_id: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Page<T> {
+    items: Vec<T>,
+    next_cursor: Option<String>,
+}
+
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 1000;
+
+fn bad_query(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::field(
+        ErrorCode::InvalidArgument,
+        differently_core::FieldError::new(field, message),
+    )
+}
+
+async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Page<SandboxView>>> {
+    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(
+            s.parse::<SandboxStatus>()
+                .map_err(|m| bad_query("status", m))?,
+        ),
+    };
+    let label = match q.label.as_deref() {
+        None => None,
+        Some(l) => {
+            let (k, v) = l
+                .split_once('=')
+                .ok_or_else(|| bad_query("label", "expected key=value"))?;
+            Some((k.to_owned(), v.to_owned()))
+        }
+    };
+    if let Some(p) = q.project_id.as_deref() {
+        if p != principal.project_id.as_str() {
+            return Ok(Json(Page {
+                items: vec![],
+                next_cursor: None,
+            }));
+        }
+    }
+    let limit = match q.limit.as_deref() {
+        None => DEFAULT_PAGE,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| {
+                bad_query(
+                    "limit",
+                    format!("must be an integer between 1 and {MAX_PAGE}"),
+                )
+            })?,
+    };
+    let after = match q.cursor.as_deref() {
+        None => None,
+        Some(c) => Some(
+            SandboxId::parse(c).map_err(|_| bad_query("cursor", "not a cursor from this API"))?,
+        ),
+    };
+    let mut rows = state
+        .store
+        .list_sandboxes(&SandboxFilter {
+            org_id: Some(principal.org_id.clone()),
+            project_id: Some(principal.project_id.clone()),
+            status,
+            label,
+            after,
+            limit: limit + 1,
+        })
+        .await?;
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|s| s.id.to_string())
+    } else {
+        None
+    };
+    Ok(Json(Page {
+        items: rows.iter().map(Sandbox::view).collect(),
+        next_cursor,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WaitQuery {
+    status: Option<String>,
+    timeout_seconds: Option<String>,
+}
+
+const MAX_WAIT_SECONDS: u64 = 300;
+
+async fn wait(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<SandboxView>> {
+    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    let target = match q.status.as_deref() {
+        None => SandboxStatus::Running,
+        Some(s) => s
+            .parse::<SandboxStatus>()
+            .map_err(|m| bad_query("status", m))?,
+    };
+    let timeout = match q.timeout_seconds.as_deref() {
+        None => 30,
+        Some(t) => t
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= MAX_WAIT_SECONDS)
+            .ok_or_else(|| {
+                bad_query(
+                    "timeoutSeconds",
+                    format!("must be an integer between 0 and {MAX_WAIT_SECONDS}"),
+                )
+            })?,
+    };
+    // Subscribe before reading, so a change between the read and the wait is not missed.
+    let mut events = state.events.subscribe();
+    let mut sandbox = load(&state, &principal, &id).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+    loop {
+        if sandbox.status == target || sandbox.status.is_final() {
+            return Ok(Json(sandbox.view()));
+        }
+        let recheck = tokio::time::sleep(Duration::from_millis(1000));
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return Ok(Json(sandbox.view())),
+            ev = events.recv() => match ev {
+                Ok(ev) if ev.sandbox_id != sandbox.id => continue,
+                _ => {}
+            },
+            _ = recheck => {}
+        }
+        sandbox = load(&state, &principal, &id).await?;
+    }
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+    let actor = Actor::Key(principal.key_id.clone());
+    for _ in 0..5 {
+        let sandbox = load(&state, &principal, &id).await?;
+        let (from, to) = match sandbox.status {
+            SandboxStatus::Queued => (SandboxStatus::Queued, SandboxStatus::Terminated),
+            SandboxStatus::Terminating => return Ok((StatusCode::ACCEPTED, Json(sandbox.view()))),
+            s if s.is_final() => return Ok((StatusCode::OK, Json(sandbox.view()))),
+            s => (s, SandboxStatus::Terminating),
+        };
+        let t = Transition {
+            id: sandbox.id.clone(),
+            from: vec![from],
+            to,
+            reason: Some("deleted".into()),
+            actor: actor.clone(),
+        };
+        match state.store.transition(t, Utc::now()).await {
+            Ok(updated) => {
+                if updated.status == SandboxStatus::Terminating {
+                    if let Err(e) = state.announcer.work(&updated, WorkOp::Delete, "").await {
+                        tracing::warn!(sandbox = %updated.id, error = %e, "delete publish failed; repair will pick it up");
+                    }
+                }
+                let _ = state.announcer.status(&updated).await;
+                return Ok((StatusCode::ACCEPTED, Json(updated.view())));
+            }
+            // Raced with placement or a worker: read again and retry with the new status.
+            Err(StoreError::StatusConflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::new(
+        ErrorCode::Conflict,
+        "the sandbox keeps changing; retry",
+    ))
+}
+
+async fn exec(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<ExecResult>> {
+    let req: ExecRequest = parse_json(&body)?;
+    req.validate()
+        .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    let sandbox = load(&state, &principal, &id).await?;
+    if sandbox.status != SandboxStatus::Running {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "sandbox is {}; exec needs a running sandbox",
+                sandbox.status
+            ),
+        )
+        .with_details(serde_json::json!({ "status": sandbox.status })));
+    }
+    let (Some(pool_name), Some(backend_ref)) = (&sandbox.pool, &sandbox.backend_ref) else {
+        return Err(ApiError::internal(format!(
+            "running sandbox {} without pool or ref",
+            sandbox.id
+        )));
+    };
+    let pool = state.pools.get(pool_name).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::ProviderUnavailable,
+            "the sandbox's pool is not configured on this replica",
+        )
+    })?;
+    let at = InstanceRef {
+        sandbox_id: sandbox.id.clone(),
+        backend_ref: backend_ref.clone(),
+    };
+    tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec");
+    let result = pool.adapter.exec(&at, &req).await?;
+    Ok(Json(result))
+}

@@ -1,0 +1,107 @@
+//! Typed publishing of the three kinds of bus message, so every role announces changes the
+//! same way: admissions to placement, work to a pool, status changes to subscribers.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use differently_bus_schema::{msg_id, Admitted, Envelope, Naming, StatusChanged, Work, WorkOp};
+use differently_core::Sandbox;
+use serde::Serialize;
+
+use crate::{Bus, BusError};
+
+/// Publishes envelopes derived from committed sandbox rows.
+#[derive(Clone)]
+pub struct Announcer {
+    bus: Arc<dyn Bus>,
+    naming: Naming,
+}
+
+impl Announcer {
+    /// An announcer on `bus` under `naming`.
+    pub fn new(bus: Arc<dyn Bus>, naming: Naming) -> Self {
+        Announcer { bus, naming }
+    }
+
+    /// The naming scheme in use.
+    pub fn naming(&self) -> &Naming {
+        &self.naming
+    }
+
+    /// The bus itself, for consumers.
+    pub fn bus(&self) -> &Arc<dyn Bus> {
+        &self.bus
+    }
+
+    async fn send<T: Serialize>(
+        &self,
+        subject: String,
+        id: String,
+        env: &Envelope<T>,
+    ) -> Result<(), BusError> {
+        let payload = serde_json::to_vec(env).map_err(|e| BusError::Publish(e.to_string()))?;
+        self.bus.publish(&subject, &id, Bytes::from(payload)).await
+    }
+
+    /// `dly.admit.<org>`: wake placement for a queued sandbox. `attempt` distinguishes
+    /// deliberate re-announcements (repair, requeue) from duplicates.
+    pub async fn admitted(&self, s: &Sandbox, attempt: &str) -> Result<(), BusError> {
+        let env = Envelope::new(
+            s.id.clone(),
+            s.status_version,
+            Admitted {
+                org_id: s.org_id.clone(),
+                project_id: s.project_id.clone(),
+            },
+        );
+        let id = msg_id(&s.id, &format!("admit{attempt}"), s.status_version);
+        self.send(self.naming.admit_subject(&s.org_id), id, &env)
+            .await
+    }
+
+    /// `dly.work.<pool>.<op>` for the sandbox's pool. `attempt` as for `admitted`.
+    pub async fn work(&self, s: &Sandbox, op: WorkOp, attempt: &str) -> Result<(), BusError> {
+        let pool = s
+            .pool
+            .clone()
+            .ok_or_else(|| BusError::Publish(format!("sandbox {} has no pool", s.id)))?;
+        let env = Envelope::new(
+            s.id.clone(),
+            s.status_version,
+            Work {
+                op,
+                pool: pool.clone(),
+            },
+        );
+        let id = msg_id(
+            &s.id,
+            &format!("{}{attempt}", op.as_str()),
+            s.status_version,
+        );
+        self.send(self.naming.work_subject(&pool, op), id, &env)
+            .await
+    }
+
+    /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status.
+    pub async fn status(&self, s: &Sandbox) -> Result<(), BusError> {
+        let env = Envelope::new(
+            s.id.clone(),
+            s.status_version,
+            StatusChanged {
+                org_id: s.org_id.clone(),
+                project_id: s.project_id.clone(),
+                status: s.status,
+                status_reason: s.status_reason.clone(),
+                pool: s.pool.clone(),
+                at: s.updated_at,
+            },
+        );
+        let id = msg_id(&s.id, "evt", s.status_version);
+        self.send(
+            self.naming.event_subject(&s.org_id, &s.project_id, &s.id),
+            id,
+            &env,
+        )
+        .await
+    }
+}

@@ -1,0 +1,315 @@
+//! Server configuration: a TOML file, then `DIFFERENTLY_*` environment variables on top,
+//! validated at start with errors that name the field.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use differently_core::pool::{validate_pool_name, Trust};
+use serde::Deserialize;
+
+/// Why the configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("config: {field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Postgres URL (`DIFFERENTLY_DATABASE_URL`). Never logged: it may hold a password.
+    pub database_url: Option<String>,
+    /// NATS URL (`DIFFERENTLY_NATS_URL`).
+    pub nats_url: Option<String>,
+    /// API listen address (`DIFFERENTLY_LISTEN`).
+    pub listen: String,
+    /// The bootstrap admin key (`DIFFERENTLY_BOOTSTRAP_KEY`); prefer the environment.
+    pub bootstrap_key: Option<String>,
+    pub database_max_connections: u32,
+    pub bus: BusSection,
+    pub scheduler: SchedulerSection,
+    pub worker: WorkerSection,
+    pub quota: QuotaSection,
+    pub pools: Vec<PoolSection>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            database_url: None,
+            nats_url: None,
+            listen: "127.0.0.1:8080".into(),
+            bootstrap_key: None,
+            database_max_connections: 16,
+            bus: BusSection::default(),
+            scheduler: SchedulerSection::default(),
+            worker: WorkerSection::default(),
+            quota: QuotaSection::default(),
+            pools: vec![],
+        }
+    }
+}
+
+/// `[bus]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BusSection {
+    /// Subject and stream prefix (`DIFFERENTLY_BUS_PREFIX`).
+    pub prefix: String,
+    /// Stream replicas: 1 on one server, 3 in a cluster.
+    pub replicas: usize,
+    /// Seconds before unacknowledged work is redelivered.
+    pub ack_wait_seconds: u64,
+}
+
+impl Default for BusSection {
+    fn default() -> Self {
+        BusSection {
+            prefix: "dly".into(),
+            replicas: 1,
+            ack_wait_seconds: 30,
+        }
+    }
+}
+
+/// `[scheduler]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerSection {
+    pub tick_ms: u64,
+    pub provisioning_timeout_seconds: u64,
+    pub terminating_retry_seconds: u64,
+    pub repair_interval_ms: u64,
+}
+
+impl Default for SchedulerSection {
+    fn default() -> Self {
+        SchedulerSection {
+            tick_ms: 250,
+            provisioning_timeout_seconds: 120,
+            terminating_retry_seconds: 30,
+            repair_interval_ms: 2000,
+        }
+    }
+}
+
+/// `[worker]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerSection {
+    pub concurrency: usize,
+    pub max_deliveries: u64,
+    pub max_attempts: u32,
+}
+
+impl Default for WorkerSection {
+    fn default() -> Self {
+        WorkerSection {
+            concurrency: 64,
+            max_deliveries: 3,
+            max_attempts: 3,
+        }
+    }
+}
+
+/// `[quota]`: defaults for every organization.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotaSection {
+    pub max_active: Option<u32>,
+    pub max_cpu: Option<u64>,
+    pub max_memory_mib: Option<u64>,
+    pub max_disk_gib: Option<u64>,
+    pub max_queued: Option<u32>,
+}
+
+/// `[[pools]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSection {
+    pub name: String,
+    pub kind: String,
+    pub trust: Option<Trust>,
+    pub region: Option<String>,
+    pub max_concurrent: Option<u32>,
+    /// Adapter-specific settings.
+    #[serde(default)]
+    pub settings: Option<toml::Value>,
+}
+
+impl Config {
+    /// Reads `path` (if given), applies the environment, and validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut config = match path {
+            None => Config::default(),
+            Some(p) => {
+                let shown = p.display().to_string();
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: shown.clone(),
+                    source,
+                })?;
+                toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                    path: shown,
+                    message: e.to_string(),
+                })?
+            }
+        };
+        config.apply_env(|k| std::env::var(k).ok());
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) {
+        if let Some(v) = get("DIFFERENTLY_DATABASE_URL") {
+            self.database_url = Some(v);
+        }
+        if let Some(v) = get("DIFFERENTLY_NATS_URL") {
+            self.nats_url = Some(v);
+        }
+        if let Some(v) = get("DIFFERENTLY_LISTEN") {
+            self.listen = v;
+        }
+        if let Some(v) = get("DIFFERENTLY_BOOTSTRAP_KEY") {
+            self.bootstrap_key = Some(v);
+        }
+        if let Some(v) = get("DIFFERENTLY_BUS_PREFIX") {
+            self.bus.prefix = v;
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.listen
+            .parse::<SocketAddr>()
+            .map_err(|e| invalid("listen", format!("{e} (expected host:port)")))?;
+        differently_bus_schema::Naming::new(&self.bus.prefix)
+            .map_err(|m| invalid("bus.prefix", m))?;
+        if self.bus.replicas == 0 || self.bus.replicas > 5 {
+            return Err(invalid("bus.replicas", "must be between 1 and 5"));
+        }
+        if self.bus.ack_wait_seconds == 0 {
+            return Err(invalid("bus.ack_wait_seconds", "must be at least 1"));
+        }
+        if self.database_max_connections == 0 {
+            return Err(invalid("database_max_connections", "must be at least 1"));
+        }
+        if self.worker.concurrency == 0 {
+            return Err(invalid("worker.concurrency", "must be at least 1"));
+        }
+        if self.worker.max_attempts == 0 || self.worker.max_deliveries == 0 {
+            return Err(invalid("worker.max_attempts", "must be at least 1"));
+        }
+        if self.scheduler.tick_ms == 0 {
+            return Err(invalid("scheduler.tick_ms", "must be at least 1"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, p) in self.pools.iter().enumerate() {
+            validate_pool_name(&p.name)
+                .map_err(|e| invalid(format!("pools[{i}].name"), e.message))?;
+            if !names.insert(p.name.as_str()) {
+                return Err(invalid(
+                    format!("pools[{i}].name"),
+                    format!("duplicate pool {:?}", p.name),
+                ));
+            }
+            if p.max_concurrent == Some(0) {
+                return Err(invalid(
+                    format!("pools[{i}].max_concurrent"),
+                    "must be at least 1",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The database URL, or an error naming how to set it.
+    pub fn require_database_url(&self) -> Result<&str, ConfigError> {
+        self.database_url
+            .as_deref()
+            .ok_or_else(|| invalid("database_url", "required (or set DIFFERENTLY_DATABASE_URL)"))
+    }
+
+    /// The NATS URL, or an error naming how to set it.
+    pub fn require_nats_url(&self) -> Result<&str, ConfigError> {
+        self.nats_url
+            .as_deref()
+            .ok_or_else(|| invalid("nats_url", "required (or set DIFFERENTLY_NATS_URL)"))
+    }
+
+    /// The bootstrap key, or an error naming how to set it.
+    pub fn require_bootstrap_key(&self) -> Result<&str, ConfigError> {
+        self.bootstrap_key.as_deref().ok_or_else(|| {
+            invalid(
+                "bootstrap_key",
+                "required for the api role (or set DIFFERENTLY_BOOTSTRAP_KEY)",
+            )
+        })
+    }
+
+    /// Ack wait as a duration.
+    pub fn ack_wait(&self) -> Duration {
+        Duration::from_secs(self.bus.ack_wait_seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let mut c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: "t".into(),
+            message: e.to_string(),
+        })?;
+        c.apply_env(|_| None);
+        c.validate()?;
+        Ok(c)
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(parse("").is_ok());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse("listen = \"nope\"").unwrap_err().to_string();
+        assert!(e.contains("listen"), "{e}");
+        let e = parse("bogus = 1").unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+        let e = parse("[bus]\nprefix = \"A.B\"").unwrap_err().to_string();
+        assert!(e.contains("bus.prefix"), "{e}");
+        let e = parse("[[pools]]\nname = \"Bad Name\"\nkind = \"fake\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pools[0].name"), "{e}");
+        let e = parse(
+            "[[pools]]\nname = \"a\"\nkind = \"fake\"\n[[pools]]\nname = \"a\"\nkind = \"fake\"",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let mut c: Config = toml::from_str("listen = \"127.0.0.1:1\"").unwrap();
+        c.apply_env(|k| (k == "DIFFERENTLY_LISTEN").then(|| "127.0.0.1:2".to_owned()));
+        assert_eq!(c.listen, "127.0.0.1:2");
+    }
+}

@@ -1,0 +1,400 @@
+//! Wiring of the roles: build the store, bus, pools and state, then run the loops.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use differently_adapters::pools::PoolSet;
+use differently_adapters::registry;
+use differently_api::events::EventHub;
+use differently_api::{AppState, BootstrapKey, Inner, Limits};
+use differently_bus::{Announcer, Bus};
+use differently_bus_schema::Naming;
+use differently_core::faults::Faults;
+use differently_core::pool::{PoolView, Trust};
+use differently_scheduler::{Scheduler, SchedulerConfig};
+use differently_store::{Quota, Store};
+use differently_workers::{WorkerConfig, WorkerGroup};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::Config;
+use crate::Role;
+
+/// Any error that ends the process, shown to the operator as is.
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// JSON logs for servers, compact text for `dev`; level from `DIFFERENTLY_LOG` or `RUST_LOG`.
+pub fn init_logging(json: bool) {
+    let filter = std::env::var("DIFFERENTLY_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.compact().init();
+    }
+}
+
+fn faults_from_env() -> Faults {
+    Faults::parse(&std::env::var("DIFFERENTLY_FAULT_PAUSE").unwrap_or_default())
+}
+
+fn build_pools(config: &Config) -> Result<PoolSet, AnyError> {
+    let mut pools = Vec::new();
+    for (i, p) in config.pools.iter().enumerate() {
+        let settings = match &p.settings {
+            Some(v) => serde_json::to_value(v)?,
+            None => serde_json::Value::Null,
+        };
+        let adapter = registry::build(&p.kind, &settings)
+            .map_err(|e| format!("config: pools[{i}] ({}): {e}", p.name))?;
+        let view = PoolView {
+            name: p.name.clone(),
+            kind: p.kind.clone(),
+            trust: p.trust.unwrap_or(Trust::Private),
+            region: p.region.clone(),
+            capabilities: vec![],
+            max_concurrent: p.max_concurrent,
+            healthy: false,
+        };
+        pools.push((view, adapter));
+    }
+    Ok(PoolSet::new(pools))
+}
+
+/// Checks pool health now and then every few seconds.
+async fn start_health(pools: &PoolSet) {
+    pools.refresh_health().await;
+    let pools = pools.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            pools.refresh_health().await;
+        }
+    });
+}
+
+fn quota(config: &Config) -> Quota {
+    Quota {
+        max_active: config.quota.max_active,
+        max_cpu: config.quota.max_cpu,
+        max_memory_mib: config.quota.max_memory_mib,
+        max_disk_gib: config.quota.max_disk_gib,
+    }
+}
+
+fn scheduler_config(config: &Config) -> SchedulerConfig {
+    SchedulerConfig {
+        tick: Duration::from_millis(config.scheduler.tick_ms),
+        ack_wait: config.ack_wait(),
+        provisioning_timeout: Duration::from_secs(config.scheduler.provisioning_timeout_seconds),
+        terminating_retry: Duration::from_secs(config.scheduler.terminating_retry_seconds),
+        repair_interval: Duration::from_millis(config.scheduler.repair_interval_ms),
+        quota: quota(config),
+        ..SchedulerConfig::default()
+    }
+}
+
+fn worker_config(config: &Config) -> WorkerConfig {
+    WorkerConfig {
+        ack_wait: config.ack_wait(),
+        max_deliveries: config.worker.max_deliveries,
+        max_attempts: config.worker.max_attempts,
+        concurrency: config.worker.concurrency,
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+struct Parts {
+    store: Arc<dyn Store>,
+    announcer: Announcer,
+    pools: PoolSet,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spawn_roles(
+    tasks: &mut JoinSet<Result<(), AnyError>>,
+    parts: &Parts,
+    roles: &[Role],
+    worker_pools: &[String],
+    listener: Option<tokio::net::TcpListener>,
+    bootstrap_key: Option<BootstrapKey>,
+    tenant: Option<differently_api::Tenant>,
+    sched: SchedulerConfig,
+    workers: WorkerConfig,
+    max_queued: Option<u32>,
+    installation: differently_core::ids::InstallationId,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), AnyError> {
+    let faults = faults_from_env();
+    if roles.contains(&Role::Api) {
+        let (Some(listener), Some(key), Some(tenant)) = (listener, bootstrap_key, tenant) else {
+            return Err("api role needs a listener, a bootstrap key and a tenant".into());
+        };
+        let events = EventHub::start(
+            parts.announcer.bus().clone(),
+            parts.announcer.naming().clone(),
+        );
+        let state = AppState::new(Inner {
+            store: parts.store.clone(),
+            announcer: parts.announcer.clone(),
+            pools: parts.pools.clone(),
+            bootstrap_key: key,
+            tenant,
+            faults: faults.clone(),
+            events,
+            limits: Limits { max_queued },
+        });
+        let app = differently_api::router(state);
+        let mut stop = shutdown.clone();
+        tasks.spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.changed().await;
+                })
+                .await?;
+            Ok(())
+        });
+    }
+    if roles.contains(&Role::Scheduler) {
+        let scheduler = Scheduler {
+            store: parts.store.clone(),
+            announcer: parts.announcer.clone(),
+            pools: parts.pools.clone(),
+            config: sched,
+        };
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            scheduler.run(stop).await;
+            Ok(())
+        });
+    }
+    if roles.contains(&Role::Worker) {
+        let names = if worker_pools.is_empty() {
+            parts.pools.names()
+        } else {
+            worker_pools.to_vec()
+        };
+        if names.is_empty() {
+            return Err("worker role: no pools configured".into());
+        }
+        for name in names {
+            let pool = parts
+                .pools
+                .get(&name)
+                .ok_or_else(|| format!("--pools: no configured pool named {name:?}"))?;
+            let group = WorkerGroup {
+                pool: name,
+                adapter: pool.adapter.clone(),
+                store: parts.store.clone(),
+                announcer: parts.announcer.clone(),
+                installation: installation.clone(),
+                config: workers.clone(),
+                faults: faults.clone(),
+            };
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                group.run(stop).await;
+                Ok(())
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn run_until_shutdown(
+    mut tasks: JoinSet<Result<(), AnyError>>,
+    shutdown_tx: watch::Sender<bool>,
+) -> Result<(), AnyError> {
+    let outcome = tokio::select! {
+        _ = shutdown_signal() => Ok(()),
+        Some(res) = tasks.join_next() => match res {
+            Ok(Ok(())) => Err("a role stopped unexpectedly".into()),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(e.into()),
+        },
+    };
+    let _ = shutdown_tx.send(true);
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(Duration::from_secs(10), drain).await;
+    outcome
+}
+
+/// `differently dev`.
+pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
+    let addr: SocketAddr = listen
+        .parse()
+        .map_err(|e| format!("--listen {listen:?}: {e}"))?;
+    let store: Arc<dyn Store> = Arc::new(differently_store::memory::MemoryStore::new());
+    let bus: Arc<dyn Bus> = Arc::new(differently_bus::memory::MemoryBus::new());
+    let naming = Naming::default();
+    bus.ensure_streams(&naming).await?;
+    let mut settings = serde_json::json!({});
+    if let Some(root) = root {
+        settings["root"] = serde_json::Value::String(root.display().to_string());
+    }
+    let adapter = registry::build("devhost", &settings)?;
+    let view = PoolView {
+        name: "local".into(),
+        kind: "devhost".into(),
+        trust: Trust::Private,
+        region: None,
+        capabilities: vec![],
+        max_concurrent: None,
+        healthy: false,
+    };
+    let pools = PoolSet::new(vec![(view, adapter)]);
+    start_health(&pools).await;
+    let key = differently_api::generate_key();
+    let tenant = differently_api::ensure_bootstrap_tenant(store.as_ref()).await?;
+    let installation = store.installation_id().await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e} (choose another with --listen)"))?;
+    let local = listener.local_addr()?;
+    let parts = Parts {
+        store,
+        announcer: Announcer::new(bus, naming),
+        pools,
+    };
+    let (tx, rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let sched = SchedulerConfig {
+        tick: Duration::from_millis(100),
+        ..SchedulerConfig::default()
+    };
+    spawn_roles(
+        &mut tasks,
+        &parts,
+        &[Role::Api, Role::Scheduler, Role::Worker],
+        &[],
+        Some(listener),
+        Some(BootstrapKey::from_key(&key)?),
+        Some(tenant),
+        sched,
+        WorkerConfig::default(),
+        None,
+        installation,
+        rx,
+    )?;
+    println!("export DIFFERENTLY_URL=http://{local}");
+    println!("export DIFFERENTLY_API_KEY={key}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    tracing::info!(%local, "differently dev is up: in-memory store and bus, devhost pool \"local\" (no isolation)");
+    run_until_shutdown(tasks, tx).await
+}
+
+async fn connect_store(
+    config: &Config,
+) -> Result<Arc<differently_store::postgres::PgStore>, AnyError> {
+    let url = config.require_database_url()?;
+    let store =
+        differently_store::postgres::PgStore::connect(url, config.database_max_connections).await?;
+    store.migrate().await?;
+    Ok(Arc::new(store))
+}
+
+/// `differently migrate`.
+pub async fn migrate(config: &Config) -> Result<(), AnyError> {
+    connect_store(config).await?;
+    tracing::info!("migrations applied");
+    Ok(())
+}
+
+/// `differently server --role …`.
+pub async fn server(
+    config: Config,
+    roles: Vec<Role>,
+    worker_pools: Vec<String>,
+) -> Result<(), AnyError> {
+    let bootstrap_key = if roles.contains(&Role::Api) {
+        Some(BootstrapKey::from_key(config.require_bootstrap_key()?)?)
+    } else {
+        None
+    };
+    let listener = if roles.contains(&Role::Api) {
+        let addr: SocketAddr = config.listen.parse()?;
+        Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let pools = build_pools(&config)?;
+    let store = connect_store(&config).await?;
+    let store: Arc<dyn Store> = store;
+    let nats_url = config.require_nats_url()?;
+    let bus: Arc<dyn Bus> =
+        Arc::new(differently_bus::jetstream::connect(nats_url, config.bus.replicas).await?);
+    let naming = Naming::new(&config.bus.prefix)?;
+    bus.ensure_streams(&naming).await?;
+    start_health(&pools).await;
+    let tenant = if roles.contains(&Role::Api) {
+        Some(differently_api::ensure_bootstrap_tenant(store.as_ref()).await?)
+    } else {
+        None
+    };
+    let installation = store.installation_id().await?;
+    let parts = Parts {
+        store,
+        announcer: Announcer::new(bus, naming),
+        pools,
+    };
+    let (tx, rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    spawn_roles(
+        &mut tasks,
+        &parts,
+        &roles,
+        &worker_pools,
+        listener,
+        bootstrap_key,
+        tenant,
+        scheduler_config(&config),
+        worker_config(&config),
+        config.quota.max_queued,
+        installation,
+        rx,
+    )?;
+    if let Some(l) = config
+        .listen
+        .parse::<SocketAddr>()
+        .ok()
+        .filter(|_| roles.contains(&Role::Api))
+    {
+        tracing::info!(listen = %l, "api listening");
+    }
+    tracing::info!(?roles, "differently server started");
+    run_until_shutdown(tasks, tx).await
+}
