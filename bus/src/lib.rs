@@ -10,12 +10,14 @@ use bytes::Bytes;
 use differently_bus_schema::{ConsumerDef, Naming};
 use futures::stream::BoxStream;
 
+pub mod announce;
 pub mod error;
 pub mod jetstream;
 pub mod memory;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
+pub use announce::Announcer;
 pub use error::BusError;
 
 /// Message transport between the roles. Postgres stays the truth; the bus is the fast path.

