@@ -13,7 +13,10 @@ pub enum StoreError {
     StatusConflict { current: SandboxStatus },
     /// The state machine forbids this change.
     #[error("illegal transition {from} -> {to}")]
-    IllegalTransition { from: SandboxStatus, to: SandboxStatus },
+    IllegalTransition {
+        from: SandboxStatus,
+        to: SandboxStatus,
+    },
     /// An `Idempotency-Key` was reused with a different request body.
     #[error("idempotency key reused with a different request")]
     IdempotencyMismatch,

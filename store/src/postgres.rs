@@ -1,1 +1,699 @@
-//! TODO: being implemented
+//! The Postgres store: the truth. Every trait method is one transaction; sandbox rows keep the
+//! full serialized `Sandbox` in `doc` with the columns needed for locking, filtering and
+//! ordering promoted next to it (written together, so they never disagree).
+//!
+//! Lock order is fixed: organization row, then pool row, then sandbox row. Status changes load
+//! the row `FOR UPDATE`, apply the shared rules in Rust, and write doc, columns and the audit
+//! record in the same transaction.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use differently_core::ids::InstallationId;
+use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::types::Json;
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
+
+use crate::memory::rules::{self, AuditEntry};
+use crate::{
+    Activation, Admission, Admitted, AuditRecord, Leadership, Org, PoolSlot, Project, Quota,
+    SandboxFilter, Store, StoreError, Transition,
+};
+
+/// Embedded migrations, applied in order; a version is never edited once released.
+pub const MIGRATIONS: &[(&str, &str)] =
+    &[("0001_init", include_str!("../../migrations/0001_init.sql"))];
+
+/// Session advisory lock serializing migrations across replicas (`dly_mig`).
+const MIGRATION_LOCK: i64 = 0x0064_6c79_5f6d_6967; // "dly_mig"
+/// Session advisory lock of the scheduler leader (`dly_ldr`).
+const LEADER_LOCK: i64 = 0x0064_6c79_5f6c_6472; // "dly_ldr"
+
+const INSTALLATION_KEY: &str = "installation_id";
+
+/// Columns selected to rebuild a `Sandbox`.
+const DOC: &str = "doc";
+
+/// `Store` on PostgreSQL. Cheap to clone (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    options: PgConnectOptions,
+    /// A dedicated connection kept between failed `try_lead` attempts, so a standby replica
+    /// trying every tick does not open a new session each time. It becomes the leader's
+    /// connection when an attempt succeeds.
+    standby: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
+}
+
+impl PgStore {
+    /// Connects a pool of at most `max_connections` to `url`. Does not migrate.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
+        let options = PgConnectOptions::from_str(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .connect_with(options.clone())
+            .await?;
+        Ok(PgStore {
+            pool,
+            options,
+            standby: Arc::default(),
+        })
+    }
+
+    /// The connection pool, for callers that need plain queries (health checks).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Closes every pooled connection; in-flight work finishes first.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Applies the embedded migrations not yet recorded in `schema_migrations`, each in its own
+    /// transaction, under a session advisory lock on a dedicated connection, so replicas
+    /// starting together migrate once.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let mut conn = PgConnection::connect_with(&self.options).await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await?;
+        let result = apply_migrations(&mut conn).await;
+        // Closing the session releases the lock even if the unlock below fails.
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await;
+        let _ = conn.close().await;
+        result?;
+        unlocked?;
+        Ok(())
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
+async fn apply_migrations(conn: &mut PgConnection) -> Result<(), StoreError> {
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version text PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&mut *conn)
+    .await?;
+    for (version, sql) in MIGRATIONS {
+        let applied: Option<String> =
+            sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+                .bind(*version)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if applied.is_some() {
+            continue;
+        }
+        let mut tx = conn.begin().await?;
+        sqlx::raw_sql(sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| StoreError::Database(format!("migration {version}: {e}")))?;
+        sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)")
+            .bind(*version)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tracing::info!(version, "applied migration");
+    }
+    Ok(())
+}
+
+fn to_i64<T: TryInto<i64>>(v: T, what: &str) -> Result<i64, StoreError> {
+    v.try_into()
+        .map_err(|_| StoreError::Database(format!("{what} out of range")))
+}
+
+fn to_i32(v: u32) -> Result<i32, StoreError> {
+    i32::try_from(v).map_err(|_| StoreError::Database("attempts out of range".to_owned()))
+}
+
+fn json_of<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(v).map_err(|e| StoreError::Database(format!("encode: {e}")))
+}
+
+fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
+    let Json(s): Json<Sandbox> = row.try_get(DOC)?;
+    Ok(s)
+}
+
+fn sandboxes_of(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<Sandbox>, StoreError> {
+    rows.iter().map(sandbox_of).collect()
+}
+
+/// Locks and loads one sandbox row.
+async fn lock_sandbox(
+    tx: &mut Transaction<'static, Postgres>,
+    id: &SandboxId,
+) -> Result<Sandbox, StoreError> {
+    let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1 FOR UPDATE")
+        .bind(id.as_str())
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    sandbox_of(&row)
+}
+
+/// Locks the organization row; `NotFound` if it does not exist.
+async fn lock_org(tx: &mut Transaction<'static, Postgres>, org: &OrgId) -> Result<(), StoreError> {
+    sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR UPDATE")
+        .bind(org.as_str())
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    Ok(())
+}
+
+/// Writes the document and every promoted column of `s`; `next_attempt_at` only when given.
+async fn write_sandbox(
+    tx: &mut Transaction<'static, Postgres>,
+    s: &Sandbox,
+    next_attempt_at: Option<DateTime<Utc>>,
+) -> Result<(), StoreError> {
+    let res = sqlx::query(
+        "UPDATE sandboxes SET status = $2, status_version = $3, pool = $4, backend_ref = $5,
+             attempts = $6, priority = $7, cpu = $8, memory_mib = $9, disk_gib = $10,
+             next_attempt_at = COALESCE($11, next_attempt_at), expires_at = $12,
+             updated_at = $13, doc = $14
+         WHERE id = $1",
+    )
+    .bind(s.id.as_str())
+    .bind(s.status.as_str())
+    .bind(s.status_version)
+    .bind(s.pool.as_deref())
+    .bind(s.backend_ref.as_deref())
+    .bind(to_i32(s.attempts)?)
+    .bind(s.spec.priority)
+    .bind(i64::from(s.spec.resources.cpu))
+    .bind(to_i64(s.spec.resources.memory_mib, "memory")?)
+    .bind(to_i64(s.spec.resources.disk_gib, "disk")?)
+    .bind(next_attempt_at)
+    .bind(s.expires_at)
+    .bind(s.updated_at)
+    .bind(Json(s))
+    .execute(&mut **tx)
+    .await?;
+    if res.rows_affected() == 0 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
+}
+
+async fn insert_audit(
+    tx: &mut Transaction<'static, Postgres>,
+    s: &Sandbox,
+    e: AuditEntry,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO audit_events (org_id, actor, action, resource, at, detail)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(s.org_id.as_str())
+    .bind(e.actor)
+    .bind(e.action)
+    .bind(s.id.as_str())
+    .bind(at)
+    .bind(e.detail)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Rows holding a slot on `pool`.
+async fn pool_used(tx: &mut Transaction<'static, Postgres>, pool: &str) -> Result<u64, StoreError> {
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sandboxes WHERE pool = $1 AND status = ANY($2)")
+            .bind(pool)
+            .bind(rules::statuses_where(SandboxStatus::holds_pool_slot))
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// The organization's usage, derived from its rows.
+async fn org_usage(
+    tx: &mut Transaction<'static, Postgres>,
+    org: &OrgId,
+) -> Result<rules::Usage, StoreError> {
+    let row = sqlx::query(
+        "SELECT count(*) FILTER (WHERE status = ANY($2)) AS active,
+                COALESCE(sum(cpu) FILTER (WHERE status = ANY($3)), 0)::bigint AS cpu,
+                COALESCE(sum(memory_mib) FILTER (WHERE status = ANY($3)), 0)::bigint AS memory_mib,
+                COALESCE(sum(disk_gib) FILTER (WHERE status = ANY($4)), 0)::bigint AS disk_gib
+         FROM sandboxes WHERE org_id = $1",
+    )
+    .bind(org.as_str())
+    .bind(rules::statuses_where(SandboxStatus::counts_active))
+    .bind(rules::statuses_where(SandboxStatus::reserves_compute))
+    .bind(rules::statuses_where(SandboxStatus::counts_disk))
+    .fetch_one(&mut **tx)
+    .await?;
+    let get = |c: &str| -> Result<u64, StoreError> {
+        let v: i64 = row.try_get(c)?;
+        Ok(u64::try_from(v).unwrap_or(0))
+    };
+    Ok(rules::Usage {
+        active: get("active")?,
+        cpu: get("cpu")?,
+        memory_mib: get("memory_mib")?,
+        disk_gib: get("disk_gib")?,
+    })
+}
+
+/// A held `dly_ldr` session lock on its own connection; dropping it closes the session,
+/// which releases the lock.
+struct PgLeadership {
+    conn: PgConnection,
+}
+
+#[async_trait]
+impl Leadership for PgLeadership {
+    async fn still_held(&mut self) -> bool {
+        sqlx::query("SELECT 1")
+            .execute(&mut self.conn)
+            .await
+            .is_ok()
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn installation_id(&self) -> Result<InstallationId, StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING")
+            .bind(INSTALLATION_KEY)
+            .bind(InstallationId::new().as_str())
+            .execute(&mut *tx)
+            .await?;
+        let value: String = sqlx::query_scalar("SELECT value FROM meta WHERE key = $1")
+            .bind(INSTALLATION_KEY)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        InstallationId::parse(&value)
+            .map_err(|e| StoreError::Database(format!("stored installation id {value:?}: {e}")))
+    }
+
+    async fn ensure_tenant(&self, org: &Org, project: &Project) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO organizations (id, name, doc, created_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(org.id.as_str())
+        .bind(&org.name)
+        .bind(json_of(org)?)
+        .bind(org.created_at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO projects (id, org_id, name, doc, created_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(project.id.as_str())
+        .bind(project.org_id.as_str())
+        .bind(&project.name)
+        .bind(json_of(project)?)
+        .bind(project.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_project(&self, id: &ProjectId) -> Result<Option<Project>, StoreError> {
+        let row = sqlx::query("SELECT doc FROM projects WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            None => Ok(None),
+            Some(r) => {
+                let Json(p): Json<Project> = r.try_get(DOC)?;
+                Ok(Some(p))
+            }
+        }
+    }
+
+    async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError> {
+        let Admission {
+            sandbox: s,
+            request_hash,
+            max_queued,
+            actor,
+        } = admission;
+        rules::check_admissible(&s)?;
+        let mut tx = self.begin().await?;
+        lock_org(&mut tx, &s.org_id).await?;
+        let project_org: Option<String> =
+            sqlx::query_scalar("SELECT org_id FROM projects WHERE id = $1")
+                .bind(s.project_id.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+        if project_org.as_deref() != Some(s.org_id.as_str()) {
+            return Err(StoreError::NotFound);
+        }
+        if let Some(key) = &s.idempotency_key {
+            let existing = sqlx::query(
+                "SELECT doc, request_hash FROM sandboxes
+                 WHERE project_id = $1 AND idempotency_key = $2",
+            )
+            .bind(s.project_id.as_str())
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = existing {
+                let hash: String = row.try_get("request_hash")?;
+                return if hash == request_hash {
+                    Ok(Admitted::Replayed(sandbox_of(&row)?))
+                } else {
+                    Err(StoreError::IdempotencyMismatch)
+                };
+            }
+        }
+        if let Some(max) = max_queued {
+            let queued: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM sandboxes WHERE org_id = $1 AND status = $2",
+            )
+            .bind(s.org_id.as_str())
+            .bind(SandboxStatus::Queued.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+            if queued >= i64::from(max) {
+                return Err(StoreError::QuotaExceeded(format!(
+                    "org queued limit {max} reached"
+                )));
+            }
+        }
+        sqlx::query(
+            "INSERT INTO sandboxes (id, org_id, project_id, status, status_version, pool,
+                 backend_ref, idempotency_key, request_hash, attempts, priority, cpu, memory_mib,
+                 disk_gib, next_attempt_at, expires_at, created_at, updated_at, doc)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                 $17, $18, $19)",
+        )
+        .bind(s.id.as_str())
+        .bind(s.org_id.as_str())
+        .bind(s.project_id.as_str())
+        .bind(s.status.as_str())
+        .bind(s.status_version)
+        .bind(s.pool.as_deref())
+        .bind(s.backend_ref.as_deref())
+        .bind(s.idempotency_key.as_deref())
+        .bind(&request_hash)
+        .bind(to_i32(s.attempts)?)
+        .bind(s.spec.priority)
+        .bind(i64::from(s.spec.resources.cpu))
+        .bind(to_i64(s.spec.resources.memory_mib, "memory")?)
+        .bind(to_i64(s.spec.resources.disk_gib, "disk")?)
+        .bind(s.created_at)
+        .bind(s.expires_at)
+        .bind(s.created_at)
+        .bind(s.updated_at)
+        .bind(Json(&s))
+        .execute(&mut *tx)
+        .await?;
+        insert_audit(&mut tx, &s, rules::admit_entry(&s, &actor), s.created_at).await?;
+        tx.commit().await?;
+        Ok(Admitted::New(s))
+    }
+
+    async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<Sandbox>, StoreError> {
+        let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(sandbox_of).transpose()
+    }
+
+    async fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
+        let limit = if filter.limit == 0 {
+            None
+        } else {
+            Some(i64::from(filter.limit))
+        };
+        let label = filter
+            .label
+            .as_ref()
+            .map(|(k, v)| serde_json::json!({ k.as_str(): v }));
+        let rows = sqlx::query(
+            "SELECT doc FROM sandboxes
+             WHERE ($1::text IS NULL OR org_id = $1)
+               AND ($2::text IS NULL OR project_id = $2)
+               AND ($3::text IS NULL OR status = $3)
+               AND ($4::jsonb IS NULL OR doc -> 'spec' -> 'labels' @> $4)
+               AND ($5::text IS NULL OR id > $5)
+             ORDER BY id
+             LIMIT $6",
+        )
+        .bind(filter.org_id.as_ref().map(OrgId::as_str))
+        .bind(filter.project_id.as_ref().map(ProjectId::as_str))
+        .bind(filter.status.map(SandboxStatus::as_str))
+        .bind(label)
+        .bind(filter.after.as_ref().map(SandboxId::as_str))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        sandboxes_of(&rows)
+    }
+
+    async fn activate(
+        &self,
+        id: &SandboxId,
+        pool: &PoolSlot,
+        quota: &Quota,
+        now: DateTime<Utc>,
+    ) -> Result<Activation, StoreError> {
+        let mut tx = self.begin().await?;
+        // The organization of a sandbox never changes, so reading it unlocked is safe and
+        // lets the locks below follow the fixed order: organization, pool, sandbox.
+        let org: String = sqlx::query_scalar("SELECT org_id FROM sandboxes WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
+        lock_org(&mut tx, &org).await?;
+        if pool.max_concurrent.is_some() {
+            sqlx::query("INSERT INTO pools (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")
+                .bind(&pool.name)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("SELECT name FROM pools WHERE name = $1 FOR UPDATE")
+                .bind(&pool.name)
+                .fetch_one(&mut *tx)
+                .await?;
+        }
+        let mut s = lock_sandbox(&mut tx, id).await?;
+        if s.status != SandboxStatus::Queued {
+            return Ok(Activation::NotQueued(s));
+        }
+        let usage = org_usage(&mut tx, &org).await?;
+        let used = if pool.max_concurrent.is_some() {
+            pool_used(&mut tx, &pool.name).await?
+        } else {
+            0
+        };
+        if let Some(reason) = rules::waiting_reason(&usage, used, &s, pool, quota) {
+            rules::wait(&mut s, reason, now);
+            write_sandbox(&mut tx, &s, None).await?;
+            tx.commit().await?;
+            return Ok(Activation::Waiting(s));
+        }
+        let entry = rules::activate(&mut s, pool, now);
+        write_sandbox(&mut tx, &s, None).await?;
+        insert_audit(&mut tx, &s, entry, now).await?;
+        tx.commit().await?;
+        Ok(Activation::Activated(s))
+    }
+
+    async fn mark_running(
+        &self,
+        id: &SandboxId,
+        backend_ref: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError> {
+        let mut tx = self.begin().await?;
+        let mut s = lock_sandbox(&mut tx, id).await?;
+        let entry = rules::mark_running(&mut s, backend_ref, now)?;
+        write_sandbox(&mut tx, &s, None).await?;
+        insert_audit(&mut tx, &s, entry, now).await?;
+        tx.commit().await?;
+        Ok(s)
+    }
+
+    async fn requeue(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+        not_before: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let mut s = lock_sandbox(&mut tx, id).await?;
+        let entry = rules::requeue(&mut s, reason, not_before, now)?;
+        write_sandbox(&mut tx, &s, Some(not_before)).await?;
+        insert_audit(&mut tx, &s, entry, now).await?;
+        tx.commit().await?;
+        Ok(s)
+    }
+
+    async fn transition(&self, t: Transition, now: DateTime<Utc>) -> Result<Sandbox, StoreError> {
+        let mut tx = self.begin().await?;
+        let mut s = lock_sandbox(&mut tx, &t.id).await?;
+        let entry = rules::transition(&mut s, &t, now)?;
+        let next = (t.to == SandboxStatus::Queued).then_some(now);
+        write_sandbox(&mut tx, &s, next).await?;
+        insert_audit(&mut tx, &s, entry, now).await?;
+        tx.commit().await?;
+        Ok(s)
+    }
+
+    async fn set_queued_reason(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+        not_before: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let now = Utc::now();
+        let mut tx = self.begin().await?;
+        let mut s = lock_sandbox(&mut tx, id).await?;
+        if s.status == SandboxStatus::Queued {
+            rules::wait(&mut s, reason.to_owned(), now);
+            write_sandbox(&mut tx, &s, Some(not_before)).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn runnable_queued(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT doc FROM sandboxes WHERE status = $1 AND next_attempt_at <= $2
+             ORDER BY id LIMIT $3",
+        )
+        .bind(SandboxStatus::Queued.as_str())
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        sandboxes_of(&rows)
+    }
+
+    async fn stale(
+        &self,
+        status: SandboxStatus,
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT doc FROM sandboxes WHERE status = $1 AND updated_at < $2
+             ORDER BY updated_at, id LIMIT $3",
+        )
+        .bind(status.as_str())
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        sandboxes_of(&rows)
+    }
+
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Sandbox>, StoreError> {
+        let expirable: Vec<&str> = rules::EXPIRABLE.iter().map(|s| s.as_str()).collect();
+        let rows = sqlx::query(
+            "SELECT doc FROM sandboxes WHERE status = ANY($1) AND expires_at < $2
+             ORDER BY expires_at, id LIMIT $3",
+        )
+        .bind(expirable)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        sandboxes_of(&rows)
+    }
+
+    async fn active_cpu_by_org(&self) -> Result<HashMap<OrgId, u64>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT org_id, sum(cpu)::bigint AS cpu FROM sandboxes
+             WHERE status = ANY($1) GROUP BY org_id",
+        )
+        .bind(rules::statuses_where(SandboxStatus::reserves_compute))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = HashMap::with_capacity(rows.len());
+        for r in rows {
+            let org: String = r.try_get("org_id")?;
+            let cpu: i64 = r.try_get("cpu")?;
+            let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
+            out.insert(org, u64::try_from(cpu).unwrap_or(0));
+        }
+        Ok(out)
+    }
+
+    async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM (
+                 SELECT seq, org_id, actor, action, resource, at, detail FROM audit_events
+                 ORDER BY seq DESC LIMIT $1
+             ) t ORDER BY seq",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let org: Option<String> = r.try_get("org_id")?;
+                let org_id = org
+                    .map(|o| OrgId::parse(&o))
+                    .transpose()
+                    .map_err(|e| StoreError::Database(e.to_string()))?;
+                Ok(AuditRecord {
+                    seq: r.try_get("seq")?,
+                    org_id,
+                    actor: r.try_get("actor")?,
+                    action: r.try_get("action")?,
+                    resource: r.try_get("resource")?,
+                    at: r.try_get("at")?,
+                    detail: r.try_get("detail")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn try_lead(&self) -> Result<Option<Box<dyn Leadership>>, StoreError> {
+        let mut standby = self.standby.lock().await;
+        let mut conn = match standby.take() {
+            Some(c) => c,
+            None => PgConnection::connect_with(&self.options).await?,
+        };
+        // On error the connection is dropped (closing its session) and the next attempt
+        // opens a fresh one.
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(LEADER_LOCK)
+            .fetch_one(&mut conn)
+            .await?;
+        if got {
+            Ok(Some(Box::new(PgLeadership { conn })))
+        } else {
+            *standby = Some(conn);
+            Ok(None)
+        }
+    }
+}

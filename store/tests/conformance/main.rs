@@ -1,0 +1,103 @@
+//! One conformance suite for every `Store`: each case in `cases` is written once against
+//! `&Env` and run twice, against `MemoryStore` and against a fresh Postgres database.
+//!
+//! Postgres must be reachable (see `differently_store::testing`); nothing is skipped.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use differently_store::memory::MemoryStore;
+use differently_store::postgres::PgStore;
+use differently_store::testing::TestDb;
+use differently_store::Store;
+
+mod cases;
+mod postgres_only;
+
+/// The store under test and how to open another handle on the same data.
+pub struct Env {
+    pub store: Arc<dyn Store>,
+    backend: Backend,
+}
+
+enum Backend {
+    Memory(MemoryStore),
+    Postgres(Box<TestDb>),
+}
+
+impl Env {
+    pub fn memory() -> Env {
+        let m = MemoryStore::new();
+        Env {
+            store: Arc::new(m.clone()),
+            backend: Backend::Memory(m),
+        }
+    }
+
+    pub async fn postgres() -> Env {
+        let db = TestDb::new().await;
+        Env {
+            store: Arc::new(db.store()),
+            backend: Backend::Postgres(Box::new(db)),
+        }
+    }
+
+    /// Another handle on the same data: a new connection pool for Postgres (as another
+    /// replica or a restart would have), the same process state for memory.
+    pub async fn reopen(&self) -> Arc<dyn Store> {
+        match &self.backend {
+            Backend::Memory(m) => Arc::new(m.clone()),
+            Backend::Postgres(db) => Arc::new(PgStore::connect(db.url(), 4).await.unwrap()),
+        }
+    }
+}
+
+macro_rules! conformance {
+    ($($case:ident),+ $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    crate::cases::$case(&crate::Env::memory()).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    crate::cases::$case(&crate::Env::postgres().await).await;
+                }
+            )+
+        }
+    };
+}
+
+conformance!(
+    admit_inserts_queued_row_and_audit_record,
+    admit_requires_existing_org_and_project,
+    replay_with_same_hash_returns_original,
+    replay_with_different_hash_is_mismatch,
+    same_key_in_another_project_is_independent,
+    max_queued_is_enforced,
+    activate_respects_max_active,
+    activate_respects_max_cpu_and_stopped_frees_cpu,
+    activate_respects_memory_and_disk_quota,
+    activate_respects_pool_cap,
+    activate_not_queued_and_missing,
+    concurrent_activation_respects_pool_cap,
+    mark_running_sets_times_and_bumps_version,
+    cas_conflict_when_status_moved,
+    illegal_transition_writes_nothing,
+    final_transition_sets_ended_at,
+    requeue_clears_pool_and_respects_not_before,
+    set_queued_reason_only_touches_queued_rows,
+    runnable_queued_in_id_order_with_limit,
+    stale_selection,
+    expired_selection,
+    list_filters_and_cursor_pagination,
+    active_cpu_counts_only_compute_reserving_statuses,
+    installation_id_is_stable,
+    leadership_is_exclusive_and_released_on_drop,
+);
