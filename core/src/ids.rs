@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -11,6 +12,18 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub struct IdParseError {
     /// The prefix the caller expected, e.g. `sbx`.
     pub prefix: &'static str,
+}
+
+/// One monotonic generator per process, so ids made in the same millisecond still sort in
+/// creation order (placement takes "older first" from id order).
+static GENERATOR: Mutex<ulid::Generator> = Mutex::new(ulid::Generator::new());
+
+fn next_ulid() -> ulid::Ulid {
+    let mut g = match GENERATOR.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    g.generate().unwrap_or_else(|_| ulid::Ulid::new())
 }
 
 macro_rules! prefixed_id {
@@ -25,7 +38,7 @@ macro_rules! prefixed_id {
 
             /// A fresh, time-sortable id.
             pub fn new() -> Self {
-                Self(format!("{}_{}", $prefix, ulid::Ulid::new()))
+                Self(format!("{}_{}", $prefix, next_ulid()))
             }
 
             /// Parses and validates an id received from outside.
@@ -115,10 +128,8 @@ mod tests {
     }
 
     #[test]
-    fn ids_sort_by_creation() {
-        let a = SandboxId::new();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let b = SandboxId::new();
-        assert!(a < b);
+    fn ids_sort_by_creation_even_within_a_millisecond() {
+        let ids: Vec<SandboxId> = (0..1000).map(|_| SandboxId::new()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
     }
 }

@@ -1,0 +1,315 @@
+//! Starts clusters of `differently` processes and talks to them over HTTP.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use differently_adapters::fake::{read_ledger, LedgerEntry};
+use differently_bus::testing::NatsServer;
+use differently_core::{SandboxId, SandboxStatus};
+use differently_store::testing::TestDb;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+/// The built binary under test.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_differently")
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// Knobs of a test cluster.
+#[derive(Clone)]
+pub struct Opts {
+    pub latency_ms: u64,
+    pub ack_wait_seconds: u64,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            latency_ms: 0,
+            ack_wait_seconds: 2,
+        }
+    }
+}
+
+/// A running process of the binary, killed with SIGKILL on drop.
+pub struct Proc {
+    pub child: Child,
+}
+
+impl Proc {
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Postgres database, nats-server, config, and the processes started on them.
+pub struct Cluster {
+    pub db: TestDb,
+    /// Kept alive for the cluster's lifetime.
+    pub _nats: NatsServer,
+    pub dir: TempDir,
+    pub ledger: PathBuf,
+    pub key: String,
+    pub port: u16,
+    config: PathBuf,
+    procs: HashMap<String, Proc>,
+    http: reqwest::Client,
+}
+
+impl Cluster {
+    /// A database, a nats-server and a config file; no processes yet.
+    pub async fn new(opts: Opts) -> Cluster {
+        let db = TestDb::new().await;
+        let nats = NatsServer::start();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = dir.path().join("ledger.jsonl");
+        let port = free_port();
+        let config = dir.path().join("differently.toml");
+        let text = format!(
+            r#"database_url = "{db}"
+nats_url = "{nats}"
+listen = "127.0.0.1:{port}"
+database_max_connections = 8
+
+[bus]
+ack_wait_seconds = {ack}
+
+[scheduler]
+tick_ms = 50
+repair_interval_ms = 300
+provisioning_timeout_seconds = 60
+terminating_retry_seconds = 5
+
+[[pools]]
+name = "fake"
+kind = "fake"
+
+[pools.settings]
+latencyMs = {lat}
+ledger = "{ledger}"
+"#,
+            db = db.url(),
+            nats = nats.url(),
+            ack = opts.ack_wait_seconds,
+            lat = opts.latency_ms,
+            ledger = ledger.display(),
+        );
+        std::fs::write(&config, text).expect("write config");
+        let out = Command::new(binary())
+            .args(["key", "generate"])
+            .output()
+            .expect("run key generate");
+        let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("http client");
+        Cluster {
+            db,
+            _nats: nats,
+            dir,
+            ledger,
+            key,
+            port,
+            config,
+            procs: HashMap::new(),
+            http,
+        }
+    }
+
+    /// Starts a process named `name` running `roles`, with extra environment.
+    pub fn spawn(&mut self, name: &str, roles: &str, env: &[(&str, &str)]) {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let err = file.try_clone().expect("log file clone");
+        let mut cmd = Command::new(binary());
+        cmd.args(["server", "--role", roles, "--config"])
+            .arg(&self.config)
+            .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
+            .env("DIFFERENTLY_LOG", "info")
+            .env_remove("DIFFERENTLY_DATABASE_URL")
+            .env_remove("DIFFERENTLY_NATS_URL")
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn differently");
+        self.procs.insert(name.to_owned(), Proc { child });
+    }
+
+    /// `kill -9` the process `name`.
+    pub fn kill9(&mut self, name: &str) {
+        if let Some(mut p) = self.procs.remove(name) {
+            p.kill9();
+        }
+    }
+
+    /// The log of process `name` so far.
+    pub fn log(&self, name: &str) -> String {
+        let path = self.dir.path().join(format!("{name}.log"));
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// Every process's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut names: Vec<_> = self.procs.keys().cloned().collect();
+        names.sort();
+        names
+            .iter()
+            .map(|n| format!("--- {n} ---\n{}\n", tail(&self.log(n), 40)))
+            .collect()
+    }
+
+    /// Fails the test if process `name` has exited.
+    pub fn assert_alive(&mut self, name: &str) {
+        let logs = self.logs();
+        let p = self
+            .procs
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("no process {name}"));
+        if let Ok(Some(status)) = p.child.try_wait() {
+            panic!("process {name} exited with {status}\n{logs}");
+        }
+    }
+
+    /// Base URL of the API.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = self.http.get(format!("{}/readyz", self.url())).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!("api not ready after 30 s\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// An authenticated request builder.
+    pub fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.url()))
+            .bearer_auth(&self.key)
+    }
+
+    /// `POST /v1/sandboxes` with `body`; returns (status, json).
+    pub async fn create(&self, body: Value) -> (u16, Value) {
+        let r = self
+            .req(reqwest::Method::POST, "/v1/sandboxes")
+            .json(&body)
+            .send()
+            .await
+            .expect("create");
+        let status = r.status().as_u16();
+        (status, r.json().await.expect("json"))
+    }
+
+    /// Creates with `{}` and returns the id, asserting 202.
+    pub async fn create_ok(&self) -> SandboxId {
+        let (status, body) = self.create(json!({})).await;
+        assert_eq!(status, 202, "{body}\n{}", self.logs());
+        SandboxId::parse(body["id"].as_str().expect("id")).expect("sandbox id")
+    }
+
+    /// `GET /v1/sandboxes/{id}`.
+    pub async fn get(&self, id: &SandboxId) -> Value {
+        let r = self
+            .req(reqwest::Method::GET, &format!("/v1/sandboxes/{id}"))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(r.status(), 200);
+        r.json().await.expect("json")
+    }
+
+    /// Waits (through the API's own wait route) until `id` has `status`; panics with logs if not.
+    pub async fn wait_status(
+        &self,
+        id: &SandboxId,
+        status: SandboxStatus,
+        within: Duration,
+    ) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .as_secs()
+                .clamp(1, 30);
+            let r = self
+                .req(
+                    reqwest::Method::GET,
+                    &format!("/v1/sandboxes/{id}/wait?status={status}&timeoutSeconds={left}"),
+                )
+                .send()
+                .await;
+            if let Ok(r) = r {
+                if r.status() == 200 {
+                    let body: Value = r.json().await.expect("json");
+                    if body["status"] == status.as_str() {
+                        return body;
+                    }
+                    if Instant::now() > deadline {
+                        panic!(
+                            "{id} is {} not {status} after {within:?}\n{}",
+                            body["status"],
+                            self.logs()
+                        );
+                    }
+                    continue;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!("waiting for {id} failed\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The fake backend's ledger as of now.
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        read_ledger(&self.ledger).expect("read ledger")
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<_> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Polls `check` every 50 ms until it is true or `within` passes.
+pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check()
+}
