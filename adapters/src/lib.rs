@@ -9,9 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::ids::InstallationId;
 use differently_core::{Resources, SandboxId};
+use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
 pub mod devhost;
@@ -33,6 +36,9 @@ pub struct CreateInstance {
     pub env: BTreeMap<String, String>,
     /// Backend-side TTL backstop, if the backend supports one.
     pub ttl_seconds: u64,
+    /// Restore from this backend snapshot ref instead of the template.
+    #[serde(default)]
+    pub from_snapshot: Option<String>,
 }
 
 /// State of a backend instance as the backend reports it.
@@ -63,7 +69,85 @@ pub struct InstanceRef {
     pub backend_ref: String,
 }
 
-/// One pool's backend.
+/// A stream of bytes to or from a backend (file bodies).
+pub type ByteStream = BoxStream<'static, Result<Bytes, AdapterError>>;
+
+/// One piece of streamed exec output, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    Stdout(Bytes),
+    Stderr(Bytes),
+}
+
+/// How a streamed exec ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecExit {
+    /// 124 on timeout, 128+n when killed by signal n.
+    pub exit_code: i32,
+    pub duration_ms: u64,
+}
+
+/// Inclusive byte range of a download (`Range: bytes=start-end`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    pub start: u64,
+    /// Inclusive; `None` means to the end.
+    pub end: Option<u64>,
+}
+
+/// A download: total size if the backend knows it, and the body (already ranged).
+pub struct Download {
+    pub total_size: Option<u64>,
+    pub body: ByteStream,
+}
+
+/// Kind of a file system entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileEntry {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: FileKind,
+    pub size: u64,
+    /// Permission bits, e.g. 0o644.
+    pub mode: u32,
+    pub modified_at: Option<DateTime<Utc>>,
+}
+
+/// A backend snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotInfo {
+    /// The backend's id for the snapshot; restore passes it back in `CreateInstance`.
+    pub backend_ref: String,
+    /// False while the backend is still writing it.
+    pub ready: bool,
+}
+
+/// A URL that reaches a port inside the sandbox without any backend credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    pub url: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+fn unsupported<T>(op: &str) -> Result<T, AdapterError> {
+    Err(AdapterError::Unsupported(op.to_owned()))
+}
+
+/// One pool's backend. Required methods first; optional operations default to
+/// `Unsupported`, and an adapter advertises (in `capabilities`) only what it overrides.
 #[async_trait]
 pub trait Adapter: Send + Sync + 'static {
     /// The adapter kind (`fake`, `devhost`, `opensandbox`, …).
@@ -89,6 +173,107 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Whether the backend answers at all; used for pool health.
     async fn health(&self) -> Result<(), AdapterError>;
+
+    /// Runs a command, sending output as it comes. A full `out` channel slows the command
+    /// down (backpressure); a closed one cancels it on the backend. (`exec.stream`)
+    async fn exec_stream(
+        &self,
+        _at: &InstanceRef,
+        _req: &ExecRequest,
+        _out: tokio::sync::mpsc::Sender<ExecEvent>,
+    ) -> Result<ExecExit, AdapterError> {
+        unsupported("exec.stream")
+    }
+
+    /// Writes a file (absolute path inside the sandbox). (`files`)
+    async fn upload(
+        &self,
+        _at: &InstanceRef,
+        _path: &str,
+        _mode: Option<u32>,
+        _body: ByteStream,
+    ) -> Result<(), AdapterError> {
+        unsupported("files")
+    }
+
+    /// Reads a file, optionally a range of it. (`files`)
+    async fn download(
+        &self,
+        _at: &InstanceRef,
+        _path: &str,
+        _range: Option<ByteRange>,
+    ) -> Result<Download, AdapterError> {
+        unsupported("files")
+    }
+
+    /// Lists a directory to `depth` levels. (`files`)
+    async fn list_files(
+        &self,
+        _at: &InstanceRef,
+        _path: &str,
+        _depth: u32,
+    ) -> Result<Vec<FileEntry>, AdapterError> {
+        unsupported("files")
+    }
+
+    /// Removes a file or an empty directory. (`files`)
+    async fn delete_file(&self, _at: &InstanceRef, _path: &str) -> Result<(), AdapterError> {
+        unsupported("files")
+    }
+
+    /// Freezes the sandbox keeping its memory. (`lifecycle.pause`)
+    async fn pause(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
+        unsupported("lifecycle.pause")
+    }
+
+    /// Undoes `pause`. (`lifecycle.pause`)
+    async fn resume(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
+        unsupported("lifecycle.pause")
+    }
+
+    /// Stops the sandbox keeping its disk. (`lifecycle.stop`)
+    async fn stop(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
+        unsupported("lifecycle.stop")
+    }
+
+    /// Undoes `stop`. (`lifecycle.stop`)
+    async fn start(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
+        unsupported("lifecycle.stop")
+    }
+
+    /// Takes a snapshot named by Differently's snapshot id (idempotent on it). (`snapshots`)
+    async fn snapshot(
+        &self,
+        _at: &InstanceRef,
+        _snapshot_id: &str,
+    ) -> Result<SnapshotInfo, AdapterError> {
+        unsupported("snapshots")
+    }
+
+    /// Deletes a snapshot; a missing one is fine. (`snapshots`)
+    async fn delete_snapshot(&self, _backend_ref: &str) -> Result<(), AdapterError> {
+        unsupported("snapshots")
+    }
+
+    /// A URL for `port` inside the sandbox. (`ports.expose`)
+    async fn expose_port(
+        &self,
+        _at: &InstanceRef,
+        _port: u16,
+        _expires: Option<std::time::Duration>,
+    ) -> Result<Endpoint, AdapterError> {
+        unsupported("ports.expose")
+    }
+
+    /// Moves the backend-side TTL backstop after a TTL renew. Adapters without a backstop
+    /// succeed without doing anything.
+    async fn renew(
+        &self,
+        _at: &InstanceRef,
+        _ttl: std::time::Duration,
+    ) -> Result<(), AdapterError> {
+        Ok(())
+    }
 }
 
 /// Shared handle to an adapter.

@@ -21,7 +21,20 @@ pub struct ExecRequest {
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
     pub stdin: Option<String>,
+    /// Binary stdin, base64-encoded; exclusive with `stdin`.
+    pub stdin_base64: Option<String>,
     pub timeout_seconds: Option<u64>,
+    /// How `stdout`/`stderr` are returned: `utf8` (lossy, default) or `base64` (binary-safe).
+    pub output_encoding: Option<OutputEncoding>,
+}
+
+/// Encoding of exec output in JSON answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputEncoding {
+    #[default]
+    Utf8,
+    Base64,
 }
 
 impl ExecRequest {
@@ -41,6 +54,12 @@ impl ExecRequest {
             if !cwd.starts_with('/') {
                 return Err(FieldError::new("cwd", "must be an absolute path"));
             }
+        }
+        if self.stdin.is_some() && self.stdin_base64.is_some() {
+            return Err(FieldError::new(
+                "stdinBase64",
+                "give stdin or stdinBase64, not both",
+            ));
         }
         if let Some(t) = self.timeout_seconds {
             if t == 0 || t > MAX_EXEC_TIMEOUT_SECONDS {

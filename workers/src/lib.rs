@@ -147,6 +147,7 @@ impl WorkerGroup {
             resources: row.spec.resources,
             env: row.spec.env.clone(),
             ttl_seconds: row.spec.ttl_seconds,
+            from_snapshot: None,
         };
         let created = with_progress(acker, self.config.ack_wait, self.adapter.create(&req)).await;
         let instance = match created {

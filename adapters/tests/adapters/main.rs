@@ -20,6 +20,7 @@ pub fn create_req(sandbox_id: &SandboxId, installation: &InstallationId) -> Crea
         resources: Resources::DEFAULT,
         env: BTreeMap::new(),
         ttl_seconds: 3600,
+        from_snapshot: None,
     }
 }
 
