@@ -14,6 +14,7 @@ pub mod pool;
 pub mod resources;
 pub mod sandbox;
 pub mod status;
+pub mod tenancy;
 
 pub use error::{ErrorCode, FieldError};
 pub use ids::{KeyId, OrgId, ProjectId, SandboxId};
