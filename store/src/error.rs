@@ -20,6 +20,12 @@ pub enum StoreError {
     /// An `Idempotency-Key` was reused with a different request body.
     #[error("idempotency key reused with a different request")]
     IdempotencyMismatch,
+    /// A unique name is taken.
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// Deletion refused while dependents remain.
+    #[error("still in use: {0}")]
+    HasDependents(String),
     /// An admission limit (such as max queued) is reached.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),

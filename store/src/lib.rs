@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use differently_core::ids::InstallationId;
-use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use differently_core::{KeyId, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 
 pub mod error;
 pub mod memory;
@@ -18,23 +18,23 @@ pub mod testing;
 
 pub use error::StoreError;
 
-/// An organization (tenancy grows in a later issue; today the bootstrap one).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Org {
-    pub id: OrgId,
-    pub name: String,
-    pub created_at: DateTime<Utc>,
+pub use differently_core::tenancy::{ApiKeyRecord, Org, OrgStatus, Project, Quota, Usage};
+
+/// Whose quota: an organization's or a project's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum QuotaScope {
+    Org(OrgId),
+    Project(ProjectId),
 }
 
-/// A project inside an organization.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Project {
-    pub id: ProjectId,
-    pub org_id: OrgId,
-    pub name: String,
-    pub created_at: DateTime<Utc>,
+impl QuotaScope {
+    /// The stored key, e.g. `org:org_01…`.
+    pub fn key(&self) -> String {
+        match self {
+            QuotaScope::Org(id) => format!("org:{id}"),
+            QuotaScope::Project(id) => format!("project:{id}"),
+        }
+    }
 }
 
 /// Who did something, for the audit record.
@@ -63,8 +63,9 @@ pub struct Admission {
     pub sandbox: Sandbox,
     /// Hash of the request body, so an `Idempotency-Key` reused with another body is a conflict.
     pub request_hash: String,
-    /// Admission limit: at most this many queued sandboxes in the organization.
-    pub max_queued: Option<u32>,
+    /// Installation-wide default limits; the organization's and the project's own quotas
+    /// (read inside the transaction) take precedence field by field.
+    pub defaults: Quota,
     pub actor: Actor,
 }
 
@@ -75,15 +76,6 @@ pub enum Admitted {
     New(Sandbox),
     /// The `Idempotency-Key` was seen before with the same body: the original sandbox.
     Replayed(Sandbox),
-}
-
-/// Concurrency limits re-checked atomically at activation. `None` means unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Quota {
-    pub max_active: Option<u32>,
-    pub max_cpu: Option<u64>,
-    pub max_memory_mib: Option<u64>,
-    pub max_disk_gib: Option<u64>,
 }
 
 /// The pool chosen for an activation and its concurrency cap.
@@ -151,16 +143,89 @@ pub trait Store: Send + Sync + 'static {
     async fn ensure_tenant(&self, org: &Org, project: &Project) -> Result<(), StoreError>;
     async fn get_project(&self, id: &ProjectId) -> Result<Option<Project>, StoreError>;
 
+    // --- tenancy -------------------------------------------------------------------------
+
+    /// Inserts an organization; `AlreadyExists` if the name is taken.
+    async fn create_org(&self, org: &Org, actor: &Actor) -> Result<(), StoreError>;
+    async fn get_org(&self, id: &OrgId) -> Result<Option<Org>, StoreError>;
+    /// Organizations in id order after `after`.
+    async fn list_orgs(&self, after: Option<&OrgId>, limit: u32) -> Result<Vec<Org>, StoreError>;
+    /// Renames and/or suspends/reactivates; audited.
+    async fn update_org(
+        &self,
+        id: &OrgId,
+        name: Option<&str>,
+        status: Option<OrgStatus>,
+        actor: &Actor,
+    ) -> Result<Org, StoreError>;
+    /// Deletes an organization with no projects (`HasDependents` otherwise); its keys and
+    /// quota go with it.
+    async fn delete_org(&self, id: &OrgId, actor: &Actor) -> Result<(), StoreError>;
+
+    /// Inserts a project (`NotFound` if the org is missing, `AlreadyExists` for a taken name
+    /// within the org).
+    async fn create_project(&self, project: &Project, actor: &Actor) -> Result<(), StoreError>;
+    /// Projects of `org` in id order after `after`.
+    async fn list_projects(
+        &self,
+        org: &OrgId,
+        after: Option<&ProjectId>,
+        limit: u32,
+    ) -> Result<Vec<Project>, StoreError>;
+    async fn rename_project(
+        &self,
+        id: &ProjectId,
+        name: &str,
+        actor: &Actor,
+    ) -> Result<Project, StoreError>;
+    /// Locks the org row; refuses (`HasDependents`) while the project has sandboxes that are
+    /// not final. Finished sandboxes, keys and quota of the project go with it.
+    async fn delete_project(&self, id: &ProjectId, actor: &Actor) -> Result<(), StoreError>;
+
+    /// Stores a key record (hash only); audited without the hash.
+    async fn create_key(&self, key: &ApiKeyRecord, actor: &Actor) -> Result<(), StoreError>;
+    async fn get_key(&self, id: &KeyId) -> Result<Option<ApiKeyRecord>, StoreError>;
+    /// Keys of `org` in id order after `after`.
+    async fn list_keys(
+        &self,
+        org: &OrgId,
+        after: Option<&KeyId>,
+        limit: u32,
+    ) -> Result<Vec<ApiKeyRecord>, StoreError>;
+    /// Sets `revokedAt` (idempotent: a revoked key keeps its first revocation time).
+    async fn revoke_key(
+        &self,
+        id: &KeyId,
+        at: DateTime<Utc>,
+        actor: &Actor,
+    ) -> Result<ApiKeyRecord, StoreError>;
+    /// Records `lastUsedAt` (not audited; callers throttle it).
+    async fn touch_key(&self, id: &KeyId, at: DateTime<Utc>) -> Result<(), StoreError>;
+
+    /// The stored quota of an org or project (`None` if none was set).
+    async fn get_quota(&self, scope: &QuotaScope) -> Result<Option<Quota>, StoreError>;
+    /// Replaces the stored quota; audited with old and new values.
+    async fn put_quota(
+        &self,
+        scope: &QuotaScope,
+        quota: &Quota,
+        actor: &Actor,
+    ) -> Result<(), StoreError>;
+    /// Usage derived from sandbox rows now.
+    async fn usage(&self, scope: &QuotaScope) -> Result<Usage, StoreError>;
+
     /// Locks the organization row, replays an `Idempotency-Key` of the same project, checks
-    /// `max_queued`, inserts the queued row and its audit record.
+    /// the admission limits (`maxQueued` of org and project, `maxSandbox` size), inserts the
+    /// queued row and its audit record. A tenant at its concurrency limit still queues.
     async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError>;
 
     async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<Sandbox>, StoreError>;
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError>;
 
-    /// Locks organization, then pool (when capped), then sandbox; re-checks `quota` against
-    /// usage derived from the organization's rows and the pool cap against the pool's rows;
-    /// moves `queued → provisioning` on `pool`, or records why it waits.
+    /// Locks organization, then pool (when capped), then sandbox; re-checks the org's and the
+    /// project's quotas (their stored quotas over `quota`, the defaults) against usage derived
+    /// from rows, and the pool cap against the pool's rows; moves `queued → provisioning` on
+    /// `pool`, or records why it waits (`waiting: org cpu quota 8/8`).
     async fn activate(
         &self,
         id: &SandboxId,

@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use differently_core::ids::InstallationId;
-use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use differently_core::{KeyId, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use serde_json::json;
 
 use crate::{
-    Activation, Admission, Admitted, AuditRecord, Leadership, Org, PoolSlot, Project, Quota,
-    SandboxFilter, Store, StoreError, Transition,
+    Activation, Actor, Admission, Admitted, ApiKeyRecord, AuditRecord, Leadership, Org, OrgStatus,
+    PoolSlot, Project, Quota, QuotaScope, SandboxFilter, Store, StoreError, Transition, Usage,
 };
 
 /// Status-change rules shared by the memory and Postgres stores.
@@ -25,7 +26,7 @@ pub(crate) mod rules {
     use differently_core::{Sandbox, SandboxStatus};
     use serde_json::json;
 
-    use crate::{PoolSlot, Quota, StoreError, Transition};
+    use crate::{PoolSlot, Quota, StoreError, Transition, Usage};
 
     /// Statuses for which `pred` holds, in wire form: the single source for SQL `= ANY($n)`.
     pub(crate) fn statuses_where(pred: fn(SandboxStatus) -> bool) -> Vec<String> {
@@ -43,67 +44,23 @@ pub(crate) mod rules {
         SandboxStatus::Stopped,
     ];
 
-    /// An organization's usage derived from its rows.
-    #[derive(Debug, Clone, Copy, Default)]
-    pub(crate) struct Usage {
-        pub active: u64,
-        pub cpu: u64,
-        pub memory_mib: u64,
-        pub disk_gib: u64,
-    }
-
-    impl Usage {
-        /// Adds one sandbox in its current status to the tally.
-        pub(crate) fn add(&mut self, s: &Sandbox) {
-            let r = s.spec.resources;
-            if s.status.counts_active() {
-                self.active += 1;
-            }
-            if s.status.reserves_compute() {
-                self.cpu += u64::from(r.cpu);
-                self.memory_mib += r.memory_mib;
-            }
-            if s.status.counts_disk() {
-                self.disk_gib += r.disk_gib;
-            }
-        }
-    }
-
-    /// Why `sbx` cannot be activated now, or `None` if quota and pool cap leave room.
+    /// Why `sbx` cannot be activated now, or `None` if quotas and pool cap leave room.
+    /// Checks the organization (`org_quota`, already merged over the defaults), then the
+    /// project (its stored quota only), then the pool; the first block found is the reason.
     /// `pool_used` is the number of rows holding a slot on the pool (only when capped).
     pub(crate) fn waiting_reason(
-        usage: &Usage,
+        org: (&Usage, &Quota),
+        project: (&Usage, &Quota),
         pool_used: u64,
         sbx: &Sandbox,
         pool: &PoolSlot,
-        quota: &Quota,
     ) -> Option<String> {
         let r = sbx.spec.resources;
-        if let Some(max) = quota.max_active {
-            if usage.active + 1 > u64::from(max) {
-                return Some(format!("waiting: org active quota {}/{max}", usage.active));
-            }
+        if let Some(reason) = org.0.blocks(org.1, &r, "org") {
+            return Some(reason);
         }
-        if let Some(max) = quota.max_cpu {
-            if usage.cpu + u64::from(r.cpu) > max {
-                return Some(format!("waiting: org cpu quota {}/{max}", usage.cpu));
-            }
-        }
-        if let Some(max) = quota.max_memory_mib {
-            if usage.memory_mib + r.memory_mib > max {
-                return Some(format!(
-                    "waiting: org memory quota {}/{max} MiB",
-                    usage.memory_mib
-                ));
-            }
-        }
-        if let Some(max) = quota.max_disk_gib {
-            if usage.disk_gib + r.disk_gib > max {
-                return Some(format!(
-                    "waiting: org disk quota {}/{max} GiB",
-                    usage.disk_gib
-                ));
-            }
+        if let Some(reason) = project.0.blocks(project.1, &r, "project") {
+            return Some(reason);
         }
         if let Some(max) = pool.max_concurrent {
             if pool_used + 1 > u64::from(max) {
@@ -114,6 +71,42 @@ pub(crate) mod rules {
             }
         }
         None
+    }
+
+    /// Admission limits: the sandbox must fit `maxSandbox` of both levels and neither queue
+    /// may be full. `org_quota` is already merged over the defaults; `project_quota` is the
+    /// project's stored quota only.
+    pub(crate) fn check_admission_limits(
+        sbx: &Sandbox,
+        org: (&Usage, &Quota),
+        project: (&Usage, &Quota),
+    ) -> Result<(), StoreError> {
+        let r = sbx.spec.resources;
+        for q in [org.1, project.1] {
+            if let Some(e) = q.too_large(&r) {
+                return Err(StoreError::QuotaExceeded(format!(
+                    "{} {}",
+                    e.field, e.message
+                )));
+            }
+        }
+        if let Some(max) = org.1.max_queued {
+            if org.0.queued >= max {
+                return Err(StoreError::QuotaExceeded(format!(
+                    "organization queue is full ({} queued)",
+                    org.0.queued
+                )));
+            }
+        }
+        if let Some(max) = project.1.max_queued {
+            if project.0.queued >= max {
+                return Err(StoreError::QuotaExceeded(format!(
+                    "project queue is full ({} queued)",
+                    project.0.queued
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// What a successful change writes to the audit log besides the row.
@@ -245,6 +238,60 @@ pub(crate) mod rules {
         }
     }
 
+    /// `AlreadyExists` for a taken name, e.g. `organization name "acme"`.
+    pub(crate) fn name_taken(kind: &str, name: &str) -> StoreError {
+        StoreError::AlreadyExists(format!("{kind} name {name:?}"))
+    }
+
+    /// `HasDependents` for an organization that still has projects.
+    pub(crate) fn org_has_projects(n: u64) -> StoreError {
+        StoreError::HasDependents(format!("organization has {n} projects"))
+    }
+
+    /// `HasDependents` for a project that still has sandboxes that are not final.
+    pub(crate) fn project_has_live_sandboxes(n: u64) -> StoreError {
+        StoreError::HasDependents(format!("project has {n} live sandboxes"))
+    }
+
+    /// A tenancy audit entry (`org.create`, `key.revoke`, …) by `actor`.
+    pub(crate) fn tenancy_entry(
+        actor: &crate::Actor,
+        action: &str,
+        detail: serde_json::Value,
+    ) -> AuditEntry {
+        AuditEntry {
+            actor: actor.as_audit(),
+            action: action.to_owned(),
+            detail,
+        }
+    }
+
+    /// The audit detail of a new key: everything but the hash, which must never be logged.
+    pub(crate) fn key_detail(k: &crate::ApiKeyRecord) -> serde_json::Value {
+        json!({
+            "name": k.name,
+            "projectId": k.project_id,
+            "scopes": k.scopes,
+            "expiresAt": k.expires_at,
+        })
+    }
+
+    /// Applies `update_org`'s changes to `org`; the audit detail holds old and new values.
+    pub(crate) fn update_org(
+        org: &mut crate::Org,
+        name: Option<&str>,
+        status: Option<crate::OrgStatus>,
+    ) -> serde_json::Value {
+        let before = json!({ "name": org.name, "status": org.status });
+        if let Some(n) = name {
+            org.name = n.to_owned();
+        }
+        if let Some(st) = status {
+            org.status = st;
+        }
+        json!({ "old": before, "new": { "name": org.name, "status": org.status } })
+    }
+
     /// Admission refuses rows that are not new queued rows.
     pub(crate) fn check_admissible(sbx: &Sandbox) -> Result<(), StoreError> {
         if sbx.status != SandboxStatus::Queued {
@@ -276,21 +323,19 @@ struct Row {
 #[derive(Debug, Default)]
 struct State {
     installation_id: Option<InstallationId>,
-    orgs: HashMap<OrgId, Org>,
-    projects: HashMap<ProjectId, Project>,
+    /// Keyed by id, so iteration is id order (for listing).
+    orgs: BTreeMap<OrgId, Org>,
+    projects: BTreeMap<ProjectId, Project>,
+    keys: BTreeMap<KeyId, ApiKeyRecord>,
+    /// Keyed by `QuotaScope::key()`.
+    quotas: HashMap<String, Quota>,
     /// Keyed by id, so iteration is id (admission) order.
     sandboxes: BTreeMap<SandboxId, Row>,
     audit: Vec<AuditRecord>,
 }
 
 impl State {
-    fn audit(
-        &mut self,
-        org_id: &OrgId,
-        resource: &SandboxId,
-        e: rules::AuditEntry,
-        at: DateTime<Utc>,
-    ) {
+    fn audit(&mut self, org_id: &OrgId, resource: &str, e: rules::AuditEntry, at: DateTime<Utc>) {
         let seq = i64::try_from(self.audit.len()).unwrap_or(i64::MAX - 1) + 1;
         self.audit.push(AuditRecord {
             seq,
@@ -305,6 +350,65 @@ impl State {
 
     fn row_mut(&mut self, id: &SandboxId) -> Result<&mut Row, StoreError> {
         self.sandboxes.get_mut(id).ok_or(StoreError::NotFound)
+    }
+
+    /// Usage of the rows in `scope`, per the core accounting table.
+    fn usage(&self, scope: &QuotaScope) -> Usage {
+        let mut u = Usage::default();
+        for r in self.sandboxes.values() {
+            let s = &r.sandbox;
+            let inside = match scope {
+                QuotaScope::Org(o) => &s.org_id == o,
+                QuotaScope::Project(p) => &s.project_id == p,
+            };
+            if inside {
+                u.add(s.status, &s.spec.resources);
+            }
+        }
+        u
+    }
+
+    /// The stored quota of `scope`, or no limits.
+    fn stored_quota(&self, scope: &QuotaScope) -> Quota {
+        self.quotas.get(&scope.key()).copied().unwrap_or_default()
+    }
+
+    /// The organization owning `scope`; `NotFound` if the org or project does not exist.
+    fn scope_org(&self, scope: &QuotaScope) -> Result<OrgId, StoreError> {
+        match scope {
+            QuotaScope::Org(o) => self.orgs.get(o).map(|o| o.id.clone()),
+            QuotaScope::Project(p) => self.projects.get(p).map(|p| p.org_id.clone()),
+        }
+        .ok_or(StoreError::NotFound)
+    }
+
+    /// `AlreadyExists` if another organization than `except` has `name`.
+    fn check_org_name(&self, name: &str, except: &OrgId) -> Result<(), StoreError> {
+        if self
+            .orgs
+            .values()
+            .any(|o| o.name == name && &o.id != except)
+        {
+            return Err(rules::name_taken("organization", name));
+        }
+        Ok(())
+    }
+
+    /// `AlreadyExists` if another project of `org` than `except` has `name`.
+    fn check_project_name(
+        &self,
+        org: &OrgId,
+        name: &str,
+        except: &ProjectId,
+    ) -> Result<(), StoreError> {
+        let taken = self
+            .projects
+            .values()
+            .any(|p| &p.org_id == org && p.name == name && &p.id != except);
+        if taken {
+            return Err(rules::name_taken("project", name));
+        }
+        Ok(())
     }
 }
 
@@ -370,11 +474,245 @@ impl Store for MemoryStore {
         Ok(self.lock().projects.get(id).cloned())
     }
 
+    async fn create_org(&self, org: &Org, actor: &Actor) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        if st.orgs.contains_key(&org.id) {
+            return Err(StoreError::AlreadyExists(format!(
+                "organization {}",
+                org.id
+            )));
+        }
+        st.check_org_name(&org.name, &org.id)?;
+        st.orgs.insert(org.id.clone(), org.clone());
+        let e = rules::tenancy_entry(
+            actor,
+            "org.create",
+            json!({ "name": org.name, "status": org.status }),
+        );
+        st.audit(&org.id, org.id.as_str(), e, Utc::now());
+        Ok(())
+    }
+
+    async fn get_org(&self, id: &OrgId) -> Result<Option<Org>, StoreError> {
+        Ok(self.lock().orgs.get(id).cloned())
+    }
+
+    async fn list_orgs(&self, after: Option<&OrgId>, limit: u32) -> Result<Vec<Org>, StoreError> {
+        let st = self.lock();
+        Ok(st
+            .orgs
+            .values()
+            .filter(|o| after.is_none_or(|a| &o.id > a))
+            .take(rules::effective_limit(limit))
+            .cloned()
+            .collect())
+    }
+
+    async fn update_org(
+        &self,
+        id: &OrgId,
+        name: Option<&str>,
+        status: Option<OrgStatus>,
+        actor: &Actor,
+    ) -> Result<Org, StoreError> {
+        let mut st = self.lock();
+        let mut org = st.orgs.get(id).cloned().ok_or(StoreError::NotFound)?;
+        if let Some(n) = name {
+            st.check_org_name(n, id)?;
+        }
+        let detail = rules::update_org(&mut org, name, status);
+        st.orgs.insert(id.clone(), org.clone());
+        let e = rules::tenancy_entry(actor, "org.update", detail);
+        st.audit(id, id.as_str(), e, Utc::now());
+        Ok(org)
+    }
+
+    async fn delete_org(&self, id: &OrgId, actor: &Actor) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let org = st.orgs.get(id).cloned().ok_or(StoreError::NotFound)?;
+        let projects = st.projects.values().filter(|p| &p.org_id == id).count();
+        if projects > 0 {
+            return Err(rules::org_has_projects(projects as u64));
+        }
+        st.orgs.remove(id);
+        st.keys.retain(|_, k| &k.org_id != id);
+        st.quotas.remove(&QuotaScope::Org(id.clone()).key());
+        let e = rules::tenancy_entry(actor, "org.delete", json!({ "name": org.name }));
+        st.audit(id, id.as_str(), e, Utc::now());
+        Ok(())
+    }
+
+    async fn create_project(&self, project: &Project, actor: &Actor) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        if !st.orgs.contains_key(&project.org_id) {
+            return Err(StoreError::NotFound);
+        }
+        if st.projects.contains_key(&project.id) {
+            return Err(StoreError::AlreadyExists(format!("project {}", project.id)));
+        }
+        st.check_project_name(&project.org_id, &project.name, &project.id)?;
+        st.projects.insert(project.id.clone(), project.clone());
+        let e = rules::tenancy_entry(actor, "project.create", json!({ "name": project.name }));
+        st.audit(&project.org_id, project.id.as_str(), e, Utc::now());
+        Ok(())
+    }
+
+    async fn list_projects(
+        &self,
+        org: &OrgId,
+        after: Option<&ProjectId>,
+        limit: u32,
+    ) -> Result<Vec<Project>, StoreError> {
+        let st = self.lock();
+        Ok(st
+            .projects
+            .values()
+            .filter(|p| &p.org_id == org && after.is_none_or(|a| &p.id > a))
+            .take(rules::effective_limit(limit))
+            .cloned()
+            .collect())
+    }
+
+    async fn rename_project(
+        &self,
+        id: &ProjectId,
+        name: &str,
+        actor: &Actor,
+    ) -> Result<Project, StoreError> {
+        let mut st = self.lock();
+        let mut p = st.projects.get(id).cloned().ok_or(StoreError::NotFound)?;
+        st.check_project_name(&p.org_id, name, id)?;
+        let old = std::mem::replace(&mut p.name, name.to_owned());
+        st.projects.insert(id.clone(), p.clone());
+        let e = rules::tenancy_entry(
+            actor,
+            "project.rename",
+            json!({ "old": old, "new": p.name }),
+        );
+        st.audit(&p.org_id, id.as_str(), e, Utc::now());
+        Ok(p)
+    }
+
+    async fn delete_project(&self, id: &ProjectId, actor: &Actor) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let p = st.projects.get(id).cloned().ok_or(StoreError::NotFound)?;
+        let live = st
+            .sandboxes
+            .values()
+            .filter(|r| &r.sandbox.project_id == id && !r.sandbox.status.is_final())
+            .count();
+        if live > 0 {
+            return Err(rules::project_has_live_sandboxes(live as u64));
+        }
+        let before = st.sandboxes.len();
+        st.sandboxes.retain(|_, r| &r.sandbox.project_id != id);
+        let removed = before - st.sandboxes.len();
+        st.projects.remove(id);
+        st.keys.retain(|_, k| k.project_id.as_ref() != Some(id));
+        st.quotas.remove(&QuotaScope::Project(id.clone()).key());
+        let e = rules::tenancy_entry(
+            actor,
+            "project.delete",
+            json!({ "name": p.name, "deletedSandboxes": removed }),
+        );
+        st.audit(&p.org_id, id.as_str(), e, Utc::now());
+        Ok(())
+    }
+
+    async fn create_key(&self, key: &ApiKeyRecord, actor: &Actor) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        if !st.orgs.contains_key(&key.org_id) {
+            return Err(StoreError::NotFound);
+        }
+        if let Some(p) = &key.project_id {
+            if st.projects.get(p).is_none_or(|p| p.org_id != key.org_id) {
+                return Err(StoreError::NotFound);
+            }
+        }
+        if st.keys.contains_key(&key.id) {
+            return Err(StoreError::AlreadyExists(format!("key {}", key.id)));
+        }
+        st.keys.insert(key.id.clone(), key.clone());
+        let e = rules::tenancy_entry(actor, "key.create", rules::key_detail(key));
+        st.audit(&key.org_id, key.id.as_str(), e, Utc::now());
+        Ok(())
+    }
+
+    async fn get_key(&self, id: &KeyId) -> Result<Option<ApiKeyRecord>, StoreError> {
+        Ok(self.lock().keys.get(id).cloned())
+    }
+
+    async fn list_keys(
+        &self,
+        org: &OrgId,
+        after: Option<&KeyId>,
+        limit: u32,
+    ) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let st = self.lock();
+        Ok(st
+            .keys
+            .values()
+            .filter(|k| &k.org_id == org && after.is_none_or(|a| &k.id > a))
+            .take(rules::effective_limit(limit))
+            .cloned()
+            .collect())
+    }
+
+    async fn revoke_key(
+        &self,
+        id: &KeyId,
+        at: DateTime<Utc>,
+        actor: &Actor,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let mut st = self.lock();
+        let key = st.keys.get_mut(id).ok_or(StoreError::NotFound)?;
+        if key.revoked_at.is_some() {
+            return Ok(key.clone());
+        }
+        key.revoked_at = Some(at);
+        let key = key.clone();
+        let e = rules::tenancy_entry(actor, "key.revoke", json!({ "revokedAt": at }));
+        st.audit(&key.org_id, id.as_str(), e, at);
+        Ok(key)
+    }
+
+    async fn touch_key(&self, id: &KeyId, at: DateTime<Utc>) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let key = st.keys.get_mut(id).ok_or(StoreError::NotFound)?;
+        key.last_used_at = Some(at);
+        Ok(())
+    }
+
+    async fn get_quota(&self, scope: &QuotaScope) -> Result<Option<Quota>, StoreError> {
+        Ok(self.lock().quotas.get(&scope.key()).copied())
+    }
+
+    async fn put_quota(
+        &self,
+        scope: &QuotaScope,
+        quota: &Quota,
+        actor: &Actor,
+    ) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let org = st.scope_org(scope)?;
+        let key = scope.key();
+        let old = st.quotas.insert(key.clone(), *quota);
+        let e = rules::tenancy_entry(actor, "quota.put", json!({ "old": old, "new": quota }));
+        st.audit(&org, &key, e, Utc::now());
+        Ok(())
+    }
+
+    async fn usage(&self, scope: &QuotaScope) -> Result<Usage, StoreError> {
+        let st = self.lock();
+        st.scope_org(scope)?;
+        Ok(st.usage(scope))
+    }
+
     async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError> {
         let Admission {
             sandbox,
             request_hash,
-            max_queued,
+            defaults,
             actor,
         } = admission;
         rules::check_admissible(&sandbox)?;
@@ -399,20 +737,16 @@ impl Store for MemoryStore {
                 };
             }
         }
-        if let Some(max) = max_queued {
-            let queued = st
-                .sandboxes
-                .values()
-                .filter(|r| {
-                    r.sandbox.org_id == sandbox.org_id && r.sandbox.status == SandboxStatus::Queued
-                })
-                .count();
-            if queued >= max as usize {
-                return Err(StoreError::QuotaExceeded(format!(
-                    "org queued limit {max} reached"
-                )));
-            }
-        }
+        let org_scope = QuotaScope::Org(sandbox.org_id.clone());
+        let prj_scope = QuotaScope::Project(sandbox.project_id.clone());
+        rules::check_admission_limits(
+            &sandbox,
+            (
+                &st.usage(&org_scope),
+                &st.stored_quota(&org_scope).or(&defaults),
+            ),
+            (&st.usage(&prj_scope), &st.stored_quota(&prj_scope)),
+        )?;
         if st.sandboxes.contains_key(&sandbox.id) {
             return Err(StoreError::Database(format!(
                 "sandbox {} already exists",
@@ -420,7 +754,12 @@ impl Store for MemoryStore {
             )));
         }
         let entry = rules::admit_entry(&sandbox, &actor);
-        st.audit(&sandbox.org_id, &sandbox.id, entry, sandbox.created_at);
+        st.audit(
+            &sandbox.org_id,
+            sandbox.id.as_str(),
+            entry,
+            sandbox.created_at,
+        );
         st.sandboxes.insert(
             sandbox.id.clone(),
             Row {
@@ -475,26 +814,36 @@ impl Store for MemoryStore {
         if sbx.status != SandboxStatus::Queued {
             return Ok(Activation::NotQueued(sbx));
         }
-        let mut usage = rules::Usage::default();
-        let mut pool_used = 0u64;
-        for r in st.sandboxes.values() {
-            if r.sandbox.org_id == sbx.org_id {
-                usage.add(&r.sandbox);
-            }
-            if r.sandbox.pool.as_deref() == Some(pool.name.as_str())
-                && r.sandbox.status.holds_pool_slot()
-            {
-                pool_used += 1;
-            }
-        }
+        let org_scope = QuotaScope::Org(sbx.org_id.clone());
+        let prj_scope = QuotaScope::Project(sbx.project_id.clone());
+        let org_usage = st.usage(&org_scope);
+        let org_quota = st.stored_quota(&org_scope).or(quota);
+        let prj_usage = st.usage(&prj_scope);
+        let prj_quota = st.stored_quota(&prj_scope);
+        let pool_used = st
+            .sandboxes
+            .values()
+            .filter(|r| {
+                r.sandbox.pool.as_deref() == Some(pool.name.as_str())
+                    && r.sandbox.status.holds_pool_slot()
+            })
+            .count();
+        let pool_used = u64::try_from(pool_used).unwrap_or(u64::MAX);
         let row = st.row_mut(id)?;
-        if let Some(reason) = rules::waiting_reason(&usage, pool_used, &sbx, pool, quota) {
+        let reason = rules::waiting_reason(
+            (&org_usage, &org_quota),
+            (&prj_usage, &prj_quota),
+            pool_used,
+            &sbx,
+            pool,
+        );
+        if let Some(reason) = reason {
             rules::wait(&mut row.sandbox, reason, now);
             return Ok(Activation::Waiting(row.sandbox.clone()));
         }
         let entry = rules::activate(&mut row.sandbox, pool, now);
         let out = row.sandbox.clone();
-        st.audit(&out.org_id, &out.id, entry, now);
+        st.audit(&out.org_id, out.id.as_str(), entry, now);
         Ok(Activation::Activated(out))
     }
 
@@ -509,7 +858,7 @@ impl Store for MemoryStore {
         let mut sbx = row.sandbox.clone();
         let entry = rules::mark_running(&mut sbx, backend_ref, now)?;
         row.sandbox = sbx.clone();
-        st.audit(&sbx.org_id, &sbx.id, entry, now);
+        st.audit(&sbx.org_id, sbx.id.as_str(), entry, now);
         Ok(sbx)
     }
 
@@ -526,7 +875,7 @@ impl Store for MemoryStore {
         let entry = rules::requeue(&mut sbx, reason, not_before, now)?;
         row.sandbox = sbx.clone();
         row.next_attempt_at = not_before;
-        st.audit(&sbx.org_id, &sbx.id, entry, now);
+        st.audit(&sbx.org_id, sbx.id.as_str(), entry, now);
         Ok(sbx)
     }
 
@@ -539,7 +888,7 @@ impl Store for MemoryStore {
         if t.to == SandboxStatus::Queued {
             row.next_attempt_at = now;
         }
-        st.audit(&sbx.org_id, &sbx.id, entry, now);
+        st.audit(&sbx.org_id, sbx.id.as_str(), entry, now);
         Ok(sbx)
     }
 

@@ -13,25 +13,34 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use differently_core::ids::InstallationId;
-use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use differently_core::{KeyId, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 
 use crate::memory::rules::{self, AuditEntry};
 use crate::{
-    Activation, Admission, Admitted, AuditRecord, Leadership, Org, PoolSlot, Project, Quota,
-    SandboxFilter, Store, StoreError, Transition,
+    Activation, Actor, Admission, Admitted, ApiKeyRecord, AuditRecord, Leadership, Org, OrgStatus,
+    PoolSlot, Project, Quota, QuotaScope, SandboxFilter, Store, StoreError, Transition, Usage,
 };
 
 /// Embedded migrations, applied in order; a version is never edited once released.
-pub const MIGRATIONS: &[(&str, &str)] =
-    &[("0001_init", include_str!("../../migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_init", include_str!("../../migrations/0001_init.sql")),
+    (
+        "0002_tenancy",
+        include_str!("../../migrations/0002_tenancy.sql"),
+    ),
+];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).
 const MIGRATION_LOCK: i64 = 0x0064_6c79_5f6d_6967; // "dly_mig"
 /// Session advisory lock of the scheduler leader (`dly_ldr`).
 const LEADER_LOCK: i64 = 0x0064_6c79_5f6c_6472; // "dly_ldr"
+/// Transaction advisory lock serializing organization name checks (`dly_orgn`): names are
+/// unique installation-wide, and there is no row to lock before the org exists.
+const ORG_NAME_LOCK: i64 = 0x646c_795f_6f72_676e; // "dly_orgn"
 
 const INSTALLATION_KEY: &str = "installation_id";
 
@@ -218,14 +227,25 @@ async fn insert_audit(
     e: AuditEntry,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
+    insert_audit_for(tx, &s.org_id, s.id.as_str(), e, at).await
+}
+
+/// Writes one audit record about `resource` of `org`.
+async fn insert_audit_for(
+    tx: &mut Transaction<'static, Postgres>,
+    org: &OrgId,
+    resource: &str,
+    e: AuditEntry,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO audit_events (org_id, actor, action, resource, at, detail)
          VALUES ($1, $2, $3, $4, $5, $6)",
     )
-    .bind(s.org_id.as_str())
+    .bind(org.as_str())
     .bind(e.actor)
     .bind(e.action)
-    .bind(s.id.as_str())
+    .bind(resource)
     .bind(at)
     .bind(e.detail)
     .execute(&mut **tx)
@@ -244,34 +264,151 @@ async fn pool_used(tx: &mut Transaction<'static, Postgres>, pool: &str) -> Resul
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// The organization's usage, derived from its rows.
-async fn org_usage(
-    tx: &mut Transaction<'static, Postgres>,
-    org: &OrgId,
-) -> Result<rules::Usage, StoreError> {
-    let row = sqlx::query(
-        "SELECT count(*) FILTER (WHERE status = ANY($2)) AS active,
-                COALESCE(sum(cpu) FILTER (WHERE status = ANY($3)), 0)::bigint AS cpu,
-                COALESCE(sum(memory_mib) FILTER (WHERE status = ANY($3)), 0)::bigint AS memory_mib,
-                COALESCE(sum(disk_gib) FILTER (WHERE status = ANY($4)), 0)::bigint AS disk_gib
-         FROM sandboxes WHERE org_id = $1",
-    )
-    .bind(org.as_str())
-    .bind(rules::statuses_where(SandboxStatus::counts_active))
-    .bind(rules::statuses_where(SandboxStatus::reserves_compute))
-    .bind(rules::statuses_where(SandboxStatus::counts_disk))
-    .fetch_one(&mut **tx)
-    .await?;
+/// Usage of the rows in `scope`, per the core accounting table (status sets built from
+/// `SandboxStatus::ALL` by the core predicates, as `Usage::add` uses them).
+async fn scope_usage<'e, E>(ex: E, scope: &QuotaScope) -> Result<Usage, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Postgres>,
+{
+    let (column, id) = match scope {
+        QuotaScope::Org(o) => ("org_id", o.as_str()),
+        QuotaScope::Project(p) => ("project_id", p.as_str()),
+    };
+    // `column` is one of two literals above, never input.
+    let sql = format!(
+        "SELECT count(*) FILTER (WHERE status = $2) AS queued,
+                count(*) FILTER (WHERE status = ANY($3)) AS active,
+                COALESCE(sum(cpu) FILTER (WHERE status = ANY($4)), 0)::bigint AS cpu,
+                COALESCE(sum(memory_mib) FILTER (WHERE status = ANY($4)), 0)::bigint AS memory_mib,
+                COALESCE(sum(disk_gib) FILTER (WHERE status = ANY($5)), 0)::bigint AS disk_gib
+         FROM sandboxes WHERE {column} = $1"
+    );
+    let row = sqlx::query(&sql)
+        .bind(id)
+        .bind(SandboxStatus::Queued.as_str())
+        .bind(rules::statuses_where(SandboxStatus::counts_active))
+        .bind(rules::statuses_where(SandboxStatus::reserves_compute))
+        .bind(rules::statuses_where(SandboxStatus::counts_disk))
+        .fetch_one(ex)
+        .await?;
     let get = |c: &str| -> Result<u64, StoreError> {
         let v: i64 = row.try_get(c)?;
-        Ok(u64::try_from(v).unwrap_or(0))
+        u64::try_from(v).map_err(|_| StoreError::Database(format!("usage {c} out of range")))
     };
-    Ok(rules::Usage {
-        active: get("active")?,
+    let count = |c: &str| -> Result<u32, StoreError> {
+        u32::try_from(get(c)?).map_err(|_| StoreError::Database(format!("usage {c} out of range")))
+    };
+    Ok(Usage {
+        active: count("active")?,
         cpu: get("cpu")?,
         memory_mib: get("memory_mib")?,
         disk_gib: get("disk_gib")?,
+        queued: count("queued")?,
     })
+}
+
+/// The stored quota of `scope`, if any.
+async fn stored_quota<'e, E>(ex: E, scope: &QuotaScope) -> Result<Option<Quota>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Postgres>,
+{
+    let doc: Option<Json<Quota>> = sqlx::query_scalar("SELECT doc FROM quotas WHERE scope = $1")
+        .bind(scope.key())
+        .fetch_optional(ex)
+        .await?;
+    Ok(doc.map(|Json(q)| q))
+}
+
+/// The wire form of an organization status (the promoted `status` column).
+fn org_status_str(s: OrgStatus) -> &'static str {
+    match s {
+        OrgStatus::Active => "active",
+        OrgStatus::Suspended => "suspended",
+    }
+}
+
+fn org_of(row: &sqlx::postgres::PgRow) -> Result<Org, StoreError> {
+    let Json(o): Json<Org> = row.try_get(DOC)?;
+    Ok(o)
+}
+
+fn project_of(row: &sqlx::postgres::PgRow) -> Result<Project, StoreError> {
+    let Json(p): Json<Project> = row.try_get(DOC)?;
+    Ok(p)
+}
+
+/// Rebuilds a key record: the doc never holds the hash, its own column does.
+fn key_of(row: &sqlx::postgres::PgRow) -> Result<ApiKeyRecord, StoreError> {
+    let Json(mut k): Json<ApiKeyRecord> = row.try_get(DOC)?;
+    k.hash = row.try_get("hash")?;
+    Ok(k)
+}
+
+fn limit_of(limit: u32) -> Option<i64> {
+    (limit != 0).then_some(i64::from(limit))
+}
+
+/// Takes the organization-name lock and fails with `AlreadyExists` if an organization other
+/// than `except` has `name`.
+async fn check_org_name(
+    tx: &mut Transaction<'static, Postgres>,
+    name: &str,
+    except: &OrgId,
+) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(ORG_NAME_LOCK)
+        .execute(&mut **tx)
+        .await?;
+    let taken: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM organizations WHERE name = $1 AND id <> $2)",
+    )
+    .bind(name)
+    .bind(except.as_str())
+    .fetch_one(&mut **tx)
+    .await?;
+    if taken {
+        return Err(rules::name_taken("organization", name));
+    }
+    Ok(())
+}
+
+/// `AlreadyExists` if a project of `org` other than `except` has `name`. The caller holds
+/// the organization row lock, which serializes project names within it.
+async fn check_project_name(
+    tx: &mut Transaction<'static, Postgres>,
+    org: &OrgId,
+    name: &str,
+    except: &ProjectId,
+) -> Result<(), StoreError> {
+    let taken: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM projects WHERE org_id = $1 AND name = $2 AND id <> $3)",
+    )
+    .bind(org.as_str())
+    .bind(name)
+    .bind(except.as_str())
+    .fetch_one(&mut **tx)
+    .await?;
+    if taken {
+        return Err(rules::name_taken("project", name));
+    }
+    Ok(())
+}
+
+/// The organization of a project (it never changes, so an unlocked read is safe).
+async fn project_org<'e, E>(ex: E, id: &ProjectId) -> Result<OrgId, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Postgres>,
+{
+    let org: String = sqlx::query_scalar("SELECT org_id FROM projects WHERE id = $1")
+        .bind(id.as_str())
+        .fetch_optional(ex)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))
+}
+
+fn count_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
 }
 
 /// A held `dly_ldr` session lock on its own connection; dropping it closes the session,
@@ -311,11 +448,13 @@ impl Store for PgStore {
     async fn ensure_tenant(&self, org: &Org, project: &Project) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         sqlx::query(
-            "INSERT INTO organizations (id, name, doc, created_at) VALUES ($1, $2, $3, $4)
+            "INSERT INTO organizations (id, name, status, doc, created_at)
+             VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(org.id.as_str())
         .bind(&org.name)
+        .bind(org_status_str(org.status))
         .bind(json_of(org)?)
         .bind(org.created_at)
         .execute(&mut *tx)
@@ -349,11 +488,407 @@ impl Store for PgStore {
         }
     }
 
+    async fn create_org(&self, org: &Org, actor: &Actor) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        check_org_name(&mut tx, &org.name, &org.id).await?;
+        let inserted = sqlx::query(
+            "INSERT INTO organizations (id, name, status, doc, created_at)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(org.id.as_str())
+        .bind(&org.name)
+        .bind(org_status_str(org.status))
+        .bind(json_of(org)?)
+        .bind(org.created_at)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::AlreadyExists(format!(
+                "organization {}",
+                org.id
+            )));
+        }
+        let e = rules::tenancy_entry(
+            actor,
+            "org.create",
+            json!({ "name": org.name, "status": org.status }),
+        );
+        insert_audit_for(&mut tx, &org.id, org.id.as_str(), e, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_org(&self, id: &OrgId) -> Result<Option<Org>, StoreError> {
+        let row = sqlx::query("SELECT doc FROM organizations WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(org_of).transpose()
+    }
+
+    async fn list_orgs(&self, after: Option<&OrgId>, limit: u32) -> Result<Vec<Org>, StoreError> {
+        let rows = sqlx::query(
+            r#"SELECT doc FROM organizations
+               WHERE ($1::text IS NULL OR id COLLATE "C" > $1)
+               ORDER BY id COLLATE "C" LIMIT $2"#,
+        )
+        .bind(after.map(OrgId::as_str))
+        .bind(limit_of(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(org_of).collect()
+    }
+
+    async fn update_org(
+        &self,
+        id: &OrgId,
+        name: Option<&str>,
+        status: Option<OrgStatus>,
+        actor: &Actor,
+    ) -> Result<Org, StoreError> {
+        let mut tx = self.begin().await?;
+        if let Some(n) = name {
+            // The name lock comes before the row lock, as in `create_org`.
+            check_org_name(&mut tx, n, id).await?;
+        }
+        let row = sqlx::query("SELECT doc FROM organizations WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let mut org = org_of(&row)?;
+        let detail = rules::update_org(&mut org, name, status);
+        sqlx::query("UPDATE organizations SET name = $2, status = $3, doc = $4 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(&org.name)
+            .bind(org_status_str(org.status))
+            .bind(json_of(&org)?)
+            .execute(&mut *tx)
+            .await?;
+        let e = rules::tenancy_entry(actor, "org.update", detail);
+        insert_audit_for(&mut tx, id, id.as_str(), e, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(org)
+    }
+
+    async fn delete_org(&self, id: &OrgId, actor: &Actor) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query("SELECT doc FROM organizations WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let org = org_of(&row)?;
+        let projects: i64 = sqlx::query_scalar("SELECT count(*) FROM projects WHERE org_id = $1")
+            .bind(id.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+        if projects > 0 {
+            return Err(rules::org_has_projects(count_u64(projects)));
+        }
+        sqlx::query("DELETE FROM api_keys WHERE org_id = $1")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM quotas WHERE scope = $1")
+            .bind(QuotaScope::Org(id.clone()).key())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM organizations WHERE id = $1")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        let e = rules::tenancy_entry(actor, "org.delete", json!({ "name": org.name }));
+        insert_audit_for(&mut tx, id, id.as_str(), e, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn create_project(&self, project: &Project, actor: &Actor) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        lock_org(&mut tx, &project.org_id).await?;
+        check_project_name(&mut tx, &project.org_id, &project.name, &project.id).await?;
+        let inserted = sqlx::query(
+            "INSERT INTO projects (id, org_id, name, doc, created_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(project.id.as_str())
+        .bind(project.org_id.as_str())
+        .bind(&project.name)
+        .bind(json_of(project)?)
+        .bind(project.created_at)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::AlreadyExists(format!("project {}", project.id)));
+        }
+        let e = rules::tenancy_entry(actor, "project.create", json!({ "name": project.name }));
+        insert_audit_for(&mut tx, &project.org_id, project.id.as_str(), e, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_projects(
+        &self,
+        org: &OrgId,
+        after: Option<&ProjectId>,
+        limit: u32,
+    ) -> Result<Vec<Project>, StoreError> {
+        let rows = sqlx::query(
+            r#"SELECT doc FROM projects
+               WHERE org_id = $1 AND ($2::text IS NULL OR id COLLATE "C" > $2)
+               ORDER BY id COLLATE "C" LIMIT $3"#,
+        )
+        .bind(org.as_str())
+        .bind(after.map(ProjectId::as_str))
+        .bind(limit_of(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(project_of).collect()
+    }
+
+    async fn rename_project(
+        &self,
+        id: &ProjectId,
+        name: &str,
+        actor: &Actor,
+    ) -> Result<Project, StoreError> {
+        let mut tx = self.begin().await?;
+        let org = project_org(&mut *tx, id).await?;
+        lock_org(&mut tx, &org).await?;
+        let row = sqlx::query("SELECT doc FROM projects WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let mut p = project_of(&row)?;
+        check_project_name(&mut tx, &org, name, id).await?;
+        let old = std::mem::replace(&mut p.name, name.to_owned());
+        sqlx::query("UPDATE projects SET name = $2, doc = $3 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(&p.name)
+            .bind(json_of(&p)?)
+            .execute(&mut *tx)
+            .await?;
+        let e = rules::tenancy_entry(
+            actor,
+            "project.rename",
+            json!({ "old": old, "new": p.name }),
+        );
+        insert_audit_for(&mut tx, &org, id.as_str(), e, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(p)
+    }
+
+    async fn delete_project(&self, id: &ProjectId, actor: &Actor) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let org = project_org(&mut *tx, id).await?;
+        // Lock order: organization first, so admission (which holds it) cannot insert a new
+        // sandbox into the project while it is being deleted.
+        lock_org(&mut tx, &org).await?;
+        let row = sqlx::query("SELECT doc FROM projects WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let p = project_of(&row)?;
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sandboxes WHERE project_id = $1 AND NOT (status = ANY($2))",
+        )
+        .bind(id.as_str())
+        .bind(rules::statuses_where(SandboxStatus::is_final))
+        .fetch_one(&mut *tx)
+        .await?;
+        if live > 0 {
+            return Err(rules::project_has_live_sandboxes(count_u64(live)));
+        }
+        let removed = sqlx::query("DELETE FROM sandboxes WHERE project_id = $1")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("DELETE FROM api_keys WHERE project_id = $1")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM quotas WHERE scope = $1")
+            .bind(QuotaScope::Project(id.clone()).key())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM projects WHERE id = $1")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        let e = rules::tenancy_entry(
+            actor,
+            "project.delete",
+            json!({ "name": p.name, "deletedSandboxes": removed }),
+        );
+        insert_audit_for(&mut tx, &org, id.as_str(), e, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn create_key(&self, key: &ApiKeyRecord, actor: &Actor) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        lock_org(&mut tx, &key.org_id).await?;
+        if let Some(p) = &key.project_id {
+            let org = project_org(&mut *tx, p).await?;
+            if org != key.org_id {
+                return Err(StoreError::NotFound);
+            }
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO api_keys (id, org_id, project_id, doc, hash, revoked_at, expires_at,
+                 created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(key.id.as_str())
+        .bind(key.org_id.as_str())
+        .bind(key.project_id.as_ref().map(ProjectId::as_str))
+        .bind(json_of(key)?)
+        .bind(&key.hash)
+        .bind(key.revoked_at)
+        .bind(key.expires_at)
+        .bind(key.created_at)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::AlreadyExists(format!("key {}", key.id)));
+        }
+        let e = rules::tenancy_entry(actor, "key.create", rules::key_detail(key));
+        insert_audit_for(&mut tx, &key.org_id, key.id.as_str(), e, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_key(&self, id: &KeyId) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let row = sqlx::query("SELECT doc, hash FROM api_keys WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(key_of).transpose()
+    }
+
+    async fn list_keys(
+        &self,
+        org: &OrgId,
+        after: Option<&KeyId>,
+        limit: u32,
+    ) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT doc, hash FROM api_keys
+             WHERE org_id = $1 AND ($2::text IS NULL OR id > $2)
+             ORDER BY id LIMIT $3",
+        )
+        .bind(org.as_str())
+        .bind(after.map(KeyId::as_str))
+        .bind(limit_of(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(key_of).collect()
+    }
+
+    async fn revoke_key(
+        &self,
+        id: &KeyId,
+        at: DateTime<Utc>,
+        actor: &Actor,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query("SELECT doc, hash FROM api_keys WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let mut key = key_of(&row)?;
+        if key.revoked_at.is_some() {
+            return Ok(key);
+        }
+        key.revoked_at = Some(at);
+        sqlx::query("UPDATE api_keys SET revoked_at = $2, doc = $3 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(at)
+            .bind(json_of(&key)?)
+            .execute(&mut *tx)
+            .await?;
+        let e = rules::tenancy_entry(actor, "key.revoke", json!({ "revokedAt": at }));
+        insert_audit_for(&mut tx, &key.org_id, id.as_str(), e, at).await?;
+        tx.commit().await?;
+        Ok(key)
+    }
+
+    async fn touch_key(&self, id: &KeyId, at: DateTime<Utc>) -> Result<(), StoreError> {
+        // The doc is the serialized record: set the field as serde writes it.
+        let res = sqlx::query(
+            "UPDATE api_keys SET doc = jsonb_set(doc, '{lastUsedAt}', $2) WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(json_of(&at)?)
+        .execute(&self.pool)
+        .await?;
+        if res.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    async fn get_quota(&self, scope: &QuotaScope) -> Result<Option<Quota>, StoreError> {
+        stored_quota(&self.pool, scope).await
+    }
+
+    async fn put_quota(
+        &self,
+        scope: &QuotaScope,
+        quota: &Quota,
+        actor: &Actor,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let org = match scope {
+            QuotaScope::Org(o) => o.clone(),
+            QuotaScope::Project(p) => project_org(&mut *tx, p).await?,
+        };
+        lock_org(&mut tx, &org).await?;
+        let key = scope.key();
+        let old = stored_quota(&mut *tx, scope).await?;
+        sqlx::query(
+            "INSERT INTO quotas (scope, doc) VALUES ($1, $2)
+             ON CONFLICT (scope) DO UPDATE SET doc = EXCLUDED.doc",
+        )
+        .bind(&key)
+        .bind(json_of(quota)?)
+        .execute(&mut *tx)
+        .await?;
+        let e = rules::tenancy_entry(actor, "quota.put", json!({ "old": old, "new": quota }));
+        insert_audit_for(&mut tx, &org, &key, e, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn usage(&self, scope: &QuotaScope) -> Result<Usage, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        match scope {
+            QuotaScope::Org(o) => {
+                sqlx::query_scalar::<_, String>("SELECT id FROM organizations WHERE id = $1")
+                    .bind(o.as_str())
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+            }
+            QuotaScope::Project(p) => {
+                project_org(&mut *conn, p).await?;
+            }
+        }
+        scope_usage(&mut *conn, scope).await
+    }
+
     async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError> {
         let Admission {
             sandbox: s,
             request_hash,
-            max_queued,
+            defaults,
             actor,
         } = admission;
         rules::check_admissible(&s)?;
@@ -385,20 +920,18 @@ impl Store for PgStore {
                 };
             }
         }
-        if let Some(max) = max_queued {
-            let queued: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM sandboxes WHERE org_id = $1 AND status = $2",
-            )
-            .bind(s.org_id.as_str())
-            .bind(SandboxStatus::Queued.as_str())
-            .fetch_one(&mut *tx)
-            .await?;
-            if queued >= i64::from(max) {
-                return Err(StoreError::QuotaExceeded(format!(
-                    "org queued limit {max} reached"
-                )));
-            }
-        }
+        let org_scope = QuotaScope::Org(s.org_id.clone());
+        let prj_scope = QuotaScope::Project(s.project_id.clone());
+        let org_quota = stored_quota(&mut *tx, &org_scope)
+            .await?
+            .unwrap_or_default()
+            .or(&defaults);
+        let prj_quota = stored_quota(&mut *tx, &prj_scope)
+            .await?
+            .unwrap_or_default();
+        let org_usage = scope_usage(&mut *tx, &org_scope).await?;
+        let prj_usage = scope_usage(&mut *tx, &prj_scope).await?;
+        rules::check_admission_limits(&s, (&org_usage, &org_quota), (&prj_usage, &prj_quota))?;
         sqlx::query(
             "INSERT INTO sandboxes (id, org_id, project_id, status, status_version, pool,
                  backend_ref, idempotency_key, request_hash, attempts, priority, cpu, memory_mib,
@@ -502,13 +1035,30 @@ impl Store for PgStore {
         if s.status != SandboxStatus::Queued {
             return Ok(Activation::NotQueued(s));
         }
-        let usage = org_usage(&mut tx, &org).await?;
+        let org_scope = QuotaScope::Org(org.clone());
+        let prj_scope = QuotaScope::Project(s.project_id.clone());
+        let org_quota = stored_quota(&mut *tx, &org_scope)
+            .await?
+            .unwrap_or_default()
+            .or(quota);
+        let prj_quota = stored_quota(&mut *tx, &prj_scope)
+            .await?
+            .unwrap_or_default();
+        let org_usage = scope_usage(&mut *tx, &org_scope).await?;
+        let prj_usage = scope_usage(&mut *tx, &prj_scope).await?;
         let used = if pool.max_concurrent.is_some() {
             pool_used(&mut tx, &pool.name).await?
         } else {
             0
         };
-        if let Some(reason) = rules::waiting_reason(&usage, used, &s, pool, quota) {
+        let reason = rules::waiting_reason(
+            (&org_usage, &org_quota),
+            (&prj_usage, &prj_quota),
+            used,
+            &s,
+            pool,
+        );
+        if let Some(reason) = reason {
             rules::wait(&mut s, reason, now);
             write_sandbox(&mut tx, &s, None).await?;
             tx.commit().await?;
