@@ -44,6 +44,7 @@ async fn promoted_columns_match_the_document() {
     let org = Org {
         id: OrgId::new(),
         name: "o".into(),
+        status: differently_store::OrgStatus::Active,
         created_at: Utc::now(),
     };
     let prj = Project {
@@ -63,7 +64,7 @@ async fn promoted_columns_match_the_document() {
     s.admit(Admission {
         sandbox: sbx.clone(),
         request_hash: "h".into(),
-        max_queued: None,
+        defaults: Quota::default(),
         actor: Actor::System("test"),
     })
     .await
@@ -103,4 +104,52 @@ async fn promoted_columns_match_the_document() {
         (status.as_str(), pool_col.as_deref()),
         ("running", Some("p1"))
     );
+}
+
+/// Organizations written before 0002 (documents without `status`) read back as active after
+/// migrating, and the promoted column agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenancy_migration_backfills_org_status() {
+    use differently_core::OrgId;
+    use differently_store::OrgStatus;
+
+    let db = TestDb::new().await;
+    let pool = db.store().pool().clone();
+    sqlx::raw_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (v1, sql1) = MIGRATIONS[0];
+    assert_eq!(v1, "0001_init");
+    sqlx::raw_sql(sql1).execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)")
+        .bind(v1)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let id = OrgId::new();
+    let doc = serde_json::json!({
+        "id": id.as_str(),
+        "name": "legacy",
+        "createdAt": "2024-01-01T00:00:00Z",
+    });
+    sqlx::query(
+        "INSERT INTO organizations (id, name, doc, created_at) VALUES ($1, 'legacy', $2, now())",
+    )
+    .bind(id.as_str())
+    .bind(doc)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let s = PgStore::connect(db.url(), 2).await.unwrap();
+    s.migrate().await.unwrap();
+    let org = s.get_org(&id).await.unwrap().unwrap();
+    assert_eq!(org.status, OrgStatus::Active);
+    let column: String = sqlx::query_scalar("SELECT status FROM organizations WHERE id = $1")
+        .bind(id.as_str())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(column, "active");
 }
