@@ -1,0 +1,279 @@
+//! The harness's HTTP client for `/v1`, and tenant provisioning (orgs, projects, keys) with
+//! the documented fallback to the bootstrap key while the tenancy routes are not served.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::LoadError;
+
+/// Scopes every load-test key gets.
+pub const SCOPES: [&str; 3] = ["sandboxes:read", "sandboxes:write", "sandboxes:exec"];
+
+/// A client of one API, all traffic to 127.0.0.1.
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+/// One tenant the generator acts as.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tenant {
+    /// Display name.
+    pub name: String,
+    /// The organization id (from the API, or `None` for the bootstrap tenant).
+    pub org_id: Option<String>,
+    /// The project id (`None` for the bootstrap tenant).
+    pub project_id: Option<String>,
+    /// The key (never serialized into reports).
+    #[serde(skip)]
+    pub key: String,
+}
+
+/// How tenants were provisioned.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tenancy {
+    /// `multi-org` when `POST /v1/orgs` works, else `bootstrap-fallback`.
+    pub mode: String,
+    /// Why the fallback was taken, when it was.
+    pub note: Option<String>,
+    /// The tenants, in round-robin order.
+    pub tenants: Vec<Tenant>,
+}
+
+/// The outcome of one create.
+#[derive(Debug, Clone)]
+pub enum Created {
+    /// 202 with this id.
+    Accepted(String),
+    /// Any other answer.
+    Refused(u16, String),
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(400).collect()
+}
+
+impl Api {
+    /// A client of `base` (`http://127.0.0.1:PORT`).
+    pub fn new(base: String) -> Result<Api, LoadError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(1024)
+            .build()
+            .map_err(|e| LoadError::http("building the HTTP client", e))?;
+        Ok(Api { http, base })
+    }
+
+    /// The underlying client (shared connection pool).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// POSTs JSON with `key`; returns the status and the body (JSON, or `null`).
+    pub async fn post(
+        &self,
+        key: &str,
+        path: &str,
+        body: &Value,
+    ) -> Result<(u16, Value), LoadError> {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| LoadError::http(format!("POST {path}"), e))?;
+        let status = r.status().as_u16();
+        let text = r
+            .text()
+            .await
+            .map_err(|e| LoadError::http(format!("POST {path} body"), e))?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    /// `POST /v1/sandboxes {}`.
+    pub async fn create(&self, key: &str) -> Result<Created, LoadError> {
+        let (status, body) = self.post(key, "/v1/sandboxes", &json!({})).await?;
+        match (status, body["id"].as_str()) {
+            (202, Some(id)) => Ok(Created::Accepted(id.to_owned())),
+            _ => Ok(Created::Refused(status, truncate(&body.to_string()))),
+        }
+    }
+
+    /// `GET /v1/sandboxes/{id}/wait?status=…`; returns the status the sandbox has.
+    pub async fn wait(
+        &self,
+        key: &str,
+        id: &str,
+        status: &str,
+        timeout_seconds: u64,
+    ) -> Result<String, LoadError> {
+        let path =
+            format!("/v1/sandboxes/{id}/wait?status={status}&timeoutSeconds={timeout_seconds}");
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .send()
+            .await
+            .map_err(|e| LoadError::http(format!("GET {path}"), e))?;
+        let code = r.status().as_u16();
+        let body: Value = r
+            .json()
+            .await
+            .map_err(|e| LoadError::http(format!("GET {path} body"), e))?;
+        if code != 200 {
+            return Err(LoadError::Api {
+                context: format!("GET {path}"),
+                status: code,
+                body: truncate(&body.to_string()),
+            });
+        }
+        Ok(body["status"].as_str().unwrap_or("").to_owned())
+    }
+
+    /// `POST /v1/sandboxes/{id}/exec` running `echo hi`; checks the answer.
+    pub async fn exec_echo(&self, key: &str, id: &str) -> Result<(), LoadError> {
+        let path = format!("/v1/sandboxes/{id}/exec");
+        let (status, body) = self
+            .post(key, &path, &json!({"command": ["echo", "hi"]}))
+            .await?;
+        if status != 200 || body["stdout"] != "hi\n" || body["exitCode"] != 0 {
+            return Err(LoadError::Api {
+                context: format!("POST {path}"),
+                status,
+                body: truncate(&body.to_string()),
+            });
+        }
+        Ok(())
+    }
+
+    /// `DELETE /v1/sandboxes/{id}`; returns the HTTP status.
+    pub async fn delete(&self, key: &str, id: &str) -> Result<u16, LoadError> {
+        let path = format!("/v1/sandboxes/{id}");
+        let r = self
+            .http
+            .delete(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .send()
+            .await
+            .map_err(|e| LoadError::http(format!("DELETE {path}"), e))?;
+        let status = r.status().as_u16();
+        let _ = r.bytes().await;
+        Ok(status)
+    }
+
+    /// Status of a POST to `/v1/sandboxes/{id}/exec/stream`, to tell whether streamed exec
+    /// is served at all.
+    pub async fn exec_stream_status(&self, key: &str, id: &str) -> Result<u16, LoadError> {
+        let path = format!("/v1/sandboxes/{id}/exec/stream");
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .json(&json!({"command": ["echo", "hi"]}))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| LoadError::http(format!("POST {path}"), e))?;
+        Ok(r.status().as_u16())
+    }
+}
+
+fn id_of(body: &Value, context: &str) -> Result<String, LoadError> {
+    body["id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| LoadError::Api {
+            context: context.to_owned(),
+            status: 200,
+            body: format!("no id in {}", truncate(&body.to_string())),
+        })
+}
+
+fn expect_created(context: &str, status: u16, body: &Value) -> Result<(), LoadError> {
+    if (200..300).contains(&status) {
+        Ok(())
+    } else {
+        Err(LoadError::Api {
+            context: context.to_owned(),
+            status,
+            body: truncate(&body.to_string()),
+        })
+    }
+}
+
+/// Provisions `orgs` organizations, each with one project and one key scoped to it, per
+/// the API contract. When `POST /v1/orgs` answers 404 (tenancy not served yet), falls back
+/// to one tenant acting with the bootstrap key, and says so in `Tenancy::note`.
+pub async fn provision(api: &Api, bootstrap_key: &str, orgs: usize) -> Result<Tenancy, LoadError> {
+    let mut tenants = Vec::with_capacity(orgs);
+    for i in 0..orgs {
+        let name = format!("load-org-{i}");
+        let (status, body) = api
+            .post(bootstrap_key, "/v1/orgs", &json!({"name": name}))
+            .await?;
+        if status == 404 && i == 0 {
+            return Ok(Tenancy {
+                mode: "bootstrap-fallback".to_owned(),
+                note: Some(format!(
+                    "POST /v1/orgs answered 404 ({}): tenancy routes are not served yet, so \
+                     every sandbox is created with the bootstrap key in its single org/project; \
+                     per-org figures collapse into one org",
+                    truncate(&body["error"]["message"].to_string())
+                )),
+                tenants: vec![Tenant {
+                    name: "bootstrap".to_owned(),
+                    org_id: None,
+                    project_id: None,
+                    key: bootstrap_key.to_owned(),
+                }],
+            });
+        }
+        expect_created("POST /v1/orgs", status, &body)?;
+        let org_id = id_of(&body, "POST /v1/orgs")?;
+        let (status, body) = api
+            .post(
+                bootstrap_key,
+                "/v1/projects",
+                &json!({"orgId": org_id, "name": format!("{name}-project")}),
+            )
+            .await?;
+        expect_created("POST /v1/projects", status, &body)?;
+        let project_id = id_of(&body, "POST /v1/projects")?;
+        let (status, body) = api
+            .post(
+                bootstrap_key,
+                "/v1/keys",
+                &json!({"orgId": org_id, "projectId": project_id, "name": format!("{name}-key"),
+                        "scopes": SCOPES}),
+            )
+            .await?;
+        expect_created("POST /v1/keys", status, &body)?;
+        let key = body["key"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| LoadError::Api {
+                context: "POST /v1/keys".to_owned(),
+                status,
+                body: "no key in the answer".to_owned(),
+            })?;
+        tenants.push(Tenant {
+            name,
+            org_id: Some(org_id),
+            project_id: Some(project_id),
+            key,
+        });
+    }
+    Ok(Tenancy {
+        mode: "multi-org".to_owned(),
+        note: None,
+        tenants,
+    })
+}

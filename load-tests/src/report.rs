@@ -1,0 +1,620 @@
+//! The run's report: every figure as an absolute number and as a ratio to its same-run
+//! baseline, the targets met or missed, the invariant check, and the raw phase details.
+//! Rendered as a Markdown table for people and serialized as JSON for tools.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::client::Tenancy;
+use crate::dev::DevRss;
+use crate::generator::{ActivationSpan, FixedRateSummary};
+use crate::invariants::InvariantReport;
+use crate::plan::Plan;
+use crate::stats::{Summary, Throughput};
+
+/// P6's limit: 30 MB (10^6 bytes), in KiB.
+pub const DEV_RSS_TARGET_KIB: f64 = 30.0 * 1_000_000.0 / 1024.0;
+
+/// Keys of the figures every report carries (the smoke test checks each is present).
+pub const REQUIRED_FIGURES: &[&str] = &[
+    "baseline.pgInsertTps1",
+    "baseline.pgInsertTps8",
+    "baseline.jsPublishPerSec1",
+    "baseline.jsPublishPerSec8",
+    "admissionsPerSec",
+    "activationsPerSec.leaderBacklog",
+    "activationsPerSec.sustained",
+    "createToRunning.client.p50",
+    "createToRunning.client.p95",
+    "createToRunning.client.p99",
+    "createToRunning.server.p50",
+    "createToRunning.server.p99",
+    "fixedRate.achievedPerSec",
+    "exec.api.p50",
+    "exec.direct.p50",
+    "exec.overhead.p50",
+    "exec.underLoad.p50",
+    "exec.stream.throughput",
+    "rss.api.idle",
+    "rss.scheduler.idle",
+    "rss.worker.idle",
+    "rss.api.load",
+    "rss.scheduler.load",
+    "rss.worker.load",
+    "rss.dev.idle",
+];
+
+/// Raw baselines of the run.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Baselines {
+    /// Autocommit single-row inserts, 1 connection.
+    pub pg_insert_1: Throughput,
+    /// Autocommit single-row inserts, 8 connections.
+    pub pg_insert_8: Throughput,
+    /// Acked JetStream publishes, 1 in flight.
+    pub js_publish_1: Throughput,
+    /// Acked JetStream publishes, 8 in flight.
+    pub js_publish_8: Throughput,
+    /// In-process `FakeAdapter::exec` on the cluster's ledger.
+    pub direct_fake_exec: Summary,
+    /// HTTP round trip to a trivial local axum handler.
+    pub trivial_http: Summary,
+}
+
+/// One admission burst.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Burst {
+    /// Accepted creates over the batch's wall time.
+    pub admissions: Throughput,
+    /// Refused creates.
+    pub refused: usize,
+    /// A few refusals.
+    pub refusal_examples: Vec<String>,
+    /// The leader's activations of the burst, from the audit log.
+    pub activation: ActivationSpan,
+    /// Seconds from the end of the batch until all were running.
+    pub running_after_seconds: f64,
+    /// Delete requests over their wall time.
+    pub deletes: Throughput,
+    /// Seconds from the end of the deletes until all were terminated.
+    pub terminated_after_seconds: f64,
+}
+
+/// Details of every phase.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Phases {
+    /// Pre-population (the live sandboxes present during every measurement).
+    pub prepopulate: Burst,
+    /// Burst with every process running (P1, sustained activations).
+    pub burst_sustained: Burst,
+    /// Burst admitted while the scheduler was stopped, then placed as a backlog (P2).
+    pub burst_leader_backlog: Burst,
+    /// The fixed-rate mix (P3).
+    pub fixed_rate: FixedRateSummary,
+    /// `startedAt − createdAt` of the fixed-rate sandboxes, from Postgres.
+    pub server_side_to_running: Summary,
+    /// Sequential exec through the API on a quiet system (P4).
+    pub exec_via_api: Summary,
+    /// What `POST …/exec/stream` answered.
+    pub exec_stream_status: Option<u16>,
+    /// RSS (KiB) of each process right after start (empty database).
+    pub rss_start_kib: BTreeMap<String, u64>,
+    /// RSS (KiB) after pre-population, idle.
+    pub rss_idle_kib: BTreeMap<String, u64>,
+    /// Peak RSS (KiB) during the bursts and the fixed-rate phase.
+    pub rss_load_kib: BTreeMap<String, u64>,
+    /// `differently dev` idle RSS (P6).
+    pub dev: DevRss,
+}
+
+/// One reported figure.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Figure {
+    /// Stable key.
+    pub key: String,
+    /// What it is.
+    pub name: String,
+    /// The absolute value; `None` when it cannot be measured yet.
+    pub value: Option<f64>,
+    /// Unit of `value`.
+    pub unit: String,
+    /// What the ratio is taken against.
+    pub baseline: String,
+    /// The baseline's value.
+    pub baseline_value: Option<f64>,
+    /// `value / baseline_value`.
+    pub ratio: Option<f64>,
+    /// Anything a reader needs to interpret it.
+    pub note: Option<String>,
+}
+
+/// A target's verdict.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetResult {
+    /// `P1` … `P6`.
+    pub id: String,
+    /// The target as stated.
+    pub target: String,
+    /// `met`, `missed` or `not measurable yet`.
+    pub status: String,
+    /// The measured values and ratios behind the verdict.
+    pub measured: String,
+}
+
+/// Where it ran.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Environment {
+    /// CPUs the OS reports.
+    pub cpus: usize,
+    /// Postgres `server_version`.
+    pub postgres_version: String,
+    /// Postgres `synchronous_commit`.
+    pub synchronous_commit: String,
+    /// nats-server version.
+    pub nats_version: String,
+    /// The `differently` binary used.
+    pub binary: String,
+    /// `quota.max_active` configured per organization.
+    pub max_active_per_org: u32,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// When the run finished (RFC 3339).
+    pub finished_at: String,
+    /// Wall time of the whole run.
+    pub wall_seconds: f64,
+    /// The plan.
+    pub plan: Plan,
+    /// Where it ran.
+    pub environment: Environment,
+    /// How tenants were provisioned.
+    pub tenancy: Tenancy,
+    /// Raw baselines.
+    pub baselines: Baselines,
+    /// Figures with ratios.
+    pub figures: Vec<Figure>,
+    /// Target verdicts.
+    pub targets: Vec<TargetResult>,
+    /// The invariant check.
+    pub invariants: InvariantReport,
+    /// Phase details.
+    pub phases: Phases,
+    /// Caveats of this run.
+    pub notes: Vec<String>,
+}
+
+fn ratio(v: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (v, b) {
+        (Some(v), Some(b)) if b != 0.0 => Some(v / b),
+        _ => None,
+    }
+}
+
+struct Fig<'a>(&'a mut Vec<Figure>);
+
+impl Fig<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        key: &str,
+        name: &str,
+        value: Option<f64>,
+        unit: &str,
+        baseline: &str,
+        baseline_value: Option<f64>,
+        note: Option<String>,
+    ) {
+        self.0.push(Figure {
+            key: key.to_owned(),
+            name: name.to_owned(),
+            value,
+            unit: unit.to_owned(),
+            baseline: baseline.to_owned(),
+            baseline_value,
+            ratio: ratio(value, baseline_value),
+            note,
+        });
+    }
+}
+
+/// Builds every figure from the measurements.
+pub fn figures(plan: &Plan, b: &Baselines, p: &Phases) -> Vec<Figure> {
+    let mut v = Vec::new();
+    let mut f = Fig(&mut v);
+    let pg1 = Some(b.pg_insert_1.per_second);
+    let pg8 = Some(b.pg_insert_8.per_second);
+    f.add(
+        "baseline.pgInsertTps1",
+        "raw Postgres single-row insert tx/s, 1 conn",
+        pg1,
+        "tx/s",
+        "itself",
+        pg1,
+        None,
+    );
+    f.add(
+        "baseline.pgInsertTps8",
+        "raw Postgres single-row insert tx/s, 8 conns",
+        pg8,
+        "tx/s",
+        "itself",
+        pg8,
+        None,
+    );
+    let js1 = Some(b.js_publish_1.per_second);
+    let js8 = Some(b.js_publish_8.per_second);
+    f.add(
+        "baseline.jsPublishPerSec1",
+        "raw JetStream acked publish/s, 1 in flight",
+        js1,
+        "msg/s",
+        "itself",
+        js1,
+        None,
+    );
+    f.add(
+        "baseline.jsPublishPerSec8",
+        "raw JetStream acked publish/s, 8 in flight",
+        js8,
+        "msg/s",
+        "itself",
+        js8,
+        None,
+    );
+    f.add(
+        "admissionsPerSec",
+        "admissions/s sustained (all processes running)",
+        Some(p.burst_sustained.admissions.per_second),
+        "/s",
+        "Postgres tx/s, 8 conns",
+        pg8,
+        Some(format!(
+            "{} creates, {} in flight",
+            plan.burst, plan.concurrency
+        )),
+    );
+    f.add(
+        "activationsPerSec.leaderBacklog",
+        "activations/s by the placement leader (backlog)",
+        Some(p.burst_leader_backlog.activation.per_second),
+        "/s",
+        "Postgres tx/s, 1 conn",
+        pg1,
+        Some("burst admitted with the scheduler stopped, then placed".to_owned()),
+    );
+    f.add(
+        "activationsPerSec.sustained",
+        "activations/s during the sustained burst",
+        Some(p.burst_sustained.activation.per_second),
+        "/s",
+        "Postgres tx/s, 1 conn",
+        pg1,
+        None,
+    );
+    let hop = Some(b.pg_insert_1.latency.p50_ms + b.js_publish_1.latency.p50_ms);
+    let hop_name = "1 raw Postgres tx p50 + 1 JetStream publish p50";
+    let c = &p.fixed_rate.to_running;
+    let rate_note = Some(format!(
+        "at {} creates/s, backend latency {} ms",
+        plan.rate, plan.latency_ms
+    ));
+    f.add(
+        "createToRunning.client.p50",
+        "create→running p50 (client)",
+        Some(c.p50_ms),
+        "ms",
+        hop_name,
+        hop,
+        rate_note.clone(),
+    );
+    f.add(
+        "createToRunning.client.p95",
+        "create→running p95 (client)",
+        Some(c.p95_ms),
+        "ms",
+        hop_name,
+        hop,
+        rate_note.clone(),
+    );
+    f.add(
+        "createToRunning.client.p99",
+        "create→running p99 (client)",
+        Some(c.p99_ms),
+        "ms",
+        hop_name,
+        hop,
+        rate_note,
+    );
+    let s = &p.server_side_to_running;
+    f.add(
+        "createToRunning.server.p50",
+        "create→running p50 (Postgres createdAt→startedAt)",
+        Some(s.p50_ms),
+        "ms",
+        hop_name,
+        hop,
+        None,
+    );
+    f.add(
+        "createToRunning.server.p99",
+        "create→running p99 (Postgres createdAt→startedAt)",
+        Some(s.p99_ms),
+        "ms",
+        hop_name,
+        hop,
+        None,
+    );
+    f.add(
+        "fixedRate.achievedPerSec",
+        "fixed-rate sessions started/s",
+        Some(p.fixed_rate.achieved_rate),
+        "/s",
+        "requested rate",
+        Some(f64::from(plan.rate)),
+        Some(format!(
+            "{} planned, {} shed, {} failed, {} unfinished",
+            p.fixed_rate.planned, p.fixed_rate.shed, p.fixed_rate.failed, p.fixed_rate.unfinished
+        )),
+    );
+    let direct = Some(b.direct_fake_exec.p50_ms);
+    f.add(
+        "exec.api.p50",
+        "exec round trip via API p50 (quiet)",
+        Some(p.exec_via_api.p50_ms),
+        "ms",
+        "direct in-process fake exec p50",
+        direct,
+        None,
+    );
+    f.add(
+        "exec.direct.p50",
+        "direct in-process fake exec p50",
+        direct,
+        "ms",
+        "itself",
+        direct,
+        None,
+    );
+    let overhead = p.exec_via_api.p50_ms - b.direct_fake_exec.p50_ms;
+    f.add(
+        "exec.overhead.p50",
+        "exec overhead p50 (via API − direct)",
+        Some(overhead),
+        "ms",
+        "HTTP round trip to a trivial axum handler p50",
+        Some(b.trivial_http.p50_ms),
+        None,
+    );
+    f.add(
+        "exec.underLoad.p50",
+        "exec round trip via API p50 (under fixed-rate load)",
+        Some(p.fixed_rate.exec.p50_ms),
+        "ms",
+        "direct in-process fake exec p50",
+        direct,
+        None,
+    );
+    f.add(
+        "exec.stream.throughput",
+        "streamed exec output throughput",
+        None,
+        "bytes/s",
+        "direct streamed throughput",
+        None,
+        Some(match p.exec_stream_status {
+            Some(s) => format!("not measurable yet: POST …/exec/stream answers HTTP {s}"),
+            None => "not measurable yet".to_owned(),
+        }),
+    );
+    for role in ["api", "scheduler", "worker"] {
+        let start = p.rss_start_kib.get(role).map(|k| *k as f64 / 1024.0);
+        let idle = p.rss_idle_kib.get(role).map(|k| *k as f64 / 1024.0);
+        let load = p.rss_load_kib.get(role).map(|k| *k as f64 / 1024.0);
+        f.add(
+            &format!("rss.{role}.idle"),
+            &format!("RSS {role}, idle with live sandboxes"),
+            idle,
+            "MiB",
+            "RSS right after start (empty)",
+            start,
+            None,
+        );
+        f.add(
+            &format!("rss.{role}.load"),
+            &format!("RSS {role}, peak under load"),
+            load,
+            "MiB",
+            "RSS idle",
+            idle,
+            None,
+        );
+    }
+    f.add(
+        "rss.dev.idle",
+        "RSS `differently dev`, idle",
+        Some(p.dev.rss_kib as f64 / 1024.0),
+        "MiB",
+        "P6 limit (30 MB)",
+        Some(DEV_RSS_TARGET_KIB / 1024.0),
+        Some(format!("after {} ms idle", p.dev.idle_millis)),
+    );
+    v
+}
+
+fn verdict(met: bool) -> String {
+    if met { "met" } else { "missed" }.to_owned()
+}
+
+/// Target verdicts.
+pub fn targets(plan: &Plan, b: &Baselines, p: &Phases) -> Vec<TargetResult> {
+    let adm = p.burst_sustained.admissions.per_second;
+    let pg8 = b.pg_insert_8.per_second;
+    let adm_ratio = if pg8 > 0.0 { adm / pg8 } else { 0.0 };
+    let act = p.burst_leader_backlog.activation.per_second;
+    let c = &p.fixed_rate.to_running;
+    let lat = plan.latency_ms as f64;
+    let (o50, o99) = (c.p50_ms - lat, c.p99_ms - lat);
+    let p3_rate_note = if plan.rate == 200 {
+        String::new()
+    } else {
+        format!(
+            " (measured at {}/s; the target is defined at 200/s)",
+            plan.rate
+        )
+    };
+    let exec_over = p.exec_via_api.p50_ms - b.direct_fake_exec.p50_ms;
+    let dev_mb = p.dev.rss_kib as f64 * 1024.0 / 1e6;
+    vec![
+        TargetResult {
+            id: "P1".into(),
+            target: "admissions ≥ 1,000/s and ≥ 0.3× raw Postgres tx/s".into(),
+            status: verdict(adm >= 1000.0 && adm_ratio >= 0.3),
+            measured: format!("{adm:.0}/s = {adm_ratio:.2}× Postgres 8-conn {pg8:.0} tx/s"),
+        },
+        TargetResult {
+            id: "P2".into(),
+            target: "activations ≥ 1,000/s".into(),
+            status: verdict(act >= 1000.0),
+            measured: format!(
+                "{act:.0}/s = {:.2}× Postgres 1-conn {:.0} tx/s",
+                if b.pg_insert_1.per_second > 0.0 { act / b.pg_insert_1.per_second } else { 0.0 },
+                b.pg_insert_1.per_second
+            ),
+        },
+        TargetResult {
+            id: "P3".into(),
+            target: "create→running overhead p50 ≤ 5 ms, p99 ≤ 25 ms at 200 creates/s".into(),
+            status: verdict(o50 <= 5.0 && o99 <= 25.0 && p.fixed_rate.failed == 0 && p.fixed_rate.shed == 0),
+            measured: format!(
+                "p50 {o50:.1} ms ({:.1}× 5 ms), p99 {o99:.1} ms ({:.1}× 25 ms), achieved {:.0}/s{p3_rate_note}",
+                o50 / 5.0,
+                o99 / 25.0,
+                p.fixed_rate.achieved_rate
+            ),
+        },
+        TargetResult {
+            id: "P4".into(),
+            target: "exec overhead p50 ≤ 1 ms over a direct backend call".into(),
+            status: verdict(exec_over <= 1.0),
+            measured: format!(
+                "{exec_over:.2} ms ({:.2}× 1 ms): API {:.2} ms vs direct fake {:.3} ms; a bare HTTP hop is {:.2} ms",
+                exec_over,
+                p.exec_via_api.p50_ms,
+                b.direct_fake_exec.p50_ms,
+                b.trivial_http.p50_ms
+            ),
+        },
+        TargetResult {
+            id: "P4s".into(),
+            target: "streamed exec output ≥ 0.8× direct throughput".into(),
+            status: "not measurable yet".into(),
+            measured: match p.exec_stream_status {
+                Some(s) => format!("POST …/exec/stream answers HTTP {s}: streamed exec is not served yet"),
+                None => "streamed exec is not served yet".into(),
+            },
+        },
+        TargetResult {
+            id: "P6".into(),
+            target: "`differently dev` idle RSS ≤ 30 MB".into(),
+            status: verdict(dev_mb <= 30.0),
+            measured: format!("{dev_mb:.1} MB ({:.2}× 30 MB)", dev_mb / 30.0),
+        },
+    ]
+}
+
+fn num(v: Option<f64>) -> String {
+    match v {
+        None => "—".to_owned(),
+        Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
+        Some(x) if x.abs() >= 10.0 => format!("{x:.1}"),
+        Some(x) => format!("{x:.2}"),
+    }
+}
+
+impl Report {
+    /// The human-readable form: Markdown tables of figures, targets and invariants.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "Differently load run — {} orgs × {} live sandboxes, tenancy: {}, {} CPUs, wall {:.0} s{}\n\n",
+            self.plan.orgs,
+            self.plan.live_per_org,
+            self.tenancy.mode,
+            self.environment.cpus,
+            self.wall_seconds,
+            if self.plan.smoke { " (SMOKE: numbers are not meaningful)" } else { "" }
+        ));
+        out.push_str("| figure | value | unit | baseline | baseline value | ratio |\n|---|---:|---|---|---:|---:|\n");
+        for f in &self.figures {
+            let value = match (&f.value, &f.note) {
+                (None, Some(n)) => n.clone(),
+                _ => num(f.value),
+            };
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} |\n",
+                f.name,
+                value,
+                f.unit,
+                f.baseline,
+                num(f.baseline_value),
+                f.ratio.map_or("—".to_owned(), |r| format!("{r:.3}×"))
+            ));
+        }
+        out.push_str("\n| target | goal | verdict | measured |\n|---|---|---|---|\n");
+        for t in &self.targets {
+            out.push_str(&format!(
+                "| {} | {} | **{}** | {} |\n",
+                t.id, t.target, t.status, t.measured
+            ));
+        }
+        let i = &self.invariants;
+        let line = |name: &str, c: &crate::invariants::Check| {
+            format!(
+                "| {name} | {} | {} | {} |\n",
+                if c.ok { "ok" } else { "VIOLATED" },
+                c.violations,
+                c.examples.join("; ")
+            )
+        };
+        out.push_str(&format!(
+            "\nInvariants ({} sandboxes expected, {} rows, {} ledger lines, {} unsettled): **{}**\n\n| invariant | result | violations | examples |\n|---|---|---:|---|\n",
+            i.sandboxes_expected,
+            i.rows_in_postgres,
+            i.ledger_lines,
+            i.unsettled_rows,
+            if i.ok { "all hold" } else { "VIOLATED" }
+        ));
+        out.push_str(&line("no sandbox lost", &i.no_sandbox_lost));
+        out.push_str(&line(
+            "no duplicate backend instance",
+            &i.no_duplicate_instance,
+        ));
+        out.push_str(&line("no orphan backend instance", &i.no_orphan_instance));
+        out.push_str(&line(
+            &format!(
+                "quota never exceeded (max_active {}, peak {})",
+                i.max_active_limit,
+                i.max_active_seen.values().max().copied().unwrap_or(0)
+            ),
+            &i.quota_never_exceeded,
+        ));
+        out.push_str(&line("every delete finished", &i.every_delete_finished));
+        if !self.notes.is_empty() {
+            out.push_str("\nNotes:\n");
+            for n in &self.notes {
+                out.push_str(&format!("- {n}\n"));
+            }
+        }
+        out
+    }
+}

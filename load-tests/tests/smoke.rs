@@ -1,0 +1,102 @@
+//! The load harness in smoke mode (a few seconds, small numbers) against a freshly started
+//! three-process cluster, so the harness cannot rot. The full benchmark is not a test.
+//!
+//! Needs Postgres on 127.0.0.1:5432 and a nats-server ≥ 2.10 (see README.md); fails with a
+//! message saying what to start when either is missing. Uses the debug `differently` binary
+//! from this workspace's target directory, building it when it is missing.
+#![allow(clippy::unwrap_used)] // a test fails by panicking
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use differently_load_tests::report::REQUIRED_FIGURES;
+use differently_load_tests::{run, Plan};
+
+/// `target/debug/differently` of this workspace (respecting `CARGO_TARGET_DIR`), built with
+/// `cargo build -p differently` when it is missing.
+fn differently_binary() -> PathBuf {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("load-tests sits inside the workspace")
+        .to_owned();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| {
+            if t.is_absolute() {
+                t
+            } else {
+                workspace.join(t)
+            }
+        })
+        .unwrap_or_else(|| workspace.join("target"));
+    let binary = target.join("debug").join("differently");
+    if !binary.is_file() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "differently"])
+            .current_dir(&workspace)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run `cargo build -p differently`: {e}"));
+        assert!(
+            status.success() && binary.is_file(),
+            "{} is missing and `cargo build -p differently` did not produce it ({status}); \
+             build it first with `cargo build -p differently`",
+            binary.display()
+        );
+    }
+    binary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smoke_run_has_every_figure_and_the_invariants_hold() {
+    let plan = Plan::smoke(differently_binary());
+    let report = match run(plan).await {
+        Ok(r) => r,
+        Err(e) => panic!("smoke run failed: {e}"),
+    };
+    let table = report.render();
+    assert!(
+        report.invariants.ok,
+        "invariants violated:\n{table}\n{:#?}",
+        report.invariants
+    );
+    for key in REQUIRED_FIGURES {
+        let f = report
+            .figures
+            .iter()
+            .find(|f| f.key == *key)
+            .unwrap_or_else(|| panic!("figure {key} missing:\n{table}"));
+        if *key == "exec.stream.throughput" && f.value.is_none() {
+            assert!(
+                f.note.as_deref().unwrap_or("").contains("not measurable"),
+                "{table}"
+            );
+            continue;
+        }
+        let v = f
+            .value
+            .unwrap_or_else(|| panic!("figure {key} has no value:\n{table}"));
+        assert!(v.is_finite(), "figure {key} = {v}:\n{table}");
+        if !key.starts_with("exec.overhead") {
+            assert!(v > 0.0, "figure {key} = {v}:\n{table}");
+        }
+    }
+    for id in ["P1", "P2", "P3", "P4", "P4s", "P6"] {
+        assert!(
+            report.targets.iter().any(|t| t.id == id),
+            "target {id} missing:\n{table}"
+        );
+    }
+    assert_eq!(
+        report.phases.fixed_rate.failed, 0,
+        "{table}\n{:#?}",
+        report.phases.fixed_rate
+    );
+    // The JSON form carries the same figures.
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(
+        json["figures"].as_array().map(Vec::len),
+        Some(report.figures.len())
+    );
+    assert!(!table.contains("VIOLATED"), "{table}");
+}
