@@ -10,6 +10,7 @@ pub mod fair;
 pub mod faults;
 pub mod ids;
 pub mod placement;
+pub mod policy;
 pub mod pool;
 pub mod resources;
 pub mod sandbox;
