@@ -11,6 +11,7 @@ pub mod baseline;
 pub mod client;
 pub mod cluster;
 pub mod dev;
+pub mod diag;
 pub mod error;
 pub mod generator;
 pub mod invariants;

@@ -47,6 +47,9 @@ struct Args {
     /// Where to write the JSON report.
     #[arg(long, default_value = "report.json")]
     out: PathBuf,
+    /// Record `perf` profiles of each process during the bursts into this directory.
+    #[arg(long)]
+    perf_dir: Option<PathBuf>,
     /// The `differently` binary (default: next to this one).
     #[arg(long)]
     binary: Option<PathBuf>,
@@ -93,6 +96,9 @@ fn main() -> ExitCode {
     }
     if let Some(v) = a.baseline_millis {
         plan.baseline_millis = v;
+    }
+    if a.perf_dir.is_some() {
+        plan.perf_dir = a.perf_dir;
     }
     if let Some(v) = a.log_level {
         plan.log_level = v;

@@ -40,6 +40,8 @@ pub struct Plan {
     pub database_max_connections: u32,
     /// `DIFFERENTLY_LOG` for the control-plane processes.
     pub log_level: String,
+    /// When set, `perf record` each process during the bursts and keep the reports here.
+    pub perf_dir: Option<PathBuf>,
 }
 
 impl Plan {
@@ -61,6 +63,7 @@ impl Plan {
             phase_timeout_seconds: 300,
             database_max_connections: 16,
             log_level: "warn".to_owned(),
+            perf_dir: None,
         }
     }
 

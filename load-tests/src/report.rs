@@ -81,6 +81,11 @@ pub struct Burst {
     pub deletes: Throughput,
     /// Seconds from the end of the deletes until all were terminated.
     pub terminated_after_seconds: f64,
+    /// What the control plane's Postgres backends were doing from the first create until
+    /// all were running (sampled `pg_stat_activity`).
+    pub postgres_activity: Vec<crate::diag::WaitShare>,
+    /// `perf report` files written for this burst (with `--perf-dir`).
+    pub profiles: Vec<String>,
 }
 
 /// Details of every phase.
@@ -109,6 +114,12 @@ pub struct Phases {
     pub rss_load_kib: BTreeMap<String, u64>,
     /// `differently dev` idle RSS (P6).
     pub dev: DevRss,
+    /// Postgres activity during the fixed-rate phase.
+    pub fixed_rate_postgres_activity: Vec<crate::diag::WaitShare>,
+    /// `EXPLAIN (ANALYZE, BUFFERS)` of the hot queries on the final data.
+    pub explain: Vec<crate::diag::Explained>,
+    /// Row counts of the big tables at the end.
+    pub table_rows: Vec<(String, i64)>,
 }
 
 /// One reported figure.
@@ -609,6 +620,35 @@ impl Report {
             &i.quota_never_exceeded,
         ));
         out.push_str(&line("every delete finished", &i.every_delete_finished));
+        let acts = [
+            (
+                "sustained burst",
+                &self.phases.burst_sustained.postgres_activity,
+            ),
+            (
+                "leader backlog burst",
+                &self.phases.burst_leader_backlog.postgres_activity,
+            ),
+            (
+                "fixed-rate phase",
+                &self.phases.fixed_rate_postgres_activity,
+            ),
+        ];
+        for (name, act) in acts {
+            if act.is_empty() {
+                continue;
+            }
+            out.push_str(&format!(
+                "\nPostgres backends of the control plane during the {name} (sampled every 50 ms; top 5):\n\n| backends/sample | state · wait · query |\n|---:|---|\n"
+            ));
+            for w in act.iter().take(5) {
+                out.push_str(&format!(
+                    "| {:.2} | `{}` |\n",
+                    w.backends_per_sample,
+                    w.what.replace('|', "·")
+                ));
+            }
+        }
         if !self.notes.is_empty() {
             out.push_str("\nNotes:\n");
             for n in &self.notes {

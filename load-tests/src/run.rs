@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use crate::baseline;
 use crate::client::{provision, Api};
 use crate::cluster::{Cluster, ClusterOpts};
+use crate::diag;
 use crate::generator::{
     activation_span, create_batch, delete_batch, fixed_rate, server_side_to_running, wait_all, Made,
 };
@@ -56,6 +57,16 @@ async fn burst(
     deleted: &mut Vec<String>,
 ) -> Result<Burst, LoadError> {
     let deadline = Instant::now() + plan.phase_timeout();
+    let label = if pause_leader { "backlog" } else { "sustained" };
+    let mut recordings = Vec::new();
+    if let Some(dir) = &plan.perf_dir {
+        std::fs::create_dir_all(dir).map_err(|e| LoadError::io("creating --perf-dir", e))?;
+        for (role, pid) in cluster.pids() {
+            let data = dir.join(format!("{label}-{role}.perf.data"));
+            recordings.push(diag::perf_start(pid, &data)?);
+        }
+    }
+    let waits = diag::WaitSampler::start(pool.clone(), Duration::from_millis(50));
     if pause_leader {
         cluster.signal_pause("scheduler", true)?;
     }
@@ -67,6 +78,11 @@ async fn burst(
     let made_ids = ids(&batch.accepted);
     accepted.extend(made_ids.iter().cloned());
     let running_after = wait_all(pool, &made_ids, "running", deadline).await?;
+    let postgres_activity = waits.finish(12).await;
+    let mut profiles = Vec::new();
+    for r in recordings {
+        profiles.push(r.finish().await?.display().to_string());
+    }
     let activation = activation_span(pool, &made_ids).await?;
     let del = delete_batch(api, tenancy, &batch.accepted, plan.concurrency, deadline).await;
     deleted.extend(del.deleted.iter().cloned());
@@ -79,6 +95,8 @@ async fn burst(
         running_after_seconds: running_after.as_secs_f64(),
         deletes: del.throughput,
         terminated_after_seconds: terminated_after.as_secs_f64(),
+        postgres_activity,
+        profiles,
     })
 }
 
@@ -217,6 +235,7 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
             plan.rate, plan.duration_seconds
         ),
     );
+    let waits = diag::WaitSampler::start(pool.clone(), Duration::from_millis(50));
     let fr = fixed_rate(
         &api,
         &tenancy,
@@ -227,6 +246,7 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     )
     .await;
     phases.rss_load_kib = sampler.finish().await;
+    phases.fixed_rate_postgres_activity = waits.finish(12).await;
     cluster.check_alive()?;
     let fr_ids: Vec<String> = fr.sessions.iter().filter_map(|s| s.id.clone()).collect();
     accepted.extend(fr_ids.iter().cloned());
@@ -287,6 +307,8 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     )
     .await?;
     cluster.check_alive()?;
+    phases.explain = diag::explain_hot_queries(&pool).await?;
+    phases.table_rows = diag::table_rows(&pool).await?;
 
     progress(t0, "differently dev idle RSS");
     phases.dev =

@@ -1,0 +1,237 @@
+//! Evidence for the figures: what Postgres backends of the control plane were doing while
+//! under load (sampled `pg_stat_activity`: lock waits, round trips inside transactions), and
+//! `EXPLAIN ANALYZE` of the hot per-request queries on the run's final data.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::{PgPool, Row};
+use tokio::sync::watch;
+
+use crate::LoadError;
+
+/// One kind of backend activity and how often it was seen.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitShare {
+    /// `state | wait_event_type:wait_event | query prefix`.
+    pub what: String,
+    /// Samples that saw a backend doing this.
+    pub samples: u64,
+    /// Average number of backends doing this per sample.
+    pub backends_per_sample: f64,
+}
+
+/// Samples `pg_stat_activity` of the run's database every `every` until finished.
+pub struct WaitSampler {
+    counts: Arc<Mutex<(u64, HashMap<String, u64>)>>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WaitSampler {
+    /// Starts sampling through `pool` (one connection of it).
+    pub fn start(pool: PgPool, every: Duration) -> WaitSampler {
+        let counts: Arc<Mutex<(u64, HashMap<String, u64>)>> = Arc::default();
+        let (stop, mut rx) = watch::channel(false);
+        let c = counts.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let rows = sqlx::query(
+                    "SELECT state,
+                            coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-') AS w,
+                            left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS q
+                     FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()
+                       AND state IN ('active', 'idle in transaction')
+                       AND query NOT LIKE '%pg_stat_activity%'",
+                )
+                .fetch_all(&pool)
+                .await;
+                if let Ok(rows) = rows {
+                    let mut m = c.lock().unwrap_or_else(|e| e.into_inner());
+                    m.0 += 1;
+                    for r in rows {
+                        let state: String = r.try_get("state").unwrap_or_default();
+                        let w: String = r.try_get("w").unwrap_or_default();
+                        let q: String = r.try_get("q").unwrap_or_default();
+                        *m.1.entry(format!("{state} | {w} | {q}")).or_default() += 1;
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = rx.changed() => return,
+                }
+            }
+        });
+        WaitSampler { counts, stop, task }
+    }
+
+    /// Stops and returns the `top` most frequent activities.
+    pub async fn finish(self, top: usize) -> Vec<WaitShare> {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        let m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let samples = m.0.max(1);
+        let mut v: Vec<WaitShare> =
+            m.1.iter()
+                .map(|(k, n)| WaitShare {
+                    what: k.clone(),
+                    samples: *n,
+                    backends_per_sample: *n as f64 / samples as f64,
+                })
+                .collect();
+        v.sort_by_key(|w| std::cmp::Reverse(w.samples));
+        v.truncate(top);
+        v
+    }
+}
+
+/// One explained query.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explained {
+    /// Which store call runs it.
+    pub name: String,
+    /// `EXPLAIN (ANALYZE, BUFFERS)` output.
+    pub plan: Vec<String>,
+}
+
+const ACTIVE: &str = "'{provisioning,running,paused,stopped,terminating}'::text[]";
+const COMPUTE: &str = "'{provisioning,running,paused,terminating}'::text[]";
+
+/// Explains the queries every admission and activation runs, on the run's final data,
+/// for the organization and project with the most rows.
+pub async fn explain_hot_queries(pool: &PgPool) -> Result<Vec<Explained>, LoadError> {
+    let row = sqlx::query(
+        "SELECT org_id, project_id, count(*) AS n FROM sandboxes
+         GROUP BY org_id, project_id ORDER BY n DESC LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| LoadError::db("picking an org to explain", e))?;
+    let Some(row) = row else {
+        return Ok(Vec::new());
+    };
+    let org: String = row
+        .try_get("org_id")
+        .map_err(|e| LoadError::db("org_id", e))?;
+    let prj: String = row
+        .try_get("project_id")
+        .map_err(|e| LoadError::db("project_id", e))?;
+    // Ids are ULID-based (`org_…`, `prj_…`): safe to inline after this check.
+    let safe = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !safe(&org) || !safe(&prj) {
+        return Ok(Vec::new());
+    }
+    let usage = |column: &str, id: &str| {
+        format!(
+            "SELECT count(*) FILTER (WHERE status = 'queued') AS queued,
+                    count(*) FILTER (WHERE status = ANY({ACTIVE})) AS active,
+                    COALESCE(sum(cpu) FILTER (WHERE status = ANY({COMPUTE})), 0)::bigint AS cpu,
+                    COALESCE(sum(memory_mib) FILTER (WHERE status = ANY({COMPUTE})), 0)::bigint AS mem,
+                    COALESCE(sum(disk_gib) FILTER (WHERE status = ANY({ACTIVE})), 0)::bigint AS disk
+             FROM sandboxes WHERE {column} = '{id}'"
+        )
+    };
+    let queries = vec![
+        ("store scope_usage(org) — admit and activate, under the org row lock".to_owned(), usage("org_id", &org)),
+        ("store scope_usage(project) — admit, under the org row lock".to_owned(), usage("project_id", &prj)),
+        (
+            "store active_cpu_by_org — placement, once per dispatch pass".to_owned(),
+            format!("SELECT org_id, sum(cpu)::bigint FROM sandboxes WHERE status = ANY({COMPUTE}) GROUP BY org_id"),
+        ),
+        (
+            "store runnable_queued — placement repair pass".to_owned(),
+            "SELECT doc FROM sandboxes WHERE status = 'queued' AND next_attempt_at <= now() ORDER BY id LIMIT 10000".to_owned(),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, q) in queries {
+        let rows = sqlx::query(&format!("EXPLAIN (ANALYZE, BUFFERS) {q}"))
+            .fetch_all(pool)
+            .await
+            .map_err(|e| LoadError::db(format!("explaining {name}"), e))?;
+        let plan = rows
+            .iter()
+            .filter_map(|r| r.try_get::<String, _>(0).ok())
+            .collect();
+        out.push(Explained { name, plan });
+    }
+    Ok(out)
+}
+
+/// Row counts of the big tables at the end of the run.
+pub async fn table_rows(pool: &PgPool) -> Result<Vec<(String, i64)>, LoadError> {
+    let mut out = Vec::new();
+    for t in ["sandboxes", "audit_events"] {
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {t}"))
+            .fetch_one(pool)
+            .await
+            .map_err(|e| LoadError::db(format!("counting {t}"), e))?;
+        out.push((t.to_owned(), n));
+    }
+    Ok(out)
+}
+
+/// A `perf record` attached to one process.
+pub struct PerfRecording {
+    child: std::process::Child,
+    data: std::path::PathBuf,
+}
+
+/// Starts `perf record -g` (499 Hz) on `pid`, writing `data`.
+pub fn perf_start(pid: u32, data: &std::path::Path) -> Result<PerfRecording, LoadError> {
+    let child = std::process::Command::new("perf")
+        .args(["record", "-F", "499", "-g", "-o"])
+        .arg(data)
+        .args(["-p", &pid.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| LoadError::io("spawning perf record (is perf installed?)", e))?;
+    Ok(PerfRecording {
+        child,
+        data: data.to_owned(),
+    })
+}
+
+impl PerfRecording {
+    /// Stops the recording (SIGINT, bounded wait) and writes `perf report --stdio` next to
+    /// the data as `.txt`; returns that path.
+    pub async fn finish(mut self) -> Result<std::path::PathBuf, LoadError> {
+        let pid = self.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let txt = self.data.with_extension("txt");
+        let out = std::process::Command::new("perf")
+            .args([
+                "report",
+                "--stdio",
+                "--no-children",
+                "--percent-limit",
+                "1",
+                "-g",
+                "none",
+                "-i",
+            ])
+            .arg(&self.data)
+            .output()
+            .map_err(|e| LoadError::io("running perf report", e))?;
+        std::fs::write(&txt, &out.stdout)
+            .map_err(|e| LoadError::io("writing the perf report", e))?;
+        Ok(txt)
+    }
+}
