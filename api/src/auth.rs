@@ -1,11 +1,13 @@
 //! API keys (`dly_<keyid>_<secret>`) and the authenticated principal.
 //!
-//! Only a SHA-256 hash of a key is kept; comparison is constant-time. Today one bootstrap
-//! admin key from configuration authenticates (full tenancy with stored keys comes later).
+//! Only a SHA-256 hash of a key is kept; comparison is constant-time. One bootstrap
+//! admin key from configuration authenticates as an operator; every other key is a stored
+//! record looked up by its public id.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use differently_core::{ErrorCode, OrgId, ProjectId};
+use differently_core::tenancy::{OrgStatus, Scope};
+use differently_core::{ErrorCode, KeyId, OrgId, ProjectId};
 use rand::Rng;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -77,39 +79,192 @@ impl BootstrapKey {
     }
 }
 
-/// Who is calling: a key bound to an organization and a project.
+/// Who is calling: a key bound to an organization and maybe one project.
 #[derive(Debug, Clone)]
 pub struct Principal {
     pub key_id: String,
     pub org_id: OrgId,
-    pub project_id: ProjectId,
-    pub admin: bool,
+    /// `None`: the key acts for the whole organization.
+    pub project_id: Option<ProjectId>,
+    pub scopes: Vec<Scope>,
+}
+
+impl Principal {
+    /// Whether the key holds `scope` (`admin` implies every scope).
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope) || self.scopes.contains(&Scope::Admin)
+    }
+
+    /// 403 unless the key holds `scope`.
+    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
+        if self.has(scope) {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                ErrorCode::PermissionDenied,
+                format!("this key lacks the {scope} scope"),
+            ))
+        }
+    }
+
+    /// Operator: may manage every organization.
+    pub fn is_admin(&self) -> bool {
+        self.scopes.contains(&Scope::Admin)
+    }
+
+    /// Whether the key may see things of organization `org`.
+    pub fn sees_org(&self, org: &OrgId) -> bool {
+        self.is_admin() || &self.org_id == org
+    }
+
+    /// Whether the key may see things of project `project` in `org`.
+    pub fn sees_project(&self, org: &OrgId, project: &ProjectId) -> bool {
+        if self.is_admin() {
+            return true;
+        }
+        &self.org_id == org && self.project_id.as_ref().is_none_or(|p| p == project)
+    }
+
+    /// Whether the key may manage its organization's projects and keys: an org-wide key
+    /// with `sandboxes:write`, or an admin.
+    pub fn manages_org(&self, org: &OrgId) -> bool {
+        self.is_admin()
+            || (&self.org_id == org
+                && self.project_id.is_none()
+                && self.scopes.contains(&Scope::SandboxesWrite))
+    }
+
+    /// Scopes of this key for the audit log (`key:<id>`).
+    pub fn actor(&self) -> differently_store::Actor {
+        differently_store::Actor::Key(self.key_id.clone())
+    }
+}
+
+fn unauthenticated() -> ApiError {
+    ApiError::new(ErrorCode::Unauthenticated, "missing or invalid API key")
+}
+
+/// Keys' last-use times are written at most this often.
+const TOUCH_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+    let header = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(unauthenticated)?;
+    let token = header
+        .strip_prefix("Bearer ")
+        .ok_or_else(unauthenticated)?
+        .trim();
+    if state.bootstrap_key.matches(token) {
+        return Ok(Principal {
+            key_id: state.bootstrap_key.key_id.clone(),
+            org_id: state.tenant.org.id.clone(),
+            project_id: Some(state.tenant.project.id.clone()),
+            scopes: Scope::ALL.to_vec(),
+        });
+    }
+    // Shape check first: garbage never reaches the database.
+    let parsed = parse_key(token).ok_or_else(unauthenticated)?;
+    let key_id = KeyId::parse(parsed.key_id).map_err(|_| unauthenticated())?;
+    let record = state
+        .store
+        .get_key(&key_id)
+        .await?
+        .ok_or_else(unauthenticated)?;
+    let presented = hex(&hash_key(token));
+    if !bool::from(presented.as_bytes().ct_eq(record.hash.as_bytes())) {
+        return Err(unauthenticated());
+    }
+    let now = chrono::Utc::now();
+    if record.revoked_at.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::Unauthenticated,
+            "this API key was revoked",
+        ));
+    }
+    if record.expires_at.is_some_and(|t| t <= now) {
+        return Err(ApiError::new(
+            ErrorCode::Unauthenticated,
+            "this API key has expired",
+        ));
+    }
+    if record.last_used_at.is_none_or(|t| now - t > TOUCH_EVERY) {
+        if let Err(e) = state.store.touch_key(&key_id, now).await {
+            tracing::warn!(key = %key_id, error = %e, "cannot record key use");
+        }
+    }
+    Ok(Principal {
+        key_id: record.id.to_string(),
+        org_id: record.org_id,
+        project_id: record.project_id,
+        scopes: record.scopes,
+    })
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn client_addr(parts: &Parts) -> std::net::IpAddr {
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+}
+
+fn too_many(wait: std::time::Duration, code: ErrorCode, message: &str) -> ApiError {
+    let mut e = ApiError::new(code, message);
+    e.retry_after = Some(wait.as_secs().max(1));
+    e
 }
 
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let unauthenticated =
-            || ApiError::new(ErrorCode::Unauthenticated, "missing or invalid API key");
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(unauthenticated)?;
-        let token = header
-            .strip_prefix("Bearer ")
-            .ok_or_else(unauthenticated)?
-            .trim();
-        if !state.bootstrap_key.matches(token) {
-            return Err(unauthenticated());
+        let addr = client_addr(parts);
+        // A client that keeps failing authentication is slowed down before any lookup.
+        if !state.auth_failures.has_token(&addr) {
+            return Err(too_many(
+                std::time::Duration::from_secs(5),
+                ErrorCode::RateLimited,
+                "too many failed authentications from this address; retry later",
+            ));
         }
-        Ok(Principal {
-            key_id: state.bootstrap_key.key_id.clone(),
-            org_id: state.tenant.org.id.clone(),
-            project_id: state.tenant.project.id.clone(),
-            admin: true,
-        })
+        let principal = match authenticate(parts, state).await {
+            Ok(p) => p,
+            Err(e) => {
+                if e.code == ErrorCode::Unauthenticated {
+                    let _ = state.auth_failures.take(&addr);
+                }
+                return Err(e);
+            }
+        };
+        if let Err(wait) = state.key_requests.take(&principal.key_id) {
+            return Err(too_many(
+                wait,
+                ErrorCode::RateLimited,
+                "rate limit exceeded for this API key",
+            ));
+        }
+        if parts.method != axum::http::Method::GET && !principal.is_admin() {
+            let org = state.store.get_org(&principal.org_id).await?;
+            match org {
+                Some(o) if o.status == OrgStatus::Suspended => {
+                    return Err(ApiError::new(
+                        ErrorCode::PermissionDenied,
+                        "the organization is suspended: its keys can only read",
+                    ))
+                }
+                Some(_) => {}
+                None => return Err(unauthenticated()),
+            }
+        }
+        Ok(principal)
     }
 }
 

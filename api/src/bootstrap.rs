@@ -4,7 +4,7 @@
 use chrono::Utc;
 use differently_core::ids::InstallationId;
 use differently_core::{OrgId, ProjectId};
-use differently_store::{Org, Project, Store, StoreError};
+use differently_store::{Org, OrgStatus, Project, Store, StoreError};
 use sha2::{Digest, Sha256};
 
 /// The organization and project the bootstrap key acts in.
@@ -34,6 +34,7 @@ pub async fn ensure_bootstrap_tenant(store: &dyn Store) -> Result<Tenant, StoreE
     let org = Org {
         id: org_id.clone(),
         name: "default".into(),
+        status: OrgStatus::Active,
         created_at: now,
     };
     let project = Project {

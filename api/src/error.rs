@@ -71,6 +71,10 @@ impl From<StoreError> for ApiError {
                 ErrorCode::Conflict,
                 "Idempotency-Key was already used with a different request body",
             ),
+            StoreError::AlreadyExists(m) => {
+                ApiError::new(ErrorCode::Conflict, format!("{m} already exists"))
+            }
+            StoreError::HasDependents(m) => ApiError::new(ErrorCode::Conflict, m),
             StoreError::QuotaExceeded(m) => ApiError::new(ErrorCode::QuotaExceeded, m),
             StoreError::Database(m) => ApiError::internal(m),
         }

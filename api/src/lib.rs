@@ -20,15 +20,39 @@ pub mod body;
 pub mod bootstrap;
 pub mod error;
 pub mod events;
+pub mod page;
+pub mod ratelimit;
 pub mod sandboxes;
+pub mod tenancy;
 
 pub use auth::{generate_key, BootstrapKey};
 pub use bootstrap::{ensure_bootstrap_tenant, Tenant};
 
-/// Admission limits applied by the API.
-#[derive(Debug, Clone, Default)]
+/// Limits applied by the API.
+#[derive(Debug, Clone)]
 pub struct Limits {
-    pub max_queued: Option<u32>,
+    /// Installation-wide quota defaults; an org's stored quota overrides them per field.
+    pub quota_defaults: differently_core::tenancy::Quota,
+    /// Requests per API key.
+    pub key_rate: ratelimit::Rate,
+    /// Failed authentications per client address.
+    pub auth_failure_rate: ratelimit::Rate,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            quota_defaults: Default::default(),
+            key_rate: ratelimit::Rate {
+                per_second: 100.0,
+                burst: 200.0,
+            },
+            auth_failure_rate: ratelimit::Rate {
+                per_second: 0.5,
+                burst: 20.0,
+            },
+        }
+    }
 }
 
 /// Everything a handler needs, shared by all requests.
@@ -45,6 +69,8 @@ pub struct Inner {
     pub faults: Faults,
     pub events: events::EventHub,
     pub limits: Limits,
+    pub key_requests: ratelimit::Buckets<String>,
+    pub auth_failures: ratelimit::Buckets<std::net::IpAddr>,
 }
 
 impl std::ops::Deref for AppState {
@@ -65,6 +91,7 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(sandboxes::router())
+        .merge(tenancy::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)

@@ -16,16 +16,19 @@ use differently_bus_schema::WorkOp;
 use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::placement::{decide, Decision};
 use differently_core::sandbox::SandboxView;
+use differently_core::tenancy::Scope;
 use differently_core::{
-    faults, CreateSandboxRequest, ErrorCode, Sandbox, SandboxId, SandboxSpec, SandboxStatus,
+    faults, CreateSandboxRequest, ErrorCode, ProjectId, Sandbox, SandboxId, SandboxSpec,
+    SandboxStatus,
 };
-use differently_store::{Actor, Admission, Admitted, SandboxFilter, StoreError, Transition};
-use serde::{Deserialize, Serialize};
+use differently_store::{Admission, Admitted, SandboxFilter, StoreError, Transition};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::auth::Principal;
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
+use crate::page::{bad_query, parse_limit, Page};
 use crate::AppState;
 
 /// Routes of this module.
@@ -46,6 +49,7 @@ async fn create(
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SandboxView>)> {
     let req: CreateSandboxRequest = parse_json(&body)?;
+    principal.require(Scope::SandboxesWrite)?;
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => {
@@ -66,11 +70,27 @@ async fn create(
     };
     let spec =
         SandboxSpec::build(&req).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
-    if let Some(p) = &req.project_id {
-        if *p != principal.project_id {
-            return Err(ApiError::not_found("project"));
+    let project_id = match (&req.project_id, &principal.project_id) {
+        (Some(asked), _) => match state.store.get_project(asked).await? {
+            Some(p)
+                if p.org_id == principal.org_id
+                    && principal.project_id.as_ref().is_none_or(|b| b == &p.id) =>
+            {
+                p.id
+            }
+            _ => return Err(ApiError::not_found("project")),
+        },
+        (None, Some(bound)) => bound.clone(),
+        (None, None) => {
+            return Err(ApiError::field(
+                ErrorCode::ValidationFailed,
+                differently_core::FieldError::new(
+                    "projectId",
+                    "required for an organization-wide key",
+                ),
+            ))
         }
-    }
+    };
     if req.from_snapshot.is_some() {
         return Err(ApiError::new(
             ErrorCode::UnsupportedOperation,
@@ -84,7 +104,7 @@ async fn create(
     let request_hash = hex(&Sha256::digest(&canonical));
     let sandbox = Sandbox::queued(
         principal.org_id.clone(),
-        principal.project_id.clone(),
+        project_id,
         spec,
         idempotency_key,
         Utc::now(),
@@ -94,8 +114,8 @@ async fn create(
         .admit(Admission {
             sandbox,
             request_hash,
-            max_queued: state.limits.max_queued,
-            actor: Actor::Key(principal.key_id.clone()),
+            defaults: state.limits.quota_defaults,
+            actor: principal.actor(),
         })
         .await?;
     let sandbox = match admitted {
@@ -121,7 +141,15 @@ fn hex(bytes: &[u8]) -> String {
 async fn load(state: &AppState, principal: &Principal, raw_id: &str) -> ApiResult<Sandbox> {
     let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
     match state.store.get_sandbox(&id).await? {
-        Some(s) if s.org_id == principal.org_id && s.project_id == principal.project_id => Ok(s),
+        Some(s)
+            if s.org_id == principal.org_id
+                && principal
+                    .project_id
+                    .as_ref()
+                    .is_none_or(|p| p == &s.project_id) =>
+        {
+            Ok(s)
+        }
         _ => Err(ApiError::not_found("sandbox")),
     }
 }
@@ -131,6 +159,7 @@ async fn read(
     principal: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxView>> {
+    principal.require(Scope::SandboxesRead)?;
     Ok(Json(load(&state, &principal, &id).await?.view()))
 }
 
@@ -144,29 +173,13 @@ struct ListQuery {
     cursor: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Page<T> {
-    items: Vec<T>,
-    next_cursor: Option<String>,
-}
-
-const DEFAULT_PAGE: u32 = 50;
-const MAX_PAGE: u32 = 1000;
-
-fn bad_query(field: &str, message: impl Into<String>) -> ApiError {
-    ApiError::field(
-        ErrorCode::InvalidArgument,
-        differently_core::FieldError::new(field, message),
-    )
-}
-
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<SandboxView>>> {
     let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    principal.require(Scope::SandboxesRead)?;
     let status = match q.status.as_deref() {
         None => None,
         Some(s) => Some(
@@ -183,54 +196,42 @@ async fn list(
             Some((k.to_owned(), v.to_owned()))
         }
     };
-    if let Some(p) = q.project_id.as_deref() {
-        if p != principal.project_id.as_str() {
-            return Ok(Json(Page {
-                items: vec![],
-                next_cursor: None,
-            }));
+    let project_id = match q.project_id.as_deref() {
+        None => principal.project_id.clone(),
+        Some(raw) => {
+            let asked =
+                ProjectId::parse(raw).map_err(|_| bad_query("projectId", "not a project id"))?;
+            if principal.project_id.as_ref().is_some_and(|b| b != &asked) {
+                return Ok(Json(Page {
+                    items: vec![],
+                    next_cursor: None,
+                }));
+            }
+            Some(asked)
         }
-    }
-    let limit = match q.limit.as_deref() {
-        None => DEFAULT_PAGE,
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| {
-                bad_query(
-                    "limit",
-                    format!("must be an integer between 1 and {MAX_PAGE}"),
-                )
-            })?,
     };
+    let limit = parse_limit(q.limit.as_deref())?;
     let after = match q.cursor.as_deref() {
         None => None,
         Some(c) => Some(
             SandboxId::parse(c).map_err(|_| bad_query("cursor", "not a cursor from this API"))?,
         ),
     };
-    let mut rows = state
+    let rows = state
         .store
         .list_sandboxes(&SandboxFilter {
             org_id: Some(principal.org_id.clone()),
-            project_id: Some(principal.project_id.clone()),
+            project_id,
             status,
             label,
             after,
             limit: limit + 1,
         })
         .await?;
-    let next_cursor = if rows.len() > limit as usize {
-        rows.truncate(limit as usize);
-        rows.last().map(|s| s.id.to_string())
-    } else {
-        None
-    };
-    Ok(Json(Page {
-        items: rows.iter().map(Sandbox::view).collect(),
-        next_cursor,
-    }))
+    let views = rows.iter().map(Sandbox::view).collect();
+    Ok(Json(Page::from_rows(views, limit, |s: &SandboxView| {
+        s.id.to_string()
+    })))
 }
 
 #[derive(Debug, Deserialize)]
@@ -249,6 +250,7 @@ async fn wait(
     query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<SandboxView>> {
     let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    principal.require(Scope::SandboxesRead)?;
     let target = match q.status.as_deref() {
         None => SandboxStatus::Running,
         Some(s) => s
@@ -294,7 +296,8 @@ async fn delete(
     principal: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<SandboxView>)> {
-    let actor = Actor::Key(principal.key_id.clone());
+    principal.require(Scope::SandboxesWrite)?;
+    let actor = principal.actor();
     for _ in 0..5 {
         let sandbox = load(&state, &principal, &id).await?;
         let (from, to) = match sandbox.status {
@@ -338,6 +341,7 @@ async fn exec(
     body: Bytes,
 ) -> ApiResult<Json<ExecResult>> {
     let req: ExecRequest = parse_json(&body)?;
+    principal.require(Scope::SandboxesExec)?;
     req.validate()
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     let sandbox = load(&state, &principal, &id).await?;

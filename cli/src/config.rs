@@ -45,7 +45,9 @@ pub struct Config {
     pub bus: BusSection,
     pub scheduler: SchedulerSection,
     pub worker: WorkerSection,
-    pub quota: QuotaSection,
+    /// Installation-wide quota defaults (`[quota]`, same fields as the quota API, camelCase).
+    pub quota: differently_core::tenancy::Quota,
+    pub api: ApiSection,
     pub pools: Vec<PoolSection>,
 }
 
@@ -60,7 +62,8 @@ impl Default for Config {
             bus: BusSection::default(),
             scheduler: SchedulerSection::default(),
             worker: WorkerSection::default(),
-            quota: QuotaSection::default(),
+            quota: Default::default(),
+            api: ApiSection::default(),
             pools: vec![],
         }
     }
@@ -128,15 +131,26 @@ impl Default for WorkerSection {
     }
 }
 
-/// `[quota]`: defaults for every organization.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `[api]`
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct QuotaSection {
-    pub max_active: Option<u32>,
-    pub max_cpu: Option<u64>,
-    pub max_memory_mib: Option<u64>,
-    pub max_disk_gib: Option<u64>,
-    pub max_queued: Option<u32>,
+pub struct ApiSection {
+    /// Sustained requests per second per API key (per API process).
+    pub key_requests_per_second: f64,
+    /// Burst per API key.
+    pub key_burst: f64,
+    /// Failed authentications per minute per client address before it gets 429s.
+    pub auth_failures_per_minute: f64,
+}
+
+impl Default for ApiSection {
+    fn default() -> Self {
+        ApiSection {
+            key_requests_per_second: 100.0,
+            key_burst: 200.0,
+            auth_failures_per_minute: 30.0,
+        }
+    }
 }
 
 /// `[[pools]]`
@@ -213,6 +227,18 @@ impl Config {
         }
         if self.worker.max_attempts == 0 || self.worker.max_deliveries == 0 {
             return Err(invalid("worker.max_attempts", "must be at least 1"));
+        }
+        self.quota
+            .validate()
+            .map_err(|e| invalid(format!("quota.{}", e.field), e.message))?;
+        if !(self.api.key_requests_per_second > 0.0 && self.api.key_burst >= 1.0) {
+            return Err(invalid(
+                "api.key_requests_per_second",
+                "rate must be > 0 and burst >= 1",
+            ));
+        }
+        if !(self.api.auth_failures_per_minute > 0.0) {
+            return Err(invalid("api.auth_failures_per_minute", "must be > 0"));
         }
         if self.scheduler.tick_ms == 0 {
             return Err(invalid("scheduler.tick_ms", "must be at least 1"));

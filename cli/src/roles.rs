@@ -14,7 +14,7 @@ use differently_bus_schema::Naming;
 use differently_core::faults::Faults;
 use differently_core::pool::{PoolView, Trust};
 use differently_scheduler::{Scheduler, SchedulerConfig};
-use differently_store::{Quota, Store};
+use differently_store::Store;
 use differently_workers::{WorkerConfig, WorkerGroup};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -79,12 +79,17 @@ async fn start_health(pools: &PoolSet) {
     });
 }
 
-fn quota(config: &Config) -> Quota {
-    Quota {
-        max_active: config.quota.max_active,
-        max_cpu: config.quota.max_cpu,
-        max_memory_mib: config.quota.max_memory_mib,
-        max_disk_gib: config.quota.max_disk_gib,
+fn limits(config: &Config) -> Limits {
+    Limits {
+        quota_defaults: config.quota,
+        key_rate: differently_api::ratelimit::Rate {
+            per_second: config.api.key_requests_per_second,
+            burst: config.api.key_burst,
+        },
+        auth_failure_rate: differently_api::ratelimit::Rate {
+            per_second: config.api.auth_failures_per_minute / 60.0,
+            burst: config.api.auth_failures_per_minute.max(1.0),
+        },
     }
 }
 
@@ -95,7 +100,7 @@ fn scheduler_config(config: &Config) -> SchedulerConfig {
         provisioning_timeout: Duration::from_secs(config.scheduler.provisioning_timeout_seconds),
         terminating_retry: Duration::from_secs(config.scheduler.terminating_retry_seconds),
         repair_interval: Duration::from_millis(config.scheduler.repair_interval_ms),
-        quota: quota(config),
+        quota: config.quota,
         ..SchedulerConfig::default()
     }
 }
@@ -150,7 +155,7 @@ fn spawn_roles(
     tenant: Option<differently_api::Tenant>,
     sched: SchedulerConfig,
     workers: WorkerConfig,
-    max_queued: Option<u32>,
+    limits: Limits,
     installation: differently_core::ids::InstallationId,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), AnyError> {
@@ -171,9 +176,12 @@ fn spawn_roles(
             tenant,
             faults: faults.clone(),
             events,
-            limits: Limits { max_queued },
+            key_requests: differently_api::ratelimit::Buckets::new(limits.key_rate),
+            auth_failures: differently_api::ratelimit::Buckets::new(limits.auth_failure_rate),
+            limits,
         });
-        let app = differently_api::router(state);
+        let app = differently_api::router(state)
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
         let mut stop = shutdown.clone();
         tasks.spawn(async move {
             axum::serve(listener, app)
@@ -301,7 +309,7 @@ pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
         Some(tenant),
         sched,
         WorkerConfig::default(),
-        None,
+        Limits::default(),
         installation,
         rx,
     )?;
@@ -383,7 +391,7 @@ pub async fn server(
         tenant,
         scheduler_config(&config),
         worker_config(&config),
-        config.quota.max_queued,
+        limits(&config),
         installation,
         rx,
     )?;

@@ -2,7 +2,9 @@
 //!
 //! Fed three ways: `dly.admit.*` messages (fast path), a periodic rebuild from queued rows
 //! (repair: covers a publish lost between commit and bus, and a new leader's empty queue),
-//! and capacity-release events (a terminated or failed sandbox wakes waiting candidates).
+//! and capacity-release events (a terminated or failed sandbox wakes parked candidates).
+//! Candidates blocked by quota or capacity are parked with a back-off; each activation
+//! charges its org's CPU so the next pick already sees the new load.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,10 +12,11 @@ use std::time::Duration;
 
 use chrono::Utc;
 use differently_bus_schema::{Admitted, Envelope, StatusChanged, WorkOp};
-use differently_core::fair::{fair_order, Candidate};
+use differently_core::fair::{Candidate, FairQueue};
 use differently_core::placement::{decide, Decision};
-use differently_core::{OrgId, Sandbox, SandboxId, SandboxStatus};
-use differently_store::{Activation, Actor, PoolSlot, StoreError, Transition};
+use differently_core::tenancy::Quota;
+use differently_core::{Sandbox, SandboxId, SandboxStatus};
+use differently_store::{Activation, Actor, PoolSlot, QuotaScope, StoreError, Transition};
 use futures::StreamExt;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -22,43 +25,47 @@ use crate::Scheduler;
 
 /// Most candidates tried in one dispatch pass, so one pass stays short.
 const MAX_PER_PASS: usize = 100;
-
-struct Entry {
-    org: OrgId,
-    priority: i32,
-    not_before: Instant,
-}
+/// Stored quotas are re-read at most this often.
+const QUOTA_CACHE: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 struct Queue {
-    entries: HashMap<SandboxId, Entry>,
+    fair: FairQueue,
+    parked: HashMap<SandboxId, (Instant, Candidate)>,
+    /// Walls found since the last wake-up; kept across passes so nobody slips into a slot
+    /// freed between a commit and its release event ahead of the fair order.
+    blocked: Blocked,
+    /// Bumped by every wake-up; an activation decided before a wake-up is re-decided after
+    /// it, so a candidate popped just before capacity freed cannot take the slot out of turn.
+    generation: u64,
 }
 
 impl Queue {
-    fn insert(&mut self, s: &Sandbox) {
-        self.entries.entry(s.id.clone()).or_insert(Entry {
+    fn offer(&mut self, s: &Sandbox) {
+        if self.fair.contains(&s.id) || self.parked.contains_key(&s.id) {
+            return;
+        }
+        self.fair.push(Candidate {
+            id: s.id.clone(),
             org: s.org_id.clone(),
             priority: s.spec.priority,
-            not_before: Instant::now(),
+            cpu: u64::from(s.spec.resources.cpu),
         });
     }
 
-    fn due(&self, now: Instant) -> Vec<Candidate> {
-        self.entries
-            .iter()
-            .filter(|(_, e)| e.not_before <= now)
-            .map(|(id, e)| Candidate {
-                id: id.clone(),
-                org: e.org.clone(),
-                priority: e.priority,
-            })
-            .collect()
+    /// Once any parked candidate is due, all come back together, so the fair order decides
+    /// among everyone waiting rather than whoever's back-off ended first.
+    fn unpark_due(&mut self, now: Instant) {
+        if self.parked.values().any(|(t, _)| *t <= now) {
+            self.wake_all();
+        }
     }
 
     fn wake_all(&mut self) {
-        let now = Instant::now();
-        for e in self.entries.values_mut() {
-            e.not_before = now;
+        self.generation += 1;
+        self.blocked = Blocked::default();
+        for (_, (_, c)) in self.parked.drain() {
+            self.fair.push(c);
         }
     }
 }
@@ -110,7 +117,7 @@ async fn consume_admissions(s: Scheduler, q: Shared) {
             };
             match s.store.get_sandbox(&env.sandbox_id).await {
                 Ok(Some(row)) if row.status == SandboxStatus::Queued => {
-                    lock(&q).insert(&row);
+                    lock(&q).offer(&row);
                     q.1.notify_one();
                 }
                 Ok(_) => {}
@@ -134,11 +141,11 @@ async fn rebuild_from_store(s: Scheduler, q: Shared) {
         match s.store.runnable_queued(Utc::now(), 10_000).await {
             Ok(rows) => {
                 let mut queue = lock(&q);
-                let before = queue.entries.len();
+                let before = queue.fair.len();
                 for row in &rows {
-                    queue.insert(row);
+                    queue.offer(row);
                 }
-                let added = queue.entries.len() - before;
+                let added = queue.fair.len() - before;
                 drop(queue);
                 if added > 0 {
                     tracing::debug!(added, "placement: queue rebuilt from store");
@@ -175,38 +182,89 @@ async fn follow_releases(s: Scheduler, q: Shared) {
     }
 }
 
+/// Stored quotas, re-read every couple of seconds.
+#[derive(Default)]
+struct QuotaCache {
+    entries: HashMap<QuotaScope, (Instant, Option<Quota>)>,
+}
+
+impl QuotaCache {
+    async fn get(&mut self, s: &Scheduler, scope: QuotaScope) -> Result<Option<Quota>, StoreError> {
+        if let Some((at, q)) = self.entries.get(&scope) {
+            if at.elapsed() < QUOTA_CACHE {
+                return Ok(*q);
+            }
+        }
+        let q = s.store.get_quota(&scope).await?;
+        self.entries.insert(scope, (Instant::now(), q));
+        Ok(q)
+    }
+
+    /// The tighter of the org's (over the defaults) and the project's `maxQueueSeconds`.
+    async fn max_queue_seconds(
+        &mut self,
+        s: &Scheduler,
+        row: &Sandbox,
+    ) -> Result<Option<u64>, StoreError> {
+        let org = self
+            .get(s, QuotaScope::Org(row.org_id.clone()))
+            .await?
+            .unwrap_or_default();
+        let project = self
+            .get(s, QuotaScope::Project(row.project_id.clone()))
+            .await?
+            .unwrap_or_default();
+        let org_limit = org.or(&s.config.quota).max_queue_seconds;
+        Ok(match (org_limit, project.max_queue_seconds) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+}
+
 async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool>) {
+    let mut quotas = QuotaCache::default();
+    let mut cpu_read_at: Option<Instant> = None;
     loop {
         if *stop.borrow() {
             return;
         }
-        let due = lock(q).due(Instant::now());
-        if !due.is_empty() {
-            let active_cpu = match s.store.active_cpu_by_org().await {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!(error = %e, "placement: cannot read usage");
-                    HashMap::new()
-                }
+        let now = Instant::now();
+        if cpu_read_at.is_none_or(|t| now.duration_since(t) >= s.config.tick) {
+            match s.store.active_cpu_by_org().await {
+                Ok(m) => lock(q).fair.reset_active_cpu(&m),
+                Err(e) => tracing::warn!(error = %e, "placement: cannot read usage"),
+            }
+            cpu_read_at = Some(now);
+        }
+        lock(q).unpark_due(now);
+        let mut tried = 0;
+        while tried < MAX_PER_PASS {
+            let (c, generation) = {
+                let mut queue = lock(q);
+                let Some(c) = queue.fair.pop() else { break };
+                (c, queue.generation)
             };
-            for c in fair_order(due, &active_cpu).into_iter().take(MAX_PER_PASS) {
-                match place_one(s, &c.id).await {
-                    Ok(Outcome::Done) => {
-                        lock(q).entries.remove(&c.id);
-                    }
-                    Ok(Outcome::Wait) => {
-                        if let Some(e) = lock(q).entries.get_mut(&c.id) {
-                            e.not_before = Instant::now() + s.config.waiting_backoff;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(sandbox = %c.id, error = %e, "placement failed; will retry");
-                        if let Some(e) = lock(q).entries.get_mut(&c.id) {
-                            e.not_before = Instant::now() + Duration::from_secs(1);
-                        }
-                    }
+            tried += 1;
+            match place_one(s, &c.id, &mut quotas, q, generation).await {
+                Ok(Outcome::Stale) => {
+                    lock(q).fair.push(c);
+                    break;
+                }
+                Ok(Outcome::Activated) => lock(q).fair.charge(&c.org, c.cpu),
+                Ok(Outcome::Gone) => {}
+                Ok(Outcome::Wait) => {
+                    let until = Instant::now() + s.config.waiting_backoff;
+                    lock(q).parked.insert(c.id.clone(), (until, c));
+                }
+                Err(e) => {
+                    tracing::warn!(sandbox = %c.id, error = %e, "placement failed; will retry");
+                    let until = Instant::now() + Duration::from_secs(1);
+                    lock(q).parked.insert(c.id.clone(), (until, c));
                 }
             }
+        }
+        if tried > 0 {
             continue;
         }
         tokio::select! {
@@ -217,30 +275,110 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
     }
 }
 
-enum Outcome {
-    /// Left the queue (activated, failed, or no longer queued).
-    Done,
-    /// Stays queued; retry after the back-off.
-    Wait,
+/// Walls already found (full pools, orgs or projects at quota): candidates behind the same
+/// wall are parked without another transaction, and cannot jump the fair order when the
+/// wall falls — everyone is woken together and picked fairly.
+#[derive(Default)]
+struct Blocked {
+    pools: std::collections::HashSet<String>,
+    orgs: std::collections::HashSet<differently_core::OrgId>,
+    projects: std::collections::HashSet<differently_core::ProjectId>,
 }
 
-async fn place_one(s: &Scheduler, id: &SandboxId) -> Result<Outcome, StoreError> {
+impl Blocked {
+    fn note(&mut self, row: &Sandbox, pool: &str, reason: &str) {
+        if reason.starts_with("waiting: org") {
+            self.orgs.insert(row.org_id.clone());
+        } else if reason.starts_with("waiting: project") {
+            self.projects.insert(row.project_id.clone());
+        } else if reason.starts_with("waiting: pool") {
+            self.pools.insert(pool.to_owned());
+        }
+    }
+
+    fn blocks(&self, row: &Sandbox, pool: &str) -> bool {
+        self.orgs.contains(&row.org_id)
+            || self.projects.contains(&row.project_id)
+            || self.pools.contains(pool)
+    }
+}
+
+enum Outcome {
+    /// Now provisioning.
+    Activated,
+    /// Left the queue (failed, deleted, or no longer queued).
+    Gone,
+    /// Stays queued; retry after the back-off or when capacity is released.
+    Wait,
+    /// Capacity changed since it was popped: back into the queue, pick again.
+    Stale,
+}
+
+async fn fail_queued(s: &Scheduler, id: &SandboxId, reason: String) -> Result<Outcome, StoreError> {
+    let t = Transition {
+        id: id.clone(),
+        from: vec![SandboxStatus::Queued],
+        to: SandboxStatus::Failed,
+        reason: Some(reason),
+        actor: Actor::System("scheduler"),
+    };
+    match s.store.transition(t, Utc::now()).await {
+        Ok(failed) => {
+            let _ = s.announcer.status(&failed).await;
+            Ok(Outcome::Gone)
+        }
+        Err(StoreError::StatusConflict { .. }) => Ok(Outcome::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+async fn place_one(
+    s: &Scheduler,
+    id: &SandboxId,
+    quotas: &mut QuotaCache,
+    q: &Shared,
+    generation: u64,
+) -> Result<Outcome, StoreError> {
     let Some(row) = s.store.get_sandbox(id).await? else {
-        return Ok(Outcome::Done);
+        return Ok(Outcome::Gone);
     };
     if row.status != SandboxStatus::Queued {
-        return Ok(Outcome::Done);
+        return Ok(Outcome::Gone);
+    }
+    let now = Utc::now();
+    if let Some(max) = quotas.max_queue_seconds(s, &row).await? {
+        let waited = (now - row.created_at).num_seconds().max(0) as u64;
+        if waited >= max {
+            let last = row
+                .status_reason
+                .clone()
+                .unwrap_or_else(|| "waiting".into());
+            return fail_queued(
+                s,
+                id,
+                format!("queued longer than maxQueueSeconds ({max} s); last {last}"),
+            )
+            .await;
+        }
     }
     let pools = s.pools.views();
-    let now = Utc::now();
     match decide(&row.spec, &pools).decision {
         Decision::Placed { pool } => {
+            {
+                let queue = lock(q);
+                if queue.generation != generation {
+                    return Ok(Outcome::Stale);
+                }
+                if queue.blocked.blocks(&row, &pool) {
+                    return Ok(Outcome::Wait);
+                }
+            }
             let cap = pools
                 .iter()
                 .find(|p| p.name == pool)
                 .and_then(|p| p.max_concurrent);
             let slot = PoolSlot {
-                name: pool,
+                name: pool.clone(),
                 max_concurrent: cap,
             };
             match s.store.activate(id, &slot, &s.config.quota, now).await? {
@@ -249,10 +387,14 @@ async fn place_one(s: &Scheduler, id: &SandboxId) -> Result<Outcome, StoreError>
                         tracing::warn!(sandbox = %id, error = %e, "create publish failed; the provisioning sweep will retry");
                     }
                     let _ = s.announcer.status(&active).await;
-                    Ok(Outcome::Done)
+                    Ok(Outcome::Activated)
                 }
-                Activation::Waiting(_) => Ok(Outcome::Wait),
-                Activation::NotQueued(_) => Ok(Outcome::Done),
+                Activation::Waiting(waiting) => {
+                    let reason = waiting.status_reason.as_deref().unwrap_or("");
+                    lock(q).blocked.note(&waiting, &pool, reason);
+                    Ok(Outcome::Wait)
+                }
+                Activation::NotQueued(_) => Ok(Outcome::Gone),
             }
         }
         Decision::Waiting { reason } => {
@@ -262,21 +404,7 @@ async fn place_one(s: &Scheduler, id: &SandboxId) -> Result<Outcome, StoreError>
             Ok(Outcome::Wait)
         }
         Decision::Rejected { reason, .. } => {
-            let t = Transition {
-                id: id.clone(),
-                from: vec![SandboxStatus::Queued],
-                to: SandboxStatus::Failed,
-                reason: Some(format!("placement rejected: {reason}")),
-                actor: Actor::System("scheduler"),
-            };
-            match s.store.transition(t, now).await {
-                Ok(failed) => {
-                    let _ = s.announcer.status(&failed).await;
-                    Ok(Outcome::Done)
-                }
-                Err(StoreError::StatusConflict { .. }) => Ok(Outcome::Done),
-                Err(e) => Err(e),
-            }
+            fail_queued(s, id, format!("placement rejected: {reason}")).await
         }
     }
 }

@@ -14,8 +14,8 @@ use crate::harness::{eventually, Cluster, Opts};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_after_backend_create_before_commit() {
     let mut c = Cluster::new(Opts {
-        latency_ms: 0,
         ack_wait_seconds: 2,
+        ..Opts::default()
     })
     .await;
     c.spawn("api", "api", &[]);

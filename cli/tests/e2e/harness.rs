@@ -28,6 +28,9 @@ pub fn free_port() -> u16 {
 pub struct Opts {
     pub latency_ms: u64,
     pub ack_wait_seconds: u64,
+    pub pool_max_concurrent: Option<u32>,
+    /// Put at the top of the config file (before any table).
+    pub extra_toml: String,
 }
 
 impl Default for Opts {
@@ -35,6 +38,8 @@ impl Default for Opts {
         Opts {
             latency_ms: 0,
             ack_wait_seconds: 2,
+            pool_max_concurrent: None,
+            extra_toml: String::new(),
         }
     }
 }
@@ -81,11 +86,16 @@ impl Cluster {
         let ledger = dir.path().join("ledger.jsonl");
         let port = free_port();
         let config = dir.path().join("differently.toml");
+        let cap = opts
+            .pool_max_concurrent
+            .map(|c| format!("max_concurrent = {c}\n"))
+            .unwrap_or_default();
         let text = format!(
             r#"database_url = "{db}"
 nats_url = "{nats}"
 listen = "127.0.0.1:{port}"
 database_max_connections = 8
+{extra}
 
 [bus]
 ack_wait_seconds = {ack}
@@ -99,7 +109,7 @@ terminating_retry_seconds = 5
 [[pools]]
 name = "fake"
 kind = "fake"
-
+{cap}
 [pools.settings]
 latencyMs = {lat}
 ledger = "{ledger}"
@@ -109,6 +119,8 @@ ledger = "{ledger}"
             ack = opts.ack_wait_seconds,
             lat = opts.latency_ms,
             ledger = ledger.display(),
+            extra = opts.extra_toml,
+            cap = cap,
         );
         std::fs::write(&config, text).expect("write config");
         let out = Command::new(binary())
@@ -211,11 +223,39 @@ ledger = "{ledger}"
         }
     }
 
-    /// An authenticated request builder.
+    /// An authenticated request builder (bootstrap admin key).
     pub fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.req_as(&self.key, method, path)
+    }
+
+    /// A request builder authenticated with `key`.
+    pub fn req_as(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
         self.http
             .request(method, format!("{}{path}", self.url()))
-            .bearer_auth(&self.key)
+            .bearer_auth(key)
+    }
+
+    /// Sends `method path` with `key` and an optional JSON body; returns (status, body).
+    pub async fn call(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut r = self.req_as(key, method, path);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     /// `POST /v1/sandboxes` with `body`; returns (status, json).

@@ -8,4 +8,6 @@ mod harness;
 mod bad_input;
 mod crash;
 mod dev;
+mod quota;
 mod spine;
+mod tenancy;
