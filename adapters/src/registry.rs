@@ -39,6 +39,9 @@ pub fn build(
         "devhost" => Ok(Arc::new(DevhostAdapter::new(parse::<DevhostConfig>(
             kind, settings,
         )?))),
+        "opensandbox" => Ok(Arc::new(crate::opensandbox::OpenSandboxAdapter::new(
+            parse(kind, settings)?,
+        )?)),
         other => Err(AdapterConfigError::UnknownKind(other.to_owned())),
     }
 }

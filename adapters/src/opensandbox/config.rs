@@ -1,0 +1,638 @@
+//! Settings of an `opensandbox` pool: what an operator writes (`OpenSandboxConfig`, every key
+//! optional so the registry can name a badly typed key), and what the adapter runs on after
+//! validation (`Settings`, with the API key resolved from its reference).
+//!
+//! Pool config values are often strings (`"true"`, `"exec,files"`), so booleans, numbers and
+//! lists also accept their string forms.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use differently_core::sandbox::KNOWN_CAPABILITIES;
+use serde::{Deserialize, Deserializer};
+
+/// Why a pool's OpenSandbox settings were refused; `field` is the offending key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError {
+        field: field.to_owned(),
+        message: message.into(),
+    })
+}
+
+/// Who operates the OpenSandbox server; Differently cannot tell, so it must be declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    Private,
+    External,
+}
+
+/// The runtime behind the OpenSandbox server; it decides the capabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    Docker,
+    Kubernetes,
+    Fastsandbox,
+}
+
+/// Declared isolation (reported, not enforced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    Container,
+    Microvm,
+}
+
+/// Whether execd keeps line terminators in its output events (release-1.2.0) or strips them (1.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LineEndings {
+    #[default]
+    Stripped,
+    Kept,
+}
+
+/// How port URLs are made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ports {
+    /// No signed routes (Fast Sandbox still has route scopes when `ports.expose` is a feature).
+    #[default]
+    #[serde(alias = "")]
+    None,
+    /// Signed gateway routes (Kubernetes ingress gateway with Secure Access).
+    Signed,
+}
+
+/// Scheme put in front of the scheme-less endpoints OpenSandbox returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortScheme {
+    Http,
+    #[default]
+    Https,
+}
+
+/// Outbound network policy sent with every sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Egress {
+    /// No policy: outbound traffic is whatever the runtime allows.
+    #[default]
+    #[serde(alias = "")]
+    Public,
+    /// Deny all outbound traffic.
+    None,
+    /// Deny all but `egressAllow`.
+    Allowlist,
+}
+
+/// Client timeouts, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TimeoutsConfig {
+    /// Ordinary API and execd calls (default 30).
+    #[serde(deserialize_with = "opt_u64")]
+    pub request_seconds: Option<u64>,
+    /// The create call itself; the Docker runtime pulls the image inside it (default 600).
+    #[serde(deserialize_with = "opt_u64")]
+    pub create_seconds: Option<u64>,
+    /// Waiting for `Running` and for execd to answer after create or resume (default 180).
+    #[serde(deserialize_with = "opt_u64")]
+    pub ready_seconds: Option<u64>,
+    /// Longest silence on an exec stream; execd pings every 3 s (default 60).
+    #[serde(deserialize_with = "opt_u64")]
+    pub stream_idle_seconds: Option<u64>,
+    /// Interval between state polls, in milliseconds (default 500).
+    #[serde(deserialize_with = "opt_u64")]
+    pub poll_millis: Option<u64>,
+}
+
+/// Settings of an `opensandbox` pool (`adapterSettings`), as written. See `docs/opensandbox.md`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct OpenSandboxConfig {
+    /// The lifecycle API, ending in `/v1` (required, `http://` only for now).
+    #[serde(rename = "apiURL", alias = "apiUrl")]
+    pub api_url: Option<String>,
+    /// `private` or `external` (required).
+    pub trust: Option<Trust>,
+    /// Default image URI (default `ubuntu:24.04`); a sandbox template overrides it.
+    pub image: Option<String>,
+    /// `container` (default) or `microvm` (default and required for `fastsandbox`).
+    pub isolation: Option<Isolation>,
+    /// `docker` (default), `kubernetes` or `fastsandbox`.
+    pub runtime: Option<Runtime>,
+    /// Fast Sandbox template (required for, and only for, `runtime: fastsandbox`).
+    pub template_id: Option<String>,
+    /// Replaces the advertised capability list (list or comma string).
+    #[serde(deserialize_with = "opt_list")]
+    pub features: Option<Vec<String>>,
+    /// Reach execd through the server's proxy (default true; false for `fastsandbox`).
+    #[serde(deserialize_with = "opt_bool")]
+    pub use_server_proxy: Option<bool>,
+    /// `stripped` (default, execd 1.1) or `kept` (execd 1.2).
+    pub line_endings: Option<LineEndings>,
+    /// `none` (default) or `signed`.
+    pub ports: Option<Ports>,
+    /// Lifetime of a signed port URL (default 3600).
+    #[serde(
+        rename = "portURLSeconds",
+        alias = "portUrlSeconds",
+        deserialize_with = "opt_u64"
+    )]
+    pub port_url_seconds: Option<u64>,
+    /// `https` (default) or `http`, put in front of port URLs.
+    pub port_scheme: Option<PortScheme>,
+    /// `public` (default), `none` or `allowlist`.
+    pub egress: Option<Egress>,
+    /// Hosts allowed with `egress: allowlist` (list or comma string).
+    #[serde(deserialize_with = "opt_list")]
+    pub egress_allow: Option<Vec<String>>,
+    /// Client timeouts.
+    pub timeouts: TimeoutsConfig,
+    /// Fast Sandbox restore size: the SandboxPool's CPU (e.g. `2`).
+    #[serde(rename = "poolCPU", alias = "poolCpu")]
+    pub pool_cpu: Option<String>,
+    /// Fast Sandbox restore size: the SandboxPool's memory (e.g. `4Gi`).
+    pub pool_memory: Option<String>,
+    /// How long pause and snapshot may take (default 900; Fast Sandbox writes full checkpoints).
+    #[serde(deserialize_with = "opt_u64")]
+    pub checkpoint_timeout_seconds: Option<u64>,
+    /// OpenSandbox `timeout` for a sandbox without a TTL where one is required (default 86400).
+    #[serde(deserialize_with = "opt_u64")]
+    pub timeout_seconds: Option<u64>,
+    /// Credential by reference: the environment variable holding the server's API key.
+    pub api_key_env: Option<String>,
+    /// Credential by reference: a file holding the server's API key.
+    pub api_key_file: Option<PathBuf>,
+}
+
+/// The server's API key. Never printed: `Debug` shows `***` and there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// The secret itself, for the request header only.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Replaces any occurrence of the key in `text` (belt and braces for server messages).
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        if self.0.is_empty() {
+            text.to_owned()
+        } else {
+            text.replace(&self.0, "***")
+        }
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Where the key came from, for the trust report: a reference, never the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialRef {
+    Env(String),
+    File(PathBuf),
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Lifecycle API base without a trailing slash, e.g. `http://host:8080/v1`.
+    pub api_url: String,
+    pub trust: Trust,
+    pub image: String,
+    pub isolation: Isolation,
+    pub runtime: Runtime,
+    pub template_id: Option<String>,
+    /// What `capabilities()` advertises, in `KNOWN_CAPABILITIES` order.
+    pub capabilities: Vec<String>,
+    pub use_server_proxy: bool,
+    pub line_endings: LineEndings,
+    pub ports: Ports,
+    pub port_url_seconds: u64,
+    pub port_scheme: PortScheme,
+    pub egress: Egress,
+    pub egress_allow: Vec<String>,
+    pub request_timeout: Duration,
+    pub create_timeout: Duration,
+    pub ready_timeout: Duration,
+    pub stream_idle: Duration,
+    pub poll_interval: Duration,
+    pub pool_cpu: Option<String>,
+    pub pool_memory: Option<String>,
+    pub checkpoint_timeout: Duration,
+    pub default_timeout_seconds: u64,
+    pub credential: CredentialRef,
+    pub api_key: ApiKey,
+}
+
+/// Capabilities an adapter method backs on `runtime` (before `features` and `ports`).
+fn backed(runtime: Runtime, ports: Ports) -> Vec<&'static str> {
+    let mut caps = vec!["exec", "files", "exec.stream", "snapshots"];
+    match runtime {
+        // Docker and Fast Sandbox keep memory on pause; Kubernetes commits the disk and frees
+        // the pod, which is a stop, not a pause.
+        Runtime::Docker | Runtime::Fastsandbox => caps.push("lifecycle.pause"),
+        Runtime::Kubernetes => caps.push("lifecycle.stop"),
+    }
+    match (runtime, ports) {
+        (Runtime::Kubernetes, Ports::Signed) | (Runtime::Fastsandbox, _) => {
+            caps.push("ports.expose")
+        }
+        _ => {}
+    }
+    caps
+}
+
+/// Capabilities with no adapter method behind them: advertised only when declared.
+const DECLARED_ONLY: [&str; 2] = ["network.egress-control", "gpu"];
+
+impl OpenSandboxConfig {
+    /// Checks every rule and resolves the API key reference.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let api_url = validate_api_url(self.api_url.as_deref())?;
+        let Some(trust) = self.trust else {
+            return bad(
+                "trust",
+                "required: `private` if you run the OpenSandbox server, `external` if someone else does",
+            );
+        };
+        let runtime = self.runtime.unwrap_or(Runtime::Docker);
+        let isolation = self.isolation.unwrap_or(match runtime {
+            Runtime::Fastsandbox => Isolation::Microvm,
+            _ => Isolation::Container,
+        });
+        let ports = self.ports.unwrap_or_default();
+        let template_id = self.template_id.clone().filter(|t| !t.trim().is_empty());
+        match runtime {
+            Runtime::Fastsandbox => {
+                if template_id.is_none() {
+                    return bad("templateId", "required with runtime `fastsandbox`");
+                }
+                if isolation == Isolation::Container {
+                    return bad(
+                        "isolation",
+                        "runtime `fastsandbox` runs microVMs; isolation must be `microvm`",
+                    );
+                }
+                if ports == Ports::Signed {
+                    return bad(
+                        "ports",
+                        "`signed` needs secure access, which Fast Sandbox templates reject; add `ports.expose` to features for route scopes",
+                    );
+                }
+            }
+            Runtime::Docker | Runtime::Kubernetes => {
+                if template_id.is_some() {
+                    return bad("templateId", "only for runtime `fastsandbox`");
+                }
+                if runtime == Runtime::Docker && ports == Ports::Signed {
+                    return bad(
+                        "ports",
+                        "`signed` needs OpenSandbox's Kubernetes ingress gateway; the Docker runtime refuses signed routes",
+                    );
+                }
+            }
+        }
+        let image = match self.image.as_deref().map(str::trim) {
+            None | Some("") => "ubuntu:24.04".to_owned(),
+            Some(i) if i.chars().any(char::is_whitespace) => {
+                return bad("image", "an image URI has no whitespace")
+            }
+            Some(i) => i.to_owned(),
+        };
+
+        let egress = self.egress.unwrap_or_default();
+        let egress_allow = self.egress_allow.clone().unwrap_or_default();
+        match egress {
+            Egress::Allowlist if egress_allow.is_empty() => {
+                return bad("egressAllow", "required with egress `allowlist`")
+            }
+            Egress::Public | Egress::None if !egress_allow.is_empty() => {
+                return bad("egressAllow", "only with egress `allowlist`")
+            }
+            _ => {}
+        }
+        for host in &egress_allow {
+            let body = host.strip_prefix("*.").unwrap_or(host);
+            let ok = !body.is_empty()
+                && body.len() <= 253
+                && body.split('.').all(|l| {
+                    !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                });
+            if !ok {
+                return bad(
+                    "egressAllow",
+                    format!("`{host}` is not a host name or `*.` wildcard"),
+                );
+            }
+        }
+
+        let backed = backed(runtime, ports);
+        let capabilities: Vec<String> = match &self.features {
+            None => {
+                let mut caps: Vec<&str> = backed
+                    .iter()
+                    .copied()
+                    // Fast Sandbox route scopes never expire: only when declared.
+                    .filter(|c| !(runtime == Runtime::Fastsandbox && *c == "ports.expose"))
+                    .collect();
+                if egress != Egress::Public {
+                    caps.push("network.egress-control");
+                }
+                order(&caps)
+            }
+            Some(features) => {
+                for f in features {
+                    if !KNOWN_CAPABILITIES.contains(&f.as_str()) {
+                        return bad(
+                            "features",
+                            format!(
+                                "unknown capability `{f}` (known: {})",
+                                KNOWN_CAPABILITIES.join(", ")
+                            ),
+                        );
+                    }
+                }
+                // A feature with no working method on this runtime is dropped, never faked.
+                let kept: Vec<&str> = features
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|f| backed.contains(f) || DECLARED_ONLY.contains(f))
+                    .collect();
+                order(&kept)
+            }
+        };
+
+        let use_server_proxy = self
+            .use_server_proxy
+            .unwrap_or(runtime != Runtime::Fastsandbox);
+
+        let secs = |v: Option<u64>, default: u64, field: &str| -> Result<Duration, ConfigError> {
+            match v.unwrap_or(default) {
+                0 => bad(field, "must be at least 1"),
+                n => Ok(Duration::from_secs(n)),
+            }
+        };
+        let t = &self.timeouts;
+        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let create_timeout = secs(t.create_seconds, 600, "timeouts.createSeconds")?;
+        let ready_timeout = secs(t.ready_seconds, 180, "timeouts.readySeconds")?;
+        let stream_idle = secs(t.stream_idle_seconds, 60, "timeouts.streamIdleSeconds")?;
+        let poll_interval = match t.poll_millis.unwrap_or(500) {
+            0 => return bad("timeouts.pollMillis", "must be at least 1"),
+            n => Duration::from_millis(n),
+        };
+        let checkpoint_timeout = secs(
+            self.checkpoint_timeout_seconds,
+            900,
+            "checkpointTimeoutSeconds",
+        )?;
+        let default_timeout_seconds = match self.timeout_seconds.unwrap_or(86_400) {
+            n if n < 60 => return bad("timeoutSeconds", "OpenSandbox's minimum is 60"),
+            n => n,
+        };
+        let port_url_seconds = match self.port_url_seconds.unwrap_or(3600) {
+            n if n < 60 => return bad("portURLSeconds", "must be at least 60"),
+            n => n,
+        };
+
+        let pool_cpu = self.pool_cpu.clone().filter(|s| !s.is_empty());
+        let pool_memory = self.pool_memory.clone().filter(|s| !s.is_empty());
+        if let Some(cpu) = &pool_cpu {
+            if !is_quantity(cpu, &["m"]) {
+                return bad(
+                    "poolCPU",
+                    format!("`{cpu}` is not a CPU quantity like `2` or `500m`"),
+                );
+            }
+        }
+        if let Some(mem) = &pool_memory {
+            if !is_quantity(mem, &["Ki", "Mi", "Gi", "Ti", "K", "M", "G", "T"]) {
+                return bad(
+                    "poolMemory",
+                    format!("`{mem}` is not a memory quantity like `4Gi` or `512Mi`"),
+                );
+            }
+        }
+        if pool_cpu.is_some() != pool_memory.is_some() {
+            let missing = if pool_cpu.is_none() {
+                "poolCPU"
+            } else {
+                "poolMemory"
+            };
+            return bad(missing, "poolCPU and poolMemory are set together");
+        }
+
+        let (credential, api_key) =
+            resolve_key(self.api_key_env.as_deref(), self.api_key_file.as_ref())?;
+
+        Ok(Settings {
+            api_url,
+            trust,
+            image,
+            isolation,
+            runtime,
+            template_id,
+            capabilities,
+            use_server_proxy,
+            line_endings: self.line_endings.unwrap_or_default(),
+            ports,
+            port_url_seconds,
+            port_scheme: self.port_scheme.unwrap_or_default(),
+            egress,
+            egress_allow,
+            request_timeout,
+            create_timeout,
+            ready_timeout,
+            stream_idle,
+            poll_interval,
+            pool_cpu,
+            pool_memory,
+            checkpoint_timeout,
+            default_timeout_seconds,
+            credential,
+            api_key,
+        })
+    }
+}
+
+/// Orders capability names as `KNOWN_CAPABILITIES` does, without duplicates.
+fn order(caps: &[&str]) -> Vec<String> {
+    KNOWN_CAPABILITIES
+        .iter()
+        .filter(|k| caps.contains(k))
+        .map(|k| (*k).to_owned())
+        .collect()
+}
+
+fn is_quantity(s: &str, suffixes: &[&str]) -> bool {
+    let digits = suffixes
+        .iter()
+        .find_map(|suf| s.strip_suffix(suf))
+        .unwrap_or(s);
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+}
+
+fn validate_api_url(url: Option<&str>) -> Result<String, ConfigError> {
+    let Some(url) = url.map(str::trim).filter(|u| !u.is_empty()) else {
+        return bad(
+            "apiURL",
+            "required: the OpenSandbox lifecycle API, e.g. http://opensandbox-server/v1",
+        );
+    };
+    if url.starts_with("https://") {
+        return bad(
+            "apiURL",
+            "https is not supported yet: reach OpenSandbox over plain http on a private network (TLS termination is a later addition)",
+        );
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return bad("apiURL", "must start with http://");
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() {
+        return bad("apiURL", "has no host");
+    }
+    if authority.contains('@') {
+        return bad(
+            "apiURL",
+            "must not carry credentials; use apiKeyEnv or apiKeyFile",
+        );
+    }
+    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
+        return bad(
+            "apiURL",
+            "must be a plain base URL without query or fragment",
+        );
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+fn resolve_key(
+    env: Option<&str>,
+    file: Option<&PathBuf>,
+) -> Result<(CredentialRef, ApiKey), ConfigError> {
+    let (credential, raw) = match (env.filter(|e| !e.is_empty()), file) {
+        (Some(_), Some(_)) => {
+            return bad("apiKeyFile", "give apiKeyEnv or apiKeyFile, not both")
+        }
+        (None, None) => {
+            return bad(
+                "apiKeyEnv",
+                "the server's API key is required, by reference: apiKeyEnv (variable name) or apiKeyFile (path)",
+            )
+        }
+        (Some(var), None) => match std::env::var(var) {
+            Ok(v) => (CredentialRef::Env(var.to_owned()), v),
+            Err(_) => {
+                return bad(
+                    "apiKeyEnv",
+                    format!("environment variable `{var}` is not set"),
+                )
+            }
+        },
+        (None, Some(path)) => match std::fs::read_to_string(path) {
+            Ok(v) => (CredentialRef::File(path.clone()), v),
+            Err(e) => {
+                return bad(
+                    "apiKeyFile",
+                    format!("cannot read {}: {}", path.display(), e.kind()),
+                )
+            }
+        },
+    };
+    let field = match credential {
+        CredentialRef::Env(_) => "apiKeyEnv",
+        CredentialRef::File(_) => "apiKeyFile",
+    };
+    let key = raw.trim();
+    if key.is_empty() {
+        return bad(field, "the referenced API key is empty");
+    }
+    // It goes into a header: visible ASCII only. The message never quotes it.
+    if !key.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        return bad(
+            field,
+            "the referenced API key has characters a header cannot carry",
+        );
+    }
+    Ok((credential, ApiKey(key.to_owned())))
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ListOrCsv {
+    List(Vec<String>),
+    Csv(String),
+}
+
+fn opt_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    Ok(Option::<ListOrCsv>::deserialize(d)?.map(|v| {
+        let items = match v {
+            ListOrCsv::List(l) => l,
+            ListOrCsv::Csv(s) => s.split(',').map(str::to_owned).collect(),
+        };
+        items
+            .into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum BoolOrString {
+    Bool(bool),
+    Str(String),
+}
+
+fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    match Option::<BoolOrString>::deserialize(d)? {
+        None => Ok(None),
+        Some(BoolOrString::Bool(b)) => Ok(Some(b)),
+        Some(BoolOrString::Str(s)) => match s.trim() {
+            "true" => Ok(Some(true)),
+            "false" => Ok(Some(false)),
+            other => Err(serde::de::Error::custom(format!(
+                "expected true or false, got `{other}`"
+            ))),
+        },
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrString {
+    Num(u64),
+    Str(String),
+}
+
+fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Option::<NumOrString>::deserialize(d)? {
+        None => Ok(None),
+        Some(NumOrString::Num(n)) => Ok(Some(n)),
+        Some(NumOrString::Str(s)) => {
+            s.trim().parse().map(Some).map_err(|_| {
+                serde::de::Error::custom(format!("expected a whole number, got `{s}`"))
+            })
+        }
+    }
+}

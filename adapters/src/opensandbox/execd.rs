@@ -1,0 +1,467 @@
+//! execd, the agent inside each sandbox: command execution and its event stream.
+//!
+//! execd answers `POST /command` with a stream of JSON events. The spec says SSE (`data: {…}`
+//! frames); execd 1.1 sends bare JSON objects separated by blank lines. [`FrameParser`] takes
+//! both, incrementally, line by line. A stream that ends before the command's end event is
+//! truncated and surfaces as `Transient`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+
+use super::client::Client;
+use super::config::LineEndings;
+use crate::{AdapterError, ExecEvent};
+
+/// execd's port inside every sandbox.
+pub(crate) const EXECD_PORT: u16 = 44772;
+
+/// Largest single line the parser buffers before calling the stream broken.
+const MAX_LINE: usize = 64 * 1024 * 1024;
+
+/// How to reach one sandbox's execd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// `http://…` without a trailing slash.
+    pub base: String,
+    /// Headers the endpoint API said execd needs (e.g. its access token). Never the API key.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Target {
+    pub(crate) fn request(
+        &self,
+        c: &Client,
+        method: Method,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
+        let mut rb = c.to(method, &format!("{}{}", self.base, path));
+        for (k, v) in &self.headers {
+            rb = rb.header(k.as_str(), v.as_str());
+        }
+        rb
+    }
+}
+
+/// One execd event; fields not needed are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct Event {
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub error: Option<EventError>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct EventError {
+    #[serde(default)]
+    pub ename: String,
+    #[serde(default)]
+    pub evalue: String,
+}
+
+/// Why parsing stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FrameError {
+    #[error("malformed event: {0}")]
+    Malformed(String),
+    #[error("event line longer than {MAX_LINE} bytes")]
+    TooLong,
+}
+
+/// Incremental parser for both framings: SSE (`data:` lines, blank line ends a frame) and bare
+/// JSON (one object per line, frames separated by blank lines or not).
+#[derive(Debug, Default)]
+pub(crate) struct FrameParser {
+    line: Vec<u8>,
+    data: Option<String>,
+}
+
+impl FrameParser {
+    /// Feeds bytes; returns the events completed by them.
+    pub(crate) fn push(&mut self, mut chunk: &[u8]) -> Result<Vec<Event>, FrameError> {
+        let mut out = Vec::new();
+        while let Some(i) = chunk.iter().position(|b| *b == b'\n') {
+            self.line.extend_from_slice(&chunk[..i]);
+            chunk = &chunk[i + 1..];
+            let line = std::mem::take(&mut self.line);
+            self.line_done(&line, &mut out)?;
+        }
+        self.line.extend_from_slice(chunk);
+        if self.line.len() > MAX_LINE {
+            return Err(FrameError::TooLong);
+        }
+        Ok(out)
+    }
+
+    /// End of stream: a last frame without its terminator still counts if it is complete.
+    pub(crate) fn finish(&mut self) -> Result<Vec<Event>, FrameError> {
+        let mut out = Vec::new();
+        let line = std::mem::take(&mut self.line);
+        if !line.is_empty() {
+            self.line_done(&line, &mut out)?;
+        }
+        self.dispatch(&mut out)?;
+        Ok(out)
+    }
+
+    fn line_done(&mut self, line: &[u8], out: &mut Vec<Event>) -> Result<(), FrameError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let text =
+            std::str::from_utf8(line).map_err(|_| FrameError::Malformed("not UTF-8".to_owned()))?;
+        if text.trim().is_empty() {
+            return self.dispatch(out);
+        }
+        if let Some(rest) = text.strip_prefix("data:") {
+            let rest = rest.strip_prefix(' ').unwrap_or(rest);
+            match &mut self.data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(rest);
+                }
+                None => self.data = Some(rest.to_owned()),
+            }
+            return Ok(());
+        }
+        if text.starts_with(':')
+            || text.starts_with("event:")
+            || text.starts_with("id:")
+            || text.starts_with("retry:")
+        {
+            return Ok(());
+        }
+        if text.trim_start().starts_with('{') {
+            self.dispatch(out)?;
+            out.push(parse_event(text)?);
+            return Ok(());
+        }
+        Err(FrameError::Malformed(format!(
+            "unexpected line starting {:?}",
+            text.chars().take(20).collect::<String>()
+        )))
+    }
+
+    fn dispatch(&mut self, out: &mut Vec<Event>) -> Result<(), FrameError> {
+        if let Some(data) = self.data.take() {
+            if !data.trim().is_empty() {
+                out.push(parse_event(&data)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_event(text: &str) -> Result<Event, FrameError> {
+    serde_json::from_str(text).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// Body of `POST /command`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CommandBody {
+    pub command: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Milliseconds; omitted means no timeout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub envs: BTreeMap<String, String>,
+}
+
+/// How a command ended, as far as execd said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    Exited(i32),
+    /// `evalue: "-1"`: killed (timeout or interrupt).
+    Killed,
+}
+
+/// `GET /command/status/{id}`.
+#[derive(Debug, Clone, Deserialize)]
+struct CommandStatus {
+    #[serde(default)]
+    running: bool,
+    #[serde(default)]
+    exit_code: Option<i32>,
+}
+
+/// Where output goes while a command runs.
+pub(crate) trait Sink {
+    /// Takes one event; `false` means the receiver is gone (cancel).
+    fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// Runs `body` and feeds output to `sink`. Returns the exit code (124 on timeout) or an error.
+pub(crate) async fn run(
+    c: &Client,
+    target: &Target,
+    body: &CommandBody,
+    line_endings: LineEndings,
+    stream_idle: Duration,
+    deadline: Option<Duration>,
+    sink: &mut impl Sink,
+) -> Result<i32, AdapterError> {
+    let started = Instant::now();
+    let rb = target
+        .request(c, Method::POST, "/command")
+        .json(body)
+        .timeout(
+            c.request_timeout().max(Duration::from_secs(30))
+                + deadline.unwrap_or(Duration::from_secs(24 * 3600)),
+        );
+    let resp = c.send(rb, "exec").await?;
+    if !resp.status().is_success() {
+        return Err(c.status_error("exec", resp).await);
+    }
+    let mut stream = resp.bytes_stream();
+    let mut parser = FrameParser::default();
+    let mut command_id: Option<String> = None;
+    let give_up_at = deadline.map(|d| started + d + Duration::from_secs(5));
+
+    let ending: Option<Ending> = 'outer: loop {
+        let wait = match give_up_at {
+            Some(t) => stream_idle.min(t.saturating_duration_since(Instant::now())),
+            None => stream_idle,
+        };
+        let next = tokio::time::timeout(wait, stream.next()).await;
+        let chunk: Option<Bytes> = match next {
+            Err(_) => {
+                if give_up_at.is_some_and(|t| Instant::now() >= t) {
+                    // execd did not enforce the timeout; stop it ourselves.
+                    interrupt(c, target, command_id.as_deref()).await;
+                    return Ok(differently_core::exec::TIMEOUT_EXIT_CODE);
+                }
+                interrupt(c, target, command_id.as_deref()).await;
+                return Err(AdapterError::Transient(format!(
+                    "exec: no output or keep-alive from execd for {} s",
+                    stream_idle.as_secs()
+                )));
+            }
+            Ok(None) => None,
+            Ok(Some(Err(e))) => {
+                return Err(AdapterError::Transient(format!(
+                    "exec: output stream broke: {}",
+                    c.transport_error("exec", &e)
+                )))
+            }
+            Ok(Some(Ok(b))) => Some(b),
+        };
+        let events = match &chunk {
+            Some(b) => parser.push(b),
+            None => parser.finish(),
+        }
+        .map_err(|e| AdapterError::Transient(format!("exec: output stream broke: {e}")))?;
+        for ev in events {
+            match ev.kind.as_str() {
+                "init" => command_id = ev.text.clone(),
+                "stdout" | "stderr" => {
+                    let mut text = ev.text.unwrap_or_default();
+                    if line_endings == LineEndings::Stripped && !text.ends_with('\n') {
+                        text.push('\n');
+                    }
+                    let bytes = Bytes::from(text);
+                    let out = if ev.kind == "stdout" {
+                        ExecEvent::Stdout(bytes)
+                    } else {
+                        ExecEvent::Stderr(bytes)
+                    };
+                    if !sink.accept(out).await {
+                        interrupt(c, target, command_id.as_deref()).await;
+                        return Err(AdapterError::Permanent(
+                            "exec cancelled: the output receiver went away".to_owned(),
+                        ));
+                    }
+                }
+                "execution_complete" => {
+                    break 'outer Some(Ending::Exited(ev.exit_code.unwrap_or(0)))
+                }
+                "error" => {
+                    let err = ev.error.unwrap_or_default();
+                    if let Some(code) = ev.exit_code {
+                        break 'outer Some(Ending::Exited(code));
+                    }
+                    match err.evalue.trim().parse::<i32>() {
+                        Ok(-1) => break 'outer Some(Ending::Killed),
+                        Ok(n) if n >= 0 => break 'outer Some(Ending::Exited(n)),
+                        _ => {
+                            // Not an exit status: execd could not start the command. Its
+                            // status may still know an exit code.
+                            if let Some(code) = status_exit(c, target, command_id.as_deref()).await
+                            {
+                                break 'outer Some(Ending::Exited(code));
+                            }
+                            return Err(AdapterError::Permanent(format!(
+                                "exec: the command could not start: {} {}",
+                                err.ename, err.evalue
+                            )));
+                        }
+                    }
+                }
+                // ping, status, result, execution_count and anything newer: not output.
+                _ => {}
+            }
+        }
+        if chunk.is_none() {
+            break None;
+        }
+    };
+
+    match ending {
+        Some(Ending::Exited(code)) => Ok(code),
+        Some(Ending::Killed) => {
+            let timed_out =
+                deadline.is_some_and(|d| started.elapsed() + Duration::from_millis(250) >= d);
+            if timed_out {
+                Ok(differently_core::exec::TIMEOUT_EXIT_CODE)
+            } else {
+                Ok(status_exit(c, target, command_id.as_deref())
+                    .await
+                    .filter(|c| *c >= 0)
+                    .unwrap_or(128 + 9))
+            }
+        }
+        None => Err(AdapterError::Transient(
+            "exec: execd's output stream ended before the command finished".to_owned(),
+        )),
+    }
+}
+
+/// The exit code `/command/status/{id}` reports, if it has one.
+async fn status_exit(c: &Client, target: &Target, id: Option<&str>) -> Option<i32> {
+    let id = id?;
+    let rb = target
+        .request(c, Method::GET, &format!("/command/status/{}", enc(id)))
+        .timeout(c.request_timeout());
+    let st: CommandStatus = c.json(rb, "command status").await.ok()?;
+    if st.running {
+        None
+    } else {
+        st.exit_code
+    }
+}
+
+/// Best effort: tell execd to kill the command (dropping the stream also does, on real execd).
+async fn interrupt(c: &Client, target: &Target, id: Option<&str>) {
+    let Some(id) = id else { return };
+    let rb = target
+        .request(c, Method::DELETE, "/command")
+        .query(&[("id", id)])
+        .timeout(Duration::from_secs(5));
+    if let Err(e) = c.send_ok(rb, "interrupt command").await {
+        tracing::debug!(error = %e, "execd interrupt failed");
+    }
+}
+
+/// `GET /ping`.
+pub(crate) async fn ping(c: &Client, target: &Target) -> Result<(), AdapterError> {
+    let rb = target
+        .request(c, Method::GET, "/ping")
+        .timeout(c.request_timeout());
+    c.send_ok(rb, "execd ping").await.map(drop)
+}
+
+/// Percent-encodes a path segment.
+pub(crate) fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Quotes argv for `bash -c` so every argument arrives as it was given.
+pub(crate) fn shell_join(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(crate) fn shell_quote(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./=:,+@%".contains(&b));
+    if plain {
+        a.to_owned()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
+/// Maps an execd error answer (used by files too).
+pub(crate) async fn execd_error(c: &Client, op: &str, resp: reqwest::Response) -> AdapterError {
+    let status = resp.status();
+    let body = resp.bytes().await.unwrap_or_default();
+    let err = super::client::parse_error(status, &body);
+    match (status.as_u16(), super::client::code_suffix(&err.code)) {
+        (404, "FILE_NOT_FOUND") => AdapterError::Permanent(format!("{op}: no such file")),
+        (401, _) => AdapterError::Permanent(format!("{op}: execd refused the access token")),
+        (502, _) => AdapterError::Transient(format!(
+            "{op}: the server proxy cannot reach execd (paused or stopped sandbox?)"
+        )),
+        _ => c.map(op, status, &body),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(evs: &[Event]) -> Vec<String> {
+        evs.iter().map(|e| e.kind.clone()).collect()
+    }
+
+    #[test]
+    fn parses_bare_json_split_anywhere() {
+        let stream = b"{\"type\":\"init\",\"text\":\"c1\"}\n\n{\"type\":\"stdout\",\"text\":\"a\"}\n\n{\"type\":\"execution_complete\"}\n\n";
+        for split in 0..stream.len() {
+            let mut p = FrameParser::default();
+            let mut evs = p.push(&stream[..split]).unwrap_or_default();
+            evs.extend(p.push(&stream[split..]).unwrap_or_default());
+            evs.extend(p.finish().unwrap_or_default());
+            assert_eq!(
+                kinds(&evs),
+                ["init", "stdout", "execution_complete"],
+                "split {split}"
+            );
+        }
+    }
+
+    #[test]
+    fn parses_sse_with_comments_and_multiline_data() {
+        let mut p = FrameParser::default();
+        let s = b": hi\r\nevent: message\r\ndata: {\"type\":\"stdout\",\r\ndata: \"text\":\"x\\n\"}\r\n\r\ndata:{\"type\":\"ping\"}\n\n";
+        let evs = p.push(s).unwrap_or_default();
+        assert_eq!(kinds(&evs), ["stdout", "ping"]);
+        assert_eq!(evs[0].text.as_deref(), Some("x\n"));
+    }
+
+    #[test]
+    fn truncated_frame_is_an_error_at_the_end() {
+        let mut p = FrameParser::default();
+        assert!(p
+            .push(b"{\"type\":\"stdout\",\"te")
+            .unwrap_or_default()
+            .is_empty());
+        assert!(p.finish().is_err());
+    }
+
+    #[test]
+    fn quoting_survives_the_shell() {
+        assert_eq!(shell_quote("plain-1.txt"), "plain-1.txt");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("it's $HOME"), "'it'\\''s $HOME'");
+    }
+}

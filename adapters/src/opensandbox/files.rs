@@ -1,0 +1,266 @@
+//! execd's file API: multipart upload (the metadata part must be a *file* part, as execd 1.1
+//! requires), ranged download, directory listing and removal.
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use reqwest::Method;
+use serde::Deserialize;
+
+use super::client::Client;
+use super::execd::{execd_error, Target};
+use crate::{AdapterError, ByteRange, ByteStream, Download, FileEntry, FileKind};
+
+/// Absolute paths only: execd would resolve a relative one against its own cwd.
+pub(crate) fn check_path(path: &str) -> Result<(), AdapterError> {
+    if !path.starts_with('/') || path.contains('\0') {
+        return Err(AdapterError::Permanent(format!(
+            "path must be absolute: {path:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// `mode` as execd writes it: octal digits read as a decimal number (0o644 → 644).
+pub(crate) fn mode_to_execd(mode: u32) -> u32 {
+    format!("{:o}", mode & 0o7777).parse().unwrap_or(644)
+}
+
+/// The reverse of [`mode_to_execd`].
+pub(crate) fn mode_from_execd(mode: u32) -> u32 {
+    u32::from_str_radix(&mode.to_string(), 8).unwrap_or(mode)
+}
+
+fn boundary() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "differently-{:x}-{:x}-{:x}",
+        nanos,
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Uploads `body` to `path`; the body is streamed, never held whole.
+pub(crate) async fn upload(
+    c: &Client,
+    target: &Target,
+    path: &str,
+    mode: Option<u32>,
+    body: ByteStream,
+) -> Result<(), AdapterError> {
+    check_path(path)?;
+    let meta = serde_json::json!({
+        "path": path,
+        // execd's default is 755; files get 644 unless asked otherwise.
+        "mode": mode_to_execd(mode.unwrap_or(0o644)),
+    });
+    let b = boundary();
+    let name = path
+        .rsplit('/')
+        .next()
+        .unwrap_or("file")
+        .replace(['"', '\r', '\n'], "_");
+    let head = format!(
+        "--{b}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata.json\"\r\nContent-Type: application/json\r\n\r\n{meta}\r\n--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+    );
+    let tail = format!("\r\n--{b}--\r\n");
+    let stream =
+        futures::stream::once(async move { Ok::<_, AdapterError>(bytes::Bytes::from(head)) })
+            .chain(body)
+            .chain(futures::stream::once(async move {
+                Ok::<_, AdapterError>(bytes::Bytes::from(tail))
+            }));
+    let rb = target
+        .request(c, Method::POST, "/files/upload")
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            format!("multipart/form-data; boundary={b}"),
+        )
+        .body(reqwest::Body::wrap_stream(stream));
+    let resp = c.send(rb, "upload file").await?;
+    if resp.status().is_success() {
+        Ok(())
+    } else {
+        Err(execd_error(c, "upload file", resp).await)
+    }
+}
+
+/// Downloads `path`, optionally a byte range of it.
+pub(crate) async fn download(
+    c: &Client,
+    target: &Target,
+    path: &str,
+    range: Option<ByteRange>,
+) -> Result<Download, AdapterError> {
+    check_path(path)?;
+    let mut rb = target
+        .request(c, Method::GET, "/files/download")
+        .query(&[("path", path)]);
+    if let Some(r) = range {
+        let end = r.end.map(|e| e.to_string()).unwrap_or_default();
+        rb = rb.header(reqwest::header::RANGE, format!("bytes={}-{end}", r.start));
+    }
+    let resp = c.send(rb, "download file").await?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(execd_error(c, "download file", resp).await);
+    }
+    let total_size = if status == reqwest::StatusCode::PARTIAL_CONTENT {
+        resp.headers()
+            .get(reqwest::header::CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit('/').next())
+            .and_then(|t| t.trim().parse().ok())
+    } else {
+        resp.content_length()
+    };
+    // A server that ignored Range sent the whole file: cut the range out ourselves.
+    let cut = match range {
+        Some(r) if status == reqwest::StatusCode::OK => Some(r),
+        _ => None,
+    };
+    let client = c.clone();
+    let mut pos: u64 = 0;
+    let body = resp
+        .bytes_stream()
+        .map(move |chunk| chunk.map_err(|e| client.transport_error("download file", &e)))
+        .filter_map(move |chunk| {
+            let out = match (chunk, cut) {
+                (Err(e), _) => Some(Err(e)),
+                (Ok(b), None) => Some(Ok(b)),
+                (Ok(b), Some(r)) => {
+                    let start = pos;
+                    let end = start + b.len() as u64;
+                    pos = end;
+                    let lo = r.start.max(start);
+                    let hi = r.end.map_or(end, |e| (e + 1).min(end));
+                    (lo < hi).then(|| Ok(b.slice((lo - start) as usize..(hi - start) as usize)))
+                }
+            };
+            futures::future::ready(out)
+        })
+        .boxed();
+    Ok(Download { total_size, body })
+}
+
+#[derive(Debug, Deserialize)]
+struct FileInfo {
+    path: String,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    size: u64,
+    #[serde(default)]
+    mode: u32,
+    #[serde(default)]
+    modified_at: Option<DateTime<Utc>>,
+}
+
+impl From<FileInfo> for FileEntry {
+    fn from(f: FileInfo) -> Self {
+        let kind = match f.kind.as_deref() {
+            Some("file") => FileKind::File,
+            Some("directory") | Some("dir") => FileKind::Dir,
+            Some("symlink") => FileKind::Symlink,
+            _ => FileKind::Other,
+        };
+        FileEntry {
+            path: f.path,
+            kind,
+            size: f.size,
+            mode: mode_from_execd(f.mode),
+            modified_at: f.modified_at,
+        }
+    }
+}
+
+/// Lists `path` to `depth` levels.
+pub(crate) async fn list(
+    c: &Client,
+    target: &Target,
+    path: &str,
+    depth: u32,
+) -> Result<Vec<FileEntry>, AdapterError> {
+    check_path(path)?;
+    let rb = target
+        .request(c, Method::GET, "/directories/list")
+        .query(&[("path", path), ("depth", &depth.max(1).to_string())])
+        .timeout(c.request_timeout());
+    let resp = c.send(rb, "list files").await?;
+    if !resp.status().is_success() {
+        return Err(execd_error(c, "list files", resp).await);
+    }
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| c.transport_error("list files", &e))?;
+    let infos: Vec<FileInfo> = serde_json::from_slice(&bytes)
+        .map_err(|e| AdapterError::Transient(format!("list files: unexpected answer: {e}")))?;
+    Ok(infos.into_iter().map(FileEntry::from).collect())
+}
+
+/// Removes a file, or a directory if it is empty (execd's directory delete is recursive, so
+/// emptiness is checked first).
+pub(crate) async fn delete(c: &Client, target: &Target, path: &str) -> Result<(), AdapterError> {
+    check_path(path)?;
+    if path.trim_end_matches('/').is_empty() {
+        return Err(AdapterError::Permanent("refusing to delete /".to_owned()));
+    }
+    let rb = target
+        .request(c, Method::GET, "/files/info")
+        .query(&[("path", path)])
+        .timeout(c.request_timeout());
+    let resp = c.send(rb, "delete file").await?;
+    if !resp.status().is_success() {
+        return Err(execd_error(c, "delete file", resp).await);
+    }
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| c.transport_error("delete file", &e))?;
+    let info: std::collections::BTreeMap<String, FileInfo> = serde_json::from_slice(&bytes)
+        .map_err(|e| AdapterError::Transient(format!("delete file: unexpected answer: {e}")))?;
+    let is_dir = info
+        .values()
+        .next()
+        .is_some_and(|f| f.kind.as_deref() == Some("directory"));
+    let rb = if is_dir {
+        if !list(c, target, path, 1).await?.is_empty() {
+            return Err(AdapterError::Permanent(format!(
+                "directory not empty: {path}"
+            )));
+        }
+        target.request(c, Method::DELETE, "/directories")
+    } else {
+        target.request(c, Method::DELETE, "/files")
+    };
+    let resp = c
+        .send(
+            rb.query(&[("path", path)]).timeout(c.request_timeout()),
+            "delete file",
+        )
+        .await?;
+    if resp.status().is_success() {
+        Ok(())
+    } else {
+        Err(execd_error(c, "delete file", resp).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip_as_execd_writes_them() {
+        assert_eq!(mode_to_execd(0o644), 644);
+        assert_eq!(mode_to_execd(0o4755), 4755);
+        assert_eq!(mode_from_execd(755), 0o755);
+        assert_eq!(mode_from_execd(mode_to_execd(0o600)), 0o600);
+    }
+}

@@ -1,0 +1,387 @@
+//! The lifecycle API (OpenSandbox server, `…/v1`): wire types and one function per call.
+
+use std::collections::BTreeMap;
+
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use super::client::{code_suffix, parse_error, Client};
+use crate::AdapterError;
+
+/// Metadata key holding Differently's sandbox id.
+pub(crate) const META_SANDBOX: &str = "differently-sandbox-id";
+/// Metadata key holding Differently's installation id.
+pub(crate) const META_INSTALLATION: &str = "differently-installation-id";
+
+/// `status` of a sandbox or snapshot. Unknown states are kept as strings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Status {
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ImageRef {
+    pub uri: String,
+}
+
+/// A sandbox as GET/list/create answer it (create omits image and snapshotId).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Sandbox {
+    pub id: String,
+    #[serde(default)]
+    pub status: Status,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub image: Option<ImageRef>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Pagination {
+    #[serde(default)]
+    has_next_page: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Page<T> {
+    items: Vec<T>,
+    pagination: Option<Pagination>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ImageSpec {
+    pub uri: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct EgressRule {
+    pub action: &'static str,
+    pub target: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NetworkPolicy {
+    pub default_action: &'static str,
+    pub egress: Vec<EgressRule>,
+}
+
+/// Body of `POST /sandboxes`.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CreateBody {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_limits: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<NetworkPolicy>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub secure_access: bool,
+}
+
+/// A snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Snapshot {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub status: Status,
+}
+
+/// `GET /sandboxes/{id}/endpoints/{port}`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct EndpointAnswer {
+    pub endpoint: String,
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// Where to ask for an endpoint.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum EndpointMode {
+    Direct,
+    ServerProxy,
+    Signed { expires_epoch: i64 },
+}
+
+fn seg(s: &str) -> String {
+    // Backend ids are server-made; refuse anything that could change the path.
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Creates a sandbox. A refusal that is about the image names `image` and is permanent (the
+/// pool itself is fine), except Kubernetes' readiness timeout, which a slow pull looks like.
+pub(crate) async fn create(
+    c: &Client,
+    body: &CreateBody,
+    image: &str,
+    timeout: std::time::Duration,
+) -> Result<Sandbox, AdapterError> {
+    let op = "create sandbox";
+    let resp = c
+        .send(
+            c.api(Method::POST, "/sandboxes")
+                .json(body)
+                .timeout(timeout),
+            op,
+        )
+        .await?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let bytes = resp.bytes().await.unwrap_or_default();
+        let err = parse_error(status, &bytes);
+        if let Some(e) = image_failure(image, &err.code, &err.message) {
+            return Err(e);
+        }
+        return Err(c.map(op, status, &bytes));
+    }
+    let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, &e))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        AdapterError::Transient(format!("{op}: unexpected answer from OpenSandbox: {e}"))
+    })
+}
+
+/// An image pull failure, recognised by code or message, as an error naming the image.
+pub(crate) fn image_failure(image: &str, code: &str, message: &str) -> Option<AdapterError> {
+    let text = format!("{code} {message}");
+    let lower = text.to_ascii_lowercase();
+    if code_suffix(code) == "POD_READY_TIMEOUT" || text.contains("POD_READY_TIMEOUT") {
+        return Some(AdapterError::Transient(format!(
+            "sandbox did not become ready in time; image `{image}` may still be pulling or may not exist: {}",
+            message.trim()
+        )));
+    }
+    let about_image = lower.contains("pull")
+        || lower.contains("manifest unknown")
+        || lower.contains("no such image")
+        || lower.contains("image not found");
+    about_image.then(|| {
+        AdapterError::Permanent(format!(
+            "image `{image}` could not be pulled: {}",
+            if message.trim().is_empty() {
+                code
+            } else {
+                message.trim()
+            }
+        ))
+    })
+}
+pub(crate) async fn get(c: &Client, id: &str) -> Result<Sandbox, AdapterError> {
+    c.json(
+        c.api(Method::GET, &format!("/sandboxes/{}", seg(id))),
+        "get sandbox",
+    )
+    .await
+}
+
+/// Every sandbox whose metadata has `key=value`, across all pages.
+pub(crate) async fn list_by_metadata(
+    c: &Client,
+    key: &str,
+    value: &str,
+) -> Result<Vec<Sandbox>, AdapterError> {
+    let filter = format!("{key}={value}");
+    let mut out = Vec::new();
+    for page in 1..=1000u32 {
+        let rb = c.api(Method::GET, "/sandboxes").query(&[
+            ("metadata", filter.as_str()),
+            ("page", &page.to_string()),
+            ("pageSize", "200"),
+        ]);
+        let p: Page<Sandbox> = c.json(rb, "list sandboxes").await?;
+        let more = p.pagination.is_some_and(|p| p.has_next_page) && !p.items.is_empty();
+        // The filter is the server's; check it again so a server that ignores it cannot make
+        // us act on someone else's sandbox.
+        out.extend(
+            p.items
+                .into_iter()
+                .filter(|s| s.metadata.get(key).map(String::as_str) == Some(value)),
+        );
+        if !more {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Any authenticated call, for health: one item of the list.
+pub(crate) async fn probe(c: &Client) -> Result<(), AdapterError> {
+    let rb = c
+        .api(Method::GET, "/sandboxes")
+        .query(&[("page", "1"), ("pageSize", "1")]);
+    let _: Page<serde_json::Value> = c.json(rb, "health check").await?;
+    Ok(())
+}
+
+/// Deletes a sandbox; a missing one is fine.
+pub(crate) async fn delete(c: &Client, id: &str) -> Result<(), AdapterError> {
+    let op = "delete sandbox";
+    let resp = c
+        .send(
+            c.api(Method::DELETE, &format!("/sandboxes/{}", seg(id))),
+            op,
+        )
+        .await?;
+    match resp.status() {
+        s if s.is_success() || s == StatusCode::NOT_FOUND => Ok(()),
+        _ => Err(c.status_error(op, resp).await),
+    }
+}
+
+/// `pause` or `resume`. `Ok(false)`: 409, the sandbox is not in the state the action needs.
+pub(crate) async fn transition(c: &Client, id: &str, action: &str) -> Result<bool, AdapterError> {
+    let op = format!("{action} sandbox");
+    let resp = c
+        .send(
+            c.api(Method::POST, &format!("/sandboxes/{}/{action}", seg(id))),
+            &op,
+        )
+        .await?;
+    match resp.status() {
+        s if s.is_success() => Ok(true),
+        StatusCode::CONFLICT => Ok(false),
+        _ => Err(c.status_error(&op, resp).await),
+    }
+}
+
+/// Moves the expiry. A refusal because the new time is not later than the current one is
+/// fine: the backstop then stays later than Differently's own expiry.
+pub(crate) async fn renew(
+    c: &Client,
+    id: &str,
+    expires_at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), AdapterError> {
+    let op = "renew sandbox expiration";
+    let body = serde_json::json!({
+        "expiresAt": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    });
+    let resp = c
+        .send(
+            c.api(
+                Method::POST,
+                &format!("/sandboxes/{}/renew-expiration", seg(id)),
+            )
+            .json(&body),
+            op,
+        )
+        .await?;
+    if resp.status().is_success() {
+        return Ok(());
+    }
+    let status = resp.status();
+    let bytes = resp.bytes().await.unwrap_or_default();
+    let err = parse_error(status, &bytes);
+    if status == StatusCode::BAD_REQUEST && code_suffix(&err.code) == "INVALID_EXPIRATION" {
+        tracing::debug!("OpenSandbox kept its later expiry");
+        return Ok(());
+    }
+    Err(c.map(op, status, &bytes))
+}
+
+pub(crate) async fn endpoint(
+    c: &Client,
+    id: &str,
+    port: u16,
+    mode: EndpointMode,
+) -> Result<EndpointAnswer, AdapterError> {
+    let rb = c.api(
+        Method::GET,
+        &format!("/sandboxes/{}/endpoints/{port}", seg(id)),
+    );
+    let rb = match mode {
+        EndpointMode::Direct => rb,
+        EndpointMode::ServerProxy => rb.query(&[("use_server_proxy", "true")]),
+        EndpointMode::Signed { expires_epoch } => {
+            rb.query(&[("expires", expires_epoch.to_string())])
+        }
+    };
+    c.json(rb, "get sandbox endpoint").await
+}
+
+pub(crate) async fn create_snapshot(
+    c: &Client,
+    sandbox: &str,
+    name: &str,
+) -> Result<Snapshot, AdapterError> {
+    c.json(
+        c.api(
+            Method::POST,
+            &format!("/sandboxes/{}/snapshots", seg(sandbox)),
+        )
+        .json(&serde_json::json!({ "name": name })),
+        "create snapshot",
+    )
+    .await
+}
+
+pub(crate) async fn list_snapshots(
+    c: &Client,
+    sandbox: &str,
+) -> Result<Vec<Snapshot>, AdapterError> {
+    let mut out = Vec::new();
+    for page in 1..=1000u32 {
+        let rb = c.api(Method::GET, "/snapshots").query(&[
+            ("sandboxId", sandbox),
+            ("page", &page.to_string()),
+            ("pageSize", "200"),
+        ]);
+        let p: Page<Snapshot> = c.json(rb, "list snapshots").await?;
+        let more = p.pagination.is_some_and(|p| p.has_next_page) && !p.items.is_empty();
+        out.extend(p.items);
+        if !more {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes a snapshot; `Ok(false)` if it was already gone.
+pub(crate) async fn delete_snapshot(c: &Client, id: &str) -> Result<bool, AdapterError> {
+    let op = "delete snapshot";
+    let resp = c
+        .send(
+            c.api(Method::DELETE, &format!("/snapshots/{}", seg(id))),
+            op,
+        )
+        .await?;
+    match resp.status() {
+        s if s.is_success() => Ok(true),
+        StatusCode::NOT_FOUND => Ok(false),
+        StatusCode::CONFLICT => Err(AdapterError::Transient(format!(
+            "{op}: the snapshot is still being written or is in use"
+        ))),
+        _ => Err(c.status_error(op, resp).await),
+    }
+}

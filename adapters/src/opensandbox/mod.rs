@@ -1,0 +1,862 @@
+//! `OpenSandboxAdapter`: sandboxes on an OpenSandbox server (the default private backend).
+//!
+//! The lifecycle API (`config::Settings::api_url`) creates, finds, pauses and deletes
+//! sandboxes; execd inside each sandbox runs commands and moves files, reached through the
+//! server's proxy or directly. Every sandbox carries Differently's sandbox and installation ids
+//! in OpenSandbox metadata, which is how `create` stays idempotent and `list` finds orphans.
+//!
+//! The server's API key goes only to the server (its proxy included): never to execd reached
+//! directly, never into an error, an event or a port URL. See `docs/opensandbox.md`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use differently_core::exec::{ExecRequest, ExecResult};
+use differently_core::ids::InstallationId;
+use differently_core::SandboxId;
+
+use crate::devhost::OUTPUT_CAP_BYTES;
+use crate::registry::AdapterConfigError;
+use crate::{
+    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
+    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
+};
+
+mod client;
+pub mod config;
+mod execd;
+mod files;
+mod lifecycle;
+
+pub use config::{ConfigError, OpenSandboxConfig, Settings};
+use config::{Egress, Ports, Runtime};
+use execd::{CommandBody, Sink, Target, EXECD_PORT};
+use lifecycle::{EndpointMode, META_INSTALLATION, META_SANDBOX};
+
+/// How long after Differently's own expiry the backend backstop fires on renew.
+const BACKSTOP_MARGIN: Duration = Duration::from_secs(300);
+/// What an image sandbox runs as its entry process (execd is started before it).
+const ENTRYPOINT: [&str; 3] = ["tail", "-f", "/dev/null"];
+
+impl From<ConfigError> for AdapterConfigError {
+    fn from(e: ConfigError) -> Self {
+        AdapterConfigError::InvalidSettings {
+            kind: "opensandbox".to_owned(),
+            field: Some(e.field),
+            message: e.message,
+        }
+    }
+}
+
+/// One OpenSandbox pool.
+pub struct OpenSandboxAdapter {
+    settings: Settings,
+    client: client::Client,
+    /// Resolved execd endpoints per backend ref; dropped when a call cannot connect.
+    targets: Mutex<HashMap<String, Target>>,
+}
+
+impl std::fmt::Debug for OpenSandboxAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenSandboxAdapter")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenSandboxAdapter {
+    /// Validates `config`, resolves its API key reference and builds the adapter.
+    pub fn new(config: OpenSandboxConfig) -> Result<Self, ConfigError> {
+        let settings = config.validate()?;
+        let client = client::Client::new(&settings).map_err(|e| ConfigError {
+            field: "apiURL".to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            settings,
+            client,
+            targets: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The validated settings (the key inside prints as `***`).
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn require(&self, capability: &str) -> Result<(), AdapterError> {
+        if self.settings.capabilities.iter().any(|c| c == capability) {
+            Ok(())
+        } else {
+            Err(AdapterError::Unsupported(format!(
+                "{capability} is not offered by this OpenSandbox pool ({:?} runtime)",
+                self.settings.runtime
+            )))
+        }
+    }
+
+    /// OpenSandbox state → ours; `None` for sandboxes that are gone or going.
+    fn state(&self, s: &str) -> Option<InstanceState> {
+        Some(match s {
+            "Running" => InstanceState::Running,
+            "Pausing" | "Paused" if self.settings.runtime == Runtime::Kubernetes => {
+                InstanceState::Stopped
+            }
+            "Pausing" | "Paused" => InstanceState::Paused,
+            "Failed" => InstanceState::Failed,
+            "Stopping" | "Terminated" => return None,
+            // Pending, Resuming, Unknown and states added later.
+            _ => InstanceState::Pending,
+        })
+    }
+
+    fn instance(&self, s: &lifecycle::Sandbox) -> Option<Instance> {
+        let sandbox_id = SandboxId::parse(s.metadata.get(META_SANDBOX)?).ok()?;
+        Some(Instance {
+            backend_ref: s.id.clone(),
+            sandbox_id,
+            state: self.state(&s.status.state)?,
+        })
+    }
+
+    /// The live OpenSandbox sandboxes tagged with `id` (normally one).
+    async fn lookup(&self, id: &SandboxId) -> Result<Vec<lifecycle::Sandbox>, AdapterError> {
+        let all = lifecycle::list_by_metadata(&self.client, META_SANDBOX, id.as_str()).await?;
+        Ok(all
+            .into_iter()
+            .filter(|s| self.state(&s.status.state).is_some())
+            .collect())
+    }
+
+    fn image_for(&self, req: &CreateInstance) -> String {
+        match self.settings.runtime {
+            Runtime::Fastsandbox => self.settings.template_id.clone().unwrap_or_default(),
+            _ => req
+                .template
+                .clone()
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| self.settings.image.clone()),
+        }
+    }
+
+    fn create_body(&self, req: &CreateInstance) -> Result<lifecycle::CreateBody, AdapterError> {
+        let s = &self.settings;
+        let mut body = lifecycle::CreateBody {
+            metadata: BTreeMap::from([
+                (META_SANDBOX.to_owned(), req.sandbox_id.as_str().to_owned()),
+                (
+                    META_INSTALLATION.to_owned(),
+                    req.installation_id.as_str().to_owned(),
+                ),
+            ]),
+            ..Default::default()
+        };
+        let limits = BTreeMap::from([
+            ("cpu".to_owned(), req.resources.cpu.to_string()),
+            (
+                "memory".to_owned(),
+                format!("{}Mi", req.resources.memory_mib),
+            ),
+        ]);
+        let ttl = (req.ttl_seconds > 0).then(|| req.ttl_seconds.max(60));
+        if s.runtime == Runtime::Fastsandbox {
+            if !req.env.is_empty() {
+                return Err(AdapterError::Permanent(
+                    "Fast Sandbox templates fix the environment: bake env into the template"
+                        .to_owned(),
+                ));
+            }
+            body.timeout = Some(ttl.unwrap_or(s.default_timeout_seconds));
+            match &req.from_snapshot {
+                Some(snap) => {
+                    body.snapshot_id = Some(snap.clone());
+                    // A restore has no template to size it: the SandboxPool's size.
+                    body.resource_limits = match (&s.pool_cpu, &s.pool_memory) {
+                        (Some(cpu), Some(mem)) => Some(BTreeMap::from([
+                            ("cpu".to_owned(), cpu.clone()),
+                            ("memory".to_owned(), mem.clone()),
+                        ])),
+                        _ => Some(limits),
+                    };
+                }
+                None => {
+                    if let Some(t) = req.template.as_deref().filter(|t| !t.is_empty()) {
+                        if Some(t) != s.template_id.as_deref() {
+                            return Err(AdapterError::Permanent(format!(
+                                "this pool serves only its own Fast Sandbox template, not `{t}`"
+                            )));
+                        }
+                    }
+                    body.template_id = s.template_id.clone();
+                }
+            }
+        } else {
+            body.timeout = ttl;
+            body.resource_limits = Some(limits);
+            body.env = req.env.clone();
+            match &req.from_snapshot {
+                Some(snap) => body.snapshot_id = Some(snap.clone()),
+                None => {
+                    body.image = Some(lifecycle::ImageSpec {
+                        uri: self.image_for(req),
+                    });
+                    body.entrypoint = Some(ENTRYPOINT.iter().map(|s| (*s).to_owned()).collect());
+                }
+            }
+            body.secure_access = s.ports == Ports::Signed;
+        }
+        body.network_policy = match s.egress {
+            Egress::Public => None,
+            Egress::None | Egress::Allowlist => Some(lifecycle::NetworkPolicy {
+                default_action: "deny",
+                egress: s
+                    .egress_allow
+                    .iter()
+                    .map(|h| lifecycle::EgressRule {
+                        action: "allow",
+                        target: h.clone(),
+                    })
+                    .collect(),
+            }),
+        };
+        Ok(body)
+    }
+
+    /// Polls until the sandbox is in `want`; `Failed` (or disappearing) ends the wait.
+    async fn wait_state(
+        &self,
+        backend_ref: &str,
+        want: &str,
+        timeout: Duration,
+        image: Option<&str>,
+    ) -> Result<(), AdapterError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let sbx = lifecycle::get(&self.client, backend_ref).await?;
+            let st = &sbx.status;
+            if st.state == want {
+                return Ok(());
+            }
+            if matches!(st.state.as_str(), "Failed" | "Terminated" | "Stopping") {
+                let reason = st.reason.clone().unwrap_or_default();
+                let message = st.message.clone().unwrap_or_default();
+                if let Some(image) = image {
+                    if let Some(e) = lifecycle::image_failure(image, &reason, &message) {
+                        return Err(e);
+                    }
+                }
+                return Err(AdapterError::Permanent(format!(
+                    "sandbox is {} ({reason}): {message}",
+                    st.state
+                )));
+            }
+            if Instant::now() >= deadline {
+                return Err(AdapterError::Transient(format!(
+                    "sandbox still {} after {} s (waiting for {want})",
+                    st.state,
+                    timeout.as_secs()
+                )));
+            }
+            tokio::time::sleep(self.settings.poll_interval).await;
+        }
+    }
+
+    /// Resolves execd's endpoint (through the server proxy unless configured otherwise).
+    async fn target(&self, backend_ref: &str) -> Result<Target, AdapterError> {
+        if let Some(t) = self.cached(backend_ref) {
+            return Ok(t);
+        }
+        let mode = if self.settings.use_server_proxy {
+            EndpointMode::ServerProxy
+        } else {
+            EndpointMode::Direct
+        };
+        let ans = lifecycle::endpoint(&self.client, backend_ref, EXECD_PORT, mode).await?;
+        // Plain HTTP to execd: this build has no TLS client (docs/opensandbox.md).
+        let scheme = "http";
+        let base = with_scheme(&ans.endpoint, scheme);
+        let mut headers = ans.headers.unwrap_or_default();
+        headers.retain(|k, _| !k.eq_ignore_ascii_case(client::API_KEY_HEADER));
+        let t = Target {
+            base: base.trim_end_matches('/').to_owned(),
+            headers,
+        };
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(backend_ref.to_owned(), t.clone());
+        Ok(t)
+    }
+
+    fn cached(&self, backend_ref: &str) -> Option<Target> {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(backend_ref)
+            .cloned()
+    }
+
+    fn forget(&self, backend_ref: &str) {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(backend_ref);
+    }
+
+    /// Waits for execd to answer `/ping`.
+    async fn wait_execd(&self, backend_ref: &str, timeout: Duration) -> Result<(), AdapterError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let res = match self.target(backend_ref).await {
+                Ok(t) => execd::ping(&self.client, &t).await,
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(()) => return Ok(()),
+                Err(e @ AdapterError::Permanent(_)) => return Err(e),
+                Err(e) => {
+                    self.forget(backend_ref);
+                    if Instant::now() >= deadline {
+                        return Err(AdapterError::Transient(format!(
+                            "execd did not answer within {} s: {e}",
+                            timeout.as_secs()
+                        )));
+                    }
+                }
+            }
+            tokio::time::sleep(self.settings.poll_interval).await;
+        }
+    }
+
+    /// Running and execd answering, then (Fast Sandbox) the guest clock set.
+    async fn ready(&self, backend_ref: &str, image: Option<&str>) -> Result<(), AdapterError> {
+        let timeout = self.settings.ready_timeout;
+        let started = Instant::now();
+        self.wait_state(backend_ref, "Running", timeout, image)
+            .await?;
+        self.wait_execd(backend_ref, timeout.saturating_sub(started.elapsed()))
+            .await?;
+        if self.settings.runtime == Runtime::Fastsandbox {
+            self.set_clock(backend_ref).await;
+        }
+        Ok(())
+    }
+
+    /// A restored microVM keeps the time its checkpoint was written; step it to now.
+    async fn set_clock(&self, backend_ref: &str) {
+        let now = chrono::Utc::now().timestamp();
+        let req = ExecRequest {
+            command: vec!["date".into(), "-u".into(), "-s".into(), format!("@{now}")],
+            timeout_seconds: Some(10),
+            ..Default::default()
+        };
+        let at = InstanceRef {
+            sandbox_id: SandboxId::new(),
+            backend_ref: backend_ref.to_owned(),
+        };
+        let mut sink = Collect::default();
+        match self.run(&at, &req, &mut sink).await {
+            Ok(0) => {}
+            Ok(code) => tracing::warn!(code, "setting the guest clock failed"),
+            Err(e) => tracing::warn!(error = %e, "setting the guest clock failed"),
+        }
+    }
+
+    /// Runs `req` through execd, feeding `sink`; returns the exit code.
+    async fn run(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        sink: &mut (impl Sink + Send),
+    ) -> Result<i32, AdapterError> {
+        if req.command.is_empty() || req.command[0].is_empty() {
+            return Err(AdapterError::Permanent("command is empty".to_owned()));
+        }
+        if req.command.iter().any(|a| a.contains('\0')) {
+            return Err(AdapterError::Permanent(
+                "arguments may not contain NUL".to_owned(),
+            ));
+        }
+        let stdin: Option<Vec<u8>> = match (&req.stdin, &req.stdin_base64) {
+            (Some(_), Some(_)) => {
+                return Err(AdapterError::Permanent(
+                    "give stdin or stdinBase64, not both".to_owned(),
+                ))
+            }
+            (Some(s), None) => Some(s.clone().into_bytes()),
+            (None, Some(b)) => {
+                use base64::Engine as _;
+                Some(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(b)
+                        .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}")))?,
+                )
+            }
+            (None, None) => None,
+        };
+        let mut target = self.target(&at.backend_ref).await?;
+        let mut command = execd::shell_join(&req.command);
+        if let Some(input) = stdin {
+            // execd's command API takes no stdin: the command reads a file, which is unlinked
+            // as soon as the shell has opened it.
+            let path = format!("/tmp/.differently-stdin-{}", unique());
+            let body: ByteStream = Box::pin(futures::stream::once(async move {
+                Ok::<_, AdapterError>(Bytes::from(input))
+            }));
+            if let Err(e) = files::upload(&self.client, &target, &path, Some(0o600), body).await {
+                self.forget(&at.backend_ref);
+                return Err(e);
+            }
+            let q = execd::shell_quote(&path);
+            command = format!("{{ rm -f -- {q}; {command}\n}} < {q}");
+        }
+        let timeout = req.timeout();
+        let body = CommandBody {
+            command,
+            cwd: req.cwd.clone(),
+            timeout: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            envs: req.env.clone(),
+        };
+        let mut attempt = 0;
+        loop {
+            let res = execd::run(
+                &self.client,
+                &target,
+                &body,
+                self.settings.line_endings,
+                self.settings.stream_idle,
+                Some(timeout),
+                sink,
+            )
+            .await;
+            match res {
+                // Nothing ran if the connection was never made: re-resolve once and retry.
+                Err(AdapterError::Unavailable(_)) if attempt == 0 => {
+                    attempt += 1;
+                    self.forget(&at.backend_ref);
+                    target = self.target(&at.backend_ref).await?;
+                }
+                Err(e) => {
+                    if matches!(e, AdapterError::NotFound) {
+                        // execd's 404 through the proxy: is the sandbox gone?
+                        if lifecycle::get(&self.client, &at.backend_ref).await.is_ok() {
+                            return Err(AdapterError::Permanent(
+                                "exec: execd answered 404".to_owned(),
+                            ));
+                        }
+                    }
+                    return Err(e);
+                }
+                Ok(code) => return Ok(code),
+            }
+        }
+    }
+
+    /// Runs an idempotent execd call, re-resolving the endpoint once if it cannot connect.
+    async fn on_execd<T, F, Fut>(&self, at: &InstanceRef, f: F) -> Result<T, AdapterError>
+    where
+        F: Fn(Target) -> Fut,
+        Fut: std::future::Future<Output = Result<T, AdapterError>>,
+    {
+        let target = self.target(&at.backend_ref).await?;
+        match f(target).await {
+            Err(AdapterError::Unavailable(_)) => {
+                self.forget(&at.backend_ref);
+                let target = self.target(&at.backend_ref).await?;
+                f(target).await
+            }
+            other => other,
+        }
+    }
+
+    /// OpenSandbox's pause (memory kept on Docker and Fast Sandbox; disk committed on Kubernetes).
+    async fn freeze(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        let accepted = lifecycle::transition(&self.client, &at.backend_ref, "pause").await?;
+        if !accepted {
+            // 409: fine if it is already paused or pausing.
+            let sbx = lifecycle::get(&self.client, &at.backend_ref).await?;
+            if !matches!(sbx.status.state.as_str(), "Paused" | "Pausing") {
+                return Err(AdapterError::Permanent(format!(
+                    "cannot pause a sandbox that is {}",
+                    sbx.status.state
+                )));
+            }
+        }
+        self.forget(&at.backend_ref);
+        self.wait_state(
+            &at.backend_ref,
+            "Paused",
+            self.settings.checkpoint_timeout,
+            None,
+        )
+        .await
+    }
+
+    async fn thaw(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        let accepted = lifecycle::transition(&self.client, &at.backend_ref, "resume").await?;
+        if !accepted {
+            let sbx = lifecycle::get(&self.client, &at.backend_ref).await?;
+            if !matches!(sbx.status.state.as_str(), "Running" | "Resuming") {
+                return Err(AdapterError::Permanent(format!(
+                    "cannot resume a sandbox that is {}",
+                    sbx.status.state
+                )));
+            }
+        }
+        self.forget(&at.backend_ref);
+        let timeout = self
+            .settings
+            .checkpoint_timeout
+            .max(self.settings.ready_timeout);
+        self.wait_state(&at.backend_ref, "Running", timeout, None)
+            .await?;
+        self.wait_execd(&at.backend_ref, self.settings.ready_timeout)
+            .await?;
+        if self.settings.runtime == Runtime::Fastsandbox {
+            self.set_clock(&at.backend_ref).await;
+        }
+        Ok(())
+    }
+}
+
+fn with_scheme(endpoint: &str, scheme: &str) -> String {
+    if endpoint.contains("://") {
+        endpoint.to_owned()
+    } else {
+        format!("{scheme}://{endpoint}")
+    }
+}
+
+fn unique() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Collects output for `exec`, keeping the first `OUTPUT_CAP_BYTES` of each stream.
+#[derive(Debug, Default)]
+struct Collect {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+}
+
+impl Sink for Collect {
+    fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send {
+        let (buf, truncated, bytes) = match ev {
+            ExecEvent::Stdout(b) => (&mut self.stdout, &mut self.stdout_truncated, b),
+            ExecEvent::Stderr(b) => (&mut self.stderr, &mut self.stderr_truncated, b),
+        };
+        let room = OUTPUT_CAP_BYTES.saturating_sub(buf.len());
+        let keep = bytes.len().min(room);
+        buf.extend_from_slice(&bytes[..keep]);
+        if keep < bytes.len() {
+            *truncated = true;
+        }
+        std::future::ready(true)
+    }
+}
+
+/// Sends output to the caller's channel; waiting on a full channel is the backpressure.
+struct Channel(tokio::sync::mpsc::Sender<ExecEvent>);
+
+impl Sink for Channel {
+    fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send {
+        let tx = self.0.clone();
+        async move { tx.send(ev).await.is_ok() }
+    }
+}
+
+#[async_trait]
+impl Adapter for OpenSandboxAdapter {
+    fn kind(&self) -> &'static str {
+        "opensandbox"
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        self.settings.capabilities.clone()
+    }
+
+    async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
+        let image = self.image_for(req);
+        // Idempotency: the sandbox id is in the metadata of whatever an earlier call made.
+        for existing in self.lookup(&req.sandbox_id).await? {
+            if existing.status.state == "Failed" {
+                // A failed earlier attempt: clear it so this one can succeed.
+                lifecycle::delete(&self.client, &existing.id).await?;
+                continue;
+            }
+            let mut inst = self.instance(&existing).ok_or_else(|| {
+                AdapterError::Transient("sandbox found but not usable".to_owned())
+            })?;
+            if inst.state == InstanceState::Pending {
+                self.ready(&existing.id, Some(&image)).await?;
+                inst.state = InstanceState::Running;
+            }
+            return Ok(inst);
+        }
+        let body = self.create_body(req)?;
+        let created =
+            lifecycle::create(&self.client, &body, &image, self.settings.create_timeout).await?;
+        if let Err(e) = self.ready(&created.id, Some(&image)).await {
+            // A sandbox that failed to start is of no use to a retry: remove it. One still
+            // starting is left for the retry to find and wait on.
+            let failed = match lifecycle::get(&self.client, &created.id).await {
+                Ok(s) => s.status.state == "Failed",
+                Err(_) => matches!(e, AdapterError::Permanent(_)),
+            };
+            if failed {
+                if let Err(d) = lifecycle::delete(&self.client, &created.id).await {
+                    tracing::warn!(error = %d, "cleaning up a failed sandbox");
+                }
+            }
+            return Err(e);
+        }
+        Ok(Instance {
+            backend_ref: created.id,
+            sandbox_id: req.sandbox_id.clone(),
+            state: InstanceState::Running,
+        })
+    }
+
+    async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
+        // Every instance tagged with the id: a create race can leave two.
+        for sbx in self.lookup(sandbox_id).await? {
+            lifecycle::delete(&self.client, &sbx.id).await?;
+            self.forget(&sbx.id);
+        }
+        Ok(())
+    }
+
+    async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError> {
+        let found = self.lookup(sandbox_id).await?;
+        Ok(found.iter().find_map(|s| self.instance(s)))
+    }
+
+    async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
+        let all =
+            lifecycle::list_by_metadata(&self.client, META_INSTALLATION, installation.as_str())
+                .await?;
+        let mut out: Vec<Instance> = all.iter().filter_map(|s| self.instance(s)).collect();
+        out.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
+        Ok(out)
+    }
+
+    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
+        self.require("exec")?;
+        let started = Instant::now();
+        let mut sink = Collect::default();
+        let exit_code = self.run(at, req, &mut sink).await?;
+        Ok(ExecResult {
+            exit_code,
+            stdout: String::from_utf8_lossy(&sink.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&sink.stderr).into_owned(),
+            stdout_truncated: sink.stdout_truncated,
+            stderr_truncated: sink.stderr_truncated,
+            duration_ms: millis(started.elapsed()),
+        })
+    }
+
+    async fn health(&self) -> Result<(), AdapterError> {
+        lifecycle::probe(&self.client).await
+    }
+
+    async fn exec_stream(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: tokio::sync::mpsc::Sender<ExecEvent>,
+    ) -> Result<ExecExit, AdapterError> {
+        self.require("exec.stream")?;
+        let started = Instant::now();
+        let exit_code = self.run(at, req, &mut Channel(out)).await?;
+        Ok(ExecExit {
+            exit_code,
+            duration_ms: millis(started.elapsed()),
+        })
+    }
+
+    async fn upload(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+        body: ByteStream,
+    ) -> Result<(), AdapterError> {
+        self.require("files")?;
+        let target = self.target(&at.backend_ref).await?;
+        let res = files::upload(&self.client, &target, path, mode, body).await;
+        if matches!(res, Err(AdapterError::Unavailable(_))) {
+            self.forget(&at.backend_ref);
+        }
+        res
+    }
+
+    async fn download(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        range: Option<ByteRange>,
+    ) -> Result<Download, AdapterError> {
+        self.require("files")?;
+        self.on_execd(at, |t| async move {
+            files::download(&self.client, &t, path, range).await
+        })
+        .await
+    }
+
+    async fn list_files(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        depth: u32,
+    ) -> Result<Vec<FileEntry>, AdapterError> {
+        self.require("files")?;
+        self.on_execd(at, |t| async move {
+            files::list(&self.client, &t, path, depth).await
+        })
+        .await
+    }
+
+    async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
+        self.require("files")?;
+        self.on_execd(at, |t| async move {
+            files::delete(&self.client, &t, path).await
+        })
+        .await
+    }
+
+    async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        self.require("lifecycle.pause")?;
+        self.freeze(at).await
+    }
+
+    async fn resume(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        self.require("lifecycle.pause")?;
+        self.thaw(at).await
+    }
+
+    async fn stop(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        self.require("lifecycle.stop")?;
+        self.freeze(at).await
+    }
+
+    async fn start(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        self.require("lifecycle.stop")?;
+        self.thaw(at).await
+    }
+
+    async fn snapshot(
+        &self,
+        at: &InstanceRef,
+        snapshot_id: &str,
+    ) -> Result<SnapshotInfo, AdapterError> {
+        self.require("snapshots")?;
+        // Idempotent on Differently's snapshot id, which is the OpenSandbox snapshot's name.
+        for snap in lifecycle::list_snapshots(&self.client, &at.backend_ref).await? {
+            if snap.name.as_deref() != Some(snapshot_id) {
+                continue;
+            }
+            match snap.status.state.as_str() {
+                "Failed" => {
+                    // Clear the failed one; a new attempt follows.
+                    lifecycle::delete_snapshot(&self.client, &snap.id).await?;
+                }
+                "Deleting" => {}
+                state => {
+                    return Ok(SnapshotInfo {
+                        ready: state == "Ready",
+                        backend_ref: snap.id,
+                    })
+                }
+            }
+        }
+        let snap = lifecycle::create_snapshot(&self.client, &at.backend_ref, snapshot_id).await?;
+        if snap.status.state == "Failed" {
+            return Err(AdapterError::Permanent(format!(
+                "snapshot failed: {}",
+                snap.status.message.unwrap_or_default()
+            )));
+        }
+        Ok(SnapshotInfo {
+            ready: snap.status.state == "Ready",
+            backend_ref: snap.id,
+        })
+    }
+
+    async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
+        self.require("snapshots")?;
+        lifecycle::delete_snapshot(&self.client, backend_ref)
+            .await
+            .map(drop)
+    }
+
+    async fn expose_port(
+        &self,
+        at: &InstanceRef,
+        port: u16,
+        expires: Option<Duration>,
+    ) -> Result<Endpoint, AdapterError> {
+        self.require("ports.expose")?;
+        if port == 0 {
+            return Err(AdapterError::Permanent("port must be 1-65535".to_owned()));
+        }
+        let (mode, expires_at) = match self.settings.ports {
+            Ports::Signed => {
+                let life = expires.unwrap_or(Duration::from_secs(self.settings.port_url_seconds));
+                let at = chrono::Utc::now()
+                    + chrono::Duration::from_std(life).unwrap_or(chrono::Duration::hours(1));
+                (
+                    EndpointMode::Signed {
+                        expires_epoch: at.timestamp(),
+                    },
+                    Some(at),
+                )
+            }
+            Ports::None => (EndpointMode::Direct, None),
+        };
+        let ans = lifecycle::endpoint(&self.client, &at.backend_ref, port, mode).await?;
+        if ans.headers.as_ref().is_some_and(|h| !h.is_empty()) {
+            return Err(AdapterError::Permanent(
+                "this endpoint needs request headers, which would hand out a credential; refused"
+                    .to_owned(),
+            ));
+        }
+        let scheme = match self.settings.port_scheme {
+            config::PortScheme::Http => "http",
+            config::PortScheme::Https => "https",
+        };
+        let url = with_scheme(&ans.endpoint, scheme);
+        if self.client.is_server(&url) || self.client.is_server(&with_scheme(&ans.endpoint, "http"))
+        {
+            return Err(AdapterError::Permanent(
+                "this endpoint is the OpenSandbox server's own proxy, which takes the server's API key; refused"
+                    .to_owned(),
+            ));
+        }
+        Ok(Endpoint { url, expires_at })
+    }
+
+    async fn renew(&self, at: &InstanceRef, ttl: Duration) -> Result<(), AdapterError> {
+        let until = ttl + BACKSTOP_MARGIN;
+        let expires_at = chrono::Utc::now()
+            + chrono::Duration::from_std(until).unwrap_or(chrono::Duration::days(30));
+        lifecycle::renew(&self.client, &at.backend_ref, expires_at).await
+    }
+}

@@ -1,0 +1,1461 @@
+//! A fake OpenSandbox: the lifecycle server and execd, written from the specs and NOTES.md.
+//!
+//! `Variant::Real` reproduces server 1.1.1 / execd 1.1 as observed: bare-JSON event frames,
+//! one event per line with the newline stripped and empty lines dropped, exit codes only in
+//! the `error` event, metadata upload part must be a file part, FastAPI 422 validation errors,
+//! runtime-prefixed error codes, synchronous Docker create (`Running` at once, no Location),
+//! immediate pause, routes with and without `/v1`, an unauthenticated server proxy.
+//! `Variant::Spec` does what the published specs say: SSE `data:` frames, output chunks with
+//! their line terminators, 400 ErrorResponse validation errors, unprefixed codes, `Pending`
+//! and `Pausing` states that need polling, a Location header, plain metadata field accepted.
+//!
+//! Commands really run (`bash -c` on the test host), so quoting, env, cwd, exit codes and
+//! timeouts are the shell's. File paths are host paths: tests stay inside a temp dir.
+//!
+//! Two listeners: the server (`api_url`) and a "host port" listener standing for execd's
+//! published port (`/{sandbox}/proxy/44772/...`), which records any API key sent to it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+pub const KEY_HEADER: &str = "open-sandbox-api-key";
+
+/// Which behaviour to reproduce where the real server and the spec differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Real,
+    Spec,
+}
+
+/// The runtime the fake server pretends to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FakeRuntime {
+    Docker,
+    Kubernetes,
+    Fastsandbox,
+}
+
+/// Fault injection and behaviour switches.
+#[derive(Debug, Default)]
+pub struct Knobs {
+    /// The next N lifecycle requests whose path contains the string fail with the status.
+    pub fail_next: VecDeque<(String, u16)>,
+    /// Delay before answering any lifecycle request.
+    pub delay_ms: u64,
+    /// Close exec streams after this many frames, without an end event.
+    pub truncate_after_frames: Option<usize>,
+    /// Delay before each exec frame.
+    pub frame_delay_ms: u64,
+    /// Send nothing at all on exec streams (no pings either) for this long first.
+    pub stall_ms: u64,
+    /// Image URIs whose pull fails.
+    pub bad_images: Vec<String>,
+    /// Headers the endpoint API returns (as secure access would).
+    pub endpoint_headers: BTreeMap<String, String>,
+    /// Kubernetes: whether the snapshot registry is configured (default false → set true).
+    pub registry: bool,
+    /// Answer download requests with 200 and the whole file even when a Range was asked.
+    pub ignore_range: bool,
+    /// execd requires this access token (`X-EXECD-ACCESS-TOKEN`).
+    pub execd_token: Option<String>,
+    /// Answer the next lifecycle request with a redirect to this URL.
+    pub redirect_to: Option<String>,
+}
+
+/// What the fake saw.
+#[derive(Debug, Default)]
+pub struct Record {
+    pub requests: Vec<String>,
+    pub create_bodies: Vec<Value>,
+    pub command_bodies: Vec<Value>,
+    pub renewals: Vec<String>,
+    /// Requests that reached the execd host port carrying the server's API key.
+    pub key_seen_on_execd: u32,
+    /// Commands killed because their client went away.
+    pub cancelled: u32,
+    pub interrupts: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Sbx {
+    pub id: String,
+    pub state: String,
+    pub reason: String,
+    pub message: String,
+    pub metadata: BTreeMap<String, String>,
+    pub image: Option<String>,
+    pub snapshot_id: Option<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    polls_left: u32,
+    fail_with: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone)]
+struct Snap {
+    id: String,
+    sandbox_id: String,
+    name: Option<String>,
+    state: String,
+    polls_left: u32,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+struct Cmd {
+    content: String,
+    running: bool,
+    exit_code: Option<i32>,
+    pgid: Option<u32>,
+}
+
+struct Inner {
+    variant: Variant,
+    runtime: FakeRuntime,
+    key: String,
+    api_addr: SocketAddr,
+    execd_addr: SocketAddr,
+    knobs: Mutex<Knobs>,
+    record: Mutex<Record>,
+    sandboxes: Mutex<BTreeMap<String, Sbx>>,
+    snapshots: Mutex<BTreeMap<String, Snap>>,
+    commands: Mutex<HashMap<String, Cmd>>,
+    seq: Mutex<u64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running fake; dropped with the test's runtime.
+#[derive(Clone)]
+pub struct FakeServer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    Api,
+    Execd,
+}
+
+impl FakeServer {
+    pub async fn start(variant: Variant, runtime: FakeRuntime, key: &str) -> FakeServer {
+        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let execd = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let inner = Arc::new(Inner {
+            variant,
+            runtime,
+            key: key.to_owned(),
+            api_addr: api.local_addr().unwrap(),
+            execd_addr: execd.local_addr().unwrap(),
+            knobs: Mutex::new(Knobs::default()),
+            record: Mutex::new(Record::default()),
+            sandboxes: Mutex::new(BTreeMap::new()),
+            snapshots: Mutex::new(BTreeMap::new()),
+            commands: Mutex::new(HashMap::new()),
+            seq: Mutex::new(0),
+        });
+        for (listener, which) in [(api, Listener::Api), (execd, Listener::Execd)] {
+            let app = Router::new()
+                .fallback(handle)
+                .with_state((inner.clone(), which));
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+        }
+        FakeServer { inner }
+    }
+
+    /// `http://127.0.0.1:port/v1`
+    pub fn api_url(&self) -> String {
+        format!("http://{}/v1", self.inner.api_addr)
+    }
+
+    pub fn knobs(&self) -> MutexGuard<'_, Knobs> {
+        lock(&self.inner.knobs)
+    }
+
+    pub fn record(&self) -> MutexGuard<'_, Record> {
+        lock(&self.inner.record)
+    }
+
+    pub fn sandboxes(&self) -> Vec<Sbx> {
+        lock(&self.inner.sandboxes).values().cloned().collect()
+    }
+
+    pub fn sandbox(&self, id: &str) -> Option<Sbx> {
+        lock(&self.inner.sandboxes).get(id).cloned()
+    }
+
+    pub fn snapshot_names(&self) -> Vec<(String, String)> {
+        lock(&self.inner.snapshots)
+            .values()
+            .map(|s| (s.name.clone().unwrap_or_default(), s.state.clone()))
+            .collect()
+    }
+
+    /// Puts a sandbox straight into the server (an orphan, or a second instance from a race).
+    pub fn insert(&self, metadata: BTreeMap<String, String>, state: &str) -> String {
+        let id = next_id(&self.inner, "sbx");
+        lock(&self.inner.sandboxes).insert(
+            id.clone(),
+            Sbx {
+                id: id.clone(),
+                state: state.to_owned(),
+                reason: String::new(),
+                message: String::new(),
+                metadata,
+                image: Some("ubuntu:24.04".to_owned()),
+                snapshot_id: None,
+                expires_at: None,
+                created_at: Utc::now(),
+                polls_left: 0,
+                fail_with: None,
+            },
+        );
+        id
+    }
+
+    pub fn set_state(&self, id: &str, state: &str) {
+        if let Some(s) = lock(&self.inner.sandboxes).get_mut(id) {
+            s.state = state.to_owned();
+        }
+    }
+}
+
+fn next_id(inner: &Inner, prefix: &str) -> String {
+    let mut n = lock(&inner.seq);
+    *n += 1;
+    // Real ids are hex-ish strings.
+    format!("{prefix}{:08x}{:04x}", *n, std::process::id() & 0xffff)
+}
+
+type St = (Arc<Inner>, Listener);
+
+struct Req {
+    method: Method,
+    path: String,
+    query: Vec<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Req {
+    fn q(&self, k: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(a, _)| a == k)
+            .map(|(_, v)| v.as_str())
+    }
+    fn qs(&self, k: &str) -> Vec<&str> {
+        self.query
+            .iter()
+            .filter(|(a, _)| a == k)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+fn pct_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%' && i + 2 < b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 2;
+            }
+            (b'+', _) => out.push(b' '),
+            (c, _) => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_query(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (pct_decode(k), pct_decode(v))
+        })
+        .collect()
+}
+
+fn json_resp(status: u16, v: Value) -> Response {
+    let mut r = (
+        StatusCode::from_u16(status).unwrap(),
+        [("content-type", "application/json")],
+        v.to_string(),
+    )
+        .into_response();
+    r.headers_mut().insert(
+        "x-request-id",
+        HeaderValue::from_static("0123456789abcdef0123456789abcdef"),
+    );
+    r
+}
+
+impl Inner {
+    fn code(&self, code: &str) -> String {
+        match self.variant {
+            Variant::Spec => code.to_owned(),
+            Variant::Real => {
+                let prefix = match self.runtime {
+                    FakeRuntime::Docker => "DOCKER",
+                    FakeRuntime::Kubernetes => "KUBERNETES",
+                    FakeRuntime::Fastsandbox => "FSB",
+                };
+                format!("{prefix}::{code}")
+            }
+        }
+    }
+
+    fn err(&self, status: u16, code: &str, message: &str) -> Response {
+        json_resp(status, json!({"code": self.code(code), "message": message}))
+    }
+
+    /// A request validation error: FastAPI 422 on the real server, 400 per the spec.
+    fn invalid(&self, loc: &str, msg: &str, input: Value) -> Response {
+        match self.variant {
+            Variant::Real => json_resp(
+                422,
+                json!({"detail": [{"type": "value_error", "loc": ["body", loc], "msg": msg, "input": input}]}),
+            ),
+            Variant::Spec => json_resp(
+                400,
+                json!({"code": "INVALID_PARAMETER", "message": format!("{loc}: {msg}")}),
+            ),
+        }
+    }
+}
+
+async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, 512 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let r = Req {
+        method: parts.method.clone(),
+        path: parts.uri.path().to_owned(),
+        query: parse_query(parts.uri.query().unwrap_or("")),
+        headers: parts.headers.clone(),
+        body,
+    };
+    lock(&inner.record)
+        .requests
+        .push(format!("{} {}", r.method, r.path));
+    match which {
+        Listener::Execd => {
+            if r.headers.contains_key(KEY_HEADER) {
+                lock(&inner.record).key_seen_on_execd += 1;
+            }
+            let mut segs = r.path.trim_start_matches('/').splitn(4, '/');
+            let (Some(id), Some("proxy"), Some("44772")) = (segs.next(), segs.next(), segs.next())
+            else {
+                return json_resp(404, json!({"detail": "Not Found"}));
+            };
+            let rest = format!("/{}", segs.next().unwrap_or(""));
+            let id = id.to_owned();
+            execd_entry(&inner, &id, &rest, r).await
+        }
+        Listener::Api => api(&inner, r).await,
+    }
+}
+
+async fn api(inner: &Arc<Inner>, r: Req) -> Response {
+    let path = match r.path.strip_prefix("/v1") {
+        Some(p) => p.to_owned(),
+        None if inner.variant == Variant::Real => r.path.clone(),
+        None => return json_resp(404, json!({"detail": "Not Found"})),
+    };
+    if path == "/health" && inner.variant == Variant::Real {
+        return json_resp(200, json!({"status": "healthy"}));
+    }
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+
+    // The server proxy: unauthenticated on the real single-tenant server.
+    if segs.len() >= 4 && segs[0] == "sandboxes" && segs[2] == "proxy" {
+        if inner.variant == Variant::Spec {
+            if let Some(resp) = auth(inner, &r) {
+                return resp;
+            }
+        }
+        if segs[3] != "44772" {
+            return json_resp(
+                502,
+                json!({"code": "BACKEND_CONNECTION_FAILED", "message": "connection refused"}),
+            );
+        }
+        let rest = format!("/{}", segs[4..].join("/"));
+        let id = segs[1].to_owned();
+        return execd_entry(inner, &id, &rest, r).await;
+    }
+
+    if let Some(resp) = auth(inner, &r) {
+        return resp;
+    }
+    if let Some(to) = lock(&inner.knobs).redirect_to.take() {
+        return Response::builder()
+            .status(307)
+            .header("location", to)
+            .body(Body::empty())
+            .unwrap();
+    }
+    let delay = lock(&inner.knobs).delay_ms;
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    {
+        let mut k = lock(&inner.knobs);
+        if let Some(i) = k
+            .fail_next
+            .iter()
+            .position(|(p, _)| path.contains(p.as_str()))
+        {
+            let (_, status) = k.fail_next.remove(i).unwrap();
+            drop(k);
+            // Echo the key, as a careless server might: the adapter must scrub it.
+            let echoed = r
+                .headers
+                .get(KEY_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            return inner.err(
+                status,
+                "INTERNAL_ERROR",
+                &format!("injected failure (key {echoed})"),
+            );
+        }
+    }
+
+    let m = &r.method;
+    match (m.clone(), segs.as_slice()) {
+        (Method::POST, ["sandboxes"]) => create(inner, &r),
+        (Method::GET, ["sandboxes"]) => list(inner, &r),
+        (Method::GET, ["sandboxes", id]) => get(inner, id),
+        (Method::DELETE, ["sandboxes", id]) => {
+            if lock(&inner.sandboxes).remove(*id).is_some() {
+                StatusCode::NO_CONTENT.into_response()
+            } else {
+                inner.err(404, "SANDBOX_NOT_FOUND", "sandbox not found")
+            }
+        }
+        (Method::POST, ["sandboxes", id, "pause"]) => transition(inner, id, "Running", "Paused"),
+        (Method::POST, ["sandboxes", id, "resume"]) => transition(inner, id, "Paused", "Running"),
+        (Method::POST, ["sandboxes", id, "renew-expiration"]) => renew(inner, id, &r),
+        (Method::GET, ["sandboxes", id, "endpoints", port]) => endpoint(inner, id, port, &r),
+        (Method::POST, ["sandboxes", id, "snapshots"]) => create_snapshot(inner, id, &r),
+        (Method::GET, ["snapshots"]) => list_snapshots(inner, &r),
+        (Method::GET, ["snapshots", sid]) => {
+            advance_snapshots(inner);
+            match lock(&inner.snapshots).get(*sid) {
+                Some(s) => json_resp(200, snap_json(s)),
+                None => inner.err(404, "SNAPSHOT_NOT_FOUND", "snapshot not found"),
+            }
+        }
+        (Method::DELETE, ["snapshots", sid]) => {
+            let mut snaps = lock(&inner.snapshots);
+            match snaps.get(*sid).map(|s| s.state.clone()) {
+                None => inner.err(404, "SNAPSHOT_NOT_FOUND", "snapshot not found"),
+                Some(st) if st == "Creating" => json_resp(
+                    409,
+                    json!({"code": "SNAPSHOT::DELETE_CONFLICT", "message": "snapshot is being created"}),
+                ),
+                Some(_) => {
+                    snaps.remove(*sid);
+                    StatusCode::NO_CONTENT.into_response()
+                }
+            }
+        }
+        _ => json_resp(404, json!({"detail": "Not Found"})),
+    }
+}
+
+fn auth(inner: &Inner, r: &Req) -> Option<Response> {
+    match r.headers.get(KEY_HEADER).and_then(|v| v.to_str().ok()) {
+        None => Some(json_resp(
+            401,
+            json!({"code": "MISSING_API_KEY", "message": "Authentication credentials were not provided"}),
+        )),
+        Some(k) if k != inner.key => Some(json_resp(
+            401,
+            json!({"code": "INVALID_API_KEY", "message": "Invalid API key"}),
+        )),
+        Some(_) => None,
+    }
+}
+
+fn valid_label_value(v: &str) -> bool {
+    let b = v.as_bytes();
+    v.len() <= 63
+        && (v.is_empty()
+            || (b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))))
+}
+
+fn sandbox_json(s: &Sbx, full: bool) -> Value {
+    let mut v = json!({
+        "id": s.id,
+        "status": {"state": s.state, "reason": s.reason, "message": s.message,
+                   "lastTransitionAt": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)},
+        "metadata": s.metadata,
+        "entrypoint": ["tail", "-f", "/dev/null"],
+        "createdAt": s.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+    });
+    if let Some(e) = s.expires_at {
+        v["expiresAt"] = json!(e.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+    }
+    if full {
+        if let Some(i) = &s.image {
+            v["image"] = json!({"uri": i});
+        }
+        if let Some(sn) = &s.snapshot_id {
+            v["snapshotId"] = json!(sn);
+        }
+    }
+    v
+}
+
+fn create(inner: &Arc<Inner>, r: &Req) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&r.body) else {
+        return inner.invalid("body", "JSON decode error", Value::Null);
+    };
+    lock(&inner.record).create_bodies.push(body.clone());
+    let image = body["image"]["uri"].as_str().map(str::to_owned);
+    let snapshot = body["snapshotId"].as_str().map(str::to_owned);
+    let template = body["templateId"].as_str().map(str::to_owned);
+    let sources = [image.is_some(), snapshot.is_some(), template.is_some()]
+        .iter()
+        .filter(|b| **b)
+        .count();
+    if sources != 1 {
+        return inner.invalid(
+            "image",
+            "exactly one of image, snapshotId or templateId",
+            Value::Null,
+        );
+    }
+    if image.is_some() && body["entrypoint"].as_array().is_none_or(|a| a.is_empty()) {
+        return inner.invalid(
+            "entrypoint",
+            "entrypoint is required when image is provided",
+            Value::Null,
+        );
+    }
+    if let Some(t) = body["timeout"].as_u64() {
+        if t < 60 {
+            return inner.invalid(
+                "timeout",
+                "Input should be greater than or equal to 60",
+                json!(t),
+            );
+        }
+    }
+    if template.is_some() {
+        if inner.runtime != FakeRuntime::Fastsandbox {
+            return inner.err(400, "INVALID_PARAMETER", "templateId needs Fast Sandbox");
+        }
+        for f in ["env", "resourceLimits", "entrypoint", "secureAccess"] {
+            if !body[f].is_null() {
+                return inner.invalid(f, "not allowed in template mode", Value::Null);
+            }
+        }
+        if body["timeout"].is_null() {
+            return inner.invalid("timeout", "required in template mode", Value::Null);
+        }
+    }
+    if body["resourceLimits"]["cpu"].as_str() == Some("0") {
+        return match inner.variant {
+            Variant::Real => json_resp(
+                422,
+                json!({"detail": [{"type": "value_error", "loc": ["body", "resourceLimits", "cpu"],
+                                    "msg": "cpu must be positive", "input": "0"}]}),
+            ),
+            Variant::Spec => {
+                inner.invalid("resourceLimits.cpu", "cpu must be positive", json!("0"))
+            }
+        };
+    }
+    if inner.variant == Variant::Spec && body["resourceLimits"].is_null() && template.is_none() {
+        return inner.invalid("resourceLimits", "required", Value::Null);
+    }
+    let metadata: BTreeMap<String, String> =
+        serde_json::from_value(body["metadata"].clone()).unwrap_or_default();
+    for (k, v) in &metadata {
+        if k.starts_with("opensandbox.io/") || !valid_label_value(v) || k.is_empty() {
+            return json_resp(
+                400,
+                json!({"code": "INVALID_METADATA_LABEL", "message": format!("invalid metadata label {k}")}),
+            );
+        }
+    }
+    if let Some(sn) = &snapshot {
+        let ok = lock(&inner.snapshots)
+            .get(sn)
+            .is_some_and(|s| s.state == "Ready");
+        if !ok {
+            return inner.err(404, "SNAPSHOT_NOT_FOUND", "snapshot not found or not ready");
+        }
+    }
+    let bad_image = image
+        .as_ref()
+        .is_some_and(|i| lock(&inner.knobs).bad_images.contains(i));
+    let sync_docker = inner.variant == Variant::Real && inner.runtime == FakeRuntime::Docker;
+    if bad_image && sync_docker {
+        let i = image.clone().unwrap_or_default();
+        return inner.err(
+            500,
+            "SANDBOX_CREATE_FAILED",
+            &format!(
+                "Failed to pull image {i}: pull access denied for {i}, repository does not exist"
+            ),
+        );
+    }
+    let fail_with = bad_image.then(|| match inner.runtime {
+        FakeRuntime::Kubernetes => (
+            "POD_READY_TIMEOUT".to_owned(),
+            "Pod did not become ready within 60 seconds".to_owned(),
+        ),
+        _ => (
+            "IMAGE_PULL_FAILED".to_owned(),
+            format!("Failed to pull image {}", image.clone().unwrap_or_default()),
+        ),
+    });
+    let id = next_id(inner, "");
+    let (state, reason, polls) = if sync_docker {
+        ("Running", "CONTAINER_RUNNING", 0)
+    } else {
+        ("Pending", "SANDBOX_SCHEDULED", 2)
+    };
+    let s = Sbx {
+        id: id.clone(),
+        state: state.to_owned(),
+        reason: reason.to_owned(),
+        message: String::new(),
+        metadata,
+        image,
+        snapshot_id: snapshot,
+        expires_at: body["timeout"]
+            .as_i64()
+            .map(|t| Utc::now() + chrono::Duration::seconds(t)),
+        created_at: Utc::now(),
+        polls_left: polls,
+        fail_with,
+    };
+    let v = sandbox_json(&s, false);
+    lock(&inner.sandboxes).insert(id.clone(), s);
+    let mut resp = json_resp(202, v);
+    if inner.variant == Variant::Spec {
+        resp.headers_mut().insert(
+            "location",
+            HeaderValue::from_str(&format!("/v1/sandboxes/{id}")).unwrap(),
+        );
+    }
+    resp
+}
+
+fn get(inner: &Inner, id: &str) -> Response {
+    let mut all = lock(&inner.sandboxes);
+    let Some(s) = all.get_mut(id) else {
+        return inner.err(404, "SANDBOX_NOT_FOUND", &format!("sandbox {id} not found"));
+    };
+    if s.polls_left > 0 {
+        s.polls_left -= 1;
+    } else {
+        match s.state.as_str() {
+            "Pending" | "Resuming" => match s.fail_with.take() {
+                Some((reason, message)) => {
+                    s.state = "Failed".to_owned();
+                    s.reason = reason;
+                    s.message = message;
+                }
+                None => s.state = "Running".to_owned(),
+            },
+            "Pausing" => s.state = "Paused".to_owned(),
+            _ => {}
+        }
+    }
+    json_resp(200, sandbox_json(s, true))
+}
+
+fn list(inner: &Inner, r: &Req) -> Response {
+    let states = r.qs("state");
+    let mut filter = BTreeMap::new();
+    if let Some(m) = r.q("metadata") {
+        for pair in m.split('&') {
+            let Some((k, v)) = pair.split_once('=') else {
+                return json_resp(
+                    400,
+                    json!({"code": "INVALID_METADATA_FORMAT", "message": "metadata must be k=v pairs"}),
+                );
+            };
+            filter.insert(pct_decode(k), pct_decode(v));
+        }
+    }
+    let page: usize = r.q("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
+    let size: usize = r.q("pageSize").and_then(|p| p.parse().ok()).unwrap_or(20);
+    if size == 0 || size > 200 {
+        return inner.invalid(
+            "pageSize",
+            "Input should be less than or equal to 200",
+            json!(size),
+        );
+    }
+    let items: Vec<Value> = lock(&inner.sandboxes)
+        .values()
+        .filter(|s| states.is_empty() || states.contains(&s.state.as_str()))
+        .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .map(|s| sandbox_json(s, true))
+        .collect();
+    page_of(items, page, size)
+}
+
+fn page_of(items: Vec<Value>, page: usize, size: usize) -> Response {
+    let total = items.len();
+    let pages = total.div_ceil(size);
+    let slice: Vec<Value> = items
+        .into_iter()
+        .skip((page - 1) * size)
+        .take(size)
+        .collect();
+    json_resp(
+        200,
+        json!({"items": slice, "pagination": {"page": page, "pageSize": size, "totalItems": total,
+               "totalPages": pages, "hasNextPage": page < pages}}),
+    )
+}
+
+fn transition(inner: &Inner, id: &str, from: &str, to: &str) -> Response {
+    let mut all = lock(&inner.sandboxes);
+    let Some(s) = all.get_mut(id) else {
+        return inner.err(404, "SANDBOX_NOT_FOUND", "sandbox not found");
+    };
+    if s.state != from {
+        let code = if from == "Running" {
+            "SANDBOX_NOT_RUNNING"
+        } else {
+            "SANDBOX_NOT_PAUSED"
+        };
+        return inner.err(409, code, &format!("sandbox is {}", s.state));
+    }
+    let immediate = inner.variant == Variant::Real && inner.runtime == FakeRuntime::Docker;
+    if immediate {
+        s.state = to.to_owned();
+    } else {
+        s.state = if to == "Paused" {
+            "Pausing"
+        } else {
+            "Resuming"
+        }
+        .to_owned();
+        s.polls_left = 1;
+    }
+    (StatusCode::ACCEPTED, "").into_response()
+}
+
+fn renew(inner: &Inner, id: &str, r: &Req) -> Response {
+    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    let Some(at) = v["expiresAt"]
+        .as_str()
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|d| d.with_timezone(&Utc))
+    else {
+        return inner.invalid("expiresAt", "invalid datetime", Value::Null);
+    };
+    let mut all = lock(&inner.sandboxes);
+    let Some(s) = all.get_mut(id) else {
+        return inner.err(404, "SANDBOX_NOT_FOUND", "sandbox not found");
+    };
+    let too_early = at <= Utc::now()
+        || (inner.variant == Variant::Spec && s.expires_at.is_some_and(|cur| at <= cur));
+    if too_early {
+        return inner.err(400, "INVALID_EXPIRATION", "expiresAt must be in the future");
+    }
+    s.expires_at = Some(at);
+    lock(&inner.record).renewals.push(at.to_rfc3339());
+    json_resp(200, json!({"expiresAt": at.to_rfc3339()}))
+}
+
+fn endpoint(inner: &Inner, id: &str, port: &str, r: &Req) -> Response {
+    if !lock(&inner.sandboxes).contains_key(id) {
+        return inner.err(404, "SANDBOX_NOT_FOUND", "sandbox not found");
+    }
+    let proxy = r.q("use_server_proxy") == Some("true");
+    let expires = r.q("expires");
+    if proxy && expires.is_some() {
+        return json_resp(
+            400,
+            json!({"code": "SANDBOX::INVALID_PARAMETER", "message": "expires cannot be combined with use_server_proxy"}),
+        );
+    }
+    let headers = lock(&inner.knobs).endpoint_headers.clone();
+    let endpoint = if let Some(exp) = expires {
+        if inner.runtime == FakeRuntime::Docker {
+            return inner.err(
+                400,
+                "INVALID_PARAMETER",
+                "signed endpoints need the gateway",
+            );
+        }
+        format!("gateway.example.test/{id}/{port}/{exp}/c2lnbmF0dXJl")
+    } else if proxy {
+        format!("{}/v1/sandboxes/{id}/proxy/{port}", inner.api_addr)
+    } else if port == "44772" {
+        format!("{}/{id}/proxy/44772", inner.execd_addr)
+    } else if inner.runtime == FakeRuntime::Fastsandbox {
+        format!("gateway.example.test/scope-{id}-{port}")
+    } else {
+        format!("172.17.0.2:{port}")
+    };
+    let mut v = json!({ "endpoint": endpoint });
+    if !headers.is_empty() {
+        v["headers"] = json!(headers);
+    }
+    json_resp(200, v)
+}
+
+fn snap_json(s: &Snap) -> Value {
+    let mut v = json!({"id": s.id, "sandboxId": s.sandbox_id, "status": {"state": s.state},
+                       "createdAt": s.created_at.to_rfc3339()});
+    if let Some(n) = &s.name {
+        v["name"] = json!(n);
+    }
+    v
+}
+
+fn advance_snapshots(inner: &Inner) {
+    for s in lock(&inner.snapshots).values_mut() {
+        if s.state == "Creating" {
+            if s.polls_left > 0 {
+                s.polls_left -= 1;
+            } else {
+                s.state = "Ready".to_owned();
+            }
+        }
+    }
+}
+
+fn create_snapshot(inner: &Inner, id: &str, r: &Req) -> Response {
+    let state = lock(&inner.sandboxes).get(id).map(|s| s.state.clone());
+    match state {
+        None => return inner.err(404, "SANDBOX_NOT_FOUND", "sandbox not found"),
+        Some(s) if s != "Running" => {
+            return inner.err(409, "SANDBOX_NOT_RUNNING", &format!("sandbox is {s}"))
+        }
+        _ => {}
+    }
+    if inner.runtime == FakeRuntime::Kubernetes && !lock(&inner.knobs).registry {
+        return inner.err(
+            400,
+            "REGISTRY_NOT_CONFIGURED",
+            "RegistryNotConfigured: no snapshot registry",
+        );
+    }
+    let v: Value = serde_json::from_slice(&r.body).unwrap_or(json!({}));
+    let sid = next_id(inner, "snap");
+    let s = Snap {
+        id: sid.clone(),
+        sandbox_id: id.to_owned(),
+        name: v["name"].as_str().map(str::to_owned),
+        state: "Creating".to_owned(),
+        polls_left: 1,
+        created_at: Utc::now(),
+    };
+    let body = snap_json(&s);
+    lock(&inner.snapshots).insert(sid.clone(), s);
+    let mut resp = json_resp(202, body);
+    resp.headers_mut().insert(
+        "location",
+        HeaderValue::from_str(&format!("/v1/snapshots/{sid}")).unwrap(),
+    );
+    resp
+}
+
+fn list_snapshots(inner: &Inner, r: &Req) -> Response {
+    advance_snapshots(inner);
+    let sandbox = r.q("sandboxId");
+    let page: usize = r.q("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
+    let size: usize = r
+        .q("pageSize")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(20)
+        .clamp(1, 200);
+    let items: Vec<Value> = lock(&inner.snapshots)
+        .values()
+        .filter(|s| sandbox.is_none_or(|id| s.sandbox_id == id))
+        .map(snap_json)
+        .collect();
+    page_of(items, page, size)
+}
+
+// ---------------------------------------------------------------------------------------
+// execd
+
+async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req) -> Response {
+    let state = lock(&inner.sandboxes).get(id).map(|s| s.state.clone());
+    if state.as_deref() != Some("Running") {
+        return json_resp(
+            502,
+            json!({"code": "BACKEND_CONNECTION_FAILED", "message": "sandbox not reachable"}),
+        );
+    }
+    let token = lock(&inner.knobs).execd_token.clone();
+    if let Some(t) = token {
+        let got = r
+            .headers
+            .get("x-execd-access-token")
+            .and_then(|v| v.to_str().ok());
+        if got != Some(t.as_str()) {
+            return json_resp(
+                401,
+                json!({"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}),
+            );
+        }
+    }
+    match (r.method.clone(), rest) {
+        (Method::GET, "/ping") => StatusCode::OK.into_response(),
+        (Method::POST, "/command") => command(inner, &r).await,
+        (Method::DELETE, "/command") => {
+            lock(&inner.record).interrupts += 1;
+            let pgid = r
+                .q("id")
+                .and_then(|i| lock(&inner.commands).get(i).and_then(|c| c.pgid));
+            if let Some(p) = pgid {
+                kill_group(p);
+            }
+            StatusCode::OK.into_response()
+        }
+        (Method::GET, p) if p.starts_with("/command/status/") => {
+            let cid = &p["/command/status/".len()..];
+            match lock(&inner.commands).get(cid) {
+                Some(c) => json_resp(
+                    200,
+                    json!({"id": cid, "content": c.content, "running": c.running,
+                           "exit_code": c.exit_code, "started_at": Utc::now().to_rfc3339()}),
+                ),
+                None => json_resp(
+                    404,
+                    json!({"code": "INVALID_REQUEST_BODY", "message": "command not found"}),
+                ),
+            }
+        }
+        (Method::POST, "/files/upload") => upload(inner, &r).await,
+        (Method::GET, "/files/download") => download(inner, &r).await,
+        (Method::GET, "/directories/list") => list_dir(&r),
+        (Method::GET, "/files/info") => {
+            let mut out = serde_json::Map::new();
+            for p in r.qs("path") {
+                match file_info(Path::new(p)) {
+                    Some(i) => {
+                        out.insert(p.to_owned(), i);
+                    }
+                    None => return file_not_found(p),
+                }
+            }
+            json_resp(200, Value::Object(out))
+        }
+        (Method::DELETE, "/files") => {
+            let p = r.q("path").unwrap_or("");
+            match std::fs::symlink_metadata(p) {
+                Err(_) => file_not_found(p),
+                Ok(m) if m.is_dir() => json_resp(
+                    400,
+                    json!({"code": "INVALID_FILE", "message": "is a directory"}),
+                ),
+                Ok(_) => {
+                    let _ = std::fs::remove_file(p);
+                    StatusCode::OK.into_response()
+                }
+            }
+        }
+        (Method::DELETE, "/directories") => {
+            let p = r.q("path").unwrap_or("");
+            let _ = std::fs::remove_dir_all(p);
+            StatusCode::OK.into_response()
+        }
+        _ => json_resp(
+            404,
+            json!({"code": "NOT_FOUND", "message": "no such route"}),
+        ),
+    }
+}
+
+fn file_not_found(p: &str) -> Response {
+    json_resp(
+        404,
+        json!({"code": "FILE_NOT_FOUND", "message": format!("file not found: {p}")}),
+    )
+}
+
+fn kill_group(pgid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+fn frame(variant: Variant, v: &Value) -> Bytes {
+    match variant {
+        Variant::Real => Bytes::from(format!("{v}\n\n")),
+        Variant::Spec => Bytes::from(format!("data: {v}\n\n")),
+    }
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+async fn command(inner: &Arc<Inner>, r: &Req) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&r.body) else {
+        return json_resp(
+            400,
+            json!({"code": "INVALID_REQUEST_BODY", "message": "bad json"}),
+        );
+    };
+    lock(&inner.record).command_bodies.push(body.clone());
+    let Some(cmdline) = body["command"].as_str().map(str::to_owned) else {
+        return json_resp(
+            400,
+            json!({"code": "INVALID_REQUEST_BODY", "message": "command is required"}),
+        );
+    };
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(&cmdline)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = body["cwd"].as_str() {
+        if !Path::new(cwd).is_dir() {
+            return json_resp(
+                400,
+                json!({"code": "INVALID_REQUEST_BODY", "message": format!("cwd {cwd} does not exist")}),
+            );
+        }
+        cmd.current_dir(cwd);
+    }
+    if let Some(envs) = body["envs"].as_object() {
+        for (k, v) in envs {
+            cmd.env(k, v.as_str().unwrap_or(""));
+        }
+    }
+    let timeout = body["timeout"].as_u64().filter(|t| *t > 0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return json_resp(
+                500,
+                json!({"code": "RUNTIME_ERROR", "message": e.to_string()}),
+            )
+        }
+    };
+    let cid = next_id(inner, "cmd-");
+    let pgid = child.id();
+    lock(&inner.commands).insert(
+        cid.clone(),
+        Cmd {
+            content: cmdline,
+            running: true,
+            exit_code: None,
+            pgid,
+        },
+    );
+    let variant = inner.variant;
+    let (truncate, frame_delay, stall) = {
+        let k = lock(&inner.knobs);
+        (k.truncate_after_frames, k.frame_delay_ms, k.stall_ms)
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let (ev_tx, mut ev_rx) = tokio::sync::mpsc::channel::<(&'static str, String)>(64);
+    for (kind, pipe) in [
+        (
+            "stdout",
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        ),
+        (
+            "stderr",
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        ),
+    ] {
+        let Some(pipe) = pipe else { continue };
+        let ev_tx = ev_tx.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(pipe);
+            loop {
+                let mut line = Vec::new();
+                match reader.read_until(b'\n', &mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let text = match variant {
+                    Variant::Real => {
+                        // execd 1.1 tails line-wise: terminator stripped, empty lines dropped.
+                        if line.last() == Some(&b'\n') {
+                            line.pop();
+                        }
+                        if line.is_empty() {
+                            continue;
+                        }
+                        String::from_utf8_lossy(&line).into_owned()
+                    }
+                    Variant::Spec => String::from_utf8_lossy(&line).into_owned(),
+                };
+                if ev_tx.send((kind, text)).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(ev_tx);
+    let inner2 = inner.clone();
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut sent = 0usize;
+        let grace = if variant == Variant::Real { 1000 } else { 0 };
+        // Sends one frame; false when the client is gone or the stream is to be cut.
+        let send = |v: Value, sent: &mut usize| {
+            let tx = tx.clone();
+            let cut = truncate.is_some_and(|n| *sent >= n);
+            *sent += 1;
+            async move {
+                if cut {
+                    return Err(true);
+                }
+                if frame_delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(frame_delay)).await;
+                }
+                tx.send(Ok(frame(variant, &v))).await.map_err(|_| false)
+            }
+        };
+        let fail = |inner: &Arc<Inner>, cut: bool| {
+            if let Some(p) = pgid {
+                kill_group(p);
+            }
+            if !cut {
+                lock(&inner.record).cancelled += 1;
+            }
+        };
+        if stall > 0 {
+            tokio::time::sleep(Duration::from_millis(stall)).await;
+        }
+        let ts = now_ms();
+        if let Err(cut) = send(
+            json!({"type": "init", "text": cid, "timestamp": ts}),
+            &mut sent,
+        )
+        .await
+        {
+            return fail(&inner2, cut);
+        }
+        if let Err(cut) = send(
+            json!({"type": "ping", "text": "pong", "timestamp": ts}),
+            &mut sent,
+        )
+        .await
+        {
+            return fail(&inner2, cut);
+        }
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_millis(t));
+        let mut ping = tokio::time::interval(Duration::from_secs(3));
+        ping.tick().await;
+        let mut timed_out = false;
+        loop {
+            let sleep = async {
+                match deadline {
+                    Some(d) if !timed_out => tokio::time::sleep_until(d).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ev = ev_rx.recv() => match ev {
+                    Some((kind, text)) => {
+                        if let Err(cut) = send(json!({"type": kind, "text": text, "timestamp": now_ms()}), &mut sent).await {
+                            return fail(&inner2, cut);
+                        }
+                    }
+                    None => break,
+                },
+                _ = ping.tick() => {
+                    if let Err(cut) = send(json!({"type": "ping", "text": "pong", "timestamp": now_ms()}), &mut sent).await {
+                        return fail(&inner2, cut);
+                    }
+                }
+                _ = sleep => {
+                    timed_out = true;
+                    if let Some(p) = pgid { kill_group(p); }
+                }
+            }
+        }
+        let status = child.wait().await.ok();
+        let code = status.and_then(|s| s.code());
+        let elapsed = started.elapsed().as_millis() as i64;
+        let end = match code {
+            Some(0) if !timed_out => {
+                json!({"type": "execution_complete", "execution_time": elapsed, "timestamp": now_ms()})
+            }
+            Some(n) if !timed_out => {
+                json!({"type": "error", "error": {"ename": "CommandExecError", "evalue": n.to_string(), "traceback": [format!("exit status {n}")]}, "timestamp": now_ms()})
+            }
+            _ => {
+                json!({"type": "error", "error": {"ename": "CommandExecError", "evalue": "-1", "traceback": ["signal: killed"]}, "timestamp": now_ms()})
+            }
+        };
+        if let Some(c) = lock(&inner2.commands).get_mut(&cid) {
+            c.running = false;
+            c.exit_code = Some(match code {
+                Some(n) if !timed_out => n,
+                _ => -1,
+            });
+        }
+        if let Err(cut) = send(end, &mut sent).await {
+            return fail(&inner2, cut);
+        }
+        tokio::time::sleep(Duration::from_millis(grace)).await;
+        drop(tx);
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+/// Minimal multipart/form-data parser: (name, filename, content) per part.
+/// (name, filename, content)
+type Part = (String, Option<String>, Vec<u8>);
+
+fn multipart(content_type: &str, body: &[u8]) -> Option<Vec<Part>> {
+    let boundary = content_type.split("boundary=").nth(1)?.trim_matches('"');
+    let delim = format!("--{boundary}").into_bytes();
+    let mut parts = Vec::new();
+    let mut pos = find(body, &delim, 0)? + delim.len();
+    loop {
+        if body[pos..].starts_with(b"--") {
+            break;
+        }
+        pos += 2; // CRLF
+        let head_end = find(body, b"\r\n\r\n", pos)?;
+        let head = String::from_utf8_lossy(&body[pos..head_end]).into_owned();
+        let start = head_end + 4;
+        let next = find(body, &delim, start)?;
+        let content = body[start..next - 2].to_vec();
+        let disp = head
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("content-disposition"))?
+            .to_owned();
+        let attr = |name: &str| {
+            disp.split(';')
+                .map(str::trim)
+                .find_map(|p| p.strip_prefix(&format!("{name}=")))
+                .map(|v| v.trim_matches('"').to_owned())
+        };
+        parts.push((attr("name")?, attr("filename"), content));
+        pos = next + delim.len();
+    }
+    Some(parts)
+}
+
+fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    hay.get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|i| i + from)
+}
+
+async fn upload(inner: &Inner, r: &Req) -> Response {
+    let ct = r
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Some(parts) = multipart(ct, &r.body) else {
+        return json_resp(
+            400,
+            json!({"code": "INVALID_FILE", "message": "bad multipart body"}),
+        );
+    };
+    let metas: Vec<_> = parts.iter().filter(|p| p.0 == "metadata").collect();
+    let files: Vec<_> = parts.iter().filter(|p| p.0 == "file").collect();
+    if metas.is_empty() || metas.len() != files.len() {
+        return json_resp(
+            400,
+            json!({"code": "INVALID_FILE_METADATA", "message": "metadata file is missing"}),
+        );
+    }
+    for (meta, file) in metas.iter().zip(files) {
+        if inner.variant == Variant::Real && meta.1.is_none() {
+            return json_resp(
+                400,
+                json!({"code": "INVALID_FILE_METADATA", "message": "metadata file is missing"}),
+            );
+        }
+        let Ok(m) = serde_json::from_slice::<Value>(&meta.2) else {
+            return json_resp(
+                400,
+                json!({"code": "INVALID_FILE_METADATA", "message": "bad json"}),
+            );
+        };
+        let Some(path) = m["path"].as_str() else {
+            return json_resp(
+                400,
+                json!({"code": "INVALID_FILE_METADATA", "message": "path required"}),
+            );
+        };
+        let mode = m["mode"].as_u64().unwrap_or(755);
+        let mode = u32::from_str_radix(&mode.to_string(), 8).unwrap_or(0o755);
+        if let Some(parent) = Path::new(path).parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        if let Err(e) = std::fs::write(path, &file.2) {
+            return json_resp(
+                500,
+                json!({"code": "RUNTIME_ERROR", "message": e.to_string()}),
+            );
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+    }
+    StatusCode::OK.into_response()
+}
+
+async fn download(inner: &Inner, r: &Req) -> Response {
+    let p = r.q("path").unwrap_or("");
+    let Ok(data) = std::fs::read(p) else {
+        return file_not_found(p);
+    };
+    let total = data.len() as u64;
+    let range = r.headers.get("range").and_then(|v| v.to_str().ok());
+    let ignore = lock(&inner.knobs).ignore_range;
+    if let (Some(range), false) = (range, ignore) {
+        let spec = range.strip_prefix("bytes=").unwrap_or("");
+        let (a, b) = spec.split_once('-').unwrap_or(("", ""));
+        let start: u64 = a.parse().unwrap_or(u64::MAX);
+        let end: u64 = if b.is_empty() {
+            total.saturating_sub(1)
+        } else {
+            b.parse::<u64>().unwrap_or(0).min(total.saturating_sub(1))
+        };
+        if start >= total || start > end {
+            return json_resp(
+                416,
+                json!({"code": "INVALID_REQUEST_BODY", "message": "range not satisfiable"}),
+            );
+        }
+        return Response::builder()
+            .status(206)
+            .header("content-type", "application/octet-stream")
+            .header("content-range", format!("bytes {start}-{end}/{total}"))
+            .header("accept-ranges", "bytes")
+            .body(Body::from(data[start as usize..=end as usize].to_vec()))
+            .unwrap();
+    }
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/octet-stream")
+        .header("accept-ranges", "bytes")
+        .header("content-length", total)
+        .body(Body::from(data))
+        .unwrap()
+}
+
+fn file_info(p: &Path) -> Option<Value> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::symlink_metadata(p).ok()?;
+    let kind = if m.file_type().is_symlink() {
+        "symlink"
+    } else if m.is_dir() {
+        "directory"
+    } else if m.is_file() {
+        "file"
+    } else {
+        "other"
+    };
+    let modified: DateTime<Utc> = m
+        .modified()
+        .ok()
+        .map(DateTime::from)
+        .unwrap_or_else(Utc::now);
+    let mode: u64 = format!("{:o}", m.permissions().mode() & 0o7777)
+        .parse()
+        .unwrap_or(0);
+    Some(json!({
+        "path": p.to_string_lossy(), "type": kind, "size": if m.is_dir() { 0 } else { m.len() },
+        "modified_at": modified.to_rfc3339(), "created_at": modified.to_rfc3339(),
+        "owner": "root", "group": "root", "mode": mode,
+    }))
+}
+
+fn list_dir(r: &Req) -> Response {
+    let p = r.q("path").unwrap_or("");
+    let depth: u32 = r.q("depth").and_then(|d| d.parse().ok()).unwrap_or(1);
+    match std::fs::symlink_metadata(p) {
+        Err(_) => return file_not_found(p),
+        Ok(m) if m.file_type().is_symlink() => {
+            return json_resp(
+                400,
+                json!({"code": "INVALID_FILE", "message": "path is a symlink"}),
+            )
+        }
+        Ok(m) if !m.is_dir() => {
+            return json_resp(
+                400,
+                json!({"code": "INVALID_FILE", "message": "not a directory"}),
+            )
+        }
+        _ => {}
+    }
+    fn walk(dir: &Path, depth: u32, out: &mut Vec<Value>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<_> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
+        entries.sort();
+        for e in entries {
+            if let Some(i) = file_info(&e) {
+                let is_dir = i["type"] == "directory";
+                out.push(i);
+                if is_dir && depth > 1 {
+                    walk(&e, depth - 1, out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(Path::new(p), depth.max(1), &mut out);
+    json_resp(200, Value::Array(out))
+}

@@ -1,0 +1,107 @@
+//! The OpenSandbox adapter against a fake OpenSandbox (both the real server's behaviour and the
+//! spec's, where they differ), plus an opt-in live run against a real server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cases;
+mod fake_server;
+mod live;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use differently_adapters::opensandbox::config::Runtime;
+use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
+use differently_adapters::{Adapter, CreateInstance, Instance, InstanceRef};
+use differently_core::exec::ExecRequest;
+use differently_core::ids::InstallationId;
+use differently_core::{Resources, SandboxId};
+use fake_server::{FakeRuntime, FakeServer, Variant};
+
+pub const KEY: &str = "sk-test-7f3a9c1e5b2d4f6a8c0e";
+
+/// A key file the adapter reads its credential from.
+pub fn key_file(key: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    writeln!(f, "{key}").unwrap();
+    f
+}
+
+/// An adapter, its fake server and the key file it reads (kept alive with it).
+pub struct Setup {
+    pub fake: FakeServer,
+    pub adapter: OpenSandboxAdapter,
+    pub _key: tempfile::NamedTempFile,
+}
+
+/// Settings for `fake` with the key by file, merged with `extra`.
+pub fn settings(
+    api_url: &str,
+    key: &tempfile::NamedTempFile,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "apiURL": api_url,
+        "trust": "private",
+        "apiKeyFile": key.path(),
+        "timeouts": {"pollMillis": 20, "readySeconds": 20, "requestSeconds": 10},
+    });
+    if let (Some(obj), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+        for (k, val) in extra {
+            obj.insert(k.clone(), val.clone());
+        }
+    }
+    v
+}
+
+pub async fn setup(variant: Variant, runtime: FakeRuntime, extra: serde_json::Value) -> Setup {
+    let fake = FakeServer::start(variant, runtime, KEY).await;
+    let key = key_file(KEY);
+    let cfg: OpenSandboxConfig =
+        serde_json::from_value(settings(&fake.api_url(), &key, extra)).unwrap();
+    let adapter = OpenSandboxAdapter::new(cfg).unwrap();
+    Setup {
+        fake,
+        adapter,
+        _key: key,
+    }
+}
+
+pub fn create_req(installation: &InstallationId) -> CreateInstance {
+    CreateInstance {
+        sandbox_id: SandboxId::new(),
+        installation_id: installation.clone(),
+        template: None,
+        resources: Resources {
+            cpu: 2,
+            memory_mib: 2048,
+            disk_gib: 10,
+        },
+        env: BTreeMap::from([("SANDBOX_VAR".to_owned(), "from-create".to_owned())]),
+        ttl_seconds: 600,
+        from_snapshot: None,
+    }
+}
+
+pub fn at(i: &Instance) -> InstanceRef {
+    InstanceRef {
+        sandbox_id: i.sandbox_id.clone(),
+        backend_ref: i.backend_ref.clone(),
+    }
+}
+
+pub fn cmd(argv: &[&str]) -> ExecRequest {
+    ExecRequest {
+        command: argv.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Creates one sandbox and returns its ref.
+pub async fn running(s: &Setup) -> InstanceRef {
+    let mut req = create_req(&InstallationId::new());
+    if s.adapter.settings().runtime == Runtime::Fastsandbox {
+        // Templates fix the environment.
+        req.env.clear();
+    }
+    at(&s.adapter.create(&req).await.unwrap())
+}
