@@ -199,16 +199,31 @@ pub(crate) trait Sink {
     fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send;
 }
 
-/// Runs `body` and feeds output to `sink`. Returns the exit code (124 on timeout) or an error.
+/// Runs `body` and feeds output to `sink`. Returns the exit code (124 on timeout) or an error;
+/// `accepted` is set once execd has taken the command.
+/// How to run one command.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunOptions {
+    pub line_endings: LineEndings,
+    /// Longest silence tolerated on the stream.
+    pub stream_idle: Duration,
+    /// The command's timeout; past it (plus a grace) the stream is dropped and 124 returned.
+    pub deadline: Option<Duration>,
+}
+
 pub(crate) async fn run(
     c: &Client,
     target: &Target,
     body: &CommandBody,
-    line_endings: LineEndings,
-    stream_idle: Duration,
-    deadline: Option<Duration>,
+    opts: RunOptions,
     sink: &mut impl Sink,
+    accepted: &mut bool,
 ) -> Result<i32, AdapterError> {
+    let RunOptions {
+        line_endings,
+        stream_idle,
+        deadline,
+    } = opts;
     let started = Instant::now();
     let rb = target
         .request(c, Method::POST, "/command")
@@ -219,8 +234,10 @@ pub(crate) async fn run(
         );
     let resp = c.send(rb, "exec").await?;
     if !resp.status().is_success() {
-        return Err(c.status_error("exec", resp).await);
+        return Err(execd_error(c, "exec", resp).await);
     }
+    // From here on the command may be running: never send it again.
+    *accepted = true;
     let mut stream = resp.bytes_stream();
     let mut parser = FrameParser::default();
     let mut command_id: Option<String> = None;
@@ -365,7 +382,12 @@ pub(crate) async fn ping(c: &Client, target: &Target) -> Result<(), AdapterError
     let rb = target
         .request(c, Method::GET, "/ping")
         .timeout(c.request_timeout());
-    c.send_ok(rb, "execd ping").await.map(drop)
+    let resp = c.send(rb, "execd ping").await?;
+    if resp.status().is_success() {
+        Ok(())
+    } else {
+        Err(execd_error(c, "execd ping", resp).await)
+    }
 }
 
 /// Percent-encodes a path segment.

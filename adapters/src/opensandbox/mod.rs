@@ -348,20 +348,48 @@ impl OpenSandboxAdapter {
     /// A restored microVM keeps the time its checkpoint was written; step it to now.
     async fn set_clock(&self, backend_ref: &str) {
         let now = chrono::Utc::now().timestamp();
-        let req = ExecRequest {
-            command: vec!["date".into(), "-u".into(), "-s".into(), format!("@{now}")],
-            timeout_seconds: Some(10),
-            ..Default::default()
+        let argv = [
+            "date".to_owned(),
+            "-u".to_owned(),
+            "-s".to_owned(),
+            format!("@{now}"),
+        ];
+        let body = CommandBody {
+            command: execd::shell_join(&argv),
+            cwd: None,
+            timeout: Some(10_000),
+            envs: BTreeMap::new(),
         };
-        let at = InstanceRef {
-            sandbox_id: SandboxId::new(),
-            backend_ref: backend_ref.to_owned(),
+        let target = match self.target(backend_ref).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "setting the guest clock failed");
+                return;
+            }
         };
         let mut sink = Collect::default();
-        match self.run(&at, &req, &mut sink).await {
+        let mut accepted = false;
+        let res = execd::run(
+            &self.client,
+            &target,
+            &body,
+            self.run_options(Some(Duration::from_secs(10))),
+            &mut sink,
+            &mut accepted,
+        )
+        .await;
+        match res {
             Ok(0) => {}
             Ok(code) => tracing::warn!(code, "setting the guest clock failed"),
             Err(e) => tracing::warn!(error = %e, "setting the guest clock failed"),
+        }
+    }
+
+    fn run_options(&self, deadline: Option<Duration>) -> execd::RunOptions {
+        execd::RunOptions {
+            line_endings: self.settings.line_endings,
+            stream_idle: self.settings.stream_idle,
+            deadline,
         }
     }
 
@@ -420,38 +448,52 @@ impl OpenSandboxAdapter {
             timeout: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
             envs: req.env.clone(),
         };
-        let mut attempt = 0;
+        let mut reresolved = false;
+        let mut resumed = false;
         loop {
+            let mut accepted = false;
             let res = execd::run(
                 &self.client,
                 &target,
                 &body,
-                self.settings.line_endings,
-                self.settings.stream_idle,
-                Some(timeout),
+                self.run_options(Some(timeout)),
                 sink,
+                &mut accepted,
             )
             .await;
-            match res {
-                // Nothing ran if the connection was never made: re-resolve once and retry.
-                Err(AdapterError::Unavailable(_)) if attempt == 0 => {
-                    attempt += 1;
-                    self.forget(&at.backend_ref);
-                    target = self.target(&at.backend_ref).await?;
-                }
-                Err(e) => {
-                    if matches!(e, AdapterError::NotFound) {
-                        // execd's 404 through the proxy: is the sandbox gone?
-                        if lifecycle::get(&self.client, &at.backend_ref).await.is_ok() {
-                            return Err(AdapterError::Permanent(
-                                "exec: execd answered 404".to_owned(),
-                            ));
-                        }
-                    }
-                    return Err(e);
-                }
+            let e = match res {
                 Ok(code) => return Ok(code),
+                Err(e) if accepted => return Err(e),
+                Err(e) => e,
+            };
+            // execd never took the command, so sending it again cannot run it twice.
+            if matches!(e, AdapterError::Unavailable(_)) && !reresolved {
+                reresolved = true;
+                self.forget(&at.backend_ref);
+                target = self.target(&at.backend_ref).await?;
+                continue;
             }
+            if e.is_retryable() && !resumed && self.settings.runtime == Runtime::Fastsandbox {
+                // A microVM its idle policy paused, which the gateway did not wake in time.
+                let paused = lifecycle::get(&self.client, &at.backend_ref)
+                    .await
+                    .is_ok_and(|s| s.status.state == "Paused");
+                if paused {
+                    resumed = true;
+                    self.thaw(at).await?;
+                    target = self.target(&at.backend_ref).await?;
+                    continue;
+                }
+            }
+            if matches!(e, AdapterError::NotFound)
+                && lifecycle::get(&self.client, &at.backend_ref).await.is_ok()
+            {
+                // execd's 404 through the proxy, but the sandbox exists.
+                return Err(AdapterError::Permanent(
+                    "exec: execd answered 404".to_owned(),
+                ));
+            }
+            return Err(e);
         }
     }
 

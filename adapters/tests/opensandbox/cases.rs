@@ -204,8 +204,12 @@ async fn the_api_key_never_shows() {
     );
 
     // A redirect is not followed, so the key header cannot travel with it.
-    s.fake.knobs().redirect_to = Some(format!("{}/sbx/proxy/44772/ping", "http://127.0.0.1:1"));
-    assert!(s.adapter.health().await.is_err());
+    s.fake.knobs().redirect_to = Some(format!("{}/x/proxy/44772/ping", s.fake.execd_origin()));
+    assert!(matches!(
+        s.adapter.health().await,
+        Err(AdapterError::Permanent(_))
+    ));
+    assert_eq!(s.fake.record().key_seen_on_execd, 0);
 
     // execd reached directly never sees the key; through the server proxy it may.
     let d = setup(
@@ -1278,4 +1282,78 @@ async fn fast_sandbox_uses_templates_pool_size_and_sets_the_clock() {
         clock.starts_with("date -u -s @"),
         "clock set after resume: {clock}"
     );
+}
+
+#[tokio::test]
+async fn routes_without_v1_and_the_unauthenticated_proxy_are_real_server_only() {
+    for (variant, works, proxy_status) in [(Variant::Real, true, 200), (Variant::Spec, false, 401)]
+    {
+        let s = setup(variant, FakeRuntime::Docker, json!({})).await;
+        let r = running(&s).await;
+        let cfg: OpenSandboxConfig = serde_json::from_value(settings(
+            s.fake.api_url().trim_end_matches("/v1"),
+            &s._key,
+            json!({}),
+        ))
+        .unwrap();
+        let bare = OpenSandboxAdapter::new(cfg).unwrap();
+        let res = bare.health().await;
+        assert_eq!(res.is_ok(), works, "{variant:?}: {res:?}");
+        if !works {
+            assert!(
+                matches!(&res, Err(AdapterError::Permanent(m)) if m.contains("apiURL")),
+                "{res:?}"
+            );
+        }
+        let url = format!(
+            "{}/sandboxes/{}/proxy/44772/ping",
+            s.fake.api_url(),
+            r.backend_ref
+        );
+        let status = reqwest::get(url).await.unwrap().status().as_u16();
+        assert_eq!(status, proxy_status, "{variant:?}: proxy without the key");
+    }
+}
+
+#[tokio::test]
+async fn execd_refusing_its_token_is_permanent() {
+    let s = setup(
+        Variant::Real,
+        FakeRuntime::Docker,
+        json!({"useServerProxy": false}),
+    )
+    .await;
+    let r = running(&s).await;
+    s.fake.knobs().execd_token = Some("needed".to_owned());
+    let e = s.adapter.exec(&r, &cmd(&["true"])).await.unwrap_err();
+    assert!(
+        matches!(&e, AdapterError::Permanent(m) if m.contains("access token")),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn fast_sandbox_exec_resumes_an_idle_paused_microvm() {
+    let s = setup(
+        Variant::Real,
+        FakeRuntime::Fastsandbox,
+        json!({"runtime": "fastsandbox", "templateId": "tpl-1"}),
+    )
+    .await;
+    let r = running(&s).await;
+    s.fake.set_state(&r.backend_ref, "Paused");
+    let out = s.adapter.exec(&r, &cmd(&["echo", "awake"])).await.unwrap();
+    assert_eq!(out.stdout, "awake\n");
+    assert_eq!(s.fake.sandbox(&r.backend_ref).unwrap().state, "Running");
+    // Docker does not resume behind the caller's back.
+    let d = setup(Variant::Real, FakeRuntime::Docker, json!({})).await;
+    let r = running(&d).await;
+    d.fake.set_state(&r.backend_ref, "Paused");
+    assert!(d
+        .adapter
+        .exec(&r, &cmd(&["true"]))
+        .await
+        .unwrap_err()
+        .is_retryable());
+    assert_eq!(d.fake.sandbox(&r.backend_ref).unwrap().state, "Paused");
 }

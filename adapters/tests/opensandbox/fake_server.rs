@@ -185,6 +185,11 @@ impl FakeServer {
         format!("http://{}/v1", self.inner.api_addr)
     }
 
+    /// `http://127.0.0.1:port` of the execd host-port listener.
+    pub fn execd_origin(&self) -> String {
+        format!("http://{}", self.inner.execd_addr)
+    }
+
     pub fn knobs(&self) -> MutexGuard<'_, Knobs> {
         lock(&self.inner.knobs)
     }
