@@ -100,6 +100,8 @@ pub struct Sbx {
     pub snapshot_id: Option<String>,
     pub expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// Given at create; every command sees it, as in a container.
+    pub env: BTreeMap<String, String>,
     polls_left: u32,
     fail_with: Option<(String, String)>,
 }
@@ -228,6 +230,7 @@ impl FakeServer {
                 snapshot_id: None,
                 expires_at: None,
                 created_at: Utc::now(),
+                env: BTreeMap::new(),
                 polls_left: 0,
                 fail_with: None,
             },
@@ -668,6 +671,7 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
             .as_i64()
             .map(|t| Utc::now() + chrono::Duration::seconds(t)),
         created_at: Utc::now(),
+        env: serde_json::from_value(body["env"].clone()).unwrap_or_default(),
         polls_left: polls,
         fail_with,
     };
@@ -943,7 +947,7 @@ async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req) -> Respon
     }
     match (r.method.clone(), rest) {
         (Method::GET, "/ping") => StatusCode::OK.into_response(),
-        (Method::POST, "/command") => command(inner, &r).await,
+        (Method::POST, "/command") => command(inner, id, &r).await,
         (Method::DELETE, "/command") => {
             lock(&inner.record).interrupts += 1;
             let pgid = r
@@ -1034,7 +1038,7 @@ fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
-async fn command(inner: &Arc<Inner>, r: &Req) -> Response {
+async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
     let Ok(body) = serde_json::from_slice::<Value>(&r.body) else {
         return json_resp(
             400,
@@ -1065,6 +1069,11 @@ async fn command(inner: &Arc<Inner>, r: &Req) -> Response {
         }
         cmd.current_dir(cwd);
     }
+    let sandbox_env = lock(&inner.sandboxes)
+        .get(sandbox)
+        .map(|s| s.env.clone())
+        .unwrap_or_default();
+    cmd.envs(sandbox_env);
     if let Some(envs) = body["envs"].as_object() {
         for (k, v) in envs {
             cmd.env(k, v.as_str().unwrap_or(""));

@@ -10,9 +10,10 @@ use bytes::Bytes;
 use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
 use differently_adapters::{Adapter, AdapterError, ByteRange, InstanceState};
 use differently_core::ids::InstallationId;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
-use crate::{at, cmd, create_req, key_file};
+use crate::fake_server::{FakeRuntime, Variant};
+use crate::{at, cmd, create_req, key_file, setup};
 
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY and run with --ignored"]
@@ -36,6 +37,21 @@ async fn live_opensandbox() {
     }
     let cfg: OpenSandboxConfig = serde_json::from_value(settings).expect("settings");
     let a = OpenSandboxAdapter::new(cfg).expect("adapter");
+    scenario(&a).await;
+}
+
+/// The live scenario run against the fake too, so it is known to be right before it meets a
+/// real server.
+#[tokio::test]
+async fn live_scenario_against_the_fake() {
+    for variant in [Variant::Real, Variant::Spec] {
+        let s = setup(variant, FakeRuntime::Docker, serde_json::json!({})).await;
+        scenario(&s.adapter).await;
+        assert!(s.fake.sandboxes().is_empty(), "{variant:?}: cleaned up");
+    }
+}
+
+async fn scenario(a: &OpenSandboxAdapter) {
     let caps = a.capabilities();
     a.health().await.expect("health");
 
@@ -148,9 +164,12 @@ async fn live_opensandbox() {
 
         // Pause/resume or stop/start, whichever the runtime offers.
         if caps.iter().any(|c| c == "lifecycle.pause") {
-            a.exec(&r, &cmd(&["sh", "-c", "echo kept > /tmp/state"]))
-                .await
-                .expect("state");
+            a.exec(
+                &r,
+                &cmd(&["sh", "-c", "echo kept > /tmp/differently-live-state"]),
+            )
+            .await
+            .expect("state");
             a.pause(&r).await.expect("pause");
             assert_eq!(
                 a.find(&req.sandbox_id)
@@ -161,7 +180,7 @@ async fn live_opensandbox() {
             );
             a.resume(&r).await.expect("resume");
             assert_eq!(
-                a.exec(&r, &cmd(&["cat", "/tmp/state"]))
+                a.exec(&r, &cmd(&["cat", "/tmp/differently-live-state"]))
                     .await
                     .expect("after resume")
                     .stdout,
@@ -175,9 +194,12 @@ async fn live_opensandbox() {
 
         // Snapshot and restore.
         if caps.iter().any(|c| c == "snapshots") {
-            a.exec(&r, &cmd(&["sh", "-c", "echo snap > /tmp/snapfile"]))
-                .await
-                .expect("mark");
+            a.exec(
+                &r,
+                &cmd(&["sh", "-c", "echo snap > /tmp/differently-live-snapfile"]),
+            )
+            .await
+            .expect("mark");
             let mut info = a.snapshot(&r, "snp_live").await.expect("snapshot");
             for _ in 0..300 {
                 if info.ready {
@@ -192,7 +214,10 @@ async fn live_opensandbox() {
             restore.ttl_seconds = 600;
             let restored = a.create(&restore).await.expect("restore");
             let out = a
-                .exec(&at(&restored), &cmd(&["cat", "/tmp/snapfile"]))
+                .exec(
+                    &at(&restored),
+                    &cmd(&["cat", "/tmp/differently-live-snapfile"]),
+                )
                 .await
                 .expect("restored exec");
             assert_eq!(out.stdout, "snap\n");
@@ -215,9 +240,16 @@ async fn live_opensandbox() {
         let orphan = a.list(&installation).await.expect("list");
         assert!(orphan.iter().any(|i| i.sandbox_id == req.sandbox_id));
     };
-    // Clean up whatever happened.
-    let result = tokio::time::timeout(Duration::from_secs(1800), scenario).await;
+    // Clean up whatever happened, then report the scenario's failure if any.
+    let result =
+        std::panic::AssertUnwindSafe(tokio::time::timeout(Duration::from_secs(1800), scenario))
+            .catch_unwind()
+            .await;
     a.delete(&req.sandbox_id).await.expect("delete");
     assert_eq!(a.find(&req.sandbox_id).await.expect("find"), None);
-    result.expect("scenario timed out");
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => panic!("live scenario timed out"),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
