@@ -1357,3 +1357,50 @@ async fn fast_sandbox_exec_resumes_an_idle_paused_microvm() {
         .is_retryable());
     assert_eq!(d.fake.sandbox(&r.backend_ref).unwrap().state, "Paused");
 }
+
+#[tokio::test]
+async fn exit_code_from_command_status_and_missing_sandboxes() {
+    let s = setup(Variant::Real, FakeRuntime::Docker, json!({})).await;
+    let r = running(&s).await;
+    s.fake.knobs().evalue_text = true;
+    let out = s
+        .adapter
+        .exec(&r, &cmd(&["sh", "-c", "exit 5"]))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 5);
+    assert!(s
+        .fake
+        .record()
+        .requests
+        .iter()
+        .any(|q| q.contains("/command/status/")));
+
+    // The sandbox is gone: exec through a cached endpoint and through a fresh lookup.
+    s.adapter.delete(&r.sandbox_id).await.unwrap();
+    assert_eq!(
+        s.adapter.exec(&r, &cmd(&["true"])).await.unwrap_err(),
+        AdapterError::NotFound
+    );
+    let fresh = setup(Variant::Real, FakeRuntime::Docker, json!({})).await;
+    let gone = differently_adapters::InstanceRef {
+        sandbox_id: SandboxId::new(),
+        backend_ref: "doesnotexist".to_owned(),
+    };
+    assert_eq!(
+        fresh
+            .adapter
+            .exec(&gone, &cmd(&["true"]))
+            .await
+            .unwrap_err(),
+        AdapterError::NotFound
+    );
+    assert_eq!(
+        fresh.adapter.pause(&gone).await.unwrap_err(),
+        AdapterError::NotFound
+    );
+    assert!(matches!(
+        fresh.adapter.list_files(&gone, "/", 1).await,
+        Err(AdapterError::NotFound)
+    ));
+}

@@ -71,6 +71,8 @@ pub struct Knobs {
     pub ignore_range: bool,
     /// execd requires this access token (`X-EXECD-ACCESS-TOKEN`).
     pub execd_token: Option<String>,
+    /// Error events carry a text `evalue` ("exit status N"); only `/command/status` has the code.
+    pub evalue_text: bool,
     /// Answer the next lifecycle request with a redirect to this URL.
     pub redirect_to: Option<String>,
 }
@@ -926,6 +928,9 @@ fn list_snapshots(inner: &Inner, r: &Req) -> Response {
 
 async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req) -> Response {
     let state = lock(&inner.sandboxes).get(id).map(|s| s.state.clone());
+    if state.is_none() {
+        return inner.err(404, "SANDBOX_NOT_FOUND", &format!("sandbox {id} not found"));
+    }
     if state.as_deref() != Some("Running") {
         return json_resp(
             502,
@@ -1101,9 +1106,14 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
         },
     );
     let variant = inner.variant;
-    let (truncate, frame_delay, stall) = {
+    let (truncate, frame_delay, stall, evalue_text) = {
         let k = lock(&inner.knobs);
-        (k.truncate_after_frames, k.frame_delay_ms, k.stall_ms)
+        (
+            k.truncate_after_frames,
+            k.frame_delay_ms,
+            k.stall_ms,
+            k.evalue_text,
+        )
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     let (ev_tx, mut ev_rx) = tokio::sync::mpsc::channel::<(&'static str, String)>(64);
@@ -1240,7 +1250,12 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
                 json!({"type": "execution_complete", "execution_time": elapsed, "timestamp": now_ms()})
             }
             Some(n) if !timed_out => {
-                json!({"type": "error", "error": {"ename": "CommandExecError", "evalue": n.to_string(), "traceback": [format!("exit status {n}")]}, "timestamp": now_ms()})
+                let evalue = if evalue_text {
+                    format!("exit status {n}")
+                } else {
+                    n.to_string()
+                };
+                json!({"type": "error", "error": {"ename": "CommandExecError", "evalue": evalue, "traceback": [format!("exit status {n}")]}, "timestamp": now_ms()})
             }
             _ => {
                 json!({"type": "error", "error": {"ename": "CommandExecError", "evalue": "-1", "traceback": ["signal: killed"]}, "timestamp": now_ms()})
