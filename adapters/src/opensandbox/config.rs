@@ -359,21 +359,30 @@ impl OpenSandboxConfig {
                 order(&caps)
             }
             Some(features) => {
+                let mut names = Vec::with_capacity(features.len());
                 for f in features {
-                    if !KNOWN_CAPABILITIES.contains(&f.as_str()) {
+                    // The seeds' spellings of two API names.
+                    let name = match f.as_str() {
+                        "lifecycle.pause-resume" => "lifecycle.pause",
+                        "snapshots.disk" => "snapshots",
+                        other => other,
+                    };
+                    if !KNOWN_CAPABILITIES.contains(&name) {
+                        let why = if differently_core::policy::capabilities::is_known(name) {
+                            "is not advertised by adapters (isolation comes from `isolation`, restore from `snapshots`)"
+                        } else {
+                            "is not a capability"
+                        };
                         return bad(
                             "features",
-                            format!(
-                                "unknown capability `{f}` (known: {})",
-                                KNOWN_CAPABILITIES.join(", ")
-                            ),
+                            format!("`{f}` {why}; use: {}", KNOWN_CAPABILITIES.join(", ")),
                         );
                     }
+                    names.push(name);
                 }
                 // A feature with no working method on this runtime is dropped, never faked.
-                let kept: Vec<&str> = features
-                    .iter()
-                    .map(String::as_str)
+                let kept: Vec<&str> = names
+                    .into_iter()
                     .filter(|f| backed.contains(f) || DECLARED_ONLY.contains(f))
                     .collect();
                 order(&kept)

@@ -164,6 +164,18 @@ async fn capabilities_follow_the_runtime_table() {
         ),
         ["exec", "ports.expose"]
     );
+    // The seeds' spellings are accepted for the two API names they rename.
+    assert_eq!(
+        caps(json!({"features": "exec,lifecycle.pause-resume,snapshots.disk"})),
+        ["exec", "lifecycle.pause", "snapshots"]
+    );
+    let (field, message) = build_err(settings(
+        "http://127.0.0.1:9/v1",
+        &key,
+        json!({"features": "exec,isolation.microvm"}),
+    ));
+    assert_eq!(field.as_deref(), Some("features"));
+    assert!(message.contains("`isolation`"), "{message}");
     // A feature without a working method on the runtime is dropped; declared-only ones stay.
     assert_eq!(
         caps(json!({"features": ["exec", "lifecycle.stop", "ports.expose", "gpu"]})),

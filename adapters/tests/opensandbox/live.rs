@@ -49,6 +49,10 @@ async fn live_scenario_against_the_fake() {
         scenario(&s.adapter).await;
         assert!(s.fake.sandboxes().is_empty(), "{variant:?}: cleaned up");
     }
+    // The fake's sandboxes share the test host's file system.
+    let _ = std::fs::remove_dir_all("/tmp/differently-live");
+    let _ = std::fs::remove_file("/tmp/differently-live-state");
+    let _ = std::fs::remove_file("/tmp/differently-live-snapfile");
 }
 
 async fn scenario(a: &OpenSandboxAdapter) {
