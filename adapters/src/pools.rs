@@ -1,83 +1,193 @@
-//! The pools this process knows: each pool's adapter and the live view placement decides on.
-//! Health is per process (refreshed by `refresh_health`), as in the seeds' pool manager.
+//! The pools this process knows: each registered pool's adapter, its record, and the live
+//! fleet-wide view (health as the pool's workers last reported it) that placement reads.
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use differently_core::pool::PoolView;
+use chrono::{DateTime, Utc};
+use differently_core::policy::PoolProfile;
+use differently_core::pool::{PoolHealth, PoolRecord, PoolView};
 
+use crate::registry::{self, AdapterConfigError};
 use crate::SharedAdapter;
 
-/// One pool: its adapter and its current view.
+/// One pool: its adapter, its record and whether it is healthy now.
 pub struct Pool {
     pub adapter: SharedAdapter,
-    view: RwLock<PoolView>,
+    pub record: PoolRecord,
+    healthy: RwLock<bool>,
 }
 
 impl Pool {
-    /// The pool's current view.
+    /// Builds the adapter of `record`.
+    pub fn build(record: PoolRecord) -> Result<Pool, AdapterConfigError> {
+        let adapter = registry::build(&record.kind, &record.settings)?;
+        Ok(Pool { adapter, record, healthy: RwLock::new(false) })
+    }
+
+    /// Whether placement may send new work here.
+    pub fn healthy(&self) -> bool {
+        self.healthy.read().map(|h| *h).unwrap_or(false)
+    }
+
+    fn set_healthy(&self, healthy: bool) {
+        if let Ok(mut h) = self.healthy.write() {
+            *h = healthy;
+        }
+    }
+
+    /// The pool as placement sees it. Capabilities are what the adapter implements, whatever
+    /// the record claims, so nothing is advertised that would fail later.
     pub fn view(&self) -> PoolView {
-        match self.view.read() {
-            Ok(v) => v.clone(),
+        PoolView {
+            name: self.record.name.clone(),
+            kind: self.record.kind.clone(),
+            trust: self.record.trust,
+            region: self.record.region.clone(),
+            capabilities: self.adapter.capabilities(),
+            max_concurrent: self.record.max_concurrent,
+            healthy: self.healthy(),
+        }
+    }
+
+    /// The pool with ranking data and `used` slots.
+    pub fn profile(&self, used: u32) -> PoolProfile {
+        let mut p = PoolProfile::new(self.view());
+        p.isolation = self.record.isolation;
+        p.cost_per_cpu_hour = self.record.cost_per_cpu_hour;
+        p.typical_create_seconds = self.record.typical_create_seconds;
+        p.used_slots = used;
+        p
+    }
+
+    /// Probes the backend.
+    pub async fn probe(&self, checked_by: &str) -> PoolHealth {
+        let result = tokio::time::timeout(Duration::from_secs(10), self.adapter.health()).await;
+        let error = match result {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("health check timed out after 10 s".to_owned()),
+        };
+        PoolHealth {
+            name: self.record.name.clone(),
+            healthy: error.is_none(),
+            capabilities: self.adapter.capabilities(),
+            error,
+            checked_at: Utc::now(),
+            checked_by: checked_by.to_owned(),
+        }
+    }
+}
+
+/// Every registered pool, in name order (a stable tie-break for ranking).
+#[derive(Clone, Default)]
+pub struct PoolSet {
+    pools: Arc<RwLock<Vec<Arc<Pool>>>>,
+}
+
+/// A pool whose record could not be turned into an adapter.
+#[derive(Debug)]
+pub struct BadPool {
+    pub name: String,
+    pub error: AdapterConfigError,
+}
+
+impl PoolSet {
+    /// Builds every pool; records whose adapter cannot be built are returned apart.
+    pub fn from_records(records: Vec<PoolRecord>) -> (PoolSet, Vec<BadPool>) {
+        let set = PoolSet::default();
+        let bad = set.sync(records);
+        (set, bad)
+    }
+
+    fn read(&self) -> Vec<Arc<Pool>> {
+        match self.pools.read() {
+            Ok(p) => p.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    fn set_healthy(&self, healthy: bool) {
-        match self.view.write() {
-            Ok(mut v) => v.healthy = healthy,
-            Err(poisoned) => poisoned.into_inner().healthy = healthy,
+    /// Replaces the set with `records`, keeping adapters whose record did not change (so
+    /// their connections and caches survive) and their health.
+    pub fn sync(&self, mut records: Vec<PoolRecord>) -> Vec<BadPool> {
+        records.sort_by(|a, b| a.name.cmp(&b.name));
+        let current: HashMap<String, Arc<Pool>> =
+            self.read().into_iter().map(|p| (p.record.name.clone(), p)).collect();
+        let mut next = Vec::with_capacity(records.len());
+        let mut bad = Vec::new();
+        for record in records {
+            match current.get(&record.name) {
+                Some(p) if same_definition(&p.record, &record) => next.push(p.clone()),
+                _ => match Pool::build(record.clone()) {
+                    Ok(p) => {
+                        if let Some(old) = current.get(&record.name) {
+                            p.set_healthy(old.healthy());
+                        }
+                        next.push(Arc::new(p));
+                    }
+                    Err(error) => bad.push(BadPool { name: record.name, error }),
+                },
+            }
         }
-    }
-}
-
-/// Every configured pool, in configuration order (the first-fit policy depends on it).
-#[derive(Clone, Default)]
-pub struct PoolSet {
-    pools: Arc<Vec<Arc<Pool>>>,
-}
-
-impl PoolSet {
-    /// Builds the set. A pool's advertised capabilities are what its adapter implements,
-    /// whatever `view.capabilities` said, so nothing is advertised that would fail later.
-    pub fn new(pools: Vec<(PoolView, SharedAdapter)>) -> PoolSet {
-        let pools = pools
-            .into_iter()
-            .map(|(mut view, adapter)| {
-                view.capabilities = adapter.capabilities();
-                Arc::new(Pool {
-                    adapter,
-                    view: RwLock::new(view),
-                })
-            })
-            .collect();
-        PoolSet {
-            pools: Arc::new(pools),
+        match self.pools.write() {
+            Ok(mut p) => *p = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
         }
+        bad
     }
 
     /// The pool called `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Pool>> {
-        self.pools.iter().find(|p| p.view().name == name).cloned()
+        self.read().into_iter().find(|p| p.record.name == name)
     }
 
-    /// Views of every pool, in order.
+    /// Views of every pool.
     pub fn views(&self) -> Vec<PoolView> {
-        self.pools.iter().map(|p| p.view()).collect()
+        self.read().iter().map(|p| p.view()).collect()
     }
 
-    /// Pool names, in order.
+    /// Profiles of every pool with slots in use from `used`.
+    pub fn profiles(&self, used: &HashMap<String, u32>) -> Vec<PoolProfile> {
+        self.read()
+            .iter()
+            .map(|p| p.profile(used.get(&p.record.name).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    /// Pool names.
     pub fn names(&self) -> Vec<String> {
-        self.pools.iter().map(|p| p.view().name).collect()
+        self.read().iter().map(|p| p.record.name.clone()).collect()
     }
 
-    /// Asks every adapter whether its backend answers and records the result.
-    pub async fn refresh_health(&self) {
-        for p in self.pools.iter() {
-            let ok = p.adapter.health().await.is_ok();
-            if p.view().healthy != ok {
-                tracing::info!(pool = %p.view().name, healthy = ok, "pool health changed");
+    /// Applies the fleet-wide health rows: a pool is healthy when its latest probe, no
+    /// older than `stale_after`, says so. No probe at all means unhealthy (no worker).
+    pub fn apply_health(&self, rows: &[PoolHealth], now: DateTime<Utc>, stale_after: Duration) {
+        let stale = chrono::Duration::from_std(stale_after).unwrap_or(chrono::Duration::seconds(30));
+        for p in self.read() {
+            let row = rows.iter().find(|h| h.name == p.record.name);
+            let healthy = row.is_some_and(|h| h.healthy && now - h.checked_at <= stale);
+            if p.healthy() != healthy {
+                tracing::info!(pool = %p.record.name, healthy, "pool health changed");
             }
-            p.set_healthy(ok);
+            p.set_healthy(healthy);
         }
     }
+
+    /// Marks every pool healthy or not from local probes (single-process `dev`).
+    pub fn apply_local(&self, rows: &[PoolHealth]) {
+        self.apply_health(rows, Utc::now(), Duration::from_secs(3600));
+    }
+}
+
+/// Whether two records would build the same adapter.
+fn same_definition(a: &PoolRecord, b: &PoolRecord) -> bool {
+    a.kind == b.kind
+        && a.settings == b.settings
+        && a.trust == b.trust
+        && a.region == b.region
+        && a.max_concurrent == b.max_concurrent
+        && a.isolation == b.isolation
+        && a.cost_per_cpu_hour == b.cost_per_cpu_hour
+        && a.typical_create_seconds == b.typical_create_seconds
 }

@@ -48,3 +48,99 @@ pub fn validate_pool_name(name: &str) -> Result<(), crate::FieldError> {
         ))
     }
 }
+
+/// Where a pool's definition comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolSource {
+    /// The server's configuration file (re-applied at every start).
+    Config,
+    /// The admin API (stored in the database).
+    Api,
+}
+
+/// A registered pool: what the operator declared. Settings hold credential *references*
+/// (an env var name, a file path, a sealed secret's name), never credential values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolRecord {
+    pub name: String,
+    pub kind: String,
+    pub trust: Trust,
+    #[serde(default)]
+    pub region: Option<String>,
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+    /// Declared isolation of the backend runtime (reported, not verified).
+    #[serde(default)]
+    pub isolation: Option<crate::policy::Isolation>,
+    /// Cost model: currency units per CPU-hour.
+    #[serde(default)]
+    pub cost_per_cpu_hour: f64,
+    /// Speed hint: typical seconds from create to running.
+    #[serde(default)]
+    pub typical_create_seconds: Option<f64>,
+    /// Adapter-specific settings.
+    #[serde(default)]
+    pub settings: serde_json::Value,
+    pub source: PoolSource,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Adapter kinds that always run on third-party infrastructure: forced `external`.
+pub const EXTERNAL_KINDS: [&str; 4] = ["daytona", "e2b", "freestyle", "vercel"];
+/// Adapter kinds whose trust depends on where the operator runs them: must be declared.
+pub const DECLARE_TRUST_KINDS: [&str; 1] = ["opensandbox"];
+
+/// The trust a pool of `kind` gets, given what the operator declared (seeds' rules:
+/// providers are forced external, opensandbox must declare, others default private).
+pub fn resolve_trust(kind: &str, declared: Option<Trust>) -> Result<Trust, crate::FieldError> {
+    if EXTERNAL_KINDS.contains(&kind) {
+        return match declared {
+            Some(Trust::Private) => Err(crate::FieldError::new(
+                "trust",
+                format!("{kind} runs on third-party infrastructure: its trust is always external"),
+            )),
+            _ => Ok(Trust::External),
+        };
+    }
+    if DECLARE_TRUST_KINDS.contains(&kind) {
+        return declared.ok_or_else(|| {
+            crate::FieldError::new(
+                "trust",
+                format!("{kind} pools must declare trust (private if you run the server, external otherwise)"),
+            )
+        });
+    }
+    Ok(declared.unwrap_or(Trust::Private))
+}
+
+/// The live health of a pool as its workers last saw it: one fleet-wide view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolHealth {
+    pub name: String,
+    pub healthy: bool,
+    pub capabilities: Vec<String>,
+    /// The probe's error when unhealthy (no credentials in it).
+    pub error: Option<String>,
+    pub checked_at: chrono::DateTime<chrono::Utc>,
+    /// Which process probed (host:pid), for operators.
+    pub checked_by: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trust_rules_follow_the_seeds() {
+        assert_eq!(resolve_trust("daytona", None), Ok(Trust::External));
+        assert!(resolve_trust("daytona", Some(Trust::Private)).is_err());
+        assert_eq!(resolve_trust("opensandbox", Some(Trust::Private)), Ok(Trust::Private));
+        assert_eq!(resolve_trust("opensandbox", None).unwrap_err().field, "trust");
+        assert_eq!(resolve_trust("fake", None), Ok(Trust::Private));
+        assert_eq!(resolve_trust("remote", Some(Trust::External)), Ok(Trust::External));
+    }
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::Utc;
 use differently_bus_schema::{Admitted, Envelope, StatusChanged, WorkOp};
 use differently_core::fair::{Candidate, FairQueue};
-use differently_core::placement::{decide, Decision};
+use differently_core::policy::{self, Decision, EffectivePolicy};
 use differently_core::tenancy::Quota;
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use differently_store::{Activation, Actor, PoolSlot, QuotaScope, StoreError, Transition};
@@ -182,13 +182,45 @@ async fn follow_releases(s: Scheduler, q: Shared) {
     }
 }
 
-/// Stored quotas, re-read every couple of seconds.
+/// Stored quotas and policies, re-read every couple of seconds, and pool slot use, re-read
+/// every tick (activations in between are counted locally).
 #[derive(Default)]
 struct QuotaCache {
     entries: HashMap<QuotaScope, (Instant, Option<Quota>)>,
+    policies: HashMap<(differently_core::OrgId, differently_core::ProjectId), (Instant, EffectivePolicy)>,
+    slots: Option<(Instant, HashMap<String, u32>)>,
 }
 
 impl QuotaCache {
+    async fn policy(&mut self, s: &Scheduler, row: &Sandbox) -> Result<EffectivePolicy, StoreError> {
+        let key = (row.org_id.clone(), row.project_id.clone());
+        if let Some((at, p)) = self.policies.get(&key) {
+            if at.elapsed() < QUOTA_CACHE {
+                return Ok(p.clone());
+            }
+        }
+        let p = differently_store::placement::effective_policy(s.store.as_ref(), &row.org_id, &row.project_id).await?;
+        self.policies.insert(key, (Instant::now(), p.clone()));
+        Ok(p)
+    }
+
+    async fn slots(&mut self, s: &Scheduler) -> Result<HashMap<String, u32>, StoreError> {
+        if let Some((at, used)) = &self.slots {
+            if at.elapsed() < s.config.tick {
+                return Ok(used.clone());
+            }
+        }
+        let used = s.store.pool_slots_used().await?;
+        self.slots = Some((Instant::now(), used.clone()));
+        Ok(used)
+    }
+
+    fn take_slot(&mut self, pool: &str) {
+        if let Some((_, used)) = &mut self.slots {
+            *used.entry(pool.to_owned()).or_insert(0) += 1;
+        }
+    }
+
     async fn get(&mut self, s: &Scheduler, scope: QuotaScope) -> Result<Option<Quota>, StoreError> {
         if let Some((at, q)) = self.entries.get(&scope) {
             if at.elapsed() < QUOTA_CACHE {
@@ -225,6 +257,7 @@ impl QuotaCache {
 async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool>) {
     let mut quotas = QuotaCache::default();
     let mut cpu_read_at: Option<Instant> = None;
+    let mut seen_generation = 0;
     loop {
         if *stop.borrow() {
             return;
@@ -238,6 +271,12 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
             cpu_read_at = Some(now);
         }
         lock(q).unpark_due(now);
+        let generation = lock(q).generation;
+        if generation != seen_generation {
+            // Capacity was released: slot counts read before it are stale.
+            quotas.slots = None;
+            seen_generation = generation;
+        }
         let mut tried = 0;
         while tried < MAX_PER_PASS {
             let (c, generation) = {
@@ -361,41 +400,61 @@ async fn place_one(
             .await;
         }
     }
-    let pools = s.pools.views();
-    match decide(&row.spec, &pools).decision {
-        Decision::Placed { pool } => {
-            {
-                let queue = lock(q);
-                if queue.generation != generation {
-                    return Ok(Outcome::Stale);
-                }
-                if queue.blocked.blocks(&row, &pool) {
-                    return Ok(Outcome::Wait);
-                }
-            }
-            let cap = pools
+    let req = row.spec.placement_request();
+    let effective = quotas.policy(s, &row).await?;
+    let used = quotas.slots(s).await?;
+    let explained = policy::decide(&req, &s.pools.profiles(&used), &effective);
+    let doc = serde_json::to_value(&explained).unwrap_or_default();
+    match explained.decision.clone() {
+        Decision::Placed { .. } => {
+            // Try the ranked pools in turn: the first may have filled since the view.
+            let ranking: Vec<(String, Option<u32>)> = explained
+                .ranking()
                 .iter()
-                .find(|p| p.name == pool)
-                .and_then(|p| p.max_concurrent);
-            let slot = PoolSlot {
-                name: pool.clone(),
-                max_concurrent: cap,
-            };
-            match s.store.activate(id, &slot, &s.config.quota, now).await? {
-                Activation::Activated(active) => {
-                    if let Err(e) = s.announcer.work(&active, WorkOp::Create, "").await {
-                        tracing::warn!(sandbox = %id, error = %e, "create publish failed; the provisioning sweep will retry");
+                .map(|v| {
+                    let cap = s.pools.get(&v.name).and_then(|p| p.record.max_concurrent);
+                    (v.name.clone(), cap)
+                })
+                .collect();
+            for (pool, cap) in ranking {
+                {
+                    let queue = lock(q);
+                    if queue.generation != generation {
+                        return Ok(Outcome::Stale);
                     }
-                    let _ = s.announcer.status(&active).await;
-                    Ok(Outcome::Activated)
+                    if queue.blocked.blocks(&row, &pool) {
+                        continue;
+                    }
                 }
-                Activation::Waiting(waiting) => {
-                    let reason = waiting.status_reason.as_deref().unwrap_or("");
-                    lock(q).blocked.note(&waiting, &pool, reason);
-                    Ok(Outcome::Wait)
+                let slot = PoolSlot { name: pool.clone(), max_concurrent: cap };
+                match s.store.activate(id, &slot, &s.config.quota, now).await? {
+                    Activation::Activated(active) => {
+                        quotas.take_slot(&pool);
+                        if let Err(e) = s.store.save_placement(id, &doc).await {
+                            tracing::warn!(sandbox = %id, error = %e, "cannot store the placement explanation");
+                        }
+                        if let Err(e) = s.announcer.work(&active, WorkOp::Create, "").await {
+                            tracing::warn!(sandbox = %id, error = %e, "create publish failed; the provisioning sweep will retry");
+                        }
+                        let _ = s.announcer.status(&active).await;
+                        return Ok(Outcome::Activated);
+                    }
+                    Activation::Waiting(waiting) => {
+                        let reason = waiting.status_reason.as_deref().unwrap_or("");
+                        let pool_wall = reason.starts_with("waiting: pool");
+                        lock(q).blocked.note(&waiting, &pool, reason);
+                        if !pool_wall {
+                            // A tenant quota: no other pool helps.
+                            break;
+                        }
+                    }
+                    Activation::NotQueued(_) => return Ok(Outcome::Gone),
                 }
-                Activation::NotQueued(_) => Ok(Outcome::Gone),
             }
+            if row.status_reason.is_none() {
+                let _ = s.store.save_placement(id, &doc).await;
+            }
+            Ok(Outcome::Wait)
         }
         Decision::Waiting { reason } => {
             let next =

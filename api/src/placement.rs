@@ -1,0 +1,369 @@
+//! Placement as the API exposes it: the fail-fast decision at admission, the stored
+//! explanation of a sandbox, dry-runs, policies per level, and the pool registry.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::Utc;
+use differently_core::policy::{self, Explained, Isolation, Policy};
+use differently_core::pool::{resolve_trust, validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust};
+use differently_core::tenancy::Scope;
+use differently_core::{CreateSandboxRequest, ErrorCode, FieldError, OrgId, ProjectId, SandboxSpec};
+use differently_store::placement::{effective_policy, PolicyScope};
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Principal;
+use crate::body::parse_json;
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sandboxes/{id}/placement", get(sandbox_placement))
+        .route("/v1/placement/dry-run", post(dry_run))
+        .route("/v1/admin/policies/global", get(get_global).put(put_global))
+        .route("/v1/orgs/{id}/policy", get(get_org_policy).put(put_org_policy))
+        .route("/v1/projects/{id}/policy", get(get_project_policy).put(put_project_policy))
+        .route("/v1/admin/pools", post(create_pool).get(list_pools))
+        .route("/v1/admin/pools/{name}", get(get_pool).patch(update_pool).delete(delete_pool))
+}
+
+/// Maps a request-level validation error: unknown capabilities have their own code.
+pub fn request_error(e: FieldError) -> ApiError {
+    let code = if e.field == "capabilities" {
+        ErrorCode::UnsupportedCapability
+    } else {
+        ErrorCode::ValidationFailed
+    };
+    ApiError::field(code, e)
+}
+
+/// Decides where `spec` would go now under the effective policy of `project`. With
+/// `live_slots`, pools' used slots count (dry-run); without, only rejection matters
+/// (admission: a full pool means waiting, not refusal).
+pub async fn explain(
+    state: &AppState,
+    org: &OrgId,
+    project: &ProjectId,
+    spec: &SandboxSpec,
+    live_slots: bool,
+) -> ApiResult<Explained> {
+    let req = spec.placement_request();
+    req.validate().map_err(request_error)?;
+    let effective = effective_policy(state.store.as_ref(), org, project).await?;
+    let used = if live_slots { state.store.pool_slots_used().await? } else { HashMap::new() };
+    Ok(policy::decide(&req, &state.pools.profiles(&used), &effective))
+}
+
+async fn sandbox_placement(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    p.require(Scope::SandboxesRead)?;
+    let sandbox = crate::sandboxes::load(&state, &p, &id).await?;
+    match state.store.get_placement(&sandbox.id).await? {
+        Some(doc) => Ok(Json(doc)),
+        None => Err(ApiError::new(ErrorCode::NotFound, "no placement decision recorded yet")),
+    }
+}
+
+async fn dry_run(State(state): State<AppState>, p: Principal, body: Bytes) -> ApiResult<Json<Explained>> {
+    let req: CreateSandboxRequest = parse_json(&body)?;
+    p.require(Scope::SandboxesRead)?;
+    let spec = SandboxSpec::build(&req).map_err(request_error)?;
+    let project = match (&req.project_id, &p.project_id) {
+        (Some(asked), _) => {
+            let pr = crate::tenancy::load_project(&state, &p, asked.as_str()).await?;
+            pr.id
+        }
+        (None, Some(bound)) => bound.clone(),
+        (None, None) => {
+            return Err(ApiError::field(
+                ErrorCode::ValidationFailed,
+                FieldError::new("projectId", "required for an organization-wide key"),
+            ))
+        }
+    };
+    let org = match state.store.get_project(&project).await? {
+        Some(pr) => pr.org_id,
+        None => return Err(ApiError::not_found("project")),
+    };
+    Ok(Json(explain(&state, &org, &project, &spec, true).await?))
+}
+
+// --- policies --------------------------------------------------------------------------
+
+fn forbidden(what: &str) -> ApiError {
+    ApiError::new(ErrorCode::PermissionDenied, format!("this key may not {what}"))
+}
+
+async fn read_policy(state: &AppState, scope: PolicyScope) -> ApiResult<Json<Policy>> {
+    Ok(Json(state.store.get_policy(&scope).await?.unwrap_or_default()))
+}
+
+async fn write_policy(state: &AppState, p: &Principal, scope: PolicyScope, body: &Bytes) -> ApiResult<Json<Policy>> {
+    let policy: Policy = parse_json(body)?;
+    if !p.is_admin() {
+        return Err(forbidden("change placement policy (admin scope needed)"));
+    }
+    policy.validate().map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    state.store.put_policy(&scope, &policy, &p.actor()).await?;
+    Ok(Json(policy))
+}
+
+async fn get_global(State(state): State<AppState>, p: Principal) -> ApiResult<Json<Policy>> {
+    if !p.is_admin() {
+        return Err(forbidden("read the global policy (admin scope needed)"));
+    }
+    read_policy(&state, PolicyScope::Global).await
+}
+
+async fn put_global(State(state): State<AppState>, p: Principal, body: Bytes) -> ApiResult<Json<Policy>> {
+    write_policy(&state, &p, PolicyScope::Global, &body).await
+}
+
+async fn org_scope(state: &AppState, p: &Principal, raw: &str) -> ApiResult<PolicyScope> {
+    let id = OrgId::parse(raw).map_err(|_| ApiError::not_found("organization"))?;
+    match state.store.get_org(&id).await? {
+        Some(o) if p.sees_org(&o.id) => Ok(PolicyScope::Org(o.id)),
+        _ => Err(ApiError::not_found("organization")),
+    }
+}
+
+async fn get_org_policy(State(state): State<AppState>, p: Principal, Path(id): Path<String>) -> ApiResult<Json<Policy>> {
+    let scope = org_scope(&state, &p, &id).await?;
+    read_policy(&state, scope).await
+}
+
+async fn put_org_policy(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Policy>> {
+    let scope = org_scope(&state, &p, &id).await?;
+    write_policy(&state, &p, scope, &body).await
+}
+
+async fn get_project_policy(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Policy>> {
+    let project = crate::tenancy::load_project(&state, &p, &id).await?;
+    read_policy(&state, PolicyScope::Project(project.id)).await
+}
+
+async fn put_project_policy(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Policy>> {
+    let project = crate::tenancy::load_project(&state, &p, &id).await?;
+    write_policy(&state, &p, PolicyScope::Project(project.id), &body).await
+}
+
+// --- pools -----------------------------------------------------------------------------
+
+/// A pool as served: its record, live health and slots in use.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PoolInfo {
+    #[serde(flatten)]
+    record: PoolRecord,
+    capabilities: Vec<String>,
+    healthy: bool,
+    health: Option<PoolHealth>,
+    used_slots: u32,
+}
+
+async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
+    let records = state.store.list_pools().await?;
+    let health = state.store.pool_health().await?;
+    let used = state.store.pool_slots_used().await?;
+    Ok(records
+        .into_iter()
+        .map(|record| {
+            let live = state.pools.get(&record.name);
+            PoolInfo {
+                capabilities: live.as_ref().map(|p| p.adapter.capabilities()).unwrap_or_default(),
+                healthy: live.as_ref().is_some_and(|p| p.healthy()),
+                health: health.iter().find(|h| h.name == record.name).cloned(),
+                used_slots: used.get(&record.name).copied().unwrap_or(0),
+                record,
+            }
+        })
+        .collect())
+}
+
+fn require_admin(p: &Principal) -> ApiResult<()> {
+    if p.is_admin() {
+        Ok(())
+    } else {
+        Err(forbidden("manage pools (admin scope needed)"))
+    }
+}
+
+/// Body of `POST /v1/admin/pools` (and, all optional, of `PATCH`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PoolBody {
+    name: Option<String>,
+    kind: Option<String>,
+    trust: Option<Trust>,
+    region: Option<String>,
+    max_concurrent: Option<u32>,
+    isolation: Option<Isolation>,
+    cost_per_cpu_hour: Option<f64>,
+    typical_create_seconds: Option<f64>,
+    settings: Option<serde_json::Value>,
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::field(ErrorCode::ValidationFailed, FieldError::new(field, message))
+}
+
+/// Validates a record the way the config file is validated; errors name the field.
+fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trust> {
+    validate_pool_name(&r.name).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    let trust = resolve_trust(&r.kind, declared_trust).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    if r.max_concurrent == Some(0) {
+        return Err(invalid("maxConcurrent", "must be at least 1"));
+    }
+    if !(r.cost_per_cpu_hour >= 0.0 && r.cost_per_cpu_hour.is_finite()) {
+        return Err(invalid("costPerCpuHour", "must be a non-negative number"));
+    }
+    if r.typical_create_seconds.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
+        return Err(invalid("typicalCreateSeconds", "must be a non-negative number"));
+    }
+    differently_adapters::registry::build(&r.kind, &r.settings).map_err(|e| {
+        ApiError::new(ErrorCode::ValidationFailed, format!("settings: {e}"))
+            .with_details(serde_json::json!({ "field": "settings" }))
+    })?;
+    Ok(trust)
+}
+
+async fn create_pool(
+    State(state): State<AppState>,
+    p: Principal,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<PoolRecord>)> {
+    let b: PoolBody = parse_json(&body)?;
+    require_admin(&p)?;
+    let name = b.name.ok_or_else(|| invalid("name", "required"))?;
+    let kind = b.kind.ok_or_else(|| invalid("kind", "required"))?;
+    if state.store.list_pools().await?.iter().any(|r| r.name == name) {
+        return Err(ApiError::new(ErrorCode::Conflict, format!("pool {name} already exists")));
+    }
+    let now = Utc::now();
+    let mut record = PoolRecord {
+        name,
+        kind,
+        trust: Trust::Private,
+        region: b.region,
+        max_concurrent: b.max_concurrent,
+        isolation: b.isolation,
+        cost_per_cpu_hour: b.cost_per_cpu_hour.unwrap_or(0.0),
+        typical_create_seconds: b.typical_create_seconds,
+        settings: b.settings.unwrap_or(serde_json::Value::Null),
+        source: PoolSource::Api,
+        created_at: now,
+        updated_at: now,
+    };
+    record.trust = check_record(&record, b.trust)?;
+    state.store.upsert_pool(&record).await?;
+    state.pools.sync(state.store.list_pools().await?);
+    Ok((StatusCode::CREATED, Json(record)))
+}
+
+async fn list_pools(State(state): State<AppState>, p: Principal) -> ApiResult<Json<serde_json::Value>> {
+    require_admin(&p)?;
+    Ok(Json(serde_json::json!({ "items": pool_infos(&state).await?, "nextCursor": null })))
+}
+
+async fn find_pool(state: &AppState, name: &str) -> ApiResult<PoolRecord> {
+    state
+        .store
+        .list_pools()
+        .await?
+        .into_iter()
+        .find(|r| r.name == name)
+        .ok_or_else(|| ApiError::not_found("pool"))
+}
+
+async fn get_pool(State(state): State<AppState>, p: Principal, Path(name): Path<String>) -> ApiResult<Json<PoolInfo>> {
+    require_admin(&p)?;
+    pool_infos(&state)
+        .await?
+        .into_iter()
+        .find(|i| i.record.name == name)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("pool"))
+}
+
+async fn update_pool(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<PoolRecord>> {
+    let b: PoolBody = parse_json(&body)?;
+    require_admin(&p)?;
+    let mut record = find_pool(&state, &name).await?;
+    if record.source == PoolSource::Config {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("pool {name} comes from the configuration file; change it there"),
+        ));
+    }
+    if b.name.as_ref().is_some_and(|n| n != &name) {
+        return Err(invalid("name", "a pool cannot be renamed"));
+    }
+    if b.kind.as_ref().is_some_and(|k| k != &record.kind) {
+        return Err(invalid("kind", "a pool's kind cannot change; register a new pool"));
+    }
+    if b.region.is_some() {
+        record.region = b.region;
+    }
+    if b.max_concurrent.is_some() {
+        record.max_concurrent = b.max_concurrent;
+    }
+    if b.isolation.is_some() {
+        record.isolation = b.isolation;
+    }
+    if let Some(c) = b.cost_per_cpu_hour {
+        record.cost_per_cpu_hour = c;
+    }
+    if b.typical_create_seconds.is_some() {
+        record.typical_create_seconds = b.typical_create_seconds;
+    }
+    if let Some(s) = b.settings {
+        record.settings = s;
+    }
+    record.updated_at = Utc::now();
+    record.trust = check_record(&record, b.trust.or(Some(record.trust)))?;
+    state.store.upsert_pool(&record).await?;
+    state.pools.sync(state.store.list_pools().await?);
+    Ok(Json(record))
+}
+
+async fn delete_pool(State(state): State<AppState>, p: Principal, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    require_admin(&p)?;
+    let record = find_pool(&state, &name).await?;
+    if record.source == PoolSource::Config {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("pool {name} comes from the configuration file; remove it there"),
+        ));
+    }
+    state.store.delete_pool(&name).await?;
+    state.pools.sync(state.store.list_pools().await?);
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,142 @@
+//! The pool manager of a process: registers the config file's pools, keeps the local
+//! `PoolSet` in step with the registry (config and admin-API pools) and with the fleet-wide
+//! health view, and — in worker processes — probes its pools and reports their health.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use differently_adapters::pools::PoolSet;
+use differently_core::pool::{resolve_trust, PoolRecord, PoolSource};
+use differently_store::Store;
+
+use crate::config::Config;
+use crate::roles::AnyError;
+
+/// How often the registry and the health view are re-read.
+const SYNC_EVERY: Duration = Duration::from_secs(2);
+/// How often a worker probes its pools.
+const PROBE_EVERY: Duration = Duration::from_secs(3);
+/// A probe older than this no longer counts: the pool is treated as unhealthy.
+pub const HEALTH_STALE_AFTER: Duration = Duration::from_secs(15);
+
+/// Turns the config file's pools into registry records, checking trust per kind.
+pub fn config_records(config: &Config) -> Result<Vec<PoolRecord>, AnyError> {
+    let now = Utc::now();
+    let mut out = Vec::new();
+    for (i, p) in config.pools.iter().enumerate() {
+        let trust = resolve_trust(&p.kind, p.trust)
+            .map_err(|e| format!("config: pools[{i}].{}: {}", e.field, e.message))?;
+        let settings = match &p.settings {
+            Some(v) => serde_json::to_value(v)?,
+            None => serde_json::Value::Null,
+        };
+        let record = PoolRecord {
+            name: p.name.clone(),
+            kind: p.kind.clone(),
+            trust,
+            region: p.region.clone(),
+            max_concurrent: p.max_concurrent,
+            isolation: p.isolation,
+            cost_per_cpu_hour: p.cost_per_cpu_hour.unwrap_or(0.0),
+            typical_create_seconds: p.typical_create_seconds,
+            settings,
+            source: PoolSource::Config,
+            created_at: now,
+            updated_at: now,
+        };
+        // Refuse a bad adapter configuration at start, naming the pool and field.
+        differently_adapters::registry::build(&record.kind, &record.settings)
+            .map_err(|e| format!("config: pools[{i}] ({}): {e}", p.name))?;
+        out.push(record);
+    }
+    Ok(out)
+}
+
+/// Writes the config file's pools to the registry (config wins over an API pool of the
+/// same name) and drops config pools no longer in the file.
+pub async fn register(store: &dyn Store, records: &[PoolRecord]) -> Result<(), AnyError> {
+    let existing = store.list_pools().await?;
+    for old in existing.iter().filter(|p| p.source == PoolSource::Config) {
+        if !records.iter().any(|r| r.name == old.name) {
+            if let Err(e) = store.delete_pool(&old.name).await {
+                tracing::warn!(pool = %old.name, error = %e, "pool removed from config but kept: still in use");
+            }
+        }
+    }
+    for r in records {
+        let mut r = r.clone();
+        if let Some(old) = existing.iter().find(|p| p.name == r.name) {
+            r.created_at = old.created_at;
+        }
+        store.upsert_pool(&r).await?;
+    }
+    Ok(())
+}
+
+/// Loads the registry into a `PoolSet`, logging pools whose adapter cannot be built.
+pub async fn load(store: &dyn Store) -> Result<PoolSet, AnyError> {
+    let (set, bad) = PoolSet::from_records(store.list_pools().await?);
+    for b in bad {
+        tracing::error!(pool = %b.name, error = %b.error, "pool skipped: adapter cannot be built");
+    }
+    Ok(set)
+}
+
+/// Keeps `pools` in step with the registry and the fleet-wide health view.
+pub fn spawn_sync(store: Arc<dyn Store>, pools: PoolSet) {
+    tokio::spawn(async move {
+        loop {
+            match store.list_pools().await {
+                Ok(records) => {
+                    for b in pools.sync(records) {
+                        tracing::error!(pool = %b.name, error = %b.error, "pool skipped: adapter cannot be built");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the pool registry"),
+            }
+            match store.pool_health().await {
+                Ok(rows) => pools.apply_health(&rows, Utc::now(), HEALTH_STALE_AFTER),
+                Err(e) => tracing::warn!(error = %e, "cannot read pool health"),
+            }
+            tokio::time::sleep(SYNC_EVERY).await;
+        }
+    });
+}
+
+/// Probes `names` (all pools when empty) and reports their health, once now and then
+/// periodically.
+pub async fn start_probes(store: Arc<dyn Store>, pools: PoolSet, names: Vec<String>) {
+    let who = format!(
+        "{}:{}",
+        std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim(),
+        std::process::id()
+    );
+    probe_once(store.as_ref(), &pools, &names, &who).await;
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(PROBE_EVERY).await;
+            probe_once(store.as_ref(), &pools, &names, &who).await;
+        }
+    });
+}
+
+async fn probe_once(store: &dyn Store, pools: &PoolSet, names: &[String], who: &str) {
+    let targets = if names.is_empty() { pools.names() } else { names.to_vec() };
+    let mut rows = Vec::new();
+    for name in targets {
+        let Some(pool) = pools.get(&name) else { continue };
+        let health = pool.probe(who).await;
+        if let Err(e) = store.report_pool_health(&health).await {
+            tracing::warn!(pool = %name, error = %e, "cannot report pool health");
+        }
+        rows.push(health);
+    }
+    if !rows.is_empty() {
+        // This process saw it first-hand: no need to wait for the next sync.
+        let mut all = store.pool_health().await.unwrap_or_default();
+        all.retain(|h| !rows.iter().any(|r| r.name == h.name));
+        all.extend(rows);
+        pools.apply_health(&all, Utc::now(), HEALTH_STALE_AFTER);
+    }
+}

@@ -1,0 +1,83 @@
+//! What placement keeps in the store: policies per level, the pool registry, the fleet-wide
+//! pool health view, and each sandbox's placement explanation.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use differently_core::policy::Policy;
+use differently_core::pool::{PoolHealth, PoolRecord};
+use differently_core::{OrgId, ProjectId, SandboxId};
+
+use crate::{Actor, StoreError};
+
+/// Which level a policy applies at.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PolicyScope {
+    Global,
+    Org(OrgId),
+    Project(ProjectId),
+}
+
+impl PolicyScope {
+    /// The stored key, e.g. `org:org_01…`.
+    pub fn key(&self) -> String {
+        match self {
+            PolicyScope::Global => "global".to_owned(),
+            PolicyScope::Org(id) => format!("org:{id}"),
+            PolicyScope::Project(id) => format!("project:{id}"),
+        }
+    }
+}
+
+/// Store operations of placement.
+#[async_trait]
+pub trait PlacementStore: Send + Sync {
+    /// The stored policy of one level (`None`: nothing set there).
+    async fn get_policy(&self, scope: &PolicyScope) -> Result<Option<Policy>, StoreError>;
+    /// Replaces one level's policy; org and project levels are audited in their org's log.
+    async fn put_policy(
+        &self,
+        scope: &PolicyScope,
+        policy: &Policy,
+        actor: &Actor,
+    ) -> Result<(), StoreError>;
+
+    /// Inserts or replaces a pool definition.
+    async fn upsert_pool(&self, pool: &PoolRecord) -> Result<(), StoreError>;
+    /// Every registered pool, by name.
+    async fn list_pools(&self) -> Result<Vec<PoolRecord>, StoreError>;
+    /// Removes a pool; `HasDependents` while sandboxes hold slots on it.
+    async fn delete_pool(&self, name: &str) -> Result<(), StoreError>;
+    /// Records a worker's health probe of a pool (last one wins).
+    async fn report_pool_health(&self, health: &PoolHealth) -> Result<(), StoreError>;
+    /// The latest probe of every pool.
+    async fn pool_health(&self) -> Result<Vec<PoolHealth>, StoreError>;
+    /// Slots in use per pool (rows that hold a pool slot).
+    async fn pool_slots_used(&self) -> Result<HashMap<String, u32>, StoreError>;
+
+    /// Stores why a sandbox was placed where it was (or why it waits).
+    async fn save_placement(
+        &self,
+        id: &SandboxId,
+        explanation: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+    /// The stored explanation.
+    async fn get_placement(&self, id: &SandboxId) -> Result<Option<serde_json::Value>, StoreError>;
+}
+
+/// The effective policy for a sandbox of `project` in `org`: the intersection of the three
+/// stored levels (an absent level restricts nothing, except external placement, which
+/// fails closed).
+pub async fn effective_policy(
+    store: &dyn PlacementStore,
+    org: &OrgId,
+    project: &ProjectId,
+) -> Result<differently_core::policy::EffectivePolicy, StoreError> {
+    let global = store.get_policy(&PolicyScope::Global).await?.unwrap_or_default();
+    let org = store.get_policy(&PolicyScope::Org(org.clone())).await?.unwrap_or_default();
+    let project = store
+        .get_policy(&PolicyScope::Project(project.clone()))
+        .await?
+        .unwrap_or_default();
+    Ok(differently_core::policy::EffectivePolicy::intersect(&global, &org, &project))
+}

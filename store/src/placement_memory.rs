@@ -1,0 +1,106 @@
+//! `PlacementStore` in memory (for `differently dev` and the conformance suite).
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_trait::async_trait;
+use differently_core::policy::Policy;
+use differently_core::pool::{PoolHealth, PoolRecord};
+use differently_core::SandboxId;
+
+use crate::memory::{rules::AuditEntry, MemoryStore};
+use crate::placement::{PlacementStore, PolicyScope};
+use crate::{Actor, StoreError};
+
+/// Placement data of a `MemoryStore`.
+#[derive(Debug, Default)]
+pub(crate) struct PlacementState {
+    policies: HashMap<String, Policy>,
+    pools: BTreeMap<String, PoolRecord>,
+    health: BTreeMap<String, PoolHealth>,
+    placements: HashMap<SandboxId, serde_json::Value>,
+}
+
+impl MemoryStore {
+    fn placement(&self) -> std::sync::MutexGuard<'_, PlacementState> {
+        self.placement.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl PlacementStore for MemoryStore {
+    async fn get_policy(&self, scope: &PolicyScope) -> Result<Option<Policy>, StoreError> {
+        Ok(self.placement().policies.get(&scope.key()).cloned())
+    }
+
+    async fn put_policy(
+        &self,
+        scope: &PolicyScope,
+        policy: &Policy,
+        actor: &Actor,
+    ) -> Result<(), StoreError> {
+        let org = match scope {
+            PolicyScope::Global => None,
+            PolicyScope::Org(id) => Some(id.clone()),
+            PolicyScope::Project(id) => self.project_org(id),
+        };
+        let old = self.placement().policies.insert(scope.key(), policy.clone());
+        if let Some(org) = org {
+            let entry = AuditEntry {
+                actor: actor.as_audit(),
+                action: "policy.put".to_owned(),
+                detail: serde_json::json!({ "old": old, "new": policy }),
+            };
+            self.audit_for(&org, &scope.key(), entry);
+        }
+        Ok(())
+    }
+
+    async fn upsert_pool(&self, pool: &PoolRecord) -> Result<(), StoreError> {
+        self.placement().pools.insert(pool.name.clone(), pool.clone());
+        Ok(())
+    }
+
+    async fn list_pools(&self) -> Result<Vec<PoolRecord>, StoreError> {
+        Ok(self.placement().pools.values().cloned().collect())
+    }
+
+    async fn delete_pool(&self, name: &str) -> Result<(), StoreError> {
+        if !self.placement().pools.contains_key(name) {
+            return Err(StoreError::NotFound);
+        }
+        let used = self.slots_used().get(name).copied().unwrap_or(0);
+        if used > 0 {
+            return Err(StoreError::HasDependents(format!("pool {name} has {used} live sandboxes")));
+        }
+        let mut st = self.placement();
+        st.pools.remove(name);
+        st.health.remove(name);
+        Ok(())
+    }
+
+    async fn report_pool_health(&self, health: &PoolHealth) -> Result<(), StoreError> {
+        self.placement().health.insert(health.name.clone(), health.clone());
+        Ok(())
+    }
+
+    async fn pool_health(&self) -> Result<Vec<PoolHealth>, StoreError> {
+        Ok(self.placement().health.values().cloned().collect())
+    }
+
+    async fn pool_slots_used(&self) -> Result<HashMap<String, u32>, StoreError> {
+        Ok(self.slots_used())
+    }
+
+    async fn save_placement(
+        &self,
+        id: &SandboxId,
+        explanation: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.placement().placements.insert(id.clone(), explanation.clone());
+        Ok(())
+    }
+
+    async fn get_placement(&self, id: &SandboxId) -> Result<Option<serde_json::Value>, StoreError> {
+        Ok(self.placement().placements.get(id).cloned())
+    }
+}

@@ -1,0 +1,201 @@
+//! `PlacementStore` on Postgres.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use differently_core::policy::Policy;
+use differently_core::pool::{PoolHealth, PoolRecord};
+use differently_core::{OrgId, SandboxId, SandboxStatus};
+use sqlx::types::Json;
+
+use crate::placement::{PlacementStore, PolicyScope};
+use crate::memory::rules::AuditEntry;
+use crate::postgres::{insert_audit_for, PgStore};
+use crate::{Actor, StoreError};
+
+fn slot_statuses() -> Vec<String> {
+    SandboxStatus::ALL
+        .into_iter()
+        .filter(|s| s.holds_pool_slot())
+        .map(|s| s.as_str().to_owned())
+        .collect()
+}
+
+fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, StoreError> {
+    serde_json::from_value(v).map_err(|e| StoreError::Database(format!("stored document: {e}")))
+}
+
+#[async_trait]
+impl PlacementStore for PgStore {
+    async fn get_policy(&self, scope: &PolicyScope) -> Result<Option<Policy>, StoreError> {
+        let doc: Option<serde_json::Value> =
+            sqlx::query_scalar("SELECT doc FROM policies WHERE scope = $1")
+                .bind(scope.key())
+                .fetch_optional(self.pool())
+                .await?;
+        doc.map(decode).transpose()
+    }
+
+    async fn put_policy(
+        &self,
+        scope: &PolicyScope,
+        policy: &Policy,
+        actor: &Actor,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let old: Option<serde_json::Value> =
+            sqlx::query_scalar("SELECT doc FROM policies WHERE scope = $1 FOR UPDATE")
+                .bind(scope.key())
+                .fetch_optional(&mut *tx)
+                .await?;
+        let doc = serde_json::to_value(policy).map_err(|e| StoreError::Database(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO policies (scope, doc, updated_at) VALUES ($1, $2, $3)
+             ON CONFLICT (scope) DO UPDATE SET doc = EXCLUDED.doc, updated_at = EXCLUDED.updated_at",
+        )
+        .bind(scope.key())
+        .bind(Json(&doc))
+        .bind(Utc::now())
+        .execute(&mut *tx)
+        .await?;
+        let org: Option<String> = match scope {
+            PolicyScope::Global => None,
+            PolicyScope::Org(id) => Some(id.to_string()),
+            PolicyScope::Project(id) => {
+                sqlx::query_scalar("SELECT org_id FROM projects WHERE id = $1")
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?
+            }
+        };
+        // Org and project levels are audited in their org's log; the global level has no
+        // org log yet (installation-level audit comes with the audit chain).
+        if let Some(org) = org.and_then(|o| OrgId::parse(&o).ok()) {
+            let entry = AuditEntry {
+                actor: actor.as_audit(),
+                action: "policy.put".to_owned(),
+                detail: serde_json::json!({ "old": old, "new": doc }),
+            };
+            insert_audit_for(&mut tx, &org, &scope.key(), entry, Utc::now()).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn upsert_pool(&self, pool: &PoolRecord) -> Result<(), StoreError> {
+        let doc = serde_json::to_value(pool).map_err(|e| StoreError::Database(e.to_string()))?;
+        let source = serde_json::to_value(pool.source)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned));
+        sqlx::query(
+            "INSERT INTO pools (name, doc, source) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc, source = EXCLUDED.source",
+        )
+        .bind(&pool.name)
+        .bind(Json(doc))
+        .bind(source)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn list_pools(&self) -> Result<Vec<PoolRecord>, StoreError> {
+        let docs: Vec<serde_json::Value> =
+            sqlx::query_scalar("SELECT doc FROM pools WHERE doc IS NOT NULL ORDER BY name")
+                .fetch_all(self.pool())
+                .await?;
+        docs.into_iter().map(decode).collect()
+    }
+
+    async fn delete_pool(&self, name: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let found: Option<String> =
+            sqlx::query_scalar("SELECT name FROM pools WHERE name = $1 AND doc IS NOT NULL FOR UPDATE")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if found.is_none() {
+            return Err(StoreError::NotFound);
+        }
+        let used: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM sandboxes WHERE pool = $1 AND status = ANY($2)")
+                .bind(name)
+                .bind(slot_statuses())
+                .fetch_one(&mut *tx)
+                .await?;
+        if used > 0 {
+            return Err(StoreError::HasDependents(format!("pool {name} has {used} live sandboxes")));
+        }
+        // The row stays as a lock target; only the definition goes.
+        sqlx::query("UPDATE pools SET doc = NULL, source = NULL WHERE name = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM pool_health WHERE name = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn report_pool_health(&self, health: &PoolHealth) -> Result<(), StoreError> {
+        let doc = serde_json::to_value(health).map_err(|e| StoreError::Database(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO pool_health (name, doc, checked_at) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc, checked_at = EXCLUDED.checked_at",
+        )
+        .bind(&health.name)
+        .bind(Json(doc))
+        .bind(health.checked_at)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn pool_health(&self) -> Result<Vec<PoolHealth>, StoreError> {
+        let docs: Vec<serde_json::Value> =
+            sqlx::query_scalar("SELECT doc FROM pool_health ORDER BY name")
+                .fetch_all(self.pool())
+                .await?;
+        docs.into_iter().map(decode).collect()
+    }
+
+    async fn pool_slots_used(&self) -> Result<HashMap<String, u32>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT pool, count(*) FROM sandboxes WHERE pool IS NOT NULL AND status = ANY($1) GROUP BY pool",
+        )
+        .bind(slot_statuses())
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(p, n)| (p, u32::try_from(n).unwrap_or(u32::MAX)))
+            .collect())
+    }
+
+    async fn save_placement(
+        &self,
+        id: &SandboxId,
+        explanation: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO placements (sandbox_id, doc, decided_at) VALUES ($1, $2, $3)
+             ON CONFLICT (sandbox_id) DO UPDATE SET doc = EXCLUDED.doc, decided_at = EXCLUDED.decided_at",
+        )
+        .bind(id.as_str())
+        .bind(Json(explanation))
+        .bind(Utc::now())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn get_placement(&self, id: &SandboxId) -> Result<Option<serde_json::Value>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT doc FROM placements WHERE sandbox_id = $1")
+            .bind(id.as_str())
+            .fetch_optional(self.pool())
+            .await?)
+    }
+}
