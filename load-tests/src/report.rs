@@ -61,6 +61,9 @@ pub struct Baselines {
     pub direct_fake_exec: Summary,
     /// HTTP round trip to a trivial local axum handler.
     pub trivial_http: Summary,
+    /// The four raw throughputs measured again at the end of the run (Postgres 1, 8;
+    /// JetStream 1, 8): how much the shared machine's capacity moved during the run.
+    pub end_of_run: Vec<Throughput>,
 }
 
 /// One admission burst.

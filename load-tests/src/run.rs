@@ -307,6 +307,13 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     )
     .await?;
     cluster.check_alive()?;
+    progress(t0, "baselines again (machine drift)");
+    baselines.end_of_run = vec![
+        baseline::pg_insert_tps(&db_url, 1, bl).await?,
+        baseline::pg_insert_tps(&db_url, 8, bl).await?,
+        baseline::js_publish_rate(&nats_url, 1, bl).await?,
+        baseline::js_publish_rate(&nats_url, 8, bl).await?,
+    ];
     phases.explain = diag::explain_hot_queries(&pool).await?;
     phases.table_rows = diag::table_rows(&pool).await?;
 
