@@ -285,6 +285,39 @@ pub fn figures(plan: &Plan, b: &Baselines, p: &Phases) -> Vec<Figure> {
         js8,
         None,
     );
+    let again = [
+        (
+            "baseline.end.pgInsertTps1",
+            "raw Postgres tx/s, 1 conn, again at the end",
+            pg1,
+        ),
+        (
+            "baseline.end.pgInsertTps8",
+            "raw Postgres tx/s, 8 conns, again at the end",
+            pg8,
+        ),
+        (
+            "baseline.end.jsPublishPerSec1",
+            "raw JetStream publish/s, 1 in flight, again at the end",
+            js1,
+        ),
+        (
+            "baseline.end.jsPublishPerSec8",
+            "raw JetStream publish/s, 8 in flight, again at the end",
+            js8,
+        ),
+    ];
+    for ((key, name, start), t) in again.iter().zip(&b.end_of_run) {
+        f.add(
+            key,
+            name,
+            Some(t.per_second),
+            "/s",
+            "same baseline at the start",
+            *start,
+            Some("machine drift".to_owned()),
+        );
+    }
     f.add(
         "admissionsPerSec",
         "admissions/s sustained (all processes running)",
