@@ -15,6 +15,7 @@ use differently_core::ErrorCode;
 use differently_store::Store;
 use serde_json::json;
 
+pub mod audit;
 pub mod auth;
 pub mod body;
 pub mod bootstrap;
@@ -92,9 +93,11 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(sandboxes::router())
         .merge(tenancy::router())
+        .merge(audit::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(audit::request_id))
         .with_state(state)
 }
 

@@ -49,6 +49,7 @@ pub struct Config {
     pub quota: differently_core::tenancy::Quota,
     pub api: ApiSection,
     pub pools: Vec<PoolSection>,
+    pub audit: AuditSection,
 }
 
 impl Default for Config {
@@ -65,6 +66,27 @@ impl Default for Config {
             quota: Default::default(),
             api: ApiSection::default(),
             pools: vec![],
+            audit: AuditSection::default(),
+        }
+    }
+}
+
+/// `[audit]`: where the keys are. Values live only in the environment, never in this file
+/// or the database.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditSection {
+    /// Environment variable holding the audit chain HMAC key (64 hex characters).
+    pub key_env: String,
+    /// Environment variable holding the secrets sealing key (64 hex characters).
+    pub secrets_key_env: String,
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        AuditSection {
+            key_env: "DIFFERENTLY_AUDIT_KEY".into(),
+            secrets_key_env: "DIFFERENTLY_SECRETS_KEY".into(),
         }
     }
 }

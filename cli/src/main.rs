@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod audit_cmd;
 mod config;
 mod roles;
 
@@ -47,6 +48,11 @@ enum Command {
     Migrate {
         #[arg(long, env = "DIFFERENTLY_CONFIG")]
         config: Option<PathBuf>,
+    },
+    /// Audit log tools (offline verification of an export).
+    Audit {
+        #[command(subcommand)]
+        command: audit_cmd::AuditCommand,
     },
     /// API key helpers.
     Key {
@@ -101,6 +107,7 @@ fn main() -> ExitCode {
                 let config = config::Config::load(config.as_deref())?;
                 roles::migrate(&config).await
             }
+            Command::Audit { command } => audit_cmd::run(command),
             Command::Key {
                 command: KeyCommand::Generate,
             } => {

@@ -258,6 +258,7 @@ async fn run_until_shutdown(
 
 /// `differently dev`.
 pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
+    crate::audit_cmd::install_keys(&crate::config::AuditSection::default(), true)?;
     let addr: SocketAddr = listen
         .parse()
         .map_err(|e| format!("--listen {listen:?}: {e}"))?;
@@ -344,6 +345,7 @@ pub async fn server(
     roles: Vec<Role>,
     worker_pools: Vec<String>,
 ) -> Result<(), AnyError> {
+    crate::audit_cmd::install_keys(&config.audit, false)?;
     let bootstrap_key = if roles.contains(&Role::Api) {
         Some(BootstrapKey::from_key(config.require_bootstrap_key()?)?)
     } else {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::{placement, sweeps, Scheduler};
+use crate::{audit_checkpoints, placement, sweeps, Scheduler};
 
 pub(crate) async fn run(s: Scheduler, mut shutdown: watch::Receiver<bool>) {
     loop {
@@ -19,6 +19,7 @@ pub(crate) async fn run(s: Scheduler, mut shutdown: watch::Receiver<bool>) {
                 let mut tasks = JoinSet::new();
                 tasks.spawn(placement::run(s.clone(), stop_rx.clone()));
                 tasks.spawn(sweeps::run(s.clone(), stop_rx.clone()));
+                tasks.spawn(audit_checkpoints::run(s.clone(), stop_rx.clone()));
                 loop {
                     tokio::select! {
                         _ = shutdown.changed() => break,

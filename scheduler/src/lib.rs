@@ -12,6 +12,7 @@ use differently_bus::Announcer;
 use differently_store::{Quota, Store};
 use tokio::sync::watch;
 
+mod audit_checkpoints;
 mod leader;
 mod placement;
 mod sweeps;

@@ -10,9 +10,14 @@ use chrono::{DateTime, Utc};
 use differently_core::ids::InstallationId;
 use differently_core::{KeyId, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 
+pub mod audit;
+mod audit_memory;
+mod audit_pg;
 pub mod error;
 pub mod memory;
 pub mod postgres;
+pub mod sealed;
+pub mod secrets;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
@@ -135,7 +140,7 @@ pub struct AuditRecord {
 
 /// The store contract shared by Postgres and memory.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: audit::AuditStore + secrets::SecretStore + Send + Sync + 'static {
     /// This installation's id, created once and kept (backend instances are tagged with it).
     async fn installation_id(&self) -> Result<InstallationId, StoreError>;
 

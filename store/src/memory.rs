@@ -321,7 +321,7 @@ struct Row {
 }
 
 #[derive(Debug, Default)]
-struct State {
+pub(crate) struct State {
     installation_id: Option<InstallationId>,
     /// Keyed by id, so iteration is id order (for listing).
     orgs: BTreeMap<OrgId, Org>,
@@ -331,21 +331,39 @@ struct State {
     quotas: HashMap<String, Quota>,
     /// Keyed by id, so iteration is id (admission) order.
     sandboxes: BTreeMap<SandboxId, Row>,
-    audit: Vec<AuditRecord>,
+    /// Audit chains (`audit_memory.rs`).
+    pub(crate) audit: crate::audit_memory::MemoryAudit,
+    /// Sealed secrets by name (`secrets.rs`).
+    pub(crate) secrets: BTreeMap<String, crate::secrets::SecretRow>,
 }
 
 impl State {
-    fn audit(&mut self, org_id: &OrgId, resource: &str, e: rules::AuditEntry, at: DateTime<Utc>) {
-        let seq = i64::try_from(self.audit.len()).unwrap_or(i64::MAX - 1) + 1;
-        self.audit.push(AuditRecord {
-            seq,
-            org_id: Some(org_id.clone()),
-            actor: e.actor,
-            action: e.action,
-            resource: resource.to_string(),
-            at,
-            detail: e.detail,
-        });
+    /// Appends a record about `resource` to `org_id`'s audit chain (`audit_memory`).
+    pub(crate) fn audit(
+        &mut self,
+        org_id: &OrgId,
+        resource: &str,
+        e: rules::AuditEntry,
+        at: DateTime<Utc>,
+    ) {
+        // A sandbox's record carries its project, as in Postgres.
+        let project = SandboxId::parse(resource)
+            .ok()
+            .and_then(|id| self.sandboxes.get(&id))
+            .map(|r| r.sandbox.project_id.clone());
+        let ev = crate::audit_memory::event_for(Some(org_id), project.as_ref(), resource, e);
+        self.audit.append(ev, at);
+    }
+
+    /// Appends a record about `resource` to the installation chain (no organization).
+        pub(crate) fn audit_installation(
+        &mut self,
+        resource: &str,
+        e: rules::AuditEntry,
+        at: DateTime<Utc>,
+    ) {
+        let ev = crate::audit_memory::event_for(None, None, resource, e);
+        self.audit.append(ev, at);
     }
 
     fn row_mut(&mut self, id: &SandboxId) -> Result<&mut Row, StoreError> {
@@ -426,7 +444,7 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave half a change behind (every method
         // validates before mutating), so a poisoned lock is still consistent.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -970,9 +988,7 @@ impl Store for MemoryStore {
     }
 
     async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
-        let st = self.lock();
-        let skip = st.audit.len().saturating_sub(limit as usize);
-        Ok(st.audit[skip..].to_vec())
+        Ok(self.lock().audit.tail(limit as usize))
     }
 
     async fn try_lead(&self) -> Result<Option<Box<dyn Leadership>>, StoreError> {

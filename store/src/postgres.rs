@@ -19,6 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 
+use crate::audit_pg;
 use crate::memory::rules::{self, AuditEntry};
 use crate::{
     Activation, Actor, Admission, Admitted, ApiKeyRecord, AuditRecord, Leadership, Org, OrgStatus,
@@ -31,6 +32,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0002_tenancy",
         include_str!("../../migrations/0002_tenancy.sql"),
+    ),
+    (
+        "0004_audit_chain",
+        include_str!("../../migrations/0004_audit_chain.sql"),
     ),
 ];
 
@@ -227,29 +232,42 @@ async fn insert_audit(
     e: AuditEntry,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    insert_audit_for(tx, &s.org_id, s.id.as_str(), e, at).await
+    let ev = audit_pg::event_for(
+        Some(&s.org_id),
+        Some(&s.project_id),
+        s.id.as_str(),
+        e.actor,
+        e.action,
+        e.detail,
+    );
+    audit_pg::append_chained(tx, ev, at).await?;
+    Ok(())
 }
 
-/// Writes one audit record about `resource` of `org`.
-async fn insert_audit_for(
+/// Appends one record about `resource` to `org`'s audit chain (`audit_pg`): hashed, gapless,
+/// in this transaction, so the change and its record commit or fail together.
+pub(crate) async fn insert_audit_for(
     tx: &mut Transaction<'static, Postgres>,
     org: &OrgId,
     resource: &str,
     e: AuditEntry,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO audit_events (org_id, actor, action, resource, at, detail)
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(org.as_str())
-    .bind(e.actor)
-    .bind(e.action)
-    .bind(resource)
-    .bind(at)
-    .bind(e.detail)
-    .execute(&mut **tx)
-    .await?;
+    let ev = audit_pg::event_for(Some(org), None, resource, e.actor, e.action, e.detail);
+    audit_pg::append_chained(tx, ev, at).await?;
+    Ok(())
+}
+
+/// Appends one record about `resource` to the installation chain (events of no
+/// organization: pools, global policy, secrets).
+pub(crate) async fn insert_audit_installation(
+    tx: &mut Transaction<'static, Postgres>,
+    resource: &str,
+    e: AuditEntry,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let ev = audit_pg::event_for(None, None, resource, e.actor, e.action, e.detail);
+    audit_pg::append_chained(tx, ev, at).await?;
     Ok(())
 }
 

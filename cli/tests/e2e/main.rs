@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod audit;
 mod bad_input;
 mod crash;
 mod dev;

@@ -111,3 +111,5 @@ conformance!(
     activation_waits_on_project_quota,
     tenancy_changes_are_audited_without_key_hash,
 );
+
+mod audit;

@@ -1,0 +1,184 @@
+//! Audit and secrets keys at start-up, and `differently audit verify`: checks an export
+//! (`GET /v1/admin/audit/export`) offline with the audit key, so a copy kept outside the
+//! installation proves what the log said when it was exported.
+
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+use differently_store::audit::{self, AuditEvent, AuditKey, Checkpoint, ExportLine, Verifier};
+use differently_store::sealed::{self, SealKey};
+
+use crate::config::AuditSection;
+use crate::roles::AnyError;
+
+/// `differently audit …`
+#[derive(Subcommand)]
+pub enum AuditCommand {
+    /// Verify an audit export (JSON lines) offline; exits 1 if any record fails.
+    Verify {
+        /// Environment variable holding the audit key (64 hex characters).
+        #[arg(long, default_value = "DIFFERENTLY_AUDIT_KEY")]
+        key_env: String,
+        /// The export file (`-` for standard input).
+        file: PathBuf,
+    },
+}
+
+/// Runs an `audit` subcommand.
+pub fn run(cmd: AuditCommand) -> Result<(), AnyError> {
+    match cmd {
+        AuditCommand::Verify { key_env, file } => {
+            let key = key_from_env(&key_env)?.ok_or_else(|| {
+                format!("environment variable {key_env} is not set (the audit key)")
+            })?;
+            let report = verify_export(&key, &file)?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            match &report.first_bad {
+                None => Ok(()),
+                Some(p) => Err(format!(
+                    "audit export does not verify: chain {} record {}: {}",
+                    p.chain, p.chain_seq, p.message
+                )
+                .into()),
+            }
+        }
+    }
+}
+
+/// A 32-byte key from environment variable `var`; `None` if unset. The error names the
+/// variable, never its value.
+fn key_from_env(var: &str) -> Result<Option<AuditKey>, AnyError> {
+    match std::env::var(var) {
+        Err(_) => Ok(None),
+        Ok(v) => AuditKey::from_hex(&v)
+            .map(Some)
+            .map_err(|e| format!("{var}: {e}").into()),
+    }
+}
+
+/// Installs the audit and secrets keys named by `[audit]` before the store writes. Without
+/// an audit key the process uses a random one (logged): right for `dev`, a warning for a
+/// server, whose records then cannot be verified by any other process.
+pub fn install_keys(section: &AuditSection, dev: bool) -> Result<(), AnyError> {
+    match key_from_env(&section.key_env)? {
+        Some(k) => {
+            tracing::info!(key_id = %k.key_id(), "audit key configured");
+            let _ = audit::set_process_key(k);
+        }
+        None if dev => {
+            let k = AuditKey::random()?;
+            tracing::info!(
+                key_id = %k.key_id(),
+                "dev: no {} set, audit chains use a random key for this process",
+                section.key_env
+            );
+            let _ = audit::set_process_key(k);
+        }
+        None => {
+            tracing::warn!(
+                "no audit key in {}: audit records of this process can only be verified by \
+                 itself, until it exits",
+                section.key_env
+            );
+            audit::process_key();
+        }
+    }
+    match std::env::var(&section.secrets_key_env) {
+        Ok(v) => {
+            let k =
+                SealKey::from_hex(&v).map_err(|e| format!("{}: {e}", section.secrets_key_env))?;
+            let _ = sealed::set_process_key(k);
+            tracing::info!("secrets key configured: stored secrets enabled");
+        }
+        Err(_) => tracing::info!(
+            "no secrets key in {}: stored secrets are disabled (env and file references work)",
+            section.secrets_key_env
+        ),
+    }
+    Ok(())
+}
+
+/// Reads an export and walks it: checkpoints in `seq` order, then records by chain and
+/// position (the order of lines in the file does not matter).
+pub fn verify_export(key: &AuditKey, path: &Path) -> Result<audit::VerifyReport, AnyError> {
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?
+    };
+    let mut checkpoints: Vec<Checkpoint> = vec![];
+    let mut records: Vec<AuditEvent> = vec![];
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<ExportLine>(line) {
+            Ok(ExportLine::Checkpoint(c)) => checkpoints.push(c),
+            Ok(ExportLine::Record(r)) => records.push(*r),
+            Err(e) => return Err(format!("line {}: not an audit export line ({e})", i + 1).into()),
+        }
+    }
+    checkpoints.sort_by_key(|c| c.seq);
+    records.sort_by(|a, b| (&a.chain, a.chain_seq, a.seq).cmp(&(&b.chain, b.chain_seq, b.seq)));
+    let mut v = Verifier::new(key.clone());
+    checkpoints.iter().for_each(|c| v.checkpoint(c));
+    records.iter().for_each(|r| v.record(r));
+    Ok(v.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use differently_store::audit::{NewAuditEvent, INSTALLATION_CHAIN};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn verifies_a_file_in_any_line_order_and_reports_an_edit() {
+        let key = AuditKey::from_bytes([9; 32]);
+        let mut recs: Vec<AuditEvent> = vec![];
+        for i in 0..3 {
+            let prev = recs.last().map(|r| (r.chain_seq, r.hash.clone()));
+            let mut r = AuditEvent::chained(
+                &key,
+                INSTALLATION_CHAIN.into(),
+                prev,
+                NewAuditEvent {
+                    org_id: None,
+                    project_id: None,
+                    actor: "system:test".into(),
+                    action: "pool.register".into(),
+                    resource: format!("p{i}"),
+                    outcome: "ok".into(),
+                    detail: json!({}),
+                },
+                Utc::now(),
+                None,
+            );
+            r.seq = i + 1;
+            recs.push(r);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("export.jsonl");
+        let lines: Vec<String> = recs
+            .iter()
+            .rev()
+            .map(|r| serde_json::to_string(&ExportLine::Record(Box::new(r.clone()))).unwrap())
+            .collect();
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let report = verify_export(&key, &path).unwrap();
+        assert!(report.ok, "{report:?}");
+        assert_eq!(report.records, 3);
+        let wrong = verify_export(&AuditKey::from_bytes([1; 32]), &path).unwrap();
+        assert!(!wrong.ok);
+        let edited = lines
+            .join("\n")
+            .replace("\"resource\":\"p1\"", "\"resource\":\"px\"");
+        std::fs::write(&path, edited).unwrap();
+        let bad = verify_export(&key, &path).unwrap().first_bad.unwrap();
+        assert_eq!(bad.chain_seq, 2);
+        std::fs::write(&path, "not json\n").unwrap();
+        assert!(verify_export(&key, &path).is_err());
+    }
+}

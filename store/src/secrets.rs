@@ -1,0 +1,297 @@
+//! Stored provider credentials, sealed (`sealed`) under the process's sealing key before they
+//! reach the database. A pool refers to one as `{secret: name}`; replacing it takes effect on
+//! the next resolution, without a restart. Changes are audited on the installation chain
+//! with the name and fingerprint only.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::json;
+use sqlx::Row;
+
+use crate::memory::{rules, MemoryStore};
+use crate::postgres::PgStore;
+use crate::sealed::{self, SealKey};
+use crate::{Actor, StoreError};
+
+/// A stored secret as shown: never the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretInfo {
+    pub name: String,
+    /// `sha256:<16 hex>` of the value.
+    pub fingerprint: String,
+    /// Who last set it (`key:<id>`).
+    pub updated_by: String,
+    pub updated_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A stored row of the memory store.
+#[derive(Debug, Clone)]
+pub(crate) struct SecretRow {
+    info: SecretInfo,
+    sealed: Vec<u8>,
+}
+
+/// Checks a secret name: 1–63 of `a-z 0-9 . _ -`, starting with a letter or digit.
+pub fn validate_secret_name(name: &str) -> Result<(), String> {
+    let ok = (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(
+            "must be 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit"
+                .into(),
+        )
+    }
+}
+
+fn key() -> Result<&'static SealKey, StoreError> {
+    sealed::process_key().ok_or_else(|| {
+        StoreError::Database("no secrets key configured (set DIFFERENTLY_SECRETS_KEY)".into())
+    })
+}
+
+fn seal(name: &str, value: &[u8]) -> Result<Vec<u8>, StoreError> {
+    sealed::seal(key()?, name, value).map_err(|e| StoreError::Database(e.to_string()))
+}
+
+fn open(name: &str, blob: &[u8]) -> Result<Vec<u8>, StoreError> {
+    sealed::open(key()?, name, blob).map_err(|e| StoreError::Database(e.to_string()))
+}
+
+fn audit_entry(
+    actor: &Actor,
+    name: &str,
+    fingerprint: &str,
+    old: Option<&str>,
+) -> rules::AuditEntry {
+    rules::tenancy_entry(
+        actor,
+        "secret.put",
+        json!({ "name": name, "fingerprint": fingerprint, "oldFingerprint": old }),
+    )
+}
+
+/// Sealed credentials.
+#[async_trait]
+pub trait SecretStore: Send + Sync {
+    /// Seals `value` as `name` (creating or replacing it) and audits the change with the
+    /// fingerprint, in one transaction. Fails if no sealing key is configured.
+    async fn put_secret(
+        &self,
+        name: &str,
+        value: &[u8],
+        actor: &Actor,
+    ) -> Result<SecretInfo, StoreError>;
+
+    /// Every stored secret in name order, without values.
+    async fn list_secrets(&self) -> Result<Vec<SecretInfo>, StoreError>;
+
+    /// The value of `name` (`None` if absent). A blob that does not open under the key
+    /// (wrong key, tampered, swapped) is an error.
+    async fn open_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+}
+
+fn info_of(r: &sqlx::postgres::PgRow) -> Result<SecretInfo, StoreError> {
+    Ok(SecretInfo {
+        name: r.try_get("name")?,
+        fingerprint: r.try_get("fingerprint")?,
+        updated_by: r.try_get("updated_by")?,
+        updated_at: r.try_get("updated_at")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+#[async_trait]
+impl SecretStore for PgStore {
+    async fn put_secret(
+        &self,
+        name: &str,
+        value: &[u8],
+        actor: &Actor,
+    ) -> Result<SecretInfo, StoreError> {
+        let blob = seal(name, value)?;
+        let fingerprint = sealed::fingerprint(value);
+        let now = crate::audit::stored_time(Utc::now());
+        let mut tx = self.pool().begin().await?;
+        let old: Option<String> =
+            sqlx::query_scalar("SELECT fingerprint FROM secrets WHERE name = $1 FOR UPDATE")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let row = sqlx::query(
+            "INSERT INTO secrets (name, sealed, fingerprint, updated_by, updated_at, created_at)
+             VALUES ($1, $2, $3, $4, $5, $5)
+             ON CONFLICT (name) DO UPDATE SET sealed = EXCLUDED.sealed,
+                 fingerprint = EXCLUDED.fingerprint, updated_by = EXCLUDED.updated_by,
+                 updated_at = EXCLUDED.updated_at
+             RETURNING name, fingerprint, updated_by, updated_at, created_at",
+        )
+        .bind(name)
+        .bind(&blob)
+        .bind(&fingerprint)
+        .bind(actor.as_audit())
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let info = info_of(&row)?;
+        let e = audit_entry(actor, name, &fingerprint, old.as_deref());
+        crate::postgres::insert_audit_installation(&mut tx, name, e, now).await?;
+        tx.commit().await?;
+        Ok(info)
+    }
+
+    async fn list_secrets(&self) -> Result<Vec<SecretInfo>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT name, fingerprint, updated_by, updated_at, created_at FROM secrets
+             ORDER BY name",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(info_of).collect()
+    }
+
+    async fn open_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let blob: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT sealed FROM secrets WHERE name = $1")
+                .bind(name)
+                .fetch_optional(self.pool())
+                .await?;
+        blob.map(|b| open(name, &b)).transpose()
+    }
+}
+
+#[async_trait]
+impl SecretStore for MemoryStore {
+    async fn put_secret(
+        &self,
+        name: &str,
+        value: &[u8],
+        actor: &Actor,
+    ) -> Result<SecretInfo, StoreError> {
+        let blob = seal(name, value)?;
+        let fingerprint = sealed::fingerprint(value);
+        let now = crate::audit::stored_time(Utc::now());
+        let mut st = self.lock();
+        let old = st.secrets.get(name).map(|r| r.info.clone());
+        let info = SecretInfo {
+            name: name.to_owned(),
+            fingerprint: fingerprint.clone(),
+            updated_by: actor.as_audit(),
+            updated_at: now,
+            created_at: old.as_ref().map_or(now, |o| o.created_at),
+        };
+        st.secrets.insert(
+            name.to_owned(),
+            SecretRow {
+                info: info.clone(),
+                sealed: blob,
+            },
+        );
+        let e = audit_entry(
+            actor,
+            name,
+            &fingerprint,
+            old.as_ref().map(|o| o.fingerprint.as_str()),
+        );
+        st.audit_installation(name, e, now);
+        Ok(info)
+    }
+
+    async fn list_secrets(&self) -> Result<Vec<SecretInfo>, StoreError> {
+        Ok(self
+            .lock()
+            .secrets
+            .values()
+            .map(|r| r.info.clone())
+            .collect())
+    }
+
+    async fn open_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let blob = self.lock().secrets.get(name).map(|r| r.sealed.clone());
+        blob.map(|b| open(name, &b)).transpose()
+    }
+}
+
+/// Where a pool's credential comes from: never the value itself in configuration.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum CredentialRef {
+    /// An environment variable of every server process.
+    Env(String),
+    /// A file on every server process (e.g. a mounted Kubernetes Secret).
+    File(std::path::PathBuf),
+    /// A secret stored sealed in Differently (`PUT /v1/admin/secrets/{name}`).
+    Secret(String),
+}
+
+/// Why a credential reference did not resolve. Names the reference, never a value.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error("environment variable {0} is not set")]
+    EnvMissing(String),
+    #[error("cannot read credential file {path}: {message}")]
+    File { path: String, message: String },
+    #[error("no stored secret named {0:?}")]
+    SecretMissing(String),
+    #[error("stored secret {name:?}: {message}")]
+    Store { name: String, message: String },
+}
+
+impl CredentialRef {
+    /// Resolves the value now: read at every call, so a replaced secret or rotated file
+    /// takes effect without a restart.
+    pub async fn resolve(&self, store: &dyn SecretStore) -> Result<Vec<u8>, CredentialError> {
+        match self {
+            CredentialRef::Env(var) => std::env::var(var)
+                .map(String::into_bytes)
+                .map_err(|_| CredentialError::EnvMissing(var.clone())),
+            CredentialRef::File(path) => {
+                let bytes = tokio::fs::read(path)
+                    .await
+                    .map_err(|e| CredentialError::File {
+                        path: path.display().to_string(),
+                        message: e.kind().to_string(),
+                    })?;
+                // A trailing newline from `echo … > file` is not part of the credential.
+                let end = bytes
+                    .iter()
+                    .rposition(|b| !b"\r\n".contains(b))
+                    .map_or(0, |i| i + 1);
+                Ok(bytes[..end].to_vec())
+            }
+            CredentialRef::Secret(name) => match store.open_secret(name).await {
+                Ok(Some(v)) => Ok(v),
+                Ok(None) => Err(CredentialError::SecretMissing(name.clone())),
+                Err(e) => Err(CredentialError::Store {
+                    name: name.clone(),
+                    message: e.to_string(),
+                }),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_names_are_checked() {
+        for ok in ["opensandbox", "a", "e2b.prod-key_1"] {
+            assert!(validate_secret_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-x", "Upper", "a b", &"x".repeat(64), "a/b"] {
+            assert!(validate_secret_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,650 @@
+//! Audit chains and sealed secrets, against both stores: chains per organization stay
+//! contiguous and verify (also under concurrency), a tampered record is reported exactly,
+//! checkpoints catch a truncated tail, and secrets never show their value.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxSpec};
+use differently_store::audit::{
+    self, AuditEvent, AuditFilter, NewAuditEvent, ProblemKind, VerifyReport, INSTALLATION_CHAIN,
+};
+use differently_store::sealed::{self, SealKey};
+use differently_store::{Actor, Admission, Org, OrgStatus, Project, Quota, Store};
+use serde_json::json;
+
+use crate::{Backend, Env};
+
+macro_rules! audit_conformance {
+    ($($case:ident),+ $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(&crate::Env::memory()).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(&crate::Env::postgres().await).await;
+                }
+            )+
+        }
+    };
+}
+
+audit_conformance!(
+    chains_are_per_org_contiguous_and_verify,
+    records_carry_who_what_target_outcome_and_request_id,
+    list_filters_and_cursor,
+    concurrent_appends_across_orgs_stay_contiguous,
+    edited_record_is_reported_exactly,
+    deleted_record_is_reported_exactly,
+    reordered_records_are_reported_at_the_first_moved,
+    truncated_tail_is_caught_by_a_checkpoint,
+    checkpoints_skip_when_nothing_changed,
+    deleting_tenants_keeps_their_history,
+    secrets_are_sealed_fingerprinted_and_audited,
+);
+
+fn admin() -> Actor {
+    Actor::Key("key_admin".into())
+}
+
+async fn org(s: &dyn Store, name: &str) -> Org {
+    let o = Org {
+        id: OrgId::new(),
+        name: format!("{name}-{}", OrgId::new()),
+        status: OrgStatus::Active,
+        created_at: Utc::now(),
+    };
+    s.create_org(&o, &admin()).await.unwrap();
+    o
+}
+
+async fn project(s: &dyn Store, org: &OrgId) -> Project {
+    let p = Project {
+        id: ProjectId::new(),
+        org_id: org.clone(),
+        name: format!("p-{}", ProjectId::new()),
+        created_at: Utc::now(),
+    };
+    s.create_project(&p, &admin()).await.unwrap();
+    p
+}
+
+async fn admit(s: &dyn Store, org: &OrgId, prj: &ProjectId) -> Sandbox {
+    let sbx = Sandbox::queued(
+        org.clone(),
+        prj.clone(),
+        SandboxSpec::build(&CreateSandboxRequest::default()).unwrap(),
+        None,
+        Utc::now(),
+    );
+    s.admit(Admission {
+        sandbox: sbx.clone(),
+        request_hash: "h".into(),
+        defaults: Quota::default(),
+        actor: Actor::Key("key_t".into()),
+    })
+    .await
+    .unwrap();
+    sbx
+}
+
+fn exec_event(org: &OrgId, prj: &ProjectId, resource: &str) -> NewAuditEvent {
+    NewAuditEvent {
+        org_id: Some(org.clone()),
+        project_id: Some(prj.clone()),
+        actor: "key:key_t".into(),
+        action: "sandbox.exec".into(),
+        resource: resource.into(),
+        outcome: "ok".into(),
+        detail: json!({"program": "python3"}),
+    }
+}
+
+/// Every chained record, in `(chain, chainSeq)` order.
+async fn export(s: &dyn Store) -> Vec<AuditEvent> {
+    let mut out: Vec<AuditEvent> = vec![];
+    loop {
+        let after = out.last().map(|r| audit::ExportCursor {
+            chain: r.chain.clone(),
+            chain_seq: r.chain_seq,
+        });
+        let page = s.export_audit(after.as_ref(), 7).await.unwrap();
+        if page.is_empty() {
+            return out;
+        }
+        out.extend(page);
+    }
+}
+
+fn by_chain(recs: &[AuditEvent]) -> BTreeMap<String, Vec<i64>> {
+    let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for r in recs {
+        m.entry(r.chain.clone()).or_default().push(r.chain_seq);
+    }
+    m
+}
+
+fn assert_contiguous(recs: &[AuditEvent]) {
+    for (chain, seqs) in by_chain(recs) {
+        let want: Vec<i64> = (1..=seqs.len() as i64).collect();
+        assert_eq!(seqs, want, "chain {chain} is not contiguous");
+    }
+}
+
+async fn verify_ok(s: &dyn Store) -> VerifyReport {
+    let r = s.verify_audit().await.unwrap();
+    assert!(r.ok, "{r:?}");
+    r
+}
+
+// ---------- tampering, per backend ----------
+
+/// Runs `sql` on the Postgres database with the append-only triggers disabled, as a
+/// database superuser could.
+async fn tamper_sql(env: &Env, sql: &str) {
+    let Backend::Postgres(db) = &env.backend else {
+        unreachable!("postgres only")
+    };
+    let mut tx = db.store().pool().begin().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE audit_events DISABLE TRIGGER USER;
+         ALTER TABLE audit_checkpoints DISABLE TRIGGER USER;
+         {sql};
+         ALTER TABLE audit_events ENABLE TRIGGER USER;
+         ALTER TABLE audit_checkpoints ENABLE TRIGGER USER;"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Four records in one org's chain; returns them.
+async fn four_records(s: &dyn Store) -> (OrgId, Vec<AuditEvent>) {
+    let o = org(s, "t").await;
+    let p = project(s, &o.id).await;
+    for i in 0..2 {
+        s.append_audit(exec_event(&o.id, &p.id, &format!("sbx{i}")))
+            .await
+            .unwrap();
+    }
+    let recs: Vec<AuditEvent> = export(s)
+        .await
+        .into_iter()
+        .filter(|r| r.chain == o.id.as_str())
+        .collect();
+    assert_eq!(recs.len(), 4);
+    (o.id, recs)
+}
+
+// ---------- cases ----------
+
+pub async fn chains_are_per_org_contiguous_and_verify(env: &Env) {
+    let s = env.store.as_ref();
+    let a = org(s, "a").await;
+    let b = org(s, "b").await;
+    let pa = project(s, &a.id).await;
+    let pb = project(s, &b.id).await;
+    admit(s, &a.id, &pa.id).await;
+    admit(s, &b.id, &pb.id).await;
+    admit(s, &a.id, &pa.id).await;
+    let recs = export(s).await;
+    assert_contiguous(&recs);
+    let chains = by_chain(&recs);
+    assert_eq!(
+        chains[a.id.as_str()].len(),
+        4,
+        "create org, project, 2 admits"
+    );
+    assert_eq!(chains[b.id.as_str()].len(), 3);
+    // Each record links to the one before it in its own chain.
+    for w in recs.windows(2) {
+        if w[0].chain == w[1].chain {
+            assert_eq!(w[1].prev_hash, w[0].hash);
+        }
+    }
+    assert_eq!(recs[0].prev_hash, audit::GENESIS_HASH);
+    let r = verify_ok(s).await;
+    assert_eq!(r.records, recs.len() as u64);
+    assert_eq!(r.chains, chains.len() as u64);
+    // A second handle (another replica) continues the same chains.
+    let again = env.reopen().await;
+    admit(again.as_ref(), &a.id, &pa.id).await;
+    let recs = export(s).await;
+    assert_contiguous(&recs);
+    assert_eq!(by_chain(&recs)[a.id.as_str()].len(), 5);
+    verify_ok(s).await;
+}
+
+pub async fn records_carry_who_what_target_outcome_and_request_id(env: &Env) {
+    let s = env.store.as_ref();
+    let o = org(s, "w").await;
+    let p = project(s, &o.id).await;
+    let sbx = audit::with_request_id("req_123".into(), admit(s, &o.id, &p.id)).await;
+    let mut denied = exec_event(&o.id, &p.id, sbx.id.as_str());
+    denied.outcome = "exit:2".into();
+    let rec = s.append_audit(denied).await.unwrap();
+    assert_eq!(rec.request_id, None, "no request id outside a request");
+    let recs = s
+        .list_audit(&AuditFilter {
+            org_id: Some(o.id.clone()),
+            resource: Some(sbx.id.to_string()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(recs.len(), 2);
+    let admitted = &recs[0];
+    assert_eq!(admitted.action, "sandbox.admit");
+    assert_eq!(admitted.actor, "key:key_t");
+    assert_eq!(admitted.org_id.as_deref(), Some(o.id.as_str()));
+    assert_eq!(admitted.project_id.as_deref(), Some(p.id.as_str()));
+    assert_eq!(admitted.outcome, "ok");
+    assert_eq!(admitted.request_id.as_deref(), Some("req_123"));
+    assert_eq!(recs[1].outcome, "exit:2");
+    assert_eq!(recs[1].detail, json!({"program": "python3"}));
+    // The project of a project's own record is the project.
+    let created = s
+        .list_audit(&AuditFilter {
+            action: Some("project.create".into()),
+            resource: Some(p.id.to_string()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(created[0].project_id.as_deref(), Some(p.id.as_str()));
+    verify_ok(s).await;
+}
+
+pub async fn list_filters_and_cursor(env: &Env) {
+    let s = env.store.as_ref();
+    let a = org(s, "la").await;
+    let b = org(s, "lb").await;
+    let pa = project(s, &a.id).await;
+    let pa2 = project(s, &a.id).await;
+    for i in 0..5 {
+        let p = if i % 2 == 0 { &pa } else { &pa2 };
+        s.append_audit(exec_event(&a.id, &p.id, &format!("r{i}")))
+            .await
+            .unwrap();
+    }
+    project(s, &b.id).await;
+    let only_a = AuditFilter {
+        org_id: Some(a.id.clone()),
+        ..Default::default()
+    };
+    let all_a = s.list_audit(&only_a).await.unwrap();
+    assert_eq!(all_a.len(), 8, "org, 2 projects, 5 execs");
+    assert!(all_a
+        .iter()
+        .all(|r| r.org_id.as_deref() == Some(a.id.as_str())));
+    // Pages of 3 by cursor give the same records in order.
+    let mut paged = vec![];
+    let mut after = None;
+    loop {
+        let page = s
+            .list_audit(&AuditFilter {
+                after,
+                limit: 3,
+                ..only_a.clone()
+            })
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.seq);
+        paged.extend(page);
+    }
+    assert_eq!(paged, all_a);
+    let execs_pa = s
+        .list_audit(&AuditFilter {
+            project_id: Some(pa.id.clone()),
+            action: Some("sandbox.exec".into()),
+            ..only_a.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        execs_pa
+            .iter()
+            .map(|r| r.resource.as_str())
+            .collect::<Vec<_>>(),
+        ["r0", "r2", "r4"]
+    );
+    let none = s
+        .list_audit(&AuditFilter {
+            since: Some(Utc::now() + chrono::TimeDelta::hours(1)),
+            ..only_a
+        })
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+pub async fn concurrent_appends_across_orgs_stay_contiguous(env: &Env) {
+    let s = env.store.clone();
+    let mut orgs = vec![];
+    for i in 0..6 {
+        let o = org(s.as_ref(), &format!("c{i}")).await;
+        let p = project(s.as_ref(), &o.id).await;
+        orgs.push((o.id, p.id));
+    }
+    let orgs = Arc::new(orgs);
+    let mut tasks = vec![];
+    for t in 0..12 {
+        // Half the writers use another handle, as another replica would.
+        let store: Arc<dyn Store> = if t % 2 == 0 {
+            s.clone()
+        } else {
+            env.reopen().await
+        };
+        let orgs = orgs.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10 {
+                let (o, p) = &orgs[(t + i) % orgs.len()];
+                if i % 3 == 0 {
+                    admit(store.as_ref(), o, p).await;
+                } else {
+                    store
+                        .append_audit(exec_event(o, p, &format!("t{t}-{i}")))
+                        .await
+                        .unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let recs = export(s.as_ref()).await;
+    assert_contiguous(&recs);
+    let r = verify_ok(s.as_ref()).await;
+    assert_eq!(r.records, 6 * 2 + 12 * 10);
+}
+
+pub async fn edited_record_is_reported_exactly(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, recs) = four_records(s).await;
+    let target = recs[2].clone();
+    match &env.backend {
+        Backend::Memory(m) => m.tamper_audit(|all| {
+            let r = all.iter_mut().find(|r| r.seq == target.seq).unwrap();
+            r.detail = json!({"program": "rm"});
+        }),
+        Backend::Postgres(_) => {
+            tamper_sql(
+                env,
+                &format!(
+                    r#"UPDATE audit_events SET detail = '{{"program": "rm"}}' WHERE seq = {}"#,
+                    target.seq
+                ),
+            )
+            .await
+        }
+    }
+    let r = s.verify_audit().await.unwrap();
+    assert!(!r.ok);
+    let bad = r.first_bad.clone().unwrap();
+    assert_eq!(bad.kind, ProblemKind::HashMismatch);
+    assert_eq!(bad.chain, org.as_str());
+    assert_eq!((bad.chain_seq, bad.seq), (3, Some(target.seq)));
+    assert_eq!(r.problems.len(), 1, "{r:?}");
+}
+
+pub async fn deleted_record_is_reported_exactly(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, recs) = four_records(s).await;
+    let target = recs[1].clone();
+    match &env.backend {
+        Backend::Memory(m) => m.tamper_audit(|all| all.retain(|r| r.seq != target.seq)),
+        Backend::Postgres(_) => {
+            tamper_sql(
+                env,
+                &format!("DELETE FROM audit_events WHERE seq = {}", target.seq),
+            )
+            .await
+        }
+    }
+    let r = s.verify_audit().await.unwrap();
+    let bad = r.first_bad.clone().unwrap();
+    assert_eq!(bad.kind, ProblemKind::Missing);
+    assert_eq!((bad.chain.as_str(), bad.chain_seq), (org.as_str(), 2));
+    assert_eq!(r.problems.len(), 1, "{r:?}");
+}
+
+pub async fn reordered_records_are_reported_at_the_first_moved(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, recs) = four_records(s).await;
+    let (x, y) = (recs[1].clone(), recs[2].clone());
+    match &env.backend {
+        Backend::Memory(m) => m.tamper_audit(|all| {
+            for r in all.iter_mut() {
+                if r.seq == x.seq {
+                    r.chain_seq = y.chain_seq;
+                } else if r.seq == y.seq {
+                    r.chain_seq = x.chain_seq;
+                }
+            }
+        }),
+        Backend::Postgres(_) => {
+            tamper_sql(
+                env,
+                &format!(
+                    "UPDATE audit_events SET chain_seq = 1000000 WHERE seq = {x};
+                     UPDATE audit_events SET chain_seq = {xs} WHERE seq = {y};
+                     UPDATE audit_events SET chain_seq = {ys} WHERE seq = {x}",
+                    x = x.seq,
+                    y = y.seq,
+                    xs = x.chain_seq,
+                    ys = y.chain_seq
+                ),
+            )
+            .await
+        }
+    }
+    let r = s.verify_audit().await.unwrap();
+    let bad = r.first_bad.unwrap();
+    assert_eq!(bad.chain, org.as_str());
+    // Position 2 now holds the record written third.
+    assert_eq!((bad.chain_seq, bad.seq), (2, Some(y.seq)));
+}
+
+pub async fn truncated_tail_is_caught_by_a_checkpoint(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, recs) = four_records(s).await;
+    let cp = s
+        .write_audit_checkpoint()
+        .await
+        .unwrap()
+        .expect("a checkpoint");
+    assert!(cp
+        .heads
+        .iter()
+        .any(|h| h.chain == org.as_str() && h.chain_seq == 4));
+    verify_ok(s).await;
+    let last = recs[3].clone();
+    match &env.backend {
+        Backend::Memory(m) => m.tamper_audit(|all| all.retain(|r| r.seq != last.seq)),
+        Backend::Postgres(_) => {
+            tamper_sql(
+                env,
+                &format!("DELETE FROM audit_events WHERE seq = {}", last.seq),
+            )
+            .await
+        }
+    }
+    let bad = s.verify_audit().await.unwrap().first_bad.unwrap();
+    assert_eq!(bad.kind, ProblemKind::Truncated);
+    assert_eq!((bad.chain.as_str(), bad.chain_seq), (org.as_str(), 4));
+}
+
+pub async fn checkpoints_skip_when_nothing_changed(env: &Env) {
+    let s = env.store.as_ref();
+    let o = org(s, "k").await;
+    let first = s.write_audit_checkpoint().await.unwrap().expect("first");
+    assert_eq!(first.seq, 1);
+    assert!(s.write_audit_checkpoint().await.unwrap().is_none());
+    project(s, &o.id).await;
+    let second = s.write_audit_checkpoint().await.unwrap().expect("second");
+    assert_eq!(second.seq, 2);
+    assert_eq!(second.prev_hash, first.hash);
+    assert_eq!(s.audit_checkpoints().await.unwrap(), vec![first, second]);
+    let r = verify_ok(s).await;
+    assert_eq!(r.checkpoints, 2);
+}
+
+pub async fn deleting_tenants_keeps_their_history(env: &Env) {
+    let s = env.store.as_ref();
+    let o = org(s, "gone").await;
+    let p = project(s, &o.id).await;
+    s.delete_project(&p.id, &admin()).await.unwrap();
+    s.delete_org(&o.id, &admin()).await.unwrap();
+    let recs = s
+        .list_audit(&AuditFilter {
+            org_id: Some(o.id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let actions: Vec<&str> = recs.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "org.create",
+            "project.create",
+            "project.delete",
+            "org.delete"
+        ]
+    );
+    verify_ok(s).await;
+}
+
+/// The sealing key is process-wide; every test in this process shares one.
+fn ensure_seal_key() {
+    let _ = sealed::set_process_key(SealKey::random().unwrap());
+}
+
+pub async fn secrets_are_sealed_fingerprinted_and_audited(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let name = format!("opensandbox-{}", OrgId::new().as_str().to_lowercase());
+    let first = s.put_secret(&name, b"api-key-1", &admin()).await.unwrap();
+    assert_eq!(first.fingerprint, sealed::fingerprint(b"api-key-1"));
+    assert_eq!(first.updated_by, "key:key_admin");
+    assert_eq!(
+        s.open_secret(&name).await.unwrap().as_deref(),
+        Some(&b"api-key-1"[..])
+    );
+    // Replaced at runtime: the next read sees the new value.
+    let second = s.put_secret(&name, b"api-key-2", &admin()).await.unwrap();
+    assert_ne!(second.fingerprint, first.fingerprint);
+    assert_eq!(second.created_at, first.created_at);
+    assert_eq!(
+        s.open_secret(&name).await.unwrap().as_deref(),
+        Some(&b"api-key-2"[..])
+    );
+    assert!(s.open_secret("absent").await.unwrap().is_none());
+    let listed = s.list_secrets().await.unwrap();
+    assert!(listed.contains(&second));
+    // Audited on the installation chain with fingerprints, never the value.
+    let recs = s
+        .list_audit(&AuditFilter {
+            action: Some("secret.put".into()),
+            resource: Some(name.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(recs.len(), 2);
+    assert!(recs.iter().all(|r| r.chain == INSTALLATION_CHAIN));
+    assert_eq!(recs[1].detail["oldFingerprint"], json!(first.fingerprint));
+    let text = serde_json::to_string(&recs).unwrap();
+    assert!(!text.contains("api-key"), "{text}");
+    verify_ok(s).await;
+    // A blob swapped in from another secret's row does not open.
+    if let Backend::Postgres(db) = &env.backend {
+        let other = format!("{name}-other");
+        s.put_secret(&other, b"other-value", &admin())
+            .await
+            .unwrap();
+        let stored: Vec<u8> = sqlx::query_scalar("SELECT sealed FROM secrets WHERE name = $1")
+            .bind(&name)
+            .fetch_one(db.store().pool())
+            .await
+            .unwrap();
+        assert!(!stored.windows(9).any(|w| w == b"api-key-2"));
+        sqlx::query("UPDATE secrets SET sealed = (SELECT sealed FROM secrets WHERE name = $2) WHERE name = $1")
+            .bind(&name)
+            .bind(&other)
+            .execute(db.store().pool())
+            .await
+            .unwrap();
+        let err = s.open_secret(&name).await.unwrap_err().to_string();
+        assert!(err.contains("does not open"), "{err}");
+        assert!(!err.contains("other-value"));
+    }
+}
+
+// ---------- Postgres only ----------
+
+/// The database itself refuses to rewrite history, whatever the server does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_update_delete_and_truncate_of_audit_rows() {
+    let env = Env::postgres().await;
+    let s = env.store.as_ref();
+    org(s, "ro").await;
+    s.write_audit_checkpoint()
+        .await
+        .unwrap()
+        .expect("checkpoint");
+    let Backend::Postgres(db) = &env.backend else {
+        unreachable!()
+    };
+    for sql in [
+        "UPDATE audit_events SET action = 'x'",
+        "DELETE FROM audit_events",
+        "TRUNCATE audit_events",
+        "UPDATE audit_checkpoints SET hash = 'x'",
+        "DELETE FROM audit_checkpoints",
+        "TRUNCATE audit_checkpoints",
+    ] {
+        let err = sqlx::raw_sql(sql)
+            .execute(db.store().pool())
+            .await
+            .expect_err(sql)
+            .to_string();
+        assert!(err.contains("append-only"), "{sql}: {err}");
+    }
+    verify_ok(s).await;
+}
+
+/// If the audit record cannot be written, the change it records does not happen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_fails_the_action_when_its_audit_record_fails() {
+    let env = Env::postgres().await;
+    let s = env.store.as_ref();
+    let Backend::Postgres(db) = &env.backend else {
+        unreachable!()
+    };
+    sqlx::raw_sql(
+        "ALTER TABLE audit_events ADD CONSTRAINT refuse_all CHECK (action = 'never') NOT VALID",
+    )
+    .execute(db.store().pool())
+    .await
+    .unwrap();
+    let o = Org {
+        id: OrgId::new(),
+        name: "fail-closed".into(),
+        status: OrgStatus::Active,
+        created_at: Utc::now(),
+    };
+    assert!(s.create_org(&o, &admin()).await.is_err());
+    assert!(s.get_org(&o.id).await.unwrap().is_none());
+}
