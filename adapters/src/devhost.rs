@@ -1,48 +1,91 @@
-//! `DevhostAdapter`: sandboxes as plain directories on the local machine, for `differently dev`.
+//! `DevhostAdapter`: sandboxes as directories on the local machine, for `differently dev`.
 //!
-//! **No isolation. Development only.** Commands run as the local user, with the local user's
-//! rights, on the local machine; the "sandbox" is just a working directory. Never configure this
+//! **Isolation depends on the host.** With `isolation = "bwrap"` (or `"auto"` when `bwrap`
+//! is on `PATH`) every command runs under bubblewrap with its own mount, PID, IPC, UTS and
+//! network namespaces: the sandbox directory is its `/`, the host's `/usr`, `/bin`, `/lib*`
+//! and `/etc` are mounted read-only, and it sees no host process and no network. Otherwise
+//! (`isolation()` answers `"none"`, and a warning is logged) commands run as the local user
+//! on the local machine and the "sandbox" is only a working directory. Never configure this
 //! adapter for a pool that serves untrusted tenants.
 //!
-//! Each sandbox is `<root>/<sandbox_id>/` holding `.differently.json` (sandbox id, installation
-//! id, creation time): that file is the instance's tag, and the backend ref is the sandbox id.
-//! `create` is idempotent (an existing tagged directory is the instance), `delete` removes the
-//! directory, `find` and `list` read the tags under `root`.
+//! Each sandbox is `<root>/<sandbox_id>/` holding `.differently.json` (sandbox id,
+//! installation id, creation time, env): that file is the instance's tag, and the backend ref
+//! is the sandbox id. `create` is idempotent (an existing tagged directory is the instance),
+//! `delete` kills the sandbox's processes and removes the directory, `find` and `list` read the
+//! tags under `root`.
 //!
-//! `exec` runs a real process in its own process group: clean environment (`PATH` from the host,
-//! `HOME` = the sandbox directory, `LANG=C.UTF-8`, then the request's env), cwd relative to the
-//! sandbox directory (`..` is refused), stdout and stderr each capped at 1 MiB. The call ends
-//! when the process has exited and its output pipes have closed (a background child that keeps
-//! them open keeps the exec running). On timeout the whole process group is killed with
-//! SIGKILL and the exit code is 124. A missing program is exit 127, a program that cannot be
-//! executed 126, a process killed by signal N is 128+N, as a shell reports them.
+//! Exec runs a real process in its own process group: clean environment (`PATH` from the host,
+//! `HOME` = the sandbox directory, `LANG=C.UTF-8`, then the sandbox's env from create, then
+//! the request's env), cwd relative to the sandbox directory (`..` is refused), stdin from
+//! `stdin`/`stdinBase64`. Streamed exec sends output as it is read (64 KiB reads into the
+//! caller's bounded channel, so a slow reader blocks the command on its pipe); a closed channel
+//! kills the process group. On timeout the whole group is killed with SIGKILL and the exit code
+//! is 124. A missing program is exit 127, a program that cannot be executed 126, a process
+//! killed by signal N is 128+N. `exec` (not streamed) keeps 1 MiB of each stream and sets the
+//! `…Truncated` flag beyond it.
+//!
+//! Every process group started in a sandbox is recorded as `<root>/.run/<sandbox>/<pgid>`, so
+//! `pause` (SIGSTOP to every group), `resume` (SIGCONT) and `delete` (SIGKILL) reach processes
+//! started by another OS process (the API runs commands, a worker pauses them). A paused
+//! sandbox carries `<root>/.run/<sandbox>/paused` and refuses exec.
+//!
+//! Snapshots are tar archives of the sandbox directory (`<root>/.snapshots/<id>.tar`, without
+//! the tag); `create` with `from_snapshot` unpacks one before tagging. Files are read and
+//! written below the sandbox directory; a path through a symlink that leaves it is refused.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use base64::Engine;
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use differently_core::exec::{ExecRequest, ExecResult, TIMEOUT_EXIT_CODE};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
 
-use crate::{Adapter, AdapterError, CreateInstance, Instance, InstanceRef, InstanceState};
+use crate::{
+    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
+    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
+};
 
 /// Name of the tag file inside each sandbox directory.
 pub const TAG_FILE: &str = ".differently.json";
-/// Cap on captured stdout and on captured stderr, each.
+/// Cap on captured stdout and on captured stderr, each, for `exec` (not streamed).
 pub const OUTPUT_CAP_BYTES: usize = 1024 * 1024;
 /// `PATH` for commands when the host has none.
 const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// How long to wait for pipes to close after the group was killed (a process that left the
 /// group may still hold them).
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
+/// Read size from a child's pipes and from files.
+const CHUNK: usize = 64 * 1024;
+/// Directory under `root` with process-group records per sandbox.
+const RUN_DIR: &str = ".run";
+/// Directory under `root` holding snapshot archives.
+const SNAPSHOT_DIR: &str = ".snapshots";
+/// Marker file of a paused sandbox (inside its run directory).
+const PAUSED_MARKER: &str = "paused";
+
+/// How commands are isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IsolationMode {
+    /// `bwrap` when it is installed, otherwise none.
+    #[default]
+    Auto,
+    /// Refuse to start without `bwrap`.
+    Bwrap,
+    /// Plain local processes.
+    None,
+}
 
 /// Settings of a `devhost` pool.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -50,12 +93,15 @@ const DRAIN_GRACE: Duration = Duration::from_secs(1);
 pub struct DevhostConfig {
     /// Directory holding one subdirectory per sandbox.
     pub root: PathBuf,
+    /// Isolation of commands; see the module docs.
+    pub isolation: IsolationMode,
 }
 
 impl Default for DevhostConfig {
     fn default() -> Self {
         Self {
             root: std::env::temp_dir().join("differently-devhost"),
+            isolation: IsolationMode::Auto,
         }
     }
 }
@@ -67,24 +113,78 @@ pub struct DevhostTag {
     pub sandbox_id: SandboxId,
     pub installation_id: InstallationId,
     pub created_at: DateTime<Utc>,
+    /// The sandbox's env from create; applied under the request's env.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// Local-directory backend; see the module docs.
 #[derive(Debug, Clone)]
 pub struct DevhostAdapter {
     config: DevhostConfig,
+    /// Path of `bwrap` when commands run isolated.
+    bwrap: Option<PathBuf>,
+}
+
+/// Finds `program` on the host `PATH`.
+fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
 }
 
 impl DevhostAdapter {
-    /// An adapter rooted at `config.root` (created on first use).
+    /// An adapter rooted at `config.root` (created on first use). With `isolation = "bwrap"`
+    /// and no `bwrap` on `PATH`, commands fail rather than run unisolated.
     pub fn new(config: DevhostConfig) -> Self {
-        Self { config }
+        let bwrap = match config.isolation {
+            IsolationMode::None => None,
+            IsolationMode::Auto | IsolationMode::Bwrap => which("bwrap"),
+        };
+        if bwrap.is_none() {
+            tracing::warn!(
+                root = %config.root.display(),
+                "devhost: isolation: none (bubblewrap not used); commands run as the local user"
+            );
+        }
+        Self { config, bwrap }
+    }
+
+    /// `"bwrap"` when commands run in their own namespaces, `"none"` otherwise.
+    pub fn isolation(&self) -> &'static str {
+        if self.bwrap.is_some() {
+            "bwrap"
+        } else {
+            "none"
+        }
     }
 
     /// The directory of a sandbox, whether or not it exists.
     pub fn sandbox_dir(&self, sandbox_id: &SandboxId) -> PathBuf {
         // Sandbox ids are validated ULIDs with a prefix: safe as a single path component.
         self.config.root.join(sandbox_id.as_str())
+    }
+
+    fn run_dir(&self, sandbox_id: &SandboxId) -> PathBuf {
+        self.config.root.join(RUN_DIR).join(sandbox_id.as_str())
+    }
+
+    fn snapshot_path(&self, snapshot: &str) -> Result<PathBuf, AdapterError> {
+        let ok = !snapshot.is_empty()
+            && snapshot
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !ok {
+            return Err(AdapterError::Permanent(format!(
+                "devhost: bad snapshot ref {snapshot:?}"
+            )));
+        }
+        Ok(self
+            .config
+            .root
+            .join(SNAPSHOT_DIR)
+            .join(format!("{snapshot}.tar")))
     }
 
     async fn read_tag(&self, dir: &Path) -> Result<Option<DevhostTag>, AdapterError> {
@@ -100,18 +200,326 @@ impl DevhostAdapter {
             Err(e) => Err(io_err("read tag", e)),
         }
     }
-}
 
-fn io_err(what: &str, e: io::Error) -> AdapterError {
-    AdapterError::Transient(format!("devhost: {what}: {e}"))
-}
-
-fn instance(tag_sandbox: &SandboxId) -> Instance {
-    Instance {
-        backend_ref: tag_sandbox.as_str().to_owned(),
-        sandbox_id: tag_sandbox.clone(),
-        state: InstanceState::Running,
+    /// The tag of an existing instance, or `NotFound`.
+    async fn existing(&self, at: &InstanceRef) -> Result<(PathBuf, DevhostTag), AdapterError> {
+        let dir = self.sandbox_dir(&at.sandbox_id);
+        match self.read_tag(&dir).await? {
+            Some(tag) if tag.sandbox_id == at.sandbox_id => Ok((dir, tag)),
+            _ => Err(AdapterError::NotFound),
+        }
     }
+
+    fn is_paused(&self, sandbox_id: &SandboxId) -> bool {
+        self.run_dir(sandbox_id).join(PAUSED_MARKER).exists()
+    }
+
+    fn state_of(&self, sandbox_id: &SandboxId) -> InstanceState {
+        if self.is_paused(sandbox_id) {
+            InstanceState::Paused
+        } else {
+            InstanceState::Running
+        }
+    }
+
+    fn instance(&self, sandbox_id: &SandboxId) -> Instance {
+        Instance {
+            backend_ref: sandbox_id.as_str().to_owned(),
+            sandbox_id: sandbox_id.clone(),
+            state: self.state_of(sandbox_id),
+        }
+    }
+
+    /// Sends `signal` to every recorded process group of the sandbox; forgets groups that
+    /// no longer exist.
+    async fn signal_groups(
+        &self,
+        sandbox_id: &SandboxId,
+        signal: &str,
+    ) -> Result<(), AdapterError> {
+        let dir = self.run_dir(sandbox_id);
+        let mut entries = match tokio::fs::read_dir(&dir).await {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("read run dir", e)),
+        };
+        while let Some(entry) = entries
+            .next_entry()
+            .await
+            .map_err(|e| io_err("read run dir", e))?
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(pgid) = name.parse::<u32>() else {
+                continue;
+            };
+            if !signal_group(pgid, signal).await {
+                let _ = tokio::fs::remove_file(entry.path()).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one command, sending its output to `out`; see the module docs.
+    async fn run(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: mpsc::Sender<ExecEvent>,
+    ) -> Result<ExecExit, AdapterError> {
+        let started = Instant::now();
+        let (sandbox_dir, tag) = self.existing(at).await?;
+        if self.is_paused(&at.sandbox_id) {
+            return Err(AdapterError::Permanent("the sandbox is paused".to_owned()));
+        }
+        let cwd = resolve_cwd(&sandbox_dir, req.cwd.as_deref())?;
+        if !tokio::fs::metadata(&cwd).await.is_ok_and(|m| m.is_dir()) {
+            return Err(AdapterError::Permanent(format!(
+                "cwd {} does not exist in the sandbox",
+                req.cwd.as_deref().unwrap_or("/")
+            )));
+        }
+        let Some((program, args)) = req.command.split_first() else {
+            return Err(AdapterError::Permanent("command is empty".to_owned()));
+        };
+        let stdin = stdin_bytes(req)?;
+
+        let mut env = BTreeMap::new();
+        env.insert(
+            "PATH".to_owned(),
+            std::env::var("PATH").unwrap_or_else(|_| FALLBACK_PATH.to_owned()),
+        );
+        let home = if self.bwrap.is_some() {
+            "/".to_owned()
+        } else {
+            sandbox_dir.to_string_lossy().into_owned()
+        };
+        env.insert("HOME".to_owned(), home);
+        env.insert("LANG".to_owned(), "C.UTF-8".to_owned());
+        env.extend(tag.env.clone());
+        env.extend(req.env.clone());
+
+        let mut cmd = match &self.bwrap {
+            None => {
+                let mut c = tokio::process::Command::new(program);
+                c.args(args).current_dir(&cwd);
+                c
+            }
+            Some(bwrap) => {
+                let inner_cwd = format!(
+                    "/{}",
+                    cwd.strip_prefix(&sandbox_dir)
+                        .unwrap_or(Path::new(""))
+                        .display()
+                );
+                let mut c = tokio::process::Command::new(bwrap);
+                c.args(bwrap_args(&sandbox_dir, &inner_cwd))
+                    .arg("--")
+                    .arg(program)
+                    .args(args)
+                    .current_dir(&sandbox_dir);
+                c
+            }
+        };
+        cmd.env_clear()
+            .envs(&env)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let (code, why) = match e.kind() {
+                    io::ErrorKind::NotFound => (127, "command not found"),
+                    io::ErrorKind::PermissionDenied => (126, "permission denied"),
+                    _ => return Err(io_err(&format!("spawn {program}"), e)),
+                };
+                let msg = format!("devhost: {program}: {why}\n");
+                let _ = out.send(ExecEvent::Stderr(Bytes::from(msg))).await;
+                return Ok(ExecExit {
+                    exit_code: code,
+                    duration_ms: millis(started.elapsed()),
+                });
+            }
+        };
+        // Kills the group if this future is dropped (the caller went away) before the end.
+        let mut guard = GroupGuard {
+            pgid: child.id(),
+            armed: true,
+        };
+        if let Some(pgid) = child.id() {
+            let dir = self.run_dir(&at.sandbox_id);
+            if tokio::fs::create_dir_all(&dir).await.is_ok() {
+                let _ = tokio::fs::write(dir.join(pgid.to_string()), b"").await;
+            }
+        }
+
+        if let (Some(mut pipe), Some(input)) = (child.stdin.take(), stdin) {
+            tokio::spawn(async move {
+                // A child that exits without reading its stdin is not an error.
+                let _ = pipe.write_all(&input).await;
+                let _ = pipe.shutdown().await;
+            });
+        }
+        let mut readers = Vec::new();
+        if let Some(pipe) = child.stdout.take() {
+            readers.push(tokio::spawn(pump(pipe, out.clone(), ExecEvent::Stdout)));
+        }
+        if let Some(pipe) = child.stderr.take() {
+            readers.push(tokio::spawn(pump(pipe, out.clone(), ExecEvent::Stderr)));
+        }
+
+        let finish = async {
+            let status = child.wait().await;
+            // Pop only finished readers, so a later path never polls a completed handle.
+            while let Some(r) = readers.last_mut() {
+                let _ = r.await;
+                readers.pop();
+            }
+            status
+        };
+        enum End {
+            Exited(io::Result<ExitStatus>),
+            TimedOut,
+            Cancelled,
+        }
+        let end = tokio::select! {
+            status = finish => End::Exited(status),
+            _ = tokio::time::sleep(req.timeout()) => End::TimedOut,
+            _ = out.closed() => End::Cancelled,
+        };
+        let timed_out = matches!(end, End::TimedOut);
+        let exit_code = match end {
+            End::Exited(status) => exit_code(status.map_err(|e| io_err("wait", e))?),
+            End::TimedOut | End::Cancelled => {
+                match child.id() {
+                    Some(pgid) => {
+                        signal_group(pgid, "-KILL").await;
+                    }
+                    None => {
+                        let _ = child.start_kill();
+                    }
+                }
+                let _ = tokio::time::timeout(DRAIN_GRACE, child.wait()).await;
+                let _ = tokio::time::timeout(DRAIN_GRACE, async {
+                    while let Some(r) = readers.last_mut() {
+                        let _ = r.await;
+                        readers.pop();
+                    }
+                })
+                .await;
+                for r in &readers {
+                    r.abort();
+                }
+                if timed_out {
+                    TIMEOUT_EXIT_CODE
+                } else {
+                    tracing::info!(sandbox = %at.sandbox_id, "devhost: exec cancelled by the caller");
+                    128 + 9
+                }
+            }
+        };
+        guard.armed = false;
+        Ok(ExecExit {
+            exit_code,
+            duration_ms: millis(started.elapsed()),
+        })
+    }
+}
+
+/// Arguments for `bwrap`: the sandbox directory as `/`, the host's system directories
+/// read-only, fresh `/proc`, `/dev`, `/tmp`, and every namespace unshared.
+fn bwrap_args(sandbox_dir: &Path, cwd: &str) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "--bind".into(),
+        sandbox_dir.to_string_lossy().into_owned(),
+        "/".into(),
+    ];
+    for dir in ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"] {
+        a.extend(["--ro-bind-try".into(), dir.into(), dir.into()]);
+    }
+    a.extend(
+        [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--unshare-all",
+            "--die-with-parent",
+            "--chdir",
+        ]
+        .map(String::from),
+    );
+    a.push(cwd.to_owned());
+    a
+}
+
+/// Kills a process group when dropped while armed.
+struct GroupGuard {
+    pgid: Option<u32>,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let (true, Some(pgid)) = (self.armed, self.pgid) {
+            // Synchronous spawn: drop cannot await. `kill(1)` because this crate forbids
+            // `unsafe` and so cannot call `kill(2)` itself.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pgid}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+        }
+    }
+}
+
+/// Decoded stdin of a request.
+fn stdin_bytes(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
+    match (&req.stdin, &req.stdin_base64) {
+        (Some(s), _) => Ok(Some(s.as_bytes().to_vec())),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .map(Some)
+            .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}"))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Reads `pipe` to the end, sending each chunk; a closed channel stops reading (the caller
+/// kills the group).
+async fn pump(
+    mut pipe: impl AsyncRead + Unpin,
+    out: mpsc::Sender<ExecEvent>,
+    wrap: fn(Bytes) -> ExecEvent,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if out
+            .send(wrap(Bytes::copy_from_slice(&buf[..n])))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+pub(crate) fn io_err(what: &str, e: io::Error) -> AdapterError {
+    AdapterError::Transient(format!("devhost: {what}: {e}"))
 }
 
 /// The directory an exec runs in: `cwd` taken relative to the sandbox directory.
@@ -131,40 +539,6 @@ fn resolve_cwd(sandbox_dir: &Path, cwd: Option<&str>) -> Result<PathBuf, Adapter
     Ok(dir)
 }
 
-/// Output captured from one pipe.
-#[derive(Debug, Default)]
-struct Capture {
-    bytes: Vec<u8>,
-    truncated: bool,
-}
-
-/// Reads `pipe` to the end, keeping the first `OUTPUT_CAP_BYTES` and discarding the rest so
-/// the child never blocks on a full pipe.
-async fn drain(mut pipe: impl AsyncRead + Unpin, into: Arc<Mutex<Capture>>) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let mut cap = into.lock().unwrap_or_else(|p| p.into_inner());
-        let room = OUTPUT_CAP_BYTES.saturating_sub(cap.bytes.len());
-        let keep = n.min(room);
-        cap.bytes.extend_from_slice(&buf[..keep]);
-        if keep < n {
-            cap.truncated = true;
-        }
-    }
-}
-
-fn take(capture: &Arc<Mutex<Capture>>) -> (String, bool) {
-    let cap = capture.lock().unwrap_or_else(|p| p.into_inner());
-    (
-        String::from_utf8_lossy(&cap.bytes).into_owned(),
-        cap.truncated,
-    )
-}
-
 /// Exit code as a shell reports it.
 fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -175,23 +549,331 @@ fn exit_code(status: ExitStatus) -> i32 {
     }
 }
 
-/// SIGKILLs every process in group `pgid`. `kill(1)` is used because this crate forbids
-/// `unsafe` and so cannot call `kill(2)` itself.
-async fn kill_group(pgid: u32) {
+/// Sends `signal` (e.g. `-STOP`) to process group `pgid`; false if there is no such group.
+async fn signal_group(pgid: u32, signal: &str) -> bool {
     let res = tokio::process::Command::new("kill")
-        .args(["-9", "--", &format!("-{pgid}")])
+        .args([signal, "--", &format!("-{pgid}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .await;
-    if let Err(e) = res {
-        tracing::warn!(pgid, error = %e, "devhost: could not run kill(1)");
+    match res {
+        Ok(s) => s.success(),
+        Err(e) => {
+            tracing::warn!(pgid, error = %e, "devhost: could not run kill(1)");
+            false
+        }
     }
 }
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs `tar` with `args`; a failure is an error carrying its stderr.
+async fn tar(args: &[&std::ffi::OsStr]) -> Result<(), AdapterError> {
+    let out = tokio::process::Command::new("tar")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| io_err("run tar", e))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(AdapterError::Transient(format!(
+            "devhost: tar failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Files below a base directory, shared by the devhost and fake adapters. Paths are
+/// sandbox-absolute (`/a/b`); `..` is refused, and so is a path whose existing part resolves
+/// (through symlinks) outside the base.
+pub(crate) mod files {
+    use super::*;
+
+    /// Maps a sandbox-absolute path to a host path below `base`.
+    pub(crate) fn resolve(base: &Path, path: &str) -> Result<PathBuf, AdapterError> {
+        if !path.starts_with('/') || path.contains('\0') {
+            return Err(AdapterError::Permanent(format!(
+                "path {path:?} must be absolute"
+            )));
+        }
+        let mut out = base.to_path_buf();
+        let mut depth = 0;
+        for c in Path::new(path).components() {
+            match c {
+                Component::RootDir | Component::CurDir => {}
+                Component::Normal(part) => {
+                    if depth == 0 && part == TAG_FILE {
+                        return Err(AdapterError::Permanent(format!("{TAG_FILE} is reserved")));
+                    }
+                    depth += 1;
+                    out.push(part);
+                }
+                Component::ParentDir | Component::Prefix(_) => {
+                    return Err(AdapterError::Permanent(
+                        "paths may not contain `..`".to_owned(),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Refuses `p` if its deepest existing ancestor resolves outside `base`.
+    pub(crate) async fn check_inside(base: &Path, p: &Path) -> Result<(), AdapterError> {
+        let base = tokio::fs::canonicalize(base)
+            .await
+            .map_err(|e| io_err("resolve sandbox", e))?;
+        let mut probe = p.to_path_buf();
+        loop {
+            match tokio::fs::canonicalize(&probe).await {
+                Ok(real) => {
+                    return if real.starts_with(&base) {
+                        Ok(())
+                    } else {
+                        Err(AdapterError::Permanent(
+                            "path leaves the sandbox through a symlink".to_owned(),
+                        ))
+                    };
+                }
+                Err(_) => {
+                    if !probe.pop() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn not_found(path: &str, e: io::Error) -> AdapterError {
+        if e.kind() == io::ErrorKind::NotFound {
+            AdapterError::PathNotFound(path.to_owned())
+        } else {
+            io_err(path, e)
+        }
+    }
+
+    /// Streams `body` into `path` (through a temporary file renamed at the end, so a reader
+    /// never sees half a file), creating parent directories.
+    pub(crate) async fn upload(
+        base: &Path,
+        path: &str,
+        mode: Option<u32>,
+        mut body: ByteStream,
+    ) -> Result<(), AdapterError> {
+        let target = resolve(base, path)?;
+        if target == base {
+            return Err(AdapterError::Permanent("cannot write to /".to_owned()));
+        }
+        check_inside(base, &target).await?;
+        let parent = target
+            .parent()
+            .ok_or_else(|| AdapterError::Permanent("no parent directory".to_owned()))?;
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| io_err("create parent directories", e))?;
+        check_inside(base, parent).await?;
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = parent.join(format!(".{name}.upload-{}", ulid_like()));
+        let mut file = tokio::fs::File::create(&tmp)
+            .await
+            .map_err(|e| io_err("create file", e))?;
+        let written = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk?;
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| io_err("write file", e))?;
+            }
+            file.flush().await.map_err(|e| io_err("write file", e))?;
+            if let Some(mode) = mode {
+                use std::os::unix::fs::PermissionsExt;
+                tokio::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode & 0o7777))
+                    .await
+                    .map_err(|e| io_err("chmod", e))?;
+            }
+            tokio::fs::rename(&tmp, &target)
+                .await
+                .map_err(|e| io_err("rename upload", e))
+        }
+        .await;
+        if written.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        written
+    }
+
+    /// A unique-enough suffix for temporary files.
+    fn ulid_like() -> String {
+        format!(
+            "{}-{}",
+            std::process::id(),
+            Utc::now().timestamp_nanos_opt().unwrap_or_default()
+        )
+    }
+
+    /// Reads `path`, optionally a range of it (clamped to the file; a start past the end
+    /// gives an empty body, and the caller compares with `total_size`).
+    pub(crate) async fn download(
+        base: &Path,
+        path: &str,
+        range: Option<ByteRange>,
+    ) -> Result<Download, AdapterError> {
+        let target = resolve(base, path)?;
+        check_inside(base, &target).await?;
+        let meta = tokio::fs::metadata(&target)
+            .await
+            .map_err(|e| not_found(path, e))?;
+        if meta.is_dir() {
+            return Err(AdapterError::Permanent(format!("{path} is a directory")));
+        }
+        let size = meta.len();
+        let (start, end) = match range {
+            None => (0, size),
+            Some(r) => (
+                r.start.min(size),
+                r.end.map_or(size, |e| e.saturating_add(1).min(size)),
+            ),
+        };
+        let mut file = tokio::fs::File::open(&target)
+            .await
+            .map_err(|e| not_found(path, e))?;
+        use tokio::io::AsyncSeekExt;
+        file.seek(io::SeekFrom::Start(start))
+            .await
+            .map_err(|e| io_err("seek", e))?;
+        let left = end.saturating_sub(start);
+        let body = futures::stream::unfold((file, left), |(mut file, left)| async move {
+            if left == 0 {
+                return None;
+            }
+            let want = usize::try_from(left.min(CHUNK as u64)).unwrap_or(CHUNK);
+            let mut buf = vec![0u8; want];
+            match file.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(Bytes::from(buf)), (file, left - n as u64)))
+                }
+                Err(e) => Some((Err(io_err("read file", e)), (file, 0))),
+            }
+        });
+        Ok(Download {
+            total_size: Some(size),
+            body: body.boxed(),
+        })
+    }
+
+    /// Lists `path` to `depth` levels (1: its direct children). The tag file is hidden.
+    pub(crate) async fn list(
+        base: &Path,
+        path: &str,
+        depth: u32,
+    ) -> Result<Vec<FileEntry>, AdapterError> {
+        let target = resolve(base, path)?;
+        check_inside(base, &target).await?;
+        let meta = tokio::fs::metadata(&target)
+            .await
+            .map_err(|e| not_found(path, e))?;
+        if !meta.is_dir() {
+            return Ok(vec![entry_of(path.to_owned(), &meta)]);
+        }
+        let mut out = Vec::new();
+        let mut todo = vec![(target, path.trim_end_matches('/').to_owned(), 1u32)];
+        while let Some((dir, shown, level)) = todo.pop() {
+            let mut rd = tokio::fs::read_dir(&dir)
+                .await
+                .map_err(|e| not_found(path, e))?;
+            while let Some(e) = rd.next_entry().await.map_err(|e| io_err("list", e))? {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if shown.is_empty() && name == TAG_FILE {
+                    continue;
+                }
+                let meta = match tokio::fs::symlink_metadata(e.path()).await {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                };
+                let child = format!("{shown}/{name}");
+                if meta.is_dir() && level < depth {
+                    todo.push((e.path(), child.clone(), level + 1));
+                }
+                out.push(entry_of(child, &meta));
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    fn entry_of(path: String, meta: &std::fs::Metadata) -> FileEntry {
+        use std::os::unix::fs::PermissionsExt;
+        let kind = if meta.is_dir() {
+            crate::FileKind::Dir
+        } else if meta.is_symlink() {
+            crate::FileKind::Symlink
+        } else if meta.is_file() {
+            crate::FileKind::File
+        } else {
+            crate::FileKind::Other
+        };
+        FileEntry {
+            path,
+            kind,
+            size: meta.len(),
+            mode: meta.permissions().mode() & 0o7777,
+            modified_at: meta.modified().ok().map(DateTime::<Utc>::from),
+        }
+    }
+
+    /// Removes a file or an empty directory.
+    pub(crate) async fn delete(base: &Path, path: &str) -> Result<(), AdapterError> {
+        let target = resolve(base, path)?;
+        if target == base {
+            return Err(AdapterError::Permanent("refusing to delete /".to_owned()));
+        }
+        check_inside(base, target.parent().unwrap_or(base)).await?;
+        let meta = tokio::fs::symlink_metadata(&target)
+            .await
+            .map_err(|e| not_found(path, e))?;
+        let res = if meta.is_dir() {
+            tokio::fs::remove_dir(&target).await
+        } else {
+            tokio::fs::remove_file(&target).await
+        };
+        res.map_err(|e| match e.kind() {
+            io::ErrorKind::DirectoryNotEmpty => {
+                AdapterError::Permanent(format!("{path} is a directory that is not empty"))
+            }
+            _ => not_found(path, e),
+        })
+    }
+
+    /// Copies a directory tree (files, directories, symlinks), for the fake's snapshots.
+    pub(crate) fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(to)?;
+        for e in std::fs::read_dir(from)? {
+            let e = e?;
+            let ty = e.file_type()?;
+            let dest = to.join(e.file_name());
+            if ty.is_dir() {
+                copy_tree(&e.path(), &dest)?;
+            } else if ty.is_symlink() {
+                let link = std::fs::read_link(e.path())?;
+                let _ = std::fs::remove_file(&dest);
+                std::os::unix::fs::symlink(link, dest)?;
+            } else {
+                std::fs::copy(e.path(), dest)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -201,21 +883,48 @@ impl Adapter for DevhostAdapter {
     }
 
     fn capabilities(&self) -> Vec<String> {
-        vec!["exec".to_owned()]
+        let mut caps = vec![
+            "exec",
+            "exec.stream",
+            "files",
+            "lifecycle.pause",
+            "snapshots",
+        ];
+        if self.bwrap.is_none() {
+            // Without a network namespace a port is reachable on the host.
+            caps.push("ports.expose");
+        }
+        caps.into_iter().map(String::from).collect()
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
         let dir = self.sandbox_dir(&req.sandbox_id);
         if let Some(tag) = self.read_tag(&dir).await? {
-            return Ok(instance(&tag.sandbox_id));
+            return Ok(self.instance(&tag.sandbox_id));
         }
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| io_err("create sandbox directory", e))?;
+        if let Some(snapshot) = &req.from_snapshot {
+            let archive = self.snapshot_path(snapshot)?;
+            if !archive.exists() {
+                return Err(AdapterError::Permanent(format!(
+                    "devhost: snapshot {snapshot} does not exist"
+                )));
+            }
+            tar(&[
+                "-C".as_ref(),
+                dir.as_os_str(),
+                "-xf".as_ref(),
+                archive.as_os_str(),
+            ])
+            .await?;
+        }
         let tag = DevhostTag {
             sandbox_id: req.sandbox_id.clone(),
             installation_id: req.installation_id.clone(),
             created_at: Utc::now(),
+            env: req.env.clone(),
         };
         let json = serde_json::to_vec_pretty(&tag)
             .map_err(|e| AdapterError::Permanent(format!("devhost: encode tag: {e}")))?;
@@ -227,10 +936,18 @@ impl Adapter for DevhostAdapter {
         tokio::fs::rename(&tmp, dir.join(TAG_FILE))
             .await
             .map_err(|e| io_err("write tag", e))?;
-        Ok(instance(&req.sandbox_id))
+        Ok(self.instance(&req.sandbox_id))
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
+        // Resume first so stopped processes can die, then kill every group.
+        self.signal_groups(sandbox_id, "-CONT").await?;
+        self.signal_groups(sandbox_id, "-KILL").await?;
+        match tokio::fs::remove_dir_all(self.run_dir(sandbox_id)).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove run directory", e)),
+        }
         match tokio::fs::remove_dir_all(self.sandbox_dir(sandbox_id)).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -242,7 +959,7 @@ impl Adapter for DevhostAdapter {
         let tag = self.read_tag(&self.sandbox_dir(sandbox_id)).await?;
         Ok(tag
             .filter(|t| &t.sandbox_id == sandbox_id)
-            .map(|t| instance(&t.sandbox_id)))
+            .map(|t| self.instance(&t.sandbox_id)))
     }
 
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
@@ -259,7 +976,7 @@ impl Adapter for DevhostAdapter {
         {
             if let Some(tag) = self.read_tag(&entry.path()).await? {
                 if &tag.installation_id == installation {
-                    found.push(instance(&tag.sandbox_id));
+                    found.push(self.instance(&tag.sandbox_id));
                 }
             }
         }
@@ -268,127 +985,32 @@ impl Adapter for DevhostAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        let started = Instant::now();
-        let sandbox_dir = self.sandbox_dir(&at.sandbox_id);
-        if self.read_tag(&sandbox_dir).await?.is_none() {
-            return Err(AdapterError::NotFound);
-        }
-        let cwd = resolve_cwd(&sandbox_dir, req.cwd.as_deref())?;
-        if !tokio::fs::metadata(&cwd).await.is_ok_and(|m| m.is_dir()) {
-            return Err(AdapterError::Permanent(format!(
-                "cwd {} does not exist in the sandbox",
-                req.cwd.as_deref().unwrap_or("/")
-            )));
-        }
-        let Some((program, args)) = req.command.split_first() else {
-            return Err(AdapterError::Permanent("command is empty".to_owned()));
-        };
-
-        let mut env = BTreeMap::new();
-        env.insert(
-            "PATH".to_owned(),
-            std::env::var("PATH").unwrap_or_else(|_| FALLBACK_PATH.to_owned()),
-        );
-        env.insert(
-            "HOME".to_owned(),
-            sandbox_dir.to_string_lossy().into_owned(),
-        );
-        env.insert("LANG".to_owned(), "C.UTF-8".to_owned());
-        env.extend(req.env.clone());
-
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args)
-            .current_dir(&cwd)
-            .env_clear()
-            .envs(&env)
-            .stdin(if req.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                let (code, why) = match e.kind() {
-                    io::ErrorKind::NotFound => (127, "command not found"),
-                    io::ErrorKind::PermissionDenied => (126, "permission denied"),
-                    _ => return Err(io_err(&format!("spawn {program}"), e)),
+        let (tx, mut rx) = mpsc::channel(16);
+        let collect = async {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (mut out_cut, mut err_cut) = (false, false);
+            while let Some(ev) = rx.recv().await {
+                let (buf, cut, chunk) = match ev {
+                    ExecEvent::Stdout(c) => (&mut out, &mut out_cut, c),
+                    ExecEvent::Stderr(c) => (&mut err, &mut err_cut, c),
                 };
-                return Ok(ExecResult {
-                    exit_code: code,
-                    stdout: String::new(),
-                    stderr: format!("devhost: {program}: {why}\n"),
-                    stdout_truncated: false,
-                    stderr_truncated: false,
-                    duration_ms: millis(started.elapsed()),
-                });
-            }
-        };
-        let pgid = child.id();
-
-        if let (Some(mut pipe), Some(input)) = (child.stdin.take(), req.stdin.clone()) {
-            tokio::spawn(async move {
-                // A child that exits without reading its stdin is not an error.
-                let _ = pipe.write_all(input.as_bytes()).await;
-                let _ = pipe.shutdown().await;
-            });
-        }
-        let out = Arc::new(Mutex::new(Capture::default()));
-        let err = Arc::new(Mutex::new(Capture::default()));
-        let mut readers = Vec::new();
-        if let Some(pipe) = child.stdout.take() {
-            readers.push(tokio::spawn(drain(pipe, out.clone())));
-        }
-        if let Some(pipe) = child.stderr.take() {
-            readers.push(tokio::spawn(drain(pipe, err.clone())));
-        }
-
-        let finish = async {
-            let status = child.wait().await;
-            // Pop only finished readers, so the timeout path never polls a completed handle.
-            while let Some(r) = readers.last_mut() {
-                let _ = r.await;
-                readers.pop();
-            }
-            status
-        };
-        let exit_code = match tokio::time::timeout(req.timeout(), finish).await {
-            Ok(status) => exit_code(status.map_err(|e| io_err("wait", e))?),
-            Err(_) => {
-                match pgid {
-                    Some(pgid) => kill_group(pgid).await,
-                    None => {
-                        let _ = child.start_kill();
-                    }
+                let room = OUTPUT_CAP_BYTES.saturating_sub(buf.len());
+                buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if chunk.len() > room {
+                    *cut = true;
                 }
-                let _ = tokio::time::timeout(DRAIN_GRACE, child.wait()).await;
-                let _ = tokio::time::timeout(DRAIN_GRACE, async {
-                    while let Some(r) = readers.last_mut() {
-                        let _ = r.await;
-                        readers.pop();
-                    }
-                })
-                .await;
-                for r in &readers {
-                    r.abort();
-                }
-                TIMEOUT_EXIT_CODE
             }
+            (out, out_cut, err, err_cut)
         };
-        let (stdout, stdout_truncated) = take(&out);
-        let (stderr, stderr_truncated) = take(&err);
+        let (exit, (out, out_cut, err, err_cut)) = tokio::join!(self.run(at, req, tx), collect);
+        let exit = exit?;
         Ok(ExecResult {
-            exit_code,
-            stdout,
-            stderr,
-            stdout_truncated,
-            stderr_truncated,
-            duration_ms: millis(started.elapsed()),
+            exit_code: exit.exit_code,
+            stdout: String::from_utf8_lossy(&out).into_owned(),
+            stderr: String::from_utf8_lossy(&err).into_owned(),
+            stdout_truncated: out_cut,
+            stderr_truncated: err_cut,
+            duration_ms: exit.duration_ms,
         })
     }
 
@@ -396,6 +1018,136 @@ impl Adapter for DevhostAdapter {
         tokio::fs::create_dir_all(&self.config.root)
             .await
             .map_err(|e| AdapterError::Unavailable(format!("devhost root: {e}")))
+    }
+
+    async fn exec_stream(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: mpsc::Sender<ExecEvent>,
+    ) -> Result<ExecExit, AdapterError> {
+        self.run(at, req, out).await
+    }
+
+    async fn upload(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+        body: ByteStream,
+    ) -> Result<(), AdapterError> {
+        let (dir, _) = self.existing(at).await?;
+        files::upload(&dir, path, mode, body).await
+    }
+
+    async fn download(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        range: Option<ByteRange>,
+    ) -> Result<Download, AdapterError> {
+        let (dir, _) = self.existing(at).await?;
+        files::download(&dir, path, range).await
+    }
+
+    async fn list_files(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        depth: u32,
+    ) -> Result<Vec<FileEntry>, AdapterError> {
+        let (dir, _) = self.existing(at).await?;
+        files::list(&dir, path, depth).await
+    }
+
+    async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
+        let (dir, _) = self.existing(at).await?;
+        files::delete(&dir, path).await
+    }
+
+    async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        self.existing(at).await?;
+        let run = self.run_dir(&at.sandbox_id);
+        tokio::fs::create_dir_all(&run)
+            .await
+            .map_err(|e| io_err("create run directory", e))?;
+        // Marker first: no new command starts once the groups are being stopped.
+        tokio::fs::write(run.join(PAUSED_MARKER), b"")
+            .await
+            .map_err(|e| io_err("write pause marker", e))?;
+        self.signal_groups(&at.sandbox_id, "-STOP").await
+    }
+
+    async fn resume(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        self.existing(at).await?;
+        self.signal_groups(&at.sandbox_id, "-CONT").await?;
+        match tokio::fs::remove_file(self.run_dir(&at.sandbox_id).join(PAUSED_MARKER)).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("remove pause marker", e)),
+        }
+    }
+
+    async fn snapshot(
+        &self,
+        at: &InstanceRef,
+        snapshot_id: &str,
+    ) -> Result<SnapshotInfo, AdapterError> {
+        let (dir, _) = self.existing(at).await?;
+        let archive = self.snapshot_path(snapshot_id)?;
+        if !archive.exists() {
+            let parent = archive
+                .parent()
+                .ok_or_else(|| AdapterError::Permanent("snapshot dir".to_owned()))?;
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| io_err("create snapshot directory", e))?;
+            let tmp = archive.with_extension(format!("tar.tmp{}", std::process::id()));
+            let exclude = format!("--exclude=./{TAG_FILE}");
+            tar(&[
+                "-C".as_ref(),
+                dir.as_os_str(),
+                exclude.as_ref(),
+                "-cf".as_ref(),
+                tmp.as_os_str(),
+                ".".as_ref(),
+            ])
+            .await?;
+            tokio::fs::rename(&tmp, &archive)
+                .await
+                .map_err(|e| io_err("store snapshot", e))?;
+        }
+        Ok(SnapshotInfo {
+            backend_ref: snapshot_id.to_owned(),
+            ready: true,
+        })
+    }
+
+    async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
+        match tokio::fs::remove_file(self.snapshot_path(backend_ref)?).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("delete snapshot", e)),
+        }
+    }
+
+    async fn expose_port(
+        &self,
+        at: &InstanceRef,
+        port: u16,
+        _expires: Option<Duration>,
+    ) -> Result<Endpoint, AdapterError> {
+        if self.bwrap.is_some() {
+            return Err(AdapterError::Unsupported(
+                "ports.expose (the sandbox has its own network namespace)".to_owned(),
+            ));
+        }
+        self.existing(at).await?;
+        // Processes share the host network: the port is on loopback and never expires.
+        Ok(Endpoint {
+            url: format!("http://127.0.0.1:{port}"),
+            expires_at: None,
+        })
     }
 }
 
@@ -416,5 +1168,36 @@ mod tests {
             resolve_cwd(base, Some("/a/../../etc")),
             Err(AdapterError::Permanent(_))
         ));
+    }
+
+    #[test]
+    fn file_paths_are_absolute_without_parent_or_tag() {
+        let base = Path::new("/r/sbx");
+        assert_eq!(
+            files::resolve(base, "/a/b.txt").ok(),
+            Some(base.join("a/b.txt"))
+        );
+        for bad in [
+            "a/b",
+            "/a/../../x",
+            "/../etc/passwd",
+            "/.differently.json",
+            "/a\0b",
+        ] {
+            assert!(
+                matches!(files::resolve(base, bad), Err(AdapterError::Permanent(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bwrap_unshares_everything_and_binds_the_sandbox_as_root() {
+        let a = bwrap_args(Path::new("/r/sbx"), "/work");
+        let s = a.join(" ");
+        assert!(s.starts_with("--bind /r/sbx /"), "{s}");
+        assert!(s.contains("--unshare-all"));
+        assert!(s.contains("--ro-bind-try /usr /usr"));
+        assert!(s.ends_with("--chdir /work"));
     }
 }

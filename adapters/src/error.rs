@@ -12,6 +12,9 @@ pub enum AdapterError {
     /// The instance does not exist on the backend.
     #[error("backend instance not found")]
     NotFound,
+    /// A file or directory inside the sandbox does not exist (the instance does).
+    #[error("no such file or directory: {0}")]
+    PathNotFound(String),
     /// This adapter does not implement the operation.
     #[error("operation not supported by this pool: {0}")]
     Unsupported(String),

@@ -17,14 +17,30 @@
 //! `unavailable` makes every call fail with `Unavailable` before it reaches the "backend", so
 //! such calls leave no ledger line.
 //!
-//! `exec` does not run anything. It knows three programs:
+//! `exec` does not run anything. It knows these programs:
 //! - `echo args…` → stdout is the args joined by a space plus `"\n"`, exit 0;
-//! - `true` → exit 0, `false` → exit 1;
+//! - `true` → exit 0, `false` → exit 1, `fake-exit N` → exit N;
+//! - `cat` → stdout is stdin (bytes; `stdinBase64` is decoded), `pwd` → the cwd (`/` by default),
+//!   `env` → the request's env as sorted `K=V` lines;
+//! - `fake-stderr words…` → the words on stderr, exit 0;
+//! - `sleep S` → sleeps S seconds (fractions allowed), so a shorter timeout gives exit 124;
+//! - `fake-output N [stderr]` → N bytes of `y\n` (like `yes | head -c N`), generated in 64 KiB
+//!   chunks as the reader takes them: streamed exec blocks on a full channel, so memory stays
+//!   bounded whatever N is; plain `exec` keeps the first 1 MiB and sets the truncation flag;
 //! - anything else (including `sh -c "echo x"`, which is *not* interpreted) → exit 127 with
 //!   stderr `fake: command not found: <program>`.
 //!
-//! Exec on a sandbox without an instance answers `NotFound`. The ledger records the program
-//! name only, never the arguments.
+//! Exec on a sandbox without an instance answers `NotFound`; on a paused or stopped one it is
+//! refused. The ledger records the program name only, never the arguments. A streamed exec
+//! whose reader goes away records a second `exec` line with outcome `cancelled`.
+//!
+//! Optional operations exist only when named in `capabilities` (otherwise `Unsupported`, and no
+//! ledger line): `exec.stream`; `files` (real files below `filesRoot`, default `<ledger>.files`
+//! or a temporary directory, one directory per sandbox); `lifecycle.pause` and
+//! `lifecycle.stop` (ledger lines `pause`/`resume`/`stop`/`start`; the replayed state is what
+//! `find` and `list` report); `snapshots` (a copy of the sandbox's files; `create` with
+//! `from_snapshot` starts from it and records the ref on its `created` line); `ports.expose`
+//! (`https://fake.invalid/<sandbox>/<port>`, expiring as asked, default one hour).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -34,13 +50,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use base64::Engine;
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use differently_core::exec::{ExecRequest, ExecResult};
+use differently_core::exec::{ExecRequest, ExecResult, TIMEOUT_EXIT_CODE};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use serde::{Deserialize, Serialize};
 
-use crate::{Adapter, AdapterError, CreateInstance, Instance, InstanceRef, InstanceState};
+use tokio::sync::mpsc;
+
+use crate::{
+    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
+    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
+};
 
 /// Settings of a `fake` pool (`adapterSettings` in the pool config).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -54,8 +77,13 @@ pub struct FakeConfig {
     pub unavailable: bool,
     /// JSON-lines ledger file shared across processes; `None` keeps the ledger in memory.
     pub ledger: Option<PathBuf>,
-    /// What `capabilities()` advertises.
+    /// What `capabilities()` advertises, and which optional operations exist.
     pub capabilities: Vec<String>,
+    /// Where `files` keeps sandbox files; default `<ledger>.files`, or a temporary directory.
+    pub files_root: Option<PathBuf>,
+    /// `list` fails with `Unavailable` (everything else works): a backend whose listing is
+    /// broken, which the reconciler must leave alone.
+    pub fail_list: bool,
 }
 
 impl Default for FakeConfig {
@@ -66,6 +94,8 @@ impl Default for FakeConfig {
             unavailable: false,
             ledger: None,
             capabilities: vec!["exec".to_owned()],
+            files_root: None,
+            fail_list: false,
         }
     }
 }
@@ -79,6 +109,14 @@ pub enum LedgerOp {
     Exec,
     Find,
     List,
+    Pause,
+    Resume,
+    Stop,
+    Start,
+    Snapshot,
+    DeleteSnapshot,
+    ExposePort,
+    Renew,
 }
 
 /// What the call did.
@@ -97,6 +135,10 @@ pub enum LedgerOutcome {
     Ok,
     /// Injected failure.
     Failed,
+    /// A streamed exec whose reader went away: the command was stopped.
+    Cancelled,
+    /// The instance is not in a state that allows the call (exec while paused).
+    Refused,
 }
 
 /// One line of the ledger: one call as the fake backend saw it.
@@ -120,6 +162,12 @@ pub struct LedgerEntry {
     /// Exec only: the program name, never its arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
+    /// Snapshot ref: taken or deleted (`snapshot`, `deletesnapshot`), or restored (`create`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// `exposeport` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
 }
 
 /// An instance that exists according to the ledger.
@@ -128,6 +176,8 @@ pub struct LiveInstance {
     pub sandbox_id: SandboxId,
     pub backend_ref: String,
     pub installation_id: Option<InstallationId>,
+    /// Running, paused or stopped, as the lifecycle lines left it.
+    pub state: InstanceState,
 }
 
 /// Reads a ledger file. A missing file is an empty ledger. Lines that do not parse (torn by a
@@ -188,11 +238,31 @@ struct State {
     generations: HashMap<SandboxId, u64>,
     /// Failed create lines per sandbox, for failure injection.
     failed_creates: HashMap<SandboxId, u32>,
+    /// Snapshot refs that exist.
+    snapshots: std::collections::BTreeSet<String>,
 }
 
 impl State {
     fn apply(&mut self, e: &LedgerEntry) {
+        match (e.op, e.outcome, &e.snapshot) {
+            (LedgerOp::Snapshot, LedgerOutcome::Ok, Some(r)) => {
+                self.snapshots.insert(r.clone());
+            }
+            (LedgerOp::DeleteSnapshot, LedgerOutcome::Ok, Some(r)) => {
+                self.snapshots.remove(r);
+            }
+            _ => {}
+        }
         let Some(sbx) = &e.sandbox_id else { return };
+        let new_state = match (e.op, e.outcome) {
+            (LedgerOp::Pause, LedgerOutcome::Ok) => Some(InstanceState::Paused),
+            (LedgerOp::Stop, LedgerOutcome::Ok) => Some(InstanceState::Stopped),
+            (LedgerOp::Resume | LedgerOp::Start, LedgerOutcome::Ok) => Some(InstanceState::Running),
+            _ => None,
+        };
+        if let (Some(state), Some(live)) = (new_state, self.live.get_mut(sbx)) {
+            live.state = state;
+        }
         match (e.op, e.outcome) {
             (LedgerOp::Create, LedgerOutcome::Created) => {
                 *self.generations.entry(sbx.clone()).or_default() += 1;
@@ -202,6 +272,7 @@ impl State {
                         sandbox_id: sbx.clone(),
                         backend_ref: e.backend_ref.clone().unwrap_or_default(),
                         installation_id: e.installation_id.clone(),
+                        state: InstanceState::Running,
                     },
                 );
             }
@@ -232,12 +303,22 @@ struct FilePaths {
     lock: PathBuf,
 }
 
+/// A process-unique suffix for the scratch directory.
+fn ulid_suffix() -> u128 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+    (u128::from(nanos.unsigned_abs()) << 16) + u128::from(N.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Fake backend; see the module docs.
 #[derive(Debug, Clone)]
 pub struct FakeAdapter {
     config: FakeConfig,
     inner: Arc<Mutex<Inner>>,
     files: Option<FilePaths>,
+    /// Files directory when neither `filesRoot` nor a ledger is configured.
+    scratch: PathBuf,
 }
 
 impl FakeAdapter {
@@ -251,10 +332,16 @@ impl FakeAdapter {
                 lock: PathBuf::from(lock),
             }
         });
+        let scratch = std::env::temp_dir().join(format!(
+            "differently-fake-{}-{}",
+            std::process::id(),
+            ulid_suffix()
+        ));
         Self {
             config,
             inner: Arc::new(Mutex::new(Inner::default())),
             files,
+            scratch,
         }
     }
 
@@ -397,6 +484,8 @@ fn entry(op: LedgerOp, sandbox_id: Option<SandboxId>, outcome: LedgerOutcome) ->
         outcome,
         pid: std::process::id(),
         program: None,
+        snapshot: None,
+        port: None,
     }
 }
 
@@ -408,19 +497,284 @@ fn running(sandbox_id: &SandboxId, backend_ref: &str) -> Instance {
     }
 }
 
+fn instance_of(live: &LiveInstance) -> Instance {
+    Instance {
+        backend_ref: live.backend_ref.clone(),
+        sandbox_id: live.sandbox_id.clone(),
+        state: live.state,
+    }
+}
+
+/// One piece of what a fake program writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Output {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// `n` bytes of `y\n`, on stderr if `stderr`.
+    Generate {
+        n: u64,
+        stderr: bool,
+    },
+}
+
 /// What the fake "runs" for an exec; see the module docs.
-fn fake_exec(command: &[String]) -> (i32, String, String) {
-    let program = command.first().map(String::as_str).unwrap_or("");
-    let args = command.get(1..).unwrap_or(&[]);
+#[derive(Debug, Clone, PartialEq)]
+struct Plan {
+    output: Vec<Output>,
+    exit_code: i32,
+    sleep: Option<Duration>,
+}
+
+fn plan(req: &ExecRequest, stdin: Vec<u8>) -> Plan {
+    let program = req.program();
+    let args = req.command.get(1..).unwrap_or(&[]);
+    let done = |output: Vec<Output>, exit_code: i32| Plan {
+        output,
+        exit_code,
+        sleep: None,
+    };
     match program {
-        "echo" => (0, format!("{}\n", args.join(" ")), String::new()),
-        "true" => (0, String::new(), String::new()),
-        "false" => (1, String::new(), String::new()),
-        other => (
-            127,
-            String::new(),
-            format!("fake: command not found: {other}\n"),
+        "echo" => done(
+            vec![Output::Stdout(format!("{}\n", args.join(" ")).into_bytes())],
+            0,
         ),
+        "true" => done(vec![], 0),
+        "false" => done(vec![], 1),
+        "cat" => done(vec![Output::Stdout(stdin)], 0),
+        "pwd" => done(
+            vec![Output::Stdout(
+                format!("{}\n", req.cwd.as_deref().unwrap_or("/")).into_bytes(),
+            )],
+            0,
+        ),
+        "env" => done(
+            vec![Output::Stdout(
+                req.env
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}\n"))
+                    .collect::<String>()
+                    .into_bytes(),
+            )],
+            0,
+        ),
+        "fake-exit" => done(
+            vec![],
+            args.first().and_then(|a| a.parse().ok()).unwrap_or(1),
+        ),
+        "fake-stderr" => done(
+            vec![Output::Stderr(format!("{}\n", args.join(" ")).into_bytes())],
+            0,
+        ),
+        "sleep" => match args.first().and_then(|a| a.parse::<f64>().ok()) {
+            Some(secs) if secs.is_finite() && secs >= 0.0 => Plan {
+                output: vec![],
+                exit_code: 0,
+                sleep: Some(Duration::from_secs_f64(secs.min(86_400.0))),
+            },
+            _ => done(
+                vec![Output::Stderr(b"sleep: invalid time interval\n".to_vec())],
+                1,
+            ),
+        },
+        "fake-output" => match args.first().and_then(|a| a.parse::<u64>().ok()) {
+            Some(n) => done(
+                vec![Output::Generate {
+                    n,
+                    stderr: args.get(1).is_some_and(|s| s == "stderr"),
+                }],
+                0,
+            ),
+            None => done(
+                vec![Output::Stderr(
+                    b"fake-output: expected a byte count\n".to_vec(),
+                )],
+                2,
+            ),
+        },
+        other => done(
+            vec![Output::Stderr(
+                format!("fake: command not found: {other}\n").into_bytes(),
+            )],
+            127,
+        ),
+    }
+}
+
+/// `n` bytes of the `y\n` pattern starting at offset `at` of the generated output.
+fn yes_bytes(at: u64, n: usize) -> Bytes {
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        v.push(if (at + i) & 1 == 0 { b'y' } else { b'\n' });
+    }
+    Bytes::from(v)
+}
+
+/// Sends the plan's output to `out` in chunks of at most 64 KiB. `Err(())` when the reader
+/// went away.
+async fn emit(plan: &Plan, out: &mpsc::Sender<ExecEvent>) -> Result<(), ()> {
+    const CHUNK: usize = 64 * 1024;
+    for o in &plan.output {
+        match o {
+            Output::Stdout(b) | Output::Stderr(b) => {
+                let is_err = matches!(o, Output::Stderr(_));
+                for c in b.chunks(CHUNK) {
+                    let c = Bytes::copy_from_slice(c);
+                    let ev = if is_err {
+                        ExecEvent::Stderr(c)
+                    } else {
+                        ExecEvent::Stdout(c)
+                    };
+                    out.send(ev).await.map_err(|_| ())?;
+                }
+            }
+            Output::Generate { n, stderr } => {
+                let mut sent = 0u64;
+                while sent < *n {
+                    let len = usize::try_from((*n - sent).min(CHUNK as u64)).unwrap_or(CHUNK);
+                    let c = yes_bytes(sent, len);
+                    sent += len as u64;
+                    let ev = if *stderr {
+                        ExecEvent::Stderr(c)
+                    } else {
+                        ExecEvent::Stdout(c)
+                    };
+                    out.send(ev).await.map_err(|_| ())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decoded stdin of a request.
+fn stdin_of(req: &ExecRequest) -> Result<Vec<u8>, AdapterError> {
+    match (&req.stdin, &req.stdin_base64) {
+        (Some(s), _) => Ok(s.as_bytes().to_vec()),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}"))),
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl FakeAdapter {
+    /// `Unsupported` unless `capability` is configured.
+    fn require(&self, capability: &str) -> Result<(), AdapterError> {
+        self.check_available()?;
+        if self.config.capabilities.iter().any(|c| c == capability) {
+            Ok(())
+        } else {
+            Err(AdapterError::Unsupported(capability.to_owned()))
+        }
+    }
+
+    /// Where sandbox files live.
+    fn files_root(&self) -> PathBuf {
+        if let Some(r) = &self.config.files_root {
+            return r.clone();
+        }
+        match &self.config.ledger {
+            Some(l) => {
+                let mut p = l.as_os_str().to_owned();
+                p.push(".files");
+                PathBuf::from(p)
+            }
+            None => self.scratch.clone(),
+        }
+    }
+
+    /// Records an exec line and answers whether the instance exists and is running.
+    async fn exec_line(
+        &self,
+        at: &InstanceRef,
+        program: &str,
+        outcome: Option<LedgerOutcome>,
+    ) -> Result<(), AdapterError> {
+        let at = at.clone();
+        let program = program.to_owned();
+        self.transact(move |state| {
+            let mut e = entry(
+                LedgerOp::Exec,
+                Some(at.sandbox_id.clone()),
+                outcome.unwrap_or(LedgerOutcome::Ok),
+            );
+            e.backend_ref = Some(at.backend_ref.clone());
+            e.program = Some(program);
+            let live = state
+                .live
+                .get(&at.sandbox_id)
+                .filter(|l| l.backend_ref == at.backend_ref);
+            let r = match (outcome, live) {
+                (Some(_), _) => Ok(()),
+                (None, None) => {
+                    e.outcome = LedgerOutcome::Missing;
+                    Err(AdapterError::NotFound)
+                }
+                (None, Some(l)) if l.state != InstanceState::Running => {
+                    e.outcome = LedgerOutcome::Refused;
+                    Err(AdapterError::Permanent(format!(
+                        "the instance is {:?}",
+                        l.state
+                    )))
+                }
+                (None, Some(_)) => Ok(()),
+            };
+            (e, r)
+        })
+        .await?
+    }
+
+    /// The files directory of an existing instance (created on first use).
+    async fn sandbox_files(&self, at: &InstanceRef) -> Result<PathBuf, AdapterError> {
+        self.require("files")?;
+        let found = self.find(&at.sandbox_id).await?;
+        if found.is_none_or(|i| i.backend_ref != at.backend_ref) {
+            return Err(AdapterError::NotFound);
+        }
+        let dir = self.files_root().join(at.sandbox_id.as_str());
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| AdapterError::Transient(format!("fake files: {e}")))?;
+        Ok(dir)
+    }
+
+    /// A lifecycle call: checks the instance is in `from` (or already in `to`: idempotent)
+    /// and records the line.
+    async fn lifecycle(
+        &self,
+        at: &InstanceRef,
+        capability: &str,
+        op: LedgerOp,
+        from: InstanceState,
+        to: InstanceState,
+    ) -> Result<(), AdapterError> {
+        self.require(capability)?;
+        self.latency().await;
+        let at = at.clone();
+        self.transact(move |state| {
+            let mut e = entry(op, Some(at.sandbox_id.clone()), LedgerOutcome::Ok);
+            e.backend_ref = Some(at.backend_ref.clone());
+            let r = match state.live.get(&at.sandbox_id) {
+                None => {
+                    e.outcome = LedgerOutcome::Missing;
+                    Err(AdapterError::NotFound)
+                }
+                Some(l) if l.state == from || l.state == to => Ok(()),
+                Some(l) => {
+                    e.outcome = LedgerOutcome::Refused;
+                    Err(AdapterError::Permanent(format!(
+                        "cannot {op:?} an instance that is {:?}",
+                        l.state
+                    )))
+                }
+            };
+            (e, r)
+        })
+        .await?
     }
 }
 
@@ -440,29 +794,54 @@ impl Adapter for FakeAdapter {
         let sbx = req.sandbox_id.clone();
         let installation = req.installation_id.clone();
         let fail_creates = self.config.fail_creates;
-        self.transact(move |state| {
-            let mut e = entry(LedgerOp::Create, Some(sbx.clone()), LedgerOutcome::Created);
-            if let Some(live) = state.live.get(&sbx) {
-                e.outcome = LedgerOutcome::Existing;
-                e.backend_ref = Some(live.backend_ref.clone());
-                return (e, Ok(running(&sbx, &live.backend_ref)));
+        let from_snapshot = req.from_snapshot.clone();
+        let created = self
+            .transact(move |state| {
+                let mut e = entry(LedgerOp::Create, Some(sbx.clone()), LedgerOutcome::Created);
+                if let Some(live) = state.live.get(&sbx) {
+                    e.outcome = LedgerOutcome::Existing;
+                    e.backend_ref = Some(live.backend_ref.clone());
+                    return (e, Ok(instance_of(live)));
+                }
+                let failed = state.failed_creates.get(&sbx).copied().unwrap_or(0);
+                if failed < fail_creates {
+                    e.outcome = LedgerOutcome::Failed;
+                    let err = AdapterError::Transient(format!(
+                        "fake: injected create failure {} of {fail_creates}",
+                        failed + 1
+                    ));
+                    return (e, Err(err));
+                }
+                if let Some(snap) = &from_snapshot {
+                    if !state.snapshots.contains(snap) {
+                        e.outcome = LedgerOutcome::Failed;
+                        e.snapshot = Some(snap.clone());
+                        let err = AdapterError::Permanent(format!("fake: no snapshot {snap}"));
+                        return (e, Err(err));
+                    }
+                }
+                let generation = state.generations.get(&sbx).copied().unwrap_or(0) + 1;
+                let backend_ref = format!("fake-{sbx}-{generation}");
+                e.backend_ref = Some(backend_ref.clone());
+                e.installation_id = Some(installation);
+                e.snapshot = from_snapshot;
+                (e, Ok(running(&sbx, &backend_ref)))
+            })
+            .await??;
+        if let (Some(snap), true) = (
+            &req.from_snapshot,
+            self.config.capabilities.iter().any(|c| c == "files"),
+        ) {
+            let from = self.files_root().join(".snapshots").join(snap);
+            let to = self.files_root().join(req.sandbox_id.as_str());
+            if from.is_dir() && !to.exists() {
+                tokio::task::spawn_blocking(move || crate::devhost::files::copy_tree(&from, &to))
+                    .await
+                    .map_err(|e| AdapterError::Transient(format!("fake restore: {e}")))?
+                    .map_err(|e| AdapterError::Transient(format!("fake restore: {e}")))?;
             }
-            let failed = state.failed_creates.get(&sbx).copied().unwrap_or(0);
-            if failed < fail_creates {
-                e.outcome = LedgerOutcome::Failed;
-                let err = AdapterError::Transient(format!(
-                    "fake: injected create failure {} of {fail_creates}",
-                    failed + 1
-                ));
-                return (e, Err(err));
-            }
-            let generation = state.generations.get(&sbx).copied().unwrap_or(0) + 1;
-            let backend_ref = format!("fake-{sbx}-{generation}");
-            e.backend_ref = Some(backend_ref.clone());
-            e.installation_id = Some(installation);
-            (e, Ok(running(&sbx, &backend_ref)))
-        })
-        .await?
+        }
+        Ok(created)
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
@@ -488,7 +867,7 @@ impl Adapter for FakeAdapter {
             match state.live.get(&sbx) {
                 Some(live) => {
                     e.backend_ref = Some(live.backend_ref.clone());
-                    (e, Some(running(&sbx, &live.backend_ref)))
+                    (e, Some(instance_of(live)))
                 }
                 None => {
                     e.outcome = LedgerOutcome::Missing;
@@ -501,6 +880,11 @@ impl Adapter for FakeAdapter {
 
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
         self.check_available()?;
+        if self.config.fail_list {
+            return Err(AdapterError::Unavailable(
+                "fake backend configured with failList".to_owned(),
+            ));
+        }
         let installation = installation.clone();
         self.transact(move |state| {
             let mut e = entry(LedgerOp::List, None, LedgerOutcome::Ok);
@@ -509,7 +893,7 @@ impl Adapter for FakeAdapter {
                 .live
                 .values()
                 .filter(|l| l.installation_id.as_ref() == Some(&installation))
-                .map(|l| running(&l.sandbox_id, &l.backend_ref))
+                .map(instance_of)
                 .collect();
             (e, found)
         })
@@ -519,43 +903,268 @@ impl Adapter for FakeAdapter {
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
         self.check_available()?;
         let started = Instant::now();
-        let at = at.clone();
-        let program = req.program().to_owned();
-        let exists = self
-            .transact(move |state| {
-                let mut e = entry(
-                    LedgerOp::Exec,
-                    Some(at.sandbox_id.clone()),
-                    LedgerOutcome::Ok,
-                );
-                e.backend_ref = Some(at.backend_ref.clone());
-                e.program = Some(program);
-                let exists = state
-                    .live
-                    .get(&at.sandbox_id)
-                    .is_some_and(|l| l.backend_ref == at.backend_ref);
-                if !exists {
-                    e.outcome = LedgerOutcome::Missing;
-                }
-                (e, exists)
-            })
-            .await?;
-        if !exists {
-            return Err(AdapterError::NotFound);
+        self.exec_line(at, req.program(), None).await?;
+        let plan = plan(req, stdin_of(req)?);
+        if let Some(d) = plan.sleep {
+            if d > req.timeout() {
+                tokio::time::sleep(req.timeout()).await;
+                return Ok(ExecResult {
+                    exit_code: TIMEOUT_EXIT_CODE,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    stdout_truncated: false,
+                    stderr_truncated: false,
+                    duration_ms: millis(started.elapsed()),
+                });
+            }
+            tokio::time::sleep(d).await;
         }
-        let (exit_code, stdout, stderr) = fake_exec(&req.command);
+        const CAP: usize = crate::devhost::OUTPUT_CAP_BYTES;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (mut out_cut, mut err_cut) = (false, false);
+        for o in &plan.output {
+            let (buf, cut, bytes): (_, _, Bytes) = match o {
+                Output::Stdout(b) => (&mut out, &mut out_cut, Bytes::copy_from_slice(b)),
+                Output::Stderr(b) => (&mut err, &mut err_cut, Bytes::copy_from_slice(b)),
+                Output::Generate { n, stderr } => {
+                    let keep = usize::try_from((*n).min(CAP as u64 + 1)).unwrap_or(CAP + 1);
+                    let b = yes_bytes(0, keep);
+                    if *stderr {
+                        (&mut err, &mut err_cut, b)
+                    } else {
+                        (&mut out, &mut out_cut, b)
+                    }
+                }
+            };
+            let room = CAP.saturating_sub(buf.len());
+            buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            if bytes.len() > room {
+                *cut = true;
+            }
+        }
         Ok(ExecResult {
-            exit_code,
-            stdout,
-            stderr,
-            stdout_truncated: false,
-            stderr_truncated: false,
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            exit_code: plan.exit_code,
+            stdout: String::from_utf8_lossy(&out).into_owned(),
+            stderr: String::from_utf8_lossy(&err).into_owned(),
+            stdout_truncated: out_cut,
+            stderr_truncated: err_cut,
+            duration_ms: millis(started.elapsed()),
         })
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
         self.check_available()
+    }
+
+    async fn exec_stream(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: mpsc::Sender<ExecEvent>,
+    ) -> Result<ExecExit, AdapterError> {
+        self.require("exec.stream")?;
+        let started = Instant::now();
+        self.exec_line(at, req.program(), None).await?;
+        let plan = plan(req, stdin_of(req)?);
+        let run = async {
+            if let Some(d) = plan.sleep {
+                tokio::time::sleep(d).await;
+            }
+            emit(&plan, &out).await
+        };
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(req.timeout(), run) => r,
+            _ = out.closed() => Ok(Err(())),
+        };
+        let exit_code = match outcome {
+            Ok(Ok(())) => plan.exit_code,
+            Err(_) => TIMEOUT_EXIT_CODE,
+            Ok(Err(())) => {
+                self.exec_line(at, req.program(), Some(LedgerOutcome::Cancelled))
+                    .await?;
+                128 + 9
+            }
+        };
+        Ok(ExecExit {
+            exit_code,
+            duration_ms: millis(started.elapsed()),
+        })
+    }
+
+    async fn upload(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+        body: ByteStream,
+    ) -> Result<(), AdapterError> {
+        let dir = self.sandbox_files(at).await?;
+        crate::devhost::files::upload(&dir, path, mode, body).await
+    }
+
+    async fn download(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        range: Option<ByteRange>,
+    ) -> Result<Download, AdapterError> {
+        let dir = self.sandbox_files(at).await?;
+        crate::devhost::files::download(&dir, path, range).await
+    }
+
+    async fn list_files(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        depth: u32,
+    ) -> Result<Vec<FileEntry>, AdapterError> {
+        let dir = self.sandbox_files(at).await?;
+        crate::devhost::files::list(&dir, path, depth).await
+    }
+
+    async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
+        let dir = self.sandbox_files(at).await?;
+        crate::devhost::files::delete(&dir, path).await
+    }
+
+    async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        use InstanceState::*;
+        self.lifecycle(at, "lifecycle.pause", LedgerOp::Pause, Running, Paused)
+            .await
+    }
+
+    async fn resume(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        use InstanceState::*;
+        self.lifecycle(at, "lifecycle.pause", LedgerOp::Resume, Paused, Running)
+            .await
+    }
+
+    async fn stop(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        use InstanceState::*;
+        self.lifecycle(at, "lifecycle.stop", LedgerOp::Stop, Running, Stopped)
+            .await
+    }
+
+    async fn start(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        use InstanceState::*;
+        self.lifecycle(at, "lifecycle.stop", LedgerOp::Start, Stopped, Running)
+            .await
+    }
+
+    async fn snapshot(
+        &self,
+        at: &InstanceRef,
+        snapshot_id: &str,
+    ) -> Result<SnapshotInfo, AdapterError> {
+        self.require("snapshots")?;
+        self.latency().await;
+        let backend_ref = format!("fake-snap-{snapshot_id}");
+        if self.config.capabilities.iter().any(|c| c == "files") {
+            let from = self.files_root().join(at.sandbox_id.as_str());
+            let to = self.files_root().join(".snapshots").join(&backend_ref);
+            if from.is_dir() && !to.exists() {
+                tokio::task::spawn_blocking(move || crate::devhost::files::copy_tree(&from, &to))
+                    .await
+                    .map_err(|e| AdapterError::Transient(format!("fake snapshot: {e}")))?
+                    .map_err(|e| AdapterError::Transient(format!("fake snapshot: {e}")))?;
+            }
+        }
+        let at = at.clone();
+        let r = backend_ref.clone();
+        self.transact(move |state| {
+            let mut e = entry(
+                LedgerOp::Snapshot,
+                Some(at.sandbox_id.clone()),
+                LedgerOutcome::Ok,
+            );
+            e.backend_ref = Some(at.backend_ref.clone());
+            e.snapshot = Some(r);
+            let res = if state.live.contains_key(&at.sandbox_id) {
+                Ok(())
+            } else {
+                e.outcome = LedgerOutcome::Missing;
+                Err(AdapterError::NotFound)
+            };
+            (e, res)
+        })
+        .await??;
+        Ok(SnapshotInfo {
+            backend_ref,
+            ready: true,
+        })
+    }
+
+    async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
+        self.require("snapshots")?;
+        let r = backend_ref.to_owned();
+        self.transact(move |state| {
+            let mut e = entry(LedgerOp::DeleteSnapshot, None, LedgerOutcome::Ok);
+            if !state.snapshots.contains(&r) {
+                e.outcome = LedgerOutcome::Missing;
+            }
+            e.snapshot = Some(r);
+            (e, ())
+        })
+        .await?;
+        let dir = self.files_root().join(".snapshots").join(backend_ref);
+        if backend_ref.starts_with("fake-snap-") && !backend_ref.contains('/') {
+            let _ = tokio::fs::remove_dir_all(dir).await;
+        }
+        Ok(())
+    }
+
+    async fn expose_port(
+        &self,
+        at: &InstanceRef,
+        port: u16,
+        expires: Option<Duration>,
+    ) -> Result<Endpoint, AdapterError> {
+        self.require("ports.expose")?;
+        let at = at.clone();
+        let exists = self
+            .transact(move |state| {
+                let mut e = entry(
+                    LedgerOp::ExposePort,
+                    Some(at.sandbox_id.clone()),
+                    LedgerOutcome::Ok,
+                );
+                e.port = Some(port);
+                let ok = state.live.contains_key(&at.sandbox_id);
+                if !ok {
+                    e.outcome = LedgerOutcome::Missing;
+                }
+                (e, ok.then_some(at))
+            })
+            .await?;
+        let at = exists.ok_or(AdapterError::NotFound)?;
+        let ttl = expires.unwrap_or(Duration::from_secs(3600));
+        let expires_at =
+            Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::hours(1));
+        Ok(Endpoint {
+            url: format!(
+                "https://fake.invalid/{}/{port}?exp={}",
+                at.sandbox_id,
+                expires_at.timestamp()
+            ),
+            expires_at: Some(expires_at),
+        })
+    }
+
+    async fn renew(&self, at: &InstanceRef, _ttl: Duration) -> Result<(), AdapterError> {
+        self.check_available()?;
+        let at = at.clone();
+        self.transact(move |state| {
+            let mut e = entry(
+                LedgerOp::Renew,
+                Some(at.sandbox_id.clone()),
+                LedgerOutcome::Ok,
+            );
+            if !state.live.contains_key(&at.sandbox_id) {
+                e.outcome = LedgerOutcome::Missing;
+            }
+            (e, ())
+        })
+        .await
     }
 }
 
@@ -592,11 +1201,38 @@ mod tests {
 
     #[test]
     fn exec_semantics() {
-        let cmd = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(fake_exec(&cmd(&["echo", "a", "b"])).1, "a b\n");
-        assert_eq!(fake_exec(&cmd(&["false"])).0, 1);
-        let (code, _, err) = fake_exec(&cmd(&["sh", "-c", "echo x"]));
-        assert_eq!(code, 127);
-        assert_eq!(err, "fake: command not found: sh\n");
+        let req = |v: &[&str]| ExecRequest {
+            command: v.iter().map(|s| s.to_string()).collect(),
+            ..ExecRequest::default()
+        };
+        let out = |p: &Plan| match p.output.first() {
+            Some(Output::Stdout(b)) | Some(Output::Stderr(b)) => {
+                String::from_utf8_lossy(b).into_owned()
+            }
+            _ => String::new(),
+        };
+        assert_eq!(out(&plan(&req(&["echo", "a", "b"]), vec![])), "a b\n");
+        assert_eq!(plan(&req(&["false"]), vec![]).exit_code, 1);
+        assert_eq!(plan(&req(&["fake-exit", "7"]), vec![]).exit_code, 7);
+        assert_eq!(out(&plan(&req(&["cat"]), b"in".to_vec())), "in");
+        let p = plan(&req(&["sh", "-c", "echo x"]), vec![]);
+        assert_eq!(p.exit_code, 127);
+        assert_eq!(
+            p.output,
+            vec![Output::Stderr(b"fake: command not found: sh\n".to_vec())]
+        );
+        assert_eq!(
+            plan(&req(&["fake-output", "10", "stderr"]), vec![]).output,
+            vec![Output::Generate {
+                n: 10,
+                stderr: true
+            }]
+        );
+        assert_eq!(&yes_bytes(0, 5)[..], b"y\ny\ny");
+        assert_eq!(&yes_bytes(1, 2)[..], b"\ny");
+        assert_eq!(
+            plan(&req(&["sleep", "0.5"]), vec![]).sleep,
+            Some(Duration::from_millis(500))
+        );
     }
 }

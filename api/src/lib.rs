@@ -21,6 +21,10 @@ pub mod body;
 pub mod bootstrap;
 pub mod error;
 pub mod events;
+pub mod events_sse;
+pub mod exec_stream;
+pub mod files;
+pub mod lifecycle;
 pub mod page;
 pub mod ratelimit;
 pub mod sandboxes;
@@ -92,6 +96,10 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(sandboxes::router())
+        .merge(exec_stream::router())
+        .merge(files::router())
+        .merge(lifecycle::router())
+        .merge(events_sse::router())
         .merge(tenancy::router())
         .merge(audit::router())
         .route("/healthz", get(healthz))

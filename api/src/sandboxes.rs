@@ -1,4 +1,4 @@
-//! `/v1/sandboxes`: admission, reads, wait, delete and exec.
+//! `/v1/sandboxes`: admission, reads, wait and delete (exec is in `exec_stream`).
 //!
 //! Create: authenticate → build and validate → fail-fast placement → admit transaction →
 //! publish `dly.admit.<org>` → 202. A lost publish is repaired by the scheduler from Postgres.
@@ -11,9 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::Utc;
-use differently_adapters::InstanceRef;
 use differently_bus_schema::WorkOp;
-use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::placement::{decide, Decision};
 use differently_core::sandbox::SandboxView;
 use differently_core::tenancy::Scope;
@@ -37,7 +35,6 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sandboxes", post(create).get(list))
         .route("/v1/sandboxes/{id}", get(read).delete(delete))
         .route("/v1/sandboxes/{id}/wait", get(wait))
-        .route("/v1/sandboxes/{id}/exec", post(exec))
 }
 
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
@@ -332,46 +329,4 @@ async fn delete(
         ErrorCode::Conflict,
         "the sandbox keeps changing; retry",
     ))
-}
-
-async fn exec(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<ExecResult>> {
-    let req: ExecRequest = parse_json(&body)?;
-    principal.require(Scope::SandboxesExec)?;
-    req.validate()
-        .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
-    let sandbox = load(&state, &principal, &id).await?;
-    if sandbox.status != SandboxStatus::Running {
-        return Err(ApiError::new(
-            ErrorCode::Conflict,
-            format!(
-                "sandbox is {}; exec needs a running sandbox",
-                sandbox.status
-            ),
-        )
-        .with_details(serde_json::json!({ "status": sandbox.status })));
-    }
-    let (Some(pool_name), Some(backend_ref)) = (&sandbox.pool, &sandbox.backend_ref) else {
-        return Err(ApiError::internal(format!(
-            "running sandbox {} without pool or ref",
-            sandbox.id
-        )));
-    };
-    let pool = state.pools.get(pool_name).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::ProviderUnavailable,
-            "the sandbox's pool is not configured on this replica",
-        )
-    })?;
-    let at = InstanceRef {
-        sandbox_id: sandbox.id.clone(),
-        backend_ref: backend_ref.clone(),
-    };
-    tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec");
-    let result = pool.adapter.exec(&at, &req).await?;
-    Ok(Json(result))
 }

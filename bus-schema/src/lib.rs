@@ -178,15 +178,58 @@ pub struct ConsumerDef {
 pub enum WorkOp {
     Create,
     Delete,
+    /// `running → paused` (memory kept).
+    Pause,
+    /// `paused → running`.
+    Resume,
+    /// `running → stopped` (disk kept).
+    Stop,
+    /// `stopped → running`.
+    Start,
+    /// Takes a snapshot; the status does not change.
+    Snapshot,
+    /// Deletes a backend snapshot.
+    DeleteSnapshot,
+    /// Makes a port reachable by URL.
+    ExposePort,
+    /// Moves the backend-side TTL backstop.
+    Renew,
 }
 
 impl WorkOp {
+    /// Every operation, in declaration order.
+    pub const ALL: [WorkOp; 10] = [
+        WorkOp::Create,
+        WorkOp::Delete,
+        WorkOp::Pause,
+        WorkOp::Resume,
+        WorkOp::Stop,
+        WorkOp::Start,
+        WorkOp::Snapshot,
+        WorkOp::DeleteSnapshot,
+        WorkOp::ExposePort,
+        WorkOp::Renew,
+    ];
+
     /// The subject token.
     pub fn as_str(self) -> &'static str {
         match self {
             WorkOp::Create => "create",
             WorkOp::Delete => "delete",
+            WorkOp::Pause => "pause",
+            WorkOp::Resume => "resume",
+            WorkOp::Stop => "stop",
+            WorkOp::Start => "start",
+            WorkOp::Snapshot => "snapshot",
+            WorkOp::DeleteSnapshot => "deletesnapshot",
+            WorkOp::ExposePort => "exposeport",
+            WorkOp::Renew => "renew",
         }
+    }
+
+    /// Parses the subject token.
+    pub fn parse(s: &str) -> Option<WorkOp> {
+        WorkOp::ALL.into_iter().find(|op| op.as_str() == s)
     }
 }
 
@@ -237,6 +280,10 @@ pub struct Admitted {
 pub struct Work {
     pub op: WorkOp,
     pub pool: String,
+    /// The operation record (`op_…`) a lifecycle message executes; the worker reads its
+    /// arguments from the store and records the outcome there. Absent for create and delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_id: Option<String>,
 }
 
 /// Body on `dly.evt.…`: a committed status change.
@@ -280,6 +327,18 @@ mod tests {
     }
 
     #[test]
+    fn work_ops_round_trip_their_subject_token() {
+        for op in WorkOp::ALL {
+            assert_eq!(WorkOp::parse(op.as_str()), Some(op));
+            let json = serde_json::to_string(&op).unwrap();
+            assert_eq!(json, format!("\"{}\"", op.as_str()));
+        }
+        // A message from before `opId` existed still decodes.
+        let old: Work = serde_json::from_str(r#"{"op":"create","pool":"p"}"#).unwrap();
+        assert_eq!(old.op_id, None);
+    }
+
+    #[test]
     fn envelope_round_trips() {
         let env = Envelope::new(
             SandboxId::new(),
@@ -287,6 +346,7 @@ mod tests {
             Work {
                 op: WorkOp::Delete,
                 pool: "p".into(),
+                op_id: None,
             },
         );
         let json = serde_json::to_vec(&env).unwrap();

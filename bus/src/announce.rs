@@ -71,6 +71,7 @@ impl Announcer {
             Work {
                 op,
                 pool: pool.clone(),
+                op_id: None,
             },
         );
         let id = msg_id(
@@ -79,6 +80,31 @@ impl Announcer {
             s.status_version,
         );
         self.send(self.naming.work_subject(&pool, op), id, &env)
+            .await
+    }
+
+    /// `dly.work.<pool>.<op>` for a lifecycle operation record `op_id` (pause, snapshot, …).
+    /// The message id is the operation id, so a repair re-send of the same operation is
+    /// dropped as a duplicate unless `attempt` distinguishes it.
+    pub async fn op(
+        &self,
+        s: &Sandbox,
+        pool: &str,
+        op: WorkOp,
+        op_id: &str,
+        attempt: &str,
+    ) -> Result<(), BusError> {
+        let env = Envelope::new(
+            s.id.clone(),
+            s.status_version,
+            Work {
+                op,
+                pool: pool.to_owned(),
+                op_id: Some(op_id.to_owned()),
+            },
+        );
+        let id = format!("{}:{op_id}{attempt}", s.id);
+        self.send(self.naming.work_subject(pool, op), id, &env)
             .await
     }
 

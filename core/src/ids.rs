@@ -108,6 +108,12 @@ prefixed_id!(
     /// A sandbox; also the idempotency key for every backend call about it.
     SandboxId, "sbx");
 prefixed_id!(
+    /// A snapshot of a sandbox; restore and fork create from it.
+    SnapshotId, "snp");
+prefixed_id!(
+    /// A lifecycle operation executed by a pool's workers (pause, snapshot, port …).
+    OpId, "op");
+prefixed_id!(
     /// This installation; backend instances are tagged with it so reconcilers leave others alone.
     InstallationId, "inst");
 

@@ -36,6 +36,10 @@ pub struct SchedulerConfig {
     pub waiting_backoff: Duration,
     /// Tenant quota re-checked at activation.
     pub quota: Quota,
+    /// Idle timeout of sandboxes that set none (`None`: such sandboxes never idle).
+    pub default_idle_timeout: Option<Duration>,
+    /// How often the reconciler compares each pool's backend listing with the rows.
+    pub reconcile_interval: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -49,6 +53,8 @@ impl Default for SchedulerConfig {
             repair_interval: Duration::from_secs(2),
             waiting_backoff: Duration::from_secs(2),
             quota: Quota::default(),
+            default_idle_timeout: None,
+            reconcile_interval: Duration::from_secs(5),
         }
     }
 }

@@ -1,11 +1,19 @@
 //! Level-triggered sweeps run by the leader every tick: TTL expiry, provisioning that made
-//! no progress (adopt the backend instance or requeue), and deletes that did not finish.
+//! no progress (adopt the backend instance or requeue), deletes that did not finish, idle
+//! sandboxes (paused, or stopped where the pool cannot pause), lifecycle operations whose work
+//! message was lost (re-sent), and — every `reconcile_interval` — the reconciler: each pool's
+//! backend listing against the rows. Backend instances tagged with this installation whose
+//! row is missing or final are deleted (orphans); live rows whose instance vanished fail with
+//! a reason; a pool whose listing fails is skipped for that pass. Every action is logged with
+//! `action=` for counting.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
 use differently_bus_schema::WorkOp;
-use differently_core::{SandboxId, SandboxStatus};
+use differently_core::ids::{OpId, SnapshotId};
+use differently_core::{ErrorCode, SandboxId, SandboxStatus};
+use differently_store::lifecycle::{OpBegun, OpError, OpRecord, OpState, IDLE_REASON};
 use differently_store::{Actor, StoreError, Transition};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -16,7 +24,21 @@ const BATCH: u32 = 100;
 
 pub(crate) async fn run(s: Scheduler, mut stop: watch::Receiver<bool>) {
     let mut resent: HashMap<SandboxId, Instant> = HashMap::new();
+    let mut ops_resent: HashMap<OpId, Instant> = HashMap::new();
+    let mut last_reconcile: Option<Instant> = None;
     loop {
+        if let Err(e) = idle(&s).await {
+            tracing::warn!(error = %e, "sweep: idle pass failed");
+        }
+        if let Err(e) = repair_ops(&s, &mut ops_resent).await {
+            tracing::warn!(error = %e, "sweep: operation repair failed");
+        }
+        if last_reconcile.is_none_or(|t| t.elapsed() >= s.config.reconcile_interval) {
+            last_reconcile = Some(Instant::now());
+            if let Err(e) = reconcile(&s).await {
+                tracing::warn!(error = %e, "sweep: reconcile failed");
+            }
+        }
         if let Err(e) = expire(&s).await {
             tracing::warn!(error = %e, "sweep: ttl expiry failed");
         }
@@ -153,6 +175,173 @@ async fn stuck_terminating(
             tracing::warn!(sandbox = %row.id, error = %e, "sweep: delete re-send failed");
         } else {
             resent.insert(row.id.clone(), Instant::now());
+        }
+    }
+    Ok(())
+}
+
+/// Pauses (or stops, where the pool cannot pause) running sandboxes idle past their timeout,
+/// through the same operation records and work messages as the API.
+async fn idle(s: &Scheduler) -> Result<(), StoreError> {
+    let now = Utc::now();
+    let default = s.config.default_idle_timeout.map(|d| d.as_secs().max(1));
+    for row in s.store.idle_candidates(now, default, BATCH).await? {
+        let Some(pool) = row.pool.as_deref().and_then(|p| s.pools.get(p)) else {
+            continue;
+        };
+        let caps = pool.adapter.capabilities();
+        let op = if caps.iter().any(|c| c == "lifecycle.pause") {
+            WorkOp::Pause
+        } else if caps.iter().any(|c| c == "lifecycle.stop") {
+            WorkOp::Stop
+        } else {
+            tracing::debug!(sandbox = %row.id, "sweep: idle, but the pool can neither pause nor stop");
+            continue;
+        };
+        let record = OpRecord::new(
+            &row,
+            op.as_str(),
+            true,
+            serde_json::json!({ "reason": IDLE_REASON }),
+            Actor::System("idle").as_audit(),
+            now,
+        );
+        if let OpBegun::New(r) = s.store.begin_op(&record).await? {
+            tracing::info!(sandbox = %row.id, op = op.as_str(), action = "idle", "sweep: idle sandbox");
+            let pool_name = pool.view().name;
+            if let Err(e) = s
+                .announcer
+                .op(&row, &pool_name, op, r.id.as_str(), "")
+                .await
+            {
+                tracing::warn!(sandbox = %row.id, error = %e, "sweep: idle publish failed; repair re-sends it");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Pending operations older than this are re-sent (their work message may be lost).
+const OP_RESEND_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Re-sends lost lifecycle work; fails operations whose sandbox has ended.
+async fn repair_ops(s: &Scheduler, resent: &mut HashMap<OpId, Instant>) -> Result<(), StoreError> {
+    let now = Utc::now();
+    let before = now - chrono_dur(OP_RESEND_AFTER);
+    let ops = s.store.pending_ops(before, BATCH).await?;
+    resent.retain(|id, _| ops.iter().any(|o| &o.id == id));
+    for op in ops {
+        if resent
+            .get(&op.id)
+            .is_some_and(|t| t.elapsed() < OP_RESEND_AFTER)
+        {
+            continue;
+        }
+        let Some(kind) = WorkOp::parse(&op.kind) else {
+            continue;
+        };
+        let row = s.store.get_sandbox(&op.sandbox_id).await?;
+        let ended = row.as_ref().is_none_or(|r| r.status.is_final());
+        let snapshot_pool = match op.args["snapshotId"].as_str().map(SnapshotId::parse) {
+            Some(Ok(id)) => s.store.get_snapshot(&id).await?.map(|snap| snap.pool),
+            _ => None,
+        };
+        let pool = snapshot_pool.or_else(|| row.as_ref().and_then(|r| r.pool.clone()));
+        match (row, pool) {
+            (Some(row), Some(pool)) if !ended || kind == WorkOp::DeleteSnapshot => {
+                let attempt = format!("-retry{}", now.timestamp());
+                tracing::info!(op = %op.id, kind = %op.kind, action = "op_resend", "sweep: re-sending operation");
+                if s.announcer
+                    .op(&row, &pool, kind, op.id.as_str(), &attempt)
+                    .await
+                    .is_ok()
+                {
+                    resent.insert(op.id.clone(), Instant::now());
+                }
+            }
+            _ => {
+                let err = OpError {
+                    code: ErrorCode::Conflict.as_str().to_owned(),
+                    message: "the sandbox ended before the operation ran".to_owned(),
+                };
+                s.store
+                    .finish_op(
+                        &op.id,
+                        OpState::Failed,
+                        serde_json::Value::Null,
+                        Some(err),
+                        now,
+                    )
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One reconciliation pass over every pool; see the module docs.
+async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
+    let installation = s.store.installation_id().await?;
+    for name in s.pools.names() {
+        let Some(pool) = s.pools.get(&name) else {
+            continue;
+        };
+        let listed_at = Utc::now();
+        let instances = match pool.adapter.list(&installation).await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(pool = %name, error = %e, action = "reconcile_skipped", "reconcile: listing failed; pool skipped this pass");
+                continue;
+            }
+        };
+        let mut seen = HashSet::new();
+        for inst in &instances {
+            seen.insert(inst.sandbox_id.clone());
+            let row = s.store.get_sandbox(&inst.sandbox_id).await?;
+            let orphan = match &row {
+                None => true,
+                Some(r) => r.status.is_final(),
+            };
+            if !orphan {
+                continue;
+            }
+            match pool.adapter.delete(&inst.sandbox_id).await {
+                Ok(()) => {
+                    tracing::info!(pool = %name, sandbox = %inst.sandbox_id, action = "orphan_deleted", "reconcile: deleted an orphan backend instance")
+                }
+                Err(e) => {
+                    tracing::warn!(pool = %name, sandbox = %inst.sandbox_id, error = %e, "reconcile: orphan delete failed; next pass retries")
+                }
+            }
+        }
+        // Rows unchanged since before the listing must appear in it.
+        for row in s.store.live_in_pool(&name, listed_at, BATCH).await? {
+            if seen.contains(&row.id) {
+                continue;
+            }
+            match pool.adapter.find(&row.id).await {
+                Ok(None) => {}
+                Ok(Some(_)) => continue,
+                Err(e) => {
+                    tracing::warn!(sandbox = %row.id, error = %e, "reconcile: cannot confirm a missing instance");
+                    continue;
+                }
+            }
+            let t = Transition {
+                id: row.id.clone(),
+                from: vec![row.status],
+                to: SandboxStatus::Failed,
+                reason: Some("backend instance vanished".into()),
+                actor: Actor::System("reconciler"),
+            };
+            match s.store.transition(t, Utc::now()).await {
+                Ok(failed) => {
+                    tracing::warn!(pool = %name, sandbox = %row.id, action = "vanished_failed", "reconcile: backend instance vanished; sandbox failed");
+                    let _ = s.announcer.status(&failed).await;
+                }
+                Err(StoreError::StatusConflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())

@@ -14,6 +14,9 @@ pub mod audit;
 mod audit_memory;
 mod audit_pg;
 pub mod error;
+pub mod lifecycle;
+mod lifecycle_memory;
+mod lifecycle_pg;
 pub mod memory;
 pub mod postgres;
 pub mod sealed;
@@ -140,7 +143,9 @@ pub struct AuditRecord {
 
 /// The store contract shared by Postgres and memory.
 #[async_trait]
-pub trait Store: audit::AuditStore + secrets::SecretStore + Send + Sync + 'static {
+pub trait Store:
+    lifecycle::LifecycleStore + audit::AuditStore + secrets::SecretStore + Send + Sync + 'static
+{
     /// This installation's id, created once and kept (backend instances are tagged with it).
     async fn installation_id(&self) -> Result<InstallationId, StoreError>;
 

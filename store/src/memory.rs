@@ -314,8 +314,8 @@ pub(crate) mod rules {
 
 /// A stored sandbox with the fields that are not part of the `Sandbox` document.
 #[derive(Debug, Clone)]
-struct Row {
-    sandbox: Sandbox,
+pub(crate) struct Row {
+    pub(crate) sandbox: Sandbox,
     request_hash: String,
     next_attempt_at: DateTime<Utc>,
 }
@@ -330,7 +330,7 @@ pub(crate) struct State {
     /// Keyed by `QuotaScope::key()`.
     quotas: HashMap<String, Quota>,
     /// Keyed by id, so iteration is id (admission) order.
-    sandboxes: BTreeMap<SandboxId, Row>,
+    pub(crate) sandboxes: BTreeMap<SandboxId, Row>,
     /// Audit chains (`audit_memory.rs`).
     pub(crate) audit: crate::audit_memory::MemoryAudit,
     /// Sealed secrets by name (`secrets.rs`).
@@ -436,6 +436,8 @@ impl State {
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     leader: Arc<AtomicBool>,
+    /// Operations, snapshots and activity (`lifecycle_memory.rs`).
+    pub(crate) lifecycle: Arc<Mutex<crate::lifecycle_memory::LifecycleState>>,
 }
 
 impl MemoryStore {

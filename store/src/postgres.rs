@@ -34,6 +34,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/0002_tenancy.sql"),
     ),
     (
+        "0003_snapshots",
+        include_str!("../../migrations/0003_snapshots.sql"),
+    ),
+    (
         "0004_audit_chain",
         include_str!("../../migrations/0004_audit_chain.sql"),
     ),

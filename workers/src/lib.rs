@@ -19,6 +19,8 @@ use differently_core::{Sandbox, SandboxStatus};
 use differently_store::{Actor, Store, StoreError, Transition};
 use tokio::sync::{watch, Semaphore};
 
+pub mod ops;
+
 /// Tunables of a worker group.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -126,6 +128,16 @@ impl WorkerGroup {
         let outcome = match env.body.op {
             WorkOp::Create => self.create(&row, d.delivered, d.acker.as_ref()).await,
             WorkOp::Delete => self.delete(&row, d.delivered, d.acker.as_ref()).await,
+            op => {
+                self.run_op(
+                    &row,
+                    op,
+                    env.body.op_id.as_deref(),
+                    d.delivered,
+                    d.acker.as_ref(),
+                )
+                .await
+            }
         };
         let result = match outcome {
             Ack::Done => d.acker.ack().await,
@@ -147,7 +159,7 @@ impl WorkerGroup {
             resources: row.spec.resources,
             env: row.spec.env.clone(),
             ttl_seconds: row.spec.ttl_seconds,
-            from_snapshot: None,
+            from_snapshot: self.restore_ref(row).await,
         };
         let created = with_progress(acker, self.config.ack_wait, self.adapter.create(&req)).await;
         let instance = match created {
@@ -259,18 +271,38 @@ impl WorkerGroup {
     }
 }
 
-enum Ack {
+impl WorkerGroup {
+    /// The backend ref of the snapshot a fork/restore starts from (label
+    /// `differently.dev/from-snapshot`), if it is a ready snapshot of this pool.
+    async fn restore_ref(&self, row: &Sandbox) -> Option<String> {
+        let raw = row.spec.labels.get(FROM_SNAPSHOT_LABEL)?;
+        let id = differently_core::ids::SnapshotId::parse(raw).ok()?;
+        match self.store.get_snapshot(&id).await {
+            Ok(Some(s)) if s.pool == self.pool => s.backend_ref,
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot read snapshot");
+                None
+            }
+        }
+    }
+}
+
+/// Label set by the API on a sandbox created from a snapshot (fork/restore).
+pub const FROM_SNAPSHOT_LABEL: &str = "differently.dev/from-snapshot";
+
+pub(crate) enum Ack {
     Done,
     Retry(Duration),
 }
 
 /// Exponential back-off for redeliveries: 1 s, 2 s, 4 s … capped at 60 s.
-fn backoff(delivered: u64) -> Duration {
+pub(crate) fn backoff(delivered: u64) -> Duration {
     Duration::from_secs(1u64 << delivered.saturating_sub(1).min(6)).min(Duration::from_secs(60))
 }
 
 /// Runs `fut`, telling the bus we are still working every third of the ack wait.
-async fn with_progress<T>(
+pub(crate) async fn with_progress<T>(
     acker: &dyn Acker,
     ack_wait: Duration,
     fut: impl std::future::Future<Output = T>,

@@ -343,3 +343,297 @@ fn ledger_lines_are_camel_case_json() {
     assert_eq!(line["pid"], std::process::id());
     assert!(chrono::DateTime::parse_from_rfc3339(line["at"].as_str().expect("at")).is_ok());
 }
+
+// --- data plane and lifecycle ----------------------------------------------------------
+
+const ALL_CAPS: [&str; 7] = [
+    "exec",
+    "exec.stream",
+    "files",
+    "lifecycle.pause",
+    "lifecycle.stop",
+    "snapshots",
+    "ports.expose",
+];
+
+/// A fake with every optional operation on a file ledger, and one running instance.
+async fn full_fake(dir: &std::path::Path) -> (FakeAdapter, InstanceRef) {
+    let a = fake(FakeConfig {
+        ledger: Some(dir.join("l.jsonl")),
+        capabilities: ALL_CAPS.iter().map(|s| s.to_string()).collect(),
+        ..FakeConfig::default()
+    });
+    let sbx = SandboxId::new();
+    let i = a
+        .create(&create_req(&sbx, &InstallationId::new()))
+        .await
+        .expect("create");
+    let at = InstanceRef {
+        sandbox_id: sbx,
+        backend_ref: i.backend_ref,
+    };
+    (a, at)
+}
+
+fn bytes_body(b: &'static [u8]) -> differently_adapters::ByteStream {
+    use futures::StreamExt;
+    futures::stream::iter(vec![Ok(bytes::Bytes::from_static(b))]).boxed()
+}
+
+#[tokio::test]
+async fn optional_operations_are_unsupported_unless_configured() {
+    let a = fake(FakeConfig::default());
+    let sbx = SandboxId::new();
+    let i = a
+        .create(&create_req(&sbx, &InstallationId::new()))
+        .await
+        .expect("create");
+    let at = InstanceRef {
+        sandbox_id: sbx,
+        backend_ref: i.backend_ref,
+    };
+    let before = a.ledger().len();
+    assert!(
+        matches!(a.pause(&at).await, Err(AdapterError::Unsupported(c)) if c == "lifecycle.pause")
+    );
+    assert!(matches!(
+        a.stop(&at).await,
+        Err(AdapterError::Unsupported(_))
+    ));
+    assert!(matches!(
+        a.snapshot(&at, "snp_x").await,
+        Err(AdapterError::Unsupported(_))
+    ));
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    assert!(matches!(
+        a.exec_stream(&at, &exec_req(&["true"]), tx).await,
+        Err(AdapterError::Unsupported(_))
+    ));
+    assert_eq!(
+        a.ledger().len(),
+        before,
+        "unsupported calls never reach the backend"
+    );
+}
+
+#[tokio::test]
+async fn lifecycle_states_are_replayed_and_checked() {
+    use differently_adapters::InstanceState::*;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, at) = full_fake(dir.path()).await;
+    a.pause(&at).await.expect("pause");
+    assert_eq!(
+        a.find(&at.sandbox_id).await.expect("find").map(|i| i.state),
+        Some(Paused)
+    );
+    a.pause(&at).await.expect("pause is idempotent");
+    assert!(
+        matches!(a.stop(&at).await, Err(AdapterError::Permanent(_))),
+        "paused cannot stop"
+    );
+    assert!(matches!(
+        a.exec(&at, &exec_req(&["true"])).await,
+        Err(AdapterError::Permanent(_))
+    ));
+    a.resume(&at).await.expect("resume");
+    a.stop(&at).await.expect("stop");
+    assert_eq!(
+        a.find(&at.sandbox_id).await.expect("find").map(|i| i.state),
+        Some(Stopped)
+    );
+    a.start(&at).await.expect("start");
+    assert_eq!(
+        a.find(&at.sandbox_id).await.expect("find").map(|i| i.state),
+        Some(Running)
+    );
+    // Another adapter on the same ledger sees the same state.
+    let other = fake(FakeConfig {
+        ledger: Some(dir.path().join("l.jsonl")),
+        ..FakeConfig::default()
+    });
+    assert_eq!(
+        other
+            .find(&at.sandbox_id)
+            .await
+            .expect("find")
+            .map(|i| i.state),
+        Some(Running)
+    );
+    let ops: Vec<_> = a.ledger().iter().map(|e| e.op).collect();
+    for op in [
+        LedgerOp::Pause,
+        LedgerOp::Resume,
+        LedgerOp::Stop,
+        LedgerOp::Start,
+    ] {
+        assert!(ops.contains(&op), "{op:?} recorded");
+    }
+}
+
+#[tokio::test]
+async fn exec_programs_stdin_env_cwd_timeout_and_truncation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, at) = full_fake(dir.path()).await;
+    let mut req = exec_req(&["cat"]);
+    req.stdin = Some("in".into());
+    assert_eq!(a.exec(&at, &req).await.expect("cat").stdout, "in");
+    let mut req = exec_req(&["env"]);
+    req.env.insert("B".into(), "2".into());
+    req.env.insert("A".into(), "1".into());
+    assert_eq!(a.exec(&at, &req).await.expect("env").stdout, "A=1\nB=2\n");
+    let mut req = exec_req(&["pwd"]);
+    req.cwd = Some("/work".into());
+    assert_eq!(a.exec(&at, &req).await.expect("pwd").stdout, "/work\n");
+    assert_eq!(
+        a.exec(&at, &exec_req(&["fake-exit", "3"]))
+            .await
+            .expect("exit")
+            .exit_code,
+        3
+    );
+    let r = a
+        .exec(&at, &exec_req(&["fake-stderr", "oops"]))
+        .await
+        .expect("stderr");
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("", "oops\n"));
+    let mut req = exec_req(&["sleep", "5"]);
+    req.timeout_seconds = Some(1);
+    let started = std::time::Instant::now();
+    assert_eq!(a.exec(&at, &req).await.expect("sleep").exit_code, 124);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let r = a
+        .exec(&at, &exec_req(&["fake-output", "3000000"]))
+        .await
+        .expect("output");
+    assert_eq!(r.stdout.len(), 1024 * 1024);
+    assert!(r.stdout_truncated && !r.stderr_truncated);
+}
+
+#[tokio::test]
+async fn exec_stream_applies_backpressure_and_records_cancel() {
+    use differently_adapters::ExecEvent;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, at) = full_fake(dir.path()).await;
+    // 50 MB through a 2-slot channel: the generator waits for the reader.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+    let a2 = a.clone();
+    let at2 = at.clone();
+    let run = tokio::spawn(async move {
+        a2.exec_stream(&at2, &exec_req(&["fake-output", "52428800"]), tx)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !run.is_finished(),
+        "the generator must block on a full channel"
+    );
+    let mut total = 0usize;
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            ExecEvent::Stdout(b) => {
+                assert!(b.len() <= 64 * 1024);
+                total += b.len();
+            }
+            ExecEvent::Stderr(_) => panic!("no stderr expected"),
+        }
+    }
+    let exit = run.await.expect("join").expect("exec_stream");
+    assert_eq!((exit.exit_code, total), (0, 52_428_800));
+
+    // The reader goes away: the command is cancelled and the ledger says so.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+    let a2 = a.clone();
+    let at2 = at.clone();
+    let run = tokio::spawn(async move {
+        a2.exec_stream(&at2, &exec_req(&["fake-output", "1000000000"]), tx)
+            .await
+    });
+    let _ = rx.recv().await;
+    drop(rx);
+    let exit = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("cancel is prompt")
+        .expect("join")
+        .expect("exec_stream");
+    assert_eq!(exit.exit_code, 137);
+    assert!(a
+        .ledger()
+        .iter()
+        .any(|e| e.op == LedgerOp::Exec && e.outcome == LedgerOutcome::Cancelled));
+}
+
+#[tokio::test]
+async fn files_snapshots_fork_and_ports() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, at) = full_fake(dir.path()).await;
+    a.upload(&at, "/data/x.txt", Some(0o600), bytes_body(b"hello world"))
+        .await
+        .expect("upload");
+    let dl = a
+        .download(
+            &at,
+            "/data/x.txt",
+            Some(differently_adapters::ByteRange {
+                start: 6,
+                end: None,
+            }),
+        )
+        .await
+        .expect("download");
+    assert_eq!(dl.total_size, Some(11));
+    let body: Vec<u8> = dl.body.map(|c| c.expect("chunk").to_vec()).concat().await;
+    assert_eq!(body, b"world");
+    let entries = a.list_files(&at, "/", 2).await.expect("list");
+    let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, vec!["/data", "/data/x.txt"]);
+    assert_eq!(entries[1].mode, 0o600);
+    assert!(matches!(
+        a.download(&at, "/../../etc/passwd", None).await,
+        Err(AdapterError::Permanent(_))
+    ));
+    assert!(matches!(
+        a.download(&at, "/nope", None).await,
+        Err(AdapterError::PathNotFound(_))
+    ));
+
+    let snap = a.snapshot(&at, "snp_1").await.expect("snapshot");
+    assert!(snap.ready);
+    let fork = SandboxId::new();
+    let mut req = create_req(&fork, &InstallationId::new());
+    req.from_snapshot = Some(snap.backend_ref.clone());
+    let inst = a.create(&req).await.expect("fork");
+    let fork_at = InstanceRef {
+        sandbox_id: fork,
+        backend_ref: inst.backend_ref,
+    };
+    let dl = a
+        .download(&fork_at, "/data/x.txt", None)
+        .await
+        .expect("forked file");
+    let body: Vec<u8> = dl.body.map(|c| c.expect("chunk").to_vec()).concat().await;
+    assert_eq!(body, b"hello world");
+    let created = a
+        .ledger()
+        .into_iter()
+        .find(|e| e.op == LedgerOp::Create && e.sandbox_id.as_ref() == Some(&fork_at.sandbox_id))
+        .expect("created line");
+    assert_eq!(created.snapshot.as_deref(), Some(snap.backend_ref.as_str()));
+    a.delete_snapshot(&snap.backend_ref)
+        .await
+        .expect("delete snapshot");
+    let mut again = create_req(&SandboxId::new(), &InstallationId::new());
+    again.from_snapshot = Some(snap.backend_ref);
+    assert!(matches!(
+        a.create(&again).await,
+        Err(AdapterError::Permanent(_))
+    ));
+
+    let ep = a
+        .expose_port(&at, 8080, Some(Duration::from_secs(60)))
+        .await
+        .expect("port");
+    assert!(ep.url.contains("/8080"), "{}", ep.url);
+    let left = ep.expires_at.expect("expiry") - chrono::Utc::now();
+    assert!(left.num_seconds() > 50 && left.num_seconds() <= 60);
+}

@@ -3,8 +3,22 @@ use differently_adapters::registry::{build, AdapterConfigError};
 #[tokio::test]
 async fn registry_builds_working_adapters() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let a = build("devhost", &serde_json::json!({ "root": dir.path() })).expect("devhost");
-    assert_eq!(a.capabilities(), vec!["exec".to_owned()]);
+    let a = build(
+        "devhost",
+        &serde_json::json!({ "root": dir.path(), "isolation": "none" }),
+    )
+    .expect("devhost");
+    let caps = a.capabilities();
+    for c in [
+        "exec",
+        "exec.stream",
+        "files",
+        "lifecycle.pause",
+        "snapshots",
+    ] {
+        assert!(caps.contains(&c.to_owned()), "{c} in {caps:?}");
+    }
+    assert!(!caps.contains(&"lifecycle.stop".to_owned()));
     a.health().await.expect("healthy");
 
     let a = build(

@@ -1,0 +1,356 @@
+//! Files: `PUT`/`GET`/`DELETE /v1/sandboxes/{id}/files?path=/abs` and `GET …/files/list`.
+//! Straight to the adapter, streamed both ways (the upload body is never held in memory),
+//! counted as activity. Paths must be absolute, without `..` or NUL; adapters refuse paths
+//! that leave the sandbox through symlinks. Uploads over the limit (`DIFFERENTLY_MAX_UPLOAD_BYTES`,
+//! default 1 GiB) are refused with 413, by `Content-Length` up front or while streaming.
+//! Downloads honour a single `Range: bytes=…` (206, or 416 past the end).
+
+use std::path::Component;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use differently_adapters::{AdapterError, ByteRange};
+use differently_core::tenancy::Scope;
+use differently_core::{ErrorCode, FieldError};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::lifecycle::{load, ready_for_data};
+use crate::page::bad_query;
+use crate::AppState;
+
+/// Default upload limit: 1 GiB.
+pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 1 << 30;
+/// Longest accepted path.
+const MAX_PATH_LEN: usize = 4096;
+/// Deepest listing.
+const MAX_DEPTH: u32 = 16;
+
+/// The upload limit: `DIFFERENTLY_MAX_UPLOAD_BYTES` if set to a number, else the default.
+pub fn max_upload_bytes() -> u64 {
+    static LIMIT: OnceLock<u64> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("DIFFERENTLY_MAX_UPLOAD_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_MAX_UPLOAD_BYTES)
+    })
+}
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(download).put(upload).delete(delete),
+        )
+        .route("/v1/sandboxes/{id}/files/list", get(list))
+}
+
+/// Checks a sandbox path: absolute, no `..`, no NUL, bounded length.
+pub fn validate_path(path: &str) -> Result<(), FieldError> {
+    if path.len() > MAX_PATH_LEN {
+        return Err(FieldError::new("path", "is too long"));
+    }
+    if !path.starts_with('/') {
+        return Err(FieldError::new("path", "must be absolute"));
+    }
+    if path.contains('\0') {
+        return Err(FieldError::new("path", "may not contain NUL"));
+    }
+    if std::path::Path::new(path)
+        .components()
+        .any(|c| matches!(c, Component::ParentDir))
+    {
+        return Err(FieldError::new("path", "may not contain `..`"));
+    }
+    Ok(())
+}
+
+fn path_of(q: Option<&str>) -> ApiResult<String> {
+    let p = q.ok_or_else(|| bad_query("path", "required"))?;
+    validate_path(p).map_err(|e| ApiError::field(ErrorCode::InvalidArgument, e))?;
+    Ok(p.to_owned())
+}
+
+fn file_error(e: AdapterError) -> ApiError {
+    match e {
+        AdapterError::PathNotFound(p) => ApiError::new(
+            ErrorCode::NotFound,
+            format!("no such file or directory: {p}"),
+        ),
+        other => other.into(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutQuery {
+    path: Option<String>,
+    mode: Option<String>,
+}
+
+async fn upload(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    query: Result<Query<PutQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    principal.require(Scope::FilesWrite)?;
+    let path = path_of(q.path.as_deref())?;
+    let mode = match q.mode.as_deref() {
+        None => None,
+        Some(m) => Some(
+            u32::from_str_radix(m, 8)
+                .ok()
+                .filter(|m| *m <= 0o7777)
+                .ok_or_else(|| bad_query("mode", "octal permission bits, e.g. 644"))?,
+        ),
+    };
+    let limit = max_upload_bytes();
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large(limit));
+    }
+    let sandbox = load(&state, &principal, &id).await?;
+    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    let seen = Arc::new(AtomicU64::new(0));
+    let over = Arc::new(AtomicBool::new(false));
+    let (seen2, over2) = (seen.clone(), over.clone());
+    let stream = body
+        .into_data_stream()
+        .map(move |chunk| match chunk {
+            Ok(b) => {
+                let total = seen2.fetch_add(b.len() as u64, Ordering::Relaxed) + b.len() as u64;
+                if total > limit {
+                    over2.store(true, Ordering::Relaxed);
+                    Err(AdapterError::Permanent("upload over the limit".to_owned()))
+                } else {
+                    Ok(b)
+                }
+            }
+            Err(e) => Err(AdapterError::Permanent(format!("upload body: {e}"))),
+        })
+        .boxed();
+    tracing::info!(sandbox = %sandbox.id, %path, "file upload");
+    match pool.adapter.upload(&at, &path, mode, stream).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(_) if over.load(Ordering::Relaxed) => Err(too_large(limit)),
+        Err(e) => Err(file_error(e)),
+    }
+}
+
+fn too_large(limit: u64) -> ApiError {
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("uploads are limited to {limit} bytes"),
+    )
+    .with_details(json!({ "limitBytes": limit }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathQuery {
+    path: Option<String>,
+}
+
+/// A parsed `Range` header: `bytes=a-b`, `bytes=a-` or `bytes=-n` (the last n bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RangeSpec {
+    From(u64, Option<u64>),
+    Suffix(u64),
+}
+
+/// Parses a single byte range; anything else (several ranges, other units) is ignored and
+/// the whole file is served, as RFC 9110 allows.
+fn parse_range(h: &str) -> Option<RangeSpec> {
+    let spec = h.trim().strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (a, b) = spec.split_once('-')?;
+    let (a, b) = (a.trim(), b.trim());
+    if a.is_empty() {
+        return b.parse().ok().map(RangeSpec::Suffix);
+    }
+    let start = a.parse().ok()?;
+    let end = if b.is_empty() {
+        None
+    } else {
+        Some(b.parse().ok()?)
+    };
+    if end.is_some_and(|e| e < start) {
+        return None;
+    }
+    Some(RangeSpec::From(start, end))
+}
+
+async fn download(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    query: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    principal.require(Scope::FilesRead)?;
+    let path = path_of(q.path.as_deref())?;
+    let range = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_range);
+    let sandbox = load(&state, &principal, &id).await?;
+    let (pool, at, _) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    let byte_range = match range {
+        None => None,
+        Some(RangeSpec::From(start, end)) => Some(ByteRange { start, end }),
+        Some(RangeSpec::Suffix(n)) => {
+            // The size is needed first: a listing of a file is its own entry.
+            let entries = pool
+                .adapter
+                .list_files(&at, &path, 0)
+                .await
+                .map_err(file_error)?;
+            let size = entries.first().map_or(0, |e| e.size);
+            Some(ByteRange {
+                start: size.saturating_sub(n),
+                end: None,
+            })
+        }
+    };
+    let dl = pool
+        .adapter
+        .download(&at, &path, byte_range)
+        .await
+        .map_err(file_error)?;
+    let body = Body::from_stream(dl.body);
+    let mut resp = match (byte_range, dl.total_size) {
+        (Some(r), Some(total)) => {
+            if r.start >= total && !(total == 0 && r.start == 0) {
+                let mut resp = ApiError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("range starts at {} but the file has {total} bytes", r.start),
+                )
+                .into_response();
+                *resp.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{total}")) {
+                    resp.headers_mut().insert(header::CONTENT_RANGE, v);
+                }
+                return Ok(resp);
+            }
+            let end = r.end.map_or(total - 1, |e| e.min(total - 1));
+            let mut resp = (StatusCode::PARTIAL_CONTENT, body).into_response();
+            let h = resp.headers_mut();
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes {}-{end}/{total}", r.start)) {
+                h.insert(header::CONTENT_RANGE, v);
+            }
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(end - r.start + 1));
+            resp
+        }
+        (_, total) => {
+            let mut resp = (StatusCode::OK, body).into_response();
+            if let Some(total) = total.filter(|_| byte_range.is_none()) {
+                resp.headers_mut()
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(total));
+            }
+            resp
+        }
+    };
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    Ok(resp)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    path: Option<String>,
+    depth: Option<String>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    principal.require(Scope::FilesRead)?;
+    let path = path_of(q.path.as_deref().or(Some("/")))?;
+    let depth = match q.depth.as_deref() {
+        None => 1,
+        Some(d) => d
+            .parse::<u32>()
+            .ok()
+            .filter(|d| (1..=MAX_DEPTH).contains(d))
+            .ok_or_else(|| bad_query("depth", format!("must be between 1 and {MAX_DEPTH}")))?,
+    };
+    let sandbox = load(&state, &principal, &id).await?;
+    let (pool, at, _) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    let items = pool
+        .adapter
+        .list_files(&at, &path, depth)
+        .await
+        .map_err(file_error)?;
+    Ok(Json(json!({ "items": items })))
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    query: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<StatusCode> {
+    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    principal.require(Scope::FilesWrite)?;
+    let path = path_of(q.path.as_deref())?;
+    let sandbox = load(&state, &principal, &id).await?;
+    let (pool, at, _) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    pool.adapter
+        .delete_file(&at, &path)
+        .await
+        .map_err(file_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-9"), Some(RangeSpec::From(0, Some(9))));
+        assert_eq!(parse_range("bytes=5-"), Some(RangeSpec::From(5, None)));
+        assert_eq!(parse_range("bytes=-3"), Some(RangeSpec::Suffix(3)));
+        assert_eq!(parse_range("bytes=9-1"), None);
+        assert_eq!(parse_range("bytes=0-1,4-5"), None);
+        assert_eq!(parse_range("items=0-1"), None);
+    }
+
+    #[test]
+    fn paths() {
+        assert!(validate_path("/a/b").is_ok());
+        for bad in ["a", "/a/../b", "/..", "/a\0"] {
+            assert!(validate_path(bad).is_err(), "{bad:?}");
+        }
+    }
+}

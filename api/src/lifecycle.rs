@@ -1,0 +1,712 @@
+//! Lifecycle through the pool's workers (design doc §5): pause, resume, stop, start,
+//! keepalive, snapshots and port exposure. Also the helpers every data-plane route shares:
+//! loading a sandbox the caller may see, checking its pool can do an operation (501
+//! otherwise, never a silent degrade), and waking an idle sandbox on the next call.
+//!
+//! A mutation is an operation record (`LifecycleStore::begin_op`, at most one exclusive one
+//! pending per sandbox, so a conflicting concurrent change is a 409) plus a work message
+//! `dly.work.<pool>.<op>`. The handler waits for the worker to record the outcome up to
+//! `LIFECYCLE_WAIT`, then answers 202: the change completes even if the caller leaves.
+//! Repeating a transition into the current status is a 200 with no backend call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use differently_adapters::pools::Pool;
+use differently_adapters::InstanceRef;
+use differently_bus_schema::WorkOp;
+use differently_core::ids::{OpId, SnapshotId};
+use differently_core::sandbox::SandboxView;
+use differently_core::status::can_transition;
+use differently_core::tenancy::Scope;
+use differently_core::{ErrorCode, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use differently_store::lifecycle::{OpBegun, OpRecord, OpState, SnapshotRecord, SnapshotStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::auth::Principal;
+use crate::body::parse_json;
+use crate::error::{ApiError, ApiResult};
+use crate::page::{bad_query, parse_limit, Page};
+use crate::AppState;
+
+/// How long a lifecycle call waits for its outcome before answering 202.
+pub const LIFECYCLE_WAIT: Duration = Duration::from_secs(10);
+/// How long a data-plane call waits for an idle sandbox to wake.
+pub const WAKE_WAIT: Duration = Duration::from_secs(30);
+pub use differently_store::lifecycle::IDLE_REASON;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sandboxes/{id}/pause", post(pause))
+        .route("/v1/sandboxes/{id}/resume", post(resume))
+        .route("/v1/sandboxes/{id}/stop", post(stop))
+        .route("/v1/sandboxes/{id}/start", post(start))
+        .route("/v1/sandboxes/{id}/keepalive", post(keepalive))
+        .route("/v1/sandboxes/{id}/ports", post(expose_port))
+        .route(
+            "/v1/sandboxes/{id}/snapshots",
+            post(create_snapshot).get(list_sandbox_snapshots),
+        )
+        .route("/v1/snapshots", get(list_snapshots))
+        .route(
+            "/v1/snapshots/{id}",
+            get(read_snapshot).delete(delete_snapshot),
+        )
+}
+
+/// Loads a sandbox the principal may see; anything else is the same 404.
+pub(crate) async fn load(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+) -> ApiResult<Sandbox> {
+    let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
+    match state.store.get_sandbox(&id).await? {
+        Some(s) if principal.sees_project(&s.org_id, &s.project_id) => Ok(s),
+        _ => Err(ApiError::not_found("sandbox")),
+    }
+}
+
+/// The sandbox's pool, or 409 if it has none yet (queued) and 503 if this replica does not
+/// know it.
+pub(crate) fn pool_of(state: &AppState, sandbox: &Sandbox) -> ApiResult<Arc<Pool>> {
+    let Some(name) = &sandbox.pool else {
+        return Err(status_conflict(sandbox, "the sandbox has no backend yet"));
+    };
+    state.pools.get(name).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::ProviderUnavailable,
+            "the sandbox's pool is not configured on this replica",
+        )
+    })
+}
+
+/// 501 unless the pool's adapter implements `capability`.
+pub(crate) fn require_capability(pool: &Pool, capability: &str) -> ApiResult<()> {
+    if pool.adapter.capabilities().iter().any(|c| c == capability) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::UnsupportedOperation,
+            format!(
+                "the sandbox's pool ({}) does not support {capability}",
+                pool.adapter.kind()
+            ),
+        )
+        .with_details(json!({ "capability": capability })))
+    }
+}
+
+fn status_conflict(sandbox: &Sandbox, message: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::Conflict,
+        format!("{message} (the sandbox is {})", sandbox.status),
+    )
+    .with_details(json!({ "status": sandbox.status }))
+}
+
+/// A running sandbox's pool and instance for a data-plane call (exec, files, ports,
+/// keepalive), waking it first if the idle sweep paused or stopped it. Records activity.
+pub(crate) async fn ready_for_data(
+    state: &AppState,
+    principal: &Principal,
+    mut sandbox: Sandbox,
+    capability: &str,
+) -> ApiResult<(Arc<Pool>, InstanceRef, Sandbox)> {
+    let pool = pool_of(state, &sandbox)?;
+    require_capability(&pool, capability)?;
+    let idled = sandbox.status_reason.as_deref() == Some(IDLE_REASON);
+    let wake = match sandbox.status {
+        SandboxStatus::Paused if idled => Some(WorkOp::Resume),
+        SandboxStatus::Stopped if idled => Some(WorkOp::Start),
+        _ => None,
+    };
+    if let Some(op) = wake {
+        tracing::info!(sandbox = %sandbox.id, op = op.as_str(), "waking an idle sandbox");
+        let (code, view) = transition(state, principal, sandbox.clone(), op, WAKE_WAIT).await?;
+        if code != StatusCode::OK {
+            return Err(ApiError::new(
+                ErrorCode::ProviderUnavailable,
+                "the sandbox is still waking up; retry",
+            )
+            .with_details(json!({ "status": view.status })));
+        }
+        sandbox = state
+            .store
+            .get_sandbox(&sandbox.id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("sandbox"))?;
+    }
+    if sandbox.status != SandboxStatus::Running {
+        return Err(status_conflict(
+            &sandbox,
+            "this call needs a running sandbox",
+        ));
+    }
+    let Some(backend_ref) = sandbox.backend_ref.clone() else {
+        return Err(ApiError::internal(format!(
+            "running sandbox {} without a backend ref",
+            sandbox.id
+        )));
+    };
+    if let Err(e) = state.store.touch_activity(&sandbox.id, Utc::now()).await {
+        tracing::warn!(sandbox = %sandbox.id, error = %e, "cannot record activity");
+    }
+    let at = InstanceRef {
+        sandbox_id: sandbox.id.clone(),
+        backend_ref,
+    };
+    Ok((pool, at, sandbox))
+}
+
+/// Waits up to `bound` for operation `id` to finish; `None` if it is still pending.
+pub(crate) async fn wait_op(
+    state: &AppState,
+    id: &OpId,
+    sandbox: &SandboxId,
+    bound: Duration,
+) -> ApiResult<Option<OpRecord>> {
+    let mut events = state.events.subscribe();
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut poll = Duration::from_millis(25);
+    loop {
+        match state.store.get_op(id).await? {
+            Some(op) if op.state != OpState::Pending => return Ok(Some(op)),
+            Some(_) => {}
+            None => return Err(ApiError::internal(format!("operation {id} vanished"))),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        // The worker records the outcome right after the status event: an event of this
+        // sandbox or a short poll, whichever comes first.
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = tokio::time::sleep(poll) => {}
+            ev = events.recv() => {
+                if let Ok(ev) = ev {
+                    if &ev.sandbox_id != sandbox {
+                        continue;
+                    }
+                }
+            }
+        }
+        poll = (poll * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// The error a failed operation carries, as served.
+fn op_failure(op: &OpRecord) -> ApiError {
+    let (code, message) = match &op.error {
+        Some(e) => (
+            serde_json::from_value::<ErrorCode>(Value::String(e.code.clone()))
+                .unwrap_or(ErrorCode::Internal),
+            e.message.clone(),
+        ),
+        None => (ErrorCode::Internal, "the operation failed".to_owned()),
+    };
+    ApiError::new(code, message).with_details(json!({ "operation": op.id, "kind": op.kind }))
+}
+
+/// Inserts (or joins) an operation and publishes its work message.
+pub(crate) async fn begin(
+    state: &AppState,
+    sandbox: &Sandbox,
+    pool: &str,
+    op: WorkOp,
+    exclusive: bool,
+    args: Value,
+    actor: String,
+) -> ApiResult<OpRecord> {
+    let record = OpRecord::new(sandbox, op.as_str(), exclusive, args, actor, Utc::now());
+    let record = match state.store.begin_op(&record).await? {
+        OpBegun::New(r) => {
+            if let Err(e) = state
+                .announcer
+                .op(sandbox, pool, op, r.id.as_str(), "")
+                .await
+            {
+                // The operation record is durable: the scheduler's repair re-sends it.
+                tracing::warn!(sandbox = %sandbox.id, op = %r.id, error = %e, "operation publish failed; repair will re-send it");
+            }
+            r
+        }
+        OpBegun::Joined(r) => r,
+        OpBegun::Busy(other) => {
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "another change ({}) of this sandbox is in progress; retry when it is done",
+                    other.kind
+                ),
+            )
+            .with_details(json!({ "operation": other.id, "kind": other.kind })))
+        }
+    };
+    Ok(record)
+}
+
+/// A status transition through the workers; see the module docs.
+pub(crate) async fn transition(
+    state: &AppState,
+    principal: &Principal,
+    sandbox: Sandbox,
+    op: WorkOp,
+    bound: Duration,
+) -> ApiResult<(StatusCode, SandboxView)> {
+    let Some((from, to)) = differently_workers_transition(op) else {
+        return Err(ApiError::internal(format!("{op:?} is not a transition")));
+    };
+    let pool = pool_of(state, &sandbox)?;
+    let capability = match op {
+        WorkOp::Pause | WorkOp::Resume => "lifecycle.pause",
+        _ => "lifecycle.stop",
+    };
+    require_capability(&pool, capability)?;
+    if sandbox.status == to {
+        return Ok((StatusCode::OK, sandbox.view()));
+    }
+    if sandbox.status != from || !can_transition(from, to) {
+        return Err(status_conflict(
+            &sandbox,
+            &format!("cannot {} the sandbox", op.as_str()),
+        ));
+    }
+    let record = begin(
+        state,
+        &sandbox,
+        &pool_name(&pool),
+        op,
+        true,
+        json!({ "reason": null }),
+        principal.actor().as_audit(),
+    )
+    .await?;
+    match wait_op(state, &record.id, &sandbox.id, bound).await? {
+        Some(done) if done.state == OpState::Done => {
+            let now = state
+                .store
+                .get_sandbox(&sandbox.id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("sandbox"))?;
+            Ok((StatusCode::OK, now.view()))
+        }
+        Some(failed) => Err(op_failure(&failed)),
+        None => {
+            let now = state
+                .store
+                .get_sandbox(&sandbox.id)
+                .await?
+                .unwrap_or(sandbox);
+            Ok((StatusCode::ACCEPTED, now.view()))
+        }
+    }
+}
+
+/// The statuses a lifecycle op moves between (mirrors the workers' table).
+fn differently_workers_transition(op: WorkOp) -> Option<(SandboxStatus, SandboxStatus)> {
+    use SandboxStatus::*;
+    match op {
+        WorkOp::Pause => Some((Running, Paused)),
+        WorkOp::Resume => Some((Paused, Running)),
+        WorkOp::Stop => Some((Running, Stopped)),
+        WorkOp::Start => Some((Stopped, Running)),
+        _ => None,
+    }
+}
+
+/// The pool's name as its work subject uses it.
+pub(crate) fn pool_name(pool: &Pool) -> String {
+    pool.view().name
+}
+
+async fn lifecycle_call(
+    state: AppState,
+    principal: Principal,
+    id: String,
+    op: WorkOp,
+) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+    principal.require(Scope::SandboxesWrite)?;
+    let sandbox = load(&state, &principal, &id).await?;
+    let (code, view) = transition(&state, &principal, sandbox, op, LIFECYCLE_WAIT).await?;
+    Ok((code, Json(view)))
+}
+
+async fn pause(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+    lifecycle_call(state, principal, id, WorkOp::Pause).await
+}
+
+async fn resume(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+    lifecycle_call(state, principal, id, WorkOp::Resume).await
+}
+
+async fn stop(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+    lifecycle_call(state, principal, id, WorkOp::Stop).await
+}
+
+async fn start(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+    lifecycle_call(state, principal, id, WorkOp::Start).await
+}
+
+/// Counts as activity (and wakes an idle sandbox); 204.
+async fn keepalive(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    if !principal.has(Scope::SandboxesExec) {
+        principal.require(Scope::SandboxesWrite)?;
+    }
+    let sandbox = load(&state, &principal, &id).await?;
+    ready_for_data(&state, &principal, sandbox, "exec").await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PortRequest {
+    port: u32,
+    expires_seconds: Option<u64>,
+}
+
+/// Longest port URL lifetime a caller may ask for: 7 days.
+const MAX_PORT_SECONDS: u64 = 7 * 24 * 3600;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PortAnswer {
+    url: String,
+    expires_at: Option<DateTime<Utc>>,
+}
+
+async fn expose_port(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let req: PortRequest = parse_json(&body)?;
+    principal.require(Scope::SandboxesWrite)?;
+    if req.port == 0 || req.port > 65535 {
+        return Err(ApiError::field(
+            ErrorCode::ValidationFailed,
+            differently_core::FieldError::new("port", "must be between 1 and 65535"),
+        ));
+    }
+    if let Some(s) = req.expires_seconds {
+        if s == 0 || s > MAX_PORT_SECONDS {
+            return Err(ApiError::field(
+                ErrorCode::ValidationFailed,
+                differently_core::FieldError::new(
+                    "expiresSeconds",
+                    format!("must be between 1 and {MAX_PORT_SECONDS}"),
+                ),
+            ));
+        }
+    }
+    let sandbox = load(&state, &principal, &id).await?;
+    let (pool, _, sandbox) = ready_for_data(&state, &principal, sandbox, "ports.expose").await?;
+    let record = begin(
+        &state,
+        &sandbox,
+        &pool_name(&pool),
+        WorkOp::ExposePort,
+        false,
+        json!({ "port": req.port, "expiresSeconds": req.expires_seconds }),
+        principal.actor().as_audit(),
+    )
+    .await?;
+    match wait_op(&state, &record.id, &sandbox.id, LIFECYCLE_WAIT).await? {
+        Some(op) if op.state == OpState::Done => {
+            let answer = PortAnswer {
+                url: op.result["url"].as_str().unwrap_or_default().to_owned(),
+                expires_at: serde_json::from_value(op.result["expiresAt"].clone()).unwrap_or(None),
+            };
+            Ok((StatusCode::OK, Json(answer)).into_response())
+        }
+        Some(op) => Err(op_failure(&op)),
+        None => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "operation": record.id, "status": "pending" })),
+        )
+            .into_response()),
+    }
+}
+
+/// A snapshot as served (no backend ref).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotView {
+    pub id: SnapshotId,
+    pub org_id: differently_core::OrgId,
+    pub project_id: ProjectId,
+    pub sandbox_id: SandboxId,
+    pub pool: String,
+    pub name: Option<String>,
+    pub status: SnapshotStatus,
+    pub status_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&SnapshotRecord> for SnapshotView {
+    fn from(s: &SnapshotRecord) -> Self {
+        SnapshotView {
+            id: s.id.clone(),
+            org_id: s.org_id.clone(),
+            project_id: s.project_id.clone(),
+            sandbox_id: s.sandbox_id.clone(),
+            pool: s.pool.clone(),
+            name: s.name.clone(),
+            status: s.status,
+            status_reason: s.status_reason.clone(),
+            created_at: s.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SnapshotRequest {
+    name: Option<String>,
+}
+
+async fn create_snapshot(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<SnapshotView>)> {
+    let req: SnapshotRequest = if body.is_empty() {
+        SnapshotRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    principal.require(Scope::SandboxesWrite)?;
+    if req
+        .name
+        .as_ref()
+        .is_some_and(|n| n.is_empty() || n.len() > 255)
+    {
+        return Err(ApiError::field(
+            ErrorCode::ValidationFailed,
+            differently_core::FieldError::new("name", "must be 1-255 characters"),
+        ));
+    }
+    let sandbox = load(&state, &principal, &id).await?;
+    let pool = pool_of(&state, &sandbox)?;
+    require_capability(&pool, "snapshots")?;
+    if !matches!(
+        sandbox.status,
+        SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Stopped
+    ) {
+        return Err(status_conflict(&sandbox, "cannot snapshot the sandbox"));
+    }
+    let now = Utc::now();
+    let mut snap = SnapshotRecord {
+        id: SnapshotId::new(),
+        org_id: sandbox.org_id.clone(),
+        project_id: sandbox.project_id.clone(),
+        sandbox_id: sandbox.id.clone(),
+        pool: pool_name(&pool),
+        name: req.name,
+        status: SnapshotStatus::Creating,
+        status_reason: None,
+        backend_ref: None,
+        created_at: now,
+        updated_at: now,
+    };
+    state.store.insert_snapshot(&snap).await?;
+    let record = begin(
+        &state,
+        &sandbox,
+        &snap.pool,
+        WorkOp::Snapshot,
+        true,
+        json!({ "snapshotId": snap.id }),
+        principal.actor().as_audit(),
+    )
+    .await;
+    let record = match record {
+        Ok(r) if r.args["snapshotId"] == json!(snap.id) => r,
+        Ok(_) | Err(_) => {
+            // Busy (or joined another snapshot): this one was never started.
+            let _ = state.store.remove_snapshot(&snap.id).await;
+            return Err(record.err().unwrap_or_else(|| {
+                ApiError::new(
+                    ErrorCode::Conflict,
+                    "another snapshot of this sandbox is in progress",
+                )
+            }));
+        }
+    };
+    if let Some(op) = wait_op(&state, &record.id, &sandbox.id, LIFECYCLE_WAIT).await? {
+        if op.state == OpState::Failed {
+            return Err(op_failure(&op));
+        }
+    }
+    if let Some(now) = state.store.get_snapshot(&snap.id).await? {
+        snap = now;
+    }
+    Ok((StatusCode::ACCEPTED, Json(SnapshotView::from(&snap))))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SnapshotListQuery {
+    project_id: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+async fn list_snapshots(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: Result<Query<SnapshotListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Page<SnapshotView>>> {
+    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    principal.require(Scope::SandboxesRead)?;
+    let project = match q.project_id.as_deref() {
+        None => principal.project_id.clone(),
+        Some(raw) => {
+            let asked =
+                ProjectId::parse(raw).map_err(|_| bad_query("projectId", "not a project id"))?;
+            if principal.project_id.as_ref().is_some_and(|b| b != &asked) {
+                return Ok(Json(Page {
+                    items: vec![],
+                    next_cursor: None,
+                }));
+            }
+            Some(asked)
+        }
+    };
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = match q.cursor.as_deref() {
+        None => None,
+        Some(c) => Some(
+            SnapshotId::parse(c).map_err(|_| bad_query("cursor", "not a cursor from this API"))?,
+        ),
+    };
+    let rows = state
+        .store
+        .list_snapshots(
+            &principal.org_id,
+            project.as_ref(),
+            after.as_ref(),
+            limit + 1,
+        )
+        .await?;
+    let views = rows.iter().map(SnapshotView::from).collect();
+    Ok(Json(Page::from_rows(views, limit, |s: &SnapshotView| {
+        s.id.to_string()
+    })))
+}
+
+async fn list_sandbox_snapshots(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Page<SnapshotView>>> {
+    principal.require(Scope::SandboxesRead)?;
+    let sandbox = load(&state, &principal, &id).await?;
+    let rows = state
+        .store
+        .list_snapshots(&sandbox.org_id, Some(&sandbox.project_id), None, 1000)
+        .await?;
+    let items = rows
+        .iter()
+        .filter(|s| s.sandbox_id == sandbox.id)
+        .map(SnapshotView::from)
+        .collect();
+    Ok(Json(Page {
+        items,
+        next_cursor: None,
+    }))
+}
+
+/// Loads a snapshot the principal may see; anything else is the same 404.
+pub(crate) async fn load_snapshot(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+) -> ApiResult<SnapshotRecord> {
+    let id = SnapshotId::parse(raw_id).map_err(|_| ApiError::not_found("snapshot"))?;
+    match state.store.get_snapshot(&id).await? {
+        Some(s) if principal.sees_project(&s.org_id, &s.project_id) => Ok(s),
+        _ => Err(ApiError::not_found("snapshot")),
+    }
+}
+
+async fn read_snapshot(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SnapshotView>> {
+    principal.require(Scope::SandboxesRead)?;
+    Ok(Json(SnapshotView::from(
+        &load_snapshot(&state, &principal, &id).await?,
+    )))
+}
+
+async fn delete_snapshot(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    principal.require(Scope::SandboxesWrite)?;
+    let mut snap = load_snapshot(&state, &principal, &id).await?;
+    if snap.status == SnapshotStatus::Creating {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "the snapshot is still being taken; delete it once it is ready or failed",
+        ));
+    }
+    let Some(source) = state.store.get_sandbox(&snap.sandbox_id).await? else {
+        return Err(ApiError::internal(format!(
+            "snapshot {} without its source row",
+            snap.id
+        )));
+    };
+    snap.status = SnapshotStatus::Deleting;
+    snap.updated_at = Utc::now();
+    state.store.update_snapshot(&snap).await?;
+    let record = begin(
+        &state,
+        &source,
+        &snap.pool,
+        WorkOp::DeleteSnapshot,
+        false,
+        json!({ "snapshotId": snap.id }),
+        principal.actor().as_audit(),
+    )
+    .await?;
+    match wait_op(&state, &record.id, &source.id, LIFECYCLE_WAIT).await? {
+        Some(op) if op.state == OpState::Done => Ok(StatusCode::NO_CONTENT.into_response()),
+        Some(op) => Err(op_failure(&op)),
+        None => Ok((StatusCode::ACCEPTED, Json(SnapshotView::from(&snap))).into_response()),
+    }
+}

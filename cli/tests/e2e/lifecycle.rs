@@ -1,0 +1,385 @@
+//! Lifecycle end to end through the pool workers: every legal transition and every illegal
+//! one, conflicting concurrent changes, 501 for what a pool cannot do, snapshots and ports,
+//! the idle sweep and the wake on the next call, and the reconciler.
+
+use std::time::Duration;
+
+use differently_adapters::fake::{live_instances, FakeAdapter, FakeConfig, LedgerOp};
+use differently_adapters::Adapter;
+use differently_core::{SandboxId, SandboxStatus};
+use serde_json::{json, Value};
+
+use crate::dataplane::{cluster, post, running, FAKE_CAPS};
+use crate::harness::{eventually, Cluster, Opts};
+
+async fn op(c: &Cluster, id: &SandboxId, what: &str) -> (u16, Value) {
+    post(c, &format!("/v1/sandboxes/{id}/{what}"), json!({})).await
+}
+
+fn lifecycle_lines(c: &Cluster, id: &SandboxId) -> usize {
+    c.ledger()
+        .iter()
+        .filter(|e| {
+            e.sandbox_id.as_ref() == Some(id)
+                && matches!(
+                    e.op,
+                    LedgerOp::Pause | LedgerOp::Resume | LedgerOp::Stop | LedgerOp::Start
+                )
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_transition_on_the_fake_and_devhost_pools() {
+    let c = cluster(Opts::default()).await;
+    let id = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
+
+    // Into the current status (running): 200 and no backend call.
+    for noop in ["resume", "start"] {
+        let (s, b) = op(&c, &id, noop).await;
+        assert_eq!(
+            (s, b["status"].as_str()),
+            (200, Some("running")),
+            "{noop}: {b}"
+        );
+    }
+    assert_eq!(lifecycle_lines(&c, &id), 0);
+    // running → paused, and again (200, no backend call).
+    let (s, b) = op(&c, &id, "pause").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("paused")), "{b}");
+    let calls = lifecycle_lines(&c, &id);
+    let (s, b) = op(&c, &id, "pause").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("paused")));
+    assert_eq!(
+        lifecycle_lines(&c, &id),
+        calls,
+        "repeating a transition calls nothing"
+    );
+    // A caller-paused sandbox is not woken by exec.
+    let (s, e) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/exec"),
+        json!({"command": ["true"]}),
+    )
+    .await;
+    assert_eq!(
+        (s, e["error"]["details"]["status"].as_str()),
+        (409, Some("paused"))
+    );
+    for bad in ["stop", "start"] {
+        let (s, e) = op(&c, &id, bad).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("conflict")),
+            "{bad} from paused: {e}"
+        );
+        assert_eq!(e["error"]["details"]["status"], "paused");
+    }
+    // paused → running → stopped → running.
+    for (what, to) in [("resume", "running"), ("stop", "stopped")] {
+        let (s, b) = op(&c, &id, what).await;
+        assert_eq!((s, b["status"].as_str()), (200, Some(to)), "{what}: {b}");
+    }
+    for bad in ["pause", "resume"] {
+        let (s, _) = op(&c, &id, bad).await;
+        assert_eq!(s, 409, "{bad} from stopped");
+    }
+    let (s, b) = op(&c, &id, "stop").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("stopped")));
+    let (s, b) = op(&c, &id, "start").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("running")));
+    let (_, out) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/exec"),
+        json!({"command": ["echo", "back"]}),
+    )
+    .await;
+    assert_eq!(out["stdout"], "back\n");
+    let ops: Vec<_> = c
+        .ledger()
+        .into_iter()
+        .filter(|e| e.sandbox_id.as_ref() == Some(&id))
+        .map(|e| e.op)
+        .filter(|o| {
+            matches!(
+                o,
+                LedgerOp::Pause | LedgerOp::Resume | LedgerOp::Stop | LedgerOp::Start
+            )
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            LedgerOp::Pause,
+            LedgerOp::Resume,
+            LedgerOp::Stop,
+            LedgerOp::Start
+        ]
+    );
+
+    // Once terminating, nothing else is legal.
+    let (s, _) = c
+        .call(
+            &c.key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 202);
+    c.wait_status(&id, SandboxStatus::Terminated, Duration::from_secs(30))
+        .await;
+    for bad in ["pause", "resume", "stop", "start"] {
+        let (s, _) = op(&c, &id, bad).await;
+        assert_eq!(s, 409, "{bad} after delete");
+    }
+
+    // devhost: pause and resume; stop is not something it can do.
+    let dev = running(&c, json!({"capabilities": ["files"]})).await;
+    let (s, b) = op(&c, &dev, "pause").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("paused")), "{b}");
+    let (s, b) = op(&c, &dev, "resume").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("running")), "{b}");
+    for unsupported in ["stop", "start"] {
+        let (s, e) = op(&c, &dev, unsupported).await;
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (501, Some("unsupported_operation")),
+            "{unsupported}: {e}"
+        );
+    }
+    // Unknown or foreign sandboxes are 404.
+    let (s, _) = op(&c, &SandboxId::new(), "pause").await;
+    assert_eq!(s, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_concurrent_changes_and_the_202_bound() {
+    // Slow backend calls (3 s) so two changes overlap.
+    let c = cluster(Opts {
+        latency_ms: 3000,
+        ..Opts::default()
+    })
+    .await;
+    let id = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
+    let (a, b) = tokio::join!(op(&c, &id, "pause"), op(&c, &id, "stop"));
+    let mut codes = [a.0, b.0];
+    codes.sort();
+    assert_eq!(
+        codes,
+        [200, 409],
+        "one wins, the other conflicts: {a:?} {b:?}"
+    );
+    let winner = if a.0 == 200 { a.1 } else { b.1 };
+    let now = c.get(&id).await;
+    assert_eq!(now["status"], winner["status"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_ports_and_keepalive() {
+    let c = cluster(Opts::default()).await;
+    let id = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
+    let (s, snap) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/snapshots"),
+        json!({"name": "first"}),
+    )
+    .await;
+    assert_eq!(s, 202, "{snap}");
+    assert_eq!(snap["status"], "ready");
+    assert_eq!(snap["pool"], "fake");
+    assert!(
+        snap.get("backendRef").is_none(),
+        "backend refs are never served"
+    );
+    let sid = snap["id"].as_str().unwrap().to_owned();
+    let (s, got) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/snapshots/{sid}"),
+            None,
+        )
+        .await;
+    assert_eq!((s, got["name"].as_str()), (200, Some("first")));
+    let (_, list) = c
+        .call(&c.key, reqwest::Method::GET, "/v1/snapshots", None)
+        .await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    assert!(c
+        .ledger()
+        .iter()
+        .any(|e| e.op == LedgerOp::Snapshot && e.sandbox_id.as_ref() == Some(&id)));
+    let (s, _) = c
+        .call(
+            &c.key,
+            reqwest::Method::DELETE,
+            &format!("/v1/snapshots/{sid}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 204);
+    let (s, _) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/snapshots/{sid}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 404);
+    assert!(c.ledger().iter().any(|e| e.op == LedgerOp::DeleteSnapshot));
+
+    let (s, port) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/ports"),
+        json!({"port": 8080, "expiresSeconds": 120}),
+    )
+    .await;
+    assert_eq!(s, 200, "{port}");
+    assert!(port["url"].as_str().unwrap().contains("/8080"));
+    let exp: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(port["expiresAt"].clone()).unwrap();
+    let left = (exp - chrono::Utc::now()).num_seconds();
+    assert!((100..=120).contains(&left), "{left}");
+    let (s, e) = post(&c, &format!("/v1/sandboxes/{id}/ports"), json!({"port": 0})).await;
+    assert_eq!(
+        (s, e["error"]["details"]["field"].as_str()),
+        (422, Some("port"))
+    );
+
+    let r = c
+        .req(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{id}/keepalive"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+
+    // devhost has no stop but has snapshots; the fake without snapshots capability is 501.
+    let dev = running(&c, json!({"capabilities": ["files"]})).await;
+    let (s, snap) = post(&c, &format!("/v1/sandboxes/{dev}/snapshots"), json!({})).await;
+    assert_eq!((s, snap["status"].as_str()), (202, Some("ready")), "{snap}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sandbox_is_paused_and_the_next_exec_wakes_it() {
+    let c = cluster(Opts::default()).await;
+    let id = running(
+        &c,
+        json!({"capabilities": ["lifecycle.stop"], "idleTimeoutSeconds": 2}),
+    )
+    .await;
+    let paused = c
+        .wait_status(&id, SandboxStatus::Paused, Duration::from_secs(30))
+        .await;
+    assert_eq!(paused["statusReason"], "idle timeout");
+    let (s, out) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/exec"),
+        json!({"command": ["echo", "awake"]}),
+    )
+    .await;
+    assert_eq!((s, out["stdout"].as_str()), (200, Some("awake\n")), "{out}");
+    assert_eq!(c.get(&id).await["status"], "running");
+    let ops: Vec<_> = c
+        .ledger()
+        .into_iter()
+        .filter(|e| e.sandbox_id.as_ref() == Some(&id))
+        .map(|e| e.op)
+        .filter(|o| matches!(o, LedgerOp::Pause | LedgerOp::Resume))
+        .collect();
+    assert_eq!(&ops[..2], &[LedgerOp::Pause, LedgerOp::Resume]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciler_deletes_orphans_fails_vanished_and_skips_broken_listings() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let broken_ledger = root.path().join("broken.jsonl");
+    let mut c = Cluster::new(Opts {
+        more_pools: format!(
+            r#"{FAKE_CAPS}
+
+[[pools]]
+name = "broken"
+kind = "fake"
+[pools.settings]
+ledger = "{}"
+failList = true
+capabilities = ["exec", "files"]
+"#,
+            broken_ledger.display()
+        ),
+        ..Opts::default()
+    })
+    .await;
+    c.spawn("api", "api", &[]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+
+    let live = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
+    let doomed = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
+    let on_broken = running(&c, json!({"capabilities": ["files"]})).await;
+    assert_eq!(c.get(&on_broken).await["pool"], "broken");
+    let installation = c
+        .ledger()
+        .into_iter()
+        .find_map(|e| e.installation_id)
+        .expect("installation id on a created line");
+
+    // Behind Differently's back: an orphan tagged with this installation, and two instances
+    // gone (one on a pool whose listing works, one on a pool whose listing fails).
+    let backend = FakeAdapter::new(FakeConfig {
+        ledger: Some(c.ledger.clone()),
+        ..FakeConfig::default()
+    });
+    let orphan = SandboxId::new();
+    backend
+        .create(&differently_adapters::CreateInstance {
+            sandbox_id: orphan.clone(),
+            installation_id: installation,
+            template: None,
+            resources: differently_core::Resources::DEFAULT,
+            env: Default::default(),
+            ttl_seconds: 60,
+            from_snapshot: None,
+        })
+        .await
+        .expect("orphan");
+    backend.delete(&doomed).await.expect("vanish");
+    let broken = FakeAdapter::new(FakeConfig {
+        ledger: Some(broken_ledger.clone()),
+        ..FakeConfig::default()
+    });
+    broken
+        .delete(&on_broken)
+        .await
+        .expect("vanish on broken pool");
+
+    let gone = eventually(Duration::from_secs(30), || {
+        !live_instances(&c.ledger())
+            .iter()
+            .any(|i| i.sandbox_id == orphan)
+    })
+    .await;
+    assert!(gone, "orphan not deleted\n{}", c.logs());
+    let failed = c
+        .wait_status(&doomed, SandboxStatus::Failed, Duration::from_secs(30))
+        .await;
+    assert_eq!(failed["statusReason"], "backend instance vanished");
+    assert_eq!(
+        c.get(&live).await["status"],
+        "running",
+        "a live instance is left alone"
+    );
+    // Several passes later, the sandbox on the pool whose listing fails is untouched.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(c.get(&on_broken).await["status"], "running");
+    assert!(
+        c.log("scheduler").contains("listing failed"),
+        "the skip is logged"
+    );
+}

@@ -1,0 +1,321 @@
+//! `LifecycleStore` on Postgres (tables from `migrations/0003_snapshots.sql`). Each record is
+//! a JSONB document with the columns needed for locking and filtering promoted next to it.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use differently_core::ids::{OpId, SnapshotId};
+use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::Row;
+
+use crate::lifecycle::{LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord};
+use crate::postgres::PgStore;
+use crate::StoreError;
+
+/// Sets the TTL of `s` (shared by both stores): the spec's `ttlSeconds`, and `expiresAt`
+/// counted from now for a sandbox that has started.
+pub(crate) fn apply_ttl(s: &mut Sandbox, ttl_seconds: u64, now: DateTime<Utc>) {
+    s.spec.ttl_seconds = ttl_seconds;
+    if s.started_at.is_some() && !s.status.is_final() {
+        let ttl = chrono::Duration::seconds(i64::try_from(ttl_seconds).unwrap_or(i64::MAX / 1000));
+        s.expires_at = Some(now + ttl);
+    }
+}
+
+fn op_of(row: &sqlx::postgres::PgRow) -> Result<OpRecord, StoreError> {
+    let Json(op): Json<OpRecord> = row.try_get("doc")?;
+    Ok(op)
+}
+
+fn snapshot_of(row: &sqlx::postgres::PgRow) -> Result<SnapshotRecord, StoreError> {
+    let Json(s): Json<SnapshotRecord> = row.try_get("doc")?;
+    Ok(s)
+}
+
+fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
+    let Json(s): Json<Sandbox> = row.try_get("doc")?;
+    Ok(s)
+}
+
+fn secs(v: Option<u64>) -> Result<Option<i64>, StoreError> {
+    v.map(|n| i64::try_from(n).map_err(|_| StoreError::Database("seconds out of range".into())))
+        .transpose()
+}
+
+#[async_trait]
+impl LifecycleStore for PgStore {
+    async fn begin_op(&self, op: &OpRecord) -> Result<OpBegun, StoreError> {
+        // The partial unique index admits one pending exclusive op per sandbox. A lost insert
+        // whose winner finishes before we read it is retried.
+        for _ in 0..5 {
+            let inserted = sqlx::query(
+                "INSERT INTO sandbox_ops (id, sandbox_id, org_id, kind, exclusive, state,
+                     created_at, updated_at, doc)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (sandbox_id) WHERE state = 'pending' AND exclusive DO NOTHING",
+            )
+            .bind(op.id.as_str())
+            .bind(op.sandbox_id.as_str())
+            .bind(op.org_id.as_str())
+            .bind(&op.kind)
+            .bind(op.exclusive)
+            .bind(op.state.as_str())
+            .bind(op.created_at)
+            .bind(op.updated_at)
+            .bind(Json(op))
+            .execute(self.pool())
+            .await?;
+            if inserted.rows_affected() == 1 {
+                return Ok(OpBegun::New(op.clone()));
+            }
+            let row = sqlx::query(
+                "SELECT doc FROM sandbox_ops
+                 WHERE sandbox_id = $1 AND state = 'pending' AND exclusive",
+            )
+            .bind(op.sandbox_id.as_str())
+            .fetch_optional(self.pool())
+            .await?;
+            if let Some(row) = row {
+                let pending = op_of(&row)?;
+                return Ok(if pending.kind == op.kind && pending.args == op.args {
+                    OpBegun::Joined(pending)
+                } else {
+                    OpBegun::Busy(pending)
+                });
+            }
+        }
+        Err(StoreError::Database(
+            "operation insert kept conflicting".into(),
+        ))
+    }
+
+    async fn get_op(&self, id: &OpId) -> Result<Option<OpRecord>, StoreError> {
+        let row = sqlx::query("SELECT doc FROM sandbox_ops WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(op_of).transpose()
+    }
+
+    async fn finish_op(
+        &self,
+        id: &OpId,
+        state: OpState,
+        result: Value,
+        error: Option<OpError>,
+        now: DateTime<Utc>,
+    ) -> Result<OpRecord, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query("SELECT doc FROM sandbox_ops WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let mut op = op_of(&row)?;
+        if op.state == OpState::Pending {
+            op.state = state;
+            op.result = result;
+            op.error = error;
+            op.updated_at = now;
+            sqlx::query(
+                "UPDATE sandbox_ops SET state = $2, updated_at = $3, doc = $4 WHERE id = $1",
+            )
+            .bind(id.as_str())
+            .bind(op.state.as_str())
+            .bind(now)
+            .bind(Json(&op))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(op)
+    }
+
+    async fn pending_ops(
+        &self,
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OpRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT doc FROM sandbox_ops WHERE state = 'pending' AND updated_at < $1
+             ORDER BY updated_at, id LIMIT $2",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(op_of).collect()
+    }
+
+    async fn insert_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
+        let res = sqlx::query(
+            "INSERT INTO snapshots (id, org_id, project_id, sandbox_id, pool, status,
+                 created_at, doc)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(s.id.as_str())
+        .bind(s.org_id.as_str())
+        .bind(s.project_id.as_str())
+        .bind(s.sandbox_id.as_str())
+        .bind(&s.pool)
+        .bind(s.status.as_str())
+        .bind(s.created_at)
+        .bind(Json(s))
+        .execute(self.pool())
+        .await?;
+        if res.rows_affected() == 0 {
+            return Err(StoreError::AlreadyExists(format!("snapshot {}", s.id)));
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot(&self, id: &SnapshotId) -> Result<Option<SnapshotRecord>, StoreError> {
+        let row = sqlx::query("SELECT doc FROM snapshots WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(snapshot_of).transpose()
+    }
+
+    async fn list_snapshots(
+        &self,
+        org: &OrgId,
+        project: Option<&ProjectId>,
+        after: Option<&SnapshotId>,
+        limit: u32,
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT doc FROM snapshots
+             WHERE org_id = $1 AND ($2::text IS NULL OR project_id = $2)
+               AND ($3::text IS NULL OR id > $3)
+             ORDER BY id LIMIT $4",
+        )
+        .bind(org.as_str())
+        .bind(project.map(|p| p.as_str()))
+        .bind(after.map(|a| a.as_str()))
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(snapshot_of).collect()
+    }
+
+    async fn update_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
+        let res = sqlx::query("UPDATE snapshots SET status = $2, doc = $3 WHERE id = $1")
+            .bind(s.id.as_str())
+            .bind(s.status.as_str())
+            .bind(Json(s))
+            .execute(self.pool())
+            .await?;
+        if res.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    async fn remove_snapshot(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM snapshots WHERE id = $1")
+            .bind(id.as_str())
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn touch_activity(&self, id: &SandboxId, at: DateTime<Utc>) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO sandbox_activity (sandbox_id, last_activity_at) VALUES ($1, $2)
+             ON CONFLICT (sandbox_id) DO UPDATE
+             SET last_activity_at = GREATEST(sandbox_activity.last_activity_at, EXCLUDED.last_activity_at)",
+        )
+        .bind(id.as_str())
+        .bind(at)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn last_activity(&self, id: &SandboxId) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let row =
+            sqlx::query("SELECT last_activity_at FROM sandbox_activity WHERE sandbox_id = $1")
+                .bind(id.as_str())
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(row
+            .map(|r| r.try_get::<DateTime<Utc>, _>("last_activity_at"))
+            .transpose()?)
+    }
+
+    async fn idle_candidates(
+        &self,
+        now: DateTime<Utc>,
+        default_idle_seconds: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT s.doc FROM sandboxes s
+             LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
+             WHERE s.status = 'running'
+               AND COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::bigint, $1) IS NOT NULL
+               AND GREATEST(s.updated_at, COALESCE(a.last_activity_at, s.updated_at))
+                   + make_interval(secs => COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::bigint, $1))
+                   < $2
+             ORDER BY s.updated_at LIMIT $3",
+        )
+        .bind(secs(default_idle_seconds)?)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(sandbox_of).collect()
+    }
+
+    async fn live_in_pool(
+        &self,
+        pool: &str,
+        before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError> {
+        let live = [
+            SandboxStatus::Running,
+            SandboxStatus::Paused,
+            SandboxStatus::Stopped,
+        ]
+        .map(|s| s.as_str().to_owned());
+        let rows = sqlx::query(
+            "SELECT doc FROM sandboxes
+             WHERE pool = $1 AND status = ANY($2) AND updated_at < $3
+             ORDER BY id LIMIT $4",
+        )
+        .bind(pool)
+        .bind(&live[..])
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(sandbox_of).collect()
+    }
+
+    async fn renew_ttl(
+        &self,
+        id: &SandboxId,
+        ttl_seconds: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let mut s = sandbox_of(&row)?;
+        apply_ttl(&mut s, ttl_seconds, now);
+        sqlx::query("UPDATE sandboxes SET expires_at = $2, doc = $3 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(s.expires_at)
+            .bind(Json(&s))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(s)
+    }
+}

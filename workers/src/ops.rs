@@ -1,0 +1,336 @@
+//! Lifecycle operations (`dly.work.<pool>.{pause,resume,stop,start,snapshot,deletesnapshot,
+//! exposeport,renew}`): the API (or a sweep) inserted an operation record and published its
+//! id; the worker executes it against the adapter and records the outcome on the record, where
+//! the waiting caller (or nobody: the change completes anyway) reads it.
+//!
+//! Idempotent under redelivery: a finished record is not executed again; a status transition
+//! already made (the row is in the target status) is recorded as done without a backend call;
+//! adapters' lifecycle calls are themselves idempotent. Retryable backend errors are retried
+//! with back-off up to `max_deliveries`, then the operation fails with `provider_unavailable`.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use differently_adapters::{AdapterError, InstanceRef};
+use differently_bus::Acker;
+use differently_bus_schema::WorkOp;
+use differently_core::ids::{OpId, SnapshotId};
+use differently_core::{ErrorCode, Sandbox, SandboxStatus};
+use differently_store::lifecycle::{OpError, OpRecord, OpState, SnapshotStatus};
+use differently_store::{Actor, StoreError, Transition};
+use serde_json::{json, Value};
+
+use crate::{backoff, with_progress, Ack, WorkerGroup};
+
+/// The statuses a lifecycle transition goes between.
+pub fn transition_of(op: WorkOp) -> Option<(SandboxStatus, SandboxStatus)> {
+    use SandboxStatus::*;
+    match op {
+        WorkOp::Pause => Some((Running, Paused)),
+        WorkOp::Resume => Some((Paused, Running)),
+        WorkOp::Stop => Some((Running, Stopped)),
+        WorkOp::Start => Some((Stopped, Running)),
+        _ => None,
+    }
+}
+
+fn op_error(code: ErrorCode, message: impl Into<String>) -> OpError {
+    OpError {
+        code: code.as_str().to_owned(),
+        message: message.into(),
+    }
+}
+
+/// How a backend error is served to the caller that waits for the operation.
+fn adapter_op_error(e: &AdapterError) -> OpError {
+    match e {
+        AdapterError::Unsupported(m) => op_error(ErrorCode::UnsupportedOperation, m.clone()),
+        AdapterError::NotFound => op_error(
+            ErrorCode::ProviderUnavailable,
+            "the sandbox's backend instance is missing",
+        ),
+        AdapterError::PathNotFound(p) => op_error(ErrorCode::NotFound, p.clone()),
+        AdapterError::Permanent(m) => op_error(ErrorCode::Conflict, m.clone()),
+        AdapterError::Transient(_) | AdapterError::Unavailable(_) => op_error(
+            ErrorCode::ProviderUnavailable,
+            "the sandbox's backend is unavailable",
+        ),
+    }
+}
+
+enum Outcome {
+    Done(Value),
+    Failed(OpError),
+    Retry(Duration),
+}
+
+impl WorkerGroup {
+    /// Executes the operation `op_id` of kind `op` on `row`'s instance.
+    pub(crate) async fn run_op(
+        &self,
+        row: &Sandbox,
+        op: WorkOp,
+        op_id: Option<&str>,
+        delivered: u64,
+        acker: &dyn Acker,
+    ) -> Ack {
+        let Some(id) = op_id.and_then(|s| OpId::parse(s).ok()) else {
+            tracing::warn!(sandbox = %row.id, ?op, "worker: lifecycle work without an operation id dropped");
+            return Ack::Done;
+        };
+        let record = match self.store.get_op(&id).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ack::Done,
+            Err(e) => {
+                tracing::warn!(op = %id, error = %e, "worker: cannot read operation; retrying");
+                return Ack::Retry(Duration::from_secs(1));
+            }
+        };
+        if record.state != OpState::Pending {
+            return Ack::Done; // redelivery of finished work
+        }
+        let outcome = self.execute(row, op, &record, delivered, acker).await;
+        let (state, result, error) = match outcome {
+            Outcome::Retry(d) => return Ack::Retry(d),
+            Outcome::Done(v) => (OpState::Done, v, None),
+            Outcome::Failed(e) => (OpState::Failed, Value::Null, Some(e)),
+        };
+        tracing::info!(sandbox = %row.id, op = %id, kind = op.as_str(), state = state.as_str(), "worker: operation finished");
+        match self
+            .store
+            .finish_op(&id, state, result, error, Utc::now())
+            .await
+        {
+            Ok(_) => {
+                // Wake waiters even when the status did not change (snapshot, port): they
+                // re-read the operation on any event of the sandbox.
+                Ack::Done
+            }
+            Err(e) => {
+                tracing::warn!(op = %id, error = %e, "worker: cannot record outcome; retrying");
+                Ack::Retry(Duration::from_secs(1))
+            }
+        }
+    }
+
+    fn instance_ref(row: &Sandbox) -> Option<InstanceRef> {
+        row.backend_ref.as_ref().map(|r| InstanceRef {
+            sandbox_id: row.id.clone(),
+            backend_ref: r.clone(),
+        })
+    }
+
+    /// A backend error: retry while it may pass, then fail the operation.
+    fn failed(&self, row: &Sandbox, e: AdapterError, delivered: u64) -> Outcome {
+        tracing::warn!(sandbox = %row.id, pool = %self.pool, error = %e, attempt = delivered, "worker: lifecycle call failed");
+        if e.is_retryable() && delivered < self.config.max_deliveries {
+            Outcome::Retry(backoff(delivered))
+        } else {
+            Outcome::Failed(adapter_op_error(&e))
+        }
+    }
+
+    async fn execute(
+        &self,
+        row: &Sandbox,
+        op: WorkOp,
+        record: &OpRecord,
+        delivered: u64,
+        acker: &dyn Acker,
+    ) -> Outcome {
+        let wait = self.config.ack_wait;
+        if let Some((from, to)) = transition_of(op) {
+            return self
+                .transition(row, op, from, to, record, delivered, acker)
+                .await;
+        }
+        match op {
+            WorkOp::Snapshot => self.snapshot(row, record, delivered, acker).await,
+            WorkOp::DeleteSnapshot => {
+                let Some(snap) = snapshot_arg(record) else {
+                    return Outcome::Failed(op_error(ErrorCode::Internal, "no snapshot id"));
+                };
+                let rec = match self.store.get_snapshot(&snap).await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return Outcome::Done(Value::Null),
+                    Err(_) => return Outcome::Retry(Duration::from_secs(1)),
+                };
+                if let Some(r) = &rec.backend_ref {
+                    let res = with_progress(acker, wait, self.adapter.delete_snapshot(r)).await;
+                    if let Err(e) = res {
+                        return self.failed(row, e, delivered);
+                    }
+                }
+                match self.store.remove_snapshot(&snap).await {
+                    Ok(()) => Outcome::Done(Value::Null),
+                    Err(_) => Outcome::Retry(Duration::from_secs(1)),
+                }
+            }
+            WorkOp::ExposePort => {
+                let Some(at) = Self::instance_ref(row) else {
+                    return Outcome::Failed(op_error(
+                        ErrorCode::Conflict,
+                        "the sandbox has no instance",
+                    ));
+                };
+                let port = record.args["port"]
+                    .as_u64()
+                    .and_then(|p| u16::try_from(p).ok());
+                let Some(port) = port else {
+                    return Outcome::Failed(op_error(ErrorCode::Internal, "no port"));
+                };
+                let expires = record.args["expiresSeconds"]
+                    .as_u64()
+                    .map(Duration::from_secs);
+                match with_progress(acker, wait, self.adapter.expose_port(&at, port, expires)).await
+                {
+                    Ok(ep) => Outcome::Done(json!({ "url": ep.url, "expiresAt": ep.expires_at })),
+                    Err(e) => self.failed(row, e, delivered),
+                }
+            }
+            WorkOp::Renew => {
+                let Some(at) = Self::instance_ref(row) else {
+                    return Outcome::Done(Value::Null);
+                };
+                let ttl = Duration::from_secs(record.args["ttlSeconds"].as_u64().unwrap_or(0));
+                match with_progress(acker, wait, self.adapter.renew(&at, ttl)).await {
+                    Ok(()) => Outcome::Done(Value::Null),
+                    Err(e) => self.failed(row, e, delivered),
+                }
+            }
+            WorkOp::Create | WorkOp::Delete => Outcome::Done(Value::Null),
+            WorkOp::Pause | WorkOp::Resume | WorkOp::Stop | WorkOp::Start => {
+                Outcome::Done(Value::Null)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn transition(
+        &self,
+        row: &Sandbox,
+        op: WorkOp,
+        from: SandboxStatus,
+        to: SandboxStatus,
+        record: &OpRecord,
+        delivered: u64,
+        acker: &dyn Acker,
+    ) -> Outcome {
+        if row.status == to {
+            return Outcome::Done(Value::Null);
+        }
+        if row.status != from {
+            return Outcome::Failed(op_error(
+                ErrorCode::Conflict,
+                format!("the sandbox is {}; cannot {}", row.status, op.as_str()),
+            ));
+        }
+        let Some(at) = Self::instance_ref(row) else {
+            return Outcome::Failed(op_error(ErrorCode::Conflict, "the sandbox has no instance"));
+        };
+        let wait = self.config.ack_wait;
+        let call = async {
+            match op {
+                WorkOp::Pause => self.adapter.pause(&at).await,
+                WorkOp::Resume => self.adapter.resume(&at).await,
+                WorkOp::Stop => self.adapter.stop(&at).await,
+                _ => self.adapter.start(&at).await,
+            }
+        };
+        if let Err(e) = with_progress(acker, wait, call).await {
+            return self.failed(row, e, delivered);
+        }
+        let reason = record.args["reason"].as_str().map(str::to_owned);
+        let t = Transition {
+            id: row.id.clone(),
+            from: vec![from],
+            to,
+            reason,
+            actor: Actor::System("worker"),
+        };
+        let now = Utc::now();
+        match self.store.transition(t, now).await {
+            Ok(updated) => {
+                if to == SandboxStatus::Running {
+                    // A wake is activity: the idle clock restarts now.
+                    let _ = self.store.touch_activity(&row.id, now).await;
+                }
+                let _ = self.announcer.status(&updated).await;
+                Outcome::Done(Value::Null)
+            }
+            Err(StoreError::StatusConflict { current }) if current == to => {
+                Outcome::Done(Value::Null)
+            }
+            Err(StoreError::StatusConflict { current }) => Outcome::Failed(op_error(
+                ErrorCode::Conflict,
+                format!("the sandbox changed concurrently; it is now {current}"),
+            )),
+            Err(StoreError::IllegalTransition { from, to }) => Outcome::Failed(op_error(
+                ErrorCode::Conflict,
+                format!("a {from} sandbox cannot become {to}"),
+            )),
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot record transition; retrying");
+                Outcome::Retry(Duration::from_secs(1))
+            }
+        }
+    }
+
+    async fn snapshot(
+        &self,
+        row: &Sandbox,
+        record: &OpRecord,
+        delivered: u64,
+        acker: &dyn Acker,
+    ) -> Outcome {
+        let Some(snap) = snapshot_arg(record) else {
+            return Outcome::Failed(op_error(ErrorCode::Internal, "no snapshot id"));
+        };
+        let mut rec = match self.store.get_snapshot(&snap).await {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                return Outcome::Failed(op_error(ErrorCode::NotFound, "snapshot record gone"))
+            }
+            Err(_) => return Outcome::Retry(Duration::from_secs(1)),
+        };
+        if rec.status == SnapshotStatus::Ready {
+            return Outcome::Done(Value::Null);
+        }
+        let Some(at) = Self::instance_ref(row) else {
+            return Outcome::Failed(op_error(ErrorCode::Conflict, "the sandbox has no instance"));
+        };
+        let taken = with_progress(
+            acker,
+            self.config.ack_wait,
+            self.adapter.snapshot(&at, snap.as_str()),
+        )
+        .await;
+        let outcome = match taken {
+            Ok(info) => {
+                rec.backend_ref = Some(info.backend_ref);
+                rec.status = SnapshotStatus::Ready;
+                rec.status_reason = None;
+                Outcome::Done(Value::Null)
+            }
+            Err(e) => match self.failed(row, e, delivered) {
+                Outcome::Failed(err) => {
+                    rec.status = SnapshotStatus::Failed;
+                    rec.status_reason = Some(err.message.clone());
+                    Outcome::Failed(err)
+                }
+                other => return other,
+            },
+        };
+        rec.updated_at = Utc::now();
+        match self.store.update_snapshot(&rec).await {
+            Ok(()) => outcome,
+            Err(_) => Outcome::Retry(Duration::from_secs(1)),
+        }
+    }
+}
+
+fn snapshot_arg(record: &OpRecord) -> Option<SnapshotId> {
+    record.args["snapshotId"]
+        .as_str()
+        .and_then(|s| SnapshotId::parse(s).ok())
+}
