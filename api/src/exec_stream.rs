@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 use crate::auth::Principal;
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
-use crate::lifecycle::{load, ready_for_data};
+use crate::lifecycle::{audit, load, ready_for_data};
 use crate::AppState;
 
 /// Output kept per stream by collected exec.
@@ -115,6 +115,14 @@ async fn exec(
     let sandbox = load(&state, &principal, &id).await?;
     let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "exec").await?;
     tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec");
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "sandbox.exec",
+        json!({ "program": req.program() }),
+    )
+    .await?;
     let enc = req.output_encoding.unwrap_or_default();
     let streams = pool
         .adapter
@@ -267,6 +275,14 @@ async fn exec_stream(
     let sandbox = load(&state, &principal, &id).await?;
     let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "exec.stream").await?;
     tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec stream");
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "sandbox.exec_stream",
+        json!({ "program": req.program() }),
+    )
+    .await?;
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
     let enc = req.output_encoding.unwrap_or_default();

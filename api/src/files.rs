@@ -24,7 +24,7 @@ use serde_json::json;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::lifecycle::{load, ready_for_data};
+use crate::lifecycle::{audit, load, ready_for_data};
 use crate::page::bad_query;
 use crate::AppState;
 
@@ -147,7 +147,14 @@ async fn upload(
             Err(e) => Err(AdapterError::Permanent(format!("upload body: {e}"))),
         })
         .boxed();
-    tracing::info!(sandbox = %sandbox.id, %path, "file upload");
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "file.upload",
+        json!({ "path": path }),
+    )
+    .await?;
     match pool.adapter.upload(&at, &path, mode, stream).await {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(_) if over.load(Ordering::Relaxed) => Err(too_large(limit)),
@@ -215,7 +222,15 @@ async fn download(
         .and_then(|v| v.to_str().ok())
         .and_then(parse_range);
     let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, _) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "file.download",
+        json!({ "path": path }),
+    )
+    .await?;
     let byte_range = match range {
         None => None,
         Some(RangeSpec::From(start, end)) => Some(ByteRange { start, end }),
@@ -305,7 +320,15 @@ async fn list(
             .ok_or_else(|| bad_query("depth", format!("must be between 1 and {MAX_DEPTH}")))?,
     };
     let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, _) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "file.list",
+        json!({ "path": path }),
+    )
+    .await?;
     let items = pool
         .adapter
         .list_files(&at, &path, depth)
@@ -324,7 +347,15 @@ async fn delete(
     principal.require(Scope::FilesWrite)?;
     let path = path_of(q.path.as_deref())?;
     let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, _) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "file.delete",
+        json!({ "path": path }),
+    )
+    .await?;
     pool.adapter
         .delete_file(&at, &path)
         .await

@@ -51,6 +51,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sandboxes/{id}/stop", post(stop))
         .route("/v1/sandboxes/{id}/start", post(start))
         .route("/v1/sandboxes/{id}/keepalive", post(keepalive))
+        .route("/v1/sandboxes/{id}", axum::routing::patch(patch_sandbox))
         .route("/v1/sandboxes/{id}/ports", post(expose_port))
         .route(
             "/v1/sandboxes/{id}/snapshots",
@@ -168,6 +169,30 @@ pub(crate) async fn ready_for_data(
     Ok((pool, at, sandbox))
 }
 
+/// Appends an audit record of `action` on `sandbox` by the caller, before the action runs:
+/// if it cannot be written the action does not happen (fail closed). Never argument values.
+pub(crate) async fn audit(
+    state: &AppState,
+    principal: &Principal,
+    sandbox: &Sandbox,
+    action: &str,
+    detail: Value,
+) -> ApiResult<()> {
+    state
+        .store
+        .append_audit(differently_store::audit::NewAuditEvent {
+            org_id: Some(sandbox.org_id.clone()),
+            project_id: Some(sandbox.project_id.clone()),
+            actor: principal.actor().as_audit(),
+            action: action.to_owned(),
+            resource: sandbox.id.to_string(),
+            outcome: "requested".to_owned(),
+            detail,
+        })
+        .await?;
+    Ok(())
+}
+
 /// Waits up to `bound` for operation `id` to finish; `None` if it is still pending.
 pub(crate) async fn wait_op(
     state: &AppState,
@@ -281,6 +306,14 @@ pub(crate) async fn transition(
             &format!("cannot {} the sandbox", op.as_str()),
         ));
     }
+    audit(
+        state,
+        principal,
+        &sandbox,
+        &format!("sandbox.{}", op.as_str()),
+        json!({}),
+    )
+    .await?;
     let record = begin(
         state,
         &sandbox,
@@ -431,6 +464,14 @@ async fn expose_port(
     }
     let sandbox = load(&state, &principal, &id).await?;
     let (pool, _, sandbox) = ready_for_data(&state, &principal, sandbox, "ports.expose").await?;
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "sandbox.expose_port",
+        json!({ "port": req.port }),
+    )
+    .await?;
     let record = begin(
         &state,
         &sandbox,
@@ -540,6 +581,14 @@ async fn create_snapshot(
         created_at: now,
         updated_at: now,
     };
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "snapshot.create",
+        json!({ "snapshotId": snap.id }),
+    )
+    .await?;
     state.store.insert_snapshot(&snap).await?;
     let record = begin(
         &state,
@@ -691,6 +740,14 @@ async fn delete_snapshot(
             snap.id
         )));
     };
+    audit(
+        &state,
+        &principal,
+        &source,
+        "snapshot.delete",
+        json!({ "snapshotId": snap.id }),
+    )
+    .await?;
     snap.status = SnapshotStatus::Deleting;
     snap.updated_at = Utc::now();
     state.store.update_snapshot(&snap).await?;
@@ -709,4 +766,65 @@ async fn delete_snapshot(
         Some(op) => Err(op_failure(&op)),
         None => Ok((StatusCode::ACCEPTED, Json(SnapshotView::from(&snap))).into_response()),
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PatchRequest {
+    ttl_seconds: Option<u64>,
+}
+
+/// `PATCH /v1/sandboxes/{id}` `{ttlSeconds}`: a TTL renew. `expiresAt` moves to now + ttl at
+/// once (the TTL sweep reads it); the backend-side backstop follows through a `renew`
+/// operation on the pool's workers, which the caller does not wait for.
+async fn patch_sandbox(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<SandboxView>> {
+    let req: PatchRequest = parse_json(&body)?;
+    principal.require(Scope::SandboxesWrite)?;
+    let sandbox = load(&state, &principal, &id).await?;
+    let Some(ttl) = req.ttl_seconds else {
+        return Ok(Json(sandbox.view()));
+    };
+    let max = differently_core::sandbox::MAX_TTL_SECONDS;
+    if ttl == 0 || ttl > max {
+        return Err(ApiError::field(
+            ErrorCode::ValidationFailed,
+            differently_core::FieldError::new("ttlSeconds", format!("must be between 1 and {max}")),
+        ));
+    }
+    if sandbox.status.is_final() || sandbox.status == SandboxStatus::Terminating {
+        return Err(status_conflict(&sandbox, "cannot renew the sandbox"));
+    }
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "sandbox.renew",
+        json!({ "ttlSeconds": ttl }),
+    )
+    .await?;
+    let renewed = state.store.renew_ttl(&sandbox.id, ttl, Utc::now()).await?;
+    if let (Some(pool), true) = (
+        renewed.pool.clone(),
+        matches!(
+            renewed.status,
+            SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Stopped
+        ),
+    ) {
+        begin(
+            &state,
+            &renewed,
+            &pool,
+            WorkOp::Renew,
+            false,
+            json!({ "ttlSeconds": ttl }),
+            principal.actor().as_audit(),
+        )
+        .await?;
+    }
+    Ok(Json(renewed.view()))
 }

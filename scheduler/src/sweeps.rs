@@ -307,7 +307,19 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             }
             match pool.adapter.delete(&inst.sandbox_id).await {
                 Ok(()) => {
-                    tracing::info!(pool = %name, sandbox = %inst.sandbox_id, action = "orphan_deleted", "reconcile: deleted an orphan backend instance")
+                    tracing::info!(pool = %name, sandbox = %inst.sandbox_id, action = "orphan_deleted", "reconcile: deleted an orphan backend instance");
+                    let ev = differently_store::audit::NewAuditEvent {
+                        org_id: row.as_ref().map(|r| r.org_id.clone()),
+                        project_id: row.as_ref().map(|r| r.project_id.clone()),
+                        actor: Actor::System("reconciler").as_audit(),
+                        action: "reconcile.orphan_deleted".to_owned(),
+                        resource: inst.sandbox_id.to_string(),
+                        outcome: "ok".to_owned(),
+                        detail: serde_json::json!({ "pool": name, "backendRef": inst.backend_ref }),
+                    };
+                    if let Err(e) = s.store.append_audit(ev).await {
+                        tracing::warn!(error = %e, "reconcile: audit of an orphan delete failed");
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(pool = %name, sandbox = %inst.sandbox_id, error = %e, "reconcile: orphan delete failed; next pass retries")

@@ -152,6 +152,10 @@ impl WorkerGroup {
         if row.status != SandboxStatus::Provisioning || row.pool.as_deref() != Some(&self.pool) {
             return Ack::Done; // stale: the row moved on
         }
+        let from_snapshot = match self.restore_ref(row).await {
+            Ok(r) => r,
+            Err(e) => return self.create_failed(row, delivered, e).await,
+        };
         let req = CreateInstance {
             sandbox_id: row.id.clone(),
             installation_id: self.installation.clone(),
@@ -159,7 +163,7 @@ impl WorkerGroup {
             resources: row.spec.resources,
             env: row.spec.env.clone(),
             ttl_seconds: row.spec.ttl_seconds,
-            from_snapshot: self.restore_ref(row).await,
+            from_snapshot,
         };
         let created = with_progress(acker, self.config.ack_wait, self.adapter.create(&req)).await;
         let instance = match created {
@@ -273,17 +277,21 @@ impl WorkerGroup {
 
 impl WorkerGroup {
     /// The backend ref of the snapshot a fork/restore starts from (label
-    /// `differently.dev/from-snapshot`), if it is a ready snapshot of this pool.
-    async fn restore_ref(&self, row: &Sandbox) -> Option<String> {
-        let raw = row.spec.labels.get(FROM_SNAPSHOT_LABEL)?;
-        let id = differently_core::ids::SnapshotId::parse(raw).ok()?;
+    /// `differently.dev/from-snapshot`). A snapshot that is missing, not ready or on another
+    /// pool fails the create: starting empty instead would be a silent degrade.
+    async fn restore_ref(&self, row: &Sandbox) -> Result<Option<String>, AdapterError> {
+        let Some(raw) = row.spec.labels.get(FROM_SNAPSHOT_LABEL) else {
+            return Ok(None);
+        };
+        let unusable = |why: &str| AdapterError::Permanent(format!("snapshot {raw}: {why}"));
+        let id = differently_core::ids::SnapshotId::parse(raw).map_err(|_| unusable("bad id"))?;
         match self.store.get_snapshot(&id).await {
-            Ok(Some(s)) if s.pool == self.pool => s.backend_ref,
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot read snapshot");
-                None
-            }
+            Ok(Some(s)) if s.pool != self.pool => Err(unusable("held by another pool")),
+            Ok(Some(s)) => s.backend_ref.map(Some).ok_or_else(|| unusable("not ready")),
+            Ok(None) => Err(unusable("does not exist")),
+            Err(e) => Err(AdapterError::Transient(format!(
+                "cannot read snapshot: {e}"
+            ))),
         }
     }
 }

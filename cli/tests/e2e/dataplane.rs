@@ -211,6 +211,30 @@ async fn exec_semantics_on_real_processes() {
         (Some(true), Some(1024 * 1024))
     );
 
+    // Audited with the program name only, never arguments or env values.
+    let (s, log) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/audit?resource={id}&action=sandbox.exec&limit=100"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{log}");
+    let items = log["items"].as_array().expect("audit items");
+    assert!(
+        items.iter().any(|i| i["detail"]["program"] == "cat"),
+        "{log}"
+    );
+    assert!(
+        !log.to_string().contains("line one"),
+        "stdin leaked into the audit log"
+    );
+    assert!(
+        !log.to_string().contains("\"request\""),
+        "env values leaked into the audit log"
+    );
+
     // Streamed: stdout and stderr events, then exit.
     let resp = c
         .req(

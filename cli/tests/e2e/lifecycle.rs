@@ -155,9 +155,9 @@ async fn every_transition_on_the_fake_and_devhost_pools() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_concurrent_changes_and_the_202_bound() {
-    // Slow backend calls (3 s) so two changes overlap.
+    // Backend calls take 11 s: longer than the API's 10 s bound.
     let c = cluster(Opts {
-        latency_ms: 3000,
+        latency_ms: 11_000,
         ..Opts::default()
     })
     .await;
@@ -167,12 +167,27 @@ async fn conflicting_concurrent_changes_and_the_202_bound() {
     codes.sort();
     assert_eq!(
         codes,
-        [200, 409],
-        "one wins, the other conflicts: {a:?} {b:?}"
+        [202, 409],
+        "one is accepted, the other conflicts: {a:?} {b:?}"
     );
-    let winner = if a.0 == 200 { a.1 } else { b.1 };
-    let now = c.get(&id).await;
-    assert_eq!(now["status"], winner["status"]);
+    let (accepted, conflict) = if a.0 == 202 { (a, b) } else { (b, a) };
+    assert_eq!(
+        accepted.1["status"], "running",
+        "still in progress at the bound"
+    );
+    assert_eq!(conflict.1["error"]["code"], "conflict");
+    assert!(
+        conflict.1["error"]["details"]["operation"].is_string(),
+        "{}",
+        conflict.1
+    );
+    // The accepted change (the one the conflict names) completes although nobody waits.
+    let target = if conflict.1["error"]["details"]["kind"] == "pause" {
+        SandboxStatus::Paused
+    } else {
+        SandboxStatus::Stopped
+    };
+    c.wait_status(&id, target, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,6 +272,44 @@ async fn snapshots_ports_and_keepalive() {
         .await
         .unwrap();
     assert_eq!(r.status(), 204);
+
+    // TTL renew moves expiresAt now and the backend backstop through the workers.
+    let (s, renewed) = c
+        .call(
+            &c.key,
+            reqwest::Method::PATCH,
+            &format!("/v1/sandboxes/{id}"),
+            Some(json!({"ttlSeconds": 7200})),
+        )
+        .await;
+    assert_eq!(
+        (s, renewed["ttlSeconds"].as_u64()),
+        (200, Some(7200)),
+        "{renewed}"
+    );
+    let exp: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(renewed["expiresAt"].clone()).unwrap();
+    assert!(((exp - chrono::Utc::now()).num_seconds() - 7200).abs() < 30);
+    let renewed_on_backend = eventually(Duration::from_secs(10), || {
+        c.ledger()
+            .iter()
+            .any(|e| e.op == LedgerOp::Renew && e.sandbox_id.as_ref() == Some(&id))
+    })
+    .await;
+    assert!(
+        renewed_on_backend,
+        "renew did not reach the backend\n{}",
+        c.logs()
+    );
+    let (s, _) = c
+        .call(
+            &c.key,
+            reqwest::Method::PATCH,
+            &format!("/v1/sandboxes/{id}"),
+            Some(json!({"ttlSeconds": 0})),
+        )
+        .await;
+    assert_eq!(s, 422);
 
     // devhost has no stop but has snapshots; the fake without snapshots capability is 501.
     let dev = running(&c, json!({"capabilities": ["files"]})).await;
