@@ -586,3 +586,46 @@ async fn events_resume_from_last_event_id_without_gaps_or_repeats() {
         .await;
     assert_eq!(s, 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_over_the_configured_limit_are_refused() {
+    let root = tempfile::tempdir().expect("tempdir").keep();
+    let mut c = Cluster::new(Opts {
+        more_pools: format!(
+            "{FAKE_CAPS}\n\n[[pools]]\nname = \"dev\"\nkind = \"devhost\"\n[pools.settings]\nroot = \"{}\"\nisolation = \"none\"\n",
+            root.display()
+        ),
+        ..Opts::default()
+    })
+    .await;
+    c.spawn("api", "api", &[("DIFFERENTLY_MAX_UPLOAD_BYTES", "1000")]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+    let id = running(&c, json!({"capabilities": ["files"]})).await;
+    let put = |n: usize| {
+        c.req(
+            reqwest::Method::PUT,
+            &format!("/v1/sandboxes/{id}/files?path=/f.bin"),
+        )
+        .body(vec![7u8; n])
+        .send()
+    };
+    let r = put(1000).await.expect("at the limit");
+    assert_eq!(r.status(), 204);
+    let r = put(1001).await.expect("over the limit");
+    assert_eq!(r.status(), 413);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "payload_too_large");
+    assert_eq!(body["error"]["details"]["limitBytes"], 1000);
+    // The refused upload left the earlier file as it was.
+    let r = c
+        .req(
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{id}/files?path=/f.bin"),
+        )
+        .send()
+        .await
+        .expect("download");
+    assert_eq!(r.bytes().await.expect("body").len(), 1000);
+}
