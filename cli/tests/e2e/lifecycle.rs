@@ -436,3 +436,34 @@ capabilities = ["exec", "files"]
         "the skip is logged"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sandbox_on_a_pool_without_pause_is_stopped_and_started_again() {
+    let mut c = Cluster::new(Opts {
+        more_pools: r#"capabilities = ["exec", "exec.stream", "lifecycle.stop"]"#.to_owned(),
+        ..Opts::default()
+    })
+    .await;
+    c.spawn("api", "api", &[]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+    let id = running(&c, json!({"idleTimeoutSeconds": 2})).await;
+    let stopped = c
+        .wait_status(&id, SandboxStatus::Stopped, Duration::from_secs(30))
+        .await;
+    assert_eq!(stopped["statusReason"], "idle timeout");
+    // Pause is not something this pool does: 501, and the sandbox stays stopped.
+    let (s, _) = op(&c, &id, "pause").await;
+    assert_eq!(s, 501);
+    let r = c
+        .req(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{id}/keepalive"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204, "keepalive wakes it");
+    assert_eq!(c.get(&id).await["status"], "running");
+}
