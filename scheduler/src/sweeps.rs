@@ -21,17 +21,25 @@ use tokio::time::Instant;
 use crate::Scheduler;
 
 const BATCH: u32 = 100;
+/// How often the idle and operation-repair passes run.
+const IDLE_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(crate) async fn run(s: Scheduler, mut stop: watch::Receiver<bool>) {
     let mut resent: HashMap<SandboxId, Instant> = HashMap::new();
     let mut ops_resent: HashMap<OpId, Instant> = HashMap::new();
     let mut last_reconcile: Option<Instant> = None;
+    let mut last_idle: Option<Instant> = None;
     loop {
-        if let Err(e) = idle(&s).await {
-            tracing::warn!(error = %e, "sweep: idle pass failed");
-        }
-        if let Err(e) = repair_ops(&s, &mut ops_resent).await {
-            tracing::warn!(error = %e, "sweep: operation repair failed");
+        // Idle and lost-operation passes scan more rows than the others: once a second is
+        // plenty for timeouts counted in seconds.
+        if last_idle.is_none_or(|t| t.elapsed() >= IDLE_PASS_EVERY) {
+            last_idle = Some(Instant::now());
+            if let Err(e) = idle(&s).await {
+                tracing::warn!(error = %e, "sweep: idle pass failed");
+            }
+            if let Err(e) = repair_ops(&s, &mut ops_resent).await {
+                tracing::warn!(error = %e, "sweep: operation repair failed");
+            }
         }
         if last_reconcile.is_none_or(|t| t.elapsed() >= s.config.reconcile_interval) {
             last_reconcile = Some(Instant::now());
