@@ -23,7 +23,11 @@ impl Pool {
     /// Builds the adapter of `record`.
     pub fn build(record: PoolRecord) -> Result<Pool, AdapterConfigError> {
         let adapter = registry::build(&record.kind, &record.settings)?;
-        Ok(Pool { adapter, record, healthy: RwLock::new(false) })
+        Ok(Pool {
+            adapter,
+            record,
+            healthy: RwLock::new(false),
+        })
     }
 
     /// Whether placement may send new work here.
@@ -112,8 +116,11 @@ impl PoolSet {
     /// their connections and caches survive) and their health.
     pub fn sync(&self, mut records: Vec<PoolRecord>) -> Vec<BadPool> {
         records.sort_by(|a, b| a.name.cmp(&b.name));
-        let current: HashMap<String, Arc<Pool>> =
-            self.read().into_iter().map(|p| (p.record.name.clone(), p)).collect();
+        let current: HashMap<String, Arc<Pool>> = self
+            .read()
+            .into_iter()
+            .map(|p| (p.record.name.clone(), p))
+            .collect();
         let mut next = Vec::with_capacity(records.len());
         let mut bad = Vec::new();
         for record in records {
@@ -126,7 +133,10 @@ impl PoolSet {
                         }
                         next.push(Arc::new(p));
                     }
-                    Err(error) => bad.push(BadPool { name: record.name, error }),
+                    Err(error) => bad.push(BadPool {
+                        name: record.name,
+                        error,
+                    }),
                 },
             }
         }
@@ -163,7 +173,8 @@ impl PoolSet {
     /// Applies the fleet-wide health rows: a pool is healthy when its latest probe, no
     /// older than `stale_after`, says so. No probe at all means unhealthy (no worker).
     pub fn apply_health(&self, rows: &[PoolHealth], now: DateTime<Utc>, stale_after: Duration) {
-        let stale = chrono::Duration::from_std(stale_after).unwrap_or(chrono::Duration::seconds(30));
+        let stale =
+            chrono::Duration::from_std(stale_after).unwrap_or(chrono::Duration::seconds(30));
         for p in self.read() {
             let row = rows.iter().find(|h| h.name == p.record.name);
             let healthy = row.is_some_and(|h| h.healthy && now - h.checked_at <= stale);

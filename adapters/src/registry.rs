@@ -10,13 +10,13 @@ use crate::fake::{FakeAdapter, FakeConfig};
 use crate::SharedAdapter;
 
 /// Adapter kinds this build can construct.
-pub const KNOWN_KINDS: &[&str] = &["fake", "devhost"];
+pub const KNOWN_KINDS: &[&str] = &["fake", "devhost", "opensandbox"];
 
 /// Why an adapter could not be built from its configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdapterConfigError {
     /// The pool names an adapter kind this build does not have.
-    #[error("unknown adapter kind `{0}` (known: fake, devhost)")]
+    #[error("unknown adapter kind `{0}` (known: fake, devhost, opensandbox)")]
     UnknownKind(String),
     /// The settings do not fit the kind; `field` names the offending setting when known.
     #[error("invalid settings for adapter `{kind}`{}: {message}", field.as_ref().map(|f| format!(", field `{f}`")).unwrap_or_default())]

@@ -97,9 +97,10 @@ impl From<AdapterError> for ApiError {
                 "the sandbox's backend instance is missing",
             ),
             AdapterError::Permanent(m) => ApiError::new(ErrorCode::ValidationFailed, m),
-            AdapterError::PathNotFound(p) => {
-                ApiError::new(ErrorCode::NotFound, format!("no such file or directory: {p}"))
-            }
+            AdapterError::PathNotFound(p) => ApiError::new(
+                ErrorCode::NotFound,
+                format!("{p}: no such file or directory"),
+            ),
         }
     }
 }

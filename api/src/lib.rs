@@ -26,6 +26,7 @@ pub mod exec_stream;
 pub mod files;
 pub mod lifecycle;
 pub mod page;
+pub mod placement;
 pub mod ratelimit;
 pub mod sandboxes;
 pub mod tenancy;
@@ -102,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events_sse::router())
         .merge(tenancy::router())
         .merge(audit::router())
+        .merge(placement::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)

@@ -9,10 +9,15 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::Utc;
+use differently_adapters::registry::AdapterConfigError;
 use differently_core::policy::{self, Explained, Isolation, Policy};
-use differently_core::pool::{resolve_trust, validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust};
+use differently_core::pool::{
+    resolve_trust, validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust,
+};
 use differently_core::tenancy::Scope;
-use differently_core::{CreateSandboxRequest, ErrorCode, FieldError, OrgId, ProjectId, SandboxSpec};
+use differently_core::{
+    CreateSandboxRequest, ErrorCode, FieldError, OrgId, ProjectId, SandboxSpec,
+};
 use differently_store::placement::{effective_policy, PolicyScope};
 use serde::{Deserialize, Serialize};
 
@@ -27,10 +32,19 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sandboxes/{id}/placement", get(sandbox_placement))
         .route("/v1/placement/dry-run", post(dry_run))
         .route("/v1/admin/policies/global", get(get_global).put(put_global))
-        .route("/v1/orgs/{id}/policy", get(get_org_policy).put(put_org_policy))
-        .route("/v1/projects/{id}/policy", get(get_project_policy).put(put_project_policy))
+        .route(
+            "/v1/orgs/{id}/policy",
+            get(get_org_policy).put(put_org_policy),
+        )
+        .route(
+            "/v1/projects/{id}/policy",
+            get(get_project_policy).put(put_project_policy),
+        )
         .route("/v1/admin/pools", post(create_pool).get(list_pools))
-        .route("/v1/admin/pools/{name}", get(get_pool).patch(update_pool).delete(delete_pool))
+        .route(
+            "/v1/admin/pools/{name}",
+            get(get_pool).patch(update_pool).delete(delete_pool),
+        )
 }
 
 /// Maps a request-level validation error: unknown capabilities have their own code.
@@ -56,8 +70,16 @@ pub async fn explain(
     let req = spec.placement_request();
     req.validate().map_err(request_error)?;
     let effective = effective_policy(state.store.as_ref(), org, project).await?;
-    let used = if live_slots { state.store.pool_slots_used().await? } else { HashMap::new() };
-    Ok(policy::decide(&req, &state.pools.profiles(&used), &effective))
+    let used = if live_slots {
+        state.store.pool_slots_used().await?
+    } else {
+        HashMap::new()
+    };
+    Ok(policy::decide(
+        &req,
+        &state.pools.profiles(&used),
+        &effective,
+    ))
 }
 
 async fn sandbox_placement(
@@ -69,11 +91,18 @@ async fn sandbox_placement(
     let sandbox = crate::sandboxes::load(&state, &p, &id).await?;
     match state.store.get_placement(&sandbox.id).await? {
         Some(doc) => Ok(Json(doc)),
-        None => Err(ApiError::new(ErrorCode::NotFound, "no placement decision recorded yet")),
+        None => Err(ApiError::new(
+            ErrorCode::NotFound,
+            "no placement decision recorded yet",
+        )),
     }
 }
 
-async fn dry_run(State(state): State<AppState>, p: Principal, body: Bytes) -> ApiResult<Json<Explained>> {
+async fn dry_run(
+    State(state): State<AppState>,
+    p: Principal,
+    body: Bytes,
+) -> ApiResult<Json<Explained>> {
     let req: CreateSandboxRequest = parse_json(&body)?;
     p.require(Scope::SandboxesRead)?;
     let spec = SandboxSpec::build(&req).map_err(request_error)?;
@@ -100,19 +129,31 @@ async fn dry_run(State(state): State<AppState>, p: Principal, body: Bytes) -> Ap
 // --- policies --------------------------------------------------------------------------
 
 fn forbidden(what: &str) -> ApiError {
-    ApiError::new(ErrorCode::PermissionDenied, format!("this key may not {what}"))
+    ApiError::new(
+        ErrorCode::PermissionDenied,
+        format!("this key may not {what}"),
+    )
 }
 
 async fn read_policy(state: &AppState, scope: PolicyScope) -> ApiResult<Json<Policy>> {
-    Ok(Json(state.store.get_policy(&scope).await?.unwrap_or_default()))
+    Ok(Json(
+        state.store.get_policy(&scope).await?.unwrap_or_default(),
+    ))
 }
 
-async fn write_policy(state: &AppState, p: &Principal, scope: PolicyScope, body: &Bytes) -> ApiResult<Json<Policy>> {
+async fn write_policy(
+    state: &AppState,
+    p: &Principal,
+    scope: PolicyScope,
+    body: &Bytes,
+) -> ApiResult<Json<Policy>> {
     let policy: Policy = parse_json(body)?;
     if !p.is_admin() {
         return Err(forbidden("change placement policy (admin scope needed)"));
     }
-    policy.validate().map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    policy
+        .validate()
+        .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     state.store.put_policy(&scope, &policy, &p.actor()).await?;
     Ok(Json(policy))
 }
@@ -124,7 +165,11 @@ async fn get_global(State(state): State<AppState>, p: Principal) -> ApiResult<Js
     read_policy(&state, PolicyScope::Global).await
 }
 
-async fn put_global(State(state): State<AppState>, p: Principal, body: Bytes) -> ApiResult<Json<Policy>> {
+async fn put_global(
+    State(state): State<AppState>,
+    p: Principal,
+    body: Bytes,
+) -> ApiResult<Json<Policy>> {
     write_policy(&state, &p, PolicyScope::Global, &body).await
 }
 
@@ -136,7 +181,11 @@ async fn org_scope(state: &AppState, p: &Principal, raw: &str) -> ApiResult<Poli
     }
 }
 
-async fn get_org_policy(State(state): State<AppState>, p: Principal, Path(id): Path<String>) -> ApiResult<Json<Policy>> {
+async fn get_org_policy(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Policy>> {
     let scope = org_scope(&state, &p, &id).await?;
     read_policy(&state, scope).await
 }
@@ -193,7 +242,10 @@ async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
         .map(|record| {
             let live = state.pools.get(&record.name);
             PoolInfo {
-                capabilities: live.as_ref().map(|p| p.adapter.capabilities()).unwrap_or_default(),
+                capabilities: live
+                    .as_ref()
+                    .map(|p| p.adapter.capabilities())
+                    .unwrap_or_default(),
                 healthy: live.as_ref().is_some_and(|p| p.healthy()),
                 health: health.iter().find(|h| h.name == record.name).cloned(),
                 used_slots: used.get(&record.name).copied().unwrap_or(0),
@@ -233,19 +285,30 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 /// Validates a record the way the config file is validated; errors name the field.
 fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trust> {
     validate_pool_name(&r.name).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
-    let trust = resolve_trust(&r.kind, declared_trust).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    let trust = resolve_trust(&r.kind, declared_trust)
+        .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     if r.max_concurrent == Some(0) {
         return Err(invalid("maxConcurrent", "must be at least 1"));
     }
     if !(r.cost_per_cpu_hour >= 0.0 && r.cost_per_cpu_hour.is_finite()) {
         return Err(invalid("costPerCpuHour", "must be a non-negative number"));
     }
-    if r.typical_create_seconds.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
-        return Err(invalid("typicalCreateSeconds", "must be a non-negative number"));
+    if r.typical_create_seconds
+        .is_some_and(|t| !(t >= 0.0 && t.is_finite()))
+    {
+        return Err(invalid(
+            "typicalCreateSeconds",
+            "must be a non-negative number",
+        ));
     }
     differently_adapters::registry::build(&r.kind, &r.settings).map_err(|e| {
-        ApiError::new(ErrorCode::ValidationFailed, format!("settings: {e}"))
-            .with_details(serde_json::json!({ "field": "settings" }))
+        let field = match &e {
+            AdapterConfigError::UnknownKind(_) => "kind".to_owned(),
+            AdapterConfigError::InvalidSettings { field: Some(f), .. } => format!("settings.{f}"),
+            AdapterConfigError::InvalidSettings { field: None, .. } => "settings".to_owned(),
+        };
+        ApiError::new(ErrorCode::ValidationFailed, format!("{field}: {e}"))
+            .with_details(serde_json::json!({ "field": field }))
     })?;
     Ok(trust)
 }
@@ -259,8 +322,17 @@ async fn create_pool(
     require_admin(&p)?;
     let name = b.name.ok_or_else(|| invalid("name", "required"))?;
     let kind = b.kind.ok_or_else(|| invalid("kind", "required"))?;
-    if state.store.list_pools().await?.iter().any(|r| r.name == name) {
-        return Err(ApiError::new(ErrorCode::Conflict, format!("pool {name} already exists")));
+    if state
+        .store
+        .list_pools()
+        .await?
+        .iter()
+        .any(|r| r.name == name)
+    {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("pool {name} already exists"),
+        ));
     }
     let now = Utc::now();
     let mut record = PoolRecord {
@@ -278,14 +350,19 @@ async fn create_pool(
         updated_at: now,
     };
     record.trust = check_record(&record, b.trust)?;
-    state.store.upsert_pool(&record).await?;
+    state.store.upsert_pool(&record, &p.actor()).await?;
     state.pools.sync(state.store.list_pools().await?);
     Ok((StatusCode::CREATED, Json(record)))
 }
 
-async fn list_pools(State(state): State<AppState>, p: Principal) -> ApiResult<Json<serde_json::Value>> {
+async fn list_pools(
+    State(state): State<AppState>,
+    p: Principal,
+) -> ApiResult<Json<serde_json::Value>> {
     require_admin(&p)?;
-    Ok(Json(serde_json::json!({ "items": pool_infos(&state).await?, "nextCursor": null })))
+    Ok(Json(
+        serde_json::json!({ "items": pool_infos(&state).await?, "nextCursor": null }),
+    ))
 }
 
 async fn find_pool(state: &AppState, name: &str) -> ApiResult<PoolRecord> {
@@ -298,7 +375,11 @@ async fn find_pool(state: &AppState, name: &str) -> ApiResult<PoolRecord> {
         .ok_or_else(|| ApiError::not_found("pool"))
 }
 
-async fn get_pool(State(state): State<AppState>, p: Principal, Path(name): Path<String>) -> ApiResult<Json<PoolInfo>> {
+async fn get_pool(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+) -> ApiResult<Json<PoolInfo>> {
     require_admin(&p)?;
     pool_infos(&state)
         .await?
@@ -327,7 +408,10 @@ async fn update_pool(
         return Err(invalid("name", "a pool cannot be renamed"));
     }
     if b.kind.as_ref().is_some_and(|k| k != &record.kind) {
-        return Err(invalid("kind", "a pool's kind cannot change; register a new pool"));
+        return Err(invalid(
+            "kind",
+            "a pool's kind cannot change; register a new pool",
+        ));
     }
     if b.region.is_some() {
         record.region = b.region;
@@ -349,12 +433,16 @@ async fn update_pool(
     }
     record.updated_at = Utc::now();
     record.trust = check_record(&record, b.trust.or(Some(record.trust)))?;
-    state.store.upsert_pool(&record).await?;
+    state.store.upsert_pool(&record, &p.actor()).await?;
     state.pools.sync(state.store.list_pools().await?);
     Ok(Json(record))
 }
 
-async fn delete_pool(State(state): State<AppState>, p: Principal, Path(name): Path<String>) -> ApiResult<StatusCode> {
+async fn delete_pool(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
     require_admin(&p)?;
     let record = find_pool(&state, &name).await?;
     if record.source == PoolSource::Config {
@@ -363,7 +451,7 @@ async fn delete_pool(State(state): State<AppState>, p: Principal, Path(name): Pa
             format!("pool {name} comes from the configuration file; remove it there"),
         ));
     }
-    state.store.delete_pool(&name).await?;
+    state.store.delete_pool(&name, &p.actor()).await?;
     state.pools.sync(state.store.list_pools().await?);
     Ok(StatusCode::NO_CONTENT)
 }

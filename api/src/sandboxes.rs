@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::Utc;
 use differently_bus_schema::WorkOp;
-use differently_core::placement::{decide, Decision};
+use differently_core::policy::Decision;
 use differently_core::sandbox::SandboxView;
 use differently_core::tenancy::Scope;
 use differently_core::{
@@ -94,8 +94,12 @@ async fn create(
             "fromSnapshot: snapshots are not available yet",
         ));
     }
-    if let Decision::Rejected { code, reason } = decide(&spec, &state.pools.views()).decision {
-        return Err(ApiError::new(code, reason));
+    // Fail fast: a request no permitted pool could ever take is refused now, not queued.
+    let explained =
+        crate::placement::explain(&state, &principal.org_id, &project_id, &spec, false).await?;
+    if let Decision::Rejected { code, reason } = explained.decision {
+        return Err(ApiError::new(code, reason)
+            .with_details(serde_json::json!({ "pools": explained.pools })));
     }
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
     let request_hash = hex(&Sha256::digest(&canonical));
@@ -135,7 +139,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Loads a sandbox the principal may see; anything else is the same 404.
-async fn load(state: &AppState, principal: &Principal, raw_id: &str) -> ApiResult<Sandbox> {
+pub async fn load(state: &AppState, principal: &Principal, raw_id: &str) -> ApiResult<Sandbox> {
     let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
     match state.store.get_sandbox(&id).await? {
         Some(s)

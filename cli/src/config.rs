@@ -184,6 +184,12 @@ pub struct PoolSection {
     pub trust: Option<Trust>,
     pub region: Option<String>,
     pub max_concurrent: Option<u32>,
+    /// Declared isolation of the backend runtime (`container` | `microvm`), reported only.
+    pub isolation: Option<differently_core::policy::Isolation>,
+    /// Cost model: currency units per CPU-hour (ranking by `cheapest`).
+    pub cost_per_cpu_hour: Option<f64>,
+    /// Speed hint: typical seconds from create to running (ranking by `fastest`).
+    pub typical_create_seconds: Option<f64>,
     /// Adapter-specific settings.
     #[serde(default)]
     pub settings: Option<toml::Value>,
@@ -259,7 +265,7 @@ impl Config {
                 "rate must be > 0 and burst >= 1",
             ));
         }
-        if !(self.api.auth_failures_per_minute > 0.0) {
+        if self.api.auth_failures_per_minute.is_nan() || self.api.auth_failures_per_minute <= 0.0 {
             return Err(invalid("api.auth_failures_per_minute", "must be > 0"));
         }
         if self.scheduler.tick_ms == 0 {
@@ -273,6 +279,22 @@ impl Config {
                 return Err(invalid(
                     format!("pools[{i}].name"),
                     format!("duplicate pool {:?}", p.name),
+                ));
+            }
+            if p.cost_per_cpu_hour
+                .is_some_and(|c| !(c >= 0.0 && c.is_finite()))
+            {
+                return Err(invalid(
+                    format!("pools[{i}].cost_per_cpu_hour"),
+                    "must be a non-negative number",
+                ));
+            }
+            if p.typical_create_seconds
+                .is_some_and(|c| !(c >= 0.0 && c.is_finite()))
+            {
+                return Err(invalid(
+                    format!("pools[{i}].typical_create_seconds"),
+                    "must be a non-negative number",
                 ));
             }
             if p.max_concurrent == Some(0) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::Utc;
 use differently_adapters::pools::PoolSet;
 use differently_core::pool::{resolve_trust, PoolRecord, PoolSource};
-use differently_store::Store;
+use differently_store::{Actor, Store};
 
 use crate::config::Config;
 use crate::roles::AnyError;
@@ -59,7 +59,7 @@ pub async fn register(store: &dyn Store, records: &[PoolRecord]) -> Result<(), A
     let existing = store.list_pools().await?;
     for old in existing.iter().filter(|p| p.source == PoolSource::Config) {
         if !records.iter().any(|r| r.name == old.name) {
-            if let Err(e) = store.delete_pool(&old.name).await {
+            if let Err(e) = store.delete_pool(&old.name, &Actor::System("config")).await {
                 tracing::warn!(pool = %old.name, error = %e, "pool removed from config but kept: still in use");
             }
         }
@@ -69,7 +69,7 @@ pub async fn register(store: &dyn Store, records: &[PoolRecord]) -> Result<(), A
         if let Some(old) = existing.iter().find(|p| p.name == r.name) {
             r.created_at = old.created_at;
         }
-        store.upsert_pool(&r).await?;
+        store.upsert_pool(&r, &Actor::System("config")).await?;
     }
     Ok(())
 }
@@ -109,7 +109,9 @@ pub fn spawn_sync(store: Arc<dyn Store>, pools: PoolSet) {
 pub async fn start_probes(store: Arc<dyn Store>, pools: PoolSet, names: Vec<String>) {
     let who = format!(
         "{}:{}",
-        std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim(),
+        std::fs::read_to_string("/etc/hostname")
+            .unwrap_or_default()
+            .trim(),
         std::process::id()
     );
     probe_once(store.as_ref(), &pools, &names, &who).await;
@@ -122,10 +124,16 @@ pub async fn start_probes(store: Arc<dyn Store>, pools: PoolSet, names: Vec<Stri
 }
 
 async fn probe_once(store: &dyn Store, pools: &PoolSet, names: &[String], who: &str) {
-    let targets = if names.is_empty() { pools.names() } else { names.to_vec() };
+    let targets = if names.is_empty() {
+        pools.names()
+    } else {
+        names.to_vec()
+    };
     let mut rows = Vec::new();
     for name in targets {
-        let Some(pool) = pools.get(&name) else { continue };
+        let Some(pool) = pools.get(&name) else {
+            continue;
+        };
         let health = pool.probe(who).await;
         if let Err(e) = store.report_pool_health(&health).await {
             tracing::warn!(pool = %name, error = %e, "cannot report pool health");

@@ -6,13 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use differently_adapters::pools::PoolSet;
-use differently_adapters::registry;
 use differently_api::events::EventHub;
 use differently_api::{AppState, BootstrapKey, Inner, Limits};
 use differently_bus::{Announcer, Bus};
 use differently_bus_schema::Naming;
 use differently_core::faults::Faults;
-use differently_core::pool::{PoolView, Trust};
+use differently_core::pool::{PoolRecord, PoolSource, Trust};
 use differently_scheduler::{Scheduler, SchedulerConfig};
 use differently_store::Store;
 use differently_workers::{WorkerConfig, WorkerGroup};
@@ -42,41 +41,6 @@ pub fn init_logging(json: bool) {
 
 fn faults_from_env() -> Faults {
     Faults::parse(&std::env::var("DIFFERENTLY_FAULT_PAUSE").unwrap_or_default())
-}
-
-fn build_pools(config: &Config) -> Result<PoolSet, AnyError> {
-    let mut pools = Vec::new();
-    for (i, p) in config.pools.iter().enumerate() {
-        let settings = match &p.settings {
-            Some(v) => serde_json::to_value(v)?,
-            None => serde_json::Value::Null,
-        };
-        let adapter = registry::build(&p.kind, &settings)
-            .map_err(|e| format!("config: pools[{i}] ({}): {e}", p.name))?;
-        let view = PoolView {
-            name: p.name.clone(),
-            kind: p.kind.clone(),
-            trust: p.trust.unwrap_or(Trust::Private),
-            region: p.region.clone(),
-            capabilities: vec![],
-            max_concurrent: p.max_concurrent,
-            healthy: false,
-        };
-        pools.push((view, adapter));
-    }
-    Ok(PoolSet::new(pools))
-}
-
-/// Checks pool health now and then every few seconds.
-async fn start_health(pools: &PoolSet) {
-    pools.refresh_health().await;
-    let pools = pools.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            pools.refresh_health().await;
-        }
-    });
 }
 
 fn limits(config: &Config) -> Limits {
@@ -206,20 +170,12 @@ fn spawn_roles(
         });
     }
     if roles.contains(&Role::Worker) {
-        let names = if worker_pools.is_empty() {
-            parts.pools.names()
-        } else {
-            worker_pools.to_vec()
-        };
-        if names.is_empty() {
-            return Err("worker role: no pools configured".into());
-        }
-        for name in names {
+        let make_group = |name: String| -> Result<WorkerGroup, AnyError> {
             let pool = parts
                 .pools
                 .get(&name)
-                .ok_or_else(|| format!("--pools: no configured pool named {name:?}"))?;
-            let group = WorkerGroup {
+                .ok_or_else(|| format!("--pools: no registered pool named {name:?}"))?;
+            Ok(WorkerGroup {
                 pool: name,
                 adapter: pool.adapter.clone(),
                 store: parts.store.clone(),
@@ -227,12 +183,53 @@ fn spawn_roles(
                 installation: installation.clone(),
                 config: workers.clone(),
                 faults: faults.clone(),
-            };
+            })
+        };
+        if worker_pools.is_empty() {
+            // Serve every registered pool, including pools registered later through the API.
+            let pools = parts.pools.clone();
+            let (store, announcer) = (parts.store.clone(), parts.announcer.clone());
+            let (installation, workers, faults) =
+                (installation.clone(), workers.clone(), faults.clone());
             let stop = shutdown.clone();
             tasks.spawn(async move {
-                group.run(stop).await;
-                Ok(())
+                let mut started = std::collections::HashSet::new();
+                let mut running = JoinSet::new();
+                loop {
+                    for name in pools.names() {
+                        if started.contains(&name) {
+                            continue;
+                        }
+                        if let Some(pool) = pools.get(&name) {
+                            let group = WorkerGroup {
+                                pool: name.clone(),
+                                adapter: pool.adapter.clone(),
+                                store: store.clone(),
+                                announcer: announcer.clone(),
+                                installation: installation.clone(),
+                                config: workers.clone(),
+                                faults: faults.clone(),
+                            };
+                            running.spawn(group.run(stop.clone()));
+                            started.insert(name);
+                        }
+                    }
+                    if *stop.borrow() {
+                        while running.join_next().await.is_some() {}
+                        return Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
             });
+        } else {
+            for name in worker_pools {
+                let group = make_group(name.clone())?;
+                let stop = shutdown.clone();
+                tasks.spawn(async move {
+                    group.run(stop).await;
+                    Ok(())
+                });
+            }
         }
     }
     Ok(())
@@ -270,18 +267,25 @@ pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
     if let Some(root) = root {
         settings["root"] = serde_json::Value::String(root.display().to_string());
     }
-    let adapter = registry::build("devhost", &settings)?;
-    let view = PoolView {
+    let now = chrono::Utc::now();
+    let local = PoolRecord {
         name: "local".into(),
         kind: "devhost".into(),
         trust: Trust::Private,
         region: None,
-        capabilities: vec![],
         max_concurrent: None,
-        healthy: false,
+        isolation: None,
+        cost_per_cpu_hour: 0.0,
+        typical_create_seconds: Some(0.1),
+        settings,
+        source: PoolSource::Config,
+        created_at: now,
+        updated_at: now,
     };
-    let pools = PoolSet::new(vec![(view, adapter)]);
-    start_health(&pools).await;
+    crate::pools::register(store.as_ref(), std::slice::from_ref(&local)).await?;
+    let pools = crate::pools::load(store.as_ref()).await?;
+    crate::pools::spawn_sync(store.clone(), pools.clone());
+    crate::pools::start_probes(store.clone(), pools.clone(), vec![]).await;
     let key = differently_api::generate_key();
     let tenant = differently_api::ensure_bootstrap_tenant(store.as_ref()).await?;
     let installation = store.installation_id().await?;
@@ -361,15 +365,20 @@ pub async fn server(
     } else {
         None
     };
-    let pools = build_pools(&config)?;
+    let records = crate::pools::config_records(&config)?;
     let store = connect_store(&config).await?;
     let store: Arc<dyn Store> = store;
+    crate::pools::register(store.as_ref(), &records).await?;
+    let pools = crate::pools::load(store.as_ref()).await?;
+    crate::pools::spawn_sync(store.clone(), pools.clone());
+    if roles.contains(&Role::Worker) {
+        crate::pools::start_probes(store.clone(), pools.clone(), worker_pools.clone()).await;
+    }
     let nats_url = config.require_nats_url()?;
     let bus: Arc<dyn Bus> =
         Arc::new(differently_bus::jetstream::connect(nats_url, config.bus.replicas).await?);
     let naming = Naming::new(&config.bus.prefix)?;
     bus.ensure_streams(&naming).await?;
-    start_health(&pools).await;
     let tenant = if roles.contains(&Role::Api) {
         Some(differently_api::ensure_bootstrap_tenant(store.as_ref()).await?)
     } else {

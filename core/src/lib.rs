@@ -9,7 +9,6 @@ pub mod exec;
 pub mod fair;
 pub mod faults;
 pub mod ids;
-pub mod placement;
 pub mod policy;
 pub mod pool;
 pub mod resources;

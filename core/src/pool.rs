@@ -138,9 +138,18 @@ mod tests {
     fn trust_rules_follow_the_seeds() {
         assert_eq!(resolve_trust("daytona", None), Ok(Trust::External));
         assert!(resolve_trust("daytona", Some(Trust::Private)).is_err());
-        assert_eq!(resolve_trust("opensandbox", Some(Trust::Private)), Ok(Trust::Private));
-        assert_eq!(resolve_trust("opensandbox", None).unwrap_err().field, "trust");
+        assert_eq!(
+            resolve_trust("opensandbox", Some(Trust::Private)),
+            Ok(Trust::Private)
+        );
+        assert_eq!(
+            resolve_trust("opensandbox", None).unwrap_err().field,
+            "trust"
+        );
         assert_eq!(resolve_trust("fake", None), Ok(Trust::Private));
-        assert_eq!(resolve_trust("remote", Some(Trust::External)), Ok(Trust::External));
+        assert_eq!(
+            resolve_trust("remote", Some(Trust::External)),
+            Ok(Trust::External)
+        );
     }
 }

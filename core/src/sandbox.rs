@@ -83,6 +83,12 @@ pub struct SandboxSpec {
     pub classification: String,
     pub region: Option<String>,
     pub priority: i32,
+    /// Ranking strategy asked for (`None`: the policy's default).
+    #[serde(default)]
+    pub strategy: Option<crate::policy::Strategy>,
+    /// What the request allows of external pools.
+    #[serde(default)]
+    pub external: crate::policy::ExternalMode,
 }
 
 impl SandboxSpec {
@@ -160,7 +166,16 @@ impl SandboxSpec {
                 return Err(FieldError::new("priority", "must be between -100 and 100"));
             }
         }
+        let strategy = req.strategy.as_deref().map(str::parse).transpose()?;
+        let external = req
+            .external
+            .as_deref()
+            .map(str::parse)
+            .transpose()?
+            .unwrap_or_default();
         Ok(SandboxSpec {
+            strategy,
+            external,
             template: req.template.clone(),
             resources,
             env,
@@ -176,11 +191,12 @@ impl SandboxSpec {
 
     /// Capability names this spec requires that the API does not know.
     pub fn unknown_capabilities(&self) -> Vec<&str> {
-        self.capabilities
-            .iter()
-            .map(String::as_str)
-            .filter(|c| !KNOWN_CAPABILITIES.contains(c))
-            .collect()
+        crate::policy::capabilities::unknown(&self.capabilities)
+    }
+
+    /// What placement needs of this spec.
+    pub fn placement_request(&self) -> crate::policy::PlacementRequest {
+        crate::policy::PlacementRequest::from_spec(self, self.strategy, self.external)
     }
 }
 

@@ -39,13 +39,14 @@ pub struct Project {
 
 /// Checks an organization or project name.
 pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
-    let ok = !name.trim().is_empty()
-        && name.len() <= 100
-        && !name.chars().any(|c| c.is_control());
+    let ok = !name.trim().is_empty() && name.len() <= 100 && !name.chars().any(|c| c.is_control());
     if ok {
         Ok(())
     } else {
-        Err(FieldError::new(field, "must be 1-100 characters without control characters"))
+        Err(FieldError::new(
+            field,
+            "must be 1-100 characters without control characters",
+        ))
     }
 }
 
@@ -94,10 +95,13 @@ impl fmt::Display for Scope {
 impl FromStr for Scope {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Scope::ALL.into_iter().find(|x| x.as_str() == s).ok_or_else(|| {
-            let all: Vec<_> = Scope::ALL.iter().map(|s| s.as_str()).collect();
-            format!("unknown scope {s:?}; expected one of {}", all.join(", "))
-        })
+        Scope::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| {
+                let all: Vec<_> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+                format!("unknown scope {s:?}; expected one of {}", all.join(", "))
+            })
     }
 }
 
@@ -185,7 +189,10 @@ impl Quota {
         ];
         for (field, v) in counts {
             if v.is_some_and(|v| v > MAX_QUOTA_COUNT) {
-                return Err(FieldError::new(field, format!("must be at most {MAX_QUOTA_COUNT}")));
+                return Err(FieldError::new(
+                    field,
+                    format!("must be at most {MAX_QUOTA_COUNT}"),
+                ));
             }
         }
         if self.max_memory_mib.is_some_and(|v| v > 1024 * 1024 * 1024) {
@@ -194,11 +201,21 @@ impl Quota {
         if self.max_disk_gib.is_some_and(|v| v > 1024 * 1024 * 1024) {
             return Err(FieldError::new("maxDiskGiB", "must be at most 1 EiB"));
         }
-        if self.max_queue_seconds.is_some_and(|v| v == 0 || v > 30 * 24 * 3600) {
-            return Err(FieldError::new("maxQueueSeconds", "must be between 1 and 2592000"));
+        if self
+            .max_queue_seconds
+            .is_some_and(|v| v == 0 || v > 30 * 24 * 3600)
+        {
+            return Err(FieldError::new(
+                "maxQueueSeconds",
+                "must be between 1 and 2592000",
+            ));
         }
         if let Some(m) = self.max_sandbox {
-            let r = Resources { cpu: m.cpu, memory_mib: m.memory_mib, disk_gib: m.disk_gib };
+            let r = Resources {
+                cpu: m.cpu,
+                memory_mib: m.memory_mib,
+                disk_gib: m.disk_gib,
+            };
             r.validate("maxSandbox")?;
         }
         Ok(())
@@ -208,7 +225,10 @@ impl Quota {
     pub fn too_large(&self, r: &Resources) -> Option<FieldError> {
         let m = self.max_sandbox?;
         if r.cpu > m.cpu {
-            return Some(FieldError::new("resources.cpu", format!("exceeds the max sandbox size of {} CPU", m.cpu)));
+            return Some(FieldError::new(
+                "resources.cpu",
+                format!("exceeds the max sandbox size of {} CPU", m.cpu),
+            ));
         }
         if r.memory_mib > m.memory_mib {
             return Some(FieldError::new(
@@ -262,7 +282,10 @@ impl Usage {
     pub fn blocks(&self, q: &Quota, r: &Resources, level: &str) -> Option<String> {
         if let Some(max) = q.max_active {
             if self.active + 1 > max {
-                return Some(format!("waiting: {level} active quota {}/{max}", self.active));
+                return Some(format!(
+                    "waiting: {level} active quota {}/{max}",
+                    self.active
+                ));
             }
         }
         if let Some(max) = q.max_cpu {
@@ -272,12 +295,18 @@ impl Usage {
         }
         if let Some(max) = q.max_memory_mib {
             if self.memory_mib + r.memory_mib > max {
-                return Some(format!("waiting: {level} memory quota {}/{max} MiB", self.memory_mib));
+                return Some(format!(
+                    "waiting: {level} memory quota {}/{max} MiB",
+                    self.memory_mib
+                ));
             }
         }
         if let Some(max) = q.max_disk_gib {
             if self.disk_gib + r.disk_gib > max {
-                return Some(format!("waiting: {level} disk quota {}/{max} GiB", self.disk_gib));
+                return Some(format!(
+                    "waiting: {level} disk quota {}/{max} GiB",
+                    self.disk_gib
+                ));
             }
         }
         None
@@ -299,20 +328,41 @@ mod tests {
 
     #[test]
     fn quota_or_prefers_the_specific_level() {
-        let org = Quota { max_active: Some(5), max_cpu: Some(8), ..Default::default() };
-        let defaults = Quota { max_active: Some(50), max_queued: Some(100), ..Default::default() };
+        let org = Quota {
+            max_active: Some(5),
+            max_cpu: Some(8),
+            ..Default::default()
+        };
+        let defaults = Quota {
+            max_active: Some(50),
+            max_queued: Some(100),
+            ..Default::default()
+        };
         let q = org.or(&defaults);
-        assert_eq!((q.max_active, q.max_cpu, q.max_queued), (Some(5), Some(8), Some(100)));
+        assert_eq!(
+            (q.max_active, q.max_cpu, q.max_queued),
+            (Some(5), Some(8), Some(100))
+        );
     }
 
     #[test]
     fn absurd_quotas_are_refused_with_the_field() {
-        let q = Quota { max_cpu: Some(u64::MAX), ..Default::default() };
+        let q = Quota {
+            max_cpu: Some(u64::MAX),
+            ..Default::default()
+        };
         assert_eq!(q.validate().unwrap_err().field, "maxCpu");
-        let q = Quota { max_queue_seconds: Some(0), ..Default::default() };
+        let q = Quota {
+            max_queue_seconds: Some(0),
+            ..Default::default()
+        };
         assert_eq!(q.validate().unwrap_err().field, "maxQueueSeconds");
         let q = Quota {
-            max_sandbox: Some(SandboxLimit { cpu: 0, memory_mib: 1024, disk_gib: 1 }),
+            max_sandbox: Some(SandboxLimit {
+                cpu: 0,
+                memory_mib: 1024,
+                disk_gib: 1,
+            }),
             ..Default::default()
         };
         assert_eq!(q.validate().unwrap_err().field, "maxSandbox.cpu");
@@ -320,15 +370,39 @@ mod tests {
 
     #[test]
     fn usage_follows_the_accounting_table_and_explains_blocks() {
-        let r = Resources { cpu: 4, memory_mib: 1024, disk_gib: 10 };
+        let r = Resources {
+            cpu: 4,
+            memory_mib: 1024,
+            disk_gib: 10,
+        };
         let mut u = Usage::default();
-        for s in [SandboxStatus::Queued, SandboxStatus::Running, SandboxStatus::Stopped, SandboxStatus::Failed] {
+        for s in [
+            SandboxStatus::Queued,
+            SandboxStatus::Running,
+            SandboxStatus::Stopped,
+            SandboxStatus::Failed,
+        ] {
             u.add(s, &r);
         }
-        assert_eq!(u, Usage { active: 2, cpu: 4, memory_mib: 1024, disk_gib: 20, queued: 1 });
-        let q = Quota { max_cpu: Some(8), ..Default::default() };
+        assert_eq!(
+            u,
+            Usage {
+                active: 2,
+                cpu: 4,
+                memory_mib: 1024,
+                disk_gib: 20,
+                queued: 1
+            }
+        );
+        let q = Quota {
+            max_cpu: Some(8),
+            ..Default::default()
+        };
         assert_eq!(u.blocks(&q, &r, "org"), None);
         u.add(SandboxStatus::Running, &r);
-        assert_eq!(u.blocks(&q, &r, "org").as_deref(), Some("waiting: org cpu quota 8/8"));
+        assert_eq!(
+            u.blocks(&q, &r, "org").as_deref(),
+            Some("waiting: org cpu quota 8/8")
+        );
     }
 }

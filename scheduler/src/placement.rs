@@ -187,19 +187,29 @@ async fn follow_releases(s: Scheduler, q: Shared) {
 #[derive(Default)]
 struct QuotaCache {
     entries: HashMap<QuotaScope, (Instant, Option<Quota>)>,
-    policies: HashMap<(differently_core::OrgId, differently_core::ProjectId), (Instant, EffectivePolicy)>,
+    policies:
+        HashMap<(differently_core::OrgId, differently_core::ProjectId), (Instant, EffectivePolicy)>,
     slots: Option<(Instant, HashMap<String, u32>)>,
 }
 
 impl QuotaCache {
-    async fn policy(&mut self, s: &Scheduler, row: &Sandbox) -> Result<EffectivePolicy, StoreError> {
+    async fn policy(
+        &mut self,
+        s: &Scheduler,
+        row: &Sandbox,
+    ) -> Result<EffectivePolicy, StoreError> {
         let key = (row.org_id.clone(), row.project_id.clone());
         if let Some((at, p)) = self.policies.get(&key) {
             if at.elapsed() < QUOTA_CACHE {
                 return Ok(p.clone());
             }
         }
-        let p = differently_store::placement::effective_policy(s.store.as_ref(), &row.org_id, &row.project_id).await?;
+        let p = differently_store::placement::effective_policy(
+            s.store.as_ref(),
+            &row.org_id,
+            &row.project_id,
+        )
+        .await?;
         self.policies.insert(key, (Instant::now(), p.clone()));
         Ok(p)
     }
@@ -281,6 +291,11 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
         while tried < MAX_PER_PASS {
             let (c, generation) = {
                 let mut queue = lock(q);
+                if queue.generation != seen_generation {
+                    // Capacity was released mid-pass: start over with fresh counts and
+                    // everyone woken back in the queue, in fair order.
+                    break;
+                }
                 let Some(c) = queue.fair.pop() else { break };
                 (c, queue.generation)
             };
@@ -426,7 +441,10 @@ async fn place_one(
                         continue;
                     }
                 }
-                let slot = PoolSlot { name: pool.clone(), max_concurrent: cap };
+                let slot = PoolSlot {
+                    name: pool.clone(),
+                    max_concurrent: cap,
+                };
                 match s.store.activate(id, &slot, &s.config.quota, now).await? {
                     Activation::Activated(active) => {
                         quotas.take_slot(&pool);

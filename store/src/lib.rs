@@ -18,6 +18,9 @@ pub mod lifecycle;
 mod lifecycle_memory;
 mod lifecycle_pg;
 pub mod memory;
+pub mod placement;
+mod placement_memory;
+mod placement_pg;
 pub mod postgres;
 pub mod sealed;
 pub mod secrets;
@@ -144,7 +147,13 @@ pub struct AuditRecord {
 /// The store contract shared by Postgres and memory.
 #[async_trait]
 pub trait Store:
-    lifecycle::LifecycleStore + audit::AuditStore + secrets::SecretStore + Send + Sync + 'static
+    placement::PlacementStore
+    + lifecycle::LifecycleStore
+    + audit::AuditStore
+    + secrets::SecretStore
+    + Send
+    + Sync
+    + 'static
 {
     /// This installation's id, created once and kept (backend instances are tagged with it).
     async fn installation_id(&self) -> Result<InstallationId, StoreError>;

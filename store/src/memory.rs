@@ -356,7 +356,7 @@ impl State {
     }
 
     /// Appends a record about `resource` to the installation chain (no organization).
-        pub(crate) fn audit_installation(
+    pub(crate) fn audit_installation(
         &mut self,
         resource: &str,
         e: rules::AuditEntry,
@@ -436,6 +436,8 @@ impl State {
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     leader: Arc<AtomicBool>,
+    /// Policies, pools, health and explanations (`placement_memory.rs`).
+    pub(crate) placement: Arc<Mutex<crate::placement_memory::PlacementState>>,
     /// Operations, snapshots and activity (`lifecycle_memory.rs`).
     pub(crate) lifecycle: Arc<Mutex<crate::lifecycle_memory::LifecycleState>>,
 }
@@ -450,6 +452,32 @@ impl MemoryStore {
         // A panic while holding the lock cannot leave half a change behind (every method
         // validates before mutating), so a poisoned lock is still consistent.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Slots in use per pool (for `PlacementStore`).
+    pub(crate) fn slots_used(&self) -> HashMap<String, u32> {
+        let mut out = HashMap::new();
+        for row in self.lock().sandboxes.values() {
+            if let (Some(pool), true) = (&row.sandbox.pool, row.sandbox.status.holds_pool_slot()) {
+                *out.entry(pool.clone()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// The organization of a project, if it exists.
+    pub(crate) fn project_org(&self, id: &ProjectId) -> Option<OrgId> {
+        self.lock().projects.get(id).map(|p| p.org_id.clone())
+    }
+
+    /// Appends an audit record about `resource` of `org`.
+    pub(crate) fn audit_for(&self, org: &OrgId, resource: &str, e: rules::AuditEntry) {
+        self.lock().audit(org, resource, e, Utc::now());
+    }
+
+    /// Appends an audit record to the installation chain (no organization).
+    pub(crate) fn audit_installation_for(&self, resource: &str, e: rules::AuditEntry) {
+        self.lock().audit_installation(resource, e, Utc::now());
     }
 }
 

@@ -34,7 +34,8 @@ impl PolicyScope {
 pub trait PlacementStore: Send + Sync {
     /// The stored policy of one level (`None`: nothing set there).
     async fn get_policy(&self, scope: &PolicyScope) -> Result<Option<Policy>, StoreError>;
-    /// Replaces one level's policy; org and project levels are audited in their org's log.
+    /// Replaces one level's policy; audited in the org's chain (the installation chain for
+    /// the global level).
     async fn put_policy(
         &self,
         scope: &PolicyScope,
@@ -42,12 +43,12 @@ pub trait PlacementStore: Send + Sync {
         actor: &Actor,
     ) -> Result<(), StoreError>;
 
-    /// Inserts or replaces a pool definition.
-    async fn upsert_pool(&self, pool: &PoolRecord) -> Result<(), StoreError>;
+    /// Inserts or replaces a pool definition; audited in the installation chain.
+    async fn upsert_pool(&self, pool: &PoolRecord, actor: &Actor) -> Result<(), StoreError>;
     /// Every registered pool, by name.
     async fn list_pools(&self) -> Result<Vec<PoolRecord>, StoreError>;
-    /// Removes a pool; `HasDependents` while sandboxes hold slots on it.
-    async fn delete_pool(&self, name: &str) -> Result<(), StoreError>;
+    /// Removes a pool; `HasDependents` while sandboxes hold slots on it. Audited.
+    async fn delete_pool(&self, name: &str, actor: &Actor) -> Result<(), StoreError>;
     /// Records a worker's health probe of a pool (last one wins).
     async fn report_pool_health(&self, health: &PoolHealth) -> Result<(), StoreError>;
     /// The latest probe of every pool.
@@ -73,11 +74,19 @@ pub async fn effective_policy(
     org: &OrgId,
     project: &ProjectId,
 ) -> Result<differently_core::policy::EffectivePolicy, StoreError> {
-    let global = store.get_policy(&PolicyScope::Global).await?.unwrap_or_default();
-    let org = store.get_policy(&PolicyScope::Org(org.clone())).await?.unwrap_or_default();
+    let global = store
+        .get_policy(&PolicyScope::Global)
+        .await?
+        .unwrap_or_default();
+    let org = store
+        .get_policy(&PolicyScope::Org(org.clone()))
+        .await?
+        .unwrap_or_default();
     let project = store
         .get_policy(&PolicyScope::Project(project.clone()))
         .await?
         .unwrap_or_default();
-    Ok(differently_core::policy::EffectivePolicy::intersect(&global, &org, &project))
+    Ok(differently_core::policy::EffectivePolicy::intersect(
+        &global, &org, &project,
+    ))
 }

@@ -43,20 +43,46 @@ impl PlacementStore for MemoryStore {
             PolicyScope::Org(id) => Some(id.clone()),
             PolicyScope::Project(id) => self.project_org(id),
         };
-        let old = self.placement().policies.insert(scope.key(), policy.clone());
-        if let Some(org) = org {
-            let entry = AuditEntry {
-                actor: actor.as_audit(),
-                action: "policy.put".to_owned(),
-                detail: serde_json::json!({ "old": old, "new": policy }),
-            };
-            self.audit_for(&org, &scope.key(), entry);
+        let old = self
+            .placement()
+            .policies
+            .insert(scope.key(), policy.clone());
+        let entry = AuditEntry {
+            actor: actor.as_audit(),
+            action: "policy.put".to_owned(),
+            detail: serde_json::json!({ "old": old, "new": policy }),
+        };
+        match org {
+            Some(org) => self.audit_for(&org, &scope.key(), entry),
+            None => self.audit_installation_for(&scope.key(), entry),
         }
         Ok(())
     }
 
-    async fn upsert_pool(&self, pool: &PoolRecord) -> Result<(), StoreError> {
-        self.placement().pools.insert(pool.name.clone(), pool.clone());
+    async fn upsert_pool(&self, pool: &PoolRecord, actor: &Actor) -> Result<(), StoreError> {
+        let doc = serde_json::to_value(pool).map_err(|e| StoreError::Database(e.to_string()))?;
+        let old = self
+            .placement()
+            .pools
+            .insert(pool.name.clone(), pool.clone());
+        let old = old.and_then(|o| serde_json::to_value(o).ok());
+        if old
+            .as_ref()
+            .is_some_and(|o| crate::placement_pg::same_pool(o, &doc))
+        {
+            return Ok(());
+        }
+        let entry = AuditEntry {
+            actor: actor.as_audit(),
+            action: if old.is_some() {
+                "pool.update"
+            } else {
+                "pool.register"
+            }
+            .to_owned(),
+            detail: serde_json::json!({ "old": old, "new": doc }),
+        };
+        self.audit_installation_for(&format!("pool:{}", pool.name), entry);
         Ok(())
     }
 
@@ -64,22 +90,34 @@ impl PlacementStore for MemoryStore {
         Ok(self.placement().pools.values().cloned().collect())
     }
 
-    async fn delete_pool(&self, name: &str) -> Result<(), StoreError> {
+    async fn delete_pool(&self, name: &str, actor: &Actor) -> Result<(), StoreError> {
         if !self.placement().pools.contains_key(name) {
             return Err(StoreError::NotFound);
         }
         let used = self.slots_used().get(name).copied().unwrap_or(0);
         if used > 0 {
-            return Err(StoreError::HasDependents(format!("pool {name} has {used} live sandboxes")));
+            return Err(StoreError::HasDependents(format!(
+                "pool {name} has {used} live sandboxes"
+            )));
         }
-        let mut st = self.placement();
-        st.pools.remove(name);
-        st.health.remove(name);
+        {
+            let mut st = self.placement();
+            st.pools.remove(name);
+            st.health.remove(name);
+        }
+        let entry = AuditEntry {
+            actor: actor.as_audit(),
+            action: "pool.delete".to_owned(),
+            detail: serde_json::json!({}),
+        };
+        self.audit_installation_for(&format!("pool:{name}"), entry);
         Ok(())
     }
 
     async fn report_pool_health(&self, health: &PoolHealth) -> Result<(), StoreError> {
-        self.placement().health.insert(health.name.clone(), health.clone());
+        self.placement()
+            .health
+            .insert(health.name.clone(), health.clone());
         Ok(())
     }
 
@@ -96,7 +134,9 @@ impl PlacementStore for MemoryStore {
         id: &SandboxId,
         explanation: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        self.placement().placements.insert(id.clone(), explanation.clone());
+        self.placement()
+            .placements
+            .insert(id.clone(), explanation.clone());
         Ok(())
     }
 

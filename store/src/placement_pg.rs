@@ -9,9 +9,9 @@ use differently_core::pool::{PoolHealth, PoolRecord};
 use differently_core::{OrgId, SandboxId, SandboxStatus};
 use sqlx::types::Json;
 
-use crate::placement::{PlacementStore, PolicyScope};
 use crate::memory::rules::AuditEntry;
-use crate::postgres::{insert_audit_for, PgStore};
+use crate::placement::{PlacementStore, PolicyScope};
+use crate::postgres::{insert_audit_for, insert_audit_installation, PgStore};
 use crate::{Actor, StoreError};
 
 fn slot_statuses() -> Vec<String> {
@@ -20,6 +20,19 @@ fn slot_statuses() -> Vec<String> {
         .filter(|s| s.holds_pool_slot())
         .map(|s| s.as_str().to_owned())
         .collect()
+}
+
+/// Whether a stored pool document equals `new` apart from its timestamps.
+pub(crate) fn same_pool(old: &serde_json::Value, new: &serde_json::Value) -> bool {
+    let strip = |v: &serde_json::Value| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("createdAt");
+            o.remove("updatedAt");
+        }
+        v
+    };
+    strip(old) == strip(new)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, StoreError> {
@@ -69,34 +82,56 @@ impl PlacementStore for PgStore {
                     .await?
             }
         };
-        // Org and project levels are audited in their org's log; the global level has no
-        // org log yet (installation-level audit comes with the audit chain).
-        if let Some(org) = org.and_then(|o| OrgId::parse(&o).ok()) {
-            let entry = AuditEntry {
-                actor: actor.as_audit(),
-                action: "policy.put".to_owned(),
-                detail: serde_json::json!({ "old": old, "new": doc }),
-            };
-            insert_audit_for(&mut tx, &org, &scope.key(), entry, Utc::now()).await?;
+        let entry = AuditEntry {
+            actor: actor.as_audit(),
+            action: "policy.put".to_owned(),
+            detail: serde_json::json!({ "old": old, "new": doc }),
+        };
+        match org.and_then(|o| OrgId::parse(&o).ok()) {
+            Some(org) => insert_audit_for(&mut tx, &org, &scope.key(), entry, Utc::now()).await?,
+            None => insert_audit_installation(&mut tx, &scope.key(), entry, Utc::now()).await?,
         }
         tx.commit().await?;
         Ok(())
     }
 
-    async fn upsert_pool(&self, pool: &PoolRecord) -> Result<(), StoreError> {
+    async fn upsert_pool(&self, pool: &PoolRecord, actor: &Actor) -> Result<(), StoreError> {
         let doc = serde_json::to_value(pool).map_err(|e| StoreError::Database(e.to_string()))?;
         let source = serde_json::to_value(pool.source)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned));
+        let mut tx = self.pool().begin().await?;
+        let old: Option<serde_json::Value> =
+            sqlx::query_scalar("SELECT doc FROM pools WHERE name = $1 FOR UPDATE")
+                .bind(&pool.name)
+                .fetch_optional(&mut *tx)
+                .await?
+                .flatten();
+        if old.as_ref().is_some_and(|o| same_pool(o, &doc)) {
+            return Ok(()); // unchanged (every start re-registers config pools)
+        }
         sqlx::query(
             "INSERT INTO pools (name, doc, source) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc, source = EXCLUDED.source",
         )
         .bind(&pool.name)
-        .bind(Json(doc))
+        .bind(Json(&doc))
         .bind(source)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
+        let entry = AuditEntry {
+            actor: actor.as_audit(),
+            action: if old.is_some() {
+                "pool.update"
+            } else {
+                "pool.register"
+            }
+            .to_owned(),
+            detail: serde_json::json!({ "old": old, "new": doc }),
+        };
+        insert_audit_installation(&mut tx, &format!("pool:{}", pool.name), entry, Utc::now())
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -108,24 +143,28 @@ impl PlacementStore for PgStore {
         docs.into_iter().map(decode).collect()
     }
 
-    async fn delete_pool(&self, name: &str) -> Result<(), StoreError> {
+    async fn delete_pool(&self, name: &str, actor: &Actor) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
-        let found: Option<String> =
-            sqlx::query_scalar("SELECT name FROM pools WHERE name = $1 AND doc IS NOT NULL FOR UPDATE")
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let found: Option<String> = sqlx::query_scalar(
+            "SELECT name FROM pools WHERE name = $1 AND doc IS NOT NULL FOR UPDATE",
+        )
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
         if found.is_none() {
             return Err(StoreError::NotFound);
         }
-        let used: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM sandboxes WHERE pool = $1 AND status = ANY($2)")
-                .bind(name)
-                .bind(slot_statuses())
-                .fetch_one(&mut *tx)
-                .await?;
+        let used: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sandboxes WHERE pool = $1 AND status = ANY($2)",
+        )
+        .bind(name)
+        .bind(slot_statuses())
+        .fetch_one(&mut *tx)
+        .await?;
         if used > 0 {
-            return Err(StoreError::HasDependents(format!("pool {name} has {used} live sandboxes")));
+            return Err(StoreError::HasDependents(format!(
+                "pool {name} has {used} live sandboxes"
+            )));
         }
         // The row stays as a lock target; only the definition goes.
         sqlx::query("UPDATE pools SET doc = NULL, source = NULL WHERE name = $1")
@@ -136,6 +175,12 @@ impl PlacementStore for PgStore {
             .bind(name)
             .execute(&mut *tx)
             .await?;
+        let entry = AuditEntry {
+            actor: actor.as_audit(),
+            action: "pool.delete".to_owned(),
+            detail: serde_json::json!({}),
+        };
+        insert_audit_installation(&mut tx, &format!("pool:{name}"), entry, Utc::now()).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -193,9 +238,11 @@ impl PlacementStore for PgStore {
     }
 
     async fn get_placement(&self, id: &SandboxId) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(sqlx::query_scalar("SELECT doc FROM placements WHERE sandbox_id = $1")
-            .bind(id.as_str())
-            .fetch_optional(self.pool())
-            .await?)
+        Ok(
+            sqlx::query_scalar("SELECT doc FROM placements WHERE sandbox_id = $1")
+                .bind(id.as_str())
+                .fetch_optional(self.pool())
+                .await?,
+        )
     }
 }

@@ -41,6 +41,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0004_audit_chain",
         include_str!("../../migrations/0004_audit_chain.sql"),
     ),
+    (
+        "0005_placement",
+        include_str!("../../migrations/0005_placement.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

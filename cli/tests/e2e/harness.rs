@@ -31,6 +31,9 @@ pub struct Opts {
     pub pool_max_concurrent: Option<u32>,
     /// Put at the top of the config file (before any table).
     pub extra_toml: String,
+    /// Appended after the default `fake` pool: more `[[pools]]` tables (`{ledger}` is
+    /// replaced by the shared ledger path).
+    pub more_pools: String,
 }
 
 impl Default for Opts {
@@ -40,6 +43,7 @@ impl Default for Opts {
             ack_wait_seconds: 2,
             pool_max_concurrent: None,
             extra_toml: String::new(),
+            more_pools: String::new(),
         }
     }
 }
@@ -109,10 +113,13 @@ terminating_retry_seconds = 5
 [[pools]]
 name = "fake"
 kind = "fake"
+cost_per_cpu_hour = 1.0
 {cap}
 [pools.settings]
 latencyMs = {lat}
 ledger = "{ledger}"
+
+{more}
 "#,
             db = db.url(),
             nats = nats.url(),
@@ -121,6 +128,9 @@ ledger = "{ledger}"
             ledger = ledger.display(),
             extra = opts.extra_toml,
             cap = cap,
+            more = opts
+                .more_pools
+                .replace("{ledger}", &ledger.display().to_string()),
         );
         std::fs::write(&config, text).expect("write config");
         let out = Command::new(binary())
@@ -207,8 +217,36 @@ ledger = "{ledger}"
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Waits until `/readyz` answers 200.
+    /// Waits until `/readyz` answers 200 and, when a worker runs, until every pool has been
+    /// probed healthy (placement sends no work to a pool no worker vouched for).
     pub async fn wait_ready(&mut self) {
+        self.wait_api().await;
+        if !self.procs.keys().any(|n| n.starts_with("worker")) {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, pools) = self
+                .call(
+                    &self.key.clone(),
+                    reqwest::Method::GET,
+                    "/v1/admin/pools",
+                    None,
+                )
+                .await;
+            let items = pools["items"].as_array().cloned().unwrap_or_default();
+            if status == 200 && !items.is_empty() && items.iter().all(|p| p["healthy"] == true) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("pools not healthy after 30 s: {pools}\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_api(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(r) = self.http.get(format!("{}/readyz", self.url())).send().await {

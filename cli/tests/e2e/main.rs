@@ -11,6 +11,7 @@ mod crash;
 mod dataplane;
 mod dev;
 mod lifecycle;
+mod placement;
 mod quota;
 mod spine;
 mod tenancy;

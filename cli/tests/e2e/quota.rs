@@ -161,7 +161,7 @@ async fn a_long_wait_fails_with_its_reason() {
             None,
         )
         .await;
-    assert_eq!(r["status"], "running");
+    assert_eq!(r["status"], "running", "{r}");
     let (_, r) = c
         .call(
             &a.key,

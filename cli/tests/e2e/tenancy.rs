@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use differently_core::SandboxStatus;
 use reqwest::Method;
 use serde_json::{json, Value};
 

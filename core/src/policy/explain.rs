@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::filter::Stage;
-use crate::placement;
 use crate::ErrorCode;
 
 /// Outcome of placing one sandbox.
@@ -64,34 +63,5 @@ impl Explained {
             .into_iter()
             .filter_map(|i| self.pools.get(i))
             .collect()
-    }
-}
-
-impl From<Decision> for placement::Decision {
-    /// Bridges to the first-fit module's type while callers move over.
-    fn from(d: Decision) -> Self {
-        match d {
-            Decision::Placed { pool } => placement::Decision::Placed { pool },
-            Decision::Waiting { reason } => placement::Decision::Waiting { reason },
-            Decision::Rejected { code, reason } => placement::Decision::Rejected { code, reason },
-        }
-    }
-}
-
-impl From<Explained> for placement::Explained {
-    /// Bridges to the first-fit module's type (scores are dropped; it has no field for them).
-    fn from(e: Explained) -> Self {
-        placement::Explained {
-            decision: e.decision.into(),
-            pools: e
-                .pools
-                .into_iter()
-                .map(|v| placement::PoolVerdict {
-                    name: v.name,
-                    eligible: v.eligible,
-                    reason: v.reason,
-                })
-                .collect(),
-        }
     }
 }

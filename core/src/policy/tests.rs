@@ -703,21 +703,6 @@ fn explanation_serializes_to_the_dry_run_shape() {
 }
 
 #[test]
-fn converts_to_the_first_fit_types() {
-    let e = decide(
-        &req("internal"),
-        &[private("p")],
-        &EffectivePolicy::default(),
-    );
-    let old: crate::placement::Explained = e.into();
-    assert_eq!(
-        old.decision,
-        crate::placement::Decision::Placed { pool: "p".into() }
-    );
-    assert!(old.pools[0].eligible);
-}
-
-#[test]
 fn profile_deserializes_flat_with_defaults() {
     let p: PoolProfile = serde_json::from_value(json!({
         "name": "os", "kind": "opensandbox", "trust": "private", "region": "dc1",

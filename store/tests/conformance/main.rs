@@ -54,12 +54,12 @@ impl Env {
 }
 
 macro_rules! conformance {
-    ($($case:ident),+ $(,)?) => {
+    ($m:ident; $($case:ident),+ $(,)?) => {
         mod memory {
             $(
                 #[tokio::test]
                 async fn $case() {
-                    crate::cases::$case(&crate::Env::memory()).await;
+                    crate::$m::$case(&crate::Env::memory()).await;
                 }
             )+
         }
@@ -67,7 +67,7 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    crate::cases::$case(&crate::Env::postgres().await).await;
+                    crate::$m::$case(&crate::Env::postgres().await).await;
                 }
             )+
         }
@@ -75,6 +75,7 @@ macro_rules! conformance {
 }
 
 conformance!(
+    cases;
     admit_inserts_queued_row_and_audit_record,
     admit_requires_existing_org_and_project,
     replay_with_same_hash_returns_original,
@@ -113,3 +114,4 @@ conformance!(
 );
 
 mod audit;
+mod placement;
