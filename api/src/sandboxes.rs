@@ -14,6 +14,7 @@ use chrono::Utc;
 use differently_bus_schema::WorkOp;
 use differently_core::policy::Decision;
 use differently_core::sandbox::SandboxView;
+use differently_core::sandbox::FROM_SNAPSHOT_LABEL;
 use differently_core::tenancy::Scope;
 use differently_core::{
     faults, CreateSandboxRequest, ErrorCode, ProjectId, Sandbox, SandboxId, SandboxSpec,
@@ -88,11 +89,13 @@ async fn create(
             ))
         }
     };
-    if req.from_snapshot.is_some() {
-        return Err(ApiError::new(
-            ErrorCode::UnsupportedOperation,
-            "fromSnapshot: snapshots are not available yet",
-        ));
+    let mut spec = spec;
+    if let Some(raw) = &req.from_snapshot {
+        // Restore or fork: pinned to the pool that holds the snapshot.
+        let snap = restore_source(&state, &principal, raw).await?;
+        spec.labels
+            .insert(FROM_SNAPSHOT_LABEL.to_owned(), snap.id.to_string());
+        spec.pinned_pool = Some(snap.pool);
     }
     // Fail fast: a request no permitted pool could ever take is refused now, not queued.
     let explained =
@@ -132,6 +135,39 @@ async fn create(
     }
     let _ = state.announcer.status(&sandbox).await;
     Ok((StatusCode::ACCEPTED, Json(sandbox.view())))
+}
+
+/// The snapshot a create names in `fromSnapshot`, if the key may see it and it is ready.
+async fn restore_source(
+    state: &AppState,
+    principal: &Principal,
+    raw: &str,
+) -> ApiResult<differently_store::lifecycle::SnapshotRecord> {
+    let not_found = || {
+        ApiError::new(ErrorCode::NotFound, "fromSnapshot: snapshot not found")
+            .with_details(serde_json::json!({ "field": "fromSnapshot" }))
+    };
+    let id = differently_core::ids::SnapshotId::parse(raw).map_err(|_| not_found())?;
+    let snap = state.store.get_snapshot(&id).await?.ok_or_else(not_found)?;
+    let visible = snap.org_id == principal.org_id
+        && principal
+            .project_id
+            .as_ref()
+            .is_none_or(|p| p == &snap.project_id);
+    if !visible {
+        return Err(not_found());
+    }
+    if snap.status != differently_store::lifecycle::SnapshotStatus::Ready {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "fromSnapshot: the snapshot is {}, not ready",
+                snap.status.as_str()
+            ),
+        )
+        .with_details(serde_json::json!({ "field": "fromSnapshot" })));
+    }
+    Ok(snap)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -10,6 +10,9 @@ use crate::{FieldError, OrgId, ProjectId, Resources, SandboxId, SandboxStatus};
 
 /// Labels under this prefix are reserved for Differently itself.
 pub const RESERVED_LABEL_PREFIX: &str = "differently.dev/";
+/// Label Differently sets on a sandbox created from a snapshot (restore or fork); its value
+/// is the snapshot id, which the worker turns into the backend's snapshot ref.
+pub const FROM_SNAPSHOT_LABEL: &str = "differently.dev/from-snapshot";
 
 /// Default TTL when a request gives none (seeds: 3600 s).
 pub const DEFAULT_TTL_SECONDS: u64 = 3600;
@@ -89,6 +92,9 @@ pub struct SandboxSpec {
     /// What the request allows of external pools.
     #[serde(default)]
     pub external: crate::policy::ExternalMode,
+    /// Set for a restore or fork: the pool that holds the snapshot, the only one that can.
+    #[serde(default)]
+    pub pinned_pool: Option<String>,
 }
 
 impl SandboxSpec {
@@ -174,6 +180,7 @@ impl SandboxSpec {
             .transpose()?
             .unwrap_or_default();
         Ok(SandboxSpec {
+            pinned_pool: None,
             strategy,
             external,
             template: req.template.clone(),

@@ -296,8 +296,7 @@ impl WorkerGroup {
     }
 }
 
-/// Label set by the API on a sandbox created from a snapshot (fork/restore).
-pub const FROM_SNAPSHOT_LABEL: &str = "differently.dev/from-snapshot";
+pub use differently_core::sandbox::FROM_SNAPSHOT_LABEL;
 
 pub(crate) enum Ack {
     Done,

@@ -217,6 +217,48 @@ async fn snapshots_ports_and_keepalive() {
         )
         .await;
     assert_eq!((s, got["name"].as_str()), (200, Some("first")));
+    // Fork: a sandbox created from the snapshot runs on the pool that holds it, even though
+    // the devhost pool would otherwise win the ranking.
+    let (s, fork) = c.create(json!({"fromSnapshot": sid})).await;
+    assert_eq!(s, 202, "{fork}");
+    let fork_id = SandboxId::parse(fork["id"].as_str().unwrap()).unwrap();
+    let forked = c
+        .wait_status(&fork_id, SandboxStatus::Running, Duration::from_secs(30))
+        .await;
+    assert_eq!(forked["pool"], "fake", "{forked}");
+    assert!(
+        c.ledger().iter().any(|e| e.op == LedgerOp::Create
+            && e.sandbox_id.as_ref() == Some(&fork_id)
+            && e.snapshot.is_some()),
+        "the backend was asked to restore the snapshot"
+    );
+    let (_, why) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{fork_id}/placement"),
+            None,
+        )
+        .await;
+    let dev = why["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "dev")
+        .unwrap()
+        .clone();
+    assert!(
+        dev["reason"]
+            .as_str()
+            .unwrap()
+            .contains("pinned to pool fake"),
+        "{why}"
+    );
+    let (s, e) = c
+        .create(json!({"fromSnapshot": "snp_01J00000000000000000000000"}))
+        .await;
+    assert_eq!(s, 404, "{e}");
+    assert_eq!(e["error"]["details"]["field"], "fromSnapshot");
     let (_, list) = c
         .call(&c.key, reqwest::Method::GET, "/v1/snapshots", None)
         .await;

@@ -58,6 +58,11 @@ pub fn security(
     pool: &PoolProfile,
     policy: &EffectivePolicy,
 ) -> Option<String> {
+    if let Some(pin) = &req.pinned_pool {
+        if pin != pool.name() {
+            return Some(format!("pinned to pool {pin}, which holds its snapshot"));
+        }
+    }
     let class = req.classification.as_str();
     if pool.is_external() {
         if is_sensitive(class) {

@@ -180,6 +180,7 @@ fn arb_request() -> impl Strategy<Value = PlacementRequest> {
                 strategy: strat,
                 external,
                 prefer_region: prefer.map(str::to_owned),
+                pinned_pool: None,
             },
         )
 }

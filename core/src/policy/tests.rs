@@ -35,6 +35,7 @@ fn req(classification: &str) -> PlacementRequest {
         strategy: None,
         external: ExternalMode::Allowed,
         prefer_region: None,
+        pinned_pool: None,
     }
 }
 
@@ -713,4 +714,33 @@ fn profile_deserializes_flat_with_defaults() {
     assert_eq!(p.isolation, Some(Isolation::Microvm));
     assert_eq!(p.used_slots, 0);
     assert_eq!(p.view.max_concurrent, Some(50));
+}
+
+#[test]
+fn a_pinned_request_goes_only_to_its_pool() {
+    let mut r = req("internal");
+    r.pinned_pool = Some("b".into());
+    let e = decide(
+        &r,
+        &[private("a"), private("b")],
+        &EffectivePolicy::default(),
+    );
+    assert_eq!(e.decision, Decision::Placed { pool: "b".into() });
+    assert!(e.pools[0]
+        .reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("pinned to pool b"));
+    r.pinned_pool = Some("gone".into());
+    let e = decide(&r, &[private("a")], &EffectivePolicy::default());
+    assert!(
+        matches!(
+            e.decision,
+            Decision::Rejected {
+                code: ErrorCode::NoEligiblePool,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }

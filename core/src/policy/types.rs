@@ -438,6 +438,9 @@ pub struct PlacementRequest {
     /// Soft locality preference (e.g. the caller's region); only ranks.
     #[serde(default)]
     pub prefer_region: Option<String>,
+    /// Only this pool may run it (a restore or fork, where the snapshot lives).
+    #[serde(default)]
+    pub pinned_pool: Option<String>,
 }
 
 impl PlacementRequest {
@@ -456,6 +459,7 @@ impl PlacementRequest {
             strategy,
             external,
             prefer_region: None,
+            pinned_pool: spec.pinned_pool.clone(),
         }
     }
 
