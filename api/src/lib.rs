@@ -30,6 +30,7 @@ pub mod placement;
 pub mod ratelimit;
 pub mod sandboxes;
 pub mod tenancy;
+pub mod trust;
 
 pub use auth::{generate_key, BootstrapKey};
 pub use bootstrap::{ensure_bootstrap_tenant, Tenant};
@@ -104,6 +105,7 @@ pub fn router(state: AppState) -> Router {
         .merge(tenancy::router())
         .merge(audit::router())
         .merge(placement::router())
+        .merge(trust::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)

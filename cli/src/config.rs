@@ -121,6 +121,10 @@ pub struct SchedulerSection {
     pub provisioning_timeout_seconds: u64,
     pub terminating_retry_seconds: u64,
     pub repair_interval_ms: u64,
+    /// Idle timeout of sandboxes that set none (`idleTimeoutSeconds`); unset: never idle.
+    pub default_idle_timeout_seconds: Option<u64>,
+    /// How often each pool's backend listing is reconciled against live rows.
+    pub reconcile_interval_seconds: u64,
 }
 
 impl Default for SchedulerSection {
@@ -130,6 +134,8 @@ impl Default for SchedulerSection {
             provisioning_timeout_seconds: 120,
             terminating_retry_seconds: 30,
             repair_interval_ms: 2000,
+            default_idle_timeout_seconds: None,
+            reconcile_interval_seconds: 5,
         }
     }
 }
@@ -267,6 +273,12 @@ impl Config {
         }
         if self.api.auth_failures_per_minute.is_nan() || self.api.auth_failures_per_minute <= 0.0 {
             return Err(invalid("api.auth_failures_per_minute", "must be > 0"));
+        }
+        if self.scheduler.default_idle_timeout_seconds == Some(0) {
+            return Err(invalid("scheduler.default_idle_timeout_seconds", "must be at least 1"));
+        }
+        if self.scheduler.reconcile_interval_seconds == 0 {
+            return Err(invalid("scheduler.reconcile_interval_seconds", "must be at least 1"));
         }
         if self.scheduler.tick_ms == 0 {
             return Err(invalid("scheduler.tick_ms", "must be at least 1"));

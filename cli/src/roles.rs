@@ -64,6 +64,8 @@ fn scheduler_config(config: &Config) -> SchedulerConfig {
         provisioning_timeout: Duration::from_secs(config.scheduler.provisioning_timeout_seconds),
         terminating_retry: Duration::from_secs(config.scheduler.terminating_retry_seconds),
         repair_interval: Duration::from_millis(config.scheduler.repair_interval_ms),
+        default_idle_timeout: config.scheduler.default_idle_timeout_seconds.map(Duration::from_secs),
+        reconcile_interval: Duration::from_secs(config.scheduler.reconcile_interval_seconds),
         quota: config.quota,
         ..SchedulerConfig::default()
     }

@@ -465,6 +465,18 @@ impl MemoryStore {
         out
     }
 
+    /// (sandbox, org, pool, created) of every sandbox ever placed on one of `pools`, in id order.
+    pub(crate) fn sandboxes_on(&self, pools: &[String]) -> Vec<(SandboxId, OrgId, String, DateTime<Utc>)> {
+        self.lock()
+            .sandboxes
+            .values()
+            .filter_map(|r| {
+                let pool = r.sandbox.pool.as_ref().filter(|p| pools.contains(p))?;
+                Some((r.sandbox.id.clone(), r.sandbox.org_id.clone(), pool.clone(), r.sandbox.created_at))
+            })
+            .collect()
+    }
+
     /// The organization of a project, if it exists.
     pub(crate) fn project_org(&self, id: &ProjectId) -> Option<OrgId> {
         self.lock().projects.get(id).map(|p| p.org_id.clone())

@@ -64,6 +64,23 @@ pub trait PlacementStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// The stored explanation.
     async fn get_placement(&self, id: &SandboxId) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// Which organizations had sandboxes placed on `pools`: per org and pool, how many,
+    /// first and last creation time, and the latest stored explanation.
+    async fn placements_on(&self, pools: &[String]) -> Result<Vec<PlacementSummary>, StoreError>;
+}
+
+/// One organization's use of one pool, for the trust report.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSummary {
+    pub org_id: OrgId,
+    pub pool: String,
+    pub sandboxes: u64,
+    pub first_at: chrono::DateTime<chrono::Utc>,
+    pub last_at: chrono::DateTime<chrono::Utc>,
+    /// The explanation (with the effective policy) of the latest of them, if stored.
+    pub latest_explanation: Option<serde_json::Value>,
 }
 
 /// The effective policy for a sandbox of `project` in `org`: the intersection of the three

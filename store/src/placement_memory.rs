@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use async_trait::async_trait;
 use differently_core::policy::Policy;
 use differently_core::pool::{PoolHealth, PoolRecord};
-use differently_core::SandboxId;
+use differently_core::{OrgId, SandboxId};
 
 use crate::memory::{rules::AuditEntry, MemoryStore};
-use crate::placement::{PlacementStore, PolicyScope};
+use crate::placement::{PlacementStore, PlacementSummary, PolicyScope};
 use crate::{Actor, StoreError};
 
 /// Placement data of a `MemoryStore`.
@@ -138,6 +138,28 @@ impl PlacementStore for MemoryStore {
             .placements
             .insert(id.clone(), explanation.clone());
         Ok(())
+    }
+
+    async fn placements_on(&self, pools: &[String]) -> Result<Vec<PlacementSummary>, StoreError> {
+        let mut out: BTreeMap<(OrgId, String), PlacementSummary> = BTreeMap::new();
+        for (id, org, pool, at) in self.sandboxes_on(pools) {
+            let explanation = self.placement().placements.get(&id).cloned();
+            let e = out.entry((org.clone(), pool.clone())).or_insert(PlacementSummary {
+                org_id: org,
+                pool,
+                sandboxes: 0,
+                first_at: at,
+                last_at: at,
+                latest_explanation: None,
+            });
+            e.sandboxes += 1;
+            e.first_at = e.first_at.min(at);
+            if at >= e.last_at {
+                e.last_at = at;
+                e.latest_explanation = explanation;
+            }
+        }
+        Ok(out.into_values().collect())
     }
 
     async fn get_placement(&self, id: &SandboxId) -> Result<Option<serde_json::Value>, StoreError> {

@@ -3,14 +3,14 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use differently_core::policy::Policy;
 use differently_core::pool::{PoolHealth, PoolRecord};
 use differently_core::{OrgId, SandboxId, SandboxStatus};
 use sqlx::types::Json;
 
 use crate::memory::rules::AuditEntry;
-use crate::placement::{PlacementStore, PolicyScope};
+use crate::placement::{PlacementStore, PlacementSummary, PolicyScope};
 use crate::postgres::{insert_audit_for, insert_audit_installation, PgStore};
 use crate::{Actor, StoreError};
 
@@ -235,6 +235,35 @@ impl PlacementStore for PgStore {
         .execute(self.pool())
         .await?;
         Ok(())
+    }
+
+    async fn placements_on(&self, pools: &[String]) -> Result<Vec<PlacementSummary>, StoreError> {
+        type Row = (String, String, i64, DateTime<Utc>, DateTime<Utc>, Option<serde_json::Value>);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT s.org_id, s.pool, count(*), min(s.created_at), max(s.created_at),
+                    (SELECT p.doc FROM placements p JOIN sandboxes t ON t.id = p.sandbox_id
+                      WHERE t.org_id = s.org_id AND t.pool = s.pool
+                      ORDER BY t.id DESC LIMIT 1)
+               FROM sandboxes s
+              WHERE s.pool = ANY($1)
+              GROUP BY s.org_id, s.pool
+              ORDER BY s.org_id, s.pool",
+        )
+        .bind(pools)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|(org, pool, n, first_at, last_at, latest_explanation)| {
+                Ok(PlacementSummary {
+                    org_id: OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?,
+                    pool,
+                    sandboxes: u64::try_from(n).unwrap_or(0),
+                    first_at,
+                    last_at,
+                    latest_explanation,
+                })
+            })
+            .collect()
     }
 
     async fn get_placement(&self, id: &SandboxId) -> Result<Option<serde_json::Value>, StoreError> {

@@ -214,6 +214,23 @@ async fn policy_decides_and_explains() {
         )
         .await;
     assert_eq!(s, 403, "tenants cannot change policy");
+
+    // The trust report lists who went external, where, and under which policy.
+    let (s, report) = c.call(&admin, Method::GET, "/v1/admin/trust-report", None).await;
+    assert_eq!(s, 200, "{report}");
+    let ext_pool = report["pools"].as_array().unwrap().iter().find(|p| p["name"] == "ext").unwrap().clone();
+    assert_eq!(ext_pool["trust"], "external");
+    let placements = report["externalPlacements"].as_array().unwrap();
+    assert_eq!(placements.len(), 1, "only org A went external: {report}");
+    assert_eq!(placements[0]["orgId"], a.org.as_str());
+    assert_eq!(placements[0]["orgName"], "org-a");
+    assert_eq!(placements[0]["pool"], "ext");
+    assert_eq!(placements[0]["sandboxes"], 2, "{report}");
+    assert!(placements[0]["policy"].is_object(), "{report}");
+    assert_eq!(report["telemetry"], "none");
+    assert!(!report["notEnforced"].as_array().unwrap().is_empty());
+    let (s, _) = c.call(&a.key, Method::GET, "/v1/admin/trust-report", None).await;
+    assert_eq!(s, 403);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
