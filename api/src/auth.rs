@@ -134,10 +134,33 @@ impl Principal {
                 && self.scopes.contains(&Scope::SandboxesWrite))
     }
 
+    /// The project a tenant list is narrowed to: `?projectId=` when given, else the key's own
+    /// binding (`None`: the whole org). `Err(None)`-like cases are an empty list: a key bound
+    /// to another project sees nothing, without learning whether the asked one exists.
+    pub fn list_project(&self, raw: Option<&str>) -> Result<ListProject, ApiError> {
+        let Some(raw) = raw else {
+            return Ok(ListProject::Only(self.project_id.clone()));
+        };
+        let asked = ProjectId::parse(raw)
+            .map_err(|_| crate::page::bad_query("projectId", "not a project id"))?;
+        if self.project_id.as_ref().is_some_and(|b| b != &asked) {
+            return Ok(ListProject::Nothing);
+        }
+        Ok(ListProject::Only(Some(asked)))
+    }
+
     /// Scopes of this key for the audit log (`key:<id>`).
     pub fn actor(&self) -> differently_store::Actor {
         differently_store::Actor::Key(self.key_id.clone())
     }
+}
+
+/// What a tenant list may show.
+pub enum ListProject {
+    /// Rows of this project (`None`: every project of the key's org).
+    Only(Option<ProjectId>),
+    /// Nothing (the key is bound to another project).
+    Nothing,
 }
 
 fn unauthenticated() -> ApiError {

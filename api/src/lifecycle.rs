@@ -31,7 +31,7 @@ use differently_store::lifecycle::{OpBegun, OpRecord, OpState, SnapshotRecord, S
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::auth::Principal;
+use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
 use crate::page::{bad_query, parse_limit, Page};
@@ -639,18 +639,13 @@ async fn list_snapshots(
 ) -> ApiResult<Json<Page<SnapshotView>>> {
     let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::SandboxesRead)?;
-    let project = match q.project_id.as_deref() {
-        None => principal.project_id.clone(),
-        Some(raw) => {
-            let asked =
-                ProjectId::parse(raw).map_err(|_| bad_query("projectId", "not a project id"))?;
-            if principal.project_id.as_ref().is_some_and(|b| b != &asked) {
-                return Ok(Json(Page {
-                    items: vec![],
-                    next_cursor: None,
-                }));
-            }
-            Some(asked)
+    let project = match principal.list_project(q.project_id.as_deref())? {
+        ListProject::Only(p) => p,
+        ListProject::Nothing => {
+            return Ok(Json(Page {
+                items: vec![],
+                next_cursor: None,
+            }))
         }
     };
     let limit = parse_limit(q.limit.as_deref())?;

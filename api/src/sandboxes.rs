@@ -17,14 +17,13 @@ use differently_core::sandbox::SandboxView;
 use differently_core::sandbox::FROM_SNAPSHOT_LABEL;
 use differently_core::tenancy::Scope;
 use differently_core::{
-    faults, CreateSandboxRequest, ErrorCode, ProjectId, Sandbox, SandboxId, SandboxSpec,
-    SandboxStatus,
+    faults, CreateSandboxRequest, ErrorCode, Sandbox, SandboxId, SandboxSpec, SandboxStatus,
 };
 use differently_store::{Admission, Admitted, SandboxFilter, StoreError, Transition};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::auth::Principal;
+use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
 use crate::page::{bad_query, parse_limit, Page};
@@ -101,6 +100,7 @@ async fn create(
     let explained =
         crate::placement::explain(&state, &principal.org_id, &project_id, &spec, false).await?;
     if let Decision::Rejected { code, reason } = explained.decision {
+        count_admission("rejected");
         return Err(ApiError::new(code, reason)
             .with_details(serde_json::json!({ "pools": explained.pools })));
     }
@@ -121,11 +121,17 @@ async fn create(
             defaults: state.limits.quota_defaults,
             actor: principal.actor(),
         })
-        .await?;
+        .await
+        .inspect_err(|_| count_admission("rejected"))?;
     let sandbox = match admitted {
-        Admitted::Replayed(s) => return Ok((StatusCode::ACCEPTED, Json(s.view()))),
+        Admitted::Replayed(s) => {
+            count_admission("replayed");
+            return Ok((StatusCode::ACCEPTED, Json(s.view())));
+        }
         Admitted::New(s) => s,
     };
+    count_admission("admitted");
+    tracing::info!(sandbox = %sandbox.id, org = %sandbox.org_id, "sandbox admitted");
     if let Some(pause) = state.faults.pause_at(faults::API_AFTER_ADMIT_COMMIT) {
         tokio::time::sleep(pause).await;
     }
@@ -135,6 +141,12 @@ async fn create(
     }
     let _ = state.announcer.status(&sandbox).await;
     Ok((StatusCode::ACCEPTED, Json(sandbox.view())))
+}
+
+/// `differently_admissions_total{outcome}`: `admitted`, `replayed` (idempotent retry) or
+/// `rejected` (no pool could ever take it, or quota/store refused the admission).
+fn count_admission(outcome: &'static str) {
+    metrics::counter!("differently_admissions_total", "outcome" => outcome).increment(1);
 }
 
 /// The snapshot a create names in `fromSnapshot`, if the key may see it and it is ready.
@@ -233,18 +245,13 @@ async fn list(
             Some((k.to_owned(), v.to_owned()))
         }
     };
-    let project_id = match q.project_id.as_deref() {
-        None => principal.project_id.clone(),
-        Some(raw) => {
-            let asked =
-                ProjectId::parse(raw).map_err(|_| bad_query("projectId", "not a project id"))?;
-            if principal.project_id.as_ref().is_some_and(|b| b != &asked) {
-                return Ok(Json(Page {
-                    items: vec![],
-                    next_cursor: None,
-                }));
-            }
-            Some(asked)
+    let project_id = match principal.list_project(q.project_id.as_deref())? {
+        ListProject::Only(p) => p,
+        ListProject::Nothing => {
+            return Ok(Json(Page {
+                items: vec![],
+                next_cursor: None,
+            }))
         }
     };
     let limit = parse_limit(q.limit.as_deref())?;
