@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 pub mod devhost;
 pub mod error;
 pub mod fake;
+pub mod metered;
 pub mod opensandbox;
 pub mod pools;
 pub mod registry;

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
+use differently_bus_schema::TraceContext;
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, OrgId, ProjectId};
 use differently_store::audit::{
@@ -58,9 +59,22 @@ pub async fn request_id(req: Request, next: Next) -> Response {
         })
         .map(str::to_owned);
     let id = given.unwrap_or_else(|| ulid::Ulid::new().to_string());
-    let mut resp = audit::with_request_id(id.clone(), next.run(req)).await;
+    // W3C trace context: the caller's valid `traceparent`, else a new root. It is on the
+    // request's span (so on every log line) and in every envelope published while serving it.
+    let trace = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceContext::from_header)
+        .unwrap_or_else(|| TraceContext::from_random(rand::random(), rand::random()));
+    let traceparent = trace.traceparent.clone();
+    let run = audit::with_request_id(id.clone(), next.run(req));
+    let mut resp = differently_bus::trace::scope("request", trace, run).await;
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
+    }
+    if let Some(v) = traceparent.and_then(|t| HeaderValue::from_str(&t).ok()) {
+        resp.headers_mut().insert("traceparent", v);
     }
     resp
 }

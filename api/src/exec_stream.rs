@@ -16,6 +16,7 @@
 //! `exec.stream` the adapter's own exec is used, and base64 output is refused (501) rather than
 //! faked from lossy text.
 
+use differently_adapters::metered::metered;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -136,11 +137,14 @@ async fn exec(
                 "outputEncoding base64 needs a pool with exec.stream (binary-safe output)",
             ));
         }
-        return Ok(Json(pool.adapter.exec(&at, &req).await?));
+        let call = pool.adapter.exec(&at, &req);
+        return Ok(Json(metered(&pool.record.name, "exec", call).await?));
     }
     let (tx, mut rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
-    let run = async move { adapter.exec_stream(&at, &req, tx).await };
+    let name = pool.record.name.clone();
+    let run =
+        async move { metered(&name, "exec_stream", adapter.exec_stream(&at, &req, tx)).await };
     let collect = async {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let (mut out_cut, mut err_cut) = (false, false);
@@ -286,7 +290,10 @@ async fn exec_stream(
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
     let enc = req.output_encoding.unwrap_or_default();
-    let task = tokio::spawn(async move { adapter.exec_stream(&at, &req, tx).await });
+    let name = pool.record.name.clone();
+    let task = tokio::spawn(async move {
+        metered(&name, "exec_stream", adapter.exec_stream(&at, &req, tx)).await
+    });
     let st = StreamState {
         rx,
         task: Some(task),

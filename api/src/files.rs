@@ -155,7 +155,8 @@ async fn upload(
         json!({ "path": path }),
     )
     .await?;
-    match pool.adapter.upload(&at, &path, mode, stream).await {
+    let call = pool.adapter.upload(&at, &path, mode, stream);
+    match differently_adapters::metered::metered(&pool.record.name, "upload", call).await {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(_) if over.load(Ordering::Relaxed) => Err(too_large(limit)),
         Err(e) => Err(file_error(e)),

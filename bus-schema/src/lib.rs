@@ -240,6 +240,56 @@ pub struct TraceContext {
     pub traceparent: Option<String>,
 }
 
+impl TraceContext {
+    /// Takes a caller's `traceparent` header when it is a valid W3C version-00 value
+    /// (`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, ids not all zero).
+    pub fn from_header(value: &str) -> Option<TraceContext> {
+        let v = value.trim();
+        let parts: Vec<&str> = v.split('-').collect();
+        let hex = |s: &str, n: usize| {
+            s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let zero = |s: &str| s.bytes().all(|b| b == b'0');
+        match parts.as_slice() {
+            [ver, trace, parent, flags]
+                if *ver == "00"
+                    && hex(trace, 32)
+                    && hex(parent, 16)
+                    && hex(flags, 2)
+                    && !zero(trace)
+                    && !zero(parent) =>
+            {
+                Some(TraceContext {
+                    traceparent: Some(v.to_owned()),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// A new root context from 16 random bytes of trace id and 8 of parent id.
+    pub fn from_random(trace: [u8; 16], parent: [u8; 8]) -> TraceContext {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let (mut t, mut p) = (trace, parent);
+        // All-zero ids are invalid in W3C trace context.
+        if t.iter().all(|b| *b == 0) {
+            t[15] = 1;
+        }
+        if p.iter().all(|b| *b == 0) {
+            p[7] = 1;
+        }
+        TraceContext {
+            traceparent: Some(format!("00-{}-{}-01", hex(&t), hex(&p))),
+        }
+    }
+
+    /// The 32-hex-digit trace id, the part that stays the same across processes.
+    pub fn trace_id(&self) -> Option<&str> {
+        let tp = self.traceparent.as_deref()?;
+        tp.split('-').nth(1).filter(|t| t.len() == 32)
+    }
+}
+
 /// Every bus message: schema version, the sandbox it is about, the status version it was
 /// derived from (consumers drop work whose version is stale), a trace context, and a body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -250,6 +300,10 @@ pub struct Envelope<T> {
     pub status_version: i64,
     #[serde(default)]
     pub trace: TraceContext,
+    /// When the envelope was built; consumers measure bus lag from it. Absent in messages
+    /// from before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at: Option<DateTime<Utc>>,
     pub body: T,
 }
 
@@ -261,6 +315,7 @@ impl<T> Envelope<T> {
             sandbox_id,
             status_version,
             trace: TraceContext::default(),
+            published_at: Some(Utc::now()),
             body,
         }
     }
@@ -352,5 +407,34 @@ mod tests {
         let json = serde_json::to_vec(&env).unwrap();
         let back: Envelope<Work> = serde_json::from_slice(&json).unwrap();
         assert_eq!(back, env);
+        assert!(back.published_at.is_some());
+        // An envelope from before `publishedAt` existed still decodes.
+        let sid = SandboxId::new();
+        let old = format!(
+            r#"{{"v":1,"sandboxId":"{sid}","statusVersion":1,"body":{{"op":"create","pool":"p"}}}}"#
+        );
+        let old: Envelope<Work> = serde_json::from_str(&old).unwrap();
+        assert_eq!(old.published_at, None);
+        assert_eq!(old.trace, TraceContext::default());
+    }
+
+    #[test]
+    fn traceparent_is_validated_and_yields_its_trace_id() {
+        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let t = TraceContext::from_header(ok).unwrap();
+        assert_eq!(t.trace_id(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        ] {
+            assert!(TraceContext::from_header(bad).is_none(), "{bad}");
+        }
+        let r = TraceContext::from_random([7; 16], [0; 8]);
+        let back = TraceContext::from_header(r.traceparent.as_deref().unwrap()).unwrap();
+        assert_eq!(back.trace_id(), Some("07070707070707070707070707070707"));
     }
 }

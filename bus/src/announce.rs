@@ -37,16 +37,23 @@ impl Announcer {
         &self,
         subject: String,
         id: String,
-        env: &Envelope<T>,
+        env: &mut Envelope<T>,
     ) -> Result<(), BusError> {
+        if env.trace.traceparent.is_none() {
+            env.trace = crate::trace::current();
+        }
         let payload = serde_json::to_vec(env).map_err(|e| BusError::Publish(e.to_string()))?;
-        self.bus.publish(&subject, &id, Bytes::from(payload)).await
+        let started = std::time::Instant::now();
+        let out = self.bus.publish(&subject, &id, Bytes::from(payload)).await;
+        metrics::histogram!("differently_bus_publish_seconds")
+            .record(started.elapsed().as_secs_f64());
+        out
     }
 
     /// `dly.admit.<org>`: wake placement for a queued sandbox. `attempt` distinguishes
     /// deliberate re-announcements (repair, requeue) from duplicates.
     pub async fn admitted(&self, s: &Sandbox, attempt: &str) -> Result<(), BusError> {
-        let env = Envelope::new(
+        let mut env = Envelope::new(
             s.id.clone(),
             s.status_version,
             Admitted {
@@ -55,7 +62,7 @@ impl Announcer {
             },
         );
         let id = msg_id(&s.id, &format!("admit{attempt}"), s.status_version);
-        self.send(self.naming.admit_subject(&s.org_id), id, &env)
+        self.send(self.naming.admit_subject(&s.org_id), id, &mut env)
             .await
     }
 
@@ -65,7 +72,7 @@ impl Announcer {
             .pool
             .clone()
             .ok_or_else(|| BusError::Publish(format!("sandbox {} has no pool", s.id)))?;
-        let env = Envelope::new(
+        let mut env = Envelope::new(
             s.id.clone(),
             s.status_version,
             Work {
@@ -79,7 +86,7 @@ impl Announcer {
             &format!("{}{attempt}", op.as_str()),
             s.status_version,
         );
-        self.send(self.naming.work_subject(&pool, op), id, &env)
+        self.send(self.naming.work_subject(&pool, op), id, &mut env)
             .await
     }
 
@@ -94,7 +101,7 @@ impl Announcer {
         op_id: &str,
         attempt: &str,
     ) -> Result<(), BusError> {
-        let env = Envelope::new(
+        let mut env = Envelope::new(
             s.id.clone(),
             s.status_version,
             Work {
@@ -104,13 +111,13 @@ impl Announcer {
             },
         );
         let id = format!("{}:{op_id}{attempt}", s.id);
-        self.send(self.naming.work_subject(pool, op), id, &env)
+        self.send(self.naming.work_subject(pool, op), id, &mut env)
             .await
     }
 
     /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status.
     pub async fn status(&self, s: &Sandbox) -> Result<(), BusError> {
-        let env = Envelope::new(
+        let mut env = Envelope::new(
             s.id.clone(),
             s.status_version,
             StatusChanged {
@@ -126,7 +133,7 @@ impl Announcer {
         self.send(
             self.naming.event_subject(&s.org_id, &s.project_id, &s.id),
             id,
-            &env,
+            &mut env,
         )
         .await
     }

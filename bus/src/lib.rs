@@ -14,6 +14,7 @@ pub mod announce;
 pub mod error;
 pub mod jetstream;
 pub mod memory;
+pub mod trace;
 #[cfg(feature = "test-support")]
 pub mod testing;
 

@@ -50,6 +50,7 @@ pub struct Config {
     pub api: ApiSection,
     pub pools: Vec<PoolSection>,
     pub audit: AuditSection,
+    pub metrics: MetricsSection,
 }
 
 impl Default for Config {
@@ -67,6 +68,7 @@ impl Default for Config {
             api: ApiSection::default(),
             pools: vec![],
             audit: AuditSection::default(),
+            metrics: MetricsSection::default(),
         }
     }
 }
@@ -89,6 +91,15 @@ impl Default for AuditSection {
             secrets_key_env: "DIFFERENTLY_SECRETS_KEY".into(),
         }
     }
+}
+
+/// `[metrics]`: the Prometheus exporter's own listener (unauthenticated: bind it where only
+/// the scraper reaches).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// `host:port` serving `/metrics` (`DIFFERENTLY_METRICS_LISTEN`); unset: no exporter.
+    pub listen: Option<String>,
 }
 
 /// `[bus]`
@@ -239,12 +250,26 @@ impl Config {
         if let Some(v) = get("DIFFERENTLY_BUS_PREFIX") {
             self.bus.prefix = v;
         }
+        if let Some(v) = get("DIFFERENTLY_METRICS_LISTEN").filter(|v| !v.is_empty()) {
+            self.metrics.listen = Some(v);
+        }
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.listen
             .parse::<SocketAddr>()
             .map_err(|e| invalid("listen", format!("{e} (expected host:port)")))?;
+        if let Some(m) = &self.metrics.listen {
+            let addr = m
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("metrics.listen", format!("{e} (expected host:port)")))?;
+            if self.listen.parse::<SocketAddr>().ok() == Some(addr) {
+                return Err(invalid(
+                    "metrics.listen",
+                    "must differ from listen: metrics are never served on the API listener",
+                ));
+            }
+        }
         differently_bus_schema::Naming::new(&self.bus.prefix)
             .map_err(|m| invalid("bus.prefix", m))?;
         if self.bus.replicas == 0 || self.bus.replicas > 5 {
@@ -386,6 +411,24 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn metrics_listener_is_optional_and_validated() {
+        assert_eq!(parse("").unwrap().metrics.listen, None);
+        let c = parse("[metrics]\nlisten = \"127.0.0.1:9464\"").unwrap();
+        assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:9464"));
+        let e = parse("[metrics]\nlisten = \"nope\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("metrics.listen"), "{e}");
+        let e = parse("listen = \"127.0.0.1:9000\"\n[metrics]\nlisten = \"127.0.0.1:9000\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("metrics.listen"), "{e}");
+        let mut c: Config = toml::from_str("").unwrap();
+        c.apply_env(|k| (k == "DIFFERENTLY_METRICS_LISTEN").then(|| "127.0.0.1:1".to_owned()));
+        assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:1"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod audit_cmd;
 mod config;
+mod metrics;
 mod pools;
 mod roles;
 

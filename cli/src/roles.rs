@@ -64,7 +64,10 @@ fn scheduler_config(config: &Config) -> SchedulerConfig {
         provisioning_timeout: Duration::from_secs(config.scheduler.provisioning_timeout_seconds),
         terminating_retry: Duration::from_secs(config.scheduler.terminating_retry_seconds),
         repair_interval: Duration::from_millis(config.scheduler.repair_interval_ms),
-        default_idle_timeout: config.scheduler.default_idle_timeout_seconds.map(Duration::from_secs),
+        default_idle_timeout: config
+            .scheduler
+            .default_idle_timeout_seconds
+            .map(Duration::from_secs),
         reconcile_interval: Duration::from_secs(config.scheduler.reconcile_interval_seconds),
         quota: config.quota,
         ..SchedulerConfig::default()
@@ -301,6 +304,13 @@ pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
         pools,
     };
     let (tx, rx) = watch::channel(false);
+    // Off in dev unless asked for through the environment.
+    if let Ok(m) = std::env::var("DIFFERENTLY_METRICS_LISTEN") {
+        let addr: SocketAddr = m
+            .parse()
+            .map_err(|e| format!("DIFFERENTLY_METRICS_LISTEN {m:?}: {e}"))?;
+        crate::metrics::start(addr, rx.clone()).await?;
+    }
     let mut tasks = JoinSet::new();
     let sched = SchedulerConfig {
         tick: Duration::from_millis(100),
@@ -393,6 +403,10 @@ pub async fn server(
         pools,
     };
     let (tx, rx) = watch::channel(false);
+    if let Some(m) = &config.metrics.listen {
+        let addr: SocketAddr = m.parse()?;
+        crate::metrics::start(addr, rx.clone()).await?;
+    }
     let mut tasks = JoinSet::new();
     spawn_roles(
         &mut tasks,

@@ -89,6 +89,14 @@ impl FairQueue {
         self.where_is.is_empty()
     }
 
+    /// Queued candidates per org (for the queue-depth gauge; one cheap pass over the orgs).
+    pub fn depth_by_org(&self) -> impl Iterator<Item = (&OrgId, usize)> + '_ {
+        self.orgs
+            .iter()
+            .map(|(org, q)| (org, q.items.len()))
+            .filter(|(_, n)| *n > 0)
+    }
+
     /// Whether `id` is queued.
     pub fn contains(&self, id: &SandboxId) -> bool {
         self.where_is.contains_key(id)

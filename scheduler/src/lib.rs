@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 mod audit_checkpoints;
 mod leader;
+mod metrics;
 mod placement;
 mod sweeps;
 

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use differently_bus_schema::{Admitted, Envelope, StatusChanged, WorkOp};
+use differently_bus::trace;
+use differently_bus_schema::{Admitted, Envelope, StatusChanged, TraceContext, WorkOp};
 use differently_core::fair::{Candidate, FairQueue};
 use differently_core::policy::{self, Decision, EffectivePolicy};
 use differently_core::tenancy::Quota;
@@ -38,6 +39,9 @@ struct Queue {
     /// Bumped by every wake-up; an activation decided before a wake-up is re-decided after
     /// it, so a candidate popped just before capacity freed cannot take the slot out of turn.
     generation: u64,
+    /// Trace context of the admission message, per candidate, so the work published at
+    /// activation continues the caller's trace. Dropped when the candidate leaves the queue.
+    traces: HashMap<SandboxId, TraceContext>,
 }
 
 impl Queue {
@@ -115,9 +119,15 @@ async fn consume_admissions(s: Scheduler, q: Shared) {
                 let _ = delivery.acker.term().await;
                 continue;
             };
+            trace::record_consume_lag("admit", env.published_at);
             match s.store.get_sandbox(&env.sandbox_id).await {
                 Ok(Some(row)) if row.status == SandboxStatus::Queued => {
-                    lock(&q).offer(&row);
+                    let mut queue = lock(&q);
+                    if env.trace.traceparent.is_some() {
+                        queue.traces.insert(row.id.clone(), env.trace.clone());
+                    }
+                    queue.offer(&row);
+                    drop(queue);
                     q.1.notify_one();
                 }
                 Ok(_) => {}
@@ -268,10 +278,12 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
     let mut quotas = QuotaCache::default();
     let mut cpu_read_at: Option<Instant> = None;
     let mut seen_generation = 0;
+    let mut depth = crate::metrics::QueueDepth::default();
     loop {
         if *stop.borrow() {
             return;
         }
+        publish_depth(q, &mut depth);
         let now = Instant::now();
         if cpu_read_at.is_none_or(|t| now.duration_since(t) >= s.config.tick) {
             match s.store.active_cpu_by_org().await {
@@ -300,7 +312,20 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
                 (c, queue.generation)
             };
             tried += 1;
-            match place_one(s, &c.id, &mut quotas, q, generation).await {
+            let ctx = lock(q).traces.get(&c.id).cloned().unwrap_or_default();
+            let started = std::time::Instant::now();
+            let placed = trace::scope(
+                "place",
+                ctx,
+                place_one(s, &c.id, &mut quotas, q, generation),
+            )
+            .await;
+            metrics::histogram!("differently_placement_decision_seconds")
+                .record(started.elapsed().as_secs_f64());
+            if matches!(placed, Ok(Outcome::Activated | Outcome::Gone)) {
+                lock(q).traces.remove(&c.id);
+            }
+            match placed {
                 Ok(Outcome::Stale) => {
                     lock(q).fair.push(c);
                     break;
@@ -327,6 +352,22 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
             _ = stop.changed() => {}
         }
     }
+}
+
+/// Sets the per-org queue-depth gauge from the fair queue and the parked candidates.
+fn publish_depth(q: &Shared, depth: &mut crate::metrics::QueueDepth) {
+    let counts = {
+        let queue = lock(q);
+        let mut counts: HashMap<differently_core::OrgId, usize> = HashMap::new();
+        for (org, n) in queue.fair.depth_by_org() {
+            *counts.entry(org.clone()).or_default() += n;
+        }
+        for (_, c) in queue.parked.values() {
+            *counts.entry(c.org.clone()).or_default() += 1;
+        }
+        counts
+    };
+    depth.publish(&counts);
 }
 
 /// Walls already found (full pools, orgs or projects at quota): candidates behind the same
@@ -448,6 +489,9 @@ async fn place_one(
                 match s.store.activate(id, &slot, &s.config.quota, now).await? {
                     Activation::Activated(active) => {
                         quotas.take_slot(&pool);
+                        metrics::counter!("differently_activations_total", "pool" => pool.clone())
+                            .increment(1);
+                        tracing::info!(sandbox = %id, pool = %pool, "placement: activated");
                         if let Err(e) = s.store.save_placement(id, &doc).await {
                             tracing::warn!(sandbox = %id, error = %e, "cannot store the placement explanation");
                         }

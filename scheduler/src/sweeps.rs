@@ -217,6 +217,7 @@ async fn idle(s: &Scheduler) -> Result<(), StoreError> {
         if let OpBegun::New(r) = s.store.begin_op(&record).await? {
             tracing::info!(sandbox = %row.id, op = op.as_str(), action = "idle", "sweep: idle sandbox");
             let pool_name = pool.view().name;
+            crate::metrics::reconcile_action(&pool_name, "idle");
             if let Err(e) = s
                 .announcer
                 .op(&row, &pool_name, op, r.id.as_str(), "")
@@ -259,6 +260,7 @@ async fn repair_ops(s: &Scheduler, resent: &mut HashMap<OpId, Instant>) -> Resul
             (Some(row), Some(pool)) if !ended || kind == WorkOp::DeleteSnapshot => {
                 let attempt = format!("-retry{}", now.timestamp());
                 tracing::info!(op = %op.id, kind = %op.kind, action = "op_resend", "sweep: re-sending operation");
+                crate::metrics::reconcile_action(&pool, "op_resend");
                 if s.announcer
                     .op(&row, &pool, kind, op.id.as_str(), &attempt)
                     .await
@@ -299,6 +301,7 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             Ok(i) => i,
             Err(e) => {
                 tracing::warn!(pool = %name, error = %e, action = "reconcile_skipped", "reconcile: listing failed; pool skipped this pass");
+                crate::metrics::reconcile_action(&name, "reconcile_skipped");
                 continue;
             }
         };
@@ -316,6 +319,7 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             match pool.adapter.delete(&inst.sandbox_id).await {
                 Ok(()) => {
                     tracing::info!(pool = %name, sandbox = %inst.sandbox_id, action = "orphan_deleted", "reconcile: deleted an orphan backend instance");
+                    crate::metrics::reconcile_action(&name, "orphan_deleted");
                     let ev = differently_store::audit::NewAuditEvent {
                         org_id: row.as_ref().map(|r| r.org_id.clone()),
                         project_id: row.as_ref().map(|r| r.project_id.clone()),
@@ -357,6 +361,7 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             match s.store.transition(t, Utc::now()).await {
                 Ok(failed) => {
                     tracing::warn!(pool = %name, sandbox = %row.id, action = "vanished_failed", "reconcile: backend instance vanished; sandbox failed");
+                    crate::metrics::reconcile_action(&name, "vanished_failed");
                     let _ = s.announcer.status(&failed).await;
                 }
                 Err(StoreError::StatusConflict { .. }) => {}

@@ -21,6 +21,8 @@ use tokio::sync::{watch, Semaphore};
 
 pub mod ops;
 
+use differently_adapters::metered::metered;
+
 /// Tunables of a worker group.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -113,6 +115,12 @@ impl WorkerGroup {
                 return;
             }
         };
+        differently_bus::trace::record_consume_lag("work", env.published_at);
+        let trace = env.trace.clone();
+        differently_bus::trace::scope("work", trace, self.handle_env(env, d)).await;
+    }
+
+    async fn handle_env(&self, env: Envelope<Work>, d: Delivery) {
         let row = match self.store.get_sandbox(&env.sandbox_id).await {
             Ok(Some(row)) => row,
             Ok(None) => {
@@ -165,11 +173,17 @@ impl WorkerGroup {
             ttl_seconds: row.spec.ttl_seconds,
             from_snapshot,
         };
-        let created = with_progress(acker, self.config.ack_wait, self.adapter.create(&req)).await;
+        let created = with_progress(
+            acker,
+            self.config.ack_wait,
+            metered(&self.pool, "create", self.adapter.create(&req)),
+        )
+        .await;
         let instance = match created {
             Ok(i) => i,
             Err(e) => return self.create_failed(row, delivered, e).await,
         };
+        tracing::info!(sandbox = %row.id, pool = %self.pool, "worker: instance created");
         if let Some(pause) = self.faults.pause_at(faults::WORKER_AFTER_CREATE) {
             tracing::warn!(sandbox = %row.id, ?pause, "fault point: pausing after create");
             tokio::time::sleep(pause).await;
@@ -186,7 +200,8 @@ impl WorkerGroup {
             Err(StoreError::StatusConflict { current }) => {
                 if current.is_final() {
                     // Deleted or failed while we created: do not leave an orphan behind.
-                    if let Err(e) = self.adapter.delete(&row.id).await {
+                    let call = metered(&self.pool, "delete", self.adapter.delete(&row.id));
+                    if let Err(e) = call.await {
                         tracing::warn!(sandbox = %row.id, error = %e, "worker: orphan delete failed; reconciler will retry");
                     }
                 }
@@ -244,8 +259,12 @@ impl WorkerGroup {
         if row.status != SandboxStatus::Terminating {
             return Ack::Done;
         }
-        let deleted =
-            with_progress(acker, self.config.ack_wait, self.adapter.delete(&row.id)).await;
+        let deleted = with_progress(
+            acker,
+            self.config.ack_wait,
+            metered(&self.pool, "delete", self.adapter.delete(&row.id)),
+        )
+        .await;
         match deleted {
             Ok(()) | Err(AdapterError::NotFound) => {}
             Err(e) => {

@@ -20,6 +20,8 @@ use differently_store::lifecycle::{OpError, OpRecord, OpState, SnapshotStatus};
 use differently_store::{Actor, StoreError, Transition};
 use serde_json::{json, Value};
 
+use differently_adapters::metered::metered;
+
 use crate::{backoff, with_progress, Ack, WorkerGroup};
 
 /// The statuses a lifecycle transition goes between.
@@ -156,7 +158,16 @@ impl WorkerGroup {
                     Err(_) => return Outcome::Retry(Duration::from_secs(1)),
                 };
                 if let Some(r) = &rec.backend_ref {
-                    let res = with_progress(acker, wait, self.adapter.delete_snapshot(r)).await;
+                    let res = with_progress(
+                        acker,
+                        wait,
+                        metered(
+                            &self.pool,
+                            "delete_snapshot",
+                            self.adapter.delete_snapshot(r),
+                        ),
+                    )
+                    .await;
                     if let Err(e) = res {
                         return self.failed(row, e, delivered);
                     }
@@ -182,8 +193,12 @@ impl WorkerGroup {
                 let expires = record.args["expiresSeconds"]
                     .as_u64()
                     .map(Duration::from_secs);
-                match with_progress(acker, wait, self.adapter.expose_port(&at, port, expires)).await
-                {
+                let call = metered(
+                    &self.pool,
+                    "expose_port",
+                    self.adapter.expose_port(&at, port, expires),
+                );
+                match with_progress(acker, wait, call).await {
                     Ok(ep) => Outcome::Done(json!({ "url": ep.url, "expiresAt": ep.expires_at })),
                     Err(e) => self.failed(row, e, delivered),
                 }
@@ -193,7 +208,13 @@ impl WorkerGroup {
                     return Outcome::Done(Value::Null);
                 };
                 let ttl = Duration::from_secs(record.args["ttlSeconds"].as_u64().unwrap_or(0));
-                match with_progress(acker, wait, self.adapter.renew(&at, ttl)).await {
+                match with_progress(
+                    acker,
+                    wait,
+                    metered(&self.pool, "renew", self.adapter.renew(&at, ttl)),
+                )
+                .await
+                {
                     Ok(()) => Outcome::Done(Value::Null),
                     Err(e) => self.failed(row, e, delivered),
                 }
@@ -229,14 +250,14 @@ impl WorkerGroup {
             return Outcome::Failed(op_error(ErrorCode::Conflict, "the sandbox has no instance"));
         };
         let wait = self.config.ack_wait;
-        let call = async {
+        let call = metered(&self.pool, op.as_str(), async {
             match op {
                 WorkOp::Pause => self.adapter.pause(&at).await,
                 WorkOp::Resume => self.adapter.resume(&at).await,
                 WorkOp::Stop => self.adapter.stop(&at).await,
                 _ => self.adapter.start(&at).await,
             }
-        };
+        });
         if let Err(e) = with_progress(acker, wait, call).await {
             return self.failed(row, e, delivered);
         }
@@ -302,7 +323,11 @@ impl WorkerGroup {
         let taken = with_progress(
             acker,
             self.config.ack_wait,
-            self.adapter.snapshot(&at, snap.as_str()),
+            metered(
+                &self.pool,
+                "snapshot",
+                self.adapter.snapshot(&at, snap.as_str()),
+            ),
         )
         .await;
         let outcome = match taken {

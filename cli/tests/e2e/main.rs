@@ -11,6 +11,7 @@ mod crash;
 mod dataplane;
 mod dev;
 mod lifecycle;
+mod observability;
 mod placement;
 mod quota;
 mod spine;
