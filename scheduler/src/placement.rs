@@ -460,7 +460,16 @@ async fn place_one(
     let effective = quotas.policy(s, &row).await?;
     let used = quotas.slots(s).await?;
     let explained = policy::decide(&req, &s.pools.profiles(&used), &effective);
-    let doc = serde_json::to_value(&explained).unwrap_or_default();
+    // The explanation keeps the effective policy it was decided under (the trust report
+    // shows it for external placements).
+    let mut doc = serde_json::to_value(&explained).unwrap_or_default();
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert(
+            "policy".into(),
+            serde_json::to_value(&effective).unwrap_or_default(),
+        );
+        obj.insert("decidedAt".into(), serde_json::json!(now));
+    }
     match explained.decision.clone() {
         Decision::Placed { .. } => {
             // Try the ranked pools in turn: the first may have filled since the view.
