@@ -96,7 +96,9 @@ fn credentials(settings: &Value) -> Vec<String> {
     for (k, v) in obj {
         let Some(v) = v.as_str() else { continue };
         let lower = k.to_ascii_lowercase();
-        let looks_secret = ["key", "token", "secret", "password", "credential"].iter().any(|w| lower.contains(w));
+        let looks_secret = ["key", "token", "secret", "password", "credential"]
+            .iter()
+            .any(|w| lower.contains(w));
         if !looks_secret {
             continue;
         }
@@ -107,7 +109,9 @@ fn credentials(settings: &Value) -> Vec<String> {
         } else if k.ends_with("Secret") || k.ends_with("SecretName") {
             out.push(format!("secret:{v}"));
         } else {
-            out.push(format!("inline:{k} (a value in the config; move it to a reference)"));
+            out.push(format!(
+                "inline:{k} (a value in the config; move it to a reference)"
+            ));
         }
     }
     out.sort();
@@ -116,10 +120,21 @@ fn credentials(settings: &Value) -> Vec<String> {
 
 fn isolation(r: &PoolRecord) -> String {
     if r.kind == "devhost" {
-        return r.settings.get("isolation").and_then(Value::as_str).unwrap_or("auto").to_owned();
+        return r
+            .settings
+            .get("isolation")
+            .and_then(Value::as_str)
+            .unwrap_or("auto")
+            .to_owned();
     }
-    match (r.isolation, r.settings.get("isolation").and_then(Value::as_str)) {
-        (Some(i), _) => serde_json::to_value(i).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+    match (
+        r.isolation,
+        r.settings.get("isolation").and_then(Value::as_str),
+    ) {
+        (Some(i), _) => serde_json::to_value(i)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
         (None, Some(s)) => s.to_owned(),
         (None, None) => "undeclared".to_owned(),
     }
@@ -135,7 +150,10 @@ fn egress(r: &PoolRecord) -> String {
 
 async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<TrustReport>> {
     if !p.is_admin() {
-        return Err(ApiError::new(ErrorCode::PermissionDenied, "the trust report needs the admin scope"));
+        return Err(ApiError::new(
+            ErrorCode::PermissionDenied,
+            "the trust report needs the admin scope",
+        ));
     }
     let records = state.store.list_pools().await?;
     let health = state.store.pool_health().await?;
@@ -156,8 +174,11 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
             versions: None,
         })
         .collect();
-    let external: Vec<String> =
-        records.iter().filter(|r| r.trust == Trust::External).map(|r| r.name.clone()).collect();
+    let external: Vec<String> = records
+        .iter()
+        .filter(|r| r.trust == Trust::External)
+        .map(|r| r.name.clone())
+        .collect();
     let mut external_placements = Vec::new();
     for s in state.store.placements_on(&external).await? {
         let org_name = state.store.get_org(&s.org_id).await?.map(|o| o.name);
@@ -192,7 +213,14 @@ mod tests {
             "apiKey": "s3cr3t", "image": "python:3.12"
         });
         let c = credentials(&s);
-        assert_eq!(c, vec!["env:OS_KEY", "file:/run/tok", "inline:apiKey (a value in the config; move it to a reference)"]);
+        assert_eq!(
+            c,
+            vec![
+                "env:OS_KEY",
+                "file:/run/tok",
+                "inline:apiKey (a value in the config; move it to a reference)"
+            ]
+        );
         assert!(!c.iter().any(|x| x.contains("s3cr3t")));
         assert_eq!(endpoint(&s).as_deref(), Some("http://os:8090"));
     }

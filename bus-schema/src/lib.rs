@@ -247,7 +247,9 @@ impl TraceContext {
         let v = value.trim();
         let parts: Vec<&str> = v.split('-').collect();
         let hex = |s: &str, n: usize| {
-            s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         };
         let zero = |s: &str| s.bytes().all(|b| b == b'0');
         match parts.as_slice() {

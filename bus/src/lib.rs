@@ -14,9 +14,9 @@ pub mod announce;
 pub mod error;
 pub mod jetstream;
 pub mod memory;
-pub mod trace;
 #[cfg(feature = "test-support")]
 pub mod testing;
+pub mod trace;
 
 pub use announce::Announcer;
 pub use error::BusError;

@@ -300,10 +300,16 @@ impl Config {
             return Err(invalid("api.auth_failures_per_minute", "must be > 0"));
         }
         if self.scheduler.default_idle_timeout_seconds == Some(0) {
-            return Err(invalid("scheduler.default_idle_timeout_seconds", "must be at least 1"));
+            return Err(invalid(
+                "scheduler.default_idle_timeout_seconds",
+                "must be at least 1",
+            ));
         }
         if self.scheduler.reconcile_interval_seconds == 0 {
-            return Err(invalid("scheduler.reconcile_interval_seconds", "must be at least 1"));
+            return Err(invalid(
+                "scheduler.reconcile_interval_seconds",
+                "must be at least 1",
+            ));
         }
         if self.scheduler.tick_ms == 0 {
             return Err(invalid("scheduler.tick_ms", "must be at least 1"));

@@ -466,13 +466,21 @@ impl MemoryStore {
     }
 
     /// (sandbox, org, pool, created) of every sandbox ever placed on one of `pools`, in id order.
-    pub(crate) fn sandboxes_on(&self, pools: &[String]) -> Vec<(SandboxId, OrgId, String, DateTime<Utc>)> {
+    pub(crate) fn sandboxes_on(
+        &self,
+        pools: &[String],
+    ) -> Vec<(SandboxId, OrgId, String, DateTime<Utc>)> {
         self.lock()
             .sandboxes
             .values()
             .filter_map(|r| {
                 let pool = r.sandbox.pool.as_ref().filter(|p| pools.contains(p))?;
-                Some((r.sandbox.id.clone(), r.sandbox.org_id.clone(), pool.clone(), r.sandbox.created_at))
+                Some((
+                    r.sandbox.id.clone(),
+                    r.sandbox.org_id.clone(),
+                    pool.clone(),
+                    r.sandbox.created_at,
+                ))
             })
             .collect()
     }

@@ -144,14 +144,16 @@ impl PlacementStore for MemoryStore {
         let mut out: BTreeMap<(OrgId, String), PlacementSummary> = BTreeMap::new();
         for (id, org, pool, at) in self.sandboxes_on(pools) {
             let explanation = self.placement().placements.get(&id).cloned();
-            let e = out.entry((org.clone(), pool.clone())).or_insert(PlacementSummary {
-                org_id: org,
-                pool,
-                sandboxes: 0,
-                first_at: at,
-                last_at: at,
-                latest_explanation: None,
-            });
+            let e = out
+                .entry((org.clone(), pool.clone()))
+                .or_insert(PlacementSummary {
+                    org_id: org,
+                    pool,
+                    sandboxes: 0,
+                    first_at: at,
+                    last_at: at,
+                    latest_explanation: None,
+                });
             e.sandboxes += 1;
             e.first_at = e.first_at.min(at);
             if at >= e.last_at {

@@ -238,7 +238,14 @@ impl PlacementStore for PgStore {
     }
 
     async fn placements_on(&self, pools: &[String]) -> Result<Vec<PlacementSummary>, StoreError> {
-        type Row = (String, String, i64, DateTime<Utc>, DateTime<Utc>, Option<serde_json::Value>);
+        type Row = (
+            String,
+            String,
+            i64,
+            DateTime<Utc>,
+            DateTime<Utc>,
+            Option<serde_json::Value>,
+        );
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT s.org_id, s.pool, count(*), min(s.created_at), max(s.created_at),
                     (SELECT p.doc FROM placements p JOIN sandboxes t ON t.id = p.sandbox_id

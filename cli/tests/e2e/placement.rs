@@ -216,9 +216,17 @@ async fn policy_decides_and_explains() {
     assert_eq!(s, 403, "tenants cannot change policy");
 
     // The trust report lists who went external, where, and under which policy.
-    let (s, report) = c.call(&admin, Method::GET, "/v1/admin/trust-report", None).await;
+    let (s, report) = c
+        .call(&admin, Method::GET, "/v1/admin/trust-report", None)
+        .await;
     assert_eq!(s, 200, "{report}");
-    let ext_pool = report["pools"].as_array().unwrap().iter().find(|p| p["name"] == "ext").unwrap().clone();
+    let ext_pool = report["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "ext")
+        .unwrap()
+        .clone();
     assert_eq!(ext_pool["trust"], "external");
     let placements = report["externalPlacements"].as_array().unwrap();
     assert_eq!(placements.len(), 1, "only org A went external: {report}");
@@ -229,7 +237,9 @@ async fn policy_decides_and_explains() {
     assert!(placements[0]["policy"].is_object(), "{report}");
     assert_eq!(report["telemetry"], "none");
     assert!(!report["notEnforced"].as_array().unwrap().is_empty());
-    let (s, _) = c.call(&a.key, Method::GET, "/v1/admin/trust-report", None).await;
+    let (s, _) = c
+        .call(&a.key, Method::GET, "/v1/admin/trust-report", None)
+        .await;
     assert_eq!(s, 403);
 }
 
