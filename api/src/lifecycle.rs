@@ -34,7 +34,7 @@ use serde_json::{json, Value};
 use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
-use crate::page::{bad_query, parse_limit, Page};
+use crate::page::{parse_cursor, parse_limit, Page};
 use crate::AppState;
 
 /// How long a lifecycle call waits for its outcome before answering 202.
@@ -649,12 +649,7 @@ async fn list_snapshots(
         }
     };
     let limit = parse_limit(q.limit.as_deref())?;
-    let after = match q.cursor.as_deref() {
-        None => None,
-        Some(c) => Some(
-            SnapshotId::parse(c).map_err(|_| bad_query("cursor", "not a cursor from this API"))?,
-        ),
-    };
+    let after = parse_cursor(q.cursor.as_deref(), SnapshotId::parse)?;
     let rows = state
         .store
         .list_snapshots(

@@ -90,11 +90,15 @@ impl PageQuery {
         &self,
         parse: impl Fn(&str) -> Result<I, E>,
     ) -> Result<Option<I>, ApiError> {
-        match &self.cursor {
-            None => Ok(None),
-            Some(c) => parse(c)
-                .map(Some)
-                .map_err(|_| bad_query("cursor", "not a cursor from this API")),
-        }
+        parse_cursor(self.cursor.as_deref(), parse)
     }
+}
+
+/// Parses a `cursor` (the last id served) as an id of the listed kind.
+pub fn parse_cursor<I, E>(
+    raw: Option<&str>,
+    parse: impl Fn(&str) -> Result<I, E>,
+) -> Result<Option<I>, ApiError> {
+    raw.map(|c| parse(c).map_err(|_| bad_query("cursor", "not a cursor from this API")))
+        .transpose()
 }

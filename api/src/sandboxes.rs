@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
-use crate::page::{bad_query, parse_limit, Page};
+use crate::page::{bad_query, parse_cursor, parse_limit, Page};
 use crate::AppState;
 
 /// Routes of this module.
@@ -255,12 +255,7 @@ async fn list(
         }
     };
     let limit = parse_limit(q.limit.as_deref())?;
-    let after = match q.cursor.as_deref() {
-        None => None,
-        Some(c) => Some(
-            SandboxId::parse(c).map_err(|_| bad_query("cursor", "not a cursor from this API"))?,
-        ),
-    };
+    let after = parse_cursor(q.cursor.as_deref(), SandboxId::parse)?;
     let rows = state
         .store
         .list_sandboxes(&SandboxFilter {
