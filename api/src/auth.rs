@@ -16,8 +16,27 @@ use crate::error::ApiError;
 use crate::AppState;
 
 const KEY_PREFIX: &str = "dly_";
+/// The secret is 34 random characters and a 6-character checksum of them, so a mistyped or
+/// truncated key is refused without a database lookup.
 const SECRET_LEN: usize = 40;
+const RANDOM_LEN: usize = 34;
 const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+/// Base62 of the first 8 bytes of SHA-256 of the random part, 6 characters.
+fn checksum(random: &str) -> String {
+    let digest = Sha256::digest(random.as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    let mut n = u64::from_be_bytes(bytes);
+    let base = SECRET_ALPHABET.len() as u64;
+    (0..SECRET_LEN - RANDOM_LEN)
+        .map(|_| {
+            let c = SECRET_ALPHABET[(n % base) as usize] as char;
+            n /= base;
+            c
+        })
+        .collect()
+}
 
 /// A key split into its public id and its secret; never logged whole.
 pub struct ParsedKey<'a> {
@@ -30,17 +49,22 @@ pub fn parse_key(token: &str) -> Option<ParsedKey<'_>> {
     let rest = token.strip_prefix(KEY_PREFIX)?;
     let (key_id, secret) = rest.rsplit_once('_')?;
     differently_core::KeyId::parse(key_id).ok()?;
-    let ok = secret.len() == SECRET_LEN && secret.bytes().all(|b| SECRET_ALPHABET.contains(&b));
+    let shaped = secret.len() == SECRET_LEN && secret.bytes().all(|b| SECRET_ALPHABET.contains(&b));
+    let ok = shaped && secret[RANDOM_LEN..] == checksum(&secret[..RANDOM_LEN]);
     ok.then_some(ParsedKey { key_id, secret })
 }
 
 /// A new random key. The caller shows it once and keeps only `hash_key` of it.
 pub fn generate_key() -> String {
     let mut rng = rand::rng();
-    let secret: String = (0..SECRET_LEN)
+    let random: String = (0..RANDOM_LEN)
         .map(|_| SECRET_ALPHABET[rng.random_range(0..SECRET_ALPHABET.len())] as char)
         .collect();
-    format!("{KEY_PREFIX}{}_{secret}", differently_core::KeyId::new())
+    let check = checksum(&random);
+    format!(
+        "{KEY_PREFIX}{}_{random}{check}",
+        differently_core::KeyId::new()
+    )
 }
 
 /// SHA-256 of the whole key.
@@ -59,7 +83,7 @@ impl BootstrapKey {
     /// Validates the configured key's format.
     pub fn from_key(token: &str) -> Result<BootstrapKey, String> {
         let parsed = parse_key(token).ok_or_else(|| {
-            "bootstrapKey: expected dly_key_<ulid>_<40 alphanumeric characters> \
+            "bootstrapKey: expected dly_key_<ulid>_<34 random + 6 checksum characters> \
              (generate one with `differently key generate`)"
                 .to_owned()
         })?;
@@ -307,6 +331,19 @@ mod tests {
         tampered.pop();
         tampered.push(if k.ends_with('A') { 'B' } else { 'A' });
         assert!(!b.matches(&tampered));
+    }
+
+    #[test]
+    fn a_single_changed_character_fails_the_checksum() {
+        let k = generate_key();
+        assert!(parse_key(&k).is_some());
+        let (head, secret) = k.rsplit_once('_').unwrap();
+        for i in [0, 10, 33, 34, 39] {
+            let mut chars: Vec<char> = secret.chars().collect();
+            chars[i] = if chars[i] == 'a' { 'b' } else { 'a' };
+            let typo = format!("{head}_{}", chars.into_iter().collect::<String>());
+            assert!(parse_key(&typo).is_none(), "position {i}");
+        }
     }
 
     #[test]
