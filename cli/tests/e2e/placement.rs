@@ -308,6 +308,9 @@ async fn an_unhealthy_pool_gets_no_new_work_and_fails_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The API process saw it; every other process re-reads the shared health view within one
+    // sync interval (2 s). Placement in the scheduler process follows that view.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let (_, pool) = placed_on(&c, &a, json!({"strategy": "cheapest"})).await;
     assert_eq!(pool, "fake", "new work goes elsewhere");
     let (_, r) = c
