@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::{audit_checkpoints, placement, sweeps, Scheduler};
+use crate::{audit_checkpoints, placement, sweeps, usage_reconcile, Scheduler};
 
 pub(crate) async fn run(s: Scheduler, mut shutdown: watch::Receiver<bool>) {
     loop {
@@ -20,6 +20,7 @@ pub(crate) async fn run(s: Scheduler, mut shutdown: watch::Receiver<bool>) {
                 tasks.spawn(placement::run(s.clone(), stop_rx.clone()));
                 tasks.spawn(sweeps::run(s.clone(), stop_rx.clone()));
                 tasks.spawn(audit_checkpoints::run(s.clone(), stop_rx.clone()));
+                tasks.spawn(usage_reconcile::run(s.clone(), stop_rx.clone()));
                 loop {
                     tokio::select! {
                         _ = shutdown.changed() => break,

@@ -17,6 +17,7 @@ mod leader;
 mod metrics;
 mod placement;
 mod sweeps;
+mod usage_reconcile;
 
 /// Tunables of the scheduler.
 #[derive(Debug, Clone)]

@@ -26,6 +26,7 @@ pub mod sealed;
 pub mod secrets;
 #[cfg(feature = "test-support")]
 pub mod testing;
+mod usage_pg;
 
 pub use error::StoreError;
 
@@ -46,6 +47,17 @@ impl QuotaScope {
             QuotaScope::Project(id) => format!("project:{id}"),
         }
     }
+}
+
+/// A usage counter that disagreed with its rows and was corrected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageDrift {
+    /// `org:<id>`, `project:<id>` or `pool:<name>`.
+    pub scope: String,
+    pub stored: Usage,
+    pub stored_slots: i64,
+    pub counted: Usage,
+    pub counted_slots: i64,
 }
 
 /// Who did something, for the audit record.
@@ -302,6 +314,11 @@ pub trait Store:
 
     /// Active CPU per organization (rows that reserve compute), for fair order.
     async fn active_cpu_by_org(&self) -> Result<HashMap<OrgId, u64>, StoreError>;
+
+    /// Recounts usage from rows and corrects the stored counters that differ (Postgres keeps
+    /// counters maintained by a trigger; memory derives usage from rows and never drifts).
+    /// Returns what was corrected: anything here means something bypassed the trigger.
+    async fn reconcile_usage(&self) -> Result<Vec<UsageDrift>, StoreError>;
 
     /// Audit records, newest last.
     async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError>;

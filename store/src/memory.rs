@@ -1037,6 +1037,11 @@ impl Store for MemoryStore {
         Ok(out)
     }
 
+    async fn reconcile_usage(&self) -> Result<Vec<crate::UsageDrift>, StoreError> {
+        // Usage is derived from rows on every read: there is nothing to drift.
+        Ok(Vec::new())
+    }
+
     async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
         Ok(self.lock().audit.tail(limit as usize))
     }

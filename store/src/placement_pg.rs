@@ -208,10 +208,10 @@ impl PlacementStore for PgStore {
     }
 
     async fn pool_slots_used(&self) -> Result<HashMap<String, u32>, StoreError> {
+        // The pool counters (migration 0006), kept by the sandboxes trigger.
         let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT pool, count(*) FROM sandboxes WHERE pool IS NOT NULL AND status = ANY($1) GROUP BY pool",
+            "SELECT substr(scope, 6), slots FROM usage_counters WHERE rank = 2 AND slots > 0",
         )
-        .bind(slot_statuses())
         .fetch_all(self.pool())
         .await?;
         Ok(rows

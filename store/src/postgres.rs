@@ -21,6 +21,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 
 use crate::audit_pg;
 use crate::memory::rules::{self, AuditEntry};
+use crate::usage_pg;
 use crate::{
     Activation, Actor, Admission, Admitted, ApiKeyRecord, AuditRecord, Leadership, Org, OrgStatus,
     PoolSlot, Project, Quota, QuotaScope, SandboxFilter, Store, StoreError, Transition, Usage,
@@ -44,6 +45,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0005_placement",
         include_str!("../../migrations/0005_placement.sql"),
+    ),
+    (
+        "0006_usage_counters",
+        include_str!("../../migrations/0006_usage_counters.sql"),
     ),
 ];
 
@@ -105,7 +110,10 @@ impl PgStore {
             .bind(MIGRATION_LOCK)
             .execute(&mut conn)
             .await?;
-        let result = apply_migrations(&mut conn).await;
+        let mut result = apply_migrations(&mut conn).await;
+        if result.is_ok() {
+            result = sync_usage_classes(&mut conn).await;
+        }
         // Closing the session releases the lock even if the unlock below fails.
         let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
             .bind(MIGRATION_LOCK)
@@ -150,6 +158,19 @@ async fn apply_migrations(conn: &mut PgConnection) -> Result<(), StoreError> {
             .await?;
         tx.commit().await?;
         tracing::info!(version, "applied migration");
+    }
+    Ok(())
+}
+
+/// Copies core's status classification into the database; a changed classification means
+/// every counter was counted under the old one, so recount them.
+async fn sync_usage_classes(conn: &mut PgConnection) -> Result<(), StoreError> {
+    if usage_pg::sync_status_classes(conn).await? {
+        let fixed = usage_pg::reconcile(conn).await?;
+        tracing::info!(
+            corrected = fixed.len(),
+            "status classification changed; usage recounted"
+        );
     }
     Ok(())
 }
@@ -279,57 +300,71 @@ pub(crate) async fn insert_audit_installation(
     Ok(())
 }
 
-/// Rows holding a slot on `pool`.
-async fn pool_used(tx: &mut Transaction<'static, Postgres>, pool: &str) -> Result<u64, StoreError> {
-    let n: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM sandboxes WHERE pool = $1 AND status = ANY($2)")
-            .bind(pool)
-            .bind(rules::statuses_where(SandboxStatus::holds_pool_slot))
-            .fetch_one(&mut **tx)
-            .await?;
-    Ok(u64::try_from(n).unwrap_or(0))
+/// What a quota check needs, read in one round trip after the org lock: the project's org,
+/// both stored quotas, both usage counters and (when given) the pool's slot counter.
+struct Limits {
+    project_org: Option<String>,
+    org_quota: Option<Quota>,
+    prj_quota: Option<Quota>,
+    org_usage: Usage,
+    prj_usage: Usage,
+    pool_slots: u64,
 }
 
-/// Usage of the rows in `scope`, per the core accounting table (status sets built from
-/// `SandboxStatus::ALL` by the core predicates, as `Usage::add` uses them).
-async fn scope_usage<'e, E>(ex: E, scope: &QuotaScope) -> Result<Usage, StoreError>
-where
-    E: sqlx::Executor<'e, Database = Postgres>,
-{
-    let (column, id) = match scope {
-        QuotaScope::Org(o) => ("org_id", o.as_str()),
-        QuotaScope::Project(p) => ("project_id", p.as_str()),
+async fn read_limits(
+    tx: &mut Transaction<'static, Postgres>,
+    project: &ProjectId,
+    org_scope: &QuotaScope,
+    prj_scope: &QuotaScope,
+    pool: Option<&str>,
+) -> Result<Limits, StoreError> {
+    let row = sqlx::query(
+        "SELECT p.org_id AS project_org, oq.doc AS org_quota, pq.doc AS prj_quota,
+                ou.queued AS o_queued, ou.active AS o_active, ou.cpu AS o_cpu,
+                ou.memory_mib AS o_memory_mib, ou.disk_gib AS o_disk_gib,
+                pu.queued AS p_queued, pu.active AS p_active, pu.cpu AS p_cpu,
+                pu.memory_mib AS p_memory_mib, pu.disk_gib AS p_disk_gib,
+                pl.slots AS pool_slots
+         FROM (SELECT 1) one
+         LEFT JOIN projects p ON p.id = $1
+         LEFT JOIN quotas oq ON oq.scope = $2
+         LEFT JOIN quotas pq ON pq.scope = $3
+         LEFT JOIN usage_counters ou ON ou.scope = $2
+         LEFT JOIN usage_counters pu ON pu.scope = $3
+         LEFT JOIN usage_counters pl ON pl.scope = $4",
+    )
+    .bind(project.as_str())
+    .bind(org_scope.key())
+    .bind(prj_scope.key())
+    .bind(pool.map(usage_pg::pool_key))
+    .fetch_one(&mut **tx)
+    .await?;
+    let counter = |p: &str| -> Result<usage_pg::Counter, StoreError> {
+        let get = |c: &str| -> Result<i64, StoreError> {
+            Ok(row
+                .try_get::<Option<i64>, _>(format!("{p}_{c}").as_str())?
+                .unwrap_or(0))
+        };
+        Ok(usage_pg::Counter {
+            queued: get("queued")?,
+            active: get("active")?,
+            cpu: get("cpu")?,
+            memory_mib: get("memory_mib")?,
+            disk_gib: get("disk_gib")?,
+            slots: 0,
+        })
     };
-    // `column` is one of two literals above, never input.
-    let sql = format!(
-        "SELECT count(*) FILTER (WHERE status = $2) AS queued,
-                count(*) FILTER (WHERE status = ANY($3)) AS active,
-                COALESCE(sum(cpu) FILTER (WHERE status = ANY($4)), 0)::bigint AS cpu,
-                COALESCE(sum(memory_mib) FILTER (WHERE status = ANY($4)), 0)::bigint AS memory_mib,
-                COALESCE(sum(disk_gib) FILTER (WHERE status = ANY($5)), 0)::bigint AS disk_gib
-         FROM sandboxes WHERE {column} = $1"
-    );
-    let row = sqlx::query(&sql)
-        .bind(id)
-        .bind(SandboxStatus::Queued.as_str())
-        .bind(rules::statuses_where(SandboxStatus::counts_active))
-        .bind(rules::statuses_where(SandboxStatus::reserves_compute))
-        .bind(rules::statuses_where(SandboxStatus::counts_disk))
-        .fetch_one(ex)
-        .await?;
-    let get = |c: &str| -> Result<u64, StoreError> {
-        let v: i64 = row.try_get(c)?;
-        u64::try_from(v).map_err(|_| StoreError::Database(format!("usage {c} out of range")))
+    let quota = |c: &str| -> Result<Option<Quota>, StoreError> {
+        Ok(row.try_get::<Option<Json<Quota>>, _>(c)?.map(|Json(q)| q))
     };
-    let count = |c: &str| -> Result<u32, StoreError> {
-        u32::try_from(get(c)?).map_err(|_| StoreError::Database(format!("usage {c} out of range")))
-    };
-    Ok(Usage {
-        active: count("active")?,
-        cpu: get("cpu")?,
-        memory_mib: get("memory_mib")?,
-        disk_gib: get("disk_gib")?,
-        queued: count("queued")?,
+    Ok(Limits {
+        project_org: row.try_get("project_org")?,
+        org_quota: quota("org_quota")?,
+        prj_quota: quota("prj_quota")?,
+        org_usage: counter("o")?.usage(),
+        prj_usage: counter("p")?.usage(),
+        pool_slots: u64::try_from(row.try_get::<Option<i64>, _>("pool_slots")?.unwrap_or(0))
+            .unwrap_or(0),
     })
 }
 
@@ -907,7 +942,7 @@ impl Store for PgStore {
                 project_org(&mut *conn, p).await?;
             }
         }
-        scope_usage(&mut *conn, scope).await
+        usage_pg::scope_usage(&mut *conn, scope).await
     }
 
     async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError> {
@@ -920,12 +955,10 @@ impl Store for PgStore {
         rules::check_admissible(&s)?;
         let mut tx = self.begin().await?;
         lock_org(&mut tx, &s.org_id).await?;
-        let project_org: Option<String> =
-            sqlx::query_scalar("SELECT org_id FROM projects WHERE id = $1")
-                .bind(s.project_id.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
-        if project_org.as_deref() != Some(s.org_id.as_str()) {
+        let org_scope = QuotaScope::Org(s.org_id.clone());
+        let prj_scope = QuotaScope::Project(s.project_id.clone());
+        let limits = read_limits(&mut tx, &s.project_id, &org_scope, &prj_scope, None).await?;
+        if limits.project_org.as_deref() != Some(s.org_id.as_str()) {
             return Err(StoreError::NotFound);
         }
         if let Some(key) = &s.idempotency_key {
@@ -946,17 +979,9 @@ impl Store for PgStore {
                 };
             }
         }
-        let org_scope = QuotaScope::Org(s.org_id.clone());
-        let prj_scope = QuotaScope::Project(s.project_id.clone());
-        let org_quota = stored_quota(&mut *tx, &org_scope)
-            .await?
-            .unwrap_or_default()
-            .or(&defaults);
-        let prj_quota = stored_quota(&mut *tx, &prj_scope)
-            .await?
-            .unwrap_or_default();
-        let org_usage = scope_usage(&mut *tx, &org_scope).await?;
-        let prj_usage = scope_usage(&mut *tx, &prj_scope).await?;
+        let org_quota = limits.org_quota.unwrap_or_default().or(&defaults);
+        let prj_quota = limits.prj_quota.unwrap_or_default();
+        let (org_usage, prj_usage) = (limits.org_usage, limits.prj_usage);
         rules::check_admission_limits(&s, (&org_usage, &org_quota), (&prj_usage, &prj_quota))?;
         sqlx::query(
             "INSERT INTO sandboxes (id, org_id, project_id, status, status_version, pool,
@@ -1063,17 +1088,19 @@ impl Store for PgStore {
         }
         let org_scope = QuotaScope::Org(org.clone());
         let prj_scope = QuotaScope::Project(s.project_id.clone());
-        let org_quota = stored_quota(&mut *tx, &org_scope)
-            .await?
-            .unwrap_or_default()
-            .or(quota);
-        let prj_quota = stored_quota(&mut *tx, &prj_scope)
-            .await?
-            .unwrap_or_default();
-        let org_usage = scope_usage(&mut *tx, &org_scope).await?;
-        let prj_usage = scope_usage(&mut *tx, &prj_scope).await?;
+        let limits = read_limits(
+            &mut tx,
+            &s.project_id,
+            &org_scope,
+            &prj_scope,
+            Some(pool.name.as_str()),
+        )
+        .await?;
+        let org_quota = limits.org_quota.unwrap_or_default().or(quota);
+        let prj_quota = limits.prj_quota.unwrap_or_default();
+        let (org_usage, prj_usage) = (limits.org_usage, limits.prj_usage);
         let used = if pool.max_concurrent.is_some() {
-            pool_used(&mut tx, &pool.name).await?
+            limits.pool_slots
         } else {
             0
         };
@@ -1206,21 +1233,22 @@ impl Store for PgStore {
     }
 
     async fn active_cpu_by_org(&self) -> Result<HashMap<OrgId, u64>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT org_id, sum(cpu)::bigint AS cpu FROM sandboxes
-             WHERE status = ANY($1) GROUP BY org_id",
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT substr(scope, 5), cpu FROM usage_counters WHERE rank = 0 AND cpu > 0",
         )
-        .bind(rules::statuses_where(SandboxStatus::reserves_compute))
         .fetch_all(&self.pool)
         .await?;
         let mut out = HashMap::with_capacity(rows.len());
-        for r in rows {
-            let org: String = r.try_get("org_id")?;
-            let cpu: i64 = r.try_get("cpu")?;
+        for (org, cpu) in rows {
             let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
             out.insert(org, u64::try_from(cpu).unwrap_or(0));
         }
         Ok(out)
+    }
+
+    async fn reconcile_usage(&self) -> Result<Vec<crate::UsageDrift>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        usage_pg::reconcile(&mut conn).await
     }
 
     async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
