@@ -17,6 +17,7 @@ use differently_core::{Resources, SandboxId};
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
+pub mod credentials;
 pub mod devhost;
 pub mod error;
 pub mod fake;

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use differently_core::policy::PoolProfile;
 use differently_core::pool::{PoolHealth, PoolRecord, PoolView};
 
+use crate::credentials::Credentials;
 use crate::registry::{self, AdapterConfigError};
 use crate::SharedAdapter;
 
@@ -20,9 +21,13 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Builds the adapter of `record`.
-    pub fn build(record: PoolRecord) -> Result<Pool, AdapterConfigError> {
-        let adapter = registry::build(&record.kind, &record.settings)?;
+    /// Builds the adapter of `record`; its credential references resolve through
+    /// `credentials` at call time.
+    pub fn build(
+        record: PoolRecord,
+        credentials: &Credentials,
+    ) -> Result<Pool, AdapterConfigError> {
+        let adapter = registry::build_with(&record.kind, &record.settings, credentials)?;
         Ok(Pool {
             adapter,
             record,
@@ -88,6 +93,7 @@ impl Pool {
 #[derive(Clone, Default)]
 pub struct PoolSet {
     pools: Arc<RwLock<Vec<Arc<Pool>>>>,
+    credentials: Credentials,
 }
 
 /// A pool whose record could not be turned into an adapter.
@@ -98,11 +104,29 @@ pub struct BadPool {
 }
 
 impl PoolSet {
-    /// Builds every pool; records whose adapter cannot be built are returned apart.
+    /// Builds every pool; records whose adapter cannot be built are returned apart. Stored
+    /// secrets are not available to these adapters (see [`PoolSet::with_credentials`]).
     pub fn from_records(records: Vec<PoolRecord>) -> (PoolSet, Vec<BadPool>) {
-        let set = PoolSet::default();
+        PoolSet::with_credentials(Credentials::default(), records)
+    }
+
+    /// Builds every pool, resolving credential references through `credentials`.
+    pub fn with_credentials(
+        credentials: Credentials,
+        records: Vec<PoolRecord>,
+    ) -> (PoolSet, Vec<BadPool>) {
+        let set = PoolSet {
+            pools: Arc::default(),
+            credentials,
+        };
         let bad = set.sync(records);
         (set, bad)
+    }
+
+    /// The credentials every adapter of this set resolves through; call
+    /// [`Credentials::changed`] on them when this process stores a secret.
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 
     fn read(&self) -> Vec<Arc<Pool>> {
@@ -126,7 +150,7 @@ impl PoolSet {
         for record in records {
             match current.get(&record.name) {
                 Some(p) if same_definition(&p.record, &record) => next.push(p.clone()),
-                _ => match Pool::build(record.clone()) {
+                _ => match Pool::build(record.clone(), &self.credentials) {
                     Ok(p) => {
                         if let Some(old) = current.get(&record.name) {
                             p.set_healthy(old.healthy());

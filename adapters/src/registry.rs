@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
+use crate::credentials::Credentials;
 use crate::devhost::{DevhostAdapter, DevhostConfig};
 use crate::fake::{FakeAdapter, FakeConfig};
 use crate::SharedAdapter;
@@ -27,10 +28,22 @@ pub enum AdapterConfigError {
     },
 }
 
-/// Constructs the adapter of `kind` from `settings` (`null` means all defaults).
+/// Constructs the adapter of `kind` from `settings` (`null` means all defaults), with no
+/// stored-secret source: enough to validate settings; a `secret:` credential of an adapter
+/// built this way fails at call time.
 pub fn build(
     kind: &str,
     settings: &serde_json::Value,
+) -> Result<SharedAdapter, AdapterConfigError> {
+    build_with(kind, settings, &Credentials::default())
+}
+
+/// Constructs the adapter of `kind`, resolving credential references through `credentials`
+/// at call time (so a replaced secret is used without rebuilding the adapter).
+pub fn build_with(
+    kind: &str,
+    settings: &serde_json::Value,
+    credentials: &Credentials,
 ) -> Result<SharedAdapter, AdapterConfigError> {
     match kind {
         "fake" => Ok(Arc::new(FakeAdapter::new(parse::<FakeConfig>(
@@ -39,9 +52,12 @@ pub fn build(
         "devhost" => Ok(Arc::new(DevhostAdapter::new(parse::<DevhostConfig>(
             kind, settings,
         )?))),
-        "opensandbox" => Ok(Arc::new(crate::opensandbox::OpenSandboxAdapter::new(
-            parse(kind, settings)?,
-        )?)),
+        "opensandbox" => Ok(Arc::new(
+            crate::opensandbox::OpenSandboxAdapter::with_credentials(
+                parse(kind, settings)?,
+                credentials,
+            )?,
+        )),
         other => Err(AdapterConfigError::UnknownKind(other.to_owned())),
     }
 }

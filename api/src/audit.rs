@@ -293,6 +293,9 @@ async fn put_secret(
         .store
         .put_secret(&name, value.as_bytes(), &p.actor())
         .await?;
+    // Adapters of this process read the new value on their next call; other processes
+    // within their credential cache's few seconds.
+    state.pools.credentials().changed();
     Ok(Json(info))
 }
 

@@ -8,6 +8,8 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use differently_core::pool::{PoolHealth, PoolRecord, Trust};
 use differently_core::ErrorCode;
+use differently_store::sealed::fingerprint;
+use differently_store::secrets::SecretInfo;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -45,13 +47,38 @@ struct PoolEntry {
     isolation: String,
     egress: String,
     endpoint: Option<String>,
-    /// How the credential is referenced (`env:NAME`, `file:PATH`, `secret:NAME`); never a value.
-    credentials: Vec<String>,
+    /// How each credential is referenced, with its fingerprint; never a value.
+    credentials: Vec<CredentialEntry>,
     source: differently_core::pool::PoolSource,
     healthy: bool,
     health: Option<PoolHealth>,
     /// Backend versions, when the adapter reports them (none does yet).
     versions: Option<Value>,
+}
+
+/// One credential of a pool: the reference, which value is in place (fingerprint), and for
+/// a stored secret who last changed it and when.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CredentialEntry {
+    /// `env`, `file`, `secret`, or `inline` (a value written into the settings).
+    kind: &'static str,
+    /// The adapter setting holding the reference (`apiKeySecret`).
+    setting: String,
+    /// `env:NAME`, `file:PATH`, `secret:NAME` or `inline:SETTING`.
+    reference: String,
+    /// The environment variable, file path or secret name.
+    name: Option<String>,
+    /// `sha256:<16 hex>` of the value in use, surrounding whitespace removed for env and file
+    /// (as adapters read them). Env and file values are read by this API process: workers
+    /// with a different environment or mount may differ.
+    fingerprint: Option<String>,
+    /// Stored secrets: who last set it (`key:<id>`).
+    updated_by: Option<String>,
+    /// Stored secrets: when it was last set; files: when the file last changed.
+    updated_at: Option<DateTime<Utc>>,
+    /// Why there is no fingerprint (unset, unreadable, not stored, inline).
+    problem: Option<String>,
 }
 
 /// Sandboxes of one organization placed on one external pool.
@@ -86,9 +113,10 @@ fn endpoint(settings: &Value) -> Option<String> {
         .find_map(|k| obj.get(*k).and_then(Value::as_str).map(str::to_owned))
 }
 
-/// Credential references in adapter settings: `*Env` → `env:`, `*File` → `file:`,
-/// `*Secret` → `secret:`. Values of any other key are never read.
-fn credentials(settings: &Value) -> Vec<String> {
+/// Credential references in adapter settings: `*Env` → `env`, `*File` → `file`, `*Secret`
+/// → `secret`; any other credential-looking string is flagged `inline`. Only references are
+/// read from the settings; fingerprints are added by [`fingerprint_all`].
+fn credentials(settings: &Value) -> Vec<CredentialEntry> {
     let Some(obj) = settings.as_object() else {
         return vec![];
     };
@@ -102,20 +130,72 @@ fn credentials(settings: &Value) -> Vec<String> {
         if !looks_secret {
             continue;
         }
-        if k.ends_with("Env") {
-            out.push(format!("env:{v}"));
+        let kind = if k.ends_with("Env") {
+            "env"
         } else if k.ends_with("File") {
-            out.push(format!("file:{v}"));
+            "file"
         } else if k.ends_with("Secret") || k.ends_with("SecretName") {
-            out.push(format!("secret:{v}"));
+            "secret"
         } else {
-            out.push(format!(
-                "inline:{k} (a value in the config; move it to a reference)"
-            ));
+            "inline"
+        };
+        let inline = kind == "inline";
+        out.push(CredentialEntry {
+            kind,
+            setting: k.clone(),
+            reference: if inline {
+                format!("inline:{k}")
+            } else {
+                format!("{kind}:{v}")
+            },
+            name: (!inline).then(|| v.to_owned()),
+            fingerprint: None,
+            updated_by: None,
+            updated_at: None,
+            problem: inline.then(|| "a value in the config; move it to a reference".to_owned()),
+        });
+    }
+    out.sort_by(|a, b| a.reference.cmp(&b.reference));
+    out
+}
+
+/// Adds what is known about each credential's value: fingerprints, and who changed stored
+/// secrets when. Never reads a value it would show.
+async fn fingerprint_all(entries: &mut [CredentialEntry], secrets: &[SecretInfo]) {
+    for e in entries.iter_mut() {
+        let Some(name) = e.name.clone() else { continue };
+        match e.kind {
+            "env" => match std::env::var(&name) {
+                Ok(v) if !v.trim().is_empty() => {
+                    e.fingerprint = Some(fingerprint(v.trim().as_bytes()))
+                }
+                _ => e.problem = Some("not set in the API process".to_owned()),
+            },
+            "file" => match tokio::fs::read(&name).await {
+                Ok(bytes) => {
+                    let text = String::from_utf8_lossy(&bytes);
+                    e.fingerprint = Some(fingerprint(text.trim().as_bytes()));
+                    e.updated_at = tokio::fs::metadata(&name)
+                        .await
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .map(DateTime::<Utc>::from);
+                }
+                Err(err) => {
+                    e.problem = Some(format!("unreadable by the API process: {}", err.kind()))
+                }
+            },
+            "secret" => match secrets.iter().find(|s| s.name == name) {
+                Some(s) => {
+                    e.fingerprint = Some(s.fingerprint.clone());
+                    e.updated_by = Some(s.updated_by.clone());
+                    e.updated_at = Some(s.updated_at);
+                }
+                None => e.problem = Some("no stored secret of this name".to_owned()),
+            },
+            _ => {}
         }
     }
-    out.sort();
-    out
 }
 
 fn isolation(r: &PoolRecord) -> String {
@@ -157,7 +237,8 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
     }
     let records = state.store.list_pools().await?;
     let health = state.store.pool_health().await?;
-    let pools: Vec<PoolEntry> = records
+    let secrets = state.store.list_secrets().await?;
+    let mut pools: Vec<PoolEntry> = records
         .iter()
         .map(|r| PoolEntry {
             name: r.name.clone(),
@@ -174,6 +255,9 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
             versions: None,
         })
         .collect();
+    for p in &mut pools {
+        fingerprint_all(&mut p.credentials, &secrets).await;
+    }
     let external: Vec<String> = records
         .iter()
         .filter(|r| r.trust == Trust::External)
@@ -206,22 +290,55 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
 mod tests {
     use super::*;
 
-    #[test]
-    fn credentials_are_references_never_values() {
+    #[tokio::test]
+    async fn credentials_are_references_with_fingerprints_never_values() {
+        let file = std::env::temp_dir().join(format!("trust-{}", ulid::Ulid::new()));
+        std::fs::write(&file, b"file-value-123\n").unwrap();
+        let path = file.display().to_string();
         let s = serde_json::json!({
-            "apiURL": "http://os:8090", "apiKeyEnv": "OS_KEY", "tokenFile": "/run/tok",
+            "apiURL": "http://os:8090", "apiKeyEnv": "DIFFERENTLY_TEST_SURELY_UNSET_VAR",
+            "tokenFile": path, "apiKeySecret": "os-key", "otherSecret": "gone",
             "apiKey": "s3cr3t", "image": "python:3.12"
         });
-        let c = credentials(&s);
+        let mut c = credentials(&s);
+        let refs: Vec<(&str, &str)> = c.iter().map(|e| (e.kind, e.reference.as_str())).collect();
+        let file_ref = format!("file:{path}");
         assert_eq!(
-            c,
+            refs,
             vec![
-                "env:OS_KEY",
-                "file:/run/tok",
-                "inline:apiKey (a value in the config; move it to a reference)"
+                ("env", "env:DIFFERENTLY_TEST_SURELY_UNSET_VAR"),
+                ("file", file_ref.as_str()),
+                ("inline", "inline:apiKey"),
+                ("secret", "secret:gone"),
+                ("secret", "secret:os-key"),
             ]
         );
-        assert!(!c.iter().any(|x| x.contains("s3cr3t")));
+        let at = Utc::now();
+        let stored = SecretInfo {
+            name: "os-key".into(),
+            fingerprint: fingerprint(b"stored-value"),
+            updated_by: "key:01ABC".into(),
+            updated_at: at,
+            created_at: at,
+        };
+        fingerprint_all(&mut c, &[stored]).await;
+        let by = |r: &str| c.iter().find(|e| e.reference == r).unwrap().clone();
+        assert!(by("env:DIFFERENTLY_TEST_SURELY_UNSET_VAR")
+            .problem
+            .is_some());
+        let f = by(&file_ref);
+        assert_eq!(f.fingerprint, Some(fingerprint(b"file-value-123")));
+        assert!(f.updated_at.is_some());
+        let sec = by("secret:os-key");
+        assert_eq!(sec.fingerprint, Some(fingerprint(b"stored-value")));
+        assert_eq!(sec.updated_by.as_deref(), Some("key:01ABC"));
+        assert_eq!(sec.updated_at, Some(at));
+        assert!(by("secret:gone").problem.is_some());
+        let text = serde_json::to_string(&c).unwrap();
+        for value in ["s3cr3t", "file-value-123", "stored-value"] {
+            assert!(!text.contains(value), "{value} in {text}");
+        }
         assert_eq!(endpoint(&s).as_deref(), Some("http://os:8090"));
+        let _ = std::fs::remove_file(&file);
     }
 }

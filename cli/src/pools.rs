@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use differently_adapters::credentials::{Credentials, SecretSource, SecretSourceError};
 use differently_adapters::pools::PoolSet;
 use differently_core::pool::{resolve_trust, PoolRecord, PoolSource};
 use differently_store::{Actor, Store};
@@ -74,9 +75,27 @@ pub async fn register(store: &dyn Store, records: &[PoolRecord]) -> Result<(), A
     Ok(())
 }
 
-/// Loads the registry into a `PoolSet`, logging pools whose adapter cannot be built.
-pub async fn load(store: &dyn Store) -> Result<PoolSet, AnyError> {
-    let (set, bad) = PoolSet::from_records(store.list_pools().await?);
+/// Stored secrets for pool credentials (`apiKeySecret`), read from the store and opened with
+/// this process's sealing key when an adapter needs one.
+struct StoreSecrets(Arc<dyn Store>);
+
+#[async_trait::async_trait]
+impl SecretSource for StoreSecrets {
+    async fn open(&self, name: &str) -> Result<Option<Vec<u8>>, SecretSourceError> {
+        // Store errors name the secret and the failure, never the value.
+        self.0
+            .open_secret(name)
+            .await
+            .map_err(|e| SecretSourceError(e.to_string()))
+    }
+}
+
+/// Loads the registry into a `PoolSet` whose adapters resolve stored secrets through
+/// `store`, logging pools whose adapter cannot be built.
+pub async fn load(store: Arc<dyn Store>) -> Result<PoolSet, AnyError> {
+    let records = store.list_pools().await?;
+    let credentials = Credentials::new(Arc::new(StoreSecrets(store)));
+    let (set, bad) = PoolSet::with_credentials(credentials, records);
     for b in bad {
         tracing::error!(pool = %b.name, error = %b.error, "pool skipped: adapter cannot be built");
     }

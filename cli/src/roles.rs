@@ -288,7 +288,7 @@ pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
         updated_at: now,
     };
     crate::pools::register(store.as_ref(), std::slice::from_ref(&local)).await?;
-    let pools = crate::pools::load(store.as_ref()).await?;
+    let pools = crate::pools::load(store.clone()).await?;
     crate::pools::spawn_sync(store.clone(), pools.clone());
     crate::pools::start_probes(store.clone(), pools.clone(), vec![]).await;
     let key = differently_api::generate_key();
@@ -381,7 +381,7 @@ pub async fn server(
     let store = connect_store(&config).await?;
     let store: Arc<dyn Store> = store;
     crate::pools::register(store.as_ref(), &records).await?;
-    let pools = crate::pools::load(store.as_ref()).await?;
+    let pools = crate::pools::load(store.clone()).await?;
     crate::pools::spawn_sync(store.clone(), pools.clone());
     if roles.contains(&Role::Worker) {
         crate::pools::start_probes(store.clone(), pools.clone(), worker_pools.clone()).await;

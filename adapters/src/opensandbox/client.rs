@@ -1,11 +1,17 @@
 //! The one HTTP layer of the adapter: requests to the OpenSandbox server carry the API key;
-//! requests anywhere else (execd reached directly, port endpoints) never do. Every failure is
-//! turned into an `AdapterError` whose message cannot contain the key.
+//! requests anywhere else (execd reached directly, port endpoints) never do. The key is read
+//! through its reference when a request is sent (so a rotated key is used without a restart)
+//! and attached in one place, [`Client::send`]. Every failure is turned into an
+//! `AdapterError` whose message cannot contain the key.
 
+use std::sync::{Arc, Mutex};
+
+use reqwest::header::HeaderValue;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 
 use super::config::{ApiKey, Settings};
+use crate::credentials::{CredentialResolver, Credentials};
 use crate::AdapterError;
 
 /// Header the OpenSandbox server reads its API key from.
@@ -19,25 +25,63 @@ pub(crate) struct Client {
     api_url: String,
     /// `http://host:port`, normalised, to decide where the key may go.
     api_origin: String,
-    key: ApiKey,
+    /// The key's reference, read at call time.
+    credential: Arc<CredentialResolver>,
+    /// Keys used so far (the current and the one before), scrubbed from every message.
+    seen: Arc<Mutex<Vec<ApiKey>>>,
     request_timeout: std::time::Duration,
 }
 
 impl Client {
-    pub(crate) fn new(settings: &Settings) -> Result<Self, AdapterError> {
+    pub(crate) fn new(
+        settings: &Settings,
+        credentials: &Credentials,
+    ) -> Result<Self, AdapterError> {
         let http = reqwest::Client::builder()
             // A redirect would carry the key header to wherever it points.
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()
             .map_err(|e| AdapterError::Permanent(format!("cannot build HTTP client: {e}")))?;
+        let credential = credentials.resolver(settings.credential.clone());
+        let mut seen = Vec::new();
+        if let Some(k) = &settings.initial_key {
+            credential.seed(k.expose());
+            seen.push(k.clone());
+        }
         Ok(Self {
             http,
             api_origin: origin(&settings.api_url).unwrap_or_default(),
             api_url: settings.api_url.clone(),
-            key: settings.api_key.clone(),
+            credential: Arc::new(credential),
+            seen: Arc::new(Mutex::new(seen)),
             request_timeout: settings.request_timeout,
         })
+    }
+
+    /// The API key now, through its reference. A reference that does not resolve makes the
+    /// pool unusable until it does: `Unavailable`, naming the reference, never a value.
+    async fn key(&self) -> Result<ApiKey, AdapterError> {
+        let reference = self.credential.reference();
+        let raw = self.credential.get().await.map_err(|e| {
+            AdapterError::Unavailable(format!("OpenSandbox API key ({reference}): {e}"))
+        })?;
+        let key = ApiKey::parse(&raw).map_err(|why| {
+            AdapterError::Unavailable(format!("OpenSandbox API key ({reference}): the key {why}"))
+        })?;
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if !seen.contains(&key) {
+            seen.push(key.clone());
+            let len = seen.len();
+            seen.drain(..len.saturating_sub(2));
+        }
+        Ok(key)
+    }
+
+    /// Replaces every key used so far in `text` with `***`.
+    fn scrub(&self, text: &str) -> String {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.iter().fold(text.to_owned(), |t, k| k.scrub(&t))
     }
 
     /// Whether `url` is on the OpenSandbox server itself (so the key may be sent).
@@ -45,36 +89,50 @@ impl Client {
         origin(url).is_some_and(|o| o == self.api_origin)
     }
 
-    /// A lifecycle API request (`path` starts with `/`), with the key and the request timeout.
+    /// A lifecycle API request (`path` starts with `/`) with the request timeout; `send`
+    /// adds the key.
     pub(crate) fn api(&self, method: Method, path: &str) -> RequestBuilder {
         self.http
             .request(method, format!("{}{}", self.api_url, path))
-            .header(API_KEY_HEADER, self.key.expose())
             .timeout(self.request_timeout)
     }
 
-    /// A request to any URL; the key is attached only if the URL is on the server (its proxy).
+    /// A request to any URL; `send` adds the key only if the URL is on the server (its proxy).
     /// No overall timeout: callers set one or watch the stream themselves.
     pub(crate) fn to(&self, method: Method, url: &str) -> RequestBuilder {
-        let rb = self.http.request(method, url);
-        if self.is_server(url) {
-            rb.header(API_KEY_HEADER, self.key.expose())
-        } else {
-            rb
-        }
+        self.http.request(method, url)
     }
 
     pub(crate) fn request_timeout(&self) -> std::time::Duration {
         self.request_timeout
     }
 
-    /// Sends and maps transport errors; `op` says what was being done (for messages).
+    /// Sends and maps transport errors; `op` says what was being done (for messages). The
+    /// key, read now, is attached here and only to the server's own origin; a key header on
+    /// any other request (e.g. copied from an endpoint answer) is removed.
     pub(crate) async fn send(
         &self,
         rb: RequestBuilder,
         op: &str,
     ) -> Result<Response, AdapterError> {
-        rb.send().await.map_err(|e| self.transport_error(op, &e))
+        let (http, req) = rb.build_split();
+        let mut req = req.map_err(|e| self.transport_error(op, &e))?;
+        if self.is_server(req.url().as_str()) {
+            let key = self.key().await?;
+            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
+                AdapterError::Unavailable(format!(
+                    "OpenSandbox API key ({}): the key has characters a header cannot carry",
+                    self.credential.reference()
+                ))
+            })?;
+            value.set_sensitive(true);
+            req.headers_mut().insert(API_KEY_HEADER, value);
+        } else {
+            req.headers_mut().remove(API_KEY_HEADER);
+        }
+        http.execute(req)
+            .await
+            .map_err(|e| self.transport_error(op, &e))
     }
 
     /// Sends and requires a 2xx answer.
@@ -121,7 +179,7 @@ impl Client {
             }
             source = s.source();
         }
-        let text = self.key.scrub(&text);
+        let text = self.scrub(&text);
         if e.is_connect() {
             AdapterError::Unavailable(format!("{op}: cannot connect: {text}"))
         } else if e.is_timeout() {
@@ -131,16 +189,28 @@ impl Client {
         }
     }
 
-    /// Maps an error answer already read.
+    /// Maps an error answer already read. A refused key is read again on the next call, so
+    /// a key replaced after the server stopped accepting the old one is picked up at once.
     pub(crate) fn map(&self, op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
-        map_status(op, status, body, &self.key)
+        if matches!(status.as_u16(), 401 | 403) {
+            self.credential.forget();
+        }
+        let e = map_status(op, status, body);
+        match e {
+            AdapterError::Transient(m) => AdapterError::Transient(self.scrub(&m)),
+            AdapterError::Permanent(m) => AdapterError::Permanent(self.scrub(&m)),
+            AdapterError::Unsupported(m) => AdapterError::Unsupported(self.scrub(&m)),
+            AdapterError::Unavailable(m) => AdapterError::Unavailable(self.scrub(&m)),
+            AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
+            AdapterError::NotFound => AdapterError::NotFound,
+        }
     }
 
     /// Reads an error answer and maps it by status and error code.
     pub(crate) async fn status_error(&self, op: &str, resp: Response) -> AdapterError {
         let status = resp.status();
         let body = resp.bytes().await.unwrap_or_default();
-        map_status(op, status, &body, &self.key)
+        self.map(op, status, &body)
     }
 }
 
@@ -213,25 +283,26 @@ pub(crate) fn parse_error(status: StatusCode, body: &[u8]) -> ServerError {
     }
 }
 
-/// Status and code → `AdapterError`. Unknown codes fall back to the status.
-pub(crate) fn map_status(op: &str, status: StatusCode, body: &[u8], key: &ApiKey) -> AdapterError {
+/// Status and code → `AdapterError`. Unknown codes fall back to the status. Messages may
+/// quote the server: callers scrub them (`Client::map`).
+fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
     let err = parse_error(status, body);
     let suffix = code_suffix(&err.code);
-    let text = key.scrub(&if err.code.is_empty() {
+    let text = if err.code.is_empty() {
         format!("{op}: HTTP {}: {}", err.status, err.message)
     } else {
         format!("{op}: HTTP {} {}: {}", err.status, err.code, err.message)
-    });
+    };
     if suffix.contains("REGISTRY_NOT_CONFIGURED") || err.message.contains("RegistryNotConfigured") {
         return AdapterError::Unsupported(format!(
             "{op}: the OpenSandbox runtime has no snapshot registry"
         ));
     }
     match status.as_u16() {
-        401 | 403 => AdapterError::Permanent(key.scrub(&format!(
+        401 | 403 => AdapterError::Permanent(format!(
             "{op}: OpenSandbox refused the credentials (HTTP {} {})",
             err.status, err.code
-        ))),
+        )),
         // An unknown route is a wrong apiURL, not a missing sandbox.
         404 if err.code.is_empty() && err.message == "Not Found" => AdapterError::Permanent(
             format!("{op}: OpenSandbox has no such route (check apiURL ends in /v1)"),

@@ -1,6 +1,7 @@
 //! Settings of an `opensandbox` pool: what an operator writes (`OpenSandboxConfig`, every key
 //! optional so the registry can name a badly typed key), and what the adapter runs on after
-//! validation (`Settings`, with the API key resolved from its reference).
+//! validation (`Settings`, with the API key's reference checked; the key itself is read at
+//! call time).
 //!
 //! Pool config values are often strings (`"true"`, `"exec,files"`), so booleans, numbers and
 //! lists also accept their string forms.
@@ -175,6 +176,9 @@ pub struct OpenSandboxConfig {
     pub api_key_env: Option<String>,
     /// Credential by reference: a file holding the server's API key.
     pub api_key_file: Option<PathBuf>,
+    /// Credential by reference: the name of a secret stored sealed in Differently
+    /// (`PUT /v1/admin/secrets/{name}`), replaceable at runtime.
+    pub api_key_secret: Option<String>,
 }
 
 /// The server's API key. Never printed: `Debug` shows `***` and there is no `Display`.
@@ -182,6 +186,18 @@ pub struct OpenSandboxConfig {
 pub struct ApiKey(String);
 
 impl ApiKey {
+    /// Accepts a key a header can carry; the reason otherwise never quotes it.
+    pub(crate) fn parse(key: &str) -> Result<ApiKey, &'static str> {
+        if key.is_empty() {
+            return Err("is empty");
+        }
+        // It goes into a header: visible ASCII only.
+        if !key.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err("has characters a header cannot carry");
+        }
+        Ok(ApiKey(key.to_owned()))
+    }
+
     /// The secret itself, for the request header only.
     pub(crate) fn expose(&self) -> &str {
         &self.0
@@ -203,12 +219,7 @@ impl fmt::Debug for ApiKey {
     }
 }
 
-/// Where the key came from, for the trust report: a reference, never the value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CredentialRef {
-    Env(String),
-    File(PathBuf),
-}
+pub use crate::credentials::CredentialRef;
 
 /// Validated settings.
 #[derive(Debug, Clone)]
@@ -238,8 +249,10 @@ pub struct Settings {
     pub pool_memory: Option<String>,
     pub checkpoint_timeout: Duration,
     pub default_timeout_seconds: u64,
+    /// Where the API key is read from, at call time.
     pub credential: CredentialRef,
-    pub api_key: ApiKey,
+    /// The key as read at validation (env and file references), reused until it is re-read.
+    pub initial_key: Option<ApiKey>,
 }
 
 /// Capabilities an adapter method backs on `runtime` (before `features` and `ports`).
@@ -449,8 +462,11 @@ impl OpenSandboxConfig {
             return bad(missing, "poolCPU and poolMemory are set together");
         }
 
-        let (credential, api_key) =
-            resolve_key(self.api_key_env.as_deref(), self.api_key_file.as_ref())?;
+        let (credential, initial_key) = resolve_key(
+            self.api_key_env.as_deref(),
+            self.api_key_file.as_ref(),
+            self.api_key_secret.as_deref(),
+        )?;
 
         Ok(Settings {
             api_url,
@@ -477,7 +493,7 @@ impl OpenSandboxConfig {
             checkpoint_timeout,
             default_timeout_seconds,
             credential,
-            api_key,
+            initial_key,
         })
     }
 }
@@ -522,7 +538,7 @@ fn validate_api_url(url: Option<&str>) -> Result<String, ConfigError> {
     if authority.contains('@') {
         return bad(
             "apiURL",
-            "must not carry credentials; use apiKeyEnv or apiKeyFile",
+            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
         );
     }
     if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
@@ -534,22 +550,31 @@ fn validate_api_url(url: Option<&str>) -> Result<String, ConfigError> {
     Ok(url.trim_end_matches('/').to_owned())
 }
 
+/// Checks the one credential reference and, for env and file references, that it resolves
+/// now to a usable key (a typo is refused at registration, naming the key). A stored secret
+/// may be stored after the pool is registered, so only its name is checked here.
 fn resolve_key(
     env: Option<&str>,
     file: Option<&PathBuf>,
-) -> Result<(CredentialRef, ApiKey), ConfigError> {
-    let (credential, raw) = match (env.filter(|e| !e.is_empty()), file) {
-        (Some(_), Some(_)) => {
-            return bad("apiKeyFile", "give apiKeyEnv or apiKeyFile, not both")
-        }
-        (None, None) => {
-            return bad(
-                "apiKeyEnv",
-                "the server's API key is required, by reference: apiKeyEnv (variable name) or apiKeyFile (path)",
-            )
-        }
-        (Some(var), None) => match std::env::var(var) {
-            Ok(v) => (CredentialRef::Env(var.to_owned()), v),
+    secret: Option<&str>,
+) -> Result<(CredentialRef, Option<ApiKey>), ConfigError> {
+    let env = env.filter(|e| !e.is_empty());
+    let secret = secret.filter(|s| !s.is_empty());
+    let given = [env.is_some(), file.is_some(), secret.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        let field = if secret.is_some() {
+            "apiKeySecret"
+        } else {
+            "apiKeyFile"
+        };
+        return bad(
+            field,
+            "give one of apiKeyEnv, apiKeyFile or apiKeySecret, not several",
+        );
+    }
+    let (credential, field, raw) = match (env, file, secret) {
+        (Some(var), _, _) => match std::env::var(var) {
+            Ok(v) => (CredentialRef::Env(var.to_owned()), "apiKeyEnv", v),
             Err(_) => {
                 return bad(
                     "apiKeyEnv",
@@ -557,8 +582,8 @@ fn resolve_key(
                 )
             }
         },
-        (None, Some(path)) => match std::fs::read_to_string(path) {
-            Ok(v) => (CredentialRef::File(path.clone()), v),
+        (_, Some(path), _) => match std::fs::read_to_string(path) {
+            Ok(v) => (CredentialRef::File(path.clone()), "apiKeyFile", v),
             Err(e) => {
                 return bad(
                     "apiKeyFile",
@@ -566,23 +591,39 @@ fn resolve_key(
                 )
             }
         },
+        (_, _, Some(name)) => {
+            if !valid_secret_name(name) {
+                return bad(
+                    "apiKeySecret",
+                    "a stored secret's name: 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
+                );
+            }
+            return Ok((CredentialRef::Secret(name.to_owned()), None));
+        }
+        (None, None, None) => {
+            return bad(
+                "apiKeyEnv",
+                "the server's API key is required, by reference: apiKeyEnv (variable name), apiKeyFile (path) or apiKeySecret (stored secret name)",
+            )
+        }
     };
-    let field = match credential {
-        CredentialRef::Env(_) => "apiKeyEnv",
-        CredentialRef::File(_) => "apiKeyFile",
-    };
-    let key = raw.trim();
-    if key.is_empty() {
-        return bad(field, "the referenced API key is empty");
+    match ApiKey::parse(raw.trim()) {
+        Ok(key) => Ok((credential, Some(key))),
+        Err(why) => bad(field, format!("the referenced API key {why}")),
     }
-    // It goes into a header: visible ASCII only. The message never quotes it.
-    if !key.bytes().all(|b| (0x21..0x7f).contains(&b)) {
-        return bad(
-            field,
-            "the referenced API key has characters a header cannot carry",
-        );
-    }
-    Ok((credential, ApiKey(key.to_owned())))
+}
+
+/// The store's rule for secret names (`differently_store::secrets::validate_secret_name`),
+/// repeated here because adapters do not depend on the store.
+fn valid_secret_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 #[derive(Deserialize)]

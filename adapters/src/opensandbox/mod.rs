@@ -5,7 +5,8 @@
 //! server's proxy or directly. Every sandbox carries Differently's sandbox and installation ids
 //! in OpenSandbox metadata, which is how `create` stays idempotent and `list` finds orphans.
 //!
-//! The server's API key goes only to the server (its proxy included): never to execd reached
+//! The server's API key, read through its reference (env, file or stored secret) at call
+//! time, goes only to the server (its proxy included): never to execd reached
 //! directly, never into an error, an event or a port URL. See `docs/opensandbox.md`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,6 +19,7 @@ use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
+use crate::credentials::Credentials;
 use crate::devhost::OUTPUT_CAP_BYTES;
 use crate::registry::AdapterConfigError;
 use crate::{
@@ -68,10 +70,20 @@ impl std::fmt::Debug for OpenSandboxAdapter {
 }
 
 impl OpenSandboxAdapter {
-    /// Validates `config`, resolves its API key reference and builds the adapter.
+    /// Validates `config` and builds the adapter, with no stored-secret source (an
+    /// `apiKeySecret` pool built this way fails its calls; see [`Self::with_credentials`]).
     pub fn new(config: OpenSandboxConfig) -> Result<Self, ConfigError> {
+        Self::with_credentials(config, &Credentials::default())
+    }
+
+    /// Validates `config` and builds the adapter; the API key is read through `credentials`
+    /// when calls are made, so a replaced secret or rotated file is used without a rebuild.
+    pub fn with_credentials(
+        config: OpenSandboxConfig,
+        credentials: &Credentials,
+    ) -> Result<Self, ConfigError> {
         let settings = config.validate()?;
-        let client = client::Client::new(&settings).map_err(|e| ConfigError {
+        let client = client::Client::new(&settings, credentials).map_err(|e| ConfigError {
             field: "apiURL".to_owned(),
             message: e.to_string(),
         })?;

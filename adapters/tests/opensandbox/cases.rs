@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use differently_adapters::credentials::{Credentials, SecretSource, SecretSourceError};
 use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
 use differently_adapters::registry::{self, AdapterConfigError};
 use differently_adapters::{
@@ -240,6 +241,152 @@ async fn the_api_key_never_shows() {
         .requests
         .iter()
         .all(|r| !r.contains("/proxy/44772") || !r.starts_with("POST /v1")));
+}
+
+// ---------------------------------------------------------------------------------------
+// Credentials resolved at call time
+
+/// An in-memory stored-secret source, as the store provides in a server.
+#[derive(Default)]
+struct Secrets(std::sync::Mutex<BTreeMap<String, String>>);
+
+impl Secrets {
+    fn put(&self, name: &str, value: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), value.to_owned());
+    }
+}
+
+#[async_trait::async_trait]
+impl SecretSource for Secrets {
+    async fn open(&self, name: &str) -> Result<Option<Vec<u8>>, SecretSourceError> {
+        Ok(self.0.lock().unwrap().get(name).map(|v| v.clone().into()))
+    }
+}
+
+fn secret_settings(api_url: &str, name: &str) -> serde_json::Value {
+    json!({
+        "apiURL": api_url, "trust": "private", "apiKeySecret": name,
+        "timeouts": {"pollMillis": 20, "readySeconds": 20, "requestSeconds": 10},
+    })
+}
+
+#[tokio::test]
+async fn a_replaced_secret_is_sent_on_the_next_call() {
+    let fake = FakeServer::start(Variant::Real, FakeRuntime::Docker, KEY).await;
+    let secrets = std::sync::Arc::new(Secrets::default());
+    secrets.put("os-key", KEY);
+    let creds = Credentials::new(secrets.clone());
+    let a = registry::build_with(
+        "opensandbox",
+        &secret_settings(&fake.api_url(), "os-key"),
+        &creds,
+    )
+    .unwrap();
+    a.health().await.unwrap();
+    let sbx = a.create(&create_req(&InstallationId::new())).await.unwrap();
+
+    // Rotation as an operator does it: PUT the new secret (which tells this process), then
+    // revoke the old key on the server. The very next call carries the new key.
+    secrets.put("os-key", "sk-rotated-2");
+    creds.changed();
+    fake.set_key("sk-rotated-2");
+    a.health().await.unwrap();
+    assert!(a.find(&sbx.sandbox_id).await.unwrap().is_some());
+
+    // A process that was not told (another replica) reuses its value for at most the TTL,
+    // and a refusal makes it read again at once: one refused call, then the new key.
+    secrets.put("os-key", "sk-rotated-3");
+    fake.set_key("sk-rotated-3");
+    let e = a.health().await.unwrap_err();
+    assert!(matches!(e, AdapterError::Permanent(_)), "{e:?}");
+    assert!(!e.to_string().contains("sk-rotated"), "{e}");
+    a.health().await.unwrap();
+
+    // The same without any refusal: the TTL runs out and the key is read again.
+    let quick = Credentials::new(secrets.clone()).with_ttl(Duration::from_millis(100));
+    let b = registry::build_with(
+        "opensandbox",
+        &secret_settings(&fake.api_url(), "os-key"),
+        &quick,
+    )
+    .unwrap();
+    b.health().await.unwrap();
+    secrets.put("os-key", "sk-rotated-4");
+    fake.set_key("sk-rotated-4");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    b.health().await.unwrap();
+    // `a` holds -3 until its TTL passes or the server refuses it; either way it recovers.
+    if a.delete(&sbx.sandbox_id).await.is_err() {
+        a.delete(&sbx.sandbox_id).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_missing_secret_fails_calls_naming_the_reference() {
+    let fake = FakeServer::start(Variant::Real, FakeRuntime::Docker, KEY).await;
+    let secrets = std::sync::Arc::new(Secrets::default());
+    let creds = Credentials::new(secrets.clone());
+    // Registering a pool before its secret is stored is fine: the pool is unusable until then.
+    let a = registry::build_with(
+        "opensandbox",
+        &secret_settings(&fake.api_url(), "not-yet"),
+        &creds,
+    )
+    .unwrap();
+    let e = a.health().await.unwrap_err();
+    assert!(matches!(e, AdapterError::Unavailable(_)), "{e:?}");
+    assert!(e.to_string().contains("secret:not-yet"), "{e}");
+    assert!(
+        fake.record().requests.is_empty(),
+        "nothing sent without a key"
+    );
+    secrets.put("not-yet", KEY);
+    creds.changed();
+    a.health().await.unwrap();
+
+    // A stored value a header cannot carry: refused, never quoted.
+    secrets.put("not-yet", "two words");
+    creds.changed();
+    let e = a.health().await.unwrap_err();
+    assert!(e.to_string().contains("secret:not-yet"), "{e}");
+    assert!(!e.to_string().contains("two words"), "{e}");
+
+    // Built without a secret source (settings validation only): a clear error at call time.
+    let v = registry::build("opensandbox", &secret_settings(&fake.api_url(), "x"))
+        .unwrap()
+        .health()
+        .await
+        .unwrap_err();
+    assert!(v.to_string().contains("no secret store"), "{v}");
+
+    // Names are checked at build, naming the field.
+    let (field, _) = build_err(secret_settings(&fake.api_url(), "Bad Name"));
+    assert_eq!(field.as_deref(), Some("apiKeySecret"));
+    let mut both = secret_settings(&fake.api_url(), "ok");
+    both["apiKeyEnv"] = json!("PATH");
+    let (field, message) = build_err(both);
+    assert_eq!(field.as_deref(), Some("apiKeySecret"), "{message}");
+}
+
+#[tokio::test]
+async fn a_rotated_key_file_is_read_again() {
+    let fake = FakeServer::start(Variant::Real, FakeRuntime::Docker, KEY).await;
+    let key = key_file(KEY);
+    let creds = Credentials::default().with_ttl(Duration::from_millis(50));
+    let a = registry::build_with(
+        "opensandbox",
+        &settings(&fake.api_url(), &key, json!({})),
+        &creds,
+    )
+    .unwrap();
+    a.health().await.unwrap();
+    std::fs::write(key.path(), "sk-from-rotated-file\n").unwrap();
+    fake.set_key("sk-from-rotated-file");
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    a.health().await.unwrap();
 }
 
 // ---------------------------------------------------------------------------------------

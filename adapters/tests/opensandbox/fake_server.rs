@@ -129,7 +129,8 @@ struct Cmd {
 struct Inner {
     variant: Variant,
     runtime: FakeRuntime,
-    key: String,
+    /// The API key the server accepts; replaceable, as an operator rotates it.
+    key: Mutex<String>,
     api_addr: SocketAddr,
     execd_addr: SocketAddr,
     knobs: Mutex<Knobs>,
@@ -163,7 +164,7 @@ impl FakeServer {
         let inner = Arc::new(Inner {
             variant,
             runtime,
-            key: key.to_owned(),
+            key: Mutex::new(key.to_owned()),
             api_addr: api.local_addr().unwrap(),
             execd_addr: execd.local_addr().unwrap(),
             knobs: Mutex::new(Knobs::default()),
@@ -182,6 +183,11 @@ impl FakeServer {
             });
         }
         FakeServer { inner }
+    }
+
+    /// Makes the server accept `key` (and only it) from now on.
+    pub fn set_key(&self, key: &str) {
+        *lock(&self.inner.key) = key.to_owned();
     }
 
     /// `http://127.0.0.1:port/v1`
@@ -509,7 +515,7 @@ fn auth(inner: &Inner, r: &Req) -> Option<Response> {
             401,
             json!({"code": "MISSING_API_KEY", "message": "Authentication credentials were not provided"}),
         )),
-        Some(k) if k != inner.key => Some(json_resp(
+        Some(k) if k != *lock(&inner.key) => Some(json_resp(
             401,
             json!({"code": "INVALID_API_KEY", "message": "Invalid API key"}),
         )),
