@@ -206,6 +206,63 @@ async fn no_secret_reaches_any_log() {
         )
         .await;
     assert_eq!(s, 200, "{body}");
+
+    // An OpenSandbox pool whose API key is that stored secret. Its server answers every call
+    // with a 500 that echoes the key, as a careless server might; it records what it got.
+    let backend = EchoingBackend::start().await;
+    let (s, body) = c
+        .call(
+            &c.key,
+            Method::POST,
+            "/v1/admin/pools",
+            Some(
+                json!({"name": "sealed", "kind": "opensandbox", "trust": "private",
+                "settings": {"apiURL": backend.url(), "trust": "private",
+                             "apiKeySecret": "obs-cred"}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 201, "{body}");
+    // The worker's health probe (another process than the API) reads the stored secret.
+    backend.wait_for(secret_value, &c).await;
+    // Replaced at runtime: the next probes carry the new value, without a restart.
+    let rotated = "sealed-rotated-91c0d4e2";
+    let (s, put) = c
+        .call(
+            &c.key,
+            Method::PUT,
+            "/v1/admin/secrets/obs-cred",
+            Some(json!({"value": rotated})),
+        )
+        .await;
+    assert_eq!(s, 200, "{put}");
+    backend.wait_for(rotated, &c).await;
+    // The trust report shows the reference, the fingerprint and who changed it.
+    let (s, report) = c
+        .call(&c.key, Method::GET, "/v1/admin/trust-report", None)
+        .await;
+    assert_eq!(s, 200, "{report}");
+    let pool = report["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "sealed")
+        .unwrap();
+    let cred = &pool["credentials"][0];
+    assert_eq!(cred["kind"], "secret", "{report}");
+    assert_eq!(cred["name"], "obs-cred");
+    assert_eq!(cred["fingerprint"], put["fingerprint"]);
+    assert_eq!(cred["updatedBy"], put["updatedBy"]);
+    // The probe's error, stored and served, has the echoed key scrubbed.
+    let (_, info) = c
+        .call(&c.key, Method::GET, "/v1/admin/pools/sealed", None)
+        .await;
+    let health_error = info["health"]["error"].as_str().unwrap_or_default();
+    assert!(health_error.contains("***"), "{info}");
+    for served in [report.to_string(), info.to_string(), put.to_string()] {
+        assert!(!served.contains(secret_value) && !served.contains(rotated));
+    }
+
     // Work with a secret-looking env value, so every role logs about it.
     let env_value = "env-secret-0a7c5d";
     let (s, created) = c
@@ -232,11 +289,65 @@ async fn no_secret_reaches_any_log() {
         ("tenant key", t.key.as_str()),
         ("wrong key", wrong.as_str()),
         ("sealed secret", secret_value),
+        ("rotated sealed secret", rotated),
         ("sandbox env value", env_value),
         ("pool credential", CREDENTIAL),
         ("audit key", AUDIT_KEY),
         ("secrets key", SECRETS_KEY),
     ] {
         assert!(!logs.contains(secret), "{what} leaked into a log");
+    }
+}
+
+/// A stand-in OpenSandbox server that answers every request with a 500 echoing the API key
+/// it was sent, and remembers the keys.
+struct EchoingBackend {
+    addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl EchoingBackend {
+    async fn start() -> EchoingBackend {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let record = record.clone();
+            async move {
+                let key = headers
+                    .get("open-sandbox-api-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                record.lock().unwrap().push(key.clone());
+                (
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    axum::Json(
+                        json!({"code": "INTERNAL", "message": format!("broken, key {key}")}),
+                    ),
+                )
+            }
+        });
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        EchoingBackend { addr, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    async fn wait_for(&self, key: &str, c: &Cluster) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !self.seen.lock().unwrap().iter().any(|k| k == key) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the backend never received the current key\n{}",
+                c.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
