@@ -3,7 +3,8 @@
 //! counted as activity. Paths must be absolute, without `..` or NUL; adapters refuse paths
 //! that leave the sandbox through symlinks. Uploads over the limit (`DIFFERENTLY_MAX_UPLOAD_BYTES`,
 //! default 1 GiB) are refused with 413, by `Content-Length` up front or while streaming.
-//! Downloads honour a single `Range: bytes=…` (206, or 416 past the end).
+//! Downloads honour a single `Range: bytes=…` (206, or 416 past the end). Every adapter call
+//! is metered (`upload`, `download` until its body ends, `list_files`, `delete_file`).
 
 use std::path::Component;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,6 +16,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use differently_adapters::metered::{metered, metered_download};
 use differently_adapters::{AdapterError, ByteRange};
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, FieldError};
@@ -156,7 +158,7 @@ async fn upload(
     )
     .await?;
     let call = pool.adapter.upload(&at, &path, mode, stream);
-    match differently_adapters::metered::metered(&pool.record.name, "upload", call).await {
+    match metered(&pool.record.name, "upload", call).await {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(_) if over.load(Ordering::Relaxed) => Err(too_large(limit)),
         Err(e) => Err(file_error(e)),
@@ -237,11 +239,13 @@ async fn download(
         Some(RangeSpec::From(start, end)) => Some(ByteRange { start, end }),
         Some(RangeSpec::Suffix(n)) => {
             // The size is needed first: a listing of a file is its own entry.
-            let entries = pool
-                .adapter
-                .list_files(&at, &path, 0)
-                .await
-                .map_err(file_error)?;
+            let entries = metered(
+                &pool.record.name,
+                "list_files",
+                pool.adapter.list_files(&at, &path, 0),
+            )
+            .await
+            .map_err(file_error)?;
             let size = entries.first().map_or(0, |e| e.size);
             Some(ByteRange {
                 start: size.saturating_sub(n),
@@ -249,11 +253,13 @@ async fn download(
             })
         }
     };
-    let dl = pool
-        .adapter
-        .download(&at, &path, byte_range)
-        .await
-        .map_err(file_error)?;
+    // Metered until the body has been sent (or the client went away), not just the answer.
+    let dl = metered_download(
+        &pool.record.name,
+        pool.adapter.download(&at, &path, byte_range),
+    )
+    .await
+    .map_err(file_error)?;
     let body = Body::from_stream(dl.body);
     let mut resp = match (byte_range, dl.total_size) {
         (Some(r), Some(total)) => {
@@ -330,11 +336,13 @@ async fn list(
         json!({ "path": path }),
     )
     .await?;
-    let items = pool
-        .adapter
-        .list_files(&at, &path, depth)
-        .await
-        .map_err(file_error)?;
+    let items = metered(
+        &pool.record.name,
+        "list_files",
+        pool.adapter.list_files(&at, &path, depth),
+    )
+    .await
+    .map_err(file_error)?;
     Ok(Json(json!({ "items": items })))
 }
 
@@ -357,10 +365,13 @@ async fn delete(
         json!({ "path": path }),
     )
     .await?;
-    pool.adapter
-        .delete_file(&at, &path)
-        .await
-        .map_err(file_error)?;
+    metered(
+        &pool.record.name,
+        "delete_file",
+        pool.adapter.delete_file(&at, &path),
+    )
+    .await
+    .map_err(file_error)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
