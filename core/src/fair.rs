@@ -196,6 +196,13 @@ impl FairQueue {
         let now = self.orgs.get(org).map_or(0, |q| q.active_cpu);
         self.set_active_cpu(org, now.saturating_add(cpu));
     }
+
+    /// Takes back a `charge` made for an activation that did not happen (the placer charges
+    /// when it picks, so picks made while earlier ones are still in flight see them).
+    pub fn refund(&mut self, org: &OrgId, cpu: u64) {
+        let now = self.orgs.get(org).map_or(0, |q| q.active_cpu);
+        self.set_active_cpu(org, now.saturating_sub(cpu));
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +278,34 @@ mod tests {
         assert_eq!(q.len(), 2);
         q.push(cand(&a_ids[1], &a, 0));
         assert_eq!(q.len(), 2, "a duplicate push is ignored");
+    }
+
+    #[test]
+    fn a_refunded_charge_restores_the_order() {
+        let (a, b) = (OrgId::new(), OrgId::new());
+        let mut q = FairQueue::new();
+        q.set_active_cpu(&a, 2);
+        for org in [&a, &b, &b] {
+            q.push(cand(&SandboxId::new(), org, 0));
+        }
+        let first = q.pop().unwrap();
+        assert_eq!(first.org, b, "b runs nothing yet");
+        q.charge(&b, 4);
+        assert_eq!(
+            q.pop().unwrap().org,
+            a,
+            "charged 4 > 2: a is now the less loaded"
+        );
+        q.push(first.clone());
+        q.refund(&b, 4);
+        assert_eq!(
+            q.pop().unwrap().org,
+            b,
+            "the activation did not happen: b is back at 0"
+        );
+        q.refund(&b, 100);
+        q.charge(&a, 0);
+        assert_eq!(q.pop().unwrap().org, b, "a refund never goes below zero");
     }
 
     fn arb_queue() -> impl Strategy<Value = (Vec<(usize, i32, u64)>, Vec<u64>)> {

@@ -26,6 +26,12 @@ use crate::Scheduler;
 
 /// Most candidates tried in one dispatch pass, so one pass stays short.
 const MAX_PER_PASS: usize = 100;
+/// Candidates placed at once. Each placement is a few round trips and one commit with a
+/// lock on its organization; running several overlaps the waits (different orgs proceed in
+/// parallel, the same org's serialize on its row lock) instead of paying them one by one.
+/// Picks are charged to their org as they are made, so the fair order within a group is the
+/// order a sequential placer would have used had every one of them activated.
+const PLACE_AT_ONCE: usize = 8;
 /// Stored quotas are re-read at most this often.
 const QUOTA_CACHE: Duration = Duration::from_secs(2);
 
@@ -42,6 +48,9 @@ struct Queue {
     /// Trace context of the admission message, per candidate, so the work published at
     /// activation continues the caller's trace. Dropped when the candidate leaves the queue.
     traces: HashMap<SandboxId, TraceContext>,
+    /// The queued row of each candidate as last seen, so placing it needs no read: its spec
+    /// cannot change while it is queued, and the activation re-checks everything under locks.
+    rows: HashMap<SandboxId, Sandbox>,
 }
 
 impl Queue {
@@ -49,6 +58,7 @@ impl Queue {
         if self.fair.contains(&s.id) || self.parked.contains_key(&s.id) {
             return;
         }
+        self.rows.insert(s.id.clone(), s.clone());
         self.fair.push(Candidate {
             id: s.id.clone(),
             org: s.org_id.clone(),
@@ -63,6 +73,12 @@ impl Queue {
         if self.parked.values().any(|(t, _)| *t <= now) {
             self.wake_all();
         }
+    }
+
+    /// The candidate left the queue for good.
+    fn forget(&mut self, id: &SandboxId) {
+        self.traces.remove(id);
+        self.rows.remove(id);
     }
 
     fn wake_all(&mut self) {
@@ -193,9 +209,13 @@ async fn follow_releases(s: Scheduler, q: Shared) {
 }
 
 /// Stored quotas and policies, re-read every couple of seconds, and pool slot use, re-read
-/// every tick (activations in between are counted locally).
+/// every tick (activations in between are counted locally). Shared by the placements of a
+/// group; a miss is fetched outside the lock (two concurrent misses fetch twice, harmlessly).
 #[derive(Default)]
-struct QuotaCache {
+struct QuotaCache(Mutex<CacheState>);
+
+#[derive(Default)]
+struct CacheState {
     entries: HashMap<QuotaScope, (Instant, Option<Quota>)>,
     policies:
         HashMap<(differently_core::OrgId, differently_core::ProjectId), (Instant, EffectivePolicy)>,
@@ -203,13 +223,21 @@ struct QuotaCache {
 }
 
 impl QuotaCache {
-    async fn policy(
-        &mut self,
-        s: &Scheduler,
-        row: &Sandbox,
-    ) -> Result<EffectivePolicy, StoreError> {
+    fn state(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        match self.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Forgets slot counts (capacity was released: they are stale).
+    fn drop_slots(&self) {
+        self.state().slots = None;
+    }
+
+    async fn policy(&self, s: &Scheduler, row: &Sandbox) -> Result<EffectivePolicy, StoreError> {
         let key = (row.org_id.clone(), row.project_id.clone());
-        if let Some((at, p)) = self.policies.get(&key) {
+        if let Some((at, p)) = self.state().policies.get(&key) {
             if at.elapsed() < QUOTA_CACHE {
                 return Ok(p.clone());
             }
@@ -220,41 +248,43 @@ impl QuotaCache {
             &row.project_id,
         )
         .await?;
-        self.policies.insert(key, (Instant::now(), p.clone()));
+        self.state()
+            .policies
+            .insert(key, (Instant::now(), p.clone()));
         Ok(p)
     }
 
-    async fn slots(&mut self, s: &Scheduler) -> Result<HashMap<String, u32>, StoreError> {
-        if let Some((at, used)) = &self.slots {
+    async fn slots(&self, s: &Scheduler) -> Result<HashMap<String, u32>, StoreError> {
+        if let Some((at, used)) = &self.state().slots {
             if at.elapsed() < s.config.tick {
                 return Ok(used.clone());
             }
         }
         let used = s.store.pool_slots_used().await?;
-        self.slots = Some((Instant::now(), used.clone()));
+        self.state().slots = Some((Instant::now(), used.clone()));
         Ok(used)
     }
 
-    fn take_slot(&mut self, pool: &str) {
-        if let Some((_, used)) = &mut self.slots {
+    fn take_slot(&self, pool: &str) {
+        if let Some((_, used)) = &mut self.state().slots {
             *used.entry(pool.to_owned()).or_insert(0) += 1;
         }
     }
 
-    async fn get(&mut self, s: &Scheduler, scope: QuotaScope) -> Result<Option<Quota>, StoreError> {
-        if let Some((at, q)) = self.entries.get(&scope) {
+    async fn get(&self, s: &Scheduler, scope: QuotaScope) -> Result<Option<Quota>, StoreError> {
+        if let Some((at, q)) = self.state().entries.get(&scope) {
             if at.elapsed() < QUOTA_CACHE {
                 return Ok(*q);
             }
         }
         let q = s.store.get_quota(&scope).await?;
-        self.entries.insert(scope, (Instant::now(), q));
+        self.state().entries.insert(scope, (Instant::now(), q));
         Ok(q)
     }
 
     /// The tighter of the org's (over the defaults) and the project's `maxQueueSeconds`.
     async fn max_queue_seconds(
-        &mut self,
+        &self,
         s: &Scheduler,
         row: &Sandbox,
     ) -> Result<Option<u64>, StoreError> {
@@ -275,7 +305,7 @@ impl QuotaCache {
 }
 
 async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool>) {
-    let mut quotas = QuotaCache::default();
+    let quotas = QuotaCache::default();
     let mut cpu_read_at: Option<Instant> = None;
     let mut seen_generation = 0;
     let mut depth = crate::metrics::QueueDepth::default();
@@ -296,51 +326,47 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
         let generation = lock(q).generation;
         if generation != seen_generation {
             // Capacity was released: slot counts read before it are stale.
-            quotas.slots = None;
+            quotas.drop_slots();
             seen_generation = generation;
         }
         let mut tried = 0;
         while tried < MAX_PER_PASS {
-            let (c, generation) = {
-                let mut queue = lock(q);
-                if queue.generation != seen_generation {
-                    // Capacity was released mid-pass: start over with fresh counts and
-                    // everyone woken back in the queue, in fair order.
-                    break;
-                }
-                let Some(c) = queue.fair.pop() else { break };
-                (c, queue.generation)
+            let Some(group) = pick_group(q, seen_generation) else {
+                // Capacity was released mid-pass: start over with fresh counts and
+                // everyone woken back in the queue, in fair order.
+                break;
             };
-            tried += 1;
-            let ctx = lock(q).traces.get(&c.id).cloned().unwrap_or_default();
-            let started = std::time::Instant::now();
-            let placed = trace::scope(
-                "place",
-                ctx,
-                place_one(s, &c.id, &mut quotas, q, generation),
-            )
-            .await;
-            metrics::histogram!("differently_placement_decision_seconds")
-                .record(started.elapsed().as_secs_f64());
-            if matches!(placed, Ok(Outcome::Activated | Outcome::Gone)) {
-                lock(q).traces.remove(&c.id);
+            if group.is_empty() {
+                break;
             }
-            match placed {
-                Ok(Outcome::Stale) => {
-                    lock(q).fair.push(c);
-                    break;
+            tried += group.len();
+            let placed = place_group(s, &group, &quotas, q, seen_generation).await;
+            let mut stale = false;
+            for (p, placed) in group.into_iter().zip(placed) {
+                let c = p.candidate;
+                let mut queue = lock(q);
+                if !matches!(placed, Ok(Outcome::Activated)) {
+                    queue.fair.refund(&c.org, c.cpu);
                 }
-                Ok(Outcome::Activated) => lock(q).fair.charge(&c.org, c.cpu),
-                Ok(Outcome::Gone) => {}
-                Ok(Outcome::Wait) => {
-                    let until = Instant::now() + s.config.waiting_backoff;
-                    lock(q).parked.insert(c.id.clone(), (until, c));
+                match placed {
+                    Ok(Outcome::Activated | Outcome::Gone) => queue.forget(&c.id),
+                    Ok(Outcome::Stale) => {
+                        queue.fair.push(c);
+                        stale = true;
+                    }
+                    Ok(Outcome::Wait) => {
+                        let until = Instant::now() + s.config.waiting_backoff;
+                        queue.parked.insert(c.id.clone(), (until, c));
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %c.id, error = %e, "placement failed; will retry");
+                        let until = Instant::now() + Duration::from_secs(1);
+                        queue.parked.insert(c.id.clone(), (until, c));
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(sandbox = %c.id, error = %e, "placement failed; will retry");
-                    let until = Instant::now() + Duration::from_secs(1);
-                    lock(q).parked.insert(c.id.clone(), (until, c));
-                }
+            }
+            if stale {
+                break;
             }
         }
         if tried > 0 {
@@ -352,6 +378,98 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
             _ = stop.changed() => {}
         }
     }
+}
+
+/// A candidate picked for placement, with what the queue knows about it.
+struct Pick {
+    candidate: Candidate,
+    trace: TraceContext,
+    row: Option<Sandbox>,
+}
+
+/// Pops up to `PLACE_AT_ONCE` candidates in fair order, charging each to its org as it is
+/// picked. `None` if capacity was released since `generation` (the caller starts over).
+fn pick_group(q: &Shared, generation: u64) -> Option<Vec<Pick>> {
+    let mut queue = lock(q);
+    if queue.generation != generation {
+        return None;
+    }
+    let mut group = Vec::with_capacity(PLACE_AT_ONCE);
+    while group.len() < PLACE_AT_ONCE {
+        let Some(c) = queue.fair.pop() else { break };
+        queue.fair.charge(&c.org, c.cpu);
+        group.push(Pick {
+            trace: queue.traces.get(&c.id).cloned().unwrap_or_default(),
+            row: queue.rows.get(&c.id).cloned(),
+            candidate: c,
+        });
+    }
+    Some(group)
+}
+
+/// Places a picked group: decides all at once, then activates chain by chain (`chains`),
+/// chains concurrently. Outcomes in pick order.
+async fn place_group(
+    s: &Scheduler,
+    group: &[Pick],
+    quotas: &QuotaCache,
+    q: &Shared,
+    generation: u64,
+) -> Vec<Result<Outcome, StoreError>> {
+    let started = std::time::Instant::now();
+    let decided = futures::future::join_all(group.iter().map(|p| {
+        trace::scope(
+            "place",
+            p.trace.clone(),
+            decide(s, &p.candidate.id, p.row.clone(), quotas, q),
+        )
+    }))
+    .await;
+    let ready: Vec<Option<&Ready>> = decided
+        .iter()
+        .map(|d| match d {
+            Ok(Decided::Ready(r)) => Some(r.as_ref()),
+            _ => None,
+        })
+        .collect();
+    let activated = futures::future::join_all(chains(&ready).into_iter().map(|chain| {
+        let ready = &ready;
+        async move {
+            let mut out = Vec::with_capacity(chain.len());
+            for i in chain {
+                let (Some(r), Some(p)) = (ready[i], group.get(i)) else {
+                    continue;
+                };
+                let res = trace::scope(
+                    "activate",
+                    p.trace.clone(),
+                    activate_ranked(s, &p.candidate.id, r, quotas, q, generation),
+                )
+                .await;
+                out.push((i, res));
+            }
+            out
+        }
+    }))
+    .await;
+    let mut by_index: HashMap<usize, Result<Outcome, StoreError>> =
+        activated.into_iter().flatten().collect();
+    // Every candidate of the group waited for the whole group.
+    let per = started.elapsed().as_secs_f64();
+    decided
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            metrics::histogram!("differently_placement_decision_seconds").record(per);
+            match d {
+                Ok(Decided::Done(o)) => Ok(o),
+                Ok(Decided::Ready(_)) => by_index
+                    .remove(&i)
+                    .unwrap_or_else(|| Err(StoreError::Database("placement lost".into()))),
+                Err(e) => Err(e),
+            }
+        })
+        .collect()
 }
 
 /// Sets the per-org queue-depth gauge from the fair queue and the parked candidates.
@@ -427,18 +545,38 @@ async fn fail_queued(s: &Scheduler, id: &SandboxId, reason: String) -> Result<Ou
     }
 }
 
-async fn place_one(
+/// A candidate whose policy decision placed it: the pools to try, in rank order.
+struct Ready {
+    row: Sandbox,
+    doc: serde_json::Value,
+    ranking: Vec<(String, Option<u32>)>,
+    now: chrono::DateTime<Utc>,
+}
+
+/// What deciding a candidate led to: an outcome already, or pools to try.
+enum Decided {
+    Done(Outcome),
+    Ready(Box<Ready>),
+}
+
+/// Phase one of a placement, run concurrently for a group: everything up to the activation
+/// (queue time limit, policy decision). Writes only for candidates that end here.
+async fn decide(
     s: &Scheduler,
     id: &SandboxId,
-    quotas: &mut QuotaCache,
+    cached: Option<Sandbox>,
+    quotas: &QuotaCache,
     q: &Shared,
-    generation: u64,
-) -> Result<Outcome, StoreError> {
-    let Some(row) = s.store.get_sandbox(id).await? else {
-        return Ok(Outcome::Gone);
+) -> Result<Decided, StoreError> {
+    let row = match cached {
+        Some(row) => row,
+        None => match s.store.get_sandbox(id).await? {
+            Some(row) => row,
+            None => return Ok(Decided::Done(Outcome::Gone)),
+        },
     };
     if row.status != SandboxStatus::Queued {
-        return Ok(Outcome::Gone);
+        return Ok(Decided::Done(Outcome::Gone));
     }
     let now = Utc::now();
     if let Some(max) = quotas.max_queue_seconds(s, &row).await? {
@@ -448,12 +586,13 @@ async fn place_one(
                 .status_reason
                 .clone()
                 .unwrap_or_else(|| "waiting".into());
-            return fail_queued(
+            let out = fail_queued(
                 s,
                 id,
                 format!("queued longer than maxQueueSeconds ({max} s); last {last}"),
             )
-            .await;
+            .await?;
+            return Ok(Decided::Done(out));
         }
     }
     let req = row.spec.placement_request();
@@ -472,8 +611,7 @@ async fn place_one(
     }
     match explained.decision.clone() {
         Decision::Placed { .. } => {
-            // Try the ranked pools in turn: the first may have filled since the view.
-            let ranking: Vec<(String, Option<u32>)> = explained
+            let ranking = explained
                 .ranking()
                 .iter()
                 .map(|v| {
@@ -481,60 +619,172 @@ async fn place_one(
                     (v.name.clone(), cap)
                 })
                 .collect();
-            for (pool, cap) in ranking {
-                {
-                    let queue = lock(q);
-                    if queue.generation != generation {
-                        return Ok(Outcome::Stale);
-                    }
-                    if queue.blocked.blocks(&row, &pool) {
-                        continue;
-                    }
-                }
-                let slot = PoolSlot {
-                    name: pool.clone(),
-                    max_concurrent: cap,
-                };
-                match s.store.activate(id, &slot, &s.config.quota, now).await? {
-                    Activation::Activated(active) => {
-                        quotas.take_slot(&pool);
-                        metrics::counter!("differently_activations_total", "pool" => pool.clone())
-                            .increment(1);
-                        tracing::info!(sandbox = %id, pool = %pool, "placement: activated");
-                        if let Err(e) = s.store.save_placement(id, &doc).await {
-                            tracing::warn!(sandbox = %id, error = %e, "cannot store the placement explanation");
-                        }
-                        if let Err(e) = s.announcer.work(&active, WorkOp::Create, "").await {
-                            tracing::warn!(sandbox = %id, error = %e, "create publish failed; the provisioning sweep will retry");
-                        }
-                        let _ = s.announcer.status(&active).await;
-                        return Ok(Outcome::Activated);
-                    }
-                    Activation::Waiting(waiting) => {
-                        let reason = waiting.status_reason.as_deref().unwrap_or("");
-                        let pool_wall = reason.starts_with("waiting: pool");
-                        lock(q).blocked.note(&waiting, &pool, reason);
-                        if !pool_wall {
-                            // A tenant quota: no other pool helps.
-                            break;
-                        }
-                    }
-                    Activation::NotQueued(_) => return Ok(Outcome::Gone),
-                }
-            }
-            if row.status_reason.is_none() {
-                let _ = s.store.save_placement(id, &doc).await;
-            }
-            Ok(Outcome::Wait)
+            Ok(Decided::Ready(Box::new(Ready {
+                row,
+                doc,
+                ranking,
+                now,
+            })))
         }
         Decision::Waiting { reason } => {
             let next =
                 now + chrono::Duration::from_std(s.config.waiting_backoff).unwrap_or_default();
             s.store.set_queued_reason(id, &reason, next).await?;
-            Ok(Outcome::Wait)
+            if let Some(cached) = lock(q).rows.get_mut(id) {
+                cached.status_reason = Some(reason);
+            }
+            Ok(Decided::Done(Outcome::Wait))
         }
-        Decision::Rejected { reason, .. } => {
-            fail_queued(s, id, format!("placement rejected: {reason}")).await
+        Decision::Rejected { reason, .. } => Ok(Decided::Done(
+            fail_queued(s, id, format!("placement rejected: {reason}")).await?,
+        )),
+    }
+}
+
+/// Splits a group into chains that may run concurrently: two candidates of the same
+/// organization, or that could both take a slot of the same capped pool, are in one chain,
+/// in pick order, so whoever the fair order picked first gets a contested slot or quota
+/// first. Candidates already decided are not in any chain.
+fn chains(decided: &[Option<&Ready>]) -> Vec<Vec<usize>> {
+    let n = decided.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
         }
+        i
+    }
+    let mut owner: HashMap<String, usize> = HashMap::new();
+    for (i, r) in decided.iter().enumerate() {
+        let Some(r) = r else { continue };
+        let mut keys = vec![format!("org:{}", r.row.org_id)];
+        keys.extend(
+            r.ranking
+                .iter()
+                .filter(|(_, cap)| cap.is_some())
+                .map(|(pool, _)| format!("pool:{pool}")),
+        );
+        for k in keys {
+            let j = *owner.entry(k).or_insert(i);
+            let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+            if a != b {
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut by_root: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for (i, r) in decided.iter().enumerate() {
+        if r.is_some() {
+            let top = root(&mut parent, i);
+            by_root.entry(top).or_default().push(i);
+        }
+    }
+    by_root.into_values().collect()
+}
+
+/// Phase two: tries the ranked pools in turn (the first may have filled since the view).
+async fn activate_ranked(
+    s: &Scheduler,
+    id: &SandboxId,
+    ready: &Ready,
+    quotas: &QuotaCache,
+    q: &Shared,
+    generation: u64,
+) -> Result<Outcome, StoreError> {
+    let Ready {
+        row,
+        doc,
+        ranking,
+        now,
+    } = ready;
+    for (pool, cap) in ranking {
+        {
+            let queue = lock(q);
+            if queue.generation != generation {
+                return Ok(Outcome::Stale);
+            }
+            if queue.blocked.blocks(row, pool) {
+                continue;
+            }
+        }
+        let slot = PoolSlot {
+            name: pool.clone(),
+            max_concurrent: *cap,
+        };
+        let activation = s
+            .store
+            .activate_explained(id, &slot, &s.config.quota, Some(doc), *now)
+            .await?;
+        match activation {
+            Activation::Activated(active) => {
+                quotas.take_slot(pool);
+                metrics::counter!("differently_activations_total", "pool" => pool.clone())
+                    .increment(1);
+                tracing::info!(sandbox = %id, pool = %pool, "placement: activated");
+                // Both acknowledged publishes at once: the work matters only to the worker,
+                // the status only to watchers.
+                let (work, _) = tokio::join!(
+                    s.announcer.work(&active, WorkOp::Create, ""),
+                    s.announcer.status(&active)
+                );
+                if let Err(e) = work {
+                    tracing::warn!(sandbox = %id, error = %e, "create publish failed; the provisioning sweep will retry");
+                }
+                return Ok(Outcome::Activated);
+            }
+            Activation::Waiting(waiting) => {
+                let reason = waiting.status_reason.as_deref().unwrap_or("");
+                let pool_wall = reason.starts_with("waiting: pool");
+                let mut queue = lock(q);
+                queue.blocked.note(&waiting, pool, reason);
+                queue.rows.insert(id.clone(), waiting.clone());
+                drop(queue);
+                if !pool_wall {
+                    // A tenant quota: no other pool helps.
+                    break;
+                }
+            }
+            Activation::NotQueued(_) => return Ok(Outcome::Gone),
+        }
+    }
+    if row.status_reason.is_none() {
+        let _ = s.store.save_placement(id, doc).await;
+    }
+    Ok(Outcome::Wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, SandboxSpec};
+
+    fn ready(org: &OrgId, pools: &[(&str, Option<u32>)]) -> Ready {
+        let spec = SandboxSpec::build(&CreateSandboxRequest::default()).unwrap();
+        Ready {
+            row: Sandbox::queued(org.clone(), ProjectId::new(), spec, None, Utc::now()),
+            doc: serde_json::Value::Null,
+            ranking: pools.iter().map(|(p, c)| ((*p).to_owned(), *c)).collect(),
+            now: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn contenders_share_a_chain_in_pick_order_and_others_run_apart() {
+        let (a, b, c, d) = (OrgId::new(), OrgId::new(), OrgId::new(), OrgId::new());
+        let group = [
+            ready(&a, &[("open", None)]),
+            ready(&b, &[("open", None)]),
+            ready(&a, &[("open", None)]),
+            // c and d never share an org, but both could take a slot of "small".
+            ready(&c, &[("open", None), ("small", Some(2))]),
+            ready(&d, &[("small", Some(2))]),
+        ];
+        let mut view: Vec<Option<&Ready>> = group.iter().map(Some).collect();
+        assert_eq!(chains(&view), vec![vec![0, 2], vec![1], vec![3, 4]]);
+        // Candidates already decided (None) take part in no chain.
+        view[2] = None;
+        view[3] = None;
+        assert_eq!(chains(&view), vec![vec![0], vec![1], vec![4]]);
     }
 }

@@ -263,6 +263,19 @@ pub trait Store:
         pool: &PoolSlot,
         quota: &Quota,
         now: DateTime<Utc>,
+    ) -> Result<Activation, StoreError> {
+        self.activate_explained(id, pool, quota, None, now).await
+    }
+
+    /// `activate`, and when it activates, stores the placement `explanation` in the same
+    /// transaction: one commit per activation, and no activated sandbox without its reasons.
+    async fn activate_explained(
+        &self,
+        id: &SandboxId,
+        pool: &PoolSlot,
+        quota: &Quota,
+        explanation: Option<&serde_json::Value>,
+        now: DateTime<Utc>,
     ) -> Result<Activation, StoreError>;
 
     /// `provisioning → running` with the backend's ref; sets `startedAt` and

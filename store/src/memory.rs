@@ -870,49 +870,19 @@ impl Store for MemoryStore {
         Ok(out)
     }
 
-    async fn activate(
+    async fn activate_explained(
         &self,
         id: &SandboxId,
         pool: &PoolSlot,
         quota: &Quota,
+        explanation: Option<&serde_json::Value>,
         now: DateTime<Utc>,
     ) -> Result<Activation, StoreError> {
-        let mut st = self.lock();
-        let sbx = st.row_mut(id)?.sandbox.clone();
-        if sbx.status != SandboxStatus::Queued {
-            return Ok(Activation::NotQueued(sbx));
+        let out = self.activate_locked(id, pool, quota, now)?;
+        if let (Activation::Activated(_), Some(doc)) = (&out, explanation) {
+            crate::placement::PlacementStore::save_placement(self, id, doc).await?;
         }
-        let org_scope = QuotaScope::Org(sbx.org_id.clone());
-        let prj_scope = QuotaScope::Project(sbx.project_id.clone());
-        let org_usage = st.usage(&org_scope);
-        let org_quota = st.stored_quota(&org_scope).or(quota);
-        let prj_usage = st.usage(&prj_scope);
-        let prj_quota = st.stored_quota(&prj_scope);
-        let pool_used = st
-            .sandboxes
-            .values()
-            .filter(|r| {
-                r.sandbox.pool.as_deref() == Some(pool.name.as_str())
-                    && r.sandbox.status.holds_pool_slot()
-            })
-            .count();
-        let pool_used = u64::try_from(pool_used).unwrap_or(u64::MAX);
-        let row = st.row_mut(id)?;
-        let reason = rules::waiting_reason(
-            (&org_usage, &org_quota),
-            (&prj_usage, &prj_quota),
-            pool_used,
-            &sbx,
-            pool,
-        );
-        if let Some(reason) = reason {
-            rules::wait(&mut row.sandbox, reason, now);
-            return Ok(Activation::Waiting(row.sandbox.clone()));
-        }
-        let entry = rules::activate(&mut row.sandbox, pool, now);
-        let out = row.sandbox.clone();
-        st.audit(&out.org_id, out.id.as_str(), entry, now);
-        Ok(Activation::Activated(out))
+        Ok(out)
     }
 
     async fn mark_running(
@@ -1058,5 +1028,53 @@ impl Store for MemoryStore {
         } else {
             Ok(None)
         }
+    }
+}
+
+impl MemoryStore {
+    /// `activate` under the one state lock (the memory store's transaction).
+    fn activate_locked(
+        &self,
+        id: &SandboxId,
+        pool: &PoolSlot,
+        quota: &Quota,
+        now: DateTime<Utc>,
+    ) -> Result<Activation, StoreError> {
+        let mut st = self.lock();
+        let sbx = st.row_mut(id)?.sandbox.clone();
+        if sbx.status != SandboxStatus::Queued {
+            return Ok(Activation::NotQueued(sbx));
+        }
+        let org_scope = QuotaScope::Org(sbx.org_id.clone());
+        let prj_scope = QuotaScope::Project(sbx.project_id.clone());
+        let org_usage = st.usage(&org_scope);
+        let org_quota = st.stored_quota(&org_scope).or(quota);
+        let prj_usage = st.usage(&prj_scope);
+        let prj_quota = st.stored_quota(&prj_scope);
+        let pool_used = st
+            .sandboxes
+            .values()
+            .filter(|r| {
+                r.sandbox.pool.as_deref() == Some(pool.name.as_str())
+                    && r.sandbox.status.holds_pool_slot()
+            })
+            .count();
+        let pool_used = u64::try_from(pool_used).unwrap_or(u64::MAX);
+        let row = st.row_mut(id)?;
+        let reason = rules::waiting_reason(
+            (&org_usage, &org_quota),
+            (&prj_usage, &prj_quota),
+            pool_used,
+            &sbx,
+            pool,
+        );
+        if let Some(reason) = reason {
+            rules::wait(&mut row.sandbox, reason, now);
+            return Ok(Activation::Waiting(row.sandbox.clone()));
+        }
+        let entry = rules::activate(&mut row.sandbox, pool, now);
+        let out = row.sandbox.clone();
+        st.audit(&out.org_id, out.id.as_str(), entry, now);
+        Ok(Activation::Activated(out))
     }
 }

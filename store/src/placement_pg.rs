@@ -225,15 +225,9 @@ impl PlacementStore for PgStore {
         id: &SandboxId,
         explanation: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO placements (sandbox_id, doc, decided_at) VALUES ($1, $2, $3)
-             ON CONFLICT (sandbox_id) DO UPDATE SET doc = EXCLUDED.doc, decided_at = EXCLUDED.decided_at",
-        )
-        .bind(id.as_str())
-        .bind(Json(explanation))
-        .bind(Utc::now())
-        .execute(self.pool())
-        .await?;
+        let mut tx = self.pool().begin().await?;
+        write_placement(&mut tx, id, explanation, Utc::now()).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -281,4 +275,23 @@ impl PlacementStore for PgStore {
                 .await?,
         )
     }
+}
+
+/// Stores (replaces) the placement explanation of `id` in `tx`.
+pub(crate) async fn write_placement(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    id: &SandboxId,
+    explanation: &serde_json::Value,
+    at: chrono::DateTime<Utc>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO placements (sandbox_id, doc, decided_at) VALUES ($1, $2, $3)
+         ON CONFLICT (sandbox_id) DO UPDATE SET doc = EXCLUDED.doc, decided_at = EXCLUDED.decided_at",
+    )
+    .bind(id.as_str())
+    .bind(Json(explanation))
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

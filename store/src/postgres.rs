@@ -220,6 +220,26 @@ async fn lock_org(tx: &mut Transaction<'static, Postgres>, org: &OrgId) -> Resul
     Ok(())
 }
 
+/// Locks a capped pool's row, creating it on first use (a pool from config has no row until
+/// something takes a slot on it). One round trip when the row exists.
+async fn lock_pool(tx: &mut Transaction<'static, Postgres>, name: &str) -> Result<(), StoreError> {
+    let locked = sqlx::query("SELECT name FROM pools WHERE name = $1 FOR UPDATE")
+        .bind(name)
+        .fetch_optional(&mut **tx)
+        .await?;
+    if locked.is_none() {
+        sqlx::query("INSERT INTO pools (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query("SELECT name FROM pools WHERE name = $1 FOR UPDATE")
+            .bind(name)
+            .fetch_one(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Writes the document and every promoted column of `s`; `next_attempt_at` only when given.
 async fn write_sandbox(
     tx: &mut Transaction<'static, Postgres>,
@@ -1055,11 +1075,12 @@ impl Store for PgStore {
         sandboxes_of(&rows)
     }
 
-    async fn activate(
+    async fn activate_explained(
         &self,
         id: &SandboxId,
         pool: &PoolSlot,
         quota: &Quota,
+        explanation: Option<&serde_json::Value>,
         now: DateTime<Utc>,
     ) -> Result<Activation, StoreError> {
         let mut tx = self.begin().await?;
@@ -1073,14 +1094,7 @@ impl Store for PgStore {
         let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
         lock_org(&mut tx, &org).await?;
         if pool.max_concurrent.is_some() {
-            sqlx::query("INSERT INTO pools (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")
-                .bind(&pool.name)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("SELECT name FROM pools WHERE name = $1 FOR UPDATE")
-                .bind(&pool.name)
-                .fetch_one(&mut *tx)
-                .await?;
+            lock_pool(&mut tx, &pool.name).await?;
         }
         let mut s = lock_sandbox(&mut tx, id).await?;
         if s.status != SandboxStatus::Queued {
@@ -1120,6 +1134,9 @@ impl Store for PgStore {
         let entry = rules::activate(&mut s, pool, now);
         write_sandbox(&mut tx, &s, None).await?;
         insert_audit(&mut tx, &s, entry, now).await?;
+        if let Some(doc) = explanation {
+            crate::placement_pg::write_placement(&mut tx, id, doc, now).await?;
+        }
         tx.commit().await?;
         Ok(Activation::Activated(s))
     }
