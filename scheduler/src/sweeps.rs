@@ -5,11 +5,14 @@
 //! backend listing against the rows. Backend instances tagged with this installation whose
 //! row is missing or final are deleted (orphans); live rows whose instance vanished fail with
 //! a reason; a pool whose listing fails is skipped for that pass. Every action is logged with
-//! `action=` for counting.
+//! `action=` and counted in `differently_reconcile_actions_total` under the same name, and
+//! runs under a fresh root trace ([`traced`]), so the work it publishes carries a trace id
+//! that the worker's log lines share.
 
 use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
+use differently_bus::trace;
 use differently_bus_schema::WorkOp;
 use differently_core::ids::{OpId, SnapshotId};
 use differently_core::{ErrorCode, SandboxId, SandboxStatus};
@@ -63,6 +66,12 @@ pub(crate) async fn run(s: Scheduler, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// Runs one sweep action under a new root trace context named `name`: its log lines carry
+/// the trace id, and every envelope it publishes carries the `traceparent` on to the worker.
+async fn traced<F: std::future::Future>(name: &'static str, action: F) -> F::Output {
+    trace::scope(name, trace::new_root(), action).await
+}
+
 fn chrono_dur(d: std::time::Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::seconds(60))
 }
@@ -81,17 +90,27 @@ async fn expire(s: &Scheduler) -> Result<(), StoreError> {
             reason: Some("ttl expired".into()),
             actor: Actor::System("ttl"),
         };
-        match s.store.transition(t, now).await {
-            Ok(updated) => {
-                tracing::info!(sandbox = %updated.id, "ttl expired");
-                let _ = s.announcer.work(&updated, WorkOp::Delete, "").await;
-                let _ = s.announcer.status(&updated).await;
+        traced("sweep.ttl", async {
+            match s.store.transition(t, now).await {
+                Ok(updated) => {
+                    tracing::info!(sandbox = %updated.id, action = "ttl_expired", "ttl expired");
+                    crate::metrics::reconcile_action(pool_of(&updated), "ttl_expired");
+                    let _ = s.announcer.work(&updated, WorkOp::Delete, "").await;
+                    let _ = s.announcer.status(&updated).await;
+                    Ok(())
+                }
+                Err(StoreError::StatusConflict { .. }) => Ok(()),
+                Err(e) => Err(e),
             }
-            Err(StoreError::StatusConflict { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        })
+        .await?;
     }
     Ok(())
+}
+
+/// The `pool` label of a sandbox's action (`none` before placement).
+fn pool_of(s: &differently_core::Sandbox) -> &str {
+    s.pool.as_deref().unwrap_or("none")
 }
 
 async fn stuck_provisioning(s: &Scheduler) -> Result<(), StoreError> {
@@ -102,48 +121,62 @@ async fn stuck_provisioning(s: &Scheduler) -> Result<(), StoreError> {
         .stale(SandboxStatus::Provisioning, before, BATCH)
         .await?
     {
-        let adapter = row
-            .pool
-            .as_deref()
-            .and_then(|p| s.pools.get(p))
-            .map(|p| p.adapter.clone());
-        let found = match &adapter {
-            Some(a) => match a.find(&row.id).await {
-                Ok(found) => found,
-                // The backend cannot say; leave the row for the next pass.
-                Err(e) => {
-                    tracing::warn!(sandbox = %row.id, error = %e, "sweep: cannot look up instance");
-                    continue;
-                }
-            },
-            None => None,
-        };
-        let updated = match found {
-            Some(instance) => {
-                tracing::info!(sandbox = %row.id, "sweep: adopting backend instance");
-                s.store
-                    .mark_running(&row.id, &instance.backend_ref, now)
-                    .await
-            }
-            None => {
-                tracing::info!(sandbox = %row.id, "sweep: provisioning timed out; requeueing");
-                s.store
-                    .requeue(&row.id, "provisioning timed out; retrying", now)
-                    .await
-            }
-        };
-        match updated {
-            Ok(u) => {
-                if u.status == SandboxStatus::Queued {
-                    let _ = s.announcer.admitted(&u, "-requeue").await;
-                }
-                let _ = s.announcer.status(&u).await;
-            }
-            Err(StoreError::StatusConflict { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        traced("sweep.provisioning", provisioning_one(s, row, now)).await?;
     }
     Ok(())
+}
+
+/// Adopts the backend instance of one stale provisioning row, or requeues the row.
+async fn provisioning_one(
+    s: &Scheduler,
+    row: differently_core::Sandbox,
+    now: chrono::DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let adapter = row
+        .pool
+        .as_deref()
+        .and_then(|p| s.pools.get(p))
+        .map(|p| p.adapter.clone());
+    let found = match &adapter {
+        Some(a) => match a.find(&row.id).await {
+            Ok(found) => found,
+            // The backend cannot say; leave the row for the next pass.
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, "sweep: cannot look up instance");
+                return Ok(());
+            }
+        },
+        None => None,
+    };
+    let (action, updated) = match found {
+        Some(instance) => (
+            "provisioning_adopted",
+            s.store
+                .mark_running(&row.id, &instance.backend_ref, now)
+                .await,
+        ),
+        None => (
+            "provisioning_requeued",
+            s.store
+                .requeue(&row.id, "provisioning timed out; retrying", now)
+                .await,
+        ),
+    };
+    match updated {
+        Ok(u) => {
+            if u.status == SandboxStatus::Queued {
+                tracing::info!(sandbox = %row.id, action, "sweep: provisioning timed out; requeued");
+                let _ = s.announcer.admitted(&u, "-requeue").await;
+            } else {
+                tracing::info!(sandbox = %row.id, action, "sweep: adopted the backend instance");
+            }
+            crate::metrics::reconcile_action(pool_of(&row), action);
+            let _ = s.announcer.status(&u).await;
+            Ok(())
+        }
+        Err(StoreError::StatusConflict { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 async fn stuck_terminating(
@@ -179,9 +212,21 @@ async fn stuck_terminating(
             continue;
         }
         let attempt = format!("-retry{}", now.timestamp());
-        if let Err(e) = s.announcer.work(&row, WorkOp::Delete, &attempt).await {
-            tracing::warn!(sandbox = %row.id, error = %e, "sweep: delete re-send failed");
-        } else {
+        let sent = traced("sweep.terminating", async {
+            match s.announcer.work(&row, WorkOp::Delete, &attempt).await {
+                Err(e) => {
+                    tracing::warn!(sandbox = %row.id, error = %e, "sweep: delete re-send failed");
+                    false
+                }
+                Ok(()) => {
+                    tracing::info!(sandbox = %row.id, action = "delete_resent", "sweep: delete re-sent");
+                    crate::metrics::reconcile_action(pool_of(&row), "delete_resent");
+                    true
+                }
+            }
+        })
+        .await;
+        if sent {
             resent.insert(row.id.clone(), Instant::now());
         }
     }
@@ -215,16 +260,19 @@ async fn idle(s: &Scheduler) -> Result<(), StoreError> {
             now,
         );
         if let OpBegun::New(r) = s.store.begin_op(&record).await? {
-            tracing::info!(sandbox = %row.id, op = op.as_str(), action = "idle", "sweep: idle sandbox");
             let pool_name = pool.view().name;
-            crate::metrics::reconcile_action(&pool_name, "idle");
-            if let Err(e) = s
-                .announcer
-                .op(&row, &pool_name, op, r.id.as_str(), "")
-                .await
-            {
-                tracing::warn!(sandbox = %row.id, error = %e, "sweep: idle publish failed; repair re-sends it");
-            }
+            traced("sweep.idle", async {
+                tracing::info!(sandbox = %row.id, op = op.as_str(), action = "idle", "sweep: idle sandbox");
+                crate::metrics::reconcile_action(&pool_name, "idle");
+                if let Err(e) = s
+                    .announcer
+                    .op(&row, &pool_name, op, r.id.as_str(), "")
+                    .await
+                {
+                    tracing::warn!(sandbox = %row.id, error = %e, "sweep: idle publish failed; repair re-sends it");
+                }
+            })
+            .await;
         }
     }
     Ok(())
@@ -259,13 +307,16 @@ async fn repair_ops(s: &Scheduler, resent: &mut HashMap<OpId, Instant>) -> Resul
         match (row, pool) {
             (Some(row), Some(pool)) if !ended || kind == WorkOp::DeleteSnapshot => {
                 let attempt = format!("-retry{}", now.timestamp());
-                tracing::info!(op = %op.id, kind = %op.kind, action = "op_resend", "sweep: re-sending operation");
-                crate::metrics::reconcile_action(&pool, "op_resend");
-                if s.announcer
-                    .op(&row, &pool, kind, op.id.as_str(), &attempt)
-                    .await
-                    .is_ok()
-                {
+                let sent = traced("sweep.op_resend", async {
+                    tracing::info!(sandbox = %row.id, op = %op.id, kind = %op.kind, action = "op_resend", "sweep: re-sending operation");
+                    crate::metrics::reconcile_action(&pool, "op_resend");
+                    s.announcer
+                        .op(&row, &pool, kind, op.id.as_str(), &attempt)
+                        .await
+                        .is_ok()
+                })
+                .await;
+                if sent {
                     resent.insert(op.id.clone(), Instant::now());
                 }
             }
@@ -316,7 +367,8 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             if !orphan {
                 continue;
             }
-            match pool.adapter.delete(&inst.sandbox_id).await {
+            let deleted = traced("reconcile.orphan", pool.adapter.delete(&inst.sandbox_id)).await;
+            match deleted {
                 Ok(()) => {
                     tracing::info!(pool = %name, sandbox = %inst.sandbox_id, action = "orphan_deleted", "reconcile: deleted an orphan backend instance");
                     crate::metrics::reconcile_action(&name, "orphan_deleted");
@@ -358,15 +410,19 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
                 reason: Some("backend instance vanished".into()),
                 actor: Actor::System("reconciler"),
             };
-            match s.store.transition(t, Utc::now()).await {
-                Ok(failed) => {
-                    tracing::warn!(pool = %name, sandbox = %row.id, action = "vanished_failed", "reconcile: backend instance vanished; sandbox failed");
-                    crate::metrics::reconcile_action(&name, "vanished_failed");
-                    let _ = s.announcer.status(&failed).await;
+            traced("reconcile.vanished", async {
+                match s.store.transition(t, Utc::now()).await {
+                    Ok(failed) => {
+                        tracing::warn!(pool = %name, sandbox = %row.id, action = "vanished_failed", "reconcile: backend instance vanished; sandbox failed");
+                        crate::metrics::reconcile_action(&name, "vanished_failed");
+                        let _ = s.announcer.status(&failed).await;
+                        Ok(())
+                    }
+                    Err(StoreError::StatusConflict { .. }) => Ok(()),
+                    Err(e) => Err(e),
                 }
-                Err(StoreError::StatusConflict { .. }) => {}
-                Err(e) => return Err(e),
-            }
+            })
+            .await?;
         }
     }
     Ok(())

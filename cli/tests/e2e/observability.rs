@@ -8,7 +8,8 @@ use differently_core::{SandboxId, SandboxStatus};
 use reqwest::Method;
 use serde_json::json;
 
-use crate::harness::{free_port, Cluster, Opts};
+use crate::dataplane::{running, FAKE_CAPS};
+use crate::harness::{eventually, free_port, Cluster, Opts};
 use crate::tenancy::tenant;
 
 const AUDIT_KEY: &str = "9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9";
@@ -179,6 +180,85 @@ async fn metrics_move_and_one_trace_id_spans_api_to_worker() {
         "{}",
         c.log("worker")
     );
+}
+
+/// The `trace_id` of the first line of `log` that contains every one of `parts`.
+fn trace_of(log: &str, parts: &[&str]) -> Option<String> {
+    let line = log.lines().find(|l| parts.iter().all(|p| l.contains(p)))?;
+    let at = line.find("\"trace_id\":\"")? + "\"trace_id\":\"".len();
+    let id = line.get(at..at + 32)?;
+    id.bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then(|| id.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_work_starts_its_own_trace_and_is_counted() {
+    let mut c = Cluster::new(Opts {
+        more_pools: FAKE_CAPS.to_owned(),
+        ..Opts::default()
+    })
+    .await;
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    c.spawn("api", "api", &[]);
+    c.spawn(
+        "scheduler",
+        "scheduler",
+        &[("DIFFERENTLY_METRICS_LISTEN", &listen)],
+    );
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+
+    // The idle sweep pauses a sandbox: a work message no request asked for.
+    let idle = running(&c, json!({"idleTimeoutSeconds": 2})).await;
+    c.wait_status(&idle, SandboxStatus::Paused, Duration::from_secs(30))
+        .await;
+    // The TTL sweep ends another.
+    let (s, created) = c.create(json!({"ttlSeconds": 3})).await;
+    assert_eq!(s, 202, "{created}");
+    let expiring = SandboxId::parse(created["id"].as_str().unwrap()).unwrap();
+    c.wait_status(
+        &expiring,
+        SandboxStatus::Terminated,
+        Duration::from_secs(30),
+    )
+    .await;
+
+    // Each action has a fresh trace id, unlike the request that created the sandbox, and the
+    // worker that ran the pause logged under the same id.
+    let idle_id = idle.to_string();
+    let sched = c.log("scheduler");
+    let sweep_trace = trace_of(&sched, &["sweep: idle sandbox", &idle_id])
+        .unwrap_or_else(|| panic!("no trace on the idle sweep's line\n{sched}"));
+    let create_trace = trace_of(&sched, &["placement: activated", &idle_id]);
+    assert_ne!(Some(&sweep_trace), create_trace.as_ref());
+    let seen = eventually(Duration::from_secs(10), || {
+        c.log("worker").lines().any(|l| {
+            l.contains(&sweep_trace)
+                && l.contains(&idle_id)
+                && l.contains("worker: operation finished")
+        })
+    })
+    .await;
+    assert!(
+        seen,
+        "the worker ran the pause under another trace\n{}",
+        c.log("worker")
+    );
+    let ttl_trace = trace_of(&sched, &["ttl expired", &expiring.to_string()]);
+    assert!(ttl_trace.is_some_and(|t| t != sweep_trace), "{sched}");
+
+    let text = scrape(port).await;
+    for action in ["idle", "ttl_expired"] {
+        let v = sample(
+            &text,
+            "differently_reconcile_actions_total",
+            &[r#"pool="fake""#, &format!(r#"action="{action}""#)],
+        )
+        .unwrap_or(0.0);
+        assert!(v >= 1.0, "{action} = {v}\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
