@@ -1,7 +1,8 @@
 //! Stored provider credentials, sealed (`sealed`) under the process's sealing key before they
-//! reach the database. A pool refers to one as `{secret: name}`; replacing it takes effect on
-//! the next resolution, without a restart. Changes are audited on the installation chain
-//! with the name and fingerprint only.
+//! reach the database. A pool refers to one by name (OpenSandbox: `apiKeySecret`); adapters
+//! read it through `differently_adapters::credentials` when they make a call, so replacing
+//! it takes effect without a restart. Changes are audited on the installation chain with the
+//! name and fingerprint only.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -219,65 +220,6 @@ impl SecretStore for MemoryStore {
     async fn open_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let blob = self.lock().secrets.get(name).map(|r| r.sealed.clone());
         blob.map(|b| open(name, &b)).transpose()
-    }
-}
-
-/// Where a pool's credential comes from: never the value itself in configuration.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub enum CredentialRef {
-    /// An environment variable of every server process.
-    Env(String),
-    /// A file on every server process (e.g. a mounted Kubernetes Secret).
-    File(std::path::PathBuf),
-    /// A secret stored sealed in Differently (`PUT /v1/admin/secrets/{name}`).
-    Secret(String),
-}
-
-/// Why a credential reference did not resolve. Names the reference, never a value.
-#[derive(Debug, thiserror::Error)]
-pub enum CredentialError {
-    #[error("environment variable {0} is not set")]
-    EnvMissing(String),
-    #[error("cannot read credential file {path}: {message}")]
-    File { path: String, message: String },
-    #[error("no stored secret named {0:?}")]
-    SecretMissing(String),
-    #[error("stored secret {name:?}: {message}")]
-    Store { name: String, message: String },
-}
-
-impl CredentialRef {
-    /// Resolves the value now: read at every call, so a replaced secret or rotated file
-    /// takes effect without a restart.
-    pub async fn resolve(&self, store: &dyn SecretStore) -> Result<Vec<u8>, CredentialError> {
-        match self {
-            CredentialRef::Env(var) => std::env::var(var)
-                .map(String::into_bytes)
-                .map_err(|_| CredentialError::EnvMissing(var.clone())),
-            CredentialRef::File(path) => {
-                let bytes = tokio::fs::read(path)
-                    .await
-                    .map_err(|e| CredentialError::File {
-                        path: path.display().to_string(),
-                        message: e.kind().to_string(),
-                    })?;
-                // A trailing newline from `echo … > file` is not part of the credential.
-                let end = bytes
-                    .iter()
-                    .rposition(|b| !b"\r\n".contains(b))
-                    .map_or(0, |i| i + 1);
-                Ok(bytes[..end].to_vec())
-            }
-            CredentialRef::Secret(name) => match store.open_secret(name).await {
-                Ok(Some(v)) => Ok(v),
-                Ok(None) => Err(CredentialError::SecretMissing(name.clone())),
-                Err(e) => Err(CredentialError::Store {
-                    name: name.clone(),
-                    message: e.to_string(),
-                }),
-            },
-        }
     }
 }
 
