@@ -45,59 +45,89 @@ CREATE TABLE IF NOT EXISTS usage_counters (
     slots      bigint NOT NULL DEFAULT 0
 );
 
--- Adds `sign` times the contribution of one row (its status class and sizes) to its org,
--- project and pool counters, in that order.
-CREATE OR REPLACE FUNCTION usage_apply(r sandboxes, sign bigint) RETURNS void
+-- Adds deltas to one counter; a zero delta touches (and locks) nothing.
+CREATE OR REPLACE FUNCTION usage_add(
+    k text, r smallint, dq bigint, da bigint, dc bigint, dm bigint, dd bigint, ds bigint
+) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-    c sandbox_status_classes;
 BEGIN
-    SELECT * INTO c FROM sandbox_status_classes WHERE status = r.status;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'sandbox status % has no usage class', r.status;
-    END IF;
-    IF c.queued + c.active + c.compute + c.disk + c.slot = 0 THEN
+    IF dq = 0 AND da = 0 AND dc = 0 AND dm = 0 AND dd = 0 AND ds = 0 THEN
         RETURN;
     END IF;
     INSERT INTO usage_counters AS u (scope, rank, queued, active, cpu, memory_mib, disk_gib, slots)
-    VALUES ('org:' || r.org_id, 0, sign * c.queued, sign * c.active, sign * c.compute * r.cpu,
-            sign * c.compute * r.memory_mib, sign * c.disk * r.disk_gib, 0)
+    VALUES (k, r, dq, da, dc, dm, dd, ds)
     ON CONFLICT (scope) DO UPDATE SET
         queued = u.queued + EXCLUDED.queued, active = u.active + EXCLUDED.active,
         cpu = u.cpu + EXCLUDED.cpu, memory_mib = u.memory_mib + EXCLUDED.memory_mib,
-        disk_gib = u.disk_gib + EXCLUDED.disk_gib;
-    INSERT INTO usage_counters AS u (scope, rank, queued, active, cpu, memory_mib, disk_gib, slots)
-    VALUES ('project:' || r.project_id, 1, sign * c.queued, sign * c.active, sign * c.compute * r.cpu,
-            sign * c.compute * r.memory_mib, sign * c.disk * r.disk_gib, 0)
-    ON CONFLICT (scope) DO UPDATE SET
-        queued = u.queued + EXCLUDED.queued, active = u.active + EXCLUDED.active,
-        cpu = u.cpu + EXCLUDED.cpu, memory_mib = u.memory_mib + EXCLUDED.memory_mib,
-        disk_gib = u.disk_gib + EXCLUDED.disk_gib;
-    IF r.pool IS NOT NULL AND c.slot <> 0 THEN
-        INSERT INTO usage_counters AS u (scope, rank, slots)
-        VALUES ('pool:' || r.pool, 2, sign * c.slot)
-        ON CONFLICT (scope) DO UPDATE SET slots = u.slots + EXCLUDED.slots;
-    END IF;
+        disk_gib = u.disk_gib + EXCLUDED.disk_gib, slots = u.slots + EXCLUDED.slots;
 END;
 $$;
 
+-- The class of a status; an unknown status is an error, never silently uncounted.
+CREATE OR REPLACE FUNCTION usage_class(st text) RETURNS sandbox_status_classes
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    c sandbox_status_classes;
+BEGIN
+    SELECT * INTO c FROM sandbox_status_classes WHERE status = st;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'sandbox status % has no usage class', st;
+    END IF;
+    RETURN c;
+END;
+$$;
+
+-- Moves the counters by the difference a row change makes: org, then project, then pool
+-- (the lock order). A change that counts the same before and after (provisioning ->
+-- running, a reason, a deadline) touches no counter and so takes no counter lock.
 CREATE OR REPLACE FUNCTION sandboxes_usage_trigger() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    o sandbox_status_classes := ROW('', 0, 0, 0, 0, 0);
+    n sandbox_status_classes := ROW('', 0, 0, 0, 0, 0);
+    ocpu bigint := 0; omem bigint := 0; odisk bigint := 0;
+    ncpu bigint := 0; nmem bigint := 0; ndisk bigint := 0;
 BEGIN
-    IF TG_OP = 'UPDATE'
-       AND OLD.status = NEW.status
-       AND OLD.pool IS NOT DISTINCT FROM NEW.pool
-       AND OLD.cpu = NEW.cpu AND OLD.memory_mib = NEW.memory_mib AND OLD.disk_gib = NEW.disk_gib
-       AND OLD.org_id = NEW.org_id AND OLD.project_id = NEW.project_id THEN
-        -- Nothing counted changed (a reason, a deadline, the document): touch no counter,
-        -- so such writes take no counter lock.
-        RETURN NULL;
-    END IF;
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        PERFORM usage_apply(OLD, -1);
+        o := usage_class(OLD.status);
+        ocpu := OLD.cpu; omem := OLD.memory_mib; odisk := OLD.disk_gib;
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        PERFORM usage_apply(NEW, 1);
+        n := usage_class(NEW.status);
+        ncpu := NEW.cpu; nmem := NEW.memory_mib; ndisk := NEW.disk_gib;
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.org_id = NEW.org_id AND OLD.project_id = NEW.project_id THEN
+        PERFORM usage_add('org:' || NEW.org_id, 0::smallint, n.queued - o.queued,
+            n.active - o.active, n.compute * ncpu - o.compute * ocpu,
+            n.compute * nmem - o.compute * omem, n.disk * ndisk - o.disk * odisk, 0);
+        PERFORM usage_add('project:' || NEW.project_id, 1::smallint, n.queued - o.queued,
+            n.active - o.active, n.compute * ncpu - o.compute * ocpu,
+            n.compute * nmem - o.compute * omem, n.disk * ndisk - o.disk * odisk, 0);
+    ELSE
+        IF TG_OP <> 'INSERT' THEN
+            PERFORM usage_add('org:' || OLD.org_id, 0::smallint, -o.queued, -o.active,
+                -o.compute * ocpu, -o.compute * omem, -o.disk * odisk, 0);
+            PERFORM usage_add('project:' || OLD.project_id, 1::smallint, -o.queued, -o.active,
+                -o.compute * ocpu, -o.compute * omem, -o.disk * odisk, 0);
+        END IF;
+        IF TG_OP <> 'DELETE' THEN
+            PERFORM usage_add('org:' || NEW.org_id, 0::smallint, n.queued, n.active,
+                n.compute * ncpu, n.compute * nmem, n.disk * ndisk, 0);
+            PERFORM usage_add('project:' || NEW.project_id, 1::smallint, n.queued, n.active,
+                n.compute * ncpu, n.compute * nmem, n.disk * ndisk, 0);
+        END IF;
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.pool IS NOT DISTINCT FROM NEW.pool THEN
+        IF NEW.pool IS NOT NULL THEN
+            PERFORM usage_add('pool:' || NEW.pool, 2::smallint, 0, 0, 0, 0, 0, n.slot - o.slot);
+        END IF;
+    ELSE
+        IF TG_OP <> 'INSERT' AND OLD.pool IS NOT NULL THEN
+            PERFORM usage_add('pool:' || OLD.pool, 2::smallint, 0, 0, 0, 0, 0, -o.slot);
+        END IF;
+        IF TG_OP <> 'DELETE' AND NEW.pool IS NOT NULL THEN
+            PERFORM usage_add('pool:' || NEW.pool, 2::smallint, 0, 0, 0, 0, 0, n.slot);
+        END IF;
     END IF;
     RETURN NULL;
 END;

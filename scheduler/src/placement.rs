@@ -399,7 +399,13 @@ fn pick_group(q: &Shared, generation: u64) -> Option<Vec<Pick>> {
         let Some(c) = queue.fair.pop() else { break };
         queue.fair.charge(&c.org, c.cpu);
         group.push(Pick {
-            trace: queue.traces.get(&c.id).cloned().unwrap_or_default(),
+            // A candidate found by the rebuild (its admission message was lost, or a new
+            // leader took over) has no caller's trace: its placement starts one.
+            trace: queue
+                .traces
+                .get(&c.id)
+                .cloned()
+                .unwrap_or_else(trace::new_root),
             row: queue.rows.get(&c.id).cloned(),
             candidate: c,
         });

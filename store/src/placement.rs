@@ -34,6 +34,19 @@ impl PolicyScope {
 pub trait PlacementStore: Send + Sync {
     /// The stored policy of one level (`None`: nothing set there).
     async fn get_policy(&self, scope: &PolicyScope) -> Result<Option<Policy>, StoreError>;
+
+    /// The stored policies of several levels, in the order asked (one read on Postgres:
+    /// every create reads all three levels).
+    async fn get_policies(
+        &self,
+        scopes: &[PolicyScope],
+    ) -> Result<Vec<Option<Policy>>, StoreError> {
+        let mut out = Vec::with_capacity(scopes.len());
+        for scope in scopes {
+            out.push(self.get_policy(scope).await?);
+        }
+        Ok(out)
+    }
     /// Replaces one level's policy; audited in the org's chain (the installation chain for
     /// the global level).
     async fn put_policy(
@@ -91,18 +104,17 @@ pub async fn effective_policy(
     org: &OrgId,
     project: &ProjectId,
 ) -> Result<differently_core::policy::EffectivePolicy, StoreError> {
-    let global = store
-        .get_policy(&PolicyScope::Global)
+    let mut levels = store
+        .get_policies(&[
+            PolicyScope::Global,
+            PolicyScope::Org(org.clone()),
+            PolicyScope::Project(project.clone()),
+        ])
         .await?
-        .unwrap_or_default();
-    let org = store
-        .get_policy(&PolicyScope::Org(org.clone()))
-        .await?
-        .unwrap_or_default();
-    let project = store
-        .get_policy(&PolicyScope::Project(project.clone()))
-        .await?
-        .unwrap_or_default();
+        .into_iter()
+        .map(Option::unwrap_or_default);
+    let mut next = || levels.next().unwrap_or_default();
+    let (global, org, project) = (next(), next(), next());
     Ok(differently_core::policy::EffectivePolicy::intersect(
         &global, &org, &project,
     ))

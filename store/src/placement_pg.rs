@@ -50,6 +50,22 @@ impl PlacementStore for PgStore {
         doc.map(decode).transpose()
     }
 
+    async fn get_policies(
+        &self,
+        scopes: &[PolicyScope],
+    ) -> Result<Vec<Option<Policy>>, StoreError> {
+        let keys: Vec<String> = scopes.iter().map(PolicyScope::key).collect();
+        let rows: Vec<(String, serde_json::Value)> =
+            sqlx::query_as("SELECT scope, doc FROM policies WHERE scope = ANY($1)")
+                .bind(&keys)
+                .fetch_all(self.pool())
+                .await?;
+        let mut found: HashMap<String, serde_json::Value> = rows.into_iter().collect();
+        keys.iter()
+            .map(|k| found.remove(k).map(decode).transpose())
+            .collect()
+    }
+
     async fn put_policy(
         &self,
         scope: &PolicyScope,

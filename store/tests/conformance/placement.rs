@@ -100,6 +100,20 @@ pub async fn policies_per_level_and_their_intersection(env: &Env) {
         env.store.get_policy(&PolicyScope::Global).await.unwrap(),
         Some(global.clone())
     );
+    // Several levels at once come back in the order asked, missing ones as None.
+    let levels = env
+        .store
+        .get_policies(&[
+            PolicyScope::Project(prj.clone()),
+            PolicyScope::Org(org.clone()),
+            PolicyScope::Global,
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        levels,
+        vec![None, Some(org_policy.clone()), Some(global.clone())]
+    );
     // The project level says nothing: external placement is not allowed (fails closed).
     let eff = effective_policy(env.store.as_ref(), &org, &prj)
         .await

@@ -263,6 +263,35 @@ mod usage_counters {
         assert_eq!(cpu.len(), 6);
     }
 
+    /// A change that counts the same before and after (provisioning → running) does not
+    /// touch the counters, so it never waits behind another transaction holding them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_that_counts_the_same_takes_no_counter_lock() {
+        use sqlx::Connection;
+        let db = TestDb::new().await;
+        let s = db.store();
+        let (org, prj) = tenant(&s, "nolock").await;
+        let a = admit(&s, &org, &prj).await;
+        s.activate(&a.id, &slot(), &Quota::default(), Utc::now())
+            .await
+            .unwrap();
+        let mut other = sqlx::PgConnection::connect(db.url()).await.unwrap();
+        let mut held = other.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM usage_counters FOR UPDATE")
+            .execute(&mut *held)
+            .await
+            .unwrap();
+        let running = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            s.mark_running(&a.id, "be", Utc::now()),
+        )
+        .await
+        .expect("mark_running waited for the counters' lock");
+        assert_eq!(running.unwrap().status, SandboxStatus::Running);
+        held.rollback().await.unwrap();
+        assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+    }
+
     /// A counter changed behind the trigger's back is found, reported with both values, and
     /// corrected; the quota check then sees the corrected value.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
