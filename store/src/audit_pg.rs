@@ -1,8 +1,9 @@
 //! Audit chains on Postgres.
 //!
-//! An append takes a transaction-scoped advisory lock keyed by the chain (`dly_aud` + a hash
-//! of the chain id), reads the chain's head through the `(chain, chain_seq)` index, and
-//! inserts the next record, all inside the caller's transaction: the record commits or rolls
+//! An append locks its chain's row in `audit_heads` (reading the newest committed head in the
+//! same statement), then inserts the next record and advances the head in one statement, all
+//! inside the caller's transaction (a chain's very first append serializes on an advisory lock
+//! keyed by the chain, `dly_aud` + a hash of its id, since there is no row to lock yet): the record commits or rolls
 //! back with the change it describes, and appends of different organizations never wait for
 //! each other. The lock is held until commit, so append audit records last in a transaction.
 
@@ -57,20 +58,10 @@ async fn append_chained_timed(
     at: DateTime<Utc>,
 ) -> Result<AuditEvent, StoreError> {
     let chain = chain_of(e.org_id.as_ref());
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(chain_lock_id(&chain))
-        .execute(&mut **tx)
-        .await?;
-    // Read committed: this statement sees every record committed before the lock was ours.
-    let head = sqlx::query(
-        "SELECT chain_seq, hash FROM audit_events WHERE chain = $1
-         ORDER BY chain_seq DESC LIMIT 1",
-    )
-    .bind(&chain)
-    .fetch_optional(&mut **tx)
-    .await?
-    .map(|r| -> Result<(i64, String), StoreError> { Ok((r.try_get(0)?, r.try_get(1)?)) })
-    .transpose()?;
+    let head = match lock_head(tx, &chain).await? {
+        Some(head) => Some(head),
+        None => first_head(tx, &chain).await?,
+    };
     let mut rec = AuditEvent::chained(
         audit::process_key(),
         chain,
@@ -80,10 +71,16 @@ async fn append_chained_timed(
         audit::current_request_id(),
     );
     let row = sqlx::query(
-        "INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
-             resource, outcome, request_id, at, detail, prev_hash, hash)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-         RETURNING seq, detail",
+        "WITH ins AS (
+             INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
+                 resource, outcome, request_id, at, detail, prev_hash, hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             RETURNING seq, detail),
+         head AS (
+             INSERT INTO audit_heads (chain, chain_seq, hash) VALUES ($1, $2, $13)
+             ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
+                 hash = EXCLUDED.hash)
+         SELECT seq, detail FROM ins",
     )
     .bind(&rec.chain)
     .bind(rec.chain_seq)
@@ -111,6 +108,46 @@ async fn append_chained_timed(
         )));
     }
     Ok(rec)
+}
+
+/// Locks `chain`'s head row and returns the newest committed head; `None` when the chain
+/// has no head row yet.
+async fn lock_head(
+    tx: &mut Transaction<'static, Postgres>,
+    chain: &str,
+) -> Result<Option<(i64, String)>, StoreError> {
+    sqlx::query("SELECT chain_seq, hash FROM audit_heads WHERE chain = $1 FOR UPDATE")
+        .bind(chain)
+        .fetch_optional(&mut **tx)
+        .await?
+        .map(|r| -> Result<(i64, String), StoreError> { Ok((r.try_get(0)?, r.try_get(1)?)) })
+        .transpose()
+}
+
+/// A chain's first append (no head row yet): first appends of one chain serialize on an
+/// advisory lock, re-check for a head row created meanwhile, and otherwise start from the
+/// chain's newest record, if any. The append then creates the head row.
+async fn first_head(
+    tx: &mut Transaction<'static, Postgres>,
+    chain: &str,
+) -> Result<Option<(i64, String)>, StoreError> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(chain_lock_id(chain))
+        .execute(&mut **tx)
+        .await?;
+    if let Some(head) = lock_head(tx, chain).await? {
+        return Ok(Some(head));
+    }
+    // Read committed: this statement sees every record committed before the lock was ours.
+    sqlx::query(
+        "SELECT chain_seq, hash FROM audit_events WHERE chain = $1
+         ORDER BY chain_seq DESC LIMIT 1",
+    )
+    .bind(chain)
+    .fetch_optional(&mut **tx)
+    .await?
+    .map(|r| -> Result<(i64, String), StoreError> { Ok((r.try_get(0)?, r.try_get(1)?)) })
+    .transpose()
 }
 
 /// The record about `resource` in `org`'s chain, with its project when the resource is a

@@ -50,6 +50,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0006_usage_counters",
         include_str!("../../migrations/0006_usage_counters.sql"),
     ),
+    (
+        "0007_audit_heads",
+        include_str!("../../migrations/0007_audit_heads.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

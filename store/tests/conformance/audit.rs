@@ -648,3 +648,58 @@ async fn postgres_fails_the_action_when_its_audit_record_fails() {
     assert!(s.create_org(&o, &admin()).await.is_err());
     assert!(s.get_org(&o.id).await.unwrap().is_none());
 }
+
+/// A chain whose head row is missing (written before migration 0007, or lost) continues from
+/// its newest record, and the chain still verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_chain_continues_without_its_head_row() {
+    let env = Env::postgres().await;
+    let s = env.store.as_ref();
+    let (org_id, before) = four_records(s).await;
+    tamper_sql(
+        &env,
+        &format!("DELETE FROM audit_heads WHERE chain = '{org_id}'"),
+    )
+    .await;
+    let p = project(s, &org_id).await;
+    s.append_audit(exec_event(&org_id, &p.id, "after"))
+        .await
+        .unwrap();
+    let chain: Vec<AuditEvent> = export(s)
+        .await
+        .into_iter()
+        .filter(|r| r.chain == org_id.as_str())
+        .collect();
+    assert_eq!(
+        chain.len(),
+        before.len() + 2,
+        "project record and exec record"
+    );
+    let seqs: Vec<i64> = chain.iter().map(|r| r.chain_seq).collect();
+    assert_eq!(seqs, (1..=chain.len() as i64).collect::<Vec<_>>());
+    verify_ok(s).await;
+}
+
+/// A head row that lags its chain (someone rewound it) cannot fork the chain: the next
+/// append collides with the record already at that position, and the action fails closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stale_head_row_fails_the_append() {
+    let env = Env::postgres().await;
+    let s = env.store.as_ref();
+    let (org_id, before) = four_records(s).await;
+    tamper_sql(
+        &env,
+        &format!(
+            "UPDATE audit_heads SET chain_seq = 2, hash = '{}' WHERE chain = '{org_id}'",
+            before[1].hash
+        ),
+    )
+    .await;
+    let p = s.list_projects(&org_id, None, 10).await.unwrap().remove(0);
+    let err = s
+        .append_audit(exec_event(&org_id, &p.id, "fork"))
+        .await
+        .expect_err("a stale head must not fork the chain");
+    assert!(err.to_string().contains("audit_events_chain_idx"), "{err}");
+    verify_ok(s).await;
+}
