@@ -329,6 +329,11 @@ impl<T> Envelope<T> {
 pub struct Admitted {
     pub org_id: OrgId,
     pub project_id: ProjectId,
+    /// The queued row as committed, so placement needs no read to learn what it places.
+    /// Placement treats it as a hint: the activation re-reads and re-checks under locks.
+    /// Absent from older publishers; then placement reads the row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Box<differently_core::Sandbox>>,
 }
 
 /// Body on `dly.work.<pool>.<op>`.
@@ -364,6 +369,24 @@ pub fn msg_id(sandbox: &SandboxId, what: &str, status_version: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_admission_without_its_row_still_decodes_and_one_with_it_round_trips() {
+        let (org, prj) = (OrgId::new(), ProjectId::new());
+        let old = format!(r#"{{"orgId":"{org}","projectId":"{prj}"}}"#);
+        let body: Admitted = serde_json::from_str(&old).unwrap();
+        assert_eq!(body.sandbox, None);
+        let spec = differently_core::SandboxSpec::build(&Default::default()).unwrap();
+        let row =
+            differently_core::Sandbox::queued(org.clone(), prj.clone(), spec, None, Utc::now());
+        let with = Admitted {
+            org_id: org,
+            project_id: prj,
+            sandbox: Some(Box::new(row)),
+        };
+        let back: Admitted = serde_json::from_slice(&serde_json::to_vec(&with).unwrap()).unwrap();
+        assert_eq!(back, with);
+    }
 
     #[test]
     fn names_derive_from_the_prefix() {

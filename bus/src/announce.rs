@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use differently_bus_schema::{msg_id, Admitted, Envelope, Naming, StatusChanged, Work, WorkOp};
-use differently_core::Sandbox;
+use differently_core::{Sandbox, SandboxStatus};
 use serde::Serialize;
 
 use crate::{Bus, BusError};
@@ -59,6 +59,7 @@ impl Announcer {
             Admitted {
                 org_id: s.org_id.clone(),
                 project_id: s.project_id.clone(),
+                sandbox: (s.status == SandboxStatus::Queued).then(|| Box::new(s.clone())),
             },
         );
         let id = msg_id(&s.id, &format!("admit{attempt}"), s.status_version);

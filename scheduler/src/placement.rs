@@ -136,7 +136,11 @@ async fn consume_admissions(s: Scheduler, q: Shared) {
                 continue;
             };
             trace::record_consume_lag("admit", env.published_at);
-            match s.store.get_sandbox(&env.sandbox_id).await {
+            let row = match env.body.sandbox {
+                Some(row) if row.id == env.sandbox_id => Ok(Some(*row)),
+                _ => s.store.get_sandbox(&env.sandbox_id).await,
+            };
+            match row {
                 Ok(Some(row)) if row.status == SandboxStatus::Queued => {
                     let mut queue = lock(&q);
                     if env.trace.traceparent.is_some() {
