@@ -1,4 +1,6 @@
 -- Usage counters kept by the database itself, in the same transaction as every row change.
+-- (Lock order: organization row, pool row, sandbox rows, audit head; the counters, moved at
+-- commit, come last: org, then project, then pool.)
 --
 -- Quota checks used to aggregate an organization's and a project's rows on every admission
 -- and activation; under load that scan was most of the time spent holding the org lock.
@@ -133,8 +135,16 @@ BEGIN
 END;
 $$;
 
+-- Deferred to commit: the counters are hot rows (every admission, activation and end of an
+-- organization's sandboxes moves its org counter), so they are locked for the commit only,
+-- not from the row change through the rest of the transaction. Everything still happens in
+-- the committing transaction. Admission and activation read them under the organization's
+-- row lock, which every other admission and activation holds until its commit (counters
+-- included), so a check never misses another check's increase; a concurrent decrease not yet
+-- committed only makes a check conservative, as counting rows did.
 DROP TRIGGER IF EXISTS sandboxes_usage ON sandboxes;
-CREATE TRIGGER sandboxes_usage AFTER INSERT OR UPDATE OR DELETE ON sandboxes
+CREATE CONSTRAINT TRIGGER sandboxes_usage AFTER INSERT OR UPDATE OR DELETE ON sandboxes
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION sandboxes_usage_trigger();
 
 -- Rows that existed before this migration.

@@ -17,7 +17,7 @@ use differently_core::fair::{Candidate, FairQueue};
 use differently_core::policy::{self, Decision, EffectivePolicy};
 use differently_core::tenancy::Quota;
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
-use differently_store::{Activation, Actor, PoolSlot, QuotaScope, StoreError, Transition};
+use differently_store::{Activation, Actor, PoolSlot, QuotaScope, StoreError, Transition, Wall};
 use futures::StreamExt;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -509,13 +509,17 @@ struct Blocked {
 }
 
 impl Blocked {
-    fn note(&mut self, row: &Sandbox, pool: &str, reason: &str) {
-        if reason.starts_with("waiting: org") {
-            self.orgs.insert(row.org_id.clone());
-        } else if reason.starts_with("waiting: project") {
-            self.projects.insert(row.project_id.clone());
-        } else if reason.starts_with("waiting: pool") {
-            self.pools.insert(pool.to_owned());
+    fn note(&mut self, row: &Sandbox, pool: &str, wall: Wall) {
+        match wall {
+            Wall::Org => {
+                self.orgs.insert(row.org_id.clone());
+            }
+            Wall::Project => {
+                self.projects.insert(row.project_id.clone());
+            }
+            Wall::Pool => {
+                self.pools.insert(pool.to_owned());
+            }
         }
     }
 
@@ -743,14 +747,12 @@ async fn activate_ranked(
                 }
                 return Ok(Outcome::Activated);
             }
-            Activation::Waiting(waiting) => {
-                let reason = waiting.status_reason.as_deref().unwrap_or("");
-                let pool_wall = reason.starts_with("waiting: pool");
+            Activation::Waiting(waiting, wall) => {
                 let mut queue = lock(q);
-                queue.blocked.note(&waiting, pool, reason);
-                queue.rows.insert(id.clone(), waiting.clone());
+                queue.blocked.note(&waiting, pool, wall);
+                queue.rows.insert(id.clone(), waiting);
                 drop(queue);
-                if !pool_wall {
+                if wall != Wall::Pool {
                     // A tenant quota: no other pool helps.
                     break;
                 }

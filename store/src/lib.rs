@@ -108,13 +108,25 @@ pub struct PoolSlot {
     pub max_concurrent: Option<u32>,
 }
 
+/// The limit a waiting activation hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wall {
+    /// The organization's quota (no pool helps).
+    Org,
+    /// The project's quota (no pool helps).
+    Project,
+    /// The pool's `maxConcurrent` (another ranked pool may).
+    Pool,
+}
+
 /// Result of `activate`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Activation {
     /// Now `provisioning` on the pool; `attempts` was incremented.
     Activated(Sandbox),
-    /// Quota or pool cap is full; the row stays `queued` with this `statusReason`.
-    Waiting(Sandbox),
+    /// Quota or pool cap is full; the row stays `queued` with this `statusReason`, and
+    /// `Wall` says which limit, so placement can park everyone behind the same one.
+    Waiting(Sandbox, Wall),
     /// The row is no longer `queued` (deleted, already activated): nothing done.
     NotQueued(Sandbox),
 }

@@ -54,19 +54,19 @@ pub(crate) mod rules {
         pool_used: u64,
         sbx: &Sandbox,
         pool: &PoolSlot,
-    ) -> Option<String> {
+    ) -> Option<(crate::Wall, String)> {
         let r = sbx.spec.resources;
         if let Some(reason) = org.0.blocks(org.1, &r, "org") {
-            return Some(reason);
+            return Some((crate::Wall::Org, reason));
         }
         if let Some(reason) = project.0.blocks(project.1, &r, "project") {
-            return Some(reason);
+            return Some((crate::Wall::Project, reason));
         }
         if let Some(max) = pool.max_concurrent {
             if pool_used + 1 > u64::from(max) {
-                return Some(format!(
-                    "waiting: pool {} full {pool_used}/{max}",
-                    pool.name
+                return Some((
+                    crate::Wall::Pool,
+                    format!("waiting: pool {} full {pool_used}/{max}", pool.name),
                 ));
             }
         }
@@ -1068,9 +1068,9 @@ impl MemoryStore {
             &sbx,
             pool,
         );
-        if let Some(reason) = reason {
+        if let Some((wall, reason)) = reason {
             rules::wait(&mut row.sandbox, reason, now);
-            return Ok(Activation::Waiting(row.sandbox.clone()));
+            return Ok(Activation::Waiting(row.sandbox.clone(), wall));
         }
         let entry = rules::activate(&mut row.sandbox, pool, now);
         let out = row.sandbox.clone();

@@ -1129,11 +1129,11 @@ impl Store for PgStore {
             &s,
             pool,
         );
-        if let Some(reason) = reason {
+        if let Some((wall, reason)) = reason {
             rules::wait(&mut s, reason, now);
             write_sandbox(&mut tx, &s, None).await?;
             tx.commit().await?;
-            return Ok(Activation::Waiting(s));
+            return Ok(Activation::Waiting(s, wall));
         }
         let entry = rules::activate(&mut s, pool, now);
         write_sandbox(&mut tx, &s, None).await?;

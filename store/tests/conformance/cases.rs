@@ -133,7 +133,20 @@ async fn activated(s: &dyn Store, id: &SandboxId, p: &PoolSlot, q: &Quota) -> Sa
 
 async fn waiting(s: &dyn Store, id: &SandboxId, p: &PoolSlot, q: &Quota) -> Sandbox {
     match s.activate(id, p, q, Utc::now()).await.unwrap() {
-        Activation::Waiting(x) => x,
+        Activation::Waiting(x, wall) => {
+            // The typed wall and the reason a person reads always agree.
+            let reason = x.status_reason.clone().unwrap_or_default();
+            let want = if reason.starts_with("waiting: org") {
+                differently_store::Wall::Org
+            } else if reason.starts_with("waiting: project") {
+                differently_store::Wall::Project
+            } else {
+                assert!(reason.starts_with("waiting: pool"), "{reason}");
+                differently_store::Wall::Pool
+            };
+            assert_eq!(wall, want, "{reason}");
+            x
+        }
         other => panic!("expected Waiting, got {other:?}"),
     }
 }
@@ -494,11 +507,12 @@ pub async fn concurrent_activation_respects_pool_cap(env: &Env) {
     for r in results {
         match r.unwrap() {
             Activation::Activated(_) => activated_n += 1,
-            Activation::Waiting(w) => {
+            Activation::Waiting(w, wall) => {
                 assert_eq!(
                     w.status_reason.as_deref(),
                     Some("waiting: pool race full 3/3")
                 );
+                assert_eq!(wall, differently_store::Wall::Pool);
                 waiting_n += 1;
             }
             other => panic!("unexpected {other:?}"),
