@@ -1,7 +1,8 @@
 //! Raw baselines measured in the same run, on the same Postgres and nats-server: single-row
 //! insert transactions (1 and 8 connections), acknowledged JetStream publishes (1 and 8 in
 //! flight), and the two "direct" exec references for P4 (the fake adapter called in-process,
-//! and an HTTP round trip to a trivial local axum handler).
+//! and an HTTP round trip to a trivial local axum handler), each also as a streamed-output
+//! throughput for P4s.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use differently_adapters::fake::{FakeAdapter, FakeConfig};
-use differently_adapters::{Adapter, InstanceRef};
+use differently_adapters::{Adapter, ExecEvent, InstanceRef};
 use differently_core::exec::ExecRequest;
 use differently_core::SandboxId;
 use sqlx::Connection;
 
-use crate::stats::{summarize, Summary, Throughput};
+use crate::stats::{summarize, StreamRate, Summary, Throughput};
 use crate::LoadError;
 
 /// Autocommit single-row inserts (one statement = one transaction = one commit) from
@@ -240,4 +241,170 @@ pub async fn trivial_http_rtt(
     }
     server.abort();
     result.map(|()| summarize(&lat))
+}
+
+/// Chunks buffered between the adapter and its reader, as the API buffers them
+/// (`differently_api::exec_stream::STREAM_BUFFER`), so the in-process baseline has the same
+/// back-pressure as the served path.
+pub const STREAM_BUFFER: usize = 8;
+
+/// Payload bytes of the small stream each streamed variant runs once before measuring: it
+/// opens the HTTP connection, or makes a fresh `FakeAdapter` replay the ledger.
+pub const STREAM_WARMUP_BYTES: u64 = 4096;
+
+/// `fake-output N`: N bytes of `y\n` on stdout, generated as the reader takes them.
+pub fn fake_output_request(bytes: u64) -> ExecRequest {
+    ExecRequest {
+        command: vec!["fake-output".to_owned(), bytes.to_string()],
+        ..ExecRequest::default()
+    }
+}
+
+/// Runs `fake-output bytes` once through `FakeAdapter::exec_stream`, draining the channel
+/// and counting stdout bytes; the count must be exactly `bytes`.
+async fn fake_stream_once(
+    fake: &FakeAdapter,
+    at: &InstanceRef,
+    bytes: u64,
+) -> Result<(), LoadError> {
+    let req = fake_output_request(bytes);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(STREAM_BUFFER);
+    let drain = async {
+        let (mut out, mut err) = (0u64, 0u64);
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                ExecEvent::Stdout(b) => out += b.len() as u64,
+                ExecEvent::Stderr(b) => err += b.len() as u64,
+            }
+        }
+        (out, err)
+    };
+    let (exit, (out, err)) = tokio::join!(fake.exec_stream(at, &req, tx), drain);
+    let exit = exit.map_err(|e| LoadError::Process(format!("direct fake exec_stream: {e}")))?;
+    if exit.exit_code != 0 || err != 0 {
+        return Err(LoadError::Check(format!(
+            "direct fake exec_stream of {bytes} bytes exited with {} ({err} stderr bytes)",
+            exit.exit_code
+        )));
+    }
+    if out != bytes {
+        return Err(LoadError::Check(format!(
+            "direct fake exec_stream: asked for {bytes} bytes, {out} arrived"
+        )));
+    }
+    Ok(())
+}
+
+/// The fake adapter's own streamed-exec throughput: a `FakeAdapter` with `exec.stream` on
+/// the cluster's ledger file (same ledger lock and append as the served call), streaming
+/// `fake-output bytes` in-process into a channel of the API's size, `repetitions` times.
+/// This is the "direct" of P4s: what a client of the backend itself would get, minus its
+/// own transport.
+pub async fn direct_fake_exec_stream(
+    ledger: &std::path::Path,
+    sandbox_id: &SandboxId,
+    backend_ref: &str,
+    bytes: u64,
+    repetitions: usize,
+) -> Result<StreamRate, LoadError> {
+    let fake = FakeAdapter::new(FakeConfig {
+        ledger: Some(ledger.to_owned()),
+        capabilities: vec!["exec".to_owned(), "exec.stream".to_owned()],
+        ..FakeConfig::default()
+    });
+    let at = InstanceRef {
+        sandbox_id: sandbox_id.clone(),
+        backend_ref: backend_ref.to_owned(),
+    };
+    fake_stream_once(&fake, &at, STREAM_WARMUP_BYTES).await?;
+    let mut walls = Vec::with_capacity(repetitions);
+    for _ in 0..repetitions {
+        let t = Instant::now();
+        fake_stream_once(&fake, &at, bytes).await?;
+        walls.push(t.elapsed());
+    }
+    Ok(StreamRate::new(bytes, &walls))
+}
+
+/// The bare HTTP cost of moving `bytes` in one response with the same client: a trivial
+/// local axum handler answers `POST /stream {"bytes": N}` with N bytes of `y\n` prepared
+/// before the clock starts, the client reads and counts them, `repetitions` times. Whatever
+/// the API path loses beyond this is its own work (SSE framing, JSON, the adapter hand-off),
+/// not HTTP's.
+pub async fn trivial_http_stream(
+    http: &reqwest::Client,
+    bytes: u64,
+    repetitions: usize,
+) -> Result<StreamRate, LoadError> {
+    use axum::routing::post;
+    let size = usize::try_from(bytes.max(STREAM_WARMUP_BYTES))
+        .map_err(|_| LoadError::Plan(format!("--stream-bytes {bytes} does not fit in memory")))?;
+    let payload = bytes::Bytes::from(
+        (0..size)
+            .map(|i| if i % 2 == 0 { b'y' } else { b'\n' })
+            .collect::<Vec<u8>>(),
+    );
+    let app = axum::Router::new().route(
+        "/stream",
+        post(
+            move |axum::Json(body): axum::Json<serde_json::Value>| async move {
+                let n = body["bytes"].as_u64().unwrap_or(0);
+                let n = usize::try_from(n).unwrap_or(usize::MAX).min(payload.len());
+                (
+                    [("content-type", "application/octet-stream")],
+                    payload.slice(..n),
+                )
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| LoadError::io("binding the trivial stream handler", e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| LoadError::io("trivial stream handler address", e))?;
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let url = format!("http://{addr}/stream");
+    let once = |n: u64| {
+        let url = url.clone();
+        async move {
+            let mut r = http
+                .post(&url)
+                .bearer_auth("dly_key_trivial")
+                .json(&serde_json::json!({ "bytes": n }))
+                .send()
+                .await
+                .map_err(|e| LoadError::http("trivial stream handler", e))?;
+            let mut got = 0u64;
+            while let Some(c) = r
+                .chunk()
+                .await
+                .map_err(|e| LoadError::http("trivial stream handler body", e))?
+            {
+                got += c.len() as u64;
+            }
+            if got == n {
+                Ok(())
+            } else {
+                Err(LoadError::Check(format!(
+                    "trivial stream handler: asked for {n} bytes, {got} arrived"
+                )))
+            }
+        }
+    };
+    let result = async {
+        once(STREAM_WARMUP_BYTES).await?;
+        let mut walls = Vec::with_capacity(repetitions);
+        for _ in 0..repetitions {
+            let t = Instant::now();
+            once(bytes).await?;
+            walls.push(t.elapsed());
+        }
+        Ok(StreamRate::new(bytes, &walls))
+    }
+    .await;
+    server.abort();
+    result
 }

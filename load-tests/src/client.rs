@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::sse::SseReader;
 use crate::LoadError;
 
 /// Scopes every load-test key gets.
@@ -52,6 +53,12 @@ pub enum Created {
     Accepted(String),
     /// Any other answer.
     Refused(u16, String),
+}
+
+/// The body of a `stdout`/`stderr` event of `POST …/exec/stream`.
+#[derive(Deserialize)]
+struct DataEvent {
+    data: String,
 }
 
 fn truncate(s: &str) -> String {
@@ -167,6 +174,94 @@ impl Api {
         let status = r.status().as_u16();
         let _ = r.bytes().await;
         Ok(status)
+    }
+
+    /// Streams `fake-output bytes` through `POST /v1/sandboxes/{id}/exec/stream` with the
+    /// default output encoding (UTF-8 text in JSON: exact for the fake's ASCII `y\n`, and
+    /// what a client gets unless it asks for base64) and returns the decoded stdout bytes,
+    /// which must be exactly `bytes`. Every event is parsed and its JSON decoded as a client
+    /// would, so the caller's clock measures the whole path.
+    pub async fn stream_fake_output(
+        &self,
+        key: &str,
+        id: &str,
+        bytes: u64,
+        timeout: Duration,
+    ) -> Result<u64, LoadError> {
+        let path = format!("/v1/sandboxes/{id}/exec/stream");
+        let check = |m: String| LoadError::Check(format!("POST {path}: {m}"));
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .json(&json!({
+                "command": ["fake-output", bytes.to_string()],
+                "timeoutSeconds": timeout.as_secs().max(1),
+            }))
+            .timeout(timeout + Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(|e| LoadError::http(format!("POST {path}"), e))?;
+        let status = r.status().as_u16();
+        if status != 200 {
+            let body = r.text().await.unwrap_or_default();
+            return Err(LoadError::Api {
+                context: format!("POST {path}"),
+                status,
+                body: truncate(&body),
+            });
+        }
+        let mut sse = SseReader::default();
+        let (mut stdout, mut stderr) = (0u64, String::new());
+        let mut exit: Option<Value> = None;
+        while let Some(chunk) = r
+            .chunk()
+            .await
+            .map_err(|e| LoadError::http(format!("POST {path} body"), e))?
+        {
+            for ev in sse.push(&chunk) {
+                match ev.event.as_str() {
+                    "stdout" | "stderr" => {
+                        let d: DataEvent = serde_json::from_slice(&ev.data).map_err(|e| {
+                            check(format!("{} event is not {{\"data\": …}}: {e}", ev.event))
+                        })?;
+                        if ev.event == "stdout" {
+                            stdout += d.data.len() as u64;
+                        } else {
+                            stderr.push_str(&d.data);
+                        }
+                    }
+                    "exit" => {
+                        exit = Some(
+                            serde_json::from_slice(&ev.data)
+                                .map_err(|e| check(format!("exit event is not JSON: {e}")))?,
+                        );
+                    }
+                    "error" => {
+                        return Err(LoadError::Api {
+                            context: format!("POST {path} (error event)"),
+                            status,
+                            body: truncate(&String::from_utf8_lossy(&ev.data)),
+                        })
+                    }
+                    other => return Err(check(format!("unexpected event {other:?}"))),
+                }
+            }
+        }
+        let exit = exit.ok_or_else(|| check("the stream ended without an exit event".into()))?;
+        if exit["exitCode"] != 0 || !stderr.is_empty() {
+            return Err(check(format!(
+                "fake-output {bytes} exited with {} and stderr {:?}",
+                exit["exitCode"],
+                truncate(&stderr)
+            )));
+        }
+        if stdout != bytes {
+            return Err(check(format!(
+                "asked for {bytes} bytes of fake-output, {stdout} arrived"
+            )));
+        }
+        Ok(stdout)
     }
 
     /// Status of a POST to `/v1/sandboxes/{id}/exec/stream`, to tell whether streamed exec

@@ -1,7 +1,7 @@
 //! A three-process control plane started the way the end-to-end tests start theirs
 //! (`cli/tests/e2e/harness.rs`): a fresh migrated Postgres database (`TestDb`), a private
-//! nats-server ≥ 2.10, a TOML config with one `fake` pool whose ledger is a shared JSON-lines
-//! file, and `differently server --role api|scheduler|worker` as separate OS processes.
+//! nats-server ≥ 2.10, a TOML config with one `fake` pool (capabilities `exec`,
+//! `exec.stream`) whose ledger is a shared JSON-lines file, and `differently server --role api|scheduler|worker` as separate OS processes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,6 +16,19 @@ use crate::LoadError;
 
 /// Names of the processes, in start order.
 pub const ROLES: [&str; 3] = ["api", "scheduler", "worker"];
+
+/// What the `fake` pool advertises (`[pools.settings] capabilities`). `exec.stream` makes
+/// `POST …/exec/stream` servable, so P4s can be measured; it also means collected exec goes
+/// through the adapter's streaming call, as it does for any pool that can stream. Every
+/// binary's fake accepts the key; one whose fake cannot stream answers the route with 501,
+/// which the report shows as "not measurable".
+pub const FAKE_CAPABILITIES: &[&str] = &["exec", "exec.stream"];
+
+/// A TOML array of basic strings.
+fn toml_strings(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
 
 /// What the cluster is configured with.
 #[derive(Debug, Clone)]
@@ -196,9 +209,11 @@ kind = "fake"
 [pools.settings]
 latencyMs = {lat}
 ledger = "{ledger}"
+capabilities = {caps}
 "#,
             lat = opts.latency_ms,
             ledger = ledger.display(),
+            caps = toml_strings(FAKE_CAPABILITIES),
         );
         let dialect = probe_dialect(&opts.binary, &common, dir.path())?;
         let text = format!(

@@ -57,6 +57,10 @@ pub enum LoadError {
     /// A control-plane process died or misbehaved; carries its log tail.
     #[error("process: {0}")]
     Process(String),
+    /// A measurement's own check failed (a stream delivered another byte count than asked
+    /// for, or ended without its exit event): its figure would be wrong, so there is none.
+    #[error("check: {0}")]
+    Check(String),
     /// The plan is not runnable as given.
     #[error("plan: {0}")]
     Plan(String),

@@ -19,6 +19,7 @@ pub mod plan;
 pub mod report;
 pub mod rss;
 pub mod run;
+pub mod sse;
 pub mod stats;
 
 pub use error::LoadError;

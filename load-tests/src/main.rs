@@ -38,6 +38,12 @@ struct Args {
     /// Exec samples per variant.
     #[arg(long)]
     exec_samples: Option<usize>,
+    /// Payload bytes of each streamed-exec transfer (P4s).
+    #[arg(long)]
+    stream_bytes: Option<u64>,
+    /// Transfers per streamed-exec variant; the median is reported.
+    #[arg(long)]
+    stream_repetitions: Option<usize>,
     /// Length of each baseline measurement, in milliseconds.
     #[arg(long)]
     baseline_millis: Option<u64>,
@@ -93,6 +99,12 @@ fn main() -> ExitCode {
     }
     if let Some(v) = a.exec_samples {
         plan.exec_samples = v;
+    }
+    if let Some(v) = a.stream_bytes {
+        plan.stream_bytes = v;
+    }
+    if let Some(v) = a.stream_repetitions {
+        plan.stream_repetitions = v;
     }
     if let Some(v) = a.baseline_millis {
         plan.baseline_millis = v;

@@ -30,6 +30,11 @@ pub struct Plan {
     pub latency_ms: u64,
     /// Sequential samples per exec variant (P4).
     pub exec_samples: usize,
+    /// Payload bytes of each streamed-exec transfer (P4s): large enough that per-request
+    /// costs vanish and the figure is a throughput.
+    pub stream_bytes: u64,
+    /// Transfers per streamed variant (API, in-process fake, bare HTTP); the median counts.
+    pub stream_repetitions: usize,
     /// Length of each raw baseline measurement.
     pub baseline_millis: u64,
     /// Idle time before reading `differently dev`'s RSS (P6).
@@ -58,6 +63,8 @@ impl Plan {
             duration_seconds: 20,
             latency_ms: 0,
             exec_samples: 500,
+            stream_bytes: 64 * 1024 * 1024,
+            stream_repetitions: 5,
             baseline_millis: 3000,
             dev_idle_millis: 3000,
             phase_timeout_seconds: 300,
@@ -78,6 +85,8 @@ impl Plan {
             rate: 10,
             duration_seconds: 2,
             exec_samples: 20,
+            stream_bytes: 1024 * 1024,
+            stream_repetitions: 3,
             baseline_millis: 300,
             dev_idle_millis: 1000,
             phase_timeout_seconds: 60,
@@ -104,6 +113,9 @@ impl Plan {
         }
         if self.exec_samples == 0 {
             return bad("--exec-samples must be at least 1");
+        }
+        if self.stream_bytes == 0 || self.stream_repetitions == 0 {
+            return bad("--stream-bytes and --stream-repetitions must be at least 1");
         }
         if !self.binary.is_file() {
             return Err(crate::LoadError::Preflight(format!(

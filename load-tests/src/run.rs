@@ -1,5 +1,5 @@
 //! One whole run: cluster, baselines, tenants, pre-population, bursts, fixed-rate mix,
-//! exec comparison, invariants, `differently dev` memory, report.
+//! exec comparison (plain and streamed), invariants, `differently dev` memory, report.
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use crate::invariants::{self, Expectations};
 use crate::plan::Plan;
 use crate::report::{self, Baselines, Burst, Environment, Phases, Report};
 use crate::rss::{rss_kib, Sampler};
+use crate::stats::StreamRate;
 use crate::LoadError;
 
 fn progress(started: Instant, msg: &str) {
@@ -292,6 +293,40 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         baseline::direct_fake_exec(&cluster.ledger, &sbx, &backend_ref, plan.exec_samples).await?;
     baselines.trivial_http = baseline::trivial_http_rtt(api.http(), plan.exec_samples).await?;
     phases.exec_stream_status = api.exec_stream_status(&key, &target.id).await.ok();
+    if phases.exec_stream_status == Some(200) {
+        progress(
+            t0,
+            &format!(
+                "streamed exec: {} × {} bytes via the API, direct, and over bare HTTP",
+                plan.stream_repetitions, plan.stream_bytes
+            ),
+        );
+        let timeout = plan.phase_timeout();
+        api.stream_fake_output(&key, &target.id, baseline::STREAM_WARMUP_BYTES, timeout)
+            .await?;
+        let mut walls = Vec::with_capacity(plan.stream_repetitions);
+        for _ in 0..plan.stream_repetitions {
+            let t = Instant::now();
+            api.stream_fake_output(&key, &target.id, plan.stream_bytes, timeout)
+                .await?;
+            walls.push(t.elapsed());
+        }
+        phases.exec_stream_via_api = Some(StreamRate::new(plan.stream_bytes, &walls));
+        baselines.direct_fake_exec_stream = Some(
+            baseline::direct_fake_exec_stream(
+                &cluster.ledger,
+                &sbx,
+                &backend_ref,
+                plan.stream_bytes,
+                plan.stream_repetitions,
+            )
+            .await?,
+        );
+        baselines.trivial_http_stream = Some(
+            baseline::trivial_http_stream(api.http(), plan.stream_bytes, plan.stream_repetitions)
+                .await?,
+        );
+    }
 
     progress(t0, "settling, then checking invariants");
     let unsettled = invariants::settle(&pool, plan.phase_timeout()).await?;

@@ -85,6 +85,52 @@ impl Throughput {
     }
 }
 
+/// The same byte count transferred several times: every repetition's rate and their median.
+/// The median, not the mean, because one repetition slowed by a neighbour on the shared
+/// machine should not move the figure.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRate {
+    /// Payload bytes of each repetition (each one was counted and matched this).
+    pub bytes: u64,
+    /// Wall time of each repetition, in seconds, in run order.
+    pub seconds: Vec<f64>,
+    /// Payload bytes per second of each repetition, in run order.
+    pub bytes_per_second: Vec<f64>,
+    /// Median of `bytes_per_second` (mean of the two middle ones for an even count).
+    pub median_bytes_per_second: f64,
+}
+
+impl StreamRate {
+    /// Builds the figure from the byte count and the wall time of each repetition.
+    pub fn new(bytes: u64, walls: &[Duration]) -> StreamRate {
+        let seconds: Vec<f64> = walls.iter().map(Duration::as_secs_f64).collect();
+        let bytes_per_second: Vec<f64> = seconds
+            .iter()
+            .map(|s| if *s > 0.0 { bytes as f64 / s } else { 0.0 })
+            .collect();
+        let mut sorted = bytes_per_second.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median_bytes_per_second = match n {
+            0 => 0.0,
+            _ if n % 2 == 1 => sorted[n / 2],
+            _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        };
+        StreamRate {
+            bytes,
+            seconds,
+            bytes_per_second,
+            median_bytes_per_second,
+        }
+    }
+
+    /// The median in MiB/s, the unit the report prints.
+    pub fn median_mib_per_second(&self) -> f64 {
+        self.median_bytes_per_second / (1024.0 * 1024.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +155,16 @@ mod tests {
         let t = Throughput::new(10, Duration::from_secs(2), &[Duration::from_millis(3)]);
         assert_eq!(t.per_second, 5.0);
         assert_eq!(t.latency.p50_ms, 3.0);
+    }
+
+    #[test]
+    fn stream_rate_takes_the_median() {
+        let ms = Duration::from_millis;
+        let r = StreamRate::new(1000, &[ms(1000), ms(100), ms(500)]);
+        assert_eq!(r.bytes_per_second, vec![1000.0, 10_000.0, 2000.0]);
+        assert_eq!(r.median_bytes_per_second, 2000.0);
+        let even = StreamRate::new(1000, &[ms(1000), ms(500)]);
+        assert_eq!(even.median_bytes_per_second, 1500.0);
+        assert_eq!(StreamRate::new(1, &[]).median_bytes_per_second, 0.0);
     }
 }
