@@ -215,11 +215,18 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
     // Shape check first: garbage never reaches the database.
     let parsed = parse_key(token).ok_or_else(unauthenticated)?;
     let key_id = KeyId::parse(parsed.key_id).map_err(|_| unauthenticated())?;
-    let record = state
-        .store
-        .get_key(&key_id)
-        .await?
-        .ok_or_else(unauthenticated)?;
+    let record = match state.auth_cache.key(&key_id) {
+        Some(r) => r,
+        None => {
+            let r = state
+                .store
+                .get_key(&key_id)
+                .await?
+                .ok_or_else(unauthenticated)?;
+            state.auth_cache.put_key(r.clone());
+            r
+        }
+    };
     let presented = hex(&hash_key(token));
     if !bool::from(presented.as_bytes().ct_eq(record.hash.as_bytes())) {
         return Err(unauthenticated());
@@ -238,8 +245,13 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
         ));
     }
     if record.last_used_at.is_none_or(|t| now - t > TOUCH_EVERY) {
-        if let Err(e) = state.store.touch_key(&key_id, now).await {
-            tracing::warn!(key = %key_id, error = %e, "cannot record key use");
+        match state.store.touch_key(&key_id, now).await {
+            Ok(()) => {
+                let mut touched = record.clone();
+                touched.last_used_at = Some(now);
+                state.auth_cache.put_key(touched);
+            }
+            Err(e) => tracing::warn!(key = %key_id, error = %e, "cannot record key use"),
         }
     }
     Ok(Principal {
@@ -299,7 +311,16 @@ impl FromRequestParts<AppState> for Principal {
             ));
         }
         if parts.method != axum::http::Method::GET && !principal.is_admin() {
-            let org = state.store.get_org(&principal.org_id).await?;
+            let org = match state.auth_cache.org(&principal.org_id) {
+                Some(org) => org,
+                None => {
+                    let org = state.store.get_org(&principal.org_id).await?;
+                    state
+                        .auth_cache
+                        .put_org(principal.org_id.clone(), org.clone());
+                    org
+                }
+            };
             match org {
                 Some(o) if o.status == OrgStatus::Suspended => {
                     return Err(ApiError::new(

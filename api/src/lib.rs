@@ -17,6 +17,7 @@ use serde_json::json;
 
 pub mod audit;
 pub mod auth;
+pub mod auth_cache;
 pub mod body;
 pub mod bootstrap;
 pub mod error;
@@ -78,6 +79,8 @@ pub struct Inner {
     pub limits: Limits,
     pub key_requests: ratelimit::Buckets<String>,
     pub auth_failures: ratelimit::Buckets<std::net::IpAddr>,
+    /// Key and organization records read in the last second (`auth_cache`).
+    pub auth_cache: auth_cache::AuthCache,
 }
 
 impl std::ops::Deref for AppState {

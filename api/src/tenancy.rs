@@ -151,6 +151,7 @@ async fn update_org(
             &p.actor(),
         )
         .await?;
+    state.auth_cache.forget_org(&org.id);
     Ok(Json(updated))
 }
 
@@ -170,6 +171,7 @@ async fn delete_org(
         ));
     }
     state.store.delete_org(&org.id, &p.actor()).await?;
+    state.auth_cache.forget_org(&org.id);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -463,12 +465,12 @@ async fn revoke_key(
     if !p.manages_org(&key.org_id) {
         return Err(forbidden("revoke keys of this organization"));
     }
-    Ok(Json(
-        state
-            .store
-            .revoke_key(&key.id, Utc::now(), &p.actor())
-            .await?,
-    ))
+    let revoked = state
+        .store
+        .revoke_key(&key.id, Utc::now(), &p.actor())
+        .await?;
+    state.auth_cache.forget_key(&key.id);
+    Ok(Json(revoked))
 }
 
 // --- quotas ----------------------------------------------------------------------------

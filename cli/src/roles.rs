@@ -146,6 +146,7 @@ fn spawn_roles(
             faults: faults.clone(),
             events,
             key_requests: differently_api::ratelimit::Buckets::new(limits.key_rate),
+            auth_cache: differently_api::auth_cache::AuthCache::default(),
             auth_failures: differently_api::ratelimit::Buckets::new(limits.auth_failure_rate),
             limits,
         });
