@@ -86,6 +86,11 @@ impl PgStore {
         let options = PgConnectOptions::from_str(url)?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
+            // No ping before handing out a connection: it was one extra round trip in front
+            // of every query and transaction (the hot paths make several). A connection
+            // that died while idle (a database restart) fails its next query instead, which
+            // callers report or retry like any other database error.
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
         Ok(PgStore {
