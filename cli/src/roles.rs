@@ -80,6 +80,7 @@ fn worker_config(config: &Config) -> WorkerConfig {
         max_deliveries: config.worker.max_deliveries,
         max_attempts: config.worker.max_attempts,
         concurrency: config.worker.concurrency,
+        quota: config.quota,
     }
 }
 

@@ -277,6 +277,65 @@ impl Usage {
         }
     }
 
+    /// Why moving one sandbox of `r` from `from` to `to` (e.g. stopped → running, which
+    /// reserves CPU and memory again) would exceed `q`, if it would. Only what the change
+    /// increases is checked, so a tenant already over a lowered quota can still stop, pause
+    /// or delete.
+    pub fn blocks_change(
+        &self,
+        q: &Quota,
+        r: &Resources,
+        from: SandboxStatus,
+        to: SandboxStatus,
+        level: &str,
+    ) -> Option<String> {
+        let (mut before, mut after) = (Usage::default(), Usage::default());
+        before.add(from, r);
+        after.add(to, r);
+        let grows = |b: u64, a: u64| a > b;
+        let checks: [(bool, u64, Option<u64>, &str, &str); 4] = [
+            (
+                grows(u64::from(before.active), u64::from(after.active)),
+                (u64::from(self.active) + u64::from(after.active))
+                    .saturating_sub(u64::from(before.active)),
+                q.max_active.map(u64::from),
+                "active",
+                "",
+            ),
+            (
+                grows(before.cpu, after.cpu),
+                (self.cpu + after.cpu).saturating_sub(before.cpu),
+                q.max_cpu,
+                "cpu",
+                "",
+            ),
+            (
+                grows(before.memory_mib, after.memory_mib),
+                (self.memory_mib + after.memory_mib).saturating_sub(before.memory_mib),
+                q.max_memory_mib,
+                "memory",
+                " MiB",
+            ),
+            (
+                grows(before.disk_gib, after.disk_gib),
+                (self.disk_gib + after.disk_gib).saturating_sub(before.disk_gib),
+                q.max_disk_gib,
+                "disk",
+                " GiB",
+            ),
+        ];
+        for (grows, would_be, max, what, unit) in checks {
+            if let (true, Some(max)) = (grows, max) {
+                if would_be > max {
+                    return Some(format!(
+                        "{level} {what} quota would be {would_be}/{max}{unit}"
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// Why one more sandbox of `r` would exceed `q` (as a `waiting: …` reason), if it would.
     /// `level` is `org` or `project`.
     pub fn blocks(&self, q: &Quota, r: &Resources, level: &str) -> Option<String> {
@@ -316,6 +375,65 @@ impl Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_is_checked_only_for_what_it_adds() {
+        let r = Resources {
+            cpu: 2,
+            memory_mib: 512,
+            disk_gib: 1,
+        };
+        let q = Quota {
+            max_active: Some(1),
+            max_cpu: Some(3),
+            ..Quota::default()
+        };
+        // One running (2 cpu) and this one stopped: both active, 2 cpu reserved.
+        let mut used = Usage::default();
+        used.add(SandboxStatus::Running, &r);
+        used.add(SandboxStatus::Stopped, &r);
+        assert_eq!(
+            used.blocks_change(&q, &r, SandboxStatus::Stopped, SandboxStatus::Running, "org"),
+            Some("org cpu quota would be 4/3".to_owned()),
+            "starting reserves 2 more cpu; active does not grow, so maxActive 1 (already 2) is not the reason"
+        );
+        let roomy = Quota {
+            max_cpu: Some(4),
+            ..q
+        };
+        assert_eq!(
+            used.blocks_change(
+                &roomy,
+                &r,
+                SandboxStatus::Stopped,
+                SandboxStatus::Running,
+                "org"
+            ),
+            None
+        );
+        // Stopping only frees: never refused, even over quota, and never underflows on an
+        // empty (or drifted) usage.
+        assert_eq!(
+            used.blocks_change(
+                &q,
+                &r,
+                SandboxStatus::Running,
+                SandboxStatus::Stopped,
+                "org"
+            ),
+            None
+        );
+        assert_eq!(
+            Usage::default().blocks_change(
+                &q,
+                &r,
+                SandboxStatus::Running,
+                SandboxStatus::Terminating,
+                "org"
+            ),
+            None
+        );
+    }
 
     #[test]
     fn scopes_round_trip_and_unknown_ones_are_named() {

@@ -311,6 +311,17 @@ pub trait Store:
     /// Any other legal status change. Sets `endedAt` on final statuses.
     async fn transition(&self, t: Transition, now: DateTime<Utc>) -> Result<Sandbox, StoreError>;
 
+    /// `transition`, refused with `QuotaExceeded` if what the change adds (stopped → running
+    /// reserves CPU and memory again) would exceed the org's quota (its stored quota over
+    /// `defaults`) or the project's. Checked under the organization's row lock, like an
+    /// activation, so concurrent starts and activations cannot overshoot together.
+    async fn transition_within_quota(
+        &self,
+        t: Transition,
+        defaults: &Quota,
+        now: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError>;
+
     /// Updates only `statusReason` of a queued row (placement's "waiting: …").
     async fn set_queued_reason(
         &self,

@@ -193,6 +193,23 @@ pub(crate) mod rules {
     }
 
     /// Any other legal change: compare-and-set on `t.from`, then the state machine.
+    /// Refuses a change whose additions exceed the org's (merged over the defaults) or the
+    /// project's quota.
+    pub(crate) fn check_change_limits(
+        sbx: &Sandbox,
+        to: SandboxStatus,
+        org: (&Usage, &Quota),
+        project: (&Usage, &Quota),
+    ) -> Result<(), StoreError> {
+        let r = sbx.spec.resources;
+        for ((used, quota), level) in [(org, "org"), (project, "project")] {
+            if let Some(reason) = used.blocks_change(quota, &r, sbx.status, to, level) {
+                return Err(StoreError::QuotaExceeded(reason));
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn transition(
         sbx: &mut Sandbox,
         t: &Transition,
@@ -913,6 +930,39 @@ impl Store for MemoryStore {
         let entry = rules::requeue(&mut sbx, reason, not_before, now)?;
         row.sandbox = sbx.clone();
         row.next_attempt_at = not_before;
+        st.audit(&sbx.org_id, sbx.id.as_str(), entry, now);
+        Ok(sbx)
+    }
+
+    async fn transition_within_quota(
+        &self,
+        t: Transition,
+        defaults: &Quota,
+        now: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError> {
+        // Check and change under one hold of the state lock (the memory store's transaction).
+        let mut st = self.lock();
+        let current = st.row_mut(&t.id)?.sandbox.clone();
+        if t.from.contains(&current.status) {
+            let org_scope = QuotaScope::Org(current.org_id.clone());
+            let prj_scope = QuotaScope::Project(current.project_id.clone());
+            rules::check_change_limits(
+                &current,
+                t.to,
+                (
+                    &st.usage(&org_scope),
+                    &st.stored_quota(&org_scope).or(defaults),
+                ),
+                (&st.usage(&prj_scope), &st.stored_quota(&prj_scope)),
+            )?;
+        }
+        let row = st.row_mut(&t.id)?;
+        let mut sbx = row.sandbox.clone();
+        let entry = rules::transition(&mut sbx, &t, now)?;
+        row.sandbox = sbx.clone();
+        if t.to == SandboxStatus::Queued {
+            row.next_attempt_at = now;
+        }
         st.audit(&sbx.org_id, sbx.id.as_str(), entry, now);
         Ok(sbx)
     }

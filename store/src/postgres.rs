@@ -1192,6 +1192,44 @@ impl Store for PgStore {
         Ok(s)
     }
 
+    async fn transition_within_quota(
+        &self,
+        t: Transition,
+        defaults: &Quota,
+        now: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError> {
+        let mut tx = self.begin().await?;
+        // As in `activate`: the org never changes, so read it unlocked and lock in order.
+        let org: String = sqlx::query_scalar("SELECT org_id FROM sandboxes WHERE id = $1")
+            .bind(t.id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
+        lock_org(&mut tx, &org).await?;
+        let mut s = lock_sandbox(&mut tx, &t.id).await?;
+        if t.from.contains(&s.status) {
+            let org_scope = QuotaScope::Org(org.clone());
+            let prj_scope = QuotaScope::Project(s.project_id.clone());
+            let limits = read_limits(&mut tx, &s.project_id, &org_scope, &prj_scope, None).await?;
+            rules::check_change_limits(
+                &s,
+                t.to,
+                (
+                    &limits.org_usage,
+                    &limits.org_quota.unwrap_or_default().or(defaults),
+                ),
+                (&limits.prj_usage, &limits.prj_quota.unwrap_or_default()),
+            )?;
+        }
+        let entry = rules::transition(&mut s, &t, now)?;
+        let next = (t.to == SandboxStatus::Queued).then_some(now);
+        write_sandbox(&mut tx, &s, next).await?;
+        insert_audit(&mut tx, &s, entry, now).await?;
+        tx.commit().await?;
+        Ok(s)
+    }
+
     async fn set_queued_reason(
         &self,
         id: &SandboxId,

@@ -34,6 +34,9 @@ pub struct WorkerConfig {
     pub max_attempts: u32,
     /// Backend calls in flight per process.
     pub concurrency: usize,
+    /// Quota defaults (the org's stored quota goes over them): starting a stopped sandbox
+    /// reserves compute again and is checked against them.
+    pub quota: differently_store::Quota,
 }
 
 impl Default for WorkerConfig {
@@ -43,6 +46,7 @@ impl Default for WorkerConfig {
             max_deliveries: 3,
             max_attempts: 3,
             concurrency: 64,
+            quota: differently_store::Quota::default(),
         }
     }
 }

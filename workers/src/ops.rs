@@ -249,6 +249,11 @@ impl WorkerGroup {
         let Some(at) = Self::instance_ref(row) else {
             return Outcome::Failed(op_error(ErrorCode::Conflict, "the sandbox has no instance"));
         };
+        if op == WorkOp::Start {
+            return self
+                .start_within_quota(row, &at, record, delivered, acker)
+                .await;
+        }
         let wait = self.config.ack_wait;
         let call = metered(&self.pool, op.as_str(), async {
             match op {
@@ -270,7 +275,76 @@ impl WorkerGroup {
             actor: Actor::System("worker"),
         };
         let now = Utc::now();
-        match self.store.transition(t, now).await {
+        let recorded = self.store.transition(t, now).await;
+        self.recorded(row, to, now, recorded).await
+    }
+
+    /// Starting a stopped sandbox reserves its CPU and memory again, so the quota is checked
+    /// first: the row becomes `running` under the check (no concurrent start or activation
+    /// can take the same room), then the backend starts; if that fails, the row goes back to
+    /// `stopped`, so a retry starts over.
+    async fn start_within_quota(
+        &self,
+        row: &Sandbox,
+        at: &differently_adapters::InstanceRef,
+        record: &OpRecord,
+        delivered: u64,
+        acker: &dyn Acker,
+    ) -> Outcome {
+        let reason = record.args["reason"].as_str().map(str::to_owned);
+        let t = Transition {
+            id: row.id.clone(),
+            from: vec![SandboxStatus::Stopped],
+            to: SandboxStatus::Running,
+            reason,
+            actor: Actor::System("worker"),
+        };
+        let now = Utc::now();
+        let reserved = match self
+            .store
+            .transition_within_quota(t, &self.config.quota, now)
+            .await
+        {
+            Ok(updated) => updated,
+            Err(StoreError::QuotaExceeded(m)) => {
+                return Outcome::Failed(op_error(ErrorCode::QuotaExceeded, m))
+            }
+            other => return self.recorded(row, SandboxStatus::Running, now, other).await,
+        };
+        let call = metered(&self.pool, "start", self.adapter.start(at));
+        if let Err(e) = with_progress(acker, self.config.ack_wait, call).await {
+            let back = Transition {
+                id: row.id.clone(),
+                from: vec![SandboxStatus::Running],
+                to: SandboxStatus::Stopped,
+                reason: Some("start failed".into()),
+                actor: Actor::System("worker"),
+            };
+            match self.store.transition(back, Utc::now()).await {
+                Ok(stopped) => {
+                    let _ = self.announcer.status(&stopped).await;
+                }
+                // The row says running while the backend did not start; the op fails
+                // with the backend's error and the caller sees both.
+                Err(err) => {
+                    tracing::error!(sandbox = %row.id, error = %err, "worker: cannot put a failed start back to stopped")
+                }
+            }
+            return self.failed(row, e, delivered);
+        }
+        self.recorded(row, SandboxStatus::Running, now, Ok(reserved))
+            .await
+    }
+
+    /// Serves the outcome of recording a transition to `to`.
+    async fn recorded(
+        &self,
+        row: &Sandbox,
+        to: SandboxStatus,
+        now: chrono::DateTime<Utc>,
+        recorded: Result<Sandbox, StoreError>,
+    ) -> Outcome {
+        match recorded {
             Ok(updated) => {
                 if to == SandboxStatus::Running {
                     // A wake is activity: the idle clock restarts now.

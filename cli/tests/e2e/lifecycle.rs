@@ -509,3 +509,64 @@ async fn idle_sandbox_on_a_pool_without_pause_is_stopped_and_started_again() {
     assert_eq!(r.status(), 204, "keepalive wakes it");
     assert_eq!(c.get(&id).await["status"], "running");
 }
+
+/// Starting a stopped sandbox reserves its CPU again: with no room in the org's quota the
+/// start is refused (429 `quota_exceeded`, naming the quota) and the sandbox stays stopped
+/// with no backend call; with room again it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_a_stopped_sandbox_respects_the_cpu_quota() {
+    let c = cluster(Opts::default()).await;
+    let body = json!({"capabilities": ["lifecycle.stop"], "resources": {"cpu": 2}});
+    let a = running(&c, body.clone()).await;
+    let (s, view) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{a}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{view}");
+    let org = view["orgId"].as_str().expect("orgId").to_owned();
+    let (s, b) = op(&c, &a, "stop").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("stopped")), "{b}");
+    let (s, q) = c
+        .call(
+            &c.key,
+            reqwest::Method::PUT,
+            &format!("/v1/orgs/{org}/quota"),
+            Some(json!({"maxCpu": 2})),
+        )
+        .await;
+    assert_eq!(s, 200, "{q}");
+    // The stopped sandbox's 2 CPUs went to another one.
+    let b_id = running(&c, body).await;
+    let starts_before = lifecycle_lines(&c, &a);
+    let (s, e) = op(&c, &a, "start").await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{e}"
+    );
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("org cpu quota would be 4/2")),
+        "{e}"
+    );
+    let (_, now) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{a}"),
+            None,
+        )
+        .await;
+    assert_eq!(now["status"], "stopped", "{now}");
+    assert_eq!(lifecycle_lines(&c, &a), starts_before, "no backend start");
+    // Room again: the start goes through.
+    let (s, b) = op(&c, &b_id, "stop").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("stopped")), "{b}");
+    let (s, b) = op(&c, &a, "start").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("running")), "{b}");
+}

@@ -402,6 +402,86 @@ pub async fn activate_respects_max_cpu_and_stopped_frees_cpu(env: &Env) {
     activated(s, &c.id, &p, &q).await;
 }
 
+/// Starting a stopped sandbox reserves its CPU again, so it is checked like an activation;
+/// a refused start changes nothing, and stopping never needs room.
+pub async fn starting_a_stopped_sandbox_rechecks_quota(env: &Env) {
+    let s = store(env);
+    let (org, prj) = tenant(s).await;
+    let q = Quota {
+        max_cpu: Some(4),
+        ..Default::default()
+    };
+    let p = pool("p", None);
+    let a = admit_spec(s, &org, &prj, spec_with(2, &[])).await;
+    let b = admit_spec(s, &org, &prj, spec_with(2, &[])).await;
+    let c = admit_spec(s, &org, &prj, spec_with(2, &[])).await;
+    for x in [&a, &b] {
+        activated(s, &x.id, &p, &q).await;
+        s.mark_running(&x.id, "be", Utc::now()).await.unwrap();
+    }
+    // a stops: its 2 cpu go to c.
+    s.transition_within_quota(tr(&a.id, &[Running], Stopped), &q, Utc::now())
+        .await
+        .unwrap();
+    activated(s, &c.id, &p, &q).await;
+    let before = s.audit_tail(1000).await.unwrap().len();
+    let refused = s
+        .transition_within_quota(tr(&a.id, &[Stopped], Running), &q, Utc::now())
+        .await
+        .unwrap_err();
+    match refused {
+        StoreError::QuotaExceeded(m) => assert_eq!(m, "org cpu quota would be 6/4"),
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    assert_eq!(
+        get(s, &a.id).await.status,
+        Stopped,
+        "a refused start changes nothing"
+    );
+    assert_eq!(s.audit_tail(1000).await.unwrap().len(), before);
+    // A project quota refuses it too, with the project named.
+    s.transition(tr(&c.id, &[Provisioning], Failed), Utc::now())
+        .await
+        .unwrap();
+    s.put_quota(
+        &QuotaScope::Project(prj.clone()),
+        &Quota {
+            max_cpu: Some(3),
+            ..Default::default()
+        },
+        &Actor::System("test"),
+    )
+    .await
+    .unwrap();
+    match s
+        .transition_within_quota(tr(&a.id, &[Stopped], Running), &q, Utc::now())
+        .await
+    {
+        Err(StoreError::QuotaExceeded(m)) => assert_eq!(m, "project cpu quota would be 4/3"),
+        other => panic!("expected the project's quota, got {other:?}"),
+    }
+    s.put_quota(
+        &QuotaScope::Project(prj.clone()),
+        &Quota::default(),
+        &Actor::System("test"),
+    )
+    .await
+    .unwrap();
+    let started = s
+        .transition_within_quota(tr(&a.id, &[Stopped], Running), &q, Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(started.status, Running);
+    // Over quota now (4/4 after a restart at a lowered limit): stopping is still allowed.
+    let tight = Quota {
+        max_cpu: Some(1),
+        ..Default::default()
+    };
+    s.transition_within_quota(tr(&a.id, &[Running], Stopped), &tight, Utc::now())
+        .await
+        .unwrap();
+}
+
 pub async fn activate_respects_memory_and_disk_quota(env: &Env) {
     let s = store(env);
     let (org, prj) = tenant(s).await;

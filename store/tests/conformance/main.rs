@@ -85,6 +85,7 @@ conformance!(
     activate_respects_max_active,
     activate_respects_max_cpu_and_stopped_frees_cpu,
     activate_respects_memory_and_disk_quota,
+    starting_a_stopped_sandbox_rechecks_quota,
     activate_respects_pool_cap,
     activate_not_queued_and_missing,
     concurrent_activation_respects_pool_cap,
