@@ -133,7 +133,27 @@ pub(crate) async fn ready_for_data(
     };
     if let Some(op) = wake {
         tracing::info!(sandbox = %sandbox.id, op = op.as_str(), "waking an idle sandbox");
-        let (code, view) = transition(state, principal, sandbox.clone(), op, WAKE_WAIT).await?;
+        let (code, view) = match transition(state, principal, sandbox.clone(), op, WAKE_WAIT).await
+        {
+            Err(e) if e.code == ErrorCode::Conflict => {
+                // The change that idled it (the sweep's pause or stop) may still be
+                // finishing its record: let it finish, then wake from what it left.
+                let other = e
+                    .details
+                    .as_ref()
+                    .and_then(|d| d["operation"].as_str())
+                    .and_then(|id| OpId::parse(id).ok());
+                let Some(other) = other else { return Err(e) };
+                wait_op(state, &other, &sandbox.id, WAKE_WAIT).await?;
+                let fresh = state
+                    .store
+                    .get_sandbox(&sandbox.id)
+                    .await?
+                    .ok_or_else(|| ApiError::not_found("sandbox"))?;
+                transition(state, principal, fresh, op, WAKE_WAIT).await?
+            }
+            other => other?,
+        };
         if code != StatusCode::OK {
             return Err(ApiError::new(
                 ErrorCode::ProviderUnavailable,
