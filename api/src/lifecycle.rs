@@ -787,11 +787,26 @@ async fn delete_snapshot(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PatchRequest {
     ttl_seconds: Option<u64>,
+    /// Replaces the caller's labels (reserved `differently.dev/` ones are kept).
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    /// A number sets it; `null` clears it (the server's default applies); absent: unchanged.
+    #[serde(default, deserialize_with = "present")]
+    idle_timeout_seconds: Option<Option<u64>>,
 }
 
-/// `PATCH /v1/sandboxes/{id}` `{ttlSeconds}`: a TTL renew. `expiresAt` moves to now + ttl at
-/// once (the TTL sweep reads it); the backend-side backstop follows through a `renew`
-/// operation on the pool's workers, which the caller does not wait for.
+/// Tells a present `null` (`Some(None)`) from an absent field (`None`, via `default`).
+fn present<'de, D>(d: D) -> Result<Option<Option<u64>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Option::<u64>::deserialize(d).map(Some)
+}
+
+/// `PATCH /v1/sandboxes/{id}` `{ttlSeconds?, labels?, idleTimeoutSeconds?}`. Labels and the
+/// idle timeout change the record at once (the idle sweep reads it). A TTL renew moves
+/// `expiresAt` to now + ttl at once (the TTL sweep reads it); the backend-side backstop
+/// follows through a `renew` operation on the pool's workers, which the caller does not wait
+/// for. Everything is validated before anything changes.
 async fn patch_sandbox(
     State(state): State<AppState>,
     principal: Principal,
@@ -801,19 +816,57 @@ async fn patch_sandbox(
     let req: PatchRequest = parse_json(&body)?;
     principal.require(Scope::SandboxesWrite)?;
     let sandbox = load(&state, &principal, &id).await?;
-    let Some(ttl) = req.ttl_seconds else {
-        return Ok(Json(sandbox.view()));
-    };
     let max = differently_core::sandbox::MAX_TTL_SECONDS;
-    if ttl == 0 || ttl > max {
+    if req.ttl_seconds.is_some_and(|t| t == 0 || t > max) {
         return Err(ApiError::field(
             ErrorCode::ValidationFailed,
             differently_core::FieldError::new("ttlSeconds", format!("must be between 1 and {max}")),
         ));
     }
-    if sandbox.status.is_final() || sandbox.status == SandboxStatus::Terminating {
-        return Err(status_conflict(&sandbox, "cannot renew the sandbox"));
+    if let Some(labels) = &req.labels {
+        differently_core::sandbox::validate_labels(labels)
+            .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     }
+    if req.idle_timeout_seconds == Some(Some(0)) {
+        return Err(ApiError::field(
+            ErrorCode::ValidationFailed,
+            differently_core::FieldError::new("idleTimeoutSeconds", "must be at least 1"),
+        ));
+    }
+    let changes_spec = req.labels.is_some() || req.idle_timeout_seconds.is_some();
+    if req.ttl_seconds.is_none() && !changes_spec {
+        return Ok(Json(sandbox.view()));
+    }
+    if sandbox.status.is_final() || sandbox.status == SandboxStatus::Terminating {
+        return Err(status_conflict(&sandbox, "cannot change the sandbox"));
+    }
+    let mut current = sandbox;
+    if changes_spec {
+        let mut detail = serde_json::Map::new();
+        if let Some(labels) = &req.labels {
+            // Keys only: values are the caller's data.
+            detail.insert("labels".into(), json!(labels.keys().collect::<Vec<_>>()));
+        }
+        if let Some(idle) = req.idle_timeout_seconds {
+            detail.insert("idleTimeoutSeconds".into(), json!(idle));
+        }
+        audit(
+            &state,
+            &principal,
+            &current,
+            "sandbox.update",
+            Value::Object(detail),
+        )
+        .await?;
+        current = state
+            .store
+            .update_spec(&current.id, req.labels.clone(), req.idle_timeout_seconds)
+            .await?;
+    }
+    let Some(ttl) = req.ttl_seconds else {
+        return Ok(Json(current.view()));
+    };
+    let sandbox = current;
     audit(
         &state,
         &principal,

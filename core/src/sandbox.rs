@@ -14,6 +14,26 @@ pub const RESERVED_LABEL_PREFIX: &str = "differently.dev/";
 /// is the snapshot id, which the worker turns into the backend's snapshot ref.
 pub const FROM_SNAPSHOT_LABEL: &str = "differently.dev/from-snapshot";
 
+/// Checks labels a caller sets (at create and in `PATCH`): the reserved prefix is the
+/// system's, keys are 1-63 characters without `=`, values at most 255.
+pub fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    for (k, v) in labels {
+        if k.starts_with(RESERVED_LABEL_PREFIX) {
+            return Err(FieldError::new(
+                format!("labels.{k}"),
+                format!("the prefix {RESERVED_LABEL_PREFIX} is reserved"),
+            ));
+        }
+        if k.is_empty() || k.len() > 63 || v.len() > 255 || k.contains('=') {
+            return Err(FieldError::new(
+                format!("labels.{k}"),
+                "label keys are 1-63 characters without '=', values at most 255",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Default TTL when a request gives none (seeds: 3600 s).
 pub const DEFAULT_TTL_SECONDS: u64 = 3600;
 /// Upper bound on a TTL: 30 days.
@@ -98,6 +118,14 @@ pub struct SandboxSpec {
 }
 
 impl SandboxSpec {
+    /// Replaces the caller's labels with `labels` (already validated), keeping the reserved
+    /// ones the system set (e.g. which snapshot it was restored from).
+    pub fn replace_labels(&mut self, labels: BTreeMap<String, String>) {
+        self.labels
+            .retain(|k, _| k.starts_with(RESERVED_LABEL_PREFIX));
+        self.labels.extend(labels);
+    }
+
     /// Applies defaults and checks every field; the error names the first bad field.
     pub fn build(req: &CreateSandboxRequest) -> Result<SandboxSpec, FieldError> {
         let base = match &req.profile {
@@ -125,20 +153,7 @@ impl SandboxSpec {
             }
         }
         let labels = req.labels.clone().unwrap_or_default();
-        for (k, v) in &labels {
-            if k.starts_with(RESERVED_LABEL_PREFIX) {
-                return Err(FieldError::new(
-                    format!("labels.{k}"),
-                    format!("the prefix {RESERVED_LABEL_PREFIX} is reserved"),
-                ));
-            }
-            if k.is_empty() || k.len() > 63 || v.len() > 255 || k.contains('=') {
-                return Err(FieldError::new(
-                    format!("labels.{k}"),
-                    "label keys are 1-63 characters without '=', values at most 255",
-                ));
-            }
-        }
+        validate_labels(&labels)?;
         let ttl_seconds = req.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
         if ttl_seconds == 0 || ttl_seconds > MAX_TTL_SECONDS {
             return Err(FieldError::new(

@@ -216,6 +216,16 @@ pub trait LifecycleStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError>;
 
+    /// Replaces what a caller may change on a sandbox without its backend: the labels (the
+    /// reserved `differently.dev/` ones are kept) and the idle timeout (`Some(None)` clears
+    /// it, so the server's default applies). `None` leaves a field alone.
+    async fn update_spec(
+        &self,
+        id: &SandboxId,
+        labels: Option<std::collections::BTreeMap<String, String>>,
+        idle_timeout_seconds: Option<Option<u64>>,
+    ) -> Result<Sandbox, StoreError>;
+
     /// Sets a new TTL: `expiresAt = now + ttl` for a sandbox that has started, and the spec's
     /// `ttlSeconds`. `NotFound` if the row is missing.
     async fn renew_ttl(

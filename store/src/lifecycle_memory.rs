@@ -188,6 +188,18 @@ impl LifecycleStore for MemoryStore {
             .collect())
     }
 
+    async fn update_spec(
+        &self,
+        id: &SandboxId,
+        labels: Option<std::collections::BTreeMap<String, String>>,
+        idle_timeout_seconds: Option<Option<u64>>,
+    ) -> Result<Sandbox, StoreError> {
+        let mut st = self.lock();
+        let row = st.sandboxes.get_mut(id).ok_or(StoreError::NotFound)?;
+        crate::lifecycle_pg::apply_spec_update(&mut row.sandbox, labels, idle_timeout_seconds);
+        Ok(row.sandbox.clone())
+    }
+
     async fn renew_ttl(
         &self,
         id: &SandboxId,

@@ -295,6 +295,30 @@ impl LifecycleStore for PgStore {
         rows.iter().map(sandbox_of).collect()
     }
 
+    async fn update_spec(
+        &self,
+        id: &SandboxId,
+        labels: Option<std::collections::BTreeMap<String, String>>,
+        idle_timeout_seconds: Option<Option<u64>>,
+    ) -> Result<Sandbox, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let mut s = sandbox_of(&row)?;
+        apply_spec_update(&mut s, labels, idle_timeout_seconds);
+        // Only the document: nothing promoted or counted changes.
+        sqlx::query("UPDATE sandboxes SET doc = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(Json(&s))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(s)
+    }
+
     async fn renew_ttl(
         &self,
         id: &SandboxId,
@@ -317,5 +341,19 @@ impl LifecycleStore for PgStore {
             .await?;
         tx.commit().await?;
         Ok(s)
+    }
+}
+
+/// Applies a `update_spec` to `s` (shared by both stores).
+pub(crate) fn apply_spec_update(
+    s: &mut Sandbox,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    idle_timeout_seconds: Option<Option<u64>>,
+) {
+    if let Some(labels) = labels {
+        s.spec.replace_labels(labels);
+    }
+    if let Some(idle) = idle_timeout_seconds {
+        s.spec.idle_timeout_seconds = idle;
     }
 }

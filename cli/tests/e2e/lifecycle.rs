@@ -570,3 +570,101 @@ async fn starting_a_stopped_sandbox_respects_the_cpu_quota() {
     let (s, b) = op(&c, &a, "start").await;
     assert_eq!((s, b["status"].as_str()), (200, Some("running")), "{b}");
 }
+
+/// `PATCH` changes labels and the idle timeout of a live sandbox: labels are replaced (the
+/// reserved ones the system set stay, and a caller cannot set them), list filters see the new
+/// ones, a shortened idle timeout lets the idle sweep pause it, `null` clears it, bad values
+/// are refused naming the field and change nothing, and each change is audited (label keys,
+/// never values).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patch_changes_labels_and_the_idle_timeout() {
+    let c = cluster(Opts::default()).await;
+    let id = running(
+        &c,
+        json!({"capabilities": ["lifecycle.stop"], "labels": {"team": "a", "tier": "x"}}),
+    )
+    .await;
+    let patch = |body: Value| {
+        let c = &c;
+        let path = format!("/v1/sandboxes/{id}");
+        async move {
+            c.call(&c.key, reqwest::Method::PATCH, &path, Some(body))
+                .await
+        }
+    };
+    for (bad, field) in [
+        (
+            json!({"labels": {"differently.dev/x": "y"}}),
+            "labels.differently.dev/x",
+        ),
+        (json!({"labels": {"": "y"}}), "labels."),
+        (json!({"idleTimeoutSeconds": 0}), "idleTimeoutSeconds"),
+    ] {
+        let (s, e) = patch(bad.clone()).await;
+        assert_eq!(
+            (s, e["error"]["details"]["field"].as_str()),
+            (422, Some(field)),
+            "{bad}: {e}"
+        );
+    }
+    let (s, e) = patch(json!({"idleTimeoutSeconds": "soon"})).await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(
+        c.get(&id).await["labels"],
+        json!({"team": "a", "tier": "x"})
+    );
+
+    let (s, v) = patch(json!({"labels": {"team": "b"}})).await;
+    assert_eq!((s, &v["labels"]), (200, &json!({"team": "b"})), "{v}");
+    let (s, page) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            "/v1/sandboxes?label=team=b",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{page}");
+    let ids: Vec<&str> = page["items"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, vec![id.as_str()], "{page}");
+
+    // A 2 s idle timeout: the sweep pauses it; null clears it again.
+    let (s, v) = patch(json!({"idleTimeoutSeconds": 2})).await;
+    assert_eq!((s, v["idleTimeoutSeconds"].as_u64()), (200, Some(2)), "{v}");
+    let paused = c
+        .wait_status(&id, SandboxStatus::Paused, Duration::from_secs(30))
+        .await;
+    assert_eq!(paused["statusReason"], "idle timeout");
+    let (s, v) = patch(json!({"idleTimeoutSeconds": null})).await;
+    assert_eq!(
+        (s, v["idleTimeoutSeconds"].clone()),
+        (200, Value::Null),
+        "{v}"
+    );
+
+    let (s, audit) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/audit?resource={id}&action=sandbox.update"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{audit}");
+    let details: Vec<Value> = audit["items"]
+        .as_array()
+        .map(|a| a.iter().map(|r| r["detail"].clone()).collect())
+        .unwrap_or_default();
+    assert!(details.contains(&json!({"labels": ["team"]})), "{audit}");
+    assert!(
+        details.contains(&json!({"idleTimeoutSeconds": null})),
+        "{audit}"
+    );
+    assert!(
+        !audit.to_string().contains("\"b\""),
+        "no label values: {audit}"
+    );
+}
