@@ -14,7 +14,7 @@ use differently_core::faults::Faults;
 use differently_core::pool::{PoolRecord, PoolSource, Trust};
 use differently_scheduler::{Scheduler, SchedulerConfig};
 use differently_store::Store;
-use differently_workers::{WorkerConfig, WorkerGroup};
+use differently_workers::{AdapterSource, WorkerConfig, WorkerGroup};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -184,7 +184,7 @@ fn spawn_roles(
                 .ok_or_else(|| format!("--pools: no registered pool named {name:?}"))?;
             Ok(WorkerGroup {
                 pool: name,
-                adapter: pool.adapter.clone(),
+                adapter: AdapterSource::live(parts.pools.clone(), pool.adapter.clone()),
                 store: parts.store.clone(),
                 announcer: parts.announcer.clone(),
                 installation: installation.clone(),
@@ -210,7 +210,7 @@ fn spawn_roles(
                         if let Some(pool) = pools.get(&name) {
                             let group = WorkerGroup {
                                 pool: name.clone(),
-                                adapter: pool.adapter.clone(),
+                                adapter: AdapterSource::live(pools.clone(), pool.adapter.clone()),
                                 store: store.clone(),
                                 announcer: announcer.clone(),
                                 installation: installation.clone(),

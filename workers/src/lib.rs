@@ -51,11 +51,52 @@ impl Default for WorkerConfig {
     }
 }
 
+/// Where a worker group gets its pool's adapter for each call.
+#[derive(Clone)]
+pub enum AdapterSource {
+    /// Always this adapter.
+    Fixed(SharedAdapter),
+    /// The pool's adapter in this process's pool set at the time of the call, so a pool
+    /// changed through the admin API (endpoint, credential, settings) is used by the next
+    /// call without restarting the worker. A pool since removed keeps its last adapter (its
+    /// remaining work, e.g. deletes, still has to run).
+    Live {
+        pools: differently_adapters::pools::PoolSet,
+        last: Arc<std::sync::Mutex<SharedAdapter>>,
+    },
+}
+
+impl AdapterSource {
+    /// Follows `pool` in `pools`, starting from its current adapter.
+    pub fn live(pools: differently_adapters::pools::PoolSet, first: SharedAdapter) -> Self {
+        AdapterSource::Live {
+            pools,
+            last: Arc::new(std::sync::Mutex::new(first)),
+        }
+    }
+
+    fn current(&self, pool: &str) -> SharedAdapter {
+        match self {
+            AdapterSource::Fixed(a) => a.clone(),
+            AdapterSource::Live { pools, last } => {
+                let mut last = match last.lock() {
+                    Ok(g) => g,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+                if let Some(p) = pools.get(pool) {
+                    *last = p.adapter.clone();
+                }
+                last.clone()
+            }
+        }
+    }
+}
+
 /// The workers of one pool in this process.
 #[derive(Clone)]
 pub struct WorkerGroup {
     pub pool: String,
-    pub adapter: SharedAdapter,
+    pub adapter: AdapterSource,
     pub store: Arc<dyn Store>,
     pub announcer: Announcer,
     pub installation: InstallationId,
@@ -64,6 +105,11 @@ pub struct WorkerGroup {
 }
 
 impl WorkerGroup {
+    /// The pool's adapter for the next call (see `AdapterSource`).
+    fn adapter(&self) -> SharedAdapter {
+        self.adapter.current(&self.pool)
+    }
+
     /// Pulls and executes work until `shutdown` turns true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let def = self
@@ -180,7 +226,7 @@ impl WorkerGroup {
         let created = with_progress(
             acker,
             self.config.ack_wait,
-            metered(&self.pool, "create", self.adapter.create(&req)),
+            metered(&self.pool, "create", self.adapter().create(&req)),
         )
         .await;
         let instance = match created {
@@ -204,7 +250,8 @@ impl WorkerGroup {
             Err(StoreError::StatusConflict { current }) => {
                 if current.is_final() {
                     // Deleted or failed while we created: do not leave an orphan behind.
-                    let call = metered(&self.pool, "delete", self.adapter.delete(&row.id));
+                    let adapter = self.adapter();
+                    let call = metered(&self.pool, "delete", adapter.delete(&row.id));
                     if let Err(e) = call.await {
                         tracing::warn!(sandbox = %row.id, error = %e, "worker: orphan delete failed; reconciler will retry");
                     }
@@ -266,7 +313,7 @@ impl WorkerGroup {
         let deleted = with_progress(
             acker,
             self.config.ack_wait,
-            metered(&self.pool, "delete", self.adapter.delete(&row.id)),
+            metered(&self.pool, "delete", self.adapter().delete(&row.id)),
         )
         .await;
         match deleted {

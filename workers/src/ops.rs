@@ -164,7 +164,7 @@ impl WorkerGroup {
                         metered(
                             &self.pool,
                             "delete_snapshot",
-                            self.adapter.delete_snapshot(r),
+                            self.adapter().delete_snapshot(r),
                         ),
                     )
                     .await;
@@ -193,10 +193,11 @@ impl WorkerGroup {
                 let expires = record.args["expiresSeconds"]
                     .as_u64()
                     .map(Duration::from_secs);
+                let adapter = self.adapter();
                 let call = metered(
                     &self.pool,
                     "expose_port",
-                    self.adapter.expose_port(&at, port, expires),
+                    adapter.expose_port(&at, port, expires),
                 );
                 match with_progress(acker, wait, call).await {
                     Ok(ep) => Outcome::Done(json!({ "url": ep.url, "expiresAt": ep.expires_at })),
@@ -211,7 +212,7 @@ impl WorkerGroup {
                 match with_progress(
                     acker,
                     wait,
-                    metered(&self.pool, "renew", self.adapter.renew(&at, ttl)),
+                    metered(&self.pool, "renew", self.adapter().renew(&at, ttl)),
                 )
                 .await
                 {
@@ -257,10 +258,10 @@ impl WorkerGroup {
         let wait = self.config.ack_wait;
         let call = metered(&self.pool, op.as_str(), async {
             match op {
-                WorkOp::Pause => self.adapter.pause(&at).await,
-                WorkOp::Resume => self.adapter.resume(&at).await,
-                WorkOp::Stop => self.adapter.stop(&at).await,
-                _ => self.adapter.start(&at).await,
+                WorkOp::Pause => self.adapter().pause(&at).await,
+                WorkOp::Resume => self.adapter().resume(&at).await,
+                WorkOp::Stop => self.adapter().stop(&at).await,
+                _ => self.adapter().start(&at).await,
             }
         });
         if let Err(e) = with_progress(acker, wait, call).await {
@@ -311,7 +312,8 @@ impl WorkerGroup {
             }
             other => return self.recorded(row, SandboxStatus::Running, now, other).await,
         };
-        let call = metered(&self.pool, "start", self.adapter.start(at));
+        let adapter = self.adapter();
+        let call = metered(&self.pool, "start", adapter.start(at));
         if let Err(e) = with_progress(acker, self.config.ack_wait, call).await {
             let back = Transition {
                 id: row.id.clone(),
@@ -400,7 +402,7 @@ impl WorkerGroup {
             metered(
                 &self.pool,
                 "snapshot",
-                self.adapter.snapshot(&at, snap.as_str()),
+                self.adapter().snapshot(&at, snap.as_str()),
             ),
         )
         .await;

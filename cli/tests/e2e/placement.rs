@@ -352,3 +352,74 @@ async fn an_unhealthy_pool_gets_no_new_work_and_fails_nothing() {
     let (s, _) = c.call(&a.key, Method::GET, "/v1/admin/pools", None).await;
     assert_eq!(s, 403);
 }
+
+/// A pool changed through the admin API is used by the worker's next call without a
+/// restart: after its fake ledger is pointed at another file, the next create lands there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_pool_is_used_by_the_running_worker() {
+    let mut c = Cluster::new(Opts::default()).await;
+    c.spawn("api", "api", &[]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+    let admin = c.key.clone();
+    let a = tenant(&c, "org-a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (first_ledger, second_ledger) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+    let settings = |ledger: &std::path::Path| json!({"ledger": ledger.display().to_string()});
+    let (s, p) = c
+        .call(
+            &admin,
+            Method::POST,
+            "/v1/admin/pools",
+            Some(
+                json!({"name": "hot", "kind": "fake", "costPerCpuHour": 0.001,
+                        "settings": settings(&first_ledger)}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 201, "{p}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, info) = c
+            .call(&admin, Method::GET, "/v1/admin/pools/hot", None)
+            .await;
+        if info["healthy"] == true {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never healthy: {info}\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Placement follows the health view, which every process re-reads every 2 s.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (one, pool) = placed_on(&c, &a, json!({"strategy": "cheapest"})).await;
+    assert_eq!(pool, "hot");
+    let (s, e) = c
+        .call(
+            &admin,
+            Method::PATCH,
+            "/v1/admin/pools/hot",
+            Some(json!({"settings": settings(&second_ledger)})),
+        )
+        .await;
+    assert_eq!(s, 200, "{e}");
+    // Every process re-reads the registry within one sync interval (2 s).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (two, pool) = placed_on(&c, &a, json!({"strategy": "cheapest"})).await;
+    assert_eq!(pool, "hot");
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    assert!(
+        read(&first_ledger).contains(&one),
+        "first create on the first ledger"
+    );
+    assert!(
+        read(&second_ledger).contains(&two),
+        "the running worker used the changed pool\n{}",
+        c.logs()
+    );
+    assert!(!read(&first_ledger).contains(&two));
+}
