@@ -75,6 +75,9 @@ pub struct Cluster {
     pub dir: TempDir,
     pub ledger: PathBuf,
     pub key: String,
+    /// One audit key for every process of the cluster, as production requires (a process
+    /// given its own `DIFFERENTLY_AUDIT_KEY` in `spawn`'s env keeps that one).
+    pub audit_key: String,
     pub port: u16,
     config: PathBuf,
     procs: HashMap<String, Proc>,
@@ -138,6 +141,13 @@ ledger = "{ledger}"
             .output()
             .expect("run key generate");
         let key = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let mut random = [0u8; 32];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom").expect("open /dev/urandom"),
+            &mut random,
+        )
+        .expect("read /dev/urandom");
+        let audit_key: String = random.iter().map(|b| format!("{b:02x}")).collect();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
@@ -148,6 +158,7 @@ ledger = "{ledger}"
             dir,
             ledger,
             key,
+            audit_key,
             port,
             config,
             procs: HashMap::new(),
@@ -164,6 +175,7 @@ ledger = "{ledger}"
         cmd.args(["server", "--role", roles, "--config"])
             .arg(&self.config)
             .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
+            .env("DIFFERENTLY_AUDIT_KEY", &self.audit_key)
             .env("DIFFERENTLY_LOG", "info")
             .env_remove("DIFFERENTLY_DATABASE_URL")
             .env_remove("DIFFERENTLY_NATS_URL")

@@ -114,6 +114,12 @@ async fn create_run_exec_delete_across_three_processes() {
         );
         assert!(!c.log(name).contains(&c.key), "{name} logged the API key");
     }
+    // Records written by all three processes (admit, activate, running, exec, delete) form
+    // chains that verify under the one audit key the cluster shares.
+    let (s, report) = c
+        .call(&c.key, reqwest::Method::GET, "/v1/admin/audit/verify", None)
+        .await;
+    assert_eq!((s, report["ok"].as_bool()), (200, Some(true)), "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
