@@ -130,6 +130,20 @@ pub struct PoolHealth {
     pub checked_by: String,
 }
 
+/// Whether `name` can name a stored secret (a pool credential may reference one):
+/// 1–63 of `a-z 0-9 . _ -`, starting with a letter or digit. One rule for the store, which
+/// keeps secrets, and the adapters, which reference them.
+pub fn valid_secret_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

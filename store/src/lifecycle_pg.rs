@@ -301,22 +301,8 @@ impl LifecycleStore for PgStore {
         labels: Option<std::collections::BTreeMap<String, String>>,
         idle_timeout_seconds: Option<Option<u64>>,
     ) -> Result<Sandbox, StoreError> {
-        let mut tx = self.pool().begin().await?;
-        let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1 FOR UPDATE")
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        let mut s = sandbox_of(&row)?;
-        apply_spec_update(&mut s, labels, idle_timeout_seconds);
-        // Only the document: nothing promoted or counted changes.
-        sqlx::query("UPDATE sandboxes SET doc = $2 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(Json(&s))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(s)
+        self.update_doc(id, |s| apply_spec_update(s, labels, idle_timeout_seconds))
+            .await
     }
 
     async fn renew_ttl(
@@ -325,22 +311,8 @@ impl LifecycleStore for PgStore {
         ttl_seconds: u64,
         now: DateTime<Utc>,
     ) -> Result<Sandbox, StoreError> {
-        let mut tx = self.pool().begin().await?;
-        let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1 FOR UPDATE")
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        let mut s = sandbox_of(&row)?;
-        apply_ttl(&mut s, ttl_seconds, now);
-        sqlx::query("UPDATE sandboxes SET expires_at = $2, doc = $3 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(s.expires_at)
-            .bind(Json(&s))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(s)
+        self.update_doc(id, |s| apply_ttl(s, ttl_seconds, now))
+            .await
     }
 }
 
@@ -355,5 +327,32 @@ pub(crate) fn apply_spec_update(
     }
     if let Some(idle) = idle_timeout_seconds {
         s.spec.idle_timeout_seconds = idle;
+    }
+}
+
+impl PgStore {
+    /// Changes a sandbox's document (and `expires_at`, the one promoted column such a change
+    /// may move) under its row lock; nothing counted changes, so no status rules apply.
+    async fn update_doc(
+        &self,
+        id: &SandboxId,
+        change: impl FnOnce(&mut Sandbox),
+    ) -> Result<Sandbox, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1 FOR UPDATE")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let mut s = sandbox_of(&row)?;
+        change(&mut s);
+        sqlx::query("UPDATE sandboxes SET expires_at = $2, doc = $3 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(s.expires_at)
+            .bind(Json(&s))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(s)
     }
 }

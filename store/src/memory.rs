@@ -956,28 +956,11 @@ impl Store for MemoryStore {
                 (&st.usage(&prj_scope), &st.stored_quota(&prj_scope)),
             )?;
         }
-        let row = st.row_mut(&t.id)?;
-        let mut sbx = row.sandbox.clone();
-        let entry = rules::transition(&mut sbx, &t, now)?;
-        row.sandbox = sbx.clone();
-        if t.to == SandboxStatus::Queued {
-            row.next_attempt_at = now;
-        }
-        st.audit(&sbx.org_id, sbx.id.as_str(), entry, now);
-        Ok(sbx)
+        transition_in(&mut st, &t, now)
     }
 
     async fn transition(&self, t: Transition, now: DateTime<Utc>) -> Result<Sandbox, StoreError> {
-        let mut st = self.lock();
-        let row = st.row_mut(&t.id)?;
-        let mut sbx = row.sandbox.clone();
-        let entry = rules::transition(&mut sbx, &t, now)?;
-        row.sandbox = sbx.clone();
-        if t.to == SandboxStatus::Queued {
-            row.next_attempt_at = now;
-        }
-        st.audit(&sbx.org_id, sbx.id.as_str(), entry, now);
-        Ok(sbx)
+        transition_in(&mut self.lock(), &t, now)
     }
 
     async fn set_queued_reason(
@@ -1127,4 +1110,21 @@ impl MemoryStore {
         st.audit(&out.org_id, out.id.as_str(), entry, now);
         Ok(Activation::Activated(out))
     }
+}
+
+/// `transition` on the locked state.
+fn transition_in(
+    st: &mut State,
+    t: &Transition,
+    now: DateTime<Utc>,
+) -> Result<Sandbox, StoreError> {
+    let row = st.row_mut(&t.id)?;
+    let mut sbx = row.sandbox.clone();
+    let entry = rules::transition(&mut sbx, t, now)?;
+    row.sandbox = sbx.clone();
+    if t.to == SandboxStatus::Queued {
+        row.next_attempt_at = now;
+    }
+    st.audit(&sbx.org_id, sbx.id.as_str(), entry, now);
+    Ok(sbx)
 }

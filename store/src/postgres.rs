@@ -229,6 +229,21 @@ async fn lock_org(tx: &mut Transaction<'static, Postgres>, org: &OrgId) -> Resul
     Ok(())
 }
 
+/// Applies `t` to the locked row `s`, writes it and its audit record, and commits.
+async fn apply_transition(
+    mut tx: Transaction<'static, Postgres>,
+    mut s: Sandbox,
+    t: &Transition,
+    now: DateTime<Utc>,
+) -> Result<Sandbox, StoreError> {
+    let entry = rules::transition(&mut s, t, now)?;
+    let next = (t.to == SandboxStatus::Queued).then_some(now);
+    write_sandbox(&mut tx, &s, next).await?;
+    insert_audit(&mut tx, &s, entry, now).await?;
+    tx.commit().await?;
+    Ok(s)
+}
+
 /// Locks a capped pool's row, creating it on first use (a pool from config has no row until
 /// something takes a slot on it). One round trip when the row exists.
 async fn lock_pool(tx: &mut Transaction<'static, Postgres>, name: &str) -> Result<(), StoreError> {
@@ -1183,13 +1198,8 @@ impl Store for PgStore {
 
     async fn transition(&self, t: Transition, now: DateTime<Utc>) -> Result<Sandbox, StoreError> {
         let mut tx = self.begin().await?;
-        let mut s = lock_sandbox(&mut tx, &t.id).await?;
-        let entry = rules::transition(&mut s, &t, now)?;
-        let next = (t.to == SandboxStatus::Queued).then_some(now);
-        write_sandbox(&mut tx, &s, next).await?;
-        insert_audit(&mut tx, &s, entry, now).await?;
-        tx.commit().await?;
-        Ok(s)
+        let s = lock_sandbox(&mut tx, &t.id).await?;
+        apply_transition(tx, s, &t, now).await
     }
 
     async fn transition_within_quota(
@@ -1207,7 +1217,7 @@ impl Store for PgStore {
             .ok_or(StoreError::NotFound)?;
         let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
         lock_org(&mut tx, &org).await?;
-        let mut s = lock_sandbox(&mut tx, &t.id).await?;
+        let s = lock_sandbox(&mut tx, &t.id).await?;
         if t.from.contains(&s.status) {
             let org_scope = QuotaScope::Org(org.clone());
             let prj_scope = QuotaScope::Project(s.project_id.clone());
@@ -1222,12 +1232,7 @@ impl Store for PgStore {
                 (&limits.prj_usage, &limits.prj_quota.unwrap_or_default()),
             )?;
         }
-        let entry = rules::transition(&mut s, &t, now)?;
-        let next = (t.to == SandboxStatus::Queued).then_some(now);
-        write_sandbox(&mut tx, &s, next).await?;
-        insert_audit(&mut tx, &s, entry, now).await?;
-        tx.commit().await?;
-        Ok(s)
+        apply_transition(tx, s, &t, now).await
     }
 
     async fn set_queued_reason(

@@ -37,15 +37,7 @@ pub(crate) struct SecretRow {
 
 /// Checks a secret name: 1–63 of `a-z 0-9 . _ -`, starting with a letter or digit.
 pub fn validate_secret_name(name: &str) -> Result<(), String> {
-    let ok = (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    if ok {
+    if differently_core::pool::valid_secret_name(name) {
         Ok(())
     } else {
         Err(

@@ -6,6 +6,7 @@
 //! Pool config values are often strings (`"true"`, `"exec,files"`), so booleans, numbers and
 //! lists also accept their string forms.
 
+use differently_core::pool::valid_secret_name;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -611,19 +612,6 @@ fn resolve_key(
         Ok(key) => Ok((credential, Some(key))),
         Err(why) => bad(field, format!("the referenced API key {why}")),
     }
-}
-
-/// The store's rule for secret names (`differently_store::secrets::validate_secret_name`),
-/// repeated here because adapters do not depend on the store.
-fn valid_secret_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 #[derive(Deserialize)]
