@@ -17,7 +17,9 @@ use differently_core::fair::{Candidate, FairQueue};
 use differently_core::policy::{self, Decision, EffectivePolicy};
 use differently_core::tenancy::Quota;
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
-use differently_store::{Activation, Actor, PoolSlot, QuotaScope, StoreError, Transition, Wall};
+use differently_store::{
+    Activation, ActivationItem, Actor, PoolSlot, QuotaScope, StoreError, Transition, Wall,
+};
 use futures::StreamExt;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -26,12 +28,12 @@ use crate::Scheduler;
 
 /// Most candidates tried in one dispatch pass, so one pass stays short.
 const MAX_PER_PASS: usize = 100;
-/// Candidates placed at once. Each placement is a few round trips and one commit with a
-/// lock on its organization; running several overlaps the waits (different orgs proceed in
-/// parallel, the same org's serialize on its row lock) instead of paying them one by one.
-/// Picks are charged to their org as they are made, so the fair order within a group is the
-/// order a sequential placer would have used had every one of them activated.
-const PLACE_AT_ONCE: usize = 8;
+/// Candidates placed at once. Their policy decisions run concurrently and their first-choice
+/// activations share one transaction (`Store::activate_many`: one commit and one round of
+/// locks and reads for the group instead of one per sandbox), decided in pick order. Picks
+/// are charged to their org as they are made, so the order within a group is the one a
+/// sequential placer would have used had every one of them activated.
+const PLACE_AT_ONCE: usize = 16;
 /// Stored quotas are re-read at most this often.
 const QUOTA_CACHE: Duration = Duration::from_secs(2);
 
@@ -442,28 +444,11 @@ async fn place_group(
             _ => None,
         })
         .collect();
-    let activated = futures::future::join_all(chains(&ready).into_iter().map(|chain| {
-        let ready = &ready;
-        async move {
-            let mut out = Vec::with_capacity(chain.len());
-            for i in chain {
-                let (Some(r), Some(p)) = (ready[i], group.get(i)) else {
-                    continue;
-                };
-                let res = trace::scope(
-                    "activate",
-                    p.trace.clone(),
-                    activate_ranked(s, &p.candidate.id, r, quotas, q, generation),
-                )
-                .await;
-                out.push((i, res));
-            }
-            out
-        }
-    }))
-    .await;
     let mut by_index: HashMap<usize, Result<Outcome, StoreError>> =
-        activated.into_iter().flatten().collect();
+        activate_group(s, group, &ready, quotas, q, generation)
+            .await
+            .into_iter()
+            .collect();
     // Every candidate of the group waited for the whole group.
     let per = started.elapsed().as_secs_f64();
     decided
@@ -655,46 +640,138 @@ async fn decide(
     }
 }
 
-/// Splits a group into chains that may run concurrently: two candidates of the same
-/// organization, or that could both take a slot of the same capped pool, are in one chain,
-/// in pick order, so whoever the fair order picked first gets a contested slot or quota
-/// first. Candidates already decided are not in any chain.
-fn chains(decided: &[Option<&Ready>]) -> Vec<Vec<usize>> {
-    let n = decided.len();
-    let mut parent: Vec<usize> = (0..n).collect();
-    fn root(parent: &mut [usize], mut i: usize) -> usize {
-        while parent[i] != i {
-            parent[i] = parent[parent[i]];
-            i = parent[i];
-        }
-        i
-    }
-    let mut owner: HashMap<String, usize> = HashMap::new();
-    for (i, r) in decided.iter().enumerate() {
-        let Some(r) = r else { continue };
-        let mut keys = vec![format!("org:{}", r.row.org_id)];
-        keys.extend(
-            r.ranking
+/// Phase two for a group: the first choices of every decided candidate in one
+/// `activate_many`, in pick order — each sees the activations before it, so whoever the fair
+/// order picked first gets a contested slot or quota, exactly as one by one. A candidate
+/// whose first pool was full then tries its other ranked pools on its own.
+async fn activate_group(
+    s: &Scheduler,
+    group: &[Pick],
+    ready: &[Option<&Ready>],
+    quotas: &QuotaCache,
+    q: &Shared,
+    generation: u64,
+) -> Vec<(usize, Result<Outcome, StoreError>)> {
+    let mut out = Vec::with_capacity(ready.len());
+    let mut items: Vec<(usize, ActivationItem)> = Vec::new();
+    let mut walled: Vec<usize> = Vec::new();
+    {
+        let queue = lock(q);
+        for (i, r) in ready.iter().enumerate() {
+            let Some(r) = r else { continue };
+            if queue.generation != generation {
+                out.push((i, Ok(Outcome::Stale)));
+                continue;
+            }
+            match r
+                .ranking
                 .iter()
-                .filter(|(_, cap)| cap.is_some())
-                .map(|(pool, _)| format!("pool:{pool}")),
-        );
-        for k in keys {
-            let j = *owner.entry(k).or_insert(i);
-            let (a, b) = (root(&mut parent, i), root(&mut parent, j));
-            if a != b {
-                parent[a.max(b)] = a.min(b);
+                .find(|(pool, _)| !queue.blocked.blocks(&r.row, pool))
+            {
+                Some((pool, cap)) => items.push((
+                    i,
+                    ActivationItem {
+                        id: r.row.id.clone(),
+                        pool: PoolSlot {
+                            name: pool.clone(),
+                            max_concurrent: *cap,
+                        },
+                        explanation: Some(r.doc.clone()),
+                    },
+                )),
+                None => walled.push(i),
             }
         }
     }
-    let mut by_root: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
-    for (i, r) in decided.iter().enumerate() {
-        if r.is_some() {
-            let top = root(&mut parent, i);
-            by_root.entry(top).or_default().push(i);
+    for i in walled {
+        if let Some(r) = ready[i] {
+            out.push((i, Ok(wait_behind_walls(s, r).await)));
         }
     }
-    by_root.into_values().collect()
+    if items.is_empty() {
+        return out;
+    }
+    let batch: Vec<ActivationItem> = items.iter().map(|(_, it)| it.clone()).collect();
+    let results = match s
+        .store
+        .activate_many(&batch, &s.config.quota, Utc::now())
+        .await
+    {
+        Ok(results) => results,
+        Err(e) => {
+            let msg = e.to_string();
+            out.extend(
+                items
+                    .into_iter()
+                    .map(|(i, _)| (i, Err(StoreError::Database(msg.clone())))),
+            );
+            return out;
+        }
+    };
+    let mut activated: Vec<(usize, Sandbox)> = Vec::new();
+    let mut try_others: Vec<usize> = Vec::new();
+    for ((i, it), res) in items.into_iter().zip(results) {
+        match res {
+            Activation::Activated(active) => {
+                quotas.take_slot(&it.pool.name);
+                metrics::counter!("differently_activations_total", "pool" => it.pool.name.clone())
+                    .increment(1);
+                activated.push((i, active));
+                out.push((i, Ok(Outcome::Activated)));
+            }
+            Activation::Waiting(waiting, wall) => {
+                {
+                    let mut queue = lock(q);
+                    queue.blocked.note(&waiting, &it.pool.name, wall);
+                    queue.rows.insert(it.id.clone(), waiting);
+                }
+                if wall == Wall::Pool {
+                    try_others.push(i);
+                } else if let Some(r) = ready[i] {
+                    // A tenant quota: no other pool helps.
+                    out.push((i, Ok(wait_behind_walls(s, r).await)));
+                }
+            }
+            Activation::NotQueued(_) => out.push((i, Ok(Outcome::Gone))),
+        }
+    }
+    // The work and status of every activation at once, each under its caller's trace.
+    futures::future::join_all(activated.iter().map(|(i, active)| {
+        let ctx = group.get(*i).map(|p| p.trace.clone()).unwrap_or_default();
+        trace::scope("activate", ctx, async move {
+            tracing::info!(sandbox = %active.id, pool = active.pool.as_deref().unwrap_or(""), "placement: activated");
+            let (work, _) = tokio::join!(
+                s.announcer.work(active, WorkOp::Create, ""),
+                s.announcer.status(active)
+            );
+            if let Err(e) = work {
+                tracing::warn!(sandbox = %active.id, error = %e, "create publish failed; the provisioning sweep will retry");
+            }
+        })
+    }))
+    .await;
+    for i in try_others {
+        let (Some(r), Some(p)) = (ready[i], group.get(i)) else {
+            continue;
+        };
+        let res = trace::scope(
+            "activate",
+            p.trace.clone(),
+            activate_ranked(s, &p.candidate.id, r, quotas, q, generation),
+        )
+        .await;
+        out.push((i, res));
+    }
+    out
+}
+
+/// Every pool this candidate could use is behind a wall: it waits; its explanation is stored
+/// the first time, so `GET …/placement` says why.
+async fn wait_behind_walls(s: &Scheduler, r: &Ready) -> Outcome {
+    if r.row.status_reason.is_none() {
+        let _ = s.store.save_placement(&r.row.id, &r.doc).await;
+    }
+    Outcome::Wait
 }
 
 /// Phase two: tries the ranked pools in turn (the first may have filled since the view).
@@ -764,39 +841,4 @@ async fn activate_ranked(
         let _ = s.store.save_placement(id, doc).await;
     }
     Ok(Outcome::Wait)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, SandboxSpec};
-
-    fn ready(org: &OrgId, pools: &[(&str, Option<u32>)]) -> Ready {
-        let spec = SandboxSpec::build(&CreateSandboxRequest::default()).unwrap();
-        Ready {
-            row: Sandbox::queued(org.clone(), ProjectId::new(), spec, None, Utc::now()),
-            doc: serde_json::Value::Null,
-            ranking: pools.iter().map(|(p, c)| ((*p).to_owned(), *c)).collect(),
-            now: Utc::now(),
-        }
-    }
-
-    #[test]
-    fn contenders_share_a_chain_in_pick_order_and_others_run_apart() {
-        let (a, b, c, d) = (OrgId::new(), OrgId::new(), OrgId::new(), OrgId::new());
-        let group = [
-            ready(&a, &[("open", None)]),
-            ready(&b, &[("open", None)]),
-            ready(&a, &[("open", None)]),
-            // c and d never share an org, but both could take a slot of "small".
-            ready(&c, &[("open", None), ("small", Some(2))]),
-            ready(&d, &[("small", Some(2))]),
-        ];
-        let mut view: Vec<Option<&Ready>> = group.iter().map(Some).collect();
-        assert_eq!(chains(&view), vec![vec![0, 2], vec![1], vec![3, 4]]);
-        // Candidates already decided (None) take part in no chain.
-        view[2] = None;
-        view[3] = None;
-        assert_eq!(chains(&view), vec![vec![0], vec![1], vec![4]]);
-    }
 }

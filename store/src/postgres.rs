@@ -134,7 +134,7 @@ impl PgStore {
         Ok(())
     }
 
-    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         Ok(self.pool.begin().await?)
     }
 }
@@ -197,7 +197,7 @@ fn json_of<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, StoreError> 
     serde_json::to_value(v).map_err(|e| StoreError::Database(format!("encode: {e}")))
 }
 
-fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
+pub(crate) fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
     let Json(s): Json<Sandbox> = row.try_get(DOC)?;
     Ok(s)
 }
@@ -246,7 +246,10 @@ async fn apply_transition(
 
 /// Locks a capped pool's row, creating it on first use (a pool from config has no row until
 /// something takes a slot on it). One round trip when the row exists.
-async fn lock_pool(tx: &mut Transaction<'static, Postgres>, name: &str) -> Result<(), StoreError> {
+pub(crate) async fn lock_pool(
+    tx: &mut Transaction<'static, Postgres>,
+    name: &str,
+) -> Result<(), StoreError> {
     let locked = sqlx::query("SELECT name FROM pools WHERE name = $1 FOR UPDATE")
         .bind(name)
         .fetch_optional(&mut **tx)
@@ -265,7 +268,7 @@ async fn lock_pool(tx: &mut Transaction<'static, Postgres>, name: &str) -> Resul
 }
 
 /// Writes the document and every promoted column of `s`; `next_attempt_at` only when given.
-async fn write_sandbox(
+pub(crate) async fn write_sandbox(
     tx: &mut Transaction<'static, Postgres>,
     s: &Sandbox,
     next_attempt_at: Option<DateTime<Utc>>,
@@ -299,7 +302,7 @@ async fn write_sandbox(
     Ok(())
 }
 
-async fn insert_audit(
+pub(crate) async fn insert_audit(
     tx: &mut Transaction<'static, Postgres>,
     s: &Sandbox,
     e: AuditEntry,
@@ -1163,6 +1166,15 @@ impl Store for PgStore {
         }
         tx.commit().await?;
         Ok(Activation::Activated(s))
+    }
+
+    async fn activate_many(
+        &self,
+        items: &[crate::ActivationItem],
+        quota: &Quota,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Activation>, StoreError> {
+        crate::activation_pg::activate_many(self, items, quota, now).await
     }
 
     async fn mark_running(

@@ -482,6 +482,112 @@ pub async fn starting_a_stopped_sandbox_rechecks_quota(env: &Env) {
         .unwrap();
 }
 
+/// A group activated at once is decided item by item in order, each seeing the ones before
+/// it: pool caps and quotas fill up inside the group exactly as one by one.
+pub async fn activate_many_decides_in_order_like_one_by_one(env: &Env) {
+    let s = store(env);
+    let (org, prj) = tenant(s).await;
+    let other_prj = another_project(s, &org).await;
+    let (org2, prj2) = tenant(s).await;
+    s.put_quota(
+        &QuotaScope::Org(org.clone()),
+        &Quota {
+            max_active: Some(3),
+            ..Default::default()
+        },
+        &Actor::System("test"),
+    )
+    .await
+    .unwrap();
+    let small = pool("small", Some(2));
+    let big = pool("big", None);
+    let a = admit(s, &org, &prj).await;
+    let b = admit(s, &org2, &prj2).await;
+    let c = admit(s, &org, &prj).await;
+    let d = admit(s, &org, &other_prj).await;
+    let e = admit(s, &org, &prj).await;
+    let f = admit(s, &org2, &prj2).await;
+    let item = |x: &Sandbox, p: &PoolSlot| differently_store::ActivationItem {
+        id: x.id.clone(),
+        pool: p.clone(),
+        explanation: Some(serde_json::json!({ "for": x.id.as_str() })),
+    };
+    let out = s
+        .activate_many(
+            &[
+                item(&a, &small),
+                item(&b, &small),
+                item(&c, &small), // small is full (2/2)
+                item(&d, &big),
+                item(&a, &big), // already activated above
+                item(&e, &big), // a and d are active, c waits: e is the org's third of 3
+                item(&f, &big),
+            ],
+            &Quota::default(),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    let kinds: Vec<String> = out
+        .iter()
+        .map(|x| match x {
+            Activation::Activated(s) => format!("activated {}", s.pool.as_deref().unwrap_or("")),
+            Activation::Waiting(s, wall) => {
+                format!(
+                    "waiting {wall:?} {}",
+                    s.status_reason.as_deref().unwrap_or("")
+                )
+            }
+            Activation::NotQueued(s) => format!("not queued {}", s.status),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "activated small".to_owned(),
+            "activated small".to_owned(),
+            "waiting Pool waiting: pool small full 2/2".to_owned(),
+            "activated big".to_owned(),
+            "not queued provisioning".to_owned(),
+            "activated big".to_owned(),
+            "activated big".to_owned(),
+        ]
+    );
+    // The org's maxActive 3 is now reached (a, d, e): one more waits on the org.
+    let g = admit(s, &org, &prj).await;
+    let out = s
+        .activate_many(&[item(&g, &big)], &Quota::default(), Utc::now())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out[0], Activation::Waiting(w, differently_store::Wall::Org)
+            if w.status_reason.as_deref() == Some("waiting: org active quota 3/3")),
+        "{out:?}"
+    );
+    // Explanations are stored with activations only.
+    for x in [&a, &d] {
+        assert_eq!(
+            s.get_placement(&x.id).await.unwrap(),
+            Some(serde_json::json!({ "for": x.id.as_str() }))
+        );
+    }
+    assert_eq!(get(s, &c.id).await.status, Queued);
+    assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+    // A missing sandbox fails the whole group and changes nothing.
+    let ghost = new_sandbox(&org, &prj, None);
+    let h = admit(s, &org2, &prj2).await;
+    let err = s
+        .activate_many(
+            &[item(&h, &big), item(&ghost, &big)],
+            &Quota::default(),
+            Utc::now(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound), "{err:?}");
+    assert_eq!(get(s, &h.id).await.status, Queued);
+}
+
 pub async fn activate_respects_memory_and_disk_quota(env: &Env) {
     let s = store(env);
     let (org, prj) = tenant(s).await;

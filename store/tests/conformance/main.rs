@@ -85,6 +85,7 @@ conformance!(
     activate_respects_max_active,
     activate_respects_max_cpu_and_stopped_frees_cpu,
     activate_respects_memory_and_disk_quota,
+    activate_many_decides_in_order_like_one_by_one,
     starting_a_stopped_sandbox_rechecks_quota,
     activate_respects_pool_cap,
     activate_not_queued_and_missing,

@@ -1,0 +1,171 @@
+//! `Store::activate_many` on Postgres: a placement group in one transaction.
+//!
+//! Locks follow the order every writer uses: the organizations (by id), the capped pools
+//! (by name), the sandbox rows (by id); audit heads as records are appended; usage counters
+//! at commit. Each item is decided as `activate_explained` decides one, against usage that
+//! already includes the group's earlier activations.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use differently_core::{Sandbox, SandboxId, SandboxStatus};
+use sqlx::types::Json;
+use sqlx::Row;
+
+use crate::memory::rules;
+use crate::postgres::{insert_audit, lock_pool, sandbox_of, write_sandbox, PgStore};
+use crate::usage_pg;
+use crate::{Activation, ActivationItem, Quota, QuotaScope, StoreError, Usage};
+
+pub(crate) async fn activate_many(
+    store: &PgStore,
+    items: &[ActivationItem],
+    defaults: &Quota,
+    now: DateTime<Utc>,
+) -> Result<Vec<Activation>, StoreError> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+    let mut tx = store.begin().await?;
+    // A row's organization never changes: read unlocked, then lock in the fixed order.
+    let orgs: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT org_id FROM sandboxes WHERE id = ANY($1) ORDER BY org_id",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await?;
+    let locked: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM organizations WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+    )
+    .bind(&orgs)
+    .fetch_all(&mut *tx)
+    .await?;
+    if locked.len() != orgs.len() {
+        return Err(StoreError::NotFound);
+    }
+    let mut capped: Vec<&str> = items
+        .iter()
+        .filter(|i| i.pool.max_concurrent.is_some())
+        .map(|i| i.pool.name.as_str())
+        .collect();
+    capped.sort_unstable();
+    capped.dedup();
+    for pool in &capped {
+        lock_pool(&mut tx, pool).await?;
+    }
+    let rows = sqlx::query("SELECT doc FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut by_id: HashMap<SandboxId, Sandbox> = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let s = sandbox_of(r)?;
+        by_id.insert(s.id.clone(), s);
+    }
+    if items.iter().any(|i| !by_id.contains_key(&i.id)) {
+        return Err(StoreError::NotFound);
+    }
+
+    // Quotas and usage of every org and project involved, and the capped pools' slots.
+    let mut scopes: Vec<String> = by_id
+        .values()
+        .flat_map(|s| {
+            [
+                QuotaScope::Org(s.org_id.clone()).key(),
+                QuotaScope::Project(s.project_id.clone()).key(),
+            ]
+        })
+        .collect();
+    scopes.sort_unstable();
+    scopes.dedup();
+    let mut quotas: HashMap<String, Quota> = HashMap::new();
+    for r in sqlx::query("SELECT scope, doc FROM quotas WHERE scope = ANY($1)")
+        .bind(&scopes)
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        let Json(q): Json<Quota> = r.try_get("doc")?;
+        quotas.insert(r.try_get("scope")?, q);
+    }
+    let mut counter_keys = scopes.clone();
+    counter_keys.extend(capped.iter().map(|p| usage_pg::pool_key(p)));
+    let counters = usage_pg::read(&mut *tx, &counter_keys).await?;
+    let mut usage: HashMap<String, Usage> = scopes
+        .iter()
+        .map(|k| {
+            (
+                k.clone(),
+                counters.get(k).copied().unwrap_or_default().usage(),
+            )
+        })
+        .collect();
+    let mut slots: HashMap<String, u64> = capped
+        .iter()
+        .map(|p| {
+            let k = usage_pg::pool_key(p);
+            let n = counters
+                .get(&k)
+                .map_or(0, |c| u64::try_from(c.slots).unwrap_or(0));
+            ((*p).to_owned(), n)
+        })
+        .collect();
+
+    let mut out = Vec::with_capacity(items.len());
+    for it in items {
+        let Some(s) = by_id.get_mut(&it.id) else {
+            return Err(StoreError::NotFound);
+        };
+        if s.status != SandboxStatus::Queued {
+            out.push(Activation::NotQueued(s.clone()));
+            continue;
+        }
+        let org_key = QuotaScope::Org(s.org_id.clone()).key();
+        let prj_key = QuotaScope::Project(s.project_id.clone()).key();
+        let org_quota = quotas
+            .get(&org_key)
+            .copied()
+            .unwrap_or_default()
+            .or(defaults);
+        let prj_quota = quotas.get(&prj_key).copied().unwrap_or_default();
+        let org_usage = usage.get(&org_key).copied().unwrap_or_default();
+        let prj_usage = usage.get(&prj_key).copied().unwrap_or_default();
+        let used = if it.pool.max_concurrent.is_some() {
+            slots.get(&it.pool.name).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        let reason = rules::waiting_reason(
+            (&org_usage, &org_quota),
+            (&prj_usage, &prj_quota),
+            used,
+            s,
+            &it.pool,
+        );
+        if let Some((wall, reason)) = reason {
+            rules::wait(s, reason, now);
+            write_sandbox(&mut tx, s, None).await?;
+            out.push(Activation::Waiting(s.clone(), wall));
+            continue;
+        }
+        let resources = s.spec.resources;
+        let entry = rules::activate(s, &it.pool, now);
+        write_sandbox(&mut tx, s, None).await?;
+        insert_audit(&mut tx, s, entry, now).await?;
+        if let Some(doc) = &it.explanation {
+            crate::placement_pg::write_placement(&mut tx, &it.id, doc, now).await?;
+        }
+        // Later items see this one: it left the queue and now holds compute and a slot.
+        for key in [&org_key, &prj_key] {
+            let u = usage.entry(key.clone()).or_default();
+            u.queued = u.queued.saturating_sub(1);
+            u.add(SandboxStatus::Provisioning, &resources);
+        }
+        if let Some(n) = slots.get_mut(&it.pool.name) {
+            *n += 1;
+        }
+        out.push(Activation::Activated(s.clone()));
+    }
+    tx.commit().await?;
+    Ok(out)
+}
