@@ -1,8 +1,8 @@
 //! `Store::activate_many` on Postgres: a placement group in one transaction.
 //!
 //! Locks follow the order every writer uses: the organizations (by id), the capped pools
-//! (by name), the sandbox rows (by id); audit heads as records are appended; usage counters
-//! at commit. Each item is decided as `activate_explained` decides one, against usage that
+//! (by name), the sandbox rows (by id); the audit heads of the group's chains (by chain) with
+//! one insert each; usage counters at commit. Each item is decided as `activate_explained` decides one, against usage that
 //! already includes the group's earlier activations.
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use sqlx::types::Json;
 use sqlx::Row;
 
 use crate::memory::rules;
-use crate::postgres::{insert_audit, lock_pool, sandbox_of, write_sandbox, PgStore};
+use crate::postgres::{lock_pool, sandbox_of, write_sandbox, PgStore};
 use crate::usage_pg;
 use crate::{Activation, ActivationItem, Quota, QuotaScope, StoreError, Usage};
 
@@ -112,6 +112,7 @@ pub(crate) async fn activate_many(
         .collect();
 
     let mut out = Vec::with_capacity(items.len());
+    let mut audits = Vec::new();
     for it in items {
         let Some(s) = by_id.get_mut(&it.id) else {
             return Err(StoreError::NotFound);
@@ -151,7 +152,14 @@ pub(crate) async fn activate_many(
         let resources = s.spec.resources;
         let entry = rules::activate(s, &it.pool, now);
         write_sandbox(&mut tx, s, None).await?;
-        insert_audit(&mut tx, s, entry, now).await?;
+        audits.push(crate::audit_pg::event_for(
+            Some(&s.org_id),
+            Some(&s.project_id),
+            s.id.as_str(),
+            entry.actor,
+            entry.action,
+            entry.detail,
+        ));
         if let Some(doc) = &it.explanation {
             crate::placement_pg::write_placement(&mut tx, &it.id, doc, now).await?;
         }
@@ -166,6 +174,7 @@ pub(crate) async fn activate_many(
         }
         out.push(Activation::Activated(s.clone()));
     }
+    crate::audit_pg::append_chained_many(&mut tx, audits, now).await?;
     tx.commit().await?;
     Ok(out)
 }

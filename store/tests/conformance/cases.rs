@@ -573,6 +573,18 @@ pub async fn activate_many_decides_in_order_like_one_by_one(env: &Env) {
     }
     assert_eq!(get(s, &c.id).await.status, Queued);
     assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+    // The group's audit records (two orgs' chains, appended together) are contiguous and
+    // verify, one `sandbox.activate` per activation.
+    let report = s.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+    let activations = s
+        .audit_tail(1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.action == "sandbox.activate")
+        .count();
+    assert_eq!(activations, 5);
     // A missing sandbox fails the whole group and changes nothing.
     let ghost = new_sandbox(&org, &prj, None);
     let h = admit(s, &org2, &prj2).await;
