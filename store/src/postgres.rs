@@ -66,6 +66,9 @@ const ORG_NAME_LOCK: i64 = 0x646c_795f_6f72_676e; // "dly_orgn"
 
 const INSTALLATION_KEY: &str = "installation_id";
 
+/// `idle_in_transaction_session_timeout` of every store connection, in milliseconds.
+const IDLE_IN_TRANSACTION_TIMEOUT_MS: &str = "5000";
+
 /// Columns selected to rebuild a `Sandbox`.
 const DOC: &str = "doc";
 
@@ -83,7 +86,15 @@ pub struct PgStore {
 impl PgStore {
     /// Connects a pool of at most `max_connections` to `url`. Does not migrate.
     pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
-        let options = PgConnectOptions::from_str(url)?;
+        // A process that stalls inside a transaction (a VM pause, SIGSTOP, a hung task) would
+        // hold its locks, an organization's row among them, for as long as it stalls, and
+        // every admission of that organization would wait with it. Postgres ends such a
+        // session after this long idle in a transaction; its work rolls back and is retried.
+        // No store transaction waits on anything but Postgres between statements.
+        let options = PgConnectOptions::from_str(url)?.options([(
+            "idle_in_transaction_session_timeout",
+            IDLE_IN_TRANSACTION_TIMEOUT_MS,
+        )]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             // No ping before handing out a connection: it was one extra round trip in front
