@@ -39,85 +39,29 @@ const CHECKPOINT_LOCK: i64 = 0x646c_795f_6175_6463; // "dly_audc"
 const COLUMNS: &str = "seq, chain, chain_seq, org_id, project_id, actor, action, resource, \
                        outcome, request_id, at, detail, prev_hash, hash";
 
-/// Appends `e` to its chain inside `tx`, with the current task's request id; the time it
-/// takes (chain lock included) is `differently_audit_append_seconds`.
+/// Appends `e` to its chain inside `tx`, with the current task's request id (one record of
+/// `append_chained_many`).
 pub(crate) async fn append_chained(
     tx: &mut Transaction<'static, Postgres>,
     e: NewAuditEvent,
     at: DateTime<Utc>,
 ) -> Result<AuditEvent, StoreError> {
-    let started = std::time::Instant::now();
-    let out = append_chained_timed(tx, e, at).await;
-    metrics::histogram!("differently_audit_append_seconds").record(started.elapsed().as_secs_f64());
-    out
+    append_chained_many(tx, vec![e], at)
+        .await?
+        .pop()
+        .ok_or_else(|| StoreError::Database("audit append of one wrote nothing".into()))
 }
 
-async fn append_chained_timed(
-    tx: &mut Transaction<'static, Postgres>,
-    e: NewAuditEvent,
-    at: DateTime<Utc>,
-) -> Result<AuditEvent, StoreError> {
-    let chain = chain_of(e.org_id.as_ref());
-    let head = match lock_head(tx, &chain).await? {
-        Some(head) => Some(head),
-        None => first_head(tx, &chain).await?,
-    };
-    let mut rec = AuditEvent::chained(
-        audit::process_key(),
-        chain,
-        head,
-        e,
-        at,
-        audit::current_request_id(),
-    );
-    let row = sqlx::query(
-        "WITH ins AS (
-             INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
-                 resource, outcome, request_id, at, detail, prev_hash, hash)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-             RETURNING seq, detail),
-         head AS (
-             INSERT INTO audit_heads (chain, chain_seq, hash) VALUES ($1, $2, $13)
-             ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
-                 hash = EXCLUDED.hash)
-         SELECT seq, detail FROM ins",
-    )
-    .bind(&rec.chain)
-    .bind(rec.chain_seq)
-    .bind(rec.org_id.as_deref())
-    .bind(rec.project_id.as_deref())
-    .bind(&rec.actor)
-    .bind(&rec.action)
-    .bind(&rec.resource)
-    .bind(&rec.outcome)
-    .bind(rec.request_id.as_deref())
-    .bind(rec.at)
-    .bind(&rec.detail)
-    .bind(&rec.prev_hash)
-    .bind(&rec.hash)
-    .fetch_one(&mut **tx)
-    .await?;
-    rec.seq = row.try_get("seq")?;
-    // jsonb normalizes what it stores; a detail that would read back differently would
-    // make a correct record fail verification, so refuse it now (fail closed).
-    let stored: serde_json::Value = row.try_get("detail")?;
-    if canonical_json(&stored) != canonical_json(&rec.detail) {
-        return Err(StoreError::Database(format!(
-            "audit detail of {} does not survive storage unchanged",
-            rec.action
-        )));
-    }
-    Ok(rec)
-}
-
-/// Appends several records inside `tx`, chain by chain (chains in sorted order, records in
-/// the order given): one head lock and one insert per chain instead of two statements per
-/// record. Used by group activations.
+/// Appends records inside `tx`, chain by chain (chains in sorted order, records in the order
+/// given): one head lock and one insert per chain, whatever the number of records. The time
+/// each chain takes (lock included) is `differently_audit_append_seconds`. Returns the
+/// records as stored, chain by chain.
 pub(crate) async fn append_chained_many(
     tx: &mut Transaction<'static, Postgres>,
     events: Vec<NewAuditEvent>,
     at: DateTime<Utc>,
-) -> Result<(), StoreError> {
+) -> Result<Vec<AuditEvent>, StoreError> {
+    let mut out = Vec::with_capacity(events.len());
     let mut by_chain: std::collections::BTreeMap<String, Vec<NewAuditEvent>> =
         std::collections::BTreeMap::new();
     for e in events {
@@ -133,7 +77,7 @@ pub(crate) async fn append_chained_many(
             None => first_head(tx, &chain).await?,
         };
         let request_id = audit::current_request_id();
-        let recs: Vec<AuditEvent> = events
+        let mut recs: Vec<AuditEvent> = events
             .into_iter()
             .map(|e| {
                 let rec = AuditEvent::chained(
@@ -159,12 +103,12 @@ pub(crate) async fn append_chained_many(
                  SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
                      $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
                      $11::jsonb[], $12::text[], $13::text[])
-                 RETURNING chain_seq, detail),
+                 RETURNING seq, chain_seq, detail),
              head AS (
                  INSERT INTO audit_heads (chain, chain_seq, hash) VALUES ($1, $14, $15)
                  ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
                      hash = EXCLUDED.hash)
-             SELECT chain_seq, detail FROM ins ORDER BY chain_seq",
+             SELECT seq, chain_seq, detail FROM ins ORDER BY chain_seq",
         )
         .bind(&chain)
         .bind(recs.iter().map(|r| r.chain_seq).collect::<Vec<i64>>())
@@ -194,8 +138,10 @@ pub(crate) async fn append_chained_many(
                 recs.len()
             )));
         }
-        // As for one record: a detail that would read back differently is refused.
-        for (row, rec) in rows.iter().zip(&recs) {
+        // jsonb normalizes what it stores; a detail that would read back differently would
+        // make a correct record fail verification, so refuse it now (fail closed).
+        for (row, rec) in rows.iter().zip(recs.iter_mut()) {
+            rec.seq = row.try_get("seq")?;
             let stored: serde_json::Value = row.try_get("detail")?;
             if canonical_json(&stored) != canonical_json(&rec.detail) {
                 return Err(StoreError::Database(format!(
@@ -206,8 +152,9 @@ pub(crate) async fn append_chained_many(
         }
         metrics::histogram!("differently_audit_append_seconds")
             .record(started.elapsed().as_secs_f64());
+        out.extend(recs);
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Locks `chain`'s head row and returns the newest committed head; `None` when the chain

@@ -359,14 +359,13 @@ pub(crate) async fn insert_audit_installation(
 }
 
 /// What a quota check needs, read in one round trip after the org lock: the project's org,
-/// both stored quotas, both usage counters and (when given) the pool's slot counter.
+/// both stored quotas and both usage counters.
 struct Limits {
     project_org: Option<String>,
     org_quota: Option<Quota>,
     prj_quota: Option<Quota>,
     org_usage: Usage,
     prj_usage: Usage,
-    pool_slots: u64,
 }
 
 async fn read_limits(
@@ -374,27 +373,23 @@ async fn read_limits(
     project: &ProjectId,
     org_scope: &QuotaScope,
     prj_scope: &QuotaScope,
-    pool: Option<&str>,
 ) -> Result<Limits, StoreError> {
     let row = sqlx::query(
         "SELECT p.org_id AS project_org, oq.doc AS org_quota, pq.doc AS prj_quota,
                 ou.queued AS o_queued, ou.active AS o_active, ou.cpu AS o_cpu,
                 ou.memory_mib AS o_memory_mib, ou.disk_gib AS o_disk_gib,
                 pu.queued AS p_queued, pu.active AS p_active, pu.cpu AS p_cpu,
-                pu.memory_mib AS p_memory_mib, pu.disk_gib AS p_disk_gib,
-                pl.slots AS pool_slots
+                pu.memory_mib AS p_memory_mib, pu.disk_gib AS p_disk_gib
          FROM (SELECT 1) one
          LEFT JOIN projects p ON p.id = $1
          LEFT JOIN quotas oq ON oq.scope = $2
          LEFT JOIN quotas pq ON pq.scope = $3
          LEFT JOIN usage_counters ou ON ou.scope = $2
-         LEFT JOIN usage_counters pu ON pu.scope = $3
-         LEFT JOIN usage_counters pl ON pl.scope = $4",
+         LEFT JOIN usage_counters pu ON pu.scope = $3",
     )
     .bind(project.as_str())
     .bind(org_scope.key())
     .bind(prj_scope.key())
-    .bind(pool.map(usage_pg::pool_key))
     .fetch_one(&mut **tx)
     .await?;
     let counter = |p: &str| -> Result<usage_pg::Counter, StoreError> {
@@ -421,8 +416,6 @@ async fn read_limits(
         prj_quota: quota("prj_quota")?,
         org_usage: counter("o")?.usage(),
         prj_usage: counter("p")?.usage(),
-        pool_slots: u64::try_from(row.try_get::<Option<i64>, _>("pool_slots")?.unwrap_or(0))
-            .unwrap_or(0),
     })
 }
 
@@ -1015,7 +1008,7 @@ impl Store for PgStore {
         lock_org(&mut tx, &s.org_id).await?;
         let org_scope = QuotaScope::Org(s.org_id.clone());
         let prj_scope = QuotaScope::Project(s.project_id.clone());
-        let limits = read_limits(&mut tx, &s.project_id, &org_scope, &prj_scope, None).await?;
+        let limits = read_limits(&mut tx, &s.project_id, &org_scope, &prj_scope).await?;
         if limits.project_org.as_deref() != Some(s.org_id.as_str()) {
             return Err(StoreError::NotFound);
         }
@@ -1121,62 +1114,16 @@ impl Store for PgStore {
         explanation: Option<&serde_json::Value>,
         now: DateTime<Utc>,
     ) -> Result<Activation, StoreError> {
-        let mut tx = self.begin().await?;
-        // The organization of a sandbox never changes, so reading it unlocked is safe and
-        // lets the locks below follow the fixed order: organization, pool, sandbox.
-        let org: String = sqlx::query_scalar("SELECT org_id FROM sandboxes WHERE id = $1")
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
-        lock_org(&mut tx, &org).await?;
-        if pool.max_concurrent.is_some() {
-            lock_pool(&mut tx, &pool.name).await?;
-        }
-        let mut s = lock_sandbox(&mut tx, id).await?;
-        if s.status != SandboxStatus::Queued {
-            return Ok(Activation::NotQueued(s));
-        }
-        let org_scope = QuotaScope::Org(org.clone());
-        let prj_scope = QuotaScope::Project(s.project_id.clone());
-        let limits = read_limits(
-            &mut tx,
-            &s.project_id,
-            &org_scope,
-            &prj_scope,
-            Some(pool.name.as_str()),
-        )
-        .await?;
-        let org_quota = limits.org_quota.unwrap_or_default().or(quota);
-        let prj_quota = limits.prj_quota.unwrap_or_default();
-        let (org_usage, prj_usage) = (limits.org_usage, limits.prj_usage);
-        let used = if pool.max_concurrent.is_some() {
-            limits.pool_slots
-        } else {
-            0
+        // One activation is a group of one: a single implementation of the rules and locks.
+        let item = crate::ActivationItem {
+            id: id.clone(),
+            pool: pool.clone(),
+            explanation: explanation.cloned(),
         };
-        let reason = rules::waiting_reason(
-            (&org_usage, &org_quota),
-            (&prj_usage, &prj_quota),
-            used,
-            &s,
-            pool,
-        );
-        if let Some((wall, reason)) = reason {
-            rules::wait(&mut s, reason, now);
-            write_sandbox(&mut tx, &s, None).await?;
-            tx.commit().await?;
-            return Ok(Activation::Waiting(s, wall));
-        }
-        let entry = rules::activate(&mut s, pool, now);
-        write_sandbox(&mut tx, &s, None).await?;
-        insert_audit(&mut tx, &s, entry, now).await?;
-        if let Some(doc) = explanation {
-            crate::placement_pg::write_placement(&mut tx, id, doc, now).await?;
-        }
-        tx.commit().await?;
-        Ok(Activation::Activated(s))
+        crate::activation_pg::activate_many(self, std::slice::from_ref(&item), quota, now)
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Database("activation of one returned nothing".into()))
     }
 
     async fn activate_many(
@@ -1244,7 +1191,7 @@ impl Store for PgStore {
         if t.from.contains(&s.status) {
             let org_scope = QuotaScope::Org(org.clone());
             let prj_scope = QuotaScope::Project(s.project_id.clone());
-            let limits = read_limits(&mut tx, &s.project_id, &org_scope, &prj_scope, None).await?;
+            let limits = read_limits(&mut tx, &s.project_id, &org_scope, &prj_scope).await?;
             rules::check_change_limits(
                 &s,
                 t.to,
