@@ -406,12 +406,13 @@ fn pick_group(q: &Shared, generation: u64) -> Option<Vec<Pick>> {
         queue.fair.charge(&c.org, c.cpu);
         group.push(Pick {
             // A candidate found by the rebuild (its admission message was lost, or a new
-            // leader took over) has no caller's trace: its placement starts one.
+            // leader took over) has no caller's trace: its placement starts one, kept for
+            // every pass until it leaves the queue.
             trace: queue
                 .traces
-                .get(&c.id)
-                .cloned()
-                .unwrap_or_else(trace::new_root),
+                .entry(c.id.clone())
+                .or_insert_with(trace::new_root)
+                .clone(),
             row: queue.rows.get(&c.id).cloned(),
             candidate: c,
         });
@@ -419,8 +420,8 @@ fn pick_group(q: &Shared, generation: u64) -> Option<Vec<Pick>> {
     Some(group)
 }
 
-/// Places a picked group: decides all at once, then activates chain by chain (`chains`),
-/// chains concurrently. Outcomes in pick order.
+/// Places a picked group: decides all at once, then activates the decided ones together
+/// (`activate_group`). Outcomes in pick order.
 async fn place_group(
     s: &Scheduler,
     group: &[Pick],
@@ -657,12 +658,15 @@ async fn activate_group(
     let mut walled: Vec<usize> = Vec::new();
     {
         let queue = lock(q);
-        for (i, r) in ready.iter().enumerate() {
-            let Some(r) = r else { continue };
-            if queue.generation != generation {
-                out.push((i, Ok(Outcome::Stale)));
-                continue;
-            }
+        let decided = ready
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.map(|r| (i, r)));
+        if queue.generation != generation {
+            // Capacity was released while deciding: pick again, in fair order.
+            return decided.map(|(i, _)| (i, Ok(Outcome::Stale))).collect();
+        }
+        for (i, r) in decided {
             match r
                 .ranking
                 .iter()
@@ -713,18 +717,12 @@ async fn activate_group(
     for ((i, it), res) in items.into_iter().zip(results) {
         match res {
             Activation::Activated(active) => {
-                quotas.take_slot(&it.pool.name);
-                metrics::counter!("differently_activations_total", "pool" => it.pool.name.clone())
-                    .increment(1);
+                count_activation(quotas, &it.pool.name);
                 activated.push((i, active));
                 out.push((i, Ok(Outcome::Activated)));
             }
             Activation::Waiting(waiting, wall) => {
-                {
-                    let mut queue = lock(q);
-                    queue.blocked.note(&waiting, &it.pool.name, wall);
-                    queue.rows.insert(it.id.clone(), waiting);
-                }
+                note_wall(q, waiting, &it.pool.name, wall);
                 if wall == Wall::Pool {
                     try_others.push(i);
                 } else if let Some(r) = ready[i] {
@@ -738,16 +736,7 @@ async fn activate_group(
     // The work and status of every activation at once, each under its caller's trace.
     futures::future::join_all(activated.iter().map(|(i, active)| {
         let ctx = group.get(*i).map(|p| p.trace.clone()).unwrap_or_default();
-        trace::scope("activate", ctx, async move {
-            tracing::info!(sandbox = %active.id, pool = active.pool.as_deref().unwrap_or(""), "placement: activated");
-            let (work, _) = tokio::join!(
-                s.announcer.work(active, WorkOp::Create, ""),
-                s.announcer.status(active)
-            );
-            if let Err(e) = work {
-                tracing::warn!(sandbox = %active.id, error = %e, "create publish failed; the provisioning sweep will retry");
-            }
-        })
+        trace::scope("activate", ctx, announce_activation(s, active))
     }))
     .await;
     for i in try_others {
@@ -757,12 +746,39 @@ async fn activate_group(
         let res = trace::scope(
             "activate",
             p.trace.clone(),
-            activate_ranked(s, &p.candidate.id, r, quotas, q, generation),
+            activate_ranked(s, r, quotas, q, generation),
         )
         .await;
         out.push((i, res));
     }
     out
+}
+
+/// Counts an activation on `pool` (metric, and the slot view until the next read).
+fn count_activation(quotas: &QuotaCache, pool: &str) {
+    quotas.take_slot(pool);
+    metrics::counter!("differently_activations_total", "pool" => pool.to_owned()).increment(1);
+}
+
+/// Publishes an activated sandbox's create work and its status, both at once: the work
+/// matters only to the worker, the status only to watchers.
+async fn announce_activation(s: &Scheduler, active: &Sandbox) {
+    tracing::info!(sandbox = %active.id, pool = active.pool.as_deref().unwrap_or(""), "placement: activated");
+    let (work, _) = tokio::join!(
+        s.announcer.work(active, WorkOp::Create, ""),
+        s.announcer.status(active)
+    );
+    if let Err(e) = work {
+        tracing::warn!(sandbox = %active.id, error = %e, "create publish failed; the provisioning sweep will retry");
+    }
+}
+
+/// Records the wall an activation found (others behind it are parked without a
+/// transaction) and the row as it now reads (its waiting reason).
+fn note_wall(q: &Shared, waiting: Sandbox, pool: &str, wall: Wall) {
+    let mut queue = lock(q);
+    queue.blocked.note(&waiting, pool, wall);
+    queue.rows.insert(waiting.id.clone(), waiting);
 }
 
 /// Every pool this candidate could use is behind a wall: it waits; its explanation is stored
@@ -774,10 +790,10 @@ async fn wait_behind_walls(s: &Scheduler, r: &Ready) -> Outcome {
     Outcome::Wait
 }
 
-/// Phase two: tries the ranked pools in turn (the first may have filled since the view).
+/// A candidate whose first pool was full tries its other ranked pools, one at a time (any
+/// may have filled since the view).
 async fn activate_ranked(
     s: &Scheduler,
-    id: &SandboxId,
     ready: &Ready,
     quotas: &QuotaCache,
     q: &Shared,
@@ -805,30 +821,16 @@ async fn activate_ranked(
         };
         let activation = s
             .store
-            .activate_explained(id, &slot, &s.config.quota, Some(doc), *now)
+            .activate_explained(&row.id, &slot, &s.config.quota, Some(doc), *now)
             .await?;
         match activation {
             Activation::Activated(active) => {
-                quotas.take_slot(pool);
-                metrics::counter!("differently_activations_total", "pool" => pool.clone())
-                    .increment(1);
-                tracing::info!(sandbox = %id, pool = %pool, "placement: activated");
-                // Both acknowledged publishes at once: the work matters only to the worker,
-                // the status only to watchers.
-                let (work, _) = tokio::join!(
-                    s.announcer.work(&active, WorkOp::Create, ""),
-                    s.announcer.status(&active)
-                );
-                if let Err(e) = work {
-                    tracing::warn!(sandbox = %id, error = %e, "create publish failed; the provisioning sweep will retry");
-                }
+                count_activation(quotas, pool);
+                announce_activation(s, &active).await;
                 return Ok(Outcome::Activated);
             }
             Activation::Waiting(waiting, wall) => {
-                let mut queue = lock(q);
-                queue.blocked.note(&waiting, pool, wall);
-                queue.rows.insert(id.clone(), waiting);
-                drop(queue);
+                note_wall(q, waiting, pool, wall);
                 if wall != Wall::Pool {
                     // A tenant quota: no other pool helps.
                     break;
@@ -837,8 +839,5 @@ async fn activate_ranked(
             Activation::NotQueued(_) => return Ok(Outcome::Gone),
         }
     }
-    if row.status_reason.is_none() {
-        let _ = s.store.save_placement(id, doc).await;
-    }
-    Ok(Outcome::Wait)
+    Ok(wait_behind_walls(s, ready).await)
 }
