@@ -386,65 +386,33 @@ mod usage_counters {
         assert_eq!(u.cpu, u64::from(a.spec.resources.cpu));
         assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
     }
-}
 
-/// Store connections end a transaction left idle (a stalled process) instead of holding its
-/// locks indefinitely, and an admission waiting behind it goes through.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_transaction_cannot_hold_an_organization_forever() {
-    use chrono::Utc;
-    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxSpec};
-    use differently_store::{Actor, Admission, Org, Project, Quota};
-
-    let db = TestDb::new().await;
-    let s = db.store();
-    let timeout: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
-        .fetch_one(s.pool())
-        .await
-        .unwrap();
-    assert_eq!(timeout, "5s");
-    let org = Org {
-        id: OrgId::new(),
-        name: "stall".into(),
-        status: differently_store::OrgStatus::Active,
-        created_at: Utc::now(),
-    };
-    let prj = Project {
-        id: ProjectId::new(),
-        org_id: org.id.clone(),
-        name: "p".into(),
-        created_at: Utc::now(),
-    };
-    s.ensure_tenant(&org, &prj).await.unwrap();
-    // Another handle (like another process) takes the org's row and then stalls.
-    let stalled_store = PgStore::connect(db.url(), 1).await.unwrap();
-    let mut stalled = stalled_store.pool().begin().await.unwrap();
-    sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR UPDATE")
-        .bind(org.id.as_str())
-        .execute(&mut *stalled)
-        .await
-        .unwrap();
-    let started = std::time::Instant::now();
-    let sbx = Sandbox::queued(
-        org.id.clone(),
-        prj.id.clone(),
-        SandboxSpec::build(&CreateSandboxRequest::default()).unwrap(),
-        None,
-        Utc::now(),
-    );
-    let admitted = tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        s.admit(Admission {
-            sandbox: sbx,
-            request_hash: "h".into(),
-            defaults: Quota::default(),
-            actor: Actor::System("test"),
-        }),
-    )
-    .await
-    .expect("the admission waited past the stalled transaction's timeout");
-    admitted.unwrap();
-    assert!(started.elapsed() >= std::time::Duration::from_secs(4));
-    // The stalled session was ended: its transaction cannot commit.
-    assert!(stalled.commit().await.is_err());
+    /// Store connections end a transaction left idle (a stalled process) instead of holding
+    /// its locks indefinitely, and an admission waiting behind it goes through.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_transaction_cannot_hold_an_organization_forever() {
+        let db = TestDb::new().await;
+        let s = db.store();
+        let timeout: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
+        assert_eq!(timeout, "5s");
+        let (org, prj) = tenant(&s, "stall").await;
+        // Another handle (like another process) takes the org's row and then stalls.
+        let stalled_store = PgStore::connect(db.url(), 1).await.unwrap();
+        let mut stalled = stalled_store.pool().begin().await.unwrap();
+        sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR UPDATE")
+            .bind(org.as_str())
+            .execute(&mut *stalled)
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        tokio::time::timeout(std::time::Duration::from_secs(20), admit(&s, &org, &prj))
+            .await
+            .expect("the admission waited past the stalled transaction's timeout");
+        assert!(started.elapsed() >= std::time::Duration::from_secs(4));
+        // The stalled session was ended: its transaction cannot commit.
+        assert!(stalled.commit().await.is_err());
+    }
 }
