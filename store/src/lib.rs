@@ -11,6 +11,7 @@ use differently_core::ids::InstallationId;
 use differently_core::{KeyId, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 
 mod activation_pg;
+mod admission_pg;
 pub mod audit;
 mod audit_memory;
 mod audit_pg;
@@ -271,6 +272,18 @@ pub trait Store:
     /// the admission limits (`maxQueued` of org and project, `maxSandbox` size), inserts the
     /// queued row and its audit record. A tenant at its concurrency limit still queues.
     async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError>;
+
+    /// `admit` for admissions that arrived together, one outcome per item in the order given.
+    /// Postgres decides each organization's items in one transaction (one org lock and one
+    /// commit for the lot), each as `admit` would in that order; a refused item refuses only
+    /// itself. The default admits them one by one.
+    async fn admit_many(&self, group: Vec<Admission>) -> Vec<Result<Admitted, StoreError>> {
+        let mut out = Vec::with_capacity(group.len());
+        for a in group {
+            out.push(self.admit(a).await);
+        }
+        out
+    }
 
     async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<Sandbox>, StoreError>;
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError>;

@@ -19,9 +19,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 
-use crate::audit_pg;
 use crate::memory::rules::{self, AuditEntry};
 use crate::usage_pg;
+use crate::{admission_pg, audit_pg};
 use crate::{
     Activation, Actor, Admission, Admitted, ApiKeyRecord, AuditRecord, Leadership, Org, OrgStatus,
     PoolSlot, Project, Quota, QuotaScope, SandboxFilter, Store, StoreError, Transition, Usage,
@@ -195,12 +195,12 @@ async fn sync_usage_classes(conn: &mut PgConnection) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn to_i64<T: TryInto<i64>>(v: T, what: &str) -> Result<i64, StoreError> {
+pub(crate) fn to_i64<T: TryInto<i64>>(v: T, what: &str) -> Result<i64, StoreError> {
     v.try_into()
         .map_err(|_| StoreError::Database(format!("{what} out of range")))
 }
 
-fn to_i32(v: u32) -> Result<i32, StoreError> {
+pub(crate) fn to_i32(v: u32) -> Result<i32, StoreError> {
     i32::try_from(v).map_err(|_| StoreError::Database("attempts out of range".to_owned()))
 }
 
@@ -231,7 +231,10 @@ async fn lock_sandbox(
 }
 
 /// Locks the organization row; `NotFound` if it does not exist.
-async fn lock_org(tx: &mut Transaction<'static, Postgres>, org: &OrgId) -> Result<(), StoreError> {
+pub(crate) async fn lock_org(
+    tx: &mut Transaction<'static, Postgres>,
+    org: &OrgId,
+) -> Result<(), StoreError> {
     sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR UPDATE")
         .bind(org.as_str())
         .fetch_optional(&mut **tx)
@@ -360,15 +363,15 @@ pub(crate) async fn insert_audit_installation(
 
 /// What a quota check needs, read in one round trip after the org lock: the project's org,
 /// both stored quotas and both usage counters.
-struct Limits {
-    project_org: Option<String>,
-    org_quota: Option<Quota>,
-    prj_quota: Option<Quota>,
-    org_usage: Usage,
-    prj_usage: Usage,
+pub(crate) struct Limits {
+    pub(crate) project_org: Option<String>,
+    pub(crate) org_quota: Option<Quota>,
+    pub(crate) prj_quota: Option<Quota>,
+    pub(crate) org_usage: Usage,
+    pub(crate) prj_usage: Usage,
 }
 
-async fn read_limits(
+pub(crate) async fn read_limits(
     tx: &mut Transaction<'static, Postgres>,
     project: &ProjectId,
     org_scope: &QuotaScope,
@@ -997,74 +1000,14 @@ impl Store for PgStore {
     }
 
     async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError> {
-        let Admission {
-            sandbox: s,
-            request_hash,
-            defaults,
-            actor,
-        } = admission;
-        rules::check_admissible(&s)?;
-        let mut tx = self.begin().await?;
-        lock_org(&mut tx, &s.org_id).await?;
-        let org_scope = QuotaScope::Org(s.org_id.clone());
-        let prj_scope = QuotaScope::Project(s.project_id.clone());
-        let limits = read_limits(&mut tx, &s.project_id, &org_scope, &prj_scope).await?;
-        if limits.project_org.as_deref() != Some(s.org_id.as_str()) {
-            return Err(StoreError::NotFound);
-        }
-        if let Some(key) = &s.idempotency_key {
-            let existing = sqlx::query(
-                "SELECT doc, request_hash FROM sandboxes
-                 WHERE project_id = $1 AND idempotency_key = $2",
-            )
-            .bind(s.project_id.as_str())
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(row) = existing {
-                let hash: String = row.try_get("request_hash")?;
-                return if hash == request_hash {
-                    Ok(Admitted::Replayed(sandbox_of(&row)?))
-                } else {
-                    Err(StoreError::IdempotencyMismatch)
-                };
-            }
-        }
-        let org_quota = limits.org_quota.unwrap_or_default().or(&defaults);
-        let prj_quota = limits.prj_quota.unwrap_or_default();
-        let (org_usage, prj_usage) = (limits.org_usage, limits.prj_usage);
-        rules::check_admission_limits(&s, (&org_usage, &org_quota), (&prj_usage, &prj_quota))?;
-        sqlx::query(
-            "INSERT INTO sandboxes (id, org_id, project_id, status, status_version, pool,
-                 backend_ref, idempotency_key, request_hash, attempts, priority, cpu, memory_mib,
-                 disk_gib, next_attempt_at, expires_at, created_at, updated_at, doc)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                 $17, $18, $19)",
-        )
-        .bind(s.id.as_str())
-        .bind(s.org_id.as_str())
-        .bind(s.project_id.as_str())
-        .bind(s.status.as_str())
-        .bind(s.status_version)
-        .bind(s.pool.as_deref())
-        .bind(s.backend_ref.as_deref())
-        .bind(s.idempotency_key.as_deref())
-        .bind(&request_hash)
-        .bind(to_i32(s.attempts)?)
-        .bind(s.spec.priority)
-        .bind(i64::from(s.spec.resources.cpu))
-        .bind(to_i64(s.spec.resources.memory_mib, "memory")?)
-        .bind(to_i64(s.spec.resources.disk_gib, "disk")?)
-        .bind(s.created_at)
-        .bind(s.expires_at)
-        .bind(s.created_at)
-        .bind(s.updated_at)
-        .bind(Json(&s))
-        .execute(&mut *tx)
-        .await?;
-        insert_audit(&mut tx, &s, rules::admit_entry(&s, &actor), s.created_at).await?;
-        tx.commit().await?;
-        Ok(Admitted::New(s))
+        admission_pg::admit_many(self, vec![admission])
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Database("admission not decided".into())))
+    }
+
+    async fn admit_many(&self, group: Vec<Admission>) -> Vec<Result<Admitted, StoreError>> {
+        admission_pg::admit_many(self, group).await
     }
 
     async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<Sandbox>, StoreError> {

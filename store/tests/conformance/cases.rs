@@ -1937,3 +1937,116 @@ pub async fn tenancy_changes_are_audited_without_key_hash(env: &Env) {
     assert_eq!(recs[6].detail["new"], serde_json::to_value(q).unwrap());
     assert!(recs[6].detail["old"].is_null());
 }
+
+fn outcome_kind(r: &Result<Admitted, StoreError>) -> String {
+    match r {
+        Ok(Admitted::New(_)) => "new".into(),
+        Ok(Admitted::Replayed(x)) => format!("replayed {}", x.id),
+        Err(StoreError::QuotaExceeded(m)) => format!("quota: {m}"),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+pub async fn admit_many_decides_in_order_like_one_by_one(env: &Env) {
+    let s = store(env);
+    let (a, a1) = tenant(s).await;
+    let a2 = another_project(s, &a).await;
+    let (b, b1) = tenant(s).await;
+    let earlier = new_sandbox(&a, &a1, Some("k0"));
+    s.admit(admission(earlier.clone(), "h", None))
+        .await
+        .unwrap();
+    let mut not_queued = new_sandbox(&a, &a1, None);
+    not_queued.status = Running;
+    let group = vec![
+        admission(new_sandbox(&a, &a1, None), "h", Some(3)),
+        admission(new_sandbox(&a, &a1, Some("k0")), "h", Some(3)),
+        admission(new_sandbox(&a, &a1, Some("k0")), "other", Some(3)),
+        admission(new_sandbox(&a, &a2, Some("k1")), "h", Some(3)),
+        admission(new_sandbox(&a, &a2, Some("k1")), "h", Some(3)),
+        admission(new_sandbox(&b, &b1, None), "h", Some(3)),
+        admission(new_sandbox(&a, &a1, None), "h", Some(3)),
+        admission(new_sandbox(&a, &b1, None), "h", Some(3)),
+        admission(not_queued, "h", Some(3)),
+    ];
+    let ids: Vec<SandboxId> = group.iter().map(|g| g.sandbox.id.clone()).collect();
+    let audit_before = s.audit_tail(10_000).await.unwrap().len();
+    let out = s.admit_many(group).await;
+    let kinds: Vec<String> = out.iter().map(outcome_kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "new".to_string(),
+            format!("replayed {}", earlier.id),
+            "IdempotencyMismatch".into(),
+            "new".into(),
+            format!("replayed {}", ids[3]),
+            "new".into(),
+            "quota: organization queue is full (3 queued)".into(),
+            "NotFound".into(),
+            "StatusConflict { current: Running }".into(),
+        ]
+    );
+    // Exactly the new ones are stored, each with its audit record, and the chains verify.
+    for (i, id) in ids.iter().enumerate() {
+        let stored = s.get_sandbox(id).await.unwrap();
+        assert_eq!(stored.is_some(), [0, 3, 5].contains(&i), "item {i}");
+    }
+    let audit = s.audit_tail(10_000).await.unwrap();
+    let admits: HashSet<&str> = audit[audit_before..]
+        .iter()
+        .filter(|r| r.action == "sandbox.admit")
+        .map(|r| r.resource.as_str())
+        .collect();
+    let expected: HashSet<&str> = [0, 3, 5].iter().map(|&i| ids[i].as_str()).collect();
+    assert_eq!(admits, expected);
+    let report = s.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+    let usage = s.usage(&QuotaScope::Org(a.clone())).await.unwrap();
+    assert_eq!(usage.queued, 3);
+    assert_eq!(
+        s.usage(&QuotaScope::Project(a2)).await.unwrap().queued,
+        1,
+        "the replayed duplicate is not counted twice"
+    );
+}
+
+pub async fn concurrent_admission_groups_never_exceed_the_queue_limit(env: &Env) {
+    let (org, prj) = tenant(store(env)).await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let s = env.reopen().await;
+        let (org, prj) = (org.clone(), prj.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut new = 0;
+            for _ in 0..3 {
+                let group = (0..10)
+                    .map(|_| admission(new_sandbox(&org, &prj, None), "h", Some(25)))
+                    .collect();
+                for r in s.admit_many(group).await {
+                    match r {
+                        Ok(Admitted::New(_)) => new += 1,
+                        Err(StoreError::QuotaExceeded(_)) => {}
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            }
+            new
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    assert_eq!(total, 25);
+    let s = store(env);
+    assert_eq!(s.usage(&QuotaScope::Org(org)).await.unwrap().queued, 25);
+    let rows = s
+        .list_sandboxes(&SandboxFilter {
+            project_id: Some(prj),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 25);
+}

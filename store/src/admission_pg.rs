@@ -1,0 +1,315 @@
+//! `Store::admit_many` on Postgres: the admissions of one organization that arrive together,
+//! in one transaction.
+//!
+//! Every admission of an org serializes on the org row (the quota check must see the
+//! previous admission's row). The API therefore gathers the creates of an org that arrive
+//! while that org's previous group commits (group commit), and this module serves them with
+//! one org lock, one limits read per project, one insert, one audit append and one commit.
+//! A create that arrives alone is a group of one, which is how `admit` runs too.
+//!
+//! Each item is decided as a lone admission would be, in the order given, against usage that
+//! includes the group's earlier admissions; a refused item refuses only itself. If the group's
+//! transaction fails as a whole, each item is retried alone, so one bad item cannot fail the
+//! others. Two items of one group with the same `Idempotency-Key` are not decided together:
+//! the later one runs after the group commits, and so replays (or conflicts with) the first.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use differently_core::{OrgId, ProjectId, Sandbox, SandboxStatus};
+use sqlx::{Postgres, Row, Transaction};
+
+use crate::memory::rules;
+use crate::postgres::{lock_org, read_limits, sandbox_of, to_i32, to_i64, PgStore};
+use crate::{audit_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
+
+/// One item's outcome.
+type Outcome = Result<Admitted, StoreError>;
+
+/// Admits `group` (any organizations; each org's items in one transaction), one outcome per
+/// item in the order given.
+pub(crate) async fn admit_many(store: &PgStore, group: Vec<Admission>) -> Vec<Outcome> {
+    let mut out: Vec<Option<Outcome>> = (0..group.len()).map(|_| None).collect();
+    let mut by_org: BTreeMap<&OrgId, Vec<usize>> = BTreeMap::new();
+    let mut seen_keys: HashSet<(&ProjectId, &str)> = HashSet::new();
+    let mut later: Vec<usize> = Vec::new();
+    for (i, a) in group.iter().enumerate() {
+        let s = &a.sandbox;
+        if let Err(e) = rules::check_admissible(s) {
+            out[i] = Some(Err(e));
+            continue;
+        }
+        if let Some(key) = s.idempotency_key.as_deref() {
+            if !seen_keys.insert((&s.project_id, key)) {
+                later.push(i);
+                continue;
+            }
+        }
+        by_org.entry(&s.org_id).or_default().push(i);
+    }
+    for items in by_org.into_values() {
+        if items.len() > 1 {
+            match decide_in_one_tx(store, &group, &items).await {
+                Ok(decided) => {
+                    for (i, o) in decided {
+                        out[i] = Some(o);
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, size = items.len(),
+                        "admission group failed as a whole; admitting its items one by one");
+                }
+            }
+        }
+        for i in items {
+            out[i] = Some(alone(store, &group, i).await);
+        }
+    }
+    for i in later {
+        out[i] = Some(alone(store, &group, i).await);
+    }
+    out.into_iter()
+        .map(|o| o.unwrap_or_else(|| Err(StoreError::Database("admission not decided".into()))))
+        .collect()
+}
+
+/// Item `i` in a transaction of its own.
+async fn alone(store: &PgStore, group: &[Admission], i: usize) -> Outcome {
+    let mut decided = decide_in_one_tx(store, group, &[i]).await?;
+    match decided.pop() {
+        Some((_, outcome)) => outcome,
+        None => Err(StoreError::Database("admission not decided".into())),
+    }
+}
+
+/// What one project's items are checked against.
+struct ProjectLimits {
+    org: Option<String>,
+    quota: crate::Quota,
+    usage: Usage,
+}
+
+/// Decides `items` (indexes into `group`, all of one org) in one transaction and commits the
+/// admitted ones. `Err` means nothing was committed.
+async fn decide_in_one_tx(
+    store: &PgStore,
+    group: &[Admission],
+    items: &[usize],
+) -> Result<Vec<(usize, Outcome)>, StoreError> {
+    let Some(&first) = items.first() else {
+        return Ok(Vec::new());
+    };
+    let org = &group[first].sandbox.org_id;
+    let mut tx = store.begin().await?;
+    lock_org(&mut tx, org).await?;
+    let org_scope = QuotaScope::Org(org.clone());
+    let mut org_usage: Option<Usage> = None;
+    let mut org_quota: Option<crate::Quota> = None;
+    let mut projects: HashMap<&ProjectId, ProjectLimits> = HashMap::new();
+    for &i in items {
+        let p = &group[i].sandbox.project_id;
+        if projects.contains_key(p) {
+            continue;
+        }
+        let l = read_limits(&mut tx, p, &org_scope, &QuotaScope::Project(p.clone())).await?;
+        org_usage.get_or_insert(l.org_usage);
+        if org_quota.is_none() {
+            org_quota = Some(l.org_quota.unwrap_or_default());
+        }
+        projects.insert(
+            p,
+            ProjectLimits {
+                org: l.project_org,
+                quota: l.prj_quota.unwrap_or_default(),
+                usage: l.prj_usage,
+            },
+        );
+    }
+    let mut org_usage = org_usage.unwrap_or_default();
+    let org_quota = org_quota.unwrap_or_default();
+    let replays = earlier_admissions(&mut tx, group, items).await?;
+
+    let mut decided: Vec<(usize, Outcome)> = Vec::with_capacity(items.len());
+    let mut admitted: Vec<usize> = Vec::new();
+    for &i in items {
+        let a = &group[i];
+        let s = &a.sandbox;
+        let Some(prj) = projects.get_mut(&s.project_id) else {
+            decided.push((i, Err(StoreError::NotFound)));
+            continue;
+        };
+        if prj.org.as_deref() != Some(org.as_str()) {
+            decided.push((i, Err(StoreError::NotFound)));
+            continue;
+        }
+        if let Some(key) = s.idempotency_key.as_deref() {
+            if let Some((earlier, hash)) = replays.get(&(s.project_id.as_str(), key)) {
+                let outcome = if *hash == a.request_hash {
+                    Ok(Admitted::Replayed(earlier.clone()))
+                } else {
+                    Err(StoreError::IdempotencyMismatch)
+                };
+                decided.push((i, outcome));
+                continue;
+            }
+        }
+        let quota = org_quota.clone().or(&a.defaults);
+        if let Err(e) =
+            rules::check_admission_limits(s, (&org_usage, &quota), (&prj.usage, &prj.quota))
+        {
+            decided.push((i, Err(e)));
+            continue;
+        }
+        org_usage.add(SandboxStatus::Queued, &s.spec.resources);
+        prj.usage.add(SandboxStatus::Queued, &s.spec.resources);
+        admitted.push(i);
+    }
+    if !admitted.is_empty() {
+        insert_rows(&mut tx, group, &admitted).await?;
+        let at = admitted
+            .iter()
+            .map(|&i| group[i].sandbox.created_at)
+            .max()
+            .unwrap_or_else(Utc::now);
+        let events = admitted
+            .iter()
+            .map(|&i| {
+                let a = &group[i];
+                let s = &a.sandbox;
+                let e = rules::admit_entry(s, &a.actor);
+                audit_pg::event_for(
+                    Some(&s.org_id),
+                    Some(&s.project_id),
+                    s.id.as_str(),
+                    e.actor,
+                    e.action,
+                    e.detail,
+                )
+            })
+            .collect();
+        audit_pg::append_chained_many(&mut tx, events, at).await?;
+    }
+    tx.commit().await?;
+    decided.extend(
+        admitted
+            .into_iter()
+            .map(|i| (i, Ok(Admitted::New(group[i].sandbox.clone())))),
+    );
+    Ok(decided)
+}
+
+/// Rows already stored under the `Idempotency-Key`s of `items`, keyed by (project, key),
+/// with their request hashes.
+async fn earlier_admissions<'g>(
+    tx: &mut Transaction<'static, Postgres>,
+    group: &'g [Admission],
+    items: &[usize],
+) -> Result<HashMap<(&'g str, &'g str), (Sandbox, String)>, StoreError> {
+    let keyed: Vec<(&'g str, &'g str)> = items
+        .iter()
+        .filter_map(|&i| {
+            let s = &group[i].sandbox;
+            s.idempotency_key
+                .as_deref()
+                .map(|k| (s.project_id.as_str(), k))
+        })
+        .collect();
+    let mut found = HashMap::new();
+    if keyed.is_empty() {
+        return Ok(found);
+    }
+    let rows = sqlx::query(
+        "SELECT s.project_id, s.idempotency_key, s.doc, s.request_hash
+         FROM UNNEST($1::text[], $2::text[]) AS k(project_id, idempotency_key)
+         JOIN sandboxes s ON s.project_id = k.project_id
+                         AND s.idempotency_key = k.idempotency_key",
+    )
+    .bind(keyed.iter().map(|k| k.0).collect::<Vec<_>>())
+    .bind(keyed.iter().map(|k| k.1).collect::<Vec<_>>())
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in rows {
+        let project: String = row.try_get("project_id")?;
+        let key: String = row.try_get("idempotency_key")?;
+        let Some(&k) = keyed.iter().find(|k| k.0 == project && k.1 == key) else {
+            continue;
+        };
+        found.insert(k, (sandbox_of(&row)?, row.try_get("request_hash")?));
+    }
+    Ok(found)
+}
+
+/// Inserts the rows of `admitted` with one statement.
+async fn insert_rows(
+    tx: &mut Transaction<'static, Postgres>,
+    group: &[Admission],
+    admitted: &[usize],
+) -> Result<(), StoreError> {
+    let rows: Vec<&Admission> = admitted.iter().map(|&i| &group[i]).collect();
+    let text = |f: fn(&Admission) -> Option<&str>| -> Vec<Option<&str>> {
+        rows.iter().map(|a| f(a)).collect()
+    };
+    let time = |f: fn(&Sandbox) -> Option<DateTime<Utc>>| -> Vec<Option<DateTime<Utc>>> {
+        rows.iter().map(|a| f(&a.sandbox)).collect()
+    };
+    let mut attempts = Vec::with_capacity(rows.len());
+    let mut cpu = Vec::with_capacity(rows.len());
+    let mut memory = Vec::with_capacity(rows.len());
+    let mut disk = Vec::with_capacity(rows.len());
+    let mut docs = Vec::with_capacity(rows.len());
+    for a in &rows {
+        let s = &a.sandbox;
+        attempts.push(to_i32(s.attempts)?);
+        cpu.push(i64::from(s.spec.resources.cpu));
+        memory.push(to_i64(s.spec.resources.memory_mib, "memory")?);
+        disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
+        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Database(e.to_string()))?);
+    }
+    let res = sqlx::query(
+        "INSERT INTO sandboxes (id, org_id, project_id, status, status_version, pool,
+             backend_ref, idempotency_key, request_hash, attempts, priority, cpu, memory_mib,
+             disk_gib, next_attempt_at, expires_at, created_at, updated_at, doc)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+             $6::text[], $7::text[], $8::text[], $9::text[], $10::int[], $11::int[],
+             $12::bigint[], $13::bigint[], $14::bigint[], $15::timestamptz[],
+             $16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::jsonb[])",
+    )
+    .bind(text(|a| Some(a.sandbox.id.as_str())))
+    .bind(text(|a| Some(a.sandbox.org_id.as_str())))
+    .bind(text(|a| Some(a.sandbox.project_id.as_str())))
+    .bind(text(|a| Some(a.sandbox.status.as_str())))
+    .bind(
+        rows.iter()
+            .map(|a| a.sandbox.status_version)
+            .collect::<Vec<i64>>(),
+    )
+    .bind(text(|a| a.sandbox.pool.as_deref()))
+    .bind(text(|a| a.sandbox.backend_ref.as_deref()))
+    .bind(text(|a| a.sandbox.idempotency_key.as_deref()))
+    .bind(text(|a| Some(a.request_hash.as_str())))
+    .bind(attempts)
+    .bind(
+        rows.iter()
+            .map(|a| a.sandbox.spec.priority)
+            .collect::<Vec<i32>>(),
+    )
+    .bind(cpu)
+    .bind(memory)
+    .bind(disk)
+    .bind(time(|s| Some(s.created_at)))
+    .bind(time(|s| s.expires_at))
+    .bind(time(|s| Some(s.created_at)))
+    .bind(time(|s| Some(s.updated_at)))
+    .bind(docs)
+    .execute(&mut **tx)
+    .await?;
+    if res.rows_affected() != rows.len() as u64 {
+        return Err(StoreError::Database(format!(
+            "admission insert wrote {} of {} rows",
+            res.rows_affected(),
+            rows.len()
+        )));
+    }
+    Ok(())
+}
