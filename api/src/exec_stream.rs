@@ -1,14 +1,20 @@
 //! Exec: `POST /v1/sandboxes/{id}/exec` (collected, size-capped) and
-//! `POST /v1/sandboxes/{id}/exec/stream` (SSE). Both go straight from this replica to the
-//! pool's adapter (no bus hop) and count as activity; an idle sandbox is woken first.
+//! `POST /v1/sandboxes/{id}/exec/stream` (SSE, or binary frames on request). Both go straight
+//! from this replica to the pool's adapter (no bus hop) and count as activity; an idle sandbox
+//! is woken first.
 //!
 //! Streaming: the adapter writes `ExecEvent`s into a bounded channel (`STREAM_BUFFER`
-//! chunks of at most 64 KiB); the SSE body takes one event at a time as hyper can write it,
+//! chunks of at most 64 KiB); the body takes one event at a time as hyper can write it,
 //! so a slow reader fills the channel and the command blocks on its pipe: memory stays
 //! bounded whatever the output size. A client that disconnects drops the body, which closes
-//! the channel, which cancels the command on the backend. `: ping` comments every
-//! `HEARTBEAT` keep proxies from closing a quiet stream. The only time limit is the request's
+//! the channel, which cancels the command on the backend. The only time limit is the request's
 //! own `timeoutSeconds` (exit code 124).
+//!
+//! Two response formats share that run ([`Running`]) and differ only in how an event becomes
+//! body bytes. SSE (the default) carries each chunk as a JSON string (UTF-8 text or base64)
+//! with `: ping` comments every `HEARTBEAT`. `Accept: application/vnd.differently.exec-stream`
+//! selects length-prefixed binary frames ([`frames`]): raw bytes with no escaping on either
+//! side, for clients that want throughput or exact bytes; heartbeat frames replace the pings.
 //!
 //! Collected exec uses the streaming path when the pool has `exec.stream`, so output is
 //! binary-safe (`outputEncoding: "base64"`) and capped at `OUTPUT_CAP_BYTES` per stream with
@@ -16,24 +22,33 @@
 //! `exec.stream` the adapter's own exec is used, and base64 output is refused (501) rather than
 //! faked from lossy text.
 
+#[path = "exec_frames.rs"]
+pub mod frames;
+
 use differently_adapters::metered::metered;
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine;
-use differently_adapters::{AdapterError, ExecEvent};
+use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::exec::{ExecRequest, ExecResult, OutputEncoding};
 use differently_core::tenancy::Scope;
 use differently_core::ErrorCode;
 use futures::Stream;
 use serde_json::json;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use self::frames::FrameType;
 
 use crate::auth::Principal;
 use crate::body::parse_json;
@@ -43,9 +58,9 @@ use crate::AppState;
 
 /// Output kept per stream by collected exec.
 pub const OUTPUT_CAP_BYTES: usize = 1024 * 1024;
-/// Chunks buffered between the adapter and the SSE body.
+/// Chunks buffered between the adapter and the response body.
 pub const STREAM_BUFFER: usize = 8;
-/// Interval of `: ping` comments on a quiet stream.
+/// Interval of `: ping` comments (SSE) or heartbeat frames on a quiet stream.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
 /// Routes of this module.
@@ -173,19 +188,80 @@ async fn exec(
     }))
 }
 
-/// What the SSE body is doing.
-enum Phase {
-    Streaming,
-    Done,
+/// A streamed exec in progress: the adapter runs in its own task and writes output into
+/// `rx`. Both response formats read it through [`Running::next`], so the run itself (audit,
+/// metering, backpressure, cancellation on hang-up, the timeout's exit 124) is one code path
+/// and the formats differ only in how a [`Next`] becomes body bytes. Dropping it (the client
+/// hung up, so hyper dropped the body) closes the channel, which cancels the command.
+struct Running {
+    rx: mpsc::Receiver<ExecEvent>,
+    task: Option<tokio::task::JoinHandle<Result<ExecExit, AdapterError>>>,
 }
 
-struct StreamState {
-    rx: mpsc::Receiver<ExecEvent>,
-    task: Option<tokio::task::JoinHandle<Result<differently_adapters::ExecExit, AdapterError>>>,
+/// What a streamed exec produces next.
+enum Next {
+    /// A chunk of output (≤ 64 KiB, as the adapter wrote it).
+    Output(ExecEvent),
+    /// The end; nothing follows.
+    End(Ending),
+}
+
+/// How a streamed exec ended, with the JSON both formats carry: SSE as the `exit`/`error`
+/// event's data, frames as the exit/error frame's payload.
+struct Ending {
+    /// `true` for an exit (the command ran to an exit code), `false` for an error.
+    exited: bool,
+    json: String,
+}
+
+impl Ending {
+    fn of(end: Result<Result<ExecExit, AdapterError>, tokio::task::JoinError>) -> Ending {
+        match end {
+            Ok(Ok(exit)) => Ending {
+                exited: true,
+                json: json!({ "exitCode": exit.exit_code, "durationMs": exit.duration_ms })
+                    .to_string(),
+            },
+            Ok(Err(e)) => {
+                let api = ApiError::from(e);
+                Ending {
+                    exited: false,
+                    json: json!({ "code": api.code, "message": api.message }).to_string(),
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "exec stream task failed");
+                Ending {
+                    exited: false,
+                    json: json!({ "code": ErrorCode::Internal, "message": "internal error" })
+                        .to_string(),
+                }
+            }
+        }
+    }
+}
+
+impl Running {
+    /// The next output chunk, then the ending once, then `None`. Cancel-safe (the binary
+    /// body races it against the heartbeat timer): the task handle is kept until it resolves.
+    async fn next(&mut self) -> Option<Next> {
+        if let Some(ev) = self.rx.recv().await {
+            return Some(Next::Output(ev));
+        }
+        // The adapter dropped its sender: it has finished.
+        let end = (self.task.as_mut()?).await;
+        self.task = None;
+        Some(Next::End(Ending::of(end)))
+    }
+}
+
+/// What the SSE body keeps between events.
+struct SseState {
+    run: Running,
     enc: OutputEncoding,
     out: Utf8Carry,
     err: Utf8Carry,
-    phase: Phase,
+    done: bool,
     /// Tail events (flushed UTF-8 remainders, then exit or error) still to send.
     tail: Vec<Event>,
 }
@@ -196,17 +272,17 @@ fn data_event(kind: &str, data: String) -> Event {
         .data(json!({ "data": data }).to_string())
 }
 
-fn sse_events(st: StreamState) -> impl Stream<Item = Result<Event, Infallible>> {
+fn sse_events(st: SseState) -> impl Stream<Item = Result<Event, Infallible>> {
     futures::stream::unfold(st, |mut st| async move {
         loop {
             if let Some(ev) = st.tail.pop() {
                 return Some((Ok(ev), st));
             }
-            if matches!(st.phase, Phase::Done) {
+            if st.done {
                 return None;
             }
-            match st.rx.recv().await {
-                Some(ExecEvent::Stdout(b)) => {
+            match st.run.next().await {
+                Some(Next::Output(ExecEvent::Stdout(b))) => {
                     let data = match st.enc {
                         OutputEncoding::Base64 => encode(st.enc, &b),
                         OutputEncoding::Utf8 => st.out.push(&b),
@@ -216,7 +292,7 @@ fn sse_events(st: StreamState) -> impl Stream<Item = Result<Event, Infallible>> 
                     }
                     return Some((Ok(data_event("stdout", data)), st));
                 }
-                Some(ExecEvent::Stderr(b)) => {
+                Some(Next::Output(ExecEvent::Stderr(b))) => {
                     let data = match st.enc {
                         OutputEncoding::Base64 => encode(st.enc, &b),
                         OutputEncoding::Utf8 => st.err.push(&b),
@@ -226,34 +302,11 @@ fn sse_events(st: StreamState) -> impl Stream<Item = Result<Event, Infallible>> 
                     }
                     return Some((Ok(data_event("stderr", data)), st));
                 }
-                None => {
-                    // The adapter dropped its sender: it has finished.
-                    st.phase = Phase::Done;
-                    let end = match st.task.take() {
-                        Some(t) => t.await,
-                        None => continue,
-                    };
-                    let last = match end {
-                        Ok(Ok(exit)) => Event::default().event("exit").data(
-                            json!({ "exitCode": exit.exit_code, "durationMs": exit.duration_ms })
-                                .to_string(),
-                        ),
-                        Ok(Err(e)) => {
-                            let api = ApiError::from(e);
-                            Event::default().event("error").data(
-                                json!({ "code": api.code, "message": api.message }).to_string(),
-                            )
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "exec stream task failed");
-                            Event::default().event("error").data(
-                                json!({ "code": ErrorCode::Internal, "message": "internal error" })
-                                    .to_string(),
-                            )
-                        }
-                    };
+                Some(Next::End(end)) => {
+                    st.done = true;
+                    let name = if end.exited { "exit" } else { "error" };
                     // Popped from the back: the exit goes last.
-                    st.tail.push(last);
+                    st.tail.push(Event::default().event(name).data(end.json));
                     let rest_err = st.err.finish();
                     if !rest_err.is_empty() {
                         st.tail.push(data_event("stderr", rest_err));
@@ -263,25 +316,165 @@ fn sse_events(st: StreamState) -> impl Stream<Item = Result<Event, Infallible>> 
                         st.tail.push(data_event("stdout", rest_out));
                     }
                 }
+                None => st.done = true,
             }
         }
     })
 }
 
-async fn exec_stream(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let req = parse_exec(&body)?;
+fn sse_response(run: Running, enc: OutputEncoding) -> Response {
+    let st = SseState {
+        run,
+        enc,
+        out: Utf8Carry::default(),
+        err: Utf8Carry::default(),
+        done: false,
+        tail: Vec::new(),
+    };
+    Sse::new(sse_events(st))
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT).text("ping"))
+        .into_response()
+}
+
+/// What the frame body keeps between body chunks.
+struct FrameState {
+    run: Running,
+    /// Body chunks (frame headers and payloads) still to send, in order.
+    pending: VecDeque<Bytes>,
+    done: bool,
+    /// Quiet time after which a heartbeat is sent (`HEARTBEAT`; shorter in tests).
+    every: Duration,
+    /// When the last frame was produced; a heartbeat follows `every` after it.
+    last_frame: Instant,
+    /// Armed for `last_frame + every` lazily: it is moved only when it fires, so busy
+    /// streams do not touch the timer once per chunk.
+    heartbeat: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl FrameState {
+    fn new(run: Running, every: Duration) -> FrameState {
+        FrameState {
+            run,
+            pending: VecDeque::new(),
+            done: false,
+            every,
+            last_frame: Instant::now(),
+            heartbeat: Box::pin(tokio::time::sleep(every)),
+        }
+    }
+}
+
+/// The binary body: each output chunk becomes a header chunk plus the adapter's own bytes.
+fn frame_chunks(st: FrameState) -> impl Stream<Item = Result<Bytes, Infallible>> {
+    futures::stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(chunk) = st.pending.pop_front() {
+                return Some((Ok(chunk), st));
+            }
+            if st.done {
+                return None;
+            }
+            let next = tokio::select! {
+                biased;
+                next = st.run.next() => next,
+                () = &mut st.heartbeat => {
+                    if Instant::now() >= st.last_frame + st.every {
+                        st.pending.push_back(frames::heartbeat());
+                        st.last_frame = Instant::now();
+                    }
+                    let at = st.last_frame + st.every;
+                    st.heartbeat.as_mut().reset(at);
+                    continue;
+                }
+            };
+            match next {
+                Some(Next::Output(ExecEvent::Stdout(b))) => {
+                    frames::output(FrameType::Stdout, b, &mut st.pending);
+                }
+                Some(Next::Output(ExecEvent::Stderr(b))) => {
+                    frames::output(FrameType::Stderr, b, &mut st.pending);
+                }
+                Some(Next::End(end)) => {
+                    let kind = if end.exited {
+                        FrameType::Exit
+                    } else {
+                        FrameType::Error
+                    };
+                    st.pending
+                        .push_back(frames::control(kind, end.json.as_bytes()));
+                    st.done = true;
+                }
+                None => st.done = true,
+            }
+            if !st.pending.is_empty() {
+                st.last_frame = Instant::now();
+            }
+        }
+    })
+}
+
+/// Whether the client asked for frames: `Accept` names [`frames::MEDIA_TYPE`] with a
+/// non-zero `q` no lower than that of any range SSE satisfies (`text/event-stream`,
+/// `text/*`, `*/*`). Everything else, including no `Accept` at all, gets SSE, so existing
+/// clients see no change; `application/*` alone does not opt in.
+fn wants_frames(headers: &HeaderMap) -> bool {
+    let (mut frames_q, mut sse_q) = (None::<f32>, None::<f32>);
+    let ranges = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','));
+    for range in ranges {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim();
+        let mut q = Some(1.0f32);
+        for p in parts {
+            if let Some((k, v)) = p.split_once('=') {
+                if k.trim().eq_ignore_ascii_case("q") {
+                    q = v
+                        .trim()
+                        .parse::<f32>()
+                        .ok()
+                        .filter(|q| (0.0..=1.0).contains(q));
+                }
+            }
+        }
+        // A malformed q makes the range unusable rather than guessing.
+        let Some(q) = q else { continue };
+        let slot = if media.eq_ignore_ascii_case(frames::MEDIA_TYPE) {
+            &mut frames_q
+        } else if ["text/event-stream", "text/*", "*/*"]
+            .iter()
+            .any(|m| media.eq_ignore_ascii_case(m))
+        {
+            &mut sse_q
+        } else {
+            continue;
+        };
+        *slot = Some(slot.map_or(q, |old| old.max(q)));
+    }
+    match frames_q {
+        Some(f) => f > 0.0 && sse_q.is_none_or(|s| f >= s),
+        None => false,
+    }
+}
+
+/// The checks, audit record and adapter call every streamed exec shares, whatever its
+/// response format; returns the run and the output encoding the request asked for.
+async fn start_stream(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    body: &Bytes,
+) -> ApiResult<(Running, OutputEncoding)> {
+    let req = parse_exec(body)?;
     principal.require(Scope::SandboxesExec)?;
-    let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "exec.stream").await?;
+    let sandbox = load(state, principal, id).await?;
+    let (pool, at, sandbox) = ready_for_data(state, principal, sandbox, "exec.stream").await?;
     tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec stream");
     audit(
-        &state,
-        &principal,
+        state,
+        principal,
         &sandbox,
         "sandbox.exec_stream",
         json!({ "program": req.program() }),
@@ -294,29 +487,219 @@ async fn exec_stream(
     let task = tokio::spawn(async move {
         metered(&name, "exec_stream", adapter.exec_stream(&at, &req, tx)).await
     });
-    let st = StreamState {
+    let run = Running {
         rx,
         task: Some(task),
-        enc,
-        out: Utf8Carry::default(),
-        err: Utf8Carry::default(),
-        phase: Phase::Streaming,
-        tail: Vec::new(),
     };
-    let sse =
-        Sse::new(sse_events(st)).keep_alive(KeepAlive::new().interval(HEARTBEAT).text("ping"));
-    let mut resp = sse.into_response();
-    // Ask buffering proxies (nginx) to pass events through as they come.
-    resp.headers_mut().insert(
-        "x-accel-buffering",
-        axum::http::HeaderValue::from_static("no"),
-    );
+    Ok((run, enc))
+}
+
+async fn exec_stream(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let binary = wants_frames(&headers);
+    let (run, enc) = start_stream(&state, &principal, &id, &body).await?;
+    let mut resp = if binary {
+        // `outputEncoding` does not apply: frames carry the raw bytes.
+        let mut resp =
+            Body::from_stream(frame_chunks(FrameState::new(run, HEARTBEAT))).into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(frames::MEDIA_TYPE),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        resp
+    } else {
+        sse_response(run, enc)
+    };
+    // Ask buffering proxies (nginx) to pass output through as it comes.
+    resp.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use frames::{Frame, FrameDecoder};
+    use futures::StreamExt;
+
+    fn accept(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_an_explicit_accept_selects_frames() {
+        let t = frames::MEDIA_TYPE;
+        for (values, want) in [
+            (vec![], false),
+            (vec!["*/*"], false),
+            (vec!["text/event-stream"], false),
+            (vec!["application/*"], false),
+            (vec!["application/json"], false),
+            (vec![t], true),
+            (vec!["Application/Vnd.Differently.Exec-Stream"], true),
+            (vec![&format!("{t}, text/event-stream")], true),
+            (vec![&format!("text/event-stream, {t}")], true),
+            (vec![&format!("{t};q=0.5, text/event-stream")], false),
+            (vec![&format!("{t};q=0.5, application/json")], true),
+            (vec![&format!("{t} ; q=0.9, */*;q=0.1")], true),
+            (vec![&format!("{t};q=0")], false),
+            (vec![&format!("{t};q=banana")], false),
+            (vec!["text/event-stream;q=0.2", t], true),
+        ] {
+            assert_eq!(wants_frames(&accept(&values)), want, "{values:?}");
+        }
+    }
+
+    /// A run whose adapter writes `events` and then ends with `end`, after `pause` if given.
+    fn run_of(
+        events: Vec<ExecEvent>,
+        pause: Option<Duration>,
+        end: Result<ExecExit, AdapterError>,
+    ) -> Running {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let task = tokio::spawn(async move {
+            if let Some(p) = pause {
+                tokio::time::sleep(p).await;
+            }
+            for ev in events {
+                let _ = tx.send(ev).await;
+            }
+            end
+        });
+        Running {
+            rx,
+            task: Some(task),
+        }
+    }
+
+    async fn frame_body(run: Running, every: Duration) -> (Vec<Bytes>, Vec<Frame>) {
+        let chunks: Vec<Bytes> = frame_chunks(FrameState::new(run, every))
+            .map(|c| match c {
+                Ok(c) => c,
+                Err(e) => match e {},
+            })
+            .collect()
+            .await;
+        let mut d = FrameDecoder::default();
+        let mut frames = Vec::new();
+        for c in &chunks {
+            frames.extend(d.push(c).unwrap());
+        }
+        d.finish().unwrap();
+        (chunks, frames)
+    }
+
+    #[tokio::test]
+    async fn frame_body_carries_raw_bytes_then_the_exit() {
+        let binary = Bytes::from_static(b"\xff\xfe\x00y\n");
+        let run = run_of(
+            vec![
+                ExecEvent::Stdout(binary.clone()),
+                ExecEvent::Stdout(Bytes::new()),
+                ExecEvent::Stderr(Bytes::from_static(b"err")),
+            ],
+            None,
+            Ok(ExecExit {
+                exit_code: 3,
+                duration_ms: 12,
+            }),
+        );
+        let (chunks, frames) = frame_body(run, HEARTBEAT).await;
+        // The payload chunk is the adapter's buffer, not a copy.
+        assert!(chunks.iter().any(|c| c.as_ptr() == binary.as_ptr()));
+        let kinds: Vec<FrameType> = frames.iter().map(|f| f.kind).collect();
+        assert_eq!(
+            kinds,
+            [FrameType::Stdout, FrameType::Stderr, FrameType::Exit]
+        );
+        assert_eq!(frames[0].payload, binary);
+        assert_eq!(&frames[1].payload[..], b"err");
+        let exit: serde_json::Value = serde_json::from_slice(&frames[2].payload).unwrap();
+        assert_eq!(exit, json!({"exitCode": 3, "durationMs": 12}));
+    }
+
+    #[tokio::test]
+    async fn frame_body_ends_with_an_error_frame_on_failure() {
+        let run = run_of(
+            vec![ExecEvent::Stdout(Bytes::from_static(b"a"))],
+            None,
+            Err(AdapterError::Unavailable("backend down".into())),
+        );
+        let (_, frames) = frame_body(run, HEARTBEAT).await;
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[1].kind, FrameType::Error);
+        let err: serde_json::Value = serde_json::from_slice(&frames[1].payload).unwrap();
+        assert_eq!(
+            err["code"],
+            json!(ApiError::from(AdapterError::Unavailable(String::new())).code)
+        );
+        assert!(err["message"].is_string());
+    }
+
+    #[tokio::test]
+    async fn a_quiet_frame_stream_sends_heartbeats() {
+        let run = run_of(
+            vec![ExecEvent::Stdout(Bytes::from_static(b"late"))],
+            Some(Duration::from_millis(250)),
+            Ok(ExecExit {
+                exit_code: 0,
+                duration_ms: 250,
+            }),
+        );
+        let (_, frames) = frame_body(run, Duration::from_millis(40)).await;
+        let beats = frames
+            .iter()
+            .take_while(|f| f.kind == FrameType::Heartbeat)
+            .count();
+        assert!(beats >= 2, "{frames:?}");
+        assert!(frames
+            .iter()
+            .all(|f| f.kind != FrameType::Heartbeat || f.payload.is_empty()));
+        assert_eq!(frames[beats].kind, FrameType::Stdout);
+        assert_eq!(frames[beats + 1].kind, FrameType::Exit);
+    }
+
+    #[tokio::test]
+    async fn sse_body_is_unchanged() {
+        let run = run_of(
+            vec![
+                ExecEvent::Stdout(Bytes::from_static(b"a\n\xe2\x98")),
+                ExecEvent::Stderr(Bytes::from_static(b"b\n")),
+                ExecEvent::Stdout(Bytes::from_static(b"\x83")),
+            ],
+            None,
+            Ok(ExecExit {
+                exit_code: 7,
+                duration_ms: 5,
+            }),
+        );
+        let resp = sse_response(run, OutputEncoding::Utf8);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/event-stream");
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let exit = json!({"exitCode": 7, "durationMs": 5}).to_string();
+        assert_eq!(
+            String::from_utf8(body.to_vec()).unwrap(),
+            format!(
+                "event: stdout\ndata: {{\"data\":\"a\\n\"}}\n\n\
+                 event: stderr\ndata: {{\"data\":\"b\\n\"}}\n\n\
+                 event: stdout\ndata: {{\"data\":\"☃\"}}\n\n\
+                 event: exit\ndata: {exit}\n\n"
+            )
+        );
+    }
 
     #[test]
     fn utf8_split_across_chunks_is_held_back() {
