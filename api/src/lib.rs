@@ -15,6 +15,7 @@ use differently_core::ErrorCode;
 use differently_store::Store;
 use serde_json::json;
 
+pub mod admission_queue;
 pub mod audit;
 pub mod auth;
 pub mod auth_cache;
@@ -81,6 +82,8 @@ pub struct Inner {
     pub auth_failures: ratelimit::Buckets<std::net::IpAddr>,
     /// Key and organization records read in the last second (`auth_cache`).
     pub auth_cache: auth_cache::AuthCache,
+    /// Creates gathered per organization into one store transaction (`admission_queue`).
+    pub admissions: admission_queue::AdmissionQueue,
 }
 
 impl std::ops::Deref for AppState {

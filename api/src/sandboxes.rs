@@ -1,6 +1,7 @@
 //! `/v1/sandboxes`: admission, reads, wait and delete (exec is in `exec_stream`).
 //!
-//! Create: authenticate → build and validate → fail-fast placement → admit transaction →
+//! Create: authenticate → build and validate → fail-fast placement → admit transaction (grouped
+//! per org with concurrent creates, `admission_queue`) →
 //! publish `dly.admit.<org>` → 202. A lost publish is repaired by the scheduler from Postgres.
 
 use std::time::Duration;
@@ -114,13 +115,17 @@ async fn create(
         Utc::now(),
     );
     let admitted = state
-        .store
-        .admit(Admission {
-            sandbox,
-            request_hash,
-            defaults: state.limits.quota_defaults,
-            actor: principal.actor(),
-        })
+        .admissions
+        .admit(
+            &state.store,
+            Admission {
+                sandbox,
+                request_hash,
+                defaults: state.limits.quota_defaults,
+                actor: principal.actor(),
+                request_id: differently_store::audit::current_request_id(),
+            },
+        )
         .await
         .inspect_err(|_| count_admission("rejected"))?;
     let sandbox = match admitted {

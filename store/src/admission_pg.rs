@@ -21,7 +21,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::memory::rules;
 use crate::postgres::{lock_org, read_limits, sandbox_of, to_i32, to_i64, PgStore};
-use crate::{audit_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
+use crate::{audit, audit_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
 
 /// One item's outcome.
 type Outcome = Result<Admitted, StoreError>;
@@ -178,17 +178,19 @@ async fn decide_in_one_tx(
                 let a = &group[i];
                 let s = &a.sandbox;
                 let e = rules::admit_entry(s, &a.actor);
-                audit_pg::event_for(
+                let ev = audit_pg::event_for(
                     Some(&s.org_id),
                     Some(&s.project_id),
                     s.id.as_str(),
                     e.actor,
                     e.action,
                     e.detail,
-                )
+                );
+                let request_id = a.request_id.clone().or_else(audit::current_request_id);
+                (ev, request_id)
             })
             .collect();
-        audit_pg::append_chained_many(&mut tx, events, at).await?;
+        audit_pg::append_chained_requests(&mut tx, events, at).await?;
     }
     tx.commit().await?;
     decided.extend(

@@ -61,14 +61,30 @@ pub(crate) async fn append_chained_many(
     events: Vec<NewAuditEvent>,
     at: DateTime<Utc>,
 ) -> Result<Vec<AuditEvent>, StoreError> {
+    let request_id = audit::current_request_id();
+    let events = events
+        .into_iter()
+        .map(|e| (e, request_id.clone()))
+        .collect();
+    append_chained_requests(tx, events, at).await
+}
+
+/// `append_chained_many` with each record's own request id, for records written on behalf
+/// of several requests (a group of admissions).
+pub(crate) async fn append_chained_requests(
+    tx: &mut Transaction<'static, Postgres>,
+    events: Vec<(NewAuditEvent, Option<String>)>,
+    at: DateTime<Utc>,
+) -> Result<Vec<AuditEvent>, StoreError> {
     let mut out = Vec::with_capacity(events.len());
-    let mut by_chain: std::collections::BTreeMap<String, Vec<NewAuditEvent>> =
+    type Pending = Vec<(NewAuditEvent, Option<String>)>;
+    let mut by_chain: std::collections::BTreeMap<String, Pending> =
         std::collections::BTreeMap::new();
-    for e in events {
+    for (e, request_id) in events {
         by_chain
             .entry(chain_of(e.org_id.as_ref()))
             .or_default()
-            .push(e);
+            .push((e, request_id));
     }
     for (chain, events) in by_chain {
         let started = std::time::Instant::now();
@@ -76,17 +92,16 @@ pub(crate) async fn append_chained_many(
             Some(head) => Some(head),
             None => first_head(tx, &chain).await?,
         };
-        let request_id = audit::current_request_id();
         let mut recs: Vec<AuditEvent> = events
             .into_iter()
-            .map(|e| {
+            .map(|(e, request_id)| {
                 let rec = AuditEvent::chained(
                     audit::process_key(),
                     chain.clone(),
                     head.take(),
                     e,
                     at,
-                    request_id.clone(),
+                    request_id,
                 );
                 head = Some((rec.chain_seq, rec.hash.clone()));
                 rec

@@ -92,6 +92,9 @@ pub struct Admission {
     /// (read inside the transaction) take precedence field by field.
     pub defaults: Quota,
     pub actor: Actor,
+    /// The request that asked, for the audit record; `None`: the current task's
+    /// (`audit::with_request_id`). Set when another task (a group of admissions) writes it.
+    pub request_id: Option<String>,
 }
 
 /// Result of `admit`.
@@ -280,7 +283,10 @@ pub trait Store:
     async fn admit_many(&self, group: Vec<Admission>) -> Vec<Result<Admitted, StoreError>> {
         let mut out = Vec::with_capacity(group.len());
         for a in group {
-            out.push(self.admit(a).await);
+            out.push(match a.request_id.clone() {
+                Some(id) => audit::with_request_id(id, self.admit(a)).await,
+                None => self.admit(a).await,
+            });
         }
         out
     }

@@ -799,6 +799,7 @@ impl Store for MemoryStore {
             request_hash,
             defaults,
             actor,
+            request_id: _,
         } = admission;
         rules::check_admissible(&sandbox)?;
         let mut st = self.lock();

@@ -86,6 +86,7 @@ async fn admit(s: &dyn Store, org: &OrgId, prj: &ProjectId) -> Sandbox {
         Utc::now(),
     );
     s.admit(Admission {
+        request_id: None,
         sandbox: sbx.clone(),
         request_hash: "h".into(),
         defaults: Quota::default(),

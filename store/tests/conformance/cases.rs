@@ -85,6 +85,7 @@ fn new_sandbox(org: &OrgId, prj: &ProjectId, key: Option<&str>) -> Sandbox {
 
 fn admission(sandbox: Sandbox, hash: &str, max_queued: Option<u32>) -> Admission {
     Admission {
+        request_id: None,
         sandbox,
         request_hash: hash.into(),
         defaults: Quota {
@@ -1243,6 +1244,7 @@ fn quota_exceeded(r: Result<Admitted, StoreError>) -> String {
 
 fn defaults(q: Quota, sandbox: Sandbox) -> Admission {
     Admission {
+        request_id: None,
         sandbox,
         request_hash: "h".into(),
         defaults: q,
@@ -1969,6 +1971,8 @@ pub async fn admit_many_decides_in_order_like_one_by_one(env: &Env) {
         admission(new_sandbox(&a, &b1, None), "h", Some(3)),
         admission(not_queued, "h", Some(3)),
     ];
+    let mut group = group;
+    group[0].request_id = Some("req_group_0".into());
     let ids: Vec<SandboxId> = group.iter().map(|g| g.sandbox.id.clone()).collect();
     let audit_before = s.audit_tail(10_000).await.unwrap().len();
     let out = s.admit_many(group).await;
@@ -2000,6 +2004,19 @@ pub async fn admit_many_decides_in_order_like_one_by_one(env: &Env) {
         .collect();
     let expected: HashSet<&str> = [0, 3, 5].iter().map(|&i| ids[i].as_str()).collect();
     assert_eq!(admits, expected);
+    let first = s
+        .list_audit(&differently_store::audit::AuditFilter {
+            resource: Some(ids[0].to_string()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        first[0].request_id.as_deref(),
+        Some("req_group_0"),
+        "each record carries its own request's id, whichever task wrote it"
+    );
     let report = s.verify_audit().await.unwrap();
     assert!(report.ok, "{report:?}");
     let usage = s.usage(&QuotaScope::Org(a.clone())).await.unwrap();

@@ -62,6 +62,7 @@ async fn promoted_columns_match_the_document() {
         Utc::now(),
     );
     s.admit(Admission {
+        request_id: None,
         sandbox: sbx.clone(),
         request_hash: "h".into(),
         defaults: Quota::default(),
@@ -196,6 +197,7 @@ mod usage_counters {
             Utc::now(),
         );
         s.admit(Admission {
+            request_id: None,
             sandbox: sbx.clone(),
             request_hash: "h".into(),
             defaults: Quota::default(),
