@@ -115,9 +115,9 @@ impl Lane {
             let outcomes = self.store.admit_many(admissions).await;
             let mut outcomes = outcomes.into_iter();
             for reply in replies {
-                let outcome = outcomes.next().unwrap_or_else(|| {
-                    Err(StoreError::Database("admission not decided".into()))
-                });
+                let outcome = outcomes
+                    .next()
+                    .unwrap_or_else(|| Err(StoreError::Database("admission not decided".into())));
                 // A requester that went away does not undo a committed admission.
                 let _ = reply.send(outcome);
             }
@@ -192,9 +192,9 @@ mod tests {
                 admission(&b, &pb, 1000)
             };
             let id = adm.sandbox.id.clone();
-            tasks.push(tokio::spawn(async move {
-                (id, queue.admit(&store, adm).await)
-            }));
+            tasks.push(tokio::spawn(
+                async move { (id, queue.admit(&store, adm).await) },
+            ));
         }
         let (mut new_a, mut refused_a, mut new_b) = (0, 0, 0);
         for t in tasks {
