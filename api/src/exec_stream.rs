@@ -689,15 +689,13 @@ mod tests {
         let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .unwrap();
-        let exit = json!({"exitCode": 7, "durationMs": 5}).to_string();
+        // The bytes the SSE path produced before the frame format existed.
         assert_eq!(
             String::from_utf8(body.to_vec()).unwrap(),
-            format!(
-                "event: stdout\ndata: {{\"data\":\"a\\n\"}}\n\n\
-                 event: stderr\ndata: {{\"data\":\"b\\n\"}}\n\n\
-                 event: stdout\ndata: {{\"data\":\"☃\"}}\n\n\
-                 event: exit\ndata: {exit}\n\n"
-            )
+            "event: stdout\ndata: {\"data\":\"a\\n\"}\n\n\
+             event: stderr\ndata: {\"data\":\"b\\n\"}\n\n\
+             event: stdout\ndata: {\"data\":\"☃\"}\n\n\
+             event: exit\ndata: {\"durationMs\":5,\"exitCode\":7}\n\n"
         );
     }
 
