@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::frames::{FrameReader, Piece, MEDIA_TYPE as FRAMES_MEDIA_TYPE};
 use crate::sse::SseReader;
 use crate::LoadError;
 
@@ -53,6 +54,16 @@ pub enum Created {
     Accepted(String),
     /// Any other answer.
     Refused(u16, String),
+}
+
+/// The response format of `POST …/exec/stream`, chosen with `Accept`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StreamFormat {
+    /// Server-sent events with JSON-string output (the default).
+    Sse,
+    /// Binary length-prefixed frames (`Accept: application/vnd.differently.exec-stream`).
+    Frames,
 }
 
 /// The body of a `stdout`/`stderr` event of `POST …/exec/stream`.
@@ -176,21 +187,23 @@ impl Api {
         Ok(status)
     }
 
-    /// Streams `fake-output bytes` through `POST /v1/sandboxes/{id}/exec/stream` with the
-    /// default output encoding (UTF-8 text in JSON: exact for the fake's ASCII `y\n`, and
-    /// what a client gets unless it asks for base64) and returns the decoded stdout bytes,
-    /// which must be exactly `bytes`. Every event is parsed and its JSON decoded as a client
-    /// would, so the caller's clock measures the whole path.
+    /// Streams `fake-output bytes` through `POST /v1/sandboxes/{id}/exec/stream` in `format`
+    /// and returns the stdout bytes received, which must be exactly `bytes` (anything else is
+    /// an error). SSE uses the default output encoding (UTF-8 text in JSON: exact for the
+    /// fake's ASCII `y\n`, and what a client gets unless it asks for base64), and every event's
+    /// JSON is decoded as a client would; frames are read with [`FrameReader`], which counts
+    /// payload bytes in place. Either way the caller's clock measures the whole path.
     pub async fn stream_fake_output(
         &self,
         key: &str,
         id: &str,
         bytes: u64,
         timeout: Duration,
+        format: StreamFormat,
     ) -> Result<u64, LoadError> {
         let path = format!("/v1/sandboxes/{id}/exec/stream");
-        let check = |m: String| LoadError::Check(format!("POST {path}: {m}"));
-        let mut r = self
+        let check = |m: String| LoadError::Check(format!("POST {path} ({format:?}): {m}"));
+        let mut req = self
             .http
             .post(format!("{}{path}", self.base))
             .bearer_auth(key)
@@ -198,7 +211,11 @@ impl Api {
                 "command": ["fake-output", bytes.to_string()],
                 "timeoutSeconds": timeout.as_secs().max(1),
             }))
-            .timeout(timeout + Duration::from_secs(5))
+            .timeout(timeout + Duration::from_secs(5));
+        if format == StreamFormat::Frames {
+            req = req.header("accept", FRAMES_MEDIA_TYPE);
+        }
+        let r = req
             .send()
             .await
             .map_err(|e| LoadError::http(format!("POST {path}"), e))?;
@@ -211,49 +228,37 @@ impl Api {
                 body: truncate(&body),
             });
         }
-        let mut sse = SseReader::default();
-        let (mut stdout, mut stderr) = (0u64, String::new());
-        let mut exit: Option<Value> = None;
-        while let Some(chunk) = r
-            .chunk()
-            .await
-            .map_err(|e| LoadError::http(format!("POST {path} body"), e))?
-        {
-            for ev in sse.push(&chunk) {
-                match ev.event.as_str() {
-                    "stdout" | "stderr" => {
-                        let d: DataEvent = serde_json::from_slice(&ev.data).map_err(|e| {
-                            check(format!("{} event is not {{\"data\": …}}: {e}", ev.event))
-                        })?;
-                        if ev.event == "stdout" {
-                            stdout += d.data.len() as u64;
-                        } else {
-                            stderr.push_str(&d.data);
-                        }
-                    }
-                    "exit" => {
-                        exit = Some(
-                            serde_json::from_slice(&ev.data)
-                                .map_err(|e| check(format!("exit event is not JSON: {e}")))?,
-                        );
-                    }
-                    "error" => {
-                        return Err(LoadError::Api {
-                            context: format!("POST {path} (error event)"),
-                            status,
-                            body: truncate(&String::from_utf8_lossy(&ev.data)),
-                        })
-                    }
-                    other => return Err(check(format!("unexpected event {other:?}"))),
-                }
-            }
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let wanted = match format {
+            StreamFormat::Sse => "text/event-stream",
+            StreamFormat::Frames => FRAMES_MEDIA_TYPE,
+        };
+        if !content_type.starts_with(wanted) {
+            return Err(check(format!(
+                "answered Content-Type {content_type:?}, not {wanted}"
+            )));
         }
-        let exit = exit.ok_or_else(|| check("the stream ended without an exit event".into()))?;
+        let got = match format {
+            StreamFormat::Sse => read_sse_output(r, &path).await?,
+            StreamFormat::Frames => read_frame_output(r, &path).await?,
+        };
+        let StreamOutput {
+            stdout,
+            stderr,
+            exit,
+        } = got;
+        let exit: Value = serde_json::from_slice(&exit)
+            .map_err(|e| check(format!("the exit payload is not JSON: {e}")))?;
         if exit["exitCode"] != 0 || !stderr.is_empty() {
             return Err(check(format!(
                 "fake-output {bytes} exited with {} and stderr {:?}",
                 exit["exitCode"],
-                truncate(&stderr)
+                truncate(&String::from_utf8_lossy(&stderr))
             )));
         }
         if stdout != bytes {
@@ -279,6 +284,96 @@ impl Api {
             .map_err(|e| LoadError::http(format!("POST {path}"), e))?;
         Ok(r.status().as_u16())
     }
+}
+
+/// What a streamed exec delivered: stdout bytes counted, stderr kept, the exit JSON.
+struct StreamOutput {
+    stdout: u64,
+    stderr: Vec<u8>,
+    exit: Vec<u8>,
+}
+
+/// Reads an SSE exec stream to its end, JSON-decoding every output event.
+async fn read_sse_output(mut r: reqwest::Response, path: &str) -> Result<StreamOutput, LoadError> {
+    let check = |m: String| LoadError::Check(format!("POST {path} (Sse): {m}"));
+    let mut sse = SseReader::default();
+    let (mut stdout, mut stderr) = (0u64, Vec::new());
+    let mut exit = None;
+    while let Some(chunk) = r
+        .chunk()
+        .await
+        .map_err(|e| LoadError::http(format!("POST {path} body"), e))?
+    {
+        for ev in sse.push(&chunk) {
+            match ev.event.as_str() {
+                "stdout" | "stderr" => {
+                    let d: DataEvent = serde_json::from_slice(&ev.data).map_err(|e| {
+                        check(format!("{} event is not {{\"data\": …}}: {e}", ev.event))
+                    })?;
+                    if ev.event == "stdout" {
+                        stdout += d.data.len() as u64;
+                    } else {
+                        stderr.extend_from_slice(d.data.as_bytes());
+                    }
+                }
+                "exit" => exit = Some(ev.data),
+                "error" => {
+                    return Err(LoadError::Api {
+                        context: format!("POST {path} (error event)"),
+                        status: 200,
+                        body: truncate(&String::from_utf8_lossy(&ev.data)),
+                    })
+                }
+                other => return Err(check(format!("unexpected event {other:?}"))),
+            }
+        }
+    }
+    let exit = exit.ok_or_else(|| check("the stream ended without an exit event".into()))?;
+    Ok(StreamOutput {
+        stdout,
+        stderr,
+        exit,
+    })
+}
+
+/// Reads a binary frame stream to its end, counting stdout bytes in place.
+async fn read_frame_output(
+    mut r: reqwest::Response,
+    path: &str,
+) -> Result<StreamOutput, LoadError> {
+    let check = |m: String| LoadError::Check(format!("POST {path} (Frames): {m}"));
+    let mut reader = FrameReader::default();
+    let (mut stdout, mut stderr) = (0u64, Vec::new());
+    let (mut exit, mut error) = (None, None);
+    while let Some(chunk) = r
+        .chunk()
+        .await
+        .map_err(|e| LoadError::http(format!("POST {path} body"), e))?
+    {
+        reader
+            .push(&chunk, |p| match p {
+                Piece::Stdout(b) => stdout += b.len() as u64,
+                Piece::Stderr(b) => stderr.extend_from_slice(b),
+                Piece::Heartbeat => {}
+                Piece::Exit(j) => exit = Some(j),
+                Piece::Error(j) => error = Some(j),
+            })
+            .map_err(|e| check(e.to_string()))?;
+    }
+    reader.finish().map_err(|e| check(e.to_string()))?;
+    if let Some(e) = error {
+        return Err(LoadError::Api {
+            context: format!("POST {path} (error frame)"),
+            status: 200,
+            body: truncate(&String::from_utf8_lossy(&e)),
+        });
+    }
+    let exit = exit.ok_or_else(|| check("the stream ended without an exit frame".into()))?;
+    Ok(StreamOutput {
+        stdout,
+        stderr,
+        exit,
+    })
 }
 
 fn id_of(body: &Value, context: &str) -> Result<String, LoadError> {

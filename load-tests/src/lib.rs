@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod dev;
 pub mod diag;
 pub mod error;
+pub mod frames;
 pub mod generator;
 pub mod invariants;
 pub mod plan;

@@ -7,7 +7,7 @@ use differently_core::SandboxId;
 use sqlx::PgPool;
 
 use crate::baseline;
-use crate::client::{provision, Api};
+use crate::client::{provision, Api, StreamFormat};
 use crate::cluster::{Cluster, ClusterOpts};
 use crate::diag;
 use crate::generator::{
@@ -297,21 +297,38 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         progress(
             t0,
             &format!(
-                "streamed exec: {} × {} bytes via the API, direct, and over bare HTTP",
+                "streamed exec: {} × {} bytes via the API (SSE and frames), direct, and over bare HTTP",
                 plan.stream_repetitions, plan.stream_bytes
             ),
         );
         let timeout = plan.phase_timeout();
-        api.stream_fake_output(&key, &target.id, baseline::STREAM_WARMUP_BYTES, timeout)
+        let formats = [StreamFormat::Sse, StreamFormat::Frames];
+        for format in formats {
+            api.stream_fake_output(
+                &key,
+                &target.id,
+                baseline::STREAM_WARMUP_BYTES,
+                timeout,
+                format,
+            )
             .await?;
-        let mut walls = Vec::with_capacity(plan.stream_repetitions);
-        for _ in 0..plan.stream_repetitions {
-            let t = Instant::now();
-            api.stream_fake_output(&key, &target.id, plan.stream_bytes, timeout)
-                .await?;
-            walls.push(t.elapsed());
         }
-        phases.exec_stream_via_api = Some(StreamRate::new(plan.stream_bytes, &walls));
+        // The two formats alternate, so drift of the shared machine hits both alike.
+        let mut walls = [
+            Vec::with_capacity(plan.stream_repetitions),
+            Vec::with_capacity(plan.stream_repetitions),
+        ];
+        for _ in 0..plan.stream_repetitions {
+            for (format, walls) in formats.iter().zip(walls.iter_mut()) {
+                let t = Instant::now();
+                api.stream_fake_output(&key, &target.id, plan.stream_bytes, timeout, *format)
+                    .await?;
+                walls.push(t.elapsed());
+            }
+        }
+        let [sse_walls, frame_walls] = walls;
+        phases.exec_stream_via_api = Some(StreamRate::new(plan.stream_bytes, &sse_walls));
+        phases.exec_stream_frames_via_api = Some(StreamRate::new(plan.stream_bytes, &frame_walls));
         baselines.direct_fake_exec_stream = Some(
             baseline::direct_fake_exec_stream(
                 &cluster.ledger,

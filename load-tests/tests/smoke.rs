@@ -80,16 +80,23 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
             "target {id} missing:\n{table}"
         );
     }
-    // Streamed exec is served by this workspace's binary, so P4s has a verdict and all
-    // three streamed variants moved exactly the planned bytes.
+    // Streamed exec is served by this workspace's binary, so P4s has a verdict naming the
+    // format it judged, and all four streamed variants moved exactly the planned bytes (the
+    // client checks each transfer's count, SSE-decoded or frame-decoded, and fails the run
+    // on any other).
     let p4s = report.targets.iter().find(|t| t.id == "P4s").unwrap();
     assert!(
         p4s.status == "met" || p4s.status == "missed",
         "P4s: {p4s:?}\n{table}"
     );
+    assert!(
+        p4s.measured.starts_with("via SSE:") || p4s.measured.starts_with("via binary frames:"),
+        "P4s: {p4s:?}\n{table}"
+    );
     let planned = report.plan.stream_bytes;
     for (what, rate) in [
-        ("api", &report.phases.exec_stream_via_api),
+        ("api sse", &report.phases.exec_stream_via_api),
+        ("api frames", &report.phases.exec_stream_frames_via_api),
         ("direct", &report.baselines.direct_fake_exec_stream),
         ("bare http", &report.baselines.trivial_http_stream),
     ] {
