@@ -208,34 +208,28 @@ enum Next {
 
 /// How a streamed exec ended, with the JSON both formats carry: SSE as the `exit`/`error`
 /// event's data, frames as the exit/error frame's payload.
-struct Ending {
-    /// `true` for an exit (the command ran to an exit code), `false` for an error.
-    exited: bool,
-    json: String,
+enum Ending {
+    /// The command ran to an exit code (124 on timeout): `{exitCode, durationMs}`.
+    Exit(String),
+    /// The backend (or the task running it) failed: `{code, message}`.
+    Error(String),
 }
 
 impl Ending {
     fn of(end: Result<Result<ExecExit, AdapterError>, tokio::task::JoinError>) -> Ending {
         match end {
-            Ok(Ok(exit)) => Ending {
-                exited: true,
-                json: json!({ "exitCode": exit.exit_code, "durationMs": exit.duration_ms })
-                    .to_string(),
-            },
+            Ok(Ok(exit)) => Ending::Exit(
+                json!({ "exitCode": exit.exit_code, "durationMs": exit.duration_ms }).to_string(),
+            ),
             Ok(Err(e)) => {
                 let api = ApiError::from(e);
-                Ending {
-                    exited: false,
-                    json: json!({ "code": api.code, "message": api.message }).to_string(),
-                }
+                Ending::Error(json!({ "code": api.code, "message": api.message }).to_string())
             }
             Err(e) => {
                 tracing::error!(error = %e, "exec stream task failed");
-                Ending {
-                    exited: false,
-                    json: json!({ "code": ErrorCode::Internal, "message": "internal error" })
-                        .to_string(),
-                }
+                Ending::Error(
+                    json!({ "code": ErrorCode::Internal, "message": "internal error" }).to_string(),
+                )
             }
         }
     }
@@ -304,9 +298,12 @@ fn sse_events(st: SseState) -> impl Stream<Item = Result<Event, Infallible>> {
                 }
                 Some(Next::End(end)) => {
                     st.done = true;
-                    let name = if end.exited { "exit" } else { "error" };
+                    let (name, json) = match end {
+                        Ending::Exit(j) => ("exit", j),
+                        Ending::Error(j) => ("error", j),
+                    };
                     // Popped from the back: the exit goes last.
-                    st.tail.push(Event::default().event(name).data(end.json));
+                    st.tail.push(Event::default().event(name).data(json));
                     let rest_err = st.err.finish();
                     if !rest_err.is_empty() {
                         st.tail.push(data_event("stderr", rest_err));
@@ -395,13 +392,11 @@ fn frame_chunks(st: FrameState) -> impl Stream<Item = Result<Bytes, Infallible>>
                     frames::output(FrameType::Stderr, b, &mut st.pending);
                 }
                 Some(Next::End(end)) => {
-                    let kind = if end.exited {
-                        FrameType::Exit
-                    } else {
-                        FrameType::Error
+                    let (kind, json) = match end {
+                        Ending::Exit(j) => (FrameType::Exit, j),
+                        Ending::Error(j) => (FrameType::Error, j),
                     };
-                    st.pending
-                        .push_back(frames::control(kind, end.json.as_bytes()));
+                    st.pending.push_back(frames::control(kind, json.as_bytes()));
                     st.done = true;
                 }
                 None => st.done = true,
