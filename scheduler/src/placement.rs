@@ -21,7 +21,7 @@ use differently_store::{
     Activation, ActivationItem, Actor, PoolSlot, QuotaScope, StoreError, Transition, Wall,
 };
 use futures::StreamExt;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::Scheduler;
@@ -34,6 +34,11 @@ const MAX_PER_PASS: usize = 100;
 /// are charged to their org as they are made, so the order within a group is the one a
 /// sequential placer would have used had every one of them activated.
 const PLACE_AT_ONCE: usize = 16;
+/// Groups whose work and status publishes may be in flight while the leader places the next
+/// groups. The publishes do not gate the next group (the activation is committed; a lost
+/// work message is re-sent by the provisioning sweep), but they are bounded, so a slow bus
+/// slows placement down instead of piling up tasks.
+const ANNOUNCING_GROUPS: usize = 4;
 /// Stored quotas are re-read at most this often.
 const QUOTA_CACHE: Duration = Duration::from_secs(2);
 
@@ -92,7 +97,8 @@ impl Queue {
     }
 }
 
-type Shared = Arc<(Mutex<Queue>, Notify)>;
+/// The queue, its wake-up, and the permits of activation announcements in flight.
+type Shared = Arc<(Mutex<Queue>, Notify, Arc<Semaphore>)>;
 
 fn lock(q: &Shared) -> std::sync::MutexGuard<'_, Queue> {
     match q.0.lock() {
@@ -102,7 +108,11 @@ fn lock(q: &Shared) -> std::sync::MutexGuard<'_, Queue> {
 }
 
 pub(crate) async fn run(s: Scheduler, stop: watch::Receiver<bool>) {
-    let shared: Shared = Arc::new((Mutex::new(Queue::default()), Notify::new()));
+    let shared: Shared = Arc::new((
+        Mutex::new(Queue::default()),
+        Notify::new(),
+        Arc::new(Semaphore::new(ANNOUNCING_GROUPS)),
+    ));
     let consume = tokio::spawn(consume_admissions(s.clone(), shared.clone()));
     let rebuild = tokio::spawn(rebuild_from_store(s.clone(), shared.clone()));
     let release = tokio::spawn(follow_releases(s.clone(), shared.clone()));
@@ -733,12 +743,16 @@ async fn activate_group(
             Activation::NotQueued(_) => out.push((i, Ok(Outcome::Gone))),
         }
     }
-    // The work and status of every activation at once, each under its caller's trace.
-    futures::future::join_all(activated.iter().map(|(i, active)| {
-        let ctx = group.get(*i).map(|p| p.trace.clone()).unwrap_or_default();
-        trace::scope("activate", ctx, announce_activation(s, active))
-    }))
-    .await;
+    // The work and status of every activation at once, each under its caller's trace, while
+    // the leader goes on with the next group.
+    let announcements: Vec<(TraceContext, Sandbox)> = activated
+        .into_iter()
+        .map(|(i, active)| {
+            let ctx = group.get(i).map(|p| p.trace.clone()).unwrap_or_default();
+            (ctx, active)
+        })
+        .collect();
+    announce_in_background(s, q, announcements).await;
     for i in try_others {
         let (Some(r), Some(p)) = (ready[i], group.get(i)) else {
             continue;
@@ -758,6 +772,28 @@ async fn activate_group(
 fn count_activation(quotas: &QuotaCache, pool: &str) {
     quotas.take_slot(pool);
     metrics::counter!("differently_activations_total", "pool" => pool.to_owned()).increment(1);
+}
+
+/// Publishes the group's activations from a task of its own, once one of the
+/// `ANNOUNCING_GROUPS` permits is free.
+async fn announce_in_background(
+    s: &Scheduler,
+    q: &Shared,
+    activated: Vec<(TraceContext, Sandbox)>,
+) {
+    if activated.is_empty() {
+        return;
+    }
+    // The semaphore is never closed; if it were, announcing unbounded beats not announcing.
+    let permit = q.2.clone().acquire_owned().await.ok();
+    let s = s.clone();
+    tokio::spawn(async move {
+        futures::future::join_all(activated.iter().map(|(ctx, active)| {
+            trace::scope("activate", ctx.clone(), announce_activation(&s, active))
+        }))
+        .await;
+        drop(permit);
+    });
 }
 
 /// Publishes an activated sandbox's create work and its status, both at once: the work
