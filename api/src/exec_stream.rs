@@ -22,9 +22,6 @@
 //! `exec.stream` the adapter's own exec is used, and base64 output is refused (501) rather than
 //! faked from lossy text.
 
-#[path = "exec_frames.rs"]
-pub mod frames;
-
 use differently_adapters::metered::metered;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -48,7 +45,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use self::frames::FrameType;
+use crate::exec_frames::{self as frames, FrameType};
 
 use crate::auth::Principal;
 use crate::body::parse_json;

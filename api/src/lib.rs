@@ -24,6 +24,7 @@ pub mod bootstrap;
 pub mod error;
 pub mod events;
 pub mod events_sse;
+pub mod exec_frames;
 pub mod exec_stream;
 pub mod files;
 pub mod lifecycle;
