@@ -13,7 +13,7 @@ use sqlx::types::Json;
 use sqlx::Row;
 
 use crate::memory::rules;
-use crate::postgres::{lock_pool, sandbox_of, write_sandbox, PgStore};
+use crate::postgres::{lock_pool, sandbox_of, write_sandboxes, PgStore};
 use crate::usage_pg;
 use crate::{Activation, ActivationItem, Quota, QuotaScope, StoreError, Usage};
 
@@ -113,6 +113,8 @@ pub(crate) async fn activate_many(
 
     let mut out = Vec::with_capacity(items.len());
     let mut audits = Vec::new();
+    // Rows are written after the loop, all at once; `out` holds what each item became.
+    let mut placements: Vec<(&SandboxId, &serde_json::Value)> = Vec::new();
     for it in items {
         let Some(s) = by_id.get_mut(&it.id) else {
             return Err(StoreError::NotFound);
@@ -145,13 +147,11 @@ pub(crate) async fn activate_many(
         );
         if let Some((wall, reason)) = reason {
             rules::wait(s, reason, now);
-            write_sandbox(&mut tx, s, None).await?;
             out.push(Activation::Waiting(s.clone(), wall));
             continue;
         }
         let resources = s.spec.resources;
         let entry = rules::activate(s, &it.pool, now);
-        write_sandbox(&mut tx, s, None).await?;
         audits.push(crate::audit_pg::event_for(
             Some(&s.org_id),
             Some(&s.project_id),
@@ -161,7 +161,7 @@ pub(crate) async fn activate_many(
             entry.detail,
         ));
         if let Some(doc) = &it.explanation {
-            crate::placement_pg::write_placement(&mut tx, &it.id, doc, now).await?;
+            placements.push((&it.id, doc));
         }
         // Later items see this one: it left the queue and now holds compute and a slot.
         for key in [&org_key, &prj_key] {
@@ -174,6 +174,20 @@ pub(crate) async fn activate_many(
         }
         out.push(Activation::Activated(s.clone()));
     }
+    // Each row once, as it ended (an id given twice was decided twice against one row).
+    let mut seen = std::collections::HashSet::new();
+    let mut changed: Vec<&Sandbox> = out
+        .iter()
+        .rev()
+        .filter_map(|a| match a {
+            Activation::Activated(s) | Activation::Waiting(s, _) => Some(s),
+            Activation::NotQueued(_) => None,
+        })
+        .filter(|s| seen.insert(s.id.clone()))
+        .collect();
+    changed.reverse();
+    write_sandboxes(&mut tx, &changed).await?;
+    crate::placement_pg::write_placements(&mut tx, &placements, now).await?;
     crate::audit_pg::append_chained_many(&mut tx, audits, now).await?;
     tx.commit().await?;
     Ok(out)

@@ -71,12 +71,19 @@ pub(crate) async fn append_chained_many(
 
 /// `append_chained_many` with each record's own request id, for records written on behalf
 /// of several requests (a group of admissions).
+///
+/// Every chain's head is locked by one statement (in chain order, the order every writer
+/// uses) and every record of every chain is written by one more, so a group spanning many
+/// organizations holds their heads for two round trips, not two per chain.
 pub(crate) async fn append_chained_requests(
     tx: &mut Transaction<'static, Postgres>,
     events: Vec<(NewAuditEvent, Option<String>)>,
     at: DateTime<Utc>,
 ) -> Result<Vec<AuditEvent>, StoreError> {
-    let mut out = Vec::with_capacity(events.len());
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let started = std::time::Instant::now();
     type Pending = Vec<(NewAuditEvent, Option<String>)>;
     let mut by_chain: std::collections::BTreeMap<String, Pending> =
         std::collections::BTreeMap::new();
@@ -86,90 +93,123 @@ pub(crate) async fn append_chained_requests(
             .or_default()
             .push((e, request_id));
     }
-    for (chain, events) in by_chain {
-        let started = std::time::Instant::now();
-        let mut head = match lock_head(tx, &chain).await? {
-            Some(head) => Some(head),
-            None => first_head(tx, &chain).await?,
-        };
-        let mut recs: Vec<AuditEvent> = events
-            .into_iter()
-            .map(|(e, request_id)| {
-                let rec = AuditEvent::chained(
-                    audit::process_key(),
-                    chain.clone(),
-                    head.take(),
-                    e,
-                    at,
-                    request_id,
-                );
-                head = Some((rec.chain_seq, rec.hash.clone()));
-                rec
-            })
-            .collect();
-        let Some(last) = recs.last() else { continue };
-        let col = |f: fn(&AuditEvent) -> Option<String>| -> Vec<Option<String>> {
-            recs.iter().map(f).collect()
-        };
-        let rows = sqlx::query(
-            "WITH ins AS (
-                 INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
-                     resource, outcome, request_id, at, detail, prev_hash, hash)
-                 SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
-                     $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
-                     $11::jsonb[], $12::text[], $13::text[])
-                 RETURNING seq, chain_seq, detail),
-             head AS (
-                 INSERT INTO audit_heads (chain, chain_seq, hash) VALUES ($1, $14, $15)
-                 ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
-                     hash = EXCLUDED.hash)
-             SELECT seq, chain_seq, detail FROM ins ORDER BY chain_seq",
-        )
-        .bind(&chain)
-        .bind(recs.iter().map(|r| r.chain_seq).collect::<Vec<i64>>())
-        .bind(col(|r| r.org_id.clone()))
-        .bind(col(|r| r.project_id.clone()))
-        .bind(col(|r| Some(r.actor.clone())))
-        .bind(col(|r| Some(r.action.clone())))
-        .bind(col(|r| Some(r.resource.clone())))
-        .bind(col(|r| Some(r.outcome.clone())))
-        .bind(col(|r| r.request_id.clone()))
-        .bind(recs.iter().map(|r| r.at).collect::<Vec<DateTime<Utc>>>())
-        .bind(
-            recs.iter()
-                .map(|r| r.detail.clone())
-                .collect::<Vec<serde_json::Value>>(),
-        )
-        .bind(col(|r| Some(r.prev_hash.clone())))
-        .bind(col(|r| Some(r.hash.clone())))
-        .bind(last.chain_seq)
-        .bind(&last.hash)
-        .fetch_all(&mut **tx)
-        .await?;
-        if rows.len() != recs.len() {
-            return Err(StoreError::Database(format!(
-                "audit chain {chain}: {} of {} records written",
-                rows.len(),
-                recs.len()
-            )));
-        }
-        // jsonb normalizes what it stores; a detail that would read back differently would
-        // make a correct record fail verification, so refuse it now (fail closed).
-        for (row, rec) in rows.iter().zip(recs.iter_mut()) {
-            rec.seq = row.try_get("seq")?;
-            let stored: serde_json::Value = row.try_get("detail")?;
-            if canonical_json(&stored) != canonical_json(&rec.detail) {
-                return Err(StoreError::Database(format!(
-                    "audit detail of {} does not survive storage unchanged",
-                    rec.action
-                )));
+    let chains: Vec<&str> = by_chain.keys().map(String::as_str).collect();
+    let mut heads = lock_heads(tx, &chains).await?;
+    for chain in &chains {
+        if !heads.contains_key(*chain) {
+            // A chain's very first append: rare, serialized on its advisory lock.
+            if let Some(head) = first_head(tx, chain).await? {
+                heads.insert((*chain).to_owned(), head);
             }
         }
-        metrics::histogram!("differently_audit_append_seconds")
-            .record(started.elapsed().as_secs_f64());
-        out.extend(recs);
     }
-    Ok(out)
+    let mut recs: Vec<AuditEvent> = Vec::new();
+    let mut new_heads: Vec<(String, i64, String)> = Vec::with_capacity(by_chain.len());
+    for (chain, events) in by_chain {
+        let mut head = heads.remove(&chain);
+        for (e, request_id) in events {
+            let rec = AuditEvent::chained(
+                audit::process_key(),
+                chain.clone(),
+                head.take(),
+                e,
+                at,
+                request_id,
+            );
+            head = Some((rec.chain_seq, rec.hash.clone()));
+            recs.push(rec);
+        }
+        if let Some((seq, hash)) = head {
+            new_heads.push((chain, seq, hash));
+        }
+    }
+    let col = |f: fn(&AuditEvent) -> Option<String>| -> Vec<Option<String>> {
+        recs.iter().map(f).collect()
+    };
+    let rows = sqlx::query(
+        "WITH ins AS (
+             INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
+                 resource, outcome, request_id, at, detail, prev_hash, hash)
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+                 $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
+                 $11::jsonb[], $12::text[], $13::text[])
+             RETURNING seq, chain, chain_seq, detail),
+         head AS (
+             INSERT INTO audit_heads (chain, chain_seq, hash)
+             SELECT * FROM UNNEST($14::text[], $15::bigint[], $16::text[])
+             ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
+                 hash = EXCLUDED.hash)
+         SELECT seq, chain, chain_seq, detail FROM ins ORDER BY chain COLLATE \"C\", chain_seq",
+    )
+    .bind(col(|r| Some(r.chain.clone())))
+    .bind(recs.iter().map(|r| r.chain_seq).collect::<Vec<i64>>())
+    .bind(col(|r| r.org_id.clone()))
+    .bind(col(|r| r.project_id.clone()))
+    .bind(col(|r| Some(r.actor.clone())))
+    .bind(col(|r| Some(r.action.clone())))
+    .bind(col(|r| Some(r.resource.clone())))
+    .bind(col(|r| Some(r.outcome.clone())))
+    .bind(col(|r| r.request_id.clone()))
+    .bind(recs.iter().map(|r| r.at).collect::<Vec<DateTime<Utc>>>())
+    .bind(
+        recs.iter()
+            .map(|r| r.detail.clone())
+            .collect::<Vec<serde_json::Value>>(),
+    )
+    .bind(col(|r| Some(r.prev_hash.clone())))
+    .bind(col(|r| Some(r.hash.clone())))
+    .bind(new_heads.iter().map(|h| h.0.as_str()).collect::<Vec<_>>())
+    .bind(new_heads.iter().map(|h| h.1).collect::<Vec<i64>>())
+    .bind(new_heads.iter().map(|h| h.2.as_str()).collect::<Vec<_>>())
+    .fetch_all(&mut **tx)
+    .await?;
+    if rows.len() != recs.len() {
+        return Err(StoreError::Database(format!(
+            "audit append: {} of {} records written",
+            rows.len(),
+            recs.len()
+        )));
+    }
+    // `recs` is in (chain, chain_seq) order too, so rows pair up one to one.
+    for (row, rec) in rows.iter().zip(recs.iter_mut()) {
+        let chain: String = row.try_get("chain")?;
+        let chain_seq: i64 = row.try_get("chain_seq")?;
+        if chain != rec.chain || chain_seq != rec.chain_seq {
+            return Err(StoreError::Database(format!(
+                "audit append: record {chain}/{chain_seq} came back out of order"
+            )));
+        }
+        rec.seq = row.try_get("seq")?;
+        // jsonb normalizes what it stores; a detail that would read back differently would
+        // make a correct record fail verification, so refuse it now (fail closed).
+        let stored: serde_json::Value = row.try_get("detail")?;
+        if canonical_json(&stored) != canonical_json(&rec.detail) {
+            return Err(StoreError::Database(format!(
+                "audit detail of {} does not survive storage unchanged",
+                rec.action
+            )));
+        }
+    }
+    metrics::histogram!("differently_audit_append_seconds").record(started.elapsed().as_secs_f64());
+    Ok(recs)
+}
+
+/// Locks the head rows of `chains` (sorted) in that order; the newest committed head of each
+/// chain that has one.
+async fn lock_heads(
+    tx: &mut Transaction<'static, Postgres>,
+    chains: &[&str],
+) -> Result<std::collections::HashMap<String, (i64, String)>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT chain, chain_seq, hash FROM audit_heads WHERE chain = ANY($1)
+         ORDER BY chain COLLATE \"C\" FOR UPDATE",
+    )
+    .bind(chains)
+    .fetch_all(&mut **tx)
+    .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?))))
+        .collect()
 }
 
 /// Locks `chain`'s head row and returns the newest committed head; `None` when the chain

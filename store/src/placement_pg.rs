@@ -311,3 +311,35 @@ pub(crate) async fn write_placement(
     .await?;
     Ok(())
 }
+
+/// `write_placement` for a group, in one statement.
+pub(crate) async fn write_placements(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    placements: &[(&SandboxId, &serde_json::Value)],
+    at: chrono::DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if placements.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO placements (sandbox_id, doc, decided_at)
+         SELECT id, doc, $3 FROM UNNEST($1::text[], $2::jsonb[]) AS p(id, doc)
+         ON CONFLICT (sandbox_id) DO UPDATE SET doc = EXCLUDED.doc, decided_at = EXCLUDED.decided_at",
+    )
+    .bind(
+        placements
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        placements
+            .iter()
+            .map(|(_, doc)| (*doc).clone())
+            .collect::<Vec<serde_json::Value>>(),
+    )
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

@@ -316,6 +316,66 @@ pub(crate) async fn write_sandbox(
     Ok(())
 }
 
+/// `write_sandbox` for many rows (`next_attempt_at` untouched) in one statement: a group's
+/// rows are already locked, so one round trip instead of one per row.
+pub(crate) async fn write_sandboxes(
+    tx: &mut Transaction<'static, Postgres>,
+    rows: &[&Sandbox],
+) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let text = |f: fn(&Sandbox) -> Option<&str>| -> Vec<Option<&str>> {
+        rows.iter().map(|s| f(s)).collect()
+    };
+    let mut attempts = Vec::with_capacity(rows.len());
+    let mut memory = Vec::with_capacity(rows.len());
+    let mut disk = Vec::with_capacity(rows.len());
+    let mut docs = Vec::with_capacity(rows.len());
+    for s in rows {
+        attempts.push(to_i32(s.attempts)?);
+        memory.push(to_i64(s.spec.resources.memory_mib, "memory")?);
+        disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
+        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Database(e.to_string()))?);
+    }
+    let res = sqlx::query(
+        "UPDATE sandboxes AS s SET status = u.status, status_version = u.status_version,
+             pool = u.pool, backend_ref = u.backend_ref, attempts = u.attempts,
+             priority = u.priority, cpu = u.cpu, memory_mib = u.memory_mib,
+             disk_gib = u.disk_gib, expires_at = u.expires_at, updated_at = u.updated_at,
+             doc = u.doc
+         FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[],
+             $7::int[], $8::bigint[], $9::bigint[], $10::bigint[], $11::timestamptz[],
+             $12::timestamptz[], $13::jsonb[])
+             AS u(id, status, status_version, pool, backend_ref, attempts, priority, cpu,
+                  memory_mib, disk_gib, expires_at, updated_at, doc)
+         WHERE s.id = u.id",
+    )
+    .bind(text(|s| Some(s.id.as_str())))
+    .bind(text(|s| Some(s.status.as_str())))
+    .bind(rows.iter().map(|s| s.status_version).collect::<Vec<i64>>())
+    .bind(text(|s| s.pool.as_deref()))
+    .bind(text(|s| s.backend_ref.as_deref()))
+    .bind(attempts)
+    .bind(rows.iter().map(|s| s.spec.priority).collect::<Vec<i32>>())
+    .bind(
+        rows.iter()
+            .map(|s| i64::from(s.spec.resources.cpu))
+            .collect::<Vec<i64>>(),
+    )
+    .bind(memory)
+    .bind(disk)
+    .bind(rows.iter().map(|s| s.expires_at).collect::<Vec<_>>())
+    .bind(rows.iter().map(|s| s.updated_at).collect::<Vec<_>>())
+    .bind(docs)
+    .execute(&mut **tx)
+    .await?;
+    if res.rows_affected() != rows.len() as u64 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
+}
+
 pub(crate) async fn insert_audit(
     tx: &mut Transaction<'static, Postgres>,
     s: &Sandbox,
