@@ -168,9 +168,25 @@ pub(crate) fn decode_hex32(text: &str) -> Result<[u8; 32], KeyError> {
     Ok(out)
 }
 
-/// The chain of an organization, or the installation chain.
-pub fn chain_of(org: Option<&OrgId>) -> String {
-    org.map_or_else(|| INSTALLATION_CHAIN.to_owned(), |o| o.as_str().to_owned())
+/// Chains per organization. Every append to a chain holds its head until commit, so one
+/// chain per org made all of an org's changes (creates, activations, exec records, deletes)
+/// wait for each other; with shards they wait only for changes to the same shard. A
+/// resource's records always go to the same shard (`chain_of`), so a sandbox's history is
+/// one chain, in order.
+pub const ORG_CHAIN_SHARDS: u32 = 8;
+
+/// The chain a record about `resource` goes to: `<org>/<shard>` (shard 0–7 from the first
+/// four bytes of SHA-256 of the resource, stable across versions and processes), or the
+/// installation chain for events of no organization.
+pub fn chain_of(org: Option<&OrgId>, resource: &str) -> String {
+    match org {
+        None => INSTALLATION_CHAIN.to_owned(),
+        Some(o) => {
+            let d = Sha256::digest(resource.as_bytes());
+            let shard = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % ORG_CHAIN_SHARDS;
+            format!("{o}/{shard}")
+        }
+    }
 }
 
 /// `at` as stored: Postgres keeps microseconds, so hashes are computed over that precision.
@@ -736,6 +752,24 @@ mod tests {
 
     fn key(b: u8) -> AuditKey {
         AuditKey::from_bytes([b; 32])
+    }
+
+    #[test]
+    fn a_resource_always_maps_to_the_same_shard_and_shards_are_all_used() {
+        let org = OrgId::new();
+        assert_eq!(chain_of(None, "pool-a"), INSTALLATION_CHAIN);
+        let mut used = std::collections::BTreeSet::new();
+        for i in 0..400 {
+            let resource = format!("sbx_{i}");
+            let chain = chain_of(Some(&org), &resource);
+            assert_eq!(chain, chain_of(Some(&org), &resource));
+            let (o, shard) = chain.rsplit_once('/').unwrap_or_default();
+            assert_eq!(o, org.as_str());
+            used.insert(shard.parse::<u32>().unwrap_or(u32::MAX));
+        }
+        assert_eq!(used, (0..ORG_CHAIN_SHARDS).collect());
+        // Pinned: the mapping is part of the stored data, it must not change between versions.
+        assert_eq!(chain_of(Some(&org), "sbx_pinned"), format!("{org}/2"));
     }
 
     fn new_event(action: &str) -> NewAuditEvent {

@@ -26,7 +26,7 @@ pub(crate) struct MemoryAudit {
 impl MemoryAudit {
     /// Appends `e` to its chain with the current task's request id.
     pub(crate) fn append(&mut self, e: NewAuditEvent, at: DateTime<Utc>) -> AuditEvent {
-        let chain = chain_of(e.org_id.as_ref());
+        let chain = chain_of(e.org_id.as_ref(), &e.resource);
         let head = self.heads.get(&chain).cloned();
         let mut rec = AuditEvent::chained(
             audit::process_key(),

@@ -89,7 +89,7 @@ pub(crate) async fn append_chained_requests(
         std::collections::BTreeMap::new();
     for (e, request_id) in events {
         by_chain
-            .entry(chain_of(e.org_id.as_ref()))
+            .entry(chain_of(e.org_id.as_ref(), &e.resource))
             .or_default()
             .push((e, request_id));
     }

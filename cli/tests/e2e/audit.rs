@@ -156,19 +156,33 @@ async fn chains_verify_online_and_offline_and_tampering_is_pinpointed() {
     assert_eq!(admit["resource"], sa.as_str());
     assert_eq!(admit["outcome"], "ok");
     assert_eq!(admit["requestId"], "e2e-req-1");
-    // Records of all three processes chain contiguously.
-    let seqs: Vec<i64> = items
+    // Records of all three processes chain contiguously, in each of the org's chain shards;
+    // the sandbox's own records (api, scheduler, worker) are all in one of them.
+    let mut by_chain: std::collections::BTreeMap<&str, Vec<i64>> = Default::default();
+    for r in items {
+        let chain = r["chain"].as_str().unwrap();
+        assert!(chain.starts_with(&format!("{}/", a.org)), "{chain}");
+        by_chain
+            .entry(chain)
+            .or_default()
+            .push(r["chainSeq"].as_i64().unwrap());
+    }
+    for seqs in by_chain.values() {
+        assert_eq!(*seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    }
+    let sandbox_chains: std::collections::BTreeSet<&str> = items
         .iter()
-        .map(|r| r["chainSeq"].as_i64().unwrap())
+        .filter(|r| r["resource"] == sa.as_str())
+        .map(|r| r["chain"].as_str().unwrap())
         .collect();
-    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    assert_eq!(sandbox_chains.len(), 1, "{sandbox_chains:?}");
     // Filters and the cursor.
     let (_, only) = audit_page(&c, &a.key, "?action=sandbox.running").await;
     assert_eq!(only["items"].as_array().unwrap().len(), 1);
     let (_, p1) = audit_page(&c, &a.key, "?limit=2").await;
     let cursor = p1["nextCursor"].as_str().unwrap();
     let (_, p2) = audit_page(&c, &a.key, &format!("?limit=2&cursor={cursor}")).await;
-    assert_eq!(p2["items"][0]["chainSeq"], 3);
+    assert_eq!(p2["items"][0]["seq"], items[2]["seq"]);
     // Another tenant's records look absent; operators' routes need admin.
     let (s, _) = audit_page(&c, &a.key, &format!("?orgId={}", b.org)).await;
     assert_eq!(s, 404);
@@ -210,8 +224,9 @@ async fn chains_verify_online_and_offline_and_tampering_is_pinpointed() {
     assert!(err.to_string().contains("append-only"), "{err}");
 
     // Edit one of b's records directly: verify names exactly that record.
-    let target: (i64, i64) = sqlx::query_as(
-        "SELECT seq, chain_seq FROM audit_events WHERE org_id = $1 AND action = 'sandbox.admit'",
+    let target: (i64, i64, String) = sqlx::query_as(
+        "SELECT seq, chain_seq, chain FROM audit_events
+         WHERE org_id = $1 AND action = 'sandbox.admit'",
     )
     .bind(&b.org)
     .fetch_one(c.db.store().pool())
@@ -229,7 +244,11 @@ async fn chains_verify_online_and_offline_and_tampering_is_pinpointed() {
     assert_eq!(report["ok"], false);
     let bad = &report["firstBad"];
     assert_eq!(bad["kind"], "hash_mismatch", "{report}");
-    assert_eq!(bad["chain"], b.org.as_str());
+    assert_eq!(bad["chain"], target.2.as_str());
+    assert!(
+        target.2.starts_with(&format!("{}/", b.org)),
+        "one of b's chains"
+    );
     assert_eq!(
         (bad["seq"].as_i64(), bad["chainSeq"].as_i64()),
         (Some(target.0), Some(target.1))
@@ -246,8 +265,9 @@ async fn chains_verify_online_and_offline_and_tampering_is_pinpointed() {
     assert_eq!(offline["firstBad"]["seq"].as_i64(), Some(target.0), "{err}");
 
     // Delete one of a's records: reported as that missing position.
-    let gone: (i64, i64) = sqlx::query_as(
-        "SELECT seq, chain_seq FROM audit_events WHERE org_id = $1 AND action = 'sandbox.activate'",
+    let gone: (i64, i64, String) = sqlx::query_as(
+        "SELECT seq, chain_seq, chain FROM audit_events
+         WHERE org_id = $1 AND action = 'sandbox.activate'",
     )
     .bind(&a.org)
     .fetch_one(c.db.store().pool())
@@ -263,7 +283,7 @@ async fn chains_verify_online_and_offline_and_tampering_is_pinpointed() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["chain"] == a.org.as_str())
+        .find(|p| p["chain"] == gone.2.as_str())
         .cloned()
         .unwrap();
     assert_eq!(problem["kind"], "missing", "{report}");
@@ -294,7 +314,8 @@ async fn chains_stay_contiguous_across_many_orgs_and_a_killed_worker() {
     }
     let report = verify(&c).await;
     assert_eq!(report["ok"], true, "{report}");
-    // Each org: create org, project, key, then admit/activate/running per sandbox.
+    // Each org: create org, project, key, then admit/activate/running per sandbox, spread
+    // over the org's chain shards; no shard has a gap.
     let chains: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT chain, count(*), max(chain_seq) FROM audit_events
          WHERE chain LIKE 'org_%' GROUP BY chain",
@@ -302,10 +323,16 @@ async fn chains_stay_contiguous_across_many_orgs_and_a_killed_worker() {
     .fetch_all(c.db.store().pool())
     .await
     .unwrap();
+    for (chain, n, max) in &chains {
+        assert_eq!(n, max, "chain {chain} has gaps");
+    }
     for t in &tenants {
-        let (_, n, max) = chains.iter().find(|(ch, _, _)| ch == &t.org).unwrap();
-        assert_eq!(n, max, "chain {} has gaps", t.org);
-        assert!(*n >= 3 + 3 * 3, "chain {} has {n} records", t.org);
+        let n: i64 = chains
+            .iter()
+            .filter(|(ch, _, _)| ch.starts_with(&format!("{}/", t.org)))
+            .map(|(_, n, _)| n)
+            .sum();
+        assert!(n >= 3 + 3 * 3, "org {} has {n} records", t.org);
     }
 }
 

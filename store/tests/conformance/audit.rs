@@ -168,22 +168,33 @@ async fn tamper_sql(env: &Env, sql: &str) {
     tx.commit().await.unwrap();
 }
 
-/// Four records in one org's chain; returns them.
-async fn four_records(s: &dyn Store) -> (OrgId, Vec<AuditEvent>) {
+/// Four records about one resource, alone in their chain (an org's chains are shards keyed by
+/// resource; the resource is picked off the org's and the project's own shards). Returns the
+/// org, the chain, the resource and the records.
+async fn four_records(s: &dyn Store) -> (OrgId, String, String, Vec<AuditEvent>) {
     let o = org(s, "t").await;
     let p = project(s, &o.id).await;
-    for i in 0..2 {
-        s.append_audit(exec_event(&o.id, &p.id, &format!("sbx{i}")))
+    let taken = [
+        audit::chain_of(Some(&o.id), o.id.as_str()),
+        audit::chain_of(Some(&o.id), p.id.as_str()),
+    ];
+    let resource = (0..)
+        .map(|i| format!("sbx{i}"))
+        .find(|r| !taken.contains(&audit::chain_of(Some(&o.id), r)))
+        .unwrap();
+    let chain = audit::chain_of(Some(&o.id), &resource);
+    for _ in 0..4 {
+        s.append_audit(exec_event(&o.id, &p.id, &resource))
             .await
             .unwrap();
     }
     let recs: Vec<AuditEvent> = export(s)
         .await
         .into_iter()
-        .filter(|r| r.chain == o.id.as_str())
+        .filter(|r| r.chain == chain)
         .collect();
     assert_eq!(recs.len(), 4);
-    (o.id, recs)
+    (o.id, chain, resource, recs)
 }
 
 // ---------- cases ----------
@@ -200,12 +211,18 @@ pub async fn chains_are_per_org_contiguous_and_verify(env: &Env) {
     let recs = export(s).await;
     assert_contiguous(&recs);
     let chains = by_chain(&recs);
-    assert_eq!(
-        chains[a.id.as_str()].len(),
-        4,
-        "create org, project, 2 admits"
-    );
-    assert_eq!(chains[b.id.as_str()].len(), 3);
+    let of_org = |recs: &[AuditEvent], o: &OrgId| {
+        recs.iter()
+            .filter(|r| r.chain.starts_with(&format!("{o}/")))
+            .count()
+    };
+    assert_eq!(of_org(&recs, &a.id), 4, "create org, project, 2 admits");
+    assert_eq!(of_org(&recs, &b.id), 3);
+    // Each record is in its resource's shard of its org.
+    for r in &recs {
+        let org = r.org_id.as_deref().map(|o| OrgId::parse(o).unwrap());
+        assert_eq!(r.chain, audit::chain_of(org.as_ref(), &r.resource));
+    }
     // Each record links to the one before it in its own chain.
     for w in recs.windows(2) {
         if w[0].chain == w[1].chain {
@@ -221,7 +238,7 @@ pub async fn chains_are_per_org_contiguous_and_verify(env: &Env) {
     admit(again.as_ref(), &a.id, &pa.id).await;
     let recs = export(s).await;
     assert_contiguous(&recs);
-    assert_eq!(by_chain(&recs)[a.id.as_str()].len(), 5);
+    assert_eq!(of_org(&recs, &a.id), 5);
     verify_ok(s).await;
 }
 
@@ -372,7 +389,7 @@ pub async fn concurrent_appends_across_orgs_stay_contiguous(env: &Env) {
 
 pub async fn edited_record_is_reported_exactly(env: &Env) {
     let s = env.store.as_ref();
-    let (org, recs) = four_records(s).await;
+    let (_, chain, _, recs) = four_records(s).await;
     let target = recs[2].clone();
     match &env.backend {
         Backend::Memory(m) => m.tamper_audit(|all| {
@@ -394,14 +411,14 @@ pub async fn edited_record_is_reported_exactly(env: &Env) {
     assert!(!r.ok);
     let bad = r.first_bad.clone().unwrap();
     assert_eq!(bad.kind, ProblemKind::HashMismatch);
-    assert_eq!(bad.chain, org.as_str());
+    assert_eq!(bad.chain, chain);
     assert_eq!((bad.chain_seq, bad.seq), (3, Some(target.seq)));
     assert_eq!(r.problems.len(), 1, "{r:?}");
 }
 
 pub async fn deleted_record_is_reported_exactly(env: &Env) {
     let s = env.store.as_ref();
-    let (org, recs) = four_records(s).await;
+    let (_, chain, _, recs) = four_records(s).await;
     let target = recs[1].clone();
     match &env.backend {
         Backend::Memory(m) => m.tamper_audit(|all| all.retain(|r| r.seq != target.seq)),
@@ -416,13 +433,13 @@ pub async fn deleted_record_is_reported_exactly(env: &Env) {
     let r = s.verify_audit().await.unwrap();
     let bad = r.first_bad.clone().unwrap();
     assert_eq!(bad.kind, ProblemKind::Missing);
-    assert_eq!((bad.chain.as_str(), bad.chain_seq), (org.as_str(), 2));
+    assert_eq!((bad.chain.as_str(), bad.chain_seq), (chain.as_str(), 2));
     assert_eq!(r.problems.len(), 1, "{r:?}");
 }
 
 pub async fn reordered_records_are_reported_at_the_first_moved(env: &Env) {
     let s = env.store.as_ref();
-    let (org, recs) = four_records(s).await;
+    let (_, chain, _, recs) = four_records(s).await;
     let (x, y) = (recs[1].clone(), recs[2].clone());
     match &env.backend {
         Backend::Memory(m) => m.tamper_audit(|all| {
@@ -452,14 +469,14 @@ pub async fn reordered_records_are_reported_at_the_first_moved(env: &Env) {
     }
     let r = s.verify_audit().await.unwrap();
     let bad = r.first_bad.unwrap();
-    assert_eq!(bad.chain, org.as_str());
+    assert_eq!(bad.chain, chain);
     // Position 2 now holds the record written third.
     assert_eq!((bad.chain_seq, bad.seq), (2, Some(y.seq)));
 }
 
 pub async fn truncated_tail_is_caught_by_a_checkpoint(env: &Env) {
     let s = env.store.as_ref();
-    let (org, recs) = four_records(s).await;
+    let (_, chain, _, recs) = four_records(s).await;
     let cp = s
         .write_audit_checkpoint()
         .await
@@ -468,7 +485,7 @@ pub async fn truncated_tail_is_caught_by_a_checkpoint(env: &Env) {
     assert!(cp
         .heads
         .iter()
-        .any(|h| h.chain == org.as_str() && h.chain_seq == 4));
+        .any(|h| h.chain == chain && h.chain_seq == 4));
     verify_ok(s).await;
     let last = recs[3].clone();
     match &env.backend {
@@ -483,7 +500,7 @@ pub async fn truncated_tail_is_caught_by_a_checkpoint(env: &Env) {
     }
     let bad = s.verify_audit().await.unwrap().first_bad.unwrap();
     assert_eq!(bad.kind, ProblemKind::Truncated);
-    assert_eq!((bad.chain.as_str(), bad.chain_seq), (org.as_str(), 4));
+    assert_eq!((bad.chain.as_str(), bad.chain_seq), (chain.as_str(), 4));
 }
 
 pub async fn checkpoints_skip_when_nothing_changed(env: &Env) {
@@ -656,26 +673,22 @@ async fn postgres_fails_the_action_when_its_audit_record_fails() {
 async fn postgres_chain_continues_without_its_head_row() {
     let env = Env::postgres().await;
     let s = env.store.as_ref();
-    let (org_id, before) = four_records(s).await;
+    let (org_id, chain_id, resource, before) = four_records(s).await;
     tamper_sql(
         &env,
-        &format!("DELETE FROM audit_heads WHERE chain = '{org_id}'"),
+        &format!("DELETE FROM audit_heads WHERE chain = '{chain_id}'"),
     )
     .await;
-    let p = project(s, &org_id).await;
-    s.append_audit(exec_event(&org_id, &p.id, "after"))
+    let p = s.list_projects(&org_id, None, 10).await.unwrap().remove(0);
+    s.append_audit(exec_event(&org_id, &p.id, &resource))
         .await
         .unwrap();
     let chain: Vec<AuditEvent> = export(s)
         .await
         .into_iter()
-        .filter(|r| r.chain == org_id.as_str())
+        .filter(|r| r.chain == chain_id)
         .collect();
-    assert_eq!(
-        chain.len(),
-        before.len() + 2,
-        "project record and exec record"
-    );
+    assert_eq!(chain.len(), before.len() + 1, "the new exec record");
     let seqs: Vec<i64> = chain.iter().map(|r| r.chain_seq).collect();
     assert_eq!(seqs, (1..=chain.len() as i64).collect::<Vec<_>>());
     verify_ok(s).await;
@@ -687,18 +700,18 @@ async fn postgres_chain_continues_without_its_head_row() {
 async fn postgres_stale_head_row_fails_the_append() {
     let env = Env::postgres().await;
     let s = env.store.as_ref();
-    let (org_id, before) = four_records(s).await;
+    let (org_id, chain_id, resource, before) = four_records(s).await;
     tamper_sql(
         &env,
         &format!(
-            "UPDATE audit_heads SET chain_seq = 2, hash = '{}' WHERE chain = '{org_id}'",
+            "UPDATE audit_heads SET chain_seq = 2, hash = '{}' WHERE chain = '{chain_id}'",
             before[1].hash
         ),
     )
     .await;
     let p = s.list_projects(&org_id, None, 10).await.unwrap().remove(0);
     let err = s
-        .append_audit(exec_event(&org_id, &p.id, "fork"))
+        .append_audit(exec_event(&org_id, &p.id, &resource))
         .await
         .expect_err("a stale head must not fork the chain");
     assert!(err.to_string().contains("audit_events_chain_idx"), "{err}");
