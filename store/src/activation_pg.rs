@@ -1,8 +1,11 @@
 //! `Store::activate_many` on Postgres: a placement group in one transaction.
 //!
 //! Locks follow the order every writer uses: the organizations (by id), the capped pools
-//! (by name), the sandbox rows (by id); the audit heads of the group's chains (by chain) with
-//! one insert each; usage counters at commit. Each item is decided as `activate_explained` decides one, against usage that
+//! (by name), the sandbox rows (by id); the audit heads of the group's chains (by chain, in one
+//! statement) and one insert for all their records;
+//! the usage counters last, in (rank, scope) order (`usage_pg::lock_in_order`:
+//! left to the commit trigger, row by row, a group deadlocks with one-row commits). Each item
+//! is decided as `activate_explained` decides one, against usage that
 //! already includes the group's earlier activations.
 
 use std::collections::HashMap;
@@ -189,6 +192,9 @@ pub(crate) async fn activate_many(
     write_sandboxes(&mut tx, &changed).await?;
     crate::placement_pg::write_placements(&mut tx, &placements, now).await?;
     crate::audit_pg::append_chained_many(&mut tx, audits, now).await?;
+    let mut counters = scopes;
+    counters.extend(items.iter().map(|i| usage_pg::pool_key(&i.pool.name)));
+    usage_pg::lock_in_order(&mut tx, &counters).await?;
     tx.commit().await?;
     Ok(out)
 }

@@ -45,6 +45,25 @@ pub(crate) fn pool_key(pool: &str) -> String {
     format!("pool:{pool}")
 }
 
+/// Locks the counter rows of `keys` in (rank, scope) order: org, project, pool, the order the
+/// usage trigger takes them for one row. A transaction that changes rows of several orgs or
+/// pools calls this last, so it holds its counters in the one global order; left to the
+/// trigger at commit it would take them row by row (org A, pool, org B, …) and deadlock with
+/// a one-row commit of org B that holds org B and waits for the pool.
+pub(crate) async fn lock_in_order(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    keys: &[String],
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "SELECT 1 FROM usage_counters WHERE scope = ANY($1)
+         ORDER BY rank, scope COLLATE \"C\" FOR UPDATE",
+    )
+    .bind(keys)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 fn counter_of(row: &sqlx::postgres::PgRow) -> Result<Counter, StoreError> {
     Ok(Counter {
         queued: row.try_get("queued")?,
