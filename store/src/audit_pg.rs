@@ -317,10 +317,7 @@ const VERIFY_BATCH: u32 = 5000;
 #[async_trait]
 impl AuditStore for PgStore {
     async fn append_audit(&self, event: NewAuditEvent) -> Result<AuditEvent, StoreError> {
-        let mut tx = self.pool().begin().await?;
-        let rec = append_chained(&mut tx, event, Utc::now()).await?;
-        tx.commit().await?;
-        Ok(rec)
+        crate::audit_standalone_pg::append(self, event).await
     }
 
     async fn list_audit(&self, f: &AuditFilter) -> Result<Vec<AuditEvent>, StoreError> {

@@ -15,6 +15,7 @@ mod admission_pg;
 pub mod audit;
 mod audit_memory;
 mod audit_pg;
+mod audit_standalone_pg;
 pub mod error;
 pub mod lifecycle;
 mod lifecycle_memory;

@@ -81,6 +81,8 @@ pub struct PgStore {
     /// trying every tick does not open a new session each time. It becomes the leader's
     /// connection when an attempt succeeds.
     standby: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
+    /// Audit heads this process last wrote, for standalone appends (`audit_standalone_pg`).
+    audit_heads: Arc<crate::audit_standalone_pg::HeadCache>,
 }
 
 impl PgStore {
@@ -108,7 +110,12 @@ impl PgStore {
             pool,
             options,
             standby: Arc::default(),
+            audit_heads: Arc::default(),
         })
+    }
+
+    pub(crate) fn audit_heads(&self) -> &crate::audit_standalone_pg::HeadCache {
+        &self.audit_heads
     }
 
     /// The connection pool, for callers that need plain queries (health checks).

@@ -717,3 +717,44 @@ async fn postgres_stale_head_row_fails_the_append() {
     assert!(err.to_string().contains("audit_events_chain_idx"), "{err}");
     verify_ok(s).await;
 }
+
+/// Standalone appends (`append_audit`) of one chain from two handles, each with its own idea
+/// of the chain's head, some with fractional numbers (which take the locking path): every
+/// record lands exactly once, in a gapless chain that verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_standalone_appends_race_on_one_chain() {
+    let env = Env::postgres().await;
+    let s = env.store.clone();
+    let o = org(s.as_ref(), "race").await;
+    let p = project(s.as_ref(), &o.id).await;
+    let other = env.reopen().await;
+    let mut tasks = vec![];
+    for t in 0..6 {
+        let store = if t % 2 == 0 { s.clone() } else { other.clone() };
+        let (o, p) = (o.id.clone(), p.id.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20 {
+                let mut e = exec_event(&o, &p, "sbx-hot");
+                if i % 5 == 0 {
+                    e.detail = json!({"program": "python3", "load": 0.25});
+                }
+                let rec = store.append_audit(e).await.unwrap();
+                assert_eq!(rec.chain, audit::chain_of(Some(&o), "sbx-hot"));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let chain = audit::chain_of(Some(&o.id), "sbx-hot");
+    let recs: Vec<AuditEvent> = export(s.as_ref())
+        .await
+        .into_iter()
+        .filter(|r| r.chain == chain)
+        .collect();
+    let hot = recs.iter().filter(|r| r.resource == "sbx-hot").count();
+    assert_eq!(hot, 6 * 20);
+    let seqs: Vec<i64> = recs.iter().map(|r| r.chain_seq).collect();
+    assert_eq!(seqs, (1..=recs.len() as i64).collect::<Vec<_>>());
+    verify_ok(s.as_ref()).await;
+}

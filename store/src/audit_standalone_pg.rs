@@ -1,0 +1,177 @@
+//! A record appended on its own (exec, file calls: `AuditStore::append_audit`) in one
+//! autocommit statement when it can be.
+//!
+//! Appending inside a transaction takes BEGIN, the head lock, the insert and COMMIT: four
+//! round trips in front of every exec, with the chain's head held across three of them. A
+//! record that is its own transaction does not need the lock held while it is hashed: the
+//! process remembers the heads it last wrote, hashes the record onto that head, and one
+//! statement advances the head *only if it is still that head* and inserts the record
+//! (compare and swap; a concurrent append makes it write nothing, and the unique
+//! `(chain, chain_seq)` index would refuse a fork anyway). On a miss it reads the head and
+//! tries once more, then falls back to the locking path. A chain without a head row, and a
+//! record whose `detail` holds a fractional number (which `jsonb` may not give back
+//! digit for digit, so it must be checked before commit), always take the locking path.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use chrono::Utc;
+use serde_json::Value;
+use sqlx::{PgPool, Row};
+
+use crate::audit::{self, chain_of, AuditEvent, NewAuditEvent};
+use crate::audit_pg::append_chained;
+use crate::postgres::PgStore;
+use crate::StoreError;
+
+/// Compare-and-swap attempts before the locking path.
+const ATTEMPTS: usize = 2;
+
+/// The newest head of each chain this process appended to standalone: (chain_seq, hash).
+#[derive(Debug, Default)]
+pub(crate) struct HeadCache(Mutex<HashMap<String, (i64, String)>>);
+
+impl HeadCache {
+    fn get(&self, chain: &str) -> Option<(i64, String)> {
+        self.lock().get(chain).cloned()
+    }
+
+    fn set(&self, chain: &str, head: (i64, String)) {
+        let mut heads = self.lock();
+        // Bounded by the chains this process writes; a very busy multi-tenant process just
+        // starts over rather than growing without end.
+        if heads.len() > 100_000 {
+            heads.clear();
+        }
+        heads.insert(chain.to_owned(), head);
+    }
+
+    fn forget(&self, chain: &str) {
+        self.lock().remove(chain);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, String)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Appends `e` as its own transaction.
+pub(crate) async fn append(store: &PgStore, e: NewAuditEvent) -> Result<AuditEvent, StoreError> {
+    let chain = chain_of(e.org_id.as_ref(), &e.resource);
+    let cache = store.audit_heads();
+    if !has_fraction(&e.detail) {
+        let started = std::time::Instant::now();
+        let at = Utc::now();
+        let request_id = audit::current_request_id();
+        let mut head = cache.get(&chain);
+        for _ in 0..ATTEMPTS {
+            let Some(prev) = (match head.take() {
+                Some(h) => Some(h),
+                None => read_head(store.pool(), &chain).await?,
+            }) else {
+                break;
+            };
+            let mut rec = AuditEvent::chained(
+                audit::process_key(),
+                chain.clone(),
+                Some(prev.clone()),
+                e.clone(),
+                at,
+                request_id.clone(),
+            );
+            match swap_in(store.pool(), &rec, prev.0).await? {
+                Some(seq) => {
+                    rec.seq = seq;
+                    cache.set(&chain, (rec.chain_seq, rec.hash.clone()));
+                    metrics::histogram!("differently_audit_append_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    return Ok(rec);
+                }
+                None => cache.forget(&chain),
+            }
+        }
+    }
+    let mut tx = store.pool().begin().await?;
+    let rec = append_chained(&mut tx, e, Utc::now()).await?;
+    tx.commit().await?;
+    cache.set(&chain, (rec.chain_seq, rec.hash.clone()));
+    Ok(rec)
+}
+
+/// The chain's committed head, unlocked; `None` without a head row.
+async fn read_head(pool: &PgPool, chain: &str) -> Result<Option<(i64, String)>, StoreError> {
+    sqlx::query("SELECT chain_seq, hash FROM audit_heads WHERE chain = $1")
+        .bind(chain)
+        .fetch_optional(pool)
+        .await?
+        .map(|r| -> Result<(i64, String), StoreError> { Ok((r.try_get(0)?, r.try_get(1)?)) })
+        .transpose()
+}
+
+/// Advances the head from `prev_seq` to `rec` and inserts `rec`, in one autocommit
+/// statement; `None` (nothing written) if the head is no longer at `prev_seq`.
+async fn swap_in(
+    pool: &PgPool,
+    rec: &AuditEvent,
+    prev_seq: i64,
+) -> Result<Option<i64>, StoreError> {
+    let row = sqlx::query(
+        "WITH h AS (
+             UPDATE audit_heads SET chain_seq = $2, hash = $13
+             WHERE chain = $1 AND chain_seq = $14
+             RETURNING 1)
+         INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
+             resource, outcome, request_id, at, detail, prev_hash, hash)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM h
+         RETURNING seq",
+    )
+    .bind(&rec.chain)
+    .bind(rec.chain_seq)
+    .bind(&rec.org_id)
+    .bind(&rec.project_id)
+    .bind(&rec.actor)
+    .bind(&rec.action)
+    .bind(&rec.resource)
+    .bind(&rec.outcome)
+    .bind(&rec.request_id)
+    .bind(rec.at)
+    .bind(&rec.detail)
+    .bind(&rec.prev_hash)
+    .bind(&rec.hash)
+    .bind(prev_seq)
+    .fetch_optional(pool)
+    .await?;
+    row.map(|r| r.try_get("seq").map_err(StoreError::from))
+        .transpose()
+}
+
+/// Whether `v` holds a number that is not an integer: `jsonb` keeps numbers as `numeric`
+/// and prints them its own way (`1e-7` comes back `0.0000001`), so such a record must be
+/// checked before its commit, which only the locking path does. Integers come back as
+/// written.
+fn has_fraction(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => !(n.is_i64() || n.is_u64()),
+        Value::Array(a) => a.iter().any(has_fraction),
+        Value::Object(o) => o.values().any(has_fraction),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_fractional_numbers_need_the_checked_path() {
+        assert!(!has_fraction(
+            &json!({"program": "echo", "n": 3, "big": u64::MAX})
+        ));
+        assert!(!has_fraction(&json!(["a", -4, {"x": null, "y": true}])));
+        assert!(has_fraction(&json!({"ratio": 0.5})));
+        assert!(has_fraction(&json!({"deep": [1, {"f": 1e-7}]})));
+        // canonical_json is what is hashed; an integer survives it unchanged.
+        assert_eq!(audit::canonical_json(&json!({"n": 3})), r#"{"n":3}"#);
+    }
+}
