@@ -15,6 +15,7 @@ use differently_core::ErrorCode;
 use differently_store::Store;
 use serde_json::json;
 
+pub mod activity;
 pub mod admission_queue;
 pub mod audit;
 pub mod auth;
@@ -85,6 +86,8 @@ pub struct Inner {
     pub auth_cache: auth_cache::AuthCache,
     /// Creates gathered per organization into one store transaction (`admission_queue`).
     pub admissions: admission_queue::AdmissionQueue,
+    /// Data-plane activity not yet written (`activity`).
+    pub activity: activity::ActivityBuffer,
 }
 
 impl std::ops::Deref for AppState {

@@ -179,14 +179,8 @@ pub(crate) async fn ready_for_data(
             sandbox.id
         )));
     };
-    // Best effort and off the call's path: the idle sweep only needs it within seconds, and
-    // the caller should not wait a commit for it.
-    let (store, id) = (state.store.clone(), sandbox.id.clone());
-    tokio::spawn(async move {
-        if let Err(e) = store.touch_activity(&id, Utc::now()).await {
-            tracing::warn!(sandbox = %id, error = %e, "cannot record activity");
-        }
-    });
+    // Off the call's path and batched: the idle sweep only needs it within seconds.
+    state.activity.record(&state.store, &sandbox.id, Utc::now());
     let at = InstanceRef {
         sandbox_id: sandbox.id.clone(),
         backend_ref,

@@ -149,9 +149,11 @@ fn spawn_roles(
             key_requests: differently_api::ratelimit::Buckets::new(limits.key_rate),
             auth_cache: differently_api::auth_cache::AuthCache::default(),
             admissions: differently_api::admission_queue::AdmissionQueue::default(),
+            activity: differently_api::activity::ActivityBuffer::default(),
             auth_failures: differently_api::ratelimit::Buckets::new(limits.auth_failure_rate),
             limits,
         });
+        let (activity, store) = (state.activity.clone(), parts.store.clone());
         let app = differently_api::router(state)
             .into_make_service_with_connect_info::<std::net::SocketAddr>();
         let mut stop = shutdown.clone();
@@ -161,6 +163,8 @@ fn spawn_roles(
                     let _ = stop.changed().await;
                 })
                 .await?;
+            // Activity buffered by the last calls is written before the process exits.
+            activity.flush(store.as_ref()).await;
             Ok(())
         });
     }

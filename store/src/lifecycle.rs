@@ -195,6 +195,17 @@ pub trait LifecycleStore: Send + Sync + 'static {
 
     /// Records a data-plane call (exec, file, port, keepalive) on the sandbox.
     async fn touch_activity(&self, id: &SandboxId, at: DateTime<Utc>) -> Result<(), StoreError>;
+    /// `touch_activity` for many sandboxes at once (a process's buffered activity); an entry
+    /// never moves a sandbox's recorded activity back. The default touches them one by one.
+    async fn touch_activity_many(
+        &self,
+        touches: &[(SandboxId, DateTime<Utc>)],
+    ) -> Result<(), StoreError> {
+        for (id, at) in touches {
+            self.touch_activity(id, *at).await?;
+        }
+        Ok(())
+    }
     /// The last recorded activity, if any.
     async fn last_activity(&self, id: &SandboxId) -> Result<Option<DateTime<Utc>>, StoreError>;
     /// Running sandboxes idle for longer than their `idleTimeoutSeconds` (or

@@ -234,6 +234,32 @@ impl LifecycleStore for PgStore {
         Ok(())
     }
 
+    async fn touch_activity_many(
+        &self,
+        touches: &[(SandboxId, DateTime<Utc>)],
+    ) -> Result<(), StoreError> {
+        if touches.is_empty() {
+            return Ok(());
+        }
+        // One row per sandbox (ON CONFLICT cannot touch a row twice in one statement).
+        let mut latest: std::collections::BTreeMap<&str, DateTime<Utc>> = Default::default();
+        for (id, at) in touches {
+            let e = latest.entry(id.as_str()).or_insert(*at);
+            *e = (*e).max(*at);
+        }
+        sqlx::query(
+            "INSERT INTO sandbox_activity (sandbox_id, last_activity_at)
+             SELECT * FROM UNNEST($1::text[], $2::timestamptz[])
+             ON CONFLICT (sandbox_id) DO UPDATE
+             SET last_activity_at = GREATEST(sandbox_activity.last_activity_at, EXCLUDED.last_activity_at)",
+        )
+        .bind(latest.keys().copied().collect::<Vec<_>>())
+        .bind(latest.values().copied().collect::<Vec<_>>())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
     async fn last_activity(&self, id: &SandboxId) -> Result<Option<DateTime<Utc>>, StoreError> {
         let row =
             sqlx::query("SELECT last_activity_at FROM sandbox_activity WHERE sandbox_id = $1")

@@ -2067,3 +2067,20 @@ pub async fn concurrent_admission_groups_never_exceed_the_queue_limit(env: &Env)
         .unwrap();
     assert_eq!(rows.len(), 25);
 }
+
+pub async fn activity_batches_keep_the_latest_time(env: &Env) {
+    let s = store(env);
+    let (org, prj) = tenant(s).await;
+    let (a, b) = (admit(s, &org, &prj).await.id, admit(s, &org, &prj).await.id);
+    // Microseconds, as Postgres keeps them.
+    let t0 = differently_store::audit::stored_time(Utc::now());
+    let t1 = t0 + TimeDelta::seconds(5);
+    s.touch_activity(&a, t1).await.unwrap();
+    // A batch with a duplicate and an older time for `a`: nothing moves back.
+    s.touch_activity_many(&[(a.clone(), t0), (b.clone(), t0), (b.clone(), t1)])
+        .await
+        .unwrap();
+    assert_eq!(s.last_activity(&a).await.unwrap(), Some(t1));
+    assert_eq!(s.last_activity(&b).await.unwrap(), Some(t1));
+    s.touch_activity_many(&[]).await.unwrap();
+}

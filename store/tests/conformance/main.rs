@@ -87,6 +87,7 @@ conformance!(
     activate_respects_memory_and_disk_quota,
     activate_many_decides_in_order_like_one_by_one,
     admit_many_decides_in_order_like_one_by_one,
+    activity_batches_keep_the_latest_time,
     concurrent_admission_groups_never_exceed_the_queue_limit,
     starting_a_stopped_sandbox_rechecks_quota,
     activate_respects_pool_cap,
