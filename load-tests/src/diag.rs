@@ -32,22 +32,37 @@ pub struct WaitSampler {
 }
 
 impl WaitSampler {
-    /// Starts sampling through `pool` (one connection of it).
+    /// Starts sampling the run's database through `pool` (one connection of it).
     pub fn start(pool: PgPool, every: Duration) -> WaitSampler {
+        Self::sample(pool, every, false)
+    }
+
+    /// Like `start`, but every busy backend of the server: other databases (the server is
+    /// shared), autovacuum and checkpointer included, each labelled with its database and
+    /// backend type. For phases meant to run on a quiet system, to see whether it was.
+    pub fn start_server_wide(pool: PgPool, every: Duration) -> WaitSampler {
+        Self::sample(pool, every, true)
+    }
+
+    fn sample(pool: PgPool, every: Duration, server_wide: bool) -> WaitSampler {
         let counts: Arc<Mutex<(u64, HashMap<String, u64>)>> = Arc::default();
         let (stop, mut rx) = watch::channel(false);
         let c = counts.clone();
         let task = tokio::spawn(async move {
             loop {
                 let rows = sqlx::query(
-                    "SELECT state,
+                    "SELECT coalesce(state, backend_type) AS state,
                             coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-') AS w,
-                            left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS q
+                            CASE WHEN $1 THEN coalesce(datname, '-') || ' · ' || backend_type || ' · '
+                                 ELSE '' END
+                              || left(regexp_replace(coalesce(query, ''), '\\s+', ' ', 'g'), 90) AS q
                      FROM pg_stat_activity
-                     WHERE datname = current_database() AND pid <> pg_backend_pid()
-                       AND state IN ('active', 'idle in transaction')
-                       AND query NOT LIKE '%pg_stat_activity%'",
+                     WHERE ($1 OR datname = current_database()) AND pid <> pg_backend_pid()
+                       AND (state IN ('active', 'idle in transaction')
+                            OR ($1 AND state IS NULL AND wait_event_type IS DISTINCT FROM 'Activity'))
+                       AND coalesce(query, '') NOT LIKE '%pg_stat_activity%'",
                 )
+                .bind(server_wide)
                 .fetch_all(&pool)
                 .await;
                 if let Ok(rows) = rows {

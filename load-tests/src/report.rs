@@ -141,6 +141,10 @@ pub struct Phases {
     pub dev: DevRss,
     /// Postgres activity during the fixed-rate phase.
     pub fixed_rate_postgres_activity: Vec<crate::diag::WaitShare>,
+    /// Every busy backend of the server (any database, autovacuum included) while exec is
+    /// measured on the "quiet" system.
+    #[serde(default)]
+    pub exec_postgres_activity: Vec<crate::diag::WaitShare>,
     /// `EXPLAIN (ANALYZE, BUFFERS)` of the hot queries on the final data.
     pub explain: Vec<crate::diag::Explained>,
     /// Row counts of the big tables at the end.
@@ -816,6 +820,10 @@ impl Report {
             (
                 "fixed-rate phase",
                 &self.phases.fixed_rate_postgres_activity,
+            ),
+            (
+                "quiet exec measurement (server-wide: any database, autovacuum, checkpointer)",
+                &self.phases.exec_postgres_activity,
             ),
         ];
         for (name, act) in acts {

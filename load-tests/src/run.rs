@@ -280,12 +280,14 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     let backend_ref = backend_ref
         .ok_or_else(|| LoadError::Process(format!("{} has no backend_ref", target.id)))?;
     api.exec_echo(&key, &target.id).await?;
+    let exec_waits = diag::WaitSampler::start_server_wide(pool.clone(), Duration::from_millis(50));
     let mut lat = Vec::with_capacity(plan.exec_samples);
     for _ in 0..plan.exec_samples {
         let t = Instant::now();
         api.exec_echo(&key, &target.id).await?;
         lat.push(t.elapsed());
     }
+    phases.exec_postgres_activity = exec_waits.finish(12).await;
     phases.exec_via_api = crate::stats::summarize(&lat);
     let sbx = SandboxId::parse(&target.id)
         .map_err(|e| LoadError::Process(format!("sandbox id {}: {e}", target.id)))?;
