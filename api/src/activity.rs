@@ -72,26 +72,14 @@ impl ActivityBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxSpec};
+    use differently_core::{CreateSandboxRequest, Sandbox, SandboxSpec};
     use differently_store::memory::MemoryStore;
-    use differently_store::{Actor, Admission, Admitted, Org, OrgStatus, Project, Quota};
+    use differently_store::{Actor, Admission, Admitted, Quota};
 
     async fn sandbox(store: &MemoryStore) -> SandboxId {
-        let org = Org {
-            id: OrgId::new(),
-            name: "acme".into(),
-            status: OrgStatus::Active,
-            created_at: Utc::now(),
-        };
-        let p = Project {
-            id: ProjectId::new(),
-            org_id: org.id.clone(),
-            name: "default".into(),
-            created_at: Utc::now(),
-        };
-        store.ensure_tenant(&org, &p).await.expect("tenant");
+        let (org, project) = crate::test_support::tenant(store).await;
         let spec = SandboxSpec::build(&CreateSandboxRequest::default()).expect("spec");
-        let sbx = Sandbox::queued(org.id, p.id, spec, None, Utc::now());
+        let sbx = Sandbox::queued(org, project, spec, None, Utc::now());
         let admitted = store
             .admit(Admission {
                 sandbox: sbx,

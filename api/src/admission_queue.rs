@@ -140,27 +140,11 @@ impl Drop for Lane {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::tenant;
     use chrono::Utc;
     use differently_core::{CreateSandboxRequest, ProjectId, Sandbox, SandboxSpec};
     use differently_store::memory::MemoryStore;
-    use differently_store::{Actor, Org, OrgStatus, Project, Quota};
-
-    async fn tenant(store: &MemoryStore) -> (OrgId, ProjectId) {
-        let org = Org {
-            id: OrgId::new(),
-            name: "acme".into(),
-            status: OrgStatus::Active,
-            created_at: Utc::now(),
-        };
-        let p = Project {
-            id: ProjectId::new(),
-            org_id: org.id.clone(),
-            name: "default".into(),
-            created_at: Utc::now(),
-        };
-        store.ensure_tenant(&org, &p).await.expect("tenant");
-        (org.id, p.id)
-    }
+    use differently_store::{Actor, Quota};
 
     fn admission(org: &OrgId, prj: &ProjectId, max_queued: u32) -> Admission {
         let spec = SandboxSpec::build(&CreateSandboxRequest::default()).expect("spec");

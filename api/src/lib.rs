@@ -34,6 +34,8 @@ pub mod placement;
 pub mod ratelimit;
 pub mod sandboxes;
 pub mod tenancy;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod trust;
 
 pub use auth::{generate_key, BootstrapKey};

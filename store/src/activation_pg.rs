@@ -155,14 +155,7 @@ pub(crate) async fn activate_many(
         }
         let resources = s.spec.resources;
         let entry = rules::activate(s, &it.pool, now);
-        audits.push(crate::audit_pg::event_for(
-            Some(&s.org_id),
-            Some(&s.project_id),
-            s.id.as_str(),
-            entry.actor,
-            entry.action,
-            entry.detail,
-        ));
+        audits.push(crate::postgres::sandbox_event(s, entry));
         if let Some(doc) = &it.explanation {
             placements.push((&it.id, doc));
         }

@@ -20,7 +20,7 @@ use differently_core::{OrgId, ProjectId, Sandbox, SandboxStatus};
 use sqlx::{Postgres, Row, Transaction};
 
 use crate::memory::rules;
-use crate::postgres::{lock_org, read_limits, sandbox_of, to_i32, to_i64, PgStore};
+use crate::postgres::{lock_org, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore};
 use crate::{audit, audit_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
 
 /// One item's outcome.
@@ -177,15 +177,7 @@ async fn decide_in_one_tx(
             .map(|&i| {
                 let a = &group[i];
                 let s = &a.sandbox;
-                let e = rules::admit_entry(s, &a.actor);
-                let ev = audit_pg::event_for(
-                    Some(&s.org_id),
-                    Some(&s.project_id),
-                    s.id.as_str(),
-                    e.actor,
-                    e.action,
-                    e.detail,
-                );
+                let ev = sandbox_event(s, rules::admit_entry(s, &a.actor));
                 let request_id = a.request_id.clone().or_else(audit::current_request_id);
                 (ev, request_id)
             })

@@ -383,21 +383,25 @@ pub(crate) async fn write_sandboxes(
     Ok(())
 }
 
-pub(crate) async fn insert_audit(
-    tx: &mut Transaction<'static, Postgres>,
-    s: &Sandbox,
-    e: AuditEntry,
-    at: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    let ev = audit_pg::event_for(
+/// The audit record of `e` about sandbox `s` (its org's chain, its project).
+pub(crate) fn sandbox_event(s: &Sandbox, e: AuditEntry) -> crate::audit::NewAuditEvent {
+    audit_pg::event_for(
         Some(&s.org_id),
         Some(&s.project_id),
         s.id.as_str(),
         e.actor,
         e.action,
         e.detail,
-    );
-    audit_pg::append_chained(tx, ev, at).await?;
+    )
+}
+
+pub(crate) async fn insert_audit(
+    tx: &mut Transaction<'static, Postgres>,
+    s: &Sandbox,
+    e: AuditEntry,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    audit_pg::append_chained(tx, sandbox_event(s, e), at).await?;
     Ok(())
 }
 
