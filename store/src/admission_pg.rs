@@ -21,7 +21,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::memory::rules;
 use crate::postgres::{lock_org, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore};
-use crate::{audit, audit_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
+use crate::{audit, audit_pg, usage_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
 
 /// One item's outcome.
 type Outcome = Result<Admitted, StoreError>;
@@ -183,6 +183,17 @@ async fn decide_in_one_tx(
             })
             .collect();
         audit_pg::append_chained_requests(&mut tx, events, at).await?;
+        // The org's counter and every project's, in the global order: a group of several
+        // projects would otherwise take the project counters in row order at commit.
+        let mut counters = vec![org_scope.key()];
+        counters.extend(
+            admitted
+                .iter()
+                .map(|&i| QuotaScope::Project(group[i].sandbox.project_id.clone()).key()),
+        );
+        counters.sort_unstable();
+        counters.dedup();
+        usage_pg::lock_in_order(&mut tx, &counters).await?;
     }
     tx.commit().await?;
     decided.extend(

@@ -29,6 +29,7 @@ pub mod sealed;
 pub mod secrets;
 #[cfg(feature = "test-support")]
 pub mod testing;
+mod transition_lane_pg;
 mod usage_pg;
 
 pub use error::StoreError;

@@ -21,7 +21,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 
 use crate::memory::rules::{self, AuditEntry};
 use crate::usage_pg;
-use crate::{admission_pg, audit_pg};
+use crate::{admission_pg, audit_pg, transition_lane_pg};
 use crate::{
     Activation, Actor, Admission, Admitted, ApiKeyRecord, AuditRecord, Leadership, Org, OrgStatus,
     PoolSlot, Project, Quota, QuotaScope, SandboxFilter, Store, StoreError, Transition, Usage,
@@ -83,6 +83,8 @@ pub struct PgStore {
     standby: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
     /// Audit heads this process last wrote, for standalone appends (`audit_standalone_pg`).
     audit_heads: Arc<crate::audit_standalone_pg::HeadCache>,
+    /// One-row status changes waiting to be committed together (`transition_lane_pg`).
+    transitions: Arc<crate::transition_lane_pg::TransitionLane>,
 }
 
 impl PgStore {
@@ -111,7 +113,12 @@ impl PgStore {
             options,
             standby: Arc::default(),
             audit_heads: Arc::default(),
+            transitions: Arc::default(),
         })
+    }
+
+    pub(crate) fn transitions(&self) -> &crate::transition_lane_pg::TransitionLane {
+        &self.transitions
     }
 
     pub(crate) fn audit_heads(&self) -> &crate::audit_standalone_pg::HeadCache {
@@ -1155,13 +1162,10 @@ impl Store for PgStore {
         backend_ref: &str,
         now: DateTime<Utc>,
     ) -> Result<Sandbox, StoreError> {
-        let mut tx = self.begin().await?;
-        let mut s = lock_sandbox(&mut tx, id).await?;
-        let entry = rules::mark_running(&mut s, backend_ref, now)?;
-        write_sandbox(&mut tx, &s, None).await?;
-        insert_audit(&mut tx, &s, entry, now).await?;
-        tx.commit().await?;
-        Ok(s)
+        let change = transition_lane_pg::Change::Running {
+            backend_ref: backend_ref.to_owned(),
+        };
+        transition_lane_pg::submit(self, id, change, now).await
     }
 
     async fn requeue(
@@ -1181,9 +1185,13 @@ impl Store for PgStore {
     }
 
     async fn transition(&self, t: Transition, now: DateTime<Utc>) -> Result<Sandbox, StoreError> {
-        let mut tx = self.begin().await?;
-        let s = lock_sandbox(&mut tx, &t.id).await?;
-        apply_transition(tx, s, &t, now).await
+        if t.to == SandboxStatus::Queued {
+            let mut tx = self.begin().await?;
+            let s = lock_sandbox(&mut tx, &t.id).await?;
+            return apply_transition(tx, s, &t, now).await;
+        }
+        let id = t.id.clone();
+        transition_lane_pg::submit(self, &id, transition_lane_pg::Change::To(t), now).await
     }
 
     async fn transition_within_quota(

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use differently_core::SandboxStatus;
+use differently_core::{Sandbox, SandboxStatus};
 use sqlx::{PgConnection, Postgres, Row};
 
 use crate::{QuotaScope, StoreError, Usage, UsageDrift};
@@ -43,6 +43,35 @@ impl Counter {
 /// The counter key of a pool (org and project keys are `QuotaScope::key`).
 pub(crate) fn pool_key(pool: &str) -> String {
     format!("pool:{pool}")
+}
+
+/// The counters the usage trigger moves when a row goes from `old` to `new` (same sandbox):
+/// org and project when the status's class changes, the pools involved when the pool or the
+/// slot flag changes. A change that counts the same (provisioning → running) moves none, and
+/// locking none keeps such changes off the hot counter rows.
+pub(crate) fn moved_by(old: &Sandbox, new: &Sandbox) -> Vec<String> {
+    let class = |s: SandboxStatus| {
+        (
+            s == SandboxStatus::Queued,
+            s.counts_active(),
+            s.reserves_compute(),
+            s.counts_disk(),
+        )
+    };
+    let mut keys = Vec::new();
+    if class(old.status) != class(new.status) || old.spec.resources != new.spec.resources {
+        keys.push(QuotaScope::Org(new.org_id.clone()).key());
+        keys.push(QuotaScope::Project(new.project_id.clone()).key());
+    }
+    if old.pool != new.pool || old.status.holds_pool_slot() != new.status.holds_pool_slot() {
+        for pool in [old.pool.as_deref(), new.pool.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            keys.push(pool_key(pool));
+        }
+    }
+    keys
 }
 
 /// Locks the counter rows of `keys` in (rank, scope) order: org, project, pool, the order the

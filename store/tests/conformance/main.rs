@@ -95,6 +95,7 @@ conformance!(
     concurrent_activation_respects_pool_cap,
     mark_running_sets_times_and_bumps_version,
     cas_conflict_when_status_moved,
+    concurrent_status_changes_each_apply_once,
     illegal_transition_writes_nothing,
     final_transition_sets_ended_at,
     requeue_clears_pool_and_respects_not_before,

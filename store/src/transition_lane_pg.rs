@@ -1,0 +1,214 @@
+//! Group commit of one-row status changes (`mark_running`, `transition`) on Postgres.
+//!
+//! Workers mark sandboxes running and terminated, and the API moves them to terminating, one
+//! row per call and up to 64 calls at a time per worker. Each was a transaction of its own:
+//! BEGIN, lock the row, write it, lock the audit head, insert the record, COMMIT, and a WAL
+//! flush. Postgres CPU per sandbox was the limit of the whole system (`docs/performance.md`),
+//! so changes that arrive while the previous group commits now share one transaction: rows
+//! locked in id order with one statement, each change decided in Rust exactly as alone (in
+//! arrival order; an id given twice sees the first change), rows written with one statement,
+//! audit records of all their chains with two, usage counters locked in their global order,
+//! one commit. A change its rules refuse fails alone; a group whose transaction fails is
+//! retried change by change. A lone change is a group of one and waits for no timer.
+//!
+//! Changes to `queued` keep their own transaction (they also move `next_attempt_at`).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+use differently_core::{Sandbox, SandboxId};
+use tokio::sync::oneshot;
+
+use crate::memory::rules;
+use crate::postgres::{sandbox_event, sandbox_of, write_sandboxes, PgStore};
+use crate::{audit, audit_pg, usage_pg, StoreError, Transition};
+
+/// Most changes decided in one transaction.
+const MAX_GROUP: usize = 64;
+
+/// One requested change.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// `mark_running` with the backend's instance reference.
+    Running { backend_ref: String },
+    /// `transition` (never to `queued`).
+    To(Transition),
+}
+
+struct Pending {
+    id: SandboxId,
+    change: Change,
+    now: DateTime<Utc>,
+    request_id: Option<String>,
+    reply: oneshot::Sender<Result<Sandbox, StoreError>>,
+}
+
+/// Changes waiting for the next group, and whether a task is draining them.
+#[derive(Default)]
+pub(crate) struct TransitionLane(Mutex<(Vec<Pending>, bool)>);
+
+impl std::fmt::Debug for TransitionLane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TransitionLane")
+    }
+}
+
+impl TransitionLane {
+    fn lock(&self) -> MutexGuard<'_, (Vec<Pending>, bool)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Applies `change` to row `id` with whatever else this process is changing right now.
+pub(crate) async fn submit(
+    store: &PgStore,
+    id: &SandboxId,
+    change: Change,
+    now: DateTime<Utc>,
+) -> Result<Sandbox, StoreError> {
+    let (reply, rx) = oneshot::channel();
+    let start = {
+        let mut lane = store.transitions().lock();
+        lane.0.push(Pending {
+            id: id.clone(),
+            change,
+            now,
+            request_id: audit::current_request_id(),
+            reply,
+        });
+        !std::mem::replace(&mut lane.1, true)
+    };
+    if start {
+        tokio::spawn(
+            Drain {
+                store: store.clone(),
+                armed: true,
+            }
+            .run(),
+        );
+    }
+    rx.await
+        .unwrap_or_else(|_| Err(StoreError::Database("the change's group stopped".into())))
+}
+
+/// The task that drains the lane; if it unwinds, the lane is released for the next caller.
+struct Drain {
+    store: PgStore,
+    armed: bool,
+}
+
+impl Drain {
+    async fn run(mut self) {
+        loop {
+            let group: Vec<Pending> = {
+                let mut lane = self.store.transitions().lock();
+                if lane.0.is_empty() {
+                    lane.1 = false;
+                    self.armed = false;
+                    return;
+                }
+                let n = lane.0.len().min(MAX_GROUP);
+                lane.0.drain(..n).collect()
+            };
+            metrics::histogram!("differently_transition_group_size").record(group.len() as f64);
+            let outcomes = match decide(&self.store, &group).await {
+                Ok(outcomes) => outcomes,
+                Err(e) if group.len() == 1 => vec![Err(e)],
+                Err(e) => {
+                    tracing::warn!(error = %e, size = group.len(),
+                        "status change group failed as a whole; applying its changes one by one");
+                    let mut each = Vec::with_capacity(group.len());
+                    for p in &group {
+                        each.push(match decide(&self.store, std::slice::from_ref(p)).await {
+                            Ok(mut one) => one.pop().unwrap_or_else(|| {
+                                Err(StoreError::Database("change not decided".into()))
+                            }),
+                            Err(e) => Err(e),
+                        });
+                    }
+                    each
+                }
+            };
+            for (p, outcome) in group.into_iter().zip(outcomes) {
+                let _ = p.reply.send(outcome);
+            }
+        }
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut lane = self.store.transitions().lock();
+            lane.1 = false;
+            // Their senders drop with them: the callers get an error, nobody hangs.
+            let dropped = std::mem::take(&mut lane.0).len();
+            tracing::error!(waiting = dropped, "status change lane stopped unexpectedly");
+        }
+    }
+}
+
+/// Decides `group` in one transaction; one outcome per change. `Err`: nothing committed.
+async fn decide(
+    store: &PgStore,
+    group: &[Pending],
+) -> Result<Vec<Result<Sandbox, StoreError>>, StoreError> {
+    let mut ids: Vec<&str> = group.iter().map(|p| p.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut tx = store.begin().await?;
+    let rows = sqlx::query("SELECT doc FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut by_id: HashMap<SandboxId, Sandbox> = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let s = sandbox_of(r)?;
+        by_id.insert(s.id.clone(), s);
+    }
+    let before = by_id.clone();
+    let mut outcomes = Vec::with_capacity(group.len());
+    let mut events = Vec::new();
+    let mut changed: Vec<SandboxId> = Vec::new();
+    for p in group {
+        let Some(s) = by_id.get_mut(&p.id) else {
+            outcomes.push(Err(StoreError::NotFound));
+            continue;
+        };
+        let mut next = s.clone();
+        let entry = match &p.change {
+            Change::Running { backend_ref } => rules::mark_running(&mut next, backend_ref, p.now),
+            Change::To(t) => rules::transition(&mut next, t, p.now),
+        };
+        match entry {
+            Ok(entry) => {
+                events.push((sandbox_event(&next, entry), p.request_id.clone()));
+                *s = next.clone();
+                if !changed.contains(&p.id) {
+                    changed.push(p.id.clone());
+                }
+                outcomes.push(Ok(next));
+            }
+            Err(e) => outcomes.push(Err(e)),
+        }
+    }
+    if !changed.is_empty() {
+        let rows: Vec<&Sandbox> = changed.iter().filter_map(|id| by_id.get(id)).collect();
+        write_sandboxes(&mut tx, &rows).await?;
+        let at = group.iter().map(|p| p.now).max().unwrap_or_else(Utc::now);
+        audit_pg::append_chained_requests(&mut tx, events, at).await?;
+        let mut counters: Vec<String> = rows
+            .iter()
+            .filter_map(|s| before.get(&s.id).map(|old| usage_pg::moved_by(old, s)))
+            .flatten()
+            .collect();
+        counters.sort_unstable();
+        counters.dedup();
+        if !counters.is_empty() {
+            usage_pg::lock_in_order(&mut tx, &counters).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(outcomes)
+}
