@@ -10,6 +10,7 @@
 pub mod baseline;
 pub mod client;
 pub mod cluster;
+pub mod cpu;
 pub mod dev;
 pub mod diag;
 pub mod error;

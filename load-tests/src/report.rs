@@ -103,6 +103,12 @@ pub struct Burst {
     /// What the control plane's Postgres backends were doing from the first create until
     /// all were running (sampled `pg_stat_activity`).
     pub postgres_activity: Vec<crate::diag::WaitShare>,
+    /// Cores used per process group over the same window (`cpu`): CPU seconds ÷ wall seconds.
+    #[serde(default)]
+    pub cpu_cores: BTreeMap<String, f64>,
+    /// That window, in seconds.
+    #[serde(default)]
+    pub cpu_wall_seconds: f64,
     /// `perf report` files written for this burst (with `--perf-dir`).
     pub profiles: Vec<String>,
 }
@@ -826,6 +832,32 @@ impl Report {
                 &self.phases.exec_postgres_activity,
             ),
         ];
+        for (name, b) in [
+            ("sustained burst", &self.phases.burst_sustained),
+            ("leader backlog burst", &self.phases.burst_leader_backlog),
+        ] {
+            if b.cpu_cores.is_empty() {
+                continue;
+            }
+            let n = b.admissions.ops.max(1) as f64;
+            let total: f64 = b.cpu_cores.values().sum();
+            out.push_str(&format!(
+                "\nCPU during the {name}, first create until all ran ({:.1} s, {} sandboxes; `/proc/<pid>/stat`):\n\n| process | cores | CPU ms per sandbox |\n|---|---:|---:|\n",
+                b.cpu_wall_seconds, b.admissions.ops
+            ));
+            let mut rows: Vec<(&String, &f64)> = b.cpu_cores.iter().collect();
+            rows.sort_by(|x, y| y.1.total_cmp(x.1));
+            for (who, cores) in rows {
+                out.push_str(&format!(
+                    "| {who} | {cores:.2} | {:.3} |\n",
+                    cores * b.cpu_wall_seconds * 1000.0 / n
+                ));
+            }
+            out.push_str(&format!(
+                "| all | {total:.2} | {:.3} |\n",
+                total * b.cpu_wall_seconds * 1000.0 / n
+            ));
+        }
         for (name, act) in acts {
             if act.is_empty() {
                 continue;

@@ -68,6 +68,7 @@ async fn burst(
         }
     }
     let waits = diag::WaitSampler::start(pool.clone(), Duration::from_millis(50));
+    let cpu = crate::cpu::CpuMeter::start(cluster.pids());
     if pause_leader {
         cluster.signal_pause("scheduler", true)?;
     }
@@ -80,6 +81,7 @@ async fn burst(
     accepted.extend(made_ids.iter().cloned());
     let running_after = wait_all(pool, &made_ids, "running", deadline).await?;
     let postgres_activity = waits.finish(12).await;
+    let (cpu_cores, cpu_wall_seconds) = cpu.finish();
     let mut profiles = Vec::new();
     for r in recordings {
         profiles.push(r.finish().await?.display().to_string());
@@ -97,6 +99,8 @@ async fn burst(
         deletes: del.throughput,
         terminated_after_seconds: terminated_after.as_secs_f64(),
         postgres_activity,
+        cpu_cores,
+        cpu_wall_seconds,
         profiles,
     })
 }
