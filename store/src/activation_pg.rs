@@ -185,9 +185,13 @@ pub(crate) async fn activate_many(
     write_sandboxes(&mut tx, &changed).await?;
     crate::placement_pg::write_placements(&mut tx, &placements, now).await?;
     crate::audit_pg::append_chained_many(&mut tx, audits, now).await?;
-    let mut counters = scopes;
-    counters.extend(items.iter().map(|i| usage_pg::pool_key(&i.pool.name)));
-    usage_pg::lock_in_order(&mut tx, &counters).await?;
+    // One row's trigger takes its counters in the global order already; only several rows
+    // can interleave them.
+    if changed.len() > 1 {
+        let mut counters = scopes;
+        counters.extend(items.iter().map(|i| usage_pg::pool_key(&i.pool.name)));
+        usage_pg::lock_in_order(&mut tx, &counters).await?;
+    }
     tx.commit().await?;
     Ok(out)
 }

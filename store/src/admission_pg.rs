@@ -184,16 +184,18 @@ async fn decide_in_one_tx(
             .collect();
         audit_pg::append_chained_requests(&mut tx, events, at).await?;
         // The org's counter and every project's, in the global order: a group of several
-        // projects would otherwise take the project counters in row order at commit.
-        let mut counters = vec![org_scope.key()];
-        counters.extend(
-            admitted
-                .iter()
-                .map(|&i| QuotaScope::Project(group[i].sandbox.project_id.clone()).key()),
-        );
+        // projects would otherwise take the project counters in row order at commit. One
+        // project's rows already take them in that order (org, project), so no statement.
+        let mut counters: Vec<String> = admitted
+            .iter()
+            .map(|&i| QuotaScope::Project(group[i].sandbox.project_id.clone()).key())
+            .collect();
         counters.sort_unstable();
         counters.dedup();
-        usage_pg::lock_in_order(&mut tx, &counters).await?;
+        if counters.len() > 1 {
+            counters.insert(0, org_scope.key());
+            usage_pg::lock_in_order(&mut tx, &counters).await?;
+        }
     }
     tx.commit().await?;
     decided.extend(

@@ -205,7 +205,9 @@ async fn decide(
             .collect();
         counters.sort_unstable();
         counters.dedup();
-        if !counters.is_empty() {
+        // One row's trigger takes its counters in the global order already (org, project,
+        // pool); only several rows can interleave them.
+        if rows.len() > 1 && !counters.is_empty() {
             usage_pg::lock_in_order(&mut tx, &counters).await?;
         }
     }
