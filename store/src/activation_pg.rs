@@ -16,7 +16,7 @@ use sqlx::types::Json;
 use sqlx::Row;
 
 use crate::memory::rules;
-use crate::postgres::{lock_pool, sandbox_of, write_sandboxes, PgStore};
+use crate::postgres::{lock_pool, lock_sandboxes, write_sandboxes, PgStore};
 use crate::usage_pg;
 use crate::{Activation, ActivationItem, Quota, QuotaScope, StoreError, Usage};
 
@@ -57,15 +57,7 @@ pub(crate) async fn activate_many(
     for pool in &capped {
         lock_pool(&mut tx, pool).await?;
     }
-    let rows = sqlx::query("SELECT doc FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?;
-    let mut by_id: HashMap<SandboxId, Sandbox> = HashMap::with_capacity(rows.len());
-    for r in &rows {
-        let s = sandbox_of(r)?;
-        by_id.insert(s.id.clone(), s);
-    }
+    let mut by_id = lock_sandboxes(&mut tx, &ids).await?;
     if items.iter().any(|i| !by_id.contains_key(&i.id)) {
         return Err(StoreError::NotFound);
     }

@@ -244,6 +244,24 @@ async fn lock_sandbox(
     sandbox_of(&row)
 }
 
+/// Locks the sandbox rows `ids` (any order) in id order, the order every group writer uses,
+/// and returns them by id; a missing id is simply absent.
+pub(crate) async fn lock_sandboxes(
+    tx: &mut Transaction<'static, Postgres>,
+    ids: &[&str],
+) -> Result<HashMap<SandboxId, Sandbox>, StoreError> {
+    let rows = sqlx::query("SELECT doc FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+        .bind(ids)
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut by_id = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let s = sandbox_of(r)?;
+        by_id.insert(s.id.clone(), s);
+    }
+    Ok(by_id)
+}
+
 /// Locks the organization row; `NotFound` if it does not exist.
 pub(crate) async fn lock_org(
     tx: &mut Transaction<'static, Postgres>,

@@ -13,7 +13,6 @@
 //!
 //! Changes to `queued` keep their own transaction (they also move `next_attempt_at`).
 
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
@@ -21,7 +20,7 @@ use differently_core::{Sandbox, SandboxId};
 use tokio::sync::oneshot;
 
 use crate::memory::rules;
-use crate::postgres::{sandbox_event, sandbox_of, write_sandboxes, PgStore};
+use crate::postgres::{lock_sandboxes, sandbox_event, write_sandboxes, PgStore};
 use crate::{audit, audit_pg, usage_pg, StoreError, Transition};
 
 /// Most changes decided in one transaction.
@@ -158,15 +157,7 @@ async fn decide(
     ids.sort_unstable();
     ids.dedup();
     let mut tx = store.begin().await?;
-    let rows = sqlx::query("SELECT doc FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?;
-    let mut by_id: HashMap<SandboxId, Sandbox> = HashMap::with_capacity(rows.len());
-    for r in &rows {
-        let s = sandbox_of(r)?;
-        by_id.insert(s.id.clone(), s);
-    }
+    let mut by_id = lock_sandboxes(&mut tx, &ids).await?;
     let before = by_id.clone();
     let mut outcomes = Vec::with_capacity(group.len());
     let mut events = Vec::new();
