@@ -142,6 +142,33 @@ async fn a_long_wait_fails_with_its_reason() {
     c.spawn("worker", "worker", &[]);
     c.wait_ready().await;
     let a = tenant(&c, "org-a").await;
+    // `wait_ready` proves the API sees the pool healthy; the scheduler syncs its own view
+    // every 2 s. Until it has, sandboxes wait "for capacity: fake (unhealthy)", which with a
+    // 2 s queue limit would fail the first one too. A sandbox placed and gone proves the
+    // scheduler's view first.
+    let warm = sandbox(&c, &a).await;
+    for (path, want) in [
+        (
+            format!("/v1/sandboxes/{warm}/wait?status=running&timeoutSeconds=30"),
+            "running",
+        ),
+        (format!("/v1/sandboxes/{warm}"), "terminating"),
+        (
+            format!("/v1/sandboxes/{warm}/wait?status=terminated&timeoutSeconds=30"),
+            "terminated",
+        ),
+    ] {
+        let method = if want == "terminating" {
+            Method::DELETE
+        } else {
+            Method::GET
+        };
+        let (s, r) = c.call(&a.key, method, &path, None).await;
+        assert!((200..300).contains(&s), "{path}: {s} {r}");
+        if want != "terminating" {
+            assert_eq!(r["status"], want, "{r}");
+        }
+    }
     let (s, _) = c
         .call(
             &c.key,
