@@ -16,7 +16,6 @@ use differently_store::Store;
 use serde_json::json;
 
 pub mod activity;
-pub mod admission_queue;
 pub mod audit;
 pub mod auth;
 pub mod auth_cache;
@@ -86,8 +85,6 @@ pub struct Inner {
     pub auth_failures: ratelimit::Buckets<std::net::IpAddr>,
     /// Key and organization records read in the last second (`auth_cache`).
     pub auth_cache: auth_cache::AuthCache,
-    /// Creates gathered per organization into one store transaction (`admission_queue`).
-    pub admissions: admission_queue::AdmissionQueue,
     /// Data-plane activity not yet written (`activity`).
     pub activity: activity::ActivityBuffer,
 }

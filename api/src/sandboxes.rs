@@ -1,7 +1,7 @@
 //! `/v1/sandboxes`: admission, reads, wait and delete (exec is in `exec_stream`).
 //!
-//! Create: authenticate → build and validate → fail-fast placement → admit transaction (grouped
-//! per org with concurrent creates, `admission_queue`) →
+//! Create: authenticate → build and validate → fail-fast placement → admit transaction (on
+//! Postgres grouped with the org's concurrent creates) →
 //! publish `dly.admit.<org>` → 202. A lost publish is repaired by the scheduler from Postgres.
 
 use std::time::Duration;
@@ -115,17 +115,14 @@ async fn create(
         Utc::now(),
     );
     let admitted = state
-        .admissions
-        .admit(
-            &state.store,
-            Admission {
-                sandbox,
-                request_hash,
-                defaults: state.limits.quota_defaults,
-                actor: principal.actor(),
-                request_id: differently_store::audit::current_request_id(),
-            },
-        )
+        .store
+        .admit(Admission {
+            sandbox,
+            request_hash,
+            defaults: state.limits.quota_defaults,
+            actor: principal.actor(),
+            request_id: None,
+        })
         .await
         .inspect_err(|_| count_admission("rejected"))?;
     let sandbox = match admitted {

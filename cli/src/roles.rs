@@ -148,7 +148,6 @@ fn spawn_roles(
             events,
             key_requests: differently_api::ratelimit::Buckets::new(limits.key_rate),
             auth_cache: differently_api::auth_cache::AuthCache::default(),
-            admissions: differently_api::admission_queue::AdmissionQueue::default(),
             activity: differently_api::activity::ActivityBuffer::default(),
             auth_failures: differently_api::ratelimit::Buckets::new(limits.auth_failure_rate),
             limits,

@@ -1,11 +1,13 @@
-//! `Store::admit_many` on Postgres: the admissions of one organization that arrive together,
-//! in one transaction.
+//! `Store::admit` and `Store::admit_many` on Postgres: the admissions of one organization
+//! that arrive together, in one transaction.
 //!
 //! Every admission of an org serializes on the org row (the quota check must see the
-//! previous admission's row). The API therefore gathers the creates of an org that arrive
-//! while that org's previous group commits (group commit), and this module serves them with
-//! one org lock, one limits read per project, one insert, one audit append and one commit.
-//! A create that arrives alone is a group of one, which is how `admit` runs too.
+//! previous admission's row). So `admit` joins its org's lane (`group_commit`): the creates
+//! of an org that arrive while that org's previous group commits are served with one org
+//! lock, one limits read per project, one insert, one audit append and one commit. A create
+//! that arrives alone is a group of one. The caller only waits for its outcome; if it goes
+//! away, the admission still commits with its group (the scheduler's repair pass publishes
+//! it, like any admission whose publish was lost).
 //!
 //! Each item is decided as a lone admission would be, in the order given, against usage that
 //! includes the group's earlier admissions; a refused item refuses only itself. If the group's
@@ -18,6 +20,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use differently_core::{OrgId, ProjectId, Sandbox, SandboxStatus};
 use sqlx::{Postgres, Row, Transaction};
+use tokio::sync::oneshot;
+
+use crate::group_commit::Lanes;
 
 use crate::memory::rules;
 use crate::postgres::{lock_org, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore};
@@ -25,6 +30,39 @@ use crate::{audit, audit_pg, usage_pg, Admission, Admitted, QuotaScope, StoreErr
 
 /// One item's outcome.
 type Outcome = Result<Admitted, StoreError>;
+
+/// The per-organization lanes of a process's admissions (`group_commit`).
+pub(crate) type AdmissionLanes = Lanes<OrgId, (Admission, oneshot::Sender<Outcome>)>;
+
+/// Most admissions decided in one transaction.
+const MAX_GROUP: usize = 64;
+
+/// Admits `a` with whatever else its organization has waiting in this process.
+pub(crate) async fn admit(store: &PgStore, mut a: Admission) -> Outcome {
+    // The group is decided on another task: the record keeps this request's id.
+    if a.request_id.is_none() {
+        a.request_id = audit::current_request_id();
+    }
+    let (reply, rx) = oneshot::channel();
+    let org = a.sandbox.org_id.clone();
+    let batch_store = store.clone();
+    store
+        .admissions()
+        .push(org, (a, reply), MAX_GROUP, move |jobs: Vec<_>| {
+            let store = batch_store.clone();
+            async move {
+                metrics::histogram!("differently_admission_group_size").record(jobs.len() as f64);
+                let (group, replies): (Vec<Admission>, Vec<_>) = jobs.into_iter().unzip();
+                let outcomes = admit_many(&store, group).await;
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    // A requester that went away does not undo a committed admission.
+                    let _ = reply.send(outcome);
+                }
+            }
+        });
+    rx.await
+        .unwrap_or_else(|_| Err(StoreError::Database("the admission's group stopped".into())))
+}
 
 /// Admits `group` (any organizations; each org's items in one transaction), one outcome per
 /// item in the order given.
@@ -104,8 +142,7 @@ async fn decide_in_one_tx(
     let mut tx = store.begin().await?;
     lock_org(&mut tx, org).await?;
     let org_scope = QuotaScope::Org(org.clone());
-    let mut org_usage: Option<Usage> = None;
-    let mut org_quota: Option<crate::Quota> = None;
+    let mut org_limits: Option<(Usage, crate::Quota)> = None;
     let mut projects: HashMap<&ProjectId, ProjectLimits> = HashMap::new();
     for &i in items {
         let p = &group[i].sandbox.project_id;
@@ -113,10 +150,7 @@ async fn decide_in_one_tx(
             continue;
         }
         let l = read_limits(&mut tx, p, &org_scope, &QuotaScope::Project(p.clone())).await?;
-        org_usage.get_or_insert(l.org_usage);
-        if org_quota.is_none() {
-            org_quota = Some(l.org_quota.unwrap_or_default());
-        }
+        org_limits.get_or_insert((l.org_usage, l.org_quota.unwrap_or_default()));
         projects.insert(
             p,
             ProjectLimits {
@@ -126,8 +160,7 @@ async fn decide_in_one_tx(
             },
         );
     }
-    let mut org_usage = org_usage.unwrap_or_default();
-    let org_quota = org_quota.unwrap_or_default();
+    let (mut org_usage, org_quota) = org_limits.unwrap_or_default();
     let replays = earlier_admissions(&mut tx, group, items).await?;
 
     let mut decided: Vec<(usize, Outcome)> = Vec::with_capacity(items.len());

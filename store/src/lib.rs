@@ -17,6 +17,7 @@ mod audit_memory;
 mod audit_pg;
 mod audit_standalone_pg;
 pub mod error;
+mod group_commit;
 pub mod lifecycle;
 mod lifecycle_memory;
 mod lifecycle_pg;

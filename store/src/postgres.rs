@@ -85,6 +85,8 @@ pub struct PgStore {
     audit_heads: Arc<crate::audit_standalone_pg::HeadCache>,
     /// One-row status changes waiting to be committed together (`transition_lane_pg`).
     transitions: Arc<crate::transition_lane_pg::TransitionLane>,
+    /// Admissions waiting to be committed together, per organization (`admission_pg`).
+    admissions: Arc<admission_pg::AdmissionLanes>,
 }
 
 impl PgStore {
@@ -114,11 +116,16 @@ impl PgStore {
             standby: Arc::default(),
             audit_heads: Arc::default(),
             transitions: Arc::default(),
+            admissions: Arc::default(),
         })
     }
 
-    pub(crate) fn transitions(&self) -> &crate::transition_lane_pg::TransitionLane {
+    pub(crate) fn transitions(&self) -> &Arc<crate::transition_lane_pg::TransitionLane> {
         &self.transitions
+    }
+
+    pub(crate) fn admissions(&self) -> &Arc<admission_pg::AdmissionLanes> {
+        &self.admissions
     }
 
     pub(crate) fn audit_heads(&self) -> &crate::audit_standalone_pg::HeadCache {
@@ -1096,10 +1103,7 @@ impl Store for PgStore {
     }
 
     async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError> {
-        admission_pg::admit_many(self, vec![admission])
-            .await
-            .pop()
-            .unwrap_or_else(|| Err(StoreError::Database("admission not decided".into())))
+        admission_pg::admit(self, admission).await
     }
 
     async fn admit_many(&self, group: Vec<Admission>) -> Vec<Result<Admitted, StoreError>> {

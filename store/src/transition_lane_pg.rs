@@ -9,16 +9,15 @@
 //! arrival order; an id given twice sees the first change), rows written with one statement,
 //! audit records of all their chains with two, usage counters locked in their global order,
 //! one commit. A change its rules refuse fails alone; a group whose transaction fails is
-//! retried change by change. A lone change is a group of one and waits for no timer.
+//! retried change by change. The batching itself is `group_commit` (one lane per process).
 //!
 //! Changes to `queued` keep their own transaction (they also move `next_attempt_at`).
-
-use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use differently_core::{Sandbox, SandboxId};
 use tokio::sync::oneshot;
 
+use crate::group_commit::Lanes;
 use crate::memory::rules;
 use crate::postgres::{lock_sandboxes, sandbox_event, write_sandboxes, PgStore};
 use crate::{audit, audit_pg, usage_pg, StoreError, Transition};
@@ -35,7 +34,7 @@ pub(crate) enum Change {
     To(Transition),
 }
 
-struct Pending {
+pub(crate) struct Pending {
     id: SandboxId,
     change: Change,
     now: DateTime<Utc>,
@@ -43,21 +42,8 @@ struct Pending {
     reply: oneshot::Sender<Result<Sandbox, StoreError>>,
 }
 
-/// Changes waiting for the next group, and whether a task is draining them.
-#[derive(Default)]
-pub(crate) struct TransitionLane(Mutex<(Vec<Pending>, bool)>);
-
-impl std::fmt::Debug for TransitionLane {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TransitionLane")
-    }
-}
-
-impl TransitionLane {
-    fn lock(&self) -> MutexGuard<'_, (Vec<Pending>, bool)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
+/// The one lane of a process's status changes (`group_commit`).
+pub(crate) type TransitionLane = Lanes<(), Pending>;
 
 /// Applies `change` to row `id` with whatever else this process is changing right now.
 pub(crate) async fn submit(
@@ -67,84 +53,46 @@ pub(crate) async fn submit(
     now: DateTime<Utc>,
 ) -> Result<Sandbox, StoreError> {
     let (reply, rx) = oneshot::channel();
-    let start = {
-        let mut lane = store.transitions().lock();
-        lane.0.push(Pending {
-            id: id.clone(),
-            change,
-            now,
-            request_id: audit::current_request_id(),
-            reply,
-        });
-        !std::mem::replace(&mut lane.1, true)
+    let job = Pending {
+        id: id.clone(),
+        change,
+        now,
+        request_id: audit::current_request_id(),
+        reply,
     };
-    if start {
-        tokio::spawn(
-            Drain {
-                store: store.clone(),
-                armed: true,
-            }
-            .run(),
-        );
-    }
+    let batch_store = store.clone();
+    store.transitions().push((), job, MAX_GROUP, move |group| {
+        let store = batch_store.clone();
+        async move { run(&store, group).await }
+    });
     rx.await
         .unwrap_or_else(|_| Err(StoreError::Database("the change's group stopped".into())))
 }
 
-/// The task that drains the lane; if it unwinds, the lane is released for the next caller.
-struct Drain {
-    store: PgStore,
-    armed: bool,
-}
-
-impl Drain {
-    async fn run(mut self) {
-        loop {
-            let group: Vec<Pending> = {
-                let mut lane = self.store.transitions().lock();
-                if lane.0.is_empty() {
-                    lane.1 = false;
-                    self.armed = false;
-                    return;
-                }
-                let n = lane.0.len().min(MAX_GROUP);
-                lane.0.drain(..n).collect()
-            };
-            metrics::histogram!("differently_transition_group_size").record(group.len() as f64);
-            let outcomes = match decide(&self.store, &group).await {
-                Ok(outcomes) => outcomes,
-                Err(e) if group.len() == 1 => vec![Err(e)],
-                Err(e) => {
-                    tracing::warn!(error = %e, size = group.len(),
-                        "status change group failed as a whole; applying its changes one by one");
-                    let mut each = Vec::with_capacity(group.len());
-                    for p in &group {
-                        each.push(match decide(&self.store, std::slice::from_ref(p)).await {
-                            Ok(mut one) => one.pop().unwrap_or_else(|| {
-                                Err(StoreError::Database("change not decided".into()))
-                            }),
-                            Err(e) => Err(e),
-                        });
-                    }
-                    each
-                }
-            };
-            for (p, outcome) in group.into_iter().zip(outcomes) {
-                let _ = p.reply.send(outcome);
+/// Decides a batch and answers each caller; a batch whose transaction fails is retried
+/// change by change.
+async fn run(store: &PgStore, group: Vec<Pending>) {
+    metrics::histogram!("differently_transition_group_size").record(group.len() as f64);
+    let outcomes = match decide(store, &group).await {
+        Ok(outcomes) => outcomes,
+        Err(e) if group.len() == 1 => vec![Err(e)],
+        Err(e) => {
+            tracing::warn!(error = %e, size = group.len(),
+                "status change group failed as a whole; applying its changes one by one");
+            let mut each = Vec::with_capacity(group.len());
+            for p in &group {
+                each.push(match decide(store, std::slice::from_ref(p)).await {
+                    Ok(mut one) => one
+                        .pop()
+                        .unwrap_or_else(|| Err(StoreError::Database("change not decided".into()))),
+                    Err(e) => Err(e),
+                });
             }
+            each
         }
-    }
-}
-
-impl Drop for Drain {
-    fn drop(&mut self) {
-        if self.armed {
-            let mut lane = self.store.transitions().lock();
-            lane.1 = false;
-            // Their senders drop with them: the callers get an error, nobody hangs.
-            let dropped = std::mem::take(&mut lane.0).len();
-            tracing::error!(waiting = dropped, "status change lane stopped unexpectedly");
-        }
+    };
+    for (p, outcome) in group.into_iter().zip(outcomes) {
+        let _ = p.reply.send(outcome);
     }
 }
 

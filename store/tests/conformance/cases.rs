@@ -2173,3 +2173,53 @@ pub async fn concurrent_status_changes_each_apply_once(env: &Env) {
     let report = s.verify_audit().await.unwrap();
     assert!(report.ok, "{report:?}");
 }
+
+/// Concurrent lone `admit` calls (which Postgres groups per org): each caller gets its own
+/// sandbox or its own refusal, the queue limit holds, and each audit record keeps the id of
+/// the request that asked, whichever task wrote it.
+pub async fn concurrent_admits_each_get_their_own_outcome(env: &Env) {
+    let s = env.store.clone();
+    let (org, prj) = tenant(s.as_ref()).await;
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let (s, org, prj) = (s.clone(), org.clone(), prj.clone());
+        tasks.push(tokio::spawn(async move {
+            let sbx = new_sandbox(&org, &prj, None);
+            let id = sbx.id.clone();
+            let out = differently_store::audit::with_request_id(
+                format!("req_{i}"),
+                s.admit(admission(sbx, "h", Some(25))),
+            )
+            .await;
+            (i, id, out)
+        }));
+    }
+    let mut admitted = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            (i, id, Ok(Admitted::New(x))) => {
+                assert_eq!(x.id, id, "each caller gets its own sandbox back");
+                admitted.push((i, id));
+            }
+            (_, id, Err(StoreError::QuotaExceeded(_))) => {
+                assert!(s.get_sandbox(&id).await.unwrap().is_none());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(admitted.len(), 25);
+    for (i, id) in admitted {
+        let recs = s
+            .list_audit(&differently_store::audit::AuditFilter {
+                resource: Some(id.to_string()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(
+            recs[0].request_id.as_deref(),
+            Some(format!("req_{i}").as_str())
+        );
+    }
+}

@@ -89,6 +89,7 @@ conformance!(
     admit_many_decides_in_order_like_one_by_one,
     activity_batches_keep_the_latest_time,
     concurrent_admission_groups_never_exceed_the_queue_limit,
+    concurrent_admits_each_get_their_own_outcome,
     starting_a_stopped_sandbox_rechecks_quota,
     activate_respects_pool_cap,
     activate_not_queued_and_missing,
