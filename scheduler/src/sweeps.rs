@@ -9,7 +9,7 @@
 //! runs under a fresh root trace ([`traced`]), so the work it publishes carries a trace id
 //! that the worker's log lines share.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::Utc;
 use differently_bus::trace;
@@ -340,6 +340,42 @@ async fn repair_ops(s: &Scheduler, resent: &mut HashMap<OpId, Instant>) -> Resul
     Ok(())
 }
 
+/// Backend instances whose rows are looked up with one query: a pass over 10,000 instances
+/// is 10 round trips, not 10,000.
+const LOOKUP_CHUNK: usize = 1000;
+
+/// Deletes a backend instance whose row is missing (`brief` is `None`) or final, and
+/// records it.
+async fn delete_orphan(
+    s: &Scheduler,
+    name: &str,
+    adapter: &differently_adapters::SharedAdapter,
+    inst: &differently_adapters::Instance,
+    brief: Option<&differently_store::SandboxBrief>,
+) {
+    match traced("reconcile.orphan", adapter.delete(&inst.sandbox_id)).await {
+        Ok(()) => {
+            tracing::info!(pool = %name, sandbox = %inst.sandbox_id, action = "orphan_deleted", "reconcile: deleted an orphan backend instance");
+            crate::metrics::reconcile_action(name, "orphan_deleted");
+            let ev = differently_store::audit::NewAuditEvent {
+                org_id: brief.map(|b| b.org_id.clone()),
+                project_id: brief.map(|b| b.project_id.clone()),
+                actor: Actor::System("reconciler").as_audit(),
+                action: "reconcile.orphan_deleted".to_owned(),
+                resource: inst.sandbox_id.to_string(),
+                outcome: "ok".to_owned(),
+                detail: serde_json::json!({ "pool": name, "backendRef": inst.backend_ref }),
+            };
+            if let Err(e) = s.store.append_audit(ev).await {
+                tracing::warn!(error = %e, "reconcile: audit of an orphan delete failed");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(pool = %name, sandbox = %inst.sandbox_id, error = %e, "reconcile: orphan delete failed; next pass retries")
+        }
+    }
+}
+
 /// One reconciliation pass over every pool; see the module docs.
 async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
     let installation = s.store.installation_id().await?;
@@ -356,45 +392,26 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
                 continue;
             }
         };
-        let mut seen = HashSet::new();
-        for inst in &instances {
-            seen.insert(inst.sandbox_id.clone());
-            let row = s.store.get_sandbox(&inst.sandbox_id).await?;
-            let orphan = match &row {
-                None => true,
-                Some(r) => r.status.is_final(),
-            };
-            if !orphan {
-                continue;
-            }
-            let deleted = traced("reconcile.orphan", pool.adapter.delete(&inst.sandbox_id)).await;
-            match deleted {
-                Ok(()) => {
-                    tracing::info!(pool = %name, sandbox = %inst.sandbox_id, action = "orphan_deleted", "reconcile: deleted an orphan backend instance");
-                    crate::metrics::reconcile_action(&name, "orphan_deleted");
-                    let ev = differently_store::audit::NewAuditEvent {
-                        org_id: row.as_ref().map(|r| r.org_id.clone()),
-                        project_id: row.as_ref().map(|r| r.project_id.clone()),
-                        actor: Actor::System("reconciler").as_audit(),
-                        action: "reconcile.orphan_deleted".to_owned(),
-                        resource: inst.sandbox_id.to_string(),
-                        outcome: "ok".to_owned(),
-                        detail: serde_json::json!({ "pool": name, "backendRef": inst.backend_ref }),
-                    };
-                    if let Err(e) = s.store.append_audit(ev).await {
-                        tracing::warn!(error = %e, "reconcile: audit of an orphan delete failed");
-                    }
+        let listed: Vec<SandboxId> = instances.iter().map(|i| i.sandbox_id.clone()).collect();
+        for (chunk, ids) in instances
+            .chunks(LOOKUP_CHUNK)
+            .zip(listed.chunks(LOOKUP_CHUNK))
+        {
+            let briefs = s.store.sandbox_briefs(ids).await?;
+            for inst in chunk {
+                let brief = briefs.get(&inst.sandbox_id);
+                if brief.is_some_and(|b| !b.status.is_final()) {
+                    continue;
                 }
-                Err(e) => {
-                    tracing::warn!(pool = %name, sandbox = %inst.sandbox_id, error = %e, "reconcile: orphan delete failed; next pass retries")
-                }
+                delete_orphan(s, &name, &pool.adapter, inst, brief).await;
             }
         }
         // Rows unchanged since before the listing must appear in it.
-        for row in s.store.live_in_pool(&name, listed_at, BATCH).await? {
-            if seen.contains(&row.id) {
-                continue;
-            }
+        for row in s
+            .store
+            .live_not_listed(&name, listed_at, &listed, BATCH)
+            .await?
+        {
             match pool.adapter.find(&row.id).await {
                 Ok(None) => {}
                 Ok(Some(_)) => continue,

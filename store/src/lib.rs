@@ -35,6 +35,17 @@ mod usage_pg;
 
 pub use error::StoreError;
 
+/// Whose a sandbox is and its status, without the rest of its row (`Store::sandbox_briefs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxBrief {
+    /// The owning organization.
+    pub org_id: OrgId,
+    /// The owning project.
+    pub project_id: ProjectId,
+    /// The status as last committed.
+    pub status: SandboxStatus,
+}
+
 pub use differently_core::tenancy::{ApiKeyRecord, Org, OrgStatus, Project, Quota, Usage};
 
 /// Whose quota: an organization's or a project's.
@@ -295,6 +306,13 @@ pub trait Store:
     }
 
     async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<Sandbox>, StoreError>;
+    /// The `SandboxBrief` of each of `ids` that has a row; an id without one is absent.
+    /// One round trip for many ids, and no document to decode: for passes over every backend
+    /// instance (the reconciler), which would otherwise read one full row per instance.
+    async fn sandbox_briefs(
+        &self,
+        ids: &[SandboxId],
+    ) -> Result<HashMap<SandboxId, SandboxBrief>, StoreError>;
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError>;
 
     /// Locks organization, then pool (when capped), then sandbox; re-checks the org's and the

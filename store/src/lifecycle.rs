@@ -218,12 +218,16 @@ pub trait LifecycleStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError>;
 
-    /// Running, paused or stopped rows on `pool` unchanged since `before`: rows that must have
-    /// a backend instance (the reconciler fails those whose instance vanished).
-    async fn live_in_pool(
+    /// Running, paused or stopped rows on `pool` unchanged since `before` whose id is not in
+    /// `listed` (the pool's backend listing): rows that must have a backend instance and
+    /// were not listed (the reconciler fails those whose instance vanished). The difference
+    /// is taken in the store, so a pool of any size is checked whole on every pass and only
+    /// the missing rows come back.
+    async fn live_not_listed(
         &self,
         pool: &str,
         before: DateTime<Utc>,
+        listed: &[SandboxId],
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError>;
 

@@ -165,12 +165,14 @@ impl LifecycleStore for MemoryStore {
             .collect())
     }
 
-    async fn live_in_pool(
+    async fn live_not_listed(
         &self,
         pool: &str,
         before: DateTime<Utc>,
+        listed: &[SandboxId],
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
+        let listed: std::collections::HashSet<&SandboxId> = listed.iter().collect();
         let st = self.lock();
         Ok(st
             .sandboxes
@@ -183,6 +185,7 @@ impl LifecycleStore for MemoryStore {
                     SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Stopped
                 )
             })
+            .filter(|s| !listed.contains(&s.id))
             .take(limit as usize)
             .cloned()
             .collect())

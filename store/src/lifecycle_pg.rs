@@ -295,10 +295,11 @@ impl LifecycleStore for PgStore {
         rows.iter().map(sandbox_of).collect()
     }
 
-    async fn live_in_pool(
+    async fn live_not_listed(
         &self,
         pool: &str,
         before: DateTime<Utc>,
+        listed: &[SandboxId],
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
         let live = [
@@ -308,13 +309,15 @@ impl LifecycleStore for PgStore {
         ]
         .map(|s| s.as_str().to_owned());
         let rows = sqlx::query(
-            "SELECT doc FROM sandboxes
-             WHERE pool = $1 AND status = ANY($2) AND updated_at < $3
-             ORDER BY id LIMIT $4",
+            "SELECT s.doc FROM sandboxes s
+             WHERE s.pool = $1 AND s.status = ANY($2) AND s.updated_at < $3
+               AND NOT EXISTS (SELECT 1 FROM unnest($4::text[]) AS l(id) WHERE l.id = s.id)
+             ORDER BY s.id LIMIT $5",
         )
         .bind(pool)
         .bind(&live[..])
         .bind(before)
+        .bind(listed.iter().map(SandboxId::as_str).collect::<Vec<_>>())
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;

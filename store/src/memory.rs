@@ -861,6 +861,25 @@ impl Store for MemoryStore {
         Ok(self.lock().sandboxes.get(id).map(|r| r.sandbox.clone()))
     }
 
+    async fn sandbox_briefs(
+        &self,
+        ids: &[SandboxId],
+    ) -> Result<HashMap<SandboxId, crate::SandboxBrief>, StoreError> {
+        let st = self.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| {
+                let s = &st.sandboxes.get(id)?.sandbox;
+                let brief = crate::SandboxBrief {
+                    org_id: s.org_id.clone(),
+                    project_id: s.project_id.clone(),
+                    status: s.status,
+                };
+                Some((id.clone(), brief))
+            })
+            .collect())
+    }
+
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
         let st = self.lock();
         let out = st

@@ -419,6 +419,18 @@ capabilities = ["exec", "files"]
     let doomed = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
     let on_broken = running(&c, json!({"capabilities": ["files"]})).await;
     assert_eq!(c.get(&on_broken).await["pool"], "broken");
+    let ended = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
+    let (s, _) = c
+        .call(
+            &c.key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{ended}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 202);
+    c.wait_status(&ended, SandboxStatus::Terminated, Duration::from_secs(30))
+        .await;
     let installation = c
         .ledger()
         .into_iter()
@@ -431,19 +443,22 @@ capabilities = ["exec", "files"]
         ledger: Some(c.ledger.clone()),
         ..FakeConfig::default()
     });
+    // Two orphans: one no row knows, one whose row has ended.
     let orphan = SandboxId::new();
-    backend
-        .create(&differently_adapters::CreateInstance {
-            sandbox_id: orphan.clone(),
-            installation_id: installation,
-            template: None,
-            resources: differently_core::Resources::DEFAULT,
-            env: Default::default(),
-            ttl_seconds: 60,
-            from_snapshot: None,
-        })
-        .await
-        .expect("orphan");
+    for id in [&orphan, &ended] {
+        backend
+            .create(&differently_adapters::CreateInstance {
+                sandbox_id: id.clone(),
+                installation_id: installation.clone(),
+                template: None,
+                resources: differently_core::Resources::DEFAULT,
+                env: Default::default(),
+                ttl_seconds: 60,
+                from_snapshot: None,
+            })
+            .await
+            .expect("orphan");
+    }
     backend.delete(&doomed).await.expect("vanish");
     let broken = FakeAdapter::new(FakeConfig {
         ledger: Some(broken_ledger.clone()),
@@ -457,10 +472,30 @@ capabilities = ["exec", "files"]
     let gone = eventually(Duration::from_secs(30), || {
         !live_instances(&c.ledger())
             .iter()
-            .any(|i| i.sandbox_id == orphan)
+            .any(|i| i.sandbox_id == orphan || i.sandbox_id == ended)
     })
     .await;
-    assert!(gone, "orphan not deleted\n{}", c.logs());
+    assert!(gone, "orphans not deleted\n{}", c.logs());
+    // Each delete is recorded, under the ended row's org when there is a row.
+    let records = differently_store::Store::audit_tail(&c.db.store(), 10_000)
+        .await
+        .expect("audit");
+    let orphan_record = |id: &SandboxId| {
+        records
+            .iter()
+            .find(|r| r.action == "reconcile.orphan_deleted" && r.resource == id.to_string())
+            .unwrap_or_else(|| panic!("no orphan record for {id}"))
+    };
+    assert_eq!(orphan_record(&orphan).org_id, None);
+    let ended_org = c.get(&ended).await["orgId"].as_str().map(str::to_owned);
+    assert!(ended_org.is_some());
+    assert_eq!(
+        orphan_record(&ended)
+            .org_id
+            .as_ref()
+            .map(ToString::to_string),
+        ended_org
+    );
     let failed = c
         .wait_status(&doomed, SandboxStatus::Failed, Duration::from_secs(30))
         .await;

@@ -762,6 +762,82 @@ pub async fn mark_running_sets_times_and_bumps_version(env: &Env) {
     ));
 }
 
+pub async fn briefs_answer_many_ids_at_once(env: &Env) {
+    let s = store(env);
+    let (org, prj) = tenant(s).await;
+    let other_prj = another_project(s, &org).await;
+    let queued = admit(s, &org, &prj).await;
+    let gone = admit(s, &org, &other_prj).await;
+    activated(s, &gone.id, &pool("p", None), &Quota::default()).await;
+    terminate(s, &gone.id).await;
+    let unknown = SandboxId::new();
+    let briefs = s
+        .sandbox_briefs(&[queued.id.clone(), unknown.clone(), gone.id.clone()])
+        .await
+        .unwrap();
+    assert_eq!(briefs.len(), 2, "{briefs:?}");
+    let q = &briefs[&queued.id];
+    assert_eq!((&q.org_id, &q.project_id, q.status), (&org, &prj, Queued));
+    let g = &briefs[&gone.id];
+    assert_eq!(
+        (&g.org_id, &g.project_id, g.status),
+        (&org, &other_prj, Terminated)
+    );
+    assert!(!briefs.contains_key(&unknown));
+    assert!(s.sandbox_briefs(&[]).await.unwrap().is_empty());
+}
+
+pub async fn live_rows_missing_from_a_listing(env: &Env) {
+    let s = store(env);
+    let (org, prj) = tenant(s).await;
+    let mut on_p = Vec::new();
+    for _ in 0..3 {
+        let a = admit(s, &org, &prj).await;
+        activated(s, &a.id, &pool("p", None), &Quota::default()).await;
+        s.mark_running(&a.id, "ref", Utc::now()).await.unwrap();
+        on_p.push(a.id);
+    }
+    let elsewhere = admit(s, &org, &prj).await;
+    activated(s, &elsewhere.id, &pool("q", None), &Quota::default()).await;
+    s.mark_running(&elsewhere.id, "ref", Utc::now())
+        .await
+        .unwrap();
+    let provisioning = admit(s, &org, &prj).await;
+    activated(s, &provisioning.id, &pool("p", None), &Quota::default()).await;
+    let later = Utc::now() + TimeDelta::seconds(1);
+
+    let listed = [on_p[0].clone(), SandboxId::new()];
+    let mut missing = ids(&s.live_not_listed("p", later, &listed, 10).await.unwrap());
+    missing.sort();
+    let mut want = vec![on_p[1].clone(), on_p[2].clone()];
+    want.sort();
+    assert_eq!(
+        missing, want,
+        "only live rows of the pool that were not listed"
+    );
+    assert_eq!(
+        s.live_not_listed("p", later, &listed, 1)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "the limit holds"
+    );
+    assert!(s
+        .live_not_listed("p", later, &on_p, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let before_all = Utc::now() - TimeDelta::seconds(60);
+    assert!(
+        s.live_not_listed("p", before_all, &[], 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "rows changed after the listing began are not judged by it"
+    );
+}
+
 pub async fn cas_conflict_when_status_moved(env: &Env) {
     let s = store(env);
     let (org, prj) = tenant(s).await;

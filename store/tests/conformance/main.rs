@@ -95,6 +95,8 @@ conformance!(
     activate_not_queued_and_missing,
     concurrent_activation_respects_pool_cap,
     mark_running_sets_times_and_bumps_version,
+    briefs_answer_many_ids_at_once,
+    live_rows_missing_from_a_listing,
     cas_conflict_when_status_moved,
     concurrent_status_changes_each_apply_once,
     illegal_transition_writes_nothing,
