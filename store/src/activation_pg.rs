@@ -1,6 +1,8 @@
 //! `Store::activate_many` on Postgres: a placement group in one transaction.
 //!
-//! Locks follow the order every writer uses: the organizations (by id), the capped pools
+//! Locks follow the order every writer uses: the organizations (by id, `FOR NO KEY UPDATE`:
+//! activations exclude each other and organization changes, not admissions; see
+//! `postgres::lock_org_admissions`), the capped pools
 //! (by name), the sandbox rows (by id); the audit heads of the group's chains (by chain, in one
 //! statement) and one insert for all their records;
 //! the usage counters last, in (rank, scope) order (`usage_pg::lock_in_order`:
@@ -39,7 +41,7 @@ pub(crate) async fn activate_many(
     .fetch_all(&mut *tx)
     .await?;
     let locked: Vec<String> = sqlx::query_scalar(
-        "SELECT id FROM organizations WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+        "SELECT id FROM organizations WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
     )
     .bind(&orgs)
     .fetch_all(&mut *tx)

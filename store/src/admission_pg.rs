@@ -1,8 +1,9 @@
 //! `Store::admit` and `Store::admit_many` on Postgres: the admissions of one organization
 //! that arrive together, in one transaction.
 //!
-//! Every admission of an org serializes on the org row (the quota check must see the
-//! previous admission's row). So `admit` joins its org's lane (`group_commit`): the creates
+//! Every admission of an org serializes with the org's other admissions (the queue-limit
+//! check must see the previous admission's row), not with its activations
+//! (`postgres::lock_org_admissions` says why that is safe). So `admit` joins its org's lane (`group_commit`): the creates
 //! of an org that arrive while that org's previous group commits are served with one org
 //! lock, one limits read per project, one insert, one audit append and one commit. A create
 //! that arrives alone is a group of one. The caller only waits for its outcome; if it goes
@@ -25,7 +26,9 @@ use tokio::sync::oneshot;
 use crate::group_commit::Lanes;
 
 use crate::memory::rules;
-use crate::postgres::{lock_org, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore};
+use crate::postgres::{
+    lock_org_admissions, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore,
+};
 use crate::{audit, audit_pg, usage_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
 
 /// One item's outcome.
@@ -140,7 +143,7 @@ async fn decide_in_one_tx(
     };
     let org = &group[first].sandbox.org_id;
     let mut tx = store.begin().await?;
-    lock_org(&mut tx, org).await?;
+    lock_org_admissions(&mut tx, org).await?;
     let org_scope = QuotaScope::Org(org.clone());
     let mut org_limits: Option<(Usage, crate::Quota)> = None;
     let mut projects: HashMap<&ProjectId, ProjectLimits> = HashMap::new();

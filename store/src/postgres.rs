@@ -269,7 +269,56 @@ pub(crate) async fn lock_sandboxes(
     Ok(by_id)
 }
 
-/// Locks the organization row; `NotFound` if it does not exist.
+/// The advisory-lock key space of `lock_org_admissions` (`pg_advisory_xact_lock(space, key)`;
+/// the bytes spell "dlya"), so no other advisory lock of this database can collide with it.
+const ADMISSION_LOCK_SPACE: i32 = 0x646c_7961;
+
+/// Serializes the admissions of `org` without excluding its activations; `NotFound` if the
+/// organization does not exist. One statement.
+///
+/// Why two locks and not the org row `FOR UPDATE`: an admission checks only queue limits
+/// (`queued`), which an activation can only lower, and an activation checks only active
+/// usage, which an admission never changes, so neither needs to wait for the other; only
+/// admissions must see each other's rows. They serialize on a transaction-scoped advisory
+/// lock keyed by the org (two orgs sharing a hash merely queue together), and hold the org
+/// row `FOR KEY SHARE`, which organization and quota changes (`lock_org`, `FOR UPDATE`)
+/// still conflict with. Activations take the row `FOR NO KEY UPDATE` (`lock_org_capacity`),
+/// which `FOR KEY SHARE` does not conflict with.
+pub(crate) async fn lock_org_admissions(
+    tx: &mut Transaction<'static, Postgres>,
+    org: &OrgId,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
+                          organizations o
+         WHERE o.id = $1 FOR KEY SHARE OF o",
+    )
+    .bind(org.as_str())
+    .bind(ADMISSION_LOCK_SPACE)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or(StoreError::NotFound)?;
+    Ok(())
+}
+
+/// Serializes what reserves capacity in `org` (activations, starts): the org row
+/// `FOR NO KEY UPDATE`, which conflicts with itself and with organization changes
+/// (`lock_org`) but not with admissions (`lock_org_admissions`). `NotFound` if it does not
+/// exist.
+pub(crate) async fn lock_org_capacity(
+    tx: &mut Transaction<'static, Postgres>,
+    org: &OrgId,
+) -> Result<(), StoreError> {
+    sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(org.as_str())
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    Ok(())
+}
+
+/// Locks the organization row against every other writer of the org (changes to the org,
+/// its projects, keys and quotas); `NotFound` if it does not exist.
 pub(crate) async fn lock_org(
     tx: &mut Transaction<'static, Postgres>,
     org: &OrgId,
@@ -1118,6 +1167,37 @@ impl Store for PgStore {
         row.as_ref().map(sandbox_of).transpose()
     }
 
+    async fn sandbox_briefs(
+        &self,
+        ids: &[SandboxId],
+    ) -> Result<HashMap<SandboxId, crate::SandboxBrief>, StoreError> {
+        let ids: Vec<&str> = ids.iter().map(SandboxId::as_str).collect();
+        let rows =
+            sqlx::query("SELECT id, org_id, project_id, status FROM sandboxes WHERE id = ANY($1)")
+                .bind(&ids)
+                .fetch_all(&self.pool)
+                .await?;
+        let bad = |what: &str, e: &dyn std::fmt::Display| {
+            StoreError::Database(format!("sandboxes.{what}: {e}"))
+        };
+        let mut out = HashMap::with_capacity(rows.len());
+        for r in rows {
+            let id: String = r.try_get("id")?;
+            let org: String = r.try_get("org_id")?;
+            let prj: String = r.try_get("project_id")?;
+            let status: String = r.try_get("status")?;
+            out.insert(
+                SandboxId::parse(&id).map_err(|e| bad("id", &e))?,
+                crate::SandboxBrief {
+                    org_id: OrgId::parse(&org).map_err(|e| bad("org_id", &e))?,
+                    project_id: ProjectId::parse(&prj).map_err(|e| bad("project_id", &e))?,
+                    status: SandboxStatus::from_str(&status).map_err(|e| bad("status", &e))?,
+                },
+            );
+        }
+        Ok(out)
+    }
+
     async fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
         let limit = if filter.limit == 0 {
             None
@@ -1230,7 +1310,7 @@ impl Store for PgStore {
             .await?
             .ok_or(StoreError::NotFound)?;
         let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
-        lock_org(&mut tx, &org).await?;
+        lock_org_capacity(&mut tx, &org).await?;
         let s = lock_sandbox(&mut tx, &t.id).await?;
         if t.from.contains(&s.status) {
             let org_scope = QuotaScope::Org(org.clone());

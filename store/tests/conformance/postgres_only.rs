@@ -294,6 +294,58 @@ mod usage_counters {
         assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
     }
 
+    /// An admission does not wait for an activation of its org (the row held
+    /// `FOR NO KEY UPDATE`), and does wait for a change of the org itself (`FOR UPDATE`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn admissions_wait_for_org_changes_not_for_activations() {
+        use sqlx::Connection;
+        let db = TestDb::new().await;
+        let s = db.store();
+        let (org, prj) = tenant(&s, "locks").await;
+        let mut other = sqlx::PgConnection::connect(db.url()).await.unwrap();
+
+        let mut activating = other.begin().await.unwrap();
+        sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE")
+            .bind(org.as_str())
+            .execute(&mut *activating)
+            .await
+            .unwrap();
+        let admitted =
+            tokio::time::timeout(std::time::Duration::from_secs(5), admit(&s, &org, &prj))
+                .await
+                .expect("the admission waited for an activation's org lock");
+        assert_eq!(admitted.status, SandboxStatus::Queued);
+        activating.rollback().await.unwrap();
+
+        let mut changing = other.begin().await.unwrap();
+        sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR UPDATE")
+            .bind(org.as_str())
+            .execute(&mut *changing)
+            .await
+            .unwrap();
+        let blocked = {
+            let s = s.clone();
+            let (org, prj) = (org.clone(), prj.clone());
+            tokio::spawn(async move { admit(&s, &org, &prj).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            !blocked.is_finished(),
+            "the admission ran during an org change"
+        );
+        changing.rollback().await.unwrap();
+        let admitted = tokio::time::timeout(std::time::Duration::from_secs(5), blocked)
+            .await
+            .expect("the admission went on after the org change")
+            .unwrap();
+        assert_eq!(admitted.status, SandboxStatus::Queued);
+        assert_eq!(
+            s.usage(&QuotaScope::Org(org)).await.unwrap().queued,
+            2,
+            "both admissions counted"
+        );
+    }
+
     /// A counter changed behind the trigger's back is found, reported with both values, and
     /// corrected; the quota check then sees the corrected value.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
