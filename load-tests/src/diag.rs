@@ -114,53 +114,26 @@ pub struct Explained {
     pub plan: Vec<String>,
 }
 
-const ACTIVE: &str = "'{provisioning,running,paused,stopped,terminating}'::text[]";
-const COMPUTE: &str = "'{provisioning,running,paused,terminating}'::text[]";
-
-/// Explains the queries every admission and activation runs, on the run's final data,
-/// for the organization and project with the most rows.
+/// Explains the queries the placement leader runs over many rows on every pass, on the
+/// run's final data.
 pub async fn explain_hot_queries(pool: &PgPool) -> Result<Vec<Explained>, LoadError> {
-    let row = sqlx::query(
-        "SELECT org_id, project_id, count(*) AS n FROM sandboxes
-         GROUP BY org_id, project_id ORDER BY n DESC LIMIT 1",
-    )
-    .fetch_optional(pool)
-    .await
-    .map_err(|e| LoadError::db("picking an org to explain", e))?;
-    let Some(row) = row else {
-        return Ok(Vec::new());
-    };
-    let org: String = row
-        .try_get("org_id")
-        .map_err(|e| LoadError::db("org_id", e))?;
-    let prj: String = row
-        .try_get("project_id")
-        .map_err(|e| LoadError::db("project_id", e))?;
-    // Ids are ULID-based (`org_…`, `prj_…`): safe to inline after this check.
-    let safe = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !safe(&org) || !safe(&prj) {
-        return Ok(Vec::new());
-    }
-    let usage = |column: &str, id: &str| {
-        format!(
-            "SELECT count(*) FILTER (WHERE status = 'queued') AS queued,
-                    count(*) FILTER (WHERE status = ANY({ACTIVE})) AS active,
-                    COALESCE(sum(cpu) FILTER (WHERE status = ANY({COMPUTE})), 0)::bigint AS cpu,
-                    COALESCE(sum(memory_mib) FILTER (WHERE status = ANY({COMPUTE})), 0)::bigint AS mem,
-                    COALESCE(sum(disk_gib) FILTER (WHERE status = ANY({ACTIVE})), 0)::bigint AS disk
-             FROM sandboxes WHERE {column} = '{id}'"
-        )
-    };
+    // What the leader runs over many rows on every pass (the per-sandbox paths are one-row
+    // reads and writes by key; their cost is in the activity samples, not in a plan).
     let queries = vec![
-        ("store scope_usage(org) — admit and activate, under the org row lock".to_owned(), usage("org_id", &org)),
-        ("store scope_usage(project) — admit, under the org row lock".to_owned(), usage("project_id", &prj)),
-        (
-            "store active_cpu_by_org — placement, once per dispatch pass".to_owned(),
-            format!("SELECT org_id, sum(cpu)::bigint FROM sandboxes WHERE status = ANY({COMPUTE}) GROUP BY org_id"),
-        ),
         (
             "store runnable_queued — placement repair pass".to_owned(),
             "SELECT doc FROM sandboxes WHERE status = 'queued' AND next_attempt_at <= now() ORDER BY id LIMIT 10000".to_owned(),
+        ),
+        (
+            "store live_not_listed — reconciler, every pass per pool, with every running id listed".to_owned(),
+            "SELECT s.doc FROM sandboxes s
+             WHERE s.pool = (SELECT pool FROM sandboxes WHERE pool IS NOT NULL
+                             GROUP BY pool ORDER BY count(*) DESC LIMIT 1)
+               AND s.status = ANY('{running,paused,stopped}') AND s.updated_at < now()
+               AND NOT EXISTS (SELECT 1 FROM unnest((SELECT array_agg(id) FROM sandboxes
+                                                      WHERE status = 'running')) AS l(id)
+                               WHERE l.id = s.id)
+             ORDER BY s.id LIMIT 100".to_owned(),
         ),
     ];
     let mut out = Vec::new();

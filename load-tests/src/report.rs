@@ -127,6 +127,9 @@ pub struct Phases {
     pub fixed_rate: FixedRateSummary,
     /// `startedAt − createdAt` of the fixed-rate sandboxes, from Postgres.
     pub server_side_to_running: Summary,
+    /// The same split at the activation (`generator::ServerStages`).
+    #[serde(default)]
+    pub server_side_stages: crate::generator::ServerStages,
     /// Sequential exec through the API on a quiet system (P4).
     pub exec_via_api: Summary,
     /// What `POST …/exec/stream` answered.
@@ -147,6 +150,12 @@ pub struct Phases {
     pub dev: DevRss,
     /// Postgres activity during the fixed-rate phase.
     pub fixed_rate_postgres_activity: Vec<crate::diag::WaitShare>,
+    /// Cores used per process group during the fixed-rate phase (is 200/s near the machine?).
+    #[serde(default)]
+    pub fixed_rate_cpu_cores: BTreeMap<String, f64>,
+    /// That window, in seconds.
+    #[serde(default)]
+    pub fixed_rate_cpu_wall_seconds: f64,
     /// Every busy backend of the server (any database, autovacuum included) while exec is
     /// measured on the "quiet" system.
     #[serde(default)]
@@ -433,6 +442,29 @@ pub fn figures(plan: &Plan, b: &Baselines, p: &Phases) -> Vec<Figure> {
         hop,
         None,
     );
+    let st = &p.server_side_stages;
+    for (key, name, sum) in [
+        (
+            "createToRunning.server.toActivated",
+            "createdAt→activated",
+            &st.to_activated,
+        ),
+        (
+            "createToRunning.server.activatedToRunning",
+            "activated→startedAt",
+            &st.activated_to_running,
+        ),
+    ] {
+        f.add(
+            &format!("{key}.p50"),
+            &format!("{name} p50 (Postgres)"),
+            Some(sum.p50_ms),
+            "ms",
+            hop_name,
+            hop,
+            Some(format!("p99 {:.1} ms", sum.p99_ms)),
+        );
+    }
     f.add(
         "fixedRate.achievedPerSec",
         "fixed-rate sessions started/s",
@@ -832,30 +864,50 @@ impl Report {
                 &self.phases.exec_postgres_activity,
             ),
         ];
-        for (name, b) in [
-            ("sustained burst", &self.phases.burst_sustained),
-            ("leader backlog burst", &self.phases.burst_leader_backlog),
-        ] {
-            if b.cpu_cores.is_empty() {
+        let fr = &self.phases;
+        let windows = [
+            (
+                "the sustained burst, first create until all ran",
+                &fr.burst_sustained.cpu_cores,
+                fr.burst_sustained.cpu_wall_seconds,
+                fr.burst_sustained.admissions.ops,
+                "sandbox",
+            ),
+            (
+                "the leader backlog burst, first create until all ran",
+                &fr.burst_leader_backlog.cpu_cores,
+                fr.burst_leader_backlog.cpu_wall_seconds,
+                fr.burst_leader_backlog.admissions.ops,
+                "sandbox",
+            ),
+            (
+                "the fixed-rate phase, first session until the last finished",
+                &fr.fixed_rate_cpu_cores,
+                fr.fixed_rate_cpu_wall_seconds,
+                fr.fixed_rate.started as u64,
+                "session",
+            ),
+        ];
+        for (name, cores_by, wall, ops, per) in windows {
+            if cores_by.is_empty() {
                 continue;
             }
-            let n = b.admissions.ops.max(1) as f64;
-            let total: f64 = b.cpu_cores.values().sum();
+            let n = ops.max(1) as f64;
+            let total: f64 = cores_by.values().sum();
             out.push_str(&format!(
-                "\nCPU during the {name}, first create until all ran ({:.1} s, {} sandboxes; `/proc/<pid>/stat`):\n\n| process | cores | CPU ms per sandbox |\n|---|---:|---:|\n",
-                b.cpu_wall_seconds, b.admissions.ops
+                "\nCPU during {name} ({wall:.1} s, {ops} {per}s; `/proc/<pid>/stat`):\n\n| process | cores | CPU ms per {per} |\n|---|---:|---:|\n",
             ));
-            let mut rows: Vec<(&String, &f64)> = b.cpu_cores.iter().collect();
+            let mut rows: Vec<(&String, &f64)> = cores_by.iter().collect();
             rows.sort_by(|x, y| y.1.total_cmp(x.1));
             for (who, cores) in rows {
                 out.push_str(&format!(
                     "| {who} | {cores:.2} | {:.3} |\n",
-                    cores * b.cpu_wall_seconds * 1000.0 / n
+                    cores * wall * 1000.0 / n
                 ));
             }
             out.push_str(&format!(
                 "| all | {total:.2} | {:.3} |\n",
-                total * b.cpu_wall_seconds * 1000.0 / n
+                total * wall * 1000.0 / n
             ));
         }
         for (name, act) in acts {

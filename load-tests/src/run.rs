@@ -11,7 +11,8 @@ use crate::client::{provision, Api, StreamFormat};
 use crate::cluster::{Cluster, ClusterOpts};
 use crate::diag;
 use crate::generator::{
-    activation_span, create_batch, delete_batch, fixed_rate, server_side_to_running, wait_all, Made,
+    activation_span, create_batch, delete_batch, fixed_rate, server_side_stages,
+    server_side_to_running, wait_all, Made,
 };
 use crate::invariants::{self, Expectations};
 use crate::plan::Plan;
@@ -241,6 +242,7 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         ),
     );
     let waits = diag::WaitSampler::start(pool.clone(), Duration::from_millis(50));
+    let cpu = crate::cpu::CpuMeter::start(cluster.pids());
     let fr = fixed_rate(
         &api,
         &tenancy,
@@ -252,6 +254,10 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     .await;
     phases.rss_load_kib = sampler.finish().await;
     phases.fixed_rate_postgres_activity = waits.finish(12).await;
+    (
+        phases.fixed_rate_cpu_cores,
+        phases.fixed_rate_cpu_wall_seconds,
+    ) = cpu.finish();
     cluster.check_alive()?;
     let fr_ids: Vec<String> = fr.sessions.iter().filter_map(|s| s.id.clone()).collect();
     accepted.extend(fr_ids.iter().cloned());
@@ -263,6 +269,7 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     );
     phases.fixed_rate = fr.summary();
     phases.server_side_to_running = server_side_to_running(&pool, &fr_ids).await?;
+    phases.server_side_stages = server_side_stages(&pool, &fr_ids).await?;
 
     progress(
         t0,
