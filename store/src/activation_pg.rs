@@ -5,7 +5,8 @@
 //! `postgres::lock_org_admissions`), the capped pools
 //! (by name), the sandbox rows (by id); the audit heads of the group's chains (by chain, in one
 //! statement) and one insert for all their records;
-//! the usage counters last, in (rank, scope) order (`usage_pg::lock_in_order`:
+//! the usage counters last, in (rank, scope) order, in the audit insert's statement
+//! (`audit_pg::append_then_lock_counters`:
 //! left to the commit trigger, row by row, a group deadlocks with one-row commits). Each item
 //! is decided as `activate_explained` decides one, against usage that
 //! already includes the group's earlier activations.
@@ -178,14 +179,19 @@ pub(crate) async fn activate_many(
     changed.reverse();
     write_sandboxes(&mut tx, &changed).await?;
     crate::placement_pg::write_placements(&mut tx, &placements, now).await?;
-    crate::audit_pg::append_chained_many(&mut tx, audits, now).await?;
     // One row's trigger takes its counters in the global order already; only several rows
     // can interleave them.
+    let mut counters = Vec::new();
     if changed.len() > 1 {
-        let mut counters = scopes;
+        counters = scopes;
         counters.extend(items.iter().map(|i| usage_pg::pool_key(&i.pool.name)));
-        usage_pg::lock_in_order(&mut tx, &counters).await?;
     }
+    let request_id = crate::audit::current_request_id();
+    let audits = audits
+        .into_iter()
+        .map(|e| (e, request_id.clone()))
+        .collect();
+    crate::audit_pg::append_then_lock_counters(&mut tx, audits, now, &counters).await?;
     tx.commit().await?;
     Ok(out)
 }

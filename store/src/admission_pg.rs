@@ -29,7 +29,7 @@ use crate::memory::rules;
 use crate::postgres::{
     lock_org_admissions, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore,
 };
-use crate::{audit, audit_pg, usage_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
+use crate::{audit, audit_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
 
 /// One item's outcome.
 type Outcome = Result<Admitted, StoreError>;
@@ -218,10 +218,9 @@ async fn decide_in_one_tx(
                 (ev, request_id)
             })
             .collect();
-        audit_pg::append_chained_requests(&mut tx, events, at).await?;
         // The org's counter and every project's, in the global order: a group of several
         // projects would otherwise take the project counters in row order at commit. One
-        // project's rows already take them in that order (org, project), so no statement.
+        // project's rows already take them in that order (org, project), so no lock.
         let mut counters: Vec<String> = admitted
             .iter()
             .map(|&i| QuotaScope::Project(group[i].sandbox.project_id.clone()).key())
@@ -230,8 +229,10 @@ async fn decide_in_one_tx(
         counters.dedup();
         if counters.len() > 1 {
             counters.insert(0, org_scope.key());
-            usage_pg::lock_in_order(&mut tx, &counters).await?;
+        } else {
+            counters.clear();
         }
+        audit_pg::append_then_lock_counters(&mut tx, events, at, &counters).await?;
     }
     tx.commit().await?;
     decided.extend(

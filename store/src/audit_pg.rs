@@ -80,7 +80,22 @@ pub(crate) async fn append_chained_requests(
     events: Vec<(NewAuditEvent, Option<String>)>,
     at: DateTime<Utc>,
 ) -> Result<Vec<AuditEvent>, StoreError> {
+    append_then_lock_counters(tx, events, at, &[]).await
+}
+
+/// `append_chained_requests`, whose insert statement also locks the usage counters of
+/// `counters` in their global order (`usage_pg::lock_in_order`), which multi-row writers must
+/// do last: the same locks in the same order, one round trip fewer while the heads are held.
+pub(crate) async fn append_then_lock_counters(
+    tx: &mut Transaction<'static, Postgres>,
+    events: Vec<(NewAuditEvent, Option<String>)>,
+    at: DateTime<Utc>,
+    counters: &[String],
+) -> Result<Vec<AuditEvent>, StoreError> {
     if events.is_empty() {
+        if !counters.is_empty() {
+            crate::usage_pg::lock_in_order(tx, counters).await?;
+        }
         return Ok(Vec::new());
     }
     let started = std::time::Instant::now();
@@ -138,8 +153,13 @@ pub(crate) async fn append_chained_requests(
              INSERT INTO audit_heads (chain, chain_seq, hash)
              SELECT * FROM UNNEST($14::text[], $15::bigint[], $16::text[])
              ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
-                 hash = EXCLUDED.hash)
-         SELECT seq, chain, chain_seq, detail FROM ins ORDER BY chain COLLATE \"C\", chain_seq",
+                 hash = EXCLUDED.hash),
+         counters AS MATERIALIZED (
+             SELECT 1 FROM usage_counters WHERE scope = ANY($17)
+             ORDER BY rank, scope COLLATE \"C\" FOR UPDATE)
+         SELECT seq, chain, chain_seq, detail
+         FROM ins, (SELECT count(*) FROM counters) AS locked
+         ORDER BY chain COLLATE \"C\", chain_seq",
     )
     .bind(col(|r| Some(r.chain.clone())))
     .bind(recs.iter().map(|r| r.chain_seq).collect::<Vec<i64>>())
@@ -161,6 +181,7 @@ pub(crate) async fn append_chained_requests(
     .bind(new_heads.iter().map(|h| h.0.as_str()).collect::<Vec<_>>())
     .bind(new_heads.iter().map(|h| h.1).collect::<Vec<i64>>())
     .bind(new_heads.iter().map(|h| h.2.as_str()).collect::<Vec<_>>())
+    .bind(counters)
     .fetch_all(&mut **tx)
     .await?;
     if rows.len() != recs.len() {

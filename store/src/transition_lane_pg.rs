@@ -136,7 +136,6 @@ async fn decide(
         let rows: Vec<&Sandbox> = changed.iter().filter_map(|id| by_id.get(id)).collect();
         write_sandboxes(&mut tx, &rows).await?;
         let at = group.iter().map(|p| p.now).max().unwrap_or_else(Utc::now);
-        audit_pg::append_chained_requests(&mut tx, events, at).await?;
         let mut counters: Vec<String> = rows
             .iter()
             .filter_map(|s| before.get(&s.id).map(|old| usage_pg::moved_by(old, s)))
@@ -146,9 +145,10 @@ async fn decide(
         counters.dedup();
         // One row's trigger takes its counters in the global order already (org, project,
         // pool); only several rows can interleave them.
-        if rows.len() > 1 && !counters.is_empty() {
-            usage_pg::lock_in_order(&mut tx, &counters).await?;
+        if rows.len() < 2 {
+            counters.clear();
         }
+        audit_pg::append_then_lock_counters(&mut tx, events, at, &counters).await?;
     }
     tx.commit().await?;
     Ok(outcomes)
