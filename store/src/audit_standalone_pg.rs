@@ -7,8 +7,9 @@
 //! process remembers the heads it last wrote, hashes the record onto that head, and one
 //! statement advances the head *only if it is still that head* and inserts the record
 //! (compare and swap; a concurrent append makes it write nothing, and the unique
-//! `(chain, chain_seq)` index would refuse a fork anyway). On a miss it reads the head and
-//! tries once more, then falls back to the locking path. A chain without a head row, and a
+//! `(chain, chain_seq)` index would refuse a fork anyway). A miss answers the head the
+//! statement found, and the append tries once more on it (reading the head first only if
+//! that answer was no newer than the miss), then falls back to the locking path. A chain without a head row, and a
 //! record whose `detail` holds a fractional number (which `jsonb` may not give back
 //! digit for digit, so it must be checked before commit), always take the locking path.
 
@@ -71,6 +72,7 @@ pub(crate) async fn append(store: &PgStore, e: NewAuditEvent) -> Result<AuditEve
             }) else {
                 break;
             };
+            let prev_seq = prev.0;
             let mut rec = AuditEvent::chained(
                 audit::process_key(),
                 chain.clone(),
@@ -79,15 +81,20 @@ pub(crate) async fn append(store: &PgStore, e: NewAuditEvent) -> Result<AuditEve
                 at,
                 request_id.clone(),
             );
-            match swap_in(store.pool(), &rec, prev.0).await? {
-                Some(seq) => {
+            match swap_in(store.pool(), &rec, prev_seq).await? {
+                Swap::Done(seq) => {
                     rec.seq = seq;
                     cache.set(&chain, (rec.chain_seq, rec.hash.clone()));
                     metrics::histogram!("differently_audit_append_seconds")
                         .record(started.elapsed().as_secs_f64());
                     return Ok(rec);
                 }
-                None => cache.forget(&chain),
+                Swap::Moved(found) => {
+                    cache.forget(&chain);
+                    // A head no newer than the one missed was read before a concurrent
+                    // append committed: read it again rather than miss again.
+                    head = found.filter(|(seq, _)| *seq > prev_seq);
+                }
             }
         }
     }
@@ -108,22 +115,30 @@ async fn read_head(pool: &PgPool, chain: &str) -> Result<Option<(i64, String)>, 
         .transpose()
 }
 
+/// What a compare-and-swap append did.
+enum Swap {
+    /// Written; the record's global `seq`.
+    Done(i64),
+    /// Nothing written: the head had moved. The head the statement saw, if the chain has one
+    /// (it may predate an append the statement waited for).
+    Moved(Option<(i64, String)>),
+}
+
 /// Advances the head from `prev_seq` to `rec` and inserts `rec`, in one autocommit
-/// statement; `None` (nothing written) if the head is no longer at `prev_seq`.
-async fn swap_in(
-    pool: &PgPool,
-    rec: &AuditEvent,
-    prev_seq: i64,
-) -> Result<Option<i64>, StoreError> {
+/// statement; if the head is no longer at `prev_seq`, writes nothing and answers the head.
+async fn swap_in(pool: &PgPool, rec: &AuditEvent, prev_seq: i64) -> Result<Swap, StoreError> {
     let row = sqlx::query(
         "WITH h AS (
              UPDATE audit_heads SET chain_seq = $2, hash = $13
              WHERE chain = $1 AND chain_seq = $14
-             RETURNING 1)
-         INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
-             resource, outcome, request_id, at, detail, prev_hash, hash)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM h
-         RETURNING seq",
+             RETURNING 1),
+         ins AS (
+             INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
+                 resource, outcome, request_id, at, detail, prev_hash, hash)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM h
+             RETURNING seq)
+         SELECT (SELECT seq FROM ins) AS seq, cur.chain_seq, cur.hash
+         FROM (SELECT 1) AS one LEFT JOIN audit_heads cur ON cur.chain = $1",
     )
     .bind(&rec.chain)
     .bind(rec.chain_seq)
@@ -139,10 +154,14 @@ async fn swap_in(
     .bind(&rec.prev_hash)
     .bind(&rec.hash)
     .bind(prev_seq)
-    .fetch_optional(pool)
+    .fetch_one(pool)
     .await?;
-    row.map(|r| r.try_get("seq").map_err(StoreError::from))
-        .transpose()
+    if let Some(seq) = row.try_get::<Option<i64>, _>("seq")? {
+        return Ok(Swap::Done(seq));
+    }
+    let seq: Option<i64> = row.try_get("chain_seq")?;
+    let hash: Option<String> = row.try_get("hash")?;
+    Ok(Swap::Moved(seq.zip(hash)))
 }
 
 /// Whether `v` holds a number that is not an integer: `jsonb` keeps numbers as `numeric`
