@@ -18,10 +18,11 @@ pub const TTL: Duration = Duration::from_secs(1);
 /// Entries kept at most; past this the cache starts over (it is only a cache).
 const MAX_ENTRIES: usize = 10_000;
 
-struct Map<K, V>(Mutex<HashMap<K, (Instant, V)>>);
+/// Entries trusted for `TTL`, shared by this module's and `policy_cache`'s records.
+pub(crate) struct Map<K, V>(Mutex<HashMap<K, (Instant, V)>>);
 
 impl<K: std::hash::Hash + Eq, V: Clone> Map<K, V> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Map(Mutex::new(HashMap::new()))
     }
 
@@ -32,14 +33,14 @@ impl<K: std::hash::Hash + Eq, V: Clone> Map<K, V> {
         }
     }
 
-    fn get(&self, k: &K) -> Option<V> {
+    pub(crate) fn get(&self, k: &K) -> Option<V> {
         let map = self.lock();
         map.get(k)
             .filter(|(at, _)| at.elapsed() < TTL)
             .map(|(_, v)| v.clone())
     }
 
-    fn put(&self, k: K, v: V) {
+    pub(crate) fn put(&self, k: K, v: V) {
         let mut map = self.lock();
         if map.len() >= MAX_ENTRIES {
             map.clear();
@@ -49,6 +50,10 @@ impl<K: std::hash::Hash + Eq, V: Clone> Map<K, V> {
 
     fn forget(&self, k: &K) {
         self.lock().remove(k);
+    }
+
+    pub(crate) fn clear(&self) {
+        self.lock().clear();
     }
 }
 

@@ -30,6 +30,7 @@ pub mod files;
 pub mod lifecycle;
 pub mod page;
 pub mod placement;
+pub mod policy_cache;
 pub mod ratelimit;
 pub mod sandboxes;
 pub mod tenancy;
@@ -87,6 +88,9 @@ pub struct Inner {
     pub auth_cache: auth_cache::AuthCache,
     /// Data-plane activity not yet written (`activity`).
     pub activity: activity::ActivityBuffer,
+    /// Effective placement policies read in the last second, for the create's fail-fast
+    /// check (`policy_cache`).
+    pub policies: policy_cache::PolicyCache,
 }
 
 impl std::ops::Deref for AppState {

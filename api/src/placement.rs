@@ -69,11 +69,21 @@ pub async fn explain(
 ) -> ApiResult<Explained> {
     let req = spec.placement_request();
     req.validate().map_err(request_error)?;
-    let effective = effective_policy(state.store.as_ref(), org, project).await?;
-    let used = if live_slots {
-        state.store.pool_slots_used().await?
+    // The create's fail-fast check may use a policy up to a second old (`policy_cache`); an
+    // explanation a caller asked for reads the store.
+    let (effective, used) = if live_slots {
+        (
+            effective_policy(state.store.as_ref(), org, project).await?,
+            state.store.pool_slots_used().await?,
+        )
     } else {
-        HashMap::new()
+        (
+            state
+                .policies
+                .effective(state.store.as_ref(), org, project)
+                .await?,
+            HashMap::new(),
+        )
     };
     Ok(policy::decide(
         &req,
@@ -155,6 +165,7 @@ async fn write_policy(
         .validate()
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     state.store.put_policy(&scope, &policy, &p.actor()).await?;
+    state.policies.clear();
     Ok(Json(policy))
 }
 

@@ -149,6 +149,7 @@ fn spawn_roles(
             key_requests: differently_api::ratelimit::Buckets::new(limits.key_rate),
             auth_cache: differently_api::auth_cache::AuthCache::default(),
             activity: differently_api::activity::ActivityBuffer::default(),
+            policies: differently_api::policy_cache::PolicyCache::default(),
             auth_failures: differently_api::ratelimit::Buckets::new(limits.auth_failure_rate),
             limits,
         });

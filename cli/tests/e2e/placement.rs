@@ -63,6 +63,11 @@ async fn policy_decides_and_explains() {
     let b = tenant(&c, "org-b").await;
     // The fake pool of the harness is private with no region; give it one through config? It
     // has none, so region-constrained requests can only go where a region is declared.
+    // Before any policy allows external pools, a request only the external pool can serve is
+    // refused; once allowed (below), the very next create takes it: the create's policy view
+    // is cleared by the write, not left to expire.
+    let (s, e) = create(&c, &a, json!({"classification": "public", "region": "us"})).await;
+    assert_eq!(s, 422, "{e}");
     let (s, e) = c
         .call(
             &admin,
@@ -85,6 +90,8 @@ async fn policy_decides_and_explains() {
         let (s, e) = c.call(&admin, Method::PUT, &path, Some(body)).await;
         assert_eq!(s, 200, "{path}: {e}");
     }
+    let (_, pool) = placed_on(&c, &a, json!({"classification": "public", "region": "us"})).await;
+    assert_eq!(pool, "ext", "the policy written a moment ago applies");
 
     // Public data, cheapest first, external allowed at every level: the cheap external pool.
     let (_, pool) = placed_on(
@@ -233,7 +240,7 @@ async fn policy_decides_and_explains() {
     assert_eq!(placements[0]["orgId"], a.org.as_str());
     assert_eq!(placements[0]["orgName"], "org-a");
     assert_eq!(placements[0]["pool"], "ext");
-    assert_eq!(placements[0]["sandboxes"], 2, "{report}");
+    assert_eq!(placements[0]["sandboxes"], 3, "{report}");
     assert!(placements[0]["policy"].is_object(), "{report}");
     assert_eq!(report["telemetry"], "none");
     assert!(!report["notEnforced"].as_array().unwrap().is_empty());
