@@ -871,31 +871,31 @@ impl Report {
                 &fr.burst_sustained.cpu_cores,
                 fr.burst_sustained.cpu_wall_seconds,
                 fr.burst_sustained.admissions.ops,
-                "sandbox",
+                ("sandbox", "sandboxes"),
             ),
             (
                 "the leader backlog burst, first create until all ran",
                 &fr.burst_leader_backlog.cpu_cores,
                 fr.burst_leader_backlog.cpu_wall_seconds,
                 fr.burst_leader_backlog.admissions.ops,
-                "sandbox",
+                ("sandbox", "sandboxes"),
             ),
             (
                 "the fixed-rate phase, first session until the last finished",
                 &fr.fixed_rate_cpu_cores,
                 fr.fixed_rate_cpu_wall_seconds,
                 fr.fixed_rate.started as u64,
-                "session",
+                ("session", "sessions"),
             ),
         ];
-        for (name, cores_by, wall, ops, per) in windows {
+        for (name, cores_by, wall, ops, (per, plural)) in windows {
             if cores_by.is_empty() {
                 continue;
             }
             let n = ops.max(1) as f64;
             let total: f64 = cores_by.values().sum();
             out.push_str(&format!(
-                "\nCPU during {name} ({wall:.1} s, {ops} {per}s; `/proc/<pid>/stat`):\n\n| process | cores | CPU ms per {per} |\n|---|---:|---:|\n",
+                "\nCPU during {name} ({wall:.1} s, {ops} {plural}; `/proc/<pid>/stat`):\n\n| process | cores | CPU ms per {per} |\n|---|---:|---:|\n",
             ));
             let mut rows: Vec<(&String, &f64)> = cores_by.iter().collect();
             rows.sort_by(|x, y| y.1.total_cmp(x.1));
