@@ -309,12 +309,12 @@ pub(crate) async fn lock_org_capacity(
     tx: &mut Transaction<'static, Postgres>,
     org: &OrgId,
 ) -> Result<(), StoreError> {
-    sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE")
-        .bind(org.as_str())
-        .fetch_optional(&mut **tx)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-    Ok(())
+    lock_org_row(
+        tx,
+        org,
+        "SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE",
+    )
+    .await
 }
 
 /// Locks the organization row against every other writer of the org (changes to the org,
@@ -323,7 +323,21 @@ pub(crate) async fn lock_org(
     tx: &mut Transaction<'static, Postgres>,
     org: &OrgId,
 ) -> Result<(), StoreError> {
-    sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR UPDATE")
+    lock_org_row(
+        tx,
+        org,
+        "SELECT id FROM organizations WHERE id = $1 FOR UPDATE",
+    )
+    .await
+}
+
+/// Runs `lock` (a `SELECT … WHERE id = $1` with a locking clause) for `org`.
+async fn lock_org_row(
+    tx: &mut Transaction<'static, Postgres>,
+    org: &OrgId,
+    lock: &'static str,
+) -> Result<(), StoreError> {
+    sqlx::query(lock)
         .bind(org.as_str())
         .fetch_optional(&mut **tx)
         .await?
