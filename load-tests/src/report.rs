@@ -35,6 +35,8 @@ pub const REQUIRED_FIGURES: &[&str] = &[
     "createToRunning.client.p99",
     "createToRunning.server.p50",
     "createToRunning.server.p99",
+    "createToRunning.server.toActivated.p50",
+    "createToRunning.server.activatedToRunning.p50",
     "fixedRate.achievedPerSec",
     "exec.api.p50",
     "exec.direct.p50",

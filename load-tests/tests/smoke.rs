@@ -107,6 +107,21 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
         assert_eq!(rate.seconds.len(), report.plan.stream_repetitions, "{what}");
         assert!(rate.median_bytes_per_second > 0.0, "{what}: {rate:?}");
     }
+    // The fixed-rate phase says where its time and its CPU went: every sandbox that ran has
+    // both hops, and every process group was measured.
+    let stages = &report.phases.server_side_stages;
+    let ran = report.phases.server_side_to_running.count;
+    assert!(ran > 0, "{table}");
+    assert_eq!(stages.to_activated.count, ran, "{stages:?}");
+    assert_eq!(stages.activated_to_running.count, ran, "{stages:?}");
+    for who in ["api", "scheduler", "worker", "postgres", "nats-server"] {
+        let cores = report.phases.fixed_rate_cpu_cores.get(who).copied();
+        assert!(
+            cores.is_some_and(|c| c > 0.0),
+            "fixed-rate CPU of {who}: {cores:?}\n{table}"
+        );
+    }
+    assert!(report.phases.fixed_rate_cpu_wall_seconds > 0.0, "{table}");
     assert_eq!(
         report.phases.fixed_rate.failed, 0,
         "{table}\n{:#?}",
