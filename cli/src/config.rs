@@ -124,6 +124,10 @@ impl Default for BusSection {
     }
 }
 
+/// Largest `scheduler.placement_group_size`: one transaction's locks and statement sizes stay
+/// bounded.
+const MAX_PLACEMENT_GROUP: usize = 256;
+
 /// `[scheduler]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -136,6 +140,8 @@ pub struct SchedulerSection {
     pub default_idle_timeout_seconds: Option<u64>,
     /// How often each pool's backend listing is reconciled against live rows.
     pub reconcile_interval_seconds: u64,
+    /// Most queued sandboxes placed in one transaction (1–256).
+    pub placement_group_size: usize,
 }
 
 impl Default for SchedulerSection {
@@ -147,6 +153,7 @@ impl Default for SchedulerSection {
             repair_interval_ms: 2000,
             default_idle_timeout_seconds: None,
             reconcile_interval_seconds: 5,
+            placement_group_size: 32,
         }
     }
 }
@@ -311,6 +318,12 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        if !(1..=MAX_PLACEMENT_GROUP).contains(&self.scheduler.placement_group_size) {
+            return Err(invalid(
+                "scheduler.placement_group_size",
+                format!("must be between 1 and {MAX_PLACEMENT_GROUP}"),
+            ));
+        }
         if self.scheduler.tick_ms == 0 {
             return Err(invalid("scheduler.tick_ms", "must be at least 1"));
         }
@@ -435,6 +448,19 @@ mod tests {
         let mut c: Config = toml::from_str("").unwrap();
         c.apply_env(|k| (k == "DIFFERENTLY_METRICS_LISTEN").then(|| "127.0.0.1:1".to_owned()));
         assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:1"));
+    }
+
+    #[test]
+    fn placement_group_size_is_bounded() {
+        assert_eq!(parse("").unwrap().scheduler.placement_group_size, 32);
+        let c = parse("[scheduler]\nplacement_group_size = 64").unwrap();
+        assert_eq!(c.scheduler.placement_group_size, 64);
+        for bad in [0, 257] {
+            let e = parse(&format!("[scheduler]\nplacement_group_size = {bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("scheduler.placement_group_size"), "{e}");
+        }
     }
 
     #[test]

@@ -69,6 +69,7 @@ fn scheduler_config(config: &Config) -> SchedulerConfig {
             .default_idle_timeout_seconds
             .map(Duration::from_secs),
         reconcile_interval: Duration::from_secs(config.scheduler.reconcile_interval_seconds),
+        placement_group: config.scheduler.placement_group_size,
         quota: config.quota,
         ..SchedulerConfig::default()
     }

@@ -42,6 +42,10 @@ pub struct SchedulerConfig {
     pub default_idle_timeout: Option<Duration>,
     /// How often the reconciler compares each pool's backend listing with the rows.
     pub reconcile_interval: Duration,
+    /// Most queued sandboxes the leader places in one transaction. Larger drains a backlog
+    /// faster (fewer commits), but holds the audit heads of more chains at once, which
+    /// admissions of the same orgs wait for (`docs/performance.md`, runs 39–45).
+    pub placement_group: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -57,6 +61,7 @@ impl Default for SchedulerConfig {
             quota: Quota::default(),
             default_idle_timeout: None,
             reconcile_interval: Duration::from_secs(5),
+            placement_group: 32,
         }
     }
 }

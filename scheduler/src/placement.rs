@@ -28,12 +28,12 @@ use crate::Scheduler;
 
 /// Most candidates tried in one dispatch pass, so one pass stays short.
 const MAX_PER_PASS: usize = 100;
-/// Candidates placed at once. Their policy decisions run concurrently and their first-choice
-/// activations share one transaction (`Store::activate_many`: one commit and one round of
-/// locks and reads for the group instead of one per sandbox), decided in pick order. Picks
-/// are charged to their org as they are made, so the order within a group is the one a
-/// sequential placer would have used had every one of them activated.
-const PLACE_AT_ONCE: usize = 16;
+/// Most candidates placed at once: `SchedulerConfig::placement_group`. Their policy decisions
+/// run concurrently and their first-choice activations share one transaction
+/// (`Store::activate_many`: one commit and one round of locks and reads for the group instead
+/// of one per sandbox), decided in pick order. Picks are charged to their org as they are made,
+/// so the order within a group is the one a sequential placer would have used had every one
+/// of them activated.
 /// Groups whose work and status publishes may be in flight while the leader places the next
 /// groups. The publishes do not gate the next group (the activation is committed; a lost
 /// work message is re-sent by the provisioning sweep), but they are bounded, so a slow bus
@@ -347,7 +347,8 @@ async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Receiver<bool
         }
         let mut tried = 0;
         while tried < MAX_PER_PASS {
-            let Some(group) = pick_group(q, seen_generation) else {
+            let Some(group) = pick_group(q, seen_generation, s.config.placement_group.max(1))
+            else {
                 // Capacity was released mid-pass: start over with fresh counts and
                 // everyone woken back in the queue, in fair order.
                 break;
@@ -403,15 +404,15 @@ struct Pick {
     row: Option<Sandbox>,
 }
 
-/// Pops up to `PLACE_AT_ONCE` candidates in fair order, charging each to its org as it is
-/// picked. `None` if capacity was released since `generation` (the caller starts over).
-fn pick_group(q: &Shared, generation: u64) -> Option<Vec<Pick>> {
+/// Pops up to `size` candidates in fair order, charging each to its org as it is picked.
+/// `None` if capacity was released since `generation` (the caller starts over).
+fn pick_group(q: &Shared, generation: u64, size: usize) -> Option<Vec<Pick>> {
     let mut queue = lock(q);
     if queue.generation != generation {
         return None;
     }
-    let mut group = Vec::with_capacity(PLACE_AT_ONCE);
-    while group.len() < PLACE_AT_ONCE {
+    let mut group = Vec::with_capacity(size);
+    while group.len() < size {
         let Some(c) = queue.fair.pop() else { break };
         queue.fair.charge(&c.org, c.cpu);
         group.push(Pick {
