@@ -28,12 +28,6 @@ use crate::Scheduler;
 
 /// Most candidates tried in one dispatch pass, so one pass stays short.
 const MAX_PER_PASS: usize = 100;
-/// Most candidates placed at once: `SchedulerConfig::placement_group`. Their policy decisions
-/// run concurrently and their first-choice activations share one transaction
-/// (`Store::activate_many`: one commit and one round of locks and reads for the group instead
-/// of one per sandbox), decided in pick order. Picks are charged to their org as they are made,
-/// so the order within a group is the one a sequential placer would have used had every one
-/// of them activated.
 /// Groups whose work and status publishes may be in flight while the leader places the next
 /// groups. The publishes do not gate the next group (the activation is committed; a lost
 /// work message is re-sent by the provisioning sweep), but they are bounded, so a slow bus
@@ -404,8 +398,13 @@ struct Pick {
     row: Option<Sandbox>,
 }
 
-/// Pops up to `size` candidates in fair order, charging each to its org as it is picked.
-/// `None` if capacity was released since `generation` (the caller starts over).
+/// Pops up to `size` candidates (`SchedulerConfig::placement_group`) in fair order, charging
+/// each to its org as it is picked. Their policy decisions run concurrently and their
+/// first-choice activations share one transaction (`Store::activate_many`: one commit and one
+/// round of locks and reads for the group instead of one per sandbox), decided in pick order;
+/// since picks are charged as they are made, the order within a group is the one a sequential
+/// placer would have used had every one of them activated. `None` if capacity was released
+/// since `generation` (the caller starts over).
 fn pick_group(q: &Shared, generation: u64, size: usize) -> Option<Vec<Pick>> {
     let mut queue = lock(q);
     if queue.generation != generation {
