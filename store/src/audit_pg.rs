@@ -39,53 +39,29 @@ const CHECKPOINT_LOCK: i64 = 0x646c_795f_6175_6463; // "dly_audc"
 const COLUMNS: &str = "seq, chain, chain_seq, org_id, project_id, actor, action, resource, \
                        outcome, request_id, at, detail, prev_hash, hash";
 
-/// Appends `e` to its chain inside `tx`, with the current task's request id (one record of
-/// `append_chained_many`).
+/// Appends `e` to its chain inside `tx`, with the current task's request id (a group of one
+/// for `append_then_lock_counters`).
 pub(crate) async fn append_chained(
     tx: &mut Transaction<'static, Postgres>,
     e: NewAuditEvent,
     at: DateTime<Utc>,
 ) -> Result<AuditEvent, StoreError> {
-    append_chained_many(tx, vec![e], at)
+    append_then_lock_counters(tx, vec![(e, audit::current_request_id())], at, &[])
         .await?
         .pop()
         .ok_or_else(|| StoreError::Database("audit append of one wrote nothing".into()))
 }
 
-/// Appends records inside `tx`, chain by chain (chains in sorted order, records in the order
-/// given): one head lock and one insert per chain, whatever the number of records. The time
-/// each chain takes (lock included) is `differently_audit_append_seconds`. Returns the
-/// records as stored, chain by chain.
-pub(crate) async fn append_chained_many(
-    tx: &mut Transaction<'static, Postgres>,
-    events: Vec<NewAuditEvent>,
-    at: DateTime<Utc>,
-) -> Result<Vec<AuditEvent>, StoreError> {
-    let request_id = audit::current_request_id();
-    let events = events
-        .into_iter()
-        .map(|e| (e, request_id.clone()))
-        .collect();
-    append_chained_requests(tx, events, at).await
-}
-
-/// `append_chained_many` with each record's own request id, for records written on behalf
-/// of several requests (a group of admissions).
+/// Appends records inside `tx`, each with its own request id (a group may act for several
+/// requests), chains in sorted order and records in the order given; returns them as stored,
+/// chain by chain. Every chain's head is locked by one statement (in chain order, the order
+/// every writer uses) and every record of every chain is written by one more, so a group
+/// spanning many organizations holds their heads for two round trips, not two per chain. The
+/// time taken (locks included) is `differently_audit_append_seconds`.
 ///
-/// Every chain's head is locked by one statement (in chain order, the order every writer
-/// uses) and every record of every chain is written by one more, so a group spanning many
-/// organizations holds their heads for two round trips, not two per chain.
-pub(crate) async fn append_chained_requests(
-    tx: &mut Transaction<'static, Postgres>,
-    events: Vec<(NewAuditEvent, Option<String>)>,
-    at: DateTime<Utc>,
-) -> Result<Vec<AuditEvent>, StoreError> {
-    append_then_lock_counters(tx, events, at, &[]).await
-}
-
-/// `append_chained_requests`, whose insert statement also locks the usage counters of
-/// `counters` in their global order (`usage_pg::lock_in_order`), which multi-row writers must
-/// do last: the same locks in the same order, one round trip fewer while the heads are held.
+/// The insert statement also locks the usage counters of `counters` (empty: none) in their
+/// global order (`usage_pg::lock_in_order`), which multi-row writers must do last: the same
+/// locks in the same order, one round trip fewer while the heads are held.
 pub(crate) async fn append_then_lock_counters(
     tx: &mut Transaction<'static, Postgres>,
     events: Vec<(NewAuditEvent, Option<String>)>,
@@ -233,20 +209,6 @@ async fn lock_heads(
         .collect()
 }
 
-/// Locks `chain`'s head row and returns the newest committed head; `None` when the chain
-/// has no head row yet.
-async fn lock_head(
-    tx: &mut Transaction<'static, Postgres>,
-    chain: &str,
-) -> Result<Option<(i64, String)>, StoreError> {
-    sqlx::query("SELECT chain_seq, hash FROM audit_heads WHERE chain = $1 FOR UPDATE")
-        .bind(chain)
-        .fetch_optional(&mut **tx)
-        .await?
-        .map(|r| -> Result<(i64, String), StoreError> { Ok((r.try_get(0)?, r.try_get(1)?)) })
-        .transpose()
-}
-
 /// A chain's first append (no head row yet): first appends of one chain serialize on an
 /// advisory lock, re-check for a head row created meanwhile, and otherwise start from the
 /// chain's newest record, if any. The append then creates the head row.
@@ -258,7 +220,7 @@ async fn first_head(
         .bind(chain_lock_id(chain))
         .execute(&mut **tx)
         .await?;
-    if let Some(head) = lock_head(tx, chain).await? {
+    if let Some(head) = lock_heads(tx, &[chain]).await?.remove(chain) {
         return Ok(Some(head));
     }
     // Read committed: this statement sees every record committed before the lock was ours.

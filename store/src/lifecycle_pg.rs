@@ -222,16 +222,7 @@ impl LifecycleStore for PgStore {
     }
 
     async fn touch_activity(&self, id: &SandboxId, at: DateTime<Utc>) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO sandbox_activity (sandbox_id, last_activity_at) VALUES ($1, $2)
-             ON CONFLICT (sandbox_id) DO UPDATE
-             SET last_activity_at = GREATEST(sandbox_activity.last_activity_at, EXCLUDED.last_activity_at)",
-        )
-        .bind(id.as_str())
-        .bind(at)
-        .execute(self.pool())
-        .await?;
-        Ok(())
+        self.touch_activity_many(&[(id.clone(), at)]).await
     }
 
     async fn touch_activity_many(

@@ -242,7 +242,7 @@ impl PlacementStore for PgStore {
         explanation: &serde_json::Value,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
-        write_placement(&mut tx, id, explanation, Utc::now()).await?;
+        write_placements(&mut tx, &[(id, explanation)], Utc::now()).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -293,26 +293,7 @@ impl PlacementStore for PgStore {
     }
 }
 
-/// Stores (replaces) the placement explanation of `id` in `tx`.
-pub(crate) async fn write_placement(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    id: &SandboxId,
-    explanation: &serde_json::Value,
-    at: chrono::DateTime<Utc>,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO placements (sandbox_id, doc, decided_at) VALUES ($1, $2, $3)
-         ON CONFLICT (sandbox_id) DO UPDATE SET doc = EXCLUDED.doc, decided_at = EXCLUDED.decided_at",
-    )
-    .bind(id.as_str())
-    .bind(Json(explanation))
-    .bind(at)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// `write_placement` for a group, in one statement.
+/// Stores (replaces) the placement explanations of a group in `tx`, in one statement.
 pub(crate) async fn write_placements(
     tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
     placements: &[(&SandboxId, &serde_json::Value)],
