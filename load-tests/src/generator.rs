@@ -278,25 +278,6 @@ pub async fn activation_span(pool: &PgPool, ids: &[String]) -> Result<Activation
     })
 }
 
-/// Server-side create→running latencies (`startedAt − createdAt`) of `ids`, from Postgres.
-pub async fn server_side_to_running(pool: &PgPool, ids: &[String]) -> Result<Summary, LoadError> {
-    let rows = sqlx::query(
-        "SELECT (doc->>'createdAt')::timestamptz AS c, (doc->>'startedAt')::timestamptz AS s
-         FROM sandboxes WHERE id = ANY($1) AND doc->>'startedAt' IS NOT NULL",
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await
-    .map_err(|e| LoadError::db("reading createdAt/startedAt", e))?;
-    let mut ms = Vec::with_capacity(rows.len());
-    for r in rows {
-        let c: DateTime<Utc> = r.try_get("c").map_err(|e| LoadError::db("createdAt", e))?;
-        let s: DateTime<Utc> = r.try_get("s").map_err(|e| LoadError::db("startedAt", e))?;
-        ms.push((s - c).num_microseconds().unwrap_or(0) as f64 / 1e3);
-    }
-    Ok(crate::stats::summarize_ms(&mut ms))
-}
-
 /// Where the server-side create→running time of a set of sandboxes went, from Postgres:
 /// `createdAt` (the API, before its admission commit) → the `sandbox.activate` audit record
 /// (the placement leader, before its activation commit) → `startedAt` (the worker, after the
@@ -310,38 +291,49 @@ pub struct ServerStages {
     pub activated_to_running: Summary,
 }
 
-/// The two hops of `ServerStages` for the sandboxes of `ids` that reached running.
-pub async fn server_side_stages(pool: &PgPool, ids: &[String]) -> Result<ServerStages, LoadError> {
+/// Server-side create→running latencies (`startedAt − createdAt`) of the sandboxes of `ids`
+/// that reached running, and the same split at their activation (`ServerStages`; a sandbox
+/// without an activation record counts only in the first), read in one query.
+pub async fn server_side_times(
+    pool: &PgPool,
+    ids: &[String],
+) -> Result<(Summary, ServerStages), LoadError> {
     let rows = sqlx::query(
         "WITH a AS (SELECT resource, min(at) AS at FROM audit_events
                     WHERE action = 'sandbox.activate' AND resource = ANY($1) GROUP BY resource)
          SELECT (s.doc->>'createdAt')::timestamptz AS c, a.at AS a,
                 (s.doc->>'startedAt')::timestamptz AS r
-         FROM sandboxes s JOIN a ON a.resource = s.id
+         FROM sandboxes s LEFT JOIN a ON a.resource = s.id
          WHERE s.id = ANY($1) AND s.doc->>'startedAt' IS NOT NULL",
     )
     .bind(ids)
     .fetch_all(pool)
     .await
-    .map_err(|e| LoadError::db("reading activation times", e))?;
+    .map_err(|e| LoadError::db("reading createdAt, activation and startedAt", e))?;
     let ms = |from: DateTime<Utc>, to: DateTime<Utc>| {
         (to - from).num_microseconds().unwrap_or(0) as f64 / 1e3
     };
+    let mut whole = Vec::with_capacity(rows.len());
     let (mut first, mut second) = (
         Vec::with_capacity(rows.len()),
         Vec::with_capacity(rows.len()),
     );
     for r in rows {
         let c: DateTime<Utc> = r.try_get("c").map_err(|e| LoadError::db("createdAt", e))?;
-        let a: DateTime<Utc> = r.try_get("a").map_err(|e| LoadError::db("activation", e))?;
+        let a: Option<DateTime<Utc>> =
+            r.try_get("a").map_err(|e| LoadError::db("activation", e))?;
         let s: DateTime<Utc> = r.try_get("r").map_err(|e| LoadError::db("startedAt", e))?;
-        first.push(ms(c, a));
-        second.push(ms(a, s));
+        whole.push(ms(c, s));
+        if let Some(a) = a {
+            first.push(ms(c, a));
+            second.push(ms(a, s));
+        }
     }
-    Ok(ServerStages {
+    let stages = ServerStages {
         to_activated: crate::stats::summarize_ms(&mut first),
         activated_to_running: crate::stats::summarize_ms(&mut second),
-    })
+    };
+    Ok((crate::stats::summarize_ms(&mut whole), stages))
 }
 
 /// One fixed-rate session as the client saw it.

@@ -11,8 +11,7 @@ use crate::client::{provision, Api, StreamFormat};
 use crate::cluster::{Cluster, ClusterOpts};
 use crate::diag;
 use crate::generator::{
-    activation_span, create_batch, delete_batch, fixed_rate, server_side_stages,
-    server_side_to_running, wait_all, Made,
+    activation_span, create_batch, delete_batch, fixed_rate, server_side_times, wait_all, Made,
 };
 use crate::invariants::{self, Expectations};
 use crate::plan::Plan;
@@ -268,8 +267,8 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
             .filter_map(|s| s.id.clone()),
     );
     phases.fixed_rate = fr.summary();
-    phases.server_side_to_running = server_side_to_running(&pool, &fr_ids).await?;
-    phases.server_side_stages = server_side_stages(&pool, &fr_ids).await?;
+    (phases.server_side_to_running, phases.server_side_stages) =
+        server_side_times(&pool, &fr_ids).await?;
 
     progress(
         t0,
