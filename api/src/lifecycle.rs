@@ -219,7 +219,7 @@ pub(crate) async fn wait_op(
     sandbox: &SandboxId,
     bound: Duration,
 ) -> ApiResult<Option<OpRecord>> {
-    let mut events = state.events.subscribe();
+    let mut events = state.events.watch(sandbox);
     let deadline = tokio::time::Instant::now() + bound;
     let mut poll = Duration::from_millis(25);
     loop {
@@ -236,13 +236,7 @@ pub(crate) async fn wait_op(
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {}
             _ = tokio::time::sleep(poll) => {}
-            ev = events.recv() => {
-                if let Ok(ev) = ev {
-                    if &ev.sandbox_id != sandbox {
-                        continue;
-                    }
-                }
-            }
+            _ = events.changed() => {}
         }
         poll = (poll * 2).min(Duration::from_millis(250));
     }

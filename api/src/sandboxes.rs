@@ -311,26 +311,36 @@ async fn wait(
                 )
             })?,
     };
-    // Subscribe before reading, so a change between the read and the wait is not missed.
-    let mut events = state.events.subscribe();
+    let sandbox_id = SandboxId::parse(&id).map_err(|_| ApiError::not_found("sandbox"))?;
+    // Watch before reading, so a change between the read and the wait is not missed.
+    let mut events = state.events.watch(&sandbox_id);
     let mut sandbox = load(&state, &principal, &id).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
     loop {
         if sandbox.status == target || sandbox.status.is_final() {
             return Ok(Json(sandbox.view()));
         }
-        let recheck = tokio::time::sleep(Duration::from_millis(1000));
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => return Ok(Json(sandbox.view())),
-            ev = events.recv() => match ev {
-                Ok(ev) if ev.sandbox_id != sandbox.id => continue,
-                _ => {}
-            },
-            _ = recheck => {}
+        // An event only says which way the row went; the answer is the row. Events on the way
+        // (queued → provisioning on the way to running) cost no read; a missed event is caught
+        // by the recheck.
+        let recheck = tokio::time::sleep(WAIT_RECHECK);
+        tokio::pin!(recheck);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return Ok(Json(sandbox.view())),
+                status = events.changed() => match status {
+                    Some(s) if s != target && !s.is_final() => continue,
+                    _ => break,
+                },
+                _ = &mut recheck => break,
+            }
         }
         sandbox = load(&state, &principal, &id).await?;
     }
 }
+
+/// How long a wait trusts the event stream before reading the row again.
+const WAIT_RECHECK: Duration = Duration::from_secs(1);
 
 async fn delete(
     State(state): State<AppState>,
