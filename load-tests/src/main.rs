@@ -32,6 +32,13 @@ struct Args {
     /// Length of the fixed-rate phase.
     #[arg(long)]
     duration_seconds: Option<u64>,
+    /// Rates of the shorter fixed-rate phases after the main one, comma-separated
+    /// (`25,50,100`), or `none`.
+    #[arg(long)]
+    sweep_rates: Option<String>,
+    /// Length of each sweep phase.
+    #[arg(long)]
+    sweep_seconds: Option<u64>,
     /// Fake backend create/delete latency.
     #[arg(long)]
     latency_ms: Option<u64>,
@@ -68,6 +75,20 @@ fn default_binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("differently"))
 }
 
+/// `none`, or comma-separated whole rates per second.
+fn parse_rates(text: &str) -> Result<Vec<u32>, String> {
+    if text.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|r| {
+            r.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{r:?} is not a whole number of sessions per second"))
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
     let binary = a.binary.unwrap_or_else(default_binary);
@@ -93,6 +114,18 @@ fn main() -> ExitCode {
     }
     if let Some(v) = a.duration_seconds {
         plan.duration_seconds = v;
+    }
+    if let Some(v) = a.sweep_rates {
+        match parse_rates(&v) {
+            Ok(rates) => plan.sweep_rates = rates,
+            Err(e) => {
+                eprintln!("differently-load: --sweep-rates: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(v) = a.sweep_seconds {
+        plan.sweep_seconds = v;
     }
     if let Some(v) = a.latency_ms {
         plan.latency_ms = v;
@@ -137,4 +170,17 @@ fn real_main(plan: Plan, out: &std::path::Path) -> Result<bool, Box<dyn std::err
     std::fs::write(out, serde_json::to_vec_pretty(&report)?)?;
     eprintln!("report written to {}", out.display());
     Ok(report.invariants.ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rates;
+
+    #[test]
+    fn sweep_rates_parse_as_a_list_or_none() {
+        assert_eq!(parse_rates("25, 50,100"), Ok(vec![25, 50, 100]));
+        assert_eq!(parse_rates("none"), Ok(Vec::new()));
+        assert!(parse_rates("25,fast").is_err_and(|e| e.contains("\"fast\"")));
+        assert!(parse_rates("").is_err());
+    }
 }

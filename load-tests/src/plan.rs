@@ -26,6 +26,12 @@ pub struct Plan {
     pub rate: u32,
     /// Length of the fixed-rate phase.
     pub duration_seconds: u64,
+    /// Further fixed-rate phases at these rates, shorter, after the main one: latency and
+    /// CPU per session against offered load, so a missed P3 shows whether the path or the
+    /// machine's saturation sets the latency. Empty: none.
+    pub sweep_rates: Vec<u32>,
+    /// Length of each sweep phase.
+    pub sweep_seconds: u64,
     /// The fake backend's create/delete latency.
     pub latency_ms: u64,
     /// Sequential samples per exec variant (P4).
@@ -61,6 +67,8 @@ impl Plan {
             concurrency: 64,
             rate: 200,
             duration_seconds: 20,
+            sweep_rates: vec![25, 50, 100],
+            sweep_seconds: 10,
             latency_ms: 0,
             exec_samples: 500,
             stream_bytes: 64 * 1024 * 1024,
@@ -84,6 +92,8 @@ impl Plan {
             concurrency: 8,
             rate: 10,
             duration_seconds: 2,
+            sweep_rates: vec![5],
+            sweep_seconds: 1,
             exec_samples: 20,
             stream_bytes: 1024 * 1024,
             stream_repetitions: 3,
@@ -111,6 +121,11 @@ impl Plan {
         if self.rate == 0 || self.duration_seconds == 0 {
             return bad("--rate and --duration-seconds must be at least 1");
         }
+        if self.sweep_rates.contains(&0)
+            || (!self.sweep_rates.is_empty() && self.sweep_seconds == 0)
+        {
+            return bad("--sweep-rates must be at least 1 each, and --sweep-seconds at least 1");
+        }
         if self.exec_samples == 0 {
             return bad("--exec-samples must be at least 1");
         }
@@ -133,7 +148,10 @@ impl Plan {
         let tenants = tenants.max(1);
         let live = self.orgs * self.live_per_org / tenants + 1;
         let burst = self.burst.div_ceil(tenants);
-        let fixed = (self.rate as usize * self.duration_seconds as usize).div_ceil(tenants);
+        let swept: usize = self.sweep_rates.iter().map(|r| *r as usize).sum();
+        let fixed = (self.rate as usize * self.duration_seconds as usize
+            + swept * self.sweep_seconds as usize)
+            .div_ceil(tenants);
         u32::try_from(live + 2 * burst + fixed + 100).unwrap_or(u32::MAX)
     }
 }

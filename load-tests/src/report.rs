@@ -158,6 +158,9 @@ pub struct Phases {
     /// That window, in seconds.
     #[serde(default)]
     pub fixed_rate_cpu_wall_seconds: f64,
+    /// Shorter fixed-rate phases at other offered rates (`Plan::sweep_rates`), in run order.
+    #[serde(default)]
+    pub rate_sweep: Vec<SweepPoint>,
     /// Every busy backend of the server (any database, autovacuum included) while exec is
     /// measured on the "quiet" system.
     #[serde(default)]
@@ -166,6 +169,30 @@ pub struct Phases {
     pub explain: Vec<crate::diag::Explained>,
     /// Row counts of the big tables at the end.
     pub table_rows: Vec<(String, i64)>,
+}
+
+/// One offered rate of the sweep: what the sessions saw and what they cost.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepPoint {
+    /// Offered sessions per second.
+    pub rate: u32,
+    /// The sessions (same fields as the main fixed-rate phase).
+    pub sessions: FixedRateSummary,
+    /// `startedAt − createdAt` of its sandboxes, from Postgres.
+    pub server_side_to_running: Summary,
+    /// Cores used per process group over the phase.
+    pub cpu_cores: BTreeMap<String, f64>,
+    /// That window, in seconds.
+    pub cpu_wall_seconds: f64,
+}
+
+impl SweepPoint {
+    /// CPU of every measured process per started session, in ms.
+    pub fn cpu_ms_per_session(&self) -> f64 {
+        let total: f64 = self.cpu_cores.values().sum();
+        total * self.cpu_wall_seconds * 1000.0 / self.sessions.started.max(1) as f64
+    }
 }
 
 /// One reported figure.
@@ -781,6 +808,42 @@ fn num(v: Option<f64>) -> String {
 }
 
 impl Report {
+    /// create→running and CPU per session by offered rate: the sweep and the main phase.
+    fn sweep_table(&self) -> String {
+        let p = &self.phases;
+        let main = SweepPoint {
+            rate: self.plan.rate,
+            sessions: p.fixed_rate.clone(),
+            server_side_to_running: p.server_side_to_running.clone(),
+            cpu_cores: p.fixed_rate_cpu_cores.clone(),
+            cpu_wall_seconds: p.fixed_rate_cpu_wall_seconds,
+        };
+        let mut points: Vec<&SweepPoint> = p.rate_sweep.iter().chain([&main]).collect();
+        points.sort_by_key(|x| x.rate);
+        let mut out = String::from(
+            "\ncreate→running by offered rate (each a fixed-rate phase; the main one included):\n\n\
+             | offered /s | achieved /s | sessions | failed | create p50 ms | create→running p50 ms (client) | p99 ms | p50 ms (Postgres) | cores busy | CPU ms per session |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for x in points {
+            let s = &x.sessions;
+            out.push_str(&format!(
+                "| {} | {:.0} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |\n",
+                x.rate,
+                s.achieved_rate,
+                s.started,
+                s.failed,
+                s.admit.p50_ms,
+                s.to_running.p50_ms,
+                s.to_running.p99_ms,
+                x.server_side_to_running.p50_ms,
+                x.cpu_cores.values().sum::<f64>(),
+                x.cpu_ms_per_session(),
+            ));
+        }
+        out
+    }
+
     /// The human-readable form: Markdown tables of figures, targets and invariants.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -867,6 +930,9 @@ impl Report {
             ),
         ];
         let fr = &self.phases;
+        if !fr.rate_sweep.is_empty() {
+            out.push_str(&self.sweep_table());
+        }
         let windows = [
             (
                 "the sustained burst, first create until all ran",

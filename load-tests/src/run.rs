@@ -269,6 +269,42 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     phases.fixed_rate = fr.summary();
     (phases.server_side_to_running, phases.server_side_stages) =
         server_side_times(&pool, &fr_ids).await?;
+    for &rate in &plan.sweep_rates {
+        progress(
+            t0,
+            &format!(
+                "sweep: {rate}/s for {} s (create → running → exec → delete)",
+                plan.sweep_seconds
+            ),
+        );
+        let cpu = crate::cpu::CpuMeter::start(cluster.pids());
+        let fr = fixed_rate(
+            &api,
+            &tenancy,
+            rate,
+            Duration::from_secs(plan.sweep_seconds),
+            (rate as usize * 10).max(50),
+            Instant::now() + Duration::from_secs(plan.sweep_seconds) + plan.phase_timeout(),
+        )
+        .await;
+        let (cpu_cores, cpu_wall_seconds) = cpu.finish();
+        cluster.check_alive()?;
+        let ids: Vec<String> = fr.sessions.iter().filter_map(|s| s.id.clone()).collect();
+        accepted.extend(ids.iter().cloned());
+        deleted.extend(
+            fr.sessions
+                .iter()
+                .filter(|s| s.delete.is_some())
+                .filter_map(|s| s.id.clone()),
+        );
+        phases.rate_sweep.push(report::SweepPoint {
+            rate,
+            sessions: fr.summary(),
+            server_side_to_running: server_side_times(&pool, &ids).await?.0,
+            cpu_cores,
+            cpu_wall_seconds,
+        });
+    }
 
     progress(
         t0,

@@ -127,6 +127,25 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
         "{table}\n{:#?}",
         report.phases.fixed_rate
     );
+    // The rate sweep ran every planned rate and measured each like the main phase.
+    let sweep = &report.phases.rate_sweep;
+    assert_eq!(
+        sweep.iter().map(|p| p.rate).collect::<Vec<_>>(),
+        report.plan.sweep_rates,
+        "{table}"
+    );
+    for p in sweep {
+        assert!(p.sessions.started > 0, "{p:#?}");
+        assert_eq!(p.sessions.failed, 0, "{p:#?}");
+        assert_eq!(p.sessions.to_running.count, p.sessions.started, "{p:#?}");
+        assert_eq!(p.server_side_to_running.count, p.sessions.started, "{p:#?}");
+        assert!(
+            p.cpu_cores.get("postgres").is_some_and(|c| *c > 0.0),
+            "{p:#?}"
+        );
+        assert!(p.cpu_ms_per_session() > 0.0, "{p:#?}");
+    }
+    assert!(table.contains("create→running by offered rate"), "{table}");
     // The JSON form carries the same figures.
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(
