@@ -19,7 +19,7 @@ use sqlx::types::Json;
 use sqlx::Row;
 
 use crate::memory::rules;
-use crate::postgres::{lock_pool, lock_sandboxes, write_sandboxes, PgStore};
+use crate::postgres::{lock_pool, lock_sandboxes, update_sandboxes, PgStore};
 use crate::usage_pg;
 use crate::{Activation, ActivationItem, Quota, QuotaScope, StoreError, Usage};
 
@@ -177,8 +177,9 @@ pub(crate) async fn activate_many(
         .filter(|s| seen.insert(s.id.clone()))
         .collect();
     changed.reverse();
-    write_sandboxes(&mut tx, &changed).await?;
+    // The explanations first: the rows' update rides in the audit head lock's statement.
     crate::placement_pg::write_placements(&mut tx, &placements, now).await?;
+    let write = update_sandboxes(&changed)?;
     // One row's trigger takes its counters in the global order already; only several rows
     // can interleave them.
     let mut counters = Vec::new();
@@ -191,7 +192,7 @@ pub(crate) async fn activate_many(
         .into_iter()
         .map(|e| (e, request_id.clone()))
         .collect();
-    crate::audit_pg::append_then_lock_counters(&mut tx, audits, now, &counters).await?;
+    crate::audit_pg::append_then_lock_counters(&mut tx, write, audits, now, &counters).await?;
     tx.commit().await?;
     Ok(out)
 }

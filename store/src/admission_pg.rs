@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use differently_core::{OrgId, ProjectId, Sandbox, SandboxStatus};
+use sqlx::postgres::PgArguments;
 use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::oneshot;
 
@@ -29,6 +30,7 @@ use crate::memory::rules;
 use crate::postgres::{
     lock_org_admissions, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore,
 };
+use crate::prior_write::{bind, PriorWrite};
 use crate::{audit, audit_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
 
 /// One item's outcome.
@@ -202,7 +204,7 @@ async fn decide_in_one_tx(
         admitted.push(i);
     }
     if !admitted.is_empty() {
-        insert_rows(&mut tx, group, &admitted).await?;
+        let write = insert_rows(group, &admitted)?;
         let at = admitted
             .iter()
             .map(|&i| group[i].sandbox.created_at)
@@ -232,7 +234,7 @@ async fn decide_in_one_tx(
         } else {
             counters.clear();
         }
-        audit_pg::append_then_lock_counters(&mut tx, events, at, &counters).await?;
+        audit_pg::append_then_lock_counters(&mut tx, Some(write), events, at, &counters).await?;
     }
     tx.commit().await?;
     decided.extend(
@@ -285,11 +287,7 @@ async fn earlier_admissions<'g>(
 }
 
 /// Inserts the rows of `admitted` with one statement.
-async fn insert_rows(
-    tx: &mut Transaction<'static, Postgres>,
-    group: &[Admission],
-    admitted: &[usize],
-) -> Result<(), StoreError> {
+fn insert_rows(group: &[Admission], admitted: &[usize]) -> Result<PriorWrite, StoreError> {
     let rows: Vec<&Admission> = admitted.iter().map(|&i| &group[i]).collect();
     let text = |f: fn(&Admission) -> Option<&str>| -> Vec<Option<&str>> {
         rows.iter().map(|a| f(a)).collect()
@@ -310,7 +308,37 @@ async fn insert_rows(
         disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
         docs.push(serde_json::to_value(s).map_err(|e| StoreError::Database(e.to_string()))?);
     }
-    let res = sqlx::query(
+    let mut args = PgArguments::default();
+    bind(&mut args, text(|a| Some(a.sandbox.id.as_str())))?;
+    bind(&mut args, text(|a| Some(a.sandbox.org_id.as_str())))?;
+    bind(&mut args, text(|a| Some(a.sandbox.project_id.as_str())))?;
+    bind(&mut args, text(|a| Some(a.sandbox.status.as_str())))?;
+    bind(
+        &mut args,
+        rows.iter()
+            .map(|a| a.sandbox.status_version)
+            .collect::<Vec<i64>>(),
+    )?;
+    bind(&mut args, text(|a| a.sandbox.pool.as_deref()))?;
+    bind(&mut args, text(|a| a.sandbox.backend_ref.as_deref()))?;
+    bind(&mut args, text(|a| a.sandbox.idempotency_key.as_deref()))?;
+    bind(&mut args, text(|a| Some(a.request_hash.as_str())))?;
+    bind(&mut args, attempts)?;
+    bind(
+        &mut args,
+        rows.iter()
+            .map(|a| a.sandbox.spec.priority)
+            .collect::<Vec<i32>>(),
+    )?;
+    bind(&mut args, cpu)?;
+    bind(&mut args, memory)?;
+    bind(&mut args, disk)?;
+    bind(&mut args, time(|s| Some(s.created_at)))?;
+    bind(&mut args, time(|s| s.expires_at))?;
+    bind(&mut args, time(|s| Some(s.created_at)))?;
+    bind(&mut args, time(|s| Some(s.updated_at)))?;
+    bind(&mut args, docs)?;
+    Ok(PriorWrite::new(
         "INSERT INTO sandboxes (id, org_id, project_id, status, status_version, pool,
              backend_ref, idempotency_key, request_hash, attempts, priority, cpu, memory_mib,
              disk_gib, next_attempt_at, expires_at, created_at, updated_at, doc)
@@ -318,42 +346,13 @@ async fn insert_rows(
              $6::text[], $7::text[], $8::text[], $9::text[], $10::int[], $11::int[],
              $12::bigint[], $13::bigint[], $14::bigint[], $15::timestamptz[],
              $16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::jsonb[])",
-    )
-    .bind(text(|a| Some(a.sandbox.id.as_str())))
-    .bind(text(|a| Some(a.sandbox.org_id.as_str())))
-    .bind(text(|a| Some(a.sandbox.project_id.as_str())))
-    .bind(text(|a| Some(a.sandbox.status.as_str())))
-    .bind(
-        rows.iter()
-            .map(|a| a.sandbox.status_version)
-            .collect::<Vec<i64>>(),
-    )
-    .bind(text(|a| a.sandbox.pool.as_deref()))
-    .bind(text(|a| a.sandbox.backend_ref.as_deref()))
-    .bind(text(|a| a.sandbox.idempotency_key.as_deref()))
-    .bind(text(|a| Some(a.request_hash.as_str())))
-    .bind(attempts)
-    .bind(
-        rows.iter()
-            .map(|a| a.sandbox.spec.priority)
-            .collect::<Vec<i32>>(),
-    )
-    .bind(cpu)
-    .bind(memory)
-    .bind(disk)
-    .bind(time(|s| Some(s.created_at)))
-    .bind(time(|s| s.expires_at))
-    .bind(time(|s| Some(s.created_at)))
-    .bind(time(|s| Some(s.updated_at)))
-    .bind(docs)
-    .execute(&mut **tx)
-    .await?;
-    if res.rows_affected() != rows.len() as u64 {
-        return Err(StoreError::Database(format!(
-            "admission insert wrote {} of {} rows",
-            res.rows_affected(),
-            rows.len()
-        )));
-    }
-    Ok(())
+        args,
+        19,
+        rows.len() as u64,
+        |written, expected| {
+            StoreError::Database(format!(
+                "admission insert wrote {written} of {expected} rows"
+            ))
+        },
+    ))
 }

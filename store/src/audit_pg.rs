@@ -19,6 +19,7 @@ use crate::audit::{
     ExportCursor, NewAuditEvent, Verifier, VerifyReport,
 };
 use crate::postgres::PgStore;
+use crate::prior_write::PriorWrite;
 use crate::StoreError;
 
 /// The advisory lock id of `chain`: "dly_aud" namespaced by the first bytes of its SHA-256.
@@ -46,7 +47,7 @@ pub(crate) async fn append_chained(
     e: NewAuditEvent,
     at: DateTime<Utc>,
 ) -> Result<AuditEvent, StoreError> {
-    append_then_lock_counters(tx, vec![(e, audit::current_request_id())], at, &[])
+    append_then_lock_counters(tx, None, vec![(e, audit::current_request_id())], at, &[])
         .await?
         .pop()
         .ok_or_else(|| StoreError::Database("audit append of one wrote nothing".into()))
@@ -62,13 +63,20 @@ pub(crate) async fn append_chained(
 /// The insert statement also locks the usage counters of `counters` (empty: none) in their
 /// global order (`usage_pg::lock_in_order`), which multi-row writers must do last: the same
 /// locks in the same order, one round trip fewer while the heads are held.
+///
+/// `prior`, the group's own row write, runs first, in the head-lock statement when there are
+/// records (`PriorWrite::then_lock_heads`), else alone.
 pub(crate) async fn append_then_lock_counters(
     tx: &mut Transaction<'static, Postgres>,
+    prior: Option<PriorWrite>,
     events: Vec<(NewAuditEvent, Option<String>)>,
     at: DateTime<Utc>,
     counters: &[String],
 ) -> Result<Vec<AuditEvent>, StoreError> {
     if events.is_empty() {
+        if let Some(w) = prior {
+            w.run(tx).await?;
+        }
         if !counters.is_empty() {
             crate::usage_pg::lock_in_order(tx, counters).await?;
         }
@@ -85,7 +93,15 @@ pub(crate) async fn append_then_lock_counters(
             .push((e, request_id));
     }
     let chains: Vec<&str> = by_chain.keys().map(String::as_str).collect();
-    let mut heads = lock_heads(tx, &chains).await?;
+    let mut heads = match prior {
+        Some(w) => w
+            .then_lock_heads(tx, &chains)
+            .await?
+            .into_iter()
+            .map(|(chain, seq, hash)| (chain, (seq, hash)))
+            .collect(),
+        None => lock_heads(tx, &chains).await?,
+    };
     for chain in &chains {
         if !heads.contains_key(*chain) {
             // A chain's very first append: rare, serialized on its advisory lock.

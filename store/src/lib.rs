@@ -26,6 +26,7 @@ pub mod placement;
 mod placement_memory;
 mod placement_pg;
 pub mod postgres;
+mod prior_write;
 pub mod sealed;
 pub mod secrets;
 #[cfg(feature = "test-support")]

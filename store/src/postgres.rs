@@ -15,11 +15,12 @@ use chrono::{DateTime, Utc};
 use differently_core::ids::InstallationId;
 use differently_core::{KeyId, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use serde_json::json;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 
 use crate::memory::rules::{self, AuditEntry};
+use crate::prior_write::{bind, PriorWrite};
 use crate::usage_pg;
 use crate::{admission_pg, audit_pg, transition_lane_pg};
 use crate::{
@@ -418,14 +419,12 @@ pub(crate) async fn write_sandbox(
     Ok(())
 }
 
-/// `write_sandbox` for many rows (`next_attempt_at` untouched) in one statement: a group's
-/// rows are already locked, so one round trip instead of one per row.
-pub(crate) async fn write_sandboxes(
-    tx: &mut Transaction<'static, Postgres>,
-    rows: &[&Sandbox],
-) -> Result<(), StoreError> {
+/// The `UPDATE` that writes `rows` as they are, `next_attempt_at` untouched (`None` for no
+/// rows); every row must exist. A group's rows are already locked, so one statement for all,
+/// sent with the audit head lock that follows it (`PriorWrite`).
+pub(crate) fn update_sandboxes(rows: &[&Sandbox]) -> Result<Option<PriorWrite>, StoreError> {
     if rows.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let text = |f: fn(&Sandbox) -> Option<&str>| -> Vec<Option<&str>> {
         rows.iter().map(|s| f(s)).collect()
@@ -440,7 +439,38 @@ pub(crate) async fn write_sandboxes(
         disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
         docs.push(serde_json::to_value(s).map_err(|e| StoreError::Database(e.to_string()))?);
     }
-    let res = sqlx::query(
+    let mut args = PgArguments::default();
+    bind(&mut args, text(|s| Some(s.id.as_str())))?;
+    bind(&mut args, text(|s| Some(s.status.as_str())))?;
+    bind(
+        &mut args,
+        rows.iter().map(|s| s.status_version).collect::<Vec<i64>>(),
+    )?;
+    bind(&mut args, text(|s| s.pool.as_deref()))?;
+    bind(&mut args, text(|s| s.backend_ref.as_deref()))?;
+    bind(&mut args, attempts)?;
+    bind(
+        &mut args,
+        rows.iter().map(|s| s.spec.priority).collect::<Vec<i32>>(),
+    )?;
+    bind(
+        &mut args,
+        rows.iter()
+            .map(|s| i64::from(s.spec.resources.cpu))
+            .collect::<Vec<i64>>(),
+    )?;
+    bind(&mut args, memory)?;
+    bind(&mut args, disk)?;
+    bind(
+        &mut args,
+        rows.iter().map(|s| s.expires_at).collect::<Vec<_>>(),
+    )?;
+    bind(
+        &mut args,
+        rows.iter().map(|s| s.updated_at).collect::<Vec<_>>(),
+    )?;
+    bind(&mut args, docs)?;
+    Ok(Some(PriorWrite::new(
         "UPDATE sandboxes AS s SET status = u.status, status_version = u.status_version,
              pool = u.pool, backend_ref = u.backend_ref, attempts = u.attempts,
              priority = u.priority, cpu = u.cpu, memory_mib = u.memory_mib,
@@ -452,30 +482,11 @@ pub(crate) async fn write_sandboxes(
              AS u(id, status, status_version, pool, backend_ref, attempts, priority, cpu,
                   memory_mib, disk_gib, expires_at, updated_at, doc)
          WHERE s.id = u.id",
-    )
-    .bind(text(|s| Some(s.id.as_str())))
-    .bind(text(|s| Some(s.status.as_str())))
-    .bind(rows.iter().map(|s| s.status_version).collect::<Vec<i64>>())
-    .bind(text(|s| s.pool.as_deref()))
-    .bind(text(|s| s.backend_ref.as_deref()))
-    .bind(attempts)
-    .bind(rows.iter().map(|s| s.spec.priority).collect::<Vec<i32>>())
-    .bind(
-        rows.iter()
-            .map(|s| i64::from(s.spec.resources.cpu))
-            .collect::<Vec<i64>>(),
-    )
-    .bind(memory)
-    .bind(disk)
-    .bind(rows.iter().map(|s| s.expires_at).collect::<Vec<_>>())
-    .bind(rows.iter().map(|s| s.updated_at).collect::<Vec<_>>())
-    .bind(docs)
-    .execute(&mut **tx)
-    .await?;
-    if res.rows_affected() != rows.len() as u64 {
-        return Err(StoreError::NotFound);
-    }
-    Ok(())
+        args,
+        13,
+        rows.len() as u64,
+        |_, _| StoreError::NotFound,
+    )))
 }
 
 /// The audit record of `e` about sandbox `s` (its org's chain, its project).

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::group_commit::Lanes;
 use crate::memory::rules;
-use crate::postgres::{lock_sandboxes, sandbox_event, write_sandboxes, PgStore};
+use crate::postgres::{lock_sandboxes, sandbox_event, update_sandboxes, PgStore};
 use crate::{audit, audit_pg, usage_pg, StoreError, Transition};
 
 /// Most changes decided in one transaction.
@@ -134,7 +134,7 @@ async fn decide(
     }
     if !changed.is_empty() {
         let rows: Vec<&Sandbox> = changed.iter().filter_map(|id| by_id.get(id)).collect();
-        write_sandboxes(&mut tx, &rows).await?;
+        let write = update_sandboxes(&rows)?;
         let at = group.iter().map(|p| p.now).max().unwrap_or_else(Utc::now);
         let mut counters: Vec<String> = rows
             .iter()
@@ -148,7 +148,7 @@ async fn decide(
         if rows.len() < 2 {
             counters.clear();
         }
-        audit_pg::append_then_lock_counters(&mut tx, events, at, &counters).await?;
+        audit_pg::append_then_lock_counters(&mut tx, write, events, at, &counters).await?;
     }
     tx.commit().await?;
     Ok(outcomes)
