@@ -34,20 +34,22 @@ pub(crate) async fn activate_many(
     }
     let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
     let mut tx = store.begin().await?;
-    // A row's organization never changes: read unlocked, then lock in the fixed order.
-    let orgs: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT org_id FROM sandboxes WHERE id = ANY($1) ORDER BY org_id",
+    // A row's organization never changes: found unlocked and locked in the fixed order, in
+    // one statement; `named` counts the organizations the rows name, to tell a missing one.
+    let locked = sqlx::query(
+        "SELECT o.id, (SELECT count(DISTINCT org_id) FROM sandboxes WHERE id = ANY($1)) AS named
+         FROM organizations o
+         WHERE o.id IN (SELECT org_id FROM sandboxes WHERE id = ANY($1))
+         ORDER BY o.id FOR NO KEY UPDATE OF o",
     )
     .bind(&ids)
     .fetch_all(&mut *tx)
     .await?;
-    let locked: Vec<String> = sqlx::query_scalar(
-        "SELECT id FROM organizations WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
-    )
-    .bind(&orgs)
-    .fetch_all(&mut *tx)
-    .await?;
-    if locked.len() != orgs.len() {
+    let named: i64 = match locked.first() {
+        Some(r) => r.try_get("named")?,
+        None => 0,
+    };
+    if locked.is_empty() || usize::try_from(named).ok() != Some(locked.len()) {
         return Err(StoreError::NotFound);
     }
     let mut capped: Vec<&str> = items
