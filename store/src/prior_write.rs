@@ -111,3 +111,79 @@ impl PriorWrite {
         Ok(heads)
     }
 }
+
+#[cfg(all(test, feature = "test-support"))]
+mod tests {
+    use super::*;
+    use crate::testing::TestDb;
+
+    /// An `UPDATE` of `ids` that changes nothing but must touch `rows` rows.
+    fn touch(ids: &[&str], rows: u64) -> PriorWrite {
+        let mut args = PgArguments::default();
+        bind(&mut args, ids.to_vec()).unwrap_or_else(|e| panic!("binding ids: {e}"));
+        PriorWrite::new(
+            "UPDATE sandboxes SET updated_at = updated_at WHERE id = ANY($1)",
+            args,
+            1,
+            rows,
+            |written, expected| StoreError::Database(format!("wrote {written} of {expected}")),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_heads_come_back_locked_in_chain_order_after_the_write() {
+        let db = TestDb::new().await;
+        let store = db.store();
+        sqlx::query(
+            "INSERT INTO audit_heads (chain, chain_seq, hash)
+             VALUES ('b/1', 7, 'hb'), ('a/1', 3, 'ha'), ('c/1', 1, 'hc')",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let mut tx = store.begin().await.unwrap();
+        let heads = touch(&[], 0)
+            .then_lock_heads(&mut tx, &["a/1", "b/1", "z/9"])
+            .await
+            .unwrap();
+        assert_eq!(
+            heads,
+            vec![
+                ("a/1".to_owned(), 3, "ha".to_owned()),
+                ("b/1".to_owned(), 7, "hb".to_owned())
+            ],
+            "only existing heads, in chain order"
+        );
+        // Locked until this transaction ends: another writer cannot take them.
+        let taken =
+            sqlx::query("SELECT chain FROM audit_heads WHERE chain = 'a/1' FOR UPDATE SKIP LOCKED")
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+        assert!(taken.is_empty(), "a/1 is not locked");
+        tx.rollback().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_short_write_fails_with_its_error_with_heads_or_alone() {
+        let db = TestDb::new().await;
+        let store = db.store();
+        let mut tx = store.begin().await.unwrap();
+        let e = touch(&["sbx_missing"], 1)
+            .then_lock_heads(&mut tx, &["a/1"])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            StoreError::Database("wrote 0 of 1".into()).to_string()
+        );
+        tx.rollback().await.unwrap();
+        let mut tx = store.begin().await.unwrap();
+        let e = touch(&["sbx_missing"], 1).run(&mut tx).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            StoreError::Database("wrote 0 of 1".into()).to_string()
+        );
+        tx.rollback().await.unwrap();
+    }
+}
