@@ -502,6 +502,24 @@ pub struct FixedRateSummary {
 }
 
 impl FixedRate {
+    /// Adds the sandboxes its sessions created to `accepted` and those whose delete was
+    /// accepted to `deleted` (what the invariant check expects); returns the created ids.
+    pub fn record_into(
+        &self,
+        accepted: &mut Vec<String>,
+        deleted: &mut Vec<String>,
+    ) -> Vec<String> {
+        let ids: Vec<String> = self.sessions.iter().filter_map(|s| s.id.clone()).collect();
+        accepted.extend(ids.iter().cloned());
+        deleted.extend(
+            self.sessions
+                .iter()
+                .filter(|s| s.delete.is_some())
+                .filter_map(|s| s.id.clone()),
+        );
+        ids
+    }
+
     /// Percentiles of each step.
     pub fn summary(&self) -> FixedRateSummary {
         let pick = |f: fn(&Session) -> Option<Duration>| -> Summary {

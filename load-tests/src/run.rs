@@ -258,14 +258,7 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         phases.fixed_rate_cpu_wall_seconds,
     ) = cpu.finish();
     cluster.check_alive()?;
-    let fr_ids: Vec<String> = fr.sessions.iter().filter_map(|s| s.id.clone()).collect();
-    accepted.extend(fr_ids.iter().cloned());
-    deleted.extend(
-        fr.sessions
-            .iter()
-            .filter(|s| s.delete.is_some())
-            .filter_map(|s| s.id.clone()),
-    );
+    let fr_ids = fr.record_into(&mut accepted, &mut deleted);
     phases.fixed_rate = fr.summary();
     (phases.server_side_to_running, phases.server_side_stages) =
         server_side_times(&pool, &fr_ids).await?;
@@ -289,14 +282,7 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         .await;
         let (cpu_cores, cpu_wall_seconds) = cpu.finish();
         cluster.check_alive()?;
-        let ids: Vec<String> = fr.sessions.iter().filter_map(|s| s.id.clone()).collect();
-        accepted.extend(ids.iter().cloned());
-        deleted.extend(
-            fr.sessions
-                .iter()
-                .filter(|s| s.delete.is_some())
-                .filter_map(|s| s.id.clone()),
-        );
+        let ids = fr.record_into(&mut accepted, &mut deleted);
         phases.rate_sweep.push(report::SweepPoint {
             rate,
             sessions: fr.summary(),
