@@ -207,6 +207,9 @@ async fn apply_migrations(conn: &mut PgConnection) -> Result<(), StoreError> {
 /// Copies core's status classification into the database; a changed classification means
 /// every counter was counted under the old one, so recount them.
 async fn sync_usage_classes(conn: &mut PgConnection) -> Result<(), StoreError> {
+    if usage_pg::sync_class_function(conn).await? {
+        tracing::info!("usage classification function written from core");
+    }
     if usage_pg::sync_status_classes(conn).await? {
         let fixed = usage_pg::reconcile(conn).await?;
         tracing::info!(

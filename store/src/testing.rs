@@ -120,11 +120,17 @@ async fn admin_connection(url: &str) -> PgConnection {
     }
 }
 
-/// Name of the template for the current migrations: changes whenever a migration does.
+/// Name of the template for the current migrations: changes whenever a migration does, or
+/// what `migrate` writes after them from core (the usage classification function).
 fn template_name() -> String {
     // FNV-1a: stable across runs and toolchains, unlike `DefaultHasher`.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (version, sql) in MIGRATIONS {
+    let synced = crate::usage_pg::class_function_body();
+    let parts = MIGRATIONS
+        .iter()
+        .map(|(version, sql)| (*version, *sql))
+        .chain([("usage_class", synced.as_str())]);
+    for (version, sql) in parts {
         for b in version.bytes().chain([0]).chain(sql.bytes()).chain([0]) {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);

@@ -167,6 +167,51 @@ pub(crate) async fn sync_status_classes(conn: &mut PgConnection) -> Result<bool,
     Ok(changed)
 }
 
+/// The body of `usage_class(text)`: core's classification as a `CASE`, so the usage trigger
+/// classifies a row by evaluating an expression instead of querying `sandbox_status_classes`
+/// (two SPI queries per row change, 7 per sandbox's life, before). Written at every `migrate`
+/// whose database holds another body, like the table beside it.
+pub(crate) fn class_function_body() -> String {
+    let flag = |b: bool| i16::from(b);
+    let mut arms = String::new();
+    for s in SandboxStatus::ALL {
+        let st = s.as_str();
+        arms.push_str(&format!(
+            "        WHEN '{st}' THEN RETURN ROW('{st}', {}, {}, {}, {}, {})::sandbox_status_classes;\n",
+            flag(s == SandboxStatus::Queued),
+            flag(s.counts_active()),
+            flag(s.reserves_compute()),
+            flag(s.counts_disk()),
+            flag(s.holds_pool_slot()),
+        ));
+    }
+    format!(
+        "\nBEGIN\n    CASE st\n{arms}        ELSE RAISE EXCEPTION 'sandbox status % has no usage class', st;\n    END CASE;\nEND;\n"
+    )
+}
+
+/// Replaces `usage_class(text)` with [`class_function_body`] unless it already is that.
+/// Returns whether it wrote it.
+pub(crate) async fn sync_class_function(conn: &mut PgConnection) -> Result<bool, StoreError> {
+    let body = class_function_body();
+    let current: Option<String> = sqlx::query_scalar(
+        "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure('usage_class(text)')",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if current.as_deref() == Some(body.as_str()) {
+        return Ok(false);
+    }
+    // The statuses are core's own identifiers (lowercase words), never input.
+    sqlx::raw_sql(&format!(
+        "CREATE OR REPLACE FUNCTION usage_class(st text) RETURNS sandbox_status_classes
+         LANGUAGE plpgsql STABLE AS $usage_class${body}$usage_class$"
+    ))
+    .execute(&mut *conn)
+    .await?;
+    Ok(true)
+}
+
 /// What the rows say every counter should be, keyed by scope.
 const TRUTH: &str = "
     SELECT 'org:' || s.org_id AS scope, 0::smallint AS rank,
@@ -262,4 +307,25 @@ pub(crate) async fn reconcile(conn: &mut PgConnection) -> Result<Vec<UsageDrift>
     }
     tx.commit().await?;
     Ok(drift)
+}
+
+#[cfg(test)]
+mod class_function_tests {
+    use super::*;
+
+    #[test]
+    fn every_status_has_exactly_one_arm_and_is_a_plain_word() {
+        let body = class_function_body();
+        for s in SandboxStatus::ALL {
+            let st = s.as_str();
+            // Interpolated into DDL: must never need quoting.
+            assert!(
+                !st.is_empty() && st.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{st}"
+            );
+            assert_eq!(body.matches(&format!("WHEN '{st}' ")).count(), 1, "{body}");
+        }
+        assert_eq!(body.matches("WHEN '").count(), SandboxStatus::ALL.len());
+        assert!(body.contains("RAISE EXCEPTION"), "{body}");
+    }
 }

@@ -441,6 +441,70 @@ mod usage_counters {
         assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
     }
 
+    /// The trigger classifies rows with a function `migrate` writes from core's
+    /// classification: it answers without reading the table, fails on an unknown status, and
+    /// an older body (one that queries the table) is replaced by the next `migrate`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_usage_class_function_is_core_s_classification() {
+        let db = TestDb::new().await;
+        let s = db.store();
+        let classify = |st: &'static str| {
+            let pool = s.pool().clone();
+            async move {
+                sqlx::query_as::<_, (i16, i16, i16, i16, i16)>(
+                    "SELECT (c).queued, (c).active, (c).compute, (c).disk, (c).slot
+                     FROM (SELECT usage_class($1) AS c) x",
+                )
+                .bind(st)
+                .fetch_one(&pool)
+                .await
+            }
+        };
+        for st in differently_core::SandboxStatus::ALL {
+            let want = (
+                i16::from(st == differently_core::SandboxStatus::Queued),
+                i16::from(st.counts_active()),
+                i16::from(st.reserves_compute()),
+                i16::from(st.counts_disk()),
+                i16::from(st.holds_pool_slot()),
+            );
+            assert_eq!(classify(st.as_str()).await.unwrap(), want, "{st:?}");
+        }
+        let err = classify("sleeping").await.unwrap_err();
+        assert!(err.to_string().contains("has no usage class"), "{err}");
+        // Even a table that disagrees does not change the answer until `migrate` resyncs it.
+        sqlx::query("UPDATE sandbox_status_classes SET active = 0 WHERE status = 'running'")
+            .execute(s.pool())
+            .await
+            .unwrap();
+        assert_eq!(classify("running").await.unwrap().1, 1);
+        // An older body is replaced.
+        sqlx::raw_sql(
+            "CREATE OR REPLACE FUNCTION usage_class(st text) RETURNS sandbox_status_classes
+             LANGUAGE plpgsql STABLE AS $f$
+             DECLARE c sandbox_status_classes;
+             BEGIN SELECT * INTO c FROM sandbox_status_classes WHERE status = st; RETURN c; END;
+             $f$",
+        )
+        .execute(s.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            classify("running").await.unwrap().1,
+            0,
+            "the old body reads the table"
+        );
+        s.migrate().await.unwrap();
+        let body: String = sqlx::query_scalar(
+            "SELECT prosrc FROM pg_proc WHERE oid = 'usage_class(text)'::regprocedure",
+        )
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+        assert!(!body.contains("FROM sandbox_status_classes"), "{body}");
+        assert_eq!(classify("running").await.unwrap().1, 1);
+    }
+
     /// Store connections end a transaction left idle (a stalled process) instead of holding
     /// its locks indefinitely, and an admission waiting behind it goes through.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
