@@ -79,18 +79,29 @@ pub(crate) async fn activate_many(
         .collect();
     scopes.sort_unstable();
     scopes.dedup();
-    let mut quotas: HashMap<String, Quota> = HashMap::new();
-    for r in sqlx::query("SELECT scope, doc FROM quotas WHERE scope = ANY($1)")
-        .bind(&scopes)
-        .fetch_all(&mut *tx)
-        .await?
-    {
-        let Json(q): Json<Quota> = r.try_get("doc")?;
-        quotas.insert(r.try_get("scope")?, q);
-    }
+    // Quotas and counters in one read (a missing counter is all zero: nothing counted yet).
     let mut counter_keys = scopes.clone();
     counter_keys.extend(capped.iter().map(|p| usage_pg::pool_key(p)));
-    let counters = usage_pg::read(&mut *tx, &counter_keys).await?;
+    let mut quotas: HashMap<String, Quota> = HashMap::new();
+    let mut counters: HashMap<String, usage_pg::Counter> = HashMap::new();
+    for r in sqlx::query(
+        "SELECT k.scope, q.doc, u.queued, u.active, u.cpu, u.memory_mib, u.disk_gib, u.slots
+         FROM UNNEST($1::text[]) AS k(scope)
+         LEFT JOIN quotas q ON q.scope = k.scope
+         LEFT JOIN usage_counters u ON u.scope = k.scope",
+    )
+    .bind(&counter_keys)
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        let scope: String = r.try_get("scope")?;
+        if let Some(Json(q)) = r.try_get::<Option<Json<Quota>>, _>("doc")? {
+            quotas.insert(scope.clone(), q);
+        }
+        if r.try_get::<Option<i64>, _>("queued")?.is_some() {
+            counters.insert(scope, usage_pg::counter_of(&r)?);
+        }
+    }
     let mut usage: HashMap<String, Usage> = scopes
         .iter()
         .map(|k| {

@@ -95,7 +95,8 @@ pub(crate) async fn lock_in_order(
     Ok(())
 }
 
-fn counter_of(row: &sqlx::postgres::PgRow) -> Result<Counter, StoreError> {
+/// A counter from a row with the counter's columns (`queued`, `active`, … `slots`).
+pub(crate) fn counter_of(row: &sqlx::postgres::PgRow) -> Result<Counter, StoreError> {
     Ok(Counter {
         queued: row.try_get("queued")?,
         active: row.try_get("active")?,
