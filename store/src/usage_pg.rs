@@ -139,12 +139,26 @@ where
     Ok(all.get(&key).copied().unwrap_or_default().usage())
 }
 
+/// Core's classification of `s` as the columns of `sandbox_status_classes`, in order:
+/// queued, active, compute, disk, slot. The one place both the table and `usage_class`
+/// take it from.
+fn status_class(s: SandboxStatus) -> [i16; 5] {
+    [
+        s == SandboxStatus::Queued,
+        s.counts_active(),
+        s.reserves_compute(),
+        s.counts_disk(),
+        s.holds_pool_slot(),
+    ]
+    .map(i16::from)
+}
+
 /// Writes core's status classification into `sandbox_status_classes`. Returns whether it
 /// changed anything (then every counter must be recounted).
 pub(crate) async fn sync_status_classes(conn: &mut PgConnection) -> Result<bool, StoreError> {
     let mut changed = false;
     for s in SandboxStatus::ALL {
-        let flag = |b: bool| i16::from(b);
+        let [queued, active, compute, disk, slot] = status_class(s);
         let res = sqlx::query(
             "INSERT INTO sandbox_status_classes AS c (status, queued, active, compute, disk, slot)
              VALUES ($1, $2, $3, $4, $5, $6)
@@ -156,11 +170,11 @@ pub(crate) async fn sync_status_classes(conn: &mut PgConnection) -> Result<bool,
                                    EXCLUDED.disk, EXCLUDED.slot)",
         )
         .bind(s.as_str())
-        .bind(flag(s == SandboxStatus::Queued))
-        .bind(flag(s.counts_active()))
-        .bind(flag(s.reserves_compute()))
-        .bind(flag(s.counts_disk()))
-        .bind(flag(s.holds_pool_slot()))
+        .bind(queued)
+        .bind(active)
+        .bind(compute)
+        .bind(disk)
+        .bind(slot)
         .execute(&mut *conn)
         .await?;
         changed |= res.rows_affected() > 0;
@@ -173,17 +187,12 @@ pub(crate) async fn sync_status_classes(conn: &mut PgConnection) -> Result<bool,
 /// (two SPI queries per row change, 7 per sandbox's life, before). Written at every `migrate`
 /// whose database holds another body, like the table beside it.
 pub(crate) fn class_function_body() -> String {
-    let flag = |b: bool| i16::from(b);
     let mut arms = String::new();
     for s in SandboxStatus::ALL {
         let st = s.as_str();
+        let [queued, active, compute, disk, slot] = status_class(s);
         arms.push_str(&format!(
-            "        WHEN '{st}' THEN RETURN ROW('{st}', {}, {}, {}, {}, {})::sandbox_status_classes;\n",
-            flag(s == SandboxStatus::Queued),
-            flag(s.counts_active()),
-            flag(s.reserves_compute()),
-            flag(s.counts_disk()),
-            flag(s.holds_pool_slot()),
+            "        WHEN '{st}' THEN RETURN ROW('{st}', {queued}, {active}, {compute}, {disk}, {slot})::sandbox_status_classes;\n",
         ));
     }
     format!(
