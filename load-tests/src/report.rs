@@ -191,8 +191,14 @@ impl SweepPoint {
     /// CPU of every measured process per started session, in ms.
     pub fn cpu_ms_per_session(&self) -> f64 {
         let total: f64 = self.cpu_cores.values().sum();
-        total * self.cpu_wall_seconds * 1000.0 / self.sessions.started.max(1) as f64
+        cpu_ms_per_op(total, self.cpu_wall_seconds, self.sessions.started as u64)
     }
+}
+
+/// Milliseconds of CPU per operation: `cores` busy for `wall` seconds over `ops` operations
+/// (at least one).
+fn cpu_ms_per_op(cores: f64, wall: f64, ops: u64) -> f64 {
+    cores * wall * 1000.0 / ops.max(1) as f64
 }
 
 /// One reported figure.
@@ -960,7 +966,6 @@ impl Report {
             if cores_by.is_empty() {
                 continue;
             }
-            let n = ops.max(1) as f64;
             let total: f64 = cores_by.values().sum();
             out.push_str(&format!(
                 "\nCPU during {name} ({wall:.1} s, {ops} {plural}; `/proc/<pid>/stat`):\n\n| process | cores | CPU ms per {per} |\n|---|---:|---:|\n",
@@ -970,12 +975,12 @@ impl Report {
             for (who, cores) in rows {
                 out.push_str(&format!(
                     "| {who} | {cores:.2} | {:.3} |\n",
-                    cores * wall * 1000.0 / n
+                    cpu_ms_per_op(*cores, wall, ops)
                 ));
             }
             out.push_str(&format!(
                 "| all | {total:.2} | {:.3} |\n",
-                total * wall * 1000.0 / n
+                cpu_ms_per_op(total, wall, ops)
             ));
         }
         for (name, act) in acts {
