@@ -1,5 +1,7 @@
-//! Level-triggered sweeps run by the leader every tick: TTL expiry, provisioning that made
-//! no progress (adopt the backend instance or requeue), deletes that did not finish, idle
+//! Level-triggered sweeps run by the leader every tick: TTL expiry, creates whose work
+//! message may never have gone out (re-published under the same message id, which the bus
+//! drops if it did), provisioning that made no progress (adopt the backend instance or
+//! requeue), deletes that did not finish, idle
 //! sandboxes (paused, or stopped where the pool cannot pause), lifecycle operations whose work
 //! message was lost (re-sent), and — every `reconcile_interval` — the reconciler: each pool's
 //! backend listing against the rows. Backend instances tagged with this installation whose
@@ -29,6 +31,7 @@ const IDLE_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(crate) async fn run(s: Scheduler, mut stop: watch::Receiver<bool>) {
     let mut resent: HashMap<SandboxId, Instant> = HashMap::new();
+    let mut creates_resent: HashMap<SandboxId, Instant> = HashMap::new();
     let mut ops_resent: HashMap<OpId, Instant> = HashMap::new();
     let mut last_reconcile: Option<Instant> = None;
     let mut last_idle: Option<Instant> = None;
@@ -52,6 +55,9 @@ pub(crate) async fn run(s: Scheduler, mut stop: watch::Receiver<bool>) {
         }
         if let Err(e) = expire(&s).await {
             tracing::warn!(error = %e, "sweep: ttl expiry failed");
+        }
+        if let Err(e) = unsent_creates(&s, &mut creates_resent).await {
+            tracing::warn!(error = %e, "sweep: create re-send failed");
         }
         if let Err(e) = stuck_provisioning(&s).await {
             tracing::warn!(error = %e, "sweep: provisioning repair failed");
@@ -177,6 +183,55 @@ async fn provisioning_one(
         Err(StoreError::StatusConflict { .. }) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// How long after its activation a provisioning row's create may be re-published: inside the
+/// bus's de-duplication window (with a margin for clock skew), so a re-send of a create that
+/// did go out is dropped by the bus and can never start a second backend create.
+const CREATE_RESEND_WITHIN: std::time::Duration =
+    std::time::Duration::from_secs(differently_bus::jetstream::DUPLICATE_WINDOW.as_secs() * 3 / 4);
+
+/// Provisioning rows whose create work may never have been published: whoever activated
+/// them (the leader, or an API process placing directly in the admission) died or lost the
+/// bus between its commit and its publish. Each is re-published once, `repair_interval` after
+/// its activation, under the original message id: the bus drops it if the first one went
+/// out, so only a lost create is delivered. Older rows are the provisioning timeout's
+/// (adopt or requeue), which stays the repair of last resort.
+async fn unsent_creates(
+    s: &Scheduler,
+    resent: &mut HashMap<SandboxId, Instant>,
+) -> Result<(), StoreError> {
+    let now = Utc::now();
+    let before = now - chrono_dur(s.config.repair_interval);
+    let oldest = now - chrono_dur(CREATE_RESEND_WITHIN);
+    let rows = s
+        .store
+        .stale(SandboxStatus::Provisioning, before, BATCH)
+        .await?;
+    resent.retain(|id, _| rows.iter().any(|r| &r.id == id));
+    for row in rows {
+        if row.updated_at < oldest || resent.contains_key(&row.id) {
+            continue;
+        }
+        let sent = traced("sweep.create", async {
+            match s.announcer.work(&row, WorkOp::Create, "").await {
+                Err(e) => {
+                    tracing::warn!(sandbox = %row.id, error = %e, "sweep: create re-send failed");
+                    false
+                }
+                Ok(()) => {
+                    tracing::debug!(sandbox = %row.id, action = "create_resent", "sweep: create re-sent (dropped by the bus if it was not lost)");
+                    crate::metrics::reconcile_action(pool_of(&row), "create_resent");
+                    true
+                }
+            }
+        })
+        .await;
+        if sent {
+            resent.insert(row.id.clone(), Instant::now());
+        }
+    }
+    Ok(())
 }
 
 async fn stuck_terminating(
