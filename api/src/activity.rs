@@ -87,6 +87,7 @@ mod tests {
                 defaults: Quota::default(),
                 actor: Actor::Key("key_t".into()),
                 request_id: None,
+                direct: None,
             })
             .await
             .expect("admit");

@@ -50,6 +50,9 @@ pub struct Limits {
     pub key_rate: ratelimit::Rate,
     /// Failed authentications per client address.
     pub auth_failure_rate: ratelimit::Rate,
+    /// Whether a create may be placed in its own admission when nothing of its org waits
+    /// (`DirectPlacement`); off, every create goes through the placement leader.
+    pub direct_placement: bool,
 }
 
 impl Default for Limits {
@@ -64,6 +67,7 @@ impl Default for Limits {
                 per_second: 0.5,
                 burst: 20.0,
             },
+            direct_placement: true,
         }
     }
 }

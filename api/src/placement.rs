@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::Utc;
 use differently_adapters::registry::AdapterConfigError;
-use differently_core::policy::{self, Explained, Isolation, Policy};
+use differently_core::policy::{self, Decision, EffectivePolicy, Explained, Isolation, Policy};
 use differently_core::pool::{
     resolve_trust, validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust,
 };
@@ -19,6 +19,7 @@ use differently_core::{
     CreateSandboxRequest, ErrorCode, FieldError, OrgId, ProjectId, SandboxSpec,
 };
 use differently_store::placement::{effective_policy, PolicyScope};
+use differently_store::{DirectPlacement, PoolSlot};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Principal;
@@ -67,6 +68,17 @@ pub async fn explain(
     spec: &SandboxSpec,
     live_slots: bool,
 ) -> ApiResult<Explained> {
+    Ok(decide(state, org, project, spec, live_slots).await?.0)
+}
+
+/// [`explain`] with the effective policy it decided under.
+pub async fn decide(
+    state: &AppState,
+    org: &OrgId,
+    project: &ProjectId,
+    spec: &SandboxSpec,
+    live_slots: bool,
+) -> ApiResult<(Explained, EffectivePolicy)> {
     let req = spec.placement_request();
     req.validate().map_err(request_error)?;
     // The create's fail-fast check may use a policy up to a second old (`policy_cache`); an
@@ -85,11 +97,42 @@ pub async fn explain(
             HashMap::new(),
         )
     };
-    Ok(policy::decide(
-        &req,
-        &state.pools.profiles(&used),
-        &effective,
-    ))
+    let explained = policy::decide(&req, &state.pools.profiles(&used), &effective);
+    Ok((explained, effective))
+}
+
+/// The placement a create applies in its own admission (`DirectPlacement`), when allowed
+/// (`[api] direct_placement`) and it decides the same as the leader would: the decision
+/// placed it and no eligible pool has a concurrency cap (the admission decided without
+/// live slot counts, which only rank and limit capped pools).
+pub fn direct(
+    state: &AppState,
+    explained: &Explained,
+    effective: &EffectivePolicy,
+) -> Option<DirectPlacement> {
+    if !state.limits.direct_placement {
+        return None;
+    }
+    let Decision::Placed { pool } = &explained.decision else {
+        return None;
+    };
+    let ranking = explained.ranking();
+    let capped = ranking.iter().any(|v| {
+        state
+            .pools
+            .get(&v.name)
+            .is_none_or(|p| p.record.max_concurrent.is_some())
+    });
+    if capped {
+        return None;
+    }
+    Some(DirectPlacement {
+        pool: PoolSlot {
+            name: pool.clone(),
+            max_concurrent: None,
+        },
+        explanation: explained.record(effective, Utc::now()),
+    })
 }
 
 async fn sandbox_placement(

@@ -98,13 +98,14 @@ async fn create(
         spec.pinned_pool = Some(snap.pool);
     }
     // Fail fast: a request no permitted pool could ever take is refused now, not queued.
-    let explained =
-        crate::placement::explain(&state, &principal.org_id, &project_id, &spec, false).await?;
+    let (explained, effective) =
+        crate::placement::decide(&state, &principal.org_id, &project_id, &spec, false).await?;
     if let Decision::Rejected { code, reason } = explained.decision {
         count_admission("rejected");
         return Err(ApiError::new(code, reason)
             .with_details(serde_json::json!({ "pools": explained.pools })));
     }
+    let direct = crate::placement::direct(&state, &explained, &effective);
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
     let request_hash = hex(&Sha256::digest(&canonical));
     let sandbox = Sandbox::queued(
@@ -122,6 +123,7 @@ async fn create(
             defaults: state.limits.quota_defaults,
             actor: principal.actor(),
             request_id: None,
+            direct,
         })
         .await
         .inspect_err(|_| count_admission("rejected"))?;
@@ -137,12 +139,32 @@ async fn create(
     if let Some(pause) = state.faults.pause_at(faults::API_AFTER_ADMIT_COMMIT) {
         tokio::time::sleep(pause).await;
     }
-    if let Err(e) = state.announcer.admitted(&sandbox, "").await {
-        // Committed is committed: the scheduler's repair pass finds the queued row.
-        tracing::warn!(sandbox = %sandbox.id, error = %e, "admission publish failed; repair will pick it up");
+    if sandbox.status == SandboxStatus::Provisioning {
+        announce_placed(&state, &sandbox).await;
+    } else {
+        if let Err(e) = state.announcer.admitted(&sandbox, "").await {
+            // Committed is committed: the scheduler's repair pass finds the queued row.
+            tracing::warn!(sandbox = %sandbox.id, error = %e, "admission publish failed; repair will pick it up");
+        }
+        let _ = state.announcer.status(&sandbox).await;
     }
-    let _ = state.announcer.status(&sandbox).await;
     Ok((StatusCode::ACCEPTED, Json(sandbox.view())))
+}
+
+/// A create placed in its admission: its create work goes to the pool's workers and its
+/// status to watchers, both at once, as the leader announces an activation. A lost work
+/// message is re-sent by the scheduler's provisioning sweep.
+async fn announce_placed(state: &AppState, sandbox: &Sandbox) {
+    let pool = sandbox.pool.as_deref().unwrap_or("");
+    tracing::info!(sandbox = %sandbox.id, pool, "placement: activated in admission");
+    metrics::counter!("differently_activations_total", "pool" => pool.to_owned()).increment(1);
+    let (work, _) = tokio::join!(
+        state.announcer.work(sandbox, WorkOp::Create, ""),
+        state.announcer.status(sandbox)
+    );
+    if let Err(e) = work {
+        tracing::warn!(sandbox = %sandbox.id, error = %e, "create publish failed; the provisioning sweep will retry");
+    }
 }
 
 /// `differently_admissions_total{outcome}`: `admitted`, `replayed` (idempotent retry) or

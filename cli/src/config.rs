@@ -187,6 +187,10 @@ pub struct ApiSection {
     pub key_burst: f64,
     /// Failed authentications per minute per client address before it gets 429s.
     pub auth_failures_per_minute: f64,
+    /// Place a create in its own admission transaction when nothing of its org waits and
+    /// every eligible pool is uncapped (saves the leader's round); `false`: every create
+    /// is placed by the leader.
+    pub direct_placement: bool,
 }
 
 impl Default for ApiSection {
@@ -195,6 +199,7 @@ impl Default for ApiSection {
             key_requests_per_second: 100.0,
             key_burst: 200.0,
             auth_failures_per_minute: 30.0,
+            direct_placement: true,
         }
     }
 }

@@ -54,6 +54,7 @@ fn limits(config: &Config) -> Limits {
             per_second: config.api.auth_failures_per_minute / 60.0,
             burst: config.api.auth_failures_per_minute.max(1.0),
         },
+        direct_placement: config.api.direct_placement,
     }
 }
 

@@ -609,16 +609,7 @@ async fn decide(
     let effective = quotas.policy(s, &row).await?;
     let used = quotas.slots(s).await?;
     let explained = policy::decide(&req, &s.pools.profiles(&used), &effective);
-    // The explanation keeps the effective policy it was decided under (the trust report
-    // shows it for external placements).
-    let mut doc = serde_json::to_value(&explained).unwrap_or_default();
-    if let Some(obj) = doc.as_object_mut() {
-        obj.insert(
-            "policy".into(),
-            serde_json::to_value(&effective).unwrap_or_default(),
-        );
-        obj.insert("decidedAt".into(), serde_json::json!(now));
-    }
+    let doc = explained.record(&effective, now);
     match explained.decision.clone() {
         Decision::Placed { .. } => {
             let ranking = explained

@@ -26,12 +26,14 @@ use tokio::sync::oneshot;
 
 use crate::group_commit::Lanes;
 
-use crate::memory::rules;
+use crate::memory::rules::{self, AuditEntry};
 use crate::postgres::{
     lock_org_admissions, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore,
 };
 use crate::prior_write::{bind, PriorWrite};
-use crate::{audit, audit_pg, Admission, Admitted, QuotaScope, StoreError, Usage};
+use crate::{
+    audit, audit_pg, usage_pg, Admission, Admitted, DirectPlacement, QuotaScope, StoreError, Usage,
+};
 
 /// One item's outcome.
 type Outcome = Result<Admitted, StoreError>;
@@ -144,8 +146,10 @@ async fn decide_in_one_tx(
         return Ok(Vec::new());
     };
     let org = &group[first].sandbox.org_id;
+    // A direct placement reserves capacity, so it also excludes the org's activations.
+    let places = items.iter().any(|&i| direct_of(&group[i]).is_some());
     let mut tx = store.begin().await?;
-    lock_org_admissions(&mut tx, org).await?;
+    lock_org_admissions(&mut tx, org, places).await?;
     let org_scope = QuotaScope::Org(org.clone());
     let mut org_limits: Option<(Usage, crate::Quota)> = None;
     let mut projects: HashMap<&ProjectId, ProjectLimits> = HashMap::new();
@@ -169,7 +173,8 @@ async fn decide_in_one_tx(
     let replays = earlier_admissions(&mut tx, group, items).await?;
 
     let mut decided: Vec<(usize, Outcome)> = Vec::with_capacity(items.len());
-    let mut admitted: Vec<usize> = Vec::new();
+    // Each admitted item's row as it is inserted, and its activation's record if placed.
+    let mut admitted: Vec<(usize, Sandbox, Option<AuditEntry>)> = Vec::new();
     for &i in items {
         let a = &group[i];
         let s = &a.sandbox;
@@ -199,50 +204,114 @@ async fn decide_in_one_tx(
             decided.push((i, Err(e)));
             continue;
         }
+        // Nothing of the org waits (this group's earlier items included), so placing this
+        // one now overtakes nobody; it still must fit the org's and project's quotas.
+        let nothing_waits = org_usage.queued == 0;
         org_usage.add(SandboxStatus::Queued, &s.spec.resources);
         prj.usage.add(SandboxStatus::Queued, &s.spec.resources);
-        admitted.push(i);
+        let mut row = s.clone();
+        let placed = match direct_of(a) {
+            Some(d) if nothing_waits => {
+                let walls = rules::waiting_reason(
+                    (&org_usage, &quota),
+                    (&prj.usage, &prj.quota),
+                    0,
+                    &row,
+                    &d.pool,
+                );
+                match walls {
+                    // It waits like any queued sandbox, saying why (as the leader would).
+                    Some((_, reason)) => {
+                        rules::wait(&mut row, reason, s.created_at);
+                        None
+                    }
+                    None => {
+                        for u in [&mut org_usage, &mut prj.usage] {
+                            u.queued = u.queued.saturating_sub(1);
+                            u.add(SandboxStatus::Provisioning, &s.spec.resources);
+                        }
+                        Some(rules::activate_direct(&mut row, &d.pool, s.created_at))
+                    }
+                }
+            }
+            _ => None,
+        };
+        admitted.push((i, row, placed));
     }
     if !admitted.is_empty() {
         let write = insert_rows(group, &admitted)?;
         let at = admitted
             .iter()
-            .map(|&i| group[i].sandbox.created_at)
+            .map(|(i, _, _)| group[*i].sandbox.created_at)
             .max()
             .unwrap_or_else(Utc::now);
-        let events = admitted
-            .iter()
-            .map(|&i| {
-                let a = &group[i];
-                let s = &a.sandbox;
-                let ev = sandbox_event(s, rules::admit_entry(s, &a.actor));
-                let request_id = a.request_id.clone().or_else(audit::current_request_id);
-                (ev, request_id)
-            })
-            .collect();
-        // The org's counter and every project's, in the global order: a group of several
-        // projects would otherwise take the project counters in row order at commit. One
-        // project's rows already take them in that order (org, project), so no lock.
-        let mut counters: Vec<String> = admitted
-            .iter()
-            .map(|&i| QuotaScope::Project(group[i].sandbox.project_id.clone()).key())
-            .collect();
-        counters.sort_unstable();
-        counters.dedup();
-        if counters.len() > 1 {
-            counters.insert(0, org_scope.key());
-        } else {
-            counters.clear();
+        let mut events = Vec::with_capacity(admitted.len());
+        for (i, row, placed) in &admitted {
+            let a = &group[*i];
+            let s = &a.sandbox;
+            let request_id = a.request_id.clone().or_else(audit::current_request_id);
+            events.push((
+                sandbox_event(s, rules::admit_entry(s, &a.actor)),
+                request_id.clone(),
+            ));
+            if let Some(entry) = placed {
+                events.push((sandbox_event(row, entry.clone()), request_id));
+            }
         }
+        let counters = counters_to_lock(&org_scope, &admitted);
         audit_pg::append_then_lock_counters(&mut tx, Some(write), events, at, &counters).await?;
+        let placements: Vec<(&differently_core::SandboxId, &serde_json::Value)> = admitted
+            .iter()
+            .filter(|(_, _, placed)| placed.is_some())
+            .filter_map(|(i, row, _)| direct_of(&group[*i]).map(|d| (&row.id, &d.explanation)))
+            .collect();
+        // After the rows' insert (the explanation references its row).
+        crate::placement_pg::write_placements(&mut tx, &placements, at).await?;
     }
     tx.commit().await?;
     decided.extend(
         admitted
             .into_iter()
-            .map(|i| (i, Ok(Admitted::New(group[i].sandbox.clone())))),
+            .map(|(i, row, _)| (i, Ok(Admitted::New(row)))),
     );
     Ok(decided)
+}
+
+/// The item's direct placement if it can apply: its pool has no concurrency cap (a capped
+/// pool is contended across organizations, and only the leader orders those).
+fn direct_of(a: &Admission) -> Option<&DirectPlacement> {
+    a.direct
+        .as_ref()
+        .filter(|d| d.pool.max_concurrent.is_none())
+}
+
+/// The counters to lock before commit, in the global order, when the rows' commit triggers
+/// would otherwise take them in row order: the org's, every project's and every pool's once
+/// the rows name more than one project or pool. Rows of one project and at most one pool
+/// take them in the global order already (org, project, pool), so no lock.
+fn counters_to_lock(
+    org_scope: &QuotaScope,
+    admitted: &[(usize, Sandbox, Option<AuditEntry>)],
+) -> Vec<String> {
+    let mut projects: Vec<String> = admitted
+        .iter()
+        .map(|(_, row, _)| QuotaScope::Project(row.project_id.clone()).key())
+        .collect();
+    projects.sort_unstable();
+    projects.dedup();
+    let mut pools: Vec<String> = admitted
+        .iter()
+        .filter_map(|(_, row, _)| row.pool.as_deref().map(usage_pg::pool_key))
+        .collect();
+    pools.sort_unstable();
+    pools.dedup();
+    if projects.len() <= 1 && pools.len() <= 1 {
+        return Vec::new();
+    }
+    let mut counters = vec![org_scope.key()];
+    counters.extend(projects);
+    counters.extend(pools);
+    counters
 }
 
 /// Rows already stored under the `Idempotency-Key`s of `items`, keyed by (project, key),
@@ -286,14 +355,29 @@ async fn earlier_admissions<'g>(
     Ok(found)
 }
 
-/// Inserts the rows of `admitted` with one statement.
-fn insert_rows(group: &[Admission], admitted: &[usize]) -> Result<PriorWrite, StoreError> {
-    let rows: Vec<&Admission> = admitted.iter().map(|&i| &group[i]).collect();
-    let text = |f: fn(&Admission) -> Option<&str>| -> Vec<Option<&str>> {
-        rows.iter().map(|a| f(a)).collect()
+/// One row to insert and the request hash stored with it.
+struct Insert<'a> {
+    sandbox: &'a Sandbox,
+    request_hash: &'a str,
+}
+
+/// Inserts the rows of `admitted` (as decided: queued, or placed) with one statement.
+fn insert_rows<'g>(
+    group: &'g [Admission],
+    admitted: &'g [(usize, Sandbox, Option<AuditEntry>)],
+) -> Result<PriorWrite, StoreError> {
+    let rows: Vec<Insert<'g>> = admitted
+        .iter()
+        .map(|(i, row, _)| Insert {
+            sandbox: row,
+            request_hash: &group[*i].request_hash,
+        })
+        .collect();
+    let text = |f: fn(&Insert<'g>) -> Option<&'g str>| -> Vec<Option<&'g str>> {
+        rows.iter().map(f).collect()
     };
     let time = |f: fn(&Sandbox) -> Option<DateTime<Utc>>| -> Vec<Option<DateTime<Utc>>> {
-        rows.iter().map(|a| f(&a.sandbox)).collect()
+        rows.iter().map(|a| f(a.sandbox)).collect()
     };
     let mut attempts = Vec::with_capacity(rows.len());
     let mut cpu = Vec::with_capacity(rows.len());
@@ -322,7 +406,7 @@ fn insert_rows(group: &[Admission], admitted: &[usize]) -> Result<PriorWrite, St
     bind(&mut args, text(|a| a.sandbox.pool.as_deref()))?;
     bind(&mut args, text(|a| a.sandbox.backend_ref.as_deref()))?;
     bind(&mut args, text(|a| a.sandbox.idempotency_key.as_deref()))?;
-    bind(&mut args, text(|a| Some(a.request_hash.as_str())))?;
+    bind(&mut args, text(|a| Some(a.request_hash)))?;
     bind(&mut args, attempts)?;
     bind(
         &mut args,

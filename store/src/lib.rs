@@ -96,10 +96,10 @@ impl Actor {
     }
 }
 
-/// Admission of a new queued sandbox.
+/// Admission of a new sandbox.
 #[derive(Debug, Clone)]
 pub struct Admission {
-    /// The row to insert; its status is `queued`.
+    /// The row to insert; its status is `queued` (see `direct`).
     pub sandbox: Sandbox,
     /// Hash of the request body, so an `Idempotency-Key` reused with another body is a conflict.
     pub request_hash: String,
@@ -110,12 +110,30 @@ pub struct Admission {
     /// The request that asked, for the audit record; `None`: the current task's
     /// (`audit::with_request_id`). Set when another task (a group of admissions) writes it.
     pub request_id: Option<String>,
+    /// Where to place the sandbox in its admission transaction, if nothing makes it wait
+    /// (`None`: it is queued for the placement leader).
+    pub direct: Option<DirectPlacement>,
+}
+
+/// A placement decided by the admitting API process, applied in the admission transaction
+/// when the organization has nothing queued and its quotas admit the sandbox's compute now:
+/// the row is inserted `provisioning` (with both audit records, admission then activation)
+/// instead of `queued`, saving the leader's round (a bus hop, a pull and a transaction).
+/// Anything that would make it wait (a queued sandbox of the org, a quota) queues it as
+/// usual, so fair order decides whenever anyone waits. Only for pools without a concurrency
+/// cap: a cap is contended across organizations, which only the leader orders.
+#[derive(Debug, Clone)]
+pub struct DirectPlacement {
+    /// The pool, uncapped (`max_concurrent: None`); a capped one is ignored (queued).
+    pub pool: PoolSlot,
+    /// The placement explanation stored with the activation.
+    pub explanation: serde_json::Value,
 }
 
 /// Result of `admit`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admitted {
-    /// Inserted now.
+    /// Inserted now: `queued`, or `provisioning` when its `DirectPlacement` was applied.
     New(Sandbox),
     /// The `Idempotency-Key` was seen before with the same body: the original sandbox.
     Replayed(Sandbox),
@@ -289,6 +307,8 @@ pub trait Store:
     /// Locks the organization row, replays an `Idempotency-Key` of the same project, checks
     /// the admission limits (`maxQueued` of org and project, `maxSandbox` size), inserts the
     /// queued row and its audit record. A tenant at its concurrency limit still queues.
+    /// With `direct` set and nothing making it wait, the row is activated in the same
+    /// transaction instead (as `activate_explained` would, after the admission's record).
     async fn admit(&self, admission: Admission) -> Result<Admitted, StoreError>;
 
     /// `admit` for admissions that arrived together, one outcome per item in the order given.

@@ -110,6 +110,7 @@ pub(crate) mod rules {
     }
 
     /// What a successful change writes to the audit log besides the row.
+    #[derive(Clone)]
     pub(crate) struct AuditEntry {
         pub actor: String,
         pub action: String,
@@ -129,6 +130,21 @@ pub(crate) mod rules {
             action: "sandbox.activate".to_owned(),
             detail: json!({ "pool": pool.name, "attempts": sbx.attempts }),
         }
+    }
+
+    /// [`activate`] applied by the admitting API process in the admission itself
+    /// (`DirectPlacement`): the record says so.
+    pub(crate) fn activate_direct(
+        sbx: &mut Sandbox,
+        pool: &PoolSlot,
+        now: DateTime<Utc>,
+    ) -> AuditEntry {
+        let mut entry = activate(sbx, pool, now);
+        entry.actor = crate::Actor::System("admission").as_audit();
+        if let Some(detail) = entry.detail.as_object_mut() {
+            detail.insert("direct".to_owned(), json!(true));
+        }
+        entry
     }
 
     /// Records why a queued sandbox waits (not a status change: the version stays).
@@ -800,61 +816,93 @@ impl Store for MemoryStore {
             defaults,
             actor,
             request_id: _,
+            direct,
         } = admission;
         rules::check_admissible(&sandbox)?;
-        let mut st = self.lock();
-        if !st.orgs.contains_key(&sandbox.org_id) {
-            return Err(StoreError::NotFound);
-        }
-        match st.projects.get(&sandbox.project_id) {
-            Some(p) if p.org_id == sandbox.org_id => {}
-            _ => return Err(StoreError::NotFound),
-        }
-        if let Some(key) = &sandbox.idempotency_key {
-            let existing = st.sandboxes.values().find(|r| {
-                r.sandbox.project_id == sandbox.project_id
-                    && r.sandbox.idempotency_key.as_ref() == Some(key)
-            });
-            if let Some(r) = existing {
-                return if r.request_hash == request_hash {
-                    Ok(Admitted::Replayed(r.sandbox.clone()))
-                } else {
-                    Err(StoreError::IdempotencyMismatch)
-                };
+        let (activated, direct) = {
+            let mut st = self.lock();
+            if !st.orgs.contains_key(&sandbox.org_id) {
+                return Err(StoreError::NotFound);
+            }
+            match st.projects.get(&sandbox.project_id) {
+                Some(p) if p.org_id == sandbox.org_id => {}
+                _ => return Err(StoreError::NotFound),
+            }
+            if let Some(key) = &sandbox.idempotency_key {
+                let existing = st.sandboxes.values().find(|r| {
+                    r.sandbox.project_id == sandbox.project_id
+                        && r.sandbox.idempotency_key.as_ref() == Some(key)
+                });
+                if let Some(r) = existing {
+                    return if r.request_hash == request_hash {
+                        Ok(Admitted::Replayed(r.sandbox.clone()))
+                    } else {
+                        Err(StoreError::IdempotencyMismatch)
+                    };
+                }
+            }
+            let org_scope = QuotaScope::Org(sandbox.org_id.clone());
+            let prj_scope = QuotaScope::Project(sandbox.project_id.clone());
+            rules::check_admission_limits(
+                &sandbox,
+                (
+                    &st.usage(&org_scope),
+                    &st.stored_quota(&org_scope).or(&defaults),
+                ),
+                (&st.usage(&prj_scope), &st.stored_quota(&prj_scope)),
+            )?;
+            if st.sandboxes.contains_key(&sandbox.id) {
+                return Err(StoreError::Database(format!(
+                    "sandbox {} already exists",
+                    sandbox.id
+                )));
+            }
+            // Read before the insert: whether anything of the org already waits.
+            let org_queued = st.usage(&org_scope).queued;
+            let entry = rules::admit_entry(&sandbox, &actor);
+            st.audit(
+                &sandbox.org_id,
+                sandbox.id.as_str(),
+                entry,
+                sandbox.created_at,
+            );
+            st.sandboxes.insert(
+                sandbox.id.clone(),
+                Row {
+                    sandbox: sandbox.clone(),
+                    request_hash,
+                    next_attempt_at: sandbox.created_at,
+                },
+            );
+            let direct = direct.filter(|d| d.pool.max_concurrent.is_none() && org_queued == 0);
+            let Some(direct) = direct else {
+                return Ok(Admitted::New(sandbox));
+            };
+            let now = sandbox.created_at;
+            let activated = activate_in(
+                &mut st,
+                &sandbox.id,
+                &direct.pool,
+                &defaults,
+                now,
+                rules::activate_direct,
+            )?;
+            (activated, direct)
+        };
+        match activated {
+            Activation::Activated(active) => {
+                crate::placement::PlacementStore::save_placement(
+                    self,
+                    &active.id,
+                    &direct.explanation,
+                )
+                .await?;
+                Ok(Admitted::New(active))
+            }
+            Activation::Waiting(waiting, _) | Activation::NotQueued(waiting) => {
+                Ok(Admitted::New(waiting))
             }
         }
-        let org_scope = QuotaScope::Org(sandbox.org_id.clone());
-        let prj_scope = QuotaScope::Project(sandbox.project_id.clone());
-        rules::check_admission_limits(
-            &sandbox,
-            (
-                &st.usage(&org_scope),
-                &st.stored_quota(&org_scope).or(&defaults),
-            ),
-            (&st.usage(&prj_scope), &st.stored_quota(&prj_scope)),
-        )?;
-        if st.sandboxes.contains_key(&sandbox.id) {
-            return Err(StoreError::Database(format!(
-                "sandbox {} already exists",
-                sandbox.id
-            )));
-        }
-        let entry = rules::admit_entry(&sandbox, &actor);
-        st.audit(
-            &sandbox.org_id,
-            sandbox.id.as_str(),
-            entry,
-            sandbox.created_at,
-        );
-        st.sandboxes.insert(
-            sandbox.id.clone(),
-            Row {
-                sandbox: sandbox.clone(),
-                request_hash,
-                next_attempt_at: sandbox.created_at,
-            },
-        );
-        Ok(Admitted::New(sandbox))
     }
 
     async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<Sandbox>, StoreError> {
@@ -1093,7 +1141,20 @@ impl MemoryStore {
         quota: &Quota,
         now: DateTime<Utc>,
     ) -> Result<Activation, StoreError> {
-        let mut st = self.lock();
+        activate_in(&mut self.lock(), id, pool, quota, now, rules::activate)
+    }
+}
+
+/// An activation on the locked state; `activate` writes the row's change and its record.
+fn activate_in(
+    st: &mut State,
+    id: &SandboxId,
+    pool: &PoolSlot,
+    quota: &Quota,
+    now: DateTime<Utc>,
+    activate: fn(&mut Sandbox, &PoolSlot, DateTime<Utc>) -> rules::AuditEntry,
+) -> Result<Activation, StoreError> {
+    {
         let sbx = st.row_mut(id)?.sandbox.clone();
         if sbx.status != SandboxStatus::Queued {
             return Ok(Activation::NotQueued(sbx));
@@ -1125,7 +1186,7 @@ impl MemoryStore {
             rules::wait(&mut row.sandbox, reason, now);
             return Ok(Activation::Waiting(row.sandbox.clone(), wall));
         }
-        let entry = rules::activate(&mut row.sandbox, pool, now);
+        let entry = activate(&mut row.sandbox, pool, now);
         let out = row.sandbox.clone();
         st.audit(&out.org_id, out.id.as_str(), entry, now);
         Ok(Activation::Activated(out))

@@ -288,20 +288,30 @@ const ADMISSION_LOCK_SPACE: i32 = 0x646c_7961;
 /// row `FOR KEY SHARE`, which organization and quota changes (`lock_org`, `FOR UPDATE`)
 /// still conflict with. Activations take the row `FOR NO KEY UPDATE` (`lock_org_capacity`),
 /// which `FOR KEY SHARE` does not conflict with.
+///
+/// With `capacity`, the row is taken `FOR NO KEY UPDATE` instead, as `lock_org_capacity`
+/// takes it: admissions that also place (`DirectPlacement`) reserve capacity, so they
+/// exclude activations too. The advisory lock comes first in either mode.
 pub(crate) async fn lock_org_admissions(
     tx: &mut Transaction<'static, Postgres>,
     org: &OrgId,
+    capacity: bool,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    let sql = if capacity {
         "SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
                           organizations o
-         WHERE o.id = $1 FOR KEY SHARE OF o",
-    )
-    .bind(org.as_str())
-    .bind(ADMISSION_LOCK_SPACE)
-    .fetch_optional(&mut **tx)
-    .await?
-    .ok_or(StoreError::NotFound)?;
+         WHERE o.id = $1 FOR NO KEY UPDATE OF o"
+    } else {
+        "SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
+                          organizations o
+         WHERE o.id = $1 FOR KEY SHARE OF o"
+    };
+    sqlx::query(sql)
+        .bind(org.as_str())
+        .bind(ADMISSION_LOCK_SPACE)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
     Ok(())
 }
 

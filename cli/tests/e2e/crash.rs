@@ -11,6 +11,9 @@ use differently_store::{SandboxFilter, Store};
 
 use crate::harness::{eventually, Cluster, Opts};
 
+/// Config that sends every create through the placement leader.
+pub const LEADER_PLACES_ALL: &str = "[api]\ndirect_placement = false\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_after_backend_create_before_commit() {
     let mut c = Cluster::new(Opts {
@@ -120,7 +123,13 @@ async fn api_killed_between_commit_and_publish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduler_leader_killed_standby_takes_over() {
-    let mut c = Cluster::new(Opts::default()).await;
+    // Every create through the leader (none placed in its admission), so the standby must
+    // take over for them to run.
+    let mut c = Cluster::new(Opts {
+        extra_toml: LEADER_PLACES_ALL.into(),
+        ..Opts::default()
+    })
+    .await;
     c.spawn("api", "api", &[]);
     c.spawn("sched1", "scheduler", &[]);
     c.spawn("worker", "worker", &[]);

@@ -37,7 +37,12 @@ async fn scrape(port: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_and_one_trace_id_spans_api_to_worker() {
-    let mut c = Cluster::new(Opts::default()).await;
+    // Through the leader, so the create crosses all three processes.
+    let mut c = Cluster::new(Opts {
+        extra_toml: crate::crash::LEADER_PLACES_ALL.into(),
+        ..Opts::default()
+    })
+    .await;
     let ports = [free_port(), free_port(), free_port()];
     let listen: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     c.spawn("api", "api", &[("DIFFERENTLY_METRICS_LISTEN", &listen[0])]);

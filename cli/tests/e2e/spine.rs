@@ -20,7 +20,9 @@ async fn create_run_exec_delete_across_three_processes() {
         .create(json!({"labels": {"team": "e2e"}, "env": {"SECRET_TOKEN": "hunter2"}, "ttlSeconds": 600}))
         .await;
     assert_eq!(status, 202, "{created}");
-    assert_eq!(created["status"], "queued");
+    // Nothing of the org waits and the pool is uncapped: placed in its own admission.
+    assert_eq!(created["status"], "provisioning", "{created}");
+    assert_eq!(created["pool"], "fake");
     assert_eq!(created["envKeys"], json!(["SECRET_TOKEN"]));
     assert!(
         !created.to_string().contains("hunter2"),
@@ -114,12 +116,96 @@ async fn create_run_exec_delete_across_three_processes() {
         );
         assert!(!c.log(name).contains(&c.key), "{name} logged the API key");
     }
+    // The admission's record, then the activation's, both by the API process.
+    let (_, log) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/audit?resource={id}&limit=100"),
+            None,
+        )
+        .await;
+    let items = log["items"].as_array().expect("audit items");
+    let of =
+        |action: &str| -> Vec<&Value> { items.iter().filter(|i| i["action"] == action).collect() };
+    assert_eq!(of("sandbox.admit").len(), 1, "{log}");
+    let activations = of("sandbox.activate");
+    assert_eq!(activations.len(), 1, "{log}");
+    assert_eq!(activations[0]["actor"], "system:admission", "{log}");
+    assert_eq!(activations[0]["detail"]["direct"], true, "{log}");
+    let (s, explained) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{id}/placement"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{explained}");
+    assert_eq!(
+        (explained["decision"].as_str(), explained["pool"].as_str()),
+        (Some("placed"), Some("fake")),
+        "{explained}"
+    );
+    assert!(explained["policy"].is_object(), "{explained}");
+    assert!(explained["decidedAt"].is_string(), "{explained}");
     // Records written by all three processes (admit, activate, running, exec, delete) form
     // chains that verify under the one audit key the cluster shares.
     let (s, report) = c
         .call(&c.key, reqwest::Method::GET, "/v1/admin/audit/verify", None)
         .await;
     assert_eq!((s, report["ok"].as_bool()), (200, Some(true)), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_places_every_create_when_direct_placement_is_off() {
+    let mut c = Cluster::new(Opts {
+        extra_toml: crate::crash::LEADER_PLACES_ALL.into(),
+        ..Opts::default()
+    })
+    .await;
+    c.spawn("api", "api", &[]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+    let (status, created) = c.create(json!({})).await;
+    assert_eq!(
+        (status, created["status"].as_str()),
+        (202, Some("queued")),
+        "{created}"
+    );
+    let id = differently_core::SandboxId::parse(created["id"].as_str().unwrap()).unwrap();
+    c.wait_status(&id, SandboxStatus::Running, Duration::from_secs(30))
+        .await;
+    let (_, log) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/audit?resource={id}&action=sandbox.activate&limit=10"),
+            None,
+        )
+        .await;
+    let items = log["items"].as_array().expect("audit items");
+    assert_eq!(items.len(), 1, "{log}");
+    assert_eq!(items[0]["actor"], "system:scheduler", "{log}");
+    assert!(items[0]["detail"].get("direct").is_none(), "{log}");
+    // Both paths store the same explanation shape.
+    let (s, explained) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{id}/placement"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{explained}");
+    assert_eq!(
+        (explained["decision"].as_str(), explained["pool"].as_str()),
+        (Some("placed"), Some("fake")),
+        "{explained}"
+    );
+    assert!(explained["policy"].is_object(), "{explained}");
+    assert!(explained["decidedAt"].is_string(), "{explained}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -64,4 +64,23 @@ impl Explained {
             .filter_map(|i| self.pools.get(i))
             .collect()
     }
+
+    /// The stored placement explanation (`GET …/placement`): this decision with the
+    /// effective policy it was made under (the trust report shows it for external
+    /// placements) and when. One shape whoever decided: the leader or an admission.
+    pub fn record(
+        &self,
+        policy: &super::EffectivePolicy,
+        decided_at: chrono::DateTime<chrono::Utc>,
+    ) -> serde_json::Value {
+        let mut doc = serde_json::to_value(self).unwrap_or_default();
+        if let Some(obj) = doc.as_object_mut() {
+            obj.insert(
+                "policy".into(),
+                serde_json::to_value(policy).unwrap_or_default(),
+            );
+            obj.insert("decidedAt".into(), serde_json::json!(decided_at));
+        }
+        doc
+    }
 }

@@ -87,6 +87,7 @@ async fn admit(s: &dyn Store, org: &OrgId, prj: &ProjectId) -> Sandbox {
     );
     s.admit(Admission {
         request_id: None,
+        direct: None,
         sandbox: sbx.clone(),
         request_hash: "h".into(),
         defaults: Quota::default(),

@@ -86,6 +86,7 @@ fn new_sandbox(org: &OrgId, prj: &ProjectId, key: Option<&str>) -> Sandbox {
 fn admission(sandbox: Sandbox, hash: &str, max_queued: Option<u32>) -> Admission {
     Admission {
         request_id: None,
+        direct: None,
         sandbox,
         request_hash: hash.into(),
         defaults: Quota {
@@ -1321,6 +1322,7 @@ fn quota_exceeded(r: Result<Admitted, StoreError>) -> String {
 fn defaults(q: Quota, sandbox: Sandbox) -> Admission {
     Admission {
         request_id: None,
+        direct: None,
         sandbox,
         request_hash: "h".into(),
         defaults: q,
@@ -2298,4 +2300,224 @@ pub async fn concurrent_admits_each_get_their_own_outcome(env: &Env) {
             Some(format!("req_{i}").as_str())
         );
     }
+}
+
+// ---------- direct placement (admission that also activates) ----------
+
+fn direct(sandbox: Sandbox, max_active: u32, pool_name: &str, cap: Option<u32>) -> Admission {
+    let mut a = admission(sandbox, "h", None);
+    a.defaults.max_active = Some(max_active);
+    a.direct = Some(differently_store::DirectPlacement {
+        pool: pool(pool_name, cap),
+        explanation: serde_json::json!({ "by": "test", "pool": pool_name }),
+    });
+    a
+}
+
+fn new_of(r: Result<Admitted, StoreError>) -> Sandbox {
+    match r {
+        Ok(Admitted::New(x)) => x,
+        other => panic!("expected New, got {other:?}"),
+    }
+}
+
+pub async fn direct_admission_places_only_when_nothing_waits(env: &Env) {
+    let s = store(env);
+    let (org, prj) = tenant(s).await;
+    let org_scope = QuotaScope::Org(org.clone());
+
+    // Nothing waits and the quota admits it: inserted provisioning on the pool, with the
+    // admission's record and then the activation's, and its explanation.
+    let a = new_of(
+        s.admit(direct(new_sandbox(&org, &prj, None), 1, "p", None))
+            .await,
+    );
+    assert_eq!(a.status, Provisioning);
+    assert_eq!(a.pool.as_deref(), Some("p"));
+    assert_eq!((a.status_version, a.attempts), (2, 1));
+    assert_eq!(get(s, &a.id).await, a);
+    let recs = s
+        .list_audit(&differently_store::audit::AuditFilter {
+            resource: Some(a.id.to_string()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let kinds: Vec<(&str, &str)> = recs
+        .iter()
+        .map(|r| (r.action.as_str(), r.actor.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("sandbox.admit", "key:key_test"),
+            ("sandbox.activate", "system:admission")
+        ]
+    );
+    assert_eq!(recs[1].detail["direct"], serde_json::json!(true));
+    assert_eq!(recs[1].detail["pool"], serde_json::json!("p"));
+    assert_eq!(
+        s.get_placement(&a.id).await.unwrap(),
+        Some(serde_json::json!({ "by": "test", "pool": "p" }))
+    );
+    let u = s.usage(&org_scope).await.unwrap();
+    assert_eq!((u.queued, u.active), (0, 1));
+    assert!(s.runnable_queued(Utc::now(), 10).await.unwrap().is_empty());
+
+    // At maxActive 1 the next one waits in the queue, saying why, with no placement.
+    let b = new_of(
+        s.admit(direct(new_sandbox(&org, &prj, None), 1, "p", None))
+            .await,
+    );
+    assert_eq!(b.status, Queued);
+    assert_eq!(b.pool, None);
+    assert_eq!(
+        b.status_reason.as_deref(),
+        Some("waiting: org active quota 1/1")
+    );
+    assert_eq!(s.get_placement(&b.id).await.unwrap(), None);
+
+    // Capacity frees, but b still waits: a newcomer must not overtake it.
+    terminate(s, &a.id).await;
+    let c = new_of(
+        s.admit(direct(new_sandbox(&org, &prj, None), 5, "p", None))
+            .await,
+    );
+    assert_eq!(
+        c.status, Queued,
+        "an org with a queued sandbox places nothing directly"
+    );
+
+    // Another org with nothing queued, but its only pool is capped: the leader's to order.
+    let (other, other_prj) = tenant(s).await;
+    let d = new_of(
+        s.admit(direct(
+            new_sandbox(&other, &other_prj, None),
+            5,
+            "capped",
+            Some(9),
+        ))
+        .await,
+    );
+    assert_eq!(d.status, Queued);
+    assert_eq!(
+        ids(&s.runnable_queued(Utc::now(), 10).await.unwrap()),
+        vec![b.id.clone(), c.id.clone(), d.id.clone()]
+    );
+    let u = s.usage(&org_scope).await.unwrap();
+    assert_eq!((u.queued, u.active), (2, 0));
+    assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+    let report = s.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+}
+
+pub async fn direct_admissions_in_one_group_place_in_order(env: &Env) {
+    let s = store(env);
+    let (a, a1) = tenant(s).await;
+    let a2 = another_project(s, &a).await;
+    let (b, b1) = tenant(s).await;
+    let mut queued_first = direct(new_sandbox(&a, &a1, None), 10, "p", None);
+    queued_first.direct = None;
+    let group = vec![
+        direct(new_sandbox(&a, &a1, None), 10, "p", None),
+        direct(new_sandbox(&a, &a2, None), 10, "q", None),
+        queued_first,
+        direct(new_sandbox(&a, &a1, None), 10, "p", None),
+        direct(new_sandbox(&b, &b1, None), 10, "q", None),
+        direct(new_sandbox(&b, &b1, None), 1, "p", None),
+    ];
+    let out: Vec<(SandboxStatus, Option<String>)> = s
+        .admit_many(group)
+        .await
+        .into_iter()
+        .map(|r| {
+            let x = new_of(r);
+            (x.status, x.pool)
+        })
+        .collect();
+    assert_eq!(
+        out,
+        vec![
+            (Provisioning, Some("p".into())),
+            (Provisioning, Some("q".into())),
+            // Not offered a placement: queued, and the org's later items queue behind it.
+            (Queued, None),
+            (Queued, None),
+            (Provisioning, Some("q".into())),
+            // maxActive 1 counts the group's earlier placement of the same org.
+            (Queued, None),
+        ]
+    );
+    let ua = s.usage(&QuotaScope::Org(a.clone())).await.unwrap();
+    assert_eq!((ua.queued, ua.active), (2, 2));
+    let ub = s.usage(&QuotaScope::Org(b.clone())).await.unwrap();
+    assert_eq!((ub.queued, ub.active), (1, 1));
+    assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+    let activations = s
+        .audit_tail(10_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.action == "sandbox.activate")
+        .count();
+    assert_eq!(activations, 3);
+    let report = s.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+}
+
+pub async fn concurrent_direct_admissions_and_activations_respect_max_active(env: &Env) {
+    let (org, prj) = tenant(store(env)).await;
+    let mut tasks = Vec::new();
+    // Three "API processes" placing directly while a "leader" activates whatever queues.
+    for _ in 0..3 {
+        let s = env.reopen().await;
+        let (org, prj) = (org.clone(), prj.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let group = (0..5)
+                    .map(|_| direct(new_sandbox(&org, &prj, None), 6, "p", None))
+                    .collect();
+                for r in s.admit_many(group).await {
+                    new_of(r);
+                }
+            }
+        }));
+    }
+    let leader = {
+        let s = env.reopen().await;
+        tokio::spawn(async move {
+            let quota = Quota {
+                max_active: Some(6),
+                ..Default::default()
+            };
+            for _ in 0..20 {
+                for q in s.runnable_queued(Utc::now(), 10).await.unwrap() {
+                    s.activate(&q.id, &pool("p", None), &quota, Utc::now())
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    for t in tasks {
+        t.await.unwrap();
+    }
+    leader.await.unwrap();
+    let s = store(env);
+    let rows = s
+        .list_sandboxes(&SandboxFilter {
+            project_id: Some(prj),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 60);
+    let active = rows.iter().filter(|r| r.status == Provisioning).count();
+    assert_eq!(active, 6, "exactly maxActive are placed, by whichever path");
+    let u = s.usage(&QuotaScope::Org(org)).await.unwrap();
+    assert_eq!((u.queued, u.active), (54, 6));
+    assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+    let report = s.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
 }

@@ -120,6 +120,9 @@ conformance!(
     admit_enforces_max_sandbox_and_queue_limits,
     activation_waits_on_project_quota,
     tenancy_changes_are_audited_without_key_hash,
+    direct_admission_places_only_when_nothing_waits,
+    direct_admissions_in_one_group_place_in_order,
+    concurrent_direct_admissions_and_activations_respect_max_active,
 );
 
 mod audit;

@@ -50,6 +50,7 @@ async fn running_on(env: &Env, org: &OrgId, prj: &ProjectId, pool: &str) -> Sand
     let sbx = Sandbox::queued(org.clone(), prj.clone(), spec, None, Utc::now());
     let adm = Admission {
         request_id: None,
+        direct: None,
         sandbox: sbx,
         request_hash: "h".into(),
         defaults: Quota::default(),

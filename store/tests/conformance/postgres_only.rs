@@ -63,6 +63,7 @@ async fn promoted_columns_match_the_document() {
     );
     s.admit(Admission {
         request_id: None,
+        direct: None,
         sandbox: sbx.clone(),
         request_hash: "h".into(),
         defaults: Quota::default(),
@@ -198,6 +199,7 @@ mod usage_counters {
         );
         s.admit(Admission {
             request_id: None,
+            direct: None,
             sandbox: sbx.clone(),
             request_hash: "h".into(),
             defaults: Quota::default(),
@@ -533,4 +535,85 @@ mod usage_counters {
         // The stalled session was ended: its transaction cannot commit.
         assert!(stalled.commit().await.is_err());
     }
+}
+
+/// A direct placement reserves capacity, so it waits for an activation of its org holding
+/// the org row (`FOR NO KEY UPDATE`), while a plain admission does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_admission_waits_for_the_org_s_activations() {
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxSpec};
+    use differently_store::{
+        Actor, Admission, Admitted, DirectPlacement, Org, PoolSlot, Project, Quota,
+    };
+
+    let db = TestDb::new().await;
+    let s = db.store();
+    let org = Org {
+        id: OrgId::new(),
+        name: "o".into(),
+        status: differently_store::OrgStatus::Active,
+        created_at: Utc::now(),
+    };
+    let prj = Project {
+        id: ProjectId::new(),
+        org_id: org.id.clone(),
+        name: "p".into(),
+        created_at: Utc::now(),
+    };
+    s.ensure_tenant(&org, &prj).await.unwrap();
+    let admission = |direct: bool| Admission {
+        request_id: None,
+        direct: direct.then(|| DirectPlacement {
+            pool: PoolSlot {
+                name: "p".into(),
+                max_concurrent: None,
+            },
+            explanation: serde_json::json!({}),
+        }),
+        sandbox: Sandbox::queued(
+            org.id.clone(),
+            prj.id.clone(),
+            SandboxSpec::build(&CreateSandboxRequest::default()).unwrap(),
+            None,
+            Utc::now(),
+        ),
+        request_hash: "h".into(),
+        defaults: Quota::default(),
+        actor: Actor::System("test"),
+    };
+    // An activation of the org, in flight: it holds the org row as activations take it.
+    let mut activation = s.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(org.id.as_str())
+        .fetch_one(&mut *activation)
+        .await
+        .unwrap();
+    let queued = tokio::time::timeout(Duration::from_secs(5), s.admit(admission(false)))
+        .await
+        .expect("a plain admission does not wait for activations")
+        .unwrap();
+    assert!(
+        matches!(queued, Admitted::New(x) if x.status == differently_core::SandboxStatus::Queued)
+    );
+    let other = db.store();
+    let direct = admission(true);
+    let placing = tokio::spawn(async move { other.admit(direct).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !placing.is_finished(),
+        "a direct placement waits for the activation"
+    );
+    activation.rollback().await.unwrap();
+    let placed = tokio::time::timeout(Duration::from_secs(5), placing)
+        .await
+        .expect("it proceeds once the activation ends")
+        .unwrap()
+        .unwrap();
+    // The org now has a queued sandbox (the plain admission): this one queues behind it.
+    assert!(
+        matches!(placed, Admitted::New(x) if x.status == differently_core::SandboxStatus::Queued)
+    );
 }
