@@ -241,12 +241,12 @@ impl Config {
                 })?
             }
         };
-        config.apply_env(|k| std::env::var(k).ok());
+        config.apply_env(|k| std::env::var(k).ok())?;
         config.validate()?;
         Ok(config)
     }
 
-    fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) {
+    fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(v) = get("DIFFERENTLY_DATABASE_URL") {
             self.database_url = Some(v);
         }
@@ -265,6 +265,15 @@ impl Config {
         if let Some(v) = get("DIFFERENTLY_METRICS_LISTEN").filter(|v| !v.is_empty()) {
             self.metrics.listen = Some(v);
         }
+        if let Some(v) = get("DIFFERENTLY_DIRECT_PLACEMENT") {
+            self.api.direct_placement = v.parse().map_err(|_| {
+                invalid(
+                    "api.direct_placement",
+                    format!("DIFFERENTLY_DIRECT_PLACEMENT is {v:?}, expected true or false"),
+                )
+            })?;
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -407,7 +416,7 @@ mod tests {
             path: "t".into(),
             message: e.to_string(),
         })?;
-        c.apply_env(|_| None);
+        c.apply_env(|_| None).unwrap();
         c.validate()?;
         Ok(c)
     }
@@ -451,7 +460,8 @@ mod tests {
             .to_string();
         assert!(e.contains("metrics.listen"), "{e}");
         let mut c: Config = toml::from_str("").unwrap();
-        c.apply_env(|k| (k == "DIFFERENTLY_METRICS_LISTEN").then(|| "127.0.0.1:1".to_owned()));
+        c.apply_env(|k| (k == "DIFFERENTLY_METRICS_LISTEN").then(|| "127.0.0.1:1".to_owned()))
+            .unwrap();
         assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:1"));
     }
 
@@ -471,7 +481,28 @@ mod tests {
     #[test]
     fn environment_overrides_the_file() {
         let mut c: Config = toml::from_str("listen = \"127.0.0.1:1\"").unwrap();
-        c.apply_env(|k| (k == "DIFFERENTLY_LISTEN").then(|| "127.0.0.1:2".to_owned()));
+        c.apply_env(|k| (k == "DIFFERENTLY_LISTEN").then(|| "127.0.0.1:2".to_owned()))
+            .unwrap();
         assert_eq!(c.listen, "127.0.0.1:2");
+    }
+
+    #[test]
+    fn direct_placement_defaults_on_and_the_environment_can_turn_it_off() {
+        assert!(parse("").unwrap().api.direct_placement);
+        assert!(
+            !parse("[api]\ndirect_placement = false")
+                .unwrap()
+                .api
+                .direct_placement
+        );
+        let mut c: Config = toml::from_str("").unwrap();
+        c.apply_env(|k| (k == "DIFFERENTLY_DIRECT_PLACEMENT").then(|| "false".to_owned()))
+            .unwrap();
+        assert!(!c.api.direct_placement);
+        let e = c
+            .apply_env(|k| (k == "DIFFERENTLY_DIRECT_PLACEMENT").then(|| "no".to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("api.direct_placement"), "{e}");
     }
 }

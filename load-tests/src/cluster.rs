@@ -17,6 +17,9 @@ use crate::LoadError;
 /// Names of the processes, in start order.
 pub const ROLES: [&str; 3] = ["api", "scheduler", "worker"];
 
+/// The second API process (`Cluster::leader_url`).
+pub const LEADER_API: &str = "api-leader";
+
 /// What the `fake` pool advertises (`[pools.settings] capabilities`). `exec.stream` makes
 /// `POST …/exec/stream` servable, so P4s can be measured; it also means collected exec goes
 /// through the adapter's streaming call, as it does for any pool that can stream. Every
@@ -96,6 +99,8 @@ pub struct Cluster {
     pub key: String,
     /// API port on 127.0.0.1.
     pub port: u16,
+    /// Port of the `LEADER_API` process.
+    pub leader_port: u16,
     /// The options it was started with.
     pub opts: ClusterOpts,
     /// Which config spelling the binary understands.
@@ -230,23 +235,53 @@ capabilities = {caps}
             ledger,
             key,
             port,
+            leader_port: 0,
             opts,
             dialect,
         };
         for role in ROLES {
             cluster.spawn(role, &config)?;
         }
+        // A second API that places nothing itself, for the leader backlog burst (P2): the
+        // default API places a create in its admission when its org has nothing queued, so a
+        // stopped leader would not build up a backlog through it. (A binary that predates
+        // the setting ignores the variable; its one API path is the leader's anyway.)
+        cluster.leader_port = free_port()?;
+        cluster.spawn_api(
+            LEADER_API,
+            &config,
+            &[
+                ("DIFFERENTLY_DIRECT_PLACEMENT", "false"),
+                (
+                    "DIFFERENTLY_LISTEN",
+                    &format!("127.0.0.1:{}", cluster.leader_port),
+                ),
+            ],
+        )?;
         cluster.wait_ready(Duration::from_secs(30)).await?;
         Ok(cluster)
     }
 
     fn spawn(&mut self, role: &str, config: &Path) -> Result<(), LoadError> {
+        self.spawn_api(role, config, &[])
+    }
+
+    /// Spawns `server --role <role>` (the process is named `role`; `api-leader` runs the api
+    /// role) with `env` on top.
+    fn spawn_api(
+        &mut self,
+        role: &str,
+        config: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<(), LoadError> {
+        let server_role = if role == LEADER_API { "api" } else { role };
         let log = self.dir.path().join(format!("{role}.log"));
         let file = std::fs::File::create(&log).map_err(|e| LoadError::io("log file", e))?;
         let err = file.try_clone().map_err(|e| LoadError::io("log file", e))?;
         let child = Command::new(&self.opts.binary)
-            .args(["server", "--role", role, "--config"])
+            .args(["server", "--role", server_role, "--config"])
             .arg(config)
+            .envs(env.iter().copied())
             .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
             .env("DIFFERENTLY_LOG", &self.opts.log_level)
             .env_remove("DIFFERENTLY_DATABASE_URL")
@@ -267,6 +302,11 @@ capabilities = {caps}
     /// Base URL of the API.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Base URL of the API that leaves every placement to the leader (`LEADER_API`).
+    pub fn leader_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.leader_port)
     }
 
     /// (name, pid) of every process.
@@ -343,10 +383,14 @@ capabilities = {caps}
         let deadline = Instant::now() + within;
         loop {
             self.check_alive()?;
-            if let Ok(r) = http.get(format!("{}/readyz", self.url())).send().await {
-                if r.status() == 200 {
-                    return Ok(());
+            let mut ready = 0;
+            for url in [self.url(), self.leader_url()] {
+                if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
+                    ready += usize::from(r.status() == 200);
                 }
+            }
+            if ready == 2 {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(LoadError::Timeout(format!(

@@ -222,9 +222,11 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
             plan.burst
         ),
     );
+    // Through the API that leaves placement to the leader (`cluster::LEADER_API`).
+    let leader_api = Api::new(cluster.leader_url())?;
     phases.burst_leader_backlog = burst(
         &mut cluster,
-        &api,
+        &leader_api,
         &tenancy,
         &plan,
         &pool,
