@@ -213,25 +213,44 @@ async fn unsent_creates(
         if row.updated_at < oldest || resent.contains_key(&row.id) {
             continue;
         }
-        let sent = traced("sweep.create", async {
-            match s.announcer.work(&row, WorkOp::Create, "").await {
-                Err(e) => {
-                    tracing::warn!(sandbox = %row.id, error = %e, "sweep: create re-send failed");
-                    false
-                }
-                Ok(()) => {
-                    tracing::debug!(sandbox = %row.id, action = "create_resent", "sweep: create re-sent (dropped by the bus if it was not lost)");
-                    crate::metrics::reconcile_action(pool_of(&row), "create_resent");
-                    true
-                }
-            }
-        })
-        .await;
-        if sent {
+        if resend_work(
+            s,
+            &row,
+            WorkOp::Create,
+            "",
+            ("sweep.create", "create_resent"),
+        )
+        .await
+        {
             resent.insert(row.id.clone(), Instant::now());
         }
     }
     Ok(())
+}
+
+/// Re-publishes `op` work for `row` under a root trace named `trace_name`, logging and
+/// counting it as `action`; whether the bus took it.
+async fn resend_work(
+    s: &Scheduler,
+    row: &differently_core::Sandbox,
+    op: WorkOp,
+    attempt: &str,
+    (trace_name, action): (&'static str, &'static str),
+) -> bool {
+    traced(trace_name, async {
+        match s.announcer.work(row, op, attempt).await {
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, op = op.as_str(), "sweep: work re-send failed");
+                false
+            }
+            Ok(()) => {
+                tracing::info!(sandbox = %row.id, action, "sweep: work re-sent");
+                crate::metrics::reconcile_action(pool_of(row), action);
+                true
+            }
+        }
+    })
+    .await
 }
 
 async fn stuck_terminating(
@@ -267,21 +286,8 @@ async fn stuck_terminating(
             continue;
         }
         let attempt = format!("-retry{}", now.timestamp());
-        let sent = traced("sweep.terminating", async {
-            match s.announcer.work(&row, WorkOp::Delete, &attempt).await {
-                Err(e) => {
-                    tracing::warn!(sandbox = %row.id, error = %e, "sweep: delete re-send failed");
-                    false
-                }
-                Ok(()) => {
-                    tracing::info!(sandbox = %row.id, action = "delete_resent", "sweep: delete re-sent");
-                    crate::metrics::reconcile_action(pool_of(&row), "delete_resent");
-                    true
-                }
-            }
-        })
-        .await;
-        if sent {
+        let names = ("sweep.terminating", "delete_resent");
+        if resend_work(s, &row, WorkOp::Delete, &attempt, names).await {
             resent.insert(row.id.clone(), Instant::now());
         }
     }

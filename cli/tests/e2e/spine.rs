@@ -133,22 +133,7 @@ async fn create_run_exec_delete_across_three_processes() {
     assert_eq!(activations.len(), 1, "{log}");
     assert_eq!(activations[0]["actor"], "system:admission", "{log}");
     assert_eq!(activations[0]["detail"]["direct"], true, "{log}");
-    let (s, explained) = c
-        .call(
-            &c.key,
-            reqwest::Method::GET,
-            &format!("/v1/sandboxes/{id}/placement"),
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{explained}");
-    assert_eq!(
-        (explained["decision"].as_str(), explained["pool"].as_str()),
-        (Some("placed"), Some("fake")),
-        "{explained}"
-    );
-    assert!(explained["policy"].is_object(), "{explained}");
-    assert!(explained["decidedAt"].is_string(), "{explained}");
+    assert_placed_on_fake(&c, &id).await;
     // Records written by all three processes (admit, activate, running, exec, delete) form
     // chains that verify under the one audit key the cluster shares.
     let (s, report) = c
@@ -190,22 +175,7 @@ async fn the_leader_places_every_create_when_direct_placement_is_off() {
     assert_eq!(items[0]["actor"], "system:scheduler", "{log}");
     assert!(items[0]["detail"].get("direct").is_none(), "{log}");
     // Both paths store the same explanation shape.
-    let (s, explained) = c
-        .call(
-            &c.key,
-            reqwest::Method::GET,
-            &format!("/v1/sandboxes/{id}/placement"),
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{explained}");
-    assert_eq!(
-        (explained["decision"].as_str(), explained["pool"].as_str()),
-        (Some("placed"), Some("fake")),
-        "{explained}"
-    );
-    assert!(explained["policy"].is_object(), "{explained}");
-    assert!(explained["decidedAt"].is_string(), "{explained}");
+    assert_placed_on_fake(&c, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,4 +271,24 @@ async fn twenty_sandboxes_reach_running_and_pages_cover_them_once() {
     for id in &ids {
         assert_eq!(created_count(&ledger, id), 1);
     }
+}
+
+/// The stored explanation: placed on `fake`, with the policy it was decided under and when.
+async fn assert_placed_on_fake(c: &Cluster, id: &differently_core::SandboxId) {
+    let (s, explained) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{id}/placement"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{explained}");
+    assert_eq!(
+        (explained["decision"].as_str(), explained["pool"].as_str()),
+        (Some("placed"), Some("fake")),
+        "{explained}"
+    );
+    assert!(explained["policy"].is_object(), "{explained}");
+    assert!(explained["decidedAt"].is_string(), "{explained}");
 }

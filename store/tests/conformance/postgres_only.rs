@@ -36,24 +36,12 @@ async fn concurrent_migrations_are_safe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promoted_columns_match_the_document() {
     use chrono::Utc;
-    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxSpec};
-    use differently_store::{Actor, Admission, Org, PoolSlot, Project, Quota};
+    use differently_core::{CreateSandboxRequest, Sandbox, SandboxSpec};
+    use differently_store::{Actor, Admission, PoolSlot, Quota};
 
     let db = TestDb::new().await;
     let s = db.store();
-    let org = Org {
-        id: OrgId::new(),
-        name: "o".into(),
-        status: differently_store::OrgStatus::Active,
-        created_at: Utc::now(),
-    };
-    let prj = Project {
-        id: ProjectId::new(),
-        org_id: org.id.clone(),
-        name: "p".into(),
-        created_at: Utc::now(),
-    };
-    s.ensure_tenant(&org, &prj).await.unwrap();
+    let (org, prj) = tenant(&s).await;
     let sbx = Sandbox::queued(
         org.id.clone(),
         prj.id.clone(),
@@ -544,26 +532,12 @@ async fn direct_admission_waits_for_the_org_s_activations() {
     use std::time::Duration;
 
     use chrono::Utc;
-    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxSpec};
-    use differently_store::{
-        Actor, Admission, Admitted, DirectPlacement, Org, PoolSlot, Project, Quota,
-    };
+    use differently_core::{CreateSandboxRequest, Sandbox, SandboxSpec};
+    use differently_store::{Actor, Admission, Admitted, DirectPlacement, PoolSlot, Quota};
 
     let db = TestDb::new().await;
     let s = db.store();
-    let org = Org {
-        id: OrgId::new(),
-        name: "o".into(),
-        status: differently_store::OrgStatus::Active,
-        created_at: Utc::now(),
-    };
-    let prj = Project {
-        id: ProjectId::new(),
-        org_id: org.id.clone(),
-        name: "p".into(),
-        created_at: Utc::now(),
-    };
-    s.ensure_tenant(&org, &prj).await.unwrap();
+    let (org, prj) = tenant(&s).await;
     let admission = |direct: bool| Admission {
         request_id: None,
         direct: direct.then(|| DirectPlacement {
@@ -616,4 +590,24 @@ async fn direct_admission_waits_for_the_org_s_activations() {
     assert!(
         matches!(placed, Admitted::New(x) if x.status == differently_core::SandboxStatus::Queued)
     );
+}
+
+/// An organization with one project, stored.
+async fn tenant(s: &PgStore) -> (differently_store::Org, differently_store::Project) {
+    use chrono::Utc;
+    use differently_core::{OrgId, ProjectId};
+    let org = differently_store::Org {
+        id: OrgId::new(),
+        name: "o".into(),
+        status: differently_store::OrgStatus::Active,
+        created_at: Utc::now(),
+    };
+    let prj = differently_store::Project {
+        id: ProjectId::new(),
+        org_id: org.id.clone(),
+        name: "p".into(),
+        created_at: Utc::now(),
+    };
+    s.ensure_tenant(&org, &prj).await.unwrap();
+    (org, prj)
 }
