@@ -136,7 +136,12 @@ async fn active_limit_holds_under_fifty_parallel_creates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_wait_fails_with_its_reason() {
-    let mut c = Cluster::new(Opts::default()).await;
+    // Every create through the leader: the warm-up below must be placed by it.
+    let mut c = Cluster::new(Opts {
+        extra_toml: crate::crash::LEADER_PLACES_ALL.into(),
+        ..Opts::default()
+    })
+    .await;
     c.spawn("api", "api", &[]);
     c.spawn("scheduler", "scheduler", &[]);
     c.spawn("worker", "worker", &[]);
@@ -144,8 +149,8 @@ async fn a_long_wait_fails_with_its_reason() {
     let a = tenant(&c, "org-a").await;
     // `wait_ready` proves the API sees the pool healthy; the scheduler syncs its own view
     // every 2 s. Until it has, sandboxes wait "for capacity: fake (unhealthy)", which with a
-    // 2 s queue limit would fail the first one too. A sandbox placed and gone proves the
-    // scheduler's view first.
+    // 2 s queue limit would fail the first one too. A sandbox placed by the leader and gone
+    // proves the scheduler's view first (one the API placed itself would prove nothing).
     let warm = sandbox(&c, &a).await;
     for (path, want) in [
         (
