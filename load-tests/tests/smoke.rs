@@ -70,7 +70,11 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
             .value
             .unwrap_or_else(|| panic!("figure {key} has no value:\n{table}"));
         assert!(v.is_finite(), "figure {key} = {v}:\n{table}");
-        if !key.starts_with("exec.overhead") {
+        if key.starts_with("createToRunning.server.toActivated") {
+            // A create placed in its admission is activated in the same transaction: its
+            // two records carry one time, so this split is ~0 (never before the create).
+            assert!(v > -1.0, "figure {key} = {v}:\n{table}");
+        } else if !key.starts_with("exec.overhead") {
             assert!(v > 0.0, "figure {key} = {v}:\n{table}");
         }
     }
