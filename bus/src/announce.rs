@@ -8,7 +8,7 @@ use differently_bus_schema::{msg_id, Admitted, Envelope, Naming, StatusChanged, 
 use differently_core::{Sandbox, SandboxStatus};
 use serde::Serialize;
 
-use crate::{Bus, BusError};
+use crate::{Bus, BusError, Published};
 
 /// Publishes envelopes derived from committed sandbox rows.
 #[derive(Clone)]
@@ -38,7 +38,7 @@ impl Announcer {
         subject: String,
         id: String,
         env: &mut Envelope<T>,
-    ) -> Result<(), BusError> {
+    ) -> Result<Published, BusError> {
         if env.trace.traceparent.is_none() {
             env.trace = crate::trace::current();
         }
@@ -52,7 +52,7 @@ impl Announcer {
 
     /// `dly.admit.<org>`: wake placement for a queued sandbox. `attempt` distinguishes
     /// deliberate re-announcements (repair, requeue) from duplicates.
-    pub async fn admitted(&self, s: &Sandbox, attempt: &str) -> Result<(), BusError> {
+    pub async fn admitted(&self, s: &Sandbox, attempt: &str) -> Result<Published, BusError> {
         let mut env = Envelope::new(
             s.id.clone(),
             s.status_version,
@@ -68,7 +68,12 @@ impl Announcer {
     }
 
     /// `dly.work.<pool>.<op>` for the sandbox's pool. `attempt` as for `admitted`.
-    pub async fn work(&self, s: &Sandbox, op: WorkOp, attempt: &str) -> Result<(), BusError> {
+    pub async fn work(
+        &self,
+        s: &Sandbox,
+        op: WorkOp,
+        attempt: &str,
+    ) -> Result<Published, BusError> {
         let pool = s
             .pool
             .clone()
@@ -101,7 +106,7 @@ impl Announcer {
         op: WorkOp,
         op_id: &str,
         attempt: &str,
-    ) -> Result<(), BusError> {
+    ) -> Result<Published, BusError> {
         let mut env = Envelope::new(
             s.id.clone(),
             s.status_version,
@@ -117,7 +122,7 @@ impl Announcer {
     }
 
     /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status.
-    pub async fn status(&self, s: &Sandbox) -> Result<(), BusError> {
+    pub async fn status(&self, s: &Sandbox) -> Result<Published, BusError> {
         let mut env = Envelope::new(
             s.id.clone(),
             s.status_version,

@@ -19,7 +19,7 @@ use differently_bus_schema::{ConsumerDef, Naming, Retention, StreamDef};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
-use crate::{Acker, Bus, BusError, Delivery, Event, Pull};
+use crate::{Acker, Bus, BusError, Delivery, Event, Published, Pull};
 
 /// Oldest server release Differently runs against: 2.9 silently ignores newer consumer
 /// options, so running on it would look fine until it misbehaves.
@@ -214,7 +214,12 @@ impl Bus for JetStreamBus {
         Ok(())
     }
 
-    async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<(), BusError> {
+    async fn publish(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<Published, BusError> {
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
         let ack = self
@@ -222,9 +227,14 @@ impl Bus for JetStreamBus {
             .publish_with_headers(subject.to_owned(), headers, payload)
             .await
             .map_err(|e| BusError::Publish(format!("{subject}: {e}")))?;
-        ack.await
+        let ack = ack
+            .await
             .map_err(|e| BusError::Publish(format!("{subject}: not stored: {e}")))?;
-        Ok(())
+        Ok(if ack.duplicate {
+            Published::Duplicate
+        } else {
+            Published::Stored
+        })
     }
 
     async fn pull(&self, consumer: &ConsumerDef) -> Result<Box<dyn Pull>, BusError> {

@@ -21,6 +21,16 @@ pub mod trace;
 pub use announce::Announcer;
 pub use error::BusError;
 
+/// What the stream did with a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// Stored: consumers will see it.
+    Stored,
+    /// Dropped: a message with the same id was stored inside the de-duplication window. A
+    /// repair re-send that comes back `Duplicate` found nothing lost.
+    Duplicate,
+}
+
 /// Message transport between the roles. Postgres stays the truth; the bus is the fast path.
 #[async_trait]
 pub trait Bus: Send + Sync + 'static {
@@ -28,8 +38,13 @@ pub trait Bus: Send + Sync + 'static {
     async fn ensure_streams(&self, naming: &Naming) -> Result<(), BusError>;
 
     /// Publishes `payload` on `subject` and waits for the stream to store it. A second
-    /// publish with the same `msg_id` inside the de-duplication window is dropped.
-    async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<(), BusError>;
+    /// publish with the same `msg_id` inside the de-duplication window is dropped, and says so.
+    async fn publish(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<Published, BusError>;
 
     /// Binds to (creating if needed) a durable pull consumer. Several processes binding the
     /// same durable share its messages.

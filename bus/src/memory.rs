@@ -18,7 +18,7 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::{Acker, Bus, BusError, Delivery, Event, Pull};
+use crate::{Acker, Bus, BusError, Delivery, Event, Published, Pull};
 
 /// De-duplication window, as on the JetStream streams.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -275,7 +275,12 @@ impl Bus for MemoryBus {
         Ok(())
     }
 
-    async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<(), BusError> {
+    async fn publish(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<Published, BusError> {
         let stored = {
             let mut st = self.inner.lock();
             let stream = st
@@ -285,10 +290,11 @@ impl Bus for MemoryBus {
                 .ok_or_else(|| BusError::Publish(format!("{subject}: no stream captures it")))?;
             stream.store(subject, msg_id, payload, Instant::now())
         };
-        if stored {
-            self.inner.changed.notify_waiters();
+        if !stored {
+            return Ok(Published::Duplicate);
         }
-        Ok(())
+        self.inner.changed.notify_waiters();
+        Ok(Published::Stored)
     }
 
     async fn pull(&self, consumer: &ConsumerDef) -> Result<Box<dyn Pull>, BusError> {

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use chrono::Utc;
-use differently_bus::trace;
+use differently_bus::{trace, Published};
 use differently_bus_schema::WorkOp;
 use differently_core::ids::{OpId, SnapshotId};
 use differently_core::{ErrorCode, SandboxId, SandboxStatus};
@@ -229,7 +229,8 @@ async fn unsent_creates(
 }
 
 /// Re-publishes `op` work for `row` under a root trace named `trace_name`, logging and
-/// counting it as `action`; whether the bus took it.
+/// counting it as `action` when the bus stored it (a duplicate of a message that did go out
+/// is dropped by the bus and counted nowhere); whether the bus answered.
 async fn resend_work(
     s: &Scheduler,
     row: &differently_core::Sandbox,
@@ -243,7 +244,12 @@ async fn resend_work(
                 tracing::warn!(sandbox = %row.id, error = %e, op = op.as_str(), "sweep: work re-send failed");
                 false
             }
-            Ok(()) => {
+            Ok(Published::Duplicate) => {
+                // The first one went out: nothing was lost, nothing to count.
+                tracing::debug!(sandbox = %row.id, op = op.as_str(), "sweep: work re-send was a duplicate");
+                true
+            }
+            Ok(Published::Stored) => {
                 tracing::info!(sandbox = %row.id, action, "sweep: work re-sent");
                 crate::metrics::reconcile_action(pool_of(row), action);
                 true

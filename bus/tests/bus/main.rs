@@ -9,7 +9,7 @@ use bytes::Bytes;
 use differently_bus::jetstream;
 use differently_bus::memory::MemoryBus;
 use differently_bus::testing::NatsServer;
-use differently_bus::{Bus, BusError, Delivery, Event, Pull};
+use differently_bus::{Bus, BusError, Delivery, Event, Published, Pull};
 use differently_bus_schema::{ConsumerDef, Naming, WorkOp};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -53,11 +53,11 @@ impl Harness {
         self.naming.work_consumer(pool, ACK_WAIT)
     }
 
-    async fn publish(&self, subject: &str, id: &str, body: &str) {
+    async fn publish(&self, subject: &str, id: &str, body: &str) -> Published {
         self.bus
             .publish(subject, id, Bytes::from(body.to_owned()))
             .await
-            .expect("publish");
+            .expect("publish")
     }
 
     async fn pull(&self, pool: &str) -> Box<dyn Pull> {
@@ -218,9 +218,16 @@ async fn next_waits_for_a_late_message(h: Harness) {
 }
 
 async fn duplicate_msg_id_is_dropped(h: Harness) {
-    h.publish(&h.work("a"), "same-id", "first").await;
-    h.publish(&h.work("a"), "same-id", "second").await;
-    h.publish(&h.work("a"), "other-id", "third").await;
+    // The publisher learns which was dropped (a repair re-send relies on it).
+    let outcomes = [
+        h.publish(&h.work("a"), "same-id", "first").await,
+        h.publish(&h.work("a"), "same-id", "second").await,
+        h.publish(&h.work("a"), "other-id", "third").await,
+    ];
+    assert_eq!(
+        outcomes,
+        [Published::Stored, Published::Duplicate, Published::Stored]
+    );
     let mut p = h.pull("a").await;
     let mut got = Vec::new();
     while let Some(d) = next(&mut p, Duration::from_millis(500)).await {

@@ -118,6 +118,15 @@ async fn api_killed_between_commit_and_publish() {
     c.wait_ready().await;
     c.wait_status(&id, SandboxStatus::Running, Duration::from_secs(30))
         .await;
+    // It was placed in its admission, so its create was the lost message: the leader's
+    // sweep re-sent it (long before the provisioning timeout).
+    assert!(
+        c.log("scheduler")
+            .lines()
+            .any(|l| l.contains(&id.to_string()) && l.contains("create_resent")),
+        "{}",
+        c.log("scheduler")
+    );
     assert_eq!(created_count(&c.ledger(), &id), 1);
 }
 

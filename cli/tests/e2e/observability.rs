@@ -187,6 +187,61 @@ async fn metrics_move_and_one_trace_id_spans_api_to_worker() {
     );
 }
 
+/// A create placed in its admission skips the scheduler: its trace goes from the API's
+/// activation straight to the worker, and the API counts the activation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_placed_in_its_admission_keeps_its_trace_to_the_worker() {
+    let mut c = Cluster::new(Opts::default()).await;
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    c.spawn("api", "api", &[("DIFFERENTLY_METRICS_LISTEN", &listen)]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+    let trace_id = "0af7651916cd43dd8448eb211c80319c";
+    let r = c
+        .req(Method::POST, "/v1/sandboxes")
+        .header("traceparent", format!("00-{trace_id}-b7ad6b7169203331-01"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let created: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(created["status"], "provisioning", "{created}");
+    let id = SandboxId::parse(created["id"].as_str().unwrap()).unwrap();
+    c.wait_status(&id, SandboxStatus::Running, Duration::from_secs(30))
+        .await;
+    let has = |log: &str, what: &str| {
+        log.lines()
+            .any(|l| l.contains(trace_id) && l.contains(&id.to_string()) && l.contains(what))
+    };
+    assert!(
+        has(&c.log("api"), "placement: activated in admission"),
+        "{}",
+        c.log("api")
+    );
+    assert!(
+        has(&c.log("worker"), "worker: instance created"),
+        "{}",
+        c.log("worker")
+    );
+    assert!(
+        !c.log("scheduler")
+            .lines()
+            .any(|l| l.contains(&id.to_string()) && l.contains("placement: activated")),
+        "the leader did not place it:\n{}",
+        c.log("scheduler")
+    );
+    let metrics = scrape(port).await;
+    let placed = sample(
+        &metrics,
+        "differently_activations_total",
+        &[r#"pool="fake""#],
+    );
+    assert_eq!(placed, Some(1.0), "{metrics}");
+}
+
 /// The `trace_id` of the first line of `log` that contains every one of `parts`.
 fn trace_of(log: &str, parts: &[&str]) -> Option<String> {
     let line = log.lines().find(|l| parts.iter().all(|p| l.contains(p)))?;
