@@ -20,6 +20,8 @@ use tokio::sync::watch;
 #[derive(Clone, Default)]
 pub struct EventHub {
     waiters: Arc<Waiters>,
+    /// Rows data-plane calls may use without a read; every event of a sandbox drops its row.
+    pub running: Arc<crate::running_rows::RunningRows>,
 }
 
 /// The last status seen for each sandbox that has a waiter; an entry lives exactly as long as
@@ -80,8 +82,10 @@ impl EventHub {
         }
     }
 
-    /// Hands a status event to the waiters of its sandbox; a no-op when there are none.
+    /// Hands a status event to the waiters of its sandbox (a no-op when there are none) and
+    /// drops its remembered row.
     pub fn deliver(&self, id: &SandboxId, status: SandboxStatus) {
+        self.running.forget(id);
         let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(tx) = waiters.get(id) {
             tx.send_replace(Some(status));

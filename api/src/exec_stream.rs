@@ -50,7 +50,7 @@ use crate::exec_frames::{self as frames, FrameType};
 use crate::auth::Principal;
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
-use crate::lifecycle::{audit, load, ready_for_data};
+use crate::lifecycle::open_data_call;
 use crate::AppState;
 
 /// Output kept per stream by collected exec.
@@ -125,17 +125,10 @@ async fn exec(
 ) -> ApiResult<Json<ExecResult>> {
     let req = parse_exec(&body)?;
     principal.require(Scope::SandboxesExec)?;
-    let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "exec").await?;
+    let detail = json!({ "program": req.program() });
+    let (pool, at, sandbox) =
+        open_data_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
     tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec");
-    audit(
-        &state,
-        &principal,
-        &sandbox,
-        "sandbox.exec",
-        json!({ "program": req.program() }),
-    )
-    .await?;
     let enc = req.output_encoding.unwrap_or_default();
     let streams = pool
         .adapter
@@ -461,17 +454,17 @@ async fn start_stream(
 ) -> ApiResult<(Running, OutputEncoding)> {
     let req = parse_exec(body)?;
     principal.require(Scope::SandboxesExec)?;
-    let sandbox = load(state, principal, id).await?;
-    let (pool, at, sandbox) = ready_for_data(state, principal, sandbox, "exec.stream").await?;
-    tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec stream");
-    audit(
+    let detail = json!({ "program": req.program() });
+    let (pool, at, sandbox) = open_data_call(
         state,
         principal,
-        &sandbox,
+        id,
+        "exec.stream",
         "sandbox.exec_stream",
-        json!({ "program": req.program() }),
+        detail,
     )
     .await?;
+    tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec stream");
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
     let enc = req.output_encoding.unwrap_or_default();

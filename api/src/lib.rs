@@ -32,6 +32,7 @@ pub mod page;
 pub mod placement;
 pub mod policy_cache;
 pub mod ratelimit;
+pub mod running_rows;
 pub mod sandboxes;
 pub mod tenancy;
 #[cfg(test)]

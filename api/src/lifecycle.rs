@@ -27,6 +27,7 @@ use differently_core::sandbox::SandboxView;
 use differently_core::status::can_transition;
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use differently_store::audit::{NewAuditEvent, RowGuard};
 use differently_store::lifecycle::{OpBegun, OpRecord, OpState, SnapshotRecord, SnapshotStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -188,6 +189,55 @@ pub(crate) async fn ready_for_data(
     Ok((pool, at, sandbox))
 }
 
+/// Opens a data-plane call (exec, streamed exec) on sandbox `raw_id` for `capability`: the
+/// pool, the instance and the row, with the call's `action` record appended first (fail
+/// closed). A row remembered from an earlier call (`EventHub::running`) is used without a
+/// read when the record can be appended guarded on it (the row still running at that
+/// version); otherwise the row is read (and woken if idle) as [`ready_for_data`] does, and
+/// remembered for the next call.
+pub(crate) async fn open_data_call(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+    capability: &str,
+    action: &str,
+    detail: Value,
+) -> ApiResult<(Arc<Pool>, InstanceRef, Sandbox)> {
+    let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
+    let remembered = state
+        .events
+        .running
+        .get(&id)
+        .filter(|s| principal.sees_project(&s.org_id, &s.project_id));
+    if let Some(s) = remembered {
+        let pool = pool_of(state, &s)?;
+        require_capability(&pool, capability)?;
+        if let Some(backend_ref) = s.backend_ref.clone() {
+            let guard = RowGuard {
+                sandbox: s.id.clone(),
+                status: s.status,
+                status_version: s.status_version,
+            };
+            let event = audit_event(principal, &s, action, detail.clone());
+            if state.store.append_audit_if(event, &guard).await?.is_some() {
+                state.activity.record(&state.store, &s.id, Utc::now());
+                let at = InstanceRef {
+                    sandbox_id: s.id.clone(),
+                    backend_ref,
+                };
+                return Ok((pool, at, s));
+            }
+        }
+        // It moved since: read it like any other call.
+        state.events.running.forget(&id);
+    }
+    let sandbox = load(state, principal, raw_id).await?;
+    let (pool, at, sandbox) = ready_for_data(state, principal, sandbox, capability).await?;
+    audit(state, principal, &sandbox, action, detail).await?;
+    state.events.running.remember(&sandbox);
+    Ok((pool, at, sandbox))
+}
+
 /// Appends an audit record of `action` on `sandbox` by the caller, before the action runs:
 /// if it cannot be written the action does not happen (fail closed). Never argument values.
 pub(crate) async fn audit(
@@ -199,17 +249,27 @@ pub(crate) async fn audit(
 ) -> ApiResult<()> {
     state
         .store
-        .append_audit(differently_store::audit::NewAuditEvent {
-            org_id: Some(sandbox.org_id.clone()),
-            project_id: Some(sandbox.project_id.clone()),
-            actor: principal.actor().as_audit(),
-            action: action.to_owned(),
-            resource: sandbox.id.to_string(),
-            outcome: "requested".to_owned(),
-            detail,
-        })
+        .append_audit(audit_event(principal, sandbox, action, detail))
         .await?;
     Ok(())
+}
+
+/// The record of `action` on `sandbox` by the caller, before the action runs.
+fn audit_event(
+    principal: &Principal,
+    sandbox: &Sandbox,
+    action: &str,
+    detail: Value,
+) -> NewAuditEvent {
+    NewAuditEvent {
+        org_id: Some(sandbox.org_id.clone()),
+        project_id: Some(sandbox.project_id.clone()),
+        actor: principal.actor().as_audit(),
+        action: action.to_owned(),
+        resource: sandbox.id.to_string(),
+        outcome: "requested".to_owned(),
+        detail,
+    }
 }
 
 /// Waits up to `bound` for operation `id` to finish; `None` if it is still pending.

@@ -717,6 +717,15 @@ pub struct ExportCursor {
     pub chain_seq: i64,
 }
 
+/// The state a sandbox row must still be in for a guarded append
+/// ([`AuditStore::append_audit_if`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowGuard {
+    pub sandbox: differently_core::SandboxId,
+    pub status: differently_core::SandboxStatus,
+    pub status_version: i64,
+}
+
 /// Audit log operations beyond the records every transaction writes.
 #[async_trait]
 pub trait AuditStore: Send + Sync {
@@ -724,6 +733,16 @@ pub trait AuditStore: Send + Sync {
     /// row (exec: program name only; file transfer: path and size). An error means the
     /// record was not written, and the caller must fail the call (fail closed).
     async fn append_audit(&self, event: NewAuditEvent) -> Result<AuditEvent, StoreError>;
+
+    /// [`append_audit`](AuditStore::append_audit) only if the sandbox row is still as
+    /// `guard` says (checked in the same statement as the append); `None`: it is not, and
+    /// nothing was written. Lets a caller act on a row it read earlier without reading it
+    /// again, since the record the action depends on is written only if that row still holds.
+    async fn append_audit_if(
+        &self,
+        event: NewAuditEvent,
+        guard: &RowGuard,
+    ) -> Result<Option<AuditEvent>, StoreError>;
 
     /// Records passing `filter`, ascending by `seq`, at most `filter.limit` (0: no limit).
     async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditEvent>, StoreError>;

@@ -9,7 +9,7 @@ use differently_core::{OrgId, ProjectId};
 
 use crate::audit::{
     self, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint, ExportCursor,
-    NewAuditEvent, Verifier, VerifyReport,
+    NewAuditEvent, RowGuard, Verifier, VerifyReport,
 };
 use crate::memory::rules::AuditEntry;
 use crate::memory::MemoryStore;
@@ -92,6 +92,18 @@ impl MemoryStore {
 impl AuditStore for MemoryStore {
     async fn append_audit(&self, event: NewAuditEvent) -> Result<AuditEvent, StoreError> {
         Ok(self.lock().audit.append(event, Utc::now()))
+    }
+
+    async fn append_audit_if(
+        &self,
+        event: NewAuditEvent,
+        guard: &RowGuard,
+    ) -> Result<Option<AuditEvent>, StoreError> {
+        let mut st = self.lock();
+        let holds = st.sandboxes.get(&guard.sandbox).is_some_and(|r| {
+            r.sandbox.status == guard.status && r.sandbox.status_version == guard.status_version
+        });
+        Ok(holds.then(|| st.audit.append(event, Utc::now())))
     }
 
     async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditEvent>, StoreError> {

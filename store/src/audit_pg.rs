@@ -16,7 +16,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::audit::{
     self, canonical_json, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint,
-    ExportCursor, NewAuditEvent, Verifier, VerifyReport,
+    ExportCursor, NewAuditEvent, RowGuard, Verifier, VerifyReport,
 };
 use crate::postgres::PgStore;
 use crate::prior_write::PriorWrite;
@@ -316,7 +316,19 @@ const VERIFY_BATCH: u32 = 5000;
 #[async_trait]
 impl AuditStore for PgStore {
     async fn append_audit(&self, event: NewAuditEvent) -> Result<AuditEvent, StoreError> {
-        crate::audit_standalone_pg::append(self, event).await
+        crate::audit_standalone_pg::append(self, event, None).await
+    }
+
+    async fn append_audit_if(
+        &self,
+        event: NewAuditEvent,
+        guard: &RowGuard,
+    ) -> Result<Option<AuditEvent>, StoreError> {
+        match crate::audit_standalone_pg::append(self, event, Some(guard)).await {
+            Ok(rec) => Ok(Some(rec)),
+            Err(StoreError::StatusConflict { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn list_audit(&self, f: &AuditFilter) -> Result<Vec<AuditEvent>, StoreError> {

@@ -12,6 +12,11 @@
 //! that answer was no newer than the miss), then falls back to the locking path. A chain without a head row, and a
 //! record whose `detail` holds a fractional number (which `jsonb` may not give back
 //! digit for digit, so it must be checked before commit), always take the locking path.
+//!
+//! With a [`RowGuard`] (`append_audit_if`) the same statement also checks that the sandbox
+//! row is still at the guarded status and version, and writes nothing if it is not; the
+//! locking path checks it under the row's key-share lock. A data-plane call that acted on a
+//! row it remembered thus needs no read in front of its record.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,7 +25,7 @@ use chrono::Utc;
 use serde_json::Value;
 use sqlx::{PgPool, Row};
 
-use crate::audit::{self, chain_of, AuditEvent, NewAuditEvent};
+use crate::audit::{self, chain_of, AuditEvent, NewAuditEvent, RowGuard};
 use crate::audit_pg::append_chained;
 use crate::postgres::PgStore;
 use crate::StoreError;
@@ -56,8 +61,13 @@ impl HeadCache {
     }
 }
 
-/// Appends `e` as its own transaction.
-pub(crate) async fn append(store: &PgStore, e: NewAuditEvent) -> Result<AuditEvent, StoreError> {
+/// Appends `e` as its own transaction; with `guard`, only if the sandbox row still holds it
+/// (`StatusConflict` otherwise, with nothing written).
+pub(crate) async fn append(
+    store: &PgStore,
+    e: NewAuditEvent,
+    guard: Option<&RowGuard>,
+) -> Result<AuditEvent, StoreError> {
     let chain = chain_of(e.org_id.as_ref(), &e.resource);
     let cache = store.audit_heads();
     if !has_fraction(&e.detail) {
@@ -81,7 +91,8 @@ pub(crate) async fn append(store: &PgStore, e: NewAuditEvent) -> Result<AuditEve
                 at,
                 request_id.clone(),
             );
-            match swap_in(store.pool(), &rec, prev_seq).await? {
+            match swap_in(store.pool(), &rec, prev_seq, guard).await? {
+                Swap::Refused(current) => return Err(StoreError::StatusConflict { current }),
                 Swap::Done(seq) => {
                     rec.seq = seq;
                     cache.set(&chain, (rec.chain_seq, rec.hash.clone()));
@@ -99,6 +110,21 @@ pub(crate) async fn append(store: &PgStore, e: NewAuditEvent) -> Result<AuditEve
         }
     }
     let mut tx = store.pool().begin().await?;
+    if let Some(g) = guard {
+        // Held until commit: the row cannot change under the record.
+        let row: Option<(String, i64)> = sqlx::query_as(
+            "SELECT status, status_version FROM sandboxes WHERE id = $1 FOR KEY SHARE",
+        )
+        .bind(g.sandbox.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let (status, version) = row.unzip();
+        if status.as_deref() != Some(g.status.as_str()) || version != Some(g.status_version) {
+            return Err(StoreError::StatusConflict {
+                current: parse_status(status.as_deref()),
+            });
+        }
+    }
     let rec = append_chained(&mut tx, e, Utc::now()).await?;
     tx.commit().await?;
     cache.set(&chain, (rec.chain_seq, rec.hash.clone()));
@@ -119,6 +145,9 @@ async fn read_head(pool: &PgPool, chain: &str) -> Result<Option<(i64, String)>, 
 enum Swap {
     /// Written; the record's global `seq`.
     Done(i64),
+    /// Nothing written: the guarded row is not as guarded (its status now, `Failed` standing
+    /// in for a row that is gone).
+    Refused(differently_core::SandboxStatus),
     /// Nothing written: the head had moved. The head the statement saw, if the chain has one
     /// (it may predate an append the statement waited for).
     Moved(Option<(i64, String)>),
@@ -126,18 +155,30 @@ enum Swap {
 
 /// Advances the head from `prev_seq` to `rec` and inserts `rec`, in one autocommit
 /// statement; if the head is no longer at `prev_seq`, writes nothing and answers the head.
-async fn swap_in(pool: &PgPool, rec: &AuditEvent, prev_seq: i64) -> Result<Swap, StoreError> {
+/// With `guard`, also writes nothing unless the sandbox row is at the guarded status and
+/// version (checked first: a refused guard is answered before a moved head).
+async fn swap_in(
+    pool: &PgPool,
+    rec: &AuditEvent,
+    prev_seq: i64,
+    guard: Option<&RowGuard>,
+) -> Result<Swap, StoreError> {
     let row = sqlx::query(
-        "WITH h AS (
+        "WITH g AS (
+             SELECT s.status, s.status = $16 AND s.status_version = $17 AS holds
+             FROM sandboxes s WHERE $15::text IS NOT NULL AND s.id = $15),
+         h AS (
              UPDATE audit_heads SET chain_seq = $2, hash = $13
              WHERE chain = $1 AND chain_seq = $14
+               AND ($15::text IS NULL OR EXISTS (SELECT 1 FROM g WHERE holds))
              RETURNING 1),
          ins AS (
              INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
                  resource, outcome, request_id, at, detail, prev_hash, hash)
              SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM h
              RETURNING seq)
-         SELECT (SELECT seq FROM ins) AS seq, cur.chain_seq, cur.hash
+         SELECT (SELECT seq FROM ins) AS seq, cur.chain_seq, cur.hash,
+                (SELECT holds FROM g) AS holds, (SELECT status FROM g) AS status
          FROM (SELECT 1) AS one LEFT JOIN audit_heads cur ON cur.chain = $1",
     )
     .bind(&rec.chain)
@@ -154,14 +195,28 @@ async fn swap_in(pool: &PgPool, rec: &AuditEvent, prev_seq: i64) -> Result<Swap,
     .bind(&rec.prev_hash)
     .bind(&rec.hash)
     .bind(prev_seq)
+    .bind(guard.map(|g| g.sandbox.as_str()))
+    .bind(guard.map(|g| g.status.as_str()))
+    .bind(guard.map(|g| g.status_version))
     .fetch_one(pool)
     .await?;
     if let Some(seq) = row.try_get::<Option<i64>, _>("seq")? {
         return Ok(Swap::Done(seq));
     }
+    if guard.is_some() && row.try_get::<Option<bool>, _>("holds")? != Some(true) {
+        let status: Option<String> = row.try_get("status")?;
+        return Ok(Swap::Refused(parse_status(status.as_deref())));
+    }
     let seq: Option<i64> = row.try_get("chain_seq")?;
     let hash: Option<String> = row.try_get("hash")?;
     Ok(Swap::Moved(seq.zip(hash)))
+}
+
+/// A stored status; `Failed` stands in for a row that is gone (or a status this version
+/// does not know), which a guard treats the same: not the row it guarded.
+fn parse_status(s: Option<&str>) -> differently_core::SandboxStatus {
+    s.and_then(|s| s.parse().ok())
+        .unwrap_or(differently_core::SandboxStatus::Failed)
 }
 
 /// Whether `v` holds a number that is not an integer: `jsonb` keeps numbers as `numeric`

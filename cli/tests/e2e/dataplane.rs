@@ -846,3 +846,64 @@ async fn uploads_over_the_configured_limit_are_refused() {
         .expect("download");
     assert_eq!(r.bytes().await.expect("body").len(), 1000);
 }
+
+/// The second exec on a sandbox uses the row the first one read (its audit record guarded on
+/// that row); once the sandbox moves on, a call is refused however recently its row was read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_row_serves_execs_only_while_it_holds() {
+    // The fake pool only, so its ledger witnesses every exec that reached a backend.
+    let mut c = Cluster::new(Opts::default()).await;
+    c.spawn("api", "api", &[]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+    let id = running(&c, json!({})).await;
+    let path = format!("/v1/sandboxes/{id}/exec");
+    let exec = |n: &str| {
+        post(
+            &c,
+            &path,
+            json!({"command": ["echo", n], "timeoutSeconds": 10}),
+        )
+    };
+    for n in ["1", "2", "3"] {
+        let (s, out) = exec(n).await;
+        assert_eq!(
+            (s, out["stdout"].as_str()),
+            (200, Some(&*format!("{n}\n"))),
+            "{out}"
+        );
+    }
+    let (s, _) = c
+        .call(
+            &c.key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 202);
+    // At once: the deletion's event may not have reached the API yet; the guard refuses.
+    let (s, refused) = exec("4").await;
+    assert_eq!(s, 409, "{refused}");
+    let execs = c
+        .ledger()
+        .iter()
+        .filter(|e| e.op == LedgerOp::Exec && e.sandbox_id.as_ref() == Some(&id))
+        .count();
+    assert_eq!(execs, 3, "the refused exec never reached the backend");
+    let (_, log) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            &format!("/v1/audit?resource={id}&action=sandbox.exec&limit=100"),
+            None,
+        )
+        .await;
+    let items = log["items"].as_array().expect("audit items");
+    assert_eq!(items.len(), 3, "one record per exec that ran: {log}");
+    let (s, report) = c
+        .call(&c.key, reqwest::Method::GET, "/v1/admin/audit/verify", None)
+        .await;
+    assert_eq!((s, report["ok"].as_bool()), (200, Some(true)), "{report}");
+}

@@ -49,6 +49,7 @@ audit_conformance!(
     checkpoints_skip_when_nothing_changed,
     deleting_tenants_keeps_their_history,
     secrets_are_sealed_fingerprinted_and_audited,
+    a_guarded_append_writes_only_while_the_row_holds,
 );
 
 fn admin() -> Actor {
@@ -758,4 +759,85 @@ async fn postgres_standalone_appends_race_on_one_chain() {
     let seqs: Vec<i64> = recs.iter().map(|r| r.chain_seq).collect();
     assert_eq!(seqs, (1..=recs.len() as i64).collect::<Vec<_>>());
     verify_ok(s.as_ref()).await;
+}
+
+pub async fn a_guarded_append_writes_only_while_the_row_holds(env: &Env) {
+    use differently_core::SandboxStatus;
+    use differently_store::audit::RowGuard;
+    use differently_store::{PoolSlot, Transition};
+
+    let s = env.store.as_ref();
+    let o = org(s, "guarded").await;
+    let p = project(s, &o.id).await;
+    let sbx = admit(s, &o.id, &p.id).await;
+    let pool = PoolSlot {
+        name: "p".into(),
+        max_concurrent: None,
+    };
+    s.activate(&sbx.id, &pool, &Quota::default(), Utc::now())
+        .await
+        .unwrap();
+    let running = s.mark_running(&sbx.id, "ref-1", Utc::now()).await.unwrap();
+    let guard = RowGuard {
+        sandbox: running.id.clone(),
+        status: SandboxStatus::Running,
+        status_version: running.status_version,
+    };
+    let count = |recs: Vec<AuditEvent>| recs.iter().filter(|r| r.action == "sandbox.exec").count();
+    let execs = || async {
+        count(
+            s.list_audit(&AuditFilter {
+                resource: Some(sbx.id.to_string()),
+                ..Default::default()
+            })
+            .await
+            .unwrap(),
+        )
+    };
+    // Holds: written, on both paths (a fractional number takes Postgres's locking path).
+    let mut fractional = exec_event(&o.id, &p.id, sbx.id.as_str());
+    fractional.detail = json!({"program": "python3", "ratio": 0.5});
+    for e in [
+        exec_event(&o.id, &p.id, sbx.id.as_str()),
+        fractional.clone(),
+    ] {
+        let rec = s.append_audit_if(e, &guard).await.unwrap();
+        assert_eq!(rec.map(|r| r.action), Some("sandbox.exec".to_owned()));
+    }
+    assert_eq!(execs().await, 2);
+    // Not at that version, or no such row: nothing written.
+    let stale = RowGuard {
+        status_version: running.status_version - 1,
+        ..guard.clone()
+    };
+    let missing = RowGuard {
+        sandbox: differently_core::SandboxId::new(),
+        ..guard.clone()
+    };
+    for g in [&stale, &missing] {
+        for e in [
+            exec_event(&o.id, &p.id, sbx.id.as_str()),
+            fractional.clone(),
+        ] {
+            assert_eq!(s.append_audit_if(e, g).await.unwrap(), None, "{g:?}");
+        }
+    }
+    // The row moves on (deleted): the guard taken while it ran no longer holds.
+    s.transition(
+        Transition {
+            id: sbx.id.clone(),
+            from: vec![SandboxStatus::Running],
+            to: SandboxStatus::Terminating,
+            reason: None,
+            actor: Actor::System("test"),
+        },
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    for e in [exec_event(&o.id, &p.id, sbx.id.as_str()), fractional] {
+        assert_eq!(s.append_audit_if(e, &guard).await.unwrap(), None);
+    }
+    assert_eq!(execs().await, 2, "refused appends wrote nothing");
+    verify_ok(s).await;
 }
