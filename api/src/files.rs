@@ -26,7 +26,7 @@ use serde_json::json;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::lifecycle::{audit, load, ready_for_data};
+use crate::lifecycle::open_data_call;
 use crate::page::bad_query;
 use crate::AppState;
 
@@ -129,8 +129,9 @@ async fn upload(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large(limit));
     }
-    let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "files").await?;
+    let detail = json!({ "path": path });
+    let (pool, at, _) =
+        open_data_call(&state, &principal, &id, "files", "file.upload", detail).await?;
     let seen = Arc::new(AtomicU64::new(0));
     let over = Arc::new(AtomicBool::new(false));
     let (seen2, over2) = (seen.clone(), over.clone());
@@ -149,14 +150,6 @@ async fn upload(
             Err(e) => Err(AdapterError::Permanent(format!("upload body: {e}"))),
         })
         .boxed();
-    audit(
-        &state,
-        &principal,
-        &sandbox,
-        "file.upload",
-        json!({ "path": path }),
-    )
-    .await?;
     let call = pool.adapter.upload(&at, &path, mode, stream);
     match metered(&pool.record.name, "upload", call).await {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
@@ -224,16 +217,9 @@ async fn download(
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_range);
-    let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "files").await?;
-    audit(
-        &state,
-        &principal,
-        &sandbox,
-        "file.download",
-        json!({ "path": path }),
-    )
-    .await?;
+    let detail = json!({ "path": path });
+    let (pool, at, _) =
+        open_data_call(&state, &principal, &id, "files", "file.download", detail).await?;
     let byte_range = match range {
         None => None,
         Some(RangeSpec::From(start, end)) => Some(ByteRange { start, end }),
@@ -326,12 +312,11 @@ async fn list(
             .filter(|d| (1..=MAX_DEPTH).contains(d))
             .ok_or_else(|| bad_query("depth", format!("must be between 1 and {MAX_DEPTH}")))?,
     };
-    let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "files").await?;
-    audit(
+    let (pool, at, _) = open_data_call(
         &state,
         &principal,
-        &sandbox,
+        &id,
+        "files",
         "file.list",
         json!({ "path": path }),
     )
@@ -355,12 +340,11 @@ async fn delete(
     let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::FilesWrite)?;
     let path = path_of(q.path.as_deref())?;
-    let sandbox = load(&state, &principal, &id).await?;
-    let (pool, at, sandbox) = ready_for_data(&state, &principal, sandbox, "files").await?;
-    audit(
+    let (pool, at, _) = open_data_call(
         &state,
         &principal,
-        &sandbox,
+        &id,
+        "files",
         "file.delete",
         json!({ "path": path }),
     )

@@ -189,7 +189,7 @@ pub(crate) async fn ready_for_data(
     Ok((pool, at, sandbox))
 }
 
-/// Opens a data-plane call (exec, streamed exec) on sandbox `raw_id` for `capability`: the
+/// Opens a data-plane call (exec, streamed exec, files) on sandbox `raw_id` for `capability`: the
 /// pool, the instance and the row, with the call's `action` record appended first (fail
 /// closed). A row remembered from an earlier call (`EventHub::running`) is used without a
 /// read when the record can be appended guarded on it (the row still running at that

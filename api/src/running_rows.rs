@@ -1,4 +1,4 @@
-//! Rows of running sandboxes that data-plane calls (exec, streamed exec) read recently, so
+//! Rows of running sandboxes that data-plane calls (exec, streamed exec, files) read recently, so
 //! the next call on the same sandbox skips the read.
 //!
 //! Why it is safe: such a call's audit record is appended only if the row is still at the
