@@ -476,10 +476,24 @@ capabilities = ["exec", "files"]
     })
     .await;
     assert!(gone, "orphans not deleted\n{}", c.logs());
-    // Each delete is recorded, under the ended row's org when there is a row.
-    let records = differently_store::Store::audit_tail(&c.db.store(), 10_000)
-        .await
-        .expect("audit");
+    // Each delete is recorded, under the ended row's org when there is a row. The reconciler
+    // appends the record after the backend delete the ledger shows, so wait for it.
+    let store = c.db.store();
+    let mut records = Vec::new();
+    for _ in 0..100 {
+        records = differently_store::Store::audit_tail(&store, 10_000)
+            .await
+            .expect("audit");
+        let recorded = |id: &SandboxId| {
+            records
+                .iter()
+                .any(|r| r.action == "reconcile.orphan_deleted" && r.resource == id.to_string())
+        };
+        if recorded(&orphan) && recorded(&ended) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let orphan_record = |id: &SandboxId| {
         records
             .iter()
