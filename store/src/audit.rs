@@ -181,15 +181,12 @@ pub const ORG_CHAIN_SHARDS: u32 = 8;
 pub fn chain_of(org: Option<&OrgId>, resource: &str) -> String {
     match org {
         None => INSTALLATION_CHAIN.to_owned(),
-        Some(o) => format!("{o}/{}", shard_of(resource)),
+        Some(o) => {
+            let d = Sha256::digest(resource.as_bytes());
+            let shard = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % ORG_CHAIN_SHARDS;
+            format!("{o}/{shard}")
+        }
     }
-}
-
-/// The shard of an organization's chains that records about `resource` go to (`chain_of`):
-/// known without the organization, so a statement can find the chain from the row's org.
-pub fn shard_of(resource: &str) -> u32 {
-    let d = Sha256::digest(resource.as_bytes());
-    u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % ORG_CHAIN_SHARDS
 }
 
 /// `at` as stored: Postgres keeps microseconds, so hashes are computed over that precision.

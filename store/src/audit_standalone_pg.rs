@@ -42,7 +42,7 @@ impl HeadCache {
         self.lock().get(chain).cloned()
     }
 
-    pub(crate) fn set(&self, chain: &str, head: (i64, String)) {
+    fn set(&self, chain: &str, head: (i64, String)) {
         let mut heads = self.lock();
         // Bounded by the chains this process writes; a very busy multi-tenant process just
         // starts over rather than growing without end.
@@ -223,7 +223,7 @@ fn parse_status(s: Option<&str>) -> differently_core::SandboxStatus {
 /// and prints them its own way (`1e-7` comes back `0.0000001`), so such a record must be
 /// checked before its commit, which only the locking path does. Integers come back as
 /// written.
-pub(crate) fn has_fraction(v: &Value) -> bool {
+fn has_fraction(v: &Value) -> bool {
     match v {
         Value::Number(n) => !(n.is_i64() || n.is_u64()),
         Value::Array(a) => a.iter().any(has_fraction),

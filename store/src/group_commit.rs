@@ -66,12 +66,6 @@ where
         }
     }
 
-    /// Whether `key`'s lane has nothing running or waiting right now (a hint: a job may
-    /// arrive a moment later).
-    pub(crate) fn is_idle(&self, key: &K) -> bool {
-        !self.lock().contains_key(key)
-    }
-
     fn lock(&self) -> MutexGuard<'_, HashMap<K, Vec<J>>> {
         // Nothing panics while holding the lock; a poisoned map is still consistent.
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())

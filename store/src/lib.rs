@@ -27,7 +27,6 @@ mod placement_memory;
 mod placement_pg;
 pub mod postgres;
 mod prior_write;
-mod running_fast_pg;
 pub mod sealed;
 pub mod secrets;
 #[cfg(feature = "test-support")]

@@ -88,9 +88,6 @@ pub struct PgStore {
     transitions: Arc<crate::transition_lane_pg::TransitionLane>,
     /// Admissions waiting to be committed together, per organization (`admission_pg`).
     admissions: Arc<admission_pg::AdmissionLanes>,
-    /// Set while a running mark takes the two-statement path (`running_fast_pg`): one at a
-    /// time, so under load the others group in the lane.
-    running_fast: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PgStore {
@@ -121,16 +118,11 @@ impl PgStore {
             audit_heads: Arc::default(),
             transitions: Arc::default(),
             admissions: Arc::default(),
-            running_fast: Arc::default(),
         })
     }
 
     pub(crate) fn transitions(&self) -> &Arc<crate::transition_lane_pg::TransitionLane> {
         &self.transitions
-    }
-
-    pub(crate) fn running_fast(&self) -> &std::sync::atomic::AtomicBool {
-        &self.running_fast
     }
 
     pub(crate) fn admissions(&self) -> &Arc<admission_pg::AdmissionLanes> {

@@ -13,8 +13,6 @@
 //!
 //! Changes to `queued` keep their own transaction (they also move `next_attempt_at`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use chrono::{DateTime, Utc};
 use differently_core::{Sandbox, SandboxId};
 use tokio::sync::oneshot;
@@ -54,19 +52,6 @@ pub(crate) async fn submit(
     change: Change,
     now: DateTime<Utc>,
 ) -> Result<Sandbox, StoreError> {
-    // Alone, a running mark takes two statements instead of a transaction of five
-    // (`running_fast_pg`); anything it cannot apply there goes through the lane. One at a
-    // time and only while the lane is idle, so under load changes still group.
-    if let Change::Running { backend_ref } = &change {
-        if store.transitions().is_idle(&()) {
-            if let Some(_taken) = FastGate::take(store.running_fast()) {
-                let fast = crate::running_fast_pg::try_mark_running(store, id, backend_ref, now);
-                if let Some(done) = fast.await? {
-                    return Ok(done);
-                }
-            }
-        }
-    }
     let (reply, rx) = oneshot::channel();
     let job = Pending {
         id: id.clone(),
@@ -82,24 +67,6 @@ pub(crate) async fn submit(
     });
     rx.await
         .unwrap_or_else(|_| Err(StoreError::Database("the change's group stopped".into())))
-}
-
-/// The fast path's one-at-a-time gate, held while in flight and released on drop (also when
-/// the caller's future is dropped mid-way).
-struct FastGate<'a>(&'a AtomicBool);
-
-impl<'a> FastGate<'a> {
-    fn take(gate: &'a AtomicBool) -> Option<FastGate<'a>> {
-        gate.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .ok()
-            .map(|_| FastGate(gate))
-    }
-}
-
-impl Drop for FastGate<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
 }
 
 /// Decides a batch and answers each caller; a batch whose transaction fails is retried
