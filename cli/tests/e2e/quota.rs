@@ -244,6 +244,21 @@ async fn a_small_org_is_not_starved_behind_a_flood() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let small: Vec<String> = futures::future::join_all((0..5).map(|_| sandbox(&c, &b))).await;
+    // B has arrived once the leader holds its sandboxes (it records why each waits); a slot
+    // freed before that would go to A by right, since B would not be in the queue yet.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while statuses(&c, &b.key)
+        .await
+        .iter()
+        .any(|s| s.1 == "queued" && s.2.is_empty())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the leader never took B's sandboxes\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Free one slot at a time; record who gets it.
     let mut a_activated_after_b_arrived = 0;
