@@ -151,18 +151,13 @@ async fn create(
     Ok((StatusCode::ACCEPTED, Json(sandbox.view())))
 }
 
-/// A create placed in its admission: its create work goes to the pool's workers and its
-/// status to watchers, both at once, as the leader announces an activation. A lost work
-/// message is re-sent by the scheduler's provisioning sweep.
+/// A create placed in its admission, announced as the leader announces an activation. A
+/// lost work message is re-sent by the scheduler's sweep.
 async fn announce_placed(state: &AppState, sandbox: &Sandbox) {
     let pool = sandbox.pool.as_deref().unwrap_or("");
     tracing::info!(sandbox = %sandbox.id, pool, "placement: activated in admission");
     metrics::counter!("differently_activations_total", "pool" => pool.to_owned()).increment(1);
-    let (work, _) = tokio::join!(
-        state.announcer.work(sandbox, WorkOp::Create, ""),
-        state.announcer.status(sandbox)
-    );
-    if let Err(e) = work {
+    if let Err(e) = state.announcer.activated(sandbox).await {
         tracing::warn!(sandbox = %sandbox.id, error = %e, "create publish failed; the provisioning sweep will retry");
     }
 }

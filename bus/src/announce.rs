@@ -121,6 +121,15 @@ impl Announcer {
             .await
     }
 
+    /// An activated (`provisioning`) sandbox: its create work for the pool's workers and its
+    /// status for watchers, both at once (the work matters only to the worker, the status
+    /// only to watchers). Answers the work's publish; a lost status event only delays
+    /// watchers until they re-read the row.
+    pub async fn activated(&self, s: &Sandbox) -> Result<Published, BusError> {
+        let (work, _) = tokio::join!(self.work(s, WorkOp::Create, ""), self.status(s));
+        work
+    }
+
     /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status.
     pub async fn status(&self, s: &Sandbox) -> Result<Published, BusError> {
         let mut env = Envelope::new(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use differently_bus::trace;
-use differently_bus_schema::{Admitted, Envelope, StatusChanged, TraceContext, WorkOp};
+use differently_bus_schema::{Admitted, Envelope, StatusChanged, TraceContext};
 use differently_core::fair::{Candidate, FairQueue};
 use differently_core::policy::{self, Decision, EffectivePolicy};
 use differently_core::tenancy::Quota;
@@ -791,11 +791,7 @@ async fn announce_in_background(
 /// matters only to the worker, the status only to watchers.
 async fn announce_activation(s: &Scheduler, active: &Sandbox) {
     tracing::info!(sandbox = %active.id, pool = active.pool.as_deref().unwrap_or(""), "placement: activated");
-    let (work, _) = tokio::join!(
-        s.announcer.work(active, WorkOp::Create, ""),
-        s.announcer.status(active)
-    );
-    if let Err(e) = work {
+    if let Err(e) = s.announcer.activated(active).await {
         tracing::warn!(sandbox = %active.id, error = %e, "create publish failed; the provisioning sweep will retry");
     }
 }
