@@ -168,9 +168,16 @@ pub(crate) async fn ready_for_data(
             .await?
             .ok_or_else(|| ApiError::not_found("sandbox"))?;
     }
+    let at = running_instance(state, &sandbox)?;
+    Ok((pool, at, sandbox))
+}
+
+/// The backend instance of a running sandbox, counted as activity (409 if it is not
+/// running).
+fn running_instance(state: &AppState, sandbox: &Sandbox) -> ApiResult<InstanceRef> {
     if sandbox.status != SandboxStatus::Running {
         return Err(status_conflict(
-            &sandbox,
+            sandbox,
             "this call needs a running sandbox",
         ));
     }
@@ -182,11 +189,10 @@ pub(crate) async fn ready_for_data(
     };
     // Off the call's path and batched: the idle sweep only needs it within seconds.
     state.activity.record(&state.store, &sandbox.id, Utc::now());
-    let at = InstanceRef {
+    Ok(InstanceRef {
         sandbox_id: sandbox.id.clone(),
         backend_ref,
-    };
-    Ok((pool, at, sandbox))
+    })
 }
 
 /// Opens a data-plane call (exec, streamed exec, files) on sandbox `raw_id` for `capability`: the
@@ -212,21 +218,15 @@ pub(crate) async fn open_data_call(
     if let Some(s) = remembered {
         let pool = pool_of(state, &s)?;
         require_capability(&pool, capability)?;
-        if let Some(backend_ref) = s.backend_ref.clone() {
-            let guard = RowGuard {
-                sandbox: s.id.clone(),
-                status: s.status,
-                status_version: s.status_version,
-            };
-            let event = audit_event(principal, &s, action, detail.clone());
-            if state.store.append_audit_if(event, &guard).await?.is_some() {
-                state.activity.record(&state.store, &s.id, Utc::now());
-                let at = InstanceRef {
-                    sandbox_id: s.id.clone(),
-                    backend_ref,
-                };
-                return Ok((pool, at, s));
-            }
+        let at = running_instance(state, &s)?;
+        let guard = RowGuard {
+            sandbox: s.id.clone(),
+            status: s.status,
+            status_version: s.status_version,
+        };
+        let event = audit_event(principal, &s, action, detail.clone());
+        if state.store.append_audit_if(event, &guard).await?.is_some() {
+            return Ok((pool, at, s));
         }
         // It moved since: read it like any other call.
         state.events.running.forget(&id);
