@@ -277,12 +277,9 @@ async fn decide_in_one_tx(
     Ok(decided)
 }
 
-/// The item's direct placement if it can apply: its pool has no concurrency cap (a capped
-/// pool is contended across organizations, and only the leader orders those).
+/// The item's direct placement if it can apply (`DirectPlacement::applies`).
 fn direct_of(a: &Admission) -> Option<&DirectPlacement> {
-    a.direct
-        .as_ref()
-        .filter(|d| d.pool.max_concurrent.is_none())
+    a.direct.as_ref().filter(|d| d.applies())
 }
 
 /// The counters to lock before commit, in the global order, when the rows' commit triggers

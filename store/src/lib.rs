@@ -130,6 +130,14 @@ pub struct DirectPlacement {
     pub explanation: serde_json::Value,
 }
 
+impl DirectPlacement {
+    /// Whether a store may apply it: its pool has no concurrency cap (a cap is contended
+    /// across organizations, and only the leader orders those).
+    pub fn applies(&self) -> bool {
+        self.pool.max_concurrent.is_none()
+    }
+}
+
 /// Result of `admit`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admitted {

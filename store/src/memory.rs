@@ -874,7 +874,7 @@ impl Store for MemoryStore {
                     next_attempt_at: sandbox.created_at,
                 },
             );
-            let direct = direct.filter(|d| d.pool.max_concurrent.is_none() && org_queued == 0);
+            let direct = direct.filter(|d| d.applies() && org_queued == 0);
             let Some(direct) = direct else {
                 return Ok(Admitted::New(sandbox));
             };
@@ -1154,43 +1154,41 @@ fn activate_in(
     now: DateTime<Utc>,
     activate: fn(&mut Sandbox, &PoolSlot, DateTime<Utc>) -> rules::AuditEntry,
 ) -> Result<Activation, StoreError> {
-    {
-        let sbx = st.row_mut(id)?.sandbox.clone();
-        if sbx.status != SandboxStatus::Queued {
-            return Ok(Activation::NotQueued(sbx));
-        }
-        let org_scope = QuotaScope::Org(sbx.org_id.clone());
-        let prj_scope = QuotaScope::Project(sbx.project_id.clone());
-        let org_usage = st.usage(&org_scope);
-        let org_quota = st.stored_quota(&org_scope).or(quota);
-        let prj_usage = st.usage(&prj_scope);
-        let prj_quota = st.stored_quota(&prj_scope);
-        let pool_used = st
-            .sandboxes
-            .values()
-            .filter(|r| {
-                r.sandbox.pool.as_deref() == Some(pool.name.as_str())
-                    && r.sandbox.status.holds_pool_slot()
-            })
-            .count();
-        let pool_used = u64::try_from(pool_used).unwrap_or(u64::MAX);
-        let row = st.row_mut(id)?;
-        let reason = rules::waiting_reason(
-            (&org_usage, &org_quota),
-            (&prj_usage, &prj_quota),
-            pool_used,
-            &sbx,
-            pool,
-        );
-        if let Some((wall, reason)) = reason {
-            rules::wait(&mut row.sandbox, reason, now);
-            return Ok(Activation::Waiting(row.sandbox.clone(), wall));
-        }
-        let entry = activate(&mut row.sandbox, pool, now);
-        let out = row.sandbox.clone();
-        st.audit(&out.org_id, out.id.as_str(), entry, now);
-        Ok(Activation::Activated(out))
+    let sbx = st.row_mut(id)?.sandbox.clone();
+    if sbx.status != SandboxStatus::Queued {
+        return Ok(Activation::NotQueued(sbx));
     }
+    let org_scope = QuotaScope::Org(sbx.org_id.clone());
+    let prj_scope = QuotaScope::Project(sbx.project_id.clone());
+    let org_usage = st.usage(&org_scope);
+    let org_quota = st.stored_quota(&org_scope).or(quota);
+    let prj_usage = st.usage(&prj_scope);
+    let prj_quota = st.stored_quota(&prj_scope);
+    let pool_used = st
+        .sandboxes
+        .values()
+        .filter(|r| {
+            r.sandbox.pool.as_deref() == Some(pool.name.as_str())
+                && r.sandbox.status.holds_pool_slot()
+        })
+        .count();
+    let pool_used = u64::try_from(pool_used).unwrap_or(u64::MAX);
+    let row = st.row_mut(id)?;
+    let reason = rules::waiting_reason(
+        (&org_usage, &org_quota),
+        (&prj_usage, &prj_quota),
+        pool_used,
+        &sbx,
+        pool,
+    );
+    if let Some((wall, reason)) = reason {
+        rules::wait(&mut row.sandbox, reason, now);
+        return Ok(Activation::Waiting(row.sandbox.clone(), wall));
+    }
+    let entry = activate(&mut row.sandbox, pool, now);
+    let out = row.sandbox.clone();
+    st.audit(&out.org_id, out.id.as_str(), entry, now);
+    Ok(Activation::Activated(out))
 }
 
 /// `transition` on the locked state.
