@@ -247,8 +247,9 @@ capabilities = {caps}
         // stopped leader would not build up a backlog through it. (A binary that predates
         // the setting ignores the variable; its one API path is the leader's anyway.)
         cluster.leader_port = free_port()?;
-        cluster.spawn_api(
+        cluster.spawn_as(
             LEADER_API,
+            "api",
             &config,
             &[
                 ("DIFFERENTLY_DIRECT_PLACEMENT", "false"),
@@ -263,23 +264,23 @@ capabilities = {caps}
     }
 
     fn spawn(&mut self, role: &str, config: &Path) -> Result<(), LoadError> {
-        self.spawn_api(role, config, &[])
+        self.spawn_as(role, role, config, &[])
     }
 
-    /// Spawns `server --role <role>` (the process is named `role`; `api-leader` runs the api
-    /// role) with `env` on top.
-    fn spawn_api(
+    /// Spawns `server --role <role>` as the process `name` (its log is `<name>.log`), with
+    /// `env` on top.
+    fn spawn_as(
         &mut self,
+        name: &str,
         role: &str,
         config: &Path,
         env: &[(&str, &str)],
     ) -> Result<(), LoadError> {
-        let server_role = if role == LEADER_API { "api" } else { role };
-        let log = self.dir.path().join(format!("{role}.log"));
+        let log = self.dir.path().join(format!("{name}.log"));
         let file = std::fs::File::create(&log).map_err(|e| LoadError::io("log file", e))?;
         let err = file.try_clone().map_err(|e| LoadError::io("log file", e))?;
         let child = Command::new(&self.opts.binary)
-            .args(["server", "--role", server_role, "--config"])
+            .args(["server", "--role", role, "--config"])
             .arg(config)
             .envs(env.iter().copied())
             .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
@@ -291,9 +292,9 @@ capabilities = {caps}
             .stdout(file)
             .stderr(err)
             .spawn()
-            .map_err(|e| LoadError::io(format!("spawning {role}"), e))?;
+            .map_err(|e| LoadError::io(format!("spawning {name}"), e))?;
         self.procs.push(Proc {
-            name: role.to_owned(),
+            name: name.to_owned(),
             child,
         });
         Ok(())
@@ -335,9 +336,9 @@ capabilities = {caps}
 
     /// Every process's log tail, for error messages.
     pub fn logs(&self) -> String {
-        ROLES
+        self.procs
             .iter()
-            .map(|r| format!("--- {r} ---\n{}\n", self.log_tail(r, 30)))
+            .map(|p| format!("--- {} ---\n{}\n", p.name, self.log_tail(&p.name, 30)))
             .collect()
     }
 
