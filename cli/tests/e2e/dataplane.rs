@@ -31,15 +31,11 @@ isolation = "none"
 "#,
         root.display()
     );
-    let mut c = Cluster::new(Opts {
+    let c = Cluster::started(Opts {
         more_pools: more,
         ..opts
     })
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
     c
 }
 
@@ -852,11 +848,7 @@ async fn uploads_over_the_configured_limit_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remembered_row_serves_execs_only_while_it_holds() {
     // The fake pool only, so its ledger witnesses every exec that reached a backend.
-    let mut c = Cluster::new(Opts::default()).await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
+    let c = Cluster::started(Opts::default()).await;
     let id = running(&c, json!({})).await;
     let path = format!("/v1/sandboxes/{id}/exec");
     let exec = |n: &str| {

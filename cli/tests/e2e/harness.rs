@@ -85,6 +85,17 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// [`Cluster::new`] with an api, a scheduler and a worker process (named after their
+    /// roles) running and ready: what most tests start from.
+    pub async fn started(opts: Opts) -> Cluster {
+        let mut c = Cluster::new(opts).await;
+        c.spawn("api", "api", &[]);
+        c.spawn("scheduler", "scheduler", &[]);
+        c.spawn("worker", "worker", &[]);
+        c.wait_ready().await;
+        c
+    }
+
     /// A database, a nats-server and a config file; no processes yet.
     pub async fn new(opts: Opts) -> Cluster {
         let db = TestDb::new().await;

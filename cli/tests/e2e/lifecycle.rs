@@ -393,7 +393,7 @@ async fn idle_sandbox_is_paused_and_the_next_exec_wakes_it() {
 async fn reconciler_deletes_orphans_fails_vanished_and_skips_broken_listings() {
     let root = tempfile::tempdir().expect("tempdir");
     let broken_ledger = root.path().join("broken.jsonl");
-    let mut c = Cluster::new(Opts {
+    let c = Cluster::started(Opts {
         more_pools: format!(
             r#"{FAKE_CAPS}
 
@@ -410,10 +410,6 @@ capabilities = ["exec", "files"]
         ..Opts::default()
     })
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
 
     let live = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
     let doomed = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
@@ -530,15 +526,11 @@ capabilities = ["exec", "files"]
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sandbox_on_a_pool_without_pause_is_stopped_and_started_again() {
-    let mut c = Cluster::new(Opts {
+    let c = Cluster::started(Opts {
         more_pools: r#"capabilities = ["exec", "exec.stream", "lifecycle.stop"]"#.to_owned(),
         ..Opts::default()
     })
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
     let id = running(&c, json!({"idleTimeoutSeconds": 2})).await;
     let stopped = c
         .wait_status(&id, SandboxStatus::Stopped, Duration::from_secs(30))

@@ -48,16 +48,12 @@ async fn placed_on(c: &Cluster, t: &Tenant, body: Value) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_decides_and_explains() {
     let extra = "".to_owned();
-    let mut c = Cluster::new(Opts {
+    let c = Cluster::started(Opts {
         more_pools: MORE_POOLS.to_owned(),
         extra_toml: extra,
         ..Opts::default()
     })
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
     let admin = c.key.clone();
     let a = tenant(&c, "org-a").await;
     let b = tenant(&c, "org-b").await;
@@ -252,11 +248,7 @@ async fn policy_decides_and_explains() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unhealthy_pool_gets_no_new_work_and_fails_nothing() {
-    let mut c = Cluster::new(Opts::default()).await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
+    let c = Cluster::started(Opts::default()).await;
     let admin = c.key.clone();
     let a = tenant(&c, "org-a").await;
     let ledger = c.ledger.display().to_string();
@@ -364,11 +356,7 @@ async fn an_unhealthy_pool_gets_no_new_work_and_fails_nothing() {
 /// restart: after its fake ledger is pointed at another file, the next create lands there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_pool_is_used_by_the_running_worker() {
-    let mut c = Cluster::new(Opts::default()).await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
+    let c = Cluster::started(Opts::default()).await;
     let admin = c.key.clone();
     let a = tenant(&c, "org-a").await;
     let dir = tempfile::tempdir().unwrap();

@@ -39,15 +39,11 @@ async fn statuses(c: &Cluster, key: &str) -> Vec<(String, String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn active_limit_holds_under_fifty_parallel_creates() {
-    let mut c = Cluster::new(Opts {
+    let c = Cluster::started(Opts {
         latency_ms: 300,
         ..Opts::default()
     })
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
     let a = tenant(&c, "org-a").await;
     let (s, q) = c
         .call(
@@ -137,15 +133,11 @@ async fn active_limit_holds_under_fifty_parallel_creates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_wait_fails_with_its_reason() {
     // Every create through the leader: the warm-up below must be placed by it.
-    let mut c = Cluster::new(Opts {
+    let c = Cluster::started(Opts {
         extra_toml: crate::crash::LEADER_PLACES_ALL.into(),
         ..Opts::default()
     })
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
     let a = tenant(&c, "org-a").await;
     // `wait_ready` proves the API sees the pool healthy; the scheduler syncs its own view
     // every 2 s. Until it has, sandboxes wait "for capacity: fake (unhealthy)", which with a
@@ -212,15 +204,11 @@ async fn a_long_wait_fails_with_its_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_org_is_not_starved_behind_a_flood() {
-    let mut c = Cluster::new(Opts {
+    let c = Cluster::started(Opts {
         pool_max_concurrent: Some(10),
         ..Opts::default()
     })
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
     let a = tenant(&c, "flood").await;
     let b = tenant(&c, "small").await;
     let flood = futures::future::join_all((0..200).map(|_| sandbox(&c, &a))).await;

@@ -144,15 +144,11 @@ async fn create_run_exec_delete_across_three_processes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_places_every_create_when_direct_placement_is_off() {
-    let mut c = Cluster::new(Opts {
+    let c = Cluster::started(Opts {
         extra_toml: crate::crash::LEADER_PLACES_ALL.into(),
         ..Opts::default()
     })
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
     let (status, created) = c.create(json!({})).await;
     assert_eq!(
         (status, created["status"].as_str()),
@@ -218,11 +214,7 @@ async fn idempotency_key_replays_and_conflicts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_sandboxes_reach_running_and_pages_cover_them_once() {
-    let mut c = Cluster::new(Opts::default()).await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
+    let c = Cluster::started(Opts::default()).await;
     let mut latencies = Vec::new();
     let mut ids = Vec::new();
     for _ in 0..20 {

@@ -72,11 +72,7 @@ pub async fn sandbox(c: &Cluster, t: &Tenant) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_tenant_matrix_scopes_and_key_lifecycle() {
-    let mut c = Cluster::new(Opts::default()).await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn("worker", "worker", &[]);
-    c.wait_ready().await;
+    let c = Cluster::started(Opts::default()).await;
     let a = tenant(&c, "org-a").await;
     let b = tenant(&c, "org-b").await;
     let sa = sandbox(&c, &a).await;
