@@ -32,7 +32,8 @@ async fn cluster() -> Cluster {
     c
 }
 
-async fn verify(c: &Cluster) -> Value {
+/// `GET /v1/admin/audit/verify` with the admin key; the report (its answer must be 200).
+pub(crate) async fn verify(c: &Cluster) -> Value {
     let (s, report) = c
         .call(&c.key, Method::GET, "/v1/admin/audit/verify", None)
         .await;
@@ -86,7 +87,8 @@ async fn sqlx_raw(tx: &mut sqlx::Transaction<'static, sqlx::Postgres>, sql: &str
     sqlx::raw_sql(sql).execute(&mut **tx).await.unwrap();
 }
 
-async fn audit_page(c: &Cluster, key: &str, query: &str) -> (u16, Value) {
+/// `GET /v1/audit{query}` with `key`.
+pub(crate) async fn audit_page(c: &Cluster, key: &str, query: &str) -> (u16, Value) {
     c.call(key, Method::GET, &format!("/v1/audit{query}"), None)
         .await
 }

@@ -209,14 +209,12 @@ async fn exec_semantics_on_real_processes() {
     );
 
     // Audited with the program name only, never arguments or env values.
-    let (s, log) = c
-        .call(
-            &c.key,
-            reqwest::Method::GET,
-            &format!("/v1/audit?resource={id}&action=sandbox.exec&limit=100"),
-            None,
-        )
-        .await;
+    let (s, log) = crate::audit::audit_page(
+        &c,
+        &c.key,
+        &format!("?resource={id}&action=sandbox.exec&limit=100"),
+    )
+    .await;
     assert_eq!(s, 200, "{log}");
     let items = log["items"].as_array().expect("audit items");
     assert!(
@@ -508,14 +506,12 @@ async fn streamed_exec_as_binary_frames() {
     }
 
     // Audited like SSE: the program name only.
-    let (s, log) = c
-        .call(
-            &c.key,
-            reqwest::Method::GET,
-            &format!("/v1/audit?resource={id}&action=sandbox.exec_stream&limit=100"),
-            None,
-        )
-        .await;
+    let (s, log) = crate::audit::audit_page(
+        &c,
+        &c.key,
+        &format!("?resource={id}&action=sandbox.exec_stream&limit=100"),
+    )
+    .await;
     assert_eq!(s, 200, "{log}");
     let items = log["items"].as_array().expect("audit items");
     assert_eq!(
@@ -884,18 +880,14 @@ async fn a_remembered_row_serves_execs_only_while_it_holds() {
         .filter(|e| e.op == LedgerOp::Exec && e.sandbox_id.as_ref() == Some(&id))
         .count();
     assert_eq!(execs, 3, "the refused exec never reached the backend");
-    let (_, log) = c
-        .call(
-            &c.key,
-            reqwest::Method::GET,
-            &format!("/v1/audit?resource={id}&action=sandbox.exec&limit=100"),
-            None,
-        )
-        .await;
+    let (_, log) = crate::audit::audit_page(
+        &c,
+        &c.key,
+        &format!("?resource={id}&action=sandbox.exec&limit=100"),
+    )
+    .await;
     let items = log["items"].as_array().expect("audit items");
     assert_eq!(items.len(), 3, "one record per exec that ran: {log}");
-    let (s, report) = c
-        .call(&c.key, reqwest::Method::GET, "/v1/admin/audit/verify", None)
-        .await;
-    assert_eq!((s, report["ok"].as_bool()), (200, Some(true)), "{report}");
+    let report = crate::audit::verify(&c).await;
+    assert_eq!(report["ok"], true, "{report}");
 }

@@ -686,14 +686,9 @@ async fn patch_changes_labels_and_the_idle_timeout() {
         "{v}"
     );
 
-    let (s, audit) = c
-        .call(
-            &c.key,
-            reqwest::Method::GET,
-            &format!("/v1/audit?resource={id}&action=sandbox.update"),
-            None,
-        )
-        .await;
+    let (s, audit) =
+        crate::audit::audit_page(&c, &c.key, &format!("?resource={id}&action=sandbox.update"))
+            .await;
     assert_eq!(s, 200, "{audit}");
     let details: Vec<Value> = audit["items"]
         .as_array()

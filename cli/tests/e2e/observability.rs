@@ -170,10 +170,7 @@ async fn metrics_move_and_one_trace_id_spans_api_to_worker() {
     );
 
     // One trace id in every process's log line about this sandbox's create.
-    let has = |log: &str, what: &str| {
-        log.lines()
-            .any(|l| l.contains(trace_id) && l.contains(&id.to_string()) && l.contains(what))
-    };
+    let has = |log: &str, what: &str| logged_with_trace(log, trace_id, &id, what);
     assert!(has(&c.log("api"), "sandbox admitted"), "{}", c.log("api"));
     assert!(
         has(&c.log("scheduler"), "placement: activated"),
@@ -212,10 +209,7 @@ async fn a_create_placed_in_its_admission_keeps_its_trace_to_the_worker() {
     let id = SandboxId::parse(created["id"].as_str().unwrap()).unwrap();
     c.wait_status(&id, SandboxStatus::Running, Duration::from_secs(30))
         .await;
-    let has = |log: &str, what: &str| {
-        log.lines()
-            .any(|l| l.contains(trace_id) && l.contains(&id.to_string()) && l.contains(what))
-    };
+    let has = |log: &str, what: &str| logged_with_trace(log, trace_id, &id, what);
     assert!(
         has(&c.log("api"), "placement: activated in admission"),
         "{}",
@@ -240,6 +234,13 @@ async fn a_create_placed_in_its_admission_keeps_its_trace_to_the_worker() {
         &[r#"pool="fake""#],
     );
     assert_eq!(placed, Some(1.0), "{metrics}");
+}
+
+/// Whether a line of `log` about sandbox `id` says `what` under `trace_id`.
+fn logged_with_trace(log: &str, trace_id: &str, id: &SandboxId, what: &str) -> bool {
+    let id = id.to_string();
+    log.lines()
+        .any(|l| l.contains(trace_id) && l.contains(&id) && l.contains(what))
 }
 
 /// The `trace_id` of the first line of `log` that contains every one of `parts`.

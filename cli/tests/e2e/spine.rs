@@ -117,14 +117,7 @@ async fn create_run_exec_delete_across_three_processes() {
         assert!(!c.log(name).contains(&c.key), "{name} logged the API key");
     }
     // The admission's record, then the activation's, both by the API process.
-    let (_, log) = c
-        .call(
-            &c.key,
-            reqwest::Method::GET,
-            &format!("/v1/audit?resource={id}&limit=100"),
-            None,
-        )
-        .await;
+    let (_, log) = crate::audit::audit_page(&c, &c.key, &format!("?resource={id}&limit=100")).await;
     let items = log["items"].as_array().expect("audit items");
     let of =
         |action: &str| -> Vec<&Value> { items.iter().filter(|i| i["action"] == action).collect() };
@@ -136,10 +129,8 @@ async fn create_run_exec_delete_across_three_processes() {
     assert_placed_on_fake(&c, &id).await;
     // Records written by all three processes (admit, activate, running, exec, delete) form
     // chains that verify under the one audit key the cluster shares.
-    let (s, report) = c
-        .call(&c.key, reqwest::Method::GET, "/v1/admin/audit/verify", None)
-        .await;
-    assert_eq!((s, report["ok"].as_bool()), (200, Some(true)), "{report}");
+    let report = crate::audit::verify(&c).await;
+    assert_eq!(report["ok"], true, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,14 +149,12 @@ async fn the_leader_places_every_create_when_direct_placement_is_off() {
     let id = differently_core::SandboxId::parse(created["id"].as_str().unwrap()).unwrap();
     c.wait_status(&id, SandboxStatus::Running, Duration::from_secs(30))
         .await;
-    let (_, log) = c
-        .call(
-            &c.key,
-            reqwest::Method::GET,
-            &format!("/v1/audit?resource={id}&action=sandbox.activate&limit=10"),
-            None,
-        )
-        .await;
+    let (_, log) = crate::audit::audit_page(
+        &c,
+        &c.key,
+        &format!("?resource={id}&action=sandbox.activate&limit=10"),
+    )
+    .await;
     let items = log["items"].as_array().expect("audit items");
     assert_eq!(items.len(), 1, "{log}");
     assert_eq!(items[0]["actor"], "system:scheduler", "{log}");
