@@ -31,7 +31,9 @@ impl QueueDepth {
     }
 }
 
-/// The `max` deepest orgs by name plus `other` for the rest (when any).
+/// The `max` deepest orgs by name plus `other` for the rest. `other` is always there (zero
+/// when no org is left over), so the series exists from the first pass and a dashboard
+/// or alert on it never reads "no data" for an idle queue.
 pub(crate) fn top_labels(counts: &HashMap<OrgId, usize>, max: usize) -> Vec<(String, usize)> {
     let mut all: Vec<(String, usize)> = counts
         .iter()
@@ -41,9 +43,7 @@ pub(crate) fn top_labels(counts: &HashMap<OrgId, usize>, max: usize) -> Vec<(Str
     all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let rest: usize = all.iter().skip(max).map(|(_, n)| n).sum();
     all.truncate(max);
-    if rest > 0 {
-        all.push(("other".to_owned(), rest));
-    }
+    all.push(("other".to_owned(), rest));
     all
 }
 
@@ -71,6 +71,12 @@ mod tests {
         assert_eq!(labels[0], (orgs[4].to_string(), 5));
         assert_eq!(labels[1], (orgs[3].to_string(), 4));
         assert_eq!(labels[2], ("other".to_owned(), 1 + 2 + 3));
-        assert_eq!(top_labels(&counts, 10).len(), 5);
+        let all = top_labels(&counts, 10);
+        assert_eq!(all.len(), 6);
+        assert_eq!(all[5], ("other".to_owned(), 0));
+        assert_eq!(
+            top_labels(&HashMap::new(), 10),
+            vec![("other".to_owned(), 0)]
+        );
     }
 }
