@@ -12,9 +12,12 @@ use std::time::Duration;
 
 use differently_bus::Bus;
 use differently_bus_schema::{Envelope, Naming, StatusChanged};
+use differently_core::sandbox::SandboxView;
 use differently_core::{SandboxId, SandboxStatus};
 use futures::StreamExt;
 use tokio::sync::watch;
+
+use crate::running_rows::RunningRow;
 
 /// Per-sandbox delivery of status events inside one process.
 #[derive(Clone, Default)]
@@ -24,9 +27,28 @@ pub struct EventHub {
     pub running: Arc<crate::running_rows::RunningRows>,
 }
 
-/// The last status seen for each sandbox that has a waiter; an entry lives exactly as long as
+/// The last event seen for each sandbox that has a waiter; an entry lives exactly as long as
 /// some [`SandboxWatch`] of its sandbox does.
-type Waiters = Mutex<HashMap<SandboxId, watch::Sender<Option<SandboxStatus>>>>;
+type Waiters = Mutex<HashMap<SandboxId, watch::Sender<Option<Delivered>>>>;
+
+/// A status event as a waiter sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivered {
+    pub status: SandboxStatus,
+    pub status_version: i64,
+    /// The row's client view as committed at `status_version`, when the publisher sent it:
+    /// a waiter this event satisfies can answer with it instead of reading the row.
+    pub view: Option<Arc<SandboxView>>,
+}
+
+impl Delivered {
+    /// This event's view if it is newer than the version the waiter already has; an older or
+    /// view-less event says only that the row moved, and the waiter reads it.
+    pub fn newer_view(&self, than: i64) -> Option<(i64, SandboxView)> {
+        let view = self.view.as_ref().filter(|_| self.status_version > than)?;
+        Some((self.status_version, SandboxView::clone(view)))
+    }
+}
 
 impl EventHub {
     /// Starts following the event stream in the background.
@@ -45,7 +67,7 @@ impl EventHub {
                                     if let Ok(env) = serde_json::from_slice::<Envelope<StatusChanged>>(
                                         &ev.payload,
                                     ) {
-                                        feed.deliver(&env.sandbox_id, env.body.status);
+                                        feed.deliver_envelope(env);
                                     }
                                 }
                                 Err(e) => {
@@ -82,13 +104,43 @@ impl EventHub {
         }
     }
 
+    /// Hands a decoded status event to [`deliver`](EventHub::deliver).
+    pub fn deliver_envelope(&self, env: Envelope<StatusChanged>) {
+        let b = env.body;
+        let row = match (b.status, b.pool, b.backend_ref) {
+            (SandboxStatus::Running, Some(pool), Some(backend_ref)) => Some(RunningRow {
+                id: env.sandbox_id.clone(),
+                org_id: b.org_id,
+                project_id: b.project_id,
+                pool,
+                backend_ref,
+                status_version: env.status_version,
+            }),
+            _ => None,
+        };
+        let delivered = Delivered {
+            status: b.status,
+            status_version: env.status_version,
+            view: b.view.map(|v| Arc::new(*v)),
+        };
+        self.deliver(&env.sandbox_id, delivered, row);
+    }
+
     /// Hands a status event to the waiters of its sandbox (a no-op when there are none) and
-    /// drops its remembered row.
-    pub fn deliver(&self, id: &SandboxId, status: SandboxStatus) {
-        self.running.forget(id);
+    /// drops its remembered row. When someone here waits on the sandbox and the event says
+    /// where it now runs (`row`), that row is remembered instead: the waiter is most likely
+    /// about to call it.
+    pub fn deliver(&self, id: &SandboxId, event: Delivered, row: Option<RunningRow>) {
         let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(tx) = waiters.get(id) {
-            tx.send_replace(Some(status));
+        match (waiters.get(id), row) {
+            (Some(tx), row) => {
+                match row {
+                    Some(row) => self.running.remember_row(row),
+                    None => self.running.forget(id),
+                }
+                tx.send_replace(Some(event));
+            }
+            (None, _) => self.running.forget(id),
         }
     }
 
@@ -105,17 +157,17 @@ impl EventHub {
 pub struct SandboxWatch {
     waiters: Arc<Waiters>,
     id: SandboxId,
-    rx: watch::Receiver<Option<SandboxStatus>>,
+    rx: watch::Receiver<Option<Delivered>>,
 }
 
 impl SandboxWatch {
     /// The next status event of this sandbox (the latest, if several arrived since the last
     /// call). Pending forever if the process's hub is gone, which callers bound with a timer.
-    pub async fn changed(&mut self) -> Option<SandboxStatus> {
+    pub async fn changed(&mut self) -> Option<Delivered> {
         if self.rx.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
-        *self.rx.borrow_and_update()
+        self.rx.borrow_and_update().clone()
     }
 }
 
@@ -142,20 +194,103 @@ mod tests {
             .ok()
     }
 
+    fn ev(status: SandboxStatus) -> Delivered {
+        Delivered {
+            status,
+            status_version: 1,
+            view: None,
+        }
+    }
+
+    fn status(woke: Option<Option<Delivered>>) -> Option<Option<SandboxStatus>> {
+        woke.map(|d| d.map(|d| d.status))
+    }
+
+    /// A committed running row, and the envelope its status event carries.
+    fn started() -> (differently_core::Sandbox, Envelope<StatusChanged>) {
+        use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxSpec};
+        let mut s = Sandbox::queued(
+            OrgId::new(),
+            ProjectId::new(),
+            SandboxSpec::build(&CreateSandboxRequest::default()).expect("spec"),
+            None,
+            chrono::Utc::now(),
+        );
+        s.status = SandboxStatus::Running;
+        s.status_version = 3;
+        s.pool = Some("fake".into());
+        s.backend_ref = Some("ref-7".into());
+        let env = Envelope::new(
+            s.id.clone(),
+            s.status_version,
+            StatusChanged {
+                org_id: s.org_id.clone(),
+                project_id: s.project_id.clone(),
+                status: s.status,
+                status_reason: None,
+                pool: s.pool.clone(),
+                at: s.updated_at,
+                backend_ref: s.backend_ref.clone(),
+                view: Some(Box::new(s.view())),
+            },
+        );
+        (s, env)
+    }
+
+    #[tokio::test]
+    async fn an_event_with_its_view_answers_a_waiter_only_when_newer() {
+        let hub = EventHub::default();
+        let (s, env) = started();
+        let mut w = hub.watch(&s.id);
+        hub.deliver_envelope(env);
+        let got = within(w.changed()).await.flatten().expect("woken");
+        assert_eq!(got.status, SandboxStatus::Running);
+        assert_eq!(got.newer_view(2), Some((3, s.view())));
+        // The waiter already read version 3 or later: the event adds nothing.
+        assert_eq!(got.newer_view(3), None);
+        // An event from a publisher that sent no view says only that the row moved.
+        assert_eq!(ev(SandboxStatus::Running).newer_view(0), None);
+    }
+
+    #[tokio::test]
+    async fn a_start_is_remembered_for_the_data_plane_only_while_someone_here_waits() {
+        let hub = EventHub::default();
+        let (s, env) = started();
+        // Nobody waits here: nothing is remembered (a replica does not hold every row).
+        hub.deliver_envelope(env.clone());
+        assert_eq!(hub.running.get(&s.id), None);
+        let w = hub.watch(&s.id);
+        hub.deliver_envelope(env.clone());
+        let row = hub.running.get(&s.id).expect("remembered");
+        assert_eq!(Some(row.clone()), crate::running_rows::RunningRow::of(&s));
+        assert_eq!(row.backend_ref, "ref-7");
+        // Any later change of the row drops it.
+        let mut stopping = env;
+        stopping.status_version = 4;
+        stopping.body.status = SandboxStatus::Terminating;
+        hub.deliver_envelope(stopping);
+        assert_eq!(hub.running.get(&s.id), None);
+        drop(w);
+    }
+
     #[tokio::test]
     async fn an_event_wakes_only_the_watchers_of_its_sandbox() {
         let hub = EventHub::default();
         let (a, b) = (SandboxId::new(), SandboxId::new());
         let mut wa = hub.watch(&a);
         let mut wb = hub.watch(&b);
-        hub.deliver(&a, SandboxStatus::Running);
+        hub.deliver(&a, ev(SandboxStatus::Running), None);
         assert_eq!(
-            within(wa.changed()).await,
+            status(within(wa.changed()).await),
             Some(Some(SandboxStatus::Running))
         );
-        assert_eq!(within(wb.changed()).await, None, "b was woken by a's event");
+        assert_eq!(
+            status(within(wb.changed()).await),
+            None,
+            "b was woken by a's event"
+        );
         // Seen once: no second wake-up without a new event.
-        assert_eq!(within(wa.changed()).await, None);
+        assert_eq!(status(within(wa.changed()).await), None);
     }
 
     #[tokio::test]
@@ -164,14 +299,14 @@ mod tests {
         let id = SandboxId::new();
         let mut w1 = hub.watch(&id);
         let mut w2 = hub.watch(&id);
-        hub.deliver(&id, SandboxStatus::Provisioning);
-        hub.deliver(&id, SandboxStatus::Running);
+        hub.deliver(&id, ev(SandboxStatus::Provisioning), None);
+        hub.deliver(&id, ev(SandboxStatus::Running), None);
         assert_eq!(
-            within(w1.changed()).await,
+            status(within(w1.changed()).await),
             Some(Some(SandboxStatus::Running))
         );
         assert_eq!(
-            within(w2.changed()).await,
+            status(within(w2.changed()).await),
             Some(Some(SandboxStatus::Running))
         );
     }
@@ -180,12 +315,12 @@ mod tests {
     async fn an_event_before_the_watch_is_not_seen_and_one_after_is() {
         let hub = EventHub::default();
         let id = SandboxId::new();
-        hub.deliver(&id, SandboxStatus::Running);
+        hub.deliver(&id, ev(SandboxStatus::Running), None);
         let mut w = hub.watch(&id);
-        assert_eq!(within(w.changed()).await, None);
-        hub.deliver(&id, SandboxStatus::Terminating);
+        assert_eq!(status(within(w.changed()).await), None);
+        hub.deliver(&id, ev(SandboxStatus::Terminating), None);
         assert_eq!(
-            within(w.changed()).await,
+            status(within(w.changed()).await),
             Some(Some(SandboxStatus::Terminating))
         );
     }
@@ -199,16 +334,16 @@ mod tests {
         assert_eq!(hub.watched(), 1);
         drop(w1);
         assert_eq!(hub.watched(), 1, "w2 still watches");
-        hub.deliver(&id, SandboxStatus::Running);
+        hub.deliver(&id, ev(SandboxStatus::Running), None);
         assert_eq!(
-            within(w2.changed()).await,
+            status(within(w2.changed()).await),
             Some(Some(SandboxStatus::Running))
         );
         drop(w2);
         assert_eq!(hub.watched(), 0);
         // A new watch after that starts fresh.
         let mut w3 = hub.watch(&id);
-        assert_eq!(within(w3.changed()).await, None);
+        assert_eq!(status(within(w3.changed()).await), None);
         assert_eq!(hub.watched(), 1);
     }
 }

@@ -126,9 +126,9 @@ async fn exec(
     let req = parse_exec(&body)?;
     principal.require(Scope::SandboxesExec)?;
     let detail = json!({ "program": req.program() });
-    let (pool, at, sandbox) =
+    let (pool, at) =
         open_data_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
-    tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec");
+    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec");
     let enc = req.output_encoding.unwrap_or_default();
     let streams = pool
         .adapter
@@ -455,7 +455,7 @@ async fn start_stream(
     let req = parse_exec(body)?;
     principal.require(Scope::SandboxesExec)?;
     let detail = json!({ "program": req.program() });
-    let (pool, at, sandbox) = open_data_call(
+    let (pool, at) = open_data_call(
         state,
         principal,
         id,
@@ -464,7 +464,7 @@ async fn start_stream(
         detail,
     )
     .await?;
-    tracing::info!(sandbox = %sandbox.id, program = req.program(), "exec stream");
+    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec stream");
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
     let enc = req.output_encoding.unwrap_or_default();

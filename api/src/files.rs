@@ -130,7 +130,7 @@ async fn upload(
         return Err(too_large(limit));
     }
     let detail = json!({ "path": path });
-    let (pool, at, _) =
+    let (pool, at) =
         open_data_call(&state, &principal, &id, "files", "file.upload", detail).await?;
     let seen = Arc::new(AtomicU64::new(0));
     let over = Arc::new(AtomicBool::new(false));
@@ -218,7 +218,7 @@ async fn download(
         .and_then(|v| v.to_str().ok())
         .and_then(parse_range);
     let detail = json!({ "path": path });
-    let (pool, at, _) =
+    let (pool, at) =
         open_data_call(&state, &principal, &id, "files", "file.download", detail).await?;
     let byte_range = match range {
         None => None,
@@ -312,7 +312,7 @@ async fn list(
             .filter(|d| (1..=MAX_DEPTH).contains(d))
             .ok_or_else(|| bad_query("depth", format!("must be between 1 and {MAX_DEPTH}")))?,
     };
-    let (pool, at, _) = open_data_call(
+    let (pool, at) = open_data_call(
         &state,
         &principal,
         &id,
@@ -340,7 +340,7 @@ async fn delete(
     let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::FilesWrite)?;
     let path = path_of(q.path.as_deref())?;
-    let (pool, at, _) = open_data_call(
+    let (pool, at) = open_data_call(
         &state,
         &principal,
         &id,

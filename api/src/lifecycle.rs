@@ -26,7 +26,7 @@ use differently_core::ids::{OpId, SnapshotId};
 use differently_core::sandbox::SandboxView;
 use differently_core::status::can_transition;
 use differently_core::tenancy::Scope;
-use differently_core::{ErrorCode, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use differently_core::{ErrorCode, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use differently_store::audit::{NewAuditEvent, RowGuard};
 use differently_store::lifecycle::{OpBegun, OpRecord, OpState, SnapshotRecord, SnapshotStatus};
 use serde::{Deserialize, Serialize};
@@ -84,6 +84,11 @@ pub(crate) fn pool_of(state: &AppState, sandbox: &Sandbox) -> ApiResult<Arc<Pool
     let Some(name) = &sandbox.pool else {
         return Err(status_conflict(sandbox, "the sandbox has no backend yet"));
     };
+    named_pool(state, name)
+}
+
+/// The pool `name` as this replica has it configured.
+fn named_pool(state: &AppState, name: &str) -> ApiResult<Arc<Pool>> {
     state.pools.get(name).ok_or_else(|| {
         ApiError::new(
             ErrorCode::ProviderUnavailable,
@@ -196,11 +201,11 @@ fn running_instance(state: &AppState, sandbox: &Sandbox) -> ApiResult<InstanceRe
 }
 
 /// Opens a data-plane call (exec, streamed exec, files) on sandbox `raw_id` for `capability`: the
-/// pool, the instance and the row, with the call's `action` record appended first (fail
-/// closed). A row remembered from an earlier call (`EventHub::running`) is used without a
-/// read when the record can be appended guarded on it (the row still running at that
-/// version); otherwise the row is read (and woken if idle) as [`ready_for_data`] does, and
-/// remembered for the next call.
+/// pool and the instance, with the call's `action` record appended first (fail closed). A row
+/// remembered from an earlier call or from the event that started it (`EventHub::running`) is
+/// used without a read when the record can be appended guarded on it (the row still running
+/// at that version); otherwise the row is read (and woken if idle) as [`ready_for_data`]
+/// does, and remembered for the next call.
 pub(crate) async fn open_data_call(
     state: &AppState,
     principal: &Principal,
@@ -208,25 +213,35 @@ pub(crate) async fn open_data_call(
     capability: &str,
     action: &str,
     detail: Value,
-) -> ApiResult<(Arc<Pool>, InstanceRef, Sandbox)> {
+) -> ApiResult<(Arc<Pool>, InstanceRef)> {
     let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
     let remembered = state
         .events
         .running
         .get(&id)
-        .filter(|s| principal.sees_project(&s.org_id, &s.project_id));
-    if let Some(s) = remembered {
-        let pool = pool_of(state, &s)?;
+        .filter(|r| principal.sees_project(&r.org_id, &r.project_id));
+    if let Some(r) = remembered {
+        let pool = named_pool(state, &r.pool)?;
         require_capability(&pool, capability)?;
-        let at = running_instance(state, &s)?;
         let guard = RowGuard {
-            sandbox: s.id.clone(),
-            status: s.status,
-            status_version: s.status_version,
+            sandbox: r.id.clone(),
+            status: SandboxStatus::Running,
+            status_version: r.status_version,
         };
-        let event = audit_event(principal, &s, action, detail.clone());
+        let event = audit_event(
+            principal,
+            (&r.org_id, &r.project_id, &r.id),
+            action,
+            detail.clone(),
+        );
         if state.store.append_audit_if(event, &guard).await?.is_some() {
-            return Ok((pool, at, s));
+            // Off the call's path and batched: the idle sweep only needs it within seconds.
+            state.activity.record(&state.store, &r.id, Utc::now());
+            let at = InstanceRef {
+                sandbox_id: r.id,
+                backend_ref: r.backend_ref,
+            };
+            return Ok((pool, at));
         }
         // It moved since: read it like any other call.
         state.events.running.forget(&id);
@@ -235,7 +250,7 @@ pub(crate) async fn open_data_call(
     let (pool, at, sandbox) = ready_for_data(state, principal, sandbox, capability).await?;
     audit(state, principal, &sandbox, action, detail).await?;
     state.events.running.remember(&sandbox);
-    Ok((pool, at, sandbox))
+    Ok((pool, at))
 }
 
 /// Appends an audit record of `action` on `sandbox` by the caller, before the action runs:
@@ -249,24 +264,30 @@ pub(crate) async fn audit(
 ) -> ApiResult<()> {
     state
         .store
-        .append_audit(audit_event(principal, sandbox, action, detail))
+        .append_audit(audit_event(
+            principal,
+            (&sandbox.org_id, &sandbox.project_id, &sandbox.id),
+            action,
+            detail,
+        ))
         .await?;
     Ok(())
 }
 
-/// The record of `action` on `sandbox` by the caller, before the action runs.
+/// The record of `action` on sandbox `(org, project, id)` by the caller, before the action
+/// runs.
 fn audit_event(
     principal: &Principal,
-    sandbox: &Sandbox,
+    (org, project, id): (&OrgId, &ProjectId, &SandboxId),
     action: &str,
     detail: Value,
 ) -> NewAuditEvent {
     NewAuditEvent {
-        org_id: Some(sandbox.org_id.clone()),
-        project_id: Some(sandbox.project_id.clone()),
+        org_id: Some(org.clone()),
+        project_id: Some(project.clone()),
         actor: principal.actor().as_audit(),
         action: action.to_owned(),
-        resource: sandbox.id.to_string(),
+        resource: id.to_string(),
         outcome: "requested".to_owned(),
         detail,
     }

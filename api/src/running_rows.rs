@@ -1,47 +1,83 @@
 //! Rows of running sandboxes that data-plane calls (exec, streamed exec, files) read recently, so
-//! the next call on the same sandbox skips the read.
+//! the next call on the same sandbox skips the read. A status event that starts a sandbox
+//! someone in this process is waiting on is remembered too (`EventHub::deliver`): the usual
+//! client waits for running and then execs, and that first exec needs no read either.
 //!
 //! Why it is safe: such a call's audit record is appended only if the row is still at the
 //! remembered status and version, checked in the append's own statement
 //! (`AuditStore::append_audit_if`), and the call runs only once its record is written. A
 //! stale entry (its change event not seen yet) therefore costs a fallback read, never a call
-//! on a row that moved. Entries are dropped on every status event of their sandbox
-//! (`EventHub::deliver`) and trusted for a few seconds at most.
+//! on a row that moved. Entries are dropped on every other status event of their sandbox
+//! and trusted for a few seconds at most.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use differently_core::{Sandbox, SandboxId, SandboxStatus};
+use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 
 /// How long an entry is used without a read (its events normally drop it much sooner).
 const FRESH_FOR: Duration = Duration::from_secs(5);
 /// Entries kept at most; a process busier than that starts over rather than grow.
 const MAX_ROWS: usize = 10_000;
 
+/// What a data-plane call needs of a running row: whose it is, where it runs, and the
+/// version its audit append is guarded on. Small, and free of the spec, so it can come from a
+/// status event as well as from a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningRow {
+    pub id: SandboxId,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
+    pub pool: String,
+    pub backend_ref: String,
+    pub status_version: i64,
+}
+
+impl RunningRow {
+    /// The row of `s` if it is running on an instance (only such rows serve data-plane calls).
+    pub fn of(s: &Sandbox) -> Option<RunningRow> {
+        if s.status != SandboxStatus::Running {
+            return None;
+        }
+        Some(RunningRow {
+            id: s.id.clone(),
+            org_id: s.org_id.clone(),
+            project_id: s.project_id.clone(),
+            pool: s.pool.clone()?,
+            backend_ref: s.backend_ref.clone()?,
+            status_version: s.status_version,
+        })
+    }
+}
+
 /// The remembered rows of one API process.
 #[derive(Debug, Default)]
-pub struct RunningRows(Mutex<HashMap<SandboxId, (Instant, Sandbox)>>);
+pub struct RunningRows(Mutex<HashMap<SandboxId, (Instant, RunningRow)>>);
 
 impl RunningRows {
     /// The remembered row of `id`, if fresh.
-    pub fn get(&self, id: &SandboxId) -> Option<Sandbox> {
+    pub fn get(&self, id: &SandboxId) -> Option<RunningRow> {
         let rows = self.lock();
         rows.get(id)
             .filter(|(at, _)| at.elapsed() < FRESH_FOR)
-            .map(|(_, s)| s.clone())
+            .map(|(_, r)| r.clone())
     }
 
-    /// Remembers `s` if it is running (only running rows serve data-plane calls).
+    /// Remembers `s` if it is running on an instance.
     pub fn remember(&self, s: &Sandbox) {
-        if s.status != SandboxStatus::Running {
-            return;
+        if let Some(row) = RunningRow::of(s) {
+            self.remember_row(row);
         }
+    }
+
+    /// Remembers `row`.
+    pub fn remember_row(&self, row: RunningRow) {
         let mut rows = self.lock();
-        if rows.len() >= MAX_ROWS && !rows.contains_key(&s.id) {
+        if rows.len() >= MAX_ROWS && !rows.contains_key(&row.id) {
             rows.clear();
         }
-        rows.insert(s.id.clone(), (Instant::now(), s.clone()));
+        rows.insert(row.id.clone(), (Instant::now(), row));
     }
 
     /// Forgets `id` (its row changed).
@@ -49,7 +85,7 @@ impl RunningRows {
         self.lock().remove(id);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, (Instant, Sandbox)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, (Instant, RunningRow)>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -69,6 +105,8 @@ mod tests {
             Utc::now(),
         );
         s.status = status;
+        s.pool = Some("fake".into());
+        s.backend_ref = Some("ref-1".into());
         s
     }
 
@@ -80,9 +118,22 @@ mod tests {
         assert_eq!(rows.get(&queued.id), None);
         let running = sandbox(SandboxStatus::Running);
         rows.remember(&running);
-        assert_eq!(rows.get(&running.id), Some(running.clone()));
+        assert_eq!(rows.get(&running.id), RunningRow::of(&running));
+        assert_eq!(
+            rows.get(&running.id).map(|r| r.backend_ref),
+            Some("ref-1".into())
+        );
         rows.forget(&running.id);
         assert_eq!(rows.get(&running.id), None);
+    }
+
+    #[test]
+    fn a_running_row_without_an_instance_is_not_remembered() {
+        let rows = RunningRows::default();
+        let mut s = sandbox(SandboxStatus::Running);
+        s.backend_ref = None;
+        rows.remember(&s);
+        assert_eq!(rows.get(&s.id), None);
     }
 
     #[test]

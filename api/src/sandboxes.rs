@@ -331,28 +331,38 @@ async fn wait(
     let sandbox_id = SandboxId::parse(&id).map_err(|_| ApiError::not_found("sandbox"))?;
     // Watch before reading, so a change between the read and the wait is not missed.
     let mut events = state.events.watch(&sandbox_id);
-    let mut sandbox = load(&state, &principal, &id).await?;
+    let sandbox = load(&state, &principal, &id).await?;
+    let (mut version, mut view) = (sandbox.status_version, sandbox.view());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
     loop {
-        if sandbox.status == target || sandbox.status.is_final() {
-            return Ok(Json(sandbox.view()));
+        if view.status == target || view.status.is_final() {
+            return Ok(Json(view));
         }
-        // An event only says which way the row went; the answer is the row. Events on the way
-        // (queued → provisioning on the way to running) cost no read; a missed event is caught
-        // by the recheck.
+        // Events on the way (queued → provisioning on the way to running) cost no read. The
+        // event that ends the wait carries the row's view as committed, which is the answer
+        // when it is newer than what this wait has; otherwise (an older publisher, or an
+        // event that arrived out of order) the row is read. A missed event is caught by the
+        // recheck.
         let recheck = tokio::time::sleep(WAIT_RECHECK);
         tokio::pin!(recheck);
-        loop {
+        let newer = loop {
             tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return Ok(Json(sandbox.view())),
-                status = events.changed() => match status {
-                    Some(s) if s != target && !s.is_final() => continue,
-                    _ => break,
+                _ = tokio::time::sleep_until(deadline) => return Ok(Json(view)),
+                event = events.changed() => match event {
+                    Some(e) if e.status != target && !e.status.is_final() => continue,
+                    Some(e) => break e.newer_view(version),
+                    None => break None,
                 },
-                _ = &mut recheck => break,
+                _ = &mut recheck => break None,
             }
-        }
-        sandbox = load(&state, &principal, &id).await?;
+        };
+        (version, view) = match newer {
+            Some(answer) => answer,
+            None => {
+                let s = load(&state, &principal, &id).await?;
+                (s.status_version, s.view())
+            }
+        };
     }
 }
 

@@ -358,6 +358,16 @@ pub struct StatusChanged {
     pub status_reason: Option<String>,
     pub pool: Option<String>,
     pub at: DateTime<Utc>,
+    /// The backend's instance reference at this version, so an API replica can serve a
+    /// data-plane call on a just-started sandbox without reading its row (the call's audit
+    /// append re-checks the row's status and version). Internal: never sent to clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_ref: Option<String>,
+    /// The client view of the row as committed at this version (env keys only, never values),
+    /// so a `wait` that this event satisfies answers without reading the row. Absent from
+    /// older publishers; then the waiter reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<Box<differently_core::sandbox::SandboxView>>,
 }
 
 /// The JetStream message id used for de-duplication: the same sandbox, operation and status
@@ -385,6 +395,41 @@ mod tests {
             sandbox: Some(Box::new(row)),
         };
         let back: Admitted = serde_json::from_slice(&serde_json::to_vec(&with).unwrap()).unwrap();
+        assert_eq!(back, with);
+    }
+
+    #[test]
+    fn a_status_event_without_its_view_still_decodes_and_one_with_it_keeps_env_values_out() {
+        let (org, prj) = (OrgId::new(), ProjectId::new());
+        let at = Utc::now();
+        let old = format!(
+            r#"{{"orgId":"{org}","projectId":"{prj}","status":"running","statusReason":null,"pool":"p","at":"{}"}}"#,
+            at.to_rfc3339()
+        );
+        let body: StatusChanged = serde_json::from_str(&old).unwrap();
+        assert_eq!((body.backend_ref, body.view), (None, None));
+
+        let req: differently_core::CreateSandboxRequest =
+            serde_json::from_value(serde_json::json!({"env": {"TOKEN": "s3cret-value"}})).unwrap();
+        let spec = differently_core::SandboxSpec::build(&req).unwrap();
+        let row = differently_core::Sandbox::queued(org.clone(), prj.clone(), spec, None, at);
+        let with = StatusChanged {
+            org_id: org,
+            project_id: prj,
+            status: SandboxStatus::Running,
+            status_reason: None,
+            pool: Some("p".into()),
+            at,
+            backend_ref: Some("ref".into()),
+            view: Some(Box::new(row.view())),
+        };
+        let wire = serde_json::to_vec(&with).unwrap();
+        let text = String::from_utf8(wire.clone()).unwrap();
+        assert!(
+            text.contains("TOKEN") && !text.contains("s3cret-value"),
+            "{text}"
+        );
+        let back: StatusChanged = serde_json::from_slice(&wire).unwrap();
         assert_eq!(back, with);
     }
 

@@ -142,6 +142,8 @@ impl Announcer {
                 status_reason: s.status_reason.clone(),
                 pool: s.pool.clone(),
                 at: s.updated_at,
+                backend_ref: s.backend_ref.clone(),
+                view: Some(Box::new(s.view())),
             },
         );
         let id = msg_id(&s.id, "evt", s.status_version);

@@ -891,3 +891,68 @@ async fn a_remembered_row_serves_execs_only_while_it_holds() {
     let report = crate::audit::verify(&c).await;
     assert_eq!(report["ok"], true, "{report}");
 }
+
+/// The status event that starts a sandbox carries its client view and where it runs: a wait it
+/// ends answers with the row as committed, and this replica's first data-plane call on it
+/// needs no read. Shown by pointing the stored rows at a pool this replica does not have,
+/// behind the API's back: only a call that reads its row notices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_that_starts_a_sandbox_answers_its_wait_and_serves_the_first_exec() {
+    // Creates take 400 ms on the backend, so the wait below is registered before the start.
+    let c = Cluster::started(Opts {
+        latency_ms: 400,
+        ..Opts::default()
+    })
+    .await;
+    let (s, created) = c.create(json!({})).await;
+    assert_eq!(s, 202, "{created}");
+    let waited_on = SandboxId::parse(created["id"].as_str().expect("id")).expect("sandbox id");
+    let answered = c
+        .wait_status(&waited_on, SandboxStatus::Running, Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        answered,
+        c.get(&waited_on).await,
+        "the event's view is the row's"
+    );
+
+    // Started while nobody here waited on it: polled with plain reads.
+    let (s, created) = c.create(json!({})).await;
+    assert_eq!(s, 202, "{created}");
+    let polled = SandboxId::parse(created["id"].as_str().expect("id")).expect("sandbox id");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.get(&polled).await["status"] != "running" {
+        assert!(Instant::now() < deadline, "{polled} never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let moved = sqlx::query(
+        "UPDATE sandboxes SET doc = jsonb_set(doc, '{pool}', '\"elsewhere\"') WHERE id = ANY($1)",
+    )
+    .bind(vec![waited_on.to_string(), polled.to_string()])
+    .execute(c.db.store().pool())
+    .await
+    .expect("point the rows elsewhere")
+    .rows_affected();
+    assert_eq!(moved, 2);
+    let exec = |id: &SandboxId| {
+        let path = format!("/v1/sandboxes/{id}/exec");
+        let c = &c;
+        async move {
+            post(
+                c,
+                &path,
+                json!({"command": ["echo", "hi"], "timeoutSeconds": 10}),
+            )
+            .await
+        }
+    };
+    let (s, out) = exec(&waited_on).await;
+    assert_eq!((s, out["stdout"].as_str()), (200, Some("hi\n")), "{out}");
+    let (s, out) = exec(&polled).await;
+    assert_eq!(
+        (s, out["error"]["code"].as_str()),
+        (503, Some("provider_unavailable")),
+        "this call read its row: {out}"
+    );
+}
