@@ -18,7 +18,8 @@ use differently_core::sandbox::SandboxView;
 use differently_core::sandbox::FROM_SNAPSHOT_LABEL;
 use differently_core::tenancy::Scope;
 use differently_core::{
-    faults, CreateSandboxRequest, ErrorCode, Sandbox, SandboxId, SandboxSpec, SandboxStatus,
+    faults, CreateSandboxRequest, ErrorCode, OrgId, ProjectId, Sandbox, SandboxId, SandboxSpec,
+    SandboxStatus,
 };
 use differently_store::{Admission, Admitted, SandboxFilter, StoreError, Transition};
 use serde::Deserialize;
@@ -209,17 +210,16 @@ fn hex(bytes: &[u8]) -> String {
 pub async fn load(state: &AppState, principal: &Principal, raw_id: &str) -> ApiResult<Sandbox> {
     let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
     match state.store.get_sandbox(&id).await? {
-        Some(s)
-            if s.org_id == principal.org_id
-                && principal
-                    .project_id
-                    .as_ref()
-                    .is_none_or(|p| p == &s.project_id) =>
-        {
-            Ok(s)
-        }
+        Some(s) if owns(principal, &s.org_id, &s.project_id) => Ok(s),
         _ => Err(ApiError::not_found("sandbox")),
     }
+}
+
+/// Whether a sandbox of `org` and `project` is the principal's to read and change: its own
+/// organization, and its project when the key is bound to one. A read and a row remembered
+/// without one both ask this, so the two paths answer alike.
+fn owns(principal: &Principal, org: &OrgId, project: &ProjectId) -> bool {
+    org == &principal.org_id && principal.project_id.as_ref().is_none_or(|p| p == project)
 }
 
 async fn read(
@@ -366,6 +366,18 @@ async fn wait(
     }
 }
 
+/// Announces a committed delete: the backend's delete work (when there is an instance to
+/// remove) and the status event; the answer is 202 with the row.
+async fn deleted(state: &AppState, updated: Sandbox) -> (StatusCode, Json<SandboxView>) {
+    if updated.status == SandboxStatus::Terminating {
+        if let Err(e) = state.announcer.work(&updated, WorkOp::Delete, "").await {
+            tracing::warn!(sandbox = %updated.id, error = %e, "delete publish failed; repair will pick it up");
+        }
+    }
+    let _ = state.announcer.status(&updated).await;
+    (StatusCode::ACCEPTED, Json(updated.view()))
+}
+
 /// How long a wait trusts the event stream before reading the row again.
 const WAIT_RECHECK: Duration = Duration::from_secs(1);
 
@@ -376,6 +388,28 @@ async fn delete(
 ) -> ApiResult<(StatusCode, Json<SandboxView>)> {
     principal.require(Scope::SandboxesWrite)?;
     let actor = principal.actor();
+    // A row this process saw running (an exec on it, or the event that started it) is most
+    // likely still running: try that change without reading the row first. The change is
+    // compare-and-set on the status, so a row that moved is refused and read below.
+    let remembered = SandboxId::parse(&id)
+        .ok()
+        .and_then(|sid| state.events.running.get(&sid))
+        .filter(|r| owns(&principal, &r.org_id, &r.project_id));
+    if let Some(r) = remembered {
+        let t = Transition {
+            id: r.id.clone(),
+            from: vec![SandboxStatus::Running],
+            to: SandboxStatus::Terminating,
+            reason: Some("deleted".into()),
+            actor: actor.clone(),
+        };
+        state.events.running.forget(&r.id);
+        match state.store.transition(t, Utc::now()).await {
+            Ok(updated) => return Ok(deleted(&state, updated).await),
+            Err(StoreError::StatusConflict { .. } | StoreError::NotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     for _ in 0..5 {
         let sandbox = load(&state, &principal, &id).await?;
         let (from, to) = match sandbox.status {
@@ -392,15 +426,7 @@ async fn delete(
             actor: actor.clone(),
         };
         match state.store.transition(t, Utc::now()).await {
-            Ok(updated) => {
-                if updated.status == SandboxStatus::Terminating {
-                    if let Err(e) = state.announcer.work(&updated, WorkOp::Delete, "").await {
-                        tracing::warn!(sandbox = %updated.id, error = %e, "delete publish failed; repair will pick it up");
-                    }
-                }
-                let _ = state.announcer.status(&updated).await;
-                return Ok((StatusCode::ACCEPTED, Json(updated.view())));
-            }
+            Ok(updated) => return Ok(deleted(&state, updated).await),
             // Raced with placement or a worker: read again and retry with the new status.
             Err(StoreError::StatusConflict { .. }) => continue,
             Err(e) => return Err(e.into()),

@@ -956,3 +956,61 @@ async fn the_event_that_starts_a_sandbox_answers_its_wait_and_serves_the_first_e
         "this call read its row: {out}"
     );
 }
+
+/// A delete first tries the row this process remembers running, without reading it; a row that
+/// moved behind that memory is refused by the change's compare-and-set and deleted from a
+/// fresh read, so the record says where it really came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_of_a_remembered_row_that_moved_deletes_it_from_a_fresh_read() {
+    let c = Cluster::started(Opts::default()).await;
+    let id = running(&c, json!({})).await;
+    let (s, out) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/exec"),
+        json!({"command": ["echo", "hi"], "timeoutSeconds": 10}),
+    )
+    .await;
+    assert_eq!(s, 200, "{out}");
+    // Stopped behind the API's back: no event tells it, so it still remembers `running`.
+    let moved = sqlx::query(
+        "UPDATE sandboxes SET status = 'stopped', status_version = status_version + 1,
+             doc = jsonb_set(jsonb_set(doc, '{status}', '\"stopped\"'),
+                             '{statusVersion}', to_jsonb(status_version + 1))
+         WHERE id = $1 AND status = 'running'",
+    )
+    .bind(id.to_string())
+    .execute(c.db.store().pool())
+    .await
+    .expect("stop the row")
+    .rows_affected();
+    assert_eq!(moved, 1);
+    let (s, body) = c
+        .call(
+            &c.key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, body["status"].as_str()),
+        (202, Some("terminating")),
+        "{body}"
+    );
+    let done = c
+        .wait_status(&id, SandboxStatus::Terminated, Duration::from_secs(30))
+        .await;
+    // The worker deleted from the work message alone and kept the reason it carried.
+    assert_eq!(done["statusReason"], "deleted", "{done}");
+    let (_, log) = crate::audit::audit_page(
+        &c,
+        &c.key,
+        &format!("?resource={id}&action=sandbox.terminating&limit=10"),
+    )
+    .await;
+    let items = log["items"].as_array().expect("audit items");
+    assert_eq!(items.len(), 1, "{log}");
+    assert_eq!(items[0]["detail"]["from"], "stopped", "{log}");
+    let report = crate::audit::verify(&c).await;
+    assert_eq!(report["ok"], true, "{report}");
+}
