@@ -346,6 +346,19 @@ pub struct Work {
     /// arguments from the store and records the outcome there. Absent for create and delete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op_id: Option<String>,
+    /// On a delete: the row was committed `terminating` at the envelope's version, for this
+    /// reason. That is all a worker needs (the instance is named by the sandbox id, and
+    /// `terminated` keeps the reason), so it deletes without reading the row. Absent from
+    /// older publishers; then the worker reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminating: Option<Terminating>,
+}
+
+/// See [`Work::terminating`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Terminating {
+    pub reason: Option<String>,
 }
 
 /// Body on `dly.evt.…`: a committed status change.
@@ -472,6 +485,9 @@ mod tests {
                 op: WorkOp::Delete,
                 pool: "p".into(),
                 op_id: None,
+                terminating: Some(Terminating {
+                    reason: Some("deleted".into()),
+                }),
             },
         );
         let json = serde_json::to_vec(&env).unwrap();
@@ -486,6 +502,8 @@ mod tests {
         let old: Envelope<Work> = serde_json::from_str(&old).unwrap();
         assert_eq!(old.published_at, None);
         assert_eq!(old.trace, TraceContext::default());
+        // …and one without `terminating`: the worker reads the row.
+        assert_eq!(old.body.terminating, None);
     }
 
     #[test]

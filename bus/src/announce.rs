@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use differently_bus_schema::{msg_id, Admitted, Envelope, Naming, StatusChanged, Work, WorkOp};
+use differently_bus_schema::{
+    msg_id, Admitted, Envelope, Naming, StatusChanged, Terminating, Work, WorkOp,
+};
 use differently_core::{Sandbox, SandboxStatus};
 use serde::Serialize;
 
@@ -85,6 +87,11 @@ impl Announcer {
                 op,
                 pool: pool.clone(),
                 op_id: None,
+                terminating: (op == WorkOp::Delete && s.status == SandboxStatus::Terminating).then(
+                    || Terminating {
+                        reason: s.status_reason.clone(),
+                    },
+                ),
             },
         );
         let id = msg_id(
@@ -114,6 +121,7 @@ impl Announcer {
                 op,
                 pool: pool.to_owned(),
                 op_id: Some(op_id.to_owned()),
+                terminating: None,
             },
         );
         let id = format!("{}:{op_id}{attempt}", s.id);

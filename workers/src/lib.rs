@@ -15,7 +15,7 @@ use differently_bus::{Acker, Announcer, Delivery};
 use differently_bus_schema::{Envelope, Work, WorkOp};
 use differently_core::faults::{self, Faults};
 use differently_core::ids::InstallationId;
-use differently_core::{Sandbox, SandboxStatus};
+use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use differently_store::{Actor, Store, StoreError, Transition};
 use tokio::sync::{watch, Semaphore};
 
@@ -171,6 +171,15 @@ impl WorkerGroup {
     }
 
     async fn handle_env(&self, env: Envelope<Work>, d: Delivery) {
+        if let (WorkOp::Delete, Some(t)) = (env.body.op, &env.body.terminating) {
+            // Committed `terminating` when published: nothing to read (see `Work::terminating`).
+            let id = &env.sandbox_id;
+            let reason = t.reason.clone();
+            let outcome = self
+                .delete_instance(id, reason, d.delivered, d.acker.as_ref())
+                .await;
+            return finish(id, outcome, &d).await;
+        }
         let row = match self.store.get_sandbox(&env.sandbox_id).await {
             Ok(Some(row)) => row,
             Ok(None) => {
@@ -197,13 +206,7 @@ impl WorkerGroup {
                 .await
             }
         };
-        let result = match outcome {
-            Ack::Done => d.acker.ack().await,
-            Ack::Retry(delay) => d.acker.nak(delay).await,
-        };
-        if let Err(e) = result {
-            tracing::warn!(sandbox = %row.id, error = %e, "worker: ack failed; the message will be redelivered");
-        }
+        finish(&row.id, outcome, &d).await;
     }
 
     async fn create(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
@@ -310,25 +313,40 @@ impl WorkerGroup {
         if row.status != SandboxStatus::Terminating {
             return Ack::Done;
         }
+        let reason = row.status_reason.clone();
+        self.delete_instance(&row.id, reason, delivered, acker)
+            .await
+    }
+
+    /// Deletes the instance of sandbox `id`, committed `terminating` for `reason`, and records
+    /// `terminated` (keeping the reason). Redelivery is harmless: a missing instance is fine and
+    /// a row already past `terminating` refuses the change.
+    async fn delete_instance(
+        &self,
+        id: &SandboxId,
+        reason: Option<String>,
+        delivered: u64,
+        acker: &dyn Acker,
+    ) -> Ack {
         let deleted = with_progress(
             acker,
             self.config.ack_wait,
-            metered(&self.pool, "delete", self.adapter().delete(&row.id)),
+            metered(&self.pool, "delete", self.adapter().delete(id)),
         )
         .await;
         match deleted {
             Ok(()) | Err(AdapterError::NotFound) => {}
             Err(e) => {
                 // Deletes never give up: a leaked sandbox costs money.
-                tracing::warn!(sandbox = %row.id, error = %e, attempt = delivered, "worker: delete failed; retrying");
+                tracing::warn!(sandbox = %id, error = %e, attempt = delivered, "worker: delete failed; retrying");
                 return Ack::Retry(backoff(delivered));
             }
         }
         let t = Transition {
-            id: row.id.clone(),
+            id: id.clone(),
             from: vec![SandboxStatus::Terminating],
             to: SandboxStatus::Terminated,
-            reason: row.status_reason.clone(),
+            reason,
             actor: Actor::System("worker"),
         };
         match self.store.transition(t, Utc::now()).await {
@@ -338,7 +356,7 @@ impl WorkerGroup {
             }
             Err(StoreError::StatusConflict { .. }) | Err(StoreError::NotFound) => Ack::Done,
             Err(e) => {
-                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot record terminated; retrying");
+                tracing::warn!(sandbox = %id, error = %e, "worker: cannot record terminated; retrying");
                 Ack::Retry(Duration::from_secs(1))
             }
         }
@@ -367,6 +385,17 @@ impl WorkerGroup {
 }
 
 pub use differently_core::sandbox::FROM_SNAPSHOT_LABEL;
+
+/// Acknowledges a handled message as `outcome` says.
+async fn finish(id: &SandboxId, outcome: Ack, d: &Delivery) {
+    let result = match outcome {
+        Ack::Done => d.acker.ack().await,
+        Ack::Retry(delay) => d.acker.nak(delay).await,
+    };
+    if let Err(e) = result {
+        tracing::warn!(sandbox = %id, error = %e, "worker: ack failed; the message will be redelivered");
+    }
+}
 
 pub(crate) enum Ack {
     Done,
