@@ -360,27 +360,48 @@ const ADMISSION_LOCK_SPACE: i32 = 0x646c_7961;
 /// With `capacity`, the row is taken `FOR NO KEY UPDATE` instead, as `lock_org_capacity`
 /// takes it: admissions that also place (`DirectPlacement`) reserve capacity, so they
 /// exclude activations too. The advisory lock comes first in either mode.
+///
+/// Then, in the same statement, the audit heads of `chains` (the chains the admissions'
+/// records go to) in chain order, the order every audit writer uses: the admission appends
+/// to heads it already holds (`audit_pg::append_to_locked_heads`), so its row insert and its
+/// records share a statement. Returns the heads that exist.
 pub(crate) async fn lock_org_admissions(
     tx: &mut Transaction<'static, Postgres>,
     org: &OrgId,
     capacity: bool,
-) -> Result<(), StoreError> {
-    let sql = if capacity {
-        "SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
-                          organizations o
-         WHERE o.id = $1 FOR NO KEY UPDATE OF o"
+    chains: &[&str],
+) -> Result<HashMap<String, (i64, String)>, StoreError> {
+    let org_lock = if capacity {
+        "FOR NO KEY UPDATE OF o"
     } else {
-        "SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
-                          organizations o
-         WHERE o.id = $1 FOR KEY SHARE OF o"
+        "FOR KEY SHARE OF o"
     };
-    sqlx::query(sql)
+    let sql = format!(
+        "WITH o AS MATERIALIZED (
+             SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
+                              organizations o
+             WHERE o.id = $1 {org_lock})
+         SELECT o.id, h.chain, h.chain_seq, h.hash
+         FROM o LEFT JOIN LATERAL (
+             SELECT chain, chain_seq, hash FROM audit_heads WHERE chain = ANY($3)
+             ORDER BY chain COLLATE \"C\" FOR UPDATE) h ON true"
+    );
+    let rows = sqlx::query(&sql)
         .bind(org.as_str())
         .bind(ADMISSION_LOCK_SPACE)
-        .fetch_optional(&mut **tx)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-    Ok(())
+        .bind(chains)
+        .fetch_all(&mut **tx)
+        .await?;
+    if rows.is_empty() {
+        return Err(StoreError::NotFound);
+    }
+    let mut heads = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        if let Some(chain) = r.try_get::<Option<String>, _>("chain")? {
+            heads.insert(chain, (r.try_get("chain_seq")?, r.try_get("hash")?));
+        }
+    }
+    Ok(heads)
 }
 
 /// Serializes what reserves capacity in `org` (activations, starts): the org row

@@ -195,6 +195,69 @@ mod tests {
         }
     }
 
+    /// An admission locks its org and then the heads of its records' chains in one
+    /// statement, and holds both; an unknown org is `NotFound` with nothing locked.
+    #[tokio::test]
+    async fn an_admission_locks_its_org_and_then_its_chains_heads() {
+        use crate::postgres::lock_org_admissions;
+        let db = TestDb::new().await;
+        let store = db.store();
+        let org = Org {
+            id: OrgId::new(),
+            name: "acme".into(),
+            status: OrgStatus::Active,
+            created_at: Utc::now(),
+        };
+        let prj = Project {
+            id: ProjectId::new(),
+            org_id: org.id.clone(),
+            name: "default".into(),
+            created_at: Utc::now(),
+        };
+        store.ensure_tenant(&org, &prj).await.expect("tenant");
+        let s = admitted(&store, &org.id, &prj.id).await;
+        let chain = chain_of(Some(&org.id), s.id.as_str());
+        let fresh = format!("{}/never-written", org.id);
+        let stored: (i64, String) =
+            sqlx::query_as("SELECT chain_seq, hash FROM audit_heads WHERE chain = $1")
+                .bind(&chain)
+                .fetch_one(store.pool())
+                .await
+                .expect("head");
+
+        for capacity in [false, true] {
+            let mut tx = store.begin().await.expect("begin");
+            let heads = lock_org_admissions(&mut tx, &org.id, capacity, &[&chain, &fresh])
+                .await
+                .expect("lock");
+            assert_eq!(heads.len(), 1, "only existing heads come back");
+            assert_eq!(heads.get(&chain), Some(&stored));
+            let free: Vec<(String,)> = sqlx::query_as(
+                "SELECT chain FROM audit_heads WHERE chain = $1 FOR UPDATE SKIP LOCKED",
+            )
+            .bind(&chain)
+            .fetch_all(store.pool())
+            .await
+            .expect("heads");
+            assert!(free.is_empty(), "the head is held");
+            tx.rollback().await.expect("rollback");
+        }
+
+        let mut tx = store.begin().await.expect("begin");
+        let e = lock_org_admissions(&mut tx, &OrgId::new(), false, &[&chain])
+            .await
+            .expect_err("unknown org");
+        assert!(matches!(e, StoreError::NotFound), "{e}");
+        let free: Vec<(String,)> =
+            sqlx::query_as("SELECT chain FROM audit_heads WHERE chain = $1 FOR UPDATE SKIP LOCKED")
+                .bind(&chain)
+                .fetch_all(store.pool())
+                .await
+                .expect("heads");
+        assert_eq!(free.len(), 1, "nothing locked for an unknown org");
+        tx.rollback().await.expect("rollback");
+    }
+
     /// The chains the SQL computes are the chains `chain_of` computes, for every row: the
     /// append refuses a record of a chain that was not locked, so a disagreement would fail
     /// every status change, and this is where it would show first.
