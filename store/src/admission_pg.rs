@@ -148,17 +148,8 @@ async fn decide_in_one_tx(
     let org = &group[first].sandbox.org_id;
     // A direct placement reserves capacity, so it also excludes the org's activations.
     let places = items.iter().any(|&i| direct_of(&group[i]).is_some());
-    // The chains every item's records would go to; locked with the org, so the rows and
-    // records are written by one statement later.
-    let mut chains: Vec<String> = items
-        .iter()
-        .map(|&i| audit::chain_of(Some(org), group[i].sandbox.id.as_str()))
-        .collect();
-    chains.sort_unstable();
-    chains.dedup();
-    let chain_refs: Vec<&str> = chains.iter().map(String::as_str).collect();
     let mut tx = store.begin().await?;
-    let heads = lock_org_admissions(&mut tx, org, places, &chain_refs).await?;
+    lock_org_admissions(&mut tx, org, places).await?;
     let org_scope = QuotaScope::Org(org.clone());
     let mut org_limits: Option<(Usage, crate::Quota)> = None;
     let mut projects: HashMap<&ProjectId, ProjectLimits> = HashMap::new();
@@ -268,17 +259,7 @@ async fn decide_in_one_tx(
             }
         }
         let counters = counters_to_lock(&org_scope, &admitted);
-        let locked: std::collections::HashSet<String> = chains.into_iter().collect();
-        audit_pg::append_to_locked_heads(
-            &mut tx,
-            Some(write),
-            events,
-            heads,
-            &locked,
-            at,
-            &counters,
-        )
-        .await?;
+        audit_pg::append_then_lock_counters(&mut tx, Some(write), events, at, &counters).await?;
         let placements: Vec<(&differently_core::SandboxId, &serde_json::Value)> = admitted
             .iter()
             .filter(|(_, _, placed)| placed.is_some())

@@ -12,9 +12,6 @@ use chrono::{DateTime, Utc};
 use differently_core::{OrgId, ProjectId};
 use sha2::{Digest, Sha256};
 use sqlx::types::Json;
-use std::collections::{BTreeMap, HashMap};
-
-use sqlx::postgres::PgArguments;
 use sqlx::{Postgres, Row, Transaction};
 
 use crate::audit::{
@@ -22,7 +19,7 @@ use crate::audit::{
     ExportCursor, NewAuditEvent, RowGuard, Verifier, VerifyReport,
 };
 use crate::postgres::PgStore;
-use crate::prior_write::{bind, PriorWrite};
+use crate::prior_write::PriorWrite;
 use crate::StoreError;
 
 /// The advisory lock id of `chain`: "dly_aud" namespaced by the first bytes of its SHA-256.
@@ -77,10 +74,24 @@ pub(crate) async fn append_then_lock_counters(
     counters: &[String],
 ) -> Result<Vec<AuditEvent>, StoreError> {
     if events.is_empty() {
-        return write_alone(tx, prior, counters).await;
+        if let Some(w) = prior {
+            w.run(tx).await?;
+        }
+        if !counters.is_empty() {
+            crate::usage_pg::lock_in_order(tx, counters).await?;
+        }
+        return Ok(Vec::new());
     }
     let started = std::time::Instant::now();
-    let by_chain = by_chain(events);
+    type Pending = Vec<(NewAuditEvent, Option<String>)>;
+    let mut by_chain: std::collections::BTreeMap<String, Pending> =
+        std::collections::BTreeMap::new();
+    for (e, request_id) in events {
+        by_chain
+            .entry(chain_of(e.org_id.as_ref(), &e.resource))
+            .or_default()
+            .push((e, request_id));
+    }
     let chains: Vec<&str> = by_chain.keys().map(String::as_str).collect();
     let mut heads = match prior {
         Some(w) => w
@@ -91,82 +102,7 @@ pub(crate) async fn append_then_lock_counters(
             .collect(),
         None => lock_heads(tx, &chains).await?,
     };
-    first_heads(tx, &chains, &mut heads).await?;
-    let (recs, new_heads) = chained(by_chain, heads, at);
-    let recs = write_records(tx, None, recs, &new_heads, counters).await?;
-    metrics::histogram!("differently_audit_append_seconds").record(started.elapsed().as_secs_f64());
-    Ok(recs)
-}
-
-/// [`append_then_lock_counters`] for a group whose heads were locked with its rows, one
-/// statement earlier (`postgres::lock_sandboxes_and_heads`): `heads` are the locked heads and
-/// `locked` every chain that statement covered (with or without a head row). The row write,
-/// the records, the new heads and the counter locks then go in one statement, so the group
-/// costs one round trip fewer. A record of a chain that was not locked is refused (the two
-/// chain computations disagree: a bug, never a silent unlocked append).
-pub(crate) async fn append_to_locked_heads(
-    tx: &mut Transaction<'static, Postgres>,
-    prior: Option<PriorWrite>,
-    events: Vec<(NewAuditEvent, Option<String>)>,
-    mut heads: HashMap<String, (i64, String)>,
-    locked: &std::collections::HashSet<String>,
-    at: DateTime<Utc>,
-    counters: &[String],
-) -> Result<Vec<AuditEvent>, StoreError> {
-    if events.is_empty() {
-        return write_alone(tx, prior, counters).await;
-    }
-    let started = std::time::Instant::now();
-    let by_chain = by_chain(events);
-    if let Some(stray) = by_chain.keys().find(|c| !locked.contains(*c)) {
-        return Err(StoreError::Database(format!(
-            "audit chain {stray} was not locked with its rows"
-        )));
-    }
-    let chains: Vec<&str> = by_chain.keys().map(String::as_str).collect();
-    first_heads(tx, &chains, &mut heads).await?;
-    let (recs, new_heads) = chained(by_chain, heads, at);
-    let recs = write_records(tx, prior, recs, &new_heads, counters).await?;
-    metrics::histogram!("differently_audit_append_seconds").record(started.elapsed().as_secs_f64());
-    Ok(recs)
-}
-
-type Pending = Vec<(NewAuditEvent, Option<String>)>;
-
-/// A group with no records: its row write alone, then its counter locks.
-async fn write_alone(
-    tx: &mut Transaction<'static, Postgres>,
-    prior: Option<PriorWrite>,
-    counters: &[String],
-) -> Result<Vec<AuditEvent>, StoreError> {
-    if let Some(w) = prior {
-        w.run(tx).await?;
-    }
-    if !counters.is_empty() {
-        crate::usage_pg::lock_in_order(tx, counters).await?;
-    }
-    Ok(Vec::new())
-}
-
-/// Records grouped by chain, chains in sorted order, records in the order given.
-fn by_chain(events: Pending) -> BTreeMap<String, Pending> {
-    let mut by_chain: BTreeMap<String, Pending> = BTreeMap::new();
-    for (e, request_id) in events {
-        by_chain
-            .entry(chain_of(e.org_id.as_ref(), &e.resource))
-            .or_default()
-            .push((e, request_id));
-    }
-    by_chain
-}
-
-/// Fills in the heads of `chains` that have no head row yet (their first append).
-async fn first_heads(
-    tx: &mut Transaction<'static, Postgres>,
-    chains: &[&str],
-    heads: &mut HashMap<String, (i64, String)>,
-) -> Result<(), StoreError> {
-    for chain in chains {
+    for chain in &chains {
         if !heads.contains_key(*chain) {
             // A chain's very first append: rare, serialized on its advisory lock.
             if let Some(head) = first_head(tx, chain).await? {
@@ -174,16 +110,6 @@ async fn first_heads(
             }
         }
     }
-    Ok(())
-}
-
-/// Links every record to the one before it in its chain; the records, and each chain's new
-/// head.
-fn chained(
-    by_chain: BTreeMap<String, Pending>,
-    mut heads: HashMap<String, (i64, String)>,
-    at: DateTime<Utc>,
-) -> (Vec<AuditEvent>, Vec<(String, i64, String)>) {
     let mut recs: Vec<AuditEvent> = Vec::new();
     let mut new_heads: Vec<(String, i64, String)> = Vec::with_capacity(by_chain.len());
     for (chain, events) in by_chain {
@@ -204,113 +130,52 @@ fn chained(
             new_heads.push((chain, seq, hash));
         }
     }
-    (recs, new_heads)
-}
-
-/// The insert of `recs` (in chain, chain_seq order) with their chains' new heads and the
-/// counter locks, in one statement, behind `prior` (the group's row write) when given.
-async fn write_records(
-    tx: &mut Transaction<'static, Postgres>,
-    prior: Option<PriorWrite>,
-    mut recs: Vec<AuditEvent>,
-    new_heads: &[(String, i64, String)],
-    counters: &[String],
-) -> Result<Vec<AuditEvent>, StoreError> {
     let col = |f: fn(&AuditEvent) -> Option<String>| -> Vec<Option<String>> {
         recs.iter().map(f).collect()
     };
-    let statement = |o: usize| {
-        let p = |n: usize| format!("${}", o + n);
-        format!(
-            "ins AS (
-                 INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
-                     resource, outcome, request_id, at, detail, prev_hash, hash)
-                 SELECT * FROM UNNEST({}::text[], {}::bigint[], {}::text[], {}::text[],
-                     {}::text[], {}::text[], {}::text[], {}::text[], {}::text[],
-                     {}::timestamptz[], {}::jsonb[], {}::text[], {}::text[])
-                 RETURNING seq, chain, chain_seq, detail),
-             head AS (
-                 INSERT INTO audit_heads (chain, chain_seq, hash)
-                 SELECT * FROM UNNEST({}::text[], {}::bigint[], {}::text[])
-                 ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
-                     hash = EXCLUDED.hash),
-             counters AS MATERIALIZED (
-                 SELECT 1 FROM usage_counters WHERE scope = ANY({})
-                 ORDER BY rank, scope COLLATE \"C\" FOR UPDATE)
-             SELECT seq, chain, chain_seq, detail{{wcol}}
-             FROM ins{{wfrom}}, (SELECT count(*) FROM counters) AS locked
-             ORDER BY chain COLLATE \"C\", chain_seq",
-            p(1),
-            p(2),
-            p(3),
-            p(4),
-            p(5),
-            p(6),
-            p(7),
-            p(8),
-            p(9),
-            p(10),
-            p(11),
-            p(12),
-            p(13),
-            p(14),
-            p(15),
-            p(16),
-            p(17)
-        )
-    };
-    let bind_all = |args: &mut PgArguments| -> Result<(), StoreError> {
-        bind(args, col(|r| Some(r.chain.clone())))?;
-        bind(args, recs.iter().map(|r| r.chain_seq).collect::<Vec<i64>>())?;
-        bind(args, col(|r| r.org_id.clone()))?;
-        bind(args, col(|r| r.project_id.clone()))?;
-        bind(args, col(|r| Some(r.actor.clone())))?;
-        bind(args, col(|r| Some(r.action.clone())))?;
-        bind(args, col(|r| Some(r.resource.clone())))?;
-        bind(args, col(|r| Some(r.outcome.clone())))?;
-        bind(args, col(|r| r.request_id.clone()))?;
-        bind(
-            args,
-            recs.iter().map(|r| r.at).collect::<Vec<DateTime<Utc>>>(),
-        )?;
-        bind(
-            args,
-            recs.iter()
-                .map(|r| r.detail.clone())
-                .collect::<Vec<serde_json::Value>>(),
-        )?;
-        bind(args, col(|r| Some(r.prev_hash.clone())))?;
-        bind(args, col(|r| Some(r.hash.clone())))?;
-        bind(
-            args,
-            new_heads.iter().map(|h| h.0.clone()).collect::<Vec<_>>(),
-        )?;
-        bind(args, new_heads.iter().map(|h| h.1).collect::<Vec<i64>>())?;
-        bind(
-            args,
-            new_heads.iter().map(|h| h.2.clone()).collect::<Vec<_>>(),
-        )?;
-        bind(args, counters.to_vec())
-    };
-    let rows = match prior {
-        Some(w) => {
-            let tail = |o: usize| {
-                statement(o)
-                    .replace("{wcol}", ", n.written")
-                    .replace("{wfrom}", ", n")
-            };
-            w.then_statement(tx, tail, bind_all).await?
-        }
-        None => {
-            let mut args = PgArguments::default();
-            bind_all(&mut args)?;
-            let sql = format!(
-                "WITH {}",
-                statement(0).replace("{wcol}", "").replace("{wfrom}", "")
-            );
-            sqlx::query_with(&sql, args).fetch_all(&mut **tx).await?
-        }
-    };
+    let rows = sqlx::query(
+        "WITH ins AS (
+             INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
+                 resource, outcome, request_id, at, detail, prev_hash, hash)
+             SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+                 $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
+                 $11::jsonb[], $12::text[], $13::text[])
+             RETURNING seq, chain, chain_seq, detail),
+         head AS (
+             INSERT INTO audit_heads (chain, chain_seq, hash)
+             SELECT * FROM UNNEST($14::text[], $15::bigint[], $16::text[])
+             ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
+                 hash = EXCLUDED.hash),
+         counters AS MATERIALIZED (
+             SELECT 1 FROM usage_counters WHERE scope = ANY($17)
+             ORDER BY rank, scope COLLATE \"C\" FOR UPDATE)
+         SELECT seq, chain, chain_seq, detail
+         FROM ins, (SELECT count(*) FROM counters) AS locked
+         ORDER BY chain COLLATE \"C\", chain_seq",
+    )
+    .bind(col(|r| Some(r.chain.clone())))
+    .bind(recs.iter().map(|r| r.chain_seq).collect::<Vec<i64>>())
+    .bind(col(|r| r.org_id.clone()))
+    .bind(col(|r| r.project_id.clone()))
+    .bind(col(|r| Some(r.actor.clone())))
+    .bind(col(|r| Some(r.action.clone())))
+    .bind(col(|r| Some(r.resource.clone())))
+    .bind(col(|r| Some(r.outcome.clone())))
+    .bind(col(|r| r.request_id.clone()))
+    .bind(recs.iter().map(|r| r.at).collect::<Vec<DateTime<Utc>>>())
+    .bind(
+        recs.iter()
+            .map(|r| r.detail.clone())
+            .collect::<Vec<serde_json::Value>>(),
+    )
+    .bind(col(|r| Some(r.prev_hash.clone())))
+    .bind(col(|r| Some(r.hash.clone())))
+    .bind(new_heads.iter().map(|h| h.0.as_str()).collect::<Vec<_>>())
+    .bind(new_heads.iter().map(|h| h.1).collect::<Vec<i64>>())
+    .bind(new_heads.iter().map(|h| h.2.as_str()).collect::<Vec<_>>())
+    .bind(counters)
+    .fetch_all(&mut **tx)
+    .await?;
     if rows.len() != recs.len() {
         return Err(StoreError::Database(format!(
             "audit append: {} of {} records written",
@@ -338,6 +203,7 @@ async fn write_records(
             )));
         }
     }
+    metrics::histogram!("differently_audit_append_seconds").record(started.elapsed().as_secs_f64());
     Ok(recs)
 }
 

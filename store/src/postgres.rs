@@ -273,74 +273,6 @@ pub(crate) async fn lock_sandboxes(
     Ok(by_id)
 }
 
-/// The rows `ids` and their audit chains' heads, locked in one statement: the rows in id
-/// order (as [`lock_sandboxes`]), then the heads of every chain their records go to in chain
-/// order (the order every audit writer uses). Returns the rows, the heads that exist, and
-/// every chain covered (a chain without a head row yet is covered by its first-append lock
-/// later, `audit_pg::append_to_locked_heads`).
-///
-/// Why: a status-change group used to lock its rows, then write them and lock the heads,
-/// then append; with the heads locked up front the write and the append share a statement,
-/// one round trip fewer on every status change. The chain of a sandbox's records is computed
-/// here in SQL exactly as `audit::chain_of` does in Rust (org, then a shard from the first
-/// four bytes of SHA-256 of the sandbox id); a conformance test holds the two together, and
-/// the append refuses a record whose chain this did not lock.
-pub(crate) async fn lock_sandboxes_and_heads(
-    tx: &mut Transaction<'static, Postgres>,
-    ids: &[&str],
-) -> Result<LockedRowsAndHeads, StoreError> {
-    let rows = sqlx::query(
-        "WITH r AS MATERIALIZED (
-             SELECT id, org_id, doc FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE),
-         c AS MATERIALIZED (
-             SELECT DISTINCT org_id || '/' || ((('x' || encode(substring(
-                 sha256(convert_to(id, 'UTF8')) FROM 1 FOR 4), 'hex'))::bit(32)::bigint)
-                 % $2) AS chain
-             FROM r),
-         h AS MATERIALIZED (
-             SELECT chain, chain_seq, hash FROM audit_heads
-             WHERE chain IN (SELECT chain FROM c)
-             ORDER BY chain COLLATE \"C\" FOR UPDATE)
-         SELECT 0 AS part, doc, NULL::text AS chain, NULL::bigint AS chain_seq,
-             NULL::text AS hash FROM r
-         UNION ALL SELECT 1, NULL, chain, NULL, NULL FROM c
-         UNION ALL SELECT 2, NULL, chain, chain_seq, hash FROM h",
-    )
-    .bind(ids)
-    .bind(i64::from(crate::audit::ORG_CHAIN_SHARDS))
-    .fetch_all(&mut **tx)
-    .await?;
-    let mut locked = LockedRowsAndHeads::default();
-    for r in &rows {
-        match r.try_get::<i32, _>("part")? {
-            0 => {
-                let s = sandbox_of(r)?;
-                locked.rows.insert(s.id.clone(), s);
-            }
-            1 => {
-                locked.chains.insert(r.try_get("chain")?);
-            }
-            _ => {
-                let chain: String = r.try_get("chain")?;
-                locked
-                    .heads
-                    .insert(chain, (r.try_get("chain_seq")?, r.try_get("hash")?));
-            }
-        }
-    }
-    Ok(locked)
-}
-
-/// What [`lock_sandboxes_and_heads`] locked.
-#[derive(Default)]
-pub(crate) struct LockedRowsAndHeads {
-    pub rows: HashMap<SandboxId, Sandbox>,
-    /// The heads that exist: chain → (chain_seq, hash).
-    pub heads: HashMap<String, (i64, String)>,
-    /// Every chain covered, with or without a head row.
-    pub chains: std::collections::HashSet<String>,
-}
-
 /// The advisory-lock key space of `lock_org_admissions` (`pg_advisory_xact_lock(space, key)`;
 /// the bytes spell "dlya"), so no other advisory lock of this database can collide with it.
 const ADMISSION_LOCK_SPACE: i32 = 0x646c_7961;
@@ -360,48 +292,27 @@ const ADMISSION_LOCK_SPACE: i32 = 0x646c_7961;
 /// With `capacity`, the row is taken `FOR NO KEY UPDATE` instead, as `lock_org_capacity`
 /// takes it: admissions that also place (`DirectPlacement`) reserve capacity, so they
 /// exclude activations too. The advisory lock comes first in either mode.
-///
-/// Then, in the same statement, the audit heads of `chains` (the chains the admissions'
-/// records go to) in chain order, the order every audit writer uses: the admission appends
-/// to heads it already holds (`audit_pg::append_to_locked_heads`), so its row insert and its
-/// records share a statement. Returns the heads that exist.
 pub(crate) async fn lock_org_admissions(
     tx: &mut Transaction<'static, Postgres>,
     org: &OrgId,
     capacity: bool,
-    chains: &[&str],
-) -> Result<HashMap<String, (i64, String)>, StoreError> {
-    let org_lock = if capacity {
-        "FOR NO KEY UPDATE OF o"
+) -> Result<(), StoreError> {
+    let sql = if capacity {
+        "SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
+                          organizations o
+         WHERE o.id = $1 FOR NO KEY UPDATE OF o"
     } else {
-        "FOR KEY SHARE OF o"
+        "SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
+                          organizations o
+         WHERE o.id = $1 FOR KEY SHARE OF o"
     };
-    let sql = format!(
-        "WITH o AS MATERIALIZED (
-             SELECT o.id FROM (SELECT pg_advisory_xact_lock($2, hashtext($1))) AS admissions,
-                              organizations o
-             WHERE o.id = $1 {org_lock})
-         SELECT o.id, h.chain, h.chain_seq, h.hash
-         FROM o LEFT JOIN LATERAL (
-             SELECT chain, chain_seq, hash FROM audit_heads WHERE chain = ANY($3)
-             ORDER BY chain COLLATE \"C\" FOR UPDATE) h ON true"
-    );
-    let rows = sqlx::query(&sql)
+    sqlx::query(sql)
         .bind(org.as_str())
         .bind(ADMISSION_LOCK_SPACE)
-        .bind(chains)
-        .fetch_all(&mut **tx)
-        .await?;
-    if rows.is_empty() {
-        return Err(StoreError::NotFound);
-    }
-    let mut heads = HashMap::with_capacity(rows.len());
-    for r in &rows {
-        if let Some(chain) = r.try_get::<Option<String>, _>("chain")? {
-            heads.insert(chain, (r.try_get("chain_seq")?, r.try_get("hash")?));
-        }
-    }
-    Ok(heads)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    Ok(())
 }
 
 /// Serializes what reserves capacity in `org` (activations, starts): the org row

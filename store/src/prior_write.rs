@@ -72,37 +72,6 @@ impl PriorWrite {
         PriorWrite::check(rows, short, res.rows_affected())
     }
 
-    /// Runs the write as the CTE `w` ahead of `tail`: CTEs and a final `SELECT` over
-    /// parameters `$offset+1…` (`tail` is given the offset; `bind_tail` binds them in order),
-    /// which must select `n.written` from the CTE `n` (the write's row count) on its rows.
-    /// Returns the rows; a write of other than the expected rows is an error.
-    pub(crate) async fn then_statement(
-        self,
-        tx: &mut Transaction<'static, Postgres>,
-        tail: impl FnOnce(usize) -> String,
-        bind_tail: impl FnOnce(&mut PgArguments) -> Result<(), StoreError>,
-    ) -> Result<Vec<sqlx::postgres::PgRow>, StoreError> {
-        let PriorWrite {
-            sql: write,
-            mut args,
-            params,
-            rows: expected,
-            short,
-        } = self;
-        let sql = format!(
-            "WITH w AS ({write} RETURNING 1), n AS (SELECT count(*) AS written FROM w), {}",
-            tail(params)
-        );
-        bind_tail(&mut args)?;
-        let rows = sqlx::query_with(&sql, args).fetch_all(&mut **tx).await?;
-        let written: i64 = match rows.first() {
-            Some(r) => r.try_get("written")?,
-            None => 0,
-        };
-        PriorWrite::check(expected, short, u64::try_from(written).unwrap_or(0))?;
-        Ok(rows)
-    }
-
     /// Runs the write, then locks the head rows of `chains` (sorted) in that order, in one
     /// statement; the newest committed head of each chain that has one.
     pub(crate) async fn then_lock_heads(

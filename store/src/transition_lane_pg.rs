@@ -5,11 +5,10 @@
 //! BEGIN, lock the row, write it, lock the audit head, insert the record, COMMIT, and a WAL
 //! flush. Postgres CPU per sandbox was the limit of the whole system (`docs/performance.md`),
 //! so changes that arrive while the previous group commits now share one transaction: rows
-//! locked in id order, and the audit heads of their chains after them, with one statement
-//! (`postgres::lock_sandboxes_and_heads`); each change decided in Rust exactly as alone (in
-//! arrival order; an id given twice sees the first change); then the rows, the audit records
-//! of all their chains and the new heads written, and the usage counters locked in their
-//! global order, with one more; one commit. Four round trips with BEGIN and COMMIT. A change its rules refuse fails alone; a group whose transaction fails is
+//! locked in id order with one statement, each change decided in Rust exactly as alone (in
+//! arrival order; an id given twice sees the first change), rows written with one statement,
+//! audit records of all their chains with two, usage counters locked in their global order,
+//! one commit. A change its rules refuse fails alone; a group whose transaction fails is
 //! retried change by change. The batching itself is `group_commit` (one lane per process).
 //!
 //! Changes to `queued` keep their own transaction (they also move `next_attempt_at`).
@@ -20,7 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::group_commit::Lanes;
 use crate::memory::rules;
-use crate::postgres::{lock_sandboxes_and_heads, sandbox_event, update_sandboxes, PgStore};
+use crate::postgres::{lock_sandboxes, sandbox_event, update_sandboxes, PgStore};
 use crate::{audit, audit_pg, usage_pg, StoreError, Transition};
 
 /// Most changes decided in one transaction.
@@ -106,8 +105,7 @@ async fn decide(
     ids.sort_unstable();
     ids.dedup();
     let mut tx = store.begin().await?;
-    let locked = lock_sandboxes_and_heads(&mut tx, &ids).await?;
-    let mut by_id = locked.rows;
+    let mut by_id = lock_sandboxes(&mut tx, &ids).await?;
     let before = by_id.clone();
     let mut outcomes = Vec::with_capacity(group.len());
     let mut events = Vec::new();
@@ -150,178 +148,8 @@ async fn decide(
         if rows.len() < 2 {
             counters.clear();
         }
-        audit_pg::append_to_locked_heads(
-            &mut tx,
-            write,
-            events,
-            locked.heads,
-            &locked.chains,
-            at,
-            &counters,
-        )
-        .await?;
+        audit_pg::append_then_lock_counters(&mut tx, write, events, at, &counters).await?;
     }
     tx.commit().await?;
     Ok(outcomes)
-}
-
-#[cfg(all(test, feature = "test-support"))]
-mod tests {
-    use std::collections::HashSet;
-
-    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, SandboxSpec};
-
-    use crate::audit::chain_of;
-    use crate::postgres::lock_sandboxes_and_heads;
-    use crate::testing::TestDb;
-    use crate::{Actor, Admission, Admitted, Org, OrgStatus, Project, Quota, Store};
-
-    use super::*;
-
-    async fn admitted(store: &PgStore, org: &OrgId, prj: &ProjectId) -> Sandbox {
-        let spec = SandboxSpec::build(&CreateSandboxRequest::default()).expect("spec");
-        let sandbox = Sandbox::queued(org.clone(), prj.clone(), spec, None, Utc::now());
-        let admission = Admission {
-            request_id: None,
-            direct: None,
-            sandbox,
-            request_hash: "h".into(),
-            defaults: Quota::default(),
-            actor: Actor::Key("key_test".into()),
-        };
-        match store.admit(admission).await.expect("admit") {
-            Admitted::New(s) => s,
-            other => panic!("expected a new sandbox, got {other:?}"),
-        }
-    }
-
-    /// An admission locks its org and then the heads of its records' chains in one
-    /// statement, and holds both; an unknown org is `NotFound` with nothing locked.
-    #[tokio::test]
-    async fn an_admission_locks_its_org_and_then_its_chains_heads() {
-        use crate::postgres::lock_org_admissions;
-        let db = TestDb::new().await;
-        let store = db.store();
-        let org = Org {
-            id: OrgId::new(),
-            name: "acme".into(),
-            status: OrgStatus::Active,
-            created_at: Utc::now(),
-        };
-        let prj = Project {
-            id: ProjectId::new(),
-            org_id: org.id.clone(),
-            name: "default".into(),
-            created_at: Utc::now(),
-        };
-        store.ensure_tenant(&org, &prj).await.expect("tenant");
-        let s = admitted(&store, &org.id, &prj.id).await;
-        let chain = chain_of(Some(&org.id), s.id.as_str());
-        let fresh = format!("{}/never-written", org.id);
-        let stored: (i64, String) =
-            sqlx::query_as("SELECT chain_seq, hash FROM audit_heads WHERE chain = $1")
-                .bind(&chain)
-                .fetch_one(store.pool())
-                .await
-                .expect("head");
-
-        for capacity in [false, true] {
-            let mut tx = store.begin().await.expect("begin");
-            let heads = lock_org_admissions(&mut tx, &org.id, capacity, &[&chain, &fresh])
-                .await
-                .expect("lock");
-            assert_eq!(heads.len(), 1, "only existing heads come back");
-            assert_eq!(heads.get(&chain), Some(&stored));
-            let free: Vec<(String,)> = sqlx::query_as(
-                "SELECT chain FROM audit_heads WHERE chain = $1 FOR UPDATE SKIP LOCKED",
-            )
-            .bind(&chain)
-            .fetch_all(store.pool())
-            .await
-            .expect("heads");
-            assert!(free.is_empty(), "the head is held");
-            tx.rollback().await.expect("rollback");
-        }
-
-        let mut tx = store.begin().await.expect("begin");
-        let e = lock_org_admissions(&mut tx, &OrgId::new(), false, &[&chain])
-            .await
-            .expect_err("unknown org");
-        assert!(matches!(e, StoreError::NotFound), "{e}");
-        let free: Vec<(String,)> =
-            sqlx::query_as("SELECT chain FROM audit_heads WHERE chain = $1 FOR UPDATE SKIP LOCKED")
-                .bind(&chain)
-                .fetch_all(store.pool())
-                .await
-                .expect("heads");
-        assert_eq!(free.len(), 1, "nothing locked for an unknown org");
-        tx.rollback().await.expect("rollback");
-    }
-
-    /// The chains the SQL computes are the chains `chain_of` computes, for every row: the
-    /// append refuses a record of a chain that was not locked, so a disagreement would fail
-    /// every status change, and this is where it would show first.
-    #[tokio::test]
-    async fn rows_and_their_chains_heads_are_locked_together() {
-        let db = TestDb::new().await;
-        let store = db.store();
-        let mut all = Vec::new();
-        for _ in 0..2 {
-            let org = Org {
-                id: OrgId::new(),
-                name: "acme".into(),
-                status: OrgStatus::Active,
-                created_at: Utc::now(),
-            };
-            let prj = Project {
-                id: ProjectId::new(),
-                org_id: org.id.clone(),
-                name: "default".into(),
-                created_at: Utc::now(),
-            };
-            store.ensure_tenant(&org, &prj).await.expect("tenant");
-            for _ in 0..24 {
-                all.push(admitted(&store, &org.id, &prj.id).await);
-            }
-        }
-        let ids: Vec<&str> = all.iter().map(|s| s.id.as_str()).collect();
-        let expected: HashSet<String> = all
-            .iter()
-            .map(|s| chain_of(Some(&s.org_id), s.id.as_str()))
-            .collect();
-        assert!(expected.len() > 2, "the sandboxes spread over shards");
-
-        let mut tx = store.begin().await.expect("begin");
-        let locked = lock_sandboxes_and_heads(&mut tx, &ids).await.expect("lock");
-        assert_eq!(locked.rows.len(), all.len());
-        assert_eq!(locked.chains, expected);
-        // Every chain has a head (each admission appended to it), as stored.
-        let stored: Vec<(String, i64, String)> =
-            sqlx::query_as("SELECT chain, chain_seq, hash FROM audit_heads WHERE chain = ANY($1)")
-                .bind(expected.iter().cloned().collect::<Vec<_>>())
-                .fetch_all(store.pool())
-                .await
-                .expect("heads");
-        assert_eq!(stored.len(), expected.len());
-        for (chain, seq, hash) in stored {
-            assert_eq!(locked.heads.get(&chain), Some(&(seq, hash)), "{chain}");
-        }
-        // Rows and heads stay locked until this transaction ends.
-        let free_rows: Vec<(String,)> =
-            sqlx::query_as("SELECT id FROM sandboxes WHERE id = ANY($1) FOR UPDATE SKIP LOCKED")
-                .bind(&ids)
-                .fetch_all(store.pool())
-                .await
-                .expect("rows");
-        assert!(free_rows.is_empty(), "{free_rows:?}");
-        let free_heads: Vec<(String,)> = sqlx::query_as(
-            "SELECT chain FROM audit_heads WHERE chain = ANY($1) FOR UPDATE SKIP LOCKED",
-        )
-        .bind(expected.iter().cloned().collect::<Vec<_>>())
-        .fetch_all(store.pool())
-        .await
-        .expect("heads");
-        assert!(free_heads.is_empty(), "{free_heads:?}");
-        tx.rollback().await.expect("rollback");
-    }
 }
