@@ -220,20 +220,7 @@ mod tests {
         s.status_version = 3;
         s.pool = Some("fake".into());
         s.backend_ref = Some("ref-7".into());
-        let env = Envelope::new(
-            s.id.clone(),
-            s.status_version,
-            StatusChanged {
-                org_id: s.org_id.clone(),
-                project_id: s.project_id.clone(),
-                status: s.status,
-                status_reason: None,
-                pool: s.pool.clone(),
-                at: s.updated_at,
-                backend_ref: s.backend_ref.clone(),
-                view: Some(Box::new(s.view())),
-            },
-        );
+        let env = Envelope::new(s.id.clone(), s.status_version, StatusChanged::of(&s));
         (s, env)
     }
 

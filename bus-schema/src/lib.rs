@@ -383,6 +383,23 @@ pub struct StatusChanged {
     pub view: Option<Box<differently_core::sandbox::SandboxView>>,
 }
 
+impl StatusChanged {
+    /// The event of row `s` as committed: its status, and its client view and backend ref at
+    /// that version.
+    pub fn of(s: &differently_core::Sandbox) -> StatusChanged {
+        StatusChanged {
+            org_id: s.org_id.clone(),
+            project_id: s.project_id.clone(),
+            status: s.status,
+            status_reason: s.status_reason.clone(),
+            pool: s.pool.clone(),
+            at: s.updated_at,
+            backend_ref: s.backend_ref.clone(),
+            view: Some(Box::new(s.view())),
+        }
+    }
+}
+
 /// The JetStream message id used for de-duplication: the same sandbox, operation and status
 /// version always produce the same id, so a republish by the repair loop is dropped.
 pub fn msg_id(sandbox: &SandboxId, what: &str, status_version: i64) -> String {

@@ -140,20 +140,7 @@ impl Announcer {
 
     /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status.
     pub async fn status(&self, s: &Sandbox) -> Result<Published, BusError> {
-        let mut env = Envelope::new(
-            s.id.clone(),
-            s.status_version,
-            StatusChanged {
-                org_id: s.org_id.clone(),
-                project_id: s.project_id.clone(),
-                status: s.status,
-                status_reason: s.status_reason.clone(),
-                pool: s.pool.clone(),
-                at: s.updated_at,
-                backend_ref: s.backend_ref.clone(),
-                view: Some(Box::new(s.view())),
-            },
-        );
+        let mut env = Envelope::new(s.id.clone(), s.status_version, StatusChanged::of(s));
         let id = msg_id(&s.id, "evt", s.status_version);
         self.send(
             self.naming.event_subject(&s.org_id, &s.project_id, &s.id),

@@ -6,6 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use differently_core::SandboxId;
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -91,6 +92,18 @@ async fn sqlx_raw(tx: &mut sqlx::Transaction<'static, sqlx::Postgres>, sql: &str
 pub(crate) async fn audit_page(c: &Cluster, key: &str, query: &str) -> (u16, Value) {
     c.call(key, Method::GET, &format!("/v1/audit{query}"), None)
         .await
+}
+
+/// The audit records of `action` on sandbox `id` (up to 100), read with the cluster's key.
+pub(crate) async fn records_of(c: &Cluster, id: &SandboxId, action: &str) -> Vec<Value> {
+    let (s, log) = audit_page(
+        c,
+        &c.key,
+        &format!("?resource={id}&action={action}&limit=100"),
+    )
+    .await;
+    assert_eq!(s, 200, "{log}");
+    log["items"].as_array().expect("audit items").clone()
 }
 
 /// Polls `GET /v1/sandboxes/{id}` with the owner's `key` until it is running.

@@ -747,14 +747,7 @@ async fn events_resume_from_last_event_id_without_gaps_or_repeats() {
         let (s, b) = post(&c, &format!("/v1/sandboxes/{id}/{op}"), json!({})).await;
         assert_eq!(s, 200, "{op}: {b}");
     }
-    let (s, _) = c
-        .call(
-            &c.key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sandboxes/{id}"),
-            None,
-        )
-        .await;
+    let (s, _) = c.delete(&id).await;
     assert_eq!(s, 202);
     c.wait_status(&id, SandboxStatus::Terminated, Duration::from_secs(30))
         .await;
@@ -862,14 +855,7 @@ async fn a_remembered_row_serves_execs_only_while_it_holds() {
             "{out}"
         );
     }
-    let (s, _) = c
-        .call(
-            &c.key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sandboxes/{id}"),
-            None,
-        )
-        .await;
+    let (s, _) = c.delete(&id).await;
     assert_eq!(s, 202);
     // At once: the deletion's event may not have reached the API yet; the guard refuses.
     let (s, refused) = exec("4").await;
@@ -880,14 +866,8 @@ async fn a_remembered_row_serves_execs_only_while_it_holds() {
         .filter(|e| e.op == LedgerOp::Exec && e.sandbox_id.as_ref() == Some(&id))
         .count();
     assert_eq!(execs, 3, "the refused exec never reached the backend");
-    let (_, log) = crate::audit::audit_page(
-        &c,
-        &c.key,
-        &format!("?resource={id}&action=sandbox.exec&limit=100"),
-    )
-    .await;
-    let items = log["items"].as_array().expect("audit items");
-    assert_eq!(items.len(), 3, "one record per exec that ran: {log}");
+    let items = crate::audit::records_of(&c, &id, "sandbox.exec").await;
+    assert_eq!(items.len(), 3, "one record per exec that ran: {items:?}");
     let report = crate::audit::verify(&c).await;
     assert_eq!(report["ok"], true, "{report}");
 }
@@ -984,14 +964,7 @@ async fn a_delete_of_a_remembered_row_that_moved_deletes_it_from_a_fresh_read() 
     .expect("stop the row")
     .rows_affected();
     assert_eq!(moved, 1);
-    let (s, body) = c
-        .call(
-            &c.key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sandboxes/{id}"),
-            None,
-        )
-        .await;
+    let (s, body) = c.delete(&id).await;
     assert_eq!(
         (s, body["status"].as_str()),
         (202, Some("terminating")),
@@ -1002,15 +975,9 @@ async fn a_delete_of_a_remembered_row_that_moved_deletes_it_from_a_fresh_read() 
         .await;
     // The worker deleted from the work message alone and kept the reason it carried.
     assert_eq!(done["statusReason"], "deleted", "{done}");
-    let (_, log) = crate::audit::audit_page(
-        &c,
-        &c.key,
-        &format!("?resource={id}&action=sandbox.terminating&limit=10"),
-    )
-    .await;
-    let items = log["items"].as_array().expect("audit items");
-    assert_eq!(items.len(), 1, "{log}");
-    assert_eq!(items[0]["detail"]["from"], "stopped", "{log}");
+    let items = crate::audit::records_of(&c, &id, "sandbox.terminating").await;
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0]["detail"]["from"], "stopped", "{items:?}");
     let report = crate::audit::verify(&c).await;
     assert_eq!(report["ok"], true, "{report}");
 }

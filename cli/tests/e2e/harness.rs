@@ -349,6 +349,17 @@ ledger = "{ledger}"
         r.json().await.expect("json")
     }
 
+    /// `DELETE /v1/sandboxes/{id}` with the cluster's key; (status, json).
+    pub async fn delete(&self, id: &impl std::fmt::Display) -> (u16, Value) {
+        self.call(
+            &self.key,
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{id}"),
+            None,
+        )
+        .await
+    }
+
     /// Waits (through the API's own wait route) until `id` has `status`; panics with logs if not.
     pub async fn wait_status(
         &self,

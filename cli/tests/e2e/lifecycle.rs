@@ -118,14 +118,7 @@ async fn every_transition_on_the_fake_and_devhost_pools() {
     );
 
     // Once terminating, nothing else is legal.
-    let (s, _) = c
-        .call(
-            &c.key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sandboxes/{id}"),
-            None,
-        )
-        .await;
+    let (s, _) = c.delete(&id).await;
     assert_eq!(s, 202);
     c.wait_status(&id, SandboxStatus::Terminated, Duration::from_secs(30))
         .await;
@@ -416,14 +409,7 @@ capabilities = ["exec", "files"]
     let on_broken = running(&c, json!({"capabilities": ["files"]})).await;
     assert_eq!(c.get(&on_broken).await["pool"], "broken");
     let ended = running(&c, json!({"capabilities": ["lifecycle.stop"]})).await;
-    let (s, _) = c
-        .call(
-            &c.key,
-            reqwest::Method::DELETE,
-            &format!("/v1/sandboxes/{ended}"),
-            None,
-        )
-        .await;
+    let (s, _) = c.delete(&ended).await;
     assert_eq!(s, 202);
     c.wait_status(&ended, SandboxStatus::Terminated, Duration::from_secs(30))
         .await;
