@@ -141,6 +141,14 @@ impl Principal {
         self.is_admin() || &self.org_id == org
     }
 
+    /// Whether a sandbox (or snapshot) of `project` in `org` is this key's to read, change
+    /// and call: its own organization, and its project when the key is bound to one. Admin
+    /// keys are not exempt: `admin` grants the operator routes and tenancy management across
+    /// organizations (API.md), not another organization's sandboxes.
+    pub fn owns(&self, org: &OrgId, project: &ProjectId) -> bool {
+        &self.org_id == org && self.project_id.as_ref().is_none_or(|p| p == project)
+    }
+
     /// Whether the key may see things of project `project` in `org`.
     pub fn sees_project(&self, org: &OrgId, project: &ProjectId) -> bool {
         if self.is_admin() {

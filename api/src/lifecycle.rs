@@ -73,7 +73,7 @@ pub(crate) async fn load(
 ) -> ApiResult<Sandbox> {
     let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
     match state.store.get_sandbox(&id).await? {
-        Some(s) if principal.sees_project(&s.org_id, &s.project_id) => Ok(s),
+        Some(s) if principal.owns(&s.org_id, &s.project_id) => Ok(s),
         _ => Err(ApiError::not_found("sandbox")),
     }
 }
@@ -219,7 +219,7 @@ pub(crate) async fn open_data_call(
         .events
         .running
         .get(&id)
-        .filter(|r| principal.sees_project(&r.org_id, &r.project_id));
+        .filter(|r| principal.owns(&r.org_id, &r.project_id));
     if let Some(r) = remembered {
         let pool = named_pool(state, &r.pool)?;
         require_capability(&pool, capability)?;
@@ -789,7 +789,7 @@ pub(crate) async fn load_snapshot(
 ) -> ApiResult<SnapshotRecord> {
     let id = SnapshotId::parse(raw_id).map_err(|_| ApiError::not_found("snapshot"))?;
     match state.store.get_snapshot(&id).await? {
-        Some(s) if principal.sees_project(&s.org_id, &s.project_id) => Ok(s),
+        Some(s) if principal.owns(&s.org_id, &s.project_id) => Ok(s),
         _ => Err(ApiError::not_found("snapshot")),
     }
 }

@@ -18,8 +18,7 @@ use differently_core::sandbox::SandboxView;
 use differently_core::sandbox::FROM_SNAPSHOT_LABEL;
 use differently_core::tenancy::Scope;
 use differently_core::{
-    faults, CreateSandboxRequest, ErrorCode, OrgId, ProjectId, Sandbox, SandboxId, SandboxSpec,
-    SandboxStatus,
+    faults, CreateSandboxRequest, ErrorCode, Sandbox, SandboxId, SandboxSpec, SandboxStatus,
 };
 use differently_store::{Admission, Admitted, SandboxFilter, StoreError, Transition};
 use serde::Deserialize;
@@ -210,16 +209,9 @@ fn hex(bytes: &[u8]) -> String {
 pub async fn load(state: &AppState, principal: &Principal, raw_id: &str) -> ApiResult<Sandbox> {
     let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
     match state.store.get_sandbox(&id).await? {
-        Some(s) if owns(principal, &s.org_id, &s.project_id) => Ok(s),
+        Some(s) if principal.owns(&s.org_id, &s.project_id) => Ok(s),
         _ => Err(ApiError::not_found("sandbox")),
     }
-}
-
-/// Whether a sandbox of `org` and `project` is the principal's to read and change: its own
-/// organization, and its project when the key is bound to one. A read and a row remembered
-/// without one both ask this, so the two paths answer alike.
-fn owns(principal: &Principal, org: &OrgId, project: &ProjectId) -> bool {
-    org == &principal.org_id && principal.project_id.as_ref().is_none_or(|p| p == project)
 }
 
 async fn read(
@@ -394,7 +386,7 @@ async fn delete(
     let remembered = SandboxId::parse(&id)
         .ok()
         .and_then(|sid| state.events.running.get(&sid))
-        .filter(|r| owns(&principal, &r.org_id, &r.project_id));
+        .filter(|r| principal.owns(&r.org_id, &r.project_id));
     if let Some(r) = remembered {
         let t = Transition {
             id: r.id.clone(),

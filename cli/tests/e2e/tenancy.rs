@@ -157,6 +157,28 @@ async fn cross_tenant_matrix_scopes_and_key_lifecycle() {
         assert_eq!(s, 404, "B {m} {path} -> {s} {json}");
         assert_eq!(json["error"]["code"], "not_found");
     }
+    // The operator's admin key manages tenancy across orgs, not their sandboxes: A's
+    // sandbox is the same 404 to it on every sandbox route, data plane included.
+    let sandbox_routes: Vec<(Method, String, Option<Value>)> = vec![
+        (Method::GET, format!("/v1/sandboxes/{sa}"), None),
+        (
+            Method::POST,
+            format!("/v1/sandboxes/{sa}/exec"),
+            Some(json!({"command": ["echo", "x"]})),
+        ),
+        (
+            Method::GET,
+            format!("/v1/sandboxes/{sa}/files/list?path=/"),
+            None,
+        ),
+        (Method::POST, format!("/v1/sandboxes/{sa}/pause"), None),
+        (Method::DELETE, format!("/v1/sandboxes/{sa}"), None),
+    ];
+    for (m, path, body) in &sandbox_routes {
+        let (s, json) = c.call(&c.key, m.clone(), path, body.clone()).await;
+        assert_eq!(s, 404, "admin {m} {path} -> {s} {json}");
+        assert_eq!(json["error"]["code"], "not_found");
+    }
     let (_, list) = c.call(&b.key, Method::GET, "/v1/sandboxes", None).await;
     assert!(
         list["items"].as_array().unwrap().is_empty(),
