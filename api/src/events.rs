@@ -132,16 +132,15 @@ impl EventHub {
     /// about to call it.
     pub fn deliver(&self, id: &SandboxId, event: Delivered, row: Option<RunningRow>) {
         let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        match (waiters.get(id), row) {
-            (Some(tx), row) => {
-                match row {
-                    Some(row) => self.running.remember_row(row),
-                    None => self.running.forget(id),
-                }
-                tx.send_replace(Some(event));
-            }
-            (None, _) => self.running.forget(id),
+        let Some(tx) = waiters.get(id) else {
+            self.running.forget(id);
+            return;
+        };
+        match row {
+            Some(row) => self.running.remember_row(row),
+            None => self.running.forget(id),
         }
+        tx.send_replace(Some(event));
     }
 
     /// How many sandboxes have a waiter in this process.

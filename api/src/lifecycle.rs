@@ -36,6 +36,7 @@ use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
 use crate::page::{parse_cursor, parse_limit, Page};
+use crate::sandboxes::load;
 use crate::AppState;
 
 /// How long a lifecycle call waits for its outcome before answering 202.
@@ -63,19 +64,6 @@ pub fn router() -> Router<AppState> {
             "/v1/snapshots/{id}",
             get(read_snapshot).delete(delete_snapshot),
         )
-}
-
-/// Loads a sandbox the principal may see; anything else is the same 404.
-pub(crate) async fn load(
-    state: &AppState,
-    principal: &Principal,
-    raw_id: &str,
-) -> ApiResult<Sandbox> {
-    let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
-    match state.store.get_sandbox(&id).await? {
-        Some(s) if principal.owns(&s.org_id, &s.project_id) => Ok(s),
-        _ => Err(ApiError::not_found("sandbox")),
-    }
 }
 
 /// The sandbox's pool, or 409 if it has none yet (queued) and 503 if this replica does not
@@ -192,12 +180,27 @@ fn running_instance(state: &AppState, sandbox: &Sandbox) -> ApiResult<InstanceRe
             sandbox.id
         )));
     };
-    // Off the call's path and batched: the idle sweep only needs it within seconds.
-    state.activity.record(&state.store, &sandbox.id, Utc::now());
-    Ok(InstanceRef {
-        sandbox_id: sandbox.id.clone(),
+    Ok(called(state, sandbox.id.clone(), backend_ref))
+}
+
+/// The instance a data-plane call is about to use, counted as the sandbox's activity (off
+/// the call's path and batched: the idle sweep only needs it within seconds).
+fn called(state: &AppState, sandbox_id: SandboxId, backend_ref: String) -> InstanceRef {
+    state.activity.record(&state.store, &sandbox_id, Utc::now());
+    InstanceRef {
+        sandbox_id,
         backend_ref,
-    })
+    }
+}
+
+/// The row this process remembers running for sandbox `id`, if the principal owns it.
+pub(crate) fn remembered(
+    state: &AppState,
+    principal: &Principal,
+    id: &SandboxId,
+) -> Option<crate::running_rows::RunningRow> {
+    let row = state.events.running.get(id)?;
+    principal.owns(&row.org_id, &row.project_id).then_some(row)
 }
 
 /// Opens a data-plane call (exec, streamed exec, files) on sandbox `raw_id` for `capability`: the
@@ -215,12 +218,7 @@ pub(crate) async fn open_data_call(
     detail: Value,
 ) -> ApiResult<(Arc<Pool>, InstanceRef)> {
     let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
-    let remembered = state
-        .events
-        .running
-        .get(&id)
-        .filter(|r| principal.owns(&r.org_id, &r.project_id));
-    if let Some(r) = remembered {
+    if let Some(r) = remembered(state, principal, &id) {
         let pool = named_pool(state, &r.pool)?;
         require_capability(&pool, capability)?;
         let guard = RowGuard {
@@ -235,13 +233,7 @@ pub(crate) async fn open_data_call(
             detail.clone(),
         );
         if state.store.append_audit_if(event, &guard).await?.is_some() {
-            // Off the call's path and batched: the idle sweep only needs it within seconds.
-            state.activity.record(&state.store, &r.id, Utc::now());
-            let at = InstanceRef {
-                sandbox_id: r.id,
-                backend_ref: r.backend_ref,
-            };
-            return Ok((pool, at));
+            return Ok((pool, called(state, r.id, r.backend_ref)));
         }
         // It moved since: read it like any other call.
         state.events.running.forget(&id);

@@ -385,8 +385,7 @@ async fn delete(
     // compare-and-set on the status, so a row that moved is refused and read below.
     let remembered = SandboxId::parse(&id)
         .ok()
-        .and_then(|sid| state.events.running.get(&sid))
-        .filter(|r| principal.owns(&r.org_id, &r.project_id));
+        .and_then(|sid| crate::lifecycle::remembered(&state, &principal, &sid));
     if let Some(r) = remembered {
         let t = Transition {
             id: r.id.clone(),

@@ -442,17 +442,12 @@ mod tests {
         let req: differently_core::CreateSandboxRequest =
             serde_json::from_value(serde_json::json!({"env": {"TOKEN": "s3cret-value"}})).unwrap();
         let spec = differently_core::SandboxSpec::build(&req).unwrap();
-        let row = differently_core::Sandbox::queued(org.clone(), prj.clone(), spec, None, at);
-        let with = StatusChanged {
-            org_id: org,
-            project_id: prj,
-            status: SandboxStatus::Running,
-            status_reason: None,
-            pool: Some("p".into()),
-            at,
-            backend_ref: Some("ref".into()),
-            view: Some(Box::new(row.view())),
-        };
+        let mut row = differently_core::Sandbox::queued(org, prj, spec, None, at);
+        row.status = SandboxStatus::Running;
+        row.pool = Some("p".into());
+        row.backend_ref = Some("ref".into());
+        let with = StatusChanged::of(&row);
+        assert_eq!(with.view.as_deref(), Some(&row.view()));
         let wire = serde_json::to_vec(&with).unwrap();
         let text = String::from_utf8(wire.clone()).unwrap();
         assert!(
