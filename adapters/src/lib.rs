@@ -225,6 +225,10 @@ pub trait Adapter: Send + Sync + 'static {
     }
 
     /// Freezes the sandbox keeping its memory. (`lifecycle.pause`)
+    ///
+    /// The four lifecycle calls are idempotent: an instance already in the target state is
+    /// success, because workers re-issue them on redelivery (a `start` even after its row
+    /// already says `running`).
     async fn pause(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
         unsupported("lifecycle.pause")
     }

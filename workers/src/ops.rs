@@ -4,8 +4,9 @@
 //! the waiting caller (or nobody: the change completes anyway) reads it.
 //!
 //! Idempotent under redelivery: a finished record is not executed again; a status transition
-//! already made (the row is in the target status) is recorded as done without a backend call;
-//! adapters' lifecycle calls are themselves idempotent. Retryable backend errors are retried
+//! already made (the row is in the target status) is recorded as done without a backend call,
+//! except `start`, which records first (to reserve quota) and so issues its backend start again
+//! on a pending record; adapters' lifecycle calls are themselves idempotent. Retryable backend errors are retried
 //! with back-off up to `max_deliveries`, then the operation fails with `provider_unavailable`.
 
 use std::time::Duration;
@@ -15,7 +16,7 @@ use differently_adapters::{AdapterError, InstanceRef};
 use differently_bus::Acker;
 use differently_bus_schema::WorkOp;
 use differently_core::ids::{OpId, SnapshotId};
-use differently_core::{ErrorCode, Sandbox, SandboxStatus};
+use differently_core::{faults, ErrorCode, Sandbox, SandboxStatus};
 use differently_store::lifecycle::{OpError, OpRecord, OpState, SnapshotStatus};
 use differently_store::{Actor, StoreError, Transition};
 use serde_json::{json, Value};
@@ -239,6 +240,13 @@ impl WorkerGroup {
         acker: &dyn Acker,
     ) -> Outcome {
         if row.status == to {
+            if op == WorkOp::Start {
+                if let Some(at) = Self::instance_ref(row) {
+                    // A start that reserved the room and did not finish (a crash, or a failed
+                    // compensation): the backend start is issued again, which is idempotent.
+                    return self.start_reserved(row, &at, None, delivered, acker).await;
+                }
+            }
             return Outcome::Done(Value::Null);
         }
         if row.status != from {
@@ -282,12 +290,11 @@ impl WorkerGroup {
 
     /// Starting a stopped sandbox reserves its CPU and memory again, so the quota is checked
     /// first: the row becomes `running` under the check (no concurrent start or activation
-    /// can take the same room), then the backend starts; if that fails, the row goes back to
-    /// `stopped`, so a retry starts over.
+    /// can take the same room), then the backend starts (`start_reserved`).
     async fn start_within_quota(
         &self,
         row: &Sandbox,
-        at: &differently_adapters::InstanceRef,
+        at: &InstanceRef,
         record: &OpRecord,
         delivered: u64,
         acker: &dyn Acker,
@@ -312,6 +319,27 @@ impl WorkerGroup {
             }
             other => return self.recorded(row, SandboxStatus::Running, now, other).await,
         };
+        if let Some(pause) = self.faults.pause_at(faults::WORKER_AFTER_START_RESERVE) {
+            tracing::warn!(sandbox = %row.id, ?pause, "fault point: pausing after the start's reservation");
+            tokio::time::sleep(pause).await;
+        }
+        self.start_reserved(row, at, Some(reserved), delivered, acker)
+            .await
+    }
+
+    /// Starts the backend instance of a row already `running` under the quota: `reserved` is
+    /// the row this delivery reserved, `None` when an earlier delivery did and did not finish.
+    /// If the start fails the row goes back to `stopped`, so a retry starts over; until that
+    /// is recorded the operation stays pending (retried), because a `running` row over a
+    /// stopped instance must not be left as the outcome.
+    async fn start_reserved(
+        &self,
+        row: &Sandbox,
+        at: &InstanceRef,
+        reserved: Option<Sandbox>,
+        delivered: u64,
+        acker: &dyn Acker,
+    ) -> Outcome {
         let adapter = self.adapter();
         let call = metered(&self.pool, "start", adapter.start(at));
         if let Err(e) = with_progress(acker, self.config.ack_wait, call).await {
@@ -326,15 +354,16 @@ impl WorkerGroup {
                 Ok(stopped) => {
                     let _ = self.announcer.status(&stopped).await;
                 }
-                // The row says running while the backend did not start; the op fails
-                // with the backend's error and the caller sees both.
                 Err(err) => {
-                    tracing::error!(sandbox = %row.id, error = %err, "worker: cannot put a failed start back to stopped")
+                    tracing::error!(sandbox = %row.id, error = %err, "worker: cannot put a failed start back to stopped; retrying");
+                    return Outcome::Retry(backoff(delivered));
                 }
             }
             return self.failed(row, e, delivered);
         }
-        self.recorded(row, SandboxStatus::Running, now, Ok(reserved))
+        let now = Utc::now();
+        let running = reserved.unwrap_or_else(|| row.clone());
+        self.recorded(row, SandboxStatus::Running, now, Ok(running))
             .await
     }
 

@@ -6,9 +6,11 @@ use std::time::Duration;
 use differently_adapters::fake::{
     created_count, live_instances, read_ledger, LedgerOp, LedgerOutcome,
 };
+use differently_adapters::InstanceState;
 use differently_core::{SandboxId, SandboxStatus};
 use differently_store::{SandboxFilter, Store};
 
+use crate::dataplane::{post, running, FAKE_CAPS};
 use crate::harness::{eventually, Cluster, Opts};
 
 /// Config that sends every create through the placement leader.
@@ -180,4 +182,95 @@ async fn scheduler_leader_killed_standby_takes_over() {
     for id in ids.iter().chain([&first]) {
         assert_eq!(created_count(&ledger, id), 1);
     }
+}
+
+/// Starting a stopped sandbox records `running` first (that is its quota reservation), then
+/// starts the backend. A worker killed in between leaves a `running` row over a stopped
+/// instance and a pending operation; the redelivered work must start the instance, not take
+/// the row's status as proof that it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_a_starts_reservation_before_the_backend_start() {
+    let mut c = Cluster::new(Opts {
+        more_pools: FAKE_CAPS.into(),
+        ..Opts::default()
+    })
+    .await;
+    c.spawn("api", "api", &[]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn(
+        "worker1",
+        "worker",
+        &[(
+            "DIFFERENTLY_FAULT_PAUSE",
+            "worker.after_start_reserve:120000",
+        )],
+    );
+    c.wait_ready().await;
+    let id = running(&c, serde_json::json!({"capabilities": ["lifecycle.stop"]})).await;
+    let (s, b) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/stop"),
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("stopped")), "{b}");
+    let starts = |c: &Cluster| {
+        c.ledger()
+            .iter()
+            .filter(|e| e.op == LedgerOp::Start && e.sandbox_id.as_ref() == Some(&id))
+            .count()
+    };
+
+    let start = {
+        let req = c
+            .req(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/start"))
+            .json(&serde_json::json!({}));
+        tokio::spawn(async move { req.send().await })
+    };
+    // The reservation is committed; the worker sits at the fault point before the backend.
+    let mut reserved = false;
+    for _ in 0..400 {
+        if c.get(&id).await["status"] == "running" {
+            reserved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(reserved, "the start never reserved\n{}", c.logs());
+    assert_eq!(
+        starts(&c),
+        0,
+        "the backend start must not have happened yet"
+    );
+    c.kill9("worker1");
+
+    c.spawn("worker2", "worker", &[]);
+    let answer = start
+        .await
+        .expect("join")
+        .expect("the API answers the start");
+    assert!(
+        matches!(answer.status().as_u16(), 200 | 202),
+        "{}",
+        answer.status()
+    );
+    let started = eventually(Duration::from_secs(30), || starts(&c) == 1).await;
+    assert!(
+        started,
+        "the redelivered start never reached the backend\n{}",
+        c.logs()
+    );
+    let instance = live_instances(&c.ledger())
+        .into_iter()
+        .find(|i| i.sandbox_id == id)
+        .expect("the instance is live");
+    assert_eq!(instance.state, InstanceState::Running);
+    let (s, out) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/exec"),
+        serde_json::json!({"command": ["echo", "up"]}),
+    )
+    .await;
+    assert_eq!((s, out["stdout"].as_str()), (200, Some("up\n")), "{out}");
+    assert_eq!(c.get(&id).await["status"], "running");
 }
