@@ -354,6 +354,8 @@ impl WorkerGroup {
                 Ok(stopped) => {
                     let _ = self.announcer.status(&stopped).await;
                 }
+                // The row moved on (deleted, say): it is no longer this start's to put back.
+                Err(StoreError::StatusConflict { .. } | StoreError::IllegalTransition { .. }) => {}
                 Err(err) => {
                     tracing::error!(sandbox = %row.id, error = %err, "worker: cannot put a failed start back to stopped; retrying");
                     return Outcome::Retry(backoff(delivered));

@@ -312,6 +312,23 @@ async fn cross_tenant_matrix_scopes_and_key_lifecycle() {
         assert!(!text.contains(tail), "a secret leaked in the key list");
     }
     assert!(!text.contains("hash"), "{text}");
+    // Use is recorded, off the request path (so possibly just after the answer).
+    let bound_id = bound["id"].as_str().unwrap().to_owned();
+    let mut last_used = Value::Null;
+    for _ in 0..100 {
+        let (_, k) = c
+            .call(&a.key, Method::GET, &format!("/v1/keys/{bound_id}"), None)
+            .await;
+        last_used = k["lastUsedAt"].clone();
+        if last_used.is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        last_used.is_string(),
+        "lastUsedAt never recorded: {last_used}"
+    );
 
     // Revocation and expiry: 401 at once.
     let (s, revoked) = c
