@@ -5,9 +5,10 @@
 //!
 //! Idempotent under redelivery: a finished record is not executed again; a status transition
 //! already made (the row is in the target status) is recorded as done without a backend call,
-//! except `start`, which records first (to reserve quota) and so issues its backend start again
-//! on a pending record; adapters' lifecycle calls are themselves idempotent. Retryable backend errors are retried
-//! with back-off up to `max_deliveries`, then the operation fails with `provider_unavailable`.
+//! except `start`, which records first (to reserve quota) and so issues its backend start
+//! again on a pending record; adapters' lifecycle calls are themselves idempotent. Retryable
+//! backend errors are retried with back-off up to `max_deliveries`, then the operation fails
+//! with `provider_unavailable`.
 
 use std::time::Duration;
 
