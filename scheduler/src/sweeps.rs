@@ -6,7 +6,8 @@
 //! message was lost (re-sent), and — every `reconcile_interval` — the reconciler: each pool's
 //! backend listing against the rows. Backend instances tagged with this installation whose
 //! row is missing or final are deleted (orphans); live rows whose instance vanished fail with
-//! a reason; a pool whose listing fails is skipped for that pass. Every action is logged with
+//! a reason; live rows whose instance moved on its own follow it where that is safe
+//! ([`drift_reason`]); a pool whose listing fails is skipped for that pass. Every action is logged with
 //! `action=` and counted in `differently_reconcile_actions_total` under the same name, and
 //! runs under a fresh root trace ([`traced`]), so the work it publishes carries a trace id
 //! that the worker's log lines share.
@@ -14,6 +15,7 @@
 use std::collections::HashMap;
 
 use chrono::Utc;
+use differently_adapters::InstanceState;
 use differently_bus::{trace, Published};
 use differently_bus_schema::WorkOp;
 use differently_core::ids::{OpId, SnapshotId};
@@ -460,6 +462,8 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             }
         };
         let listed: Vec<SandboxId> = instances.iter().map(|i| i.sandbox_id.clone()).collect();
+        // Live rows whose instance is listed in another state than theirs, settled below.
+        let mut drift: HashMap<SandboxId, SandboxStatus> = HashMap::new();
         for (chunk, ids) in instances
             .chunks(LOOKUP_CHUNK)
             .zip(listed.chunks(LOOKUP_CHUNK))
@@ -467,7 +471,10 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             let briefs = s.store.sandbox_briefs(ids).await?;
             for inst in chunk {
                 let brief = briefs.get(&inst.sandbox_id);
-                if brief.is_some_and(|b| !b.status.is_final()) {
+                if let Some(b) = brief.filter(|b| !b.status.is_final()) {
+                    if let Some(st) = listed_status(inst.state).filter(|st| *st != b.status) {
+                        drift.insert(inst.sandbox_id.clone(), st);
+                    }
                     continue;
                 }
                 delete_orphan(s, &name, &pool.adapter, inst, brief).await;
@@ -508,6 +515,125 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             })
             .await?;
         }
+        // The briefs were read after the listing, so a row may differ only because it is
+        // mid-change: the store re-checks each (unchanged since the listing, no operation
+        // pending) before it counts as drift.
+        if !drift.is_empty() {
+            let pairs: Vec<(SandboxId, SandboxStatus)> =
+                drift.iter().map(|(id, st)| (id.clone(), *st)).collect();
+            for row in s.store.drifted(&name, listed_at, &pairs, BATCH).await? {
+                if let Some(listed) = drift.get(&row.id) {
+                    follow_drift(s, &name, &row, *listed).await?;
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// The row status an instance's listed state means; `None` for a state in passing.
+fn listed_status(state: InstanceState) -> Option<SandboxStatus> {
+    match state {
+        InstanceState::Running => Some(SandboxStatus::Running),
+        InstanceState::Paused => Some(SandboxStatus::Paused),
+        InstanceState::Stopped => Some(SandboxStatus::Stopped),
+        InstanceState::Failed => Some(SandboxStatus::Failed),
+        InstanceState::Pending => None,
+    }
+}
+
+/// How the reconciler follows a row whose instance moved on its own: the reason it records,
+/// or `None` where it does not follow.
+/// - The backend paused or stopped a running sandbox (its own idle policy, an operator):
+///   recorded as idled, so the next data-plane call wakes it as it wakes one the idle sweep
+///   paused.
+/// - The backend resumed a paused one (a wake on access through its gateway).
+/// - The instance failed.
+///
+/// A stopped sandbox that the backend started again is not followed: running reserves the
+/// CPU and memory that stopping gave back, and following would take them without a quota
+/// check. Moves between paused and stopped are not transitions a row can make.
+fn drift_reason(row: SandboxStatus, listed: SandboxStatus) -> Option<&'static str> {
+    use SandboxStatus::*;
+    match (row, listed) {
+        (Running, Paused | Stopped) => Some(IDLE_REASON),
+        (Paused, Running) => Some(RESUMED_BY_BACKEND),
+        (_, Failed) => Some(INSTANCE_FAILED),
+        _ => None,
+    }
+}
+
+/// The reason recorded when the reconciler follows a backend's resume.
+pub const RESUMED_BY_BACKEND: &str = "resumed by the backend";
+/// The reason recorded when the reconciler finds the backend instance failed.
+pub const INSTANCE_FAILED: &str = "backend instance failed";
+
+/// Moves `row` to the status its instance was listed in, when [`drift_reason`] says so;
+/// otherwise logs and counts the mismatch (every pass, until an operator or the backend
+/// settles it).
+async fn follow_drift(
+    s: &Scheduler,
+    pool: &str,
+    row: &differently_core::Sandbox,
+    listed: SandboxStatus,
+) -> Result<(), StoreError> {
+    let Some(reason) = drift_reason(row.status, listed) else {
+        tracing::warn!(pool, sandbox = %row.id, status = %row.status, backend = %listed, action = "drift_unfollowed", "reconcile: the backend instance is in another state than the sandbox; not followed");
+        crate::metrics::reconcile_action(pool, "drift_unfollowed");
+        return Ok(());
+    };
+    let t = Transition {
+        id: row.id.clone(),
+        from: vec![row.status],
+        to: listed,
+        reason: Some(reason.into()),
+        actor: Actor::System("reconciler"),
+    };
+    traced("reconcile.drift", async {
+        match s.store.transition(t, Utc::now()).await {
+            Ok(moved) => {
+                tracing::warn!(pool, sandbox = %row.id, from = %row.status, to = %listed, reason, action = "drift_followed", "reconcile: the backend instance moved on its own; the sandbox follows");
+                crate::metrics::reconcile_action(pool, "drift_followed");
+                let _ = s.announcer.status(&moved).await;
+                Ok(())
+            }
+            Err(StoreError::StatusConflict { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use SandboxStatus::*;
+
+    #[test]
+    fn drift_is_followed_only_where_safe() {
+        let followed = |row, listed| drift_reason(row, listed);
+        assert_eq!(followed(Running, Paused), Some(IDLE_REASON));
+        assert_eq!(followed(Running, Stopped), Some(IDLE_REASON));
+        assert_eq!(followed(Paused, Running), Some(RESUMED_BY_BACKEND));
+        for row in [Running, Paused, Stopped] {
+            assert_eq!(followed(row, Failed), Some(INSTANCE_FAILED));
+        }
+        // Would take CPU without a quota check, or is no transition a row can make.
+        assert_eq!(followed(Stopped, Running), None);
+        assert_eq!(followed(Paused, Stopped), None);
+        assert_eq!(followed(Stopped, Paused), None);
+        // Every followed change is one the status machine allows.
+        for row in [Running, Paused, Stopped] {
+            for listed in [Running, Paused, Stopped, Failed] {
+                if followed(row, listed).is_some() {
+                    assert!(
+                        differently_core::status::can_transition(row, listed),
+                        "{row} -> {listed}"
+                    );
+                }
+            }
+        }
+        assert_eq!(listed_status(InstanceState::Pending), None);
+        assert_eq!(listed_status(InstanceState::Failed), Some(Failed));
+    }
 }

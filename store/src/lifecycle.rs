@@ -10,7 +10,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use differently_core::ids::{OpId, SnapshotId};
-use differently_core::{OrgId, ProjectId, Sandbox, SandboxId};
+use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -228,6 +228,19 @@ pub trait LifecycleStore: Send + Sync + 'static {
         pool: &str,
         before: DateTime<Utc>,
         listed: &[SandboxId],
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError>;
+
+    /// Running, paused or stopped rows on `pool` unchanged since `before` and with no pending
+    /// operation, whose status differs from the one their backend instance was listed in
+    /// (`listed`: sandbox id and the status the instance's state means): rows whose instance
+    /// moved behind Differently's back, which the reconciler follows. An operation in flight
+    /// (its backend call made, its record not yet) is not drift, hence the pending guard.
+    async fn drifted(
+        &self,
+        pool: &str,
+        before: DateTime<Utc>,
+        listed: &[(SandboxId, SandboxStatus)],
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError>;
 

@@ -191,6 +191,43 @@ impl LifecycleStore for MemoryStore {
             .collect())
     }
 
+    async fn drifted(
+        &self,
+        pool: &str,
+        before: DateTime<Utc>,
+        listed: &[(SandboxId, SandboxStatus)],
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError> {
+        let busy: std::collections::HashSet<SandboxId> = self
+            .lifecycle()
+            .ops
+            .values()
+            .filter(|o| o.state == OpState::Pending)
+            .map(|o| o.sandbox_id.clone())
+            .collect();
+        let listed: HashMap<&SandboxId, SandboxStatus> =
+            listed.iter().map(|(id, st)| (id, *st)).collect();
+        let st = self.lock();
+        let mut out: Vec<Sandbox> = st
+            .sandboxes
+            .values()
+            .map(|r| &r.sandbox)
+            .filter(|s| s.pool.as_deref() == Some(pool) && s.updated_at < before)
+            .filter(|s| {
+                matches!(
+                    s.status,
+                    SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Stopped
+                )
+            })
+            .filter(|s| listed.get(&s.id).is_some_and(|l| *l != s.status))
+            .filter(|s| !busy.contains(&s.id))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out.truncate(limit as usize);
+        Ok(out)
+    }
+
     async fn update_spec(
         &self,
         id: &SandboxId,

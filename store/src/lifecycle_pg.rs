@@ -315,6 +315,43 @@ impl LifecycleStore for PgStore {
         rows.iter().map(sandbox_of).collect()
     }
 
+    async fn drifted(
+        &self,
+        pool: &str,
+        before: DateTime<Utc>,
+        listed: &[(SandboxId, SandboxStatus)],
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError> {
+        let live = [
+            SandboxStatus::Running,
+            SandboxStatus::Paused,
+            SandboxStatus::Stopped,
+        ]
+        .map(|s| s.as_str().to_owned());
+        let (ids, statuses): (Vec<&str>, Vec<&str>) = listed
+            .iter()
+            .map(|(id, st)| (id.as_str(), st.as_str()))
+            .unzip();
+        let rows = sqlx::query(
+            "SELECT s.doc FROM sandboxes s
+             JOIN unnest($2::text[], $3::text[]) AS l(id, status) ON l.id = s.id
+             WHERE s.pool = $1 AND s.status = ANY($4) AND s.status <> l.status
+               AND s.updated_at < $5
+               AND NOT EXISTS (SELECT 1 FROM sandbox_ops o
+                               WHERE o.sandbox_id = s.id AND o.state = 'pending')
+             ORDER BY s.id LIMIT $6",
+        )
+        .bind(pool)
+        .bind(ids)
+        .bind(statuses)
+        .bind(&live[..])
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(sandbox_of).collect()
+    }
+
     async fn update_spec(
         &self,
         id: &SandboxId,

@@ -510,6 +510,106 @@ capabilities = ["exec", "files"]
     );
 }
 
+/// Instances that move on their own (the backend's idle policy, its gateway's wake, an
+/// operator): the reconciler follows a pause or stop of a running sandbox as an idle one (the
+/// next exec wakes it), and a resume of a paused one; it does not follow a start of a stopped
+/// one, which would take CPU without a quota check, and says so in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciler_follows_instances_that_moved_on_their_own() {
+    let c = cluster(Opts::default()).await;
+    let body = json!({"capabilities": ["lifecycle.pause", "lifecycle.stop"]});
+    let paused_behind = running(&c, body.clone()).await;
+    let stopped_behind = running(&c, body.clone()).await;
+    let resumed_behind = running(&c, body.clone()).await;
+    let (s, b) = op(&c, &resumed_behind, "pause").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("paused")), "{b}");
+    let started_behind = running(&c, body).await;
+    let (s, b) = op(&c, &started_behind, "stop").await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("stopped")), "{b}");
+
+    let backend = FakeAdapter::new(FakeConfig {
+        ledger: Some(c.ledger.clone()),
+        capabilities: vec!["lifecycle.pause".into(), "lifecycle.stop".into()],
+        ..FakeConfig::default()
+    });
+    let instances = live_instances(&c.ledger());
+    let at = |id: &SandboxId| differently_adapters::InstanceRef {
+        sandbox_id: id.clone(),
+        backend_ref: instances
+            .iter()
+            .find(|i| &i.sandbox_id == id)
+            .map(|i| i.backend_ref.clone())
+            .expect("a live instance"),
+    };
+    backend.pause(&at(&paused_behind)).await.expect("pause");
+    backend.stop(&at(&stopped_behind)).await.expect("stop");
+    backend.resume(&at(&resumed_behind)).await.expect("resume");
+    backend.start(&at(&started_behind)).await.expect("start");
+
+    let paused = c
+        .wait_status(
+            &paused_behind,
+            SandboxStatus::Paused,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(paused["statusReason"], "idle timeout", "{paused}");
+    let stopped = c
+        .wait_status(
+            &stopped_behind,
+            SandboxStatus::Stopped,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(stopped["statusReason"], "idle timeout", "{stopped}");
+    let resumed = c
+        .wait_status(
+            &resumed_behind,
+            SandboxStatus::Running,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(
+        resumed["statusReason"], "resumed by the backend",
+        "{resumed}"
+    );
+    // Followed as idle: the next call wakes it through the backend.
+    let (s, out) = post(
+        &c,
+        &format!("/v1/sandboxes/{paused_behind}/exec"),
+        json!({"command": ["echo", "awake"]}),
+    )
+    .await;
+    assert_eq!((s, out["stdout"].as_str()), (200, Some("awake\n")), "{out}");
+    assert_eq!(c.get(&paused_behind).await["status"], "running");
+    // Not followed: still stopped after several passes, and the scheduler says why.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(c.get(&started_behind).await["status"], "stopped");
+    let log = c.log("scheduler");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("drift_unfollowed") && l.contains(&started_behind.to_string())),
+        "{log}"
+    );
+    assert!(
+        log.lines().filter(|l| l.contains("drift_followed")).count() >= 3,
+        "{log}"
+    );
+    // Each followed change is on the audit chain, by the reconciler, with its reason.
+    let store = c.db.store();
+    let records = differently_store::Store::audit_tail(&store, 10_000)
+        .await
+        .expect("audit");
+    for id in [&paused_behind, &stopped_behind, &resumed_behind] {
+        assert!(
+            records
+                .iter()
+                .any(|r| r.resource == id.to_string() && r.actor == "system:reconciler"),
+            "no reconciler record for {id}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sandbox_on_a_pool_without_pause_is_stopped_and_started_again() {
     let c = Cluster::started(Opts {

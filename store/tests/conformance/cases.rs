@@ -839,6 +839,89 @@ pub async fn live_rows_missing_from_a_listing(env: &Env) {
     );
 }
 
+pub async fn rows_that_drifted_from_their_listed_instance(env: &Env) {
+    use differently_store::lifecycle::{OpRecord, OpState};
+    let s = store(env);
+    let (org, prj) = tenant(s).await;
+    let mut rows = Vec::new();
+    for _ in 0..4 {
+        let a = admit(s, &org, &prj).await;
+        activated(s, &a.id, &pool("p", None), &Quota::default()).await;
+        rows.push(s.mark_running(&a.id, "ref", Utc::now()).await.unwrap());
+    }
+    let paused = s
+        .transition(
+            Transition {
+                id: rows[3].id.clone(),
+                from: vec![Running],
+                to: Paused,
+                reason: None,
+                actor: Actor::System("test"),
+            },
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    // rows[2] has an operation in flight: its backend may already have moved.
+    let op = OpRecord::new(
+        &rows[2],
+        "pause",
+        true,
+        serde_json::json!({}),
+        "key:test".into(),
+        Utc::now(),
+    );
+    s.begin_op(&op).await.unwrap();
+    let later = Utc::now() + TimeDelta::seconds(1);
+    let listed = [
+        (rows[0].id.clone(), Running), // agrees
+        (rows[1].id.clone(), Paused),  // drifted
+        (rows[2].id.clone(), Paused),  // drifted, but an operation is pending
+        (paused.id.clone(), Running),  // drifted the other way
+        (SandboxId::new(), Stopped),   // no row
+    ];
+    let found: Vec<(SandboxId, SandboxStatus)> = s
+        .drifted("p", later, &listed, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.id, r.status))
+        .collect();
+    let mut want = vec![(rows[1].id.clone(), Running), (paused.id.clone(), Paused)];
+    want.sort();
+    assert_eq!(
+        found, want,
+        "drifted rows, in id order, as the store holds them"
+    );
+    assert_eq!(s.drifted("p", later, &listed, 1).await.unwrap().len(), 1);
+    assert!(
+        s.drifted("q", later, &listed, 10).await.unwrap().is_empty(),
+        "another pool's listing judges nothing here"
+    );
+    let before_all = Utc::now() - TimeDelta::seconds(60);
+    assert!(
+        s.drifted("p", before_all, &listed, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "rows changed after the listing began are not judged by it"
+    );
+    s.finish_op(
+        &op.id,
+        OpState::Done,
+        serde_json::Value::Null,
+        None,
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.drifted("p", later, &listed, 10).await.unwrap().len(),
+        3,
+        "once the operation finished, its row is judged too"
+    );
+}
+
 pub async fn cas_conflict_when_status_moved(env: &Env) {
     let s = store(env);
     let (org, prj) = tenant(s).await;
