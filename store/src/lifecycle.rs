@@ -155,6 +155,14 @@ pub struct SnapshotRecord {
     pub updated_at: DateTime<Utc>,
 }
 
+/// The statuses in which a row must have a backend instance in a known state: what the
+/// reconciler judges against a pool's listing.
+pub const ON_BACKEND: [SandboxStatus; 3] = [
+    SandboxStatus::Running,
+    SandboxStatus::Paused,
+    SandboxStatus::Stopped,
+];
+
 /// Operation records, snapshots and activity; see the module docs.
 #[async_trait]
 pub trait LifecycleStore: Send + Sync + 'static {

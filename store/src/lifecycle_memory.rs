@@ -10,7 +10,7 @@ use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use serde_json::Value;
 
 use crate::lifecycle::{
-    is_idle, LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord,
+    is_idle, LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord, ON_BACKEND,
 };
 use crate::memory::MemoryStore;
 use crate::StoreError;
@@ -179,12 +179,7 @@ impl LifecycleStore for MemoryStore {
             .values()
             .map(|r| &r.sandbox)
             .filter(|s| s.pool.as_deref() == Some(pool) && s.updated_at < before)
-            .filter(|s| {
-                matches!(
-                    s.status,
-                    SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Stopped
-                )
-            })
+            .filter(|s| ON_BACKEND.contains(&s.status))
             .filter(|s| !listed.contains(&s.id))
             .take(limit as usize)
             .cloned()
@@ -213,12 +208,7 @@ impl LifecycleStore for MemoryStore {
             .values()
             .map(|r| &r.sandbox)
             .filter(|s| s.pool.as_deref() == Some(pool) && s.updated_at < before)
-            .filter(|s| {
-                matches!(
-                    s.status,
-                    SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Stopped
-                )
-            })
+            .filter(|s| ON_BACKEND.contains(&s.status))
             .filter(|s| listed.get(&s.id).is_some_and(|l| *l != s.status))
             .filter(|s| !busy.contains(&s.id))
             .cloned()

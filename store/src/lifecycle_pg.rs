@@ -9,7 +9,9 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::Row;
 
-use crate::lifecycle::{LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord};
+use crate::lifecycle::{
+    LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord, ON_BACKEND,
+};
 use crate::postgres::PgStore;
 use crate::StoreError;
 
@@ -293,12 +295,7 @@ impl LifecycleStore for PgStore {
         listed: &[SandboxId],
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
-        let live = [
-            SandboxStatus::Running,
-            SandboxStatus::Paused,
-            SandboxStatus::Stopped,
-        ]
-        .map(|s| s.as_str().to_owned());
+        let live = ON_BACKEND.map(SandboxStatus::as_str);
         let rows = sqlx::query(
             "SELECT s.doc FROM sandboxes s
              WHERE s.pool = $1 AND s.status = ANY($2) AND s.updated_at < $3
@@ -322,12 +319,7 @@ impl LifecycleStore for PgStore {
         listed: &[(SandboxId, SandboxStatus)],
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
-        let live = [
-            SandboxStatus::Running,
-            SandboxStatus::Paused,
-            SandboxStatus::Stopped,
-        ]
-        .map(|s| s.as_str().to_owned());
+        let live = ON_BACKEND.map(SandboxStatus::as_str);
         let (ids, statuses): (Vec<&str>, Vec<&str>) = listed
             .iter()
             .map(|(id, st)| (id.as_str(), st.as_str()))
