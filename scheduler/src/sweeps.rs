@@ -20,7 +20,7 @@ use differently_bus::{trace, Published};
 use differently_bus_schema::WorkOp;
 use differently_core::ids::{OpId, SnapshotId};
 use differently_core::{ErrorCode, SandboxId, SandboxStatus};
-use differently_store::lifecycle::{OpBegun, OpError, OpRecord, OpState, IDLE_REASON};
+use differently_store::lifecycle::{OpBegun, OpError, OpRecord, OpState, IDLE_REASON, ON_BACKEND};
 use differently_store::{Actor, StoreError, Transition};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -472,8 +472,11 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             for inst in chunk {
                 let brief = briefs.get(&inst.sandbox_id);
                 if let Some(b) = brief.filter(|b| !b.status.is_final()) {
+                    let settled = ON_BACKEND.contains(&b.status);
                     if let Some(st) = listed_status(inst.state).filter(|st| *st != b.status) {
-                        drift.insert(inst.sandbox_id.clone(), st);
+                        if settled {
+                            drift.insert(inst.sandbox_id.clone(), st);
+                        }
                     }
                     continue;
                 }
