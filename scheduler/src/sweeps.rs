@@ -551,16 +551,17 @@ fn listed_status(state: InstanceState) -> Option<SandboxStatus> {
 ///   recorded as idled, so the next data-plane call wakes it as it wakes one the idle sweep
 ///   paused.
 /// - The backend resumed a paused one (a wake on access through its gateway).
+/// - The backend started a stopped one: followed only within the quota, because running
+///   reserves the CPU and memory that stopping gave back (see [`follow_drift`]).
 /// - The instance failed.
 ///
-/// A stopped sandbox that the backend started again is not followed: running reserves the
-/// CPU and memory that stopping gave back, and following would take them without a quota
-/// check. Moves between paused and stopped are not transitions a row can make.
+/// Moves between paused and stopped are not transitions a row can make.
 fn drift_reason(row: SandboxStatus, listed: SandboxStatus) -> Option<&'static str> {
     use SandboxStatus::*;
     match (row, listed) {
         (Running, Paused | Stopped) => Some(IDLE_REASON),
         (Paused, Running) => Some(RESUMED_BY_BACKEND),
+        (Stopped, Running) => Some(STARTED_BY_BACKEND),
         (_, Failed) => Some(INSTANCE_FAILED),
         _ => None,
     }
@@ -568,12 +569,14 @@ fn drift_reason(row: SandboxStatus, listed: SandboxStatus) -> Option<&'static st
 
 /// The reason recorded when the reconciler follows a backend's resume.
 pub const RESUMED_BY_BACKEND: &str = "resumed by the backend";
+/// The reason recorded when the reconciler follows a backend's start of a stopped sandbox.
+pub const STARTED_BY_BACKEND: &str = "started by the backend";
 /// The reason recorded when the reconciler finds the backend instance failed.
 pub const INSTANCE_FAILED: &str = "backend instance failed";
 
-/// Moves `row` to the status its instance was listed in, when [`drift_reason`] says so;
-/// otherwise logs and counts the mismatch (every pass, until an operator or the backend
-/// settles it).
+/// Moves `row` to the status its instance was listed in, when [`drift_reason`] says so and,
+/// for a start, the quota has room (checked as a caller's start is); otherwise logs and
+/// counts the mismatch (every pass, until an operator, the quota or the backend settles it).
 async fn follow_drift(
     s: &Scheduler,
     pool: &str,
@@ -592,8 +595,20 @@ async fn follow_drift(
         reason: Some(reason.into()),
         actor: Actor::System("reconciler"),
     };
+    let reserves = row.status == SandboxStatus::Stopped && listed == SandboxStatus::Running;
     traced("reconcile.drift", async {
-        match s.store.transition(t, Utc::now()).await {
+        let now = Utc::now();
+        let moved = if reserves {
+            s.store.transition_within_quota(t, &s.config.quota, now).await
+        } else {
+            s.store.transition(t, now).await
+        };
+        match moved {
+            Err(StoreError::QuotaExceeded(why)) => {
+                tracing::warn!(pool, sandbox = %row.id, status = %row.status, backend = %listed, action = "drift_unfollowed", "reconcile: the backend started a stopped sandbox and the quota has no room for it ({why}); not followed");
+                crate::metrics::reconcile_action(pool, "drift_unfollowed");
+                Ok(())
+            }
             Ok(moved) => {
                 tracing::warn!(pool, sandbox = %row.id, from = %row.status, to = %listed, reason, action = "drift_followed", "reconcile: the backend instance moved on its own; the sandbox follows");
                 crate::metrics::reconcile_action(pool, "drift_followed");
@@ -621,8 +636,9 @@ mod tests {
         for row in [Running, Paused, Stopped] {
             assert_eq!(followed(row, Failed), Some(INSTANCE_FAILED));
         }
-        // Would take CPU without a quota check, or is no transition a row can make.
-        assert_eq!(followed(Stopped, Running), None);
+        // Within the quota only (`follow_drift`).
+        assert_eq!(followed(Stopped, Running), Some(STARTED_BY_BACKEND));
+        // No transition a row can make.
         assert_eq!(followed(Paused, Stopped), None);
         assert_eq!(followed(Stopped, Paused), None);
         // Every followed change is one the status machine allows.

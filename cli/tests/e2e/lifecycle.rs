@@ -512,8 +512,8 @@ capabilities = ["exec", "files"]
 
 /// Instances that move on their own (the backend's idle policy, its gateway's wake, an
 /// operator): the reconciler follows a pause or stop of a running sandbox as an idle one (the
-/// next exec wakes it), and a resume of a paused one; it does not follow a start of a stopped
-/// one, which would take CPU without a quota check, and says so in its log.
+/// next exec wakes it), a resume of a paused one, and a start of a stopped one only while the
+/// quota has room for it (until then it says so in its log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciler_follows_instances_that_moved_on_their_own() {
     let c = cluster(Opts::default()).await;
@@ -526,6 +526,27 @@ async fn reconciler_follows_instances_that_moved_on_their_own() {
     let started_behind = running(&c, body).await;
     let (s, b) = op(&c, &started_behind, "stop").await;
     assert_eq!((s, b["status"].as_str()), (200, Some("stopped")), "{b}");
+    // No room for one more CPU: the backend's start of the stopped one cannot be followed.
+    let org = c.get(&started_behind).await["orgId"]
+        .as_str()
+        .expect("orgId")
+        .to_owned();
+    let set_cpu = |max: u32| {
+        let c = &c;
+        let path = format!("/v1/orgs/{org}/quota");
+        async move {
+            let (s, q) = c
+                .call(
+                    &c.key,
+                    reqwest::Method::PUT,
+                    &path,
+                    Some(json!({"maxCpu": max})),
+                )
+                .await;
+            assert_eq!(s, 200, "{q}");
+        }
+    };
+    set_cpu(1).await;
 
     let backend = FakeAdapter::new(FakeConfig {
         ledger: Some(c.ledger.clone()),
@@ -573,6 +594,29 @@ async fn reconciler_follows_instances_that_moved_on_their_own() {
         resumed["statusReason"], "resumed by the backend",
         "{resumed}"
     );
+    // Not followed while the quota has no room: still stopped after several passes, and the
+    // scheduler says why; with room, it follows.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(c.get(&started_behind).await["status"], "stopped");
+    let log = c.log("scheduler");
+    assert!(
+        log.lines().any(|l| l.contains("drift_unfollowed")
+            && l.contains(&started_behind.to_string())
+            && l.contains("quota")),
+        "{log}"
+    );
+    set_cpu(100).await;
+    let started = c
+        .wait_status(
+            &started_behind,
+            SandboxStatus::Running,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(
+        started["statusReason"], "started by the backend",
+        "{started}"
+    );
     // Followed as idle: the next call wakes it through the backend.
     let (s, out) = post(
         &c,
@@ -582,17 +626,9 @@ async fn reconciler_follows_instances_that_moved_on_their_own() {
     .await;
     assert_eq!((s, out["stdout"].as_str()), (200, Some("awake\n")), "{out}");
     assert_eq!(c.get(&paused_behind).await["status"], "running");
-    // Not followed: still stopped after several passes, and the scheduler says why.
-    tokio::time::sleep(Duration::from_secs(11)).await;
-    assert_eq!(c.get(&started_behind).await["status"], "stopped");
     let log = c.log("scheduler");
     assert!(
-        log.lines()
-            .any(|l| l.contains("drift_unfollowed") && l.contains(&started_behind.to_string())),
-        "{log}"
-    );
-    assert!(
-        log.lines().filter(|l| l.contains("drift_followed")).count() >= 3,
+        log.lines().filter(|l| l.contains("drift_followed")).count() >= 4,
         "{log}"
     );
     // Each followed change is on the audit chain, by the reconciler, with its reason.
@@ -600,7 +636,12 @@ async fn reconciler_follows_instances_that_moved_on_their_own() {
     let records = differently_store::Store::audit_tail(&store, 10_000)
         .await
         .expect("audit");
-    for id in [&paused_behind, &stopped_behind, &resumed_behind] {
+    for id in [
+        &paused_behind,
+        &stopped_behind,
+        &resumed_behind,
+        &started_behind,
+    ] {
         assert!(
             records
                 .iter()
