@@ -7,10 +7,10 @@
 //! backend listing against the rows. Backend instances tagged with this installation whose
 //! row is missing or final are deleted (orphans); live rows whose instance vanished fail with
 //! a reason; live rows whose instance moved on its own follow it where that is safe
-//! ([`drift_reason`]); a pool whose listing fails is skipped for that pass. Every action is logged with
-//! `action=` and counted in `differently_reconcile_actions_total` under the same name, and
-//! runs under a fresh root trace ([`traced`]), so the work it publishes carries a trace id
-//! that the worker's log lines share.
+//! ([`drift_reason`]); a pool whose listing fails is skipped for that pass. Every action is
+//! logged with `action=` and counted in `differently_reconcile_actions_total` under the same
+//! name, and runs under a fresh root trace ([`traced`]), so the work it publishes carries a
+//! trace id that the worker's log lines share.
 
 use std::collections::HashMap;
 
@@ -472,11 +472,12 @@ async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             for inst in chunk {
                 let brief = briefs.get(&inst.sandbox_id);
                 if let Some(b) = brief.filter(|b| !b.status.is_final()) {
-                    let settled = ON_BACKEND.contains(&b.status);
-                    if let Some(st) = listed_status(inst.state).filter(|st| *st != b.status) {
-                        if settled {
-                            drift.insert(inst.sandbox_id.clone(), st);
-                        }
+                    // Only rows that must have an instance in a known state: a
+                    // provisioning or terminating row is mid-change, not drifted.
+                    let drifted = listed_status(inst.state)
+                        .filter(|st| *st != b.status && ON_BACKEND.contains(&b.status));
+                    if let Some(st) = drifted {
+                        drift.insert(inst.sandbox_id.clone(), st);
                     }
                     continue;
                 }
@@ -568,11 +569,11 @@ fn drift_reason(row: SandboxStatus, listed: SandboxStatus) -> Option<&'static st
 }
 
 /// The reason recorded when the reconciler follows a backend's resume.
-pub const RESUMED_BY_BACKEND: &str = "resumed by the backend";
+const RESUMED_BY_BACKEND: &str = "resumed by the backend";
 /// The reason recorded when the reconciler follows a backend's start of a stopped sandbox.
-pub const STARTED_BY_BACKEND: &str = "started by the backend";
+const STARTED_BY_BACKEND: &str = "started by the backend";
 /// The reason recorded when the reconciler finds the backend instance failed.
-pub const INSTANCE_FAILED: &str = "backend instance failed";
+const INSTANCE_FAILED: &str = "backend instance failed";
 
 /// Moves `row` to the status its instance was listed in, when [`drift_reason`] says so and,
 /// for a start, the quota has room (checked as a caller's start is); otherwise logs and
