@@ -16,22 +16,29 @@ use crate::harness::{eventually, Cluster, Opts};
 /// Config that sends every create through the placement leader.
 pub const LEADER_PLACES_ALL: &str = "[api]\ndirect_placement = false\n";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_killed_after_backend_create_before_commit() {
-    let mut c = Cluster::new(Opts {
-        ack_wait_seconds: 2,
-        ..Opts::default()
-    })
-    .await;
+/// A cluster whose only worker, `worker1`, pauses for two minutes at fault point `point`
+/// (long enough for the test to `kill -9` it there).
+async fn with_paused_worker(opts: Opts, point: &str) -> Cluster {
+    let mut c = Cluster::new(opts).await;
     c.spawn("api", "api", &[]);
     c.spawn("scheduler", "scheduler", &[]);
-    // This worker pauses right after the backend create, before recording it.
-    c.spawn(
-        "worker1",
-        "worker",
-        &[("DIFFERENTLY_FAULT_PAUSE", "worker.after_create:120000")],
-    );
+    let fault = format!("{point}:120000");
+    c.spawn("worker1", "worker", &[("DIFFERENTLY_FAULT_PAUSE", &fault)]);
     c.wait_ready().await;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_backend_create_before_commit() {
+    // This worker pauses right after the backend create, before recording it.
+    let mut c = with_paused_worker(
+        Opts {
+            ack_wait_seconds: 2,
+            ..Opts::default()
+        },
+        "worker.after_create",
+    )
+    .await;
 
     let id = c.create_ok().await;
     let ledger_path = c.ledger.clone();
@@ -190,22 +197,14 @@ async fn scheduler_leader_killed_standby_takes_over() {
 /// the row's status as proof that it started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_after_a_starts_reservation_before_the_backend_start() {
-    let mut c = Cluster::new(Opts {
-        more_pools: FAKE_CAPS.into(),
-        ..Opts::default()
-    })
+    let mut c = with_paused_worker(
+        Opts {
+            more_pools: FAKE_CAPS.into(),
+            ..Opts::default()
+        },
+        "worker.after_start_reserve",
+    )
     .await;
-    c.spawn("api", "api", &[]);
-    c.spawn("scheduler", "scheduler", &[]);
-    c.spawn(
-        "worker1",
-        "worker",
-        &[(
-            "DIFFERENTLY_FAULT_PAUSE",
-            "worker.after_start_reserve:120000",
-        )],
-    );
-    c.wait_ready().await;
     let id = running(&c, serde_json::json!({"capabilities": ["lifecycle.stop"]})).await;
     let (s, b) = post(
         &c,
