@@ -575,9 +575,10 @@ const STARTED_BY_BACKEND: &str = "started by the backend";
 /// The reason recorded when the reconciler finds the backend instance failed.
 const INSTANCE_FAILED: &str = "backend instance failed";
 
-/// Moves `row` to the status its instance was listed in, when [`drift_reason`] says so and,
-/// for a start, the quota has room (checked as a caller's start is); otherwise logs and
-/// counts the mismatch (every pass, until an operator, the quota or the backend settles it).
+/// Moves `row` to the status its instance was listed in, when [`drift_reason`] says so and the
+/// quota has room for what the change adds (the store's own check, as for a caller's start:
+/// of the followed changes only a start adds anything); otherwise logs and counts the
+/// mismatch (every pass, until an operator, the quota or the backend settles it).
 async fn follow_drift(
     s: &Scheduler,
     pool: &str,
@@ -596,14 +597,11 @@ async fn follow_drift(
         reason: Some(reason.into()),
         actor: Actor::System("reconciler"),
     };
-    let reserves = row.status == SandboxStatus::Stopped && listed == SandboxStatus::Running;
     traced("reconcile.drift", async {
-        let now = Utc::now();
-        let moved = if reserves {
-            s.store.transition_within_quota(t, &s.config.quota, now).await
-        } else {
-            s.store.transition(t, now).await
-        };
+        let moved = s
+            .store
+            .transition_within_quota(t, &s.config.quota, Utc::now())
+            .await;
         match moved {
             Err(StoreError::QuotaExceeded(why)) => {
                 tracing::warn!(pool, sandbox = %row.id, status = %row.status, backend = %listed, action = "drift_unfollowed", "reconcile: the backend started a stopped sandbox and the quota has no room for it ({why}); not followed");
