@@ -567,33 +567,18 @@ async fn reconciler_follows_instances_that_moved_on_their_own() {
     backend.resume(&at(&resumed_behind)).await.expect("resume");
     backend.start(&at(&started_behind)).await.expect("start");
 
-    let paused = c
-        .wait_status(
-            &paused_behind,
-            SandboxStatus::Paused,
-            Duration::from_secs(30),
-        )
-        .await;
-    assert_eq!(paused["statusReason"], "idle timeout", "{paused}");
-    let stopped = c
-        .wait_status(
-            &stopped_behind,
-            SandboxStatus::Stopped,
-            Duration::from_secs(30),
-        )
-        .await;
-    assert_eq!(stopped["statusReason"], "idle timeout", "{stopped}");
-    let resumed = c
-        .wait_status(
+    for (id, status, reason) in [
+        (&paused_behind, SandboxStatus::Paused, "idle timeout"),
+        (&stopped_behind, SandboxStatus::Stopped, "idle timeout"),
+        (
             &resumed_behind,
             SandboxStatus::Running,
-            Duration::from_secs(30),
-        )
-        .await;
-    assert_eq!(
-        resumed["statusReason"], "resumed by the backend",
-        "{resumed}"
-    );
+            "resumed by the backend",
+        ),
+    ] {
+        let row = c.wait_status(id, status, Duration::from_secs(30)).await;
+        assert_eq!(row["statusReason"], reason, "{row}");
+    }
     // Not followed while the quota has no room: still stopped after several passes, and the
     // scheduler says why; with room, it follows.
     tokio::time::sleep(Duration::from_secs(11)).await;
