@@ -200,16 +200,15 @@ impl LifecycleStore for MemoryStore {
             .filter(|o| o.state == OpState::Pending)
             .map(|o| o.sandbox_id.clone())
             .collect();
-        let listed: HashMap<&SandboxId, SandboxStatus> =
-            listed.iter().map(|(id, st)| (id, *st)).collect();
         let st = self.lock();
-        let mut out: Vec<Sandbox> = st
-            .sandboxes
-            .values()
-            .map(|r| &r.sandbox)
+        let mut out: Vec<Sandbox> = listed
+            .iter()
+            .filter_map(|(id, listed)| {
+                let s = &st.sandboxes.get(id)?.sandbox;
+                (s.status != *listed).then_some(s)
+            })
             .filter(|s| s.pool.as_deref() == Some(pool) && s.updated_at < before)
             .filter(|s| ON_BACKEND.contains(&s.status))
-            .filter(|s| listed.get(&s.id).is_some_and(|l| *l != s.status))
             .filter(|s| !busy.contains(&s.id))
             .cloned()
             .collect();
