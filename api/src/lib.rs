@@ -28,6 +28,7 @@ pub mod exec_frames;
 pub mod exec_stream;
 pub mod files;
 pub mod lifecycle;
+pub mod openapi;
 pub mod page;
 pub mod placement;
 pub mod policy_cache;
@@ -126,6 +127,7 @@ pub fn router(state: AppState) -> Router {
         .merge(trust::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/v1/openapi.json", get(openapi::serve))
         .fallback(not_found)
         .layer(axum::middleware::from_fn(audit::request_id))
         .with_state(state)

@@ -24,6 +24,25 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, for documents that list them (the served OpenAPI document).
+    pub const ALL: [ErrorCode; 15] = [
+        Self::InvalidArgument,
+        Self::Unauthenticated,
+        Self::PermissionDenied,
+        Self::NotFound,
+        Self::Conflict,
+        Self::PayloadTooLarge,
+        Self::ValidationFailed,
+        Self::NoEligiblePool,
+        Self::UnsupportedCapability,
+        Self::RateLimited,
+        Self::QuotaExceeded,
+        Self::Internal,
+        Self::UnsupportedOperation,
+        Self::ProviderUnavailable,
+        Self::InsufficientCapacity,
+    ];
+
     /// The wire form, e.g. `invalid_argument`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -79,6 +98,36 @@ impl FieldError {
         Self {
             field: field.into(),
             message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn all_lists_every_code_once_in_declaration_order() {
+        // A new variant stops this match from compiling until it has its place in `ALL`.
+        let index = |c: ErrorCode| match c {
+            ErrorCode::InvalidArgument => 0,
+            ErrorCode::Unauthenticated => 1,
+            ErrorCode::PermissionDenied => 2,
+            ErrorCode::NotFound => 3,
+            ErrorCode::Conflict => 4,
+            ErrorCode::PayloadTooLarge => 5,
+            ErrorCode::ValidationFailed => 6,
+            ErrorCode::NoEligiblePool => 7,
+            ErrorCode::UnsupportedCapability => 8,
+            ErrorCode::RateLimited => 9,
+            ErrorCode::QuotaExceeded => 10,
+            ErrorCode::Internal => 11,
+            ErrorCode::UnsupportedOperation => 12,
+            ErrorCode::ProviderUnavailable => 13,
+            ErrorCode::InsufficientCapacity => 14,
+        };
+        for (i, code) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(index(code), i, "{} is out of place in ALL", code.as_str());
         }
     }
 }

@@ -76,6 +76,9 @@ pub const KNOWN_CAPABILITIES: [&str; 9] = [
     "gpu",
 ];
 
+/// Names [`profile`] knows, smallest first.
+pub const PROFILES: [&str; 4] = ["small", "medium", "large", "xlarge"];
+
 /// Named resource profiles.
 pub fn profile(name: &str) -> Option<Resources> {
     let (cpu, memory_mib, disk_gib) = match name {
@@ -337,6 +340,16 @@ mod tests {
 
     fn req(json: &str) -> Result<CreateSandboxRequest, serde_json::Error> {
         serde_json::from_str(json)
+    }
+
+    #[test]
+    fn every_listed_profile_resolves_and_they_grow() {
+        let sizes: Vec<Resources> = PROFILES
+            .iter()
+            .map(|p| profile(p).unwrap_or_else(|| panic!("profile {p} does not resolve")))
+            .collect();
+        assert!(sizes.windows(2).all(|w| w[0].cpu < w[1].cpu), "{sizes:?}");
+        assert_eq!(profile("huge"), None);
     }
 
     #[test]

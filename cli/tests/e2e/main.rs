@@ -12,6 +12,7 @@ mod dataplane;
 mod dev;
 mod lifecycle;
 mod observability;
+mod openapi;
 mod placement;
 mod quota;
 mod spine;

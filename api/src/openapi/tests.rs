@@ -1,0 +1,361 @@
+//! The document against the router's source and the types' serde shapes.
+
+use std::collections::BTreeSet;
+
+use chrono::Utc;
+use differently_core::exec::{ExecRequest, ExecResult};
+use differently_core::tenancy::{ApiKeyRecord, Org, OrgStatus, Project, Quota, Scope};
+use differently_core::{
+    CreateSandboxRequest, ErrorCode, OrgId, ProjectId, Sandbox, SandboxSpec, SandboxStatus,
+};
+
+use super::*;
+
+/// `(method, path)` of every `.route(…)` the crate's router modules declare, read from
+/// their source so that a route added without a catalogue entry fails here.
+fn declared_routes() -> BTreeSet<(String, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let mut out = BTreeSet::new();
+    let entries = std::fs::read_dir(dir).expect("api/src");
+    for entry in entries {
+        let path = entry.expect("dir entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("source");
+        for (start, _) in text.match_indices(".route(") {
+            let rest = &text[start + ".route(".len()..];
+            let rest = rest.trim_start();
+            let Some(rest) = rest.strip_prefix('"') else {
+                continue;
+            };
+            let end = rest.find('"').expect("closing quote");
+            let route = rest[..end].to_owned();
+            // The methods are the calls inside `.route(…)` named after an HTTP method.
+            let mut depth = 1usize;
+            let mut args_end = rest.len();
+            for (i, c) in rest[end..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            args_end = end + i;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let args = &rest[end..args_end];
+            let mut found = false;
+            for method in ["get", "post", "put", "patch", "delete"] {
+                let call = format!("{method}(");
+                for (at, _) in args.match_indices(&call) {
+                    let before = args[..at].chars().next_back();
+                    if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                        continue;
+                    }
+                    out.insert((method.to_owned(), route.clone()));
+                    found = true;
+                }
+            }
+            assert!(
+                found,
+                "no method found for route {route} in {}",
+                path.display()
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn the_catalogue_lists_exactly_the_routes_the_router_declares() {
+    let declared = declared_routes();
+    assert!(declared.len() > 50, "the scan found only {declared:?}");
+    let documented: BTreeSet<(String, String)> = catalogue()
+        .iter()
+        .map(|op| (op.method.to_owned(), op.path.to_owned()))
+        .collect();
+    let undocumented: Vec<_> = declared.difference(&documented).collect();
+    let unserved: Vec<_> = documented.difference(&declared).collect();
+    assert!(
+        undocumented.is_empty(),
+        "served but not in the catalogue: {undocumented:?}"
+    );
+    assert!(
+        unserved.is_empty(),
+        "in the catalogue but not served: {unserved:?}"
+    );
+}
+
+#[test]
+fn the_document_is_well_formed() {
+    let doc = document();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut ids = BTreeSet::new();
+    for op in catalogue() {
+        assert!(ids.insert(op.id), "operationId {} twice", op.id);
+        let served = &doc["paths"][op.path][op.method];
+        assert_eq!(served["operationId"], op.id);
+        assert!(
+            op.answers
+                .iter()
+                .any(|a| !matches!(a, Answer::Json(s, _) | Answer::Empty(s) if *s >= 300)),
+            "{} has no success answer",
+            op.id
+        );
+        let params: Vec<&str> = served["parameters"]
+            .as_array()
+            .map(|ps| ps.iter().filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        for name in path_params(op.path) {
+            assert!(
+                params.contains(&name),
+                "{}: path parameter {name} undeclared",
+                op.id
+            );
+        }
+    }
+    // Every reference resolves.
+    let text = serde_json::to_string(doc).expect("serializes");
+    for (at, _) in text.match_indices("\"$ref\":\"#/components/") {
+        let rest = &text[at + "\"$ref\":\"#/components/".len()..];
+        let target = &rest[..rest.find('"').expect("end of ref")];
+        let (kind, name) = target.split_once('/').expect("kind/name");
+        assert!(
+            doc["components"][kind].get(name).is_some(),
+            "unresolved reference {target}"
+        );
+    }
+}
+
+/// JSON Schema type names a value satisfies.
+fn type_names(v: &Value) -> &'static [&'static str] {
+    match v {
+        Value::Null => &["null"],
+        Value::Bool(_) => &["boolean"],
+        Value::Number(n) if n.is_i64() || n.is_u64() => &["integer", "number"],
+        Value::Number(_) => &["number"],
+        Value::String(_) => &["string"],
+        Value::Array(_) => &["array"],
+        Value::Object(_) => &["object"],
+    }
+}
+
+/// Where `value` departs from `schema` (the subset of JSON Schema this document uses).
+fn departures(schema: &Value, value: &Value, at: &str) -> Vec<String> {
+    let doc = document();
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/schemas/");
+        return departures(&doc["components"]["schemas"][name], value, at);
+    }
+    if let Some(branches) = schema["anyOf"].as_array() {
+        return if branches.iter().any(|b| departures(b, value, at).is_empty()) {
+            vec![]
+        } else {
+            vec![format!("{at}: {value} matches no branch")]
+        };
+    }
+    let mut out = Vec::new();
+    let allowed: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    if !allowed.is_empty() && !type_names(value).iter().any(|t| allowed.contains(t)) {
+        out.push(format!("{at}: {value} is not {allowed:?}"));
+        return out;
+    }
+    if let Some(values) = schema["enum"].as_array() {
+        if !values.contains(value) {
+            out.push(format!("{at}: {value} is not one of {values:?}"));
+        }
+    }
+    match value {
+        Value::Object(fields) => {
+            let props = schema["properties"].as_object();
+            for name in schema["required"].as_array().into_iter().flatten() {
+                let name = name.as_str().unwrap_or_default();
+                if !fields.contains_key(name) {
+                    out.push(format!("{at}.{name}: required but absent"));
+                }
+            }
+            for (name, field) in fields {
+                let sub = format!("{at}.{name}");
+                match (
+                    props.and_then(|p| p.get(name)),
+                    &schema["additionalProperties"],
+                ) {
+                    (Some(s), _) => out.extend(departures(s, field, &sub)),
+                    (None, extra @ Value::Object(_)) => out.extend(departures(extra, field, &sub)),
+                    (None, _) if props.is_some() => out.push(format!("{sub}: not in the schema")),
+                    (None, _) => {}
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                out.extend(departures(&schema["items"], item, &format!("{at}[{i}]")));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+fn assert_fits(schema: &str, value: impl Serialize) {
+    let value = serde_json::to_value(value).expect("serializes");
+    let found = departures(&reference(schema), &value, schema);
+    assert!(
+        found.is_empty(),
+        "{schema} departs from {value}:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The schema's property names, which must be exactly what the type (de)serializes.
+fn property_names(schema: &str) -> BTreeSet<String> {
+    document()["components"]["schemas"][schema]["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn field_names(value: impl Serialize) -> BTreeSet<String> {
+    match serde_json::to_value(value).expect("serializes") {
+        Value::Object(fields) => fields.keys().cloned().collect(),
+        other => panic!("not an object: {other}"),
+    }
+}
+
+fn sandbox() -> Sandbox {
+    let req: CreateSandboxRequest = serde_json::from_value(json!({
+        "env": { "K": "secret" }, "labels": { "team": "a" }, "idleTimeoutSeconds": 60,
+    }))
+    .expect("request");
+    let spec = SandboxSpec::build(&req).expect("spec");
+    let mut s = Sandbox::queued(OrgId::new(), ProjectId::new(), spec, None, Utc::now());
+    s.status = SandboxStatus::Running;
+    s.pool = Some("local".into());
+    s.started_at = Some(Utc::now());
+    s
+}
+
+#[test]
+fn served_objects_fit_their_schemas() {
+    let s = sandbox();
+    assert_fits("Sandbox", s.view());
+    assert_eq!(field_names(s.view()), property_names("Sandbox"));
+    let mut queued = s.clone();
+    queued.status = SandboxStatus::Queued;
+    queued.pool = None;
+    queued.started_at = None;
+    assert_fits("Sandbox", queued.view());
+    assert_fits(
+        "SandboxList",
+        crate::page::Page {
+            items: vec![s.view()],
+            next_cursor: Some("c".into()),
+        },
+    );
+    let result = ExecResult {
+        exit_code: 124,
+        stdout: "out".into(),
+        stderr: String::new(),
+        stdout_truncated: true,
+        stderr_truncated: false,
+        duration_ms: 3,
+    };
+    assert_fits("ExecResult", &result);
+    assert_eq!(field_names(&result), property_names("ExecResult"));
+    let org = Org {
+        id: OrgId::new(),
+        name: "acme".into(),
+        status: OrgStatus::Suspended,
+        created_at: Utc::now(),
+    };
+    assert_fits("Org", &org);
+    assert_eq!(field_names(&org), property_names("Org"));
+    let project = Project {
+        id: ProjectId::new(),
+        org_id: org.id.clone(),
+        name: "p".into(),
+        created_at: Utc::now(),
+    };
+    assert_fits("Project", &project);
+    assert_eq!(field_names(&project), property_names("Project"));
+    let key = ApiKeyRecord {
+        id: differently_core::KeyId::new(),
+        org_id: org.id.clone(),
+        project_id: None,
+        name: "ci".into(),
+        scopes: Scope::ALL.to_vec(),
+        hash: "never served".into(),
+        created_at: Utc::now(),
+        expires_at: None,
+        revoked_at: Some(Utc::now()),
+        last_used_at: None,
+    };
+    assert_fits("Key", &key);
+    assert_eq!(field_names(&key), property_names("Key"));
+    let snapshot = crate::lifecycle::SnapshotView {
+        id: differently_core::ids::SnapshotId::new(),
+        org_id: org.id.clone(),
+        project_id: project.id.clone(),
+        sandbox_id: s.id.clone(),
+        pool: "local".into(),
+        name: None,
+        status: differently_store::lifecycle::SnapshotStatus::Ready,
+        status_reason: None,
+        created_at: Utc::now(),
+    };
+    assert_fits("Snapshot", &snapshot);
+    assert_eq!(field_names(&snapshot), property_names("Snapshot"));
+}
+
+#[tokio::test]
+async fn every_error_code_fits_the_error_schema() {
+    for code in ErrorCode::ALL {
+        let e = crate::error::ApiError::new(code, "m").with_details(json!({ "field": "x" }));
+        let response = e.into_response();
+        assert_eq!(response.status().as_u16(), code.http_status());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .expect("body");
+        let value: Value = serde_json::from_slice(&body).expect("json");
+        assert_fits("Error", value);
+    }
+}
+
+#[test]
+fn accepted_bodies_have_exactly_the_fields_their_types_take() {
+    // These types serialize every field (none is skipped), so their key sets are what
+    // deserialization accepts; unknown fields are refused.
+    assert_eq!(
+        field_names(CreateSandboxRequest::default()),
+        property_names("CreateSandboxRequest")
+    );
+    assert_eq!(field_names(Quota::default()), property_names("Quota"));
+    let exec: ExecRequest = serde_json::from_value(json!({ "command": ["true"] })).expect("exec");
+    assert_eq!(field_names(&exec), property_names("ExecRequest"));
+    // Every value the document offers for the create request's vocabularies is accepted.
+    let create = &document()["components"]["schemas"]["CreateSandboxRequest"]["properties"];
+    for field in ["profile", "classification", "strategy", "external"] {
+        for value in create[field]["enum"].as_array().expect("enum") {
+            let req: CreateSandboxRequest =
+                serde_json::from_value(json!({ field: value })).expect("deserializes");
+            SandboxSpec::build(&req)
+                .unwrap_or_else(|e| panic!("{field} = {value} is refused: {e}"));
+        }
+    }
+    for value in create["capabilities"]["items"]["enum"]
+        .as_array()
+        .expect("enum")
+    {
+        let req: CreateSandboxRequest =
+            serde_json::from_value(json!({ "capabilities": [value] })).expect("deserializes");
+        SandboxSpec::build(&req).unwrap_or_else(|e| panic!("capability {value}: {e}"));
+    }
+}
