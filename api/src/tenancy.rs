@@ -72,10 +72,12 @@ async fn create_org(
     p: Principal,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<Org>)> {
-    let req: CreateOrg = parse_json(&body)?;
+    // Who may ask comes before what was asked: a caller without the scope learns nothing
+    // about the body's rules.
     if !p.is_admin() {
         return Err(forbidden("create organizations (admin scope needed)"));
     }
+    let req: CreateOrg = parse_json(&body)?;
     validate_name("name", &req.name).map_err(invalid)?;
     let org = Org {
         id: OrgId::new(),

@@ -13,7 +13,7 @@ pub(super) enum Access {
     /// A key with either scope.
     EitherScope(Scope, Scope),
     /// An admin key, or a key of the organization the route is about (its own org,
-    /// projects, keys, quotas and policies).
+    /// projects and keys; reading its quotas and policies).
     OwnOrgOrAdmin,
     /// An admin key only.
     Admin,
@@ -339,7 +339,7 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("get", "/v1/projects/{id}/quota", "getProjectQuota", "tenancy", OwnOrgOrAdmin,
             "The project's quota and usage.")
             .answers(&[Json(200, "QuotaView")]),
-        op("put", "/v1/projects/{id}/quota", "putProjectQuota", "tenancy", OwnOrgOrAdmin,
+        op("put", "/v1/projects/{id}/quota", "putProjectQuota", "tenancy", Admin,
             "Replace the project's quota (within its organization's).")
             .body(Body::Json("Quota"))
             .answers(&[Json(200, "QuotaView")])
@@ -370,7 +370,7 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("get", "/v1/orgs/{id}/policy", "getOrgPolicy", "policy", OwnOrgOrAdmin,
             "The organization's placement policy.")
             .answers(&[Json(200, "Policy")]),
-        op("put", "/v1/orgs/{id}/policy", "putOrgPolicy", "policy", OwnOrgOrAdmin,
+        op("put", "/v1/orgs/{id}/policy", "putOrgPolicy", "policy", Admin,
             "Replace the organization's placement policy (it can only narrow the global one).")
             .body(Body::Json("Policy"))
             .answers(&[Json(200, "Policy")])
@@ -378,7 +378,7 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("get", "/v1/projects/{id}/policy", "getProjectPolicy", "policy", OwnOrgOrAdmin,
             "The project's placement policy.")
             .answers(&[Json(200, "Policy")]),
-        op("put", "/v1/projects/{id}/policy", "putProjectPolicy", "policy", OwnOrgOrAdmin,
+        op("put", "/v1/projects/{id}/policy", "putProjectPolicy", "policy", Admin,
             "Replace the project's placement policy (it can only narrow its organization's).")
             .body(Body::Json("Policy"))
             .answers(&[Json(200, "Policy")])

@@ -2,7 +2,7 @@
 //! the running API serves: public ones answer without a key, the others (asked with the
 //! admin key and placeholder ids, so mostly 400 or 404) never answer "no such route" or 405.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::harness::{Cluster, Opts};
 
@@ -67,6 +67,34 @@ async fn the_served_document_lists_only_served_routes() {
         }
     }
     assert!(checked > 50, "only {checked} operations listed");
+
+    // What the document says an organization's own key may not do, it may not: every
+    // operation listed as admin-only refuses a key with every other scope.
+    let t = crate::tenancy::tenant(&c, "org-a").await;
+    let mut admin_only = 0;
+    for (path, item) in paths {
+        // The tenant's own things, so that only the scope can be the reason to refuse.
+        let own = if path.starts_with("/v1/projects/") {
+            &t.project
+        } else {
+            &t.org
+        };
+        let concrete = path.replace("{id}", own).replace("{name}", "x");
+        for (method, op) in item.as_object().unwrap() {
+            if op["x-differently-access"] != "scope admin" {
+                continue;
+            }
+            let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let (status, body) = c.call(&t.key, m, &concrete, Some(json!({}))).await;
+            assert_eq!(
+                (status, body["error"]["code"].as_str()),
+                (403, Some("permission_denied")),
+                "{method} {concrete} with an organization's key: {body}"
+            );
+            admin_only += 1;
+        }
+    }
+    assert!(admin_only > 15, "only {admin_only} admin-only operations");
 
     // The check above can fail: a route that is not served answers exactly that.
     let (status, body) = c
