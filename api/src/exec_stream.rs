@@ -123,8 +123,8 @@ async fn exec(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<ExecResult>> {
-    let req = parse_exec(&body)?;
     principal.require(Scope::SandboxesExec)?;
+    let req = parse_exec(&body)?;
     let detail = json!({ "program": req.program() });
     let (pool, at) =
         open_data_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
@@ -452,8 +452,8 @@ async fn start_stream(
     id: &str,
     body: &Bytes,
 ) -> ApiResult<(Running, OutputEncoding)> {
-    let req = parse_exec(body)?;
     principal.require(Scope::SandboxesExec)?;
+    let req = parse_exec(body)?;
     let detail = json!({ "program": req.program() });
     let (pool, at) = open_data_call(
         state,

@@ -529,8 +529,8 @@ async fn expose_port(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let req: PortRequest = parse_json(&body)?;
     principal.require(Scope::SandboxesWrite)?;
+    let req: PortRequest = parse_json(&body)?;
     if req.port == 0 || req.port > 65535 {
         return Err(ApiError::field(
             ErrorCode::ValidationFailed,
@@ -628,12 +628,12 @@ async fn create_snapshot(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SnapshotView>)> {
+    principal.require(Scope::SandboxesWrite)?;
     let req: SnapshotRequest = if body.is_empty() {
         SnapshotRequest::default()
     } else {
         parse_json(&body)?
     };
-    principal.require(Scope::SandboxesWrite)?;
     if req
         .name
         .as_ref()
@@ -874,8 +874,8 @@ async fn patch_sandbox(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<SandboxView>> {
-    let req: PatchRequest = parse_json(&body)?;
     principal.require(Scope::SandboxesWrite)?;
+    let req: PatchRequest = parse_json(&body)?;
     let sandbox = load(&state, &principal, &id).await?;
     let max = differently_core::sandbox::MAX_TTL_SECONDS;
     if req.ttl_seconds.is_some_and(|t| t == 0 || t > max) {

@@ -156,8 +156,8 @@ async fn dry_run(
     p: Principal,
     body: Bytes,
 ) -> ApiResult<Json<Explained>> {
-    let req: CreateSandboxRequest = parse_json(&body)?;
     p.require(Scope::SandboxesRead)?;
+    let req: CreateSandboxRequest = parse_json(&body)?;
     let spec = SandboxSpec::build(&req).map_err(request_error)?;
     let project = match (&req.project_id, &p.project_id) {
         (Some(asked), _) => {
@@ -200,10 +200,10 @@ async fn write_policy(
     scope: PolicyScope,
     body: &Bytes,
 ) -> ApiResult<Json<Policy>> {
-    let policy: Policy = parse_json(body)?;
     if !p.is_admin() {
         return Err(forbidden("change placement policy (admin scope needed)"));
     }
+    let policy: Policy = parse_json(body)?;
     policy
         .validate()
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
@@ -372,8 +372,8 @@ async fn create_pool(
     p: Principal,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<PoolRecord>)> {
-    let b: PoolBody = parse_json(&body)?;
     require_admin(&p)?;
+    let b: PoolBody = parse_json(&body)?;
     let name = b.name.ok_or_else(|| invalid("name", "required"))?;
     let kind = b.kind.ok_or_else(|| invalid("kind", "required"))?;
     if state
@@ -449,8 +449,8 @@ async fn update_pool(
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<PoolRecord>> {
-    let b: PoolBody = parse_json(&body)?;
     require_admin(&p)?;
+    let b: PoolBody = parse_json(&body)?;
     let mut record = find_pool(&state, &name).await?;
     if record.source == PoolSource::Config {
         return Err(ApiError::new(

@@ -46,8 +46,8 @@ async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<SandboxView>)> {
-    let req: CreateSandboxRequest = parse_json(&body)?;
     principal.require(Scope::SandboxesWrite)?;
+    let req: CreateSandboxRequest = parse_json(&body)?;
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => {

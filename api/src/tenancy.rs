@@ -136,11 +136,11 @@ async fn update_org(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Org>> {
-    let req: UpdateOrg = parse_json(&body)?;
     let org = load_org(&state, &p, &id).await?;
     if !p.is_admin() {
         return Err(forbidden("change organizations (admin scope needed)"));
     }
+    let req: UpdateOrg = parse_json(&body)?;
     if let Some(n) = &req.name {
         validate_name("name", n).map_err(invalid)?;
     }
@@ -273,11 +273,11 @@ async fn update_project(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Project>> {
-    let req: UpdateProject = parse_json(&body)?;
     let project = load_project(&state, &p, &id).await?;
     if !p.manages_org(&project.org_id) {
         return Err(forbidden("change projects of this organization"));
     }
+    let req: UpdateProject = parse_json(&body)?;
     validate_name("name", &req.name).map_err(invalid)?;
     Ok(Json(
         state
@@ -515,10 +515,10 @@ async fn put_quota(
     scope: QuotaScope,
     body: &Bytes,
 ) -> ApiResult<QuotaView> {
-    let quota: Quota = parse_json(body)?;
     if !p.is_admin() {
         return Err(forbidden("change quotas (admin scope needed)"));
     }
+    let quota: Quota = parse_json(body)?;
     quota.validate().map_err(invalid)?;
     state.store.put_quota(&scope, &quota, &p.actor()).await?;
     quota_view(state, scope).await

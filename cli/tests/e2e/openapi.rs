@@ -69,7 +69,8 @@ async fn the_served_document_lists_only_served_routes() {
     assert!(checked > 50, "only {checked} operations listed");
 
     // What the document says an organization's own key may not do, it may not: every
-    // operation listed as admin-only refuses a key with every other scope.
+    // operation listed as admin-only refuses a key with every other scope. The body is
+    // invalid everywhere, so a handler that looked at it before the scope would answer 400.
     let t = crate::tenancy::tenant(&c, "org-a").await;
     let mut admin_only = 0;
     for (path, item) in paths {
@@ -85,7 +86,9 @@ async fn the_served_document_lists_only_served_routes() {
                 continue;
             }
             let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-            let (status, body) = c.call(&t.key, m, &concrete, Some(json!({}))).await;
+            let (status, body) = c
+                .call(&t.key, m, &concrete, Some(json!({ "notAField": true })))
+                .await;
             assert_eq!(
                 (status, body["error"]["code"].as_str()),
                 (403, Some("permission_denied")),
@@ -95,6 +98,53 @@ async fn the_served_document_lists_only_served_routes() {
         }
     }
     assert!(admin_only > 15, "only {admin_only} admin-only operations");
+
+    // And an operation that names one scope refuses a key with all the others.
+    let scopes = [
+        "sandboxes:read",
+        "sandboxes:write",
+        "sandboxes:exec",
+        "files:read",
+        "files:write",
+    ];
+    let mut scoped = 0;
+    for missing in scopes {
+        let others: Vec<&str> = scopes.iter().copied().filter(|s| *s != missing).collect();
+        let (status, key) = c
+            .call(
+                &c.key,
+                reqwest::Method::POST,
+                "/v1/keys",
+                Some(json!({ "orgId": t.org, "name": missing, "scopes": others })),
+            )
+            .await;
+        assert_eq!(status, 201, "{key}");
+        let key = key["key"].as_str().unwrap().to_owned();
+        for (path, item) in paths {
+            let concrete = path
+                .replace("{id}", "sbx_00000000000000000000000000")
+                .replace("{name}", "x");
+            for (method, op) in item.as_object().unwrap() {
+                if op["x-differently-access"] != format!("scope {missing}").as_str() {
+                    continue;
+                }
+                let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                let (status, body) = c
+                    .call(&key, m, &concrete, Some(json!({ "notAField": true })))
+                    .await;
+                assert_eq!(
+                    (status, body["error"]["code"].as_str()),
+                    (403, Some("permission_denied")),
+                    "{method} {concrete} without {missing}: {body}"
+                );
+                scoped += 1;
+            }
+        }
+    }
+    assert!(
+        scoped > 25,
+        "only {scoped} operations checked for their scope"
+    );
 
     // The check above can fail: a route that is not served answers exactly that.
     let (status, body) = c
