@@ -27,6 +27,7 @@ pub mod events_sse;
 pub mod exec_frames;
 pub mod exec_stream;
 pub mod files;
+pub mod idempotency;
 pub mod lifecycle;
 pub mod openapi;
 pub mod page;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -35,6 +35,7 @@ use serde_json::{json, Value};
 use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
+use crate::idempotency::{self, json_answer, Replay};
 use crate::page::{parse_cursor, parse_limit, Page};
 use crate::sandboxes::load;
 use crate::AppState;
@@ -626,13 +627,34 @@ async fn create_snapshot(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
+) -> ApiResult<Response> {
+    let create =
+        || async { json_answer(create_snapshot_now(&state, &principal, &id, &body).await?) };
+    idempotency::once(
+        &state,
+        &principal,
+        &headers,
+        "POST /v1/sandboxes/{id}/snapshots",
+        &body,
+        Replay::Answer,
+        create,
+    )
+    .await
+}
+
+async fn create_snapshot_now(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    body: &Bytes,
 ) -> ApiResult<(StatusCode, Json<SnapshotView>)> {
     principal.require(Scope::SandboxesWrite)?;
     let req: SnapshotRequest = if body.is_empty() {
         SnapshotRequest::default()
     } else {
-        parse_json(&body)?
+        parse_json(body)?
     };
     if req
         .name
@@ -644,8 +666,8 @@ async fn create_snapshot(
             differently_core::FieldError::new("name", "must be 1-255 characters"),
         ));
     }
-    let sandbox = load(&state, &principal, &id).await?;
-    let pool = pool_of(&state, &sandbox)?;
+    let sandbox = load(state, principal, id).await?;
+    let pool = pool_of(state, &sandbox)?;
     require_capability(&pool, "snapshots")?;
     if !matches!(
         sandbox.status,
@@ -668,8 +690,8 @@ async fn create_snapshot(
         updated_at: now,
     };
     audit(
-        &state,
-        &principal,
+        state,
+        principal,
         &sandbox,
         "snapshot.create",
         json!({ "snapshotId": snap.id }),
@@ -677,7 +699,7 @@ async fn create_snapshot(
     .await?;
     state.store.insert_snapshot(&snap).await?;
     let record = begin(
-        &state,
+        state,
         &sandbox,
         &snap.pool,
         WorkOp::Snapshot,
@@ -699,7 +721,7 @@ async fn create_snapshot(
             }));
         }
     };
-    if let Some(op) = wait_op(&state, &record.id, &sandbox.id, LIFECYCLE_WAIT).await? {
+    if let Some(op) = wait_op(state, &record.id, &sandbox.id, LIFECYCLE_WAIT).await? {
         if op.state == OpState::Failed {
             return Err(op_failure(&op));
         }

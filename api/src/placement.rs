@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::Utc;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::Principal;
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
+use crate::idempotency::{self, json_answer, Replay};
 use crate::AppState;
 
 /// Routes of this module.
@@ -370,10 +372,29 @@ fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trus
 async fn create_pool(
     State(state): State<AppState>,
     p: Principal,
+    headers: HeaderMap,
     body: Bytes,
+) -> ApiResult<Response> {
+    let create = || async { json_answer(create_pool_now(&state, &p, &body).await?) };
+    idempotency::once(
+        &state,
+        &p,
+        &headers,
+        "POST /v1/admin/pools",
+        &body,
+        Replay::Answer,
+        create,
+    )
+    .await
+}
+
+async fn create_pool_now(
+    state: &AppState,
+    p: &Principal,
+    body: &Bytes,
 ) -> ApiResult<(StatusCode, Json<PoolRecord>)> {
-    require_admin(&p)?;
-    let b: PoolBody = parse_json(&body)?;
+    require_admin(p)?;
+    let b: PoolBody = parse_json(body)?;
     let name = b.name.ok_or_else(|| invalid("name", "required"))?;
     let kind = b.kind.ok_or_else(|| invalid("kind", "required"))?;
     if state

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::Utc;
@@ -38,34 +39,15 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sandboxes/{id}/wait", get(wait))
 }
 
-const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
-
 async fn create(
     State(state): State<AppState>,
     principal: Principal,
     headers: HeaderMap,
     body: Bytes,
-) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+) -> ApiResult<Response> {
     principal.require(Scope::SandboxesWrite)?;
     let req: CreateSandboxRequest = parse_json(&body)?;
-    let idempotency_key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => {
-            let k = v
-                .to_str()
-                .ok()
-                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN);
-            Some(
-                k.ok_or_else(|| {
-                    ApiError::new(
-                        ErrorCode::InvalidArgument,
-                        "Idempotency-Key: must be 1-255 visible ASCII characters",
-                    )
-                })?
-                .to_owned(),
-            )
-        }
-    };
+    let idempotency_key = crate::idempotency::header_key(&headers)?;
     let spec =
         SandboxSpec::build(&req).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     let project_id = match (&req.project_id, &principal.project_id) {
@@ -107,7 +89,7 @@ async fn create(
     }
     let direct = crate::placement::direct(&state, &explained, &effective);
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
-    let request_hash = hex(&Sha256::digest(&canonical));
+    let request_hash = crate::auth::hex(&Sha256::digest(&canonical));
     let sandbox = Sandbox::queued(
         principal.org_id.clone(),
         project_id,
@@ -130,7 +112,8 @@ async fn create(
     let sandbox = match admitted {
         Admitted::Replayed(s) => {
             count_admission("replayed");
-            return Ok((StatusCode::ACCEPTED, Json(s.view())));
+            let replayed = [("idempotent-replayed", "true")];
+            return Ok((StatusCode::ACCEPTED, replayed, Json(s.view())).into_response());
         }
         Admitted::New(s) => s,
     };
@@ -148,7 +131,7 @@ async fn create(
         }
         let _ = state.announcer.status(&sandbox).await;
     }
-    Ok((StatusCode::ACCEPTED, Json(sandbox.view())))
+    Ok((StatusCode::ACCEPTED, Json(sandbox.view())).into_response())
 }
 
 /// A create placed in its admission, announced as the leader announces an activation. A
@@ -199,10 +182,6 @@ async fn restore_source(
         .with_details(serde_json::json!({ "field": "fromSnapshot" })));
     }
     Ok(snap)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Loads a sandbox the principal may see; anything else is the same 404.

@@ -7,7 +7,8 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::{generate_key, hash_key, hex, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
+use crate::idempotency::{self, json_answer, Replay};
 use crate::page::{Page, PageQuery};
 use crate::AppState;
 
@@ -70,14 +72,33 @@ struct CreateOrg {
 async fn create_org(
     State(state): State<AppState>,
     p: Principal,
+    headers: HeaderMap,
     body: Bytes,
+) -> ApiResult<Response> {
+    let create = || async { json_answer(create_org_now(&state, &p, &body).await?) };
+    idempotency::once(
+        &state,
+        &p,
+        &headers,
+        "POST /v1/orgs",
+        &body,
+        Replay::Answer,
+        create,
+    )
+    .await
+}
+
+async fn create_org_now(
+    state: &AppState,
+    p: &Principal,
+    body: &Bytes,
 ) -> ApiResult<(StatusCode, Json<Org>)> {
     // Who may ask comes before what was asked: a caller without the scope learns nothing
     // about the body's rules.
     if !p.is_admin() {
         return Err(forbidden("create organizations (admin scope needed)"));
     }
-    let req: CreateOrg = parse_json(&body)?;
+    let req: CreateOrg = parse_json(body)?;
     validate_name("name", &req.name).map_err(invalid)?;
     let org = Org {
         id: OrgId::new(),
@@ -189,11 +210,30 @@ struct CreateProject {
 async fn create_project(
     State(state): State<AppState>,
     p: Principal,
+    headers: HeaderMap,
     body: Bytes,
+) -> ApiResult<Response> {
+    let create = || async { json_answer(create_project_now(&state, &p, &body).await?) };
+    idempotency::once(
+        &state,
+        &p,
+        &headers,
+        "POST /v1/projects",
+        &body,
+        Replay::Answer,
+        create,
+    )
+    .await
+}
+
+async fn create_project_now(
+    state: &AppState,
+    p: &Principal,
+    body: &Bytes,
 ) -> ApiResult<(StatusCode, Json<Project>)> {
-    let req: CreateProject = parse_json(&body)?;
+    let req: CreateProject = parse_json(body)?;
     let org_id = req.org_id.unwrap_or_else(|| p.org_id.clone());
-    let org = load_org(&state, &p, org_id.as_str()).await?;
+    let org = load_org(state, p, org_id.as_str()).await?;
     if !p.manages_org(&org.id) {
         return Err(forbidden("create projects in this organization"));
     }
@@ -330,11 +370,30 @@ struct CreatedKey {
 async fn create_key(
     State(state): State<AppState>,
     p: Principal,
+    headers: HeaderMap,
     body: Bytes,
+) -> ApiResult<Response> {
+    let create = || async { json_answer(create_key_now(&state, &p, &body).await?) };
+    idempotency::once(
+        &state,
+        &p,
+        &headers,
+        "POST /v1/keys",
+        &body,
+        Replay::SecretShownOnce,
+        create,
+    )
+    .await
+}
+
+async fn create_key_now(
+    state: &AppState,
+    p: &Principal,
+    body: &Bytes,
 ) -> ApiResult<(StatusCode, Json<CreatedKey>)> {
-    let req: CreateKey = parse_json(&body)?;
+    let req: CreateKey = parse_json(body)?;
     let org_id = req.org_id.unwrap_or_else(|| p.org_id.clone());
-    let org = load_org(&state, &p, org_id.as_str()).await?;
+    let org = load_org(state, p, org_id.as_str()).await?;
     if !p.manages_org(&org.id) {
         return Err(forbidden("create keys in this organization"));
     }

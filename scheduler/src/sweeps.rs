@@ -30,6 +30,8 @@ use crate::Scheduler;
 const BATCH: u32 = 100;
 /// How often the idle and operation-repair passes run.
 const IDLE_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often Idempotency-Keys past their keeping time are deleted.
+const IDEMPOTENCY_PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 
 pub(crate) async fn run(s: Scheduler, mut stop: watch::Receiver<bool>) {
     let mut resent: HashMap<SandboxId, Instant> = HashMap::new();
@@ -37,6 +39,7 @@ pub(crate) async fn run(s: Scheduler, mut stop: watch::Receiver<bool>) {
     let mut ops_resent: HashMap<OpId, Instant> = HashMap::new();
     let mut last_reconcile: Option<Instant> = None;
     let mut last_idle: Option<Instant> = None;
+    let mut last_prune: Option<Instant> = None;
     loop {
         // Idle and lost-operation passes scan more rows than the others: once a second is
         // plenty for timeouts counted in seconds.
@@ -53,6 +56,15 @@ pub(crate) async fn run(s: Scheduler, mut stop: watch::Receiver<bool>) {
             last_reconcile = Some(Instant::now());
             if let Err(e) = reconcile(&s).await {
                 tracing::warn!(error = %e, "sweep: reconcile failed");
+            }
+        }
+        if last_prune.is_none_or(|t| t.elapsed() >= IDEMPOTENCY_PRUNE_EVERY) {
+            last_prune = Some(Instant::now());
+            let kept = chrono_dur(differently_store::idempotency::KEPT_FOR);
+            match s.store.prune_idempotency(Utc::now() - kept).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(keys = n, "sweep: forgot expired Idempotency-Keys"),
+                Err(e) => tracing::warn!(error = %e, "sweep: Idempotency-Key pruning failed"),
             }
         }
         if let Err(e) = expire(&s).await {

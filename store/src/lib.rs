@@ -18,6 +18,7 @@ mod audit_pg;
 mod audit_standalone_pg;
 pub mod error;
 mod group_commit;
+pub mod idempotency;
 pub mod lifecycle;
 mod lifecycle_memory;
 mod lifecycle_pg;
@@ -230,6 +231,7 @@ pub trait Store:
     + lifecycle::LifecycleStore
     + audit::AuditStore
     + secrets::SecretStore
+    + idempotency::IdempotencyStore
     + Send
     + Sync
     + 'static

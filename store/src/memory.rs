@@ -368,6 +368,8 @@ pub(crate) struct State {
     pub(crate) audit: crate::audit_memory::MemoryAudit,
     /// Sealed secrets by name (`secrets.rs`).
     pub(crate) secrets: BTreeMap<String, crate::secrets::SecretRow>,
+    /// Claimed Idempotency-Keys (`idempotency.rs`).
+    pub(crate) idempotency: HashMap<crate::idempotency::IdemKey, crate::idempotency::IdemRow>,
 }
 
 impl State {

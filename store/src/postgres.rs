@@ -55,6 +55,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0007_audit_heads",
         include_str!("../../migrations/0007_audit_heads.sql"),
     ),
+    (
+        "0008_idempotency",
+        include_str!("../../migrations/0008_idempotency.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

@@ -60,6 +60,8 @@ pub(super) struct Op {
     pub(super) answers: &'static [Answer],
     /// Errors beyond the ones every route of its kind can answer.
     pub(super) errors: &'static [u16],
+    /// Honours `Idempotency-Key`.
+    pub(super) idempotent: bool,
 }
 
 /// An operation with no query, no body, no answers yet.
@@ -82,6 +84,7 @@ fn op(
         body: Body::None,
         answers: &[],
         errors: &[],
+        idempotent: false,
     }
 }
 
@@ -100,6 +103,10 @@ impl Op {
     }
     fn errors(mut self, errors: &'static [u16]) -> Op {
         self.errors = errors;
+        self
+    }
+    fn idempotent(mut self) -> Op {
+        self.idempotent = true;
         self
     }
 }
@@ -174,7 +181,8 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Admit a sandbox: 202 `queued`, or `provisioning` when placed at once. Honours `Idempotency-Key`.")
             .body(Body::Json("CreateSandboxRequest"))
             .answers(&[Json(202, "Sandbox")])
-            .errors(&[409, 422, 503]),
+            .errors(&[409, 422, 503])
+        .idempotent(),
         op("get", "/v1/sandboxes", "listSandboxes", "sandboxes", read,
             "List the sandboxes the key can see.")
             .query(&SANDBOX_LIST_QUERY)
@@ -264,7 +272,8 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Snapshot a sandbox (202; waits up to 10 s for it to be ready).")
             .body(Body::Json("SnapshotRequest"))
             .answers(&[Json(202, "Snapshot")])
-            .errors(&[409, 422, 501, 503]),
+            .errors(&[409, 422, 501, 503])
+        .idempotent(),
         op("get", "/v1/sandboxes/{id}/snapshots", "listSandboxSnapshots", "snapshots", read,
             "The sandbox's snapshots.")
             .query(&PAGE)
@@ -290,7 +299,8 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Create an organization.")
             .body(Body::Json("CreateOrgRequest"))
             .answers(&[Json(201, "Org")])
-            .errors(&[409, 422]),
+            .errors(&[409, 422])
+        .idempotent(),
         op("get", "/v1/orgs", "listOrgs", "tenancy", OwnOrgOrAdmin,
             "List organizations (an org-bound key sees its own).")
             .query(&PAGE)
@@ -319,7 +329,8 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Create a project.")
             .body(Body::Json("CreateProjectRequest"))
             .answers(&[Json(201, "Project")])
-            .errors(&[409, 422]),
+            .errors(&[409, 422])
+        .idempotent(),
         op("get", "/v1/projects", "listProjects", "tenancy", OwnOrgOrAdmin,
             "List an organization's projects.")
             .query(&TENANT_LIST_QUERY)
@@ -348,7 +359,8 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Create an API key; the answer is the only time its secret is shown.")
             .body(Body::Json("CreateKeyRequest"))
             .answers(&[Json(201, "CreatedKey")])
-            .errors(&[422]),
+            .errors(&[422])
+        .idempotent(),
         op("get", "/v1/keys", "listKeys", "tenancy", OwnOrgOrAdmin,
             "List an organization's keys (never secrets or hashes).")
             .query(&TENANT_LIST_QUERY)
@@ -387,7 +399,8 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Register a pool (backend type, endpoint, credentials reference, capabilities).")
             .body(Body::Json("PoolRequest"))
             .answers(&[Json(201, "Pool")])
-            .errors(&[409, 422]),
+            .errors(&[409, 422])
+        .idempotent(),
         op("get", "/v1/admin/pools", "listPools", "pools", Admin,
             "Pools with health, capabilities and source.")
             .answers(&[Json(200, "PoolList")]),

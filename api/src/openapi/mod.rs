@@ -135,12 +135,14 @@ fn operation(op: &Op) -> Value {
         json!({ "name": name, "in": "query", "required": false,
                 "description": description, "schema": { "type": ty } })
     }));
-    if op.id == "createSandbox" {
+    if op.idempotent {
         params.push(json!({
             "name": "Idempotency-Key", "in": "header", "required": false,
-            "description": "A retry with the same key and body answers the first sandbox; \
-                with another body, 409.",
-            "schema": { "type": "string" },
+            "description": "1-255 characters. A retry by the same API key with the same key \
+                and body gets the first answer (header `Idempotent-Replayed: true`; for a new \
+                API key, 409 naming the key created, whose secret is not shown again); with \
+                another body, or while the first request runs, 409.",
+            "schema": { "type": "string", "minLength": 1, "maxLength": 255 },
         }));
     }
     let mut responses = Map::new();

@@ -10,6 +10,7 @@ mod bad_input;
 mod crash;
 mod dataplane;
 mod dev;
+mod idempotency;
 mod lifecycle;
 mod observability;
 mod openapi;

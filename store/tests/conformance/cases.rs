@@ -2604,3 +2604,91 @@ pub async fn concurrent_direct_admissions_and_activations_respect_max_active(env
     let report = s.verify_audit().await.unwrap();
     assert!(report.ok, "{report:?}");
 }
+
+// ---------- Idempotency-Key ----------
+
+pub async fn idempotency_keys_replay_refuse_and_expire(env: &Env) {
+    use differently_store::idempotency::{Claim, IdemKey, KEPT_FOR, PENDING_FOR};
+    use serde_json::json;
+    let s = store(env);
+    let k = IdemKey {
+        owner: "key_a".into(),
+        route: "POST /v1/keys".into(),
+        key: "retry-1".into(),
+    };
+    let t0 = Utc::now();
+    assert_eq!(
+        s.claim_idempotency(&k, "h1", t0).await.unwrap(),
+        Claim::Fresh
+    );
+    // While the first request runs, a retry is told so, whatever its body.
+    assert_eq!(
+        s.claim_idempotency(&k, "h1", t0).await.unwrap(),
+        Claim::InFlight
+    );
+    assert_eq!(
+        s.claim_idempotency(&k, "h2", t0).await.unwrap(),
+        Claim::Mismatch
+    );
+    s.finish_idempotency(&k, 201, &json!({ "id": "key_1" }))
+        .await
+        .unwrap();
+    // Finished: the same body gets the same answer (also through another handle), another
+    // body is refused, and a release no longer gives the key up.
+    let other = env.reopen().await;
+    assert_eq!(
+        other.claim_idempotency(&k, "h1", t0).await.unwrap(),
+        Claim::Replay {
+            status: 201,
+            body: json!({ "id": "key_1" })
+        }
+    );
+    assert_eq!(
+        s.claim_idempotency(&k, "h2", t0).await.unwrap(),
+        Claim::Mismatch
+    );
+    s.release_idempotency(&k).await.unwrap();
+    assert!(matches!(
+        s.claim_idempotency(&k, "h1", t0).await.unwrap(),
+        Claim::Replay { status: 201, .. }
+    ));
+    // The same key is independent per owner and per route.
+    for k2 in [
+        IdemKey {
+            owner: "key_b".into(),
+            ..k.clone()
+        },
+        IdemKey {
+            route: "POST /v1/orgs".into(),
+            ..k.clone()
+        },
+    ] {
+        assert_eq!(
+            s.claim_idempotency(&k2, "h1", t0).await.unwrap(),
+            Claim::Fresh
+        );
+    }
+    // An answer is kept for KEPT_FOR; then the key starts afresh.
+    let later = t0 + TimeDelta::from_std(KEPT_FOR).unwrap() + TimeDelta::seconds(1);
+    assert_eq!(
+        s.claim_idempotency(&k, "h2", later).await.unwrap(),
+        Claim::Fresh
+    );
+    // A failed request releases its claim: the retry goes ahead at once.
+    s.release_idempotency(&k).await.unwrap();
+    assert_eq!(
+        s.claim_idempotency(&k, "h3", later).await.unwrap(),
+        Claim::Fresh
+    );
+    // A claim whose request never answered blocks retries for PENDING_FOR only.
+    let soon = later + TimeDelta::from_std(PENDING_FOR).unwrap() - TimeDelta::seconds(1);
+    assert_eq!(
+        s.claim_idempotency(&k, "h3", soon).await.unwrap(),
+        Claim::InFlight
+    );
+    let gone = later + TimeDelta::from_std(PENDING_FOR).unwrap() + TimeDelta::seconds(1);
+    assert_eq!(
+        s.claim_idempotency(&k, "h3", gone).await.unwrap(),
+        Claim::Fresh
+    );
+}

@@ -98,6 +98,7 @@ conformance!(
     briefs_answer_many_ids_at_once,
     live_rows_missing_from_a_listing,
     rows_that_drifted_from_their_listed_instance,
+    idempotency_keys_replay_refuse_and_expire,
     cas_conflict_when_status_moved,
     concurrent_status_changes_each_apply_once,
     illegal_transition_writes_nothing,
