@@ -1,5 +1,5 @@
 //! `differently`: the one binary. Server roles (`server --role api|scheduler|worker`), the
-//! all-in-one `dev` mode, `migrate`, and small client helpers.
+//! all-in-one `dev` mode, `migrate`, and the client commands over the API (`sandbox`, `admin`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod audit_cmd;
+mod client;
 mod config;
 mod metrics;
 mod pools;
@@ -23,6 +24,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the largest variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Every role in one process on the in-memory store and bus, with a local `devhost` pool.
@@ -61,6 +64,20 @@ enum Command {
         #[command(subcommand)]
         command: KeyCommand,
     },
+    /// Sandboxes through the API (`DIFFERENTLY_URL`, `DIFFERENTLY_API_KEY`).
+    Sandbox {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::sandbox::SandboxCommand,
+    },
+    /// Operator reads through the API, with an admin key.
+    Admin {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::admin::AdminCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -91,6 +108,12 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Sandbox { target, command } => {
+                return Ok(client::sandbox::run(&target, command).await)
+            }
+            Command::Admin { target, command } => {
+                return Ok(client::admin::run(&target, command).await)
+            }
             Command::Dev { listen, root } => {
                 roles::init_logging(false);
                 roles::dev(&listen, root).await
@@ -117,9 +140,10 @@ fn main() -> ExitCode {
                 Ok(())
             }
         }
+        .map(|()| ExitCode::SUCCESS)
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("differently: {e}");
             ExitCode::FAILURE

@@ -7,6 +7,7 @@ mod harness;
 
 mod audit;
 mod bad_input;
+mod client_cli;
 mod crash;
 mod dataplane;
 mod dev;

@@ -1,0 +1,39 @@
+//! `differently admin …`: operator reads over the API (an admin key).
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use reqwest::Method;
+
+use super::{fail, print_json, Client, Target};
+
+/// Operator commands.
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Pools: health, capabilities, source.
+    Pools,
+    /// Where work may go and why, per pool and per organization.
+    TrustReport,
+    /// Verify every audit chain on the server.
+    AuditVerify,
+}
+
+/// Runs an admin command; the process's exit code.
+pub async fn run(target: &Target, command: AdminCommand) -> ExitCode {
+    let client = match Client::new(target) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let path = match command {
+        AdminCommand::Pools => "/v1/admin/pools",
+        AdminCommand::TrustReport => "/v1/admin/trust-report",
+        AdminCommand::AuditVerify => "/v1/admin/audit/verify",
+    };
+    match client.call(Method::GET, path, None, &[]).await {
+        Ok(v) => {
+            print_json(&v);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}

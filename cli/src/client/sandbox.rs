@@ -1,0 +1,339 @@
+//! `differently sandbox …`: create, read, wait for, run commands in and end sandboxes.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{json, Map, Value};
+
+use super::{fail, pairs, print_json, query_value, Client, ClientError, Target};
+
+/// Sandbox commands.
+// Parsed once per process: the size of the largest variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand, Debug)]
+pub enum SandboxCommand {
+    /// Create a sandbox (every flag is optional: `{}` gets the defaults).
+    Create {
+        /// Project (required for an organization-wide key).
+        #[arg(long)]
+        project: Option<String>,
+        /// Resource profile: small, medium, large, xlarge.
+        #[arg(long)]
+        profile: Option<String>,
+        #[arg(long)]
+        template: Option<String>,
+        #[arg(long)]
+        cpu: Option<u32>,
+        #[arg(long)]
+        memory_mib: Option<u64>,
+        #[arg(long)]
+        disk_gib: Option<u64>,
+        /// `KEY=VALUE`, repeatable.
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// `KEY=VALUE`, repeatable (values never appear in answers).
+        #[arg(long = "env")]
+        env: Vec<String>,
+        /// Capability the pool must have, repeatable (e.g. `exec.stream`).
+        #[arg(long = "capability")]
+        capabilities: Vec<String>,
+        #[arg(long)]
+        classification: Option<String>,
+        #[arg(long)]
+        region: Option<String>,
+        #[arg(long)]
+        ttl_seconds: Option<u64>,
+        #[arg(long)]
+        idle_timeout_seconds: Option<u64>,
+        /// Create from a ready snapshot (restore or fork).
+        #[arg(long)]
+        from_snapshot: Option<String>,
+        /// Sent as `Idempotency-Key`: a retry with the same key creates nothing new.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Wait until it runs (or ends) and print it then; exit 1 unless it runs.
+        #[arg(long)]
+        wait: bool,
+        /// How long `--wait` waits, in seconds.
+        #[arg(long, default_value_t = 120)]
+        wait_seconds: u64,
+    },
+    /// List sandboxes the key can see.
+    List {
+        #[arg(long)]
+        status: Option<String>,
+        /// `KEY=VALUE`.
+        #[arg(long)]
+        label: Option<String>,
+        #[arg(long)]
+        project: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Read one sandbox.
+    Get { id: String },
+    /// Wait until a sandbox has a status (default `running`) or a final one.
+    Wait {
+        id: String,
+        #[arg(long, default_value = "running")]
+        status: String,
+        #[arg(long, default_value_t = 120)]
+        timeout_seconds: u64,
+    },
+    /// Run a command; its stdout and stderr are written out and its exit code is ours.
+    Exec {
+        id: String,
+        /// Working directory.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// `KEY=VALUE`, repeatable.
+        #[arg(long = "env")]
+        env: Vec<String>,
+        #[arg(long)]
+        timeout_seconds: Option<u64>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Why the sandbox runs where it runs.
+    Placement { id: String },
+    /// Pause a running sandbox.
+    Pause { id: String },
+    /// Resume a paused sandbox.
+    Resume { id: String },
+    /// Stop a sandbox (frees its CPU and memory quota).
+    Stop { id: String },
+    /// Start a stopped sandbox.
+    Start { id: String },
+    /// Delete a sandbox.
+    Delete { id: String },
+}
+
+/// Runs a sandbox command; the process's exit code.
+pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
+    let client = match Client::new(target) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    if let SandboxCommand::Exec {
+        id,
+        cwd,
+        env,
+        timeout_seconds,
+        command,
+    } = command
+    {
+        return exec(&client, &id, cwd, &env, timeout_seconds, command).await;
+    }
+    match answer(&client, command).await {
+        Ok(v) => {
+            print_json(&v);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+fn path(id: &str, rest: &str) -> String {
+    format!("/v1/sandboxes/{}{rest}", query_value(id))
+}
+
+async fn answer(c: &Client, command: SandboxCommand) -> Result<Value, ClientError> {
+    match command {
+        SandboxCommand::Create {
+            project,
+            profile,
+            template,
+            cpu,
+            memory_mib,
+            disk_gib,
+            labels,
+            env,
+            capabilities,
+            classification,
+            region,
+            ttl_seconds,
+            idle_timeout_seconds,
+            from_snapshot,
+            idempotency_key,
+            wait,
+            wait_seconds,
+        } => {
+            let mut body = Map::new();
+            let mut put = |k: &str, v: Value| {
+                if !v.is_null() {
+                    body.insert(k.to_owned(), v);
+                }
+            };
+            put("projectId", json!(project));
+            put("profile", json!(profile));
+            put("template", json!(template));
+            if cpu.is_some() || memory_mib.is_some() || disk_gib.is_some() {
+                let mut r = Map::new();
+                for (k, v) in [
+                    ("cpu", json!(cpu)),
+                    ("memoryMiB", json!(memory_mib)),
+                    ("diskGiB", json!(disk_gib)),
+                ] {
+                    if !v.is_null() {
+                        r.insert(k.to_owned(), v);
+                    }
+                }
+                put("resources", Value::Object(r));
+            }
+            if !labels.is_empty() {
+                put("labels", Value::Object(pairs("label", &labels)?));
+            }
+            if !env.is_empty() {
+                put("env", Value::Object(pairs("env", &env)?));
+            }
+            if !capabilities.is_empty() {
+                put("capabilities", json!(capabilities));
+            }
+            put("classification", json!(classification));
+            put("region", json!(region));
+            put("ttlSeconds", json!(ttl_seconds));
+            put("idleTimeoutSeconds", json!(idle_timeout_seconds));
+            put("fromSnapshot", json!(from_snapshot));
+            let headers: Vec<(&str, &str)> = idempotency_key
+                .as_deref()
+                .map(|k| ("idempotency-key", k))
+                .into_iter()
+                .collect();
+            let created = c
+                .call(
+                    Method::POST,
+                    "/v1/sandboxes",
+                    Some(&Value::Object(body)),
+                    &headers,
+                )
+                .await?;
+            if !wait {
+                return Ok(created);
+            }
+            let id = created["id"]
+                .as_str()
+                .ok_or_else(|| ClientError::Transport("the create answer has no id".into()))?;
+            let done = wait_for(c, id, "running", wait_seconds).await?;
+            if done["status"] != "running" {
+                print_json(&done);
+                return Err(ClientError::Transport(format!(
+                    "sandbox {id} is {} (not running) after the wait",
+                    done["status"]
+                )));
+            }
+            Ok(done)
+        }
+        SandboxCommand::List {
+            status,
+            label,
+            project,
+            limit,
+            cursor,
+        } => {
+            let mut q: Vec<String> = Vec::new();
+            let params = [
+                ("status", status),
+                ("label", label),
+                ("projectId", project),
+                ("limit", limit.map(|l| l.to_string())),
+                ("cursor", cursor),
+            ];
+            for (k, v) in params {
+                if let Some(v) = v {
+                    q.push(format!("{k}={}", query_value(&v)));
+                }
+            }
+            let query = if q.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", q.join("&"))
+            };
+            c.call(Method::GET, &format!("/v1/sandboxes{query}"), None, &[])
+                .await
+        }
+        SandboxCommand::Get { id } => c.call(Method::GET, &path(&id, ""), None, &[]).await,
+        SandboxCommand::Wait {
+            id,
+            status,
+            timeout_seconds,
+        } => wait_for(c, &id, &status, timeout_seconds).await,
+        SandboxCommand::Placement { id } => {
+            c.call(Method::GET, &path(&id, "/placement"), None, &[])
+                .await
+        }
+        SandboxCommand::Pause { id } => lifecycle(c, &id, "pause").await,
+        SandboxCommand::Resume { id } => lifecycle(c, &id, "resume").await,
+        SandboxCommand::Stop { id } => lifecycle(c, &id, "stop").await,
+        SandboxCommand::Start { id } => lifecycle(c, &id, "start").await,
+        SandboxCommand::Delete { id } => c.call(Method::DELETE, &path(&id, ""), None, &[]).await,
+        SandboxCommand::Exec { .. } => Err(ClientError::Usage("exec is run on its own".into())),
+    }
+}
+
+async fn lifecycle(c: &Client, id: &str, what: &str) -> Result<Value, ClientError> {
+    c.call(Method::POST, &path(id, &format!("/{what}")), None, &[])
+        .await
+}
+
+/// Waits (in calls of at most 300 s, the API's bound) until `status` or a final one.
+async fn wait_for(c: &Client, id: &str, status: &str, seconds: u64) -> Result<Value, ClientError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        let left = deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .as_secs()
+            .clamp(1, 300);
+        let rest = format!("/wait?status={}&timeoutSeconds={left}", query_value(status));
+        let v = c.call(Method::GET, &path(id, &rest), None, &[]).await?;
+        let s = v["status"].as_str().unwrap_or_default();
+        let ended = matches!(s, "terminated" | "failed");
+        if s == status || ended || std::time::Instant::now() >= deadline {
+            return Ok(v);
+        }
+    }
+}
+
+async fn exec(
+    c: &Client,
+    id: &str,
+    cwd: Option<String>,
+    env: &[String],
+    timeout_seconds: Option<u64>,
+    command: Vec<String>,
+) -> ExitCode {
+    let env = match pairs("env", env) {
+        Ok(e) => e,
+        Err(e) => return fail(&e),
+    };
+    let mut body = json!({ "command": command, "env": env });
+    if let Some(cwd) = cwd {
+        body["cwd"] = json!(cwd);
+    }
+    if let Some(t) = timeout_seconds {
+        body["timeoutSeconds"] = json!(t);
+    }
+    let result = match c
+        .call(Method::POST, &path(id, "/exec"), Some(&body), &[])
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => return fail(&e),
+    };
+    let out = result["stdout"].as_str().unwrap_or_default();
+    let err = result["stderr"].as_str().unwrap_or_default();
+    // A closed pipe on our side is the reader's choice, not a failure of the command.
+    let _ = std::io::stdout().write_all(out.as_bytes());
+    let _ = std::io::stderr().write_all(err.as_bytes());
+    for (flag, stream) in [("stdoutTruncated", "stdout"), ("stderrTruncated", "stderr")] {
+        if result[flag] == true {
+            eprintln!("differently: {stream} was cut at 1 MiB (the command ran to its end)");
+        }
+    }
+    let code = result["exitCode"].as_i64().unwrap_or(1);
+    ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
+}

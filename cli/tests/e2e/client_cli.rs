@@ -1,0 +1,150 @@
+//! The client commands (`differently sandbox …`, `differently admin …`) against a running
+//! control plane: what they print, the exit codes scripts rely on, and that the key never
+//! shows in an error.
+
+use serde_json::Value;
+
+use crate::harness::{binary, Cluster, Opts};
+
+/// Runs `differently args…` with the cluster's URL and `key`; (exit code, stdout, stderr).
+async fn run(c: &Cluster, key: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(binary());
+    cmd.args(args)
+        .env("DIFFERENTLY_URL", c.url())
+        .env_remove("DIFFERENTLY_API_KEY");
+    if let Some(k) = key {
+        cmd.env("DIFFERENTLY_API_KEY", k);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[track_caller]
+fn json(text: &str) -> Value {
+    match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => panic!("not JSON ({e}): {text}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_and_admin_commands_over_the_api() {
+    let c = Cluster::started(Opts::default()).await;
+    let key = Some(c.key.as_str());
+
+    // Create and wait: the running sandbox is printed.
+    let (code, out, err) = run(
+        &c,
+        key,
+        &[
+            "sandbox",
+            "create",
+            "--wait",
+            "--label",
+            "team=cli",
+            "--idempotency-key",
+            "cli-1",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let created = json(&out);
+    assert_eq!(created["status"], "running", "{out}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    // The same Idempotency-Key is the same sandbox.
+    let retry = [
+        "sandbox",
+        "create",
+        "--label",
+        "team=cli",
+        "--idempotency-key",
+        "cli-1",
+    ];
+    let (code, out, err) = run(&c, key, &retry).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["id"].as_str(), Some(id.as_str()));
+    // Another body under the same key is the API's 409, exit 1.
+    let (code, _, err) = run(
+        &c,
+        key,
+        &["sandbox", "create", "--idempotency-key", "cli-1"],
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("409 conflict"), "{err}");
+
+    // Exec: the command's output on our stdout and stderr, its exit code as ours.
+    let (code, out, err) = run(
+        &c,
+        key,
+        &["sandbox", "exec", &id, "--", "echo", "hi", "there"],
+    )
+    .await;
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "hi there\n", ""));
+    let (code, _, err) = run(
+        &c,
+        key,
+        &["sandbox", "exec", &id, "--", "fake-stderr", "oops"],
+    )
+    .await;
+    assert_eq!((code, err.as_str()), (0, "oops\n"));
+    let (code, _, _) = run(&c, key, &["sandbox", "exec", &id, "--", "fake-exit", "3"]).await;
+    assert_eq!(code, 3);
+
+    // Reads.
+    let (code, out, _) = run(&c, key, &["sandbox", "list", "--label", "team=cli"]).await;
+    assert_eq!(code, 0);
+    let ids: Vec<String> = json(&out)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, vec![id.clone()]);
+    let (code, out, _) = run(&c, key, &["sandbox", "placement", &id]).await;
+    assert_eq!((code, json(&out)["decision"].as_str()), (0, Some("placed")));
+    let (code, out, _) = run(&c, key, &["admin", "pools"]).await;
+    assert_eq!(code, 0);
+    assert!(json(&out)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "fake"));
+    let (code, _, err) = run(&c, key, &["admin", "trust-report"]).await;
+    assert_eq!(code, 0, "{err}");
+
+    // Errors: the API's code on stderr, exit 1; no key is exit 2; a key never shows.
+    let bogus = "dly_key_01M8PX56B2BMV5VM228QHCMTS7_notTheRealSecretAtAll";
+    let (code, out, err) = run(&c, Some(bogus), &["sandbox", "get", &id]).await;
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert!(err.contains("401 unauthenticated"), "{err}");
+    assert!(!err.contains("notTheRealSecret"), "the key leaked: {err}");
+    let (code, _, err) = run(&c, key, &["sandbox", "get", "sbx_nope"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("404 not_found"), "{err}");
+    let (code, _, err) = run(&c, None, &["sandbox", "list"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("DIFFERENTLY_API_KEY"), "{err}");
+    let (code, _, err) = run(&c, key, &["sandbox", "create", "--label", "nolabel"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("--label"), "{err}");
+
+    // Delete: terminating now, terminated after.
+    let (code, out, _) = run(&c, key, &["sandbox", "delete", &id]).await;
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("terminating"))
+    );
+    let (code, out, _) = run(&c, key, &["sandbox", "wait", &id, "--status", "terminated"]).await;
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("terminated"))
+    );
+}
