@@ -11,6 +11,7 @@ mod client;
 mod config;
 mod metrics;
 mod pools;
+mod preflight;
 mod roles;
 
 #[derive(Parser)]
@@ -46,6 +47,12 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         pools: Vec<String>,
         /// Configuration file (TOML); `DIFFERENTLY_*` variables override it.
+        #[arg(long, env = "DIFFERENTLY_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Check, changing nothing, that this configuration can run a server: keys, Postgres
+    /// and its schema, NATS JetStream, every configured pool's backend. Exit 1 on a failure.
+    Preflight {
         #[arg(long, env = "DIFFERENTLY_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -126,6 +133,14 @@ fn main() -> ExitCode {
                 roles::init_logging(true);
                 let config = config::Config::load(config.as_deref())?;
                 roles::server(config, role, pools).await
+            }
+            Command::Preflight { config } => {
+                let config = config::Config::load(config.as_deref())?;
+                return Ok(if preflight::run(&config).await {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
             }
             Command::Migrate { config } => {
                 roles::init_logging(true);

@@ -77,7 +77,7 @@ pub async fn register(store: &dyn Store, records: &[PoolRecord]) -> Result<(), A
 
 /// Stored secrets for pool credentials (`apiKeySecret`), read from the store and opened with
 /// this process's sealing key when an adapter needs one.
-struct StoreSecrets(Arc<dyn Store>);
+pub struct StoreSecrets(pub Arc<dyn Store>);
 
 #[async_trait::async_trait]
 impl SecretSource for StoreSecrets {

@@ -171,6 +171,27 @@ impl PgStore {
         Ok(())
     }
 
+    /// The embedded migrations this database has not applied, in order (all of them on a
+    /// database never migrated); changes nothing.
+    pub async fn pending_migrations(&self) -> Result<Vec<&'static str>, StoreError> {
+        let table: Option<String> =
+            sqlx::query_scalar("SELECT to_regclass('schema_migrations')::text")
+                .fetch_one(&self.pool)
+                .await?;
+        let applied: Vec<String> = if table.is_some() {
+            sqlx::query_scalar("SELECT version FROM schema_migrations")
+                .fetch_all(&self.pool)
+                .await?
+        } else {
+            Vec::new()
+        };
+        Ok(MIGRATIONS
+            .iter()
+            .map(|(v, _)| *v)
+            .filter(|v| !applied.iter().any(|a| a == v))
+            .collect())
+    }
+
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         Ok(self.pool.begin().await?)
     }

@@ -148,3 +148,42 @@ async fn sandbox_and_admin_commands_over_the_api() {
         (0, Some("terminated"))
     );
 }
+
+/// Runs `cmd`; (exit code, stdout).
+async fn output(mut cmd: std::process::Command) -> (i32, String) {
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_checks_what_a_server_needs_and_names_what_is_missing() {
+    let c = Cluster::new(Opts::default()).await;
+    // Everything in place: one passing line per check, the pool's included.
+    let (code, out) = output(c.command(&["preflight"])).await;
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "ok    keys",
+        "ok    bootstrap key",
+        "ok    postgres",
+        "ok    nats",
+        "ok    pool fake",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    // An unreachable bus and a missing bootstrap key fail, named; the rest still runs.
+    let mut cmd = c.command(&["preflight"]);
+    cmd.env("DIFFERENTLY_NATS_URL", "nats://127.0.0.1:1")
+        .env_remove("DIFFERENTLY_BOOTSTRAP_KEY");
+    let (code, out) = output(cmd).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL  nats"), "{out}");
+    assert!(out.contains("FAIL  bootstrap key"), "{out}");
+    assert!(out.contains("ok    postgres"), "{out}");
+    assert!(!out.contains(&c.key), "the bootstrap key leaked:\n{out}");
+}

@@ -178,6 +178,20 @@ ledger = "{ledger}"
     }
 
     /// Starts a process named `name` running `roles`, with extra environment.
+    /// The binary with this cluster's config file and the environment its servers get, for
+    /// one-shot commands (`preflight`, `migrate`) followed by `args`.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(binary());
+        cmd.args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
+            .env("DIFFERENTLY_AUDIT_KEY", &self.audit_key)
+            .env_remove("DIFFERENTLY_DATABASE_URL")
+            .env_remove("DIFFERENTLY_NATS_URL");
+        cmd
+    }
+
     pub fn spawn(&mut self, name: &str, roles: &str, env: &[(&str, &str)]) {
         let log = self.dir.path().join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("log file");

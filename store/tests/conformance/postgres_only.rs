@@ -16,6 +16,10 @@ async fn concurrent_migrations_are_safe() {
         .unwrap();
     let a = PgStore::connect(db.url(), 2).await.unwrap();
     let b = PgStore::connect(db.url(), 2).await.unwrap();
+    // `preflight` reports every migration as pending on an empty schema, without applying any.
+    let all: Vec<&str> = MIGRATIONS.iter().map(|(v, _)| *v).collect();
+    assert_eq!(a.pending_migrations().await.unwrap(), all);
+    assert_eq!(a.pending_migrations().await.unwrap(), all);
     let (ra, rb) = tokio::join!(a.migrate(), b.migrate());
     ra.unwrap();
     rb.unwrap();
@@ -28,6 +32,7 @@ async fn concurrent_migrations_are_safe() {
     assert_eq!(applied, want);
     // A third run is a no-op, and the schema works.
     a.migrate().await.unwrap();
+    assert!(a.pending_migrations().await.unwrap().is_empty());
     let id = b.installation_id().await.unwrap();
     assert_eq!(a.installation_id().await.unwrap(), id);
 }

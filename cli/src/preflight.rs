@@ -1,0 +1,147 @@
+//! `differently preflight`: checks, without changing anything, that this host's
+//! configuration can run a server: the keys it needs, Postgres and its schema, NATS
+//! JetStream ≥ 2.10, and every configured pool's adapter (its credentials resolve and its
+//! backend answers a health check). One line per check; exit 1 if any fails.
+
+use std::sync::Arc;
+
+use differently_adapters::credentials::Credentials;
+use differently_adapters::pools::PoolSet;
+use differently_store::Store;
+
+use crate::config::Config;
+
+/// The outcome of one check, printed as one line.
+struct Check {
+    what: String,
+    ok: bool,
+    detail: String,
+}
+
+impl Check {
+    fn ok(what: impl Into<String>, detail: impl Into<String>) -> Check {
+        Check {
+            what: what.into(),
+            ok: true,
+            detail: detail.into(),
+        }
+    }
+    fn fail(what: impl Into<String>, detail: impl std::fmt::Display) -> Check {
+        Check {
+            what: what.into(),
+            ok: false,
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// Runs every check and prints them; whether all passed.
+pub async fn run(config: &Config) -> bool {
+    let mut checks = Vec::new();
+    checks.push(match crate::audit_cmd::install_keys(&config.audit, false) {
+        Ok(()) => Check::ok("keys", "audit and secrets keys load"),
+        Err(e) => Check::fail("keys", e),
+    });
+    checks.push(match config.require_bootstrap_key() {
+        Ok(_) => Check::ok("bootstrap key", "set (the api role needs it)"),
+        Err(e) => Check::fail(
+            "bootstrap key",
+            format!("{e} (only where the api role runs)"),
+        ),
+    });
+    let store = match config.require_database_url() {
+        Err(e) => {
+            checks.push(Check::fail("postgres", e));
+            None
+        }
+        Ok(url) => match differently_store::postgres::PgStore::connect(url, 2).await {
+            Err(e) => {
+                checks.push(Check::fail("postgres", e));
+                None
+            }
+            Ok(store) => {
+                checks.push(match store.pending_migrations().await {
+                    Ok(p) if p.is_empty() => Check::ok("postgres", "reachable, schema current"),
+                    Ok(p) => Check::fail(
+                        "postgres",
+                        format!(
+                            "{} migration(s) not applied ({}): run `differently migrate`",
+                            p.len(),
+                            p.join(", ")
+                        ),
+                    ),
+                    Err(e) => Check::fail("postgres", e),
+                });
+                Some(Arc::new(store))
+            }
+        },
+    };
+    checks.push(match config.require_nats_url() {
+        Err(e) => Check::fail("nats", e),
+        Ok(url) => match differently_bus::jetstream::connect(url, config.bus.replicas).await {
+            Ok(_) => Check::ok("nats", "reachable, ≥ 2.10 with JetStream"),
+            Err(e) => Check::fail("nats", e),
+        },
+    });
+    checks.extend(pools(config, store).await);
+    let mut all = true;
+    for c in &checks {
+        all &= c.ok;
+        println!(
+            "{:<4}  {:<24}  {}",
+            if c.ok { "ok" } else { "FAIL" },
+            c.what,
+            c.detail
+        );
+    }
+    all
+}
+
+/// Each configured pool: its adapter builds and its backend answers a health check, with
+/// stored credentials resolved through the database when it is reachable.
+async fn pools(
+    config: &Config,
+    store: Option<Arc<differently_store::postgres::PgStore>>,
+) -> Vec<Check> {
+    let records = match crate::pools::config_records(config) {
+        Ok(r) => r,
+        Err(e) => return vec![Check::fail("pools", e)],
+    };
+    if records.is_empty() {
+        return vec![Check::ok(
+            "pools",
+            "none configured (pools may be added through the API)",
+        )];
+    }
+    let credentials = match store {
+        Some(s) => {
+            let s: Arc<dyn Store> = s;
+            Credentials::new(Arc::new(crate::pools::StoreSecrets(s)))
+        }
+        None => Credentials::default(),
+    };
+    let (set, bad) = PoolSet::with_credentials(credentials, records.clone());
+    let mut out: Vec<Check> = bad
+        .into_iter()
+        .map(|b| Check::fail(format!("pool {}", b.name), b.error))
+        .collect();
+    let who = format!("preflight:{}", std::process::id());
+    for r in &records {
+        let Some(pool) = set.get(&r.name) else {
+            continue;
+        };
+        let h = pool.probe(&who).await;
+        out.push(match h.error {
+            None => Check::ok(
+                format!("pool {}", r.name),
+                format!(
+                    "{} answers; capabilities: {}",
+                    r.kind,
+                    h.capabilities.join(", ")
+                ),
+            ),
+            Some(e) => Check::fail(format!("pool {}", r.name), e),
+        });
+    }
+    out
+}
