@@ -14,7 +14,7 @@ pub enum AdminCommand {
     Pools,
     /// Where work may go and why, per pool and per organization.
     TrustReport,
-    /// Verify every audit chain on the server.
+    /// Verify every audit chain on the server; exit 1 if one does not hold.
     AuditVerify,
 }
 
@@ -24,6 +24,7 @@ pub async fn run(target: &Target, command: AdminCommand) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
+    let verify = matches!(command, AdminCommand::AuditVerify);
     let path = match command {
         AdminCommand::Pools => "/v1/admin/pools",
         AdminCommand::TrustReport => "/v1/admin/trust-report",
@@ -32,6 +33,10 @@ pub async fn run(target: &Target, command: AdminCommand) -> ExitCode {
     match client.call(Method::GET, path, None, &[]).await {
         Ok(v) => {
             print_json(&v);
+            if verify && v["ok"] != true {
+                eprintln!("differently: the audit log does not verify (see firstBad)");
+                return ExitCode::FAILURE;
+            }
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),

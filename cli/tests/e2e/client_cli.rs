@@ -117,8 +117,12 @@ async fn sandbox_and_admin_commands_over_the_api() {
         .unwrap()
         .iter()
         .any(|p| p["name"] == "fake"));
-    let (code, _, err) = run(&c, key, &["admin", "trust-report"]).await;
+    let (code, out, err) = run(&c, key, &["admin", "trust-report"]).await;
     assert_eq!(code, 0, "{err}");
+    assert!(json(&out)["pools"].is_array(), "{out}");
+    let (code, out, err) = run(&c, key, &["admin", "audit-verify"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["ok"], true, "{out}");
 
     // Errors: the API's code on stderr, exit 1; no key is exit 2; a key never shows.
     let bogus = "dly_key_01M8PX56B2BMV5VM228QHCMTS7_notTheRealSecretAtAll";
