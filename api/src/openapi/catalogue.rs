@@ -398,7 +398,7 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("post", "/v1/admin/pools", "createPool", "pools", Admin,
             "Register a pool (backend type, endpoint, credentials reference, capabilities).")
             .body(Body::Json("PoolRequest"))
-            .answers(&[Json(201, "Pool")])
+            .answers(&[Json(201, "PoolRecord")])
             .errors(&[409, 422])
         .idempotent(),
         op("get", "/v1/admin/pools", "listPools", "pools", Admin,
@@ -410,7 +410,7 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("patch", "/v1/admin/pools/{name}", "updatePool", "pools", Admin,
             "Change a pool.")
             .body(Body::Json("PoolRequest"))
-            .answers(&[Json(200, "Pool")])
+            .answers(&[Json(200, "PoolRecord")])
             .errors(&[409, 422]),
         op("delete", "/v1/admin/pools/{name}", "deletePool", "pools", Admin,
             "Remove a pool that runs nothing.")

@@ -1,7 +1,8 @@
 //! Component schemas: the objects the API serves and accepts, from the code's own
 //! vocabularies (statuses, scopes, strategies, capabilities, error codes).
 
-use differently_core::policy::{ExternalMode, Strategy};
+use differently_core::policy::{ExternalMode, Isolation, Strategy};
+use differently_core::pool::{PoolSource, Trust};
 use differently_core::sandbox::{CLASSIFICATIONS, KNOWN_CAPABILITIES, PROFILES};
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, SandboxStatus};
@@ -400,12 +401,27 @@ pub(super) fn schemas() -> Value {
             ),
         ]),
     );
+    let classification = || one_of_strings(CLASSIFICATIONS.map(|c| json!(c)));
     s.insert(
         "Policy".to_owned(),
-        described(
-            "A placement policy (allowed pools and regions, classifications, \
-            external use, strategy); see docs/policy.md.",
-        ),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "description": "A placement policy at one level (global, organization, project); \
+                an absent field does not restrict, except external use, which fails closed. \
+                See docs/placement.md.",
+            "properties": {
+                "allowedClassifications": { "type": ["array", "null"], "items": classification() },
+                "poolClassifications": { "type": "object",
+                    "additionalProperties": array_of(classification()) },
+                "allowedRegions": { "type": ["array", "null"], "items": typed("string") },
+                "allowExternal": nullable("boolean"),
+                "externalPools": { "type": ["array", "null"], "items": typed("string") },
+                "deniedPools": array_of(typed("string")),
+                "defaultStrategy": {
+                    "anyOf": [one_of_strings(Strategy::ALL.map(wire)), { "type": "null" }] },
+            },
+        }),
     );
     s.insert(
         "Placement".to_owned(),
@@ -421,16 +437,85 @@ pub(super) fn schemas() -> Value {
             [{name, eligible, reason?, score?}]}`",
         ),
     );
-    s.insert(
-        "Pool".to_owned(),
-        described(
-            "A pool: name, backend type, endpoint, credentials reference (never \
-            the secret), capabilities, region, capacity, health and where it was defined.",
+    let record_fields = || {
+        vec![
+            ("name", typed("string")),
+            ("kind", typed("string")),
+            (
+                "trust",
+                one_of_strings([Trust::Private, Trust::External].map(wire)),
+            ),
+            ("region", nullable("string")),
+            ("maxConcurrent", nullable("integer")),
+            (
+                "isolation",
+                json!({ "anyOf": [
+                    one_of_strings([Isolation::Container, Isolation::Microvm].map(wire)),
+                    { "type": "null" }] }),
+            ),
+            ("costPerCpuHour", typed("number")),
+            ("typicalCreateSeconds", nullable("number")),
+            (
+                "settings",
+                json!({ "description": "Adapter settings: credential references (an \
+                    environment variable, a file, a stored secret's name), never credentials." }),
+            ),
+            (
+                "source",
+                one_of_strings([PoolSource::Config, PoolSource::Api].map(wire)),
+            ),
+            ("createdAt", time()),
+            ("updatedAt", time()),
+        ]
+    };
+    s.insert("PoolRecord".to_owned(), served(&record_fields()));
+    let mut pool = record_fields();
+    pool.extend([
+        ("capabilities", array_of(typed("string"))),
+        ("healthy", typed("boolean")),
+        (
+            "health",
+            json!({ "anyOf": [reference("PoolHealth"), { "type": "null" }] }),
         ),
+        ("usedSlots", typed("integer")),
+    ]);
+    s.insert("Pool".to_owned(), served(&pool));
+    s.insert(
+        "PoolHealth".to_owned(),
+        served(&[
+            ("name", typed("string")),
+            ("healthy", typed("boolean")),
+            ("capabilities", array_of(typed("string"))),
+            ("error", nullable("string")),
+            ("checkedAt", time()),
+            ("checkedBy", typed("string")),
+        ]),
     );
     s.insert(
         "PoolRequest".to_owned(),
-        described("A pool definition, as `Pool` without health or source."),
+        accepted(
+            &[
+                ("name", nullable("string")),
+                ("kind", nullable("string")),
+                (
+                    "trust",
+                    json!({ "type": ["string", "null"], "enum": ["private", "external", null] }),
+                ),
+                ("region", nullable("string")),
+                ("maxConcurrent", nullable("integer")),
+                (
+                    "isolation",
+                    json!({ "type": ["string", "null"], "enum": ["container", "microvm", null] }),
+                ),
+                ("costPerCpuHour", nullable("number")),
+                ("typicalCreateSeconds", nullable("number")),
+                (
+                    "settings",
+                    json!({ "description": "Adapter settings (credential references only)." }),
+                ),
+            ],
+            &[],
+        ),
     );
     s.insert("PoolList".to_owned(), page_of("Pool"));
     s.insert(

@@ -359,3 +359,60 @@ fn accepted_bodies_have_exactly_the_fields_their_types_take() {
         SandboxSpec::build(&req).unwrap_or_else(|e| panic!("capability {value}: {e}"));
     }
 }
+
+#[test]
+fn policies_and_pools_fit_their_schemas() {
+    use differently_core::policy::{Isolation, Policy, Strategy};
+    use differently_core::pool::{PoolHealth, PoolRecord, PoolSource, Trust};
+    // Every field set: the serialized keys are exactly the schema's, and the values fit.
+    let full = Policy {
+        allowed_classifications: Some(vec!["internal".into()]),
+        pool_classifications: [("fake".to_owned(), vec!["public".to_owned()])].into(),
+        allowed_regions: Some(vec!["eu".into()]),
+        allow_external: Some(true),
+        external_pools: Some(vec!["e2b".into()]),
+        denied_pools: vec!["old".into()],
+        default_strategy: Some(Strategy::ALL[0]),
+    };
+    assert_fits("Policy", &full);
+    assert_eq!(field_names(&full), property_names("Policy"));
+    assert_fits("Policy", Policy::default());
+    // What the schema offers, the type accepts.
+    let back: Policy = serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
+    assert_eq!(back, full);
+
+    let record = PoolRecord {
+        name: "fake".into(),
+        kind: "fake".into(),
+        trust: Trust::Private,
+        region: None,
+        max_concurrent: Some(10),
+        isolation: Some(Isolation::Microvm),
+        cost_per_cpu_hour: 0.5,
+        typical_create_seconds: None,
+        settings: json!({ "apiKeySecret": "name-only" }),
+        source: PoolSource::Api,
+        created_at: Utc::now(),
+        updated_at: Utc::now(),
+    };
+    assert_fits("PoolRecord", &record);
+    assert_eq!(field_names(&record), property_names("PoolRecord"));
+    let health = PoolHealth {
+        name: "fake".into(),
+        healthy: false,
+        capabilities: vec!["exec".into()],
+        error: Some("down".into()),
+        checked_at: Utc::now(),
+        checked_by: "host:1".into(),
+    };
+    assert_eq!(field_names(&health), property_names("PoolHealth"));
+    // As `GET /v1/admin/pools` serves it: the record, flattened, and its live state.
+    let mut served = serde_json::to_value(&record).unwrap();
+    let live = json!({ "capabilities": ["exec"], "healthy": false,
+        "health": serde_json::to_value(&health).unwrap(), "usedSlots": 3 });
+    for (k, v) in live.as_object().unwrap() {
+        served[k] = v.clone();
+    }
+    assert_fits("Pool", &served);
+    assert_eq!(field_names(&served), property_names("Pool"));
+}
