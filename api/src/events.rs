@@ -14,6 +14,7 @@ use differently_bus::Bus;
 use differently_bus_schema::{Envelope, Naming, StatusChanged};
 use differently_core::sandbox::SandboxView;
 use differently_core::{SandboxId, SandboxStatus};
+use differently_store::Store;
 use futures::StreamExt;
 use tokio::sync::watch;
 
@@ -51,8 +52,10 @@ impl Delivered {
 }
 
 impl EventHub {
-    /// Starts following the event stream in the background.
-    pub fn start(bus: Arc<dyn Bus>, naming: Naming) -> EventHub {
+    /// Starts following the event stream in the background. The audit heads events carry
+    /// for sandboxes watched here go to `store` (`AuditStore::note_audit_head`): the watcher's
+    /// next data-plane call appends its record onto that head.
+    pub fn start(bus: Arc<dyn Bus>, naming: Naming, store: Arc<dyn Store>) -> EventHub {
         let hub = EventHub::default();
         let feed = hub.clone();
         tokio::spawn(async move {
@@ -67,6 +70,11 @@ impl EventHub {
                                     if let Ok(env) = serde_json::from_slice::<Envelope<StatusChanged>>(
                                         &ev.payload,
                                     ) {
+                                        if let Some(h) = &env.body.audit_head {
+                                            if feed.watches(&env.sandbox_id) {
+                                                store.note_audit_head(&h.chain, h.seq, &h.hash);
+                                            }
+                                        }
                                         feed.deliver_envelope(env);
                                     }
                                 }
@@ -102,6 +110,14 @@ impl EventHub {
             id: id.clone(),
             rx,
         }
+    }
+
+    /// Whether someone in this process waits on `id`.
+    pub fn watches(&self, id: &SandboxId) -> bool {
+        self.waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(id)
     }
 
     /// Hands a decoded status event to [`deliver`](EventHub::deliver).

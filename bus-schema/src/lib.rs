@@ -381,6 +381,21 @@ pub struct StatusChanged {
     /// older publishers; then the waiter reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub view: Option<Box<differently_core::sandbox::SandboxView>>,
+    /// The head of the audit chain the change's record went to, right after it: an API
+    /// process that appends the next record of this sandbox on its own (an exec) hashes it
+    /// onto this head instead of missing once on a head it last saw before the change.
+    /// Internal, like `backend_ref`; absent from older publishers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_head: Option<AuditHead>,
+}
+
+/// An audit chain's head: its name, its last record's sequence and hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditHead {
+    pub chain: String,
+    pub seq: i64,
+    pub hash: String,
 }
 
 impl StatusChanged {
@@ -396,6 +411,7 @@ impl StatusChanged {
             at: s.updated_at,
             backend_ref: s.backend_ref.clone(),
             view: Some(Box::new(s.view())),
+            audit_head: None,
         }
     }
 }

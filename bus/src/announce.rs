@@ -140,7 +140,19 @@ impl Announcer {
 
     /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status.
     pub async fn status(&self, s: &Sandbox) -> Result<Published, BusError> {
-        let mut env = Envelope::new(s.id.clone(), s.status_version, StatusChanged::of(s));
+        self.status_after(s, None).await
+    }
+
+    /// [`status`](Self::status), with the audit chain head the change left when the
+    /// publisher knows it (`StatusChanged::audit_head`).
+    pub async fn status_after(
+        &self,
+        s: &Sandbox,
+        audit_head: Option<differently_bus_schema::AuditHead>,
+    ) -> Result<Published, BusError> {
+        let mut body = StatusChanged::of(s);
+        body.audit_head = audit_head;
+        let mut env = Envelope::new(s.id.clone(), s.status_version, body);
         let id = msg_id(&s.id, "evt", s.status_version);
         self.send(
             self.naming.event_subject(&s.org_id, &s.project_id, &s.id),

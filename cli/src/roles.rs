@@ -139,6 +139,7 @@ fn spawn_roles(
         let events = EventHub::start(
             parts.announcer.bus().clone(),
             parts.announcer.naming().clone(),
+            parts.store.clone(),
         );
         let state = AppState::new(Inner {
             store: parts.store.clone(),

@@ -744,6 +744,18 @@ pub trait AuditStore: Send + Sync {
         guard: &RowGuard,
     ) -> Result<Option<AuditEvent>, StoreError>;
 
+    /// The head of its chain that this process's last committed status change of `resource`
+    /// left, as `(chain, chain_seq, hash)`, for that change's status event; `None` when this
+    /// process does not know one (a store without compare-and-swap appends never does).
+    fn audit_head_after(&self, _resource: &str) -> Option<(String, i64, String)> {
+        None
+    }
+
+    /// A chain head another process reported (in a status event): this process's next
+    /// standalone record on that chain is hashed onto it. Only a hint; a head that moved again
+    /// costs the usual retry, and an older one than known is ignored.
+    fn note_audit_head(&self, _chain: &str, _seq: i64, _hash: &str) {}
+
     /// Records passing `filter`, ascending by `seq`, at most `filter.limit` (0: no limit).
     async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditEvent>, StoreError>;
 

@@ -319,6 +319,14 @@ impl AuditStore for PgStore {
         crate::audit_standalone_pg::append(self, event, None).await
     }
 
+    fn audit_head_after(&self, resource: &str) -> Option<(String, i64, String)> {
+        self.audit_heads().head_after(resource)
+    }
+
+    fn note_audit_head(&self, chain: &str, seq: i64, hash: &str) {
+        self.audit_heads().note(chain, seq, hash);
+    }
+
     async fn append_audit_if(
         &self,
         event: NewAuditEvent,

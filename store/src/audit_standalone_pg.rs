@@ -33,20 +33,73 @@ use crate::StoreError;
 /// Compare-and-swap attempts before the locking path.
 const ATTEMPTS: usize = 2;
 
-/// The newest head of each chain this process appended to standalone: (chain_seq, hash).
+/// The newest head of each chain this process knows of, (chain_seq, hash): the heads it
+/// appended standalone, the heads its own status changes left, and heads other processes'
+/// status events reported (`note`).
 #[derive(Debug, Default)]
-pub(crate) struct HeadCache(Mutex<HashMap<String, (i64, String)>>);
+pub(crate) struct HeadCache {
+    heads: Mutex<HashMap<String, (i64, String)>>,
+    /// Per resource (a sandbox id), the head of its chain right after this process's last
+    /// committed status change of it, for that change's event: (chain, chain_seq, hash).
+    after_change: Mutex<HashMap<String, (String, i64, String)>>,
+    /// Compare-and-swap appends that found the head moved, since start.
+    misses: std::sync::atomic::AtomicU64,
+}
+
+/// Entries a cache map may hold before it starts over, so a busy multi-tenant process does
+/// not grow without end.
+const CACHE_LIMIT: usize = 100_000;
 
 impl HeadCache {
     fn get(&self, chain: &str) -> Option<(i64, String)> {
         self.lock().get(chain).cloned()
     }
 
+    /// Takes `(seq, hash)` as `chain`'s head unless a newer one is known. A head that moved
+    /// again since only costs the usual compare-and-swap retry.
+    pub(crate) fn note(&self, chain: &str, seq: i64, hash: &str) {
+        let mut heads = self.lock();
+        if heads.get(chain).is_some_and(|(known, _)| *known >= seq) {
+            return;
+        }
+        if heads.len() > CACHE_LIMIT {
+            heads.clear();
+        }
+        heads.insert(chain.to_owned(), (seq, hash.to_owned()));
+    }
+
+    /// Records that this process's change of `resource` left `chain` at `(seq, hash)`.
+    pub(crate) fn after_change(&self, resource: &str, chain: &str, seq: i64, hash: &str) {
+        self.note(chain, seq, hash);
+        let mut after = self.after_change.lock().unwrap_or_else(|p| p.into_inner());
+        if after.len() > CACHE_LIMIT {
+            after.clear();
+        }
+        after.insert(
+            resource.to_owned(),
+            (chain.to_owned(), seq, hash.to_owned()),
+        );
+    }
+
+    /// Compare-and-swap appends that found the head moved, since start.
+    pub(crate) fn misses(&self) -> u64 {
+        self.misses.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The head this process's last change of `resource` left, if it remembers one.
+    pub(crate) fn head_after(&self, resource: &str) -> Option<(String, i64, String)> {
+        self.after_change
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(resource)
+            .cloned()
+    }
+
     fn set(&self, chain: &str, head: (i64, String)) {
         let mut heads = self.lock();
         // Bounded by the chains this process writes; a very busy multi-tenant process just
         // starts over rather than growing without end.
-        if heads.len() > 100_000 {
+        if heads.len() > CACHE_LIMIT {
             heads.clear();
         }
         heads.insert(chain.to_owned(), head);
@@ -57,7 +110,7 @@ impl HeadCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, String)>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.heads.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -101,6 +154,10 @@ pub(crate) async fn append(
                     return Ok(rec);
                 }
                 Swap::Moved(found) => {
+                    cache
+                        .misses
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    metrics::counter!("differently_audit_append_retries_total").increment(1);
                     cache.forget(&chain);
                     // A head no newer than the one missed was read before a concurrent
                     // append committed: read it again rather than miss again.

@@ -137,6 +137,12 @@ impl PgStore {
         &self.audit_heads
     }
 
+    /// Standalone audit appends (exec, files) whose compare-and-swap found the chain's head
+    /// moved since this process last saw it, since start: each cost one more statement.
+    pub fn audit_append_misses(&self) -> u64 {
+        self.audit_heads.misses()
+    }
+
     /// The connection pool, for callers that need plain queries (health checks).
     pub fn pool(&self) -> &PgPool {
         &self.pool

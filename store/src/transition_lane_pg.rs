@@ -110,6 +110,7 @@ async fn decide(
     let mut outcomes = Vec::with_capacity(group.len());
     let mut events = Vec::new();
     let mut changed: Vec<SandboxId> = Vec::new();
+    let mut written = Vec::new();
     for p in group {
         let Some(s) = by_id.get_mut(&p.id) else {
             outcomes.push(Err(StoreError::NotFound));
@@ -148,8 +149,32 @@ async fn decide(
         if rows.len() < 2 {
             counters.clear();
         }
-        audit_pg::append_then_lock_counters(&mut tx, write, events, at, &counters).await?;
+        written =
+            audit_pg::append_then_lock_counters(&mut tx, write, events, at, &counters).await?;
     }
     tx.commit().await?;
+    remember_heads(store, &written);
     Ok(outcomes)
+}
+
+/// Tells the process's head cache where each written record's chain now ends, per sandbox,
+/// for the changes' status events (`AuditStore::audit_head_after`).
+fn remember_heads(store: &PgStore, written: &[crate::audit::AuditEvent]) {
+    let mut last: std::collections::HashMap<&str, &crate::audit::AuditEvent> =
+        std::collections::HashMap::new();
+    for r in written {
+        let newer = last
+            .get(r.chain.as_str())
+            .is_none_or(|l| l.chain_seq < r.chain_seq);
+        if newer {
+            last.insert(r.chain.as_str(), r);
+        }
+    }
+    for r in written {
+        if let Some(head) = last.get(r.chain.as_str()) {
+            store
+                .audit_heads()
+                .after_change(&r.resource, &head.chain, head.chain_seq, &head.hash);
+        }
+    }
 }

@@ -110,6 +110,17 @@ impl WorkerGroup {
         self.adapter.current(&self.pool)
     }
 
+    /// Announces a change this worker committed, with the audit chain head it left, so the
+    /// API process that runs the sandbox's next data-plane call appends its record without a
+    /// compare-and-swap miss. A lost event only delays watchers until they re-read.
+    pub(crate) async fn announce(&self, s: &differently_core::Sandbox) {
+        let head = self
+            .store
+            .audit_head_after(s.id.as_str())
+            .map(|(chain, seq, hash)| differently_bus_schema::AuditHead { chain, seq, hash });
+        let _ = self.announcer.status_after(s, head).await;
+    }
+
     /// Pulls and executes work until `shutdown` turns true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let def = self
@@ -247,7 +258,7 @@ impl WorkerGroup {
             .await
         {
             Ok(running) => {
-                let _ = self.announcer.status(&running).await;
+                self.announce(&running).await;
                 Ack::Done
             }
             Err(StoreError::StatusConflict { current }) => {
@@ -298,7 +309,7 @@ impl WorkerGroup {
                 if updated.status == SandboxStatus::Queued {
                     let _ = self.announcer.admitted(&updated, "-requeue").await;
                 }
-                let _ = self.announcer.status(&updated).await;
+                self.announce(&updated).await;
                 Ack::Done
             }
             Err(StoreError::StatusConflict { .. }) | Err(StoreError::NotFound) => Ack::Done,
@@ -351,7 +362,7 @@ impl WorkerGroup {
         };
         match self.store.transition(t, Utc::now()).await {
             Ok(done) => {
-                let _ = self.announcer.status(&done).await;
+                self.announce(&done).await;
                 Ack::Done
             }
             Err(StoreError::StatusConflict { .. }) | Err(StoreError::NotFound) => Ack::Done,

@@ -353,7 +353,7 @@ impl WorkerGroup {
             };
             match self.store.transition(back, Utc::now()).await {
                 Ok(stopped) => {
-                    let _ = self.announcer.status(&stopped).await;
+                    self.announce(&stopped).await;
                 }
                 // The row moved on (deleted, say): it is no longer this start's to put back.
                 Err(StoreError::StatusConflict { .. } | StoreError::IllegalTransition { .. }) => {}
@@ -384,7 +384,7 @@ impl WorkerGroup {
                     // A wake is activity: the idle clock restarts now.
                     let _ = self.store.touch_activity(&row.id, now).await;
                 }
-                let _ = self.announcer.status(&updated).await;
+                self.announce(&updated).await;
                 Outcome::Done(Value::Null)
             }
             Err(StoreError::StatusConflict { current }) if current == to => {

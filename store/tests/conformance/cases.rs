@@ -24,7 +24,7 @@ fn store(env: &Env) -> &dyn Store {
     env.store.as_ref()
 }
 
-async fn tenant(s: &dyn Store) -> (OrgId, ProjectId) {
+pub(crate) async fn tenant(s: &dyn Store) -> (OrgId, ProjectId) {
     let org = Org {
         id: OrgId::new(),
         name: "acme".into(),
@@ -105,11 +105,11 @@ async fn admit_spec(s: &dyn Store, org: &OrgId, prj: &ProjectId, spec: SandboxSp
     }
 }
 
-async fn admit(s: &dyn Store, org: &OrgId, prj: &ProjectId) -> Sandbox {
+pub(crate) async fn admit(s: &dyn Store, org: &OrgId, prj: &ProjectId) -> Sandbox {
     admit_spec(s, org, prj, spec_with(1, &[])).await
 }
 
-fn pool(name: &str, cap: Option<u32>) -> PoolSlot {
+pub(crate) fn pool(name: &str, cap: Option<u32>) -> PoolSlot {
     PoolSlot {
         name: name.into(),
         max_concurrent: cap,
@@ -126,7 +126,7 @@ fn tr(id: &SandboxId, from: &[SandboxStatus], to: SandboxStatus) -> Transition {
     }
 }
 
-async fn activated(s: &dyn Store, id: &SandboxId, p: &PoolSlot, q: &Quota) -> Sandbox {
+pub(crate) async fn activated(s: &dyn Store, id: &SandboxId, p: &PoolSlot, q: &Quota) -> Sandbox {
     match s.activate(id, p, q, Utc::now()).await.unwrap() {
         Activation::Activated(x) => x,
         other => panic!("expected Activated, got {other:?}"),

@@ -616,3 +616,62 @@ async fn tenant(s: &PgStore) -> (differently_store::Org, differently_store::Proj
     s.ensure_tenant(&org, &prj).await.unwrap();
     (org, prj)
 }
+
+/// A status change's event carries the chain head it left (`audit_head_after`); an API
+/// process that notes it (`note_audit_head`) appends the sandbox's next record, an exec's,
+/// without the compare-and-swap miss it pays when another process moved the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noted_chain_head_saves_the_next_records_retry() {
+    use crate::cases::{activated, admit, pool, tenant};
+    use differently_core::SandboxStatus;
+    use differently_store::audit::{AuditStore, NewAuditEvent};
+    use differently_store::{Actor, Quota, Transition};
+
+    let db = TestDb::new().await;
+    let api = db.store();
+    let worker = PgStore::connect(db.url(), 2).await.unwrap();
+    let (org, prj) = tenant(&api).await;
+    let s = admit(&api, &org, &prj).await;
+    let s = activated(&api, &s.id, &pool("p", None), &Quota::default()).await;
+    let exec = || NewAuditEvent {
+        org_id: Some(org.clone()),
+        project_id: Some(prj.clone()),
+        actor: "key:test".into(),
+        action: "sandbox.exec".into(),
+        resource: s.id.to_string(),
+        outcome: "requested".into(),
+        detail: serde_json::json!({ "program": "echo" }),
+    };
+    api.append_audit(exec()).await.unwrap();
+    let start = api.audit_append_misses();
+
+    // Another process moves the chain; the API's next record misses once, then lands.
+    let running = worker
+        .mark_running(&s.id, "ref-1", chrono::Utc::now())
+        .await
+        .unwrap();
+    assert!(worker.audit_head_after(s.id.as_str()).is_some());
+    api.append_audit(exec()).await.unwrap();
+    assert_eq!(api.audit_append_misses(), start + 1);
+
+    // The same, with the head the change left noted first (as its status event brings it):
+    // no miss.
+    let stop = Transition {
+        id: running.id.clone(),
+        from: vec![SandboxStatus::Running],
+        to: SandboxStatus::Stopped,
+        reason: None,
+        actor: Actor::System("test"),
+    };
+    worker.transition(stop, chrono::Utc::now()).await.unwrap();
+    let (chain, seq, hash) = worker.audit_head_after(s.id.as_str()).unwrap();
+    api.note_audit_head(&chain, seq, &hash);
+    api.append_audit(exec()).await.unwrap();
+    assert_eq!(api.audit_append_misses(), start + 1);
+    // An older head than known is ignored, and the chain still verifies.
+    api.note_audit_head(&chain, seq - 1, "stale");
+    api.append_audit(exec()).await.unwrap();
+    assert_eq!(api.audit_append_misses(), start + 1);
+    let report = api.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+}
