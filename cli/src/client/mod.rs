@@ -49,6 +49,10 @@ pub enum ClientError {
     /// The command line asks for something that cannot be sent.
     #[error("{0}")]
     Usage(String),
+    /// The API answered, but the outcome is not the one asked for (a `--wait` that ended
+    /// with the sandbox failed, say).
+    #[error("{0}")]
+    Outcome(String),
 }
 
 /// A configured API client.

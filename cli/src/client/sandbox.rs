@@ -221,7 +221,7 @@ async fn answer(c: &Client, command: SandboxCommand) -> Result<Value, ClientErro
             let done = wait_for(c, id, "running", wait_seconds).await?;
             if done["status"] != "running" {
                 print_json(&done);
-                return Err(ClientError::Transport(format!(
+                return Err(ClientError::Outcome(format!(
                     "sandbox {id} is {} (not running) after the wait",
                     done["status"]
                 )));
