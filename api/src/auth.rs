@@ -274,10 +274,8 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
     })
 }
 
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+/// Lower-case hex of `bytes` (the store's, so key hashes and audit hashes are spelled alike).
+pub use differently_store::audit::hex;
 
 fn client_addr(parts: &Parts) -> std::net::IpAddr {
     parts

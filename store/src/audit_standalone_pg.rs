@@ -55,8 +55,9 @@ impl HeadCache {
         self.lock().get(chain).cloned()
     }
 
-    /// Takes `(seq, hash)` as `chain`'s head unless a newer one is known. A head that moved
-    /// again since only costs the usual compare-and-swap retry.
+    /// Takes `(seq, hash)` as `chain`'s head unless a newer one is known: after this
+    /// process's own append, or as another process reported it. A head that moved again
+    /// since only costs the usual compare-and-swap retry.
     pub(crate) fn note(&self, chain: &str, seq: i64, hash: &str) {
         let mut heads = self.lock();
         if heads.get(chain).is_some_and(|(known, _)| *known >= seq) {
@@ -93,16 +94,6 @@ impl HeadCache {
             .unwrap_or_else(|p| p.into_inner())
             .get(resource)
             .cloned()
-    }
-
-    fn set(&self, chain: &str, head: (i64, String)) {
-        let mut heads = self.lock();
-        // Bounded by the chains this process writes; a very busy multi-tenant process just
-        // starts over rather than growing without end.
-        if heads.len() > CACHE_LIMIT {
-            heads.clear();
-        }
-        heads.insert(chain.to_owned(), head);
     }
 
     fn forget(&self, chain: &str) {
@@ -148,7 +139,7 @@ pub(crate) async fn append(
                 Swap::Refused(current) => return Err(StoreError::StatusConflict { current }),
                 Swap::Done(seq) => {
                     rec.seq = seq;
-                    cache.set(&chain, (rec.chain_seq, rec.hash.clone()));
+                    cache.note(&chain, rec.chain_seq, &rec.hash);
                     metrics::histogram!("differently_audit_append_seconds")
                         .record(started.elapsed().as_secs_f64());
                     return Ok(rec);
@@ -184,7 +175,7 @@ pub(crate) async fn append(
     }
     let rec = append_chained(&mut tx, e, Utc::now()).await?;
     tx.commit().await?;
-    cache.set(&chain, (rec.chain_seq, rec.hash.clone()));
+    cache.note(&chain, rec.chain_seq, &rec.hash);
     Ok(rec)
 }
 
