@@ -15,6 +15,11 @@ async fn run(c: &Cluster, key: Option<&str>, args: &[&str]) -> (i32, String, Str
     if let Some(k) = key {
         cmd.env("DIFFERENTLY_API_KEY", k);
     }
+    output(cmd).await
+}
+
+/// Runs `cmd` to its end off the async workers; (exit code, stdout, stderr).
+async fn output(mut cmd: std::process::Command) -> (i32, String, String) {
     let out = tokio::task::spawn_blocking(move || cmd.output())
         .await
         .unwrap()
@@ -153,23 +158,11 @@ async fn sandbox_and_admin_commands_over_the_api() {
     );
 }
 
-/// Runs `cmd`; (exit code, stdout).
-async fn output(mut cmd: std::process::Command) -> (i32, String) {
-    let out = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .unwrap()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflight_checks_what_a_server_needs_and_names_what_is_missing() {
     let c = Cluster::new(Opts::default()).await;
     // Everything in place: one passing line per check, the pool's included.
-    let (code, out) = output(c.command(&["preflight"])).await;
+    let (code, out, _) = output(c.command(&["preflight"])).await;
     assert_eq!(code, 0, "{out}");
     for line in [
         "ok    keys",
@@ -184,7 +177,7 @@ async fn preflight_checks_what_a_server_needs_and_names_what_is_missing() {
     let mut cmd = c.command(&["preflight"]);
     cmd.env("DIFFERENTLY_NATS_URL", "nats://127.0.0.1:1")
         .env_remove("DIFFERENTLY_BOOTSTRAP_KEY");
-    let (code, out) = output(cmd).await;
+    let (code, out, _) = output(cmd).await;
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("FAIL  nats"), "{out}");
     assert!(out.contains("FAIL  bootstrap key"), "{out}");
