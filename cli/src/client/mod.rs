@@ -173,8 +173,8 @@ pub fn pairs(flag: &str, items: &[String]) -> Result<serde_json::Map<String, Val
     Ok(out)
 }
 
-/// Percent-encodes a query value (RFC 3986 unreserved characters pass).
-pub fn query_value(v: &str) -> String {
+/// Percent-encodes a query value or a path segment (RFC 3986 unreserved characters pass).
+pub fn percent_encode(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

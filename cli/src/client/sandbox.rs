@@ -7,7 +7,7 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{fail, pairs, print_json, query_value, Client, ClientError, Target};
+use super::{fail, pairs, percent_encode, print_json, Client, ClientError, Target};
 
 /// Sandbox commands.
 // Parsed once per process: the size of the largest variant costs nothing worth a box.
@@ -138,8 +138,34 @@ pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
     }
 }
 
+/// The fields that were given (not null), as a JSON object: a flag left out is a field the
+/// API fills with its default.
+fn present<const N: usize>(fields: [(&str, Value); N]) -> Map<String, Value> {
+    fields
+        .into_iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+}
+
+fn object_or_null(m: Map<String, Value>) -> Value {
+    if m.is_empty() {
+        Value::Null
+    } else {
+        Value::Object(m)
+    }
+}
+
+fn array_or_null(items: Vec<String>) -> Value {
+    if items.is_empty() {
+        Value::Null
+    } else {
+        json!(items)
+    }
+}
+
 fn path(id: &str, rest: &str) -> String {
-    format!("/v1/sandboxes/{}{rest}", query_value(id))
+    format!("/v1/sandboxes/{}{rest}", percent_encode(id))
 }
 
 async fn answer(c: &Client, command: SandboxCommand) -> Result<Value, ClientError> {
@@ -163,42 +189,27 @@ async fn answer(c: &Client, command: SandboxCommand) -> Result<Value, ClientErro
             wait,
             wait_seconds,
         } => {
-            let mut body = Map::new();
-            let mut put = |k: &str, v: Value| {
-                if !v.is_null() {
-                    body.insert(k.to_owned(), v);
-                }
-            };
-            put("projectId", json!(project));
-            put("profile", json!(profile));
-            put("template", json!(template));
-            if cpu.is_some() || memory_mib.is_some() || disk_gib.is_some() {
-                let mut r = Map::new();
-                for (k, v) in [
-                    ("cpu", json!(cpu)),
-                    ("memoryMiB", json!(memory_mib)),
-                    ("diskGiB", json!(disk_gib)),
-                ] {
-                    if !v.is_null() {
-                        r.insert(k.to_owned(), v);
-                    }
-                }
-                put("resources", Value::Object(r));
-            }
-            if !labels.is_empty() {
-                put("labels", Value::Object(pairs("label", &labels)?));
-            }
-            if !env.is_empty() {
-                put("env", Value::Object(pairs("env", &env)?));
-            }
-            if !capabilities.is_empty() {
-                put("capabilities", json!(capabilities));
-            }
-            put("classification", json!(classification));
-            put("region", json!(region));
-            put("ttlSeconds", json!(ttl_seconds));
-            put("idleTimeoutSeconds", json!(idle_timeout_seconds));
-            put("fromSnapshot", json!(from_snapshot));
+            let resources = present([
+                ("cpu", json!(cpu)),
+                ("memoryMiB", json!(memory_mib)),
+                ("diskGiB", json!(disk_gib)),
+            ]);
+            let labels = pairs("label", &labels)?;
+            let env = pairs("env", &env)?;
+            let body = present([
+                ("projectId", json!(project)),
+                ("profile", json!(profile)),
+                ("template", json!(template)),
+                ("resources", object_or_null(resources)),
+                ("labels", object_or_null(labels)),
+                ("env", object_or_null(env)),
+                ("capabilities", array_or_null(capabilities)),
+                ("classification", json!(classification)),
+                ("region", json!(region)),
+                ("ttlSeconds", json!(ttl_seconds)),
+                ("idleTimeoutSeconds", json!(idle_timeout_seconds)),
+                ("fromSnapshot", json!(from_snapshot)),
+            ]);
             let headers: Vec<(&str, &str)> = idempotency_key
                 .as_deref()
                 .map(|k| ("idempotency-key", k))
@@ -245,7 +256,7 @@ async fn answer(c: &Client, command: SandboxCommand) -> Result<Value, ClientErro
             ];
             for (k, v) in params {
                 if let Some(v) = v {
-                    q.push(format!("{k}={}", query_value(&v)));
+                    q.push(format!("{k}={}", percent_encode(&v)));
                 }
             }
             let query = if q.is_empty() {
@@ -288,7 +299,10 @@ async fn wait_for(c: &Client, id: &str, status: &str, seconds: u64) -> Result<Va
             .saturating_duration_since(std::time::Instant::now())
             .as_secs()
             .clamp(1, 300);
-        let rest = format!("/wait?status={}&timeoutSeconds={left}", query_value(status));
+        let rest = format!(
+            "/wait?status={}&timeoutSeconds={left}",
+            percent_encode(status)
+        );
         let v = c.call(Method::GET, &path(id, &rest), None, &[]).await?;
         let s = v["status"].as_str().unwrap_or_default();
         let ended = matches!(s, "terminated" | "failed");
