@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use differently_bus::Bus;
+use differently_bus::{Bus, BusExt, TypedEvent};
 use differently_bus_schema::{Envelope, Naming, StatusChanged};
 use differently_core::sandbox::SandboxView;
 use differently_core::{SandboxId, SandboxStatus};
@@ -62,21 +62,20 @@ impl EventHub {
             let stream = naming.events_stream().name;
             let filter = format!("{}.evt.>", naming.prefix());
             loop {
-                match bus.events(&stream, &filter, None).await {
+                match bus
+                    .events_typed::<StatusChanged>(&stream, &filter, None)
+                    .await
+                {
                     Ok(mut events) => {
                         while let Some(item) = events.next().await {
                             match item {
-                                Ok(ev) => {
-                                    if let Ok(env) = serde_json::from_slice::<Envelope<StatusChanged>>(
-                                        &ev.payload,
-                                    ) {
-                                        if let Some(h) = &env.body.audit_head {
-                                            if feed.watches(&env.sandbox_id) {
-                                                store.note_audit_head(&h.chain, h.seq, &h.hash);
-                                            }
+                                Ok(TypedEvent { env, .. }) => {
+                                    if let Some(h) = &env.body.audit_head {
+                                        if feed.watches(&env.sandbox_id) {
+                                            store.note_audit_head(&h.chain, h.seq, &h.hash);
                                         }
-                                        feed.deliver_envelope(env);
                                     }
+                                    feed.deliver_envelope(env);
                                 }
                                 Err(e) => {
                                     tracing::warn!(error = %e, "event stream error");
@@ -137,7 +136,7 @@ impl EventHub {
         let delivered = Delivered {
             status: b.status,
             status_version: env.status_version,
-            view: b.view.map(|v| Arc::new(*v)),
+            view: b.view.map(|v| Arc::new(SandboxView::from(*v))),
         };
         self.deliver(&env.sandbox_id, delivered, row);
     }

@@ -12,7 +12,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use differently_bus_schema::{Envelope, StatusChanged};
+use differently_bus::{BusExt, TypedEvent};
+use differently_bus_schema::StatusChanged;
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, ProjectId, SandboxId};
 use futures::StreamExt;
@@ -80,7 +81,7 @@ async fn events(
     let stream = state
         .announcer
         .bus()
-        .events(&naming.events_stream().name, &filter, after)
+        .events_typed::<StatusChanged>(&naming.events_stream().name, &filter, after)
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, "cannot read the event stream");
@@ -98,8 +99,7 @@ async fn events(
             async move { ok }
         })
         .filter_map(|item| async move {
-            let ev = item.ok()?;
-            let env: Envelope<StatusChanged> = serde_json::from_slice(&ev.payload).ok()?;
+            let TypedEvent { seq, env, .. } = item.ok()?;
             let body = json!({
                 "sandboxId": env.sandbox_id,
                 "orgId": env.body.org_id,
@@ -112,7 +112,7 @@ async fn events(
             });
             Some(Ok::<_, Infallible>(
                 Event::default()
-                    .id(ev.seq.to_string())
+                    .id(seq.to_string())
                     .event("status")
                     .data(body.to_string()),
             ))

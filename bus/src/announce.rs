@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use differently_bus_schema::{
-    msg_id, Admitted, Envelope, Naming, StatusChanged, Terminating, Work, WorkOp,
+    msg_id, Admitted, Envelope, Naming, QueuedSandbox, StatusChanged, Terminating, Work, WorkOp,
 };
 use differently_core::{Sandbox, SandboxStatus};
 use serde::Serialize;
@@ -44,7 +44,7 @@ impl Announcer {
         if env.trace.traceparent.is_none() {
             env.trace = crate::trace::current();
         }
-        let payload = serde_json::to_vec(env).map_err(|e| BusError::Publish(e.to_string()))?;
+        let payload = env.encode().map_err(|e| BusError::Publish(e.to_string()))?;
         let started = std::time::Instant::now();
         let out = self.bus.publish(&subject, &id, Bytes::from(payload)).await;
         metrics::histogram!("differently_bus_publish_seconds")
@@ -61,7 +61,8 @@ impl Announcer {
             Admitted {
                 org_id: s.org_id.clone(),
                 project_id: s.project_id.clone(),
-                sandbox: (s.status == SandboxStatus::Queued).then(|| Box::new(s.clone())),
+                sandbox: (s.status == SandboxStatus::Queued)
+                    .then(|| Box::new(QueuedSandbox::of(s))),
             },
         );
         let id = msg_id(&s.id, &format!("admit{attempt}"), s.status_version);

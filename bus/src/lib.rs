@@ -17,9 +17,11 @@ pub mod memory;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod trace;
+pub mod typed;
 
 pub use announce::Announcer;
 pub use error::BusError;
+pub use typed::{BusExt, Typed, TypedEvent, TypedPull};
 
 /// What the stream did with a publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

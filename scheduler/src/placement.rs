@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use differently_bus::trace;
-use differently_bus_schema::{Admitted, Envelope, StatusChanged, TraceContext};
+use differently_bus::{trace, BusExt, Typed, TypedEvent};
+use differently_bus_schema::{Admitted, StatusChanged, TraceContext};
 use differently_core::fair::{Candidate, FairQueue};
 use differently_core::policy::{self, Decision, EffectivePolicy};
 use differently_core::tenancy::Quota;
@@ -119,7 +119,7 @@ pub(crate) async fn run(s: Scheduler, stop: watch::Receiver<bool>) {
 async fn consume_admissions(s: Scheduler, q: Shared) {
     let def = s.announcer.naming().placement_consumer(s.config.ack_wait);
     loop {
-        let mut pull = match s.announcer.bus().pull(&def).await {
+        let mut pull = match s.announcer.bus().pull_typed::<Admitted>(&def).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(error = %e, "placement: cannot bind consumer; retrying");
@@ -128,22 +128,18 @@ async fn consume_admissions(s: Scheduler, q: Shared) {
             }
         };
         loop {
-            let delivery = match pull.next(Duration::from_secs(5)).await {
-                Ok(Some(d)) => d,
+            // Undecodable messages are settled by the typed pull itself.
+            let Typed { env, delivery } = match pull.next(Duration::from_secs(5)).await {
+                Ok(Some(t)) => t,
                 Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!(error = %e, "placement: pull failed");
                     break;
                 }
             };
-            let Ok(env) = serde_json::from_slice::<Envelope<Admitted>>(&delivery.payload) else {
-                tracing::warn!(subject = %delivery.subject, "placement: undecodable message dropped");
-                let _ = delivery.acker.term().await;
-                continue;
-            };
             trace::record_consume_lag("admit", env.published_at);
             let row = match env.body.sandbox {
-                Some(row) if row.id == env.sandbox_id => Ok(Some(*row)),
+                Some(row) if row.id == env.sandbox_id => Ok(Some(row.into_placement_row())),
                 _ => s.store.get_sandbox(&env.sandbox_id).await,
             };
             match row {
@@ -199,13 +195,14 @@ async fn follow_releases(s: Scheduler, q: Shared) {
     let stream = naming.events_stream().name;
     let filter = format!("{}.evt.>", naming.prefix());
     loop {
-        match s.announcer.bus().events(&stream, &filter, None).await {
+        match s
+            .announcer
+            .bus()
+            .events_typed::<StatusChanged>(&stream, &filter, None)
+            .await
+        {
             Ok(mut events) => {
-                while let Some(Ok(ev)) = events.next().await {
-                    let Ok(env) = serde_json::from_slice::<Envelope<StatusChanged>>(&ev.payload)
-                    else {
-                        continue;
-                    };
+                while let Some(Ok(TypedEvent { env, .. })) = events.next().await {
                     if env.body.status.is_final() {
                         lock(&q).wake_all();
                         q.1.notify_one();

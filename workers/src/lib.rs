@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use differently_adapters::{AdapterError, CreateInstance, SharedAdapter};
-use differently_bus::{Acker, Announcer, Delivery};
+use differently_bus::{Acker, Announcer, BusExt, Delivery, Typed};
 use differently_bus_schema::{Envelope, Work, WorkOp};
 use differently_core::faults::{self, Faults};
 use differently_core::ids::InstallationId;
@@ -132,7 +132,7 @@ impl WorkerGroup {
             if *shutdown.borrow() {
                 return;
             }
-            let mut pull = match self.announcer.bus().pull(&def).await {
+            let mut pull = match self.announcer.bus().pull_typed::<Work>(&def).await {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(pool = %self.pool, error = %e, "worker: cannot bind consumer; retrying");
@@ -150,10 +150,10 @@ impl WorkerGroup {
                     _ = shutdown.changed() => return,
                 };
                 match next {
-                    Ok(Some(delivery)) => {
+                    Ok(Some(work)) => {
                         let group = self.clone();
                         tokio::spawn(async move {
-                            group.handle(delivery).await;
+                            group.handle(work).await;
                             drop(permit);
                         });
                     }
@@ -167,15 +167,10 @@ impl WorkerGroup {
         }
     }
 
-    async fn handle(&self, d: Delivery) {
-        let env = match serde_json::from_slice::<Envelope<Work>>(&d.payload) {
-            Ok(env) => env,
-            Err(e) => {
-                tracing::warn!(subject = %d.subject, error = %e, "worker: undecodable work dropped");
-                let _ = d.acker.term().await;
-                return;
-            }
-        };
+    /// Executes one decoded work message (undecodable ones never get here: the typed pull
+    /// settles them).
+    async fn handle(&self, work: Typed<Work>) {
+        let Typed { env, delivery: d } = work;
         differently_bus::trace::record_consume_lag("work", env.published_at);
         let trace = env.trace.clone();
         differently_bus::trace::scope("work", trace, self.handle_env(env, d)).await;

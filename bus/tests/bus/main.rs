@@ -9,8 +9,9 @@ use bytes::Bytes;
 use differently_bus::jetstream;
 use differently_bus::memory::MemoryBus;
 use differently_bus::testing::NatsServer;
-use differently_bus::{Bus, BusError, Delivery, Event, Published, Pull};
-use differently_bus_schema::{ConsumerDef, Naming, WorkOp};
+use differently_bus::{Bus, BusError, BusExt, Delivery, Event, Published, Pull};
+use differently_bus_schema::{ConsumerDef, Envelope, Naming, StatusChanged, Work, WorkOp};
+use differently_core::SandboxId;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
@@ -122,6 +123,8 @@ both!(
     pullers_of_one_durable_share_the_messages,
     pools_do_not_see_each_others_work,
     events_replay_after_a_sequence_then_follow,
+    typed_pull_decodes_terms_malformed_and_defers_newer_versions,
+    typed_events_skip_what_does_not_decode,
 );
 
 async fn ensure_streams_is_idempotent(h: Harness) {
@@ -507,4 +510,101 @@ async fn jetstream_ensure_streams_repairs_a_drifted_stream() {
         .clone();
     assert_eq!(info.config.subjects, def.subjects);
     assert_eq!(info.config.duplicate_window, Duration::from_secs(120));
+}
+
+fn work_envelope(v: u32) -> (SandboxId, String) {
+    let id = SandboxId::new();
+    let mut env = Envelope::new(
+        id.clone(),
+        1,
+        Work {
+            op: WorkOp::Create,
+            pool: "p".into(),
+            op_id: None,
+            terminating: None,
+        },
+    );
+    env.v = v;
+    let json = String::from_utf8(env.encode().expect("encode")).expect("utf-8");
+    (id, json)
+}
+
+/// A consumer of the typed pull sees only decoded messages: a malformed one is terminated
+/// (never redelivered), one of a newer schema major is left for later (redelivered after
+/// `NEWER_VERSION_DELAY`), and a good one arrives decoded with its delivery.
+async fn typed_pull_decodes_terms_malformed_and_defers_newer_versions(h: Harness) {
+    let (good_id, good) = work_envelope(differently_bus_schema::SCHEMA_VERSION);
+    let (_, newer) = work_envelope(differently_bus_schema::SCHEMA_VERSION + 1);
+    h.publish(&h.work("p"), "bad", "{\"v\":1,\"body\":\"nope\"}")
+        .await;
+    h.publish(&h.work("p"), "newer", &newer).await;
+    h.publish(&h.work("p"), "good", &good).await;
+    let mut pull = h
+        .bus
+        .pull_typed::<Work>(&h.consumer("p"))
+        .await
+        .expect("typed pull");
+    let mut got = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.is_none() && Instant::now() < deadline {
+        got = pull.next(Duration::from_millis(500)).await.expect("next");
+    }
+    let typed = got.expect("the good message within 5 s");
+    assert_eq!(typed.env.sandbox_id, good_id);
+    assert_eq!(typed.env.body.op, WorkOp::Create);
+    assert_eq!(typed.delivery.delivered, 1);
+    typed.delivery.acker.ack().await.expect("ack");
+
+    // What is left on the raw consumer: only the newer-version message, back after its delay.
+    let mut raw = h.pull("p").await;
+    let back = next(
+        &mut raw,
+        differently_bus::typed::NEWER_VERSION_DELAY + Duration::from_secs(3),
+    )
+    .await
+    .expect("the newer-version message is redelivered, not dropped");
+    assert_eq!(body(&back), newer);
+    assert!(back.delivered >= 2, "delivered {}", back.delivered);
+    back.acker.ack().await.expect("ack");
+    assert!(
+        next(&mut raw, Duration::from_millis(1500)).await.is_none(),
+        "the malformed one was terminated"
+    );
+}
+
+async fn typed_events_skip_what_does_not_decode(h: Harness) {
+    let subject = "t.evt.org1.proj1.sbx1";
+    let mut env = Envelope::new(
+        SandboxId::new(),
+        4,
+        StatusChanged {
+            org_id: differently_core::OrgId::new(),
+            project_id: differently_core::ProjectId::new(),
+            status: differently_core::SandboxStatus::Running,
+            status_reason: None,
+            pool: Some("p".into()),
+            at: chrono::Utc::now(),
+            backend_ref: None,
+            view: None,
+            audit_head: None,
+        },
+    );
+    env.published_at = None;
+    let good = String::from_utf8(env.encode().expect("encode")).expect("utf-8");
+    h.publish(subject, "junk", "junk").await;
+    h.publish(subject, "good", &good).await;
+    let stream = h.naming.events_stream().name;
+    let mut events = h
+        .bus
+        .events_typed::<StatusChanged>(&stream, "t.evt.org1.>", Some(0))
+        .await
+        .expect("typed events");
+    let first = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("an event within 5 s")
+        .expect("open")
+        .expect("event");
+    assert_eq!(first.env, env, "the junk event is skipped");
+    assert_eq!(first.subject, subject);
+    assert!(first.seq >= 2, "seq {}", first.seq);
 }

@@ -1,0 +1,95 @@
+//! `dly.work.<pool>.<op>`: one backend mutation for a pool's workers.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Message;
+
+/// Backend mutations a pool's workers execute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkOp {
+    Create,
+    Delete,
+    /// `running → paused` (memory kept).
+    Pause,
+    /// `paused → running`.
+    Resume,
+    /// `running → stopped` (disk kept).
+    Stop,
+    /// `stopped → running`.
+    Start,
+    /// Takes a snapshot; the status does not change.
+    Snapshot,
+    /// Deletes a backend snapshot.
+    DeleteSnapshot,
+    /// Makes a port reachable by URL.
+    ExposePort,
+    /// Moves the backend-side TTL backstop.
+    Renew,
+}
+
+impl WorkOp {
+    /// Every operation, in declaration order.
+    pub const ALL: [WorkOp; 10] = [
+        WorkOp::Create,
+        WorkOp::Delete,
+        WorkOp::Pause,
+        WorkOp::Resume,
+        WorkOp::Stop,
+        WorkOp::Start,
+        WorkOp::Snapshot,
+        WorkOp::DeleteSnapshot,
+        WorkOp::ExposePort,
+        WorkOp::Renew,
+    ];
+
+    /// The subject token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkOp::Create => "create",
+            WorkOp::Delete => "delete",
+            WorkOp::Pause => "pause",
+            WorkOp::Resume => "resume",
+            WorkOp::Stop => "stop",
+            WorkOp::Start => "start",
+            WorkOp::Snapshot => "snapshot",
+            WorkOp::DeleteSnapshot => "deletesnapshot",
+            WorkOp::ExposePort => "exposeport",
+            WorkOp::Renew => "renew",
+        }
+    }
+
+    /// Parses the subject token.
+    pub fn parse(s: &str) -> Option<WorkOp> {
+        WorkOp::ALL.into_iter().find(|op| op.as_str() == s)
+    }
+}
+
+/// Body on `dly.work.<pool>.<op>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Work {
+    pub op: WorkOp,
+    pub pool: String,
+    /// The operation record (`op_…`) a lifecycle message executes; the worker reads its
+    /// arguments from the store and records the outcome there. Absent for create and delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_id: Option<String>,
+    /// On a delete: the row was committed `terminating` at the envelope's version, for this
+    /// reason. That is all a worker needs (the instance is named by the sandbox id, and
+    /// `terminated` keeps the reason), so it deletes without reading the row. Absent from
+    /// older publishers; then the worker reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminating: Option<Terminating>,
+}
+
+/// See [`Work::terminating`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Terminating {
+    pub reason: Option<String>,
+}
+
+impl Message for Work {
+    const KIND: &'static str = "work";
+}

@@ -1,0 +1,167 @@
+//! Subject, stream and consumer names, all derived from one configurable prefix so that
+//! several installations (or test runs) can share a NATS server.
+
+use std::time::Duration;
+
+use differently_core::{OrgId, ProjectId, SandboxId};
+
+use crate::WorkOp;
+
+/// Derives every subject, stream and consumer name from one prefix (default `dly`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Naming {
+    prefix: String,
+}
+
+impl Default for Naming {
+    fn default() -> Self {
+        Naming {
+            prefix: "dly".to_owned(),
+        }
+    }
+}
+
+impl Naming {
+    /// A naming scheme under `prefix`, which must be a lowercase token (`a-z0-9_`).
+    pub fn new(prefix: &str) -> Result<Naming, String> {
+        let ok = !prefix.is_empty()
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if ok {
+            Ok(Naming {
+                prefix: prefix.to_owned(),
+            })
+        } else {
+            Err(format!(
+                "bus prefix {prefix:?} must be non-empty and use only a-z, 0-9 and _"
+            ))
+        }
+    }
+
+    /// The prefix itself.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn stream_name(&self, suffix: &str) -> String {
+        format!("{}_{suffix}", self.prefix.to_ascii_uppercase())
+    }
+
+    /// `dly.admit.<org>`: one admitted sandbox to place.
+    pub fn admit_subject(&self, org: &OrgId) -> String {
+        format!("{}.admit.{org}", self.prefix)
+    }
+
+    /// `dly.work.<pool>.<op>`: one backend mutation for a pool's workers.
+    pub fn work_subject(&self, pool: &str, op: WorkOp) -> String {
+        format!("{}.work.{pool}.{}", self.prefix, op.as_str())
+    }
+
+    /// `dly.evt.<org>.<project>.<sandbox>`: a committed state change.
+    pub fn event_subject(&self, org: &OrgId, project: &ProjectId, sandbox: &SandboxId) -> String {
+        format!("{}.evt.{org}.{project}.{sandbox}", self.prefix)
+    }
+
+    /// Filter for one tenant's events, optionally narrowed to a project and a sandbox.
+    pub fn event_filter(
+        &self,
+        org: &OrgId,
+        project: Option<&ProjectId>,
+        sandbox: Option<&SandboxId>,
+    ) -> String {
+        match (project, sandbox) {
+            (Some(p), Some(s)) => self.event_subject(org, p, s),
+            (Some(p), None) => format!("{}.evt.{org}.{p}.*", self.prefix),
+            (None, Some(s)) => format!("{}.evt.{org}.*.{s}", self.prefix),
+            (None, None) => format!("{}.evt.{org}.>", self.prefix),
+        }
+    }
+
+    /// The admission stream (work queue).
+    pub fn admit_stream(&self) -> StreamDef {
+        StreamDef {
+            name: self.stream_name("ADMIT"),
+            subjects: vec![format!("{}.admit.>", self.prefix)],
+            retention: Retention::WorkQueue,
+            max_age: None,
+        }
+    }
+
+    /// The work stream shared by all pools (work queue).
+    pub fn work_stream(&self) -> StreamDef {
+        StreamDef {
+            name: self.stream_name("WORK"),
+            subjects: vec![format!("{}.work.>", self.prefix)],
+            retention: Retention::WorkQueue,
+            max_age: None,
+        }
+    }
+
+    /// The event stream (limits: kept for a day so SSE clients can resume).
+    pub fn events_stream(&self) -> StreamDef {
+        StreamDef {
+            name: self.stream_name("EVENTS"),
+            subjects: vec![format!("{}.evt.>", self.prefix)],
+            retention: Retention::Limits,
+            max_age: Some(Duration::from_secs(24 * 3600)),
+        }
+    }
+
+    /// Every stream, in creation order.
+    pub fn streams(&self) -> Vec<StreamDef> {
+        vec![
+            self.admit_stream(),
+            self.work_stream(),
+            self.events_stream(),
+        ]
+    }
+
+    /// The placement leader's durable consumer on the admission stream.
+    pub fn placement_consumer(&self, ack_wait: Duration) -> ConsumerDef {
+        ConsumerDef {
+            stream: self.stream_name("ADMIT"),
+            durable: "placement".to_owned(),
+            filter: format!("{}.admit.>", self.prefix),
+            ack_wait,
+        }
+    }
+
+    /// One durable consumer per pool, shared by that pool's worker processes.
+    pub fn work_consumer(&self, pool: &str, ack_wait: Duration) -> ConsumerDef {
+        ConsumerDef {
+            stream: self.stream_name("WORK"),
+            durable: format!("work-{pool}"),
+            filter: format!("{}.work.{pool}.>", self.prefix),
+            ack_wait,
+        }
+    }
+}
+
+/// How a stream keeps messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// A message is removed once acknowledged.
+    WorkQueue,
+    /// Messages are kept until age or size limits.
+    Limits,
+}
+
+/// A stream to create (idempotently) at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamDef {
+    pub name: String,
+    pub subjects: Vec<String>,
+    pub retention: Retention,
+    pub max_age: Option<Duration>,
+}
+
+/// A durable pull consumer with explicit acks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerDef {
+    pub stream: String,
+    pub durable: String,
+    pub filter: String,
+    /// Unacknowledged messages are redelivered after this long (in-progress acks extend it).
+    pub ack_wait: Duration,
+}

@@ -1,0 +1,134 @@
+//! Typed consumption: consumers receive decoded, version-checked envelopes and never parse
+//! payloads themselves. What cannot be decoded is dealt with here, once, the same way for
+//! every consumer: a newer major version is left for a newer consumer (redelivered later), a
+//! malformed message is terminated (it would fail the same way forever), and both are logged
+//! and counted (`differently_bus_undecodable_total`).
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use differently_bus_schema::{decode, ConsumerDef, DecodeError, Envelope, Message};
+use futures::stream::{BoxStream, StreamExt};
+
+use crate::{Bus, BusError, Delivery, Pull};
+
+/// How long a message of a newer schema version waits before it is offered again (to this
+/// or, during a rolling upgrade, a newer consumer).
+pub const NEWER_VERSION_DELAY: Duration = Duration::from_secs(5);
+
+/// A decoded message and the delivery it came in (for acks and the redelivery count).
+pub struct Typed<T> {
+    pub env: Envelope<T>,
+    pub delivery: Delivery,
+}
+
+/// A pull consumer that yields only messages of `T`.
+pub struct TypedPull<T> {
+    inner: Box<dyn Pull>,
+    _message: PhantomData<fn() -> T>,
+}
+
+impl<T: Message> TypedPull<T> {
+    /// Waits up to `wait` for the next decodable message; `Ok(None)` when none arrived (an
+    /// undecodable one is handled and also answers `None`, so the caller's loop goes on).
+    pub async fn next(&mut self, wait: Duration) -> Result<Option<Typed<T>>, BusError> {
+        let Some(delivery) = self.inner.next(wait).await? else {
+            return Ok(None);
+        };
+        match decode::<T>(&delivery.payload) {
+            Ok(env) => Ok(Some(Typed { env, delivery })),
+            Err(e) => {
+                refuse::<T>(&delivery.subject, &e);
+                let outcome = match e {
+                    DecodeError::NewerVersion { .. } => {
+                        delivery.acker.nak(NEWER_VERSION_DELAY).await
+                    }
+                    _ => delivery.acker.term().await,
+                };
+                if let Err(e) = outcome {
+                    tracing::warn!(subject = %delivery.subject, error = %e, "bus: cannot settle an undecodable message");
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// One decoded event of the event stream, with its stream sequence.
+#[derive(Debug, Clone)]
+pub struct TypedEvent<T> {
+    pub seq: u64,
+    pub subject: String,
+    pub env: Envelope<T>,
+}
+
+/// Typed access to any [`Bus`].
+#[async_trait]
+pub trait BusExt {
+    /// Binds to a durable pull consumer whose messages are `T`.
+    async fn pull_typed<T: Message>(
+        &self,
+        consumer: &ConsumerDef,
+    ) -> Result<TypedPull<T>, BusError>;
+
+    /// Reads the event stream as `T` (see [`Bus::events`]). Events that do not decode are
+    /// skipped (and counted); a stream error ends the stream after it is yielded.
+    async fn events_typed<T: Message>(
+        &self,
+        stream: &str,
+        filter: &str,
+        after: Option<u64>,
+    ) -> Result<BoxStream<'static, Result<TypedEvent<T>, BusError>>, BusError>;
+}
+
+#[async_trait]
+impl<B: Bus + ?Sized> BusExt for B {
+    async fn pull_typed<T: Message>(
+        &self,
+        consumer: &ConsumerDef,
+    ) -> Result<TypedPull<T>, BusError> {
+        Ok(TypedPull {
+            inner: self.pull(consumer).await?,
+            _message: PhantomData,
+        })
+    }
+
+    async fn events_typed<T: Message>(
+        &self,
+        stream: &str,
+        filter: &str,
+        after: Option<u64>,
+    ) -> Result<BoxStream<'static, Result<TypedEvent<T>, BusError>>, BusError> {
+        let events = self.events(stream, filter, after).await?;
+        Ok(events
+            .filter_map(|item| async move {
+                match item {
+                    Err(e) => Some(Err(e)),
+                    Ok(ev) => match decode::<T>(&ev.payload) {
+                        Ok(env) => Some(Ok(TypedEvent {
+                            seq: ev.seq,
+                            subject: ev.subject,
+                            env,
+                        })),
+                        Err(e) => {
+                            refuse::<T>(&ev.subject, &e);
+                            None
+                        }
+                    },
+                }
+            })
+            .boxed())
+    }
+}
+
+fn refuse<T: Message>(subject: &str, e: &DecodeError) {
+    let why = match e {
+        DecodeError::NewerVersion { .. } => "newer_version",
+        DecodeError::NotAnEnvelope(_) => "not_an_envelope",
+        DecodeError::Malformed { .. } => "malformed",
+    };
+    tracing::warn!(%subject, kind = T::KIND, error = %e, "bus: undecodable message");
+    metrics::counter!("differently_bus_undecodable_total", "kind" => T::KIND, "why" => why)
+        .increment(1);
+}
