@@ -1,0 +1,237 @@
+//! Activations: a group's first choices in one transaction, the fallbacks ranked after
+//! them, and the announcements of what activated.
+
+use chrono::Utc;
+use differently_bus::trace;
+use differently_bus_schema::TraceContext;
+use differently_core::Sandbox;
+use differently_store::{Activation, ActivationItem, PoolSlot, StoreError, Wall};
+
+use super::dispatch::{Pick, Ready};
+use super::queue::{lock, Shared};
+use super::quota_cache::QuotaCache;
+use super::Outcome;
+use crate::Scheduler;
+
+/// Phase two for a group: the first choices of every decided candidate in one
+/// `activate_many`, in pick order — each sees the activations before it, so whoever the fair
+/// order picked first gets a contested slot or quota, exactly as one by one. A candidate
+/// whose first pool was full then tries its other ranked pools on its own.
+pub(super) async fn activate_group(
+    s: &Scheduler,
+    group: &[Pick],
+    ready: &[Option<&Ready>],
+    quotas: &QuotaCache,
+    q: &Shared,
+    generation: u64,
+) -> Vec<(usize, Result<Outcome, StoreError>)> {
+    let mut out = Vec::with_capacity(ready.len());
+    let mut items: Vec<(usize, ActivationItem)> = Vec::new();
+    let mut walled: Vec<usize> = Vec::new();
+    {
+        let queue = lock(q);
+        let decided = ready
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.map(|r| (i, r)));
+        if queue.generation != generation {
+            // Capacity was released while deciding: pick again, in fair order.
+            return decided.map(|(i, _)| (i, Ok(Outcome::Stale))).collect();
+        }
+        for (i, r) in decided {
+            match r
+                .ranking
+                .iter()
+                .find(|(pool, _)| !queue.blocked.blocks(&r.row, pool))
+            {
+                Some((pool, cap)) => items.push((
+                    i,
+                    ActivationItem {
+                        id: r.row.id.clone(),
+                        pool: PoolSlot {
+                            name: pool.clone(),
+                            max_concurrent: *cap,
+                        },
+                        explanation: Some(r.doc.clone()),
+                    },
+                )),
+                None => walled.push(i),
+            }
+        }
+    }
+    for i in walled {
+        if let Some(r) = ready[i] {
+            out.push((i, Ok(wait_behind_walls(s, r).await)));
+        }
+    }
+    if items.is_empty() {
+        return out;
+    }
+    let batch: Vec<ActivationItem> = items.iter().map(|(_, it)| it.clone()).collect();
+    let results = match s
+        .store
+        .activate_many(&batch, &s.config.quota, Utc::now())
+        .await
+    {
+        Ok(results) => results,
+        Err(e) => {
+            let msg = e.to_string();
+            out.extend(
+                items
+                    .into_iter()
+                    .map(|(i, _)| (i, Err(StoreError::Database(msg.clone())))),
+            );
+            return out;
+        }
+    };
+    let mut activated: Vec<(usize, Sandbox)> = Vec::new();
+    let mut try_others: Vec<usize> = Vec::new();
+    for ((i, it), res) in items.into_iter().zip(results) {
+        match res {
+            Activation::Activated(active) => {
+                count_activation(quotas, &it.pool.name);
+                activated.push((i, active));
+                out.push((i, Ok(Outcome::Activated)));
+            }
+            Activation::Waiting(waiting, wall) => {
+                note_wall(q, waiting, &it.pool.name, wall);
+                if wall == Wall::Pool {
+                    try_others.push(i);
+                } else if let Some(r) = ready[i] {
+                    // A tenant quota: no other pool helps.
+                    out.push((i, Ok(wait_behind_walls(s, r).await)));
+                }
+            }
+            Activation::NotQueued(_) => out.push((i, Ok(Outcome::Gone))),
+        }
+    }
+    // The work and status of every activation at once, each under its caller's trace, while
+    // the leader goes on with the next group.
+    let announcements: Vec<(TraceContext, Sandbox)> = activated
+        .into_iter()
+        .map(|(i, active)| {
+            let ctx = group.get(i).map(|p| p.trace.clone()).unwrap_or_default();
+            (ctx, active)
+        })
+        .collect();
+    announce_in_background(s, q, announcements).await;
+    for i in try_others {
+        let (Some(r), Some(p)) = (ready[i], group.get(i)) else {
+            continue;
+        };
+        let res = trace::scope(
+            "activate",
+            p.trace.clone(),
+            activate_ranked(s, r, quotas, q, generation),
+        )
+        .await;
+        out.push((i, res));
+    }
+    out
+}
+
+/// Counts an activation on `pool` (metric, and the slot view until the next read).
+pub(super) fn count_activation(quotas: &QuotaCache, pool: &str) {
+    quotas.take_slot(pool);
+    metrics::counter!("differently_activations_total", "pool" => pool.to_owned()).increment(1);
+}
+
+/// Publishes the group's activations from a task of its own, once one of the
+/// `ANNOUNCING_GROUPS` permits is free.
+pub(super) async fn announce_in_background(
+    s: &Scheduler,
+    q: &Shared,
+    activated: Vec<(TraceContext, Sandbox)>,
+) {
+    if activated.is_empty() {
+        return;
+    }
+    // The semaphore is never closed; if it were, announcing unbounded beats not announcing.
+    let permit = q.2.clone().acquire_owned().await.ok();
+    let s = s.clone();
+    tokio::spawn(async move {
+        futures::future::join_all(activated.iter().map(|(ctx, active)| {
+            trace::scope("activate", ctx.clone(), announce_activation(&s, active))
+        }))
+        .await;
+        drop(permit);
+    });
+}
+
+/// Publishes an activated sandbox's create work and its status, both at once: the work
+/// matters only to the worker, the status only to watchers.
+pub(super) async fn announce_activation(s: &Scheduler, active: &Sandbox) {
+    tracing::info!(sandbox = %active.id, pool = active.pool.as_deref().unwrap_or(""), "placement: activated");
+    if let Err(e) = s.announcer.activated(active).await {
+        tracing::warn!(sandbox = %active.id, error = %e, "create publish failed; the provisioning sweep will retry");
+    }
+}
+
+/// Records the wall an activation found (others behind it are parked without a
+/// transaction) and the row as it now reads (its waiting reason).
+pub(super) fn note_wall(q: &Shared, waiting: Sandbox, pool: &str, wall: Wall) {
+    let mut queue = lock(q);
+    queue.blocked.note(&waiting, pool, wall);
+    queue.rows.insert(waiting.id.clone(), waiting);
+}
+
+/// Every pool this candidate could use is behind a wall: it waits; its explanation is stored
+/// the first time, so `GET …/placement` says why.
+pub(super) async fn wait_behind_walls(s: &Scheduler, r: &Ready) -> Outcome {
+    if r.row.status_reason.is_none() {
+        let _ = s.store.save_placement(&r.row.id, &r.doc).await;
+    }
+    Outcome::Wait
+}
+
+/// A candidate whose first pool was full tries its other ranked pools, one at a time (any
+/// may have filled since the view).
+pub(super) async fn activate_ranked(
+    s: &Scheduler,
+    ready: &Ready,
+    quotas: &QuotaCache,
+    q: &Shared,
+    generation: u64,
+) -> Result<Outcome, StoreError> {
+    let Ready {
+        row,
+        doc,
+        ranking,
+        now,
+    } = ready;
+    for (pool, cap) in ranking {
+        {
+            let queue = lock(q);
+            if queue.generation != generation {
+                return Ok(Outcome::Stale);
+            }
+            if queue.blocked.blocks(row, pool) {
+                continue;
+            }
+        }
+        let slot = PoolSlot {
+            name: pool.clone(),
+            max_concurrent: *cap,
+        };
+        let activation = s
+            .store
+            .activate_explained(&row.id, &slot, &s.config.quota, Some(doc), *now)
+            .await?;
+        match activation {
+            Activation::Activated(active) => {
+                count_activation(quotas, pool);
+                announce_activation(s, &active).await;
+                return Ok(Outcome::Activated);
+            }
+            Activation::Waiting(waiting, wall) => {
+                note_wall(q, waiting, pool, wall);
+                if wall != Wall::Pool {
+                    // A tenant quota: no other pool helps.
+                    break;
+                }
+            }
+            Activation::NotQueued(_) => return Ok(Outcome::Gone),
+        }
+    }
+    Ok(wait_behind_walls(s, ready).await)
+}

@@ -1,0 +1,112 @@
+//! The three feeds of the queue: admission messages (the fast path), a periodic rebuild
+//! from queued rows (repair), and capacity-release events that wake parked candidates.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use differently_bus::{trace, BusExt, Typed, TypedEvent};
+use differently_bus_schema::{Admitted, StatusChanged};
+use differently_core::SandboxStatus;
+use futures::StreamExt;
+
+use super::queue::{lock, Shared};
+use crate::Scheduler;
+
+pub(super) async fn consume_admissions(s: Scheduler, q: Shared) {
+    let def = s.announcer.naming().placement_consumer(s.config.ack_wait);
+    loop {
+        let mut pull = match s.announcer.bus().pull_typed::<Admitted>(&def).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "placement: cannot bind consumer; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        loop {
+            // Undecodable messages are settled by the typed pull itself.
+            let Typed { env, delivery } = match pull.next(Duration::from_secs(5)).await {
+                Ok(Some(t)) => t,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "placement: pull failed");
+                    break;
+                }
+            };
+            trace::record_consume_lag("admit", env.published_at);
+            let row = match env.body.sandbox {
+                Some(row) if row.id == env.sandbox_id => Ok(Some(row.into_placement_row())),
+                _ => s.store.get_sandbox(&env.sandbox_id).await,
+            };
+            match row {
+                Ok(Some(row)) if row.status == SandboxStatus::Queued => {
+                    let mut queue = lock(&q);
+                    if env.trace.traceparent.is_some() {
+                        queue.traces.insert(row.id.clone(), env.trace.clone());
+                    }
+                    queue.offer(&row);
+                    drop(queue);
+                    q.1.notify_one();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // Not acked: redelivered later; the rebuild pass also covers it.
+                    tracing::warn!(error = %e, "placement: cannot read admitted row");
+                    let _ = delivery.acker.nak(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+            // The row in Postgres is the truth from here on; a new leader rebuilds from it.
+            if let Err(e) = delivery.acker.ack().await {
+                tracing::warn!(error = %e, "placement: ack failed");
+            }
+        }
+    }
+}
+
+pub(super) async fn rebuild_from_store(s: Scheduler, q: Shared) {
+    loop {
+        match s.store.runnable_queued(Utc::now(), 10_000).await {
+            Ok(rows) => {
+                let mut queue = lock(&q);
+                let before = queue.fair.len();
+                for row in &rows {
+                    queue.offer(row);
+                }
+                let added = queue.fair.len() - before;
+                drop(queue);
+                if added > 0 {
+                    tracing::debug!(added, "placement: queue rebuilt from store");
+                    q.1.notify_one();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "placement: cannot read queued rows"),
+        }
+        tokio::time::sleep(s.config.repair_interval).await;
+    }
+}
+
+pub(super) async fn follow_releases(s: Scheduler, q: Shared) {
+    let naming = s.announcer.naming().clone();
+    let stream = naming.events_stream().name;
+    let filter = format!("{}.evt.>", naming.prefix());
+    loop {
+        match s
+            .announcer
+            .bus()
+            .events_typed::<StatusChanged>(&stream, &filter, None)
+            .await
+        {
+            Ok(mut events) => {
+                while let Some(Ok(TypedEvent { env, .. })) = events.next().await {
+                    if env.body.status.is_final() {
+                        lock(&q).wake_all();
+                        q.1.notify_one();
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "placement: cannot follow events"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
