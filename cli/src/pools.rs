@@ -2,6 +2,7 @@
 //! `PoolSet` in step with the registry (config and admin-API pools) and with the fleet-wide
 //! health view, and — in worker processes — probes its pools and reports their health.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,9 +103,24 @@ pub async fn load(store: Arc<dyn Store>) -> Result<PoolSet, AnyError> {
     Ok(set)
 }
 
+/// What this process knows of each pool: when its record last changed and whether it is
+/// healthy. Compared across syncs, so each change is logged once (`action=pool_changed`),
+/// which tells an operator (and a test) when a process took up an edit or a health flip.
+fn pool_states(pools: &PoolSet) -> BTreeMap<String, (chrono::DateTime<Utc>, bool)> {
+    pools
+        .names()
+        .into_iter()
+        .filter_map(|name| {
+            let pool = pools.get(&name)?;
+            Some((name, (pool.record.updated_at, pool.healthy())))
+        })
+        .collect()
+}
+
 /// Keeps `pools` in step with the registry and the fleet-wide health view.
 pub fn spawn_sync(store: Arc<dyn Store>, pools: PoolSet) {
     tokio::spawn(async move {
+        let mut known = pool_states(&pools);
         loop {
             match store.list_pools().await {
                 Ok(records) => {
@@ -118,6 +134,15 @@ pub fn spawn_sync(store: Arc<dyn Store>, pools: PoolSet) {
                 Ok(rows) => pools.apply_health(&rows, Utc::now(), HEALTH_STALE_AFTER),
                 Err(e) => tracing::warn!(error = %e, "cannot read pool health"),
             }
+            let now = pool_states(&pools);
+            for (name, (updated, healthy)) in &now {
+                let before = known.get(name);
+                let record_changed = before.map(|b| b.0) != Some(*updated);
+                if record_changed || before.map(|b| b.1) != Some(*healthy) {
+                    tracing::info!(pool = %name, record_changed, healthy, action = "pool_changed", "pools: this process took up a change of the pool");
+                }
+            }
+            known = now;
             tokio::time::sleep(SYNC_EVERY).await;
         }
     });

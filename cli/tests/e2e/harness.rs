@@ -34,6 +34,8 @@ pub struct Opts {
     /// Appended after the default `fake` pool: more `[[pools]]` tables (`{ledger}` is
     /// replaced by the shared ledger path).
     pub more_pools: String,
+    /// More lines of the `[scheduler]` table.
+    pub scheduler_toml: String,
 }
 
 impl Default for Opts {
@@ -44,6 +46,7 @@ impl Default for Opts {
             pool_max_concurrent: None,
             extra_toml: String::new(),
             more_pools: String::new(),
+            scheduler_toml: String::new(),
         }
     }
 }
@@ -123,6 +126,7 @@ tick_ms = 50
 repair_interval_ms = 300
 provisioning_timeout_seconds = 60
 terminating_retry_seconds = 5
+{sched}
 
 [[pools]]
 name = "fake"
@@ -141,6 +145,7 @@ ledger = "{ledger}"
             lat = opts.latency_ms,
             ledger = ledger.display(),
             extra = opts.extra_toml,
+            sched = opts.scheduler_toml,
             cap = cap,
             more = opts
                 .more_pools
@@ -225,6 +230,29 @@ ledger = "{ledger}"
     pub fn log(&self, name: &str) -> String {
         let path = self.dir.path().join(format!("{name}.log"));
         std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// How many lines of process `name`'s JSON log have fields that satisfy `pred`.
+    pub fn log_count(&self, name: &str, pred: impl Fn(&Value) -> bool) -> usize {
+        self.log(name)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| pred(&l["fields"]))
+            .count()
+    }
+
+    /// Lines saying that process `name` took up a change of pool `pool`
+    /// (`action=pool_changed`): with `healthy`, those after which it held the pool that
+    /// healthy; without, those that took up a change of its record.
+    pub fn pool_changes(&self, name: &str, pool: &str, healthy: Option<bool>) -> usize {
+        self.log_count(name, |f| {
+            f["action"] == "pool_changed"
+                && f["pool"] == pool
+                && match healthy {
+                    Some(h) => f["healthy"] == h,
+                    None => f["record_changed"] == true,
+                }
+        })
     }
 
     /// Every process's log, for failure messages.

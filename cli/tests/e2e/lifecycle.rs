@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 use crate::dataplane::{cluster, post, running, FAKE_CAPS};
 use crate::harness::{eventually, Cluster, Opts};
 
+/// The reconciler's tests count its passes; one a second keeps them short.
+const RECONCILE_EVERY_SECOND: &str = "reconcile_interval_seconds = 1";
+
 async fn op(c: &Cluster, id: &SandboxId, what: &str) -> (u16, Value) {
     post(c, &format!("/v1/sandboxes/{id}/{what}"), json!({})).await
 }
@@ -387,6 +390,7 @@ async fn reconciler_deletes_orphans_fails_vanished_and_skips_broken_listings() {
     let root = tempfile::tempdir().expect("tempdir");
     let broken_ledger = root.path().join("broken.jsonl");
     let c = Cluster::started(Opts {
+        scheduler_toml: RECONCILE_EVERY_SECOND.into(),
         more_pools: format!(
             r#"{FAKE_CAPS}
 
@@ -501,8 +505,16 @@ capabilities = ["exec", "files"]
         "running",
         "a live instance is left alone"
     );
-    // Several passes later, the sandbox on the pool whose listing fails is untouched.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Several passes later (three more skips of the broken pool's listing, counted in the
+    // scheduler's log), the sandbox on the pool whose listing fails is untouched.
+    let skipped = |c: &Cluster| {
+        c.log_count("scheduler", |f| {
+            f["action"] == "reconcile_skipped" && f["pool"] == "broken"
+        })
+    };
+    let before = skipped(&c);
+    let passes = eventually(Duration::from_secs(30), || skipped(&c) >= before + 3).await;
+    assert!(passes, "the reconciler stopped passing\n{}", c.logs());
     assert_eq!(c.get(&on_broken).await["status"], "running");
     assert!(
         c.log("scheduler").contains("listing failed"),
@@ -516,7 +528,11 @@ capabilities = ["exec", "files"]
 /// quota has room for it (until then it says so in its log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciler_follows_instances_that_moved_on_their_own() {
-    let c = cluster(Opts::default()).await;
+    let c = cluster(Opts {
+        scheduler_toml: RECONCILE_EVERY_SECOND.into(),
+        ..Opts::default()
+    })
+    .await;
     let body = json!({"capabilities": ["lifecycle.pause", "lifecycle.stop"]});
     let paused_behind = running(&c, body.clone()).await;
     let stopped_behind = running(&c, body.clone()).await;
@@ -579,9 +595,21 @@ async fn reconciler_follows_instances_that_moved_on_their_own() {
         let row = c.wait_status(id, status, Duration::from_secs(30)).await;
         assert_eq!(row["statusReason"], reason, "{row}");
     }
-    // Not followed while the quota has no room: still stopped after several passes, and the
-    // scheduler says why; with room, it follows.
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // Not followed while the quota has no room: still stopped after several passes (three
+    // refusals to follow it, counted in the scheduler's log), and the scheduler says why;
+    // with room, it follows.
+    let target = started_behind.to_string();
+    let refused = eventually(Duration::from_secs(30), || {
+        c.log_count("scheduler", |f| {
+            f["action"] == "drift_unfollowed" && f["sandbox"] == target.as_str()
+        }) >= 3
+    })
+    .await;
+    assert!(
+        refused,
+        "the reconciler never refused three times\n{}",
+        c.logs()
+    );
     assert_eq!(c.get(&started_behind).await["status"], "stopped");
     let log = c.log("scheduler");
     assert!(

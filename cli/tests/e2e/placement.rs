@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::harness::{Cluster, Opts};
+use crate::harness::{eventually, Cluster, Opts};
 use crate::tenancy::{tenant, Tenant};
 
 const MORE_POOLS: &str = r#"
@@ -308,8 +308,17 @@ async fn an_unhealthy_pool_gets_no_new_work_and_fails_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The API process saw it; every other process re-reads the shared health view within one
-    // sync interval (2 s). Placement in the scheduler process follows that view.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // sync interval (2 s). Placement in the scheduler process follows that view: wait until
+    // the scheduler says it took the change up.
+    let seen = eventually(Duration::from_secs(20), || {
+        c.pool_changes("scheduler", "cheap", Some(false)) >= 1
+    })
+    .await;
+    assert!(
+        seen,
+        "the scheduler never saw cheap go unhealthy\n{}",
+        c.logs()
+    );
     let (_, pool) = placed_on(&c, &a, json!({"strategy": "cheapest"})).await;
     assert_eq!(pool, "fake", "new work goes elsewhere");
     let (_, r) = c
@@ -389,8 +398,14 @@ async fn a_changed_pool_is_used_by_the_running_worker() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Placement follows the health view, which every process re-reads every 2 s.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Placement follows the health view, which every process re-reads every 2 s: wait until
+    // the scheduler's view has hot healthy.
+    let seen = eventually(Duration::from_secs(20), || {
+        c.pool_changes("scheduler", "hot", Some(true)) >= 1
+    })
+    .await;
+    assert!(seen, "the scheduler never saw hot healthy\n{}", c.logs());
+    let worker_saw = c.pool_changes("worker", "hot", None);
     let (one, pool) = placed_on(&c, &a, json!({"strategy": "cheapest"})).await;
     assert_eq!(pool, "hot");
     let (s, e) = c
@@ -402,8 +417,17 @@ async fn a_changed_pool_is_used_by_the_running_worker() {
         )
         .await;
     assert_eq!(s, 200, "{e}");
-    // Every process re-reads the registry within one sync interval (2 s).
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Every process re-reads the registry within one sync interval (2 s): wait until the
+    // worker, which makes the next create, has taken up the new settings.
+    let seen = eventually(Duration::from_secs(20), || {
+        c.pool_changes("worker", "hot", None) > worker_saw
+    })
+    .await;
+    assert!(
+        seen,
+        "the worker never took up the changed pool\n{}",
+        c.logs()
+    );
     let (two, pool) = placed_on(&c, &a, json!({"strategy": "cheapest"})).await;
     assert_eq!(pool, "hot");
     let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
