@@ -15,20 +15,24 @@ use differently_core::ErrorCode;
 use differently_store::Store;
 use serde_json::json;
 
+pub mod access;
 pub mod activity;
 pub mod auth;
 pub mod auth_cache;
 pub mod body;
 pub mod bootstrap;
+pub mod data_plane;
 pub mod error;
 pub mod events;
 pub mod idempotency;
+pub mod mutation;
 pub mod openapi;
 pub mod page;
 pub mod policy_cache;
 pub mod ratelimit;
 pub mod routes;
 pub mod running_rows;
+pub mod sandbox_pool;
 #[cfg(test)]
 pub(crate) mod test_support;
 
@@ -118,6 +122,8 @@ pub fn router(state: AppState) -> Router {
         .merge(exec_stream::router())
         .merge(files::router())
         .merge(lifecycle::router())
+        .merge(routes::snapshots::router())
+        .merge(routes::ports::router())
         .merge(events_sse::router())
         .merge(tenancy::router())
         .merge(audit::router())

@@ -315,7 +315,7 @@ fn served_objects_fit_their_schemas() {
     };
     assert_fits("Key", &key);
     assert_eq!(field_names(&key), property_names("Key"));
-    let snapshot = crate::lifecycle::SnapshotView {
+    let snapshot = crate::routes::snapshots::SnapshotView {
         id: differently_core::ids::SnapshotId::new(),
         org_id: org.id.clone(),
         project_id: project.id.clone(),

@@ -49,8 +49,8 @@ use crate::exec_frames::{self as frames, FrameType};
 
 use crate::auth::Principal;
 use crate::body::parse_json;
+use crate::data_plane::open_data_call;
 use crate::error::{ApiError, ApiResult};
-use crate::lifecycle::open_data_call;
 use crate::AppState;
 
 /// Output kept per stream by collected exec.

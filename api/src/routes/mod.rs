@@ -8,5 +8,7 @@ pub mod files;
 pub mod lifecycle;
 pub mod orgs;
 pub mod placement;
+pub mod ports;
 pub mod sandboxes;
+pub mod snapshots;
 pub mod trust;

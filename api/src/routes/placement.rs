@@ -143,7 +143,7 @@ async fn sandbox_placement(
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     p.require(Scope::SandboxesRead)?;
-    let sandbox = crate::sandboxes::load(&state, &p, &id).await?;
+    let sandbox = crate::access::load_sandbox(&state, &p, &id).await?;
     match state.store.get_placement(&sandbox.id).await? {
         Some(doc) => Ok(Json(doc)),
         None => Err(ApiError::new(
