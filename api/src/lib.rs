@@ -28,6 +28,7 @@ pub mod idempotency;
 pub mod mutation;
 pub mod openapi;
 pub mod page;
+pub mod placement_decision;
 pub mod policy_cache;
 pub mod ratelimit;
 pub mod routes;
@@ -126,8 +127,13 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::ports::router())
         .merge(events_sse::router())
         .merge(tenancy::router())
+        .merge(routes::projects::router())
+        .merge(routes::keys::router())
+        .merge(routes::quotas::router())
         .merge(audit::router())
         .merge(placement::router())
+        .merge(routes::policies::router())
+        .merge(routes::pools::router())
         .merge(trust::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

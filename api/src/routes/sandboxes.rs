@@ -86,13 +86,14 @@ async fn create(
     }
     // Fail fast: a request no permitted pool could ever take is refused now, not queued.
     let (explained, effective) =
-        crate::placement::decide(&state, &principal.org_id, &project_id, &spec, false).await?;
+        crate::placement_decision::decide(&state, &principal.org_id, &project_id, &spec, false)
+            .await?;
     if let Decision::Rejected { code, reason } = explained.decision {
         count_admission("rejected");
         return Err(ApiError::new(code, reason)
             .with_details(serde_json::json!({ "pools": explained.pools })));
     }
-    let direct = crate::placement::direct(&state, &explained, &effective);
+    let direct = crate::placement_decision::direct(&state, &explained, &effective);
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
     let request_hash = crate::auth::hex(&Sha256::digest(&canonical));
     let sandbox = Sandbox::queued(

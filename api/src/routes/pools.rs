@@ -1,0 +1,288 @@
+//! The pool registry: `/v1/admin/pools` (admin only). A record is validated the way the
+//! config file is; live health and used slots are served beside it.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::Utc;
+use differently_adapters::registry::AdapterConfigError;
+use differently_core::policy::Isolation;
+use differently_core::pool::{
+    resolve_trust, validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust,
+};
+use differently_core::{ErrorCode, FieldError};
+use serde::{Deserialize, Serialize};
+
+use crate::access::forbidden;
+use crate::auth::Principal;
+use crate::body::parse_json;
+use crate::error::{ApiError, ApiResult};
+use crate::idempotency::{self, json_answer, Replay};
+use crate::AppState;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/admin/pools", post(create_pool).get(list_pools))
+        .route(
+            "/v1/admin/pools/{name}",
+            get(get_pool).patch(update_pool).delete(delete_pool),
+        )
+}
+
+/// A pool as served: its record, live health and slots in use.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PoolInfo {
+    #[serde(flatten)]
+    record: PoolRecord,
+    capabilities: Vec<String>,
+    healthy: bool,
+    health: Option<PoolHealth>,
+    used_slots: u32,
+}
+
+async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
+    let records = state.store.list_pools().await?;
+    let health = state.store.pool_health().await?;
+    let used = state.store.pool_slots_used().await?;
+    Ok(records
+        .into_iter()
+        .map(|record| {
+            let live = state.pools.get(&record.name);
+            PoolInfo {
+                capabilities: live
+                    .as_ref()
+                    .map(|p| p.adapter.capabilities())
+                    .unwrap_or_default(),
+                healthy: live.as_ref().is_some_and(|p| p.healthy()),
+                health: health.iter().find(|h| h.name == record.name).cloned(),
+                used_slots: used.get(&record.name).copied().unwrap_or(0),
+                record,
+            }
+        })
+        .collect())
+}
+
+fn require_admin(p: &Principal) -> ApiResult<()> {
+    if p.is_admin() {
+        Ok(())
+    } else {
+        Err(forbidden("manage pools (admin scope needed)"))
+    }
+}
+
+/// Body of `POST /v1/admin/pools` (and, all optional, of `PATCH`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PoolBody {
+    name: Option<String>,
+    kind: Option<String>,
+    trust: Option<Trust>,
+    region: Option<String>,
+    max_concurrent: Option<u32>,
+    isolation: Option<Isolation>,
+    cost_per_cpu_hour: Option<f64>,
+    typical_create_seconds: Option<f64>,
+    settings: Option<serde_json::Value>,
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::field(ErrorCode::ValidationFailed, FieldError::new(field, message))
+}
+
+/// Validates a record the way the config file is validated; errors name the field.
+fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trust> {
+    validate_pool_name(&r.name).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    let trust = resolve_trust(&r.kind, declared_trust)
+        .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    if r.max_concurrent == Some(0) {
+        return Err(invalid("maxConcurrent", "must be at least 1"));
+    }
+    if !(r.cost_per_cpu_hour >= 0.0 && r.cost_per_cpu_hour.is_finite()) {
+        return Err(invalid("costPerCpuHour", "must be a non-negative number"));
+    }
+    if r.typical_create_seconds
+        .is_some_and(|t| !(t >= 0.0 && t.is_finite()))
+    {
+        return Err(invalid(
+            "typicalCreateSeconds",
+            "must be a non-negative number",
+        ));
+    }
+    differently_adapters::registry::build(&r.kind, &r.settings).map_err(|e| {
+        let field = match &e {
+            AdapterConfigError::UnknownKind(_) => "kind".to_owned(),
+            AdapterConfigError::InvalidSettings { field: Some(f), .. } => format!("settings.{f}"),
+            AdapterConfigError::InvalidSettings { field: None, .. } => "settings".to_owned(),
+        };
+        ApiError::new(ErrorCode::ValidationFailed, format!("{field}: {e}"))
+            .with_details(serde_json::json!({ "field": field }))
+    })?;
+    Ok(trust)
+}
+
+async fn create_pool(
+    State(state): State<AppState>,
+    p: Principal,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let create = || async { json_answer(create_pool_now(&state, &p, &body).await?) };
+    idempotency::once(
+        &state,
+        &p,
+        &headers,
+        "POST /v1/admin/pools",
+        &body,
+        Replay::Answer,
+        create,
+    )
+    .await
+}
+
+async fn create_pool_now(
+    state: &AppState,
+    p: &Principal,
+    body: &Bytes,
+) -> ApiResult<(StatusCode, Json<PoolRecord>)> {
+    require_admin(p)?;
+    let b: PoolBody = parse_json(body)?;
+    let name = b.name.ok_or_else(|| invalid("name", "required"))?;
+    let kind = b.kind.ok_or_else(|| invalid("kind", "required"))?;
+    if state
+        .store
+        .list_pools()
+        .await?
+        .iter()
+        .any(|r| r.name == name)
+    {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("pool {name} already exists"),
+        ));
+    }
+    let now = Utc::now();
+    let mut record = PoolRecord {
+        name,
+        kind,
+        trust: Trust::Private,
+        region: b.region,
+        max_concurrent: b.max_concurrent,
+        isolation: b.isolation,
+        cost_per_cpu_hour: b.cost_per_cpu_hour.unwrap_or(0.0),
+        typical_create_seconds: b.typical_create_seconds,
+        settings: b.settings.unwrap_or(serde_json::Value::Null),
+        source: PoolSource::Api,
+        created_at: now,
+        updated_at: now,
+    };
+    record.trust = check_record(&record, b.trust)?;
+    state.store.upsert_pool(&record, &p.actor()).await?;
+    state.pools.sync(state.store.list_pools().await?);
+    Ok((StatusCode::CREATED, Json(record)))
+}
+
+async fn list_pools(
+    State(state): State<AppState>,
+    p: Principal,
+) -> ApiResult<Json<serde_json::Value>> {
+    require_admin(&p)?;
+    Ok(Json(
+        serde_json::json!({ "items": pool_infos(&state).await?, "nextCursor": null }),
+    ))
+}
+
+async fn find_pool(state: &AppState, name: &str) -> ApiResult<PoolRecord> {
+    state
+        .store
+        .list_pools()
+        .await?
+        .into_iter()
+        .find(|r| r.name == name)
+        .ok_or_else(|| ApiError::not_found("pool"))
+}
+
+async fn get_pool(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+) -> ApiResult<Json<PoolInfo>> {
+    require_admin(&p)?;
+    pool_infos(&state)
+        .await?
+        .into_iter()
+        .find(|i| i.record.name == name)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("pool"))
+}
+
+async fn update_pool(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<PoolRecord>> {
+    require_admin(&p)?;
+    let b: PoolBody = parse_json(&body)?;
+    let mut record = find_pool(&state, &name).await?;
+    if record.source == PoolSource::Config {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("pool {name} comes from the configuration file; change it there"),
+        ));
+    }
+    if b.name.as_ref().is_some_and(|n| n != &name) {
+        return Err(invalid("name", "a pool cannot be renamed"));
+    }
+    if b.kind.as_ref().is_some_and(|k| k != &record.kind) {
+        return Err(invalid(
+            "kind",
+            "a pool's kind cannot change; register a new pool",
+        ));
+    }
+    if b.region.is_some() {
+        record.region = b.region;
+    }
+    if b.max_concurrent.is_some() {
+        record.max_concurrent = b.max_concurrent;
+    }
+    if b.isolation.is_some() {
+        record.isolation = b.isolation;
+    }
+    if let Some(c) = b.cost_per_cpu_hour {
+        record.cost_per_cpu_hour = c;
+    }
+    if b.typical_create_seconds.is_some() {
+        record.typical_create_seconds = b.typical_create_seconds;
+    }
+    if let Some(s) = b.settings {
+        record.settings = s;
+    }
+    record.updated_at = Utc::now();
+    record.trust = check_record(&record, b.trust.or(Some(record.trust)))?;
+    state.store.upsert_pool(&record, &p.actor()).await?;
+    state.pools.sync(state.store.list_pools().await?);
+    Ok(Json(record))
+}
+
+async fn delete_pool(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    require_admin(&p)?;
+    let record = find_pool(&state, &name).await?;
+    if record.source == PoolSource::Config {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("pool {name} comes from the configuration file; remove it there"),
+        ));
+    }
+    state.store.delete_pool(&name, &p.actor()).await?;
+    state.pools.sync(state.store.list_pools().await?);
+    Ok(StatusCode::NO_CONTENT)
+}
