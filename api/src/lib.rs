@@ -25,6 +25,7 @@ pub mod data_plane;
 pub mod error;
 pub mod events;
 pub mod idempotency;
+pub mod middleware;
 pub mod mutation;
 pub mod openapi;
 pub mod page;
@@ -34,14 +35,9 @@ pub mod ratelimit;
 pub mod routes;
 pub mod running_rows;
 pub mod sandbox_pool;
+pub mod sse;
 #[cfg(test)]
 pub(crate) mod test_support;
-
-// Old paths of the route modules, while their callers move to `routes::…`.
-pub use routes::{
-    audit, events as events_sse, exec as exec_stream, exec_frames, files, lifecycle,
-    orgs as tenancy, placement, sandboxes, trust,
-};
 
 pub use auth::{generate_key, BootstrapKey};
 pub use bootstrap::{ensure_bootstrap_tenant, Tenant};
@@ -119,27 +115,12 @@ impl AppState {
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .merge(sandboxes::router())
-        .merge(exec_stream::router())
-        .merge(files::router())
-        .merge(lifecycle::router())
-        .merge(routes::snapshots::router())
-        .merge(routes::ports::router())
-        .merge(events_sse::router())
-        .merge(tenancy::router())
-        .merge(routes::projects::router())
-        .merge(routes::keys::router())
-        .merge(routes::quotas::router())
-        .merge(audit::router())
-        .merge(placement::router())
-        .merge(routes::policies::router())
-        .merge(routes::pools::router())
-        .merge(trust::router())
+        .merge(routes::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/openapi.json", get(openapi::serve))
         .fallback(not_found)
-        .layer(axum::middleware::from_fn(audit::request_id))
+        .layer(axum::middleware::from_fn(middleware::request_id))
         .with_state(state)
 }
 
