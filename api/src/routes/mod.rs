@@ -8,7 +8,6 @@ use crate::AppState;
 pub mod audit;
 pub mod events;
 pub mod exec;
-pub mod exec_frames;
 pub mod files;
 pub mod keys;
 pub mod lifecycle;

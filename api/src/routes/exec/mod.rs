@@ -22,6 +22,8 @@
 //! `exec.stream` the adapter's own exec is used, and base64 output is refused (501) rather than
 //! faked from lossy text.
 
+pub mod frames;
+
 use differently_adapters::metered::metered;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -45,7 +47,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::routes::exec_frames::{self as frames, FrameType};
+use frames::FrameType;
 
 use crate::auth::Principal;
 use crate::body::parse_json;
