@@ -7,5 +7,6 @@
 mod support;
 
 mod errors;
+mod lifecycle;
 mod refusals;
 mod sandboxes;
