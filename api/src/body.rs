@@ -1,8 +1,9 @@
 //! Strict JSON request bodies: malformed JSON, wrong types and unknown fields are a 400 that
-//! names the field, before anything is written.
+//! names the field, before anything is written; a well-formed value that is not acceptable
+//! is a 422 that names it too.
 
 use axum::body::Bytes;
-use differently_core::ErrorCode;
+use differently_core::{ErrorCode, FieldError};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -27,4 +28,9 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
         };
         ApiError::new(ErrorCode::InvalidArgument, message).with_details(json!({ "field": field }))
     })
+}
+
+/// 422 naming the field of a well-formed body that is not acceptable.
+pub fn invalid(e: FieldError) -> ApiError {
+    ApiError::field(ErrorCode::ValidationFailed, e)
 }

@@ -6,10 +6,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use differently_adapters::AdapterError;
 use differently_core::{ErrorCode, FieldError};
-use differently_store::StoreError;
+use differently_store::{audit, StoreError};
 use serde_json::{json, Value};
 
-/// An error as served: `{"error": {code, message, details, requestId}}`.
+/// An error as served: `{"error": {code, message, details, requestId}}`. `requestId` is read
+/// when the response is made, inside the request-id middleware's scope.
 #[derive(Debug)]
 pub struct ApiError {
     pub code: ErrorCode,
@@ -40,12 +41,12 @@ impl ApiError {
         Self::new(ErrorCode::NotFound, format!("{what} not found"))
     }
 
-    /// 500 whose cause is logged, not served.
+    /// 500 whose cause is logged with the request's id (the one its body and `X-Request-Id`
+    /// carry, so an operator finds the cause from what the client saw), not served.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
-        let request_id = ulid::Ulid::new().to_string();
-        tracing::error!(%request_id, error = %cause, "internal error");
+        let request_id = audit::current_request_id();
+        tracing::error!(request_id = request_id.as_deref().unwrap_or("-"), error = %cause, "internal error");
         Self::new(ErrorCode::Internal, "internal error")
-            .with_details(json!({ "requestId": request_id }))
     }
 
     /// 400/422 naming the offending field.
@@ -112,6 +113,10 @@ impl IntoResponse for ApiError {
         let mut error = json!({ "code": self.code, "message": self.message });
         if let Some(d) = self.details {
             error["details"] = d;
+        }
+        // The id the request-id middleware gave this request (`X-Request-Id`, audit records).
+        if let Some(id) = audit::current_request_id() {
+            error["requestId"] = Value::String(id);
         }
         let mut resp = (status, Json(json!({ "error": error }))).into_response();
         if let Some(secs) = self.retry_after {

@@ -15,31 +15,29 @@ use differently_core::ErrorCode;
 use differently_store::Store;
 use serde_json::json;
 
+pub mod access;
 pub mod activity;
-pub mod audit;
 pub mod auth;
 pub mod auth_cache;
 pub mod body;
 pub mod bootstrap;
+pub mod data_plane;
 pub mod error;
 pub mod events;
-pub mod events_sse;
-pub mod exec_frames;
-pub mod exec_stream;
-pub mod files;
 pub mod idempotency;
-pub mod lifecycle;
+pub mod middleware;
+pub mod mutation;
 pub mod openapi;
 pub mod page;
-pub mod placement;
+pub mod placement_decision;
 pub mod policy_cache;
 pub mod ratelimit;
+pub mod routes;
 pub mod running_rows;
-pub mod sandboxes;
-pub mod tenancy;
+pub mod sandbox_pool;
+pub mod sse;
 #[cfg(test)]
 pub(crate) mod test_support;
-pub mod trust;
 
 pub use auth::{generate_key, BootstrapKey};
 pub use bootstrap::{ensure_bootstrap_tenant, Tenant};
@@ -117,20 +115,12 @@ impl AppState {
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .merge(sandboxes::router())
-        .merge(exec_stream::router())
-        .merge(files::router())
-        .merge(lifecycle::router())
-        .merge(events_sse::router())
-        .merge(tenancy::router())
-        .merge(audit::router())
-        .merge(placement::router())
-        .merge(trust::router())
+        .merge(routes::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/openapi.json", get(openapi::serve))
         .fallback(not_found)
-        .layer(axum::middleware::from_fn(audit::request_id))
+        .layer(axum::middleware::from_fn(middleware::request_id))
         .with_state(state)
 }
 

@@ -244,7 +244,7 @@ pub async fn trivial_http_rtt(
 }
 
 /// Chunks buffered between the adapter and its reader, as the API buffers them
-/// (`differently_api::exec_stream::STREAM_BUFFER`), so the in-process baseline has the same
+/// (`differently_api::routes::exec::STREAM_BUFFER`), so the in-process baseline has the same
 /// back-pressure as the served path.
 pub const STREAM_BUFFER: usize = 8;
 

@@ -138,7 +138,13 @@ pub(super) fn schemas() -> Value {
                         "details",
                         json!({ "type": "object",
                         "description": "Machine-readable: `field` (a JSON path) for bad input, \
-                            `status`, `operation`, `requestId` …" }),
+                            `status`, `operation` …" }),
+                    ),
+                    (
+                        "requestId",
+                        json!({ "type": "string",
+                        "description": "The request's id: the `X-Request-Id` response header \
+                            and the audit records' request id." }),
                     ),
                 ],
                 false,

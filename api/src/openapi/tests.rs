@@ -11,17 +11,32 @@ use differently_core::{
 
 use super::*;
 
+/// The `.rs` files of `src/` and everything under `src/routes/` (one module per resource);
+/// other subdirectories (this one) are not router modules.
+fn router_sources(src: &std::path::Path) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, descend: bool, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("source dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                if descend || path.file_name().is_some_and(|n| n == "routes") {
+                    walk(&path, true, out);
+                }
+            } else if path.extension().and_then(|e| e.to_str()) == Some("rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(src, false, &mut out);
+    out
+}
+
 /// `(method, path)` of every `.route(…)` the crate's router modules declare, read from
 /// their source so that a route added without a catalogue entry fails here.
 fn declared_routes() -> BTreeSet<(String, String)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
     let mut out = BTreeSet::new();
-    let entries = std::fs::read_dir(dir).expect("api/src");
-    for entry in entries {
-        let path = entry.expect("dir entry").path();
-        if path.extension().and_then(|e| e.to_str()) != Some("rs") {
-            continue;
-        }
+    for path in router_sources(src) {
         let text = std::fs::read_to_string(&path).expect("source");
         for (start, _) in text.match_indices(".route(") {
             let rest = &text[start + ".route(".len()..];
@@ -300,7 +315,7 @@ fn served_objects_fit_their_schemas() {
     };
     assert_fits("Key", &key);
     assert_eq!(field_names(&key), property_names("Key"));
-    let snapshot = crate::lifecycle::SnapshotView {
+    let snapshot = crate::routes::snapshots::SnapshotView {
         id: differently_core::ids::SnapshotId::new(),
         org_id: org.id.clone(),
         project_id: project.id.clone(),

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use differently_adapters::fake::{LedgerOp, LedgerOutcome};
-use differently_api::exec_frames::{Frame, FrameDecoder, FrameType, MEDIA_TYPE};
+use differently_api::routes::exec::frames::{Frame, FrameDecoder, FrameType, MEDIA_TYPE};
 use differently_core::{SandboxId, SandboxStatus};
 use serde_json::{json, Value};
 

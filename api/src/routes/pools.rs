@@ -1,7 +1,5 @@
-//! Placement as the API exposes it: the fail-fast decision at admission, the stored
-//! explanation of a sandbox, dry-runs, policies per level, and the pool registry.
-
-use std::collections::HashMap;
+//! The pool registry: `/v1/admin/pools` (admin only). A record is validated the way the
+//! config file is; live health and used slots are served beside it.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -11,18 +9,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::Utc;
 use differently_adapters::registry::AdapterConfigError;
-use differently_core::policy::{self, Decision, EffectivePolicy, Explained, Isolation, Policy};
+use differently_core::policy::Isolation;
 use differently_core::pool::{
     resolve_trust, validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust,
 };
-use differently_core::tenancy::Scope;
-use differently_core::{
-    CreateSandboxRequest, ErrorCode, FieldError, OrgId, ProjectId, SandboxSpec,
-};
-use differently_store::placement::{effective_policy, PolicyScope};
-use differently_store::{DirectPlacement, PoolSlot};
+use differently_core::{ErrorCode, FieldError};
 use serde::{Deserialize, Serialize};
 
+use crate::access::forbidden;
 use crate::auth::Principal;
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
@@ -32,250 +26,12 @@ use crate::AppState;
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/v1/sandboxes/{id}/placement", get(sandbox_placement))
-        .route("/v1/placement/dry-run", post(dry_run))
-        .route("/v1/admin/policies/global", get(get_global).put(put_global))
-        .route(
-            "/v1/orgs/{id}/policy",
-            get(get_org_policy).put(put_org_policy),
-        )
-        .route(
-            "/v1/projects/{id}/policy",
-            get(get_project_policy).put(put_project_policy),
-        )
         .route("/v1/admin/pools", post(create_pool).get(list_pools))
         .route(
             "/v1/admin/pools/{name}",
             get(get_pool).patch(update_pool).delete(delete_pool),
         )
 }
-
-/// Maps a request-level validation error: unknown capabilities have their own code.
-pub fn request_error(e: FieldError) -> ApiError {
-    let code = if e.field == "capabilities" {
-        ErrorCode::UnsupportedCapability
-    } else {
-        ErrorCode::ValidationFailed
-    };
-    ApiError::field(code, e)
-}
-
-/// Decides where `spec` would go now under the effective policy of `project`. With
-/// `live_slots`, pools' used slots count (dry-run); without, only rejection matters
-/// (admission: a full pool means waiting, not refusal).
-pub async fn explain(
-    state: &AppState,
-    org: &OrgId,
-    project: &ProjectId,
-    spec: &SandboxSpec,
-    live_slots: bool,
-) -> ApiResult<Explained> {
-    Ok(decide(state, org, project, spec, live_slots).await?.0)
-}
-
-/// [`explain`] with the effective policy it decided under.
-pub async fn decide(
-    state: &AppState,
-    org: &OrgId,
-    project: &ProjectId,
-    spec: &SandboxSpec,
-    live_slots: bool,
-) -> ApiResult<(Explained, EffectivePolicy)> {
-    let req = spec.placement_request();
-    req.validate().map_err(request_error)?;
-    // The create's fail-fast check may use a policy up to a second old (`policy_cache`); an
-    // explanation a caller asked for reads the store.
-    let (effective, used) = if live_slots {
-        (
-            effective_policy(state.store.as_ref(), org, project).await?,
-            state.store.pool_slots_used().await?,
-        )
-    } else {
-        (
-            state
-                .policies
-                .effective(state.store.as_ref(), org, project)
-                .await?,
-            HashMap::new(),
-        )
-    };
-    let explained = policy::decide(&req, &state.pools.profiles(&used), &effective);
-    Ok((explained, effective))
-}
-
-/// The placement a create applies in its own admission (`DirectPlacement`), when allowed
-/// (`[api] direct_placement`) and it decides the same as the leader would: the decision
-/// placed it and no eligible pool has a concurrency cap (the admission decided without
-/// live slot counts, which only rank and limit capped pools).
-pub fn direct(
-    state: &AppState,
-    explained: &Explained,
-    effective: &EffectivePolicy,
-) -> Option<DirectPlacement> {
-    if !state.limits.direct_placement {
-        return None;
-    }
-    let Decision::Placed { pool } = &explained.decision else {
-        return None;
-    };
-    let ranking = explained.ranking();
-    let capped = ranking.iter().any(|v| {
-        state
-            .pools
-            .get(&v.name)
-            .is_none_or(|p| p.record.max_concurrent.is_some())
-    });
-    if capped {
-        return None;
-    }
-    Some(DirectPlacement {
-        pool: PoolSlot {
-            name: pool.clone(),
-            max_concurrent: None,
-        },
-        explanation: explained.record(effective, Utc::now()),
-    })
-}
-
-async fn sandbox_placement(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    p.require(Scope::SandboxesRead)?;
-    let sandbox = crate::sandboxes::load(&state, &p, &id).await?;
-    match state.store.get_placement(&sandbox.id).await? {
-        Some(doc) => Ok(Json(doc)),
-        None => Err(ApiError::new(
-            ErrorCode::NotFound,
-            "no placement decision recorded yet",
-        )),
-    }
-}
-
-async fn dry_run(
-    State(state): State<AppState>,
-    p: Principal,
-    body: Bytes,
-) -> ApiResult<Json<Explained>> {
-    p.require(Scope::SandboxesRead)?;
-    let req: CreateSandboxRequest = parse_json(&body)?;
-    let spec = SandboxSpec::build(&req).map_err(request_error)?;
-    let project = match (&req.project_id, &p.project_id) {
-        (Some(asked), _) => {
-            let pr = crate::tenancy::load_project(&state, &p, asked.as_str()).await?;
-            pr.id
-        }
-        (None, Some(bound)) => bound.clone(),
-        (None, None) => {
-            return Err(ApiError::field(
-                ErrorCode::ValidationFailed,
-                FieldError::new("projectId", "required for an organization-wide key"),
-            ))
-        }
-    };
-    let org = match state.store.get_project(&project).await? {
-        Some(pr) => pr.org_id,
-        None => return Err(ApiError::not_found("project")),
-    };
-    Ok(Json(explain(&state, &org, &project, &spec, true).await?))
-}
-
-// --- policies --------------------------------------------------------------------------
-
-fn forbidden(what: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::PermissionDenied,
-        format!("this key may not {what}"),
-    )
-}
-
-async fn read_policy(state: &AppState, scope: PolicyScope) -> ApiResult<Json<Policy>> {
-    Ok(Json(
-        state.store.get_policy(&scope).await?.unwrap_or_default(),
-    ))
-}
-
-async fn write_policy(
-    state: &AppState,
-    p: &Principal,
-    scope: PolicyScope,
-    body: &Bytes,
-) -> ApiResult<Json<Policy>> {
-    if !p.is_admin() {
-        return Err(forbidden("change placement policy (admin scope needed)"));
-    }
-    let policy: Policy = parse_json(body)?;
-    policy
-        .validate()
-        .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
-    state.store.put_policy(&scope, &policy, &p.actor()).await?;
-    state.policies.clear();
-    Ok(Json(policy))
-}
-
-async fn get_global(State(state): State<AppState>, p: Principal) -> ApiResult<Json<Policy>> {
-    if !p.is_admin() {
-        return Err(forbidden("read the global policy (admin scope needed)"));
-    }
-    read_policy(&state, PolicyScope::Global).await
-}
-
-async fn put_global(
-    State(state): State<AppState>,
-    p: Principal,
-    body: Bytes,
-) -> ApiResult<Json<Policy>> {
-    write_policy(&state, &p, PolicyScope::Global, &body).await
-}
-
-async fn org_scope(state: &AppState, p: &Principal, raw: &str) -> ApiResult<PolicyScope> {
-    let id = OrgId::parse(raw).map_err(|_| ApiError::not_found("organization"))?;
-    match state.store.get_org(&id).await? {
-        Some(o) if p.sees_org(&o.id) => Ok(PolicyScope::Org(o.id)),
-        _ => Err(ApiError::not_found("organization")),
-    }
-}
-
-async fn get_org_policy(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Policy>> {
-    let scope = org_scope(&state, &p, &id).await?;
-    read_policy(&state, scope).await
-}
-
-async fn put_org_policy(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Policy>> {
-    let scope = org_scope(&state, &p, &id).await?;
-    write_policy(&state, &p, scope, &body).await
-}
-
-async fn get_project_policy(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Policy>> {
-    let project = crate::tenancy::load_project(&state, &p, &id).await?;
-    read_policy(&state, PolicyScope::Project(project.id)).await
-}
-
-async fn put_project_policy(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Policy>> {
-    let project = crate::tenancy::load_project(&state, &p, &id).await?;
-    write_policy(&state, &p, PolicyScope::Project(project.id), &body).await
-}
-
-// --- pools -----------------------------------------------------------------------------
 
 /// A pool as served: its record, live health and slots in use.
 #[derive(Serialize)]

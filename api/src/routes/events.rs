@@ -22,8 +22,8 @@ use serde_json::json;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::exec_stream::HEARTBEAT;
 use crate::page::bad_query;
+use crate::sse::HEARTBEAT;
 use crate::AppState;
 
 /// Routes of this module.

@@ -22,6 +22,8 @@
 //! `exec.stream` the adapter's own exec is used, and base64 output is refused (501) rather than
 //! faked from lossy text.
 
+pub mod frames;
+
 use differently_adapters::metered::metered;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -45,20 +47,19 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::exec_frames::{self as frames, FrameType};
+use frames::FrameType;
 
 use crate::auth::Principal;
 use crate::body::parse_json;
+use crate::data_plane::open_data_call;
 use crate::error::{ApiError, ApiResult};
-use crate::lifecycle::open_data_call;
+use crate::sse::HEARTBEAT;
 use crate::AppState;
 
 /// Output kept per stream by collected exec.
 pub const OUTPUT_CAP_BYTES: usize = 1024 * 1024;
 /// Chunks buffered between the adapter and the response body.
 pub const STREAM_BUFFER: usize = 8;
-/// Interval of `: ping` comments (SSE) or heartbeat frames on a quiet stream.
-pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {

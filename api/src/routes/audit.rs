@@ -1,28 +1,23 @@
-//! The audit log and stored secrets over HTTP.
+//! The audit log over HTTP.
 //!
 //! `GET /v1/audit` lists the caller's own organization's records (a project-bound key: its
 //! project's only); operators may name any organization. `/v1/admin/audit/*` verifies the
 //! chains, writes a checkpoint, and exports everything as JSON lines for the offline
-//! verifier (`differently audit verify`). `/v1/admin/secrets` stores credentials sealed;
-//! a value is accepted once and never served back, only its fingerprint.
+//! verifier (`differently audit verify`).
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use differently_bus_schema::TraceContext;
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, OrgId, ProjectId};
 use differently_store::audit::{
-    self, AuditEvent, AuditFilter, Checkpoint, ExportCursor, ExportLine, VerifyReport,
+    AuditEvent, AuditFilter, Checkpoint, ExportCursor, ExportLine, VerifyReport,
 };
-use differently_store::secrets::{validate_secret_name, SecretInfo};
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
@@ -36,47 +31,6 @@ pub fn router() -> Router<AppState> {
         .route("/v1/admin/audit/verify", get(verify))
         .route("/v1/admin/audit/export", get(export))
         .route("/v1/admin/audit/checkpoints", post(checkpoint))
-        .route("/v1/admin/secrets", get(list_secrets))
-        .route("/v1/admin/secrets/{name}", put(put_secret))
-}
-
-/// Longest request id accepted from a client's `X-Request-Id`.
-const MAX_REQUEST_ID: usize = 64;
-
-/// Middleware: every request gets a request id (the client's `X-Request-Id` if it is short
-/// and plain, a new ULID otherwise), served back in `X-Request-Id` and written into every
-/// audit record the request causes.
-pub async fn request_id(req: Request, next: Next) -> Response {
-    let given = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| {
-            !v.is_empty()
-                && v.len() <= MAX_REQUEST_ID
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
-        })
-        .map(str::to_owned);
-    let id = given.unwrap_or_else(|| ulid::Ulid::new().to_string());
-    // W3C trace context: the caller's valid `traceparent`, else a new root. It is on the
-    // request's span (so on every log line) and in every envelope published while serving it.
-    let trace = req
-        .headers()
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(TraceContext::from_header)
-        .unwrap_or_else(|| TraceContext::from_random(rand::random(), rand::random()));
-    let traceparent = trace.traceparent.clone();
-    let run = audit::with_request_id(id.clone(), next.run(req));
-    let mut resp = differently_bus::trace::scope("request", trace, run).await;
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut().insert("x-request-id", v);
-    }
-    if let Some(v) = traceparent.and_then(|t| HeaderValue::from_str(&t).ok()) {
-        resp.headers_mut().insert("traceparent", v);
-    }
-    resp
 }
 
 #[derive(Deserialize)]
@@ -250,77 +204,4 @@ fn encode_lines(lines: &[ExportLine]) -> Result<Bytes, std::io::Error> {
         out.push(b'\n');
     }
     Ok(Bytes::from(out))
-}
-
-/// `GET /v1/admin/secrets`: names, fingerprints, who changed them and when.
-async fn list_secrets(
-    State(state): State<AppState>,
-    p: Principal,
-) -> ApiResult<Json<Page<SecretInfo>>> {
-    p.require(Scope::Admin)?;
-    let items = state.store.list_secrets().await?;
-    Ok(Json(Page {
-        items,
-        next_cursor: None,
-    }))
-}
-
-/// Most bytes of one stored secret.
-const MAX_SECRET_BYTES: usize = 64 * 1024;
-
-/// `PUT /v1/admin/secrets/{name}` with `{"value": "…"}`: seals and stores it; answers with
-/// the fingerprint. Error messages never quote the body.
-async fn put_secret(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(name): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<SecretInfo>> {
-    p.require(Scope::Admin)?;
-    validate_secret_name(&name).map_err(|m| {
-        ApiError::new(ErrorCode::ValidationFailed, format!("name: {m}"))
-            .with_details(json!({ "field": "name" }))
-    })?;
-    let value = secret_value(&body)?;
-    if differently_store::sealed::process_key().is_none() {
-        return Err(ApiError::new(
-            ErrorCode::Conflict,
-            "stored secrets are not enabled: the server has no secrets key \
-             (set DIFFERENTLY_SECRETS_KEY); use an env or file reference instead",
-        ));
-    }
-    let info = state
-        .store
-        .put_secret(&name, value.as_bytes(), &p.actor())
-        .await?;
-    // Adapters of this process read the new value on their next call; other processes
-    // within their credential cache's few seconds.
-    state.pools.credentials().changed();
-    Ok(Json(info))
-}
-
-/// The `value` of a `{"value": "…"}` body, with errors that never echo what was sent.
-fn secret_value(body: &Bytes) -> ApiResult<String> {
-    let bad = |m: &str| {
-        ApiError::new(ErrorCode::InvalidArgument, m.to_owned())
-            .with_details(json!({ "field": "value" }))
-    };
-    if body.len() > MAX_SECRET_BYTES {
-        return Err(ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("a secret is at most {MAX_SECRET_BYTES} bytes"),
-        ));
-    }
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|_| bad("expected a JSON body {\"value\": \"…\"}"))?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| bad("expected a JSON body {\"value\": \"…\"}"))?;
-    if obj.keys().any(|k| k != "value") {
-        return Err(bad("only the field value is accepted"));
-    }
-    match obj.get("value").and_then(|v| v.as_str()) {
-        Some(s) if !s.is_empty() => Ok(s.to_owned()),
-        _ => Err(bad("value: a non-empty string is required")),
-    }
 }

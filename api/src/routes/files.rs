@@ -25,8 +25,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::auth::Principal;
+use crate::data_plane::open_data_call;
 use crate::error::{ApiError, ApiResult};
-use crate::lifecycle::open_data_call;
 use crate::page::bad_query;
 use crate::AppState;
 

@@ -1,4 +1,5 @@
-//! `/v1/sandboxes`: admission, reads, wait and delete (exec is in `exec_stream`).
+//! `/v1/sandboxes`: admission, list, read, change (`PATCH`) and wait. Status changes and
+//! delete are in `lifecycle`, exec in `exec`.
 //!
 //! Create: authenticate → build and validate → fail-fast placement → admit transaction (on
 //! Postgres grouped with the org's concurrent creates) →
@@ -21,21 +22,25 @@ use differently_core::tenancy::Scope;
 use differently_core::{
     faults, CreateSandboxRequest, ErrorCode, Sandbox, SandboxId, SandboxSpec, SandboxStatus,
 };
-use differently_store::{Admission, Admitted, SandboxFilter, StoreError, Transition};
+use differently_store::{Admission, Admitted, SandboxFilter};
 use serde::Deserialize;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::access::load_sandbox;
 use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
+use crate::mutation::{audit, begin};
 use crate::page::{bad_query, parse_cursor, parse_limit, Page};
+use crate::sandbox_pool::status_conflict;
 use crate::AppState;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/sandboxes", post(create).get(list))
-        .route("/v1/sandboxes/{id}", get(read).delete(delete))
+        .route("/v1/sandboxes/{id}", get(read).patch(patch_sandbox))
         .route("/v1/sandboxes/{id}/wait", get(wait))
 }
 
@@ -81,13 +86,14 @@ async fn create(
     }
     // Fail fast: a request no permitted pool could ever take is refused now, not queued.
     let (explained, effective) =
-        crate::placement::decide(&state, &principal.org_id, &project_id, &spec, false).await?;
+        crate::placement_decision::decide(&state, &principal.org_id, &project_id, &spec, false)
+            .await?;
     if let Decision::Rejected { code, reason } = explained.decision {
         count_admission("rejected");
         return Err(ApiError::new(code, reason)
             .with_details(serde_json::json!({ "pools": explained.pools })));
     }
-    let direct = crate::placement::direct(&state, &explained, &effective);
+    let direct = crate::placement_decision::direct(&state, &explained, &effective);
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
     let request_hash = crate::auth::hex(&Sha256::digest(&canonical));
     let sandbox = Sandbox::queued(
@@ -184,22 +190,13 @@ async fn restore_source(
     Ok(snap)
 }
 
-/// Loads a sandbox the principal may see; anything else is the same 404.
-pub async fn load(state: &AppState, principal: &Principal, raw_id: &str) -> ApiResult<Sandbox> {
-    let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
-    match state.store.get_sandbox(&id).await? {
-        Some(s) if principal.owns(&s.org_id, &s.project_id) => Ok(s),
-        _ => Err(ApiError::not_found("sandbox")),
-    }
-}
-
 async fn read(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxView>> {
     principal.require(Scope::SandboxesRead)?;
-    Ok(Json(load(&state, &principal, &id).await?.view()))
+    Ok(Json(load_sandbox(&state, &principal, &id).await?.view()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -302,7 +299,7 @@ async fn wait(
     let sandbox_id = SandboxId::parse(&id).map_err(|_| ApiError::not_found("sandbox"))?;
     // Watch before reading, so a change between the read and the wait is not missed.
     let mut events = state.events.watch(&sandbox_id);
-    let sandbox = load(&state, &principal, &id).await?;
+    let sandbox = load_sandbox(&state, &principal, &id).await?;
     let (mut version, mut view) = (sandbox.status_version, sandbox.view());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
     loop {
@@ -330,80 +327,126 @@ async fn wait(
         (version, view) = match newer {
             Some(answer) => answer,
             None => {
-                let s = load(&state, &principal, &id).await?;
+                let s = load_sandbox(&state, &principal, &id).await?;
                 (s.status_version, s.view())
             }
         };
     }
 }
 
-/// Announces a committed delete: the backend's delete work (when there is an instance to
-/// remove) and the status event; the answer is 202 with the row.
-async fn deleted(state: &AppState, updated: Sandbox) -> (StatusCode, Json<SandboxView>) {
-    if updated.status == SandboxStatus::Terminating {
-        if let Err(e) = state.announcer.work(&updated, WorkOp::Delete, "").await {
-            tracing::warn!(sandbox = %updated.id, error = %e, "delete publish failed; repair will pick it up");
-        }
-    }
-    let _ = state.announcer.status(&updated).await;
-    (StatusCode::ACCEPTED, Json(updated.view()))
-}
-
 /// How long a wait trusts the event stream before reading the row again.
 const WAIT_RECHECK: Duration = Duration::from_secs(1);
 
-async fn delete(
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PatchRequest {
+    ttl_seconds: Option<u64>,
+    /// Replaces the caller's labels (reserved `differently.dev/` ones are kept).
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    /// A number sets it; `null` clears it (the server's default applies); absent: unchanged.
+    #[serde(default, deserialize_with = "present")]
+    idle_timeout_seconds: Option<Option<u64>>,
+}
+
+/// Tells a present `null` (`Some(None)`) from an absent field (`None`, via `default`).
+fn present<'de, D>(d: D) -> Result<Option<Option<u64>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Option::<u64>::deserialize(d).map(Some)
+}
+
+/// `PATCH /v1/sandboxes/{id}` `{ttlSeconds?, labels?, idleTimeoutSeconds?}`. Labels and the
+/// idle timeout change the record at once (the idle sweep reads it). A TTL renew moves
+/// `expiresAt` to now + ttl at once (the TTL sweep reads it); the backend-side backstop
+/// follows through a `renew` operation on the pool's workers, which the caller does not wait
+/// for. Everything is validated before anything changes.
+async fn patch_sandbox(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-) -> ApiResult<(StatusCode, Json<SandboxView>)> {
+    body: Bytes,
+) -> ApiResult<Json<SandboxView>> {
     principal.require(Scope::SandboxesWrite)?;
-    let actor = principal.actor();
-    // A row this process saw running (an exec on it, or the event that started it) is most
-    // likely still running: try that change without reading the row first. The change is
-    // compare-and-set on the status, so a row that moved is refused and read below.
-    let remembered = SandboxId::parse(&id)
-        .ok()
-        .and_then(|sid| crate::lifecycle::remembered(&state, &principal, &sid));
-    if let Some(r) = remembered {
-        let t = Transition {
-            id: r.id.clone(),
-            from: vec![SandboxStatus::Running],
-            to: SandboxStatus::Terminating,
-            reason: Some("deleted".into()),
-            actor: actor.clone(),
-        };
-        state.events.running.forget(&r.id);
-        match state.store.transition(t, Utc::now()).await {
-            Ok(updated) => return Ok(deleted(&state, updated).await),
-            Err(StoreError::StatusConflict { .. } | StoreError::NotFound) => {}
-            Err(e) => return Err(e.into()),
-        }
+    let req: PatchRequest = parse_json(&body)?;
+    let sandbox = load_sandbox(&state, &principal, &id).await?;
+    let max = differently_core::sandbox::MAX_TTL_SECONDS;
+    if req.ttl_seconds.is_some_and(|t| t == 0 || t > max) {
+        return Err(ApiError::field(
+            ErrorCode::ValidationFailed,
+            differently_core::FieldError::new("ttlSeconds", format!("must be between 1 and {max}")),
+        ));
     }
-    for _ in 0..5 {
-        let sandbox = load(&state, &principal, &id).await?;
-        let (from, to) = match sandbox.status {
-            SandboxStatus::Queued => (SandboxStatus::Queued, SandboxStatus::Terminated),
-            SandboxStatus::Terminating => return Ok((StatusCode::ACCEPTED, Json(sandbox.view()))),
-            s if s.is_final() => return Ok((StatusCode::OK, Json(sandbox.view()))),
-            s => (s, SandboxStatus::Terminating),
-        };
-        let t = Transition {
-            id: sandbox.id.clone(),
-            from: vec![from],
-            to,
-            reason: Some("deleted".into()),
-            actor: actor.clone(),
-        };
-        match state.store.transition(t, Utc::now()).await {
-            Ok(updated) => return Ok(deleted(&state, updated).await),
-            // Raced with placement or a worker: read again and retry with the new status.
-            Err(StoreError::StatusConflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
+    if let Some(labels) = &req.labels {
+        differently_core::sandbox::validate_labels(labels)
+            .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     }
-    Err(ApiError::new(
-        ErrorCode::Conflict,
-        "the sandbox keeps changing; retry",
-    ))
+    if req.idle_timeout_seconds == Some(Some(0)) {
+        return Err(ApiError::field(
+            ErrorCode::ValidationFailed,
+            differently_core::FieldError::new("idleTimeoutSeconds", "must be at least 1"),
+        ));
+    }
+    let changes_spec = req.labels.is_some() || req.idle_timeout_seconds.is_some();
+    if req.ttl_seconds.is_none() && !changes_spec {
+        return Ok(Json(sandbox.view()));
+    }
+    if sandbox.status.is_final() || sandbox.status == SandboxStatus::Terminating {
+        return Err(status_conflict(&sandbox, "cannot change the sandbox"));
+    }
+    let mut current = sandbox;
+    if changes_spec {
+        let mut detail = serde_json::Map::new();
+        if let Some(labels) = &req.labels {
+            // Keys only: values are the caller's data.
+            detail.insert("labels".into(), json!(labels.keys().collect::<Vec<_>>()));
+        }
+        if let Some(idle) = req.idle_timeout_seconds {
+            detail.insert("idleTimeoutSeconds".into(), json!(idle));
+        }
+        audit(
+            &state,
+            &principal,
+            &current,
+            "sandbox.update",
+            Value::Object(detail),
+        )
+        .await?;
+        current = state
+            .store
+            .update_spec(&current.id, req.labels.clone(), req.idle_timeout_seconds)
+            .await?;
+    }
+    let Some(ttl) = req.ttl_seconds else {
+        return Ok(Json(current.view()));
+    };
+    let sandbox = current;
+    audit(
+        &state,
+        &principal,
+        &sandbox,
+        "sandbox.renew",
+        json!({ "ttlSeconds": ttl }),
+    )
+    .await?;
+    let renewed = state.store.renew_ttl(&sandbox.id, ttl, Utc::now()).await?;
+    if let (Some(pool), true) = (
+        renewed.pool.clone(),
+        matches!(
+            renewed.status,
+            SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Stopped
+        ),
+    ) {
+        begin(
+            &state,
+            &renewed,
+            &pool,
+            WorkOp::Renew,
+            false,
+            json!({ "ttlSeconds": ttl }),
+            principal.actor().as_audit(),
+        )
+        .await?;
+    }
+    Ok(Json(renewed.view()))
 }

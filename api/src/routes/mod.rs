@@ -1,0 +1,46 @@
+//! One module per `/v1` resource, each with its own `router()`. Route modules depend on the
+//! crate's support modules (`access`, `data_plane`, `mutation`, …), never on each other.
+
+use axum::Router;
+
+use crate::AppState;
+
+pub mod audit;
+pub mod events;
+pub mod exec;
+pub mod files;
+pub mod keys;
+pub mod lifecycle;
+pub mod orgs;
+pub mod placement;
+pub mod policies;
+pub mod pools;
+pub mod ports;
+pub mod projects;
+pub mod quotas;
+pub mod sandboxes;
+pub mod secrets;
+pub mod snapshots;
+pub mod trust;
+
+/// Every resource's routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .merge(sandboxes::router())
+        .merge(exec::router())
+        .merge(files::router())
+        .merge(lifecycle::router())
+        .merge(snapshots::router())
+        .merge(ports::router())
+        .merge(events::router())
+        .merge(orgs::router())
+        .merge(projects::router())
+        .merge(keys::router())
+        .merge(quotas::router())
+        .merge(audit::router())
+        .merge(secrets::router())
+        .merge(placement::router())
+        .merge(policies::router())
+        .merge(pools::router())
+        .merge(trust::router())
+}

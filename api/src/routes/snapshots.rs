@@ -1,0 +1,308 @@
+//! `/v1/snapshots` and `/v1/sandboxes/{id}/snapshots`: taking, listing, reading and deleting
+//! snapshots; taking and deleting go through the pool's workers (`mutation`).
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use differently_bus_schema::WorkOp;
+use differently_core::ids::SnapshotId;
+use differently_core::tenancy::Scope;
+use differently_core::{ErrorCode, ProjectId, SandboxId, SandboxStatus};
+use differently_store::lifecycle::{OpState, SnapshotRecord, SnapshotStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::access::{load_sandbox, load_snapshot};
+use crate::auth::{ListProject, Principal};
+use crate::body::parse_json;
+use crate::error::{ApiError, ApiResult};
+use crate::idempotency::{self, json_answer, Replay};
+use crate::mutation::{audit, begin, op_failure, wait_op, LIFECYCLE_WAIT};
+use crate::page::{parse_cursor, parse_limit, Page};
+use crate::sandbox_pool::{pool_name, pool_of, require_capability, status_conflict};
+use crate::AppState;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/sandboxes/{id}/snapshots",
+            post(create_snapshot).get(list_sandbox_snapshots),
+        )
+        .route("/v1/snapshots", get(list_snapshots))
+        .route(
+            "/v1/snapshots/{id}",
+            get(read_snapshot).delete(delete_snapshot),
+        )
+}
+
+/// A snapshot as served (no backend ref).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotView {
+    pub id: SnapshotId,
+    pub org_id: differently_core::OrgId,
+    pub project_id: ProjectId,
+    pub sandbox_id: SandboxId,
+    pub pool: String,
+    pub name: Option<String>,
+    pub status: SnapshotStatus,
+    pub status_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&SnapshotRecord> for SnapshotView {
+    fn from(s: &SnapshotRecord) -> Self {
+        SnapshotView {
+            id: s.id.clone(),
+            org_id: s.org_id.clone(),
+            project_id: s.project_id.clone(),
+            sandbox_id: s.sandbox_id.clone(),
+            pool: s.pool.clone(),
+            name: s.name.clone(),
+            status: s.status,
+            status_reason: s.status_reason.clone(),
+            created_at: s.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SnapshotRequest {
+    name: Option<String>,
+}
+
+async fn create_snapshot(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let create =
+        || async { json_answer(create_snapshot_now(&state, &principal, &id, &body).await?) };
+    idempotency::once(
+        &state,
+        &principal,
+        &headers,
+        "POST /v1/sandboxes/{id}/snapshots",
+        &body,
+        Replay::Answer,
+        create,
+    )
+    .await
+}
+
+async fn create_snapshot_now(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    body: &Bytes,
+) -> ApiResult<(StatusCode, Json<SnapshotView>)> {
+    principal.require(Scope::SandboxesWrite)?;
+    let req: SnapshotRequest = if body.is_empty() {
+        SnapshotRequest::default()
+    } else {
+        parse_json(body)?
+    };
+    if req
+        .name
+        .as_ref()
+        .is_some_and(|n| n.is_empty() || n.len() > 255)
+    {
+        return Err(ApiError::field(
+            ErrorCode::ValidationFailed,
+            differently_core::FieldError::new("name", "must be 1-255 characters"),
+        ));
+    }
+    let sandbox = load_sandbox(state, principal, id).await?;
+    let pool = pool_of(state, &sandbox)?;
+    require_capability(&pool, "snapshots")?;
+    if !matches!(
+        sandbox.status,
+        SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Stopped
+    ) {
+        return Err(status_conflict(&sandbox, "cannot snapshot the sandbox"));
+    }
+    let now = Utc::now();
+    let mut snap = SnapshotRecord {
+        id: SnapshotId::new(),
+        org_id: sandbox.org_id.clone(),
+        project_id: sandbox.project_id.clone(),
+        sandbox_id: sandbox.id.clone(),
+        pool: pool_name(&pool),
+        name: req.name,
+        status: SnapshotStatus::Creating,
+        status_reason: None,
+        backend_ref: None,
+        created_at: now,
+        updated_at: now,
+    };
+    audit(
+        state,
+        principal,
+        &sandbox,
+        "snapshot.create",
+        json!({ "snapshotId": snap.id }),
+    )
+    .await?;
+    state.store.insert_snapshot(&snap).await?;
+    let record = begin(
+        state,
+        &sandbox,
+        &snap.pool,
+        WorkOp::Snapshot,
+        true,
+        json!({ "snapshotId": snap.id }),
+        principal.actor().as_audit(),
+    )
+    .await;
+    let record = match record {
+        Ok(r) if r.args["snapshotId"] == json!(snap.id) => r,
+        Ok(_) | Err(_) => {
+            // Busy (or joined another snapshot): this one was never started.
+            let _ = state.store.remove_snapshot(&snap.id).await;
+            return Err(record.err().unwrap_or_else(|| {
+                ApiError::new(
+                    ErrorCode::Conflict,
+                    "another snapshot of this sandbox is in progress",
+                )
+            }));
+        }
+    };
+    if let Some(op) = wait_op(state, &record.id, &sandbox.id, LIFECYCLE_WAIT).await? {
+        if op.state == OpState::Failed {
+            return Err(op_failure(&op));
+        }
+    }
+    if let Some(now) = state.store.get_snapshot(&snap.id).await? {
+        snap = now;
+    }
+    Ok((StatusCode::ACCEPTED, Json(SnapshotView::from(&snap))))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SnapshotListQuery {
+    project_id: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+async fn list_snapshots(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: Result<Query<SnapshotListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Page<SnapshotView>>> {
+    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    principal.require(Scope::SandboxesRead)?;
+    let project = match principal.list_project(q.project_id.as_deref())? {
+        ListProject::Only(p) => p,
+        ListProject::Nothing => {
+            return Ok(Json(Page {
+                items: vec![],
+                next_cursor: None,
+            }))
+        }
+    };
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = parse_cursor(q.cursor.as_deref(), SnapshotId::parse)?;
+    let rows = state
+        .store
+        .list_snapshots(
+            &principal.org_id,
+            project.as_ref(),
+            after.as_ref(),
+            limit + 1,
+        )
+        .await?;
+    let views = rows.iter().map(SnapshotView::from).collect();
+    Ok(Json(Page::from_rows(views, limit, |s: &SnapshotView| {
+        s.id.to_string()
+    })))
+}
+
+async fn list_sandbox_snapshots(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Page<SnapshotView>>> {
+    principal.require(Scope::SandboxesRead)?;
+    let sandbox = load_sandbox(&state, &principal, &id).await?;
+    let rows = state
+        .store
+        .list_snapshots(&sandbox.org_id, Some(&sandbox.project_id), None, 1000)
+        .await?;
+    let items = rows
+        .iter()
+        .filter(|s| s.sandbox_id == sandbox.id)
+        .map(SnapshotView::from)
+        .collect();
+    Ok(Json(Page {
+        items,
+        next_cursor: None,
+    }))
+}
+
+async fn read_snapshot(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SnapshotView>> {
+    principal.require(Scope::SandboxesRead)?;
+    Ok(Json(SnapshotView::from(
+        &load_snapshot(&state, &principal, &id).await?,
+    )))
+}
+
+async fn delete_snapshot(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    principal.require(Scope::SandboxesWrite)?;
+    let mut snap = load_snapshot(&state, &principal, &id).await?;
+    if snap.status == SnapshotStatus::Creating {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "the snapshot is still being taken; delete it once it is ready or failed",
+        ));
+    }
+    let Some(source) = state.store.get_sandbox(&snap.sandbox_id).await? else {
+        return Err(ApiError::internal(format!(
+            "snapshot {} without its source row",
+            snap.id
+        )));
+    };
+    audit(
+        &state,
+        &principal,
+        &source,
+        "snapshot.delete",
+        json!({ "snapshotId": snap.id }),
+    )
+    .await?;
+    snap.status = SnapshotStatus::Deleting;
+    snap.updated_at = Utc::now();
+    state.store.update_snapshot(&snap).await?;
+    let record = begin(
+        &state,
+        &source,
+        &snap.pool,
+        WorkOp::DeleteSnapshot,
+        false,
+        json!({ "snapshotId": snap.id }),
+        principal.actor().as_audit(),
+    )
+    .await?;
+    match wait_op(&state, &record.id, &source.id, LIFECYCLE_WAIT).await? {
+        Some(op) if op.state == OpState::Done => Ok(StatusCode::NO_CONTENT.into_response()),
+        Some(op) => Err(op_failure(&op)),
+        None => Ok((StatusCode::ACCEPTED, Json(SnapshotView::from(&snap))).into_response()),
+    }
+}

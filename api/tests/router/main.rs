@@ -1,0 +1,12 @@
+//! The `/v1` router in process: built on the memory store, the memory bus and a fake pool,
+//! called through `tower::ServiceExt::oneshot` (no listener, no other process). The
+//! multi-process behaviour is the e2e suite's (`cli/tests/e2e`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod errors;
+mod lifecycle;
+mod refusals;
+mod sandboxes;

@@ -1,0 +1,106 @@
+//! Create as a client sees it: the 202 body, field-naming refusals, idempotent replay.
+
+use axum::http::{Method, StatusCode};
+use serde_json::json;
+
+use crate::support::{api, assert_error};
+
+#[tokio::test]
+async fn create_is_202_with_the_queued_sandbox() {
+    let api = api().await;
+    let a = api
+        .admin(
+            Method::POST,
+            "/v1/sandboxes",
+            json!({ "labels": { "team": "a" }, "ttlSeconds": 600 }),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+    let b = &a.body;
+    assert!(b["id"].as_str().is_some_and(|id| !id.is_empty()), "{b}");
+    assert_eq!(b["status"], "queued", "{b}");
+    assert_eq!(b["orgId"], json!(api.tenant.org.id), "{b}");
+    assert_eq!(b["projectId"], json!(api.tenant.project.id), "{b}");
+    assert_eq!(b["labels"]["team"], "a", "{b}");
+    assert!(b["pool"].is_null(), "not placed yet: {b}");
+    assert!(b.get("error").is_none(), "{b}");
+    // And it reads back the same.
+    let read = api
+        .admin(
+            Method::GET,
+            &format!("/v1/sandboxes/{}", b["id"].as_str().unwrap_or("")),
+            serde_json::Value::Null,
+        )
+        .await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.body);
+    assert_eq!(read.body["id"], b["id"]);
+}
+
+#[tokio::test]
+async fn a_body_of_the_wrong_type_is_400_naming_the_field() {
+    let api = api().await;
+    let a = api
+        .admin(
+            Method::POST,
+            "/v1/sandboxes",
+            json!({ "ttlSeconds": "soon" }),
+        )
+        .await;
+    assert_error(&a, StatusCode::BAD_REQUEST, "invalid_argument");
+    assert_eq!(
+        a.body["error"]["details"]["field"], "ttlSeconds",
+        "{}",
+        a.body
+    );
+}
+
+#[tokio::test]
+async fn a_well_formed_but_unacceptable_value_is_422_naming_the_field() {
+    let api = api().await;
+    let a = api
+        .admin(
+            Method::POST,
+            "/v1/sandboxes",
+            json!({ "classification": "top-secret" }),
+        )
+        .await;
+    assert_error(&a, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    assert_eq!(
+        a.body["error"]["details"]["field"], "classification",
+        "{}",
+        a.body
+    );
+}
+
+#[tokio::test]
+async fn a_repeated_idempotency_key_replays_the_first_answer() {
+    let api = api().await;
+    let key = api.key.clone();
+    let create = || {
+        api.call(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&key),
+            json!({ "labels": { "run": "1" } }),
+            &[("idempotency-key", "router-create-1")],
+        )
+    };
+    let first = create().await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    assert!(first.headers.get("idempotent-replayed").is_none());
+    let again = create().await;
+    assert_eq!(again.status, StatusCode::ACCEPTED, "{}", again.body);
+    assert_eq!(again.headers["idempotent-replayed"], "true");
+    assert_eq!(again.body["id"], first.body["id"]);
+    // The same key with another body is a conflict, not a second sandbox.
+    let other = api
+        .call(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&key),
+            json!({ "labels": { "run": "2" } }),
+            &[("idempotency-key", "router-create-1")],
+        )
+        .await;
+    assert_error(&other, StatusCode::CONFLICT, "conflict");
+}

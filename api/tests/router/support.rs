@@ -1,0 +1,191 @@
+//! One in-process API per test, and one way to call it.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use axum::Router;
+use chrono::Utc;
+use differently_adapters::pools::PoolSet;
+use differently_api::events::EventHub;
+use differently_api::{
+    activity, auth_cache, policy_cache, ratelimit, AppState, BootstrapKey, Inner, Limits, Tenant,
+};
+use differently_bus::memory::MemoryBus;
+use differently_bus::{Announcer, Bus};
+use differently_bus_schema::Naming;
+use differently_core::pool::{PoolRecord, PoolSource, Trust};
+use differently_store::memory::MemoryStore;
+use differently_store::Store;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+/// A running API: its router, the bootstrap (admin) key and the bootstrap tenant.
+pub struct Api {
+    pub router: Router,
+    pub key: String,
+    pub tenant: Tenant,
+}
+
+/// What a call answered.
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Answer {
+    /// The served `X-Request-Id`.
+    pub fn request_id(&self) -> &str {
+        self.headers["x-request-id"].to_str().expect("ascii")
+    }
+
+    /// The error body's `code`.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+/// The fake pool every test places on.
+fn fake_pool() -> PoolRecord {
+    let now = Utc::now();
+    PoolRecord {
+        name: "fake".into(),
+        kind: "fake".into(),
+        trust: Trust::Private,
+        region: None,
+        max_concurrent: None,
+        isolation: None,
+        cost_per_cpu_hour: 0.0,
+        typical_create_seconds: Some(0.1),
+        settings: json!({}),
+        source: PoolSource::Config,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// A fresh API over its own memory store and bus. Creates are not placed in their
+/// admission (`direct_placement` off), so they stay queued: no scheduler runs here.
+pub async fn api() -> Api {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
+    let naming = Naming::new("dly").expect("naming");
+    bus.ensure_streams(&naming).await.expect("streams");
+    let (pools, bad) = PoolSet::from_records(vec![fake_pool()]);
+    assert!(bad.is_empty(), "fake pool: {bad:?}");
+    let key = differently_api::generate_key();
+    let tenant = differently_api::ensure_bootstrap_tenant(store.as_ref())
+        .await
+        .expect("tenant");
+    let limits = Limits {
+        direct_placement: false,
+        ..Limits::default()
+    };
+    let state = AppState::new(Inner {
+        events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
+        announcer: Announcer::new(bus, naming),
+        store,
+        pools,
+        bootstrap_key: BootstrapKey::from_key(&key).expect("bootstrap key"),
+        tenant: tenant.clone(),
+        faults: Default::default(),
+        key_requests: ratelimit::Buckets::new(limits.key_rate),
+        auth_failures: ratelimit::Buckets::new(limits.auth_failure_rate),
+        auth_cache: auth_cache::AuthCache::default(),
+        activity: activity::ActivityBuffer::default(),
+        policies: policy_cache::PolicyCache::default(),
+        limits,
+    });
+    Api {
+        router: differently_api::router(state),
+        key,
+        tenant,
+    }
+}
+
+impl Api {
+    /// Calls `method path` with `key` (none: unauthenticated), a JSON body (`Value::Null`:
+    /// none) and extra headers.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        body: Value,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(k) = key {
+            req = req.header("authorization", format!("Bearer {k}"));
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let body = if body.is_null() {
+            Body::empty()
+        } else {
+            req = req.header("content-type", "application/json");
+            Body::from(body.to_string())
+        };
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req.body(body).expect("request"))
+            .await
+            .expect("infallible");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("JSON body")
+        };
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// `call` with the bootstrap key and no extra headers.
+    pub async fn admin(&self, method: Method, path: &str, body: Value) -> Answer {
+        self.call(method, path, Some(&self.key.clone()), body, &[])
+            .await
+    }
+
+    /// A new key of the bootstrap org (or of `org`) with `scopes`.
+    pub async fn key_with(&self, org: Option<&str>, scopes: &[&str]) -> String {
+        let mut body = json!({ "name": "router-test", "scopes": scopes });
+        if let Some(org) = org {
+            body["orgId"] = json!(org);
+        }
+        let a = self.admin(Method::POST, "/v1/keys", body).await;
+        assert_eq!(a.status, StatusCode::CREATED, "create key: {}", a.body);
+        a.body["key"].as_str().expect("key").to_owned()
+    }
+
+    /// A sandbox of the bootstrap tenant, created with the bootstrap key; its id.
+    pub async fn sandbox(&self) -> String {
+        let a = self.admin(Method::POST, "/v1/sandboxes", json!({})).await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "create: {}", a.body);
+        a.body["id"].as_str().expect("id").to_owned()
+    }
+}
+
+/// Asserts `a` is an error envelope with `code` whose `requestId` is the served
+/// `X-Request-Id`.
+pub fn assert_error(a: &Answer, status: StatusCode, code: &str) {
+    assert_eq!(a.status, status, "{}", a.body);
+    assert_eq!(a.code(), code, "{}", a.body);
+    assert!(a.body["error"]["message"].is_string(), "{}", a.body);
+    assert_eq!(
+        a.body["error"]["requestId"].as_str(),
+        Some(a.request_id()),
+        "{}",
+        a.body
+    );
+}
