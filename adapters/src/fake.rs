@@ -835,7 +835,7 @@ impl Adapter for FakeAdapter {
             let from = self.files_root().join(".snapshots").join(snap);
             let to = self.files_root().join(req.sandbox_id.as_str());
             if from.is_dir() && !to.exists() {
-                tokio::task::spawn_blocking(move || crate::devhost::files::copy_tree(&from, &to))
+                tokio::task::spawn_blocking(move || crate::local_fs::copy_tree(&from, &to))
                     .await
                     .map_err(|e| AdapterError::Transient(format!("fake restore: {e}")))?
                     .map_err(|e| AdapterError::Transient(format!("fake restore: {e}")))?;
@@ -999,7 +999,7 @@ impl Adapter for FakeAdapter {
         body: ByteStream,
     ) -> Result<(), AdapterError> {
         let dir = self.sandbox_files(at).await?;
-        crate::devhost::files::upload(&dir, path, mode, body).await
+        crate::local_fs::upload(&dir, path, mode, body).await
     }
 
     async fn download(
@@ -1009,7 +1009,7 @@ impl Adapter for FakeAdapter {
         range: Option<ByteRange>,
     ) -> Result<Download, AdapterError> {
         let dir = self.sandbox_files(at).await?;
-        crate::devhost::files::download(&dir, path, range).await
+        crate::local_fs::download(&dir, path, range).await
     }
 
     async fn list_files(
@@ -1019,12 +1019,12 @@ impl Adapter for FakeAdapter {
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
         let dir = self.sandbox_files(at).await?;
-        crate::devhost::files::list(&dir, path, depth).await
+        crate::local_fs::list(&dir, path, depth).await
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
         let dir = self.sandbox_files(at).await?;
-        crate::devhost::files::delete(&dir, path).await
+        crate::local_fs::delete(&dir, path).await
     }
 
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
@@ -1063,7 +1063,7 @@ impl Adapter for FakeAdapter {
             let from = self.files_root().join(at.sandbox_id.as_str());
             let to = self.files_root().join(".snapshots").join(&backend_ref);
             if from.is_dir() && !to.exists() {
-                tokio::task::spawn_blocking(move || crate::devhost::files::copy_tree(&from, &to))
+                tokio::task::spawn_blocking(move || crate::local_fs::copy_tree(&from, &to))
                     .await
                     .map_err(|e| AdapterError::Transient(format!("fake snapshot: {e}")))?
                     .map_err(|e| AdapterError::Transient(format!("fake snapshot: {e}")))?;
