@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::exec_output::CollectedOutput;
 use crate::local_fs::{self, io_err};
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -58,8 +59,6 @@ use crate::{
 
 /// Name of the tag file inside each sandbox directory.
 pub use crate::local_fs::TAG_FILE;
-/// Cap on captured stdout and on captured stderr, each, for `exec` (not streamed).
-pub const OUTPUT_CAP_BYTES: usize = 1024 * 1024;
 /// `PATH` for commands when the host has none.
 const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// How long to wait for pipes to close after the group was killed (a process that left the
@@ -695,33 +694,10 @@ impl Adapter for DevhostAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        let (tx, mut rx) = mpsc::channel(16);
-        let collect = async {
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            let (mut out_cut, mut err_cut) = (false, false);
-            while let Some(ev) = rx.recv().await {
-                let (buf, cut, chunk) = match ev {
-                    ExecEvent::Stdout(c) => (&mut out, &mut out_cut, c),
-                    ExecEvent::Stderr(c) => (&mut err, &mut err_cut, c),
-                };
-                let room = OUTPUT_CAP_BYTES.saturating_sub(buf.len());
-                buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if chunk.len() > room {
-                    *cut = true;
-                }
-            }
-            (out, out_cut, err, err_cut)
-        };
-        let (exit, (out, out_cut, err, err_cut)) = tokio::join!(self.run(at, req, tx), collect);
+        let (tx, rx) = mpsc::channel(16);
+        let (exit, out) = tokio::join!(self.run(at, req, tx), CollectedOutput::collect(rx));
         let exit = exit?;
-        Ok(ExecResult {
-            exit_code: exit.exit_code,
-            stdout: String::from_utf8_lossy(&out).into_owned(),
-            stderr: String::from_utf8_lossy(&err).into_owned(),
-            stdout_truncated: out_cut,
-            stderr_truncated: err_cut,
-            duration_ms: exit.duration_ms,
-        })
+        Ok(out.into_result(exit.exit_code, exit.duration_ms))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {

@@ -53,13 +53,14 @@ use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use differently_core::exec::{ExecRequest, ExecResult, TIMEOUT_EXIT_CODE};
+use differently_core::exec::{ExecRequest, ExecResult, OUTPUT_CAP_BYTES, TIMEOUT_EXIT_CODE};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use serde::{Deserialize, Serialize};
 
 use tokio::sync::mpsc;
 
+use crate::exec_output::CollectedOutput;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
@@ -919,37 +920,24 @@ impl Adapter for FakeAdapter {
             }
             tokio::time::sleep(d).await;
         }
-        const CAP: usize = crate::devhost::OUTPUT_CAP_BYTES;
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let (mut out_cut, mut err_cut) = (false, false);
+        const CAP: usize = OUTPUT_CAP_BYTES;
+        let mut out = CollectedOutput::default();
         for o in &plan.output {
-            let (buf, cut, bytes): (_, _, Bytes) = match o {
-                Output::Stdout(b) => (&mut out, &mut out_cut, Bytes::copy_from_slice(b)),
-                Output::Stderr(b) => (&mut err, &mut err_cut, Bytes::copy_from_slice(b)),
+            match o {
+                Output::Stdout(b) => out.stdout.push(b),
+                Output::Stderr(b) => out.stderr.push(b),
                 Output::Generate { n, stderr } => {
                     let keep = usize::try_from((*n).min(CAP as u64 + 1)).unwrap_or(CAP + 1);
                     let b = yes_bytes(0, keep);
                     if *stderr {
-                        (&mut err, &mut err_cut, b)
+                        out.stderr.push(&b)
                     } else {
-                        (&mut out, &mut out_cut, b)
+                        out.stdout.push(&b)
                     }
                 }
-            };
-            let room = CAP.saturating_sub(buf.len());
-            buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
-            if bytes.len() > room {
-                *cut = true;
             }
         }
-        Ok(ExecResult {
-            exit_code: plan.exit_code,
-            stdout: String::from_utf8_lossy(&out).into_owned(),
-            stderr: String::from_utf8_lossy(&err).into_owned(),
-            stdout_truncated: out_cut,
-            stderr_truncated: err_cut,
-            duration_ms: millis(started.elapsed()),
-        })
+        Ok(out.into_result(plan.exit_code, millis(started.elapsed())))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {

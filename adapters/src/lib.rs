@@ -9,6 +9,7 @@ pub mod contract;
 pub mod credentials;
 pub mod devhost;
 pub mod error;
+pub mod exec_output;
 pub mod fake;
 pub mod local_fs;
 pub mod metered;

@@ -36,6 +36,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine;
+use differently_adapters::exec_output::CollectedOutput;
 use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::exec::{ExecRequest, ExecResult, OutputEncoding};
 use differently_core::tenancy::Scope;
@@ -54,7 +55,7 @@ use crate::lifecycle::open_data_call;
 use crate::AppState;
 
 /// Output kept per stream by collected exec.
-pub const OUTPUT_CAP_BYTES: usize = 1024 * 1024;
+pub use differently_core::exec::OUTPUT_CAP_BYTES;
 /// Chunks buffered between the adapter and the response body.
 pub const STREAM_BUFFER: usize = 8;
 /// Interval of `: ping` comments (SSE) or heartbeat frames on a quiet stream.
@@ -145,35 +146,20 @@ async fn exec(
         let call = pool.adapter.exec(&at, &req);
         return Ok(Json(metered(&pool.record.name, "exec", call).await?));
     }
-    let (tx, mut rx) = mpsc::channel(STREAM_BUFFER);
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
     let name = pool.record.name.clone();
     let run =
         async move { metered(&name, "exec_stream", adapter.exec_stream(&at, &req, tx)).await };
-    let collect = async {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let (mut out_cut, mut err_cut) = (false, false);
-        while let Some(ev) = rx.recv().await {
-            let (buf, cut, chunk) = match ev {
-                ExecEvent::Stdout(c) => (&mut out, &mut out_cut, c),
-                ExecEvent::Stderr(c) => (&mut err, &mut err_cut, c),
-            };
-            let room = OUTPUT_CAP_BYTES.saturating_sub(buf.len());
-            buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            if chunk.len() > room {
-                *cut = true;
-            }
-        }
-        (out, out_cut, err, err_cut)
-    };
-    let (exit, (out, out_cut, err, err_cut)) = tokio::join!(run, collect);
+    let collect = CollectedOutput::collect(rx);
+    let (exit, out) = tokio::join!(run, collect);
     let exit = exit?;
     Ok(Json(ExecResult {
         exit_code: exit.exit_code,
-        stdout: encode(enc, &out),
-        stderr: encode(enc, &err),
-        stdout_truncated: out_cut,
-        stderr_truncated: err_cut,
+        stdout: encode(enc, out.stdout.bytes()),
+        stderr: encode(enc, out.stderr.bytes()),
+        stdout_truncated: out.stdout.truncated(),
+        stderr_truncated: out.stderr.truncated(),
         duration_ms: exit.duration_ms,
     }))
 }

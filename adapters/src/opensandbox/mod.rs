@@ -20,7 +20,7 @@ use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
 use crate::credentials::Credentials;
-use crate::devhost::OUTPUT_CAP_BYTES;
+use crate::exec_output::CollectedOutput;
 use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -602,27 +602,13 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Collects output for `exec`, keeping the first `OUTPUT_CAP_BYTES` of each stream.
+/// Collects output for `exec`, keeping the capped head of each stream.
 #[derive(Debug, Default)]
-struct Collect {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    stdout_truncated: bool,
-    stderr_truncated: bool,
-}
+struct Collect(CollectedOutput);
 
 impl Sink for Collect {
     fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send {
-        let (buf, truncated, bytes) = match ev {
-            ExecEvent::Stdout(b) => (&mut self.stdout, &mut self.stdout_truncated, b),
-            ExecEvent::Stderr(b) => (&mut self.stderr, &mut self.stderr_truncated, b),
-        };
-        let room = OUTPUT_CAP_BYTES.saturating_sub(buf.len());
-        let keep = bytes.len().min(room);
-        buf.extend_from_slice(&bytes[..keep]);
-        if keep < bytes.len() {
-            *truncated = true;
-        }
+        self.0.push(&ev);
         std::future::ready(true)
     }
 }
@@ -717,14 +703,7 @@ impl Adapter for OpenSandboxAdapter {
         let started = Instant::now();
         let mut sink = Collect::default();
         let exit_code = self.run(at, req, &mut sink).await?;
-        Ok(ExecResult {
-            exit_code,
-            stdout: String::from_utf8_lossy(&sink.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&sink.stderr).into_owned(),
-            stdout_truncated: sink.stdout_truncated,
-            stderr_truncated: sink.stderr_truncated,
-            duration_ms: millis(started.elapsed()),
-        })
+        Ok(sink.0.into_result(exit_code, millis(started.elapsed())))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
