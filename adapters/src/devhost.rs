@@ -517,7 +517,6 @@ async fn pump(
     }
 }
 
-
 /// The directory an exec runs in: `cwd` taken relative to the sandbox directory.
 fn resolve_cwd(sandbox_dir: &Path, cwd: Option<&str>) -> Result<PathBuf, AdapterError> {
     let mut dir = sandbox_dir.to_path_buf();
@@ -871,7 +870,10 @@ mod tests {
             "/a\0b",
         ] {
             assert!(
-                matches!(local_fs::resolve(base, bad), Err(AdapterError::Permanent(_))),
+                matches!(
+                    local_fs::resolve(base, bad),
+                    Err(AdapterError::Permanent(_))
+                ),
                 "{bad:?}"
             );
         }

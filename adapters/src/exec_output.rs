@@ -59,9 +59,12 @@ mod tests {
             tx.send(ExecEvent::Stdout(Bytes::from_static(b"out")))
                 .await
                 .ok();
-            tx.send(ExecEvent::Stderr(Bytes::from(vec![b'e'; OUTPUT_CAP_BYTES + 1])))
-                .await
-                .ok();
+            tx.send(ExecEvent::Stderr(Bytes::from(vec![
+                b'e';
+                OUTPUT_CAP_BYTES + 1
+            ])))
+            .await
+            .ok();
         };
         let (_, out) = tokio::join!(send, CollectedOutput::collect(rx));
         let r = out.into_result(3, 7);

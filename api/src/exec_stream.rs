@@ -22,7 +22,6 @@
 //! `exec.stream` the adapter's own exec is used, and base64 output is refused (501) rather than
 //! faked from lossy text.
 
-use differently_adapters::metered::metered;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -143,14 +142,11 @@ async fn exec(
                 "outputEncoding base64 needs a pool with exec.stream (binary-safe output)",
             ));
         }
-        let call = pool.adapter.exec(&at, &req);
-        return Ok(Json(metered(&pool.record.name, "exec", call).await?));
+        return Ok(Json(pool.adapter.exec(&at, &req).await?));
     }
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
-    let name = pool.record.name.clone();
-    let run =
-        async move { metered(&name, "exec_stream", adapter.exec_stream(&at, &req, tx)).await };
+    let run = async move { adapter.exec_stream(&at, &req, tx).await };
     let collect = CollectedOutput::collect(rx);
     let (exit, out) = tokio::join!(run, collect);
     let exit = exit?;
@@ -454,10 +450,7 @@ async fn start_stream(
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
     let enc = req.output_encoding.unwrap_or_default();
-    let name = pool.record.name.clone();
-    let task = tokio::spawn(async move {
-        metered(&name, "exec_stream", adapter.exec_stream(&at, &req, tx)).await
-    });
+    let task = tokio::spawn(async move { adapter.exec_stream(&at, &req, tx).await });
     let run = Running {
         rx,
         task: Some(task),

@@ -21,8 +21,6 @@ use tokio::sync::{watch, Semaphore};
 
 pub mod ops;
 
-use differently_adapters::metered::metered;
-
 /// Tunables of a worker group.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -237,12 +235,7 @@ impl WorkerGroup {
             ttl_seconds: row.spec.ttl_seconds,
             from_snapshot,
         };
-        let created = with_progress(
-            acker,
-            self.config.ack_wait,
-            metered(&self.pool, "create", self.adapter().create(&req)),
-        )
-        .await;
+        let created = with_progress(acker, self.config.ack_wait, self.adapter().create(&req)).await;
         let instance = match created {
             Ok(i) => i,
             Err(e) => return self.create_failed(row, delivered, e).await,
@@ -264,9 +257,7 @@ impl WorkerGroup {
             Err(StoreError::StatusConflict { current }) => {
                 if current.is_final() {
                     // Deleted or failed while we created: do not leave an orphan behind.
-                    let adapter = self.adapter();
-                    let call = metered(&self.pool, "delete", adapter.delete(&row.id));
-                    if let Err(e) = call.await {
+                    if let Err(e) = self.adapter().delete(&row.id).await {
                         tracing::warn!(sandbox = %row.id, error = %e, "worker: orphan delete failed; reconciler will retry");
                     }
                 }
@@ -339,12 +330,7 @@ impl WorkerGroup {
         delivered: u64,
         acker: &dyn Acker,
     ) -> Ack {
-        let deleted = with_progress(
-            acker,
-            self.config.ack_wait,
-            metered(&self.pool, "delete", self.adapter().delete(id)),
-        )
-        .await;
+        let deleted = with_progress(acker, self.config.ack_wait, self.adapter().delete(id)).await;
         match deleted {
             Ok(()) | Err(AdapterError::NotFound) => {}
             Err(e) => {
