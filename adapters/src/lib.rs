@@ -11,6 +11,7 @@ pub mod devhost;
 pub mod error;
 pub mod exec_output;
 pub mod fake;
+pub mod http;
 pub mod local_fs;
 pub mod metered;
 pub mod opensandbox;

@@ -85,7 +85,7 @@ impl OpenSandboxAdapter {
         let settings = config.validate()?;
         let client = client::Client::new(&settings, credentials).map_err(|e| ConfigError {
             field: "apiURL".to_owned(),
-            message: e.to_string(),
+            message: AdapterError::Permanent(e.to_string()).to_string(),
         })?;
         Ok(Self {
             settings,
@@ -287,7 +287,7 @@ impl OpenSandboxAdapter {
             EndpointMode::Direct
         };
         let ans = lifecycle::endpoint(&self.client, backend_ref, EXECD_PORT, mode).await?;
-        // Plain HTTP to execd: this build has no TLS client (docs/opensandbox.md).
+        // Plain HTTP to execd, whatever the API's scheme (docs/opensandbox.md).
         let scheme = "http";
         let base = with_scheme(&ans.endpoint, scheme);
         let mut headers = ans.headers.unwrap_or_default();
