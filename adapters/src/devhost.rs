@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::local_fs::{self, io_err};
 use crate::{
@@ -175,7 +176,7 @@ impl DevhostAdapter {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !ok {
-            return Err(AdapterError::Permanent(format!(
+            return Err(AdapterError::permanent(format!(
                 "devhost: bad snapshot ref {snapshot:?}"
             )));
         }
@@ -268,17 +269,17 @@ impl DevhostAdapter {
         let started = Instant::now();
         let (sandbox_dir, tag) = self.existing(at).await?;
         if self.is_paused(&at.sandbox_id) {
-            return Err(AdapterError::Permanent("the sandbox is paused".to_owned()));
+            return Err(AdapterError::permanent("the sandbox is paused"));
         }
         let cwd = resolve_cwd(&sandbox_dir, req.cwd.as_deref())?;
         if !tokio::fs::metadata(&cwd).await.is_ok_and(|m| m.is_dir()) {
-            return Err(AdapterError::Permanent(format!(
+            return Err(AdapterError::permanent(format!(
                 "cwd {} does not exist in the sandbox",
                 req.cwd.as_deref().unwrap_or("/")
             )));
         }
         let Some((program, args)) = req.command.split_first() else {
-            return Err(AdapterError::Permanent("command is empty".to_owned()));
+            return Err(AdapterError::permanent("command is empty"));
         };
         let stdin = stdin_bytes(req)?;
 
@@ -489,7 +490,9 @@ fn stdin_bytes(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
         (None, Some(b)) => base64::engine::general_purpose::STANDARD
             .decode(b)
             .map(Some)
-            .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}"))),
+            .map_err(|e| {
+                AdapterError::Permanent(Reason::caused_by(format!("stdinBase64: {e}"), e))
+            }),
         (None, None) => Ok(None),
     }
 }
@@ -525,7 +528,7 @@ fn resolve_cwd(sandbox_dir: &Path, cwd: Option<&str>) -> Result<PathBuf, Adapter
             Component::RootDir | Component::CurDir => {}
             Component::Normal(part) => dir.push(part),
             Component::ParentDir | Component::Prefix(_) => {
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "cwd may not contain `..`".to_owned(),
                 ))
             }
@@ -577,7 +580,7 @@ async fn tar(args: &[&std::ffi::OsStr]) -> Result<(), AdapterError> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(AdapterError::Transient(format!(
+        Err(AdapterError::transient(format!(
             "devhost: tar failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )))
@@ -616,7 +619,7 @@ impl Adapter for DevhostAdapter {
         if let Some(snapshot) = &req.from_snapshot {
             let archive = self.snapshot_path(snapshot)?;
             if !archive.exists() {
-                return Err(AdapterError::Permanent(format!(
+                return Err(AdapterError::permanent(format!(
                     "devhost: snapshot {snapshot} does not exist"
                 )));
             }
@@ -634,8 +637,9 @@ impl Adapter for DevhostAdapter {
             created_at: Utc::now(),
             env: req.env.clone(),
         };
-        let json = serde_json::to_vec_pretty(&tag)
-            .map_err(|e| AdapterError::Permanent(format!("devhost: encode tag: {e}")))?;
+        let json = serde_json::to_vec_pretty(&tag).map_err(|e| {
+            AdapterError::Permanent(Reason::caused_by(format!("devhost: encode tag: {e}"), e))
+        })?;
         // Write then rename, so a reader never sees a half-written tag.
         let tmp = dir.join(format!("{TAG_FILE}.tmp{}", std::process::id()));
         tokio::fs::write(&tmp, json)
@@ -702,7 +706,9 @@ impl Adapter for DevhostAdapter {
     async fn health(&self) -> Result<(), AdapterError> {
         tokio::fs::create_dir_all(&self.config.root)
             .await
-            .map_err(|e| AdapterError::Unavailable(format!("devhost root: {e}")))
+            .map_err(|e| {
+                AdapterError::Unavailable(Reason::caused_by(format!("devhost root: {e}"), e))
+            })
     }
 
     async fn exec_stream(
@@ -783,7 +789,7 @@ impl Adapter for DevhostAdapter {
         if !archive.exists() {
             let parent = archive
                 .parent()
-                .ok_or_else(|| AdapterError::Permanent("snapshot dir".to_owned()))?;
+                .ok_or_else(|| AdapterError::permanent("snapshot dir"))?;
             tokio::fs::create_dir_all(parent)
                 .await
                 .map_err(|e| io_err("create snapshot directory", e))?;

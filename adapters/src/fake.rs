@@ -60,6 +60,7 @@ use serde::{Deserialize, Serialize};
 
 use tokio::sync::mpsc;
 
+use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -371,7 +372,7 @@ impl FakeAdapter {
 
     fn check_available(&self) -> Result<(), AdapterError> {
         if self.config.unavailable {
-            Err(AdapterError::Unavailable(
+            Err(AdapterError::unavailable(
                 "fake backend configured unavailable".to_owned(),
             ))
         } else {
@@ -408,8 +409,15 @@ impl FakeAdapter {
                     file_transact(&mut inner, &files, decide)
                 })
                 .await
-                .map_err(|e| AdapterError::Transient(format!("fake ledger task failed: {e}")))?
-                .map_err(|e| AdapterError::Transient(format!("fake ledger: {e}")))
+                .map_err(|e| {
+                    AdapterError::Transient(Reason::caused_by(
+                        format!("fake ledger task failed: {e}"),
+                        e,
+                    ))
+                })?
+                .map_err(|e| {
+                    AdapterError::Transient(Reason::caused_by(format!("fake ledger: {e}"), e))
+                })
             }
         }
     }
@@ -653,7 +661,9 @@ fn stdin_of(req: &ExecRequest) -> Result<Vec<u8>, AdapterError> {
         (Some(s), _) => Ok(s.as_bytes().to_vec()),
         (None, Some(b)) => base64::engine::general_purpose::STANDARD
             .decode(b)
-            .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}"))),
+            .map_err(|e| {
+                AdapterError::Permanent(Reason::caused_by(format!("stdinBase64: {e}"), e))
+            }),
         (None, None) => Ok(Vec::new()),
     }
 }
@@ -717,7 +727,7 @@ impl FakeAdapter {
                 }
                 (None, Some(l)) if l.state != InstanceState::Running => {
                     e.outcome = LedgerOutcome::Refused;
-                    Err(AdapterError::Permanent(format!(
+                    Err(AdapterError::permanent(format!(
                         "the instance is {:?}",
                         l.state
                     )))
@@ -737,9 +747,9 @@ impl FakeAdapter {
             return Err(AdapterError::NotFound);
         }
         let dir = self.files_root().join(at.sandbox_id.as_str());
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| AdapterError::Transient(format!("fake files: {e}")))?;
+        tokio::fs::create_dir_all(&dir).await.map_err(|e| {
+            AdapterError::Transient(Reason::caused_by(format!("fake files: {e}"), e))
+        })?;
         Ok(dir)
     }
 
@@ -767,7 +777,7 @@ impl FakeAdapter {
                 Some(l) if l.state == from || l.state == to => Ok(()),
                 Some(l) => {
                     e.outcome = LedgerOutcome::Refused;
-                    Err(AdapterError::Permanent(format!(
+                    Err(AdapterError::permanent(format!(
                         "cannot {op:?} an instance that is {:?}",
                         l.state
                     )))
@@ -807,7 +817,7 @@ impl Adapter for FakeAdapter {
                 let failed = state.failed_creates.get(&sbx).copied().unwrap_or(0);
                 if failed < fail_creates {
                     e.outcome = LedgerOutcome::Failed;
-                    let err = AdapterError::Transient(format!(
+                    let err = AdapterError::transient(format!(
                         "fake: injected create failure {} of {fail_creates}",
                         failed + 1
                     ));
@@ -817,7 +827,7 @@ impl Adapter for FakeAdapter {
                     if !state.snapshots.contains(snap) {
                         e.outcome = LedgerOutcome::Failed;
                         e.snapshot = Some(snap.clone());
-                        let err = AdapterError::Permanent(format!("fake: no snapshot {snap}"));
+                        let err = AdapterError::permanent(format!("fake: no snapshot {snap}"));
                         return (e, Err(err));
                     }
                 }
@@ -838,8 +848,12 @@ impl Adapter for FakeAdapter {
             if from.is_dir() && !to.exists() {
                 tokio::task::spawn_blocking(move || crate::local_fs::copy_tree(&from, &to))
                     .await
-                    .map_err(|e| AdapterError::Transient(format!("fake restore: {e}")))?
-                    .map_err(|e| AdapterError::Transient(format!("fake restore: {e}")))?;
+                    .map_err(|e| {
+                        AdapterError::Transient(Reason::caused_by(format!("fake restore: {e}"), e))
+                    })?
+                    .map_err(|e| {
+                        AdapterError::Transient(Reason::caused_by(format!("fake restore: {e}"), e))
+                    })?;
             }
         }
         Ok(created)
@@ -882,7 +896,7 @@ impl Adapter for FakeAdapter {
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
         self.check_available()?;
         if self.config.fail_list {
-            return Err(AdapterError::Unavailable(
+            return Err(AdapterError::unavailable(
                 "fake backend configured with failList".to_owned(),
             ));
         }
@@ -1053,8 +1067,12 @@ impl Adapter for FakeAdapter {
             if from.is_dir() && !to.exists() {
                 tokio::task::spawn_blocking(move || crate::local_fs::copy_tree(&from, &to))
                     .await
-                    .map_err(|e| AdapterError::Transient(format!("fake snapshot: {e}")))?
-                    .map_err(|e| AdapterError::Transient(format!("fake snapshot: {e}")))?;
+                    .map_err(|e| {
+                        AdapterError::Transient(Reason::caused_by(format!("fake snapshot: {e}"), e))
+                    })?
+                    .map_err(|e| {
+                        AdapterError::Transient(Reason::caused_by(format!("fake snapshot: {e}"), e))
+                    })?;
             }
         }
         let at = at.clone();

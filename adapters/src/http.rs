@@ -19,6 +19,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Request, RequestBuilder, Response, StatusCode};
 
 use crate::credentials::{CredentialRef, CredentialResolver, Credentials};
+use crate::error::Reason;
 use crate::AdapterError;
 
 /// A credential sent in a header. Never printed: `Debug` shows `***` and there is no
@@ -259,13 +260,11 @@ impl HttpClient {
     async fn secret(&self, auth: &Auth) -> Result<Secret, AdapterError> {
         let reference = auth.credential.reference();
         let label = format!("{} {}", self.service, auth.what);
-        let raw = auth
-            .credential
-            .get()
-            .await
-            .map_err(|e| AdapterError::Unavailable(format!("{label} ({reference}): {e}")))?;
+        let raw = auth.credential.get().await.map_err(|e| {
+            AdapterError::Unavailable(Reason::caused_by(format!("{label} ({reference}): {e}"), e))
+        })?;
         let secret = Secret::parse(&raw).map_err(|why| {
-            AdapterError::Unavailable(format!("{label} ({reference}): the key {why}"))
+            AdapterError::unavailable(format!("{label} ({reference}): the key {why}"))
         })?;
         let mut seen = auth.seen.lock().unwrap_or_else(|p| p.into_inner());
         if !seen.contains(&secret) {
@@ -287,13 +286,15 @@ impl HttpClient {
         }
     }
 
-    /// Scrubs the message of an error (its kind kept).
+    /// Scrubs the message of an error (its kind and cause kept).
     pub fn scrub_error(&self, e: AdapterError) -> AdapterError {
         match e {
-            AdapterError::Transient(m) => AdapterError::Transient(self.scrub(&m)),
-            AdapterError::Permanent(m) => AdapterError::Permanent(self.scrub(&m)),
+            AdapterError::Transient(m) => AdapterError::Transient(m.map_message(|t| self.scrub(t))),
+            AdapterError::Permanent(m) => AdapterError::Permanent(m.map_message(|t| self.scrub(t))),
             AdapterError::Unsupported(m) => AdapterError::Unsupported(self.scrub(&m)),
-            AdapterError::Unavailable(m) => AdapterError::Unavailable(self.scrub(&m)),
+            AdapterError::Unavailable(m) => {
+                AdapterError::Unavailable(m.map_message(|t| self.scrub(t)))
+            }
             AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
             AdapterError::NotFound => AdapterError::NotFound,
         }
@@ -345,7 +346,7 @@ impl HttpClient {
         if self.is_backend(req.url().as_str()) {
             let secret = self.secret(auth).await?;
             let mut value = HeaderValue::from_str(secret.expose()).map_err(|_| {
-                AdapterError::Unavailable(format!(
+                AdapterError::unavailable(format!(
                     "{} {} ({}): the key has characters a header cannot carry",
                     self.service,
                     auth.what,
@@ -364,13 +365,13 @@ impl HttpClient {
     /// Retries as configured ([`HttpClientBuilder::retries`]).
     pub async fn send(&self, rb: RequestBuilder, op: &str) -> Result<Response, AdapterError> {
         let (http, req) = rb.build_split();
-        let mut req = req.map_err(|e| self.transport_error(op, &e))?;
+        let mut req = req.map_err(|e| self.transport_error(op, e))?;
         self.authorize(&mut req).await?;
         if self.retries == 0 || !is_idempotent(req.method()) || req.try_clone().is_none() {
             return http
                 .execute(req)
                 .await
-                .map_err(|e| self.transport_error(op, &e));
+                .map_err(|e| self.transport_error(op, e));
         }
         let attempt = || async {
             let copy = req.try_clone().ok_or(Attempt::Uncopyable)?;
@@ -395,8 +396,8 @@ impl HttpClient {
             .await;
         match result {
             Ok(resp) | Err(Attempt::Busy(resp)) => Ok(resp),
-            Err(Attempt::Transport(e)) => Err(self.transport_error(op, &e)),
-            Err(Attempt::Uncopyable) => Err(AdapterError::Permanent(format!(
+            Err(Attempt::Transport(e)) => Err(self.transport_error(op, e)),
+            Err(Attempt::Uncopyable) => Err(AdapterError::permanent(format!(
                 "{op}: the request cannot be sent again"
             ))),
         }
@@ -404,9 +405,9 @@ impl HttpClient {
 
     /// Maps a transport failure: unreachable → Unavailable, everything else → Transient.
     /// The message follows the error's causes (TLS failures say why) and is scrubbed.
-    pub fn transport_error(&self, op: &str, e: &reqwest::Error) -> AdapterError {
+    pub fn transport_error(&self, op: &str, e: reqwest::Error) -> AdapterError {
         let mut text = String::new();
-        let mut source: Option<&dyn std::error::Error> = Some(e);
+        let mut source: Option<&dyn std::error::Error> = Some(&e);
         while let Some(s) = source {
             let part = s.to_string();
             if !text.contains(&part) {
@@ -417,13 +418,25 @@ impl HttpClient {
             }
             source = s.source();
         }
-        let text = self.scrub(&text);
-        if e.is_connect() {
-            AdapterError::Unavailable(format!("{op}: cannot connect: {text}"))
-        } else if e.is_timeout() {
-            AdapterError::Transient(format!("{op}: timed out"))
+        let scrubbed = self.scrub(&text);
+        let (connect, timeout) = (e.is_connect(), e.is_timeout());
+        let message = if connect {
+            format!("{op}: cannot connect: {scrubbed}")
+        } else if timeout {
+            format!("{op}: timed out")
         } else {
-            AdapterError::Transient(format!("{op}: {text}"))
+            format!("{op}: {scrubbed}")
+        };
+        // The cause is kept only when no secret shows anywhere in its chain.
+        let reason = if scrubbed == text {
+            Reason::caused_by(message, e)
+        } else {
+            Reason::from(message)
+        };
+        if connect {
+            AdapterError::Unavailable(reason)
+        } else {
+            AdapterError::Transient(reason)
         }
     }
 }
@@ -447,12 +460,12 @@ fn is_busy(s: StatusCode) -> bool {
 pub fn status_error(op: &str, status: StatusCode, text: &str) -> AdapterError {
     let text = format!("{op}: HTTP {}: {text}", status.as_u16());
     match status.as_u16() {
-        401 | 403 => AdapterError::Permanent(text),
+        401 | 403 => AdapterError::permanent(text),
         404 => AdapterError::NotFound,
-        408 | 429 => AdapterError::Transient(text),
+        408 | 429 => AdapterError::transient(text),
         501 => AdapterError::Unsupported(text),
-        500..=599 => AdapterError::Transient(text),
-        _ => AdapterError::Permanent(text),
+        500..=599 => AdapterError::transient(text),
+        _ => AdapterError::permanent(text),
     }
 }
 

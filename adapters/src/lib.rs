@@ -19,4 +19,4 @@ pub mod pools;
 pub mod registry;
 
 pub use contract::*;
-pub use error::AdapterError;
+pub use error::{AdapterError, Reason};

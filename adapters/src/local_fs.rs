@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::error::Reason;
 use crate::{AdapterError, ByteRange, ByteStream, Download, FileEntry};
 
 /// Name of the tag file at the top of each sandbox directory: reserved (not writable) and
@@ -22,13 +23,13 @@ const CHUNK: usize = 64 * 1024;
 /// A host I/O failure as an adapter error. (The `devhost:` prefix is the message both local
 /// adapters have always given.)
 pub(crate) fn io_err(what: &str, e: io::Error) -> AdapterError {
-    AdapterError::Transient(format!("devhost: {what}: {e}"))
+    AdapterError::Transient(Reason::caused_by(format!("devhost: {what}: {e}"), e))
 }
 
 /// Maps a sandbox-absolute path to a host path below `base`.
 pub(crate) fn resolve(base: &Path, path: &str) -> Result<PathBuf, AdapterError> {
     if !path.starts_with('/') || path.contains('\0') {
-        return Err(AdapterError::Permanent(format!(
+        return Err(AdapterError::permanent(format!(
             "path {path:?} must be absolute"
         )));
     }
@@ -39,13 +40,13 @@ pub(crate) fn resolve(base: &Path, path: &str) -> Result<PathBuf, AdapterError> 
             Component::RootDir | Component::CurDir => {}
             Component::Normal(part) => {
                 if depth == 0 && part == TAG_FILE {
-                    return Err(AdapterError::Permanent(format!("{TAG_FILE} is reserved")));
+                    return Err(AdapterError::permanent(format!("{TAG_FILE} is reserved")));
                 }
                 depth += 1;
                 out.push(part);
             }
             Component::ParentDir | Component::Prefix(_) => {
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "paths may not contain `..`".to_owned(),
                 ))
             }
@@ -66,7 +67,7 @@ pub(crate) async fn check_inside(base: &Path, p: &Path) -> Result<(), AdapterErr
                 return if real.starts_with(&base) {
                     Ok(())
                 } else {
-                    Err(AdapterError::Permanent(
+                    Err(AdapterError::permanent(
                         "path leaves the sandbox through a symlink".to_owned(),
                     ))
                 };
@@ -98,12 +99,12 @@ pub(crate) async fn upload(
 ) -> Result<(), AdapterError> {
     let target = resolve(base, path)?;
     if target == base {
-        return Err(AdapterError::Permanent("cannot write to /".to_owned()));
+        return Err(AdapterError::permanent("cannot write to /"));
     }
     check_inside(base, &target).await?;
     let parent = target
         .parent()
-        .ok_or_else(|| AdapterError::Permanent("no parent directory".to_owned()))?;
+        .ok_or_else(|| AdapterError::permanent("no parent directory"))?;
     tokio::fs::create_dir_all(parent)
         .await
         .map_err(|e| io_err("create parent directories", e))?;
@@ -163,7 +164,7 @@ pub(crate) async fn download(
         .await
         .map_err(|e| not_found(path, e))?;
     if meta.is_dir() {
-        return Err(AdapterError::Permanent(format!("{path} is a directory")));
+        return Err(AdapterError::permanent(format!("{path} is a directory")));
     }
     let size = meta.len();
     let (start, end) = match range {
@@ -266,7 +267,7 @@ fn entry_of(path: String, meta: &std::fs::Metadata) -> FileEntry {
 pub(crate) async fn delete(base: &Path, path: &str) -> Result<(), AdapterError> {
     let target = resolve(base, path)?;
     if target == base {
-        return Err(AdapterError::Permanent("refusing to delete /".to_owned()));
+        return Err(AdapterError::permanent("refusing to delete /"));
     }
     check_inside(base, target.parent().unwrap_or(base)).await?;
     let meta = tokio::fs::symlink_metadata(&target)
@@ -279,7 +280,7 @@ pub(crate) async fn delete(base: &Path, path: &str) -> Result<(), AdapterError> 
     };
     res.map_err(|e| match e.kind() {
         io::ErrorKind::DirectoryNotEmpty => {
-            AdapterError::Permanent(format!("{path} is a directory that is not empty"))
+            AdapterError::permanent(format!("{path} is a directory that is not empty"))
         }
         _ => not_found(path, e),
     })
@@ -303,4 +304,22 @@ pub(crate) fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[test]
+    fn an_io_failure_keeps_its_cause() {
+        let e = io_err("read tag", io::Error::other("disk on fire"));
+        assert_eq!(
+            e.to_string(),
+            "backend transient error: devhost: read tag: disk on fire"
+        );
+        let cause = e.source().and_then(|r| r.source()).map(|c| c.to_string());
+        assert_eq!(cause.as_deref(), Some("disk on fire"));
+    }
 }

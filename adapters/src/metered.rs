@@ -403,7 +403,7 @@ mod tests {
             drop(body);
             // Failing mid-body: the error kind.
             let d = now(metered_download("p", async {
-                Ok(download(vec![Err(AdapterError::Transient("cut".into()))]))
+                Ok(download(vec![Err(AdapterError::transient("cut"))]))
             }))
             .unwrap();
             let mut body = d.body;
@@ -436,7 +436,7 @@ mod tests {
             Vec::new()
         }
         async fn create(&self, _: &CreateInstance) -> Result<Instance, AdapterError> {
-            Err(AdapterError::Permanent("no".into()))
+            Err(AdapterError::permanent("no"))
         }
         async fn delete(&self, _: &SandboxId) -> Result<(), AdapterError> {
             Ok(())
@@ -445,7 +445,7 @@ mod tests {
             Ok(None)
         }
         async fn list(&self, _: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
-            Err(AdapterError::Unavailable("down".into()))
+            Err(AdapterError::unavailable("down"))
         }
         async fn exec(&self, _: &InstanceRef, _: &ExecRequest) -> Result<ExecResult, AdapterError> {
             Err(AdapterError::NotFound)

@@ -598,7 +598,7 @@ mod tests {
         let run = run_of(
             vec![ExecEvent::Stdout(Bytes::from_static(b"a"))],
             None,
-            Err(AdapterError::Unavailable("backend down".into())),
+            Err(AdapterError::unavailable("backend down")),
         );
         let (_, frames) = frame_body(run, HEARTBEAT).await;
         assert_eq!(frames.len(), 2);
@@ -606,7 +606,7 @@ mod tests {
         let err: serde_json::Value = serde_json::from_slice(&frames[1].payload).unwrap();
         assert_eq!(
             err["code"],
-            json!(ApiError::from(AdapterError::Unavailable(String::new())).code)
+            json!(ApiError::from(AdapterError::unavailable(String::new())).code)
         );
         assert!(err["message"].is_string());
     }

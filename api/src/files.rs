@@ -142,12 +142,12 @@ async fn upload(
                 let total = seen2.fetch_add(b.len() as u64, Ordering::Relaxed) + b.len() as u64;
                 if total > limit {
                     over2.store(true, Ordering::Relaxed);
-                    Err(AdapterError::Permanent("upload over the limit".to_owned()))
+                    Err(AdapterError::permanent("upload over the limit"))
                 } else {
                     Ok(b)
                 }
             }
-            Err(e) => Err(AdapterError::Permanent(format!("upload body: {e}"))),
+            Err(e) => Err(AdapterError::permanent(format!("upload body: {e}"))),
         })
         .boxed();
     match pool.adapter.upload(&at, &path, mode, stream).await {

@@ -368,13 +368,13 @@ impl WorkerGroup {
         let Some(raw) = row.spec.labels.get(FROM_SNAPSHOT_LABEL) else {
             return Ok(None);
         };
-        let unusable = |why: &str| AdapterError::Permanent(format!("snapshot {raw}: {why}"));
+        let unusable = |why: &str| AdapterError::permanent(format!("snapshot {raw}: {why}"));
         let id = differently_core::ids::SnapshotId::parse(raw).map_err(|_| unusable("bad id"))?;
         match self.store.get_snapshot(&id).await {
             Ok(Some(s)) if s.pool != self.pool => Err(unusable("held by another pool")),
             Ok(Some(s)) => s.backend_ref.map(Some).ok_or_else(|| unusable("not ready")),
             Ok(None) => Err(unusable("does not exist")),
-            Err(e) => Err(AdapterError::Transient(format!(
+            Err(e) => Err(AdapterError::transient(format!(
                 "cannot read snapshot: {e}"
             ))),
         }

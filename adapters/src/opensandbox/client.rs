@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::config::Settings;
 use crate::credentials::Credentials;
+use crate::error::Reason;
 use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
 use crate::AdapterError;
 
@@ -95,14 +96,17 @@ impl Client {
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| self.transport_error(op, &e))?;
+            .map_err(|e| self.transport_error(op, e))?;
         serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(format!("{op}: unexpected answer from OpenSandbox: {e}"))
+            AdapterError::Transient(Reason::caused_by(
+                format!("{op}: unexpected answer from OpenSandbox: {e}"),
+                e,
+            ))
         })
     }
 
     /// Maps a transport failure: unreachable → Unavailable, everything else → Transient.
-    pub(crate) fn transport_error(&self, op: &str, e: &reqwest::Error) -> AdapterError {
+    pub(crate) fn transport_error(&self, op: &str, e: reqwest::Error) -> AdapterError {
         self.http.transport_error(op, e)
     }
 
@@ -208,19 +212,19 @@ fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
         ));
     }
     match status.as_u16() {
-        401 | 403 => AdapterError::Permanent(format!(
+        401 | 403 => AdapterError::permanent(format!(
             "{op}: OpenSandbox refused the credentials (HTTP {} {})",
             err.status, err.code
         )),
         // An unknown route is a wrong apiURL, not a missing sandbox.
-        404 if err.code.is_empty() && err.message == "Not Found" => AdapterError::Permanent(
+        404 if err.code.is_empty() && err.message == "Not Found" => AdapterError::permanent(
             format!("{op}: OpenSandbox has no such route (check apiURL ends in /v1)"),
         ),
         404 => AdapterError::NotFound,
-        408 | 429 => AdapterError::Transient(text),
+        408 | 429 => AdapterError::transient(text),
         501 => AdapterError::Unsupported(text),
-        500..=599 => AdapterError::Transient(text),
-        _ => AdapterError::Permanent(text),
+        500..=599 => AdapterError::transient(text),
+        _ => AdapterError::permanent(text),
     }
 }
 

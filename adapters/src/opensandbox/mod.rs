@@ -20,6 +20,7 @@ use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
 use crate::credentials::Credentials;
+use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::registry::AdapterConfigError;
 use crate::{
@@ -85,7 +86,7 @@ impl OpenSandboxAdapter {
         let settings = config.validate()?;
         let client = client::Client::new(&settings, credentials).map_err(|e| ConfigError {
             field: "apiURL".to_owned(),
-            message: AdapterError::Permanent(e.to_string()).to_string(),
+            message: AdapterError::permanent(e.to_string()).to_string(),
         })?;
         Ok(Self {
             settings,
@@ -176,7 +177,7 @@ impl OpenSandboxAdapter {
         let ttl = (req.ttl_seconds > 0).then(|| req.ttl_seconds.max(60));
         if s.runtime == Runtime::Fastsandbox {
             if !req.env.is_empty() {
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "Fast Sandbox templates fix the environment: bake env into the template"
                         .to_owned(),
                 ));
@@ -197,7 +198,7 @@ impl OpenSandboxAdapter {
                 None => {
                     if let Some(t) = req.template.as_deref().filter(|t| !t.is_empty()) {
                         if Some(t) != s.template_id.as_deref() {
-                            return Err(AdapterError::Permanent(format!(
+                            return Err(AdapterError::permanent(format!(
                                 "this pool serves only its own Fast Sandbox template, not `{t}`"
                             )));
                         }
@@ -260,13 +261,13 @@ impl OpenSandboxAdapter {
                         return Err(e);
                     }
                 }
-                return Err(AdapterError::Permanent(format!(
+                return Err(AdapterError::permanent(format!(
                     "sandbox is {} ({reason}): {message}",
                     st.state
                 )));
             }
             if Instant::now() >= deadline {
-                return Err(AdapterError::Transient(format!(
+                return Err(AdapterError::transient(format!(
                     "sandbox still {} after {} s (waiting for {want})",
                     st.state,
                     timeout.as_secs()
@@ -332,7 +333,7 @@ impl OpenSandboxAdapter {
                 Err(e) => {
                     self.forget(backend_ref);
                     if Instant::now() >= deadline {
-                        return Err(AdapterError::Transient(format!(
+                        return Err(AdapterError::transient(format!(
                             "execd did not answer within {} s: {e}",
                             timeout.as_secs()
                         )));
@@ -413,16 +414,16 @@ impl OpenSandboxAdapter {
         sink: &mut (impl Sink + Send),
     ) -> Result<i32, AdapterError> {
         if req.command.is_empty() || req.command[0].is_empty() {
-            return Err(AdapterError::Permanent("command is empty".to_owned()));
+            return Err(AdapterError::permanent("command is empty"));
         }
         if req.command.iter().any(|a| a.contains('\0')) {
-            return Err(AdapterError::Permanent(
+            return Err(AdapterError::permanent(
                 "arguments may not contain NUL".to_owned(),
             ));
         }
         let stdin: Option<Vec<u8>> = match (&req.stdin, &req.stdin_base64) {
             (Some(_), Some(_)) => {
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "give stdin or stdinBase64, not both".to_owned(),
                 ))
             }
@@ -432,7 +433,12 @@ impl OpenSandboxAdapter {
                 Some(
                     base64::engine::general_purpose::STANDARD
                         .decode(b)
-                        .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}")))?,
+                        .map_err(|e| {
+                            AdapterError::Permanent(Reason::caused_by(
+                                format!("stdinBase64: {e}"),
+                                e,
+                            ))
+                        })?,
                 )
             }
             (None, None) => None,
@@ -501,7 +507,7 @@ impl OpenSandboxAdapter {
                 && lifecycle::get(&self.client, &at.backend_ref).await.is_ok()
             {
                 // execd's 404 through the proxy, but the sandbox exists.
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "exec: execd answered 404".to_owned(),
                 ));
             }
@@ -533,7 +539,7 @@ impl OpenSandboxAdapter {
             // 409: fine if it is already paused or pausing.
             let sbx = lifecycle::get(&self.client, &at.backend_ref).await?;
             if !matches!(sbx.status.state.as_str(), "Paused" | "Pausing") {
-                return Err(AdapterError::Permanent(format!(
+                return Err(AdapterError::permanent(format!(
                     "cannot pause a sandbox that is {}",
                     sbx.status.state
                 )));
@@ -554,7 +560,7 @@ impl OpenSandboxAdapter {
         if !accepted {
             let sbx = lifecycle::get(&self.client, &at.backend_ref).await?;
             if !matches!(sbx.status.state.as_str(), "Running" | "Resuming") {
-                return Err(AdapterError::Permanent(format!(
+                return Err(AdapterError::permanent(format!(
                     "cannot resume a sandbox that is {}",
                     sbx.status.state
                 )));
@@ -642,9 +648,9 @@ impl Adapter for OpenSandboxAdapter {
                 lifecycle::delete(&self.client, &existing.id).await?;
                 continue;
             }
-            let mut inst = self.instance(&existing).ok_or_else(|| {
-                AdapterError::Transient("sandbox found but not usable".to_owned())
-            })?;
+            let mut inst = self
+                .instance(&existing)
+                .ok_or_else(|| AdapterError::transient("sandbox found but not usable"))?;
             if inst.state == InstanceState::Pending {
                 self.ready(&existing.id, Some(&image)).await?;
                 inst.state = InstanceState::Running;
@@ -822,7 +828,7 @@ impl Adapter for OpenSandboxAdapter {
         }
         let snap = lifecycle::create_snapshot(&self.client, &at.backend_ref, snapshot_id).await?;
         if snap.status.state == "Failed" {
-            return Err(AdapterError::Permanent(format!(
+            return Err(AdapterError::permanent(format!(
                 "snapshot failed: {}",
                 snap.status.message.unwrap_or_default()
             )));
@@ -848,7 +854,7 @@ impl Adapter for OpenSandboxAdapter {
     ) -> Result<Endpoint, AdapterError> {
         self.require("ports.expose")?;
         if port == 0 {
-            return Err(AdapterError::Permanent("port must be 1-65535".to_owned()));
+            return Err(AdapterError::permanent("port must be 1-65535"));
         }
         let (mode, expires_at) = match self.settings.ports {
             Ports::Signed => {
@@ -866,7 +872,7 @@ impl Adapter for OpenSandboxAdapter {
         };
         let ans = lifecycle::endpoint(&self.client, &at.backend_ref, port, mode).await?;
         if ans.headers.as_ref().is_some_and(|h| !h.is_empty()) {
-            return Err(AdapterError::Permanent(
+            return Err(AdapterError::permanent(
                 "this endpoint needs request headers, which would hand out a credential; refused"
                     .to_owned(),
             ));
@@ -878,7 +884,7 @@ impl Adapter for OpenSandboxAdapter {
         let url = with_scheme(&ans.endpoint, scheme);
         if self.client.is_server(&url) || self.client.is_server(&with_scheme(&ans.endpoint, "http"))
         {
-            return Err(AdapterError::Permanent(
+            return Err(AdapterError::permanent(
                 "this endpoint is the OpenSandbox server's own proxy, which takes the server's API key; refused"
                     .to_owned(),
             ));

@@ -211,4 +211,7 @@ async fn an_unreachable_backend_is_unavailable_after_the_retries() {
         .unwrap();
     let e = c.send(c.api(Method::GET, "/x"), "get x").await.unwrap_err();
     assert!(matches!(e, AdapterError::Unavailable(_)), "{e:?}");
+    // The transport error is kept as the cause (no secret in it to hide).
+    use std::error::Error;
+    assert!(e.source().and_then(|r| r.source()).is_some());
 }
