@@ -46,20 +46,20 @@ use chrono::{DateTime, Utc};
 use differently_core::exec::{ExecRequest, ExecResult, TIMEOUT_EXIT_CODE};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::error::Reason;
+use crate::exec_output::CollectedOutput;
+use crate::local_fs::{self, io_err};
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
 };
 
 /// Name of the tag file inside each sandbox directory.
-pub const TAG_FILE: &str = ".differently.json";
-/// Cap on captured stdout and on captured stderr, each, for `exec` (not streamed).
-pub const OUTPUT_CAP_BYTES: usize = 1024 * 1024;
+pub use crate::local_fs::TAG_FILE;
 /// `PATH` for commands when the host has none.
 const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// How long to wait for pipes to close after the group was killed (a process that left the
@@ -176,7 +176,7 @@ impl DevhostAdapter {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !ok {
-            return Err(AdapterError::Permanent(format!(
+            return Err(AdapterError::permanent(format!(
                 "devhost: bad snapshot ref {snapshot:?}"
             )));
         }
@@ -269,17 +269,17 @@ impl DevhostAdapter {
         let started = Instant::now();
         let (sandbox_dir, tag) = self.existing(at).await?;
         if self.is_paused(&at.sandbox_id) {
-            return Err(AdapterError::Permanent("the sandbox is paused".to_owned()));
+            return Err(AdapterError::permanent("the sandbox is paused"));
         }
         let cwd = resolve_cwd(&sandbox_dir, req.cwd.as_deref())?;
         if !tokio::fs::metadata(&cwd).await.is_ok_and(|m| m.is_dir()) {
-            return Err(AdapterError::Permanent(format!(
+            return Err(AdapterError::permanent(format!(
                 "cwd {} does not exist in the sandbox",
                 req.cwd.as_deref().unwrap_or("/")
             )));
         }
         let Some((program, args)) = req.command.split_first() else {
-            return Err(AdapterError::Permanent("command is empty".to_owned()));
+            return Err(AdapterError::permanent("command is empty"));
         };
         let stdin = stdin_bytes(req)?;
 
@@ -490,7 +490,9 @@ fn stdin_bytes(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
         (None, Some(b)) => base64::engine::general_purpose::STANDARD
             .decode(b)
             .map(Some)
-            .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}"))),
+            .map_err(|e| {
+                AdapterError::Permanent(Reason::caused_by(format!("stdinBase64: {e}"), e))
+            }),
         (None, None) => Ok(None),
     }
 }
@@ -518,10 +520,6 @@ async fn pump(
     }
 }
 
-pub(crate) fn io_err(what: &str, e: io::Error) -> AdapterError {
-    AdapterError::Transient(format!("devhost: {what}: {e}"))
-}
-
 /// The directory an exec runs in: `cwd` taken relative to the sandbox directory.
 fn resolve_cwd(sandbox_dir: &Path, cwd: Option<&str>) -> Result<PathBuf, AdapterError> {
     let mut dir = sandbox_dir.to_path_buf();
@@ -530,7 +528,7 @@ fn resolve_cwd(sandbox_dir: &Path, cwd: Option<&str>) -> Result<PathBuf, Adapter
             Component::RootDir | Component::CurDir => {}
             Component::Normal(part) => dir.push(part),
             Component::ParentDir | Component::Prefix(_) => {
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "cwd may not contain `..`".to_owned(),
                 ))
             }
@@ -582,297 +580,10 @@ async fn tar(args: &[&std::ffi::OsStr]) -> Result<(), AdapterError> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(AdapterError::Transient(format!(
+        Err(AdapterError::transient(format!(
             "devhost: tar failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )))
-    }
-}
-
-/// Files below a base directory, shared by the devhost and fake adapters. Paths are
-/// sandbox-absolute (`/a/b`); `..` is refused, and so is a path whose existing part resolves
-/// (through symlinks) outside the base.
-pub(crate) mod files {
-    use super::*;
-
-    /// Maps a sandbox-absolute path to a host path below `base`.
-    pub(crate) fn resolve(base: &Path, path: &str) -> Result<PathBuf, AdapterError> {
-        if !path.starts_with('/') || path.contains('\0') {
-            return Err(AdapterError::Permanent(format!(
-                "path {path:?} must be absolute"
-            )));
-        }
-        let mut out = base.to_path_buf();
-        let mut depth = 0;
-        for c in Path::new(path).components() {
-            match c {
-                Component::RootDir | Component::CurDir => {}
-                Component::Normal(part) => {
-                    if depth == 0 && part == TAG_FILE {
-                        return Err(AdapterError::Permanent(format!("{TAG_FILE} is reserved")));
-                    }
-                    depth += 1;
-                    out.push(part);
-                }
-                Component::ParentDir | Component::Prefix(_) => {
-                    return Err(AdapterError::Permanent(
-                        "paths may not contain `..`".to_owned(),
-                    ))
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Refuses `p` if its deepest existing ancestor resolves outside `base`.
-    pub(crate) async fn check_inside(base: &Path, p: &Path) -> Result<(), AdapterError> {
-        let base = tokio::fs::canonicalize(base)
-            .await
-            .map_err(|e| io_err("resolve sandbox", e))?;
-        let mut probe = p.to_path_buf();
-        loop {
-            match tokio::fs::canonicalize(&probe).await {
-                Ok(real) => {
-                    return if real.starts_with(&base) {
-                        Ok(())
-                    } else {
-                        Err(AdapterError::Permanent(
-                            "path leaves the sandbox through a symlink".to_owned(),
-                        ))
-                    };
-                }
-                Err(_) => {
-                    if !probe.pop() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-
-    fn not_found(path: &str, e: io::Error) -> AdapterError {
-        if e.kind() == io::ErrorKind::NotFound {
-            AdapterError::PathNotFound(path.to_owned())
-        } else {
-            io_err(path, e)
-        }
-    }
-
-    /// Streams `body` into `path` (through a temporary file renamed at the end, so a reader
-    /// never sees half a file), creating parent directories.
-    pub(crate) async fn upload(
-        base: &Path,
-        path: &str,
-        mode: Option<u32>,
-        mut body: ByteStream,
-    ) -> Result<(), AdapterError> {
-        let target = resolve(base, path)?;
-        if target == base {
-            return Err(AdapterError::Permanent("cannot write to /".to_owned()));
-        }
-        check_inside(base, &target).await?;
-        let parent = target
-            .parent()
-            .ok_or_else(|| AdapterError::Permanent("no parent directory".to_owned()))?;
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| io_err("create parent directories", e))?;
-        check_inside(base, parent).await?;
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = parent.join(format!(".{name}.upload-{}", ulid_like()));
-        let mut file = tokio::fs::File::create(&tmp)
-            .await
-            .map_err(|e| io_err("create file", e))?;
-        let written = async {
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk?;
-                file.write_all(&chunk)
-                    .await
-                    .map_err(|e| io_err("write file", e))?;
-            }
-            file.flush().await.map_err(|e| io_err("write file", e))?;
-            if let Some(mode) = mode {
-                use std::os::unix::fs::PermissionsExt;
-                tokio::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode & 0o7777))
-                    .await
-                    .map_err(|e| io_err("chmod", e))?;
-            }
-            tokio::fs::rename(&tmp, &target)
-                .await
-                .map_err(|e| io_err("rename upload", e))
-        }
-        .await;
-        if written.is_err() {
-            let _ = tokio::fs::remove_file(&tmp).await;
-        }
-        written
-    }
-
-    /// A unique-enough suffix for temporary files.
-    fn ulid_like() -> String {
-        format!(
-            "{}-{}",
-            std::process::id(),
-            Utc::now().timestamp_nanos_opt().unwrap_or_default()
-        )
-    }
-
-    /// Reads `path`, optionally a range of it (clamped to the file; a start past the end
-    /// gives an empty body, and the caller compares with `total_size`).
-    pub(crate) async fn download(
-        base: &Path,
-        path: &str,
-        range: Option<ByteRange>,
-    ) -> Result<Download, AdapterError> {
-        let target = resolve(base, path)?;
-        check_inside(base, &target).await?;
-        let meta = tokio::fs::metadata(&target)
-            .await
-            .map_err(|e| not_found(path, e))?;
-        if meta.is_dir() {
-            return Err(AdapterError::Permanent(format!("{path} is a directory")));
-        }
-        let size = meta.len();
-        let (start, end) = match range {
-            None => (0, size),
-            Some(r) => (
-                r.start.min(size),
-                r.end.map_or(size, |e| e.saturating_add(1).min(size)),
-            ),
-        };
-        let mut file = tokio::fs::File::open(&target)
-            .await
-            .map_err(|e| not_found(path, e))?;
-        use tokio::io::AsyncSeekExt;
-        file.seek(io::SeekFrom::Start(start))
-            .await
-            .map_err(|e| io_err("seek", e))?;
-        let left = end.saturating_sub(start);
-        let body = futures::stream::unfold((file, left), |(mut file, left)| async move {
-            if left == 0 {
-                return None;
-            }
-            let want = usize::try_from(left.min(CHUNK as u64)).unwrap_or(CHUNK);
-            let mut buf = vec![0u8; want];
-            match file.read(&mut buf).await {
-                Ok(0) => None,
-                Ok(n) => {
-                    buf.truncate(n);
-                    Some((Ok(Bytes::from(buf)), (file, left - n as u64)))
-                }
-                Err(e) => Some((Err(io_err("read file", e)), (file, 0))),
-            }
-        });
-        Ok(Download {
-            total_size: Some(size),
-            body: body.boxed(),
-        })
-    }
-
-    /// Lists `path` to `depth` levels (1: its direct children). The tag file is hidden.
-    pub(crate) async fn list(
-        base: &Path,
-        path: &str,
-        depth: u32,
-    ) -> Result<Vec<FileEntry>, AdapterError> {
-        let target = resolve(base, path)?;
-        check_inside(base, &target).await?;
-        let meta = tokio::fs::metadata(&target)
-            .await
-            .map_err(|e| not_found(path, e))?;
-        if !meta.is_dir() {
-            return Ok(vec![entry_of(path.to_owned(), &meta)]);
-        }
-        let mut out = Vec::new();
-        let mut todo = vec![(target, path.trim_end_matches('/').to_owned(), 1u32)];
-        while let Some((dir, shown, level)) = todo.pop() {
-            let mut rd = tokio::fs::read_dir(&dir)
-                .await
-                .map_err(|e| not_found(path, e))?;
-            while let Some(e) = rd.next_entry().await.map_err(|e| io_err("list", e))? {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if shown.is_empty() && name == TAG_FILE {
-                    continue;
-                }
-                let meta = match tokio::fs::symlink_metadata(e.path()).await {
-                    Ok(m) => m,
-                    Err(_) => continue,
-                };
-                let child = format!("{shown}/{name}");
-                if meta.is_dir() && level < depth {
-                    todo.push((e.path(), child.clone(), level + 1));
-                }
-                out.push(entry_of(child, &meta));
-            }
-        }
-        out.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(out)
-    }
-
-    fn entry_of(path: String, meta: &std::fs::Metadata) -> FileEntry {
-        use std::os::unix::fs::PermissionsExt;
-        let kind = if meta.is_dir() {
-            crate::FileKind::Dir
-        } else if meta.is_symlink() {
-            crate::FileKind::Symlink
-        } else if meta.is_file() {
-            crate::FileKind::File
-        } else {
-            crate::FileKind::Other
-        };
-        FileEntry {
-            path,
-            kind,
-            size: meta.len(),
-            mode: meta.permissions().mode() & 0o7777,
-            modified_at: meta.modified().ok().map(DateTime::<Utc>::from),
-        }
-    }
-
-    /// Removes a file or an empty directory.
-    pub(crate) async fn delete(base: &Path, path: &str) -> Result<(), AdapterError> {
-        let target = resolve(base, path)?;
-        if target == base {
-            return Err(AdapterError::Permanent("refusing to delete /".to_owned()));
-        }
-        check_inside(base, target.parent().unwrap_or(base)).await?;
-        let meta = tokio::fs::symlink_metadata(&target)
-            .await
-            .map_err(|e| not_found(path, e))?;
-        let res = if meta.is_dir() {
-            tokio::fs::remove_dir(&target).await
-        } else {
-            tokio::fs::remove_file(&target).await
-        };
-        res.map_err(|e| match e.kind() {
-            io::ErrorKind::DirectoryNotEmpty => {
-                AdapterError::Permanent(format!("{path} is a directory that is not empty"))
-            }
-            _ => not_found(path, e),
-        })
-    }
-
-    /// Copies a directory tree (files, directories, symlinks), for the fake's snapshots.
-    pub(crate) fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(to)?;
-        for e in std::fs::read_dir(from)? {
-            let e = e?;
-            let ty = e.file_type()?;
-            let dest = to.join(e.file_name());
-            if ty.is_dir() {
-                copy_tree(&e.path(), &dest)?;
-            } else if ty.is_symlink() {
-                let link = std::fs::read_link(e.path())?;
-                let _ = std::fs::remove_file(&dest);
-                std::os::unix::fs::symlink(link, dest)?;
-            } else {
-                std::fs::copy(e.path(), dest)?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -908,7 +619,7 @@ impl Adapter for DevhostAdapter {
         if let Some(snapshot) = &req.from_snapshot {
             let archive = self.snapshot_path(snapshot)?;
             if !archive.exists() {
-                return Err(AdapterError::Permanent(format!(
+                return Err(AdapterError::permanent(format!(
                     "devhost: snapshot {snapshot} does not exist"
                 )));
             }
@@ -926,8 +637,9 @@ impl Adapter for DevhostAdapter {
             created_at: Utc::now(),
             env: req.env.clone(),
         };
-        let json = serde_json::to_vec_pretty(&tag)
-            .map_err(|e| AdapterError::Permanent(format!("devhost: encode tag: {e}")))?;
+        let json = serde_json::to_vec_pretty(&tag).map_err(|e| {
+            AdapterError::Permanent(Reason::caused_by(format!("devhost: encode tag: {e}"), e))
+        })?;
         // Write then rename, so a reader never sees a half-written tag.
         let tmp = dir.join(format!("{TAG_FILE}.tmp{}", std::process::id()));
         tokio::fs::write(&tmp, json)
@@ -985,39 +697,18 @@ impl Adapter for DevhostAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        let (tx, mut rx) = mpsc::channel(16);
-        let collect = async {
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            let (mut out_cut, mut err_cut) = (false, false);
-            while let Some(ev) = rx.recv().await {
-                let (buf, cut, chunk) = match ev {
-                    ExecEvent::Stdout(c) => (&mut out, &mut out_cut, c),
-                    ExecEvent::Stderr(c) => (&mut err, &mut err_cut, c),
-                };
-                let room = OUTPUT_CAP_BYTES.saturating_sub(buf.len());
-                buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if chunk.len() > room {
-                    *cut = true;
-                }
-            }
-            (out, out_cut, err, err_cut)
-        };
-        let (exit, (out, out_cut, err, err_cut)) = tokio::join!(self.run(at, req, tx), collect);
+        let (tx, rx) = mpsc::channel(16);
+        let (exit, out) = tokio::join!(self.run(at, req, tx), CollectedOutput::collect(rx));
         let exit = exit?;
-        Ok(ExecResult {
-            exit_code: exit.exit_code,
-            stdout: String::from_utf8_lossy(&out).into_owned(),
-            stderr: String::from_utf8_lossy(&err).into_owned(),
-            stdout_truncated: out_cut,
-            stderr_truncated: err_cut,
-            duration_ms: exit.duration_ms,
-        })
+        Ok(out.into_result(exit.exit_code, exit.duration_ms))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
         tokio::fs::create_dir_all(&self.config.root)
             .await
-            .map_err(|e| AdapterError::Unavailable(format!("devhost root: {e}")))
+            .map_err(|e| {
+                AdapterError::Unavailable(Reason::caused_by(format!("devhost root: {e}"), e))
+            })
     }
 
     async fn exec_stream(
@@ -1037,7 +728,7 @@ impl Adapter for DevhostAdapter {
         body: ByteStream,
     ) -> Result<(), AdapterError> {
         let (dir, _) = self.existing(at).await?;
-        files::upload(&dir, path, mode, body).await
+        local_fs::upload(&dir, path, mode, body).await
     }
 
     async fn download(
@@ -1047,7 +738,7 @@ impl Adapter for DevhostAdapter {
         range: Option<ByteRange>,
     ) -> Result<Download, AdapterError> {
         let (dir, _) = self.existing(at).await?;
-        files::download(&dir, path, range).await
+        local_fs::download(&dir, path, range).await
     }
 
     async fn list_files(
@@ -1057,12 +748,12 @@ impl Adapter for DevhostAdapter {
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
         let (dir, _) = self.existing(at).await?;
-        files::list(&dir, path, depth).await
+        local_fs::list(&dir, path, depth).await
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
         let (dir, _) = self.existing(at).await?;
-        files::delete(&dir, path).await
+        local_fs::delete(&dir, path).await
     }
 
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
@@ -1098,7 +789,7 @@ impl Adapter for DevhostAdapter {
         if !archive.exists() {
             let parent = archive
                 .parent()
-                .ok_or_else(|| AdapterError::Permanent("snapshot dir".to_owned()))?;
+                .ok_or_else(|| AdapterError::permanent("snapshot dir"))?;
             tokio::fs::create_dir_all(parent)
                 .await
                 .map_err(|e| io_err("create snapshot directory", e))?;
@@ -1174,7 +865,7 @@ mod tests {
     fn file_paths_are_absolute_without_parent_or_tag() {
         let base = Path::new("/r/sbx");
         assert_eq!(
-            files::resolve(base, "/a/b.txt").ok(),
+            local_fs::resolve(base, "/a/b.txt").ok(),
             Some(base.join("a/b.txt"))
         );
         for bad in [
@@ -1185,7 +876,10 @@ mod tests {
             "/a\0b",
         ] {
             assert!(
-                matches!(files::resolve(base, bad), Err(AdapterError::Permanent(_))),
+                matches!(
+                    local_fs::resolve(base, bad),
+                    Err(AdapterError::Permanent(_))
+                ),
                 "{bad:?}"
             );
         }

@@ -1,14 +1,22 @@
 //! Adapter errors: what a caller needs to decide between retry, give up and tell the user.
 
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+
 /// Why a backend call failed. Messages never contain credentials.
+///
+/// The variants stay plain tuples so callers match them cheaply (`Transient(_)`); the three
+/// that can have an underlying failure (an I/O error, an HTTP transport error, a credential
+/// that does not resolve) carry it in their [`Reason`], reachable through `source()`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdapterError {
     /// Worth retrying: timeouts, 5xx, connection resets.
     #[error("backend transient error: {0}")]
-    Transient(String),
+    Transient(#[source] Reason),
     /// Will fail again the same way: bad template, rejected request.
     #[error("backend rejected the request: {0}")]
-    Permanent(String),
+    Permanent(#[source] Reason),
     /// The instance does not exist on the backend.
     #[error("backend instance not found")]
     NotFound,
@@ -20,7 +28,7 @@ pub enum AdapterError {
     Unsupported(String),
     /// The backend cannot be reached at all.
     #[error("backend unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] Reason),
 }
 
 impl AdapterError {
@@ -30,5 +38,134 @@ impl AdapterError {
             self,
             AdapterError::Transient(_) | AdapterError::Unavailable(_)
         )
+    }
+
+    /// A [`AdapterError::Transient`] with `message`.
+    pub fn transient(message: impl Into<Reason>) -> Self {
+        AdapterError::Transient(message.into())
+    }
+
+    /// A [`AdapterError::Permanent`] with `message`.
+    pub fn permanent(message: impl Into<Reason>) -> Self {
+        AdapterError::Permanent(message.into())
+    }
+
+    /// A [`AdapterError::Unavailable`] with `message`.
+    pub fn unavailable(message: impl Into<Reason>) -> Self {
+        AdapterError::Unavailable(message.into())
+    }
+}
+
+/// What went wrong, for a person, and the failure underneath it if there was one. Two
+/// reasons are equal when their messages are: the cause is for diagnosis, not for matching.
+/// Reads as its message (`Deref<Target = str>`), so `m.contains(…)` works on it.
+#[derive(Clone)]
+pub struct Reason {
+    message: String,
+    cause: Option<Arc<dyn Error + Send + Sync>>,
+}
+
+impl Reason {
+    /// `message`, caused by `cause` (kept, reachable through `source()`).
+    pub fn caused_by(
+        message: impl Into<String>,
+        cause: impl Error + Send + Sync + 'static,
+    ) -> Self {
+        Reason {
+            message: message.into(),
+            cause: Some(Arc::new(cause)),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same cause with another message (e.g. scrubbed of a credential).
+    pub fn map_message(self, f: impl FnOnce(&str) -> String) -> Self {
+        Reason {
+            message: f(&self.message),
+            cause: self.cause,
+        }
+    }
+}
+
+impl fmt::Debug for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.message, f)
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl Error for Reason {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.cause.as_deref().map(|c| c as &(dyn Error + 'static))
+    }
+}
+
+impl PartialEq for Reason {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for Reason {}
+
+impl std::ops::Deref for Reason {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<String> for Reason {
+    fn from(message: String) -> Self {
+        Reason {
+            message,
+            cause: None,
+        }
+    }
+}
+
+impl From<&str> for Reason {
+    fn from(message: &str) -> Self {
+        Reason::from(message.to_owned())
+    }
+}
+
+impl From<Reason> for String {
+    fn from(r: Reason) -> String {
+        r.message
+    }
+}
+
+impl From<&Reason> for String {
+    fn from(r: &Reason) -> String {
+        r.message.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_is_kept_but_not_compared() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let e = AdapterError::Transient(Reason::caused_by("read tag", io));
+        assert_eq!(e.to_string(), "backend transient error: read tag");
+        let cause = e.source().and_then(|r| r.source()).map(|c| c.to_string());
+        assert_eq!(cause.as_deref(), Some("denied"));
+        assert_eq!(e, AdapterError::transient("read tag"));
+        assert!(matches!(&e, AdapterError::Transient(m) if m.contains("tag")));
+        assert!(AdapterError::permanent("x")
+            .source()
+            .is_some_and(|r| r.source().is_none()));
     }
 }

@@ -21,13 +21,13 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Builds the adapter of `record`; its credential references resolve through
-    /// `credentials` at call time.
+    /// Builds the adapter of `record`, metered under the pool's name; its credential
+    /// references resolve through `credentials` at call time.
     pub fn build(
         record: PoolRecord,
         credentials: &Credentials,
     ) -> Result<Pool, AdapterConfigError> {
-        let adapter = registry::build_with(&record.kind, &record.settings, credentials)?;
+        let adapter = registry::build_pool(&record, credentials)?;
         Ok(Pool {
             adapter,
             record,

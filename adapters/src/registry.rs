@@ -1,23 +1,128 @@
-//! Builds an adapter from a pool's `adapter` kind and `adapterSettings` JSON, so the API,
-//! the workers and the CLI construct adapters the same way and reject bad settings the same way.
+//! The adapter kinds this build knows, as one table: per kind its trust rule, whether it is
+//! the dev-only local runner, and how its settings become an adapter. The API, the workers
+//! and the CLI construct adapters and decide trust through it, so they agree, and a new kind
+//! is its module plus one row in [`KINDS`].
 
 use std::sync::Arc;
 
+use differently_core::pool::{PoolRecord, Trust, TrustRule};
+use differently_core::FieldError;
 use serde::de::DeserializeOwned;
 
 use crate::credentials::Credentials;
 use crate::devhost::{DevhostAdapter, DevhostConfig};
 use crate::fake::{FakeAdapter, FakeConfig};
+use crate::metered::Metered;
+use crate::opensandbox::OpenSandboxAdapter;
 use crate::SharedAdapter;
 
-/// Adapter kinds this build can construct.
-pub const KNOWN_KINDS: &[&str] = &["fake", "devhost", "opensandbox"];
+/// Builds one kind's adapter from its `adapterSettings` (`null` means all defaults; each
+/// builder goes through [`parse`], so errors name the offending field).
+pub type BuildFn =
+    fn(&serde_json::Value, &Credentials) -> Result<SharedAdapter, AdapterConfigError>;
+
+/// One adapter kind.
+pub struct Kind {
+    /// The `adapter` name pools use.
+    pub name: &'static str,
+    /// How a pool of this kind gets its trust.
+    pub trust: TrustRule,
+    /// The dev-only local runner (`differently dev`): it runs host processes, so it has no
+    /// declared isolation; what isolates it is its own `isolation` setting.
+    pub dev_only: bool,
+    /// How to build it; `None` for a kind whose rules are fixed (its trust) but which this
+    /// build has no adapter for yet, so pools naming it are refused as unknown.
+    pub build: Option<BuildFn>,
+}
+
+/// Every adapter kind, built or reserved.
+pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "fake",
+        trust: TrustRule::PrivateByDefault,
+        dev_only: false,
+        build: Some(|s, _| Ok(Arc::new(FakeAdapter::new(parse::<FakeConfig>("fake", s)?)))),
+    },
+    Kind {
+        name: "devhost",
+        trust: TrustRule::PrivateByDefault,
+        dev_only: true,
+        build: Some(|s, _| {
+            Ok(Arc::new(DevhostAdapter::new(parse::<DevhostConfig>(
+                "devhost", s,
+            )?)))
+        }),
+    },
+    Kind {
+        name: "opensandbox",
+        trust: TrustRule::MustDeclare,
+        dev_only: false,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(OpenSandboxAdapter::with_credentials(
+                parse("opensandbox", s)?,
+                credentials,
+            )?))
+        }),
+    },
+    // Providers: always third-party infrastructure. Adapters to come.
+    Kind {
+        name: "daytona",
+        trust: TrustRule::ForcedExternal,
+        dev_only: false,
+        build: None,
+    },
+    Kind {
+        name: "e2b",
+        trust: TrustRule::ForcedExternal,
+        dev_only: false,
+        build: None,
+    },
+    Kind {
+        name: "freestyle",
+        trust: TrustRule::ForcedExternal,
+        dev_only: false,
+        build: None,
+    },
+    Kind {
+        name: "vercel",
+        trust: TrustRule::ForcedExternal,
+        dev_only: false,
+        build: None,
+    },
+];
+
+/// The row of `name`, built or reserved.
+pub fn kind(name: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// Adapter kinds this build can construct, in table order.
+pub fn known_kinds() -> impl Iterator<Item = &'static str> {
+    KINDS.iter().filter(|k| k.build.is_some()).map(|k| k.name)
+}
+
+/// The trust rule of `kind`; a kind not in the table (a plugin, a typo caught later by
+/// [`build`]) defaults to private.
+pub fn trust_rule(kind: &str) -> TrustRule {
+    self::kind(kind).map_or(TrustRule::PrivateByDefault, |k| k.trust)
+}
+
+/// The trust a pool of `kind` gets given what the operator declared (seeds' rules:
+/// providers are forced external, opensandbox must declare, others default private).
+pub fn resolve_trust(kind: &str, declared: Option<Trust>) -> Result<Trust, FieldError> {
+    differently_core::pool::resolve_trust(kind, trust_rule(kind), declared)
+}
+
+/// Whether `kind` is the dev-only local runner (see [`Kind::dev_only`]).
+pub fn is_dev_only(kind: &str) -> bool {
+    self::kind(kind).is_some_and(|k| k.dev_only)
+}
 
 /// Why an adapter could not be built from its configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdapterConfigError {
     /// The pool names an adapter kind this build does not have.
-    #[error("unknown adapter kind `{0}` (known: fake, devhost, opensandbox)")]
+    #[error("unknown adapter kind `{0}` (known: {known})", known = known_kinds().collect::<Vec<_>>().join(", "))]
     UnknownKind(String),
     /// The settings do not fit the kind; `field` names the offending setting when known.
     #[error("invalid settings for adapter `{kind}`{}: {message}", field.as_ref().map(|f| format!(", field `{f}`")).unwrap_or_default())]
@@ -30,7 +135,7 @@ pub enum AdapterConfigError {
 
 /// Constructs the adapter of `kind` from `settings` (`null` means all defaults), with no
 /// stored-secret source: enough to validate settings; a `secret:` credential of an adapter
-/// built this way fails at call time.
+/// built this way fails at call time. Not metered (see [`build_pool`]).
 pub fn build(
     kind: &str,
     settings: &serde_json::Value,
@@ -39,27 +144,27 @@ pub fn build(
 }
 
 /// Constructs the adapter of `kind`, resolving credential references through `credentials`
-/// at call time (so a replaced secret is used without rebuilding the adapter).
+/// at call time (so a replaced secret is used without rebuilding the adapter). Not metered:
+/// it has no pool to label its calls with (see [`build_pool`]).
 pub fn build_with(
     kind: &str,
     settings: &serde_json::Value,
     credentials: &Credentials,
 ) -> Result<SharedAdapter, AdapterConfigError> {
-    match kind {
-        "fake" => Ok(Arc::new(FakeAdapter::new(parse::<FakeConfig>(
-            kind, settings,
-        )?))),
-        "devhost" => Ok(Arc::new(DevhostAdapter::new(parse::<DevhostConfig>(
-            kind, settings,
-        )?))),
-        "opensandbox" => Ok(Arc::new(
-            crate::opensandbox::OpenSandboxAdapter::with_credentials(
-                parse(kind, settings)?,
-                credentials,
-            )?,
-        )),
-        other => Err(AdapterConfigError::UnknownKind(other.to_owned())),
+    match self::kind(kind).and_then(|k| k.build) {
+        Some(build) => build(settings, credentials),
+        None => Err(AdapterConfigError::UnknownKind(kind.to_owned())),
     }
+}
+
+/// Constructs the adapter of a registered pool, every call of it metered under the pool's
+/// name: the one way a serving process gets an adapter, so no caller meters by hand.
+pub fn build_pool(
+    record: &PoolRecord,
+    credentials: &Credentials,
+) -> Result<SharedAdapter, AdapterConfigError> {
+    let inner = build_with(&record.kind, &record.settings, credentials)?;
+    Ok(Arc::new(Metered::new(record.name.clone(), inner)))
 }
 
 /// Deserializes settings; when serde's message does not say which field is wrong (type
@@ -126,5 +231,45 @@ mod tests {
         assert!(e.contains("rooot"), "{e}");
 
         assert!(build("fake", &serde_json::json!([1])).is_err());
+    }
+
+    #[test]
+    fn unknown_kind_lists_the_built_kinds() {
+        let e = build("daytona", &serde_json::Value::Null)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            e,
+            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox)"
+        );
+        assert_eq!(
+            known_kinds().collect::<Vec<_>>(),
+            ["fake", "devhost", "opensandbox"]
+        );
+    }
+
+    #[test]
+    fn trust_rules_per_kind_follow_the_seeds() {
+        for provider in ["daytona", "e2b", "freestyle", "vercel"] {
+            assert_eq!(trust_rule(provider), TrustRule::ForcedExternal);
+            assert!(resolve_trust(provider, Some(Trust::Private)).is_err());
+        }
+        assert_eq!(resolve_trust("daytona", None), Ok(Trust::External));
+        assert_eq!(
+            resolve_trust("opensandbox", Some(Trust::Private)),
+            Ok(Trust::Private)
+        );
+        assert_eq!(
+            resolve_trust("opensandbox", None).map_err(|e| e.field),
+            Err("trust".to_owned())
+        );
+        assert_eq!(resolve_trust("fake", None), Ok(Trust::Private));
+        assert_eq!(
+            resolve_trust("remote", Some(Trust::External)),
+            Ok(Trust::External)
+        );
+        assert!(is_dev_only("devhost"));
+        assert!(!is_dev_only("fake") && !is_dev_only("opensandbox") && !is_dev_only("x"));
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::Utc;
 use differently_adapters::credentials::{Credentials, SecretSource, SecretSourceError};
 use differently_adapters::pools::PoolSet;
-use differently_core::pool::{resolve_trust, PoolRecord, PoolSource};
+use differently_core::pool::{PoolRecord, PoolSource};
 use differently_store::{Actor, Store};
 
 use crate::config::Config;
@@ -27,7 +27,7 @@ pub fn config_records(config: &Config) -> Result<Vec<PoolRecord>, AnyError> {
     let now = Utc::now();
     let mut out = Vec::new();
     for (i, p) in config.pools.iter().enumerate() {
-        let trust = resolve_trust(&p.kind, p.trust)
+        let trust = differently_adapters::registry::resolve_trust(&p.kind, p.trust)
             .map_err(|e| format!("config: pools[{i}].{}: {}", e.field, e.message))?;
         let settings = match &p.settings {
             Some(v) => serde_json::to_value(v)?,

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::capped::{CappedOutput, OUTPUT_CAP_BYTES};
 use crate::FieldError;
 
 /// Default and maximum time an exec may run.

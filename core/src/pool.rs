@@ -88,32 +88,42 @@ pub struct PoolRecord {
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// Adapter kinds that always run on third-party infrastructure: forced `external`.
-pub const EXTERNAL_KINDS: [&str; 4] = ["daytona", "e2b", "freestyle", "vercel"];
-/// Adapter kinds whose trust depends on where the operator runs them: must be declared.
-pub const DECLARE_TRUST_KINDS: [&str; 1] = ["opensandbox"];
+/// How a pool's trust is decided from its adapter kind (seeds' rules). Which kind follows
+/// which rule is the adapter registry's knowledge, not core's: core only applies the rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustRule {
+    /// The backend always runs on third-party infrastructure (providers): `external`, and
+    /// declaring `private` is an error.
+    ForcedExternal,
+    /// Trust depends on where the operator runs the backend: it must be declared.
+    MustDeclare,
+    /// `private` unless the operator declares otherwise.
+    PrivateByDefault,
+}
 
-/// The trust a pool of `kind` gets, given what the operator declared (seeds' rules:
-/// providers are forced external, opensandbox must declare, others default private).
-pub fn resolve_trust(kind: &str, declared: Option<Trust>) -> Result<Trust, crate::FieldError> {
-    if EXTERNAL_KINDS.contains(&kind) {
-        return match declared {
+/// The trust a pool of `kind` gets under `rule`, given what the operator declared. `kind`
+/// only names the pool's kind in error messages.
+pub fn resolve_trust(
+    kind: &str,
+    rule: TrustRule,
+    declared: Option<Trust>,
+) -> Result<Trust, crate::FieldError> {
+    match rule {
+        TrustRule::ForcedExternal => match declared {
             Some(Trust::Private) => Err(crate::FieldError::new(
                 "trust",
                 format!("{kind} runs on third-party infrastructure: its trust is always external"),
             )),
             _ => Ok(Trust::External),
-        };
-    }
-    if DECLARE_TRUST_KINDS.contains(&kind) {
-        return declared.ok_or_else(|| {
+        },
+        TrustRule::MustDeclare => declared.ok_or_else(|| {
             crate::FieldError::new(
                 "trust",
                 format!("{kind} pools must declare trust (private if you run the server, external otherwise)"),
             )
-        });
+        }),
+        TrustRule::PrivateByDefault => Ok(declared.unwrap_or(Trust::Private)),
     }
-    Ok(declared.unwrap_or(Trust::Private))
 }
 
 /// The live health of a pool as its workers last saw it: one fleet-wide view.
@@ -150,19 +160,28 @@ mod tests {
 
     #[test]
     fn trust_rules_follow_the_seeds() {
-        assert_eq!(resolve_trust("daytona", None), Ok(Trust::External));
-        assert!(resolve_trust("daytona", Some(Trust::Private)).is_err());
+        use TrustRule::*;
         assert_eq!(
-            resolve_trust("opensandbox", Some(Trust::Private)),
+            resolve_trust("daytona", ForcedExternal, None),
+            Ok(Trust::External)
+        );
+        assert!(resolve_trust("daytona", ForcedExternal, Some(Trust::Private)).is_err());
+        assert_eq!(
+            resolve_trust("opensandbox", MustDeclare, Some(Trust::Private)),
             Ok(Trust::Private)
         );
         assert_eq!(
-            resolve_trust("opensandbox", None).unwrap_err().field,
+            resolve_trust("opensandbox", MustDeclare, None)
+                .unwrap_err()
+                .field,
             "trust"
         );
-        assert_eq!(resolve_trust("fake", None), Ok(Trust::Private));
         assert_eq!(
-            resolve_trust("remote", Some(Trust::External)),
+            resolve_trust("fake", PrivateByDefault, None),
+            Ok(Trust::Private)
+        );
+        assert_eq!(
+            resolve_trust("remote", PrivateByDefault, Some(Trust::External)),
             Ok(Trust::External)
         );
     }

@@ -21,8 +21,6 @@ use tokio::sync::{watch, Semaphore};
 
 pub mod ops;
 
-use differently_adapters::metered::metered;
-
 /// Tunables of a worker group.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -232,12 +230,7 @@ impl WorkerGroup {
             ttl_seconds: row.spec.ttl_seconds,
             from_snapshot,
         };
-        let created = with_progress(
-            acker,
-            self.config.ack_wait,
-            metered(&self.pool, "create", self.adapter().create(&req)),
-        )
-        .await;
+        let created = with_progress(acker, self.config.ack_wait, self.adapter().create(&req)).await;
         let instance = match created {
             Ok(i) => i,
             Err(e) => return self.create_failed(row, delivered, e).await,
@@ -259,9 +252,7 @@ impl WorkerGroup {
             Err(StoreError::StatusConflict { current }) => {
                 if current.is_final() {
                     // Deleted or failed while we created: do not leave an orphan behind.
-                    let adapter = self.adapter();
-                    let call = metered(&self.pool, "delete", adapter.delete(&row.id));
-                    if let Err(e) = call.await {
+                    if let Err(e) = self.adapter().delete(&row.id).await {
                         tracing::warn!(sandbox = %row.id, error = %e, "worker: orphan delete failed; reconciler will retry");
                     }
                 }
@@ -334,12 +325,7 @@ impl WorkerGroup {
         delivered: u64,
         acker: &dyn Acker,
     ) -> Ack {
-        let deleted = with_progress(
-            acker,
-            self.config.ack_wait,
-            metered(&self.pool, "delete", self.adapter().delete(id)),
-        )
-        .await;
+        let deleted = with_progress(acker, self.config.ack_wait, self.adapter().delete(id)).await;
         match deleted {
             Ok(()) | Err(AdapterError::NotFound) => {}
             Err(e) => {
@@ -377,13 +363,13 @@ impl WorkerGroup {
         let Some(raw) = row.spec.labels.get(FROM_SNAPSHOT_LABEL) else {
             return Ok(None);
         };
-        let unusable = |why: &str| AdapterError::Permanent(format!("snapshot {raw}: {why}"));
+        let unusable = |why: &str| AdapterError::permanent(format!("snapshot {raw}: {why}"));
         let id = differently_core::ids::SnapshotId::parse(raw).map_err(|_| unusable("bad id"))?;
         match self.store.get_snapshot(&id).await {
             Ok(Some(s)) if s.pool != self.pool => Err(unusable("held by another pool")),
             Ok(Some(s)) => s.backend_ref.map(Some).ok_or_else(|| unusable("not ready")),
             Ok(None) => Err(unusable("does not exist")),
-            Err(e) => Err(AdapterError::Transient(format!(
+            Err(e) => Err(AdapterError::transient(format!(
                 "cannot read snapshot: {e}"
             ))),
         }

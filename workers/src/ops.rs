@@ -22,8 +22,6 @@ use differently_store::lifecycle::{OpError, OpRecord, OpState, SnapshotStatus};
 use differently_store::{Actor, StoreError, Transition};
 use serde_json::{json, Value};
 
-use differently_adapters::metered::metered;
-
 use crate::{backoff, with_progress, Ack, WorkerGroup};
 
 /// The statuses a lifecycle transition goes between.
@@ -160,16 +158,7 @@ impl WorkerGroup {
                     Err(_) => return Outcome::Retry(Duration::from_secs(1)),
                 };
                 if let Some(r) = &rec.backend_ref {
-                    let res = with_progress(
-                        acker,
-                        wait,
-                        metered(
-                            &self.pool,
-                            "delete_snapshot",
-                            self.adapter().delete_snapshot(r),
-                        ),
-                    )
-                    .await;
+                    let res = with_progress(acker, wait, self.adapter().delete_snapshot(r)).await;
                     if let Err(e) = res {
                         return self.failed(row, e, delivered);
                     }
@@ -196,11 +185,7 @@ impl WorkerGroup {
                     .as_u64()
                     .map(Duration::from_secs);
                 let adapter = self.adapter();
-                let call = metered(
-                    &self.pool,
-                    "expose_port",
-                    adapter.expose_port(&at, port, expires),
-                );
+                let call = adapter.expose_port(&at, port, expires);
                 match with_progress(acker, wait, call).await {
                     Ok(ep) => Outcome::Done(json!({ "url": ep.url, "expiresAt": ep.expires_at })),
                     Err(e) => self.failed(row, e, delivered),
@@ -211,13 +196,7 @@ impl WorkerGroup {
                     return Outcome::Done(Value::Null);
                 };
                 let ttl = Duration::from_secs(record.args["ttlSeconds"].as_u64().unwrap_or(0));
-                match with_progress(
-                    acker,
-                    wait,
-                    metered(&self.pool, "renew", self.adapter().renew(&at, ttl)),
-                )
-                .await
-                {
+                match with_progress(acker, wait, self.adapter().renew(&at, ttl)).await {
                     Ok(()) => Outcome::Done(Value::Null),
                     Err(e) => self.failed(row, e, delivered),
                 }
@@ -265,14 +244,14 @@ impl WorkerGroup {
                 .await;
         }
         let wait = self.config.ack_wait;
-        let call = metered(&self.pool, op.as_str(), async {
+        let call = async {
             match op {
                 WorkOp::Pause => self.adapter().pause(&at).await,
                 WorkOp::Resume => self.adapter().resume(&at).await,
                 WorkOp::Stop => self.adapter().stop(&at).await,
                 _ => self.adapter().start(&at).await,
             }
-        });
+        };
         if let Err(e) = with_progress(acker, wait, call).await {
             return self.failed(row, e, delivered);
         }
@@ -342,7 +321,7 @@ impl WorkerGroup {
         acker: &dyn Acker,
     ) -> Outcome {
         let adapter = self.adapter();
-        let call = metered(&self.pool, "start", adapter.start(at));
+        let call = adapter.start(at);
         if let Err(e) = with_progress(acker, self.config.ack_wait, call).await {
             let back = Transition {
                 id: row.id.clone(),
@@ -431,11 +410,7 @@ impl WorkerGroup {
         let taken = with_progress(
             acker,
             self.config.ack_wait,
-            metered(
-                &self.pool,
-                "snapshot",
-                self.adapter().snapshot(&at, snap.as_str()),
-            ),
+            self.adapter().snapshot(&at, snap.as_str()),
         )
         .await;
         let outcome = match taken {

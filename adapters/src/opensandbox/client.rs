@@ -1,17 +1,15 @@
-//! The one HTTP layer of the adapter: requests to the OpenSandbox server carry the API key;
-//! requests anywhere else (execd reached directly, port endpoints) never do. The key is read
-//! through its reference when a request is sent (so a rotated key is used without a restart)
-//! and attached in one place, [`Client::send`]. Every failure is turned into an
-//! `AdapterError` whose message cannot contain the key.
+//! What is OpenSandbox's own about talking to it: the key header it reads, how its and
+//! execd's error bodies read and which codes mean what. The rest (the key attached only to
+//! the server's own origin and read at send time, scrubbing, TLS, timeouts) is the shared
+//! [`crate::http::HttpClient`].
 
-use std::sync::{Arc, Mutex};
-
-use reqwest::header::HeaderValue;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 
-use super::config::{ApiKey, Settings};
-use crate::credentials::{CredentialResolver, Credentials};
+use super::config::Settings;
+use crate::credentials::Credentials;
+use crate::error::Reason;
+use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
 use crate::AdapterError;
 
 /// Header the OpenSandbox server reads its API key from.
@@ -20,119 +18,58 @@ pub(crate) const API_KEY_HEADER: &str = "OPEN-SANDBOX-API-KEY";
 /// HTTP client bound to one OpenSandbox server.
 #[derive(Debug, Clone)]
 pub(crate) struct Client {
-    http: reqwest::Client,
-    /// `http://host:port/v1`
-    api_url: String,
-    /// `http://host:port`, normalised, to decide where the key may go.
-    api_origin: String,
-    /// The key's reference, read at call time.
-    credential: Arc<CredentialResolver>,
-    /// Keys used so far (the current and the one before), scrubbed from every message.
-    seen: Arc<Mutex<Vec<ApiKey>>>,
-    request_timeout: std::time::Duration,
+    http: HttpClient,
 }
 
 impl Client {
     pub(crate) fn new(
         settings: &Settings,
         credentials: &Credentials,
-    ) -> Result<Self, AdapterError> {
-        let http = reqwest::Client::builder()
-            // A redirect would carry the key header to wherever it points.
-            .redirect(reqwest::redirect::Policy::none())
+    ) -> Result<Self, HttpConfigError> {
+        let http = HttpClientBuilder::new("OpenSandbox", settings.api_url.clone())
+            .auth(
+                API_KEY_HEADER,
+                "API key",
+                settings.credential.clone(),
+                settings.initial_key.clone(),
+            )
             .connect_timeout(std::time::Duration::from_secs(10))
-            .build()
-            .map_err(|e| AdapterError::Permanent(format!("cannot build HTTP client: {e}")))?;
-        let credential = credentials.resolver(settings.credential.clone());
-        let mut seen = Vec::new();
-        if let Some(k) = &settings.initial_key {
-            credential.seed(k.expose());
-            seen.push(k.clone());
-        }
-        Ok(Self {
-            http,
-            api_origin: origin(&settings.api_url).unwrap_or_default(),
-            api_url: settings.api_url.clone(),
-            credential: Arc::new(credential),
-            seen: Arc::new(Mutex::new(seen)),
-            request_timeout: settings.request_timeout,
-        })
-    }
-
-    /// The API key now, through its reference. A reference that does not resolve makes the
-    /// pool unusable until it does: `Unavailable`, naming the reference, never a value.
-    async fn key(&self) -> Result<ApiKey, AdapterError> {
-        let reference = self.credential.reference();
-        let raw = self.credential.get().await.map_err(|e| {
-            AdapterError::Unavailable(format!("OpenSandbox API key ({reference}): {e}"))
-        })?;
-        let key = ApiKey::parse(&raw).map_err(|why| {
-            AdapterError::Unavailable(format!("OpenSandbox API key ({reference}): the key {why}"))
-        })?;
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if !seen.contains(&key) {
-            seen.push(key.clone());
-            let len = seen.len();
-            seen.drain(..len.saturating_sub(2));
-        }
-        Ok(key)
-    }
-
-    /// Replaces every key used so far in `text` with `***`.
-    fn scrub(&self, text: &str) -> String {
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        seen.iter().fold(text.to_owned(), |t, k| k.scrub(&t))
+            .request_timeout(settings.request_timeout)
+            .ca_bundle(settings.ca_bundle.clone())
+            .build(credentials)?;
+        Ok(Self { http })
     }
 
     /// Whether `url` is on the OpenSandbox server itself (so the key may be sent).
     pub(crate) fn is_server(&self, url: &str) -> bool {
-        origin(url).is_some_and(|o| o == self.api_origin)
+        self.http.is_backend(url)
     }
 
     /// A lifecycle API request (`path` starts with `/`) with the request timeout; `send`
     /// adds the key.
     pub(crate) fn api(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http
-            .request(method, format!("{}{}", self.api_url, path))
-            .timeout(self.request_timeout)
+        self.http.api(method, path)
     }
 
     /// A request to any URL; `send` adds the key only if the URL is on the server (its proxy).
     /// No overall timeout: callers set one or watch the stream themselves.
     pub(crate) fn to(&self, method: Method, url: &str) -> RequestBuilder {
-        self.http.request(method, url)
+        self.http.to(method, url)
     }
 
     pub(crate) fn request_timeout(&self) -> std::time::Duration {
-        self.request_timeout
+        self.http.request_timeout()
     }
 
     /// Sends and maps transport errors; `op` says what was being done (for messages). The
-    /// key, read now, is attached here and only to the server's own origin; a key header on
-    /// any other request (e.g. copied from an endpoint answer) is removed.
+    /// key, read now, is attached only to the server's own origin; a key header on any
+    /// other request (e.g. copied from an endpoint answer) is removed.
     pub(crate) async fn send(
         &self,
         rb: RequestBuilder,
         op: &str,
     ) -> Result<Response, AdapterError> {
-        let (http, req) = rb.build_split();
-        let mut req = req.map_err(|e| self.transport_error(op, &e))?;
-        if self.is_server(req.url().as_str()) {
-            let key = self.key().await?;
-            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
-                AdapterError::Unavailable(format!(
-                    "OpenSandbox API key ({}): the key has characters a header cannot carry",
-                    self.credential.reference()
-                ))
-            })?;
-            value.set_sensitive(true);
-            req.headers_mut().insert(API_KEY_HEADER, value);
-        } else {
-            req.headers_mut().remove(API_KEY_HEADER);
-        }
-        http.execute(req)
-            .await
-            .map_err(|e| self.transport_error(op, &e))
+        self.http.send(rb, op).await
     }
 
     /// Sends and requires a 2xx answer.
@@ -159,51 +96,27 @@ impl Client {
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| self.transport_error(op, &e))?;
+            .map_err(|e| self.transport_error(op, e))?;
         serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(format!("{op}: unexpected answer from OpenSandbox: {e}"))
+            AdapterError::Transient(Reason::caused_by(
+                format!("{op}: unexpected answer from OpenSandbox: {e}"),
+                e,
+            ))
         })
     }
 
     /// Maps a transport failure: unreachable → Unavailable, everything else → Transient.
-    pub(crate) fn transport_error(&self, op: &str, e: &reqwest::Error) -> AdapterError {
-        let mut text = String::new();
-        let mut source: Option<&dyn std::error::Error> = Some(e);
-        while let Some(s) = source {
-            let part = s.to_string();
-            if !text.contains(&part) {
-                if !text.is_empty() {
-                    text.push_str(": ");
-                }
-                text.push_str(&part);
-            }
-            source = s.source();
-        }
-        let text = self.scrub(&text);
-        if e.is_connect() {
-            AdapterError::Unavailable(format!("{op}: cannot connect: {text}"))
-        } else if e.is_timeout() {
-            AdapterError::Transient(format!("{op}: timed out"))
-        } else {
-            AdapterError::Transient(format!("{op}: {text}"))
-        }
+    pub(crate) fn transport_error(&self, op: &str, e: reqwest::Error) -> AdapterError {
+        self.http.transport_error(op, e)
     }
 
     /// Maps an error answer already read. A refused key is read again on the next call, so
     /// a key replaced after the server stopped accepting the old one is picked up at once.
     pub(crate) fn map(&self, op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
         if matches!(status.as_u16(), 401 | 403) {
-            self.credential.forget();
+            self.http.forget_credential();
         }
-        let e = map_status(op, status, body);
-        match e {
-            AdapterError::Transient(m) => AdapterError::Transient(self.scrub(&m)),
-            AdapterError::Permanent(m) => AdapterError::Permanent(self.scrub(&m)),
-            AdapterError::Unsupported(m) => AdapterError::Unsupported(self.scrub(&m)),
-            AdapterError::Unavailable(m) => AdapterError::Unavailable(self.scrub(&m)),
-            AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
-            AdapterError::NotFound => AdapterError::NotFound,
-        }
+        self.http.scrub_error(map_status(op, status, body))
     }
 
     /// Reads an error answer and maps it by status and error code.
@@ -299,51 +212,25 @@ fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
         ));
     }
     match status.as_u16() {
-        401 | 403 => AdapterError::Permanent(format!(
+        401 | 403 => AdapterError::permanent(format!(
             "{op}: OpenSandbox refused the credentials (HTTP {} {})",
             err.status, err.code
         )),
         // An unknown route is a wrong apiURL, not a missing sandbox.
-        404 if err.code.is_empty() && err.message == "Not Found" => AdapterError::Permanent(
+        404 if err.code.is_empty() && err.message == "Not Found" => AdapterError::permanent(
             format!("{op}: OpenSandbox has no such route (check apiURL ends in /v1)"),
         ),
         404 => AdapterError::NotFound,
-        408 | 429 => AdapterError::Transient(text),
+        408 | 429 => AdapterError::transient(text),
         501 => AdapterError::Unsupported(text),
-        500..=599 => AdapterError::Transient(text),
-        _ => AdapterError::Permanent(text),
+        500..=599 => AdapterError::transient(text),
+        _ => AdapterError::permanent(text),
     }
-}
-
-/// `scheme://host:port` of a URL, lower-cased, default port filled in.
-pub(crate) fn origin(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let scheme = scheme.to_ascii_lowercase();
-    let authority = rest.split(['/', '?', '#']).next()?.to_ascii_lowercase();
-    let authority = authority.rsplit('@').next()?.to_owned();
-    let has_port = match authority.rfind(':') {
-        Some(i) => !authority[i..].contains(']'),
-        None => false,
-    };
-    let authority = if has_port {
-        authority
-    } else {
-        let port = if scheme == "https" { 443 } else { 80 };
-        format!("{authority}:{port}")
-    };
-    Some(format!("{scheme}://{authority}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn origins_compare_with_default_ports() {
-        assert_eq!(origin("http://H:80/v1"), origin("http://h/x"));
-        assert_ne!(origin("http://h:8080/v1"), origin("http://h:8081/v1"));
-        assert_eq!(origin("http://[::1]/a").as_deref(), Some("http://[::1]:80"));
-    }
 
     #[test]
     fn codes_lose_their_runtime_prefix() {

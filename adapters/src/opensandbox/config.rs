@@ -7,7 +7,6 @@
 //! lists also accept their string forms.
 
 use differently_core::pool::valid_secret_name;
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -123,7 +122,7 @@ pub struct TimeoutsConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct OpenSandboxConfig {
-    /// The lifecycle API, ending in `/v1` (required, `http://` only for now).
+    /// The lifecycle API, ending in `/v1` (required; `http://` or `https://`).
     #[serde(rename = "apiURL", alias = "apiUrl")]
     pub api_url: Option<String>,
     /// `private` or `external` (required).
@@ -173,6 +172,9 @@ pub struct OpenSandboxConfig {
     /// OpenSandbox `timeout` for a sandbox without a TTL where one is required (default 86400).
     #[serde(deserialize_with = "opt_u64")]
     pub timeout_seconds: Option<u64>,
+    /// PEM file of extra CA certificates to trust for an `https://` apiURL (a private CA);
+    /// the OS's roots are trusted either way.
+    pub ca_bundle: Option<PathBuf>,
     /// Credential by reference: the environment variable holding the server's API key.
     pub api_key_env: Option<String>,
     /// Credential by reference: a file holding the server's API key.
@@ -183,42 +185,7 @@ pub struct OpenSandboxConfig {
 }
 
 /// The server's API key. Never printed: `Debug` shows `***` and there is no `Display`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Accepts a key a header can carry; the reason otherwise never quotes it.
-    pub(crate) fn parse(key: &str) -> Result<ApiKey, &'static str> {
-        if key.is_empty() {
-            return Err("is empty");
-        }
-        // It goes into a header: visible ASCII only.
-        if !key.bytes().all(|b| (0x21..0x7f).contains(&b)) {
-            return Err("has characters a header cannot carry");
-        }
-        Ok(ApiKey(key.to_owned()))
-    }
-
-    /// The secret itself, for the request header only.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Replaces any occurrence of the key in `text` (belt and braces for server messages).
-    pub(crate) fn scrub(&self, text: &str) -> String {
-        if self.0.is_empty() {
-            text.to_owned()
-        } else {
-            text.replace(&self.0, "***")
-        }
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
+pub use crate::http::Secret as ApiKey;
 
 pub use crate::credentials::CredentialRef;
 
@@ -227,6 +194,8 @@ pub use crate::credentials::CredentialRef;
 pub struct Settings {
     /// Lifecycle API base without a trailing slash, e.g. `http://host:8080/v1`.
     pub api_url: String,
+    /// Extra CA certificates trusted for the API (from `caBundle`, read at validation).
+    pub ca_bundle: Vec<reqwest::Certificate>,
     pub trust: Trust,
     pub image: String,
     pub isolation: Isolation,
@@ -281,6 +250,13 @@ impl OpenSandboxConfig {
     /// Checks every rule and resolves the API key reference.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let api_url = validate_api_url(self.api_url.as_deref())?;
+        let ca_bundle = match &self.ca_bundle {
+            None => Vec::new(),
+            Some(path) => match crate::http::read_ca_bundle(path) {
+                Ok(certs) => certs,
+                Err(e) => return bad("caBundle", e.to_string()),
+            },
+        };
         let Some(trust) = self.trust else {
             return bad(
                 "trust",
@@ -471,6 +447,7 @@ impl OpenSandboxConfig {
 
         Ok(Settings {
             api_url,
+            ca_bundle,
             trust,
             image,
             isolation,
@@ -523,14 +500,11 @@ fn validate_api_url(url: Option<&str>) -> Result<String, ConfigError> {
             "required: the OpenSandbox lifecycle API, e.g. http://opensandbox-server/v1",
         );
     };
-    if url.starts_with("https://") {
-        return bad(
-            "apiURL",
-            "https is not supported yet: reach OpenSandbox over plain http on a private network (TLS termination is a later addition)",
-        );
-    }
-    let Some(rest) = url.strip_prefix("http://") else {
-        return bad("apiURL", "must start with http://");
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return bad("apiURL", "must start with http:// or https://");
     };
     let authority = rest.split('/').next().unwrap_or("");
     if authority.is_empty() {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::client::Client;
 use super::config::LineEndings;
+use crate::error::Reason;
 use crate::{AdapterError, ExecEvent};
 
 /// execd's port inside every sandbox.
@@ -257,16 +258,16 @@ pub(crate) async fn run(
                     return Ok(differently_core::exec::TIMEOUT_EXIT_CODE);
                 }
                 interrupt(c, target, command_id.as_deref()).await;
-                return Err(AdapterError::Transient(format!(
+                return Err(AdapterError::transient(format!(
                     "exec: no output or keep-alive from execd for {} s",
                     stream_idle.as_secs()
                 )));
             }
             Ok(None) => None,
             Ok(Some(Err(e))) => {
-                return Err(AdapterError::Transient(format!(
+                return Err(AdapterError::transient(format!(
                     "exec: output stream broke: {}",
-                    c.transport_error("exec", &e)
+                    c.transport_error("exec", e)
                 )))
             }
             Ok(Some(Ok(b))) => Some(b),
@@ -275,7 +276,12 @@ pub(crate) async fn run(
             Some(b) => parser.push(b),
             None => parser.finish(),
         }
-        .map_err(|e| AdapterError::Transient(format!("exec: output stream broke: {e}")))?;
+        .map_err(|e| {
+            AdapterError::Transient(Reason::caused_by(
+                format!("exec: output stream broke: {e}"),
+                e,
+            ))
+        })?;
         for ev in events {
             match ev.kind.as_str() {
                 "init" => command_id = ev.text.clone(),
@@ -292,7 +298,7 @@ pub(crate) async fn run(
                     };
                     if !sink.accept(out).await {
                         interrupt(c, target, command_id.as_deref()).await;
-                        return Err(AdapterError::Permanent(
+                        return Err(AdapterError::permanent(
                             "exec cancelled: the output receiver went away".to_owned(),
                         ));
                     }
@@ -315,7 +321,7 @@ pub(crate) async fn run(
                             {
                                 break 'outer Some(Ending::Exited(code));
                             }
-                            return Err(AdapterError::Permanent(format!(
+                            return Err(AdapterError::permanent(format!(
                                 "exec: the command could not start: {} {}",
                                 err.ename, err.evalue
                             )));
@@ -345,7 +351,7 @@ pub(crate) async fn run(
                     .unwrap_or(128 + 9))
             }
         }
-        None => Err(AdapterError::Transient(
+        None => Err(AdapterError::transient(
             "exec: execd's output stream ended before the command finished".to_owned(),
         )),
     }
@@ -428,9 +434,9 @@ pub(crate) async fn execd_error(c: &Client, op: &str, resp: reqwest::Response) -
     let body = resp.bytes().await.unwrap_or_default();
     let err = super::client::parse_error(status, &body);
     match (status.as_u16(), super::client::code_suffix(&err.code)) {
-        (404, "FILE_NOT_FOUND") => AdapterError::Permanent(format!("{op}: no such file")),
-        (401, _) => AdapterError::Permanent(format!("{op}: execd refused the access token")),
-        (502, _) => AdapterError::Transient(format!(
+        (404, "FILE_NOT_FOUND") => AdapterError::permanent(format!("{op}: no such file")),
+        (401, _) => AdapterError::permanent(format!("{op}: execd refused the access token")),
+        (502, _) => AdapterError::transient(format!(
             "{op}: the server proxy cannot reach execd (paused or stopped sandbox?)"
         )),
         _ => c.map(op, status, &body),

@@ -8,12 +8,13 @@ use serde::Deserialize;
 
 use super::client::Client;
 use super::execd::{execd_error, Target};
+use crate::error::Reason;
 use crate::{AdapterError, ByteRange, ByteStream, Download, FileEntry, FileKind};
 
 /// Absolute paths only: execd would resolve a relative one against its own cwd.
 pub(crate) fn check_path(path: &str) -> Result<(), AdapterError> {
     if !path.starts_with('/') || path.contains('\0') {
-        return Err(AdapterError::Permanent(format!(
+        return Err(AdapterError::permanent(format!(
             "path must be absolute: {path:?}"
         )));
     }
@@ -128,7 +129,7 @@ pub(crate) async fn download(
     let mut pos: u64 = 0;
     let body = resp
         .bytes_stream()
-        .map(move |chunk| chunk.map_err(|e| client.transport_error("download file", &e)))
+        .map(move |chunk| chunk.map_err(|e| client.transport_error("download file", e)))
         .filter_map(move |chunk| {
             let out = match (chunk, cut) {
                 (Err(e), _) => Some(Err(e)),
@@ -198,9 +199,13 @@ pub(crate) async fn list(
     let bytes = resp
         .bytes()
         .await
-        .map_err(|e| c.transport_error("list files", &e))?;
-    let infos: Vec<FileInfo> = serde_json::from_slice(&bytes)
-        .map_err(|e| AdapterError::Transient(format!("list files: unexpected answer: {e}")))?;
+        .map_err(|e| c.transport_error("list files", e))?;
+    let infos: Vec<FileInfo> = serde_json::from_slice(&bytes).map_err(|e| {
+        AdapterError::Transient(Reason::caused_by(
+            format!("list files: unexpected answer: {e}"),
+            e,
+        ))
+    })?;
     Ok(infos.into_iter().map(FileEntry::from).collect())
 }
 
@@ -209,7 +214,7 @@ pub(crate) async fn list(
 pub(crate) async fn delete(c: &Client, target: &Target, path: &str) -> Result<(), AdapterError> {
     check_path(path)?;
     if path.trim_end_matches('/').is_empty() {
-        return Err(AdapterError::Permanent("refusing to delete /".to_owned()));
+        return Err(AdapterError::permanent("refusing to delete /"));
     }
     let rb = target
         .request(c, Method::GET, "/files/info")
@@ -222,16 +227,21 @@ pub(crate) async fn delete(c: &Client, target: &Target, path: &str) -> Result<()
     let bytes = resp
         .bytes()
         .await
-        .map_err(|e| c.transport_error("delete file", &e))?;
+        .map_err(|e| c.transport_error("delete file", e))?;
     let info: std::collections::BTreeMap<String, FileInfo> = serde_json::from_slice(&bytes)
-        .map_err(|e| AdapterError::Transient(format!("delete file: unexpected answer: {e}")))?;
+        .map_err(|e| {
+            AdapterError::Transient(Reason::caused_by(
+                format!("delete file: unexpected answer: {e}"),
+                e,
+            ))
+        })?;
     let is_dir = info
         .values()
         .next()
         .is_some_and(|f| f.kind.as_deref() == Some("directory"));
     let rb = if is_dir {
         if !list(c, target, path, 1).await?.is_empty() {
-            return Err(AdapterError::Permanent(format!(
+            return Err(AdapterError::permanent(format!(
                 "directory not empty: {path}"
             )));
         }

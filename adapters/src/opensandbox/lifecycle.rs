@@ -6,6 +6,7 @@ use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::client::{code_suffix, parse_error, Client};
+use crate::error::Reason;
 use crate::AdapterError;
 
 /// Metadata key holding Differently's sandbox id.
@@ -167,9 +168,12 @@ pub(crate) async fn create(
         }
         return Err(c.map(op, status, &bytes));
     }
-    let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, &e))?;
+    let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, e))?;
     serde_json::from_slice(&bytes).map_err(|e| {
-        AdapterError::Transient(format!("{op}: unexpected answer from OpenSandbox: {e}"))
+        AdapterError::Transient(Reason::caused_by(
+            format!("{op}: unexpected answer from OpenSandbox: {e}"),
+            e,
+        ))
     })
 }
 
@@ -178,7 +182,7 @@ pub(crate) fn image_failure(image: &str, code: &str, message: &str) -> Option<Ad
     let text = format!("{code} {message}");
     let lower = text.to_ascii_lowercase();
     if code_suffix(code) == "POD_READY_TIMEOUT" || text.contains("POD_READY_TIMEOUT") {
-        return Some(AdapterError::Transient(format!(
+        return Some(AdapterError::transient(format!(
             "sandbox did not become ready in time; image `{image}` may still be pulling or may not exist: {}",
             message.trim()
         )));
@@ -188,7 +192,7 @@ pub(crate) fn image_failure(image: &str, code: &str, message: &str) -> Option<Ad
         || lower.contains("no such image")
         || lower.contains("image not found");
     about_image.then(|| {
-        AdapterError::Permanent(format!(
+        AdapterError::permanent(format!(
             "image `{image}` could not be pulled: {}",
             if message.trim().is_empty() {
                 code
@@ -379,7 +383,7 @@ pub(crate) async fn delete_snapshot(c: &Client, id: &str) -> Result<bool, Adapte
     match resp.status() {
         s if s.is_success() => Ok(true),
         StatusCode::NOT_FOUND => Ok(false),
-        StatusCode::CONFLICT => Err(AdapterError::Transient(format!(
+        StatusCode::CONFLICT => Err(AdapterError::transient(format!(
             "{op}: the snapshot is still being written or is in use"
         ))),
         _ => Err(c.status_error(op, resp).await),

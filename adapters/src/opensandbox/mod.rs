@@ -20,7 +20,8 @@ use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
 use crate::credentials::Credentials;
-use crate::devhost::OUTPUT_CAP_BYTES;
+use crate::error::Reason;
+use crate::exec_output::CollectedOutput;
 use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -85,7 +86,7 @@ impl OpenSandboxAdapter {
         let settings = config.validate()?;
         let client = client::Client::new(&settings, credentials).map_err(|e| ConfigError {
             field: "apiURL".to_owned(),
-            message: e.to_string(),
+            message: AdapterError::permanent(e.to_string()).to_string(),
         })?;
         Ok(Self {
             settings,
@@ -176,7 +177,7 @@ impl OpenSandboxAdapter {
         let ttl = (req.ttl_seconds > 0).then(|| req.ttl_seconds.max(60));
         if s.runtime == Runtime::Fastsandbox {
             if !req.env.is_empty() {
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "Fast Sandbox templates fix the environment: bake env into the template"
                         .to_owned(),
                 ));
@@ -197,7 +198,7 @@ impl OpenSandboxAdapter {
                 None => {
                     if let Some(t) = req.template.as_deref().filter(|t| !t.is_empty()) {
                         if Some(t) != s.template_id.as_deref() {
-                            return Err(AdapterError::Permanent(format!(
+                            return Err(AdapterError::permanent(format!(
                                 "this pool serves only its own Fast Sandbox template, not `{t}`"
                             )));
                         }
@@ -260,13 +261,13 @@ impl OpenSandboxAdapter {
                         return Err(e);
                     }
                 }
-                return Err(AdapterError::Permanent(format!(
+                return Err(AdapterError::permanent(format!(
                     "sandbox is {} ({reason}): {message}",
                     st.state
                 )));
             }
             if Instant::now() >= deadline {
-                return Err(AdapterError::Transient(format!(
+                return Err(AdapterError::transient(format!(
                     "sandbox still {} after {} s (waiting for {want})",
                     st.state,
                     timeout.as_secs()
@@ -287,7 +288,7 @@ impl OpenSandboxAdapter {
             EndpointMode::Direct
         };
         let ans = lifecycle::endpoint(&self.client, backend_ref, EXECD_PORT, mode).await?;
-        // Plain HTTP to execd: this build has no TLS client (docs/opensandbox.md).
+        // Plain HTTP to execd, whatever the API's scheme (docs/opensandbox.md).
         let scheme = "http";
         let base = with_scheme(&ans.endpoint, scheme);
         let mut headers = ans.headers.unwrap_or_default();
@@ -332,7 +333,7 @@ impl OpenSandboxAdapter {
                 Err(e) => {
                     self.forget(backend_ref);
                     if Instant::now() >= deadline {
-                        return Err(AdapterError::Transient(format!(
+                        return Err(AdapterError::transient(format!(
                             "execd did not answer within {} s: {e}",
                             timeout.as_secs()
                         )));
@@ -413,16 +414,16 @@ impl OpenSandboxAdapter {
         sink: &mut (impl Sink + Send),
     ) -> Result<i32, AdapterError> {
         if req.command.is_empty() || req.command[0].is_empty() {
-            return Err(AdapterError::Permanent("command is empty".to_owned()));
+            return Err(AdapterError::permanent("command is empty"));
         }
         if req.command.iter().any(|a| a.contains('\0')) {
-            return Err(AdapterError::Permanent(
+            return Err(AdapterError::permanent(
                 "arguments may not contain NUL".to_owned(),
             ));
         }
         let stdin: Option<Vec<u8>> = match (&req.stdin, &req.stdin_base64) {
             (Some(_), Some(_)) => {
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "give stdin or stdinBase64, not both".to_owned(),
                 ))
             }
@@ -432,7 +433,12 @@ impl OpenSandboxAdapter {
                 Some(
                     base64::engine::general_purpose::STANDARD
                         .decode(b)
-                        .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}")))?,
+                        .map_err(|e| {
+                            AdapterError::Permanent(Reason::caused_by(
+                                format!("stdinBase64: {e}"),
+                                e,
+                            ))
+                        })?,
                 )
             }
             (None, None) => None,
@@ -501,7 +507,7 @@ impl OpenSandboxAdapter {
                 && lifecycle::get(&self.client, &at.backend_ref).await.is_ok()
             {
                 // execd's 404 through the proxy, but the sandbox exists.
-                return Err(AdapterError::Permanent(
+                return Err(AdapterError::permanent(
                     "exec: execd answered 404".to_owned(),
                 ));
             }
@@ -533,7 +539,7 @@ impl OpenSandboxAdapter {
             // 409: fine if it is already paused or pausing.
             let sbx = lifecycle::get(&self.client, &at.backend_ref).await?;
             if !matches!(sbx.status.state.as_str(), "Paused" | "Pausing") {
-                return Err(AdapterError::Permanent(format!(
+                return Err(AdapterError::permanent(format!(
                     "cannot pause a sandbox that is {}",
                     sbx.status.state
                 )));
@@ -554,7 +560,7 @@ impl OpenSandboxAdapter {
         if !accepted {
             let sbx = lifecycle::get(&self.client, &at.backend_ref).await?;
             if !matches!(sbx.status.state.as_str(), "Running" | "Resuming") {
-                return Err(AdapterError::Permanent(format!(
+                return Err(AdapterError::permanent(format!(
                     "cannot resume a sandbox that is {}",
                     sbx.status.state
                 )));
@@ -602,27 +608,13 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Collects output for `exec`, keeping the first `OUTPUT_CAP_BYTES` of each stream.
+/// Collects output for `exec`, keeping the capped head of each stream.
 #[derive(Debug, Default)]
-struct Collect {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    stdout_truncated: bool,
-    stderr_truncated: bool,
-}
+struct Collect(CollectedOutput);
 
 impl Sink for Collect {
     fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send {
-        let (buf, truncated, bytes) = match ev {
-            ExecEvent::Stdout(b) => (&mut self.stdout, &mut self.stdout_truncated, b),
-            ExecEvent::Stderr(b) => (&mut self.stderr, &mut self.stderr_truncated, b),
-        };
-        let room = OUTPUT_CAP_BYTES.saturating_sub(buf.len());
-        let keep = bytes.len().min(room);
-        buf.extend_from_slice(&bytes[..keep]);
-        if keep < bytes.len() {
-            *truncated = true;
-        }
+        self.0.push(&ev);
         std::future::ready(true)
     }
 }
@@ -656,9 +648,9 @@ impl Adapter for OpenSandboxAdapter {
                 lifecycle::delete(&self.client, &existing.id).await?;
                 continue;
             }
-            let mut inst = self.instance(&existing).ok_or_else(|| {
-                AdapterError::Transient("sandbox found but not usable".to_owned())
-            })?;
+            let mut inst = self
+                .instance(&existing)
+                .ok_or_else(|| AdapterError::transient("sandbox found but not usable"))?;
             if inst.state == InstanceState::Pending {
                 self.ready(&existing.id, Some(&image)).await?;
                 inst.state = InstanceState::Running;
@@ -717,14 +709,7 @@ impl Adapter for OpenSandboxAdapter {
         let started = Instant::now();
         let mut sink = Collect::default();
         let exit_code = self.run(at, req, &mut sink).await?;
-        Ok(ExecResult {
-            exit_code,
-            stdout: String::from_utf8_lossy(&sink.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&sink.stderr).into_owned(),
-            stdout_truncated: sink.stdout_truncated,
-            stderr_truncated: sink.stderr_truncated,
-            duration_ms: millis(started.elapsed()),
-        })
+        Ok(sink.0.into_result(exit_code, millis(started.elapsed())))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
@@ -843,7 +828,7 @@ impl Adapter for OpenSandboxAdapter {
         }
         let snap = lifecycle::create_snapshot(&self.client, &at.backend_ref, snapshot_id).await?;
         if snap.status.state == "Failed" {
-            return Err(AdapterError::Permanent(format!(
+            return Err(AdapterError::permanent(format!(
                 "snapshot failed: {}",
                 snap.status.message.unwrap_or_default()
             )));
@@ -869,7 +854,7 @@ impl Adapter for OpenSandboxAdapter {
     ) -> Result<Endpoint, AdapterError> {
         self.require("ports.expose")?;
         if port == 0 {
-            return Err(AdapterError::Permanent("port must be 1-65535".to_owned()));
+            return Err(AdapterError::permanent("port must be 1-65535"));
         }
         let (mode, expires_at) = match self.settings.ports {
             Ports::Signed => {
@@ -887,7 +872,7 @@ impl Adapter for OpenSandboxAdapter {
         };
         let ans = lifecycle::endpoint(&self.client, &at.backend_ref, port, mode).await?;
         if ans.headers.as_ref().is_some_and(|h| !h.is_empty()) {
-            return Err(AdapterError::Permanent(
+            return Err(AdapterError::permanent(
                 "this endpoint needs request headers, which would hand out a credential; refused"
                     .to_owned(),
             ));
@@ -899,7 +884,7 @@ impl Adapter for OpenSandboxAdapter {
         let url = with_scheme(&ans.endpoint, scheme);
         if self.client.is_server(&url) || self.client.is_server(&with_scheme(&ans.endpoint, "http"))
         {
-            return Err(AdapterError::Permanent(
+            return Err(AdapterError::permanent(
                 "this endpoint is the OpenSandbox server's own proxy, which takes the server's API key; refused"
                     .to_owned(),
             ));

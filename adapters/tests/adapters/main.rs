@@ -2,6 +2,7 @@
 
 mod devhost;
 mod fake;
+mod http;
 mod registry;
 
 use std::collections::BTreeMap;

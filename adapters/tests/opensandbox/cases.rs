@@ -52,7 +52,8 @@ async fn configuration_rules_name_the_field() {
     let base = |extra| settings("http://127.0.0.1:9/v1", &key, extra);
     let cases = [
         (json!({"apiURL": null}), "apiURL"),
-        (json!({"apiURL": "https://os.example/v1"}), "apiURL"),
+        (json!({"apiURL": "ftp://os.example/v1"}), "apiURL"),
+        (json!({"caBundle": "/nonexistent/ca.pem"}), "caBundle"),
         (json!({"apiURL": "http://user:pw@os.example/v1"}), "apiURL"),
         (json!({"trust": null}), "trust"),
         (json!({"trust": "trusted"}), "trust"),

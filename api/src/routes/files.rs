@@ -4,7 +4,8 @@
 //! that leave the sandbox through symlinks. Uploads over the limit (`DIFFERENTLY_MAX_UPLOAD_BYTES`,
 //! default 1 GiB) are refused with 413, by `Content-Length` up front or while streaming.
 //! Downloads honour a single `Range: bytes=…` (206, or 416 past the end). Every adapter call
-//! is metered (`upload`, `download` until its body ends, `list_files`, `delete_file`).
+//! is metered by the pool's adapter (`upload`, `download` until its body ends, `list_files`,
+//! `delete_file`).
 
 use std::path::Component;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +17,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use differently_adapters::metered::{metered, metered_download};
 use differently_adapters::{AdapterError, ByteRange};
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, FieldError};
@@ -142,16 +142,15 @@ async fn upload(
                 let total = seen2.fetch_add(b.len() as u64, Ordering::Relaxed) + b.len() as u64;
                 if total > limit {
                     over2.store(true, Ordering::Relaxed);
-                    Err(AdapterError::Permanent("upload over the limit".to_owned()))
+                    Err(AdapterError::permanent("upload over the limit"))
                 } else {
                     Ok(b)
                 }
             }
-            Err(e) => Err(AdapterError::Permanent(format!("upload body: {e}"))),
+            Err(e) => Err(AdapterError::permanent(format!("upload body: {e}"))),
         })
         .boxed();
-    let call = pool.adapter.upload(&at, &path, mode, stream);
-    match metered(&pool.record.name, "upload", call).await {
+    match pool.adapter.upload(&at, &path, mode, stream).await {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(_) if over.load(Ordering::Relaxed) => Err(too_large(limit)),
         Err(e) => Err(file_error(e)),
@@ -225,13 +224,11 @@ async fn download(
         Some(RangeSpec::From(start, end)) => Some(ByteRange { start, end }),
         Some(RangeSpec::Suffix(n)) => {
             // The size is needed first: a listing of a file is its own entry.
-            let entries = metered(
-                &pool.record.name,
-                "list_files",
-                pool.adapter.list_files(&at, &path, 0),
-            )
-            .await
-            .map_err(file_error)?;
+            let entries = pool
+                .adapter
+                .list_files(&at, &path, 0)
+                .await
+                .map_err(file_error)?;
             let size = entries.first().map_or(0, |e| e.size);
             Some(ByteRange {
                 start: size.saturating_sub(n),
@@ -239,13 +236,12 @@ async fn download(
             })
         }
     };
-    // Metered until the body has been sent (or the client went away), not just the answer.
-    let dl = metered_download(
-        &pool.record.name,
-        pool.adapter.download(&at, &path, byte_range),
-    )
-    .await
-    .map_err(file_error)?;
+    // The pool's adapter meters this until the body has been sent (or the client went away).
+    let dl = pool
+        .adapter
+        .download(&at, &path, byte_range)
+        .await
+        .map_err(file_error)?;
     let body = Body::from_stream(dl.body);
     let mut resp = match (byte_range, dl.total_size) {
         (Some(r), Some(total)) => {
@@ -321,13 +317,11 @@ async fn list(
         json!({ "path": path }),
     )
     .await?;
-    let items = metered(
-        &pool.record.name,
-        "list_files",
-        pool.adapter.list_files(&at, &path, depth),
-    )
-    .await
-    .map_err(file_error)?;
+    let items = pool
+        .adapter
+        .list_files(&at, &path, depth)
+        .await
+        .map_err(file_error)?;
     Ok(Json(json!({ "items": items })))
 }
 
@@ -349,13 +343,10 @@ async fn delete(
         json!({ "path": path }),
     )
     .await?;
-    metered(
-        &pool.record.name,
-        "delete_file",
-        pool.adapter.delete_file(&at, &path),
-    )
-    .await
-    .map_err(file_error)?;
+    pool.adapter
+        .delete_file(&at, &path)
+        .await
+        .map_err(file_error)?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -10,9 +10,7 @@ use axum::{Json, Router};
 use chrono::Utc;
 use differently_adapters::registry::AdapterConfigError;
 use differently_core::policy::Isolation;
-use differently_core::pool::{
-    resolve_trust, validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust,
-};
+use differently_core::pool::{validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust};
 use differently_core::{ErrorCode, FieldError};
 use serde::{Deserialize, Serialize};
 
@@ -97,7 +95,7 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 /// Validates a record the way the config file is validated; errors name the field.
 fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trust> {
     validate_pool_name(&r.name).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
-    let trust = resolve_trust(&r.kind, declared_trust)
+    let trust = differently_adapters::registry::resolve_trust(&r.kind, declared_trust)
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     if r.max_concurrent == Some(0) {
         return Err(invalid("maxConcurrent", "must be at least 1"));

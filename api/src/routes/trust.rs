@@ -199,7 +199,7 @@ async fn fingerprint_all(entries: &mut [CredentialEntry], secrets: &[SecretInfo]
 }
 
 fn isolation(r: &PoolRecord) -> String {
-    if r.kind == "devhost" {
+    if differently_adapters::registry::is_dev_only(&r.kind) {
         return r
             .settings
             .get("isolation")

@@ -24,7 +24,6 @@
 
 pub mod frames;
 
-use differently_adapters::metered::metered;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -38,6 +37,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine;
+use differently_adapters::exec_output::CollectedOutput;
 use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::exec::{ExecRequest, ExecResult, OutputEncoding};
 use differently_core::tenancy::Scope;
@@ -57,7 +57,7 @@ use crate::sse::HEARTBEAT;
 use crate::AppState;
 
 /// Output kept per stream by collected exec.
-pub const OUTPUT_CAP_BYTES: usize = 1024 * 1024;
+pub use differently_core::exec::OUTPUT_CAP_BYTES;
 /// Chunks buffered between the adapter and the response body.
 pub const STREAM_BUFFER: usize = 8;
 
@@ -143,38 +143,20 @@ async fn exec(
                 "outputEncoding base64 needs a pool with exec.stream (binary-safe output)",
             ));
         }
-        let call = pool.adapter.exec(&at, &req);
-        return Ok(Json(metered(&pool.record.name, "exec", call).await?));
+        return Ok(Json(pool.adapter.exec(&at, &req).await?));
     }
-    let (tx, mut rx) = mpsc::channel(STREAM_BUFFER);
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
-    let name = pool.record.name.clone();
-    let run =
-        async move { metered(&name, "exec_stream", adapter.exec_stream(&at, &req, tx)).await };
-    let collect = async {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let (mut out_cut, mut err_cut) = (false, false);
-        while let Some(ev) = rx.recv().await {
-            let (buf, cut, chunk) = match ev {
-                ExecEvent::Stdout(c) => (&mut out, &mut out_cut, c),
-                ExecEvent::Stderr(c) => (&mut err, &mut err_cut, c),
-            };
-            let room = OUTPUT_CAP_BYTES.saturating_sub(buf.len());
-            buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            if chunk.len() > room {
-                *cut = true;
-            }
-        }
-        (out, out_cut, err, err_cut)
-    };
-    let (exit, (out, out_cut, err, err_cut)) = tokio::join!(run, collect);
+    let run = async move { adapter.exec_stream(&at, &req, tx).await };
+    let collect = CollectedOutput::collect(rx);
+    let (exit, out) = tokio::join!(run, collect);
     let exit = exit?;
     Ok(Json(ExecResult {
         exit_code: exit.exit_code,
-        stdout: encode(enc, &out),
-        stderr: encode(enc, &err),
-        stdout_truncated: out_cut,
-        stderr_truncated: err_cut,
+        stdout: encode(enc, out.stdout.bytes()),
+        stderr: encode(enc, out.stderr.bytes()),
+        stdout_truncated: out.stdout.truncated(),
+        stderr_truncated: out.stderr.truncated(),
         duration_ms: exit.duration_ms,
     }))
 }
@@ -469,10 +451,7 @@ async fn start_stream(
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
     let enc = req.output_encoding.unwrap_or_default();
-    let name = pool.record.name.clone();
-    let task = tokio::spawn(async move {
-        metered(&name, "exec_stream", adapter.exec_stream(&at, &req, tx)).await
-    });
+    let task = tokio::spawn(async move { adapter.exec_stream(&at, &req, tx).await });
     let run = Running {
         rx,
         task: Some(task),
@@ -620,7 +599,7 @@ mod tests {
         let run = run_of(
             vec![ExecEvent::Stdout(Bytes::from_static(b"a"))],
             None,
-            Err(AdapterError::Unavailable("backend down".into())),
+            Err(AdapterError::unavailable("backend down")),
         );
         let (_, frames) = frame_body(run, HEARTBEAT).await;
         assert_eq!(frames.len(), 2);
@@ -628,7 +607,7 @@ mod tests {
         let err: serde_json::Value = serde_json::from_slice(&frames[1].payload).unwrap();
         assert_eq!(
             err["code"],
-            json!(ApiError::from(AdapterError::Unavailable(String::new())).code)
+            json!(ApiError::from(AdapterError::unavailable(String::new())).code)
         );
         assert!(err["message"].is_string());
     }

@@ -42,24 +42,32 @@
 //! `from_snapshot` starts from it and records the ref on its `created` line); `ports.expose`
 //! (`https://fake.invalid/<sandbox>/<port>`, expiring as asked, default one hour).
 
-use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use base64::Engine;
-use bytes::Bytes;
-use chrono::{DateTime, Utc};
-use differently_core::exec::{ExecRequest, ExecResult, TIMEOUT_EXIT_CODE};
+use chrono::Utc;
+use differently_core::exec::{ExecRequest, ExecResult, OUTPUT_CAP_BYTES, TIMEOUT_EXIT_CODE};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use tokio::sync::mpsc;
 
+mod ledger;
+mod programs;
+
+pub use ledger::{
+    created_count, live_instances, read_ledger, LedgerEntry, LedgerOp, LedgerOutcome, LiveInstance,
+};
+use ledger::{parse_lines, State};
+use programs::{emit, plan, stdin_of, yes_bytes, Output};
+
+use crate::error::Reason;
+use crate::exec_output::CollectedOutput;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
@@ -96,193 +104,6 @@ impl Default for FakeConfig {
             capabilities: vec!["exec".to_owned()],
             files_root: None,
             fail_list: false,
-        }
-    }
-}
-
-/// Which adapter call a ledger line records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LedgerOp {
-    Create,
-    Delete,
-    Exec,
-    Find,
-    List,
-    Pause,
-    Resume,
-    Stop,
-    Start,
-    Snapshot,
-    DeleteSnapshot,
-    ExposePort,
-    Renew,
-}
-
-/// What the call did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LedgerOutcome {
-    /// Create made a new instance.
-    Created,
-    /// Create found the instance already there.
-    Existing,
-    /// Delete removed an instance.
-    Deleted,
-    /// The instance did not exist (delete, find, exec).
-    Missing,
-    /// Find, list or exec succeeded.
-    Ok,
-    /// Injected failure.
-    Failed,
-    /// A streamed exec whose reader went away: the command was stopped.
-    Cancelled,
-    /// The instance is not in a state that allows the call (exec while paused).
-    Refused,
-}
-
-/// One line of the ledger: one call as the fake backend saw it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LedgerEntry {
-    /// When the call was recorded (RFC 3339).
-    pub at: DateTime<Utc>,
-    pub op: LedgerOp,
-    /// The sandbox the call was about; absent for `list`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox_id: Option<SandboxId>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend_ref: Option<String>,
-    /// Installation tag: on `created` lines and on `list`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub installation_id: Option<InstallationId>,
-    pub outcome: LedgerOutcome,
-    /// Process that made the call, so crash tests can tell workers apart.
-    pub pid: u32,
-    /// Exec only: the program name, never its arguments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub program: Option<String>,
-    /// Snapshot ref: taken or deleted (`snapshot`, `deletesnapshot`), or restored (`create`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<String>,
-    /// `exposeport` only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<u16>,
-}
-
-/// An instance that exists according to the ledger.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveInstance {
-    pub sandbox_id: SandboxId,
-    pub backend_ref: String,
-    pub installation_id: Option<InstallationId>,
-    /// Running, paused or stopped, as the lifecycle lines left it.
-    pub state: InstanceState,
-}
-
-/// Reads a ledger file. A missing file is an empty ledger. Lines that do not parse (torn by a
-/// writer killed mid-write) are skipped with a warning.
-pub fn read_ledger(path: &Path) -> io::Result<Vec<LedgerEntry>> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    Ok(parse_lines(&bytes).0)
-}
-
-/// How many `created` lines the ledger holds for `sandbox_id`: the number of backend instances
-/// ever made for it. Crash tests assert this is exactly 1.
-pub fn created_count(entries: &[LedgerEntry], sandbox_id: &SandboxId) -> usize {
-    entries
-        .iter()
-        .filter(|e| {
-            e.op == LedgerOp::Create
-                && e.outcome == LedgerOutcome::Created
-                && e.sandbox_id.as_ref() == Some(sandbox_id)
-        })
-        .count()
-}
-
-/// The instances that exist after replaying `entries`, ordered by sandbox id.
-pub fn live_instances(entries: &[LedgerEntry]) -> Vec<LiveInstance> {
-    let mut state = State::default();
-    for e in entries {
-        state.apply(e);
-    }
-    state.live.into_values().collect()
-}
-
-/// Parses complete lines; returns the entries and how many bytes were consumed (up to and
-/// including the last newline).
-fn parse_lines(bytes: &[u8]) -> (Vec<LedgerEntry>, usize) {
-    let consumed = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    let mut entries = Vec::new();
-    for (n, line) in bytes[..consumed].split(|b| *b == b'\n').enumerate() {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice(line) {
-            Ok(entry) => entries.push(entry),
-            Err(e) => tracing::warn!(line = n + 1, error = %e, "skipping bad fake ledger line"),
-        }
-    }
-    (entries, consumed)
-}
-
-/// State derived from the ledger.
-#[derive(Debug, Default)]
-struct State {
-    live: BTreeMap<SandboxId, LiveInstance>,
-    /// `created` lines per sandbox, to number backend refs.
-    generations: HashMap<SandboxId, u64>,
-    /// Failed create lines per sandbox, for failure injection.
-    failed_creates: HashMap<SandboxId, u32>,
-    /// Snapshot refs that exist.
-    snapshots: std::collections::BTreeSet<String>,
-}
-
-impl State {
-    fn apply(&mut self, e: &LedgerEntry) {
-        match (e.op, e.outcome, &e.snapshot) {
-            (LedgerOp::Snapshot, LedgerOutcome::Ok, Some(r)) => {
-                self.snapshots.insert(r.clone());
-            }
-            (LedgerOp::DeleteSnapshot, LedgerOutcome::Ok, Some(r)) => {
-                self.snapshots.remove(r);
-            }
-            _ => {}
-        }
-        let Some(sbx) = &e.sandbox_id else { return };
-        let new_state = match (e.op, e.outcome) {
-            (LedgerOp::Pause, LedgerOutcome::Ok) => Some(InstanceState::Paused),
-            (LedgerOp::Stop, LedgerOutcome::Ok) => Some(InstanceState::Stopped),
-            (LedgerOp::Resume | LedgerOp::Start, LedgerOutcome::Ok) => Some(InstanceState::Running),
-            _ => None,
-        };
-        if let (Some(state), Some(live)) = (new_state, self.live.get_mut(sbx)) {
-            live.state = state;
-        }
-        match (e.op, e.outcome) {
-            (LedgerOp::Create, LedgerOutcome::Created) => {
-                *self.generations.entry(sbx.clone()).or_default() += 1;
-                self.live.insert(
-                    sbx.clone(),
-                    LiveInstance {
-                        sandbox_id: sbx.clone(),
-                        backend_ref: e.backend_ref.clone().unwrap_or_default(),
-                        installation_id: e.installation_id.clone(),
-                        state: InstanceState::Running,
-                    },
-                );
-            }
-            (LedgerOp::Create, LedgerOutcome::Failed) => {
-                *self.failed_creates.entry(sbx.clone()).or_default() += 1;
-            }
-            (LedgerOp::Delete, LedgerOutcome::Deleted) => {
-                self.live.remove(sbx);
-            }
-            _ => {}
         }
     }
 }
@@ -370,7 +191,7 @@ impl FakeAdapter {
 
     fn check_available(&self) -> Result<(), AdapterError> {
         if self.config.unavailable {
-            Err(AdapterError::Unavailable(
+            Err(AdapterError::unavailable(
                 "fake backend configured unavailable".to_owned(),
             ))
         } else {
@@ -407,8 +228,15 @@ impl FakeAdapter {
                     file_transact(&mut inner, &files, decide)
                 })
                 .await
-                .map_err(|e| AdapterError::Transient(format!("fake ledger task failed: {e}")))?
-                .map_err(|e| AdapterError::Transient(format!("fake ledger: {e}")))
+                .map_err(|e| {
+                    AdapterError::Transient(Reason::caused_by(
+                        format!("fake ledger task failed: {e}"),
+                        e,
+                    ))
+                })?
+                .map_err(|e| {
+                    AdapterError::Transient(Reason::caused_by(format!("fake ledger: {e}"), e))
+                })
             }
         }
     }
@@ -505,158 +333,6 @@ fn instance_of(live: &LiveInstance) -> Instance {
     }
 }
 
-/// One piece of what a fake program writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Output {
-    Stdout(Vec<u8>),
-    Stderr(Vec<u8>),
-    /// `n` bytes of `y\n`, on stderr if `stderr`.
-    Generate {
-        n: u64,
-        stderr: bool,
-    },
-}
-
-/// What the fake "runs" for an exec; see the module docs.
-#[derive(Debug, Clone, PartialEq)]
-struct Plan {
-    output: Vec<Output>,
-    exit_code: i32,
-    sleep: Option<Duration>,
-}
-
-fn plan(req: &ExecRequest, stdin: Vec<u8>) -> Plan {
-    let program = req.program();
-    let args = req.command.get(1..).unwrap_or(&[]);
-    let done = |output: Vec<Output>, exit_code: i32| Plan {
-        output,
-        exit_code,
-        sleep: None,
-    };
-    match program {
-        "echo" => done(
-            vec![Output::Stdout(format!("{}\n", args.join(" ")).into_bytes())],
-            0,
-        ),
-        "true" => done(vec![], 0),
-        "false" => done(vec![], 1),
-        "cat" => done(vec![Output::Stdout(stdin)], 0),
-        "pwd" => done(
-            vec![Output::Stdout(
-                format!("{}\n", req.cwd.as_deref().unwrap_or("/")).into_bytes(),
-            )],
-            0,
-        ),
-        "env" => done(
-            vec![Output::Stdout(
-                req.env
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}\n"))
-                    .collect::<String>()
-                    .into_bytes(),
-            )],
-            0,
-        ),
-        "fake-exit" => done(
-            vec![],
-            args.first().and_then(|a| a.parse().ok()).unwrap_or(1),
-        ),
-        "fake-stderr" => done(
-            vec![Output::Stderr(format!("{}\n", args.join(" ")).into_bytes())],
-            0,
-        ),
-        "sleep" => match args.first().and_then(|a| a.parse::<f64>().ok()) {
-            Some(secs) if secs.is_finite() && secs >= 0.0 => Plan {
-                output: vec![],
-                exit_code: 0,
-                sleep: Some(Duration::from_secs_f64(secs.min(86_400.0))),
-            },
-            _ => done(
-                vec![Output::Stderr(b"sleep: invalid time interval\n".to_vec())],
-                1,
-            ),
-        },
-        "fake-output" => match args.first().and_then(|a| a.parse::<u64>().ok()) {
-            Some(n) => done(
-                vec![Output::Generate {
-                    n,
-                    stderr: args.get(1).is_some_and(|s| s == "stderr"),
-                }],
-                0,
-            ),
-            None => done(
-                vec![Output::Stderr(
-                    b"fake-output: expected a byte count\n".to_vec(),
-                )],
-                2,
-            ),
-        },
-        other => done(
-            vec![Output::Stderr(
-                format!("fake: command not found: {other}\n").into_bytes(),
-            )],
-            127,
-        ),
-    }
-}
-
-/// `n` bytes of the `y\n` pattern starting at offset `at` of the generated output.
-fn yes_bytes(at: u64, n: usize) -> Bytes {
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n as u64 {
-        v.push(if (at + i) & 1 == 0 { b'y' } else { b'\n' });
-    }
-    Bytes::from(v)
-}
-
-/// Sends the plan's output to `out` in chunks of at most 64 KiB. `Err(())` when the reader
-/// went away.
-async fn emit(plan: &Plan, out: &mpsc::Sender<ExecEvent>) -> Result<(), ()> {
-    const CHUNK: usize = 64 * 1024;
-    for o in &plan.output {
-        match o {
-            Output::Stdout(b) | Output::Stderr(b) => {
-                let is_err = matches!(o, Output::Stderr(_));
-                for c in b.chunks(CHUNK) {
-                    let c = Bytes::copy_from_slice(c);
-                    let ev = if is_err {
-                        ExecEvent::Stderr(c)
-                    } else {
-                        ExecEvent::Stdout(c)
-                    };
-                    out.send(ev).await.map_err(|_| ())?;
-                }
-            }
-            Output::Generate { n, stderr } => {
-                let mut sent = 0u64;
-                while sent < *n {
-                    let len = usize::try_from((*n - sent).min(CHUNK as u64)).unwrap_or(CHUNK);
-                    let c = yes_bytes(sent, len);
-                    sent += len as u64;
-                    let ev = if *stderr {
-                        ExecEvent::Stderr(c)
-                    } else {
-                        ExecEvent::Stdout(c)
-                    };
-                    out.send(ev).await.map_err(|_| ())?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Decoded stdin of a request.
-fn stdin_of(req: &ExecRequest) -> Result<Vec<u8>, AdapterError> {
-    match (&req.stdin, &req.stdin_base64) {
-        (Some(s), _) => Ok(s.as_bytes().to_vec()),
-        (None, Some(b)) => base64::engine::general_purpose::STANDARD
-            .decode(b)
-            .map_err(|e| AdapterError::Permanent(format!("stdinBase64: {e}"))),
-        (None, None) => Ok(Vec::new()),
-    }
-}
-
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -716,7 +392,7 @@ impl FakeAdapter {
                 }
                 (None, Some(l)) if l.state != InstanceState::Running => {
                     e.outcome = LedgerOutcome::Refused;
-                    Err(AdapterError::Permanent(format!(
+                    Err(AdapterError::permanent(format!(
                         "the instance is {:?}",
                         l.state
                     )))
@@ -736,9 +412,9 @@ impl FakeAdapter {
             return Err(AdapterError::NotFound);
         }
         let dir = self.files_root().join(at.sandbox_id.as_str());
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| AdapterError::Transient(format!("fake files: {e}")))?;
+        tokio::fs::create_dir_all(&dir).await.map_err(|e| {
+            AdapterError::Transient(Reason::caused_by(format!("fake files: {e}"), e))
+        })?;
         Ok(dir)
     }
 
@@ -766,7 +442,7 @@ impl FakeAdapter {
                 Some(l) if l.state == from || l.state == to => Ok(()),
                 Some(l) => {
                     e.outcome = LedgerOutcome::Refused;
-                    Err(AdapterError::Permanent(format!(
+                    Err(AdapterError::permanent(format!(
                         "cannot {op:?} an instance that is {:?}",
                         l.state
                     )))
@@ -806,7 +482,7 @@ impl Adapter for FakeAdapter {
                 let failed = state.failed_creates.get(&sbx).copied().unwrap_or(0);
                 if failed < fail_creates {
                     e.outcome = LedgerOutcome::Failed;
-                    let err = AdapterError::Transient(format!(
+                    let err = AdapterError::transient(format!(
                         "fake: injected create failure {} of {fail_creates}",
                         failed + 1
                     ));
@@ -816,7 +492,7 @@ impl Adapter for FakeAdapter {
                     if !state.snapshots.contains(snap) {
                         e.outcome = LedgerOutcome::Failed;
                         e.snapshot = Some(snap.clone());
-                        let err = AdapterError::Permanent(format!("fake: no snapshot {snap}"));
+                        let err = AdapterError::permanent(format!("fake: no snapshot {snap}"));
                         return (e, Err(err));
                     }
                 }
@@ -835,10 +511,14 @@ impl Adapter for FakeAdapter {
             let from = self.files_root().join(".snapshots").join(snap);
             let to = self.files_root().join(req.sandbox_id.as_str());
             if from.is_dir() && !to.exists() {
-                tokio::task::spawn_blocking(move || crate::devhost::files::copy_tree(&from, &to))
+                tokio::task::spawn_blocking(move || crate::local_fs::copy_tree(&from, &to))
                     .await
-                    .map_err(|e| AdapterError::Transient(format!("fake restore: {e}")))?
-                    .map_err(|e| AdapterError::Transient(format!("fake restore: {e}")))?;
+                    .map_err(|e| {
+                        AdapterError::Transient(Reason::caused_by(format!("fake restore: {e}"), e))
+                    })?
+                    .map_err(|e| {
+                        AdapterError::Transient(Reason::caused_by(format!("fake restore: {e}"), e))
+                    })?;
             }
         }
         Ok(created)
@@ -881,7 +561,7 @@ impl Adapter for FakeAdapter {
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
         self.check_available()?;
         if self.config.fail_list {
-            return Err(AdapterError::Unavailable(
+            return Err(AdapterError::unavailable(
                 "fake backend configured with failList".to_owned(),
             ));
         }
@@ -919,37 +599,24 @@ impl Adapter for FakeAdapter {
             }
             tokio::time::sleep(d).await;
         }
-        const CAP: usize = crate::devhost::OUTPUT_CAP_BYTES;
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let (mut out_cut, mut err_cut) = (false, false);
+        const CAP: usize = OUTPUT_CAP_BYTES;
+        let mut out = CollectedOutput::default();
         for o in &plan.output {
-            let (buf, cut, bytes): (_, _, Bytes) = match o {
-                Output::Stdout(b) => (&mut out, &mut out_cut, Bytes::copy_from_slice(b)),
-                Output::Stderr(b) => (&mut err, &mut err_cut, Bytes::copy_from_slice(b)),
+            match o {
+                Output::Stdout(b) => out.stdout.push(b),
+                Output::Stderr(b) => out.stderr.push(b),
                 Output::Generate { n, stderr } => {
                     let keep = usize::try_from((*n).min(CAP as u64 + 1)).unwrap_or(CAP + 1);
                     let b = yes_bytes(0, keep);
                     if *stderr {
-                        (&mut err, &mut err_cut, b)
+                        out.stderr.push(&b)
                     } else {
-                        (&mut out, &mut out_cut, b)
+                        out.stdout.push(&b)
                     }
                 }
-            };
-            let room = CAP.saturating_sub(buf.len());
-            buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
-            if bytes.len() > room {
-                *cut = true;
             }
         }
-        Ok(ExecResult {
-            exit_code: plan.exit_code,
-            stdout: String::from_utf8_lossy(&out).into_owned(),
-            stderr: String::from_utf8_lossy(&err).into_owned(),
-            stdout_truncated: out_cut,
-            stderr_truncated: err_cut,
-            duration_ms: millis(started.elapsed()),
-        })
+        Ok(out.into_result(plan.exit_code, millis(started.elapsed())))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
@@ -999,7 +666,7 @@ impl Adapter for FakeAdapter {
         body: ByteStream,
     ) -> Result<(), AdapterError> {
         let dir = self.sandbox_files(at).await?;
-        crate::devhost::files::upload(&dir, path, mode, body).await
+        crate::local_fs::upload(&dir, path, mode, body).await
     }
 
     async fn download(
@@ -1009,7 +676,7 @@ impl Adapter for FakeAdapter {
         range: Option<ByteRange>,
     ) -> Result<Download, AdapterError> {
         let dir = self.sandbox_files(at).await?;
-        crate::devhost::files::download(&dir, path, range).await
+        crate::local_fs::download(&dir, path, range).await
     }
 
     async fn list_files(
@@ -1019,12 +686,12 @@ impl Adapter for FakeAdapter {
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
         let dir = self.sandbox_files(at).await?;
-        crate::devhost::files::list(&dir, path, depth).await
+        crate::local_fs::list(&dir, path, depth).await
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
         let dir = self.sandbox_files(at).await?;
-        crate::devhost::files::delete(&dir, path).await
+        crate::local_fs::delete(&dir, path).await
     }
 
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
@@ -1063,10 +730,14 @@ impl Adapter for FakeAdapter {
             let from = self.files_root().join(at.sandbox_id.as_str());
             let to = self.files_root().join(".snapshots").join(&backend_ref);
             if from.is_dir() && !to.exists() {
-                tokio::task::spawn_blocking(move || crate::devhost::files::copy_tree(&from, &to))
+                tokio::task::spawn_blocking(move || crate::local_fs::copy_tree(&from, &to))
                     .await
-                    .map_err(|e| AdapterError::Transient(format!("fake snapshot: {e}")))?
-                    .map_err(|e| AdapterError::Transient(format!("fake snapshot: {e}")))?;
+                    .map_err(|e| {
+                        AdapterError::Transient(Reason::caused_by(format!("fake snapshot: {e}"), e))
+                    })?
+                    .map_err(|e| {
+                        AdapterError::Transient(Reason::caused_by(format!("fake snapshot: {e}"), e))
+                    })?;
             }
         }
         let at = at.clone();
@@ -1170,6 +841,7 @@ impl Adapter for FakeAdapter {
 
 #[cfg(test)]
 mod tests {
+    use super::programs::Plan;
     use super::*;
 
     #[test]

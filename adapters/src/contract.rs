@@ -1,0 +1,274 @@
+//! The adapter contract: the [`Adapter`] trait every backend implements and the types its
+//! calls carry. One file so a new adapter kind reads one place to learn what it must do.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use differently_core::exec::{ExecRequest, ExecResult};
+use differently_core::ids::InstallationId;
+use differently_core::{Resources, SandboxId};
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+
+use crate::AdapterError;
+
+/// What the backend is asked to create.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateInstance {
+    pub sandbox_id: SandboxId,
+    pub installation_id: InstallationId,
+    pub template: Option<String>,
+    pub resources: Resources,
+    pub env: BTreeMap<String, String>,
+    /// Backend-side TTL backstop, if the backend supports one.
+    pub ttl_seconds: u64,
+    /// Restore from this backend snapshot ref instead of the template.
+    #[serde(default)]
+    pub from_snapshot: Option<String>,
+}
+
+/// State of a backend instance as the backend reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceState {
+    Pending,
+    Running,
+    Paused,
+    Stopped,
+    Failed,
+}
+
+/// A backend instance tagged with its sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    /// The backend's own id for it.
+    pub backend_ref: String,
+    pub sandbox_id: SandboxId,
+    pub state: InstanceState,
+}
+
+/// Where an existing instance is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceRef {
+    pub sandbox_id: SandboxId,
+    pub backend_ref: String,
+}
+
+/// A stream of bytes to or from a backend (file bodies).
+pub type ByteStream = BoxStream<'static, Result<Bytes, AdapterError>>;
+
+/// One piece of streamed exec output, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    Stdout(Bytes),
+    Stderr(Bytes),
+}
+
+/// How a streamed exec ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecExit {
+    /// 124 on timeout, 128+n when killed by signal n.
+    pub exit_code: i32,
+    pub duration_ms: u64,
+}
+
+/// Inclusive byte range of a download (`Range: bytes=start-end`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    pub start: u64,
+    /// Inclusive; `None` means to the end.
+    pub end: Option<u64>,
+}
+
+/// A download: total size if the backend knows it, and the body (already ranged).
+pub struct Download {
+    pub total_size: Option<u64>,
+    pub body: ByteStream,
+}
+
+/// Kind of a file system entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileEntry {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: FileKind,
+    pub size: u64,
+    /// Permission bits, e.g. 0o644.
+    pub mode: u32,
+    pub modified_at: Option<DateTime<Utc>>,
+}
+
+/// A backend snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotInfo {
+    /// The backend's id for the snapshot; restore passes it back in `CreateInstance`.
+    pub backend_ref: String,
+    /// False while the backend is still writing it.
+    pub ready: bool,
+}
+
+/// A URL that reaches a port inside the sandbox without any backend credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    pub url: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+fn unsupported<T>(op: &str) -> Result<T, AdapterError> {
+    Err(AdapterError::Unsupported(op.to_owned()))
+}
+
+/// One pool's backend. Required methods first; optional operations default to
+/// `Unsupported`, and an adapter advertises (in `capabilities`) only what it overrides.
+#[async_trait]
+pub trait Adapter: Send + Sync + 'static {
+    /// The adapter kind (`fake`, `devhost`, `opensandbox`, …).
+    fn kind(&self) -> &'static str;
+
+    /// Capabilities this adapter really implements (names from `core::sandbox::KNOWN_CAPABILITIES`).
+    fn capabilities(&self) -> Vec<String>;
+
+    /// Creates the instance for `req.sandbox_id`, or returns the one that already exists.
+    async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError>;
+
+    /// Deletes the instance of `sandbox_id`; succeeds if there is none.
+    async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError>;
+
+    /// The instance tagged with `sandbox_id`, if any.
+    async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError>;
+
+    /// Every instance tagged with `installation`, for reconciliation.
+    async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError>;
+
+    /// Runs a command to completion.
+    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError>;
+
+    /// Whether the backend answers at all; used for pool health.
+    async fn health(&self) -> Result<(), AdapterError>;
+
+    /// Runs a command, sending output as it comes. A full `out` channel slows the command
+    /// down (backpressure); a closed one cancels it on the backend. (`exec.stream`)
+    async fn exec_stream(
+        &self,
+        _at: &InstanceRef,
+        _req: &ExecRequest,
+        _out: tokio::sync::mpsc::Sender<ExecEvent>,
+    ) -> Result<ExecExit, AdapterError> {
+        unsupported("exec.stream")
+    }
+
+    /// Writes a file (absolute path inside the sandbox). (`files`)
+    async fn upload(
+        &self,
+        _at: &InstanceRef,
+        _path: &str,
+        _mode: Option<u32>,
+        _body: ByteStream,
+    ) -> Result<(), AdapterError> {
+        unsupported("files")
+    }
+
+    /// Reads a file, optionally a range of it. (`files`)
+    async fn download(
+        &self,
+        _at: &InstanceRef,
+        _path: &str,
+        _range: Option<ByteRange>,
+    ) -> Result<Download, AdapterError> {
+        unsupported("files")
+    }
+
+    /// Lists a directory to `depth` levels. (`files`)
+    async fn list_files(
+        &self,
+        _at: &InstanceRef,
+        _path: &str,
+        _depth: u32,
+    ) -> Result<Vec<FileEntry>, AdapterError> {
+        unsupported("files")
+    }
+
+    /// Removes a file or an empty directory. (`files`)
+    async fn delete_file(&self, _at: &InstanceRef, _path: &str) -> Result<(), AdapterError> {
+        unsupported("files")
+    }
+
+    /// Freezes the sandbox keeping its memory. (`lifecycle.pause`)
+    ///
+    /// The four lifecycle calls are idempotent: an instance already in the target state is
+    /// success, because workers re-issue them on redelivery (a `start` even after its row
+    /// already says `running`).
+    async fn pause(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
+        unsupported("lifecycle.pause")
+    }
+
+    /// Undoes `pause`. (`lifecycle.pause`)
+    async fn resume(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
+        unsupported("lifecycle.pause")
+    }
+
+    /// Stops the sandbox keeping its disk. (`lifecycle.stop`)
+    async fn stop(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
+        unsupported("lifecycle.stop")
+    }
+
+    /// Undoes `stop`. (`lifecycle.stop`)
+    async fn start(&self, _at: &InstanceRef) -> Result<(), AdapterError> {
+        unsupported("lifecycle.stop")
+    }
+
+    /// Takes a snapshot named by Differently's snapshot id (idempotent on it). (`snapshots`)
+    async fn snapshot(
+        &self,
+        _at: &InstanceRef,
+        _snapshot_id: &str,
+    ) -> Result<SnapshotInfo, AdapterError> {
+        unsupported("snapshots")
+    }
+
+    /// Deletes a snapshot; a missing one is fine. (`snapshots`)
+    async fn delete_snapshot(&self, _backend_ref: &str) -> Result<(), AdapterError> {
+        unsupported("snapshots")
+    }
+
+    /// A URL for `port` inside the sandbox. (`ports.expose`)
+    async fn expose_port(
+        &self,
+        _at: &InstanceRef,
+        _port: u16,
+        _expires: Option<std::time::Duration>,
+    ) -> Result<Endpoint, AdapterError> {
+        unsupported("ports.expose")
+    }
+
+    /// Moves the backend-side TTL backstop after a TTL renew. Adapters without a backstop
+    /// succeed without doing anything.
+    async fn renew(
+        &self,
+        _at: &InstanceRef,
+        _ttl: std::time::Duration,
+    ) -> Result<(), AdapterError> {
+        Ok(())
+    }
+}
+
+/// Shared handle to an adapter.
+pub type SharedAdapter = Arc<dyn Adapter>;
