@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use differently_core::lifecycle::LifecycleOp;
 use differently_core::{OrgId, ProjectId, SandboxId, SandboxStatus};
 use serde::{Deserialize, Serialize};
 
@@ -197,6 +198,18 @@ pub enum WorkOp {
 }
 
 impl WorkOp {
+    /// The status-changing lifecycle operation this work message executes, if it is one
+    /// (its statuses are in `differently_core::lifecycle`).
+    pub fn lifecycle(self) -> Option<LifecycleOp> {
+        match self {
+            WorkOp::Pause => Some(LifecycleOp::Pause),
+            WorkOp::Resume => Some(LifecycleOp::Resume),
+            WorkOp::Stop => Some(LifecycleOp::Stop),
+            WorkOp::Start => Some(LifecycleOp::Start),
+            _ => None,
+        }
+    }
+
     /// Every operation, in declaration order.
     pub const ALL: [WorkOp; 10] = [
         WorkOp::Create,

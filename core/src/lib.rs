@@ -9,6 +9,7 @@ pub mod exec;
 pub mod fair;
 pub mod faults;
 pub mod ids;
+pub mod lifecycle;
 pub mod policy;
 pub mod pool;
 pub mod resources;
