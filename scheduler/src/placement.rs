@@ -471,7 +471,7 @@ async fn place_group(
                 Ok(Decided::Done(o)) => Ok(o),
                 Ok(Decided::Ready(_)) => by_index
                     .remove(&i)
-                    .unwrap_or_else(|| Err(StoreError::Database("placement lost".into()))),
+                    .unwrap_or_else(|| Err(StoreError::Internal("placement lost".into()))),
                 Err(e) => Err(e),
             }
         })
@@ -708,7 +708,7 @@ async fn activate_group(
             out.extend(
                 items
                     .into_iter()
-                    .map(|(i, _)| (i, Err(StoreError::Database(msg.clone())))),
+                    .map(|(i, _)| (i, Err(StoreError::Internal(msg.clone())))),
             );
             return out;
         }

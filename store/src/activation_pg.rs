@@ -14,11 +14,12 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use differently_core::accounting;
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use sqlx::types::Json;
 use sqlx::Row;
 
-use crate::memory::rules;
+use crate::shared::rules;
 use crate::postgres::{lock_pool, lock_sandboxes, update_sandboxes, PgStore};
 use crate::usage_pg;
 use crate::{Activation, ActivationItem, Quota, QuotaScope, StoreError, Usage};
@@ -149,15 +150,15 @@ pub(crate) async fn activate_many(
         } else {
             0
         };
-        let reason = rules::waiting_reason(
+        let reason = accounting::waiting_reason(
             (&org_usage, &org_quota),
             (&prj_usage, &prj_quota),
             used,
             s,
-            &it.pool,
+            it.pool.cap(),
         );
         if let Some((wall, reason)) = reason {
-            rules::wait(s, reason, now);
+            accounting::wait(s, reason, now);
             out.push(Activation::Waiting(s.clone(), wall));
             continue;
         }

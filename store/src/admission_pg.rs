@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
+use differently_core::accounting;
 use differently_core::{OrgId, ProjectId, Sandbox, SandboxStatus};
 use sqlx::postgres::PgArguments;
 use sqlx::{Postgres, Row, Transaction};
@@ -26,7 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::group_commit::Lanes;
 
-use crate::memory::rules::{self, AuditEntry};
+use crate::shared::rules::{self, AuditEntry};
 use crate::postgres::{
     lock_org_admissions, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore,
 };
@@ -68,7 +69,7 @@ pub(crate) async fn admit(store: &PgStore, mut a: Admission) -> Outcome {
             }
         });
     rx.await
-        .unwrap_or_else(|_| Err(StoreError::Database("the admission's group stopped".into())))
+        .unwrap_or_else(|_| Err(StoreError::Internal("the admission's group stopped".into())))
 }
 
 /// Admits `group` (any organizations; each org's items in one transaction), one outcome per
@@ -80,8 +81,8 @@ pub(crate) async fn admit_many(store: &PgStore, group: Vec<Admission>) -> Vec<Ou
     let mut later: Vec<usize> = Vec::new();
     for (i, a) in group.iter().enumerate() {
         let s = &a.sandbox;
-        if let Err(e) = rules::check_admissible(s) {
-            out[i] = Some(Err(e));
+        if let Err(e) = accounting::check_admissible(s) {
+            out[i] = Some(Err(e.into()));
             continue;
         }
         if let Some(key) = s.idempotency_key.as_deref() {
@@ -115,7 +116,7 @@ pub(crate) async fn admit_many(store: &PgStore, group: Vec<Admission>) -> Vec<Ou
         out[i] = Some(alone(store, &group, i).await);
     }
     out.into_iter()
-        .map(|o| o.unwrap_or_else(|| Err(StoreError::Database("admission not decided".into()))))
+        .map(|o| o.unwrap_or_else(|| Err(StoreError::Internal("admission not decided".into()))))
         .collect()
 }
 
@@ -124,7 +125,7 @@ async fn alone(store: &PgStore, group: &[Admission], i: usize) -> Outcome {
     let mut decided = decide_in_one_tx(store, group, &[i]).await?;
     match decided.pop() {
         Some((_, outcome)) => outcome,
-        None => Err(StoreError::Database("admission not decided".into())),
+        None => Err(StoreError::Internal("admission not decided".into())),
     }
 }
 
@@ -199,9 +200,9 @@ async fn decide_in_one_tx(
         }
         let quota = org_quota.clone().or(&a.defaults);
         if let Err(e) =
-            rules::check_admission_limits(s, (&org_usage, &quota), (&prj.usage, &prj.quota))
+            accounting::check_admission_limits(s, (&org_usage, &quota), (&prj.usage, &prj.quota))
         {
-            decided.push((i, Err(e)));
+            decided.push((i, Err(e.into())));
             continue;
         }
         // Nothing of the org waits (this group's earlier items included), so placing this
@@ -212,17 +213,17 @@ async fn decide_in_one_tx(
         let mut row = s.clone();
         let placed = match direct_of(a) {
             Some(d) if nothing_waits => {
-                let walls = rules::waiting_reason(
+                let walls = accounting::waiting_reason(
                     (&org_usage, &quota),
                     (&prj.usage, &prj.quota),
                     0,
                     &row,
-                    &d.pool,
+                    d.pool.cap(),
                 );
                 match walls {
                     // It waits like any queued sandbox, saying why (as the leader would).
                     Some((_, reason)) => {
-                        rules::wait(&mut row, reason, s.created_at);
+                        accounting::wait(&mut row, reason, s.created_at);
                         None
                     }
                     None => {
@@ -387,7 +388,7 @@ fn insert_rows<'g>(
         cpu.push(i64::from(s.spec.resources.cpu));
         memory.push(to_i64(s.spec.resources.memory_mib, "memory")?);
         disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
-        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Database(e.to_string()))?);
+        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Internal(e.to_string()))?);
     }
     let mut args = PgArguments::default();
     bind(&mut args, text(|a| Some(a.sandbox.id.as_str())))?;
@@ -431,7 +432,7 @@ fn insert_rows<'g>(
         19,
         rows.len() as u64,
         |written, expected| {
-            StoreError::Database(format!(
+            StoreError::Internal(format!(
                 "admission insert wrote {written} of {expected} rows"
             ))
         },

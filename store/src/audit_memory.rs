@@ -5,13 +5,12 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use differently_core::{OrgId, ProjectId};
+use differently_core::OrgId;
 
 use crate::audit::{
     self, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint, ExportCursor,
     NewAuditEvent, RowGuard, Verifier, VerifyReport,
 };
-use crate::memory::rules::AuditEntry;
 use crate::memory::MemoryStore;
 use crate::{AuditRecord, StoreError};
 
@@ -67,16 +66,6 @@ impl MemoryAudit {
         v.sort_by(|a, b| (&a.chain, a.chain_seq, a.seq).cmp(&(&b.chain, b.chain_seq, b.seq)));
         v
     }
-}
-
-/// The record of `e` about `resource`, with its project when known.
-pub(crate) fn event_for(
-    org: Option<&OrgId>,
-    project: Option<&ProjectId>,
-    resource: &str,
-    e: AuditEntry,
-) -> NewAuditEvent {
-    crate::audit_pg::event_for(org, project, resource, e.actor, e.action, e.detail)
 }
 
 #[cfg(feature = "test-support")]

@@ -50,7 +50,7 @@ pub(crate) async fn append_chained(
     append_then_lock_counters(tx, None, vec![(e, audit::current_request_id())], at, &[])
         .await?
         .pop()
-        .ok_or_else(|| StoreError::Database("audit append of one wrote nothing".into()))
+        .ok_or_else(|| StoreError::Internal("audit append of one wrote nothing".into()))
 }
 
 /// Appends records inside `tx`, each with its own request id (a group may act for several
@@ -177,7 +177,7 @@ pub(crate) async fn append_then_lock_counters(
     .fetch_all(&mut **tx)
     .await?;
     if rows.len() != recs.len() {
-        return Err(StoreError::Database(format!(
+        return Err(StoreError::Internal(format!(
             "audit append: {} of {} records written",
             rows.len(),
             recs.len()
@@ -188,7 +188,7 @@ pub(crate) async fn append_then_lock_counters(
         let chain: String = row.try_get("chain")?;
         let chain_seq: i64 = row.try_get("chain_seq")?;
         if chain != rec.chain || chain_seq != rec.chain_seq {
-            return Err(StoreError::Database(format!(
+            return Err(StoreError::Internal(format!(
                 "audit append: record {chain}/{chain_seq} came back out of order"
             )));
         }
@@ -197,7 +197,7 @@ pub(crate) async fn append_then_lock_counters(
         // make a correct record fail verification, so refuse it now (fail closed).
         let stored: serde_json::Value = row.try_get("detail")?;
         if canonical_json(&stored) != canonical_json(&rec.detail) {
-            return Err(StoreError::Database(format!(
+            return Err(StoreError::Internal(format!(
                 "audit detail of {} does not survive storage unchanged",
                 rec.action
             )));
@@ -249,35 +249,6 @@ async fn first_head(
     .await?
     .map(|r| -> Result<(i64, String), StoreError> { Ok((r.try_get(0)?, r.try_get(1)?)) })
     .transpose()
-}
-
-/// The record about `resource` in `org`'s chain, with its project when the resource is a
-/// project or the detail names one.
-pub(crate) fn event_for(
-    org: Option<&OrgId>,
-    project: Option<&ProjectId>,
-    resource: &str,
-    actor: String,
-    action: String,
-    detail: serde_json::Value,
-) -> NewAuditEvent {
-    let project = project.cloned().or_else(|| {
-        ProjectId::parse(resource).ok().or_else(|| {
-            detail
-                .get("projectId")
-                .and_then(|p| p.as_str())
-                .and_then(|p| ProjectId::parse(p).ok())
-        })
-    });
-    NewAuditEvent {
-        org_id: org.cloned(),
-        project_id: project,
-        actor,
-        action,
-        resource: resource.to_owned(),
-        outcome: audit::OUTCOME_OK.to_owned(),
-        detail,
-    }
 }
 
 fn event_of(r: &sqlx::postgres::PgRow) -> Result<AuditEvent, StoreError> {

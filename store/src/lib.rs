@@ -30,6 +30,7 @@ pub mod postgres;
 mod prior_write;
 pub mod sealed;
 pub mod secrets;
+mod shared;
 #[cfg(feature = "test-support")]
 pub mod testing;
 mod transition_lane_pg;
@@ -155,6 +156,16 @@ pub struct PoolSlot {
     pub max_concurrent: Option<u32>,
 }
 
+impl PoolSlot {
+    /// The pool as the core accounting rules see it.
+    pub fn cap(&self) -> differently_core::accounting::PoolCap<'_> {
+        differently_core::accounting::PoolCap {
+            name: &self.name,
+            max_concurrent: self.max_concurrent,
+        }
+    }
+}
+
 /// One activation of an `activate_many` group.
 #[derive(Debug, Clone)]
 pub struct ActivationItem {
@@ -164,16 +175,7 @@ pub struct ActivationItem {
     pub explanation: Option<serde_json::Value>,
 }
 
-/// The limit a waiting activation hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Wall {
-    /// The organization's quota (no pool helps).
-    Org,
-    /// The project's quota (no pool helps).
-    Project,
-    /// The pool's `maxConcurrent` (another ranked pool may).
-    Pool,
-}
+pub use differently_core::accounting::Wall;
 
 /// Result of `activate`.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,8 +1,8 @@
 //! The in-memory store: the same contract as Postgres behind one mutex, for `--dev` and tests.
 //! State is per process, so run exactly one replica with it.
 //!
-//! The rules both stores share (how a status change mutates a `Sandbox`, when an activation
-//! waits) live in [`rules`], so the two implementations cannot drift apart.
+//! The rules both stores share live in `differently_core::accounting` (the domain) and
+//! `crate::shared` (audit entries, refusals), so the two implementations cannot drift apart.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,338 +12,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use differently_core::ids::InstallationId;
 use differently_core::{KeyId, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use differently_core::accounting;
 use serde_json::json;
 
+use crate::shared::rules;
 use crate::{
     Activation, Actor, Admission, Admitted, ApiKeyRecord, AuditRecord, Leadership, Org, OrgStatus,
     PoolSlot, Project, Quota, QuotaScope, SandboxFilter, Store, StoreError, Transition, Usage,
 };
-
-/// Status-change rules shared by the memory and Postgres stores.
-pub(crate) mod rules {
-    use chrono::{DateTime, TimeDelta, Utc};
-    use differently_core::status::can_transition;
-    use differently_core::{Sandbox, SandboxStatus};
-    use serde_json::json;
-
-    use crate::{PoolSlot, Quota, StoreError, Transition, Usage};
-
-    /// Statuses for which `pred` holds, in wire form: the single source for SQL `= ANY($n)`.
-    pub(crate) fn statuses_where(pred: fn(SandboxStatus) -> bool) -> Vec<String> {
-        SandboxStatus::ALL
-            .into_iter()
-            .filter(|s| pred(*s))
-            .map(|s| s.as_str().to_owned())
-            .collect()
-    }
-
-    /// Statuses the TTL sweep expires.
-    pub(crate) const EXPIRABLE: [SandboxStatus; 3] = [
-        SandboxStatus::Running,
-        SandboxStatus::Paused,
-        SandboxStatus::Stopped,
-    ];
-
-    /// Why `sbx` cannot be activated now, or `None` if quotas and pool cap leave room.
-    /// Checks the organization (`org_quota`, already merged over the defaults), then the
-    /// project (its stored quota only), then the pool; the first block found is the reason.
-    /// `pool_used` is the number of rows holding a slot on the pool (only when capped).
-    pub(crate) fn waiting_reason(
-        org: (&Usage, &Quota),
-        project: (&Usage, &Quota),
-        pool_used: u64,
-        sbx: &Sandbox,
-        pool: &PoolSlot,
-    ) -> Option<(crate::Wall, String)> {
-        let r = sbx.spec.resources;
-        if let Some(reason) = org.0.blocks(org.1, &r, "org") {
-            return Some((crate::Wall::Org, reason));
-        }
-        if let Some(reason) = project.0.blocks(project.1, &r, "project") {
-            return Some((crate::Wall::Project, reason));
-        }
-        if let Some(max) = pool.max_concurrent {
-            if pool_used + 1 > u64::from(max) {
-                return Some((
-                    crate::Wall::Pool,
-                    format!("waiting: pool {} full {pool_used}/{max}", pool.name),
-                ));
-            }
-        }
-        None
-    }
-
-    /// Admission limits: the sandbox must fit `maxSandbox` of both levels and neither queue
-    /// may be full. `org_quota` is already merged over the defaults; `project_quota` is the
-    /// project's stored quota only.
-    pub(crate) fn check_admission_limits(
-        sbx: &Sandbox,
-        org: (&Usage, &Quota),
-        project: (&Usage, &Quota),
-    ) -> Result<(), StoreError> {
-        let r = sbx.spec.resources;
-        for q in [org.1, project.1] {
-            if let Some(e) = q.too_large(&r) {
-                return Err(StoreError::QuotaExceeded(format!(
-                    "{} {}",
-                    e.field, e.message
-                )));
-            }
-        }
-        if let Some(max) = org.1.max_queued {
-            if org.0.queued >= max {
-                return Err(StoreError::QuotaExceeded(format!(
-                    "organization queue is full ({} queued)",
-                    org.0.queued
-                )));
-            }
-        }
-        if let Some(max) = project.1.max_queued {
-            if project.0.queued >= max {
-                return Err(StoreError::QuotaExceeded(format!(
-                    "project queue is full ({} queued)",
-                    project.0.queued
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// What a successful change writes to the audit log besides the row.
-    #[derive(Clone)]
-    pub(crate) struct AuditEntry {
-        pub actor: String,
-        pub action: String,
-        pub detail: serde_json::Value,
-    }
-
-    /// `queued → provisioning` on `pool`.
-    pub(crate) fn activate(sbx: &mut Sandbox, pool: &PoolSlot, now: DateTime<Utc>) -> AuditEntry {
-        sbx.status = SandboxStatus::Provisioning;
-        sbx.status_reason = None;
-        sbx.status_version += 1;
-        sbx.pool = Some(pool.name.clone());
-        sbx.attempts = sbx.attempts.saturating_add(1);
-        sbx.updated_at = now;
-        AuditEntry {
-            actor: crate::Actor::System("scheduler").as_audit(),
-            action: "sandbox.activate".to_owned(),
-            detail: json!({ "pool": pool.name, "attempts": sbx.attempts }),
-        }
-    }
-
-    /// [`activate`] applied by the admitting API process in the admission itself
-    /// (`DirectPlacement`): the record says so.
-    pub(crate) fn activate_direct(
-        sbx: &mut Sandbox,
-        pool: &PoolSlot,
-        now: DateTime<Utc>,
-    ) -> AuditEntry {
-        let mut entry = activate(sbx, pool, now);
-        entry.actor = crate::Actor::System("admission").as_audit();
-        if let Some(detail) = entry.detail.as_object_mut() {
-            detail.insert("direct".to_owned(), json!(true));
-        }
-        entry
-    }
-
-    /// Records why a queued sandbox waits (not a status change: the version stays).
-    pub(crate) fn wait(sbx: &mut Sandbox, reason: String, now: DateTime<Utc>) {
-        sbx.status_reason = Some(reason);
-        sbx.updated_at = now;
-    }
-
-    /// `provisioning → running`; conflict if the row is elsewhere.
-    pub(crate) fn mark_running(
-        sbx: &mut Sandbox,
-        backend_ref: &str,
-        now: DateTime<Utc>,
-    ) -> Result<AuditEntry, StoreError> {
-        if sbx.status != SandboxStatus::Provisioning {
-            return Err(StoreError::StatusConflict {
-                current: sbx.status,
-            });
-        }
-        let ttl = i64::try_from(sbx.spec.ttl_seconds)
-            .ok()
-            .and_then(TimeDelta::try_seconds)
-            .ok_or_else(|| {
-                StoreError::Database(format!("ttl {} out of range", sbx.spec.ttl_seconds))
-            })?;
-        sbx.status = SandboxStatus::Running;
-        sbx.status_reason = None;
-        sbx.status_version += 1;
-        sbx.backend_ref = Some(backend_ref.to_owned());
-        sbx.started_at = Some(now);
-        sbx.expires_at = now.checked_add_signed(ttl);
-        sbx.updated_at = now;
-        Ok(AuditEntry {
-            actor: crate::Actor::System("worker").as_audit(),
-            action: "sandbox.running".to_owned(),
-            detail: json!({ "backendRef": backend_ref, "pool": sbx.pool }),
-        })
-    }
-
-    /// `provisioning → queued`, clearing the pool; conflict if the row is elsewhere.
-    pub(crate) fn requeue(
-        sbx: &mut Sandbox,
-        reason: &str,
-        not_before: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<AuditEntry, StoreError> {
-        if sbx.status != SandboxStatus::Provisioning {
-            return Err(StoreError::StatusConflict {
-                current: sbx.status,
-            });
-        }
-        let from_pool = sbx.pool.take();
-        sbx.status = SandboxStatus::Queued;
-        sbx.status_reason = Some(reason.to_owned());
-        sbx.status_version += 1;
-        sbx.updated_at = now;
-        Ok(AuditEntry {
-            actor: crate::Actor::System("scheduler").as_audit(),
-            action: "sandbox.requeue".to_owned(),
-            detail: json!({ "reason": reason, "fromPool": from_pool, "notBefore": not_before }),
-        })
-    }
-
-    /// Any other legal change: compare-and-set on `t.from`, then the state machine.
-    /// Refuses a change whose additions exceed the org's (merged over the defaults) or the
-    /// project's quota.
-    pub(crate) fn check_change_limits(
-        sbx: &Sandbox,
-        to: SandboxStatus,
-        org: (&Usage, &Quota),
-        project: (&Usage, &Quota),
-    ) -> Result<(), StoreError> {
-        let r = sbx.spec.resources;
-        for ((used, quota), level) in [(org, "org"), (project, "project")] {
-            if let Some(reason) = used.blocks_change(quota, &r, sbx.status, to, level) {
-                return Err(StoreError::QuotaExceeded(reason));
-            }
-        }
-        Ok(())
-    }
-
-    pub(crate) fn transition(
-        sbx: &mut Sandbox,
-        t: &Transition,
-        now: DateTime<Utc>,
-    ) -> Result<AuditEntry, StoreError> {
-        let current = sbx.status;
-        if !t.from.contains(&current) {
-            return Err(StoreError::StatusConflict { current });
-        }
-        if !can_transition(current, t.to) {
-            return Err(StoreError::IllegalTransition {
-                from: current,
-                to: t.to,
-            });
-        }
-        sbx.status = t.to;
-        sbx.status_reason = t.reason.clone();
-        sbx.status_version += 1;
-        sbx.updated_at = now;
-        if t.to == SandboxStatus::Queued {
-            sbx.pool = None;
-        }
-        if t.to.is_final() {
-            sbx.ended_at = Some(now);
-        }
-        Ok(AuditEntry {
-            actor: t.actor.as_audit(),
-            action: format!("sandbox.{}", t.to),
-            detail: json!({ "from": current, "to": t.to, "reason": t.reason }),
-        })
-    }
-
-    /// The audit entry of an admission.
-    pub(crate) fn admit_entry(sbx: &Sandbox, actor: &crate::Actor) -> AuditEntry {
-        AuditEntry {
-            actor: actor.as_audit(),
-            action: "sandbox.admit".to_owned(),
-            detail: json!({
-                "projectId": sbx.project_id,
-                "idempotencyKey": sbx.idempotency_key,
-                "resources": sbx.spec.resources,
-            }),
-        }
-    }
-
-    /// `AlreadyExists` for a taken name, e.g. `organization name "acme"`.
-    pub(crate) fn name_taken(kind: &str, name: &str) -> StoreError {
-        StoreError::AlreadyExists(format!("{kind} name {name:?}"))
-    }
-
-    /// `HasDependents` for an organization that still has projects.
-    pub(crate) fn org_has_projects(n: u64) -> StoreError {
-        StoreError::HasDependents(format!("organization has {n} projects"))
-    }
-
-    /// `HasDependents` for a project that still has sandboxes that are not final.
-    pub(crate) fn project_has_live_sandboxes(n: u64) -> StoreError {
-        StoreError::HasDependents(format!("project has {n} live sandboxes"))
-    }
-
-    /// A tenancy audit entry (`org.create`, `key.revoke`, …) by `actor`.
-    pub(crate) fn tenancy_entry(
-        actor: &crate::Actor,
-        action: &str,
-        detail: serde_json::Value,
-    ) -> AuditEntry {
-        AuditEntry {
-            actor: actor.as_audit(),
-            action: action.to_owned(),
-            detail,
-        }
-    }
-
-    /// The audit detail of a new key: everything but the hash, which must never be logged.
-    pub(crate) fn key_detail(k: &crate::ApiKeyRecord) -> serde_json::Value {
-        json!({
-            "name": k.name,
-            "projectId": k.project_id,
-            "scopes": k.scopes,
-            "expiresAt": k.expires_at,
-        })
-    }
-
-    /// Applies `update_org`'s changes to `org`; the audit detail holds old and new values.
-    pub(crate) fn update_org(
-        org: &mut crate::Org,
-        name: Option<&str>,
-        status: Option<crate::OrgStatus>,
-    ) -> serde_json::Value {
-        let before = json!({ "name": org.name, "status": org.status });
-        if let Some(n) = name {
-            org.name = n.to_owned();
-        }
-        if let Some(st) = status {
-            org.status = st;
-        }
-        json!({ "old": before, "new": { "name": org.name, "status": org.status } })
-    }
-
-    /// Admission refuses rows that are not new queued rows.
-    pub(crate) fn check_admissible(sbx: &Sandbox) -> Result<(), StoreError> {
-        if sbx.status != SandboxStatus::Queued {
-            return Err(StoreError::StatusConflict {
-                current: sbx.status,
-            });
-        }
-        Ok(())
-    }
-
-    /// `SandboxFilter::limit` of 0 means "no limit".
-    pub(crate) fn effective_limit(limit: u32) -> usize {
-        if limit == 0 {
-            usize::MAX
-        } else {
-            limit as usize
-        }
-    }
-}
 
 /// A stored sandbox with the fields that are not part of the `Sandbox` document.
 #[derive(Debug, Clone)]
@@ -386,7 +62,7 @@ impl State {
             .ok()
             .and_then(|id| self.sandboxes.get(&id))
             .map(|r| r.sandbox.project_id.clone());
-        let ev = crate::audit_memory::event_for(Some(org_id), project.as_ref(), resource, e);
+        let ev = e.into_event(Some(org_id), project.as_ref(), resource);
         self.audit.append(ev, at);
     }
 
@@ -397,7 +73,7 @@ impl State {
         e: rules::AuditEntry,
         at: DateTime<Utc>,
     ) {
-        let ev = crate::audit_memory::event_for(None, None, resource, e);
+        let ev = e.into_event(None, None, resource);
         self.audit.append(ev, at);
     }
 
@@ -606,7 +282,7 @@ impl Store for MemoryStore {
             .orgs
             .values()
             .filter(|o| after.is_none_or(|a| &o.id > a))
-            .take(rules::effective_limit(limit))
+            .take(accounting::effective_limit(limit))
             .cloned()
             .collect())
     }
@@ -671,7 +347,7 @@ impl Store for MemoryStore {
             .projects
             .values()
             .filter(|p| &p.org_id == org && after.is_none_or(|a| &p.id > a))
-            .take(rules::effective_limit(limit))
+            .take(accounting::effective_limit(limit))
             .cloned()
             .collect())
     }
@@ -756,7 +432,7 @@ impl Store for MemoryStore {
             .keys
             .values()
             .filter(|k| &k.org_id == org && after.is_none_or(|a| &k.id > a))
-            .take(rules::effective_limit(limit))
+            .take(accounting::effective_limit(limit))
             .cloned()
             .collect())
     }
@@ -820,7 +496,7 @@ impl Store for MemoryStore {
             request_id: _,
             direct,
         } = admission;
-        rules::check_admissible(&sandbox)?;
+        accounting::check_admissible(&sandbox)?;
         let (activated, direct) = {
             let mut st = self.lock();
             if !st.orgs.contains_key(&sandbox.org_id) {
@@ -845,7 +521,7 @@ impl Store for MemoryStore {
             }
             let org_scope = QuotaScope::Org(sandbox.org_id.clone());
             let prj_scope = QuotaScope::Project(sandbox.project_id.clone());
-            rules::check_admission_limits(
+            accounting::check_admission_limits(
                 &sandbox,
                 (
                     &st.usage(&org_scope),
@@ -854,7 +530,7 @@ impl Store for MemoryStore {
                 (&st.usage(&prj_scope), &st.stored_quota(&prj_scope)),
             )?;
             if st.sandboxes.contains_key(&sandbox.id) {
-                return Err(StoreError::Database(format!(
+                return Err(StoreError::Internal(format!(
                     "sandbox {} already exists",
                     sandbox.id
                 )));
@@ -951,7 +627,7 @@ impl Store for MemoryStore {
                     .as_ref()
                     .is_none_or(|(k, v)| s.spec.labels.get(k) == Some(v))
             })
-            .take(rules::effective_limit(filter.limit))
+            .take(accounting::effective_limit(filter.limit))
             .cloned()
             .collect();
         Ok(out)
@@ -1016,7 +692,7 @@ impl Store for MemoryStore {
         if t.from.contains(&current.status) {
             let org_scope = QuotaScope::Org(current.org_id.clone());
             let prj_scope = QuotaScope::Project(current.project_id.clone());
-            rules::check_change_limits(
+            accounting::check_change_limits(
                 &current,
                 t.to,
                 (
@@ -1043,7 +719,7 @@ impl Store for MemoryStore {
         let mut st = self.lock();
         let row = st.row_mut(id)?;
         if row.sandbox.status == SandboxStatus::Queued {
-            rules::wait(&mut row.sandbox, reason.to_owned(), now);
+            accounting::wait(&mut row.sandbox, reason.to_owned(), now);
             row.next_attempt_at = not_before;
         }
         Ok(())
@@ -1088,7 +764,7 @@ impl Store for MemoryStore {
             .sandboxes
             .values()
             .filter(|r| {
-                rules::EXPIRABLE.contains(&r.sandbox.status)
+                accounting::EXPIRABLE.contains(&r.sandbox.status)
                     && r.sandbox.expires_at.is_some_and(|e| e < now)
             })
             .map(|r| r.sandbox.clone())
@@ -1176,15 +852,15 @@ fn activate_in(
         .count();
     let pool_used = u64::try_from(pool_used).unwrap_or(u64::MAX);
     let row = st.row_mut(id)?;
-    let reason = rules::waiting_reason(
+    let reason = accounting::waiting_reason(
         (&org_usage, &org_quota),
         (&prj_usage, &prj_quota),
         pool_used,
         &sbx,
-        pool,
+        pool.cap(),
     );
     if let Some((wall, reason)) = reason {
-        rules::wait(&mut row.sandbox, reason, now);
+        accounting::wait(&mut row.sandbox, reason, now);
         return Ok(Activation::Waiting(row.sandbox.clone(), wall));
     }
     let entry = activate(&mut row.sandbox, pool, now);

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use differently_core::accounting;
 use differently_core::ids::InstallationId;
 use differently_core::{KeyId, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use serde_json::json;
@@ -19,7 +20,7 @@ use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 
-use crate::memory::rules::{self, AuditEntry};
+use crate::shared::rules::{self, AuditEntry};
 use crate::prior_write::{bind, PriorWrite};
 use crate::usage_pg;
 use crate::{admission_pg, audit_pg, transition_lane_pg};
@@ -224,7 +225,7 @@ async fn apply_migrations(conn: &mut PgConnection) -> Result<(), StoreError> {
         sqlx::raw_sql(sql)
             .execute(&mut *tx)
             .await
-            .map_err(|e| StoreError::Database(format!("migration {version}: {e}")))?;
+            .map_err(|e| StoreError::Internal(format!("migration {version}: {e}")))?;
         sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)")
             .bind(*version)
             .execute(&mut *tx)
@@ -251,17 +252,26 @@ async fn sync_usage_classes(conn: &mut PgConnection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Statuses for which `pred` holds, in wire form: the single source for SQL `= ANY($n)`.
+pub(crate) fn statuses_where(pred: fn(SandboxStatus) -> bool) -> Vec<String> {
+    SandboxStatus::ALL
+        .into_iter()
+        .filter(|s| pred(*s))
+        .map(|s| s.as_str().to_owned())
+        .collect()
+}
+
 pub(crate) fn to_i64<T: TryInto<i64>>(v: T, what: &str) -> Result<i64, StoreError> {
     v.try_into()
-        .map_err(|_| StoreError::Database(format!("{what} out of range")))
+        .map_err(|_| StoreError::Internal(format!("{what} out of range")))
 }
 
 pub(crate) fn to_i32(v: u32) -> Result<i32, StoreError> {
-    i32::try_from(v).map_err(|_| StoreError::Database("attempts out of range".to_owned()))
+    i32::try_from(v).map_err(|_| StoreError::Internal("attempts out of range".to_owned()))
 }
 
 fn json_of<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, StoreError> {
-    serde_json::to_value(v).map_err(|e| StoreError::Database(format!("encode: {e}")))
+    serde_json::to_value(v).map_err(|e| StoreError::Internal(format!("encode: {e}")))
 }
 
 pub(crate) fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
@@ -481,7 +491,7 @@ pub(crate) fn update_sandboxes(rows: &[&Sandbox]) -> Result<Option<PriorWrite>, 
         attempts.push(to_i32(s.attempts)?);
         memory.push(to_i64(s.spec.resources.memory_mib, "memory")?);
         disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
-        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Database(e.to_string()))?);
+        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Internal(e.to_string()))?);
     }
     let mut args = PgArguments::default();
     bind(&mut args, text(|s| Some(s.id.as_str())))?;
@@ -535,7 +545,7 @@ pub(crate) fn update_sandboxes(rows: &[&Sandbox]) -> Result<Option<PriorWrite>, 
 
 /// The audit record of `e` about sandbox `s` (its org's chain, its project).
 pub(crate) fn sandbox_event(s: &Sandbox, e: AuditEntry) -> crate::audit::NewAuditEvent {
-    audit_pg::event_for(
+    crate::shared::audit_entry::event_for(
         Some(&s.org_id),
         Some(&s.project_id),
         s.id.as_str(),
@@ -564,7 +574,7 @@ pub(crate) async fn insert_audit_for(
     e: AuditEntry,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    let ev = audit_pg::event_for(Some(org), None, resource, e.actor, e.action, e.detail);
+    let ev = crate::shared::audit_entry::event_for(Some(org), None, resource, e.actor, e.action, e.detail);
     audit_pg::append_chained(tx, ev, at).await?;
     Ok(())
 }
@@ -577,7 +587,7 @@ pub(crate) async fn insert_audit_installation(
     e: AuditEntry,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    let ev = audit_pg::event_for(None, None, resource, e.actor, e.action, e.detail);
+    let ev = crate::shared::audit_entry::event_for(None, None, resource, e.actor, e.action, e.detail);
     audit_pg::append_chained(tx, ev, at).await?;
     Ok(())
 }
@@ -740,7 +750,7 @@ where
         .fetch_optional(ex)
         .await?
         .ok_or(StoreError::NotFound)?;
-    OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))
+    OrgId::parse(&org).map_err(|e| StoreError::Internal(e.to_string()))
 }
 
 fn count_u64(n: i64) -> u64 {
@@ -778,7 +788,7 @@ impl Store for PgStore {
             .await?;
         tx.commit().await?;
         InstallationId::parse(&value)
-            .map_err(|e| StoreError::Database(format!("stored installation id {value:?}: {e}")))
+            .map_err(|e| StoreError::Internal(format!("stored installation id {value:?}: {e}")))
     }
 
     async fn ensure_tenant(&self, org: &Org, project: &Project) -> Result<(), StoreError> {
@@ -1033,7 +1043,7 @@ impl Store for PgStore {
             "SELECT count(*) FROM sandboxes WHERE project_id = $1 AND NOT (status = ANY($2))",
         )
         .bind(id.as_str())
-        .bind(rules::statuses_where(SandboxStatus::is_final))
+        .bind(statuses_where(SandboxStatus::is_final))
         .fetch_one(&mut *tx)
         .await?;
         if live > 0 {
@@ -1247,7 +1257,7 @@ impl Store for PgStore {
                 .fetch_all(&self.pool)
                 .await?;
         let bad = |what: &str, e: &dyn std::fmt::Display| {
-            StoreError::Database(format!("sandboxes.{what}: {e}"))
+            StoreError::Internal(format!("sandboxes.{what}: {e}"))
         };
         let mut out = HashMap::with_capacity(rows.len());
         for r in rows {
@@ -1315,7 +1325,7 @@ impl Store for PgStore {
         crate::activation_pg::activate_many(self, std::slice::from_ref(&item), quota, now)
             .await?
             .pop()
-            .ok_or_else(|| StoreError::Database("activation of one returned nothing".into()))
+            .ok_or_else(|| StoreError::Internal("activation of one returned nothing".into()))
     }
 
     async fn activate_many(
@@ -1378,14 +1388,14 @@ impl Store for PgStore {
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(StoreError::NotFound)?;
-        let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
+        let org = OrgId::parse(&org).map_err(|e| StoreError::Internal(e.to_string()))?;
         lock_org_capacity(&mut tx, &org).await?;
         let s = lock_sandbox(&mut tx, &t.id).await?;
         if t.from.contains(&s.status) {
             let org_scope = QuotaScope::Org(org.clone());
             let prj_scope = QuotaScope::Project(s.project_id.clone());
             let limits = read_limits(&mut tx, &s.project_id, &org_scope, &prj_scope).await?;
-            rules::check_change_limits(
+            accounting::check_change_limits(
                 &s,
                 t.to,
                 (
@@ -1408,7 +1418,7 @@ impl Store for PgStore {
         let mut tx = self.begin().await?;
         let mut s = lock_sandbox(&mut tx, id).await?;
         if s.status == SandboxStatus::Queued {
-            rules::wait(&mut s, reason.to_owned(), now);
+            accounting::wait(&mut s, reason.to_owned(), now);
             write_sandbox(&mut tx, &s, Some(not_before)).await?;
         }
         tx.commit().await?;
@@ -1451,7 +1461,7 @@ impl Store for PgStore {
     }
 
     async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Sandbox>, StoreError> {
-        let expirable: Vec<&str> = rules::EXPIRABLE.iter().map(|s| s.as_str()).collect();
+        let expirable: Vec<&str> = accounting::EXPIRABLE.iter().map(|s| s.as_str()).collect();
         let rows = sqlx::query(
             "SELECT doc FROM sandboxes WHERE status = ANY($1) AND expires_at < $2
              ORDER BY expires_at, id LIMIT $3",
@@ -1472,7 +1482,7 @@ impl Store for PgStore {
         .await?;
         let mut out = HashMap::with_capacity(rows.len());
         for (org, cpu) in rows {
-            let org = OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?;
+            let org = OrgId::parse(&org).map_err(|e| StoreError::Internal(e.to_string()))?;
             out.insert(org, u64::try_from(cpu).unwrap_or(0));
         }
         Ok(out)
@@ -1499,7 +1509,7 @@ impl Store for PgStore {
                 let org_id = org
                     .map(|o| OrgId::parse(&o))
                     .transpose()
-                    .map_err(|e| StoreError::Database(e.to_string()))?;
+                    .map_err(|e| StoreError::Internal(e.to_string()))?;
                 Ok(AuditRecord {
                     seq: r.try_get("seq")?,
                     org_id,

@@ -10,7 +10,8 @@ use serde::Serialize;
 use serde_json::json;
 use sqlx::Row;
 
-use crate::memory::{rules, MemoryStore};
+use crate::memory::MemoryStore;
+use crate::shared::rules;
 use crate::postgres::PgStore;
 use crate::sealed::{self, SealKey};
 use crate::{Actor, StoreError};
@@ -49,16 +50,16 @@ pub fn validate_secret_name(name: &str) -> Result<(), String> {
 
 fn key() -> Result<&'static SealKey, StoreError> {
     sealed::process_key().ok_or_else(|| {
-        StoreError::Database("no secrets key configured (set DIFFERENTLY_SECRETS_KEY)".into())
+        StoreError::Internal("no secrets key configured (set DIFFERENTLY_SECRETS_KEY)".into())
     })
 }
 
 fn seal(name: &str, value: &[u8]) -> Result<Vec<u8>, StoreError> {
-    sealed::seal(key()?, name, value).map_err(|e| StoreError::Database(e.to_string()))
+    sealed::seal(key()?, name, value).map_err(|e| StoreError::Internal(e.to_string()))
 }
 
 fn open(name: &str, blob: &[u8]) -> Result<Vec<u8>, StoreError> {
-    sealed::open(key()?, name, blob).map_err(|e| StoreError::Database(e.to_string()))
+    sealed::open(key()?, name, blob).map_err(|e| StoreError::Internal(e.to_string()))
 }
 
 fn audit_entry(

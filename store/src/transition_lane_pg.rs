@@ -18,7 +18,7 @@ use differently_core::{Sandbox, SandboxId};
 use tokio::sync::oneshot;
 
 use crate::group_commit::Lanes;
-use crate::memory::rules;
+use crate::shared::rules;
 use crate::postgres::{lock_sandboxes, sandbox_event, update_sandboxes, PgStore};
 use crate::{audit, audit_pg, usage_pg, StoreError, Transition};
 
@@ -66,7 +66,7 @@ pub(crate) async fn submit(
         async move { run(&store, group).await }
     });
     rx.await
-        .unwrap_or_else(|_| Err(StoreError::Database("the change's group stopped".into())))
+        .unwrap_or_else(|_| Err(StoreError::Internal("the change's group stopped".into())))
 }
 
 /// Decides a batch and answers each caller; a batch whose transaction fails is retried
@@ -84,7 +84,7 @@ async fn run(store: &PgStore, group: Vec<Pending>) {
                 each.push(match decide(store, std::slice::from_ref(p)).await {
                     Ok(mut one) => one
                         .pop()
-                        .unwrap_or_else(|| Err(StoreError::Database("change not decided".into()))),
+                        .unwrap_or_else(|| Err(StoreError::Internal("change not decided".into()))),
                     Err(e) => Err(e),
                 });
             }
