@@ -65,3 +65,46 @@ impl From<differently_core::accounting::ChangeRefused> for StoreError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_database_error_keeps_its_cause() {
+        let e = StoreError::from(sqlx::Error::PoolTimedOut);
+        assert!(matches!(e, StoreError::Database(_)));
+        let cause = e.source().map(|c| c.to_string());
+        assert_eq!(cause, Some(sqlx::Error::PoolTimedOut.to_string()));
+    }
+
+    #[test]
+    fn a_missing_row_is_not_found() {
+        assert!(matches!(
+            StoreError::from(sqlx::Error::RowNotFound),
+            StoreError::NotFound
+        ));
+    }
+
+    #[test]
+    fn core_refusals_keep_their_meaning() {
+        use differently_core::accounting::{ChangeRefused, LimitExceeded};
+        let current = SandboxStatus::Running;
+        assert!(matches!(
+            StoreError::from(ChangeRefused::StatusConflict { current }),
+            StoreError::StatusConflict {
+                current: SandboxStatus::Running
+            }
+        ));
+        assert!(matches!(
+            StoreError::from(LimitExceeded("org cpu quota 8/8".into())),
+            StoreError::QuotaExceeded(m) if m == "org cpu quota 8/8"
+        ));
+        assert!(matches!(
+            StoreError::from(ChangeRefused::TtlOutOfRange(u64::MAX)),
+            StoreError::Internal(_)
+        ));
+    }
+}

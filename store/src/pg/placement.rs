@@ -9,9 +9,11 @@ use differently_core::pool::{PoolHealth, PoolRecord};
 use differently_core::{OrgId, SandboxId, SandboxStatus};
 use sqlx::types::Json;
 
-use crate::shared::rules::AuditEntry;
+use crate::pg::audit_records::insert_audit_for;
+use crate::pg::audit_records::insert_audit_installation;
+use crate::pg::PgStore;
 use crate::placement::{PlacementStore, PlacementSummary, PolicyScope};
-use crate::postgres::{insert_audit_for, insert_audit_installation, PgStore};
+use crate::shared::rules::AuditEntry;
 use crate::{Actor, StoreError};
 
 fn slot_statuses() -> Vec<String> {
@@ -110,7 +112,10 @@ impl PlacementStore for PgStore {
                 .fetch_optional(&mut *tx)
                 .await?
                 .flatten();
-        if old.as_ref().is_some_and(|o| crate::shared::documents::same_pool(o, &doc)) {
+        if old
+            .as_ref()
+            .is_some_and(|o| crate::shared::documents::same_pool(o, &doc))
+        {
             return Ok(()); // unchanged (every start re-registers config pools)
         }
         sqlx::query(

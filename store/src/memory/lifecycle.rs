@@ -225,7 +225,11 @@ impl LifecycleStore for MemoryStore {
     ) -> Result<Sandbox, StoreError> {
         let mut st = self.lock();
         let row = st.sandboxes.get_mut(id).ok_or(StoreError::NotFound)?;
-        differently_core::accounting::apply_spec_update(&mut row.sandbox, labels, idle_timeout_seconds);
+        differently_core::accounting::apply_spec_update(
+            &mut row.sandbox,
+            labels,
+            idle_timeout_seconds,
+        );
         Ok(row.sandbox.clone())
     }
 

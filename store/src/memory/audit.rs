@@ -79,6 +79,10 @@ impl MemoryStore {
 
 #[async_trait]
 impl AuditStore for MemoryStore {
+    async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        Ok(self.lock().audit.tail(limit as usize))
+    }
+
     async fn append_audit(&self, event: NewAuditEvent) -> Result<AuditEvent, StoreError> {
         Ok(self.lock().audit.append(event, Utc::now()))
     }

@@ -25,16 +25,20 @@ use sqlx::postgres::PgArguments;
 use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::oneshot;
 
-use crate::group_commit::Lanes;
+use crate::pg::group_commit::Lanes;
 
+use crate::pg::audit as pg_audit;
+use crate::pg::audit_records::sandbox_event;
+use crate::pg::limits::read_limits;
+use crate::pg::locks::lock_org_admissions;
+use crate::pg::prior_write::{bind, PriorWrite};
+use crate::pg::rows::sandbox_of;
+use crate::pg::rows::to_i32;
+use crate::pg::rows::to_i64;
+use crate::pg::usage_counters;
+use crate::pg::PgStore;
 use crate::shared::rules::{self, AuditEntry};
-use crate::postgres::{
-    lock_org_admissions, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore,
-};
-use crate::prior_write::{bind, PriorWrite};
-use crate::{
-    audit, audit_pg, usage_pg, Admission, Admitted, DirectPlacement, QuotaScope, StoreError, Usage,
-};
+use crate::{audit, Admission, Admitted, DirectPlacement, QuotaScope, StoreError, Usage};
 
 /// One item's outcome.
 type Outcome = Result<Admitted, StoreError>;
@@ -260,14 +264,14 @@ async fn decide_in_one_tx(
             }
         }
         let counters = counters_to_lock(&org_scope, &admitted);
-        audit_pg::append_then_lock_counters(&mut tx, Some(write), events, at, &counters).await?;
+        pg_audit::append_then_lock_counters(&mut tx, Some(write), events, at, &counters).await?;
         let placements: Vec<(&differently_core::SandboxId, &serde_json::Value)> = admitted
             .iter()
             .filter(|(_, _, placed)| placed.is_some())
             .filter_map(|(i, row, _)| direct_of(&group[*i]).map(|d| (&row.id, &d.explanation)))
             .collect();
         // After the rows' insert (the explanation references its row).
-        crate::placement_pg::write_placements(&mut tx, &placements, at).await?;
+        crate::pg::placement::write_placements(&mut tx, &placements, at).await?;
     }
     tx.commit().await?;
     decided.extend(
@@ -299,7 +303,7 @@ fn counters_to_lock(
     projects.dedup();
     let mut pools: Vec<String> = admitted
         .iter()
-        .filter_map(|(_, row, _)| row.pool.as_deref().map(usage_pg::pool_key))
+        .filter_map(|(_, row, _)| row.pool.as_deref().map(usage_counters::pool_key))
         .collect();
     pools.sort_unstable();
     pools.dedup();

@@ -6,7 +6,7 @@
 //! (by name), the sandbox rows (by id); the audit heads of the group's chains (by chain, in one
 //! statement) and one insert for all their records;
 //! the usage counters last, in (rank, scope) order, in the audit insert's statement
-//! (`audit_pg::append_then_lock_counters`:
+//! (`pg_audit::append_then_lock_counters`:
 //! left to the commit trigger, row by row, a group deadlocks with one-row commits). Each item
 //! is decided as `activate_explained` decides one, against usage that
 //! already includes the group's earlier activations.
@@ -19,9 +19,12 @@ use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use sqlx::types::Json;
 use sqlx::Row;
 
+use crate::pg::locks::lock_pool;
+use crate::pg::locks::lock_sandboxes;
+use crate::pg::usage_counters;
+use crate::pg::writes::update_sandboxes;
+use crate::pg::PgStore;
 use crate::shared::rules;
-use crate::postgres::{lock_pool, lock_sandboxes, update_sandboxes, PgStore};
-use crate::usage_pg;
 use crate::{Activation, ActivationItem, Quota, QuotaScope, StoreError, Usage};
 
 pub(crate) async fn activate_many(
@@ -82,9 +85,9 @@ pub(crate) async fn activate_many(
     scopes.dedup();
     // Quotas and counters in one read (a missing counter is all zero: nothing counted yet).
     let mut counter_keys = scopes.clone();
-    counter_keys.extend(capped.iter().map(|p| usage_pg::pool_key(p)));
+    counter_keys.extend(capped.iter().map(|p| usage_counters::pool_key(p)));
     let mut quotas: HashMap<String, Quota> = HashMap::new();
-    let mut counters: HashMap<String, usage_pg::Counter> = HashMap::new();
+    let mut counters: HashMap<String, usage_counters::Counter> = HashMap::new();
     for r in sqlx::query(
         "SELECT k.scope, q.doc, u.queued, u.active, u.cpu, u.memory_mib, u.disk_gib, u.slots
          FROM UNNEST($1::text[]) AS k(scope)
@@ -100,7 +103,7 @@ pub(crate) async fn activate_many(
             quotas.insert(scope.clone(), q);
         }
         if r.try_get::<Option<i64>, _>("queued")?.is_some() {
-            counters.insert(scope, usage_pg::counter_of(&r)?);
+            counters.insert(scope, usage_counters::counter_of(&r)?);
         }
     }
     let mut usage: HashMap<String, Usage> = scopes
@@ -115,7 +118,7 @@ pub(crate) async fn activate_many(
     let mut slots: HashMap<String, u64> = capped
         .iter()
         .map(|p| {
-            let k = usage_pg::pool_key(p);
+            let k = usage_counters::pool_key(p);
             let n = counters
                 .get(&k)
                 .map_or(0, |c| u64::try_from(c.slots).unwrap_or(0));
@@ -164,7 +167,7 @@ pub(crate) async fn activate_many(
         }
         let resources = s.spec.resources;
         let entry = rules::activate(s, &it.pool, now);
-        audits.push(crate::postgres::sandbox_event(s, entry));
+        audits.push(crate::pg::audit_records::sandbox_event(s, entry));
         if let Some(doc) = &it.explanation {
             placements.push((&it.id, doc));
         }
@@ -192,21 +195,21 @@ pub(crate) async fn activate_many(
         .collect();
     changed.reverse();
     // The explanations first: the rows' update rides in the audit head lock's statement.
-    crate::placement_pg::write_placements(&mut tx, &placements, now).await?;
+    crate::pg::placement::write_placements(&mut tx, &placements, now).await?;
     let write = update_sandboxes(&changed)?;
     // One row's trigger takes its counters in the global order already; only several rows
     // can interleave them.
     let mut counters = Vec::new();
     if changed.len() > 1 {
         counters = scopes;
-        counters.extend(items.iter().map(|i| usage_pg::pool_key(&i.pool.name)));
+        counters.extend(items.iter().map(|i| usage_counters::pool_key(&i.pool.name)));
     }
     let request_id = crate::audit::current_request_id();
     let audits = audits
         .into_iter()
         .map(|e| (e, request_id.clone()))
         .collect();
-    crate::audit_pg::append_then_lock_counters(&mut tx, write, audits, now, &counters).await?;
+    crate::pg::audit::append_then_lock_counters(&mut tx, write, audits, now, &counters).await?;
     tx.commit().await?;
     Ok(out)
 }

@@ -3,17 +3,17 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use differently_core::accounting;
 use differently_core::ids::{OpId, SnapshotId};
 use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use serde_json::Value;
 use sqlx::types::Json;
-use differently_core::accounting;
 use sqlx::Row;
 
 use crate::lifecycle::{
     LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord, ON_BACKEND,
 };
-use crate::postgres::PgStore;
+use crate::pg::PgStore;
 use crate::StoreError;
 
 fn op_of(row: &sqlx::postgres::PgRow) -> Result<OpRecord, StoreError> {
@@ -341,8 +341,10 @@ impl LifecycleStore for PgStore {
         labels: Option<std::collections::BTreeMap<String, String>>,
         idle_timeout_seconds: Option<Option<u64>>,
     ) -> Result<Sandbox, StoreError> {
-        self.update_doc(id, |s| accounting::apply_spec_update(s, labels, idle_timeout_seconds))
-            .await
+        self.update_doc(id, |s| {
+            accounting::apply_spec_update(s, labels, idle_timeout_seconds)
+        })
+        .await
     }
 
     async fn renew_ttl(

@@ -8,8 +8,8 @@ use differently_core::pool::{PoolHealth, PoolRecord};
 use differently_core::{OrgId, SandboxId};
 
 use crate::memory::MemoryStore;
-use crate::shared::rules::AuditEntry;
 use crate::placement::{PlacementStore, PlacementSummary, PolicyScope};
+use crate::shared::rules::AuditEntry;
 use crate::{Actor, StoreError};
 
 /// Placement data of a `MemoryStore`.
