@@ -360,7 +360,12 @@ mod tests {
         assert_eq!(check_admissible(&sbx), Ok(()));
         activate(&mut sbx, "p", now);
         assert_eq!(
-            (sbx.status, sbx.pool.as_deref(), sbx.attempts, sbx.status_version),
+            (
+                sbx.status,
+                sbx.pool.as_deref(),
+                sbx.attempts,
+                sbx.status_version
+            ),
             (SandboxStatus::Provisioning, Some("p"), 1, 2)
         );
         assert_eq!(
