@@ -91,8 +91,8 @@ pub struct AuditRecord {
     pub detail: serde_json::Value,
 }
 
-/// The whole store contract shared by Postgres and memory: every intent trait. Implemented
-/// for anything that implements them all, so `Arc<dyn Store>` carries every method.
+/// The whole store contract shared by Postgres and memory: every intent trait, so
+/// `Arc<dyn Store>` carries every method. Each store states that it is one (`pg`, `memory`).
 pub trait Store:
     tenancy::TenancyStore
     + usage::UsageStore
@@ -109,24 +109,5 @@ pub trait Store:
     + Send
     + Sync
     + 'static
-{
-}
-
-impl<T> Store for T where
-    T: tenancy::TenancyStore
-        + usage::UsageStore
-        + admission::AdmissionStore
-        + activation::ActivationStore
-        + transition::TransitionStore
-        + sandboxes::SandboxReadStore
-        + installation::InstallationStore
-        + placement::PlacementStore
-        + lifecycle::LifecycleStore
-        + audit::AuditStore
-        + secrets::SecretStore
-        + idempotency::IdempotencyStore
-        + Send
-        + Sync
-        + 'static
 {
 }

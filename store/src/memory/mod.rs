@@ -120,6 +120,8 @@ impl State {
     }
 }
 
+impl crate::Store for MemoryStore {}
+
 /// In-memory `Store`: one `std::sync::Mutex` over plain collections, never held across an
 /// await. Leadership is exclusive within the process.
 #[derive(Debug, Default, Clone)]

@@ -47,6 +47,8 @@ use crate::StoreError;
 /// `idle_in_transaction_session_timeout` of every store connection, in milliseconds.
 const IDLE_IN_TRANSACTION_TIMEOUT_MS: &str = "5000";
 
+impl crate::Store for PgStore {}
+
 /// `Store` on PostgreSQL. Cheap to clone (the pool is shared).
 #[derive(Debug, Clone)]
 pub struct PgStore {
