@@ -8,7 +8,7 @@ use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 
 use crate::StoreError;
 
-/// Whose a sandbox is and its status, without the rest of its row (`Store::sandbox_briefs`).
+/// Whose a sandbox is and its status, without the rest of its row (`SandboxReadStore::sandbox_briefs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxBrief {
     /// The owning organization.

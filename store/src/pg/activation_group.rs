@@ -1,8 +1,8 @@
-//! `Store::activate_many` on Postgres: a placement group in one transaction.
+//! `ActivationStore::activate_many` on Postgres: a placement group in one transaction.
 //!
 //! Locks follow the order every writer uses: the organizations (by id, `FOR NO KEY UPDATE`:
 //! activations exclude each other and organization changes, not admissions; see
-//! `postgres::lock_org_admissions`), the capped pools
+//! `locks::lock_org_admissions`), the capped pools
 //! (by name), the sandbox rows (by id); the audit heads of the group's chains (by chain, in one
 //! statement) and one insert for all their records;
 //! the usage counters last, in (rank, scope) order, in the audit insert's statement
@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use differently_core::accounting;
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use sqlx::types::Json;
-use sqlx::Row;
+use sqlx::{Postgres, Row, Transaction};
 
 use crate::pg::locks::lock_pool;
 use crate::pg::locks::lock_sandboxes;
@@ -38,93 +38,13 @@ pub(crate) async fn activate_many(
     }
     let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
     let mut tx = store.begin().await?;
-    // A row's organization never changes: found unlocked and locked in the fixed order, in
-    // one statement; `named` counts the organizations the rows name, to tell a missing one.
-    let locked = sqlx::query(
-        "SELECT o.id, (SELECT count(DISTINCT org_id) FROM sandboxes WHERE id = ANY($1)) AS named
-         FROM organizations o
-         WHERE o.id IN (SELECT org_id FROM sandboxes WHERE id = ANY($1))
-         ORDER BY o.id FOR NO KEY UPDATE OF o",
-    )
-    .bind(&ids)
-    .fetch_all(&mut *tx)
-    .await?;
-    let named: i64 = match locked.first() {
-        Some(r) => r.try_get("named")?,
-        None => 0,
-    };
-    if locked.is_empty() || usize::try_from(named).ok() != Some(locked.len()) {
-        return Err(StoreError::NotFound);
-    }
-    let mut capped: Vec<&str> = items
-        .iter()
-        .filter(|i| i.pool.max_concurrent.is_some())
-        .map(|i| i.pool.name.as_str())
-        .collect();
-    capped.sort_unstable();
-    capped.dedup();
-    for pool in &capped {
-        lock_pool(&mut tx, pool).await?;
-    }
-    let mut by_id = lock_sandboxes(&mut tx, &ids).await?;
-    if items.iter().any(|i| !by_id.contains_key(&i.id)) {
-        return Err(StoreError::NotFound);
-    }
-
-    // Quotas and usage of every org and project involved, and the capped pools' slots.
-    let mut scopes: Vec<String> = by_id
-        .values()
-        .flat_map(|s| {
-            [
-                QuotaScope::Org(s.org_id.clone()).key(),
-                QuotaScope::Project(s.project_id.clone()).key(),
-            ]
-        })
-        .collect();
-    scopes.sort_unstable();
-    scopes.dedup();
-    // Quotas and counters in one read (a missing counter is all zero: nothing counted yet).
-    let mut counter_keys = scopes.clone();
-    counter_keys.extend(capped.iter().map(|p| usage_counters::pool_key(p)));
-    let mut quotas: HashMap<String, Quota> = HashMap::new();
-    let mut counters: HashMap<String, usage_counters::Counter> = HashMap::new();
-    for r in sqlx::query(
-        "SELECT k.scope, q.doc, u.queued, u.active, u.cpu, u.memory_mib, u.disk_gib, u.slots
-         FROM UNNEST($1::text[]) AS k(scope)
-         LEFT JOIN quotas q ON q.scope = k.scope
-         LEFT JOIN usage_counters u ON u.scope = k.scope",
-    )
-    .bind(&counter_keys)
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        let scope: String = r.try_get("scope")?;
-        if let Some(Json(q)) = r.try_get::<Option<Json<Quota>>, _>("doc")? {
-            quotas.insert(scope.clone(), q);
-        }
-        if r.try_get::<Option<i64>, _>("queued")?.is_some() {
-            counters.insert(scope, usage_counters::counter_of(&r)?);
-        }
-    }
-    let mut usage: HashMap<String, Usage> = scopes
-        .iter()
-        .map(|k| {
-            (
-                k.clone(),
-                counters.get(k).copied().unwrap_or_default().usage(),
-            )
-        })
-        .collect();
-    let mut slots: HashMap<String, u64> = capped
-        .iter()
-        .map(|p| {
-            let k = usage_counters::pool_key(p);
-            let n = counters
-                .get(&k)
-                .map_or(0, |c| u64::try_from(c.slots).unwrap_or(0));
-            ((*p).to_owned(), n)
-        })
-        .collect();
+    let (capped, mut by_id) = lock_group(&mut tx, items, &ids).await?;
+    let GroupLimits {
+        scopes,
+        quotas,
+        mut usage,
+        mut slots,
+    } = read_group_limits(&mut tx, &by_id, &capped).await?;
 
     let mut out = Vec::with_capacity(items.len());
     let mut audits = Vec::new();
@@ -182,18 +102,7 @@ pub(crate) async fn activate_many(
         }
         out.push(Activation::Activated(s.clone()));
     }
-    // Each row once, as it ended (an id given twice was decided twice against one row).
-    let mut seen = std::collections::HashSet::new();
-    let mut changed: Vec<&Sandbox> = out
-        .iter()
-        .rev()
-        .filter_map(|a| match a {
-            Activation::Activated(s) | Activation::Waiting(s, _) => Some(s),
-            Activation::NotQueued(_) => None,
-        })
-        .filter(|s| seen.insert(s.id.clone()))
-        .collect();
-    changed.reverse();
+    let changed = each_row_once(&out);
     // The explanations first: the rows' update rides in the audit head lock's statement.
     crate::pg::placement::write_placements(&mut tx, &placements, now).await?;
     let write = update_sandboxes(&changed)?;
@@ -212,4 +121,142 @@ pub(crate) async fn activate_many(
     crate::pg::audit::append_then_lock_counters(&mut tx, write, audits, now, &counters).await?;
     tx.commit().await?;
     Ok(out)
+}
+
+/// Locks what the group touches in the fixed order: its organizations (one statement, which
+/// also tells a missing one), its capped pools (by name), its sandbox rows (by id). Answers
+/// the capped pools' names and the locked rows; `NotFound` if any item has no row.
+async fn lock_group<'a>(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &'a [ActivationItem],
+    ids: &[&str],
+) -> Result<(Vec<&'a str>, HashMap<SandboxId, Sandbox>), StoreError> {
+    // A row's organization never changes: found unlocked and locked in the fixed order, in
+    // one statement; `named` counts the organizations the rows name, to tell a missing one.
+    let locked = sqlx::query(
+        "SELECT o.id, (SELECT count(DISTINCT org_id) FROM sandboxes WHERE id = ANY($1)) AS named
+         FROM organizations o
+         WHERE o.id IN (SELECT org_id FROM sandboxes WHERE id = ANY($1))
+         ORDER BY o.id FOR NO KEY UPDATE OF o",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?;
+    let named: i64 = match locked.first() {
+        Some(r) => r.try_get("named")?,
+        None => 0,
+    };
+    if locked.is_empty() || usize::try_from(named).ok() != Some(locked.len()) {
+        return Err(StoreError::NotFound);
+    }
+    let mut capped: Vec<&str> = items
+        .iter()
+        .filter(|i| i.pool.max_concurrent.is_some())
+        .map(|i| i.pool.name.as_str())
+        .collect();
+    capped.sort_unstable();
+    capped.dedup();
+    for pool in &capped {
+        lock_pool(tx, pool).await?;
+    }
+    let by_id = lock_sandboxes(tx, ids).await?;
+    if items.iter().any(|i| !by_id.contains_key(&i.id)) {
+        return Err(StoreError::NotFound);
+    }
+    Ok((capped, by_id))
+}
+
+/// The stored quotas and usage counters of every org and project of the group, and the
+/// capped pools' slots in use, read in one statement under the group's locks.
+struct GroupLimits {
+    /// The `QuotaScope` keys involved, sorted.
+    scopes: Vec<String>,
+    quotas: HashMap<String, Quota>,
+    usage: HashMap<String, Usage>,
+    /// Slots in use per capped pool name.
+    slots: HashMap<String, u64>,
+}
+
+async fn read_group_limits(
+    tx: &mut Transaction<'static, Postgres>,
+    by_id: &HashMap<SandboxId, Sandbox>,
+    capped: &[&str],
+) -> Result<GroupLimits, StoreError> {
+    // Quotas and usage of every org and project involved, and the capped pools' slots.
+    let mut scopes: Vec<String> = by_id
+        .values()
+        .flat_map(|s| {
+            [
+                QuotaScope::Org(s.org_id.clone()).key(),
+                QuotaScope::Project(s.project_id.clone()).key(),
+            ]
+        })
+        .collect();
+    scopes.sort_unstable();
+    scopes.dedup();
+    // Quotas and counters in one read (a missing counter is all zero: nothing counted yet).
+    let mut counter_keys = scopes.clone();
+    counter_keys.extend(capped.iter().map(|p| usage_counters::pool_key(p)));
+    let mut quotas: HashMap<String, Quota> = HashMap::new();
+    let mut counters: HashMap<String, usage_counters::Counter> = HashMap::new();
+    for r in sqlx::query(
+        "SELECT k.scope, q.doc, u.queued, u.active, u.cpu, u.memory_mib, u.disk_gib, u.slots
+         FROM UNNEST($1::text[]) AS k(scope)
+         LEFT JOIN quotas q ON q.scope = k.scope
+         LEFT JOIN usage_counters u ON u.scope = k.scope",
+    )
+    .bind(&counter_keys)
+    .fetch_all(&mut **tx)
+    .await?
+    {
+        let scope: String = r.try_get("scope")?;
+        if let Some(Json(q)) = r.try_get::<Option<Json<Quota>>, _>("doc")? {
+            quotas.insert(scope.clone(), q);
+        }
+        if r.try_get::<Option<i64>, _>("queued")?.is_some() {
+            counters.insert(scope, usage_counters::counter_of(&r)?);
+        }
+    }
+    let usage: HashMap<String, Usage> = scopes
+        .iter()
+        .map(|k| {
+            (
+                k.clone(),
+                counters.get(k).copied().unwrap_or_default().usage(),
+            )
+        })
+        .collect();
+    let slots: HashMap<String, u64> = capped
+        .iter()
+        .map(|p| {
+            let k = usage_counters::pool_key(p);
+            let n = counters
+                .get(&k)
+                .map_or(0, |c| u64::try_from(c.slots).unwrap_or(0));
+            ((*p).to_owned(), n)
+        })
+        .collect();
+    Ok(GroupLimits {
+        scopes,
+        quotas,
+        usage,
+        slots,
+    })
+}
+
+/// Each changed row once, as it ended (an id given twice was decided twice against one row),
+/// in the order first decided.
+fn each_row_once(out: &[Activation]) -> Vec<&Sandbox> {
+    let mut seen = std::collections::HashSet::new();
+    let mut changed: Vec<&Sandbox> = out
+        .iter()
+        .rev()
+        .filter_map(|a| match a {
+            Activation::Activated(s) | Activation::Waiting(s, _) => Some(s),
+            Activation::NotQueued(_) => None,
+        })
+        .filter(|s| seen.insert(s.id.clone()))
+        .collect();
+    changed.reverse();
+    changed
 }

@@ -1,9 +1,9 @@
-//! `Store::admit` and `Store::admit_many` on Postgres: the admissions of one organization
+//! `AdmissionStore::admit` and `admit_many` on Postgres: the admissions of one organization
 //! that arrive together, in one transaction.
 //!
 //! Every admission of an org serializes with the org's other admissions (the queue-limit
 //! check must see the previous admission's row), not with its activations
-//! (`postgres::lock_org_admissions` says why that is safe). So `admit` joins its org's lane (`group_commit`): the creates
+//! (`locks::lock_org_admissions` says why that is safe). So `admit` joins its org's lane (`group_commit`): the creates
 //! of an org that arrive while that org's previous group commits are served with one org
 //! lock, one limits read per project, one insert, one audit append and one commit. A create
 //! that arrives alone is a group of one. The caller only waits for its outcome; if it goes

@@ -29,7 +29,7 @@ pub(crate) async fn insert_audit(
     Ok(())
 }
 
-/// Appends one record about `resource` to `org`'s audit chain (`audit_pg`): hashed, gapless,
+/// Appends one record about `resource` to `org`'s audit chain (`pg::audit`): hashed, gapless,
 /// in this transaction, so the change and its record commit or fail together.
 pub(crate) async fn insert_audit_for(
     tx: &mut Transaction<'static, Postgres>,
