@@ -74,6 +74,7 @@ mod tests {
     use super::*;
     use differently_core::{CreateSandboxRequest, Sandbox, SandboxSpec};
     use differently_store::memory::MemoryStore;
+    use differently_store::prelude::*;
     use differently_store::{Actor, Admission, Admitted, Quota};
 
     async fn sandbox(store: &MemoryStore) -> SandboxId {

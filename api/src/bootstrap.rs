@@ -26,7 +26,7 @@ fn derived_ulid(inst: &InstallationId, what: &str) -> String {
 /// Creates (if needed) and returns the bootstrap tenant.
 pub async fn ensure_bootstrap_tenant(store: &dyn Store) -> Result<Tenant, StoreError> {
     let inst = store.installation_id().await?;
-    let bad = |e| StoreError::Database(format!("derived id: {e}"));
+    let bad = |e| StoreError::Internal(format!("derived id: {e}"));
     let org_id = OrgId::parse(&format!("org_{}", derived_ulid(&inst, "org"))).map_err(bad)?;
     let project_id =
         ProjectId::parse(&format!("prj_{}", derived_ulid(&inst, "project"))).map_err(bad)?;

@@ -77,7 +77,8 @@ impl From<StoreError> for ApiError {
             }
             StoreError::HasDependents(m) => ApiError::new(ErrorCode::Conflict, m),
             StoreError::QuotaExceeded(m) => ApiError::new(ErrorCode::QuotaExceeded, m),
-            StoreError::Database(m) => ApiError::internal(m),
+            StoreError::Database(e) => ApiError::internal(e),
+            StoreError::Internal(m) => ApiError::internal(m),
         }
     }
 }

@@ -13,9 +13,9 @@ use axum::http::StatusCode;
 use chrono::Utc;
 use differently_bus_schema::WorkOp;
 use differently_core::ids::OpId;
+use differently_core::lifecycle::LifecycleStep;
 use differently_core::sandbox::SandboxView;
-use differently_core::status::can_transition;
-use differently_core::{ErrorCode, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
+use differently_core::{ErrorCode, OrgId, ProjectId, Sandbox, SandboxId};
 use differently_store::audit::NewAuditEvent;
 use differently_store::lifecycle::{OpBegun, OpRecord, OpState};
 use serde_json::{json, Value};
@@ -157,7 +157,7 @@ pub(crate) async fn transition(
     op: WorkOp,
     bound: Duration,
 ) -> ApiResult<(StatusCode, SandboxView)> {
-    let Some((from, to)) = differently_workers_transition(op) else {
+    let Some(lifecycle) = op.lifecycle() else {
         return Err(ApiError::internal(format!("{op:?} is not a transition")));
     };
     let pool = pool_of(state, &sandbox)?;
@@ -166,14 +166,15 @@ pub(crate) async fn transition(
         _ => "lifecycle.stop",
     };
     require_capability(&pool, capability)?;
-    if sandbox.status == to {
-        return Ok((StatusCode::OK, sandbox.view()));
-    }
-    if sandbox.status != from || !can_transition(from, to) {
-        return Err(status_conflict(
-            &sandbox,
-            &format!("cannot {} the sandbox", op.as_str()),
-        ));
+    match lifecycle.step(sandbox.status) {
+        LifecycleStep::AlreadyDone => return Ok((StatusCode::OK, sandbox.view())),
+        LifecycleStep::Refused => {
+            return Err(status_conflict(
+                &sandbox,
+                &format!("cannot {} the sandbox", op.as_str()),
+            ))
+        }
+        LifecycleStep::Proceed => {}
     }
     audit(
         state,
@@ -211,17 +212,5 @@ pub(crate) async fn transition(
                 .unwrap_or(sandbox);
             Ok((StatusCode::ACCEPTED, now.view()))
         }
-    }
-}
-
-/// The statuses a lifecycle op moves between (mirrors the workers' table).
-fn differently_workers_transition(op: WorkOp) -> Option<(SandboxStatus, SandboxStatus)> {
-    use SandboxStatus::*;
-    match op {
-        WorkOp::Pause => Some((Running, Paused)),
-        WorkOp::Resume => Some((Paused, Running)),
-        WorkOp::Stop => Some((Running, Stopped)),
-        WorkOp::Start => Some((Stopped, Running)),
-        _ => None,
     }
 }

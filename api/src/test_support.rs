@@ -3,7 +3,8 @@
 use chrono::Utc;
 use differently_core::{OrgId, ProjectId};
 use differently_store::memory::MemoryStore;
-use differently_store::{Org, OrgStatus, Project, Store};
+use differently_store::prelude::*;
+use differently_store::{Org, OrgStatus, Project};
 
 /// A new org with one project in `store`.
 pub(crate) async fn tenant(store: &MemoryStore) -> (OrgId, ProjectId) {

@@ -4,12 +4,14 @@
 //! Pure on purpose: no I/O and no async runtime, so every rule here is a plain function that
 //! the API, the scheduler, the workers and the stores share and that tests exercise directly.
 
+pub mod accounting;
 pub mod capped;
 pub mod error;
 pub mod exec;
 pub mod fair;
 pub mod faults;
 pub mod ids;
+pub mod lifecycle;
 pub mod policy;
 pub mod pool;
 pub mod resources;

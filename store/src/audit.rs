@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::StoreError;
+use crate::{AuditRecord, StoreError};
 
 /// The chain of events that belong to no organization (pools, global policy, secrets).
 pub const INSTALLATION_CHAIN: &str = "installation";
@@ -729,6 +729,9 @@ pub struct RowGuard {
 /// Audit log operations beyond the records every transaction writes.
 #[async_trait]
 pub trait AuditStore: Send + Sync {
+    /// Audit records, newest last.
+    async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError>;
+
     /// Appends one record in its own transaction: security-relevant calls that change no
     /// row (exec: program name only; file transfer: path and size). An error means the
     /// record was not written, and the caller must fail the call (fail closed).

@@ -29,16 +29,82 @@ pub enum StoreError {
     /// An admission limit (such as max queued) is reached.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
-    /// The database failed; the message is for logs, never for clients.
+    /// The database failed; the cause is kept for logs, never sent to clients.
     #[error("database: {0}")]
-    Database(String),
+    Database(#[source] sqlx::Error),
+    /// The store broke one of its own invariants (a value out of range, a lost group
+    /// outcome, a missing sealing key); the message is for logs, never for clients.
+    #[error("internal: {0}")]
+    Internal(String),
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match e {
             sqlx::Error::RowNotFound => StoreError::NotFound,
-            other => StoreError::Database(other.to_string()),
+            other => StoreError::Database(other),
         }
+    }
+}
+
+impl From<differently_core::accounting::LimitExceeded> for StoreError {
+    fn from(e: differently_core::accounting::LimitExceeded) -> Self {
+        StoreError::QuotaExceeded(e.0)
+    }
+}
+
+impl From<differently_core::accounting::ChangeRefused> for StoreError {
+    fn from(e: differently_core::accounting::ChangeRefused) -> Self {
+        use differently_core::accounting::ChangeRefused;
+        match e {
+            ChangeRefused::StatusConflict { current } => StoreError::StatusConflict { current },
+            ChangeRefused::IllegalTransition { from, to } => {
+                StoreError::IllegalTransition { from, to }
+            }
+            ChangeRefused::TtlOutOfRange(_) => StoreError::Internal(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_database_error_keeps_its_cause() {
+        let e = StoreError::from(sqlx::Error::PoolTimedOut);
+        assert!(matches!(e, StoreError::Database(_)));
+        let cause = e.source().map(|c| c.to_string());
+        assert_eq!(cause, Some(sqlx::Error::PoolTimedOut.to_string()));
+    }
+
+    #[test]
+    fn a_missing_row_is_not_found() {
+        assert!(matches!(
+            StoreError::from(sqlx::Error::RowNotFound),
+            StoreError::NotFound
+        ));
+    }
+
+    #[test]
+    fn core_refusals_keep_their_meaning() {
+        use differently_core::accounting::{ChangeRefused, LimitExceeded};
+        let current = SandboxStatus::Running;
+        assert!(matches!(
+            StoreError::from(ChangeRefused::StatusConflict { current }),
+            StoreError::StatusConflict {
+                current: SandboxStatus::Running
+            }
+        ));
+        assert!(matches!(
+            StoreError::from(LimitExceeded("org cpu quota 8/8".into())),
+            StoreError::QuotaExceeded(m) if m == "org cpu quota 8/8"
+        ));
+        assert!(matches!(
+            StoreError::from(ChangeRefused::TtlOutOfRange(u64::MAX)),
+            StoreError::Internal(_)
+        ));
     }
 }

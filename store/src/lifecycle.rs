@@ -1,6 +1,6 @@
 //! What the data plane and the lifecycle need beyond the core `Store`: operation records
 //! (one per lifecycle call the pool's workers execute), snapshots, and sandbox activity for
-//! the idle sweep. Postgres (`lifecycle_pg`) and memory (`lifecycle_memory`) implement it.
+//! the idle sweep. Postgres (`pg::lifecycle`) and memory (`memory::lifecycle`) implement it.
 //!
 //! An operation is the durable handle of a mutation in flight: the API inserts it (at most one
 //! *exclusive* pending operation per sandbox, so conflicting concurrent changes are refused

@@ -11,7 +11,8 @@
 use sqlx::{Connection, PgConnection};
 use tokio::sync::OnceCell;
 
-use crate::postgres::{PgStore, MIGRATIONS};
+use crate::pg::PgStore;
+use crate::pg::MIGRATIONS;
 
 /// Where the test server is when `DIFFERENTLY_TEST_DATABASE_URL` is unset.
 pub const DEFAULT_TEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -125,7 +126,7 @@ async fn admin_connection(url: &str) -> PgConnection {
 fn template_name() -> String {
     // FNV-1a: stable across runs and toolchains, unlike `DefaultHasher`.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let synced = crate::usage_pg::class_function_body();
+    let synced = crate::pg::usage_counters::class_function_body();
     let parts = MIGRATIONS
         .iter()
         .map(|(version, sql)| (*version, *sql))

@@ -24,18 +24,6 @@ use serde_json::{json, Value};
 
 use crate::{backoff, with_progress, Ack, WorkerGroup};
 
-/// The statuses a lifecycle transition goes between.
-pub fn transition_of(op: WorkOp) -> Option<(SandboxStatus, SandboxStatus)> {
-    use SandboxStatus::*;
-    match op {
-        WorkOp::Pause => Some((Running, Paused)),
-        WorkOp::Resume => Some((Paused, Running)),
-        WorkOp::Stop => Some((Running, Stopped)),
-        WorkOp::Start => Some((Stopped, Running)),
-        _ => None,
-    }
-}
-
 fn op_error(code: ErrorCode, message: impl Into<String>) -> OpError {
     OpError {
         code: code.as_str().to_owned(),
@@ -141,7 +129,8 @@ impl WorkerGroup {
         acker: &dyn Acker,
     ) -> Outcome {
         let wait = self.config.ack_wait;
-        if let Some((from, to)) = transition_of(op) {
+        if let Some(t) = op.lifecycle() {
+            let (from, to) = (t.from(), t.to());
             return self
                 .transition(row, op, from, to, record, delivered, acker)
                 .await;

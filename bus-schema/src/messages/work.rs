@@ -1,5 +1,6 @@
 //! `dly.work.<pool>.<op>`: one backend mutation for a pool's workers.
 
+use differently_core::lifecycle::LifecycleOp;
 use serde::{Deserialize, Serialize};
 
 use crate::Message;
@@ -29,6 +30,18 @@ pub enum WorkOp {
 }
 
 impl WorkOp {
+    /// The status-changing lifecycle operation this work message executes, if it is one
+    /// (its statuses are in `differently_core::lifecycle`).
+    pub fn lifecycle(self) -> Option<LifecycleOp> {
+        match self {
+            WorkOp::Pause => Some(LifecycleOp::Pause),
+            WorkOp::Resume => Some(LifecycleOp::Resume),
+            WorkOp::Stop => Some(LifecycleOp::Stop),
+            WorkOp::Start => Some(LifecycleOp::Start),
+            _ => None,
+        }
+    }
+
     /// Every operation, in declaration order.
     pub const ALL: [WorkOp; 10] = [
         WorkOp::Create,

@@ -1,7 +1,8 @@
 //! Bad input is refused at the boundary with a stable code and the field named, and
 //! nothing is written.
 
-use differently_store::{SandboxFilter, Store};
+use differently_store::prelude::*;
+use differently_store::SandboxFilter;
 use serde_json::{json, Value};
 
 use crate::harness::{Cluster, Opts};

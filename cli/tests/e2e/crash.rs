@@ -8,7 +8,8 @@ use differently_adapters::fake::{
 };
 use differently_adapters::InstanceState;
 use differently_core::{SandboxId, SandboxStatus};
-use differently_store::{SandboxFilter, Store};
+use differently_store::prelude::*;
+use differently_store::SandboxFilter;
 
 use crate::dataplane::{post, running, FAKE_CAPS};
 use crate::harness::{eventually, Cluster, Opts};

@@ -467,7 +467,7 @@ capabilities = ["exec", "files"]
     let store = c.db.store();
     let mut records = Vec::new();
     for _ in 0..100 {
-        records = differently_store::Store::audit_tail(&store, 10_000)
+        records = differently_store::audit::AuditStore::audit_tail(&store, 10_000)
             .await
             .expect("audit");
         let recorded = |id: &SandboxId| {
@@ -646,7 +646,7 @@ async fn reconciler_follows_instances_that_moved_on_their_own() {
     );
     // Each followed change is on the audit chain, by the reconciler, with its reason.
     let store = c.db.store();
-    let records = differently_store::Store::audit_tail(&store, 10_000)
+    let records = differently_store::audit::AuditStore::audit_tail(&store, 10_000)
         .await
         .expect("audit");
     for id in [

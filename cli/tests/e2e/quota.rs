@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use differently_core::SandboxStatus;
-use differently_store::{QuotaScope, SandboxFilter, Store};
+use differently_store::prelude::*;
+use differently_store::{QuotaScope, SandboxFilter};
 use reqwest::Method;
 use serde_json::json;
 

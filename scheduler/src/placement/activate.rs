@@ -79,7 +79,7 @@ pub(super) async fn activate_group(
             out.extend(
                 items
                     .into_iter()
-                    .map(|(i, _)| (i, Err(StoreError::Database(msg.clone())))),
+                    .map(|(i, _)| (i, Err(StoreError::Internal(msg.clone())))),
             );
             return out;
         }

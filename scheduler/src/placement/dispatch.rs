@@ -180,7 +180,7 @@ pub(super) async fn place_group(
                 Ok(Decided::Done(o)) => Ok(o),
                 Ok(Decided::Ready(_)) => by_index
                     .remove(&i)
-                    .unwrap_or_else(|| Err(StoreError::Database("placement lost".into()))),
+                    .unwrap_or_else(|| Err(StoreError::Internal("placement lost".into()))),
                 Err(e) => Err(e),
             }
         })

@@ -1,8 +1,8 @@
 //! Cases that only make sense for Postgres.
 
 use differently_store::postgres::{PgStore, MIGRATIONS};
+use differently_store::prelude::*;
 use differently_store::testing::TestDb;
-use differently_store::Store;
 
 /// Two replicas starting together both migrate an empty database: the advisory lock makes
 /// one apply the migrations and the other find them applied.
@@ -152,6 +152,7 @@ async fn tenancy_migration_backfills_org_status() {
 mod usage_counters {
     //! The trigger-maintained usage counters (migration 0006): they follow every row change,
     //! survive concurrency without drift, and a recount finds and fixes any drift.
+    use differently_store::prelude::*;
 
     use std::sync::Arc;
 
@@ -162,7 +163,7 @@ mod usage_counters {
     use differently_store::postgres::PgStore;
     use differently_store::testing::TestDb;
     use differently_store::{
-        Actor, Admission, Org, PoolSlot, Project, Quota, QuotaScope, Store, Transition,
+        Actor, Admission, Org, PoolSlot, Project, Quota, QuotaScope, Transition,
     };
 
     async fn tenant(s: &PgStore, name: &str) -> (OrgId, ProjectId) {

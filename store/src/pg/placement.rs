@@ -9,9 +9,11 @@ use differently_core::pool::{PoolHealth, PoolRecord};
 use differently_core::{OrgId, SandboxId, SandboxStatus};
 use sqlx::types::Json;
 
-use crate::memory::rules::AuditEntry;
+use crate::pg::audit_records::insert_audit_for;
+use crate::pg::audit_records::insert_audit_installation;
+use crate::pg::PgStore;
 use crate::placement::{PlacementStore, PlacementSummary, PolicyScope};
-use crate::postgres::{insert_audit_for, insert_audit_installation, PgStore};
+use crate::shared::rules::AuditEntry;
 use crate::{Actor, StoreError};
 
 fn slot_statuses() -> Vec<String> {
@@ -22,21 +24,8 @@ fn slot_statuses() -> Vec<String> {
         .collect()
 }
 
-/// Whether a stored pool document equals `new` apart from its timestamps.
-pub(crate) fn same_pool(old: &serde_json::Value, new: &serde_json::Value) -> bool {
-    let strip = |v: &serde_json::Value| {
-        let mut v = v.clone();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("createdAt");
-            o.remove("updatedAt");
-        }
-        v
-    };
-    strip(old) == strip(new)
-}
-
 fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, StoreError> {
-    serde_json::from_value(v).map_err(|e| StoreError::Database(format!("stored document: {e}")))
+    serde_json::from_value(v).map_err(|e| StoreError::Internal(format!("stored document: {e}")))
 }
 
 #[async_trait]
@@ -78,7 +67,7 @@ impl PlacementStore for PgStore {
                 .bind(scope.key())
                 .fetch_optional(&mut *tx)
                 .await?;
-        let doc = serde_json::to_value(policy).map_err(|e| StoreError::Database(e.to_string()))?;
+        let doc = serde_json::to_value(policy).map_err(|e| StoreError::Internal(e.to_string()))?;
         sqlx::query(
             "INSERT INTO policies (scope, doc, updated_at) VALUES ($1, $2, $3)
              ON CONFLICT (scope) DO UPDATE SET doc = EXCLUDED.doc, updated_at = EXCLUDED.updated_at",
@@ -112,7 +101,7 @@ impl PlacementStore for PgStore {
     }
 
     async fn upsert_pool(&self, pool: &PoolRecord, actor: &Actor) -> Result<(), StoreError> {
-        let doc = serde_json::to_value(pool).map_err(|e| StoreError::Database(e.to_string()))?;
+        let doc = serde_json::to_value(pool).map_err(|e| StoreError::Internal(e.to_string()))?;
         let source = serde_json::to_value(pool.source)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned));
@@ -123,7 +112,10 @@ impl PlacementStore for PgStore {
                 .fetch_optional(&mut *tx)
                 .await?
                 .flatten();
-        if old.as_ref().is_some_and(|o| same_pool(o, &doc)) {
+        if old
+            .as_ref()
+            .is_some_and(|o| crate::shared::documents::same_pool(o, &doc))
+        {
             return Ok(()); // unchanged (every start re-registers config pools)
         }
         sqlx::query(
@@ -202,7 +194,7 @@ impl PlacementStore for PgStore {
     }
 
     async fn report_pool_health(&self, health: &PoolHealth) -> Result<(), StoreError> {
-        let doc = serde_json::to_value(health).map_err(|e| StoreError::Database(e.to_string()))?;
+        let doc = serde_json::to_value(health).map_err(|e| StoreError::Internal(e.to_string()))?;
         sqlx::query(
             "INSERT INTO pool_health (name, doc, checked_at) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc, checked_at = EXCLUDED.checked_at",
@@ -272,7 +264,7 @@ impl PlacementStore for PgStore {
         rows.into_iter()
             .map(|(org, pool, n, first_at, last_at, latest_explanation)| {
                 Ok(PlacementSummary {
-                    org_id: OrgId::parse(&org).map_err(|e| StoreError::Database(e.to_string()))?,
+                    org_id: OrgId::parse(&org).map_err(|e| StoreError::Internal(e.to_string()))?,
                     pool,
                     sandboxes: u64::try_from(n).unwrap_or(0),
                     first_at,

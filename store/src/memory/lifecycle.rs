@@ -225,7 +225,11 @@ impl LifecycleStore for MemoryStore {
     ) -> Result<Sandbox, StoreError> {
         let mut st = self.lock();
         let row = st.sandboxes.get_mut(id).ok_or(StoreError::NotFound)?;
-        crate::lifecycle_pg::apply_spec_update(&mut row.sandbox, labels, idle_timeout_seconds);
+        differently_core::accounting::apply_spec_update(
+            &mut row.sandbox,
+            labels,
+            idle_timeout_seconds,
+        );
         Ok(row.sandbox.clone())
     }
 
@@ -237,7 +241,7 @@ impl LifecycleStore for MemoryStore {
     ) -> Result<Sandbox, StoreError> {
         let mut st = self.lock();
         let row = st.sandboxes.get_mut(id).ok_or(StoreError::NotFound)?;
-        crate::lifecycle_pg::apply_ttl(&mut row.sandbox, ttl_seconds, now);
+        differently_core::accounting::apply_ttl(&mut row.sandbox, ttl_seconds, now);
         Ok(row.sandbox.clone())
     }
 }

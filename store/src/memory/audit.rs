@@ -5,13 +5,12 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use differently_core::{OrgId, ProjectId};
+use differently_core::OrgId;
 
 use crate::audit::{
     self, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint, ExportCursor,
     NewAuditEvent, RowGuard, Verifier, VerifyReport,
 };
-use crate::memory::rules::AuditEntry;
 use crate::memory::MemoryStore;
 use crate::{AuditRecord, StoreError};
 
@@ -69,16 +68,6 @@ impl MemoryAudit {
     }
 }
 
-/// The record of `e` about `resource`, with its project when known.
-pub(crate) fn event_for(
-    org: Option<&OrgId>,
-    project: Option<&ProjectId>,
-    resource: &str,
-    e: AuditEntry,
-) -> NewAuditEvent {
-    crate::audit_pg::event_for(org, project, resource, e.actor, e.action, e.detail)
-}
-
 #[cfg(feature = "test-support")]
 impl MemoryStore {
     /// Test support: changes stored audit records directly, as someone with write access to
@@ -90,6 +79,10 @@ impl MemoryStore {
 
 #[async_trait]
 impl AuditStore for MemoryStore {
+    async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        Ok(self.lock().audit.tail(limit as usize))
+    }
+
     async fn append_audit(&self, event: NewAuditEvent) -> Result<AuditEvent, StoreError> {
         Ok(self.lock().audit.append(event, Utc::now()))
     }

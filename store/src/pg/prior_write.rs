@@ -17,7 +17,7 @@ where
     T: sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres> + 'q,
 {
     args.add(value)
-        .map_err(|e| StoreError::Database(format!("encoding a parameter: {e}")))
+        .map_err(|e| StoreError::Internal(format!("encoding a parameter: {e}")))
 }
 
 /// One `INSERT` or `UPDATE` (no `RETURNING`) with its parameters `$1..$params`, and how many
@@ -126,7 +126,7 @@ mod tests {
             args,
             1,
             rows,
-            |written, expected| StoreError::Database(format!("wrote {written} of {expected}")),
+            |written, expected| StoreError::Internal(format!("wrote {written} of {expected}")),
         )
     }
 
@@ -175,14 +175,14 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             e.to_string(),
-            StoreError::Database("wrote 0 of 1".into()).to_string()
+            StoreError::Internal("wrote 0 of 1".into()).to_string()
         );
         tx.rollback().await.unwrap();
         let mut tx = store.begin().await.unwrap();
         let e = touch(&["sbx_missing"], 1).run(&mut tx).await.unwrap_err();
         assert_eq!(
             e.to_string(),
-            StoreError::Database("wrote 0 of 1".into()).to_string()
+            StoreError::Internal("wrote 0 of 1".into()).to_string()
         );
         tx.rollback().await.unwrap();
     }

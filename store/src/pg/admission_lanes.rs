@@ -1,9 +1,9 @@
-//! `Store::admit` and `Store::admit_many` on Postgres: the admissions of one organization
+//! `AdmissionStore::admit` and `admit_many` on Postgres: the admissions of one organization
 //! that arrive together, in one transaction.
 //!
 //! Every admission of an org serializes with the org's other admissions (the queue-limit
 //! check must see the previous admission's row), not with its activations
-//! (`postgres::lock_org_admissions` says why that is safe). So `admit` joins its org's lane (`group_commit`): the creates
+//! (`locks::lock_org_admissions` says why that is safe). So `admit` joins its org's lane (`group_commit`): the creates
 //! of an org that arrive while that org's previous group commits are served with one org
 //! lock, one limits read per project, one insert, one audit append and one commit. A create
 //! that arrives alone is a group of one. The caller only waits for its outcome; if it goes
@@ -19,21 +19,26 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
+use differently_core::accounting;
 use differently_core::{OrgId, ProjectId, Sandbox, SandboxStatus};
 use sqlx::postgres::PgArguments;
 use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::oneshot;
 
-use crate::group_commit::Lanes;
+use crate::pg::group_commit::Lanes;
 
-use crate::memory::rules::{self, AuditEntry};
-use crate::postgres::{
-    lock_org_admissions, read_limits, sandbox_event, sandbox_of, to_i32, to_i64, PgStore,
-};
-use crate::prior_write::{bind, PriorWrite};
-use crate::{
-    audit, audit_pg, usage_pg, Admission, Admitted, DirectPlacement, QuotaScope, StoreError, Usage,
-};
+use crate::pg::audit as pg_audit;
+use crate::pg::audit_records::sandbox_event;
+use crate::pg::limits::read_limits;
+use crate::pg::locks::lock_org_admissions;
+use crate::pg::prior_write::{bind, PriorWrite};
+use crate::pg::rows::sandbox_of;
+use crate::pg::rows::to_i32;
+use crate::pg::rows::to_i64;
+use crate::pg::usage_counters;
+use crate::pg::PgStore;
+use crate::shared::rules::{self, AuditEntry};
+use crate::{audit, Admission, Admitted, DirectPlacement, QuotaScope, StoreError, Usage};
 
 /// One item's outcome.
 type Outcome = Result<Admitted, StoreError>;
@@ -68,7 +73,7 @@ pub(crate) async fn admit(store: &PgStore, mut a: Admission) -> Outcome {
             }
         });
     rx.await
-        .unwrap_or_else(|_| Err(StoreError::Database("the admission's group stopped".into())))
+        .unwrap_or_else(|_| Err(StoreError::Internal("the admission's group stopped".into())))
 }
 
 /// Admits `group` (any organizations; each org's items in one transaction), one outcome per
@@ -80,8 +85,8 @@ pub(crate) async fn admit_many(store: &PgStore, group: Vec<Admission>) -> Vec<Ou
     let mut later: Vec<usize> = Vec::new();
     for (i, a) in group.iter().enumerate() {
         let s = &a.sandbox;
-        if let Err(e) = rules::check_admissible(s) {
-            out[i] = Some(Err(e));
+        if let Err(e) = accounting::check_admissible(s) {
+            out[i] = Some(Err(e.into()));
             continue;
         }
         if let Some(key) = s.idempotency_key.as_deref() {
@@ -115,7 +120,7 @@ pub(crate) async fn admit_many(store: &PgStore, group: Vec<Admission>) -> Vec<Ou
         out[i] = Some(alone(store, &group, i).await);
     }
     out.into_iter()
-        .map(|o| o.unwrap_or_else(|| Err(StoreError::Database("admission not decided".into()))))
+        .map(|o| o.unwrap_or_else(|| Err(StoreError::Internal("admission not decided".into()))))
         .collect()
 }
 
@@ -124,7 +129,7 @@ async fn alone(store: &PgStore, group: &[Admission], i: usize) -> Outcome {
     let mut decided = decide_in_one_tx(store, group, &[i]).await?;
     match decided.pop() {
         Some((_, outcome)) => outcome,
-        None => Err(StoreError::Database("admission not decided".into())),
+        None => Err(StoreError::Internal("admission not decided".into())),
     }
 }
 
@@ -199,9 +204,9 @@ async fn decide_in_one_tx(
         }
         let quota = org_quota.clone().or(&a.defaults);
         if let Err(e) =
-            rules::check_admission_limits(s, (&org_usage, &quota), (&prj.usage, &prj.quota))
+            accounting::check_admission_limits(s, (&org_usage, &quota), (&prj.usage, &prj.quota))
         {
-            decided.push((i, Err(e)));
+            decided.push((i, Err(e.into())));
             continue;
         }
         // Nothing of the org waits (this group's earlier items included), so placing this
@@ -212,17 +217,17 @@ async fn decide_in_one_tx(
         let mut row = s.clone();
         let placed = match direct_of(a) {
             Some(d) if nothing_waits => {
-                let walls = rules::waiting_reason(
+                let walls = accounting::waiting_reason(
                     (&org_usage, &quota),
                     (&prj.usage, &prj.quota),
                     0,
                     &row,
-                    &d.pool,
+                    d.pool.cap(),
                 );
                 match walls {
                     // It waits like any queued sandbox, saying why (as the leader would).
                     Some((_, reason)) => {
-                        rules::wait(&mut row, reason, s.created_at);
+                        accounting::wait(&mut row, reason, s.created_at);
                         None
                     }
                     None => {
@@ -259,14 +264,14 @@ async fn decide_in_one_tx(
             }
         }
         let counters = counters_to_lock(&org_scope, &admitted);
-        audit_pg::append_then_lock_counters(&mut tx, Some(write), events, at, &counters).await?;
+        pg_audit::append_then_lock_counters(&mut tx, Some(write), events, at, &counters).await?;
         let placements: Vec<(&differently_core::SandboxId, &serde_json::Value)> = admitted
             .iter()
             .filter(|(_, _, placed)| placed.is_some())
             .filter_map(|(i, row, _)| direct_of(&group[*i]).map(|d| (&row.id, &d.explanation)))
             .collect();
         // After the rows' insert (the explanation references its row).
-        crate::placement_pg::write_placements(&mut tx, &placements, at).await?;
+        crate::pg::placement::write_placements(&mut tx, &placements, at).await?;
     }
     tx.commit().await?;
     decided.extend(
@@ -298,7 +303,7 @@ fn counters_to_lock(
     projects.dedup();
     let mut pools: Vec<String> = admitted
         .iter()
-        .filter_map(|(_, row, _)| row.pool.as_deref().map(usage_pg::pool_key))
+        .filter_map(|(_, row, _)| row.pool.as_deref().map(usage_counters::pool_key))
         .collect();
     pools.sort_unstable();
     pools.dedup();
@@ -387,7 +392,7 @@ fn insert_rows<'g>(
         cpu.push(i64::from(s.spec.resources.cpu));
         memory.push(to_i64(s.spec.resources.memory_mib, "memory")?);
         disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
-        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Database(e.to_string()))?);
+        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Internal(e.to_string()))?);
     }
     let mut args = PgArguments::default();
     bind(&mut args, text(|a| Some(a.sandbox.id.as_str())))?;
@@ -431,7 +436,7 @@ fn insert_rows<'g>(
         19,
         rows.len() as u64,
         |written, expected| {
-            StoreError::Database(format!(
+            StoreError::Internal(format!(
                 "admission insert wrote {written} of {expected} rows"
             ))
         },

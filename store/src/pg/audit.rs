@@ -18,9 +18,9 @@ use crate::audit::{
     self, canonical_json, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint,
     ExportCursor, NewAuditEvent, RowGuard, Verifier, VerifyReport,
 };
-use crate::postgres::PgStore;
-use crate::prior_write::PriorWrite;
-use crate::StoreError;
+use crate::pg::prior_write::PriorWrite;
+use crate::pg::PgStore;
+use crate::{AuditRecord, StoreError};
 
 /// The advisory lock id of `chain`: "dly_aud" namespaced by the first bytes of its SHA-256.
 /// A collision only makes two chains share a lock.
@@ -50,7 +50,7 @@ pub(crate) async fn append_chained(
     append_then_lock_counters(tx, None, vec![(e, audit::current_request_id())], at, &[])
         .await?
         .pop()
-        .ok_or_else(|| StoreError::Database("audit append of one wrote nothing".into()))
+        .ok_or_else(|| StoreError::Internal("audit append of one wrote nothing".into()))
 }
 
 /// Appends records inside `tx`, each with its own request id (a group may act for several
@@ -61,7 +61,7 @@ pub(crate) async fn append_chained(
 /// time taken (locks included) is `differently_audit_append_seconds`.
 ///
 /// The insert statement also locks the usage counters of `counters` (empty: none) in their
-/// global order (`usage_pg::lock_in_order`), which multi-row writers must do last: the same
+/// global order (`usage_counters::lock_in_order`), which multi-row writers must do last: the same
 /// locks in the same order, one round trip fewer while the heads are held.
 ///
 /// `prior`, the group's own row write, runs first, in the head-lock statement when there are
@@ -78,7 +78,7 @@ pub(crate) async fn append_then_lock_counters(
             w.run(tx).await?;
         }
         if !counters.is_empty() {
-            crate::usage_pg::lock_in_order(tx, counters).await?;
+            crate::pg::usage_counters::lock_in_order(tx, counters).await?;
         }
         return Ok(Vec::new());
     }
@@ -177,7 +177,7 @@ pub(crate) async fn append_then_lock_counters(
     .fetch_all(&mut **tx)
     .await?;
     if rows.len() != recs.len() {
-        return Err(StoreError::Database(format!(
+        return Err(StoreError::Internal(format!(
             "audit append: {} of {} records written",
             rows.len(),
             recs.len()
@@ -188,7 +188,7 @@ pub(crate) async fn append_then_lock_counters(
         let chain: String = row.try_get("chain")?;
         let chain_seq: i64 = row.try_get("chain_seq")?;
         if chain != rec.chain || chain_seq != rec.chain_seq {
-            return Err(StoreError::Database(format!(
+            return Err(StoreError::Internal(format!(
                 "audit append: record {chain}/{chain_seq} came back out of order"
             )));
         }
@@ -197,7 +197,7 @@ pub(crate) async fn append_then_lock_counters(
         // make a correct record fail verification, so refuse it now (fail closed).
         let stored: serde_json::Value = row.try_get("detail")?;
         if canonical_json(&stored) != canonical_json(&rec.detail) {
-            return Err(StoreError::Database(format!(
+            return Err(StoreError::Internal(format!(
                 "audit detail of {} does not survive storage unchanged",
                 rec.action
             )));
@@ -251,35 +251,6 @@ async fn first_head(
     .transpose()
 }
 
-/// The record about `resource` in `org`'s chain, with its project when the resource is a
-/// project or the detail names one.
-pub(crate) fn event_for(
-    org: Option<&OrgId>,
-    project: Option<&ProjectId>,
-    resource: &str,
-    actor: String,
-    action: String,
-    detail: serde_json::Value,
-) -> NewAuditEvent {
-    let project = project.cloned().or_else(|| {
-        ProjectId::parse(resource).ok().or_else(|| {
-            detail
-                .get("projectId")
-                .and_then(|p| p.as_str())
-                .and_then(|p| ProjectId::parse(p).ok())
-        })
-    });
-    NewAuditEvent {
-        org_id: org.cloned(),
-        project_id: project,
-        actor,
-        action,
-        resource: resource.to_owned(),
-        outcome: audit::OUTCOME_OK.to_owned(),
-        detail,
-    }
-}
-
 fn event_of(r: &sqlx::postgres::PgRow) -> Result<AuditEvent, StoreError> {
     Ok(AuditEvent {
         seq: r.try_get("seq")?,
@@ -315,8 +286,38 @@ const VERIFY_BATCH: u32 = 5000;
 
 #[async_trait]
 impl AuditStore for PgStore {
+    async fn audit_tail(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM (
+                 SELECT seq, org_id, actor, action, resource, at, detail FROM audit_events
+                 ORDER BY seq DESC LIMIT $1
+             ) t ORDER BY seq",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let org: Option<String> = r.try_get("org_id")?;
+                let org_id = org
+                    .map(|o| OrgId::parse(&o))
+                    .transpose()
+                    .map_err(|e| StoreError::Internal(e.to_string()))?;
+                Ok(AuditRecord {
+                    seq: r.try_get("seq")?,
+                    org_id,
+                    actor: r.try_get("actor")?,
+                    action: r.try_get("action")?,
+                    resource: r.try_get("resource")?,
+                    at: r.try_get("at")?,
+                    detail: r.try_get("detail")?,
+                })
+            })
+            .collect()
+    }
+
     async fn append_audit(&self, event: NewAuditEvent) -> Result<AuditEvent, StoreError> {
-        crate::audit_standalone_pg::append(self, event, None).await
+        crate::pg::audit_standalone::append(self, event, None).await
     }
 
     fn audit_head_after(&self, resource: &str) -> Option<(String, i64, String)> {
@@ -332,7 +333,7 @@ impl AuditStore for PgStore {
         event: NewAuditEvent,
         guard: &RowGuard,
     ) -> Result<Option<AuditEvent>, StoreError> {
-        match crate::audit_standalone_pg::append(self, event, Some(guard)).await {
+        match crate::pg::audit_standalone::append(self, event, Some(guard)).await {
             Ok(rec) => Ok(Some(rec)),
             Err(StoreError::StatusConflict { .. }) => Ok(None),
             Err(e) => Err(e),

@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use differently_core::accounting;
 use differently_core::ids::{OpId, SnapshotId};
 use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use serde_json::Value;
@@ -12,18 +13,8 @@ use sqlx::Row;
 use crate::lifecycle::{
     LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord, ON_BACKEND,
 };
-use crate::postgres::PgStore;
+use crate::pg::PgStore;
 use crate::StoreError;
-
-/// Sets the TTL of `s` (shared by both stores): the spec's `ttlSeconds`, and `expiresAt`
-/// counted from now for a sandbox that has started.
-pub(crate) fn apply_ttl(s: &mut Sandbox, ttl_seconds: u64, now: DateTime<Utc>) {
-    s.spec.ttl_seconds = ttl_seconds;
-    if s.started_at.is_some() && !s.status.is_final() {
-        let ttl = chrono::Duration::seconds(i64::try_from(ttl_seconds).unwrap_or(i64::MAX / 1000));
-        s.expires_at = Some(now + ttl);
-    }
-}
 
 fn op_of(row: &sqlx::postgres::PgRow) -> Result<OpRecord, StoreError> {
     let Json(op): Json<OpRecord> = row.try_get("doc")?;
@@ -41,7 +32,7 @@ fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
 }
 
 fn secs(v: Option<u64>) -> Result<Option<i64>, StoreError> {
-    v.map(|n| i64::try_from(n).map_err(|_| StoreError::Database("seconds out of range".into())))
+    v.map(|n| i64::try_from(n).map_err(|_| StoreError::Internal("seconds out of range".into())))
         .transpose()
 }
 
@@ -87,7 +78,7 @@ impl LifecycleStore for PgStore {
                 });
             }
         }
-        Err(StoreError::Database(
+        Err(StoreError::Internal(
             "operation insert kept conflicting".into(),
         ))
     }
@@ -350,8 +341,10 @@ impl LifecycleStore for PgStore {
         labels: Option<std::collections::BTreeMap<String, String>>,
         idle_timeout_seconds: Option<Option<u64>>,
     ) -> Result<Sandbox, StoreError> {
-        self.update_doc(id, |s| apply_spec_update(s, labels, idle_timeout_seconds))
-            .await
+        self.update_doc(id, |s| {
+            accounting::apply_spec_update(s, labels, idle_timeout_seconds)
+        })
+        .await
     }
 
     async fn renew_ttl(
@@ -360,25 +353,12 @@ impl LifecycleStore for PgStore {
         ttl_seconds: u64,
         now: DateTime<Utc>,
     ) -> Result<Sandbox, StoreError> {
-        self.update_doc(id, |s| apply_ttl(s, ttl_seconds, now))
+        self.update_doc(id, |s| accounting::apply_ttl(s, ttl_seconds, now))
             .await
     }
 }
 
 /// Applies a `update_spec` to `s` (shared by both stores).
-pub(crate) fn apply_spec_update(
-    s: &mut Sandbox,
-    labels: Option<std::collections::BTreeMap<String, String>>,
-    idle_timeout_seconds: Option<Option<u64>>,
-) {
-    if let Some(labels) = labels {
-        s.spec.replace_labels(labels);
-    }
-    if let Some(idle) = idle_timeout_seconds {
-        s.spec.idle_timeout_seconds = idle;
-    }
-}
-
 impl PgStore {
     /// Changes a sandbox's document (and `expires_at`, the one promoted column such a change
     /// may move) under its row lock; nothing counted changes, so no status rules apply.

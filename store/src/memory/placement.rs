@@ -7,8 +7,9 @@ use differently_core::policy::Policy;
 use differently_core::pool::{PoolHealth, PoolRecord};
 use differently_core::{OrgId, SandboxId};
 
-use crate::memory::{rules::AuditEntry, MemoryStore};
+use crate::memory::MemoryStore;
 use crate::placement::{PlacementStore, PlacementSummary, PolicyScope};
+use crate::shared::rules::AuditEntry;
 use crate::{Actor, StoreError};
 
 /// Placement data of a `MemoryStore`.
@@ -60,7 +61,7 @@ impl PlacementStore for MemoryStore {
     }
 
     async fn upsert_pool(&self, pool: &PoolRecord, actor: &Actor) -> Result<(), StoreError> {
-        let doc = serde_json::to_value(pool).map_err(|e| StoreError::Database(e.to_string()))?;
+        let doc = serde_json::to_value(pool).map_err(|e| StoreError::Internal(e.to_string()))?;
         let old = self
             .placement()
             .pools
@@ -68,7 +69,7 @@ impl PlacementStore for MemoryStore {
         let old = old.and_then(|o| serde_json::to_value(o).ok());
         if old
             .as_ref()
-            .is_some_and(|o| crate::placement_pg::same_pool(o, &doc))
+            .is_some_and(|o| crate::shared::documents::same_pool(o, &doc))
         {
             return Ok(());
         }

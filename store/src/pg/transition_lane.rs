@@ -17,10 +17,15 @@ use chrono::{DateTime, Utc};
 use differently_core::{Sandbox, SandboxId};
 use tokio::sync::oneshot;
 
-use crate::group_commit::Lanes;
-use crate::memory::rules;
-use crate::postgres::{lock_sandboxes, sandbox_event, update_sandboxes, PgStore};
-use crate::{audit, audit_pg, usage_pg, StoreError, Transition};
+use crate::pg::audit as pg_audit;
+use crate::pg::audit_records::sandbox_event;
+use crate::pg::group_commit::Lanes;
+use crate::pg::locks::lock_sandboxes;
+use crate::pg::usage_counters;
+use crate::pg::writes::update_sandboxes;
+use crate::pg::PgStore;
+use crate::shared::rules;
+use crate::{audit, StoreError, Transition};
 
 /// Most changes decided in one transaction.
 const MAX_GROUP: usize = 64;
@@ -66,7 +71,7 @@ pub(crate) async fn submit(
         async move { run(&store, group).await }
     });
     rx.await
-        .unwrap_or_else(|_| Err(StoreError::Database("the change's group stopped".into())))
+        .unwrap_or_else(|_| Err(StoreError::Internal("the change's group stopped".into())))
 }
 
 /// Decides a batch and answers each caller; a batch whose transaction fails is retried
@@ -84,7 +89,7 @@ async fn run(store: &PgStore, group: Vec<Pending>) {
                 each.push(match decide(store, std::slice::from_ref(p)).await {
                     Ok(mut one) => one
                         .pop()
-                        .unwrap_or_else(|| Err(StoreError::Database("change not decided".into()))),
+                        .unwrap_or_else(|| Err(StoreError::Internal("change not decided".into()))),
                     Err(e) => Err(e),
                 });
             }
@@ -139,7 +144,11 @@ async fn decide(
         let at = group.iter().map(|p| p.now).max().unwrap_or_else(Utc::now);
         let mut counters: Vec<String> = rows
             .iter()
-            .filter_map(|s| before.get(&s.id).map(|old| usage_pg::moved_by(old, s)))
+            .filter_map(|s| {
+                before
+                    .get(&s.id)
+                    .map(|old| usage_counters::moved_by(old, s))
+            })
             .flatten()
             .collect();
         counters.sort_unstable();
@@ -150,7 +159,7 @@ async fn decide(
             counters.clear();
         }
         written =
-            audit_pg::append_then_lock_counters(&mut tx, write, events, at, &counters).await?;
+            pg_audit::append_then_lock_counters(&mut tx, write, events, at, &counters).await?;
     }
     tx.commit().await?;
     remember_heads(store, &written);

@@ -79,7 +79,7 @@ pub(crate) fn moved_by(old: &Sandbox, new: &Sandbox) -> Vec<String> {
 /// pools calls this last, so it holds its counters in the one global order; left to the
 /// trigger at commit it would take them row by row (org A, pool, org B, …) and deadlock with
 /// a one-row commit of org B that holds org B and waits for the pool. Writers that also append
-/// audit records take the same locks inside the insert (`audit_pg::append_then_lock_counters`,
+/// audit records take the same locks inside the insert (`pg_audit::append_then_lock_counters`,
 /// same clause): keep the two in step.
 pub(crate) async fn lock_in_order(
     tx: &mut sqlx::Transaction<'static, Postgres>,

@@ -26,8 +26,8 @@ use serde_json::Value;
 use sqlx::{PgPool, Row};
 
 use crate::audit::{self, chain_of, AuditEvent, NewAuditEvent, RowGuard};
-use crate::audit_pg::append_chained;
-use crate::postgres::PgStore;
+use crate::pg::audit::append_chained;
+use crate::pg::PgStore;
 use crate::StoreError;
 
 /// Compare-and-swap attempts before the locking path.

@@ -1,0 +1,69 @@
+//! The installation's id and the scheduler leader's session lock.
+
+use async_trait::async_trait;
+use differently_core::ids::InstallationId;
+use sqlx::{Connection, PgConnection};
+
+use super::PgStore;
+use crate::prelude::*;
+use crate::StoreError;
+
+/// Session advisory lock of the scheduler leader (`dly_ldr`).
+const LEADER_LOCK: i64 = 0x0064_6c79_5f6c_6472; // "dly_ldr"
+
+const INSTALLATION_KEY: &str = "installation_id";
+
+#[async_trait]
+impl InstallationStore for PgStore {
+    async fn installation_id(&self) -> Result<InstallationId, StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING")
+            .bind(INSTALLATION_KEY)
+            .bind(InstallationId::new().as_str())
+            .execute(&mut *tx)
+            .await?;
+        let value: String = sqlx::query_scalar("SELECT value FROM meta WHERE key = $1")
+            .bind(INSTALLATION_KEY)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        InstallationId::parse(&value)
+            .map_err(|e| StoreError::Internal(format!("stored installation id {value:?}: {e}")))
+    }
+
+    async fn try_lead(&self) -> Result<Option<Box<dyn Leadership>>, StoreError> {
+        let mut standby = self.standby.lock().await;
+        let mut conn = match standby.take() {
+            Some(c) => c,
+            None => PgConnection::connect_with(&self.options).await?,
+        };
+        // On error the connection is dropped (closing its session) and the next attempt
+        // opens a fresh one.
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(LEADER_LOCK)
+            .fetch_one(&mut conn)
+            .await?;
+        if got {
+            Ok(Some(Box::new(PgLeadership { conn })))
+        } else {
+            *standby = Some(conn);
+            Ok(None)
+        }
+    }
+}
+
+/// A held `dly_ldr` session lock on its own connection; dropping it closes the session,
+/// which releases the lock.
+struct PgLeadership {
+    conn: PgConnection,
+}
+
+#[async_trait]
+impl Leadership for PgLeadership {
+    async fn still_held(&mut self) -> bool {
+        sqlx::query("SELECT 1")
+            .execute(&mut self.conn)
+            .await
+            .is_ok()
+    }
+}

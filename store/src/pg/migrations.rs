@@ -1,0 +1,140 @@
+//! The embedded SQL migrations and applying them once across replicas.
+
+use sqlx::{Connection, PgConnection};
+
+use super::{usage_counters, PgStore};
+use crate::StoreError;
+
+/// Embedded migrations, applied in order; a version is never edited once released.
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_init",
+        include_str!("../../../migrations/0001_init.sql"),
+    ),
+    (
+        "0002_tenancy",
+        include_str!("../../../migrations/0002_tenancy.sql"),
+    ),
+    (
+        "0003_snapshots",
+        include_str!("../../../migrations/0003_snapshots.sql"),
+    ),
+    (
+        "0004_audit_chain",
+        include_str!("../../../migrations/0004_audit_chain.sql"),
+    ),
+    (
+        "0005_placement",
+        include_str!("../../../migrations/0005_placement.sql"),
+    ),
+    (
+        "0006_usage_counters",
+        include_str!("../../../migrations/0006_usage_counters.sql"),
+    ),
+    (
+        "0007_audit_heads",
+        include_str!("../../../migrations/0007_audit_heads.sql"),
+    ),
+    (
+        "0008_idempotency",
+        include_str!("../../../migrations/0008_idempotency.sql"),
+    ),
+];
+
+/// Session advisory lock serializing migrations across replicas (`dly_mig`).
+pub(crate) const MIGRATION_LOCK: i64 = 0x0064_6c79_5f6d_6967; // "dly_mig"
+
+impl PgStore {
+    /// Applies the embedded migrations not yet recorded in `schema_migrations`, each in its own
+    /// transaction, under a session advisory lock on a dedicated connection, so replicas
+    /// starting together migrate once.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let mut conn = PgConnection::connect_with(&self.options).await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await?;
+        let mut result = apply_migrations(&mut conn).await;
+        if result.is_ok() {
+            result = sync_usage_classes(&mut conn).await;
+        }
+        // Closing the session releases the lock even if the unlock below fails.
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await;
+        let _ = conn.close().await;
+        result?;
+        unlocked?;
+        Ok(())
+    }
+
+    /// The embedded migrations this database has not applied, in order (all of them on a
+    /// database never migrated); changes nothing.
+    pub async fn pending_migrations(&self) -> Result<Vec<&'static str>, StoreError> {
+        let table: Option<String> =
+            sqlx::query_scalar("SELECT to_regclass('schema_migrations')::text")
+                .fetch_one(&self.pool)
+                .await?;
+        let applied: Vec<String> = if table.is_some() {
+            sqlx::query_scalar("SELECT version FROM schema_migrations")
+                .fetch_all(&self.pool)
+                .await?
+        } else {
+            Vec::new()
+        };
+        Ok(MIGRATIONS
+            .iter()
+            .map(|(v, _)| *v)
+            .filter(|v| !applied.iter().any(|a| a == v))
+            .collect())
+    }
+}
+
+async fn apply_migrations(conn: &mut PgConnection) -> Result<(), StoreError> {
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version text PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&mut *conn)
+    .await?;
+    for (version, sql) in MIGRATIONS {
+        let applied: Option<String> =
+            sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+                .bind(*version)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if applied.is_some() {
+            continue;
+        }
+        let mut tx = conn.begin().await?;
+        sqlx::raw_sql(sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| StoreError::Internal(format!("migration {version}: {e}")))?;
+        sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)")
+            .bind(*version)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tracing::info!(version, "applied migration");
+    }
+    Ok(())
+}
+
+/// Copies core's status classification into the database; a changed classification means
+/// every counter was counted under the old one, so recount them.
+async fn sync_usage_classes(conn: &mut PgConnection) -> Result<(), StoreError> {
+    if usage_counters::sync_class_function(conn).await? {
+        tracing::info!("usage classification function written from core");
+    }
+    if usage_counters::sync_status_classes(conn).await? {
+        let fixed = usage_counters::reconcile(conn).await?;
+        tracing::info!(
+            corrected = fixed.len(),
+            "status classification changed; usage recounted"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! The Postgres store: the truth. Every trait method is one transaction; sandbox rows keep the
+//! full serialized `Sandbox` in `doc` with the columns needed for locking, filtering and
+//! ordering promoted next to it (written together, so they never disagree).
+//!
+//! Lock order is fixed: organization row, then pool row, then sandbox row (`locks`). Status
+//! changes load the row `FOR UPDATE`, apply the shared rules in Rust, and write doc, columns
+//! and the audit record in the same transaction. One file per intent (`tenancy`, `admission`,
+//! `activation`, `transition`, …), the same names as the memory store's; the helpers they
+//! share are their own modules (`locks`, `rows`, `writes`, `limits`, `audit_records`).
+
+mod activation;
+pub(crate) mod activation_group;
+mod admission;
+pub(crate) mod admission_lanes;
+pub(crate) mod audit;
+pub(crate) mod audit_records;
+pub(crate) mod audit_standalone;
+pub(crate) mod group_commit;
+mod idempotency;
+mod installation;
+mod lifecycle;
+pub(crate) mod limits;
+pub(crate) mod locks;
+mod migrations;
+mod placement;
+pub(crate) mod prior_write;
+pub(crate) mod rows;
+mod sandboxes;
+mod secrets;
+mod tenancy;
+mod transition;
+pub(crate) mod transition_lane;
+mod usage;
+pub(crate) mod usage_counters;
+pub(crate) mod writes;
+
+pub use migrations::MIGRATIONS;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+
+use crate::StoreError;
+
+/// `idle_in_transaction_session_timeout` of every store connection, in milliseconds.
+const IDLE_IN_TRANSACTION_TIMEOUT_MS: &str = "5000";
+
+impl crate::Store for PgStore {}
+
+/// `Store` on PostgreSQL. Cheap to clone (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    options: PgConnectOptions,
+    /// A dedicated connection kept between failed `try_lead` attempts, so a standby replica
+    /// trying every tick does not open a new session each time. It becomes the leader's
+    /// connection when an attempt succeeds.
+    standby: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
+    /// Audit heads this process last wrote, for standalone appends (`audit_standalone`).
+    audit_heads: Arc<audit_standalone::HeadCache>,
+    /// One-row status changes waiting to be committed together (`transition_lane`).
+    transitions: Arc<transition_lane::TransitionLane>,
+    /// Admissions waiting to be committed together, per organization (`admission_lanes`).
+    admissions: Arc<admission_lanes::AdmissionLanes>,
+}
+
+impl PgStore {
+    /// Connects a pool of at most `max_connections` to `url`. Does not migrate.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
+        // A process that stalls inside a transaction (a VM pause, SIGSTOP, a hung task) would
+        // hold its locks, an organization's row among them, for as long as it stalls, and
+        // every admission of that organization would wait with it. Postgres ends such a
+        // session after this long idle in a transaction; its work rolls back and is retried.
+        // No store transaction waits on anything but Postgres between statements.
+        let options = PgConnectOptions::from_str(url)?.options([(
+            "idle_in_transaction_session_timeout",
+            IDLE_IN_TRANSACTION_TIMEOUT_MS,
+        )]);
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            // No ping before handing out a connection: it was one extra round trip in front
+            // of every query and transaction (the hot paths make several). A connection
+            // that died while idle (a database restart) fails its next query instead, which
+            // callers report or retry like any other database error.
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await?;
+        Ok(PgStore {
+            pool,
+            options,
+            standby: Arc::default(),
+            audit_heads: Arc::default(),
+            transitions: Arc::default(),
+            admissions: Arc::default(),
+        })
+    }
+
+    pub(crate) fn transitions(&self) -> &Arc<transition_lane::TransitionLane> {
+        &self.transitions
+    }
+
+    pub(crate) fn admissions(&self) -> &Arc<admission_lanes::AdmissionLanes> {
+        &self.admissions
+    }
+
+    pub(crate) fn audit_heads(&self) -> &audit_standalone::HeadCache {
+        &self.audit_heads
+    }
+
+    /// Standalone audit appends (exec, files) whose compare-and-swap found the chain's head
+    /// moved since this process last saw it, since start: each cost one more statement.
+    pub fn audit_append_misses(&self) -> u64 {
+        self.audit_heads.misses()
+    }
+
+    /// The connection pool, for callers that need plain queries (health checks).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Closes every pooled connection; in-flight work finishes first.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+}

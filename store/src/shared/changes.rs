@@ -1,0 +1,91 @@
+//! Sandbox status changes as both stores write them: the core rule mutates the row, and the
+//! audit entry says who did what.
+
+use chrono::{DateTime, Utc};
+use differently_core::accounting;
+use differently_core::Sandbox;
+use serde_json::json;
+
+use super::audit_entry::AuditEntry;
+use crate::{Actor, PoolSlot, StoreError, Transition};
+
+/// `queued → provisioning` on `pool`, by the placement leader.
+pub(crate) fn activate(sbx: &mut Sandbox, pool: &PoolSlot, now: DateTime<Utc>) -> AuditEntry {
+    accounting::activate(sbx, &pool.name, now);
+    AuditEntry {
+        actor: Actor::System("scheduler").as_audit(),
+        action: "sandbox.activate".to_owned(),
+        detail: json!({ "pool": pool.name, "attempts": sbx.attempts }),
+    }
+}
+
+/// [`activate`] applied by the admitting API process in the admission itself
+/// (`DirectPlacement`): the record says so.
+pub(crate) fn activate_direct(
+    sbx: &mut Sandbox,
+    pool: &PoolSlot,
+    now: DateTime<Utc>,
+) -> AuditEntry {
+    let mut entry = activate(sbx, pool, now);
+    entry.actor = Actor::System("admission").as_audit();
+    if let Some(detail) = entry.detail.as_object_mut() {
+        detail.insert("direct".to_owned(), json!(true));
+    }
+    entry
+}
+
+/// `provisioning → running`; conflict if the row is elsewhere.
+pub(crate) fn mark_running(
+    sbx: &mut Sandbox,
+    backend_ref: &str,
+    now: DateTime<Utc>,
+) -> Result<AuditEntry, StoreError> {
+    accounting::mark_running(sbx, backend_ref, now)?;
+    Ok(AuditEntry {
+        actor: Actor::System("worker").as_audit(),
+        action: "sandbox.running".to_owned(),
+        detail: json!({ "backendRef": backend_ref, "pool": sbx.pool }),
+    })
+}
+
+/// `provisioning → queued`, clearing the pool; conflict if the row is elsewhere.
+pub(crate) fn requeue(
+    sbx: &mut Sandbox,
+    reason: &str,
+    not_before: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<AuditEntry, StoreError> {
+    let from_pool = accounting::requeue(sbx, reason, now)?;
+    Ok(AuditEntry {
+        actor: Actor::System("scheduler").as_audit(),
+        action: "sandbox.requeue".to_owned(),
+        detail: json!({ "reason": reason, "fromPool": from_pool, "notBefore": not_before }),
+    })
+}
+
+/// Any other legal change: compare-and-set on `t.from`, then the state machine.
+pub(crate) fn transition(
+    sbx: &mut Sandbox,
+    t: &Transition,
+    now: DateTime<Utc>,
+) -> Result<AuditEntry, StoreError> {
+    let current = accounting::transition(sbx, &t.from, t.to, t.reason.clone(), now)?;
+    Ok(AuditEntry {
+        actor: t.actor.as_audit(),
+        action: format!("sandbox.{}", t.to),
+        detail: json!({ "from": current, "to": t.to, "reason": t.reason }),
+    })
+}
+
+/// The audit entry of an admission.
+pub(crate) fn admit_entry(sbx: &Sandbox, actor: &Actor) -> AuditEntry {
+    AuditEntry {
+        actor: actor.as_audit(),
+        action: "sandbox.admit".to_owned(),
+        detail: json!({
+            "projectId": sbx.project_id,
+            "idempotencyKey": sbx.idempotency_key,
+            "resources": sbx.spec.resources,
+        }),
+    }
+}
