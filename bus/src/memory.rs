@@ -264,10 +264,13 @@ impl Bus for MemoryBus {
                     st.streams.insert(def.name.clone(), MemStream::new(def));
                 }
                 Some(existing) if existing.def.retention != def.retention => {
-                    return Err(BusError::Setup(format!(
-                        "stream {} exists with retention {:?}, expected {:?}",
-                        def.name, existing.def.retention, def.retention
-                    )));
+                    return Err(BusError::Setup(
+                        format!(
+                            "stream {} exists with retention {:?}, expected {:?}",
+                            def.name, existing.def.retention, def.retention
+                        )
+                        .into(),
+                    ));
                 }
                 Some(existing) => existing.def = def,
             }
@@ -287,7 +290,9 @@ impl Bus for MemoryBus {
                 .streams
                 .values_mut()
                 .find(|s| s.captures(subject))
-                .ok_or_else(|| BusError::Publish(format!("{subject}: no stream captures it")))?;
+                .ok_or_else(|| {
+                    BusError::Publish(format!("{subject}: no stream captures it").into())
+                })?;
             stream.store(subject, msg_id, payload, Instant::now())
         };
         if !stored {
@@ -300,10 +305,13 @@ impl Bus for MemoryBus {
     async fn pull(&self, consumer: &ConsumerDef) -> Result<Box<dyn Pull>, BusError> {
         let mut st = self.inner.lock();
         let stream = st.streams.get_mut(&consumer.stream).ok_or_else(|| {
-            BusError::Setup(format!(
-                "consumer {}: no stream {}",
-                consumer.durable, consumer.stream
-            ))
+            BusError::Setup(
+                format!(
+                    "consumer {}: no stream {}",
+                    consumer.durable, consumer.stream
+                )
+                .into(),
+            )
         })?;
         let first = stream
             .messages
@@ -344,7 +352,7 @@ impl Bus for MemoryBus {
             let s = st
                 .streams
                 .get(stream)
-                .ok_or_else(|| BusError::Setup(format!("no stream {stream}")))?;
+                .ok_or_else(|| BusError::Setup(format!("no stream {stream}").into()))?;
             match after {
                 Some(after) => after.saturating_add(1),
                 None => s.last_seq + 1,
@@ -391,17 +399,22 @@ impl EventReader {
             {
                 let st = self.inner.lock();
                 let Some(s) = st.streams.get(&self.stream) else {
-                    return Err(BusError::Consume(format!("stream {} is gone", self.stream)));
+                    return Err(BusError::Consume(
+                        format!("stream {} is gone", self.stream).into(),
+                    ));
                 };
                 let first = s.messages.keys().next().copied().unwrap_or(s.last_seq + 1);
                 let lost = s.def.retention == Retention::Limits && first > self.cursor;
                 if lost && self.following {
                     let missed = (self.cursor, first - 1);
                     self.cursor = first;
-                    return Err(BusError::Consume(format!(
-                        "events {}..={} of {} left retention before they were read",
-                        missed.0, missed.1, self.stream
-                    )));
+                    return Err(BusError::Consume(
+                        format!(
+                            "events {}..={} of {} left retention before they were read",
+                            missed.0, missed.1, self.stream
+                        )
+                        .into(),
+                    ));
                 }
                 // Like JetStream, a start before the oldest retained event starts there.
                 self.following = true;
@@ -448,10 +461,9 @@ impl Pull for MemoryPull {
                 let mut st = self.inner.lock();
                 st.next_token += 1;
                 let token = st.next_token;
-                let stream = st
-                    .streams
-                    .get_mut(&self.stream)
-                    .ok_or_else(|| BusError::Consume(format!("stream {} is gone", self.stream)))?;
+                let stream = st.streams.get_mut(&self.stream).ok_or_else(|| {
+                    BusError::Consume(format!("stream {} is gone", self.stream).into())
+                })?;
                 match stream.take(&self.durable, Instant::now(), token) {
                     Take::Got(Taken {
                         seq,
@@ -508,16 +520,14 @@ impl MemoryAcker {
     fn apply(&self, op: AckOp) -> Result<(), BusError> {
         {
             let mut st = self.inner.lock();
-            let stream = st
-                .streams
-                .get_mut(&self.stream)
-                .ok_or_else(|| BusError::Consume(format!("stream {} is gone", self.stream)))?;
+            let stream = st.streams.get_mut(&self.stream).ok_or_else(|| {
+                BusError::Consume(format!("stream {} is gone", self.stream).into())
+            })?;
             let work_queue = stream.def.retention == Retention::WorkQueue;
             let Some(consumer) = stream.consumers.get_mut(&self.durable) else {
-                return Err(BusError::Consume(format!(
-                    "consumer {} is gone",
-                    self.durable
-                )));
+                return Err(BusError::Consume(
+                    format!("consumer {} is gone", self.durable).into(),
+                ));
             };
             let now = Instant::now();
             match op {
