@@ -124,13 +124,19 @@ async fn admin_connection(url: &str) -> PgConnection {
 /// Name of the template for the current migrations: changes whenever a migration does, or
 /// what `migrate` writes after them from core (the usage classification function).
 fn template_name() -> String {
-    // FNV-1a: stable across runs and toolchains, unlike `DefaultHasher`.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let synced = crate::pg::usage_counters::class_function_body();
     let parts = MIGRATIONS
         .iter()
         .map(|(version, sql)| (*version, *sql))
         .chain([("usage_class", synced.as_str())]);
+    template_name_of(parts)
+}
+
+/// The template's name for a schema made of `parts` (version, SQL): a hash of every byte, so
+/// any change to a migration names a new template and a stale one is never reused.
+fn template_name_of<'a>(parts: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    // FNV-1a: stable across runs and toolchains, unlike `DefaultHasher`.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (version, sql) in parts {
         for b in version.bytes().chain([0]).chain(sql.bytes()).chain([0]) {
             h ^= u64::from(b);
@@ -228,8 +234,27 @@ mod tests {
     }
 
     #[test]
-    fn template_name_is_stable_and_short() {
-        assert_eq!(template_name(), template_name());
+    fn template_name_follows_every_byte_of_the_schema_and_fits_postgres() {
+        let schema = [
+            ("0001", "CREATE TABLE a (x int);"),
+            ("0002", "CREATE TABLE b ();"),
+        ];
+        let name = template_name_of(schema.into_iter());
+        // Pinned (FNV-1a, computed outside Rust): the name must not depend on the toolchain
+        // or the run, since one template is shared by every test process on the machine.
+        assert_eq!(name, "dly_template_7041b41fe8baab6e");
+        let edited = [("0001", "CREATE TABLE a (x bigint);"), schema[1]];
+        assert_ne!(
+            name,
+            template_name_of(edited.into_iter()),
+            "a changed migration"
+        );
+        let added = schema.into_iter().chain([("0003", "")]);
+        assert_ne!(name, template_name_of(added), "one more migration");
+        // Where one part ends counts: moving text between version and SQL is a change.
+        let shifted = [("0001C", "REATE TABLE a (x int);"), schema[1]];
+        assert_ne!(name, template_name_of(shifted.into_iter()));
+        // Postgres identifiers are at most 63 bytes.
         assert!(template_name().len() < 63);
     }
 }
