@@ -321,3 +321,107 @@ async fn an_expired_sandbox_is_terminated_by_the_ttl_sweep() {
         "the instance was deleted: {entries:?}"
     );
 }
+
+/// Begins operation `kind` on `s` the way the API does and publishes its work `times` times
+/// (each a distinct message, as a repair re-send is); returns the operation record.
+async fn operate(
+    p: &Plane,
+    s: &Sandbox,
+    kind: WorkOp,
+    times: usize,
+) -> differently_store::lifecycle::OpRecord {
+    use differently_store::lifecycle::{OpBegun, OpRecord};
+    let record = OpRecord::new(
+        s,
+        kind.as_str(),
+        true,
+        serde_json::json!({}),
+        "key:key_test".into(),
+        Utc::now(),
+    );
+    let OpBegun::New(record) = p.store.begin_op(&record).await.expect("begin") else {
+        panic!("another operation is pending on {}", s.id);
+    };
+    for n in 0..times {
+        p.announcer
+            .op(s, "fake", kind, record.id.as_str(), &format!(":{n}"))
+            .await
+            .expect("publish the operation");
+    }
+    record
+}
+
+/// Waits until operation `id` is no longer pending; returns it.
+async fn finished(
+    p: &Plane,
+    id: &differently_core::ids::OpId,
+) -> differently_store::lifecycle::OpRecord {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let op = p.store.get_op(id).await.expect("read").expect("op exists");
+        if op.state != differently_store::lifecycle::OpState::Pending {
+            return op;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "operation {id} still pending"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A worker executes a pause and a resume as operations: the row moves, the operation is
+/// recorded done, and an operation delivered three times (a lost ack, a repair re-send) is
+/// executed once: the backend sees one pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_operations_run_once_however_often_they_are_delivered() {
+    let p = plane(
+        serde_json::json!({"capabilities": ["exec", "lifecycle.pause"]}),
+        WorkerConfig::default(),
+    )
+    .await;
+    let s = p.admit(serde_json::json!({})).await;
+    let running = p.reaches(&s.id, Running).await;
+    let pause = operate(&p, &running, WorkOp::Pause, 3).await;
+    let paused = p.reaches(&s.id, Paused).await;
+    assert_eq!(
+        finished(&p, &pause.id).await.state,
+        differently_store::lifecycle::OpState::Done
+    );
+    let resume = operate(&p, &paused, WorkOp::Resume, 1).await;
+    let resumed_at = {
+        // The running event after the pause: wait for the second `running`.
+        let mut events = p.statuses(&s.id).await;
+        let mut runs = 0;
+        tokio::time::timeout(WAIT, async {
+            while let Some(st) = events.next().await {
+                if st == Running {
+                    runs += 1;
+                    if runs == 2 {
+                        break;
+                    }
+                }
+            }
+        })
+        .await
+        .expect("running again");
+        p.row(&s.id).await
+    };
+    assert_eq!(resumed_at.status, Running);
+    assert_eq!(
+        finished(&p, &resume.id).await.state,
+        differently_store::lifecycle::OpState::Done
+    );
+    let pauses = read_ledger(&p.ledger)
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| {
+            e.sandbox_id.as_ref() == Some(&s.id)
+                && e.op == differently_adapters::fake::LedgerOp::Pause
+        })
+        .count();
+    assert_eq!(
+        pauses, 1,
+        "three deliveries of one pause, one backend pause"
+    );
+}
