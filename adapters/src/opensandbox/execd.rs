@@ -428,13 +428,28 @@ pub(crate) fn shell_quote(a: &str) -> String {
     }
 }
 
-/// Maps an execd error answer (used by files too).
+/// Maps an execd error answer.
 pub(crate) async fn execd_error(c: &Client, op: &str, resp: reqwest::Response) -> AdapterError {
+    execd_error_at(c, op, None, resp).await
+}
+
+/// Maps an execd error answer to a call about `path`: execd's `404 FILE_NOT_FOUND` (download,
+/// list and info, on the real server) is `PathNotFound(path)`, which the API serves as 404
+/// `path_not_found`; it is never `NotFound`, which means the sandbox itself is gone.
+pub(crate) async fn execd_error_at(
+    c: &Client,
+    op: &str,
+    path: Option<&str>,
+    resp: reqwest::Response,
+) -> AdapterError {
     let status = resp.status();
     let body = resp.bytes().await.unwrap_or_default();
     let err = super::client::parse_error(status, &body);
     match (status.as_u16(), super::client::code_suffix(&err.code)) {
-        (404, "FILE_NOT_FOUND") => AdapterError::permanent(format!("{op}: no such file")),
+        (404, "FILE_NOT_FOUND") => match path {
+            Some(p) => AdapterError::PathNotFound(p.to_owned()),
+            None => AdapterError::permanent(format!("{op}: no such file")),
+        },
         (401, _) => AdapterError::permanent(format!("{op}: execd refused the access token")),
         (502, _) => AdapterError::transient(format!(
             "{op}: the server proxy cannot reach execd (paused or stopped sandbox?)"

@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde::Deserialize;
 
 use super::client::Client;
-use super::execd::{execd_error, Target};
+use super::execd::{execd_error_at, Target};
 use crate::error::Reason;
 use crate::{AdapterError, ByteRange, ByteStream, Download, FileEntry, FileKind};
 
@@ -87,7 +87,7 @@ pub(crate) async fn upload(
     if resp.status().is_success() {
         Ok(())
     } else {
-        Err(execd_error(c, "upload file", resp).await)
+        Err(execd_error_at(c, "upload file", Some(path), resp).await)
     }
 }
 
@@ -109,7 +109,7 @@ pub(crate) async fn download(
     let resp = c.send(rb, "download file").await?;
     let status = resp.status();
     if !status.is_success() {
-        return Err(execd_error(c, "download file", resp).await);
+        return Err(execd_error_at(c, "download file", Some(path), resp).await);
     }
     let total_size = if status == reqwest::StatusCode::PARTIAL_CONTENT {
         resp.headers()
@@ -194,7 +194,7 @@ pub(crate) async fn list(
         .timeout(c.request_timeout());
     let resp = c.send(rb, "list files").await?;
     if !resp.status().is_success() {
-        return Err(execd_error(c, "list files", resp).await);
+        return Err(execd_error_at(c, "list files", Some(path), resp).await);
     }
     let bytes = resp
         .bytes()
@@ -222,7 +222,7 @@ pub(crate) async fn delete(c: &Client, target: &Target, path: &str) -> Result<()
         .timeout(c.request_timeout());
     let resp = c.send(rb, "delete file").await?;
     if !resp.status().is_success() {
-        return Err(execd_error(c, "delete file", resp).await);
+        return Err(execd_error_at(c, "delete file", Some(path), resp).await);
     }
     let bytes = resp
         .bytes()
@@ -258,7 +258,7 @@ pub(crate) async fn delete(c: &Client, target: &Target, path: &str) -> Result<()
     if resp.status().is_success() {
         Ok(())
     } else {
-        Err(execd_error(c, "delete file", resp).await)
+        Err(execd_error_at(c, "delete file", Some(path), resp).await)
     }
 }
 

@@ -1140,9 +1140,21 @@ async fn files_round_trip() {
             .await
             .err()
             .unwrap();
+        // Real execd answers 404 FILE_NOT_FOUND: the path is missing, the sandbox is not.
+        let nope = format!("{root}/nope");
         assert!(
-            matches!(&e, AdapterError::Permanent(m) if m.contains("no such file")),
-            "not NotFound: {e:?}"
+            matches!(&e, AdapterError::PathNotFound(p) if p == &nope),
+            "PathNotFound, not NotFound or Permanent: {e:?}"
+        );
+        let e = s.adapter.list_files(&r, &nope, 1).await.unwrap_err();
+        assert!(
+            matches!(&e, AdapterError::PathNotFound(p) if p == &nope),
+            "list: {e:?}"
+        );
+        let e = s.adapter.delete_file(&r, &nope).await.unwrap_err();
+        assert!(
+            matches!(&e, AdapterError::PathNotFound(p) if p == &nope),
+            "delete: {e:?}"
         );
         assert!(matches!(
             s.adapter.download(&r, "relative", None).await,
