@@ -15,6 +15,7 @@ pub mod http;
 pub mod local_fs;
 pub mod metered;
 pub mod opensandbox;
+pub mod poll;
 pub mod pools;
 pub mod registry;
 

@@ -113,7 +113,8 @@ pub struct TimeoutsConfig {
     /// Longest silence on an exec stream; execd pings every 3 s (default 60).
     #[serde(deserialize_with = "opt_u64")]
     pub stream_idle_seconds: Option<u64>,
-    /// Interval between state polls, in milliseconds (default 500).
+    /// Longest gap between state polls, in milliseconds (default 500); polls start 10 ms
+    /// apart and double up to it (`crate::poll`).
     #[serde(deserialize_with = "opt_u64")]
     pub poll_millis: Option<u64>,
 }

@@ -22,6 +22,7 @@ use differently_core::SandboxId;
 use crate::credentials::Credentials;
 use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
+use crate::poll::Poll;
 use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -246,7 +247,7 @@ impl OpenSandboxAdapter {
         timeout: Duration,
         image: Option<&str>,
     ) -> Result<(), AdapterError> {
-        let deadline = Instant::now() + timeout;
+        let mut poll = Poll::new(self.settings.poll_interval, timeout);
         loop {
             let sbx = lifecycle::get(&self.client, backend_ref).await?;
             let st = &sbx.status;
@@ -266,14 +267,14 @@ impl OpenSandboxAdapter {
                     st.state
                 )));
             }
-            if Instant::now() >= deadline {
+            if poll.expired() {
                 return Err(AdapterError::transient(format!(
                     "sandbox still {} after {} s (waiting for {want})",
                     st.state,
                     timeout.as_secs()
                 )));
             }
-            tokio::time::sleep(self.settings.poll_interval).await;
+            poll.pause().await;
         }
     }
 
@@ -321,7 +322,7 @@ impl OpenSandboxAdapter {
 
     /// Waits for execd to answer `/ping`.
     async fn wait_execd(&self, backend_ref: &str, timeout: Duration) -> Result<(), AdapterError> {
-        let deadline = Instant::now() + timeout;
+        let mut poll = Poll::new(self.settings.poll_interval, timeout);
         loop {
             let res = match self.target(backend_ref).await {
                 Ok(t) => execd::ping(&self.client, &t).await,
@@ -332,7 +333,7 @@ impl OpenSandboxAdapter {
                 Err(e @ AdapterError::Permanent(_)) => return Err(e),
                 Err(e) => {
                     self.forget(backend_ref);
-                    if Instant::now() >= deadline {
+                    if poll.expired() {
                         return Err(AdapterError::transient(format!(
                             "execd did not answer within {} s: {e}",
                             timeout.as_secs()
@@ -340,7 +341,7 @@ impl OpenSandboxAdapter {
                     }
                 }
             }
-            tokio::time::sleep(self.settings.poll_interval).await;
+            poll.pause().await;
         }
     }
 
