@@ -114,6 +114,9 @@ pub struct FileEntry {
     pub modified_at: Option<DateTime<Utc>>,
 }
 
+/// [`Adapter::snapshot_timeout`] of a backend that says nothing else: 15 minutes.
+pub const DEFAULT_SNAPSHOT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(900);
+
 /// A backend snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -145,6 +148,12 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Capabilities this adapter really implements (names from `core::sandbox::KNOWN_CAPABILITIES`).
     fn capabilities(&self) -> Vec<String>;
+
+    /// How long a snapshot of this backend may take to become ready (a Fast Sandbox writes
+    /// full checkpoints); past it, one that is still not ready has failed.
+    fn snapshot_timeout(&self) -> std::time::Duration {
+        DEFAULT_SNAPSHOT_TIMEOUT
+    }
 
     /// Creates the instance for `req.sandbox_id`, or returns the one that already exists.
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError>;
@@ -236,6 +245,8 @@ pub trait Adapter: Send + Sync + 'static {
     }
 
     /// Takes a snapshot named by Differently's snapshot id (idempotent on it). (`snapshots`)
+    /// May answer `ready: false` while the backend still writes it; callers ask again (the
+    /// same id finds the same snapshot) until it is ready, for up to `snapshot_timeout`.
     async fn snapshot(
         &self,
         _at: &InstanceRef,

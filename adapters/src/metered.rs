@@ -174,6 +174,10 @@ impl<A: Adapter + ?Sized> Adapter for Metered<A> {
         self.inner.capabilities()
     }
 
+    fn snapshot_timeout(&self) -> std::time::Duration {
+        self.inner.snapshot_timeout()
+    }
+
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
         metered(&self.pool, "create", self.inner.create(req)).await
     }

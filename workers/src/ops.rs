@@ -403,11 +403,31 @@ impl WorkerGroup {
         )
         .await;
         let outcome = match taken {
-            Ok(info) => {
+            Ok(info) if info.ready => {
                 rec.backend_ref = Some(info.backend_ref);
                 rec.status = SnapshotStatus::Ready;
                 rec.status_reason = None;
                 Outcome::Done(Value::Null)
+            }
+            // Still being written: stays `creating` (a fork of it is refused until then) and
+            // is asked again shortly; the same id finds the same backend snapshot.
+            Ok(info) => {
+                rec.backend_ref = Some(info.backend_ref);
+                let waited = (Utc::now() - record.created_at)
+                    .to_std()
+                    .unwrap_or_default();
+                let limit = self.adapter().snapshot_timeout();
+                if waited >= limit {
+                    let err = op_error(
+                        ErrorCode::ProviderUnavailable,
+                        format!("the snapshot was not ready after {} s", limit.as_secs()),
+                    );
+                    rec.status = SnapshotStatus::Failed;
+                    rec.status_reason = Some(err.message.clone());
+                    Outcome::Failed(err)
+                } else {
+                    Outcome::Retry(readiness_poll(delivered))
+                }
             }
             Err(e) => match self.failed(row, e, delivered) {
                 Outcome::Failed(err) => {
@@ -424,6 +444,13 @@ impl WorkerGroup {
             Err(_) => Outcome::Retry(Duration::from_secs(1)),
         }
     }
+}
+
+/// When to ask again about a snapshot the backend is still writing: 100 ms after the first
+/// answer, doubling to 2 s (a Docker snapshot is ready in ~0.3 s; a Fast Sandbox checkpoint
+/// takes minutes).
+fn readiness_poll(delivered: u64) -> Duration {
+    Duration::from_millis(100u64 << delivered.saturating_sub(1).min(5)).min(Duration::from_secs(2))
 }
 
 fn snapshot_arg(record: &OpRecord) -> Option<SnapshotId> {

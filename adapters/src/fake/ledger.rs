@@ -152,10 +152,15 @@ pub(super) struct State {
     pub(super) failed_creates: HashMap<SandboxId, u32>,
     /// Snapshot refs that exist.
     pub(super) snapshots: std::collections::BTreeSet<String>,
+    /// Snapshot calls per snapshot ref, for `FakeConfig::snapshot_ready_after`.
+    pub(super) snapshot_calls: HashMap<String, u32>,
 }
 
 impl State {
     pub(super) fn apply(&mut self, e: &LedgerEntry) {
+        if let (LedgerOp::Snapshot, Some(r)) = (e.op, &e.snapshot) {
+            *self.snapshot_calls.entry(r.clone()).or_default() += 1;
+        }
         match (e.op, e.outcome, &e.snapshot) {
             (LedgerOp::Snapshot, LedgerOutcome::Ok, Some(r)) => {
                 self.snapshots.insert(r.clone());

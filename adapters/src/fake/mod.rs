@@ -92,6 +92,9 @@ pub struct FakeConfig {
     /// `list` fails with `Unavailable` (everything else works): a backend whose listing is
     /// broken, which the reconciler must leave alone.
     pub fail_list: bool,
+    /// A snapshot answers `ready: false` to its first N calls, as a backend still writing it
+    /// does (a real OpenSandbox snapshot is Creating for ~0.3 s); 0: ready at once.
+    pub snapshot_ready_after: u32,
 }
 
 impl Default for FakeConfig {
@@ -104,6 +107,7 @@ impl Default for FakeConfig {
             capabilities: vec!["exec".to_owned()],
             files_root: None,
             fail_list: false,
+            snapshot_ready_after: 0,
         }
     }
 }
@@ -742,27 +746,27 @@ impl Adapter for FakeAdapter {
         }
         let at = at.clone();
         let r = backend_ref.clone();
-        self.transact(move |state| {
-            let mut e = entry(
-                LedgerOp::Snapshot,
-                Some(at.sandbox_id.clone()),
-                LedgerOutcome::Ok,
-            );
-            e.backend_ref = Some(at.backend_ref.clone());
-            e.snapshot = Some(r);
-            let res = if state.live.contains_key(&at.sandbox_id) {
-                Ok(())
-            } else {
-                e.outcome = LedgerOutcome::Missing;
-                Err(AdapterError::NotFound)
-            };
-            (e, res)
-        })
-        .await??;
-        Ok(SnapshotInfo {
-            backend_ref,
-            ready: true,
-        })
+        let ready_after = self.config.snapshot_ready_after;
+        let ready = self
+            .transact(move |state| {
+                let earlier = state.snapshot_calls.get(&r).copied().unwrap_or(0);
+                let mut e = entry(
+                    LedgerOp::Snapshot,
+                    Some(at.sandbox_id.clone()),
+                    LedgerOutcome::Ok,
+                );
+                e.backend_ref = Some(at.backend_ref.clone());
+                e.snapshot = Some(r);
+                let res = if state.live.contains_key(&at.sandbox_id) {
+                    Ok(earlier >= ready_after)
+                } else {
+                    e.outcome = LedgerOutcome::Missing;
+                    Err(AdapterError::NotFound)
+                };
+                (e, res)
+            })
+            .await??;
+        Ok(SnapshotInfo { backend_ref, ready })
     }
 
     async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {

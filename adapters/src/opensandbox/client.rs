@@ -221,6 +221,9 @@ fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
             format!("{op}: OpenSandbox has no such route (check apiURL ends in /v1)"),
         ),
         404 => AdapterError::NotFound,
+        // `SNAPSHOT::NOT_READY` (a restore from a snapshot still being written, recorded on
+        // the real server): it will be ready; try again.
+        409 if suffix == "NOT_READY" => AdapterError::transient(text),
         408 | 429 => AdapterError::transient(text),
         501 => AdapterError::Unsupported(text),
         500..=599 => AdapterError::transient(text),
@@ -231,6 +234,16 @@ fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_not_ready_yet_is_worth_retrying() {
+        let body = br#"{"code":"SNAPSHOT::NOT_READY","message":"snapshot is not ready"}"#;
+        let e = map_status("create sandbox", StatusCode::CONFLICT, body);
+        assert!(matches!(e, AdapterError::Transient(_)), "{e:?}");
+        let other = br#"{"code":"SANDBOX::CONFLICT","message":"no"}"#;
+        let e = map_status("create sandbox", StatusCode::CONFLICT, other);
+        assert!(matches!(e, AdapterError::Permanent(_)), "{e:?}");
+    }
 
     #[test]
     fn codes_lose_their_runtime_prefix() {

@@ -636,6 +636,10 @@ impl Adapter for OpenSandboxAdapter {
         "opensandbox"
     }
 
+    fn snapshot_timeout(&self) -> Duration {
+        self.settings.checkpoint_timeout
+    }
+
     fn capabilities(&self) -> Vec<String> {
         self.settings.capabilities.clone()
     }

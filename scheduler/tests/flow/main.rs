@@ -371,10 +371,12 @@ async fn finished(
 }
 
 /// A worker executes a pause and a resume as operations: the row moves, the operation is
-/// recorded done, and an operation delivered three times (a lost ack, a repair re-send) is
-/// executed once: the backend sees one pause.
+/// recorded done, and an operation delivered three times (a lost ack, a repair re-send)
+/// settles once: one `paused` event, one outcome. Deliveries handled at the same time may
+/// each call the backend; the contract makes lifecycle calls idempotent, so the instance
+/// ends paused either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lifecycle_operations_run_once_however_often_they_are_delivered() {
+async fn lifecycle_operations_settle_once_however_often_they_are_delivered() {
     let p = plane(
         serde_json::json!({"capabilities": ["exec", "lifecycle.pause"]}),
         WorkerConfig::default(),
@@ -412,16 +414,113 @@ async fn lifecycle_operations_run_once_however_often_they_are_delivered() {
         finished(&p, &resume.id).await.state,
         differently_store::lifecycle::OpState::Done
     );
-    let pauses = read_ledger(&p.ledger)
-        .unwrap_or_default()
+    let mut events = p.statuses(&s.id).await;
+    let mut seen = Vec::new();
+    while let Ok(Some(st)) = tokio::time::timeout(Duration::from_millis(300), events.next()).await {
+        seen.push(st);
+    }
+    assert_eq!(
+        seen.iter().filter(|st| **st == Paused).count(),
+        1,
+        "three deliveries of one pause moved the row once: {seen:?}"
+    );
+    let ledger = read_ledger(&p.ledger).unwrap_or_default();
+    let pauses: Vec<_> = ledger
         .iter()
         .filter(|e| {
             e.sandbox_id.as_ref() == Some(&s.id)
                 && e.op == differently_adapters::fake::LedgerOp::Pause
         })
-        .count();
-    assert_eq!(
-        pauses, 1,
-        "three deliveries of one pause, one backend pause"
+        .collect();
+    assert!(
+        (1..=3).contains(&pauses.len()),
+        "one to three backend pauses, never more than deliveries: {pauses:?}"
     );
+}
+
+/// A snapshot the backend is still writing stays `creating` (so a fork of it is refused
+/// until then) and its operation pending; the worker asks again until the backend says
+/// ready, and only then is it `ready` and the operation done. (Against a real OpenSandbox
+/// the worker marked it ready on the first answer, and an immediate fork failed for good
+/// with `SNAPSHOT::NOT_READY`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_is_ready_only_when_the_backend_says_so() {
+    use differently_store::lifecycle::{OpState, SnapshotRecord, SnapshotStatus};
+    let p = plane(
+        serde_json::json!({"capabilities": ["exec", "snapshots"], "snapshotReadyAfter": 3}),
+        WorkerConfig::default(),
+    )
+    .await;
+    let s = p.admit(serde_json::json!({})).await;
+    let running = p.reaches(&s.id, Running).await;
+    let now = Utc::now();
+    let snap = SnapshotRecord {
+        id: differently_core::ids::SnapshotId::new(),
+        org_id: running.org_id.clone(),
+        project_id: running.project_id.clone(),
+        sandbox_id: running.id.clone(),
+        pool: "fake".into(),
+        name: None,
+        status: SnapshotStatus::Creating,
+        status_reason: None,
+        backend_ref: None,
+        created_at: now,
+        updated_at: now,
+    };
+    p.store.insert_snapshot(&snap).await.expect("snapshot row");
+    use differently_store::lifecycle::{OpBegun, OpRecord};
+    let record = OpRecord::new(
+        &running,
+        WorkOp::Snapshot.as_str(),
+        true,
+        serde_json::json!({ "snapshotId": snap.id }),
+        "key:key_test".into(),
+        Utc::now(),
+    );
+    let OpBegun::New(record) = p.store.begin_op(&record).await.expect("begin") else {
+        panic!("busy");
+    };
+    p.announcer
+        .op(&running, "fake", WorkOp::Snapshot, record.id.as_str(), "")
+        .await
+        .expect("publish");
+
+    // Seen not ready at least once: still creating, operation pending, backend ref known.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let seen_creating = loop {
+        let row = p
+            .store
+            .get_snapshot(&snap.id)
+            .await
+            .expect("read")
+            .expect("row");
+        if row.backend_ref.is_some() {
+            break row;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(
+        seen_creating.status,
+        SnapshotStatus::Creating,
+        "{seen_creating:?}"
+    );
+    let done = finished(&p, &record.id).await;
+    assert_eq!(done.state, OpState::Done, "{done:?}");
+    let ready = p
+        .store
+        .get_snapshot(&snap.id)
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(ready.status, SnapshotStatus::Ready);
+    let asked = read_ledger(&p.ledger)
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e.op == differently_adapters::fake::LedgerOp::Snapshot)
+        .count();
+    assert_eq!(asked, 4, "three answers not ready, then ready");
 }
