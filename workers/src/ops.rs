@@ -146,10 +146,10 @@ impl WorkerGroup {
                     Ok(None) => return Outcome::Done(Value::Null),
                     Err(_) => return Outcome::Retry(Duration::from_secs(1)),
                 };
-                if let Some(r) = &rec.backend_ref {
-                    let res = with_progress(acker, wait, self.adapter().delete_snapshot(r)).await;
+                if let Some(r) = rec.backend_ref.clone() {
+                    let res = with_progress(acker, wait, self.adapter().delete_snapshot(&r)).await;
                     if let Err(e) = res {
-                        return self.failed(row, e, delivered);
+                        return self.snapshot_delete_failed(row, rec, e, delivered).await;
                     }
                 }
                 match self.store.remove_snapshot(&snap).await {
@@ -370,6 +370,37 @@ impl WorkerGroup {
                 tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot record transition; retrying");
                 Outcome::Retry(Duration::from_secs(1))
             }
+        }
+    }
+
+    /// A snapshot delete the backend did not confirm. Like sandbox deletes, a retryable one
+    /// never gives up (a leaked snapshot costs storage): the snapshot stays `deleting`, says
+    /// why in its `statusReason` (OpenSandbox refuses while a sandbox restored from it runs),
+    /// and the delete is retried with back-off; the pending operation is also re-sent by the
+    /// scheduler's repair if its message is lost. A refusal that will not change leaves the
+    /// snapshot `ready` with the reason, so the caller can act on it.
+    async fn snapshot_delete_failed(
+        &self,
+        row: &Sandbox,
+        mut rec: differently_store::lifecycle::SnapshotRecord,
+        e: AdapterError,
+        delivered: u64,
+    ) -> Outcome {
+        tracing::warn!(sandbox = %row.id, snapshot = %rec.id, pool = %self.pool, error = %e, attempt = delivered, "worker: snapshot delete not confirmed");
+        rec.updated_at = Utc::now();
+        let outcome = if e.is_retryable() {
+            rec.status_reason = Some(format!(
+                "the backend has not deleted it yet ({e}); retrying"
+            ));
+            Outcome::Retry(backoff(delivered))
+        } else {
+            rec.status = SnapshotStatus::Ready;
+            rec.status_reason = Some(format!("the backend refused to delete it: {e}"));
+            Outcome::Failed(adapter_op_error(&e))
+        };
+        match self.store.update_snapshot(&rec).await {
+            Ok(()) => outcome,
+            Err(_) => Outcome::Retry(Duration::from_secs(1)),
         }
     }
 

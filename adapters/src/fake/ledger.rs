@@ -154,12 +154,19 @@ pub(super) struct State {
     pub(super) snapshots: std::collections::BTreeSet<String>,
     /// Snapshot calls per snapshot ref, for `FakeConfig::snapshot_ready_after`.
     pub(super) snapshot_calls: HashMap<String, u32>,
+    /// Refused snapshot deletes per snapshot ref, for `FakeConfig::refuse_snapshot_deletes`.
+    pub(super) refused_snapshot_deletes: HashMap<String, u32>,
 }
 
 impl State {
     pub(super) fn apply(&mut self, e: &LedgerEntry) {
         if let (LedgerOp::Snapshot, Some(r)) = (e.op, &e.snapshot) {
             *self.snapshot_calls.entry(r.clone()).or_default() += 1;
+        }
+        if let (LedgerOp::DeleteSnapshot, LedgerOutcome::Failed, Some(r)) =
+            (e.op, e.outcome, &e.snapshot)
+        {
+            *self.refused_snapshot_deletes.entry(r.clone()).or_default() += 1;
         }
         match (e.op, e.outcome, &e.snapshot) {
             (LedgerOp::Snapshot, LedgerOutcome::Ok, Some(r)) => {

@@ -95,6 +95,9 @@ pub struct FakeConfig {
     /// A snapshot answers `ready: false` to its first N calls, as a backend still writing it
     /// does (a real OpenSandbox snapshot is Creating for ~0.3 s); 0: ready at once.
     pub snapshot_ready_after: u32,
+    /// The first N deletes of each snapshot fail with `Transient`, as OpenSandbox's
+    /// `409 SNAPSHOT::DELETE_CONFLICT` does while a sandbox restored from it still runs.
+    pub refuse_snapshot_deletes: u32,
 }
 
 impl Default for FakeConfig {
@@ -108,6 +111,7 @@ impl Default for FakeConfig {
             files_root: None,
             fail_list: false,
             snapshot_ready_after: 0,
+            refuse_snapshot_deletes: 0,
         }
     }
 }
@@ -772,15 +776,25 @@ impl Adapter for FakeAdapter {
     async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
         self.require("snapshots")?;
         let r = backend_ref.to_owned();
+        let refuse = self.config.refuse_snapshot_deletes;
         self.transact(move |state| {
             let mut e = entry(LedgerOp::DeleteSnapshot, None, LedgerOutcome::Ok);
-            if !state.snapshots.contains(&r) {
+            let refused = state.refused_snapshot_deletes.get(&r).copied().unwrap_or(0);
+            let res = if !state.snapshots.contains(&r) {
                 e.outcome = LedgerOutcome::Missing;
-            }
+                Ok(())
+            } else if refused < refuse {
+                e.outcome = LedgerOutcome::Failed;
+                Err(AdapterError::transient(
+                    "fake: the snapshot is in use (a sandbox restored from it runs)",
+                ))
+            } else {
+                Ok(())
+            };
             e.snapshot = Some(r);
-            (e, ())
+            (e, res)
         })
-        .await?;
+        .await??;
         let dir = self.files_root().join(".snapshots").join(backend_ref);
         if backend_ref.starts_with("fake-snap-") && !backend_ref.contains('/') {
             let _ = tokio::fs::remove_dir_all(dir).await;

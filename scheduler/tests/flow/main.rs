@@ -524,3 +524,116 @@ async fn a_snapshot_is_ready_only_when_the_backend_says_so() {
         .count();
     assert_eq!(asked, 4, "three answers not ready, then ready");
 }
+
+/// A snapshot delete the backend refuses for a while (OpenSandbox's 409 DELETE_CONFLICT
+/// while a fork of it runs) is not given up after `max_deliveries`: the snapshot stays
+/// `deleting` saying why, and the delete is retried until the backend confirms, when the
+/// record goes. (Against a real OpenSandbox, the worker gave up after 3 tries in 3 s and the
+/// snapshot stayed `deleting` with nothing re-sending it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_snapshot_delete_is_retried_until_the_backend_confirms() {
+    use differently_store::lifecycle::{
+        OpBegun, OpRecord, OpState, SnapshotRecord, SnapshotStatus,
+    };
+    let workers = WorkerConfig {
+        max_deliveries: 1,
+        ..WorkerConfig::default()
+    };
+    let p = plane(
+        serde_json::json!({"capabilities": ["exec", "snapshots"], "refuseSnapshotDeletes": 2}),
+        workers,
+    )
+    .await;
+    let s = p.admit(serde_json::json!({})).await;
+    let running = p.reaches(&s.id, Running).await;
+    let now = Utc::now();
+    let mut snap = SnapshotRecord {
+        id: differently_core::ids::SnapshotId::new(),
+        org_id: running.org_id.clone(),
+        project_id: running.project_id.clone(),
+        sandbox_id: running.id.clone(),
+        pool: "fake".into(),
+        name: None,
+        status: SnapshotStatus::Creating,
+        status_reason: None,
+        backend_ref: None,
+        created_at: now,
+        updated_at: now,
+    };
+    p.store.insert_snapshot(&snap).await.expect("snapshot row");
+    let take = OpRecord::new(
+        &running,
+        WorkOp::Snapshot.as_str(),
+        true,
+        serde_json::json!({ "snapshotId": snap.id }),
+        "key:key_test".into(),
+        Utc::now(),
+    );
+    let OpBegun::New(take) = p.store.begin_op(&take).await.expect("begin") else {
+        panic!("busy");
+    };
+    p.announcer
+        .op(&running, "fake", WorkOp::Snapshot, take.id.as_str(), "")
+        .await
+        .expect("publish");
+    assert_eq!(finished(&p, &take.id).await.state, OpState::Done);
+
+    // Delete it, as the API does: `deleting`, then the (non-exclusive) operation.
+    snap = p
+        .store
+        .get_snapshot(&snap.id)
+        .await
+        .expect("read")
+        .expect("row");
+    snap.status = SnapshotStatus::Deleting;
+    p.store.update_snapshot(&snap).await.expect("deleting");
+    let delete = OpRecord::new(
+        &running,
+        WorkOp::DeleteSnapshot.as_str(),
+        false,
+        serde_json::json!({ "snapshotId": snap.id }),
+        "key:key_test".into(),
+        Utc::now(),
+    );
+    let OpBegun::New(delete) = p.store.begin_op(&delete).await.expect("begin") else {
+        panic!("busy");
+    };
+    p.announcer
+        .op(
+            &running,
+            "fake",
+            WorkOp::DeleteSnapshot,
+            delete.id.as_str(),
+            "",
+        )
+        .await
+        .expect("publish");
+
+    // While refused: still deleting, and it says why.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let row = p.store.get_snapshot(&snap.id).await.expect("read");
+        if let Some(row) = row.filter(|r| r.status_reason.is_some()) {
+            assert_eq!(row.status, SnapshotStatus::Deleting);
+            assert!(
+                row.status_reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("in use")),
+                "{row:?}"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let done = finished(&p, &delete.id).await;
+    assert_eq!(done.state, OpState::Done, "{done:?}");
+    assert!(
+        p.store
+            .get_snapshot(&snap.id)
+            .await
+            .expect("read")
+            .is_none(),
+        "the record goes once the backend confirms"
+    );
+}
