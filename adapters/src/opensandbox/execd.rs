@@ -198,6 +198,47 @@ struct CommandStatus {
 pub(crate) trait Sink {
     /// Takes one event; `false` means the receiver is gone (cancel).
     fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send;
+
+    /// Completes when the receiver has gone away, even while the command prints nothing;
+    /// never, for a sink that cannot go away.
+    fn gone(&self) -> impl std::future::Future<Output = ()> + Send {
+        std::future::pending()
+    }
+}
+
+/// Interrupts a command execd has taken unless it ended: real execd does not kill a
+/// foreground command when its stream's client goes away (recorded: still running 8 s
+/// later, direct and through the server proxy), so every way out of [`run`] that leaves it
+/// running, the caller dropping the call included, ends it with `DELETE /command?id=`.
+struct Interrupt {
+    client: Client,
+    target: Target,
+    id: Option<String>,
+}
+
+impl Interrupt {
+    /// Interrupts now and waits for execd's answer.
+    async fn now(&mut self) {
+        if let Some(id) = self.id.take() {
+            interrupt(&self.client, &self.target, Some(&id)).await;
+        }
+    }
+
+    /// The command ended: nothing to interrupt.
+    fn ended(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (client, target) = (self.client.clone(), self.target.clone());
+        rt.spawn(async move { interrupt(&client, &target, Some(&id)).await });
+    }
 }
 
 /// Runs `body` and feeds output to `sink`. Returns the exit code (124 on timeout) or an error;
@@ -242,22 +283,47 @@ pub(crate) async fn run(
     let mut stream = resp.bytes_stream();
     let mut parser = FrameParser::default();
     let mut command_id: Option<String> = None;
+    let mut running = Interrupt {
+        client: c.clone(),
+        target: target.clone(),
+        id: None,
+    };
     let give_up_at = deadline.map(|d| started + d + Duration::from_secs(5));
+    let mut receiver_gone = false;
+    let cancelled = || AdapterError::permanent("exec cancelled: the output receiver went away");
 
     let ending: Option<Ending> = 'outer: loop {
         let wait = match give_up_at {
             Some(t) => stream_idle.min(t.saturating_duration_since(Instant::now())),
             None => stream_idle,
         };
-        let next = tokio::time::timeout(wait, stream.next()).await;
+        let watch_receiver = async {
+            if receiver_gone {
+                std::future::pending().await
+            } else {
+                sink.gone().await
+            }
+        };
+        let next = tokio::select! {
+            next = tokio::time::timeout(wait, stream.next()) => next,
+            () = watch_receiver => {
+                if running.id.is_some() {
+                    running.now().await;
+                    return Err(cancelled());
+                }
+                // Gone before execd named the command: interrupt it as soon as it does.
+                receiver_gone = true;
+                continue;
+            }
+        };
         let chunk: Option<Bytes> = match next {
             Err(_) => {
                 if give_up_at.is_some_and(|t| Instant::now() >= t) {
                     // execd did not enforce the timeout; stop it ourselves.
-                    interrupt(c, target, command_id.as_deref()).await;
+                    running.now().await;
                     return Ok(differently_core::exec::TIMEOUT_EXIT_CODE);
                 }
-                interrupt(c, target, command_id.as_deref()).await;
+                running.now().await;
                 return Err(AdapterError::transient(format!(
                     "exec: no output or keep-alive from execd for {} s",
                     stream_idle.as_secs()
@@ -284,7 +350,14 @@ pub(crate) async fn run(
         })?;
         for ev in events {
             match ev.kind.as_str() {
-                "init" => command_id = ev.text.clone(),
+                "init" => {
+                    command_id = ev.text.clone();
+                    running.id = command_id.clone();
+                    if receiver_gone {
+                        running.now().await;
+                        return Err(cancelled());
+                    }
+                }
                 "stdout" | "stderr" => {
                     let mut text = ev.text.unwrap_or_default();
                     if line_endings == LineEndings::Stripped && !text.ends_with('\n') {
@@ -297,10 +370,8 @@ pub(crate) async fn run(
                         ExecEvent::Stderr(bytes)
                     };
                     if !sink.accept(out).await {
-                        interrupt(c, target, command_id.as_deref()).await;
-                        return Err(AdapterError::permanent(
-                            "exec cancelled: the output receiver went away".to_owned(),
-                        ));
+                        running.now().await;
+                        return Err(cancelled());
                     }
                 }
                 "execution_complete" => {
@@ -336,6 +407,9 @@ pub(crate) async fn run(
             break None;
         }
     };
+    if ending.is_some() {
+        running.ended();
+    }
 
     match ending {
         Some(Ending::Exited(code)) => Ok(code),
@@ -371,7 +445,8 @@ async fn status_exit(c: &Client, target: &Target, id: Option<&str>) -> Option<i3
     }
 }
 
-/// Best effort: tell execd to kill the command (dropping the stream also does, on real execd).
+/// Best effort: tell execd to stop the command (SIGTERM: it ends with `signal: terminated`;
+/// execd's own timeout uses SIGKILL). Dropping the stream does not, on real execd.
 async fn interrupt(c: &Client, target: &Target, id: Option<&str>) {
     let Some(id) = id else { return };
     let rb = target

@@ -628,6 +628,11 @@ impl Sink for Channel {
         let tx = self.0.clone();
         async move { tx.send(ev).await.is_ok() }
     }
+
+    fn gone(&self) -> impl std::future::Future<Output = ()> + Send {
+        let tx = self.0.clone();
+        async move { tx.closed().await }
+    }
 }
 
 #[async_trait]

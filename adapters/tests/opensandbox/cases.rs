@@ -1000,6 +1000,64 @@ async fn exec_stream_delivers_in_order_with_backpressure_and_cancels() {
     }
 }
 
+/// Waits up to 5 s for the fake execd to run no command; false if one still runs.
+async fn no_command_runs(s: &crate::Setup) -> bool {
+    for _ in 0..100 {
+        if s.fake.commands_running() == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// Real execd keeps a foreground command running when its stream's client goes away
+/// (recorded: still running 8 s later), so the adapter must interrupt it itself: when the
+/// caller's receiver goes away while the command prints nothing, and when the caller drops
+/// the call altogether (an HTTP client that disconnected).
+#[tokio::test]
+async fn a_caller_who_goes_away_leaves_no_command_running() {
+    let s = setup(Variant::Real, FakeRuntime::Docker, json!({})).await;
+    let r = running(&s).await;
+    let silent = cmd(&["sleep", "30"]);
+
+    // The receiver goes away; the command prints nothing.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let run = s.adapter.exec_stream(&r, &silent, tx);
+    let hang_up = async {
+        while s.fake.commands_running() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(rx);
+    };
+    let (res, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(run, hang_up)
+    })
+    .await
+    .expect("the call ends soon after its receiver goes away");
+    assert!(res.is_err(), "{res:?}");
+    assert!(
+        no_command_runs(&s).await,
+        "the silent command was left running"
+    );
+    let interrupts = s.fake.record().interrupts;
+    assert!(interrupts >= 1);
+
+    // The call itself is dropped mid-flight.
+    let (tx, _rx) = tokio::sync::mpsc::channel(16);
+    let dropped = tokio::time::timeout(Duration::from_millis(500), async {
+        let _ = s.adapter.exec_stream(&r, &silent, tx).await;
+    })
+    .await;
+    assert!(dropped.is_err(), "the call was still running when dropped");
+    assert!(
+        no_command_runs(&s).await,
+        "the dropped call's command was left running"
+    );
+    assert!(s.fake.record().interrupts > interrupts);
+    assert!(s.fake.record().abandoned >= 1, "the fake saw its client go");
+}
+
 #[tokio::test]
 async fn execd_headers_from_the_endpoint_are_used_and_stale_endpoints_re_resolved() {
     let s = setup(

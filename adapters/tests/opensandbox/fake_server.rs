@@ -86,8 +86,11 @@ pub struct Record {
     pub renewals: Vec<String>,
     /// Requests that reached the execd host port carrying the server's API key.
     pub key_seen_on_execd: u32,
-    /// Commands killed because their client went away.
+    /// Commands killed because their client went away (spec variant).
     pub cancelled: u32,
+    /// Commands whose client went away and that kept running, as on real execd (recorded:
+    /// still running 8 s later); only an interrupt or their own end stops them.
+    pub abandoned: u32,
     pub interrupts: u32,
 }
 
@@ -206,6 +209,14 @@ impl FakeServer {
 
     pub fn record(&self) -> MutexGuard<'_, Record> {
         lock(&self.inner.record)
+    }
+
+    /// How many commands execd is still running.
+    pub fn commands_running(&self) -> usize {
+        lock(&self.inner.commands)
+            .values()
+            .filter(|c| c.running)
+            .count()
     }
 
     pub fn sandboxes(&self) -> Vec<Sbx> {
@@ -1198,26 +1209,28 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
                 lock(&inner.record).cancelled += 1;
             }
         };
+        let mut detached = false;
+        // Sends a frame unless the client is gone. Real execd keeps a foreground command
+        // running when its client goes away; the spec variant (and a deliberate cut) ends it.
+        macro_rules! emit {
+            ($v:expr) => {
+                if !detached {
+                    if let Err(cut) = send($v, &mut sent).await {
+                        if cut || variant != Variant::Real {
+                            return fail(&inner2, cut);
+                        }
+                        detached = true;
+                        lock(&inner2.record).abandoned += 1;
+                    }
+                }
+            };
+        }
         if stall > 0 {
             tokio::time::sleep(Duration::from_millis(stall)).await;
         }
         let ts = now_ms();
-        if let Err(cut) = send(
-            json!({"type": "init", "text": cid, "timestamp": ts}),
-            &mut sent,
-        )
-        .await
-        {
-            return fail(&inner2, cut);
-        }
-        if let Err(cut) = send(
-            json!({"type": "ping", "text": "pong", "timestamp": ts}),
-            &mut sent,
-        )
-        .await
-        {
-            return fail(&inner2, cut);
-        }
+        emit!(json!({"type": "init", "text": cid, "timestamp": ts}));
+        emit!(json!({"type": "ping", "text": "pong", "timestamp": ts}));
         let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_millis(t));
         let mut ping = tokio::time::interval(Duration::from_secs(3));
         ping.tick().await;
@@ -1232,16 +1245,12 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
             tokio::select! {
                 ev = ev_rx.recv() => match ev {
                     Some((kind, text)) => {
-                        if let Err(cut) = send(json!({"type": kind, "text": text, "timestamp": now_ms()}), &mut sent).await {
-                            return fail(&inner2, cut);
-                        }
+                        emit!(json!({"type": kind, "text": text, "timestamp": now_ms()}));
                     }
                     None => break,
                 },
                 _ = ping.tick() => {
-                    if let Err(cut) = send(json!({"type": "ping", "text": "pong", "timestamp": now_ms()}), &mut sent).await {
-                        return fail(&inner2, cut);
-                    }
+                    emit!(json!({"type": "ping", "text": "pong", "timestamp": now_ms()}));
                 }
                 _ = sleep => {
                     timed_out = true;
@@ -1275,10 +1284,10 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
                 _ => -1,
             });
         }
-        if let Err(cut) = send(end, &mut sent).await {
-            return fail(&inner2, cut);
+        emit!(end);
+        if !detached {
+            tokio::time::sleep(Duration::from_millis(grace)).await;
         }
-        tokio::time::sleep(Duration::from_millis(grace)).await;
         drop(tx);
     });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
