@@ -6,6 +6,7 @@
 
 mod support;
 
+mod envelope;
 mod errors;
 mod lifecycle;
 mod refusals;

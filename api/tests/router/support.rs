@@ -115,6 +115,24 @@ impl Api {
         body: Value,
         headers: &[(&str, &str)],
     ) -> Answer {
+        let (raw, mut all) = if body.is_null() {
+            (Vec::new(), Vec::new())
+        } else {
+            (body.to_string().into_bytes(), vec![("content-type", "application/json")])
+        };
+        all.extend_from_slice(headers);
+        self.call_raw(method, path, key, raw, &all).await
+    }
+
+    /// `call` with the body's bytes as given (none when empty) and only the given headers.
+    pub async fn call_raw(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        raw: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let mut req = Request::builder().method(method).uri(path);
         if let Some(k) = key {
             req = req.header("authorization", format!("Bearer {k}"));
@@ -122,11 +140,10 @@ impl Api {
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
-        let body = if body.is_null() {
+        let body = if raw.is_empty() {
             Body::empty()
         } else {
-            req = req.header("content-type", "application/json");
-            Body::from(body.to_string())
+            Body::from(raw)
         };
         let resp = self
             .router
