@@ -35,6 +35,7 @@ pub mod ratelimit;
 pub mod routes;
 pub mod running_rows;
 pub mod sandbox_pool;
+pub mod server;
 pub mod sse;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -126,7 +127,9 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/v1/openapi.json", get(openapi::serve))
         .fallback(not_found)
-        .layer(axum::extract::DefaultBodyLimit::max(middleware::MAX_BODY_BYTES))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            middleware::MAX_BODY_BYTES,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::guard,

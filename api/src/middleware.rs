@@ -83,7 +83,9 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
     if target_len > MAX_URI_BYTES {
         return ApiError::new(
             ErrorCode::UriTooLong,
-            format!("the request target is {target_len} bytes; at most {MAX_URI_BYTES} are accepted"),
+            format!(
+                "the request target is {target_len} bytes; at most {MAX_URI_BYTES} are accepted"
+            ),
         )
         .with_details(json!({ "limitBytes": MAX_URI_BYTES }))
         .into_response();

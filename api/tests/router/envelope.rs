@@ -94,9 +94,7 @@ async fn a_body_over_the_limit_is_a_413_envelope_stating_the_limit() {
 #[tokio::test]
 async fn a_wrong_method_is_a_405_envelope_with_allow() {
     let api = api().await;
-    let a = api
-        .admin(Method::PUT, "/v1/sandboxes", Value::Null)
-        .await;
+    let a = api.admin(Method::PUT, "/v1/sandboxes", Value::Null).await;
     assert_error(&a, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
     let allow = a.headers["allow"].to_str().unwrap();
     assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");

@@ -9,5 +9,6 @@ mod support;
 mod envelope;
 mod errors;
 mod lifecycle;
+mod listener;
 mod refusals;
 mod sandboxes;

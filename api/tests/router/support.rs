@@ -68,6 +68,15 @@ fn fake_pool() -> PoolRecord {
 /// A fresh API over its own memory store and bus. Creates are not placed in their
 /// admission (`direct_placement` off), so they stay queued: no scheduler runs here.
 pub async fn api() -> Api {
+    api_with(Limits {
+        direct_placement: false,
+        ..Limits::default()
+    })
+    .await
+}
+
+/// `api` with these limits.
+pub async fn api_with(limits: Limits) -> Api {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
     let naming = Naming::new("dly").expect("naming");
@@ -78,10 +87,6 @@ pub async fn api() -> Api {
     let tenant = differently_api::ensure_bootstrap_tenant(store.as_ref())
         .await
         .expect("tenant");
-    let limits = Limits {
-        direct_placement: false,
-        ..Limits::default()
-    };
     let state = AppState::new(Inner {
         events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
         announcer: Announcer::new(bus, naming),
@@ -118,7 +123,10 @@ impl Api {
         let (raw, mut all) = if body.is_null() {
             (Vec::new(), Vec::new())
         } else {
-            (body.to_string().into_bytes(), vec![("content-type", "application/json")])
+            (
+                body.to_string().into_bytes(),
+                vec![("content-type", "application/json")],
+            )
         };
         all.extend_from_slice(headers);
         self.call_raw(method, path, key, raw, &all).await
