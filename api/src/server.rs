@@ -4,7 +4,6 @@
 //! within `header_read_timeout` or is closed. (The body's deadline is `middleware::guard`'s.)
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Body;
