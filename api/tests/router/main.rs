@@ -12,3 +12,4 @@ mod lifecycle;
 mod listener;
 mod refusals;
 mod sandboxes;
+mod snapshots;

@@ -23,6 +23,8 @@ use tower::ServiceExt;
 /// A running API: its router, the bootstrap (admin) key and the bootstrap tenant.
 pub struct Api {
     pub router: Router,
+    /// The store under the router, for a test to set up what the API cannot make here.
+    pub store: Arc<dyn Store>,
     pub key: String,
     pub tenant: Tenant,
 }
@@ -90,7 +92,7 @@ pub async fn api_with(limits: Limits) -> Api {
     let state = AppState::new(Inner {
         events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
         announcer: Announcer::new(bus, naming),
-        store,
+        store: store.clone(),
         pools,
         bootstrap_key: BootstrapKey::from_key(&key).expect("bootstrap key"),
         tenant: tenant.clone(),
@@ -104,6 +106,7 @@ pub async fn api_with(limits: Limits) -> Api {
     });
     Api {
         router: differently_api::router(state),
+        store,
         key,
         tenant,
     }
