@@ -6,6 +6,7 @@
 
 mod support;
 
+mod documented;
 mod envelope;
 mod errors;
 mod lifecycle;

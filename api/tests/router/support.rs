@@ -144,6 +144,7 @@ impl Api {
         raw: Vec<u8>,
         headers: &[(&str, &str)],
     ) -> Answer {
+        let method_name = method.as_str().to_ascii_lowercase();
         let mut req = Request::builder().method(method).uri(path);
         if let Some(k) = key {
             req = req.header("authorization", format!("Bearer {k}"));
@@ -163,6 +164,7 @@ impl Api {
             .await
             .expect("infallible");
         let status = resp.status();
+        assert_documented(&method_name, path, status);
         let headers = resp.headers().clone();
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
@@ -216,4 +218,53 @@ pub fn assert_error(a: &Answer, status: StatusCode, code: &str) {
         "{}",
         a.body
     );
+}
+
+/// Fails when the served OpenAPI document does not list `status` among the answers of the
+/// operation `method path`: every status a router test sees must be documented, so the
+/// document cannot drift from the server. 405 and 414 are answered before any operation is
+/// chosen (a method the path does not have, a target too long to route), and a path no
+/// operation matches is the router's 404; those are the document's `info` prose.
+fn assert_documented(method: &str, path: &str, status: StatusCode) {
+    if matches!(status.as_u16(), 405 | 414) {
+        return;
+    }
+    let path = path.split('?').next().unwrap_or_default();
+    let Some((template, op)) = operation_for(method, path) else {
+        return;
+    };
+    assert!(
+        op["responses"].get(status.as_str()).is_some(),
+        "{method} {template} answered {status}, which the OpenAPI document does not list"
+    );
+}
+
+/// The document's operation for a concrete path: the template that matches it with the
+/// most literal segments (`…/files/list` before `…/files/{x}`).
+fn operation_for(method: &str, path: &str) -> Option<(String, &'static Value)> {
+    let doc = differently_api::openapi::document();
+    let segments: Vec<&str> = path.split('/').collect();
+    let mut best: Option<(usize, String, &'static Value)> = None;
+    for (template, item) in doc["paths"].as_object()? {
+        let parts: Vec<&str> = template.split('/').collect();
+        if parts.len() != segments.len() {
+            continue;
+        }
+        let mut literal = 0;
+        let matches = parts.iter().zip(&segments).all(|(t, s)| {
+            if t.starts_with('{') {
+                true
+            } else {
+                literal += 1;
+                t == s
+            }
+        });
+        let Some(op) = item.get(method).filter(|_| matches) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|(l, _, _)| literal > *l) {
+            best = Some((literal, template.clone(), op));
+        }
+    }
+    best.map(|(_, t, op)| (t, op))
 }
