@@ -103,7 +103,7 @@ fn access_text(access: Access) -> String {
 
 /// The error statuses an operation can answer: those of every authenticated route, of every
 /// route that names a thing or takes input, and its own.
-pub(super) fn error_statuses(op: &Op) -> Vec<u16> {
+fn error_statuses(op: &Op) -> Vec<u16> {
     let mut out = vec![500];
     if op.access != Access::Public {
         // 503: the database cannot be reached (with `Retry-After`).
@@ -131,7 +131,7 @@ pub(super) fn error_statuses(op: &Op) -> Vec<u16> {
 }
 
 /// The schema of a path parameter: ids by their prefix, names by their alphabet.
-pub(super) fn path_param_schema(path: &str, name: &str) -> Value {
+fn path_param_schema(path: &str, name: &str) -> Value {
     let collection = path
         .split('/')
         .take_while(|seg| *seg != format!("{{{name}}}"))
