@@ -16,8 +16,8 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     } else {
         bytes
     };
-    let de = &mut serde_json::Deserializer::from_slice(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let field = if path == "." { String::new() } else { path };
@@ -27,7 +27,17 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
             format!("{field}: {inner}")
         };
         ApiError::new(ErrorCode::InvalidArgument, message).with_details(json!({ "field": field }))
-    })
+    })?;
+    // One JSON value and nothing after it but whitespace: `{"ttlSeconds":60} junk` is not a
+    // body this API understands, however well-formed its first value is.
+    de.end().map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("invalid JSON body: data after the JSON value ({e})"),
+        )
+        .with_details(json!({ "field": "" }))
+    })?;
+    Ok(value)
 }
 
 /// 422 naming the field of a well-formed body that is not acceptable.

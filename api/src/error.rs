@@ -9,6 +9,10 @@ use differently_core::{ErrorCode, FieldError};
 use differently_store::{audit, StoreError};
 use serde_json::{json, Value};
 
+/// `Retry-After` of a 503 for a database that cannot be reached: a pool timeout or a
+/// restart is usually over in a few seconds.
+pub const DATABASE_RETRY_AFTER_SECONDS: u64 = 2;
+
 /// An error as served: `{"error": {code, message, details, requestId}}`. `requestId` is read
 /// when the response is made, inside the request-id middleware's scope.
 #[derive(Debug)]
@@ -33,6 +37,12 @@ impl ApiError {
     /// Attaches machine-readable details.
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
+        self
+    }
+
+    /// Asks the client to retry after `secs` (`Retry-After`).
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
         self
     }
 
@@ -77,6 +87,14 @@ impl From<StoreError> for ApiError {
             }
             StoreError::HasDependents(m) => ApiError::new(ErrorCode::Conflict, m),
             StoreError::QuotaExceeded(m) => ApiError::new(ErrorCode::QuotaExceeded, m),
+            e if e.is_unavailable() => {
+                tracing::warn!(error = %e, "database unavailable");
+                ApiError::new(
+                    ErrorCode::ProviderUnavailable,
+                    "the database is unavailable; retry shortly",
+                )
+                .with_retry_after(DATABASE_RETRY_AFTER_SECONDS)
+            }
             StoreError::Database(e) => ApiError::internal(e),
             StoreError::Internal(m) => ApiError::internal(m),
         }
@@ -131,3 +149,23 @@ impl IntoResponse for ApiError {
 
 /// Handler result.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_database_is_a_503_with_retry_after_and_a_failed_query_a_500() {
+        let lost = ApiError::from(StoreError::from(sqlx::Error::PoolTimedOut));
+        assert_eq!(lost.code, ErrorCode::ProviderUnavailable);
+        let resp = lost.into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            resp.headers()["retry-after"],
+            DATABASE_RETRY_AFTER_SECONDS.to_string().as_str()
+        );
+        let failed = ApiError::from(StoreError::from(sqlx::Error::ColumnNotFound("x".into())));
+        assert_eq!(failed.code, ErrorCode::Internal);
+        assert!(failed.retry_after.is_none());
+    }
+}

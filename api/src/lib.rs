@@ -35,6 +35,7 @@ pub mod ratelimit;
 pub mod routes;
 pub mod running_rows;
 pub mod sandbox_pool;
+pub mod server;
 pub mod sse;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -54,6 +55,10 @@ pub struct Limits {
     /// Whether a create may be placed in its own admission when nothing of its org waits
     /// (`DirectPlacement`); off, every create goes through the placement leader.
     pub direct_placement: bool,
+    /// How long a client may take to send a request's headers (the listener's, `server`).
+    pub header_read_timeout: std::time::Duration,
+    /// How long a request body may take to arrive (a streamed upload: between two chunks).
+    pub body_read_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -69,6 +74,8 @@ impl Default for Limits {
                 burst: 20.0,
             },
             direct_placement: true,
+            header_read_timeout: std::time::Duration::from_secs(10),
+            body_read_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -120,6 +127,13 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/v1/openapi.json", get(openapi::serve))
         .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(
+            middleware::MAX_BODY_BYTES,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::guard,
+        ))
         .layer(axum::middleware::from_fn(middleware::request_id))
         .with_state(state)
 }

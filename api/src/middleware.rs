@@ -1,11 +1,25 @@
 //! Middleware every request passes through.
 
-use axum::extract::Request;
-use axum::http::HeaderValue;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use differently_bus_schema::TraceContext;
+use differently_core::ErrorCode;
 use differently_store::audit;
+use http_body::{Frame, SizeHint};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::AppState;
 
 /// Longest request id accepted from a client's `X-Request-Id`.
 const MAX_REQUEST_ID: usize = 64;
@@ -44,4 +58,194 @@ pub async fn request_id(req: Request, next: Next) -> Response {
         resp.headers_mut().insert("traceparent", v);
     }
     resp
+}
+
+/// Longest request target (path and query) served; longer ones get 414 `uri_too_long`. (The
+/// HTTP layer itself refuses targets over 64 KiB with a bare 414 before any route is asked.)
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// Largest JSON request body; file uploads stream and have their own limit (`routes::files`).
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// Longest error text of an inner layer read back to put in the envelope's message.
+const MAX_REWRITTEN_TEXT: usize = 1024;
+
+/// Middleware (inside `request_id`): what the router's own layers and extractors answer is
+/// served as the error envelope too, and request bodies are read against a deadline.
+///
+/// Rewriting responses here, once, rather than mapping each extractor's rejection is the
+/// robust choice: it covers every source of a non-envelope error (path, query and body
+/// rejections, the body limit, 405 from a method router, any layer added later) without each
+/// handler having to remember, and a response that already is JSON (every `ApiError`, a 416
+/// with its envelope) is left untouched.
+pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if target_len > MAX_URI_BYTES {
+        return ApiError::new(
+            ErrorCode::UriTooLong,
+            format!(
+                "the request target is {target_len} bytes; at most {MAX_URI_BYTES} are accepted"
+            ),
+        )
+        .with_details(json!({ "limitBytes": MAX_URI_BYTES }))
+        .into_response();
+    }
+    let method = req.method().clone();
+    // A streamed upload may take long but must keep moving; any other body arrives whole
+    // within the timeout.
+    let streamed = method == Method::PUT && req.uri().path().ends_with("/files");
+    let window = state.limits.body_read_timeout;
+    let fired = Arc::new(AtomicBool::new(false));
+    let req = req.map(|b| Body::new(TimedBody::new(b, window, streamed, fired.clone())));
+    let resp = next.run(req).await;
+    if fired.load(Ordering::Relaxed) && resp.status().as_u16() >= 400 {
+        let mut resp = ApiError::new(
+            ErrorCode::RequestTimeout,
+            format!(
+                "the request body did not arrive within {} s",
+                window.as_secs_f64()
+            ),
+        )
+        .into_response();
+        // The rest of the body may still be on its way: this connection is not reused.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return resp;
+    }
+    as_envelope(&method, resp).await
+}
+
+/// `resp` itself when it is a success or already JSON; else the envelope for its status, with
+/// its headers (`Allow`, `Retry-After`, …) kept.
+async fn as_envelope(method: &Method, resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if status.as_u16() < 400 || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, MAX_REWRITTEN_TEXT)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let error = match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allow = parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                format!("{method} is not allowed on this route (allowed: {allow})"),
+            )
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+        )
+        .with_details(json!({ "limitBytes": MAX_BODY_BYTES })),
+        _ => {
+            let code = ErrorCode::ALL
+                .into_iter()
+                .find(|c| c.http_status() == status.as_u16())
+                .unwrap_or(if status.is_server_error() {
+                    ErrorCode::Internal
+                } else {
+                    ErrorCode::InvalidArgument
+                });
+            let message = if text.is_empty() || code == ErrorCode::Internal {
+                status
+                    .canonical_reason()
+                    .unwrap_or("request refused")
+                    .to_owned()
+            } else {
+                text
+            };
+            ApiError::new(code, message)
+        }
+    };
+    let mut out = error.into_response();
+    *out.status_mut() = status;
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// A request body read against a clock: the whole body within `window` (or, `idle`, each
+/// chunk within `window` of the one before, for streamed uploads). When the clock runs out
+/// the read fails and `fired` says so, for `guard` to answer 408.
+struct TimedBody {
+    inner: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    window: Duration,
+    idle: bool,
+    fired: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl TimedBody {
+    fn new(inner: Body, window: Duration, idle: bool, fired: Arc<AtomicBool>) -> TimedBody {
+        TimedBody {
+            inner,
+            sleep: Box::pin(tokio::time::sleep(window)),
+            window,
+            idle,
+            fired,
+            done: false,
+        }
+    }
+}
+
+/// The error a timed-out body read fails with.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive in time")]
+struct BodyTimedOut;
+
+impl http_body::Body for TimedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.idle {
+                    let next = tokio::time::Instant::now() + this.window;
+                    this.sleep.as_mut().reset(next);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Pending => match this.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    this.done = true;
+                    this.fired.store(true, Ordering::Relaxed);
+                    Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }

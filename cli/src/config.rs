@@ -177,6 +177,9 @@ impl Default for WorkerSection {
     }
 }
 
+/// Longest header or body read timeout `[api]` accepts (one hour).
+const MAX_READ_TIMEOUT_SECONDS: u64 = 3600;
+
 /// `[api]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -191,6 +194,12 @@ pub struct ApiSection {
     /// every eligible pool is uncapped (saves the leader's round); `false`: every create
     /// is placed by the leader.
     pub direct_placement: bool,
+    /// Seconds a client may take to send a request's headers before its connection is
+    /// closed (slow-header clients hold no connection for long).
+    pub header_read_timeout_seconds: u64,
+    /// Seconds a request body may take to arrive (a streamed upload: between two chunks);
+    /// over it the request gets 408 `request_timeout` and its connection is closed.
+    pub body_read_timeout_seconds: u64,
 }
 
 impl Default for ApiSection {
@@ -200,6 +209,8 @@ impl Default for ApiSection {
             key_burst: 200.0,
             auth_failures_per_minute: 30.0,
             direct_placement: true,
+            header_read_timeout_seconds: 10,
+            body_read_timeout_seconds: 30,
         }
     }
 }
@@ -319,6 +330,23 @@ impl Config {
         }
         if self.api.auth_failures_per_minute.is_nan() || self.api.auth_failures_per_minute <= 0.0 {
             return Err(invalid("api.auth_failures_per_minute", "must be > 0"));
+        }
+        for (field, v) in [
+            (
+                "api.header_read_timeout_seconds",
+                self.api.header_read_timeout_seconds,
+            ),
+            (
+                "api.body_read_timeout_seconds",
+                self.api.body_read_timeout_seconds,
+            ),
+        ] {
+            if !(1..=MAX_READ_TIMEOUT_SECONDS).contains(&v) {
+                return Err(invalid(
+                    field,
+                    format!("must be between 1 and {MAX_READ_TIMEOUT_SECONDS}"),
+                ));
+            }
         }
         if self.scheduler.default_idle_timeout_seconds == Some(0) {
             return Err(invalid(
@@ -463,6 +491,35 @@ mod tests {
         c.apply_env(|k| (k == "DIFFERENTLY_METRICS_LISTEN").then(|| "127.0.0.1:1".to_owned()))
             .unwrap();
         assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:1"));
+    }
+
+    #[test]
+    fn read_timeouts_default_and_are_bounded() {
+        let c = parse("").unwrap();
+        assert_eq!(
+            (
+                c.api.header_read_timeout_seconds,
+                c.api.body_read_timeout_seconds
+            ),
+            (10, 30)
+        );
+        let c =
+            parse("[api]\nheader_read_timeout_seconds = 2\nbody_read_timeout_seconds = 5").unwrap();
+        assert_eq!(
+            (
+                c.api.header_read_timeout_seconds,
+                c.api.body_read_timeout_seconds
+            ),
+            (2, 5)
+        );
+        for field in ["header_read_timeout_seconds", "body_read_timeout_seconds"] {
+            for bad in [0, 3601] {
+                let e = parse(&format!("[api]\n{field} = {bad}"))
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains(field) && e.contains("3600"), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -39,8 +39,10 @@ pub async fn start(
     });
     let app = Router::new().route("/metrics", get(move || render(handle.clone())));
     tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
+        // The API's listener, for its header read timeout: a scrape endpoint is no more
+        // entitled to hold a stalled connection than the API.
+        let served =
+            differently_api::server::serve(listener, app, METRICS_HEADER_TIMEOUT, async move {
                 let _ = shutdown.changed().await;
             })
             .await;
@@ -51,6 +53,9 @@ pub async fn start(
     tracing::info!(listen = %local, "metrics listening");
     Ok(local)
 }
+
+/// How long a scraper may take to send its request headers.
+const METRICS_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn render(handle: PrometheusHandle) -> ([(&'static str, &'static str); 1], String) {
     (

@@ -55,6 +55,8 @@ fn limits(config: &Config) -> Limits {
             burst: config.api.auth_failures_per_minute.max(1.0),
         },
         direct_placement: config.api.direct_placement,
+        header_read_timeout: Duration::from_secs(config.api.header_read_timeout_seconds),
+        body_read_timeout: Duration::from_secs(config.api.body_read_timeout_seconds),
     }
 }
 
@@ -157,15 +159,14 @@ fn spawn_roles(
             limits,
         });
         let (activity, store) = (state.activity.clone(), parts.store.clone());
-        let app = differently_api::router(state)
-            .into_make_service_with_connect_info::<std::net::SocketAddr>();
+        let header_read_timeout = state.limits.header_read_timeout;
+        let app = differently_api::router(state);
         let mut stop = shutdown.clone();
         tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.changed().await;
-                })
-                .await?;
+            differently_api::server::serve(listener, app, header_read_timeout, async move {
+                let _ = stop.changed().await;
+            })
+            .await?;
             // Activity buffered by the last calls is written before the process exits.
             activity.flush(store.as_ref()).await;
             Ok(())

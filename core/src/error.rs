@@ -21,11 +21,17 @@ pub enum ErrorCode {
     UnsupportedOperation,
     ProviderUnavailable,
     InsufficientCapacity,
+    /// The route exists but not with this method (the `Allow` header lists those it has).
+    MethodNotAllowed,
+    /// The request's body did not arrive within the server's body read timeout.
+    RequestTimeout,
+    /// The request target is longer than the server accepts.
+    UriTooLong,
 }
 
 impl ErrorCode {
     /// Every code, for documents that list them (the served OpenAPI document).
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 18] = [
         Self::InvalidArgument,
         Self::Unauthenticated,
         Self::PermissionDenied,
@@ -41,6 +47,9 @@ impl ErrorCode {
         Self::UnsupportedOperation,
         Self::ProviderUnavailable,
         Self::InsufficientCapacity,
+        Self::MethodNotAllowed,
+        Self::RequestTimeout,
+        Self::UriTooLong,
     ];
 
     /// The wire form, e.g. `invalid_argument`.
@@ -61,6 +70,9 @@ impl ErrorCode {
             Self::UnsupportedOperation => "unsupported_operation",
             Self::ProviderUnavailable => "provider_unavailable",
             Self::InsufficientCapacity => "insufficient_capacity",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::RequestTimeout => "request_timeout",
+            Self::UriTooLong => "uri_too_long",
         }
     }
 
@@ -71,8 +83,11 @@ impl ErrorCode {
             Self::Unauthenticated => 401,
             Self::PermissionDenied => 403,
             Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::RequestTimeout => 408,
             Self::Conflict => 409,
             Self::PayloadTooLarge => 413,
+            Self::UriTooLong => 414,
             Self::ValidationFailed | Self::NoEligiblePool | Self::UnsupportedCapability => 422,
             Self::RateLimited | Self::QuotaExceeded => 429,
             Self::Internal => 500,
@@ -125,6 +140,9 @@ mod tests {
             ErrorCode::UnsupportedOperation => 12,
             ErrorCode::ProviderUnavailable => 13,
             ErrorCode::InsufficientCapacity => 14,
+            ErrorCode::MethodNotAllowed => 15,
+            ErrorCode::RequestTimeout => 16,
+            ErrorCode::UriTooLong => 17,
         };
         for (i, code) in ErrorCode::ALL.into_iter().enumerate() {
             assert_eq!(index(code), i, "{} is out of place in ALL", code.as_str());

@@ -38,6 +38,31 @@ pub enum StoreError {
     Internal(String),
 }
 
+impl StoreError {
+    /// Whether the database could not be reached or dropped the connection (no connection
+    /// within the pool's timeout, the pool closed, an I/O or TLS failure, Postgres shutting
+    /// down or refusing connections), as opposed to a query that failed: worth a retry
+    /// shortly, so served as 503 with `Retry-After` rather than 500.
+    pub fn is_unavailable(&self) -> bool {
+        let StoreError::Database(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => true,
+            // SQLSTATE class 08 (connection exception); 57P01-57P03 (the server is shutting
+            // down, crashed, or cannot accept connections yet); 53300 (too many connections).
+            sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+                c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+            }),
+            _ => false,
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match e {
@@ -71,6 +96,30 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
+
+    #[test]
+    fn a_lost_database_is_unavailable_and_a_failed_query_is_not() {
+        let refused = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        for e in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::WorkerCrashed,
+            sqlx::Error::Io(refused()),
+        ] {
+            let shown = e.to_string();
+            assert!(StoreError::from(e).is_unavailable(), "{shown}");
+        }
+        for e in [
+            sqlx::Error::ColumnNotFound("x".into()),
+            sqlx::Error::Protocol("odd".into()),
+            sqlx::Error::RowNotFound,
+        ] {
+            let shown = e.to_string();
+            assert!(!StoreError::from(e).is_unavailable(), "{shown}");
+        }
+        assert!(!StoreError::Internal("x".into()).is_unavailable());
+        assert!(!StoreError::NotFound.is_unavailable());
+    }
 
     #[test]
     fn a_database_error_keeps_its_cause() {

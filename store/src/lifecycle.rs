@@ -196,6 +196,14 @@ pub trait LifecycleStore: Send + Sync + 'static {
         after: Option<&SnapshotId>,
         limit: u32,
     ) -> Result<Vec<SnapshotRecord>, StoreError>;
+    /// One page of the snapshots taken from `sandbox`, in id order after `after` (the
+    /// sandbox route's listing; the caller has already checked the sandbox is the tenant's).
+    async fn list_sandbox_snapshots(
+        &self,
+        sandbox: &SandboxId,
+        after: Option<&SnapshotId>,
+        limit: u32,
+    ) -> Result<Vec<SnapshotRecord>, StoreError>;
     /// Replaces the stored record (`NotFound` if there is none).
     async fn update_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError>;
     /// Removes the record once the backend snapshot is gone (missing is fine).

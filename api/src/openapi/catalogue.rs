@@ -112,7 +112,7 @@ impl Op {
 }
 
 const PAGE: [Param; 2] = [
-    ("limit", "integer", "Items per page (1–1000, default 100)."),
+    ("limit", "integer", "Items per page."),
     ("cursor", "string", "`nextCursor` of the previous page."),
 ];
 const FILE_PATH: Param = (
@@ -166,6 +166,8 @@ const AUDIT_QUERY: [Param; 9] = [
 ];
 const LIFECYCLE_ANSWERS: [Answer; 2] = [Answer::Json(200, "Sandbox"), Answer::Json(202, "Sandbox")];
 const DATA_PLANE_ERRORS: [u16; 3] = [409, 501, 503];
+/// Exec: a data-plane call whose request can also be well-formed but unacceptable (422).
+const EXEC_ERRORS: [u16; 4] = [409, 422, 501, 503];
 
 /// Every route the API serves.
 pub(super) fn catalogue() -> Vec<Op> {
@@ -181,12 +183,13 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Admit a sandbox: 202 `queued`, or `provisioning` when placed at once. Honours `Idempotency-Key`.")
             .body(Body::Json("CreateSandboxRequest"))
             .answers(&[Json(202, "Sandbox")])
-            .errors(&[409, 422, 503])
+            .errors(&[404, 409, 422, 503])
         .idempotent(),
         op("get", "/v1/sandboxes", "listSandboxes", "sandboxes", read,
             "List the sandboxes the key can see.")
             .query(&SANDBOX_LIST_QUERY)
-            .answers(&[Json(200, "SandboxList")]),
+            .answers(&[Json(200, "SandboxList")])
+            .errors(&[404]),
         op("get", "/v1/sandboxes/{id}", "getSandbox", "sandboxes", read,
             "Read a sandbox.")
             .answers(&[Json(200, "Sandbox")]),
@@ -211,17 +214,17 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Decide a create body's placement without admitting it.")
             .body(Body::Json("CreateSandboxRequest"))
             .answers(&[Json(200, "DryRun")])
-            .errors(&[422]),
+            .errors(&[404, 422]),
         op("post", "/v1/sandboxes/{id}/exec", "exec", "data plane", exec,
             "Run a command and answer its output (each stream keeps 1 MiB; exit code 124 on timeout).")
             .body(Body::Json("ExecRequest"))
             .answers(&[Json(200, "ExecResult")])
-            .errors(&DATA_PLANE_ERRORS),
+            .errors(&EXEC_ERRORS),
         op("post", "/v1/sandboxes/{id}/exec/stream", "execStream", "data plane", exec,
             "Run a command and stream its output.")
             .body(Body::Json("ExecRequest"))
             .answers(&[Answer::Stream("SSE `stdout`/`stderr`/`exit`/`error` events; with `Accept: application/vnd.differently.exec-stream`, binary frames (8-byte header: type, 3 zero bytes, u32 BE length; 1 stdout, 2 stderr, 3 exit JSON, 4 error JSON, 0 heartbeat).")])
-            .errors(&DATA_PLANE_ERRORS),
+            .errors(&EXEC_ERRORS),
         op("put", "/v1/sandboxes/{id}/files", "uploadFile", "data plane", files_write,
             "Write a file from the raw request body.")
             .query(&[FILE_PATH, ("mode", "string", "Octal permission bits, e.g. `644`.")])
@@ -281,7 +284,8 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("get", "/v1/snapshots", "listSnapshots", "snapshots", read,
             "Snapshots the key can see.")
             .query(&SNAPSHOT_LIST_QUERY)
-            .answers(&[Json(200, "SnapshotList")]),
+            .answers(&[Json(200, "SnapshotList")])
+            .errors(&[404]),
         op("get", "/v1/snapshots/{id}", "getSnapshot", "snapshots", read,
             "Read a snapshot.")
             .answers(&[Json(200, "Snapshot")]),
@@ -294,7 +298,8 @@ pub(super) fn catalogue() -> Vec<Op> {
             .query(&[("projectId", "string", "Only this project's sandboxes."),
                      ("sandboxId", "string", "Only this sandbox."),
                      ("after", "integer", "Resume after this sequence (as `Last-Event-ID`).")])
-            .answers(&[Answer::Stream("SSE `status` events carrying `StatusEvent`.")]),
+            .answers(&[Answer::Stream("SSE `status` events carrying `StatusEvent`.")])
+            .errors(&[404]),
         op("post", "/v1/orgs", "createOrg", "tenancy", Admin,
             "Create an organization.")
             .body(Body::Json("CreateOrgRequest"))
@@ -312,7 +317,7 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Rename, suspend or reactivate an organization.")
             .body(Body::Json("UpdateOrgRequest"))
             .answers(&[Json(200, "Org")])
-            .errors(&[422]),
+            .errors(&[409, 422]),
         op("delete", "/v1/orgs/{id}", "deleteOrg", "tenancy", Admin,
             "Delete an organization that has nothing left in it.")
             .answers(&[Empty(204)])
@@ -329,12 +334,13 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Create a project.")
             .body(Body::Json("CreateProjectRequest"))
             .answers(&[Json(201, "Project")])
-            .errors(&[409, 422])
+            .errors(&[404, 409, 422])
         .idempotent(),
         op("get", "/v1/projects", "listProjects", "tenancy", OwnOrgOrAdmin,
             "List an organization's projects.")
             .query(&TENANT_LIST_QUERY)
-            .answers(&[Json(200, "ProjectList")]),
+            .answers(&[Json(200, "ProjectList")])
+            .errors(&[404]),
         op("get", "/v1/projects/{id}", "getProject", "tenancy", OwnOrgOrAdmin,
             "Read a project.")
             .answers(&[Json(200, "Project")]),
@@ -342,7 +348,7 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Rename a project.")
             .body(Body::Json("UpdateProjectRequest"))
             .answers(&[Json(200, "Project")])
-            .errors(&[422]),
+            .errors(&[409, 422]),
         op("delete", "/v1/projects/{id}", "deleteProject", "tenancy", OwnOrgOrAdmin,
             "Delete a project that has nothing left in it.")
             .answers(&[Empty(204)])
@@ -359,12 +365,13 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Create an API key; the answer is the only time its secret is shown.")
             .body(Body::Json("CreateKeyRequest"))
             .answers(&[Json(201, "CreatedKey")])
-            .errors(&[422])
+            .errors(&[404, 409, 422])
         .idempotent(),
         op("get", "/v1/keys", "listKeys", "tenancy", OwnOrgOrAdmin,
             "List an organization's keys (never secrets or hashes).")
             .query(&TENANT_LIST_QUERY)
-            .answers(&[Json(200, "KeyList")]),
+            .answers(&[Json(200, "KeyList")])
+            .errors(&[404]),
         op("get", "/v1/keys/{id}", "getKey", "tenancy", OwnOrgOrAdmin,
             "Read a key's record.")
             .answers(&[Json(200, "Key")]),
@@ -419,7 +426,8 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("get", "/v1/audit", "listAudit", "audit", read,
             "Audit records of the key's organization (any, for admin keys).")
             .query(&AUDIT_QUERY)
-            .answers(&[Json(200, "AuditList")]),
+            .answers(&[Json(200, "AuditList")])
+            .errors(&[404]),
         op("get", "/v1/admin/audit/verify", "verifyAudit", "audit", Admin,
             "Verify every audit chain against its hashes and checkpoints.")
             .answers(&[Json(200, "Verification")]),
@@ -436,7 +444,7 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Store or replace a backend secret (never served back).")
             .body(Body::Json("SecretRequest"))
             .answers(&[Json(200, "Secret")])
-            .errors(&[422]),
+            .errors(&[409, 422]),
         op("get", "/v1/admin/trust-report", "trustReport", "operators", Admin,
             "Where work may go and why, per pool and per organization.")
             .answers(&[Json(200, "TrustReport")]),

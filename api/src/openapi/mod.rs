@@ -36,6 +36,7 @@ pub async fn serve() -> impl IntoResponse {
 }
 
 fn build() -> Value {
+    let components = schemas();
     let mut paths = Map::new();
     let mut tags: Vec<&str> = Vec::new();
     for op in catalogue() {
@@ -45,7 +46,7 @@ fn build() -> Value {
         let item = paths
             .entry(op.path.to_owned())
             .or_insert_with(|| Value::Object(Map::new()));
-        item[op.method] = operation(&op);
+        item[op.method] = operation(&op, &components);
     }
     json!({
         "openapi": "3.1.0",
@@ -53,8 +54,11 @@ fn build() -> Value {
             "title": "Differently",
             "version": env!("CARGO_PKG_VERSION"),
             "description": "One REST API for isolated sandboxes, placed on backends under operator \
-                policy. Errors are `{\"error\": {code, message, details}}` with a stable `code`; \
-                lists page with `limit` and `cursor`. Prose reference: docs/api.md.",
+                policy. Errors are `{\"error\": {code, message, details, requestId}}` with a stable \
+                `code`, whichever layer refuses the request; besides each operation's own \
+                statuses, any path answers 405 `method_not_allowed` for a method it lacks and \
+                414 `uri_too_long` for a target over 8 KiB. Lists page with `limit` and \
+                `cursor`. Prose reference: docs/api.md.",
         },
         "servers": [{ "url": "/" }],
         "tags": tags.iter().map(|t| json!({ "name": t })).collect::<Vec<_>>(),
@@ -73,7 +77,7 @@ fn build() -> Value {
                     "content": { "application/json": { "schema": reference("Error") } },
                 },
             },
-            "schemas": schemas(),
+            "schemas": components,
         },
     })
 }
@@ -102,21 +106,65 @@ fn access_text(access: Access) -> String {
 fn error_statuses(op: &Op) -> Vec<u16> {
     let mut out = vec![500];
     if op.access != Access::Public {
-        out.extend([401, 403, 429]);
+        // 503: the database cannot be reached (with `Retry-After`).
+        out.extend([401, 403, 429, 503]);
     }
     if op.path.contains('{') {
-        out.push(404);
+        // 400: a path segment that is not UTF-8; 404: no such thing (or another tenant's).
+        out.extend([400, 404]);
     }
-    if matches!(op.body, Body::Json(_)) || !op.query.is_empty() {
+    if !matches!(op.body, Body::None) || !op.query.is_empty() {
         out.push(400);
     }
-    if matches!(op.body, Body::Json(_)) {
-        out.push(413);
+    if !matches!(op.body, Body::None) {
+        // 408: the body did not arrive within the body read timeout.
+        out.extend([408, 413]);
+    }
+    if op.idempotent {
+        // The key reused with another body, or while its first request runs.
+        out.push(409);
     }
     out.extend(op.errors);
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// The schema of a path parameter: ids by their prefix, names by their alphabet.
+fn path_param_schema(path: &str, name: &str) -> Value {
+    let collection = path
+        .split('/')
+        .take_while(|seg| *seg != format!("{{{name}}}"))
+        .last()
+        .unwrap_or_default();
+    let prefix = match collection {
+        "sandboxes" => Some(differently_core::SandboxId::PREFIX),
+        "snapshots" => Some(differently_core::ids::SnapshotId::PREFIX),
+        "orgs" => Some(differently_core::OrgId::PREFIX),
+        "projects" => Some(differently_core::ProjectId::PREFIX),
+        "keys" => Some(differently_core::KeyId::PREFIX),
+        _ => None,
+    };
+    match (prefix, collection) {
+        // A ULID: 26 characters of Crockford base 32 (either case).
+        (Some(p), _) => json!({ "type": "string", "pattern": format!("^{p}_[0-9A-Za-z]{{26}}$") }),
+        (None, "pools") => json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$" }),
+        (None, "secrets") => {
+            json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$" })
+        }
+        _ => json!({ "type": "string" }),
+    }
+}
+
+/// The schema of a query parameter, with the bounds the handlers enforce.
+fn query_schema(name: &str, ty: &str) -> Value {
+    match name {
+        "limit" => json!({ "type": "integer", "minimum": 1, "maximum": crate::page::MAX_PAGE,
+                           "default": crate::page::DEFAULT_PAGE }),
+        "timeoutSeconds" => json!({ "type": "integer", "minimum": 0, "default": 30,
+            "maximum": crate::routes::sandboxes::MAX_WAIT_SECONDS }),
+        _ => json!({ "type": ty }),
+    }
 }
 
 /// Names of the `{…}` segments of a path.
@@ -125,15 +173,16 @@ pub(super) fn path_params(path: &str) -> impl Iterator<Item = &str> {
         .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
 }
 
-fn operation(op: &Op) -> Value {
+fn operation(op: &Op, components: &Value) -> Value {
     let mut params: Vec<Value> = path_params(op.path)
         .map(|name| {
-            json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } })
+            json!({ "name": name, "in": "path", "required": true,
+                    "schema": path_param_schema(op.path, name) })
         })
         .collect();
     params.extend(op.query.iter().map(|(name, ty, description)| {
         json!({ "name": name, "in": "query", "required": false,
-                "description": description, "schema": { "type": ty } })
+                "description": description, "schema": query_schema(name, ty) })
     }));
     if op.idempotent {
         params.push(json!({
@@ -155,8 +204,21 @@ fn operation(op: &Op) -> Value {
             ),
             Answer::Empty(status) => (status, json!({ "description": "No content." })),
             Answer::Stream(description) => {
-                let mut content =
-                    json!({ "text/event-stream": { "schema": { "type": "string" } } });
+                // An event stream is text, not one JSON value: its events are named here
+                // with the schema of each event's `data` (`x-events`, as OpenAPI 3.1 has no
+                // way to type the items of a stream).
+                let events = if op.id == "execStream" {
+                    json!({ "stdout": { "type": "string" }, "stderr": { "type": "string" },
+                            "exit": reference("ExecExit"), "error": reference("StreamError") })
+                } else {
+                    json!({ "status": reference("StatusEvent") })
+                };
+                let mut content = json!({ "text/event-stream": {
+                    "schema": { "type": "string", "contentMediaType": "text/event-stream",
+                        "description": "Server-sent events: `event:`, `id:` and `data:` lines \
+                            per event, a blank line between events; `:` lines are keep-alives." },
+                    "x-events": events,
+                } });
                 if op.id == "execStream" {
                     content["application/vnd.differently.exec-stream"] =
                         json!({ "schema": { "type": "string", "format": "binary" } });
@@ -205,7 +267,12 @@ fn operation(op: &Op) -> Value {
     match op.body {
         Body::None => {}
         Body::Json(schema) => {
-            o["requestBody"] = json!({ "required": true,
+            // An empty body is read as `{}`: it may be left out unless the schema needs a
+            // field.
+            let required = components[schema]["required"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty());
+            o["requestBody"] = json!({ "required": required,
                 "content": { "application/json": { "schema": reference(schema) } } });
         }
         Body::Bytes => {

@@ -1,11 +1,12 @@
 //! Component schemas: the objects the API serves and accepts, from the code's own
 //! vocabularies (statuses, scopes, strategies, capabilities, error codes).
 
+use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
 use differently_core::policy::{ExternalMode, Isolation, Strategy};
 use differently_core::pool::{PoolSource, Trust};
-use differently_core::sandbox::{CLASSIFICATIONS, KNOWN_CAPABILITIES, PROFILES};
+use differently_core::sandbox::{CLASSIFICATIONS, KNOWN_CAPABILITIES, MAX_TTL_SECONDS, PROFILES};
 use differently_core::tenancy::Scope;
-use differently_core::{ErrorCode, SandboxStatus};
+use differently_core::{ErrorCode, Resources, SandboxStatus};
 use serde_json::{json, Map, Value};
 
 use super::wire;
@@ -20,6 +21,11 @@ fn typed(ty: &str) -> Value {
 
 fn nullable(ty: &str) -> Value {
     json!({ "type": [ty, "null"] })
+}
+
+/// An optional integer within `min..=max` (null: the default), the bounds the code checks.
+fn bounded(min: u64, max: u64) -> Value {
+    json!({ "type": ["integer", "null"], "minimum": min, "maximum": max })
 }
 
 fn time() -> Value {
@@ -188,15 +194,15 @@ pub(super) fn schemas() -> Value {
                 (
                     "resources",
                     json!({ "anyOf": [accepted(&[
-                ("cpu", nullable("integer")),
-                ("memoryMiB", nullable("integer")),
-                ("diskGiB", nullable("integer")),
+                ("cpu", bounded(1, u64::from(Resources::MAX_CPU))),
+                ("memoryMiB", bounded(Resources::MIN_MEMORY_MIB, Resources::MAX_MEMORY_MIB)),
+                ("diskGiB", bounded(0, Resources::MAX_DISK_GIB)),
             ], &[]), { "type": "null" }] }),
                 ),
                 ("profile", one_of_strings(PROFILES.map(|p| json!(p)))),
                 ("env", string_map()),
                 ("labels", string_map()),
-                ("ttlSeconds", nullable("integer")),
+                ("ttlSeconds", bounded(1, MAX_TTL_SECONDS)),
                 ("idleTimeoutSeconds", nullable("integer")),
                 (
                     "capabilities",
@@ -223,7 +229,7 @@ pub(super) fn schemas() -> Value {
         "UpdateSandboxRequest".to_owned(),
         accepted(
             &[
-                ("ttlSeconds", typed("integer")),
+                ("ttlSeconds", bounded(1, MAX_TTL_SECONDS)),
                 ("labels", string_map()),
                 ("idleTimeoutSeconds", nullable("integer")),
             ],
@@ -242,7 +248,7 @@ pub(super) fn schemas() -> Value {
                 ("cwd", nullable("string")),
                 ("stdin", nullable("string")),
                 ("stdinBase64", nullable("string")),
-                ("timeoutSeconds", nullable("integer")),
+                ("timeoutSeconds", bounded(1, MAX_EXEC_TIMEOUT_SECONDS)),
                 (
                     "outputEncoding",
                     json!({ "type": ["string", "null"], "enum": ["utf8", "base64", null] }),
@@ -263,6 +269,23 @@ pub(super) fn schemas() -> Value {
         ]),
     );
     s.insert(
+        "ExecExit".to_owned(),
+        served(&[
+            ("exitCode", typed("integer")),
+            ("durationMs", typed("integer")),
+        ]),
+    );
+    s.insert(
+        "StreamError".to_owned(),
+        served(&[
+            (
+                "code",
+                one_of_strings(ErrorCode::ALL.map(|c| json!(c.as_str()))),
+            ),
+            ("message", typed("string")),
+        ]),
+    );
+    s.insert(
         "FileList".to_owned(),
         served(&[(
             "items",
@@ -279,7 +302,7 @@ pub(super) fn schemas() -> Value {
         "PortRequest".to_owned(),
         accepted(
             &[
-                ("port", typed("integer")),
+                ("port", bounded(1, u64::from(u16::MAX))),
                 ("expiresSeconds", nullable("integer")),
             ],
             &["port"],

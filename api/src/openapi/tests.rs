@@ -431,3 +431,159 @@ fn policies_and_pools_fit_their_schemas() {
     assert_fits("Pool", &served);
     assert_eq!(field_names(&served), property_names("Pool"));
 }
+
+#[test]
+fn bounds_in_the_document_are_the_codes_constants() {
+    use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
+    use differently_core::sandbox::MAX_TTL_SECONDS;
+    use differently_core::Resources;
+    let schemas = &document()["components"]["schemas"];
+    let bounds = |v: &Value| (v["minimum"].as_u64(), v["maximum"].as_u64());
+    let create = &schemas["CreateSandboxRequest"]["properties"];
+    assert_eq!(
+        bounds(&create["ttlSeconds"]),
+        (Some(1), Some(MAX_TTL_SECONDS))
+    );
+    assert_eq!(
+        bounds(&schemas["UpdateSandboxRequest"]["properties"]["ttlSeconds"]),
+        (Some(1), Some(MAX_TTL_SECONDS))
+    );
+    let resources = &create["resources"]["anyOf"][0]["properties"];
+    assert_eq!(
+        bounds(&resources["cpu"]),
+        (Some(1), Some(u64::from(Resources::MAX_CPU)))
+    );
+    assert_eq!(
+        bounds(&resources["memoryMiB"]),
+        (
+            Some(Resources::MIN_MEMORY_MIB),
+            Some(Resources::MAX_MEMORY_MIB)
+        )
+    );
+    assert_eq!(
+        bounds(&resources["diskGiB"]),
+        (Some(0), Some(Resources::MAX_DISK_GIB))
+    );
+    assert_eq!(
+        bounds(&schemas["ExecRequest"]["properties"]["timeoutSeconds"]),
+        (Some(1), Some(MAX_EXEC_TIMEOUT_SECONDS))
+    );
+    assert_eq!(
+        bounds(&schemas["PortRequest"]["properties"]["port"]),
+        (Some(1), Some(65535))
+    );
+    // Every `limit` query parameter states the page bounds and default of `page`.
+    for op in catalogue() {
+        for p in document()["paths"][op.path][op.method]["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["name"] == "limit")
+        {
+            assert_eq!(
+                bounds(&p["schema"]),
+                (Some(1), Some(u64::from(crate::page::MAX_PAGE))),
+                "{}",
+                op.id
+            );
+            assert_eq!(
+                p["schema"]["default"],
+                crate::page::DEFAULT_PAGE,
+                "{}",
+                op.id
+            );
+        }
+    }
+}
+
+#[test]
+fn path_ids_are_patterned_by_their_prefix() {
+    use differently_core::ids::SnapshotId;
+    use differently_core::{KeyId, OrgId, ProjectId, SandboxId};
+    let examples = [
+        ("/v1/sandboxes/{id}", SandboxId::new().to_string()),
+        ("/v1/snapshots/{id}", SnapshotId::new().to_string()),
+        ("/v1/orgs/{id}", OrgId::new().to_string()),
+        ("/v1/projects/{id}", ProjectId::new().to_string()),
+        ("/v1/keys/{id}", KeyId::new().to_string()),
+    ];
+    for (path, id) in examples {
+        let pattern = path_param_schema(path, "id")["pattern"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        // `^<prefix>_[0-9A-Za-z]{26}$`: the id's prefix, then a ULID.
+        let (prefix, ulid) = id.split_once('_').expect("prefixed");
+        assert_eq!(pattern, format!("^{prefix}_[0-9A-Za-z]{{26}}$"), "{path}");
+        assert!(ulid.len() == 26 && ulid.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+    // Every path parameter of the document has a pattern.
+    for op in catalogue() {
+        for name in path_params(op.path) {
+            assert!(
+                path_param_schema(op.path, name)["pattern"].is_string(),
+                "{} {}: {{{name}}} has no pattern",
+                op.method,
+                op.path
+            );
+        }
+    }
+}
+
+#[test]
+fn a_body_is_required_only_when_its_schema_needs_a_field() {
+    let doc = document();
+    for op in catalogue() {
+        let Body::Json(schema) = op.body else {
+            continue;
+        };
+        let needs = doc["components"]["schemas"][schema]["required"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty());
+        assert_eq!(
+            doc["paths"][op.path][op.method]["requestBody"]["required"], needs,
+            "{}",
+            op.id
+        );
+        if !needs {
+            // What an empty body is read as is acceptable to the schema.
+            assert!(
+                departures(&reference(schema), &json!({}), schema).is_empty(),
+                "{}",
+                op.id
+            );
+        }
+    }
+}
+
+#[test]
+fn event_streams_are_text_event_stream_with_typed_events() {
+    let doc = document();
+    for id in ["events", "execStream"] {
+        let op = catalogue().into_iter().find(|o| o.id == id).expect("op");
+        let content = &doc["paths"][op.path][op.method]["responses"]["200"]["content"];
+        let sse = &content["text/event-stream"];
+        assert_eq!(
+            sse["schema"]["contentMediaType"], "text/event-stream",
+            "{id}"
+        );
+        assert!(
+            sse["x-events"].as_object().is_some_and(|e| !e.is_empty()),
+            "{id}"
+        );
+        assert!(content.get("application/json").is_none(), "{id}");
+    }
+}
+
+#[test]
+fn every_documented_error_status_has_an_error_code() {
+    for op in catalogue() {
+        for status in error_statuses(&op) {
+            assert!(
+                status == 416 || ErrorCode::ALL.iter().any(|c| c.http_status() == status),
+                "{}: {status} is documented but no code is served with it",
+                op.id
+            );
+        }
+    }
+}

@@ -267,7 +267,7 @@ struct WaitQuery {
     timeout_seconds: Option<String>,
 }
 
-const MAX_WAIT_SECONDS: u64 = 300;
+pub const MAX_WAIT_SECONDS: u64 = 300;
 
 async fn wait(
     State(state): State<AppState>,

@@ -22,7 +22,7 @@ use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, json_answer, Replay};
 use crate::mutation::{audit, begin, op_failure, wait_op, LIFECYCLE_WAIT};
-use crate::page::{parse_cursor, parse_limit, Page};
+use crate::page::{parse_cursor, parse_limit, Page, PageQuery, RawPageQuery};
 use crate::sandbox_pool::{pool_name, pool_of, require_capability, status_conflict};
 use crate::AppState;
 
@@ -227,26 +227,28 @@ async fn list_snapshots(
     })))
 }
 
+/// `GET /v1/sandboxes/{id}/snapshots?limit=&cursor=`: the sandbox's snapshots, paged like
+/// every other list.
 async fn list_sandbox_snapshots(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    query: Result<Query<RawPageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<SnapshotView>>> {
+    let page = PageQuery::from(query)?;
     principal.require(Scope::SandboxesRead)?;
+    let after = page.cursor_id(SnapshotId::parse)?;
     let sandbox = load_sandbox(&state, &principal, &id).await?;
     let rows = state
         .store
-        .list_snapshots(&sandbox.org_id, Some(&sandbox.project_id), None, 1000)
+        .list_sandbox_snapshots(&sandbox.id, after.as_ref(), page.limit + 1)
         .await?;
-    let items = rows
-        .iter()
-        .filter(|s| s.sandbox_id == sandbox.id)
-        .map(SnapshotView::from)
-        .collect();
-    Ok(Json(Page {
-        items,
-        next_cursor: None,
-    }))
+    let views = rows.iter().map(SnapshotView::from).collect();
+    Ok(Json(Page::from_rows(
+        views,
+        page.limit,
+        |s: &SnapshotView| s.id.to_string(),
+    )))
 }
 
 async fn read_snapshot(

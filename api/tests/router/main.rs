@@ -6,7 +6,11 @@
 
 mod support;
 
+mod documented;
+mod envelope;
 mod errors;
 mod lifecycle;
+mod listener;
 mod refusals;
 mod sandboxes;
+mod snapshots;

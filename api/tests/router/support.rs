@@ -23,6 +23,8 @@ use tower::ServiceExt;
 /// A running API: its router, the bootstrap (admin) key and the bootstrap tenant.
 pub struct Api {
     pub router: Router,
+    /// The store under the router, for a test to set up what the API cannot make here.
+    pub store: Arc<dyn Store>,
     pub key: String,
     pub tenant: Tenant,
 }
@@ -68,6 +70,15 @@ fn fake_pool() -> PoolRecord {
 /// A fresh API over its own memory store and bus. Creates are not placed in their
 /// admission (`direct_placement` off), so they stay queued: no scheduler runs here.
 pub async fn api() -> Api {
+    api_with(Limits {
+        direct_placement: false,
+        ..Limits::default()
+    })
+    .await
+}
+
+/// `api` with these limits.
+pub async fn api_with(limits: Limits) -> Api {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
     let naming = Naming::new("dly").expect("naming");
@@ -78,14 +89,10 @@ pub async fn api() -> Api {
     let tenant = differently_api::ensure_bootstrap_tenant(store.as_ref())
         .await
         .expect("tenant");
-    let limits = Limits {
-        direct_placement: false,
-        ..Limits::default()
-    };
     let state = AppState::new(Inner {
         events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
         announcer: Announcer::new(bus, naming),
-        store,
+        store: store.clone(),
         pools,
         bootstrap_key: BootstrapKey::from_key(&key).expect("bootstrap key"),
         tenant: tenant.clone(),
@@ -99,6 +106,7 @@ pub async fn api() -> Api {
     });
     Api {
         router: differently_api::router(state),
+        store,
         key,
         tenant,
     }
@@ -115,6 +123,28 @@ impl Api {
         body: Value,
         headers: &[(&str, &str)],
     ) -> Answer {
+        let (raw, mut all) = if body.is_null() {
+            (Vec::new(), Vec::new())
+        } else {
+            (
+                body.to_string().into_bytes(),
+                vec![("content-type", "application/json")],
+            )
+        };
+        all.extend_from_slice(headers);
+        self.call_raw(method, path, key, raw, &all).await
+    }
+
+    /// `call` with the body's bytes as given (none when empty) and only the given headers.
+    pub async fn call_raw(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        raw: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let method_name = method.as_str().to_ascii_lowercase();
         let mut req = Request::builder().method(method).uri(path);
         if let Some(k) = key {
             req = req.header("authorization", format!("Bearer {k}"));
@@ -122,11 +152,10 @@ impl Api {
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
-        let body = if body.is_null() {
+        let body = if raw.is_empty() {
             Body::empty()
         } else {
-            req = req.header("content-type", "application/json");
-            Body::from(body.to_string())
+            Body::from(raw)
         };
         let resp = self
             .router
@@ -135,6 +164,7 @@ impl Api {
             .await
             .expect("infallible");
         let status = resp.status();
+        assert_documented(&method_name, path, status);
         let headers = resp.headers().clone();
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
@@ -188,4 +218,53 @@ pub fn assert_error(a: &Answer, status: StatusCode, code: &str) {
         "{}",
         a.body
     );
+}
+
+/// Fails when the served OpenAPI document does not list `status` among the answers of the
+/// operation `method path`: every status a router test sees must be documented, so the
+/// document cannot drift from the server. 405 and 414 are answered before any operation is
+/// chosen (a method the path does not have, a target too long to route), and a path no
+/// operation matches is the router's 404; those are the document's `info` prose.
+fn assert_documented(method: &str, path: &str, status: StatusCode) {
+    if matches!(status.as_u16(), 405 | 414) {
+        return;
+    }
+    let path = path.split('?').next().unwrap_or_default();
+    let Some((template, op)) = operation_for(method, path) else {
+        return;
+    };
+    assert!(
+        op["responses"].get(status.as_str()).is_some(),
+        "{method} {template} answered {status}, which the OpenAPI document does not list"
+    );
+}
+
+/// The document's operation for a concrete path: the template that matches it with the
+/// most literal segments (`…/files/list` before `…/files/{x}`).
+fn operation_for(method: &str, path: &str) -> Option<(String, &'static Value)> {
+    let doc = differently_api::openapi::document();
+    let segments: Vec<&str> = path.split('/').collect();
+    let mut best: Option<(usize, String, &'static Value)> = None;
+    for (template, item) in doc["paths"].as_object()? {
+        let parts: Vec<&str> = template.split('/').collect();
+        if parts.len() != segments.len() {
+            continue;
+        }
+        let mut literal = 0;
+        let matches = parts.iter().zip(&segments).all(|(t, s)| {
+            if t.starts_with('{') {
+                true
+            } else {
+                literal += 1;
+                t == s
+            }
+        });
+        let Some(op) = item.get(method).filter(|_| matches) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|(l, _, _)| literal > *l) {
+            best = Some((literal, template.clone(), op));
+        }
+    }
+    best.map(|(_, t, op)| (t, op))
 }

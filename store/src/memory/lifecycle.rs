@@ -123,6 +123,23 @@ impl LifecycleStore for MemoryStore {
             .collect())
     }
 
+    async fn list_sandbox_snapshots(
+        &self,
+        sandbox: &SandboxId,
+        after: Option<&SnapshotId>,
+        limit: u32,
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        let st = self.lifecycle();
+        Ok(st
+            .snapshots
+            .values()
+            .filter(|s| &s.sandbox_id == sandbox)
+            .filter(|s| after.is_none_or(|a| &s.id > a))
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+
     async fn update_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
         let mut st = self.lifecycle();
         let slot = st.snapshots.get_mut(&s.id).ok_or(StoreError::NotFound)?;

@@ -193,6 +193,25 @@ impl LifecycleStore for PgStore {
         rows.iter().map(snapshot_of).collect()
     }
 
+    async fn list_sandbox_snapshots(
+        &self,
+        sandbox: &SandboxId,
+        after: Option<&SnapshotId>,
+        limit: u32,
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT doc FROM snapshots
+             WHERE sandbox_id = $1 AND ($2::text IS NULL OR id > $2)
+             ORDER BY id LIMIT $3",
+        )
+        .bind(sandbox.as_str())
+        .bind(after.map(|a| a.as_str()))
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(snapshot_of).collect()
+    }
+
     async fn update_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
         let res = sqlx::query("UPDATE snapshots SET status = $2, doc = $3 WHERE id = $1")
             .bind(s.id.as_str())

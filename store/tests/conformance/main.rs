@@ -129,3 +129,4 @@ conformance!(
 
 mod audit;
 mod placement;
+mod snapshots;

@@ -676,3 +676,34 @@ async fn a_noted_chain_head_saves_the_next_records_retry() {
     let report = api.verify_audit().await.unwrap();
     assert!(report.ok, "{report:?}");
 }
+
+/// A connection the database dropped, and a closed pool, are "unavailable" (503 with
+/// `Retry-After` at the API), not an internal error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_is_unavailable() {
+    let db = TestDb::new().await;
+    let store = PgStore::connect(db.url(), 1).await.unwrap();
+    let org = differently_core::OrgId::new();
+    assert!(store.get_org(&org).await.unwrap().is_none());
+    // Another session ends this store's only connection, as a database restart would.
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(db.store().pool())
+    .await
+    .unwrap();
+    let e = store.get_org(&org).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e:?}");
+    store.close().await;
+    let e = store.get_org(&org).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e:?}");
+    // A query that is wrong is not.
+    let e = differently_store::StoreError::from(
+        sqlx::query("SELECT no_such_column FROM orgs")
+            .execute(db.store().pool())
+            .await
+            .unwrap_err(),
+    );
+    assert!(!e.is_unavailable(), "{e:?}");
+}

@@ -1,0 +1,121 @@
+//! Every error is the JSON envelope, whichever layer refused the request: trailing data after
+//! the body, a body over the limit, a wrong method, a long target, an id that is not UTF-8.
+
+use axum::http::{Method, StatusCode};
+use serde_json::Value;
+
+use crate::support::{api, assert_error};
+
+#[tokio::test]
+async fn data_after_the_json_body_is_refused() {
+    let api = api().await;
+    let key = api.key.clone();
+    let json = [("content-type", "application/json")];
+    let a = api
+        .call_raw(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&key),
+            br#"{"ttlSeconds":60} junk"#.to_vec(),
+            &json,
+        )
+        .await;
+    assert_error(&a, StatusCode::BAD_REQUEST, "invalid_argument");
+    assert!(
+        a.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("after the JSON value"),
+        "{}",
+        a.body
+    );
+    assert_eq!(a.body["error"]["details"]["field"], "");
+    // A second value is trailing data too; trailing whitespace is not.
+    let a = api
+        .call_raw(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&key),
+            br#"{"ttlSeconds":60}{}"#.to_vec(),
+            &json,
+        )
+        .await;
+    assert_error(&a, StatusCode::BAD_REQUEST, "invalid_argument");
+    let a = api
+        .call_raw(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&key),
+            b"{\"ttlSeconds\":60} \n".to_vec(),
+            &json,
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+    // Every JSON body goes through the same parser: PATCH too.
+    let id = api.sandbox().await;
+    let a = api
+        .call_raw(
+            Method::PATCH,
+            &format!("/v1/sandboxes/{id}"),
+            Some(&key),
+            br#"{"labels":{}} x"#.to_vec(),
+            &json,
+        )
+        .await;
+    assert_error(&a, StatusCode::BAD_REQUEST, "invalid_argument");
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_413_envelope_stating_the_limit() {
+    let api = api().await;
+    let key = api.key.clone();
+    let limit = differently_api::middleware::MAX_BODY_BYTES;
+    let a = api
+        .call_raw(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&key),
+            vec![b' '; limit + 1],
+            &[("content-type", "application/json")],
+        )
+        .await;
+    assert_error(&a, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+    assert!(
+        a.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&limit.to_string()),
+        "{}",
+        a.body
+    );
+    assert_eq!(a.body["error"]["details"]["limitBytes"], limit);
+}
+
+#[tokio::test]
+async fn a_wrong_method_is_a_405_envelope_with_allow() {
+    let api = api().await;
+    let a = api.admin(Method::PUT, "/v1/sandboxes", Value::Null).await;
+    assert_error(&a, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    let allow = a.headers["allow"].to_str().unwrap();
+    assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
+}
+
+#[tokio::test]
+async fn a_long_target_is_a_414_envelope() {
+    let api = api().await;
+    let long = format!(
+        "/v1/sandboxes?label=a={}",
+        "x".repeat(differently_api::middleware::MAX_URI_BYTES)
+    );
+    let a = api.admin(Method::GET, &long, Value::Null).await;
+    assert_error(&a, StatusCode::URI_TOO_LONG, "uri_too_long");
+}
+
+#[tokio::test]
+async fn an_id_that_is_not_utf8_is_a_400_envelope() {
+    let api = api().await;
+    let a = api
+        .admin(Method::GET, "/v1/sandboxes/%FF%FE", Value::Null)
+        .await;
+    assert_error(&a, StatusCode::BAD_REQUEST, "invalid_argument");
+}

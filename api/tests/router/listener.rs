@@ -1,0 +1,87 @@
+//! The real listener (`differently_api::server::serve`) against raw, slow TCP clients: a
+//! client that stalls in its headers or its body does not hold its connection past the
+//! configured timeouts. Timeouts of 1 s keep these tests short.
+
+use std::time::{Duration, Instant};
+
+use differently_api::Limits;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::api_with;
+
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Serves a fresh API with 1 s header and body timeouts; its address and bootstrap key.
+async fn listening() -> (std::net::SocketAddr, String) {
+    let api = api_with(Limits {
+        direct_placement: false,
+        header_read_timeout: TIMEOUT,
+        body_read_timeout: TIMEOUT,
+        ..Limits::default()
+    })
+    .await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(differently_api::server::serve(
+        listener,
+        api.router,
+        TIMEOUT,
+        std::future::pending(),
+    ));
+    (addr, api.key)
+}
+
+/// Everything the server sends until it closes the connection; fails after 5 s.
+async fn read_to_close(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out))
+        .await
+        .expect("the server closed the connection within 5 s")
+        .ok();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn a_client_stalling_in_its_request_line_is_disconnected() {
+    let (addr, _) = listening().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let start = Instant::now();
+    stream.write_all(b"GET /v1/sandb").await.unwrap();
+    read_to_close(&mut stream).await;
+    let held = start.elapsed();
+    assert!(
+        held >= TIMEOUT - Duration::from_millis(100) && held < TIMEOUT * 3,
+        "held for {held:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_stalling_in_its_body_gets_408_and_is_disconnected() {
+    let (addr, key) = listening().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let start = Instant::now();
+    let head = format!(
+        "POST /v1/sandboxes HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {key}\r\n\
+         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"ttl"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let answer = read_to_close(&mut stream).await;
+    let held = start.elapsed();
+    assert!(held < TIMEOUT * 3, "held for {held:?}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#""code":"request_timeout""#), "{answer}");
+    assert!(answer.contains(r#""requestId""#), "{answer}");
+}
+
+#[tokio::test]
+async fn a_prompt_client_is_served() {
+    let (addr, _) = listening().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
