@@ -38,6 +38,21 @@ pub fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), FieldErr
 pub const DEFAULT_TTL_SECONDS: u64 = 3600;
 /// Upper bound on a TTL: 30 days.
 pub const MAX_TTL_SECONDS: u64 = 30 * 24 * 3600;
+/// Upper bound on an idle timeout: the TTL's (a sandbox idle longer than it can live is
+/// never idle). Bounded so that stored values always fit time arithmetic in both stores.
+pub const MAX_IDLE_TIMEOUT_SECONDS: u64 = MAX_TTL_SECONDS;
+
+/// Checks an idle timeout a caller sets (at create and in `PATCH`): 1 to
+/// [`MAX_IDLE_TIMEOUT_SECONDS`].
+pub fn validate_idle_timeout(seconds: Option<u64>) -> Result<(), FieldError> {
+    match seconds {
+        Some(s) if s == 0 || s > MAX_IDLE_TIMEOUT_SECONDS => Err(FieldError::new(
+            "idleTimeoutSeconds",
+            format!("must be between 1 and {MAX_IDLE_TIMEOUT_SECONDS}"),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Body of `POST /v1/sandboxes`. Every field is optional; unknown fields are refused.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -164,9 +179,7 @@ impl SandboxSpec {
                 format!("must be between 1 and {MAX_TTL_SECONDS}"),
             ));
         }
-        if req.idle_timeout_seconds == Some(0) {
-            return Err(FieldError::new("idleTimeoutSeconds", "must be at least 1"));
-        }
+        validate_idle_timeout(req.idle_timeout_seconds)?;
         let mut capabilities = req.capabilities.clone().unwrap_or_default();
         capabilities.sort();
         capabilities.dedup();
@@ -380,6 +393,12 @@ mod tests {
             (r#"{"classification": "secret"}"#, "classification"),
             (r#"{"profile": "huge"}"#, "profile"),
             (r#"{"priority": 1000}"#, "priority"),
+            (r#"{"idleTimeoutSeconds": 0}"#, "idleTimeoutSeconds"),
+            (
+                r#"{"idleTimeoutSeconds": 18446744073709551615}"#,
+                "idleTimeoutSeconds",
+            ),
+            (r#"{"idleTimeoutSeconds": 2592001}"#, "idleTimeoutSeconds"),
         ];
         for (json, field) in cases {
             let e = SandboxSpec::build(&req(json).unwrap()).unwrap_err();

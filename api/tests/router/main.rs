@@ -6,6 +6,7 @@
 
 mod support;
 
+mod bounds;
 mod errors;
 mod lifecycle;
 mod refusals;
