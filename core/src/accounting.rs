@@ -245,12 +245,15 @@ pub fn transition(
     Ok(current)
 }
 
-/// A new TTL: a started, live sandbox expires `ttl_seconds` from `now`.
+/// A new TTL: a started, live sandbox expires `ttl_seconds` from `now` (never, as in
+/// [`mark_running`], when that is past the representable time: checked, no panic).
 pub fn apply_ttl(s: &mut Sandbox, ttl_seconds: u64, now: DateTime<Utc>) {
     s.spec.ttl_seconds = ttl_seconds;
     if s.started_at.is_some() && !s.status.is_final() {
-        let ttl = chrono::Duration::seconds(i64::try_from(ttl_seconds).unwrap_or(i64::MAX / 1000));
-        s.expires_at = Some(now + ttl);
+        s.expires_at = i64::try_from(ttl_seconds)
+            .ok()
+            .and_then(TimeDelta::try_seconds)
+            .and_then(|ttl| now.checked_add_signed(ttl));
     }
 }
 

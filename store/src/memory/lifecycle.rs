@@ -291,6 +291,36 @@ mod tests {
     }
 
     #[test]
+    fn idle_never_panics_for_any_stored_timeout_or_time() {
+        let extremes = [
+            None,
+            Some(1),
+            Some(9_223_372_036_854_775),
+            Some(9_223_372_036_854_776),
+            Some(10_000_000_000_000_000),
+            Some(i64::MAX as u64),
+            Some(u64::MAX),
+        ];
+        let times = [Utc::now(), DateTime::<Utc>::MAX_UTC, DateTime::<Utc>::MIN_UTC];
+        for idle in extremes {
+            for default in extremes {
+                for updated in times {
+                    for now in times {
+                        let mut s = sandbox(None, 0);
+                        s.spec.idle_timeout_seconds = idle;
+                        s.updated_at = updated;
+                        let _ = is_idle(&s, Some(now), now, default);
+                    }
+                }
+            }
+        }
+        let mut s = sandbox(None, 0);
+        s.spec.idle_timeout_seconds = Some(u64::MAX);
+        s.updated_at = DateTime::<Utc>::MIN_UTC;
+        assert!(!is_idle(&s, None, DateTime::<Utc>::MAX_UTC, None), "never");
+    }
+
+    #[test]
     fn idle_counts_from_the_later_of_activity_and_status_change() {
         let now = Utc::now();
         assert!(is_idle(&sandbox(Some(10), 60), None, now, None));

@@ -31,11 +31,6 @@ fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
     Ok(s)
 }
 
-fn secs(v: Option<u64>) -> Result<Option<i64>, StoreError> {
-    v.map(|n| i64::try_from(n).map_err(|_| StoreError::Internal("seconds out of range".into())))
-        .transpose()
-}
-
 #[async_trait]
 impl LifecycleStore for PgStore {
     async fn begin_op(&self, op: &OpRecord) -> Result<OpBegun, StoreError> {
@@ -261,17 +256,19 @@ impl LifecycleStore for PgStore {
         default_idle_seconds: Option<u64>,
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
+        // Compared as seconds elapsed (numeric) rather than timestamp + interval: a stored
+        // timeout of any size (rows admitted before the API bounded it may hold up to
+        // u64::MAX) neither overflows `bigint` nor the timestamp range; it just never fires.
         let rows = sqlx::query(
             "SELECT s.doc FROM sandboxes s
              LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
              WHERE s.status = 'running'
-               AND COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::bigint, $1) IS NOT NULL
-               AND GREATEST(s.updated_at, COALESCE(a.last_activity_at, s.updated_at))
-                   + make_interval(secs => COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::bigint, $1))
-                   < $2
+               AND COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::numeric, $1::numeric)
+                   < EXTRACT(EPOCH FROM ($2 - GREATEST(s.updated_at,
+                         COALESCE(a.last_activity_at, s.updated_at))))
              ORDER BY s.updated_at LIMIT $3",
         )
-        .bind(secs(default_idle_seconds)?)
+        .bind(default_idle_seconds.map(|d| i64::try_from(d).unwrap_or(i64::MAX)))
         .bind(now)
         .bind(i64::from(limit))
         .fetch_all(self.pool())

@@ -128,4 +128,5 @@ conformance!(
 );
 
 mod audit;
+mod bounds;
 mod placement;
