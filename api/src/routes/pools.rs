@@ -103,8 +103,7 @@ fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trus
     validate_pool_name(&r.name).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     let trust = differently_adapters::registry::resolve_trust(&r.kind, declared_trust)
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
-    if r
-        .max_concurrent
+    if r.max_concurrent
         .is_some_and(|m| m == 0 || m > MAX_POOL_CONCURRENT)
     {
         return Err(invalid(
@@ -118,8 +117,7 @@ fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trus
             format!("must be a number between 0 and {MAX_COST_PER_CPU_HOUR}"),
         ));
     }
-    if r
-        .typical_create_seconds
+    if r.typical_create_seconds
         .is_some_and(|t| !(0.0..=MAX_TYPICAL_CREATE_SECONDS).contains(&t))
     {
         return Err(invalid(

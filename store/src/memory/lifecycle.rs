@@ -301,7 +301,11 @@ mod tests {
             Some(i64::MAX as u64),
             Some(u64::MAX),
         ];
-        let times = [Utc::now(), DateTime::<Utc>::MAX_UTC, DateTime::<Utc>::MIN_UTC];
+        let times = [
+            Utc::now(),
+            DateTime::<Utc>::MAX_UTC,
+            DateTime::<Utc>::MIN_UTC,
+        ];
         for idle in extremes {
             for default in extremes {
                 for updated in times {

@@ -13,6 +13,7 @@ use sqlx::Row;
 use crate::lifecycle::{
     LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord, ON_BACKEND,
 };
+use crate::pg::rows::sweep_rows_of;
 use crate::pg::PgStore;
 use crate::StoreError;
 
@@ -260,7 +261,7 @@ impl LifecycleStore for PgStore {
         // timeout of any size (rows admitted before the API bounded it may hold up to
         // u64::MAX) neither overflows `bigint` nor the timestamp range; it just never fires.
         let rows = sqlx::query(
-            "SELECT s.doc FROM sandboxes s
+            "SELECT s.id, s.doc FROM sandboxes s
              LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
              WHERE s.status = 'running'
                AND COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::numeric, $1::numeric)
@@ -273,7 +274,7 @@ impl LifecycleStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(sandbox_of).collect()
+        Ok(sweep_rows_of(&rows))
     }
 
     async fn live_not_listed(
@@ -285,7 +286,7 @@ impl LifecycleStore for PgStore {
     ) -> Result<Vec<Sandbox>, StoreError> {
         let live = ON_BACKEND.map(SandboxStatus::as_str);
         let rows = sqlx::query(
-            "SELECT s.doc FROM sandboxes s
+            "SELECT s.id, s.doc FROM sandboxes s
              WHERE s.pool = $1 AND s.status = ANY($2) AND s.updated_at < $3
                AND NOT EXISTS (SELECT 1 FROM unnest($4::text[]) AS l(id) WHERE l.id = s.id)
              ORDER BY s.id LIMIT $5",
@@ -297,7 +298,7 @@ impl LifecycleStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(sandbox_of).collect()
+        Ok(sweep_rows_of(&rows))
     }
 
     async fn drifted(
@@ -313,7 +314,7 @@ impl LifecycleStore for PgStore {
             .map(|(id, st)| (id.as_str(), st.as_str()))
             .unzip();
         let rows = sqlx::query(
-            "SELECT s.doc FROM sandboxes s
+            "SELECT s.id, s.doc FROM sandboxes s
              JOIN unnest($2::text[], $3::text[]) AS l(id, status) ON l.id = s.id
              WHERE s.pool = $1 AND s.status = ANY($4) AND s.status <> l.status
                AND s.updated_at < $5
@@ -329,7 +330,7 @@ impl LifecycleStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(sandbox_of).collect()
+        Ok(sweep_rows_of(&rows))
     }
 
     async fn update_spec(

@@ -82,7 +82,10 @@ pub async fn a_huge_ttl_renew_never_breaks_the_ttl_query(env: &Env) {
     let (org, prj) = tenant(s).await;
     let forever = running_with(s, &org, &prj, None).await;
     let r = s.renew_ttl(&forever, u64::MAX, Utc::now()).await.unwrap();
-    assert_eq!(r.expires_at, None, "past the representable time: never expires");
+    assert_eq!(
+        r.expires_at, None,
+        "past the representable time: never expires"
+    );
     let soon = running_with(s, &org, &prj, None).await;
     s.renew_ttl(&soon, 1, Utc::now()).await.unwrap();
     let later = Utc::now() + TimeDelta::seconds(10);
