@@ -27,6 +27,7 @@ pub mod events;
 pub mod idempotency;
 pub mod middleware;
 pub mod mutation;
+pub mod nul;
 pub mod openapi;
 pub mod page;
 pub mod placement_decision;
@@ -120,6 +121,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/v1/openapi.json", get(openapi::serve))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(nul::refuse_in_query))
         .layer(axum::middleware::from_fn(middleware::request_id))
         .with_state(state)
 }

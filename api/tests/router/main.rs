@@ -9,5 +9,6 @@ mod support;
 mod bounds;
 mod errors;
 mod lifecycle;
+mod nul;
 mod refusals;
 mod sandboxes;
