@@ -77,6 +77,7 @@ impl From<StoreError> for ApiError {
             }
             StoreError::HasDependents(m) => ApiError::new(ErrorCode::Conflict, m),
             StoreError::QuotaExceeded(m) => ApiError::new(ErrorCode::QuotaExceeded, m),
+            StoreError::InvalidValue(field) => ApiError::field(ErrorCode::ValidationFailed, field),
             StoreError::Database(e) => ApiError::internal(e),
             StoreError::Internal(m) => ApiError::internal(m),
         }

@@ -42,6 +42,10 @@ pub enum ChangeRefused {
     /// The sandbox's TTL does not fit a time span.
     #[error("ttl {0} out of range")]
     TtlOutOfRange(u64),
+    /// A string holds a character no store can keep (NUL): refused the same way by both
+    /// stores, behind the API's own check.
+    #[error("{}: {}", .0.field, .0.message)]
+    Unstorable(crate::FieldError),
 }
 
 /// A pool as an activation sees it: its name and its concurrency cap.
@@ -144,7 +148,24 @@ pub fn check_admissible(sbx: &Sandbox) -> Result<(), ChangeRefused> {
             current: sbx.status,
         });
     }
+    if let Some(field) = sbx.spec.nul_field() {
+        return Err(ChangeRefused::Unstorable(nul_refusal(field)));
+    }
     Ok(())
+}
+
+/// Labels a spec update may store: none holds a NUL (checked by both stores alike).
+pub fn check_storable_labels(
+    labels: Option<&BTreeMap<String, String>>,
+) -> Result<(), ChangeRefused> {
+    match labels.and_then(crate::sandbox::labels_nul_field) {
+        Some(field) => Err(ChangeRefused::Unstorable(nul_refusal(field))),
+        None => Ok(()),
+    }
+}
+
+fn nul_refusal(field: String) -> crate::FieldError {
+    crate::FieldError::new(field, "may not contain the NUL character")
 }
 
 /// A listing limit of 0 means "no limit".

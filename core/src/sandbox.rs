@@ -135,7 +135,49 @@ pub struct SandboxSpec {
     pub pinned_pool: Option<String>,
 }
 
+/// The field (`labels.k`, or `labels` for a key) of the first label holding a NUL.
+pub fn labels_nul_field(labels: &BTreeMap<String, String>) -> Option<String> {
+    labels.iter().find_map(|(k, v)| {
+        if k.contains('\0') {
+            Some("labels".to_owned())
+        } else if v.contains('\0') {
+            Some(format!("labels.{k}"))
+        } else {
+            None
+        }
+    })
+}
+
 impl SandboxSpec {
+    /// The first field holding a NUL character, which Postgres cannot store: the stores
+    /// refuse such a spec alike (the API refuses it before).
+    pub fn nul_field(&self) -> Option<String> {
+        let nul = |s: &str| s.contains('\0');
+        if let Some(f) = labels_nul_field(&self.labels) {
+            return Some(f);
+        }
+        if let Some((k, _)) = self.env.iter().find(|(k, v)| nul(k) || nul(v)) {
+            return Some(if nul(k) {
+                "env".to_owned()
+            } else {
+                format!("env.{k}")
+            });
+        }
+        let single = [
+            ("template", self.template.as_deref()),
+            ("region", self.region.as_deref()),
+            ("classification", Some(self.classification.as_str())),
+            ("pinnedPool", self.pinned_pool.as_deref()),
+        ];
+        if let Some((f, _)) = single.iter().find(|(_, v)| v.is_some_and(nul)) {
+            return Some((*f).to_owned());
+        }
+        self.capabilities
+            .iter()
+            .position(|c| nul(c))
+            .map(|i| format!("capabilities[{i}]"))
+    }
+
     /// Replaces the caller's labels with `labels` (already validated), keeping the reserved
     /// ones the system set (e.g. which snapshot it was restored from).
     pub fn replace_labels(&mut self, labels: BTreeMap<String, String>) {

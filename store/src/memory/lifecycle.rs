@@ -223,6 +223,7 @@ impl LifecycleStore for MemoryStore {
         labels: Option<std::collections::BTreeMap<String, String>>,
         idle_timeout_seconds: Option<Option<u64>>,
     ) -> Result<Sandbox, StoreError> {
+        differently_core::accounting::check_storable_labels(labels.as_ref())?;
         let mut st = self.lock();
         let row = st.sandboxes.get_mut(id).ok_or(StoreError::NotFound)?;
         differently_core::accounting::apply_spec_update(

@@ -339,6 +339,7 @@ impl LifecycleStore for PgStore {
         labels: Option<std::collections::BTreeMap<String, String>>,
         idle_timeout_seconds: Option<Option<u64>>,
     ) -> Result<Sandbox, StoreError> {
+        accounting::check_storable_labels(labels.as_ref())?;
         self.update_doc(id, |s| {
             accounting::apply_spec_update(s, labels, idle_timeout_seconds)
         })

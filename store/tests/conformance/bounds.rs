@@ -4,7 +4,7 @@
 
 use chrono::{TimeDelta, Utc};
 use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxId, SandboxSpec};
-use differently_store::{Actor, Admission, Admitted, Quota, Store};
+use differently_store::{Actor, Admission, Admitted, Quota, Store, StoreError};
 
 use crate::cases::{activated, pool, tenant};
 use crate::Env;
@@ -13,6 +13,7 @@ conformance!(
     bounds;
     huge_stored_timeouts_never_break_the_idle_query,
     a_huge_ttl_renew_never_breaks_the_ttl_query,
+    both_stores_refuse_nul_the_same_way,
 );
 
 /// A running sandbox whose stored spec has `idle` as its idle timeout, as old rows may.
@@ -92,4 +93,73 @@ pub async fn a_huge_ttl_renew_never_breaks_the_ttl_query(env: &Env) {
     let expired = s.expired(later, 100).await.unwrap();
     let ids: Vec<_> = expired.iter().map(|x| x.id.clone()).collect();
     assert_eq!(ids, vec![soon]);
+}
+
+/// Postgres cannot store a NUL character and the memory store could: both refuse it alike
+/// (issue #20, defect 3), naming the field, and nothing is written.
+pub async fn both_stores_refuse_nul_the_same_way(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let nul = "a\u{0}b".to_owned();
+    let specs: Vec<(Box<dyn Fn(&mut SandboxSpec)>, &str)> = vec![
+        (
+            Box::new(|sp| {
+                sp.labels.insert("k".into(), nul.clone());
+            }),
+            "labels.k",
+        ),
+        (
+            Box::new(|sp| {
+                sp.labels.insert(nul.clone(), "v".into());
+            }),
+            "labels",
+        ),
+        (
+            Box::new(|sp| {
+                sp.env.insert("TOKEN".into(), nul.clone());
+            }),
+            "env.TOKEN",
+        ),
+        (Box::new(|sp| sp.template = Some(nul.clone())), "template"),
+        (Box::new(|sp| sp.region = Some(nul.clone())), "region"),
+    ];
+    for (change, field) in specs {
+        let mut spec = SandboxSpec::build(&CreateSandboxRequest::default()).unwrap();
+        change(&mut spec);
+        let sbx = Sandbox::queued(org.clone(), prj.clone(), spec, None, Utc::now());
+        let id = sbx.id.clone();
+        let admitted = s
+            .admit(Admission {
+                request_id: None,
+                direct: None,
+                sandbox: sbx,
+                request_hash: "h".into(),
+                defaults: Quota::default(),
+                actor: Actor::Key("key_test".into()),
+            })
+            .await;
+        match admitted {
+            Err(StoreError::InvalidValue(e)) => assert_eq!(e.field, field),
+            other => panic!("{field}: expected InvalidValue, got {other:?}"),
+        }
+        assert_eq!(
+            s.get_sandbox(&id).await.unwrap(),
+            None,
+            "{field}: nothing written"
+        );
+    }
+    let id = running_with(s, &org, &prj, None).await;
+    let labels = [("k".to_owned(), nul.clone())].into_iter().collect();
+    match s.update_spec(&id, Some(labels), None).await {
+        Err(StoreError::InvalidValue(e)) => assert_eq!(e.field, "labels.k"),
+        other => panic!("expected InvalidValue, got {other:?}"),
+    }
+    assert!(s
+        .get_sandbox(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .spec
+        .labels
+        .is_empty());
 }
