@@ -6,6 +6,7 @@
 
 mod support;
 
+mod audit_outcomes;
 mod bounds;
 mod errors;
 mod lifecycle;

@@ -25,6 +25,9 @@ pub struct Api {
     pub router: Router,
     pub key: String,
     pub tenant: Tenant,
+    /// The store under the router, for a test that sets up a state no route can reach here
+    /// (no scheduler or worker runs).
+    pub store: Arc<dyn Store>,
 }
 
 /// What a call answered.
@@ -85,7 +88,7 @@ pub async fn api() -> Api {
     let state = AppState::new(Inner {
         events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
         announcer: Announcer::new(bus, naming),
-        store,
+        store: store.clone(),
         pools,
         bootstrap_key: BootstrapKey::from_key(&key).expect("bootstrap key"),
         tenant: tenant.clone(),
@@ -101,6 +104,7 @@ pub async fn api() -> Api {
         router: differently_api::router(state),
         key,
         tenant,
+        store,
     }
 }
 
