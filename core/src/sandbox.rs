@@ -24,10 +24,27 @@ pub fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), FieldErr
                 format!("the prefix {RESERVED_LABEL_PREFIX} is reserved"),
             ));
         }
-        if k.is_empty() || k.len() > 63 || v.len() > 255 || k.contains('=') {
+        if k.is_empty() || k.chars().count() > 63 || v.chars().count() > 255 || k.contains('=') {
             return Err(FieldError::new(
                 format!("labels.{k}"),
                 "label keys are 1-63 characters without '=', values at most 255",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks environment variable names (a sandbox's `env`, an exec's): letters, digits and
+/// `_`, not starting with a digit; so never empty and never holding `=` or NUL.
+pub fn validate_env_names(env: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    for k in env.keys() {
+        let valid = !k.is_empty()
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(FieldError::new(
+                format!("env.{k}"),
+                "environment variable names are letters, digits and _, not starting with a digit",
             ));
         }
     }
@@ -201,15 +218,10 @@ impl SandboxSpec {
         resources.validate("resources")?;
 
         let env = req.env.clone().unwrap_or_default();
-        for k in env.keys() {
-            let valid = !k.is_empty()
-                && !k.starts_with(|c: char| c.is_ascii_digit())
-                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                return Err(FieldError::new(
-                    format!("env.{k}"),
-                    "environment variable names are letters, digits and _, not starting with a digit",
-                ));
+        validate_env_names(&env)?;
+        if let Some(r) = &req.region {
+            if r.is_empty() || r.chars().count() > 63 {
+                return Err(FieldError::new("region", "must be 1-63 characters"));
             }
         }
         let labels = req.labels.clone().unwrap_or_default();
@@ -236,7 +248,7 @@ impl SandboxSpec {
             ));
         }
         if let Some(t) = &req.template {
-            if t.is_empty() || t.len() > 512 {
+            if t.is_empty() || t.chars().count() > 512 {
                 return Err(FieldError::new("template", "must be 1-512 characters"));
             }
         }
@@ -441,11 +453,33 @@ mod tests {
                 "idleTimeoutSeconds",
             ),
             (r#"{"idleTimeoutSeconds": 2592001}"#, "idleTimeoutSeconds"),
+            (r#"{"region": ""}"#, "region"),
+            (r#"{"env": {"A=B": "y"}}"#, "env.A=B"),
+            (r#"{"env": {"": "y"}}"#, "env."),
         ];
         for (json, field) in cases {
             let e = SandboxSpec::build(&req(json).unwrap()).unwrap_err();
             assert_eq!(e.field, field, "{json}");
         }
+    }
+
+    #[test]
+    fn lengths_count_characters_not_bytes() {
+        let key = "é".repeat(63);
+        let value = "é".repeat(255);
+        let labels = [(key, value)].into_iter().collect();
+        assert_eq!(validate_labels(&labels), Ok(()));
+        let template = format!(
+            r#"{{"template": "{}", "region": "{}"}}"#,
+            "é".repeat(512),
+            "é".repeat(63)
+        );
+        assert!(SandboxSpec::build(&req(&template).unwrap()).is_ok());
+        let long = format!(r#"{{"template": "{}"}}"#, "é".repeat(513));
+        assert_eq!(
+            SandboxSpec::build(&req(&long).unwrap()).unwrap_err().field,
+            "template"
+        );
     }
 
     #[test]

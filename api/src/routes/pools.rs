@@ -103,6 +103,12 @@ fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trus
     validate_pool_name(&r.name).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     let trust = differently_adapters::registry::resolve_trust(&r.kind, declared_trust)
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    if r.region
+        .as_ref()
+        .is_some_and(|g| g.is_empty() || g.chars().count() > 63)
+    {
+        return Err(invalid("region", "must be 1-63 characters"));
+    }
     if r.max_concurrent
         .is_some_and(|m| m == 0 || m > MAX_POOL_CONCURRENT)
     {

@@ -113,7 +113,7 @@ async fn create_snapshot_now(
     if req
         .name
         .as_ref()
-        .is_some_and(|n| n.is_empty() || n.len() > 255)
+        .is_some_and(|n| n.is_empty() || n.chars().count() > 255)
     {
         return Err(ApiError::field(
             ErrorCode::ValidationFailed,

@@ -119,3 +119,22 @@ async fn a_nul_in_a_query_parameter_is_400_naming_it() {
         .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
 }
+
+/// Exec env names are checked like a sandbox's (issue #20, defect 7): `A=B` and `""` are
+/// 422 naming the field, before anything runs.
+#[tokio::test]
+async fn exec_env_names_are_checked_like_a_sandboxes() {
+    let api = api().await;
+    let id = api.sandbox().await;
+    for (name, field) in [("A=B", "env.A=B"), ("", "env."), ("1X", "env.1X")] {
+        let a = api
+            .admin(
+                Method::POST,
+                &format!("/v1/sandboxes/{id}/exec"),
+                json!({ "command": ["ls"], "env": { name: "v" } }),
+            )
+            .await;
+        assert_error(&a, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+        assert_eq!(a.body["error"]["details"]["field"], field, "{}", a.body);
+    }
+}
