@@ -95,13 +95,16 @@ pub async fn a_huge_ttl_renew_never_breaks_the_ttl_query(env: &Env) {
     assert_eq!(ids, vec![soon]);
 }
 
+/// A change to a valid spec that makes one field unstorable.
+type SpecChange<'a> = Box<dyn Fn(&mut SandboxSpec) + 'a>;
+
 /// Postgres cannot store a NUL character and the memory store could: both refuse it alike
 /// (issue #20, defect 3), naming the field, and nothing is written.
 pub async fn both_stores_refuse_nul_the_same_way(env: &Env) {
     let s = env.store.as_ref();
     let (org, prj) = tenant(s).await;
     let nul = "a\u{0}b".to_owned();
-    let specs: Vec<(Box<dyn Fn(&mut SandboxSpec)>, &str)> = vec![
+    let specs: Vec<(SpecChange, &str)> = vec![
         (
             Box::new(|sp| {
                 sp.labels.insert("k".into(), nul.clone());
