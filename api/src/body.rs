@@ -9,8 +9,26 @@ use serde_json::json;
 
 use crate::error::ApiError;
 
-/// Parses `bytes` as `T`, reporting the JSON path of the first problem.
+/// Parses `bytes` as `T`, reporting the JSON path of the first problem; a NUL in any string
+/// is refused (422 naming the field, see [`crate::nul`]).
 pub fn parse_json<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    parse_json_allowing_nul(bytes, &[])
+}
+
+/// [`parse_json`], except that the top-level fields in `data` may hold a NUL (they carry the
+/// caller's data, such as exec `stdin`, not names the stores keep).
+pub fn parse_json_allowing_nul<T: DeserializeOwned>(
+    bytes: &Bytes,
+    data: &[&str],
+) -> Result<T, ApiError> {
+    let parsed: T = parse_strict(bytes)?;
+    match crate::nul::find_in_body(bytes, data) {
+        Some(field) => Err(crate::nul::body_error(field)),
+        None => Ok(parsed),
+    }
+}
+
+fn parse_strict<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {

@@ -95,6 +95,7 @@ impl From<StoreError> for ApiError {
                 )
                 .with_retry_after(DATABASE_RETRY_AFTER_SECONDS)
             }
+            StoreError::InvalidValue(field) => ApiError::field(ErrorCode::ValidationFailed, field),
             StoreError::Database(e) => ApiError::internal(e),
             StoreError::Internal(m) => ApiError::internal(m),
         }

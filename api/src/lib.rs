@@ -27,6 +27,7 @@ pub mod events;
 pub mod idempotency;
 pub mod middleware;
 pub mod mutation;
+pub mod nul;
 pub mod openapi;
 pub mod page;
 pub mod placement_decision;
@@ -134,6 +135,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             middleware::guard,
         ))
+        .layer(axum::middleware::from_fn(nul::refuse_in_query))
         .layer(axum::middleware::from_fn(middleware::request_id))
         .with_state(state)
 }

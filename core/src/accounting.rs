@@ -42,6 +42,10 @@ pub enum ChangeRefused {
     /// The sandbox's TTL does not fit a time span.
     #[error("ttl {0} out of range")]
     TtlOutOfRange(u64),
+    /// A string holds a character no store can keep (NUL): refused the same way by both
+    /// stores, behind the API's own check.
+    #[error("{}: {}", .0.field, .0.message)]
+    Unstorable(crate::FieldError),
 }
 
 /// A pool as an activation sees it: its name and its concurrency cap.
@@ -144,7 +148,24 @@ pub fn check_admissible(sbx: &Sandbox) -> Result<(), ChangeRefused> {
             current: sbx.status,
         });
     }
+    if let Some(field) = sbx.spec.nul_field() {
+        return Err(ChangeRefused::Unstorable(nul_refusal(field)));
+    }
     Ok(())
+}
+
+/// Labels a spec update may store: none holds a NUL (checked by both stores alike).
+pub fn check_storable_labels(
+    labels: Option<&BTreeMap<String, String>>,
+) -> Result<(), ChangeRefused> {
+    match labels.and_then(crate::sandbox::labels_nul_field) {
+        Some(field) => Err(ChangeRefused::Unstorable(nul_refusal(field))),
+        None => Ok(()),
+    }
+}
+
+fn nul_refusal(field: String) -> crate::FieldError {
+    crate::FieldError::new(field, "may not contain the NUL character")
 }
 
 /// A listing limit of 0 means "no limit".
@@ -245,12 +266,15 @@ pub fn transition(
     Ok(current)
 }
 
-/// A new TTL: a started, live sandbox expires `ttl_seconds` from `now`.
+/// A new TTL: a started, live sandbox expires `ttl_seconds` from `now` (never, as in
+/// [`mark_running`], when that is past the representable time: checked, no panic).
 pub fn apply_ttl(s: &mut Sandbox, ttl_seconds: u64, now: DateTime<Utc>) {
     s.spec.ttl_seconds = ttl_seconds;
     if s.started_at.is_some() && !s.status.is_final() {
-        let ttl = chrono::Duration::seconds(i64::try_from(ttl_seconds).unwrap_or(i64::MAX / 1000));
-        s.expires_at = Some(now + ttl);
+        s.expires_at = i64::try_from(ttl_seconds)
+            .ok()
+            .and_then(TimeDelta::try_seconds)
+            .and_then(|ttl| now.checked_add_signed(ttl));
     }
 }
 

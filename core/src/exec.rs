@@ -51,7 +51,17 @@ impl ExecRequest {
         if self.command.iter().any(|a| a.contains('\0')) {
             return Err(FieldError::new("command", "arguments may not contain NUL"));
         }
+        crate::sandbox::validate_env_names(&self.env)?;
+        if let Some((k, _)) = self.env.iter().find(|(_, v)| v.contains('\0')) {
+            return Err(FieldError::new(
+                format!("env.{k}"),
+                "values may not contain NUL",
+            ));
+        }
         if let Some(cwd) = &self.cwd {
+            if cwd.contains('\0') {
+                return Err(FieldError::new("cwd", "may not contain NUL"));
+            }
             if !cwd.starts_with('/') {
                 return Err(FieldError::new("cwd", "must be an absolute path"));
             }

@@ -24,10 +24,27 @@ pub fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), FieldErr
                 format!("the prefix {RESERVED_LABEL_PREFIX} is reserved"),
             ));
         }
-        if k.is_empty() || k.len() > 63 || v.len() > 255 || k.contains('=') {
+        if k.is_empty() || k.chars().count() > 63 || v.chars().count() > 255 || k.contains('=') {
             return Err(FieldError::new(
                 format!("labels.{k}"),
                 "label keys are 1-63 characters without '=', values at most 255",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks environment variable names (a sandbox's `env`, an exec's): letters, digits and
+/// `_`, not starting with a digit; so never empty and never holding `=` or NUL.
+pub fn validate_env_names(env: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    for k in env.keys() {
+        let valid = !k.is_empty()
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(FieldError::new(
+                format!("env.{k}"),
+                "environment variable names are letters, digits and _, not starting with a digit",
             ));
         }
     }
@@ -38,6 +55,21 @@ pub fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), FieldErr
 pub const DEFAULT_TTL_SECONDS: u64 = 3600;
 /// Upper bound on a TTL: 30 days.
 pub const MAX_TTL_SECONDS: u64 = 30 * 24 * 3600;
+/// Upper bound on an idle timeout: the TTL's (a sandbox idle longer than it can live is
+/// never idle). Bounded so that stored values always fit time arithmetic in both stores.
+pub const MAX_IDLE_TIMEOUT_SECONDS: u64 = MAX_TTL_SECONDS;
+
+/// Checks an idle timeout a caller sets (at create and in `PATCH`): 1 to
+/// [`MAX_IDLE_TIMEOUT_SECONDS`].
+pub fn validate_idle_timeout(seconds: Option<u64>) -> Result<(), FieldError> {
+    match seconds {
+        Some(s) if s == 0 || s > MAX_IDLE_TIMEOUT_SECONDS => Err(FieldError::new(
+            "idleTimeoutSeconds",
+            format!("must be between 1 and {MAX_IDLE_TIMEOUT_SECONDS}"),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Body of `POST /v1/sandboxes`. Every field is optional; unknown fields are refused.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -120,7 +152,49 @@ pub struct SandboxSpec {
     pub pinned_pool: Option<String>,
 }
 
+/// The field (`labels.k`, or `labels` for a key) of the first label holding a NUL.
+pub fn labels_nul_field(labels: &BTreeMap<String, String>) -> Option<String> {
+    labels.iter().find_map(|(k, v)| {
+        if k.contains('\0') {
+            Some("labels".to_owned())
+        } else if v.contains('\0') {
+            Some(format!("labels.{k}"))
+        } else {
+            None
+        }
+    })
+}
+
 impl SandboxSpec {
+    /// The first field holding a NUL character, which Postgres cannot store: the stores
+    /// refuse such a spec alike (the API refuses it before).
+    pub fn nul_field(&self) -> Option<String> {
+        let nul = |s: &str| s.contains('\0');
+        if let Some(f) = labels_nul_field(&self.labels) {
+            return Some(f);
+        }
+        if let Some((k, _)) = self.env.iter().find(|(k, v)| nul(k) || nul(v)) {
+            return Some(if nul(k) {
+                "env".to_owned()
+            } else {
+                format!("env.{k}")
+            });
+        }
+        let single = [
+            ("template", self.template.as_deref()),
+            ("region", self.region.as_deref()),
+            ("classification", Some(self.classification.as_str())),
+            ("pinnedPool", self.pinned_pool.as_deref()),
+        ];
+        if let Some((f, _)) = single.iter().find(|(_, v)| v.is_some_and(nul)) {
+            return Some((*f).to_owned());
+        }
+        self.capabilities
+            .iter()
+            .position(|c| nul(c))
+            .map(|i| format!("capabilities[{i}]"))
+    }
+
     /// Replaces the caller's labels with `labels` (already validated), keeping the reserved
     /// ones the system set (e.g. which snapshot it was restored from).
     pub fn replace_labels(&mut self, labels: BTreeMap<String, String>) {
@@ -144,15 +218,10 @@ impl SandboxSpec {
         resources.validate("resources")?;
 
         let env = req.env.clone().unwrap_or_default();
-        for k in env.keys() {
-            let valid = !k.is_empty()
-                && !k.starts_with(|c: char| c.is_ascii_digit())
-                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                return Err(FieldError::new(
-                    format!("env.{k}"),
-                    "environment variable names are letters, digits and _, not starting with a digit",
-                ));
+        validate_env_names(&env)?;
+        if let Some(r) = &req.region {
+            if r.is_empty() || r.chars().count() > 63 {
+                return Err(FieldError::new("region", "must be 1-63 characters"));
             }
         }
         let labels = req.labels.clone().unwrap_or_default();
@@ -164,9 +233,7 @@ impl SandboxSpec {
                 format!("must be between 1 and {MAX_TTL_SECONDS}"),
             ));
         }
-        if req.idle_timeout_seconds == Some(0) {
-            return Err(FieldError::new("idleTimeoutSeconds", "must be at least 1"));
-        }
+        validate_idle_timeout(req.idle_timeout_seconds)?;
         let mut capabilities = req.capabilities.clone().unwrap_or_default();
         capabilities.sort();
         capabilities.dedup();
@@ -181,7 +248,7 @@ impl SandboxSpec {
             ));
         }
         if let Some(t) = &req.template {
-            if t.is_empty() || t.len() > 512 {
+            if t.is_empty() || t.chars().count() > 512 {
                 return Err(FieldError::new("template", "must be 1-512 characters"));
             }
         }
@@ -380,11 +447,39 @@ mod tests {
             (r#"{"classification": "secret"}"#, "classification"),
             (r#"{"profile": "huge"}"#, "profile"),
             (r#"{"priority": 1000}"#, "priority"),
+            (r#"{"idleTimeoutSeconds": 0}"#, "idleTimeoutSeconds"),
+            (
+                r#"{"idleTimeoutSeconds": 18446744073709551615}"#,
+                "idleTimeoutSeconds",
+            ),
+            (r#"{"idleTimeoutSeconds": 2592001}"#, "idleTimeoutSeconds"),
+            (r#"{"region": ""}"#, "region"),
+            (r#"{"env": {"A=B": "y"}}"#, "env.A=B"),
+            (r#"{"env": {"": "y"}}"#, "env."),
         ];
         for (json, field) in cases {
             let e = SandboxSpec::build(&req(json).unwrap()).unwrap_err();
             assert_eq!(e.field, field, "{json}");
         }
+    }
+
+    #[test]
+    fn lengths_count_characters_not_bytes() {
+        let key = "é".repeat(63);
+        let value = "é".repeat(255);
+        let labels = [(key, value)].into_iter().collect();
+        assert_eq!(validate_labels(&labels), Ok(()));
+        let template = format!(
+            r#"{{"template": "{}", "region": "{}"}}"#,
+            "é".repeat(512),
+            "é".repeat(63)
+        );
+        assert!(SandboxSpec::build(&req(&template).unwrap()).is_ok());
+        let long = format!(r#"{{"template": "{}"}}"#, "é".repeat(513));
+        assert_eq!(
+            SandboxSpec::build(&req(&long).unwrap()).unwrap_err().field,
+            "template"
+        );
     }
 
     #[test]

@@ -39,7 +39,9 @@ pub struct Project {
 
 /// Checks an organization or project name.
 pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
-    let ok = !name.trim().is_empty() && name.len() <= 100 && !name.chars().any(|c| c.is_control());
+    let ok = !name.trim().is_empty()
+        && name.chars().count() <= 100
+        && !name.chars().any(|c| c.is_control());
     if ok {
         Ok(())
     } else {

@@ -29,6 +29,10 @@ pub enum StoreError {
     /// An admission limit (such as max queued) is reached.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
+    /// A value no store can keep (a NUL character), naming its field; both stores refuse
+    /// it alike, behind the API's own check.
+    #[error("invalid value: {0}")]
+    InvalidValue(differently_core::FieldError),
     /// The database failed; the cause is kept for logs, never sent to clients.
     #[error("database: {0}")]
     Database(#[source] sqlx::Error),
@@ -87,6 +91,7 @@ impl From<differently_core::accounting::ChangeRefused> for StoreError {
                 StoreError::IllegalTransition { from, to }
             }
             ChangeRefused::TtlOutOfRange(_) => StoreError::Internal(e.to_string()),
+            ChangeRefused::Unstorable(field) => StoreError::InvalidValue(field),
         }
     }
 }

@@ -280,7 +280,9 @@ pub trait LifecycleStore: Send + Sync + 'static {
     ) -> Result<Sandbox, StoreError>;
 }
 
-/// Whether `s` has been idle past its timeout at `now` (shared by both stores).
+/// Whether `s` has been idle past its timeout at `now` (shared by both stores). Checked
+/// arithmetic throughout: a timeout too large to add to a timestamp (rows admitted before
+/// the API bounded it may hold any `u64`) means "never idle", not a panic.
 pub(crate) fn is_idle(
     s: &Sandbox,
     last_activity: Option<DateTime<Utc>>,
@@ -291,6 +293,9 @@ pub(crate) fn is_idle(
         return false;
     };
     let since = last_activity.map_or(s.updated_at, |a| a.max(s.updated_at));
-    let idle = chrono::Duration::seconds(i64::try_from(idle).unwrap_or(i64::MAX / 1000));
-    since + idle < now
+    i64::try_from(idle)
+        .ok()
+        .and_then(chrono::TimeDelta::try_seconds)
+        .and_then(|idle| since.checked_add_signed(idle))
+        .is_some_and(|deadline| deadline < now)
 }

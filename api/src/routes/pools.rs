@@ -88,6 +88,12 @@ struct PoolBody {
     settings: Option<serde_json::Value>,
 }
 
+/// Bounds of a pool's numbers (NaN and infinities fall outside them): large enough for any
+/// real pool, small enough that ranking arithmetic on them stays finite.
+const MAX_POOL_CONCURRENT: u32 = 1_000_000;
+const MAX_COST_PER_CPU_HOUR: f64 = 1_000_000.0;
+const MAX_TYPICAL_CREATE_SECONDS: f64 = 86_400.0;
+
 fn invalid(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::field(ErrorCode::ValidationFailed, FieldError::new(field, message))
 }
@@ -97,18 +103,32 @@ fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trus
     validate_pool_name(&r.name).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     let trust = differently_adapters::registry::resolve_trust(&r.kind, declared_trust)
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
-    if r.max_concurrent == Some(0) {
-        return Err(invalid("maxConcurrent", "must be at least 1"));
+    if r.region
+        .as_ref()
+        .is_some_and(|g| g.is_empty() || g.chars().count() > 63)
+    {
+        return Err(invalid("region", "must be 1-63 characters"));
     }
-    if !(r.cost_per_cpu_hour >= 0.0 && r.cost_per_cpu_hour.is_finite()) {
-        return Err(invalid("costPerCpuHour", "must be a non-negative number"));
+    if r.max_concurrent
+        .is_some_and(|m| m == 0 || m > MAX_POOL_CONCURRENT)
+    {
+        return Err(invalid(
+            "maxConcurrent",
+            format!("must be between 1 and {MAX_POOL_CONCURRENT}"),
+        ));
+    }
+    if !(0.0..=MAX_COST_PER_CPU_HOUR).contains(&r.cost_per_cpu_hour) {
+        return Err(invalid(
+            "costPerCpuHour",
+            format!("must be a number between 0 and {MAX_COST_PER_CPU_HOUR}"),
+        ));
     }
     if r.typical_create_seconds
-        .is_some_and(|t| !(t >= 0.0 && t.is_finite()))
+        .is_some_and(|t| !(0.0..=MAX_TYPICAL_CREATE_SECONDS).contains(&t))
     {
         return Err(invalid(
             "typicalCreateSeconds",
-            "must be a non-negative number",
+            format!("must be a number between 0 and {MAX_TYPICAL_CREATE_SECONDS}"),
         ));
     }
     differently_adapters::registry::build(&r.kind, &r.settings).map_err(|e| {

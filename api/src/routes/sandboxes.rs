@@ -381,11 +381,9 @@ async fn patch_sandbox(
         differently_core::sandbox::validate_labels(labels)
             .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     }
-    if req.idle_timeout_seconds == Some(Some(0)) {
-        return Err(ApiError::field(
-            ErrorCode::ValidationFailed,
-            differently_core::FieldError::new("idleTimeoutSeconds", "must be at least 1"),
-        ));
+    if let Some(idle) = req.idle_timeout_seconds {
+        differently_core::sandbox::validate_idle_timeout(idle)
+            .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     }
     let changes_spec = req.labels.is_some() || req.idle_timeout_seconds.is_some();
     if req.ttl_seconds.is_none() && !changes_spec {

@@ -21,7 +21,7 @@ use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, json_answer, Replay};
-use crate::mutation::{audit, begin, op_failure, wait_op, LIFECYCLE_WAIT};
+use crate::mutation::{audit, audit_event, begin, op_failure, wait_op, LIFECYCLE_WAIT};
 use crate::page::{parse_cursor, parse_limit, Page, PageQuery, RawPageQuery};
 use crate::sandbox_pool::{pool_name, pool_of, require_capability, status_conflict};
 use crate::AppState;
@@ -113,7 +113,7 @@ async fn create_snapshot_now(
     if req
         .name
         .as_ref()
-        .is_some_and(|n| n.is_empty() || n.len() > 255)
+        .is_some_and(|n| n.is_empty() || n.chars().count() > 255)
     {
         return Err(ApiError::field(
             ErrorCode::ValidationFailed,
@@ -151,7 +151,17 @@ async fn create_snapshot_now(
         json!({ "snapshotId": snap.id }),
     )
     .await?;
-    state.store.insert_snapshot(&snap).await?;
+    if let Err(e) = state.store.insert_snapshot(&snap).await {
+        audit_failed(
+            state,
+            principal,
+            &sandbox,
+            &snap.id,
+            "the snapshot record was not written",
+        )
+        .await;
+        return Err(e.into());
+    }
     let record = begin(
         state,
         &sandbox,
@@ -165,8 +175,10 @@ async fn create_snapshot_now(
     let record = match record {
         Ok(r) if r.args["snapshotId"] == json!(snap.id) => r,
         Ok(_) | Err(_) => {
-            // Busy (or joined another snapshot): this one was never started.
+            // Busy (or joined another snapshot): this one was never started, and the audit
+            // log says so after its request.
             let _ = state.store.remove_snapshot(&snap.id).await;
+            audit_failed(state, principal, &sandbox, &snap.id, "never started").await;
             return Err(record.err().unwrap_or_else(|| {
                 ApiError::new(
                     ErrorCode::Conflict,
@@ -184,6 +196,27 @@ async fn create_snapshot_now(
         snap = now;
     }
     Ok((StatusCode::ACCEPTED, Json(SnapshotView::from(&snap))))
+}
+
+/// Records that a requested snapshot was never made (outcome `failed`), so the log shows
+/// only snapshots that exist as made. Best effort: the refusal is answered either way.
+async fn audit_failed(
+    state: &AppState,
+    principal: &Principal,
+    sandbox: &differently_core::Sandbox,
+    snapshot: &SnapshotId,
+    reason: &str,
+) {
+    let mut event = audit_event(
+        principal,
+        (&sandbox.org_id, &sandbox.project_id, &sandbox.id),
+        "snapshot.create",
+        json!({ "snapshotId": snapshot, "reason": reason }),
+    );
+    event.outcome = "failed".to_owned();
+    if let Err(e) = state.store.append_audit(event).await {
+        tracing::warn!(sandbox = %sandbox.id, snapshot = %snapshot, error = %e, "snapshot: the failure's audit record was not written");
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,11 +6,14 @@
 
 mod support;
 
+mod audit_outcomes;
+mod bounds;
 mod documented;
 mod envelope;
 mod errors;
 mod lifecycle;
 mod listener;
+mod nul;
 mod refusals;
 mod sandboxes;
 mod snapshots;

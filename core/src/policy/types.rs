@@ -224,7 +224,7 @@ impl Policy {
             check_classes(&field, list)?;
         }
         for r in self.allowed_regions.iter().flatten() {
-            if r.is_empty() || r.len() > 63 {
+            if r.is_empty() || r.chars().count() > 63 {
                 return Err(FieldError::new(
                     "allowedRegions",
                     "region names are 1-63 characters",
@@ -497,7 +497,7 @@ impl PlacementRequest {
             ));
         }
         if let Some(r) = &self.region {
-            if r.is_empty() || r.len() > 63 {
+            if r.is_empty() || r.chars().count() > 63 {
                 return Err(FieldError::new("region", "must be 1-63 characters"));
             }
         }

@@ -105,6 +105,18 @@ fn chrono_dur(d: std::time::Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::seconds(60))
 }
 
+/// One row's failure in a pass: logged with `action=row_skipped` and counted under the same
+/// name, and the pass goes on with the next row, so one bad row (one tenant's) never stops a
+/// sweep for everyone else. The row is tried again next pass.
+fn row_failed(
+    pass: &'static str,
+    row: &differently_core::Sandbox,
+    error: &differently_store::StoreError,
+) {
+    tracing::warn!(pass, sandbox = %row.id, pool = pool_of(row), error = %error, action = "row_skipped", "sweep: one row failed; skipped it this pass");
+    crate::metrics::reconcile_action(pool_of(row), "row_skipped");
+}
+
 /// The `pool` label of a sandbox's action (`none` before placement).
 fn pool_of(s: &differently_core::Sandbox) -> &str {
     s.pool.as_deref().unwrap_or("none")

@@ -115,13 +115,12 @@ pub(super) async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
                         tracing::warn!(pool = %name, sandbox = %row.id, action = "vanished_failed", "reconcile: backend instance vanished; sandbox failed");
                         crate::metrics::reconcile_action(&name, "vanished_failed");
                         let _ = s.announcer.status(&failed).await;
-                        Ok(())
                     }
-                    Err(StoreError::StatusConflict { .. }) => Ok(()),
-                    Err(e) => Err(e),
+                    Err(StoreError::StatusConflict { .. }) => {}
+                    Err(e) => super::row_failed("reconcile", &row, &e),
                 }
             })
-            .await?;
+            .await;
         }
         // The briefs were read after the listing, so a row may differ only because it is
         // mid-change: the store re-checks each (unchanged since the listing, no operation
@@ -131,7 +130,9 @@ pub(super) async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
                 drift.iter().map(|(id, st)| (id.clone(), *st)).collect();
             for row in s.store.drifted(&name, listed_at, &pairs, BATCH).await? {
                 if let Some(listed) = drift.get(&row.id) {
-                    follow_drift(s, &name, &row, *listed).await?;
+                    if let Err(e) = follow_drift(s, &name, &row, *listed).await {
+                        super::row_failed("reconcile", &row, &e);
+                    }
                 }
             }
         }

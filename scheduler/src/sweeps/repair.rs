@@ -13,7 +13,7 @@ use differently_store::lifecycle::{OpError, OpState};
 use differently_store::{Actor, StoreError, Transition};
 use tokio::time::Instant;
 
-use super::{chrono_dur, pool_of, traced, BATCH};
+use super::{chrono_dur, pool_of, row_failed, traced, BATCH};
 use crate::Scheduler;
 
 pub(super) async fn stuck_provisioning(s: &Scheduler) -> Result<(), StoreError> {
@@ -24,7 +24,9 @@ pub(super) async fn stuck_provisioning(s: &Scheduler) -> Result<(), StoreError> 
         .stale(SandboxStatus::Provisioning, before, BATCH)
         .await?
     {
-        traced("sweep.provisioning", provisioning_one(s, row, now)).await?;
+        if let Err(e) = traced("sweep.provisioning", provisioning_one(s, row.clone(), now)).await {
+            row_failed("provisioning", &row, &e);
+        }
     }
     Ok(())
 }
@@ -219,44 +221,59 @@ pub(super) async fn repair_ops(
         let Some(kind) = WorkOp::parse(&op.kind) else {
             continue;
         };
-        let row = s.store.get_sandbox(&op.sandbox_id).await?;
-        let ended = row.as_ref().is_none_or(|r| r.status.is_final());
-        let snapshot_pool = match op.args["snapshotId"].as_str().map(SnapshotId::parse) {
-            Some(Ok(id)) => s.store.get_snapshot(&id).await?.map(|snap| snap.pool),
-            _ => None,
-        };
-        let pool = snapshot_pool.or_else(|| row.as_ref().and_then(|r| r.pool.clone()));
-        match (row, pool) {
-            (Some(row), Some(pool)) if !ended || kind == WorkOp::DeleteSnapshot => {
-                let attempt = format!("-retry{}", now.timestamp());
-                let sent = traced("sweep.op_resend", async {
-                    tracing::info!(sandbox = %row.id, op = %op.id, kind = %op.kind, action = "op_resend", "sweep: re-sending operation");
-                    crate::metrics::reconcile_action(&pool, "op_resend");
-                    s.announcer
-                        .op(&row, &pool, kind, op.id.as_str(), &attempt)
-                        .await
-                        .is_ok()
-                })
-                .await;
-                if sent {
-                    resent.insert(op.id.clone(), Instant::now());
-                }
+        if let Err(e) = repair_op(s, &op, kind, now, resent).await {
+            tracing::warn!(pass = "operations", op = %op.id, sandbox = %op.sandbox_id, error = %e, action = "row_skipped", "sweep: one operation failed; skipped it this pass");
+            crate::metrics::reconcile_action("none", "row_skipped");
+        }
+    }
+    Ok(())
+}
+
+/// Re-sends one pending operation's work, or fails it when its sandbox has ended.
+async fn repair_op(
+    s: &Scheduler,
+    op: &differently_store::lifecycle::OpRecord,
+    kind: WorkOp,
+    now: chrono::DateTime<Utc>,
+    resent: &mut HashMap<OpId, Instant>,
+) -> Result<(), StoreError> {
+    let row = s.store.get_sandbox(&op.sandbox_id).await?;
+    let ended = row.as_ref().is_none_or(|r| r.status.is_final());
+    let snapshot_pool = match op.args["snapshotId"].as_str().map(SnapshotId::parse) {
+        Some(Ok(id)) => s.store.get_snapshot(&id).await?.map(|snap| snap.pool),
+        _ => None,
+    };
+    let pool = snapshot_pool.or_else(|| row.as_ref().and_then(|r| r.pool.clone()));
+    match (row, pool) {
+        (Some(row), Some(pool)) if !ended || kind == WorkOp::DeleteSnapshot => {
+            let attempt = format!("-retry{}", now.timestamp());
+            let sent = traced("sweep.op_resend", async {
+                tracing::info!(sandbox = %row.id, op = %op.id, kind = %op.kind, action = "op_resend", "sweep: re-sending operation");
+                crate::metrics::reconcile_action(&pool, "op_resend");
+                s.announcer
+                    .op(&row, &pool, kind, op.id.as_str(), &attempt)
+                    .await
+                    .is_ok()
+            })
+            .await;
+            if sent {
+                resent.insert(op.id.clone(), Instant::now());
             }
-            _ => {
-                let err = OpError {
-                    code: ErrorCode::Conflict.as_str().to_owned(),
-                    message: "the sandbox ended before the operation ran".to_owned(),
-                };
-                s.store
-                    .finish_op(
-                        &op.id,
-                        OpState::Failed,
-                        serde_json::Value::Null,
-                        Some(err),
-                        now,
-                    )
-                    .await?;
-            }
+        }
+        _ => {
+            let err = OpError {
+                code: ErrorCode::Conflict.as_str().to_owned(),
+                message: "the sandbox ended before the operation ran".to_owned(),
+            };
+            s.store
+                .finish_op(
+                    &op.id,
+                    OpState::Failed,
+                    serde_json::Value::Null,
+                    Some(err),
+                    now,
+                )
+                .await?;
         }
     }
     Ok(())

@@ -7,7 +7,7 @@ use differently_core::SandboxStatus;
 use differently_store::lifecycle::{OpBegun, OpRecord, IDLE_REASON};
 use differently_store::{Actor, StoreError, Transition};
 
-use super::{pool_of, traced, BATCH};
+use super::{pool_of, row_failed, traced, BATCH};
 use crate::Scheduler;
 
 pub(super) async fn expire(s: &Scheduler) -> Result<(), StoreError> {
@@ -31,13 +31,12 @@ pub(super) async fn expire(s: &Scheduler) -> Result<(), StoreError> {
                     crate::metrics::reconcile_action(pool_of(&updated), "ttl_expired");
                     let _ = s.announcer.work(&updated, WorkOp::Delete, "").await;
                     let _ = s.announcer.status(&updated).await;
-                    Ok(())
                 }
-                Err(StoreError::StatusConflict { .. }) => Ok(()),
-                Err(e) => Err(e),
+                Err(StoreError::StatusConflict { .. }) => {}
+                Err(e) => row_failed("ttl", &row, &e),
             }
         })
-        .await?;
+        .await;
     }
     Ok(())
 }
@@ -68,7 +67,14 @@ pub(super) async fn idle(s: &Scheduler) -> Result<(), StoreError> {
             Actor::System("idle").as_audit(),
             now,
         );
-        if let OpBegun::New(r) = s.store.begin_op(&record).await? {
+        let begun = match s.store.begin_op(&record).await {
+            Ok(b) => b,
+            Err(e) => {
+                row_failed("idle", &row, &e);
+                continue;
+            }
+        };
+        if let OpBegun::New(r) = begun {
             let pool_name = pool.view().name;
             traced("sweep.idle", async {
                 tracing::info!(sandbox = %row.id, op = op.as_str(), action = "idle", "sweep: idle sandbox");

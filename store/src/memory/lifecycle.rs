@@ -240,6 +240,7 @@ impl LifecycleStore for MemoryStore {
         labels: Option<std::collections::BTreeMap<String, String>>,
         idle_timeout_seconds: Option<Option<u64>>,
     ) -> Result<Sandbox, StoreError> {
+        differently_core::accounting::check_storable_labels(labels.as_ref())?;
         let mut st = self.lock();
         let row = st.sandboxes.get_mut(id).ok_or(StoreError::NotFound)?;
         differently_core::accounting::apply_spec_update(
@@ -305,6 +306,40 @@ mod tests {
             .expect("finish again");
         assert_eq!((again.state, again.result), (OpState::Done, json!(1)));
         assert!(matches!(store.begin_op(&stop).await, Ok(OpBegun::New(_))));
+    }
+
+    #[test]
+    fn idle_never_panics_for_any_stored_timeout_or_time() {
+        let extremes = [
+            None,
+            Some(1),
+            Some(9_223_372_036_854_775),
+            Some(9_223_372_036_854_776),
+            Some(10_000_000_000_000_000),
+            Some(i64::MAX as u64),
+            Some(u64::MAX),
+        ];
+        let times = [
+            Utc::now(),
+            DateTime::<Utc>::MAX_UTC,
+            DateTime::<Utc>::MIN_UTC,
+        ];
+        for idle in extremes {
+            for default in extremes {
+                for updated in times {
+                    for now in times {
+                        let mut s = sandbox(None, 0);
+                        s.spec.idle_timeout_seconds = idle;
+                        s.updated_at = updated;
+                        let _ = is_idle(&s, Some(now), now, default);
+                    }
+                }
+            }
+        }
+        let mut s = sandbox(None, 0);
+        s.spec.idle_timeout_seconds = Some(u64::MAX);
+        s.updated_at = DateTime::<Utc>::MIN_UTC;
+        assert!(!is_idle(&s, None, DateTime::<Utc>::MAX_UTC, None), "never");
     }
 
     #[test]

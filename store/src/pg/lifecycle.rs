@@ -13,6 +13,7 @@ use sqlx::Row;
 use crate::lifecycle::{
     LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord, ON_BACKEND,
 };
+use crate::pg::rows::sweep_rows_of;
 use crate::pg::PgStore;
 use crate::StoreError;
 
@@ -29,11 +30,6 @@ fn snapshot_of(row: &sqlx::postgres::PgRow) -> Result<SnapshotRecord, StoreError
 fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
     let Json(s): Json<Sandbox> = row.try_get("doc")?;
     Ok(s)
-}
-
-fn secs(v: Option<u64>) -> Result<Option<i64>, StoreError> {
-    v.map(|n| i64::try_from(n).map_err(|_| StoreError::Internal("seconds out of range".into())))
-        .transpose()
 }
 
 #[async_trait]
@@ -280,22 +276,24 @@ impl LifecycleStore for PgStore {
         default_idle_seconds: Option<u64>,
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
+        // Compared as seconds elapsed (numeric) rather than timestamp + interval: a stored
+        // timeout of any size (rows admitted before the API bounded it may hold up to
+        // u64::MAX) neither overflows `bigint` nor the timestamp range; it just never fires.
         let rows = sqlx::query(
-            "SELECT s.doc FROM sandboxes s
+            "SELECT s.id, s.doc FROM sandboxes s
              LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
              WHERE s.status = 'running'
-               AND COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::bigint, $1) IS NOT NULL
-               AND GREATEST(s.updated_at, COALESCE(a.last_activity_at, s.updated_at))
-                   + make_interval(secs => COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::bigint, $1))
-                   < $2
+               AND COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::numeric, $1::numeric)
+                   < EXTRACT(EPOCH FROM ($2 - GREATEST(s.updated_at,
+                         COALESCE(a.last_activity_at, s.updated_at))))
              ORDER BY s.updated_at LIMIT $3",
         )
-        .bind(secs(default_idle_seconds)?)
+        .bind(default_idle_seconds.map(|d| i64::try_from(d).unwrap_or(i64::MAX)))
         .bind(now)
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(sandbox_of).collect()
+        Ok(sweep_rows_of(&rows))
     }
 
     async fn live_not_listed(
@@ -307,7 +305,7 @@ impl LifecycleStore for PgStore {
     ) -> Result<Vec<Sandbox>, StoreError> {
         let live = ON_BACKEND.map(SandboxStatus::as_str);
         let rows = sqlx::query(
-            "SELECT s.doc FROM sandboxes s
+            "SELECT s.id, s.doc FROM sandboxes s
              WHERE s.pool = $1 AND s.status = ANY($2) AND s.updated_at < $3
                AND NOT EXISTS (SELECT 1 FROM unnest($4::text[]) AS l(id) WHERE l.id = s.id)
              ORDER BY s.id LIMIT $5",
@@ -319,7 +317,7 @@ impl LifecycleStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(sandbox_of).collect()
+        Ok(sweep_rows_of(&rows))
     }
 
     async fn drifted(
@@ -335,7 +333,7 @@ impl LifecycleStore for PgStore {
             .map(|(id, st)| (id.as_str(), st.as_str()))
             .unzip();
         let rows = sqlx::query(
-            "SELECT s.doc FROM sandboxes s
+            "SELECT s.id, s.doc FROM sandboxes s
              JOIN unnest($2::text[], $3::text[]) AS l(id, status) ON l.id = s.id
              WHERE s.pool = $1 AND s.status = ANY($4) AND s.status <> l.status
                AND s.updated_at < $5
@@ -351,7 +349,7 @@ impl LifecycleStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await?;
-        rows.iter().map(sandbox_of).collect()
+        Ok(sweep_rows_of(&rows))
     }
 
     async fn update_spec(
@@ -360,6 +358,7 @@ impl LifecycleStore for PgStore {
         labels: Option<std::collections::BTreeMap<String, String>>,
         idle_timeout_seconds: Option<Option<u64>>,
     ) -> Result<Sandbox, StoreError> {
+        accounting::check_storable_labels(labels.as_ref())?;
         self.update_doc(id, |s| {
             accounting::apply_spec_update(s, labels, idle_timeout_seconds)
         })

@@ -36,6 +36,23 @@ pub(crate) fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreEr
     Ok(s)
 }
 
+/// The rows a sweep iterates (their query selects `id` and `doc`): one whose document does
+/// not decode (damaged, or written by another version) is skipped and reported
+/// (`action=row_skipped`), so one bad row never fails the pass for every other row.
+pub(crate) fn sweep_rows_of(rows: &[sqlx::postgres::PgRow]) -> Vec<Sandbox> {
+    rows.iter()
+        .filter_map(|row| match sandbox_of(row) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                let id: String = row.try_get("id").unwrap_or_default();
+                tracing::warn!(sandbox = %id, error = %e, action = "row_skipped", "store: a sandbox row does not decode; a sweep skips it");
+                metrics::counter!("differently_reconcile_actions_total", "pool" => "none", "action" => "row_skipped").increment(1);
+                None
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn sandboxes_of(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<Sandbox>, StoreError> {
     rows.iter().map(sandbox_of).collect()
 }

@@ -9,7 +9,7 @@ use differently_core::accounting;
 use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use sqlx::Row;
 
-use super::rows::{sandbox_of, sandboxes_of};
+use super::rows::{sandbox_of, sandboxes_of, sweep_rows_of};
 use super::PgStore;
 use crate::prelude::*;
 use crate::{SandboxBrief, SandboxFilter, StoreError};
@@ -110,7 +110,7 @@ impl SandboxReadStore for PgStore {
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
         let rows = sqlx::query(
-            "SELECT doc FROM sandboxes WHERE status = $1 AND updated_at < $2
+            "SELECT id, doc FROM sandboxes WHERE status = $1 AND updated_at < $2
              ORDER BY updated_at, id LIMIT $3",
         )
         .bind(status.as_str())
@@ -118,13 +118,13 @@ impl SandboxReadStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        sandboxes_of(&rows)
+        Ok(sweep_rows_of(&rows))
     }
 
     async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Sandbox>, StoreError> {
         let expirable: Vec<&str> = accounting::EXPIRABLE.iter().map(|s| s.as_str()).collect();
         let rows = sqlx::query(
-            "SELECT doc FROM sandboxes WHERE status = ANY($1) AND expires_at < $2
+            "SELECT id, doc FROM sandboxes WHERE status = ANY($1) AND expires_at < $2
              ORDER BY expires_at, id LIMIT $3",
         )
         .bind(expirable)
@@ -132,6 +132,6 @@ impl SandboxReadStore for PgStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        sandboxes_of(&rows)
+        Ok(sweep_rows_of(&rows))
     }
 }

@@ -128,5 +128,6 @@ conformance!(
 );
 
 mod audit;
+mod bounds;
 mod placement;
 mod snapshots;

@@ -707,3 +707,66 @@ async fn a_dropped_connection_is_unavailable() {
     );
     assert!(!e.is_unavailable(), "{e:?}");
 }
+
+/// A sweep's query skips (and reports) one row whose document does not decode instead of
+/// failing the whole pass: the other rows are still served (issue #20, defect 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_does_not_decode_does_not_fail_the_sweep_queries() {
+    use chrono::{TimeDelta, Utc};
+    use differently_core::{CreateSandboxRequest, Sandbox, SandboxSpec, SandboxStatus};
+    use differently_store::{Actor, Admission, PoolSlot, Quota};
+
+    let db = TestDb::new().await;
+    let s = db.store();
+    let (org, prj) = tenant(&s).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let mut spec = SandboxSpec::build(&CreateSandboxRequest::default()).unwrap();
+        spec.idle_timeout_seconds = Some(1);
+        spec.ttl_seconds = 1;
+        let sbx = Sandbox::queued(org.id.clone(), prj.id.clone(), spec, None, Utc::now());
+        s.admit(Admission {
+            request_id: None,
+            direct: None,
+            sandbox: sbx.clone(),
+            request_hash: "h".into(),
+            defaults: Quota::default(),
+            actor: Actor::System("test"),
+        })
+        .await
+        .unwrap();
+        let pool = PoolSlot {
+            name: "p1".into(),
+            max_concurrent: None,
+        };
+        s.activate(&sbx.id, &pool, &Quota::default(), Utc::now())
+            .await
+            .unwrap();
+        s.mark_running(&sbx.id, "be", Utc::now()).await.unwrap();
+        ids.push(sbx.id);
+    }
+    sqlx::query(
+        "UPDATE sandboxes SET doc = jsonb_set(doc, '{spec,ttlSeconds}', '\"not a number\"')
+         WHERE id = $1",
+    )
+    .bind(ids[0].as_str())
+    .execute(s.pool())
+    .await
+    .unwrap();
+    let later = Utc::now() + TimeDelta::seconds(30);
+    let served = |v: Vec<Sandbox>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
+    let want = vec![ids[1].clone()];
+    assert_eq!(served(s.expired(later, 10).await.unwrap()), want);
+    assert_eq!(
+        served(s.idle_candidates(later, None, 10).await.unwrap()),
+        want
+    );
+    assert_eq!(
+        served(s.stale(SandboxStatus::Running, later, 10).await.unwrap()),
+        want
+    );
+    assert_eq!(
+        served(s.live_not_listed("p1", later, &[], 10).await.unwrap()),
+        want
+    );
+}

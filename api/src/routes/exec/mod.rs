@@ -50,7 +50,7 @@ use tokio::time::Instant;
 use frames::FrameType;
 
 use crate::auth::Principal;
-use crate::body::parse_json;
+use crate::body::parse_json_allowing_nul;
 use crate::data_plane::open_data_call;
 use crate::error::{ApiError, ApiResult};
 use crate::sse::HEARTBEAT;
@@ -69,7 +69,7 @@ pub fn router() -> Router<AppState> {
 }
 
 fn parse_exec(body: &Bytes) -> ApiResult<ExecRequest> {
-    let req: ExecRequest = parse_json(body)?;
+    let req: ExecRequest = parse_json_allowing_nul(body, &["stdin"])?;
     req.validate()
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     if let Some(b) = &req.stdin_base64 {

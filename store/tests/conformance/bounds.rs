@@ -1,0 +1,168 @@
+//! Stored values of any size never break a sweep's query (issue #20, defect 1): rows admitted
+//! before the API bounded `idleTimeoutSeconds` may hold any `u64`; both stores treat a
+//! timeout too large to reach as "never", and the other rows' timeouts still fire.
+
+use chrono::{TimeDelta, Utc};
+use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxId, SandboxSpec};
+use differently_store::{Actor, Admission, Admitted, Quota, Store, StoreError};
+
+use crate::cases::{activated, pool, tenant};
+use crate::Env;
+
+conformance!(
+    bounds;
+    huge_stored_timeouts_never_break_the_idle_query,
+    a_huge_ttl_renew_never_breaks_the_ttl_query,
+    both_stores_refuse_nul_the_same_way,
+);
+
+/// A running sandbox whose stored spec has `idle` as its idle timeout, as old rows may.
+async fn running_with(s: &dyn Store, org: &OrgId, prj: &ProjectId, idle: Option<u64>) -> SandboxId {
+    let mut spec = SandboxSpec::build(&CreateSandboxRequest::default()).unwrap();
+    spec.idle_timeout_seconds = idle;
+    let sbx = Sandbox::queued(org.clone(), prj.clone(), spec, None, Utc::now());
+    let admission = Admission {
+        request_id: None,
+        direct: None,
+        sandbox: sbx,
+        request_hash: "h".into(),
+        defaults: Quota::default(),
+        actor: Actor::Key("key_test".into()),
+    };
+    let id = match s.admit(admission).await.unwrap() {
+        Admitted::New(x) => x.id,
+        other => panic!("expected New, got {other:?}"),
+    };
+    activated(s, &id, &pool("p", None), &Quota::default()).await;
+    s.mark_running(&id, "be", Utc::now()).await.unwrap();
+    id
+}
+
+pub async fn huge_stored_timeouts_never_break_the_idle_query(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let (other_org, other_prj) = tenant(s).await;
+    let mut huge = Vec::new();
+    for idle in [
+        u64::MAX,
+        i64::MAX as u64,
+        10_000_000_000_000_000, // 1e16: fits i64, not a chrono TimeDelta
+        9_223_372_036_854_776,  // just past TimeDelta::MAX in seconds
+        8_000_000_000_000,      // a TimeDelta, but past the last representable time
+    ] {
+        huge.push(running_with(s, &org, &prj, Some(idle)).await);
+    }
+    let short = running_with(s, &other_org, &other_prj, Some(2)).await;
+    let unset = running_with(s, &other_org, &other_prj, None).await;
+
+    let later = Utc::now() + TimeDelta::seconds(10);
+    let idle = s.idle_candidates(later, None, 100).await.unwrap();
+    let ids: Vec<_> = idle.iter().map(|x| x.id.clone()).collect();
+    assert_eq!(ids, vec![short.clone()], "only the short timeout fires");
+
+    // A default applies only to rows without their own timeout, at any size.
+    let idle = s.idle_candidates(later, Some(5), 100).await.unwrap();
+    let mut ids: Vec<_> = idle.iter().map(|x| x.id.clone()).collect();
+    ids.sort();
+    let mut want = vec![short.clone(), unset.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+    let idle = s.idle_candidates(later, Some(u64::MAX), 100).await.unwrap();
+    let ids: Vec<_> = idle.iter().map(|x| x.id.clone()).collect();
+    assert_eq!(ids, vec![short]);
+    // Even at the far end of time nothing fails.
+    let end = chrono::DateTime::<Utc>::MAX_UTC - TimeDelta::days(1);
+    let idle = s.idle_candidates(end, None, 100).await.unwrap();
+    for id in &huge[..4] {
+        assert!(idle.iter().all(|x| &x.id != id), "{id} can never be idle");
+    }
+}
+
+pub async fn a_huge_ttl_renew_never_breaks_the_ttl_query(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let forever = running_with(s, &org, &prj, None).await;
+    let r = s.renew_ttl(&forever, u64::MAX, Utc::now()).await.unwrap();
+    assert_eq!(
+        r.expires_at, None,
+        "past the representable time: never expires"
+    );
+    let soon = running_with(s, &org, &prj, None).await;
+    s.renew_ttl(&soon, 1, Utc::now()).await.unwrap();
+    let later = Utc::now() + TimeDelta::seconds(10);
+    let expired = s.expired(later, 100).await.unwrap();
+    let ids: Vec<_> = expired.iter().map(|x| x.id.clone()).collect();
+    assert_eq!(ids, vec![soon]);
+}
+
+/// A change to a valid spec that makes one field unstorable.
+type SpecChange<'a> = Box<dyn Fn(&mut SandboxSpec) + 'a>;
+
+/// Postgres cannot store a NUL character and the memory store could: both refuse it alike
+/// (issue #20, defect 3), naming the field, and nothing is written.
+pub async fn both_stores_refuse_nul_the_same_way(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let nul = "a\u{0}b".to_owned();
+    let specs: Vec<(SpecChange, &str)> = vec![
+        (
+            Box::new(|sp| {
+                sp.labels.insert("k".into(), nul.clone());
+            }),
+            "labels.k",
+        ),
+        (
+            Box::new(|sp| {
+                sp.labels.insert(nul.clone(), "v".into());
+            }),
+            "labels",
+        ),
+        (
+            Box::new(|sp| {
+                sp.env.insert("TOKEN".into(), nul.clone());
+            }),
+            "env.TOKEN",
+        ),
+        (Box::new(|sp| sp.template = Some(nul.clone())), "template"),
+        (Box::new(|sp| sp.region = Some(nul.clone())), "region"),
+    ];
+    for (change, field) in specs {
+        let mut spec = SandboxSpec::build(&CreateSandboxRequest::default()).unwrap();
+        change(&mut spec);
+        let sbx = Sandbox::queued(org.clone(), prj.clone(), spec, None, Utc::now());
+        let id = sbx.id.clone();
+        let admitted = s
+            .admit(Admission {
+                request_id: None,
+                direct: None,
+                sandbox: sbx,
+                request_hash: "h".into(),
+                defaults: Quota::default(),
+                actor: Actor::Key("key_test".into()),
+            })
+            .await;
+        match admitted {
+            Err(StoreError::InvalidValue(e)) => assert_eq!(e.field, field),
+            other => panic!("{field}: expected InvalidValue, got {other:?}"),
+        }
+        assert_eq!(
+            s.get_sandbox(&id).await.unwrap(),
+            None,
+            "{field}: nothing written"
+        );
+    }
+    let id = running_with(s, &org, &prj, None).await;
+    let labels = [("k".to_owned(), nul.clone())].into_iter().collect();
+    match s.update_spec(&id, Some(labels), None).await {
+        Err(StoreError::InvalidValue(e)) => assert_eq!(e.field, "labels.k"),
+        other => panic!("expected InvalidValue, got {other:?}"),
+    }
+    assert!(s
+        .get_sandbox(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .spec
+        .labels
+        .is_empty());
+}
