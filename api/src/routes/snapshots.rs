@@ -90,7 +90,7 @@ async fn create_snapshot(
         &state,
         &principal,
         &headers,
-        "POST /v1/sandboxes/{id}/snapshots",
+        &format!("POST /v1/sandboxes/{id}/snapshots"),
         &body,
         Replay::Answer,
         create,

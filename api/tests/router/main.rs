@@ -10,3 +10,4 @@ mod errors;
 mod lifecycle;
 mod refusals;
 mod sandboxes;
+mod snapshots;

@@ -25,6 +25,8 @@ pub struct Api {
     pub router: Router,
     pub key: String,
     pub tenant: Tenant,
+    /// The store behind the router, for setting up what no scheduler or worker does here.
+    pub store: Arc<dyn Store>,
 }
 
 /// What a call answered.
@@ -58,7 +60,7 @@ fn fake_pool() -> PoolRecord {
         isolation: None,
         cost_per_cpu_hour: 0.0,
         typical_create_seconds: Some(0.1),
-        settings: json!({}),
+        settings: json!({ "capabilities": ["exec", "snapshots"] }),
         source: PoolSource::Config,
         created_at: now,
         updated_at: now,
@@ -85,7 +87,7 @@ pub async fn api() -> Api {
     let state = AppState::new(Inner {
         events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
         announcer: Announcer::new(bus, naming),
-        store,
+        store: store.clone(),
         pools,
         bootstrap_key: BootstrapKey::from_key(&key).expect("bootstrap key"),
         tenant: tenant.clone(),
@@ -101,6 +103,7 @@ pub async fn api() -> Api {
         router: differently_api::router(state),
         key,
         tenant,
+        store,
     }
 }
 
@@ -173,6 +176,57 @@ impl Api {
         let a = self.admin(Method::POST, "/v1/sandboxes", json!({})).await;
         assert_eq!(a.status, StatusCode::ACCEPTED, "create: {}", a.body);
         a.body["id"].as_str().expect("id").to_owned()
+    }
+}
+
+impl Api {
+    /// A sandbox of the bootstrap tenant moved to `running` on the fake pool directly in the
+    /// store (no scheduler or worker runs here); its id.
+    pub async fn running_sandbox(&self) -> String {
+        let id = self.sandbox().await;
+        let sid = differently_core::SandboxId::parse(&id).expect("sandbox id");
+        let slot = differently_store::PoolSlot {
+            name: "fake".into(),
+            max_concurrent: None,
+        };
+        let now = Utc::now();
+        let activated = self
+            .store
+            .activate(&sid, &slot, &Default::default(), now)
+            .await
+            .expect("activate");
+        assert!(
+            matches!(activated, differently_store::Activation::Activated(_)),
+            "activate: {activated:?}"
+        );
+        self.store
+            .mark_running(&sid, "fake-ref", now)
+            .await
+            .expect("running");
+        id
+    }
+
+    /// Finishes every pending operation as done, as a worker would, until dropped: so a
+    /// route that waits for its operation answers at once instead of after its wait bound.
+    pub fn complete_ops(&self) -> tokio::task::JoinHandle<()> {
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            loop {
+                let now = Utc::now() + chrono::TimeDelta::seconds(1);
+                for op in store.pending_ops(now, 100).await.unwrap_or_default() {
+                    let _ = store
+                        .finish_op(
+                            &op.id,
+                            differently_store::lifecycle::OpState::Done,
+                            json!({}),
+                            None,
+                            Utc::now(),
+                        )
+                        .await;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
     }
 }
 
