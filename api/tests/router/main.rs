@@ -6,6 +6,7 @@
 
 mod support;
 
+mod auth;
 mod errors;
 mod lifecycle;
 mod refusals;

@@ -70,6 +70,15 @@ fn fake_pool() -> PoolRecord {
 /// A fresh API over its own memory store and bus. Creates are not placed in their
 /// admission (`direct_placement` off), so they stay queued: no scheduler runs here.
 pub async fn api() -> Api {
+    api_with(Limits {
+        direct_placement: false,
+        ..Limits::default()
+    })
+    .await
+}
+
+/// `api`, with `limits` instead of the defaults.
+pub async fn api_with(limits: Limits) -> Api {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
     let naming = Naming::new("dly").expect("naming");
@@ -80,10 +89,6 @@ pub async fn api() -> Api {
     let tenant = differently_api::ensure_bootstrap_tenant(store.as_ref())
         .await
         .expect("tenant");
-    let limits = Limits {
-        direct_placement: false,
-        ..Limits::default()
-    };
     let state = AppState::new(Inner {
         events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
         announcer: Announcer::new(bus, naming),
@@ -93,7 +98,7 @@ pub async fn api() -> Api {
         tenant: tenant.clone(),
         faults: Default::default(),
         key_requests: ratelimit::Buckets::new(limits.key_rate),
-        auth_failures: ratelimit::Buckets::new(limits.auth_failure_rate),
+        auth_failures: differently_api::auth_throttle::AuthFailures::new(limits.auth_failure_rate),
         auth_cache: auth_cache::AuthCache::default(),
         activity: activity::ActivityBuffer::default(),
         policies: policy_cache::PolicyCache::default(),
@@ -118,7 +123,24 @@ impl Api {
         body: Value,
         headers: &[(&str, &str)],
     ) -> Answer {
+        self.call_from(None, method, path, key, body, headers).await
+    }
+
+    /// `call` as if from TCP peer `peer` (none: no peer address known, as in `call`).
+    pub async fn call_from(
+        &self,
+        peer: Option<&str>,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        body: Value,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let mut req = Request::builder().method(method).uri(path);
+        if let Some(peer) = peer {
+            let addr: std::net::SocketAddr = format!("{peer}:40000").parse().expect("peer");
+            req = req.extension(axum::extract::ConnectInfo(addr));
+        }
         if let Some(k) = key {
             req = req.header("authorization", format!("Bearer {k}"));
         }
