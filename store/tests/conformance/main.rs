@@ -116,6 +116,7 @@ conformance!(
     org_update_and_delete,
     project_create_rename_and_list,
     project_delete_waits_for_live_sandboxes,
+    project_delete_refuses_while_it_has_snapshots,
     keys_create_get_list_revoke_touch,
     quota_put_get_replace,
     usage_matches_the_accounting_table,
