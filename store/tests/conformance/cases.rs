@@ -1933,6 +1933,47 @@ pub async fn usage_matches_the_accounting_table(env: &Env) {
     );
 }
 
+/// A sandbox that could never run under its org's (defaults included) or project's total
+/// limits is refused at admission, not queued behind a wall that never moves; one exactly at
+/// the limit is admitted.
+pub async fn admit_refuses_a_sandbox_larger_than_a_total_limit(env: &Env) {
+    let s = store(env);
+    let org = create_org(s, "alpha").await;
+    let prj = create_project(s, &org.id, "web").await;
+    let defs = Quota {
+        max_cpu: Some(2),
+        ..Default::default()
+    };
+    let audit_before = audit_len(s).await;
+    let big = sandbox_of_cpu(&org.id, &prj.id, 3);
+    let msg = quota_exceeded(s.admit(defaults(defs, big.clone())).await);
+    assert!(msg.contains("org cpu quota (maxCpu) of 2"), "{msg}");
+    assert_eq!(s.get_sandbox(&big.id).await.unwrap(), None);
+    assert_eq!(audit_len(s).await, audit_before);
+    let exact = sandbox_of_cpu(&org.id, &prj.id, 2);
+    assert!(matches!(
+        s.admit(defaults(defs, exact)).await.unwrap(),
+        Admitted::New(_)
+    ));
+    s.put_quota(
+        &QuotaScope::Project(prj.id.clone()),
+        &Quota {
+            max_active: Some(0),
+            ..Default::default()
+        },
+        &admin(),
+    )
+    .await
+    .unwrap();
+    let one = sandbox_of_cpu(&org.id, &prj.id, 1);
+    let msg = quota_exceeded(s.admit(defaults(defs, one.clone())).await);
+    assert!(
+        msg.contains("project active quota (maxActive) is 0"),
+        "{msg}"
+    );
+    assert_eq!(s.get_sandbox(&one.id).await.unwrap(), None);
+}
+
 pub async fn admit_enforces_max_sandbox_and_queue_limits(env: &Env) {
     let s = store(env);
     let org = create_org(s, "alpha").await;

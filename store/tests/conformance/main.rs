@@ -121,6 +121,7 @@ conformance!(
     quota_put_get_replace,
     usage_matches_the_accounting_table,
     admit_enforces_max_sandbox_and_queue_limits,
+    admit_refuses_a_sandbox_larger_than_a_total_limit,
     activation_waits_on_project_quota,
     tenancy_changes_are_audited_without_key_hash,
     direct_admission_places_only_when_nothing_waits,
