@@ -12,6 +12,7 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::auth_throttle::FailureScope;
 use crate::error::ApiError;
 use crate::AppState;
 
@@ -277,17 +278,37 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
 /// Lower-case hex of `bytes` (the store's, so key hashes and audit hashes are spelled alike).
 pub use differently_store::audit::hex;
 
-fn client_addr(parts: &Parts) -> std::net::IpAddr {
+/// The bearer token of the request, if it has one.
+fn bearer(parts: &Parts) -> Option<&str> {
     parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+/// What a failure of this request counts against: the presented key id when the key is
+/// well formed, else the client's address (`auth_throttle`).
+fn failure_scope(parts: &Parts, state: &AppState) -> FailureScope {
+    if let Some(parsed) = bearer(parts).and_then(parse_key) {
+        return FailureScope::KeyId(parsed.key_id.to_owned());
+    }
+    let peer = parts
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip())
-        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    FailureScope::Addr(crate::auth_throttle::client_addr(
+        peer,
+        &parts.headers,
+        &state.limits.trusted_proxies,
+    ))
 }
 
 fn too_many(wait: std::time::Duration, code: ErrorCode, message: &str) -> ApiError {
     let mut e = ApiError::new(code, message);
-    e.retry_after = Some(wait.as_secs().max(1));
+    e.retry_after = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
     e
 }
 
@@ -295,20 +316,28 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let addr = client_addr(parts);
-        // A client that keeps failing authentication is slowed down before any lookup.
-        if !state.auth_failures.has_token(&addr) {
-            return Err(too_many(
-                std::time::Duration::from_secs(5),
-                ErrorCode::RateLimited,
-                "too many failed authentications from this address; retry later",
-            ));
+        // What keeps failing authentication is slowed down before any lookup: that key id,
+        // or malformed keys from that address. The bootstrap key is matched in memory first
+        // and never throttled, so the operator cannot be locked out.
+        let scope = failure_scope(parts, state);
+        let bootstrap = bearer(parts).is_some_and(|t| state.bootstrap_key.matches(t));
+        if let Some(wait) = state.auth_failures.throttled(&scope).filter(|_| !bootstrap) {
+            let message = match scope {
+                FailureScope::KeyId(_) => {
+                    "too many failed authentications with this key id; retry later"
+                }
+                FailureScope::Addr(_) => {
+                    "too many malformed or missing API keys from this address; retry later"
+                }
+            };
+            return Err(too_many(wait, ErrorCode::RateLimited, message)
+                .with_details(serde_json::json!({ "scope": scope.name() })));
         }
         let principal = match authenticate(parts, state).await {
             Ok(p) => p,
             Err(e) => {
                 if e.code == ErrorCode::Unauthenticated {
-                    let _ = state.auth_failures.take(&addr);
+                    state.auth_failures.failed(&scope);
                 }
                 return Err(e);
             }

@@ -51,12 +51,14 @@ pub enum Replay {
 }
 
 /// Runs `create` once per `Idempotency-Key` (when the request has one) of this API key on
-/// `route`, for a request with `body`.
+/// `route`, for a request with `body`. `route` is the method and the CONCRETE path
+/// (`POST /v1/sandboxes/sbx_…/snapshots`), never the route template: a key is scoped to the
+/// resource it was sent to, so one key sent to two sandboxes makes two snapshots.
 pub async fn once<F, Fut>(
     state: &AppState,
     principal: &Principal,
     headers: &HeaderMap,
-    route: &'static str,
+    route: &str,
     body: &[u8],
     replay: Replay,
     create: F,

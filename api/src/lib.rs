@@ -19,6 +19,7 @@ pub mod access;
 pub mod activity;
 pub mod auth;
 pub mod auth_cache;
+pub mod auth_throttle;
 pub mod body;
 pub mod bootstrap;
 pub mod data_plane;
@@ -51,8 +52,12 @@ pub struct Limits {
     pub quota_defaults: differently_core::tenancy::Quota,
     /// Requests per API key.
     pub key_rate: ratelimit::Rate,
-    /// Failed authentications per client address.
+    /// Failed authentications per presented key id, and per client address for malformed
+    /// keys (`auth_throttle`).
     pub auth_failure_rate: ratelimit::Rate,
+    /// Proxies (`api.trusted_proxies`) whose `X-Forwarded-For` names the client; from any
+    /// other peer the header is ignored.
+    pub trusted_proxies: Vec<auth_throttle::IpNet>,
     /// Whether a create may be placed in its own admission when nothing of its org waits
     /// (`DirectPlacement`); off, every create goes through the placement leader.
     pub direct_placement: bool,
@@ -74,6 +79,7 @@ impl Default for Limits {
                 per_second: 0.5,
                 burst: 20.0,
             },
+            trusted_proxies: Vec::new(),
             direct_placement: true,
             header_read_timeout: std::time::Duration::from_secs(10),
             body_read_timeout: std::time::Duration::from_secs(30),
@@ -96,7 +102,8 @@ pub struct Inner {
     pub events: events::EventHub,
     pub limits: Limits,
     pub key_requests: ratelimit::Buckets<String>,
-    pub auth_failures: ratelimit::Buckets<std::net::IpAddr>,
+    /// Failed authentications, per presented key id or client address (`auth_throttle`).
+    pub auth_failures: auth_throttle::AuthFailures,
     /// Key and organization records read in the last second (`auth_cache`).
     pub auth_cache: auth_cache::AuthCache,
     /// Data-plane activity not yet written (`activity`).

@@ -188,8 +188,13 @@ pub struct ApiSection {
     pub key_requests_per_second: f64,
     /// Burst per API key.
     pub key_burst: f64,
-    /// Failed authentications per minute per client address before it gets 429s.
+    /// Failed authentications per minute per presented key id (and, for missing or
+    /// malformed keys, per client address) before that key id or address gets 429s.
     pub auth_failures_per_minute: f64,
+    /// Proxies (addresses or CIDRs) whose `X-Forwarded-For` is believed: from one of these
+    /// peers the client is the rightmost hop that is not itself listed. Empty: the TCP peer
+    /// is the client and the header is ignored.
+    pub trusted_proxies: Vec<String>,
     /// Place a create in its own admission transaction when nothing of its org waits and
     /// every eligible pool is uncapped (saves the leader's round); `false`: every create
     /// is placed by the leader.
@@ -208,6 +213,7 @@ impl Default for ApiSection {
             key_requests_per_second: 100.0,
             key_burst: 200.0,
             auth_failures_per_minute: 30.0,
+            trusted_proxies: Vec::new(),
             direct_placement: true,
             header_read_timeout_seconds: 10,
             body_read_timeout_seconds: 30,
@@ -348,6 +354,10 @@ impl Config {
                 ));
             }
         }
+        for p in &self.api.trusted_proxies {
+            differently_api::auth_throttle::parse_proxy(p)
+                .map_err(|m| invalid("api.trusted_proxies", m))?;
+        }
         if self.scheduler.default_idle_timeout_seconds == Some(0) {
             return Err(invalid(
                 "scheduler.default_idle_timeout_seconds",
@@ -472,6 +482,17 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_cidrs() {
+        assert!(parse("").unwrap().api.trusted_proxies.is_empty());
+        let c = parse("[api]\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.4\"]").unwrap();
+        assert_eq!(c.api.trusted_proxies.len(), 2);
+        let e = parse("[api]\ntrusted_proxies = [\"lb.local\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("api.trusted_proxies"), "{e}");
     }
 
     #[test]

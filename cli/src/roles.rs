@@ -54,6 +54,13 @@ fn limits(config: &Config) -> Limits {
             per_second: config.api.auth_failures_per_minute / 60.0,
             burst: config.api.auth_failures_per_minute.max(1.0),
         },
+        // Validated when the configuration was loaded.
+        trusted_proxies: config
+            .api
+            .trusted_proxies
+            .iter()
+            .filter_map(|p| differently_api::auth_throttle::parse_proxy(p).ok())
+            .collect(),
         direct_placement: config.api.direct_placement,
         header_read_timeout: Duration::from_secs(config.api.header_read_timeout_seconds),
         body_read_timeout: Duration::from_secs(config.api.body_read_timeout_seconds),
@@ -155,7 +162,9 @@ fn spawn_roles(
             auth_cache: differently_api::auth_cache::AuthCache::default(),
             activity: differently_api::activity::ActivityBuffer::default(),
             policies: differently_api::policy_cache::PolicyCache::default(),
-            auth_failures: differently_api::ratelimit::Buckets::new(limits.auth_failure_rate),
+            auth_failures: differently_api::auth_throttle::AuthFailures::new(
+                limits.auth_failure_rate,
+            ),
             limits,
         });
         let (activity, store) = (state.activity.clone(), parts.store.clone());

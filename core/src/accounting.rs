@@ -22,6 +22,17 @@ pub enum Wall {
     Pool,
 }
 
+impl Wall {
+    /// How explanations name the wall (`"wall": "org"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wall::Org => "org",
+            Wall::Project => "project",
+            Wall::Pool => "pool",
+        }
+    }
+}
+
 /// A quota or admission limit refused the change; the message says which, for the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -91,9 +102,10 @@ pub fn waiting_reason(
     None
 }
 
-/// Admission limits: the sandbox must fit `maxSandbox` of both levels and neither queue may
-/// be full. The `org` quota is already merged over the defaults; the `project` quota is the
-/// project's stored quota only.
+/// Admission limits: the sandbox must fit `maxSandbox` of both levels, must fit each level's
+/// total limits on its own (one that could never run is refused, not queued forever), and
+/// neither queue may be full. The `org` quota is already merged over the defaults; the
+/// `project` quota is the project's stored quota only.
 pub fn check_admission_limits(
     sbx: &Sandbox,
     org: (&Usage, &Quota),
@@ -103,6 +115,11 @@ pub fn check_admission_limits(
     for q in [org.1, project.1] {
         if let Some(e) = q.too_large(&r) {
             return Err(LimitExceeded(format!("{} {}", e.field, e.message)));
+        }
+    }
+    for (q, level) in [(org.1, "org"), (project.1, "project")] {
+        if let Some(reason) = q.never_fits(&r, level) {
+            return Err(LimitExceeded(reason));
         }
     }
     if let Some(max) = org.1.max_queued {
@@ -342,6 +359,36 @@ mod tests {
         assert_eq!(
             waiting_reason((&used, &none), (&used, &none), 99, &sbx, uncapped()),
             None
+        );
+    }
+
+    #[test]
+    fn a_sandbox_larger_than_a_total_limit_is_refused_at_admission() {
+        let sbx = sandbox();
+        let used = Usage::default();
+        let none = Quota::default();
+        let small = Quota {
+            max_cpu: Some(u64::from(sbx.spec.resources.cpu) - 1),
+            ..Quota::default()
+        };
+        let err = check_admission_limits(&sbx, (&used, &small), (&used, &none)).unwrap_err();
+        assert!(err.0.contains("org cpu quota (maxCpu)"), "{err}");
+        let err = check_admission_limits(&sbx, (&used, &none), (&used, &small)).unwrap_err();
+        assert!(err.0.contains("project cpu quota (maxCpu)"), "{err}");
+        let closed = Quota {
+            max_active: Some(0),
+            ..Quota::default()
+        };
+        let err = check_admission_limits(&sbx, (&used, &closed), (&used, &none)).unwrap_err();
+        assert!(err.0.contains("maxActive"), "{err}");
+        // Exactly the limit fits (it waits for room, if any is used).
+        let exact = Quota {
+            max_cpu: Some(u64::from(sbx.spec.resources.cpu)),
+            ..Quota::default()
+        };
+        assert_eq!(
+            check_admission_limits(&sbx, (&used, &exact), (&used, &none)),
+            Ok(())
         );
     }
 

@@ -223,6 +223,55 @@ impl Quota {
         Ok(())
     }
 
+    /// Why a sandbox of `r` could never run under this quota of `level` (`org`, `project`),
+    /// however much of it is free: its own size is above a total limit, or the limit allows
+    /// no active sandbox at all. Such a request is refused at admission rather than queued
+    /// behind a wall that never moves.
+    pub fn never_fits(&self, r: &Resources, level: &str) -> Option<String> {
+        if self.max_active == Some(0) {
+            return Some(format!(
+                "the {level} active quota (maxActive) is 0: no sandbox can run"
+            ));
+        }
+        let checks = [
+            (
+                "resources.cpu",
+                u64::from(r.cpu),
+                self.max_cpu,
+                "cpu",
+                "maxCpu",
+                "",
+            ),
+            (
+                "resources.memoryMiB",
+                r.memory_mib,
+                self.max_memory_mib,
+                "memory",
+                "maxMemoryMiB",
+                " MiB",
+            ),
+            (
+                "resources.diskGiB",
+                r.disk_gib,
+                self.max_disk_gib,
+                "disk",
+                "maxDiskGiB",
+                " GiB",
+            ),
+        ];
+        checks
+            .into_iter()
+            .find_map(|(field, asked, max, what, name, unit)| {
+                let max = max?;
+                (asked > max).then(|| {
+                    format!(
+                        "{field} {asked}{unit} exceeds the {level} {what} quota ({name}) of \
+                     {max}{unit}: the sandbox could never run"
+                    )
+                })
+            })
+    }
+
     /// Why `r` is bigger than this quota allows for one sandbox, if it is.
     pub fn too_large(&self, r: &Resources) -> Option<FieldError> {
         let m = self.max_sandbox?;

@@ -79,7 +79,7 @@ async fn create(
     let mut spec = spec;
     if let Some(raw) = &req.from_snapshot {
         // Restore or fork: pinned to the pool that holds the snapshot.
-        let snap = restore_source(&state, &principal, raw).await?;
+        let snap = restore_source(&state, &principal, raw, &project_id).await?;
         spec.labels
             .insert(FROM_SNAPSHOT_LABEL.to_owned(), snap.id.to_string());
         spec.pinned_pool = Some(snap.pool);
@@ -157,11 +157,13 @@ fn count_admission(outcome: &'static str) {
     metrics::counter!("differently_admissions_total", "outcome" => outcome).increment(1);
 }
 
-/// The snapshot a create names in `fromSnapshot`, if the key may see it and it is ready.
+/// The snapshot a create names in `fromSnapshot`, if the key may see it, it is of `project`
+/// (the one the sandbox is created in) and it is ready.
 async fn restore_source(
     state: &AppState,
     principal: &Principal,
     raw: &str,
+    project: &differently_core::ProjectId,
 ) -> ApiResult<differently_store::lifecycle::SnapshotRecord> {
     let not_found = || {
         ApiError::new(ErrorCode::NotFound, "fromSnapshot: snapshot not found")
@@ -176,6 +178,18 @@ async fn restore_source(
             .is_none_or(|p| p == &snap.project_id);
     if !visible {
         return Err(not_found());
+    }
+    // A snapshot is its project's: restoring it elsewhere would copy one project's data into
+    // another and leave a sandbox depending on a snapshot another project may delete.
+    if &snap.project_id != project {
+        return Err(ApiError::new(
+            ErrorCode::ValidationFailed,
+            format!(
+                "fromSnapshot: the snapshot belongs to project {}; restore it there",
+                snap.project_id
+            ),
+        )
+        .with_details(serde_json::json!({ "field": "fromSnapshot" })));
     }
     if snap.status != differently_store::lifecycle::SnapshotStatus::Ready {
         return Err(ApiError::new(

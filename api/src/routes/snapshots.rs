@@ -23,7 +23,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, json_answer, Replay};
 use crate::mutation::{audit, audit_event, begin, op_failure, wait_op, LIFECYCLE_WAIT};
 use crate::page::{parse_cursor, parse_limit, Page, PageQuery, RawPageQuery};
-use crate::sandbox_pool::{pool_name, pool_of, require_capability, status_conflict};
+use crate::sandbox_pool::{named_pool, pool_name, pool_of, require_capability, status_conflict};
 use crate::AppState;
 
 /// Routes of this module.
@@ -90,7 +90,7 @@ async fn create_snapshot(
         &state,
         &principal,
         &headers,
-        "POST /v1/sandboxes/{id}/snapshots",
+        &format!("POST /v1/sandboxes/{id}/snapshots"),
         &body,
         Replay::Answer,
         create,
@@ -219,6 +219,32 @@ async fn audit_failed(
     }
 }
 
+/// Deletes a snapshot whose source sandbox row is gone (its project was deleted before a
+/// project with snapshots was refused): no operation can run on a sandbox that no longer
+/// exists, so the backend copy is deleted here, through this replica's pool (503 while the
+/// pool is not configured or unreachable, so nothing leaks), then the record.
+async fn delete_orphan(
+    state: &AppState,
+    principal: &Principal,
+    snap: SnapshotRecord,
+) -> ApiResult<Response> {
+    state
+        .store
+        .append_audit(audit_event(
+            principal,
+            (&snap.org_id, &snap.project_id, &snap.sandbox_id),
+            "snapshot.delete",
+            json!({ "snapshotId": snap.id, "sourceGone": true }),
+        ))
+        .await?;
+    if let Some(backend_ref) = &snap.backend_ref {
+        let pool = named_pool(state, &snap.pool)?;
+        pool.adapter.delete_snapshot(backend_ref).await?;
+    }
+    state.store.remove_snapshot(&snap.id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SnapshotListQuery {
@@ -309,10 +335,7 @@ async fn delete_snapshot(
         ));
     }
     let Some(source) = state.store.get_sandbox(&snap.sandbox_id).await? else {
-        return Err(ApiError::internal(format!(
-            "snapshot {} without its source row",
-            snap.id
-        )));
+        return delete_orphan(&state, &principal, snap).await;
     };
     audit(
         &state,

@@ -7,6 +7,7 @@
 mod support;
 
 mod audit_outcomes;
+mod auth;
 mod bounds;
 mod documented;
 mod envelope;
@@ -16,4 +17,5 @@ mod listener;
 mod nul;
 mod refusals;
 mod sandboxes;
+mod snapshot_pages;
 mod snapshots;

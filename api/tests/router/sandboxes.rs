@@ -104,3 +104,59 @@ async fn a_repeated_idempotency_key_replays_the_first_answer() {
         .await;
     assert_error(&other, StatusCode::CONFLICT, "conflict");
 }
+
+#[tokio::test]
+async fn a_sandbox_larger_than_a_quota_total_is_refused_naming_the_limit() {
+    let api = api().await;
+    let org = api.tenant.org.id.to_string();
+    let project = api.tenant.project.id.to_string();
+    let put = api
+        .admin(
+            Method::PUT,
+            &format!("/v1/orgs/{org}/quota"),
+            json!({ "maxCpu": 2 }),
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let big = api
+        .admin(
+            Method::POST,
+            "/v1/sandboxes",
+            json!({ "resources": { "cpu": 4 } }),
+        )
+        .await;
+    assert_error(&big, StatusCode::TOO_MANY_REQUESTS, "quota_exceeded");
+    let message = big.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("org cpu quota (maxCpu) of 2"), "{message}");
+    // At the limit it is admitted (it waits for room if the org uses some).
+    let fits = api
+        .admin(
+            Method::POST,
+            "/v1/sandboxes",
+            json!({ "resources": { "cpu": 2 } }),
+        )
+        .await;
+    assert_eq!(fits.status, StatusCode::ACCEPTED, "{}", fits.body);
+
+    let put = api
+        .admin(
+            Method::PUT,
+            &format!("/v1/projects/{project}/quota"),
+            json!({ "maxMemoryMiB": 512 }),
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let big = api
+        .admin(
+            Method::POST,
+            "/v1/sandboxes",
+            json!({ "resources": { "cpu": 1, "memoryMiB": 1024 } }),
+        )
+        .await;
+    assert_error(&big, StatusCode::TOO_MANY_REQUESTS, "quota_exceeded");
+    let message = big.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("project memory quota (maxMemoryMiB) of 512 MiB"),
+        "{message}"
+    );
+}

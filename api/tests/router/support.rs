@@ -60,7 +60,7 @@ fn fake_pool() -> PoolRecord {
         isolation: None,
         cost_per_cpu_hour: 0.0,
         typical_create_seconds: Some(0.1),
-        settings: json!({}),
+        settings: json!({ "capabilities": ["exec", "snapshots"] }),
         source: PoolSource::Config,
         created_at: now,
         updated_at: now,
@@ -98,7 +98,7 @@ pub async fn api_with(limits: Limits) -> Api {
         tenant: tenant.clone(),
         faults: Default::default(),
         key_requests: ratelimit::Buckets::new(limits.key_rate),
-        auth_failures: ratelimit::Buckets::new(limits.auth_failure_rate),
+        auth_failures: differently_api::auth_throttle::AuthFailures::new(limits.auth_failure_rate),
         auth_cache: auth_cache::AuthCache::default(),
         activity: activity::ActivityBuffer::default(),
         policies: policy_cache::PolicyCache::default(),
@@ -123,6 +123,19 @@ impl Api {
         body: Value,
         headers: &[(&str, &str)],
     ) -> Answer {
+        self.call_from(None, method, path, key, body, headers).await
+    }
+
+    /// `call` as if from TCP peer `peer` (none: no peer address known, as in `call`).
+    pub async fn call_from(
+        &self,
+        peer: Option<&str>,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        body: Value,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let (raw, mut all) = if body.is_null() {
             (Vec::new(), Vec::new())
         } else {
@@ -132,7 +145,7 @@ impl Api {
             )
         };
         all.extend_from_slice(headers);
-        self.call_raw(method, path, key, raw, &all).await
+        self.call_raw_from(peer, method, path, key, raw, &all).await
     }
 
     /// `call` with the body's bytes as given (none when empty) and only the given headers.
@@ -144,8 +157,26 @@ impl Api {
         raw: Vec<u8>,
         headers: &[(&str, &str)],
     ) -> Answer {
+        self.call_raw_from(None, method, path, key, raw, headers)
+            .await
+    }
+
+    /// `call_raw` as if from TCP peer `peer`.
+    pub async fn call_raw_from(
+        &self,
+        peer: Option<&str>,
+        method: Method,
+        path: &str,
+        key: Option<&str>,
+        raw: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let method_name = method.as_str().to_ascii_lowercase();
         let mut req = Request::builder().method(method).uri(path);
+        if let Some(peer) = peer {
+            let addr: std::net::SocketAddr = format!("{peer}:40000").parse().expect("peer");
+            req = req.extension(axum::extract::ConnectInfo(addr));
+        }
         if let Some(k) = key {
             req = req.header("authorization", format!("Bearer {k}"));
         }
@@ -203,6 +234,57 @@ impl Api {
         let a = self.admin(Method::POST, "/v1/sandboxes", json!({})).await;
         assert_eq!(a.status, StatusCode::ACCEPTED, "create: {}", a.body);
         a.body["id"].as_str().expect("id").to_owned()
+    }
+}
+
+impl Api {
+    /// A sandbox of the bootstrap tenant moved to `running` on the fake pool directly in the
+    /// store (no scheduler or worker runs here); its id.
+    pub async fn running_sandbox(&self) -> String {
+        let id = self.sandbox().await;
+        let sid = differently_core::SandboxId::parse(&id).expect("sandbox id");
+        let slot = differently_store::PoolSlot {
+            name: "fake".into(),
+            max_concurrent: None,
+        };
+        let now = Utc::now();
+        let activated = self
+            .store
+            .activate(&sid, &slot, &Default::default(), now)
+            .await
+            .expect("activate");
+        assert!(
+            matches!(activated, differently_store::Activation::Activated(_)),
+            "activate: {activated:?}"
+        );
+        self.store
+            .mark_running(&sid, "fake-ref", now)
+            .await
+            .expect("running");
+        id
+    }
+
+    /// Finishes every pending operation as done, as a worker would, until dropped: so a
+    /// route that waits for its operation answers at once instead of after its wait bound.
+    pub fn complete_ops(&self) -> tokio::task::JoinHandle<()> {
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            loop {
+                let now = Utc::now() + chrono::TimeDelta::seconds(1);
+                for op in store.pending_ops(now, 100).await.unwrap_or_default() {
+                    let _ = store
+                        .finish_op(
+                            &op.id,
+                            differently_store::lifecycle::OpState::Done,
+                            json!({}),
+                            None,
+                            Utc::now(),
+                        )
+                        .await;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
     }
 }
 

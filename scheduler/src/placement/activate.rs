@@ -27,7 +27,7 @@ pub(super) async fn activate_group(
 ) -> Vec<(usize, Result<Outcome, StoreError>)> {
     let mut out = Vec::with_capacity(ready.len());
     let mut items: Vec<(usize, ActivationItem)> = Vec::new();
-    let mut walled: Vec<usize> = Vec::new();
+    let mut walled: Vec<(usize, Wall)> = Vec::new();
     {
         let queue = lock(q);
         let decided = ready
@@ -55,13 +55,13 @@ pub(super) async fn activate_group(
                         explanation: Some(r.doc.clone()),
                     },
                 )),
-                None => walled.push(i),
+                None => walled.push((i, parked_wall(&queue.blocked, &r.row))),
             }
         }
     }
-    for i in walled {
+    for (i, wall) in walled {
         if let Some(r) = ready[i] {
-            out.push((i, Ok(wait_behind_walls(s, r).await)));
+            out.push((i, Ok(wait_behind_walls(s, r, wall, None).await)));
         }
     }
     if items.is_empty() {
@@ -94,12 +94,13 @@ pub(super) async fn activate_group(
                 out.push((i, Ok(Outcome::Activated)));
             }
             Activation::Waiting(waiting, wall) => {
+                let reason = waiting.status_reason.clone();
                 note_wall(q, waiting, &it.pool.name, wall);
                 if wall == Wall::Pool {
                     try_others.push(i);
                 } else if let Some(r) = ready[i] {
                     // A tenant quota: no other pool helps.
-                    out.push((i, Ok(wait_behind_walls(s, r).await)));
+                    out.push((i, Ok(wait_behind_walls(s, r, wall, reason).await)));
                 }
             }
             Activation::NotQueued(_) => out.push((i, Ok(Outcome::Gone))),
@@ -175,11 +176,50 @@ pub(super) fn note_wall(q: &Shared, waiting: Sandbox, pool: &str, wall: Wall) {
     queue.rows.insert(waiting.id.clone(), waiting);
 }
 
-/// Every pool this candidate could use is behind a wall: it waits; its explanation is stored
-/// the first time, so `GET …/placement` says why.
-pub(super) async fn wait_behind_walls(s: &Scheduler, r: &Ready) -> Outcome {
-    if r.row.status_reason.is_none() {
-        let _ = s.store.save_placement(&r.row.id, &r.doc).await;
+/// Which known wall parks `row` without a transaction (the org's, then the project's, then
+/// its pools').
+fn parked_wall(blocked: &super::queue::Blocked, row: &Sandbox) -> Wall {
+    if blocked.orgs.contains(&row.org_id) {
+        Wall::Org
+    } else if blocked.projects.contains(&row.project_id) {
+        Wall::Project
+    } else {
+        Wall::Pool
+    }
+}
+
+/// The explanation of a candidate the policy placed but a wall keeps waiting: the policy's
+/// `doc` with `decision: waiting`, the `reason` and the `wall`, so it agrees with the row's
+/// `queued` status (it never says `placed` on a pool the sandbox is not on).
+pub(super) fn waiting_doc(doc: &serde_json::Value, reason: &str, wall: Wall) -> serde_json::Value {
+    let mut doc = doc.clone();
+    if let Some(o) = doc.as_object_mut() {
+        o.insert("decision".into(), "waiting".into());
+        o.remove("pool");
+        o.insert("reason".into(), reason.into());
+        o.insert("wall".into(), wall.as_str().into());
+    }
+    doc
+}
+
+/// Every pool this candidate could use is behind a wall: it waits. Its explanation says so
+/// (`waiting_doc`) and is stored whenever its reason changes, so `GET …/placement` says why.
+/// `reason` is the row's after a refused activation; `None` when it was parked behind a wall
+/// another candidate found.
+pub(super) async fn wait_behind_walls(
+    s: &Scheduler,
+    r: &Ready,
+    wall: Wall,
+    reason: Option<String>,
+) -> Outcome {
+    let reason = reason
+        .or_else(|| r.row.status_reason.clone())
+        .unwrap_or_else(|| format!("waiting: {} limit reached", wall.as_str()));
+    if r.row.status_reason.as_deref() != Some(reason.as_str()) {
+        let doc = waiting_doc(&r.doc, &reason, wall);
+        if let Err(e) = s.store.save_placement(&r.row.id, &doc).await {
+            tracing::warn!(sandbox = %r.row.id, error = %e, "placement: cannot record why it waits");
+        }
     }
     Outcome::Wait
 }
@@ -199,6 +239,7 @@ pub(super) async fn activate_ranked(
         ranking,
         now,
     } = ready;
+    let mut behind: Option<(Wall, Option<String>)> = None;
     for (pool, cap) in ranking {
         {
             let queue = lock(q);
@@ -206,6 +247,9 @@ pub(super) async fn activate_ranked(
                 return Ok(Outcome::Stale);
             }
             if queue.blocked.blocks(row, pool) {
+                if behind.is_none() {
+                    behind = Some((parked_wall(&queue.blocked, row), None));
+                }
                 continue;
             }
         }
@@ -224,6 +268,7 @@ pub(super) async fn activate_ranked(
                 return Ok(Outcome::Activated);
             }
             Activation::Waiting(waiting, wall) => {
+                behind = Some((wall, waiting.status_reason.clone()));
                 note_wall(q, waiting, pool, wall);
                 if wall != Wall::Pool {
                     // A tenant quota: no other pool helps.
@@ -233,5 +278,6 @@ pub(super) async fn activate_ranked(
             Activation::NotQueued(_) => return Ok(Outcome::Gone),
         }
     }
-    Ok(wait_behind_walls(s, ready).await)
+    let (wall, reason) = behind.unwrap_or((Wall::Pool, None));
+    Ok(wait_behind_walls(s, ready, wall, reason).await)
 }

@@ -637,3 +637,53 @@ async fn a_refused_snapshot_delete_is_retried_until_the_backend_confirms() {
         "the record goes once the backend confirms"
     );
 }
+
+/// A sandbox the policy would place but its org's quota keeps waiting: its explanation says
+/// waiting, behind the org's wall, with the row's own reason — never `placed` on a pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_waiting_on_its_org_quota_is_explained_as_waiting() {
+    let p = plane(serde_json::json!({}), WorkerConfig::default()).await;
+    let quota = differently_core::tenancy::Quota {
+        max_cpu: Some(2),
+        ..Default::default()
+    };
+    p.store
+        .put_quota(
+            &differently_store::QuotaScope::Org(p.org.clone()),
+            &quota,
+            &Actor::System("test"),
+        )
+        .await
+        .expect("quota");
+    let first = p
+        .admit(serde_json::json!({ "resources": { "cpu": 2 } }))
+        .await;
+    p.reaches(&first.id, Running).await;
+    let second = p
+        .admit(serde_json::json!({ "resources": { "cpu": 1 } }))
+        .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let (row, doc) = loop {
+        let row = p.row(&second.id).await;
+        let doc = p.store.get_placement(&second.id).await.expect("placement");
+        if let (Some(reason), Some(doc)) = (&row.status_reason, doc) {
+            if reason.starts_with("waiting: org cpu quota") {
+                break (row, doc);
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never waited on the org quota: {row:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(row.status, Queued, "{row:?}");
+    assert_eq!(doc["decision"], "waiting", "{doc}");
+    assert_eq!(doc["wall"], "org", "{doc}");
+    assert_eq!(
+        doc["reason"].as_str(),
+        row.status_reason.as_deref(),
+        "{doc}"
+    );
+    assert!(doc.get("pool").is_none(), "{doc}");
+}

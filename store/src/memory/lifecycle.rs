@@ -24,6 +24,18 @@ pub(crate) struct LifecycleState {
 }
 
 impl MemoryStore {
+    /// How many snapshots project `id` has (the caller may hold the state lock: lifecycle
+    /// is always taken after it).
+    pub(crate) fn snapshots_of_project(&self, id: &ProjectId) -> u64 {
+        let n = self
+            .lifecycle()
+            .snapshots
+            .values()
+            .filter(|s| &s.project_id == id)
+            .count();
+        u64::try_from(n).unwrap_or(u64::MAX)
+    }
+
     fn lifecycle(&self) -> MutexGuard<'_, LifecycleState> {
         self.lifecycle
             .lock()
@@ -92,6 +104,16 @@ impl LifecycleStore for MemoryStore {
     }
 
     async fn insert_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
+        // Held across the insert, so a concurrent project delete either sees this snapshot
+        // or has already removed the project (then this is `NotFound`), as on Postgres.
+        let state = self.lock();
+        if state
+            .projects
+            .get(&s.project_id)
+            .is_none_or(|p| p.org_id != s.org_id)
+        {
+            return Err(StoreError::NotFound);
+        }
         let mut st = self.lifecycle();
         if st.snapshots.contains_key(&s.id) {
             return Err(StoreError::AlreadyExists(format!("snapshot {}", s.id)));

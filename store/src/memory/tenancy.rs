@@ -156,6 +156,11 @@ impl TenancyStore for MemoryStore {
         if live > 0 {
             return Err(rules::project_has_live_sandboxes(live as u64));
         }
+        // Lock order: state, then lifecycle (as `insert_snapshot`).
+        let snapshots = self.snapshots_of_project(id);
+        if snapshots > 0 {
+            return Err(rules::project_has_snapshots(snapshots));
+        }
         let before = st.sandboxes.len();
         st.sandboxes.retain(|_, r| &r.sandbox.project_id != id);
         let removed = before - st.sandboxes.len();

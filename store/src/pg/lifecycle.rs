@@ -138,6 +138,17 @@ impl LifecycleStore for PgStore {
     }
 
     async fn insert_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        // Serialized with `delete_project` (which takes the row FOR UPDATE): no snapshot is
+        // inserted into a project being deleted, so none outlives its project.
+        let project = sqlx::query("SELECT 1 FROM projects WHERE id = $1 AND org_id = $2 FOR SHARE")
+            .bind(s.project_id.as_str())
+            .bind(s.org_id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if project.is_none() {
+            return Err(StoreError::NotFound);
+        }
         let res = sqlx::query(
             "INSERT INTO snapshots (id, org_id, project_id, sandbox_id, pool, status,
                  created_at, doc)
@@ -151,11 +162,12 @@ impl LifecycleStore for PgStore {
         .bind(s.status.as_str())
         .bind(s.created_at)
         .bind(Json(s))
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
         if res.rows_affected() == 0 {
             return Err(StoreError::AlreadyExists(format!("snapshot {}", s.id)));
         }
+        tx.commit().await?;
         Ok(())
     }
 

@@ -281,6 +281,16 @@ impl TenancyStore for PgStore {
         if live > 0 {
             return Err(rules::project_has_live_sandboxes(count_u64(live)));
         }
+        // The project row is locked: a snapshot insert (which takes it FOR SHARE) either
+        // committed before and is counted here, or waits and then finds no project.
+        let snapshots: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM snapshots WHERE project_id = $1")
+                .bind(id.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+        if snapshots > 0 {
+            return Err(rules::project_has_snapshots(count_u64(snapshots)));
+        }
         let removed = sqlx::query("DELETE FROM sandboxes WHERE project_id = $1")
             .bind(id.as_str())
             .execute(&mut *tx)

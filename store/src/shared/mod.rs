@@ -14,6 +14,8 @@ pub(crate) mod rules {
     pub(crate) use super::changes::{
         activate, activate_direct, admit_entry, mark_running, requeue, transition,
     };
-    pub(crate) use super::refusals::{name_taken, org_has_projects, project_has_live_sandboxes};
+    pub(crate) use super::refusals::{
+        name_taken, org_has_projects, project_has_live_sandboxes, project_has_snapshots,
+    };
     pub(crate) use super::tenancy::{key_detail, tenancy_entry, update_org};
 }

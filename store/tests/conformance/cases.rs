@@ -1648,6 +1648,59 @@ pub async fn project_delete_waits_for_live_sandboxes(env: &Env) {
     assert_eq!(msg, "project has 1 live sandboxes");
 }
 
+fn snapshot_of(sbx: &Sandbox) -> differently_store::lifecycle::SnapshotRecord {
+    let now = Utc::now();
+    differently_store::lifecycle::SnapshotRecord {
+        id: differently_core::ids::SnapshotId::new(),
+        org_id: sbx.org_id.clone(),
+        project_id: sbx.project_id.clone(),
+        sandbox_id: sbx.id.clone(),
+        pool: "p".into(),
+        name: None,
+        status: differently_store::lifecycle::SnapshotStatus::Ready,
+        status_reason: None,
+        backend_ref: Some("snap-1".into()),
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// No snapshot outlives its project: a project with snapshots is not deleted (they must be
+/// deleted first, backend side too), and no snapshot is recorded into a deleted project.
+pub async fn project_delete_refuses_while_it_has_snapshots(env: &Env) {
+    let s = store(env);
+    let org = create_org(s, "alpha").await;
+    let prj = create_project(s, &org.id, "web").await;
+    let sbx = admit(s, &org.id, &prj.id).await;
+    let snap = snapshot_of(&sbx);
+    s.insert_snapshot(&snap).await.unwrap();
+    s.transition(tr(&sbx.id, &[Queued], Terminated), Utc::now())
+        .await
+        .unwrap();
+
+    let audit_before = audit_len(s).await;
+    let msg = has_dependents(s.delete_project(&prj.id, &admin()).await);
+    assert!(msg.starts_with("project has 1 snapshots"), "{msg}");
+    assert_eq!(audit_len(s).await, audit_before);
+    assert!(s.get_project(&prj.id).await.unwrap().is_some());
+    assert!(s.get_sandbox(&sbx.id).await.unwrap().is_some());
+    assert_eq!(s.get_snapshot(&snap.id).await.unwrap(), Some(snap.clone()));
+
+    s.remove_snapshot(&snap.id).await.unwrap();
+    s.delete_project(&prj.id, &admin()).await.unwrap();
+    assert_eq!(s.get_project(&prj.id).await.unwrap(), None);
+    // A snapshot of a deleted project is never recorded.
+    assert!(matches!(
+        s.insert_snapshot(&snapshot_of(&sbx)).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(s
+        .list_snapshots(&org.id, None, None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 pub async fn keys_create_get_list_revoke_touch(env: &Env) {
     let s = store(env);
     let org = create_org(s, "alpha").await;
@@ -1878,6 +1931,47 @@ pub async fn usage_matches_the_accounting_table(env: &Env) {
         s.usage(&QuotaScope::Project(empty.id)).await.unwrap(),
         Usage::default()
     );
+}
+
+/// A sandbox that could never run under its org's (defaults included) or project's total
+/// limits is refused at admission, not queued behind a wall that never moves; one exactly at
+/// the limit is admitted.
+pub async fn admit_refuses_a_sandbox_larger_than_a_total_limit(env: &Env) {
+    let s = store(env);
+    let org = create_org(s, "alpha").await;
+    let prj = create_project(s, &org.id, "web").await;
+    let defs = Quota {
+        max_cpu: Some(2),
+        ..Default::default()
+    };
+    let audit_before = audit_len(s).await;
+    let big = sandbox_of_cpu(&org.id, &prj.id, 3);
+    let msg = quota_exceeded(s.admit(defaults(defs, big.clone())).await);
+    assert!(msg.contains("org cpu quota (maxCpu) of 2"), "{msg}");
+    assert_eq!(s.get_sandbox(&big.id).await.unwrap(), None);
+    assert_eq!(audit_len(s).await, audit_before);
+    let exact = sandbox_of_cpu(&org.id, &prj.id, 2);
+    assert!(matches!(
+        s.admit(defaults(defs, exact)).await.unwrap(),
+        Admitted::New(_)
+    ));
+    s.put_quota(
+        &QuotaScope::Project(prj.id.clone()),
+        &Quota {
+            max_active: Some(0),
+            ..Default::default()
+        },
+        &admin(),
+    )
+    .await
+    .unwrap();
+    let one = sandbox_of_cpu(&org.id, &prj.id, 1);
+    let msg = quota_exceeded(s.admit(defaults(defs, one.clone())).await);
+    assert!(
+        msg.contains("project active quota (maxActive) is 0"),
+        "{msg}"
+    );
+    assert_eq!(s.get_sandbox(&one.id).await.unwrap(), None);
 }
 
 pub async fn admit_enforces_max_sandbox_and_queue_limits(env: &Env) {
