@@ -39,6 +39,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0008_idempotency",
         include_str!("../../../migrations/0008_idempotency.sql"),
     ),
+    (
+        "0009_snapshots_by_sandbox",
+        include_str!("../../../migrations/0009_snapshots_by_sandbox.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).
