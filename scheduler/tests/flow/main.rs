@@ -330,12 +330,24 @@ async fn operate(
     kind: WorkOp,
     times: usize,
 ) -> differently_store::lifecycle::OpRecord {
+    operate_with(p, s, kind, true, serde_json::json!({}), times).await
+}
+
+/// [`operate`] with the operation's exclusivity and arguments.
+async fn operate_with(
+    p: &Plane,
+    s: &Sandbox,
+    kind: WorkOp,
+    exclusive: bool,
+    args: serde_json::Value,
+    times: usize,
+) -> differently_store::lifecycle::OpRecord {
     use differently_store::lifecycle::{OpBegun, OpRecord};
     let record = OpRecord::new(
         s,
         kind.as_str(),
-        true,
-        serde_json::json!({}),
+        exclusive,
+        args,
         "key:key_test".into(),
         Utc::now(),
     );
@@ -438,21 +450,15 @@ async fn lifecycle_operations_settle_once_however_often_they_are_delivered() {
     );
 }
 
-/// A snapshot the backend is still writing stays `creating` (so a fork of it is refused
-/// until then) and its operation pending; the worker asks again until the backend says
-/// ready, and only then is it `ready` and the operation done. (Against a real OpenSandbox
-/// the worker marked it ready on the first answer, and an immediate fork failed for good
-/// with `SNAPSHOT::NOT_READY`.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_snapshot_is_ready_only_when_the_backend_says_so() {
-    use differently_store::lifecycle::{OpState, SnapshotRecord, SnapshotStatus};
-    let p = plane(
-        serde_json::json!({"capabilities": ["exec", "snapshots"], "snapshotReadyAfter": 3}),
-        WorkerConfig::default(),
-    )
-    .await;
-    let s = p.admit(serde_json::json!({})).await;
-    let running = p.reaches(&s.id, Running).await;
+/// Records a snapshot of `running` and starts taking it, as the API does.
+async fn take_snapshot(
+    p: &Plane,
+    running: &Sandbox,
+) -> (
+    differently_store::lifecycle::SnapshotRecord,
+    differently_store::lifecycle::OpRecord,
+) {
+    use differently_store::lifecycle::{SnapshotRecord, SnapshotStatus};
     let now = Utc::now();
     let snap = SnapshotRecord {
         id: differently_core::ids::SnapshotId::new(),
@@ -468,22 +474,27 @@ async fn a_snapshot_is_ready_only_when_the_backend_says_so() {
         updated_at: now,
     };
     p.store.insert_snapshot(&snap).await.expect("snapshot row");
-    use differently_store::lifecycle::{OpBegun, OpRecord};
-    let record = OpRecord::new(
-        &running,
-        WorkOp::Snapshot.as_str(),
-        true,
-        serde_json::json!({ "snapshotId": snap.id }),
-        "key:key_test".into(),
-        Utc::now(),
-    );
-    let OpBegun::New(record) = p.store.begin_op(&record).await.expect("begin") else {
-        panic!("busy");
-    };
-    p.announcer
-        .op(&running, "fake", WorkOp::Snapshot, record.id.as_str(), "")
-        .await
-        .expect("publish");
+    let args = serde_json::json!({ "snapshotId": snap.id });
+    let record = operate_with(p, running, WorkOp::Snapshot, true, args, 1).await;
+    (snap, record)
+}
+
+/// A snapshot the backend is still writing stays `creating` (so a fork of it is refused
+/// until then) and its operation pending; the worker asks again until the backend says
+/// ready, and only then is it `ready` and the operation done. (Against a real OpenSandbox
+/// the worker marked it ready on the first answer, and an immediate fork failed for good
+/// with `SNAPSHOT::NOT_READY`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_is_ready_only_when_the_backend_says_so() {
+    use differently_store::lifecycle::{OpState, SnapshotStatus};
+    let p = plane(
+        serde_json::json!({"capabilities": ["exec", "snapshots"], "snapshotReadyAfter": 3}),
+        WorkerConfig::default(),
+    )
+    .await;
+    let s = p.admit(serde_json::json!({})).await;
+    let running = p.reaches(&s.id, Running).await;
+    let (snap, record) = take_snapshot(&p, &running).await;
 
     // Seen not ready at least once: still creating, operation pending, backend ref known.
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -532,9 +543,7 @@ async fn a_snapshot_is_ready_only_when_the_backend_says_so() {
 /// snapshot stayed `deleting` with nothing re-sending it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_snapshot_delete_is_retried_until_the_backend_confirms() {
-    use differently_store::lifecycle::{
-        OpBegun, OpRecord, OpState, SnapshotRecord, SnapshotStatus,
-    };
+    use differently_store::lifecycle::{OpState, SnapshotStatus};
     let workers = WorkerConfig {
         max_deliveries: 1,
         ..WorkerConfig::default()
@@ -546,36 +555,7 @@ async fn a_refused_snapshot_delete_is_retried_until_the_backend_confirms() {
     .await;
     let s = p.admit(serde_json::json!({})).await;
     let running = p.reaches(&s.id, Running).await;
-    let now = Utc::now();
-    let mut snap = SnapshotRecord {
-        id: differently_core::ids::SnapshotId::new(),
-        org_id: running.org_id.clone(),
-        project_id: running.project_id.clone(),
-        sandbox_id: running.id.clone(),
-        pool: "fake".into(),
-        name: None,
-        status: SnapshotStatus::Creating,
-        status_reason: None,
-        backend_ref: None,
-        created_at: now,
-        updated_at: now,
-    };
-    p.store.insert_snapshot(&snap).await.expect("snapshot row");
-    let take = OpRecord::new(
-        &running,
-        WorkOp::Snapshot.as_str(),
-        true,
-        serde_json::json!({ "snapshotId": snap.id }),
-        "key:key_test".into(),
-        Utc::now(),
-    );
-    let OpBegun::New(take) = p.store.begin_op(&take).await.expect("begin") else {
-        panic!("busy");
-    };
-    p.announcer
-        .op(&running, "fake", WorkOp::Snapshot, take.id.as_str(), "")
-        .await
-        .expect("publish");
+    let (mut snap, take) = take_snapshot(&p, &running).await;
     assert_eq!(finished(&p, &take.id).await.state, OpState::Done);
 
     // Delete it, as the API does: `deleting`, then the (non-exclusive) operation.
@@ -587,27 +567,8 @@ async fn a_refused_snapshot_delete_is_retried_until_the_backend_confirms() {
         .expect("row");
     snap.status = SnapshotStatus::Deleting;
     p.store.update_snapshot(&snap).await.expect("deleting");
-    let delete = OpRecord::new(
-        &running,
-        WorkOp::DeleteSnapshot.as_str(),
-        false,
-        serde_json::json!({ "snapshotId": snap.id }),
-        "key:key_test".into(),
-        Utc::now(),
-    );
-    let OpBegun::New(delete) = p.store.begin_op(&delete).await.expect("begin") else {
-        panic!("busy");
-    };
-    p.announcer
-        .op(
-            &running,
-            "fake",
-            WorkOp::DeleteSnapshot,
-            delete.id.as_str(),
-            "",
-        )
-        .await
-        .expect("publish");
+    let args = serde_json::json!({ "snapshotId": snap.id });
+    let delete = operate_with(&p, &running, WorkOp::DeleteSnapshot, false, args, 1).await;
 
     // While refused: still deleting, and it says why.
     let deadline = tokio::time::Instant::now() + WAIT;
