@@ -533,6 +533,9 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
         // The SDK's telemetry; recorded 204.
         (Method::POST, ["metrics", "events"]) => StatusCode::NO_CONTENT.into_response(),
         (Method::PATCH, ["sandboxes", id, "metadata"]) => patch_metadata(inner, id, &r),
+        (Method::GET, ["sandboxes", id, "diagnostics", kind @ ("logs" | "events")]) => {
+            diagnostics(inner, id, kind, &r)
+        }
         (Method::GET, ["sandboxes"]) => list(inner, &r),
         (Method::GET, ["sandboxes", id]) => get(inner, id),
         (Method::DELETE, ["sandboxes", id]) => {
@@ -604,6 +607,46 @@ fn delete_snapshot(inner: &Inner, sid: &str) -> Response {
     }
     snaps.remove(sid);
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// Diagnostics as recorded on Docker: no `scope` is the legacy `text/plain` answer with
+/// `Deprecation: true`; a supported scope a JSON descriptor with the content inline; any other
+/// scope `400 DIAGNOSTICS_SCOPE_UNSUPPORTED`. The content stands in for the container's.
+fn diagnostics(inner: &Inner, id: &str, kind: &str, r: &Req) -> Response {
+    if !lock(&inner.sandboxes).contains_key(id) {
+        return inner.err(404, "SANDBOX_NOT_FOUND", &format!("sandbox {id} not found"));
+    }
+    let content = match kind {
+        "logs" => format!(
+            "{} starting OpenSandbox Execd daemon (fake)\n",
+            Utc::now().to_rfc3339()
+        ),
+        _ => format!("Container:  fake (sandbox-{id})\nStatus:     running"),
+    };
+    let supported: &[&str] = if kind == "logs" {
+        &["container", "all"]
+    } else {
+        &["runtime", "all"]
+    };
+    match r.q("scope") {
+        None => Response::builder()
+            .status(200)
+            .header("content-type", "text/plain; charset=utf-8")
+            .header("deprecation", "true")
+            .body(Body::from(content))
+            .unwrap(),
+        Some(scope) if supported.contains(&scope) => json_resp(
+            200,
+            json!({"sandboxId": id, "kind": kind, "scope": scope, "delivery": "inline",
+                   "contentType": "text/plain; charset=utf-8", "contentLength": content.len(),
+                   "content": content, "truncated": false}),
+        ),
+        Some(scope) => json_resp(
+            400,
+            json!({"code": "DIAGNOSTICS_SCOPE_UNSUPPORTED",
+                   "message": format!("Unsupported {kind} diagnostics scope '{scope}'. Supported scopes: {}.", supported.join(", "))}),
+        ),
+    }
 }
 
 /// JSON merge patch of the metadata (a `null` removes the key); answers the full sandbox.
@@ -1733,6 +1776,12 @@ async fn download(inner: &Inner, r: &Req) -> Response {
         }
         return download_lines(&data, r);
     }
+    // Recorded: byte reads name the file's basename (line reads do not).
+    let name = Path::new(p)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let disposition = format!("attachment; filename=\"{name}\"");
     let ignore = lock(&inner.knobs).ignore_range;
     if let (Some(range), false) = (range, ignore) {
         let spec = range.strip_prefix("bytes=").unwrap_or("");
@@ -1749,6 +1798,7 @@ async fn download(inner: &Inner, r: &Req) -> Response {
                 .status(416)
                 .header("content-type", "text/plain; charset=utf-8")
                 .header("content-range", format!("bytes */{total}"))
+                .header("content-disposition", &disposition)
                 .body(Body::from("invalid range: failed to overlap\n"))
                 .unwrap();
         }
@@ -1756,7 +1806,7 @@ async fn download(inner: &Inner, r: &Req) -> Response {
             .status(206)
             .header("content-type", "application/octet-stream")
             .header("content-range", format!("bytes {start}-{end}/{total}"))
-            .header("accept-ranges", "bytes")
+            .header("content-disposition", &disposition)
             .body(Body::from(data[start as usize..=end as usize].to_vec()))
             .unwrap();
     }
@@ -1764,6 +1814,7 @@ async fn download(inner: &Inner, r: &Req) -> Response {
         .status(200)
         .header("content-type", "application/octet-stream")
         .header("accept-ranges", "bytes")
+        .header("content-disposition", disposition)
         .header("content-length", total)
         .body(Body::from(data))
         .unwrap()
