@@ -18,7 +18,10 @@
 //! on its own fresh fake. `lifecycle`, `server-proxy`, `execd-direct` and `snapshot` share
 //! sandboxes (the proxy and execd cases use the sandbox `lifecycle/create` made), so they run
 //! interleaved, in recorded order, on one fresh fake. Where the recording waited (a status
-//! asked for after a background command had ended), the replay waits until the fake's has.
+//! asked for after a background command had ended), the replay waits until the fake's has. A
+//! request the recording sent while a stream that did not complete was still open (the next
+//! exchange names the stream's command: its interrupt) is sent once the fake's stream has got
+//! as far as the recorded one had, and the stream is read on after it.
 //!
 //! Allowed nondeterminism (documented in the recordings' SUMMARY): the order of stdout and
 //! stderr events against each other, `ping` frames (timer-driven: the real execd sometimes
@@ -31,7 +34,6 @@
 //! |---|---|
 //! | `*/command-client-disconnect*`, `*/metrics-watch*` | the client hung up mid-stream (`clientAborted`): what arrived depends on when curl's `--max-time` fired |
 //! | `*/command-status-after-disconnect*`, `server-proxy/command-after-watch-cut` | follow-ups of the aborted streams above; their answer depends on that timing |
-//! | `server-proxy/command-foreground-interrupted`, `server-proxy/command-interrupt-foreground`, `server-proxy/command-status-foreground-interrupted` | the interrupt was sent while the stream was open (concurrent, not in sequence); the interrupt itself is covered by `command-interrupt` |
 //! | `server-proxy/command-slow-pings`, `execd-direct/command-slow-pings` | exist to show the 3 s ping timer; replaying costs 3+ s each for no shape the other streams lack |
 //! | `server-proxy/port-8080-nothing-listens`, `server-proxy/port-9999-nothing-listens`, `execd-direct/via-execd-proxy-9999` | what answers depends on docker-proxy and execd's own port proxy, which the fake does not run |
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -57,9 +59,6 @@ fn excluded(case: &str) -> bool {
         || label.starts_with("metrics-watch")
         || label.starts_with("command-status-after-disconnect")
         || label == "command-after-watch-cut"
-        || label == "command-foreground-interrupted"
-        || label == "command-interrupt-foreground"
-        || label == "command-status-foreground-interrupted"
         || label == "command-slow-pings"
         || label == "port-8080-nothing-listens"
         || label == "port-9999-nothing-listens"
@@ -216,13 +215,15 @@ impl Replay {
         }
     }
 
-    async fn exchange(&mut self, ex: &Value) {
+    /// Replays `ex`; true when it also replayed `next` (sent while `ex`'s stream was open).
+    async fn exchange(&mut self, ex: &Value, next: Option<&Value>) -> bool {
+        let mut consumed = false;
         let n = ex["n"].as_u64().unwrap_or(0);
         let case = ex["case"].as_str().unwrap_or("").to_owned();
         let Some(url) = self.url(ex) else {
             self.diffs
                 .push(format!("#{n} {case}: no fake address for {}", ex["url"]));
-            return;
+            return false;
         };
         let method =
             reqwest::Method::from_bytes(ex["method"].as_str().unwrap().as_bytes()).unwrap();
@@ -259,7 +260,7 @@ impl Replay {
             other => {
                 self.diffs
                     .push(format!("#{n} {case}: request failed: {other:?}"));
-                return;
+                return false;
             }
         };
         self.replayed += 1;
@@ -303,7 +304,35 @@ impl Replay {
         }
         let rec_body = body_bytes(&ex["responseBody"]);
         if rec_ct.as_deref() == Some("text/event-stream") {
-            let fake_body = read_stream(resp).await;
+            let mut stream: Body = Box::pin(resp.bytes_stream());
+            let mut fake_body = Vec::new();
+            // A request the recording sent while this stream was open (it names the stream's
+            // command, e.g. its interrupt): once the fake's stream has got as far as the
+            // recorded one had, send it, then read the stream on.
+            let rec_evs = frames(&rec_body).map(|f| f.1).unwrap_or_default();
+            let rec_cmd = rec_evs
+                .first()
+                .filter(|e| e["type"] == "init")
+                .and_then(|e| e["text"].as_str())
+                .map(str::to_owned);
+            let overlap = next.filter(|nx| {
+                rec_cmd
+                    .as_ref()
+                    .is_some_and(|c| nx["url"].as_str().unwrap_or("").contains(c.as_str()))
+                    && !rec_evs
+                        .iter()
+                        .any(|e| is_terminal(e) && e["type"] == "execution_complete")
+            });
+            if let Some(nx) = overlap {
+                let want = progress(&rec_evs);
+                read_until(&mut stream, &mut fake_body, |evs| progress(evs) >= want).await;
+                if let (Ok((_, fev)), true) = (frames(&fake_body), !rec_evs.is_empty()) {
+                    self.learn_stream(&rec_evs, &fev);
+                }
+                Box::pin(self.exchange(nx, None)).await;
+                consumed = true;
+            }
+            read_stream(&mut stream, &mut fake_body).await;
             let rec = frames(&rec_body);
             let fake = frames(&fake_body);
             match (rec, fake) {
@@ -352,6 +381,7 @@ impl Replay {
         for x in d {
             self.diffs.push(format!("#{n} {case}: {x}"));
         }
+        consumed
     }
 
     /// Where the recording waited for a background command (a status asked for once it had
@@ -438,21 +468,36 @@ fn is_terminal(v: &Value) -> bool {
 
 /// Reads an event stream until its terminal event (what comes after it is timing, not shape),
 /// its end, or 15 s.
-async fn read_stream(resp: reqwest::Response) -> Vec<u8> {
-    let mut buf = Vec::new();
-    let mut s = resp.bytes_stream();
+async fn read_stream(s: &mut Body, buf: &mut Vec<u8>) {
+    read_until(s, buf, |evs| evs.iter().any(is_terminal)).await
+}
+
+type Body = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+
+/// Reads whole frames until `enough` says so, the stream ends, or 15 s pass.
+async fn read_until(s: &mut Body, buf: &mut Vec<u8>, enough: impl Fn(&[Value]) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        match tokio::time::timeout_at(deadline, s.next()).await {
-            Ok(Some(Ok(chunk))) => buf.extend_from_slice(&chunk),
-            _ => return buf,
-        }
-        if let Ok((_, evs)) = frames(&buf) {
-            if evs.iter().any(is_terminal) && buf.ends_with(b"\n\n") {
-                return buf;
+        if buf.ends_with(b"\n\n") {
+            if let Ok((_, evs)) = frames(buf) {
+                if enough(&evs) {
+                    return;
+                }
             }
         }
+        match tokio::time::timeout_at(deadline, s.next()).await {
+            Ok(Some(Ok(chunk))) => buf.extend_from_slice(&chunk),
+            _ => return,
+        }
     }
+}
+
+/// Events other than pings and the end: what must have arrived before a request the
+/// recording sent while the stream was still open.
+fn progress(evs: &[Value]) -> usize {
+    evs.iter()
+        .filter(|e| e["type"] != "ping" && !is_terminal(e))
+        .count()
 }
 
 /// Splits an event stream into its framing kind and its events.
@@ -590,11 +635,14 @@ async fn run_group(exs: Vec<Value>, shift: chrono::Duration) -> (usize, usize, V
         }
     }
     let total = exs.len();
-    for ex in &exs {
-        if excluded(ex["case"].as_str().unwrap_or("")) {
-            continue;
-        }
-        rp.exchange(ex).await;
+    let todo: Vec<&Value> = exs
+        .iter()
+        .filter(|ex| !excluded(ex["case"].as_str().unwrap_or("")))
+        .collect();
+    let mut i = 0;
+    while i < todo.len() {
+        let consumed = rp.exchange(todo[i], todo.get(i + 1).copied()).await;
+        i += if consumed { 2 } else { 1 };
     }
     (rp.replayed, total, rp.diffs)
 }
