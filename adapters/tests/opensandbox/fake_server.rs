@@ -478,6 +478,19 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
                 return resp;
             }
         }
+        // Recorded on Docker with nothing listening: a published port (8080) is reached
+        // through docker-proxy, which accepts and closes; any other goes through execd's own
+        // port proxy, whose 502 is passed through.
+        if segs[3] == "8080" && inner.variant == Variant::Real {
+            return json_resp(
+                502,
+                json!({"code": "BACKEND_RESPONSE_FAILED",
+                       "message": "The backend sandbox dropped the connection or sent an invalid response: Server disconnected without sending a response."}),
+            );
+        }
+        if segs[3] != "44772" && inner.variant == Variant::Real {
+            return bad_gateway();
+        }
         if segs[3] != "44772" {
             return json_resp(
                 502,
@@ -1229,6 +1242,8 @@ async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req) -> Respon
             let cid = &p["/command/".len()..p.len() - "/logs".len()];
             command_logs(inner, cid, &r)
         }
+        // execd's own reverse proxy to another port of the sandbox, where nothing listens.
+        (_, p) if p.starts_with("/proxy/") && inner.variant == Variant::Real => bad_gateway(),
         (Method::GET, "/metrics") => json_resp(
             200,
             json!({"cpu_count": 2, "cpu_used_pct": 1.5, "mem_total_mib": 2048.0,
@@ -1302,6 +1317,16 @@ fn command_logs(inner: &Inner, cid: &str, r: &Req) -> Response {
         .header("execd-commands-tail-cursor", next.to_string())
         .body(Body::from(rest))
         .unwrap()
+}
+
+/// Go's `httputil.ReverseProxy` answer when the target refuses (recorded).
+fn bad_gateway() -> Response {
+    (
+        StatusCode::BAD_GATEWAY,
+        [("content-type", "text/plain; charset=utf-8")],
+        "Bad Gateway\n",
+    )
+        .into_response()
 }
 
 fn file_not_found(p: &str) -> Response {
