@@ -40,7 +40,6 @@
 //! | `*/metrics-watch*` | the client hung up on a 2 s-interval stream of host numbers (`{json}\n` frames) that the fake does not serve; nothing in Differently reads it |
 //! | `server-proxy/command-client-disconnect` #203 | right after a `/metrics/watch` cut, real execd itself ended this command with `signal: broken pipe` while the client was still connected (a quirk of that sequence); the other disconnects (#215, #221, #223, #230, #234) are replayed, with the hang-up made when the recorded events have arrived |
 //! | `server-proxy/command-slow-pings`, `execd-direct/command-slow-pings` | exist to show the 3 s ping timer; each costs 3+ s for no shape the other streams lack (pings are not compared) |
-//! | `server-proxy/port-8080-nothing-listens`, `server-proxy/port-9999-nothing-listens`, `execd-direct/via-execd-proxy-9999` | what answers depends on docker-proxy and execd's own port proxy, which the fake does not run |
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -62,12 +61,7 @@ fn excluded(ex: &Value) -> bool {
     let case = ex["case"].as_str().unwrap_or("");
     let label = case.split_once('/').map_or(case, |(_, l)| l);
     // The one disconnect execd itself ended (broken pipe, right after a watch cut).
-    ex["n"] == 203
-        || label.starts_with("metrics-watch")
-        || label == "command-slow-pings"
-        || label == "port-8080-nothing-listens"
-        || label == "port-9999-nothing-listens"
-        || label == "via-execd-proxy-9999"
+    ex["n"] == 203 || label.starts_with("metrics-watch") || label == "command-slow-pings"
 }
 
 /// Headers a client acts on: each must be present on the fake's answer exactly when it was on
