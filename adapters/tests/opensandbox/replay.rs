@@ -3,8 +3,10 @@
 //! relative to the workspace root) is sent, in recorded order, to a fresh fake
 //! (`Variant::Real`, Docker), and the fake's answer must match the recorded one in status,
 //! content-type family, presence of the headers that matter (`HEADERS_THAT_MATTER`: Location,
-//! Deprecation, Content-Range, Accept-Ranges, Content-Disposition, the log cursor), JSON body shape (same keys recursively, same JSON
-//! types, equal error `code`s; ids, timestamps, ports and other values ignored) and event-stream
+//! Deprecation, Content-Range, Accept-Ranges, Content-Disposition, the log cursor), JSON body
+//! shape (same keys recursively, same JSON types, equal error `code`s, arrays empty on both
+//! sides or alike in their first item; ids, timestamps, ports and other values ignored; a
+//! non-JSON body only empty or not) and event-stream
 //! framing (NDJSON vs `data:` SSE, blank-line separators, the sequence of event types and their
 //! keys). So the fake cannot drift from the real server unnoticed.
 //!
