@@ -101,6 +101,9 @@ pub struct Sbx {
     pub reason: String,
     pub message: String,
     pub metadata: BTreeMap<String, String>,
+    /// The metadata given at create: what a sandbox restored from its snapshot inherits
+    /// (recorded on the real server), whatever was patched since.
+    pub created_metadata: BTreeMap<String, String>,
     pub image: Option<String>,
     pub snapshot_id: Option<String>,
     pub expires_at: Option<DateTime<Utc>>,
@@ -115,6 +118,10 @@ pub struct Sbx {
 struct Snap {
     id: String,
     sandbox_id: String,
+    /// The source sandbox's create-time metadata, inherited by restores.
+    metadata: BTreeMap<String, String>,
+    /// When the state last changed (real answers carry it in `status`).
+    since: DateTime<Utc>,
     name: Option<String>,
     state: String,
     polls_left: u32,
@@ -127,6 +134,14 @@ struct Cmd {
     running: bool,
     exit_code: Option<i32>,
     pgid: Option<u32>,
+    started_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+    /// execd's `error` text: `exit status N`, `signal: terminated`, `signal: killed`.
+    error: Option<String>,
+    /// Merged stdout+stderr as written, for `/command/{id}/logs` (a byte cursor into it).
+    output: Vec<u8>,
+    /// Interrupted (`DELETE /command`): SIGTERM, so `signal: terminated`.
+    interrupted: bool,
 }
 
 struct Inner {
@@ -244,6 +259,7 @@ impl FakeServer {
                 state: state.to_owned(),
                 reason: String::new(),
                 message: String::new(),
+                created_metadata: metadata.clone(),
                 metadata,
                 image: Some("ubuntu:24.04".to_owned()),
                 snapshot_id: None,
@@ -375,6 +391,36 @@ impl Inner {
             ),
         }
     }
+
+    /// A bound check (`ge`/`le`), as FastAPI words it on the real server.
+    fn out_of_bounds(&self, loc: [&str; 2], bound: &str, limit: u64, input: Value) -> Response {
+        let (ty, words) = match bound {
+            "ge" => ("greater_than_equal", "greater than or equal to"),
+            _ => ("less_than_equal", "less than or equal to"),
+        };
+        let msg = format!("Input should be {words} {limit}");
+        match self.variant {
+            Variant::Real => json_resp(
+                422,
+                json!({"detail": [{"type": ty, "loc": loc, "msg": msg, "input": input,
+                                    "ctx": {bound: limit}}]}),
+            ),
+            Variant::Spec => self.invalid(loc[1], &msg, input),
+        }
+    }
+
+    /// A model-level validator's failure: on the real server it is located at the whole body.
+    fn invalid_model(&self, loc: &str, msg: &str, body: &Value) -> Response {
+        match self.variant {
+            Variant::Real => json_resp(
+                422,
+                json!({"detail": [{"type": "value_error", "loc": ["body"],
+                                    "msg": format!("Value error, {msg}"), "input": body,
+                                    "ctx": {"error": {}}}]}),
+            ),
+            Variant::Spec => self.invalid(loc, msg, Value::Null),
+        }
+    }
 }
 
 async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
@@ -419,6 +465,10 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
     if path == "/health" && inner.variant == Variant::Real {
         return json_resp(200, json!({"status": "healthy"}));
     }
+    // Recorded: no key needed.
+    if path == "/version" && inner.variant == Variant::Real {
+        return json_resp(200, json!({"version": "1.1.1"}));
+    }
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
 
     // The server proxy: unauthenticated on the real single-tenant server.
@@ -427,6 +477,19 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
             if let Some(resp) = auth(inner, &r) {
                 return resp;
             }
+        }
+        // Recorded on Docker with nothing listening: a published port (8080) is reached
+        // through docker-proxy, which accepts and closes; any other goes through execd's own
+        // port proxy, whose 502 is passed through.
+        if segs[3] == "8080" && inner.variant == Variant::Real {
+            return json_resp(
+                502,
+                json!({"code": "BACKEND_RESPONSE_FAILED",
+                       "message": "The backend sandbox dropped the connection or sent an invalid response: Server disconnected without sending a response."}),
+            );
+        }
+        if segs[3] != "44772" && inner.variant == Variant::Real {
+            return bad_gateway();
         }
         if segs[3] != "44772" {
             return json_resp(
@@ -480,6 +543,12 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
     let m = &r.method;
     match (m.clone(), segs.as_slice()) {
         (Method::POST, ["sandboxes"]) => create(inner, &r),
+        // The SDK's telemetry; recorded 204.
+        (Method::POST, ["metrics", "events"]) => StatusCode::NO_CONTENT.into_response(),
+        (Method::PATCH, ["sandboxes", id, "metadata"]) => patch_metadata(inner, id, &r),
+        (Method::GET, ["sandboxes", id, "diagnostics", kind @ ("logs" | "events")]) => {
+            diagnostics(inner, id, kind, &r)
+        }
         (Method::GET, ["sandboxes"]) => list(inner, &r),
         (Method::GET, ["sandboxes", id]) => get(inner, id),
         (Method::DELETE, ["sandboxes", id]) => {
@@ -499,25 +568,120 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
             advance_snapshots(inner);
             match lock(&inner.snapshots).get(*sid) {
                 Some(s) => json_resp(200, snap_json(s)),
-                None => inner.err(404, "SNAPSHOT_NOT_FOUND", "snapshot not found"),
+                None => snapshot_not_found(inner, sid),
             }
         }
-        (Method::DELETE, ["snapshots", sid]) => {
-            let mut snaps = lock(&inner.snapshots);
-            match snaps.get(*sid).map(|s| s.state.clone()) {
-                None => inner.err(404, "SNAPSHOT_NOT_FOUND", "snapshot not found"),
-                Some(st) if st == "Creating" => json_resp(
-                    409,
-                    json!({"code": "SNAPSHOT::DELETE_CONFLICT", "message": "snapshot is being created"}),
-                ),
-                Some(_) => {
-                    snaps.remove(*sid);
-                    StatusCode::NO_CONTENT.into_response()
-                }
-            }
-        }
+        (Method::DELETE, ["snapshots", sid]) => delete_snapshot(inner, sid),
         _ => json_resp(404, json!({"detail": "Not Found"})),
     }
+}
+
+/// Recorded: `SNAPSHOT::NOT_FOUND` (a snapshot-service code, not runtime-prefixed).
+fn snapshot_not_found(inner: &Inner, sid: &str) -> Response {
+    match inner.variant {
+        Variant::Real => json_resp(
+            404,
+            json!({"code": "SNAPSHOT::NOT_FOUND", "message": format!("Snapshot {sid} not found")}),
+        ),
+        Variant::Spec => inner.err(404, "SNAPSHOT_NOT_FOUND", "snapshot not found"),
+    }
+}
+
+/// Recorded: a delete while Creating is `409 SNAPSHOT::INVALID_STATE`; while a restored
+/// sandbox still uses the image it is `409 SNAPSHOT::DELETE_CONFLICT` and the snapshot is left
+/// `Deleting`; otherwise 204.
+fn delete_snapshot(inner: &Inner, sid: &str) -> Response {
+    advance_snapshots(inner);
+    let in_use = lock(&inner.sandboxes)
+        .values()
+        .any(|s| s.snapshot_id.as_deref() == Some(sid));
+    let mut snaps = lock(&inner.snapshots);
+    let Some(snap) = snaps.get_mut(sid) else {
+        drop(snaps);
+        return snapshot_not_found(inner, sid);
+    };
+    if snap.state == "Creating" {
+        let code = match inner.variant {
+            Variant::Real => "SNAPSHOT::INVALID_STATE",
+            Variant::Spec => "SNAPSHOT::DELETE_CONFLICT",
+        };
+        return json_resp(
+            409,
+            json!({"code": code, "message": format!("Snapshot {sid} is still being created and cannot be deleted")}),
+        );
+    }
+    if in_use && inner.variant == Variant::Real {
+        snap.state = "Deleting".to_owned();
+        snap.since = Utc::now();
+        return json_resp(
+            409,
+            json!({"code": "SNAPSHOT::DELETE_CONFLICT", "message": "snapshot image cannot be deleted due to a conflict"}),
+        );
+    }
+    snaps.remove(sid);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// Diagnostics as recorded on Docker: no `scope` is the legacy `text/plain` answer with
+/// `Deprecation: true`; a supported scope a JSON descriptor with the content inline; any other
+/// scope `400 DIAGNOSTICS_SCOPE_UNSUPPORTED`. The content stands in for the container's.
+fn diagnostics(inner: &Inner, id: &str, kind: &str, r: &Req) -> Response {
+    if !lock(&inner.sandboxes).contains_key(id) {
+        return inner.err(404, "SANDBOX_NOT_FOUND", &format!("sandbox {id} not found"));
+    }
+    let content = match kind {
+        "logs" => format!(
+            "{} starting OpenSandbox Execd daemon (fake)\n",
+            Utc::now().to_rfc3339()
+        ),
+        _ => format!("Container:  fake (sandbox-{id})\nStatus:     running"),
+    };
+    let supported: &[&str] = if kind == "logs" {
+        &["container", "all"]
+    } else {
+        &["runtime", "all"]
+    };
+    match r.q("scope") {
+        None => Response::builder()
+            .status(200)
+            .header("content-type", "text/plain; charset=utf-8")
+            .header("deprecation", "true")
+            .body(Body::from(content))
+            .unwrap(),
+        Some(scope) if supported.contains(&scope) => json_resp(
+            200,
+            json!({"sandboxId": id, "kind": kind, "scope": scope, "delivery": "inline",
+                   "contentType": "text/plain; charset=utf-8", "contentLength": content.len(),
+                   "content": content, "truncated": false}),
+        ),
+        Some(scope) => json_resp(
+            400,
+            json!({"code": "DIAGNOSTICS_SCOPE_UNSUPPORTED",
+                   "message": format!("Unsupported {kind} diagnostics scope '{scope}'. Supported scopes: {}.", supported.join(", "))}),
+        ),
+    }
+}
+
+/// JSON merge patch of the metadata (a `null` removes the key); answers the full sandbox.
+fn patch_metadata(inner: &Inner, id: &str, r: &Req) -> Response {
+    let Ok(Value::Object(patch)) = serde_json::from_slice::<Value>(&r.body) else {
+        return inner.invalid("body", "Input should be a valid dictionary", Value::Null);
+    };
+    let mut all = lock(&inner.sandboxes);
+    let Some(s) = all.get_mut(id) else {
+        return inner.err(404, "SANDBOX_NOT_FOUND", &format!("sandbox {id} not found"));
+    };
+    for (k, v) in patch {
+        match v.as_str() {
+            Some(v) => {
+                s.metadata.insert(k, v.to_owned());
+            }
+            None => {
+                s.metadata.remove(&k);
+            }
+        }
+    }
+    json_resp(200, sandbox_json(s, true))
 }
 
 fn auth(inner: &Inner, r: &Req) -> Option<Response> {
@@ -580,26 +744,22 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
         .filter(|b| **b)
         .count();
     if sources != 1 {
-        return inner.invalid(
+        return inner.invalid_model(
             "image",
-            "exactly one of image, snapshotId or templateId",
-            Value::Null,
+            "Exactly one of image or snapshotId must be provided.",
+            &body,
         );
     }
     if image.is_some() && body["entrypoint"].as_array().is_none_or(|a| a.is_empty()) {
-        return inner.invalid(
+        return inner.invalid_model(
             "entrypoint",
-            "entrypoint is required when image is provided",
-            Value::Null,
+            "Entrypoint is required when image is provided.",
+            &body,
         );
     }
     if let Some(t) = body["timeout"].as_u64() {
         if t < 60 {
-            return inner.invalid(
-                "timeout",
-                "Input should be greater than or equal to 60",
-                json!(t),
-            );
+            return inner.out_of_bounds(["body", "timeout"], "ge", 60, json!(t));
         }
     }
     if template.is_some() {
@@ -634,18 +794,30 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
         serde_json::from_value(body["metadata"].clone()).unwrap_or_default();
     for (k, v) in &metadata {
         if k.starts_with("opensandbox.io/") || !valid_label_value(v) || k.is_empty() {
+            let code = match inner.variant {
+                Variant::Real => "SANDBOX::INVALID_METADATA_LABEL",
+                Variant::Spec => "INVALID_METADATA_LABEL",
+            };
             return json_resp(
                 400,
-                json!({"code": "INVALID_METADATA_LABEL", "message": format!("invalid metadata label {k}")}),
+                json!({"code": code, "message": format!("invalid metadata label {k}")}),
             );
         }
     }
+    let mut inherited = None;
     if let Some(sn) = &snapshot {
-        let ok = lock(&inner.snapshots)
+        let found = lock(&inner.snapshots)
             .get(sn)
-            .is_some_and(|s| s.state == "Ready");
-        if !ok {
-            return inner.err(404, "SNAPSHOT_NOT_FOUND", "snapshot not found or not ready");
+            .map(|s| (s.state == "Ready", s.metadata.clone()));
+        match found {
+            Some((true, m)) => inherited = Some(m),
+            Some((false, _)) if inner.variant == Variant::Real => {
+                return json_resp(
+                    409,
+                    json!({"code": "SNAPSHOT::NOT_READY", "message": format!("Snapshot {sn} is not ready")}),
+                )
+            }
+            _ => return snapshot_not_found(inner, sn),
         }
     }
     let bad_image = image
@@ -656,7 +828,7 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
         let i = image.clone().unwrap_or_default();
         return inner.err(
             500,
-            "SANDBOX_CREATE_FAILED",
+            "SANDBOX_IMAGE_PULL_FAILED",
             &format!(
                 "Failed to pull image {i}: pull access denied for {i}, repository does not exist"
             ),
@@ -678,12 +850,18 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
     } else {
         ("Pending", "SANDBOX_SCHEDULED", 2)
     };
+    let v_metadata = !metadata.is_empty();
     let s = Sbx {
         id: id.clone(),
         state: state.to_owned(),
         reason: reason.to_owned(),
         message: String::new(),
-        metadata,
+        created_metadata: metadata.clone(),
+        // Recorded: a restored sandbox reports the source's create-time metadata.
+        metadata: match (&inherited, inner.variant) {
+            (Some(m), Variant::Real) if metadata.is_empty() => m.clone(),
+            _ => metadata,
+        },
         image,
         snapshot_id: snapshot,
         expires_at: body["timeout"]
@@ -694,7 +872,13 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
         polls_left: polls,
         fail_with,
     };
-    let v = sandbox_json(&s, false);
+    let mut v = sandbox_json(&s, false);
+    // Recorded: the create answer echoes only the metadata the request gave.
+    if !v_metadata && inner.variant == Variant::Real {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("metadata");
+        }
+    }
     lock(&inner.sandboxes).insert(id.clone(), s);
     let mut resp = json_resp(202, v);
     if inner.variant == Variant::Spec {
@@ -744,21 +928,30 @@ fn list(inner: &Inner, r: &Req) -> Response {
             filter.insert(pct_decode(k), pct_decode(v));
         }
     }
-    let page: usize = r.q("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
-    let size: usize = r.q("pageSize").and_then(|p| p.parse().ok()).unwrap_or(20);
-    if size == 0 || size > 200 {
-        return inner.invalid(
-            "pageSize",
-            "Input should be less than or equal to 200",
-            json!(size),
-        );
+    let page: usize = r.q("page").and_then(|p| p.parse().ok()).unwrap_or(1);
+    if page == 0 {
+        return inner.out_of_bounds(["query", "page"], "ge", 1, json!(r.q("page")));
     }
-    let items: Vec<Value> = lock(&inner.sandboxes)
+    let size: usize = r.q("pageSize").and_then(|p| p.parse().ok()).unwrap_or(20);
+    if size == 0 {
+        return inner.out_of_bounds(["query", "pageSize"], "ge", 1, json!(r.q("pageSize")));
+    }
+    if size > 200 {
+        return inner.out_of_bounds(["query", "pageSize"], "le", 200, json!(r.q("pageSize")));
+    }
+    let all = lock(&inner.sandboxes);
+    let mut matching: Vec<&Sbx> = all
         .values()
         .filter(|s| states.is_empty() || states.contains(&s.state.as_str()))
         .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .collect();
+    // Recorded: newest first.
+    matching.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+    let items: Vec<Value> = matching
+        .into_iter()
         .map(|s| sandbox_json(s, true))
         .collect();
+    drop(all);
     page_of(items, page, size)
 }
 
@@ -802,7 +995,8 @@ fn transition(inner: &Inner, id: &str, from: &str, to: &str) -> Response {
         .to_owned();
         s.polls_left = 1;
     }
-    (StatusCode::ACCEPTED, "").into_response()
+    // Recorded: 202 with an empty body and no content-type.
+    StatusCode::ACCEPTED.into_response()
 }
 
 fn renew(inner: &Inner, id: &str, r: &Req) -> Response {
@@ -832,6 +1026,9 @@ fn endpoint(inner: &Inner, id: &str, port: &str, r: &Req) -> Response {
     if !lock(&inner.sandboxes).contains_key(id) {
         return inner.err(404, "SANDBOX_NOT_FOUND", "sandbox not found");
     }
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return inner.err(400, "INVALID_PORT", "Port must be between 1 and 65535.");
+    }
     let proxy = r.q("use_server_proxy") == Some("true");
     let expires = r.q("expires");
     if proxy && expires.is_some() {
@@ -843,11 +1040,18 @@ fn endpoint(inner: &Inner, id: &str, port: &str, r: &Req) -> Response {
     let headers = lock(&inner.knobs).endpoint_headers.clone();
     let endpoint = if let Some(exp) = expires {
         if inner.runtime == FakeRuntime::Docker {
-            return inner.err(
-                400,
-                "INVALID_PARAMETER",
-                "signed endpoints need the gateway",
-            );
+            return match inner.variant {
+                Variant::Real => json_resp(
+                    400,
+                    json!({"code": "SANDBOX::API_NOT_SUPPORTED",
+                           "message": "Signed routes (expires parameter) are not supported when runtime.type='docker'."}),
+                ),
+                Variant::Spec => inner.err(
+                    400,
+                    "INVALID_PARAMETER",
+                    "signed endpoints need the gateway",
+                ),
+            };
         }
         format!("gateway.example.test/{id}/{port}/{exp}/c2lnbmF0dXJl")
     } else if proxy {
@@ -867,7 +1071,17 @@ fn endpoint(inner: &Inner, id: &str, port: &str, r: &Req) -> Response {
 }
 
 fn snap_json(s: &Snap) -> Value {
-    let mut v = json!({"id": s.id, "sandboxId": s.sandbox_id, "status": {"state": s.state},
+    let (reason, message) = match s.state.as_str() {
+        "Creating" => ("snapshot_accepted", "Snapshot creation accepted."),
+        "Ready" => (
+            "snapshot_runtime_ready",
+            "Docker snapshot image created successfully.",
+        ),
+        _ => ("snapshot_deleting", "Snapshot deletion in progress."),
+    };
+    let mut v = json!({"id": s.id, "sandboxId": s.sandbox_id,
+                       "status": {"state": s.state, "reason": reason, "message": message,
+                                  "lastTransitionAt": s.since.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)},
                        "createdAt": s.created_at.to_rfc3339()});
     if let Some(n) = &s.name {
         v["name"] = json!(n);
@@ -882,14 +1096,18 @@ fn advance_snapshots(inner: &Inner) {
                 s.polls_left -= 1;
             } else {
                 s.state = "Ready".to_owned();
+                s.since = Utc::now();
             }
         }
     }
 }
 
 fn create_snapshot(inner: &Inner, id: &str, r: &Req) -> Response {
-    let state = lock(&inner.sandboxes).get(id).map(|s| s.state.clone());
-    match state {
+    let found = lock(&inner.sandboxes)
+        .get(id)
+        .map(|s| (s.state.clone(), s.created_metadata.clone()));
+    let metadata = found.as_ref().map(|f| f.1.clone()).unwrap_or_default();
+    match found.map(|f| f.0) {
         None => return inner.err(404, "SANDBOX_NOT_FOUND", "sandbox not found"),
         Some(s) if s != "Running" => {
             return inner.err(409, "SANDBOX_NOT_RUNNING", &format!("sandbox is {s}"))
@@ -908,6 +1126,8 @@ fn create_snapshot(inner: &Inner, id: &str, r: &Req) -> Response {
     let s = Snap {
         id: sid.clone(),
         sandbox_id: id.to_owned(),
+        metadata,
+        since: Utc::now(),
         name: v["name"].as_str().map(str::to_owned),
         state: "Creating".to_owned(),
         polls_left: 1,
@@ -972,28 +1192,63 @@ async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req) -> Respon
         (Method::POST, "/command") => command(inner, id, &r).await,
         (Method::DELETE, "/command") => {
             lock(&inner.record).interrupts += 1;
-            let pgid = r
-                .q("id")
-                .and_then(|i| lock(&inner.commands).get(i).and_then(|c| c.pgid));
-            if let Some(p) = pgid {
-                kill_group(p);
+            let found = r.q("id").and_then(|i| {
+                lock(&inner.commands).get_mut(i).map(|c| {
+                    c.interrupted = c.running;
+                    c.pgid.filter(|_| c.running)
+                })
+            });
+            match found {
+                Some(pgid) => {
+                    if let Some(p) = pgid {
+                        signal_group(p, "-TERM");
+                    }
+                    StatusCode::OK.into_response()
+                }
+                // Recorded (sic).
+                None if inner.variant == Variant::Real => json_resp(
+                    500,
+                    json!({"code": "RUNTIME_ERROR", "message": "error interruptting code context. no such session"}),
+                ),
+                None => StatusCode::OK.into_response(),
             }
-            StatusCode::OK.into_response()
         }
         (Method::GET, p) if p.starts_with("/command/status/") => {
             let cid = &p["/command/status/".len()..];
             match lock(&inner.commands).get(cid) {
-                Some(c) => json_resp(
-                    200,
-                    json!({"id": cid, "content": c.content, "running": c.running,
-                           "exit_code": c.exit_code, "started_at": Utc::now().to_rfc3339()}),
-                ),
+                Some(c) => {
+                    // Recorded: `exit_code`, `error` and `finished_at` are omitted, not null,
+                    // while it runs (and `error` on success).
+                    let mut v = json!({"id": cid, "content": c.content, "running": c.running,
+                                       "started_at": c.started_at.to_rfc3339()});
+                    if let Some(code) = c.exit_code {
+                        v["exit_code"] = json!(code);
+                    }
+                    if let Some(e) = &c.error {
+                        v["error"] = json!(e);
+                    }
+                    if let Some(f) = c.finished_at {
+                        v["finished_at"] = json!(f.to_rfc3339());
+                    }
+                    json_resp(200, v)
+                }
                 None => json_resp(
                     404,
                     json!({"code": "INVALID_REQUEST_BODY", "message": "command not found"}),
                 ),
             }
         }
+        (Method::GET, p) if p.starts_with("/command/") && p.ends_with("/logs") => {
+            let cid = &p["/command/".len()..p.len() - "/logs".len()];
+            command_logs(inner, cid, &r)
+        }
+        // execd's own reverse proxy to another port of the sandbox, where nothing listens.
+        (_, p) if p.starts_with("/proxy/") && inner.variant == Variant::Real => bad_gateway(),
+        (Method::GET, "/metrics") => json_resp(
+            200,
+            json!({"cpu_count": 2, "cpu_used_pct": 1.5, "mem_total_mib": 2048.0,
+                   "mem_used_mib": 100.0, "timestamp": now_ms()}),
+        ),
         (Method::POST, "/files/upload") => upload(inner, &r).await,
         (Method::GET, "/files/download") => download(inner, &r).await,
         (Method::GET, "/directories/list") => list_dir(&r),
@@ -1029,11 +1284,49 @@ async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req) -> Respon
             let _ = std::fs::remove_dir_all(p);
             StatusCode::OK.into_response()
         }
+        // Recorded: gin's own 404.
+        _ if inner.variant == Variant::Real => (
+            StatusCode::NOT_FOUND,
+            [("content-type", "text/plain")],
+            "404 page not found",
+        )
+            .into_response(),
         _ => json_resp(
             404,
             json!({"code": "NOT_FOUND", "message": "no such route"}),
         ),
     }
+}
+
+/// `GET /command/{id}/logs?cursor=N`: the merged output from byte N, and the byte offset
+/// reached in `EXECD-COMMANDS-TAIL-CURSOR` (recorded: a byte offset, echoed unclamped).
+fn command_logs(inner: &Inner, cid: &str, r: &Req) -> Response {
+    let cmds = lock(&inner.commands);
+    let Some(c) = cmds.get(cid) else {
+        return json_resp(
+            400,
+            json!({"code": "INVALID_REQUEST_BODY", "message": format!("command not found: {cid}")}),
+        );
+    };
+    let cursor: usize = r.q("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let rest = c.output.get(cursor..).unwrap_or(&[]).to_vec();
+    let next = cursor.max(c.output.len());
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/plain; charset=utf-8")
+        .header("execd-commands-tail-cursor", next.to_string())
+        .body(Body::from(rest))
+        .unwrap()
+}
+
+/// Go's `httputil.ReverseProxy` answer when the target refuses (recorded).
+fn bad_gateway() -> Response {
+    (
+        StatusCode::BAD_GATEWAY,
+        [("content-type", "text/plain; charset=utf-8")],
+        "Bad Gateway\n",
+    )
+        .into_response()
 }
 
 fn file_not_found(p: &str) -> Response {
@@ -1044,8 +1337,12 @@ fn file_not_found(p: &str) -> Response {
 }
 
 fn kill_group(pgid: u32) {
+    signal_group(pgid, "-KILL");
+}
+
+fn signal_group(pgid: u32, signal: &str) {
     let _ = std::process::Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
+        .args([signal, "--", &format!("-{pgid}")])
         .stderr(std::process::Stdio::null())
         .status();
 }
@@ -1121,8 +1418,16 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
             running: true,
             exit_code: None,
             pgid,
+            started_at: Utc::now(),
+            finished_at: None,
+            error: None,
+            output: Vec::new(),
+            interrupted: false,
         },
     );
+    if body["background"].as_bool() == Some(true) {
+        return background(inner, cid, child);
+    }
     let variant = inner.variant;
     let (truncate, frame_delay, stall, evalue_text) = {
         let k = lock(&inner.knobs);
@@ -1153,6 +1458,8 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
     ] {
         let Some(pipe) = pipe else { continue };
         let ev_tx = ev_tx.clone();
+        let inner3 = inner.clone();
+        let cid3 = cid.clone();
         tokio::spawn(async move {
             let mut reader = BufReader::new(pipe);
             loop {
@@ -1161,16 +1468,21 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {}
                 }
+                if let Some(c) = lock(&inner3.commands).get_mut(&cid3) {
+                    c.output.extend_from_slice(&line);
+                }
                 let text = match variant {
                     Variant::Real => {
-                        // execd 1.1 tails line-wise: terminator stripped, empty lines dropped.
+                        // execd 1.1 tails line-wise: the terminator is stripped, and a blank
+                        // line arrives as the text "\n" (recorded).
                         if line.last() == Some(&b'\n') {
                             line.pop();
                         }
                         if line.is_empty() {
-                            continue;
+                            "\n".to_owned()
+                        } else {
+                            String::from_utf8_lossy(&line).into_owned()
                         }
-                        String::from_utf8_lossy(&line).into_owned()
                     }
                     Variant::Spec => String::from_utf8_lossy(&line).into_owned(),
                 };
@@ -1274,16 +1586,18 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
                 json!({"type": "error", "error": {"ename": "CommandExecError", "evalue": evalue, "traceback": [format!("exit status {n}")]}, "timestamp": now_ms()})
             }
             _ => {
-                json!({"type": "error", "error": {"ename": "CommandExecError", "evalue": "-1", "traceback": ["signal: killed"]}, "timestamp": now_ms()})
+                let interrupted = lock(&inner2.commands)
+                    .get(&cid)
+                    .is_some_and(|c| c.interrupted);
+                let signal = if interrupted && !timed_out {
+                    "signal: terminated"
+                } else {
+                    "signal: killed"
+                };
+                json!({"type": "error", "error": {"ename": "CommandExecError", "evalue": "-1", "traceback": [signal]}, "timestamp": now_ms()})
             }
         };
-        if let Some(c) = lock(&inner2.commands).get_mut(&cid) {
-            c.running = false;
-            c.exit_code = Some(match code {
-                Some(n) if !timed_out => n,
-                _ => -1,
-            });
-        }
+        finish(&inner2, &cid, code.filter(|_| !timed_out));
         emit!(end);
         if !detached {
             tokio::time::sleep(Duration::from_millis(grace)).await;
@@ -1297,6 +1611,78 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
         .status(200)
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+/// Marks a command finished: `exit_code`, `finished_at`, and execd's `error` text.
+fn finish(inner: &Inner, cid: &str, code: Option<i32>) {
+    if let Some(c) = lock(&inner.commands).get_mut(cid) {
+        c.running = false;
+        c.finished_at = Some(Utc::now());
+        c.exit_code = Some(code.unwrap_or(-1));
+        c.error = match code {
+            Some(0) => None,
+            Some(n) => Some(format!("exit status {n}")),
+            None if c.interrupted => Some("signal: terminated".to_owned()),
+            None => Some("signal: killed".to_owned()),
+        };
+    }
+}
+
+/// `background: true`: the stream is init, ping, execution_complete at once (recorded); the
+/// command runs on, its merged output kept for `/command/{id}/logs`.
+fn background(inner: &Arc<Inner>, cid: String, mut child: tokio::process::Child) -> Response {
+    let pipes = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+    ];
+    let mut readers = Vec::new();
+    for pipe in pipes.into_iter().flatten() {
+        let inner = inner.clone();
+        let cid = cid.clone();
+        readers.push(tokio::spawn(async move {
+            let mut reader = BufReader::new(pipe);
+            loop {
+                let mut line = Vec::new();
+                match reader.read_until(b'\n', &mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                if let Some(c) = lock(&inner.commands).get_mut(&cid) {
+                    c.output.extend_from_slice(&line);
+                }
+            }
+        }));
+    }
+    let inner2 = inner.clone();
+    let cid2 = cid.clone();
+    tokio::spawn(async move {
+        let status = child.wait().await.ok();
+        for r in readers {
+            let _ = r.await;
+        }
+        finish(&inner2, &cid2, status.and_then(|s| s.code()));
+    });
+    let ts = now_ms();
+    let variant = inner.variant;
+    let body: Vec<u8> = [
+        json!({"type": "init", "text": cid, "timestamp": ts}),
+        json!({"type": "ping", "text": "pong", "timestamp": ts}),
+        json!({"type": "execution_complete", "execution_time": 1, "timestamp": now_ms()}),
+    ]
+    .iter()
+    .flat_map(|v| frame(variant, v).to_vec())
+    .collect();
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .body(Body::from(body))
         .unwrap()
 }
 
@@ -1405,6 +1791,22 @@ async fn download(inner: &Inner, r: &Req) -> Response {
     };
     let total = data.len() as u64;
     let range = r.headers.get("range").and_then(|v| v.to_str().ok());
+    if r.q("offset").is_some() || r.q("limit").is_some() {
+        if range.is_some() {
+            return json_resp(
+                400,
+                json!({"code": "INVALID_REQUEST_BODY",
+                       "message": "line-based reading (offset/limit) and byte range (Range header) are mutually exclusive"}),
+            );
+        }
+        return download_lines(&data, r);
+    }
+    // Recorded: byte reads name the file's basename (line reads do not).
+    let name = Path::new(p)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let disposition = format!("attachment; filename=\"{name}\"");
     let ignore = lock(&inner.knobs).ignore_range;
     if let (Some(range), false) = (range, ignore) {
         let spec = range.strip_prefix("bytes=").unwrap_or("");
@@ -1416,16 +1818,20 @@ async fn download(inner: &Inner, r: &Req) -> Response {
             b.parse::<u64>().unwrap_or(0).min(total.saturating_sub(1))
         };
         if start >= total || start > end {
-            return json_resp(
-                416,
-                json!({"code": "INVALID_REQUEST_BODY", "message": "range not satisfiable"}),
-            );
+            // Recorded: Go's http.ServeContent wording, as text.
+            return Response::builder()
+                .status(416)
+                .header("content-type", "text/plain; charset=utf-8")
+                .header("content-range", format!("bytes */{total}"))
+                .header("content-disposition", &disposition)
+                .body(Body::from("invalid range: failed to overlap\n"))
+                .unwrap();
         }
         return Response::builder()
             .status(206)
             .header("content-type", "application/octet-stream")
             .header("content-range", format!("bytes {start}-{end}/{total}"))
-            .header("accept-ranges", "bytes")
+            .header("content-disposition", &disposition)
             .body(Body::from(data[start as usize..=end as usize].to_vec()))
             .unwrap();
     }
@@ -1433,8 +1839,30 @@ async fn download(inner: &Inner, r: &Req) -> Response {
         .status(200)
         .header("content-type", "application/octet-stream")
         .header("accept-ranges", "bytes")
+        .header("content-disposition", disposition)
         .header("content-length", total)
         .body(Body::from(data))
+        .unwrap()
+}
+
+/// `offset`/`limit` (1-based lines): the lines joined by `\n`, no trailing newline (recorded).
+fn download_lines(data: &[u8], r: &Req) -> Response {
+    let offset: usize = r
+        .q("offset")
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let limit: Option<usize> = r.q("limit").and_then(|l| l.parse().ok());
+    let text = String::from_utf8_lossy(data);
+    let lines = text
+        .split('\n')
+        .skip(offset - 1)
+        .take(limit.unwrap_or(usize::MAX));
+    let out = lines.collect::<Vec<_>>().join("\n");
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(Body::from(out))
         .unwrap()
 }
 

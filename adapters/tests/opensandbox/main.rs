@@ -5,6 +5,7 @@
 mod cases;
 mod fake_server;
 mod live;
+mod replay;
 
 use std::collections::BTreeMap;
 use std::io::Write;
