@@ -396,7 +396,13 @@ pub(crate) enum Ack {
 
 /// Exponential back-off for redeliveries: 1 s, 2 s, 4 s … capped at 60 s.
 pub(crate) fn backoff(delivered: u64) -> Duration {
-    Duration::from_secs(1u64 << delivered.saturating_sub(1).min(6)).min(Duration::from_secs(60))
+    doubling(Duration::from_secs(1), Duration::from_secs(60), delivered)
+}
+
+/// `first` on the first delivery, doubling with each redelivery, never above `cap`.
+pub(crate) fn doubling(first: Duration, cap: Duration, delivered: u64) -> Duration {
+    let doublings = delivered.saturating_sub(1).min(16) as u32;
+    first.saturating_mul(1u32 << doublings).min(cap)
 }
 
 /// Runs `fut`, telling the bus we are still working every third of the ack wait.
@@ -429,5 +435,19 @@ mod tests {
         assert_eq!(backoff(2), Duration::from_secs(2));
         assert_eq!(backoff(4), Duration::from_secs(8));
         assert_eq!(backoff(100), Duration::from_secs(60));
+        let ms = Duration::from_millis;
+        let polls: Vec<Duration> = (1..=7).map(|d| doubling(ms(100), ms(2000), d)).collect();
+        assert_eq!(
+            polls,
+            [
+                ms(100),
+                ms(200),
+                ms(400),
+                ms(800),
+                ms(1600),
+                ms(2000),
+                ms(2000)
+            ]
+        );
     }
 }

@@ -481,7 +481,11 @@ impl WorkerGroup {
 /// answer, doubling to 2 s (a Docker snapshot is ready in ~0.3 s; a Fast Sandbox checkpoint
 /// takes minutes).
 fn readiness_poll(delivered: u64) -> Duration {
-    Duration::from_millis(100u64 << delivered.saturating_sub(1).min(5)).min(Duration::from_secs(2))
+    crate::doubling(
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+        delivered,
+    )
 }
 
 fn snapshot_arg(record: &OpRecord) -> Option<SnapshotId> {
