@@ -4,12 +4,16 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::support::{assert_error, Answer};
+use crate::support::{assert_field_error, Answer};
 
 /// Asserts a 422 `validation_failed` naming `field` whose message states `bound`.
 fn assert_bound(a: &Answer, field: &str, bound: &str) {
-    assert_error(a, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
-    assert_eq!(a.body["error"]["details"]["field"], field, "{}", a.body);
+    assert_field_error(
+        a,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+        field,
+    );
     let message = a.body["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains(bound), "{field}: {}", a.body);
 }

@@ -4,7 +4,7 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::support::{api, assert_error};
+use crate::support::{api, assert_error, assert_field_error};
 
 #[tokio::test]
 async fn pausing_a_queued_sandbox_is_409_naming_its_status() {
@@ -47,11 +47,11 @@ async fn a_patch_out_of_range_is_422_naming_the_field() {
             json!({ "ttlSeconds": 0 }),
         )
         .await;
-    assert_error(&a, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
-    assert_eq!(
-        a.body["error"]["details"]["field"], "ttlSeconds",
-        "{}",
-        a.body
+    assert_field_error(
+        &a,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+        "ttlSeconds",
     );
     let labels = api
         .admin(

@@ -4,13 +4,12 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::support::{api, assert_error, Answer};
+use crate::support::{api, assert_field_error, Answer};
 
 const NUL: &str = "a\u{0}b";
 
 fn assert_refused(a: &Answer, status: StatusCode, code: &str, field: &str) {
-    assert_error(a, status, code);
-    assert_eq!(a.body["error"]["details"]["field"], field, "{}", a.body);
+    assert_field_error(a, status, code, field);
     let message = a.body["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("NUL"), "{}", a.body);
 }
@@ -134,7 +133,11 @@ async fn exec_env_names_are_checked_like_a_sandboxes() {
                 json!({ "command": ["ls"], "env": { name: "v" } }),
             )
             .await;
-        assert_error(&a, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
-        assert_eq!(a.body["error"]["details"]["field"], field, "{}", a.body);
+        assert_field_error(
+            &a,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+            field,
+        );
     }
 }

@@ -3,7 +3,7 @@
 use axum::http::{Method, StatusCode};
 use serde_json::json;
 
-use crate::support::{api, assert_error};
+use crate::support::{api, assert_error, assert_field_error};
 
 #[tokio::test]
 async fn create_is_202_with_the_queued_sandbox() {
@@ -46,11 +46,11 @@ async fn a_body_of_the_wrong_type_is_400_naming_the_field() {
             json!({ "ttlSeconds": "soon" }),
         )
         .await;
-    assert_error(&a, StatusCode::BAD_REQUEST, "invalid_argument");
-    assert_eq!(
-        a.body["error"]["details"]["field"], "ttlSeconds",
-        "{}",
-        a.body
+    assert_field_error(
+        &a,
+        StatusCode::BAD_REQUEST,
+        "invalid_argument",
+        "ttlSeconds",
     );
 }
 
@@ -64,11 +64,11 @@ async fn a_well_formed_but_unacceptable_value_is_422_naming_the_field() {
             json!({ "classification": "top-secret" }),
         )
         .await;
-    assert_error(&a, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
-    assert_eq!(
-        a.body["error"]["details"]["field"], "classification",
-        "{}",
-        a.body
+    assert_field_error(
+        &a,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+        "classification",
     );
 }
 

@@ -7,7 +7,7 @@ use differently_core::{ProjectId, SandboxId};
 use differently_store::lifecycle::{SnapshotRecord, SnapshotStatus};
 use serde_json::{json, Value};
 
-use crate::support::{api, assert_error, Api};
+use crate::support::{api, assert_error, assert_field_error, Api};
 
 #[tokio::test]
 async fn one_idempotency_key_on_two_sandboxes_makes_two_snapshots() {
@@ -156,11 +156,11 @@ async fn a_snapshot_is_not_restored_into_another_project() {
         )
     };
     let a = create(other.clone()).await;
-    assert_error(&a, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
-    assert_eq!(
-        a.body["error"]["details"]["field"], "fromSnapshot",
-        "{}",
-        a.body
+    assert_field_error(
+        &a,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+        "fromSnapshot",
     );
     let same = create(api.tenant.project.id.to_string()).await;
     assert_eq!(same.status, StatusCode::ACCEPTED, "{}", same.body);

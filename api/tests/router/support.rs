@@ -302,6 +302,12 @@ pub fn assert_error(a: &Answer, status: StatusCode, code: &str) {
     );
 }
 
+/// [`assert_error`], and the error names `field` in `details.field`.
+pub fn assert_field_error(a: &Answer, status: StatusCode, code: &str, field: &str) {
+    assert_error(a, status, code);
+    assert_eq!(a.body["error"]["details"]["field"], field, "{}", a.body);
+}
+
 /// Fails when the served OpenAPI document does not list `status` among the answers of the
 /// operation `method path`: every status a router test sees must be documented, so the
 /// document cannot drift from the server. 405 and 414 are answered before any operation is
