@@ -13,7 +13,7 @@
 //! their bytes, no whitespace, `at` as RFC 3339 with microseconds. The same [`Verifier`]
 //! checks a live database and an offline export (`differently audit verify`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 
@@ -30,8 +30,11 @@ use crate::{AuditRecord, StoreError};
 /// The chain of events that belong to no organization (pools, global policy, secrets).
 pub const INSTALLATION_CHAIN: &str = "installation";
 
-/// Version of the canonical form, hashed into every record (`"v": 1`).
+/// Version of the canonical form of records and checkpoints that carry no key id (`"v": 1`).
 pub const CANONICAL_VERSION: u64 = 1;
+
+/// Version of the canonical form that also hashes the signing key's id (`"v": 2`).
+pub const CANONICAL_VERSION_KEYED: u64 = 2;
 
 /// `prevHash` of the first record of a chain and of the first checkpoint.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -99,7 +102,64 @@ impl AuditKey {
     }
 }
 
+/// The keys a verifier knows: the one that signs now and the ones that signed before it, so
+/// chains written before a rotation still verify. Records name their key by id.
+#[derive(Clone, Debug)]
+pub struct AuditKeyring {
+    current: AuditKey,
+    previous: Vec<AuditKey>,
+}
+
+impl AuditKeyring {
+    /// A ring of one key.
+    pub fn new(current: AuditKey) -> AuditKeyring {
+        AuditKeyring {
+            current,
+            previous: vec![],
+        }
+    }
+
+    /// The same ring that also knows `previous` (retired keys, still trusted to verify).
+    pub fn with_previous(mut self, previous: Vec<AuditKey>) -> AuditKeyring {
+        self.previous = previous;
+        self
+    }
+
+    /// The signing key.
+    pub fn current(&self) -> &AuditKey {
+        &self.current
+    }
+
+    /// The key with this id, if the ring has it.
+    pub fn by_id(&self, id: &str) -> Option<&AuditKey> {
+        self.keys().find(|k| k.key_id() == id)
+    }
+
+    /// Every key, the signing one first.
+    pub fn keys(&self) -> impl Iterator<Item = &AuditKey> {
+        std::iter::once(&self.current).chain(self.previous.iter())
+    }
+}
+
+impl From<AuditKey> for AuditKeyring {
+    fn from(k: AuditKey) -> AuditKeyring {
+        AuditKeyring::new(k)
+    }
+}
+
 static PROCESS_KEY: std::sync::OnceLock<AuditKey> = std::sync::OnceLock::new();
+static PROCESS_PREVIOUS_KEYS: std::sync::OnceLock<Vec<AuditKey>> = std::sync::OnceLock::new();
+
+/// Installs retired keys that `verify` still accepts (key rotation). Fails if already set.
+pub fn set_process_previous_keys(keys: Vec<AuditKey>) -> Result<(), Vec<AuditKey>> {
+    PROCESS_PREVIOUS_KEYS.set(keys)
+}
+
+/// The process's signing key and its retired keys.
+pub fn process_keyring() -> AuditKeyring {
+    AuditKeyring::new(process_key().clone())
+        .with_previous(PROCESS_PREVIOUS_KEYS.get().cloned().unwrap_or_default())
+}
 
 /// Installs the process's audit key (from server configuration) before the store writes.
 /// The key is process-wide because one server has one configuration and the audit helpers
@@ -274,25 +334,42 @@ pub struct AuditEvent {
     pub prev_hash: String,
     /// Hex of `HMAC-SHA256(key, prevHash bytes || canonical())`.
     pub hash: String,
+    /// Id of the key that signed it ([`AuditKey::key_id`]); absent on records written before
+    /// key ids existed, which verify under any key of the ring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+}
+
+/// Adds the key id to a canonical object (and moves it to the keyed version), so the id a
+/// record names is covered by its own hash and cannot be relabelled.
+fn keyed(mut v: Value, key_id: Option<&str>) -> Value {
+    if let (Some(id), Value::Object(map)) = (key_id, &mut v) {
+        map.insert("keyId".to_owned(), Value::String(id.to_owned()));
+        map.insert("v".to_owned(), json!(CANONICAL_VERSION_KEYED));
+    }
+    v
 }
 
 impl AuditEvent {
     /// The canonical bytes hashed for this record (everything but `seq` and `hash`).
     pub fn canonical(&self) -> String {
-        canonical_json(&json!({
-            "v": CANONICAL_VERSION,
-            "chain": self.chain,
-            "chainSeq": self.chain_seq,
-            "orgId": self.org_id,
-            "projectId": self.project_id,
-            "actor": self.actor,
-            "action": self.action,
-            "resource": self.resource,
-            "outcome": self.outcome,
-            "requestId": self.request_id,
-            "at": self.at.to_rfc3339_opts(SecondsFormat::Micros, true),
-            "detail": self.detail,
-        }))
+        canonical_json(&keyed(
+            json!({
+                "v": CANONICAL_VERSION,
+                "chain": self.chain,
+                "chainSeq": self.chain_seq,
+                "orgId": self.org_id,
+                "projectId": self.project_id,
+                "actor": self.actor,
+                "action": self.action,
+                "resource": self.resource,
+                "outcome": self.outcome,
+                "requestId": self.request_id,
+                "at": self.at.to_rfc3339_opts(SecondsFormat::Micros, true),
+                "detail": self.detail,
+            }),
+            self.key_id.as_deref(),
+        ))
     }
 
     /// The hash this record must carry under `key`; `None` if `prev_hash` is not hex.
@@ -327,6 +404,7 @@ impl AuditEvent {
             detail: e.detail,
             prev_hash,
             hash: String::new(),
+            key_id: Some(key.key_id()),
         };
         // The previous hash came from our own writes; a malformed one (a tampered head)
         // chains from genesis bytes, which `verify` then reports as a broken link.
@@ -356,18 +434,42 @@ pub struct Checkpoint {
     pub heads: Vec<ChainHead>,
     pub prev_hash: String,
     pub hash: String,
+    /// Id of the key that signed it; absent on checkpoints from before key ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    /// Present when this checkpoint starts a new segment after a lost key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<Segment>,
+}
+
+/// What a segment checkpoint says: everything at or before its heads that no known key can
+/// check was written with a key that is gone. Verification then checks only the links of
+/// those records (content could have changed undetected) and counts them as unverifiable;
+/// everything after is checked in full. Writing one is an explicit, signed, exported act.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Segment {
+    /// Why, in the operator's words.
+    pub reason: String,
+    /// Key ids the records named that no key of the signer's ring matched.
+    pub lost_key_ids: Vec<String>,
 }
 
 impl Checkpoint {
     /// The canonical bytes hashed for this checkpoint.
     pub fn canonical(&self) -> String {
-        canonical_json(&json!({
+        let mut v = json!({
             "v": CANONICAL_VERSION,
             "kind": "checkpoint",
             "seq": self.seq,
             "at": self.at.to_rfc3339_opts(SecondsFormat::Micros, true),
             "heads": self.heads,
-        }))
+        });
+        if let (Some(seg), Value::Object(map)) = (&self.segment, &mut v) {
+            map.insert("kind".to_owned(), json!("segment"));
+            map.insert("segment".to_owned(), json!(seg));
+        }
+        canonical_json(&keyed(v, self.key_id.as_deref()))
     }
 
     /// The hash this checkpoint must carry under `key`.
@@ -380,8 +482,19 @@ impl Checkpoint {
     pub fn next(
         key: &AuditKey,
         prev: Option<&Checkpoint>,
+        heads: Vec<ChainHead>,
+        at: DateTime<Utc>,
+    ) -> Checkpoint {
+        Checkpoint::next_segment(key, prev, heads, at, None)
+    }
+
+    /// [`Checkpoint::next`], optionally starting a segment (see [`Segment`]).
+    pub fn next_segment(
+        key: &AuditKey,
+        prev: Option<&Checkpoint>,
         mut heads: Vec<ChainHead>,
         at: DateTime<Utc>,
+        segment: Option<Segment>,
     ) -> Checkpoint {
         heads.sort_by(|a, b| a.chain.cmp(&b.chain));
         let mut cp = Checkpoint {
@@ -390,6 +503,8 @@ impl Checkpoint {
             heads,
             prev_hash: prev.map_or_else(|| GENESIS_HASH.to_owned(), |p| p.hash.clone()),
             hash: String::new(),
+            key_id: Some(key.key_id()),
+            segment,
         };
         let prev = decode_hex32(&cp.prev_hash).unwrap_or([0; 32]);
         cp.hash = hex(&key.mac(&prev, cp.canonical().as_bytes()));
@@ -423,6 +538,9 @@ pub enum ProblemKind {
     Truncated,
     /// A checkpoint itself fails its hash or link, or one is missing.
     BadCheckpoint,
+    /// A record or checkpoint names a key the verifier does not have (a retired key not
+    /// configured, or a lost one: see `docs/audit.md`).
+    UnknownKey,
 }
 
 /// The first problem found in one chain (or in the checkpoints).
@@ -453,6 +571,58 @@ pub struct VerifyReport {
     pub first_bad: Option<Problem>,
     /// The first problem of each broken chain (at most [`MAX_PROBLEMS`]).
     pub problems: Vec<Problem>,
+    /// Records a segment covers whose signature no known key could check: only their links
+    /// were verified.
+    #[serde(default)]
+    pub unverifiable_records: u64,
+    /// Checkpoints a later segment covers whose signature no known key could check.
+    #[serde(default)]
+    pub unverifiable_checkpoints: u64,
+    /// Key ids named by records or checkpoints that the verifier's ring does not hold.
+    #[serde(default)]
+    pub unknown_key_ids: Vec<String>,
+    /// Every segment checkpoint, oldest first.
+    #[serde(default)]
+    pub segments: Vec<SegmentInfo>,
+}
+
+/// A segment as listed in a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentInfo {
+    pub seq: i64,
+    pub at: DateTime<Utc>,
+    pub key_id: Option<String>,
+    pub reason: String,
+    pub lost_key_ids: Vec<String>,
+}
+
+/// Whether a signature checks out under a keyring.
+#[derive(Debug, PartialEq, Eq)]
+enum Signature {
+    Valid,
+    /// The named key is not in the ring.
+    UnknownKey(String),
+    /// A key was found (or, unlabelled, every key was tried) and the hash differs.
+    Mismatch,
+}
+
+fn check_signature(
+    ring: &AuditKeyring,
+    key_id: Option<&str>,
+    hash: &str,
+    expected: impl Fn(&AuditKey) -> Option<String>,
+) -> Signature {
+    let matches = |k: &AuditKey| expected(k).as_deref() == Some(hash);
+    match key_id {
+        Some(id) => match ring.by_id(id) {
+            Some(k) if matches(k) => Signature::Valid,
+            Some(_) => Signature::Mismatch,
+            None => Signature::UnknownKey(id.to_owned()),
+        },
+        None if ring.keys().any(matches) => Signature::Valid,
+        None => Signature::Mismatch,
+    }
 }
 
 /// Most problems listed in one report.
@@ -470,31 +640,48 @@ struct Walk {
 /// in `(chain, chainSeq)` order, then [`Verifier::finish`]. Memory is per chain, not per record.
 #[derive(Debug)]
 pub struct Verifier {
-    key: AuditKey,
+    ring: AuditKeyring,
     chains: BTreeMap<String, Walk>,
-    /// Heads promised by the latest valid checkpoint.
+    /// Heads promised by the latest validly signed checkpoint.
     promised: HashMap<String, ChainHead>,
     last_checkpoint: Option<(i64, String)>,
     checkpoint_broken: bool,
+    /// The first checkpoint whose signature failed and how many did, until a segment covers
+    /// them or the checkpoints end.
+    unsigned: Option<(Problem, u64)>,
+    /// Per chain, the last position a segment covers.
+    covered: HashMap<String, i64>,
+    checkpoints_done: bool,
     records: u64,
     checkpoints: u64,
     unchained: u64,
+    unverifiable_records: u64,
+    unverifiable_checkpoints: u64,
+    unknown_key_ids: BTreeSet<String>,
+    segments: Vec<SegmentInfo>,
     problems: Vec<Problem>,
     first_bad: Option<Problem>,
 }
 
 impl Verifier {
-    /// A verifier checking with `key`.
-    pub fn new(key: AuditKey) -> Verifier {
+    /// A verifier checking with `ring` (an [`AuditKey`] converts into a ring of one).
+    pub fn new(ring: impl Into<AuditKeyring>) -> Verifier {
         Verifier {
-            key,
+            ring: ring.into(),
             chains: BTreeMap::new(),
             promised: HashMap::new(),
             last_checkpoint: None,
             checkpoint_broken: false,
+            unsigned: None,
+            covered: HashMap::new(),
+            checkpoints_done: false,
             records: 0,
             checkpoints: 0,
             unchained: 0,
+            unverifiable_records: 0,
+            unverifiable_checkpoints: 0,
+            unknown_key_ids: BTreeSet::new(),
+            segments: vec![],
             problems: vec![],
             first_bad: None,
         }
@@ -524,19 +711,17 @@ impl Verifier {
             .last_checkpoint
             .clone()
             .unwrap_or((0, GENESIS_HASH.to_owned()));
-        let problem = if cp.seq != want_seq + 1 {
+        let broken_link = if cp.seq != want_seq + 1 {
             Some(format!("checkpoint {} follows {want_seq}", cp.seq))
         } else if cp.prev_hash != want_prev {
             Some(format!(
                 "checkpoint {} does not link to its predecessor",
                 cp.seq
             ))
-        } else if cp.expected_hash(&self.key).as_deref() != Some(cp.hash.as_str()) {
-            Some(format!("checkpoint {} does not match its hash", cp.seq))
         } else {
             None
         };
-        if let Some(message) = problem {
+        if let Some(message) = broken_link {
             self.checkpoint_broken = true;
             self.report(Problem {
                 kind: ProblemKind::BadCheckpoint,
@@ -548,16 +733,79 @@ impl Verifier {
             return;
         }
         self.last_checkpoint = Some((cp.seq, cp.hash.clone()));
+        let problem = match check_signature(&self.ring, cp.key_id.as_deref(), &cp.hash, |k| {
+            cp.expected_hash(k)
+        }) {
+            Signature::Valid => None,
+            Signature::UnknownKey(id) => {
+                let p = Problem {
+                    kind: ProblemKind::UnknownKey,
+                    chain: "checkpoints".to_owned(),
+                    chain_seq: cp.seq,
+                    seq: None,
+                    message: unknown_key_message(&id),
+                };
+                self.unknown_key_ids.insert(id);
+                Some(p)
+            }
+            Signature::Mismatch => Some(Problem {
+                kind: ProblemKind::BadCheckpoint,
+                chain: "checkpoints".to_owned(),
+                chain_seq: cp.seq,
+                seq: None,
+                message: format!("checkpoint {} does not match its hash", cp.seq),
+            }),
+        };
+        if let Some(p) = problem {
+            // A later segment may still cover it: decided when the checkpoints end.
+            match &mut self.unsigned {
+                Some((_, n)) => *n += 1,
+                None => self.unsigned = Some((p, 1)),
+            }
+            return;
+        }
         self.promised = cp
             .heads
             .iter()
             .map(|h| (h.chain.clone(), h.clone()))
             .collect();
+        if let Some(seg) = &cp.segment {
+            if let Some((_, n)) = self.unsigned.take() {
+                self.unverifiable_checkpoints += n;
+            }
+            for h in &cp.heads {
+                let end = self.covered.entry(h.chain.clone()).or_insert(0);
+                *end = (*end).max(h.chain_seq);
+            }
+            self.segments.push(SegmentInfo {
+                seq: cp.seq,
+                at: cp.at,
+                key_id: cp.key_id.clone(),
+                reason: seg.reason.clone(),
+                lost_key_ids: seg.lost_key_ids.clone(),
+            });
+        }
+    }
+
+    /// Reports an uncovered unsigned checkpoint once the checkpoints are all in.
+    fn end_checkpoints(&mut self) {
+        if std::mem::replace(&mut self.checkpoints_done, true) {
+            return;
+        }
+        if let Some((p, _)) = self.unsigned.take() {
+            self.checkpoint_broken = true;
+            self.report(p);
+        }
     }
 
     /// Checks one record; records come in `(chain, chainSeq)` order.
     pub fn record(&mut self, r: &AuditEvent) {
+        self.end_checkpoints();
         self.records += 1;
+        let covered = self
+            .covered
+            .get(&r.chain)
+            .is_some_and(|end| r.chain_seq <= *end);
         let walk = self.chains.entry(r.chain.clone()).or_insert_with(|| Walk {
             next: 1,
             prev_hash: GENESIS_HASH.to_owned(),
@@ -587,15 +835,33 @@ impl Verifier {
                 Some(r.seq),
                 "prevHash is not the previous record's hash".to_owned(),
             ))
-        } else if r.expected_hash(&self.key).as_deref() != Some(r.hash.as_str()) {
-            Some((
-                ProblemKind::HashMismatch,
-                r.chain_seq,
-                Some(r.seq),
-                "the record does not match its hash".to_owned(),
-            ))
         } else {
-            None
+            let sig = check_signature(&self.ring, r.key_id.as_deref(), &r.hash, |k| {
+                r.expected_hash(k)
+            });
+            if let Signature::UnknownKey(id) = &sig {
+                self.unknown_key_ids.insert(id.clone());
+            }
+            match sig {
+                Signature::Valid => None,
+                // Written before a segment by a key that is gone: only its link is checked.
+                _ if covered => {
+                    self.unverifiable_records += 1;
+                    None
+                }
+                Signature::UnknownKey(id) => Some((
+                    ProblemKind::UnknownKey,
+                    r.chain_seq,
+                    Some(r.seq),
+                    unknown_key_message(&id),
+                )),
+                Signature::Mismatch => Some((
+                    ProblemKind::HashMismatch,
+                    r.chain_seq,
+                    Some(r.seq),
+                    "the record does not match its hash".to_owned(),
+                )),
+            }
         };
         // After a gap the walk continues from the record found: one problem, not two.
         let duplicate = r.chain_seq < walk.next;
@@ -640,6 +906,7 @@ impl Verifier {
 
     /// Checks that no chain ends before its checkpointed head, and reports.
     pub fn finish(mut self) -> VerifyReport {
+        self.end_checkpoints();
         let mut promised: Vec<ChainHead> = self.promised.values().cloned().collect();
         promised.sort_by(|a, b| a.chain.cmp(&b.chain));
         for h in promised {
@@ -668,8 +935,19 @@ impl Verifier {
             unchained_records: self.unchained,
             first_bad: self.first_bad,
             problems: self.problems,
+            unverifiable_records: self.unverifiable_records,
+            unverifiable_checkpoints: self.unverifiable_checkpoints,
+            unknown_key_ids: self.unknown_key_ids.into_iter().collect(),
+            segments: self.segments,
         }
     }
+}
+
+fn unknown_key_message(id: &str) -> String {
+    format!(
+        "signed with audit key {id}, which this verifier does not hold: configure it as a \
+         previous key, or, if it is lost, start a new segment (docs/audit.md)"
+    )
 }
 
 /// Filter for listing audit records; results ascend by `seq`.
@@ -776,6 +1054,10 @@ pub trait AuditStore: Send + Sync {
     /// changed since the last one.
     async fn write_audit_checkpoint(&self) -> Result<Option<Checkpoint>, StoreError>;
 
+    /// Signs every chain's head as a checkpoint that starts a new segment (after a lost key),
+    /// whether or not anything changed.
+    async fn write_audit_segment(&self, segment: Segment) -> Result<Checkpoint, StoreError>;
+
     /// Walks every chain and the checkpoints with the process key.
     async fn verify_audit(&self) -> Result<VerifyReport, StoreError>;
 }
@@ -841,6 +1123,157 @@ mod tests {
         cps.iter().for_each(|c| v.checkpoint(c));
         recs.iter().for_each(|r| v.record(r));
         v.finish()
+    }
+
+    /// `recs` continued by `n` records signed with `k` (a key rotation mid-chain).
+    fn extend(k: &AuditKey, mut recs: Vec<AuditEvent>, n: i64) -> Vec<AuditEvent> {
+        for i in 0..n {
+            let prev = recs.last().map(|r| (r.chain_seq, r.hash.clone()));
+            let mut r = AuditEvent::chained(
+                k,
+                INSTALLATION_CHAIN.into(),
+                prev,
+                new_event(&format!("b{i}")),
+                Utc::now(),
+                None,
+            );
+            r.seq = 100 + i;
+            recs.push(r);
+        }
+        recs
+    }
+
+    fn head_of(r: &AuditEvent) -> ChainHead {
+        ChainHead {
+            chain: r.chain.clone(),
+            chain_seq: r.chain_seq,
+            hash: r.hash.clone(),
+        }
+    }
+
+    fn segment(reason: &str) -> Option<Segment> {
+        Some(Segment {
+            reason: reason.into(),
+            lost_key_ids: vec![],
+        })
+    }
+
+    #[test]
+    fn records_name_their_key_and_the_name_is_covered_by_the_hash() {
+        let k = key(1);
+        let mut recs = chain(&k, 2);
+        assert_eq!(recs[0].key_id.as_deref(), Some(k.key_id().as_str()));
+        assert!(recs[0].canonical().contains("\"keyId\""));
+        assert!(recs[0].canonical().contains("\"v\":2"));
+        // Relabelling a record with another key's id breaks it.
+        recs[1].key_id = Some(key(2).key_id());
+        let ring = AuditKeyring::new(k.clone()).with_previous(vec![key(2)]);
+        let mut v = Verifier::new(ring);
+        recs.iter().for_each(|r| v.record(r));
+        let bad = v.finish().first_bad.unwrap();
+        assert_eq!((bad.kind, bad.chain_seq), (ProblemKind::HashMismatch, 2));
+    }
+
+    #[test]
+    fn a_rotated_key_still_verifies_old_records_when_the_ring_holds_it() {
+        let (old, new) = (key(1), key(2));
+        let recs = extend(&new, chain(&old, 3), 3);
+        let ring = AuditKeyring::new(new.clone()).with_previous(vec![old.clone()]);
+        let mut v = Verifier::new(ring);
+        recs.iter().for_each(|r| v.record(r));
+        let r = v.finish();
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.records, 6);
+        // Without the old key the first old record is reported, naming the key it needs.
+        let r = verify(&new, &[], &recs);
+        let bad = r.first_bad.unwrap();
+        assert_eq!((bad.kind, bad.chain_seq), (ProblemKind::UnknownKey, 1));
+        assert!(bad.message.contains(&old.key_id()), "{}", bad.message);
+        assert_eq!(r.unknown_key_ids, vec![old.key_id()]);
+    }
+
+    #[test]
+    fn records_without_a_key_id_verify_under_any_key_of_the_ring() {
+        let (old, new) = (key(1), key(2));
+        let mut recs = chain(&old, 3);
+        // As written before key ids: v1 canonical form, no id.
+        for i in 0..recs.len() {
+            recs[i].key_id = None;
+            if i > 0 {
+                recs[i].prev_hash = recs[i - 1].hash.clone();
+            }
+            recs[i].hash = recs[i].expected_hash(&old).unwrap();
+        }
+        assert!(recs[0].canonical().contains("\"v\":1"));
+        let ring = AuditKeyring::new(new.clone()).with_previous(vec![old.clone()]);
+        let mut v = Verifier::new(ring);
+        recs.iter().for_each(|r| v.record(r));
+        assert!(v.finish().ok);
+        let bad = verify(&new, &[], &recs).first_bad.unwrap();
+        assert_eq!(bad.kind, ProblemKind::HashMismatch);
+    }
+
+    #[test]
+    fn a_segment_after_a_lost_key_checks_links_before_it_and_everything_after() {
+        let (lost, new) = (key(1), key(2));
+        let old = chain(&lost, 3);
+        let c1 = Checkpoint::next(&lost, None, vec![head_of(&old[2])], Utc::now());
+        let seg = Checkpoint::next_segment(
+            &new,
+            Some(&c1),
+            vec![head_of(&old[2])],
+            Utc::now(),
+            segment("key lost in the 2026-12 incident"),
+        );
+        let recs = extend(&new, old.clone(), 2);
+        // Without the segment: the lost key is reported.
+        assert!(!verify(&new, std::slice::from_ref(&c1), &recs).ok);
+        let r = verify(&new, &[c1.clone(), seg.clone()], &recs);
+        assert!(r.ok, "{r:?}");
+        assert_eq!((r.unverifiable_records, r.unverifiable_checkpoints), (3, 1));
+        assert_eq!(r.segments.len(), 1);
+        assert_eq!(r.segments[0].reason, "key lost in the 2026-12 incident");
+        assert_eq!(r.unknown_key_ids, vec![lost.key_id()]);
+
+        // A segment does not excuse a broken link before it ...
+        let mut cut = recs.clone();
+        cut[1].prev_hash = GENESIS_HASH.into();
+        let bad = verify(&new, &[c1.clone(), seg.clone()], &cut)
+            .first_bad
+            .unwrap();
+        assert_eq!((bad.kind, bad.chain_seq), (ProblemKind::BrokenLink, 2));
+        // ... nor an edit after it ...
+        let mut edited = recs.clone();
+        edited[4].detail = json!({"edited": true});
+        let bad = verify(&new, &[c1.clone(), seg.clone()], &edited)
+            .first_bad
+            .unwrap();
+        assert_eq!((bad.kind, bad.chain_seq), (ProblemKind::HashMismatch, 5));
+        // ... nor records signed with the lost key after it.
+        let late = extend(&lost, recs.clone(), 1);
+        let bad = verify(&new, &[c1, seg], &late).first_bad.unwrap();
+        assert_eq!((bad.kind, bad.chain_seq), (ProblemKind::UnknownKey, 6));
+    }
+
+    #[test]
+    fn a_segment_signed_with_an_unknown_key_covers_nothing() {
+        let (lost, other, new) = (key(1), key(3), key(2));
+        let old = chain(&lost, 2);
+        let seg = Checkpoint::next_segment(
+            &other,
+            None,
+            vec![head_of(&old[1])],
+            Utc::now(),
+            segment("forged"),
+        );
+        let r = verify(&new, std::slice::from_ref(&seg), &old);
+        let bad = r.first_bad.unwrap();
+        assert_eq!(
+            (bad.kind, bad.chain.as_str()),
+            (ProblemKind::UnknownKey, "checkpoints")
+        );
+        assert!(r.segments.is_empty());
+        assert_eq!(r.unverifiable_records, 0);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use differently_core::OrgId;
 
 use crate::audit::{
     self, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint, ExportCursor,
-    NewAuditEvent, RowGuard, Verifier, VerifyReport,
+    NewAuditEvent, RowGuard, Segment, Verifier, VerifyReport,
 };
 use crate::memory::MemoryStore;
 use crate::{AuditRecord, StoreError};
@@ -158,9 +158,32 @@ impl AuditStore for MemoryStore {
         Ok(Some(cp))
     }
 
+    async fn write_audit_segment(&self, segment: Segment) -> Result<Checkpoint, StoreError> {
+        let mut st = self.lock();
+        let heads: Vec<ChainHead> = st
+            .audit
+            .heads
+            .iter()
+            .map(|(chain, (chain_seq, hash))| ChainHead {
+                chain: chain.clone(),
+                chain_seq: *chain_seq,
+                hash: hash.clone(),
+            })
+            .collect();
+        let cp = Checkpoint::next_segment(
+            audit::process_key(),
+            st.audit.checkpoints.last(),
+            heads,
+            Utc::now(),
+            Some(segment),
+        );
+        st.audit.checkpoints.push(cp.clone());
+        Ok(cp)
+    }
+
     async fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
         let st = self.lock();
-        let mut v = Verifier::new(audit::process_key().clone());
+        let mut v = Verifier::new(audit::process_keyring());
         for cp in &st.audit.checkpoints {
             v.checkpoint(cp);
         }

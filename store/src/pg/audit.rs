@@ -16,7 +16,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::audit::{
     self, canonical_json, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint,
-    ExportCursor, NewAuditEvent, RowGuard, Verifier, VerifyReport,
+    ExportCursor, NewAuditEvent, RowGuard, Segment, Verifier, VerifyReport,
 };
 use crate::pg::prior_write::PriorWrite;
 use crate::pg::PgStore;
@@ -38,7 +38,9 @@ fn chain_lock_id(chain: &str) -> i64 {
 const CHECKPOINT_LOCK: i64 = 0x646c_795f_6175_6463; // "dly_audc"
 
 const COLUMNS: &str = "seq, chain, chain_seq, org_id, project_id, actor, action, resource, \
-                       outcome, request_id, at, detail, prev_hash, hash";
+                       outcome, request_id, at, detail, prev_hash, hash, key_id";
+
+const CHECKPOINT_COLUMNS: &str = "seq, at, heads, prev_hash, hash, key_id, segment";
 
 /// Appends `e` to its chain inside `tx`, with the current task's request id (a group of one
 /// for `append_then_lock_counters`).
@@ -136,10 +138,10 @@ pub(crate) async fn append_then_lock_counters(
     let rows = sqlx::query(
         "WITH ins AS (
              INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
-                 resource, outcome, request_id, at, detail, prev_hash, hash)
+                 resource, outcome, request_id, at, detail, prev_hash, hash, key_id)
              SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
                  $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
-                 $11::jsonb[], $12::text[], $13::text[])
+                 $11::jsonb[], $12::text[], $13::text[], $18::text[])
              RETURNING seq, chain, chain_seq, detail),
          head AS (
              INSERT INTO audit_heads (chain, chain_seq, hash)
@@ -174,6 +176,7 @@ pub(crate) async fn append_then_lock_counters(
     .bind(new_heads.iter().map(|h| h.1).collect::<Vec<i64>>())
     .bind(new_heads.iter().map(|h| h.2.as_str()).collect::<Vec<_>>())
     .bind(counters)
+    .bind(col(|r| r.key_id.clone()))
     .fetch_all(&mut **tx)
     .await?;
     if rows.len() != recs.len() {
@@ -267,6 +270,7 @@ fn event_of(r: &sqlx::postgres::PgRow) -> Result<AuditEvent, StoreError> {
         detail: r.try_get("detail")?,
         prev_hash: r.try_get("prev_hash")?,
         hash: r.try_get("hash")?,
+        key_id: r.try_get("key_id")?,
     })
 }
 
@@ -278,7 +282,76 @@ fn checkpoint_of(r: &sqlx::postgres::PgRow) -> Result<Checkpoint, StoreError> {
         heads,
         prev_hash: r.try_get("prev_hash")?,
         hash: r.try_get("hash")?,
+        key_id: r.try_get("key_id")?,
+        segment: r
+            .try_get::<Option<Json<Segment>>, _>("segment")?
+            .map(|Json(s)| s),
     })
+}
+
+impl PgStore {
+    /// Signs every chain's head as the next checkpoint (a segment's always; a plain one only
+    /// when a head moved), under the checkpoint chain's lock.
+    async fn write_checkpoint(
+        &self,
+        segment: Option<Segment>,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(CHECKPOINT_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        let last = sqlx::query(&format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints ORDER BY seq DESC LIMIT 1"
+        ))
+        .fetch_optional(&mut *tx)
+        .await?
+        .as_ref()
+        .map(checkpoint_of)
+        .transpose()?;
+        // Each head is a committed record; heads of different chains need not be taken at
+        // one instant, only each at a real position.
+        let rows = sqlx::query(
+            "SELECT DISTINCT ON (chain) chain, chain_seq, hash FROM audit_events
+             WHERE chain IS NOT NULL ORDER BY chain, chain_seq DESC",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut heads = Vec::with_capacity(rows.len());
+        for r in &rows {
+            heads.push(ChainHead {
+                chain: r.try_get("chain")?,
+                chain_seq: r.try_get("chain_seq")?,
+                hash: r.try_get("hash")?,
+            });
+        }
+        let unchanged = heads.is_empty() || last.as_ref().is_some_and(|l| l.heads == heads);
+        if unchanged && segment.is_none() {
+            return Ok(None);
+        }
+        let cp = Checkpoint::next_segment(
+            audit::process_key(),
+            last.as_ref(),
+            heads,
+            Utc::now(),
+            segment,
+        );
+        sqlx::query(
+            "INSERT INTO audit_checkpoints (seq, at, heads, prev_hash, hash, key_id, segment)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(cp.seq)
+        .bind(cp.at)
+        .bind(Json(&cp.heads))
+        .bind(&cp.prev_hash)
+        .bind(&cp.hash)
+        .bind(&cp.key_id)
+        .bind(cp.segment.as_ref().map(Json))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some(cp))
+    }
 }
 
 /// Records read per query while verifying.
@@ -390,66 +463,26 @@ impl AuditStore for PgStore {
     }
 
     async fn audit_checkpoints(&self) -> Result<Vec<Checkpoint>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, at, heads, prev_hash, hash FROM audit_checkpoints ORDER BY seq",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM audit_checkpoints ORDER BY seq"
+        ))
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(checkpoint_of).collect()
     }
 
     async fn write_audit_checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
-        let mut tx = self.pool().begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(CHECKPOINT_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        let last = sqlx::query(
-            "SELECT seq, at, heads, prev_hash, hash FROM audit_checkpoints
-             ORDER BY seq DESC LIMIT 1",
-        )
-        .fetch_optional(&mut *tx)
-        .await?
-        .as_ref()
-        .map(checkpoint_of)
-        .transpose()?;
-        // Each head is a committed record; heads of different chains need not be taken at
-        // one instant, only each at a real position.
-        let rows = sqlx::query(
-            "SELECT DISTINCT ON (chain) chain, chain_seq, hash FROM audit_events
-             WHERE chain IS NOT NULL ORDER BY chain, chain_seq DESC",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut heads = Vec::with_capacity(rows.len());
-        for r in &rows {
-            heads.push(ChainHead {
-                chain: r.try_get("chain")?,
-                chain_seq: r.try_get("chain_seq")?,
-                hash: r.try_get("hash")?,
-            });
-        }
-        if heads.is_empty() || last.as_ref().is_some_and(|l| l.heads == heads) {
-            return Ok(None);
-        }
-        let cp = Checkpoint::next(audit::process_key(), last.as_ref(), heads, Utc::now());
-        sqlx::query(
-            "INSERT INTO audit_checkpoints (seq, at, heads, prev_hash, hash)
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(cp.seq)
-        .bind(cp.at)
-        .bind(Json(&cp.heads))
-        .bind(&cp.prev_hash)
-        .bind(&cp.hash)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Some(cp))
+        self.write_checkpoint(None).await
+    }
+
+    async fn write_audit_segment(&self, segment: Segment) -> Result<Checkpoint, StoreError> {
+        self.write_checkpoint(Some(segment))
+            .await?
+            .ok_or_else(|| StoreError::Internal("a segment checkpoint was not written".into()))
     }
 
     async fn verify_audit(&self) -> Result<VerifyReport, StoreError> {
-        let mut v = Verifier::new(audit::process_key().clone());
+        let mut v = Verifier::new(audit::process_keyring());
         let unchained: i64 =
             sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE chain IS NULL")
                 .fetch_one(self.pool())

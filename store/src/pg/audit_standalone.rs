@@ -222,8 +222,8 @@ async fn swap_in(
              RETURNING 1),
          ins AS (
              INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
-                 resource, outcome, request_id, at, detail, prev_hash, hash)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM h
+                 resource, outcome, request_id, at, detail, prev_hash, hash, key_id)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $18 FROM h
              RETURNING seq)
          SELECT (SELECT seq FROM ins) AS seq, cur.chain_seq, cur.hash,
                 (SELECT holds FROM g) AS holds, (SELECT status FROM g) AS status
@@ -246,6 +246,7 @@ async fn swap_in(
     .bind(guard.map(|g| g.sandbox.as_str()))
     .bind(guard.map(|g| g.status.as_str()))
     .bind(guard.map(|g| g.status_version))
+    .bind(&rec.key_id)
     .fetch_one(pool)
     .await?;
     if let Some(seq) = row.try_get::<Option<i64>, _>("seq")? {

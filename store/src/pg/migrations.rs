@@ -43,6 +43,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0009_snapshots_by_sandbox",
         include_str!("../../../migrations/0009_snapshots_by_sandbox.sql"),
     ),
+    (
+        "0010_audit_key_ids",
+        include_str!("../../../migrations/0010_audit_key_ids.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).
