@@ -84,7 +84,7 @@ impl BootstrapKey {
     /// Validates the configured key's format.
     pub fn from_key(token: &str) -> Result<BootstrapKey, String> {
         let parsed = parse_key(token).ok_or_else(|| {
-            "bootstrapKey: expected dly_key_<ulid>_<34 random + 6 checksum characters> \
+            "bootstrap_key (DIFFERENTLY_BOOTSTRAP_KEY): expected dly_key_<ulid>_<34 random + 6 checksum characters> \
              (generate one with `differently key generate`)"
                 .to_owned()
         })?;

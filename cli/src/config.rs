@@ -80,6 +80,9 @@ impl Default for Config {
 pub struct AuditSection {
     /// Environment variable holding the audit chain HMAC key (64 hex characters).
     pub key_env: String,
+    /// Environment variable holding retired audit keys (64 hex characters each, separated
+    /// by commas or whitespace): records they signed still verify after a rotation.
+    pub previous_keys_env: String,
     /// Environment variable holding the secrets sealing key (64 hex characters).
     pub secrets_key_env: String,
 }
@@ -88,6 +91,7 @@ impl Default for AuditSection {
     fn default() -> Self {
         AuditSection {
             key_env: "DIFFERENTLY_AUDIT_KEY".into(),
+            previous_keys_env: "DIFFERENTLY_AUDIT_PREVIOUS_KEYS".into(),
             secrets_key_env: "DIFFERENTLY_SECRETS_KEY".into(),
         }
     }

@@ -38,17 +38,27 @@ impl Check {
 /// Runs every check and prints them; whether all passed.
 pub async fn run(config: &Config) -> bool {
     let mut checks = Vec::new();
-    checks.push(match crate::audit_cmd::install_keys(&config.audit, false) {
-        Ok(()) => Check::ok("keys", "audit and secrets keys load"),
+    checks.push(match crate::audit_cmd::check_keys(&config.audit) {
+        Ok(what) => Check::ok("keys", what),
         Err(e) => Check::fail("keys", e),
     });
-    checks.push(match config.require_bootstrap_key() {
-        Ok(_) => Check::ok("bootstrap key", "set (the api role needs it)"),
-        Err(e) => Check::fail(
-            "bootstrap key",
-            format!("{e} (only where the api role runs)"),
-        ),
-    });
+    // Parsed as the api role will, so a key it would refuse fails here, not at start.
+    checks.push(
+        match config
+            .require_bootstrap_key()
+            .map_err(|e| e.to_string())
+            .and_then(|k| differently_api::BootstrapKey::from_key(k).map(|_| ()))
+        {
+            Ok(()) => Check::ok(
+                "bootstrap key",
+                "set and well-formed (the api role needs it)",
+            ),
+            Err(e) => Check::fail(
+                "bootstrap key",
+                format!("{e} (only where the api role runs)"),
+            ),
+        },
+    );
     let store = match config.require_database_url() {
         Err(e) => {
             checks.push(Check::fail("postgres", e));

@@ -130,6 +130,10 @@ impl Dialect {
     }
 }
 
+/// One audit key for every process of a cluster, as server roles require (a test key: the
+/// chains of a throwaway database).
+const AUDIT_KEY: &str = "6c6f61642d74657374732d61756469742d6b65792d6f6e6c792d666f722d6c74";
+
 /// Asks the binary which spelling it accepts: `differently migrate` parses and validates the
 /// config before anything else, and the run's database is already migrated, so this is
 /// harmless; an "unknown field" answer means the legacy spelling.
@@ -282,6 +286,7 @@ capabilities = {caps}
         let child = Command::new(&self.opts.binary)
             .args(["server", "--role", role, "--config"])
             .arg(config)
+            .env("DIFFERENTLY_AUDIT_KEY", AUDIT_KEY)
             .envs(env.iter().copied())
             .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
             .env("DIFFERENTLY_LOG", &self.opts.log_level)

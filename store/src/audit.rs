@@ -74,6 +74,12 @@ impl AuditKey {
         decode_hex32(text.trim()).map(AuditKey)
     }
 
+    /// The key as 64 hex characters: only for handing a newly generated key to its owner
+    /// (`differently key generate --audit`, `dev`), never for logs.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+
     /// A fresh random key from the operating system.
     pub fn random() -> Result<AuditKey, KeyError> {
         let mut b = [0u8; 32];

@@ -437,6 +437,13 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("post", "/v1/admin/audit/checkpoints", "checkpointAudit", "audit", Admin,
             "Sign every audit chain's head now (204 when nothing changed since the last checkpoint).")
             .answers(&[Json(201, "Checkpoint"), Empty(204)]),
+        op("post", "/v1/admin/audit/segments", "segmentAudit", "audit", Admin,
+            "After a lost audit key: sign every chain's head with the current key as a checkpoint \
+            that starts a new segment. Earlier records keep their links checked and are counted \
+            as unverifiable; nothing is rewritten. 409 when every signature already verifies.")
+            .body(Body::Json("AuditSegmentRequest"))
+            .answers(&[Json(201, "AuditSegment")])
+            .errors(&[409, 422]),
         op("get", "/v1/admin/secrets", "listSecrets", "operators", Admin,
             "Stored backend secrets, as names and fingerprints only.")
             .answers(&[Json(200, "SecretList")]),

@@ -567,6 +567,14 @@ pub(super) fn schemas() -> Value {
         described("A signed checkpoint of every audit chain's head."),
     );
     s.insert(
+        "AuditSegmentRequest".to_owned(),
+        accepted(&[("reason", typed("string"))], &["reason"]),
+    );
+    s.insert(
+        "AuditSegment".to_owned(),
+        described("The segment checkpoint written, and verification with it in place."),
+    );
+    s.insert(
         "Secret".to_owned(),
         described("A stored backend secret as its name and fingerprint (never the value)."),
     );

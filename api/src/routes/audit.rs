@@ -15,9 +15,11 @@ use chrono::{DateTime, Utc};
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, OrgId, ProjectId};
 use differently_store::audit::{
-    AuditEvent, AuditFilter, Checkpoint, ExportCursor, ExportLine, VerifyReport,
+    AuditEvent, AuditFilter, Checkpoint, ExportCursor, ExportLine, NewAuditEvent, ProblemKind,
+    Segment, VerifyReport,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
@@ -31,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/admin/audit/verify", get(verify))
         .route("/v1/admin/audit/export", get(export))
         .route("/v1/admin/audit/checkpoints", post(checkpoint))
+        .route("/v1/admin/audit/segments", post(segment))
 }
 
 #[derive(Deserialize)]
@@ -128,6 +131,93 @@ async fn checkpoint(State(state): State<AppState>, p: Principal) -> ApiResult<Re
         Some(cp) => (StatusCode::CREATED, Json::<Checkpoint>(cp)).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
+}
+
+/// Longest `reason` of a segment, in characters.
+const MAX_SEGMENT_REASON: usize = 500;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SegmentRequest {
+    reason: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SegmentAnswer {
+    checkpoint: Checkpoint,
+    /// Verification with the segment in place.
+    report: VerifyReport,
+}
+
+/// Whether a report holds something only a lost key explains (a signature no key checks).
+fn needs_segment(r: &VerifyReport) -> bool {
+    !r.unknown_key_ids.is_empty()
+        || r.problems.iter().any(|p| {
+            matches!(
+                p.kind,
+                ProblemKind::HashMismatch | ProblemKind::UnknownKey | ProblemKind::BadCheckpoint
+            )
+        })
+}
+
+/// `POST /v1/admin/audit/segments {"reason"}`: after a lost audit key, signs every chain's
+/// head with the current key as a checkpoint that starts a new segment (docs/audit.md). It
+/// rewrites nothing: what came before stays, its links still checked, counted as
+/// unverifiable. Refused (409) when every signature already checks out.
+async fn segment(State(state): State<AppState>, p: Principal, body: Bytes) -> ApiResult<Response> {
+    p.require(Scope::Admin)?;
+    let req: SegmentRequest = crate::body::parse_json(&body)?;
+    let reason = req.reason.trim().to_owned();
+    if reason.is_empty() || reason.chars().count() > MAX_SEGMENT_REASON {
+        return Err(ApiError::new(
+            ErrorCode::ValidationFailed,
+            format!("reason: must be 1 to {MAX_SEGMENT_REASON} characters"),
+        )
+        .with_details(json!({ "field": "reason" })));
+    }
+    let before = state.store.verify_audit().await?;
+    if !needs_segment(&before) {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "every audit signature verifies with the keys this server holds: a segment is \
+             only for records signed with a lost key",
+        ));
+    }
+    let lost_key_ids = before.unknown_key_ids.clone();
+    let cp = state
+        .store
+        .write_audit_segment(Segment {
+            reason: reason.clone(),
+            lost_key_ids: lost_key_ids.clone(),
+        })
+        .await?;
+    state
+        .store
+        .append_audit(NewAuditEvent {
+            org_id: None,
+            project_id: None,
+            actor: p.actor().as_audit(),
+            action: "audit.segment".into(),
+            resource: format!("checkpoint/{}", cp.seq),
+            outcome: "ok".into(),
+            detail: json!({ "reason": reason, "lostKeyIds": lost_key_ids }),
+        })
+        .await?;
+    let report = state.store.verify_audit().await?;
+    tracing::warn!(
+        checkpoint = cp.seq,
+        lost_key_ids = ?cp.segment.as_ref().map(|s| &s.lost_key_ids),
+        "audit segment started after a lost key"
+    );
+    Ok((
+        StatusCode::CREATED,
+        Json(SegmentAnswer {
+            checkpoint: cp,
+            report,
+        }),
+    )
+        .into_response())
 }
 
 /// Records per store query while exporting.

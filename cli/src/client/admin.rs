@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use reqwest::Method;
 
-use super::{fail, print_json, Client, Target};
+use super::{fail, Client, Target};
 
 /// Operator commands.
 #[derive(Subcommand, Debug)]
@@ -16,6 +16,13 @@ pub enum AdminCommand {
     TrustReport,
     /// Verify every audit chain on the server; exit 1 if one does not hold.
     AuditVerify,
+    /// After a lost audit key: start a new audit segment (docs/audit.md). Rewrites nothing;
+    /// records signed with the lost key stay, counted as unverifiable.
+    AuditSegment {
+        /// Why, recorded in the signed segment (e.g. the incident it follows).
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 /// Runs an admin command; the process's exit code.
@@ -25,14 +32,21 @@ pub async fn run(target: &Target, command: AdminCommand) -> ExitCode {
         Err(e) => return fail(&e),
     };
     let verify = matches!(command, AdminCommand::AuditVerify);
-    let path = match command {
-        AdminCommand::Pools => "/v1/admin/pools",
-        AdminCommand::TrustReport => "/v1/admin/trust-report",
-        AdminCommand::AuditVerify => "/v1/admin/audit/verify",
+    let (method, path, body) = match command {
+        AdminCommand::Pools => (Method::GET, "/v1/admin/pools", None),
+        AdminCommand::TrustReport => (Method::GET, "/v1/admin/trust-report", None),
+        AdminCommand::AuditVerify => (Method::GET, "/v1/admin/audit/verify", None),
+        AdminCommand::AuditSegment { reason } => (
+            Method::POST,
+            "/v1/admin/audit/segments",
+            Some(serde_json::json!({ "reason": reason })),
+        ),
     };
-    match client.call(Method::GET, path, None, &[]).await {
+    match client.call(method, path, body.as_ref(), &[]).await {
         Ok(v) => {
-            print_json(&v);
+            if let Err(e) = target.output.print(&v) {
+                return fail(&e);
+            }
             if verify && v["ok"] != true {
                 eprintln!("differently: the audit log does not verify (see firstBad)");
                 return ExitCode::FAILURE;

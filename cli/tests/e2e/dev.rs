@@ -117,6 +117,7 @@ async fn servers_older_than_2_10_are_refused() {
         )
         .env("DIFFERENTLY_NATS_URL", nats.url())
         .env("DIFFERENTLY_CONFIG", "/dev/null")
+        .env("DIFFERENTLY_AUDIT_KEY", "00".repeat(32))
         .output()
         .unwrap();
     assert!(!out.status.success());
