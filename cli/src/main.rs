@@ -37,6 +37,11 @@ enum Command {
         /// Where devhost sandboxes keep their working directories.
         #[arg(long)]
         root: Option<PathBuf>,
+        /// A file holding the admin API key: read if it exists, else a new key is written
+        /// there (mode 0600), so a restart keeps the same key. Without it (and without
+        /// DIFFERENTLY_BOOTSTRAP_KEY) every start makes a new key.
+        #[arg(long)]
+        key_file: Option<PathBuf>,
     },
     /// Run server roles against Postgres and NATS JetStream.
     Server {
@@ -89,8 +94,16 @@ enum Command {
 
 #[derive(Subcommand)]
 enum KeyCommand {
-    /// Print a new random key (e.g. for DIFFERENTLY_BOOTSTRAP_KEY).
-    Generate,
+    /// Print a new random key: an API key (for DIFFERENTLY_BOOTSTRAP_KEY), or with `--audit`
+    /// or `--secrets` a 32-byte hex key (DIFFERENTLY_AUDIT_KEY, DIFFERENTLY_SECRETS_KEY).
+    Generate {
+        /// An audit chain HMAC key (64 hex characters).
+        #[arg(long, conflicts_with = "secrets")]
+        audit: bool,
+        /// A secrets sealing key (64 hex characters).
+        #[arg(long)]
+        secrets: bool,
+    },
 }
 
 /// A server role.
@@ -121,9 +134,13 @@ fn main() -> ExitCode {
             Command::Admin { target, command } => {
                 return Ok(client::admin::run(&target, command).await)
             }
-            Command::Dev { listen, root } => {
+            Command::Dev {
+                listen,
+                root,
+                key_file,
+            } => {
                 roles::init_logging(false);
-                roles::dev(&listen, root).await
+                roles::dev(&listen, root, key_file).await
             }
             Command::Server {
                 role,
@@ -149,9 +166,14 @@ fn main() -> ExitCode {
             }
             Command::Audit { command } => audit_cmd::run(command),
             Command::Key {
-                command: KeyCommand::Generate,
+                command: KeyCommand::Generate { audit, secrets },
             } => {
-                println!("{}", differently_api::generate_key());
+                if audit || secrets {
+                    let key = differently_store::audit::AuditKey::random()?;
+                    println!("{}", key.to_hex());
+                } else {
+                    println!("{}", differently_api::generate_key());
+                }
                 Ok(())
             }
         }

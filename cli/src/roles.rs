@@ -279,8 +279,56 @@ async fn run_until_shutdown(
 }
 
 /// `differently dev`.
-pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
-    crate::audit_cmd::install_keys(&crate::config::AuditSection::default(), true)?;
+/// The admin key `dev` serves: `DIFFERENTLY_BOOTSTRAP_KEY`, else the key in `key_file`
+/// (written there, mode 0600, on the first start), else a new one. A malformed key is an
+/// error naming where it came from.
+fn dev_admin_key(key_file: Option<&std::path::Path>) -> Result<String, AnyError> {
+    if let Ok(k) = std::env::var("DIFFERENTLY_BOOTSTRAP_KEY") {
+        BootstrapKey::from_key(&k)?;
+        return Ok(k);
+    }
+    let Some(path) = key_file else {
+        return Ok(differently_api::generate_key());
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let k = text.trim().to_owned();
+            BootstrapKey::from_key(&k)
+                .map_err(|e| format!("--key-file {}: {e}", path.display()))?;
+            Ok(k)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let k = differently_api::generate_key();
+            write_private(path, &format!("{k}\n"))
+                .map_err(|e| format!("--key-file {}: cannot write: {e}", path.display()))?;
+            Ok(k)
+        }
+        Err(e) => Err(format!("--key-file {}: cannot read: {e}", path.display()).into()),
+    }
+}
+
+/// Creates `path` readable by its owner only (it holds a key).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    opts.open(path)?.write_all(text.as_bytes())
+}
+
+/// `differently dev`.
+pub async fn dev(
+    listen: &str,
+    root: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+) -> Result<(), AnyError> {
+    let generated_audit_key =
+        crate::audit_cmd::install_keys(&crate::config::AuditSection::default(), true)?;
+    let key = dev_admin_key(key_file.as_deref())?;
     let addr: SocketAddr = listen
         .parse()
         .map_err(|e| format!("--listen {listen:?}: {e}"))?;
@@ -311,7 +359,6 @@ pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
     let pools = crate::pools::load(store.clone()).await?;
     crate::pools::spawn_sync(store.clone(), pools.clone());
     crate::pools::start_probes(store.clone(), pools.clone(), vec![]).await;
-    let key = differently_api::generate_key();
     let tenant = differently_api::ensure_bootstrap_tenant(store.as_ref()).await?;
     let installation = store.installation_id().await?;
     let listener = tokio::net::TcpListener::bind(addr)
@@ -352,8 +399,22 @@ pub async fn dev(listen: &str, root: Option<PathBuf>) -> Result<(), AnyError> {
     )?;
     println!("export DIFFERENTLY_URL=http://{local}");
     println!("export DIFFERENTLY_API_KEY={key}");
+    // So `differently audit verify` can check an export of this run's chains.
+    if let Some(k) = generated_audit_key {
+        println!("export DIFFERENTLY_AUDIT_KEY={}", k.to_hex());
+    }
     use std::io::Write;
     let _ = std::io::stdout().flush();
+    eprintln!(
+        "differently dev: paste the lines above into your shell, then try\n  \
+         differently sandbox create --wait\n\
+         (the data lives in memory: a restart starts empty{})",
+        if key_file.is_some() {
+            "; the admin key is kept in the key file"
+        } else {
+            "; --key-file keeps the admin key across restarts"
+        }
+    );
     tracing::info!(%local, "differently dev is up: in-memory store and bus, devhost pool \"local\" (no isolation)");
     run_until_shutdown(tasks, tx).await
 }

@@ -29,6 +29,42 @@ pub struct Target {
         global = true
     )]
     pub key: Option<String>,
+    /// What to print: the API's JSON, or only the id (each item's id, a line each, for a list),
+    /// for scripts: `ID=$(differently sandbox create -o id)`.
+    #[arg(short = 'o', long, value_enum, default_value = "json", global = true)]
+    pub output: Output,
+}
+
+/// How an answer is printed.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Json,
+    Id,
+}
+
+impl Output {
+    /// Prints `v` this way; an answer without an id is an error when ids were asked for.
+    pub fn print(self, v: &Value) -> Result<(), ClientError> {
+        match self {
+            Output::Json => {
+                print_json(v);
+                Ok(())
+            }
+            Output::Id => {
+                let ids: Vec<&str> = match v.get("items").and_then(Value::as_array) {
+                    Some(items) => items.iter().filter_map(|i| i["id"].as_str()).collect(),
+                    None => v["id"].as_str().into_iter().collect(),
+                };
+                if ids.is_empty() && v.get("items").is_none() {
+                    return Err(ClientError::Outcome(
+                        "the answer has no id (use -o json)".into(),
+                    ));
+                }
+                ids.iter().for_each(|id| print_line(id));
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Why a client command failed.
@@ -146,10 +182,21 @@ fn api_error(status: StatusCode, body: &Value) -> ClientError {
 
 /// Prints `v` as indented JSON on stdout.
 pub fn print_json(v: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
+    print_line(&serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
+}
+
+/// One line on stdout. A reader that went away (`| head`) ends the process quietly, as
+/// Unix tools do, instead of a panic.
+fn print_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("differently: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// The exit code of a client command that failed: the error on stderr, then 1 (2 for usage).

@@ -129,11 +129,11 @@ pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
     {
         return exec(&client, &id, cwd, &env, timeout_seconds, command).await;
     }
-    match answer(&client, command).await {
-        Ok(v) => {
-            print_json(&v);
-            ExitCode::SUCCESS
-        }
+    match answer(&client, command)
+        .await
+        .and_then(|v| target.output.print(&v))
+    {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
 }
