@@ -6,6 +6,7 @@
 mod harness;
 
 mod audit;
+mod audit_keys;
 mod bad_input;
 mod client_cli;
 mod crash;
@@ -17,5 +18,6 @@ mod observability;
 mod openapi;
 mod placement;
 mod quota;
+mod readme;
 mod spine;
 mod tenancy;
