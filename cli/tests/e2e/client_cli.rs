@@ -75,6 +75,39 @@ async fn sandbox_and_admin_commands_over_the_api() {
     let (code, out, err) = run(&c, key, &retry).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(json(&out)["id"].as_str(), Some(id.as_str()));
+    // `-o id`: only the id, for scripts; a list prints each item's id on its own line.
+    let mut with_id = retry.to_vec();
+    with_id.extend(["-o", "id"]);
+    let (code, out, err) = run(&c, key, &with_id).await;
+    assert_eq!(
+        (code, out.as_str()),
+        (0, format!("{id}\n").as_str()),
+        "{err}"
+    );
+    let (code, out, err) = run(
+        &c,
+        key,
+        &["sandbox", "list", "-o", "id", "--label", "team=cli"],
+    )
+    .await;
+    assert_eq!(
+        (code, out.as_str()),
+        (0, format!("{id}\n").as_str()),
+        "{err}"
+    );
+    // A reader that is gone before the answer (`| true`, like `| head`) ends the command quietly, exit 0, no panic.
+    let mut piped = std::process::Command::new("bash");
+    piped
+        .arg("-c")
+        .arg(format!(
+            "set -o pipefail; \"$0\" sandbox placement {id} | true"
+        ))
+        .arg(binary())
+        .env("DIFFERENTLY_URL", c.url())
+        .env("DIFFERENTLY_API_KEY", &c.key);
+    let (code, _, err) = output(piped).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
     // Another body under the same key is the API's 409, exit 1.
     let (code, _, err) = run(
         &c,
