@@ -240,6 +240,11 @@ def main():
                   f"ServiceMonitor selector {sel} misses a metrics Service")
             check(m["spec"]["endpoints"][0]["port"] == "metrics" and m["spec"]["endpoints"][0]["path"] == "/metrics",
                   f"ServiceMonitor endpoint {m['spec']['endpoints']}")
+            # deploy/prometheus/alerts.yml groups targets by `role`.
+            relabel = m["spec"]["endpoints"][0].get("relabelings", [])
+            check(any(r.get("targetLabel") == "role" and r.get("sourceLabels") ==
+                      ["__meta_kubernetes_service_label_app_kubernetes_io_component"] for r in relabel),
+                  f"ServiceMonitor does not set the role label the alerts use: {relabel}")
     else:
         check(not monitors, "a ServiceMonitor is rendered although metrics.serviceMonitor.enabled is off")
 
