@@ -11,6 +11,7 @@ mod bad_input;
 mod client_cli;
 mod crash;
 mod dataplane;
+mod deploy_metrics;
 mod dev;
 mod idempotency;
 mod lifecycle;
