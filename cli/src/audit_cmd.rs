@@ -121,14 +121,17 @@ pub fn install_keys(section: &AuditSection, dev: bool) -> Result<Option<AuditKey
         tracing::info!(key_ids = ?ids, "retired audit keys configured (verify only)");
     }
     let _ = audit::set_process_previous_keys(previous);
-    match std::env::var(&section.secrets_key_env) {
-        Ok(v) => {
+    match std::env::var(&section.secrets_key_env)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        Some(v) => {
             let k =
                 SealKey::from_hex(&v).map_err(|e| format!("{}: {e}", section.secrets_key_env))?;
             let _ = sealed::set_process_key(k);
             tracing::info!("secrets key configured: stored secrets enabled");
         }
-        Err(_) => tracing::info!(
+        None => tracing::info!(
             "no secrets key in {}: stored secrets are disabled (env and file references work)",
             section.secrets_key_env
         ),
@@ -140,12 +143,15 @@ pub fn install_keys(section: &AuditSection, dev: bool) -> Result<Option<AuditKey
 pub fn check_keys(section: &AuditSection) -> Result<String, AnyError> {
     let key = key_from_env(&section.key_env)?.ok_or_else(|| missing_audit_key(&section.key_env))?;
     let previous = previous_from_env(&section.previous_keys_env)?;
-    let secrets = match std::env::var(&section.secrets_key_env) {
-        Ok(v) => {
+    let secrets = match std::env::var(&section.secrets_key_env)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        Some(v) => {
             SealKey::from_hex(&v).map_err(|e| format!("{}: {e}", section.secrets_key_env))?;
             "stored secrets enabled"
         }
-        Err(_) => "no secrets key: stored secrets disabled",
+        None => "no secrets key: stored secrets disabled",
     };
     Ok(format!(
         "audit key {} ({} retired); {secrets}",
