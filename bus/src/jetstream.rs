@@ -83,15 +83,22 @@ pub struct JetStreamBus {
 /// Connects to `url` and refuses servers older than 2.10 or without JetStream.
 /// `replicas` is the stream replication factor (1 locally, 3 in a cluster).
 pub async fn connect(url: &str, replicas: usize) -> Result<JetStreamBus, BusError> {
-    let client = async_nats::connect(url)
+    let servers = server_list(url)?;
+    // Named by host and port only: a URL may carry credentials.
+    let named = servers
+        .iter()
+        .map(|a| format!("{}:{}", a.host(), a.port()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let client = async_nats::connect(servers)
         .await
-        .map_err(|e| BusError::Connection(Detail::caused(format!("{url}: {e}"), e)))?;
+        .map_err(|e| BusError::Connection(Detail::caused(format!("{named}: {e}"), e)))?;
     let info = client.server_info();
     check_server_version(&info.version)?;
     if !info.jetstream {
         return Err(BusError::Unsupported(
             format!(
-                "nats-server {} at {url} has JetStream disabled: start it with -js",
+                "nats-server {} at {named} has JetStream disabled: start it with -js",
                 info.version
             )
             .into(),
@@ -102,6 +109,30 @@ pub async fn connect(url: &str, replicas: usize) -> Result<JetStreamBus, BusErro
         replicas: replicas.max(1),
         fetch_batch: DEFAULT_FETCH_BATCH,
     })
+}
+
+/// `nats_url` as a server list: one URL, or several separated by commas (the members of a
+/// cluster, so a process can start while any one of them is down). An entry that does not
+/// parse is an error naming its position, never its text (it may hold a password).
+fn server_list(url: &str) -> Result<Vec<async_nats::ServerAddr>, BusError> {
+    let servers = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .enumerate()
+        .map(|(i, s)| {
+            s.parse::<async_nats::ServerAddr>().map_err(|e| {
+                BusError::Connection(Detail::caused(
+                    format!("nats_url: server {} of the list does not parse: {e}", i + 1),
+                    e,
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if servers.is_empty() {
+        return Err(BusError::Connection(Detail::new("nats_url is empty")));
+    }
+    Ok(servers)
 }
 
 impl JetStreamBus {

@@ -476,6 +476,29 @@ async fn jetstream_refuses_nats_server_2_9() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_connects_through_a_server_list_whose_first_member_is_down() {
+    let server = NatsServer::start();
+    // Port 1 on loopback: nothing listens there, so the first member is "down".
+    let list = format!("nats://127.0.0.1:1, {}", server.url());
+    let bus = jetstream::connect(&list, 1)
+        .await
+        .expect("connect via the second member");
+    let naming = Naming::new("list").expect("naming");
+    bus.ensure_streams(&naming)
+        .await
+        .expect("streams through the list");
+    // An entry that does not parse names its position and never its text.
+    match jetstream::connect("nats://127.0.0.1:4222,nats://u:s3cret@bad host:x", 1).await {
+        Err(e) => {
+            let said = e.to_string();
+            assert!(said.contains("server 2"), "{said}");
+            assert!(!said.contains("s3cret"), "{said}");
+        }
+        Ok(_) => panic!("a malformed list connected"),
+    }
+}
+
 #[test]
 fn harness_finds_a_recent_server() {
     let path = differently_bus::testing::find_nats_server().expect("nats-server ≥ 2.10");
