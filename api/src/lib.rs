@@ -17,6 +17,7 @@ use serde_json::json;
 
 pub mod access;
 pub mod activity;
+pub mod after_commit;
 pub mod auth;
 pub mod auth_cache;
 pub mod auth_throttle;

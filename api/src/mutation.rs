@@ -124,14 +124,21 @@ pub(crate) async fn begin(
     let record = OpRecord::new(sandbox, op.as_str(), exclusive, args, actor, Utc::now());
     let record = match state.store.begin_op(&record).await? {
         OpBegun::New(r) => {
-            if let Err(e) = state
-                .announcer
-                .op(sandbox, pool, op, r.id.as_str(), "")
-                .await
-            {
-                // The operation record is durable: the scheduler's repair re-sends it.
-                tracing::warn!(sandbox = %sandbox.id, op = %r.id, error = %e, "operation publish failed; repair will re-send it");
-            }
+            // The operation record is durable: the scheduler's repair re-sends it.
+            let (a, s, p, id) = (
+                state.announcer.clone(),
+                sandbox.clone(),
+                pool.to_owned(),
+                r.id.as_str().to_owned(),
+            );
+            crate::after_commit::publish_bounded(
+                sandbox.id.as_str(),
+                vec![(
+                    "operation",
+                    crate::after_commit::boxed(async move { a.op(&s, &p, op, &id, "").await }),
+                )],
+            )
+            .await;
             r
         }
         OpBegun::Joined(r) => r,

@@ -76,13 +76,54 @@ pub fn check_server_version(version: &str) -> Result<(), BusError> {
 #[derive(Clone)]
 pub struct JetStreamBus {
     js: Context,
+    /// The same connection with a short request timeout, for consumer and stream set-up: a
+    /// request to a stream without a leader (an election) then fails in seconds and is
+    /// retried, instead of blocking its caller for the full publish timeout.
+    setup: Context,
     replicas: usize,
     fetch_batch: usize,
 }
 
+/// How long a consumer or stream set-up request waits before it is retried.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How the bus connects. `Default` is what production wants on one server or a cluster.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Stream replication factor (1 locally, 3 in a cluster).
+    pub replicas: usize,
+    /// How often the client pings its server; after two unanswered pings it reconnects to
+    /// another member, so a hung (not dead) node is left within about three intervals.
+    pub ping_interval: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            replicas: 1,
+            ping_interval: DEFAULT_PING_INTERVAL,
+        }
+    }
+}
+
+/// The client library's own default is 60 s, which leaves a hung node unnoticed for minutes.
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Connects to `url` and refuses servers older than 2.10 or without JetStream.
 /// `replicas` is the stream replication factor (1 locally, 3 in a cluster).
 pub async fn connect(url: &str, replicas: usize) -> Result<JetStreamBus, BusError> {
+    connect_with(
+        url,
+        ConnectOptions {
+            replicas,
+            ..ConnectOptions::default()
+        },
+    )
+    .await
+}
+
+/// [`connect`] with every option.
+pub async fn connect_with(url: &str, opts: ConnectOptions) -> Result<JetStreamBus, BusError> {
     let servers = server_list(url)?;
     // Named by host and port only: a URL may carry credentials.
     let named = servers
@@ -90,7 +131,9 @@ pub async fn connect(url: &str, replicas: usize) -> Result<JetStreamBus, BusErro
         .map(|a| format!("{}:{}", a.host(), a.port()))
         .collect::<Vec<_>>()
         .join(",");
-    let client = async_nats::connect(servers)
+    let client = async_nats::ConnectOptions::new()
+        .ping_interval(opts.ping_interval)
+        .connect(servers)
         .await
         .map_err(|e| BusError::Connection(Detail::caused(format!("{named}: {e}"), e)))?;
     let info = client.server_info();
@@ -104,9 +147,13 @@ pub async fn connect(url: &str, replicas: usize) -> Result<JetStreamBus, BusErro
             .into(),
         ));
     }
+    let js = jetstream::new(client);
+    let mut setup = js.clone();
+    setup.set_timeout(SETUP_TIMEOUT);
     Ok(JetStreamBus {
-        js: jetstream::new(client),
-        replicas: replicas.max(1),
+        js,
+        setup,
+        replicas: opts.replicas.max(1),
         fetch_batch: DEFAULT_FETCH_BATCH,
     })
 }
@@ -217,7 +264,7 @@ impl JetStreamBus {
             BusError::Setup(format!("consumer {}/{} {what}: {e}", def.stream, def.durable).into())
         };
         let stream = self
-            .js
+            .setup
             .get_stream(&def.stream)
             .await
             .map_err(|e| setup("stream", &e))?;
@@ -299,7 +346,7 @@ impl Bus for JetStreamBus {
         after: Option<u64>,
     ) -> Result<BoxStream<'static, Result<Event, BusError>>, BusError> {
         let s = self
-            .js
+            .setup
             .get_stream(stream)
             .await
             .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;

@@ -132,6 +132,11 @@ impl NatsServer {
         self.port
     }
 
+    /// The server's process id while it runs, for tests that stop or hang it (`SIGSTOP`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The server binary in use.
     pub fn binary(&self) -> &Path {
         &self.binary

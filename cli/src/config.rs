@@ -116,6 +116,9 @@ pub struct BusSection {
     pub replicas: usize,
     /// Seconds before unacknowledged work is redelivered.
     pub ack_wait_seconds: u64,
+    /// Milliseconds between the client's pings to its NATS server (50–60000); two unanswered
+    /// pings and it moves to another cluster member.
+    pub ping_interval_ms: u64,
 }
 
 impl Default for BusSection {
@@ -124,6 +127,7 @@ impl Default for BusSection {
             prefix: "dly".into(),
             replicas: 1,
             ack_wait_seconds: 30,
+            ping_interval_ms: 500,
         }
     }
 }
@@ -317,6 +321,9 @@ impl Config {
         if self.bus.replicas == 0 || self.bus.replicas > 5 {
             return Err(invalid("bus.replicas", "must be between 1 and 5"));
         }
+        if !(50..=60_000).contains(&self.bus.ping_interval_ms) {
+            return Err(invalid("bus.ping_interval_ms", "must be 50 to 60000"));
+        }
         if self.bus.ack_wait_seconds == 0 {
             return Err(invalid("bus.ack_wait_seconds", "must be at least 1"));
         }
@@ -441,6 +448,14 @@ impl Config {
                 "required for the api role (or set DIFFERENTLY_BOOTSTRAP_KEY)",
             )
         })
+    }
+
+    /// How the bus connects: replicas and the ping interval from `[bus]`.
+    pub fn bus_connect_options(&self) -> differently_bus::jetstream::ConnectOptions {
+        differently_bus::jetstream::ConnectOptions {
+            replicas: self.bus.replicas,
+            ping_interval: Duration::from_millis(self.bus.ping_interval_ms),
+        }
     }
 
     /// Ack wait as a duration.

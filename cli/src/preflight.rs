@@ -88,10 +88,13 @@ pub async fn run(config: &Config) -> bool {
     };
     checks.push(match config.require_nats_url() {
         Err(e) => Check::fail("nats", e),
-        Ok(url) => match differently_bus::jetstream::connect(url, config.bus.replicas).await {
-            Ok(_) => Check::ok("nats", "reachable, ≥ 2.10 with JetStream"),
-            Err(e) => Check::fail("nats", e),
-        },
+        Ok(url) => {
+            match differently_bus::jetstream::connect_with(url, config.bus_connect_options()).await
+            {
+                Ok(_) => Check::ok("nats", "reachable, ≥ 2.10 with JetStream"),
+                Err(e) => Check::fail("nats", e),
+            }
+        }
     });
     checks.extend(pools(config, store).await);
     let mut all = true;

@@ -468,8 +468,9 @@ pub async fn server(
         crate::pools::start_probes(store.clone(), pools.clone(), worker_pools.clone()).await;
     }
     let nats_url = config.require_nats_url()?;
-    let bus: Arc<dyn Bus> =
-        Arc::new(differently_bus::jetstream::connect(nats_url, config.bus.replicas).await?);
+    let bus: Arc<dyn Bus> = Arc::new(
+        differently_bus::jetstream::connect_with(nats_url, config.bus_connect_options()).await?,
+    );
     let naming = Naming::new(&config.bus.prefix)?;
     bus.ensure_streams(&naming).await?;
     let tenant = if roles.contains(&Role::Api) {

@@ -15,6 +15,7 @@ use differently_core::{ErrorCode, Sandbox, SandboxId, SandboxStatus};
 use differently_store::{StoreError, Transition};
 
 use crate::access::load_sandbox;
+use crate::after_commit::{boxed, publish_bounded};
 use crate::auth::Principal;
 use crate::data_plane::{ready_for_data, remembered};
 use crate::error::{ApiError, ApiResult};
@@ -93,12 +94,18 @@ async fn keepalive(
 /// Announces a committed delete: the backend's delete work (when there is an instance to
 /// remove) and the status event; the answer is 202 with the row.
 async fn deleted(state: &AppState, updated: Sandbox) -> (StatusCode, Json<SandboxView>) {
+    let mut publishes = Vec::with_capacity(2);
     if updated.status == SandboxStatus::Terminating {
-        if let Err(e) = state.announcer.work(&updated, WorkOp::Delete, "").await {
-            tracing::warn!(sandbox = %updated.id, error = %e, "delete publish failed; repair will pick it up");
-        }
+        let (a, s) = (state.announcer.clone(), updated.clone());
+        publishes.push((
+            "delete",
+            boxed(async move { a.work(&s, WorkOp::Delete, "").await }),
+        ));
     }
-    let _ = state.announcer.status(&updated).await;
+    let (a, s) = (state.announcer.clone(), updated.clone());
+    publishes.push(("status", boxed(async move { a.status(&s).await })));
+    // Repair re-sends a lost delete (the terminating sweep).
+    publish_bounded(updated.id.as_str(), publishes).await;
     (StatusCode::ACCEPTED, Json(updated.view()))
 }
 

@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::access::load_sandbox;
+use crate::after_commit::{boxed, publish_bounded};
 use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
@@ -131,11 +132,17 @@ async fn create(
     if sandbox.status == SandboxStatus::Provisioning {
         announce_placed(&state, &sandbox).await;
     } else {
-        if let Err(e) = state.announcer.admitted(&sandbox, "").await {
-            // Committed is committed: the scheduler's repair pass finds the queued row.
-            tracing::warn!(sandbox = %sandbox.id, error = %e, "admission publish failed; repair will pick it up");
-        }
-        let _ = state.announcer.status(&sandbox).await;
+        // Committed is committed: the scheduler's repair pass finds the queued row.
+        let (a, b) = (state.announcer.clone(), state.announcer.clone());
+        let (s1, s2) = (sandbox.clone(), sandbox.clone());
+        publish_bounded(
+            sandbox.id.as_str(),
+            vec![
+                ("admission", boxed(async move { a.admitted(&s1, "").await })),
+                ("status", boxed(async move { b.status(&s2).await })),
+            ],
+        )
+        .await;
     }
     Ok((StatusCode::ACCEPTED, Json(sandbox.view())).into_response())
 }
@@ -146,9 +153,13 @@ async fn announce_placed(state: &AppState, sandbox: &Sandbox) {
     let pool = sandbox.pool.as_deref().unwrap_or("");
     tracing::info!(sandbox = %sandbox.id, pool, "placement: activated in admission");
     metrics::counter!("differently_activations_total", "pool" => pool.to_owned()).increment(1);
-    if let Err(e) = state.announcer.activated(sandbox).await {
-        tracing::warn!(sandbox = %sandbox.id, error = %e, "create publish failed; the provisioning sweep will retry");
-    }
+    // A lost create is re-sent by the provisioning sweep.
+    let (a, s) = (state.announcer.clone(), sandbox.clone());
+    publish_bounded(
+        sandbox.id.as_str(),
+        vec![("create", boxed(async move { a.activated(&s).await }))],
+    )
+    .await;
 }
 
 /// `differently_admissions_total{outcome}`: `admitted`, `replayed` (idempotent retry) or

@@ -8,6 +8,7 @@ mod harness;
 mod audit;
 mod audit_keys;
 mod bad_input;
+mod bus_hang;
 mod client_cli;
 mod crash;
 mod dataplane;
