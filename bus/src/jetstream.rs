@@ -72,6 +72,18 @@ pub fn check_server_version(version: &str) -> Result<(), BusError> {
     }
 }
 
+/// A short, stable label of why a publish was not stored, for the failures metric.
+fn publish_failure_kind(e: &jetstream::context::PublishError) -> &'static str {
+    use jetstream::context::PublishErrorKind as K;
+    match e.kind() {
+        K::StreamNotFound => "no_leader",
+        K::TimedOut => "timed_out",
+        K::BrokenPipe => "connection",
+        K::MaxPayloadExceeded => "too_large",
+        _ => "other",
+    }
+}
+
 /// The bus over a JetStream connection. Cheap to clone.
 #[derive(Clone)]
 pub struct JetStreamBus {
@@ -80,6 +92,10 @@ pub struct JetStreamBus {
     /// request to a stream without a leader (an election) then fails in seconds and is
     /// retried, instead of blocking its caller for the full publish timeout.
     setup: Context,
+    /// Counts (re)connections. A pull request in flight when the connection moved to another
+    /// server is lost with the old one, so a waiting pull re-issues its request at once
+    /// instead of sitting out its expiry.
+    reconnects: tokio::sync::watch::Receiver<u64>,
     replicas: usize,
     fetch_batch: usize,
 }
@@ -131,8 +147,28 @@ pub async fn connect_with(url: &str, opts: ConnectOptions) -> Result<JetStreamBu
         .map(|a| format!("{}:{}", a.host(), a.port()))
         .collect::<Vec<_>>()
         .join(",");
+    let (generation, reconnects) = tokio::sync::watch::channel(0u64);
+    let generation = std::sync::Arc::new(generation);
     let client = async_nats::ConnectOptions::new()
         .ping_interval(opts.ping_interval)
+        .event_callback(move |event| {
+            let generation = generation.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        generation.send_modify(|g| *g += 1);
+                        metrics::counter!("differently_bus_connection_events_total", "event" => "connected")
+                            .increment(1);
+                    }
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("bus: lost the NATS connection; reconnecting");
+                        metrics::counter!("differently_bus_connection_events_total", "event" => "disconnected")
+                            .increment(1);
+                    }
+                    _ => {}
+                }
+            }
+        })
         .connect(servers)
         .await
         .map_err(|e| BusError::Connection(Detail::caused(format!("{named}: {e}"), e)))?;
@@ -153,6 +189,7 @@ pub async fn connect_with(url: &str, opts: ConnectOptions) -> Result<JetStreamBu
     Ok(JetStreamBus {
         js,
         setup,
+        reconnects,
         replicas: opts.replicas.max(1),
         fetch_batch: DEFAULT_FETCH_BATCH,
     })
@@ -320,7 +357,19 @@ impl Bus for JetStreamBus {
             .await
             .map_err(|e| BusError::Publish(Detail::caused(format!("{subject}: {e}"), e)))?;
         let ack = ack.await.map_err(|e| {
-            BusError::Publish(Detail::caused(format!("{subject}: not stored: {e}"), e))
+            // "No stream found" is the client's word for "no responders": in a cluster, the
+            // stream's leader is being elected; say so rather than suggest a missing stream.
+            let why = match e.kind() {
+                jetstream::context::PublishErrorKind::StreamNotFound => {
+                    "no stream leader answered (an election in progress, or the stream is \
+                     missing)"
+                        .to_owned()
+                }
+                _ => e.to_string(),
+            };
+            metrics::counter!("differently_bus_publish_failures_total", "why" => publish_failure_kind(&e))
+                .increment(1);
+            BusError::Publish(Detail::caused(format!("{subject}: not stored: {why}"), e))
         })?;
         Ok(if ack.duplicate {
             Published::Duplicate
@@ -333,6 +382,7 @@ impl Bus for JetStreamBus {
         let c = self.consumer(consumer).await?;
         Ok(Box::new(JetStreamPull {
             consumer: c,
+            reconnects: self.reconnects.clone(),
             ack_wait: consumer.ack_wait,
             batch: self.fetch_batch,
             buffer: VecDeque::new(),
@@ -395,6 +445,7 @@ struct Buffered {
 /// A bound durable pull consumer that fetches small batches and hands them out one by one.
 struct JetStreamPull {
     consumer: PullConsumer,
+    reconnects: tokio::sync::watch::Receiver<u64>,
     ack_wait: Duration,
     batch: usize,
     buffer: VecDeque<Buffered>,
@@ -404,6 +455,7 @@ impl JetStreamPull {
     /// Fetches up to `batch` messages, waiting up to `wait` for the first one.
     async fn fill(&mut self, wait: Duration) -> Result<(), BusError> {
         // The server rejects pull requests with a tiny expiry; a no-wait fetch covers those.
+        self.reconnects.borrow_and_update();
         let mut request = self.consumer.fetch().max_messages(self.batch);
         if wait >= Duration::from_millis(10) {
             request = request.expires(wait);
@@ -415,7 +467,15 @@ impl JetStreamPull {
         // The server ends every request with a status; this bound only guards a lost one.
         let deadline = tokio::time::Instant::now() + wait + Duration::from_secs(5);
         loop {
-            match tokio::time::timeout_at(deadline, batch.next()).await {
+            let next = tokio::select! {
+                n = tokio::time::timeout_at(deadline, batch.next()) => n,
+                // The request went to a server this client has left: ask again.
+                Ok(()) = self.reconnects.changed() => {
+                    tracing::debug!("bus: connection moved; re-issuing the pull request");
+                    break;
+                }
+            };
+            match next {
                 Ok(Some(Ok(message))) => self.buffer.push_back(Buffered {
                     message,
                     fetched: Instant::now(),

@@ -84,6 +84,8 @@ pub struct NatsServer {
     port: u16,
     dir: TempDir,
     child: Option<Child>,
+    /// Extra command-line arguments (a cluster member's name and routes).
+    extra: Vec<String>,
 }
 
 impl NatsServer {
@@ -106,6 +108,7 @@ impl NatsServer {
             port: 0,
             dir,
             child: None,
+            extra: vec![],
         };
         let mut last_error = String::new();
         // Another process may grab the port between our probe and the server's bind: retry.
@@ -198,6 +201,7 @@ impl NatsServer {
                 "-sd",
             ])
             .arg(self.store_dir())
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
@@ -235,6 +239,115 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A private JetStream cluster of nats-servers on loopback (each with its own ports and
+/// store), for tests of replicated streams and of a node dying or hanging under load.
+pub struct NatsCluster {
+    /// The members, in the order of [`NatsCluster::urls`].
+    pub nodes: Vec<NatsServer>,
+    monitor_ports: Vec<u16>,
+}
+
+impl NatsCluster {
+    /// Starts `n` members (3 for R3 streams) and waits until JetStream has a meta leader.
+    /// Panics with what the servers said when they do not form a cluster.
+    pub fn start(n: usize) -> NatsCluster {
+        let binary = find_nats_server().unwrap_or_else(|e| panic!("{e}"));
+        let cluster_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let monitor_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let routes = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = Vec::with_capacity(n);
+        for i in 0..n {
+            let dir = tempfile::Builder::new()
+                .prefix("differently-nats-cluster-")
+                .tempdir()
+                .unwrap_or_else(|e| panic!("creating a temporary store: {e}"));
+            let mut node = NatsServer {
+                binary: binary.clone(),
+                port: free_port(),
+                dir,
+                child: None,
+                extra: vec![
+                    "--server_name".into(),
+                    format!("n{i}"),
+                    "--cluster_name".into(),
+                    "differently_test".into(),
+                    "--cluster".into(),
+                    format!("nats://127.0.0.1:{}", cluster_ports[i]),
+                    "--routes".into(),
+                    routes.clone(),
+                    "-m".into(),
+                    monitor_ports[i].to_string(),
+                ],
+            };
+            if let Err(e) = node.launch() {
+                panic!("cluster member n{i} did not start: {e}");
+            }
+            nodes.push(node);
+        }
+        let cluster = NatsCluster {
+            nodes,
+            monitor_ports,
+        };
+        cluster.wait_healthy(Duration::from_secs(30));
+        cluster
+    }
+
+    /// Every member's client URL, comma-separated (what `nats_url` takes).
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(NatsServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Waits until every running member reports JetStream healthy (a meta leader is known
+    /// and its streams are current), or panics after `within`.
+    pub fn wait_healthy(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let unhealthy: Vec<String> = self
+                .nodes
+                .iter()
+                .zip(&self.monitor_ports)
+                .filter(|(n, _)| n.child.is_some())
+                .filter_map(|(n, port)| match healthz(*port) {
+                    Ok(true) => None,
+                    Ok(false) => Some(format!("port {}: not healthy", n.port)),
+                    Err(e) => Some(format!("port {}: {e}", n.port)),
+                })
+                .collect();
+            if unhealthy.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let logs: String = self.nodes.iter().map(|n| n.log()).collect();
+                panic!("nats cluster not healthy after {within:?}: {unhealthy:?}\n{logs}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Whether the member with monitoring port `port` answers `/healthz` with 200.
+fn healthz(port: u16) -> Result<bool, String> {
+    use std::io::{Read, Write};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+        .map_err(|e| format!("monitor: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    Ok(answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"))
 }
 
 /// A port that was free a moment ago (bound by us, then released).

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use differently_adapters::fake::{read_ledger, LedgerEntry};
-use differently_bus::testing::NatsServer;
+use differently_bus::testing::{NatsCluster, NatsServer};
 use differently_core::{SandboxId, SandboxStatus};
 use differently_store::testing::TestDb;
 use serde_json::{json, Value};
@@ -36,6 +36,9 @@ pub struct Opts {
     pub more_pools: String,
     /// More lines of the `[scheduler]` table.
     pub scheduler_toml: String,
+    /// Run on a 3-node NATS cluster with R3 streams; every process is given the first
+    /// member's URL only (it learns the others from it), the worst case when that node dies.
+    pub nats_cluster: bool,
 }
 
 impl Default for Opts {
@@ -47,6 +50,7 @@ impl Default for Opts {
             extra_toml: String::new(),
             more_pools: String::new(),
             scheduler_toml: String::new(),
+            nats_cluster: false,
         }
     }
 }
@@ -75,6 +79,8 @@ pub struct Cluster {
     pub db: TestDb,
     /// Kept alive for the cluster's lifetime.
     pub _nats: NatsServer,
+    /// The 3-node NATS cluster the processes use instead, with [`Opts::nats_cluster`].
+    pub nats_cluster: Option<NatsCluster>,
     pub dir: TempDir,
     pub ledger: PathBuf,
     pub key: String,
@@ -103,6 +109,11 @@ impl Cluster {
     pub async fn new(opts: Opts) -> Cluster {
         let db = TestDb::new().await;
         let nats = NatsServer::start();
+        let nats_cluster = opts.nats_cluster.then(|| NatsCluster::start(3));
+        let (nats_url, replicas) = match &nats_cluster {
+            Some(c) => (c.nodes[0].url(), 3),
+            None => (nats.url(), 1),
+        };
         let dir = tempfile::tempdir().expect("tempdir");
         let ledger = dir.path().join("ledger.jsonl");
         let port = free_port();
@@ -120,6 +131,7 @@ database_max_connections = 8
 
 [bus]
 ack_wait_seconds = {ack}
+replicas = {replicas}
 
 [scheduler]
 tick_ms = 50
@@ -140,7 +152,8 @@ ledger = "{ledger}"
 {more}
 "#,
             db = db.url(),
-            nats = nats.url(),
+            nats = nats_url,
+            replicas = replicas,
             ack = opts.ack_wait_seconds,
             lat = opts.latency_ms,
             ledger = ledger.display(),
@@ -171,6 +184,7 @@ ledger = "{ledger}"
         Cluster {
             db,
             _nats: nats,
+            nats_cluster,
             dir,
             ledger,
             key,

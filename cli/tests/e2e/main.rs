@@ -16,6 +16,7 @@ mod deploy_metrics;
 mod dev;
 mod idempotency;
 mod lifecycle;
+mod nats_cluster;
 mod observability;
 mod openapi;
 mod placement;
