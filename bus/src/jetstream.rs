@@ -111,6 +111,11 @@ pub struct ConnectOptions {
     /// How often the client pings its server; after two unanswered pings it reconnects to
     /// another member, so a hung (not dead) node is left within about three intervals.
     pub ping_interval: Duration,
+    /// How the client proves who it is.
+    pub auth: NatsAuth,
+    /// PEM file of CA certificates to trust for `tls://` servers (a private CA); TLS is
+    /// required when it is set.
+    pub ca_bundle: Option<std::path::PathBuf>,
 }
 
 impl Default for ConnectOptions {
@@ -118,8 +123,56 @@ impl Default for ConnectOptions {
         ConnectOptions {
             replicas: 1,
             ping_interval: DEFAULT_PING_INTERVAL,
+            auth: NatsAuth::None,
+            ca_bundle: None,
         }
     }
+}
+
+/// NATS credentials, by reference: the values live in the environment or a file, are read
+/// when connecting, and never appear in a log or an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NatsAuth {
+    /// No credentials (or credentials in the URL).
+    None,
+    /// A token, from this environment variable.
+    TokenEnv(String),
+    /// A user, with the password from this environment variable.
+    UserPassword { user: String, password_env: String },
+    /// A `.creds` file (user JWT and nkey seed), as `nsc` writes them.
+    CredentialsFile(std::path::PathBuf),
+}
+
+/// The value of environment variable `var`, or an error naming it (never the value).
+fn secret_env(var: &str) -> Result<String, BusError> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Ok(v),
+        _ => Err(BusError::Connection(Detail::new(format!(
+            "environment variable {var} (a NATS credential) is not set"
+        )))),
+    }
+}
+
+/// Client options with `opts`' credentials and TLS applied.
+async fn client_options(opts: &ConnectOptions) -> Result<async_nats::ConnectOptions, BusError> {
+    let base = match &opts.auth {
+        NatsAuth::None => async_nats::ConnectOptions::new(),
+        NatsAuth::TokenEnv(var) => async_nats::ConnectOptions::new().token(secret_env(var)?),
+        NatsAuth::UserPassword { user, password_env } => async_nats::ConnectOptions::new()
+            .user_and_password(user.clone(), secret_env(password_env)?),
+        NatsAuth::CredentialsFile(path) => async_nats::ConnectOptions::with_credentials_file(path)
+            .await
+            .map_err(|e| {
+                BusError::Connection(Detail::caused(
+                    format!("NATS credentials file {}: {e}", path.display()),
+                    e,
+                ))
+            })?,
+    };
+    Ok(match &opts.ca_bundle {
+        Some(ca) => base.add_root_certificates(ca.clone()).require_tls(true),
+        None => base,
+    })
 }
 
 /// The client library's own default is 60 s, which leaves a hung node unnoticed for minutes.
@@ -149,7 +202,8 @@ pub async fn connect_with(url: &str, opts: ConnectOptions) -> Result<JetStreamBu
         .join(",");
     let (generation, reconnects) = tokio::sync::watch::channel(0u64);
     let generation = std::sync::Arc::new(generation);
-    let client = async_nats::ConnectOptions::new()
+    let client = client_options(&opts)
+        .await?
         .ping_interval(opts.ping_interval)
         .event_callback(move |event| {
             let generation = generation.clone();

@@ -97,8 +97,18 @@ impl NatsServer {
         }
     }
 
+    /// A nats-server ≥ 2.10 with extra command-line arguments (auth, TLS).
+    pub fn start_with_args(args: &[&str]) -> NatsServer {
+        let binary = find_nats_server().unwrap_or_else(|e| panic!("{e}"));
+        NatsServer::launch_new(&binary, args.iter().map(|a| (*a).to_owned()).collect())
+    }
+
     /// Starts `binary` whatever its version (tests of the version check use the old one).
     pub fn start_with(binary: &Path) -> NatsServer {
+        NatsServer::launch_new(binary, vec![])
+    }
+
+    fn launch_new(binary: &Path, extra: Vec<String>) -> NatsServer {
         let dir = tempfile::Builder::new()
             .prefix("differently-nats-")
             .tempdir()
@@ -108,7 +118,7 @@ impl NatsServer {
             port: 0,
             dir,
             child: None,
-            extra: vec![],
+            extra,
         };
         let mut last_error = String::new();
         // Another process may grab the port between our probe and the server's bind: retry.

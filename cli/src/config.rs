@@ -119,6 +119,16 @@ pub struct BusSection {
     /// Milliseconds between the client's pings to its NATS server (50–60000); two unanswered
     /// pings and it moves to another cluster member.
     pub ping_interval_ms: u64,
+    /// Environment variable holding a NATS token.
+    pub token_env: Option<String>,
+    /// NATS user (with `password_env`).
+    pub user: Option<String>,
+    /// Environment variable holding the NATS user's password.
+    pub password_env: Option<String>,
+    /// A NATS `.creds` file (user JWT and nkey seed).
+    pub credentials_file: Option<std::path::PathBuf>,
+    /// PEM file of CA certificates for `tls://` servers; TLS is then required.
+    pub ca_bundle: Option<std::path::PathBuf>,
 }
 
 impl Default for BusSection {
@@ -128,6 +138,11 @@ impl Default for BusSection {
             replicas: 1,
             ack_wait_seconds: 30,
             ping_interval_ms: 500,
+            token_env: None,
+            user: None,
+            password_env: None,
+            credentials_file: None,
+            ca_bundle: None,
         }
     }
 }
@@ -321,6 +336,15 @@ impl Config {
         if self.bus.replicas == 0 || self.bus.replicas > 5 {
             return Err(invalid("bus.replicas", "must be between 1 and 5"));
         }
+        self.bus_auth()?;
+        if let Some(ca) = &self.bus.ca_bundle {
+            if !ca.is_file() {
+                return Err(invalid(
+                    "bus.ca_bundle",
+                    format!("{} is not a readable file", ca.display()),
+                ));
+            }
+        }
         if !(50..=60_000).contains(&self.bus.ping_interval_ms) {
             return Err(invalid("bus.ping_interval_ms", "must be 50 to 60000"));
         }
@@ -455,6 +479,50 @@ impl Config {
         differently_bus::jetstream::ConnectOptions {
             replicas: self.bus.replicas,
             ping_interval: Duration::from_millis(self.bus.ping_interval_ms),
+            // Validated at load; a config that fails here never reached a caller.
+            auth: self
+                .bus_auth()
+                .unwrap_or(differently_bus::jetstream::NatsAuth::None),
+            ca_bundle: self.bus.ca_bundle.clone(),
+        }
+    }
+
+    /// The one NATS credential `[bus]` names, or an error naming the fields in conflict.
+    fn bus_auth(&self) -> Result<differently_bus::jetstream::NatsAuth, ConfigError> {
+        use differently_bus::jetstream::NatsAuth;
+        let b = &self.bus;
+        let mut chosen = vec![];
+        if let Some(var) = &b.token_env {
+            chosen.push(("bus.token_env", NatsAuth::TokenEnv(var.clone())));
+        }
+        match (&b.user, &b.password_env) {
+            (Some(user), Some(var)) => chosen.push((
+                "bus.user",
+                NatsAuth::UserPassword {
+                    user: user.clone(),
+                    password_env: var.clone(),
+                },
+            )),
+            (Some(_), None) => return Err(invalid("bus.password_env", "required with bus.user")),
+            (None, Some(_)) => return Err(invalid("bus.user", "required with bus.password_env")),
+            (None, None) => {}
+        }
+        if let Some(path) = &b.credentials_file {
+            chosen.push((
+                "bus.credentials_file",
+                NatsAuth::CredentialsFile(path.clone()),
+            ));
+        }
+        match chosen.len() {
+            0 => Ok(NatsAuth::None),
+            1 => Ok(chosen.remove(0).1),
+            _ => Err(invalid(
+                chosen[1].0,
+                format!(
+                    "only one NATS credential may be set ({} too)",
+                    chosen.iter().map(|c| c.0).collect::<Vec<_>>().join(", ")
+                ),
+            )),
         }
     }
 
@@ -501,6 +569,45 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn bus_credentials_are_one_reference_and_never_a_value() {
+        use differently_bus::jetstream::NatsAuth;
+        let c = parse("[bus]\ntoken_env = \"NATS_TOKEN\"").unwrap();
+        assert_eq!(
+            c.bus_connect_options().auth,
+            NatsAuth::TokenEnv("NATS_TOKEN".into())
+        );
+        let c = parse("[bus]\nuser = \"dly\"\npassword_env = \"NATS_PW\"").unwrap();
+        assert_eq!(
+            c.bus_connect_options().auth,
+            NatsAuth::UserPassword {
+                user: "dly".into(),
+                password_env: "NATS_PW".into()
+            }
+        );
+        let e = parse("[bus]\nuser = \"dly\"").unwrap_err().to_string();
+        assert!(e.contains("bus.password_env"), "{e}");
+        let e = parse("[bus]\ntoken_env = \"T\"\ncredentials_file = \"/x.creds\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("bus.credentials_file") && e.contains("only one"),
+            "{e}"
+        );
+        let e = parse("[bus]\nca_bundle = \"/nonexistent/ca.pem\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bus.ca_bundle"), "{e}");
+        let e = parse("[bus]\nping_interval_ms = 10")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bus.ping_interval_ms"), "{e}");
+        assert!(
+            parse("[bus]\npassword = \"x\"").is_err(),
+            "a literal password is refused"
+        );
     }
 
     #[test]

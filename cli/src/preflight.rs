@@ -86,16 +86,32 @@ pub async fn run(config: &Config) -> bool {
             }
         },
     };
-    checks.push(match config.require_nats_url() {
-        Err(e) => Check::fail("nats", e),
+    match config.require_nats_url() {
+        Err(e) => checks.push(Check::fail("nats", e)),
+        // Each server of a list on its own: a member that is down, old or refuses the
+        // credentials is named, not hidden behind one that answers.
         Ok(url) => {
-            match differently_bus::jetstream::connect_with(url, config.bus_connect_options()).await
-            {
-                Ok(_) => Check::ok("nats", "reachable, ≥ 2.10 with JetStream"),
-                Err(e) => Check::fail("nats", e),
+            let servers: Vec<&str> = url
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect();
+            for (i, server) in servers.iter().enumerate() {
+                let what = if servers.len() == 1 {
+                    "nats".to_owned()
+                } else {
+                    format!("nats server {}", i + 1)
+                };
+                let opts = config.bus_connect_options();
+                checks.push(
+                    match differently_bus::jetstream::connect_with(server, opts).await {
+                        Ok(_) => Check::ok(what, "reachable, ≥ 2.10 with JetStream"),
+                        Err(e) => Check::fail(what, e),
+                    },
+                );
             }
         }
-    });
+    }
     checks.extend(pools(config, store).await);
     let mut all = true;
     for c in &checks {

@@ -499,6 +499,149 @@ async fn jetstream_connects_through_a_server_list_whose_first_member_is_down() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_connects_with_a_token_or_a_password_by_reference_and_says_which_is_missing() {
+    use differently_bus::jetstream::{connect_with, ConnectOptions, NatsAuth};
+    let server = NatsServer::start_with_args(&["--auth", "s3cret-token"]);
+    std::env::set_var("DLY_TEST_NATS_TOKEN_OK", "s3cret-token");
+    std::env::set_var("DLY_TEST_NATS_TOKEN_BAD", "wrong-token");
+    let with = |auth| ConnectOptions {
+        auth,
+        ..ConnectOptions::default()
+    };
+    let bus = connect_with(
+        &server.url(),
+        with(NatsAuth::TokenEnv("DLY_TEST_NATS_TOKEN_OK".into())),
+    )
+    .await
+    .expect("token from the environment");
+    bus.ensure_streams(&Naming::new("auth").expect("naming"))
+        .await
+        .expect("streams");
+    for auth in [
+        NatsAuth::None,
+        NatsAuth::TokenEnv("DLY_TEST_NATS_TOKEN_BAD".into()),
+    ] {
+        match connect_with(&server.url(), with(auth)).await {
+            Err(e) => assert!(!e.to_string().contains("s3cret"), "{e}"),
+            Ok(_) => panic!("connected without the right token"),
+        }
+    }
+    match connect_with(
+        &server.url(),
+        with(NatsAuth::TokenEnv("DLY_TEST_NATS_UNSET".into())),
+    )
+    .await
+    {
+        Err(e) => assert!(e.to_string().contains("DLY_TEST_NATS_UNSET"), "{e}"),
+        Ok(_) => panic!("connected with an unset token variable"),
+    }
+
+    let server = NatsServer::start_with_args(&["--user", "dly", "--pass", "pa55word"]);
+    std::env::set_var("DLY_TEST_NATS_PASSWORD", "pa55word");
+    connect_with(
+        &server.url(),
+        with(NatsAuth::UserPassword {
+            user: "dly".into(),
+            password_env: "DLY_TEST_NATS_PASSWORD".into(),
+        }),
+    )
+    .await
+    .expect("user and password");
+}
+
+/// A CA and a server certificate for 127.0.0.1, made with the openssl command in `dir`.
+fn make_tls_files(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (Debian package openssl) runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=differently test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").expect("ext file");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_connects_over_tls_trusting_a_private_ca() {
+    use differently_bus::jetstream::{connect_with, ConnectOptions};
+    let dir = tempfile::tempdir().expect("tempdir");
+    make_tls_files(dir.path());
+    let cert = dir.path().join("server.pem");
+    let key = dir.path().join("server.key");
+    let server = NatsServer::start_with_args(&[
+        "--tls",
+        "--tlscert",
+        cert.to_str().expect("path"),
+        "--tlskey",
+        key.to_str().expect("path"),
+    ]);
+    let url = format!("tls://127.0.0.1:{}", server.port());
+    let bus = connect_with(
+        &url,
+        ConnectOptions {
+            ca_bundle: Some(dir.path().join("ca.pem")),
+            ..ConnectOptions::default()
+        },
+    )
+    .await
+    .expect("TLS with the private CA");
+    bus.ensure_streams(&Naming::new("tls").expect("naming"))
+        .await
+        .expect("streams over TLS");
+    // Without the CA the server's certificate is not trusted.
+    assert!(connect_with(&url, ConnectOptions::default()).await.is_err());
+}
+
 #[test]
 fn harness_finds_a_recent_server() {
     let path = differently_bus::testing::find_nats_server().expect("nats-server ≥ 2.10");
