@@ -26,7 +26,14 @@ where
     let deadline = tokio::time::Instant::now() + PUBLISH_BOUND;
     let tasks: Vec<_> = publishes
         .into_iter()
-        .map(|(what, f)| (what, tokio::spawn(f)))
+        // With the request's trace context (a task-local), so the message carries it.
+        .map(|(what, f)| {
+            let ctx = differently_bus::trace::current();
+            (
+                what,
+                tokio::spawn(differently_bus::trace::scope("publish", ctx, f)),
+            )
+        })
         .collect();
     for (what, task) in tasks {
         let outcome = match tokio::time::timeout_at(deadline, task).await {

@@ -52,17 +52,20 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         pools: Vec<String>,
         /// Configuration file (TOML); `DIFFERENTLY_*` variables override it.
+        /// The TOML configuration file (docs/configuration.md).
         #[arg(long, env = "DIFFERENTLY_CONFIG")]
         config: Option<PathBuf>,
     },
     /// Check, changing nothing, that this configuration can run a server: keys, Postgres
     /// and its schema, NATS JetStream, every configured pool's backend. Exit 1 on a failure.
     Preflight {
+        /// The TOML configuration file (docs/configuration.md).
         #[arg(long, env = "DIFFERENTLY_CONFIG")]
         config: Option<PathBuf>,
     },
     /// Apply database migrations and exit.
     Migrate {
+        /// The TOML configuration file (docs/configuration.md).
         #[arg(long, env = "DIFFERENTLY_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -185,5 +188,35 @@ fn main() -> ExitCode {
             eprintln!("differently: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every flag and option of every command says what it is for (`--help` had empty lines
+    /// for `--template`, `--cpu`, `--region`, …). Positional arguments are named well enough.
+    #[test]
+    fn every_option_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_positional() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = vec![];
+        walk(&Cli::command(), "differently", &mut missing);
+        assert!(missing.is_empty(), "options without help: {missing:#?}");
     }
 }

@@ -397,14 +397,19 @@ pub async fn dev(
         installation,
         rx,
     )?;
-    println!("export DIFFERENTLY_URL=http://{local}");
-    println!("export DIFFERENTLY_API_KEY={key}");
-    // So `differently audit verify` can check an export of this run's chains.
-    if let Some(k) = generated_audit_key {
-        println!("export DIFFERENTLY_AUDIT_KEY={}", k.to_hex());
+    {
+        // A reader that takes only the lines it needs and closes the pipe must not take
+        // the server down with it: write errors are ignored.
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "export DIFFERENTLY_URL=http://{local}");
+        let _ = writeln!(out, "export DIFFERENTLY_API_KEY={key}");
+        // So `differently audit verify` can check an export of this run's chains.
+        if let Some(k) = generated_audit_key {
+            let _ = writeln!(out, "export DIFFERENTLY_AUDIT_KEY={}", k.to_hex());
+        }
+        let _ = out.flush();
     }
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
     eprintln!(
         "differently dev: paste the lines above into your shell, then try\n  \
          differently sandbox create --wait\n\

@@ -141,7 +141,7 @@ impl Client {
         let resp = req
             .send()
             .await
-            .map_err(|e| ClientError::Transport(format!("{method} {url}: {}", e.without_url())))?;
+            .map_err(|e| transport_error(&method, &url, &self.base, e))?;
         let status = resp.status();
         let text = resp
             .text()
@@ -161,6 +161,34 @@ impl Client {
         }
         Err(api_error(status, &value))
     }
+}
+
+/// A request that got no answer, with its causes (reqwest's own message is only "error
+/// sending request") and, when nothing listens there, what to check.
+fn transport_error(method: &Method, url: &str, base: &str, e: reqwest::Error) -> ClientError {
+    let connect = e.is_connect();
+    let timeout = e.is_timeout();
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+        source = cause.source();
+    }
+    let hint = if connect {
+        format!(
+            " — cannot reach the API at {base}: is it running there? (--url or DIFFERENTLY_URL)"
+        )
+    } else if timeout {
+        " — the API did not answer in time".to_owned()
+    } else {
+        String::new()
+    };
+    ClientError::Transport(format!("{method} {url}: {text}{hint}"))
 }
 
 fn api_error(status: StatusCode, body: &Value) -> ClientError {

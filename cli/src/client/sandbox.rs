@@ -22,12 +22,16 @@ pub enum SandboxCommand {
         /// Resource profile: small, medium, large, xlarge.
         #[arg(long)]
         profile: Option<String>,
+        /// Template (image) to start from; the pool's default when omitted.
         #[arg(long)]
         template: Option<String>,
+        /// vCPUs (overrides the profile's).
         #[arg(long)]
         cpu: Option<u32>,
+        /// Memory in MiB (overrides the profile's).
         #[arg(long)]
         memory_mib: Option<u64>,
+        /// Disk in GiB (overrides the profile's).
         #[arg(long)]
         disk_gib: Option<u64>,
         /// `KEY=VALUE`, repeatable.
@@ -39,12 +43,16 @@ pub enum SandboxCommand {
         /// Capability the pool must have, repeatable (e.g. `exec.stream`).
         #[arg(long = "capability")]
         capabilities: Vec<String>,
+        /// Data classification the placement policy reads (e.g. `confidential`).
         #[arg(long)]
         classification: Option<String>,
+        /// Region the sandbox must run in (only pools of that region are eligible).
         #[arg(long)]
         region: Option<String>,
+        /// Seconds until it is deleted, whatever it is doing.
         #[arg(long)]
         ttl_seconds: Option<u64>,
+        /// Seconds without activity before it is paused (or stopped); 1–2592000.
         #[arg(long)]
         idle_timeout_seconds: Option<u64>,
         /// Create from a ready snapshot (restore or fork).
@@ -62,15 +70,19 @@ pub enum SandboxCommand {
     },
     /// List sandboxes the key can see.
     List {
+        /// Only this status (`queued`, `provisioning`, `running`, `paused`, `stopped`, …).
         #[arg(long)]
         status: Option<String>,
-        /// `KEY=VALUE`.
+        /// Only sandboxes with this label, `KEY=VALUE`.
         #[arg(long)]
         label: Option<String>,
+        /// Only this project's.
         #[arg(long)]
         project: Option<String>,
+        /// Most items in one page.
         #[arg(long)]
         limit: Option<u32>,
+        /// The `nextCursor` of the previous page.
         #[arg(long)]
         cursor: Option<String>,
     },
@@ -79,8 +91,10 @@ pub enum SandboxCommand {
     /// Wait until a sandbox has a status (default `running`) or a final one.
     Wait {
         id: String,
+        /// The status to wait for.
         #[arg(long, default_value = "running")]
         status: String,
+        /// Give up after this many seconds (exit 1).
         #[arg(long, default_value_t = 120)]
         timeout_seconds: u64,
     },
@@ -93,6 +107,7 @@ pub enum SandboxCommand {
         /// `KEY=VALUE`, repeatable.
         #[arg(long = "env")]
         env: Vec<String>,
+        /// Kill the command after this many seconds (exit 124).
         #[arg(long)]
         timeout_seconds: Option<u64>,
         /// The command and its arguments, after `--`.

@@ -177,6 +177,18 @@ async fn sandbox_and_admin_commands_over_the_api() {
     let (code, _, err) = run(&c, key, &["sandbox", "create", "--label", "nolabel"]).await;
     assert_eq!(code, 2);
     assert!(err.contains("--label"), "{err}");
+    // Nothing listening: the cause and what to check, not only "error sending request".
+    let mut cmd = std::process::Command::new(binary());
+    cmd.args(["sandbox", "list", "--url", "http://127.0.0.1:1"])
+        .env("DIFFERENTLY_API_KEY", &c.key);
+    let (code, _, err) = output(cmd).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("Connection refused")
+            && err.contains("cannot reach the API at http://127.0.0.1:1"),
+        "{err}"
+    );
+    assert!(!err.contains(&c.key), "the key leaked: {err}");
 
     // Delete: terminating now, terminated after.
     let (code, out, _) = run(&c, key, &["sandbox", "delete", &id]).await;
