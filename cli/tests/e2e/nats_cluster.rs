@@ -74,3 +74,73 @@ async fn killing_the_node_every_process_uses_loses_nothing_and_stalls_briefly() 
         "create → running took {to_running:?} across the failover"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_node_is_left_within_seconds_and_work_goes_on() {
+    let mut c = Cluster::started(Opts {
+        nats_cluster: true,
+        ..Opts::default()
+    })
+    .await;
+    let warm = c.create_ok().await;
+    c.wait_status(&warm, SandboxStatus::Running, Duration::from_secs(30))
+        .await;
+    let pid = c.nats_cluster.as_ref().expect("cluster").nodes[0]
+        .pid()
+        .expect("node 0 runs");
+    let stop = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    // Hung, not dead: its sockets stay open, so only the clients' pings can tell.
+    stop("-STOP");
+    let hung_at = Instant::now();
+    let mut created: Vec<(SandboxId, Instant)> = vec![];
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let (status, body) = c.create(serde_json::json!({})).await;
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(status, 202, "{body}");
+        created.push((
+            body["id"]
+                .as_str()
+                .expect("id")
+                .parse()
+                .expect("sandbox id"),
+            started,
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut to_running = Duration::ZERO;
+    for (id, started) in &created {
+        c.wait_status(id, SandboxStatus::Running, Duration::from_secs(60))
+            .await;
+        to_running = to_running.max(started.elapsed());
+    }
+    let placed_after = hung_at.elapsed();
+    stop("-CONT");
+    println!(
+        "node hung: slowest create answer {slowest:?}, slowest create → running {to_running:?}, \
+         all placed {placed_after:?} after the hang"
+    );
+    // Every process left the hung node: its log says the connection was lost.
+    for name in ["api", "scheduler", "worker"] {
+        assert!(
+            c.log(name).contains("lost the NATS connection"),
+            "{name} never left the hung node:\n{}",
+            c.log(name)
+        );
+    }
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a create took {slowest:?}"
+    );
+    assert!(
+        to_running < Duration::from_secs(25),
+        "create → running took {to_running:?} with a hung node"
+    );
+}
