@@ -410,7 +410,16 @@ impl Bus for JetStreamBus {
             .publish_with_headers(subject.to_owned(), headers, payload)
             .await
             .map_err(|e| BusError::Publish(Detail::caused(format!("{subject}: {e}"), e)))?;
-        let ack = ack.await.map_err(|e| {
+        let ack = match ack.await {
+            // Another publish of this very message id is being stored right now (a retry
+            // raced the original; JetStream error 10158): it will be stored once, which is
+            // what a duplicate means.
+            Err(e) if e.to_string().contains("duplicate message id is in process") => {
+                return Ok(Published::Duplicate);
+            }
+            other => other,
+        };
+        let ack = ack.map_err(|e| {
             // "No stream found" is the client's word for "no responders": in a cluster, the
             // stream's leader is being elected; say so rather than suggest a missing stream.
             let why = match e.kind() {

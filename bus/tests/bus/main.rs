@@ -642,6 +642,43 @@ async fn jetstream_connects_over_tls_trusting_a_private_ca() {
     assert!(connect_with(&url, ConnectOptions::default()).await.is_err());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_racing_publishes_of_one_message_id_on_r3_store_it_once_and_none_fails() {
+    use differently_bus::{Bus, Published};
+    // On R3 streams a message is "in process" while its raft proposal is in flight, which
+    // is when a racing duplicate is answered "duplicate message id is in process".
+    let cluster = differently_bus::testing::NatsCluster::start(3);
+    let bus = std::sync::Arc::new(
+        jetstream::connect(&cluster.urls(), 3)
+            .await
+            .expect("connect"),
+    );
+    let naming = Naming::new("dup").expect("naming");
+    bus.ensure_streams(&naming).await.expect("streams");
+    let subject = naming.work_subject("p", differently_bus_schema::WorkOp::Create);
+    for round in 0..20 {
+        let id = format!("same-id-{round}");
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let (bus, subject, id) = (bus.clone(), subject.clone(), id.clone());
+                tokio::spawn(async move {
+                    bus.publish(&subject, &id, bytes::Bytes::from_static(b"{}"))
+                        .await
+                })
+            })
+            .collect();
+        let mut stored = 0;
+        for t in tasks {
+            match t.await.expect("task") {
+                Ok(Published::Stored) => stored += 1,
+                Ok(Published::Duplicate) => {}
+                Err(e) => panic!("a racing duplicate failed: {e}"),
+            }
+        }
+        assert_eq!(stored, 1, "round {round}: stored {stored} times");
+    }
+}
+
 #[test]
 fn harness_finds_a_recent_server() {
     let path = differently_bus::testing::find_nats_server().expect("nats-server ≥ 2.10");
