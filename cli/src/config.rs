@@ -37,6 +37,8 @@ pub struct Config {
     pub database_url: Option<String>,
     /// NATS URL (`DIFFERENTLY_NATS_URL`).
     pub nats_url: Option<String>,
+    /// The members of a NATS cluster as an array (instead of a comma list in `nats_url`).
+    pub nats_urls: Vec<String>,
     /// API listen address (`DIFFERENTLY_LISTEN`).
     pub listen: String,
     /// The bootstrap admin key (`DIFFERENTLY_BOOTSTRAP_KEY`); prefer the environment.
@@ -58,6 +60,7 @@ impl Default for Config {
         Config {
             database_url: None,
             nats_url: None,
+            nats_urls: vec![],
             listen: "127.0.0.1:8080".into(),
             bootstrap_key: None,
             database_max_connections: 16,
@@ -292,6 +295,8 @@ impl Config {
         }
         if let Some(v) = get("DIFFERENTLY_NATS_URL") {
             self.nats_url = Some(v);
+            // The environment overrides the file, its array form included.
+            self.nats_urls.clear();
         }
         if let Some(v) = get("DIFFERENTLY_LISTEN") {
             self.listen = v;
@@ -458,9 +463,18 @@ impl Config {
     }
 
     /// The NATS URL, or an error naming how to set it.
-    pub fn require_nats_url(&self) -> Result<&str, ConfigError> {
+    pub fn require_nats_url(&self) -> Result<String, ConfigError> {
+        if !self.nats_urls.is_empty() {
+            if self.nats_url.is_some() {
+                return Err(invalid(
+                    "nats_urls",
+                    "set either nats_url (or DIFFERENTLY_NATS_URL) or nats_urls, not both",
+                ));
+            }
+            return Ok(self.nats_urls.join(","));
+        }
         self.nats_url
-            .as_deref()
+            .clone()
             .ok_or_else(|| invalid("nats_url", "required (or set DIFFERENTLY_NATS_URL)"))
     }
 
@@ -569,6 +583,19 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn nats_urls_is_the_array_form_of_a_server_list() {
+        let c = parse("nats_urls = [\"nats://a:4222\", \"nats://b:4222\"]").unwrap();
+        assert_eq!(c.require_nats_url().unwrap(), "nats://a:4222,nats://b:4222");
+        let c = parse("nats_url = \"nats://a:4222\"\nnats_urls = [\"nats://b:4222\"]").unwrap();
+        let e = c.require_nats_url().unwrap_err().to_string();
+        assert!(e.contains("nats_urls"), "{e}");
+        let mut c = parse("nats_urls = [\"nats://b:4222\"]").unwrap();
+        c.apply_env(|k| (k == "DIFFERENTLY_NATS_URL").then(|| "nats://env:4222".to_owned()))
+            .unwrap();
+        assert_eq!(c.require_nats_url().unwrap(), "nats://env:4222");
     }
 
     #[test]

@@ -474,7 +474,7 @@ pub async fn server(
     }
     let nats_url = config.require_nats_url()?;
     let bus: Arc<dyn Bus> = Arc::new(
-        differently_bus::jetstream::connect_with(nats_url, config.bus_connect_options()).await?,
+        differently_bus::jetstream::connect_with(&nats_url, config.bus_connect_options()).await?,
     );
     let naming = Naming::new(&config.bus.prefix)?;
     bus.ensure_streams(&naming).await?;
