@@ -377,7 +377,11 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
                 let t = Instant::now();
                 match a.delete_snapshot(&info.backend_ref).await {
                     Err(AdapterError::Transient(e)) => {
-                        assert!(e.to_string().contains("in use"), "{e}")
+                        assert!(
+                            e.to_string()
+                                .contains("in use by a sandbox restored from it"),
+                            "{e}"
+                        )
                     }
                     other => panic!("delete of a snapshot in use: {other:?}"),
                 }
