@@ -15,6 +15,7 @@ mod idempotency;
 mod lifecycle;
 mod observability;
 mod openapi;
+mod opensandbox_live;
 mod placement;
 mod quota;
 mod spine;
