@@ -97,6 +97,8 @@ pub struct Cluster {
     pub ledger: PathBuf,
     /// The bootstrap admin key.
     pub key: String,
+    /// One audit key for every process, as production roles require.
+    audit_key: String,
     /// API port on 127.0.0.1.
     pub port: u16,
     /// Port of the `LEADER_API` process.
@@ -166,6 +168,18 @@ pub fn free_port() -> Result<u16, LoadError> {
     Ok(port)
 }
 
+/// `n` random bytes from `/dev/urandom` as hex.
+fn random_hex(n: usize) -> Result<String, LoadError> {
+    let mut bytes = vec![0u8; n];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom")
+            .map_err(|e| LoadError::io("opening /dev/urandom", e))?,
+        &mut bytes,
+    )
+    .map_err(|e| LoadError::io("reading /dev/urandom", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Runs `differently key generate`.
 pub fn generate_key(binary: &Path) -> Result<String, LoadError> {
     let out = Command::new(binary)
@@ -227,6 +241,7 @@ capabilities = {caps}
         );
         std::fs::write(&config, text).map_err(|e| LoadError::io("writing the config", e))?;
         let key = generate_key(&opts.binary)?;
+        let audit_key = random_hex(32)?;
         let mut cluster = Cluster {
             procs: Vec::new(),
             nats,
@@ -234,6 +249,7 @@ capabilities = {caps}
             dir,
             ledger,
             key,
+            audit_key,
             port,
             leader_port: 0,
             opts,
@@ -284,6 +300,7 @@ capabilities = {caps}
             .arg(config)
             .envs(env.iter().copied())
             .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
+            .env("DIFFERENTLY_AUDIT_KEY", &self.audit_key)
             .env("DIFFERENTLY_LOG", &self.opts.log_level)
             .env_remove("DIFFERENTLY_DATABASE_URL")
             .env_remove("DIFFERENTLY_NATS_URL")
