@@ -19,8 +19,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
-use differently_adapters::{Adapter, InstanceRef};
+use differently_adapters::{Adapter, CreateInstance, InstanceRef};
 use differently_core::exec::ExecRequest;
+use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
 use crate::cluster::{Cluster, ClusterOpts};
@@ -83,6 +84,8 @@ pub struct BenchReport {
     pub pool_settings: Value,
     /// Create → first OK `/ping`, straight to the server.
     pub create_direct: Series,
+    /// Create → ready (`Running` and execd answering) through the adapter in this process.
+    pub create_adapter: Series,
     /// Create → `running` through Differently.
     pub create_differently: Series,
     /// `create_differently.p50 / create_direct.p50` (target ≤ 1.1).
@@ -337,6 +340,33 @@ async fn create_direct(s: &Server, image: &str) -> Result<f64, LoadError> {
     .await;
     s.delete(&id).await?;
     result
+}
+
+/// Create → ready through the adapter in this process; deleted (untimed).
+async fn create_adapter(
+    a: &OpenSandboxAdapter,
+    installation: &InstallationId,
+) -> Result<f64, LoadError> {
+    let req = CreateInstance {
+        sandbox_id: SandboxId::new(),
+        installation_id: installation.clone(),
+        template: None,
+        resources: differently_core::Resources {
+            cpu: 1,
+            memory_mib: 512,
+            disk_gib: 1,
+        },
+        env: Default::default(),
+        ttl_seconds: 600,
+        from_snapshot: None,
+    };
+    let t = Instant::now();
+    let made = a.create(&req).await;
+    let took = ms(t.elapsed());
+    let deleted = a.delete(&req.sandbox_id).await;
+    made.map_err(|e| LoadError::Check(format!("adapter create: {e}")))?;
+    deleted.map_err(|e| LoadError::Check(format!("adapter delete: {e}")))?;
+    Ok(took)
 }
 
 /// Create → `running` through Differently; deleted and waited out (untimed).
@@ -605,24 +635,35 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // The adapter in this process, with the pool's settings: splits P7 and the exec overhead
+    // into the adapter's part and the control plane's.
+    let adapter = OpenSandboxAdapter::new(
+        serde_json::from_value::<OpenSandboxConfig>(settings.clone())
+            .map_err(|e| LoadError::Plan(format!("pool settings: {e}")))?,
+    )
+    .map_err(|e| LoadError::Plan(format!("adapter: {e}")))?;
+    let installation = InstallationId::new();
+
     // P7, interleaved, after one untimed round of each (image and page caches).
     create_direct(&server, &opts.image).await?;
     create_differently(&api).await?;
-    let (mut direct, mut through) = (Vec::new(), Vec::new());
+    create_adapter(&adapter, &installation).await?;
+    let (mut direct, mut through, mut in_process) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..opts.creates {
-        // Alternate which goes first, so neither always follows the other's delete.
-        if i % 2 == 0 {
-            direct.push(create_direct(&server, &opts.image).await?);
-            through.push(create_differently(&api).await?);
-        } else {
-            through.push(create_differently(&api).await?);
-            direct.push(create_direct(&server, &opts.image).await?);
+        // Rotate which goes first, so none always follows another's delete.
+        for k in 0..3 {
+            match (i + k) % 3 {
+                0 => direct.push(create_direct(&server, &opts.image).await?),
+                1 => through.push(create_differently(&api).await?),
+                _ => in_process.push(create_adapter(&adapter, &installation).await?),
+            }
         }
         eprintln!(
-            "create {}/{}: direct {:.0} ms, differently {:.0} ms",
+            "create {}/{}: direct {:.0} ms, adapter {:.0} ms, differently {:.0} ms",
             i + 1,
             opts.creates,
             direct[i],
+            in_process[i],
             through[i]
         );
     }
@@ -648,11 +689,6 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         let instance = server.instance_of(&id).await?;
         let direct_base = server.execd_base(&instance).await?;
         let proxy_base = format!("{}/sandboxes/{instance}/proxy/{EXECD_PORT}", server.api);
-        let adapter = OpenSandboxAdapter::new(
-            serde_json::from_value::<OpenSandboxConfig>(settings.clone())
-                .map_err(|e| LoadError::Plan(format!("pool settings: {e}")))?,
-        )
-        .map_err(|e| LoadError::Plan(format!("adapter: {e}")))?;
         let at = InstanceRef {
             sandbox_id: SandboxId::parse(&id)
                 .map_err(|e| LoadError::Check(format!("sandbox id {id:?}: {e}")))?,
@@ -732,6 +768,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
 
     let create_direct = Series::of(direct);
     let create_differently = Series::of(through);
+    let create_adapter = Series::of(in_process);
     let exec_direct = Series::of(d);
     let exec_server_proxy = Series::of(p);
     let exec_adapter = Series::of(ad);
@@ -752,6 +789,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         p7_ratio_p90: create_differently.p90_ms / create_direct.p90_ms,
         exec_overhead_p50_ms: exec_differently.p50_ms - exec_direct.p50_ms,
         create_direct,
+        create_adapter,
         create_differently,
         exec_direct,
         exec_server_proxy,
