@@ -97,6 +97,8 @@ pub struct Cluster {
     pub ledger: PathBuf,
     /// The bootstrap admin key.
     pub key: String,
+    /// One audit key for every process, as production roles require.
+    audit_key: String,
     /// API port on 127.0.0.1.
     pub port: u16,
     /// Port of the `LEADER_API` process.
@@ -130,9 +132,6 @@ impl Dialect {
     }
 }
 
-/// One audit key for every process of a cluster, as server roles require (a test key: the
-/// chains of a throwaway database).
-const AUDIT_KEY: &str = "6c6f61642d74657374732d61756469742d6b65792d6f6e6c792d666f722d6c74";
 
 /// Asks the binary which spelling it accepts: `differently migrate` parses and validates the
 /// config before anything else, and the run's database is already migrated, so this is
@@ -168,6 +167,18 @@ pub fn free_port() -> Result<u16, LoadError> {
         .map_err(|e| LoadError::io("reading an ephemeral port", e))?
         .port();
     Ok(port)
+}
+
+/// `n` random bytes from `/dev/urandom` as hex.
+fn random_hex(n: usize) -> Result<String, LoadError> {
+    let mut bytes = vec![0u8; n];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom")
+            .map_err(|e| LoadError::io("opening /dev/urandom", e))?,
+        &mut bytes,
+    )
+    .map_err(|e| LoadError::io("reading /dev/urandom", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Runs `differently key generate`.
@@ -231,6 +242,7 @@ capabilities = {caps}
         );
         std::fs::write(&config, text).map_err(|e| LoadError::io("writing the config", e))?;
         let key = generate_key(&opts.binary)?;
+        let audit_key = random_hex(32)?;
         let mut cluster = Cluster {
             procs: Vec::new(),
             nats,
@@ -238,6 +250,7 @@ capabilities = {caps}
             dir,
             ledger,
             key,
+            audit_key,
             port,
             leader_port: 0,
             opts,
@@ -286,7 +299,7 @@ capabilities = {caps}
         let child = Command::new(&self.opts.binary)
             .args(["server", "--role", role, "--config"])
             .arg(config)
-            .env("DIFFERENTLY_AUDIT_KEY", AUDIT_KEY)
+            .env("DIFFERENTLY_AUDIT_KEY", &self.audit_key)
             .envs(env.iter().copied())
             .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
             .env("DIFFERENTLY_LOG", &self.opts.log_level)

@@ -17,6 +17,7 @@ pub mod error;
 pub mod frames;
 pub mod generator;
 pub mod invariants;
+pub mod opensandbox;
 pub mod plan;
 pub mod report;
 pub mod rss;

@@ -67,6 +67,34 @@ pub(crate) struct EventError {
     pub ename: String,
     #[serde(default)]
     pub evalue: String,
+    /// execd puts the Go error here: `["signal: terminated"]` for a killed command.
+    #[serde(default)]
+    pub traceback: Vec<String>,
+}
+
+/// The shell's exit code (128 + signal number) for execd's `signal: <name>` traceback, so a
+/// command killed by something other than our timeout reports how it died: recorded on the
+/// real server, `signal: terminated` (our interrupt) and, now and then, `signal: broken pipe`
+/// on a plain `echo hi` (execd closed the output pipe). Unknown names give `None`.
+pub(crate) fn signal_exit(traceback: &[String]) -> Option<i32> {
+    let name = traceback
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("signal: "))?;
+    let n = match name.trim() {
+        "hangup" => 1,
+        "interrupt" => 2,
+        "quit" => 3,
+        "aborted" => 6,
+        "killed" => 9,
+        "user defined signal 1" => 10,
+        "segmentation fault" => 11,
+        "user defined signal 2" => 12,
+        "broken pipe" => 13,
+        "alarm clock" => 14,
+        "terminated" => 15,
+        _ => return None,
+    };
+    Some(128 + n)
 }
 
 /// Why parsing stopped.
@@ -181,8 +209,9 @@ pub(crate) struct CommandBody {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ending {
     Exited(i32),
-    /// `evalue: "-1"`: killed (timeout or interrupt).
-    Killed,
+    /// `evalue: "-1"`: killed (timeout, interrupt, or a signal named in the traceback, whose
+    /// exit code this is).
+    Killed(Option<i32>),
 }
 
 /// `GET /command/status/{id}`.
@@ -383,7 +412,7 @@ pub(crate) async fn run(
                         break 'outer Some(Ending::Exited(code));
                     }
                     match err.evalue.trim().parse::<i32>() {
-                        Ok(-1) => break 'outer Some(Ending::Killed),
+                        Ok(-1) => break 'outer Some(Ending::Killed(signal_exit(&err.traceback))),
                         Ok(n) if n >= 0 => break 'outer Some(Ending::Exited(n)),
                         _ => {
                             // Not an exit status: execd could not start the command. Its
@@ -413,7 +442,7 @@ pub(crate) async fn run(
 
     match ending {
         Some(Ending::Exited(code)) => Ok(code),
-        Some(Ending::Killed) => {
+        Some(Ending::Killed(by_signal)) => {
             let timed_out =
                 deadline.is_some_and(|d| started.elapsed() + Duration::from_millis(250) >= d);
             if timed_out {
@@ -422,6 +451,7 @@ pub(crate) async fn run(
                 Ok(status_exit(c, target, command_id.as_deref())
                     .await
                     .filter(|c| *c >= 0)
+                    .or(by_signal)
                     .unwrap_or(128 + 9))
             }
         }
@@ -539,6 +569,21 @@ mod tests {
 
     fn kinds(evs: &[Event]) -> Vec<String> {
         evs.iter().map(|e| e.kind.clone()).collect()
+    }
+
+    #[test]
+    fn a_killed_command_reports_the_signal_execd_names() {
+        // As real execd sent it (through the server proxy) for an `echo hi`.
+        let line = b"{\"error\":{\"ename\":\"CommandExecError\",\"evalue\":\"-1\",\"traceback\":[\"signal: broken pipe\"]},\"timestamp\":1796130266969,\"type\":\"error\"}\n\n";
+        let mut p = FrameParser::default();
+        let evs = p.push(line).unwrap_or_default();
+        let err = evs[0].error.clone().unwrap_or_default();
+        assert_eq!(err.evalue, "-1");
+        assert_eq!(signal_exit(&err.traceback), Some(141));
+        assert_eq!(signal_exit(&["signal: terminated".to_owned()]), Some(143));
+        assert_eq!(signal_exit(&["signal: killed".to_owned()]), Some(137));
+        assert_eq!(signal_exit(&["exit status 3".to_owned()]), None);
+        assert_eq!(signal_exit(&[]), None);
     }
 
     #[test]

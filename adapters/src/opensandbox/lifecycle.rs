@@ -383,9 +383,24 @@ pub(crate) async fn delete_snapshot(c: &Client, id: &str) -> Result<bool, Adapte
     match resp.status() {
         s if s.is_success() => Ok(true),
         StatusCode::NOT_FOUND => Ok(false),
-        StatusCode::CONFLICT => Err(AdapterError::transient(format!(
-            "{op}: the snapshot is still being written or is in use"
-        ))),
+        StatusCode::CONFLICT => {
+            let body = resp.bytes().await.unwrap_or_default();
+            let err = parse_error(StatusCode::CONFLICT, &body);
+            Err(AdapterError::transient(conflict_reason(op, &err.code)))
+        }
         _ => Err(c.status_error(op, resp).await),
+    }
+}
+
+/// Why OpenSandbox refused a snapshot delete with 409, in words an operator can act on: the
+/// real server says `DELETE_CONFLICT` while a sandbox restored from the snapshot still uses
+/// its image, and `INVALID_STATE` while it is still being written. Both pass.
+fn conflict_reason(op: &str, code: &str) -> String {
+    match code_suffix(code) {
+        "DELETE_CONFLICT" => format!(
+            "{op}: the snapshot is in use by a sandbox restored from it ({code}); it can go once that sandbox is deleted"
+        ),
+        "INVALID_STATE" => format!("{op}: the snapshot is still being written ({code})"),
+        _ => format!("{op}: the snapshot is still being written or is in use ({code})"),
     }
 }

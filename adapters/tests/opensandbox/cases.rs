@@ -1348,10 +1348,20 @@ async fn snapshots_and_restore() {
         let r = running(&s).await;
         let first = s.adapter.snapshot(&r, "snp_a").await.unwrap();
         assert!(!first.ready);
-        assert!(matches!(
-            s.adapter.delete_snapshot(&first.backend_ref).await,
-            Err(AdapterError::Transient(_))
-        ));
+        let e = s
+            .adapter
+            .delete_snapshot(&first.backend_ref)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, AdapterError::Transient(_)), "{e:?}");
+        if variant == Variant::Real {
+            // The operator is told which of the two refusals it was.
+            assert!(
+                e.to_string()
+                    .contains("still being written (SNAPSHOT::INVALID_STATE)"),
+                "{e}"
+            );
+        }
         let mut info = first.clone();
         for _ in 0..10 {
             if info.ready {
@@ -1390,6 +1400,11 @@ async fn snapshots_and_restore() {
                 .await
                 .unwrap_err();
             assert!(matches!(e, AdapterError::Transient(_)), "{e:?}");
+            assert!(
+                e.to_string()
+                    .contains("in use by a sandbox restored from it"),
+                "{e}"
+            );
         }
         s.adapter.delete(&req.sandbox_id).await.unwrap();
         s.adapter.delete_snapshot(&info.backend_ref).await.unwrap();

@@ -3,17 +3,116 @@
 //! `DIFFERENTLY_TEST_OPENSANDBOX_KEY`, then `cargo test -p differently-adapters --test
 //! opensandbox -- --ignored live`. Optional: `DIFFERENTLY_TEST_OPENSANDBOX_SETTINGS` (JSON
 //! merged into the pool settings, e.g. `{"runtime":"kubernetes","lineEndings":"kept"}`).
+//!
+//! Besides the adapter, the scenario talks to the server itself (its lifecycle API, with the
+//! key) for what happens behind Differently's back: an instance deleted, an orphan created with
+//! our tags, and a snapshot's state after a delete.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
 use differently_adapters::{Adapter, AdapterError, ByteRange, InstanceState};
 use differently_core::ids::InstallationId;
+use differently_core::SandboxId;
 use futures::{FutureExt, StreamExt};
 
 use crate::fake_server::{FakeRuntime, Variant};
-use crate::{at, cmd, create_req, key_file, setup};
+use crate::{at, cmd, create_req, key_file, setup, KEY};
+
+/// The server's lifecycle API reached directly, as an operator (or another tool) would.
+struct Backdoor {
+    api: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Backdoor {
+    fn new(api: &str, key: &str) -> Backdoor {
+        let url = reqwest::Url::parse(api).expect("server URL");
+        let host = url.host_str().unwrap_or_default();
+        // Traffic of this test goes to loopback only.
+        assert!(
+            matches!(host, "127.0.0.1" | "localhost" | "[::1]" | "::1"),
+            "the live test only talks to a server on loopback, not {host}"
+        );
+        Backdoor {
+            api: api.trim_end_matches('/').to_owned(),
+            key: key.to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.api))
+            .header("OPEN-SANDBOX-API-KEY", &self.key)
+            .timeout(Duration::from_secs(120))
+    }
+
+    /// The HTTP status of `GET path`.
+    async fn status(&self, path: &str) -> u16 {
+        self.req(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("backdoor GET")
+            .status()
+            .as_u16()
+    }
+
+    /// Deletes a sandbox by its OpenSandbox id, as an operator would.
+    async fn delete_sandbox(&self, id: &str) {
+        let r = self
+            .req(reqwest::Method::DELETE, &format!("/sandboxes/{id}"))
+            .send()
+            .await
+            .expect("backdoor delete");
+        assert!(r.status().is_success(), "backdoor delete: {}", r.status());
+    }
+
+    /// Creates a sandbox tagged as Differently's, which no row knows: an orphan.
+    async fn create_tagged(
+        &self,
+        image: &str,
+        sandbox: &SandboxId,
+        inst: &InstallationId,
+    ) -> String {
+        let body = serde_json::json!({
+            "image": {"uri": image},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 600,
+            "resourceLimits": {"cpu": "1", "memory": "512Mi"},
+            "metadata": {
+                "differently-sandbox-id": sandbox.as_str(),
+                "differently-installation-id": inst.as_str(),
+            },
+        });
+        let r = self
+            .req(reqwest::Method::POST, "/sandboxes")
+            .json(&body)
+            .send()
+            .await
+            .expect("backdoor create");
+        let status = r.status();
+        let v: serde_json::Value = r.json().await.expect("backdoor create body");
+        assert!(status.is_success(), "backdoor create: {status} {v}");
+        v["id"].as_str().expect("sandbox id").to_owned()
+    }
+}
+
+/// What the server under test is known to do where the published spec and the real server
+/// differ (`Variant::Spec` is the spec's reading; a live server and `Variant::Real` the real).
+#[derive(Clone, Copy)]
+struct Expect {
+    /// Restoring from a snapshot still `Creating` is `409 SNAPSHOT::NOT_READY` (the spec
+    /// says nothing), and deleting one a sandbox still uses is `409 SNAPSHOT::DELETE_CONFLICT`.
+    real_snapshots: bool,
+}
+
+/// One case's outcome and time, printed for the record (`--nocapture`).
+fn done(case: &str, since: Instant) {
+    eprintln!("live case {case}: ok in {} ms", since.elapsed().as_millis());
+}
 
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY and run with --ignored"]
@@ -24,6 +123,7 @@ async fn live_opensandbox() {
     ) else {
         panic!("live test requested but DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY are not both set");
     };
+    let raw = Backdoor::new(&url, &key);
     let key = key_file(&key);
     let mut settings = serde_json::json!({
         "apiURL": url, "trust": "private", "apiKeyFile": key.path(),
@@ -37,7 +137,14 @@ async fn live_opensandbox() {
     }
     let cfg: OpenSandboxConfig = serde_json::from_value(settings).expect("settings");
     let a = OpenSandboxAdapter::new(cfg).expect("adapter");
-    scenario(&a).await;
+    scenario(
+        &a,
+        &raw,
+        Expect {
+            real_snapshots: true,
+        },
+    )
+    .await;
 }
 
 /// The live scenario run against the fake too, so it is known to be right before it meets a
@@ -46,7 +153,11 @@ async fn live_opensandbox() {
 async fn live_scenario_against_the_fake() {
     for variant in [Variant::Real, Variant::Spec] {
         let s = setup(variant, FakeRuntime::Docker, serde_json::json!({})).await;
-        scenario(&s.adapter).await;
+        let raw = Backdoor::new(&s.fake.api_url(), KEY);
+        let expect = Expect {
+            real_snapshots: variant == Variant::Real,
+        };
+        scenario(&s.adapter, &raw, expect).await;
         assert!(s.fake.sandboxes().is_empty(), "{variant:?}: cleaned up");
     }
     // The fake's sandboxes share the test host's file system.
@@ -55,7 +166,7 @@ async fn live_scenario_against_the_fake() {
     let _ = std::fs::remove_file("/tmp/differently-live-snapfile");
 }
 
-async fn scenario(a: &OpenSandboxAdapter) {
+async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
     let caps = a.capabilities();
     a.health().await.expect("health");
 
@@ -196,7 +307,8 @@ async fn scenario(a: &OpenSandboxAdapter) {
             a.start(&r).await.expect("start");
         }
 
-        // Snapshot and restore.
+        // Snapshot, then fork at once; deleting the snapshot while the fork uses it; the
+        // fork, then the snapshot.
         if caps.iter().any(|c| c == "snapshots") {
             a.exec(
                 &r,
@@ -204,34 +316,110 @@ async fn scenario(a: &OpenSandboxAdapter) {
             )
             .await
             .expect("mark");
+            let t = Instant::now();
             let mut info = a.snapshot(&r, "snp_live").await.expect("snapshot");
-            for _ in 0..300 {
-                if info.ready {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                info = a.snapshot(&r, "snp_live").await.expect("snapshot poll");
-            }
-            assert!(info.ready, "snapshot ready");
             let mut restore = create_req(&installation);
             restore.from_snapshot = Some(info.backend_ref.clone());
             restore.ttl_seconds = 600;
-            let restored = a.create(&restore).await.expect("restore");
+            if !info.ready && expect.real_snapshots {
+                // A fork right away: the server refuses a restore from a snapshot still being
+                // written (409 SNAPSHOT::NOT_READY), which must be retryable, never final.
+                match a.create(&restore).await {
+                    Err(AdapterError::Transient(e)) => {
+                        assert!(e.to_string().contains("NOT_READY"), "{e}")
+                    }
+                    other => panic!("fork of a snapshot being written: {other:?}"),
+                }
+                assert_eq!(a.find(&restore.sandbox_id).await.expect("find"), None);
+                done(
+                    "immediate fork of a snapshot being written: retryable NOT_READY",
+                    t,
+                );
+            } else {
+                eprintln!(
+                    "live case immediate fork: not run (snapshot ready at once, or spec server)"
+                );
+            }
+            // The snapshot is re-asked (the adapter's snapshot is idempotent on the name) until
+            // it is ready, as the worker does.
+            for _ in 0..3000 {
+                if info.ready {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                info = a.snapshot(&r, "snp_live").await.expect("snapshot poll");
+            }
+            assert!(info.ready, "snapshot ready");
+            done("snapshot until ready", t);
+            let t = Instant::now();
+            let restored = a.create(&restore).await.expect("fork");
+            assert_ne!(restored.backend_ref, inst.backend_ref);
             let out = a
                 .exec(
                     &at(&restored),
                     &cmd(&["cat", "/tmp/differently-live-snapfile"]),
                 )
                 .await
-                .expect("restored exec");
+                .expect("forked exec");
             assert_eq!(out.stdout, "snap\n");
-            a.delete(&restore.sandbox_id)
-                .await
-                .expect("delete restored");
+            // The fork carries the source's metadata on the server; the adapter still tells
+            // them apart.
+            assert_eq!(
+                a.find(&req.sandbox_id)
+                    .await
+                    .expect("find source")
+                    .map(|i| i.backend_ref),
+                Some(inst.backend_ref.clone())
+            );
+            done("fork of the ready snapshot", t);
+            let snap_path = format!("/snapshots/{}", info.backend_ref);
+            if expect.real_snapshots {
+                let t = Instant::now();
+                match a.delete_snapshot(&info.backend_ref).await {
+                    Err(AdapterError::Transient(e)) => {
+                        assert!(
+                            e.to_string()
+                                .contains("in use by a sandbox restored from it"),
+                            "{e}"
+                        )
+                    }
+                    other => panic!("delete of a snapshot in use: {other:?}"),
+                }
+                assert_eq!(
+                    raw.status(&snap_path).await,
+                    200,
+                    "still there while in use"
+                );
+                done("delete of the snapshot in use refused, retryable", t);
+            }
+            let t = Instant::now();
+            a.delete(&restore.sandbox_id).await.expect("delete fork");
+            assert_eq!(a.find(&restore.sandbox_id).await.expect("find fork"), None);
             a.delete_snapshot(&info.backend_ref)
                 .await
                 .expect("delete snapshot");
+            assert_eq!(raw.status(&snap_path).await, 404, "snapshot gone");
+            a.delete_snapshot(&info.backend_ref)
+                .await
+                .expect("deleting a deleted snapshot is fine");
+            done("delete of the fork, then the snapshot", t);
         }
+
+        // A missing path is `PathNotFound` (the API's 404), never `NotFound` (sandbox gone).
+        let t = Instant::now();
+        match a.download(&r, "/nope/differently-missing", None).await {
+            Err(AdapterError::PathNotFound(_)) => {}
+            other => panic!("download of a missing file: {:?}", other.map(|_| "a body")),
+        }
+        match a.list_files(&r, "/nope/differently-missing", 1).await {
+            Err(AdapterError::PathNotFound(_)) => {}
+            other => panic!("list of a missing directory: {other:?}"),
+        }
+        match a.delete_file(&r, "/nope/differently-missing").await {
+            Err(AdapterError::PathNotFound(_)) => {}
+            other => panic!("delete of a missing file: {other:?}"),
+        }
+        done("missing path is path_not_found", t);
 
         // Endpoints: a URL without headers, or a refusal; never the server's proxy.
         match a.expose_port(&r, 8080, None).await {
@@ -241,8 +429,68 @@ async fn scenario(a: &OpenSandboxAdapter) {
         }
 
         // The reaper: an untracked instance of our installation shows up in list.
-        let orphan = a.list(&installation).await.expect("list");
-        assert!(orphan.iter().any(|i| i.sandbox_id == req.sandbox_id));
+        let listed = a.list(&installation).await.expect("list");
+        assert!(listed.iter().any(|i| i.sandbox_id == req.sandbox_id));
+
+        // An instance deleted behind Differently's back: find and list say it is gone (the
+        // reconciler then fails its row; the e2e test covers that part).
+        let t = Instant::now();
+        let mut gone_req = create_req(&installation);
+        gone_req.resources.cpu = 1;
+        gone_req.resources.memory_mib = 512;
+        let gone = a.create(&gone_req).await.expect("create the one to vanish");
+        raw.delete_sandbox(&gone.backend_ref).await;
+        let mut vanished = false;
+        for _ in 0..600 {
+            if a.find(&gone_req.sandbox_id).await.expect("find").is_none() {
+                vanished = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            vanished,
+            "find still reports an instance deleted on the server"
+        );
+        let listed = a.list(&installation).await.expect("list");
+        assert!(!listed.iter().any(|i| i.sandbox_id == gone_req.sandbox_id));
+        assert!(listed.iter().any(|i| i.sandbox_id == req.sandbox_id));
+        done("instance deleted behind our back is gone", t);
+
+        // An orphan carrying our tags, made by someone else: list shows it, and the
+        // reconciler's way out (delete by sandbox id) removes it on the server.
+        let t = Instant::now();
+        let orphan = SandboxId::new();
+        let orphan_ref = raw
+            .create_tagged(&a.settings().image, &orphan, &installation)
+            .await;
+        let mut seen = false;
+        for _ in 0..600 {
+            let listed = a.list(&installation).await.expect("list");
+            if listed
+                .iter()
+                .any(|i| i.sandbox_id == orphan && i.backend_ref == orphan_ref)
+            {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(seen, "the orphan is not in the installation's listing");
+        a.delete(&orphan).await.expect("delete the orphan");
+        assert_eq!(a.find(&orphan).await.expect("find orphan"), None);
+        assert!(!a
+            .list(&installation)
+            .await
+            .expect("list")
+            .iter()
+            .any(|i| i.sandbox_id == orphan));
+        assert_eq!(
+            raw.status(&format!("/sandboxes/{orphan_ref}")).await,
+            404,
+            "the orphan is gone on the server"
+        );
+        done("orphan with our tags deleted", t);
     };
     // Clean up whatever happened, then report the scenario's failure if any.
     let result =

@@ -5,6 +5,7 @@
 mod cases;
 mod fake_server;
 mod live;
+mod recorded_streams;
 mod replay;
 
 use std::collections::BTreeMap;

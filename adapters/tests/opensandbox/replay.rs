@@ -83,7 +83,8 @@ fn recording_path() -> PathBuf {
         .join(RECORDING)
 }
 
-fn load() -> (Value, Vec<Value>) {
+/// The recording's header and exchanges; fails naming the path when it is missing.
+pub fn load() -> (Value, Vec<Value>) {
     let path = recording_path();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(

@@ -1,0 +1,830 @@
+//! P7 and exec overhead against a real OpenSandbox server, each as a ratio or difference to
+//! the same server used directly, measured interleaved in one run (the machine is shared and
+//! noisy, so only same-run comparisons mean anything):
+//!
+//! - **P7**: create → `running` through Differently (an `opensandbox` pool, the only one
+//!   placement may use) against create → first OK execd `/ping` straight to the server, with
+//!   a client that polls every 5 ms.
+//! - **Exec**: `echo hi` through `POST /v1/sandboxes/{id}/exec` against the same command sent
+//!   to that sandbox's execd directly (read until `execution_complete`), and, for reference,
+//!   through the server's proxy.
+//!
+//! Every address it sends to must be on loopback: the server's URL, each execd endpoint the
+//! server hands back, and the control plane it starts. Anything else is refused before a
+//! request is sent.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
+use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_core::exec::ExecRequest;
+use differently_core::ids::InstallationId;
+use differently_core::SandboxId;
+
+use crate::cluster::{Cluster, ClusterOpts};
+use crate::stats::percentile;
+use crate::LoadError;
+
+/// execd's port inside every sandbox.
+const EXECD_PORT: u16 = 44772;
+
+/// What the run measures and against what.
+#[derive(Debug, Clone)]
+pub struct BenchOpts {
+    /// The server's lifecycle API, ending in `/v1`; must be on loopback.
+    pub url: String,
+    /// The server's `api_key`.
+    pub key: String,
+    /// Extra pool settings (JSON object) merged over the bench's defaults.
+    pub settings: Value,
+    /// The image both paths create from.
+    pub image: String,
+    /// Creates per path (interleaved).
+    pub creates: usize,
+    /// `echo hi` samples per path (interleaved), after 5 warm-up rounds.
+    pub execs: usize,
+    /// The control plane's options.
+    pub cluster: ClusterOpts,
+}
+
+/// Median, p90 and every sample of one path, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Series {
+    /// Median.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// In the order taken.
+    pub samples_ms: Vec<f64>,
+}
+
+impl Series {
+    fn of(samples: Vec<f64>) -> Series {
+        let mut sorted = samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        Series {
+            p50_ms: percentile(&sorted, 0.5),
+            p90_ms: percentile(&sorted, 0.9),
+            samples_ms: samples,
+        }
+    }
+}
+
+/// The run's figures.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BenchReport {
+    /// The server's `/version` answer.
+    pub server_version: String,
+    /// The pool settings used (the key reference only, never the key).
+    pub pool_settings: Value,
+    /// Create → first OK `/ping`, straight to the server.
+    pub create_direct: Series,
+    /// Create → ready (`Running` and execd answering) through the adapter in this process.
+    pub create_adapter: Series,
+    /// Create → `running` through Differently.
+    pub create_differently: Series,
+    /// `create_differently.p50 / create_direct.p50` (target ≤ 1.1).
+    pub p7_ratio_p50: f64,
+    /// The same at p90.
+    pub p7_ratio_p90: f64,
+    /// `echo hi` on execd directly.
+    pub exec_direct: Series,
+    /// `echo hi` on execd through the server's proxy (reference only).
+    pub exec_server_proxy: Series,
+    /// `echo hi` through the adapter called in this process (no API, no audit): splits
+    /// Differently's overhead into the adapter's part and the API's.
+    pub exec_adapter: Series,
+    /// `echo hi` through Differently's exec route.
+    pub exec_differently: Series,
+    /// An authenticated `GET /v1/sandboxes/{id}` (the API's floor: key check, one read).
+    pub api_get: Series,
+    /// One audit record appended straight through the store to the run's database (what the
+    /// exec route writes, durably, before it calls the adapter).
+    pub audit_append: Series,
+    /// Exec rounds dropped because execd ended a command with `signal: broken pipe`.
+    pub exec_anomalies: Vec<String>,
+    /// `exec_differently.p50 - exec_direct.p50` in ms (target ≤ 1).
+    pub exec_overhead_p50_ms: f64,
+}
+
+/// Refuses any URL whose host is not a loopback address (or `localhost`).
+pub fn require_loopback(url: &str) -> Result<(), LoadError> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| LoadError::Plan(format!("{url:?} is not a URL: {e}")))?;
+    let host = parsed.host_str().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let ok = match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host == "localhost",
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(LoadError::Plan(format!(
+            "refusing {url}: this benchmark only sends traffic to loopback addresses"
+        )))
+    }
+}
+
+/// The server, reached directly.
+struct Server {
+    api: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Server {
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.api))
+            .header("OPEN-SANDBOX-API-KEY", &self.key)
+    }
+
+    async fn json(&self, rb: reqwest::RequestBuilder, what: &str) -> Result<Value, LoadError> {
+        let r = rb.send().await.map_err(|e| LoadError::http(what, e))?;
+        let status = r.status().as_u16();
+        let text = r.text().await.map_err(|e| LoadError::http(what, e))?;
+        if !(200..300).contains(&status) {
+            return Err(LoadError::Api {
+                context: what.to_owned(),
+                status,
+                body: text.chars().take(300).collect(),
+            });
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// `http://<execd endpoint>` of sandbox `id`, checked to be on loopback.
+    async fn execd_base(&self, id: &str) -> Result<String, LoadError> {
+        let ep = self
+            .json(
+                self.req(
+                    reqwest::Method::GET,
+                    &format!("/sandboxes/{id}/endpoints/{EXECD_PORT}"),
+                ),
+                "execd endpoint",
+            )
+            .await?;
+        let endpoint = ep["endpoint"]
+            .as_str()
+            .ok_or_else(|| LoadError::Check(format!("endpoint answer without endpoint: {ep}")))?;
+        let base = format!("http://{}", endpoint.trim_end_matches('/'));
+        require_loopback(&base)?;
+        Ok(base)
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), LoadError> {
+        let r = self
+            .req(reqwest::Method::DELETE, &format!("/sandboxes/{id}"))
+            .send()
+            .await
+            .map_err(|e| LoadError::http("delete sandbox", e))?;
+        if r.status().is_success() || r.status() == 404 {
+            Ok(())
+        } else {
+            Err(LoadError::Api {
+                context: "delete sandbox".to_owned(),
+                status: r.status().as_u16(),
+                body: String::new(),
+            })
+        }
+    }
+
+    /// The OpenSandbox id of the instance Differently made for `sandbox`.
+    async fn instance_of(&self, sandbox: &str) -> Result<String, LoadError> {
+        let v = self
+            .json(
+                self.req(
+                    reqwest::Method::GET,
+                    &format!("/sandboxes?metadata=differently-sandbox-id%3D{sandbox}"),
+                ),
+                "find the instance",
+            )
+            .await?;
+        v["items"][0]["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| LoadError::Check(format!("no instance tagged {sandbox}: {v}")))
+    }
+}
+
+/// Differently's API as the bootstrap admin.
+struct Api {
+    base: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        what: &str,
+    ) -> Result<(u16, Value), LoadError> {
+        let mut rb = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.key);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.map_err(|e| LoadError::http(what, e))?;
+        let status = r.status().as_u16();
+        let text = r.text().await.map_err(|e| LoadError::http(what, e))?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    async fn expect(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        want: u16,
+        what: &str,
+    ) -> Result<Value, LoadError> {
+        let (status, v) = self.call(method, path, body, what).await?;
+        if status == want {
+            Ok(v)
+        } else {
+            Err(LoadError::Api {
+                context: what.to_owned(),
+                status,
+                body: v.to_string().chars().take(300).collect(),
+            })
+        }
+    }
+
+    /// Waits (the API's own wait route) until `id` is `status`; fails on a final other one.
+    async fn wait(&self, id: &str, status: &str) -> Result<(), LoadError> {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while Instant::now() < deadline {
+            let v = self
+                .expect(
+                    reqwest::Method::GET,
+                    &format!("/v1/sandboxes/{id}/wait?status={status}&timeoutSeconds=30"),
+                    None,
+                    200,
+                    "wait",
+                )
+                .await?;
+            match v["status"].as_str() {
+                Some(s) if s == status => return Ok(()),
+                Some("failed" | "terminated") => {
+                    return Err(LoadError::Check(format!(
+                        "{id} ended while waiting for {status}: {v}"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Err(LoadError::Timeout(format!("{id} not {status} after 300 s")))
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Create → first OK `/ping`, straight to the server; the sandbox is deleted (untimed).
+async fn create_direct(s: &Server, image: &str) -> Result<f64, LoadError> {
+    let body = json!({
+        "image": {"uri": image},
+        "entrypoint": ["tail", "-f", "/dev/null"],
+        "timeout": 600,
+        "resourceLimits": {"cpu": "1", "memory": "512Mi"},
+        "metadata": {"differently-bench": "direct"},
+    });
+    let t = Instant::now();
+    let created = s
+        .json(
+            s.req(reqwest::Method::POST, "/sandboxes").json(&body),
+            "direct create",
+        )
+        .await?;
+    let id = created["id"]
+        .as_str()
+        .ok_or_else(|| LoadError::Check(format!("create answer without id: {created}")))?
+        .to_owned();
+    let result = async {
+        let deadline = t + Duration::from_secs(300);
+        let mut base = None;
+        while Instant::now() < deadline {
+            if base.is_none() {
+                base = s.execd_base(&id).await.ok();
+            }
+            if let Some(b) = &base {
+                let ok = s
+                    .http
+                    .get(format!("{b}/ping"))
+                    .timeout(Duration::from_secs(2))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    return Ok(ms(t.elapsed()));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Err(LoadError::Timeout(format!(
+            "{id}: no OK /ping within 300 s"
+        )))
+    }
+    .await;
+    s.delete(&id).await?;
+    result
+}
+
+/// Create → ready through the adapter in this process; deleted (untimed).
+async fn create_adapter(
+    a: &OpenSandboxAdapter,
+    installation: &InstallationId,
+) -> Result<f64, LoadError> {
+    let req = CreateInstance {
+        sandbox_id: SandboxId::new(),
+        installation_id: installation.clone(),
+        template: None,
+        resources: differently_core::Resources {
+            cpu: 1,
+            memory_mib: 512,
+            disk_gib: 1,
+        },
+        env: Default::default(),
+        ttl_seconds: 600,
+        from_snapshot: None,
+    };
+    let t = Instant::now();
+    let made = a.create(&req).await;
+    let took = ms(t.elapsed());
+    let deleted = a.delete(&req.sandbox_id).await;
+    made.map_err(|e| LoadError::Check(format!("adapter create: {e}")))?;
+    deleted.map_err(|e| LoadError::Check(format!("adapter delete: {e}")))?;
+    Ok(took)
+}
+
+/// Create → `running` through Differently; deleted and waited out (untimed).
+async fn create_differently(api: &Api) -> Result<f64, LoadError> {
+    let body = json!({"resources": {"cpu": 1, "memoryMiB": 512, "diskGiB": 1}, "ttlSeconds": 600});
+    let t = Instant::now();
+    let v = api
+        .expect(
+            reqwest::Method::POST,
+            "/v1/sandboxes",
+            Some(body),
+            202,
+            "create",
+        )
+        .await?;
+    let id = v["id"]
+        .as_str()
+        .ok_or_else(|| LoadError::Check(format!("create answer without id: {v}")))?
+        .to_owned();
+    let waited = api.wait(&id, "running").await;
+    let took = ms(t.elapsed());
+    api.expect(
+        reqwest::Method::DELETE,
+        &format!("/v1/sandboxes/{id}"),
+        None,
+        202,
+        "delete",
+    )
+    .await?;
+    api.wait(&id, "terminated").await?;
+    waited.map(|()| took)
+}
+
+/// `echo hi` on execd at `base` (direct or the server's proxy), read until
+/// `execution_complete`; checks the output.
+async fn exec_execd(s: &Server, base: &str, with_key: bool) -> Result<f64, LoadError> {
+    let mut rb = s
+        .http
+        .post(format!("{base}/command"))
+        .json(&json!({"command": "echo hi"}))
+        .timeout(Duration::from_secs(30));
+    if with_key {
+        rb = rb.header("OPEN-SANDBOX-API-KEY", &s.key);
+    }
+    let t = Instant::now();
+    let mut r = rb
+        .send()
+        .await
+        .map_err(|e| LoadError::http("execd exec", e))?;
+    if !r.status().is_success() {
+        return Err(LoadError::Api {
+            context: "execd exec".to_owned(),
+            status: r.status().as_u16(),
+            body: String::new(),
+        });
+    }
+    let mut buf = String::new();
+    let mut stdout = String::new();
+    loop {
+        let chunk = r
+            .chunk()
+            .await
+            .map_err(|e| LoadError::http("execd stream", e))?;
+        let Some(chunk) = chunk else {
+            return Err(LoadError::Check(
+                "execd stream ended without execution_complete".to_owned(),
+            ));
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(nl) = buf.find('\n') {
+            let line: String = buf.drain(..=nl).collect();
+            let line = line.trim().trim_start_matches("data:").trim();
+            let Ok(ev) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            match ev["type"].as_str() {
+                Some("stdout") => stdout.push_str(ev["text"].as_str().unwrap_or_default()),
+                Some("execution_complete") => {
+                    let took = ms(t.elapsed());
+                    if stdout.trim_end() != "hi" {
+                        return Err(LoadError::Check(format!(
+                            "execd echo hi printed {stdout:?}"
+                        )));
+                    }
+                    return Ok(took);
+                }
+                Some("error") => {
+                    return Err(LoadError::Check(format!("execd exec failed: {ev}")));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// `echo hi` through the adapter in this process; checks the result.
+async fn exec_adapter(a: &OpenSandboxAdapter, at: &InstanceRef) -> Result<f64, LoadError> {
+    let req = ExecRequest {
+        command: vec!["echo".to_owned(), "hi".to_owned()],
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let out = a
+        .exec(at, &req)
+        .await
+        .map_err(|e| LoadError::Check(format!("adapter exec: {e}")))?;
+    let took = ms(t.elapsed());
+    if out.exit_code == 141 {
+        return Err(LoadError::Check(format!(
+            "adapter echo hi: broken pipe (exit 141): {out:?}"
+        )));
+    }
+    if out.exit_code != 0 || out.stdout != "hi\n" {
+        return Err(LoadError::Check(format!("adapter echo hi: {out:?}")));
+    }
+    Ok(took)
+}
+
+/// One audit record appended through the store, as the exec route does.
+async fn audit_append(
+    store: &differently_store::postgres::PgStore,
+    id: &str,
+) -> Result<f64, LoadError> {
+    let ev = differently_store::audit::NewAuditEvent {
+        org_id: None,
+        project_id: None,
+        actor: "system:bench".to_owned(),
+        action: "bench.audit_probe".to_owned(),
+        resource: id.to_owned(),
+        outcome: "ok".to_owned(),
+        detail: json!({}),
+    };
+    let t = Instant::now();
+    differently_store::audit::AuditStore::append_audit(store, ev)
+        .await
+        .map_err(|e| LoadError::Store {
+            context: "audit append".to_owned(),
+            source: e,
+        })?;
+    Ok(ms(t.elapsed()))
+}
+
+/// An authenticated read of the sandbox through the API.
+async fn api_get(api: &Api, id: &str) -> Result<f64, LoadError> {
+    let t = Instant::now();
+    api.expect(
+        reqwest::Method::GET,
+        &format!("/v1/sandboxes/{id}"),
+        None,
+        200,
+        "get sandbox",
+    )
+    .await?;
+    Ok(ms(t.elapsed()))
+}
+
+/// `echo hi` through Differently's exec route; checks the answer.
+async fn exec_differently(api: &Api, id: &str) -> Result<f64, LoadError> {
+    let t = Instant::now();
+    let v = api
+        .expect(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"command": ["echo", "hi"]})),
+            200,
+            "exec",
+        )
+        .await?;
+    let took = ms(t.elapsed());
+    if v["exitCode"] == 141 {
+        return Err(LoadError::Check(format!(
+            "exec echo hi: broken pipe (exit 141): {v}"
+        )));
+    }
+    if v["exitCode"] != 0 || v["stdout"] != "hi\n" {
+        return Err(LoadError::Check(format!("exec echo hi answered {v}")));
+    }
+    Ok(took)
+}
+
+/// Starts the control plane with an `opensandbox` pool on `opts.url` (the fake pool denied by
+/// policy), measures, and returns the figures.
+pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
+    require_loopback(&opts.url)?;
+    if opts.creates < 10 || opts.execs < 50 {
+        return Err(LoadError::Plan(
+            "at least 10 creates and 50 execs per path".to_owned(),
+        ));
+    }
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| LoadError::http("http client", e))?;
+    let server = Server {
+        api: opts.url.trim_end_matches('/').to_owned(),
+        key: opts.key.clone(),
+        http: http.clone(),
+    };
+    let root = server.api.trim_end_matches("/v1").to_owned();
+    let version = server
+        .json(server.http.get(format!("{root}/version")), "server version")
+        .await
+        .map_err(|e| {
+            LoadError::Preflight(format!(
+                "no OpenSandbox server answers at {root} ({e}): start one (docs/opensandbox.md, \"Live checks\")"
+            ))
+        })?;
+    server
+        .json(
+            server.req(reqwest::Method::GET, "/sandboxes?pageSize=1"),
+            "authenticated list (check the key)",
+        )
+        .await?;
+
+    let cluster = Cluster::start(opts.cluster.clone()).await?;
+    require_loopback(&cluster.url())?;
+    let key_file = cluster.dir.path().join("opensandbox.key");
+    std::fs::write(&key_file, &opts.key).map_err(|e| LoadError::io("writing the key file", e))?;
+    let mut settings = json!({
+        "apiURL": server.api, "trust": "private", "apiKeyFile": key_file,
+        "image": opts.image, "useServerProxy": false,
+        "timeouts": {"readySeconds": 300},
+    });
+    if let Some(extra) = opts.settings.as_object() {
+        for (k, v) in extra {
+            settings[k] = v.clone();
+        }
+    }
+    let api = Api {
+        base: cluster.url(),
+        key: cluster.key.clone(),
+        http,
+    };
+    api.expect(
+        reqwest::Method::POST,
+        "/v1/admin/pools",
+        Some(
+            json!({"name": "osb", "kind": "opensandbox", "trust": "private", "settings": settings}),
+        ),
+        201,
+        "register the opensandbox pool",
+    )
+    .await?;
+    api.expect(
+        reqwest::Method::PUT,
+        "/v1/admin/policies/global",
+        Some(json!({"deniedPools": ["fake"]})),
+        200,
+        "deny the fake pool",
+    )
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, p) = api
+            .call(reqwest::Method::GET, "/v1/admin/pools/osb", None, "pool")
+            .await?;
+        if p["healthy"] == true {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(LoadError::Timeout(format!(
+                "the opensandbox pool is not healthy after 60 s: {p}\n{}",
+                cluster.logs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The adapter in this process, with the pool's settings: splits P7 and the exec overhead
+    // into the adapter's part and the control plane's.
+    let adapter = OpenSandboxAdapter::new(
+        serde_json::from_value::<OpenSandboxConfig>(settings.clone())
+            .map_err(|e| LoadError::Plan(format!("pool settings: {e}")))?,
+    )
+    .map_err(|e| LoadError::Plan(format!("adapter: {e}")))?;
+    let installation = InstallationId::new();
+
+    // P7, interleaved, after one untimed round of each (image and page caches).
+    create_direct(&server, &opts.image).await?;
+    create_differently(&api).await?;
+    create_adapter(&adapter, &installation).await?;
+    let (mut direct, mut through, mut in_process) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..opts.creates {
+        // Rotate which goes first, so none always follows another's delete.
+        for k in 0..3 {
+            match (i + k) % 3 {
+                0 => direct.push(create_direct(&server, &opts.image).await?),
+                1 => through.push(create_differently(&api).await?),
+                _ => in_process.push(create_adapter(&adapter, &installation).await?),
+            }
+        }
+        eprintln!(
+            "create {}/{}: direct {:.0} ms, adapter {:.0} ms, differently {:.0} ms",
+            i + 1,
+            opts.creates,
+            direct[i],
+            in_process[i],
+            through[i]
+        );
+    }
+
+    // Exec overhead on one sandbox made through Differently.
+    let v = api
+        .expect(
+            reqwest::Method::POST,
+            "/v1/sandboxes",
+            Some(
+                json!({"resources": {"cpu": 1, "memoryMiB": 512, "diskGiB": 1}, "ttlSeconds": 900}),
+            ),
+            202,
+            "create the exec sandbox",
+        )
+        .await?;
+    let id = v["id"]
+        .as_str()
+        .ok_or_else(|| LoadError::Check(format!("create answer without id: {v}")))?
+        .to_owned();
+    api.wait(&id, "running").await?;
+    let measured = async {
+        let instance = server.instance_of(&id).await?;
+        let direct_base = server.execd_base(&instance).await?;
+        let proxy_base = format!("{}/sandboxes/{instance}/proxy/{EXECD_PORT}", server.api);
+        let at = InstanceRef {
+            sandbox_id: SandboxId::parse(&id)
+                .map_err(|e| LoadError::Check(format!("sandbox id {id:?}: {e}")))?,
+            backend_ref: instance.clone(),
+        };
+        let store = cluster.db.store();
+        let mut series: [Vec<f64>; 5] = Default::default();
+        let mut anomalies = Vec::new();
+        let mut round = 0;
+        while series[0].len() < opts.execs {
+            let took: Result<[f64; 5], LoadError> = async {
+                Ok([
+                    exec_execd(&server, &direct_base, false).await?,
+                    exec_adapter(&adapter, &at).await?,
+                    exec_differently(&api, &id).await?,
+                    api_get(&api, &id).await?,
+                    audit_append(&store, &id).await?,
+                ])
+            }
+            .await;
+            round += 1;
+            match took {
+                Ok(took) if round > 5 => {
+                    for (s, t) in series.iter_mut().zip(took) {
+                        s.push(t);
+                    }
+                }
+                Ok(_) => {}
+                // Real execd now and then ends an `echo hi` with `signal: broken pipe`: the
+                // round is dropped (all its paths, so the comparison stays interleaved) and
+                // counted; more than a few such rounds fail the run.
+                Err(LoadError::Check(m)) if m.contains("broken pipe") => {
+                    eprintln!("exec round {round}: {m}");
+                    anomalies.push(m);
+                    if anomalies.len() * 20 > opts.execs {
+                        return Err(LoadError::Check(format!(
+                            "{} of {round} exec rounds hit execd's broken pipe",
+                            anomalies.len()
+                        )));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // The server's proxy, for reference, in a phase of its own: closing a proxied stream
+        // right after `execution_complete` is what the broken pipes followed, so it does not
+        // share rounds with the comparison.
+        let mut proxied = Vec::new();
+        while proxied.len() < opts.execs {
+            match exec_execd(&server, &proxy_base, true).await {
+                Ok(t) => proxied.push(t),
+                Err(LoadError::Check(m)) if m.contains("broken pipe") => {
+                    eprintln!("proxy exec: {m}");
+                    anomalies.push(format!("server proxy phase: {m}"));
+                    if anomalies.len() * 10 > opts.execs {
+                        return Err(LoadError::Check(format!(
+                            "{} broken pipes from execd",
+                            anomalies.len()
+                        )));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok::<_, LoadError>((series, proxied, anomalies))
+    }
+    .await;
+    api.call(
+        reqwest::Method::DELETE,
+        &format!("/v1/sandboxes/{id}"),
+        None,
+        "delete the exec sandbox",
+    )
+    .await?;
+    let ([d, ad, t, g, au], p, exec_anomalies) = measured?;
+    api.wait(&id, "terminated").await?;
+
+    let create_direct = Series::of(direct);
+    let create_differently = Series::of(through);
+    let create_adapter = Series::of(in_process);
+    let exec_direct = Series::of(d);
+    let exec_server_proxy = Series::of(p);
+    let exec_adapter = Series::of(ad);
+    let exec_differently = Series::of(t);
+    let api_get = Series::of(g);
+    let audit_append = Series::of(au);
+    if let Some(obj) = settings.as_object_mut() {
+        obj.remove("apiKeyFile");
+        obj.insert(
+            "apiKeyFile".to_owned(),
+            json!("<run directory>/opensandbox.key"),
+        );
+    }
+    Ok(BenchReport {
+        server_version: version["version"].as_str().unwrap_or_default().to_owned(),
+        pool_settings: settings,
+        p7_ratio_p50: create_differently.p50_ms / create_direct.p50_ms,
+        p7_ratio_p90: create_differently.p90_ms / create_direct.p90_ms,
+        exec_overhead_p50_ms: exec_differently.p50_ms - exec_direct.p50_ms,
+        create_direct,
+        create_adapter,
+        create_differently,
+        exec_direct,
+        exec_server_proxy,
+        exec_adapter,
+        exec_differently,
+        api_get,
+        audit_append,
+        exec_anomalies,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_targets_pass() {
+        for ok in [
+            "http://127.0.0.1:8090/v1",
+            "http://127.8.9.1/v1",
+            "http://localhost:1/",
+            "http://[::1]:8090/v1",
+        ] {
+            assert!(require_loopback(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://10.0.0.1:8090/v1",
+            "http://172.17.0.2:44772",
+            "http://192.168.1.1/",
+            "http://example.com/v1",
+            "http://localhost.example.com/",
+            "http://[2001:db8::1]/",
+            "not a url",
+        ] {
+            assert!(require_loopback(bad).is_err(), "{bad}");
+        }
+    }
+}
