@@ -132,7 +132,6 @@ impl Dialect {
     }
 }
 
-
 /// Asks the binary which spelling it accepts: `differently migrate` parses and validates the
 /// config before anything else, and the run's database is already migrated, so this is
 /// harmless; an "unknown field" answer means the legacy spelling.
