@@ -21,6 +21,8 @@ use crate::auth::{ListProject, Principal};
 use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
 use crate::idempotency::{self, json_answer, Replay};
+use std::time::Duration;
+
 use crate::mutation::{audit, audit_event, begin, op_failure, wait_op, LIFECYCLE_WAIT};
 use crate::page::{parse_cursor, parse_limit, Page, PageQuery, RawPageQuery};
 use crate::sandbox_pool::{named_pool, pool_name, pool_of, require_capability, status_conflict};
@@ -346,6 +348,8 @@ async fn delete_snapshot(
     )
     .await?;
     snap.status = SnapshotStatus::Deleting;
+    // A reason left by an earlier attempt would be mistaken for this one's.
+    snap.status_reason = None;
     snap.updated_at = Utc::now();
     state.store.update_snapshot(&snap).await?;
     let record = begin(
@@ -358,9 +362,30 @@ async fn delete_snapshot(
         principal.actor().as_audit(),
     )
     .await?;
-    match wait_op(&state, &record.id, &source.id, LIFECYCLE_WAIT).await? {
-        Some(op) if op.state == OpState::Done => Ok(StatusCode::NO_CONTENT.into_response()),
-        Some(op) => Err(op_failure(&op)),
-        None => Ok((StatusCode::ACCEPTED, Json(SnapshotView::from(&snap))).into_response()),
+    // Waits for the outcome, but answers as soon as the worker says why the backend has not
+    // deleted it yet (in use by a restored sandbox, still being written): the delete goes on
+    // being retried, and the caller learns the reason now instead of after the whole wait.
+    let deadline = tokio::time::Instant::now() + LIFECYCLE_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let step = left.min(REFUSAL_CHECK);
+        match wait_op(&state, &record.id, &source.id, step).await? {
+            Some(op) if op.state == OpState::Done => {
+                return Ok(StatusCode::NO_CONTENT.into_response())
+            }
+            Some(op) => return Err(op_failure(&op)),
+            None => {}
+        }
+        let now = state
+            .store
+            .get_snapshot(&snap.id)
+            .await?
+            .unwrap_or(snap.clone());
+        if now.status_reason.is_some() || left <= step {
+            return Ok((StatusCode::ACCEPTED, Json(SnapshotView::from(&now))).into_response());
+        }
     }
 }
+
+/// How often a snapshot delete that is still waiting looks for the worker's reason.
+const REFUSAL_CHECK: Duration = Duration::from_millis(250);

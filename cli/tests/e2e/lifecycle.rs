@@ -844,3 +844,39 @@ async fn patch_changes_labels_and_the_idle_timeout() {
         "no label values: {audit}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_delete_the_backend_refuses_answers_at_once_with_the_reason() {
+    // The fake refuses every delete of a snapshot as "in use" (for the whole test).
+    let c = Cluster::started(Opts {
+        more_pools: format!("refuseSnapshotDeletes = 100000\n{FAKE_CAPS}\n"),
+        ..Opts::default()
+    })
+    .await;
+    let id = running(&c, json!({})).await;
+    let (s, snap) = post(&c, &format!("/v1/sandboxes/{id}/snapshots"), json!({})).await;
+    assert_eq!((s, snap["status"].as_str()), (202, Some("ready")), "{snap}");
+    let sid = snap["id"].as_str().expect("snapshot id").to_owned();
+    let started = std::time::Instant::now();
+    let (s, body) = c
+        .call(
+            &c.key,
+            reqwest::Method::DELETE,
+            &format!("/v1/snapshots/{sid}"),
+            None,
+        )
+        .await;
+    let took = started.elapsed();
+    assert_eq!(s, 202, "{body}");
+    assert_eq!(body["status"], "deleting", "{body}");
+    let reason = body["statusReason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("in use") && reason.contains("retrying"),
+        "the answer does not say why: {body}"
+    );
+    // Not the API's whole 10 s operation wait.
+    assert!(
+        took < Duration::from_secs(5),
+        "the delete answered after {took:?}"
+    );
+}
