@@ -77,7 +77,7 @@ async fn killing_the_node_every_process_uses_loses_nothing_and_stalls_briefly() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_node_is_left_within_seconds_and_work_goes_on() {
-    let mut c = Cluster::started(Opts {
+    let c = Cluster::started(Opts {
         nats_cluster: true,
         ..Opts::default()
     })
