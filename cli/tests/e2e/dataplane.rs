@@ -687,7 +687,7 @@ async fn files_round_trip_ranges_and_traversal() {
 
 /// Reads events from `/v1/events` until `until` holds for the ones read so far or the time is
 /// up; returns them.
-async fn read_events(
+pub async fn read_events(
     c: &Cluster,
     query: &str,
     last_id: Option<u64>,

@@ -144,3 +144,74 @@ async fn a_hung_node_is_left_within_seconds_and_work_goes_on() {
         "create → running took {to_running:?} with a hung node"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_open_across_a_node_loss_keeps_delivering() {
+    let mut c = Cluster::started(Opts {
+        nats_cluster: true,
+        ..Opts::default()
+    })
+    .await;
+    let warm = c.create_ok().await;
+    c.wait_status(&warm, SandboxStatus::Running, Duration::from_secs(30))
+        .await;
+    // The stream is opened now, then the node its reader lives on dies.
+    let (tell, wanted) = tokio::sync::watch::channel(String::new());
+    let reader = {
+        let req = c.req(reqwest::Method::GET, "/v1/events");
+        tokio::spawn(async move {
+            let mut resp = req.send().await.expect("events");
+            assert_eq!(resp.status(), 200);
+            let mut parser = crate::dataplane::SseParser::default();
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                match tokio::time::timeout(Duration::from_millis(200), resp.chunk()).await {
+                    Ok(Ok(Some(chunk))) => {
+                        for ev in parser.push(&chunk) {
+                            got.push((Instant::now(), ev));
+                        }
+                    }
+                    Ok(_) => break,
+                    Err(_) => {}
+                }
+                if got
+                    .iter()
+                    .any(|(_, e)| e.data.contains("\"running\"") && e.data.contains("after-kill"))
+                {
+                    break;
+                }
+            }
+            got
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.nats_cluster.as_mut().expect("cluster").nodes[0].stop();
+    let started = Instant::now();
+    let (status, body) = c.create(serde_json::json!({})).await;
+    assert_eq!(status, 202, "{body}");
+    let id: SandboxId = body["id"]
+        .as_str()
+        .expect("id")
+        .parse()
+        .expect("sandbox id");
+    c.wait_status(&id, SandboxStatus::Running, Duration::from_secs(60))
+        .await;
+    let running_after = started.elapsed();
+    let got = reader.await.expect("reader");
+    let seen = got
+        .iter()
+        .find(|(_, e)| e.data.contains(id.as_str()) && e.data.contains("\"running\""))
+        .map(|(at, _)| at.duration_since(started));
+    println!("event stream across a node loss: running after {running_after:?}, event seen after {seen:?}");
+    let seen = seen.unwrap_or_else(|| {
+        panic!(
+            "the open stream never delivered {id}'s running event; it saw {} events",
+            got.len()
+        )
+    });
+    assert!(
+        seen < running_after + Duration::from_secs(10),
+        "the event came {seen:?} after the create, the sandbox ran after {running_after:?}"
+    );
+}
