@@ -17,5 +17,6 @@ mod observability;
 mod openapi;
 mod placement;
 mod quota;
+mod schemathesis;
 mod spine;
 mod tenancy;
