@@ -30,11 +30,8 @@ pub fn parse_json_allowing_nul<T: DeserializeOwned>(
 }
 
 fn parse_strict<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
-    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        bytes
-    };
+    // No body is `{}` (every field optional); a body of only whitespace is not JSON.
+    let text: &[u8] = if bytes.is_empty() { b"{}" } else { bytes };
     let whole_body = |message: String| {
         ApiError::new(ErrorCode::InvalidArgument, message).with_details(json!({ "field": "" }))
     };

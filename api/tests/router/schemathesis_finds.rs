@@ -73,3 +73,22 @@ async fn a_malformed_org_cursor_is_400_for_a_tenant_key_too() {
         .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
 }
+
+#[tokio::test]
+async fn no_body_is_an_empty_object_but_only_whitespace_is_not_json() {
+    let api = crate::support::api().await;
+    let id = api.sandbox().await;
+    let path = format!("/v1/sandboxes/{id}");
+    let key = api.key.clone();
+    let json = [("content-type", "application/json")];
+    let none = api
+        .call_raw(Method::PATCH, &path, Some(&key), Vec::new(), &json)
+        .await;
+    assert_eq!(none.status, StatusCode::OK, "{}", none.body);
+    for blank in ["\t", " ", "\n\n"] {
+        let a = api
+            .call_raw(Method::PATCH, &path, Some(&key), blank.into(), &json)
+            .await;
+        assert_field_error(&a, StatusCode::BAD_REQUEST, "invalid_argument", "");
+    }
+}
