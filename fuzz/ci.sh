@@ -31,13 +31,24 @@ echo "fuzz: build took $(( $(date +%s) - start )) s"
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
+# libFuzzer logs every new input; CI shows the last lines of a run only when it fails.
+run() { # target, log name, cargo fuzz run arguments…
+  local t=$1 log="$scratch/$2.log"
+  shift 2
+  if ! cargo fuzz run "${FLAGS[@]}" "$t" "$@" >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "fuzz: $t FAILED; the input is in fuzz/artifacts/$t/ (replay: cd fuzz && cargo fuzz run ${FLAGS[*]} $t <file>)" >&2
+    exit 1
+  fi
+  grep -E '^Done [0-9]+ runs' "$log" || true
+}
 for t in "${targets[@]}"; do
   [ -d "corpus/$t" ] || { echo "fuzz: no committed corpus for $t (fuzz/corpus/$t)" >&2; exit 1; }
   echo "fuzz: $t: replaying $(ls "corpus/$t" | wc -l) committed inputs"
-  cargo fuzz run "${FLAGS[@]}" "$t" "corpus/$t" -- -runs=0
+  run "$t" "$t-replay" "corpus/$t" -- -runs=0
   echo "fuzz: $t: fuzzing ${SECONDS_EACH} s"
   mkdir -p "$scratch/$t"
-  cargo fuzz run "${FLAGS[@]}" "$t" "$scratch/$t" "corpus/$t" -- \
-    -max_total_time="$SECONDS_EACH" -max_len=65536 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+  run "$t" "$t-fuzz" "$scratch/$t" "corpus/$t" -- \
+    -max_total_time="$SECONDS_EACH" -max_len=65536 -timeout=10 -rss_limit_mb=2048
 done
 echo "fuzz: all ${#targets[@]} targets clean in $(( $(date +%s) - start )) s"
