@@ -5,7 +5,8 @@
 use axum::body::Bytes;
 use differently_core::{ErrorCode, FieldError};
 use serde::de::DeserializeOwned;
-use serde_json::json;
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 use crate::error::ApiError;
 
@@ -29,13 +30,30 @@ pub fn parse_json_allowing_nul<T: DeserializeOwned>(
 }
 
 fn parse_strict<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
-    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        bytes
+    // No body is `{}` (every field optional); a body of only whitespace is not JSON.
+    let text: &[u8] = if bytes.is_empty() { b"{}" } else { bytes };
+    let whole_body = |message: String| {
+        ApiError::new(ErrorCode::InvalidArgument, message).with_details(json!({ "field": "" }))
     };
     let mut de = serde_json::Deserializer::from_slice(text);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let mut value =
+        Value::deserialize(&mut de).map_err(|e| whole_body(format!("invalid JSON body: {e}")))?;
+    // One JSON value and nothing after it but whitespace: `{"ttlSeconds":60} junk` is not a
+    // body this API understands, however well-formed its first value is.
+    de.end().map_err(|e| {
+        whole_body(format!(
+            "invalid JSON body: data after the JSON value ({e})"
+        ))
+    })?;
+    // Every body is an object: serde would otherwise read `[null, null]` into a struct,
+    // field by field in order.
+    if !value.is_object() {
+        return Err(whole_body(
+            "invalid JSON body: expected a JSON object".to_owned(),
+        ));
+    }
+    integral_numbers(&mut value);
+    serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let field = if path == "." { String::new() } else { path };
@@ -45,17 +63,32 @@ fn parse_strict<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
             format!("{field}: {inner}")
         };
         ApiError::new(ErrorCode::InvalidArgument, message).with_details(json!({ "field": field }))
-    })?;
-    // One JSON value and nothing after it but whitespace: `{"ttlSeconds":60} junk` is not a
-    // body this API understands, however well-formed its first value is.
-    de.end().map_err(|e| {
-        ApiError::new(
-            ErrorCode::InvalidArgument,
-            format!("invalid JSON body: data after the JSON value ({e})"),
-        )
-        .with_details(json!({ "field": "" }))
-    })?;
-    Ok(value)
+    })
+}
+
+/// Turns every number written with a fraction or exponent that is a whole number in the
+/// 64-bit range (`60.0`, `6e1`) into that integer: JSON (and the OpenAPI document's
+/// `integer`) does not tell `60` from `60.0`, so neither may the API. Others stay as they are
+/// (and fail an integer field's type check, naming it).
+fn integral_numbers(v: &mut Value) {
+    match v {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64() {
+                // `as` saturates; the round trip tells a whole number in range from the rest.
+                if f.fract() == 0.0 && f >= -(2f64.powi(63)) && f < 2f64.powi(64) {
+                    let whole = if f < 0.0 {
+                        Value::from(f as i64)
+                    } else {
+                        Value::from(f as u64)
+                    };
+                    *v = whole;
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_numbers),
+        Value::Object(map) => map.values_mut().for_each(integral_numbers),
+        _ => {}
+    }
 }
 
 /// 422 naming the field of a well-formed body that is not acceptable.

@@ -166,7 +166,7 @@ pub struct Quota {
 }
 
 /// Upper bounds that keep a quota sane (a typo of 10^12 CPUs is refused, not stored).
-const MAX_QUOTA_COUNT: u64 = 1_000_000;
+pub const MAX_QUOTA_COUNT: u64 = 1_000_000;
 
 impl Quota {
     /// Each field of `self`, or of `fallback` where `self` has none.

@@ -50,7 +50,7 @@ impl Target {
 
 /// One execd event; fields not needed are ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub(crate) struct Event {
+pub struct Event {
     #[serde(rename = "type", default)]
     pub kind: String,
     #[serde(default)]
@@ -61,8 +61,9 @@ pub(crate) struct Event {
     pub exit_code: Option<i32>,
 }
 
+/// An `error` event's cause, as execd names it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub(crate) struct EventError {
+pub struct EventError {
     #[serde(default)]
     pub ename: String,
     #[serde(default)]
@@ -99,7 +100,7 @@ pub(crate) fn signal_exit(traceback: &[String]) -> Option<i32> {
 
 /// Why parsing stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum FrameError {
+pub enum FrameError {
     #[error("malformed event: {0}")]
     Malformed(String),
     #[error("event line longer than {MAX_LINE} bytes")]
@@ -109,14 +110,14 @@ pub(crate) enum FrameError {
 /// Incremental parser for both framings: SSE (`data:` lines, blank line ends a frame) and bare
 /// JSON (one object per line, frames separated by blank lines or not).
 #[derive(Debug, Default)]
-pub(crate) struct FrameParser {
+pub struct FrameParser {
     line: Vec<u8>,
     data: Option<String>,
 }
 
 impl FrameParser {
     /// Feeds bytes; returns the events completed by them.
-    pub(crate) fn push(&mut self, mut chunk: &[u8]) -> Result<Vec<Event>, FrameError> {
+    pub fn push(&mut self, mut chunk: &[u8]) -> Result<Vec<Event>, FrameError> {
         let mut out = Vec::new();
         while let Some(i) = chunk.iter().position(|b| *b == b'\n') {
             self.line.extend_from_slice(&chunk[..i]);
@@ -132,7 +133,7 @@ impl FrameParser {
     }
 
     /// End of stream: a last frame without its terminator still counts if it is complete.
-    pub(crate) fn finish(&mut self) -> Result<Vec<Event>, FrameError> {
+    pub fn finish(&mut self) -> Result<Vec<Event>, FrameError> {
         let mut out = Vec::new();
         let line = std::mem::take(&mut self.line);
         if !line.is_empty() {

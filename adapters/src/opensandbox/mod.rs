@@ -38,6 +38,9 @@ mod lifecycle;
 pub use config::{ConfigError, OpenSandboxConfig, Settings};
 use config::{Egress, Ports, Runtime};
 use execd::{CommandBody, Sink, Target, EXECD_PORT};
+/// execd's event-stream parser, public for the fuzzers (`fuzz/`): it reads bytes a backend
+/// sends, so it must never panic on any of them.
+pub use execd::{Event as ExecdEvent, EventError as ExecdEventError, FrameError, FrameParser};
 use lifecycle::{EndpointMode, META_INSTALLATION, META_SANDBOX};
 
 /// How long after Differently's own expiry the backend backstop fires on renew.

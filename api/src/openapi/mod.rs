@@ -147,7 +147,7 @@ fn path_param_schema(path: &str, name: &str) -> Value {
     };
     match (prefix, collection) {
         // A ULID: 26 characters of Crockford base 32 (either case).
-        (Some(p), _) => json!({ "type": "string", "pattern": format!("^{p}_[0-9A-Za-z]{{26}}$") }),
+        (Some(p), _) => json!({ "type": "string", "pattern": schemas::id_pattern(p) }),
         (None, "pools") => json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$" }),
         (None, "secrets") => {
             json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$" })
@@ -156,13 +156,46 @@ fn path_param_schema(path: &str, name: &str) -> Value {
     }
 }
 
-/// The schema of a query parameter, with the bounds the handlers enforce.
-fn query_schema(name: &str, ty: &str) -> Value {
+/// The id prefix of the items operation `id` lists (its `cursor` is the last one's id).
+fn listed_prefix(id: &str) -> Option<&'static str> {
+    Some(match id {
+        "listSandboxes" => differently_core::SandboxId::PREFIX,
+        "listSnapshots" | "listSandboxSnapshots" => differently_core::ids::SnapshotId::PREFIX,
+        "listOrgs" => differently_core::OrgId::PREFIX,
+        "listProjects" => differently_core::ProjectId::PREFIX,
+        "listKeys" => differently_core::KeyId::PREFIX,
+        _ => return None,
+    })
+}
+
+/// The schema of a query parameter of `op`, with the bounds the handlers enforce.
+fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
+    let id = |prefix: &str| json!({ "type": "string", "pattern": schemas::id_pattern(prefix) });
     match name {
         "limit" => json!({ "type": "integer", "minimum": 1, "maximum": crate::page::MAX_PAGE,
                            "default": crate::page::DEFAULT_PAGE }),
         "timeoutSeconds" => json!({ "type": "integer", "minimum": 0, "default": 30,
             "maximum": crate::routes::sandboxes::MAX_WAIT_SECONDS }),
+        "cursor" => match listed_prefix(op.id) {
+            Some(prefix) => id(prefix),
+            // The audit log's cursor is the last record's sequence number.
+            None if op.id == "listAudit" => {
+                json!({ "type": "string", "pattern": "^[+-]?[0-9]{1,18}$" })
+            }
+            None => json!({ "type": ty }),
+        },
+        "status" => json!({ "type": "string",
+            "enum": differently_core::SandboxStatus::ALL.map(wire) }),
+        "projectId" => id(differently_core::ProjectId::PREFIX),
+        "orgId" => id(differently_core::OrgId::PREFIX),
+        "label" => json!({ "type": "string", "pattern": "=" }),
+        "since" | "until" => json!({ "type": "string", "format": "date-time" }),
+        // Absolute, without a `..` component (`files::validate_path`).
+        "path" => json!({ "type": "string", "pattern": "^(?!.*(?:^|/)\\.\\.(?:/|$))/" }),
+        // What `u32::from_str_radix(_, 8)` reads, up to 0o7777.
+        "mode" => json!({ "type": "string", "pattern": "^\\+?0*[0-7]{1,4}$" }),
+        "depth" => json!({ "type": "integer", "minimum": 1,
+            "maximum": crate::routes::files::MAX_DEPTH }),
         _ => json!({ "type": ty }),
     }
 }
@@ -181,8 +214,12 @@ fn operation(op: &Op, components: &Value) -> Value {
         })
         .collect();
     params.extend(op.query.iter().map(|(name, ty, description)| {
-        json!({ "name": name, "in": "query", "required": false,
-                "description": description, "schema": query_schema(name, ty) })
+        // A file's `path` is required, except for a listing (the root by default).
+        let required = *name == "path" && op.id != "listFiles";
+        let mut schema = query_schema(op, name, ty);
+        schemas::forbid_nul(&mut schema, false);
+        json!({ "name": name, "in": "query", "required": required,
+                "description": description, "schema": schema })
     }));
     if op.idempotent {
         params.push(json!({
@@ -213,10 +250,21 @@ fn operation(op: &Op, components: &Value) -> Value {
                 } else {
                     json!({ "status": reference("StatusEvent") })
                 };
+                let names: Vec<&String> = events
+                    .as_object()
+                    .map(|e| e.keys().collect())
+                    .unwrap_or_default();
+                // The schema is of one event as a client's SSE parser reads it (its `event`
+                // name and its `data` text), as OpenAPI 3.2's `itemSchema` and Schemathesis
+                // read an event stream.
                 let mut content = json!({ "text/event-stream": {
-                    "schema": { "type": "string", "contentMediaType": "text/event-stream",
+                    "schema": { "type": "object", "required": ["data"],
+                        "properties": { "event": { "type": "string", "enum": names },
+                            "data": { "type": "string" }, "id": { "type": "string" },
+                            "retry": { "type": "integer" } },
                         "description": "Server-sent events: `event:`, `id:` and `data:` lines \
-                            per event, a blank line between events; `:` lines are keep-alives." },
+                            per event, a blank line between events; `:` lines are keep-alives. \
+                            `x-events` gives the schema of each event's `data` (JSON)." },
                     "x-events": events,
                 } });
                 if op.id == "execStream" {

@@ -4,8 +4,10 @@
 use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
 use differently_core::policy::{ExternalMode, Isolation, Strategy};
 use differently_core::pool::{PoolSource, Trust};
-use differently_core::sandbox::{CLASSIFICATIONS, KNOWN_CAPABILITIES, MAX_TTL_SECONDS, PROFILES};
-use differently_core::tenancy::Scope;
+use differently_core::sandbox::{
+    CLASSIFICATIONS, KNOWN_CAPABILITIES, MAX_IDLE_TIMEOUT_SECONDS, MAX_TTL_SECONDS, PROFILES,
+};
+use differently_core::tenancy::{Scope, MAX_QUOTA_COUNT};
 use differently_core::{ErrorCode, Resources, SandboxStatus};
 use serde_json::{json, Map, Value};
 
@@ -28,6 +30,60 @@ fn bounded(min: u64, max: u64) -> Value {
     json!({ "type": ["integer", "null"], "minimum": min, "maximum": max })
 }
 
+/// The pattern of an id with `prefix`: a ULID (26 characters of Crockford base 32, either
+/// case), exactly what `Id::parse` accepts.
+pub(super) fn id_pattern(prefix: &str) -> String {
+    format!("^{prefix}_[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{{26}}$")
+}
+
+/// An id with `prefix`, or null.
+fn id_or_null(prefix: &str) -> Value {
+    json!({ "type": ["string", "null"], "pattern": id_pattern(prefix) })
+}
+
+/// An id with `prefix`.
+fn id_of(prefix: &str) -> Value {
+    json!({ "type": "string", "pattern": id_pattern(prefix) })
+}
+
+/// A string of `min..=max` characters (null: absent).
+fn text_or_null(min: u64, max: u64) -> Value {
+    json!({ "type": ["string", "null"], "minLength": min, "maxLength": max })
+}
+
+/// An organization, project or key name (`tenancy::validate_name`): 1-100 characters, no
+/// control character, not only whitespace.
+fn name() -> Value {
+    json!({ "type": "string", "maxLength": 100,
+            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$" })
+}
+
+/// Labels a caller sets (`sandbox::validate_labels`): keys 1-63 characters without `=`
+/// and not in the reserved `differently.dev/` prefix, values at most 255.
+fn labels() -> Value {
+    json!({ "type": ["object", "null"],
+            "propertyNames": { "minLength": 1, "maxLength": 63, "pattern": "^[^=]*$",
+                               "not": { "pattern": "^differently\\.dev/" } },
+            "additionalProperties": { "type": "string", "maxLength": 255 } })
+}
+
+/// Environment variables (`sandbox::validate_env_names`): names of letters, digits and `_`,
+/// not starting with a digit; `nullable` where the field is optional (create), not where it
+/// defaults to empty (exec).
+fn env(nullable: bool) -> Value {
+    let ty = if nullable {
+        json!(["object", "null"])
+    } else {
+        json!("object")
+    };
+    json!({ "type": ty,
+            "propertyNames": { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" },
+            "additionalProperties": { "type": "string" } })
+}
+
+/// A pool name (`pool::validate_pool_name`).
+const POOL_NAME: &str = "^[a-z0-9][a-z0-9-]{0,62}$";
+
 fn time() -> Value {
     json!({ "type": "string", "format": "date-time" })
 }
@@ -42,6 +98,13 @@ fn array_of(items: Value) -> Value {
 
 fn string_map() -> Value {
     json!({ "type": "object", "additionalProperties": { "type": "string" } })
+}
+
+/// One of `values`, or null (an optional field that null leaves unset).
+fn one_of_or_null(values: impl IntoIterator<Item = Value>) -> Value {
+    let mut all: Vec<Value> = values.into_iter().collect();
+    all.push(Value::Null);
+    json!({ "type": ["string", "null"], "enum": all })
 }
 
 fn one_of_strings(values: impl IntoIterator<Item = Value>) -> Value {
@@ -96,17 +159,36 @@ pub(super) fn schemas() -> Value {
         ("memoryMiB", typed("integer")),
         ("diskGiB", typed("integer")),
     ]);
+    // The bounds of `Quota::validate`.
+    let sandbox_limit = accepted(
+        &[
+            (
+                "cpu",
+                json!({ "type": "integer", "minimum": 1, "maximum": Resources::MAX_CPU }),
+            ),
+            (
+                "memoryMiB",
+                json!({ "type": "integer", "minimum": Resources::MIN_MEMORY_MIB,
+                        "maximum": Resources::MAX_MEMORY_MIB }),
+            ),
+            (
+                "diskGiB",
+                json!({ "type": "integer", "minimum": 0, "maximum": Resources::MAX_DISK_GIB }),
+            ),
+        ],
+        &["cpu", "memoryMiB", "diskGiB"],
+    );
     let quota = accepted(
         &[
-            ("maxActive", nullable("integer")),
-            ("maxCpu", nullable("integer")),
-            ("maxMemoryMiB", nullable("integer")),
-            ("maxDiskGiB", nullable("integer")),
-            ("maxQueued", nullable("integer")),
-            ("maxQueueSeconds", nullable("integer")),
+            ("maxActive", bounded(0, MAX_QUOTA_COUNT)),
+            ("maxCpu", bounded(0, MAX_QUOTA_COUNT)),
+            ("maxMemoryMiB", bounded(0, 1 << 30)),
+            ("maxDiskGiB", bounded(0, 1 << 30)),
+            ("maxQueued", bounded(0, MAX_QUOTA_COUNT)),
+            ("maxQueueSeconds", bounded(1, 30 * 24 * 3600)),
             (
                 "maxSandbox",
-                json!({ "anyOf": [reference("Resources"), { "type": "null" }] }),
+                json!({ "anyOf": [sandbox_limit, { "type": "null" }] }),
             ),
         ],
         &[],
@@ -189,8 +271,8 @@ pub(super) fn schemas() -> Value {
         "CreateSandboxRequest".to_owned(),
         accepted(
             &[
-                ("projectId", nullable("string")),
-                ("template", nullable("string")),
+                ("projectId", id_or_null("prj")),
+                ("template", text_or_null(1, 512)),
                 (
                     "resources",
                     json!({ "anyOf": [accepted(&[
@@ -199,23 +281,27 @@ pub(super) fn schemas() -> Value {
                 ("diskGiB", bounded(0, Resources::MAX_DISK_GIB)),
             ], &[]), { "type": "null" }] }),
                 ),
-                ("profile", one_of_strings(PROFILES.map(|p| json!(p)))),
-                ("env", string_map()),
-                ("labels", string_map()),
+                ("profile", one_of_or_null(PROFILES.map(|p| json!(p)))),
+                ("env", env(true)),
+                ("labels", labels()),
                 ("ttlSeconds", bounded(1, MAX_TTL_SECONDS)),
-                ("idleTimeoutSeconds", nullable("integer")),
+                ("idleTimeoutSeconds", bounded(1, MAX_IDLE_TIMEOUT_SECONDS)),
                 (
                     "capabilities",
-                    array_of(one_of_strings(KNOWN_CAPABILITIES.map(|c| json!(c)))),
+                    json!({ "type": ["array", "null"],
+                        "items": one_of_strings(KNOWN_CAPABILITIES.map(|c| json!(c))) }),
                 ),
                 (
                     "classification",
-                    one_of_strings(CLASSIFICATIONS.map(|c| json!(c))),
+                    one_of_or_null(CLASSIFICATIONS.map(|c| json!(c))),
                 ),
-                ("region", nullable("string")),
-                ("strategy", one_of_strings(Strategy::ALL.map(wire))),
-                ("external", one_of_strings(ExternalMode::ALL.map(wire))),
-                ("priority", nullable("integer")),
+                ("region", text_or_null(1, 63)),
+                ("strategy", one_of_or_null(Strategy::ALL.map(wire))),
+                ("external", one_of_or_null(ExternalMode::ALL.map(wire))),
+                (
+                    "priority",
+                    json!({ "type": ["integer", "null"], "minimum": -100, "maximum": 100 }),
+                ),
                 (
                     "fromSnapshot",
                     json!({ "type": ["string", "null"],
@@ -230,33 +316,47 @@ pub(super) fn schemas() -> Value {
         accepted(
             &[
                 ("ttlSeconds", bounded(1, MAX_TTL_SECONDS)),
-                ("labels", string_map()),
-                ("idleTimeoutSeconds", nullable("integer")),
+                ("labels", labels()),
+                ("idleTimeoutSeconds", bounded(1, MAX_IDLE_TIMEOUT_SECONDS)),
             ],
             &[],
         ),
     );
-    s.insert(
-        "ExecRequest".to_owned(),
-        accepted(
-            &[
-                (
-                    "command",
-                    json!({ "type": "array", "items": { "type": "string" }, "minItems": 1 }),
-                ),
-                ("env", string_map()),
-                ("cwd", nullable("string")),
-                ("stdin", nullable("string")),
-                ("stdinBase64", nullable("string")),
-                ("timeoutSeconds", bounded(1, MAX_EXEC_TIMEOUT_SECONDS)),
-                (
-                    "outputEncoding",
-                    json!({ "type": ["string", "null"], "enum": ["utf8", "base64", null] }),
-                ),
-            ],
-            &["command"],
-        ),
+    let mut exec = accepted(
+        &[
+            (
+                "command",
+                // The program (the first item) is never empty.
+                json!({ "type": "array", "minItems": 1,
+                        "prefixItems": [{ "type": "string", "minLength": 1 }],
+                        "items": { "type": "string" } }),
+            ),
+            ("env", env(false)),
+            (
+                "cwd",
+                json!({ "type": ["string", "null"], "pattern": "^/",
+                        "description": "An absolute path." }),
+            ),
+            ("stdin", nullable("string")),
+            (
+                "stdinBase64",
+                json!({ "type": ["string", "null"], "contentEncoding": "base64",
+                        // Canonical padded base64, as the decoder wants it: the bits a
+                        // short last group drops are zero.
+                        "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$" }),
+            ),
+            ("timeoutSeconds", bounded(1, MAX_EXEC_TIMEOUT_SECONDS)),
+            (
+                "outputEncoding",
+                json!({ "type": ["string", "null"], "enum": ["utf8", "base64", null] }),
+            ),
+        ],
+        &["command"],
     );
+    // `stdin` and `stdinBase64` exclude each other (a null is as good as absent).
+    exec["not"] = json!({ "required": ["stdin", "stdinBase64"],
+        "properties": { "stdin": typed("string"), "stdinBase64": typed("string") } });
+    s.insert("ExecRequest".to_owned(), exec);
     s.insert(
         "ExecResult".to_owned(),
         served(&[
@@ -302,8 +402,14 @@ pub(super) fn schemas() -> Value {
         "PortRequest".to_owned(),
         accepted(
             &[
-                ("port", bounded(1, u64::from(u16::MAX))),
-                ("expiresSeconds", nullable("integer")),
+                (
+                    "port",
+                    json!({ "type": "integer", "minimum": 1, "maximum": u16::MAX }),
+                ),
+                (
+                    "expiresSeconds",
+                    bounded(1, crate::routes::ports::MAX_PORT_SECONDS),
+                ),
             ],
             &["port"],
         ),
@@ -318,7 +424,7 @@ pub(super) fn schemas() -> Value {
     );
     s.insert(
         "SnapshotRequest".to_owned(),
-        accepted(&[("name", nullable("string"))], &[]),
+        accepted(&[("name", text_or_null(1, 255))], &[]),
     );
     s.insert(
         "Snapshot".to_owned(),
@@ -366,13 +472,13 @@ pub(super) fn schemas() -> Value {
     s.insert("OrgList".to_owned(), page_of("Org"));
     s.insert(
         "CreateOrgRequest".to_owned(),
-        accepted(&[("name", typed("string"))], &["name"]),
+        accepted(&[("name", name())], &["name"]),
     );
     s.insert(
         "UpdateOrgRequest".to_owned(),
         accepted(
             &[
-                ("name", typed("string")),
+                ("name", name()),
                 (
                     "status",
                     one_of_strings(["active", "suspended"].map(|s| json!(s))),
@@ -393,14 +499,11 @@ pub(super) fn schemas() -> Value {
     s.insert("ProjectList".to_owned(), page_of("Project"));
     s.insert(
         "CreateProjectRequest".to_owned(),
-        accepted(
-            &[("orgId", typed("string")), ("name", typed("string"))],
-            &["name"],
-        ),
+        accepted(&[("orgId", id_of("org")), ("name", name())], &["name"]),
     );
     s.insert(
         "UpdateProjectRequest".to_owned(),
-        accepted(&[("name", typed("string"))], &["name"]),
+        accepted(&[("name", name())], &["name"]),
     );
     s.insert("Key".to_owned(), key);
     s.insert("CreatedKey".to_owned(), created_key);
@@ -409,11 +512,18 @@ pub(super) fn schemas() -> Value {
         "CreateKeyRequest".to_owned(),
         accepted(
             &[
-                ("orgId", typed("string")),
-                ("projectId", typed("string")),
-                ("name", typed("string")),
-                ("scopes", array_of(scopes)),
-                ("expiresAt", time_or_null()),
+                ("orgId", id_of("org")),
+                ("projectId", id_of("prj")),
+                ("name", name()),
+                (
+                    "scopes",
+                    json!({ "type": "array", "items": scopes, "minItems": 1 }),
+                ),
+                (
+                    "expiresAt",
+                    json!({ "type": ["string", "null"], "format": "date-time",
+                            "description": "In the future." }),
+                ),
             ],
             &["name", "scopes"],
         ),
@@ -442,11 +552,14 @@ pub(super) fn schemas() -> Value {
             "properties": {
                 "allowedClassifications": { "type": ["array", "null"], "items": classification() },
                 "poolClassifications": { "type": "object",
+                    "propertyNames": { "pattern": POOL_NAME },
                     "additionalProperties": array_of(classification()) },
-                "allowedRegions": { "type": ["array", "null"], "items": typed("string") },
+                "allowedRegions": { "type": ["array", "null"],
+                    "items": { "type": "string", "minLength": 1, "maxLength": 63 } },
                 "allowExternal": nullable("boolean"),
-                "externalPools": { "type": ["array", "null"], "items": typed("string") },
-                "deniedPools": array_of(typed("string")),
+                "externalPools": { "type": ["array", "null"],
+                    "items": { "type": "string", "pattern": POOL_NAME } },
+                "deniedPools": array_of(json!({ "type": "string", "pattern": POOL_NAME })),
                 "defaultStrategy": {
                     "anyOf": [one_of_strings(Strategy::ALL.map(wire)), { "type": "null" }] },
             },
@@ -581,7 +694,10 @@ pub(super) fn schemas() -> Value {
     s.insert("SecretList".to_owned(), page_of("Secret"));
     s.insert(
         "SecretRequest".to_owned(),
-        accepted(&[("value", typed("string"))], &["value"]),
+        accepted(
+            &[("value", json!({ "type": "string", "minLength": 1 }))],
+            &["value"],
+        ),
     );
     s.insert(
         "TrustReport".to_owned(),
@@ -592,5 +708,61 @@ pub(super) fn schemas() -> Value {
     );
     s.insert("Health".to_owned(), served(&[("status", typed("string"))]));
     s.insert("OpenApi".to_owned(), described("This document."));
+    // Every string a request carries is refused with a NUL (`crate::nul`), except exec's
+    // `stdin`, which is the caller's data.
+    for (name, schema) in s.iter_mut() {
+        if name.ends_with("Request") || name == "Policy" || name == "Quota" {
+            forbid_nul(schema, name == "ExecRequest");
+        }
+    }
     Value::Object(s)
+}
+
+/// The pattern of a string without a NUL.
+pub(super) const NO_NUL: &str = "^[^\\u0000]*$";
+
+/// Adds [`NO_NUL`] to every string in `schema` (values, object keys, items); with
+/// `keep_stdin`, not to a top-level `stdin`.
+pub(super) fn forbid_nul(schema: &mut Value, keep_stdin: bool) {
+    let Some(o) = schema.as_object_mut() else {
+        return;
+    };
+    let is_string = match o.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    if is_string {
+        if o.contains_key("pattern") {
+            o.insert("allOf".to_owned(), json!([{ "pattern": NO_NUL }]));
+        } else {
+            o.insert("pattern".to_owned(), json!(NO_NUL));
+        }
+    }
+    if let Some(names) = o.get_mut("propertyNames") {
+        if let Some(n) = names.as_object_mut() {
+            if n.contains_key("pattern") {
+                n.insert("allOf".to_owned(), json!([{ "pattern": NO_NUL }]));
+            } else {
+                n.insert("pattern".to_owned(), json!(NO_NUL));
+            }
+        }
+    }
+    if let Some(Value::Object(props)) = o.get_mut("properties") {
+        for (k, v) in props.iter_mut() {
+            if !(keep_stdin && k == "stdin") {
+                forbid_nul(v, false);
+            }
+        }
+    }
+    for key in ["additionalProperties", "items"] {
+        if let Some(v) = o.get_mut(key) {
+            forbid_nul(v, false);
+        }
+    }
+    for key in ["anyOf", "prefixItems"] {
+        if let Some(Value::Array(vs)) = o.get_mut(key) {
+            vs.iter_mut().for_each(|v| forbid_nul(v, false));
+        }
+    }
 }

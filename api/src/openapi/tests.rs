@@ -512,10 +512,24 @@ fn path_ids_are_patterned_by_their_prefix() {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        // `^<prefix>_[0-9A-Za-z]{26}$`: the id's prefix, then a ULID.
+        // The id's prefix, then a ULID as `Id::parse` reads it: Crockford base 32 (no I, L,
+        // O, U), either case.
         let (prefix, ulid) = id.split_once('_').expect("prefixed");
-        assert_eq!(pattern, format!("^{prefix}_[0-9A-Za-z]{{26}}$"), "{path}");
-        assert!(ulid.len() == 26 && ulid.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_eq!(
+            pattern,
+            format!("^{prefix}_[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{{26}}$"),
+            "{path}"
+        );
+        let crockford = |c: char| c.is_ascii_alphanumeric() && !"ILOUilou".contains(c);
+        assert!(ulid.len() == 26 && ulid.chars().all(crockford));
+        // What the pattern refuses, `parse` refuses too.
+        for refused in ["I", "L", "O", "U", "i", "u"] {
+            let bad = format!("{prefix}_{refused}{}", &ulid[1..]);
+            assert!(
+                SandboxId::parse(&bad.replacen(prefix, "sbx", 1)).is_err(),
+                "{bad}"
+            );
+        }
     }
     // Every path parameter of the document has a pattern.
     for op in catalogue() {
@@ -563,12 +577,18 @@ fn event_streams_are_text_event_stream_with_typed_events() {
         let op = catalogue().into_iter().find(|o| o.id == id).expect("op");
         let content = &doc["paths"][op.path][op.method]["responses"]["200"]["content"];
         let sse = &content["text/event-stream"];
+        // One event: its name (one of `x-events`) and its data.
+        let events = sse["x-events"].as_object().expect("x-events");
+        assert!(!events.is_empty(), "{id}");
+        let names = sse["schema"]["properties"]["event"]["enum"]
+            .as_array()
+            .expect("event names");
+        assert_eq!(names.len(), events.len(), "{id}");
+        assert!(names
+            .iter()
+            .all(|n| events.contains_key(n.as_str().unwrap_or_default())));
         assert_eq!(
-            sse["schema"]["contentMediaType"], "text/event-stream",
-            "{id}"
-        );
-        assert!(
-            sse["x-events"].as_object().is_some_and(|e| !e.is_empty()),
+            sse["schema"]["properties"]["data"]["type"], "string",
             "{id}"
         );
         assert!(content.get("application/json").is_none(), "{id}");

@@ -35,7 +35,7 @@ pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 1 << 30;
 /// Longest accepted path.
 const MAX_PATH_LEN: usize = 4096;
 /// Deepest listing.
-const MAX_DEPTH: u32 = 16;
+pub const MAX_DEPTH: u32 = 16;
 
 /// The upload limit: `DIFFERENTLY_MAX_UPLOAD_BYTES` if set to a number, else the default.
 pub fn max_upload_bytes() -> u64 {

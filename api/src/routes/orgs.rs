@@ -83,6 +83,8 @@ async fn list_orgs(
     q: Result<Query<crate::page::RawPageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<Org>>> {
     let q = PageQuery::from(q)?;
+    // Checked for every key: a malformed cursor is a 400 whoever sends it.
+    let after = q.cursor_id(OrgId::parse)?;
     if !p.is_admin() {
         let own = state.store.get_org(&p.org_id).await?;
         return Ok(Json(Page {
@@ -90,7 +92,6 @@ async fn list_orgs(
             next_cursor: None,
         }));
     }
-    let after = q.cursor_id(OrgId::parse)?;
     let rows = state.store.list_orgs(after.as_ref(), q.limit + 1).await?;
     Ok(Json(Page::from_rows(rows, q.limit, |o| o.id.to_string())))
 }

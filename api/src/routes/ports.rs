@@ -37,7 +37,7 @@ struct PortRequest {
 }
 
 /// Longest port URL lifetime a caller may ask for: 7 days.
-const MAX_PORT_SECONDS: u64 = 7 * 24 * 3600;
+pub const MAX_PORT_SECONDS: u64 = 7 * 24 * 3600;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -52,10 +52,8 @@ async fn create(
     body: Bytes,
 ) -> ApiResult<Response> {
     principal.require(Scope::SandboxesWrite)?;
-    let req: CreateSandboxRequest = parse_json(&body)?;
+    let (req, spec) = parse_create(&body)?;
     let idempotency_key = crate::idempotency::header_key(&headers)?;
-    let spec =
-        SandboxSpec::build(&req).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     let project_id = match (&req.project_id, &principal.project_id) {
         (Some(asked), _) => match state.store.get_project(asked).await? {
             Some(p)
@@ -166,6 +164,16 @@ async fn announce_placed(state: &AppState, sandbox: &Sandbox) {
 /// `rejected` (no pool could ever take it, or quota/store refused the admission).
 fn count_admission(outcome: &'static str) {
     metrics::counter!("differently_admissions_total", "outcome" => outcome).increment(1);
+}
+
+/// A create body as the handler reads it: strict JSON, then the spec built and validated
+/// from it. Everything here is the body alone (no store, no key), so it is public for the
+/// fuzzers (`fuzz/`), which must call what the handler calls.
+pub fn parse_create(body: &Bytes) -> ApiResult<(CreateSandboxRequest, SandboxSpec)> {
+    let req: CreateSandboxRequest = parse_json(body)?;
+    let spec =
+        SandboxSpec::build(&req).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    Ok((req, spec))
 }
 
 /// The snapshot a create names in `fromSnapshot`, if the key may see it, it is of `project`
@@ -362,15 +370,16 @@ async fn wait(
 /// How long a wait trusts the event stream before reading the row again.
 const WAIT_RECHECK: Duration = Duration::from_secs(1);
 
+/// The body of `PATCH /v1/sandboxes/{id}`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct PatchRequest {
-    ttl_seconds: Option<u64>,
+pub struct PatchRequest {
+    pub ttl_seconds: Option<u64>,
     /// Replaces the caller's labels (reserved `differently.dev/` ones are kept).
-    labels: Option<std::collections::BTreeMap<String, String>>,
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
     /// A number sets it; `null` clears it (the server's default applies); absent: unchanged.
     #[serde(default, deserialize_with = "present")]
-    idle_timeout_seconds: Option<Option<u64>>,
+    pub idle_timeout_seconds: Option<Option<u64>>,
 }
 
 /// Tells a present `null` (`Some(None)`) from an absent field (`None`, via `default`).
@@ -381,20 +390,10 @@ where
     Option::<u64>::deserialize(d).map(Some)
 }
 
-/// `PATCH /v1/sandboxes/{id}` `{ttlSeconds?, labels?, idleTimeoutSeconds?}`. Labels and the
-/// idle timeout change the record at once (the idle sweep reads it). A TTL renew moves
-/// `expiresAt` to now + ttl at once (the TTL sweep reads it); the backend-side backstop
-/// follows through a `renew` operation on the pool's workers, which the caller does not wait
-/// for. Everything is validated before anything changes.
-async fn patch_sandbox(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<SandboxView>> {
-    principal.require(Scope::SandboxesWrite)?;
-    let req: PatchRequest = parse_json(&body)?;
-    let sandbox = load_sandbox(&state, &principal, &id).await?;
+/// A PATCH body as the handler reads it, validated before the sandbox is looked up (so a
+/// bad body is the same 400/422 whatever the id); public for the fuzzers.
+pub fn parse_patch(body: &Bytes) -> ApiResult<PatchRequest> {
+    let req: PatchRequest = parse_json(body)?;
     let max = differently_core::sandbox::MAX_TTL_SECONDS;
     if req.ttl_seconds.is_some_and(|t| t == 0 || t > max) {
         return Err(ApiError::field(
@@ -410,6 +409,23 @@ async fn patch_sandbox(
         differently_core::sandbox::validate_idle_timeout(idle)
             .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     }
+    Ok(req)
+}
+
+/// `PATCH /v1/sandboxes/{id}` `{ttlSeconds?, labels?, idleTimeoutSeconds?}`. Labels and the
+/// idle timeout change the record at once (the idle sweep reads it). A TTL renew moves
+/// `expiresAt` to now + ttl at once (the TTL sweep reads it); the backend-side backstop
+/// follows through a `renew` operation on the pool's workers, which the caller does not wait
+/// for. Everything is validated before anything changes.
+async fn patch_sandbox(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<SandboxView>> {
+    principal.require(Scope::SandboxesWrite)?;
+    let req = parse_patch(&body)?;
+    let sandbox = load_sandbox(&state, &principal, &id).await?;
     let changes_spec = req.labels.is_some() || req.idle_timeout_seconds.is_some();
     if req.ttl_seconds.is_none() && !changes_spec {
         return Ok(Json(sandbox.view()));

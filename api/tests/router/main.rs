@@ -17,5 +17,6 @@ mod listener;
 mod nul;
 mod refusals;
 mod sandboxes;
+mod schemathesis_finds;
 mod snapshot_pages;
 mod snapshots;

@@ -23,5 +23,6 @@ mod opensandbox_live;
 mod placement;
 mod quota;
 mod readme;
+mod schemathesis;
 mod spine;
 mod tenancy;

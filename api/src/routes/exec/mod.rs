@@ -68,7 +68,9 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sandboxes/{id}/exec/stream", post(exec_stream))
 }
 
-fn parse_exec(body: &Bytes) -> ApiResult<ExecRequest> {
+/// An exec body as both exec handlers read it (strict JSON, NUL allowed only in `stdin`,
+/// the request's own checks, `stdinBase64` decodable); public for the fuzzers.
+pub fn parse_exec(body: &Bytes) -> ApiResult<ExecRequest> {
     let req: ExecRequest = parse_json_allowing_nul(body, &["stdin"])?;
     req.validate()
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
