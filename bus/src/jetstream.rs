@@ -458,21 +458,49 @@ impl Bus for JetStreamBus {
         filter: &str,
         after: Option<u64>,
     ) -> Result<BoxStream<'static, Result<Event, BusError>>, BusError> {
+        // The first reader is made here, so a stream that cannot be read is the caller's error;
+        // after that a background task keeps one alive (see `follow_events`).
+        let (reader, start) = self.event_reader(stream, filter, after).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(EVENT_BUFFER);
+        let me = self.clone();
+        let (stream, filter) = (stream.to_owned(), filter.to_owned());
+        tokio::spawn(async move { me.follow_events(stream, filter, reader, start, tx).await });
+        Ok(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })
+        .boxed())
+    }
+}
+
+/// Events buffered between a reader and its consumer.
+const EVENT_BUFFER: usize = 256;
+
+impl JetStreamBus {
+    /// An ordered reader of `stream`'s messages on `filter` after sequence `after` (from the
+    /// stream's current end when `None`), and the sequence it starts after.
+    async fn event_reader(
+        &self,
+        stream: &str,
+        filter: &str,
+        after: Option<u64>,
+    ) -> Result<(BoxStream<'static, Result<Event, BusError>>, u64), BusError> {
         let s = self
             .setup
             .get_stream(stream)
             .await
             .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
-        let deliver_policy = match after {
-            Some(after) => DeliverPolicy::ByStartSequence {
-                start_sequence: after + 1,
-            },
-            None => DeliverPolicy::New,
+        // "From now" is pinned to a sequence, so a reader made again later resumes exactly
+        // where this one was instead of skipping what came in between.
+        let start = match after {
+            Some(after) => after,
+            None => s.cached_info().state.last_sequence,
         };
         let consumer = s
             .create_consumer(pull::OrderedConfig {
                 filter_subject: filter.to_owned(),
-                deliver_policy,
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: start + 1,
+                },
                 ..Default::default()
             })
             .await
@@ -495,7 +523,69 @@ impl Bus for JetStreamBus {
                 payload: m.payload.clone(),
             })
         });
-        Ok(events.boxed())
+        Ok((events.boxed(), start))
+    }
+
+    /// Forwards `reader`'s events to `tx` until `tx`'s receiver is gone. An ordered consumer
+    /// is an in-memory, single-replica consumer on one server: when that server is lost the
+    /// reader errs, ends or (seen in a 3-node cluster) silently stops. So a reader is made
+    /// again, after the last event forwarded, whenever it errs or ends and whenever the
+    /// connection moved to another server; each restart is logged and counted in
+    /// `differently_bus_event_reader_restarts_total{why}`.
+    async fn follow_events(
+        self,
+        stream: String,
+        filter: String,
+        mut reader: BoxStream<'static, Result<Event, BusError>>,
+        mut last: u64,
+        tx: tokio::sync::mpsc::Sender<Result<Event, BusError>>,
+    ) {
+        let mut reconnects = self.reconnects.clone();
+        reconnects.borrow_and_update();
+        loop {
+            let why: &'static str = loop {
+                tokio::select! {
+                    item = reader.next() => match item {
+                        Some(Ok(ev)) => {
+                            last = ev.seq;
+                            if tx.send(Ok(ev)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(stream, filter, error = %e, "bus: event reader failed");
+                            break "error";
+                        }
+                        None => break "ended",
+                    },
+                    Ok(()) = reconnects.changed() => break "reconnected",
+                    () = tx.closed() => return,
+                }
+            };
+            metrics::counter!("differently_bus_event_reader_restarts_total", "why" => why)
+                .increment(1);
+            tracing::info!(
+                stream,
+                filter,
+                after = last,
+                why,
+                "bus: event reader restarting"
+            );
+            let mut delay = Duration::from_millis(100);
+            reader = loop {
+                if tx.is_closed() {
+                    return;
+                }
+                match self.event_reader(&stream, &filter, Some(last)).await {
+                    Ok((r, _)) => break r,
+                    Err(e) => {
+                        tracing::warn!(stream, filter, error = %e, "bus: cannot make an event reader yet; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                }
+            };
+        }
     }
 }
 
