@@ -2,15 +2,23 @@
 //!
 //! Work-queue streams are consumed through durable pull consumers with explicit acks; the
 //! event stream is read through ephemeral ordered consumers starting at a sequence.
+//!
+//! A server that lost its store (a wiped or replaced data directory: "amnesia") comes back
+//! without the streams. Every stream this bus has ensured is remembered, and a bind, event
+//! read or publish that finds its stream missing recreates it and tries once more, so the
+//! processes recover by themselves instead of retrying "stream not found" forever; what the
+//! lost store held is re-sent from Postgres by the scheduler's repair.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{
     self,
     consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer},
-    stream::{Config as StreamConfig, RetentionPolicy, StorageType},
-    AckKind, Context,
+    context::{GetStreamError, GetStreamErrorKind, PublishErrorKind},
+    stream::{Config as StreamConfig, RetentionPolicy, StorageType, Stream},
+    AckKind, Context, ErrorCode,
 };
 use async_nats::HeaderMap;
 use async_trait::async_trait;
@@ -78,6 +86,13 @@ pub struct JetStreamBus {
     js: Context,
     replicas: usize,
     fetch_batch: usize,
+    /// Streams ensured so far, to recreate after a server lost its store.
+    known: Arc<Mutex<Vec<StreamDef>>>,
+}
+
+/// The server answered "stream not found".
+fn stream_missing(e: &GetStreamError) -> bool {
+    matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// Connects to `url` and refuses servers older than 2.10 or without JetStream.
@@ -101,6 +116,7 @@ pub async fn connect(url: &str, replicas: usize) -> Result<JetStreamBus, BusErro
         js: jetstream::new(client),
         replicas: replicas.max(1),
         fetch_batch: DEFAULT_FETCH_BATCH,
+        known: Arc::new(Mutex::new(Vec::new())),
     })
 }
 
@@ -181,13 +197,34 @@ impl JetStreamBus {
         Ok(())
     }
 
+    fn known(&self) -> Vec<StreamDef> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `get_stream`, recreating a stream this bus ensured before if the server lost it.
+    async fn stream(&self, name: &str) -> Result<Stream, GetStreamError> {
+        match self.js.get_stream(name).await {
+            Err(e) if stream_missing(&e) => {
+                let Some(def) = self.known().into_iter().find(|d| d.name == name) else {
+                    return Err(e);
+                };
+                tracing::warn!(stream = %name, "bus: stream missing on the server (store lost?); recreating it");
+                if let Err(re) = self.ensure_stream(&def).await {
+                    tracing::warn!(stream = %name, error = %re, "bus: cannot recreate the stream");
+                    return Err(e);
+                }
+                self.js.get_stream(name).await
+            }
+            other => other,
+        }
+    }
+
     async fn consumer(&self, def: &ConsumerDef) -> Result<PullConsumer, BusError> {
         let setup = |what: &str, e: &dyn std::fmt::Display| {
             BusError::Setup(format!("consumer {}/{} {what}: {e}", def.stream, def.durable).into())
         };
         let stream = self
-            .js
-            .get_stream(&def.stream)
+            .stream(&def.stream)
             .await
             .map_err(|e| setup("stream", &e))?;
         let want = pull::Config {
@@ -224,6 +261,10 @@ impl Bus for JetStreamBus {
     async fn ensure_streams(&self, naming: &Naming) -> Result<(), BusError> {
         for def in naming.streams() {
             self.ensure_stream(&def).await?;
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            if !known.iter().any(|k| k.name == def.name) {
+                known.push(def);
+            }
         }
         Ok(())
     }
@@ -234,21 +275,42 @@ impl Bus for JetStreamBus {
         msg_id: &str,
         payload: Bytes,
     ) -> Result<Published, BusError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
-        let ack = self
-            .js
-            .publish_with_headers(subject.to_owned(), headers, payload)
-            .await
-            .map_err(|e| BusError::Publish(Detail::caused(format!("{subject}: {e}"), e)))?;
-        let ack = ack.await.map_err(|e| {
-            BusError::Publish(Detail::caused(format!("{subject}: not stored: {e}"), e))
-        })?;
-        Ok(if ack.duplicate {
-            Published::Duplicate
-        } else {
-            Published::Stored
-        })
+        let mut recreated = false;
+        loop {
+            let mut headers = HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
+            let ack = self
+                .js
+                .publish_with_headers(subject.to_owned(), headers, payload.clone())
+                .await
+                .map_err(|e| BusError::Publish(Detail::caused(format!("{subject}: {e}"), e)))?;
+            match ack.await {
+                Ok(ack) => {
+                    return Ok(if ack.duplicate {
+                        Published::Duplicate
+                    } else {
+                        Published::Stored
+                    })
+                }
+                // No stream takes the subject: the server lost its store. Recreate what
+                // this bus ensured before and publish once more.
+                Err(e) if e.kind() == PublishErrorKind::StreamNotFound && !recreated => {
+                    recreated = true;
+                    tracing::warn!(%subject, "bus: no stream for the subject (store lost?); recreating streams");
+                    for def in self.known() {
+                        if let Err(re) = self.ensure_stream(&def).await {
+                            tracing::warn!(stream = %def.name, error = %re, "bus: cannot recreate the stream");
+                        }
+                    }
+                }
+                Err(e) => {
+                    return Err(BusError::Publish(Detail::caused(
+                        format!("{subject}: not stored: {e}"),
+                        e,
+                    )))
+                }
+            }
+        }
     }
 
     async fn pull(&self, consumer: &ConsumerDef) -> Result<Box<dyn Pull>, BusError> {
@@ -268,8 +330,7 @@ impl Bus for JetStreamBus {
         after: Option<u64>,
     ) -> Result<BoxStream<'static, Result<Event, BusError>>, BusError> {
         let s = self
-            .js
-            .get_stream(stream)
+            .stream(stream)
             .await
             .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
         let deliver_policy = match after {
