@@ -1,5 +1,5 @@
 //! The fault suite's short (CI) version: every implemented scenario of FAULTS.md (S1–S8,
-//! S10, S12, S13, S15, S16) on its own freshly started production topology with a 10 s
+//! S10–S13, S15, S16) on its own freshly started production topology with a 10 s
 //! workload (S16: 20 s of chaos), then the noisy-neighbour test; every invariant (I1–I7)
 //! must hold. Scenarios run one after another in one test: clusters side by side on a
 //! 2-core machine would measure each other.
@@ -7,6 +7,7 @@
 //! The seed is `DIFFERENTLY_FAULT_SEED` or the clock's, printed first; replay a failure with
 //! `DIFFERENTLY_FAULT_SEED=<seed>` (or `differently-faults --seed <seed> --scenarios S7`).
 //! Needs Postgres on 127.0.0.1:5432 and a nats-server ≥ 2.10; fails saying what to start.
+//! Ignored in a plain `cargo test` (it takes minutes); CI runs it with `--ignored`.
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
 use std::time::{Duration, Instant};
@@ -19,6 +20,8 @@ mod support;
 use support::differently_binary;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "about 4 minutes: CI runs it in its own step (.ci/run, \"fault suite\"), or run \
+            `cargo test -p differently-load-tests --test faults -- --ignored --nocapture`"]
 async fn seeded_fault_scenarios_and_noisy_neighbour_hold_every_invariant() {
     let seed = std::env::var("DIFFERENTLY_FAULT_SEED")
         .ok()

@@ -129,7 +129,7 @@ pub async fn check_all(
     probe: &(u64, BTreeMap<String, i64>),
     unsettled: i64,
 ) -> Result<Vec<Verdict>, LoadError> {
-    let pool = t.db.store().pool().clone();
+    let pool = t.db.pool();
     let limit = i64::from(t.opts.max_active);
     let rows = sqlx::query("SELECT id, org_id, status, backend_ref, status_reason_text FROM (SELECT id, org_id, status, backend_ref, doc->>'statusReason' AS status_reason_text FROM sandboxes) s")
         .fetch_all(&pool)

@@ -10,6 +10,7 @@
 
 pub mod check;
 pub mod noisy;
+pub mod pg;
 pub mod procs;
 pub mod rng;
 pub mod topology;
@@ -51,6 +52,9 @@ pub enum Scenario {
     S8,
     /// Every Postgres session of the run's database terminated, repeatedly.
     S10,
+    /// A private Postgres cluster stopped with `pg_ctl -m immediate` under load, then
+    /// started (crash recovery).
+    S11,
     /// The backend hangs on each sandbox's first create, past the provisioning timeout.
     S12,
     /// The backend acts, then times out: on every create and every delete.
@@ -64,7 +68,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every implemented scenario, in order.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -74,6 +78,7 @@ impl Scenario {
         Scenario::S7,
         Scenario::S8,
         Scenario::S10,
+        Scenario::S11,
         Scenario::S12,
         Scenario::S13,
         Scenario::S15,
@@ -102,6 +107,7 @@ impl Scenario {
                 o.fault_pause
                     .insert("api".into(), "api.after_admit_commit:120000".into());
             }
+            Scenario::S11 => o.private_pg = true,
             Scenario::S12 => {
                 o.provisioning_timeout_seconds = 4;
                 o.fake_settings = format!(
@@ -328,6 +334,18 @@ async fn nemesis(
                 n.note(format!("pg_terminate_backend: {k} sessions"));
             }
         }
+        Scenario::S11 => {
+            n.sleep_ms(2000, 4000).await;
+            let pg =
+                t.db.private()
+                    .ok_or_else(|| LoadError::Plan("S11 runs on a private cluster".into()))?;
+            pg.stop_immediate()?;
+            n.note("pg_ctl -m immediate stop (private cluster)");
+            n.sleep_ms(1000, if long { 10_000 } else { 3000 }).await;
+            pg.ctl_start()?;
+            let recovered = pg.log().contains("not properly shut down");
+            n.note(format!("pg_ctl start; crash recovery ran: {recovered}"));
+        }
         Scenario::S12 | Scenario::S13 => {
             n.note("backend fault knobs active for the whole run");
         }
@@ -477,6 +495,13 @@ fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<Verdict
                 .any(|f| f.contains("admissions committed: true")),
             format!("{faults:?}"),
         ),
+        Scenario::S11 => push(
+            "Postgres was stopped without a checkpoint and recovered",
+            faults
+                .iter()
+                .any(|f| f.contains("crash recovery ran: true")),
+            format!("{faults:?}"),
+        ),
         Scenario::S5 => push(
             "the standby took the lock while the old leader was stopped",
             faults.iter().any(|f| f.contains("standby leading: Some")),
@@ -520,7 +545,7 @@ pub async fn run_scenario(
     let tenancy = provision(&api, &t.key, 3).await?;
     seconds.insert("start".to_owned(), t_all.elapsed().as_secs_f64());
 
-    let pool = t.db.store().pool().clone();
+    let pool = t.db.pool();
     let probe = QuotaProbe::start(pool.clone());
     let client = Client::new(&t.url(), Duration::from_secs(8))?;
     let mut wopts = WorkloadOpts::default();

@@ -40,10 +40,13 @@ pub struct NoisyOpts {
     pub flood_rate: f64,
     /// Largest allowed ratio flood/quiet of the victim's create p99 (the p50's is reported).
     pub max_ratio: f64,
+    /// ... unless the p99s differ by less than this (ms): a 9 ms quiet p99 doubled is
+    /// scheduler noise on a shared 2-core machine, not a neighbour's doing.
+    pub slack_ms: f64,
 }
 
 impl NoisyOpts {
-    /// The CI version: 12 s of each condition in 3 alternating window pairs, 4 creates/s,
+    /// The CI version: 12 s of each condition in 3 alternating window pairs, 6 creates/s,
     /// 6 flooders at 300 requests/s in all (10× the flooder key's limit), ratio 2.
     pub fn new(binary: PathBuf, seed: u64) -> NoisyOpts {
         NoisyOpts {
@@ -51,10 +54,11 @@ impl NoisyOpts {
             seed,
             phase: Duration::from_secs(12),
             windows: 3,
-            victim_rate: 4.0,
+            victim_rate: 6.0,
             flooders: 6,
             flood_rate: 300.0,
             max_ratio: 2.0,
+            slack_ms: 25.0,
         }
     }
 }
@@ -350,7 +354,7 @@ pub async fn run_noisy(o: NoisyOpts) -> Result<NoisyReport, LoadError> {
         .build()
         .map_err(|e| LoadError::http("client", e))?;
     let base = t.url();
-    let pool = t.db.store().pool().clone();
+    let pool = t.db.pool();
     // Hostile bodies (some oversized) on connections of their own: the server may close a
     // connection it answered early, and a pooled one reused after that is the client's race,
     // not an answer.
@@ -509,10 +513,12 @@ pub async fn run_noisy(o: NoisyOpts) -> Result<NoisyReport, LoadError> {
     let p50_ratio = ratio(flood.create.p50_ms, quiet.create.p50_ms);
     let p99_ratio = ratio(flood.create.p99_ms, quiet.create.p99_ms);
     let mut failures = Vec::new();
-    if p99_ratio > o.max_ratio {
+    if p99_ratio > o.max_ratio && flood.create.p99_ms - quiet.create.p99_ms > o.slack_ms {
         failures.push(format!(
-            "victim create p99 x{p99_ratio:.2} > x{}",
-            o.max_ratio
+            "victim create p99 x{p99_ratio:.2} > x{} and {:.1} ms > {} ms above quiet",
+            o.max_ratio,
+            flood.create.p99_ms - quiet.create.p99_ms,
+            o.slack_ms
         ));
     }
     for (name, p) in [("quiet", &quiet), ("flood", &flood)] {

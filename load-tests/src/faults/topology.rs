@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use differently_bus::testing::find_nats_server;
 use differently_store::testing::TestDb;
+use sqlx::PgPool;
 use tempfile::TempDir;
 
 use crate::cluster::{free_port, generate_key, preflight};
+use crate::faults::pg::PrivatePg;
 use crate::faults::procs::{Nats, Spawned};
 use crate::LoadError;
 
@@ -22,6 +24,53 @@ const SCRUB: &[&str] = &[
     "DIFFERENTLY_NATS_URL",
     "DIFFERENTLY_FAULT_PAUSE",
 ];
+
+/// The run's database: a fresh one on the machine's Postgres, or a private cluster's.
+pub enum RunDb {
+    /// `TestDb` on the machine's Postgres (dropped after the run).
+    Shared(Box<TestDb>),
+    /// The `postgres` database of a private cluster the nemesis may stop (S11).
+    Private {
+        /// The cluster.
+        pg: PrivatePg,
+        /// A lazy pool on it (reconnects after a stop).
+        pool: PgPool,
+    },
+}
+
+impl RunDb {
+    /// Its URL.
+    pub fn url(&self) -> String {
+        match self {
+            RunDb::Shared(t) => t.url().to_owned(),
+            RunDb::Private { pg, .. } => pg.url(),
+        }
+    }
+
+    /// Its database name.
+    pub fn name(&self) -> String {
+        match self {
+            RunDb::Shared(t) => t.name().to_owned(),
+            RunDb::Private { .. } => "postgres".to_owned(),
+        }
+    }
+
+    /// A pool on it (clones share connections).
+    pub fn pool(&self) -> PgPool {
+        match self {
+            RunDb::Shared(t) => t.store().pool().clone(),
+            RunDb::Private { pool, .. } => pool.clone(),
+        }
+    }
+
+    /// The private cluster, if this run has one.
+    pub fn private(&self) -> Option<&PrivatePg> {
+        match self {
+            RunDb::Private { pg, .. } => Some(pg),
+            RunDb::Shared(_) => None,
+        }
+    }
+}
 
 /// How the cluster is configured.
 #[derive(Debug, Clone)]
@@ -46,6 +95,8 @@ pub struct TopologyOpts {
     pub log_level: String,
     /// `[scheduler] provisioning_timeout_seconds`.
     pub provisioning_timeout_seconds: u64,
+    /// Run on a private Postgres cluster (S11) instead of the machine's.
+    pub private_pg: bool,
 }
 
 impl TopologyOpts {
@@ -62,6 +113,7 @@ impl TopologyOpts {
             fault_pause: BTreeMap::new(),
             log_level: "info".to_owned(),
             provisioning_timeout_seconds: 15,
+            private_pg: false,
         }
     }
 }
@@ -73,7 +125,7 @@ pub struct Topology {
     /// The private nats-server.
     pub nats: Nats,
     /// The run's database.
-    pub db: TestDb,
+    pub db: RunDb,
     /// Config, logs, ledger.
     pub dir: TempDir,
     /// The fake backend's ledger.
@@ -106,7 +158,17 @@ impl Topology {
     pub async fn start(opts: TopologyOpts) -> Result<Topology, LoadError> {
         preflight().await?;
         let nats_bin = find_nats_server().map_err(LoadError::Preflight)?;
-        let db = TestDb::new().await;
+        let db = if opts.private_pg {
+            let pg = PrivatePg::start()?;
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_lazy(&pg.url())
+                .map_err(|e| LoadError::db("a pool on the private cluster", e))?;
+            RunDb::Private { pg, pool }
+        } else {
+            RunDb::Shared(Box::new(TestDb::new().await))
+        };
         let dir = tempfile::Builder::new()
             .prefix("differently-faults-")
             .tempdir()
@@ -338,7 +400,7 @@ capabilities = ["exec"]
     /// Terminates every Postgres session of the run's database except the caller's
     /// (`pg_terminate_backend`); returns how many were ended.
     pub async fn terminate_db_sessions(&self) -> Result<u64, LoadError> {
-        let pool = self.db.store().pool().clone();
+        let pool = self.db.pool();
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
              WHERE datname = $1 AND pid <> pg_backend_pid()) t",
@@ -364,7 +426,7 @@ impl Topology {
     /// Ends only the leader's lock session (what a partition between the leader and
     /// Postgres does to it), so a standby can take the lock; returns how many ended.
     pub async fn terminate_leader_lease(&self) -> Result<u64, LoadError> {
-        let pool = self.db.store().pool().clone();
+        let pool = self.db.pool();
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM (SELECT pg_terminate_backend(l.pid) FROM pg_locks l
              JOIN pg_stat_activity a ON a.pid = l.pid
