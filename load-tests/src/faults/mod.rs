@@ -41,8 +41,8 @@ pub enum Scenario {
     S3,
     /// kill -9 the placement leader under load, repeatedly; the standby takes over.
     S4,
-    /// Zombie leader: SIGSTOP it, end its lock session (as a partition would), let the
-    /// standby lead, then SIGCONT the old one.
+    /// Zombie leader: SIGSTOP it until a standby leads (its lock session is idle-bounded),
+    /// then SIGCONT the old one.
     S5,
     /// nats-server kill -9 and restart under load.
     S6,
@@ -295,11 +295,17 @@ async fn nemesis(
             let who = t.leader().unwrap_or_else(|| "scheduler-0".to_owned());
             t.proc(&who)?.pause()?;
             n.note(format!("SIGSTOP leader {who}"));
-            n.sleep_ms(500, 1000).await;
-            let ended = t.terminate_leader_lease().await?;
-            n.note(format!("terminated {who}'s lock session ({ended} session)"));
-            let other = wait_for_new_leader(t, &who, Duration::from_secs(10)).await;
-            n.note(format!("standby leading: {other:?}"));
+            // A stopped process keeps its Postgres session open; the store bounds the lock
+            // session's idle time, so a standby must lead on the stop alone.
+            let bound = differently_store::postgres::LEADER_IDLE_TIMEOUT_SECONDS + 5;
+            let alone = wait_for_new_leader(t, &who, Duration::from_secs(bound)).await;
+            n.note(format!("standby leading on the SIGSTOP alone: {alone:?}"));
+            if alone.is_none() {
+                let ended = t.terminate_leader_lease().await?;
+                n.note(format!("terminated {who}'s lock session ({ended} session)"));
+                let other = wait_for_new_leader(t, &who, Duration::from_secs(10)).await;
+                n.note(format!("standby leading after that: {other:?}"));
+            }
             n.sleep_ms(2000, 4000).await;
             t.proc(&who)?.resume()?;
             n.note(format!("SIGCONT {who} (zombie)"));
@@ -503,8 +509,10 @@ fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<Verdict
             format!("{faults:?}"),
         ),
         Scenario::S5 => push(
-            "the standby took the lock while the old leader was stopped",
-            faults.iter().any(|f| f.contains("standby leading: Some")),
+            "a standby took the lock on the old leader's SIGSTOP alone (idle-bounded lock session)",
+            faults
+                .iter()
+                .any(|f| f.contains("standby leading on the SIGSTOP alone: Some")),
             format!("{faults:?}"),
         ),
         Scenario::S12 => push(

@@ -381,11 +381,9 @@ impl Workload {
                         settled = true;
                         break;
                     }
-                    Answer::Status(s, _) if s < 500 && s != 429 => {
-                        // Refused: not deleted, so it must still be running.
-                        settled = true;
-                        break;
-                    }
+                    // Refused now (e.g. it is already terminating or gone): the first,
+                    // unanswered delete may well have taken effect, so either end is right.
+                    Answer::Status(s, _) if s < 500 && s != 429 => break,
                     _ => tokio::time::sleep(Duration::from_millis(500)).await,
                 }
             }
