@@ -38,15 +38,16 @@ pub struct NoisyOpts {
     /// limited to 30/s, so anything above is refused traffic; unbounded, a debug build on a
     /// shared 2-core machine measures CPU contention rather than tenant isolation.
     pub flood_rate: f64,
-    /// Largest allowed ratio flood/quiet of the victim's create p99 (the p50's is reported).
+    /// Largest allowed ratio flood/quiet of the victim's create p95 (p50 and p99 are
+    /// reported).
     pub max_ratio: f64,
-    /// ... unless the p99s differ by less than this (ms): a 9 ms quiet p99 doubled is
+    /// ... unless the p95s differ by less than this (ms): a 9 ms quiet p99 doubled is
     /// scheduler noise on a shared 2-core machine, not a neighbour's doing.
     pub slack_ms: f64,
 }
 
 impl NoisyOpts {
-    /// The CI version: 12 s of each condition in 3 alternating window pairs, 6 creates/s,
+    /// The CI version: 12 s of each condition in 3 alternating window pairs, 8 creates/s,
     /// 6 flooders at 300 requests/s in all (10× the flooder key's limit), ratio 2.
     pub fn new(binary: PathBuf, seed: u64) -> NoisyOpts {
         NoisyOpts {
@@ -54,7 +55,7 @@ impl NoisyOpts {
             seed,
             phase: Duration::from_secs(12),
             windows: 3,
-            victim_rate: 6.0,
+            victim_rate: 8.0,
             flooders: 6,
             flood_rate: 300.0,
             max_ratio: 2.0,
@@ -119,6 +120,8 @@ pub struct NoisyReport {
     pub flood: VictimPhase,
     /// flood p50 / quiet p50 of the victim's create latency.
     pub p50_ratio: f64,
+    /// flood p95 / quiet p95 (the judged figure).
+    pub p95_ratio: f64,
     /// flood p99 / quiet p99.
     pub p99_ratio: f64,
     /// Requests the flooder sent, and how they were answered.
@@ -143,12 +146,15 @@ impl NoisyReport {
     /// Terminal rendering.
     pub fn render(&self) -> String {
         format!(
-            "noisy neighbour seed={} {}\n  victim create p50 {:.1} ms -> {:.1} ms (x{:.2}), p99 {:.1} ms -> {:.1} ms (x{:.2})\n  victim running {}/{} quiet, {}/{} flood; victim 429s {} / {}; ttl->terminated {:?} s quiet, {:?} s flood\n  flooder {} requests, {} x 429, {} x 5xx, {} unanswered; victim key after forged failures: HTTP {}\n{}",
+            "noisy neighbour seed={} {}\n  victim create p50 {:.1} ms -> {:.1} ms (x{:.2}), p95 {:.1} ms -> {:.1} ms (x{:.2}), p99 {:.1} ms -> {:.1} ms (x{:.2})\n  victim running {}/{} quiet, {}/{} flood; victim 429s {} / {}; ttl->terminated {:?} s quiet, {:?} s flood\n  flooder {} requests, {} x 429, {} x 5xx, {} unanswered; victim key after forged failures: HTTP {}\n{}",
             self.seed,
             if self.ok { "OK" } else { "FAILED" },
             self.quiet.create.p50_ms,
             self.flood.create.p50_ms,
             self.p50_ratio,
+            self.quiet.create.p95_ms,
+            self.flood.create.p95_ms,
+            self.p95_ratio,
             self.quiet.create.p99_ms,
             self.flood.create.p99_ms,
             self.p99_ratio,
@@ -513,11 +519,14 @@ pub async fn run_noisy(o: NoisyOpts) -> Result<NoisyReport, LoadError> {
     let p50_ratio = ratio(flood.create.p50_ms, quiet.create.p50_ms);
     let p99_ratio = ratio(flood.create.p99_ms, quiet.create.p99_ms);
     let mut failures = Vec::new();
-    if p99_ratio > o.max_ratio && flood.create.p99_ms - quiet.create.p99_ms > o.slack_ms {
+    // Judged on p95: with ~100 samples per condition the p99 is the single slowest create,
+    // which on a shared machine is as often in the quiet windows as in the flood ones.
+    let p95_ratio = ratio(flood.create.p95_ms, quiet.create.p95_ms);
+    if p95_ratio > o.max_ratio && flood.create.p95_ms - quiet.create.p95_ms > o.slack_ms {
         failures.push(format!(
-            "victim create p99 x{p99_ratio:.2} > x{} and {:.1} ms > {} ms above quiet",
+            "victim create p95 x{p95_ratio:.2} > x{} and {:.1} ms > {} ms above quiet",
             o.max_ratio,
-            flood.create.p99_ms - quiet.create.p99_ms,
+            flood.create.p95_ms - quiet.create.p95_ms,
             o.slack_ms
         ));
     }
@@ -565,6 +574,7 @@ pub async fn run_noisy(o: NoisyOpts) -> Result<NoisyReport, LoadError> {
         quiet,
         flood,
         p50_ratio,
+        p95_ratio,
         p99_ratio,
         flooder_requests: sent,
         flooder_429: n429,
