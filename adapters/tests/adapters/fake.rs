@@ -654,15 +654,24 @@ async fn time_out_after_acting_leaves_the_effect_and_a_retry_finds_it() {
         });
         let (sbx, inst) = (SandboxId::new(), InstallationId::new());
         let first = a.create(&create_req(&sbx, &inst)).await;
-        assert!(matches!(first, Err(AdapterError::Transient(_))), "{first:?}");
-        assert!(a.find(&sbx).await.expect("find").is_some(), "the create acted");
+        assert!(
+            matches!(first, Err(AdapterError::Transient(_))),
+            "{first:?}"
+        );
+        assert!(
+            a.find(&sbx).await.expect("find").is_some(),
+            "the create acted"
+        );
         let again = a.create(&create_req(&sbx, &inst)).await.expect("retry");
         assert_eq!(created_count(&a.ledger(), &sbx), 1);
         assert_eq!(again.sandbox_id, sbx);
 
         let gone = a.delete(&sbx).await;
         assert!(matches!(gone, Err(AdapterError::Transient(_))), "{gone:?}");
-        assert!(a.find(&sbx).await.expect("find").is_none(), "the delete acted");
+        assert!(
+            a.find(&sbx).await.expect("find").is_none(),
+            "the delete acted"
+        );
         a.delete(&sbx).await.expect("retried delete answers ok");
         let outcomes: Vec<_> = a
             .ledger()
@@ -693,8 +702,18 @@ async fn only_the_first_create_of_a_sandbox_hangs() {
     let (sbx, inst) = (SandboxId::new(), InstallationId::new());
     let t = std::time::Instant::now();
     a.create(&create_req(&sbx, &inst)).await.expect("create");
-    assert!(t.elapsed() >= Duration::from_millis(300), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
     let t = std::time::Instant::now();
-    a.create(&create_req(&sbx, &inst)).await.expect("create again");
-    assert!(t.elapsed() < Duration::from_millis(300), "{:?}", t.elapsed());
+    a.create(&create_req(&sbx, &inst))
+        .await
+        .expect("create again");
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
 }
