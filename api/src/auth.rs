@@ -316,12 +316,17 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        // What keeps failing authentication is slowed down before any lookup: that key id,
-        // or malformed keys from that address. The bootstrap key is matched in memory first
-        // and never throttled, so the operator cannot be locked out.
+        // What keeps failing authentication is slowed down: malformed keys from that address
+        // before any lookup; a key id with no failure left gets 429 instead of 401 for a
+        // wrong secret, but its right secret is still accepted: a key id is not a secret (it
+        // is in audit records and key listings), so refusing the valid key would let anyone
+        // who saw the id lock its owner out. Checking costs what a fresh key id costs any
+        // caller (one lookup, cached for the auth cache's TTL). The bootstrap key is matched
+        // in memory first and never throttled, so the operator cannot be locked out.
         let scope = failure_scope(parts, state);
         let bootstrap = bearer(parts).is_some_and(|t| state.bootstrap_key.matches(t));
-        if let Some(wait) = state.auth_failures.throttled(&scope).filter(|_| !bootstrap) {
+        let throttled = state.auth_failures.throttled(&scope).filter(|_| !bootstrap);
+        let refuse = |wait, scope: &FailureScope| {
             let message = match scope {
                 FailureScope::KeyId(_) => {
                     "too many failed authentications with this key id; retry later"
@@ -330,14 +335,20 @@ impl FromRequestParts<AppState> for Principal {
                     "too many malformed or missing API keys from this address; retry later"
                 }
             };
-            return Err(too_many(wait, ErrorCode::RateLimited, message)
-                .with_details(serde_json::json!({ "scope": scope.name() })));
+            too_many(wait, ErrorCode::RateLimited, message)
+                .with_details(serde_json::json!({ "scope": scope.name() }))
+        };
+        if let (Some(wait), FailureScope::Addr(_)) = (throttled, &scope) {
+            return Err(refuse(wait, &scope));
         }
         let principal = match authenticate(parts, state).await {
             Ok(p) => p,
             Err(e) => {
                 if e.code == ErrorCode::Unauthenticated {
                     state.auth_failures.failed(&scope);
+                    if let Some(wait) = throttled {
+                        return Err(refuse(wait, &scope));
+                    }
                 }
                 return Err(e);
             }

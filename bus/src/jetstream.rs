@@ -2,15 +2,23 @@
 //!
 //! Work-queue streams are consumed through durable pull consumers with explicit acks; the
 //! event stream is read through ephemeral ordered consumers starting at a sequence.
+//!
+//! A server that lost its store (a wiped or replaced data directory: "amnesia") comes back
+//! without the streams. Every stream this bus has ensured is remembered, and a bind, event
+//! read or publish that finds its stream missing recreates it and tries once more, so the
+//! processes recover by themselves instead of retrying "stream not found" forever; what the
+//! lost store held is re-sent from Postgres by the scheduler's repair.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{
     self,
     consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer},
-    stream::{Config as StreamConfig, RetentionPolicy, StorageType},
-    AckKind, Context,
+    context::{GetStreamError, GetStreamErrorKind, PublishErrorKind},
+    stream::{Config as StreamConfig, RetentionPolicy, StorageType, Stream},
+    AckKind, Context, ErrorCode,
 };
 use async_nats::HeaderMap;
 use async_trait::async_trait;
@@ -72,6 +80,21 @@ pub fn check_server_version(version: &str) -> Result<(), BusError> {
     }
 }
 
+/// Whether NATS subject `subject` matches `pattern` (`*` one token, `>` the rest).
+fn subject_matches(pattern: &str, subject: &str) -> bool {
+    let mut p = pattern.split('.');
+    let mut t = subject.split('.');
+    loop {
+        match (p.next(), t.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
 /// A short, stable label of why a publish was not stored, for the failures metric.
 fn publish_failure_kind(e: &jetstream::context::PublishError) -> &'static str {
     use jetstream::context::PublishErrorKind as K;
@@ -98,6 +121,13 @@ pub struct JetStreamBus {
     reconnects: tokio::sync::watch::Receiver<u64>,
     replicas: usize,
     fetch_batch: usize,
+    /// Streams ensured so far, to recreate after a server lost its store.
+    known: Arc<Mutex<Vec<StreamDef>>>,
+}
+
+/// The server answered "stream not found".
+fn stream_missing(e: &GetStreamError) -> bool {
+    matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// How long a consumer or stream set-up request waits before it is retried.
@@ -246,6 +276,7 @@ pub async fn connect_with(url: &str, opts: ConnectOptions) -> Result<JetStreamBu
         reconnects,
         replicas: opts.replicas.max(1),
         fetch_batch: DEFAULT_FETCH_BATCH,
+        known: Arc::new(Mutex::new(Vec::new())),
     })
 }
 
@@ -350,13 +381,62 @@ impl JetStreamBus {
         Ok(())
     }
 
+    /// After a publish to `subject` found no stream: if the stream this bus ensured for that
+    /// subject is really gone from the server (its store was lost), recreates it and says so.
+    /// A stream that is only electing a leader answers no lookup either way and is left alone,
+    /// so an election costs one short lookup, not a re-creation.
+    async fn recreate_lost_stream_for(&self, subject: &str) -> bool {
+        let Some(def) = self
+            .known()
+            .into_iter()
+            .find(|d| d.subjects.iter().any(|p| subject_matches(p, subject)))
+        else {
+            return false;
+        };
+        match self.setup.get_stream(&def.name).await {
+            Err(e) if stream_missing(&e) => {
+                tracing::warn!(stream = %def.name, %subject, "bus: no stream for the subject (store lost?); recreating it");
+                match self.ensure_stream(&def).await {
+                    Ok(()) => true,
+                    Err(re) => {
+                        tracing::warn!(stream = %def.name, error = %re, "bus: cannot recreate the stream");
+                        false
+                    }
+                }
+            }
+            _ => false,
+        }
+    }
+
+    fn known(&self) -> Vec<StreamDef> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `get_stream` (with the short set-up timeout), recreating a stream this bus ensured
+    /// before if the server lost it.
+    async fn stream(&self, name: &str) -> Result<Stream, GetStreamError> {
+        match self.setup.get_stream(name).await {
+            Err(e) if stream_missing(&e) => {
+                let Some(def) = self.known().into_iter().find(|d| d.name == name) else {
+                    return Err(e);
+                };
+                tracing::warn!(stream = %name, "bus: stream missing on the server (store lost?); recreating it");
+                if let Err(re) = self.ensure_stream(&def).await {
+                    tracing::warn!(stream = %name, error = %re, "bus: cannot recreate the stream");
+                    return Err(e);
+                }
+                self.setup.get_stream(name).await
+            }
+            other => other,
+        }
+    }
+
     async fn consumer(&self, def: &ConsumerDef) -> Result<PullConsumer, BusError> {
         let setup = |what: &str, e: &dyn std::fmt::Display| {
             BusError::Setup(format!("consumer {}/{} {what}: {e}", def.stream, def.durable).into())
         };
         let stream = self
-            .setup
-            .get_stream(&def.stream)
+            .stream(&def.stream)
             .await
             .map_err(|e| setup("stream", &e))?;
         let want = pull::Config {
@@ -393,6 +473,10 @@ impl Bus for JetStreamBus {
     async fn ensure_streams(&self, naming: &Naming) -> Result<(), BusError> {
         for def in naming.streams() {
             self.ensure_stream(&def).await?;
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            if !known.iter().any(|k| k.name == def.name) {
+                known.push(def);
+            }
         }
         Ok(())
     }
@@ -403,27 +487,43 @@ impl Bus for JetStreamBus {
         msg_id: &str,
         payload: Bytes,
     ) -> Result<Published, BusError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
-        let ack = self
-            .js
-            .publish_with_headers(subject.to_owned(), headers, payload)
-            .await
-            .map_err(|e| BusError::Publish(Detail::caused(format!("{subject}: {e}"), e)))?;
-        let ack = match ack.await {
+        let mut recreated = false;
+        loop {
+            let mut headers = HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id);
+            let ack = self
+                .js
+                .publish_with_headers(subject.to_owned(), headers, payload.clone())
+                .await
+                .map_err(|e| BusError::Publish(Detail::caused(format!("{subject}: {e}"), e)))?;
+            let e = match ack.await {
+                Ok(ack) => {
+                    return Ok(if ack.duplicate {
+                        Published::Duplicate
+                    } else {
+                        Published::Stored
+                    })
+                }
+                Err(e) => e,
+            };
             // Another publish of this very message id is being stored right now (a retry
             // raced the original; JetStream error 10158): it will be stored once, which is
             // what a duplicate means.
-            Err(e) if e.to_string().contains("duplicate message id is in process") => {
+            if e.to_string().contains("duplicate message id is in process") {
                 return Ok(Published::Duplicate);
             }
-            other => other,
-        };
-        let ack = ack.map_err(|e| {
-            // "No stream found" is the client's word for "no responders": in a cluster, the
-            // stream's leader is being elected; say so rather than suggest a missing stream.
+            // "No stream found" is the client's word for "no responders": either the
+            // server lost its store (recreate what this bus ensured, publish once more) or,
+            // in a cluster, the stream's leader is being elected (say so; the caller retries).
+            if e.kind() == PublishErrorKind::StreamNotFound
+                && !recreated
+                && self.recreate_lost_stream_for(subject).await
+            {
+                recreated = true;
+                continue;
+            }
             let why = match e.kind() {
-                jetstream::context::PublishErrorKind::StreamNotFound => {
+                PublishErrorKind::StreamNotFound => {
                     "no stream leader answered (an election in progress, or the stream is \
                      missing)"
                         .to_owned()
@@ -432,13 +532,11 @@ impl Bus for JetStreamBus {
             };
             metrics::counter!("differently_bus_publish_failures_total", "why" => publish_failure_kind(&e))
                 .increment(1);
-            BusError::Publish(Detail::caused(format!("{subject}: not stored: {why}"), e))
-        })?;
-        Ok(if ack.duplicate {
-            Published::Duplicate
-        } else {
-            Published::Stored
-        })
+            return Err(BusError::Publish(Detail::caused(
+                format!("{subject}: not stored: {why}"),
+                e,
+            )));
+        }
     }
 
     async fn pull(&self, consumer: &ConsumerDef) -> Result<Box<dyn Pull>, BusError> {
@@ -485,8 +583,7 @@ impl JetStreamBus {
         after: Option<u64>,
     ) -> Result<(BoxStream<'static, Result<Event, BusError>>, u64), BusError> {
         let s = self
-            .setup
-            .get_stream(stream)
+            .stream(stream)
             .await
             .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
         // "From now" is pinned to a sequence, so a reader made again later resumes exactly
@@ -727,6 +824,17 @@ impl Acker for JetStreamAcker {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn subjects_match_patterns_token_by_token() {
+        assert!(super::subject_matches("dly.work.>", "dly.work.fake.create"));
+        assert!(super::subject_matches("dly.admit.*", "dly.admit.org_1"));
+        assert!(!super::subject_matches("dly.admit.*", "dly.admit.org_1.x"));
+        assert!(!super::subject_matches("dly.work.>", "dly.work"));
+        assert!(!super::subject_matches("dly.evt.>", "dlyx.evt.a"));
+        assert!(super::subject_matches("a.b", "a.b"));
+    }
+
     use super::*;
 
     #[test]

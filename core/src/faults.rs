@@ -7,6 +7,8 @@ use std::time::Duration;
 
 /// After the worker's backend create returned and before the activation commit.
 pub const WORKER_AFTER_CREATE: &str = "worker.after_create";
+/// After the worker's backend delete returned and before the `terminated` commit.
+pub const WORKER_AFTER_DELETE: &str = "worker.after_delete";
 /// After the worker's start of a stopped sandbox reserved its room (the row is `running`) and
 /// before the backend start.
 pub const WORKER_AFTER_START_RESERVE: &str = "worker.after_start_reserve";

@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod dev;
 pub mod diag;
 pub mod error;
+pub mod faults;
 pub mod frames;
 pub mod generator;
 pub mod invariants;

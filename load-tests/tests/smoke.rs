@@ -6,46 +6,11 @@
 //! from this workspace's target directory, building it when it is missing.
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use differently_load_tests::report::REQUIRED_FIGURES;
 use differently_load_tests::{run, Plan};
 
-/// `target/debug/differently` of this workspace (respecting `CARGO_TARGET_DIR`), built with
-/// `cargo build -p differently` when it is missing.
-fn differently_binary() -> PathBuf {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("load-tests sits inside the workspace")
-        .to_owned();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|t| {
-            if t.is_absolute() {
-                t
-            } else {
-                workspace.join(t)
-            }
-        })
-        .unwrap_or_else(|| workspace.join("target"));
-    let binary = target.join("debug").join("differently");
-    if !binary.is_file() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "differently"])
-            .current_dir(&workspace)
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run `cargo build -p differently`: {e}"));
-        assert!(
-            status.success() && binary.is_file(),
-            "{} is missing and `cargo build -p differently` did not produce it ({status}); \
-             build it first with `cargo build -p differently`",
-            binary.display()
-        );
-    }
-    binary
-}
+mod support;
+use support::differently_binary;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smoke_run_has_every_figure_and_the_invariants_hold() {

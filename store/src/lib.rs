@@ -29,7 +29,7 @@ pub mod usage;
 
 /// The Postgres store under its public path.
 pub mod postgres {
-    pub use crate::pg::{PgStore, MIGRATIONS};
+    pub use crate::pg::{PgStore, LEADER_IDLE_TIMEOUT_SECONDS, MIGRATIONS};
 }
 
 pub use activation::{Activation, ActivationItem, ActivationStore, PoolSlot};

@@ -327,7 +327,12 @@ impl WorkerGroup {
     ) -> Ack {
         let deleted = with_progress(acker, self.config.ack_wait, self.adapter().delete(id)).await;
         match deleted {
-            Ok(()) | Err(AdapterError::NotFound) => {}
+            Ok(()) | Err(AdapterError::NotFound) => {
+                if let Some(pause) = self.faults.pause_at(faults::WORKER_AFTER_DELETE) {
+                    tracing::warn!(sandbox = %id, ?pause, "fault point: pausing after delete");
+                    tokio::time::sleep(pause).await;
+                }
+            }
             Err(e) => {
                 // Deletes never give up: a leaked sandbox costs money.
                 tracing::warn!(sandbox = %id, error = %e, attempt = delivered, "worker: delete failed; retrying");

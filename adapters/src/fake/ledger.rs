@@ -148,6 +148,8 @@ pub(super) struct State {
     pub(super) live: BTreeMap<SandboxId, LiveInstance>,
     /// `created` lines per sandbox, to number backend refs.
     pub(super) generations: HashMap<SandboxId, u64>,
+    /// Create lines of any outcome per sandbox (`FakeConfig::hang_first_create_ms`).
+    pub(super) create_calls: HashMap<SandboxId, u32>,
     /// Failed create lines per sandbox, for failure injection.
     pub(super) failed_creates: HashMap<SandboxId, u32>,
     /// Snapshot refs that exist.
@@ -186,6 +188,9 @@ impl State {
         };
         if let (Some(state), Some(live)) = (new_state, self.live.get_mut(sbx)) {
             live.state = state;
+        }
+        if e.op == LedgerOp::Create {
+            *self.create_calls.entry(sbx.clone()).or_default() += 1;
         }
         match (e.op, e.outcome) {
             (LedgerOp::Create, LedgerOutcome::Created) => {

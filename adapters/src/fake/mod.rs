@@ -15,7 +15,12 @@
 //! Failure injection: the first `failCreates` create calls per sandbox fail with
 //! `Transient` (counted from the ledger, so the count is shared across processes too);
 //! `unavailable` makes every call fail with `Unavailable` before it reaches the "backend", so
-//! such calls leave no ledger line.
+//! such calls leave no ledger line. For the fault suite (FAULTS.md S12, S13):
+//! `hangFirstCreateMs` makes the first create call of each sandbox (no create line in the
+//! ledger yet) sleep that long before acting, as a backend that hangs does; `timeOutAfterCreate`
+//! and `timeOutAfterDelete` make a call that *did* create (or delete) an instance answer
+//! `Transient` anyway, as a backend whose answer is lost after it acted does, so only the
+//! caller's retry (which then finds `existing` / `missing`) can tell what happened.
 //!
 //! `exec` does not run anything. It knows these programs:
 //! - `echo args…` → stdout is the args joined by a space plus `"\n"`, exit 0;
@@ -98,6 +103,12 @@ pub struct FakeConfig {
     /// The first N deletes of each snapshot fail with `Transient`, as OpenSandbox's
     /// `409 SNAPSHOT::DELETE_CONFLICT` does while a sandbox restored from it still runs.
     pub refuse_snapshot_deletes: u32,
+    /// The first create call of each sandbox sleeps this long before acting (a hung backend).
+    pub hang_first_create_ms: u64,
+    /// A create that made a new instance answers `Transient` (effect, then a lost answer).
+    pub time_out_after_create: bool,
+    /// A delete that removed an instance answers `Transient` (effect, then a lost answer).
+    pub time_out_after_delete: bool,
 }
 
 impl Default for FakeConfig {
@@ -112,6 +123,9 @@ impl Default for FakeConfig {
             fail_list: false,
             snapshot_ready_after: 0,
             refuse_snapshot_deletes: 0,
+            hang_first_create_ms: 0,
+            time_out_after_create: false,
+            time_out_after_delete: false,
         }
     }
 }
@@ -234,6 +248,53 @@ impl FakeAdapter {
                 tokio::task::spawn_blocking(move || {
                     let mut inner = this.lock_inner();
                     file_transact(&mut inner, &files, decide)
+                })
+                .await
+                .map_err(|e| {
+                    AdapterError::Transient(Reason::caused_by(
+                        format!("fake ledger task failed: {e}"),
+                        e,
+                    ))
+                })?
+                .map_err(|e| {
+                    AdapterError::Transient(Reason::caused_by(format!("fake ledger: {e}"), e))
+                })
+            }
+        }
+    }
+}
+
+impl FakeAdapter {
+    /// Reads the current state (other processes' lines included) without recording a line.
+    async fn peek<R, F>(&self, read: F) -> Result<R, AdapterError>
+    where
+        F: FnOnce(&State) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        match &self.files {
+            None => Ok(read(&self.lock_inner().state)),
+            Some(files) => {
+                let this = self.clone();
+                let files = files.clone();
+                tokio::task::spawn_blocking(move || -> io::Result<R> {
+                    let mut inner = this.lock_inner();
+                    let lock = OpenOptions::new()
+                        .create(true)
+                        .truncate(false)
+                        .write(true)
+                        .open(&files.lock)?;
+                    lock.lock()?;
+                    let result = (|| {
+                        let mut ledger = OpenOptions::new()
+                            .create(true)
+                            .read(true)
+                            .append(true)
+                            .open(&files.ledger)?;
+                        catch_up(&mut inner, &mut ledger)?;
+                        Ok(read(&inner.state))
+                    })();
+                    let _ = lock.unlock();
+                    result
                 })
                 .await
                 .map_err(|e| {
@@ -474,6 +535,15 @@ impl Adapter for FakeAdapter {
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
         self.check_available()?;
+        if self.config.hang_first_create_ms > 0 {
+            let sbx = req.sandbox_id.clone();
+            let first = self
+                .peek(move |state| !state.create_calls.contains_key(&sbx))
+                .await?;
+            if first {
+                tokio::time::sleep(Duration::from_millis(self.config.hang_first_create_ms)).await;
+            }
+        }
         self.latency().await;
         let sbx = req.sandbox_id.clone();
         let installation = req.installation_id.clone();
@@ -485,7 +555,7 @@ impl Adapter for FakeAdapter {
                 if let Some(live) = state.live.get(&sbx) {
                     e.outcome = LedgerOutcome::Existing;
                     e.backend_ref = Some(live.backend_ref.clone());
-                    return (e, Ok(instance_of(live)));
+                    return (e, Ok((instance_of(live), false)));
                 }
                 let failed = state.failed_creates.get(&sbx).copied().unwrap_or(0);
                 if failed < fail_creates {
@@ -509,9 +579,15 @@ impl Adapter for FakeAdapter {
                 e.backend_ref = Some(backend_ref.clone());
                 e.installation_id = Some(installation);
                 e.snapshot = from_snapshot;
-                (e, Ok(running(&sbx, &backend_ref)))
+                (e, Ok((running(&sbx, &backend_ref), true)))
             })
             .await??;
+        if self.config.time_out_after_create && created.1 {
+            return Err(AdapterError::transient(
+                "fake: create timed out (timeOutAfterCreate: the instance was made)".to_owned(),
+            ));
+        }
+        let created = created.0;
         if let (Some(snap), true) = (
             &req.from_snapshot,
             self.config.capabilities.iter().any(|c| c == "files"),
@@ -536,15 +612,23 @@ impl Adapter for FakeAdapter {
         self.check_available()?;
         self.latency().await;
         let sbx = sandbox_id.clone();
-        self.transact(move |state| {
-            let mut e = entry(LedgerOp::Delete, Some(sbx.clone()), LedgerOutcome::Deleted);
-            match state.live.get(&sbx) {
-                Some(live) => e.backend_ref = Some(live.backend_ref.clone()),
-                None => e.outcome = LedgerOutcome::Missing,
-            }
-            (e, ())
-        })
-        .await
+        let removed = self
+            .transact(move |state| {
+                let mut e = entry(LedgerOp::Delete, Some(sbx.clone()), LedgerOutcome::Deleted);
+                match state.live.get(&sbx) {
+                    Some(live) => e.backend_ref = Some(live.backend_ref.clone()),
+                    None => e.outcome = LedgerOutcome::Missing,
+                }
+                let removed = e.outcome == LedgerOutcome::Deleted;
+                (e, removed)
+            })
+            .await?;
+        if self.config.time_out_after_delete && removed {
+            return Err(AdapterError::transient(
+                "fake: delete timed out (timeOutAfterDelete: the instance was removed)".to_owned(),
+            ));
+        }
+        Ok(())
     }
 
     async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError> {

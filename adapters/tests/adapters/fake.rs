@@ -637,3 +637,83 @@ async fn files_snapshots_fork_and_ports() {
     let left = ep.expires_at.expect("expiry") - chrono::Utc::now();
     assert!(left.num_seconds() > 50 && left.num_seconds() <= 60);
 }
+
+/// The fault suite's S13 knobs: the backend acts, then the caller hears a timeout; only a
+/// retry tells what happened (the create finds the instance, the delete finds none).
+#[tokio::test]
+async fn time_out_after_acting_leaves_the_effect_and_a_retry_finds_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for config in [
+        FakeConfig::default(),
+        with_ledger(&dir.path().join("t.jsonl")),
+    ] {
+        let a = fake(FakeConfig {
+            time_out_after_create: true,
+            time_out_after_delete: true,
+            ..config
+        });
+        let (sbx, inst) = (SandboxId::new(), InstallationId::new());
+        let first = a.create(&create_req(&sbx, &inst)).await;
+        assert!(
+            matches!(first, Err(AdapterError::Transient(_))),
+            "{first:?}"
+        );
+        assert!(
+            a.find(&sbx).await.expect("find").is_some(),
+            "the create acted"
+        );
+        let again = a.create(&create_req(&sbx, &inst)).await.expect("retry");
+        assert_eq!(created_count(&a.ledger(), &sbx), 1);
+        assert_eq!(again.sandbox_id, sbx);
+
+        let gone = a.delete(&sbx).await;
+        assert!(matches!(gone, Err(AdapterError::Transient(_))), "{gone:?}");
+        assert!(
+            a.find(&sbx).await.expect("find").is_none(),
+            "the delete acted"
+        );
+        a.delete(&sbx).await.expect("retried delete answers ok");
+        let outcomes: Vec<_> = a
+            .ledger()
+            .iter()
+            .filter(|e| e.op != LedgerOp::Find)
+            .map(|e| (e.op, e.outcome))
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                (LedgerOp::Create, LedgerOutcome::Created),
+                (LedgerOp::Create, LedgerOutcome::Existing),
+                (LedgerOp::Delete, LedgerOutcome::Deleted),
+                (LedgerOp::Delete, LedgerOutcome::Missing),
+            ]
+        );
+    }
+}
+
+/// The fault suite's S12 knob: only a sandbox's first create call hangs.
+#[tokio::test]
+async fn only_the_first_create_of_a_sandbox_hangs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = fake(FakeConfig {
+        hang_first_create_ms: 300,
+        ..with_ledger(&dir.path().join("h.jsonl"))
+    });
+    let (sbx, inst) = (SandboxId::new(), InstallationId::new());
+    let t = std::time::Instant::now();
+    a.create(&create_req(&sbx, &inst)).await.expect("create");
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    let t = std::time::Instant::now();
+    a.create(&create_req(&sbx, &inst))
+        .await
+        .expect("create again");
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+}

@@ -69,6 +69,37 @@ async fn a_valid_key_works_while_another_key_id_is_throttled() {
     assert_error(&other, StatusCode::UNAUTHORIZED, "unauthenticated");
 }
 
+/// Found by the fault suite's noisy-neighbour test: wrong secrets sent under another
+/// tenant's key id (ids are not secret: audit records and key listings show them) used to
+/// lock that tenant's valid key out with 429 for as long as the failures kept coming.
+#[tokio::test]
+async fn a_valid_key_works_while_its_own_key_id_is_throttled() {
+    let api = api().await;
+    let tenant = api.key_with(None, &["sandboxes:read"]).await;
+    let (id, _) = tenant.rsplit_once('_').unwrap();
+    let stranger = differently_api::generate_key();
+    let (_, wrong_secret) = stranger.rsplit_once('_').unwrap();
+    let forged = format!("{id}_{wrong_secret}");
+    let refused = exhaust(&api, "192.0.2.9", &forged, None).await;
+    assert_eq!(
+        refused.body["error"]["details"]["scope"], "key",
+        "{}",
+        refused.body
+    );
+    for peer in ["192.0.2.9", "192.0.2.10"] {
+        let a = list(&api, peer, &tenant, None).await;
+        assert_eq!(
+            a.status,
+            StatusCode::OK,
+            "the valid key from {peer}: {}",
+            a.body
+        );
+    }
+    // The wrong secret stays throttled.
+    let again = list(&api, "192.0.2.9", &forged, None).await;
+    assert_error(&again, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+}
+
 #[tokio::test]
 async fn malformed_keys_are_throttled_per_address_without_blocking_valid_keys() {
     let api = api().await;

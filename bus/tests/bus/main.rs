@@ -811,3 +811,41 @@ async fn typed_events_skip_what_does_not_decode(h: Harness) {
     assert_eq!(first.subject, subject);
     assert!(first.seq >= 2, "seq {}", first.seq);
 }
+
+/// A server that lost its whole store ("amnesia", FAULTS.md S7) comes back without streams;
+/// the bus must recreate them itself, so a publish and a consumer bind work again without a
+/// process restart (they used to fail with "stream not found" forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_recreates_streams_after_the_server_lost_its_store() {
+    let mut h = Harness::jetstream().await;
+    h.publish(&h.work("a"), "before", "old").await;
+    {
+        let server = h.server.as_mut().expect("server");
+        server.stop();
+        std::fs::remove_dir_all(server.store_dir()).expect("wipe the store");
+        server.restart();
+    }
+    // The client reconnects by itself; give it a moment, then the publish must be stored.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let stored = loop {
+        match h
+            .bus
+            .publish(&h.work("a"), "after", Bytes::from_static(b"new"))
+            .await
+        {
+            Ok(p) => break p,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("publish after the store was lost: {e}"),
+        }
+    };
+    assert_eq!(stored, Published::Stored);
+    let mut p = h.pull("a").await;
+    let d = next(&mut p, Duration::from_secs(5))
+        .await
+        .expect("the message published after the wipe");
+    assert_eq!(body(&d), "new");
+    d.acker.ack().await.expect("ack");
+}

@@ -13,6 +13,13 @@ const LEADER_LOCK: i64 = 0x0064_6c79_5f6c_6472; // "dly_ldr"
 
 const INSTALLATION_KEY: &str = "installation_id";
 
+/// How long the leader's lock session may go without a query before Postgres ends it
+/// (`idle_session_timeout`), releasing the lock. The leader pings every second; a leader that
+/// stopped (SIGSTOP, a paused VM, a hung runtime) keeps its TCP connection and so, without
+/// this, its lock forever, and no standby could lead: placement and every sweep would stop
+/// until it woke. Woken, its next ping fails and it steps down.
+pub const LEADER_IDLE_TIMEOUT_SECONDS: u64 = 10;
+
 #[async_trait]
 impl InstallationStore for PgStore {
     async fn installation_id(&self) -> Result<InstallationId, StoreError> {
@@ -44,6 +51,11 @@ impl InstallationStore for PgStore {
             .fetch_one(&mut conn)
             .await?;
         if got {
+            // Postgres ≥ 14; on an older server the lock simply has no idle bound.
+            let set = format!("SET idle_session_timeout = '{LEADER_IDLE_TIMEOUT_SECONDS}s'");
+            if let Err(e) = sqlx::query(&set).execute(&mut conn).await {
+                tracing::warn!(error = %e, "leader lock: cannot bound its idle time; a stopped leader keeps the lock");
+            }
             Ok(Some(Box::new(PgLeadership { conn })))
         } else {
             *standby = Some(conn);

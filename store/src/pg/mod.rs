@@ -34,6 +34,7 @@ mod usage;
 pub(crate) mod usage_counters;
 pub(crate) mod writes;
 
+pub use installation::LEADER_IDLE_TIMEOUT_SECONDS;
 pub use migrations::MIGRATIONS;
 
 use std::str::FromStr;

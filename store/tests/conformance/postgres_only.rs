@@ -4,6 +4,42 @@ use differently_store::postgres::{PgStore, MIGRATIONS};
 use differently_store::prelude::*;
 use differently_store::testing::TestDb;
 
+/// Found by the fault suite (S5 with SIGSTOP alone): a stopped leader keeps its session,
+/// and so its lock, forever. A lock session that sends nothing for the idle bound is ended
+/// by Postgres, so another replica leads; the old holder's next ping fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_leader_loses_the_lock_after_the_idle_bound() {
+    use differently_store::postgres::LEADER_IDLE_TIMEOUT_SECONDS;
+    let db = TestDb::new().await;
+    let a = PgStore::connect(db.url(), 2).await.unwrap();
+    let b = PgStore::connect(db.url(), 2).await.unwrap();
+    let mut lead = a.try_lead().await.unwrap().expect("a leads");
+    assert!(
+        b.try_lead().await.unwrap().is_none(),
+        "one leader at a time"
+    );
+    // `a` stops pinging, as a stopped process would.
+    let started = std::time::Instant::now();
+    let bound = std::time::Duration::from_secs(LEADER_IDLE_TIMEOUT_SECONDS);
+    let taken = loop {
+        if let Some(l) = b.try_lead().await.unwrap() {
+            break l;
+        }
+        assert!(
+            started.elapsed() < bound + std::time::Duration::from_secs(5),
+            "no standby could lead {:?} after the holder fell silent",
+            started.elapsed()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    assert!(started.elapsed() >= bound - std::time::Duration::from_secs(1));
+    assert!(
+        !lead.still_held().await,
+        "the silent holder learns it lost the lock"
+    );
+    drop(taken);
+}
+
 /// Two replicas starting together both migrate an empty database: the advisory lock makes
 /// one apply the migrations and the other find them applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,632 @@
+//! The seeded fault suite (FAULTS.md S1–S16, invariants I1–I7): the production topology on
+//! one machine ([`topology`]), a mixed multi-tenant workload with a history ([`workload`]),
+//! a nemesis that injects one scenario's faults at seeded times, then heal, quiesce and the
+//! invariant checker ([`check`]). [`noisy`] is the noisy-neighbour test.
+//!
+//! Every fault is a real mechanism on processes this harness started: `kill -9` (at a fault
+//! point, or at a seeded time), `SIGSTOP`/`SIGCONT`, nats-server kill/restart/store wipe,
+//! `pg_terminate_backend` of the run's own database sessions, and the fake backend's
+//! hang / act-then-time-out knobs. All traffic is to 127.0.0.1.
+
+pub mod check;
+pub mod noisy;
+pub mod pg;
+pub mod procs;
+pub mod rng;
+pub mod topology;
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use differently_adapters::fake::{read_ledger, LedgerOp, LedgerOutcome};
+use serde::Serialize;
+
+use crate::client::{provision, Api};
+use crate::faults::check::{check_all, quiesce, QuotaProbe, Verdict};
+use crate::faults::rng::Rng;
+use crate::faults::topology::{Topology, TopologyOpts};
+use crate::faults::workload::{Client, Workload, WorkloadOpts};
+use crate::LoadError;
+
+/// The scenarios this suite implements (FAULTS.md numbering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Scenario {
+    /// kill -9 a worker after the backend create, before the commit (fault point).
+    S1,
+    /// kill -9 a worker after the backend delete, before the commit (fault point).
+    S2,
+    /// kill -9 the API after the admission commit, before the publish (fault point).
+    S3,
+    /// kill -9 the placement leader under load, repeatedly; the standby takes over.
+    S4,
+    /// Zombie leader: SIGSTOP it until a standby leads (its lock session is idle-bounded),
+    /// then SIGCONT the old one.
+    S5,
+    /// nats-server kill -9 and restart under load.
+    S6,
+    /// nats-server store wiped ("amnesia") and restarted.
+    S7,
+    /// nats-server SIGSTOPped (8 s short, 30 s long), then continued.
+    S8,
+    /// Every Postgres session of the run's database terminated, repeatedly.
+    S10,
+    /// A private Postgres cluster stopped with `pg_ctl -m immediate` under load, then
+    /// started (crash recovery).
+    S11,
+    /// The backend hangs on each sandbox's first create, past the provisioning timeout.
+    S12,
+    /// The backend acts, then times out: on every create and every delete.
+    S13,
+    /// A stale worker: SIGSTOPped past its ack wait while holding work, then continued
+    /// (an approximation: it is cut off from everything, not only from NATS).
+    S15,
+    /// Seeded chaos mixing the above.
+    S16,
+}
+
+impl Scenario {
+    /// Every implemented scenario, in order.
+    pub const ALL: [Scenario; 14] = [
+        Scenario::S1,
+        Scenario::S2,
+        Scenario::S3,
+        Scenario::S4,
+        Scenario::S5,
+        Scenario::S6,
+        Scenario::S7,
+        Scenario::S8,
+        Scenario::S10,
+        Scenario::S11,
+        Scenario::S12,
+        Scenario::S13,
+        Scenario::S15,
+        Scenario::S16,
+    ];
+
+    /// Parses `S1` … (case-insensitive).
+    pub fn parse(s: &str) -> Option<Scenario> {
+        Scenario::ALL
+            .into_iter()
+            .find(|x| format!("{x:?}").eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// The topology this scenario needs.
+    fn configure(self, o: &mut TopologyOpts, long: bool) {
+        match self {
+            Scenario::S1 => {
+                o.fault_pause
+                    .insert("worker-0".into(), "worker.after_create:120000".into());
+            }
+            Scenario::S2 => {
+                o.fault_pause
+                    .insert("worker-0".into(), "worker.after_delete:120000".into());
+            }
+            Scenario::S3 => {
+                o.fault_pause
+                    .insert("api".into(), "api.after_admit_commit:120000".into());
+            }
+            Scenario::S11 => o.private_pg = true,
+            Scenario::S12 => {
+                o.provisioning_timeout_seconds = 4;
+                o.fake_settings = format!(
+                    "hangFirstCreateMs = {}\n",
+                    if long { 20_000 } else { 7_000 }
+                );
+            }
+            Scenario::S13 => {
+                o.fake_settings = "timeOutAfterCreate = true\ntimeOutAfterDelete = true\n".into();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// How long a run is.
+#[derive(Debug, Clone, Copy)]
+pub struct Length {
+    /// Workload (and nemesis) duration.
+    pub workload: Duration,
+    /// The long version (30 s nats stop, more faults).
+    pub long: bool,
+}
+
+impl Length {
+    /// The CI version.
+    pub fn short() -> Length {
+        Length {
+            workload: Duration::from_secs(12),
+            long: false,
+        }
+    }
+}
+
+/// What one scenario run saw.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScenarioReport {
+    /// Which.
+    pub scenario: Scenario,
+    /// The seed (replay with `--seed`).
+    pub seed: u64,
+    /// Every invariant held.
+    pub ok: bool,
+    /// Faults injected, with their times (ms since the workload started).
+    pub faults: Vec<String>,
+    /// Creates admitted (202, or resolved by replaying the key).
+    pub creates_admitted: usize,
+    /// Deletes accepted.
+    pub deletes_accepted: usize,
+    /// Answers by op and status (`create 202`, `create no-answer`, …).
+    pub statuses: BTreeMap<String, u64>,
+    /// Ledger lines.
+    pub ledger_lines: usize,
+    /// Invariant verdicts (I1–I7) and scenario-specific ones.
+    pub verdicts: Vec<Verdict>,
+    /// Seconds: start, workload, heal + resolve, quiesce, check, total.
+    pub seconds: BTreeMap<String, f64>,
+    /// Where the logs and the history were kept (failed runs, or `DIFFERENTLY_FAULTS_KEEP`).
+    pub kept: Option<PathBuf>,
+}
+
+impl ScenarioReport {
+    /// One line per verdict, for the terminal.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "{:?} seed={} {} admitted={} deletes={} faults={} ledger={} total={:.1}s\n",
+            self.scenario,
+            self.seed,
+            if self.ok { "OK" } else { "VIOLATED" },
+            self.creates_admitted,
+            self.deletes_accepted,
+            self.faults.len(),
+            self.ledger_lines,
+            self.seconds.get("total").copied().unwrap_or_default(),
+        );
+        for f in &self.faults {
+            s.push_str(&format!("  fault {f}\n"));
+        }
+        for v in &self.verdicts {
+            s.push_str(&format!(
+                "  {} {} ({} checked): {}\n",
+                v.id,
+                if v.ok { "ok" } else { "VIOLATED" },
+                v.checked,
+                v.what
+            ));
+            for e in &v.violations {
+                s.push_str(&format!("      {e}\n"));
+            }
+        }
+        s
+    }
+}
+
+/// The nemesis' log and clock.
+struct Nemesis {
+    rng: Rng,
+    started: Instant,
+    log: Vec<String>,
+}
+
+impl Nemesis {
+    fn note(&mut self, what: impl Into<String>) {
+        let ms = self.started.elapsed().as_millis();
+        self.log.push(format!("t={ms}ms {}", what.into()));
+    }
+
+    async fn sleep_ms(&mut self, lo: u64, hi: u64) {
+        let ms = self.rng.between(lo, hi);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// Waits until `name`'s log contains `needle` at least `n` times (bounded).
+async fn wait_log(t: &Topology, name: &str, needle: &str, n: usize, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if t.log(name).matches(needle).count() >= n {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Kills the current leader (or the first scheduler) with SIGKILL; returns its name.
+fn kill_leader(t: &mut Topology) -> Result<String, LoadError> {
+    let name = t.leader().unwrap_or_else(|| "scheduler-0".to_owned());
+    t.proc(&name)?.kill9();
+    Ok(name)
+}
+
+/// Runs scenario `sc`'s faults until `until`.
+async fn nemesis(
+    sc: Scenario,
+    t: &mut Topology,
+    n: &mut Nemesis,
+    until: Instant,
+    long: bool,
+) -> Result<(), LoadError> {
+    let left = |u: Instant| u.saturating_duration_since(Instant::now());
+    match sc {
+        Scenario::S1 | Scenario::S2 => {
+            let needle = if sc == Scenario::S1 {
+                "fault point: pausing after create"
+            } else {
+                "fault point: pausing after delete"
+            };
+            let hit = wait_log(t, "worker-0", needle, 2, left(until)).await;
+            // Let the paused work's ack wait run out, so some of it is redelivered to
+            // worker-1 while worker-0 still sits at the point, and kill it after that.
+            n.sleep_ms(3500, 5000).await;
+            n.note(format!("worker-0 at fault point ({needle}): {hit}"));
+            t.proc("worker-0")?.kill9();
+            n.note("kill -9 worker-0");
+            n.sleep_ms(500, 2000).await;
+            t.restart("worker-0")?;
+            n.note("restart worker-0 (no fault point)");
+        }
+        Scenario::S3 => {
+            let hit = wait_log(t, "api", "sandbox admitted", 3, left(until)).await;
+            n.note(format!(
+                "api at api.after_admit_commit with admissions committed: {hit}"
+            ));
+            t.proc("api")?.kill9();
+            n.note("kill -9 api");
+            n.sleep_ms(500, 1500).await;
+            t.restart("api")?;
+            t.wait_ready(Duration::from_secs(30)).await?;
+            n.note("restart api (no fault point), ready");
+        }
+        Scenario::S4 => {
+            while Instant::now() + Duration::from_secs(4) < until {
+                n.sleep_ms(1500, 3000).await;
+                let who = kill_leader(t)?;
+                n.note(format!("kill -9 leader {who}"));
+                n.sleep_ms(500, 2000).await;
+                t.restart(&who)?;
+                n.note(format!("restart {who}"));
+            }
+        }
+        Scenario::S5 => {
+            n.sleep_ms(1500, 3000).await;
+            let who = t.leader().unwrap_or_else(|| "scheduler-0".to_owned());
+            t.proc(&who)?.pause()?;
+            n.note(format!("SIGSTOP leader {who}"));
+            // A stopped process keeps its Postgres session open; the store bounds the lock
+            // session's idle time, so a standby must lead on the stop alone.
+            let bound = differently_store::postgres::LEADER_IDLE_TIMEOUT_SECONDS + 5;
+            let alone = wait_for_new_leader(t, &who, Duration::from_secs(bound)).await;
+            n.note(format!("standby leading on the SIGSTOP alone: {alone:?}"));
+            if alone.is_none() {
+                let ended = t.terminate_leader_lease().await?;
+                n.note(format!("terminated {who}'s lock session ({ended} session)"));
+                let other = wait_for_new_leader(t, &who, Duration::from_secs(10)).await;
+                n.note(format!("standby leading after that: {other:?}"));
+            }
+            n.sleep_ms(2000, 4000).await;
+            t.proc(&who)?.resume()?;
+            n.note(format!("SIGCONT {who} (zombie)"));
+        }
+        Scenario::S6 => {
+            while Instant::now() + Duration::from_secs(4) < until {
+                n.sleep_ms(1500, 3500).await;
+                t.nats.proc.kill9();
+                n.note("kill -9 nats-server");
+                n.sleep_ms(300, 2000).await;
+                t.nats.restart()?;
+                n.note("restart nats-server (same store)");
+            }
+        }
+        Scenario::S7 => {
+            n.sleep_ms(2000, 4000).await;
+            t.nats.wipe_and_restart()?;
+            n.note("nats-server killed, store wiped, restarted empty");
+        }
+        Scenario::S8 => {
+            n.sleep_ms(1500, 3000).await;
+            t.nats.proc.pause()?;
+            n.note("SIGSTOP nats-server");
+            tokio::time::sleep(Duration::from_secs(if long { 30 } else { 8 })).await;
+            t.nats.proc.resume()?;
+            n.note("SIGCONT nats-server");
+        }
+        Scenario::S10 => {
+            while Instant::now() + Duration::from_secs(3) < until {
+                n.sleep_ms(1500, 3000).await;
+                let k = t.terminate_db_sessions().await?;
+                n.note(format!("pg_terminate_backend: {k} sessions"));
+            }
+        }
+        Scenario::S11 => {
+            n.sleep_ms(2000, 4000).await;
+            let pg =
+                t.db.private()
+                    .ok_or_else(|| LoadError::Plan("S11 runs on a private cluster".into()))?;
+            pg.stop_immediate()?;
+            n.note("pg_ctl -m immediate stop (private cluster)");
+            n.sleep_ms(1000, if long { 10_000 } else { 3000 }).await;
+            pg.ctl_start()?;
+            let recovered = pg.log().contains("not properly shut down");
+            n.note(format!("pg_ctl start; crash recovery ran: {recovered}"));
+        }
+        Scenario::S12 | Scenario::S13 => {
+            n.note("backend fault knobs active for the whole run");
+        }
+        Scenario::S15 => {
+            n.sleep_ms(1500, 3000).await;
+            t.proc("worker-1")?.pause()?;
+            n.note("SIGSTOP worker-1");
+            n.sleep_ms(6000, 9000).await;
+            t.proc("worker-1")?.resume()?;
+            n.note("SIGCONT worker-1 (its held work was redelivered meanwhile)");
+        }
+        Scenario::S16 => chaos(t, n, until).await?,
+    }
+    Ok(())
+}
+
+async fn wait_for_new_leader(t: &Topology, old: &str, within: Duration) -> Option<String> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        for name in t
+            .procs
+            .keys()
+            .filter(|k| k.starts_with("scheduler") && *k != old)
+        {
+            if t.log(name).contains("scheduler: leading") {
+                return Some(name.clone());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// S16: until `until`, every 2–5 s one fault chosen by the seed, healed after 1–3 s.
+async fn chaos(t: &mut Topology, n: &mut Nemesis, until: Instant) -> Result<(), LoadError> {
+    while Instant::now() + Duration::from_secs(5) < until {
+        n.sleep_ms(2000, 5000).await;
+        match n.rng.below(8) {
+            0 => {
+                let w = format!("worker-{}", n.rng.below(2));
+                t.proc(&w)?.kill9();
+                n.note(format!("kill -9 {w}"));
+                n.sleep_ms(500, 2500).await;
+                t.restart(&w)?;
+                n.note(format!("restart {w}"));
+            }
+            1 => {
+                let who = kill_leader(t)?;
+                n.note(format!("kill -9 leader {who}"));
+                n.sleep_ms(500, 2500).await;
+                t.restart(&who)?;
+                n.note(format!("restart {who}"));
+            }
+            2 => {
+                t.proc("api")?.kill9();
+                n.note("kill -9 api");
+                n.sleep_ms(300, 1500).await;
+                t.restart("api")?;
+                t.wait_ready(Duration::from_secs(30)).await?;
+                n.note("restart api");
+            }
+            3 => {
+                t.nats.proc.kill9();
+                n.note("kill -9 nats-server");
+                n.sleep_ms(300, 2000).await;
+                t.nats.restart()?;
+                n.note("restart nats-server");
+            }
+            4 => {
+                t.nats.proc.pause()?;
+                n.note("SIGSTOP nats-server");
+                n.sleep_ms(1000, 4000).await;
+                t.nats.proc.resume()?;
+                n.note("SIGCONT nats-server");
+            }
+            5 => {
+                let k = t.terminate_db_sessions().await?;
+                n.note(format!("pg_terminate_backend: {k} sessions"));
+            }
+            6 => {
+                let w = format!("worker-{}", n.rng.below(2));
+                t.proc(&w)?.pause()?;
+                n.note(format!("SIGSTOP {w}"));
+                n.sleep_ms(1000, 5000).await;
+                t.proc(&w)?.resume()?;
+                n.note(format!("SIGCONT {w}"));
+            }
+            _ => {
+                let who = t.leader().unwrap_or_else(|| "scheduler-0".to_owned());
+                t.proc(&who)?.pause()?;
+                let k = t.terminate_leader_lease().await?;
+                n.note(format!(
+                    "SIGSTOP leader {who}, ended its lock session ({k})"
+                ));
+                n.sleep_ms(1000, 4000).await;
+                t.proc(&who)?.resume()?;
+                n.note(format!("SIGCONT {who} (zombie)"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks only this scenario can make: that its fault really happened the way it says.
+fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<Verdict> {
+    let ledger = read_ledger(&t.ledger).unwrap_or_default();
+    let count = |op: LedgerOp, out: LedgerOutcome| {
+        ledger
+            .iter()
+            .filter(|e| e.op == op && e.outcome == out)
+            .count()
+    };
+    let mut v = Vec::new();
+    let mut push = |what: &'static str, ok: bool, detail: String| {
+        v.push(Verdict {
+            id: "scenario",
+            what,
+            ok,
+            checked: 1,
+            violations: if ok { vec![] } else { vec![detail.clone()] },
+            violation_count: usize::from(!ok),
+        })
+    };
+    match sc {
+        Scenario::S1 => push(
+            "a redelivered create found the instance the killed worker made",
+            count(LedgerOp::Create, LedgerOutcome::Existing) > 0
+                && faults
+                    .iter()
+                    .any(|f| f.contains("fault point") && f.ends_with("true")),
+            format!(
+                "existing-create lines: {}; faults {faults:?}",
+                count(LedgerOp::Create, LedgerOutcome::Existing)
+            ),
+        ),
+        Scenario::S2 => push(
+            "the worker was killed with a delete done and not committed",
+            faults
+                .iter()
+                .any(|f| f.contains("fault point") && f.ends_with("true")),
+            format!("{faults:?}"),
+        ),
+        Scenario::S3 => push(
+            "the API was killed with admissions committed and not published",
+            faults
+                .iter()
+                .any(|f| f.contains("admissions committed: true")),
+            format!("{faults:?}"),
+        ),
+        Scenario::S11 => push(
+            "Postgres was stopped without a checkpoint and recovered",
+            faults
+                .iter()
+                .any(|f| f.contains("crash recovery ran: true")),
+            format!("{faults:?}"),
+        ),
+        Scenario::S5 => push(
+            "a standby took the lock on the old leader's SIGSTOP alone (idle-bounded lock session)",
+            faults
+                .iter()
+                .any(|f| f.contains("standby leading on the SIGSTOP alone: Some")),
+            format!("{faults:?}"),
+        ),
+        Scenario::S12 => push(
+            "hung first creates were outlived by the provisioning timeout (requeue or adopt)",
+            t.procs
+                .keys()
+                .filter(|k| k.starts_with("scheduler"))
+                .any(|k| t.log(k).contains("provisioning timed out")),
+            "no scheduler logged a provisioning timeout".to_owned(),
+        ),
+        Scenario::S13 => {
+            let existing = count(LedgerOp::Create, LedgerOutcome::Existing);
+            let missing = count(LedgerOp::Delete, LedgerOutcome::Missing);
+            push(
+                "retries after act-then-timeout found the instance (create) / its absence (delete)",
+                existing > 0 && missing > 0,
+                format!("existing creates {existing}, missing deletes {missing}"),
+            )
+        }
+        _ => {}
+    }
+    v
+}
+
+/// Runs one scenario end to end and checks the invariants.
+pub async fn run_scenario(
+    binary: PathBuf,
+    sc: Scenario,
+    seed: u64,
+    len: Length,
+) -> Result<ScenarioReport, LoadError> {
+    let t_all = Instant::now();
+    let mut seconds = BTreeMap::new();
+    let mut opts = TopologyOpts::new(binary);
+    sc.configure(&mut opts, len.long);
+    let mut t = Topology::start(opts).await?;
+    let api = Api::new(t.url())?;
+    let tenancy = provision(&api, &t.key, 3).await?;
+    seconds.insert("start".to_owned(), t_all.elapsed().as_secs_f64());
+
+    let pool = t.db.pool();
+    let probe = QuotaProbe::start(pool.clone());
+    let client = Client::new(&t.url(), Duration::from_secs(8))?;
+    let mut wopts = WorkloadOpts::default();
+    if matches!(sc, Scenario::S1 | Scenario::S12 | Scenario::S15) {
+        // Let redeliveries and timeouts happen before the workload deletes the sandbox.
+        wopts.min_age_before_delete = Duration::from_secs(5);
+    }
+    let wl = Workload::start(client, &tenancy, seed, wopts);
+    let t_wl = Instant::now();
+    let until = t_wl + len.workload;
+    let mut n = Nemesis {
+        rng: Rng::fork(seed, 7),
+        started: t_wl,
+        log: Vec::new(),
+    };
+    let nem = nemesis(sc, &mut t, &mut n, until, len.long).await;
+    if let Err(e) = &nem {
+        n.note(format!("nemesis error: {e}"));
+    }
+    tokio::time::sleep(until.saturating_duration_since(Instant::now())).await;
+    seconds.insert("workload".to_owned(), t_wl.elapsed().as_secs_f64());
+
+    let t_heal = Instant::now();
+    for h in t.heal()? {
+        n.note(format!("heal: {h}"));
+    }
+    t.wait_ready(Duration::from_secs(60)).await?;
+    let outcome = wl.finish(Duration::from_secs(45)).await;
+    seconds.insert("healAndResolve".to_owned(), t_heal.elapsed().as_secs_f64());
+    let (unsettled, q) = quiesce(&pool, Duration::from_secs(60)).await;
+    seconds.insert("quiesce".to_owned(), q.as_secs_f64());
+    let probed = probe.stop().await;
+    let t_check = Instant::now();
+    let mut verdicts = check_all(&t, &outcome, &probed, unsettled).await?;
+    verdicts.extend(scenario_checks(sc, &t, &n.log));
+    seconds.insert("check".to_owned(), t_check.elapsed().as_secs_f64());
+    let ok = verdicts.iter().all(|v| v.ok) && nem.is_ok();
+    let ledger_lines = read_ledger(&t.ledger).map(|l| l.len()).unwrap_or(0);
+
+    // Keep the evidence of a failed run (and of any run when asked).
+    let history: String = outcome
+        .history
+        .iter()
+        .filter_map(|e| serde_json::to_string(e).ok())
+        .map(|l| l + "\n")
+        .collect();
+    let _ = std::fs::write(t.dir.path().join("history.jsonl"), history);
+    let kept = if !ok || std::env::var_os("DIFFERENTLY_FAULTS_KEEP").is_some() {
+        let to = std::env::temp_dir().join(format!("differently-faults-{sc:?}-{seed:x}"));
+        let _ = std::fs::create_dir_all(&to);
+        if let Ok(rd) = std::fs::read_dir(t.dir.path()) {
+            for e in rd.flatten() {
+                if e.path().is_file() {
+                    let _ = std::fs::copy(e.path(), to.join(e.file_name()));
+                }
+            }
+        }
+        Some(to)
+    } else {
+        None
+    };
+    seconds.insert("total".to_owned(), t_all.elapsed().as_secs_f64());
+    Ok(ScenarioReport {
+        scenario: sc,
+        seed,
+        ok,
+        faults: n.log,
+        creates_admitted: outcome.accepted.len(),
+        deletes_accepted: outcome.deleted.len(),
+        statuses: outcome.statuses,
+        ledger_lines,
+        verdicts,
+        seconds,
+        kept,
+    })
+}

@@ -1,0 +1,444 @@
+//! The production topology on one machine, for the fault suite: a fresh database on the
+//! machine's Postgres (or a private cluster, see `pg`), a private nats-server, and `api`,
+//! two `scheduler`s and two `worker`s as separate processes, every one given the same
+//! explicit `DIFFERENTLY_AUDIT_KEY` (production requires one shared key; I4 checks the chain
+//! verifies with it). The fake backend's JSON-lines ledger is the ground truth.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use differently_bus::testing::find_nats_server;
+use differently_store::testing::TestDb;
+use sqlx::PgPool;
+use tempfile::TempDir;
+
+use crate::cluster::{free_port, generate_key, preflight};
+use crate::faults::pg::PrivatePg;
+use crate::faults::procs::{Nats, Spawned};
+use crate::LoadError;
+
+/// Environment a role process must not inherit from the harness.
+const SCRUB: &[&str] = &[
+    "DIFFERENTLY_DATABASE_URL",
+    "DIFFERENTLY_NATS_URL",
+    "DIFFERENTLY_FAULT_PAUSE",
+];
+
+/// The run's database: a fresh one on the machine's Postgres, or a private cluster's.
+pub enum RunDb {
+    /// `TestDb` on the machine's Postgres (dropped after the run).
+    Shared(Box<TestDb>),
+    /// The `postgres` database of a private cluster the nemesis may stop (S11).
+    Private {
+        /// The cluster.
+        pg: PrivatePg,
+        /// A lazy pool on it (reconnects after a stop).
+        pool: PgPool,
+    },
+}
+
+impl RunDb {
+    /// Its URL.
+    pub fn url(&self) -> String {
+        match self {
+            RunDb::Shared(t) => t.url().to_owned(),
+            RunDb::Private { pg, .. } => pg.url(),
+        }
+    }
+
+    /// Its database name.
+    pub fn name(&self) -> String {
+        match self {
+            RunDb::Shared(t) => t.name().to_owned(),
+            RunDb::Private { .. } => "postgres".to_owned(),
+        }
+    }
+
+    /// A pool on it (clones share connections).
+    pub fn pool(&self) -> PgPool {
+        match self {
+            RunDb::Shared(t) => t.store().pool().clone(),
+            RunDb::Private { pool, .. } => pool.clone(),
+        }
+    }
+
+    /// The private cluster, if this run has one.
+    pub fn private(&self) -> Option<&PrivatePg> {
+        match self {
+            RunDb::Private { pg, .. } => Some(pg),
+            RunDb::Shared(_) => None,
+        }
+    }
+}
+
+/// How the cluster is configured.
+#[derive(Debug, Clone)]
+pub struct TopologyOpts {
+    /// The `differently` binary.
+    pub binary: PathBuf,
+    /// Worker processes (`worker-0`, …).
+    pub workers: usize,
+    /// Scheduler processes (`scheduler-0`, …): two, so one can take over.
+    pub schedulers: usize,
+    /// Fake backend create/delete latency.
+    pub latency_ms: u64,
+    /// Extra `[pools.settings]` lines for the fake (fault knobs).
+    pub fake_settings: String,
+    /// `quota.maxActive` of every organization.
+    pub max_active: u32,
+    /// `[api]` per-key rate limit (requests/s, burst).
+    pub key_rate: (f64, f64),
+    /// `DIFFERENTLY_FAULT_PAUSE` per process name, at first start only.
+    pub fault_pause: BTreeMap<String, String>,
+    /// `DIFFERENTLY_LOG`.
+    pub log_level: String,
+    /// `[scheduler] provisioning_timeout_seconds`.
+    pub provisioning_timeout_seconds: u64,
+    /// Run on a private Postgres cluster (S11) instead of the machine's.
+    pub private_pg: bool,
+}
+
+impl TopologyOpts {
+    /// Two schedulers, two workers, a fake with 20 ms latency.
+    pub fn new(binary: PathBuf) -> TopologyOpts {
+        TopologyOpts {
+            binary,
+            workers: 2,
+            schedulers: 2,
+            latency_ms: 20,
+            fake_settings: String::new(),
+            max_active: 8,
+            key_rate: (1000.0, 2000.0),
+            fault_pause: BTreeMap::new(),
+            log_level: "info".to_owned(),
+            provisioning_timeout_seconds: 15,
+            private_pg: false,
+        }
+    }
+}
+
+/// The running control plane. Drop order: role processes, then nats, then the database.
+pub struct Topology {
+    /// Role processes by name (`api`, `scheduler-0`, `worker-1`, …).
+    pub procs: BTreeMap<String, Spawned>,
+    /// The private nats-server.
+    pub nats: Nats,
+    /// The run's database.
+    pub db: RunDb,
+    /// Config, logs, ledger.
+    pub dir: TempDir,
+    /// The fake backend's ledger.
+    pub ledger: PathBuf,
+    /// The bootstrap (admin) key.
+    pub key: String,
+    /// The one audit key every process gets (64 hex).
+    pub audit_key: String,
+    /// API port.
+    pub port: u16,
+    /// The config file.
+    pub config: PathBuf,
+    /// How it was started.
+    pub opts: TopologyOpts,
+}
+
+/// 32 random bytes as hex, from the OS.
+pub fn random_hex32() -> Result<String, LoadError> {
+    let mut b = [0u8; 32];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").map_err(|e| LoadError::io("/dev/urandom", e))?,
+        &mut b,
+    )
+    .map_err(|e| LoadError::io("reading /dev/urandom", e))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+impl Topology {
+    /// Creates the database, starts nats-server and every role, waits for `/readyz`.
+    pub async fn start(opts: TopologyOpts) -> Result<Topology, LoadError> {
+        preflight().await?;
+        let nats_bin = find_nats_server().map_err(LoadError::Preflight)?;
+        let db = if opts.private_pg {
+            let pg = PrivatePg::start()?;
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_lazy(&pg.url())
+                .map_err(|e| LoadError::db("a pool on the private cluster", e))?;
+            RunDb::Private { pg, pool }
+        } else {
+            RunDb::Shared(Box::new(TestDb::new().await))
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("differently-faults-")
+            .tempdir()
+            .map_err(|e| LoadError::io("creating a temporary directory", e))?;
+        let nats = Nats::start(&nats_bin, dir.path())?;
+        let ledger = dir.path().join("ledger.jsonl");
+        let port = free_port()?;
+        let config = dir.path().join("differently.toml");
+        let text = format!(
+            r#"database_url = "{db}"
+nats_url = "{nats}"
+listen = "127.0.0.1:{port}"
+database_max_connections = 6
+
+[bus]
+ack_wait_seconds = 3
+
+[scheduler]
+tick_ms = 100
+repair_interval_ms = 500
+provisioning_timeout_seconds = {prov}
+terminating_retry_seconds = 3
+reconcile_interval_seconds = 2
+
+[quota]
+maxActive = {max_active}
+
+[api]
+key_requests_per_second = {rps}
+key_burst = {burst}
+
+[[pools]]
+name = "fake"
+kind = "fake"
+
+[pools.settings]
+latencyMs = {lat}
+ledger = "{ledger}"
+capabilities = ["exec"]
+{extra}
+"#,
+            db = db.url(),
+            nats = nats.url(),
+            max_active = opts.max_active,
+            rps = opts.key_rate.0,
+            burst = opts.key_rate.1,
+            lat = opts.latency_ms,
+            ledger = ledger.display(),
+            extra = opts.fake_settings,
+            prov = opts.provisioning_timeout_seconds,
+        );
+        std::fs::write(&config, text).map_err(|e| LoadError::io("writing the config", e))?;
+        let key = generate_key(&opts.binary)?;
+        let audit_key = random_hex32()?;
+        let mut t = Topology {
+            procs: BTreeMap::new(),
+            nats,
+            db,
+            dir,
+            ledger,
+            key,
+            audit_key,
+            port,
+            config,
+            opts,
+        };
+        t.spawn("api", "api")?;
+        for i in 0..t.opts.schedulers {
+            t.spawn(&format!("scheduler-{i}"), "scheduler")?;
+        }
+        for i in 0..t.opts.workers {
+            t.spawn(&format!("worker-{i}"), "worker")?;
+        }
+        t.wait_ready(Duration::from_secs(60)).await?;
+        Ok(t)
+    }
+
+    /// Starts process `name` with `role`, with its fault pause if one is configured.
+    fn spawn(&mut self, name: &str, role: &str) -> Result<(), LoadError> {
+        let mut env = vec![
+            ("DIFFERENTLY_BOOTSTRAP_KEY".to_owned(), self.key.clone()),
+            ("DIFFERENTLY_AUDIT_KEY".to_owned(), self.audit_key.clone()),
+            ("DIFFERENTLY_LOG".to_owned(), self.opts.log_level.clone()),
+        ];
+        if let Some(f) = self.opts.fault_pause.get(name) {
+            env.push(("DIFFERENTLY_FAULT_PAUSE".to_owned(), f.clone()));
+        }
+        let args = vec![
+            "server".to_owned(),
+            "--role".to_owned(),
+            role.to_owned(),
+            "--config".to_owned(),
+            self.config.display().to_string(),
+        ];
+        let log = self.dir.path().join(format!("{name}.log"));
+        let p = Spawned::start(&self.opts.binary, args, env, log, SCRUB)?;
+        self.procs.insert(name.to_owned(), p);
+        Ok(())
+    }
+
+    /// API base URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The process `name`.
+    pub fn proc(&mut self, name: &str) -> Result<&mut Spawned, LoadError> {
+        self.procs
+            .get_mut(name)
+            .ok_or_else(|| LoadError::Process(format!("no process {name}")))
+    }
+
+    /// Restarts a killed process without its fault pause (as an operator's restart would).
+    pub fn restart(&mut self, name: &str) -> Result<(), LoadError> {
+        let p = self.proc(name)?;
+        p.kill9();
+        p.env.retain(|(k, _)| k != "DIFFERENTLY_FAULT_PAUSE");
+        p.launch(SCRUB)
+    }
+
+    /// Heals everything: `SIGCONT` every stopped process (nats included), restarts every
+    /// role process that is not running, and nats if it is down.
+    pub fn heal(&mut self) -> Result<Vec<String>, LoadError> {
+        let mut done = Vec::new();
+        if self.nats.proc.stopped {
+            self.nats.proc.resume()?;
+            done.push("SIGCONT nats".to_owned());
+        }
+        if self.nats.proc.child.is_none() || self.nats.proc.exited().is_some() {
+            self.nats.restart()?;
+            done.push("restart nats".to_owned());
+        }
+        let names: Vec<String> = self.procs.keys().cloned().collect();
+        for n in names {
+            let p = self.proc(&n)?;
+            if p.stopped {
+                p.resume()?;
+                done.push(format!("SIGCONT {n}"));
+            }
+            let exited = p.exited();
+            if p.child.is_none() || exited.is_some() {
+                self.restart(&n)?;
+                done.push(format!("restart {n}"));
+            }
+        }
+        Ok(done)
+    }
+
+    /// The scheduler currently leading, from the logs' last `leading`/`stepping down` line.
+    pub fn leader(&self) -> Option<String> {
+        let mut best: Option<(usize, String)> = None;
+        for name in self.procs.keys().filter(|n| n.starts_with("scheduler")) {
+            let log = self.log(name);
+            let lead = log.rfind("scheduler: leading");
+            let lost = log.rfind("stepping down").max(log.rfind("lost leadership"));
+            if let Some(pos) = lead {
+                if lost.is_none_or(|l| l < pos) {
+                    let p = self.procs.get(name).and_then(Spawned::pid).is_some();
+                    if p && best.as_ref().is_none_or(|(b, _)| pos > *b) {
+                        best = Some((pos, name.clone()));
+                    }
+                }
+            }
+        }
+        best.map(|(_, n)| n)
+    }
+
+    /// Process `name`'s whole log.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// The last `n` lines of every log, for failure messages.
+    pub fn log_tails(&self, n: usize) -> String {
+        let mut out = String::new();
+        for name in self.procs.keys() {
+            let text = self.log(name);
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!(
+                "--- {name} ---\n{}\n",
+                lines[lines.len().saturating_sub(n)..].join("\n")
+            ));
+        }
+        out
+    }
+
+    /// Waits until the API answers `/readyz` 200.
+    pub async fn wait_ready(&mut self, within: Duration) -> Result<(), LoadError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .map_err(|e| LoadError::http("client", e))?;
+        let deadline = Instant::now() + within;
+        loop {
+            let mut dead = None;
+            for (n, p) in &mut self.procs {
+                if let Some(s) = p.exited() {
+                    dead = Some((n.clone(), s));
+                    break;
+                }
+            }
+            if let Some((n, s)) = dead {
+                return Err(LoadError::Process(format!(
+                    "{n} exited with {s} during start-up\n{}",
+                    self.log_tails_of(&n)
+                )));
+            }
+            if let Ok(r) = http.get(format!("{}/readyz", self.url())).send().await {
+                if r.status() == 200 {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(LoadError::Timeout(format!(
+                    "api not ready after {within:?}\n{}",
+                    self.log_tails(20)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn log_tails_of(&self, name: &str) -> String {
+        let text = self.log(name);
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Terminates every Postgres session of the run's database except the caller's
+    /// (`pg_terminate_backend`); returns how many were ended.
+    pub async fn terminate_db_sessions(&self) -> Result<u64, LoadError> {
+        let pool = self.db.pool();
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = $1 AND pid <> pg_backend_pid()) t",
+        )
+        .bind(self.db.name())
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| LoadError::db("pg_terminate_backend", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// The config file path.
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+}
+
+/// `dly_ldr`, the scheduler leader's session advisory lock, as `pg_locks` shows a bigint key:
+/// (classid, objid) = (high 32 bits, low 32 bits), objsubid 1.
+const LEADER_LOCK_PARTS: (i64, i64) = (0x0064_6c79, 0x5f6c_6472);
+
+impl Topology {
+    /// Ends only the leader's lock session (what a partition between the leader and
+    /// Postgres does to it), so a standby can take the lock; returns how many ended.
+    pub async fn terminate_leader_lease(&self) -> Result<u64, LoadError> {
+        let pool = self.db.pool();
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+             JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'advisory' AND l.classid::bigint = $2 AND l.objid::bigint = $3
+               AND l.objsubid = 1 AND l.granted AND a.datname = $1) t",
+        )
+        .bind(self.db.name())
+        .bind(LEADER_LOCK_PARTS.0)
+        .bind(LEADER_LOCK_PARTS.1)
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| LoadError::db("terminating the leader's lock session", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
