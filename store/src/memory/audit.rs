@@ -23,6 +23,21 @@ pub(crate) struct MemoryAudit {
 }
 
 impl MemoryAudit {
+    /// Every chain's head, sorted by chain (what a checkpoint signs).
+    fn sorted_heads(&self) -> Vec<ChainHead> {
+        let mut heads: Vec<ChainHead> = self
+            .heads
+            .iter()
+            .map(|(chain, (chain_seq, hash))| ChainHead {
+                chain: chain.clone(),
+                chain_seq: *chain_seq,
+                hash: hash.clone(),
+            })
+            .collect();
+        heads.sort_by(|a, b| a.chain.cmp(&b.chain));
+        heads
+    }
+
     /// Appends `e` to its chain with the current task's request id.
     pub(crate) fn append(&mut self, e: NewAuditEvent, at: DateTime<Utc>) -> AuditEvent {
         let chain = chain_of(e.org_id.as_ref(), &e.resource);
@@ -138,17 +153,7 @@ impl AuditStore for MemoryStore {
 
     async fn write_audit_checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
         let mut st = self.lock();
-        let mut heads: Vec<ChainHead> = st
-            .audit
-            .heads
-            .iter()
-            .map(|(chain, (chain_seq, hash))| ChainHead {
-                chain: chain.clone(),
-                chain_seq: *chain_seq,
-                hash: hash.clone(),
-            })
-            .collect();
-        heads.sort_by(|a, b| a.chain.cmp(&b.chain));
+        let heads = st.audit.sorted_heads();
         let last = st.audit.checkpoints.last();
         if heads.is_empty() || last.is_some_and(|l| l.heads == heads) {
             return Ok(None);
@@ -160,16 +165,7 @@ impl AuditStore for MemoryStore {
 
     async fn write_audit_segment(&self, segment: Segment) -> Result<Checkpoint, StoreError> {
         let mut st = self.lock();
-        let heads: Vec<ChainHead> = st
-            .audit
-            .heads
-            .iter()
-            .map(|(chain, (chain_seq, hash))| ChainHead {
-                chain: chain.clone(),
-                chain_seq: *chain_seq,
-                hash: hash.clone(),
-            })
-            .collect();
+        let heads = st.audit.sorted_heads();
         let cp = Checkpoint::next_segment(
             audit::process_key(),
             st.audit.checkpoints.last(),
