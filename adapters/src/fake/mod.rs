@@ -278,23 +278,7 @@ impl FakeAdapter {
                 let files = files.clone();
                 tokio::task::spawn_blocking(move || -> io::Result<R> {
                     let mut inner = this.lock_inner();
-                    let lock = OpenOptions::new()
-                        .create(true)
-                        .truncate(false)
-                        .write(true)
-                        .open(&files.lock)?;
-                    lock.lock()?;
-                    let result = (|| {
-                        let mut ledger = OpenOptions::new()
-                            .create(true)
-                            .read(true)
-                            .append(true)
-                            .open(&files.ledger)?;
-                        catch_up(&mut inner, &mut ledger)?;
-                        Ok(read(&inner.state))
-                    })();
-                    let _ = lock.unlock();
-                    result
+                    under_file_lock(&mut inner, &files, |inner, _| Ok(read(&inner.state)))
                 })
                 .await
                 .map_err(|e| {
@@ -311,11 +295,12 @@ impl FakeAdapter {
     }
 }
 
-/// The file-ledger transaction: lock, catch up on other writers' lines, decide, append, unlock.
-fn file_transact<R>(
+/// Runs `f` under the ledger's file lock, after catching `inner` up on other writers' lines,
+/// with the ledger open for appending.
+fn under_file_lock<R>(
     inner: &mut Inner,
     files: &FilePaths,
-    decide: impl FnOnce(&State) -> (LedgerEntry, R),
+    f: impl FnOnce(&mut Inner, &mut File) -> io::Result<R>,
 ) -> io::Result<R> {
     let lock = OpenOptions::new()
         .create(true)
@@ -330,6 +315,20 @@ fn file_transact<R>(
             .append(true)
             .open(&files.ledger)?;
         catch_up(inner, &mut ledger)?;
+        f(inner, &mut ledger)
+    })();
+    // Dropping the file would release the lock too; unlocking explicitly keeps it obvious.
+    let _ = lock.unlock();
+    result
+}
+
+/// The file-ledger transaction: lock, catch up on other writers' lines, decide, append, unlock.
+fn file_transact<R>(
+    inner: &mut Inner,
+    files: &FilePaths,
+    decide: impl FnOnce(&State) -> (LedgerEntry, R),
+) -> io::Result<R> {
+    under_file_lock(inner, files, |inner, ledger| {
         let (entry, r) = decide(&inner.state);
         let mut line = serde_json::to_vec(&entry).map_err(io::Error::other)?;
         line.push(b'\n');
@@ -339,10 +338,7 @@ fn file_transact<R>(
         inner.offset += line.len() as u64;
         inner.state.apply(&entry);
         Ok(r)
-    })();
-    // Dropping the file would release the lock too; unlocking explicitly keeps it obvious.
-    let _ = lock.unlock();
-    result
+    })
 }
 
 /// Replays the lines appended since `inner.offset`. A ledger that shrank (someone truncated
