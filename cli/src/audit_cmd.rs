@@ -121,13 +121,8 @@ pub fn install_keys(section: &AuditSection, dev: bool) -> Result<Option<AuditKey
         tracing::info!(key_ids = ?ids, "retired audit keys configured (verify only)");
     }
     let _ = audit::set_process_previous_keys(previous);
-    match std::env::var(&section.secrets_key_env)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
-        Some(v) => {
-            let k =
-                SealKey::from_hex(&v).map_err(|e| format!("{}: {e}", section.secrets_key_env))?;
+    match secrets_key(section)? {
+        Some(k) => {
             let _ = sealed::set_process_key(k);
             tracing::info!("secrets key configured: stored secrets enabled");
         }
@@ -139,18 +134,23 @@ pub fn install_keys(section: &AuditSection, dev: bool) -> Result<Option<AuditKey
     Ok(generated)
 }
 
+/// The secrets sealing key named by `[audit]`; `None` if unset or empty. The error names the
+/// variable, never its value.
+fn secrets_key(section: &AuditSection) -> Result<Option<SealKey>, AnyError> {
+    match std::env::var(&section.secrets_key_env) {
+        Ok(v) if !v.trim().is_empty() => SealKey::from_hex(&v)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", section.secrets_key_env).into()),
+        _ => Ok(None),
+    }
+}
+
 /// What `preflight` says of the keys, without installing them: an error names what is wrong.
 pub fn check_keys(section: &AuditSection) -> Result<String, AnyError> {
     let key = key_from_env(&section.key_env)?.ok_or_else(|| missing_audit_key(&section.key_env))?;
     let previous = previous_from_env(&section.previous_keys_env)?;
-    let secrets = match std::env::var(&section.secrets_key_env)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
-        Some(v) => {
-            SealKey::from_hex(&v).map_err(|e| format!("{}: {e}", section.secrets_key_env))?;
-            "stored secrets enabled"
-        }
+    let secrets = match secrets_key(section)? {
+        Some(_) => "stored secrets enabled",
         None => "no secrets key: stored secrets disabled",
     };
     Ok(format!(
