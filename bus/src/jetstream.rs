@@ -394,17 +394,21 @@ impl JetStreamBus {
             return false;
         };
         match self.setup.get_stream(&def.name).await {
-            Err(e) if stream_missing(&e) => {
-                tracing::warn!(stream = %def.name, %subject, "bus: no stream for the subject (store lost?); recreating it");
-                match self.ensure_stream(&def).await {
-                    Ok(()) => true,
-                    Err(re) => {
-                        tracing::warn!(stream = %def.name, error = %re, "bus: cannot recreate the stream");
-                        false
-                    }
-                }
-            }
+            Err(e) if stream_missing(&e) => self.recreate(&def).await,
             _ => false,
+        }
+    }
+
+    /// Creates again a stream this bus ensured before and the server no longer has (its store
+    /// was lost); whether that worked.
+    async fn recreate(&self, def: &StreamDef) -> bool {
+        tracing::warn!(stream = %def.name, "bus: stream missing on the server (store lost?); recreating it");
+        match self.ensure_stream(def).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(stream = %def.name, error = %e, "bus: cannot recreate the stream");
+                false
+            }
         }
     }
 
@@ -420,9 +424,7 @@ impl JetStreamBus {
                 let Some(def) = self.known().into_iter().find(|d| d.name == name) else {
                     return Err(e);
                 };
-                tracing::warn!(stream = %name, "bus: stream missing on the server (store lost?); recreating it");
-                if let Err(re) = self.ensure_stream(&def).await {
-                    tracing::warn!(stream = %name, error = %re, "bus: cannot recreate the stream");
+                if !self.recreate(&def).await {
                     return Err(e);
                 }
                 self.setup.get_stream(name).await
