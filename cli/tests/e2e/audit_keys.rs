@@ -12,7 +12,7 @@ use differently_store::audit::AuditKey;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::harness::{binary, free_port, Cluster, Opts, Proc};
+use crate::harness::{binary, free_port, output_within, Cluster, Opts, Proc};
 
 const KEY_A: &str = "a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0";
 const KEY_B: &str = "0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0a1a2a3a4a5a6a7a8a9aaabacadaeaf0";
@@ -30,20 +30,11 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn differently");
-    let pid = child.id();
-    let deadline = Instant::now() + limit;
-    let waiter = std::thread::spawn(move || child.wait_with_output());
-    while !waiter.is_finished() {
-        if Instant::now() > deadline {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("`differently` did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    waiter
-        .join()
-        .expect("waiter thread")
-        .expect("wait for differently")
+    let (out, timed_out) = output_within(child, limit, |pid| {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    assert!(!timed_out, "`differently` did not exit within {limit:?}");
+    out
 }
 
 fn text(o: &Output) -> String {

@@ -18,6 +18,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::harness::{free_port, Cluster, Opts};
+use crate::observability::scrape;
 
 const DASHBOARD: &str = include_str!("../../../deploy/grafana/differently.json");
 const ALERTS: &str = include_str!("../../../deploy/prometheus/alerts.yml");
@@ -73,14 +74,6 @@ impl Served {
             .iter()
             .any(|s| names.contains(&format!("{family}{s}")))
     }
-}
-
-async fn scrape(port: u16) -> String {
-    let r = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await
-        .expect("metrics listener answers");
-    assert_eq!(r.status(), 200);
-    r.text().await.expect("metrics body")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

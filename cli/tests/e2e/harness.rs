@@ -471,6 +471,30 @@ fn tail(s: &str, n: usize) -> String {
 }
 
 /// Polls `check` every 50 ms until it is true or `within` passes.
+/// Collects `child`'s output, waiting at most `limit`; past it `stop(pid)` is called (it must
+/// make the child exit) before collecting. The output, and whether the limit passed.
+pub fn output_within(
+    child: Child,
+    limit: Duration,
+    stop: impl FnOnce(u32),
+) -> (std::process::Output, bool) {
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output());
+    let deadline = Instant::now() + limit;
+    while !waiter.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let timed_out = !waiter.is_finished();
+    if timed_out {
+        stop(pid);
+    }
+    let out = waiter
+        .join()
+        .expect("waiter thread")
+        .expect("wait for the child");
+    (out, timed_out)
+}
+
 pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {

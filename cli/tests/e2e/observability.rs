@@ -27,7 +27,8 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .reduce(|a, b| a + b)
 }
 
-async fn scrape(port: u16) -> String {
+/// The `/metrics` text of the listener on `port` (it must answer 200).
+pub(crate) async fn scrape(port: u16) -> String {
     let r = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
         .await
         .expect("metrics listener answers");

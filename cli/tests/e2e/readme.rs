@@ -10,12 +10,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use differently_bus::testing::NatsServer;
 use differently_store::testing::TestDb;
 
-use crate::harness::{binary, free_port};
+use crate::harness::{binary, free_port, output_within};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -80,17 +80,16 @@ fn run_script(script: &str, dir: &Path, env: &[(&str, String)], limit: Duration)
         cmd.env(k, v);
     }
     let child = cmd.spawn().expect("spawn setsid bash (util-linux)");
+    // setsid made bash a process group leader: the group is its pid.
+    let kill_group = |group: u32| {
+        let _ = Command::new("kill")
+            .args(["-9", "--", &format!("-{group}")])
+            .status();
+    };
     let group = child.id();
-    let waiter = std::thread::spawn(move || child.wait_with_output());
-    let deadline = Instant::now() + limit;
-    while !waiter.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let timed_out = !waiter.is_finished();
-    let _ = Command::new("kill")
-        .args(["-9", "--", &format!("-{group}")])
-        .status();
-    let out = waiter.join().expect("waiter").expect("wait for bash");
+    let (out, timed_out) = output_within(child, limit, kill_group);
+    // Finished or not, background servers the block started must not outlive the test.
+    kill_group(group);
     assert!(
         !timed_out,
         "the block did not finish within {limit:?}\n{}",
