@@ -1016,8 +1016,11 @@ pub struct RowGuard {
 /// commit; dropping a pending record uncommitted writes nothing.
 pub struct StagedAudit {
     record: AuditEvent,
-    commit: Option<std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>>,
+    commit: Option<PendingCommit>,
 }
+
+/// The commit a [`StagedAudit`] still owes.
+type PendingCommit = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
 
 impl StagedAudit {
     /// A record that is already durable.
