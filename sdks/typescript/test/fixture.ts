@@ -6,6 +6,7 @@
  * test fails saying how to build it (never skipped).
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -44,7 +45,13 @@ export async function startDev(): Promise<DevServer> {
   const dir = mkdtempSync(join(tmpdir(), "differently-sdk-ts-"));
   const child = spawn(bin, ["dev", "--listen", "127.0.0.1:0", "--key-file", join(dir, "key"), "--root", join(dir, "root")], {
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, RUST_LOG: process.env["RUST_LOG"] ?? "warn", NO_COLOR: "1" },
+    // A secrets key so stored secrets (admin) work; the audit key is dev's own, printed below.
+    env: {
+      ...process.env,
+      RUST_LOG: process.env["RUST_LOG"] ?? "warn",
+      NO_COLOR: "1",
+      DIFFERENTLY_SECRETS_KEY: randomBytes(32).toString("hex"),
+    },
   });
   let out = "";
   let err = "";
