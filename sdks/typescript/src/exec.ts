@@ -4,7 +4,7 @@
  * as StreamError; a body that ends without either as StreamInterruptedError.
  */
 import { DifferentlyError, StreamError, StreamInterruptedError } from "./errors.js";
-import { FRAME_ERROR, FRAME_EXIT, FRAME_HEARTBEAT, FRAME_STDERR, FRAME_STDOUT, FrameError, parseFrames } from "./frames.js";
+import { FRAME_ERROR, FRAME_EXIT, FRAME_STDERR, FRAME_STDOUT, FrameError } from "./frames.js";
 import type { ExecExit, ExecRequest } from "./models.js";
 import { parseSse } from "./sse.js";
 
@@ -136,40 +136,14 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
   [Symbol.asyncIterator](): AsyncIterator<ExecEvent> {
     if (this.#used) throw new DifferentlyError("an ExecStream can be iterated only once");
     this.#used = true;
-    return this.#events();
+    return this.format === "binary" ? this.#binary() : this.#events();
   }
 
+  /** The SSE form. */
   async *#events(): AsyncGenerator<ExecEvent> {
     let ended = false;
     try {
-      if (this.format === "binary") {
-        for await (const f of parseFrames(this.#body)) {
-          switch (f.type) {
-            case FRAME_STDOUT:
-              yield new OutputChunk("stdout", { bytes: f.payload });
-              break;
-            case FRAME_STDERR:
-              yield new OutputChunk("stderr", { bytes: f.payload });
-              break;
-            case FRAME_EXIT: {
-              const x = JSON.parse(new TextDecoder().decode(f.payload)) as ExecExit;
-              this.exit = { exitCode: x.exitCode, durationMs: x.durationMs };
-              ended = true;
-              yield { type: "exit", ...this.exit };
-              return;
-            }
-            case FRAME_ERROR: {
-              const e = JSON.parse(new TextDecoder().decode(f.payload)) as { code: string; message: string };
-              ended = true;
-              throw new StreamError(e.code, e.message);
-            }
-            case FRAME_HEARTBEAT:
-              break;
-            default:
-              break; // a frame type this SDK does not know yet: skipped, as the format allows growth
-          }
-        }
-      } else {
+      {
         const b64 = this.#encoding === "base64";
         for await (const m of parseSse(this.#body)) {
           switch (m.event) {
@@ -205,6 +179,94 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
       if (!ended) this.#abort.abort();
     }
     throw new StreamInterruptedError("exec stream ended without an exit event (connection lost)");
+  }
+
+  /**
+   * The binary frames, decoded inline for throughput: output is yielded as views of each read
+   * as soon as it arrives (a chunk boundary may fall anywhere anyway), never reassembled into
+   * whole frames; only the small exit/error payloads are collected.
+   */
+  async *#binary(): AsyncGenerator<ExecEvent> {
+    const reader = this.#body.getReader();
+    const hdr = new Uint8Array(8);
+    let hdrFill = 0;
+    let type = -1; // -1: reading a header
+    let remaining = 0;
+    let ctrl: Uint8Array[] = [];
+    const finish = (): ExecEvent | undefined => {
+      const t = type;
+      type = -1;
+      if (t !== FRAME_EXIT && t !== FRAME_ERROR) return undefined;
+      const len = ctrl.reduce((n, c) => n + c.length, 0);
+      const all = new Uint8Array(len);
+      let o = 0;
+      for (const c of ctrl) {
+        all.set(c, o);
+        o += c.length;
+      }
+      ctrl = [];
+      const json = JSON.parse(new TextDecoder().decode(all)) as Record<string, unknown>;
+      ended = true;
+      if (t === FRAME_ERROR) throw new StreamError(String(json["code"]), String(json["message"]));
+      this.exit = { exitCode: Number(json["exitCode"]), durationMs: Number(json["durationMs"]) };
+      return { type: "exit", ...this.exit };
+    };
+    let ended = false;
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) {
+          if (type !== -1 || hdrFill > 0) throw new StreamInterruptedError("exec stream ended inside a frame (connection lost)");
+          throw new StreamInterruptedError("exec stream ended without an exit frame (connection lost)");
+        }
+        let off = 0;
+        while (off < value.length) {
+          if (type === -1) {
+            const k = Math.min(8 - hdrFill, value.length - off);
+            hdr.set(value.subarray(off, off + k), hdrFill);
+            hdrFill += k;
+            off += k;
+            if (hdrFill < 8) break;
+            hdrFill = 0;
+            if (hdr[1] !== 0 || hdr[2] !== 0 || hdr[3] !== 0) throw new FrameError(`malformed frame header (type ${hdr[0]})`);
+            type = hdr[0]!;
+            remaining = ((hdr[4]! << 24) >>> 0) + (hdr[5]! << 16) + (hdr[6]! << 8) + hdr[7]!;
+            if (remaining === 0) {
+              const ev = finish();
+              if (ev) {
+                yield ev;
+                return;
+              }
+            }
+            continue;
+          }
+          const k = Math.min(remaining, value.length - off);
+          const piece = value.subarray(off, off + k);
+          off += k;
+          remaining -= k;
+          if (type === FRAME_STDOUT) yield new OutputChunk("stdout", { bytes: piece });
+          else if (type === FRAME_STDERR) yield new OutputChunk("stderr", { bytes: piece });
+          else if (type === FRAME_EXIT || type === FRAME_ERROR) ctrl.push(piece.slice());
+          // other types (heartbeat has no payload; unknown future types) are skipped
+          if (remaining === 0) {
+            const ev = finish();
+            if (ev) {
+              yield ev;
+              return;
+            }
+          }
+        }
+      }
+    } catch (err) {
+      if (err instanceof DifferentlyError) throw err;
+      if (err instanceof FrameError) throw new StreamInterruptedError(`exec stream corrupt: ${err.message}`, { cause: err });
+      if (this.#abort.signal.aborted) throw this.#abort.signal.reason;
+      throw new StreamInterruptedError("exec stream broke before the exit frame (connection lost)", { cause: err });
+    } finally {
+      if (!ended) this.#abort.abort();
+      reader.releaseLock();
+      await this.#body.cancel().catch(() => undefined);
+    }
   }
 
   /** Output as lines per stream, in arrival order, decoded across chunk boundaries. */
