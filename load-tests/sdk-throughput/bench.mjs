@@ -50,11 +50,19 @@ const dev = spawn(bin, ["dev", "--listen", "127.0.0.1:0", "--key-file", join(dir
 });
 let devErr = "";
 dev.stderr.on("data", (d) => (devErr = (devErr + d).slice(-20_000)));
-const stop = () => {
-  if (dev.exitCode === null) dev.kill("SIGTERM");
+// On a failure exit: kill dev and remove what we can; the normal path waits for dev first.
+process.on("exit", () => {
+  if (dev.exitCode === null) dev.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
+});
+const stop = async () => {
+  if (dev.exitCode === null) {
+    const exited = new Promise((r) => dev.once("exit", r));
+    dev.kill("SIGTERM");
+    await exited;
+  }
   rmSync(dir, { recursive: true, force: true });
 };
-process.on("exit", stop);
 
 const vars = await new Promise((ok, fail) => {
   let out = "";
@@ -180,5 +188,5 @@ for (const format of ["sse", "binary"]) {
   );
 }
 await c.sandboxes.delete(sbx.id);
-stop();
+await stop();
 process.exit(0);
