@@ -59,6 +59,9 @@ describe("orgs and projects", () => {
     await admin.projects.delete(extra.id);
     await assert.rejects(admin.projects.get(extra.id), NotFoundError);
     await assert.rejects(admin.orgs.create({ name: "" }), (e: unknown) => e instanceof ValidationError && e.field === "name");
+    const gone = await admin.orgs.create({ name: "to delete" });
+    await admin.orgs.delete(gone.id);
+    await assert.rejects(admin.orgs.get(gone.id), NotFoundError);
   });
 
   it("a suspended org may read but not write (403), and comes back", async () => {
