@@ -273,10 +273,13 @@ impl DevhostAdapter {
         }
         let cwd = resolve_cwd(&sandbox_dir, req.cwd.as_deref())?;
         if !tokio::fs::metadata(&cwd).await.is_ok_and(|m| m.is_dir()) {
-            return Err(AdapterError::permanent(format!(
-                "cwd {} does not exist in the sandbox",
-                req.cwd.as_deref().unwrap_or("/")
-            )));
+            return Err(AdapterError::invalid_field(
+                "cwd",
+                format!(
+                    "cwd {} does not exist in the sandbox",
+                    req.cwd.as_deref().unwrap_or("/")
+                ),
+            ));
         }
         let Some((program, args)) = req.command.split_first() else {
             return Err(AdapterError::permanent("command is empty"));

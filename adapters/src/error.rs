@@ -50,6 +50,12 @@ impl AdapterError {
         AdapterError::Permanent(message.into())
     }
 
+    /// A [`AdapterError::Permanent`] about request field `field` (a `cwd` that does not
+    /// exist): the API answers it with `details.field`.
+    pub fn invalid_field(field: &'static str, message: impl Into<Reason>) -> Self {
+        AdapterError::Permanent(message.into().on_field(field))
+    }
+
     /// A [`AdapterError::Unavailable`] with `message`.
     pub fn unavailable(message: impl Into<Reason>) -> Self {
         AdapterError::Unavailable(message.into())
@@ -63,6 +69,8 @@ impl AdapterError {
 pub struct Reason {
     message: String,
     cause: Option<Arc<dyn Error + Send + Sync>>,
+    /// The request field the failure is about (`cwd`), for the API's `details.field`.
+    field: Option<&'static str>,
 }
 
 impl Reason {
@@ -74,7 +82,19 @@ impl Reason {
         Reason {
             message: message.into(),
             cause: Some(Arc::new(cause)),
+            field: None,
         }
+    }
+
+    /// The same reason, about request field `field` (the API names it in `details.field`).
+    pub fn on_field(mut self, field: &'static str) -> Self {
+        self.field = Some(field);
+        self
+    }
+
+    /// The request field this is about, if one.
+    pub fn field(&self) -> Option<&'static str> {
+        self.field
     }
 
     /// The message.
@@ -87,6 +107,7 @@ impl Reason {
         Reason {
             message: f(&self.message),
             cause: self.cause,
+            field: self.field,
         }
     }
 }
@@ -129,6 +150,7 @@ impl From<String> for Reason {
         Reason {
             message,
             cause: None,
+            field: None,
         }
     }
 }

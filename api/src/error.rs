@@ -117,7 +117,11 @@ impl From<AdapterError> for ApiError {
                 ErrorCode::ProviderUnavailable,
                 "the sandbox's backend instance is missing",
             ),
-            AdapterError::Permanent(m) => ApiError::new(ErrorCode::ValidationFailed, m),
+            AdapterError::Permanent(m) => match m.field() {
+                Some(field) => ApiError::new(ErrorCode::ValidationFailed, m.message())
+                    .with_details(json!({ "field": field })),
+                None => ApiError::new(ErrorCode::ValidationFailed, m),
+            },
             AdapterError::PathNotFound(p) => ApiError::new(
                 ErrorCode::NotFound,
                 format!("{p}: no such file or directory"),

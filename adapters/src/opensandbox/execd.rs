@@ -556,6 +556,15 @@ pub(crate) async fn execd_error_at(
             Some(p) => AdapterError::PathNotFound(p.to_owned()),
             None => AdapterError::permanent(format!("{op}: no such file")),
         },
+        // Recorded (1.1.1): `400 INVALID_REQUEST_BODY "… working directory does not exist: …"`.
+        (400, "INVALID_REQUEST_BODY")
+            if err.message.contains("working directory does not exist") =>
+        {
+            AdapterError::invalid_field(
+                "cwd",
+                format!("{op}: the cwd does not exist in the sandbox"),
+            )
+        }
         (401, _) => AdapterError::permanent(format!("{op}: execd refused the access token")),
         (502, _) => AdapterError::transient(format!(
             "{op}: the server proxy cannot reach execd (paused or stopped sandbox?)"

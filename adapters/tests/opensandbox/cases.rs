@@ -793,7 +793,7 @@ async fn exec_exit_codes_stderr_env_cwd_and_quoting() {
         req.cwd = Some("/definitely/not/here".to_owned());
         assert!(matches!(
             s.adapter.exec(&r, &req).await,
-            Err(AdapterError::Permanent(_))
+            Err(AdapterError::Permanent(m)) if m.field() == Some("cwd")
         ));
     }
 }

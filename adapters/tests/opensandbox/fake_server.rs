@@ -1384,7 +1384,10 @@ async fn command(inner: &Arc<Inner>, sandbox: &str, r: &Req) -> Response {
         if !Path::new(cwd).is_dir() {
             return json_resp(
                 400,
-                json!({"code": "INVALID_REQUEST_BODY", "message": format!("cwd {cwd} does not exist")}),
+                json!({"code": "INVALID_REQUEST_BODY", "message": format!(
+                    "invalid request, validation error working directory does not exist: \
+                     {cwd}: stat {cwd}: no such file or directory"
+                )}),
             );
         }
         cmd.current_dir(cwd);

@@ -177,11 +177,14 @@ async fn exec_semantics_on_real_processes() {
     let (_, r) =
         exec(json!({"command": ["sh", "-c", "basename \"$PWD\""], "cwd": "/work/sub"})).await;
     assert_eq!(r["stdout"], "sub\n");
-    let (s, r) = exec(json!({"command": ["pwd"], "cwd": "relative"})).await;
-    assert_eq!(
-        (s, r["error"]["details"]["field"].as_str()),
-        (422, Some("cwd"))
-    );
+    for cwd in ["relative", "/no/such/dir"] {
+        let (s, r) = exec(json!({"command": ["pwd"], "cwd": cwd})).await;
+        assert_eq!(
+            (s, r["error"]["details"]["field"].as_str()),
+            (422, Some("cwd")),
+            "cwd {cwd:?}: {r}"
+        );
+    }
     // Timeout is 124 and does not wait for the command.
     let started = Instant::now();
     let (_, r) = exec(json!({"command": ["sleep", "30"], "timeoutSeconds": 1})).await;
