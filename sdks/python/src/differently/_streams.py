@@ -1,0 +1,203 @@
+"""Incremental decoders for the two streamed formats the API serves, fed with raw bytes as
+they arrive (sans I/O, so the sync and async clients share them):
+
+* the exec stream's binary frames (``application/vnd.differently.exec-stream``): an 8-byte
+  header (type, three zero bytes, big-endian u32 length) and a payload;
+* server-sent events (``text/event-stream``): exec's SSE form and ``GET /v1/events``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple
+
+from ._codec import decode
+from .errors import ExecStreamError, ProtocolError, StreamCutError
+from .models import ExecEvent, ExecExit, ExecStderr, ExecStdout
+
+#: The exec stream's binary media type.
+FRAMES_MEDIA_TYPE = "application/vnd.differently.exec-stream"
+
+FRAME_HEARTBEAT = 0
+FRAME_STDOUT = 1
+FRAME_STDERR = 2
+FRAME_EXIT = 3
+FRAME_ERROR = 4
+
+# The server sends at most 64 KiB per frame; anything far beyond that is not this protocol.
+_MAX_FRAME = 16 * 1024 * 1024
+
+
+class FrameDecoder:
+    """Splits a byte stream into ``(type, payload)`` frames; a frame may span many reads."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> List[Tuple[int, bytes]]:
+        buf = self._buf
+        buf += chunk
+        out: List[Tuple[int, bytes]] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 8:
+            if buf[pos + 1] or buf[pos + 2] or buf[pos + 3]:
+                raise ProtocolError("exec stream: a frame header's bytes 1-3 are not zero")
+            length = int.from_bytes(buf[pos + 4 : pos + 8], "big")
+            if length > _MAX_FRAME:
+                raise ProtocolError(f"exec stream: a frame of {length} bytes")
+            if end - pos - 8 < length:
+                break
+            out.append((buf[pos], bytes(buf[pos + 8 : pos + 8 + length])))
+            pos += 8 + length
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an unfinished frame."""
+        return len(self._buf)
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    """One dispatched server-sent event."""
+
+    event: str
+    data: str
+    id: Optional[str]
+    retry: Optional[int]
+
+
+class SSEDecoder:
+    """The event-stream parsing rules of the HTML standard, for a stream fed in pieces."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._event = ""
+        self._data: List[str] = []
+        self._id: Optional[str] = None
+        self._retry: Optional[int] = None
+        self._has_fields = False
+
+    def feed(self, chunk: bytes) -> List[SSEEvent]:
+        buf = self._buf
+        buf += chunk
+        out: List[SSEEvent] = []
+        pos = 0
+        while True:
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                break
+            line = bytes(buf[pos:nl])
+            pos = nl + 1
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            ev = self._line(line.decode("utf-8", "replace"))
+            if ev is not None:
+                out.append(ev)
+        if pos:
+            del buf[:pos]
+        return out
+
+    def _line(self, line: str) -> Optional[SSEEvent]:
+        if not line:
+            if not self._has_fields:
+                return None
+            ev = None
+            if self._data or self._event:
+                ev = SSEEvent(self._event or "message", "\n".join(self._data), self._id, self._retry)
+            self._event, self._data, self._retry, self._has_fields = "", [], None, False
+            return ev
+        if line.startswith(":"):
+            return None  # a comment: the heartbeat (`: ping`)
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        self._has_fields = True
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        elif name == "retry" and value.isdigit():
+            self._retry = int(value)
+        return None
+
+
+def _json(payload: Any, what: str) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError as e:
+        raise ProtocolError(f"{what}: not JSON") from e
+
+
+class ExecFrames:
+    """Exec events from the binary frame format."""
+
+    def __init__(self) -> None:
+        self._dec = FrameDecoder()
+        self.exit: Optional[ExecExit] = None
+
+    def feed(self, chunk: bytes) -> List[ExecEvent]:
+        out: List[ExecEvent] = []
+        for kind, payload in self._dec.feed(chunk):
+            if self.exit is not None:
+                raise ProtocolError("exec stream: a frame after the exit frame")
+            if kind == FRAME_STDOUT:
+                out.append(ExecStdout(payload))
+            elif kind == FRAME_STDERR:
+                out.append(ExecStderr(payload))
+            elif kind == FRAME_EXIT:
+                self.exit = decode(ExecExit, _json(payload, "exit frame"), "exit")
+                out.append(self.exit)
+            elif kind == FRAME_ERROR:
+                raise _stream_error(_json(payload, "error frame"))
+            # FRAME_HEARTBEAT and types a newer server may add carry nothing for us.
+        return out
+
+    def finish(self) -> None:
+        if self.exit is None:
+            raise StreamCutError(
+                "the exec stream ended without its exit frame: the connection was lost"
+            )
+
+
+class ExecSSE:
+    """Exec events from the SSE format (``outputEncoding`` utf8 or base64)."""
+
+    def __init__(self, base64_output: bool) -> None:
+        self._dec = SSEDecoder()
+        self._b64 = base64_output
+        self.exit: Optional[ExecExit] = None
+
+    def feed(self, chunk: bytes) -> List[ExecEvent]:
+        out: List[ExecEvent] = []
+        for ev in self._dec.feed(chunk):
+            if ev.event in ("stdout", "stderr"):
+                body = _json(ev.data, f"{ev.event} event")
+                text = body.get("data", "") if isinstance(body, dict) else ""
+                data = base64.b64decode(text) if self._b64 else str(text).encode("utf-8")
+                out.append(ExecStdout(data) if ev.event == "stdout" else ExecStderr(data))
+            elif ev.event == "exit":
+                self.exit = decode(ExecExit, _json(ev.data, "exit event"), "exit")
+                out.append(self.exit)
+            elif ev.event == "error":
+                raise _stream_error(_json(ev.data, "error event"))
+        return out
+
+    def finish(self) -> None:
+        if self.exit is None:
+            raise StreamCutError(
+                "the exec stream ended without its exit event: the connection was lost"
+            )
+
+
+def _stream_error(body: Any) -> ExecStreamError:
+    if not isinstance(body, dict):
+        return ExecStreamError("internal", "malformed error event")
+    return ExecStreamError(str(body.get("code", "internal")), str(body.get("message", "")))
