@@ -33,6 +33,9 @@ from ._version import __version__
 from .errors import APIError, NetworkError, StreamCutError
 from .models import (
     AuditEvent,
+    AuditSegmentRequest,
+    Secret,
+    SecretRequest,
     Capability,
     Classification,
     CreatedKey,
@@ -145,6 +148,7 @@ class AsyncClient:
         self.policies = AsyncPolicies(self)
         self.pools = AsyncPools(self)
         self.audit = AsyncAudit(self)
+        self.secrets = AsyncSecrets(self)
 
     @property
     def base_url(self) -> str:
@@ -1045,3 +1049,28 @@ class AsyncAudit:
             raise StreamCutError(f"the audit export was cut: {e}") from e
         finally:
             await resp.aclose()
+
+    async def checkpoint(self) -> Optional[Dict[str, Any]]:
+        """Writes a signed checkpoint of every chain head (``None``: nothing new to sign)."""
+        return await self._c._run(core.audit_checkpoint())
+
+    async def segment(self, reason: str) -> Dict[str, Any]:
+        """Starts a new segment after records signed with a lost key (docs/audit.md); the
+        server refuses (409) while every signature verifies."""
+        return await self._c._run(core.audit_segment(AuditSegmentRequest(reason=reason)))
+
+
+class AsyncSecrets:
+    """Stored backend credentials (admin): names and fingerprints only, never values."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    def list(self) -> AsyncIterator[Secret]:
+        return self._c._paginate(
+            lambda c: core.list_page("/v1/admin/secrets", Secret, {}, None, c)
+        )
+
+    async def put(self, name: str, value: str) -> Secret:
+        """Stores (or replaces) a secret; needs the server's ``DIFFERENTLY_SECRETS_KEY``."""
+        return await self._c._run(core.put_secret(name, SecretRequest(value=value)))

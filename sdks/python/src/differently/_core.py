@@ -46,6 +46,9 @@ from .errors import (
 )
 from .models import (
     FINAL_STATUSES,
+    AuditSegmentRequest,
+    Secret,
+    SecretRequest,
     AuditEvent,
     CreatedKey,
     CreateKeyRequest,
@@ -722,6 +725,22 @@ def health(path: str) -> Op[Health]:
 
 def openapi() -> Op[Dict[str, Any]]:
     return simple(Call("GET", "/v1/openapi.json", retry=True), lambda r: dict(r.json()))
+
+
+def put_secret(name: str, req: SecretRequest) -> Op[Secret]:
+    return put(f"/v1/admin/secrets/{seg(name)}", encode(req), Secret)
+
+
+def audit_checkpoint() -> Op[Optional[Dict[str, Any]]]:
+    """A signed checkpoint of every chain head; ``None`` when nothing changed since the last."""
+    reply = yield Call("POST", "/v1/admin/audit/checkpoints")
+    return None if reply.status == 204 or not reply.content else dict(reply.json())
+
+
+def audit_segment(req: AuditSegmentRequest) -> Op[Dict[str, Any]]:
+    return simple(
+        Call("POST", "/v1/admin/audit/segments", json=encode(req)), lambda r: dict(r.json())
+    )
 
 
 def audit_export_call() -> Call:

@@ -36,6 +36,9 @@ from ._version import __version__
 from .errors import APIError, NetworkError, StreamCutError
 from .models import (
     AuditEvent,
+    AuditSegmentRequest,
+    Secret,
+    SecretRequest,
     Capability,
     Classification,
     CreatedKey,
@@ -148,6 +151,7 @@ class Client:
         self.policies = Policies(self)
         self.pools = Pools(self)
         self.audit = Audit(self)
+        self.secrets = Secrets(self)
 
     @property
     def base_url(self) -> str:
@@ -1048,3 +1052,28 @@ class Audit:
             raise StreamCutError(f"the audit export was cut: {e}") from e
         finally:
             resp.close()
+
+    def checkpoint(self) -> Optional[Dict[str, Any]]:
+        """Writes a signed checkpoint of every chain head (``None``: nothing new to sign)."""
+        return self._c._run(core.audit_checkpoint())
+
+    def segment(self, reason: str) -> Dict[str, Any]:
+        """Starts a new segment after records signed with a lost key (docs/audit.md); the
+        server refuses (409) while every signature verifies."""
+        return self._c._run(core.audit_segment(AuditSegmentRequest(reason=reason)))
+
+
+class Secrets:
+    """Stored backend credentials (admin): names and fingerprints only, never values."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def list(self) -> Iterator[Secret]:
+        return self._c._paginate(
+            lambda c: core.list_page("/v1/admin/secrets", Secret, {}, None, c)
+        )
+
+    def put(self, name: str, value: str) -> Secret:
+        """Stores (or replaces) a secret; needs the server's ``DIFFERENTLY_SECRETS_KEY``."""
+        return self._c._run(core.put_secret(name, SecretRequest(value=value)))

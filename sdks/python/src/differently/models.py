@@ -570,3 +570,25 @@ class TrustReport:
 class Health:
     status: str
     raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A stored backend secret: its name and fingerprint, never the value."""
+
+    name: str
+    fingerprint: str
+    updated_by: str
+    updated_at: _dt.datetime
+    created_at: _dt.datetime
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class SecretRequest:
+    value: str = field(repr=False)
+
+
+@dataclass
+class AuditSegmentRequest:
+    reason: str
