@@ -2,7 +2,7 @@
 """Streamed-exec throughput: the Python SDK against curl on the same route, in one run.
 
 Starts its own `differently dev` (devhost pool) on a free loopback port, creates one sandbox,
-then alternates, round after round, curl and the SDK streaming the same ~50 MB command output
+then alternates, round after round, curl, the sync SDK client and the async one streaming the same ~50 MB command output
 (`head -c 50000000 /dev/zero | tr '\\0' a | fold -w 100`) through `POST …/exec/stream`, in
 both formats the route serves (binary frames and SSE). It prints MB/s per client and format
 (median of the rounds), the SDK/curl ratio, and the client CPU seconds per run.
@@ -33,7 +33,9 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "sdks" / "python" / "src"))
 
-from differently import Client, ExecExit, ExecStderr, ExecStdout  # noqa: E402
+import asyncio  # noqa: E402
+
+from differently import AsyncClient, Client, ExecExit, ExecStderr, ExecStdout  # noqa: E402
 
 FRAMES = "application/vnd.differently.exec-stream"
 
@@ -114,6 +116,26 @@ def run_sdk(client: Client, sandbox: str, command: List[str], transport: str) ->
     return wall, time.process_time() - cpu0, n
 
 
+async def _stream_async(client: AsyncClient, sandbox: str, command: List[str], transport: str) -> int:
+    n = 0
+    async with client.sandboxes.exec_stream(sandbox, command, transport=transport) as stream:
+        async for ev in stream:
+            if isinstance(ev, (ExecStdout, ExecStderr)):
+                n += len(ev.data)
+    if stream.exit_code != 0:
+        raise SystemExit(f"the command exited {stream.exit_code}")
+    return n
+
+
+def run_sdk_async(
+    loop: asyncio.AbstractEventLoop, client: AsyncClient, sandbox: str, command: List[str], transport: str
+) -> Tuple[float, float]:
+    cpu0 = time.process_time()
+    started = time.perf_counter()
+    loop.run_until_complete(_stream_async(client, sandbox, command, transport))
+    return time.perf_counter() - started, time.process_time() - cpu0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -133,6 +155,8 @@ def main() -> None:
     body = json.dumps({"command": command, "timeoutSeconds": 600}).encode()
     payload = args.bytes + (args.bytes + 99) // 100 - 1  # fold: a newline between 100-byte lines
     results: Dict[Tuple[str, str], List[Tuple[float, float]]] = {}
+    loop = asyncio.new_event_loop()
+    aclient = AsyncClient(url, key, timeout=120)
     try:
         with Client(url, key, timeout=120) as client:
             sbx = client.sandboxes.wait(client.sandboxes.create(), timeout=60).id
@@ -140,11 +164,13 @@ def main() -> None:
             for fmt in args.formats.split(","):
                 run_curl(url, key, sbx, body, FRAMES if fmt == "frames" else "text/event-stream")
                 run_sdk(client, sbx, command, fmt)
+                run_sdk_async(loop, aclient, sbx, command, fmt)
             for r in range(args.rounds):
                 for fmt in args.formats.split(","):
                     accept = FRAMES if fmt == "frames" else "text/event-stream"
                     pairs = [("curl", lambda: run_curl(url, key, sbx, body, accept)),
-                             ("sdk", lambda: run_sdk(client, sbx, command, fmt)[:2])]  # fmt: skip
+                             ("sdk", lambda: run_sdk(client, sbx, command, fmt)[:2]),
+                             ("async", lambda: run_sdk_async(loop, aclient, sbx, command, fmt))]  # fmt: skip
                     if r % 2:
                         pairs.reverse()  # alternate who goes first
                     for who, fn in pairs:
@@ -155,6 +181,8 @@ def main() -> None:
                 raise SystemExit(f"the SDK received {n} bytes, expected {payload}")
             client.sandboxes.delete(sbx)
     finally:
+        loop.run_until_complete(aclient.aclose())
+        loop.close()
         proc.terminate()
         proc.wait(10)
         shutil.rmtree(work, ignore_errors=True)
@@ -165,16 +193,15 @@ def main() -> None:
     print(f"{'format':8} {'client':6} {'MB/s':>8} {'client CPU s':>13} {'ratio sdk/curl':>15}")
     for fmt in args.formats.split(","):
         speeds = {}
-        for who in ("curl", "sdk"):
+        for who in ("curl", "sdk", "async"):
             runs = results[(fmt, who)]
             speeds[who] = statistics.median(mb / w for w, _ in runs)
             cpu = statistics.median(c for _, c in runs)
-            ratio = f"{speeds['sdk'] / speeds['curl']:.3f}x" if who == "sdk" else ""
+            ratio = f"{speeds[who] / speeds['curl']:.3f}x" if who != "curl" else ""
             print(f"{fmt:8} {who:6} {speeds[who]:8.1f} {cpu:13.3f} {ratio:>15}")
-        per_round = [mb / s[0] for s in results[(fmt, "sdk")]]
-        per_curl = [mb / s[0] for s in results[(fmt, "curl")]]
-        print(f"{'':8} rounds sdk  {' '.join(f'{x:.0f}' for x in per_round)} MB/s")
-        print(f"{'':8} rounds curl {' '.join(f'{x:.0f}' for x in per_curl)} MB/s")
+        for who in ("curl", "sdk", "async"):
+            per = " ".join(f"{mb / w:.0f}" for w, _ in results[(fmt, who)])
+            print(f"{'':8} rounds {who:6} {per} MB/s")
 
 
 if __name__ == "__main__":
