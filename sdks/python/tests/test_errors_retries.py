@@ -15,6 +15,8 @@ from differently import (
     APIError,
     AuthenticationError,
     Client,
+    ExecStderr,
+    ExecStdout,
     InvalidArgumentError,
     NetworkError,
     NetworkTimeoutError,
@@ -155,3 +157,14 @@ def test_the_key_appears_nowhere(server: Server, caplog: pytest.LogCaptureFixtur
     everything = caplog.text + "\n".join(messages)
     key_secret = secret.rsplit("_", 1)[1]
     assert key_secret not in everything and wrong.rsplit("_", 1)[1] not in everything
+
+
+def test_exec_waits_past_the_client_timeout(server: Server, sandbox: Any) -> None:
+    # A buffered exec answers when the command ends: its wait follows the exec's own limit,
+    # not the client's default timeout.
+    with Client(server.url, server.admin_key, timeout=1.0) as c:
+        result = c.sandboxes.exec(sandbox, ["sh", "-c", "sleep 2; echo done"])
+        assert (result.exit_code, result.stdout) == (0, "done\n")
+        with c.sandboxes.exec_stream(sandbox, ["sh", "-c", "sleep 2; echo streamed"]) as s:
+            chunks = b"".join(ev.data for ev in s if isinstance(ev, (ExecStdout, ExecStderr)))
+        assert chunks == b"streamed\n" and s.exit_code == 0

@@ -377,6 +377,10 @@ class AsyncEventStream:
                 lost: Exception = StreamCutError("the event stream ended")
             except (httpx.TransportError, NetworkError) as e:
                 lost = e
+            except httpx.StreamError:
+                if self._closed:  # closed by aclose() while reading
+                    return
+                raise
             finally:
                 if self._resp is not None:
                     await self._resp.aclose()

@@ -88,6 +88,8 @@ from .models import (
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:7070"
+#: The server's exec time limit when a request names none (core/src/exec.rs).
+DEFAULT_EXEC_TIMEOUT = 60
 
 
 @dataclass
@@ -416,8 +418,9 @@ def exec_call(sandbox_id: str, req: ExecRequest, stream: Optional[str] = None) -
     """The exec request; ``stream`` is None (buffered), ``"frames"`` or ``"sse"``."""
     if stream is None:
         path = f"/v1/sandboxes/{seg(sandbox_id)}/exec"
-        timeout = None if req.timeout_seconds in (None, UNSET) else float(req.timeout_seconds) + 30.0  # type: ignore[arg-type]
-        return Call("POST", path, json=encode(req), read_timeout=timeout)
+        limit = req.timeout_seconds if isinstance(req.timeout_seconds, int) else DEFAULT_EXEC_TIMEOUT
+        # The answer comes when the command ends: wait for its own limit, and some.
+        return Call("POST", path, json=encode(req), read_timeout=float(limit) + 30.0)
     headers = {"Accept": "application/vnd.differently.exec-stream" if stream == "frames" else "text/event-stream"}
     # Heartbeats come every 15 s: a silent minute means the connection is gone.
     return Call(

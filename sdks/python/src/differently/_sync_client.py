@@ -380,6 +380,10 @@ class EventStream:
                 lost: Exception = StreamCutError("the event stream ended")
             except (httpx.TransportError, NetworkError) as e:
                 lost = e
+            except httpx.StreamError:
+                if self._closed:  # closed by close() while reading
+                    return
+                raise
             finally:
                 if self._resp is not None:
                     self._resp.close()
