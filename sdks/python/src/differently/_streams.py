@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
@@ -30,36 +31,55 @@ FRAME_ERROR = 4
 _MAX_FRAME = 16 * 1024 * 1024
 
 
+_HEADER = struct.Struct(">II")  # type (high byte) and three zero bytes, then the length
+
+
 class FrameDecoder:
     """Splits a byte stream into ``(type, payload)`` frames; a frame may span many reads."""
 
     def __init__(self) -> None:
-        self._buf = bytearray()
+        self._parts: List[bytes] = []  # an unfinished frame's reads so far
+        self._have = 0
+        self._need = 8  # bytes that complete the unfinished frame (its header, at first)
 
     def feed(self, chunk: bytes) -> List[Tuple[int, bytes]]:
-        buf = self._buf
-        buf += chunk
+        # Most reads carry whole frames: they are sliced once, without copying the read. A
+        # frame spread over many reads is joined once, when its last byte arrives.
+        if self._parts:
+            self._parts.append(bytes(chunk))
+            self._have += len(chunk)
+            if self._have < self._need:
+                return []
+            data = b"".join(self._parts)
+        else:
+            data = bytes(chunk)
         out: List[Tuple[int, bytes]] = []
         pos = 0
-        end = len(buf)
+        end = len(data)
+        unpack = _HEADER.unpack_from
+        need = 8
         while end - pos >= 8:
-            if buf[pos + 1] or buf[pos + 2] or buf[pos + 3]:
+            word, length = unpack(data, pos)
+            if word & 0x00FFFFFF:
                 raise ProtocolError("exec stream: a frame header's bytes 1-3 are not zero")
-            length = int.from_bytes(buf[pos + 4 : pos + 8], "big")
             if length > _MAX_FRAME:
                 raise ProtocolError(f"exec stream: a frame of {length} bytes")
-            if end - pos - 8 < length:
+            stop = pos + 8 + length
+            if stop > end:
+                need = 8 + length
                 break
-            out.append((buf[pos], bytes(buf[pos + 8 : pos + 8 + length])))
-            pos += 8 + length
-        if pos:
-            del buf[:pos]
+            out.append((word >> 24, data[pos + 8 : stop]))
+            pos = stop
+        rest = data[pos:] if pos < end else b""
+        self._parts = [rest] if rest else []
+        self._have = len(rest)
+        self._need = need
         return out
 
     @property
     def pending(self) -> int:
         """Bytes of an unfinished frame."""
-        return len(self._buf)
+        return self._have
 
 
 @dataclass(frozen=True)
