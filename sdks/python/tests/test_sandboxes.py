@@ -15,6 +15,7 @@ from differently import (
     ExecStderr,
     ExecStdout,
     ExposedPort,
+    NoEligiblePoolError,
     NotFoundError,
     ResourcesSpec,
     SandboxEndedError,
@@ -59,6 +60,16 @@ def test_create_with_every_field_then_running(client: Client, tag: str) -> None:
         assert out.stdout == "hello"
     finally:
         client.sandboxes.delete(sbx)
+
+
+def test_profile_and_region_are_sent(client: Client, tag: str) -> None:
+    small = client.sandboxes.create(profile="small", labels={"test": tag})
+    assert (small.resources.cpu, small.resources.memory_mib) == (1, 1024)
+    client.sandboxes.delete(small)
+    # The devhost pool has no region: a sandbox asking for one has nowhere to go.
+    with pytest.raises(NoEligiblePoolError) as e:
+        client.sandboxes.create(region="eu-west-1", labels={"test": tag})
+    assert (e.value.status, e.value.code) == (422, "no_eligible_pool")
 
 
 def test_region_is_sent(client: Client, tag: str) -> None:
