@@ -63,9 +63,9 @@ def test_create_with_every_field_then_running(client: Client, tag: str) -> None:
 
 
 def test_profile_and_region_are_sent(client: Client, tag: str) -> None:
-    small = client.sandboxes.create(profile="small", labels={"test": tag})
-    assert (small.resources.cpu, small.resources.memory_mib) == (1, 1024)
-    client.sandboxes.delete(small)
+    medium = client.sandboxes.create(profile="medium", labels={"test": tag})
+    assert (medium.resources.cpu, medium.resources.memory_mib) == (2, 4096)  # not the default
+    client.sandboxes.delete(medium)
     # The devhost pool has no region: a sandbox asking for one has nowhere to go.
     with pytest.raises(NoEligiblePoolError) as e:
         client.sandboxes.create(region="eu-west-1", labels={"test": tag})
