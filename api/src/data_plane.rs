@@ -12,13 +12,13 @@ use differently_adapters::InstanceRef;
 use differently_bus_schema::WorkOp;
 use differently_core::ids::OpId;
 use differently_core::{ErrorCode, Sandbox, SandboxId, SandboxStatus};
-use differently_store::audit::RowGuard;
+use differently_store::audit::{RowGuard, StagedAudit};
 use serde_json::{json, Value};
 
 use crate::access::load_sandbox;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::mutation::{audit, audit_event, transition, wait_op};
+use crate::mutation::{audit_event, transition, wait_op};
 use crate::sandbox_pool::{named_pool, pool_of, require_capability, status_conflict};
 use crate::AppState;
 
@@ -122,11 +122,8 @@ pub(crate) fn remembered(
 }
 
 /// Opens a data-plane call (exec, streamed exec, files) on sandbox `raw_id` for `capability`: the
-/// pool and the instance, with the call's `action` record appended first (fail closed). A row
-/// remembered from an earlier call or from the event that started it (`EventHub::running`) is
-/// used without a read when the record can be appended guarded on it (the row still running
-/// at that version); otherwise the row is read (and woken if idle) as [`ready_for_data`]
-/// does, and remembered for the next call.
+/// pool and the instance, with the call's `action` record appended first (fail closed). See
+/// [`open_staged_call`]; this one waits for the record's commit before the call starts.
 pub(crate) async fn open_data_call(
     state: &AppState,
     principal: &Principal,
@@ -135,6 +132,29 @@ pub(crate) async fn open_data_call(
     action: &str,
     detail: Value,
 ) -> ApiResult<(Arc<Pool>, InstanceRef)> {
+    let (pool, at, record) =
+        open_staged_call(state, principal, raw_id, capability, action, detail).await?;
+    record.commit().await?;
+    Ok((pool, at))
+}
+
+/// [`open_data_call`] whose record may still be committing: the caller starts the call and
+/// answers only once the record is durable ([`while_committing`]), so the commit's fsync
+/// overlaps the backend's work instead of preceding it.
+///
+/// A row remembered from an earlier call or from the event that started it
+/// (`EventHub::running`) is used without a read when the record can be written guarded on it
+/// (the row still running at that version); otherwise the row is read (and woken if idle) as
+/// [`ready_for_data`] does, its record committed before the call, and the row remembered for
+/// the next call.
+pub(crate) async fn open_staged_call(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+    capability: &str,
+    action: &str,
+    detail: Value,
+) -> ApiResult<(Arc<Pool>, InstanceRef, StagedAudit)> {
     let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
     if let Some(r) = remembered(state, principal, &id) {
         let pool = named_pool(state, &r.pool)?;
@@ -150,15 +170,55 @@ pub(crate) async fn open_data_call(
             action,
             detail.clone(),
         );
-        if state.store.append_audit_if(event, &guard).await?.is_some() {
-            return Ok((pool, called(state, r.id, r.backend_ref)));
+        if let Some(record) = state.store.stage_audit_if(event, &guard).await? {
+            return Ok((pool, called(state, r.id, r.backend_ref), record));
         }
         // It moved since: read it like any other call.
         state.events.running.forget(&id);
     }
     let sandbox = load_sandbox(state, principal, raw_id).await?;
     let (pool, at, sandbox) = ready_for_data(state, principal, sandbox, capability).await?;
-    audit(state, principal, &sandbox, action, detail).await?;
+    let record = state
+        .store
+        .append_audit(audit_event(
+            principal,
+            (&sandbox.org_id, &sandbox.project_id, &sandbox.id),
+            action,
+            detail,
+        ))
+        .await?;
     state.events.running.remember(&sandbox);
-    Ok((pool, at))
+    Ok((pool, at, StagedAudit::committed(record)))
+}
+
+/// Runs `call` while `record` commits, and answers once both are done. A failed commit
+/// cancels the call (dropped: an adapter interrupts a command it started) and fails it, so
+/// no answer goes out without its durable record.
+pub(crate) async fn while_committing<T>(
+    record: StagedAudit,
+    call: impl std::future::Future<Output = ApiResult<T>>,
+) -> ApiResult<T> {
+    let commit = commit_detached(record);
+    tokio::pin!(commit);
+    tokio::pin!(call);
+    tokio::select! {
+        committed = &mut commit => {
+            committed?;
+            call.await
+        }
+        answer = &mut call => {
+            commit.await?;
+            answer
+        }
+    }
+}
+
+/// Commits `record` in a task of its own, so a caller that hangs up (its handler dropped)
+/// cannot cancel the commit of a call that may already have started.
+pub(crate) async fn commit_detached(record: StagedAudit) -> ApiResult<()> {
+    match tokio::spawn(record.commit()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(ApiError::internal(format!("audit commit task: {e}"))),
+    }
 }

@@ -1010,6 +1010,62 @@ pub struct RowGuard {
     pub status_version: i64,
 }
 
+/// A guarded record written but not yet committed ([`AuditStore::stage_audit_if`]): the
+/// guard held and the record has its place in the chain, so the action it covers may start
+/// while [`commit`](StagedAudit::commit) makes it durable. The action's answer waits for the
+/// commit; dropping a pending record uncommitted writes nothing.
+pub struct StagedAudit {
+    record: AuditEvent,
+    commit: Option<PendingCommit>,
+}
+
+/// The commit a [`StagedAudit`] still owes.
+type PendingCommit = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
+impl StagedAudit {
+    /// A record that is already durable.
+    pub fn committed(record: AuditEvent) -> StagedAudit {
+        StagedAudit {
+            record,
+            commit: None,
+        }
+    }
+
+    /// A record that is durable once `commit` has completed successfully.
+    pub fn pending(
+        record: AuditEvent,
+        commit: impl Future<Output = Result<(), StoreError>> + Send + 'static,
+    ) -> StagedAudit {
+        StagedAudit {
+            record,
+            commit: Some(Box::pin(commit)),
+        }
+    }
+
+    /// The record as it will be committed.
+    pub fn record(&self) -> &AuditEvent {
+        &self.record
+    }
+
+    /// Makes the record durable; an error means it was not written, and the action it covers
+    /// must fail (fail closed).
+    pub async fn commit(self) -> Result<AuditEvent, StoreError> {
+        if let Some(commit) = self.commit {
+            commit.await?;
+        }
+        Ok(self.record)
+    }
+}
+
+impl fmt::Debug for StagedAudit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StagedAudit")
+            .field("record", &self.record)
+            .field("pending", &self.commit.is_some())
+            .finish()
+    }
+}
+
 /// Audit log operations beyond the records every transaction writes.
 #[async_trait]
 pub trait AuditStore: Send + Sync {
@@ -1030,6 +1086,22 @@ pub trait AuditStore: Send + Sync {
         event: NewAuditEvent,
         guard: &RowGuard,
     ) -> Result<Option<AuditEvent>, StoreError>;
+
+    /// [`append_audit_if`](AuditStore::append_audit_if) split at its commit: the guard is
+    /// checked and the record written, and the caller commits it while the action runs, so a
+    /// data-plane call pays for the record's durability (an fsync) in parallel with the
+    /// backend instead of before it. `None`: the row moved, and nothing was written. A store
+    /// whose appends cost no I/O commits at once.
+    async fn stage_audit_if(
+        &self,
+        event: NewAuditEvent,
+        guard: &RowGuard,
+    ) -> Result<Option<StagedAudit>, StoreError> {
+        Ok(self
+            .append_audit_if(event, guard)
+            .await?
+            .map(StagedAudit::committed))
+    }
 
     /// The head of its chain that this process's last committed status change of `resource`
     /// left, as `(chain, chain_seq, hash)`, for that change's status event; `None` when this

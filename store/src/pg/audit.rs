@@ -16,7 +16,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use crate::audit::{
     self, canonical_json, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint,
-    ExportCursor, NewAuditEvent, RowGuard, Segment, Verifier, VerifyReport,
+    ExportCursor, NewAuditEvent, RowGuard, Segment, StagedAudit, Verifier, VerifyReport,
 };
 use crate::pg::prior_write::PriorWrite;
 use crate::pg::PgStore;
@@ -408,6 +408,18 @@ impl AuditStore for PgStore {
     ) -> Result<Option<AuditEvent>, StoreError> {
         match crate::pg::audit_standalone::append(self, event, Some(guard)).await {
             Ok(rec) => Ok(Some(rec)),
+            Err(StoreError::StatusConflict { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn stage_audit_if(
+        &self,
+        event: NewAuditEvent,
+        guard: &RowGuard,
+    ) -> Result<Option<StagedAudit>, StoreError> {
+        match crate::pg::audit_standalone::stage(self, event, guard).await {
+            Ok(staged) => Ok(Some(staged)),
             Err(StoreError::StatusConflict { .. }) => Ok(None),
             Err(e) => Err(e),
         }

@@ -23,9 +23,9 @@ use std::sync::Mutex;
 
 use chrono::Utc;
 use serde_json::Value;
-use sqlx::{PgPool, Row};
+use sqlx::Row;
 
-use crate::audit::{self, chain_of, AuditEvent, NewAuditEvent, RowGuard};
+use crate::audit::{self, chain_of, AuditEvent, NewAuditEvent, RowGuard, StagedAudit};
 use crate::pg::audit::append_chained;
 use crate::pg::PgStore;
 use crate::StoreError;
@@ -179,11 +179,80 @@ pub(crate) async fn append(
     Ok(rec)
 }
 
+/// [`append`] with a guard, split at its commit (`AuditStore::stage_audit_if`): the
+/// compare-and-swap runs inside a transaction, which holds the chain's head row from the
+/// swap to the commit the caller runs while it acts, so the record keeps its place and no
+/// other append can land before it. `StatusConflict`: the row moved, nothing written. A
+/// record the swap cannot take (no head row, a fractional number, two misses) is appended
+/// on the locking path and answered already committed.
+pub(crate) async fn stage(
+    store: &PgStore,
+    e: NewAuditEvent,
+    guard: &RowGuard,
+) -> Result<StagedAudit, StoreError> {
+    let chain = chain_of(e.org_id.as_ref(), &e.resource);
+    let cache = store.audit_heads();
+    if !has_fraction(&e.detail) {
+        let started = std::time::Instant::now();
+        let at = Utc::now();
+        let request_id = audit::current_request_id();
+        let mut tx = store.pool().begin().await?;
+        let mut head = cache.get(&chain);
+        for _ in 0..ATTEMPTS {
+            let Some(prev) = (match head.take() {
+                Some(h) => Some(h),
+                None => read_head(&mut *tx, &chain).await?,
+            }) else {
+                break;
+            };
+            let prev_seq = prev.0;
+            let mut rec = AuditEvent::chained(
+                audit::process_key(),
+                chain.clone(),
+                Some(prev.clone()),
+                e.clone(),
+                at,
+                request_id.clone(),
+            );
+            match swap_in(&mut *tx, &rec, prev_seq, Some(guard)).await? {
+                Swap::Refused(current) => return Err(StoreError::StatusConflict { current }),
+                Swap::Done(seq) => {
+                    rec.seq = seq;
+                    // Noted before the commit: a later append from this process hashes onto
+                    // it and waits on the head row; should the commit fail, that append
+                    // misses and reads the head again.
+                    cache.note(&chain, rec.chain_seq, &rec.hash);
+                    return Ok(StagedAudit::pending(rec, async move {
+                        tx.commit().await?;
+                        metrics::histogram!("differently_audit_append_seconds")
+                            .record(started.elapsed().as_secs_f64());
+                        Ok(())
+                    }));
+                }
+                Swap::Moved(found) => {
+                    cache
+                        .misses
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    metrics::counter!("differently_audit_append_retries_total").increment(1);
+                    cache.forget(&chain);
+                    head = found.filter(|(seq, _)| *seq > prev_seq);
+                }
+            }
+        }
+    }
+    append(store, e, Some(guard))
+        .await
+        .map(StagedAudit::committed)
+}
+
 /// The chain's committed head, unlocked; `None` without a head row.
-async fn read_head(pool: &PgPool, chain: &str) -> Result<Option<(i64, String)>, StoreError> {
+async fn read_head(
+    db: impl sqlx::PgExecutor<'_>,
+    chain: &str,
+) -> Result<Option<(i64, String)>, StoreError> {
     sqlx::query("SELECT chain_seq, hash FROM audit_heads WHERE chain = $1")
         .bind(chain)
-        .fetch_optional(pool)
+        .fetch_optional(db)
         .await?
         .map(|r| -> Result<(i64, String), StoreError> { Ok((r.try_get(0)?, r.try_get(1)?)) })
         .transpose()
@@ -206,7 +275,7 @@ enum Swap {
 /// With `guard`, also writes nothing unless the sandbox row is at the guarded status and
 /// version (checked first: a refused guard is answered before a moved head).
 async fn swap_in(
-    pool: &PgPool,
+    db: impl sqlx::PgExecutor<'_>,
     rec: &AuditEvent,
     prev_seq: i64,
     guard: Option<&RowGuard>,
@@ -247,7 +316,7 @@ async fn swap_in(
     .bind(guard.map(|g| g.status.as_str()))
     .bind(guard.map(|g| g.status_version))
     .bind(&rec.key_id)
-    .fetch_one(pool)
+    .fetch_one(db)
     .await?;
     if let Some(seq) = row.try_get::<Option<i64>, _>("seq")? {
         return Ok(Swap::Done(seq));

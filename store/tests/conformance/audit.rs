@@ -50,6 +50,7 @@ audit_conformance!(
     deleting_tenants_keeps_their_history,
     secrets_are_sealed_fingerprinted_and_audited,
     a_guarded_append_writes_only_while_the_row_holds,
+    a_staged_append_is_written_once_committed,
 );
 
 fn admin() -> Actor {
@@ -840,4 +841,167 @@ pub async fn a_guarded_append_writes_only_while_the_row_holds(env: &Env) {
     }
     assert_eq!(execs().await, 2, "refused appends wrote nothing");
     verify_ok(s).await;
+}
+
+/// A running sandbox for the staged-append cases, and a guard on it.
+async fn running_guarded(
+    s: &dyn Store,
+    name: &str,
+) -> (Org, Project, Sandbox, differently_store::audit::RowGuard) {
+    use differently_core::SandboxStatus;
+    use differently_store::audit::RowGuard;
+    use differently_store::PoolSlot;
+
+    let o = org(s, name).await;
+    let p = project(s, &o.id).await;
+    let sbx = admit(s, &o.id, &p.id).await;
+    let pool = PoolSlot {
+        name: "p".into(),
+        max_concurrent: None,
+    };
+    s.activate(&sbx.id, &pool, &Quota::default(), Utc::now())
+        .await
+        .unwrap();
+    let running = s.mark_running(&sbx.id, "ref-1", Utc::now()).await.unwrap();
+    let guard = RowGuard {
+        sandbox: running.id.clone(),
+        status: SandboxStatus::Running,
+        status_version: running.status_version,
+    };
+    (o, p, running, guard)
+}
+
+/// The data plane's split append (`stage_audit_if`): written in the chain's order once
+/// committed, refused (nothing written) when the row moved, on both paths.
+pub async fn a_staged_append_is_written_once_committed(env: &Env) {
+    let s = env.store.as_ref();
+    let (o, p, sbx, guard) = running_guarded(s, "staged").await;
+    let mut fractional = exec_event(&o.id, &p.id, sbx.id.as_str());
+    fractional.detail = json!({"program": "python3", "ratio": 0.5});
+    let mut committed = vec![];
+    for e in [
+        exec_event(&o.id, &p.id, sbx.id.as_str()),
+        fractional.clone(),
+    ] {
+        let staged = s
+            .stage_audit_if(e, &guard)
+            .await
+            .unwrap()
+            .expect("the row holds");
+        let want = staged.record().clone();
+        let rec = staged.commit().await.unwrap();
+        assert_eq!(rec, want, "the record committed is the one staged");
+        committed.push(rec);
+    }
+    assert_eq!(
+        committed[1].chain_seq,
+        committed[0].chain_seq + 1,
+        "staged records take consecutive places"
+    );
+    let stale = differently_store::audit::RowGuard {
+        status_version: guard.status_version - 1,
+        ..guard.clone()
+    };
+    for e in [exec_event(&o.id, &p.id, sbx.id.as_str()), fractional] {
+        assert!(s.stage_audit_if(e, &stale).await.unwrap().is_none());
+    }
+    let listed = s
+        .list_audit(&AuditFilter {
+            resource: Some(sbx.id.to_string()),
+            action: Some("sandbox.exec".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed, committed);
+    verify_ok(s).await;
+}
+
+/// A staged record dropped before its commit (the call it covered never answered) writes
+/// nothing and does not hold the chain up: the next append takes its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_staged_append_dropped_uncommitted_writes_nothing() {
+    let env = Env::postgres().await;
+    let s = env.store.as_ref();
+    let (o, p, sbx, guard) = running_guarded(s, "dropped").await;
+    let staged = s
+        .stage_audit_if(exec_event(&o.id, &p.id, sbx.id.as_str()), &guard)
+        .await
+        .unwrap()
+        .expect("the row holds");
+    let place = staged.record().chain_seq;
+    drop(staged);
+    let next = s
+        .append_audit(exec_event(&o.id, &p.id, sbx.id.as_str()))
+        .await
+        .unwrap();
+    assert_eq!(next.chain_seq, place, "the dropped record left no gap");
+    let execs = s
+        .list_audit(&AuditFilter {
+            resource: Some(sbx.id.to_string()),
+            action: Some("sandbox.exec".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(execs, vec![next]);
+    verify_ok(s).await;
+}
+
+/// While a staged record commits, an append to the same chain from another process waits
+/// for it and lands after it; a commit that fails (its connection killed) is an error, and
+/// the record is not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_staged_append_keeps_its_place_and_fails_closed() {
+    let env = Env::postgres().await;
+    let s = env.store.clone();
+    let Backend::Postgres(db) = &env.backend else {
+        unreachable!()
+    };
+    let (o, p, sbx, guard) = running_guarded(s.as_ref(), "place").await;
+    let staged = s
+        .stage_audit_if(exec_event(&o.id, &p.id, sbx.id.as_str()), &guard)
+        .await
+        .unwrap()
+        .expect("the row holds");
+    let other = env.reopen().await;
+    let (o2, p2, id2) = (o.id.clone(), p.id.clone(), sbx.id.to_string());
+    let racing = tokio::spawn(async move { other.append_audit(exec_event(&o2, &p2, &id2)).await });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !racing.is_finished(),
+        "the other append waits for the commit"
+    );
+    let first = staged.commit().await.unwrap();
+    let second = racing.await.unwrap().unwrap();
+    assert_eq!(second.chain_seq, first.chain_seq + 1);
+    assert_eq!(second.prev_hash, first.hash);
+
+    // A commit that cannot complete fails, and writes nothing.
+    let staged = s
+        .stage_audit_if(exec_event(&o.id, &p.id, sbx.id.as_str()), &guard)
+        .await
+        .unwrap()
+        .expect("the row holds");
+    let lost = staged.record().clone();
+    let killed: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND state = 'idle in transaction'",
+    )
+    .fetch_all(db.store().pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        killed,
+        vec![(true,)],
+        "exactly the staged transaction is open"
+    );
+    assert!(staged.commit().await.is_err(), "a lost commit is an error");
+    let hashes: Vec<String> = export(s.as_ref())
+        .await
+        .into_iter()
+        .map(|r| r.hash)
+        .collect();
+    assert!(!hashes.contains(&lost.hash), "the lost record is not there");
+    verify_ok(s.as_ref()).await;
 }

@@ -51,7 +51,7 @@ use frames::FrameType;
 
 use crate::auth::Principal;
 use crate::body::parse_json_allowing_nul;
-use crate::data_plane::open_data_call;
+use crate::data_plane::{commit_detached, open_staged_call, while_committing};
 use crate::error::{ApiError, ApiResult};
 use crate::sse::HEARTBEAT;
 use crate::AppState;
@@ -129,38 +129,40 @@ async fn exec(
     principal.require(Scope::SandboxesExec)?;
     let req = parse_exec(&body)?;
     let detail = json!({ "program": req.program() });
-    let (pool, at) =
-        open_data_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
-    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec");
     let enc = req.output_encoding.unwrap_or_default();
+    let (pool, at, record) =
+        open_staged_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
     let streams = pool
         .adapter
         .capabilities()
         .iter()
         .any(|c| c == "exec.stream");
-    if !streams {
-        if enc == OutputEncoding::Base64 {
-            return Err(ApiError::new(
-                ErrorCode::UnsupportedOperation,
-                "outputEncoding base64 needs a pool with exec.stream (binary-safe output)",
-            ));
-        }
-        return Ok(Json(pool.adapter.exec(&at, &req).await?));
+    if !streams && enc == OutputEncoding::Base64 {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedOperation,
+            "outputEncoding base64 needs a pool with exec.stream (binary-safe output)",
+        ));
     }
-    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    let adapter = pool.adapter.clone();
-    let run = async move { adapter.exec_stream(&at, &req, tx).await };
-    let collect = CollectedOutput::collect(rx);
-    let (exit, out) = tokio::join!(run, collect);
-    let exit = exit?;
-    Ok(Json(ExecResult {
-        exit_code: exit.exit_code,
-        stdout: encode(enc, out.stdout.bytes()),
-        stderr: encode(enc, out.stderr.bytes()),
-        stdout_truncated: out.stdout.truncated(),
-        stderr_truncated: out.stderr.truncated(),
-        duration_ms: exit.duration_ms,
-    }))
+    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec");
+    let run = async {
+        if !streams {
+            return Ok(pool.adapter.exec(&at, &req).await?);
+        }
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let run = pool.adapter.exec_stream(&at, &req, tx);
+        let collect = CollectedOutput::collect(rx);
+        let (exit, out) = tokio::join!(run, collect);
+        let exit = exit?;
+        Ok(ExecResult {
+            exit_code: exit.exit_code,
+            stdout: encode(enc, out.stdout.bytes()),
+            stderr: encode(enc, out.stderr.bytes()),
+            stdout_truncated: out.stdout.truncated(),
+            stderr_truncated: out.stderr.truncated(),
+            duration_ms: exit.duration_ms,
+        })
+    };
+    Ok(Json(while_committing(record, run).await?))
 }
 
 /// A streamed exec in progress: the adapter runs in its own task and writes output into
@@ -440,7 +442,7 @@ async fn start_stream(
     principal.require(Scope::SandboxesExec)?;
     let req = parse_exec(body)?;
     let detail = json!({ "program": req.program() });
-    let (pool, at) = open_data_call(
+    let (pool, at, record) = open_staged_call(
         state,
         principal,
         id,
@@ -454,6 +456,12 @@ async fn start_stream(
     let adapter = pool.adapter.clone();
     let enc = req.output_encoding.unwrap_or_default();
     let task = tokio::spawn(async move { adapter.exec_stream(&at, &req, tx).await });
+    // The command starts while its record commits; the response (and with it any output)
+    // waits for the commit, and a failed one stops the command and answers the error.
+    if let Err(e) = commit_detached(record).await {
+        task.abort();
+        return Err(e);
+    }
     let run = Running {
         rx,
         task: Some(task),

@@ -1,0 +1,130 @@
+/**
+ * `GET /v1/events` (SSE `event: status`, `id:` the stream sequence) as an async iterator that
+ * reconnects on its own after a lost connection and resumes with `Last-Event-ID`, so no event
+ * is missed or repeated while the server still holds it (24 h).
+ */
+import { ApiError, ConnectionError, DifferentlyError } from "./errors.js";
+import type { Transport } from "./http.js";
+import type { StatusEvent } from "./models.js";
+import { parseSse } from "./sse.js";
+
+export interface EventsOptions {
+  projectId?: string;
+  sandboxId?: string;
+  /** Resume after this sequence (what `lastEventId` held). Without it, only new events. */
+  after?: number | string;
+  /** Reconnect after a lost connection (default true). */
+  reconnect?: boolean;
+  /** Consecutive failed reconnects before giving up (default 8). */
+  maxReconnectAttempts?: number;
+  /** First reconnect delay in ms (default 250, doubling to 5 s; the server's `retry:` wins). */
+  reconnectDelayMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface EventMessage {
+  /** The stream sequence (`id:`), to resume after. */
+  id: number;
+  /** `status` (the only kind served today). */
+  type: string;
+  data: StatusEvent;
+}
+
+/** An events subscription; iterate it once. `lastEventId` is where a new one would resume. */
+export class EventStream implements AsyncIterable<EventMessage> {
+  #transport: Transport;
+  #opts: EventsOptions;
+  #abort = new AbortController();
+  #used = false;
+  /** The last sequence received (or the `after` given), as the server's `Last-Event-ID`. */
+  lastEventId: string | undefined;
+  /** How many times the stream reconnected. */
+  reconnects = 0;
+
+  /** @internal */
+  constructor(transport: Transport, opts: EventsOptions) {
+    this.#transport = transport;
+    this.#opts = opts;
+    this.lastEventId = opts.after === undefined ? undefined : String(opts.after);
+    if (opts.signal) {
+      const s = opts.signal;
+      if (s.aborted) this.#abort.abort(s.reason);
+      else s.addEventListener("abort", () => this.#abort.abort(s.reason), { once: true });
+    }
+  }
+
+  /** Ends the subscription (an iteration in progress finishes without error). */
+  close(): void {
+    this.#abort.abort(new DifferentlyError("event stream closed"));
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<EventMessage> {
+    if (this.#used) throw new DifferentlyError("an EventStream can be iterated only once");
+    this.#used = true;
+    return this.#run();
+  }
+
+  async *#run(): AsyncGenerator<EventMessage> {
+    const reconnect = this.#opts.reconnect ?? true;
+    const maxFails = this.#opts.maxReconnectAttempts ?? 8;
+    let delay = this.#opts.reconnectDelayMs ?? 250;
+    let serverRetry: number | undefined;
+    let fails = 0;
+    let first = true;
+    const signal = this.#abort.signal;
+    try {
+      for (;;) {
+        if (signal.aborted) return;
+        if (!first) {
+          this.reconnects++;
+          await new Promise<void>((resolve) => {
+            const t = setTimeout(resolve, serverRetry ?? delay);
+            signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
+          });
+          if (signal.aborted) return;
+          delay = Math.min(5_000, delay * 2);
+        }
+        first = false;
+        let body: ReadableStream<Uint8Array> | null;
+        try {
+          const headers: Record<string, string> = { accept: "text/event-stream" };
+          if (this.lastEventId !== undefined) headers["last-event-id"] = this.lastEventId;
+          const a = await this.#transport.request({
+            op: "events",
+            query: { projectId: this.#opts.projectId, sandboxId: this.#opts.sandboxId },
+            headers,
+            stream: true,
+            signal,
+          });
+          body = a.response.body;
+        } catch (err) {
+          if (signal.aborted) return;
+          if (err instanceof ApiError && err.status !== 503 && err.status !== 502 && err.status !== 504) throw err;
+          if (!reconnect || ++fails > maxFails) throw err;
+          continue;
+        }
+        if (!body) throw new DifferentlyError("events: the answer has no body");
+        const state = { id: this.lastEventId };
+        try {
+          for await (const m of parseSse(body, state)) {
+            fails = 0;
+            delay = this.#opts.reconnectDelayMs ?? 250;
+            if (m.retry !== undefined) serverRetry = m.retry;
+            this.lastEventId = state.id;
+            const id = Number(m.id);
+            yield { id, type: m.event, data: JSON.parse(m.data) as StatusEvent };
+          }
+        } catch (err) {
+          if (signal.aborted) return;
+          if (!reconnect) throw new ConnectionError("event stream lost", this.#transport.baseUrl, err);
+          continue; // a broken connection: resume after lastEventId
+        }
+        if (signal.aborted) return;
+        if (!reconnect) return;
+        // The server ended the stream (e.g. a restart): resume as after a break.
+      }
+    } finally {
+      this.#abort.abort();
+    }
+  }
+}

@@ -1,0 +1,216 @@
+/**
+ * The fields of each wire type, as data the OpenAPI test compares with the served document.
+ *
+ * `Fields<T>` makes the compiler hold each manifest to its TypeScript type: every field present,
+ * none extra, and each spec (`string`, `integer?` …, `?` = may be null) matching the field's
+ * type. So the chain is: TS type ⇔ manifest (tsc) ⇔ `/v1/openapi.json` (test).
+ */
+import type * as M from "./models.js";
+import {
+  CAPABILITIES,
+  CLASSIFICATIONS,
+  EXTERNAL_MODES,
+  ORG_STATUSES,
+  PROFILES,
+  SANDBOX_STATUSES,
+  SCOPES,
+  SNAPSHOT_STATUSES,
+  STRATEGIES,
+} from "./models.js";
+
+type Base<T> = [T] extends [string]
+  ? "string"
+  : [T] extends [number]
+    ? "number"
+    : [T] extends [boolean]
+      ? "boolean"
+      : [T] extends [readonly unknown[]]
+        ? "array"
+        : "object";
+/** `unknown` → `any`; nullable → `<base>?`. Numbers may be `integer` or `number` on the wire. */
+type Spec<T> = unknown extends T
+  ? "any"
+  : null extends T
+    ? `${Widen<Base<Exclude<T, null | undefined>>>}?`
+    : Widen<Base<Exclude<T, undefined>>>;
+type Widen<B extends string> = B extends "number" ? "integer" | "number" : B;
+
+export type Fields<T> = { [K in keyof T]-?: Spec<T[K]> };
+
+function fields<T>() {
+  return <F extends Fields<T>>(f: F & Record<Exclude<keyof F, keyof T>, never>) => f;
+}
+
+/** SDK type name → (OpenAPI schema name, field specs, enums the SDK spells out). */
+export interface ModelSpec {
+  schema: string;
+  /** Where the object sits inside the schema (e.g. `items.items` of FileList). */
+  at?: string;
+  fields: Record<string, string>;
+  /** Request bodies: the SDK writes these; every field must exist, nothing else checked. */
+  request?: boolean;
+  enums?: Record<string, readonly string[]>;
+}
+
+export const MODELS: Record<string, ModelSpec> = {
+  Sandbox: {
+    schema: "Sandbox",
+    fields: fields<M.Sandbox>()({
+      id: "string", orgId: "string", projectId: "string", status: "string", statusReason: "string?",
+      pool: "string?", resources: "object", capabilities: "array", classification: "string", region: "string?",
+      labels: "object", template: "string?", envKeys: "array", ttlSeconds: "integer", idleTimeoutSeconds: "integer?",
+      priority: "integer", attempts: "integer", createdAt: "string", startedAt: "string?", expiresAt: "string?",
+      endedAt: "string?",
+    }),
+    enums: { status: SANDBOX_STATUSES },
+  },
+  Resources: { schema: "Resources", fields: fields<M.Resources>()({ cpu: "integer", memoryMiB: "integer", diskGiB: "integer" }) },
+  CreateSandboxRequest: {
+    schema: "CreateSandboxRequest",
+    request: true,
+    fields: fields<M.CreateSandboxRequest>()({
+      projectId: "string?", template: "string?", resources: "object?", profile: "string?", env: "object?",
+      labels: "object?", ttlSeconds: "integer?", idleTimeoutSeconds: "integer?", capabilities: "array?",
+      classification: "string?", region: "string?", strategy: "string?", external: "string?", priority: "integer?",
+      fromSnapshot: "string?",
+    }),
+    enums: { profile: PROFILES, classification: CLASSIFICATIONS, strategy: STRATEGIES, external: EXTERNAL_MODES, "capabilities[]": CAPABILITIES },
+  },
+  UpdateSandboxRequest: {
+    schema: "UpdateSandboxRequest",
+    request: true,
+    fields: fields<M.UpdateSandboxRequest>()({ ttlSeconds: "integer?", idleTimeoutSeconds: "integer?", labels: "object?" }),
+  },
+  ExecRequest: {
+    schema: "ExecRequest",
+    request: true,
+    fields: fields<M.ExecRequest>()({
+      command: "array", env: "object", cwd: "string?", stdin: "string?", stdinBase64: "string?",
+      timeoutSeconds: "integer?", outputEncoding: "string?",
+    }),
+    enums: { outputEncoding: ["utf8", "base64"] },
+  },
+  ExecResult: {
+    schema: "ExecResult",
+    fields: fields<M.ExecResult>()({
+      exitCode: "integer", stdout: "string", stderr: "string", stdoutTruncated: "boolean", stderrTruncated: "boolean", durationMs: "integer",
+    }),
+  },
+  ExecExit: { schema: "ExecExit", fields: fields<M.ExecExit>()({ exitCode: "integer", durationMs: "integer" }) },
+  StreamError: { schema: "StreamError", fields: fields<M.StreamErrorBody>()({ code: "string", message: "string" }) },
+  FileEntry: {
+    schema: "FileList",
+    at: "items.items",
+    fields: fields<M.FileEntry>()({ path: "string", type: "string", size: "integer", mode: "integer", modifiedAt: "string?" }),
+  },
+  Snapshot: {
+    schema: "Snapshot",
+    fields: fields<M.Snapshot>()({
+      id: "string", orgId: "string", projectId: "string", sandboxId: "string", pool: "string", name: "string?",
+      status: "string", statusReason: "string?", createdAt: "string",
+    }),
+    enums: { status: SNAPSHOT_STATUSES },
+  },
+  SnapshotRequest: { schema: "SnapshotRequest", request: true, fields: fields<M.SnapshotRequest>()({ name: "string?" }) },
+  PortRequest: { schema: "PortRequest", request: true, fields: fields<M.PortRequest>()({ port: "integer", expiresSeconds: "integer?" }) },
+  PortAnswer: { schema: "PortAnswer", fields: fields<M.PortAnswer>()({ url: "string", expiresAt: "string?" }) },
+  PendingOperation: { schema: "PendingOperation", fields: fields<M.PendingOperation>()({ operation: "string", status: "string" }) },
+  StatusEvent: {
+    schema: "StatusEvent",
+    fields: fields<M.StatusEvent>()({
+      sandboxId: "string", orgId: "string", projectId: "string", status: "string", statusReason: "string?",
+      pool: "string?", statusVersion: "integer", at: "string",
+    }),
+    enums: { status: SANDBOX_STATUSES },
+  },
+  Org: { schema: "Org", fields: fields<M.Org>()({ id: "string", name: "string", status: "string", createdAt: "string" }), enums: { status: ORG_STATUSES } },
+  CreateOrgRequest: { schema: "CreateOrgRequest", request: true, fields: fields<M.CreateOrgRequest>()({ name: "string" }) },
+  UpdateOrgRequest: { schema: "UpdateOrgRequest", request: true, fields: fields<M.UpdateOrgRequest>()({ name: "string", status: "string" }), enums: { status: ORG_STATUSES } },
+  Project: { schema: "Project", fields: fields<M.Project>()({ id: "string", orgId: "string", name: "string", createdAt: "string" }) },
+  CreateProjectRequest: { schema: "CreateProjectRequest", request: true, fields: fields<M.CreateProjectRequest>()({ orgId: "string", name: "string" }) },
+  UpdateProjectRequest: { schema: "UpdateProjectRequest", request: true, fields: fields<M.UpdateProjectRequest>()({ name: "string" }) },
+  Key: {
+    schema: "Key",
+    fields: fields<M.Key>()({
+      id: "string", orgId: "string", projectId: "string?", name: "string", scopes: "array", createdAt: "string",
+      expiresAt: "string?", revokedAt: "string?", lastUsedAt: "string?",
+    }),
+    enums: { "scopes[]": SCOPES },
+  },
+  CreatedKey: {
+    schema: "CreatedKey",
+    fields: fields<M.CreatedKey>()({
+      id: "string", orgId: "string", projectId: "string?", name: "string", scopes: "array", createdAt: "string",
+      expiresAt: "string?", revokedAt: "string?", lastUsedAt: "string?", key: "string",
+    }),
+  },
+  CreateKeyRequest: {
+    schema: "CreateKeyRequest",
+    request: true,
+    fields: fields<M.CreateKeyRequest>()({ orgId: "string", projectId: "string", name: "string", scopes: "array", expiresAt: "string?" }),
+    enums: { "scopes[]": SCOPES },
+  },
+  Quota: {
+    schema: "Quota",
+    request: true,
+    fields: fields<M.Quota>()({
+      maxActive: "integer?", maxCpu: "integer?", maxMemoryMiB: "integer?", maxDiskGiB: "integer?", maxQueued: "integer?",
+      maxQueueSeconds: "integer?", maxSandbox: "object?",
+    }),
+  },
+  QuotaView: { schema: "QuotaView", fields: fields<M.QuotaView>()({ quota: "object", effective: "object", usage: "object" }) },
+  Policy: {
+    schema: "Policy",
+    request: true,
+    fields: fields<M.Policy>()({
+      allowExternal: "boolean?", allowedClassifications: "array?", allowedRegions: "array?", defaultStrategy: "string?",
+      deniedPools: "array", externalPools: "array?", poolClassifications: "object",
+    }),
+    enums: { defaultStrategy: STRATEGIES, "allowedClassifications[]": CLASSIFICATIONS },
+  },
+  PoolHealth: {
+    schema: "PoolHealth",
+    fields: fields<M.PoolHealth>()({ name: "string", healthy: "boolean", capabilities: "array", error: "string?", checkedAt: "string", checkedBy: "string" }),
+  },
+  PoolRecord: {
+    schema: "PoolRecord",
+    fields: fields<M.PoolRecord>()({
+      name: "string", kind: "string", trust: "string", region: "string?", maxConcurrent: "integer?", isolation: "string?",
+      costPerCpuHour: "number", typicalCreateSeconds: "number?", settings: "any", source: "string", createdAt: "string", updatedAt: "string",
+    }),
+  },
+  Pool: {
+    schema: "Pool",
+    fields: fields<M.Pool>()({
+      name: "string", kind: "string", trust: "string", region: "string?", maxConcurrent: "integer?", isolation: "string?",
+      costPerCpuHour: "number", typicalCreateSeconds: "number?", settings: "any", source: "string", createdAt: "string", updatedAt: "string",
+      capabilities: "array", healthy: "boolean", health: "object?", usedSlots: "integer",
+    }),
+  },
+  PoolRequest: {
+    schema: "PoolRequest",
+    request: true,
+    fields: fields<M.PoolRequest>()({
+      name: "string?", kind: "string?", trust: "string?", region: "string?", maxConcurrent: "integer?", isolation: "string?",
+      costPerCpuHour: "number?", typicalCreateSeconds: "number?", settings: "any",
+    }),
+  },
+  Health: { schema: "Health", fields: fields<M.Health>()({ status: "string" }) },
+};
+
+/** Query parameters the SDK sends, per operation (checked against the operation's parameters). */
+export const QUERY_PARAMS: Record<string, readonly string[]> = {
+  listSandboxes: ["status", "label", "projectId", "limit", "cursor"],
+  waitSandbox: ["status", "timeoutSeconds"],
+  listSnapshots: ["projectId", "limit", "cursor"],
+  listSandboxSnapshots: ["limit", "cursor"],
+  listOrgs: ["limit", "cursor"],
+  listProjects: ["orgId", "limit", "cursor"],
+  listKeys: ["orgId", "limit", "cursor"],
+  listAudit: ["orgId", "projectId", "action", "actor", "resource", "since", "until", "limit", "cursor"],
+  events: ["projectId", "sandboxId"],
+  uploadFile: ["path", "mode"],
+  downloadFile: ["path"],
+  deleteFile: ["path"],
+  listFiles: ["path", "depth"],
+};

@@ -1,0 +1,113 @@
+/** `/v1/events`: events arrive, resume with `after`, and reconnect with Last-Event-ID after a real break. */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { Differently, type EventMessage, type EventStream, type Project } from "@differently/sdk";
+import { startDev, type DevServer } from "./fixture.js";
+import { startProxy, type Proxy } from "./proxy.js";
+
+let dev: DevServer;
+let c: Differently;
+let project: Project;
+
+before(async () => {
+  dev = await startDev();
+  c = dev.client();
+  // The bootstrap key of `differently dev` is bound to the default project: watch that one.
+  project = (await c.projects.list()).items.find((p) => p.name === "default")!;
+  assert.ok(project, "differently dev has a default project");
+});
+after(async () => {
+  await dev?.stop();
+});
+
+/** Reads events until `until` holds for one (inclusive), within `ms`. */
+async function readUntil(it: AsyncIterator<EventMessage>, until: (e: EventMessage) => boolean, ms = 20_000): Promise<EventMessage[]> {
+  const got: EventMessage[] = [];
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const left = deadline - Date.now();
+    if (left <= 0) throw new Error(`no matching event within ${ms} ms; got ${JSON.stringify(got.map((e) => [e.id, e.data.status]))}`);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const r = await Promise.race([
+      it.next(),
+      new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`timed out after ${ms} ms; got ${JSON.stringify(got.map((e) => [e.id, e.data.status]))}`)), left))),
+    ]).finally(() => clearTimeout(timer));
+    if (r.done) throw new Error("event stream ended");
+    got.push(r.value);
+    if (until(r.value)) return got;
+  }
+}
+
+describe("events", () => {
+  it("status events arrive in order for a project, and `after` resumes", async () => {
+    // `after: 0` (everything the stream holds) rather than "only new": no race with the
+    // subscription being set up on a loaded machine.
+    const stream = c.events.stream({ projectId: project.id, after: 0 });
+    const it = stream[Symbol.asyncIterator]();
+    const s = await c.sandboxes.create({ projectId: project.id });
+    const all = await readUntil(it, (e) => e.data.sandboxId === s.id && e.data.status === "running");
+    const events = all.filter((e) => e.data.sandboxId === s.id);
+    assert.ok(events.length >= 2, "provisioning (or queued) then running");
+    assert.equal(events.at(-1)!.data.status, "running");
+    assert.ok(events.every((e) => e.type === "status" && e.data.projectId === project.id));
+    for (let i = 1; i < events.length; i++) assert.ok(events[i]!.id > events[i - 1]!.id, "ids increase");
+    assert.equal(stream.lastEventId, String(events.at(-1)!.id));
+    stream.close();
+    await it.return?.();
+
+    // Resume after the first event: the same later events, same ids, nothing before.
+    const again = c.events.stream({ projectId: project.id, after: events[0]!.id });
+    const it2 = again[Symbol.asyncIterator]();
+    const replay = await readUntil(it2, (e) => e.id === events.at(-1)!.id);
+    assert.deepEqual(replay.map((e) => e.id), events.slice(1).map((e) => e.id));
+    assert.deepEqual(replay.map((e) => e.data.status), events.slice(1).map((e) => e.data.status));
+    again.close();
+    await it2.return?.();
+
+    // A sandbox filter sees only that sandbox.
+    const only = c.events.stream({ sandboxId: s.id, after: 0 });
+    const it3 = only[Symbol.asyncIterator]();
+    const mine = await readUntil(it3, (e) => e.data.status === "running");
+    assert.ok(mine.every((e) => e.data.sandboxId === s.id));
+    only.close();
+    await it3.return?.();
+    await c.sandboxes.delete(s.id);
+  });
+
+  it("reconnects after the connection breaks and resumes with Last-Event-ID, missing nothing", async () => {
+    let proxy: Proxy | undefined;
+    let stream: EventStream | undefined;
+    try {
+      proxy = await startProxy(dev.url);
+      const via = new Differently({ baseUrl: proxy.url, apiKey: dev.apiKey });
+      stream = via.events.stream({ projectId: project.id, after: 0, reconnectDelayMs: 100, maxReconnectAttempts: 50 });
+      const it = stream[Symbol.asyncIterator]();
+      const s = await c.sandboxes.create({ projectId: project.id });
+      const before = await readUntil(it, (e) => e.data.sandboxId === s.id && e.data.status === "running");
+      const lastBefore = before.at(-1)!.id;
+
+      // Break the connection and keep it broken while the sandbox changes twice.
+      proxy.refuse(true);
+      proxy.drop();
+      await c.sandboxes.pause(s.id);
+      await c.sandboxes.resume(s.id);
+      await new Promise((r) => setTimeout(r, 300));
+      proxy.refuse(false);
+
+      const afterBreak = await readUntil(it, (e) => e.data.sandboxId === s.id && e.data.status === "running");
+      const statuses = afterBreak.filter((e) => e.data.sandboxId === s.id).map((e) => e.data.status);
+      assert.deepEqual(statuses, ["paused", "running"], "the two changes made during the break, once each");
+      assert.ok(afterBreak[0]!.id === lastBefore + 1, `resumed right after ${lastBefore}, got ${afterBreak[0]!.id}`);
+      assert.ok(stream.reconnects >= 1);
+      const resumed = proxy.heads.filter((h) => h.startsWith("get /v1/events"));
+      assert.ok(resumed.length >= 2);
+      assert.ok(resumed.at(-1)!.includes(`last-event-id: ${lastBefore}`), `the reconnect sent Last-Event-ID ${lastBefore}: ${resumed.at(-1)}`);
+      stream.close();
+      await it.return?.();
+      await c.sandboxes.delete(s.id);
+    } finally {
+      stream?.close();
+      await proxy?.close();
+    }
+  });
+});
