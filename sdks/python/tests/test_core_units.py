@@ -70,9 +70,9 @@ def test_sse_decoder_rules() -> None:
         dec = SSEDecoder()
         evs = dec.feed(text[:cut]) + dec.feed(text[cut:])
         assert [(e.event, e.data, e.id) for e in evs] == [
-            ("stdout", '{"data":"a\\n"}', None),
-            ("status", "line1\nline2", "5"),
-            ("message", "no-space", "5"),
+            ("stdout", b'{"data":"a\\n"}', None),
+            ("status", b"line1\nline2", "5"),
+            ("message", b"no-space", "5"),
         ]
         assert evs[1].retry == 1500
 

@@ -764,13 +764,13 @@ def events_call(project_id: Optional[str], sandbox_id: Optional[str], after: Opt
     )
 
 
-def status_event(ev_id: Optional[str], data: str) -> StatusEvent:
+def status_event(ev_id: Optional[str], data: bytes) -> StatusEvent:
     try:
         seq = int(ev_id or "")
     except ValueError as e:
         raise ProtocolError(f"an event id that is not a sequence: {ev_id!r}") from e
     try:
-        body = json.loads(data)
+        body = json.loads(data.decode("utf-8"))
     except ValueError as e:
         raise ProtocolError("a status event whose data is not JSON") from e
     return decode(StatusEvent, body, "StatusEvent", local={"seq": seq})
