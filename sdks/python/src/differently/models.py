@@ -1,0 +1,594 @@
+"""Typed models of what the ``/v1`` API serves and accepts.
+
+Answers are frozen dataclasses with snake_case attributes; each keeps the whole JSON object it
+came from in ``raw`` (so a field a newer server adds is reachable before the SDK knows it).
+Requests are dataclasses whose fields default to :data:`UNSET` (not sent). The served OpenAPI
+document is checked against these definitions by ``tests/test_openapi_drift.py``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Generic, List, Literal, Optional, TypeVar, Union
+
+from ._codec import UNSET, Unset, json_name
+
+T = TypeVar("T")
+
+SandboxStatus = Literal[
+    "queued", "provisioning", "running", "paused", "stopped", "terminating", "terminated", "failed"
+]
+SnapshotStatus = Literal["creating", "ready", "failed", "deleting"]
+OrgStatus = Literal["active", "suspended"]
+Scope = Literal[
+    "sandboxes:read", "sandboxes:write", "sandboxes:exec", "files:read", "files:write", "admin"
+]
+Capability = Literal[
+    "exec",
+    "files",
+    "exec.stream",
+    "lifecycle.pause",
+    "lifecycle.stop",
+    "snapshots",
+    "ports.expose",
+    "network.egress-control",
+    "gpu",
+]
+Classification = Literal["public", "internal", "confidential", "restricted"]
+Strategy = Literal["private-first", "cheapest", "fastest", "least-loaded"]
+ExternalMode = Literal["never", "allowed", "required"]
+Profile = Literal["small", "medium", "large", "xlarge"]
+Trust = Literal["private", "external"]
+Isolation = Literal["container", "microvm"]
+
+#: Statuses a sandbox never leaves.
+FINAL_STATUSES = frozenset({"terminated", "failed"})
+
+
+def _raw() -> Any:
+    return field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list: its items and the cursor of the next page (``None`` at the end)."""
+
+    items: List[T]
+    next_cursor: Optional[str]
+
+
+# --- sandboxes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A sandbox's size."""
+
+    cpu: int
+    memory_mib: int = field(metadata=json_name("memoryMiB"))
+    disk_gib: int = field(metadata=json_name("diskGiB"))
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """A sandbox as the API serves it (env values are never served: ``env_keys`` only)."""
+
+    id: str
+    org_id: str
+    project_id: str
+    status: SandboxStatus
+    status_reason: Optional[str]
+    pool: Optional[str]
+    resources: Resources
+    capabilities: List[str]
+    classification: str
+    region: Optional[str]
+    labels: Dict[str, str]
+    template: Optional[str]
+    env_keys: List[str]
+    ttl_seconds: int
+    idle_timeout_seconds: Optional[int]
+    priority: int
+    attempts: int
+    created_at: _dt.datetime
+    started_at: Optional[_dt.datetime]
+    expires_at: Optional[_dt.datetime]
+    ended_at: Optional[_dt.datetime]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class ResourcesSpec:
+    """Requested size; an unset part gets the default."""
+
+    cpu: Union[int, None, Unset] = UNSET
+    memory_mib: Union[int, None, Unset] = field(default=UNSET, metadata=json_name("memoryMiB"))
+    disk_gib: Union[int, None, Unset] = field(default=UNSET, metadata=json_name("diskGiB"))
+
+
+@dataclass
+class CreateSandboxRequest:
+    """The body of ``POST /v1/sandboxes`` and ``POST /v1/placement/dry-run``."""
+
+    project_id: Union[str, None, Unset] = UNSET
+    template: Union[str, None, Unset] = UNSET
+    resources: Union[ResourcesSpec, None, Unset] = UNSET
+    profile: Union[Profile, None, Unset] = UNSET
+    env: Union[Dict[str, str], None, Unset] = UNSET
+    labels: Union[Dict[str, str], None, Unset] = UNSET
+    ttl_seconds: Union[int, None, Unset] = UNSET
+    idle_timeout_seconds: Union[int, None, Unset] = UNSET
+    capabilities: Union[List[Capability], None, Unset] = UNSET
+    classification: Union[Classification, None, Unset] = UNSET
+    region: Union[str, None, Unset] = UNSET
+    strategy: Union[Strategy, None, Unset] = UNSET
+    external: Union[ExternalMode, None, Unset] = UNSET
+    priority: Union[int, None, Unset] = UNSET
+    from_snapshot: Union[str, None, Unset] = UNSET
+
+
+@dataclass
+class UpdateSandboxRequest:
+    """The body of ``PATCH /v1/sandboxes/{id}``: ``idle_timeout_seconds=None`` clears it."""
+
+    ttl_seconds: Union[int, None, Unset] = UNSET
+    idle_timeout_seconds: Union[int, None, Unset] = UNSET
+    labels: Union[Dict[str, str], None, Unset] = UNSET
+
+
+@dataclass
+class ExecRequest:
+    """The body of ``POST …/exec`` and ``…/exec/stream``."""
+
+    command: List[str]
+    env: Union[Dict[str, str], Unset] = UNSET
+    cwd: Union[str, None, Unset] = UNSET
+    stdin: Union[str, None, Unset] = UNSET
+    stdin_base64: Union[str, None, Unset] = UNSET
+    timeout_seconds: Union[int, None, Unset] = UNSET
+    output_encoding: Union[Literal["utf8", "base64"], None, Unset] = UNSET
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """A buffered exec's outcome (each stream keeps 1 MiB; ``*_truncated`` says if cut)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class ExecStdout:
+    """A chunk of the command's standard output, as the server delivered it."""
+
+    data: bytes
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class ExecStderr:
+    """A chunk of the command's standard error."""
+
+    data: bytes
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class ExecExit:
+    """The last event of a streamed exec (exit code 124 on timeout)."""
+
+    exit_code: int
+    duration_ms: int
+    raw: Dict[str, Any] = _raw()
+
+
+ExecEvent = Union[ExecStdout, ExecStderr, ExecExit]
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """An entry of ``GET …/files/list``."""
+
+    path: str
+    type: str
+    size: int
+    mode: int
+    modified_at: Optional[_dt.datetime]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A snapshot; fork or restore with ``sandboxes.create(from_snapshot=snapshot.id)``."""
+
+    id: str
+    org_id: str
+    project_id: str
+    sandbox_id: str
+    pool: str
+    name: Optional[str]
+    status: SnapshotStatus
+    status_reason: Optional[str]
+    created_at: _dt.datetime
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class SnapshotRequest:
+    name: Union[str, None, Unset] = UNSET
+
+
+@dataclass
+class PortRequest:
+    port: int
+    expires_seconds: Union[int, None, Unset] = UNSET
+
+
+@dataclass(frozen=True)
+class ExposedPort:
+    """``POST …/ports`` when done: the URL reaching the port."""
+
+    url: str
+    expires_at: Optional[_dt.datetime]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class PendingOperation:
+    """A 202 for work still in progress at the server's bound (it completes anyway)."""
+
+    operation: str
+    status: str
+    raw: Dict[str, Any] = _raw()
+
+
+# --- placement (described in prose by the OpenAPI document; shapes from docs/api.md) --------
+
+
+@dataclass(frozen=True)
+class PoolCandidate:
+    """One pool considered by a placement, and why it was or was not eligible."""
+
+    name: str
+    eligible: bool
+    reason: Optional[str]
+    score: Optional[float]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """``GET …/placement``: ``decision`` ``placed`` (with ``pool``) or ``waiting`` (with
+    ``reason`` and ``wall``)."""
+
+    decision: str
+    pool: Optional[str]
+    reason: Optional[str]
+    wall: Optional[str]
+    decided_at: Optional[_dt.datetime]
+    pools: Optional[List[PoolCandidate]]
+    policy: Optional[Dict[str, Any]]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """``POST /v1/placement/dry-run``: ``placed`` | ``waiting`` | ``rejected``."""
+
+    decision: str
+    pool: Optional[str]
+    code: Optional[str]
+    reason: Optional[str]
+    pools: List[PoolCandidate]
+    raw: Dict[str, Any] = _raw()
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    """A sandbox status change from ``GET /v1/events``; ``seq`` is its SSE ``id:`` (resume
+    after it with ``after=seq``)."""
+
+    seq: int = field(metadata={"local": True})
+    sandbox_id: str
+    org_id: str
+    project_id: str
+    status: SandboxStatus
+    status_reason: Optional[str]
+    pool: Optional[str]
+    status_version: int
+    at: _dt.datetime
+    raw: Dict[str, Any] = _raw()
+
+
+# --- tenancy --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Org:
+    id: str
+    name: str
+    status: OrgStatus
+    created_at: _dt.datetime
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class CreateOrgRequest:
+    name: str
+
+
+@dataclass
+class UpdateOrgRequest:
+    name: Union[str, Unset] = UNSET
+    status: Union[OrgStatus, Unset] = UNSET
+
+
+@dataclass(frozen=True)
+class Project:
+    id: str
+    org_id: str
+    name: str
+    created_at: _dt.datetime
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class CreateProjectRequest:
+    name: str
+    org_id: Union[str, Unset] = UNSET
+
+
+@dataclass
+class UpdateProjectRequest:
+    name: str
+
+
+@dataclass(frozen=True)
+class Key:
+    """An API key's record (never its secret or hash)."""
+
+    id: str
+    org_id: str
+    project_id: Optional[str]
+    name: str
+    scopes: List[Scope]
+    created_at: _dt.datetime
+    expires_at: Optional[_dt.datetime]
+    revoked_at: Optional[_dt.datetime]
+    last_used_at: Optional[_dt.datetime]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    """A new key, with its secret ``key`` shown this once (kept out of ``repr``)."""
+
+    id: str
+    org_id: str
+    project_id: Optional[str]
+    name: str
+    scopes: List[Scope]
+    created_at: _dt.datetime
+    expires_at: Optional[_dt.datetime]
+    revoked_at: Optional[_dt.datetime]
+    last_used_at: Optional[_dt.datetime]
+    key: str = field(repr=False)
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class CreateKeyRequest:
+    name: str
+    scopes: List[Scope]
+    org_id: Union[str, Unset] = UNSET
+    project_id: Union[str, Unset] = UNSET
+    expires_at: Union[_dt.datetime, None, Unset] = UNSET
+
+
+@dataclass
+class SandboxLimit:
+    """The largest single sandbox a quota allows."""
+
+    cpu: int
+    memory_mib: int = field(metadata=json_name("memoryMiB"))
+    disk_gib: int = field(metadata=json_name("diskGiB"))
+
+
+@dataclass
+class Quota:
+    """A quota at one level; ``None`` is no limit at this level. Sent whole by ``PUT``."""
+
+    max_active: Optional[int] = None
+    max_cpu: Optional[int] = None
+    max_memory_mib: Optional[int] = field(default=None, metadata=json_name("maxMemoryMiB"))
+    max_disk_gib: Optional[int] = field(default=None, metadata=json_name("maxDiskGiB"))
+    max_queued: Optional[int] = None
+    max_queue_seconds: Optional[int] = None
+    max_sandbox: Optional[SandboxLimit] = None
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    """``GET …/quota``: the level's own quota, the effective (merged) one, and the usage now."""
+
+    quota: Quota
+    effective: Quota
+    usage: Dict[str, Any]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class Policy:
+    """A placement policy at one level (docs/placement.md); ``None`` does not restrict."""
+
+    _omit_none: ClassVar[bool] = True
+
+    allow_external: Optional[bool] = None
+    allowed_classifications: Optional[List[Classification]] = None
+    allowed_regions: Optional[List[str]] = None
+    default_strategy: Optional[Strategy] = None
+    denied_pools: Optional[List[str]] = None
+    external_pools: Optional[List[str]] = None
+    pool_classifications: Optional[Dict[str, List[Classification]]] = None
+
+
+# --- pools, audit, trust --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolHealth:
+    name: str
+    healthy: bool
+    capabilities: List[str]
+    error: Optional[str]
+    checked_at: _dt.datetime
+    checked_by: str
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A pool with its health (``GET /v1/admin/pools``)."""
+
+    name: str
+    kind: str
+    trust: Trust
+    region: Optional[str]
+    max_concurrent: Optional[int]
+    isolation: Optional[Isolation]
+    cost_per_cpu_hour: float
+    typical_create_seconds: Optional[float]
+    settings: Any
+    source: str
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    capabilities: List[str]
+    healthy: bool
+    health: Optional[PoolHealth]
+    used_slots: int
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """A pool's stored record (create/update answers)."""
+
+    name: str
+    kind: str
+    trust: Trust
+    region: Optional[str]
+    max_concurrent: Optional[int]
+    isolation: Optional[Isolation]
+    cost_per_cpu_hour: float
+    typical_create_seconds: Optional[float]
+    settings: Any
+    source: str
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class PoolRequest:
+    """Create (``name`` and ``kind`` required) or patch a pool."""
+
+    name: Union[str, None, Unset] = UNSET
+    kind: Union[str, None, Unset] = UNSET
+    trust: Union[Trust, None, Unset] = UNSET
+    region: Union[str, None, Unset] = UNSET
+    max_concurrent: Union[int, None, Unset] = UNSET
+    isolation: Union[Isolation, None, Unset] = UNSET
+    cost_per_cpu_hour: Union[float, None, Unset] = UNSET
+    typical_create_seconds: Union[float, None, Unset] = UNSET
+    settings: Union[Dict[str, Any], Unset] = UNSET
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One audit record (``GET /v1/audit``)."""
+
+    seq: int
+    chain: str
+    chain_seq: int
+    org_id: Optional[str]
+    project_id: Optional[str]
+    actor: str
+    action: str
+    resource: Optional[str]
+    outcome: str
+    request_id: Optional[str]
+    at: _dt.datetime
+    detail: Any
+    prev_hash: str
+    hash: str
+    key_id: Optional[str]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Verification:
+    """``GET /v1/admin/audit/verify``: ``ok`` when every chain holds."""
+
+    ok: bool
+    chains: int
+    records: int
+    checkpoints: int
+    first_bad: Any
+    problems: List[Any]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class TrustReport:
+    """``GET /v1/admin/trust-report``: per pool and organization, where work may go."""
+
+    generated_at: _dt.datetime
+    installation_id: str
+    pools: List[Dict[str, Any]]
+    external_placements: List[Any]
+    not_enforced: List[str]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Health:
+    status: str
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A stored backend secret: its name and fingerprint, never the value."""
+
+    name: str
+    fingerprint: str
+    updated_by: str
+    updated_at: _dt.datetime
+    created_at: _dt.datetime
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class SecretRequest:
+    value: str = field(repr=False)
+
+
+@dataclass
+class AuditSegmentRequest:
+    reason: str

@@ -1,0 +1,276 @@
+"""The SDK's models against the OpenAPI document the running binary serves: every field the SDK
+reads or writes exists there with a compatible type, every field a typed schema has is in the
+model, enumerations and error codes agree. Schemas the document describes only in prose are
+checked against real answers instead. Any drift fails."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import typing
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import pytest
+
+from differently import Client, models
+from differently._codec import Unset, hints, key_of, wire_fields
+from differently.errors import KNOWN_CODES
+
+from .conftest import Server, recording_http
+
+NONE = type(None)
+
+# Answer models and the schema each one reads. A path after ":" picks a nested schema.
+ANSWERS: List[Tuple[type, str]] = [
+    (models.Sandbox, "Sandbox"),
+    (models.Resources, "Resources"),
+    (models.ExecResult, "ExecResult"),
+    (models.ExecExit, "ExecExit"),
+    (models.FileInfo, "FileList:items"),
+    (models.Snapshot, "Snapshot"),
+    (models.ExposedPort, "PortAnswer"),
+    (models.PendingOperation, "PendingOperation"),
+    (models.Org, "Org"),
+    (models.Project, "Project"),
+    (models.Key, "Key"),
+    (models.CreatedKey, "CreatedKey"),
+    (models.QuotaView, "QuotaView"),
+    (models.Quota, "Quota"),
+    (models.SandboxLimit, "Quota:maxSandbox"),
+    (models.Policy, "Policy"),
+    (models.Pool, "Pool"),
+    (models.PoolHealth, "PoolHealth"),
+    (models.PoolRecord, "PoolRecord"),
+    (models.StatusEvent, "StatusEvent"),
+    (models.Health, "Health"),
+]
+
+# Request models and the schema of the body they become.
+REQUESTS: List[Tuple[type, str]] = [
+    (models.CreateSandboxRequest, "CreateSandboxRequest"),
+    (models.ResourcesSpec, "CreateSandboxRequest:resources"),
+    (models.UpdateSandboxRequest, "UpdateSandboxRequest"),
+    (models.ExecRequest, "ExecRequest"),
+    (models.SnapshotRequest, "SnapshotRequest"),
+    (models.PortRequest, "PortRequest"),
+    (models.CreateOrgRequest, "CreateOrgRequest"),
+    (models.UpdateOrgRequest, "UpdateOrgRequest"),
+    (models.CreateProjectRequest, "CreateProjectRequest"),
+    (models.UpdateProjectRequest, "UpdateProjectRequest"),
+    (models.CreateKeyRequest, "CreateKeyRequest"),
+    (models.Quota, "Quota"),
+    (models.SandboxLimit, "Quota:maxSandbox"),
+    (models.Policy, "Policy"),
+    (models.PoolRequest, "PoolRequest"),
+    (models.SecretRequest, "SecretRequest"),
+    (models.AuditSegmentRequest, "AuditSegmentRequest"),
+]
+
+# Schemas the document gives as prose ("type": "object" only), with the model reading them.
+PROSE = {
+    "Placement": models.Placement,
+    "DryRun": models.DryRun,
+    "AuditEvent": models.AuditEvent,
+    "Verification": models.Verification,
+    "TrustReport": models.TrustReport,
+    "Secret": models.Secret,
+}
+
+
+@pytest.fixture(scope="module")
+def doc(server: Server) -> Dict[str, Any]:
+    http = recording_http(server)
+    with Client(server.url, server.admin_key, http_client=http) as c:
+        served = c.openapi()
+    http.close()
+    assert served["openapi"].startswith("3.1")
+    assert served == server.openapi, "client.openapi() returns the served document"
+    return served
+
+
+def _deref(doc: Dict[str, Any], schema: Dict[str, Any]) -> Dict[str, Any]:
+    while "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _variants(doc: Dict[str, Any], schema: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], bool]:
+    """The non-null alternatives of a schema, and whether null is allowed."""
+    schema = _deref(doc, schema)
+    if "anyOf" in schema:
+        out: List[Dict[str, Any]] = []
+        nullable = False
+        for alt in schema["anyOf"]:
+            alts, n = _variants(doc, alt)
+            out += alts
+            nullable = nullable or n
+        return out, nullable
+    types = schema.get("type")
+    if isinstance(types, list):
+        nullable = "null" in types
+        rest = [t for t in types if t != "null"]
+        return ([{**schema, "type": rest[0] if len(rest) == 1 else rest}] if rest else []), nullable
+    return [schema], types == "null"
+
+
+def _schema(doc: Dict[str, Any], ref: str) -> Dict[str, Any]:
+    name, _, sub = ref.partition(":")
+    schema = _deref(doc, doc["components"]["schemas"][name])
+    if sub:
+        prop = schema["properties"][sub]
+        if prop.get("type") == "array":
+            prop = prop["items"]
+        alts, _ = _variants(doc, prop)
+        schema = _deref(doc, alts[0])
+    return schema
+
+
+def _strip(tp: Any) -> Tuple[Any, bool]:
+    """A hint without None/UNSET, and whether it admits None."""
+    if typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not Unset]
+        nullable = NONE in args
+        rest = [a for a in args if a is not NONE]
+        return (rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]), nullable
+    return tp, False
+
+
+def _compatible(doc: Dict[str, Any], tp: Any, schema: Dict[str, Any], where: str, errors: List[str], request: bool) -> None:
+    tp, _ = _strip(tp)
+    alts, _ = _variants(doc, schema)
+    if tp is Any or not alts or all(not a.get("type") and "properties" not in a for a in alts):
+        return
+    s = alts[0]
+    jtype = s.get("type")
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        values = {v for v in typing.get_args(tp)}
+        enum = {v for v in s.get("enum", []) if v is not None}
+        if jtype != "string" or not enum:
+            errors.append(f"{where}: the SDK has an enumeration, the schema {s}")
+        elif values != enum:
+            errors.append(f"{where}: enumeration drift: SDK {sorted(values)} vs served {sorted(enum)}")
+        return
+    if origin in (list, List):
+        if jtype != "array":
+            errors.append(f"{where}: SDK list, schema {jtype}")
+            return
+        _compatible(doc, typing.get_args(tp)[0], s.get("items", {}), f"{where}[]", errors, request)
+        return
+    if origin in (dict, Dict):
+        if jtype != "object":
+            errors.append(f"{where}: SDK mapping, schema {jtype}")
+            return
+        extra = s.get("additionalProperties")
+        if isinstance(extra, dict):
+            _compatible(doc, typing.get_args(tp)[1], extra, f"{where}{{}}", errors, request)
+        return
+    if dataclasses.is_dataclass(tp):
+        if jtype not in (None, "object"):
+            errors.append(f"{where}: SDK object, schema {jtype}")
+        else:
+            _check_model(doc, tp, s, where, errors, request)
+        return
+    expected = {int: {"integer"}, float: {"number", "integer"}, str: {"string"}, bool: {"boolean"}, dt.datetime: {"string"}}
+    want = expected.get(tp)
+    if want is None:
+        errors.append(f"{where}: the test does not know the SDK type {tp}")
+    elif jtype not in want:
+        errors.append(f"{where}: SDK {getattr(tp, '__name__', tp)}, schema {jtype}")
+    elif tp is dt.datetime and s.get("format") != "date-time":
+        errors.append(f"{where}: SDK datetime, schema format {s.get('format')}")
+
+
+def _check_model(doc: Dict[str, Any], cls: Any, schema: Dict[str, Any], where: str, errors: List[str], request: bool) -> None:
+    props: Dict[str, Any] = schema.get("properties", {})
+    required: Set[str] = set(schema.get("required", []))
+    h = hints(cls)
+    keys = set()
+    for f in wire_fields(cls):
+        key = key_of(f)
+        keys.add(key)
+        at = f"{where}.{key}"
+        if key not in props:
+            errors.append(f"{at}: the SDK {'writes' if request else 'reads'} a field the schema lacks")
+            continue
+        _, sdk_nullable = _strip(h[f.name])
+        _, schema_nullable = _variants(doc, props[key])
+        if request:
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            if key in required and has_default:
+                errors.append(f"{at}: required by the schema, optional in the SDK")
+            if sdk_nullable and not schema_nullable and not getattr(cls, "_omit_none", False):
+                errors.append(f"{at}: the SDK may send null, the schema refuses it")
+        else:
+            if not sdk_nullable and (key not in required or schema_nullable):
+                errors.append(f"{at}: the SDK needs a value, the schema allows none/null")
+        _compatible(doc, h[f.name], props[key], at, errors, request)
+    if not request:
+        missing = set(props) - keys
+        if missing:
+            errors.append(f"{where}: served fields the SDK model lacks: {sorted(missing)}")
+    elif schema.get("additionalProperties") is False:
+        pass  # the SDK writing only known fields was checked above
+
+
+def test_answer_models_match_the_served_schemas(doc: Dict[str, Any]) -> None:
+    errors: List[str] = []
+    for cls, ref in ANSWERS:
+        _check_model(doc, cls, _schema(doc, ref), cls.__name__, errors, request=False)
+    assert not errors, "\n".join(errors)
+
+
+def test_request_models_match_the_served_schemas(doc: Dict[str, Any]) -> None:
+    errors: List[str] = []
+    for cls, ref in REQUESTS:
+        _check_model(doc, cls, _schema(doc, ref), cls.__name__, errors, request=True)
+    assert not errors, "\n".join(errors)
+
+
+def test_error_codes_match(doc: Dict[str, Any]) -> None:
+    served = set(doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"])
+    assert served == set(KNOWN_CODES), f"served {sorted(served ^ set(KNOWN_CODES))} differ"
+    stream = set(doc["components"]["schemas"]["StreamError"]["properties"]["code"]["enum"])
+    assert stream <= set(KNOWN_CODES)
+
+
+def test_prose_schemas_are_still_prose(doc: Dict[str, Any]) -> None:
+    # When the document starts typing one of these, move its model to ANSWERS.
+    for name in PROSE:
+        schema = doc["components"]["schemas"][name]
+        assert "properties" not in schema, f"{name} is typed now: check its model in ANSWERS"
+
+
+def _check_live(cls: Any, body: Dict[str, Any], where: str, errors: List[str]) -> None:
+    h = hints(cls)
+    for f in wire_fields(cls):
+        key = key_of(f)
+        tp, nullable = _strip(h[f.name])
+        if key not in body:
+            if not nullable:
+                errors.append(f"{where}.{key}: not in a real answer")
+            continue
+        value = body[key]
+        if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+            _check_live(tp, value, f"{where}.{key}", errors)
+        if typing.get_origin(tp) in (list, List) and isinstance(value, list):
+            (item,) = typing.get_args(tp)
+            if dataclasses.is_dataclass(item):
+                for v in value:
+                    _check_live(item, v, f"{where}.{key}[]", errors)
+
+
+def test_prose_models_match_real_answers(client: Client, sandbox: Any, tag: str) -> None:
+    client.secrets.put(f"drift-{tag}", "v")
+    samples = {
+        "Placement": client.sandboxes.placement(sandbox).raw,
+        "DryRun": client.placement.dry_run().raw,
+        "AuditEvent": next(iter(client.audit.list(resource=sandbox.id))).raw,
+        "Verification": client.audit.verify().raw,
+        "TrustReport": client.trust_report().raw,
+        "Secret": next(iter(client.secrets.list())).raw,
+    }
+    errors: List[str] = []
+    for name, cls in PROSE.items():
+        _check_live(cls, samples[name], name, errors)
+    assert not errors, "\n".join(errors)
