@@ -25,8 +25,8 @@ pub struct SandboxFilter {
     pub org_id: Option<OrgId>,
     pub project_id: Option<ProjectId>,
     pub status: Option<SandboxStatus>,
-    /// Only sandboxes carrying this label key with this value.
-    pub label: Option<(String, String)>,
+    /// Only sandboxes carrying every one of these labels (key with that value); empty: any.
+    pub labels: std::collections::BTreeMap<String, String>,
     /// Only ids strictly greater than this (cursor pagination).
     pub after: Option<SandboxId>,
     pub limit: u32,

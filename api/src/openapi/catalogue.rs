@@ -125,7 +125,7 @@ const SANDBOX_LIST_QUERY: [Param; 5] = [
     (
         "label",
         "string",
-        "`key=value`: only sandboxes carrying this label.",
+        "`key=value`: only sandboxes carrying this label; repeat it for several (all must match).",
     ),
     ("projectId", "string", "Only sandboxes of this project."),
     PAGE[0],

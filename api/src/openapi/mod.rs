@@ -188,7 +188,8 @@ fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
             "enum": differently_core::SandboxStatus::ALL.map(wire) }),
         "projectId" => id(differently_core::ProjectId::PREFIX),
         "orgId" => id(differently_core::OrgId::PREFIX),
-        "label" => json!({ "type": "string", "pattern": "=" }),
+        // Repeatable (`?label=a=1&label=b=2`): every one must match.
+        "label" => json!({ "type": "array", "items": { "type": "string", "pattern": "=" } }),
         "since" | "until" => json!({ "type": "string", "format": "date-time" }),
         // Absolute, without a `..` component (`files::validate_path`).
         "path" => json!({ "type": "string", "pattern": "^(?!.*(?:^|/)\\.\\.(?:/|$))/" }),

@@ -116,6 +116,18 @@ fn served(props: &[(&str, Value)]) -> Value {
     object(props, true)
 }
 
+/// An object the API serves whose properties are all present except `optional` (left out
+/// when empty or not applicable).
+fn served_except(props: &[(&str, Value)], optional: &[&str]) -> Value {
+    let mut o = object(props, false);
+    o["required"] = json!(props
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !optional.contains(n))
+        .collect::<Vec<_>>());
+    o
+}
+
 /// An object of optional properties that refuses any other (as the API accepts them).
 fn accepted(props: &[(&str, Value)], required: &[&str]) -> Value {
     let mut o = object(props, false);
@@ -565,19 +577,74 @@ pub(super) fn schemas() -> Value {
             },
         }),
     );
+    // `core::policy::explain`: the decision flattened with every pool's verdict.
+    let decision_fields = || {
+        vec![
+            (
+                "decision",
+                one_of_strings(["placed", "waiting", "rejected"].map(|d| json!(d))),
+            ),
+            ("pool", typed("string")),
+            (
+                "code",
+                one_of_strings(ErrorCode::ALL.map(|c| json!(c.as_str()))),
+            ),
+            ("reason", typed("string")),
+            ("pools", array_of(reference("PoolVerdict"))),
+        ]
+    };
     s.insert(
-        "Placement".to_owned(),
-        described(
-            "The stored explanation of a placement: the decision, the pool, \
-            and every pool considered with why it was or was not eligible.",
+        "PoolVerdict".to_owned(),
+        served_except(
+            &[
+                ("name", typed("string")),
+                ("eligible", typed("boolean")),
+                ("reason", typed("string")),
+                (
+                    "score",
+                    json!({ "type": "number", "minimum": 0, "maximum": 100 }),
+                ),
+            ],
+            &["reason", "score"],
         ),
     );
     s.insert(
         "DryRun".to_owned(),
-        described(
-            "`{decision: placed|waiting|rejected, pool?, code?, reason?, pools: \
-            [{name, eligible, reason?, score?}]}`",
-        ),
+        served_except(&decision_fields(), &["pool", "code", "reason"]),
+    );
+    let mut placement = decision_fields();
+    placement.extend([
+        ("policy", reference("EffectivePolicy")),
+        ("decidedAt", time()),
+    ]);
+    s.insert(
+        "Placement".to_owned(),
+        served_except(&placement, &["pool", "code", "reason"]),
+    );
+    s.insert(
+        "EffectivePolicy".to_owned(),
+        served(&[
+            (
+                "allowedClassifications",
+                json!({ "type": ["array", "null"], "items": typed("string") }),
+            ),
+            (
+                "poolClassifications",
+                json!({ "type": "object",
+                "additionalProperties": array_of(typed("string")) }),
+            ),
+            (
+                "allowedRegions",
+                json!({ "type": ["array", "null"], "items": typed("string") }),
+            ),
+            (
+                "externalForbiddenBy",
+                one_of_or_null(["global", "org", "project"].map(|l| json!(l))),
+            ),
+            ("externalPools", array_of(typed("string"))),
+            ("deniedPools", array_of(typed("string"))),
+            ("defaultStrategy", one_of_strings(Strategy::ALL.map(wire))),
+        ]),
     );
     let record_fields = || {
         vec![
@@ -660,36 +727,146 @@ pub(super) fn schemas() -> Value {
         ),
     );
     s.insert("PoolList".to_owned(), page_of("Pool"));
+    // `store::audit`: records, checkpoints and verification as served.
+    let hash = || json!({ "type": "string", "pattern": "^[0-9a-f]{64}$" });
     s.insert(
         "AuditEvent".to_owned(),
-        described(
-            "One audit record: chain, sequence, actor, action, resource, \
-            outcome, details, time, and its hash over the previous record's.",
+        served_except(
+            &[
+                ("seq", typed("integer")),
+                ("chain", typed("string")),
+                ("chainSeq", json!({ "type": "integer", "minimum": 1 })),
+                ("orgId", nullable("string")),
+                ("projectId", nullable("string")),
+                ("actor", typed("string")),
+                ("action", typed("string")),
+                ("resource", typed("string")),
+                ("outcome", typed("string")),
+                ("requestId", nullable("string")),
+                ("at", time()),
+                (
+                    "detail",
+                    json!({ "description": "What else matters; never a secret, \
+                    exec arguments or environment values." }),
+                ),
+                ("prevHash", hash()),
+                ("hash", hash()),
+                ("keyId", typed("string")),
+            ],
+            &["keyId"],
         ),
     );
     s.insert("AuditList".to_owned(), page_of("AuditEvent"));
+    let problem = served(&[
+        (
+            "kind",
+            one_of_strings(
+                [
+                    "hash_mismatch",
+                    "broken_link",
+                    "missing",
+                    "duplicate",
+                    "checkpoint_mismatch",
+                    "truncated",
+                    "bad_checkpoint",
+                    "unknown_key",
+                ]
+                .map(|k| json!(k)),
+            ),
+        ),
+        ("chain", typed("string")),
+        ("chainSeq", typed("integer")),
+        ("seq", nullable("integer")),
+        ("message", typed("string")),
+    ]);
+    s.insert("AuditProblem".to_owned(), problem);
+    let count = || json!({ "type": "integer", "minimum": 0 });
     s.insert(
         "Verification".to_owned(),
-        described(
-            "The result of verifying every audit chain: whether all \
-            hold, and the first record that does not.",
-        ),
+        served(&[
+            ("ok", typed("boolean")),
+            ("chains", count()),
+            ("records", count()),
+            ("checkpoints", count()),
+            ("unchainedRecords", count()),
+            (
+                "firstBad",
+                json!({ "anyOf": [reference("AuditProblem"), { "type": "null" }] }),
+            ),
+            ("problems", array_of(reference("AuditProblem"))),
+            ("unverifiableRecords", count()),
+            ("unverifiableCheckpoints", count()),
+            ("unknownKeyIds", array_of(typed("string"))),
+            (
+                "segments",
+                array_of(served(&[
+                    ("seq", typed("integer")),
+                    ("at", time()),
+                    ("keyId", nullable("string")),
+                    ("reason", typed("string")),
+                    ("lostKeyIds", array_of(typed("string"))),
+                ])),
+            ),
+        ]),
     );
     s.insert(
         "Checkpoint".to_owned(),
-        described("A signed checkpoint of every audit chain's head."),
+        served_except(
+            &[
+                ("seq", json!({ "type": "integer", "minimum": 1 })),
+                ("at", time()),
+                (
+                    "heads",
+                    array_of(served(&[
+                        ("chain", typed("string")),
+                        ("chainSeq", typed("integer")),
+                        ("hash", hash()),
+                    ])),
+                ),
+                ("prevHash", hash()),
+                ("hash", hash()),
+                ("keyId", typed("string")),
+                (
+                    "segment",
+                    served(&[
+                        ("reason", typed("string")),
+                        ("lostKeyIds", array_of(typed("string"))),
+                    ]),
+                ),
+            ],
+            &["keyId", "segment"],
+        ),
     );
     s.insert(
         "AuditSegmentRequest".to_owned(),
-        accepted(&[("reason", typed("string"))], &["reason"]),
+        // `routes::audit::segment`: trimmed, 1-500 characters.
+        accepted(
+            &[(
+                "reason",
+                json!({ "type": "string", "minLength": 1, "maxLength": 500, "pattern": "\\S" }),
+            )],
+            &["reason"],
+        ),
     );
     s.insert(
         "AuditSegment".to_owned(),
-        described("The segment checkpoint written, and verification with it in place."),
+        served(&[
+            ("checkpoint", reference("Checkpoint")),
+            ("report", reference("Verification")),
+        ]),
     );
     s.insert(
         "Secret".to_owned(),
-        described("A stored backend secret as its name and fingerprint (never the value)."),
+        served(&[
+            ("name", typed("string")),
+            (
+                "fingerprint",
+                json!({ "type": "string", "pattern": "^sha256:[0-9a-f]{16}$" }),
+            ),
+            ("updatedBy", typed("string")),
+            ("updatedAt", time()),
+            ("createdAt", time()),
+        ]),
     );
     s.insert("SecretList".to_owned(), page_of("Secret"));
     s.insert(
@@ -699,12 +876,68 @@ pub(super) fn schemas() -> Value {
             &["value"],
         ),
     );
+    // `api::routes::trust`.
+    let credential = served(&[
+        (
+            "kind",
+            one_of_strings(["env", "file", "secret", "inline"].map(|k| json!(k))),
+        ),
+        ("setting", typed("string")),
+        ("reference", typed("string")),
+        ("name", nullable("string")),
+        ("fingerprint", nullable("string")),
+        ("updatedBy", nullable("string")),
+        ("updatedAt", time_or_null()),
+        ("problem", nullable("string")),
+    ]);
+    let trust_pool = served(&[
+        ("name", typed("string")),
+        ("kind", typed("string")),
+        (
+            "trust",
+            one_of_strings([Trust::Private, Trust::External].map(wire)),
+        ),
+        ("region", nullable("string")),
+        ("isolation", typed("string")),
+        ("egress", typed("string")),
+        ("endpoint", nullable("string")),
+        ("credentials", array_of(credential)),
+        (
+            "source",
+            one_of_strings([PoolSource::Config, PoolSource::Api].map(wire)),
+        ),
+        ("healthy", typed("boolean")),
+        (
+            "health",
+            json!({ "anyOf": [reference("PoolHealth"), { "type": "null" }] }),
+        ),
+        (
+            "versions",
+            json!({ "description": "Backend versions, when the adapter reports them." }),
+        ),
+    ]);
+    let external = served(&[
+        ("orgId", typed("string")),
+        ("orgName", nullable("string")),
+        ("pool", typed("string")),
+        ("sandboxes", count()),
+        ("firstAt", time()),
+        ("lastAt", time()),
+        (
+            "policy",
+            json!({ "anyOf": [reference("EffectivePolicy"), { "type": "null" }] }),
+        ),
+    ]);
     s.insert(
         "TrustReport".to_owned(),
-        described(
-            "Per pool and per organization: where work may go, under which \
-            policy, with which credentials (fingerprints), and what ran where.",
-        ),
+        served(&[
+            ("generatedAt", time()),
+            ("installationId", typed("string")),
+            ("telemetry", typed("string")),
+            ("pools", array_of(trust_pool)),
+            ("externalPlacements", array_of(external)),
+            ("notEnforced", array_of(typed("string"))),
+        ]),
     );
     s.insert("Health".to_owned(), served(&[("status", typed("string"))]));
     s.insert("OpenApi".to_owned(), described("This document."));

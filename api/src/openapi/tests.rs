@@ -607,3 +607,149 @@ fn every_documented_error_status_has_an_error_code() {
         }
     }
 }
+
+/// The objects the document once described only in prose (found by both SDKs' drift tests):
+/// placement explanations, audit records, checkpoints, verification, segments and secrets,
+/// built from the types that serve them.
+#[test]
+fn explanations_and_audit_objects_fit_their_schemas() {
+    use differently_core::policy::{Decision, EffectivePolicy, Explained, PoolVerdict};
+    use differently_store::audit::{
+        AuditEvent, AuditKey, ChainHead, Checkpoint, NewAuditEvent, Problem, ProblemKind, Segment,
+        SegmentInfo, VerifyReport,
+    };
+
+    let verdicts = vec![
+        PoolVerdict {
+            name: "local".into(),
+            eligible: true,
+            reason: Some("private".into()),
+            score: Some(97.5),
+            stage: None,
+        },
+        PoolVerdict {
+            name: "e2b".into(),
+            eligible: false,
+            reason: None,
+            score: None,
+            stage: None,
+        },
+    ];
+    for decision in [
+        Decision::Placed {
+            pool: "local".into(),
+        },
+        Decision::Waiting {
+            reason: "capacity".into(),
+        },
+        Decision::Rejected {
+            code: ErrorCode::NoEligiblePool,
+            reason: "none".into(),
+        },
+    ] {
+        let e = Explained {
+            decision,
+            pools: verdicts.clone(),
+        };
+        assert_fits("DryRun", &e);
+        assert_fits(
+            "Placement",
+            e.record(&EffectivePolicy::default(), Utc::now()),
+        );
+    }
+    let key = AuditKey::from_bytes([7; 32]);
+    let event = |resource: &str| NewAuditEvent {
+        org_id: Some(OrgId::new()),
+        project_id: Some(ProjectId::new()),
+        actor: "key:k".into(),
+        action: "sandbox.exec".into(),
+        resource: resource.into(),
+        outcome: "ok".into(),
+        detail: json!({ "program": "echo" }),
+    };
+    let first = AuditEvent::chained(&key, "c".into(), None, event("s"), Utc::now(), None);
+    let second = AuditEvent::chained(
+        &key,
+        "c".into(),
+        Some((first.chain_seq, first.hash.clone())),
+        event("s"),
+        Utc::now(),
+        Some("req".into()),
+    );
+    assert_fits("AuditEvent", &first);
+    assert_fits("AuditEvent", &second);
+    assert_eq!(field_names(&second), property_names("AuditEvent"));
+    let heads = vec![ChainHead {
+        chain: "c".into(),
+        chain_seq: 2,
+        hash: second.hash.clone(),
+    }];
+    let cp = Checkpoint::next(&key, None, heads.clone(), Utc::now());
+    let seg = Checkpoint::next_segment(
+        &key,
+        Some(&cp),
+        heads,
+        Utc::now(),
+        Some(Segment {
+            reason: "key lost".into(),
+            lost_key_ids: vec!["abc".into()],
+        }),
+    );
+    assert_fits("Checkpoint", &cp);
+    assert_fits("Checkpoint", &seg);
+    assert_eq!(field_names(&seg), property_names("Checkpoint"));
+    let problem = Problem {
+        kind: ProblemKind::UnknownKey,
+        chain: "c".into(),
+        chain_seq: 1,
+        seq: None,
+        message: "m".into(),
+    };
+    let report = VerifyReport {
+        ok: false,
+        chains: 1,
+        records: 2,
+        checkpoints: 2,
+        unchained_records: 0,
+        first_bad: Some(problem.clone()),
+        problems: vec![problem],
+        unverifiable_records: 1,
+        unverifiable_checkpoints: 0,
+        unknown_key_ids: vec!["abc".into()],
+        segments: vec![SegmentInfo {
+            seq: 2,
+            at: Utc::now(),
+            key_id: None,
+            reason: "key lost".into(),
+            lost_key_ids: vec![],
+        }],
+    };
+    assert_fits("Verification", &report);
+    assert_eq!(field_names(&report), property_names("Verification"));
+    assert_fits(
+        "AuditSegment",
+        json!({ "checkpoint": seg, "report": report }),
+    );
+    let secret = differently_store::secrets::SecretInfo {
+        name: "osb".into(),
+        fingerprint: "sha256:0123456789abcdef".into(),
+        updated_by: "key:k".into(),
+        updated_at: Utc::now(),
+        created_at: Utc::now(),
+    };
+    assert_fits("Secret", &secret);
+    assert_eq!(field_names(&secret), property_names("Secret"));
+    // None of them is prose only any more.
+    for name in [
+        "Placement",
+        "DryRun",
+        "AuditEvent",
+        "Verification",
+        "Checkpoint",
+        "AuditSegment",
+        "Secret",
+        "TrustReport",
+    ] {
+        assert!(!property_names(name).is_empty(), "{name} has no properties");
+    }
+}

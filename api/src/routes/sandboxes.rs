@@ -236,18 +236,37 @@ async fn read(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ListQuery {
     status: Option<String>,
-    label: Option<String>,
     project_id: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
 }
 
+/// `GET /v1/sandboxes`'s query: `label=key=value` may repeat (every one must match); any
+/// other parameter is given at most once.
+fn parse_list_query(raw: Option<&str>) -> ApiResult<(ListQuery, Vec<String>)> {
+    let mut labels = Vec::new();
+    let mut rest = serde_json::Map::new();
+    for (k, v) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        if k == "label" {
+            labels.push(v.into_owned());
+        } else if rest
+            .insert(k.to_string(), Value::String(v.into_owned()))
+            .is_some()
+        {
+            return Err(bad_query(&k, "given more than once"));
+        }
+    }
+    let q = serde_json::from_value(Value::Object(rest))
+        .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, format!("query: {e}")))?;
+    Ok((q, labels))
+}
+
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    axum::extract::RawQuery(raw): axum::extract::RawQuery,
 ) -> ApiResult<Json<Page<SandboxView>>> {
-    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    let (q, raw_labels) = parse_list_query(raw.as_deref())?;
     principal.require(Scope::SandboxesRead)?;
     let status = match q.status.as_deref() {
         None => None,
@@ -256,15 +275,22 @@ async fn list(
                 .map_err(|m| bad_query("status", m))?,
         ),
     };
-    let label = match q.label.as_deref() {
-        None => None,
-        Some(l) => {
-            let (k, v) = l
-                .split_once('=')
-                .ok_or_else(|| bad_query("label", "expected key=value"))?;
-            Some((k.to_owned(), v.to_owned()))
+    let mut labels = std::collections::BTreeMap::new();
+    for l in &raw_labels {
+        let (k, v) = l
+            .split_once('=')
+            .ok_or_else(|| bad_query("label", "expected key=value"))?;
+        if labels
+            .insert(k.to_owned(), v.to_owned())
+            .is_some_and(|was| was != v)
+        {
+            // Two values for one key: no sandbox carries both.
+            return Ok(Json(Page {
+                items: vec![],
+                next_cursor: None,
+            }));
         }
-    };
+    }
     let project_id = match principal.list_project(q.project_id.as_deref())? {
         ListProject::Only(p) => p,
         ListProject::Nothing => {
@@ -282,7 +308,7 @@ async fn list(
             org_id: Some(principal.org_id.clone()),
             project_id,
             status,
-            label,
+            labels,
             after,
             limit: limit + 1,
         })

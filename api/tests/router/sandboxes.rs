@@ -160,3 +160,67 @@ async fn a_sandbox_larger_than_a_quota_total_is_refused_naming_the_limit() {
         "{message}"
     );
 }
+
+/// Found by the SDKs: `?label=` given twice was a 400 "duplicate field". It repeats, and every
+/// label must match; another parameter given twice is a 400 naming it.
+#[tokio::test]
+async fn several_label_filters_must_all_match() {
+    let api = api().await;
+    let mut ids = vec![];
+    for labels in [
+        json!({ "team": "a", "env": "prod" }),
+        json!({ "team": "a", "env": "dev" }),
+        json!({ "team": "b", "env": "prod" }),
+    ] {
+        let a = api
+            .admin(Method::POST, "/v1/sandboxes", json!({ "labels": labels }))
+            .await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+        ids.push(a.body["id"].as_str().unwrap().to_owned());
+    }
+    let listed = |q: &'static str| {
+        let api = &api;
+        async move {
+            let a = api
+                .admin(
+                    Method::GET,
+                    &format!("/v1/sandboxes?{q}"),
+                    serde_json::Value::Null,
+                )
+                .await;
+            assert_eq!(a.status, StatusCode::OK, "{q}: {}", a.body);
+            a.body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed("label=team=a").await, ids[..2].to_vec());
+    assert_eq!(
+        listed("label=team=a&label=env=prod").await,
+        vec![ids[0].clone()]
+    );
+    assert_eq!(
+        listed("label=env%3Dprod&label=team=b").await,
+        vec![ids[2].clone()]
+    );
+    assert!(listed("label=team=a&label=team=b").await.is_empty());
+    let twice = api
+        .admin(
+            Method::GET,
+            "/v1/sandboxes?limit=1&limit=2",
+            serde_json::Value::Null,
+        )
+        .await;
+    assert_field_error(&twice, StatusCode::BAD_REQUEST, "invalid_argument", "limit");
+    let unknown = api
+        .admin(
+            Method::GET,
+            "/v1/sandboxes?colour=red",
+            serde_json::Value::Null,
+        )
+        .await;
+    assert_error(&unknown, StatusCode::BAD_REQUEST, "invalid_argument");
+}

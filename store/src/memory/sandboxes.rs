@@ -53,9 +53,9 @@ impl SandboxReadStore for MemoryStore {
             .filter(|s| filter.status.is_none_or(|st| s.status == st))
             .filter(|s| {
                 filter
-                    .label
-                    .as_ref()
-                    .is_none_or(|(k, v)| s.spec.labels.get(k) == Some(v))
+                    .labels
+                    .iter()
+                    .all(|(k, v)| s.spec.labels.get(k) == Some(v))
             })
             .take(accounting::effective_limit(filter.limit))
             .cloned()

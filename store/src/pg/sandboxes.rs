@@ -61,10 +61,7 @@ impl SandboxReadStore for PgStore {
         } else {
             Some(i64::from(filter.limit))
         };
-        let label = filter
-            .label
-            .as_ref()
-            .map(|(k, v)| serde_json::json!({ k.as_str(): v }));
+        let label = (!filter.labels.is_empty()).then(|| serde_json::json!(filter.labels));
         let rows = sqlx::query(
             "SELECT doc FROM sandboxes
              WHERE ($1::text IS NULL OR org_id = $1)

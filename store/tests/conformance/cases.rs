@@ -1209,7 +1209,7 @@ pub async fn list_filters_and_cursor_pagination(env: &Env) {
     );
     assert_eq!(
         list(SandboxFilter {
-            label: Some(("team".into(), "a".into())),
+            labels: [("team".into(), "a".into())].into(),
             ..of_org.clone()
         })
         .await,
@@ -1217,7 +1217,7 @@ pub async fn list_filters_and_cursor_pagination(env: &Env) {
     );
     assert_eq!(
         list(SandboxFilter {
-            label: Some(("team".into(), "a".into())),
+            labels: [("team".into(), "a".into())].into(),
             limit: 100,
             ..Default::default()
         })
@@ -1229,20 +1229,35 @@ pub async fn list_filters_and_cursor_pagination(env: &Env) {
         }
     );
     assert!(list(SandboxFilter {
-        label: Some(("team".into(), "c".into())),
+        labels: [("team".into(), "c".into())].into(),
         ..of_org.clone()
     })
     .await
     .is_empty());
     assert_eq!(
         list(SandboxFilter {
-            label: Some(("x".into(), "y".into())),
+            labels: [("x".into(), "y".into())].into(),
             status: Some(Queued),
             ..of_org.clone()
         })
         .await,
         b_ids
     );
+    // Several labels: every one must match.
+    assert_eq!(
+        list(SandboxFilter {
+            labels: [("team".into(), "b".into()), ("x".into(), "y".into())].into(),
+            ..of_org.clone()
+        })
+        .await,
+        b_ids
+    );
+    assert!(list(SandboxFilter {
+        labels: [("team".into(), "a".into()), ("x".into(), "y".into())].into(),
+        ..of_org.clone()
+    })
+    .await
+    .is_empty());
 
     // Cursor pagination visits every row exactly once, in id order.
     let mut seen = Vec::new();
