@@ -19,6 +19,7 @@ mod lifecycle;
 mod nats_cluster;
 mod observability;
 mod openapi;
+mod opensandbox_facade;
 mod opensandbox_live;
 mod placement;
 mod quota;

@@ -281,12 +281,27 @@ pub fn create_body(req: &Value) -> Result<Value, OsbError> {
                     ));
                 }
             }
-            "extensions" | "volumes" | "lifecycle" => {
+            // The one extension understood: the project to create in, for org-wide keys
+            // (a project-bound key creates in its own project).
+            "extensions" if !v.is_null() => {
+                let m = string_map(v, "extensions")?;
+                for (ek, ev) in m {
+                    if ek != "differently.projectId" {
+                        return Err(OsbError::unsupported_field(
+                            &format!("extensions.{ek}"),
+                            "the only extension understood is differently.projectId",
+                        ));
+                    }
+                    out.insert("projectId".into(), ev);
+                }
+            }
+            "extensions" => {}
+            "volumes" | "lifecycle" => {
                 if !is_empty(v) {
-                    let why = match k.as_str() {
-                        "volumes" => "sandboxes have no mounted volumes",
-                        "lifecycle" => "use timeout and renew",
-                        _ => "no extensions are understood",
+                    let why = if k == "volumes" {
+                        "sandboxes have no mounted volumes"
+                    } else {
+                        "use timeout and renew"
                     };
                     return Err(OsbError::unsupported_field(k, why));
                 }
@@ -426,6 +441,7 @@ mod tests {
                 "resourceLimits.cpu",
             ),
             (json!({"volumes":[{"name":"v"}]}), "volumes"),
+            (json!({"extensions":{"poolRef":"x"}}), "extensions.poolRef"),
             (json!({"timeout":-5}), "timeout"),
             (json!({"bogus":1}), "bogus"),
             (json!({"image":{"uri":"x"},"snapshotId":"snp_1"}), "image"),
