@@ -28,7 +28,7 @@ fn cache_dir() -> PathBuf {
         .join("differently")
 }
 
-fn py_venv() -> PathBuf {
+pub fn py_venv() -> PathBuf {
     let p = std::env::var_os("DIFFERENTLY_OPENSANDBOX_PY")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache_dir().join("opensandbox-py"));
