@@ -158,9 +158,137 @@ async fn official_clients_drive_the_facade_on_differently_dev() {
         assert!(Instant::now() < deadline, "dev did not come up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::task::spawn_blocking(move || all_clients(&domain, &key, true))
+    let k = key.clone();
+    tokio::task::spawn_blocking(move || all_clients(&domain, &k, true))
         .await
         .unwrap();
+    snapshots_through_the_facade(&http, &url, &key).await;
+}
+
+/// Snapshot, list, restore into a new sandbox and delete, through the facade (devhost pool).
+async fn snapshots_through_the_facade(http: &reqwest::Client, base: &str, key: &str) {
+    let create = json!({"image": {"uri": "default"}, "timeout": 600});
+    let (s, sbx) = osb(
+        http,
+        base,
+        Some(key),
+        Method::POST,
+        "/v1/sandboxes",
+        Some(create),
+    )
+    .await;
+    assert_eq!(s, 202, "{sbx}");
+    let id = sbx["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, info) = osb(
+            http,
+            base,
+            Some(key),
+            Method::GET,
+            &format!("/v1/sandboxes/{id}"),
+            None,
+        )
+        .await;
+        if info["status"]["state"] == "Running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ran: {info}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (s, snp) = osb(
+        http,
+        base,
+        Some(key),
+        Method::POST,
+        &format!("/v1/sandboxes/{id}/snapshots"),
+        Some(json!({"name": "facade"})),
+    )
+    .await;
+    assert_eq!(s, 202, "{snp}");
+    let sid = snp["id"].as_str().unwrap().to_owned();
+    assert_eq!(snp["sandboxId"], id.as_str());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (s, got) = osb(
+            http,
+            base,
+            Some(key),
+            Method::GET,
+            &format!("/v1/snapshots/{sid}"),
+            None,
+        )
+        .await;
+        assert_eq!(s, 200, "{got}");
+        if got["status"]["state"] == "Ready" {
+            break;
+        }
+        assert_ne!(got["status"]["state"], "Failed", "{got}");
+        assert!(Instant::now() < deadline, "snapshot never ready: {got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (s, list) = osb(
+        http,
+        base,
+        Some(key),
+        Method::GET,
+        &format!("/v1/snapshots?sandboxId={id}"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{list}");
+    assert_eq!(list["items"][0]["id"], sid.as_str(), "{list}");
+    let (s, restored) = osb(
+        http,
+        base,
+        Some(key),
+        Method::POST,
+        "/v1/sandboxes",
+        Some(json!({"snapshotId": sid, "timeout": 600})),
+    )
+    .await;
+    assert_eq!(s, 202, "restore: {restored}");
+    let rid = restored["id"].as_str().unwrap().to_owned();
+    for sbx in [&id, &rid] {
+        let (s, e) = osb(
+            http,
+            base,
+            Some(key),
+            Method::DELETE,
+            &format!("/v1/sandboxes/{sbx}"),
+            None,
+        )
+        .await;
+        assert_eq!(s, 204, "{e}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (s, e) = osb(
+            http,
+            base,
+            Some(key),
+            Method::DELETE,
+            &format!("/v1/snapshots/{sid}"),
+            None,
+        )
+        .await;
+        if s == 204 {
+            break;
+        }
+        assert_eq!(s, 409, "delete snapshot: {e}");
+        assert!(Instant::now() < deadline, "snapshot never deletable: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (s, e) = osb(
+        http,
+        base,
+        Some(key),
+        Method::GET,
+        &format!("/v1/snapshots/{sid}"),
+        None,
+    )
+    .await;
+    assert!(s == 404 || e["status"]["state"] == "Deleting", "{s} {e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
