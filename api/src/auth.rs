@@ -94,6 +94,16 @@ impl BootstrapKey {
         })
     }
 
+    /// A 32-byte key for `purpose`, derived from the bootstrap key (HMAC-SHA256 of its hash):
+    /// the same in every API process of an installation, and changed by rotating that key.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        use hmac::Mac;
+        let mut m = <hmac::Hmac<Sha256> as Mac>::new_from_slice(&self.hash)
+            .expect("HMAC takes any key length");
+        m.update(purpose.as_bytes());
+        m.finalize().into_bytes().into()
+    }
+
     fn matches(&self, token: &str) -> bool {
         let Some(parsed) = parse_key(token) else {
             return false;
@@ -102,6 +112,15 @@ impl BootstrapKey {
         let same_hash = hash_key(token).ct_eq(&self.hash);
         (same_id & same_hash).into()
     }
+}
+
+/// A request the server makes to itself for a key it has verified another way (the
+/// OpenSandbox facade's execd token names one). Only in-process code can attach a request
+/// extension, never a client; the key's record is still read and checked (revoked, expired,
+/// suspended organization, rate limit) exactly as for a presented key.
+#[derive(Debug, Clone)]
+pub struct Delegated {
+    pub key_id: String,
 }
 
 /// Who is calling: a key bound to an organization and maybe one project.
@@ -204,6 +223,9 @@ fn unauthenticated() -> ApiError {
 const TOUCH_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+    if let Some(d) = parts.extensions.get::<Delegated>() {
+        return delegated(state, &d.key_id).await;
+    }
     let header = parts
         .headers
         .get(axum::http::header::AUTHORIZATION)
@@ -275,6 +297,49 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
     })
 }
 
+/// The principal of a [`Delegated`] request: the key's current record, without a secret.
+async fn delegated(state: &AppState, key_id: &str) -> Result<Principal, ApiError> {
+    if key_id == state.bootstrap_key.key_id {
+        return Ok(Principal {
+            key_id: state.bootstrap_key.key_id.clone(),
+            org_id: state.tenant.org.id.clone(),
+            project_id: Some(state.tenant.project.id.clone()),
+            scopes: Scope::ALL.to_vec(),
+        });
+    }
+    let key_id = KeyId::parse(key_id).map_err(|_| unauthenticated())?;
+    let record = match state.auth_cache.key(&key_id) {
+        Some(r) => r,
+        None => {
+            let r = state
+                .store
+                .get_key(&key_id)
+                .await?
+                .ok_or_else(unauthenticated)?;
+            state.auth_cache.put_key(r.clone());
+            r
+        }
+    };
+    if record.revoked_at.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::Unauthenticated,
+            "this API key was revoked",
+        ));
+    }
+    if record.expires_at.is_some_and(|t| t <= chrono::Utc::now()) {
+        return Err(ApiError::new(
+            ErrorCode::Unauthenticated,
+            "this API key has expired",
+        ));
+    }
+    Ok(Principal {
+        key_id: record.id.to_string(),
+        org_id: record.org_id,
+        project_id: record.project_id,
+        scopes: record.scopes,
+    })
+}
+
 /// Lower-case hex of `bytes` (the store's, so key hashes and audit hashes are spelled alike).
 pub use differently_store::audit::hex;
 
@@ -324,7 +389,8 @@ impl FromRequestParts<AppState> for Principal {
         // caller (one lookup, cached for the auth cache's TTL). The bootstrap key is matched
         // in memory first and never throttled, so the operator cannot be locked out.
         let scope = failure_scope(parts, state);
-        let bootstrap = bearer(parts).is_some_and(|t| state.bootstrap_key.matches(t));
+        let bootstrap = bearer(parts).is_some_and(|t| state.bootstrap_key.matches(t))
+            || parts.extensions.get::<Delegated>().is_some();
         let throttled = state.auth_failures.throttled(&scope).filter(|_| !bootstrap);
         let refuse = |wait, scope: &FailureScope| {
             let message = match scope {

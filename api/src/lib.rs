@@ -26,6 +26,7 @@ pub mod bootstrap;
 pub mod data_plane;
 pub mod error;
 pub mod events;
+pub mod facade;
 pub mod idempotency;
 pub mod middleware;
 pub mod mutation;
@@ -130,8 +131,12 @@ impl AppState {
 
 /// The whole API.
 pub fn router(state: AppState) -> Router {
+    // The OpenSandbox facade answers through the `/v1` handlers (in process, below these
+    // layers, which the facade request itself already passed).
+    let v1 = routes::router().with_state(state.clone());
     Router::new()
         .merge(routes::router())
+        .merge(facade::opensandbox::router(&state, v1))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/openapi.json", get(openapi::serve))

@@ -19,6 +19,8 @@ mod lifecycle;
 mod nats_cluster;
 mod observability;
 mod openapi;
+mod opensandbox_facade;
+mod opensandbox_facade_bench;
 mod opensandbox_live;
 mod placement;
 mod quota;

@@ -1,0 +1,131 @@
+//! OpenSandbox's error body, `{code, message}`, and the mapping of `/v1` errors onto it.
+//! Codes keep OpenSandbox's names where one exists (clients match suffixes such as
+//! `SANDBOX_NOT_FOUND`), namespaced `DIFFERENTLY::` like the real server's `DOCKER::`.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::inner::Caller;
+
+/// An error as the facade serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OsbError {
+    pub status: StatusCode,
+    pub code: String,
+    pub message: String,
+    pub retry_after: Option<String>,
+}
+
+impl OsbError {
+    /// An error with an explicit status, code and message.
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> OsbError {
+        OsbError {
+            status,
+            code: code.to_owned(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 400 naming the request field that cannot be mapped or is malformed.
+    pub fn field(field: &str, why: impl std::fmt::Display) -> OsbError {
+        OsbError::new(
+            StatusCode::BAD_REQUEST,
+            "SANDBOX::INVALID_PARAMETER",
+            format!("{field}: {why}"),
+        )
+    }
+
+    /// 400 for a request field Differently has no equivalent of.
+    pub fn unsupported_field(field: &str, why: &str) -> OsbError {
+        OsbError::new(
+            StatusCode::BAD_REQUEST,
+            "SANDBOX::INVALID_PARAMETER",
+            format!("{field} is not supported by the Differently facade: {why}"),
+        )
+    }
+
+    /// 501 for an execd feature the facade does not serve.
+    pub fn not_supported(what: &str) -> OsbError {
+        OsbError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "NOT_SUPPORTED",
+            format!("{what} is not supported by the Differently facade"),
+        )
+    }
+
+    /// 401 for a key that is not a Differently key at all.
+    pub fn invalid_key() -> OsbError {
+        OsbError::new(
+            StatusCode::UNAUTHORIZED,
+            "INVALID_API_KEY",
+            "missing or invalid API key",
+        )
+    }
+
+    /// 500 whose cause is logged, not served.
+    pub fn internal(cause: impl std::fmt::Display) -> OsbError {
+        tracing::error!(error = %cause, "opensandbox facade: internal error");
+        OsbError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "DIFFERENTLY::INTERNAL",
+            "internal error",
+        )
+    }
+
+    /// The mapping of a `/v1` error answer (`{"error": {code, message}}`).
+    pub fn from_v1(status: StatusCode, body: &[u8], caller: &Caller) -> OsbError {
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let code = v["error"]["code"].as_str().unwrap_or("");
+        let message = v["error"]["message"]
+            .as_str()
+            .unwrap_or("request failed")
+            .to_owned();
+        let mapped = match (code, caller) {
+            ("unauthenticated", Caller::Anonymous) => "MISSING_API_KEY".to_owned(),
+            ("unauthenticated", _) => "INVALID_API_KEY".to_owned(),
+            ("not_found", _) if message.starts_with("no such file") => "FILE_NOT_FOUND".into(),
+            ("not_found", _) if message.contains("snapshot") => {
+                "DIFFERENTLY::SNAPSHOT_NOT_FOUND".into()
+            }
+            ("not_found", _) => "DIFFERENTLY::SANDBOX_NOT_FOUND".into(),
+            ("invalid_argument" | "validation_failed", _) => "SANDBOX::INVALID_PARAMETER".into(),
+            ("", _) => format!("DIFFERENTLY::HTTP_{}", status.as_u16()),
+            (other, _) => format!("DIFFERENTLY::{}", other.to_ascii_uppercase()),
+        };
+        // OpenSandbox answers bad input with 400 (its FastAPI 422s carry another shape).
+        let status = if code == "validation_failed" {
+            StatusCode::BAD_REQUEST
+        } else {
+            status
+        };
+        OsbError {
+            status,
+            code: mapped,
+            message,
+            retry_after: None,
+        }
+    }
+}
+
+impl IntoResponse for OsbError {
+    fn into_response(self) -> Response {
+        let mut r = (
+            self.status,
+            Json(json!({ "code": self.code, "message": self.message })),
+        )
+            .into_response();
+        if let Some(v) = self
+            .retry_after
+            .and_then(|s| HeaderValue::from_str(&s).ok())
+        {
+            r.headers_mut().insert("retry-after", v);
+        }
+        r
+    }
+}
+
+/// A facade handler's result.
+pub type OsbResult<T> = Result<T, OsbError>;

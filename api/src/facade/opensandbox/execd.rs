@@ -1,0 +1,502 @@
+//! OpenSandbox's execd API served per sandbox at `/opensandbox/execd/{id}/...`: ping and
+//! commands. Every call is authorised by the endpoint's token (or, in server-proxy mode, the
+//! API key) and runs as a `/v1` call of the key the token names.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
+
+use super::error::{OsbError, OsbResult};
+use super::inner::{q, read_all, Caller};
+use super::lifecycle::live_sandbox;
+use super::token;
+use super::Facade;
+
+/// The caller of an execd request: the token's key, or the API key (server-proxy mode).
+pub fn execd_caller(f: &Facade, headers: &HeaderMap, sandbox_id: &str) -> OsbResult<Caller> {
+    if let Some(t) = headers.get(token::HEADER).and_then(|v| v.to_str().ok()) {
+        let claims = f
+            .sealer
+            .open(t.trim(), sandbox_id, chrono::Utc::now().timestamp())
+            .map_err(|e| OsbError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", e.to_string()))?;
+        return Ok(Caller::Delegated(claims.key_id));
+    }
+    match Caller::from_headers(headers) {
+        Caller::Anonymous => Err(OsbError::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHORIZED",
+            format!(
+                "missing {}: use the headers of GET /v1/sandboxes/{{id}}/endpoints/44772",
+                token::HEADER
+            ),
+        )),
+        c => Ok(c),
+    }
+}
+
+/// `GET /ping`: 200 once the sandbox runs; 409 while it is queued or starting (the SDK keeps
+/// polling on anything but 401/403, and a 409 is not retried with backoff by its transport).
+pub async fn ping(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> OsbResult<StatusCode> {
+    let caller = execd_caller(&f, &headers, &id)?;
+    let sbx = live_sandbox(&f, &caller, &id).await?;
+    match sbx["status"].as_str() {
+        Some("running") => Ok(StatusCode::OK),
+        other => Err(OsbError::new(
+            StatusCode::CONFLICT,
+            "SANDBOX_NOT_READY",
+            format!(
+                "sandbox is {}{}",
+                other.unwrap_or("unknown"),
+                sbx["statusReason"]
+                    .as_str()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            ),
+        )),
+    }
+}
+
+/// `POST /command` body (execd's).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunCommand {
+    command: Option<String>,
+    argv: Option<Vec<String>>,
+    cwd: Option<String>,
+    #[serde(default)]
+    background: bool,
+    /// Milliseconds.
+    timeout: Option<u64>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    envs: Option<std::collections::BTreeMap<String, String>>,
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// One execd stream frame: bare JSON and a blank line, as execd sends (the SDK accepts both
+/// this and `data:` SSE).
+fn frame(mut ev: Value) -> Bytes {
+    ev["timestamp"] = json!(now_ms());
+    let mut s = ev.to_string();
+    s.push_str("\n\n");
+    Bytes::from(s)
+}
+
+/// Splits output into execd's per-line events (newline stripped, empty lines dropped).
+#[derive(Default)]
+struct Lines {
+    carry: Vec<u8>,
+}
+
+impl Lines {
+    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.carry.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(n) = self.carry.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.carry.drain(..=n).collect();
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]);
+            let text = text.strip_suffix('\r').unwrap_or(&text);
+            if !text.is_empty() {
+                out.push(text.to_owned());
+            }
+        }
+        out
+    }
+
+    fn finish(&mut self) -> Option<String> {
+        let rest = std::mem::take(&mut self.carry);
+        let t = String::from_utf8_lossy(&rest).into_owned();
+        (!t.is_empty()).then_some(t)
+    }
+}
+
+/// The `/v1` exec body of an execd command.
+fn exec_body(req: &RunCommand) -> OsbResult<(Value, String)> {
+    if req.uid.is_some() || req.gid.is_some() {
+        return Err(OsbError::field(
+            if req.uid.is_some() { "uid" } else { "gid" },
+            "running as another user is not supported by the Differently facade",
+        ));
+    }
+    let (argv, content) = match (&req.command, &req.argv) {
+        (Some(c), None) => (
+            vec!["/bin/sh".to_owned(), "-c".to_owned(), c.clone()],
+            c.clone(),
+        ),
+        (None, Some(a)) if !a.is_empty() => (a.clone(), a.join(" ")),
+        (None, Some(_)) => return Err(OsbError::field("argv", "must name a program")),
+        (Some(_), Some(_)) => {
+            return Err(OsbError::field("command", "give command or argv, not both"))
+        }
+        (None, None) => return Err(OsbError::field("command", "required")),
+    };
+    let mut body = json!({ "command": argv });
+    if let Some(env) = &req.envs {
+        body["env"] = json!(env);
+    }
+    if let Some(cwd) = &req.cwd {
+        body["cwd"] = json!(cwd);
+    }
+    if let Some(ms) = req.timeout.filter(|ms| *ms > 0) {
+        body["timeoutSeconds"] = json!(ms.div_ceil(1000));
+    }
+    Ok((body, content))
+}
+
+/// `POST /command` → 200 event stream. Unlike execd, the stream ends at the terminal event
+/// (no 1 s grace hold).
+pub async fn run_command(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> OsbResult<Response> {
+    let caller = execd_caller(&f, &headers, &id)?;
+    let req: RunCommand = serde_json::from_slice(&body).map_err(|e| {
+        OsbError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST_BODY",
+            e.to_string(),
+        )
+    })?;
+    let (v1_body, content) = exec_body(&req)?;
+    let inner =
+        f.v1.call(
+            &caller,
+            Method::POST,
+            &format!("/v1/sandboxes/{}/exec/stream", q(&id)),
+            &[
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                ),
+                (header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE)),
+            ],
+            Body::from(v1_body.to_string()),
+        )
+        .await?;
+    let status = inner.status();
+    if !status.is_success() {
+        let bytes = read_all(inner).await?;
+        return Err(OsbError::from_v1(status, &bytes, &caller));
+    }
+    let cmd_id = ulid::Ulid::new().to_string().to_ascii_lowercase();
+    let cancel = f.commands.start(&cmd_id, &id, &content);
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let _ = tx.try_send(frame(json!({ "type": "init", "text": cmd_id })));
+    let background = req.background;
+    if background {
+        let _ = tx.try_send(frame(
+            json!({ "type": "execution_complete", "execution_time": 0 }),
+        ));
+    }
+    let facade = f.clone();
+    let sandbox = id.clone();
+    tokio::spawn(async move {
+        let tx = (!background).then_some(tx);
+        pump(facade, sandbox, cmd_id, inner.into_body(), tx, cancel).await;
+    });
+    let stream = tokio_stream_of(rx);
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(resp)
+}
+
+fn tokio_stream_of(
+    rx: mpsc::Receiver<Bytes>,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|b| (Ok(b), rx)) },
+    )
+}
+
+/// Reads the `/v1` binary frames of a command and writes execd events (foreground) or the
+/// command's log (background), then records how it ended. Dropping the inner body (client
+/// gone, interrupt) cancels the command on the backend.
+async fn pump(
+    f: Arc<Facade>,
+    sandbox: String,
+    cmd_id: String,
+    body: Body,
+    tx: Option<mpsc::Sender<Bytes>>,
+    cancel: Arc<tokio::sync::Notify>,
+) {
+    let mut dec = FrameDecoder::default();
+    let mut data = body.into_data_stream();
+    let (mut out, mut err) = (Lines::default(), Lines::default());
+    let started = std::time::Instant::now();
+    let mut ping = tokio::time::interval(Duration::from_secs(3));
+    ping.tick().await;
+    let send = |ev: Value| {
+        let tx = tx.clone();
+        async move {
+            match tx {
+                Some(tx) => tx.send(frame(ev)).await.is_ok(),
+                None => true,
+            }
+        }
+    };
+    let ending: (Option<i64>, Option<String>, Value) = 'outer: loop {
+        let chunk = tokio::select! {
+            c = data.next() => c,
+            _ = cancel.notified() => {
+                break (Some(-1), Some("signal: killed".into()), json!({"type":"error","error":
+                    {"ename":"CommandExecError","evalue":"-1","traceback":["signal: killed"]}}));
+            }
+            _ = ping.tick() => {
+                if !send(json!({"type":"ping","text":"pong"})).await { return; }
+                continue;
+            }
+        };
+        let Some(Ok(chunk)) = chunk else {
+            break (
+                None,
+                Some("the command's stream ended early".into()),
+                json!({"type":"error","error":
+                {"ename":"StreamError","evalue":"the command's stream ended early","traceback":[]}}),
+            );
+        };
+        let frames = match dec.push(&chunk) {
+            Ok(fr) => fr,
+            Err(e) => {
+                tracing::warn!(error = %e, "opensandbox facade: bad exec frame");
+                break (
+                    None,
+                    Some("bad exec stream".into()),
+                    json!({"type":"error","error":
+                    {"ename":"StreamError","evalue":"bad exec stream","traceback":[]}}),
+                );
+            }
+        };
+        for fr in frames {
+            let (kind, payload) = (fr.kind, fr.payload);
+            match kind {
+                FrameType::Stdout | FrameType::Stderr => {
+                    if tx.is_none() {
+                        f.commands.with(&cmd_id, &sandbox, |c| c.append(&payload));
+                        continue;
+                    }
+                    let (lines, name) = if kind == FrameType::Stdout {
+                        (out.push(&payload), "stdout")
+                    } else {
+                        (err.push(&payload), "stderr")
+                    };
+                    for l in lines {
+                        if !send(json!({"type": name, "text": l})).await {
+                            return;
+                        }
+                    }
+                }
+                FrameType::Exit => {
+                    let v: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+                    let code = v["exitCode"].as_i64().unwrap_or(-1);
+                    let ms = v["durationMs"]
+                        .as_u64()
+                        .unwrap_or(started.elapsed().as_millis() as u64);
+                    let ev = if code == 0 {
+                        json!({"type":"execution_complete","execution_time": ms})
+                    } else {
+                        json!({"type":"error","error":{"ename":"CommandExecError",
+                            "evalue": code.to_string(),"traceback":[format!("exit status {code}")]}})
+                    };
+                    break 'outer (Some(code), None, ev);
+                }
+                FrameType::Error => {
+                    let v: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+                    let msg = v["message"].as_str().unwrap_or("command failed").to_owned();
+                    break 'outer (
+                        None,
+                        Some(msg.clone()),
+                        json!({"type":"error","error":
+                        {"ename": v["code"].as_str().unwrap_or("Error"), "evalue": msg, "traceback": []}}),
+                    );
+                }
+                FrameType::Heartbeat => {}
+            }
+        }
+    };
+    drop(data);
+    for (lines, name) in [(&mut out, "stdout"), (&mut err, "stderr")] {
+        if let Some(l) = lines.finish() {
+            send(json!({"type": name, "text": l})).await;
+        }
+    }
+    let (code, error, last) = ending;
+    f.commands.with(&cmd_id, &sandbox, |c| {
+        c.running = false;
+        c.exit_code = code;
+        c.error = error;
+        c.finished_at = Some(chrono::Utc::now());
+    });
+    send(last).await;
+}
+
+#[derive(Debug, Deserialize)]
+pub struct IdQuery {
+    id: Option<String>,
+}
+
+/// `DELETE /command?id=`: interrupts a command started through this process.
+pub async fn interrupt(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(qr): Query<IdQuery>,
+) -> OsbResult<StatusCode> {
+    let caller = execd_caller(&f, &headers, &id)?;
+    live_sandbox(&f, &caller, &id).await?;
+    let cmd = qr
+        .id
+        .ok_or_else(|| OsbError::new(StatusCode::BAD_REQUEST, "MISSING_QUERY", "id is required"))?;
+    let cancel = f
+        .commands
+        .with(&cmd, &id, |c| c.cancel.clone())
+        .ok_or_else(|| command_not_found(&cmd))?;
+    cancel.notify_one();
+    Ok(StatusCode::OK)
+}
+
+fn command_not_found(cmd: &str) -> OsbError {
+    OsbError::new(
+        StatusCode::NOT_FOUND,
+        "INVALID_REQUEST_BODY",
+        format!("command {cmd} not found in this API process"),
+    )
+}
+
+/// `GET /command/status/{cmd}`.
+pub async fn status(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path((id, cmd)): Path<(String, String)>,
+) -> OsbResult<Json<Value>> {
+    let caller = execd_caller(&f, &headers, &id)?;
+    live_sandbox(&f, &caller, &id).await?;
+    f.commands
+        .with(&cmd, &id, |c| {
+            Json(json!({
+                "id": cmd,
+                "content": c.content,
+                "running": c.running,
+                "exit_code": c.exit_code,
+                "error": c.error,
+                "started_at": c.started_at,
+                "finished_at": c.finished_at,
+            }))
+        })
+        .ok_or_else(|| command_not_found(&cmd))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CursorQuery {
+    cursor: Option<String>,
+}
+
+/// `GET /command/{cmd}/logs?cursor=`: background output from a byte offset; the next offset
+/// in `EXECD-COMMANDS-TAIL-CURSOR`.
+pub async fn logs(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path((id, cmd)): Path<(String, String)>,
+    Query(qr): Query<CursorQuery>,
+) -> OsbResult<Response> {
+    let caller = execd_caller(&f, &headers, &id)?;
+    live_sandbox(&f, &caller, &id).await?;
+    let from: usize = match qr.cursor.as_deref().filter(|c| !c.is_empty()) {
+        None => 0,
+        Some(c) => c.parse().map_err(|_| {
+            OsbError::field("cursor", "must be the value of EXECD-COMMANDS-TAIL-CURSOR")
+        })?,
+    };
+    let (text, next) = f
+        .commands
+        .with(&cmd, &id, |c| {
+            let end = c.log_dropped + c.log.len();
+            let start = from.clamp(c.log_dropped, end) - c.log_dropped;
+            (c.log[start..].to_vec(), end)
+        })
+        .ok_or_else(|| command_not_found(&cmd))?;
+    let mut resp = (StatusCode::OK, text).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&next.to_string()) {
+        resp.headers_mut().insert("execd-commands-tail-cursor", v);
+    }
+    Ok(resp)
+}
+
+/// Routes of execd the facade does not serve: 501 `NOT_SUPPORTED`.
+pub async fn unsupported(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(params): Path<Vec<(String, String)>>,
+    uri: axum::http::Uri,
+) -> OsbResult<StatusCode> {
+    let id = params
+        .iter()
+        .find(|(k, _)| k == "id")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    execd_caller(&f, &headers, &id)?;
+    let path = uri.path();
+    let what = path
+        .split_once(&format!("/execd/{id}"))
+        .map(|(_, rest)| rest)
+        .unwrap_or(path);
+    Err(OsbError::not_supported(what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_becomes_execd_lines() {
+        let mut l = Lines::default();
+        assert_eq!(l.push(b"a\n\nb"), vec!["a"]);
+        assert_eq!(l.push(b"c\r\nd"), vec!["bc"]);
+        assert_eq!(l.finish().as_deref(), Some("d"));
+        assert_eq!(l.finish(), None);
+    }
+
+    #[test]
+    fn commands_map_onto_v1_exec() {
+        let r: RunCommand =
+            serde_json::from_value(json!({"command":"echo $K","envs":{"K":"V"},"timeout":1500}))
+                .unwrap();
+        let (b, content) = exec_body(&r).unwrap();
+        assert_eq!(
+            b,
+            json!({"command":["/bin/sh","-c","echo $K"],"env":{"K":"V"},"timeoutSeconds":2})
+        );
+        assert_eq!(content, "echo $K");
+        let r: RunCommand = serde_json::from_value(json!({"command":"id","uid":0})).unwrap();
+        assert_eq!(exec_body(&r).unwrap_err().status, StatusCode::BAD_REQUEST);
+    }
+}

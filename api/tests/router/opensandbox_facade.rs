@@ -1,0 +1,314 @@
+//! The OpenSandbox facade in process: its routes answer through the `/v1` handlers with
+//! OpenSandbox's shapes (202 create, capitalised states, `{code, message}` errors, 400s that
+//! name the unmappable field), and execd needs the endpoint's token.
+
+use axum::http::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::support::{api, Answer, Api};
+
+const HOST: (&str, &str) = ("host", "facade.test:8080");
+
+async fn osb(api: &Api, method: Method, path: &str, key: Option<&str>, body: Value) -> Answer {
+    let mut headers = vec![HOST];
+    if let Some(k) = key {
+        headers.push(("open-sandbox-api-key", k));
+    }
+    api.call(method, &format!("/opensandbox{path}"), None, body, &headers)
+        .await
+}
+
+fn assert_osb_error(a: &Answer, status: StatusCode, code: &str) {
+    assert_eq!(a.status, status, "{}", a.body);
+    assert_eq!(a.body["code"], code, "{}", a.body);
+    assert!(a.body["message"].is_string(), "{}", a.body);
+    assert!(
+        a.body.get("error").is_none(),
+        "not the /v1 envelope: {}",
+        a.body
+    );
+}
+
+fn sdk_create() -> Value {
+    json!({"image": {"uri": "img:1"}, "timeout": 600, "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+        "env": {"K": "V"}, "metadata": {"team": "a"}, "entrypoint": ["tail", "-f", "/dev/null"],
+        "secureAccess": false})
+}
+
+#[tokio::test]
+async fn the_sdk_create_maps_onto_v1_and_answers_in_opensandbox_shapes() {
+    let api = api().await;
+    let key = api.key.clone();
+    let a = osb(
+        &api,
+        Method::POST,
+        "/v1/sandboxes",
+        Some(&key),
+        sdk_create(),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+    let id = a.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(a.body["status"]["state"], "Pending", "{}", a.body);
+    assert_eq!(a.body["metadata"], json!({"team": "a"}));
+    assert_eq!(a.body["entrypoint"], json!(["tail", "-f", "/dev/null"]));
+    assert!(a.body["createdAt"].is_string(), "{}", a.body);
+    // `/v1` sets the expiry when the sandbox starts; a queued one has none yet (optional).
+    assert!(a.body.get("expiresAt").is_none(), "{}", a.body);
+    // The same sandbox through /v1: the mapping's result.
+    let v1 = api
+        .admin(Method::GET, &format!("/v1/sandboxes/{id}"), Value::Null)
+        .await;
+    assert_eq!(v1.body["template"], "img:1");
+    assert_eq!(v1.body["resources"]["cpu"], 1);
+    assert_eq!(v1.body["resources"]["memoryMiB"], 512);
+    assert_eq!(v1.body["labels"], json!({"team": "a"}));
+    assert_eq!(v1.body["ttlSeconds"], 600);
+    let info = osb(
+        &api,
+        Method::GET,
+        &format!("/v1/sandboxes/{id}"),
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(info.status, StatusCode::OK);
+    assert_eq!(info.body["image"]["uri"], "img:1");
+    assert_eq!(
+        info.body["extensions"]["differently.placement"],
+        format!("/v1/sandboxes/{id}/placement")
+    );
+    let list = osb(
+        &api,
+        Method::GET,
+        "/v1/sandboxes?state=Pending&metadata=team%3Da&pageSize=1",
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+    assert_eq!(list.body["items"][0]["id"], id.as_str());
+    assert_eq!(list.body["pagination"]["totalItems"], 1);
+    let none = osb(
+        &api,
+        Method::GET,
+        "/v1/sandboxes?metadata=team%3Db",
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(none.body["pagination"]["totalItems"], 0, "{}", none.body);
+    let del = osb(
+        &api,
+        Method::DELETE,
+        &format!("/v1/sandboxes/{id}"),
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(del.status, StatusCode::NO_CONTENT, "{}", del.body);
+    let gone = osb(
+        &api,
+        Method::GET,
+        &format!("/v1/sandboxes/{id}"),
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_osb_error(
+        &gone,
+        StatusCode::NOT_FOUND,
+        "DIFFERENTLY::SANDBOX_NOT_FOUND",
+    );
+}
+
+#[tokio::test]
+async fn errors_are_opensandbox_bodies_with_its_codes() {
+    let api = api().await;
+    let key = api.key.clone();
+    let a = osb(&api, Method::GET, "/v1/sandboxes", None, Value::Null).await;
+    assert_osb_error(&a, StatusCode::UNAUTHORIZED, "MISSING_API_KEY");
+    let a = osb(
+        &api,
+        Method::GET,
+        "/v1/sandboxes",
+        Some("not-a-key"),
+        Value::Null,
+    )
+    .await;
+    assert_osb_error(&a, StatusCode::UNAUTHORIZED, "INVALID_API_KEY");
+    let a = osb(
+        &api,
+        Method::GET,
+        "/v1/sandboxes/sbx_01J00000000000000000000000",
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_osb_error(&a, StatusCode::NOT_FOUND, "DIFFERENTLY::SANDBOX_NOT_FOUND");
+    for (field, body) in [
+        (
+            "volumes",
+            json!({"volumes": [{"name": "v", "mountPath": "/m"}]}),
+        ),
+        (
+            "networkPolicy",
+            json!({"networkPolicy": {"defaultAction": "deny"}}),
+        ),
+        ("entrypoint", json!({"entrypoint": ["python", "app.py"]})),
+        (
+            "resourceLimits.cpu",
+            json!({"resourceLimits": {"cpu": "x"}}),
+        ),
+        ("nonsense", json!({"nonsense": true})),
+    ] {
+        let a = osb(&api, Method::POST, "/v1/sandboxes", Some(&key), body).await;
+        assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+        assert!(
+            a.body["message"].as_str().unwrap().starts_with(field),
+            "{}",
+            a.body
+        );
+    }
+    // A /v1 validation error is a 400 with the /v1 field in the message.
+    let a = osb(
+        &api,
+        Method::POST,
+        "/v1/sandboxes",
+        Some(&key),
+        json!({"resourceLimits": {"memory": "1Ki"}}),
+    )
+    .await;
+    assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+    assert!(
+        a.body["message"].as_str().unwrap().contains("memoryMiB"),
+        "{}",
+        a.body
+    );
+    // Scopes apply: a read-only key cannot create.
+    let ro = api.key_with(None, &["sandboxes:read"]).await;
+    let a = osb(&api, Method::POST, "/v1/sandboxes", Some(&ro), sdk_create()).await;
+    assert_osb_error(&a, StatusCode::FORBIDDEN, "DIFFERENTLY::PERMISSION_DENIED");
+    let a = osb(
+        &api,
+        Method::GET,
+        "/v1/sandboxes?page=0",
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+    let a = osb(
+        &api,
+        Method::POST,
+        "/v1/metrics/events",
+        None,
+        json!({"eventType": "sandbox.create"}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    let a = osb(&api, Method::GET, "/health", None, Value::Null).await;
+    assert_eq!(
+        (a.status, &a.body["status"]),
+        (StatusCode::OK, &json!("healthy"))
+    );
+}
+
+#[tokio::test]
+async fn execd_needs_the_endpoint_token_and_waits_for_a_running_sandbox() {
+    let api = api().await;
+    let key = api.key.clone();
+    let id = api.sandbox().await;
+    let ep = osb(
+        &api,
+        Method::GET,
+        &format!("/v1/sandboxes/{id}/endpoints/44772?use_server_proxy=false"),
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(ep.status, StatusCode::OK, "{}", ep.body);
+    assert_eq!(
+        ep.body["endpoint"],
+        format!("facade.test:8080/opensandbox/execd/{id}")
+    );
+    let token = ep.body["headers"]["x-differently-execd-token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!token.contains(&key), "the token is not the key");
+    let egress = osb(
+        &api,
+        Method::GET,
+        &format!("/v1/sandboxes/{id}/endpoints/18080"),
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(egress.status, StatusCode::OK, "{}", egress.body);
+    let ping = |tok: Option<String>| {
+        let path = format!("/opensandbox/execd/{id}/ping");
+        let api = &api;
+        async move {
+            let mut h = vec![HOST];
+            let t;
+            if let Some(x) = tok {
+                t = x;
+                h.push(("x-differently-execd-token", t.as_str()));
+            }
+            api.call(Method::GET, &path, None, Value::Null, &h).await
+        }
+    };
+    let a = ping(None).await;
+    assert_osb_error(&a, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    let a = ping(Some(format!("{token}A"))).await;
+    assert_osb_error(&a, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    // Queued (no scheduler here): 409 until it runs, which the SDK keeps polling on.
+    let a = ping(Some(token.clone())).await;
+    assert_osb_error(&a, StatusCode::CONFLICT, "SANDBOX_NOT_READY");
+    let running = api.running_sandbox().await;
+    let ep = osb(
+        &api,
+        Method::GET,
+        &format!("/v1/sandboxes/{running}/endpoints/44772"),
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    let rtoken = ep.body["headers"]["x-differently-execd-token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let a = api
+        .call(
+            Method::GET,
+            &format!("/opensandbox/execd/{running}/ping"),
+            None,
+            Value::Null,
+            &[HOST, ("x-differently-execd-token", &rtoken)],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    // One sandbox's token opens no other sandbox.
+    let a = api
+        .call(
+            Method::GET,
+            &format!("/opensandbox/execd/{running}/ping"),
+            None,
+            Value::Null,
+            &[HOST, ("x-differently-execd-token", &token)],
+        )
+        .await;
+    assert_osb_error(&a, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    // What the facade does not serve says so.
+    let a = api
+        .call(
+            Method::POST,
+            &format!("/opensandbox/execd/{running}/session"),
+            None,
+            json!({}),
+            &[HOST, ("x-differently-execd-token", &rtoken)],
+        )
+        .await;
+    assert_osb_error(&a, StatusCode::NOT_IMPLEMENTED, "NOT_SUPPORTED");
+}
