@@ -431,9 +431,11 @@ async fn exec_execd(s: &Server, base: &str, with_key: bool) -> Result<f64, LoadE
             .await
             .map_err(|e| LoadError::http("execd stream", e))?;
         let Some(chunk) = chunk else {
-            return Err(LoadError::Check(
-                "execd stream ended without execution_complete".to_owned(),
-            ));
+            return Err(LoadError::Check(format!(
+                "execd stream ended without execution_complete after {:.1} ms; \
+                 stdout so far {stdout:?}, unparsed {buf:?}",
+                ms(t.elapsed())
+            )));
         };
         buf.push_str(&String::from_utf8_lossy(&chunk));
         while let Some(nl) = buf.find('\n') {
