@@ -2,6 +2,7 @@
 //! same way: admissions to placement, work to a pool, status changes to subscribers.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use differently_bus_schema::{
@@ -18,12 +19,27 @@ use crate::{Bus, BusError, Published};
 pub struct Announcer {
     bus: Arc<dyn Bus>,
     naming: Naming,
+    /// Longest one publish may take before it is given up on (see [`Announcer::bounded`]).
+    bound: Option<Duration>,
 }
 
 impl Announcer {
     /// An announcer on `bus` under `naming`.
     pub fn new(bus: Arc<dyn Bus>, naming: Naming) -> Self {
-        Announcer { bus, naming }
+        Announcer {
+            bus,
+            naming,
+            bound: None,
+        }
+    }
+
+    /// This announcer with every publish given up after `limit`: the caller gets an error
+    /// and goes on, while the message may still be stored (its id makes a later re-send a
+    /// duplicate). For loops that must not stall behind one publish to a hung or electing
+    /// NATS node, whose acknowledgement can otherwise take the client's full timeout.
+    pub fn bounded(mut self, limit: Duration) -> Self {
+        self.bound = Some(limit);
+        self
     }
 
     /// The naming scheme in use.
@@ -49,7 +65,22 @@ impl Announcer {
             .encode()
             .map_err(|e| BusError::Publish(Detail::caused(format!("encode: {e}"), e)))?;
         let started = std::time::Instant::now();
-        let out = self.bus.publish(&subject, &id, Bytes::from(payload)).await;
+        let publish = self.bus.publish(&subject, &id, Bytes::from(payload));
+        let out = match self.bound {
+            None => publish.await,
+            Some(limit) => match tokio::time::timeout(limit, publish).await {
+                Ok(out) => out,
+                Err(_) => {
+                    metrics::counter!("differently_bus_publish_failures_total", "why" => "bound")
+                        .increment(1);
+                    Err(BusError::Publish(Detail::new(format!(
+                        "{subject}: not acknowledged within {} ms; given up (it may still be \
+                         stored)",
+                        limit.as_millis()
+                    ))))
+                }
+            },
+        };
         metrics::histogram!("differently_bus_publish_seconds")
             .record(started.elapsed().as_secs_f64());
         out

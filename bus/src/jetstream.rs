@@ -141,6 +141,10 @@ pub struct ConnectOptions {
     /// How often the client pings its server; after two unanswered pings it reconnects to
     /// another member, so a hung (not dead) node is left within about three intervals.
     pub ping_interval: Duration,
+    /// How long connecting to one server may take before the next is tried. A hung member
+    /// accepts TCP and never sends its greeting, so the client's own default (5 s) is what
+    /// leaving a hung node would cost whenever the reconnect picks it again.
+    pub connect_timeout: Duration,
     /// How the client proves who it is.
     pub auth: NatsAuth,
     /// PEM file of CA certificates to trust for `tls://` servers (a private CA); TLS is
@@ -153,6 +157,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             replicas: 1,
             ping_interval: DEFAULT_PING_INTERVAL,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             auth: NatsAuth::None,
             ca_bundle: None,
         }
@@ -208,6 +213,10 @@ async fn client_options(opts: &ConnectOptions) -> Result<async_nats::ConnectOpti
 /// The client library's own default is 60 s, which leaves a hung node unnoticed for minutes.
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_millis(500);
 
+/// See [`ConnectOptions::connect_timeout`]: room for a TLS handshake across a region, far
+/// less than the client's 5 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Connects to `url` and refuses servers older than 2.10 or without JetStream.
 /// `replicas` is the stream replication factor (1 locally, 3 in a cluster).
 pub async fn connect(url: &str, replicas: usize) -> Result<JetStreamBus, BusError> {
@@ -235,6 +244,7 @@ pub async fn connect_with(url: &str, opts: ConnectOptions) -> Result<JetStreamBu
     let client = client_options(&opts)
         .await?
         .ping_interval(opts.ping_interval)
+        .connection_timeout(opts.connect_timeout)
         .event_callback(move |event| {
             let generation = generation.clone();
             async move {
@@ -688,6 +698,17 @@ impl JetStreamBus {
     }
 }
 
+/// Longest one pull request waits at the server. A request is lost without a word when the
+/// consumer's leader hangs or dies (the request went to it), and the consumer's next leader
+/// knows nothing of it; and a request made through a node that then hangs has its messages
+/// delivered into that node, to be redelivered only after `ack_wait`. Short requests bound
+/// both: the next one goes to whoever leads now. An idle consumer costs one request a second.
+const PULL_EXPIRY: Duration = Duration::from_secs(1);
+
+/// How long after a request's expiry its closing status may be missing before the request
+/// counts as lost and the next is made.
+const PULL_STATUS_SLACK: Duration = Duration::from_millis(500);
+
 /// A message fetched but not yet handed out, with when it arrived (its ack-wait runs).
 struct Buffered {
     message: jetstream::Message,
@@ -708,6 +729,7 @@ impl JetStreamPull {
     async fn fill(&mut self, wait: Duration) -> Result<(), BusError> {
         // The server rejects pull requests with a tiny expiry; a no-wait fetch covers those.
         self.reconnects.borrow_and_update();
+        let wait = wait.min(PULL_EXPIRY);
         let mut request = self.consumer.fetch().max_messages(self.batch);
         if wait >= Duration::from_millis(10) {
             request = request.expires(wait);
@@ -717,7 +739,7 @@ impl JetStreamPull {
             .await
             .map_err(|e| BusError::Consume(Detail::caused(format!("pull request: {e}"), e)))?;
         // The server ends every request with a status; this bound only guards a lost one.
-        let deadline = tokio::time::Instant::now() + wait + Duration::from_secs(5);
+        let deadline = tokio::time::Instant::now() + wait + PULL_STATUS_SLACK;
         loop {
             let next = tokio::select! {
                 n = tokio::time::timeout_at(deadline, batch.next()) => n,
