@@ -1,7 +1,8 @@
 //! Typed publishing of the three kinds of bus message, so every role announces changes the
 //! same way: admissions to placement, work to a pool, status changes to subscribers.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,7 +22,17 @@ pub struct Announcer {
     naming: Naming,
     /// Longest one publish may take before it is given up on (see [`Announcer::bounded`]).
     bound: Option<Duration>,
+    /// Status events being re-sent in the background, by sandbox, with the version each
+    /// re-sends: a newer status of the same sandbox supersedes (ends) the older's re-send,
+    /// so watchers never get an older status after a newer one from this process.
+    resending: Arc<Mutex<HashMap<String, i64>>>,
 }
+
+/// How long a status event that could not be stored is re-sent in the background. Status
+/// events are the one message no repair re-sends from Postgres, and an open event stream
+/// (SSE) only ever learns of a change through one, so one lost while a stream elects a new
+/// leader (seconds) would be lost to it for good.
+const STATUS_RESEND_FOR: Duration = Duration::from_secs(30);
 
 impl Announcer {
     /// An announcer on `bus` under `naming`.
@@ -30,6 +41,7 @@ impl Announcer {
             bus,
             naming,
             bound: None,
+            resending: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -189,11 +201,72 @@ impl Announcer {
         body.audit_head = audit_head;
         let mut env = Envelope::new(s.id.clone(), s.status_version, body);
         let id = msg_id(&s.id, "evt", s.status_version);
-        self.send(
-            self.naming.event_subject(&s.org_id, &s.project_id, &s.id),
-            id,
-            &mut env,
-        )
-        .await
+        let subject = self.naming.event_subject(&s.org_id, &s.project_id, &s.id);
+        let key = s.id.to_string();
+        {
+            let mut resending = self.resending();
+            if resending.get(&key).is_some_and(|v| *v < s.status_version) {
+                resending.remove(&key);
+            }
+        }
+        let out = self.send(subject.clone(), id.clone(), &mut env).await;
+        if out.is_err() {
+            self.resend_status(key, s.status_version, subject, id, env);
+        }
+        out
+    }
+
+    fn resending(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.resending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Re-sends a status event that was not stored, in the background, until it is, a newer
+    /// status of the sandbox supersedes it, or [`STATUS_RESEND_FOR`] has passed. Its message
+    /// id makes a re-send of one that was stored after all a duplicate.
+    fn resend_status(
+        &self,
+        key: String,
+        version: i64,
+        subject: String,
+        id: String,
+        mut env: Envelope<StatusChanged>,
+    ) {
+        {
+            let mut resending = self.resending();
+            if resending.get(&key).is_some_and(|v| *v >= version) {
+                return;
+            }
+            resending.insert(key.clone(), version);
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let until = tokio::time::Instant::now() + STATUS_RESEND_FOR;
+            let mut delay = Duration::from_millis(250);
+            let outcome = loop {
+                tokio::time::sleep(delay).await;
+                if me.resending().get(&key) != Some(&version) {
+                    break "superseded";
+                }
+                match me.send(subject.clone(), id.clone(), &mut env).await {
+                    Ok(_) => {
+                        tracing::info!(sandbox = %key, version, "bus: status event stored on a re-send");
+                        break "stored";
+                    }
+                    Err(_) if tokio::time::Instant::now() < until => {
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %key, version, error = %e, "bus: status event not stored after re-sending it for 30 s; watchers learn of it when they re-read");
+                        break "gave_up";
+                    }
+                }
+            };
+            metrics::counter!("differently_bus_status_resends_total", "outcome" => outcome)
+                .increment(1);
+            let mut resending = me.resending();
+            if resending.get(&key) == Some(&version) {
+                resending.remove(&key);
+            }
+        });
     }
 }

@@ -585,33 +585,53 @@ impl Bus for JetStreamBus {
 /// Events buffered between a reader and its consumer.
 const EVENT_BUFFER: usize = 256;
 
+/// Longest pull request of an event reader (its idle heartbeat is half of it).
+const EVENT_PULL_EXPIRY: Duration = Duration::from_secs(2);
+
+/// Longest one attempt to make an event reader may take before a fresh one is made.
+const EVENT_READER_ATTEMPT: Duration = Duration::from_secs(3);
+
 impl JetStreamBus {
     /// An ordered reader of `stream`'s messages on `filter` after sequence `after` (from the
     /// stream's current end when `None`), and the sequence it starts after.
+    ///
+    /// Only "from now" asks for the stream's info (its last sequence). A reader made again
+    /// after a node loss knows where it is and creates its consumer by stream name: a
+    /// `STREAM.INFO` that the stream's leader does not answer (seen for over a minute after a
+    /// node died, issue #27) then cannot keep it from coming back.
     async fn event_reader(
         &self,
         stream: &str,
         filter: &str,
         after: Option<u64>,
     ) -> Result<(BoxStream<'static, Result<Event, BusError>>, u64), BusError> {
-        let s = self
-            .stream(stream)
-            .await
-            .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
         // "From now" is pinned to a sequence, so a reader made again later resumes exactly
         // where this one was instead of skipping what came in between.
         let start = match after {
             Some(after) => after,
-            None => s.cached_info().state.last_sequence,
+            None => {
+                let s = self.stream(stream).await.map_err(|e| {
+                    BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e))
+                })?;
+                s.cached_info().state.last_sequence
+            }
         };
-        let consumer = s
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: filter.to_owned(),
-                deliver_policy: DeliverPolicy::ByStartSequence {
-                    start_sequence: start + 1,
+        let consumer = self
+            .setup
+            .create_consumer_on_stream(
+                pull::OrderedConfig {
+                    filter_subject: filter.to_owned(),
+                    deliver_policy: DeliverPolicy::ByStartSequence {
+                        start_sequence: start + 1,
+                    },
+                    // The client's idle heartbeat follows the expiry (half of it): a reader
+                    // whose server died is noticed and made again within seconds, not the
+                    // 30 s that the default 15 s heartbeat takes.
+                    max_expires: EVENT_PULL_EXPIRY,
+                    ..Default::default()
                 },
-                ..Default::default()
-            })
+                stream,
+            )
             .await
             .map_err(|e| {
                 BusError::Setup(Detail::caused(format!("event reader on {stream}: {e}"), e))
@@ -619,18 +639,29 @@ impl JetStreamBus {
         let messages = consumer.messages().await.map_err(|e| {
             BusError::Consume(Detail::caused(format!("event reader on {stream}: {e}"), e))
         })?;
-        let events = messages.map(|m| {
-            let m =
-                m.map_err(|e| BusError::Consume(Detail::caused(format!("event stream: {e}"), e)))?;
-            let seq = m
-                .info()
-                .map_err(|e| BusError::Consume(Detail::caused(format!("event metadata: {e}"), e)))?
-                .stream_sequence;
-            Ok(Event {
-                seq,
-                subject: m.subject.to_string(),
-                payload: m.payload.clone(),
-            })
+        let events = messages.filter_map(move |m| async move {
+            let event = (|| {
+                let m = m.map_err(|e| {
+                    BusError::Consume(Detail::caused(format!("event stream: {e}"), e))
+                })?;
+                let seq = m
+                    .info()
+                    .map_err(|e| {
+                        BusError::Consume(Detail::caused(format!("event metadata: {e}"), e))
+                    })?
+                    .stream_sequence;
+                Ok(Event {
+                    seq,
+                    subject: m.subject.to_string(),
+                    payload: m.payload.clone(),
+                })
+            })();
+            // The client remakes a lost ordered consumer on its own, from the stream's start
+            // when it had delivered nothing yet: what this reader already passed is dropped.
+            match event {
+                Ok(ev) if ev.seq <= start => None,
+                other => Some(other),
+            }
         });
         Ok((events.boxed(), start))
     }
@@ -685,12 +716,21 @@ impl JetStreamBus {
                 if tx.is_closed() {
                     return;
                 }
-                match self.event_reader(&stream, &filter, Some(last)).await {
+                let attempt = self.event_reader(&stream, &filter, Some(last));
+                let made = tokio::time::timeout(EVENT_READER_ATTEMPT, attempt)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(BusError::Setup(Detail::new(format!(
+                            "event reader on {stream}: not made within {} ms",
+                            EVENT_READER_ATTEMPT.as_millis()
+                        ))))
+                    });
+                match made {
                     Ok((r, _)) => break r,
                     Err(e) => {
                         tracing::warn!(stream, filter, error = %e, "bus: cannot make an event reader yet; retrying");
                         tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(2));
+                        delay = (delay * 2).min(Duration::from_secs(1));
                     }
                 }
             };
