@@ -559,6 +559,7 @@ impl Bus for JetStreamBus {
             ack_wait: consumer.ack_wait,
             batch: self.fetch_batch,
             buffer: VecDeque::new(),
+            electing_since: None,
         }))
     }
 
@@ -762,9 +763,37 @@ struct JetStreamPull {
     ack_wait: Duration,
     batch: usize,
     buffer: VecDeque<Buffered>,
+    /// Since when pulls have found the consumer without a leader, without a message since.
+    electing_since: Option<Instant>,
 }
 
+/// How long a pull that found its consumer without a leader waits before the next.
+const ELECTION_RETRY: Duration = Duration::from_millis(250);
+
+/// How long pulls may find their consumer without a leader before the caller is told (and
+/// binds again, which recreates a consumer a server lost with its store). NATS elects a new
+/// leader within its raft election timeout (4–9 s) plus a round.
+const ELECTION_PATIENCE: Duration = Duration::from_secs(15);
+
 impl JetStreamPull {
+    /// Whether a pull's error `e` says the consumer has no leader right now ("no responders",
+    /// 503; "leadership change", 409), which the next pull, to the next leader, gets over,
+    /// unlike a consumer that is gone. Rebinding instead (stream and consumer info, each a
+    /// request that waits out its timeout while the leader is elected) costs seconds.
+    fn electing(&mut self, e: &str) -> bool {
+        let transient = e.contains("503") || e.contains("Leadership Change");
+        if !transient {
+            return false;
+        }
+        let since = *self.electing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= ELECTION_PATIENCE {
+            self.electing_since = None;
+            return false;
+        }
+        tracing::debug!(error = %e, "bus: pull found the consumer without a leader; pulling again");
+        true
+    }
+
     /// Fetches up to `batch` messages, waiting up to `wait` for the first one.
     async fn fill(&mut self, wait: Duration) -> Result<(), BusError> {
         // The server rejects pull requests with a tiny expiry; a no-wait fetch covers those.
@@ -790,12 +819,20 @@ impl JetStreamPull {
                 }
             };
             match next {
-                Ok(Some(Ok(message))) => self.buffer.push_back(Buffered {
-                    message,
-                    fetched: Instant::now(),
-                }),
+                Ok(Some(Ok(message))) => {
+                    self.electing_since = None;
+                    self.buffer.push_back(Buffered {
+                        message,
+                        fetched: Instant::now(),
+                    })
+                }
                 Ok(Some(Err(e))) => {
                     if self.buffer.is_empty() {
+                        if self.electing(&e.to_string()) {
+                            // Asked again at once by the caller, of whoever leads then.
+                            tokio::time::sleep(ELECTION_RETRY.min(wait)).await;
+                            return Ok(());
+                        }
                         return Err(BusError::Consume(Detail::caused(format!("pull: {e}"), e)));
                     }
                     tracing::debug!(error = %e, "pull request ended early");
@@ -830,14 +867,19 @@ impl JetStreamPull {
 #[async_trait]
 impl Pull for JetStreamPull {
     async fn next(&mut self, wait: Duration) -> Result<Option<Delivery>, BusError> {
-        let message = match self.pop().await {
-            Some(m) => m,
-            None => {
-                self.fill(wait).await?;
-                match self.pop().await {
-                    Some(m) => m,
-                    None => return Ok(None),
-                }
+        // Several short requests rather than one long one (see `PULL_EXPIRY`).
+        let deadline = Instant::now() + wait;
+        let message = loop {
+            if let Some(m) = self.pop().await {
+                break m;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.fill(left).await?;
+            if let Some(m) = self.pop().await {
+                break m;
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
             }
         };
         let delivered = message

@@ -65,8 +65,7 @@ pub trait Bus: Send + Sync + 'static {
 /// A bound pull consumer.
 #[async_trait]
 pub trait Pull: Send {
-    /// Waits up to `wait` for the next message (JetStream: at most a second per request, see
-    /// `jetstream::PULL_EXPIRY`); `Ok(None)` when none arrived.
+    /// Waits up to `wait` for the next message; `Ok(None)` when none arrived.
     async fn next(&mut self, wait: Duration) -> Result<Option<Delivery>, BusError>;
 }
 
