@@ -176,6 +176,9 @@ pub enum NatsAuth {
     UserPassword { user: String, password_env: String },
     /// A `.creds` file (user JWT and nkey seed), as `nsc` writes them.
     CredentialsFile(std::path::PathBuf),
+    /// A file holding an nkey seed (`SU…`), for a server whose user list names the user's
+    /// public nkey (no JWT).
+    NkeySeedFile(std::path::PathBuf),
 }
 
 /// The value of environment variable `var`, or an error naming it (never the value).
@@ -186,6 +189,26 @@ fn secret_env(var: &str) -> Result<String, BusError> {
             "environment variable {var} (a NATS credential) is not set"
         )))),
     }
+}
+
+/// The nkey seed in `path`, or an error naming the file (never its content).
+fn nkey_seed(path: &std::path::Path) -> Result<String, BusError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        BusError::Connection(Detail::caused(
+            format!("NATS nkey seed file {}: {e}", path.display()),
+            e,
+        ))
+    })?;
+    let seed = text.trim();
+    // A user seed: `S` (seed) then `U` (user). Anything else would only fail as a bare
+    // "authorization violation" at the server.
+    if !seed.starts_with("SU") || seed.len() < 58 {
+        return Err(BusError::Connection(Detail::new(format!(
+            "NATS nkey seed file {}: not a user nkey seed (one line starting with SU)",
+            path.display()
+        ))));
+    }
+    Ok(seed.to_owned())
 }
 
 /// Client options with `opts`' credentials and TLS applied.
@@ -203,6 +226,7 @@ async fn client_options(opts: &ConnectOptions) -> Result<async_nats::ConnectOpti
                     e,
                 ))
             })?,
+        NatsAuth::NkeySeedFile(path) => async_nats::ConnectOptions::new().nkey(nkey_seed(path)?),
     };
     Ok(match &opts.ca_bundle {
         Some(ca) => base.add_root_certificates(ca.clone()).require_tls(true),

@@ -134,6 +134,9 @@ pub struct BusSection {
     pub password_env: Option<String>,
     /// A NATS `.creds` file (user JWT and nkey seed).
     pub credentials_file: Option<std::path::PathBuf>,
+    /// A file holding a NATS nkey seed (`SU…`), for a server that lists the user's public
+    /// nkey.
+    pub nkey_seed_file: Option<std::path::PathBuf>,
     /// PEM file of CA certificates for `tls://` servers; TLS is then required.
     pub ca_bundle: Option<std::path::PathBuf>,
 }
@@ -150,6 +153,7 @@ impl Default for BusSection {
             user: None,
             password_env: None,
             credentials_file: None,
+            nkey_seed_file: None,
             ca_bundle: None,
         }
     }
@@ -536,6 +540,9 @@ impl Config {
                 NatsAuth::CredentialsFile(path.clone()),
             ));
         }
+        if let Some(path) = &b.nkey_seed_file {
+            chosen.push(("bus.nkey_seed_file", NatsAuth::NkeySeedFile(path.clone())));
+        }
         match chosen.len() {
             0 => Ok(NatsAuth::None),
             1 => Ok(chosen.remove(0).1),
@@ -644,6 +651,13 @@ mod tests {
             .expect_err("connect timeout too short")
             .to_string();
         assert!(e.contains("bus.connect_timeout_ms"), "{e}");
+        let e = parse("[bus]\ncredentials_file = \"/x.creds\"\nnkey_seed_file = \"/x.nk\"")
+            .expect_err("two credentials")
+            .to_string();
+        assert!(
+            e.contains("bus.nkey_seed_file") && e.contains("only one"),
+            "{e}"
+        );
         assert!(
             parse("[bus]\npassword = \"x\"").is_err(),
             "a literal password is refused"
