@@ -382,7 +382,10 @@ ledger = "{ledger}"
             ("DLY_ADMIT/placement", "n2"),
             ("DLY_EVENTS", "n2"),
         ] {
-            self.place(&client, asset, on).await?;
+            // Not fatal: the row says what the struck node actually led.
+            if let Err(e) = self.place(&client, asset, on).await {
+                eprintln!("  layout: {e}");
+            }
         }
         Ok(())
     }
@@ -587,7 +590,18 @@ fn main() -> ExitCode {
     for fault in faults {
         eprintln!("fault: {} …", fault.label());
         match rt.block_on(run_fault(&binary, fault, &a)) {
-            Ok(f) => rows.push((fault, f)),
+            Ok(f) => {
+                eprintln!(
+                    "  {}: create p99 {:.3} s, max {:.3} s; create → running p50 {:.2} s, max {:.2} s ({})",
+                    fault.name(),
+                    f.answer_p99,
+                    f.answer_max,
+                    f.running_p50,
+                    f.running_max,
+                    f.note
+                );
+                rows.push((fault, f))
+            }
             Err(e) => {
                 eprintln!("fault {}: {e}", fault.label());
                 return ExitCode::FAILURE;
