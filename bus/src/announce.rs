@@ -1,7 +1,9 @@
 //! Typed publishing of the three kinds of bus message, so every role announces changes the
 //! same way: admissions to placement, work to a pool, status changes to subscribers.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use differently_bus_schema::{
@@ -18,12 +20,38 @@ use crate::{Bus, BusError, Published};
 pub struct Announcer {
     bus: Arc<dyn Bus>,
     naming: Naming,
+    /// Longest one publish may take before it is given up on (see [`Announcer::bounded`]).
+    bound: Option<Duration>,
+    /// Status events being re-sent in the background, by sandbox, with the version each
+    /// re-sends: a newer status of the same sandbox supersedes (ends) the older's re-send,
+    /// so watchers never get an older status after a newer one from this process.
+    resending: Arc<Mutex<HashMap<String, i64>>>,
 }
+
+/// How long a status event that could not be stored is re-sent in the background. Status
+/// events are the one message no repair re-sends from Postgres, and an open event stream
+/// (SSE) only ever learns of a change through one, so one lost while a stream elects a new
+/// leader (seconds) would be lost to it for good.
+const STATUS_RESEND_FOR: Duration = Duration::from_secs(30);
 
 impl Announcer {
     /// An announcer on `bus` under `naming`.
     pub fn new(bus: Arc<dyn Bus>, naming: Naming) -> Self {
-        Announcer { bus, naming }
+        Announcer {
+            bus,
+            naming,
+            bound: None,
+            resending: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// This announcer with every publish given up after `limit`: the caller gets an error
+    /// and goes on, while the message may still be stored (its id makes a later re-send a
+    /// duplicate). For loops that must not stall behind one publish to a hung or electing
+    /// NATS node, whose acknowledgement can otherwise take the client's full timeout.
+    pub fn bounded(mut self, limit: Duration) -> Self {
+        self.bound = Some(limit);
+        self
     }
 
     /// The naming scheme in use.
@@ -49,7 +77,22 @@ impl Announcer {
             .encode()
             .map_err(|e| BusError::Publish(Detail::caused(format!("encode: {e}"), e)))?;
         let started = std::time::Instant::now();
-        let out = self.bus.publish(&subject, &id, Bytes::from(payload)).await;
+        let publish = self.bus.publish(&subject, &id, Bytes::from(payload));
+        let out = match self.bound {
+            None => publish.await,
+            Some(limit) => match tokio::time::timeout(limit, publish).await {
+                Ok(out) => out,
+                Err(_) => {
+                    metrics::counter!("differently_bus_publish_failures_total", "why" => "bound")
+                        .increment(1);
+                    Err(BusError::Publish(Detail::new(format!(
+                        "{subject}: not acknowledged within {} ms; given up (it may still be \
+                         stored)",
+                        limit.as_millis()
+                    ))))
+                }
+            },
+        };
         metrics::histogram!("differently_bus_publish_seconds")
             .record(started.elapsed().as_secs_f64());
         out
@@ -158,11 +201,72 @@ impl Announcer {
         body.audit_head = audit_head;
         let mut env = Envelope::new(s.id.clone(), s.status_version, body);
         let id = msg_id(&s.id, "evt", s.status_version);
-        self.send(
-            self.naming.event_subject(&s.org_id, &s.project_id, &s.id),
-            id,
-            &mut env,
-        )
-        .await
+        let subject = self.naming.event_subject(&s.org_id, &s.project_id, &s.id);
+        let key = s.id.to_string();
+        {
+            let mut resending = self.resending();
+            if resending.get(&key).is_some_and(|v| *v < s.status_version) {
+                resending.remove(&key);
+            }
+        }
+        let out = self.send(subject.clone(), id.clone(), &mut env).await;
+        if out.is_err() {
+            self.resend_status(key, s.status_version, subject, id, env);
+        }
+        out
+    }
+
+    fn resending(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.resending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Re-sends a status event that was not stored, in the background, until it is, a newer
+    /// status of the sandbox supersedes it, or [`STATUS_RESEND_FOR`] has passed. Its message
+    /// id makes a re-send of one that was stored after all a duplicate.
+    fn resend_status(
+        &self,
+        key: String,
+        version: i64,
+        subject: String,
+        id: String,
+        mut env: Envelope<StatusChanged>,
+    ) {
+        {
+            let mut resending = self.resending();
+            if resending.get(&key).is_some_and(|v| *v >= version) {
+                return;
+            }
+            resending.insert(key.clone(), version);
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let until = tokio::time::Instant::now() + STATUS_RESEND_FOR;
+            let mut delay = Duration::from_millis(250);
+            let outcome = loop {
+                tokio::time::sleep(delay).await;
+                if me.resending().get(&key) != Some(&version) {
+                    break "superseded";
+                }
+                match me.send(subject.clone(), id.clone(), &mut env).await {
+                    Ok(_) => {
+                        tracing::info!(sandbox = %key, version, "bus: status event stored on a re-send");
+                        break "stored";
+                    }
+                    Err(_) if tokio::time::Instant::now() < until => {
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %key, version, error = %e, "bus: status event not stored after re-sending it for 30 s; watchers learn of it when they re-read");
+                        break "gave_up";
+                    }
+                }
+            };
+            metrics::counter!("differently_bus_status_resends_total", "outcome" => outcome)
+                .increment(1);
+            let mut resending = me.resending();
+            if resending.get(&key) == Some(&version) {
+                resending.remove(&key);
+            }
+        });
     }
 }

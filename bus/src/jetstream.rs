@@ -141,6 +141,10 @@ pub struct ConnectOptions {
     /// How often the client pings its server; after two unanswered pings it reconnects to
     /// another member, so a hung (not dead) node is left within about three intervals.
     pub ping_interval: Duration,
+    /// How long connecting to one server may take before the next is tried. A hung member
+    /// accepts TCP and never sends its greeting, so the client's own default (5 s) is what
+    /// leaving a hung node would cost whenever the reconnect picks it again.
+    pub connect_timeout: Duration,
     /// How the client proves who it is.
     pub auth: NatsAuth,
     /// PEM file of CA certificates to trust for `tls://` servers (a private CA); TLS is
@@ -153,6 +157,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             replicas: 1,
             ping_interval: DEFAULT_PING_INTERVAL,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             auth: NatsAuth::None,
             ca_bundle: None,
         }
@@ -171,6 +176,9 @@ pub enum NatsAuth {
     UserPassword { user: String, password_env: String },
     /// A `.creds` file (user JWT and nkey seed), as `nsc` writes them.
     CredentialsFile(std::path::PathBuf),
+    /// A file holding an nkey seed (`SU…`), for a server whose user list names the user's
+    /// public nkey (no JWT).
+    NkeySeedFile(std::path::PathBuf),
 }
 
 /// The value of environment variable `var`, or an error naming it (never the value).
@@ -181,6 +189,26 @@ fn secret_env(var: &str) -> Result<String, BusError> {
             "environment variable {var} (a NATS credential) is not set"
         )))),
     }
+}
+
+/// The nkey seed in `path`, or an error naming the file (never its content).
+fn nkey_seed(path: &std::path::Path) -> Result<String, BusError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        BusError::Connection(Detail::caused(
+            format!("NATS nkey seed file {}: {e}", path.display()),
+            e,
+        ))
+    })?;
+    let seed = text.trim();
+    // A user seed: `S` (seed) then `U` (user). Anything else would only fail as a bare
+    // "authorization violation" at the server.
+    if !seed.starts_with("SU") || seed.len() < 58 {
+        return Err(BusError::Connection(Detail::new(format!(
+            "NATS nkey seed file {}: not a user nkey seed (one line starting with SU)",
+            path.display()
+        ))));
+    }
+    Ok(seed.to_owned())
 }
 
 /// Client options with `opts`' credentials and TLS applied.
@@ -198,6 +226,7 @@ async fn client_options(opts: &ConnectOptions) -> Result<async_nats::ConnectOpti
                     e,
                 ))
             })?,
+        NatsAuth::NkeySeedFile(path) => async_nats::ConnectOptions::new().nkey(nkey_seed(path)?),
     };
     Ok(match &opts.ca_bundle {
         Some(ca) => base.add_root_certificates(ca.clone()).require_tls(true),
@@ -207,6 +236,10 @@ async fn client_options(opts: &ConnectOptions) -> Result<async_nats::ConnectOpti
 
 /// The client library's own default is 60 s, which leaves a hung node unnoticed for minutes.
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_millis(500);
+
+/// See [`ConnectOptions::connect_timeout`]: room for a TLS handshake across a region, far
+/// less than the client's 5 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Connects to `url` and refuses servers older than 2.10 or without JetStream.
 /// `replicas` is the stream replication factor (1 locally, 3 in a cluster).
@@ -235,6 +268,7 @@ pub async fn connect_with(url: &str, opts: ConnectOptions) -> Result<JetStreamBu
     let client = client_options(&opts)
         .await?
         .ping_interval(opts.ping_interval)
+        .connection_timeout(opts.connect_timeout)
         .event_callback(move |event| {
             let generation = generation.clone();
             async move {
@@ -549,6 +583,7 @@ impl Bus for JetStreamBus {
             ack_wait: consumer.ack_wait,
             batch: self.fetch_batch,
             buffer: VecDeque::new(),
+            electing_since: None,
         }))
     }
 
@@ -575,33 +610,53 @@ impl Bus for JetStreamBus {
 /// Events buffered between a reader and its consumer.
 const EVENT_BUFFER: usize = 256;
 
+/// Longest pull request of an event reader (its idle heartbeat is half of it).
+const EVENT_PULL_EXPIRY: Duration = Duration::from_secs(2);
+
+/// Longest one attempt to make an event reader may take before a fresh one is made.
+const EVENT_READER_ATTEMPT: Duration = Duration::from_secs(3);
+
 impl JetStreamBus {
     /// An ordered reader of `stream`'s messages on `filter` after sequence `after` (from the
     /// stream's current end when `None`), and the sequence it starts after.
+    ///
+    /// Only "from now" asks for the stream's info (its last sequence). A reader made again
+    /// after a node loss knows where it is and creates its consumer by stream name: a
+    /// `STREAM.INFO` that the stream's leader does not answer (seen for over a minute after a
+    /// node died, issue #27) then cannot keep it from coming back.
     async fn event_reader(
         &self,
         stream: &str,
         filter: &str,
         after: Option<u64>,
     ) -> Result<(BoxStream<'static, Result<Event, BusError>>, u64), BusError> {
-        let s = self
-            .stream(stream)
-            .await
-            .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
         // "From now" is pinned to a sequence, so a reader made again later resumes exactly
         // where this one was instead of skipping what came in between.
         let start = match after {
             Some(after) => after,
-            None => s.cached_info().state.last_sequence,
+            None => {
+                let s = self.stream(stream).await.map_err(|e| {
+                    BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e))
+                })?;
+                s.cached_info().state.last_sequence
+            }
         };
-        let consumer = s
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: filter.to_owned(),
-                deliver_policy: DeliverPolicy::ByStartSequence {
-                    start_sequence: start + 1,
+        let consumer = self
+            .setup
+            .create_consumer_on_stream(
+                pull::OrderedConfig {
+                    filter_subject: filter.to_owned(),
+                    deliver_policy: DeliverPolicy::ByStartSequence {
+                        start_sequence: start + 1,
+                    },
+                    // The client's idle heartbeat follows the expiry (half of it): a reader
+                    // whose server died is noticed and made again within seconds, not the
+                    // 30 s that the default 15 s heartbeat takes.
+                    max_expires: EVENT_PULL_EXPIRY,
+                    ..Default::default()
                 },
-                ..Default::default()
-            })
+                stream,
+            )
             .await
             .map_err(|e| {
                 BusError::Setup(Detail::caused(format!("event reader on {stream}: {e}"), e))
@@ -609,18 +664,29 @@ impl JetStreamBus {
         let messages = consumer.messages().await.map_err(|e| {
             BusError::Consume(Detail::caused(format!("event reader on {stream}: {e}"), e))
         })?;
-        let events = messages.map(|m| {
-            let m =
-                m.map_err(|e| BusError::Consume(Detail::caused(format!("event stream: {e}"), e)))?;
-            let seq = m
-                .info()
-                .map_err(|e| BusError::Consume(Detail::caused(format!("event metadata: {e}"), e)))?
-                .stream_sequence;
-            Ok(Event {
-                seq,
-                subject: m.subject.to_string(),
-                payload: m.payload.clone(),
-            })
+        let events = messages.filter_map(move |m| async move {
+            let event = (|| {
+                let m = m.map_err(|e| {
+                    BusError::Consume(Detail::caused(format!("event stream: {e}"), e))
+                })?;
+                let seq = m
+                    .info()
+                    .map_err(|e| {
+                        BusError::Consume(Detail::caused(format!("event metadata: {e}"), e))
+                    })?
+                    .stream_sequence;
+                Ok(Event {
+                    seq,
+                    subject: m.subject.to_string(),
+                    payload: m.payload.clone(),
+                })
+            })();
+            // The client remakes a lost ordered consumer on its own, from the stream's start
+            // when it had delivered nothing yet: what this reader already passed is dropped.
+            match event {
+                Ok(ev) if ev.seq <= start => None,
+                other => Some(other),
+            }
         });
         Ok((events.boxed(), start))
     }
@@ -675,18 +741,38 @@ impl JetStreamBus {
                 if tx.is_closed() {
                     return;
                 }
-                match self.event_reader(&stream, &filter, Some(last)).await {
+                let attempt = self.event_reader(&stream, &filter, Some(last));
+                let made = tokio::time::timeout(EVENT_READER_ATTEMPT, attempt)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(BusError::Setup(Detail::new(format!(
+                            "event reader on {stream}: not made within {} ms",
+                            EVENT_READER_ATTEMPT.as_millis()
+                        ))))
+                    });
+                match made {
                     Ok((r, _)) => break r,
                     Err(e) => {
                         tracing::warn!(stream, filter, error = %e, "bus: cannot make an event reader yet; retrying");
                         tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(2));
+                        delay = (delay * 2).min(Duration::from_secs(1));
                     }
                 }
             };
         }
     }
 }
+
+/// Longest one pull request waits at the server. A request is lost without a word when the
+/// consumer's leader hangs or dies (the request went to it), and the consumer's next leader
+/// knows nothing of it; and a request made through a node that then hangs has its messages
+/// delivered into that node, to be redelivered only after `ack_wait`. Short requests bound
+/// both: the next one goes to whoever leads now. An idle consumer costs one request a second.
+const PULL_EXPIRY: Duration = Duration::from_secs(1);
+
+/// How long after a request's expiry its closing status may be missing before the request
+/// counts as lost and the next is made.
+const PULL_STATUS_SLACK: Duration = Duration::from_millis(500);
 
 /// A message fetched but not yet handed out, with when it arrived (its ack-wait runs).
 struct Buffered {
@@ -701,13 +787,42 @@ struct JetStreamPull {
     ack_wait: Duration,
     batch: usize,
     buffer: VecDeque<Buffered>,
+    /// Since when pulls have found the consumer without a leader, without a message since.
+    electing_since: Option<Instant>,
 }
 
+/// How long a pull that found its consumer without a leader waits before the next.
+const ELECTION_RETRY: Duration = Duration::from_millis(250);
+
+/// How long pulls may find their consumer without a leader before the caller is told (and
+/// binds again, which recreates a consumer a server lost with its store). NATS elects a new
+/// leader within its raft election timeout (4–9 s) plus a round.
+const ELECTION_PATIENCE: Duration = Duration::from_secs(15);
+
 impl JetStreamPull {
+    /// Whether a pull's error `e` says the consumer has no leader right now ("no responders",
+    /// 503; "leadership change", 409), which the next pull, to the next leader, gets over,
+    /// unlike a consumer that is gone. Rebinding instead (stream and consumer info, each a
+    /// request that waits out its timeout while the leader is elected) costs seconds.
+    fn electing(&mut self, e: &str) -> bool {
+        let transient = e.contains("503") || e.contains("Leadership Change");
+        if !transient {
+            return false;
+        }
+        let since = *self.electing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= ELECTION_PATIENCE {
+            self.electing_since = None;
+            return false;
+        }
+        tracing::debug!(error = %e, "bus: pull found the consumer without a leader; pulling again");
+        true
+    }
+
     /// Fetches up to `batch` messages, waiting up to `wait` for the first one.
     async fn fill(&mut self, wait: Duration) -> Result<(), BusError> {
         // The server rejects pull requests with a tiny expiry; a no-wait fetch covers those.
         self.reconnects.borrow_and_update();
+        let wait = wait.min(PULL_EXPIRY);
         let mut request = self.consumer.fetch().max_messages(self.batch);
         if wait >= Duration::from_millis(10) {
             request = request.expires(wait);
@@ -717,7 +832,7 @@ impl JetStreamPull {
             .await
             .map_err(|e| BusError::Consume(Detail::caused(format!("pull request: {e}"), e)))?;
         // The server ends every request with a status; this bound only guards a lost one.
-        let deadline = tokio::time::Instant::now() + wait + Duration::from_secs(5);
+        let deadline = tokio::time::Instant::now() + wait + PULL_STATUS_SLACK;
         loop {
             let next = tokio::select! {
                 n = tokio::time::timeout_at(deadline, batch.next()) => n,
@@ -728,12 +843,20 @@ impl JetStreamPull {
                 }
             };
             match next {
-                Ok(Some(Ok(message))) => self.buffer.push_back(Buffered {
-                    message,
-                    fetched: Instant::now(),
-                }),
+                Ok(Some(Ok(message))) => {
+                    self.electing_since = None;
+                    self.buffer.push_back(Buffered {
+                        message,
+                        fetched: Instant::now(),
+                    })
+                }
                 Ok(Some(Err(e))) => {
                     if self.buffer.is_empty() {
+                        if self.electing(&e.to_string()) {
+                            // Asked again at once by the caller, of whoever leads then.
+                            tokio::time::sleep(ELECTION_RETRY.min(wait)).await;
+                            return Ok(());
+                        }
                         return Err(BusError::Consume(Detail::caused(format!("pull: {e}"), e)));
                     }
                     tracing::debug!(error = %e, "pull request ended early");
@@ -768,14 +891,19 @@ impl JetStreamPull {
 #[async_trait]
 impl Pull for JetStreamPull {
     async fn next(&mut self, wait: Duration) -> Result<Option<Delivery>, BusError> {
-        let message = match self.pop().await {
-            Some(m) => m,
-            None => {
-                self.fill(wait).await?;
-                match self.pop().await {
-                    Some(m) => m,
-                    None => return Ok(None),
-                }
+        // Several short requests rather than one long one (see `PULL_EXPIRY`).
+        let deadline = Instant::now() + wait;
+        let message = loop {
+            if let Some(m) = self.pop().await {
+                break m;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.fill(left).await?;
+            if let Some(m) = self.pop().await {
+                break m;
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
             }
         };
         let delivered = message

@@ -317,6 +317,11 @@ impl NatsCluster {
             .join(",")
     }
 
+    /// Member `i`'s HTTP monitoring port (`/healthz`, `/jsz`), to find who leads a stream.
+    pub fn monitor_port(&self, i: usize) -> Option<u16> {
+        self.monitor_ports.get(i).copied()
+    }
+
     /// Waits until every running member reports JetStream healthy (a meta leader is known
     /// and its streams are current), or panics after `within`.
     pub fn wait_healthy(&self, within: Duration) {

@@ -122,6 +122,10 @@ pub struct BusSection {
     /// Milliseconds between the client's pings to its NATS server (50–60000); two unanswered
     /// pings and it moves to another cluster member.
     pub ping_interval_ms: u64,
+    /// Milliseconds a (re)connection to one NATS server may take before the next member is
+    /// tried (100–60000). A hung member accepts the TCP connection and never answers, so
+    /// this is what reconnecting away from it can cost.
+    pub connect_timeout_ms: u64,
     /// Environment variable holding a NATS token.
     pub token_env: Option<String>,
     /// NATS user (with `password_env`).
@@ -130,6 +134,9 @@ pub struct BusSection {
     pub password_env: Option<String>,
     /// A NATS `.creds` file (user JWT and nkey seed).
     pub credentials_file: Option<std::path::PathBuf>,
+    /// A file holding a NATS nkey seed (`SU…`), for a server that lists the user's public
+    /// nkey.
+    pub nkey_seed_file: Option<std::path::PathBuf>,
     /// PEM file of CA certificates for `tls://` servers; TLS is then required.
     pub ca_bundle: Option<std::path::PathBuf>,
 }
@@ -141,10 +148,12 @@ impl Default for BusSection {
             replicas: 1,
             ack_wait_seconds: 30,
             ping_interval_ms: 500,
+            connect_timeout_ms: 1000,
             token_env: None,
             user: None,
             password_env: None,
             credentials_file: None,
+            nkey_seed_file: None,
             ca_bundle: None,
         }
     }
@@ -353,6 +362,9 @@ impl Config {
         if !(50..=60_000).contains(&self.bus.ping_interval_ms) {
             return Err(invalid("bus.ping_interval_ms", "must be 50 to 60000"));
         }
+        if !(100..=60_000).contains(&self.bus.connect_timeout_ms) {
+            return Err(invalid("bus.connect_timeout_ms", "must be 100 to 60000"));
+        }
         if self.bus.ack_wait_seconds == 0 {
             return Err(invalid("bus.ack_wait_seconds", "must be at least 1"));
         }
@@ -493,6 +505,7 @@ impl Config {
         differently_bus::jetstream::ConnectOptions {
             replicas: self.bus.replicas,
             ping_interval: Duration::from_millis(self.bus.ping_interval_ms),
+            connect_timeout: Duration::from_millis(self.bus.connect_timeout_ms),
             // Validated at load; a config that fails here never reached a caller.
             auth: self
                 .bus_auth()
@@ -526,6 +539,9 @@ impl Config {
                 "bus.credentials_file",
                 NatsAuth::CredentialsFile(path.clone()),
             ));
+        }
+        if let Some(path) = &b.nkey_seed_file {
+            chosen.push(("bus.nkey_seed_file", NatsAuth::NkeySeedFile(path.clone())));
         }
         match chosen.len() {
             0 => Ok(NatsAuth::None),
@@ -631,6 +647,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bus.ping_interval_ms"), "{e}");
+        let e = parse("[bus]\nconnect_timeout_ms = 5")
+            .expect_err("connect timeout too short")
+            .to_string();
+        assert!(e.contains("bus.connect_timeout_ms"), "{e}");
+        let e = parse("[bus]\ncredentials_file = \"/x.creds\"\nnkey_seed_file = \"/x.nk\"")
+            .expect_err("two credentials")
+            .to_string();
+        assert!(
+            e.contains("bus.nkey_seed_file") && e.contains("only one"),
+            "{e}"
+        );
         assert!(
             parse("[bus]\npassword = \"x\"").is_err(),
             "a literal password is refused"

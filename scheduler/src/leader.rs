@@ -7,6 +7,12 @@ use tokio::task::JoinSet;
 
 use crate::{audit_checkpoints, placement, sweeps, usage_reconcile, Scheduler};
 
+/// Longest one publish may hold up a leader task. The leader's loops publish what Postgres
+/// already holds (re-sends, status, activations) and repeat every pass, so a publish to a
+/// hung node or a stream without a leader is better given up and retried than waited on for
+/// the client's full timeout (5 s), row after row (issue #27: a pass stalled for a minute).
+pub(crate) const LEADER_PUBLISH_BOUND: Duration = Duration::from_secs(1);
+
 pub(crate) async fn run(s: Scheduler, mut shutdown: watch::Receiver<bool>) {
     loop {
         if *shutdown.borrow() {
@@ -15,6 +21,10 @@ pub(crate) async fn run(s: Scheduler, mut shutdown: watch::Receiver<bool>) {
         match s.store.try_lead().await {
             Ok(Some(mut lease)) => {
                 tracing::info!("scheduler: leading");
+                let s = Scheduler {
+                    announcer: s.announcer.clone().bounded(LEADER_PUBLISH_BOUND),
+                    ..s.clone()
+                };
                 let (stop_tx, stop_rx) = watch::channel(false);
                 let mut tasks = JoinSet::new();
                 tasks.spawn(placement::run(s.clone(), stop_rx.clone()));

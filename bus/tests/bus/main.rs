@@ -550,6 +550,67 @@ async fn jetstream_connects_with_a_token_or_a_password_by_reference_and_says_whi
     .expect("user and password");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_connects_with_an_nkey_seed_file_and_names_a_bad_one() {
+    use differently_bus::jetstream::{connect_with, ConnectOptions, NatsAuth};
+    let user = nkeys::KeyPair::new_user();
+    let stranger = nkeys::KeyPair::new_user();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("nkey.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "authorization {{ users = [ {{ nkey: \"{}\" }} ] }}\n",
+            user.public_key()
+        ),
+    )
+    .expect("server config");
+    let server = NatsServer::start_with_args(&["-c", &conf.display().to_string()]);
+    let seed_file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("seed file");
+        path
+    };
+    let with = |path| ConnectOptions {
+        auth: NatsAuth::NkeySeedFile(path),
+        ..ConnectOptions::default()
+    };
+    let seed = user.seed().expect("seed");
+    let good = seed_file("user.nk", &format!("{seed}\n"));
+    let bus = connect_with(&server.url(), with(good))
+        .await
+        .expect("the listed user's seed");
+    bus.ensure_streams(&Naming::new("nkey").expect("naming"))
+        .await
+        .expect("streams");
+
+    let other = stranger.seed().expect("seed");
+    let unlisted = seed_file("stranger.nk", &other);
+    match connect_with(&server.url(), with(unlisted)).await {
+        Err(e) => assert!(!e.to_string().contains(&other), "{e}"),
+        Ok(_) => panic!("connected with a seed the server does not list"),
+    }
+    match connect_with(&server.url(), ConnectOptions::default()).await {
+        Err(_) => {}
+        Ok(_) => panic!("connected without credentials to a server that wants an nkey"),
+    }
+    let garbage = seed_file("garbage.nk", "not-a-seed");
+    match connect_with(&server.url(), with(garbage.clone())).await {
+        Err(e) => {
+            let said = e.to_string();
+            assert!(said.contains(&garbage.display().to_string()), "{said}");
+            assert!(said.contains("not a user nkey seed"), "{said}");
+            assert!(!said.contains("not-a-seed"), "{said}");
+        }
+        Ok(_) => panic!("connected with a malformed seed"),
+    }
+    let missing = dir.path().join("missing.nk");
+    match connect_with(&server.url(), with(missing.clone())).await {
+        Err(e) => assert!(e.to_string().contains("missing.nk"), "{e}"),
+        Ok(_) => panic!("connected with a missing seed file"),
+    }
+}
+
 /// A CA and a server certificate for 127.0.0.1, made with the openssl command in `dir`.
 fn make_tls_files(dir: &std::path::Path) {
     let run = |args: &[&str]| {

@@ -220,7 +220,10 @@ ledger = "{ledger}"
             .arg(&self.config)
             .env("DIFFERENTLY_BOOTSTRAP_KEY", &self.key)
             .env("DIFFERENTLY_AUDIT_KEY", &self.audit_key)
-            .env("DIFFERENTLY_LOG", "info")
+            .env(
+                "DIFFERENTLY_LOG",
+                std::env::var("E2E_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env_remove("DIFFERENTLY_DATABASE_URL")
             .env_remove("DIFFERENTLY_NATS_URL")
             .stdin(Stdio::null())

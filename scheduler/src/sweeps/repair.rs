@@ -108,19 +108,18 @@ pub(super) async fn unsent_creates(
         .stale(SandboxStatus::Provisioning, before, BATCH)
         .await?;
     resent.retain(|id, _| rows.iter().any(|r| &r.id == id));
-    for row in rows {
-        if row.updated_at < oldest || resent.contains_key(&row.id) {
-            continue;
-        }
-        if resend_work(
-            s,
-            &row,
-            WorkOp::Create,
-            "",
-            ("sweep.create", "create_resent"),
-        )
-        .await
-        {
+    let due = rows
+        .iter()
+        .filter(|row| row.updated_at >= oldest && !resent.contains_key(&row.id));
+    // All at once: each publish is bounded, but one after another a pass of many rows
+    // would still take the bound times the rows while the stream has no leader.
+    let sent = futures::future::join_all(due.map(|row| async move {
+        let names = ("sweep.create", "create_resent");
+        (row, resend_work(s, row, WorkOp::Create, "", names).await)
+    }))
+    .await;
+    for (row, ok) in sent {
+        if ok {
             resent.insert(row.id.clone(), Instant::now());
         }
     }
