@@ -21,6 +21,7 @@ mod observability;
 mod openapi;
 mod opensandbox_live;
 mod placement;
+mod pty;
 mod quota;
 mod readme;
 mod schemathesis;
