@@ -7,7 +7,7 @@
 //! proxy settings) and the upgraded connection is then framed by tungstenite. execd frames:
 //! binary `0x01`/`0x02` + bytes (output), `0x03` + u64 BE offset + bytes (replay), stdin
 //! `0x00` + bytes; JSON `connected`, `exit {exit_code}`, `error {code, error}`; client JSON
-//! `resize`, `signal` (`SIGINT` …). execd starts at 80×24, so the requested size is sent as
+//! `resize`, `signal` (`SIGTERM` …; `INT` is sent as ^C on the terminal instead). execd starts at 80×24, so the requested size is sent as
 //! a resize right after `connected`. The session is deleted when the call ends.
 
 use std::time::Duration;
@@ -220,6 +220,10 @@ async fn attach(
                             .to_string()
                             .into(),
                     ),
+                    // execd signals bash's own process group, which misses a foreground job
+                    // of a shell with job control; ^C through the terminal reaches it, as
+                    // the contract says (the line discipline signals the foreground group).
+                    Some(PtyInput::Signal(PtySignal::Int)) => Message::Binary(vec![0x00, 0x03].into()),
                     Some(PtyInput::Signal(s)) => Message::Text(
                         json!({ "type": "signal", "signal": signal_name(s) }).to_string().into(),
                     ),

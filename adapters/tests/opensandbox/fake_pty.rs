@@ -9,8 +9,8 @@
 //! `{"type":"exit","exit_code":N}` and a close.
 //!
 //! The "shell" is scripted: it echoes input (newline as `\r\n`), answers `stty size`, `echo`,
-//! `sleep S` (SIGINT interrupts it), `exit N`; `export …; exec …` lines (how the adapter passes
-//! env and argv) are recorded and skipped.
+//! `sleep S` (SIGINT or a typed ^C interrupts it), `exit N`. The session's command (where the adapter puts argv and env) is
+//! recorded for tests, not run.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -254,6 +254,12 @@ async fn shell(p: St, id: String, mut rx: mpsc::Receiver<ShellIn>) {
             ShellIn::Stdin(b) => b,
         };
         for byte in bytes {
+            if byte == 0x03 {
+                // ^C: the line discipline's SIGINT to the foreground job.
+                line.clear();
+                write(&p, &id, b"^C\r\n$ ");
+                continue;
+            }
             if byte != b'\n' && byte != b'\r' {
                 write(&p, &id, &[byte]);
                 line.push(byte);
@@ -291,6 +297,10 @@ async fn shell(p: St, id: String, mut rx: mpsc::Receiver<ShellIn>) {
                                     }
                                 }
                                 Some(ShellIn::Resize(c, r)) => (cols, rows) = (c, r),
+                                Some(ShellIn::Stdin(b)) if b.contains(&0x03) => {
+                                    write(&p, &id, b"^C\r\n");
+                                    break;
+                                }
                                 Some(ShellIn::Stdin(_)) => {}
                             },
                         }

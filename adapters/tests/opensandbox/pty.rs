@@ -26,7 +26,8 @@ fn req() -> PtyRequest {
     }
 }
 
-async fn read_until(rx: &mut mpsc::Receiver<Bytes>, seen: &mut String, want: &str) {
+/// Reads terminal output until it contains `want` (10 s at most); later reads start after it.
+pub(crate) async fn read_until(rx: &mut mpsc::Receiver<Bytes>, seen: &mut String, want: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !seen.contains(want) {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
