@@ -15,6 +15,7 @@ mod errors;
 mod lifecycle;
 mod listener;
 mod nul;
+mod pty;
 mod refusals;
 mod sandboxes;
 mod schemathesis_finds;
