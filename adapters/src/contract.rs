@@ -135,6 +135,88 @@ pub struct Endpoint {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// Largest terminal side accepted (columns or rows); a bigger one is a client bug.
+pub const PTY_MAX_SIDE: u16 = 1000;
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// A signal a terminal's client may send to the program in it (to its foreground process
+/// group, as a keyboard would).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PtySignal {
+    Int,
+    Term,
+    Kill,
+    Hup,
+}
+
+impl PtySignal {
+    /// Parses `INT`, `TERM`, `KILL`, `HUP` (an `SIG` prefix is accepted).
+    pub fn parse(name: &str) -> Option<PtySignal> {
+        match name.strip_prefix("SIG").unwrap_or(name) {
+            "INT" => Some(PtySignal::Int),
+            "TERM" => Some(PtySignal::Term),
+            "KILL" => Some(PtySignal::Kill),
+            "HUP" => Some(PtySignal::Hup),
+            _ => None,
+        }
+    }
+
+    /// The POSIX name without `SIG`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PtySignal::Int => "INT",
+            PtySignal::Term => "TERM",
+            PtySignal::Kill => "KILL",
+            PtySignal::Hup => "HUP",
+        }
+    }
+
+    /// The Linux signal number (exit code 128+n when it kills the program).
+    pub fn number(self) -> i32 {
+        match self {
+            PtySignal::Int => 2,
+            PtySignal::Term => 15,
+            PtySignal::Kill => 9,
+            PtySignal::Hup => 1,
+        }
+    }
+}
+
+/// What a terminal is opened with. (`exec.pty`)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PtyRequest {
+    /// Program and arguments; never empty (the API defaults it to a login shell).
+    pub command: Vec<String>,
+    /// Added to the sandbox's environment (after it, so these win).
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the sandbox; `None` is the sandbox's default.
+    pub cwd: Option<String>,
+    pub size: PtySize,
+}
+
+impl PtyRequest {
+    /// The program's name, for logs and audit (never its arguments).
+    pub fn program(&self) -> &str {
+        self.command.first().map_or("", String::as_str)
+    }
+}
+
+/// What a terminal's client sends while it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PtyInput {
+    /// Bytes typed (written to the terminal, so the line discipline echoes and edits them).
+    Stdin(Bytes),
+    Resize(PtySize),
+    Signal(PtySignal),
+}
+
 fn unsupported<T>(op: &str) -> Result<T, AdapterError> {
     Err(AdapterError::Unsupported(op.to_owned()))
 }
@@ -182,6 +264,21 @@ pub trait Adapter: Send + Sync + 'static {
         _out: tokio::sync::mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
         unsupported("exec.stream")
+    }
+
+    /// Runs `req.command` on a terminal of its own until it exits. Bytes the terminal writes go
+    /// to `out` in order (a full `out` slows the program down, as a slow terminal would);
+    /// `input` carries keystrokes, resizes and signals. A closed `input` or `out` hangs the
+    /// terminal up: the program gets SIGHUP and is killed soon after. Exit code as exec's (128+n
+    /// when killed by signal n). (`exec.pty`)
+    async fn pty(
+        &self,
+        _at: &InstanceRef,
+        _req: &PtyRequest,
+        _input: tokio::sync::mpsc::Receiver<PtyInput>,
+        _out: tokio::sync::mpsc::Sender<Bytes>,
+    ) -> Result<ExecExit, AdapterError> {
+        unsupported("exec.pty")
     }
 
     /// Writes a file (absolute path inside the sandbox). (`files`)

@@ -53,9 +53,11 @@ use tokio::sync::mpsc;
 use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::local_fs::{self, io_err};
+use crate::local_pty;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
+    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest, PtySignal,
+    SnapshotInfo,
 };
 
 /// Name of the tag file inside each sandbox directory.
@@ -124,6 +126,9 @@ pub struct DevhostAdapter {
     config: DevhostConfig,
     /// Path of `bwrap` when commands run isolated.
     bwrap: Option<PathBuf>,
+    /// Path of util-linux `setsid`, which gives a terminal's program its own session and
+    /// controlling terminal; without it there is no `exec.pty`.
+    setsid: Option<PathBuf>,
 }
 
 /// Finds `program` on the host `PATH`.
@@ -148,7 +153,11 @@ impl DevhostAdapter {
                 "devhost: isolation: none (bubblewrap not used); commands run as the local user"
             );
         }
-        Self { config, bwrap }
+        Self {
+            config,
+            bwrap,
+            setsid: which("setsid"),
+        }
     }
 
     /// `"bwrap"` when commands run in their own namespaces, `"none"` otherwise.
@@ -259,33 +268,14 @@ impl DevhostAdapter {
         Ok(())
     }
 
-    /// Runs one command, sending its output to `out`; see the module docs.
-    async fn run(
+    /// A command's environment: `PATH` from the host, `HOME`, `LANG`, then the sandbox's env
+    /// from create, then the request's.
+    fn command_env(
         &self,
-        at: &InstanceRef,
-        req: &ExecRequest,
-        out: mpsc::Sender<ExecEvent>,
-    ) -> Result<ExecExit, AdapterError> {
-        let started = Instant::now();
-        let (sandbox_dir, tag) = self.existing(at).await?;
-        if self.is_paused(&at.sandbox_id) {
-            return Err(AdapterError::permanent("the sandbox is paused"));
-        }
-        let cwd = resolve_cwd(&sandbox_dir, req.cwd.as_deref())?;
-        if !tokio::fs::metadata(&cwd).await.is_ok_and(|m| m.is_dir()) {
-            return Err(AdapterError::invalid_field(
-                "cwd",
-                format!(
-                    "cwd {} does not exist in the sandbox",
-                    req.cwd.as_deref().unwrap_or("/")
-                ),
-            ));
-        }
-        let Some((program, args)) = req.command.split_first() else {
-            return Err(AdapterError::permanent("command is empty"));
-        };
-        let stdin = stdin_bytes(req)?;
-
+        sandbox_dir: &Path,
+        tag: &DevhostTag,
+        req_env: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         env.insert(
             "PATH".to_owned(),
@@ -299,30 +289,226 @@ impl DevhostAdapter {
         env.insert("HOME".to_owned(), home);
         env.insert("LANG".to_owned(), "C.UTF-8".to_owned());
         env.extend(tag.env.clone());
-        env.extend(req.env.clone());
+        env.extend(req_env.clone());
+        env
+    }
 
-        let mut cmd = match &self.bwrap {
+    /// `program args` in `cwd`, under bubblewrap when this adapter isolates.
+    fn command(
+        &self,
+        sandbox_dir: &Path,
+        cwd: &Path,
+        program: &str,
+        args: &[String],
+    ) -> tokio::process::Command {
+        match &self.bwrap {
             None => {
                 let mut c = tokio::process::Command::new(program);
-                c.args(args).current_dir(&cwd);
+                c.args(args).current_dir(cwd);
                 c
             }
             Some(bwrap) => {
                 let inner_cwd = format!(
                     "/{}",
-                    cwd.strip_prefix(&sandbox_dir)
+                    cwd.strip_prefix(sandbox_dir)
                         .unwrap_or(Path::new(""))
                         .display()
                 );
                 let mut c = tokio::process::Command::new(bwrap);
-                c.args(bwrap_args(&sandbox_dir, &inner_cwd))
+                c.args(bwrap_args(sandbox_dir, &inner_cwd))
                     .arg("--")
                     .arg(program)
                     .args(args)
-                    .current_dir(&sandbox_dir);
+                    .current_dir(sandbox_dir);
+                c
+            }
+        }
+    }
+
+    /// Checks an exec's preconditions: the instance exists, is not paused, and `cwd` is a
+    /// directory in it. Returns the sandbox directory, its tag and the resolved cwd.
+    async fn ready_to_run(
+        &self,
+        at: &InstanceRef,
+        cwd: Option<&str>,
+    ) -> Result<(PathBuf, DevhostTag, PathBuf), AdapterError> {
+        let (sandbox_dir, tag) = self.existing(at).await?;
+        if self.is_paused(&at.sandbox_id) {
+            return Err(AdapterError::permanent("the sandbox is paused"));
+        }
+        let dir = resolve_cwd(&sandbox_dir, cwd)?;
+        if !tokio::fs::metadata(&dir).await.is_ok_and(|m| m.is_dir()) {
+            return Err(AdapterError::invalid_field(
+                "cwd",
+                format!("cwd {} does not exist in the sandbox", cwd.unwrap_or("/")),
+            ));
+        }
+        Ok((sandbox_dir, tag, dir))
+    }
+
+    /// Records process group `pgid` as one of the sandbox's (for pause and delete).
+    async fn record_group(&self, sandbox_id: &SandboxId, pgid: u32) {
+        let dir = self.run_dir(sandbox_id);
+        if tokio::fs::create_dir_all(&dir).await.is_ok() {
+            let _ = tokio::fs::write(dir.join(pgid.to_string()), b"").await;
+        }
+    }
+
+    /// Runs `req.command` on a terminal of its own (`local_pty`); see [`Adapter::pty`].
+    async fn run_pty(
+        &self,
+        at: &InstanceRef,
+        req: &PtyRequest,
+        mut input: mpsc::Receiver<PtyInput>,
+        out: mpsc::Sender<Bytes>,
+    ) -> Result<ExecExit, AdapterError> {
+        let started = Instant::now();
+        let Some(setsid) = &self.setsid else {
+            return Err(AdapterError::Unsupported(
+                "exec.pty (setsid(1) is not installed)".to_owned(),
+            ));
+        };
+        let (sandbox_dir, tag, cwd) = self.ready_to_run(at, req.cwd.as_deref()).await?;
+        if req.command.is_empty() {
+            return Err(AdapterError::permanent("command is empty"));
+        }
+        let mut env = self.command_env(&sandbox_dir, &tag, &BTreeMap::new());
+        env.insert("TERM".to_owned(), "xterm-256color".to_owned());
+        env.extend(req.env.clone());
+        let local_pty::Opened {
+            mut master,
+            output,
+            slave,
+        } = local_pty::open(req.size).map_err(|e| io_err("open a terminal", e))?;
+        // `setsid -c`: a session of its own with the terminal as its controlling terminal.
+        // Under bubblewrap it runs inside (bwrap is its own group leader, so the program inside
+        // is not and `setsid` needs no fork); otherwise the child is not a group leader either
+        // (no `process_group(0)`), so its pid leads the new session and group.
+        let mut argv = vec!["-c".to_owned()];
+        argv.extend(req.command.iter().cloned());
+        let mut cmd = match &self.bwrap {
+            None => {
+                let mut c = tokio::process::Command::new(setsid);
+                c.args(&argv).current_dir(&cwd);
+                c
+            }
+            Some(_) => {
+                let mut c = self.command(&sandbox_dir, &cwd, "setsid", &argv);
+                c.process_group(0);
                 c
             }
         };
+        let stdio = |fd: &std::os::fd::OwnedFd| -> Result<Stdio, AdapterError> {
+            Ok(Stdio::from(
+                fd.try_clone().map_err(|e| io_err("open a terminal", e))?,
+            ))
+        };
+        cmd.env_clear()
+            .envs(&env)
+            .stdin(stdio(&slave)?)
+            .stdout(stdio(&slave)?)
+            .stderr(stdio(&slave)?)
+            .kill_on_drop(true);
+        let spawned = cmd.spawn();
+        // Only the program holds the slave now: its exit closes the terminal (EIO on read).
+        drop(cmd);
+        drop(slave);
+        let mut child = spawned.map_err(|e| io_err("spawn setsid", e))?;
+        let Some(pgid) = child.id() else {
+            return Err(AdapterError::transient(
+                "devhost: the terminal's program vanished",
+            ));
+        };
+        let mut guard = GroupGuard {
+            pgid: Some(pgid),
+            armed: true,
+        };
+        self.record_group(&at.sandbox_id, pgid).await;
+
+        let mut reader = tokio::spawn(output.pump(out));
+        let mut reader_done = None;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break Some(status),
+                hung_up = &mut reader, if reader_done.is_none() => {
+                    let hung_up = hung_up.unwrap_or(false);
+                    reader_done = Some(hung_up);
+                    if hung_up {
+                        break None;
+                    }
+                }
+                msg = input.recv() => match msg {
+                    Some(PtyInput::Stdin(b)) => {
+                        if let Err(e) = master.write_all(&b).await {
+                            tracing::debug!(error = %e, "devhost: pty write failed");
+                        }
+                    }
+                    Some(PtyInput::Resize(size)) => {
+                        if let Err(e) = master.resize(size) {
+                            tracing::debug!(error = %e, "devhost: pty resize failed");
+                        }
+                    }
+                    Some(PtyInput::Signal(sig)) => {
+                        master.signal(sig, pgid);
+                    }
+                    None => break None,
+                },
+            }
+        };
+        let exit_code = match status {
+            Some(status) => exit_code(status.map_err(|e| io_err("wait", e))?),
+            None => {
+                // Hung up: SIGHUP as a closed terminal would, then SIGKILL to what is left.
+                tracing::info!(sandbox = %at.sandbox_id, "devhost: terminal hung up");
+                local_pty::signal_group(pgid, PtySignal::Hup);
+                let status = match tokio::time::timeout(DRAIN_GRACE, child.wait()).await {
+                    Ok(s) => s.ok(),
+                    Err(_) => {
+                        local_pty::signal_group(pgid, PtySignal::Kill);
+                        tokio::time::timeout(DRAIN_GRACE, child.wait())
+                            .await
+                            .ok()
+                            .and_then(Result::ok)
+                    }
+                };
+                status.map_or(128 + PtySignal::Kill.number(), exit_code)
+            }
+        };
+        if reader_done.is_none() {
+            // Output written just before the exit is still in the terminal: read it, but do
+            // not wait on a process that left the group and keeps the terminal open.
+            if tokio::time::timeout(DRAIN_GRACE, &mut reader)
+                .await
+                .is_err()
+            {
+                reader.abort();
+            }
+        }
+        guard.armed = false;
+        // Whatever the program left running in its group goes with it.
+        local_pty::signal_group(pgid, PtySignal::Kill);
+        Ok(ExecExit {
+            exit_code,
+            duration_ms: millis(started.elapsed()),
+        })
+    }
+
+    /// Runs one command, sending its output to `out`; see the module docs.
+    async fn run(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: mpsc::Sender<ExecEvent>,
+    ) -> Result<ExecExit, AdapterError> {
+        let started = Instant::now();
+        let (sandbox_dir, tag, cwd) = self.ready_to_run(at, req.cwd.as_deref()).await?;
+        let Some((program, args)) = req.command.split_first() else {
+            return Err(AdapterError::permanent("command is empty"));
+        };
+        let stdin = stdin_bytes(req)?;
+
+        let env = self.command_env(&sandbox_dir, &tag, &req.env);
+        let mut cmd = self.command(&sandbox_dir, &cwd, program, args);
         cmd.env_clear()
             .envs(&env)
             .stdin(if stdin.is_some() {
@@ -357,10 +543,7 @@ impl DevhostAdapter {
             armed: true,
         };
         if let Some(pgid) = child.id() {
-            let dir = self.run_dir(&at.sandbox_id);
-            if tokio::fs::create_dir_all(&dir).await.is_ok() {
-                let _ = tokio::fs::write(dir.join(pgid.to_string()), b"").await;
-            }
+            self.record_group(&at.sandbox_id, pgid).await;
         }
 
         if let (Some(mut pipe), Some(input)) = (child.stdin.take(), stdin) {
@@ -604,6 +787,9 @@ impl Adapter for DevhostAdapter {
             "lifecycle.pause",
             "snapshots",
         ];
+        if self.setsid.is_some() {
+            caps.push("exec.pty");
+        }
         if self.bwrap.is_none() {
             // Without a network namespace a port is reachable on the host.
             caps.push("ports.expose");
@@ -721,6 +907,16 @@ impl Adapter for DevhostAdapter {
         out: mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
         self.run(at, req, out).await
+    }
+
+    async fn pty(
+        &self,
+        at: &InstanceRef,
+        req: &PtyRequest,
+        input: mpsc::Receiver<PtyInput>,
+        out: mpsc::Sender<Bytes>,
+    ) -> Result<ExecExit, AdapterError> {
+        self.run_pty(at, req, input, out).await
     }
 
     async fn upload(

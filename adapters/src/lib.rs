@@ -13,6 +13,7 @@ pub mod exec_output;
 pub mod fake;
 pub mod http;
 pub mod local_fs;
+pub mod local_pty;
 pub mod metered;
 pub mod opensandbox;
 pub mod poll;

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, SnapshotInfo,
+    ExecExit, FileEntry, Instance, InstanceRef, PtyInput, PtyRequest, SnapshotInfo,
 };
 
 /// The `outcome` label of a call's result: `ok` or the error kind.
@@ -214,6 +214,16 @@ impl<A: Adapter + ?Sized> Adapter for Metered<A> {
             self.inner.exec_stream(at, req, out),
         )
         .await
+    }
+
+    async fn pty(
+        &self,
+        at: &InstanceRef,
+        req: &PtyRequest,
+        input: mpsc::Receiver<PtyInput>,
+        out: mpsc::Sender<Bytes>,
+    ) -> Result<ExecExit, AdapterError> {
+        metered(&self.pool, "pty", self.inner.pty(at, req, input, out)).await
     }
 
     async fn upload(

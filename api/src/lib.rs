@@ -35,6 +35,7 @@ pub mod openapi;
 pub mod page;
 pub mod placement_decision;
 pub mod policy_cache;
+pub mod pty_sessions;
 pub mod ratelimit;
 pub mod routes;
 pub mod running_rows;
@@ -67,6 +68,9 @@ pub struct Limits {
     pub header_read_timeout: std::time::Duration,
     /// How long a request body may take to arrive (a streamed upload: between two chunks).
     pub body_read_timeout: std::time::Duration,
+    /// How long a terminal outlives its dropped WebSocket, waiting for a reattach
+    /// (`pty_sessions`).
+    pub pty_grace: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -85,6 +89,7 @@ impl Default for Limits {
             direct_placement: true,
             header_read_timeout: std::time::Duration::from_secs(10),
             body_read_timeout: std::time::Duration::from_secs(30),
+            pty_grace: pty_sessions::DEFAULT_PTY_GRACE,
         }
     }
 }
@@ -113,6 +118,8 @@ pub struct Inner {
     /// Effective placement policies read in the last second, for the create's fail-fast
     /// check (`policy_cache`).
     pub policies: policy_cache::PolicyCache,
+    /// Terminal sessions this process runs (`pty_sessions`).
+    pub ptys: pty_sessions::PtySessions,
 }
 
 impl std::ops::Deref for AppState {

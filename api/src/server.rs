@@ -12,7 +12,6 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
@@ -25,7 +24,11 @@ pub async fn serve(
     header_read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
+    // hyper-util's `GracefulShutdown` does not take upgradeable connections (the PTY route's
+    // WebSocket), so the same is done here: a stop signal each connection watches, and a
+    // channel whose last sender drops when the last connection has finished.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (alive_tx, mut alive_rx) = tokio::sync::mpsc::channel::<()>(1);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -48,15 +51,29 @@ pub async fn serve(
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(header_read_timeout)
-            .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+            .serve_connection(TokioIo::new(stream), service)
+            // The PTY route is a WebSocket: the connection must let axum take it over.
+            .with_upgrades();
+        let (mut stop, alive) = (stop_rx.clone(), alive_tx.clone());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let _alive = alive;
+            let mut conn = std::pin::pin!(conn);
+            let ended = tokio::select! {
+                ended = conn.as_mut() => ended,
+                _ = stop.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    let _ = stop_tx.send(true);
+    drop(alive_tx);
+    // Every connection task holds a sender: `None` once the last one has finished.
+    let _ = alive_rx.recv().await;
     Ok(())
 }

@@ -240,6 +240,9 @@ pub struct ApiSection {
     /// Seconds a request body may take to arrive (a streamed upload: between two chunks);
     /// over it the request gets 408 `request_timeout` and its connection is closed.
     pub body_read_timeout_seconds: u64,
+    /// Seconds a terminal (`GET /v1/sandboxes/{id}/pty`) keeps running after its WebSocket
+    /// dropped, waiting for a reattach; then its program is hung up.
+    pub pty_grace_seconds: u64,
 }
 
 impl Default for ApiSection {
@@ -252,6 +255,7 @@ impl Default for ApiSection {
             direct_placement: true,
             header_read_timeout_seconds: 10,
             body_read_timeout_seconds: 30,
+            pty_grace_seconds: 30,
         }
     }
 }
@@ -398,6 +402,7 @@ impl Config {
                 "api.body_read_timeout_seconds",
                 self.api.body_read_timeout_seconds,
             ),
+            ("api.pty_grace_seconds", self.api.pty_grace_seconds),
         ] {
             if !(1..=MAX_READ_TIMEOUT_SECONDS).contains(&v) {
                 return Err(invalid(

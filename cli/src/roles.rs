@@ -64,6 +64,7 @@ fn limits(config: &Config) -> Limits {
         direct_placement: config.api.direct_placement,
         header_read_timeout: Duration::from_secs(config.api.header_read_timeout_seconds),
         body_read_timeout: Duration::from_secs(config.api.body_read_timeout_seconds),
+        pty_grace: Duration::from_secs(config.api.pty_grace_seconds),
     }
 }
 
@@ -162,6 +163,7 @@ fn spawn_roles(
             auth_cache: differently_api::auth_cache::AuthCache::default(),
             activity: differently_api::activity::ActivityBuffer::default(),
             policies: differently_api::policy_cache::PolicyCache::default(),
+            ptys: differently_api::pty_sessions::PtySessions::default(),
             auth_failures: differently_api::auth_throttle::AuthFailures::new(
                 limits.auth_failure_rate,
             ),

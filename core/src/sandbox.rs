@@ -96,10 +96,11 @@ pub struct CreateSandboxRequest {
 pub const CLASSIFICATIONS: [&str; 4] = ["public", "internal", "confidential", "restricted"];
 
 /// Capability names the API knows. A request naming another is a 422.
-pub const KNOWN_CAPABILITIES: [&str; 9] = [
+pub const KNOWN_CAPABILITIES: [&str; 10] = [
     "exec",
     "files",
     "exec.stream",
+    "exec.pty",
     "lifecycle.pause",
     "lifecycle.stop",
     "snapshots",

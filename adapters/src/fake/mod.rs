@@ -45,7 +45,9 @@
 //! `lifecycle.stop` (ledger lines `pause`/`resume`/`stop`/`start`; the replayed state is what
 //! `find` and `list` report); `snapshots` (a copy of the sandbox's files; `create` with
 //! `from_snapshot` starts from it and records the ref on its `created` line); `ports.expose`
-//! (`https://fake.invalid/<sandbox>/<port>`, expiring as asked, default one hour).
+//! (`https://fake.invalid/<sandbox>/<port>`, expiring as asked, default one hour); `exec.pty`
+//! (a scripted terminal, see `terminal`: echo, `stty size`, `sleep`, `exit N`; ledger line
+//! `exec` with the program name).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -64,6 +66,7 @@ use tokio::sync::mpsc;
 
 mod ledger;
 mod programs;
+mod terminal;
 
 pub use ledger::{
     created_count, live_instances, read_ledger, LedgerEntry, LedgerOp, LedgerOutcome, LiveInstance,
@@ -75,7 +78,7 @@ use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
+    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest, SnapshotInfo,
 };
 
 /// Settings of a `fake` pool (`adapterSettings` in the pool config).
@@ -740,6 +743,23 @@ impl Adapter for FakeAdapter {
                 128 + 9
             }
         };
+        Ok(ExecExit {
+            exit_code,
+            duration_ms: millis(started.elapsed()),
+        })
+    }
+
+    async fn pty(
+        &self,
+        at: &InstanceRef,
+        req: &PtyRequest,
+        input: mpsc::Receiver<PtyInput>,
+        out: mpsc::Sender<bytes::Bytes>,
+    ) -> Result<ExecExit, AdapterError> {
+        self.require("exec.pty")?;
+        let started = Instant::now();
+        self.exec_line(at, req.program(), None).await?;
+        let exit_code = terminal::run(req.size, input, out).await;
         Ok(ExecExit {
             exit_code,
             duration_ms: millis(started.elapsed()),

@@ -335,7 +335,15 @@ impl OpenSandboxConfig {
             }
         }
 
-        let backed = backed(runtime, ports);
+        let use_server_proxy = self
+            .use_server_proxy
+            .unwrap_or(runtime != Runtime::Fastsandbox);
+        let mut backed = backed(runtime, ports);
+        if !use_server_proxy {
+            // execd's PTY WebSocket, reached directly; through the server proxy it is not
+            // verified, so not offered.
+            backed.push("exec.pty");
+        }
         let capabilities: Vec<String> = match &self.features {
             None => {
                 let mut caps: Vec<&str> = backed
@@ -379,10 +387,6 @@ impl OpenSandboxConfig {
                 order(&kept)
             }
         };
-
-        let use_server_proxy = self
-            .use_server_proxy
-            .unwrap_or(runtime != Runtime::Fastsandbox);
 
         let secs = |v: Option<u64>, default: u64, field: &str| -> Result<Duration, ConfigError> {
             match v.unwrap_or(default) {

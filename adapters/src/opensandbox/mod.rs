@@ -26,7 +26,7 @@ use crate::poll::Poll;
 use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
+    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest, SnapshotInfo,
 };
 
 mod client;
@@ -34,6 +34,7 @@ pub mod config;
 mod execd;
 mod files;
 mod lifecycle;
+mod pty;
 
 pub use config::{ConfigError, OpenSandboxConfig, Settings};
 use config::{Egress, Ports, Runtime};
@@ -740,6 +741,26 @@ impl Adapter for OpenSandboxAdapter {
         let exit_code = self.run(at, req, &mut Channel(out)).await?;
         Ok(ExecExit {
             exit_code,
+            duration_ms: millis(started.elapsed()),
+        })
+    }
+
+    async fn pty(
+        &self,
+        at: &InstanceRef,
+        req: &PtyRequest,
+        input: tokio::sync::mpsc::Receiver<PtyInput>,
+        out: tokio::sync::mpsc::Sender<bytes::Bytes>,
+    ) -> Result<ExecExit, AdapterError> {
+        self.require("exec.pty")?;
+        let started = Instant::now();
+        let target = self.target(&at.backend_ref).await?;
+        let res = pty::run(&self.client, &target, req, input, out).await;
+        if matches!(res, Err(AdapterError::Unavailable(_))) {
+            self.forget(&at.backend_ref);
+        }
+        Ok(ExecExit {
+            exit_code: res?,
             duration_ms: millis(started.elapsed()),
         })
     }

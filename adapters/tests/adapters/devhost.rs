@@ -86,6 +86,8 @@ async fn lifecycle_dir_tag_idempotent_list_delete() {
             "files",
             "lifecycle.pause",
             "snapshots",
+            // The host has util-linux `setsid` (devhost needs it for a terminal).
+            "exec.pty",
             "ports.expose"
         ]
         .map(String::from)

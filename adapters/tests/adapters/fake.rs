@@ -717,3 +717,77 @@ async fn only_the_first_create_of_a_sandbox_hangs() {
         t.elapsed()
     );
 }
+
+#[tokio::test]
+async fn fake_pty_is_scripted_and_needs_its_capability() {
+    use differently_adapters::{PtyInput, PtyRequest, PtySignal, PtySize};
+    let req = PtyRequest {
+        command: vec!["sh".into()],
+        env: Default::default(),
+        cwd: None,
+        size: PtySize { cols: 80, rows: 24 },
+    };
+    let (sbx, inst) = (SandboxId::new(), InstallationId::new());
+    let without = fake(FakeConfig::default());
+    without
+        .create(&create_req(&sbx, &inst))
+        .await
+        .expect("create");
+    let at = InstanceRef {
+        sandbox_id: sbx.clone(),
+        backend_ref: sbx.to_string(),
+    };
+    let (_in_tx, in_rx) = tokio::sync::mpsc::channel(4);
+    let (out_tx, _out_rx) = tokio::sync::mpsc::channel(4);
+    assert!(matches!(
+        without.pty(&at, &req, in_rx, out_tx).await,
+        Err(AdapterError::Unsupported(_))
+    ));
+
+    let a = fake(FakeConfig {
+        capabilities: vec!["exec".into(), "exec.pty".into()],
+        ..FakeConfig::default()
+    });
+    let i = a.create(&create_req(&sbx, &inst)).await.expect("create");
+    let at = InstanceRef {
+        sandbox_id: sbx,
+        backend_ref: i.backend_ref,
+    };
+    let (in_tx, in_rx) = tokio::sync::mpsc::channel(4);
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel(64);
+    let run = tokio::spawn(async move { a.pty(&at, &req, in_rx, out_tx).await });
+    let send = |s: &str| PtyInput::Stdin(bytes::Bytes::from(s.to_owned()));
+    in_tx.send(send("stty size\n")).await.expect("send");
+    in_tx
+        .send(PtyInput::Resize(PtySize {
+            cols: 100,
+            rows: 30,
+        }))
+        .await
+        .expect("send");
+    in_tx
+        .send(send("stty size\necho hi there\n"))
+        .await
+        .expect("send");
+    in_tx.send(send("sleep 100\n")).await.expect("send");
+    in_tx
+        .send(PtyInput::Signal(PtySignal::Int))
+        .await
+        .expect("send");
+    in_tx.send(send("exit 3\n")).await.expect("send");
+    let exit = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("ends")
+        .expect("join")
+        .expect("pty");
+    assert_eq!(exit.exit_code, 3);
+    let mut seen = String::new();
+    while let Ok(b) = out_rx.try_recv() {
+        seen.push_str(&String::from_utf8_lossy(&b));
+    }
+    assert_eq!(
+        seen,
+        "$ stty size\r\n24 80\r\n$ stty size\r\n30 100\r\n$ echo hi there\r\nhi there\r\n\
+         $ sleep 100\r\n^C\r\n$ exit 3\r\n"
+    );
+}

@@ -1,6 +1,7 @@
 //! Integration tests of the adapters: one binary, one module per adapter.
 
 mod devhost;
+mod devhost_pty;
 mod fake;
 mod http;
 mod registry;

@@ -156,9 +156,27 @@ async fn capabilities_follow_the_runtime_table() {
             "exec",
             "files",
             "exec.stream",
+            "exec.pty",
             "lifecycle.pause",
             "snapshots"
         ]
+    );
+    // execd's PTY WebSocket only when execd is reached directly (Fast Sandbox's default).
+    assert_eq!(
+        caps(json!({"useServerProxy": false})),
+        [
+            "exec",
+            "files",
+            "exec.stream",
+            "exec.pty",
+            "lifecycle.pause",
+            "snapshots"
+        ]
+    );
+    assert_eq!(
+        caps(json!({"features": "exec,exec.pty"})),
+        ["exec"],
+        "through the server proxy exec.pty is dropped even when declared"
     );
     assert_eq!(
         caps(

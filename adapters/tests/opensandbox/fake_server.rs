@@ -167,6 +167,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Clone)]
 pub struct FakeServer {
     inner: Arc<Inner>,
+    /// execd's PTY sessions (`fake_pty`).
+    pub ptys: Arc<crate::fake_pty::FakePtys>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -192,15 +194,19 @@ impl FakeServer {
             commands: Mutex::new(HashMap::new()),
             seq: Mutex::new(0),
         });
+        let ptys = Arc::new(crate::fake_pty::FakePtys::default());
         for (listener, which) in [(api, Listener::Api), (execd, Listener::Execd)] {
-            let app = Router::new()
+            let mut app = Router::new()
                 .fallback(handle)
                 .with_state((inner.clone(), which));
+            if which == Listener::Execd {
+                app = crate::fake_pty::router(ptys.clone()).merge(app);
+            }
             tokio::spawn(async move {
                 let _ = axum::serve(listener, app).await;
             });
         }
-        FakeServer { inner }
+        FakeServer { inner, ptys }
     }
 
     /// Makes the server accept `key` (and only it) from now on.

@@ -505,3 +505,118 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
         Err(panic) => std::panic::resume_unwind(panic),
     }
 }
+
+/// The terminal case on a running instance `r`: what both a real execd and the fake do the
+/// same way (prompts and the timing of the echo differ, so only program output is matched:
+/// text that never appears in the echoed keystrokes).
+pub(crate) async fn pty_case(a: &OpenSandboxAdapter, r: &differently_adapters::InstanceRef) {
+    use differently_adapters::{PtyInput, PtyRequest, PtySignal, PtySize};
+    assert!(
+        a.capabilities().iter().any(|c| c == "exec.pty"),
+        "the pool must offer exec.pty (useServerProxy false)"
+    );
+    let req = PtyRequest {
+        command: vec!["sh".into()],
+        env: [("PTY_VAR".to_owned(), "it's set".to_owned())]
+            .into_iter()
+            .collect(),
+        cwd: Some("/tmp".into()),
+        size: PtySize {
+            cols: 100,
+            rows: 30,
+        },
+    };
+    let (tx, in_rx) = tokio::sync::mpsc::channel(8);
+    let (out_tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let run = a.pty(r, &req, in_rx, out_tx);
+    let drive = async move {
+        let mut seen = String::new();
+        let key = |s: &str| PtyInput::Stdin(Bytes::from(s.to_owned()));
+        tx.send(key("stty size\n")).await.unwrap();
+        crate::pty::read_until(&mut rx, &mut seen, "30 100").await;
+        tx.send(PtyInput::Resize(PtySize {
+            cols: 132,
+            rows: 43,
+        }))
+        .await
+        .unwrap();
+        tx.send(key("stty size\n")).await.unwrap();
+        crate::pty::read_until(&mut rx, &mut seen, "43 132").await;
+        // On OpenSandbox 1.1.1 (Docker) execd itself runs with SIGINT ignored (bootstrap.sh
+        // starts it in the background; `SigIgn: …0002`, recorded), so every command inherits
+        // that and ^C cannot interrupt it there: the sleep is short enough to end on its own,
+        // and INT is checked where it works (the fake here, devhost end to end).
+        tx.send(key("sleep 3\n")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tx.send(PtyInput::Signal(PtySignal::Int)).await.unwrap();
+        // Two spaces typed, one printed: the output never matches the echoed keystrokes.
+        tx.send(key("echo  alive  now\n")).await.unwrap();
+        crate::pty::read_until(&mut rx, &mut seen, "alive now").await;
+        tx.send(key("exit 3\n")).await.unwrap();
+        // Keep reading so the last output never blocks the terminal.
+        while rx.recv().await.is_some() {}
+    };
+    let (exit, ()) = tokio::join!(run, drive);
+    assert_eq!(exit.expect("pty").exit_code, 3);
+}
+
+#[tokio::test]
+#[ignore = "live: set DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY and run with --ignored"]
+async fn live_opensandbox_pty() {
+    let (Ok(url), Ok(key)) = (
+        std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_URL"),
+        std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_KEY"),
+    ) else {
+        panic!("live test requested but DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY are not both set");
+    };
+    // Backdoor::new checks the server is on loopback; direct execd endpoints of a server with
+    // `publish_host = "127.0.0.1"` are too.
+    let _raw = Backdoor::new(&url, &key);
+    let key = key_file(&key);
+    let mut settings = serde_json::json!({
+        "apiURL": url, "trust": "private", "apiKeyFile": key.path(),
+        "timeouts": {"readySeconds": 300},
+    });
+    if let Ok(extra) = std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_SETTINGS") {
+        let extra: serde_json::Value = serde_json::from_str(&extra).expect("settings JSON");
+        for (k, v) in extra.as_object().expect("settings object") {
+            settings[k] = v.clone();
+        }
+    }
+    // execd reached directly: the only way the adapter offers a terminal.
+    settings["useServerProxy"] = serde_json::json!(false);
+    let cfg: OpenSandboxConfig = serde_json::from_value(settings).expect("settings");
+    let a = OpenSandboxAdapter::new(cfg).expect("adapter");
+    let mut req = create_req(&InstallationId::new());
+    req.resources.cpu = 1;
+    req.resources.memory_mib = 512;
+    let inst = a.create(&req).await.expect("create");
+    let r = at(&inst);
+    let result = std::panic::AssertUnwindSafe(tokio::time::timeout(
+        Duration::from_secs(120),
+        pty_case(&a, &r),
+    ))
+    .catch_unwind()
+    .await;
+    a.delete(&req.sandbox_id).await.expect("delete");
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => panic!("live pty case timed out"),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// The live terminal case against the fake, so it is known to be right before it meets a
+/// real execd.
+#[tokio::test]
+async fn live_pty_case_against_the_fake() {
+    let s = setup(
+        Variant::Real,
+        FakeRuntime::Docker,
+        serde_json::json!({"useServerProxy": false}),
+    )
+    .await;
+    let r = crate::running(&s).await;
+    pty_case(&s.adapter, &r).await;
+    assert!(s.fake.ptys.views().is_empty(), "the session was deleted");
+}

@@ -3,8 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cases;
+mod fake_pty;
 mod fake_server;
 mod live;
+mod pty;
 mod recorded_streams;
 mod replay;
 

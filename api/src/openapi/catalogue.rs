@@ -45,6 +45,8 @@ pub(super) enum Answer {
     Bytes,
     /// JSON lines (audit export).
     JsonLines,
+    /// `101 Switching Protocols` to a WebSocket, described.
+    Upgrade(&'static str),
 }
 
 /// One operation of the catalogue.
@@ -169,6 +171,32 @@ const DATA_PLANE_ERRORS: [u16; 3] = [409, 501, 503];
 /// Exec: a data-plane call whose request can also be well-formed but unacceptable (422).
 const EXEC_ERRORS: [u16; 4] = [409, 422, 501, 503];
 
+/// Query of `openPty`.
+const PTY_QUERY: [Param; 6] = [
+    ("cols", "integer", "Terminal columns, 1-1000 (default 80)."),
+    ("rows", "integer", "Terminal rows, 1-1000 (default 24)."),
+    (
+        "command",
+        "array",
+        "The program and its arguments, one parameter each, in order (default `sh -l`).",
+    ),
+    (
+        "env",
+        "array",
+        "`NAME=value`, repeated; added to the sandbox's environment.",
+    ),
+    (
+        "cwd",
+        "string",
+        "Absolute working directory inside the sandbox.",
+    ),
+    (
+        "session",
+        "string",
+        "Reattach to this session (alone: the session keeps its own parameters).",
+    ),
+];
+
 /// Every route the API serves.
 pub(super) fn catalogue() -> Vec<Op> {
     use Access::{Admin, EitherScope, OwnOrgOrAdmin, Public};
@@ -225,6 +253,11 @@ pub(super) fn catalogue() -> Vec<Op> {
             .body(Body::Json("ExecRequest"))
             .answers(&[Answer::Stream("SSE `stdout`/`stderr`/`exit`/`error` events; with `Accept: application/vnd.differently.exec-stream`, binary frames (8-byte header: type, 3 zero bytes, u32 BE length; 1 stdout, 2 stderr, 3 exit JSON, 4 error JSON, 0 heartbeat).")])
             .errors(&EXEC_ERRORS),
+        op("get", "/v1/sandboxes/{id}/pty", "openPty", "data plane", exec,
+            "Open an interactive terminal (WebSocket; see docs/api.md, Terminal).")
+            .query(&PTY_QUERY)
+            .answers(&[Answer::Upgrade("WebSocket. Server first sends text `{\"type\":\"session\",\"id\",\"graceSeconds\"}`; binary frames are terminal bytes both ways; client text frames `{\"type\":\"resize\",\"cols\",\"rows\"}` and `{\"type\":\"signal\",\"signal\":\"INT|TERM|KILL|HUP\"}`; the server ends with text `{\"type\":\"exit\",\"exitCode\"}` or `{\"type\":\"error\",\"code\",\"message\"}` and a close (4001 when another connection took the session over).")])
+            .errors(&DATA_PLANE_ERRORS),
         op("put", "/v1/sandboxes/{id}/files", "uploadFile", "data plane", files_write,
             "Write a file from the raw request body.")
             .query(&[FILE_PATH, ("mode", "string", "Octal permission bits, e.g. `644`.")])

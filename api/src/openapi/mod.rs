@@ -197,6 +197,14 @@ fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
         "mode" => json!({ "type": "string", "pattern": "^\\+?0*[0-7]{1,4}$" }),
         "depth" => json!({ "type": "integer", "minimum": 1,
             "maximum": crate::routes::files::MAX_DEPTH }),
+        "cols" | "rows" => json!({ "type": "integer", "minimum": 1,
+            "maximum": differently_adapters::PTY_MAX_SIDE }),
+        // Repeated (`form` style, exploded): `command=sh&command=-c&command=…`.
+        "command" => json!({ "type": "array", "items": { "type": "string", "minLength": 1 } }),
+        "env" => json!({ "type": "array",
+            "items": { "type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*=" } }),
+        "cwd" => json!({ "type": "string", "pattern": "^/" }),
+        "session" => json!({ "type": "string", "pattern": "^pty_" }),
         _ => json!({ "type": ty }),
     }
 }
@@ -289,6 +297,7 @@ fn operation(op: &Op, components: &Value) -> Value {
                     json!({ "description": "The file.", "content": content }),
                 )
             }
+            Answer::Upgrade(description) => (101, json!({ "description": description })),
             Answer::JsonLines => (
                 200,
                 json!({ "description": "One AuditEvent per line.",

@@ -17,6 +17,7 @@ pub mod policies;
 pub mod pools;
 pub mod ports;
 pub mod projects;
+pub mod pty;
 pub mod quotas;
 pub mod sandboxes;
 pub mod secrets;
@@ -32,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .merge(lifecycle::router())
         .merge(snapshots::router())
         .merge(ports::router())
+        .merge(pty::router())
         .merge(events::router())
         .merge(orgs::router())
         .merge(projects::router())

@@ -16,6 +16,7 @@ mod lifecycle;
 mod listener;
 mod nul;
 mod opensandbox_facade;
+mod pty;
 mod refusals;
 mod sandboxes;
 mod schemathesis_finds;

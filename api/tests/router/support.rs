@@ -102,6 +102,7 @@ pub async fn api_with(limits: Limits) -> Api {
         auth_cache: auth_cache::AuthCache::default(),
         activity: activity::ActivityBuffer::default(),
         policies: policy_cache::PolicyCache::default(),
+        ptys: differently_api::pty_sessions::PtySessions::default(),
         limits,
     });
     Api {

@@ -23,6 +23,7 @@ mod opensandbox_facade;
 mod opensandbox_facade_bench;
 mod opensandbox_live;
 mod placement;
+mod pty;
 mod quota;
 mod readme;
 mod schemathesis;

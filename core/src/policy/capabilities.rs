@@ -35,9 +35,13 @@ const fn alias(name: &'static str, same_as: &'static str) -> Capability {
 }
 
 /// Every known capability name. Includes all of [`crate::sandbox::KNOWN_CAPABILITIES`].
-pub const CAPABILITIES: [Capability; 15] = [
+pub const CAPABILITIES: [Capability; 16] = [
     cap("exec", "run a command and get its output and exit code"),
     cap("exec.stream", "stream a command's output while it runs"),
+    cap(
+        "exec.pty",
+        "run a program on an interactive terminal (WebSocket)",
+    ),
     cap("files", "upload, download and list files"),
     cap(
         "lifecycle.pause-resume",
