@@ -8,10 +8,10 @@ use serde_json::Value;
 pub enum Error {
     /// The API answered with its error envelope.
     #[error(transparent)]
-    Api(#[from] ApiError),
+    Api(Box<ApiError>),
     /// No answer: nothing listens there, a timeout, a broken connection.
     #[error(transparent)]
-    Transport(#[from] TransportError),
+    Transport(Box<TransportError>),
     /// The answer is not what the API serves (not JSON, a broken stream, a missing field).
     #[error("{context}: {message}")]
     Protocol {
@@ -28,6 +28,18 @@ pub enum Error {
         /// Why.
         message: String,
     },
+}
+
+impl From<ApiError> for Error {
+    fn from(e: ApiError) -> Error {
+        Error::Api(Box::new(e))
+    }
+}
+
+impl From<TransportError> for Error {
+    fn from(e: TransportError) -> Error {
+        Error::Transport(Box::new(e))
+    }
 }
 
 impl Error {
