@@ -199,7 +199,13 @@ impl Client {
     }
 
     /// Replaces the placement policy at `scope` (admin; a lower level can only narrow).
-    pub async fn put_policy(&self, scope: Scope<'_>, policy: &Policy) -> Result<Policy> {
+    /// `policy` is a [`Policy`], or any document of that shape (a file's JSON as it is, so
+    /// the API, not this crate, judges a field it does not know).
+    pub async fn put_policy<P: serde::Serialize + ?Sized>(
+        &self,
+        scope: Scope<'_>,
+        policy: &P,
+    ) -> Result<Policy> {
         let what = if scope == Scope::Global {
             "policies"
         } else {
