@@ -178,9 +178,7 @@ fn main() -> ExitCode {
             Command::Snapshot { target, command } => {
                 return Ok(client::snapshot::run(&target, command).await)
             }
-            Command::Events { target, args } => {
-                return Ok(client::events::run(&target, args).await)
-            }
+            Command::Events { target, args } => return Ok(client::events::run(&target, args).await),
             Command::Org { target, command } => {
                 return Ok(client::tenancy::org(&target, command).await)
             }

@@ -93,7 +93,8 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<(), CliError>
     for e in entries {
         let child = rel.join(e.file_name());
         let path = root.join(&child);
-        let meta = std::fs::metadata(&path).map_err(|e| CliError::io(path.display().to_string(), e))?;
+        let meta =
+            std::fs::metadata(&path).map_err(|e| CliError::io(path.display().to_string(), e))?;
         if meta.is_dir() {
             walk(root, &child, out)?;
         } else {
@@ -103,7 +104,12 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<(), CliError>
     Ok(())
 }
 
-async fn upload_file(c: &Client, local: &Path, sandbox: &str, remote: &str) -> Result<(), CliError> {
+async fn upload_file(
+    c: &Client,
+    local: &Path,
+    sandbox: &str,
+    remote: &str,
+) -> Result<(), CliError> {
     let bytes = std::fs::read(local).map_err(|e| CliError::io(local.display().to_string(), e))?;
     let mode = mode_of(local);
     Ok(c.upload(sandbox, remote, bytes, mode).await?)
@@ -112,7 +118,9 @@ async fn upload_file(c: &Client, local: &Path, sandbox: &str, remote: &str) -> R
 #[cfg(unix)]
 fn mode_of(p: &Path) -> Option<u32> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).ok().map(|m| m.permissions().mode() & 0o777)
+    std::fs::metadata(p)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o777)
 }
 
 #[cfg(not(unix))]
@@ -176,8 +184,8 @@ async fn download_file(
     if let Some(dir) = local.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| CliError::io(dir.display().to_string(), e))?;
     }
-    let mut f = std::fs::File::create(local)
-        .map_err(|e| CliError::io(local.display().to_string(), e))?;
+    let mut f =
+        std::fs::File::create(local).map_err(|e| CliError::io(local.display().to_string(), e))?;
     c.download_to(sandbox, remote, None, &mut f).await?;
     #[cfg(unix)]
     if mode & 0o777 != 0 {
@@ -212,7 +220,9 @@ pub async fn ls(c: &Client, p: Printer, id: &str, path: &str, depth: u32) -> Res
             Ok(())
         }
         Output::Id => {
-            items.iter().for_each(|e| super::output::print_line(&e.path));
+            items
+                .iter()
+                .for_each(|e| super::output::print_line(&e.path));
             Ok(())
         }
         Output::Json => p.print(&serde_json::json!({ "items": to_json(&items) }), &[]),

@@ -142,7 +142,9 @@ pub fn pairs(
             .split_once('=')
             .ok_or_else(|| CliError::Usage(format!("--{flag} {item:?}: expected KEY=VALUE")))?;
         if k.is_empty() {
-            return Err(CliError::Usage(format!("--{flag} {item:?}: the key is empty")));
+            return Err(CliError::Usage(format!(
+                "--{flag} {item:?}: the key is empty"
+            )));
         }
         out.insert(k.to_owned(), v.to_owned());
     }

@@ -134,10 +134,7 @@ fn print_fields(v: &Value) {
         print_line(&cell(v));
         return;
     };
-    let rows: Vec<Vec<String>> = m
-        .iter()
-        .map(|(k, x)| vec![k.clone(), cell(x)])
-        .collect();
+    let rows: Vec<Vec<String>> = m.iter().map(|(k, x)| vec![k.clone(), cell(x)]).collect();
     print_rows(&["FIELD".to_owned(), "VALUE".to_owned()], &rows);
 }
 

@@ -102,7 +102,10 @@ pub fn resolve(t: &Target) -> Result<Resolved, CliError> {
 /// profile (the file created with mode 0600). The key comes from `--key`,
 /// `DIFFERENTLY_API_KEY`, or a line on standard input.
 pub async fn login(t: &Target) -> Result<(), CliError> {
-    let name = t.config_profile.clone().unwrap_or_else(|| DEFAULT_PROFILE.to_owned());
+    let name = t
+        .config_profile
+        .clone()
+        .unwrap_or_else(|| DEFAULT_PROFILE.to_owned());
     let url = t.url.clone().unwrap_or_else(|| DEFAULT_URL.to_owned());
     let key = match t.key.clone().filter(|k| !k.is_empty()) {
         Some(k) => k,

@@ -286,12 +286,9 @@ pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
         SandboxCommand::Ls { id, path, depth } => {
             finish(super::files::ls(&client, p, &id, &path, depth).await)
         }
-        SandboxCommand::Rm { id, path } => finish(
-            client
-                .delete_file(&id, &path)
-                .await
-                .map_err(CliError::from),
-        ),
+        SandboxCommand::Rm { id, path } => {
+            finish(client.delete_file(&id, &path).await.map_err(CliError::from))
+        }
         SandboxCommand::Logs { id, follow } => {
             finish(super::events::sandbox_logs(&client, p, &id, follow).await)
         }
@@ -388,9 +385,7 @@ async fn answer(c: &Client, p: Printer, command: SandboxCommand) -> Result<(), C
         }
         SandboxCommand::Placement { id } => p.print(&c.placement(&id).await?, &[]),
         SandboxCommand::Pause { id } => one(to_json(&c.lifecycle(&id, Lifecycle::Pause).await?)),
-        SandboxCommand::Resume { id } => {
-            one(to_json(&c.lifecycle(&id, Lifecycle::Resume).await?))
-        }
+        SandboxCommand::Resume { id } => one(to_json(&c.lifecycle(&id, Lifecycle::Resume).await?)),
         SandboxCommand::Stop { id } => one(to_json(&c.lifecycle(&id, Lifecycle::Stop).await?)),
         SandboxCommand::Start { id } => one(to_json(&c.lifecycle(&id, Lifecycle::Start).await?)),
         SandboxCommand::Delete { id } => one(to_json(&c.delete_sandbox(&id).await?)),
@@ -468,7 +463,12 @@ fn exit_code(code: i32) -> ExitCode {
 }
 
 async fn exec_streamed(c: &Client, id: &str, req: &ExecRequest) -> Result<ExitCode, CliError> {
-    let mut stream = c.exec_stream(id, req, StreamFormat::Frames).await?;
+    let mut stream = match c.exec_stream(id, req, StreamFormat::Frames).await {
+        Ok(s) => s,
+        // A pool that cannot stream still runs commands: the buffered route, same output.
+        Err(e) if streaming_unsupported(&e) => return exec_buffered(c, id, req).await,
+        Err(e) => return Err(e.into()),
+    };
     let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
     while let Some(ev) = stream.next().await {
         match ev? {
@@ -488,11 +488,23 @@ async fn exec_streamed(c: &Client, id: &str, req: &ExecRequest) -> Result<ExitCo
     ))
 }
 
+/// The API's 501 for a pool without `exec.stream`.
+fn streaming_unsupported(e: &differently_client::Error) -> bool {
+    e.api().is_some_and(|a| {
+        a.status == 501
+            && a.code == "unsupported_operation"
+            && a.details["capability"] == "exec.stream"
+    })
+}
+
 async fn exec_buffered(c: &Client, id: &str, req: &ExecRequest) -> Result<ExitCode, CliError> {
     let r = c.exec(id, req).await?;
     write_raw(&mut std::io::stdout(), r.stdout.as_bytes());
     write_raw(&mut std::io::stderr(), r.stderr.as_bytes());
-    for (cut, stream) in [(r.stdout_truncated, "stdout"), (r.stderr_truncated, "stderr")] {
+    for (cut, stream) in [
+        (r.stdout_truncated, "stdout"),
+        (r.stderr_truncated, "stderr"),
+    ] {
         if cut {
             eprintln!("differently: {stream} was cut at 1 MiB (the command ran to its end)");
         }

@@ -94,7 +94,9 @@ async fn answer(c: &Client, p: Printer, command: SnapshotCommand) -> Result<(), 
             };
             p.print_list(items.iter().map(to_json).collect(), SNAPSHOT_COLUMNS)
         }
-        SnapshotCommand::Get { id } => p.print(&to_json(&c.get_snapshot(&id).await?), SNAPSHOT_COLUMNS),
+        SnapshotCommand::Get { id } => {
+            p.print(&to_json(&c.get_snapshot(&id).await?), SNAPSHOT_COLUMNS)
+        }
         SnapshotCommand::Delete { id } => match c.delete_snapshot(&id).await? {
             SnapshotDeletion::Deleted => Ok(()),
             SnapshotDeletion::Pending(s) => p.print(&to_json(&s), SNAPSHOT_COLUMNS),

@@ -297,7 +297,9 @@ pub async fn project(target: &Target, command: ProjectCommand) -> ExitCode {
                     return p.print_list(items.iter().map(to_json).collect(), PROJECT_COLUMNS);
                 }
                 ProjectCommand::Get { id } => to_json(&c.get_project(&id).await?),
-                ProjectCommand::Rename { id, name } => to_json(&c.rename_project(&id, &name).await?),
+                ProjectCommand::Rename { id, name } => {
+                    to_json(&c.rename_project(&id, &name).await?)
+                }
                 ProjectCommand::Delete { id } => {
                     c.delete_project(&id).await?;
                     return Ok(());

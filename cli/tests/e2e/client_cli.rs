@@ -12,7 +12,10 @@ async fn run(c: &Cluster, key: Option<&str>, args: &[&str]) -> (i32, String, Str
     cmd.args(args)
         .env("DIFFERENTLY_URL", c.url())
         // No profile from the developer's own client config.
-        .env("DIFFERENTLY_CLIENT_CONFIG", "/nonexistent/differently-client.toml")
+        .env(
+            "DIFFERENTLY_CLIENT_CONFIG",
+            "/nonexistent/differently-client.toml",
+        )
         .env_remove("DIFFERENTLY_API_KEY");
     if let Some(k) = key {
         cmd.env("DIFFERENTLY_API_KEY", k);

@@ -41,7 +41,10 @@ impl Dev {
         std::thread::spawn(move || for _ in lines {});
         Dev {
             _proc: proc,
-            url: url.strip_prefix("export DIFFERENTLY_URL=").unwrap().to_owned(),
+            url: url
+                .strip_prefix("export DIFFERENTLY_URL=")
+                .unwrap()
+                .to_owned(),
             key: key
                 .strip_prefix("export DIFFERENTLY_API_KEY=")
                 .unwrap()
@@ -154,11 +157,21 @@ fn exec_streams_forwards_stdin_and_exits_with_the_command_code() {
         args.extend_from_slice(extra);
         args.extend(["--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
         let (code, out, err) = dev.run(&args);
-        assert_eq!((code, out.as_str(), err.as_str()), (7, "out\n", "err\n"), "{extra:?}");
+        assert_eq!(
+            (code, out.as_str(), err.as_str()),
+            (7, "out\n", "err\n"),
+            "{extra:?}"
+        );
     }
     // Streamed output past the buffered route's 1 MiB cut arrives whole.
     let (code, out, err) = dev.run(&[
-        "sandbox", "exec", &id, "--", "sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' y",
+        "sandbox",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "head -c 3000000 /dev/zero | tr '\\0' y",
     ]);
     assert_eq!((code, out.len()), (0, 3_000_000), "{err}");
     // A reader that goes away (`| head -c1`) ends the command quietly: exit 0, no panic.
@@ -189,7 +202,10 @@ fn exec_streams_forwards_stdin_and_exits_with_the_command_code() {
 #[test]
 fn files_copy_both_ways_with_directories_ls_and_rm() {
     let dev = Dev::start();
-    let id = dev.ok(&["sandbox", "create", "--wait", "-o", "id"]).trim().to_owned();
+    let id = dev
+        .ok(&["sandbox", "create", "--wait", "-o", "id"])
+        .trim()
+        .to_owned();
     let local = dev.dir.path().join("up");
     std::fs::create_dir_all(local.join("sub/deeper")).unwrap();
     std::fs::write(local.join("a.txt"), "alpha\n").unwrap();
@@ -217,9 +233,14 @@ fn files_copy_both_ways_with_directories_ls_and_rm() {
     );
     let table = dev.ok(&["sandbox", "ls", &id, "/work/up", "-o", "table"]);
     let header = table.lines().next().unwrap();
-    assert!(header.starts_with("TYPE") && header.ends_with("PATH"), "{table}");
     assert!(
-        table.lines().any(|l| l.starts_with("file") && l.contains(" 750 ") && l.ends_with("/work/up/a.txt")),
+        header.starts_with("TYPE") && header.ends_with("PATH"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("file") && l.contains(" 750 ") && l.ends_with("/work/up/a.txt")),
         "{table}"
     );
     // Down again: the same tree, bytes and modes.
@@ -232,7 +253,12 @@ fn files_copy_both_ways_with_directories_ls_and_rm() {
     );
     assert_eq!(mode(&down.join("a.txt")), 0o750);
     // One file into a directory (its name kept), to stdout, and from stdin.
-    dev.ok(&["sandbox", "cp", &format!("{id}:/work/up/a.txt"), &format!("{}/", down.display())]);
+    dev.ok(&[
+        "sandbox",
+        "cp",
+        &format!("{id}:/work/up/a.txt"),
+        &format!("{}/", down.display()),
+    ]);
     let (code, out, _) = dev.run(&["sandbox", "cp", &format!("{id}:/work/up/a.txt"), "-"]);
     assert_eq!((code, out.as_str()), (0, "alpha\n"));
     let (code, _, err) = output(
@@ -269,16 +295,37 @@ fn mode(p: &Path) -> u32 {
 fn snapshots_forks_ports_keepalive_updates_events_and_logs() {
     let dev = Dev::start();
     let id = dev
-        .ok(&["sandbox", "create", "--wait", "--label", "team=a", "-o", "id"])
+        .ok(&[
+            "sandbox", "create", "--wait", "--label", "team=a", "-o", "id",
+        ])
         .trim()
         .to_owned();
     // Relative to the command's directory, the sandbox's root (devhost may run unisolated,
     // where an absolute path would be this machine's).
-    dev.ok(&["sandbox", "exec", &id, "--", "sh", "-c", "echo kept > work-file"]);
+    dev.ok(&[
+        "sandbox",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo kept > work-file",
+    ]);
 
     // Update: TTL and labels (replaced), then cleared; keepalive answers nothing, exit 0.
-    let s = dev.json(&["sandbox", "update", &id, "--ttl-seconds", "7200", "--label", "team=b"]);
-    assert_eq!((s["ttlSeconds"].as_u64(), s["labels"]["team"].as_str()), (Some(7200), Some("b")));
+    let s = dev.json(&[
+        "sandbox",
+        "update",
+        &id,
+        "--ttl-seconds",
+        "7200",
+        "--label",
+        "team=b",
+    ]);
+    assert_eq!(
+        (s["ttlSeconds"].as_u64(), s["labels"]["team"].as_str()),
+        (Some(7200), Some("b"))
+    );
     let s = dev.json(&["sandbox", "update", &id, "--clear-labels"]);
     assert_eq!(s["labels"], serde_json::json!({}));
     let (code, _, err) = dev.run(&["sandbox", "update", &id]);
@@ -287,20 +334,38 @@ fn snapshots_forks_ports_keepalive_updates_events_and_logs() {
     assert_eq!(dev.ok(&["sandbox", "keepalive", &id]), "");
     // A port's URL, alone with -o id.
     let url = dev.ok(&["sandbox", "expose", &id, "8080", "-o", "id"]);
-    assert!(url.trim().starts_with("http") && url.contains("8080"), "{url}");
+    assert!(
+        url.trim().starts_with("http") && url.contains("8080"),
+        "{url}"
+    );
 
     // Snapshots: create, list (of the sandbox, and all), get, fork (has the file), delete.
     let snap = dev.json(&["snapshot", "create", &id, "--name", "first"]);
     let sid = snap["id"].as_str().unwrap().to_owned();
-    assert_eq!((snap["status"].as_str(), snap["name"].as_str()), (Some("ready"), Some("first")));
-    assert_eq!(ids(&dev.json(&["snapshot", "list", "--sandbox", &id])), [sid.clone()]);
-    assert_eq!(ids(&dev.json(&["snapshot", "list"])), [sid.clone()]);
-    assert_eq!(dev.json(&["snapshot", "get", &sid])["sandboxId"].as_str(), Some(id.as_str()));
+    assert_eq!(
+        (snap["status"].as_str(), snap["name"].as_str()),
+        (Some("ready"), Some("first"))
+    );
+    assert_eq!(
+        ids(&dev.json(&["snapshot", "list", "--sandbox", &id])),
+        [sid.as_str()]
+    );
+    assert_eq!(ids(&dev.json(&["snapshot", "list"])), [sid.as_str()]);
+    assert_eq!(
+        dev.json(&["snapshot", "get", &sid])["sandboxId"].as_str(),
+        Some(id.as_str())
+    );
     let table = dev.ok(&["snapshot", "list", "-o", "table"]);
-    assert!(table.starts_with("ID") && table.contains(&sid) && table.contains("first"), "{table}");
+    assert!(
+        table.starts_with("ID") && table.contains(&sid) && table.contains("first"),
+        "{table}"
+    );
     let fork = dev.json(&["snapshot", "fork", &sid, "--wait", "--label", "forked=yes"]);
     let fid = fork["id"].as_str().unwrap().to_owned();
-    assert_eq!((fork["status"].as_str(), fork["labels"]["forked"].as_str()), (Some("running"), Some("yes")));
+    assert_eq!(
+        (fork["status"].as_str(), fork["labels"]["forked"].as_str()),
+        (Some("running"), Some("yes"))
+    );
     let (code, out, _) = dev.run(&["sandbox", "cp", &format!("{fid}:/work-file"), "-"]);
     assert_eq!((code, out.as_str()), (0, "kept\n"));
     // The same through `sandbox create --from-snapshot`.
@@ -319,16 +384,33 @@ fn snapshots_forks_ports_keepalive_updates_events_and_logs() {
         .lines()
         .map(|l| json(l)["status"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(statuses[..2], ["provisioning".to_owned(), "running".to_owned()], "{logs}");
+    assert_eq!(
+        statuses[..2],
+        ["provisioning".to_owned(), "running".to_owned()],
+        "{logs}"
+    );
     let events = dev.ok(&["events", "--sandbox", &id, "-o", "json"]);
     assert_eq!(events, logs);
     let first_seq = json(logs.lines().next().unwrap())["id"].as_u64().unwrap();
-    let after = dev.ok(&["events", "--sandbox", &id, "--after", &first_seq.to_string(), "-o", "id"]);
-    assert!(!after.lines().any(|l| l == first_seq.to_string()), "{after}");
+    let after = dev.ok(&[
+        "events",
+        "--sandbox",
+        &id,
+        "--after",
+        &first_seq.to_string(),
+        "-o",
+        "id",
+    ]);
+    assert!(
+        !after.lines().any(|l| l == first_seq.to_string()),
+        "{after}"
+    );
     // -f follows: a delete while it runs shows up as terminating.
     let mut follow = dev.cmd(&["sandbox", "logs", &id, "-f", "-o", "json"]);
     follow.stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = Proc { child: follow.spawn().unwrap() };
+    let mut child = Proc {
+        child: follow.spawn().unwrap(),
+    };
     let mut lines = BufReader::new(child.child.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     assert_eq!(json(&first)["status"], "provisioning");
@@ -337,7 +419,10 @@ fn snapshots_forks_ports_keepalive_updates_events_and_logs() {
         .by_ref()
         .map(|l| json(&l.unwrap()))
         .find(|e| e["status"] == "terminating");
-    assert!(terminating.is_some(), "the followed log never showed the delete");
+    assert!(
+        terminating.is_some(),
+        "the followed log never showed the delete"
+    );
     drop(child);
 }
 
@@ -355,15 +440,32 @@ fn tenancy_quotas_policies_dry_run_and_audit() {
     dev.ok(&["org", "update", &org_id, "--status", "active"]);
     let project = dev.json(&["project", "create", "web", "--org", &org_id]);
     let pid = project["id"].as_str().unwrap().to_owned();
-    assert_eq!(ids(&dev.json(&["project", "list", "--org", &org_id])), [pid.clone()]);
-    assert_eq!(dev.json(&["project", "rename", &pid, "site"])["name"], "site");
+    assert_eq!(
+        ids(&dev.json(&["project", "list", "--org", &org_id])),
+        [pid.as_str()]
+    );
+    assert_eq!(
+        dev.json(&["project", "rename", &pid, "site"])["name"],
+        "site"
+    );
     assert_eq!(dev.json(&["project", "get", &pid])["name"], "site");
 
     // A key: its secret with -o id, and it works for that project only.
     let secret = dev
         .ok(&[
-            "key", "create", "ci", "--org", &org_id, "--project", &pid, "--scope",
-            "sandboxes:read", "--scope", "sandboxes:write", "-o", "id",
+            "key",
+            "create",
+            "ci",
+            "--org",
+            &org_id,
+            "--project",
+            &pid,
+            "--scope",
+            "sandboxes:read",
+            "--scope",
+            "sandboxes:write",
+            "-o",
+            "id",
         ])
         .trim()
         .to_owned();
@@ -371,45 +473,91 @@ fn tenancy_quotas_policies_dry_run_and_audit() {
     let mut as_tenant = dev.cmd(&["sandbox", "list", "-o", "json"]);
     as_tenant.env("DIFFERENTLY_API_KEY", &secret);
     let (code, out, err) = output(as_tenant, None);
-    assert_eq!((code, json(&out)["items"].as_array().map(Vec::len)), (0, Some(0)), "{err}");
+    assert_eq!(
+        (code, json(&out)["items"].as_array().map(Vec::len)),
+        (0, Some(0)),
+        "{err}"
+    );
     let keys = dev.json(&["key", "list", "--org", &org_id]);
     let key_id = keys["items"][0]["id"].as_str().unwrap().to_owned();
-    assert!(!keys.to_string().contains(&secret), "a list shows the secret");
+    assert!(
+        !keys.to_string().contains(&secret),
+        "a list shows the secret"
+    );
     assert_eq!(dev.json(&["key", "get", &key_id])["name"], "ci");
     assert!(dev.json(&["key", "revoke", &key_id])["revokedAt"].is_string());
 
     // Quotas and policies.
     let q = dev.json(&["quota", "set", "--org", &org_id, "--max-active", "3"]);
     assert_eq!(q["quota"]["maxActive"], 3, "{q}");
-    assert_eq!(dev.json(&["quota", "get", "--org", &org_id])["effective"]["maxActive"], 3);
+    assert_eq!(
+        dev.json(&["quota", "get", "--org", &org_id])["effective"]["maxActive"],
+        3
+    );
     let (code, _, err) = dev.run(&["quota", "get"]);
     assert_eq!(code, 2, "a quota needs --org or --project: {err}");
     let policy = dev.dir.path().join("policy.json");
     std::fs::write(&policy, r#"{"allowedClassifications":["internal"]}"#).unwrap();
-    let set = dev.json(&["policy", "set", "--org", &org_id, "--file", policy.to_str().unwrap()]);
-    assert_eq!(set["allowedClassifications"], serde_json::json!(["internal"]));
+    let set = dev.json(&[
+        "policy",
+        "set",
+        "--org",
+        &org_id,
+        "--file",
+        policy.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        set["allowedClassifications"],
+        serde_json::json!(["internal"])
+    );
     assert_eq!(
         dev.json(&["policy", "get", "--org", &org_id])["allowedClassifications"],
         serde_json::json!(["internal"])
     );
     std::fs::write(&policy, r#"{"allowedClasifications":["internal"]}"#).unwrap();
-    let (code, _, err) = dev.run(&["policy", "set", "--global", "--file", policy.to_str().unwrap()]);
+    let (code, _, err) = dev.run(&[
+        "policy",
+        "set",
+        "--global",
+        "--file",
+        policy.to_str().unwrap(),
+    ]);
     assert_eq!(code, 1);
-    assert!(err.contains("allowedClasifications"), "the API names the unknown field: {err}");
+    assert!(
+        err.contains("allowedClasifications"),
+        "the API names the unknown field: {err}"
+    );
     assert!(dev.json(&["policy", "get", "--global"]).is_object());
     dev.ok(&["project", "delete", &pid]);
     dev.ok(&["org", "delete", &org_id]);
 
     // Placement dry run: where it would go, nothing created.
     let dry = dev.json(&["sandbox", "create", "--dry-run", "--profile", "small"]);
-    assert_eq!((dry["decision"].as_str(), dry["pool"].as_str()), (Some("placed"), Some("local")));
+    assert_eq!(
+        (dry["decision"].as_str(), dry["pool"].as_str()),
+        (Some("placed"), Some("local"))
+    );
     assert_eq!(ids(&dev.json(&["sandbox", "list"])).len(), 0);
 
     // Audit: list with a filter, export as JSON lines that verify offline.
-    let listed = dev.json(&["admin", "audit-list", "--org", &org_id, "--action", "org.create"]);
-    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "{listed}");
+    let listed = dev.json(&[
+        "admin",
+        "audit-list",
+        "--org",
+        &org_id,
+        "--action",
+        "org.create",
+    ]);
+    assert_eq!(
+        listed["items"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
     let table = dev.ok(&["admin", "audit-list", "--org", &org_id, "-o", "table"]);
-    assert!(table.starts_with("SEQ") && table.contains("org.create"), "{table}");
+    assert!(
+        table.starts_with("SEQ") && table.contains("org.create"),
+        "{table}"
+    );
     let export = dev.dir.path().join("audit.jsonl");
     dev.ok(&["admin", "audit-export", "--file", export.to_str().unwrap()]);
     let text = std::fs::read_to_string(&export).unwrap();
@@ -424,7 +572,10 @@ fn tenancy_quotas_policies_dry_run_and_audit() {
     assert_eq!((code, out.as_str()), (0, ""));
     assert!(err.contains("nothing changed"), "{err}");
     let pools = dev.ok(&["admin", "pools", "-o", "table"]);
-    assert!(pools.starts_with("NAME") && pools.contains("devhost"), "{pools}");
+    assert!(
+        pools.starts_with("NAME") && pools.contains("devhost"),
+        "{pools}"
+    );
 }
 
 #[test]
@@ -432,7 +583,8 @@ fn login_profiles_env_overrides_and_completions() {
     let dev = Dev::start();
     // No key anywhere: exit 2, naming the ways to give one.
     let mut none = dev.cmd(&["sandbox", "list"]);
-    none.env_remove("DIFFERENTLY_API_KEY").env_remove("DIFFERENTLY_URL");
+    none.env_remove("DIFFERENTLY_API_KEY")
+        .env_remove("DIFFERENTLY_URL");
     let (code, _, err) = output(none, None);
     assert_eq!(code, 2);
     assert!(err.contains("differently login"), "{err}");
@@ -447,19 +599,25 @@ fn login_profiles_env_overrides_and_completions() {
 
     // login with the key on stdin writes the profile, mode 0600.
     let mut login = dev.cmd(&["login", "--url", &dev.url, "--config-profile", "local"]);
-    login.env_remove("DIFFERENTLY_API_KEY").env_remove("DIFFERENTLY_URL");
+    login
+        .env_remove("DIFFERENTLY_API_KEY")
+        .env_remove("DIFFERENTLY_URL");
     let (code, _, err) = output(login, Some(format!("{}\n", dev.key).as_bytes()));
     assert_eq!(code, 0, "{err}");
     #[cfg(unix)]
     assert_eq!(mode(&dev.config()), 0o600);
     let text = std::fs::read_to_string(dev.config()).unwrap();
-    assert!(text.contains("[profiles.local]") && text.contains(&dev.url), "{text}");
+    assert!(
+        text.contains("[profiles.local]") && text.contains(&dev.url),
+        "{text}"
+    );
     assert!(!err.contains(&dev.key), "login printed the key: {err}");
 
     // The profile alone is enough; an unknown one is an error naming it.
     let with_profile = |profile: &str| {
         let mut c = dev.cmd(&["sandbox", "list", "-o", "json", "--config-profile", profile]);
-        c.env_remove("DIFFERENTLY_API_KEY").env_remove("DIFFERENTLY_URL");
+        c.env_remove("DIFFERENTLY_API_KEY")
+            .env_remove("DIFFERENTLY_URL");
         output(c, None)
     };
     let (code, out, err) = with_profile("local");
@@ -470,7 +628,8 @@ fn login_profiles_env_overrides_and_completions() {
     assert!(err.contains("no profile \"staging\""), "{err}");
     // The environment overrides the profile: a URL where nothing listens wins, and says so.
     let mut c = dev.cmd(&["sandbox", "list", "--config-profile", "local"]);
-    c.env("DIFFERENTLY_URL", "http://127.0.0.1:1").env_remove("DIFFERENTLY_API_KEY");
+    c.env("DIFFERENTLY_URL", "http://127.0.0.1:1")
+        .env_remove("DIFFERENTLY_API_KEY");
     let (code, _, err) = output(c, None);
     assert_eq!(code, 1);
     assert!(
@@ -482,7 +641,11 @@ fn login_profiles_env_overrides_and_completions() {
 
     // Completions for the shells clap_complete knows; bash's names the commands.
     let bash = dev.ok(&["completions", "bash"]);
-    assert!(bash.contains("_differently") && bash.contains("snapshot"), "{}", &bash[..200.min(bash.len())]);
+    assert!(
+        bash.contains("_differently") && bash.contains("snapshot"),
+        "{}",
+        &bash[..200.min(bash.len())]
+    );
     for shell in ["zsh", "fish"] {
         assert!(!dev.ok(&["completions", shell]).is_empty());
     }
