@@ -660,3 +660,62 @@ fn login_profiles_env_overrides_and_completions() {
     let (code, _, _) = dev.run(&["completions", "tcsh-nope"]);
     assert_eq!(code, 2);
 }
+
+/// On a terminal (util-linux `script` gives the command one): a table by default, and the
+/// spinner on `--wait`, cleared before the answer. Piped, the same command printed JSON and
+/// no spinner (above).
+#[test]
+fn a_terminal_gets_tables_and_a_spinner() {
+    let dev = Dev::start();
+    let script = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect(
+            "util-linux `script` is needed to give the CLI a terminal: apt-get install util-linux",
+        );
+    let line = format!("{} sandbox create --wait --label tty=yes", binary());
+    let mut cmd = Command::new(script);
+    cmd.args(["-qec", &line, "/dev/null"])
+        .env("DIFFERENTLY_URL", &dev.url)
+        .env("DIFFERENTLY_API_KEY", &dev.key)
+        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
+        .stdin(Stdio::null());
+    let (code, out, err) = output(cmd, None);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(
+        out.contains("waiting for sbx_"),
+        "no spinner on the terminal: {out:?}"
+    );
+    assert!(
+        out.contains("\x1b[2K"),
+        "the spinner's line is not cleared: {out:?}"
+    );
+    let table = &out[out.find("FIELD").expect("a FIELD/VALUE table")..];
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("status") && l.trim_end().ends_with("running")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("labels") && l.contains("tty=yes")),
+        "{table}"
+    );
+    // A list on a terminal: headers and one row.
+    let mut cmd = Command::new(script);
+    cmd.args(["-qec", &format!("{} sandbox list", binary()), "/dev/null"])
+        .env("DIFFERENTLY_URL", &dev.url)
+        .env("DIFFERENTLY_API_KEY", &dev.key)
+        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
+        .stdin(Stdio::null());
+    let (code, out, err) = output(cmd, None);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STATUS"),
+        "{out}"
+    );
+    assert_eq!(lines.len(), 2, "{out}");
+}
