@@ -5,7 +5,7 @@ use futures::stream::BoxStream;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::{encode, query, AuditFilter, Client, Error, Pool, PoolRequest, Result, TransportError};
+use crate::{encode, query, AuditFilter, Client, Error, Pool, Result, TransportError};
 
 fn audit_path(f: &AuditFilter) -> String {
     format!(
@@ -40,14 +40,19 @@ impl Client {
         .await
     }
 
-    /// `POST /v1/admin/pools`: registers a pool (its record).
-    pub async fn create_pool(&self, req: &PoolRequest) -> Result<Value> {
+    /// `POST /v1/admin/pools`: registers a pool (its record). `req` is a [`crate::PoolRequest`] or a
+    /// document of that shape.
+    pub async fn create_pool<P: serde::Serialize + ?Sized>(&self, req: &P) -> Result<Value> {
         self.json(Method::POST, "/v1/admin/pools", Some(req), &[])
             .await
     }
 
     /// `PATCH /v1/admin/pools/{name}`.
-    pub async fn update_pool(&self, name: &str, req: &PoolRequest) -> Result<Value> {
+    pub async fn update_pool<P: serde::Serialize + ?Sized>(
+        &self,
+        name: &str,
+        req: &P,
+    ) -> Result<Value> {
         self.json(
             Method::PATCH,
             &format!("/v1/admin/pools/{}", encode(name)),

@@ -37,6 +37,22 @@ pub enum AdminCommand {
     Pools,
     /// One pool.
     Pool { name: String },
+    /// Register a pool from a JSON document (`PoolRequest`: name, kind, trust, region,
+    /// settings with credential references only; docs/configuration.md).
+    PoolCreate {
+        /// The JSON file (`-` for standard input).
+        #[arg(long)]
+        file: PathBuf,
+    },
+    /// Change a pool registered through the API, from a JSON document of the fields to change.
+    PoolUpdate {
+        name: String,
+        /// The JSON file (`-` for standard input).
+        #[arg(long)]
+        file: PathBuf,
+    },
+    /// Remove a pool that runs nothing.
+    PoolDelete { name: String },
     /// Where work may go and why, per pool and per organization.
     TrustReport,
     /// Stored backend secrets: names and fingerprints only.
@@ -104,6 +120,15 @@ async fn answer(c: &Client, p: Printer, command: AdminCommand) -> Result<(), Cli
             p.print_list(items.iter().map(to_json).collect(), POOL_COLUMNS)
         }
         AdminCommand::Pool { name } => p.print(&to_json(&c.get_pool(&name).await?), &[]),
+        AdminCommand::PoolCreate { file } => {
+            let req = read_json(&file)?;
+            p.print(&c.create_pool(&req).await?, &[])
+        }
+        AdminCommand::PoolUpdate { name, file } => {
+            let req = read_json(&file)?;
+            p.print(&c.update_pool(&name, &req).await?, &[])
+        }
+        AdminCommand::PoolDelete { name } => Ok(c.delete_pool(&name).await?),
         AdminCommand::TrustReport => p.print(&c.trust_report().await?, &[]),
         AdminCommand::Secrets => {
             let items: Vec<_> = c.list_secrets().try_collect().await?;
@@ -197,4 +222,20 @@ impl Write for StdoutOrExit {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A JSON document from a file or stdin, sent as it is: the API judges its fields and names
+/// the one it refuses.
+fn read_json(file: &std::path::Path) -> Result<serde_json::Value, CliError> {
+    let text = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::io("reading standard input", e))?;
+        s
+    } else {
+        std::fs::read_to_string(file).map_err(|e| CliError::io(file.display().to_string(), e))?
+    };
+    serde_json::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("--file {}: not JSON: {e}", file.display())))
 }

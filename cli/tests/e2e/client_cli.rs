@@ -236,7 +236,7 @@ async fn preflight_checks_what_a_server_needs_and_names_what_is_missing() {
 }
 
 /// What devhost cannot do (stop, and ports when isolated) through the CLI on the fake pool
-/// that has it: `expose` prints the URL, `stop` and `start` go through.
+/// that has it: `expose` prints the URL; pause, resume, stop and start go through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expose_stop_and_start_where_the_pool_has_them() {
     let c = crate::dataplane::cluster(Opts::default()).await;
@@ -279,6 +279,26 @@ async fn expose_stop_and_start_where_the_pool_has_them() {
     .await;
     assert_eq!(code, 0, "{err}");
     assert!(json(&out)["expiresAt"].is_string(), "{out}");
+    let (code, out, err) = run(&c, key, &["sandbox", "pause", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        matches!(json(&out)["status"].as_str(), Some("pausing" | "paused")),
+        "{out}"
+    );
+    let (code, out, err) = run(&c, key, &["sandbox", "wait", &id, "--status", "paused"]).await;
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("paused")),
+        "{err}"
+    );
+    let (code, _, err) = run(&c, key, &["sandbox", "resume", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&c, key, &["sandbox", "wait", &id]).await;
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("running")),
+        "{err}"
+    );
     let (code, _, err) = run(&c, key, &["sandbox", "stop", &id]).await;
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = run(&c, key, &["sandbox", "wait", &id, "--status", "stopped"]).await;

@@ -28,6 +28,8 @@ impl Dev {
         let child = Command::new(binary())
             .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--root"])
             .arg(dir.path().join("sandboxes"))
+            // A sealing key, so stored secrets are enabled.
+            .env("DIFFERENTLY_SECRETS_KEY", "cd".repeat(32))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.path().join("dev.log")).unwrap())
@@ -535,7 +537,58 @@ fn tenancy_quotas_policies_dry_run_and_audit() {
         err.contains("allowedClasifications"),
         "the API names the unknown field: {err}"
     );
-    assert!(dev.json(&["policy", "get", "--global"]).is_object());
+    let global = dev.dir.path().join("global.json");
+    std::fs::write(&global, r#"{"deniedPools":["elsewhere"]}"#).unwrap();
+    let set = dev.json(&[
+        "policy",
+        "set",
+        "--global",
+        "--file",
+        global.to_str().unwrap(),
+    ]);
+    assert_eq!(set["deniedPools"], serde_json::json!(["elsewhere"]));
+    assert_eq!(
+        dev.json(&["policy", "get", "--global"])["deniedPools"],
+        serde_json::json!(["elsewhere"])
+    );
+    let mut from_stdin = dev.cmd(&[
+        "policy",
+        "set",
+        "--project",
+        &pid,
+        "--file",
+        "-",
+        "-o",
+        "json",
+    ]);
+    from_stdin.stdin(Stdio::piped());
+    let (code, out, err) = output(from_stdin, Some(br#"{"allowedRegions":["eu"]}"#));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["allowedRegions"], serde_json::json!(["eu"]));
+    assert_eq!(
+        dev.json(&["policy", "get", "--project", &pid])["allowedRegions"],
+        serde_json::json!(["eu"])
+    );
+    let q = dev.json(&[
+        "quota",
+        "set",
+        "--project",
+        &pid,
+        "--max-active",
+        "2",
+        "--max-cpu",
+        "4",
+    ]);
+    assert_eq!(
+        (
+            q["quota"]["maxActive"].as_u64(),
+            q["quota"]["maxCpu"].as_u64()
+        ),
+        (Some(2), Some(4)),
+        "{q}"
+    );
+    let q = dev.json(&["quota", "get", "--project", &pid]);
+    assert_eq!(q["effective"]["maxActive"], 2, "{q}");
     dev.ok(&["project", "delete", &pid]);
     dev.ok(&["org", "delete", &org_id]);
 
@@ -584,6 +637,47 @@ fn tenancy_quotas_policies_dry_run_and_audit() {
         pools.starts_with("NAME") && pools.contains("devhost"),
         "{pools}"
     );
+    // Every signature verifies: a new segment is refused (409), exit 1.
+    let (code, _, err) = dev.run(&["admin", "audit-segment", "--reason", "drill"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("409"), "{err}");
+
+    // Pools registered through the API: create, update, delete.
+    let pool = dev.dir.path().join("pool.json");
+    std::fs::write(&pool, r#"{"name":"extra","kind":"fake"}"#).unwrap();
+    let made = dev.json(&["admin", "pool-create", "--file", pool.to_str().unwrap()]);
+    assert_eq!(
+        (made["name"].as_str(), made["source"].as_str()),
+        (Some("extra"), Some("api"))
+    );
+    std::fs::write(&pool, r#"{"maxConcurrent":4}"#).unwrap();
+    let changed = dev.json(&[
+        "admin",
+        "pool-update",
+        "extra",
+        "--file",
+        pool.to_str().unwrap(),
+    ]);
+    assert_eq!(changed["maxConcurrent"], 4, "{changed}");
+    dev.ok(&["admin", "pool-delete", "extra"]);
+    let (code, _, err) = dev.run(&["admin", "pool", "extra"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("404"), "{err}");
+
+    // Secrets: the value from stdin, never printed back.
+    let mut set = dev.cmd(&["admin", "secret-set", "backend-token", "-o", "json"]);
+    set.stdin(Stdio::piped());
+    let (code, out, err) = output(set, Some(b"s3cr3t-value\n"));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !out.contains("s3cr3t") && !err.contains("s3cr3t"),
+        "{out}{err}"
+    );
+    let listed = dev.json(&["admin", "secrets"]);
+    assert_eq!(listed["items"][0]["name"], "backend-token", "{listed}");
+    assert!(!listed.to_string().contains("s3cr3t"));
+    let (code, _, err) = dev.run(&["admin", "secret-set", "empty"]);
+    assert_eq!(code, 2, "no value on stdin: {err}");
 }
 
 #[test]
