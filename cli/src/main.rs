@@ -74,38 +74,79 @@ enum Command {
         #[command(subcommand)]
         command: audit_cmd::AuditCommand,
     },
-    /// API key helpers.
+    /// API keys: create, list, read, revoke over the API; `generate` offline.
     Key {
+        #[command(flatten)]
+        target: client::Target,
         #[command(subcommand)]
-        command: KeyCommand,
+        command: client::tenancy::KeyCommand,
     },
-    /// Sandboxes through the API (`DIFFERENTLY_URL`, `DIFFERENTLY_API_KEY`).
+    /// Sandboxes through the API (`DIFFERENTLY_URL`, `DIFFERENTLY_API_KEY`, or a profile).
     Sandbox {
         #[command(flatten)]
         target: client::Target,
         #[command(subcommand)]
         command: client::sandbox::SandboxCommand,
     },
-    /// Operator reads through the API, with an admin key.
+    /// Snapshots of sandboxes, and forks from them.
+    Snapshot {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::snapshot::SnapshotCommand,
+    },
+    /// Sandbox status changes as they happen (`-f` to follow).
+    Events {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(flatten)]
+        args: client::events::EventsArgs,
+    },
+    /// Organizations.
+    Org {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::tenancy::OrgCommand,
+    },
+    /// Projects of an organization.
+    Project {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::tenancy::ProjectCommand,
+    },
+    /// Quotas of organizations and projects.
+    Quota {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::tenancy::QuotaCommand,
+    },
+    /// Placement policies: global, per organization, per project.
+    Policy {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::tenancy::PolicyCommand,
+    },
+    /// Operator commands through the API, with an admin key.
     Admin {
         #[command(flatten)]
         target: client::Target,
         #[command(subcommand)]
         command: client::admin::AdminCommand,
     },
-}
-
-#[derive(Subcommand)]
-enum KeyCommand {
-    /// Print a new random key: an API key (for DIFFERENTLY_BOOTSTRAP_KEY), or with `--audit`
-    /// or `--secrets` a 32-byte hex key (DIFFERENTLY_AUDIT_KEY, DIFFERENTLY_SECRETS_KEY).
-    Generate {
-        /// An audit chain HMAC key (64 hex characters).
-        #[arg(long, conflicts_with = "secrets")]
-        audit: bool,
-        /// A secrets sealing key (64 hex characters).
-        #[arg(long)]
-        secrets: bool,
+    /// Check a URL and key against the API and store them as a profile of the client config
+    /// file (mode 0600); the key from --key, DIFFERENTLY_API_KEY or standard input.
+    Login {
+        #[command(flatten)]
+        target: client::Target,
+    },
+    /// Print a shell completion script (e.g. `differently completions bash > /etc/bash_completion.d/differently`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
     },
 }
 
@@ -134,8 +175,37 @@ fn main() -> ExitCode {
             Command::Sandbox { target, command } => {
                 return Ok(client::sandbox::run(&target, command).await)
             }
+            Command::Snapshot { target, command } => {
+                return Ok(client::snapshot::run(&target, command).await)
+            }
+            Command::Events { target, args } => return Ok(client::events::run(&target, args).await),
+            Command::Org { target, command } => {
+                return Ok(client::tenancy::org(&target, command).await)
+            }
+            Command::Project { target, command } => {
+                return Ok(client::tenancy::project(&target, command).await)
+            }
+            Command::Key { target, command } => {
+                return Ok(client::tenancy::key(&target, command).await)
+            }
+            Command::Quota { target, command } => {
+                return Ok(client::tenancy::quota(&target, command).await)
+            }
+            Command::Policy { target, command } => {
+                return Ok(client::tenancy::policy(&target, command).await)
+            }
             Command::Admin { target, command } => {
                 return Ok(client::admin::run(&target, command).await)
+            }
+            Command::Login { target } => {
+                return Ok(client::finish(client::profile::login(&target).await))
+            }
+            Command::Completions { shell } => {
+                let mut cmd = <Cli as clap::CommandFactory>::command();
+                let mut out = Vec::new();
+                clap_complete::generate(shell, &mut cmd, "differently", &mut out);
+                client::output::write_raw(&mut std::io::stdout(), &out);
+                Ok(())
             }
             Command::Dev {
                 listen,
@@ -168,17 +238,6 @@ fn main() -> ExitCode {
                 roles::migrate(&config).await
             }
             Command::Audit { command } => audit_cmd::run(command),
-            Command::Key {
-                command: KeyCommand::Generate { audit, secrets },
-            } => {
-                if audit || secrets {
-                    let key = differently_store::audit::AuditKey::random()?;
-                    println!("{}", key.to_hex());
-                } else {
-                    println!("{}", differently_api::generate_key());
-                }
-                Ok(())
-            }
         }
         .map(|()| ExitCode::SUCCESS)
     });

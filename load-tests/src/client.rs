@@ -1,5 +1,10 @@
 //! The harness's HTTP client for `/v1`, and tenant provisioning (orgs, projects, keys) with
 //! the documented fallback to the bootstrap key while the tenancy routes are not served.
+//!
+//! Provisioning is setup, not measured: it goes through `differently-client` like any
+//! application. The measured calls (create, wait, exec, delete, streamed exec) stay raw
+//! `reqwest` on one shared pool, so what the generator times is the API and the HTTP stack,
+//! not a client library's decoding (its SSE and frame readers count bytes in place).
 
 use std::time::Duration;
 
@@ -376,89 +381,61 @@ async fn read_frame_output(
     })
 }
 
-fn id_of(body: &Value, context: &str) -> Result<String, LoadError> {
-    body["id"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| LoadError::Api {
-            context: context.to_owned(),
-            status: 200,
-            body: format!("no id in {}", truncate(&body.to_string())),
-        })
-}
-
-fn expect_created(context: &str, status: u16, body: &Value) -> Result<(), LoadError> {
-    if (200..300).contains(&status) {
-        Ok(())
-    } else {
-        Err(LoadError::Api {
-            context: context.to_owned(),
-            status,
-            body: truncate(&body.to_string()),
-        })
-    }
-}
-
 /// Provisions `orgs` organizations, each with one project and one key scoped to it, per
 /// the API contract. When `POST /v1/orgs` answers 404 (tenancy not served yet), falls back
 /// to one tenant acting with the bootstrap key, and says so in `Tenancy::note`.
 pub async fn provision(api: &Api, bootstrap_key: &str, orgs: usize) -> Result<Tenancy, LoadError> {
+    let admin = differently_client::Client::builder(api.base.clone(), bootstrap_key)
+        .http_client(api.http.clone())
+        .build()
+        .map_err(|e| LoadError::client("building the API client", e))?;
     let mut tenants = Vec::with_capacity(orgs);
     for i in 0..orgs {
         let name = format!("load-org-{i}");
-        let (status, body) = api
-            .post(bootstrap_key, "/v1/orgs", &json!({"name": name}))
-            .await?;
-        if status == 404 && i == 0 {
-            return Ok(Tenancy {
-                mode: "bootstrap-fallback".to_owned(),
-                note: Some(format!(
-                    "POST /v1/orgs answered 404 ({}): tenancy routes are not served yet, so \
-                     every sandbox is created with the bootstrap key in its single org/project; \
-                     per-org figures collapse into one org",
-                    truncate(&body["error"]["message"].to_string())
-                )),
-                tenants: vec![Tenant {
-                    name: "bootstrap".to_owned(),
-                    org_id: None,
-                    project_id: None,
-                    key: bootstrap_key.to_owned(),
-                }],
-            });
-        }
-        expect_created("POST /v1/orgs", status, &body)?;
-        let org_id = id_of(&body, "POST /v1/orgs")?;
-        let (status, body) = api
-            .post(
-                bootstrap_key,
-                "/v1/projects",
-                &json!({"orgId": org_id, "name": format!("{name}-project")}),
+        let org = match admin.create_org(&name, None).await {
+            Ok(org) => org,
+            Err(e) if e.status() == Some(404) && i == 0 => {
+                let message = e.api().map(|a| a.message.clone()).unwrap_or_default();
+                return Ok(Tenancy {
+                    mode: "bootstrap-fallback".to_owned(),
+                    note: Some(format!(
+                        "POST /v1/orgs answered 404 ({}): tenancy routes are not served yet, so \
+                         every sandbox is created with the bootstrap key in its single org/project; \
+                         per-org figures collapse into one org",
+                        truncate(&message)
+                    )),
+                    tenants: vec![Tenant {
+                        name: "bootstrap".to_owned(),
+                        org_id: None,
+                        project_id: None,
+                        key: bootstrap_key.to_owned(),
+                    }],
+                });
+            }
+            Err(e) => return Err(LoadError::client("POST /v1/orgs", e)),
+        };
+        let project = admin
+            .create_project(Some(&org.id), &format!("{name}-project"), None)
+            .await
+            .map_err(|e| LoadError::client("POST /v1/projects", e))?;
+        let key = admin
+            .create_key(
+                &differently_client::CreateKey {
+                    org_id: Some(org.id.clone()),
+                    project_id: Some(project.id.clone()),
+                    name: format!("{name}-key"),
+                    scopes: SCOPES.iter().map(|s| (*s).to_owned()).collect(),
+                    expires_at: None,
+                },
+                None,
             )
-            .await?;
-        expect_created("POST /v1/projects", status, &body)?;
-        let project_id = id_of(&body, "POST /v1/projects")?;
-        let (status, body) = api
-            .post(
-                bootstrap_key,
-                "/v1/keys",
-                &json!({"orgId": org_id, "projectId": project_id, "name": format!("{name}-key"),
-                        "scopes": SCOPES}),
-            )
-            .await?;
-        expect_created("POST /v1/keys", status, &body)?;
-        let key = body["key"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| LoadError::Api {
-                context: "POST /v1/keys".to_owned(),
-                status,
-                body: "no key in the answer".to_owned(),
-            })?;
+            .await
+            .map_err(|e| LoadError::client("POST /v1/keys", e))?;
         tenants.push(Tenant {
             name,
-            org_id: Some(org_id),
-            project_id: Some(project_id),
-            key,
+            org_id: Some(org.id),
+            project_id: Some(project.id),
+            key: key.key,
         });
     }
     Ok(Tenancy {

@@ -22,6 +22,15 @@ pub enum LoadError {
         /// The underlying error.
         source: reqwest::Error,
     },
+    /// A call through `differently-client` (tenant provisioning) failed: the API's error
+    /// with its status and code, or the transport's.
+    #[error("{context}: {source}")]
+    Client {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: differently_client::Error,
+    },
     /// The API answered with a status the harness did not expect.
     #[error("{context}: HTTP {status}: {body}")]
     Api {
@@ -78,6 +87,14 @@ impl LoadError {
     /// Wraps a transport error with what was being done.
     pub fn http(context: impl Into<String>, source: reqwest::Error) -> LoadError {
         LoadError::Http {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Wraps a client call's error with what was being done.
+    pub fn client(context: impl Into<String>, source: differently_client::Error) -> LoadError {
+        LoadError::Client {
             context: context.into(),
             source,
         }

@@ -1,21 +1,100 @@
-//! `differently admin …`: operator reads over the API (an admin key).
+//! `differently admin …`: operators' routes over the API (an admin key): pools, stored
+//! secrets, the audit log, the trust report.
 
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use reqwest::Method;
+use differently_client::{AuditFilter, Client};
+use futures::TryStreamExt;
 
-use super::{fail, Client, Target};
+use super::output::Column;
+use super::{fail, finish, to_json, CliError, Printer, Target};
+
+const POOL_COLUMNS: &[Column] = &[
+    ("NAME", "name"),
+    ("KIND", "kind"),
+    ("TRUST", "trust"),
+    ("HEALTHY", "healthy"),
+    ("REGION", "region"),
+    ("SOURCE", "source"),
+    ("CAPABILITIES", "capabilities"),
+];
+const AUDIT_COLUMNS: &[Column] = &[
+    ("SEQ", "seq"),
+    ("AT", "at"),
+    ("ACTOR", "actor"),
+    ("ACTION", "action"),
+    ("RESOURCE", "resource"),
+    ("OUTCOME", "outcome"),
+];
 
 /// Operator commands.
 #[derive(Subcommand, Debug)]
 pub enum AdminCommand {
     /// Pools: health, capabilities, source.
     Pools,
+    /// One pool.
+    Pool { name: String },
+    /// Register a pool from a JSON document (`PoolRequest`: name, kind, trust, region,
+    /// settings with credential references only; docs/configuration.md).
+    PoolCreate {
+        /// The JSON file (`-` for standard input).
+        #[arg(long)]
+        file: PathBuf,
+    },
+    /// Change a pool registered through the API, from a JSON document of the fields to change.
+    PoolUpdate {
+        name: String,
+        /// The JSON file (`-` for standard input).
+        #[arg(long)]
+        file: PathBuf,
+    },
+    /// Remove a pool that runs nothing.
+    PoolDelete { name: String },
     /// Where work may go and why, per pool and per organization.
     TrustReport,
+    /// Stored backend secrets: names and fingerprints only.
+    Secrets,
+    /// Store or replace a backend secret; the value is read from standard input (never a
+    /// flag, which `ps` and shell history would show).
+    SecretSet { name: String },
+    /// Audit records (the key's organization; any with `--org`).
+    AuditList {
+        /// The organization's chains (admin keys; default: the key's own).
+        #[arg(long)]
+        org: Option<String>,
+        /// Only records of this project.
+        #[arg(long)]
+        project: Option<String>,
+        /// Only this action, e.g. `sandbox.exec`.
+        #[arg(long)]
+        action: Option<String>,
+        /// Only records of this actor.
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only records about this resource id.
+        #[arg(long)]
+        resource: Option<String>,
+        /// RFC 3339: records at or after this time.
+        #[arg(long)]
+        since: Option<String>,
+        /// RFC 3339: records before this time.
+        #[arg(long)]
+        until: Option<String>,
+    },
+    /// Every audit record as JSON lines, to stdout or `--file` (check it offline with
+    /// `differently audit verify`).
+    AuditExport {
+        /// Write here instead of stdout.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
     /// Verify every audit chain on the server; exit 1 if one does not hold.
     AuditVerify,
+    /// Sign every audit chain's head now (prints nothing when nothing changed).
+    AuditCheckpoint,
     /// After a lost audit key: start a new audit segment (docs/audit.md). Rewrites nothing;
     /// records signed with the lost key stay, counted as unverifiable.
     AuditSegment {
@@ -27,32 +106,136 @@ pub enum AdminCommand {
 
 /// Runs an admin command; the process's exit code.
 pub async fn run(target: &Target, command: AdminCommand) -> ExitCode {
-    let client = match Client::new(target) {
+    let client = match target.client() {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    let verify = matches!(command, AdminCommand::AuditVerify);
-    let (method, path, body) = match command {
-        AdminCommand::Pools => (Method::GET, "/v1/admin/pools", None),
-        AdminCommand::TrustReport => (Method::GET, "/v1/admin/trust-report", None),
-        AdminCommand::AuditVerify => (Method::GET, "/v1/admin/audit/verify", None),
-        AdminCommand::AuditSegment { reason } => (
-            Method::POST,
-            "/v1/admin/audit/segments",
-            Some(serde_json::json!({ "reason": reason })),
-        ),
-    };
-    match client.call(method, path, body.as_ref(), &[]).await {
-        Ok(v) => {
-            if let Err(e) = target.output.print(&v) {
-                return fail(&e);
-            }
-            if verify && v["ok"] != true {
-                eprintln!("differently: the audit log does not verify (see firstBad)");
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
+    finish(answer(&client, target.printer(), command).await)
+}
+
+async fn answer(c: &Client, p: Printer, command: AdminCommand) -> Result<(), CliError> {
+    match command {
+        AdminCommand::Pools => {
+            let items: Vec<_> = c.list_pools().try_collect().await?;
+            p.print_list(items.iter().map(to_json).collect(), POOL_COLUMNS)
         }
-        Err(e) => fail(&e),
+        AdminCommand::Pool { name } => p.print(&to_json(&c.get_pool(&name).await?), &[]),
+        AdminCommand::PoolCreate { file } => {
+            let req = read_json(&file)?;
+            p.print(&c.create_pool(&req).await?, &[])
+        }
+        AdminCommand::PoolUpdate { name, file } => {
+            let req = read_json(&file)?;
+            p.print(&c.update_pool(&name, &req).await?, &[])
+        }
+        AdminCommand::PoolDelete { name } => Ok(c.delete_pool(&name).await?),
+        AdminCommand::TrustReport => p.print(&c.trust_report().await?, &[]),
+        AdminCommand::Secrets => {
+            let items: Vec<_> = c.list_secrets().try_collect().await?;
+            p.print_list(items, &[("NAME", "name"), ("FINGERPRINT", "fingerprint")])
+        }
+        AdminCommand::SecretSet { name } => {
+            let stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                eprint!("value of {name}: ");
+                let _ = std::io::stderr().flush();
+            }
+            let mut value = String::new();
+            stdin
+                .lock()
+                .read_to_string(&mut value)
+                .map_err(|e| CliError::io("reading the secret from standard input", e))?;
+            let value = value.strip_suffix('\n').unwrap_or(&value);
+            if value.is_empty() {
+                return Err(CliError::Usage(
+                    "no secret on standard input (e.g. `printf %s \"$TOKEN\" | differently admin secret-set NAME`)"
+                        .into(),
+                ));
+            }
+            p.print(&c.put_secret(&name, value).await?, &[])
+        }
+        AdminCommand::AuditList {
+            org,
+            project,
+            action,
+            actor,
+            resource,
+            since,
+            until,
+        } => {
+            let filter = AuditFilter {
+                org_id: org,
+                project_id: project,
+                action,
+                actor,
+                resource,
+                since,
+                until,
+                limit: None,
+            };
+            let items: Vec<_> = c.list_audit(&filter).try_collect().await?;
+            p.print_list(items, AUDIT_COLUMNS)
+        }
+        AdminCommand::AuditExport { file } => {
+            match file {
+                Some(path) => {
+                    let mut f = std::fs::File::create(&path)
+                        .map_err(|e| CliError::io(path.display().to_string(), e))?;
+                    c.export_audit(&mut f).await?;
+                }
+                None => {
+                    let mut out = StdoutOrExit;
+                    c.export_audit(&mut out).await?;
+                }
+            }
+            Ok(())
+        }
+        AdminCommand::AuditVerify => {
+            let v = c.verify_audit().await?;
+            p.print(&v, &[])?;
+            if v["ok"] != true {
+                return Err(CliError::Outcome(
+                    "the audit log does not verify (see firstBad)".into(),
+                ));
+            }
+            Ok(())
+        }
+        AdminCommand::AuditCheckpoint => match c.checkpoint_audit().await? {
+            Some(v) => p.print(&v, &[]),
+            None => {
+                eprintln!("differently: nothing changed since the last checkpoint");
+                Ok(())
+            }
+        },
+        AdminCommand::AuditSegment { reason } => p.print(&c.segment_audit(&reason).await?, &[]),
     }
+}
+
+/// Stdout for a streamed export: a reader that went away ends the process quietly.
+struct StdoutOrExit;
+
+impl Write for StdoutOrExit {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        super::output::write_raw(&mut std::io::stdout(), buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A JSON document from a file or stdin, sent as it is: the API judges its fields and names
+/// the one it refuses.
+fn read_json(file: &std::path::Path) -> Result<serde_json::Value, CliError> {
+    let text = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::io("reading standard input", e))?;
+        s
+    } else {
+        std::fs::read_to_string(file).map_err(|e| CliError::io(file.display().to_string(), e))?
+    };
+    serde_json::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("--file {}: not JSON: {e}", file.display())))
 }

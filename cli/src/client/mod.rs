@@ -1,27 +1,32 @@
-//! Client commands over the public `/v1` API (`differently sandbox …`, `differently admin …`):
-//! the same calls an application makes, for operators and scripts. Answers are printed as
-//! the API's JSON on stdout; errors name their stable code on stderr, never the key.
+//! Client commands over the public `/v1` API (`differently sandbox …`, `snapshot`, `events`,
+//! `org`, `project`, `key`, `quota`, `policy`, `admin …`, `login`): the calls an application
+//! makes, through `differently-client`, for operators and scripts. Answers are printed as JSON,
+//! a table or ids (`-o`); errors name their stable code on stderr, never the key.
 
 pub mod admin;
+pub mod events;
+pub mod files;
+pub mod output;
+pub mod profile;
 pub mod sandbox;
+pub mod snapshot;
+pub mod tenancy;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use reqwest::{Method, StatusCode};
-use serde_json::Value;
+use differently_client::Client;
 
-/// Where the API is and which key to use.
+pub use output::{Output, Printer};
+
+/// Where the API is and which key to use: flags, then `DIFFERENTLY_*`, then the profile.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Target {
-    /// Base URL of the API.
-    #[arg(
-        long,
-        env = "DIFFERENTLY_URL",
-        default_value = "http://127.0.0.1:7070",
-        global = true
-    )]
-    pub url: String,
-    /// API key (`dly_…`); prefer the variable, which stays out of shell history and `ps`.
+    /// Base URL of the API (default: the profile's, else http://127.0.0.1:7070).
+    #[arg(long, env = "DIFFERENTLY_URL", global = true)]
+    pub url: Option<String>,
+    /// API key (`dly_…`); prefer the variable or `differently login`, which stay out of shell
+    /// history and `ps`.
     #[arg(
         long,
         env = "DIFFERENTLY_API_KEY",
@@ -29,59 +34,51 @@ pub struct Target {
         global = true
     )]
     pub key: Option<String>,
-    /// What to print: the API's JSON, or only the id (each item's id, a line each, for a list),
-    /// for scripts: `ID=$(differently sandbox create -o id)`.
-    #[arg(short = 'o', long, value_enum, default_value = "json", global = true)]
-    pub output: Output,
+    /// The profile of the client config file to use (written by `differently login
+    /// --config-profile NAME`; default `default`).
+    #[arg(long, env = "DIFFERENTLY_PROFILE", global = true)]
+    pub config_profile: Option<String>,
+    /// What to print: `json` (the API's answer), `table`, or `id` (each item's id, a line
+    /// each, for scripts: `ID=$(differently sandbox create -o id)`). Default: a table on a
+    /// terminal, JSON otherwise.
+    #[arg(short = 'o', long, value_enum, global = true)]
+    pub output: Option<Output>,
 }
 
-/// How an answer is printed.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    Json,
-    Id,
-}
+impl Target {
+    /// The printer for `-o` (or the default for where stdout goes).
+    pub fn printer(&self) -> Printer {
+        Printer::new(self.output.unwrap_or_else(|| {
+            if std::io::stdout().is_terminal() {
+                Output::Table
+            } else {
+                Output::Json
+            }
+        }))
+    }
 
-impl Output {
-    /// Prints `v` this way; an answer without an id is an error when ids were asked for.
-    pub fn print(self, v: &Value) -> Result<(), ClientError> {
-        match self {
-            Output::Json => {
-                print_json(v);
-                Ok(())
-            }
-            Output::Id => {
-                let ids: Vec<&str> = match v.get("items").and_then(Value::as_array) {
-                    Some(items) => items.iter().filter_map(|i| i["id"].as_str()).collect(),
-                    None => v["id"].as_str().into_iter().collect(),
-                };
-                if ids.is_empty() && v.get("items").is_none() {
-                    return Err(ClientError::Outcome(
-                        "the answer has no id (use -o json)".into(),
-                    ));
-                }
-                ids.iter().for_each(|id| print_line(id));
-                Ok(())
-            }
-        }
+    /// A client for the resolved URL and key; the key is required.
+    pub fn client(&self) -> Result<Client, CliError> {
+        let resolved = profile::resolve(self)?;
+        let key = resolved.key.ok_or_else(|| {
+            CliError::Usage(
+                "no API key: set DIFFERENTLY_API_KEY, pass --key, or run `differently login`"
+                    .into(),
+            )
+        })?;
+        Client::builder(resolved.url, key)
+            .user_agent(format!("differently-cli/{}", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(CliError::Client)
     }
 }
 
 /// Why a client command failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The API answered with an error.
-    #[error("{status} {code}: {message}{details}")]
-    Api {
-        status: u16,
-        code: String,
-        message: String,
-        /// ` (details: …)` or empty.
-        details: String,
-    },
-    /// The API could not be reached or answered something that is not the API.
-    #[error("{0}")]
-    Transport(String),
+pub enum CliError {
+    /// The API answered an error, or could not be reached.
+    #[error("{}", client_message(.0))]
+    Client(#[source] differently_client::Error),
     /// The command line asks for something that cannot be sent.
     #[error("{0}")]
     Usage(String),
@@ -89,174 +86,80 @@ pub enum ClientError {
     /// with the sandbox failed, say).
     #[error("{0}")]
     Outcome(String),
+    /// A local file or stream could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-/// A configured API client.
-pub struct Client {
-    http: reqwest::Client,
-    base: String,
-    key: String,
-}
-
-impl Client {
-    /// A client for `target`; the key is required.
-    pub fn new(target: &Target) -> Result<Client, ClientError> {
-        let key = target
-            .key
-            .clone()
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| {
-                ClientError::Usage("no API key: set DIFFERENTLY_API_KEY (or pass --key)".into())
-            })?;
-        let http = reqwest::Client::builder()
-            .build()
-            .map_err(|e| ClientError::Transport(format!("http client: {e}")))?;
-        Ok(Client {
-            http,
-            base: target.url.trim_end_matches('/').to_owned(),
-            key,
-        })
-    }
-
-    /// Sends `method path` with an optional JSON body and extra headers; the answer's JSON
-    /// (`null` for an empty body), or the API's error.
-    pub async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        headers: &[(&str, &str)],
-    ) -> Result<Value, ClientError> {
-        let url = format!("{}{path}", self.base);
-        let mut req = self
-            .http
-            .request(method.clone(), &url)
-            .bearer_auth(&self.key);
-        for (name, value) in headers {
-            req = req.header(*name, *value);
+/// The client error's text, with the CLI's own hint on a connection that failed.
+fn client_message(e: &differently_client::Error) -> String {
+    match e {
+        differently_client::Error::Transport(t)
+            if t.kind == differently_client::TransportKind::Connect =>
+        {
+            format!("{e} (--url, DIFFERENTLY_URL or the profile's url)")
         }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| transport_error(&method, &url, &self.base, e))?;
-        let status = resp.status();
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| ClientError::Transport(format!("{method} {url}: {}", e.without_url())))?;
-        let value: Value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).map_err(|_| {
-                ClientError::Transport(format!(
-                    "{method} {url}: {status} with a body that is not JSON (is this a Differently API?)"
-                ))
-            })?
-        };
-        if status.is_success() {
-            return Ok(value);
-        }
-        Err(api_error(status, &value))
+        _ => e.to_string(),
     }
 }
 
-/// A request that got no answer, with its causes (reqwest's own message is only "error
-/// sending request") and, when nothing listens there, what to check.
-fn transport_error(method: &Method, url: &str, base: &str, e: reqwest::Error) -> ClientError {
-    let connect = e.is_connect();
-    let timeout = e.is_timeout();
-    let e = e.without_url();
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        let c = cause.to_string();
-        if !text.contains(&c) {
-            text.push_str(": ");
-            text.push_str(&c);
-        }
-        source = cause.source();
-    }
-    let hint = if connect {
-        format!(
-            " — cannot reach the API at {base}: is it running there? (--url or DIFFERENTLY_URL)"
-        )
-    } else if timeout {
-        " — the API did not answer in time".to_owned()
-    } else {
-        String::new()
-    };
-    ClientError::Transport(format!("{method} {url}: {text}{hint}"))
-}
-
-fn api_error(status: StatusCode, body: &Value) -> ClientError {
-    let e = &body["error"];
-    let details = match e.get("details") {
-        Some(d) if !d.is_null() => format!(" (details: {d})"),
-        _ => String::new(),
-    };
-    ClientError::Api {
-        status: status.as_u16(),
-        code: e["code"].as_str().unwrap_or("unknown").to_owned(),
-        message: e["message"]
-            .as_str()
-            .unwrap_or("the API answered an error without a message")
-            .to_owned(),
-        details,
+impl From<differently_client::Error> for CliError {
+    fn from(e: differently_client::Error) -> CliError {
+        CliError::Client(e)
     }
 }
 
-/// Prints `v` as indented JSON on stdout.
-pub fn print_json(v: &Value) {
-    print_line(&serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
-}
-
-/// One line on stdout. A reader that went away (`| head`) ends the process quietly, as
-/// Unix tools do, instead of a panic.
-fn print_line(line: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+impl CliError {
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> CliError {
+        CliError::Io {
+            what: what.into(),
+            source,
         }
-        eprintln!("differently: cannot write to stdout: {e}");
-        std::process::exit(1);
     }
 }
 
 /// The exit code of a client command that failed: the error on stderr, then 1 (2 for usage).
-pub fn fail(e: &ClientError) -> ExitCode {
+pub fn fail(e: &CliError) -> ExitCode {
     eprintln!("differently: {e}");
     match e {
-        ClientError::Usage(_) => ExitCode::from(2),
+        CliError::Usage(_) => ExitCode::from(2),
         _ => ExitCode::FAILURE,
     }
 }
 
-/// `k=v` pairs from repeated flags, as a JSON object; the flag is named in the error.
-pub fn pairs(flag: &str, items: &[String]) -> Result<serde_json::Map<String, Value>, ClientError> {
-    let mut out = serde_json::Map::new();
+/// `KEY=VALUE` pairs from repeated flags; the flag is named in the error.
+pub fn pairs(
+    flag: &str,
+    items: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, CliError> {
+    let mut out = std::collections::BTreeMap::new();
     for item in items {
         let (k, v) = item
             .split_once('=')
-            .ok_or_else(|| ClientError::Usage(format!("--{flag} {item:?}: expected KEY=VALUE")))?;
-        out.insert(k.to_owned(), Value::String(v.to_owned()));
+            .ok_or_else(|| CliError::Usage(format!("--{flag} {item:?}: expected KEY=VALUE")))?;
+        if k.is_empty() {
+            return Err(CliError::Usage(format!(
+                "--{flag} {item:?}: the key is empty"
+            )));
+        }
+        out.insert(k.to_owned(), v.to_owned());
     }
     Ok(out)
 }
 
-/// Percent-encodes a query value or a path segment (RFC 3986 unreserved characters pass).
-pub fn percent_encode(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+/// Runs a client command body: prints its error and maps it to the exit code.
+pub fn finish(result: Result<(), CliError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
     }
-    out
+}
+
+/// A value as JSON, for printing (the typed answers serialize back to the API's form).
+pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
 }

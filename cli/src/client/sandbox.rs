@@ -1,13 +1,103 @@
-//! `differently sandbox …`: create, read, wait for, run commands in and end sandboxes.
+//! `differently sandbox …`: create, read, update, wait for, run commands in, copy files to and
+//! from, and end sandboxes.
 
-use std::io::Write;
+use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Subcommand;
-use reqwest::Method;
-use serde_json::{json, Map, Value};
+use clap::{Args, Subcommand};
+use differently_client::exec::{ExecEvent, StreamFormat};
+use differently_client::sandboxes::Lifecycle;
+use differently_client::{
+    Client, CreateSandbox, ExecRequest, PortExposure, Resources, SandboxFilter, UpdateSandbox,
+};
+use futures::TryStreamExt;
 
-use super::{fail, pairs, percent_encode, print_json, Client, ClientError, Target};
+use super::output::{print_line, write_raw, Column, Spinner};
+use super::{fail, finish, pairs, to_json, CliError, Printer, Target};
+
+/// Table columns of a sandbox.
+pub const SANDBOX_COLUMNS: &[Column] = &[
+    ("ID", "id"),
+    ("STATUS", "status"),
+    ("POOL", "pool"),
+    ("LABELS", "labels"),
+    ("CREATED", "createdAt"),
+    ("EXPIRES", "expiresAt"),
+];
+
+/// What a new sandbox should be: the fields of `POST /v1/sandboxes` (all optional).
+#[derive(Args, Debug, Clone, Default)]
+pub struct CreateArgs {
+    /// Project (required for an organization-wide key).
+    #[arg(long)]
+    pub project: Option<String>,
+    /// Resource profile: small, medium, large, xlarge.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Template (image) to start from; the pool's default when omitted.
+    #[arg(long)]
+    pub template: Option<String>,
+    /// vCPUs (overrides the profile's).
+    #[arg(long)]
+    pub cpu: Option<u32>,
+    /// Memory in MiB (overrides the profile's).
+    #[arg(long)]
+    pub memory_mib: Option<u64>,
+    /// Disk in GiB (overrides the profile's).
+    #[arg(long)]
+    pub disk_gib: Option<u64>,
+    /// `KEY=VALUE`, repeatable.
+    #[arg(long = "label")]
+    pub labels: Vec<String>,
+    /// `KEY=VALUE`, repeatable (values never appear in answers).
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// Capability the pool must have, repeatable (e.g. `exec.stream`).
+    #[arg(long = "capability")]
+    pub capabilities: Vec<String>,
+    /// Data classification the placement policy reads (e.g. `confidential`).
+    #[arg(long)]
+    pub classification: Option<String>,
+    /// Region the sandbox must run in (only pools of that region are eligible).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Placement strategy (e.g. `cheapest`, `fastest`; docs/placement.md).
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// Seconds until it is deleted, whatever it is doing.
+    #[arg(long)]
+    pub ttl_seconds: Option<u64>,
+    /// Seconds without activity before it is paused (or stopped); 1–2592000.
+    #[arg(long)]
+    pub idle_timeout_seconds: Option<u64>,
+}
+
+impl CreateArgs {
+    /// The request body; a malformed `KEY=VALUE` is a usage error naming its flag.
+    pub fn request(&self) -> Result<CreateSandbox, CliError> {
+        let resources = Resources {
+            cpu: self.cpu,
+            memory_mib: self.memory_mib,
+            disk_gib: self.disk_gib,
+        };
+        Ok(CreateSandbox {
+            project_id: self.project.clone(),
+            template: self.template.clone(),
+            resources: (resources != Resources::default()).then_some(resources),
+            profile: self.profile.clone(),
+            env: pairs("env", &self.env)?,
+            labels: pairs("label", &self.labels)?,
+            ttl_seconds: self.ttl_seconds,
+            idle_timeout_seconds: self.idle_timeout_seconds,
+            capabilities: self.capabilities.clone(),
+            classification: self.classification.clone(),
+            region: self.region.clone(),
+            strategy: self.strategy.clone(),
+            ..CreateSandbox::default()
+        })
+    }
+}
 
 /// Sandbox commands.
 // Parsed once per process: the size of the largest variant costs nothing worth a box.
@@ -16,51 +106,18 @@ use super::{fail, pairs, percent_encode, print_json, Client, ClientError, Target
 pub enum SandboxCommand {
     /// Create a sandbox (every flag is optional: `{}` gets the defaults).
     Create {
-        /// Project (required for an organization-wide key).
-        #[arg(long)]
-        project: Option<String>,
-        /// Resource profile: small, medium, large, xlarge.
-        #[arg(long)]
-        profile: Option<String>,
-        /// Template (image) to start from; the pool's default when omitted.
-        #[arg(long)]
-        template: Option<String>,
-        /// vCPUs (overrides the profile's).
-        #[arg(long)]
-        cpu: Option<u32>,
-        /// Memory in MiB (overrides the profile's).
-        #[arg(long)]
-        memory_mib: Option<u64>,
-        /// Disk in GiB (overrides the profile's).
-        #[arg(long)]
-        disk_gib: Option<u64>,
-        /// `KEY=VALUE`, repeatable.
-        #[arg(long = "label")]
-        labels: Vec<String>,
-        /// `KEY=VALUE`, repeatable (values never appear in answers).
-        #[arg(long = "env")]
-        env: Vec<String>,
-        /// Capability the pool must have, repeatable (e.g. `exec.stream`).
-        #[arg(long = "capability")]
-        capabilities: Vec<String>,
-        /// Data classification the placement policy reads (e.g. `confidential`).
-        #[arg(long)]
-        classification: Option<String>,
-        /// Region the sandbox must run in (only pools of that region are eligible).
-        #[arg(long)]
-        region: Option<String>,
-        /// Seconds until it is deleted, whatever it is doing.
-        #[arg(long)]
-        ttl_seconds: Option<u64>,
-        /// Seconds without activity before it is paused (or stopped); 1–2592000.
-        #[arg(long)]
-        idle_timeout_seconds: Option<u64>,
+        #[command(flatten)]
+        spec: CreateArgs,
         /// Create from a ready snapshot (restore or fork).
         #[arg(long)]
         from_snapshot: Option<String>,
         /// Sent as `Idempotency-Key`: a retry with the same key creates nothing new.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// Only show where it would be placed and why (`POST /v1/placement/dry-run`);
+        /// nothing is created.
+        #[arg(long, conflicts_with_all = ["wait", "idempotency_key"])]
+        dry_run: bool,
         /// Wait until it runs (or ends) and print it then; exit 1 unless it runs.
         #[arg(long)]
         wait: bool,
@@ -68,7 +125,7 @@ pub enum SandboxCommand {
         #[arg(long, default_value_t = 120)]
         wait_seconds: u64,
     },
-    /// List sandboxes the key can see.
+    /// List sandboxes the key can see (every page, unless `--limit` or `--cursor` asks for one).
     List {
         /// Only this status (`queued`, `provisioning`, `running`, `paused`, `stopped`, …).
         #[arg(long)]
@@ -79,10 +136,10 @@ pub enum SandboxCommand {
         /// Only this project's.
         #[arg(long)]
         project: Option<String>,
-        /// Most items in one page.
+        /// One page of at most this many items (printed with its `nextCursor`).
         #[arg(long)]
         limit: Option<u32>,
-        /// The `nextCursor` of the previous page.
+        /// The page after this `nextCursor`.
         #[arg(long)]
         cursor: Option<String>,
     },
@@ -98,10 +155,29 @@ pub enum SandboxCommand {
         #[arg(long, default_value_t = 120)]
         timeout_seconds: u64,
     },
-    /// Run a command; its stdout and stderr are written out and its exit code is ours.
+    /// Change a sandbox: renew its TTL, replace its labels, set its idle timeout.
+    Update {
+        id: String,
+        /// A new TTL in seconds, counted from now.
+        #[arg(long)]
+        ttl_seconds: Option<u64>,
+        /// `KEY=VALUE`, repeatable: the new labels, replacing all of them.
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// Remove every label.
+        #[arg(long, conflicts_with = "labels")]
+        clear_labels: bool,
+        /// Seconds without activity before it is paused (or stopped).
+        #[arg(long)]
+        idle_timeout_seconds: Option<u64>,
+    },
+    /// Count as activity now (resets the idle clock).
+    Keepalive { id: String },
+    /// Run a command: its output streamed to ours, our stdin (when not a terminal) as its
+    /// stdin, its exit code as ours.
     Exec {
         id: String,
-        /// Working directory.
+        /// Working directory (absolute).
         #[arg(long)]
         cwd: Option<String>,
         /// `KEY=VALUE`, repeatable.
@@ -110,6 +186,13 @@ pub enum SandboxCommand {
         /// Kill the command after this many seconds (exit 124).
         #[arg(long)]
         timeout_seconds: Option<u64>,
+        /// Send no stdin, even when ours is a pipe or a file.
+        #[arg(short = 'n', long)]
+        no_stdin: bool,
+        /// Use the buffered route (`POST …/exec`): output arrives at the end, each stream cut
+        /// at 1 MiB.
+        #[arg(long)]
+        buffered: bool,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -126,133 +209,115 @@ pub enum SandboxCommand {
     Start { id: String },
     /// Delete a sandbox.
     Delete { id: String },
+    /// Expose a port of the sandbox at a URL.
+    Expose {
+        id: String,
+        /// The port inside the sandbox.
+        port: u16,
+        /// How long the URL stays valid, in seconds.
+        #[arg(long)]
+        expires_seconds: Option<u64>,
+    },
+    /// Copy files or directories: `cp ./dir SANDBOX:/path` up, `cp SANDBOX:/path ./dir`
+    /// down (`-` is stdin or stdout, for one file).
+    Cp {
+        /// The source: a local path, or `SANDBOX:/path`.
+        src: String,
+        /// The destination: a local path, or `SANDBOX:/path`.
+        dst: String,
+    },
+    /// List a directory in the sandbox.
+    Ls {
+        id: String,
+        /// The directory (absolute).
+        #[arg(default_value = "/")]
+        path: String,
+        /// Levels to descend.
+        #[arg(long, default_value_t = 1)]
+        depth: u32,
+    },
+    /// Delete a file in the sandbox.
+    Rm {
+        id: String,
+        /// The file (absolute).
+        path: String,
+    },
+    /// The sandbox's status changes from its start; `-f` keeps following.
+    Logs {
+        id: String,
+        /// Keep printing new events until interrupted.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
 }
 
 /// Runs a sandbox command; the process's exit code.
 pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
-    let client = match Client::new(target) {
+    let client = match target.client() {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    if let SandboxCommand::Exec {
-        id,
-        cwd,
-        env,
-        timeout_seconds,
-        command,
-    } = command
-    {
-        return exec(&client, &id, cwd, &env, timeout_seconds, command).await;
-    }
-    match answer(&client, command)
-        .await
-        .and_then(|v| target.output.print(&v))
-    {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
-    }
-}
-
-/// The fields that were given (not null), as a JSON object: a flag left out is a field the
-/// API fills with its default.
-fn present<const N: usize>(fields: [(&str, Value); N]) -> Map<String, Value> {
-    fields
-        .into_iter()
-        .filter(|(_, v)| !v.is_null())
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect()
-}
-
-fn object_or_null(m: Map<String, Value>) -> Value {
-    if m.is_empty() {
-        Value::Null
-    } else {
-        Value::Object(m)
-    }
-}
-
-fn array_or_null(items: Vec<String>) -> Value {
-    if items.is_empty() {
-        Value::Null
-    } else {
-        json!(items)
+    let p = target.printer();
+    match command {
+        SandboxCommand::Exec {
+            id,
+            cwd,
+            env,
+            timeout_seconds,
+            no_stdin,
+            buffered,
+            command,
+        } => {
+            let req = match exec_request(cwd, &env, timeout_seconds, no_stdin, command) {
+                Ok(r) => r,
+                Err(e) => return fail(&e),
+            };
+            let result = if buffered {
+                exec_buffered(&client, &id, &req).await
+            } else {
+                exec_streamed(&client, &id, &req).await
+            };
+            match result {
+                Ok(code) => code,
+                Err(e) => fail(&e),
+            }
+        }
+        SandboxCommand::Cp { src, dst } => finish(super::files::cp(&client, &src, &dst).await),
+        SandboxCommand::Ls { id, path, depth } => {
+            finish(super::files::ls(&client, p, &id, &path, depth).await)
+        }
+        SandboxCommand::Rm { id, path } => {
+            finish(client.delete_file(&id, &path).await.map_err(CliError::from))
+        }
+        SandboxCommand::Logs { id, follow } => {
+            finish(super::events::sandbox_logs(&client, p, &id, follow).await)
+        }
+        other => finish(answer(&client, p, other).await),
     }
 }
 
-fn path(id: &str, rest: &str) -> String {
-    format!("/v1/sandboxes/{}{rest}", percent_encode(id))
-}
-
-async fn answer(c: &Client, command: SandboxCommand) -> Result<Value, ClientError> {
+async fn answer(c: &Client, p: Printer, command: SandboxCommand) -> Result<(), CliError> {
+    let one = |v: serde_json::Value| p.print(&v, SANDBOX_COLUMNS);
     match command {
         SandboxCommand::Create {
-            project,
-            profile,
-            template,
-            cpu,
-            memory_mib,
-            disk_gib,
-            labels,
-            env,
-            capabilities,
-            classification,
-            region,
-            ttl_seconds,
-            idle_timeout_seconds,
+            spec,
             from_snapshot,
             idempotency_key,
+            dry_run,
             wait,
             wait_seconds,
         } => {
-            let resources = present([
-                ("cpu", json!(cpu)),
-                ("memoryMiB", json!(memory_mib)),
-                ("diskGiB", json!(disk_gib)),
-            ]);
-            let labels = pairs("label", &labels)?;
-            let env = pairs("env", &env)?;
-            let body = present([
-                ("projectId", json!(project)),
-                ("profile", json!(profile)),
-                ("template", json!(template)),
-                ("resources", object_or_null(resources)),
-                ("labels", object_or_null(labels)),
-                ("env", object_or_null(env)),
-                ("capabilities", array_or_null(capabilities)),
-                ("classification", json!(classification)),
-                ("region", json!(region)),
-                ("ttlSeconds", json!(ttl_seconds)),
-                ("idleTimeoutSeconds", json!(idle_timeout_seconds)),
-                ("fromSnapshot", json!(from_snapshot)),
-            ]);
-            let headers: Vec<(&str, &str)> = idempotency_key
-                .as_deref()
-                .map(|k| ("idempotency-key", k))
-                .into_iter()
-                .collect();
-            let created = c
-                .call(
-                    Method::POST,
-                    "/v1/sandboxes",
-                    Some(&Value::Object(body)),
-                    &headers,
-                )
-                .await?;
+            let mut req = spec.request()?;
+            req.from_snapshot = from_snapshot;
+            if dry_run {
+                let v = c.placement_dry_run(&req).await?;
+                return p.print(&v, &[]);
+            }
+            let created = c.create_sandbox(&req, idempotency_key.as_deref()).await?;
             if !wait {
-                return Ok(created);
+                return one(to_json(&created));
             }
-            let id = created["id"]
-                .as_str()
-                .ok_or_else(|| ClientError::Transport("the create answer has no id".into()))?;
-            let done = wait_for(c, id, "running", wait_seconds).await?;
-            if done["status"] != "running" {
-                print_json(&done);
-                return Err(ClientError::Outcome(format!(
-                    "sandbox {id} is {} (not running) after the wait",
-                    done["status"]
-                )));
-            }
-            Ok(done)
+            wait_running(c, p, &created.id, wait_seconds).await
         }
         SandboxCommand::List {
             status,
@@ -261,108 +326,188 @@ async fn answer(c: &Client, command: SandboxCommand) -> Result<Value, ClientErro
             limit,
             cursor,
         } => {
-            let mut q: Vec<String> = Vec::new();
-            let params = [
-                ("status", status),
-                ("label", label),
-                ("projectId", project),
-                ("limit", limit.map(|l| l.to_string())),
-                ("cursor", cursor),
-            ];
-            for (k, v) in params {
-                if let Some(v) = v {
-                    q.push(format!("{k}={}", percent_encode(&v)));
-                }
-            }
-            let query = if q.is_empty() {
-                String::new()
-            } else {
-                format!("?{}", q.join("&"))
+            let filter = SandboxFilter {
+                status,
+                label,
+                project_id: project,
+                limit,
             };
-            c.call(Method::GET, &format!("/v1/sandboxes{query}"), None, &[])
-                .await
+            if limit.is_some() || cursor.is_some() {
+                let page = c.list_sandboxes_page(&filter, cursor.as_deref()).await?;
+                return p.print(&to_json(&page), SANDBOX_COLUMNS);
+            }
+            let items: Vec<_> = c.list_sandboxes(&filter).try_collect().await?;
+            p.print_list(items.iter().map(to_json).collect(), SANDBOX_COLUMNS)
         }
-        SandboxCommand::Get { id } => c.call(Method::GET, &path(&id, ""), None, &[]).await,
+        SandboxCommand::Get { id } => one(to_json(&c.get_sandbox(&id).await?)),
         SandboxCommand::Wait {
             id,
             status,
             timeout_seconds,
-        } => wait_for(c, &id, &status, timeout_seconds).await,
-        SandboxCommand::Placement { id } => {
-            c.call(Method::GET, &path(&id, "/placement"), None, &[])
-                .await
+        } => {
+            let _spin = Spinner::start(format!("waiting for {id} to be {status}"));
+            let s = c
+                .wait_sandbox(&id, &status, Duration::from_secs(timeout_seconds))
+                .await?;
+            drop(_spin);
+            one(to_json(&s))
         }
-        SandboxCommand::Pause { id } => lifecycle(c, &id, "pause").await,
-        SandboxCommand::Resume { id } => lifecycle(c, &id, "resume").await,
-        SandboxCommand::Stop { id } => lifecycle(c, &id, "stop").await,
-        SandboxCommand::Start { id } => lifecycle(c, &id, "start").await,
-        SandboxCommand::Delete { id } => c.call(Method::DELETE, &path(&id, ""), None, &[]).await,
-        SandboxCommand::Exec { .. } => Err(ClientError::Usage("exec is run on its own".into())),
+        SandboxCommand::Update {
+            id,
+            ttl_seconds,
+            labels,
+            clear_labels,
+            idle_timeout_seconds,
+        } => {
+            let labels = if clear_labels {
+                Some(Default::default())
+            } else if labels.is_empty() {
+                None
+            } else {
+                Some(pairs("label", &labels)?)
+            };
+            let update = UpdateSandbox {
+                ttl_seconds,
+                labels,
+                idle_timeout_seconds,
+            };
+            if update == UpdateSandbox::default() {
+                return Err(CliError::Usage(
+                    "nothing to change: give --ttl-seconds, --label, --clear-labels or --idle-timeout-seconds"
+                        .into(),
+                ));
+            }
+            one(to_json(&c.update_sandbox(&id, &update).await?))
+        }
+        SandboxCommand::Keepalive { id } => {
+            c.keepalive(&id).await?;
+            Ok(())
+        }
+        SandboxCommand::Placement { id } => p.print(&c.placement(&id).await?, &[]),
+        SandboxCommand::Pause { id } => one(to_json(&c.lifecycle(&id, Lifecycle::Pause).await?)),
+        SandboxCommand::Resume { id } => one(to_json(&c.lifecycle(&id, Lifecycle::Resume).await?)),
+        SandboxCommand::Stop { id } => one(to_json(&c.lifecycle(&id, Lifecycle::Stop).await?)),
+        SandboxCommand::Start { id } => one(to_json(&c.lifecycle(&id, Lifecycle::Start).await?)),
+        SandboxCommand::Delete { id } => one(to_json(&c.delete_sandbox(&id).await?)),
+        SandboxCommand::Expose {
+            id,
+            port,
+            expires_seconds,
+        } => match c.expose_port(&id, port, expires_seconds).await? {
+            PortExposure::Ready(a) => {
+                if p.output == super::Output::Id {
+                    print_line(&a.url);
+                    Ok(())
+                } else {
+                    p.print(&to_json(&a), &[])
+                }
+            }
+            PortExposure::Pending(op) => {
+                p.print(&to_json(&op), &[])?;
+                Err(CliError::Outcome(format!(
+                    "port {port} is still being exposed ({}): ask again",
+                    op.status
+                )))
+            }
+        },
+        SandboxCommand::Exec { .. }
+        | SandboxCommand::Cp { .. }
+        | SandboxCommand::Ls { .. }
+        | SandboxCommand::Rm { .. }
+        | SandboxCommand::Logs { .. } => Err(CliError::Usage("run on its own".into())),
     }
 }
 
-async fn lifecycle(c: &Client, id: &str, what: &str) -> Result<Value, ClientError> {
-    c.call(Method::POST, &path(id, &format!("/{what}")), None, &[])
-        .await
-}
-
-/// Waits (in calls of at most 300 s, the API's bound) until `status` or a final one.
-async fn wait_for(c: &Client, id: &str, status: &str, seconds: u64) -> Result<Value, ClientError> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
-    loop {
-        let left = deadline
-            .saturating_duration_since(std::time::Instant::now())
-            .as_secs()
-            .clamp(1, 300);
-        let rest = format!(
-            "/wait?status={}&timeoutSeconds={left}",
-            percent_encode(status)
-        );
-        let v = c.call(Method::GET, &path(id, &rest), None, &[]).await?;
-        let s = v["status"].as_str().unwrap_or_default();
-        let ended = matches!(s, "terminated" | "failed");
-        if s == status || ended || std::time::Instant::now() >= deadline {
-            return Ok(v);
-        }
+/// Waits (a spinner on a terminal) until `id` runs; prints it; an error unless it runs.
+pub async fn wait_running(c: &Client, p: Printer, id: &str, seconds: u64) -> Result<(), CliError> {
+    let spin = Spinner::start(format!("waiting for {id} to run"));
+    let done = c
+        .wait_sandbox(id, "running", Duration::from_secs(seconds))
+        .await;
+    drop(spin);
+    let done = done?;
+    p.print(&to_json(&done), SANDBOX_COLUMNS)?;
+    if done.status != "running" {
+        return Err(CliError::Outcome(format!(
+            "sandbox {id} is {} (not running) after the wait",
+            done.status
+        )));
     }
+    Ok(())
 }
 
-async fn exec(
-    c: &Client,
-    id: &str,
+fn exec_request(
     cwd: Option<String>,
     env: &[String],
     timeout_seconds: Option<u64>,
+    no_stdin: bool,
     command: Vec<String>,
-) -> ExitCode {
-    let env = match pairs("env", env) {
-        Ok(e) => e,
-        Err(e) => return fail(&e),
-    };
-    let mut body = json!({ "command": command, "env": env });
-    if let Some(cwd) = cwd {
-        body["cwd"] = json!(cwd);
+) -> Result<ExecRequest, CliError> {
+    let mut req = ExecRequest::new(command);
+    req.env = pairs("env", env)?;
+    req.cwd = cwd;
+    req.timeout_seconds = timeout_seconds;
+    let stdin = std::io::stdin();
+    if !no_stdin && !stdin.is_terminal() {
+        let mut input = Vec::new();
+        // A closed or unreadable stdin is no input, not a failure.
+        if stdin.lock().read_to_end(&mut input).is_ok() && !input.is_empty() {
+            req = req.stdin_bytes(&input);
+        }
     }
-    if let Some(t) = timeout_seconds {
-        body["timeoutSeconds"] = json!(t);
-    }
-    let result = match c
-        .call(Method::POST, &path(id, "/exec"), Some(&body), &[])
-        .await
-    {
-        Ok(v) => v,
-        Err(e) => return fail(&e),
+    Ok(req)
+}
+
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
+}
+
+async fn exec_streamed(c: &Client, id: &str, req: &ExecRequest) -> Result<ExitCode, CliError> {
+    let mut stream = match c.exec_stream(id, req, StreamFormat::Frames).await {
+        Ok(s) => s,
+        // A pool that cannot stream still runs commands: the buffered route, same output.
+        Err(e) if streaming_unsupported(&e) => return exec_buffered(c, id, req).await,
+        Err(e) => return Err(e.into()),
     };
-    let out = result["stdout"].as_str().unwrap_or_default();
-    let err = result["stderr"].as_str().unwrap_or_default();
-    // A closed pipe on our side is the reader's choice, not a failure of the command.
-    let _ = std::io::stdout().write_all(out.as_bytes());
-    let _ = std::io::stderr().write_all(err.as_bytes());
-    for (flag, stream) in [("stdoutTruncated", "stdout"), ("stderrTruncated", "stderr")] {
-        if result[flag] == true {
+    let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+    while let Some(ev) = stream.next().await {
+        match ev? {
+            ExecEvent::Stdout(b) => write_raw(&mut out, &b),
+            ExecEvent::Stderr(b) => write_raw(&mut err, &b),
+            ExecEvent::Exit(x) => return Ok(exit_code(x.exit_code)),
+            ExecEvent::Error(e) => {
+                return Err(CliError::Outcome(format!(
+                    "the command's stream failed: {}: {}",
+                    e.code, e.message
+                )))
+            }
+        }
+    }
+    Err(CliError::Outcome(
+        "the stream ended without the command's exit".into(),
+    ))
+}
+
+/// The API's 501 for a pool without `exec.stream`.
+fn streaming_unsupported(e: &differently_client::Error) -> bool {
+    e.api().is_some_and(|a| {
+        a.status == 501
+            && a.code == "unsupported_operation"
+            && a.details["capability"] == "exec.stream"
+    })
+}
+
+async fn exec_buffered(c: &Client, id: &str, req: &ExecRequest) -> Result<ExitCode, CliError> {
+    let r = c.exec(id, req).await?;
+    write_raw(&mut std::io::stdout(), r.stdout.as_bytes());
+    write_raw(&mut std::io::stderr(), r.stderr.as_bytes());
+    for (cut, stream) in [
+        (r.stdout_truncated, "stdout"),
+        (r.stderr_truncated, "stderr"),
+    ] {
+        if cut {
             eprintln!("differently: {stream} was cut at 1 MiB (the command ran to its end)");
         }
     }
-    let code = result["exitCode"].as_i64().unwrap_or(1);
-    ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
+    Ok(exit_code(r.exit_code))
 }

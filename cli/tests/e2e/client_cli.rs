@@ -11,6 +11,11 @@ async fn run(c: &Cluster, key: Option<&str>, args: &[&str]) -> (i32, String, Str
     let mut cmd = std::process::Command::new(binary());
     cmd.args(args)
         .env("DIFFERENTLY_URL", c.url())
+        // No profile from the developer's own client config.
+        .env(
+            "DIFFERENTLY_CLIENT_CONFIG",
+            "/nonexistent/differently-client.toml",
+        )
         .env_remove("DIFFERENTLY_API_KEY");
     if let Some(k) = key {
         cmd.env("DIFFERENTLY_API_KEY", k);
@@ -228,4 +233,86 @@ async fn preflight_checks_what_a_server_needs_and_names_what_is_missing() {
     assert!(out.contains("FAIL  bootstrap key"), "{out}");
     assert!(out.contains("ok    postgres"), "{out}");
     assert!(!out.contains(&c.key), "the bootstrap key leaked:\n{out}");
+}
+
+/// What devhost cannot do (stop, and ports when isolated) through the CLI on the fake pool
+/// that has it: `expose` prints the URL; pause, resume, stop and start go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expose_stop_and_start_where_the_pool_has_them() {
+    let c = crate::dataplane::cluster(Opts::default()).await;
+    let key = Some(c.key.as_str());
+    let (code, out, err) = run(
+        &c,
+        key,
+        &[
+            "sandbox",
+            "create",
+            "--wait",
+            "--capability",
+            "lifecycle.stop",
+            "--capability",
+            "ports.expose",
+            "-o",
+            "id",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let id = out.trim().to_owned();
+    let (code, out, err) = run(&c, key, &["sandbox", "get", &id]).await;
+    assert_eq!(
+        (code, json(&out)["pool"].as_str()),
+        (0, Some("fake")),
+        "{err}"
+    );
+    let (code, out, err) = run(&c, key, &["sandbox", "expose", &id, "3000", "-o", "id"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.trim().starts_with("http") && out.lines().count() == 1,
+        "{out}"
+    );
+    let (code, out, err) = run(
+        &c,
+        key,
+        &["sandbox", "expose", &id, "3000", "--expires-seconds", "60"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(json(&out)["expiresAt"].is_string(), "{out}");
+    let (code, out, err) = run(&c, key, &["sandbox", "pause", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        matches!(json(&out)["status"].as_str(), Some("pausing" | "paused")),
+        "{out}"
+    );
+    let (code, out, err) = run(&c, key, &["sandbox", "wait", &id, "--status", "paused"]).await;
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("paused")),
+        "{err}"
+    );
+    let (code, _, err) = run(&c, key, &["sandbox", "resume", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&c, key, &["sandbox", "wait", &id]).await;
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("running")),
+        "{err}"
+    );
+    let (code, _, err) = run(&c, key, &["sandbox", "stop", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&c, key, &["sandbox", "wait", &id, "--status", "stopped"]).await;
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("stopped")),
+        "{err}"
+    );
+    let (code, _, err) = run(&c, key, &["sandbox", "start", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&c, key, &["sandbox", "wait", &id]).await;
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("running")),
+        "{err}"
+    );
 }

@@ -10,6 +10,7 @@ mod audit_keys;
 mod bad_input;
 mod bus_hang;
 mod client_cli;
+mod client_cli_dev;
 mod crash;
 mod dataplane;
 mod deploy_metrics;

@@ -1,0 +1,250 @@
+//! `differently sandbox cp` and `ls`: files between this machine and a sandbox, directories
+//! included (walked here: the API moves one file per call and makes parent directories on
+//! upload).
+
+use std::path::{Path, PathBuf};
+
+use differently_client::Client;
+
+use super::output::{print_rows, write_raw};
+use super::{to_json, CliError, Output, Printer};
+
+/// How deep a download of a directory descends (the API's bound on one listing).
+const MAX_DEPTH: u32 = 16;
+
+/// One side of a copy.
+#[derive(Debug, PartialEq, Eq)]
+enum Side<'a> {
+    Local(&'a str),
+    Remote { sandbox: &'a str, path: &'a str },
+}
+
+/// `SANDBOX:/path` is remote (an id has no `/` or `.`); anything else is local — write
+/// `./a:/b` for a local path that would look remote.
+fn side(arg: &str) -> Side<'_> {
+    if let Some((id, path)) = arg.split_once(':') {
+        let id_like = !id.is_empty()
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if id_like && path.starts_with('/') {
+            return Side::Remote { sandbox: id, path };
+        }
+    }
+    Side::Local(arg)
+}
+
+fn join_remote(dir: &str, name: &str) -> String {
+    format!("{}/{name}", dir.trim_end_matches('/'))
+}
+
+/// Copies `src` to `dst`, one of them in a sandbox.
+pub async fn cp(c: &Client, src: &str, dst: &str) -> Result<(), CliError> {
+    match (side(src), side(dst)) {
+        (Side::Local(from), Side::Remote { sandbox, path }) => upload(c, from, sandbox, path).await,
+        (Side::Remote { sandbox, path }, Side::Local(to)) => download(c, sandbox, path, to).await,
+        (Side::Local(_), Side::Local(_)) => Err(CliError::Usage(
+            "cp: one side must be in a sandbox, written SANDBOX:/path".into(),
+        )),
+        (Side::Remote { .. }, Side::Remote { .. }) => Err(CliError::Usage(
+            "cp: copy between two sandboxes through this machine (down, then up)".into(),
+        )),
+    }
+}
+
+async fn upload(c: &Client, from: &str, sandbox: &str, to: &str) -> Result<(), CliError> {
+    if from == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes)
+            .map_err(|e| CliError::io("reading standard input", e))?;
+        return Ok(c.upload(sandbox, to, bytes, None).await?);
+    }
+    let local = Path::new(from);
+    let meta = std::fs::metadata(local).map_err(|e| CliError::io(from.to_owned(), e))?;
+    if meta.is_dir() {
+        let mut files = Vec::new();
+        walk(local, Path::new(""), &mut files)?;
+        for rel in files {
+            let remote = join_remote(to, &rel.to_string_lossy());
+            upload_file(c, &local.join(&rel), sandbox, &remote).await?;
+        }
+        return Ok(());
+    }
+    let remote = if to.ends_with('/') {
+        let name = local
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| CliError::Usage(format!("cp: {from} has no file name")))?;
+        join_remote(to, &name)
+    } else {
+        to.to_owned()
+    };
+    upload_file(c, local, sandbox, &remote).await
+}
+
+/// Every file under `root/rel`, as paths relative to `root` (symlinks followed).
+fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<(), CliError> {
+    let dir = root.join(rel);
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .map_err(|e| CliError::io(dir.display().to_string(), e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| CliError::io(dir.display().to_string(), e))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let child = rel.join(e.file_name());
+        let path = root.join(&child);
+        let meta =
+            std::fs::metadata(&path).map_err(|e| CliError::io(path.display().to_string(), e))?;
+        if meta.is_dir() {
+            walk(root, &child, out)?;
+        } else {
+            out.push(child);
+        }
+    }
+    Ok(())
+}
+
+async fn upload_file(
+    c: &Client,
+    local: &Path,
+    sandbox: &str,
+    remote: &str,
+) -> Result<(), CliError> {
+    let bytes = std::fs::read(local).map_err(|e| CliError::io(local.display().to_string(), e))?;
+    let mode = mode_of(local);
+    Ok(c.upload(sandbox, remote, bytes, mode).await?)
+}
+
+#[cfg(unix)]
+fn mode_of(p: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o777)
+}
+
+#[cfg(not(unix))]
+fn mode_of(_: &Path) -> Option<u32> {
+    None
+}
+
+async fn download(c: &Client, sandbox: &str, from: &str, to: &str) -> Result<(), CliError> {
+    let entry = c.stat(sandbox, from).await?.ok_or_else(|| {
+        CliError::Outcome(format!("cp: no file or directory {from} in {sandbox}"))
+    })?;
+    if to == "-" {
+        if entry.is_dir() {
+            return Err(CliError::Usage(format!(
+                "cp: {from} is a directory; copy it to a local directory, not -"
+            )));
+        }
+        let bytes = c.download(sandbox, from).await?;
+        write_raw(&mut std::io::stdout(), &bytes);
+        return Ok(());
+    }
+    let local = Path::new(to);
+    if !entry.is_dir() {
+        let target = if to.ends_with('/') || local.is_dir() {
+            let name = Path::new(from)
+                .file_name()
+                .ok_or_else(|| CliError::Usage(format!("cp: {from} has no file name")))?;
+            local.join(name)
+        } else {
+            local.to_owned()
+        };
+        return download_file(c, sandbox, from, &target, entry.mode).await;
+    }
+    let base = from.trim_end_matches('/');
+    std::fs::create_dir_all(local).map_err(|e| CliError::io(to.to_owned(), e))?;
+    for e in c.list_files(sandbox, from, Some(MAX_DEPTH)).await? {
+        let rel = e
+            .path
+            .strip_prefix(base)
+            .map(|r| r.trim_start_matches('/'))
+            .filter(|r| !r.is_empty() && !r.split('/').any(|s| s == ".."));
+        let Some(rel) = rel else { continue };
+        let target = local.join(rel);
+        if e.is_dir() {
+            std::fs::create_dir_all(&target)
+                .map_err(|err| CliError::io(target.display().to_string(), err))?;
+        } else if e.kind == "file" {
+            download_file(c, sandbox, &e.path, &target, e.mode).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn download_file(
+    c: &Client,
+    sandbox: &str,
+    remote: &str,
+    local: &Path,
+    mode: u32,
+) -> Result<(), CliError> {
+    if let Some(dir) = local.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::io(dir.display().to_string(), e))?;
+    }
+    let mut f =
+        std::fs::File::create(local).map_err(|e| CliError::io(local.display().to_string(), e))?;
+    c.download_to(sandbox, remote, None, &mut f).await?;
+    #[cfg(unix)]
+    if mode & 0o777 != 0 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(local, std::fs::Permissions::from_mode(mode & 0o777))
+            .map_err(|e| CliError::io(local.display().to_string(), e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    Ok(())
+}
+
+/// `sandbox ls`: a table of type, mode, size, time, path (or the API's list as JSON).
+pub async fn ls(c: &Client, p: Printer, id: &str, path: &str, depth: u32) -> Result<(), CliError> {
+    let items = c.list_files(id, path, Some(depth)).await?;
+    match p.output {
+        Output::Table => {
+            let rows: Vec<Vec<String>> = items
+                .iter()
+                .map(|e| {
+                    vec![
+                        e.kind.clone(),
+                        format!("{:o}", e.mode & 0o7777),
+                        e.size.to_string(),
+                        e.modified_at.clone().unwrap_or_else(|| "-".into()),
+                        e.path.clone(),
+                    ]
+                })
+                .collect();
+            let headers = ["TYPE", "MODE", "SIZE", "MODIFIED", "PATH"].map(str::to_owned);
+            print_rows(&headers, &rows);
+            Ok(())
+        }
+        Output::Id => {
+            items
+                .iter()
+                .for_each(|e| super::output::print_line(&e.path));
+            Ok(())
+        }
+        Output::Json => p.print(&serde_json::json!({ "items": to_json(&items) }), &[]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sides_of_a_copy() {
+        assert_eq!(
+            side("sbx_01ABC:/work/a"),
+            Side::Remote {
+                sandbox: "sbx_01ABC",
+                path: "/work/a"
+            }
+        );
+        assert_eq!(side("./a:/b"), Side::Local("./a:/b"));
+        assert_eq!(side("notes.txt"), Side::Local("notes.txt"));
+        assert_eq!(side("c:relative"), Side::Local("c:relative"));
+        assert_eq!(join_remote("/work/", "a.txt"), "/work/a.txt");
+    }
+}
