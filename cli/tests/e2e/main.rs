@@ -15,6 +15,10 @@ mod crash;
 mod dataplane;
 mod deploy_metrics;
 mod dev;
+/// The fake OpenSandbox server's `/pty` (its `fake_server` names it as `crate::fake_pty`).
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]
+mod fake_pty;
 mod idempotency;
 mod lifecycle;
 mod nats_cluster;
@@ -22,10 +26,6 @@ mod observability;
 mod openapi;
 mod opensandbox_facade;
 mod opensandbox_facade_bench;
-/// The fake OpenSandbox server's `/pty` (its `fake_server` names it as `crate::fake_pty`).
-#[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]
-mod fake_pty;
 mod opensandbox_live;
 mod placement;
 mod pty;
