@@ -6,9 +6,13 @@
 //! Every fault is a real mechanism on processes this harness started: `kill -9` (at a fault
 //! point, or at a seeded time), `SIGSTOP`/`SIGCONT`, nats-server kill/restart/store wipe,
 //! `pg_terminate_backend` of the run's own database sessions, and the fake backend's
-//! hang / act-then-time-out knobs. All traffic is to 127.0.0.1.
+//! hang / act-then-time-out knobs, and (S14) iptables DROP rules inside a network namespace
+//! the suite made for an out-of-process backend ([`backend`], [`netns`]). All traffic is to
+//! 127.0.0.1 or to that namespace's own address.
 
+pub mod backend;
 pub mod check;
+pub mod netns;
 pub mod noisy;
 pub mod pg;
 pub mod procs;
@@ -20,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use differently_adapters::fake::{read_ledger, LedgerOp, LedgerOutcome};
+use differently_adapters::fake::{LedgerOp, LedgerOutcome};
 use serde::Serialize;
 
 use crate::client::{provision, Api};
@@ -59,6 +63,11 @@ pub enum Scenario {
     S12,
     /// The backend acts, then times out: on every create and every delete.
     S13,
+    /// An out-of-process backend (the fake OpenSandbox, pool `os`, in a network namespace
+    /// of the suite's own) partitioned by iptables DROP under load (held 8 s short, 60 s
+    /// long, once the pool is unhealthy), then healed: the pool goes unhealthy, placement avoids it, and after the heal the
+    /// backend's own state agrees with the database.
+    S14,
     /// A stale worker: SIGSTOPped past its ack wait while holding work, then continued
     /// (an approximation: it is cut off from everything, not only from NATS).
     S15,
@@ -68,7 +77,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every implemented scenario, in order.
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -81,6 +90,7 @@ impl Scenario {
         Scenario::S11,
         Scenario::S12,
         Scenario::S13,
+        Scenario::S14,
         Scenario::S15,
         Scenario::S16,
     ];
@@ -117,6 +127,12 @@ impl Scenario {
             }
             Scenario::S13 => {
                 o.fake_settings = "timeOutAfterCreate = true\ntimeOutAfterDelete = true\n".into();
+            }
+            Scenario::S14 => {
+                o.opensandbox = Some(backend::binary_next_to(&o.binary));
+                // Sandboxes stuck on the cut pool (creating, deleting) still count toward
+                // `maxActive`; room above them lets new work show where placement sends it.
+                o.max_active = 40;
             }
             _ => {}
         }
@@ -355,6 +371,7 @@ async fn nemesis(
         Scenario::S12 | Scenario::S13 => {
             n.note("backend fault knobs active for the whole run");
         }
+        Scenario::S14 => partition_backend(t, n, long).await?,
         Scenario::S15 => {
             n.sleep_ms(1500, 3000).await;
             t.proc("worker-1")?.pause()?;
@@ -365,6 +382,122 @@ async fn nemesis(
         }
         Scenario::S16 => chaos(t, n, until).await?,
     }
+    Ok(())
+}
+
+/// Pool `name`'s health as the fleet view has it now: `Some(healthy)`, `None` if never probed.
+async fn pool_healthy(t: &Topology, name: &str) -> Option<bool> {
+    sqlx::query_scalar::<_, bool>(
+        "SELECT coalesce((doc->>'healthy')::boolean, false) FROM pool_health WHERE name = $1",
+    )
+    .bind(name)
+    .fetch_optional(&t.db.pool())
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Waits (bounded) until pool `name`'s recorded health is `healthy`; the database's clock then.
+async fn wait_pool_health(
+    t: &Topology,
+    name: &str,
+    healthy: bool,
+    within: Duration,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if pool_healthy(t, name).await == Some(healthy) {
+            return sqlx::query_scalar("SELECT now()")
+                .fetch_one(&t.db.pool())
+                .await
+                .ok();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// S14: once sandboxes run on `os`, cut its link; measure how fast the pool is unhealthy,
+/// count where activations went while it was, heal, and wait for it to be healthy again.
+async fn partition_backend(t: &mut Topology, n: &mut Nemesis, long: bool) -> Result<(), LoadError> {
+    let pool = backend::POOL;
+    let warm = Instant::now() + Duration::from_secs(10);
+    let mut on_os = 0i64;
+    while Instant::now() < warm && on_os < 3 {
+        on_os = sqlx::query_scalar(
+            "SELECT count(*) FROM sandboxes WHERE pool = $1 AND status = 'running'",
+        )
+        .bind(pool)
+        .fetch_one(&t.db.pool())
+        .await
+        .unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    n.note(format!(
+        "sandboxes running on {pool} before the cut: {on_os}"
+    ));
+    n.sleep_ms(200, 1500).await;
+    let b = t
+        .backend
+        .as_mut()
+        .ok_or_else(|| LoadError::Plan("S14 runs with the OpenSandbox backend".into()))?;
+    b.net.cut()?;
+    let cut = Instant::now();
+    n.note(format!(
+        "iptables DROP in namespace {}: link cut",
+        b.net.name
+    ));
+    let unhealthy = wait_pool_health(t, pool, false, Duration::from_secs(20)).await;
+    n.note(format!(
+        "{pool} unhealthy after the cut: {} ({} ms)",
+        unhealthy.is_some(),
+        cut.elapsed().as_millis()
+    ));
+    // Held this long once the pool is unhealthy, so placements have time to avoid it.
+    tokio::time::sleep(Duration::from_secs(if long { 60 } else { 8 })).await;
+    let healed_at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&t.db.pool())
+        .await
+        .ok();
+    if let Some(b) = t.backend.as_mut() {
+        b.net.heal()?;
+    }
+    let heal = Instant::now();
+    n.note(format!(
+        "link healed after {} ms cut",
+        cut.elapsed().as_millis()
+    ));
+    // Every process takes up a health flip within one registry sync (2 s): activations
+    // from then until the heal must all have avoided the pool.
+    if let (Some(from), Some(to)) = (unhealthy, healed_at) {
+        let from = from + chrono::Duration::milliseconds(2500);
+        let rows: Vec<(Option<String>, i64)> = sqlx::query_as(
+            "SELECT detail->>'pool', count(*) FROM audit_events
+             WHERE action = 'sandbox.activate' AND at > $1 AND at < $2 GROUP BY 1",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(&t.db.pool())
+        .await
+        .map_err(|e| LoadError::db("counting activations during the partition", e))?;
+        let count = |p: &str| {
+            rows.iter()
+                .filter(|(x, _)| x.as_deref() == Some(p))
+                .map(|r| r.1)
+                .sum::<i64>()
+        };
+        n.note(format!(
+            "activations while {pool} was unhealthy: on {pool} {}, on fake {}",
+            count(pool),
+            count("fake")
+        ));
+    }
+    let healthy = wait_pool_health(t, pool, true, Duration::from_secs(20)).await;
+    n.note(format!(
+        "{pool} healthy again after the heal: {} ({} ms)",
+        healthy.is_some(),
+        heal.elapsed().as_millis()
+    ));
     Ok(())
 }
 
@@ -456,8 +589,8 @@ async fn chaos(t: &mut Topology, n: &mut Nemesis, until: Instant) -> Result<(), 
 }
 
 /// Checks only this scenario can make: that its fault really happened the way it says.
-fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<Verdict> {
-    let ledger = read_ledger(&t.ledger).unwrap_or_default();
+async fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<Verdict> {
+    let ledger = t.ledger().unwrap_or_default();
     let count = |op: LedgerOp, out: LedgerOutcome| {
         ledger
             .iter()
@@ -532,6 +665,53 @@ fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<Verdict
                 format!("existing creates {existing}, missing deletes {missing}"),
             )
         }
+        Scenario::S14 => {
+            let has = |needle: &str| faults.iter().any(|f| f.contains(needle));
+            push(
+                "the partitioned pool was marked unhealthy, and healthy again after the heal",
+                has("os unhealthy after the cut: true")
+                    && has("os healthy again after the heal: true"),
+                format!("{faults:?}"),
+            );
+            let avoided = faults
+                .iter()
+                .find(|f| f.contains("activations while os was unhealthy"));
+            push(
+                "placement avoided the unhealthy pool (and still placed on the other)",
+                avoided.is_some_and(|f| f.contains("on os 0,") && !f.ends_with("on fake 0")),
+                format!("{avoided:?}"),
+            );
+            let ran = has("sandboxes running on os before the cut: ") && !has("before the cut: 0");
+            push(
+                "sandboxes were running on the pool when its link was cut",
+                ran,
+                format!("{faults:?}"),
+            );
+            // The backend's own state after the heal: its live sandboxes are exactly the
+            // ones its ledger leaves live (so the checker's I2/I5 read the truth).
+            let ledger_live: std::collections::BTreeSet<String> = t
+                .live_instances()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(p, _)| *p == backend::POOL)
+                .map(|(_, i)| i.backend_ref)
+                .collect();
+            match t.backend.as_ref() {
+                Some(b) => match b.live_refs().await {
+                    Ok(actual) => push(
+                        "the OpenSandbox fake's live sandboxes = what its ledger leaves live",
+                        actual == ledger_live,
+                        format!("fake lists {actual:?}, ledger leaves {ledger_live:?}"),
+                    ),
+                    Err(e) => push(
+                        "the OpenSandbox fake's live sandboxes = what its ledger leaves live",
+                        false,
+                        format!("listing the fake after the heal: {e}"),
+                    ),
+                },
+                None => push("the OpenSandbox fake ran", false, "no backend".to_owned()),
+            }
+        }
         _ => {}
     }
     v
@@ -588,10 +768,10 @@ pub async fn run_scenario(
     let probed = probe.stop().await;
     let t_check = Instant::now();
     let mut verdicts = check_all(&t, &outcome, &probed, unsettled).await?;
-    verdicts.extend(scenario_checks(sc, &t, &n.log));
+    verdicts.extend(scenario_checks(sc, &t, &n.log).await);
     seconds.insert("check".to_owned(), t_check.elapsed().as_secs_f64());
     let ok = verdicts.iter().all(|v| v.ok) && nem.is_ok();
-    let ledger_lines = read_ledger(&t.ledger).map(|l| l.len()).unwrap_or(0);
+    let ledger_lines = t.ledger().map(|l| l.len()).unwrap_or(0);
 
     // Keep the evidence of a failed run (and of any run when asked).
     let history: String = outcome

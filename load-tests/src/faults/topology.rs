@@ -13,7 +13,10 @@ use differently_store::testing::TestDb;
 use sqlx::PgPool;
 use tempfile::TempDir;
 
+use differently_adapters::fake::{live_instances, read_ledger, LedgerEntry, LiveInstance};
+
 use crate::cluster::{free_port, generate_key, preflight};
+use crate::faults::backend::{self, OsBackend};
 use crate::faults::pg::PrivatePg;
 use crate::faults::procs::{Nats, Spawned};
 use crate::LoadError;
@@ -97,6 +100,9 @@ pub struct TopologyOpts {
     pub provisioning_timeout_seconds: u64,
     /// Run on a private Postgres cluster (S11) instead of the machine's.
     pub private_pg: bool,
+    /// Also an `opensandbox` pool (`os`, preferred) on the fake OpenSandbox server run in a
+    /// network namespace of the suite's own (S14); this binary of it.
+    pub opensandbox: Option<PathBuf>,
 }
 
 impl TopologyOpts {
@@ -114,14 +120,18 @@ impl TopologyOpts {
             log_level: "info".to_owned(),
             provisioning_timeout_seconds: 15,
             private_pg: false,
+            opensandbox: None,
         }
     }
 }
 
-/// The running control plane. Drop order: role processes, then nats, then the database.
+/// The running control plane. Drop order: role processes, the out-of-process backend,
+/// nats, then the database.
 pub struct Topology {
     /// Role processes by name (`api`, `scheduler-0`, `worker-1`, …).
     pub procs: BTreeMap<String, Spawned>,
+    /// S14's fake OpenSandbox in its namespace, when configured.
+    pub backend: Option<OsBackend>,
     /// The private nats-server.
     pub nats: Nats,
     /// The run's database.
@@ -175,6 +185,16 @@ impl Topology {
             .map_err(|e| LoadError::io("creating a temporary directory", e))?;
         let nats = Nats::start(&nats_bin, dir.path())?;
         let ledger = dir.path().join("ledger.jsonl");
+        let backend = match &opts.opensandbox {
+            Some(bin) => Some(OsBackend::start(bin, dir.path()).await?),
+            None => None,
+        };
+        // The preferred pool first; the in-process fake then costs something, so the
+        // ranking prefers `os` while it is healthy.
+        let (os_pool, fake_cost) = match &backend {
+            Some(b) => (b.pool_toml(), "cost_per_cpu_hour = 5.0\n"),
+            None => (String::new(), ""),
+        };
         let port = free_port()?;
         let config = dir.path().join("differently.toml");
         let text = format!(
@@ -200,10 +220,10 @@ maxActive = {max_active}
 key_requests_per_second = {rps}
 key_burst = {burst}
 
-[[pools]]
+{os_pool}[[pools]]
 name = "fake"
 kind = "fake"
-
+{fake_cost}
 [pools.settings]
 latencyMs = {lat}
 ledger = "{ledger}"
@@ -225,6 +245,7 @@ capabilities = ["exec"]
         let audit_key = random_hex32()?;
         let mut t = Topology {
             procs: BTreeMap::new(),
+            backend,
             nats,
             db,
             dir,
@@ -253,6 +274,9 @@ capabilities = ["exec"]
             ("DIFFERENTLY_AUDIT_KEY".to_owned(), self.audit_key.clone()),
             ("DIFFERENTLY_LOG".to_owned(), self.opts.log_level.clone()),
         ];
+        if let Some(b) = &self.backend {
+            env.push((backend::KEY_ENV.to_owned(), b.key.clone()));
+        }
         if let Some(f) = self.opts.fault_pause.get(name) {
             env.push(("DIFFERENTLY_FAULT_PAUSE".to_owned(), f.clone()));
         }
@@ -289,10 +313,16 @@ capabilities = ["exec"]
         p.launch(SCRUB)
     }
 
-    /// Heals everything: `SIGCONT` every stopped process (nats included), restarts every
-    /// role process that is not running, and nats if it is down.
+    /// Heals everything: the backend's link, `SIGCONT` every stopped process (nats
+    /// included), restarts every role process that is not running, and nats if it is down.
     pub fn heal(&mut self) -> Result<Vec<String>, LoadError> {
         let mut done = Vec::new();
+        if let Some(b) = self.backend.as_mut() {
+            if b.net.is_cut() {
+                b.net.heal()?;
+                done.push("link to the OpenSandbox namespace restored".to_owned());
+            }
+        }
         if self.nats.proc.stopped {
             self.nats.proc.resume()?;
             done.push("SIGCONT nats".to_owned());
@@ -334,6 +364,33 @@ capabilities = ["exec"]
             }
         }
         best.map(|(_, n)| n)
+    }
+
+    /// Every backend's ledger (the in-process fake's, then the OpenSandbox fake's, if any),
+    /// with the pool each line came from.
+    pub fn ledgers(&self) -> std::io::Result<Vec<(&'static str, Vec<LedgerEntry>)>> {
+        let mut out = vec![("fake", read_ledger(&self.ledger)?)];
+        if let Some(b) = &self.backend {
+            out.push((backend::POOL, read_ledger(&b.ledger)?));
+        }
+        Ok(out)
+    }
+
+    /// Every ledger line of every backend, in time order.
+    pub fn ledger(&self) -> std::io::Result<Vec<LedgerEntry>> {
+        let mut all: Vec<LedgerEntry> = self.ledgers()?.into_iter().flat_map(|(_, l)| l).collect();
+        all.sort_by_key(|e| e.at);
+        Ok(all)
+    }
+
+    /// The live instances of every backend, each with its pool (one sandbox may show twice
+    /// if two backends hold an instance of it: an orphan).
+    pub fn live_instances(&self) -> std::io::Result<Vec<(&'static str, LiveInstance)>> {
+        Ok(self
+            .ledgers()?
+            .into_iter()
+            .flat_map(|(pool, l)| live_instances(&l).into_iter().map(move |i| (pool, i)))
+            .collect())
     }
 
     /// Process `name`'s whole log.
