@@ -2,6 +2,8 @@
 //! `axum::serve` gives hyper no timer, so a client that opens a connection and sends half a
 //! request line holds it for ever; here every connection must deliver its request headers
 //! within `header_read_timeout` or is closed. (The body's deadline is `middleware::guard`'s.)
+//! What hyper answers itself to a head it cannot parse is made the envelope by
+//! `bare_errors`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -15,6 +17,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
+
+use crate::bare_errors::EnvelopeBareErrors;
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets the open requests finish.
 /// Each request carries its peer's `ConnectInfo<SocketAddr>`, as
@@ -48,7 +52,7 @@ pub async fn serve(
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(header_read_timeout)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(TokioIo::new(EnvelopeBareErrors::new(stream)), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
