@@ -54,6 +54,9 @@ pub enum Scenario {
     S7,
     /// nats-server SIGSTOPped (8 s short, 30 s long), then continued.
     S8,
+    /// A 3-node NATS cluster with R3 streams: a node killed under load (the long version:
+    /// three times, a seeded node each time), restarted after a few seconds.
+    S9,
     /// Every Postgres session of the run's database terminated, repeatedly.
     S10,
     /// A private Postgres cluster stopped with `pg_ctl -m immediate` under load, then
@@ -77,7 +80,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every implemented scenario, in order.
-    pub const ALL: [Scenario; 15] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
@@ -86,6 +89,7 @@ impl Scenario {
         Scenario::S6,
         Scenario::S7,
         Scenario::S8,
+        Scenario::S9,
         Scenario::S10,
         Scenario::S11,
         Scenario::S12,
@@ -94,6 +98,16 @@ impl Scenario {
         Scenario::S15,
         Scenario::S16,
     ];
+
+    /// The CI short version: every scenario but S9, whose node kill still stalls the
+    /// control plane past the election on some seeds (docs/reliability.md, "S9"); it runs
+    /// in the long version and on demand (`--scenarios S9`).
+    pub fn short() -> Vec<Scenario> {
+        Scenario::ALL
+            .into_iter()
+            .filter(|s| *s != Scenario::S9)
+            .collect()
+    }
 
     /// Parses `S1` … (case-insensitive).
     pub fn parse(s: &str) -> Option<Scenario> {
@@ -117,6 +131,7 @@ impl Scenario {
                 o.fault_pause
                     .insert("api".into(), "api.after_admit_commit:120000".into());
             }
+            Scenario::S9 => o.nats_cluster = true,
             Scenario::S11 => o.private_pg = true,
             Scenario::S12 => {
                 o.provisioning_timeout_seconds = 4;
@@ -329,25 +344,31 @@ async fn nemesis(
         Scenario::S6 => {
             while Instant::now() + Duration::from_secs(4) < until {
                 n.sleep_ms(1500, 3500).await;
-                t.nats.proc.kill9();
+                t.nats()?.proc.kill9();
                 n.note("kill -9 nats-server");
                 n.sleep_ms(300, 2000).await;
-                t.nats.restart()?;
+                t.nats()?.restart()?;
                 n.note("restart nats-server (same store)");
             }
         }
         Scenario::S7 => {
             n.sleep_ms(2000, 4000).await;
-            t.nats.wipe_and_restart()?;
+            t.nats()?.wipe_and_restart()?;
             n.note("nats-server killed, store wiped, restarted empty");
         }
         Scenario::S8 => {
             n.sleep_ms(1500, 3000).await;
-            t.nats.proc.pause()?;
+            t.nats()?.proc.pause()?;
             n.note("SIGSTOP nats-server");
             tokio::time::sleep(Duration::from_secs(if long { 30 } else { 8 })).await;
-            t.nats.proc.resume()?;
+            t.nats()?.proc.resume()?;
             n.note("SIGCONT nats-server");
+        }
+        Scenario::S9 => {
+            for _ in 0..if long { 3 } else { 1 } {
+                n.sleep_ms(1500, 3000).await;
+                kill_cluster_node(t, n).await?;
+            }
         }
         Scenario::S10 => {
             while Instant::now() + Duration::from_secs(3) < until {
@@ -382,6 +403,101 @@ async fn nemesis(
         }
         Scenario::S16 => chaos(t, n, until).await?,
     }
+    Ok(())
+}
+
+/// S9: kill -9 a seeded member of the cluster; measure how long until a sandbox reaches
+/// `running` again (the stall); keep it down 3-5 s under load; restart it and wait until the
+/// cluster is healthy.
+async fn kill_cluster_node(t: &mut Topology, n: &mut Nemesis) -> Result<(), LoadError> {
+    let pool = t.db.pool();
+    let i = usize::try_from(n.rng.below(3)).unwrap_or(0);
+    let c = t
+        .nats_cluster
+        .as_mut()
+        .ok_or_else(|| LoadError::Plan("S9 runs on a NATS cluster".into()))?;
+    let at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&pool)
+        .await
+        .ok();
+    c.nodes[i].stop();
+    let killed = Instant::now();
+    n.note(format!("kill -9 nats node n{i}"));
+    // The stall: until a sandbox's `running` is recorded after the kill (bounded 30 s).
+    let mut first = None;
+    while killed.elapsed() < Duration::from_secs(30) {
+        let k: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM audit_events WHERE action = 'sandbox.running' AND at > $1",
+        )
+        .bind(at)
+        .fetch_one(&pool)
+        .await
+        .unwrap_or(0);
+        if k > 0 {
+            first = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    n.note(format!(
+        "first sandbox running after the kill: {}",
+        first.map_or("none in 30 s".to_owned(), |d| format!(
+            "{} ms",
+            d.as_millis()
+        ))
+    ));
+    let down = n.rng.between(3000, 5000);
+    tokio::time::sleep(Duration::from_millis(down).saturating_sub(killed.elapsed())).await;
+    let back: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&pool)
+        .await
+        .ok();
+    let c = t
+        .nats_cluster
+        .as_mut()
+        .ok_or_else(|| LoadError::Plan("S9 runs on a NATS cluster".into()))?;
+    topology::restart_node(&mut c.nodes[i])?;
+    topology::cluster_healthy(c, Duration::from_secs(30))?;
+    n.note(format!(
+        "restart nats node n{i}; cluster healthy {} ms after the kill",
+        killed.elapsed().as_millis()
+    ));
+    // The stall, two ways: the longest gap between consecutive `running` records from a
+    // second before the kill to 5 s after the node is back (the workload makes several a
+    // second), and admission → running of the sandboxes admitted while the node was down
+    // that ran (the workload deletes many before they run).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let gap: Option<f64> = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM max(gap)) * 1000)::float8 FROM (
+           SELECT at - lag(at) OVER (ORDER BY at) AS gap FROM audit_events
+           WHERE action = 'sandbox.running'
+             AND at > $1 - interval '1 second' AND at < $2 + interval '5 seconds') g",
+    )
+    .bind(at)
+    .bind(back)
+    .fetch_one(&pool)
+    .await
+    .map_err(|e| LoadError::db("measuring the gap in running records", e))?;
+    let (admitted, ran, slowest): (i64, i64, Option<f64>) = sqlx::query_as(
+        "SELECT count(*), count(r.first),
+                (extract(epoch FROM max(r.first - a.at)) * 1000)::float8
+         FROM audit_events a
+         LEFT JOIN (SELECT resource, min(at) AS first FROM audit_events
+                    WHERE action = 'sandbox.running' GROUP BY resource) r
+           ON r.resource = a.resource
+         WHERE a.action = 'sandbox.admit' AND a.at > $1 AND a.at < $2",
+    )
+    .bind(at)
+    .bind(back)
+    .fetch_one(&pool)
+    .await
+    .map_err(|e| LoadError::db("measuring admission → running across the kill", e))?;
+    let ms = |x: Option<f64>| x.map_or(-1, |v| v.round() as i64);
+    n.note(format!(
+        "while n{i} was down: longest gap between running records: {} ms; admitted: {admitted}, ran: {ran}, slowest admission → running: {} ms",
+        ms(gap),
+        ms(slowest)
+    ));
     Ok(())
 }
 
@@ -547,17 +663,17 @@ async fn chaos(t: &mut Topology, n: &mut Nemesis, until: Instant) -> Result<(), 
                 n.note("restart api");
             }
             3 => {
-                t.nats.proc.kill9();
+                t.nats()?.proc.kill9();
                 n.note("kill -9 nats-server");
                 n.sleep_ms(300, 2000).await;
-                t.nats.restart()?;
+                t.nats()?.restart()?;
                 n.note("restart nats-server");
             }
             4 => {
-                t.nats.proc.pause()?;
+                t.nats()?.proc.pause()?;
                 n.note("SIGSTOP nats-server");
                 n.sleep_ms(1000, 4000).await;
-                t.nats.proc.resume()?;
+                t.nats()?.proc.resume()?;
                 n.note("SIGCONT nats-server");
             }
             5 => {
@@ -586,6 +702,36 @@ async fn chaos(t: &mut Topology, n: &mut Nemesis, until: Instant) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// S9's bound on the stall after a node kill: a JetStream raft group elects a new leader
+/// within its 4–9 s election timeout, and clients reconnect within a second of that.
+const S9_STALL_BOUND_MS: u64 = 10_000;
+
+/// Whether one S9 kill's note shows no stall past the bound: the longest gap between
+/// `running` records and the slowest admission → running both within it (and something
+/// was admitted and ran while the node was down; I6 checks nothing stayed stuck).
+fn s9_kill_ok(note: &str) -> bool {
+    let num = |after: &str| -> Option<i64> {
+        let rest = note.split(after).nth(1)?;
+        let digits: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '-')
+            .collect();
+        digits.parse().ok()
+    };
+    let within = |ms: i64| u64::try_from(ms).is_ok_and(|ms| ms <= S9_STALL_BOUND_MS);
+    match (
+        num("running records: "),
+        num("admitted: "),
+        num("ran: "),
+        num("admission → running: "),
+    ) {
+        (Some(gap), Some(a), Some(r), Some(slowest)) => {
+            a > 0 && r > 0 && within(gap) && within(slowest)
+        }
+        _ => false,
+    }
 }
 
 /// Checks only this scenario can make: that its fault really happened the way it says.
@@ -664,6 +810,20 @@ async fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<V
                 existing > 0 && missing > 0,
                 format!("existing creates {existing}, missing deletes {missing}"),
             )
+        }
+        Scenario::S9 => {
+            // "No stall beyond the election": after each kill a sandbox reached `running`
+            // within the bound (an election takes a few seconds; clients reconnect).
+            let stalls: Vec<&String> = faults
+                .iter()
+                .filter(|f| f.contains("longest gap between running records"))
+                .collect();
+            let slow: Vec<&&String> = stalls.iter().filter(|f| !s9_kill_ok(f)).collect();
+            push(
+                "no stall past the election: running records never 10 s apart, and what was admitted while a node was down ran within 10 s",
+                !stalls.is_empty() && slow.is_empty(),
+                format!("{stalls:?}"),
+            );
         }
         Scenario::S14 => {
             let has = |needle: &str| faults.iter().any(|f| f.contains(needle));

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use differently_bus::testing::find_nats_server;
+use differently_bus::testing::{find_nats_server, NatsCluster};
 use differently_store::testing::TestDb;
 use sqlx::PgPool;
 use tempfile::TempDir;
@@ -103,6 +103,8 @@ pub struct TopologyOpts {
     /// Also an `opensandbox` pool (`os`, preferred) on the fake OpenSandbox server run in a
     /// network namespace of the suite's own (S14); this binary of it.
     pub opensandbox: Option<PathBuf>,
+    /// A 3-node NATS cluster with R3 streams instead of one nats-server (S9).
+    pub nats_cluster: bool,
 }
 
 impl TopologyOpts {
@@ -121,6 +123,7 @@ impl TopologyOpts {
             provisioning_timeout_seconds: 15,
             private_pg: false,
             opensandbox: None,
+            nats_cluster: false,
         }
     }
 }
@@ -132,8 +135,10 @@ pub struct Topology {
     pub procs: BTreeMap<String, Spawned>,
     /// S14's fake OpenSandbox in its namespace, when configured.
     pub backend: Option<OsBackend>,
-    /// The private nats-server.
-    pub nats: Nats,
+    /// The private nats-server (absent with [`TopologyOpts::nats_cluster`]).
+    pub nats: Option<Nats>,
+    /// The 3-node cluster every process uses instead (S9).
+    pub nats_cluster: Option<NatsCluster>,
     /// The run's database.
     pub db: RunDb,
     /// Config, logs, ledger.
@@ -183,7 +188,16 @@ impl Topology {
             .prefix("differently-faults-")
             .tempdir()
             .map_err(|e| LoadError::io("creating a temporary directory", e))?;
-        let nats = Nats::start(&nats_bin, dir.path())?;
+        let (nats, nats_cluster) = if opts.nats_cluster {
+            (None, Some(start_cluster().await?))
+        } else {
+            (Some(Nats::start(&nats_bin, dir.path())?), None)
+        };
+        let (nats_url, replicas) = match (&nats, &nats_cluster) {
+            (Some(n), _) => (n.url(), 1),
+            (None, Some(c)) => (c.urls(), 3),
+            (None, None) => return Err(LoadError::Plan("no nats".into())),
+        };
         let ledger = dir.path().join("ledger.jsonl");
         let backend = match &opts.opensandbox {
             Some(bin) => Some(OsBackend::start(bin, dir.path()).await?),
@@ -205,6 +219,7 @@ database_max_connections = 6
 
 [bus]
 ack_wait_seconds = 3
+replicas = {replicas}
 
 [scheduler]
 tick_ms = 100
@@ -231,7 +246,7 @@ capabilities = ["exec"]
 {extra}
 "#,
             db = db.url(),
-            nats = nats.url(),
+            nats = nats_url,
             max_active = opts.max_active,
             rps = opts.key_rate.0,
             burst = opts.key_rate.1,
@@ -247,6 +262,7 @@ capabilities = ["exec"]
             procs: BTreeMap::new(),
             backend,
             nats,
+            nats_cluster,
             db,
             dir,
             ledger,
@@ -323,13 +339,24 @@ capabilities = ["exec"]
                 done.push("link to the OpenSandbox namespace restored".to_owned());
             }
         }
-        if self.nats.proc.stopped {
-            self.nats.proc.resume()?;
-            done.push("SIGCONT nats".to_owned());
+        if let Some(nats) = self.nats.as_mut() {
+            if nats.proc.stopped {
+                nats.proc.resume()?;
+                done.push("SIGCONT nats".to_owned());
+            }
+            if nats.proc.child.is_none() || nats.proc.exited().is_some() {
+                nats.restart()?;
+                done.push("restart nats".to_owned());
+            }
         }
-        if self.nats.proc.child.is_none() || self.nats.proc.exited().is_some() {
-            self.nats.restart()?;
-            done.push("restart nats".to_owned());
+        if let Some(c) = self.nats_cluster.as_mut() {
+            for (i, node) in c.nodes.iter_mut().enumerate() {
+                if node.pid().is_none() {
+                    restart_node(node)?;
+                    done.push(format!("restart nats node n{i}"));
+                }
+            }
+            cluster_healthy(c, Duration::from_secs(30))?;
         }
         let names: Vec<String> = self.procs.keys().cloned().collect();
         for n in names {
@@ -345,6 +372,13 @@ capabilities = ["exec"]
             }
         }
         Ok(done)
+    }
+
+    /// The one nats-server (every scenario but S9).
+    pub fn nats(&mut self) -> Result<&mut Nats, LoadError> {
+        self.nats
+            .as_mut()
+            .ok_or_else(|| LoadError::Plan("this run uses a 3-node NATS cluster".into()))
     }
 
     /// The scheduler currently leading, from the logs' last `leading`/`stepping down` line.
@@ -498,4 +532,36 @@ impl Topology {
         .map_err(|e| LoadError::db("terminating the leader's lock session", e))?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
+}
+
+/// The message of a panic caught from the bus's test helpers (they panic with what the
+/// servers said).
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "panicked".to_owned())
+}
+
+/// Starts a 3-node JetStream cluster on loopback (`bus::testing::NatsCluster`), off the
+/// runtime's threads.
+async fn start_cluster() -> Result<NatsCluster, LoadError> {
+    tokio::task::spawn_blocking(|| std::panic::catch_unwind(|| NatsCluster::start(3)))
+        .await
+        .map_err(|e| LoadError::Process(format!("starting the nats cluster: {e}")))?
+        .map_err(|p| {
+            LoadError::Process(format!("the nats cluster did not form: {}", panic_text(p)))
+        })
+}
+
+/// Starts a cluster member again on its port and store.
+pub fn restart_node(node: &mut differently_bus::testing::NatsServer) -> Result<(), LoadError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| node.restart()))
+        .map_err(|p| LoadError::Process(format!("nats node restart: {}", panic_text(p))))
+}
+
+/// Waits until every running member reports JetStream healthy.
+pub fn cluster_healthy(c: &NatsCluster, within: Duration) -> Result<(), LoadError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.wait_healthy(within)))
+        .map_err(|p| LoadError::Process(format!("nats cluster: {}", panic_text(p))))
 }
