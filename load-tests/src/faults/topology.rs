@@ -410,10 +410,28 @@ capabilities = ["exec"]
         Ok(out)
     }
 
-    /// Every ledger line of every backend, in time order.
+    /// Every ledger line of every backend: each ledger in its own file order (the order its
+    /// backend applied the calls; the fake's lines are not strictly in `at` order across
+    /// processes, and a sort by time reordered a create ahead of an earlier delete and
+    /// inflated I3's high-water mark), merged across ledgers by time.
     pub fn ledger(&self) -> std::io::Result<Vec<LedgerEntry>> {
-        let mut all: Vec<LedgerEntry> = self.ledgers()?.into_iter().flat_map(|(_, l)| l).collect();
-        all.sort_by_key(|e| e.at);
+        let mut lists: Vec<std::collections::VecDeque<LedgerEntry>> =
+            self.ledgers()?.into_iter().map(|(_, l)| l.into()).collect();
+        let mut all = Vec::new();
+        while let Some((_, i)) = lists
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.front().map(|e| (e.at, i)))
+            .min()
+        {
+            match lists
+                .get_mut(i)
+                .and_then(std::collections::VecDeque::pop_front)
+            {
+                Some(e) => all.push(e),
+                None => break,
+            }
+        }
         Ok(all)
     }
 
