@@ -407,8 +407,8 @@ async fn nemesis(
 }
 
 /// S9: kill -9 a seeded member of the cluster; measure how long until a sandbox reaches
-/// `running` again (the stall); keep it down 3-5 s under load; restart it and wait until the
-/// cluster is healthy.
+/// `running` again (the stall); keep it down 3-5 s under load (or until then, if later);
+/// restart it and wait until the cluster is healthy.
 async fn kill_cluster_node(t: &mut Topology, n: &mut Nemesis) -> Result<(), LoadError> {
     let pool = t.db.pool();
     let i = usize::try_from(n.rng.below(3)).unwrap_or(0);
