@@ -21,6 +21,7 @@ pub mod after_commit;
 pub mod auth;
 pub mod auth_cache;
 pub mod auth_throttle;
+pub mod bare_errors;
 pub mod body;
 pub mod bootstrap;
 pub mod data_plane;

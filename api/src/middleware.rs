@@ -61,7 +61,8 @@ pub async fn request_id(req: Request, next: Next) -> Response {
 }
 
 /// Longest request target (path and query) served; longer ones get 414 `uri_too_long`. (The
-/// HTTP layer itself refuses targets over 64 KiB with a bare 414 before any route is asked.)
+/// HTTP layer itself refuses targets over 64 KiB before any route is asked; `bare_errors`
+/// makes that answer the same envelope.)
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 
 /// Largest JSON request body; file uploads stream and have their own limit (`routes::files`).

@@ -2,6 +2,8 @@
 //! `axum::serve` gives hyper no timer, so a client that opens a connection and sends half a
 //! request line holds it for ever; here every connection must deliver its request headers
 //! within `header_read_timeout` or is closed. (The body's deadline is `middleware::guard`'s.)
+//! What hyper answers itself to a head it cannot parse is made the envelope by
+//! `bare_errors`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -14,6 +16,8 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
+
+use crate::bare_errors::EnvelopeBareErrors;
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets the open requests finish.
 /// Each request carries its peer's `ConnectInfo<SocketAddr>`, as
@@ -51,7 +55,7 @@ pub async fn serve(
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(header_read_timeout)
-            .serve_connection(TokioIo::new(stream), service)
+            .serve_connection(TokioIo::new(EnvelopeBareErrors::new(stream)), service)
             // The PTY route is a WebSocket: the connection must let axum take it over.
             .with_upgrades();
         let (mut stop, alive) = (stop_rx.clone(), alive_tx.clone());

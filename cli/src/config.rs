@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use differently_core::pool::{validate_pool_name, Trust};
+use differently_core::pool::{check_pool_bounds, validate_pool_name, PoolBounds, Trust};
 use serde::Deserialize;
 
 /// Why the configuration is unusable.
@@ -446,28 +446,19 @@ impl Config {
                     format!("duplicate pool {:?}", p.name),
                 ));
             }
-            if p.cost_per_cpu_hour
-                .is_some_and(|c| !(c >= 0.0 && c.is_finite()))
-            {
-                return Err(invalid(
-                    format!("pools[{i}].cost_per_cpu_hour"),
-                    "must be a non-negative number",
-                ));
-            }
-            if p.typical_create_seconds
-                .is_some_and(|c| !(c >= 0.0 && c.is_finite()))
-            {
-                return Err(invalid(
-                    format!("pools[{i}].typical_create_seconds"),
-                    "must be a non-negative number",
-                ));
-            }
-            if p.max_concurrent == Some(0) {
-                return Err(invalid(
-                    format!("pools[{i}].max_concurrent"),
-                    "must be at least 1",
-                ));
-            }
+            // The admin API's bounds, from the one check both use.
+            check_pool_bounds(PoolBounds {
+                region: p.region.as_deref(),
+                max_concurrent: p.max_concurrent,
+                cost_per_cpu_hour: p.cost_per_cpu_hour,
+                typical_create_seconds: p.typical_create_seconds,
+            })
+            .map_err(|(field, message)| {
+                invalid(
+                    format!("pools[{i}].{}", field.config_name()),
+                    format!("pool {:?}: {message}", p.name),
+                )
+            })?;
         }
         Ok(())
     }
@@ -604,6 +595,37 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn config_pools_get_the_admin_apis_bounds_naming_pool_and_field() {
+        // Each of these passed the config's own checks before and the admin API refused it.
+        for (line, field) in [
+            ("max_concurrent = 2000000", "pools[0].max_concurrent"),
+            ("cost_per_cpu_hour = 1e300", "pools[0].cost_per_cpu_hour"),
+            (
+                "typical_create_seconds = 1e9",
+                "pools[0].typical_create_seconds",
+            ),
+            ("region = \"\"", "pools[0].region"),
+            (
+                &format!("region = \"{}\"", "r".repeat(64)),
+                "pools[0].region",
+            ),
+            ("region = \"eu\\u0000west\"", "pools[0].region"),
+        ] {
+            let e = parse(&format!(
+                "[[pools]]\nname = \"edge\"\nkind = \"fake\"\n{line}"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(field) && e.contains("\"edge\""), "{line}: {e}");
+        }
+        assert!(parse(
+            "[[pools]]\nname = \"edge\"\nkind = \"fake\"\nmax_concurrent = 1000000\n\
+             cost_per_cpu_hour = 1000000.0\ntypical_create_seconds = 86400.0\nregion = \"eu-west\""
+        )
+        .is_ok());
     }
 
     #[test]

@@ -31,6 +31,95 @@ impl PoolView {
     }
 }
 
+/// Bounds of a pool's numbers (NaN and infinities fall outside them): large enough for any
+/// real pool, small enough that ranking arithmetic on them stays finite. The same for a pool
+/// from the config file and one from the admin API ([`check_pool_bounds`]).
+pub const MAX_POOL_CONCURRENT: u32 = 1_000_000;
+/// Highest `cost_per_cpu_hour`.
+pub const MAX_COST_PER_CPU_HOUR: f64 = 1_000_000.0;
+/// Highest `typical_create_seconds` (a day).
+pub const MAX_TYPICAL_CREATE_SECONDS: f64 = 86_400.0;
+/// Longest region name, in characters.
+pub const MAX_REGION_CHARS: usize = 63;
+
+/// A bounded field of a pool, named as each source spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolField {
+    Region,
+    MaxConcurrent,
+    CostPerCpuHour,
+    TypicalCreateSeconds,
+}
+
+impl PoolField {
+    /// The admin API's (JSON) name.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            PoolField::Region => "region",
+            PoolField::MaxConcurrent => "maxConcurrent",
+            PoolField::CostPerCpuHour => "costPerCpuHour",
+            PoolField::TypicalCreateSeconds => "typicalCreateSeconds",
+        }
+    }
+
+    /// The config file's (TOML) name.
+    pub fn config_name(self) -> &'static str {
+        match self {
+            PoolField::Region => "region",
+            PoolField::MaxConcurrent => "max_concurrent",
+            PoolField::CostPerCpuHour => "cost_per_cpu_hour",
+            PoolField::TypicalCreateSeconds => "typical_create_seconds",
+        }
+    }
+}
+
+/// The bounded fields of a pool, however it was defined.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolBounds<'a> {
+    pub region: Option<&'a str>,
+    pub max_concurrent: Option<u32>,
+    pub cost_per_cpu_hour: Option<f64>,
+    pub typical_create_seconds: Option<f64>,
+}
+
+/// The one bounds check of a pool's fields, for the config file and the admin API alike:
+/// the first field out of bounds, with what its bound is.
+pub fn check_pool_bounds(p: PoolBounds<'_>) -> Result<(), (PoolField, String)> {
+    if let Some(g) = p.region {
+        if g.is_empty() || g.chars().count() > MAX_REGION_CHARS || g.chars().any(char::is_control) {
+            return Err((
+                PoolField::Region,
+                format!("must be 1-{MAX_REGION_CHARS} characters, none of them control characters"),
+            ));
+        }
+    }
+    if p.max_concurrent
+        .is_some_and(|m| m == 0 || m > MAX_POOL_CONCURRENT)
+    {
+        return Err((
+            PoolField::MaxConcurrent,
+            format!("must be between 1 and {MAX_POOL_CONCURRENT}"),
+        ));
+    }
+    if p.cost_per_cpu_hour
+        .is_some_and(|c| !(0.0..=MAX_COST_PER_CPU_HOUR).contains(&c))
+    {
+        return Err((
+            PoolField::CostPerCpuHour,
+            format!("must be a number between 0 and {MAX_COST_PER_CPU_HOUR}"),
+        ));
+    }
+    if p.typical_create_seconds
+        .is_some_and(|t| !(0.0..=MAX_TYPICAL_CREATE_SECONDS).contains(&t))
+    {
+        return Err((
+            PoolField::TypicalCreateSeconds,
+            format!("must be a number between 0 and {MAX_TYPICAL_CREATE_SECONDS}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Pool names are used in bus subjects, so they are kept to a safe alphabet.
 pub fn validate_pool_name(name: &str) -> Result<(), crate::FieldError> {
     let ok = !name.is_empty()

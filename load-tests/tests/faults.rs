@@ -1,6 +1,6 @@
-//! The fault suite's short (CI) version: every implemented scenario of FAULTS.md (S1–S8,
-//! S10–S13, S15, S16) on its own freshly started production topology with a 10 s
-//! workload (S16: 20 s of chaos), then the noisy-neighbour test; every invariant (I1–I7)
+//! The fault suite's short (CI) version: every implemented scenario of FAULTS.md but S9
+//! (S1–S8, S10–S16; S9 is in the long version: `Scenario::short` says why) on its own freshly started production topology with a 10 s workload (S14: 20 s
+//! around an 8 s partition; S16: 20 s of chaos), then the noisy-neighbour test; every invariant (I1–I7)
 //! must hold. Scenarios run one after another in one test: clusters side by side on a
 //! 2-core machine would measure each other.
 //!
@@ -31,9 +31,13 @@ async fn seeded_fault_scenarios_and_noisy_neighbour_hold_every_invariant() {
     let binary = differently_binary();
     let started = Instant::now();
     let mut failed = Vec::new();
-    for sc in Scenario::ALL {
+    for sc in Scenario::short() {
         let len = Length {
-            workload: Duration::from_secs(if sc == Scenario::S16 { 20 } else { 10 }),
+            // S14 holds its cut 8 s after the pool is seen unhealthy (~2-5 s): 20 s.
+            workload: Duration::from_secs(match sc {
+                Scenario::S14 | Scenario::S16 => 20,
+                _ => 10,
+            }),
             long: false,
         };
         match run_scenario(binary.clone(), sc, seed, len).await {

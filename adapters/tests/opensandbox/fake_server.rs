@@ -16,7 +16,8 @@
 //! published port (`/{sandbox}/proxy/44772/...`), which records any API key sent to it.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -157,6 +158,9 @@ struct Inner {
     snapshots: Mutex<BTreeMap<String, Snap>>,
     commands: Mutex<HashMap<String, Cmd>>,
     seq: Mutex<u64>,
+    /// Where creates and deletes are written as fake-adapter ledger lines, when set (the
+    /// fault suite's ground truth for an out-of-process OpenSandbox).
+    ledger: Mutex<Option<std::fs::File>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -179,8 +183,19 @@ enum Listener {
 
 impl FakeServer {
     pub async fn start(variant: Variant, runtime: FakeRuntime, key: &str) -> FakeServer {
-        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let execd = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST), variant, runtime, key).await
+    }
+
+    /// Listens on `ip` (random ports): the fault suite runs the fake inside a network
+    /// namespace of its own, on the namespace's address.
+    pub async fn start_on(
+        ip: IpAddr,
+        variant: Variant,
+        runtime: FakeRuntime,
+        key: &str,
+    ) -> FakeServer {
+        let api = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let execd = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let inner = Arc::new(Inner {
             variant,
             runtime,
@@ -193,6 +208,7 @@ impl FakeServer {
             snapshots: Mutex::new(BTreeMap::new()),
             commands: Mutex::new(HashMap::new()),
             seq: Mutex::new(0),
+            ledger: Mutex::new(None),
         });
         let ptys = Arc::new(crate::fake_pty::FakePtys::default());
         for (listener, which) in [(api, Listener::Api), (execd, Listener::Execd)] {
@@ -207,6 +223,12 @@ impl FakeServer {
             });
         }
         FakeServer { inner, ptys }
+    }
+
+    /// Appends every create and delete to `file` as fake-adapter ledger lines
+    /// (`differently_adapters::fake::LedgerEntry`), flushed per line.
+    pub fn set_ledger(&self, file: std::fs::File) {
+        *lock(&self.inner.ledger) = Some(file);
     }
 
     /// Makes the server accept `key` (and only it) from now on.
@@ -378,6 +400,31 @@ impl Inner {
                 format!("{prefix}::{code}")
             }
         }
+    }
+
+    /// One ledger line (when a ledger is set): `sandboxId` from Differently's metadata tag.
+    fn ledger_line(
+        &self,
+        op: &str,
+        metadata: Option<&BTreeMap<String, String>>,
+        backend_ref: &str,
+        outcome: &str,
+    ) {
+        let mut guard = lock(&self.ledger);
+        let Some(f) = guard.as_mut() else { return };
+        let mut line = json!({
+            "at": Utc::now(), "op": op, "backendRef": backend_ref, "outcome": outcome,
+            "pid": std::process::id(),
+        });
+        if let Some(m) = metadata {
+            if let Some(sid) = m.get("differently-sandbox-id") {
+                line["sandboxId"] = json!(sid);
+            }
+            if let Some(inst) = m.get("differently-installation-id") {
+                line["installationId"] = json!(inst);
+            }
+        }
+        let _ = writeln!(f, "{line}").and_then(|()| f.flush());
     }
 
     fn err(&self, status: u16, code: &str, message: &str) -> Response {
@@ -558,7 +605,18 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
         (Method::GET, ["sandboxes"]) => list(inner, &r),
         (Method::GET, ["sandboxes", id]) => get(inner, id),
         (Method::DELETE, ["sandboxes", id]) => {
-            if lock(&inner.sandboxes).remove(*id).is_some() {
+            let removed = lock(&inner.sandboxes).remove(*id);
+            inner.ledger_line(
+                "delete",
+                removed.as_ref().map(|s| &s.metadata),
+                id,
+                if removed.is_some() {
+                    "deleted"
+                } else {
+                    "missing"
+                },
+            );
+            if removed.is_some() {
                 StatusCode::NO_CONTENT.into_response()
             } else {
                 inner.err(404, "SANDBOX_NOT_FOUND", "sandbox not found")
@@ -885,7 +943,12 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
             o.remove("metadata");
         }
     }
-    lock(&inner.sandboxes).insert(id.clone(), s);
+    {
+        // One lock for the insert and its ledger line, so the ledger's order is the map's.
+        let mut all = lock(&inner.sandboxes);
+        inner.ledger_line("create", Some(&s.metadata), &id, "created");
+        all.insert(id.clone(), s);
+    }
     let mut resp = json_resp(202, v);
     if inner.variant == Variant::Spec {
         resp.headers_mut().insert(

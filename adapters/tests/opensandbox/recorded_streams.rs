@@ -176,7 +176,7 @@ async fn recorded_execd_streams_parse_to_what_the_commands_did() {
         (
             94,
             Some(140),
-            Want::Refused("working directory does not exist"),
+            Want::Refused("the cwd does not exist"),
         ),
     ];
     for (proxy, direct, want) in cases {

@@ -10,7 +10,9 @@ use axum::{Json, Router};
 use chrono::Utc;
 use differently_adapters::registry::AdapterConfigError;
 use differently_core::policy::Isolation;
-use differently_core::pool::{validate_pool_name, PoolHealth, PoolRecord, PoolSource, Trust};
+use differently_core::pool::{
+    check_pool_bounds, validate_pool_name, PoolBounds, PoolHealth, PoolRecord, PoolSource, Trust,
+};
 use differently_core::{ErrorCode, FieldError};
 use serde::{Deserialize, Serialize};
 
@@ -88,12 +90,6 @@ struct PoolBody {
     settings: Option<serde_json::Value>,
 }
 
-/// Bounds of a pool's numbers (NaN and infinities fall outside them): large enough for any
-/// real pool, small enough that ranking arithmetic on them stays finite.
-const MAX_POOL_CONCURRENT: u32 = 1_000_000;
-const MAX_COST_PER_CPU_HOUR: f64 = 1_000_000.0;
-const MAX_TYPICAL_CREATE_SECONDS: f64 = 86_400.0;
-
 fn invalid(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::field(ErrorCode::ValidationFailed, FieldError::new(field, message))
 }
@@ -103,34 +99,13 @@ fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trus
     validate_pool_name(&r.name).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     let trust = differently_adapters::registry::resolve_trust(&r.kind, declared_trust)
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
-    if r.region
-        .as_ref()
-        .is_some_and(|g| g.is_empty() || g.chars().count() > 63)
-    {
-        return Err(invalid("region", "must be 1-63 characters"));
-    }
-    if r.max_concurrent
-        .is_some_and(|m| m == 0 || m > MAX_POOL_CONCURRENT)
-    {
-        return Err(invalid(
-            "maxConcurrent",
-            format!("must be between 1 and {MAX_POOL_CONCURRENT}"),
-        ));
-    }
-    if !(0.0..=MAX_COST_PER_CPU_HOUR).contains(&r.cost_per_cpu_hour) {
-        return Err(invalid(
-            "costPerCpuHour",
-            format!("must be a number between 0 and {MAX_COST_PER_CPU_HOUR}"),
-        ));
-    }
-    if r.typical_create_seconds
-        .is_some_and(|t| !(0.0..=MAX_TYPICAL_CREATE_SECONDS).contains(&t))
-    {
-        return Err(invalid(
-            "typicalCreateSeconds",
-            format!("must be a number between 0 and {MAX_TYPICAL_CREATE_SECONDS}"),
-        ));
-    }
+    check_pool_bounds(PoolBounds {
+        region: r.region.as_deref(),
+        max_concurrent: r.max_concurrent,
+        cost_per_cpu_hour: Some(r.cost_per_cpu_hour),
+        typical_create_seconds: r.typical_create_seconds,
+    })
+    .map_err(|(field, message)| invalid(field.api_name(), message))?;
     differently_adapters::registry::build(&r.kind, &r.settings).map_err(|e| {
         let field = match &e {
             AdapterConfigError::UnknownKind(_) => "kind".to_owned(),

@@ -85,3 +85,58 @@ async fn a_prompt_client_is_served() {
     let answer = read_to_close(&mut stream).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
+
+/// Sends `head` (a whole request head) and returns the answer up to the close.
+async fn answer_to(head: &[u8]) -> String {
+    let (addr, _) = listening().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head).await.unwrap();
+    read_to_close(&mut stream).await
+}
+
+#[tokio::test]
+async fn a_request_target_over_the_http_layers_64_kib_gets_the_414_envelope() {
+    // hyper refuses such a target while parsing, before any route or middleware is asked;
+    // the listener still answers with the envelope and its stable code.
+    let path = format!("/v1/sandboxes?label={}", "a".repeat(70 * 1024));
+    let answer = answer_to(format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 414"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{answer}"
+    );
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(v["error"]["code"], "uri_too_long", "{answer}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("65534"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_line_hyper_cannot_parse_gets_the_400_envelope() {
+    let answer = answer_to(b"GET /v1/\x01bad HTTP/1.1\r\nhost: test\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(v["error"]["code"], "invalid_argument", "{answer}");
+}
+
+#[tokio::test]
+async fn a_head_over_the_http_layers_buffer_gets_the_431_envelope() {
+    let head = format!(
+        "GET /healthz HTTP/1.1\r\nhost: test\r\nx-big: {}\r\n\r\n",
+        "b".repeat(512 * 1024)
+    );
+    let answer = answer_to(head.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:.200}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer:.200}"));
+    assert_eq!(v["error"]["code"], "invalid_argument", "{answer:.200}");
+}

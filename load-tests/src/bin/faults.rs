@@ -27,7 +27,8 @@ struct Args {
     /// Seconds of S16 chaos (the long version: 300).
     #[arg(long, default_value_t = 30)]
     chaos_seconds: u64,
-    /// The long version: 30 s nats stop (S8), 20 s backend hang (S12).
+    /// The long version: 30 s nats stop (S8), three cluster-member kills (S9), 20 s backend
+    /// hang (S12), 60 s backend partition (S14).
     #[arg(long)]
     long: bool,
     /// Also run the noisy-neighbour test.

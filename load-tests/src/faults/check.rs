@@ -9,7 +9,7 @@ use std::time::Duration;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use differently_adapters::fake::{live_instances, read_ledger, LedgerOp, LedgerOutcome};
+use differently_adapters::fake::{LedgerOp, LedgerOutcome};
 use differently_core::SandboxStatus;
 use serde::Serialize;
 use sqlx::{PgPool, Row};
@@ -152,12 +152,25 @@ pub async fn check_all(
             .map_err(|e| LoadError::db("statusReason", e))?;
         db.insert(id, (org, st, b, why));
     }
-    let ledger = read_ledger(&t.ledger)
-        .map_err(|e| LoadError::io(format!("reading {}", t.ledger.display()), e))?;
-    let live: HashMap<String, String> = live_instances(&ledger)
-        .into_iter()
-        .map(|l| (l.sandbox_id.to_string(), l.backend_ref))
-        .collect();
+    let ledger = t
+        .ledger()
+        .map_err(|e| LoadError::io("reading the backends' ledgers", e))?;
+    // Live instances over every backend; a sandbox with instances on two backends is an
+    // orphan on one of them (I5).
+    let mut live: HashMap<String, String> = HashMap::new();
+    let mut doubly_live = Vec::new();
+    for (pool, l) in t
+        .live_instances()
+        .map_err(|e| LoadError::io("reading the backends' ledgers", e))?
+    {
+        let id = l.sandbox_id.to_string();
+        if let Some(other) = live.insert(id.clone(), l.backend_ref.clone()) {
+            doubly_live.push(format!(
+                "{id}: live on two backends ({other}, and {} on {pool})",
+                l.backend_ref
+            ));
+        }
+    }
     let deleted: HashSet<&String> = out.deleted.iter().collect();
     let maybe: HashSet<&String> = out.maybe_deleted.iter().collect();
 
@@ -331,7 +344,7 @@ pub async fn check_all(
 
     // I5: deletes finished, and the backend's live set is exactly the rows holding an
     // instance (running / paused / stopped): no orphan, no leak.
-    let mut i5 = Vec::new();
+    let mut i5 = doubly_live;
     for id in &out.deleted {
         match db.get(id) {
             Some((_, st, _, _)) if st == "terminated" => {}

@@ -8,12 +8,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use differently_bus::testing::find_nats_server;
+use differently_bus::testing::{find_nats_server, NatsCluster};
 use differently_store::testing::TestDb;
 use sqlx::PgPool;
 use tempfile::TempDir;
 
+use differently_adapters::fake::{live_instances, read_ledger, LedgerEntry, LiveInstance};
+
 use crate::cluster::{free_port, generate_key, preflight};
+use crate::faults::backend::{self, OsBackend};
 use crate::faults::pg::PrivatePg;
 use crate::faults::procs::{Nats, Spawned};
 use crate::LoadError;
@@ -97,6 +100,11 @@ pub struct TopologyOpts {
     pub provisioning_timeout_seconds: u64,
     /// Run on a private Postgres cluster (S11) instead of the machine's.
     pub private_pg: bool,
+    /// Also an `opensandbox` pool (`os`, preferred) on the fake OpenSandbox server run in a
+    /// network namespace of the suite's own (S14); this binary of it.
+    pub opensandbox: Option<PathBuf>,
+    /// A 3-node NATS cluster with R3 streams instead of one nats-server (S9).
+    pub nats_cluster: bool,
 }
 
 impl TopologyOpts {
@@ -114,16 +122,23 @@ impl TopologyOpts {
             log_level: "info".to_owned(),
             provisioning_timeout_seconds: 15,
             private_pg: false,
+            opensandbox: None,
+            nats_cluster: false,
         }
     }
 }
 
-/// The running control plane. Drop order: role processes, then nats, then the database.
+/// The running control plane. Drop order: role processes, the out-of-process backend,
+/// nats, then the database.
 pub struct Topology {
     /// Role processes by name (`api`, `scheduler-0`, `worker-1`, …).
     pub procs: BTreeMap<String, Spawned>,
-    /// The private nats-server.
-    pub nats: Nats,
+    /// S14's fake OpenSandbox in its namespace, when configured.
+    pub backend: Option<OsBackend>,
+    /// The private nats-server (absent with [`TopologyOpts::nats_cluster`]).
+    pub nats: Option<Nats>,
+    /// The 3-node cluster every process uses instead (S9).
+    pub nats_cluster: Option<NatsCluster>,
     /// The run's database.
     pub db: RunDb,
     /// Config, logs, ledger.
@@ -173,8 +188,27 @@ impl Topology {
             .prefix("differently-faults-")
             .tempdir()
             .map_err(|e| LoadError::io("creating a temporary directory", e))?;
-        let nats = Nats::start(&nats_bin, dir.path())?;
+        let (nats, nats_cluster) = if opts.nats_cluster {
+            (None, Some(start_cluster().await?))
+        } else {
+            (Some(Nats::start(&nats_bin, dir.path())?), None)
+        };
+        let (nats_url, replicas) = match (&nats, &nats_cluster) {
+            (Some(n), _) => (n.url(), 1),
+            (None, Some(c)) => (c.urls(), 3),
+            (None, None) => return Err(LoadError::Plan("no nats".into())),
+        };
         let ledger = dir.path().join("ledger.jsonl");
+        let backend = match &opts.opensandbox {
+            Some(bin) => Some(OsBackend::start(bin, dir.path()).await?),
+            None => None,
+        };
+        // The preferred pool first; the in-process fake then costs something, so the
+        // ranking prefers `os` while it is healthy.
+        let (os_pool, fake_cost) = match &backend {
+            Some(b) => (b.pool_toml(), "cost_per_cpu_hour = 5.0\n"),
+            None => (String::new(), ""),
+        };
         let port = free_port()?;
         let config = dir.path().join("differently.toml");
         let text = format!(
@@ -185,6 +219,7 @@ database_max_connections = 6
 
 [bus]
 ack_wait_seconds = 3
+replicas = {replicas}
 
 [scheduler]
 tick_ms = 100
@@ -200,10 +235,10 @@ maxActive = {max_active}
 key_requests_per_second = {rps}
 key_burst = {burst}
 
-[[pools]]
+{os_pool}[[pools]]
 name = "fake"
 kind = "fake"
-
+{fake_cost}
 [pools.settings]
 latencyMs = {lat}
 ledger = "{ledger}"
@@ -211,7 +246,7 @@ capabilities = ["exec"]
 {extra}
 "#,
             db = db.url(),
-            nats = nats.url(),
+            nats = nats_url,
             max_active = opts.max_active,
             rps = opts.key_rate.0,
             burst = opts.key_rate.1,
@@ -225,7 +260,9 @@ capabilities = ["exec"]
         let audit_key = random_hex32()?;
         let mut t = Topology {
             procs: BTreeMap::new(),
+            backend,
             nats,
+            nats_cluster,
             db,
             dir,
             ledger,
@@ -253,6 +290,9 @@ capabilities = ["exec"]
             ("DIFFERENTLY_AUDIT_KEY".to_owned(), self.audit_key.clone()),
             ("DIFFERENTLY_LOG".to_owned(), self.opts.log_level.clone()),
         ];
+        if let Some(b) = &self.backend {
+            env.push((backend::KEY_ENV.to_owned(), b.key.clone()));
+        }
         if let Some(f) = self.opts.fault_pause.get(name) {
             env.push(("DIFFERENTLY_FAULT_PAUSE".to_owned(), f.clone()));
         }
@@ -289,17 +329,34 @@ capabilities = ["exec"]
         p.launch(SCRUB)
     }
 
-    /// Heals everything: `SIGCONT` every stopped process (nats included), restarts every
-    /// role process that is not running, and nats if it is down.
+    /// Heals everything: the backend's link, `SIGCONT` every stopped process (nats
+    /// included), restarts every role process that is not running, and nats if it is down.
     pub fn heal(&mut self) -> Result<Vec<String>, LoadError> {
         let mut done = Vec::new();
-        if self.nats.proc.stopped {
-            self.nats.proc.resume()?;
-            done.push("SIGCONT nats".to_owned());
+        if let Some(b) = self.backend.as_mut() {
+            if b.net.is_cut() {
+                b.net.heal()?;
+                done.push("link to the OpenSandbox namespace restored".to_owned());
+            }
         }
-        if self.nats.proc.child.is_none() || self.nats.proc.exited().is_some() {
-            self.nats.restart()?;
-            done.push("restart nats".to_owned());
+        if let Some(nats) = self.nats.as_mut() {
+            if nats.proc.stopped {
+                nats.proc.resume()?;
+                done.push("SIGCONT nats".to_owned());
+            }
+            if nats.proc.child.is_none() || nats.proc.exited().is_some() {
+                nats.restart()?;
+                done.push("restart nats".to_owned());
+            }
+        }
+        if let Some(c) = self.nats_cluster.as_mut() {
+            for (i, node) in c.nodes.iter_mut().enumerate() {
+                if node.pid().is_none() {
+                    restart_node(node)?;
+                    done.push(format!("restart nats node n{i}"));
+                }
+            }
+            cluster_healthy(c, Duration::from_secs(30))?;
         }
         let names: Vec<String> = self.procs.keys().cloned().collect();
         for n in names {
@@ -315,6 +372,13 @@ capabilities = ["exec"]
             }
         }
         Ok(done)
+    }
+
+    /// The one nats-server (every scenario but S9).
+    pub fn nats(&mut self) -> Result<&mut Nats, LoadError> {
+        self.nats
+            .as_mut()
+            .ok_or_else(|| LoadError::Plan("this run uses a 3-node NATS cluster".into()))
     }
 
     /// The scheduler currently leading, from the logs' last `leading`/`stepping down` line.
@@ -334,6 +398,51 @@ capabilities = ["exec"]
             }
         }
         best.map(|(_, n)| n)
+    }
+
+    /// Every backend's ledger (the in-process fake's, then the OpenSandbox fake's, if any),
+    /// with the pool each line came from.
+    pub fn ledgers(&self) -> std::io::Result<Vec<(&'static str, Vec<LedgerEntry>)>> {
+        let mut out = vec![("fake", read_ledger(&self.ledger)?)];
+        if let Some(b) = &self.backend {
+            out.push((backend::POOL, read_ledger(&b.ledger)?));
+        }
+        Ok(out)
+    }
+
+    /// Every ledger line of every backend: each ledger in its own file order (the order its
+    /// backend applied the calls; the fake's lines are not strictly in `at` order across
+    /// processes, and a sort by time reordered a create ahead of an earlier delete and
+    /// inflated I3's high-water mark), merged across ledgers by time.
+    pub fn ledger(&self) -> std::io::Result<Vec<LedgerEntry>> {
+        let mut lists: Vec<std::collections::VecDeque<LedgerEntry>> =
+            self.ledgers()?.into_iter().map(|(_, l)| l.into()).collect();
+        let mut all = Vec::new();
+        while let Some((_, i)) = lists
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.front().map(|e| (e.at, i)))
+            .min()
+        {
+            match lists
+                .get_mut(i)
+                .and_then(std::collections::VecDeque::pop_front)
+            {
+                Some(e) => all.push(e),
+                None => break,
+            }
+        }
+        Ok(all)
+    }
+
+    /// The live instances of every backend, each with its pool (one sandbox may show twice
+    /// if two backends hold an instance of it: an orphan).
+    pub fn live_instances(&self) -> std::io::Result<Vec<(&'static str, LiveInstance)>> {
+        Ok(self
+            .ledgers()?
+            .into_iter()
+            .flat_map(|(pool, l)| live_instances(&l).into_iter().map(move |i| (pool, i)))
+            .collect())
     }
 
     /// Process `name`'s whole log.
@@ -441,4 +550,36 @@ impl Topology {
         .map_err(|e| LoadError::db("terminating the leader's lock session", e))?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
+}
+
+/// The message of a panic caught from the bus's test helpers (they panic with what the
+/// servers said).
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "panicked".to_owned())
+}
+
+/// Starts a 3-node JetStream cluster on loopback (`bus::testing::NatsCluster`), off the
+/// runtime's threads.
+async fn start_cluster() -> Result<NatsCluster, LoadError> {
+    tokio::task::spawn_blocking(|| std::panic::catch_unwind(|| NatsCluster::start(3)))
+        .await
+        .map_err(|e| LoadError::Process(format!("starting the nats cluster: {e}")))?
+        .map_err(|p| {
+            LoadError::Process(format!("the nats cluster did not form: {}", panic_text(p)))
+        })
+}
+
+/// Starts a cluster member again on its port and store.
+pub fn restart_node(node: &mut differently_bus::testing::NatsServer) -> Result<(), LoadError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| node.restart()))
+        .map_err(|p| LoadError::Process(format!("nats node restart: {}", panic_text(p))))
+}
+
+/// Waits until every running member reports JetStream healthy.
+pub fn cluster_healthy(c: &NatsCluster, within: Duration) -> Result<(), LoadError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.wait_healthy(within)))
+        .map_err(|p| LoadError::Process(format!("nats cluster: {}", panic_text(p))))
 }

@@ -13,6 +13,7 @@ use crate::lifecycle::{
     is_idle, LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord, ON_BACKEND,
 };
 use crate::memory::MemoryStore;
+use crate::shared::storable;
 use crate::StoreError;
 
 /// Lifecycle state of a `MemoryStore`.
@@ -104,6 +105,7 @@ impl LifecycleStore for MemoryStore {
     }
 
     async fn insert_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
+        storable::snapshot(s)?;
         // Held across the insert, so a concurrent project delete either sees this snapshot
         // or has already removed the project (then this is `NotFound`), as on Postgres.
         let state = self.lock();
@@ -163,6 +165,7 @@ impl LifecycleStore for MemoryStore {
     }
 
     async fn update_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
+        storable::snapshot(s)?;
         let mut st = self.lifecycle();
         let slot = st.snapshots.get_mut(&s.id).ok_or(StoreError::NotFound)?;
         *slot = s.clone();

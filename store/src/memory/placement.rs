@@ -10,6 +10,7 @@ use differently_core::{OrgId, SandboxId};
 use crate::memory::MemoryStore;
 use crate::placement::{PlacementStore, PlacementSummary, PolicyScope};
 use crate::shared::rules::AuditEntry;
+use crate::shared::storable;
 use crate::{Actor, StoreError};
 
 /// Placement data of a `MemoryStore`.
@@ -61,6 +62,7 @@ impl PlacementStore for MemoryStore {
     }
 
     async fn upsert_pool(&self, pool: &PoolRecord, actor: &Actor) -> Result<(), StoreError> {
+        storable::pool(pool)?;
         let doc = serde_json::to_value(pool).map_err(|e| StoreError::Internal(e.to_string()))?;
         let old = self
             .placement()

@@ -9,11 +9,14 @@ use serde_json::json;
 use super::{MemoryStore, State};
 use crate::prelude::*;
 use crate::shared::rules;
+use crate::shared::storable;
 use crate::{Actor, ApiKeyRecord, Org, OrgStatus, Project, QuotaScope, StoreError};
 
 #[async_trait]
 impl TenancyStore for MemoryStore {
     async fn ensure_tenant(&self, org: &Org, project: &Project) -> Result<(), StoreError> {
+        storable::org(org)?;
+        storable::project(project)?;
         let mut st = self.lock();
         st.orgs.entry(org.id.clone()).or_insert_with(|| org.clone());
         st.projects
@@ -27,6 +30,7 @@ impl TenancyStore for MemoryStore {
     }
 
     async fn create_org(&self, org: &Org, actor: &Actor) -> Result<(), StoreError> {
+        storable::org(org)?;
         let mut st = self.lock();
         if st.orgs.contains_key(&org.id) {
             return Err(StoreError::AlreadyExists(format!(
@@ -67,6 +71,9 @@ impl TenancyStore for MemoryStore {
         status: Option<OrgStatus>,
         actor: &Actor,
     ) -> Result<Org, StoreError> {
+        if let Some(n) = name {
+            storable::text("name", n)?;
+        }
         let mut st = self.lock();
         let mut org = st.orgs.get(id).cloned().ok_or(StoreError::NotFound)?;
         if let Some(n) = name {
@@ -95,6 +102,7 @@ impl TenancyStore for MemoryStore {
     }
 
     async fn create_project(&self, project: &Project, actor: &Actor) -> Result<(), StoreError> {
+        storable::project(project)?;
         let mut st = self.lock();
         if !st.orgs.contains_key(&project.org_id) {
             return Err(StoreError::NotFound);
@@ -131,6 +139,7 @@ impl TenancyStore for MemoryStore {
         name: &str,
         actor: &Actor,
     ) -> Result<Project, StoreError> {
+        storable::text("name", name)?;
         let mut st = self.lock();
         let mut p = st.projects.get(id).cloned().ok_or(StoreError::NotFound)?;
         st.check_project_name(&p.org_id, name, id)?;

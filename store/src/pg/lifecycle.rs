@@ -15,6 +15,7 @@ use crate::lifecycle::{
 };
 use crate::pg::rows::sweep_rows_of;
 use crate::pg::PgStore;
+use crate::shared::storable;
 use crate::StoreError;
 
 fn op_of(row: &sqlx::postgres::PgRow) -> Result<OpRecord, StoreError> {
@@ -138,6 +139,7 @@ impl LifecycleStore for PgStore {
     }
 
     async fn insert_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
+        storable::snapshot(s)?;
         let mut tx = self.begin().await?;
         // Serialized with `delete_project` (which takes the row FOR UPDATE): no snapshot is
         // inserted into a project being deleted, so none outlives its project.
@@ -221,6 +223,7 @@ impl LifecycleStore for PgStore {
     }
 
     async fn update_snapshot(&self, s: &SnapshotRecord) -> Result<(), StoreError> {
+        storable::snapshot(s)?;
         let res = sqlx::query("UPDATE snapshots SET status = $2, doc = $3 WHERE id = $1")
             .bind(s.id.as_str())
             .bind(s.status.as_str())

@@ -14,6 +14,7 @@ use crate::pg::audit_records::insert_audit_installation;
 use crate::pg::PgStore;
 use crate::placement::{PlacementStore, PlacementSummary, PolicyScope};
 use crate::shared::rules::AuditEntry;
+use crate::shared::storable;
 use crate::{Actor, StoreError};
 
 fn slot_statuses() -> Vec<String> {
@@ -101,6 +102,7 @@ impl PlacementStore for PgStore {
     }
 
     async fn upsert_pool(&self, pool: &PoolRecord, actor: &Actor) -> Result<(), StoreError> {
+        storable::pool(pool)?;
         let doc = serde_json::to_value(pool).map_err(|e| StoreError::Internal(e.to_string()))?;
         let source = serde_json::to_value(pool.source)
             .ok()

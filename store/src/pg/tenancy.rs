@@ -15,6 +15,7 @@ use super::rows::{
 use super::PgStore;
 use crate::prelude::*;
 use crate::shared::rules;
+use crate::shared::storable;
 use crate::{Actor, ApiKeyRecord, Org, OrgStatus, Project, QuotaScope, StoreError};
 
 /// Transaction advisory lock serializing organization name checks (`dly_orgn`): names are
@@ -24,6 +25,8 @@ const ORG_NAME_LOCK: i64 = 0x646c_795f_6f72_676e; // "dly_orgn"
 #[async_trait]
 impl TenancyStore for PgStore {
     async fn ensure_tenant(&self, org: &Org, project: &Project) -> Result<(), StoreError> {
+        storable::org(org)?;
+        storable::project(project)?;
         let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO organizations (id, name, status, doc, created_at)
@@ -67,6 +70,7 @@ impl TenancyStore for PgStore {
     }
 
     async fn create_org(&self, org: &Org, actor: &Actor) -> Result<(), StoreError> {
+        storable::org(org)?;
         let mut tx = self.begin().await?;
         check_org_name(&mut tx, &org.name, &org.id).await?;
         let inserted = sqlx::query(
@@ -125,6 +129,9 @@ impl TenancyStore for PgStore {
         status: Option<OrgStatus>,
         actor: &Actor,
     ) -> Result<Org, StoreError> {
+        if let Some(n) = name {
+            storable::text("name", n)?;
+        }
         let mut tx = self.begin().await?;
         if let Some(n) = name {
             // The name lock comes before the row lock, as in `create_org`.
@@ -184,6 +191,7 @@ impl TenancyStore for PgStore {
     }
 
     async fn create_project(&self, project: &Project, actor: &Actor) -> Result<(), StoreError> {
+        storable::project(project)?;
         let mut tx = self.begin().await?;
         lock_org(&mut tx, &project.org_id).await?;
         check_project_name(&mut tx, &project.org_id, &project.name, &project.id).await?;
@@ -232,6 +240,7 @@ impl TenancyStore for PgStore {
         name: &str,
         actor: &Actor,
     ) -> Result<Project, StoreError> {
+        storable::text("name", name)?;
         let mut tx = self.begin().await?;
         let org = project_org(&mut *tx, id).await?;
         lock_org(&mut tx, &org).await?;

@@ -6,6 +6,7 @@ pub(crate) mod audit_entry;
 pub(crate) mod changes;
 pub(crate) mod documents;
 pub(crate) mod refusals;
+pub(crate) mod storable;
 pub(crate) mod tenancy;
 
 /// The shared helpers under one name, as call sites read them (`rules::activate`, …).

@@ -14,6 +14,7 @@ conformance!(
     huge_stored_timeouts_never_break_the_idle_query,
     a_huge_ttl_renew_never_breaks_the_ttl_query,
     both_stores_refuse_nul_the_same_way,
+    both_stores_refuse_nul_in_names_pools_and_snapshots,
 );
 
 /// A running sandbox whose stored spec has `idle` as its idle timeout, as old rows may.
@@ -165,4 +166,149 @@ pub async fn both_stores_refuse_nul_the_same_way(env: &Env) {
         .spec
         .labels
         .is_empty());
+}
+
+/// The other records both stores keep: organization and project names (create, ensure,
+/// rename), pool records (names, region, any settings string) and snapshot records (name,
+/// pool, reason) with a NUL are refused alike, naming the field, and nothing is written.
+pub async fn both_stores_refuse_nul_in_names_pools_and_snapshots(env: &Env) {
+    use differently_core::pool::{PoolRecord, PoolSource, Trust};
+    use differently_core::tenancy::{Org, OrgStatus, Project};
+    use differently_store::lifecycle::{SnapshotRecord, SnapshotStatus};
+
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let nul = "a\u{0}b";
+    let field = |r: Result<(), StoreError>, what: &str| match r {
+        Err(StoreError::InvalidValue(e)) => e.field,
+        other => panic!("{what}: expected InvalidValue, got {other:?}"),
+    };
+    let system = Actor::System("test");
+
+    let bad_org = Org {
+        id: OrgId::new(),
+        name: nul.into(),
+        status: OrgStatus::Active,
+        created_at: Utc::now(),
+    };
+    assert_eq!(field(s.create_org(&bad_org, &system).await, "org"), "name");
+    assert_eq!(s.get_org(&bad_org.id).await.unwrap(), None);
+    let bad_project = Project {
+        id: ProjectId::new(),
+        org_id: org.clone(),
+        name: nul.into(),
+        created_at: Utc::now(),
+    };
+    assert_eq!(
+        field(s.create_project(&bad_project, &system).await, "project"),
+        "name"
+    );
+    assert_eq!(s.get_project(&bad_project.id).await.unwrap(), None);
+    let good_org = Org {
+        name: "fine".into(),
+        ..bad_org.clone()
+    };
+    assert_eq!(
+        field(s.ensure_tenant(&good_org, &bad_project).await, "ensure"),
+        "name"
+    );
+    assert_eq!(s.get_org(&good_org.id).await.unwrap(), None);
+    assert_eq!(
+        field(
+            s.update_org(&org, Some(nul), None, &system)
+                .await
+                .map(|_| ()),
+            "org rename"
+        ),
+        "name"
+    );
+    assert_eq!(s.get_org(&org).await.unwrap().unwrap().name, "acme");
+    assert_eq!(
+        field(
+            s.rename_project(&prj, nul, &system).await.map(|_| ()),
+            "project rename"
+        ),
+        "name"
+    );
+    assert_eq!(s.get_project(&prj).await.unwrap().unwrap().name, "default");
+
+    let now = Utc::now();
+    let pool = PoolRecord {
+        name: "edge".into(),
+        kind: "fake".into(),
+        trust: Trust::Private,
+        region: None,
+        max_concurrent: None,
+        isolation: None,
+        cost_per_cpu_hour: 0.0,
+        typical_create_seconds: None,
+        settings: serde_json::json!({}),
+        source: PoolSource::Api,
+        created_at: now,
+        updated_at: now,
+    };
+    for (bad, want) in [
+        (
+            PoolRecord {
+                region: Some(nul.into()),
+                ..pool.clone()
+            },
+            "region",
+        ),
+        (
+            PoolRecord {
+                settings: serde_json::json!({"ledger": nul}),
+                ..pool.clone()
+            },
+            "settings.ledger",
+        ),
+        (
+            PoolRecord {
+                settings: serde_json::json!({"features": ["exec", nul]}),
+                ..pool.clone()
+            },
+            "settings.features[1]",
+        ),
+    ] {
+        assert_eq!(field(s.upsert_pool(&bad, &system).await, want), want);
+    }
+    assert!(s
+        .list_pools()
+        .await
+        .unwrap()
+        .iter()
+        .all(|p| p.name != "edge"));
+
+    let snap = SnapshotRecord {
+        id: differently_core::ids::SnapshotId::new(),
+        org_id: org.clone(),
+        project_id: prj.clone(),
+        sandbox_id: SandboxId::new(),
+        pool: "fake".into(),
+        name: Some(nul.into()),
+        status: SnapshotStatus::Creating,
+        status_reason: None,
+        backend_ref: None,
+        created_at: now,
+        updated_at: now,
+    };
+    assert_eq!(field(s.insert_snapshot(&snap).await, "snapshot"), "name");
+    assert_eq!(s.get_snapshot(&snap.id).await.unwrap(), None);
+    let ok = SnapshotRecord {
+        name: Some("fine".into()),
+        ..snap.clone()
+    };
+    s.insert_snapshot(&ok).await.unwrap();
+    let reason = SnapshotRecord {
+        status_reason: Some(nul.into()),
+        ..ok.clone()
+    };
+    assert_eq!(
+        field(s.update_snapshot(&reason).await, "snapshot update"),
+        "statusReason"
+    );
+    assert_eq!(
+        s.get_snapshot(&ok.id).await.unwrap().unwrap().status_reason,
+        None
+    );
 }
