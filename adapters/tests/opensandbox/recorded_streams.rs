@@ -173,11 +173,7 @@ async fn recorded_execd_streams_parse_to_what_the_commands_did() {
         ),
         // execd ended it with `signal: broken pipe` while the client was connected.
         (203, None, Want::Ran(141, "before\n", "")),
-        (
-            94,
-            Some(140),
-            Want::Refused("the cwd does not exist"),
-        ),
+        (94, Some(140), Want::Refused("the cwd does not exist")),
     ];
     for (proxy, direct, want) in cases {
         for n in std::iter::once(*proxy).chain(*direct) {

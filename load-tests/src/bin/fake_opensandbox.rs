@@ -14,6 +14,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The fake's `/pty` (its `fake_server` names it as `crate::fake_pty`).
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]
+mod fake_pty;
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 #[path = "../../../adapters/tests/opensandbox/fake_server.rs"]
 mod fake_server;
