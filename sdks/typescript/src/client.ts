@@ -9,6 +9,8 @@ import { Transport, type CallOptions, type ClientOptions, type QueryValue } from
 import {
   FINAL_STATUSES,
   type AuditEvent,
+  type AuditSegment,
+  type Checkpoint,
   type CreatedKey,
   type CreateKeyRequest,
   type CreateOrgRequest,
@@ -90,14 +92,9 @@ export class Sandboxes {
     return this.#t.json({ op: "getSandbox", params: { id }, ...opts });
   }
 
-  /** One page; `iterate` walks them all. Not async on purpose: a bad filter throws at once. */
+  /** One page; `iterate` walks them all. `labels`: every pair must match (one `label=` each). */
   list(params: ListSandboxesParams = {}, opts: CallOptions = {}): Promise<Page<Sandbox>> {
-    const pairs = params.labels ? Object.entries(params.labels) : [];
-    if (pairs.length > 1) {
-      // The API accepts one `label=` filter per request (a second is a 400 "duplicate field").
-      throw new TypeError("list: the API filters by one label at a time; pass a single {key: value}");
-    }
-    const label = pairs.length === 1 ? `${pairs[0]![0]}=${pairs[0]![1]}` : undefined;
+    const label = Object.entries(params.labels ?? {}).map(([k, v]) => `${k}=${v}`);
     return this.#t.json({
       op: "listSandboxes",
       query: { status: params.status, label, projectId: params.projectId, ...pageQuery(params) },
@@ -586,11 +583,11 @@ export class Audit {
     }
   }
   /** A signed checkpoint of every chain head (201), or `null` (204: nothing new). */
-  async checkpoint(opts: CallOptions = {}): Promise<Record<string, unknown> | null> {
-    return (await this.#t.json<Record<string, unknown> | undefined>({ op: "checkpointAudit", ...opts })) ?? null;
+  async checkpoint(opts: CallOptions = {}): Promise<Checkpoint | null> {
+    return (await this.#t.json<Checkpoint | undefined>({ op: "checkpointAudit", ...opts })) ?? null;
   }
   /** Starts a new segment (e.g. after a key rotation), with the reason recorded. */
-  segment(reason: string, opts: CallOptions = {}): Promise<Record<string, unknown>> {
+  segment(reason: string, opts: CallOptions = {}): Promise<AuditSegment> {
     return this.#t.json({ op: "segmentAudit", json: { reason }, ...opts });
   }
 }
