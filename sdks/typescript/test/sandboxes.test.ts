@@ -104,7 +104,10 @@ describe("exec", () => {
     const [envLine, cwd] = r.stdout.trimEnd().split("\n");
     assert.equal(envLine, "yes mine");
     assert.match(cwd!, /\/cwdtest$/);
-    await assert.rejects(c.sandboxes.exec(sbx.id, ["pwd"], { cwd: "/no/such/dir" }), ValidationError);
+    await assert.rejects(
+      c.sandboxes.exec(sbx.id, ["pwd"], { cwd: "/no/such/dir" }),
+      (e: unknown) => e instanceof ValidationError && e.field === "cwd",
+    );
   });
 
   it("stdin as text and as bytes", async () => {
