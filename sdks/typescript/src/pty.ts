@@ -91,7 +91,10 @@ export class Pty implements AsyncIterable<Uint8Array> {
   readonly sessionId: string;
   /** How long the program outlives a dropped connection. */
   readonly graceSeconds: number;
-  /** The program's exit code (128+n when signal n killed it); rejects like the iteration does. */
+  /**
+   * The program's exit code (128+n when signal n killed it). Rejects like the iteration does,
+   * and with StreamInterruptedError after `close()` before the exit (the program runs on).
+   */
   readonly exitCode: Promise<number>;
 
   #ws: WebSocketLike;
