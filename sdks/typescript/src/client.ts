@@ -2,13 +2,16 @@
  * `Differently`: the client. One Transport, and one small resource object per area of the API
  * (sandboxes, files, snapshots, events, tenancy, operators), each method one route.
  */
-import { NotFoundError, WaitError } from "./errors.js";
+import { DifferentlyError, InvalidArgumentError, NotFoundError, WaitError } from "./errors.js";
 import { EventStream, type EventsOptions } from "./events.js";
 import { execBody, ExecStream, type ExecOptions, type ExecStreamOptions } from "./exec.js";
 import { Transport, type CallOptions, type ClientOptions, type QueryValue } from "./http.js";
+import { OpenFailed, openSocket, Pty, ptyQuery, type PtyOptions } from "./pty.js";
 import {
   FINAL_STATUSES,
   type AuditEvent,
+  type AuditSegment,
+  type Checkpoint,
   type CreatedKey,
   type CreateKeyRequest,
   type CreateOrgRequest,
@@ -90,14 +93,9 @@ export class Sandboxes {
     return this.#t.json({ op: "getSandbox", params: { id }, ...opts });
   }
 
-  /** One page; `iterate` walks them all. Not async on purpose: a bad filter throws at once. */
+  /** One page; `iterate` walks them all. `labels`: every pair must match (one `label=` each). */
   list(params: ListSandboxesParams = {}, opts: CallOptions = {}): Promise<Page<Sandbox>> {
-    const pairs = params.labels ? Object.entries(params.labels) : [];
-    if (pairs.length > 1) {
-      // The API accepts one `label=` filter per request (a second is a 400 "duplicate field").
-      throw new TypeError("list: the API filters by one label at a time; pass a single {key: value}");
-    }
-    const label = pairs.length === 1 ? `${pairs[0]![0]}=${pairs[0]![1]}` : undefined;
+    const label = Object.entries(params.labels ?? {}).map(([k, v]) => `${k}=${v}`);
     return this.#t.json({
       op: "listSandboxes",
       query: { status: params.status, label, projectId: params.projectId, ...pageQuery(params) },
@@ -203,9 +201,48 @@ export class Sandboxes {
     return new ExecStream(a.response.body, got, encoding, abort);
   }
 
-  // PTY: `GET /v1/sandboxes/{id}/pty` (WebSocket; issue #22) is not served yet. It will be
-  // `pty(id, {cols, rows, command, env, cwd})` returning a duplex terminal (stdin/stdout frames,
-  // resize, signals, exit code). Nothing here pretends to offer it until the route exists.
+  /**
+   * An interactive terminal (capability `exec.pty`): resolves once the session is open, then
+   * `write()`, iterate the output, `resize()`, `signal()`, await `exitCode`, `close()`.
+   * Needs a WebSocket that can send the key header (Node; see `ClientOptions.webSocket`).
+   */
+  async pty(id: string, opts: PtyOptions = {}): Promise<Pty> {
+    const query = ptyQuery(opts);
+    const ws = this.#t.webSocket("openPty", { id }, query);
+    try {
+      return new Pty(await openSocket(ws, opts.timeoutMs ?? this.#t.timeoutMs, opts.signal));
+    } catch (err) {
+      if (err instanceof OpenFailed) throw await this.#whyNoPty(id, query, opts, err.message);
+      throw err;
+    }
+  }
+
+  /**
+   * A WebSocket client sees no HTTP status, so after a failed open this asks the API what it
+   * would refuse: the same URL without the upgrade (key and parameters: 401/403/400 with the
+   * field), then the sandbox itself (404, not running).
+   */
+  async #whyNoPty(id: string, query: Record<string, QueryValue>, opts: PtyOptions, why: string): Promise<Error> {
+    const where = `GET /v1/sandboxes/${id}/pty`;
+    try {
+      await this.#t.request({ op: "openPty", params: { id }, query });
+    } catch (err) {
+      // The one answer that says nothing: "this route is a WebSocket" (key and query are fine).
+      if (!(err instanceof InvalidArgumentError && err.field === undefined)) return err as Error;
+    }
+    let sbx: Sandbox;
+    try {
+      sbx = await this.get(id);
+    } catch (err) {
+      return err as Error;
+    }
+    const hint = opts.session
+      ? `the session may have ended or belong to another key (404)`
+      : sbx.status !== "running"
+        ? `the API opens terminals only in running sandboxes (409)`
+        : `its pool may lack exec.pty (501)`;
+    return new DifferentlyError(`${where}: ${why}; the sandbox is ${sbx.status} on pool ${sbx.pool ?? "none"}: ${hint}`);
+  }
 
   /** The stored placement explanation. */
   placement(id: string, opts: CallOptions = {}): Promise<Placement> {
@@ -586,11 +623,11 @@ export class Audit {
     }
   }
   /** A signed checkpoint of every chain head (201), or `null` (204: nothing new). */
-  async checkpoint(opts: CallOptions = {}): Promise<Record<string, unknown> | null> {
-    return (await this.#t.json<Record<string, unknown> | undefined>({ op: "checkpointAudit", ...opts })) ?? null;
+  async checkpoint(opts: CallOptions = {}): Promise<Checkpoint | null> {
+    return (await this.#t.json<Checkpoint | undefined>({ op: "checkpointAudit", ...opts })) ?? null;
   }
   /** Starts a new segment (e.g. after a key rotation), with the reason recorded. */
-  segment(reason: string, opts: CallOptions = {}): Promise<Record<string, unknown>> {
+  segment(reason: string, opts: CallOptions = {}): Promise<AuditSegment> {
     return this.#t.json({ op: "segmentAudit", json: { reason }, ...opts });
   }
 }

@@ -9,6 +9,7 @@ import {
   DifferentlyError,
   TimeoutError,
 } from "./errors.js";
+import type { WebSocketConstructor, WebSocketLike } from "./pty.js";
 import { fillPath, IDEMPOTENT_CREATES, ROUTES, type OperationId } from "./routes.js";
 
 export type QueryValue = string | number | boolean | undefined | null | readonly string[];
@@ -28,6 +29,11 @@ export interface ClientOptions {
   maxRetryAfterMs?: number;
   /** Extra headers on every request (not for the key). */
   headers?: Record<string, string>;
+  /**
+   * The WebSocket for `sandboxes.pty` instead of the global one (Node 20 has it only behind
+   * `--experimental-websocket`). With an `apiKey` it must accept Node's `{headers}` init.
+   */
+  webSocket?: WebSocketConstructor;
 }
 
 export interface CallOptions {
@@ -185,6 +191,7 @@ export class Transport {
   readonly #maxRetries: number;
   readonly #maxRetryAfterMs: number;
   readonly #headers: Record<string, string>;
+  readonly #webSocket: WebSocketConstructor | undefined;
 
   constructor(opts: ClientOptions) {
     if (!opts.baseUrl) throw new TypeError("baseUrl is required (e.g. http://127.0.0.1:7070)");
@@ -206,6 +213,7 @@ export class Transport {
     this.#maxRetries = opts.maxRetries ?? 2;
     this.#maxRetryAfterMs = opts.maxRetryAfterMs ?? 30_000;
     this.#headers = { ...(opts.headers ?? {}) };
+    this.#webSocket = opts.webSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     for (const k of Object.keys(this.#headers)) {
       if (k.toLowerCase() === "authorization") throw new TypeError("pass the key as apiKey, not as a header");
     }
@@ -214,6 +222,37 @@ export class Transport {
   /** Whether this transport was given a key (the key itself is never exposed). */
   get hasApiKey(): boolean {
     return this.#apiKey !== undefined;
+  }
+
+  /** The default per-attempt deadline (`timeoutMs`). */
+  get timeoutMs(): number {
+    return this.#timeoutMs;
+  }
+
+  /**
+   * Opens a WebSocket to `op` (ws:// or wss:// for the base URL's http/https), the key in the
+   * `Authorization` header and never in the URL.
+   */
+  webSocket(op: OperationId, params: Record<string, string>, query: Record<string, QueryValue>): WebSocketLike {
+    const WS = this.#webSocket;
+    if (typeof WS !== "function") {
+      throw new TypeError(
+        "no WebSocket available: use Node >= 22 or a browser, run Node 20 with --experimental-websocket, or pass options.webSocket",
+      );
+    }
+    const url = this.url(op, params, query).replace(/^http/, "ws");
+    if (this.#apiKey === undefined) return new WS(url);
+    const headers = { ...this.#headers, authorization: `Bearer ${this.#apiKey}` };
+    try {
+      return new WS(url, { headers });
+    } catch (err) {
+      // A browser's WebSocket takes protocols, not headers, and throws on the object.
+      throw new TypeError(
+        "this WebSocket cannot send headers (a browser's cannot): the API takes the key only in the Authorization header, " +
+          "so open terminals from Node, or through a same-origin proxy that adds the header and a client without apiKey",
+        { cause: err },
+      );
+    }
   }
 
   url(op: OperationId, params: Record<string, string> = {}, query: Record<string, QueryValue> = {}): string {

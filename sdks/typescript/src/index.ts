@@ -16,6 +16,7 @@ export {
   type ExecStreamOptions,
   type ExitEvent,
 } from "./exec.js";
+export { Pty, type PtyOptions, type PtySignal, type WebSocketConstructor, type WebSocketLike } from "./pty.js";
 export { Transport, type CallOptions, type ClientOptions } from "./http.js";
 export { MODELS, QUERY_PARAMS, type ModelSpec } from "./manifest.js";
 export { ROUTES, type OperationId } from "./routes.js";

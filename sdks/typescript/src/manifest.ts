@@ -5,9 +5,13 @@
  * none extra, and each spec (`string`, `integer?` …, `?` = may be null) matching the field's
  * type. So the chain is: TS type ⇔ manifest (tsc) ⇔ `/v1/openapi.json` (test).
  */
+import { ERROR_CODES } from "./errors.js";
 import type * as M from "./models.js";
 import {
+  AUDIT_PROBLEM_KINDS,
   CAPABILITIES,
+  CREDENTIAL_KINDS,
+  DECISIONS,
   CLASSIFICATIONS,
   EXTERNAL_MODES,
   ORG_STATUSES,
@@ -196,11 +200,114 @@ export const MODELS: Record<string, ModelSpec> = {
     }),
   },
   Health: { schema: "Health", fields: fields<M.Health>()({ status: "string" }) },
+  PoolVerdict: {
+    schema: "PoolVerdict",
+    fields: fields<M.PoolVerdict>()({ name: "string", eligible: "boolean", reason: "string", score: "number" }),
+  },
+  EffectivePolicy: {
+    schema: "EffectivePolicy",
+    fields: fields<M.EffectivePolicy>()({
+      allowedClassifications: "array?", allowedRegions: "array?", defaultStrategy: "string", deniedPools: "array",
+      externalForbiddenBy: "string?", externalPools: "array", poolClassifications: "object",
+    }),
+    enums: { defaultStrategy: STRATEGIES, externalForbiddenBy: ["global", "org", "project"] },
+  },
+  Placement: {
+    schema: "Placement",
+    fields: fields<M.Placement>()({
+      decision: "string", pool: "string", code: "string", reason: "string", decidedAt: "string", policy: "object", pools: "array",
+    }),
+    enums: { decision: DECISIONS, code: ERROR_CODES },
+  },
+  DryRun: {
+    schema: "DryRun",
+    fields: fields<M.DryRun>()({ decision: "string", pool: "string", code: "string", reason: "string", pools: "array" }),
+    enums: { decision: DECISIONS, code: ERROR_CODES },
+  },
+  Secret: {
+    schema: "Secret",
+    fields: fields<M.Secret>()({ name: "string", fingerprint: "string", updatedBy: "string", updatedAt: "string", createdAt: "string" }),
+  },
+  AuditEvent: {
+    schema: "AuditEvent",
+    fields: fields<M.AuditEvent>()({
+      seq: "integer", chain: "string", chainSeq: "integer", orgId: "string?", projectId: "string?", actor: "string",
+      action: "string", resource: "string", outcome: "string", requestId: "string?", at: "string", detail: "any",
+      prevHash: "string", hash: "string", keyId: "string",
+    }),
+  },
+  AuditProblem: {
+    schema: "AuditProblem",
+    fields: fields<M.AuditProblem>()({ kind: "string", chain: "string", chainSeq: "integer", seq: "integer?", message: "string" }),
+    enums: { kind: AUDIT_PROBLEM_KINDS },
+  },
+  Verification: {
+    schema: "Verification",
+    fields: fields<M.Verification>()({
+      ok: "boolean", chains: "integer", records: "integer", checkpoints: "integer", unchainedRecords: "integer",
+      firstBad: "object?", problems: "array", unverifiableRecords: "integer", unverifiableCheckpoints: "integer",
+      unknownKeyIds: "array", segments: "array",
+    }),
+  },
+  VerificationSegment: {
+    schema: "Verification",
+    at: "segments.items",
+    fields: fields<M.VerificationSegment>()({ seq: "integer", at: "string", keyId: "string?", reason: "string", lostKeyIds: "array" }),
+  },
+  Checkpoint: {
+    schema: "Checkpoint",
+    fields: fields<M.Checkpoint>()({
+      seq: "integer", at: "string", heads: "array", prevHash: "string", hash: "string", keyId: "string", segment: "object",
+    }),
+  },
+  CheckpointHead: {
+    schema: "Checkpoint",
+    at: "heads.items",
+    fields: fields<M.CheckpointHead>()({ chain: "string", chainSeq: "integer", hash: "string" }),
+  },
+  CheckpointSegment: {
+    schema: "Checkpoint",
+    at: "segment",
+    fields: fields<M.CheckpointSegment>()({ reason: "string", lostKeyIds: "array" }),
+  },
+  AuditSegment: { schema: "AuditSegment", fields: fields<M.AuditSegment>()({ checkpoint: "object", report: "object" }) },
+  TrustReport: {
+    schema: "TrustReport",
+    fields: fields<M.TrustReport>()({
+      generatedAt: "string", installationId: "string", telemetry: "string", pools: "array", externalPlacements: "array", notEnforced: "array",
+    }),
+  },
+  TrustPool: {
+    schema: "TrustReport",
+    at: "pools.items",
+    fields: fields<M.TrustPool>()({
+      name: "string", kind: "string", trust: "string", region: "string?", isolation: "string", egress: "string",
+      endpoint: "string?", credentials: "array", source: "string", healthy: "boolean", health: "object?", versions: "any",
+    }),
+    enums: { trust: ["private", "external"], source: ["config", "api"] },
+  },
+  TrustCredential: {
+    schema: "TrustReport",
+    at: "pools.items.credentials.items",
+    fields: fields<M.TrustCredential>()({
+      kind: "string", setting: "string", reference: "string", name: "string?", fingerprint: "string?",
+      updatedBy: "string?", updatedAt: "string?", problem: "string?",
+    }),
+    enums: { kind: CREDENTIAL_KINDS },
+  },
+  ExternalPlacement: {
+    schema: "TrustReport",
+    at: "externalPlacements.items",
+    fields: fields<M.ExternalPlacement>()({
+      orgId: "string", orgName: "string?", pool: "string", sandboxes: "integer", firstAt: "string", lastAt: "string", policy: "object?",
+    }),
+  },
 };
 
 /** Query parameters the SDK sends, per operation (checked against the operation's parameters). */
 export const QUERY_PARAMS: Record<string, readonly string[]> = {
   listSandboxes: ["status", "label", "projectId", "limit", "cursor"],
+  openPty: ["cols", "rows", "command", "env", "cwd", "session"],
   waitSandbox: ["status", "timeoutSeconds"],
   listSnapshots: ["projectId", "limit", "cursor"],
   listSandboxSnapshots: ["limit", "cursor"],

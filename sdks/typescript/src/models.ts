@@ -5,6 +5,7 @@
  * type and a test holds to the served OpenAPI document, so a renamed or retyped field fails the
  * build or the test instead of drifting.
  */
+import type { ErrorCode } from "./errors.js";
 
 export const SANDBOX_STATUSES = [
   "queued",
@@ -37,6 +38,7 @@ export const CAPABILITIES = [
   "exec",
   "files",
   "exec.stream",
+  "exec.pty",
   "lifecycle.pause",
   "lifecycle.stop",
   "snapshots",
@@ -124,7 +126,7 @@ export interface UpdateSandboxRequest {
 /** `GET /v1/sandboxes` filters. */
 export interface ListSandboxesParams {
   status?: SandboxStatus;
-  /** `{k: v}` → `label=k=v`. One pair: the API takes a single label filter per request. */
+  /** `{k: v, …}` → one `label=k=v` each; a sandbox must carry every pair to be listed. */
   labels?: Record<string, string>;
   projectId?: string;
   limit?: number;
@@ -204,33 +206,52 @@ export interface PendingOperation {
   status: string;
 }
 
-export interface PlacementPool {
+export const DECISIONS = ["placed", "waiting", "rejected"] as const;
+export type Decision = (typeof DECISIONS)[number];
+
+/** One pool's verdict in a placement or dry run: eligible or why not, and its score. */
+export interface PoolVerdict {
   name: string;
   eligible: boolean;
   reason?: string;
+  /** 0–100, for eligible pools. */
   score?: number;
 }
 
-/** `GET /v1/sandboxes/{id}/placement` (prose in the OpenAPI document; shape from docs/api.md). */
-export interface Placement {
-  decision: "placed" | "waiting" | "rejected";
-  pool?: string | null;
-  reason?: string | null;
-  wall?: "org" | "project" | "pool" | null;
-  decidedAt?: string;
-  policy?: Record<string, unknown>;
-  pools: PlacementPool[];
-  [extra: string]: unknown;
+/** The former name of PoolVerdict. */
+export type PlacementPool = PoolVerdict;
+
+/** The policy in force for a placement, merged global → org → project. */
+export interface EffectivePolicy {
+  allowedClassifications: string[] | null;
+  allowedRegions: string[] | null;
+  defaultStrategy: Strategy;
+  deniedPools: string[];
+  /** Which level forbade external pools, or null when none did. */
+  externalForbiddenBy: "global" | "org" | "project" | null;
+  externalPools: string[];
+  poolClassifications: Record<string, string[]>;
 }
 
-/** `POST /v1/placement/dry-run`. */
+/** `GET /v1/sandboxes/{id}/placement`: the stored decision and why. */
+export interface Placement {
+  decision: Decision;
+  pool?: string;
+  /** The error code of a rejection (e.g. `no_eligible_pool`). */
+  code?: ErrorCode;
+  reason?: string;
+  decidedAt: string;
+  policy: EffectivePolicy;
+  pools: PoolVerdict[];
+}
+
+/** `POST /v1/placement/dry-run`: what a create would decide now, changing nothing. */
 export interface DryRun {
-  decision: "placed" | "waiting" | "rejected";
-  pool?: string | null;
-  code?: string | null;
-  reason?: string | null;
-  pools: PlacementPool[];
-  [extra: string]: unknown;
+  decision: Decision;
+  pool?: string;
+  code?: ErrorCode;
+  reason?: string;
+  pools: PoolVerdict[];
 }
 
 /** `event: status` on `/v1/events`. */
@@ -373,13 +394,17 @@ export interface PoolRequest {
   settings?: unknown;
 }
 
-/** A stored backend secret: name and fingerprint, never the value (prose schema). */
+/** A stored backend secret: name and fingerprint, never the value. */
 export interface Secret {
   name: string;
-  [extra: string]: unknown;
+  /** `sha256:` and 16 hex digits of the value's hash: enough to tell values apart, not to recover one. */
+  fingerprint: string;
+  updatedBy: string;
+  updatedAt: string;
+  createdAt: string;
 }
 
-/** One audit record (prose schema; fields as served). */
+/** One audit record of a hash chain. */
 export interface AuditEvent {
   seq: number;
   chain: string;
@@ -392,11 +417,12 @@ export interface AuditEvent {
   outcome: string;
   requestId: string | null;
   at: string;
+  /** What else matters; never a secret, exec arguments or env values. */
   detail: unknown;
   prevHash: string;
   hash: string;
-  keyId: string;
-  [extra: string]: unknown;
+  /** The signing key's id (absent on records older than signing). */
+  keyId?: string;
 }
 
 export interface ListAuditParams {
@@ -411,23 +437,134 @@ export interface ListAuditParams {
   cursor?: string;
 }
 
-/** `GET /v1/admin/audit/verify` (prose schema; fields as served). */
+export const AUDIT_PROBLEM_KINDS = [
+  "hash_mismatch",
+  "broken_link",
+  "missing",
+  "duplicate",
+  "checkpoint_mismatch",
+  "truncated",
+  "bad_checkpoint",
+  "unknown_key",
+] as const;
+export type AuditProblemKind = (typeof AUDIT_PROBLEM_KINDS)[number];
+
+/** One thing audit verification found wrong. */
+export interface AuditProblem {
+  kind: AuditProblemKind;
+  chain: string;
+  chainSeq: number;
+  seq: number | null;
+  message: string;
+}
+
+/** A segment boundary recorded in the log (after a signing key was lost). */
+export interface VerificationSegment {
+  seq: number;
+  at: string;
+  keyId: string | null;
+  reason: string;
+  lostKeyIds: string[];
+}
+
+/** `GET /v1/admin/audit/verify`: every chain checked. */
 export interface Verification {
   ok: boolean;
   chains: number;
   records: number;
   checkpoints: number;
-  firstBad: unknown;
-  problems: unknown[];
-  [extra: string]: unknown;
+  unchainedRecords: number;
+  firstBad: AuditProblem | null;
+  problems: AuditProblem[];
+  unverifiableRecords: number;
+  unverifiableCheckpoints: number;
+  unknownKeyIds: string[];
+  segments: VerificationSegment[];
 }
 
-/** `GET /v1/admin/trust-report` (prose schema; fields as served). */
+/** A chain head as a checkpoint signs it. */
+export interface CheckpointHead {
+  chain: string;
+  chainSeq: number;
+  hash: string;
+}
+
+/** A segment's reason, on the checkpoint that starts it. */
+export interface CheckpointSegment {
+  reason: string;
+  lostKeyIds: string[];
+}
+
+/** `POST /v1/admin/audit/checkpoints` (201): a signed record of every chain head. */
+export interface Checkpoint {
+  seq: number;
+  at: string;
+  heads: CheckpointHead[];
+  prevHash: string;
+  hash: string;
+  keyId?: string;
+  segment?: CheckpointSegment;
+}
+
+/** `POST /v1/admin/audit/segments`: the checkpoint starting the segment and the verification before it. */
+export interface AuditSegment {
+  checkpoint: Checkpoint;
+  report: Verification;
+}
+
+export const CREDENTIAL_KINDS = ["env", "file", "secret", "inline"] as const;
+export type CredentialKind = (typeof CREDENTIAL_KINDS)[number];
+
+/** One credential reference of a pool's settings, described (never its value). */
+export interface TrustCredential {
+  kind: CredentialKind;
+  setting: string;
+  reference: string;
+  name: string | null;
+  fingerprint: string | null;
+  updatedBy: string | null;
+  updatedAt: string | null;
+  /** Why the reference does not resolve, when it does not. */
+  problem: string | null;
+}
+
+/** A pool as the trust report describes it. */
+export interface TrustPool {
+  name: string;
+  kind: string;
+  trust: "private" | "external";
+  region: string | null;
+  isolation: string;
+  egress: string;
+  endpoint: string | null;
+  credentials: TrustCredential[];
+  source: "config" | "api";
+  healthy: boolean;
+  health: PoolHealth | null;
+  /** Backend versions, when the adapter reports them. */
+  versions: unknown;
+}
+
+/** Sandboxes of one org that went to one external pool. */
+export interface ExternalPlacement {
+  orgId: string;
+  orgName: string | null;
+  pool: string;
+  sandboxes: number;
+  firstAt: string;
+  lastAt: string;
+  policy: EffectivePolicy | null;
+}
+
+/** `GET /v1/admin/trust-report`: where work may go, under which policy, with which credentials. */
 export interface TrustReport {
   generatedAt: string;
   installationId: string;
-  pools: Array<Record<string, unknown>>;
-  [extra: string]: unknown;
+  telemetry: string;
+  pools: TrustPool[];
+  externalPlacements: ExternalPlacement[];
+  /** What Differently does not enforce, in words. */
+  notEnforced: string[];
 }
 
 export interface Health {

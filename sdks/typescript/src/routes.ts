@@ -59,6 +59,7 @@ export const ROUTES = {
   uploadFile: { method: "PUT", path: "/v1/sandboxes/{id}/files" },
   listFiles: { method: "GET", path: "/v1/sandboxes/{id}/files/list" },
   keepalive: { method: "POST", path: "/v1/sandboxes/{id}/keepalive" },
+  openPty: { method: "GET", path: "/v1/sandboxes/{id}/pty" },
   pauseSandbox: { method: "POST", path: "/v1/sandboxes/{id}/pause" },
   getPlacement: { method: "GET", path: "/v1/sandboxes/{id}/placement" },
   exposePort: { method: "POST", path: "/v1/sandboxes/{id}/ports" },

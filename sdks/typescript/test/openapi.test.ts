@@ -178,7 +178,11 @@ describe("models against the served /v1/openapi.json", () => {
     bad.components.schemas.Sandbox.properties.status.enum.push("hibernating");
     bad.components.schemas.CreateSandboxRequest.properties.gpuCount = { type: "integer" };
     delete bad.paths["/v1/sandboxes/{id}/keepalive"];
-    bad.paths["/v1/sandboxes/{id}/pty"] = { get: { operationId: "openPty" } };
+    bad.paths["/v1/sandboxes/{id}/telepathy"] = { get: { operationId: "openTelepathy" } };
+    delete bad.components.schemas.PoolVerdict.properties.score;
+    bad.components.schemas.AuditProblem.properties.kind.enum.push("tampered");
+    bad.components.schemas.TrustReport.properties.pools.items.properties.credentials.items.properties.name = { type: "string" };
+    bad.paths["/v1/sandboxes/{id}/pty"].get.parameters = bad.paths["/v1/sandboxes/{id}/pty"].get.parameters.filter((p: Json) => p.name !== "session");
     const found = drift(bad).join("\n");
     for (const want of [
       "Sandbox.statusReason: not in the served schema",
@@ -188,32 +192,73 @@ describe("models against the served /v1/openapi.json", () => {
       "Sandbox.status: SDK values",
       "CreateSandboxRequest: the served schema has gpuCount",
       "route keepalive",
-      "served operation openPty",
+      "served operation openTelepathy",
+      "PoolVerdict.score: not in the served schema",
+      "AuditProblem.kind: SDK values",
+      "TrustCredential.name: SDK expects null",
+      "openPty: the SDK sends ?session",
     ]) {
       assert.ok(found.includes(want), `expected «${want}» in:\n${found}`);
     }
   });
 
-  it("prose-only schemas: the fields the SDK types declare are in real answers", async () => {
+  it("typed responses: real answers hold to the served schema and the SDK manifest", async () => {
     const s = await runningSandbox(c);
-    const typeOf = (v: unknown) => (v === null ? "null" : Array.isArray(v) ? "array" : typeof v);
-    const check = (what: string, obj: Json, want: Record<string, string>) => {
-      for (const [k, t] of Object.entries(want)) {
-        assert.ok(k in obj, `${what}.${k} missing in ${JSON.stringify(obj).slice(0, 300)}`);
-        assert.ok(t.split("|").includes(typeOf(obj[k])), `${what}.${k}: ${typeOf(obj[k])}, SDK says ${t}`);
+    const schemas: Json = doc.components.schemas;
+    /** `obj` as served for `model`: every required field there, nothing undeclared, each of the SDK's type. */
+    const conforms = (model: string, obj: unknown) => {
+      const spec = MODELS[model]!;
+      let node: Json = schemas[spec.schema];
+      for (const step of spec.at ? spec.at.split(".") : []) node = step === "items" ? node.items : node.properties[step];
+      node = resolve(doc, node);
+      const shown = JSON.stringify(obj).slice(0, 300);
+      assert.ok(obj && typeof obj === "object" && !Array.isArray(obj), `${model}: not an object: ${shown}`);
+      const o = obj as Json;
+      for (const f of node.required ?? []) assert.ok(f in o, `${model}.${f} required, missing in ${shown}`);
+      for (const [k, v] of Object.entries(o)) {
+        const want = spec.fields[k];
+        assert.ok(want, `${model}: the answer has ${k}, the SDK model does not (${shown})`);
+        if (want === "any") continue;
+        const nullable = want.endsWith("?");
+        const base = nullable ? want.slice(0, -1) : want;
+        const got = v === null ? "null" : Array.isArray(v) ? "array" : Number.isInteger(v) ? "integer" : typeof v;
+        const ok = got === "null" ? nullable : got === base || (base === "number" && got === "integer");
+        assert.ok(ok, `${model}.${k}: answer has ${got}, SDK says ${want}`);
       }
     };
-    check("Placement", await c.placement.explain(s.id), { decision: "string", pool: "string|null", pools: "array", decidedAt: "string", policy: "object" });
+    const p = await c.placement.explain(s.id);
+    conforms("Placement", p);
+    conforms("EffectivePolicy", p.policy);
+    for (const v of p.pools) conforms("PoolVerdict", v);
+    assert.equal(p.decision, "placed");
     const dr = await c.placement.dryRun({});
-    check("DryRun", dr, { decision: "string", pools: "array" });
-    check("DryRun.pools[0]", dr.pools[0] as Json, { name: "string", eligible: "boolean" });
-    check("Verification", await c.audit.verify(), { ok: "boolean", chains: "number", records: "number", checkpoints: "number", firstBad: "null|object", problems: "array" });
-    const rec = (await c.audit.list({ limit: 1 })).items[0] as Json;
-    check("AuditEvent", rec, {
-      seq: "number", chain: "string", chainSeq: "number", orgId: "string|null", projectId: "string|null", actor: "string",
-      action: "string", resource: "string", outcome: "string", requestId: "string|null", at: "string", prevHash: "string", hash: "string", keyId: "string",
-    });
-    check("TrustReport", await c.admin.trustReport(), { generatedAt: "string", installationId: "string", pools: "array" });
+    conforms("DryRun", dr);
+    for (const v of dr.pools) conforms("PoolVerdict", v);
+    const rej = await c.placement.dryRun({ capabilities: ["gpu"] });
+    conforms("DryRun", rej);
+    assert.equal(rej.decision, "rejected");
+    assert.equal(rej.code, "unsupported_capability");
+    const ver = await c.audit.verify();
+    conforms("Verification", ver);
+    assert.equal(ver.ok, true, JSON.stringify(ver.problems));
+    for (const x of ver.segments) conforms("VerificationSegment", x);
+    for (const rec of (await c.audit.list({ limit: 5 })).items) conforms("AuditEvent", rec);
+    const cp = await c.audit.checkpoint();
+    assert.ok(cp, "a first checkpoint has something to sign");
+    conforms("Checkpoint", cp);
+    for (const h of cp.heads) conforms("CheckpointHead", h);
+    const secret = await c.secrets.put(`typed-${Date.now()}`, "not-shown");
+    conforms("Secret", secret);
+    assert.match(secret.fingerprint, /^sha256:[0-9a-f]{16}$/);
+    for (const x of (await c.secrets.list()).items) conforms("Secret", x);
+    const tr = await c.admin.trustReport();
+    conforms("TrustReport", tr);
+    assert.ok(tr.pools.length > 0);
+    for (const pool of tr.pools) {
+      conforms("TrustPool", pool);
+      for (const cred of pool.credentials) conforms("TrustCredential", cred);
+    }
+    for (const x of tr.externalPlacements) conforms("ExternalPlacement", x);
     await c.sandboxes.delete(s.id);
   });
 });

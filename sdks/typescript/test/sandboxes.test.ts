@@ -104,7 +104,10 @@ describe("exec", () => {
     const [envLine, cwd] = r.stdout.trimEnd().split("\n");
     assert.equal(envLine, "yes mine");
     assert.match(cwd!, /\/cwdtest$/);
-    await assert.rejects(c.sandboxes.exec(sbx.id, ["pwd"], { cwd: "/no/such/dir" }), ValidationError);
+    await assert.rejects(
+      c.sandboxes.exec(sbx.id, ["pwd"], { cwd: "/no/such/dir" }),
+      (e: unknown) => e instanceof ValidationError && e.field === "cwd",
+    );
   });
 
   it("stdin as text and as bytes", async () => {
@@ -278,8 +281,16 @@ describe("listing", () => {
     const odd: string[] = [];
     for await (const s of c.sandboxes.iterate({ labels: { odd: "1" } })) if (made.includes(s.id)) odd.push(s.id);
     assert.deepEqual(odd.sort(), [made[1]!, made[3]!].sort());
-    // The API takes one label filter (KNOWN-ISSUES in the SDK README): the SDK says so up front.
-    assert.throws(() => c.sandboxes.list({ labels: { page: tag, odd: "1" } }), TypeError);
+    // Two labels AND: only the sandboxes carrying both pairs, not those with either one (an
+    // odd=1 sandbox of another tag, the odd=0 ones of this tag), across pages of 1.
+    const other = (await c.sandboxes.create({ labels: { page: `${tag}-other`, odd: "1" } })).id;
+    const both: string[] = [];
+    for await (const s of c.sandboxes.iterate({ labels: { page: tag, odd: "1" }, limit: 1 })) both.push(s.id);
+    assert.deepEqual(both.sort(), [made[1]!, made[3]!].sort());
+    const first = await c.sandboxes.list({ labels: { page: tag, odd: "0" } });
+    assert.deepEqual(first.items.map((s) => s.id).sort(), [made[0]!, made[2]!, made[4]!].sort());
+    assert.equal((await c.sandboxes.list({ labels: { page: tag, odd: "2" } })).items.length, 0, "a pair nobody has matches nothing");
+    await c.sandboxes.delete(other);
     for (const id of made) await c.sandboxes.wait(id, { timeoutMs: 30_000 });
     const running: string[] = [];
     for await (const s of c.sandboxes.iterate({ labels: { page: tag }, status: "running" })) running.push(s.id);
