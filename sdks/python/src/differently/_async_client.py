@@ -33,7 +33,9 @@ from ._version import __version__
 from .errors import APIError, NetworkError, StreamCutError
 from .models import (
     AuditEvent,
+    AuditSegment,
     AuditSegmentRequest,
+    Checkpoint,
     Secret,
     SecretRequest,
     Capability,
@@ -452,11 +454,13 @@ class AsyncSandboxes:
         self,
         *,
         status: Optional[SandboxStatus] = None,
-        label: Union[None, str, Mapping[str, str]] = None,
+        label: Union[None, str, Mapping[str, str], Sequence[str]] = None,
         project_id: Optional[str] = None,
         page_size: Optional[int] = None,
     ) -> AsyncIterator[Sandbox]:
-        """Every sandbox matching the filters, fetching pages of ``page_size`` as needed."""
+        """Every sandbox matching the filters, fetching pages of ``page_size`` as needed.
+        ``label`` is ``{key: value, …}``, ``"key=value"`` or a list of those strings: a
+        sandbox must carry every label given."""
         lab = core.label_filter(label)
         return self._c._paginate(
             lambda cursor: core.list_sandboxes(status, lab, project_id, page_size, cursor)
@@ -466,7 +470,7 @@ class AsyncSandboxes:
         self,
         *,
         status: Optional[SandboxStatus] = None,
-        label: Union[None, str, Mapping[str, str]] = None,
+        label: Union[None, str, Mapping[str, str], Sequence[str]] = None,
         project_id: Optional[str] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
@@ -1054,11 +1058,11 @@ class AsyncAudit:
         finally:
             await resp.aclose()
 
-    async def checkpoint(self) -> Optional[Dict[str, Any]]:
+    async def checkpoint(self) -> Optional[Checkpoint]:
         """Writes a signed checkpoint of every chain head (``None``: nothing new to sign)."""
         return await self._c._run(core.audit_checkpoint())
 
-    async def segment(self, reason: str) -> Dict[str, Any]:
+    async def segment(self, reason: str) -> AuditSegment:
         """Starts a new segment after records signed with a lost key (docs/audit.md); the
         server refuses (409) while every signature verifies."""
         return await self._c._run(core.audit_segment(AuditSegmentRequest(reason=reason)))

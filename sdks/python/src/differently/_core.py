@@ -24,6 +24,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Sequence,
     Tuple,
     Type,
     TypeVar,
@@ -46,7 +47,9 @@ from .errors import (
 )
 from .models import (
     FINAL_STATUSES,
+    AuditSegment,
     AuditSegmentRequest,
+    Checkpoint,
     Secret,
     SecretRequest,
     AuditEvent,
@@ -322,7 +325,7 @@ def get_sandbox(sandbox_id: str) -> Op[Sandbox]:
 
 def list_sandboxes(
     status: Optional[str],
-    label: Optional[str],
+    label: Optional[List[str]],
     project_id: Optional[str],
     limit: Optional[int],
     cursor: Optional[str],
@@ -334,14 +337,23 @@ def list_sandboxes(
     return simple(call, lambda r: _page(Sandbox, r.json()))
 
 
-def label_filter(labels: Union[None, str, Mapping[str, str]]) -> Optional[str]:
-    """``key=value`` for ``?label=``; the API filters on one label."""
-    if labels is None or isinstance(labels, str):
-        return labels
-    if len(labels) != 1:
-        raise ValueError("the API filters on exactly one label: pass {key: value} or 'key=value'")
-    ((k, v),) = labels.items()
-    return f"{k}={v}"
+def label_filter(
+    labels: Union[None, str, Mapping[str, str], Sequence[str]],
+) -> Optional[List[str]]:
+    """``key=value`` strings, one ``?label=`` each (a sandbox must carry every one); from a
+    mapping, one ``key=value`` string, or a sequence of them."""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        items = [labels]
+    elif isinstance(labels, Mapping):
+        items = [f"{k}={v}" for k, v in labels.items()]
+    else:
+        items = list(labels)
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"label filter {item!r} is not 'key=value'")
+    return items or None
 
 
 def wait_sandbox(sandbox_id: str, status: str, timeout: float) -> Op[Sandbox]:
@@ -734,16 +746,14 @@ def put_secret(name: str, req: SecretRequest) -> Op[Secret]:
     return put(f"/v1/admin/secrets/{seg(name)}", encode(req), Secret)
 
 
-def audit_checkpoint() -> Op[Optional[Dict[str, Any]]]:
+def audit_checkpoint() -> Op[Optional[Checkpoint]]:
     """A signed checkpoint of every chain head; ``None`` when nothing changed since the last."""
     reply = yield Call("POST", "/v1/admin/audit/checkpoints")
-    return None if reply.status == 204 or not reply.content else dict(reply.json())
+    return None if reply.status == 204 or not reply.content else decode(Checkpoint, reply.json())
 
 
-def audit_segment(req: AuditSegmentRequest) -> Op[Dict[str, Any]]:
-    return simple(
-        Call("POST", "/v1/admin/audit/segments", json=encode(req)), lambda r: dict(r.json())
-    )
+def audit_segment(req: AuditSegmentRequest) -> Op[AuditSegment]:
+    return simple(Call("POST", "/v1/admin/audit/segments", json=encode(req)), _one(AuditSegment))
 
 
 def audit_export_call() -> Call:

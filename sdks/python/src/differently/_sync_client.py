@@ -36,7 +36,9 @@ from ._version import __version__
 from .errors import APIError, NetworkError, StreamCutError
 from .models import (
     AuditEvent,
+    AuditSegment,
     AuditSegmentRequest,
+    Checkpoint,
     Secret,
     SecretRequest,
     Capability,
@@ -455,11 +457,13 @@ class Sandboxes:
         self,
         *,
         status: Optional[SandboxStatus] = None,
-        label: Union[None, str, Mapping[str, str]] = None,
+        label: Union[None, str, Mapping[str, str], Sequence[str]] = None,
         project_id: Optional[str] = None,
         page_size: Optional[int] = None,
     ) -> Iterator[Sandbox]:
-        """Every sandbox matching the filters, fetching pages of ``page_size`` as needed."""
+        """Every sandbox matching the filters, fetching pages of ``page_size`` as needed.
+        ``label`` is ``{key: value, …}``, ``"key=value"`` or a list of those strings: a
+        sandbox must carry every label given."""
         lab = core.label_filter(label)
         return self._c._paginate(
             lambda cursor: core.list_sandboxes(status, lab, project_id, page_size, cursor)
@@ -469,7 +473,7 @@ class Sandboxes:
         self,
         *,
         status: Optional[SandboxStatus] = None,
-        label: Union[None, str, Mapping[str, str]] = None,
+        label: Union[None, str, Mapping[str, str], Sequence[str]] = None,
         project_id: Optional[str] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
@@ -1057,11 +1061,11 @@ class Audit:
         finally:
             resp.close()
 
-    def checkpoint(self) -> Optional[Dict[str, Any]]:
+    def checkpoint(self) -> Optional[Checkpoint]:
         """Writes a signed checkpoint of every chain head (``None``: nothing new to sign)."""
         return self._c._run(core.audit_checkpoint())
 
-    def segment(self, reason: str) -> Dict[str, Any]:
+    def segment(self, reason: str) -> AuditSegment:
         """Starts a new segment after records signed with a lost key (docs/audit.md); the
         server refuses (409) while every signature verifies."""
         return self._c._run(core.audit_segment(AuditSegmentRequest(reason=reason)))
