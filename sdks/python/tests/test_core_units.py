@@ -166,3 +166,31 @@ def test_sources_stay_python_39() -> None:
             # unions or PEP 585 generics, which Python 3.9 cannot evaluate.
             for ann in re.findall(r"^\s+\w+: (.+?)(?: = |$)", text, re.M):
                 assert "|" not in ann and not re.search(r"\b(list|dict|tuple)\[", ann), f"{path.name}: {ann}"
+
+
+def test_label_filters_and_terminal_urls() -> None:
+    from differently import _core as core
+    from differently._codec import query
+
+    assert core.label_filter({"a": "1", "b": "2"}) == ["a=1", "b=2"]
+    assert core.label_filter("a=1") == ["a=1"] and core.label_filter(None) is None
+    assert core.label_filter(["a=1", "b=x=y"]) == ["a=1", "b=x=y"]
+    with pytest.raises(ValueError):
+        core.label_filter(["a"])
+    assert query({"label": ["a=1", "b=2"], "limit": 5}) == [("label", "a=1"), ("label", "b=2"), ("limit", "5")]
+    call = core.pty_call("sbx_1", ["sh", "-c", "echo a&b"], 100, None, {"X": "1 2"}, "/w", None)
+    assert core.ws_url("http://127.0.0.1:7070", call) == (
+        "ws://127.0.0.1:7070/v1/sandboxes/sbx_1/pty?cols=100&command=sh&command=-c"
+        "&command=echo%20a%26b&env=X%3D1%202&cwd=%2Fw"
+    )
+    again = core.pty_call("sbx_1", None, None, None, None, None, "pty_9")
+    assert core.ws_url("https://h/api", again) == "wss://h/api/v1/sandboxes/sbx_1/pty?session=pty_9"
+    with pytest.raises(ValueError):
+        core.ws_url("ftp://h", again)
+    assert json.loads(core.pty_resize(80, 24)) == {"type": "resize", "cols": 80, "rows": 24}
+    for bad in ((0, 24), (80, 1001), (True, 24)):
+        with pytest.raises(ValueError):
+            core.pty_resize(*bad)
+    assert json.loads(core.pty_signal("sigint")) == {"type": "signal", "signal": "INT"}
+    with pytest.raises(ValueError):
+        core.pty_signal("USR1")

@@ -319,12 +319,3 @@ def test_missing_sandbox_is_not_found(client: Client) -> None:
         client.sandboxes.get("sbx_00000000000000000000000000")
     assert e.value.status == 404 and e.value.code == "not_found"
     assert e.value.request_id
-
-
-def test_pty_is_not_served_yet(client: Client, sandbox: Any, server: Any) -> None:
-    # When the server grows the route, this fails: implement Sandboxes.pty then.
-    assert not any(p.endswith("/pty") for p in server.openapi["paths"]), (
-        "the server now serves a PTY route: implement Sandboxes.pty"
-    )
-    with pytest.raises(NotImplementedError):
-        client.sandboxes.pty(sandbox)

@@ -9,10 +9,10 @@
 :class:`AsyncClient` has the same surface with ``await``.
 """
 
-from ._async_client import AsyncClient, AsyncEventStream, AsyncExecStream
+from ._async_client import AsyncClient, AsyncEventStream, AsyncExecStream, AsyncPty
 from ._codec import UNSET, Unset
 from ._core import RetryPolicy
-from ._sync_client import Client, EventStream, ExecStream
+from ._sync_client import Client, EventStream, ExecStream, Pty
 from ._version import __version__
 from .errors import (
     APIError,
@@ -30,6 +30,7 @@ from .errors import (
     PayloadTooLargeError,
     PermissionDeniedError,
     ProtocolError,
+    PtyError,
     QuotaExceededError,
     RateLimitError,
     RequestTimeoutError,
@@ -95,6 +96,7 @@ __all__ = [
     "AsyncClient",
     "AsyncEventStream",
     "AsyncExecStream",
+    "AsyncPty",
     "AuditEvent",
     "AuditProblem",
     "AuditSegment",
@@ -145,6 +147,8 @@ __all__ = [
     "PoolRecord",
     "Project",
     "ProtocolError",
+    "Pty",
+    "PtyError",
     "Quota",
     "QuotaExceededError",
     "QuotaView",

@@ -444,6 +444,67 @@ def exec_call(sandbox_id: str, req: ExecRequest, stream: Optional[str] = None) -
     )
 
 
+#: Signals a terminal's foreground process group can be sent (docs/api.md, Terminal).
+PTY_SIGNALS = ("INT", "TERM", "KILL", "HUP")
+
+
+def pty_call(
+    sandbox_id: str,
+    command: Optional[Sequence[str]],
+    cols: Optional[int],
+    rows: Optional[int],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    session: Optional[str],
+) -> Call:
+    """The WebSocket upgrade of ``GET …/pty``: everything travels in the query (the server
+    checks it before the upgrade and answers bad input with the usual error envelope)."""
+    if session is not None and any(v is not None for v in (command, cols, rows, env, cwd)):
+        raise ValueError("session= reattaches alone: the session keeps its command, size, env and cwd")
+    params = query(
+        {
+            "session": session,
+            "cols": cols,
+            "rows": rows,
+            "command": list(command) if command is not None else None,
+            "env": [f"{k}={v}" for k, v in env.items()] if env else None,
+            "cwd": cwd,
+        }
+    )
+    return Call("GET", f"/v1/sandboxes/{seg(sandbox_id)}/pty", params=params)
+
+
+def pty_resize(cols: int, rows: int) -> str:
+    """The text frame resizing the terminal (1-1000 each; the server closes on anything else)."""
+    for name, v in (("cols", cols), ("rows", rows)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1000:
+            raise ValueError(f"{name} must be an integer from 1 to 1000, not {v!r}")
+    return json.dumps({"type": "resize", "cols": cols, "rows": rows})
+
+
+def pty_signal(name: str) -> str:
+    """The text frame sending ``name`` (``INT``, ``TERM``, ``KILL``, ``HUP``; ``SIG`` prefix
+    allowed) to the terminal's foreground process group."""
+    sig = name.upper()
+    if sig.startswith("SIG"):
+        sig = sig[3:]
+    if sig not in PTY_SIGNALS:
+        raise ValueError(f"signal must be one of {', '.join(PTY_SIGNALS)}, not {name!r}")
+    return json.dumps({"type": "signal", "signal": sig})
+
+
+def ws_url(base_url: str, call: Call) -> str:
+    """``ws://``/``wss://`` URL of a call against an ``http(s)://`` base URL."""
+    if base_url.startswith("https://"):
+        base = "wss://" + base_url[len("https://") :]
+    elif base_url.startswith("http://"):
+        base = "ws://" + base_url[len("http://") :]
+    else:
+        raise ValueError(f"the base URL {base_url!r} is not http:// or https://")
+    qs = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in call.params)
+    return base + call.path + (f"?{qs}" if qs else "")
+
+
 def exec_buffered(sandbox_id: str, req: ExecRequest) -> Op[ExecResult]:
     return simple(exec_call(sandbox_id, req), _one(ExecResult))
 
