@@ -194,3 +194,16 @@ def test_label_filters_and_terminal_urls() -> None:
     assert json.loads(core.pty_signal("sigint")) == {"type": "signal", "signal": "INT"}
     with pytest.raises(ValueError):
         core.pty_signal("USR1")
+
+
+def test_placement_wall_is_read_from_raw() -> None:
+    from differently.models import Placement
+
+    policy = {"allowedClassifications": None, "poolClassifications": {}, "allowedRegions": None,
+              "externalForbiddenBy": "global", "externalPools": [], "deniedPools": [],
+              "defaultStrategy": "private-first"}  # fmt: skip
+    body = {"decision": "waiting", "reason": "waiting: org cpu quota 2/2", "wall": "org",
+            "pools": [], "policy": policy, "decidedAt": "2026-12-01T16:00:00Z"}  # fmt: skip
+    p = decode(Placement, body)
+    assert (p.decision, p.wall, p.pool, p.policy.external_forbidden_by) == ("waiting", "org", None, "global")
+    assert decode(Placement, {**body, "wall": None}).wall is None
