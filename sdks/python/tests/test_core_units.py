@@ -9,7 +9,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 
 import httpx
 import pytest
@@ -199,7 +199,7 @@ def test_label_filters_and_terminal_urls() -> None:
 def test_placement_wall_is_read_from_raw() -> None:
     from differently.models import Placement
 
-    policy = {"allowedClassifications": None, "poolClassifications": {}, "allowedRegions": None,
+    policy: Dict[str, Any] = {"allowedClassifications": None, "poolClassifications": {}, "allowedRegions": None,
               "externalForbiddenBy": "global", "externalPools": [], "deniedPools": [],
               "defaultStrategy": "private-first"}  # fmt: skip
     body = {"decision": "waiting", "reason": "waiting: org cpu quota 2/2", "wall": "org",
