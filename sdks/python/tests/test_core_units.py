@@ -9,7 +9,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 
 import httpx
 import pytest
@@ -166,3 +166,44 @@ def test_sources_stay_python_39() -> None:
             # unions or PEP 585 generics, which Python 3.9 cannot evaluate.
             for ann in re.findall(r"^\s+\w+: (.+?)(?: = |$)", text, re.M):
                 assert "|" not in ann and not re.search(r"\b(list|dict|tuple)\[", ann), f"{path.name}: {ann}"
+
+
+def test_label_filters_and_terminal_urls() -> None:
+    from differently import _core as core
+    from differently._codec import query
+
+    assert core.label_filter({"a": "1", "b": "2"}) == ["a=1", "b=2"]
+    assert core.label_filter("a=1") == ["a=1"] and core.label_filter(None) is None
+    assert core.label_filter(["a=1", "b=x=y"]) == ["a=1", "b=x=y"]
+    with pytest.raises(ValueError):
+        core.label_filter(["a"])
+    assert query({"label": ["a=1", "b=2"], "limit": 5}) == [("label", "a=1"), ("label", "b=2"), ("limit", "5")]
+    call = core.pty_call("sbx_1", ["sh", "-c", "echo a&b"], 100, None, {"X": "1 2"}, "/w", None)
+    assert core.ws_url("http://127.0.0.1:7070", call) == (
+        "ws://127.0.0.1:7070/v1/sandboxes/sbx_1/pty?cols=100&command=sh&command=-c"
+        "&command=echo%20a%26b&env=X%3D1%202&cwd=%2Fw"
+    )
+    again = core.pty_call("sbx_1", None, None, None, None, None, "pty_9")
+    assert core.ws_url("https://h/api", again) == "wss://h/api/v1/sandboxes/sbx_1/pty?session=pty_9"
+    with pytest.raises(ValueError):
+        core.ws_url("ftp://h", again)
+    assert json.loads(core.pty_resize(80, 24)) == {"type": "resize", "cols": 80, "rows": 24}
+    for bad in ((0, 24), (80, 1001), (True, 24)):
+        with pytest.raises(ValueError):
+            core.pty_resize(*bad)
+    assert json.loads(core.pty_signal("sigint")) == {"type": "signal", "signal": "INT"}
+    with pytest.raises(ValueError):
+        core.pty_signal("USR1")
+
+
+def test_placement_wall_is_read_from_raw() -> None:
+    from differently.models import Placement
+
+    policy: Dict[str, Any] = {"allowedClassifications": None, "poolClassifications": {}, "allowedRegions": None,
+              "externalForbiddenBy": "global", "externalPools": [], "deniedPools": [],
+              "defaultStrategy": "private-first"}  # fmt: skip
+    body = {"decision": "waiting", "reason": "waiting: org cpu quota 2/2", "wall": "org",
+            "pools": [], "policy": policy, "decidedAt": "2026-12-01T16:00:00Z"}  # fmt: skip
+    p = decode(Placement, body)
+    assert (p.decision, p.wall, p.pool, p.policy.external_forbidden_by) == ("waiting", "org", None, "global")
+    assert decode(Placement, {**body, "wall": None}).wall is None

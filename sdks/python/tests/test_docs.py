@@ -58,3 +58,18 @@ def test_async_example_runs(server: Server, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "hi\n"
+
+
+def test_terminal_example_runs(server: Server, tmp_path: Path) -> None:
+    script = tmp_path / "terminal.py"
+    script.write_text(_block("<!-- terminal: tested by sdks/python/tests/test_docs.py -->"), encoding="utf-8")
+    env = {
+        **os.environ,
+        "DIFFERENTLY_URL": server.url,
+        "DIFFERENTLY_API_KEY": server.admin_key,
+        "PYTHONPATH": str(REPO / "sdks" / "python" / "src"),
+    }
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == ["2 times hi", "exit code 3"], lines

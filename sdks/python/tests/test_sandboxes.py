@@ -201,6 +201,29 @@ def test_list_filters_and_pagination(client: Client, tag: str) -> None:
             client.sandboxes.delete(s)
 
 
+def test_several_labels_must_all_match(client: Client, tag: str) -> None:
+    a = client.sandboxes.create(labels={"test": tag, "role": "web", "tier": "1"})
+    b = client.sandboxes.create(labels={"test": tag, "role": "web", "tier": "2"})
+    c = client.sandboxes.create(labels={"test": tag, "role": "db", "tier": "1"})
+    try:
+        def ids(label: Any) -> List[str]:
+            return sorted(s.id for s in client.sandboxes.list(label=label))
+
+        assert ids({"test": tag}) == sorted([a.id, b.id, c.id])
+        # Two labels AND: only the sandbox carrying both, from a mapping or from strings.
+        assert ids({"test": tag, "role": "web", "tier": "1"}) == [a.id]
+        assert ids([f"test={tag}", "role=web"]) == sorted([a.id, b.id])
+        assert ids([f"test={tag}", "tier=1"]) == sorted([a.id, c.id])
+        assert ids({"test": tag, "role": "db", "tier": "2"}) == []
+        page = client.sandboxes.list_page(label={"test": tag, "role": "db"})
+        assert [s.id for s in page.items] == [c.id]
+        with pytest.raises(ValueError, match="key=value"):
+            client.sandboxes.list_page(label=["role"])
+    finally:
+        for s in (a, b, c):
+            client.sandboxes.delete(s)
+
+
 def test_update_ttl_labels_idle(client: Client, sandbox: Any, tag: str) -> None:
     before = client.sandboxes.get(sandbox)
     time.sleep(1.1)
@@ -296,12 +319,3 @@ def test_missing_sandbox_is_not_found(client: Client) -> None:
         client.sandboxes.get("sbx_00000000000000000000000000")
     assert e.value.status == 404 and e.value.code == "not_found"
     assert e.value.request_id
-
-
-def test_pty_is_not_served_yet(client: Client, sandbox: Any, server: Any) -> None:
-    # When the server grows the route, this fails: implement Sandboxes.pty then.
-    assert not any(p.endswith("/pty") for p in server.openapi["paths"]), (
-        "the server now serves a PTY route: implement Sandboxes.pty"
-    )
-    with pytest.raises(NotImplementedError):
-        client.sandboxes.pty(sandbox)

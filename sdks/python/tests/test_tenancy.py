@@ -157,7 +157,8 @@ def test_pools_audit_trust(client: Client, sandbox: Any) -> None:
     assert any(line.get("resource") == sandbox.id for line in lines)
     report = client.trust_report()
     assert report.installation_id.startswith("inst_")
-    assert [p["name"] for p in report.pools] == ["local"] and report.not_enforced
+    assert [p.name for p in report.pools] == ["local"] and report.not_enforced
+    assert report.pools[0].trust == "private" and report.pools[0].source in ("config", "api")
     assert client.health().status and client.ready().status
 
 
@@ -183,7 +184,9 @@ def test_secrets_and_audit_checkpoints(client: Client, tag: str) -> None:
         client.secrets.put("Bad Name", "x")
     assert e.value.field == "name"
     first = client.audit.checkpoint()
-    assert first is not None and first
+    assert first is not None and first.heads, "a checkpoint of the session's chains"
+    assert len(first.hash) == 64 and first.segment is None
+    assert all(h.chain_seq >= 1 and len(h.hash) == 64 for h in first.heads)
     # Every signature verifies here, so the server refuses a segment, saying why.
     with pytest.raises(ConflictError) as c:
         client.audit.segment("sdk test")

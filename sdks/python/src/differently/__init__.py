@@ -9,10 +9,10 @@
 :class:`AsyncClient` has the same surface with ``await``.
 """
 
-from ._async_client import AsyncClient, AsyncEventStream, AsyncExecStream
+from ._async_client import AsyncClient, AsyncEventStream, AsyncExecStream, AsyncPty
 from ._codec import UNSET, Unset
 from ._core import RetryPolicy
-from ._sync_client import Client, EventStream, ExecStream
+from ._sync_client import Client, EventStream, ExecStream, Pty
 from ._version import __version__
 from .errors import (
     APIError,
@@ -30,6 +30,7 @@ from .errors import (
     PayloadTooLargeError,
     PermissionDeniedError,
     ProtocolError,
+    PtyError,
     QuotaExceededError,
     RateLimitError,
     RequestTimeoutError,
@@ -45,6 +46,17 @@ from .errors import (
 )
 from .models import (
     AuditEvent,
+    AuditProblem,
+    AuditSegment,
+    ChainHead,
+    Checkpoint,
+    CheckpointSegment,
+    EffectivePolicy,
+    ExternalPlacement,
+    PoolVerdict,
+    TrustCredential,
+    TrustPool,
+    VerifiedSegment,
     CreatedKey,
     DryRun,
     ExecEvent,
@@ -84,7 +96,19 @@ __all__ = [
     "AsyncClient",
     "AsyncEventStream",
     "AsyncExecStream",
+    "AsyncPty",
     "AuditEvent",
+    "AuditProblem",
+    "AuditSegment",
+    "ChainHead",
+    "Checkpoint",
+    "CheckpointSegment",
+    "EffectivePolicy",
+    "ExternalPlacement",
+    "PoolVerdict",
+    "TrustCredential",
+    "TrustPool",
+    "VerifiedSegment",
     "AuthenticationError",
     "Client",
     "ConflictError",
@@ -123,6 +147,8 @@ __all__ = [
     "PoolRecord",
     "Project",
     "ProtocolError",
+    "Pty",
+    "PtyError",
     "Quota",
     "QuotaExceededError",
     "QuotaView",

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as _dt
+import json
+import logging
 import os
 from typing import (
+    TYPE_CHECKING,
     Any,
     AsyncIterable,
     AsyncIterator,
@@ -15,7 +19,6 @@ from typing import (
     Dict,
     List,
     Mapping,
-    NoReturn,
     Optional,
     Sequence,
     TypeVar,
@@ -30,10 +33,12 @@ from ._codec import UNSET, Unset
 from ._core import Call, Op, Reply, RetryPolicy, Sleep, ref, seg
 from ._streams import ExecFrames, ExecSSE, SSEDecoder
 from ._version import __version__
-from .errors import APIError, NetworkError, StreamCutError
+from .errors import APIError, NetworkError, ProtocolError, PtyError, StreamCutError
 from .models import (
     AuditEvent,
+    AuditSegment,
     AuditSegmentRequest,
+    Checkpoint,
     Secret,
     SecretRequest,
     Capability,
@@ -83,6 +88,9 @@ from .models import (
     UpdateSandboxRequest,
     Verification,
 )
+
+if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
 
 T = TypeVar("T")
 SandboxRef = Union[str, Sandbox]
@@ -322,6 +330,207 @@ class AsyncExecStream:
             await self._resp.aclose()
 
 
+#: The logger handed to ``websockets``. Its level is WARNING so that the handshake, which
+#: websockets logs at DEBUG with every header (the API key) and the query (env values), is
+#: never logged even when the application logs everything at DEBUG.
+_WS_LOGGER = logging.getLogger("differently.pty.websockets")
+_WS_LOGGER.setLevel(logging.WARNING)
+
+
+async def _ws_recv(ws: "ClientConnection", timeout: Optional[float]) -> Union[str, bytes]:
+    try:
+        return await asyncio.wait_for(ws.recv(), timeout)
+    except asyncio.TimeoutError as e:
+        raise TimeoutError(f"no terminal output in {timeout} s") from e
+
+
+class AsyncPty:
+    """An interactive terminal in a sandbox (``GET /v1/sandboxes/{id}/pty``, a WebSocket),
+    from :meth:`AsyncSandboxes.pty`. Use as ``async with … as term`` (or ``await
+    term.open()``): ``write`` keystrokes, ``read`` or iterate the output (stdout and stderr are
+    one stream on a terminal), ``resize``, ``signal``, ``wait`` for the exit code.
+
+    Closing (or a lost connection) does not end the program: it runs on for
+    ``grace_seconds``, and ``sandboxes.pty(sandbox, session=term.session_id)`` reattaches,
+    getting the output it missed (the newest 64 KiB) first. Needs ``differently[pty]``."""
+
+    def __init__(self, client: AsyncClient, call: Call, open_timeout: float) -> None:
+        self._client = client
+        self._call = call
+        self._open_timeout = open_timeout
+        self._ws: Optional["ClientConnection"] = None
+        self._pending: "collections.deque[bytes]" = collections.deque()
+        self._done = False
+        #: The session's id (``pty_…``), to reattach with; set once open.
+        self.session_id: Optional[str] = None
+        #: How long the program outlives a lost connection, in seconds.
+        self.grace_seconds: Optional[int] = None
+        #: The program's exit code once it ended (128+n when signal n killed it).
+        self.exit_code: Optional[int] = None
+
+    async def __aenter__(self) -> "AsyncPty":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def open(self) -> "AsyncPty":
+        """Connects and reads the session frame (done by ``async with`` and on first use)."""
+        if self._ws is not None:
+            return self
+        try:
+            from websockets.asyncio.client import connect
+            from websockets.exceptions import InvalidStatus, WebSocketException
+        except ImportError as e:
+            raise ImportError(
+                "sandboxes.pty needs the optional extra: pip install 'differently[pty]'"
+            ) from e
+        c = self._client
+        headers = {"Authorization": c._key.header()} if c._key is not None else {}
+        url = core.ws_url(c.base_url, self._call)
+        try:
+            # Entered by hand: the connection outlives this call (closed by close()).
+            self._ws = await connect(
+                url,
+                additional_headers=headers,
+                user_agent_header=f"differently-python/{__version__}",
+                open_timeout=self._open_timeout,
+                logger=_WS_LOGGER,
+            ).__aenter__()
+        except InvalidStatus as e:
+            r = e.response
+            raise core.api_error(self._call, r.status_code, _HeaderView(r.headers), bytes(r.body or b"")) from e
+        except (OSError, WebSocketException, TimeoutError) as e:
+            raise NetworkError(
+                f"cannot open the terminal at {c.base_url}{self._call.path}: {e or type(e).__name__}"
+                " — is the Differently API running there?"
+            ) from e
+        first = await self._recv_frame()
+        if not isinstance(first, str):
+            raise ProtocolError("the terminal's first frame is not its session frame")
+        session = self._control(first)
+        if session.get("type") != "session":
+            raise ProtocolError(f"the terminal's first frame is not its session frame: {first[:200]}")
+        self.session_id = str(session.get("id") or "") or None
+        grace = session.get("graceSeconds")
+        self.grace_seconds = grace if isinstance(grace, int) else None
+        return self
+
+    async def _recv_frame(self, timeout: Optional[float] = None) -> Union[str, bytes]:
+        from websockets.exceptions import ConnectionClosed
+
+        assert self._ws is not None
+        try:
+            return await _ws_recv(self._ws, timeout)
+        except ConnectionClosed as e:
+            self._done = True
+            raise StreamCutError(
+                f"the terminal's connection to {self._client.base_url} was lost before the "
+                f"program's exit ({e}); reattach within the grace period with "
+                f"session={self.session_id!r}"
+            ) from e
+
+    def _control(self, text: str) -> Dict[str, Any]:
+        try:
+            frame = json.loads(text)
+        except ValueError as e:
+            raise ProtocolError(f"a terminal text frame is not JSON: {text[:200]!r}") from e
+        if not isinstance(frame, dict):
+            raise ProtocolError(f"a terminal text frame is not an object: {text[:200]!r}")
+        return frame
+
+    async def _next(self, timeout: Optional[float]) -> bytes:
+        """The next output chunk from the socket; ``b""`` once the program has exited."""
+        while not self._done:
+            frame = await self._recv_frame(timeout)
+            if isinstance(frame, bytes):
+                if frame:
+                    return frame
+                continue
+            msg = self._control(frame)
+            kind = msg.get("type")
+            if kind == "exit":
+                code = msg.get("exitCode")
+                if isinstance(code, bool) or not isinstance(code, int):
+                    raise ProtocolError(f"a terminal exit frame without an exit code: {frame[:200]}")
+                self.exit_code = code
+                self._done = True
+            elif kind == "error":
+                self._done = True
+                details = msg.get("details")
+                fld = msg.get("field") or (details.get("field") if isinstance(details, dict) else None)
+                raise PtyError(str(msg.get("code") or "internal"), str(msg.get("message") or ""),
+                               str(fld) if fld else None)  # fmt: skip
+            # any other (newer) control frame is not output: skip it
+        return b""
+
+    async def read(self, timeout: Optional[float] = None) -> bytes:
+        """The next chunk of output as it came (``b""`` once the program exited). Raises
+        :class:`TimeoutError` after ``timeout`` seconds without output (``None``: wait),
+        :class:`PtyError` on an error frame, :class:`StreamCutError` on a lost connection."""
+        await self.open()
+        if self._pending:
+            return self._pending.popleft()
+        return await self._next(timeout)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await self.read()
+            if not chunk:
+                return
+            yield chunk
+
+    async def write(self, data: Union[bytes, str]) -> None:
+        """Keystrokes (text is sent as UTF-8); the terminal echoes and line-edits them."""
+        await self.open()
+        assert self._ws is not None
+        await self._ws.send(data.encode("utf-8") if isinstance(data, str) else bytes(data))
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Sets the terminal's size (1-1000 each); the program gets SIGWINCH."""
+        frame = core.pty_resize(cols, rows)
+        await self.open()
+        assert self._ws is not None
+        await self._ws.send(frame)
+
+    async def signal(self, name: str) -> None:
+        """Sends ``INT``, ``TERM``, ``KILL`` or ``HUP`` to the foreground process group, as
+        ^C would."""
+        frame = core.pty_signal(name)
+        await self.open()
+        assert self._ws is not None
+        await self._ws.send(frame)
+
+    async def wait(self, timeout: Optional[float] = None) -> int:
+        """Until the program exits; its exit code. Output not read yet stays readable with
+        :meth:`read`. ``timeout`` bounds the silence between frames, as for ``read``."""
+        await self.open()
+        while not self._done:
+            chunk = await self._next(timeout)
+            if chunk:
+                self._pending.append(chunk)
+        if self.exit_code is None:
+            raise ProtocolError("the terminal ended without an exit code")
+        return self.exit_code
+
+    async def close(self) -> None:
+        """Hangs up. The program keeps running for the grace period unless it has exited
+        (``signal("KILL")`` first to end it now)."""
+        if self._ws is not None:
+            await self._ws.close()
+
+
+class _HeaderView(Dict[str, str]):
+    """A refused upgrade's headers, lower-cased, as ``api_error`` reads them."""
+
+    def __init__(self, headers: Any) -> None:
+        super().__init__({str(k).lower(): str(v) for k, v in headers.raw_items()})
+
+
 class AsyncEventStream:
     """``GET /v1/events`` as an iterator of :class:`StatusEvent`, reconnecting with
     ``Last-Event-ID`` after a lost connection so no event is missed or repeated (while the
@@ -452,11 +661,13 @@ class AsyncSandboxes:
         self,
         *,
         status: Optional[SandboxStatus] = None,
-        label: Union[None, str, Mapping[str, str]] = None,
+        label: Union[None, str, Mapping[str, str], Sequence[str]] = None,
         project_id: Optional[str] = None,
         page_size: Optional[int] = None,
     ) -> AsyncIterator[Sandbox]:
-        """Every sandbox matching the filters, fetching pages of ``page_size`` as needed."""
+        """Every sandbox matching the filters, fetching pages of ``page_size`` as needed.
+        ``label`` is ``{key: value, …}``, ``"key=value"`` or a list of those strings: a
+        sandbox must carry every label given."""
         lab = core.label_filter(label)
         return self._c._paginate(
             lambda cursor: core.list_sandboxes(status, lab, project_id, page_size, cursor)
@@ -466,7 +677,7 @@ class AsyncSandboxes:
         self,
         *,
         status: Optional[SandboxStatus] = None,
-        label: Union[None, str, Mapping[str, str]] = None,
+        label: Union[None, str, Mapping[str, str], Sequence[str]] = None,
         project_id: Optional[str] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
@@ -566,15 +777,25 @@ class AsyncSandboxes:
         req = PortRequest(port=port, expires_seconds=_opt(expires_seconds))
         return await self._c._run(core.expose_port(ref(sandbox), req))
 
-    def pty(self, sandbox: SandboxRef, **options: Any) -> NoReturn:
-        """Reserved for ``GET /v1/sandboxes/{id}/pty`` (an interactive terminal over a
-        WebSocket, issue #22). The server does not serve that route yet, so there is nothing
-        to connect to: this raises instead of pretending."""
-        raise NotImplementedError(
-            "the Differently API has no /v1/sandboxes/{id}/pty route yet; "
-            "use exec_stream for non-interactive commands"
-        )
-
+    def pty(
+        self,
+        sandbox: SandboxRef,
+        command: Optional[Sequence[str]] = None,
+        *,
+        cols: Optional[int] = None,
+        rows: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        session: Optional[str] = None,
+        open_timeout: float = 10.0,
+    ) -> AsyncPty:
+        """An interactive terminal running ``command`` (argv; default ``sh -l``) at
+        ``cols`` x ``rows`` (default 80 x 24), or, with ``session=`` alone, the session of an
+        earlier terminal again. Use as ``async with … as term`` (connects on entry). Env
+        values travel in the URL: keep secrets in the sandbox's env from create. Needs the
+        optional extra ``differently[pty]`` (the ``websockets`` package)."""
+        call = core.pty_call(ref(sandbox), command, cols, rows, env, cwd, session)
+        return AsyncPty(self._c, call, open_timeout)
 
 def create_request(
     project_id: Optional[str],
@@ -1054,11 +1275,11 @@ class AsyncAudit:
         finally:
             await resp.aclose()
 
-    async def checkpoint(self) -> Optional[Dict[str, Any]]:
+    async def checkpoint(self) -> Optional[Checkpoint]:
         """Writes a signed checkpoint of every chain head (``None``: nothing new to sign)."""
         return await self._c._run(core.audit_checkpoint())
 
-    async def segment(self, reason: str) -> Dict[str, Any]:
+    async def segment(self, reason: str) -> AuditSegment:
         """Starts a new segment after records signed with a lost key (docs/audit.md); the
         server refuses (409) while every signature verifies."""
         return await self._c._run(core.audit_segment(AuditSegmentRequest(reason=reason)))

@@ -225,12 +225,15 @@ def encode(obj: Any) -> Dict[str, Any]:
 
 
 def query(pairs: Mapping[str, Any]) -> List[Tuple[str, str]]:
-    """Query parameters without the unset ones; booleans and numbers as the API spells them."""
+    """Query parameters without the unset ones; booleans and numbers as the API spells them;
+    a list repeats its parameter once per item, in order."""
     out: List[Tuple[str, str]] = []
     for k, v in pairs.items():
         if v is None or v is UNSET:
             continue
-        if isinstance(v, bool):
+        if isinstance(v, (list, tuple)):
+            out.extend((k, str(item)) for item in v)
+        elif isinstance(v, bool):
             out.append((k, "true" if v else "false"))
         elif isinstance(v, _dt.datetime):
             out.append((k, format_datetime(v)))

@@ -24,6 +24,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Sequence,
     Tuple,
     Type,
     TypeVar,
@@ -46,7 +47,9 @@ from .errors import (
 )
 from .models import (
     FINAL_STATUSES,
+    AuditSegment,
     AuditSegmentRequest,
+    Checkpoint,
     Secret,
     SecretRequest,
     AuditEvent,
@@ -322,7 +325,7 @@ def get_sandbox(sandbox_id: str) -> Op[Sandbox]:
 
 def list_sandboxes(
     status: Optional[str],
-    label: Optional[str],
+    label: Optional[List[str]],
     project_id: Optional[str],
     limit: Optional[int],
     cursor: Optional[str],
@@ -334,14 +337,23 @@ def list_sandboxes(
     return simple(call, lambda r: _page(Sandbox, r.json()))
 
 
-def label_filter(labels: Union[None, str, Mapping[str, str]]) -> Optional[str]:
-    """``key=value`` for ``?label=``; the API filters on one label."""
-    if labels is None or isinstance(labels, str):
-        return labels
-    if len(labels) != 1:
-        raise ValueError("the API filters on exactly one label: pass {key: value} or 'key=value'")
-    ((k, v),) = labels.items()
-    return f"{k}={v}"
+def label_filter(
+    labels: Union[None, str, Mapping[str, str], Sequence[str]],
+) -> Optional[List[str]]:
+    """``key=value`` strings, one ``?label=`` each (a sandbox must carry every one); from a
+    mapping, one ``key=value`` string, or a sequence of them."""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        items = [labels]
+    elif isinstance(labels, Mapping):
+        items = [f"{k}={v}" for k, v in labels.items()]
+    else:
+        items = list(labels)
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"label filter {item!r} is not 'key=value'")
+    return items or None
 
 
 def wait_sandbox(sandbox_id: str, status: str, timeout: float) -> Op[Sandbox]:
@@ -430,6 +442,67 @@ def exec_call(sandbox_id: str, req: ExecRequest, stream: Optional[str] = None) -
         headers=headers,
         read_timeout=60.0,
     )
+
+
+#: Signals a terminal's foreground process group can be sent (docs/api.md, Terminal).
+PTY_SIGNALS = ("INT", "TERM", "KILL", "HUP")
+
+
+def pty_call(
+    sandbox_id: str,
+    command: Optional[Sequence[str]],
+    cols: Optional[int],
+    rows: Optional[int],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    session: Optional[str],
+) -> Call:
+    """The WebSocket upgrade of ``GET …/pty``: everything travels in the query (the server
+    checks it before the upgrade and answers bad input with the usual error envelope)."""
+    if session is not None and any(v is not None for v in (command, cols, rows, env, cwd)):
+        raise ValueError("session= reattaches alone: the session keeps its command, size, env and cwd")
+    params = query(
+        {
+            "session": session,
+            "cols": cols,
+            "rows": rows,
+            "command": list(command) if command is not None else None,
+            "env": [f"{k}={v}" for k, v in env.items()] if env else None,
+            "cwd": cwd,
+        }
+    )
+    return Call("GET", f"/v1/sandboxes/{seg(sandbox_id)}/pty", params=params)
+
+
+def pty_resize(cols: int, rows: int) -> str:
+    """The text frame resizing the terminal (1-1000 each; the server closes on anything else)."""
+    for name, v in (("cols", cols), ("rows", rows)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1000:
+            raise ValueError(f"{name} must be an integer from 1 to 1000, not {v!r}")
+    return json.dumps({"type": "resize", "cols": cols, "rows": rows})
+
+
+def pty_signal(name: str) -> str:
+    """The text frame sending ``name`` (``INT``, ``TERM``, ``KILL``, ``HUP``; ``SIG`` prefix
+    allowed) to the terminal's foreground process group."""
+    sig = name.upper()
+    if sig.startswith("SIG"):
+        sig = sig[3:]
+    if sig not in PTY_SIGNALS:
+        raise ValueError(f"signal must be one of {', '.join(PTY_SIGNALS)}, not {name!r}")
+    return json.dumps({"type": "signal", "signal": sig})
+
+
+def ws_url(base_url: str, call: Call) -> str:
+    """``ws://``/``wss://`` URL of a call against an ``http(s)://`` base URL."""
+    if base_url.startswith("https://"):
+        base = "wss://" + base_url[len("https://") :]
+    elif base_url.startswith("http://"):
+        base = "ws://" + base_url[len("http://") :]
+    else:
+        raise ValueError(f"the base URL {base_url!r} is not http:// or https://")
+    qs = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in call.params)
+    return base + call.path + (f"?{qs}" if qs else "")
 
 
 def exec_buffered(sandbox_id: str, req: ExecRequest) -> Op[ExecResult]:
@@ -734,16 +807,14 @@ def put_secret(name: str, req: SecretRequest) -> Op[Secret]:
     return put(f"/v1/admin/secrets/{seg(name)}", encode(req), Secret)
 
 
-def audit_checkpoint() -> Op[Optional[Dict[str, Any]]]:
+def audit_checkpoint() -> Op[Optional[Checkpoint]]:
     """A signed checkpoint of every chain head; ``None`` when nothing changed since the last."""
     reply = yield Call("POST", "/v1/admin/audit/checkpoints")
-    return None if reply.status == 204 or not reply.content else dict(reply.json())
+    return None if reply.status == 204 or not reply.content else decode(Checkpoint, reply.json())
 
 
-def audit_segment(req: AuditSegmentRequest) -> Op[Dict[str, Any]]:
-    return simple(
-        Call("POST", "/v1/admin/audit/segments", json=encode(req)), lambda r: dict(r.json())
-    )
+def audit_segment(req: AuditSegmentRequest) -> Op[AuditSegment]:
+    return simple(Call("POST", "/v1/admin/audit/segments", json=encode(req)), _one(AuditSegment))
 
 
 def audit_export_call() -> Call:

@@ -209,6 +209,18 @@ class ExecStreamError(DifferentlyError):
         super().__init__(f"exec stream failed: {code}: {message}")
 
 
+class PtyError(DifferentlyError):
+    """A terminal ended with an ``error`` frame: the backend failed (e.g. a ``cwd`` that does
+    not exist), a frame was refused (``field`` names what), or another connection took the
+    session over (``code`` ``conflict``, close code 4001)."""
+
+    def __init__(self, code: str, message: str, field: Optional[str] = None) -> None:
+        self.code = code
+        self.message = message
+        self.field = field
+        super().__init__(f"terminal failed: {code}: {message}")
+
+
 class WaitTimeoutError(DifferentlyError):
     """A wait for a status ran out of time; ``last`` is what the resource looked like then."""
 

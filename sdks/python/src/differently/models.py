@@ -28,6 +28,7 @@ Capability = Literal[
     "exec",
     "files",
     "exec.stream",
+    "exec.pty",
     "lifecycle.pause",
     "lifecycle.stop",
     "snapshots",
@@ -255,11 +256,13 @@ class PendingOperation:
     raw: Dict[str, Any] = _raw()
 
 
-# --- placement (described in prose by the OpenAPI document; shapes from docs/api.md) --------
+# --- placement ------------------------------------------------------------------------------
+
+Decision = Literal["placed", "waiting", "rejected"]
 
 
 @dataclass(frozen=True)
-class PoolCandidate:
+class PoolVerdict:
     """One pool considered by a placement, and why it was or was not eligible."""
 
     name: str
@@ -269,30 +272,57 @@ class PoolCandidate:
     raw: Dict[str, Any] = _raw()
 
 
+#: The name this model had before the document typed it (``PoolVerdict`` there).
+PoolCandidate = PoolVerdict
+
+
+@dataclass(frozen=True)
+class EffectivePolicy:
+    """The placement policy merged over its levels, as a placement applied it.
+    ``external_forbidden_by`` names the level that forbids external pools (``None``: none)."""
+
+    allowed_classifications: Optional[List[str]]
+    pool_classifications: Dict[str, List[str]]
+    allowed_regions: Optional[List[str]]
+    external_forbidden_by: Optional[Literal["global", "org", "project"]]
+    external_pools: List[str]
+    denied_pools: List[str]
+    default_strategy: Strategy
+    raw: Dict[str, Any] = _raw()
+
+
 @dataclass(frozen=True)
 class Placement:
     """``GET …/placement``: ``decision`` ``placed`` (with ``pool``) or ``waiting`` (with
-    ``reason`` and ``wall``)."""
+    ``reason``), the pools considered and the policy applied."""
 
-    decision: str
+    decision: Decision
     pool: Optional[str]
+    code: Optional[str]
     reason: Optional[str]
-    wall: Optional[str]
-    decided_at: Optional[_dt.datetime]
-    pools: Optional[List[PoolCandidate]]
-    policy: Optional[Dict[str, Any]]
+    decided_at: _dt.datetime
+    pools: List[PoolVerdict]
+    policy: EffectivePolicy
     raw: Dict[str, Any] = _raw()
+
+    @property
+    def wall(self) -> Optional[str]:
+        """What a waiting sandbox waits behind: ``org``, ``project`` or ``pool``. Served
+        (docs/api.md) but missing from the typed schema (README, KNOWN-ISSUES), so it is read
+        from ``raw`` rather than declared as a field the drift test would refuse."""
+        value = self.raw.get("wall")
+        return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
 class DryRun:
     """``POST /v1/placement/dry-run``: ``placed`` | ``waiting`` | ``rejected``."""
 
-    decision: str
+    decision: Decision
     pool: Optional[str]
     code: Optional[str]
     reason: Optional[str]
-    pools: List[PoolCandidate]
+    pools: List[PoolVerdict]
     raw: Dict[str, Any] = _raw()
 
 
@@ -521,7 +551,7 @@ class PoolRequest:
 
 @dataclass(frozen=True)
 class AuditEvent:
-    """One audit record (``GET /v1/audit``)."""
+    """One audit record (``GET /v1/audit``); ``key_id`` is the signing key of its segment."""
 
     seq: int
     chain: str
@@ -530,7 +560,7 @@ class AuditEvent:
     project_id: Optional[str]
     actor: str
     action: str
-    resource: Optional[str]
+    resource: str
     outcome: str
     request_id: Optional[str]
     at: _dt.datetime
@@ -538,6 +568,42 @@ class AuditEvent:
     prev_hash: str
     hash: str
     key_id: Optional[str]
+    raw: Dict[str, Any] = _raw()
+
+
+AuditProblemKind = Literal[
+    "hash_mismatch",
+    "broken_link",
+    "missing",
+    "duplicate",
+    "checkpoint_mismatch",
+    "truncated",
+    "bad_checkpoint",
+    "unknown_key",
+]
+
+
+@dataclass(frozen=True)
+class AuditProblem:
+    """One thing a verification found wrong (``seq`` ``None``: not one record's)."""
+
+    kind: AuditProblemKind
+    chain: str
+    chain_seq: int
+    seq: Optional[int]
+    message: str
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class VerifiedSegment:
+    """A segment boundary a verification crossed (records signed with a lost key before it)."""
+
+    seq: int
+    at: _dt.datetime
+    key_id: Optional[str]
+    reason: str
+    lost_key_ids: List[str]
     raw: Dict[str, Any] = _raw()
 
 
@@ -549,8 +615,104 @@ class Verification:
     chains: int
     records: int
     checkpoints: int
-    first_bad: Any
-    problems: List[Any]
+    unchained_records: int
+    first_bad: Optional[AuditProblem]
+    problems: List[AuditProblem]
+    unverifiable_records: int
+    unverifiable_checkpoints: int
+    unknown_key_ids: List[str]
+    segments: List[VerifiedSegment]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    """A chain's last record as a checkpoint signed it."""
+
+    chain: str
+    chain_seq: int
+    hash: str
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class CheckpointSegment:
+    """Set on the checkpoint that starts a segment: why, and which keys were lost."""
+
+    reason: str
+    lost_key_ids: List[str]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A signed checkpoint of every chain head (``POST /v1/admin/audit/checkpoints``)."""
+
+    seq: int
+    at: _dt.datetime
+    heads: List[ChainHead]
+    prev_hash: str
+    hash: str
+    key_id: Optional[str]
+    segment: Optional[CheckpointSegment]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class AuditSegment:
+    """``POST /v1/admin/audit/segments``: the checkpoint starting the segment, and the
+    verification made before it."""
+
+    checkpoint: Checkpoint
+    report: Verification
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class TrustCredential:
+    """A credential a pool's settings refer to: where it comes from, never its value."""
+
+    kind: Literal["env", "file", "secret", "inline"]
+    setting: str
+    reference: str
+    name: Optional[str]
+    fingerprint: Optional[str]
+    updated_by: Optional[str]
+    updated_at: Optional[_dt.datetime]
+    problem: Optional[str]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class TrustPool:
+    """A pool in the trust report: its trust, isolation, egress, endpoint and credentials."""
+
+    name: str
+    kind: str
+    trust: Trust
+    region: Optional[str]
+    isolation: str
+    egress: str
+    endpoint: Optional[str]
+    credentials: List[TrustCredential]
+    source: Literal["config", "api"]
+    healthy: bool
+    health: Optional[PoolHealth]
+    versions: Any
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class ExternalPlacement:
+    """An organization's sandboxes placed on an external pool, and the policy that allowed it."""
+
+    org_id: str
+    org_name: Optional[str]
+    pool: str
+    sandboxes: int
+    first_at: _dt.datetime
+    last_at: _dt.datetime
+    policy: Optional[EffectivePolicy]
     raw: Dict[str, Any] = _raw()
 
 
@@ -560,8 +722,9 @@ class TrustReport:
 
     generated_at: _dt.datetime
     installation_id: str
-    pools: List[Dict[str, Any]]
-    external_placements: List[Any]
+    telemetry: str
+    pools: List[TrustPool]
+    external_placements: List[ExternalPlacement]
     not_enforced: List[str]
     raw: Dict[str, Any] = _raw()
 
