@@ -23,6 +23,9 @@ pub enum Wall {
 }
 
 impl Wall {
+    /// Every wall, for the API's document.
+    pub const ALL: [Wall; 3] = [Wall::Org, Wall::Project, Wall::Pool];
+
     /// How explanations name the wall (`"wall": "org"`).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -8,6 +8,7 @@ use differently_core::sandbox::{
     CLASSIFICATIONS, KNOWN_CAPABILITIES, MAX_IDLE_TIMEOUT_SECONDS, MAX_TTL_SECONDS, PROFILES,
 };
 use differently_core::tenancy::{Scope, MAX_QUOTA_COUNT};
+use differently_core::accounting::Wall;
 use differently_core::{ErrorCode, Resources, SandboxStatus};
 use serde_json::{json, Map, Value};
 
@@ -616,10 +617,15 @@ pub(super) fn schemas() -> Value {
     placement.extend([
         ("policy", reference("EffectivePolicy")),
         ("decidedAt", time()),
+        // A waiting explanation names the limit it waits behind (`scheduler::placement`).
+        (
+            "wall",
+            one_of_strings(Wall::ALL.map(|w| json!(w.as_str()))),
+        ),
     ]);
     s.insert(
         "Placement".to_owned(),
-        served_except(&placement, &["pool", "code", "reason"]),
+        served_except(&placement, &["pool", "code", "reason", "wall"]),
     );
     s.insert(
         "EffectivePolicy".to_owned(),

@@ -216,8 +216,9 @@ export const MODELS: Record<string, ModelSpec> = {
     schema: "Placement",
     fields: fields<M.Placement>()({
       decision: "string", pool: "string", code: "string", reason: "string", decidedAt: "string", policy: "object", pools: "array",
+      wall: "string",
     }),
-    enums: { decision: DECISIONS, code: ERROR_CODES },
+    enums: { decision: DECISIONS, code: ERROR_CODES, wall: ["org", "project", "pool"] },
   },
   DryRun: {
     schema: "DryRun",

@@ -243,6 +243,8 @@ export interface Placement {
   decidedAt: string;
   policy: EffectivePolicy;
   pools: PoolVerdict[];
+  /** What a waiting sandbox waits behind: its org's or project's quota, or a pool's cap. */
+  wall?: "org" | "project" | "pool";
 }
 
 /** `POST /v1/placement/dry-run`: what a create would decide now, changing nothing. */

@@ -303,15 +303,9 @@ class Placement:
     decided_at: _dt.datetime
     pools: List[PoolVerdict]
     policy: EffectivePolicy
+    #: What a waiting sandbox waits behind: its org's or project's quota, or a pool's cap.
+    wall: Optional[Literal["org", "project", "pool"]]
     raw: Dict[str, Any] = _raw()
-
-    @property
-    def wall(self) -> Optional[str]:
-        """What a waiting sandbox waits behind: ``org``, ``project`` or ``pool``. Served
-        (docs/api.md) but missing from the typed schema (README, KNOWN-ISSUES), so it is read
-        from ``raw`` rather than declared as a field the drift test would refuse."""
-        value = self.raw.get("wall")
-        return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
