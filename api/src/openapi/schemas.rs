@@ -1,6 +1,7 @@
 //! Component schemas: the objects the API serves and accepts, from the code's own
 //! vocabularies (statuses, scopes, strategies, capabilities, error codes).
 
+use differently_core::accounting::Wall;
 use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
 use differently_core::policy::{ExternalMode, Isolation, Strategy};
 use differently_core::pool::{PoolSource, Trust};
@@ -8,7 +9,6 @@ use differently_core::sandbox::{
     CLASSIFICATIONS, KNOWN_CAPABILITIES, MAX_IDLE_TIMEOUT_SECONDS, MAX_TTL_SECONDS, PROFILES,
 };
 use differently_core::tenancy::{Scope, MAX_QUOTA_COUNT};
-use differently_core::accounting::Wall;
 use differently_core::{ErrorCode, Resources, SandboxStatus};
 use serde_json::{json, Map, Value};
 
@@ -618,10 +618,7 @@ pub(super) fn schemas() -> Value {
         ("policy", reference("EffectivePolicy")),
         ("decidedAt", time()),
         // A waiting explanation names the limit it waits behind (`scheduler::placement`).
-        (
-            "wall",
-            one_of_strings(Wall::ALL.map(|w| json!(w.as_str()))),
-        ),
+        ("wall", one_of_strings(Wall::ALL.map(|w| json!(w.as_str())))),
     ]);
     s.insert(
         "Placement".to_owned(),
