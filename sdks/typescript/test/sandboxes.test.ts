@@ -382,7 +382,14 @@ describe("snapshots and fork", () => {
 });
 
 describe("ports, placement", () => {
-  it("exposes a port", async () => {
+  it("exposes a port where the pool can, and is refused 501 where it cannot", async () => {
+    // devhost offers ports.expose only without bubblewrap (CI installs it): follow what the
+    // pool advertises, and check the refusal when it does not.
+    const local = await c.pools.get("local");
+    if (!local.capabilities.includes("ports.expose")) {
+      await assert.rejects(c.sandboxes.exposePort(sbx.id, 8080), UnsupportedOperationError);
+      return;
+    }
     const p = await c.sandboxes.exposePort(sbx.id, 8080, { expiresSeconds: 60 });
     assert.ok("url" in p, "devhost answers at once");
     assert.match(p.url, /^http:\/\/127\.0\.0\.1:8080/);
