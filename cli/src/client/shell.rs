@@ -42,9 +42,10 @@ pub async fn run(c: &Client, id: &str, exec: TtyExec) -> Result<ExitCode, CliErr
     if let Some((cols, rows)) = terminal::size() {
         req = req.size(cols, rows);
     }
-    let signals = Signals::install()?;
-    // Opened before raw mode, so a refusal prints on a terminal as it was.
+    // Opened before raw mode, so a refusal prints on a terminal as it was, and before our
+    // handlers, so ^C while connecting still ends us.
     let pty = c.pty(id, &req).await?;
+    let mut signals = Signals::install()?;
     let stdin_tty = std::io::stdin().is_terminal();
     let _raw = if exec.interactive && stdin_tty {
         Some(RawMode::enable().map_err(|e| CliError::io("raw mode on stdin", e))?)
@@ -53,7 +54,6 @@ pub async fn run(c: &Client, id: &str, exec: TtyExec) -> Result<ExitCode, CliErr
     };
     let mut input = exec.interactive.then(stdin_reader);
     let (mut writer, mut output) = pty.split();
-    let mut signals = signals;
     let mut out = std::io::stdout();
     loop {
         tokio::select! {
