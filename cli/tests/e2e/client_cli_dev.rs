@@ -910,6 +910,39 @@ fn exec_it_runs_a_shell_on_a_terminal_and_restores_ours() {
         b, a,
         "the terminal's settings changed across a failed exec -it"
     );
+
+    // Our terminal resized while the remote one is open (SIGWINCH): the remote one follows.
+    // `script`'s terminal has no size (its stdin is a pipe), so the remote one opens at the
+    // API's 80 × 24; 2 s later ours becomes 120 × 40, and the remote shell, polling
+    // `stty size` (15 s at most), sees it.
+    let line = format!(
+        "(sleep 2; stty cols 120 rows 40 < /dev/tty) & {bin} sandbox exec -it {id} -- sh; echo \"rc=$?\"",
+        bin = binary(),
+    );
+    let mut child = Command::new(script)
+        .args(["-qfec", &line, "/dev/null"])
+        .env("DIFFERENTLY_URL", &dev.url)
+        .env("DIFFERENTLY_API_KEY", &dev.key)
+        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut keys = child.stdin.take().unwrap();
+    keys.write_all(
+        b"echo \"at-open $(stty size)\"; i=0; while [ \"$(stty size)\" = '24 80' ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; echo \"resized $(stty size)\"; exit 3\n",
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(keys);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("at-open 24 80"), "{shown:?}");
+    assert!(
+        shown.contains("resized 40 120"),
+        "the resize did not reach the sandbox: {shown:?}"
+    );
+    assert!(shown.contains("rc=3"), "{shown:?}");
 }
 
 /// `-it` with stdin a pipe: no local terminal to make raw, so stdin is typed into the remote
