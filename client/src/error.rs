@@ -20,6 +20,16 @@ pub enum Error {
         /// What was wrong with the answer.
         message: String,
     },
+    /// The terminal's WebSocket failed after the upgrade (a reset, a frame that breaks the
+    /// protocol).
+    #[error("{context}: the terminal's connection failed: {source}")]
+    Socket {
+        /// The request, `METHOD path`.
+        context: String,
+        /// The WebSocket layer's error.
+        #[source]
+        source: Box<tokio_tungstenite::tungstenite::Error>,
+    },
     /// The call cannot be sent as asked (checked here, before any traffic).
     #[error("{field}: {message}")]
     Invalid {

@@ -10,9 +10,9 @@
 //! Errors are [`Error`]: the API's envelope (status, stable code, field, request id) or a
 //! transport failure that says what to check. The key is never in a `Debug` or `Display`.
 //!
-//! The interactive terminal (`GET /v1/sandboxes/{id}/pty`, a WebSocket) gets its own module
-//! `pty` here once the route is served; [`Client::authorized`] already builds the
-//! authenticated request it upgrades.
+//! The interactive terminal (`GET /v1/sandboxes/{id}/pty`, a WebSocket) is [`pty`]:
+//! [`Client::pty`] opens or reattaches one; input, resizes and signals go in, output and the
+//! exit code come out.
 
 pub mod admin;
 mod error;
@@ -22,6 +22,7 @@ pub mod files;
 pub mod frames;
 pub mod models;
 mod page;
+pub mod pty;
 pub mod sandboxes;
 pub mod snapshots;
 mod sse;
@@ -183,7 +184,7 @@ impl Client {
     }
 
     /// A request to `path` (starting `/`) carrying the key: for routes this crate does not
-    /// wrap yet (the PTY's WebSocket upgrade, say).
+    /// wrap yet.
     pub fn authorized(&self, method: Method, path: &str) -> RequestBuilder {
         self.inner
             .http

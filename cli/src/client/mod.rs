@@ -9,8 +9,10 @@ pub mod files;
 pub mod output;
 pub mod profile;
 pub mod sandbox;
+pub mod shell;
 pub mod snapshot;
 pub mod tenancy;
+pub mod terminal;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

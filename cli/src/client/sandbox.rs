@@ -174,9 +174,18 @@ pub enum SandboxCommand {
     /// Count as activity now (resets the idle clock).
     Keepalive { id: String },
     /// Run a command: its output streamed to ours, our stdin (when not a terminal) as its
-    /// stdin, its exit code as ours.
+    /// stdin, its exit code as ours. `-it`: on a terminal in the sandbox, ours in raw mode
+    /// forwarding every key (the default command is a login shell).
     Exec {
         id: String,
+        /// Keep stdin: send it even when it is a terminal (read to its end, ^D); with `-t`,
+        /// forward each key as typed.
+        #[arg(short = 'i', long, conflicts_with = "no_stdin")]
+        interactive: bool,
+        /// Run the command on a terminal inside the sandbox (`GET …/pty`): stdout and stderr
+        /// are one stream, the size follows ours. Without `-i` no input is sent.
+        #[arg(short = 't', long, conflicts_with_all = ["buffered", "timeout_seconds"])]
+        tty: bool,
         /// Working directory (absolute).
         #[arg(long)]
         cwd: Option<String>,
@@ -193,8 +202,8 @@ pub enum SandboxCommand {
         /// at 1 MiB.
         #[arg(long)]
         buffered: bool,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true)]
+        /// The command and its arguments, after `--` (optional with `-t`: `sh -l`).
+        #[arg(last = true, required_unless_present = "tty")]
         command: Vec<String>,
     },
     /// Why the sandbox runs where it runs.
@@ -261,6 +270,31 @@ pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
     match command {
         SandboxCommand::Exec {
             id,
+            interactive,
+            tty: true,
+            cwd,
+            env,
+            command,
+            ..
+        } => {
+            let run = async {
+                let exec = super::shell::TtyExec {
+                    command,
+                    env: pairs("env", &env)?,
+                    cwd,
+                    interactive,
+                };
+                super::shell::run(&client, &id, exec).await
+            };
+            match run.await {
+                Ok(code) => code,
+                Err(e) => fail(&e),
+            }
+        }
+        SandboxCommand::Exec {
+            id,
+            interactive,
+            tty: false,
             cwd,
             env,
             timeout_seconds,
@@ -268,7 +302,11 @@ pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
             buffered,
             command,
         } => {
-            let req = match exec_request(cwd, &env, timeout_seconds, no_stdin, command) {
+            let stdin = StdinUse {
+                none: no_stdin,
+                even_a_terminal: interactive,
+            };
+            let req = match exec_request(cwd, &env, timeout_seconds, stdin, command) {
                 Ok(r) => r,
                 Err(e) => return fail(&e),
             };
@@ -436,11 +474,18 @@ pub async fn wait_running(c: &Client, p: Printer, id: &str, seconds: u64) -> Res
     Ok(())
 }
 
+/// Whether `exec` (without `-t`) sends our stdin: `-n` never, `-i` even from a terminal,
+/// else when it is a pipe or a file.
+struct StdinUse {
+    none: bool,
+    even_a_terminal: bool,
+}
+
 fn exec_request(
     cwd: Option<String>,
     env: &[String],
     timeout_seconds: Option<u64>,
-    no_stdin: bool,
+    stdin_use: StdinUse,
     command: Vec<String>,
 ) -> Result<ExecRequest, CliError> {
     let mut req = ExecRequest::new(command);
@@ -448,7 +493,7 @@ fn exec_request(
     req.cwd = cwd;
     req.timeout_seconds = timeout_seconds;
     let stdin = std::io::stdin();
-    if !no_stdin && !stdin.is_terminal() {
+    if !stdin_use.none && (stdin_use.even_a_terminal || !stdin.is_terminal()) {
         let mut input = Vec::new();
         // A closed or unreadable stdin is no input, not a failure.
         if stdin.lock().read_to_end(&mut input).is_ok() && !input.is_empty() {
@@ -458,7 +503,8 @@ fn exec_request(
     Ok(req)
 }
 
-fn exit_code(code: i32) -> ExitCode {
+/// A remote exit code as ours (clamped to 0–255).
+pub(super) fn exit_code(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
 }
 
