@@ -4,8 +4,10 @@
 //! Why it exists: SSE carries each output chunk as a JSON string, so the server escapes and
 //! the client unescapes every byte (and `y\n`-like output escapes every other byte), and the
 //! bytes must be text or base64. A length-prefixed frame moves the adapter's chunk as it is:
-//! no encoding, binary-safe, and the payload is never copied on the way out (the header is a
-//! separate 8-byte body chunk in front of the adapter's `Bytes`).
+//! no encoding, binary-safe. The API writes each frame's header and payload into one body
+//! chunk, together with the frames of any further output already queued ([`output`] appends
+//! to a buffer): every body chunk is one HTTP chunk that each client handles on its own, and
+//! that per-chunk work costs a client far more than the one `memcpy` costs the server.
 //!
 //! Layout, deliberately Docker's attach/logs multiplexing header so existing demultiplexers
 //! (`stdcopy` and friends) split stdout from stderr unchanged: byte 0 is the frame type,
@@ -16,9 +18,8 @@
 //! [`FrameDecoder`] is the reference reader: it takes the body in pieces split anywhere and
 //! checks the stream's grammar (exactly one exit or error frame, last).
 
-use std::collections::VecDeque;
-
 use axum::body::Bytes;
+use bytes::BytesMut;
 
 /// The media type that selects this format (request `Accept`, response `Content-Type`).
 pub const MEDIA_TYPE: &str = "application/vnd.differently.exec-stream";
@@ -95,20 +96,19 @@ pub fn control(kind: FrameType, json: &[u8]) -> Bytes {
     Bytes::from(v)
 }
 
-/// Appends the body chunks of the frames carrying `payload` (stdout or stderr) to `out`:
-/// each frame as a header chunk followed by a zero-copy slice of `payload`. An empty payload
-/// appends nothing (an empty output frame would carry no information); a payload over
-/// [`MAX_PAYLOAD`] becomes several frames.
-pub fn output(kind: FrameType, payload: Bytes, out: &mut VecDeque<Bytes>) {
+/// Appends the frames carrying `payload` (stdout or stderr) to `out`, each as its header
+/// followed by the bytes. An empty payload appends nothing (an empty output frame would carry
+/// no information); a payload over [`MAX_PAYLOAD`] becomes several frames.
+pub fn output(kind: FrameType, payload: &[u8], out: &mut BytesMut) {
     output_limited(kind, payload, MAX_PAYLOAD, out);
 }
 
-fn output_limited(kind: FrameType, mut payload: Bytes, limit: usize, out: &mut VecDeque<Bytes>) {
-    while !payload.is_empty() {
-        let piece = payload.split_to(payload.len().min(limit));
+fn output_limited(kind: FrameType, payload: &[u8], limit: usize, out: &mut BytesMut) {
+    for piece in payload.chunks(limit.max(1)) {
         let len = u32::try_from(piece.len()).unwrap_or(u32::MAX);
-        out.push_back(Bytes::copy_from_slice(&header(kind, len)));
-        out.push_back(piece);
+        out.reserve(HEADER_LEN + piece.len());
+        out.extend_from_slice(&header(kind, len));
+        out.extend_from_slice(piece);
     }
 }
 
@@ -262,23 +262,15 @@ impl FrameDecoder {
 mod tests {
     use super::*;
 
-    fn flat(chunks: &VecDeque<Bytes>) -> Vec<u8> {
-        chunks.iter().flat_map(|b| b.iter().copied()).collect()
-    }
-
     /// A stream of every frame type, as the API writes it.
     fn wire() -> Vec<u8> {
-        let mut q = VecDeque::new();
-        output(
-            FrameType::Stdout,
-            Bytes::from_static(b"out\xff\x00"),
-            &mut q,
-        );
-        q.push_back(heartbeat());
-        output(FrameType::Stderr, Bytes::from_static(b"err"), &mut q);
-        output(FrameType::Stdout, Bytes::new(), &mut q);
-        q.push_back(control(FrameType::Exit, br#"{"exitCode":7}"#));
-        flat(&q)
+        let mut q = BytesMut::new();
+        output(FrameType::Stdout, b"out\xff\x00", &mut q);
+        q.extend_from_slice(&heartbeat());
+        output(FrameType::Stderr, b"err", &mut q);
+        output(FrameType::Stdout, b"", &mut q);
+        q.extend_from_slice(&control(FrameType::Exit, br#"{"exitCode":7}"#));
+        q.to_vec()
     }
 
     fn expected() -> Vec<Frame> {
@@ -318,25 +310,25 @@ mod tests {
 
     #[test]
     fn output_is_header_then_the_same_bytes_and_empty_chunks_vanish() {
-        let payload = Bytes::from(vec![b'y'; 70_000]);
-        let mut q = VecDeque::new();
-        output(FrameType::Stdout, payload.clone(), &mut q);
-        assert_eq!(q.len(), 2);
-        assert_eq!(&q[0][..], &header(FrameType::Stdout, 70_000));
-        // Zero copy: the body chunk is the adapter's buffer.
-        assert_eq!(q[1].as_ptr(), payload.as_ptr());
-        let mut q = VecDeque::new();
-        output(FrameType::Stdout, Bytes::new(), &mut q);
-        output(FrameType::Stderr, Bytes::new(), &mut q);
+        let payload = vec![b'y'; 70_000];
+        let mut q = BytesMut::from(&b"before"[..]);
+        output(FrameType::Stdout, &payload, &mut q);
+        assert_eq!(q.len(), 6 + HEADER_LEN + 70_000);
+        assert_eq!(&q[..6], b"before");
+        assert_eq!(&q[6..6 + HEADER_LEN], &header(FrameType::Stdout, 70_000));
+        assert_eq!(&q[6 + HEADER_LEN..], &payload[..]);
+        let mut q = BytesMut::new();
+        output(FrameType::Stdout, b"", &mut q);
+        output(FrameType::Stderr, b"", &mut q);
         assert!(q.is_empty());
     }
 
     #[test]
     fn oversized_payloads_become_several_frames() {
-        let mut q = VecDeque::new();
-        output_limited(FrameType::Stderr, Bytes::from_static(b"abcdefg"), 3, &mut q);
+        let mut q = BytesMut::new();
+        output_limited(FrameType::Stderr, b"abcdefg", 3, &mut q);
         let mut d = FrameDecoder::default();
-        let frames = d.push(&flat(&q)).unwrap();
+        let frames = d.push(&q).unwrap();
         let got: Vec<&[u8]> = frames.iter().map(|f| &f.payload[..]).collect();
         assert_eq!(got, vec![&b"abc"[..], b"def", b"g"]);
         assert!(frames.iter().all(|f| f.kind == FrameType::Stderr));

@@ -4,9 +4,13 @@
 //! is woken first.
 //!
 //! Streaming: the adapter writes `ExecEvent`s into a bounded channel (`STREAM_BUFFER`
-//! chunks of at most 64 KiB); the body takes one event at a time as hyper can write it,
-//! so a slow reader fills the channel and the command blocks on its pipe: memory stays
-//! bounded whatever the output size. A client that disconnects drops the body, which closes
+//! chunks of at most 64 KiB); the body takes events as hyper can write them, so a slow reader
+//! fills the channel and the command blocks on its pipe: memory stays bounded whatever the
+//! output size. Each body chunk (one HTTP chunk on the wire) carries the event that woke the
+//! body plus whatever further output is already queued, up to `COALESCE_LIMIT` bytes: a
+//! command writing 4 KiB at a time reaches the client in pieces as large as the client's own
+//! pace allows, and a single line is still sent the moment it arrives (the body never waits
+//! for more). A client that disconnects drops the body, which closes
 //! the channel, which cancels the command on the backend. The only time limit is the request's
 //! own `timeoutSeconds` (exit code 124).
 //!
@@ -37,6 +41,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine;
+use bytes::BytesMut;
 use differently_adapters::exec_output::CollectedOutput;
 use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::exec::{ExecRequest, ExecResult, OutputEncoding};
@@ -60,6 +65,9 @@ use crate::AppState;
 pub use differently_core::exec::OUTPUT_CAP_BYTES;
 /// Chunks buffered between the adapter and the response body.
 pub const STREAM_BUFFER: usize = 8;
+/// Output bytes past which a body chunk stops taking in further queued events (one more
+/// event of at most 64 KiB may still join it).
+pub const COALESCE_LIMIT: usize = 256 * 1024;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -173,6 +181,9 @@ async fn exec(
 struct Running {
     rx: mpsc::Receiver<ExecEvent>,
     task: Option<tokio::task::JoinHandle<Result<ExecExit, AdapterError>>>,
+    /// An event taken out of `rx` by [`Running::ready`] but not used yet; `next` returns it
+    /// first, so output order is kept.
+    held: Option<ExecEvent>,
 }
 
 /// What a streamed exec produces next.
@@ -213,9 +224,23 @@ impl Ending {
 }
 
 impl Running {
+    fn new(
+        rx: mpsc::Receiver<ExecEvent>,
+        task: tokio::task::JoinHandle<Result<ExecExit, AdapterError>>,
+    ) -> Running {
+        Running {
+            rx,
+            task: Some(task),
+            held: None,
+        }
+    }
+
     /// The next output chunk, then the ending once, then `None`. Cancel-safe (the binary
     /// body races it against the heartbeat timer): the task handle is kept until it resolves.
     async fn next(&mut self) -> Option<Next> {
+        if let Some(ev) = self.held.take() {
+            return Some(Next::Output(ev));
+        }
         if let Some(ev) = self.rx.recv().await {
             return Some(Next::Output(ev));
         }
@@ -223,6 +248,38 @@ impl Running {
         let end = (self.task.as_mut()?).await;
         self.task = None;
         Some(Next::End(Ending::of(end)))
+    }
+
+    /// An output event that is already queued, never waiting for one: what a body chunk
+    /// merges into itself after the event that woke it.
+    fn ready(&mut self) -> Option<ExecEvent> {
+        self.held.take().or_else(|| self.rx.try_recv().ok())
+    }
+
+    /// Gives back an event [`Running::ready`] returned, to come out of the next `next`.
+    fn hold(&mut self, ev: ExecEvent) {
+        self.held = Some(ev);
+    }
+
+    /// `first` followed by the queued output of the same stream, as one buffer of about
+    /// `COALESCE_LIMIT` bytes at most; the first event of the other stream is held back.
+    fn merge_same_stream(&mut self, first: Bytes, stdout: bool) -> Bytes {
+        let mut merged: Option<BytesMut> = None;
+        while merged.as_ref().map_or(first.len(), BytesMut::len) < COALESCE_LIMIT {
+            let more = match self.ready() {
+                Some(ExecEvent::Stdout(b)) if stdout => b,
+                Some(ExecEvent::Stderr(b)) if !stdout => b,
+                Some(other) => {
+                    self.hold(other);
+                    break;
+                }
+                None => break,
+            };
+            merged
+                .get_or_insert_with(|| BytesMut::from(&first[..]))
+                .extend_from_slice(&more);
+        }
+        merged.map_or(first, BytesMut::freeze)
     }
 }
 
@@ -254,6 +311,7 @@ fn sse_events(st: SseState) -> impl Stream<Item = Result<Event, Infallible>> {
             }
             match st.run.next().await {
                 Some(Next::Output(ExecEvent::Stdout(b))) => {
+                    let b = st.run.merge_same_stream(b, true);
                     let data = match st.enc {
                         OutputEncoding::Base64 => encode(st.enc, &b),
                         OutputEncoding::Utf8 => st.out.push(&b),
@@ -264,6 +322,7 @@ fn sse_events(st: SseState) -> impl Stream<Item = Result<Event, Infallible>> {
                     return Some((Ok(data_event("stdout", data)), st));
                 }
                 Some(Next::Output(ExecEvent::Stderr(b))) => {
+                    let b = st.run.merge_same_stream(b, false);
                     let data = match st.enc {
                         OutputEncoding::Base64 => encode(st.enc, &b),
                         OutputEncoding::Utf8 => st.err.push(&b),
@@ -338,7 +397,8 @@ impl FrameState {
     }
 }
 
-/// The binary body: each output chunk becomes a header chunk plus the adapter's own bytes.
+/// The binary body: the output event that woke it and every one already queued after it
+/// (up to `COALESCE_LIMIT`), as frames in one body chunk.
 fn frame_chunks(st: FrameState) -> impl Stream<Item = Result<Bytes, Infallible>> {
     futures::stream::unfold(st, |mut st| async move {
         loop {
@@ -362,11 +422,25 @@ fn frame_chunks(st: FrameState) -> impl Stream<Item = Result<Bytes, Infallible>>
                 }
             };
             match next {
-                Some(Next::Output(ExecEvent::Stdout(b))) => {
-                    frames::output(FrameType::Stdout, b, &mut st.pending);
-                }
-                Some(Next::Output(ExecEvent::Stderr(b))) => {
-                    frames::output(FrameType::Stderr, b, &mut st.pending);
+                Some(Next::Output(first)) => {
+                    let mut body = BytesMut::new();
+                    let mut ev = Some(first);
+                    while let Some(e) = ev.take() {
+                        match e {
+                            ExecEvent::Stdout(b) => {
+                                frames::output(FrameType::Stdout, &b, &mut body)
+                            }
+                            ExecEvent::Stderr(b) => {
+                                frames::output(FrameType::Stderr, &b, &mut body)
+                            }
+                        }
+                        if body.len() < COALESCE_LIMIT {
+                            ev = st.run.ready();
+                        }
+                    }
+                    if !body.is_empty() {
+                        st.pending.push_back(body.freeze());
+                    }
                 }
                 Some(Next::End(end)) => {
                     let (kind, json) = match end {
@@ -462,11 +536,7 @@ async fn start_stream(
         task.abort();
         return Err(e);
     }
-    let run = Running {
-        rx,
-        task: Some(task),
-    };
-    Ok((run, enc))
+    Ok((Running::new(rx, task), enc))
 }
 
 async fn exec_stream(
@@ -552,10 +622,7 @@ mod tests {
             }
             end
         });
-        Running {
-            rx,
-            task: Some(task),
-        }
+        Running::new(rx, task)
     }
 
     async fn frame_body(run: Running, every: Duration) -> (Vec<Bytes>, Vec<Frame>) {
@@ -590,9 +657,7 @@ mod tests {
                 duration_ms: 12,
             }),
         );
-        let (chunks, frames) = frame_body(run, HEARTBEAT).await;
-        // The payload chunk is the adapter's buffer, not a copy.
-        assert!(chunks.iter().any(|c| c.as_ptr() == binary.as_ptr()));
+        let (_, frames) = frame_body(run, HEARTBEAT).await;
         let kinds: Vec<FrameType> = frames.iter().map(|f| f.kind).collect();
         assert_eq!(
             kinds,
@@ -672,6 +737,121 @@ mod tests {
              event: stdout\ndata: {\"data\":\"☃\"}\n\n\
              event: exit\ndata: {\"durationMs\":5,\"exitCode\":7}\n\n"
         );
+    }
+
+    /// A run whose `events` are all queued before the body reads any, ending after `end_after`.
+    fn queued_run(events: Vec<ExecEvent>, end_after: Duration) -> Running {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        for ev in events {
+            tx.try_send(ev).unwrap();
+        }
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(end_after).await;
+            drop(tx);
+            Ok(ExecExit {
+                exit_code: 0,
+                duration_ms: 1,
+            })
+        });
+        Running::new(rx, task)
+    }
+
+    fn out(b: &'static [u8]) -> ExecEvent {
+        ExecEvent::Stdout(Bytes::from_static(b))
+    }
+
+    fn err(b: &'static [u8]) -> ExecEvent {
+        ExecEvent::Stderr(Bytes::from_static(b))
+    }
+
+    #[tokio::test]
+    async fn queued_output_goes_out_as_one_frame_body_chunk() {
+        let events = vec![out(b"a"), out(b""), out(b"b"), err(b"c"), out(b"d")];
+        let run = queued_run(events, Duration::ZERO);
+        let (chunks, frames) = frame_body(run, HEARTBEAT).await;
+        // Every queued frame in the first chunk, in order; the exit frame follows alone.
+        assert_eq!(chunks.len(), 2, "{chunks:?}");
+        let mut d = FrameDecoder::default();
+        let first: Vec<(FrameType, Vec<u8>)> = d
+            .push(&chunks[0])
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.kind, f.payload.to_vec()))
+            .collect();
+        assert_eq!(
+            first,
+            [
+                (FrameType::Stdout, b"a".to_vec()),
+                (FrameType::Stdout, b"b".to_vec()),
+                (FrameType::Stderr, b"c".to_vec()),
+                (FrameType::Stdout, b"d".to_vec()),
+            ]
+        );
+        assert_eq!(frames.last().map(|f| f.kind), Some(FrameType::Exit));
+    }
+
+    #[tokio::test]
+    async fn a_frame_body_chunk_stops_merging_at_the_limit() {
+        let big = || ExecEvent::Stdout(Bytes::from(vec![b'x'; 64 * 1024]));
+        let events = (0..STREAM_BUFFER).map(|_| big()).collect();
+        let (chunks, frames) = frame_body(queued_run(events, Duration::ZERO), HEARTBEAT).await;
+        let per_chunk = COALESCE_LIMIT / (64 * 1024);
+        assert_eq!(
+            chunks[0].len(),
+            per_chunk * (frames::HEADER_LEN + 64 * 1024)
+        );
+        let total: usize = frames
+            .iter()
+            .filter(|f| f.kind == FrameType::Stdout)
+            .count();
+        assert_eq!(total, STREAM_BUFFER);
+    }
+
+    #[tokio::test]
+    async fn queued_sse_output_merges_per_stream_in_order() {
+        let events = vec![out(b"a"), out(b"b\n"), err(b"c"), err(b"d"), out(b"e")];
+        let resp = sse_response(queued_run(events, Duration::ZERO), OutputEncoding::Utf8);
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(body.to_vec()).unwrap(),
+            "event: stdout\ndata: {\"data\":\"ab\\n\"}\n\n\
+             event: stderr\ndata: {\"data\":\"cd\"}\n\n\
+             event: stdout\ndata: {\"data\":\"e\"}\n\n\
+             event: exit\ndata: {\"durationMs\":1,\"exitCode\":0}\n\n"
+        );
+    }
+
+    /// Latency: one short line while the command keeps running goes out at once, in both
+    /// formats (the body merges only what is already queued, it never waits for more).
+    #[tokio::test]
+    async fn a_single_line_is_sent_at_once() {
+        let wait = Duration::from_secs(2);
+        let run = queued_run(vec![out(b"hi\n")], Duration::from_secs(60));
+        let mut body = std::pin::pin!(frame_chunks(FrameState::new(run, HEARTBEAT)));
+        let first = tokio::time::timeout(wait, body.next())
+            .await
+            .expect("the line was not sent within 2 s")
+            .unwrap()
+            .unwrap_or_else(|e| match e {});
+        let got = FrameDecoder::default().push(&first).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].kind, &got[0].payload[..]),
+            (FrameType::Stdout, &b"hi\n"[..])
+        );
+
+        let run = queued_run(vec![out(b"hi\n")], Duration::from_secs(60));
+        let mut body = sse_response(run, OutputEncoding::Utf8)
+            .into_body()
+            .into_data_stream();
+        let first = tokio::time::timeout(wait, body.next())
+            .await
+            .expect("the SSE line was not sent within 2 s")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&first[..], b"event: stdout\ndata: {\"data\":\"hi\\n\"}\n\n");
     }
 
     #[test]
