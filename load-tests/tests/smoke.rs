@@ -83,10 +83,12 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
     assert!(ran > 0, "{table}");
     assert_eq!(stages.to_activated.count, ran, "{stages:?}");
     assert_eq!(stages.activated_to_running.count, ran, "{stages:?}");
+    // Measured, not necessarily non-zero: a process that used less than one clock tick (10 ms)
+    // in the 2 s smoke phase reads 0 (nats-server did, in CI, at 10 creates/s).
     for who in ["api", "scheduler", "worker", "postgres", "nats-server"] {
         let cores = report.phases.fixed_rate_cpu_cores.get(who).copied();
         assert!(
-            cores.is_some_and(|c| c > 0.0),
+            cores.is_some_and(|c| c.is_finite() && c >= 0.0),
             "fixed-rate CPU of {who}: {cores:?}\n{table}"
         );
     }
