@@ -322,6 +322,38 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     opts.open(path)?.write_all(text.as_bytes())
 }
 
+/// How long a starting server role keeps retrying stream set-up that timed out.
+const STREAM_SETUP_PATIENCE: Duration = Duration::from_secs(45);
+
+/// Ensures the bus's streams, retrying set-up requests that time out for up to
+/// [`STREAM_SETUP_PATIENCE`]: a cluster that loses or hangs a node while a process starts
+/// answers nothing until it has elected new leaders (seconds), and exiting then left a
+/// scheduler dead in CI (`bus setup: stream DLY_ADMIT: jetstream request timed out`) with no
+/// supervisor to restart it. Any other failure (a refused configuration) is reported at once.
+async fn ensure_streams_through_elections(
+    bus: &dyn Bus,
+    naming: &Naming,
+) -> Result<(), differently_bus::BusError> {
+    let give_up = std::time::Instant::now() + STREAM_SETUP_PATIENCE;
+    let mut wait = Duration::from_millis(250);
+    loop {
+        match bus.ensure_streams(naming).await {
+            Ok(()) => return Ok(()),
+            // The client names a request that got no answer "timed out" (async-nats keeps the
+            // kind private behind each request's own error type).
+            Err(e)
+                if e.to_string().contains("timed out") && std::time::Instant::now() < give_up =>
+            {
+                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64,
+                    "bus: stream set-up got no answer (a cluster electing leaders?); retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(4));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `differently dev`.
 pub async fn dev(
     listen: &str,
@@ -479,7 +511,7 @@ pub async fn server(
         differently_bus::jetstream::connect_with(&nats_url, config.bus_connect_options()).await?,
     );
     let naming = Naming::new(&config.bus.prefix)?;
-    bus.ensure_streams(&naming).await?;
+    ensure_streams_through_elections(bus.as_ref(), &naming).await?;
     let tenant = if roles.contains(&Role::Api) {
         Some(differently_api::ensure_bootstrap_tenant(store.as_ref()).await?)
     } else {
