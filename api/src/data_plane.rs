@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::access::load_sandbox;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::mutation::{audit_event, transition, wait_op};
+use crate::mutation::{audit, audit_event, transition, wait_op};
 use crate::sandbox_pool::{named_pool, pool_of, require_capability, status_conflict};
 use crate::AppState;
 
@@ -178,15 +178,7 @@ pub(crate) async fn open_staged_call(
     }
     let sandbox = load_sandbox(state, principal, raw_id).await?;
     let (pool, at, sandbox) = ready_for_data(state, principal, sandbox, capability).await?;
-    let record = state
-        .store
-        .append_audit(audit_event(
-            principal,
-            (&sandbox.org_id, &sandbox.project_id, &sandbox.id),
-            action,
-            detail,
-        ))
-        .await?;
+    let record = audit(state, principal, &sandbox, action, detail).await?;
     state.events.running.remember(&sandbox);
     Ok((pool, at, StagedAudit::committed(record)))
 }

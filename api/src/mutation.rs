@@ -30,14 +30,15 @@ pub const LIFECYCLE_WAIT: Duration = Duration::from_secs(10);
 
 /// Appends an audit record of `action` on `sandbox` by the caller, before the action runs:
 /// if it cannot be written the action does not happen (fail closed). Never argument values.
+/// Answers the record written.
 pub(crate) async fn audit(
     state: &AppState,
     principal: &Principal,
     sandbox: &Sandbox,
     action: &str,
     detail: Value,
-) -> ApiResult<()> {
-    state
+) -> ApiResult<differently_store::audit::AuditEvent> {
+    Ok(state
         .store
         .append_audit(audit_event(
             principal,
@@ -45,8 +46,7 @@ pub(crate) async fn audit(
             action,
             detail,
         ))
-        .await?;
-    Ok(())
+        .await?)
 }
 
 /// The record of `action` on sandbox `(org, project, id)` by the caller, before the action
