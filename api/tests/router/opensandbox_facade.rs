@@ -304,11 +304,55 @@ async fn execd_needs_the_endpoint_token_and_waits_for_a_running_sandbox() {
     let a = api
         .call(
             Method::POST,
-            &format!("/opensandbox/execd/{running}/session"),
+            &format!("/opensandbox/execd/{running}/code/context"),
             None,
-            json!({}),
+            json!({"language": "python"}),
             &[HOST, ("x-differently-execd-token", &rtoken)],
         )
         .await;
     assert_osb_error(&a, StatusCode::NOT_IMPLEMENTED, "NOT_SUPPORTED");
+    // Sessions: an id the facade never issued (a path, say) never reaches the sandbox, and a
+    // run needs a command.
+    let execd = |m: Method, path: &str, body: Value| {
+        let path = format!("/opensandbox/execd/{running}{path}");
+        let (api, rtoken) = (&api, rtoken.clone());
+        async move {
+            api.call(
+                m,
+                &path,
+                None,
+                body,
+                &[HOST, ("x-differently-execd-token", &rtoken)],
+            )
+            .await
+        }
+    };
+    for sid in ["session-..%2F..%2Fetc%2Fpasswd", "nope", "session-UPPER"] {
+        let a = execd(
+            Method::POST,
+            &format!("/session/{sid}/run"),
+            json!({"command": "id"}),
+        )
+        .await;
+        assert_osb_error(&a, StatusCode::NOT_FOUND, "SESSION_NOT_FOUND");
+        let a = execd(Method::DELETE, &format!("/session/{sid}"), Value::Null).await;
+        assert_osb_error(&a, StatusCode::NOT_FOUND, "SESSION_NOT_FOUND");
+    }
+    let a = execd(
+        Method::POST,
+        "/session/session-01abc/run",
+        json!({"cwd": "/"}),
+    )
+    .await;
+    assert_osb_error(&a, StatusCode::BAD_REQUEST, "INVALID_REQUEST_BODY");
+    let a = execd(Method::POST, "/session", json!({"shell": "zsh"})).await;
+    assert_osb_error(&a, StatusCode::BAD_REQUEST, "INVALID_REQUEST_BODY");
+    // A session is a `/v1` exec like any other: this sandbox was moved to running without a
+    // backend instance, and the exec's error comes back in OpenSandbox's shape.
+    let a = execd(Method::POST, "/session", json!({})).await;
+    assert_osb_error(
+        &a,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "DIFFERENTLY::PROVIDER_UNAVAILABLE",
+    );
 }

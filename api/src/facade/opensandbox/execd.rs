@@ -178,11 +178,26 @@ pub async fn run_command(
         )
     })?;
     let (v1_body, content) = exec_body(&req)?;
+    stream_exec(&f, &caller, &id, v1_body, &content, req.background).await
+}
+
+/// Starts `v1_body` as a streamed `/v1` exec in sandbox `id` and answers execd's event stream
+/// for it (`init` with a new command id first; a background command answers
+/// `execution_complete` at once and keeps its output for `/command/{id}/logs`). Commands and
+/// session runs share it, so both have status, logs and interrupt.
+pub(super) async fn stream_exec(
+    f: &Arc<Facade>,
+    caller: &Caller,
+    id: &str,
+    v1_body: Value,
+    content: &str,
+    background: bool,
+) -> OsbResult<Response> {
     let inner =
         f.v1.call(
-            &caller,
+            caller,
             Method::POST,
-            &format!("/v1/sandboxes/{}/exec/stream", q(&id)),
+            &format!("/v1/sandboxes/{}/exec/stream", q(id)),
             &[
                 (
                     header::CONTENT_TYPE,
@@ -196,20 +211,19 @@ pub async fn run_command(
     let status = inner.status();
     if !status.is_success() {
         let bytes = read_all(inner).await?;
-        return Err(OsbError::from_v1(status, &bytes, &caller));
+        return Err(OsbError::from_v1(status, &bytes, caller));
     }
     let cmd_id = ulid::Ulid::new().to_string().to_ascii_lowercase();
-    let cancel = f.commands.start(&cmd_id, &id, &content);
+    let cancel = f.commands.start(&cmd_id, id, content);
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let _ = tx.try_send(frame(json!({ "type": "init", "text": cmd_id })));
-    let background = req.background;
     if background {
         let _ = tx.try_send(frame(
             json!({ "type": "execution_complete", "execution_time": 0 }),
         ));
     }
     let facade = f.clone();
-    let sandbox = id.clone();
+    let sandbox = id.to_owned();
     tokio::spawn(async move {
         let tx = (!background).then_some(tx);
         pump(facade, sandbox, cmd_id, inner.into_body(), tx, cancel).await;

@@ -16,6 +16,7 @@ pub mod inner;
 pub mod lifecycle;
 pub mod mapping;
 pub mod multipart;
+pub mod sessions;
 pub mod token;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub struct Facade {
     pub v1: inner::V1,
     pub sealer: token::Sealer,
     pub commands: commands::Commands,
+    pub sessions: sessions::KnownSessions,
 }
 
 /// The facade's routes; `v1` is the `/v1` router with its state, `state` gives the key the
@@ -47,6 +49,7 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
                 .derive("differently/opensandbox-facade/execd-token/v1"),
         ),
         commands: commands::Commands::default(),
+        sessions: sessions::KnownSessions::default(),
     });
     let p = |path: &str| format!("{PREFIX}{path}");
     let x = |path: &str| format!("{PREFIX}/execd/{{id}}{path}");
@@ -90,6 +93,12 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         )
         .route(&x("/command/status/{cmd}"), get(execd::status))
         .route(&x("/command/{cmd}/logs"), get(execd::logs))
+        .route(&x("/session"), post(sessions::create))
+        .route(&x("/session/{sid}/run"), post(sessions::run))
+        .route(
+            &x("/session/{sid}"),
+            axum::routing::delete(sessions::delete),
+        )
         .route(&x("/files/upload"), post(files::upload))
         .route(&x("/files/download"), get(files::download))
         .route(&x("/files/info"), get(files::info))

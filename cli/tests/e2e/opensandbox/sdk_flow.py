@@ -1,6 +1,6 @@
 """The official OpenSandbox Python SDK (1.1.1) driving Differently's OpenSandbox facade.
 
-create -> info -> run (streamed lines, env, exit codes 0 and 3) -> write -> read -> list ->
+create -> info -> run (streamed lines, env, exit codes 0 and 3) -> bash sessions -> write -> read -> list ->
 renew -> pause -> resume -> kill -> gone, with the async API and the sync one, straight to the
 facade's execd endpoint and in server-proxy mode. Configured by the environment:
 OSB_DOMAIN (host:port/opensandbox), OSB_KEY (a Differently key), OSB_IMAGE (template).
@@ -61,6 +61,7 @@ async def async_flow(proxy: bool):
         check(label, ex.exit_code == 0, f"run: exit code {ex.exit_code}")
         ex = await sb.commands.run("exit 3")
         check(label, ex.exit_code == 3, f"run: exit 3 gives {ex.exit_code}")
+        await session_flow(label, sb.commands)
         payload = "zwei: grüße ✓\nline 2\n"
         await sb.files.write_file("/tmp/osb-flow/hello.txt", payload, mode=644)
         back = await sb.files.read_file("/tmp/osb-flow/hello.txt")
@@ -99,6 +100,33 @@ async def async_flow(proxy: bool):
         await mgr.close()
 
 
+async def session_flow(label, commands):
+    """A bash session keeps its working directory between runs (execd keeps nothing else)."""
+    sid = await commands.create_session()
+    ex = await commands.run_in_session(sid, "mkdir -p sess-dir && cd sess-dir && echo in")
+    check(label, [m.text for m in ex.logs.stdout] == ["in"] and ex.exit_code == 0,
+          f"session: first run {[m.text for m in ex.logs.stdout]} exit {ex.exit_code}")
+    ex = await commands.run_in_session(sid, "basename \"$PWD\"")
+    got = [m.text for m in ex.logs.stdout]
+    check(label, got == ["sess-dir"], f"session: the directory persists {got}")
+    ex = await commands.run_in_session(sid, "exit 4")
+    check(label, ex.exit_code == 4, f"session: exit 4 gives {ex.exit_code}")
+    ex = await commands.run_in_session(sid, "basename \"$PWD\"")
+    got = [m.text for m in ex.logs.stdout]
+    check(label, got == ["sess-dir"], f"session: still there after an exit {got}")
+    other = await commands.create_session()
+    ex = await commands.run_in_session(other, "basename \"$PWD\"")
+    check(label, [m.text for m in ex.logs.stdout] != ["sess-dir"], "session: two sessions are apart")
+    await commands.delete_session(other)
+    await commands.delete_session(sid)
+    try:
+        await commands.run_in_session(sid, "true")
+        check(label, False, "session: ran after delete")
+    except Exception as e:  # the SDK raises on the 404
+        check(label, "SESSION_NOT_FOUND" in str(e) or "404" in str(e),
+              f"session: gone after delete ({type(e).__name__}: {e})")
+
+
 def sync_flow(proxy: bool):
     label = f"sync {'proxy' if proxy else 'direct'}"
     cfg = ConnectionConfigSync(domain=DOMAIN, api_key=KEY, use_server_proxy=proxy,
@@ -117,6 +145,12 @@ def sync_flow(proxy: bool):
         check(label, streamed == ["line1", "line2", "line3"], f"run: streamed {streamed}")
         check(label, ex.exit_code == 0, f"run: exit {ex.exit_code}")
         check(label, sb.commands.run("exit 3").exit_code == 3, "run: exit 3")
+        sid = sb.commands.create_session()
+        sb.commands.run_in_session(sid, "mkdir -p sync-sess && cd sync-sess")
+        ex = sb.commands.run_in_session(sid, "basename \"$PWD\"")
+        got = [m.text for m in ex.logs.stdout]
+        check(label, got == ["sync-sess"], f"session: the directory persists {got}")
+        sb.commands.delete_session(sid)
         sb.files.write_file("/tmp/osb-sync/a.txt", "sync\n")
         check(label, sb.files.read_file("/tmp/osb-sync/a.txt") == "sync\n", "files: round trip")
         t = time.perf_counter()
