@@ -87,6 +87,8 @@ impl From<StoreError> for ApiError {
             }
             StoreError::HasDependents(m) => ApiError::new(ErrorCode::Conflict, m),
             StoreError::QuotaExceeded(m) => ApiError::new(ErrorCode::QuotaExceeded, m),
+            StoreError::NeverFits(f) => ApiError::new(ErrorCode::QuotaExceeded, f.message)
+                .with_details(json!({ "field": f.field })),
             e if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable");
                 ApiError::new(

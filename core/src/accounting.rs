@@ -36,10 +36,25 @@ impl Wall {
     }
 }
 
-/// A quota or admission limit refused the change; the message says which, for the caller.
+/// A quota or admission limit refused the change; the message says which, for the caller,
+/// and `field` names the request field that cannot fit when one does (a sandbox bigger than
+/// a limit), so the API can point at it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct LimitExceeded(pub String);
+#[error("{message}")]
+pub struct LimitExceeded {
+    pub message: String,
+    pub field: Option<String>,
+}
+
+impl LimitExceeded {
+    /// A limit with no single request field to blame (a full queue, a used-up quota).
+    pub fn new(message: impl Into<String>) -> LimitExceeded {
+        LimitExceeded {
+            message: message.into(),
+            field: None,
+        }
+    }
+}
 
 /// Why a status change cannot be applied to a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,19 +130,25 @@ pub fn check_admission_limits(
     project: (&Usage, &Quota),
 ) -> Result<(), LimitExceeded> {
     let r = sbx.spec.resources;
-    for q in [org.1, project.1] {
-        if let Some(e) = q.too_large(&r) {
-            return Err(LimitExceeded(format!("{} {}", e.field, e.message)));
+    for (q, level) in [(org.1, "org"), (project.1, "project")] {
+        if let Some(e) = q.too_large(&r, level) {
+            return Err(LimitExceeded {
+                message: e.message,
+                field: Some(e.field),
+            });
         }
     }
     for (q, level) in [(org.1, "org"), (project.1, "project")] {
-        if let Some(reason) = q.never_fits(&r, level) {
-            return Err(LimitExceeded(reason));
+        if let Some((field, message)) = q.never_fits(&r, level) {
+            return Err(LimitExceeded {
+                message,
+                field: field.map(str::to_owned),
+            });
         }
     }
     if let Some(max) = org.1.max_queued {
         if org.0.queued >= max {
-            return Err(LimitExceeded(format!(
+            return Err(LimitExceeded::new(format!(
                 "organization queue is full ({} queued)",
                 org.0.queued
             )));
@@ -135,7 +156,7 @@ pub fn check_admission_limits(
     }
     if let Some(max) = project.1.max_queued {
         if project.0.queued >= max {
-            return Err(LimitExceeded(format!(
+            return Err(LimitExceeded::new(format!(
                 "project queue is full ({} queued)",
                 project.0.queued
             )));
@@ -155,7 +176,7 @@ pub fn check_change_limits(
     let r = sbx.spec.resources;
     for ((used, quota), level) in [(org, "org"), (project, "project")] {
         if let Some(reason) = used.blocks_change(quota, &r, sbx.status, to, level) {
-            return Err(LimitExceeded(reason));
+            return Err(LimitExceeded::new(reason));
         }
     }
     Ok(())
@@ -375,15 +396,37 @@ mod tests {
             ..Quota::default()
         };
         let err = check_admission_limits(&sbx, (&used, &small), (&used, &none)).unwrap_err();
-        assert!(err.0.contains("org cpu quota (maxCpu)"), "{err}");
+        assert!(err.message.contains("org cpu quota (maxCpu)"), "{err}");
+        assert_eq!(err.field.as_deref(), Some("resources.cpu"));
         let err = check_admission_limits(&sbx, (&used, &none), (&used, &small)).unwrap_err();
-        assert!(err.0.contains("project cpu quota (maxCpu)"), "{err}");
+        assert!(err.message.contains("project cpu quota (maxCpu)"), "{err}");
+        // Above one sandbox's maximum: the level, what was asked and the limit, and the field.
+        let capped = Quota {
+            max_sandbox: Some(crate::tenancy::SandboxLimit {
+                cpu: sbx.spec.resources.cpu,
+                memory_mib: sbx.spec.resources.memory_mib - 1,
+                disk_gib: sbx.spec.resources.disk_gib,
+            }),
+            ..Quota::default()
+        };
+        let err = check_admission_limits(&sbx, (&used, &none), (&used, &capped)).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("resources.memoryMiB"), "{err}");
+        assert_eq!(
+            err.message,
+            format!(
+                "resources.memoryMiB {} MiB exceeds the project max sandbox size \
+                 (maxSandbox.memoryMiB) of {} MiB",
+                sbx.spec.resources.memory_mib,
+                sbx.spec.resources.memory_mib - 1
+            )
+        );
         let closed = Quota {
             max_active: Some(0),
             ..Quota::default()
         };
         let err = check_admission_limits(&sbx, (&used, &closed), (&used, &none)).unwrap_err();
-        assert!(err.0.contains("maxActive"), "{err}");
+        assert!(err.message.contains("maxActive"), "{err}");
+        assert_eq!(err.field, None);
         // Exactly the limit fits (it waits for room, if any is used).
         let exact = Quota {
             max_cpu: Some(u64::from(sbx.spec.resources.cpu)),
@@ -411,13 +454,11 @@ mod tests {
         used.add(SandboxStatus::Queued, &sbx.spec.resources);
         assert_eq!(
             check_admission_limits(&sbx, (&used, &q), (&used, &none)),
-            Err(LimitExceeded(
-                "organization queue is full (1 queued)".to_owned()
-            ))
+            Err(LimitExceeded::new("organization queue is full (1 queued)"))
         );
         assert_eq!(
             check_admission_limits(&sbx, (&used, &none), (&used, &q)),
-            Err(LimitExceeded("project queue is full (1 queued)".to_owned()))
+            Err(LimitExceeded::new("project queue is full (1 queued)"))
         );
     }
 

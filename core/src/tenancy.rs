@@ -227,10 +227,12 @@ impl Quota {
     /// however much of it is free: its own size is above a total limit, or the limit allows
     /// no active sandbox at all. Such a request is refused at admission rather than queued
     /// behind a wall that never moves.
-    pub fn never_fits(&self, r: &Resources, level: &str) -> Option<String> {
+    /// The error names the request field that cannot fit (none for `maxActive: 0`).
+    pub fn never_fits(&self, r: &Resources, level: &str) -> Option<(Option<&'static str>, String)> {
         if self.max_active == Some(0) {
-            return Some(format!(
-                "the {level} active quota (maxActive) is 0: no sandbox can run"
+            return Some((
+                None,
+                format!("the {level} active quota (maxActive) is 0: no sandbox can run"),
             ));
         }
         let checks = [
@@ -264,36 +266,57 @@ impl Quota {
             .find_map(|(field, asked, max, what, name, unit)| {
                 let max = max?;
                 (asked > max).then(|| {
-                    format!(
-                        "{field} {asked}{unit} exceeds the {level} {what} quota ({name}) of \
-                     {max}{unit}: the sandbox could never run"
+                    (
+                        Some(field),
+                        format!(
+                            "{field} {asked}{unit} exceeds the {level} {what} quota ({name}) of \
+                         {max}{unit}: the sandbox could never run"
+                        ),
                     )
                 })
             })
     }
 
-    /// Why `r` is bigger than this quota allows for one sandbox, if it is.
-    pub fn too_large(&self, r: &Resources) -> Option<FieldError> {
+    /// Why `r` is bigger than this quota of `level` (`org`, `project`) allows for one
+    /// sandbox, if it is: the request field, what was asked and the limit.
+    pub fn too_large(&self, r: &Resources, level: &str) -> Option<FieldError> {
         let m = self.max_sandbox?;
-        if r.cpu > m.cpu {
-            return Some(FieldError::new(
+        let checks = [
+            (
                 "resources.cpu",
-                format!("exceeds the max sandbox size of {} CPU", m.cpu),
-            ));
-        }
-        if r.memory_mib > m.memory_mib {
-            return Some(FieldError::new(
+                u64::from(r.cpu),
+                u64::from(m.cpu),
+                "cpu",
+                " CPU",
+            ),
+            (
                 "resources.memoryMiB",
-                format!("exceeds the max sandbox size of {} MiB", m.memory_mib),
-            ));
-        }
-        if r.disk_gib > m.disk_gib {
-            return Some(FieldError::new(
+                r.memory_mib,
+                m.memory_mib,
+                "memoryMiB",
+                " MiB",
+            ),
+            (
                 "resources.diskGiB",
-                format!("exceeds the max sandbox size of {} GiB", m.disk_gib),
-            ));
-        }
-        None
+                r.disk_gib,
+                m.disk_gib,
+                "diskGiB",
+                " GiB",
+            ),
+        ];
+        checks
+            .into_iter()
+            .find_map(|(field, asked, max, name, unit)| {
+                (asked > max).then(|| {
+                    FieldError::new(
+                        field,
+                        format!(
+                            "{field} {asked}{unit} exceeds the {level} max sandbox size \
+                         (maxSandbox.{name}) of {max}{unit}"
+                        ),
+                    )
+                })
+            })
     }
 }
 

@@ -29,6 +29,10 @@ pub enum StoreError {
     /// An admission limit (such as max queued) is reached.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
+    /// An admission limit the sandbox could never fit, however much is free (it is bigger
+    /// than one sandbox may be, or than the level's total), naming the request field.
+    #[error("quota exceeded: {}", .0.message)]
+    NeverFits(differently_core::FieldError),
     /// A value no store can keep (a NUL character), naming its field; both stores refuse
     /// it alike, behind the API's own check.
     #[error("invalid value: {0}")]
@@ -78,7 +82,12 @@ impl From<sqlx::Error> for StoreError {
 
 impl From<differently_core::accounting::LimitExceeded> for StoreError {
     fn from(e: differently_core::accounting::LimitExceeded) -> Self {
-        StoreError::QuotaExceeded(e.0)
+        match e.field {
+            Some(field) => {
+                StoreError::NeverFits(differently_core::FieldError::new(field, e.message))
+            }
+            None => StoreError::QuotaExceeded(e.message),
+        }
     }
 }
 
@@ -153,8 +162,15 @@ mod tests {
             }
         ));
         assert!(matches!(
-            StoreError::from(LimitExceeded("org cpu quota 8/8".into())),
+            StoreError::from(LimitExceeded::new("org cpu quota 8/8")),
             StoreError::QuotaExceeded(m) if m == "org cpu quota 8/8"
+        ));
+        assert!(matches!(
+            StoreError::from(LimitExceeded {
+                message: "resources.cpu 9 exceeds".into(),
+                field: Some("resources.cpu".into()),
+            }),
+            StoreError::NeverFits(f) if f.field == "resources.cpu" && f.message == "resources.cpu 9 exceeds"
         ));
         assert!(matches!(
             StoreError::from(ChangeRefused::TtlOutOfRange(u64::MAX)),

@@ -159,6 +159,30 @@ async fn a_sandbox_larger_than_a_quota_total_is_refused_naming_the_limit() {
         message.contains("project memory quota (maxMemoryMiB) of 512 MiB"),
         "{message}"
     );
+    assert_eq!(big.body["error"]["details"]["field"], "resources.memoryMiB");
+
+    // Above one sandbox's maximum: the same shape — level, what was asked, the limit, field.
+    let put = api
+        .admin(
+            Method::PUT,
+            &format!("/v1/orgs/{org}/quota"),
+            json!({ "maxCpu": 8, "maxSandbox": { "cpu": 2, "memoryMiB": 2048, "diskGiB": 10 } }),
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let big = api
+        .admin(
+            Method::POST,
+            "/v1/sandboxes",
+            json!({ "resources": { "cpu": 4 } }),
+        )
+        .await;
+    assert_error(&big, StatusCode::TOO_MANY_REQUESTS, "quota_exceeded");
+    assert_eq!(
+        big.body["error"]["message"],
+        "resources.cpu 4 CPU exceeds the org max sandbox size (maxSandbox.cpu) of 2 CPU"
+    );
+    assert_eq!(big.body["error"]["details"]["field"], "resources.cpu");
 }
 
 /// Found by the SDKs: `?label=` given twice was a 400 "duplicate field". It repeats, and every

@@ -1417,6 +1417,14 @@ fn quota_exceeded(r: Result<Admitted, StoreError>) -> String {
     }
 }
 
+/// A refusal of a sandbox that could never fit: (the request field, the message).
+fn never_fits(r: Result<Admitted, StoreError>) -> (String, String) {
+    match r {
+        Err(StoreError::NeverFits(f)) => (f.field, f.message),
+        other => panic!("expected NeverFits, got {other:?}"),
+    }
+}
+
 fn defaults(q: Quota, sandbox: Sandbox) -> Admission {
     Admission {
         request_id: None,
@@ -1961,8 +1969,9 @@ pub async fn admit_refuses_a_sandbox_larger_than_a_total_limit(env: &Env) {
     };
     let audit_before = audit_len(s).await;
     let big = sandbox_of_cpu(&org.id, &prj.id, 3);
-    let msg = quota_exceeded(s.admit(defaults(defs, big.clone())).await);
+    let (field, msg) = never_fits(s.admit(defaults(defs, big.clone())).await);
     assert!(msg.contains("org cpu quota (maxCpu) of 2"), "{msg}");
+    assert_eq!(field, "resources.cpu");
     assert_eq!(s.get_sandbox(&big.id).await.unwrap(), None);
     assert_eq!(audit_len(s).await, audit_before);
     let exact = sandbox_of_cpu(&org.id, &prj.id, 2);
@@ -2007,8 +2016,12 @@ pub async fn admit_enforces_max_sandbox_and_queue_limits(env: &Env) {
     // Defaults apply while the org has no quota of its own.
     let audit_before = audit_len(s).await;
     let big = sandbox_of_cpu(&org.id, &prj.id, 3);
-    let msg = quota_exceeded(s.admit(defaults(defs, big.clone())).await);
-    assert_eq!(msg, "resources.cpu exceeds the max sandbox size of 2 CPU");
+    let (field, msg) = never_fits(s.admit(defaults(defs, big.clone())).await);
+    assert_eq!(
+        msg,
+        "resources.cpu 3 CPU exceeds the org max sandbox size (maxSandbox.cpu) of 2 CPU"
+    );
+    assert_eq!(field, "resources.cpu");
     assert_eq!(s.get_sandbox(&big.id).await.unwrap(), None);
     assert_eq!(audit_len(s).await, audit_before);
 
@@ -2025,8 +2038,11 @@ pub async fn admit_enforces_max_sandbox_and_queue_limits(env: &Env) {
         Admitted::New(_)
     ));
     let huge = sandbox_of_cpu(&org.id, &prj.id, 8);
-    let msg = quota_exceeded(s.admit(defaults(defs, huge.clone())).await);
-    assert_eq!(msg, "resources.cpu exceeds the max sandbox size of 4 CPU");
+    let (_, msg) = never_fits(s.admit(defaults(defs, huge.clone())).await);
+    assert_eq!(
+        msg,
+        "resources.cpu 8 CPU exceeds the org max sandbox size (maxSandbox.cpu) of 4 CPU"
+    );
     assert_eq!(s.get_sandbox(&huge.id).await.unwrap(), None);
 
     // A project's own max sandbox applies on top of the org's.
@@ -2040,8 +2056,11 @@ pub async fn admit_enforces_max_sandbox_and_queue_limits(env: &Env) {
         .unwrap();
     let audit_before = audit_len(s).await;
     let two = sandbox_of_cpu(&org.id, &small.id, 2);
-    let msg = quota_exceeded(s.admit(defaults(defs, two.clone())).await);
-    assert_eq!(msg, "resources.cpu exceeds the max sandbox size of 1 CPU");
+    let (_, msg) = never_fits(s.admit(defaults(defs, two.clone())).await);
+    assert_eq!(
+        msg,
+        "resources.cpu 2 CPU exceeds the project max sandbox size (maxSandbox.cpu) of 1 CPU"
+    );
     assert_eq!(s.get_sandbox(&two.id).await.unwrap(), None);
 
     // Project queue: one queued fills it; another project of the org still admits.
