@@ -8,6 +8,7 @@
 pub mod contract;
 pub mod credentials;
 pub mod devhost;
+pub mod e2b;
 pub mod error;
 pub mod exec_output;
 pub mod fake;
