@@ -20,6 +20,7 @@ pub mod opensandbox;
 pub mod poll;
 pub mod pools;
 pub mod registry;
+pub mod vercel;
 
 pub use contract::*;
 pub use error::{AdapterError, Reason};

@@ -593,7 +593,7 @@ pub(crate) async fn download(
 }
 
 /// The bytes of `r` out of a whole-file stream.
-fn cut(body: ByteStream, r: ByteRange) -> ByteStream {
+pub(crate) fn cut(body: ByteStream, r: ByteRange) -> ByteStream {
     let end_excl = r.end.map(|e| e.saturating_add(1));
     let stream = body
         .scan(0u64, move |pos, chunk| {

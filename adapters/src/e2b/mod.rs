@@ -37,8 +37,10 @@ pub mod config;
 pub mod connect;
 mod envd;
 
+pub(crate) use api::pct;
 pub use config::{ConfigError, E2bConfig, Settings};
 use config::{Egress, Ports};
+pub(crate) use envd::cut;
 use envd::{Failure, RunError, Target};
 
 /// Metadata key holding Differently's sandbox id.
