@@ -422,10 +422,19 @@ pub(crate) async fn run(
                             (None, None) => None,
                         };
                         if let Some(piece) = piece {
-                            if out.send(piece).await.is_err() {
-                                // The caller went away: stop the command on the backend.
-                                kill(http, t, pid).await;
-                                return Ok(128 + 9);
+                            // A slow reader slows the command down, but not past its deadline.
+                            let left = cmd.deadline.saturating_sub(started.elapsed());
+                            match tokio::time::timeout(left, out.send(piece)).await {
+                                Ok(Ok(())) => {}
+                                Err(_) => {
+                                    kill(http, t, pid).await;
+                                    return Ok(124);
+                                }
+                                Ok(Err(_)) => {
+                                    // The caller went away: stop the command on the backend.
+                                    kill(http, t, pid).await;
+                                    return Ok(128 + 9);
+                                }
                             }
                         }
                     }

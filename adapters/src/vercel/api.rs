@@ -595,11 +595,14 @@ impl Api {
                     }
                     _ => continue,
                 };
-                if out.send(piece).await.is_err() {
+                // A slow reader slows the command down, but not past its deadline.
+                let left = deadline.saturating_sub(started.elapsed());
+                let sent = tokio::time::timeout(left, out.send(piece)).await;
+                if !matches!(sent, Ok(Ok(()))) {
                     if let Some(id) = &cmd_id {
                         self.kill(session, id).await;
                     }
-                    return Ok(128 + 9);
+                    return Ok(if sent.is_err() { 124 } else { 128 + 9 });
                 }
             }
         }
