@@ -144,6 +144,24 @@ mod tests {
     }
 
     #[test]
+    fn random_bytes_never_panic() {
+        // A small xorshift: deterministic, no dependency (the fuzz targets go further).
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..2000 {
+            let mut p = FrameParser::default();
+            for _ in 0..8 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let len = usize::try_from(x % 40).unwrap_or(0);
+                let chunk: Vec<u8> = (0..len).map(|i| (x >> (i % 8 * 8)) as u8).collect();
+                p.push(&chunk);
+                while let Ok(Some(_)) = p.next_frame() {}
+            }
+        }
+    }
+
+    #[test]
     fn garbage_is_an_error_not_a_panic() {
         let mut p = FrameParser::default();
         p.push(&[0x00, 0xff, 0xff, 0xff, 0xff]);
