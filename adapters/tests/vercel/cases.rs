@@ -353,16 +353,25 @@ async fn exec_runs_argv_with_env_cwd_stdin_and_exit_codes() {
     req.stdin = Some("hello stdin".into());
     let res = s.adapter.exec(&r, &req).await.unwrap();
     assert_eq!((res.exit_code, res.stdout.as_str()), (0, "hello stdin"));
-    let leftovers = std::fs::read_dir("/tmp")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(".differently-stdin-")
+    let stdin_file = s
+        .fake
+        .record()
+        .cmd_bodies
+        .iter()
+        .rev()
+        .find_map(|b| {
+            b["args"]
+                .as_array()?
+                .iter()
+                .filter_map(|a| a.as_str())
+                .find(|a| a.starts_with("/tmp/.differently-stdin-"))
+                .map(str::to_owned)
         })
-        .count();
-    assert_eq!(leftovers, 0, "the stdin file is removed");
+        .expect("the command read a stdin file");
+    assert!(
+        !std::path::Path::new(&stdin_file).exists(),
+        "the stdin file is removed"
+    );
     let mut req = cmd(&["wc", "-c"]);
     req.stdin_base64 = Some("AAEC/w==".into());
     assert_eq!(s.adapter.exec(&r, &req).await.unwrap().stdout.trim(), "4");
