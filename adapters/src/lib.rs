@@ -8,6 +8,7 @@
 pub mod contract;
 pub mod credentials;
 pub mod devhost;
+pub mod e2b;
 pub mod error;
 pub mod exec_output;
 pub mod fake;
@@ -19,6 +20,7 @@ pub mod opensandbox;
 pub mod poll;
 pub mod pools;
 pub mod registry;
+pub mod vercel;
 
 pub use contract::*;
 pub use error::{AdapterError, Reason};

@@ -11,9 +11,11 @@ use serde::de::DeserializeOwned;
 
 use crate::credentials::Credentials;
 use crate::devhost::{DevhostAdapter, DevhostConfig};
+use crate::e2b::E2bAdapter;
 use crate::fake::{FakeAdapter, FakeConfig};
 use crate::metered::Metered;
 use crate::opensandbox::OpenSandboxAdapter;
+use crate::vercel::VercelAdapter;
 use crate::SharedAdapter;
 
 /// Builds one kind's adapter from its `adapterSettings` (`null` means all defaults; each
@@ -75,7 +77,12 @@ pub const KINDS: &[Kind] = &[
         name: "e2b",
         trust: TrustRule::ForcedExternal,
         dev_only: false,
-        build: None,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(E2bAdapter::with_credentials(
+                parse("e2b", s)?,
+                credentials,
+            )?))
+        }),
     },
     Kind {
         name: "freestyle",
@@ -87,7 +94,12 @@ pub const KINDS: &[Kind] = &[
         name: "vercel",
         trust: TrustRule::ForcedExternal,
         dev_only: false,
-        build: None,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(
+                VercelAdapter::with_credentials(parse("vercel", s)?, credentials)
+                    .map_err(crate::vercel::config_error)?,
+            ))
+        }),
     },
 ];
 
@@ -241,11 +253,11 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(
             e,
-            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox)"
+            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox, e2b, vercel)"
         );
         assert_eq!(
             known_kinds().collect::<Vec<_>>(),
-            ["fake", "devhost", "opensandbox"]
+            ["fake", "devhost", "opensandbox", "e2b", "vercel"]
         );
     }
 

@@ -1,0 +1,358 @@
+//! Settings of an `e2b` pool: what an operator writes ([`E2bConfig`], every key optional so the
+//! registry can name a badly typed key) and what the adapter runs on ([`Settings`], validated,
+//! with the API key's reference checked; the key itself is read at call time).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use differently_core::pool::valid_secret_name;
+use serde::Deserialize;
+
+use crate::credentials::CredentialRef;
+use crate::http::Secret;
+
+/// Why a pool's settings were refused; `field` is the offending key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+pub(crate) fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError {
+        field: field.to_owned(),
+        message: message.into(),
+    })
+}
+
+/// How port URLs are handed out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ports {
+    /// Sandboxes are created with `allowPublicTraffic: false`; no port URLs (E2B's need a
+    /// traffic token header, which would hand out a credential).
+    #[default]
+    None,
+    /// Sandbox URLs (`https://<port>-<id>.<domain>`) are public: anyone with one reaches it.
+    Public,
+}
+
+/// Outbound network policy sent with every sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Egress {
+    /// No policy: E2B's default (internet access).
+    #[default]
+    Public,
+    /// `allow_internet_access: false`.
+    None,
+    /// Deny `0.0.0.0/0` but the `egressAllow` entries (CIDRs, IPs or domains).
+    Allowlist,
+}
+
+/// Client timeouts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TimeoutsConfig {
+    /// Ordinary control-plane and envd calls (default 30).
+    pub request_seconds: Option<u64>,
+    /// The create call, which answers once the microVM runs (default 120).
+    pub create_seconds: Option<u64>,
+    /// Waiting for envd to answer after create or resume (default 60).
+    pub ready_seconds: Option<u64>,
+    /// Longest silence on an exec stream; envd sends keep-alives (default 90).
+    pub stream_idle_seconds: Option<u64>,
+    /// Longest gap between readiness polls, in milliseconds (default 500).
+    pub poll_millis: Option<u64>,
+}
+
+/// Settings of an `e2b` pool (`adapterSettings`), as written. See `docs/providers.md`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct E2bConfig {
+    /// The control-plane API (default `https://api.e2b.app`).
+    #[serde(rename = "apiURL", alias = "apiUrl")]
+    pub api_url: Option<String>,
+    /// Base domain of sandbox hosts (default `e2b.app`; the create answer's `domain` wins).
+    pub domain: Option<String>,
+    /// Reach every sandbox's envd at this one URL with `E2b-Sandbox-Id`/`E2b-Sandbox-Port`
+    /// headers instead of at `https://49983-<id>.<domain>` (a self-hosted edge, tests).
+    #[serde(rename = "envdURL", alias = "envdUrl")]
+    pub envd_url: Option<String>,
+    /// Template a sandbox without one starts from (default `base`).
+    pub template: Option<String>,
+    /// Linux user commands run as and files belong to (default `user`).
+    pub user: Option<String>,
+    /// The plan's longest sandbox lifetime in seconds (default 3600, the Hobby plan; Pro
+    /// is 86400): a longer TTL is refused at create rather than killed early by E2B.
+    pub max_timeout_seconds: Option<u64>,
+    /// `none` (default) or `public`.
+    pub ports: Option<Ports>,
+    /// `public` (default), `none` or `allowlist`.
+    pub egress: Option<Egress>,
+    /// Destinations allowed with `egress: allowlist`.
+    pub egress_allow: Option<Vec<String>>,
+    /// Client timeouts.
+    pub timeouts: TimeoutsConfig,
+    /// Credential by reference: the environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Credential by reference: a file holding the API key.
+    pub api_key_file: Option<PathBuf>,
+    /// Credential by reference: a secret stored sealed in Differently.
+    pub api_key_secret: Option<String>,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Without a trailing slash.
+    pub api_url: String,
+    pub domain: String,
+    pub envd_url: Option<String>,
+    pub template: String,
+    pub user: String,
+    pub max_timeout_seconds: u64,
+    pub ports: Ports,
+    pub egress: Egress,
+    pub egress_allow: Vec<String>,
+    pub request_timeout: Duration,
+    pub create_timeout: Duration,
+    pub ready_timeout: Duration,
+    pub stream_idle: Duration,
+    pub poll_interval: Duration,
+    /// Where the API key is read from, at call time.
+    pub credential: CredentialRef,
+    /// The key as read at validation (env and file references).
+    pub initial_key: Option<Secret>,
+}
+
+impl E2bConfig {
+    /// Checks every rule and resolves the API key reference.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let api_url = base_url(
+            "apiURL",
+            self.api_url.as_deref().unwrap_or("https://api.e2b.app"),
+        )?;
+        let envd_url = match self.envd_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(u) => {
+                let u = base_url("envdURL", u)?;
+                if crate::http::origin(&u) == crate::http::origin(&api_url) {
+                    return bad(
+                        "envdURL",
+                        "must not be the API's origin: the API key is sent there",
+                    );
+                }
+                Some(u)
+            }
+        };
+        let domain = self
+            .domain
+            .as_deref()
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .unwrap_or("e2b.app")
+            .to_owned();
+        if !is_host(&domain) {
+            return bad("domain", format!("`{domain}` is not a host name"));
+        }
+        let template = match self.template.as_deref().map(str::trim) {
+            None | Some("") => "base".to_owned(),
+            Some(t) if t.chars().any(|c| c.is_whitespace() || c == '?' || c == '#') => {
+                return bad("template", "a template id or alias has no whitespace")
+            }
+            Some(t) => t.to_owned(),
+        };
+        let user = match self.user.as_deref().map(str::trim) {
+            None | Some("") => "user".to_owned(),
+            Some(u) if u.contains(':') || u.chars().any(char::is_whitespace) => {
+                return bad("user", "a Linux user name has no `:` or whitespace")
+            }
+            Some(u) => u.to_owned(),
+        };
+        let max_timeout_seconds = match self.max_timeout_seconds.unwrap_or(3600) {
+            n if n < 60 => return bad("maxTimeoutSeconds", "must be at least 60"),
+            n => n,
+        };
+        let egress = self.egress.unwrap_or_default();
+        let egress_allow = self.egress_allow.clone().unwrap_or_default();
+        match egress {
+            Egress::Allowlist if egress_allow.is_empty() => {
+                return bad("egressAllow", "required with egress `allowlist`")
+            }
+            Egress::Public | Egress::None if !egress_allow.is_empty() => {
+                return bad("egressAllow", "only with egress `allowlist`")
+            }
+            _ => {}
+        }
+        if let Some(bad_entry) = egress_allow
+            .iter()
+            .find(|e| e.is_empty() || e.chars().any(|c| c.is_whitespace() || c == ','))
+        {
+            return bad(
+                "egressAllow",
+                format!("`{bad_entry}` is not a CIDR, IP or domain"),
+            );
+        }
+        let t = &self.timeouts;
+        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
+            0 => bad(field, "must be at least 1"),
+            n => Ok(Duration::from_secs(n)),
+        };
+        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let create_timeout = secs(t.create_seconds, 120, "timeouts.createSeconds")?;
+        let ready_timeout = secs(t.ready_seconds, 60, "timeouts.readySeconds")?;
+        let stream_idle = secs(t.stream_idle_seconds, 90, "timeouts.streamIdleSeconds")?;
+        let poll_interval = match t.poll_millis.unwrap_or(500) {
+            0 => return bad("timeouts.pollMillis", "must be at least 1"),
+            n => Duration::from_millis(n),
+        };
+        let (credential, initial_key) = resolve_key(
+            "API key",
+            self.api_key_env.as_deref(),
+            self.api_key_file.as_ref(),
+            self.api_key_secret.as_deref(),
+        )?;
+        Ok(Settings {
+            api_url,
+            domain,
+            envd_url,
+            template,
+            user,
+            max_timeout_seconds,
+            ports: self.ports.unwrap_or_default(),
+            egress,
+            egress_allow,
+            request_timeout,
+            create_timeout,
+            ready_timeout,
+            stream_idle,
+            poll_interval,
+            credential,
+            initial_key,
+        })
+    }
+}
+
+fn is_host(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+}
+
+/// A plain `http(s)://host[:port][/path]` base URL without credentials, query or fragment,
+/// returned without a trailing slash.
+pub(crate) fn base_url(field: &str, url: &str) -> Result<String, ConfigError> {
+    let url = url.trim();
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return bad(field, "must start with http:// or https://");
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() {
+        return bad(field, "has no host");
+    }
+    if authority.contains('@') {
+        return bad(
+            field,
+            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
+        );
+    }
+    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
+        return bad(field, "must be a plain base URL without query or fragment");
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// Checks the one credential reference (`<prefix>Env`, `<prefix>File`, `<prefix>Secret`,
+/// here `apiKey…` and Vercel's `token…`) and, for env and file references, that it resolves
+/// now to a usable value, so a typo is refused at registration naming the key. A stored
+/// secret may be stored after the pool is registered: only its name is checked.
+pub(crate) fn resolve_credential(
+    prefix: &str,
+    what: &str,
+    env: Option<&str>,
+    file: Option<&PathBuf>,
+    secret: Option<&str>,
+) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
+    let (env_f, file_f, secret_f) = (
+        format!("{prefix}Env"),
+        format!("{prefix}File"),
+        format!("{prefix}Secret"),
+    );
+    let env = env.filter(|e| !e.is_empty());
+    let secret = secret.filter(|s| !s.is_empty());
+    let given = [env.is_some(), file.is_some(), secret.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        let field = if secret.is_some() { &secret_f } else { &file_f };
+        return bad(
+            field,
+            format!("give one of {env_f}, {file_f} or {secret_f}, not several"),
+        );
+    }
+    let (credential, field, raw) = match (env, file, secret) {
+        (Some(var), _, _) => match std::env::var(var) {
+            Ok(v) => (CredentialRef::Env(var.to_owned()), &env_f, v),
+            Err(_) => return bad(&env_f, format!("environment variable `{var}` is not set")),
+        },
+        (_, Some(path), _) => match std::fs::read_to_string(path) {
+            Ok(v) => (CredentialRef::File(path.clone()), &file_f, v),
+            Err(e) => {
+                return bad(
+                    &file_f,
+                    format!("cannot read {}: {}", path.display(), e.kind()),
+                )
+            }
+        },
+        (_, _, Some(name)) => {
+            if !valid_secret_name(name) {
+                return bad(
+                    &secret_f,
+                    "a stored secret's name: 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
+                );
+            }
+            return Ok((CredentialRef::Secret(name.to_owned()), None));
+        }
+        (None, None, None) => {
+            return bad(
+                &env_f,
+                format!(
+                    "the {what} is required, by reference: {env_f} (variable name), {file_f} (path) or {secret_f} (stored secret name)"
+                ),
+            )
+        }
+    };
+    match Secret::parse(raw.trim()) {
+        Ok(key) => Ok((credential, Some(key))),
+        Err(why) => bad(field, format!("the referenced {what} {why}")),
+    }
+}
+
+fn resolve_key(
+    what: &str,
+    env: Option<&str>,
+    file: Option<&PathBuf>,
+    secret: Option<&str>,
+) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
+    resolve_credential("apiKey", what, env, file, secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_plain() {
+        assert_eq!(
+            base_url("f", "https://api.e2b.app/").as_deref(),
+            Ok("https://api.e2b.app")
+        );
+        assert!(base_url("f", "ftp://x").is_err());
+        assert!(base_url("f", "https://u:p@x").is_err());
+        assert!(base_url("f", "https://x/?a=b").is_err());
+        assert!(is_host("e2b.app") && !is_host("e2b..app") && !is_host("a b"));
+    }
+}

@@ -1,0 +1,150 @@
+//! Settings of a `vercel` pool ([`VercelConfig`] as written, [`Settings`] validated; the
+//! token's reference is checked here and read at call time).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::credentials::CredentialRef;
+use crate::e2b::config::{bad, base_url, resolve_credential, ConfigError};
+use crate::http::Secret;
+
+/// Client timeouts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TimeoutsConfig {
+    /// Ordinary calls (default 30).
+    pub request_seconds: Option<u64>,
+    /// Waiting for a session to run after create or start (default 120).
+    pub ready_seconds: Option<u64>,
+    /// Longest silence on a command's output stream (default 120).
+    pub stream_idle_seconds: Option<u64>,
+    /// Longest gap between state polls, in milliseconds (default 500).
+    pub poll_millis: Option<u64>,
+}
+
+/// Settings of a `vercel` pool (`adapterSettings`), as written. See `docs/providers.md`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct VercelConfig {
+    /// The API (default `https://vercel.com/api`).
+    #[serde(rename = "apiURL", alias = "apiUrl")]
+    pub api_url: Option<String>,
+    /// The team every request names (required).
+    pub team_id: Option<String>,
+    /// The project sandboxes belong to (required).
+    pub project_id: Option<String>,
+    /// Managed image for sandboxes without a template (Vercel's default when unset).
+    pub image: Option<String>,
+    /// Region (`iad1`, …); Vercel's default when unset.
+    pub region: Option<String>,
+    /// Persistent sandboxes keep their disk when stopped, so `lifecycle.stop` is offered
+    /// (default true).
+    pub persistent: Option<bool>,
+    /// Ports opened at create; only these can be exposed (Vercel routes are fixed at create).
+    pub ports: Option<Vec<u16>>,
+    /// The plan's longest session in seconds (default 2700, Hobby's 45 min; Pro is 18000).
+    pub max_timeout_seconds: Option<u64>,
+    /// Client timeouts.
+    pub timeouts: TimeoutsConfig,
+    /// Credential by reference: the environment variable holding the access token.
+    pub token_env: Option<String>,
+    /// Credential by reference: a file holding the access token.
+    pub token_file: Option<PathBuf>,
+    /// Credential by reference: a secret stored sealed in Differently.
+    pub token_secret: Option<String>,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub api_url: String,
+    pub team_id: String,
+    pub project_id: String,
+    pub image: Option<String>,
+    pub region: Option<String>,
+    pub persistent: bool,
+    pub ports: Vec<u16>,
+    pub max_timeout_seconds: u64,
+    pub request_timeout: Duration,
+    pub ready_timeout: Duration,
+    pub stream_idle: Duration,
+    pub poll_interval: Duration,
+    pub credential: CredentialRef,
+    pub initial_token: Option<Secret>,
+}
+
+fn ident(field: &str, v: Option<&str>, required: bool) -> Result<Option<String>, ConfigError> {
+    match v.map(str::trim).filter(|s| !s.is_empty()) {
+        None if required => bad(field, "required"),
+        None => Ok(None),
+        Some(s)
+            if s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')) =>
+        {
+            Ok(Some(s.to_owned()))
+        }
+        Some(s) => bad(field, format!("`{s}` is not an id")),
+    }
+}
+
+impl VercelConfig {
+    /// Checks every rule and resolves the token reference.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let api_url = base_url(
+            "apiURL",
+            self.api_url.as_deref().unwrap_or("https://vercel.com/api"),
+        )?;
+        let team_id = ident("teamId", self.team_id.as_deref(), true)?.unwrap_or_default();
+        let project_id = ident("projectId", self.project_id.as_deref(), true)?.unwrap_or_default();
+        let image = ident("image", self.image.as_deref(), false)?;
+        let region = ident("region", self.region.as_deref(), false)?;
+        let ports = self.ports.clone().unwrap_or_default();
+        if ports.contains(&0) {
+            return bad("ports", "ports are 1-65535");
+        }
+        if ports.len() > 4 {
+            return bad("ports", "Vercel opens at most 4 ports per sandbox");
+        }
+        let max_timeout_seconds = match self.max_timeout_seconds.unwrap_or(2700) {
+            n if n < 60 => return bad("maxTimeoutSeconds", "must be at least 60"),
+            n => n,
+        };
+        let t = &self.timeouts;
+        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
+            0 => bad(field, "must be at least 1"),
+            n => Ok(Duration::from_secs(n)),
+        };
+        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let ready_timeout = secs(t.ready_seconds, 120, "timeouts.readySeconds")?;
+        let stream_idle = secs(t.stream_idle_seconds, 120, "timeouts.streamIdleSeconds")?;
+        let poll_interval = match t.poll_millis.unwrap_or(500) {
+            0 => return bad("timeouts.pollMillis", "must be at least 1"),
+            n => Duration::from_millis(n),
+        };
+        let (credential, initial_token) = resolve_credential(
+            "token",
+            "access token",
+            self.token_env.as_deref(),
+            self.token_file.as_ref(),
+            self.token_secret.as_deref(),
+        )?;
+        Ok(Settings {
+            api_url,
+            team_id,
+            project_id,
+            image,
+            region,
+            persistent: self.persistent.unwrap_or(true),
+            ports,
+            max_timeout_seconds,
+            request_timeout,
+            ready_timeout,
+            stream_idle,
+            poll_interval,
+            credential,
+            initial_token,
+        })
+    }
+}

@@ -1,0 +1,891 @@
+//! `VercelAdapter`: sandboxes on Vercel Sandbox (Firecracker microVMs run by Vercel, so pools
+//! of this kind are always `external`).
+//!
+//! A Vercel sandbox is *named*; each run of it is a *session*. The adapter names each sandbox
+//! after Differently's sandbox id (`differently-<id>`), which makes `create` idempotent by
+//! construction (a repeat finds the name, or gets a 409 for it), and tags it with the sandbox
+//! and installation ids so `list` finds orphans. The backend ref is the name; the current
+//! session is looked up from it. Commands stream as NDJSON; files go up as a gzip tar;
+//! listing and removal run as commands (Vercel has no endpoints for them).
+//!
+//! The access token, read through its reference at call time, goes only to the API, as
+//! `Authorization: Bearer`. See `docs/providers.md`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use differently_core::exec::{ExecRequest, ExecResult};
+use differently_core::ids::InstallationId;
+use differently_core::SandboxId;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::credentials::Credentials;
+use crate::error::Reason;
+use crate::exec_output::CollectedOutput;
+use crate::poll::Poll;
+use crate::registry::AdapterConfigError;
+use crate::{
+    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
+    ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState,
+};
+
+mod api;
+pub mod config;
+pub mod tar;
+
+pub use crate::e2b::config::ConfigError;
+pub use config::{Settings, VercelConfig};
+
+/// Tag holding Differently's sandbox id.
+pub const TAG_SANDBOX: &str = "differently-sandbox-id";
+/// Tag holding Differently's installation id.
+pub const TAG_INSTALLATION: &str = "differently-installation-id";
+/// How long after Differently's own expiry Vercel's timeout fires.
+const BACKSTOP_MARGIN: u64 = 300;
+/// Largest upload: `fs/write` takes a tar, whose header needs the size, so a body is held
+/// whole before it is sent.
+pub const MAX_UPLOAD_BYTES: usize = 256 * 1024 * 1024;
+
+/// One Vercel Sandbox pool.
+pub struct VercelAdapter {
+    settings: Settings,
+    api: api::Api,
+    /// Current session per sandbox name.
+    sessions: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for VercelAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VercelAdapter")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A settings error as the registry reports it, naming this kind (the error type is shared
+/// with `e2b`, whose `From` names that kind).
+pub fn config_error(e: ConfigError) -> AdapterConfigError {
+    AdapterConfigError::InvalidSettings {
+        kind: "vercel".to_owned(),
+        field: Some(e.field),
+        message: e.message,
+    }
+}
+
+/// The Vercel sandbox name of Differently's sandbox `id` (lower case, `-` for `_`).
+pub fn sandbox_name(id: &SandboxId) -> String {
+    let body: String = id
+        .as_str()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("differently-{body}")
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn state(status: &str) -> InstanceState {
+    match status {
+        "running" => InstanceState::Running,
+        "stopping" | "stopped" | "snapshotting" => InstanceState::Stopped,
+        "failed" | "aborted" => InstanceState::Failed,
+        _ => InstanceState::Pending,
+    }
+}
+
+fn is_stopped(e: &AdapterError) -> bool {
+    matches!(e, AdapterError::Transient(m) if m.starts_with("stopped:"))
+}
+
+fn unique() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Exit codes of the helper scripts below.
+const NO_SUCH_PATH: i32 = 44;
+const NOT_A_DIR: i32 = 45;
+const NOT_EMPTY: i32 = 46;
+
+impl VercelAdapter {
+    /// Validates `config` and builds the adapter, with no stored-secret source.
+    pub fn new(config: VercelConfig) -> Result<Self, ConfigError> {
+        Self::with_credentials(config, &Credentials::default())
+    }
+
+    /// Validates `config` and builds the adapter; the token is read through `credentials`
+    /// when calls are made.
+    pub fn with_credentials(
+        config: VercelConfig,
+        credentials: &Credentials,
+    ) -> Result<Self, ConfigError> {
+        let settings = config.validate()?;
+        let api = api::Api::new(&settings, credentials).map_err(|e| ConfigError {
+            field: "apiURL".to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(VercelAdapter {
+            settings,
+            api,
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The validated settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn remember(&self, name: &str, session: &str) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned(), session.to_owned());
+    }
+
+    fn forget(&self, name: &str) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    fn session_of(a: &api::Answer) -> Option<String> {
+        a.session
+            .as_ref()
+            .map(|s| s.id.clone())
+            .or_else(|| a.sandbox.current_session_id.clone())
+    }
+
+    /// The current session of sandbox `name`.
+    async fn session(&self, name: &str) -> Result<String, AdapterError> {
+        let cached = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned();
+        if let Some(s) = cached {
+            return Ok(s);
+        }
+        let a = self.api.get(name, false).await?;
+        if state(&a.sandbox.status) == InstanceState::Stopped {
+            return Err(AdapterError::permanent(
+                "the Vercel sandbox is stopped; start it first".to_owned(),
+            ));
+        }
+        let s = Self::session_of(&a)
+            .ok_or_else(|| AdapterError::transient("the Vercel sandbox has no session yet"))?;
+        self.remember(name, &s);
+        Ok(s)
+    }
+
+    /// Starts a stopped sandbox (a new session) and waits for it.
+    async fn resume(&self, name: &str) -> Result<(), AdapterError> {
+        let a = self.api.get(name, true).await?;
+        let s = Self::session_of(&a)
+            .ok_or_else(|| AdapterError::transient("the resumed sandbox has no session"))?;
+        self.remember(name, &s);
+        self.wait_running(&s).await
+    }
+
+    /// Polls the session until it runs.
+    async fn wait_running(&self, session: &str) -> Result<(), AdapterError> {
+        let timeout = self.settings.ready_timeout;
+        let mut poll = Poll::new(self.settings.poll_interval, timeout);
+        loop {
+            let s = self.api.session(session).await?;
+            match state(&s.status) {
+                InstanceState::Running => return Ok(()),
+                InstanceState::Failed | InstanceState::Stopped => {
+                    return Err(AdapterError::permanent(format!(
+                        "the Vercel session is {}",
+                        s.status
+                    )))
+                }
+                _ => {}
+            }
+            if poll.expired() {
+                return Err(AdapterError::transient(format!(
+                    "the Vercel session is still {} after {} s",
+                    s.status,
+                    timeout.as_secs()
+                )));
+            }
+            poll.pause().await;
+        }
+    }
+
+    fn backstop(&self, ttl_seconds: u64) -> Result<u64, AdapterError> {
+        let max = self.settings.max_timeout_seconds;
+        if ttl_seconds > max {
+            return Err(AdapterError::invalid_field(
+                "ttlSeconds",
+                format!(
+                    "this Vercel pool keeps sessions at most {max} s (its plan's limit, maxTimeoutSeconds); ask for a shorter TTL"
+                ),
+            ));
+        }
+        Ok(if ttl_seconds == 0 {
+            max
+        } else {
+            (ttl_seconds + BACKSTOP_MARGIN).min(max)
+        })
+    }
+
+    fn instance(s: &api::Sandbox) -> Option<Instance> {
+        let id = s.tags.as_ref()?.get(TAG_SANDBOX)?;
+        Some(Instance {
+            backend_ref: s.name.clone(),
+            sandbox_id: SandboxId::parse(id).ok()?,
+            state: state(&s.status),
+        })
+    }
+
+    /// Brings an existing sandbox to running: waits on a pending one, starts a stopped one.
+    async fn adopt(&self, a: &api::Answer) -> Result<(), AdapterError> {
+        let name = &a.sandbox.name;
+        match state(&a.sandbox.status) {
+            InstanceState::Stopped => self.resume(name).await,
+            _ => {
+                let s = Self::session_of(a)
+                    .ok_or_else(|| AdapterError::transient("the sandbox has no session yet"))?;
+                self.remember(name, &s);
+                self.wait_running(&s).await
+            }
+        }
+    }
+
+    /// Runs `argv` on the current session, feeding `out`; one retry on a stopped session
+    /// (after starting it, as Vercel's SDK does) or when the API never took the command.
+    async fn run_argv(
+        &self,
+        name: &str,
+        argv: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: Option<&str>,
+        deadline: Duration,
+        out: &mpsc::Sender<ExecEvent>,
+    ) -> Result<i32, AdapterError> {
+        let mut retried = false;
+        loop {
+            let session = self.session(name).await?;
+            let res = self
+                .api
+                .run(
+                    &session,
+                    argv,
+                    env,
+                    cwd,
+                    deadline,
+                    self.settings.stream_idle,
+                    out,
+                )
+                .await;
+            match res {
+                Ok(code) => return Ok(code),
+                Err(api::RunError::Started(e)) => return Err(e),
+                Err(api::RunError::NotStarted(e)) if !retried && is_stopped(&e) => {
+                    retried = true;
+                    self.forget(name);
+                    self.resume(name).await?;
+                }
+                Err(api::RunError::NotStarted(AdapterError::Unavailable(_))) if !retried => {
+                    retried = true;
+                    self.forget(name);
+                }
+                Err(api::RunError::NotStarted(AdapterError::NotFound)) => {
+                    // The session is gone: is the sandbox?
+                    self.forget(name);
+                    return match self.api.get(name, false).await {
+                        Err(AdapterError::NotFound) => Err(AdapterError::NotFound),
+                        Ok(_) if !retried => {
+                            retried = true;
+                            continue;
+                        }
+                        Ok(_) => Err(AdapterError::transient("exec: the session went away")),
+                        Err(e) => Err(e),
+                    };
+                }
+                Err(api::RunError::NotStarted(e)) => {
+                    if let (Some(dir), AdapterError::Permanent(_)) = (cwd, &e) {
+                        if !self.is_dir(name, dir).await {
+                            return Err(AdapterError::invalid_field(
+                                "cwd",
+                                format!("exec: working directory {dir} does not exist"),
+                            ));
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Whether `dir` is a directory, asked once without retries (so it can explain the
+    /// failures of [`Self::run_argv`]).
+    async fn is_dir(&self, name: &str, dir: &str) -> bool {
+        let Ok(session) = self.session(name).await else {
+            return false;
+        };
+        let argv = ["test", "-d", dir].map(str::to_owned);
+        let (tx, _rx) = mpsc::channel(1);
+        let res = self
+            .api
+            .run(
+                &session,
+                &argv,
+                &BTreeMap::new(),
+                None,
+                Duration::from_secs(30),
+                self.settings.stream_idle,
+                &tx,
+            )
+            .await;
+        matches!(res, Ok(0))
+    }
+
+    /// Runs a helper command and keeps its whole output.
+    async fn capture(
+        &self,
+        name: &str,
+        argv: &[String],
+    ) -> Result<(i32, Vec<u8>, String), AdapterError> {
+        let (tx, mut rx) = mpsc::channel(64);
+        let run = async move {
+            let tx = tx;
+            self.run_argv(
+                name,
+                argv,
+                &BTreeMap::new(),
+                None,
+                Duration::from_secs(60),
+                &tx,
+            )
+            .await
+        };
+        let read = async {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            while let Some(ev) = rx.recv().await {
+                match ev {
+                    ExecEvent::Stdout(b) => out.extend_from_slice(&b),
+                    ExecEvent::Stderr(b) => err.extend_from_slice(&b),
+                }
+            }
+            (out, err)
+        };
+        let (code, (out, err)) = tokio::join!(run, read);
+        Ok((code?, out, String::from_utf8_lossy(&err).into_owned()))
+    }
+
+    async fn run(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: &mpsc::Sender<ExecEvent>,
+    ) -> Result<i32, AdapterError> {
+        if req.command.first().is_none_or(|p| p.is_empty()) {
+            return Err(AdapterError::invalid_field("command", "command is empty"));
+        }
+        if req.command.iter().any(|a| a.contains('\0')) {
+            return Err(AdapterError::invalid_field(
+                "command",
+                "arguments may not contain NUL",
+            ));
+        }
+        let stdin = match (&req.stdin, &req.stdin_base64) {
+            (Some(_), Some(_)) => {
+                return Err(AdapterError::invalid_field(
+                    "stdinBase64",
+                    "give stdin or stdinBase64, not both",
+                ))
+            }
+            (Some(s), None) => Some(s.clone().into_bytes()),
+            (None, Some(b)) => {
+                use base64::Engine as _;
+                Some(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(b)
+                        .map_err(|e| {
+                            AdapterError::Permanent(
+                                Reason::caused_by(format!("stdinBase64: {e}"), e)
+                                    .on_field("stdinBase64"),
+                            )
+                        })?,
+                )
+            }
+            (None, None) => None,
+        };
+        let mut argv = req.command.clone();
+        if let Some(input) = stdin {
+            // Vercel's command API takes no stdin: the command reads a file, removed as soon
+            // as the shell has opened it.
+            let path = format!("/tmp/.differently-stdin-{}", unique());
+            self.write_file(&at.backend_ref, &path, 0o600, &input)
+                .await?;
+            let mut wrapped = vec![
+                "sh".to_owned(),
+                "-c".to_owned(),
+                "f=$1; shift; exec 0<\"$f\"; rm -f -- \"$f\"; exec \"$@\"".to_owned(),
+                "sh".to_owned(),
+                path,
+            ];
+            wrapped.extend(argv);
+            argv = wrapped;
+        }
+        self.run_argv(
+            &at.backend_ref,
+            &argv,
+            &req.env,
+            req.cwd.as_deref(),
+            req.timeout(),
+            out,
+        )
+        .await
+    }
+
+    async fn write_file(
+        &self,
+        name: &str,
+        path: &str,
+        mode: u32,
+        data: &[u8],
+    ) -> Result<(), AdapterError> {
+        let rel = path.trim_start_matches('/');
+        let archive = tar::tar_one(rel, mode, data)
+            .map_err(|why| AdapterError::invalid_field("path", format!("upload: {why}")))?;
+        let tgz = tar::gzip_stored(&archive);
+        let session = self.session(name).await?;
+        match self.api.write(&session, tgz.clone()).await {
+            Err(e) if is_stopped(&e) => {
+                self.forget(name);
+                self.resume(name).await?;
+                let session = self.session(name).await?;
+                self.api.write(&session, tgz).await
+            }
+            other => other,
+        }
+    }
+}
+
+fn check_path(path: &str) -> Result<(), AdapterError> {
+    if !path.starts_with('/') || path.contains('\0') {
+        return Err(AdapterError::invalid_field(
+            "path",
+            format!("path must be absolute: {path:?}"),
+        ));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Adapter for VercelAdapter {
+    fn kind(&self) -> &'static str {
+        "vercel"
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        let mut caps = vec!["exec", "files", "exec.stream"];
+        if self.settings.persistent {
+            caps.push("lifecycle.stop");
+        }
+        if !self.settings.ports.is_empty() {
+            caps.push("ports.expose");
+        }
+        caps.into_iter().map(str::to_owned).collect()
+    }
+
+    async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
+        if req.from_snapshot.is_some() {
+            return Err(AdapterError::Unsupported(
+                "snapshots are not offered by Vercel pools".to_owned(),
+            ));
+        }
+        let name = sandbox_name(&req.sandbox_id);
+        let instance = |state| Instance {
+            backend_ref: name.clone(),
+            sandbox_id: req.sandbox_id.clone(),
+            state,
+        };
+        // Idempotency: the name is the sandbox id.
+        match self.api.get(&name, false).await {
+            Ok(a) if state(&a.sandbox.status) == InstanceState::Failed => {
+                // A failed earlier attempt: clear it so this one can succeed.
+                self.api.delete(&name).await?;
+            }
+            Ok(a) => {
+                self.adopt(&a).await?;
+                return Ok(instance(InstanceState::Running));
+            }
+            Err(AdapterError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let s = &self.settings;
+        let body = api::NewSandbox {
+            project_id: s.project_id.clone(),
+            name: name.clone(),
+            image: req
+                .template
+                .clone()
+                .filter(|t| !t.is_empty())
+                .or_else(|| s.image.clone()),
+            timeout: self.backstop(req.ttl_seconds)? * 1000,
+            resources: serde_json::json!({ "vcpus": req.resources.cpu.max(1) }),
+            persistent: s.persistent,
+            env: req.env.clone(),
+            tags: BTreeMap::from([
+                (TAG_SANDBOX.to_owned(), req.sandbox_id.as_str().to_owned()),
+                (
+                    TAG_INSTALLATION.to_owned(),
+                    req.installation_id.as_str().to_owned(),
+                ),
+            ]),
+            ports: s.ports.clone(),
+            region: s.region.clone(),
+        };
+        let created = match self.api.create(&body).await {
+            Ok(a) => a,
+            // Another attempt created the name in between: adopt it.
+            Err(AdapterError::Permanent(m)) if m.contains("HTTP 409") => {
+                self.api.get(&name, false).await?
+            }
+            Err(e) => return Err(e),
+        };
+        if let Err(e) = self.adopt(&created).await {
+            if matches!(e, AdapterError::Permanent(_)) {
+                if let Err(d) = self.api.delete(&name).await {
+                    tracing::warn!(error = %d, "vercel: removing a sandbox that did not start");
+                }
+            }
+            return Err(e);
+        }
+        Ok(instance(InstanceState::Running))
+    }
+
+    async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
+        let name = sandbox_name(sandbox_id);
+        self.api.delete(&name).await?;
+        self.forget(&name);
+        Ok(())
+    }
+
+    async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError> {
+        match self.api.get(&sandbox_name(sandbox_id), false).await {
+            Ok(a) => Ok(Self::instance(&a.sandbox).filter(|i| &i.sandbox_id == sandbox_id)),
+            Err(AdapterError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
+        let all = self
+            .api
+            .list_tagged(TAG_INSTALLATION, installation.as_str())
+            .await?;
+        let mut out: Vec<Instance> = all.iter().filter_map(Self::instance).collect();
+        out.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
+        Ok(out)
+    }
+
+    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
+        let started = Instant::now();
+        let (tx, rx) = mpsc::channel(64);
+        let run = async move {
+            let tx = tx;
+            self.run(at, req, &tx).await
+        };
+        let (code, out) = tokio::join!(run, CollectedOutput::collect(rx));
+        Ok(out.into_result(code?, millis(started.elapsed())))
+    }
+
+    async fn health(&self) -> Result<(), AdapterError> {
+        self.api.probe().await
+    }
+
+    async fn exec_stream(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: mpsc::Sender<ExecEvent>,
+    ) -> Result<ExecExit, AdapterError> {
+        let started = Instant::now();
+        let exit_code = self.run(at, req, &out).await?;
+        Ok(ExecExit {
+            exit_code,
+            duration_ms: millis(started.elapsed()),
+        })
+    }
+
+    async fn upload(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+        mut body: ByteStream,
+    ) -> Result<(), AdapterError> {
+        check_path(path)?;
+        let mut data = Vec::new();
+        while let Some(chunk) = body.next().await {
+            data.extend_from_slice(&chunk?);
+            if data.len() > MAX_UPLOAD_BYTES {
+                return Err(AdapterError::permanent(format!(
+                    "upload: Vercel pools take files up to {} MiB",
+                    MAX_UPLOAD_BYTES >> 20
+                )));
+            }
+        }
+        self.write_file(&at.backend_ref, path, mode.unwrap_or(0o644), &data)
+            .await
+    }
+
+    async fn download(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        range: Option<ByteRange>,
+    ) -> Result<Download, AdapterError> {
+        check_path(path)?;
+        let session = self.session(&at.backend_ref).await?;
+        let (len, body) = match self.api.read(&session, path).await {
+            Err(AdapterError::PathNotFound(_)) => {
+                // Vercel answers 404 for a directory too.
+                return Err(if self.is_dir(&at.backend_ref, path).await {
+                    AdapterError::invalid_field("path", format!("download: {path} is a directory"))
+                } else {
+                    AdapterError::PathNotFound(path.to_owned())
+                });
+            }
+            other => other?,
+        };
+        // Vercel reads whole files: a range is cut here.
+        Ok(Download {
+            total_size: len,
+            body: match range {
+                Some(r) => crate::e2b::cut(body, r),
+                None => body,
+            },
+        })
+    }
+
+    async fn list_files(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        depth: u32,
+    ) -> Result<Vec<FileEntry>, AdapterError> {
+        check_path(path)?;
+        let script = format!(
+            "[ -e \"$1\" ] || exit {NO_SUCH_PATH}; [ -d \"$1\" ] || exit {NOT_A_DIR}; exec find \"$1\" -mindepth 1 -maxdepth \"$2\" -printf '%y\\t%s\\t%m\\t%T@\\t%p\\0'"
+        );
+        let argv = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            script,
+            "sh".to_owned(),
+            path.to_owned(),
+            depth.max(1).to_string(),
+        ];
+        let (code, out, err) = self.capture(&at.backend_ref, &argv).await?;
+        match code {
+            0 => {}
+            NO_SUCH_PATH => return Err(AdapterError::PathNotFound(path.to_owned())),
+            NOT_A_DIR => {
+                return Err(AdapterError::invalid_field(
+                    "path",
+                    format!("list files: {path} is not a directory"),
+                ))
+            }
+            c => {
+                return Err(AdapterError::transient(format!(
+                    "list files: find exited {c}: {}",
+                    err.trim()
+                )))
+            }
+        }
+        let mut entries: Vec<FileEntry> = out
+            .split(|b| *b == 0)
+            .filter(|r| !r.is_empty())
+            .filter_map(|rec| {
+                let rec = String::from_utf8_lossy(rec);
+                let mut f = rec.splitn(5, '\t');
+                let (kind, size, mode, mtime, p) =
+                    (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+                let secs: f64 = mtime.parse().ok()?;
+                Some(FileEntry {
+                    path: p.to_owned(),
+                    kind: match kind {
+                        "f" => FileKind::File,
+                        "d" => FileKind::Dir,
+                        "l" => FileKind::Symlink,
+                        _ => FileKind::Other,
+                    },
+                    size: size.parse().unwrap_or(0),
+                    mode: u32::from_str_radix(mode, 8).unwrap_or(0) & 0o7777,
+                    #[allow(clippy::cast_possible_truncation)]
+                    modified_at: chrono::DateTime::from_timestamp(
+                        secs.trunc() as i64,
+                        (secs.fract() * 1e9) as u32,
+                    ),
+                })
+            })
+            .collect();
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(entries)
+    }
+
+    async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
+        check_path(path)?;
+        let script = format!(
+            "if [ ! -e \"$1\" ] && [ ! -L \"$1\" ]; then exit {NO_SUCH_PATH}; fi; if [ -d \"$1\" ] && [ ! -L \"$1\" ]; then [ -z \"$(ls -A -- \"$1\")\" ] || exit {NOT_EMPTY}; exec rmdir -- \"$1\"; fi; exec rm -f -- \"$1\""
+        );
+        let argv = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            script,
+            "sh".to_owned(),
+            path.to_owned(),
+        ];
+        let (code, _, err) = self.capture(&at.backend_ref, &argv).await?;
+        match code {
+            0 => Ok(()),
+            NO_SUCH_PATH => Err(AdapterError::PathNotFound(path.to_owned())),
+            NOT_EMPTY => Err(AdapterError::permanent(format!(
+                "delete: directory not empty: {path}"
+            ))),
+            c => Err(AdapterError::permanent(format!(
+                "delete: exited {c}: {}",
+                err.trim()
+            ))),
+        }
+    }
+
+    async fn stop(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        if !self.settings.persistent {
+            return Err(AdapterError::Unsupported(
+                "lifecycle.stop needs a persistent Vercel pool".to_owned(),
+            ));
+        }
+        let a = self.api.get(&at.backend_ref, false).await?;
+        if state(&a.sandbox.status) == InstanceState::Stopped {
+            return Ok(());
+        }
+        let Some(session) = Self::session_of(&a) else {
+            return Ok(());
+        };
+        match self.api.stop(&session).await {
+            Ok(()) => {}
+            Err(e) if is_stopped(&e) => {}
+            Err(e) => return Err(e),
+        }
+        self.forget(&at.backend_ref);
+        Ok(())
+    }
+
+    async fn start(&self, at: &InstanceRef) -> Result<(), AdapterError> {
+        if !self.settings.persistent {
+            return Err(AdapterError::Unsupported(
+                "lifecycle.stop needs a persistent Vercel pool".to_owned(),
+            ));
+        }
+        self.forget(&at.backend_ref);
+        self.resume(&at.backend_ref).await
+    }
+
+    async fn expose_port(
+        &self,
+        at: &InstanceRef,
+        port: u16,
+        _expires: Option<Duration>,
+    ) -> Result<Endpoint, AdapterError> {
+        if self.settings.ports.is_empty() {
+            return Err(AdapterError::Unsupported(
+                "ports.expose is not offered by this Vercel pool (no ports setting)".to_owned(),
+            ));
+        }
+        if !self.settings.ports.contains(&port) {
+            return Err(AdapterError::invalid_field(
+                "port",
+                format!(
+                    "Vercel opens ports at create: this pool opens {:?}",
+                    self.settings.ports
+                ),
+            ));
+        }
+        let a = self.api.get(&at.backend_ref, false).await?;
+        let route = a.routes.iter().find(|r| r.port == port).ok_or_else(|| {
+            AdapterError::transient(format!("Vercel has no route for port {port} yet"))
+        })?;
+        // Vercel's routes are public URLs without expiry or signature.
+        Ok(Endpoint {
+            url: route.url.clone(),
+            expires_at: None,
+        })
+    }
+
+    async fn renew(&self, at: &InstanceRef, ttl: Duration) -> Result<(), AdapterError> {
+        let want_ms = self.backstop(ttl.as_secs().max(1))? * 1000;
+        let session = match self.session(&at.backend_ref).await {
+            Ok(s) => s,
+            // A stopped sandbox has no running session to keep alive.
+            Err(AdapterError::Permanent(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let s = self.api.session(&session).await?;
+        let now = chrono::Utc::now().timestamp_millis();
+        let ends = s
+            .started_at
+            .unwrap_or(now)
+            .saturating_add(i64::try_from(s.timeout.unwrap_or(0)).unwrap_or(i64::MAX));
+        let left = u64::try_from(ends.saturating_sub(now)).unwrap_or(0);
+        if want_ms > left {
+            self.api.extend(&session, want_ms - left).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes → body stream (tests and helpers).
+pub fn body_of(data: Vec<u8>) -> ByteStream {
+    Box::pin(futures::stream::once(async move {
+        Ok::<_, AdapterError>(Bytes::from(data))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_sandbox_id() {
+        let id = SandboxId::parse("sbx_01JABCDEFGHJKMNPQRSTVWXYZ0").unwrap();
+        assert_eq!(
+            sandbox_name(&id),
+            "differently-sbx-01jabcdefghjkmnpqrstvwxyz0"
+        );
+        assert_eq!(state("running"), InstanceState::Running);
+        assert_eq!(state("snapshotting"), InstanceState::Stopped);
+        assert_eq!(state("aborted"), InstanceState::Failed);
+        assert_eq!(state("pending"), InstanceState::Pending);
+    }
+}
