@@ -72,8 +72,20 @@ describe('tenant', () => {
     await page.waitForFunction((id) => !document.querySelector(`tr[data-id="${id}"]`), t.sandboxA);
   });
 
-  test('sandbox page: placement explanation, terminal, recent execs', async () => {
+  test('sandbox page: placement explanation, terminal, recent execs, files', async () => {
+    // A file put through the API shows in the files browser.
+    const put = await fetch(`${dev.url}/v1/sandboxes/${t.sandboxA}/files?path=/hello-ui.txt`, {
+      method: 'PUT', headers: { Authorization: `Bearer ${t.keyA}` }, body: 'hello from the API',
+    });
+    assert.equal(put.status, 204, await put.text());
     await page.goto(`/ui/#/sandbox/${t.sandboxA}`);
+    await page.locator('section[aria-labelledby="files-h"] td', { hasText: 'hello-ui.txt' }).waitFor();
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('button', { name: 'Download /hello-ui.txt' }).click(),
+    ]);
+    const { readFileSync } = await import('node:fs');
+    assert.equal(readFileSync(await download.path(), 'utf8'), 'hello from the API');
     await page.locator('#placement-decision').waitFor();
     assert.equal(await page.locator('#placement-decision').innerText(), 'placed');
     assert.match(await page.locator('#placement').innerText(), /local/);
@@ -138,6 +150,8 @@ describe('operator', () => {
   before(async () => { page = await newPage(browser, dev.url); });
 
   test('signs in with the admin key and sees every operator view', async () => {
+    const put = await dev.call('PUT', '/v1/admin/secrets/ui-cred', { value: 's3cr3t-value-never-shown' });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
     await signIn(page, dev.adminKey);
     assert.match(await page.locator('#nav').innerText(), /Pools/);
     const views = [
@@ -150,6 +164,12 @@ describe('operator', () => {
       if (name === 'pools') {
         await page.locator('#pool-strip li', { hasText: 'local' }).waitFor();
         assert.match(await page.locator('main').innerText(), /exec\.pty/);
+      }
+      if (name === 'secrets') {
+        await page.locator('td', { hasText: 'ui-cred' }).waitFor();
+        const text = await page.locator('main').innerText();
+        assert.match(text, /sha256:/);
+        assert.ok(!text.includes('s3cr3t-value-never-shown'), 'a secret value is on the page');
       }
       if (name === 'queue') {
         await page.getByText('Nobody is waiting.').or(page.locator('main table')).first().waitFor();
