@@ -18,6 +18,7 @@ mod nul;
 mod opensandbox_facade;
 mod pty;
 mod pty_browser;
+mod queue;
 mod refusals;
 mod sandboxes;
 mod schemathesis_finds;
