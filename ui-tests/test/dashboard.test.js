@@ -65,7 +65,17 @@ describe('tenant', () => {
     assert.equal(await page.evaluate(() => window.__noReload), 'still here', 'the page was reloaded');
     // Another organization's sandbox is not listed.
     assert.equal(await page.locator(`tr[data-id="${t.sandboxB}"]`).count(), 0);
+    // The label filter: a sandbox created with a label is the only one listed under it.
+    await page.getByLabel('Labels').fill('team=ui');
+    await page.getByRole('button', { name: 'Create sandbox' }).click();
+    await page.locator('.notice a[href^="#/sandbox/"]').filter({ hasNotText: t.sandboxA }).waitFor();
+    const labelled = (await page.locator('.notice a[href^="#/sandbox/"]').innerText()).trim();
+    await page.getByLabel('Label', { exact: true }).fill('team=ui');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.locator(`tr[data-id="${labelled}"]`).waitFor();
+    await page.waitForFunction((id) => !document.querySelector(`tr[data-id="${id}"]`), t.sandboxA);
     // The status filter.
+    await page.getByLabel('Label', { exact: true }).fill('');
     await page.getByLabel('Status').selectOption('failed');
     await page.getByRole('button', { name: 'Filter' }).click();
     await page.locator('p.muted, #sandboxes').first().waitFor();

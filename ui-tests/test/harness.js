@@ -93,6 +93,8 @@ export async function newPage(browser, url) {
 
 export async function signIn(page, key) {
   await page.goto('/ui/');
+  await page.getByLabel('API key').waitFor();
+  await axeCheck(page, 'sign-in');
   await page.getByLabel('API key').fill(key);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('button', { name: 'Sign out' }).waitFor();
