@@ -125,6 +125,18 @@ describe('tenant', () => {
     assert.equal((await dev.call('GET', `/v1/sandboxes/${t.sandboxB}`, undefined, t.keyA)).status, 404);
   });
 
+  test('a project-bound key of the other org sees its own sandbox only, and no key management', async () => {
+    const other = await newPage(browser, dev.url);
+    await signIn(other, t.keyB);
+    await other.locator(`tr[data-id="${t.sandboxB}"]`).waitFor();
+    assert.equal(await other.locator(`tr[data-id="${t.sandboxA}"]`).count(), 0);
+    assert.doesNotMatch(await other.locator('#nav').innerText(), /Keys/);
+    await other.goto('/ui/#/keys');
+    await other.locator('.error', { hasText: 'organization-wide key' }).waitFor();
+    assert.deepEqual(other.problems, []);
+    await other.context().close();
+  });
+
   test('snapshots and quota pages', async () => {
     await page.goto('/ui/#/snapshots');
     await page.getByRole('heading', { name: 'Snapshots', level: 1 }).waitFor();

@@ -11,7 +11,10 @@ import * as operator from './operator.js';
 const VIEWS = [
   { name: 'sandboxes', title: 'Sandboxes', group: 'tenant', render: tenant.sandboxes },
   { name: 'snapshots', title: 'Snapshots', group: 'tenant', render: tenant.snapshots },
-  { name: 'keys', title: 'Keys', group: 'tenant', render: tenant.keys },
+  { name: 'keys', title: 'Keys', group: 'tenant', render: tenant.keys,
+    // The API lets an admin, or an org-wide key with sandboxes:write, manage keys.
+    allowed: (w) => w.admin || (!w.projectId && w.has('sandboxes:write')),
+    refusal: 'Managing keys needs an organization-wide key with sandboxes:write (or an admin key).' },
   { name: 'quota', title: 'Quota & usage', group: 'tenant', render: tenant.quota },
   { name: 'pools', title: 'Pools', group: 'operator', render: operator.pools },
   { name: 'queue', title: 'Queue', group: 'operator', render: operator.queue },
@@ -55,7 +58,7 @@ function nav(current) {
   for (const group of ['tenant', 'operator']) {
     if (group === 'operator' && !who.admin) continue;
     items.push(h('li', { class: 'group', 'aria-hidden': 'true' }, group === 'tenant' ? 'Tenant' : 'Operator'));
-    for (const v of VIEWS.filter((x) => x.group === group)) {
+    for (const v of VIEWS.filter((x) => x.group === group && (!x.allowed || x.allowed(who)))) {
       items.push(h('li', {}, h('a', { href: `#/${v.name}`, 'aria-current': v.name === current ? 'page' : null }, v.title)));
     }
   }
@@ -77,6 +80,10 @@ async function route() {
   if (view.group === 'operator' && !who.admin) {
     replace(el, h('h1', {}, view.title),
       h('p', { class: 'error', role: 'alert' }, 'This view needs an operator (admin) key; this key is a tenant key.'));
+    return;
+  }
+  if (view.allowed && !view.allowed(who)) {
+    replace(el, h('h1', {}, view.title), h('p', { class: 'error', role: 'alert' }, view.refusal));
     return;
   }
   const controller = new AbortController();
