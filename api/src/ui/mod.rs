@@ -19,8 +19,11 @@ use crate::AppState;
 
 /// One embedded file: its path under `/ui/`, media type and bytes.
 pub struct Asset {
+    /// Relative to `api/ui/` and to `/ui/`.
     pub path: &'static str,
+    /// The `Content-Type` it is served with (`nosniff`: the browser takes it as given).
     pub content_type: &'static str,
+    /// The file as it was when the binary was built.
     pub bytes: &'static [u8],
 }
 
