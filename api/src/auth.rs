@@ -226,15 +226,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
     if let Some(d) = parts.extensions.get::<Delegated>() {
         return delegated(state, &d.key_id).await;
     }
-    let header = parts
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(unauthenticated)?;
-    let token = header
-        .strip_prefix("Bearer ")
-        .ok_or_else(unauthenticated)?
-        .trim();
+    let token = bearer(parts).ok_or_else(unauthenticated)?;
     if state.bootstrap_key.matches(token) {
         return Ok(Principal {
             key_id: state.bootstrap_key.key_id.clone(),
@@ -343,14 +335,42 @@ async fn delegated(state: &AppState, key_id: &str) -> Result<Principal, ApiError
 /// Lower-case hex of `bytes` (the store's, so key hashes and audit hashes are spelled alike).
 pub use differently_store::audit::hex;
 
-/// The bearer token of the request, if it has one.
+/// The WebSocket subprotocol a browser offers with [`BEARER_SUBPROTOCOL_PREFIX`] and that
+/// the terminal route selects in its answer (never the one carrying the key).
+pub const PTY_SUBPROTOCOL: &str = "differently.pty.v1";
+
+/// A WebSocket upgrade may carry its key as the offered subprotocol
+/// `differently.bearer.<key>`, because a browser cannot set headers on a WebSocket and the
+/// key must never be in a URL (proxies log URLs). Kubernetes' API server does the same. A key
+/// is only letters, digits and `_`, all valid in a subprotocol token.
+pub const BEARER_SUBPROTOCOL_PREFIX: &str = "differently.bearer.";
+
+/// The bearer token of the request, if it has one: the `Authorization` header, or for a
+/// WebSocket upgrade without one, the key offered as a subprotocol. Neither is ambient (no
+/// cookie), so a cross-site page cannot make a request carry a key it does not hold.
 fn bearer(parts: &Parts) -> Option<&str> {
+    if let Some(h) = parts.headers.get(axum::http::header::AUTHORIZATION) {
+        return h
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim);
+    }
+    let upgrade = parts
+        .headers
+        .get(axum::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if !upgrade {
+        return None;
+    }
     parts
         .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::trim)
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(BEARER_SUBPROTOCOL_PREFIX))
 }
 
 /// What a failure of this request counts against: the presented key id when the key is

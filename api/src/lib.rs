@@ -45,6 +45,7 @@ pub mod server;
 pub mod sse;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub mod ui;
 
 pub use auth::{generate_key, BootstrapKey};
 pub use bootstrap::{ensure_bootstrap_tenant, Tenant};
@@ -145,6 +146,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(routes::router())
         .merge(facade::opensandbox::router(&state, v1))
+        .merge(ui::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/openapi.json", get(openapi::serve))

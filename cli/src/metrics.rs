@@ -17,19 +17,12 @@ const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
 ];
 
-/// Installs the global recorder, binds `addr` and serves `/metrics` until `shutdown`.
-/// Returns the bound address (useful when `addr` asks for port 0).
-pub async fn start(
-    addr: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<SocketAddr, AnyError> {
+/// Installs the global recorder (once per process) and hands it to the API's
+/// `GET /v1/admin/metrics/summary`, the dashboard's charts; no listener.
+pub fn install() -> Result<PrometheusHandle, AnyError> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)?
         .install_recorder()?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("metrics: cannot listen on {addr}: {e}"))?;
-    let local = listener.local_addr()?;
     let upkeep = handle.clone();
     tokio::spawn(async move {
         loop {
@@ -37,6 +30,22 @@ pub async fn start(
             upkeep.run_upkeep();
         }
     });
+    let source = handle.clone();
+    differently_api::routes::queue::set_metrics_source(move || source.render());
+    Ok(handle)
+}
+
+/// Installs the global recorder, binds `addr` and serves `/metrics` until `shutdown`.
+/// Returns the bound address (useful when `addr` asks for port 0).
+pub async fn start(
+    addr: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<SocketAddr, AnyError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("metrics: cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr()?;
+    let handle = install()?;
     let app = Router::new().route("/metrics", get(move || render(handle.clone())));
     tokio::spawn(async move {
         // The API's listener, for its header read timeout: a scrape endpoint is no more

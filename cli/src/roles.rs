@@ -405,12 +405,15 @@ pub async fn dev(
         pools,
     };
     let (tx, rx) = watch::channel(false);
-    // Off in dev unless asked for through the environment.
+    // The listener is off in dev unless asked for through the environment; the metrics
+    // are always kept, for the dashboard's charts (`/v1/admin/metrics/summary`).
     if let Ok(m) = std::env::var("DIFFERENTLY_METRICS_LISTEN") {
         let addr: SocketAddr = m
             .parse()
             .map_err(|e| format!("DIFFERENTLY_METRICS_LISTEN {m:?}: {e}"))?;
         crate::metrics::start(addr, rx.clone()).await?;
+    } else {
+        crate::metrics::install()?;
     }
     let mut tasks = JoinSet::new();
     let sched = SchedulerConfig {

@@ -488,6 +488,12 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("get", "/v1/admin/trust-report", "trustReport", "operators", Admin,
             "Where work may go and why, per pool and per organization.")
             .answers(&[Json(200, "TrustReport")]),
+        op("get", "/v1/admin/queue", "adminQueue", "operators", Admin,
+            "The fair queue per organization: depth, oldest, and the wall each waits behind.")
+            .answers(&[Json(200, "QueueReport")]),
+        op("get", "/v1/admin/metrics/summary", "metricsSummary", "operators", Admin,
+            "This process's admission, activation and queue-depth counters, as JSON.")
+            .answers(&[Json(200, "MetricsSummary")]),
         op("get", "/healthz", "health", "health", Public,
             "The process is up.")
             .answers(&[Json(200, "Health")]),

@@ -942,6 +942,47 @@ pub(super) fn schemas() -> Value {
             ("notEnforced", array_of(typed("string"))),
         ]),
     );
+    // `api::routes::queue`.
+    let counts = || json!({ "type": "object", "additionalProperties": { "type": "number" } });
+    let org_queue = served(&[
+        ("orgId", typed("string")),
+        ("orgName", nullable("string")),
+        ("depth", typed("integer")),
+        ("oldestQueuedAt", time()),
+        ("oldestSandboxId", id_of("sbx")),
+        (
+            "walls",
+            json!({ "type": "object",
+                    "propertyNames": { "enum": ["org", "project", "pool", "unknown"] },
+                    "additionalProperties": { "type": "integer" } }),
+        ),
+        (
+            "reasons",
+            array_of(served(&[
+                ("reason", typed("string")),
+                ("count", typed("integer")),
+            ])),
+        ),
+    ]);
+    s.insert(
+        "QueueReport".to_owned(),
+        served(&[
+            ("generatedAt", time()),
+            ("total", typed("integer")),
+            ("truncated", typed("boolean")),
+            ("orgs", array_of(org_queue)),
+        ]),
+    );
+    s.insert(
+        "MetricsSummary".to_owned(),
+        served(&[
+            ("generatedAt", time()),
+            ("enabled", typed("boolean")),
+            ("admissions", counts()),
+            ("activations", counts()),
+            ("queueDepth", counts()),
+        ]),
+    );
     s.insert("Health".to_owned(), served(&[("status", typed("string"))]));
     s.insert("OpenApi".to_owned(), described("This document."));
     // Every string a request carries is refused with a NUL (`crate::nul`), except exec's

@@ -756,3 +756,30 @@ fn explanations_and_audit_objects_fit_their_schemas() {
         assert!(!property_names(name).is_empty(), "{name} has no properties");
     }
 }
+
+#[test]
+fn queue_and_metrics_summaries_fit_their_schemas() {
+    use crate::routes::queue::{summarize, OrgQueue, QueueReport, ReasonCount};
+    let report = QueueReport {
+        generated_at: chrono::Utc::now(),
+        total: 2,
+        truncated: false,
+        orgs: vec![OrgQueue {
+            org_id: differently_core::OrgId::new().to_string(),
+            org_name: Some("acme".into()),
+            depth: 2,
+            oldest_queued_at: chrono::Utc::now(),
+            oldest_sandbox_id: differently_core::SandboxId::new().to_string(),
+            walls: [("org".to_owned(), 1), ("unknown".to_owned(), 1)].into(),
+            reasons: vec![ReasonCount {
+                reason: "waiting: org cpu quota 2/2".into(),
+                count: 1,
+            }],
+        }],
+    };
+    assert_fits("QueueReport", &report);
+    assert_eq!(field_names(&report), property_names("QueueReport"));
+    let summary = summarize("differently_admissions_total{outcome=\"admitted\"} 1\n");
+    assert_fits("MetricsSummary", &summary);
+    assert_eq!(field_names(&summary), property_names("MetricsSummary"));
+}

@@ -18,6 +18,7 @@ pub mod pools;
 pub mod ports;
 pub mod projects;
 pub mod pty;
+pub mod queue;
 pub mod quotas;
 pub mod sandboxes;
 pub mod secrets;
@@ -45,4 +46,5 @@ pub fn router() -> Router<AppState> {
         .merge(policies::router())
         .merge(pools::router())
         .merge(trust::router())
+        .merge(queue::router())
 }

@@ -189,13 +189,17 @@ pub fn parse_control(text: &str) -> Result<PtyInput, FieldError> {
     }
 }
 
+/// The upgrade, answering with [`crate::auth::PTY_SUBPROTOCOL`] when the client offered it
+/// (a browser passing its key as a subprotocol must get one of its offers back, and never the
+/// one carrying the key).
 fn upgrade(ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>) -> ApiResult<WebSocketUpgrade> {
-    ws.map_err(|e| {
-        ApiError::new(
-            ErrorCode::InvalidArgument,
-            format!("this route is a WebSocket: open it with an upgrade request ({e})"),
-        )
-    })
+    ws.map(|ws| ws.protocols([crate::auth::PTY_SUBPROTOCOL]))
+        .map_err(|e| {
+            ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("this route is a WebSocket: open it with an upgrade request ({e})"),
+            )
+        })
 }
 
 async fn pty(

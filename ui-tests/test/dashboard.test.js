@@ -1,0 +1,238 @@
+// The dashboard end to end: a real `differently dev`, the system's headless chromium, axe-core
+// on every page. Screenshots go to ui-tests/artifacts/ (gitignored; CI keeps them).
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { axeCheck, launch, newPage, signIn, startDev } from './harness.js';
+
+let dev;
+let browser;
+/** The bootstrap org's project, a tenant key bound to it, and another org's tenant. */
+const t = {};
+
+async function ok(res, what) {
+  assert.ok(res.status < 300, `${what}: ${res.status} ${JSON.stringify(res.body)}\n${dev.log().slice(-3000)}`);
+  return res.body;
+}
+
+before(async () => {
+  dev = await startDev();
+  browser = await launch();
+  const orgs = await ok(await dev.call('GET', '/v1/orgs'), 'orgs');
+  t.orgA = orgs.items[0].id;
+  const projects = await ok(await dev.call('GET', `/v1/projects?orgId=${t.orgA}`), 'projects');
+  t.projectA = projects.items[0].id;
+  const scopes = ['sandboxes:read', 'sandboxes:write', 'sandboxes:exec', 'files:read', 'files:write'];
+  // Org-wide (no project), so it may also manage its organization's keys.
+  t.keyA = (await ok(await dev.call('POST', '/v1/keys', { orgId: t.orgA, name: 'tenant-a', scopes }), 'key A')).key;
+  // Another organization with a sandbox of its own, which tenant A must never see.
+  t.orgB = (await ok(await dev.call('POST', '/v1/orgs', { name: 'other-org' }), 'org B')).id;
+  t.projectB = (await ok(await dev.call('POST', '/v1/projects', { orgId: t.orgB, name: 'b' }), 'project B')).id;
+  t.keyB = (await ok(await dev.call('POST', '/v1/keys', { orgId: t.orgB, projectId: t.projectB, name: 'tenant-b', scopes }), 'key B')).key;
+  t.sandboxB = (await ok(await dev.call('POST', '/v1/sandboxes', {}, t.keyB), 'sandbox B')).id;
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (dev) await dev.stop();
+});
+
+describe('tenant', () => {
+  let page;
+  before(async () => { page = await newPage(browser, dev.url); });
+
+  test('signs in and sees only tenant views', async () => {
+    await signIn(page, t.keyA);
+    await page.getByRole('heading', { name: 'Sandboxes', level: 1 }).waitFor();
+    const nav = await page.locator('#nav').innerText();
+    assert.match(nav, /Sandboxes/);
+    assert.doesNotMatch(nav, /Pools|Trust report|Secrets/);
+    // The key is in session storage, never in the URL or a cookie.
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('differently.apiKey')), t.keyA);
+    assert.ok(!page.url().includes(t.keyA));
+    assert.deepEqual(await page.context().cookies(), []);
+    await axeCheck(page, 'tenant-sandboxes');
+  });
+
+  test('creates a sandbox and watches it reach running without reloading', async () => {
+    await page.locator('#live-state', { hasText: 'live' }).waitFor();
+    await page.evaluate(() => { window.__noReload = 'still here'; });
+    await page.getByRole('button', { name: 'Create sandbox' }).click();
+    const link = page.locator('.notice a[href^="#/sandbox/"]');
+    await link.waitFor();
+    t.sandboxA = (await link.innerText()).trim();
+    await page.locator(`tr[data-id="${t.sandboxA}"][data-status="running"]`).waitFor({ timeout: 30000 });
+    assert.equal(await page.evaluate(() => window.__noReload), 'still here', 'the page was reloaded');
+    // Another organization's sandbox is not listed.
+    assert.equal(await page.locator(`tr[data-id="${t.sandboxB}"]`).count(), 0);
+    // The label filter: a sandbox created with a label is the only one listed under it.
+    await page.getByLabel('Labels').fill('team=ui');
+    await page.getByRole('button', { name: 'Create sandbox' }).click();
+    await page.locator('.notice a[href^="#/sandbox/"]').filter({ hasNotText: t.sandboxA }).waitFor();
+    const labelled = (await page.locator('.notice a[href^="#/sandbox/"]').innerText()).trim();
+    await page.getByLabel('Label', { exact: true }).fill('team=ui');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.locator(`tr[data-id="${labelled}"]`).waitFor();
+    await page.waitForFunction((id) => !document.querySelector(`tr[data-id="${id}"]`), t.sandboxA);
+    // The status filter.
+    await page.getByLabel('Label', { exact: true }).fill('');
+    await page.getByLabel('Status').selectOption('failed');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.locator('p.muted, #sandboxes').first().waitFor();
+    await page.waitForFunction((id) => !document.querySelector(`tr[data-id="${id}"]`), t.sandboxA);
+  });
+
+  test('sandbox page: placement explanation, terminal, recent execs, files', async () => {
+    // A file put through the API shows in the files browser.
+    const put = await fetch(`${dev.url}/v1/sandboxes/${t.sandboxA}/files?path=/hello-ui.txt`, {
+      method: 'PUT', headers: { Authorization: `Bearer ${t.keyA}` }, body: 'hello from the API',
+    });
+    assert.equal(put.status, 204, await put.text());
+    await page.goto(`/ui/#/sandbox/${t.sandboxA}`);
+    await page.locator('section[aria-labelledby="files-h"] td', { hasText: 'hello-ui.txt' }).waitFor();
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('button', { name: 'Download /hello-ui.txt' }).click(),
+    ]);
+    const { readFileSync } = await import('node:fs');
+    assert.equal(readFileSync(await download.path(), 'utf8'), 'hello from the API');
+    await page.locator('#placement-decision').waitFor();
+    assert.equal(await page.locator('#placement-decision').innerText(), 'placed');
+    assert.match(await page.locator('#placement').innerText(), /local/);
+    await page.getByRole('button', { name: 'Open terminal' }).click();
+    await page.locator('#terminal-state', { hasText: 'Connected' }).waitFor({ timeout: 15000 });
+    await page.locator('#terminal').focus();
+    await page.keyboard.type('echo ui-$((6*7))');
+    await page.keyboard.press('Enter');
+    await page.locator('#terminal', { hasText: 'ui-42' }).waitFor({ timeout: 15000 });
+    await axeCheck(page, 'tenant-sandbox');
+    // The terminal's open is in the audit log's recent execs (after a re-read).
+    await page.reload();
+    await page.locator('#execs-h').waitFor();
+    await page.locator('section[aria-labelledby="execs-h"]', { hasText: 'pty' }).waitFor({ timeout: 10000 });
+    await page.locator('section[aria-labelledby="history-h"] table').waitFor();
+  });
+
+  test('another organization\'s sandbox is not found, operator pages are refused', async () => {
+    await page.goto(`/ui/#/sandbox/${t.sandboxB}`);
+    await page.locator('.error', { hasText: 'not_found' }).waitFor();
+    await page.goto('/ui/#/pools');
+    await page.locator('.error', { hasText: 'operator' }).waitFor();
+    await page.goto('/ui/#/audit');
+    await page.locator('.error', { hasText: 'operator' }).waitFor();
+    // And the API itself refuses the key, whatever the page shows.
+    assert.equal((await dev.call('GET', '/v1/admin/queue', undefined, t.keyA)).status, 403);
+    assert.equal((await dev.call('GET', `/v1/sandboxes/${t.sandboxB}`, undefined, t.keyA)).status, 404);
+  });
+
+  test('a project-bound key of the other org sees its own sandbox only, and no key management', async () => {
+    const other = await newPage(browser, dev.url);
+    await signIn(other, t.keyB);
+    await other.locator(`tr[data-id="${t.sandboxB}"]`).waitFor();
+    assert.equal(await other.locator(`tr[data-id="${t.sandboxA}"]`).count(), 0);
+    assert.doesNotMatch(await other.locator('#nav').innerText(), /Keys/);
+    await other.goto('/ui/#/keys');
+    await other.locator('.error', { hasText: 'organization-wide key' }).waitFor();
+    assert.deepEqual(other.problems, []);
+    await other.context().close();
+  });
+
+  test('snapshots and quota pages', async () => {
+    await page.goto('/ui/#/snapshots');
+    await page.getByRole('heading', { name: 'Snapshots', level: 1 }).waitFor();
+    await axeCheck(page, 'tenant-snapshots');
+    await page.goto('/ui/#/quota');
+    await page.getByRole('heading', { name: 'Organization' }).waitFor();
+    await axeCheck(page, 'tenant-quota');
+  });
+
+  test('keys: create shows the secret once, revoke refuses it', async () => {
+    await page.goto('/ui/#/keys');
+    await page.getByLabel('Name').fill('ci-temp');
+    await page.getByRole('button', { name: 'Create key' }).click();
+    const secret = (await page.locator('#new-secret').innerText()).trim();
+    assert.match(secret, /^dly_key_/);
+    assert.equal((await dev.call('GET', '/v1/sandboxes', undefined, secret)).status, 200);
+    await axeCheck(page, 'tenant-keys');
+    await page.getByRole('button', { name: 'Done, hide it' }).click();
+    assert.equal(await page.locator('#new-secret').count(), 0);
+    // Listed, never with its secret.
+    assert.ok(!(await page.locator('main').innerText()).includes(secret));
+    const revoke = page.getByRole('button', { name: 'Revoke key ci-temp' });
+    await revoke.click();
+    await page.getByRole('button', { name: 'Confirm revoking key ci-temp' }).click();
+    await page.locator('tr', { hasText: 'ci-temp' }).locator('.badge', { hasText: 'revoked' }).waitFor();
+    assert.equal((await dev.call('GET', '/v1/sandboxes', undefined, secret)).status, 401);
+    assert.deepEqual(page.problems, []);
+  });
+});
+
+describe('operator', () => {
+  let page;
+  before(async () => { page = await newPage(browser, dev.url); });
+
+  test('signs in with the admin key and sees every operator view', async () => {
+    const put = await dev.call('PUT', '/v1/admin/secrets/ui-cred', { value: 's3cr3t-value-never-shown' });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    await signIn(page, dev.adminKey);
+    assert.match(await page.locator('#nav').innerText(), /Pools/);
+    const views = [
+      ['pools', 'Pools'], ['queue', 'Fair queue'], ['policies', 'Placement policies'],
+      ['audit', 'Audit log'], ['trust', 'Trust report'], ['secrets', 'Secrets'],
+    ];
+    for (const [name, heading] of views) {
+      await page.goto(`/ui/#/${name}`);
+      await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
+      if (name === 'pools') {
+        await page.locator('#pool-strip li', { hasText: 'local' }).waitFor();
+        assert.match(await page.locator('main').innerText(), /exec\.pty/);
+      }
+      if (name === 'secrets') {
+        await page.locator('td', { hasText: 'ui-cred' }).waitFor();
+        const text = await page.locator('main').innerText();
+        assert.match(text, /sha256:/);
+        assert.ok(!text.includes('s3cr3t-value-never-shown'), 'a secret value is on the page');
+      }
+      if (name === 'queue') {
+        await page.getByText('Nobody is waiting.').or(page.locator('main table')).first().waitFor();
+        // Two samples make the first chart.
+        await page.locator('#chart-queue-depth svg').waitFor({ timeout: 15000 });
+      }
+      await axeCheck(page, `operator-${name}`);
+    }
+  });
+
+  test('verifies the audit chain and exports it', async () => {
+    await page.goto('/ui/#/audit');
+    await page.getByRole('button', { name: 'Verify the chain' }).click();
+    await page.locator('#verify-result', { hasText: 'The audit chain verifies.' }).waitFor();
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('button', { name: 'Export (JSON lines)' }).click(),
+    ]);
+    const path = await download.path();
+    const { readFileSync } = await import('node:fs');
+    const lines = readFileSync(path, 'utf8').trim().split('\n');
+    assert.ok(lines.length > 3, `export has ${lines.length} lines`);
+    JSON.parse(lines[0]);
+    await axeCheck(page, 'operator-audit-verified');
+  });
+
+  test('the fair queue names who waits behind which wall', async () => {
+    // Org B may run one sandbox; its second waits behind the org's quota.
+    const put = await dev.call('PUT', `/v1/orgs/${t.orgB}/quota`, { maxActive: 1 });
+    assert.ok(put.status < 300, `quota: ${put.status} ${JSON.stringify(put.body)}`);
+    const waiting = await ok(await dev.call('POST', '/v1/sandboxes', {}, t.keyB), 'second sandbox B');
+    await page.goto('/ui/#/queue');
+    // The view re-reads the queue every 3 s; the wall is named once the placement leader
+    // has stored the waiting explanation.
+    const row = page.locator('tr', { hasText: 'other-org' }).filter({ hasText: 'org: 1' });
+    await row.waitFor({ timeout: 15000 });
+    assert.match(await row.innerText(), /waiting: org active quota 1\/1/);
+    assert.match(await row.innerText(), new RegExp(waiting.id));
+    await page.locator('#chart-queue-depth svg').waitFor({ timeout: 15000 });
+    await page.locator('#chart-admission-and-activation-rate svg').waitFor({ timeout: 15000 });
+    await axeCheck(page, 'operator-queue-waiting');
+    assert.deepEqual(page.problems, []);
+  });
+});
