@@ -61,7 +61,7 @@ pub(super) async fn activate_group(
     }
     for (i, wall) in walled {
         if let Some(r) = ready[i] {
-            out.push((i, Ok(wait_behind_walls(s, r, wall, None).await)));
+            out.push((i, Ok(wait_behind_walls(s, q, r, wall, None).await)));
         }
     }
     if items.is_empty() {
@@ -100,7 +100,7 @@ pub(super) async fn activate_group(
                     try_others.push(i);
                 } else if let Some(r) = ready[i] {
                     // A tenant quota: no other pool helps.
-                    out.push((i, Ok(wait_behind_walls(s, r, wall, reason).await)));
+                    out.push((i, Ok(wait_behind_walls(s, q, r, wall, reason).await)));
                 }
             }
             Activation::NotQueued(_) => out.push((i, Ok(Outcome::Gone))),
@@ -203,11 +203,12 @@ pub(super) fn waiting_doc(doc: &serde_json::Value, reason: &str, wall: Wall) -> 
 }
 
 /// Every pool this candidate could use is behind a wall: it waits. Its explanation says so
-/// (`waiting_doc`) and is stored whenever its reason changes, so `GET …/placement` says why.
-/// `reason` is the row's after a refused activation; `None` when it was parked behind a wall
-/// another candidate found.
+/// (`waiting_doc`) and is stored whenever its reason changes (and once per leader), so
+/// `GET …/placement` says why. `reason` is the row's after a refused activation; `None` when
+/// it was parked behind a wall another candidate found.
 pub(super) async fn wait_behind_walls(
     s: &Scheduler,
+    q: &Shared,
     r: &Ready,
     wall: Wall,
     reason: Option<String>,
@@ -215,10 +216,15 @@ pub(super) async fn wait_behind_walls(
     let reason = reason
         .or_else(|| r.row.status_reason.clone())
         .unwrap_or_else(|| format!("waiting: {} limit reached", wall.as_str()));
-    if r.row.status_reason.as_deref() != Some(reason.as_str()) {
+    if lock(q).needs_explaining(&r.row.id, &reason) {
         let doc = waiting_doc(&r.doc, &reason, wall);
-        if let Err(e) = s.store.save_placement(&r.row.id, &doc).await {
-            tracing::warn!(sandbox = %r.row.id, error = %e, "placement: cannot record why it waits");
+        match s.store.save_placement(&r.row.id, &doc).await {
+            Ok(()) => {
+                lock(q).explained.insert(r.row.id.clone(), reason);
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %r.row.id, error = %e, "placement: cannot record why it waits");
+            }
         }
     }
     Outcome::Wait
@@ -279,5 +285,5 @@ pub(super) async fn activate_ranked(
         }
     }
     let (wall, reason) = behind.unwrap_or((Wall::Pool, None));
-    Ok(wait_behind_walls(s, ready, wall, reason).await)
+    Ok(wait_behind_walls(s, q, ready, wall, reason).await)
 }

@@ -300,11 +300,16 @@ pub(super) async fn decide(
         Decision::Waiting { reason } => {
             let next =
                 now + chrono::Duration::from_std(s.config.waiting_backoff).unwrap_or_default();
-            if row.status_reason.as_deref() != Some(reason.as_str()) {
+            if lock(q).needs_explaining(id, &reason) {
                 // The explanation follows the reason (it says waiting, and why), never an
                 // older `placed` from before a requeue.
-                if let Err(e) = s.store.save_placement(id, &doc).await {
-                    tracing::warn!(sandbox = %id, error = %e, "placement: cannot record why it waits");
+                match s.store.save_placement(id, &doc).await {
+                    Ok(()) => {
+                        lock(q).explained.insert(id.clone(), reason.clone());
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %id, error = %e, "placement: cannot record why it waits");
+                    }
                 }
             }
             s.store.set_queued_reason(id, &reason, next).await?;

@@ -27,6 +27,10 @@ pub(super) struct Queue {
     /// The queued row of each candidate as last seen, so placing it needs no read: its spec
     /// cannot change while it is queued, and the activation re-checks everything under locks.
     pub(super) rows: HashMap<SandboxId, Sandbox>,
+    /// The waiting reason this leader last stored an explanation for, per candidate. The
+    /// row's own `statusReason` cannot tell: an admission that tried direct placement sets
+    /// the reason without an explanation, and `GET …/placement` then found none.
+    pub(super) explained: HashMap<SandboxId, String>,
 }
 
 impl Queue {
@@ -55,6 +59,12 @@ impl Queue {
     pub(super) fn forget(&mut self, id: &SandboxId) {
         self.traces.remove(id);
         self.rows.remove(id);
+        self.explained.remove(id);
+    }
+
+    /// Whether the waiting explanation of `id` for `reason` is still to be stored.
+    pub(super) fn needs_explaining(&self, id: &SandboxId, reason: &str) -> bool {
+        self.explained.get(id).map(String::as_str) != Some(reason)
     }
 
     pub(super) fn wake_all(&mut self) {

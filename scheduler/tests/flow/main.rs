@@ -648,3 +648,81 @@ async fn a_sandbox_waiting_on_its_org_quota_is_explained_as_waiting() {
     );
     assert!(doc.get("pool").is_none(), "{doc}");
 }
+
+/// Found by the dashboard: a sandbox whose admission tried direct placement while its org was
+/// at quota got its waiting reason from the store at once, and the leader, seeing the same
+/// reason again, never stored an explanation: `GET …/placement` answered 404. The leader now
+/// stores one the first time it explains a candidate, whatever the row already says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_admission_refused_by_the_quota_is_still_explained() {
+    let p = plane(serde_json::json!({}), WorkerConfig::default()).await;
+    let quota = differently_core::tenancy::Quota {
+        max_cpu: Some(2),
+        ..Default::default()
+    };
+    p.store
+        .put_quota(
+            &differently_store::QuotaScope::Org(p.org.clone()),
+            &quota,
+            &Actor::System("test"),
+        )
+        .await
+        .expect("quota");
+    let first = p
+        .admit(serde_json::json!({ "resources": { "cpu": 2 } }))
+        .await;
+    p.reaches(&first.id, Running).await;
+    let req: CreateSandboxRequest =
+        serde_json::from_value(serde_json::json!({ "resources": { "cpu": 1 } })).expect("request");
+    let row = Sandbox::queued(
+        p.org.clone(),
+        p.project.clone(),
+        SandboxSpec::build(&req).expect("spec"),
+        None,
+        Utc::now(),
+    );
+    let admitted = p
+        .store
+        .admit(Admission {
+            sandbox: row,
+            request_hash: "h".into(),
+            defaults: Default::default(),
+            actor: Actor::Key("key_test".into()),
+            request_id: None,
+            direct: Some(differently_store::DirectPlacement {
+                pool: differently_store::PoolSlot {
+                    name: "fake".into(),
+                    max_concurrent: None,
+                },
+                explanation: serde_json::json!({"decision": "placed", "pool": "fake"}),
+            }),
+        })
+        .await
+        .expect("admit");
+    let (Admitted::New(second) | Admitted::Replayed(second)) = admitted;
+    // The store refused the direct activation: queued, with its reason, and no explanation.
+    assert_eq!(second.status, Queued, "{second:?}");
+    let reason = second.status_reason.clone().expect("a waiting reason");
+    assert!(reason.starts_with("waiting: org cpu quota"), "{reason}");
+    assert!(p
+        .store
+        .get_placement(&second.id)
+        .await
+        .expect("read")
+        .is_none());
+    p.announcer.admitted(&second, "").await.expect("announce");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let doc = loop {
+        if let Some(doc) = p.store.get_placement(&second.id).await.expect("placement") {
+            break doc;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader never explained why it waits"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(doc["decision"], "waiting", "{doc}");
+    assert_eq!(doc["wall"], "org", "{doc}");
+    assert_eq!(doc["reason"].as_str(), Some(reason.as_str()), "{doc}");
+}
