@@ -14,6 +14,7 @@ use crate::devhost::{DevhostAdapter, DevhostConfig};
 use crate::fake::{FakeAdapter, FakeConfig};
 use crate::metered::Metered;
 use crate::opensandbox::OpenSandboxAdapter;
+use crate::remote::RemoteAdapter;
 use crate::SharedAdapter;
 
 /// Builds one kind's adapter from its `adapterSettings` (`null` means all defaults; each
@@ -60,6 +61,19 @@ pub const KINDS: &[Kind] = &[
         build: Some(|s, credentials| {
             Ok(Arc::new(OpenSandboxAdapter::with_credentials(
                 parse("opensandbox", s)?,
+                credentials,
+            )?))
+        }),
+    },
+    // A plugin speaking `/adapter/v1`: who runs it is the operator's to say, as for
+    // opensandbox.
+    Kind {
+        name: "remote",
+        trust: TrustRule::MustDeclare,
+        dev_only: false,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(RemoteAdapter::new(
+                &parse("remote", s)?,
                 credentials,
             )?))
         }),
@@ -241,11 +255,11 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(
             e,
-            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox)"
+            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox, remote)"
         );
         assert_eq!(
             known_kinds().collect::<Vec<_>>(),
-            ["fake", "devhost", "opensandbox"]
+            ["fake", "devhost", "opensandbox", "remote"]
         );
     }
 
@@ -268,6 +282,10 @@ mod tests {
         assert_eq!(
             resolve_trust("remote", Some(Trust::External)),
             Ok(Trust::External)
+        );
+        assert_eq!(
+            resolve_trust("remote", None).map_err(|e| e.field),
+            Err("trust".to_owned())
         );
         assert!(is_dev_only("devhost"));
         assert!(!is_dev_only("fake") && !is_dev_only("opensandbox") && !is_dev_only("x"));
