@@ -9,7 +9,8 @@
 //! the plugin's `GET /info` declares, refreshed on every health probe; a call needing one it
 //! did not declare answers `Unsupported` without reaching the plugin.
 
-use std::sync::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -54,23 +55,34 @@ impl From<config::ConfigError> for AdapterConfigError {
 
 /// One `remote` pool: a plugin at a URL.
 pub struct RemoteAdapter {
-    settings: Settings,
-    http: HttpClient,
-    token: CredentialResolver,
-    /// Tokens used so far (the current and the one before), scrubbed from every message.
-    seen: Mutex<Vec<Secret>>,
-    /// The plugin's last `/info`.
-    info: RwLock<Option<Info>>,
+    inner: Arc<Inner>,
     /// Whether undeclared capabilities are refused here (always, except for the
     /// conformance kit, which must see what the plugin itself answers).
     gate: bool,
 }
 
+/// How often a process that never probes the pool (an API or scheduler process) reads
+/// `/info` again, so its capabilities follow the plugin's.
+const INFO_STALE_AFTER: Duration = Duration::from_secs(30);
+
+/// The client side, shared with background `/info` reads.
+struct Inner {
+    settings: Settings,
+    http: HttpClient,
+    token: CredentialResolver,
+    /// Tokens used so far (the current and the one before), scrubbed from every message.
+    seen: Mutex<Vec<Secret>>,
+    /// The plugin's last `/info`, and when it was read.
+    info: RwLock<Option<(Info, Instant)>>,
+    /// A background `/info` read is under way.
+    refreshing: AtomicBool,
+}
+
 impl std::fmt::Debug for RemoteAdapter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteAdapter")
-            .field("url", &self.settings.base_url)
-            .field("token", &self.settings.token.to_string())
+            .field("url", &self.inner.settings.base_url)
+            .field("token", &self.inner.settings.token.to_string())
             .finish_non_exhaustive()
     }
 }
@@ -101,14 +113,38 @@ impl RemoteAdapter {
                 field: None,
                 message: e.to_string(),
             })?;
-        Ok(RemoteAdapter {
-            token: credentials.resolver(settings.token.clone()),
-            settings,
-            http,
-            seen: Mutex::new(Vec::new()),
-            info: RwLock::new(None),
+        let adapter = RemoteAdapter {
+            inner: Arc::new(Inner {
+                token: credentials.resolver(settings.token.clone()),
+                settings,
+                http,
+                seen: Mutex::new(Vec::new()),
+                info: RwLock::new(None),
+                refreshing: AtomicBool::new(false),
+            }),
             gate: true,
-        })
+        };
+        // Processes that never probe the pool learn its capabilities without waiting for a
+        // call; without a runtime (a settings check) nothing is sent.
+        adapter.refresh_in_background();
+        Ok(adapter)
+    }
+
+    /// Reads `/info` in a background task if none is under way and a runtime is there.
+    fn refresh_in_background(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.inner.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.inner.clone();
+        rt.spawn(async move {
+            if let Err(e) = inner.refresh_info().await {
+                tracing::debug!(error = %e, "plugin info not read");
+            }
+            inner.refreshing.store(false, Ordering::Release);
+        });
     }
 
     /// The same adapter passing every call to the plugin whatever it declared: the
@@ -120,32 +156,13 @@ impl RemoteAdapter {
 
     /// The plugin's `/info` as last read, if it was.
     pub fn info(&self) -> Option<Info> {
-        self.info.read().ok().and_then(|i| i.clone())
+        self.inner.info()
     }
 
     /// Reads `/info` now, checks the protocol and version, and keeps it (capabilities
     /// change with it).
     pub async fn refresh_info(&self) -> Result<Info, AdapterError> {
-        let op = "plugin info";
-        let info: Info = self.json(self.http.api(Method::GET, "/info"), op).await?;
-        if info.protocol != wire::PROTOCOL_NAME {
-            return Err(AdapterError::permanent(format!(
-                "{op}: the plugin speaks `{}`, not `{}`",
-                self.scrub(&info.protocol),
-                wire::PROTOCOL_NAME
-            )));
-        }
-        if !info.versions.contains(&wire::PROTOCOL_VERSION) {
-            return Err(AdapterError::permanent(format!(
-                "{op}: the plugin speaks protocol versions {:?}; this build speaks {}",
-                info.versions,
-                wire::PROTOCOL_VERSION
-            )));
-        }
-        if let Ok(mut slot) = self.info.write() {
-            *slot = Some(info.clone());
-        }
-        Ok(info)
+        self.inner.refresh_info().await
     }
 
     async fn ensure_info(&self) -> Result<(), AdapterError> {
@@ -166,6 +183,45 @@ impl RemoteAdapter {
         } else {
             Err(AdapterError::Unsupported(capability.to_owned()))
         }
+    }
+}
+
+impl Inner {
+    fn info(&self) -> Option<Info> {
+        self.info
+            .read()
+            .ok()
+            .and_then(|i| i.as_ref().map(|(i, _)| i.clone()))
+    }
+
+    fn info_age(&self) -> Option<Duration> {
+        self.info
+            .read()
+            .ok()
+            .and_then(|i| i.as_ref().map(|(_, at)| at.elapsed()))
+    }
+
+    async fn refresh_info(&self) -> Result<Info, AdapterError> {
+        let op = "plugin info";
+        let info: Info = self.json(self.http.api(Method::GET, "/info"), op).await?;
+        if info.protocol != wire::PROTOCOL_NAME {
+            return Err(AdapterError::permanent(format!(
+                "{op}: the plugin speaks `{}`, not `{}`",
+                self.scrub(&info.protocol),
+                wire::PROTOCOL_NAME
+            )));
+        }
+        if !info.versions.contains(&wire::PROTOCOL_VERSION) {
+            return Err(AdapterError::permanent(format!(
+                "{op}: the plugin speaks protocol versions {:?}; this build speaks {}",
+                info.versions,
+                wire::PROTOCOL_VERSION
+            )));
+        }
+        if let Ok(mut slot) = self.info.write() {
+            *slot = Some((info.clone(), Instant::now()));
+        }
+        Ok(info)
     }
 
     /// The token now, through its reference; one that does not resolve makes the pool
@@ -348,6 +404,13 @@ impl Adapter for RemoteAdapter {
 
     /// What the plugin's last `/info` declared (none before the first probe reached it).
     fn capabilities(&self) -> Vec<String> {
+        if self
+            .inner
+            .info_age()
+            .is_none_or(|age| age > INFO_STALE_AFTER)
+        {
+            self.refresh_in_background();
+        }
         self.info()
             .map(|i| ordered(&i.capabilities))
             .unwrap_or_default()
@@ -363,20 +426,22 @@ impl Adapter for RemoteAdapter {
         let op = "plugin create";
         self.ensure_info().await?;
         let rb = self
+            .inner
             .http
-            .api(Method::PUT, &Self::instance_path(&req.sandbox_id))
-            .timeout(self.settings.create_timeout)
+            .api(Method::PUT, &Inner::instance_path(&req.sandbox_id))
+            .timeout(self.inner.settings.create_timeout)
             .json(req);
-        let got = self.json(rb, op).await?;
-        self.checked(op, &req.sandbox_id, got)
+        let got = self.inner.json(rb, op).await?;
+        self.inner.checked(op, &req.sandbox_id, got)
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
         let rb = self
+            .inner
             .http
-            .api(Method::DELETE, &Self::instance_path(sandbox_id))
-            .timeout(self.settings.create_timeout);
-        match self.empty(rb, "plugin delete").await {
+            .api(Method::DELETE, &Inner::instance_path(sandbox_id))
+            .timeout(self.inner.settings.create_timeout);
+        match self.inner.empty(rb, "plugin delete").await {
             Err(AdapterError::NotFound) => Ok(()),
             r => r,
         }
@@ -384,9 +449,12 @@ impl Adapter for RemoteAdapter {
 
     async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError> {
         let op = "plugin find";
-        let rb = self.http.api(Method::GET, &Self::instance_path(sandbox_id));
-        match self.json(rb, op).await {
-            Ok(i) => self.checked(op, sandbox_id, i).map(Some),
+        let rb = self
+            .inner
+            .http
+            .api(Method::GET, &Inner::instance_path(sandbox_id));
+        match self.inner.json(rb, op).await {
+            Ok(i) => self.inner.checked(op, sandbox_id, i).map(Some),
             Err(AdapterError::NotFound) => Ok(None),
             Err(e) => Err(e),
         }
@@ -394,29 +462,32 @@ impl Adapter for RemoteAdapter {
 
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
         let rb = self
+            .inner
             .http
             .api(Method::GET, "/instances")
             .query(&wire::ListQuery {
                 installation_id: installation.to_string(),
             });
-        let list: wire::InstanceList = self.json(rb, "plugin list").await?;
+        let list: wire::InstanceList = self.inner.json(rb, "plugin list").await?;
         Ok(list.instances)
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
         self.require("exec").await?;
         let rb = self
+            .inner
             .http
-            .api(Method::POST, &Self::at_path(at, "/exec"))
-            .query(&Self::at_query(at))
-            .timeout(req.timeout() + self.settings.exec_grace)
+            .api(Method::POST, &Inner::at_path(at, "/exec"))
+            .query(&Inner::at_query(at))
+            .timeout(req.timeout() + self.inner.settings.exec_grace)
             .json(req);
-        self.json(rb, "plugin exec").await
+        self.inner.json(rb, "plugin exec").await
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
         self.refresh_info().await?;
-        self.empty(self.http.api(Method::GET, "/health"), "plugin health")
+        self.inner
+            .empty(self.inner.http.api(Method::GET, "/health"), "plugin health")
             .await
     }
 
@@ -431,15 +502,16 @@ impl Adapter for RemoteAdapter {
         let started = Instant::now();
         let url = format!(
             "{}{}",
-            self.settings.base_url,
-            Self::at_path(at, "/exec/stream")
+            self.inner.settings.base_url,
+            Inner::at_path(at, "/exec/stream")
         );
         let rb = self
+            .inner
             .http
             .to(Method::POST, &url)
-            .query(&Self::at_query(at))
+            .query(&Inner::at_query(at))
             .json(req);
-        let resp = self.send_ok(rb, op).await?;
+        let resp = self.inner.send_ok(rb, op).await?;
         let mut body = resp.bytes_stream();
         let mut buf = BytesMut::new();
         loop {
@@ -467,7 +539,7 @@ impl Adapter for RemoteAdapter {
                         })
                     }
                     ExecFrame::Error { error } => {
-                        return Err(self.scrub_error(error.into_error(op)))
+                        return Err(self.inner.scrub_error(error.into_error(op)))
                     }
                     ExecFrame::Stdout { data } => (false, data),
                     ExecFrame::Stderr { data } => (true, data),
@@ -498,7 +570,7 @@ impl Adapter for RemoteAdapter {
                 )));
             }
             let chunk = tokio::select! {
-                c = self.next_chunk(&mut body, op) => c?,
+                c = self.inner.next_chunk(&mut body, op) => c?,
                 _ = out.closed() => {
                     return Ok(ExecExit {
                         exit_code: 128 + 9,
@@ -525,8 +597,13 @@ impl Adapter for RemoteAdapter {
         body: ByteStream,
     ) -> Result<(), AdapterError> {
         self.require("files").await?;
-        let url = format!("{}{}", self.settings.base_url, Self::at_path(at, "/files"));
+        let url = format!(
+            "{}{}",
+            self.inner.settings.base_url,
+            Inner::at_path(at, "/files")
+        );
         let rb = self
+            .inner
             .http
             .to(Method::PUT, &url)
             .query(&FileQuery {
@@ -537,7 +614,7 @@ impl Adapter for RemoteAdapter {
             })
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .body(reqwest::Body::wrap_stream(body));
-        self.empty(rb, "plugin upload").await
+        self.inner.empty(rb, "plugin upload").await
     }
 
     async fn download(
@@ -548,8 +625,12 @@ impl Adapter for RemoteAdapter {
     ) -> Result<Download, AdapterError> {
         let op = "plugin download";
         self.require("files").await?;
-        let url = format!("{}{}", self.settings.base_url, Self::at_path(at, "/files"));
-        let mut rb = self.http.to(Method::GET, &url).query(&FileQuery {
+        let url = format!(
+            "{}{}",
+            self.inner.settings.base_url,
+            Inner::at_path(at, "/files")
+        );
+        let mut rb = self.inner.http.to(Method::GET, &url).query(&FileQuery {
             backend_ref: at.backend_ref.clone(),
             path: path.to_owned(),
             mode: None,
@@ -559,13 +640,13 @@ impl Adapter for RemoteAdapter {
             let end = r.end.map(|e| e.to_string()).unwrap_or_default();
             rb = rb.header(reqwest::header::RANGE, format!("bytes={}-{end}", r.start));
         }
-        let resp = self.send_ok(rb, op).await?;
+        let resp = self.inner.send_ok(rb, op).await?;
         let total_size = resp
             .headers()
             .get(wire::TOTAL_SIZE_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        let idle = self.settings.stream_idle;
+        let idle = self.inner.settings.stream_idle;
         let body = resp.bytes_stream();
         let stream = futures::stream::unfold(Some(body), move |state| async move {
             let mut body = state?;
@@ -602,30 +683,32 @@ impl Adapter for RemoteAdapter {
     ) -> Result<Vec<FileEntry>, AdapterError> {
         self.require("files").await?;
         let rb = self
+            .inner
             .http
-            .api(Method::GET, &Self::at_path(at, "/files/list"))
+            .api(Method::GET, &Inner::at_path(at, "/files/list"))
             .query(&FileQuery {
                 backend_ref: at.backend_ref.clone(),
                 path: path.to_owned(),
                 mode: None,
                 depth: Some(depth),
             });
-        let list: wire::FileList = self.json(rb, "plugin list files").await?;
+        let list: wire::FileList = self.inner.json(rb, "plugin list files").await?;
         Ok(list.entries)
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
         self.require("files").await?;
         let rb = self
+            .inner
             .http
-            .api(Method::DELETE, &Self::at_path(at, "/files"))
+            .api(Method::DELETE, &Inner::at_path(at, "/files"))
             .query(&FileQuery {
                 backend_ref: at.backend_ref.clone(),
                 path: path.to_owned(),
                 mode: None,
                 depth: None,
             });
-        self.empty(rb, "plugin delete file").await
+        self.inner.empty(rb, "plugin delete file").await
     }
 
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
@@ -651,23 +734,24 @@ impl Adapter for RemoteAdapter {
     ) -> Result<SnapshotInfo, AdapterError> {
         self.require("snapshots").await?;
         let rb = self
+            .inner
             .http
             .api(
                 Method::PUT,
-                &Self::at_path(at, &format!("/snapshots/{}", segment(snapshot_id))),
+                &Inner::at_path(at, &format!("/snapshots/{}", segment(snapshot_id))),
             )
-            .query(&Self::at_query(at))
-            .timeout(self.settings.create_timeout);
-        self.json(rb, "plugin snapshot").await
+            .query(&Inner::at_query(at))
+            .timeout(self.inner.settings.create_timeout);
+        self.inner.json(rb, "plugin snapshot").await
     }
 
     async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
         self.require("snapshots").await?;
-        let rb = self.http.api(
+        let rb = self.inner.http.api(
             Method::DELETE,
             &format!("/snapshots/{}", segment(backend_ref)),
         );
-        match self.empty(rb, "plugin delete snapshot").await {
+        match self.inner.empty(rb, "plugin delete snapshot").await {
             Err(AdapterError::NotFound) => Ok(()),
             r => r,
         }
@@ -681,24 +765,26 @@ impl Adapter for RemoteAdapter {
     ) -> Result<Endpoint, AdapterError> {
         self.require("ports.expose").await?;
         let rb = self
+            .inner
             .http
-            .api(Method::POST, &Self::at_path(at, &format!("/ports/{port}")))
-            .query(&Self::at_query(at))
+            .api(Method::POST, &Inner::at_path(at, &format!("/ports/{port}")))
+            .query(&Inner::at_query(at))
             .json(&wire::ExposeBody {
                 expires_seconds: expires.map(|d| d.as_secs().max(1)),
             });
-        self.json(rb, "plugin expose port").await
+        self.inner.json(rb, "plugin expose port").await
     }
 
     async fn renew(&self, at: &InstanceRef, ttl: Duration) -> Result<(), AdapterError> {
         let rb = self
+            .inner
             .http
-            .api(Method::POST, &Self::at_path(at, "/renew"))
-            .query(&Self::at_query(at))
+            .api(Method::POST, &Inner::at_path(at, "/renew"))
+            .query(&Inner::at_query(at))
             .json(&wire::RenewBody {
                 ttl_seconds: ttl.as_secs(),
             });
-        match self.empty(rb, "plugin renew").await {
+        match self.inner.empty(rb, "plugin renew").await {
             // A plugin without a backend-side backstop has nothing to move.
             Err(AdapterError::Unsupported(_)) => Ok(()),
             r => r,
@@ -715,10 +801,11 @@ impl RemoteAdapter {
     ) -> Result<(), AdapterError> {
         self.require(capability).await?;
         let rb = self
+            .inner
             .http
-            .api(Method::POST, &Self::at_path(at, &format!("/{verb}")))
-            .query(&Self::at_query(at))
-            .timeout(self.settings.create_timeout);
-        self.empty(rb, &format!("plugin {verb}")).await
+            .api(Method::POST, &Inner::at_path(at, &format!("/{verb}")))
+            .query(&Inner::at_query(at))
+            .timeout(self.inner.settings.create_timeout);
+        self.inner.empty(rb, &format!("plugin {verb}")).await
     }
 }

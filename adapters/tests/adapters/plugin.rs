@@ -291,10 +291,18 @@ async fn the_remote_adapter_drives_a_plugin_and_gates_on_its_info() {
     let url = plugin(backend.clone()).await;
     let a = remote(&url, &token);
     assert_eq!(a.kind(), "remote");
-    // Nothing is known before the plugin was reached; the probe reads `/info`.
-    assert!(a.capabilities().is_empty());
-    a.health().await.unwrap();
+    // The plugin's `/info` is read in the background as soon as the adapter exists, so a
+    // process that never probes the pool (an API process) learns its capabilities too.
+    let known = async {
+        while a.capabilities().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), known)
+        .await
+        .expect("capabilities read from /info without any call");
     assert_eq!(a.capabilities(), caps(&["exec", "files", "exec.stream"]));
+    a.health().await.unwrap();
 
     let (id, inst) = (SandboxId::new(), InstallationId::new());
     let i = a.create(&create_req(&id, &inst)).await.unwrap();
