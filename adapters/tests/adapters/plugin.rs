@@ -1,8 +1,9 @@
 //! The plugin protocol end to end in one process: the reference plugin (the fake served by
 //! `plugin_server`) passes the conformance kit over HTTP; plugins that lie about a
 //! capability fail it by name; the `remote` adapter drives a plugin, keeps its token out of
-//! every message, and refuses a plugin that speaks another version; the protocol document
-//! lists exactly the routes the server declares.
+//! every message, reaches an https plugin behind a private CA, and refuses a plugin that
+//! speaks another version; the protocol document lists exactly the routes the server
+//! declares.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -588,4 +589,102 @@ async fn the_protocol_document_lists_exactly_the_served_routes() {
     assert_eq!(resp.status().as_u16(), 501);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["code"], "unsupported_operation");
+}
+
+/// Accepts TLS connections with the fixture certificate (signed by the fixture CA); a client
+/// that does not trust it fails the handshake, which is skipped.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((tcp, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            if let Ok(tls) = self.acceptor.accept(tcp).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+fn tls_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tls")
+        .join(name)
+}
+
+#[tokio::test]
+async fn a_plugin_over_https_with_a_private_ca_is_reached_through_ca_bundle() {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(tls_fixture("server.pem"))
+            .unwrap()
+            .map(|c| c.unwrap())
+            .collect();
+    let key = PrivateKeyDer::from_pem_file(tls_fixture("server.key")).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let listener = TlsListener {
+        tcp: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+    };
+    let port = listener.tcp.local_addr().unwrap().port();
+    let router = PluginServer::new(
+        Arc::new(fake(&["exec"])),
+        "tls",
+        Secret::parse(TOKEN).unwrap(),
+    )
+    .router();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(&dir, TOKEN);
+    let url = format!("https://127.0.0.1:{port}");
+    let settings = |ca: bool| {
+        let mut s = json!({"url": url, "token": format!("file:{}", token.display())});
+        if ca {
+            s["caBundle"] = json!(tls_fixture("ca.pem"));
+        }
+        s
+    };
+    let a = registry::build_with("remote", &settings(true), &Credentials::default()).unwrap();
+    a.health().await.unwrap();
+    let (id, inst) = (SandboxId::new(), InstallationId::new());
+    let i = a.create(&create_req(&id, &inst)).await.unwrap();
+    let at = InstanceRef {
+        sandbox_id: id.clone(),
+        backend_ref: i.backend_ref,
+    };
+    let r = a
+        .exec(&at, &exec_req(&["echo", "over", "tls"]))
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, "over tls\n");
+    a.delete(&id).await.unwrap();
+
+    // Without the bundle the certificate is unknown: refused before any token is sent.
+    let a = registry::build_with("remote", &settings(false), &Credentials::default()).unwrap();
+    let e = a.health().await.unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(!format!("{e} {e:?}").contains(TOKEN), "{e:?}");
 }
