@@ -5,6 +5,7 @@
 //! instance is tagged with the sandbox id and the installation id; an operation the adapter
 //! does not implement answers `AdapterError::Unsupported`, never a silent degrade.
 
+pub mod conformance;
 pub mod contract;
 pub mod credentials;
 pub mod devhost;
@@ -17,9 +18,11 @@ pub mod local_fs;
 pub mod local_pty;
 pub mod metered;
 pub mod opensandbox;
+pub mod plugin_server;
 pub mod poll;
 pub mod pools;
 pub mod registry;
+pub mod remote;
 pub mod vercel;
 
 pub use contract::*;

@@ -15,6 +15,7 @@ use crate::e2b::E2bAdapter;
 use crate::fake::{FakeAdapter, FakeConfig};
 use crate::metered::Metered;
 use crate::opensandbox::OpenSandboxAdapter;
+use crate::remote::RemoteAdapter;
 use crate::vercel::VercelAdapter;
 use crate::SharedAdapter;
 
@@ -62,6 +63,19 @@ pub const KINDS: &[Kind] = &[
         build: Some(|s, credentials| {
             Ok(Arc::new(OpenSandboxAdapter::with_credentials(
                 parse("opensandbox", s)?,
+                credentials,
+            )?))
+        }),
+    },
+    // A plugin speaking `/adapter/v1`: who runs it is the operator's to say, as for
+    // opensandbox.
+    Kind {
+        name: "remote",
+        trust: TrustRule::MustDeclare,
+        dev_only: false,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(RemoteAdapter::new(
+                &parse("remote", s)?,
                 credentials,
             )?))
         }),
@@ -253,11 +267,11 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(
             e,
-            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox, e2b, vercel)"
+            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox, remote, e2b, vercel)"
         );
         assert_eq!(
             known_kinds().collect::<Vec<_>>(),
-            ["fake", "devhost", "opensandbox", "e2b", "vercel"]
+            ["fake", "devhost", "opensandbox", "remote", "e2b", "vercel"]
         );
     }
 
@@ -280,6 +294,10 @@ mod tests {
         assert_eq!(
             resolve_trust("remote", Some(Trust::External)),
             Ok(Trust::External)
+        );
+        assert_eq!(
+            resolve_trust("remote", None).map_err(|e| e.field),
+            Err("trust".to_owned())
         );
         assert!(is_dev_only("devhost"));
         assert!(!is_dev_only("fake") && !is_dev_only("opensandbox") && !is_dev_only("x"));

@@ -10,6 +10,7 @@ mod audit_cmd;
 mod client;
 mod config;
 mod metrics;
+mod plugin_cmd;
 mod pools;
 mod preflight;
 mod roles;
@@ -143,6 +144,12 @@ enum Command {
         #[command(flatten)]
         target: client::Target,
     },
+    /// Plugins of the `/adapter/v1` protocol: serve the reference plugin, or run the
+    /// conformance kit against one.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin_cmd::PluginCommand,
+    },
     /// Print a shell completion script (e.g. `differently completions bash > /etc/bash_completion.d/differently`).
     Completions {
         /// The shell.
@@ -238,6 +245,10 @@ fn main() -> ExitCode {
                 roles::migrate(&config).await
             }
             Command::Audit { command } => audit_cmd::run(command),
+            Command::Plugin { command } => {
+                roles::init_logging(false);
+                return plugin_cmd::run(command).await;
+            }
         }
         .map(|()| ExitCode::SUCCESS)
     });

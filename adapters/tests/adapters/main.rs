@@ -4,6 +4,7 @@ mod devhost;
 mod devhost_pty;
 mod fake;
 mod http;
+mod plugin;
 mod registry;
 
 use std::collections::BTreeMap;

@@ -28,6 +28,7 @@ mod opensandbox_facade;
 mod opensandbox_facade_bench;
 mod opensandbox_live;
 mod placement;
+mod plugin;
 mod pty;
 mod quota;
 mod readme;
