@@ -7,6 +7,7 @@
 
 pub mod contract;
 pub mod credentials;
+pub mod daytona;
 pub mod devhost;
 pub mod error;
 pub mod exec_output;

@@ -10,6 +10,7 @@ use differently_core::FieldError;
 use serde::de::DeserializeOwned;
 
 use crate::credentials::Credentials;
+use crate::daytona::DaytonaAdapter;
 use crate::devhost::{DevhostAdapter, DevhostConfig};
 use crate::fake::{FakeAdapter, FakeConfig};
 use crate::metered::Metered;
@@ -64,12 +65,17 @@ pub const KINDS: &[Kind] = &[
             )?))
         }),
     },
-    // Providers: always third-party infrastructure. Adapters to come.
+    // Providers: always third-party infrastructure.
     Kind {
         name: "daytona",
         trust: TrustRule::ForcedExternal,
         dev_only: false,
-        build: None,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(DaytonaAdapter::with_credentials(
+                parse("daytona", s)?,
+                credentials,
+            )?))
+        }),
     },
     Kind {
         name: "e2b",
@@ -235,18 +241,27 @@ mod tests {
 
     #[test]
     fn unknown_kind_lists_the_built_kinds() {
-        let e = build("daytona", &serde_json::Value::Null)
+        let e = build("nosuch", &serde_json::Value::Null)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
+        let known = known_kinds().collect::<Vec<_>>();
         assert_eq!(
             e,
-            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox)"
+            format!(
+                "unknown adapter kind `nosuch` (known: {})",
+                known.join(", ")
+            )
         );
-        assert_eq!(
-            known_kinds().collect::<Vec<_>>(),
-            ["fake", "devhost", "opensandbox"]
-        );
+        assert_eq!(known[..3], ["fake", "devhost", "opensandbox"]);
+        assert!(known.contains(&"daytona"), "{known:?}");
+        // A reserved kind without an adapter yet is refused the same way.
+        for reserved in KINDS.iter().filter(|k| k.build.is_none()) {
+            assert_eq!(
+                build(reserved.name, &serde_json::Value::Null).err(),
+                Some(AdapterConfigError::UnknownKind(reserved.name.to_owned()))
+            );
+        }
     }
 
     #[test]
