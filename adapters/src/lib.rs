@@ -12,6 +12,7 @@ pub mod devhost;
 pub mod error;
 pub mod exec_output;
 pub mod fake;
+pub mod freestyle;
 pub mod http;
 pub mod local_fs;
 pub mod local_pty;

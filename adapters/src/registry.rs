@@ -13,6 +13,7 @@ use crate::credentials::Credentials;
 use crate::daytona::DaytonaAdapter;
 use crate::devhost::{DevhostAdapter, DevhostConfig};
 use crate::fake::{FakeAdapter, FakeConfig};
+use crate::freestyle::FreestyleAdapter;
 use crate::metered::Metered;
 use crate::opensandbox::OpenSandboxAdapter;
 use crate::SharedAdapter;
@@ -87,7 +88,12 @@ pub const KINDS: &[Kind] = &[
         name: "freestyle",
         trust: TrustRule::ForcedExternal,
         dev_only: false,
-        build: None,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(
+                FreestyleAdapter::with_credentials(parse("freestyle", s)?, credentials)
+                    .map_err(crate::freestyle::config_error)?,
+            ))
+        }),
     },
     Kind {
         name: "vercel",
@@ -254,7 +260,10 @@ mod tests {
             )
         );
         assert_eq!(known[..3], ["fake", "devhost", "opensandbox"]);
-        assert!(known.contains(&"daytona"), "{known:?}");
+        assert!(
+            known.contains(&"daytona") && known.contains(&"freestyle"),
+            "{known:?}"
+        );
         // A reserved kind without an adapter yet is refused the same way.
         for reserved in KINDS.iter().filter(|k| k.build.is_none()) {
             assert_eq!(

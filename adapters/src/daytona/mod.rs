@@ -34,7 +34,7 @@ use crate::{
     ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState, SnapshotInfo,
 };
 
-mod client;
+pub(crate) mod client;
 pub mod config;
 mod sandbox;
 pub(crate) mod shell;
@@ -85,12 +85,12 @@ fn state(s: Option<&str>) -> Option<InstanceState> {
     })
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The Daytona name of a sandbox: its id, in the lower-case, dash form names take.
-fn daytona_name(id: &SandboxId) -> String {
+pub(crate) fn daytona_name(id: &SandboxId) -> String {
     id.as_str().to_ascii_lowercase().replace('_', "-")
 }
 
@@ -103,7 +103,7 @@ fn snapshot_name(snapshot_id: &str) -> String {
 }
 
 /// Decoded stdin of an exec request, if it has one.
-fn stdin_of(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
+pub(crate) fn stdin_of(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
     match (&req.stdin, &req.stdin_base64) {
         (Some(_), Some(_)) => Err(AdapterError::invalid_field(
             "stdinBase64",
@@ -169,7 +169,7 @@ fn file_entry(dir: &str, f: &toolbox::FileInfo) -> FileEntry {
     }
 }
 
-fn check_path(field: &'static str, path: &str) -> Result<(), AdapterError> {
+pub(crate) fn check_path(field: &'static str, path: &str) -> Result<(), AdapterError> {
     if !path.starts_with('/') || path.contains('\0') {
         return Err(AdapterError::invalid_field(
             field,
