@@ -112,13 +112,12 @@ async fn wait_health(c: &Cluster, pool: &str, healthy: bool) {
     tokio::time::sleep(Duration::from_millis(2500)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn work_goes_to_daytona_only_when_policy_allows_and_never_restricted_data() {
-    let fake = FakeDaytona::start(KEY).await;
-    let keydir = tempfile::tempdir().unwrap();
-    let key_path = keydir.path().join("daytona.key");
+/// The `[[pools]]` entry of an external Daytona pool (region `us`) on `fake`, its key in a
+/// file under `dir`.
+fn daytona_pool(fake: &FakeDaytona, dir: &tempfile::TempDir) -> String {
+    let key_path = dir.path().join("daytona.key");
     writeln!(std::fs::File::create(&key_path).unwrap(), "{KEY}").unwrap();
-    let more = format!(
+    format!(
         r#"
 [[pools]]
 name = "daytona-us"
@@ -135,7 +134,36 @@ timeouts = {{ pollMillis = 20, readySeconds = 20 }}
         api = fake.api_url(),
         toolbox = fake.toolbox_url(),
         key = key_path.display(),
-    );
+    )
+}
+
+/// Lets `t` place work on `daytona-us` at every policy level.
+async fn allow_daytona(c: &Cluster, t: &Tenant) {
+    put_policy(
+        c,
+        "/v1/admin/policies/global",
+        json!({"allowExternal": true, "externalPools": ["daytona-us"]}),
+    )
+    .await;
+    put_policy(
+        c,
+        &format!("/v1/orgs/{}/policy", t.org),
+        json!({"allowExternal": true}),
+    )
+    .await;
+    put_policy(
+        c,
+        &format!("/v1/projects/{}/policy", t.project),
+        json!({"allowExternal": true}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_goes_to_daytona_only_when_policy_allows_and_never_restricted_data() {
+    let fake = FakeDaytona::start(KEY).await;
+    let keydir = tempfile::tempdir().unwrap();
+    let more = daytona_pool(&fake, &keydir);
     let c = Cluster::started(Opts {
         more_pools: more,
         ..Opts::default()
@@ -353,4 +381,61 @@ timeouts = {{ pollMillis = 20, readySeconds = 20 }}
     })
     .await;
     assert!(gone, "the Daytona sandbox was not deleted\n{}", c.logs());
+}
+
+/// `kill -9` of the worker after Daytona's create, before the commit: the redelivered create
+/// finds the sandbox by its label, so Daytona holds exactly one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_the_daytona_create_leaves_one_sandbox() {
+    let fake = FakeDaytona::start(KEY).await;
+    let keydir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::new(Opts {
+        ack_wait_seconds: 2,
+        more_pools: daytona_pool(&fake, &keydir),
+        ..Opts::default()
+    })
+    .await;
+    c.spawn("api", "api", &[]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn(
+        "worker1",
+        "worker",
+        &[("DIFFERENTLY_FAULT_PAUSE", "worker.after_create:120000")],
+    );
+    c.wait_ready().await;
+    let a = tenant(&c, "org-a").await;
+    allow_daytona(&c, &a).await;
+    let (s, b) = create(
+        &c,
+        &a,
+        json!({"classification": "public", "external": "required"}),
+    )
+    .await;
+    assert_eq!(s, 202, "{b}");
+    let id = b["id"].as_str().unwrap().to_owned();
+    let created = eventually(Duration::from_secs(30), || fake.sandboxes().len() == 1).await;
+    assert!(created, "Daytona never got the create\n{}", c.logs());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, r) = c
+        .call(&a.key, Method::GET, &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(r["status"], "provisioning", "not committed yet: {r}");
+    c.kill9("worker1");
+    c.spawn("worker2", "worker", &[]);
+    let r = wait_running(&c, &a, &id).await;
+    assert_eq!(r["pool"], "daytona-us");
+    let live = fake.sandboxes();
+    assert_eq!(live.len(), 1, "exactly one Daytona sandbox: {live:?}");
+    assert_eq!(
+        live[0]
+            .labels
+            .get("differently-sandbox-id")
+            .map(String::as_str),
+        Some(id.as_str())
+    );
+    assert_eq!(
+        fake.record().create_bodies.len(),
+        1,
+        "the redelivered create found the first sandbox instead of creating"
+    );
 }
