@@ -118,6 +118,7 @@ pub struct HttpClientBuilder {
     ca_bundle: Vec<reqwest::Certificate>,
     retries: usize,
     retry_delay: Duration,
+    scheme: &'static str,
 }
 
 impl HttpClientBuilder {
@@ -133,7 +134,15 @@ impl HttpClientBuilder {
             ca_bundle: Vec::new(),
             retries: 0,
             retry_delay: Duration::from_millis(200),
+            scheme: "",
         }
+    }
+
+    /// Sends the credential as `Authorization`-style `Bearer <key>` rather than the bare key
+    /// (providers such as Daytona read a bearer token); set together with [`Self::auth`].
+    pub fn bearer(mut self) -> Self {
+        self.scheme = "Bearer ";
+        self
     }
 
     /// Sends the credential `reference` in `header` on every request to the base URL's
@@ -200,6 +209,7 @@ impl HttpClientBuilder {
                 }
                 Some(Auth {
                     header,
+                    scheme: self.scheme,
                     what,
                     credential: Arc::new(credential),
                     seen: Arc::new(Mutex::new(seen)),
@@ -223,6 +233,8 @@ impl HttpClientBuilder {
 #[derive(Debug, Clone)]
 struct Auth {
     header: HeaderName,
+    /// Put before the secret in the header (`Bearer `), or nothing.
+    scheme: &'static str,
     what: String,
     /// The secret's reference, read at send time.
     credential: Arc<CredentialResolver>,
@@ -345,7 +357,8 @@ impl HttpClient {
         };
         if self.is_backend(req.url().as_str()) {
             let secret = self.secret(auth).await?;
-            let mut value = HeaderValue::from_str(secret.expose()).map_err(|_| {
+            let raw = format!("{}{}", auth.scheme, secret.expose());
+            let mut value = HeaderValue::from_str(&raw).map_err(|_| {
                 AdapterError::unavailable(format!(
                     "{} {} ({}): the key has characters a header cannot carry",
                     self.service,

@@ -8,11 +8,13 @@
 pub mod conformance;
 pub mod contract;
 pub mod credentials;
+pub mod daytona;
 pub mod devhost;
 pub mod e2b;
 pub mod error;
 pub mod exec_output;
 pub mod fake;
+pub mod freestyle;
 pub mod http;
 pub mod local_fs;
 pub mod local_pty;

@@ -10,9 +10,11 @@ use differently_core::FieldError;
 use serde::de::DeserializeOwned;
 
 use crate::credentials::Credentials;
+use crate::daytona::DaytonaAdapter;
 use crate::devhost::{DevhostAdapter, DevhostConfig};
 use crate::e2b::E2bAdapter;
 use crate::fake::{FakeAdapter, FakeConfig};
+use crate::freestyle::FreestyleAdapter;
 use crate::metered::Metered;
 use crate::opensandbox::OpenSandboxAdapter;
 use crate::remote::RemoteAdapter;
@@ -80,12 +82,17 @@ pub const KINDS: &[Kind] = &[
             )?))
         }),
     },
-    // Providers: always third-party infrastructure. Adapters to come.
+    // Providers: always third-party infrastructure.
     Kind {
         name: "daytona",
         trust: TrustRule::ForcedExternal,
         dev_only: false,
-        build: None,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(DaytonaAdapter::with_credentials(
+                parse("daytona", s)?,
+                credentials,
+            )?))
+        }),
     },
     Kind {
         name: "e2b",
@@ -102,7 +109,12 @@ pub const KINDS: &[Kind] = &[
         name: "freestyle",
         trust: TrustRule::ForcedExternal,
         dev_only: false,
-        build: None,
+        build: Some(|s, credentials| {
+            Ok(Arc::new(
+                FreestyleAdapter::with_credentials(parse("freestyle", s)?, credentials)
+                    .map_err(crate::freestyle::config_error)?,
+            ))
+        }),
     },
     Kind {
         name: "vercel",
@@ -261,18 +273,30 @@ mod tests {
 
     #[test]
     fn unknown_kind_lists_the_built_kinds() {
-        let e = build("daytona", &serde_json::Value::Null)
+        let e = build("nosuch", &serde_json::Value::Null)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
+        let known = known_kinds().collect::<Vec<_>>();
         assert_eq!(
             e,
-            "unknown adapter kind `daytona` (known: fake, devhost, opensandbox, remote, e2b, vercel)"
+            format!(
+                "unknown adapter kind `nosuch` (known: {})",
+                known.join(", ")
+            )
         );
-        assert_eq!(
-            known_kinds().collect::<Vec<_>>(),
-            ["fake", "devhost", "opensandbox", "remote", "e2b", "vercel"]
+        assert_eq!(known[..3], ["fake", "devhost", "opensandbox"]);
+        assert!(
+            known.contains(&"daytona") && known.contains(&"freestyle"),
+            "{known:?}"
         );
+        // A reserved kind without an adapter yet is refused the same way.
+        for reserved in KINDS.iter().filter(|k| k.build.is_none()) {
+            assert_eq!(
+                build(reserved.name, &serde_json::Value::Null).err(),
+                Some(AdapterConfigError::UnknownKind(reserved.name.to_owned()))
+            );
+        }
     }
 
     #[test]

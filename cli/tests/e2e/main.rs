@@ -15,10 +15,15 @@ mod crash;
 mod dataplane;
 mod deploy_metrics;
 mod dev;
+/// The fake Daytona of the adapter tests, for the hybrid placement test's external pool.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/daytona/fake_server.rs"]
+mod fake_daytona;
 /// The fake OpenSandbox server's `/pty` (its `fake_server` names it as `crate::fake_pty`).
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]
 mod fake_pty;
+mod hybrid_placement;
 mod idempotency;
 mod lifecycle;
 mod nats_cluster;

@@ -1,0 +1,359 @@
+//! Settings of a `daytona` pool: what an operator writes (`DaytonaConfig`, every key optional so
+//! the registry can name a badly typed key) and what the adapter runs on after validation
+//! (`Settings`, the API key's reference checked; the key itself is read at call time).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use differently_core::pool::valid_secret_name;
+use serde::{Deserialize, Deserializer};
+
+use crate::credentials::CredentialRef;
+use crate::http::Secret;
+
+/// Daytona Cloud's API.
+pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
+/// Daytona Cloud's toolbox proxy (the in-sandbox API, `{toolboxURL}/{sandboxId}/…`).
+pub const DEFAULT_TOOLBOX_URL: &str = "https://proxy.app.daytona.io/toolbox";
+
+/// Why a pool's settings were refused; `field` is the offending key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+pub(crate) fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError {
+        field: field.to_owned(),
+        message: message.into(),
+    })
+}
+
+/// Outbound network of the sandboxes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Egress {
+    /// Whatever the Daytona organization allows.
+    #[default]
+    Public,
+    /// `networkBlockAll`: no network access at all.
+    None,
+}
+
+/// Client timeouts, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TimeoutsConfig {
+    /// Ordinary API and toolbox calls (default 30).
+    #[serde(deserialize_with = "opt_u64")]
+    pub request_seconds: Option<u64>,
+    /// Waiting for `started` and the toolbox after create, start or resume (default 180).
+    #[serde(deserialize_with = "opt_u64")]
+    pub ready_seconds: Option<u64>,
+    /// Longest gap between state and log polls, in milliseconds (default 500).
+    #[serde(deserialize_with = "opt_u64")]
+    pub poll_millis: Option<u64>,
+}
+
+/// Settings of a `daytona` pool (`adapterSettings`), as written. See `docs/providers.md`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DaytonaConfig {
+    /// The main API (default Daytona Cloud, `https://app.daytona.io/api`).
+    #[serde(rename = "apiURL", alias = "apiUrl")]
+    pub api_url: Option<String>,
+    /// The toolbox proxy (default `https://proxy.app.daytona.io/toolbox`); the API key is
+    /// sent here too, so it is configured, never taken from an answer.
+    #[serde(rename = "toolboxURL", alias = "toolboxUrl")]
+    pub toolbox_url: Option<String>,
+    /// Sent as `X-Daytona-Organization-ID` (needed only by keys of several organizations).
+    pub organization_id: Option<String>,
+    /// Region to create in (`target`); Daytona's default region when absent.
+    pub target: Option<String>,
+    /// Snapshot sandboxes start from when the sandbox names no template (Daytona's default
+    /// snapshot when absent). With a snapshot Daytona refuses resources: it sets the size.
+    pub snapshot: Option<String>,
+    /// Whether the pool's sandboxes can pause (Daytona pauses VM-class sandboxes only).
+    #[serde(deserialize_with = "opt_bool")]
+    pub pause: Option<bool>,
+    /// `public` (default) or `none` (`networkBlockAll`).
+    pub egress: Option<Egress>,
+    /// Lifetime of a signed preview URL when the caller gives none (default 3600).
+    #[serde(
+        rename = "portURLSeconds",
+        alias = "portUrlSeconds",
+        deserialize_with = "opt_u64"
+    )]
+    pub port_url_seconds: Option<u64>,
+    /// Client timeouts.
+    pub timeouts: TimeoutsConfig,
+    /// PEM file of extra CA certificates (a self-hosted Daytona behind a private CA).
+    pub ca_bundle: Option<PathBuf>,
+    /// Credential by reference: the environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Credential by reference: a file holding the API key.
+    pub api_key_file: Option<PathBuf>,
+    /// Credential by reference: a secret stored sealed in Differently.
+    pub api_key_secret: Option<String>,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub api_url: String,
+    pub toolbox_url: String,
+    pub organization_id: Option<String>,
+    pub target: Option<String>,
+    pub snapshot: Option<String>,
+    pub pause: bool,
+    pub egress: Egress,
+    pub port_url_seconds: u64,
+    pub ca_bundle: Vec<reqwest::Certificate>,
+    pub request_timeout: Duration,
+    pub ready_timeout: Duration,
+    pub poll_interval: Duration,
+    /// Where the API key is read from, at call time.
+    pub credential: CredentialRef,
+    /// The key as read at validation (env and file references).
+    pub initial_key: Option<Secret>,
+}
+
+impl DaytonaConfig {
+    /// Checks every rule and resolves the API key reference.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let api_url = base_url("apiURL", self.api_url.as_deref(), DEFAULT_API_URL)?;
+        let toolbox_url = base_url(
+            "toolboxURL",
+            self.toolbox_url.as_deref(),
+            DEFAULT_TOOLBOX_URL,
+        )?;
+        let ca_bundle = match &self.ca_bundle {
+            None => Vec::new(),
+            Some(path) => match crate::http::read_ca_bundle(path) {
+                Ok(certs) => certs,
+                Err(e) => return bad("caBundle", e.to_string()),
+            },
+        };
+        let nonblank = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let organization_id = nonblank(&self.organization_id);
+        if organization_id
+            .as_deref()
+            .is_some_and(|o| !o.bytes().all(|b| (0x21..0x7f).contains(&b)))
+        {
+            return bad("organizationId", "must be printable ASCII without spaces");
+        }
+        let t = &self.timeouts;
+        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
+            0 => bad(field, "must be at least 1"),
+            n => Ok(Duration::from_secs(n)),
+        };
+        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let ready_timeout = secs(t.ready_seconds, 180, "timeouts.readySeconds")?;
+        let poll_interval = match t.poll_millis.unwrap_or(500) {
+            0 => return bad("timeouts.pollMillis", "must be at least 1"),
+            n => Duration::from_millis(n),
+        };
+        let port_url_seconds = match self.port_url_seconds.unwrap_or(3600) {
+            n if n < 60 => return bad("portURLSeconds", "must be at least 60"),
+            n => n,
+        };
+        let (credential, initial_key) = resolve_key(
+            self.api_key_env.as_deref(),
+            self.api_key_file.as_ref(),
+            self.api_key_secret.as_deref(),
+        )?;
+        Ok(Settings {
+            api_url,
+            toolbox_url,
+            organization_id,
+            target: nonblank(&self.target),
+            snapshot: nonblank(&self.snapshot),
+            pause: self.pause.unwrap_or(false),
+            egress: self.egress.unwrap_or_default(),
+            port_url_seconds,
+            ca_bundle,
+            request_timeout,
+            ready_timeout,
+            poll_interval,
+            credential,
+            initial_key,
+        })
+    }
+}
+
+/// A base URL: `http(s)://host[:port][/path]`, no credentials, query or fragment; no
+/// trailing slash.
+pub(crate) fn base_url(
+    field: &str,
+    value: Option<&str>,
+    default: &str,
+) -> Result<String, ConfigError> {
+    let url = match value.map(str::trim) {
+        None | Some("") => default,
+        Some(u) => u,
+    };
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return bad(field, "must start with http:// or https://");
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() {
+        return bad(field, "has no host");
+    }
+    if authority.contains('@') {
+        return bad(
+            field,
+            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
+        );
+    }
+    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
+        return bad(field, "must be a plain base URL without query or fragment");
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// Checks the one credential reference and, for env and file references, that it resolves
+/// now to a usable key (a typo is refused at registration, naming the key, never its value).
+/// A stored secret may be stored after the pool is registered, so only its name is checked.
+pub(crate) fn resolve_key(
+    env: Option<&str>,
+    file: Option<&PathBuf>,
+    secret: Option<&str>,
+) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
+    let env = env.filter(|e| !e.is_empty());
+    let secret = secret.filter(|s| !s.is_empty());
+    let given = [env.is_some(), file.is_some(), secret.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        let field = if secret.is_some() {
+            "apiKeySecret"
+        } else {
+            "apiKeyFile"
+        };
+        return bad(
+            field,
+            "give one of apiKeyEnv, apiKeyFile or apiKeySecret, not several",
+        );
+    }
+    let (credential, field, raw) = match (env, file, secret) {
+        (Some(var), _, _) => match std::env::var(var) {
+            Ok(v) => (CredentialRef::Env(var.to_owned()), "apiKeyEnv", v),
+            Err(_) => {
+                return bad(
+                    "apiKeyEnv",
+                    format!("environment variable `{var}` is not set"),
+                )
+            }
+        },
+        (_, Some(path), _) => match std::fs::read_to_string(path) {
+            Ok(v) => (CredentialRef::File(path.clone()), "apiKeyFile", v),
+            Err(e) => {
+                return bad(
+                    "apiKeyFile",
+                    format!("cannot read {}: {}", path.display(), e.kind()),
+                )
+            }
+        },
+        (_, _, Some(name)) => {
+            if !valid_secret_name(name) {
+                return bad(
+                    "apiKeySecret",
+                    "a stored secret's name: 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
+                );
+            }
+            return Ok((CredentialRef::Secret(name.to_owned()), None));
+        }
+        (None, None, None) => {
+            return bad(
+                "apiKeyEnv",
+                "the provider's API key is required, by reference: apiKeyEnv (variable name), apiKeyFile (path) or apiKeySecret (stored secret name)",
+            )
+        }
+    };
+    match Secret::parse(raw.trim()) {
+        Ok(key) => Ok((credential, Some(key))),
+        Err(why) => bad(field, format!("the referenced API key {why}")),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum BoolOrString {
+    Bool(bool),
+    Str(String),
+}
+
+/// A boolean, or its string form (`"true"`), as pool settings often carry.
+pub(crate) fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    match Option::<BoolOrString>::deserialize(d)? {
+        None => Ok(None),
+        Some(BoolOrString::Bool(b)) => Ok(Some(b)),
+        Some(BoolOrString::Str(s)) => match s.trim() {
+            "true" => Ok(Some(true)),
+            "false" => Ok(Some(false)),
+            other => Err(serde::de::Error::custom(format!(
+                "expected true or false, got `{other}`"
+            ))),
+        },
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrString {
+    Num(u64),
+    Str(String),
+}
+
+/// A whole number, or its string form (`"30"`).
+pub(crate) fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Option::<NumOrString>::deserialize(d)? {
+        None => Ok(None),
+        Some(NumOrString::Num(n)) => Ok(Some(n)),
+        Some(NumOrString::Str(s)) => {
+            s.trim().parse().map(Some).map_err(|_| {
+                serde::de::Error::custom(format!("expected a whole number, got `{s}`"))
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_daytona_cloud_and_the_key_is_required() {
+        let e = DaytonaConfig::default().validate().unwrap_err();
+        assert_eq!(e.field, "apiKeyEnv");
+        let cfg = DaytonaConfig {
+            api_key_secret: Some("daytona-key".into()),
+            ..Default::default()
+        };
+        let s = cfg.validate().unwrap();
+        assert_eq!(s.api_url, DEFAULT_API_URL);
+        assert_eq!(s.toolbox_url, DEFAULT_TOOLBOX_URL);
+        assert_eq!(s.credential, CredentialRef::Secret("daytona-key".into()));
+        assert!(!s.pause);
+    }
+
+    #[test]
+    fn urls_with_credentials_or_queries_are_refused() {
+        for (url, why) in [
+            ("ftp://x", "http"),
+            ("https://user:pw@x/api", "credentials"),
+            ("https://x/api?k=v", "query"),
+            ("https://", "host"),
+        ] {
+            let e = base_url("apiURL", Some(url), DEFAULT_API_URL).unwrap_err();
+            assert!(e.message.contains(why), "{url}: {}", e.message);
+        }
+        assert_eq!(
+            base_url("apiURL", Some("http://127.0.0.1:3000/api/"), "").unwrap(),
+            "http://127.0.0.1:3000/api"
+        );
+    }
+}

@@ -1,0 +1,441 @@
+//! Hybrid placement end to end: a private pool (the fake backend) and an external Daytona
+//! pool (the real `daytona` adapter against the fake Daytona of `adapters/tests/daytona`,
+//! on loopback), both in region `us`. Work stays private by default; goes to Daytona only
+//! when every policy level allows it and the global policy names the pool; `restricted`
+//! data never leaves; a private outage does not spill over until policy says so; the
+//! placement explanation says why each time.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::fake_daytona::FakeDaytona;
+use crate::harness::{eventually, Cluster, Opts};
+use crate::tenancy::{tenant, Tenant};
+
+const KEY: &str = "dtn_e2e_hybrid_0a1b2c3d4e5f";
+
+async fn create(c: &Cluster, t: &Tenant, body: Value) -> (u16, Value) {
+    let mut body = body;
+    body["projectId"] = json!(t.project);
+    body["region"] = json!("us");
+    c.call(&t.key, Method::POST, "/v1/sandboxes", Some(body))
+        .await
+}
+
+async fn wait_running(c: &Cluster, t: &Tenant, id: &str) -> Value {
+    let (_, r) = c
+        .call(
+            &t.key,
+            Method::GET,
+            &format!("/v1/sandboxes/{id}/wait?status=running&timeoutSeconds=30"),
+            None,
+        )
+        .await;
+    assert_eq!(r["status"], "running", "{r}\n{}", c.logs());
+    r
+}
+
+async fn placed_on(c: &Cluster, t: &Tenant, body: Value) -> (String, String) {
+    let (s, b) = create(c, t, body.clone()).await;
+    assert_eq!(s, 202, "{body} -> {b}");
+    let id = b["id"].as_str().unwrap().to_owned();
+    let r = wait_running(c, t, &id).await;
+    (id, r["pool"].as_str().unwrap().to_owned())
+}
+
+/// The explanation's entry for `pool`.
+async fn why(c: &Cluster, t: &Tenant, id: &str, pool: &str) -> Value {
+    let (s, why) = c
+        .call(
+            &t.key,
+            Method::GET,
+            &format!("/v1/sandboxes/{id}/placement"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{why}");
+    why["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == pool)
+        .cloned()
+        .unwrap_or_else(|| panic!("{pool} not in the explanation: {why}"))
+}
+
+async fn put_policy(c: &Cluster, path: &str, body: Value) {
+    let (s, e) = c.call(&c.key, Method::PUT, path, Some(body)).await;
+    assert_eq!(s, 200, "{path}: {e}");
+}
+
+async fn wait_health(c: &Cluster, pool: &str, healthy: bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, info) = c
+            .call(
+                &c.key,
+                Method::GET,
+                &format!("/v1/admin/pools/{pool}"),
+                None,
+            )
+            .await;
+        if info["healthy"] == healthy {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{pool} never became healthy={healthy}: {info}\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if healthy {
+        // Every process re-reads the shared health view within one sync interval (2 s).
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        return;
+    }
+    let seen = eventually(Duration::from_secs(20), || {
+        c.pool_changes("scheduler", pool, Some(false)) >= 1
+    })
+    .await;
+    assert!(
+        seen,
+        "the scheduler never saw {pool} go unhealthy\n{}",
+        c.logs()
+    );
+    // The API process places directly at admission from its own copy of the view, re-read
+    // every 2 s: let it take the change up too.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+}
+
+/// The `[[pools]]` entry of an external Daytona pool (region `us`) on `fake`, its key in a
+/// file under `dir`.
+fn daytona_pool(fake: &FakeDaytona, dir: &tempfile::TempDir) -> String {
+    let key_path = dir.path().join("daytona.key");
+    writeln!(std::fs::File::create(&key_path).unwrap(), "{KEY}").unwrap();
+    format!(
+        r#"
+[[pools]]
+name = "daytona-us"
+kind = "daytona"
+region = "us"
+cost_per_cpu_hour = 0.01
+
+[pools.settings]
+apiURL = "{api}"
+toolboxURL = "{toolbox}"
+apiKeyFile = "{key}"
+timeouts = {{ pollMillis = 20, readySeconds = 20 }}
+"#,
+        api = fake.api_url(),
+        toolbox = fake.toolbox_url(),
+        key = key_path.display(),
+    )
+}
+
+/// Lets `t` place work on `daytona-us` at every policy level.
+async fn allow_daytona(c: &Cluster, t: &Tenant) {
+    put_policy(
+        c,
+        "/v1/admin/policies/global",
+        json!({"allowExternal": true, "externalPools": ["daytona-us"]}),
+    )
+    .await;
+    put_policy(
+        c,
+        &format!("/v1/orgs/{}/policy", t.org),
+        json!({"allowExternal": true}),
+    )
+    .await;
+    put_policy(
+        c,
+        &format!("/v1/projects/{}/policy", t.project),
+        json!({"allowExternal": true}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_goes_to_daytona_only_when_policy_allows_and_never_restricted_data() {
+    let fake = FakeDaytona::start(KEY).await;
+    let keydir = tempfile::tempdir().unwrap();
+    let more = daytona_pool(&fake, &keydir);
+    let c = Cluster::started(Opts {
+        more_pools: more,
+        ..Opts::default()
+    })
+    .await;
+    let a = tenant(&c, "org-a").await;
+    // The private pool of region `us`, registered through the API so it can fail later.
+    let ledger = c.ledger.display().to_string();
+    let (s, p) = c
+        .call(
+            &c.key,
+            Method::POST,
+            "/v1/admin/pools",
+            Some(
+                json!({"name": "priv-us", "kind": "fake", "region": "us", "costPerCpuHour": 1.0,
+                        "settings": {"ledger": ledger}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 201, "{p}");
+    let (_, d) = c
+        .call(&c.key, Method::GET, "/v1/admin/pools/daytona-us", None)
+        .await;
+    assert_eq!(d["trust"], "external", "a provider is forced external: {d}");
+    wait_health(&c, "priv-us", true).await;
+
+    // 1. No policy allows external placement: private, even when Daytona is cheaper.
+    let (id, pool) = placed_on(
+        &c,
+        &a,
+        json!({"classification": "public", "strategy": "cheapest"}),
+    )
+    .await;
+    assert_eq!(pool, "priv-us");
+    let d = why(&c, &a, &id, "daytona-us").await;
+    assert_eq!(d["eligible"], false, "{d}");
+    let (s, e) = create(
+        &c,
+        &a,
+        json!({"classification": "public", "external": "required"}),
+    )
+    .await;
+    assert_eq!(s, 422, "external required, nothing allows it: {e}");
+
+    // 2. Global and org allow it and name the pool; the project does not: still private.
+    put_policy(
+        &c,
+        "/v1/admin/policies/global",
+        json!({"allowExternal": true, "externalPools": ["daytona-us"]}),
+    )
+    .await;
+    put_policy(
+        &c,
+        &format!("/v1/orgs/{}/policy", a.org),
+        json!({"allowExternal": true}),
+    )
+    .await;
+    let (s, e) = create(
+        &c,
+        &a,
+        json!({"classification": "public", "external": "required"}),
+    )
+    .await;
+    assert_eq!(s, 422, "the project level has not allowed it: {e}");
+
+    // 3. Every level allows it: private-first still keeps work private by default…
+    put_policy(
+        &c,
+        &format!("/v1/projects/{}/policy", a.project),
+        json!({"allowExternal": true}),
+    )
+    .await;
+    let (id, pool) = placed_on(&c, &a, json!({"classification": "public"})).await;
+    assert_eq!(pool, "priv-us", "private-first");
+    let d = why(&c, &a, &id, "daytona-us").await;
+    assert_eq!(d["eligible"], true, "{d}");
+    // …and it goes to Daytona when asked for (or when cheapest wins).
+    let (ext, pool) = placed_on(
+        &c,
+        &a,
+        json!({"classification": "public", "external": "required"}),
+    )
+    .await;
+    assert_eq!(pool, "daytona-us");
+    let instances = fake.sandboxes();
+    assert_eq!(instances.len(), 1, "one Daytona sandbox");
+    assert_eq!(
+        instances[0]
+            .labels
+            .get("differently-sandbox-id")
+            .map(String::as_str),
+        Some(ext.as_str())
+    );
+    let (s, out) = c
+        .call(
+            &a.key,
+            Method::POST,
+            &format!("/v1/sandboxes/{ext}/exec"),
+            Some(json!({"command": ["sh", "-c", "echo from daytona"]})),
+        )
+        .await;
+    assert_eq!((s, out["exitCode"].clone()), (200, json!(0)), "{out}");
+    assert_eq!(out["stdout"], "from daytona\n");
+    let (_, pool) = placed_on(
+        &c,
+        &a,
+        json!({"classification": "public", "strategy": "cheapest"}),
+    )
+    .await;
+    assert_eq!(pool, "daytona-us", "cheapest, every level allows it");
+
+    // 4. Restricted (and confidential) data never leaves, whatever is asked.
+    for class in ["restricted", "confidential"] {
+        let (s, e) = create(
+            &c,
+            &a,
+            json!({"classification": class, "external": "required"}),
+        )
+        .await;
+        assert_eq!(s, 422, "{class}: {e}");
+        let (id, pool) = placed_on(
+            &c,
+            &a,
+            json!({"classification": class, "strategy": "cheapest"}),
+        )
+        .await;
+        assert_eq!(pool, "priv-us", "{class}");
+        let d = why(&c, &a, &id, "daytona-us").await;
+        assert_eq!(d["eligible"], false, "{d}");
+        assert!(
+            d["reason"].as_str().unwrap_or("").contains(class),
+            "{class}: {d}"
+        );
+    }
+
+    // 5. A private outage does not spill over while the project forbids external work…
+    put_policy(
+        &c,
+        &format!("/v1/projects/{}/policy", a.project),
+        json!({"allowExternal": false}),
+    )
+    .await;
+    let (s, e) = c
+        .call(
+            &c.key,
+            Method::PATCH,
+            "/v1/admin/pools/priv-us",
+            Some(json!({"settings": {"ledger": ledger, "unavailable": true}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{e}");
+    wait_health(&c, "priv-us", false).await;
+    let before = fake.sandboxes().len();
+    let (s, b) = create(&c, &a, json!({"classification": "public"})).await;
+    assert_eq!(s, 202, "{b}");
+    let held = b["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, r) = c
+        .call(&a.key, Method::GET, &format!("/v1/sandboxes/{held}"), None)
+        .await;
+    assert_eq!(r["status"], "queued", "waits for the private pool: {r}");
+    let (_, whole) = c
+        .call(
+            &a.key,
+            Method::GET,
+            &format!("/v1/sandboxes/{held}/placement"),
+            None,
+        )
+        .await;
+    assert_eq!(whole["decision"], "waiting", "{whole}");
+    assert!(
+        whole["reason"].as_str().unwrap_or("").contains("priv-us"),
+        "the explanation names the pool it waits for: {whole}"
+    );
+    assert_eq!(fake.sandboxes().len(), before, "nothing went to Daytona");
+    let d = why(&c, &a, &held, "daytona-us").await;
+    assert_eq!(d["eligible"], false, "{d}");
+    let p = why(&c, &a, &held, "priv-us").await;
+    assert_eq!(p["eligible"], false, "{p}");
+
+    // …and spills over once policy says so: the queued sandbox goes to Daytona.
+    put_policy(
+        &c,
+        &format!("/v1/projects/{}/policy", a.project),
+        json!({"allowExternal": true}),
+    )
+    .await;
+    let r = wait_running(&c, &a, &held).await;
+    assert_eq!(r["pool"], "daytona-us", "{r}");
+    let d = why(&c, &a, &held, "daytona-us").await;
+    assert_eq!(d["eligible"], true, "{d}");
+    let labels: Vec<BTreeMap<String, String>> =
+        fake.sandboxes().into_iter().map(|s| s.labels).collect();
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.get("differently-sandbox-id") == Some(&held)),
+        "{labels:?}"
+    );
+
+    // Deleting it deletes the Daytona sandbox.
+    let (s, e) = c
+        .call(
+            &a.key,
+            Method::DELETE,
+            &format!("/v1/sandboxes/{held}"),
+            None,
+        )
+        .await;
+    assert!(s == 202 || s == 200, "{s}: {e}");
+    let gone = eventually(Duration::from_secs(20), || {
+        fake.sandboxes().iter().all(|s| {
+            s.labels.get("differently-sandbox-id") != Some(&held) || s.state == "destroying"
+        })
+    })
+    .await;
+    assert!(gone, "the Daytona sandbox was not deleted\n{}", c.logs());
+}
+
+/// `kill -9` of the worker after Daytona's create, before the commit: the redelivered create
+/// finds the sandbox by its label, so Daytona holds exactly one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_after_the_daytona_create_leaves_one_sandbox() {
+    let fake = FakeDaytona::start(KEY).await;
+    let keydir = tempfile::tempdir().unwrap();
+    let mut c = Cluster::new(Opts {
+        ack_wait_seconds: 2,
+        more_pools: daytona_pool(&fake, &keydir),
+        ..Opts::default()
+    })
+    .await;
+    c.spawn("api", "api", &[]);
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn(
+        "worker1",
+        "worker",
+        &[("DIFFERENTLY_FAULT_PAUSE", "worker.after_create:120000")],
+    );
+    c.wait_ready().await;
+    let a = tenant(&c, "org-a").await;
+    allow_daytona(&c, &a).await;
+    let (s, b) = create(
+        &c,
+        &a,
+        json!({"classification": "public", "external": "required"}),
+    )
+    .await;
+    assert_eq!(s, 202, "{b}");
+    let id = b["id"].as_str().unwrap().to_owned();
+    let created = eventually(Duration::from_secs(30), || fake.sandboxes().len() == 1).await;
+    assert!(created, "Daytona never got the create\n{}", c.logs());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, r) = c
+        .call(&a.key, Method::GET, &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(r["status"], "provisioning", "not committed yet: {r}");
+    c.kill9("worker1");
+    c.spawn("worker2", "worker", &[]);
+    let r = wait_running(&c, &a, &id).await;
+    assert_eq!(r["pool"], "daytona-us");
+    let live = fake.sandboxes();
+    assert_eq!(live.len(), 1, "exactly one Daytona sandbox: {live:?}");
+    assert_eq!(
+        live[0]
+            .labels
+            .get("differently-sandbox-id")
+            .map(String::as_str),
+        Some(id.as_str())
+    );
+    assert_eq!(
+        fake.record().create_bodies.len(),
+        1,
+        "the redelivered create found the first sandbox instead of creating"
+    );
+}
