@@ -470,6 +470,29 @@ pub(super) fn schemas() -> Value {
             ("at", time()),
         ]),
     );
+    // The public event contract, from the definitions the events are built from.
+    s.insert(
+        "PublicEvent".to_owned(),
+        differently_bus_schema::public::envelope_schema(),
+    );
+    s.insert(
+        "EventSchema".to_owned(),
+        described("A JSON Schema (draft 2020-12) of one public event type."),
+    );
+    s.insert(
+        "EventSchemaList".to_owned(),
+        served(&[
+            ("version", typed("integer")),
+            ("envelope", reference("EventSchema")),
+            (
+                "items",
+                json!({ "type": "array", "items": served(&[
+                    ("type", typed("string")),
+                    ("schema", reference("EventSchema")),
+                ]) }),
+            ),
+        ]),
+    );
     s.insert(
         "Org".to_owned(),
         served(&[

@@ -6,6 +6,7 @@ use axum::Router;
 use crate::AppState;
 
 pub mod audit;
+pub mod event_schemas;
 pub mod events;
 pub mod exec;
 pub mod files;
@@ -35,6 +36,7 @@ pub fn router() -> Router<AppState> {
         .merge(ports::router())
         .merge(pty::router())
         .merge(events::router())
+        .merge(event_schemas::router())
         .merge(orgs::router())
         .merge(projects::router())
         .merge(keys::router())
