@@ -335,6 +335,15 @@ pub(super) fn catalogue() -> Vec<Op> {
                      ("format", "string", "`public` (the event contract) or `status` (the default, status changes only).")])
             .answers(&[Answer::Stream("SSE: `status` events carrying `StatusEvent`, or (`format=public`) one event per public type carrying `PublicEvent`.")])
             .errors(&[404]),
+        op("post", "/v1/events/credentials", "createEventCredentials", "events", read,
+            "NATS credentials for the key's org (or project) public events: subscribe to `subscribe`, replay from `stream` through consumers filtered inside it; the token is shown once. 501 without a NATS auth callout (`differently dev`).")
+            .body(Body::Json("EventCredentialsRequest"))
+            .answers(&[Json(201, "EventCredentials")])
+            .errors(&[404, 422, 501, 503]),
+        op("delete", "/v1/events/credentials/{id}", "revokeEventCredentials", "events", read,
+            "Revoke event credentials: new connections are refused at once, open ones end within 5 minutes.")
+            .answers(&[Empty(204)])
+            .errors(&[404, 501, 503]),
         op("get", "/v1/events/schemas", "listEventSchemas", "events", read,
             "The JSON Schema of every public event type, and of their envelope.")
             .answers(&[Json(200, "EventSchemaList")]),

@@ -152,6 +152,9 @@ fn path_param_schema(path: &str, name: &str) -> Value {
         (None, "secrets") => {
             json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$" })
         }
+        (None, "credentials") => {
+            json!({ "type": "string", "pattern": "^evc_[0-9A-Za-z]{26}$" })
+        }
         // A public event type: exactly one of the known ones.
         (None, "schemas") => {
             let alternatives: Vec<String> = differently_bus_schema::EventType::ALL

@@ -476,6 +476,27 @@ pub(super) fn schemas() -> Value {
         differently_bus_schema::public::envelope_schema(),
     );
     s.insert(
+        "EventCredentialsRequest".to_owned(),
+        json!({ "type": "object", "additionalProperties": false, "properties": {
+            "ttlSeconds": bounded(60, 86_400),
+            "projectId": id_or_null("prj"),
+        } }),
+    );
+    s.insert(
+        "EventCredentials".to_owned(),
+        served(&[
+            ("id", typed("string")),
+            ("token", typed("string")),
+            ("expiresAt", time()),
+            ("orgId", id_of("org")),
+            ("projectId", id_or_null("prj")),
+            ("subscribe", typed("string")),
+            ("inboxPrefix", typed("string")),
+            ("stream", typed("string")),
+            ("consumerCreate", typed("string")),
+        ]),
+    );
+    s.insert(
         "EventSchema".to_owned(),
         described("A JSON Schema (draft 2020-12) of one public event type."),
     );

@@ -6,6 +6,7 @@ use axum::Router;
 use crate::AppState;
 
 pub mod audit;
+pub mod event_credentials;
 pub mod event_schemas;
 pub mod events;
 pub mod exec;
@@ -37,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .merge(pty::router())
         .merge(events::router())
         .merge(event_schemas::router())
+        .merge(event_credentials::router())
         .merge(orgs::router())
         .merge(projects::router())
         .merge(keys::router())

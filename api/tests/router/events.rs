@@ -241,3 +241,53 @@ async fn schemas_are_listed_and_bad_queries_refused() {
         assert_eq!(a.body["error"]["details"]["field"], field, "{}", a.body);
     }
 }
+
+#[tokio::test]
+async fn credentials_without_a_nats_callout_are_a_clear_501_after_the_body_is_checked() {
+    let api = api().await;
+    let key = api.key_with(None, &["sandboxes:read"]).await;
+    let a = api
+        .call(
+            Method::POST,
+            "/v1/events/credentials",
+            Some(&key),
+            json!({}),
+            &[],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::NOT_IMPLEMENTED, "{}", a.body);
+    assert_eq!(a.code(), "unsupported_operation");
+    assert!(
+        a.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("auth callout")),
+        "{}",
+        a.body
+    );
+    let bad = api
+        .call(
+            Method::POST,
+            "/v1/events/credentials",
+            Some(&key),
+            json!({ "ttlSeconds": 5 }),
+            &[],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert_eq!(bad.body["error"]["details"]["field"], "ttlSeconds");
+    let revoke = api
+        .call(
+            Method::DELETE,
+            "/v1/events/credentials/evc_01JD0000000000000000000009",
+            Some(&key),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        revoke.status,
+        StatusCode::NOT_IMPLEMENTED,
+        "{}",
+        revoke.body
+    );
+}
