@@ -291,3 +291,43 @@ async fn credentials_without_a_nats_callout_are_a_clear_501_after_the_body_is_ch
         revoke.body
     );
 }
+
+#[tokio::test]
+async fn a_lifecycle_request_is_a_public_operation_requested_event_of_its_key() {
+    let api = std::sync::Arc::new(api().await);
+    let key = api
+        .key_with(None, &["sandboxes:read", "sandboxes:write"])
+        .await;
+    let id = api.running_sandbox().await;
+    // No worker runs here: the snapshot is requested and stays pending; the call may wait.
+    let (caller, path, k) = (
+        api.clone(),
+        format!("/v1/sandboxes/{id}/snapshots"),
+        key.clone(),
+    );
+    let call = tokio::spawn(async move {
+        caller
+            .call(Method::POST, &path, Some(&k), json!({}), &[])
+            .await
+    });
+    if let Ok(done) = tokio::time::timeout(Duration::from_secs(1), call).await {
+        let a = done.expect("the call");
+        panic!(
+            "the snapshot call answered at once: {} {}",
+            a.status, a.body
+        );
+    }
+    let got = sse(
+        &api,
+        "/v1/events?after=0&format=public&types=sandbox.operation.*",
+        &key,
+        1,
+    )
+    .await;
+    let e = &got[0].2;
+    assert_eq!(e["type"], "sandbox.operation.requested", "{e}");
+    assert_eq!(e["sandboxId"], id.as_str());
+    assert_eq!(e["data"]["operation"], "snapshot");
+    assert_eq!(e["cause"], "user");
+    assert!(e["actor"]["keyId"].as_str().is_some(), "{e}");
+}

@@ -2,7 +2,7 @@
 //! pause).
 
 use chrono::Utc;
-use differently_bus_schema::{Cause, Origin, WorkOp};
+use differently_bus_schema::{Cause, EventType, Origin, WorkOp};
 use differently_core::SandboxStatus;
 use differently_store::lifecycle::{OpBegun, OpRecord, IDLE_REASON};
 use differently_store::{Actor, StoreError, Transition};
@@ -89,6 +89,17 @@ pub(super) async fn idle(s: &Scheduler) -> Result<(), StoreError> {
                 {
                     tracing::warn!(sandbox = %row.id, error = %e, "sweep: idle publish failed; repair re-sends it");
                 }
+                let _ = s
+                    .announcer
+                    .operation(
+                        &row,
+                        EventType::OperationRequested,
+                        r.id.as_str(),
+                        op.as_str(),
+                        None,
+                        Origin::system(Cause::Idle),
+                    )
+                    .await;
             })
             .await;
         }
