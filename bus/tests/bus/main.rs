@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+mod callout;
+
 use differently_bus::jetstream;
 use differently_bus::memory::MemoryBus;
 use differently_bus::testing::NatsServer;
@@ -851,6 +853,7 @@ async fn typed_events_skip_what_does_not_decode(h: Harness) {
             backend_ref: None,
             view: None,
             audit_head: None,
+            origin: None,
         },
     );
     env.published_at = None;
