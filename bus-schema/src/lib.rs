@@ -8,6 +8,7 @@
 pub mod envelope;
 pub mod messages;
 pub mod naming;
+pub mod public;
 pub mod trace;
 
 pub use envelope::{decode, msg_id, DecodeError, Envelope, Message, SCHEMA_VERSION};
@@ -16,6 +17,9 @@ pub use messages::{
     WireResources, Work, WorkOp,
 };
 pub use naming::{ConsumerDef, Naming, Retention, StreamDef};
+pub use public::{
+    Cause, EventActor, EventData, EventType, Origin, PublicEvent, PUBLIC_EVENT_VERSION,
+};
 pub use trace::TraceContext;
 
 #[cfg(test)]
@@ -91,6 +95,41 @@ mod tests {
         );
         assert!(Naming::new("Bad.Prefix").is_err());
         assert!(Naming::new("").is_err());
+    }
+
+    #[test]
+    fn public_subjects_are_per_tenant_and_apart_from_internal_ones() {
+        let n = Naming::default();
+        let (org, prj, sbx) = (OrgId::new(), ProjectId::new(), SandboxId::new());
+        let subject = n.public_subject(&org, &prj, Some(&sbx), EventType::ExecFinished);
+        assert_eq!(
+            subject,
+            format!("dly.pub.{org}.{prj}.{sbx}.sandbox.exec.finished")
+        );
+        assert_eq!(
+            n.public_subject(&org, &prj, None, EventType::WebhookDisabled),
+            format!("dly.pub.{org}.{prj}._.webhook.disabled")
+        );
+        assert_eq!(
+            n.public_filter(&org, None, None),
+            format!("dly.pub.{org}.>")
+        );
+        assert_eq!(
+            n.public_filter(&org, None, Some(&sbx)),
+            format!("dly.pub.{org}.*.{sbx}.>")
+        );
+        let public = n.public_stream();
+        assert_eq!(public.name, "DLY_PUB");
+        assert_eq!(public.retention, Retention::Limits);
+        assert_eq!(public.max_age, Some(Duration::from_secs(24 * 3600)));
+        assert!(public.max_bytes.is_some());
+        // No internal stream captures a public subject, and the public stream nothing else.
+        for def in n.streams().into_iter().filter(|d| d.name != public.name) {
+            for f in &def.subjects {
+                assert!(!f.starts_with("dly.pub."), "{} captures {f}", def.name);
+            }
+        }
+        assert_eq!(public.subjects, vec!["dly.pub.>".to_owned()]);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use differently_core::{OrgId, ProjectId, SandboxId};
 
-use crate::WorkOp;
+use crate::{EventType, WorkOp};
 
 /// Derives every subject, stream and consumer name from one prefix (default `dly`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +78,40 @@ impl Naming {
         }
     }
 
+    /// `dly.pub.<org>.<project>.<sandbox>.<type>`: a public event, the only kind of message
+    /// tenants may read. Project-level events (no sandbox) use `_` for the sandbox token.
+    pub fn public_subject(
+        &self,
+        org: &OrgId,
+        project: &ProjectId,
+        sandbox: Option<&SandboxId>,
+        ty: EventType,
+    ) -> String {
+        let sandbox = sandbox.map_or_else(|| "_".to_owned(), ToString::to_string);
+        format!("{}.pub.{org}.{project}.{sandbox}.{ty}", self.prefix)
+    }
+
+    /// Filter for one tenant's public events, optionally narrowed to a project and a sandbox
+    /// (every type).
+    pub fn public_filter(
+        &self,
+        org: &OrgId,
+        project: Option<&ProjectId>,
+        sandbox: Option<&SandboxId>,
+    ) -> String {
+        let project = project.map_or_else(|| "*".to_owned(), ToString::to_string);
+        let sandbox = sandbox.map_or_else(|| "*".to_owned(), ToString::to_string);
+        if project == "*" && sandbox == "*" {
+            return self.public_org_filter(org);
+        }
+        format!("{}.pub.{org}.{project}.{sandbox}.>", self.prefix)
+    }
+
+    /// `dly.pub.<org>.>`: everything an org's credentials may subscribe to.
+    pub fn public_org_filter(&self, org: &OrgId) -> String {
+        format!("{}.pub.{org}.>", self.prefix)
+    }
+
     /// The admission stream (work queue).
     pub fn admit_stream(&self) -> StreamDef {
         StreamDef {
@@ -85,6 +119,7 @@ impl Naming {
             subjects: vec![format!("{}.admit.>", self.prefix)],
             retention: Retention::WorkQueue,
             max_age: None,
+            max_bytes: None,
         }
     }
 
@@ -95,6 +130,7 @@ impl Naming {
             subjects: vec![format!("{}.work.>", self.prefix)],
             retention: Retention::WorkQueue,
             max_age: None,
+            max_bytes: None,
         }
     }
 
@@ -105,6 +141,20 @@ impl Naming {
             subjects: vec![format!("{}.evt.>", self.prefix)],
             retention: Retention::Limits,
             max_age: Some(Duration::from_secs(24 * 3600)),
+            max_bytes: None,
+        }
+    }
+
+    /// The public event stream `DLY_PUB` (limits: 24 h and at most [`PUBLIC_STREAM_MAX_BYTES`],
+    /// whichever comes first), which tenants replay from a sequence or a time. Separate from
+    /// `DLY_EVENTS` so that no internal message is ever on a subject a tenant can read.
+    pub fn public_stream(&self) -> StreamDef {
+        StreamDef {
+            name: self.stream_name("PUB"),
+            subjects: vec![format!("{}.pub.>", self.prefix)],
+            retention: Retention::Limits,
+            max_age: Some(PUBLIC_RETENTION),
+            max_bytes: Some(PUBLIC_STREAM_MAX_BYTES),
         }
     }
 
@@ -114,6 +164,7 @@ impl Naming {
             self.admit_stream(),
             self.work_stream(),
             self.events_stream(),
+            self.public_stream(),
         ]
     }
 
@@ -154,7 +205,16 @@ pub struct StreamDef {
     pub subjects: Vec<String>,
     pub retention: Retention,
     pub max_age: Option<Duration>,
+    /// Oldest messages are dropped beyond this many bytes (`None`: no size bound).
+    pub max_bytes: Option<i64>,
 }
+
+/// How long the public stream keeps an event: a subscriber can replay up to a day back.
+pub const PUBLIC_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// Size bound of the public stream (1 GiB): a burst of events cannot fill the server's disk;
+/// beyond it the oldest events go first, even if younger than [`PUBLIC_RETENTION`].
+pub const PUBLIC_STREAM_MAX_BYTES: i64 = 1 << 30;
 
 /// A durable pull consumer with explicit acks.
 #[derive(Debug, Clone, PartialEq, Eq)]

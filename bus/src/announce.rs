@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use differently_bus_schema::{
-    msg_id, Admitted, Envelope, Naming, QueuedSandbox, StatusChanged, Terminating, Work, WorkOp,
+    msg_id, Admitted, Envelope, Naming, Origin, PublicEvent, QueuedSandbox, StatusChanged,
+    Terminating, Work, WorkOp,
 };
 use differently_core::{Sandbox, SandboxStatus};
 use serde::Serialize;
@@ -185,9 +186,15 @@ impl Announcer {
         work
     }
 
-    /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status.
+    /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status (and its public
+    /// `sandbox.status.changed`), with no word on why (public `cause`: `backend`).
     pub async fn status(&self, s: &Sandbox) -> Result<Published, BusError> {
-        self.status_after(s, None).await
+        self.status_full(s, None, None).await
+    }
+
+    /// [`status`](Self::status), saying why the row changed and which key changed it.
+    pub async fn status_by(&self, s: &Sandbox, origin: Origin) -> Result<Published, BusError> {
+        self.status_full(s, None, Some(origin)).await
     }
 
     /// [`status`](Self::status), with the audit chain head the change left when the
@@ -197,8 +204,21 @@ impl Announcer {
         s: &Sandbox,
         audit_head: Option<differently_bus_schema::AuditHead>,
     ) -> Result<Published, BusError> {
+        self.status_full(s, audit_head, None).await
+    }
+
+    /// The internal status event on `dly.evt.…` and its public form on `dly.pub.…`, both
+    /// at once. Answers the internal publish (what the waiters of this platform need); a
+    /// public one that is not stored is re-sent in the background like the internal one.
+    pub async fn status_full(
+        &self,
+        s: &Sandbox,
+        audit_head: Option<differently_bus_schema::AuditHead>,
+        origin: Option<Origin>,
+    ) -> Result<Published, BusError> {
         let mut body = StatusChanged::of(s);
         body.audit_head = audit_head;
+        body.origin = origin;
         let mut env = Envelope::new(s.id.clone(), s.status_version, body);
         let id = msg_id(&s.id, "evt", s.status_version);
         let subject = self.naming.event_subject(&s.org_id, &s.project_id, &s.id);
@@ -209,9 +229,44 @@ impl Announcer {
                 resending.remove(&key);
             }
         }
-        let out = self.send(subject.clone(), id.clone(), &mut env).await;
-        if out.is_err() {
+        let public = PublicEvent::from_status(&env);
+        let (out, public_out) = tokio::join!(
+            self.send(subject.clone(), id.clone(), &mut env),
+            self.public(&public)
+        );
+        if out.is_err() || public_out.is_err() {
             self.resend_status(key, s.status_version, subject, id, env);
+        }
+        out
+    }
+
+    /// `dly.pub.<org>.<project>.<sandbox>.<type>`: one public event, with its `id` as the
+    /// message id, so a re-send of the same change is dropped as a duplicate.
+    pub async fn public(&self, event: &PublicEvent) -> Result<Published, BusError> {
+        let subject = self.naming.public_subject(
+            &event.org_id,
+            &event.project_id,
+            event.sandbox_id.as_ref(),
+            event.event_type(),
+        );
+        let payload = event
+            .encode()
+            .map_err(|e| BusError::Publish(Detail::caused(format!("encode: {e}"), e)))?;
+        let publish = self.bus.publish(&subject, &event.id, Bytes::from(payload));
+        let out = match self.bound {
+            None => publish.await,
+            Some(limit) => tokio::time::timeout(limit, publish)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BusError::Publish(Detail::new(format!(
+                    "{subject}: not acknowledged within {} ms; given up (it may still be stored)",
+                    limit.as_millis()
+                ))))
+                }),
+        };
+        if let Err(e) = &out {
+            metrics::counter!("differently_bus_public_publish_failures_total").increment(1);
+            tracing::warn!(subject = %subject, error = %e, "bus: public event not stored");
         }
         out
     }
@@ -220,7 +275,7 @@ impl Announcer {
         self.resending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Re-sends a status event that was not stored, in the background, until it is, a newer
+    /// Re-sends a status event (internal and public) that was not stored, in the background, until it is, a newer
     /// status of the sandbox supersedes it, or [`STATUS_RESEND_FOR`] has passed. Its message
     /// id makes a re-send of one that was stored after all a duplicate.
     fn resend_status(
@@ -247,7 +302,14 @@ impl Announcer {
                 if me.resending().get(&key) != Some(&version) {
                     break "superseded";
                 }
-                match me.send(subject.clone(), id.clone(), &mut env).await {
+                // Both the internal and the public form: each is de-duplicated by its id, so
+                // re-sending the one that was stored costs nothing.
+                let public = PublicEvent::from_status(&env);
+                let (internal, public) = tokio::join!(
+                    me.send(subject.clone(), id.clone(), &mut env),
+                    me.public(&public)
+                );
+                match internal.and(public) {
                     Ok(_) => {
                         tracing::info!(sandbox = %key, version, "bus: status event stored on a re-send");
                         break "stored";

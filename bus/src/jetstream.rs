@@ -360,6 +360,7 @@ impl JetStreamBus {
                 Retention::Limits => RetentionPolicy::Limits,
             },
             max_age: def.max_age.unwrap_or_default(),
+            max_bytes: def.max_bytes.unwrap_or(-1),
             storage: StorageType::File,
             num_replicas: self.replicas,
             duplicate_window: DUPLICATE_WINDOW,
@@ -394,6 +395,7 @@ impl JetStreamBus {
         }
         let differs = have.subjects != want.subjects
             || have.max_age != want.max_age
+            || have.max_bytes != want.max_bytes
             || have.duplicate_window != want.duplicate_window
             || have.num_replicas != want.num_replicas;
         if differs {
@@ -401,6 +403,7 @@ impl JetStreamBus {
             let updated = StreamConfig {
                 subjects: want.subjects,
                 max_age: want.max_age,
+                max_bytes: want.max_bytes,
                 duplicate_window: want.duplicate_window,
                 num_replicas: want.num_replicas,
                 ..have

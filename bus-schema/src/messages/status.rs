@@ -37,6 +37,11 @@ pub struct StatusChanged {
     /// Internal, like `backend_ref`; absent from older publishers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_head: Option<AuditHead>,
+    /// Why the status changed and which key changed it, when the publisher knows: the public
+    /// `sandbox.status.changed` event carries it as `cause`/`actor`. Absent from older
+    /// publishers (then `backend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::public::Origin>,
 }
 
 impl Message for StatusChanged {
@@ -66,6 +71,7 @@ impl StatusChanged {
             backend_ref: s.backend_ref.clone(),
             view: Some(Box::new(SandboxState::of(s))),
             audit_head: None,
+            origin: None,
         }
     }
 }

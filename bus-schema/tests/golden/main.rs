@@ -16,6 +16,8 @@ use differently_core::sandbox::SandboxSpec;
 use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use serde::Serialize;
 
+mod public;
+
 const SANDBOX: &str = "sbx_01JD0000000000000000000001";
 const ORG: &str = "org_01JD0000000000000000000002";
 const PROJECT: &str = "prj_01JD0000000000000000000003";
@@ -264,14 +266,20 @@ fn no_fixture_is_missing_or_left_over() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    let expected = [
+    let mut expected: Vec<String> = [
         "admitted-bare.json",
         "admitted.json",
         "status-changed.json",
         "work-create.json",
         "work-delete.json",
         "work-snapshot.json",
-    ];
+    ]
+    .map(String::from)
+    .into();
+    expected.extend(
+        differently_bus_schema::EventType::ALL.map(|t| format!("{}.json", public::fixture_name(t))),
+    );
+    expected.sort();
     assert_eq!(
         names, expected,
         "every fixture has a test and every test its fixture"

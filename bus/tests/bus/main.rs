@@ -851,6 +851,7 @@ async fn typed_events_skip_what_does_not_decode(h: Harness) {
             backend_ref: None,
             view: None,
             audit_head: None,
+            origin: None,
         },
     );
     env.published_at = None;
