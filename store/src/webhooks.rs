@@ -50,7 +50,22 @@ impl Webhook {
     /// Whether an event of `event_type` goes to this webhook.
     pub fn wants(&self, event_type: &str) -> bool {
         self.enabled
-            && (self.event_types.is_empty() || self.event_types.iter().any(|t| t == event_type))
+            && (self.event_types.is_empty()
+                || self
+                    .event_types
+                    .iter()
+                    .any(|f| filter_matches(f, event_type)))
+    }
+}
+
+/// Whether `event_type` matches `filter`: the exact type, `*` (every type) or a prefix
+/// ending in `.*` (`sandbox.exec.*`), the same forms as the public events' `?types=`.
+pub fn filter_matches(filter: &str, event_type: &str) -> bool {
+    match filter.strip_suffix('*') {
+        Some("") => true,
+        Some(prefix) if prefix.ends_with('.') => event_type.starts_with(prefix),
+        Some(_) => false,
+        None => event_type == filter,
     }
 }
 
@@ -455,6 +470,18 @@ mod tests {
     fn truncation_keeps_characters_whole() {
         assert_eq!(truncate("héllo".into(), 2), "h");
         assert_eq!(truncate("abc".into(), 10), "abc");
+    }
+
+    #[test]
+    fn filters_take_exact_types_prefixes_and_everything() {
+        assert!(filter_matches("*", "sandbox.exec.started"));
+        assert!(filter_matches("sandbox.exec.*", "sandbox.exec.started"));
+        assert!(filter_matches(
+            "sandbox.exec.started",
+            "sandbox.exec.started"
+        ));
+        assert!(!filter_matches("sandbox.ex*", "sandbox.exec.started"));
+        assert!(!filter_matches("snapshot.*", "sandbox.exec.started"));
     }
 
     #[test]
