@@ -23,6 +23,7 @@ pub mod sandboxes;
 pub mod secrets;
 pub mod snapshots;
 pub mod trust;
+pub mod webhooks;
 
 /// Every resource's routes.
 pub fn router() -> Router<AppState> {
@@ -45,4 +46,5 @@ pub fn router() -> Router<AppState> {
         .merge(policies::router())
         .merge(pools::router())
         .merge(trust::router())
+        .merge(webhooks::router())
 }

@@ -22,3 +22,4 @@ mod sandboxes;
 mod schemathesis_finds;
 mod snapshot_pages;
 mod snapshots;
+mod webhooks;
