@@ -239,6 +239,9 @@ pub struct WebhooksSection {
     pub rotation_overlap_seconds: u64,
     /// Requests in flight at once per worker process.
     pub concurrency: usize,
+    /// A delivery is held by its claimer for `timeout_seconds` plus this; a claimer killed
+    /// mid-attempt delays the retry by that long.
+    pub lease_margin_seconds: u64,
 }
 
 impl Default for WebhooksSection {
@@ -254,6 +257,7 @@ impl Default for WebhooksSection {
             disable_after_seconds: 24 * 3600,
             rotation_overlap_seconds: 24 * 3600,
             concurrency: 8,
+            lease_margin_seconds: 30,
         }
     }
 }
@@ -292,6 +296,7 @@ impl WebhooksSection {
                 ),
             },
             concurrency: self.concurrency,
+            lease_margin: Duration::from_secs(self.lease_margin_seconds.max(1)),
             ..differently_webhooks::DeliveryConfig::default()
         }
     }

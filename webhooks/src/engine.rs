@@ -40,6 +40,8 @@ pub struct DeliveryConfig {
     pub poll: Duration,
     /// How long the fan-out may hold an unacked bus message.
     pub ack_wait: Duration,
+    /// A claim's lease is the timeout plus this: room to record the outcome.
+    pub lease_margin: Duration,
 }
 
 impl Default for DeliveryConfig {
@@ -52,6 +54,7 @@ impl Default for DeliveryConfig {
             concurrency: 8,
             poll: Duration::from_millis(500),
             ack_wait: Duration::from_secs(30),
+            lease_margin: Duration::from_secs(30),
         }
     }
 }
@@ -60,7 +63,7 @@ impl DeliveryConfig {
     /// A claim's lease: the timeout plus a margin for recording the outcome, so a claimer
     /// that is merely slow is never overtaken; only a dead one is.
     pub fn lease(&self) -> Duration {
-        self.timeout + Duration::from_secs(30)
+        self.timeout + self.lease_margin
     }
 }
 

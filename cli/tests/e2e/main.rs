@@ -34,3 +34,4 @@ mod readme;
 mod schemathesis;
 mod spine;
 mod tenancy;
+mod webhooks;
