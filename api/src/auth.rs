@@ -205,6 +205,16 @@ impl Principal {
     pub fn actor(&self) -> differently_store::Actor {
         differently_store::Actor::Key(self.key_id.clone())
     }
+
+    /// Why a change this key makes happens, as public events say it: `user` with the key's
+    /// id, or `admin` for an operator's admin key (whose id is not shown to tenants).
+    pub fn origin(&self) -> differently_bus_schema::Origin {
+        let mut o = differently_bus_schema::Origin::user(self.key_id.clone());
+        if self.scopes.contains(&Scope::Admin) {
+            o.cause = differently_bus_schema::Cause::Admin;
+        }
+        o
+    }
 }
 
 /// What a tenant list may show.

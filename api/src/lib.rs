@@ -124,6 +124,9 @@ pub struct Inner {
     pub policies: policy_cache::PolicyCache,
     /// Terminal sessions this process runs (`pty_sessions`).
     pub ptys: pty_sessions::PtySessions,
+    /// Issues tenant NATS credentials for public events (`POST /v1/events/credentials`);
+    /// `None` without a NATS server running Differently's auth callout (then 501).
+    pub event_auth: Option<differently_bus::callout::EventAuth>,
 }
 
 impl std::ops::Deref for AppState {

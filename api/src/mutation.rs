@@ -131,12 +131,34 @@ pub(crate) async fn begin(
                 pool.to_owned(),
                 r.id.as_str().to_owned(),
             );
+            let (b, s2, id2, origin) = (
+                state.announcer.clone(),
+                sandbox.clone(),
+                id.clone(),
+                differently_bus_schema::Origin::from_audit_actor(&r.actor),
+            );
             crate::after_commit::publish_bounded(
                 sandbox.id.as_str(),
-                vec![(
-                    "operation",
-                    crate::after_commit::boxed(async move { a.op(&s, &p, op, &id, "").await }),
-                )],
+                vec![
+                    (
+                        "operation",
+                        crate::after_commit::boxed(async move { a.op(&s, &p, op, &id, "").await }),
+                    ),
+                    (
+                        "operation event",
+                        crate::after_commit::boxed(async move {
+                            b.operation(
+                                &s2,
+                                differently_bus_schema::EventType::OperationRequested,
+                                &id2,
+                                op.as_str(),
+                                None,
+                                origin,
+                            )
+                            .await
+                        }),
+                    ),
+                ],
             )
             .await;
             r

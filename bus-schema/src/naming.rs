@@ -158,6 +158,27 @@ impl Naming {
         }
     }
 
+    /// The key-value bucket of issued event credentials (hashes, never secrets).
+    pub fn event_credentials_bucket(&self) -> String {
+        self.stream_name("EVENT_CREDENTIALS")
+    }
+
+    /// Durable consumers Differently itself runs on the public stream: tenant credentials
+    /// may not read or acknowledge through them.
+    pub fn public_internal_consumers(&self) -> Vec<String> {
+        vec![WEBHOOK_CONSUMER.to_owned()]
+    }
+
+    /// The webhook deliverer's durable consumer on the public stream.
+    pub fn webhook_consumer(&self, ack_wait: Duration) -> ConsumerDef {
+        ConsumerDef {
+            stream: self.stream_name("PUB"),
+            durable: WEBHOOK_CONSUMER.to_owned(),
+            filter: format!("{}.pub.>", self.prefix),
+            ack_wait,
+        }
+    }
+
     /// Every stream, in creation order.
     pub fn streams(&self) -> Vec<StreamDef> {
         vec![
@@ -208,6 +229,9 @@ pub struct StreamDef {
     /// Oldest messages are dropped beyond this many bytes (`None`: no size bound).
     pub max_bytes: Option<i64>,
 }
+
+/// Durable name of the webhook deliverer on the public stream.
+pub const WEBHOOK_CONSUMER: &str = "webhooks";
 
 /// How long the public stream keeps an event: a subscriber can replay up to a day back.
 pub const PUBLIC_RETENTION: Duration = Duration::from_secs(24 * 3600);

@@ -240,6 +240,48 @@ impl Announcer {
         out
     }
 
+    /// `sandbox.operation.requested|finished|failed` (`ty`) for operation `op_id` of kind
+    /// `kind` on `s`. Its id is the operation's and the type's, so a re-send is a duplicate.
+    /// A publish that fails is logged and counted, not retried: the operation's outcome is
+    /// in the API (`GET /v1/sandboxes/{id}/operations/…`).
+    pub async fn operation(
+        &self,
+        s: &Sandbox,
+        ty: differently_bus_schema::EventType,
+        op_id: &str,
+        kind: &str,
+        error: Option<differently_bus_schema::public::EventError>,
+        origin: Origin,
+    ) -> Result<Published, BusError> {
+        use differently_bus_schema::public::Operation;
+        use differently_bus_schema::{EventData, EventType};
+        let op = Operation {
+            operation_id: op_id.to_owned(),
+            operation: kind.to_owned(),
+            error,
+        };
+        let data = match ty {
+            EventType::OperationRequested => EventData::OperationRequested(op),
+            EventType::OperationFinished => EventData::OperationFinished(op),
+            EventType::OperationFailed => EventData::OperationFailed(op),
+            other => {
+                return Err(BusError::Publish(
+                    format!("{other} is not an operation event").into(),
+                ))
+            }
+        };
+        let event = PublicEvent::new(
+            s.org_id.clone(),
+            s.project_id.clone(),
+            Some(s.id.clone()),
+            origin,
+            chrono::Utc::now(),
+            op_id,
+            data,
+        );
+        self.public(&event).await
+    }
+
     /// `dly.pub.<org>.<project>.<sandbox>.<type>`: one public event, with its `id` as the
     /// message id, so a re-send of the same change is dropped as a duplicate.
     pub async fn public(&self, event: &PublicEvent) -> Result<Published, BusError> {

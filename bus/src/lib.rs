@@ -11,6 +11,7 @@ use differently_bus_schema::{ConsumerDef, Naming};
 use futures::stream::BoxStream;
 
 pub mod announce;
+pub mod callout;
 pub mod error;
 pub mod jetstream;
 pub mod memory;

@@ -141,6 +141,10 @@ pub struct BusSection {
     pub nkey_seed_file: Option<std::path::PathBuf>,
     /// PEM file of CA certificates for `tls://` servers; TLS is then required.
     pub ca_bundle: Option<std::path::PathBuf>,
+    /// Environment variable holding the account nkey seed (`SA…`) that signs tenants' event
+    /// credentials; the server's `auth_callout.issuer` is its public key. Unset: `POST
+    /// /v1/events/credentials` answers 501.
+    pub events_account_seed_env: Option<String>,
 }
 
 impl Default for BusSection {
@@ -157,6 +161,7 @@ impl Default for BusSection {
             credentials_file: None,
             nkey_seed_file: None,
             ca_bundle: None,
+            events_account_seed_env: None,
         }
     }
 }

@@ -125,6 +125,8 @@ struct Parts {
     store: Arc<dyn Store>,
     announcer: Announcer,
     pools: PoolSet,
+    /// Tenant event credentials (auth callout), when the bus is NATS and configured for it.
+    event_auth: Option<differently_bus::callout::EventAuth>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -166,6 +168,7 @@ fn spawn_roles(
             activity: differently_api::activity::ActivityBuffer::default(),
             policies: differently_api::policy_cache::PolicyCache::default(),
             ptys: differently_api::pty_sessions::PtySessions::default(),
+            event_auth: parts.event_auth.clone(),
             auth_failures: differently_api::auth_throttle::AuthFailures::new(
                 limits.auth_failure_rate,
             ),
@@ -421,6 +424,8 @@ pub async fn dev(
         store,
         announcer: Announcer::new(bus, naming),
         pools,
+        // The embedded bus has no NATS server to authorise tenants on.
+        event_auth: None,
     };
     let (tx, rx) = watch::channel(false);
     // Off in dev unless asked for through the environment.
@@ -529,11 +534,34 @@ pub async fn server(
         crate::pools::start_probes(store.clone(), pools.clone(), worker_pools.clone()).await;
     }
     let nats_url = config.require_nats_url()?;
-    let bus: Arc<dyn Bus> = Arc::new(
-        differently_bus::jetstream::connect_with(&nats_url, config.bus_connect_options()).await?,
-    );
+    let js =
+        differently_bus::jetstream::connect_with(&nats_url, config.bus_connect_options()).await?;
+    let nats = js.context().client();
+    let bus: Arc<dyn Bus> = Arc::new(js);
     let naming = Naming::new(&config.bus.prefix)?;
     ensure_streams_through_elections(bus.as_ref(), &naming).await?;
+    let event_auth = match (
+        &config.bus.events_account_seed_env,
+        roles.contains(&Role::Api),
+    ) {
+        (Some(var), true) => {
+            let seed = std::env::var(var).map_err(|_| {
+                format!("bus.events_account_seed_env: environment variable {var} is not set")
+            })?;
+            let auth =
+                differently_bus::callout::EventAuth::new(nats.clone(), &seed, naming.clone())
+                    .await?;
+            tracing::info!(issuer = %auth.issuer(), "event credentials: answering the NATS auth callout");
+            let responder = auth.clone();
+            tokio::spawn(async move {
+                if let Err(e) = responder.respond(nats).await {
+                    tracing::error!(error = %e, "event credentials: the auth callout responder stopped");
+                }
+            });
+            Some(auth)
+        }
+        _ => None,
+    };
     let tenant = if roles.contains(&Role::Api) {
         Some(differently_api::ensure_bootstrap_tenant(store.as_ref()).await?)
     } else {
@@ -544,6 +572,7 @@ pub async fn server(
         store,
         announcer: Announcer::new(bus, naming),
         pools,
+        event_auth,
     };
     let (tx, rx) = watch::channel(false);
     if let Some(m) = &config.metrics.listen {

@@ -88,10 +88,26 @@ impl WorkerGroup {
         tracing::info!(sandbox = %row.id, op = %id, kind = op.as_str(), state = state.as_str(), "worker: operation finished");
         match self
             .store
-            .finish_op(&id, state, result, error, Utc::now())
+            .finish_op(&id, state, result, error.clone(), Utc::now())
             .await
         {
             Ok(_) => {
+                // The public outcome, with the cause of the request (the operation's actor).
+                let (ty, error) = match &error {
+                    None => (differently_bus_schema::EventType::OperationFinished, None),
+                    Some(e) => (
+                        differently_bus_schema::EventType::OperationFailed,
+                        Some(differently_bus_schema::public::EventError {
+                            code: e.code.clone(),
+                            message: e.message.clone(),
+                        }),
+                    ),
+                };
+                let origin = differently_bus_schema::Origin::from_audit_actor(&record.actor);
+                let _ = self
+                    .announcer
+                    .operation(row, ty, id.as_str(), op.as_str(), error, origin)
+                    .await;
                 // Wake waiters even when the status did not change (snapshot, port): they
                 // re-read the operation on any event of the sandbox.
                 Ack::Done

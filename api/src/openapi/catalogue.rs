@@ -332,11 +332,29 @@ pub(super) fn catalogue() -> Vec<Op> {
             .answers(&[Empty(204), Json(202, "Snapshot")])
             .errors(&[409, 503]),
         op("get", "/v1/events", "events", "events", read,
-            "Status events as SSE (`event: status`, `id:` the stream sequence); resume with `Last-Event-ID`.")
+            "Sandbox events as SSE (`id:` the stream sequence); resume with `Last-Event-ID`. `format=public`: `event:` the public type, `data:` a `PublicEvent`; `format=status` (default): `event: status` with a `StatusEvent`.")
             .query(&[("projectId", "string", "Only this project's sandboxes."),
                      ("sandboxId", "string", "Only this sandbox."),
-                     ("after", "integer", "Resume after this sequence (as `Last-Event-ID`).")])
-            .answers(&[Answer::Stream("SSE `status` events carrying `StatusEvent`.")])
+                     ("after", "integer", "Resume after this sequence (as `Last-Event-ID`)."),
+                     ("types", "string", "`format=public` only: comma-separated types or prefixes (`sandbox.exec.*`)."),
+                     ("format", "string", "`public` (the event contract) or `status` (the default, status changes only).")])
+            .answers(&[Answer::Stream("SSE: `status` events carrying `StatusEvent`, or (`format=public`) one event per public type carrying `PublicEvent`.")])
+            .errors(&[404]),
+        op("post", "/v1/events/credentials", "createEventCredentials", "events", read,
+            "NATS credentials for the key's org (or project) public events: subscribe to `subscribe`, replay from `stream` through consumers filtered inside it; the token is shown once. 501 without a NATS auth callout (`differently dev`).")
+            .body(Body::Json("EventCredentialsRequest"))
+            .answers(&[Json(201, "EventCredentials")])
+            .errors(&[404, 422, 501, 503]),
+        op("delete", "/v1/events/credentials/{id}", "revokeEventCredentials", "events", read,
+            "Revoke event credentials: new connections are refused at once, open ones end within 5 minutes.")
+            .answers(&[Empty(204)])
+            .errors(&[404, 501, 503]),
+        op("get", "/v1/events/schemas", "listEventSchemas", "events", read,
+            "The JSON Schema of every public event type, and of their envelope.")
+            .answers(&[Json(200, "EventSchemaList")]),
+        op("get", "/v1/events/schemas/{type}", "getEventSchema", "events", read,
+            "The JSON Schema of one public event type (e.g. `sandbox.status.changed`).")
+            .answers(&[Json(200, "EventSchema")])
             .errors(&[404]),
         op("post", "/v1/orgs", "createOrg", "tenancy", Admin,
             "Create an organization.")

@@ -154,6 +154,17 @@ fn path_param_schema(path: &str, name: &str) -> Value {
         (None, "secrets") => {
             json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$" })
         }
+        (None, "credentials") => {
+            json!({ "type": "string", "pattern": "^evc_[0-9A-Za-z]{26}$" })
+        }
+        // A public event type: exactly one of the known ones.
+        (None, "schemas") => {
+            let alternatives: Vec<String> = differently_bus_schema::EventType::ALL
+                .iter()
+                .map(|t| t.as_str().replace('.', "\\."))
+                .collect();
+            json!({ "type": "string", "pattern": format!("^(?:{})$", alternatives.join("|")) })
+        }
         _ => json!({ "type": "string" }),
     }
 }
@@ -261,7 +272,11 @@ fn operation(op: &Op, components: &Value) -> Value {
                     json!({ "stdout": { "type": "string" }, "stderr": { "type": "string" },
                             "exit": reference("ExecExit"), "error": reference("StreamError") })
                 } else {
-                    json!({ "status": reference("StatusEvent") })
+                    let mut events = json!({ "status": reference("StatusEvent") });
+                    for t in differently_bus_schema::EventType::ALL {
+                        events[t.as_str()] = reference("PublicEvent");
+                    }
+                    events
                 };
                 let names: Vec<&String> = events
                     .as_object()

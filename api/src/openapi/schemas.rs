@@ -472,6 +472,50 @@ pub(super) fn schemas() -> Value {
             ("at", time()),
         ]),
     );
+    // The public event contract, from the definitions the events are built from.
+    s.insert(
+        "PublicEvent".to_owned(),
+        differently_bus_schema::public::envelope_schema(),
+    );
+    s.insert(
+        "EventCredentialsRequest".to_owned(),
+        json!({ "type": "object", "additionalProperties": false, "properties": {
+            "ttlSeconds": bounded(60, 86_400),
+            "projectId": id_or_null("prj"),
+        } }),
+    );
+    s.insert(
+        "EventCredentials".to_owned(),
+        served(&[
+            ("id", typed("string")),
+            ("token", typed("string")),
+            ("expiresAt", time()),
+            ("orgId", id_of("org")),
+            ("projectId", id_or_null("prj")),
+            ("subscribe", typed("string")),
+            ("inboxPrefix", typed("string")),
+            ("stream", typed("string")),
+            ("consumerCreate", typed("string")),
+        ]),
+    );
+    s.insert(
+        "EventSchema".to_owned(),
+        described("A JSON Schema (draft 2020-12) of one public event type."),
+    );
+    s.insert(
+        "EventSchemaList".to_owned(),
+        served(&[
+            ("version", typed("integer")),
+            ("envelope", reference("EventSchema")),
+            (
+                "items",
+                json!({ "type": "array", "items": served(&[
+                    ("type", typed("string")),
+                    ("schema", reference("EventSchema")),
+                ]) }),
+            ),
+        ]),
+    );
     s.insert(
         "Org".to_owned(),
         served(&[

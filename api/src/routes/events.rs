@@ -1,9 +1,22 @@
-//! `GET /v1/events?projectId=&sandboxId=`: a tenant's sandbox events as SSE, read from the
-//! event stream (`dly.evt.<org>.<project>.<sandbox>`). Each event's `id:` is its stream
-//! sequence; a client that reconnects with `Last-Event-ID: n` (or `?after=n`) gets every event
-//! after `n` once, in order, as long as the stream still holds it (24 h). Without either it
-//! gets new events only. A project-bound key sees its project only.
+//! `GET /v1/events?projectId=&sandboxId=&types=&format=`: a tenant's events as SSE, read from
+//! the public event stream (`DLY_PUB`, subjects `dly.pub.<org>.<project>.<sandbox>.<type>`),
+//! the very events a NATS subscriber with `POST /v1/events/credentials` receives.
+//!
+//! Each event's `id:` is its stream sequence; a client that reconnects with
+//! `Last-Event-ID: n` (or `?after=n`) gets every event after `n` once, in order, as long as
+//! the stream still holds it (24 h). Without either it gets new events only. A project-bound
+//! key sees its project only.
+//!
+//! `format=public` (the contract): `event:` is the public type (`sandbox.status.changed`, …)
+//! and `data:` the public event. `format=status` (the default, kept for the SDKs released
+//! before public events): `event: status` with the flat status body, status changes only.
+//!
+//! Ordering: within one connection a sandbox's status changes arrive in `statusVersion`
+//! order. Two processes can publish one sandbox's changes in the other order (each after its
+//! own commit); a change older than one already sent on this connection is superseded and
+//! dropped rather than sent out of order.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 
 use axum::extract::{Query, State};
@@ -12,8 +25,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use differently_bus::{BusExt, TypedEvent};
-use differently_bus_schema::StatusChanged;
+use differently_bus_schema::{EventData, EventType, PublicEvent};
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, ProjectId, SandboxId};
 use futures::StreamExt;
@@ -37,6 +49,92 @@ struct EventsQuery {
     project_id: Option<String>,
     sandbox_id: Option<String>,
     after: Option<String>,
+    types: Option<String>,
+    format: Option<String>,
+}
+
+/// How events are written on the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// The public event, `event:` its type.
+    Public,
+    /// The pre-public flat status body, `event: status`.
+    Status,
+}
+
+/// Parses `types`: comma-separated exact types or prefixes ending in `.*` (`snapshot.*`).
+fn parse_types(raw: Option<&str>) -> Result<Option<Vec<String>>, ApiError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let filters: Vec<String> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if filters.is_empty() {
+        return Err(bad_query("types", "name at least one event type"));
+    }
+    for f in &filters {
+        if !EventType::ALL.iter().any(|t| t.matches(f)) {
+            return Err(bad_query(
+                "types",
+                format!("{f:?} matches no event type (see GET /v1/events/schemas)"),
+            ));
+        }
+    }
+    Ok(Some(filters))
+}
+
+/// What one connection has sent: the last status version of each sandbox, so an older
+/// change arriving late is dropped (see the module doc).
+#[derive(Default)]
+struct Sent {
+    status_versions: HashMap<SandboxId, i64>,
+}
+
+impl Sent {
+    /// Whether `e` goes out: anything but a status change older than (or as old as) one
+    /// already sent for its sandbox.
+    fn admit(&mut self, e: &PublicEvent) -> bool {
+        let (EventData::StatusChanged(d), Some(sandbox)) = (&e.data, &e.sandbox_id) else {
+            return true;
+        };
+        match self.status_versions.get(sandbox) {
+            Some(v) if *v >= d.status_version => false,
+            _ => {
+                self.status_versions
+                    .insert(sandbox.clone(), d.status_version);
+                true
+            }
+        }
+    }
+}
+
+/// The SSE event of `e` in `format`; `None` when the format does not carry its type.
+fn render(seq: u64, e: &PublicEvent, format: Format) -> Option<Event> {
+    let event = Event::default().id(seq.to_string());
+    match format {
+        Format::Public => {
+            let data = serde_json::to_string(e).ok()?;
+            Some(event.event(e.event_type().as_str()).data(data))
+        }
+        Format::Status => {
+            let EventData::StatusChanged(d) = &e.data else {
+                return None;
+            };
+            let body = json!({
+                "sandboxId": e.sandbox_id,
+                "orgId": e.org_id,
+                "projectId": e.project_id,
+                "status": d.status,
+                "statusReason": d.status_reason,
+                "pool": d.pool,
+                "statusVersion": d.status_version,
+                "at": e.time,
+            });
+            Some(event.event("status").data(body.to_string()))
+        }
+    }
 }
 
 async fn events(
@@ -64,6 +162,12 @@ async fn events(
             Some(SandboxId::parse(raw).map_err(|_| bad_query("sandboxId", "not a sandbox id"))?)
         }
     };
+    let format = match q.format.as_deref() {
+        None | Some("status") => Format::Status,
+        Some("public") => Format::Public,
+        Some(_) => return Err(bad_query("format", "must be public or status")),
+    };
+    let types = parse_types(q.types.as_deref())?;
     let header = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -77,19 +181,21 @@ async fn events(
         ),
     };
     let naming = state.announcer.naming().clone();
-    let filter = naming.event_filter(&principal.org_id, project.as_ref(), sandbox.as_ref());
+    let filter = naming.public_filter(&principal.org_id, project.as_ref(), sandbox.as_ref());
     let stream = state
         .announcer
         .bus()
-        .events_typed::<StatusChanged>(&naming.events_stream().name, &filter, after)
+        .events(&naming.public_stream().name, &filter, after)
         .await
         .map_err(|e| {
-            tracing::warn!(error = %e, "cannot read the event stream");
+            tracing::warn!(error = %e, "cannot read the public event stream");
             ApiError::new(
                 ErrorCode::ProviderUnavailable,
                 "the event stream is unavailable",
             )
         })?;
+    let org = principal.org_id.clone();
+    let mut sent = Sent::default();
     let events = stream
         .take_while(|item| {
             let ok = item.is_ok();
@@ -98,24 +204,31 @@ async fn events(
             }
             async move { ok }
         })
-        .filter_map(|item| async move {
-            let TypedEvent { seq, env, .. } = item.ok()?;
-            let body = json!({
-                "sandboxId": env.sandbox_id,
-                "orgId": env.body.org_id,
-                "projectId": env.body.project_id,
-                "status": env.body.status,
-                "statusReason": env.body.status_reason,
-                "pool": env.body.pool,
-                "statusVersion": env.status_version,
-                "at": env.body.at,
+        .filter_map(move |item| {
+            let out = item.ok().and_then(|ev| {
+                let e = match PublicEvent::decode(&ev.payload) {
+                    Ok(e) => e,
+                    Err(err) => {
+                        tracing::warn!(seq = ev.seq, error = %err, "skipping a public event this build cannot read");
+                        return None;
+                    }
+                };
+                // The filter is the org's subjects; the body is checked too, so a mis-filed
+                // event never crosses tenants.
+                if e.org_id != org {
+                    return None;
+                }
+                if let Some(types) = &types {
+                    if !types.iter().any(|f| e.event_type().matches(f)) {
+                        return None;
+                    }
+                }
+                if !sent.admit(&e) {
+                    return None;
+                }
+                render(ev.seq, &e, format)
             });
-            Some(Ok::<_, Infallible>(
-                Event::default()
-                    .id(seq.to_string())
-                    .event("status")
-                    .data(body.to_string()),
-            ))
+            async move { out.map(Ok::<_, Infallible>) }
         });
     let mut resp = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(HEARTBEAT).text("ping"))
@@ -125,4 +238,51 @@ async fn events(
         axum::http::HeaderValue::from_static("no"),
     );
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use differently_bus_schema::public::StatusData;
+    use differently_bus_schema::{Cause, Origin};
+    use differently_core::{OrgId, SandboxStatus};
+
+    use super::*;
+
+    fn status(sandbox: &SandboxId, version: i64) -> PublicEvent {
+        PublicEvent::new(
+            OrgId::new(),
+            ProjectId::new(),
+            Some(sandbox.clone()),
+            Origin::system(Cause::Backend),
+            Utc::now(),
+            &version.to_string(),
+            EventData::StatusChanged(StatusData {
+                status: SandboxStatus::Running,
+                status_reason: None,
+                status_version: version,
+                pool: None,
+            }),
+        )
+    }
+
+    #[test]
+    fn a_late_older_status_change_is_dropped_per_sandbox() {
+        let (a, b) = (SandboxId::new(), SandboxId::new());
+        let mut sent = Sent::default();
+        assert!(sent.admit(&status(&a, 3)));
+        assert!(!sent.admit(&status(&a, 2)), "older than one sent");
+        assert!(!sent.admit(&status(&a, 3)), "the same version again");
+        assert!(sent.admit(&status(&b, 1)), "another sandbox is apart");
+        assert!(sent.admit(&status(&a, 4)));
+    }
+
+    #[test]
+    fn types_must_name_a_known_type_or_prefix() {
+        assert!(parse_types(Some("sandbox.exec.*,snapshot.created")).is_ok());
+        assert!(parse_types(Some("*")).is_ok());
+        assert!(parse_types(Some("sandbox.nope")).is_err());
+        assert!(parse_types(Some(" , ")).is_err());
+        assert_eq!(parse_types(None).ok(), Some(None));
+    }
 }

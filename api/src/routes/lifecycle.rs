@@ -93,7 +93,11 @@ async fn keepalive(
 
 /// Announces a committed delete: the backend's delete work (when there is an instance to
 /// remove) and the status event; the answer is 202 with the row.
-async fn deleted(state: &AppState, updated: Sandbox) -> (StatusCode, Json<SandboxView>) {
+async fn deleted(
+    state: &AppState,
+    principal: &Principal,
+    updated: Sandbox,
+) -> (StatusCode, Json<SandboxView>) {
     let mut publishes = Vec::with_capacity(2);
     if updated.status == SandboxStatus::Terminating {
         let (a, s) = (state.announcer.clone(), updated.clone());
@@ -103,7 +107,11 @@ async fn deleted(state: &AppState, updated: Sandbox) -> (StatusCode, Json<Sandbo
         ));
     }
     let (a, s) = (state.announcer.clone(), updated.clone());
-    publishes.push(("status", boxed(async move { a.status(&s).await })));
+    let origin = principal.origin();
+    publishes.push((
+        "status",
+        boxed(async move { a.status_by(&s, origin).await }),
+    ));
     // Repair re-sends a lost delete (the terminating sweep).
     publish_bounded(updated.id.as_str(), publishes).await;
     (StatusCode::ACCEPTED, Json(updated.view()))
@@ -132,7 +140,7 @@ async fn delete_sandbox(
         };
         state.events.running.forget(&r.id);
         match state.store.transition(t, Utc::now()).await {
-            Ok(updated) => return Ok(deleted(&state, updated).await),
+            Ok(updated) => return Ok(deleted(&state, &principal, updated).await),
             Err(StoreError::StatusConflict { .. } | StoreError::NotFound) => {}
             Err(e) => return Err(e.into()),
         }
@@ -153,7 +161,7 @@ async fn delete_sandbox(
             actor: actor.clone(),
         };
         match state.store.transition(t, Utc::now()).await {
-            Ok(updated) => return Ok(deleted(&state, updated).await),
+            Ok(updated) => return Ok(deleted(&state, &principal, updated).await),
             // Raced with placement or a worker: read again and retry with the new status.
             Err(StoreError::StatusConflict { .. }) => continue,
             Err(e) => return Err(e.into()),

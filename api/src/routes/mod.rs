@@ -6,6 +6,8 @@ use axum::Router;
 use crate::AppState;
 
 pub mod audit;
+pub mod event_credentials;
+pub mod event_schemas;
 pub mod events;
 pub mod exec;
 pub mod files;
@@ -36,6 +38,8 @@ pub fn router() -> Router<AppState> {
         .merge(ports::router())
         .merge(pty::router())
         .merge(events::router())
+        .merge(event_schemas::router())
+        .merge(event_credentials::router())
         .merge(orgs::router())
         .merge(projects::router())
         .merge(keys::router())

@@ -133,11 +133,15 @@ async fn create(
         // Committed is committed: the scheduler's repair pass finds the queued row.
         let (a, b) = (state.announcer.clone(), state.announcer.clone());
         let (s1, s2) = (sandbox.clone(), sandbox.clone());
+        let origin = principal.origin();
         publish_bounded(
             sandbox.id.as_str(),
             vec![
                 ("admission", boxed(async move { a.admitted(&s1, "").await })),
-                ("status", boxed(async move { b.status(&s2).await })),
+                (
+                    "status",
+                    boxed(async move { b.status_by(&s2, origin).await }),
+                ),
             ],
         )
         .await;

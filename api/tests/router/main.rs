@@ -12,6 +12,7 @@ mod bounds;
 mod documented;
 mod envelope;
 mod errors;
+mod events;
 mod lifecycle;
 mod listener;
 mod nul;

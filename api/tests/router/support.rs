@@ -103,6 +103,7 @@ pub async fn api_with(limits: Limits) -> Api {
         activity: activity::ActivityBuffer::default(),
         policies: policy_cache::PolicyCache::default(),
         ptys: differently_api::pty_sessions::PtySessions::default(),
+        event_auth: None,
         limits,
     });
     Api {

@@ -103,6 +103,25 @@ impl Origin {
     pub fn system(cause: Cause) -> Origin {
         Origin { cause, actor: None }
     }
+
+    /// The origin of a change recorded with audit actor `actor` (`key:<id>` or
+    /// `system:<role>`, as the store writes them): a key is `user`; the roles map to
+    /// `ttl`, `idle`, `reconciler` (scheduler, sweeps, reconciler), `quota` (admission),
+    /// `admin` (configuration) and `backend` (workers, and anything unknown).
+    pub fn from_audit_actor(actor: &str) -> Origin {
+        if let Some(key) = actor.strip_prefix("key:") {
+            return Origin::user(key);
+        }
+        let cause = match actor.strip_prefix("system:").unwrap_or("") {
+            "ttl" => Cause::Ttl,
+            "idle" => Cause::Idle,
+            "reconciler" | "sweep" | "scheduler" => Cause::Reconciler,
+            "admission" => Cause::Quota,
+            "config" => Cause::Admin,
+            _ => Cause::Backend,
+        };
+        Origin::system(cause)
+    }
 }
 
 /// Every public event type. The string form is also the subject's last tokens and the SSE
@@ -343,6 +362,25 @@ mod tests {
         assert_eq!(program_name(&v(&["env TOKEN=secret run"])), "env");
         assert_eq!(program_name(&[]), "");
         assert_eq!(program_name(&v(&[&"a".repeat(100)])).len(), 64);
+    }
+
+    #[test]
+    fn audit_actors_map_to_causes() {
+        assert_eq!(Origin::from_audit_actor("key:key_1"), Origin::user("key_1"));
+        for (actor, cause) in [
+            ("system:ttl", Cause::Ttl),
+            ("system:idle", Cause::Idle),
+            ("system:reconciler", Cause::Reconciler),
+            ("system:worker", Cause::Backend),
+            ("system:admission", Cause::Quota),
+            ("nonsense", Cause::Backend),
+        ] {
+            assert_eq!(
+                Origin::from_audit_actor(actor),
+                Origin::system(cause),
+                "{actor}"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+mod callout;
+
 use differently_bus::jetstream;
 use differently_bus::memory::MemoryBus;
 use differently_bus::testing::NatsServer;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use differently_bus::trace;
-use differently_bus_schema::TraceContext;
+use differently_bus_schema::{Cause, Origin, TraceContext};
 use differently_core::fair::Candidate;
 use differently_core::policy::{self, Decision};
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
@@ -217,7 +217,10 @@ pub(super) async fn fail_queued(
     };
     match s.store.transition(t, Utc::now()).await {
         Ok(failed) => {
-            let _ = s.announcer.status(&failed).await;
+            let _ = s
+                .announcer
+                .status_by(&failed, Origin::system(Cause::Quota))
+                .await;
             Ok(Outcome::Gone)
         }
         Err(StoreError::StatusConflict { .. }) => Ok(Outcome::Gone),

@@ -2,6 +2,7 @@
 //! this installation are deleted, vanished instances fail their rows, and instances that
 //! moved on their own are followed where that is safe ([`drift_reason`]).
 
+use differently_bus_schema::{Cause, Origin};
 use std::collections::HashMap;
 
 use chrono::Utc;
@@ -114,7 +115,7 @@ pub(super) async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
                     Ok(failed) => {
                         tracing::warn!(pool = %name, sandbox = %row.id, action = "vanished_failed", "reconcile: backend instance vanished; sandbox failed");
                         crate::metrics::reconcile_action(&name, "vanished_failed");
-                        let _ = s.announcer.status(&failed).await;
+                        let _ = s.announcer.status_by(&failed, Origin::system(Cause::Reconciler)).await;
                     }
                     Err(StoreError::StatusConflict { .. }) => {}
                     Err(e) => super::row_failed("reconcile", &row, &e),
@@ -218,7 +219,7 @@ pub(super) async fn follow_drift(
             Ok(moved) => {
                 tracing::warn!(pool, sandbox = %row.id, from = %row.status, to = %listed, reason, action = "drift_followed", "reconcile: the backend instance moved on its own; the sandbox follows");
                 crate::metrics::reconcile_action(pool, "drift_followed");
-                let _ = s.announcer.status(&moved).await;
+                let _ = s.announcer.status_by(&moved, Origin::system(Cause::Reconciler)).await;
                 Ok(())
             }
             Err(StoreError::StatusConflict { .. }) => Ok(()),

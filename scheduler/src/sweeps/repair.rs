@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use chrono::Utc;
 use differently_bus::Published;
-use differently_bus_schema::WorkOp;
+use differently_bus_schema::{Cause, Origin, WorkOp};
 use differently_core::ids::{OpId, SnapshotId};
 use differently_core::{ErrorCode, SandboxId, SandboxStatus};
 use differently_store::lifecycle::{OpError, OpState};
@@ -76,7 +76,10 @@ pub(super) async fn provisioning_one(
                 tracing::info!(sandbox = %row.id, action, "sweep: adopted the backend instance");
             }
             crate::metrics::reconcile_action(pool_of(&row), action);
-            let _ = s.announcer.status(&u).await;
+            let _ = s
+                .announcer
+                .status_by(&u, Origin::system(Cause::Reconciler))
+                .await;
             Ok(())
         }
         Err(StoreError::StatusConflict { .. }) => Ok(()),
@@ -185,7 +188,10 @@ pub(super) async fn stuck_terminating(
                 actor: Actor::System("sweep"),
             };
             if let Ok(u) = s.store.transition(t, now).await {
-                let _ = s.announcer.status(&u).await;
+                let _ = s
+                    .announcer
+                    .status_by(&u, Origin::system(Cause::Reconciler))
+                    .await;
             }
             continue;
         }

@@ -2,7 +2,7 @@
 //! pause).
 
 use chrono::Utc;
-use differently_bus_schema::WorkOp;
+use differently_bus_schema::{Cause, EventType, Origin, WorkOp};
 use differently_core::SandboxStatus;
 use differently_store::lifecycle::{OpBegun, OpRecord, IDLE_REASON};
 use differently_store::{Actor, StoreError, Transition};
@@ -30,7 +30,10 @@ pub(super) async fn expire(s: &Scheduler) -> Result<(), StoreError> {
                     tracing::info!(sandbox = %updated.id, action = "ttl_expired", "ttl expired");
                     crate::metrics::reconcile_action(pool_of(&updated), "ttl_expired");
                     let _ = s.announcer.work(&updated, WorkOp::Delete, "").await;
-                    let _ = s.announcer.status(&updated).await;
+                    let _ = s
+                        .announcer
+                        .status_by(&updated, Origin::system(Cause::Ttl))
+                        .await;
                 }
                 Err(StoreError::StatusConflict { .. }) => {}
                 Err(e) => row_failed("ttl", &row, &e),
@@ -86,6 +89,17 @@ pub(super) async fn idle(s: &Scheduler) -> Result<(), StoreError> {
                 {
                     tracing::warn!(sandbox = %row.id, error = %e, "sweep: idle publish failed; repair re-sends it");
                 }
+                let _ = s
+                    .announcer
+                    .operation(
+                        &row,
+                        EventType::OperationRequested,
+                        r.id.as_str(),
+                        op.as_str(),
+                        None,
+                        Origin::system(Cause::Idle),
+                    )
+                    .await;
             })
             .await;
         }

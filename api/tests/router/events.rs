@@ -1,0 +1,333 @@
+//! `/v1/events` serves the public events (`format=public`) and the flat status form, both
+//! from the public stream, and `/v1/events/schemas` the schemas they fit.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use crate::support::{api, Api};
+
+/// The first `n` SSE events (`event`, `id`, `data`) of `GET path`, within five seconds.
+async fn sse(api: &Api, path: &str, key: &str, n: usize) -> Vec<(String, String, Value)> {
+    let req = Request::builder()
+        .method(Method::GET)
+        .uri(path)
+        .header("authorization", format!("Bearer {key}"))
+        .body(Body::empty())
+        .expect("request");
+    let resp = api.router.clone().oneshot(req).await.expect("infallible");
+    assert_eq!(resp.status(), StatusCode::OK, "{path}");
+    let mut body = resp.into_body().into_data_stream();
+    let mut text = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while out.len() < n {
+        let chunk = tokio::time::timeout_at(deadline, body.next())
+            .await
+            .unwrap_or_else(|_| panic!("{path}: only {} of {n} events: {out:?}", out.len()))
+            .expect("the stream stays open")
+            .expect("a chunk");
+        text.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
+        while let Some(end) = text.find("\n\n") {
+            let frame: String = text.drain(..end + 2).collect();
+            let (mut event, mut id, mut data) = (String::new(), String::new(), String::new());
+            for line in frame.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            if !data.is_empty() {
+                out.push((event, id, serde_json::from_str(&data).expect("JSON data")));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_create_is_one_public_status_event_with_its_cause_and_actor_and_no_internals() {
+    let api = api().await;
+    let key = api
+        .key_with(None, &["sandboxes:read", "sandboxes:write"])
+        .await;
+    let body = json!({ "projectId": api.tenant.project.id });
+    let created = api
+        .call(Method::POST, "/v1/sandboxes", Some(&key), body, &[])
+        .await;
+    assert_eq!(created.status, StatusCode::ACCEPTED, "{}", created.body);
+    let id = created.body["id"].as_str().expect("id").to_owned();
+
+    let public = sse(&api, "/v1/events?after=0&format=public", &key, 1).await;
+    let (event, seq, e) = &public[0];
+    assert_eq!(event, "sandbox.status.changed");
+    assert_eq!(e["type"], "sandbox.status.changed");
+    assert_eq!(e["version"], 1);
+    assert_eq!(e["sandboxId"], id.as_str());
+    assert_eq!(e["orgId"], api.tenant.org.id.to_string().as_str());
+    assert_eq!(e["cause"], "user");
+    assert!(
+        e["actor"]["keyId"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("key_")),
+        "{e}"
+    );
+    assert_eq!(e["data"]["status"], "queued");
+    assert_eq!(e["id"], format!("{id}:sandbox.status.changed:1").as_str());
+    let text = e.to_string();
+    assert!(
+        !text.contains("backendRef") && !text.contains("auditHead"),
+        "{text}"
+    );
+    // The key itself is nowhere, only its id.
+    assert!(!text.contains(&key), "the key leaked");
+    // It fits the schema the API serves for its type.
+    let schema = api
+        .call(
+            Method::GET,
+            "/v1/events/schemas/sandbox.status.changed",
+            Some(&key),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert_eq!(schema.status, StatusCode::OK);
+    assert_eq!(
+        schema.body["properties"]["type"]["const"],
+        "sandbox.status.changed"
+    );
+    for field in schema.body["required"].as_array().expect("required") {
+        assert!(
+            e.get(field.as_str().expect("name")).is_some(),
+            "{field} missing in {e}"
+        );
+    }
+
+    // The flat form is the same event at the same sequence.
+    let flat = sse(&api, "/v1/events?after=0", &key, 1).await;
+    assert_eq!(flat[0].0, "status");
+    assert_eq!(
+        &flat[0].1, seq,
+        "both forms share ids (resume works across them)"
+    );
+    assert_eq!(flat[0].2["sandboxId"], id.as_str());
+    assert_eq!(flat[0].2["status"], "queued");
+    assert_eq!(flat[0].2["statusVersion"], e["data"]["statusVersion"]);
+
+    // `types` narrows; resuming after the event's id skips it.
+    let deleted = api
+        .call(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{id}"),
+            Some(&key),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert!(deleted.status.is_success(), "{}", deleted.body);
+    let after = sse(
+        &api,
+        &format!("/v1/events?after={seq}&format=public&types=sandbox.status.*"),
+        &key,
+        1,
+    )
+    .await;
+    assert_eq!(after[0].2["data"]["status"], "terminated");
+    assert_eq!(after[0].2["cause"], "user");
+}
+
+#[tokio::test]
+async fn another_orgs_events_never_reach_a_stream() {
+    let api = api().await;
+    let org = api
+        .admin(Method::POST, "/v1/orgs", json!({ "name": "other-events" }))
+        .await;
+    assert_eq!(org.status, StatusCode::CREATED, "{}", org.body);
+    let other_org = org.body["id"].as_str().expect("org id").to_owned();
+    let other = api
+        .key_with(Some(&other_org), &["sandboxes:read", "sandboxes:write"])
+        .await;
+    let mine = api
+        .key_with(None, &["sandboxes:read", "sandboxes:write"])
+        .await;
+    let project = api
+        .admin(
+            Method::POST,
+            "/v1/projects",
+            json!({ "orgId": other_org, "name": "p" }),
+        )
+        .await;
+    assert_eq!(project.status, StatusCode::CREATED, "{}", project.body);
+    // Theirs is published first: a stream that let it through would show it first.
+    let theirs = api
+        .call(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&other),
+            json!({ "projectId": project.body["id"] }),
+            &[],
+        )
+        .await;
+    assert_eq!(theirs.status, StatusCode::ACCEPTED, "{}", theirs.body);
+    let own = api
+        .call(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&mine),
+            json!({ "projectId": api.tenant.project.id }),
+            &[],
+        )
+        .await;
+    assert_eq!(own.status, StatusCode::ACCEPTED, "{}", own.body);
+    let their_view = sse(&api, "/v1/events?after=0&format=public", &other, 1).await;
+    assert_eq!(their_view[0].2["sandboxId"], theirs.body["id"]);
+    let got = sse(&api, "/v1/events?after=0&format=public", &mine, 1).await;
+    assert_eq!(got[0].2["sandboxId"], own.body["id"]);
+    assert_eq!(got[0].2["orgId"], api.tenant.org.id.to_string().as_str());
+}
+
+#[tokio::test]
+async fn schemas_are_listed_and_bad_queries_refused() {
+    let api = api().await;
+    let key = api.key_with(None, &["sandboxes:read"]).await;
+    let list = api
+        .call(
+            Method::GET,
+            "/v1/events/schemas",
+            Some(&key),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert_eq!(list.status, StatusCode::OK);
+    let types: Vec<&str> = list.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i["type"].as_str())
+        .collect();
+    assert!(types.contains(&"sandbox.exec.finished") && types.contains(&"placement.decided"));
+    let missing = api
+        .call(
+            Method::GET,
+            "/v1/events/schemas/sandbox.nope",
+            Some(&key),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    for (q, field) in [
+        ("format=xml", "format"),
+        ("types=nope&format=public", "types"),
+    ] {
+        let a = api
+            .call(
+                Method::GET,
+                &format!("/v1/events?{q}"),
+                Some(&key),
+                Value::Null,
+                &[],
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{q}: {}", a.body);
+        assert_eq!(a.body["error"]["details"]["field"], field, "{}", a.body);
+    }
+}
+
+#[tokio::test]
+async fn credentials_without_a_nats_callout_are_a_clear_501_after_the_body_is_checked() {
+    let api = api().await;
+    let key = api.key_with(None, &["sandboxes:read"]).await;
+    let a = api
+        .call(
+            Method::POST,
+            "/v1/events/credentials",
+            Some(&key),
+            json!({}),
+            &[],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::NOT_IMPLEMENTED, "{}", a.body);
+    assert_eq!(a.code(), "unsupported_operation");
+    assert!(
+        a.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("auth callout")),
+        "{}",
+        a.body
+    );
+    let bad = api
+        .call(
+            Method::POST,
+            "/v1/events/credentials",
+            Some(&key),
+            json!({ "ttlSeconds": 5 }),
+            &[],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert_eq!(bad.body["error"]["details"]["field"], "ttlSeconds");
+    let revoke = api
+        .call(
+            Method::DELETE,
+            "/v1/events/credentials/evc_01JD0000000000000000000009",
+            Some(&key),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        revoke.status,
+        StatusCode::NOT_IMPLEMENTED,
+        "{}",
+        revoke.body
+    );
+}
+
+#[tokio::test]
+async fn a_lifecycle_request_is_a_public_operation_requested_event_of_its_key() {
+    let api = std::sync::Arc::new(api().await);
+    let key = api
+        .key_with(None, &["sandboxes:read", "sandboxes:write"])
+        .await;
+    let id = api.running_sandbox().await;
+    // No worker runs here: the snapshot is requested and stays pending; the call may wait.
+    let (caller, path, k) = (
+        api.clone(),
+        format!("/v1/sandboxes/{id}/snapshots"),
+        key.clone(),
+    );
+    let call = tokio::spawn(async move {
+        caller
+            .call(Method::POST, &path, Some(&k), json!({}), &[])
+            .await
+    });
+    if let Ok(done) = tokio::time::timeout(Duration::from_secs(1), call).await {
+        let a = done.expect("the call");
+        panic!(
+            "the snapshot call answered at once: {} {}",
+            a.status, a.body
+        );
+    }
+    let got = sse(
+        &api,
+        "/v1/events?after=0&format=public&types=sandbox.operation.*",
+        &key,
+        1,
+    )
+    .await;
+    let e = &got[0].2;
+    assert_eq!(e["type"], "sandbox.operation.requested", "{e}");
+    assert_eq!(e["sandboxId"], id.as_str());
+    assert_eq!(e["data"]["operation"], "snapshot");
+    assert_eq!(e["cause"], "user");
+    assert!(e["actor"]["keyId"].as_str().is_some(), "{e}");
+}
