@@ -106,7 +106,9 @@ where
             let mut kept = value.clone();
             if replay == Replay::SecretShownOnce {
                 if let Some(o) = kept.as_object_mut() {
+                    // An API key's `key`, a webhook's signing `secret`.
                     o.remove("key");
+                    o.remove("secret");
                 }
             }
             if let Err(e) = state

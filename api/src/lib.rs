@@ -73,6 +73,8 @@ pub struct Limits {
     /// How long a terminal outlives its dropped WebSocket, waiting for a reattach
     /// (`pty_sessions`).
     pub pty_grace: std::time::Duration,
+    /// Where webhooks may point and how long a rotated secret keeps signing (`[webhooks]`).
+    pub webhooks: differently_webhooks::ApiSettings,
 }
 
 impl Default for Limits {
@@ -92,6 +94,7 @@ impl Default for Limits {
             header_read_timeout: std::time::Duration::from_secs(10),
             body_read_timeout: std::time::Duration::from_secs(30),
             pty_grace: pty_sessions::DEFAULT_PTY_GRACE,
+            webhooks: differently_webhooks::ApiSettings::default(),
         }
     }
 }

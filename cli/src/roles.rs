@@ -65,6 +65,7 @@ fn limits(config: &Config) -> Limits {
         header_read_timeout: Duration::from_secs(config.api.header_read_timeout_seconds),
         body_read_timeout: Duration::from_secs(config.api.body_read_timeout_seconds),
         pty_grace: Duration::from_secs(config.api.pty_grace_seconds),
+        webhooks: config.webhooks.api_settings(),
     }
 }
 
@@ -140,6 +141,7 @@ fn spawn_roles(
     sched: SchedulerConfig,
     workers: WorkerConfig,
     limits: Limits,
+    deliveries: differently_webhooks::DeliveryConfig,
     installation: differently_core::ids::InstallationId,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), AnyError> {
@@ -200,6 +202,18 @@ fn spawn_roles(
         });
     }
     if roles.contains(&Role::Worker) {
+        // Every worker process also delivers webhooks: they share the public stream's
+        // `webhooks` consumer and claim delivery rows without overlap (docs/webhooks.md).
+        let deliverer = differently_webhooks::Deliverer {
+            store: parts.store.clone(),
+            announcer: parts.announcer.clone(),
+            config: deliveries,
+        };
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            deliverer.run(stop).await;
+            Ok(())
+        });
         let make_group = |name: String| -> Result<WorkerGroup, AnyError> {
             let pool = parts
                 .pools
@@ -366,6 +380,10 @@ pub async fn dev(
     let generated_audit_key =
         crate::audit_cmd::install_keys(&crate::config::AuditSection::default(), true)?;
     let key = dev_admin_key(key_file.as_deref())?;
+    // `dev` has no configuration file: webhooks take the defaults, and the two switches
+    // from the environment (a receiver on this machine needs both).
+    let mut webhooks = crate::config::WebhooksSection::default();
+    webhooks.apply_env(|k| std::env::var(k).ok())?;
     let addr: SocketAddr = listen
         .parse()
         .map_err(|e| format!("--listen {listen:?}: {e}"))?;
@@ -435,7 +453,11 @@ pub async fn dev(
         Some(tenant),
         sched,
         WorkerConfig::default(),
-        Limits::default(),
+        Limits {
+            webhooks: webhooks.api_settings(),
+            ..Limits::default()
+        },
+        webhooks.delivery(),
         installation,
         rx,
     )?;
@@ -572,6 +594,7 @@ pub async fn server(
         scheduler_config(&config),
         worker_config(&config),
         limits(&config),
+        config.webhooks.delivery(),
         installation,
         rx,
     )?;

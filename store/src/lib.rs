@@ -26,6 +26,7 @@ pub mod tenancy;
 pub mod testing;
 pub mod transition;
 pub mod usage;
+pub mod webhooks;
 
 /// The Postgres store under its public path.
 pub mod postgres {
@@ -53,6 +54,7 @@ pub mod prelude {
     pub use crate::lifecycle::LifecycleStore;
     pub use crate::placement::PlacementStore;
     pub use crate::secrets::SecretStore;
+    pub use crate::webhooks::WebhookStore;
     pub use crate::{
         ActivationStore, AdmissionStore, InstallationStore, Leadership, SandboxReadStore, Store,
         TenancyStore, TransitionStore, UsageStore,
@@ -105,6 +107,7 @@ pub trait Store:
     + lifecycle::LifecycleStore
     + audit::AuditStore
     + secrets::SecretStore
+    + webhooks::WebhookStore
     + idempotency::IdempotencyStore
     + Send
     + Sync

@@ -147,6 +147,11 @@ const SNAPSHOT_LIST_QUERY: [Param; 3] = [
     PAGE[0],
     PAGE[1],
 ];
+const WEBHOOK_LIST_QUERY: [Param; 3] = [
+    ("projectId", "string", "Only webhooks of this project."),
+    PAGE[0],
+    PAGE[1],
+];
 const AUDIT_QUERY: [Param; 9] = [
     (
         "orgId",
@@ -512,6 +517,40 @@ pub(super) fn catalogue() -> Vec<Op> {
         op("get", "/v1/admin/metrics/summary", "metricsSummary", "operators", Admin,
             "This process's admission, activation and queue-depth counters, as JSON.")
             .answers(&[Json(200, "MetricsSummary")]),
+        op("post", "/v1/webhooks", "createWebhook", "webhooks", write,
+            "Create a project's webhook; the answer is the only time its signing secret is shown.")
+            .body(Body::Json("CreateWebhookRequest"))
+            .answers(&[Json(201, "WebhookWithSecret")])
+            .errors(&[404, 409, 422])
+        .idempotent(),
+        op("get", "/v1/webhooks", "listWebhooks", "webhooks", read,
+            "The webhooks of the key's organization (of its project, for a project-bound key).")
+            .query(&WEBHOOK_LIST_QUERY)
+            .answers(&[Json(200, "WebhookList")]),
+        op("get", "/v1/webhooks/{id}", "getWebhook", "webhooks", read,
+            "Read a webhook (never its secret).")
+            .answers(&[Json(200, "Webhook")]),
+        op("patch", "/v1/webhooks/{id}", "updateWebhook", "webhooks", write,
+            "Change a webhook's URL, filter or description, or disable and re-enable it.")
+            .body(Body::Json("UpdateWebhookRequest"))
+            .answers(&[Json(200, "Webhook")])
+            .errors(&[422]),
+        op("delete", "/v1/webhooks/{id}", "deleteWebhook", "webhooks", write,
+            "Delete a webhook and its delivery log.")
+            .answers(&[Empty(204)]),
+        op("post", "/v1/webhooks/{id}/rotate-secret", "rotateWebhookSecret", "webhooks", write,
+            "A new signing secret, shown once; the replaced one keeps signing next to it for the \
+            configured overlap.")
+            .answers(&[Json(200, "WebhookWithSecret")])
+            .errors(&[409]),
+        op("get", "/v1/webhooks/{id}/deliveries", "listWebhookDeliveries", "webhooks", read,
+            "The webhook's delivery log, newest first.")
+            .query(&PAGE)
+            .answers(&[Json(200, "WebhookDeliveryList")]),
+        op("post", "/v1/webhooks/{id}/deliveries/{deliveryId}/redeliver", "redeliverWebhook",
+            "webhooks", write,
+            "Send a delivery again now, with the same `webhook-id`.")
+            .answers(&[Json(202, "WebhookDelivery")]),
         op("get", "/healthz", "health", "health", Public,
             "The process is up.")
             .answers(&[Json(200, "Health")]),

@@ -143,6 +143,8 @@ fn path_param_schema(path: &str, name: &str) -> Value {
         "orgs" => Some(differently_core::OrgId::PREFIX),
         "projects" => Some(differently_core::ProjectId::PREFIX),
         "keys" => Some(differently_core::KeyId::PREFIX),
+        "webhooks" => Some(schemas::webhooks::WEBHOOK_PREFIX),
+        "deliveries" => Some(schemas::webhooks::DELIVERY_PREFIX),
         _ => None,
     };
     match (prefix, collection) {
@@ -175,6 +177,8 @@ fn listed_prefix(id: &str) -> Option<&'static str> {
         "listOrgs" => differently_core::OrgId::PREFIX,
         "listProjects" => differently_core::ProjectId::PREFIX,
         "listKeys" => differently_core::KeyId::PREFIX,
+        "listWebhooks" => schemas::webhooks::WEBHOOK_PREFIX,
+        "listWebhookDeliveries" => schemas::webhooks::DELIVERY_PREFIX,
         _ => return None,
     })
 }

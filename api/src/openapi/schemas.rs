@@ -14,6 +14,8 @@ use serde_json::{json, Map, Value};
 
 use super::wire;
 
+pub(super) mod webhooks;
+
 pub(super) fn reference(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
 }
@@ -1027,6 +1029,7 @@ pub(super) fn schemas() -> Value {
             ("queueDepth", counts()),
         ]),
     );
+    webhooks::add(&mut s);
     s.insert("Health".to_owned(), served(&[("status", typed("string"))]));
     s.insert("OpenApi".to_owned(), described("This document."));
     // Every string a request carries is refused with a NUL (`crate::nul`), except exec's

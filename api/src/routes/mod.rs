@@ -26,6 +26,7 @@ pub mod sandboxes;
 pub mod secrets;
 pub mod snapshots;
 pub mod trust;
+pub mod webhooks;
 
 /// Every resource's routes.
 pub fn router() -> Router<AppState> {
@@ -51,4 +52,5 @@ pub fn router() -> Router<AppState> {
         .merge(pools::router())
         .merge(trust::router())
         .merge(queue::router())
+        .merge(webhooks::router())
 }

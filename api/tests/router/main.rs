@@ -26,3 +26,4 @@ mod schemathesis_finds;
 mod snapshot_pages;
 mod snapshots;
 mod ui;
+mod webhooks;

@@ -40,3 +40,4 @@ mod readme;
 mod schemathesis;
 mod spine;
 mod tenancy;
+mod webhooks;

@@ -17,6 +17,7 @@ mod secrets;
 mod tenancy;
 mod transition;
 mod usage;
+mod webhooks;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicBool;
@@ -54,6 +55,8 @@ pub(crate) struct State {
     pub(crate) secrets: BTreeMap<String, secrets::SecretRow>,
     /// Claimed Idempotency-Keys (`idempotency.rs`).
     pub(crate) idempotency: HashMap<crate::idempotency::IdemKey, idempotency::IdemRow>,
+    /// Webhooks and their deliveries (`webhooks.rs`).
+    pub(crate) webhooks: webhooks::WebhookState,
 }
 
 impl State {

@@ -176,6 +176,8 @@ impl TenancyStore for MemoryStore {
         st.projects.remove(id);
         st.keys.retain(|_, k| k.project_id.as_ref() != Some(id));
         st.quotas.remove(&QuotaScope::Project(id.clone()).key());
+        // As Postgres's `ON DELETE CASCADE`: a project's webhooks go with it.
+        st.webhooks.forget_project(id);
         let e = rules::tenancy_entry(
             actor,
             "project.delete",

@@ -47,6 +47,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0010_audit_key_ids",
         include_str!("../../../migrations/0010_audit_key_ids.sql"),
     ),
+    (
+        "0011_webhooks",
+        include_str!("../../../migrations/0011_webhooks.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

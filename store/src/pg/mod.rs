@@ -32,6 +32,7 @@ mod transition;
 pub(crate) mod transition_lane;
 mod usage;
 pub(crate) mod usage_counters;
+mod webhooks;
 pub(crate) mod writes;
 
 pub use installation::LEADER_IDLE_TIMEOUT_SECONDS;

@@ -133,3 +133,4 @@ mod audit;
 mod bounds;
 mod placement;
 mod snapshots;
+mod webhooks;

@@ -1,0 +1,565 @@
+//! Webhooks and deliveries, against both stores: secrets sealed and rotated with overlap,
+//! tenant-scoped listing, deliveries created once per (webhook, event), claimed by one
+//! claimer at a time with a lease that a crashed claimer's successor takes over, and
+//! persistent failure disabling the webhook with an audit record.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{Duration, Utc};
+use differently_core::{OrgId, ProjectId};
+use differently_store::audit::AuditFilter;
+use differently_store::sealed::{self, SealKey};
+use differently_store::webhooks::{
+    AttemptOutcome, DeliveryStatus, DisablePolicy, NewDelivery, Webhook, WebhookPatch,
+};
+use differently_store::{Actor, Org, OrgStatus, Project, Store};
+
+use crate::{Backend, Env};
+
+macro_rules! webhook_conformance {
+    ($($case:ident),+ $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(&crate::Env::memory()).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(&crate::Env::postgres().await).await;
+                }
+            )+
+        }
+    };
+}
+
+webhook_conformance!(
+    webhooks_are_stored_scoped_patched_and_deleted_with_audit,
+    rotation_keeps_the_old_secret_signing_until_the_overlap_ends,
+    an_event_is_enqueued_once_per_webhook,
+    a_claim_is_exclusive_until_its_lease_runs_out,
+    attempts_are_recorded_retried_and_redelivered,
+    persistent_failure_disables_the_webhook_and_its_deliveries_wait,
+    concurrent_claimers_never_share_a_delivery,
+);
+
+fn actor() -> Actor {
+    Actor::Key("key_hooks".into())
+}
+
+fn ensure_seal_key() {
+    let _ = sealed::set_process_key(SealKey::random().unwrap());
+}
+
+/// A fresh id with `prefix` (a ULID borrowed from an org id).
+fn id(prefix: &str) -> String {
+    let org = OrgId::new();
+    format!("{prefix}{}", &org.as_str()[4..])
+}
+
+async fn tenant(s: &dyn Store) -> (Org, Project) {
+    let o = Org {
+        id: OrgId::new(),
+        name: format!("o-{}", OrgId::new()),
+        status: OrgStatus::Active,
+        created_at: Utc::now(),
+    };
+    s.create_org(&o, &actor()).await.unwrap();
+    let p = Project {
+        id: ProjectId::new(),
+        org_id: o.id.clone(),
+        name: format!("p-{}", ProjectId::new()),
+        created_at: Utc::now(),
+    };
+    s.create_project(&p, &actor()).await.unwrap();
+    (o, p)
+}
+
+fn hook(org: &Org, project: &Project, types: &[&str]) -> Webhook {
+    let now = Utc::now();
+    Webhook {
+        id: id("whk_"),
+        org_id: org.id.clone(),
+        project_id: project.id.clone(),
+        url: "https://hooks.example.com/in".into(),
+        event_types: types.iter().map(|t| t.to_string()).collect(),
+        description: Some("ci".into()),
+        enabled: true,
+        disabled_reason: None,
+        consecutive_failures: 0,
+        failing_since: None,
+        previous_secret_expires_at: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+fn delivery(w: &Webhook, event: &str) -> NewDelivery {
+    NewDelivery {
+        id: id("whd_"),
+        webhook_id: w.id.clone(),
+        event_id: event.to_owned(),
+        event_type: "sandbox.status".into(),
+        body: format!(r#"{{"id":"{event}"}}"#),
+    }
+}
+
+fn failure(retry_in: Option<Duration>) -> AttemptOutcome {
+    AttemptOutcome {
+        succeeded: false,
+        response_code: Some(500),
+        latency_ms: 12,
+        error: Some("receiver answered 500".into()),
+        response_body: Some("x".repeat(5000)),
+        retry_at: retry_in.map(|d| Utc::now() + d),
+    }
+}
+
+fn success() -> AttemptOutcome {
+    AttemptOutcome {
+        succeeded: true,
+        response_code: Some(204),
+        latency_ms: 3,
+        error: None,
+        response_body: None,
+        retry_at: None,
+    }
+}
+
+pub async fn webhooks_are_stored_scoped_patched_and_deleted_with_audit(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let (o1, p1) = tenant(s).await;
+    let (o2, p2) = tenant(s).await;
+    let a = s
+        .create_webhook(&hook(&o1, &p1, &["sandbox.status"]), b"whsec-a", &actor())
+        .await
+        .unwrap();
+    let b = s
+        .create_webhook(&hook(&o2, &p2, &[]), b"whsec-b", &actor())
+        .await
+        .unwrap();
+    // A project of another org is not found.
+    let mut cross = hook(&o1, &p2, &[]);
+    cross.id = id("whk_");
+    assert!(s.create_webhook(&cross, b"x", &actor()).await.is_err());
+
+    assert_eq!(s.get_webhook(&a.id).await.unwrap().as_ref(), Some(&a));
+    let listed = s.list_webhooks(&o1.id, None, None, 10).await.unwrap();
+    assert_eq!(listed, vec![a.clone()]);
+    assert!(s
+        .list_webhooks(&o1.id, Some(&p2.id), None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        s.list_webhooks(&o2.id, Some(&p2.id), None, 10)
+            .await
+            .unwrap(),
+        vec![b.clone()]
+    );
+    assert_eq!(
+        s.webhook_secrets(&a.id, Utc::now()).await.unwrap(),
+        Some(vec![b"whsec-a".to_vec()])
+    );
+
+    // Filters: an empty list takes every type.
+    assert_eq!(
+        s.webhooks_for_event(&p1.id, "sandbox.status")
+            .await
+            .unwrap(),
+        vec![a.clone()]
+    );
+    assert!(s
+        .webhooks_for_event(&p1.id, "exec.finished")
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        s.webhooks_for_event(&p2.id, "exec.finished").await.unwrap(),
+        vec![b.clone()]
+    );
+
+    let patched = s
+        .update_webhook(
+            &a.id,
+            &WebhookPatch {
+                url: Some("https://other.example.com/x".into()),
+                description: Some(None),
+                enabled: Some(false),
+                ..Default::default()
+            },
+            &actor(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.url, "https://other.example.com/x");
+    assert_eq!(patched.description, None);
+    assert!(!patched.enabled && patched.disabled_reason.is_some());
+    assert_eq!(patched.event_types, vec!["sandbox.status".to_owned()]);
+    assert!(s
+        .webhooks_for_event(&p1.id, "sandbox.status")
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(s.get_webhook(&a.id).await.unwrap(), Some(patched));
+
+    s.delete_webhook(&a.id, &actor()).await.unwrap();
+    assert_eq!(s.get_webhook(&a.id).await.unwrap(), None);
+    assert!(matches!(
+        s.delete_webhook(&a.id, &actor()).await,
+        Err(differently_store::StoreError::NotFound)
+    ));
+
+    let recs = s
+        .list_audit(&AuditFilter {
+            resource: Some(a.id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let actions: Vec<&str> = recs.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["webhook.create", "webhook.update", "webhook.delete"]
+    );
+    assert_eq!(
+        recs[0].detail["secretFingerprint"],
+        serde_json::json!(sealed::fingerprint(b"whsec-a"))
+    );
+    let text = serde_json::to_string(&recs).unwrap();
+    assert!(!text.contains("whsec-a"), "{text}");
+
+    // The secret is sealed: the stored bytes are not the secret.
+    if let Backend::Postgres(db) = &env.backend {
+        let stored: Vec<u8> =
+            sqlx::query_scalar("SELECT secret_sealed FROM webhooks WHERE id = $1")
+                .bind(&b.id)
+                .fetch_one(db.store().pool())
+                .await
+                .unwrap();
+        assert!(!stored.windows(7).any(|w| w == b"whsec-b"));
+    }
+}
+
+pub async fn rotation_keeps_the_old_secret_signing_until_the_overlap_ends(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let (o, p) = tenant(s).await;
+    let w = s
+        .create_webhook(&hook(&o, &p, &[]), b"old", &actor())
+        .await
+        .unwrap();
+    let until = Utc::now() + Duration::hours(1);
+    let r = s
+        .rotate_webhook_secret(&w.id, b"new", until, &actor())
+        .await
+        .unwrap();
+    assert!(r.previous_secret_expires_at.is_some());
+    let now = Utc::now();
+    assert_eq!(
+        s.webhook_secrets(&w.id, now).await.unwrap(),
+        Some(vec![b"new".to_vec(), b"old".to_vec()])
+    );
+    assert_eq!(
+        s.webhook_secrets(&w.id, until + Duration::seconds(1))
+            .await
+            .unwrap(),
+        Some(vec![b"new".to_vec()])
+    );
+    // A second rotation keeps only the one it replaced.
+    s.rotate_webhook_secret(&w.id, b"newer", until, &actor())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.webhook_secrets(&w.id, now).await.unwrap(),
+        Some(vec![b"newer".to_vec(), b"new".to_vec()])
+    );
+    assert_eq!(s.webhook_secrets(&id("whk_"), now).await.unwrap(), None);
+}
+
+pub async fn an_event_is_enqueued_once_per_webhook(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let (o, p) = tenant(s).await;
+    let a = s
+        .create_webhook(&hook(&o, &p, &[]), b"a", &actor())
+        .await
+        .unwrap();
+    let b = s
+        .create_webhook(&hook(&o, &p, &[]), b"b", &actor())
+        .await
+        .unwrap();
+    let now = Utc::now();
+    let first = [delivery(&a, "evt_1"), delivery(&b, "evt_1")];
+    assert_eq!(s.enqueue_deliveries(&first, now).await.unwrap(), 2);
+    // The same event read again (a redelivered bus message) creates nothing.
+    let again = [
+        delivery(&a, "evt_1"),
+        delivery(&b, "evt_1"),
+        delivery(&a, "evt_2"),
+    ];
+    assert_eq!(s.enqueue_deliveries(&again, now).await.unwrap(), 1);
+    // A delivery for a webhook deleted in between is dropped.
+    assert_eq!(
+        s.enqueue_deliveries(&[delivery(&hook(&o, &p, &[]), "evt_3")], now)
+            .await
+            .unwrap(),
+        0
+    );
+    let log = s.list_deliveries(&a.id, None, 10).await.unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[0].event_id, "evt_2", "newest first");
+    assert!(log
+        .iter()
+        .all(|d| d.status == DeliveryStatus::Pending && d.attempts == 0));
+    let page = s
+        .list_deliveries(&a.id, Some(&log[0].id), 10)
+        .await
+        .unwrap();
+    assert_eq!(page, vec![log[1].clone()]);
+}
+
+pub async fn a_claim_is_exclusive_until_its_lease_runs_out(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let (o, p) = tenant(s).await;
+    let w = s
+        .create_webhook(&hook(&o, &p, &[]), b"a", &actor())
+        .await
+        .unwrap();
+    let t0 = Utc::now();
+    s.enqueue_deliveries(&[delivery(&w, "evt_1")], t0)
+        .await
+        .unwrap();
+    let lease = Duration::seconds(30);
+    let got = s.claim_deliveries(t0, lease, 10).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, r#"{"id":"evt_1"}"#);
+    // Held: nobody else gets it…
+    assert!(s
+        .claim_deliveries(t0 + Duration::seconds(5), lease, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    // …until the lease runs out (its claimer died mid-attempt): then another process does.
+    let again = s
+        .claim_deliveries(t0 + Duration::seconds(31), lease, 10)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].id, got[0].id);
+    // Another handle (a restarted process) sees the same lease.
+    let other = env.reopen().await;
+    assert!(other
+        .claim_deliveries(t0 + Duration::seconds(40), lease, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+pub async fn attempts_are_recorded_retried_and_redelivered(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let (o, p) = tenant(s).await;
+    let w = s
+        .create_webhook(&hook(&o, &p, &[]), b"a", &actor())
+        .await
+        .unwrap();
+    let t0 = Utc::now();
+    s.enqueue_deliveries(&[delivery(&w, "evt_1")], t0)
+        .await
+        .unwrap();
+    let d = s
+        .claim_deliveries(t0, Duration::seconds(30), 1)
+        .await
+        .unwrap()
+        .remove(0);
+    let policy = DisablePolicy::default();
+    let r = s
+        .record_attempt(
+            &d.id,
+            &failure(Some(Duration::seconds(60))),
+            &policy,
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.disabled, None);
+    assert_eq!(r.delivery.status, DeliveryStatus::Pending);
+    assert_eq!(r.delivery.attempts, 1);
+    assert_eq!(r.delivery.response_code, Some(500));
+    assert_eq!(
+        r.delivery.response_body.as_ref().map(|b| b.len()),
+        Some(differently_store::webhooks::MAX_RESPONSE_BODY_BYTES)
+    );
+    assert!(r.delivery.next_attempt_at.unwrap() > Utc::now() + Duration::seconds(50));
+    // Not due yet.
+    assert!(s
+        .claim_deliveries(Utc::now(), Duration::seconds(30), 1)
+        .await
+        .unwrap()
+        .is_empty());
+    let hooked = s.get_webhook(&w.id).await.unwrap().unwrap();
+    assert_eq!(hooked.consecutive_failures, 1);
+    assert!(hooked.failing_since.is_some());
+
+    let later = Utc::now() + Duration::seconds(61);
+    let d = s
+        .claim_deliveries(later, Duration::seconds(30), 1)
+        .await
+        .unwrap()
+        .remove(0);
+    let r = s
+        .record_attempt(&d.id, &success(), &policy, later)
+        .await
+        .unwrap();
+    assert_eq!(r.delivery.status, DeliveryStatus::Succeeded);
+    assert_eq!(r.delivery.attempts, 2);
+    assert_eq!(r.delivery.next_attempt_at, None);
+    assert!(r.delivery.delivered_at.is_some());
+    let hooked = s.get_webhook(&w.id).await.unwrap().unwrap();
+    assert_eq!(
+        (hooked.consecutive_failures, hooked.failing_since),
+        (0, None)
+    );
+
+    // Redelivered on demand: due now, same event id.
+    let again = s.redeliver(&d.id, Utc::now(), &actor()).await.unwrap();
+    assert_eq!(again.status, DeliveryStatus::Pending);
+    let claimed = s
+        .claim_deliveries(Utc::now(), Duration::seconds(30), 5)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].event_id, "evt_1");
+    // The schedule over: failed for good.
+    let r = s
+        .record_attempt(&d.id, &failure(None), &policy, Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(r.delivery.status, DeliveryStatus::Failed);
+    assert_eq!(r.delivery.attempts, 3);
+    assert_eq!(s.get_delivery(&d.id).await.unwrap(), Some(r.delivery));
+}
+
+pub async fn persistent_failure_disables_the_webhook_and_its_deliveries_wait(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let (o, p) = tenant(s).await;
+    let w = s
+        .create_webhook(&hook(&o, &p, &[]), b"a", &actor())
+        .await
+        .unwrap();
+    let policy = DisablePolicy {
+        min_failures: 2,
+        min_duration: Duration::zero(),
+    };
+    let t0 = Utc::now();
+    s.enqueue_deliveries(&[delivery(&w, "evt_1"), delivery(&w, "evt_2")], t0)
+        .await
+        .unwrap();
+    let ds = s
+        .claim_deliveries(t0, Duration::seconds(30), 5)
+        .await
+        .unwrap();
+    assert_eq!(ds.len(), 2);
+    let r1 = s
+        .record_attempt(&ds[0].id, &failure(Some(Duration::zero())), &policy, t0)
+        .await
+        .unwrap();
+    assert_eq!(r1.disabled, None);
+    let r2 = s
+        .record_attempt(&ds[1].id, &failure(Some(Duration::zero())), &policy, t0)
+        .await
+        .unwrap();
+    let disabled = r2
+        .disabled
+        .expect("the second failure in a row disables it");
+    assert!(!disabled.enabled);
+    assert!(disabled
+        .disabled_reason
+        .as_deref()
+        .unwrap()
+        .contains("2 failed attempts"));
+    // Its deliveries wait instead of failing…
+    assert!(s
+        .claim_deliveries(Utc::now() + Duration::seconds(1), Duration::seconds(30), 5)
+        .await
+        .unwrap()
+        .is_empty());
+    let recs = s
+        .list_audit(&AuditFilter {
+            action: Some("webhook.disable".into()),
+            resource: Some(w.id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].actor, "system:webhooks");
+    // …and resume when a caller enables it again, with the failure run forgotten.
+    let back = s
+        .update_webhook(
+            &w.id,
+            &WebhookPatch {
+                enabled: Some(true),
+                ..Default::default()
+            },
+            &actor(),
+        )
+        .await
+        .unwrap();
+    assert!(back.enabled && back.disabled_reason.is_none() && back.consecutive_failures == 0);
+    assert_eq!(
+        s.claim_deliveries(Utc::now() + Duration::seconds(1), Duration::seconds(30), 5)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+pub async fn concurrent_claimers_never_share_a_delivery(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.clone();
+    let (o, p) = tenant(s.as_ref()).await;
+    let w = s
+        .create_webhook(&hook(&o, &p, &[]), b"a", &actor())
+        .await
+        .unwrap();
+    let t0 = Utc::now();
+    let items: Vec<NewDelivery> = (0..40).map(|i| delivery(&w, &format!("evt_{i}"))).collect();
+    s.enqueue_deliveries(&items, t0).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let s: Arc<dyn Store> = env.reopen().await;
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = s
+                    .claim_deliveries(t0, Duration::seconds(60), 3)
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    return mine;
+                }
+                mine.extend(got.into_iter().map(|d| d.id));
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for t in tasks {
+        for id in t.await.unwrap() {
+            total += 1;
+            assert!(seen.insert(id), "a delivery was claimed twice");
+        }
+    }
+    assert_eq!(total, 40);
+}

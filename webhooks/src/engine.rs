@@ -1,0 +1,432 @@
+//! Delivery: the fan-out from the public stream into delivery rows, and the dispatcher that
+//! sends them.
+//!
+//! At least once, with a bound on duplicates: a bus message is acked only after its rows
+//! are committed (a crash before that re-reads it, and the unique (webhook, event) pair makes
+//! the re-read a no-op); a row is claimed under a lease longer than the request timeout, so
+//! only a claimer that died mid-attempt (or whose result was not recorded) lets another
+//! process send it again. Receivers drop those duplicates by `webhook-id`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use differently_bus::{Announcer, BusError};
+use differently_bus_schema::public::{Cause, EventData, Origin, PublicEvent, WebhookDisabled};
+use differently_bus_schema::{ConsumerDef, Naming};
+use differently_store::webhooks::{
+    AttemptOutcome, Delivery, DisablePolicy, NewDelivery, Webhook, MAX_RESPONSE_BODY_BYTES,
+};
+use differently_store::Store;
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, USER_AGENT};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::schedule::Backoff;
+use crate::signing::{self, Secret};
+use crate::url_policy::UrlPolicy;
+
+/// How the delivering process behaves.
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    pub url_policy: UrlPolicy,
+    /// Longest one request may take, connecting included.
+    pub timeout: Duration,
+    pub backoff: Backoff,
+    pub disable: DisablePolicy,
+    /// Requests in flight at once, per process.
+    pub concurrency: usize,
+    /// How often the dispatcher looks for due deliveries when idle.
+    pub poll: Duration,
+    /// How long the fan-out may hold an unacked bus message.
+    pub ack_wait: Duration,
+    /// A claim's lease is the timeout plus this: room to record the outcome.
+    pub lease_margin: Duration,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            url_policy: UrlPolicy::default(),
+            timeout: Duration::from_secs(10),
+            backoff: Backoff::default(),
+            disable: DisablePolicy::default(),
+            concurrency: 8,
+            poll: Duration::from_millis(500),
+            ack_wait: Duration::from_secs(30),
+            lease_margin: Duration::from_secs(30),
+        }
+    }
+}
+
+impl DeliveryConfig {
+    /// A claim's lease: the timeout plus a margin for recording the outcome, so a claimer
+    /// that is merely slow is never overtaken; only a dead one is.
+    pub fn lease(&self) -> Duration {
+        self.timeout + self.lease_margin
+    }
+}
+
+/// The durable consumer of the public stream that feeds webhooks (one, shared by every
+/// delivering process).
+pub fn consumer(naming: &Naming, ack_wait: Duration) -> ConsumerDef {
+    ConsumerDef {
+        stream: naming.public_stream().name,
+        durable: "webhooks".to_owned(),
+        filter: format!("{}.pub.>", naming.prefix()),
+        ack_wait,
+    }
+}
+
+/// The fan-out and the dispatcher of one process.
+#[derive(Clone)]
+pub struct Deliverer {
+    pub store: Arc<dyn Store>,
+    /// Reads the public stream and announces `webhook.disabled`.
+    pub announcer: Announcer,
+    pub config: DeliveryConfig,
+}
+
+/// A `whd_…` id.
+fn delivery_id() -> String {
+    format!("whd_{}", ulid::Ulid::new())
+}
+
+impl Deliverer {
+    /// Runs the fan-out and the dispatcher until `stop` turns true.
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        let fan = self.clone();
+        let stop2 = stop.clone();
+        tokio::join!(fan.fan_out(stop2), self.dispatch(stop));
+    }
+
+    /// Reads public events from the durable consumer and writes their deliveries; acks only
+    /// after the rows are committed.
+    pub async fn fan_out(self, mut stop: watch::Receiver<bool>) {
+        let def = consumer(self.announcer.naming(), self.config.ack_wait);
+        let mut pull = loop {
+            match self.announcer.bus().pull(&def).await {
+                Ok(p) => break p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhooks: cannot bind the public-stream consumer; retrying");
+                    if wait_or_stop(&mut stop, Duration::from_secs(2)).await {
+                        return;
+                    }
+                }
+            }
+        };
+        while !*stop.borrow() {
+            let next = tokio::select! {
+                n = pull.next(Duration::from_secs(1)) => n,
+                _ = stop.changed() => return,
+            };
+            let msg = match next {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhooks: reading the public stream failed");
+                    if wait_or_stop(&mut stop, Duration::from_millis(500)).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let acked = match self.fan_one(&msg.payload).await {
+                Ok(()) => msg.acker.ack().await,
+                Err(FanError::Poison(why)) => {
+                    tracing::warn!(subject = %msg.subject, error = %why, "webhooks: not a public event this build reads; dropped");
+                    msg.acker.term().await
+                }
+                Err(FanError::Store(e)) => {
+                    tracing::warn!(error = %e, "webhooks: cannot record deliveries; the event is read again");
+                    msg.acker.nak(Duration::from_secs(1)).await
+                }
+            };
+            if let Err(e) = acked {
+                log_ack(&e);
+            }
+        }
+    }
+
+    /// The deliveries of one public event, one per enabled webhook of its project that
+    /// wants its type and existed when it happened.
+    pub async fn fan_one(&self, payload: &[u8]) -> Result<(), FanError> {
+        let event = PublicEvent::decode(payload).map_err(|e| FanError::Poison(e.to_string()))?;
+        let ty = event.event_type();
+        let hooks = self
+            .store
+            .webhooks_for_event(&event.project_id, ty.as_str())
+            .await
+            .map_err(FanError::Store)?;
+        let body = String::from_utf8_lossy(payload).into_owned();
+        let items: Vec<NewDelivery> = hooks
+            .iter()
+            .filter(|h| h.org_id == event.org_id && h.created_at <= event.time)
+            .map(|h| NewDelivery {
+                id: delivery_id(),
+                webhook_id: h.id.clone(),
+                event_id: event.id.clone(),
+                event_type: ty.as_str().to_owned(),
+                body: body.clone(),
+            })
+            .collect();
+        if items.is_empty() {
+            return Ok(());
+        }
+        let n = self
+            .store
+            .enqueue_deliveries(&items, Utc::now())
+            .await
+            .map_err(FanError::Store)?;
+        metrics::counter!("differently_webhook_deliveries_created_total").increment(n as u64);
+        Ok(())
+    }
+
+    /// Claims due deliveries and sends them, at most `concurrency` at once.
+    pub async fn dispatch(self, mut stop: watch::Receiver<bool>) {
+        let lease =
+            chrono::Duration::from_std(self.config.lease()).unwrap_or(chrono::Duration::minutes(1));
+        let mut running: JoinSet<()> = JoinSet::new();
+        loop {
+            if *stop.borrow() {
+                // In-flight attempts finish (their leases would otherwise delay a retry).
+                while running.join_next().await.is_some() {}
+                return;
+            }
+            while running.try_join_next().is_some() {}
+            let room = self.config.concurrency.max(1).saturating_sub(running.len());
+            let claimed = if room == 0 {
+                Vec::new()
+            } else {
+                match self.store.claim_deliveries(Utc::now(), lease, room).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "webhooks: cannot claim deliveries");
+                        Vec::new()
+                    }
+                }
+            };
+            let idle = claimed.is_empty();
+            for d in claimed {
+                let me = self.clone();
+                running.spawn(async move { me.deliver(d).await });
+            }
+            if idle || room == 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.config.poll) => {}
+                    Some(_) = running.join_next(), if !running.is_empty() => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+
+    /// One attempt of a claimed delivery, recorded.
+    pub async fn deliver(&self, d: Delivery) {
+        let outcome = match self.attempt(&d).await {
+            Ok(o) => o,
+            Err(Gone) => return,
+        };
+        metrics::counter!("differently_webhook_attempts_total",
+            "outcome" => if outcome.succeeded { "succeeded" } else { "failed" })
+        .increment(1);
+        match self
+            .store
+            .record_attempt(&d.id, &outcome, &self.config.disable, Utc::now())
+            .await
+        {
+            Ok(r) => {
+                if let Some(hook) = r.disabled {
+                    self.announce_disabled(&hook).await;
+                }
+            }
+            // The lease runs out and the delivery is tried again: a duplicate, never a loss.
+            Err(e) => {
+                tracing::warn!(delivery = %d.id, error = %e, "webhooks: cannot record an attempt")
+            }
+        }
+    }
+
+    /// Sends `d` once and says what came of it. `Err(Gone)`: its webhook was deleted.
+    async fn attempt(&self, d: &Delivery) -> Result<AttemptOutcome, Gone> {
+        let now = Utc::now();
+        let hook = match self.store.get_webhook(&d.webhook_id).await {
+            Ok(Some(h)) => h,
+            Ok(None) => return Err(Gone),
+            Err(e) => return Ok(self.failed(d, None, 0, format!("store: {e}"), None)),
+        };
+        let secrets = match self.store.webhook_secrets(&d.webhook_id, now).await {
+            Ok(Some(s)) => s.into_iter().map(Secret::from_bytes).collect::<Vec<_>>(),
+            Ok(None) => return Err(Gone),
+            // Never the secret: the store's errors name the webhook only.
+            Err(e) => return Ok(self.failed(d, None, 0, format!("store: {e}"), None)),
+        };
+        Ok(self.send(d, &hook, &secrets).await)
+    }
+
+    async fn send(&self, d: &Delivery, hook: &Webhook, secrets: &[Secret]) -> AttemptOutcome {
+        let started = Instant::now();
+        let ms = |s: Instant| u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // Checked again now: the URL's rules, then the addresses its name resolves to at
+        // this moment, and the request goes to exactly those (no second lookup).
+        let url = match self.config.url_policy.check(&hook.url) {
+            Ok(u) => u,
+            Err(e) => return self.failed(d, None, 0, format!("url refused: {e}"), None),
+        };
+        let addrs = match self.config.url_policy.resolve(&url).await {
+            Ok(a) => a,
+            Err(e) => return self.failed(d, None, ms(started), format!("url refused: {e}"), None),
+        };
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(self.config.timeout)
+            .connect_timeout(self.config.timeout);
+        if let Some(url::Host::Domain(name)) = url.host() {
+            builder = builder.resolve_to_addrs(name, &addrs);
+        }
+        let client = match builder.build() {
+            Ok(c) => c,
+            Err(e) => return self.failed(d, None, 0, format!("http client: {e}"), None),
+        };
+        let ts = Utc::now().timestamp();
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("Differently-Webhooks/", env!("CARGO_PKG_VERSION"))),
+        );
+        let sig = signing::signature_header(secrets, &d.event_id, ts, d.body.as_bytes());
+        let (Ok(id), Ok(sig)) = (
+            HeaderValue::from_str(&d.event_id),
+            HeaderValue::from_str(&sig),
+        ) else {
+            return self.failed(d, None, 0, "event id is not a header value".into(), None);
+        };
+        headers.insert(signing::HEADER_ID, id);
+        headers.insert(signing::HEADER_TIMESTAMP, HeaderValue::from(ts));
+        headers.insert(signing::HEADER_SIGNATURE, sig);
+        let sent = client
+            .post(url)
+            .headers(headers)
+            .body(d.body.clone())
+            .send()
+            .await;
+        let mut resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                let why = if e.is_timeout() {
+                    format!("timed out after {} ms", self.config.timeout.as_millis())
+                } else if e.is_connect() {
+                    "connection failed".to_owned()
+                } else {
+                    "request failed".to_owned()
+                };
+                return self.failed(d, None, ms(started), why, None);
+            }
+        };
+        let code = resp.status().as_u16();
+        // The first bytes of the answer only: a receiver cannot make us hold more.
+        let mut body = Vec::new();
+        while body.len() < MAX_RESPONSE_BODY_BYTES {
+            match tokio::time::timeout(self.config.timeout, resp.chunk()).await {
+                Ok(Ok(Some(c))) => body.extend_from_slice(&c),
+                _ => break,
+            }
+        }
+        body.truncate(MAX_RESPONSE_BODY_BYTES);
+        let body = (!body.is_empty()).then(|| String::from_utf8_lossy(&body).into_owned());
+        let latency = ms(started);
+        if resp.status().is_success() {
+            AttemptOutcome {
+                succeeded: true,
+                response_code: Some(code),
+                latency_ms: latency,
+                error: None,
+                response_body: body,
+                retry_at: None,
+            }
+        } else {
+            self.failed(
+                d,
+                Some(code),
+                latency,
+                format!("receiver answered {code}"),
+                body,
+            )
+        }
+    }
+
+    fn failed(
+        &self,
+        d: &Delivery,
+        code: Option<u16>,
+        latency_ms: u64,
+        error: String,
+        body: Option<String>,
+    ) -> AttemptOutcome {
+        AttemptOutcome {
+            succeeded: false,
+            response_code: code,
+            latency_ms,
+            error: Some(error),
+            response_body: body,
+            retry_at: self
+                .config
+                .backoff
+                .next_attempt(d.attempts + 1, d.created_at, Utc::now()),
+        }
+    }
+
+    /// `webhook.disabled` on the public stream (so other webhooks, SSE and NATS subscribers
+    /// of the project hear of it).
+    async fn announce_disabled(&self, hook: &Webhook) {
+        tracing::warn!(webhook = %hook.id, org = %hook.org_id, "webhooks: disabled after persistent failure");
+        let since = hook
+            .failing_since
+            .map(|t| t.timestamp_millis().to_string())
+            .unwrap_or_default();
+        let event = PublicEvent::new(
+            hook.org_id.clone(),
+            hook.project_id.clone(),
+            None,
+            Origin::system(Cause::Reconciler),
+            Utc::now(),
+            &format!("{}-{since}", hook.id),
+            EventData::WebhookDisabled(WebhookDisabled {
+                webhook_id: hook.id.clone(),
+                reason: hook.disabled_reason.clone().unwrap_or_default(),
+            }),
+        );
+        if let Err(e) = self.announcer.public(&event).await {
+            tracing::warn!(webhook = %hook.id, error = %e, "webhooks: webhook.disabled not published");
+        }
+    }
+}
+
+/// The delivery's webhook no longer exists (its rows go with it).
+struct Gone;
+
+/// Why a public event was not turned into deliveries.
+#[derive(Debug, thiserror::Error)]
+pub enum FanError {
+    /// Not an event this build reads: acking it again would not help.
+    #[error("{0}")]
+    Poison(String),
+    /// The store failed: read the event again.
+    #[error(transparent)]
+    Store(differently_store::StoreError),
+}
+
+fn log_ack(e: &BusError) {
+    tracing::warn!(error = %e, "webhooks: ack failed; the event may be read again (no duplicate delivery: rows are unique per event)");
+}
+
+/// Sleeps `d`; true if `stop` turned true meanwhile.
+async fn wait_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = stop.changed() => {}
+    }
+    *stop.borrow()
+}

@@ -1,0 +1,477 @@
+//! Webhook delivery end to end inside one process, on the real parts: Postgres (a fresh
+//! database), a real nats-server (JetStream), and a real HTTP receiver on 127.0.0.1 that
+//! verifies every signature as a Standard Webhooks receiver does.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use chrono::Utc;
+use differently_bus::testing::NatsServer;
+use differently_bus::{Announcer, Bus};
+use differently_bus_schema::public::{Cause, EventData, Origin, PublicEvent, StatusData};
+use differently_bus_schema::Naming;
+use differently_core::{OrgId, ProjectId, SandboxId, SandboxStatus};
+use differently_store::sealed::{self, SealKey};
+use differently_store::testing::TestDb;
+use differently_store::webhooks::{DeliveryStatus, DisablePolicy, Webhook};
+use differently_store::{Actor, Org, OrgStatus, Project, Store};
+use differently_webhooks::signing::{verify, Secret};
+use differently_webhooks::{Backoff, Deliverer, DeliveryConfig, UrlPolicy};
+use futures::StreamExt;
+use tokio::sync::watch;
+
+/// One request as the receiver saw it.
+#[derive(Debug, Clone)]
+struct Got {
+    id: String,
+    timestamp: String,
+    signature: String,
+    body: Vec<u8>,
+    answered: u16,
+}
+
+/// A receiver: per path, the answers to give in order (the last one repeats), and what came.
+#[derive(Clone, Default)]
+struct Receiver {
+    plan: Arc<Mutex<HashMap<String, Vec<u16>>>>,
+    got: Arc<Mutex<HashMap<String, Vec<Got>>>>,
+}
+
+impl Receiver {
+    fn answer(&self, path: &str, codes: &[u16]) {
+        self.plan
+            .lock()
+            .unwrap()
+            .insert(path.into(), codes.to_vec());
+    }
+
+    fn got(&self, path: &str) -> Vec<Got> {
+        self.got
+            .lock()
+            .unwrap()
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+async fn receive(
+    State(r): State<Receiver>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> StatusCode {
+    let h = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let answered = {
+        let mut plan = r.plan.lock().unwrap();
+        let codes = plan.entry(path.clone()).or_insert_with(|| vec![204]);
+        if codes.len() > 1 {
+            codes.remove(0)
+        } else {
+            codes[0]
+        }
+    };
+    r.got.lock().unwrap().entry(path).or_default().push(Got {
+        id: h("webhook-id"),
+        timestamp: h("webhook-timestamp"),
+        signature: h("webhook-signature"),
+        body: body.to_vec(),
+        answered,
+    });
+    StatusCode::from_u16(answered).unwrap()
+}
+
+struct World {
+    db: TestDb,
+    _nats: NatsServer,
+    announcer: Announcer,
+    receiver: Receiver,
+    base: String,
+    stop: watch::Sender<bool>,
+}
+
+fn open_policy() -> UrlPolicy {
+    UrlPolicy {
+        allow_http: true,
+        allow_private: true,
+    }
+}
+
+fn fast_config() -> DeliveryConfig {
+    DeliveryConfig {
+        url_policy: open_policy(),
+        timeout: Duration::from_secs(5),
+        backoff: Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(400),
+            retry_for: Duration::from_secs(60),
+        },
+        poll: Duration::from_millis(50),
+        ..DeliveryConfig::default()
+    }
+}
+
+async fn world() -> World {
+    let _ = sealed::set_process_key(SealKey::random().unwrap());
+    let db = TestDb::new().await;
+    let nats = NatsServer::start();
+    let bus: Arc<dyn Bus> = Arc::new(
+        differently_bus::jetstream::connect(&nats.url(), 1)
+            .await
+            .unwrap(),
+    );
+    let naming = Naming::new("wh").unwrap();
+    bus.ensure_streams(&naming).await.unwrap();
+    let receiver = Receiver::default();
+    let app = Router::new()
+        .route("/{path}", post(receive))
+        .with_state(receiver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (stop, _) = watch::channel(false);
+    World {
+        db,
+        _nats: nats,
+        announcer: Announcer::new(bus, naming),
+        receiver,
+        base,
+        stop,
+    }
+}
+
+impl World {
+    fn store(&self) -> Arc<dyn Store> {
+        Arc::new(self.db.store())
+    }
+
+    fn start(&self, config: DeliveryConfig) {
+        let d = Deliverer {
+            store: self.store(),
+            announcer: self.announcer.clone(),
+            config,
+        };
+        tokio::spawn(d.run(self.stop.subscribe()));
+    }
+
+    async fn tenant(&self) -> (Org, Project) {
+        let s = self.store();
+        let actor = Actor::Key("key_t".into());
+        let o = Org {
+            id: OrgId::new(),
+            name: format!("o-{}", OrgId::new()),
+            status: OrgStatus::Active,
+            created_at: Utc::now(),
+        };
+        s.create_org(&o, &actor).await.unwrap();
+        let p = Project {
+            id: ProjectId::new(),
+            org_id: o.id.clone(),
+            name: format!("p-{}", ProjectId::new()),
+            created_at: Utc::now(),
+        };
+        s.create_project(&p, &actor).await.unwrap();
+        (o, p)
+    }
+
+    async fn hook(&self, o: &Org, p: &Project, path: &str, types: &[&str]) -> (Webhook, Secret) {
+        let secret = Secret::generate().unwrap();
+        let now = Utc::now() - chrono::Duration::seconds(1);
+        let w = Webhook {
+            id: format!("whk_{}", ulid_of()),
+            org_id: o.id.clone(),
+            project_id: p.id.clone(),
+            url: format!("{}/{path}", self.base),
+            event_types: types.iter().map(|t| t.to_string()).collect(),
+            description: None,
+            enabled: true,
+            disabled_reason: None,
+            consecutive_failures: 0,
+            failing_since: None,
+            previous_secret_expires_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let w = self
+            .store()
+            .create_webhook(&w, secret.as_bytes(), &Actor::Key("key_t".into()))
+            .await
+            .unwrap();
+        (w, secret)
+    }
+
+    async fn status_event(&self, p: &Project, version: i64) -> PublicEvent {
+        let e = PublicEvent::new(
+            p.org_id.clone(),
+            p.id.clone(),
+            Some(SandboxId::new()),
+            Origin::user("key_t"),
+            Utc::now(),
+            &version.to_string(),
+            EventData::StatusChanged(StatusData {
+                status: SandboxStatus::Running,
+                status_reason: None,
+                status_version: version,
+                pool: Some("p".into()),
+            }),
+        );
+        self.announcer.public(&e).await.unwrap();
+        e
+    }
+}
+
+fn ulid_of() -> String {
+    OrgId::new().as_str()[4..].to_owned()
+}
+
+/// Waits up to 20 s for `f` to hold.
+async fn eventually<F: FnMut() -> Fut, Fut: std::future::Future<Output = bool>>(
+    what: &str,
+    mut f: F,
+) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while tokio::time::Instant::now() < until {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn verifies(secret: &Secret, g: &Got) -> bool {
+    verify(
+        secret,
+        &g.id,
+        &g.timestamp,
+        &g.signature,
+        &g.body,
+        Utc::now().timestamp(),
+    )
+    .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_answering_500_then_200_accepts_the_signed_event_once() {
+    let w = world().await;
+    let (o, p) = w.tenant().await;
+    let (hook, secret) = w.hook(&o, &p, "flaky", &["sandbox.status.*"]).await;
+    w.receiver.answer("flaky", &[500, 200]);
+    w.start(fast_config());
+    let e = w.status_event(&p, 1).await;
+    let store = w.store();
+    eventually("the delivery to succeed", || {
+        let store = store.clone();
+        let id = hook.id.clone();
+        async move {
+            let log = store.list_deliveries(&id, None, 10).await.unwrap();
+            log.first()
+                .is_some_and(|d| d.status == DeliveryStatus::Succeeded)
+        }
+    })
+    .await;
+    let got = w.receiver.got("flaky");
+    assert_eq!(
+        got.iter().map(|g| g.answered).collect::<Vec<_>>(),
+        [500, 200]
+    );
+    assert!(
+        got.iter().all(|g| g.id == e.id),
+        "the same webhook-id on every attempt"
+    );
+    assert!(
+        got.iter().all(|g| verifies(&secret, g)),
+        "every attempt is signed"
+    );
+    // The body is the public event, exactly.
+    let sent: PublicEvent = serde_json::from_slice(&got[1].body).unwrap();
+    assert_eq!(sent, e);
+    let log = store.list_deliveries(&hook.id, None, 10).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!((log[0].attempts, log[0].response_code), (2, Some(200)));
+    assert!(log[0].latency_ms.is_some());
+    // Redelivered on demand: once more, same id, still verifying.
+    store
+        .redeliver(&log[0].id, Utc::now(), &Actor::Key("key_t".into()))
+        .await
+        .unwrap();
+    eventually("the redelivery", || async {
+        w.receiver.got("flaky").len() == 3
+    })
+    .await;
+    let third = &w.receiver.got("flaky")[2];
+    assert!(third.id == e.id && verifies(&secret, third));
+    let _ = w.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tenants_webhooks_never_cross_and_filters_apply() {
+    let w = world().await;
+    let (oa, pa) = w.tenant().await;
+    let (ob, pb) = w.tenant().await;
+    let (_, sa) = w.hook(&oa, &pa, "a", &[]).await;
+    let (_, sb) = w.hook(&ob, &pb, "b", &["sandbox.status.changed"]).await;
+    let (_, _) = w.hook(&ob, &pb, "b-exec-only", &["sandbox.exec.*"]).await;
+    w.start(fast_config());
+    let mut ids_a = Vec::new();
+    let mut ids_b = Vec::new();
+    for v in 1..=3 {
+        ids_a.push(w.status_event(&pa, v).await.id);
+        ids_b.push(w.status_event(&pb, v).await.id);
+    }
+    eventually("both receivers to get their three events", || async {
+        w.receiver.got("a").len() == 3 && w.receiver.got("b").len() == 3
+    })
+    .await;
+    let mut got_a: Vec<String> = w.receiver.got("a").iter().map(|g| g.id.clone()).collect();
+    let mut got_b: Vec<String> = w.receiver.got("b").iter().map(|g| g.id.clone()).collect();
+    got_a.sort();
+    got_b.sort();
+    ids_a.sort();
+    ids_b.sort();
+    assert_eq!(got_a, ids_a);
+    assert_eq!(got_b, ids_b);
+    for g in w.receiver.got("a") {
+        let e: PublicEvent = serde_json::from_slice(&g.body).unwrap();
+        assert_eq!(e.org_id, oa.id);
+        assert!(verifies(&sa, &g) && !verifies(&sb, &g));
+    }
+    // A filter that matches nothing published receives nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(w.receiver.got("b-exec-only").is_empty());
+    let _ = w.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_rotation_both_secrets_sign() {
+    let w = world().await;
+    let (o, p) = w.tenant().await;
+    let (hook, old) = w.hook(&o, &p, "rot", &[]).await;
+    let new = Secret::generate().unwrap();
+    w.store()
+        .rotate_webhook_secret(
+            &hook.id,
+            new.as_bytes(),
+            Utc::now() + chrono::Duration::hours(1),
+            &Actor::Key("key_t".into()),
+        )
+        .await
+        .unwrap();
+    w.start(fast_config());
+    w.status_event(&p, 1).await;
+    eventually("the delivery", || async {
+        !w.receiver.got("rot").is_empty()
+    })
+    .await;
+    let g = &w.receiver.got("rot")[0];
+    assert_eq!(g.signature.split(' ').count(), 2, "{}", g.signature);
+    assert!(verifies(&old, g) && verifies(&new, g));
+    let _ = w.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_failure_disables_the_webhook_and_says_so_on_the_public_stream() {
+    let w = world().await;
+    let (o, p) = w.tenant().await;
+    let (hook, _) = w.hook(&o, &p, "down", &[]).await;
+    w.receiver.answer("down", &[503]);
+    w.start(DeliveryConfig {
+        disable: DisablePolicy {
+            min_failures: 3,
+            min_duration: chrono::Duration::zero(),
+        },
+        ..fast_config()
+    });
+    let naming = w.announcer.naming().clone();
+    let mut events = w
+        .announcer
+        .bus()
+        .events(
+            &naming.public_stream().name,
+            &naming.public_org_filter(&o.id),
+            Some(0),
+        )
+        .await
+        .unwrap();
+    w.status_event(&p, 1).await;
+    let store = w.store();
+    eventually("the webhook to be disabled", || {
+        let store = store.clone();
+        let id = hook.id.clone();
+        async move { !store.get_webhook(&id).await.unwrap().unwrap().enabled }
+    })
+    .await;
+    let h = store.get_webhook(&hook.id).await.unwrap().unwrap();
+    assert!(h.disabled_reason.unwrap().contains("3 failed attempts"));
+    assert_eq!(
+        w.receiver.got("down").len(),
+        3,
+        "no attempt after the one that disabled it"
+    );
+    let disabled = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(ev) = events.next().await {
+            let e = PublicEvent::decode(&ev.unwrap().payload).unwrap();
+            if let EventData::WebhookDisabled(d) = &e.data {
+                return (e.clone(), d.clone());
+            }
+        }
+        panic!("stream ended");
+    })
+    .await
+    .expect("a webhook.disabled event");
+    assert_eq!(disabled.1.webhook_id, hook.id);
+    assert_eq!(disabled.0.cause, Cause::Reconciler);
+    assert_eq!(disabled.0.project_id, p.id);
+    let _ = w.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_is_checked_again_at_delivery_time() {
+    let w = world().await;
+    let (o, p) = w.tenant().await;
+    // Stored while the operator allowed loopback; delivered by a process that does not.
+    let (hook, _) = w.hook(&o, &p, "inside", &[]).await;
+    w.start(DeliveryConfig {
+        url_policy: UrlPolicy {
+            allow_http: true,
+            allow_private: false,
+        },
+        ..fast_config()
+    });
+    w.status_event(&p, 1).await;
+    let store = w.store();
+    eventually("a refused attempt", || {
+        let store = store.clone();
+        let id = hook.id.clone();
+        async move {
+            let log = store.list_deliveries(&id, None, 10).await.unwrap();
+            log.first().is_some_and(|d| d.attempts >= 1)
+        }
+    })
+    .await;
+    let d = &store.list_deliveries(&hook.id, None, 10).await.unwrap()[0];
+    assert!(
+        d.last_error.as_deref().unwrap().contains("loopback"),
+        "{:?}",
+        d.last_error
+    );
+    assert_eq!(d.response_code, None);
+    assert!(
+        w.receiver.got("inside").is_empty(),
+        "nothing reached the loopback receiver"
+    );
+    let _ = w.stop.send(true);
+}
