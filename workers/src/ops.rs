@@ -45,6 +45,10 @@ fn adapter_op_error(e: &AdapterError) -> OpError {
             ErrorCode::ProviderUnavailable,
             "the sandbox's backend is unavailable",
         ),
+        AdapterError::Capacity(_) => op_error(
+            ErrorCode::InsufficientCapacity,
+            "the sandbox's backend has no capacity for this now; retry later",
+        ),
     }
 }
 
