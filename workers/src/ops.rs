@@ -8,7 +8,7 @@
 //! except `start`, which records first (to reserve quota) and so issues its backend start
 //! again on a pending record; adapters' lifecycle calls are themselves idempotent. Retryable
 //! backend errors are retried with back-off up to `max_deliveries`, then the operation fails
-//! with `provider_unavailable`.
+//! with `provider_unavailable` (`insufficient_capacity` when the backend said it has no room).
 
 use std::time::Duration;
 
