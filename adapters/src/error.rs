@@ -3,6 +3,7 @@
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Why a backend call failed. Messages never contain credentials.
 ///
@@ -29,6 +30,12 @@ pub enum AdapterError {
     /// The backend cannot be reached at all.
     #[error("backend unavailable: {0}")]
     Unavailable(#[source] Reason),
+    /// The backend is reachable but has no room now (a plan's concurrency limit, a 429, no
+    /// node free): retryable later, and a create refused this way goes back to placement,
+    /// which tries the next ranked pool. The reason may carry the provider's `Retry-After`
+    /// ([`Reason::retry_after`]).
+    #[error("insufficient capacity: {0}")]
+    Capacity(#[source] Reason),
 }
 
 impl AdapterError {
@@ -36,8 +43,29 @@ impl AdapterError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            AdapterError::Transient(_) | AdapterError::Unavailable(_)
+            AdapterError::Transient(_) | AdapterError::Unavailable(_) | AdapterError::Capacity(_)
         )
+    }
+
+    /// How long the backend asked us to wait before trying again (`Retry-After`), if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AdapterError::Transient(r)
+            | AdapterError::Unavailable(r)
+            | AdapterError::Capacity(r)
+            | AdapterError::Permanent(r) => r.retry_after(),
+            _ => None,
+        }
+    }
+
+    /// A [`AdapterError::Capacity`] with `message` and the provider's `Retry-After`, if it
+    /// sent one.
+    pub fn capacity(message: impl Into<Reason>, retry_after: Option<Duration>) -> Self {
+        let reason = message.into();
+        AdapterError::Capacity(match retry_after {
+            Some(d) => reason.with_retry_after(d),
+            None => reason,
+        })
     }
 
     /// A [`AdapterError::Transient`] with `message`.
@@ -71,6 +99,8 @@ pub struct Reason {
     cause: Option<Arc<dyn Error + Send + Sync>>,
     /// The request field the failure is about (`cwd`), for the API's `details.field`.
     field: Option<&'static str>,
+    /// How long the backend asked to be left alone (`Retry-After`).
+    retry_after: Option<Duration>,
 }
 
 impl Reason {
@@ -83,7 +113,19 @@ impl Reason {
             message: message.into(),
             cause: Some(Arc::new(cause)),
             field: None,
+            retry_after: None,
         }
+    }
+
+    /// The same reason, with the backend's `Retry-After`.
+    pub fn with_retry_after(mut self, wait: Duration) -> Self {
+        self.retry_after = Some(wait);
+        self
+    }
+
+    /// The backend's `Retry-After`, if it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 
     /// The same reason, about request field `field` (the API names it in `details.field`).
@@ -108,6 +150,7 @@ impl Reason {
             message: f(&self.message),
             cause: self.cause,
             field: self.field,
+            retry_after: self.retry_after,
         }
     }
 }
@@ -151,6 +194,7 @@ impl From<String> for Reason {
             message,
             cause: None,
             field: None,
+            retry_after: None,
         }
     }
 }
@@ -189,5 +233,20 @@ mod tests {
         assert!(AdapterError::permanent("x")
             .source()
             .is_some_and(|r| r.source().is_none()));
+    }
+
+    #[test]
+    fn capacity_is_retryable_and_keeps_the_providers_wait() {
+        let e = AdapterError::capacity("plan limit", Some(Duration::from_secs(7)));
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+        assert_eq!(e.to_string(), "insufficient capacity: plan limit");
+        let scrubbed = match e {
+            AdapterError::Capacity(r) => r.map_message(|m| m.replace("plan", "***")),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(scrubbed.retry_after(), Some(Duration::from_secs(7)));
+        assert_eq!(AdapterError::capacity("x", None).retry_after(), None);
+        assert_eq!(AdapterError::NotFound.retry_after(), None);
     }
 }

@@ -307,6 +307,7 @@ impl HttpClient {
             AdapterError::Unavailable(m) => {
                 AdapterError::Unavailable(m.map_message(|t| self.scrub(t)))
             }
+            AdapterError::Capacity(m) => AdapterError::Capacity(m.map_message(|t| self.scrub(t))),
             AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
             AdapterError::NotFound => AdapterError::NotFound,
         }
@@ -469,7 +470,9 @@ fn is_busy(s: StatusCode) -> bool {
 
 /// The generic status → error mapping, for a backend without its own codes: 401/403 the
 /// credentials were refused, 404 not found, 408/429/5xx transient, 501 unsupported, other
-/// 4xx permanent. `text` describes the answer (already scrubbed by the caller).
+/// 4xx permanent. `text` describes the answer (already scrubbed by the caller). A generic
+/// 429 stays transient (a rate limit passes); an adapter whose backend says a 429 means
+/// "plan or capacity limit" maps it with [`capacity_error`] instead.
 pub fn status_error(op: &str, status: StatusCode, text: &str) -> AdapterError {
     let text = format!("{op}: HTTP {}: {text}", status.as_u16());
     match status.as_u16() {
@@ -480,6 +483,43 @@ pub fn status_error(op: &str, status: StatusCode, text: &str) -> AdapterError {
         500..=599 => AdapterError::transient(text),
         _ => AdapterError::permanent(text),
     }
+}
+
+/// Longest `Retry-After` honoured: a provider asking for more is asked again after this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// The `Retry-After` of an answer (RFC 9110 §10.2.3: delta-seconds or an HTTP date), capped
+/// at [`MAX_RETRY_AFTER`]; `None` when absent or unreadable. A date in the past is zero.
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    let wait = if let Ok(secs) = value.parse::<u64>() {
+        Duration::from_secs(secs)
+    } else {
+        let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+        (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+/// An [`AdapterError::Capacity`] for an answer the adapter knows means "no room now" (a 429
+/// at a plan limit, a capacity error code): `op: HTTP <status>: text`, with the answer's
+/// `Retry-After` (read it with [`retry_after`]). `text` is already scrubbed by the caller.
+pub fn capacity_error(
+    op: &str,
+    status: StatusCode,
+    text: &str,
+    retry_after: Option<Duration>,
+) -> AdapterError {
+    AdapterError::capacity(
+        format!("{op}: HTTP {}: {text}", status.as_u16()),
+        retry_after,
+    )
 }
 
 /// `scheme://host:port` of a URL, lower-cased, default port filled in.
@@ -532,5 +572,37 @@ mod tests {
         assert!(matches!(e(401), AdapterError::Permanent(_)));
         assert!(matches!(e(400), AdapterError::Permanent(_)));
         assert!(is_idempotent(&Method::PUT) && !is_idempotent(&Method::POST));
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates_and_capacity_keeps_it() {
+        use reqwest::header::{HeaderMap, RETRY_AFTER};
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+            retry_after(&h)
+        };
+        assert_eq!(with("12"), Some(Duration::from_secs(12)));
+        assert_eq!(with(" 3 "), Some(Duration::from_secs(3)));
+        assert_eq!(with("99999999"), Some(MAX_RETRY_AFTER));
+        assert_eq!(with("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+        let soon = (chrono::Utc::now() + chrono::Duration::seconds(120)).to_rfc2822();
+        let wait = with(&soon).expect("a date in the future");
+        assert!((110..=120).contains(&wait.as_secs()), "{wait:?}");
+        assert_eq!(with("soon"), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+
+        let e = capacity_error(
+            "create",
+            StatusCode::TOO_MANY_REQUESTS,
+            "plan limit",
+            Some(Duration::from_secs(5)),
+        );
+        assert!(
+            matches!(&e, AdapterError::Capacity(r) if r.contains("HTTP 429")),
+            "{e:?}"
+        );
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(5)));
     }
 }

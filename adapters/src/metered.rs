@@ -43,6 +43,7 @@ fn error_label(e: &AdapterError) -> &'static str {
         AdapterError::PathNotFound(_) => "path_not_found",
         AdapterError::Unsupported(_) => "unsupported",
         AdapterError::Unavailable(_) => "unavailable",
+        AdapterError::Capacity(_) => "capacity",
     }
 }
 

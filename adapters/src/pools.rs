@@ -18,6 +18,8 @@ pub struct Pool {
     pub adapter: SharedAdapter,
     pub record: PoolRecord,
     healthy: RwLock<bool>,
+    /// Until when the backend refused creates for capacity ([`Pool::refuse_for_capacity`]).
+    capacity_until: RwLock<Option<DateTime<Utc>>>,
 }
 
 impl Pool {
@@ -32,7 +34,27 @@ impl Pool {
             adapter,
             record,
             healthy: RwLock::new(false),
+            capacity_until: RwLock::new(None),
         })
+    }
+
+    /// Records that the backend refused a create for capacity and asked for no new work
+    /// before `until`: until then this pool gets no new placements in this process, and
+    /// its probes report it unhealthy so the rest of the fleet skips it too. Its running
+    /// sandboxes are untouched. A later `until` extends the window, an earlier one does not
+    /// shorten it.
+    pub fn refuse_for_capacity(&self, until: DateTime<Utc>) {
+        if let Ok(mut c) = self.capacity_until.write() {
+            if c.is_none_or(|t| t < until) {
+                *c = Some(until);
+            }
+        }
+    }
+
+    /// Until when new creates are not sent here for capacity, if that is still ahead at `now`.
+    pub fn capacity_refused_until(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let until = self.capacity_until.read().ok().and_then(|c| *c)?;
+        (until > now).then_some(until)
     }
 
     /// Whether placement may send new work here.
@@ -56,7 +78,7 @@ impl Pool {
             region: self.record.region.clone(),
             capabilities: self.adapter.capabilities(),
             max_concurrent: self.record.max_concurrent,
-            healthy: self.healthy(),
+            healthy: self.healthy() && self.capacity_refused_until(Utc::now()).is_none(),
         }
     }
 
@@ -73,7 +95,9 @@ impl Pool {
     /// Probes the backend.
     pub async fn probe(&self, checked_by: &str) -> PoolHealth {
         let result = tokio::time::timeout(Duration::from_secs(10), self.adapter.health()).await;
+        let refused = self.capacity_refused_until(Utc::now());
         let error = match result {
+            _ if refused.is_some() => refused.map(capacity_health_error),
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e.to_string()),
             Err(_) => Some("health check timed out after 10 s".to_owned()),
@@ -154,6 +178,9 @@ impl PoolSet {
                     Ok(p) => {
                         if let Some(old) = current.get(&record.name) {
                             p.set_healthy(old.healthy());
+                            if let Some(until) = old.capacity_refused_until(Utc::now()) {
+                                p.refuse_for_capacity(until);
+                            }
                         }
                         next.push(Arc::new(p));
                     }
@@ -213,6 +240,14 @@ impl PoolSet {
     pub fn apply_local(&self, rows: &[PoolHealth]) {
         self.apply_health(rows, Utc::now(), Duration::from_secs(3600));
     }
+}
+
+/// The health error of a pool that refused creates for capacity until `until`.
+pub fn capacity_health_error(until: DateTime<Utc>) -> String {
+    format!(
+        "insufficient capacity: the backend refused a create; no new placements until {}",
+        until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    )
 }
 
 /// Whether two records would build the same adapter.

@@ -115,6 +115,18 @@ impl From<AdapterError> for ApiError {
                     "the sandbox's backend is unavailable",
                 )
             }
+            AdapterError::Capacity(m) => {
+                tracing::warn!(error = %m, "backend has no capacity");
+                let e = ApiError::new(
+                    ErrorCode::InsufficientCapacity,
+                    "the sandbox's backend has no capacity for this now; retry later",
+                );
+                // The provider's own wait, rounded up to whole seconds, when it gave one.
+                match m.retry_after() {
+                    Some(d) => e.with_retry_after(d.as_secs_f64().ceil().max(1.0) as u64),
+                    None => e,
+                }
+            }
             AdapterError::NotFound => ApiError::new(
                 ErrorCode::ProviderUnavailable,
                 "the sandbox's backend instance is missing",
@@ -174,5 +186,22 @@ mod tests {
         let failed = ApiError::from(StoreError::from(sqlx::Error::ColumnNotFound("x".into())));
         assert_eq!(failed.code, ErrorCode::Internal);
         assert!(failed.retry_after.is_none());
+    }
+
+    #[test]
+    fn a_backend_without_capacity_is_insufficient_capacity_with_its_wait() {
+        let e = AdapterError::capacity(
+            "create: HTTP 429: plan limit, key e2b_x",
+            Some(std::time::Duration::from_millis(2500)),
+        );
+        let api = ApiError::from(e);
+        assert_eq!(api.code, ErrorCode::InsufficientCapacity);
+        assert!(!api.message.contains("e2b_x"), "{}", api.message);
+        let resp = api.into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()["retry-after"], "3");
+        let api = ApiError::from(AdapterError::capacity("full", None));
+        assert_eq!(api.code, ErrorCode::InsufficientCapacity);
+        assert!(api.retry_after.is_none());
     }
 }

@@ -268,12 +268,23 @@ impl WorkerGroup {
 
     async fn create_failed(&self, row: &Sandbox, delivered: u64, e: AdapterError) -> Ack {
         tracing::warn!(sandbox = %row.id, pool = %self.pool, attempt = delivered, error = %e, "worker: create failed");
-        if e.is_retryable() && delivered < self.config.max_deliveries {
+        let capacity = matches!(e, AdapterError::Capacity(_));
+        // A pool without room is not asked again: the sandbox goes back to placement at once.
+        if !capacity && e.is_retryable() && delivered < self.config.max_deliveries {
             return Ack::Retry(backoff(delivered));
         }
         let now = Utc::now();
+        if capacity {
+            self.refuse_for_capacity(&e, now).await;
+        }
         let result = if e.is_retryable() && row.attempts < self.config.max_attempts {
-            let not_before = now + chrono::Duration::seconds(2_i64.pow(row.attempts.min(6)));
+            let not_before = if capacity {
+                // Long enough for every process's pool view (re-read every 2 s) to have
+                // taken up the refusal, so the next placement skips this pool.
+                now + CAPACITY_REQUEUE_DELAY
+            } else {
+                now + chrono::Duration::seconds(2_i64.pow(row.attempts.min(6)))
+            };
             self.store
                 .requeue(&row.id, &format!("create failed: {e}"), not_before)
                 .await
@@ -303,6 +314,34 @@ impl WorkerGroup {
                 tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot record failure; retrying");
                 Ack::Retry(Duration::from_secs(1))
             }
+        }
+    }
+
+    /// The backend refused a create for capacity: no new placements on this pool for the
+    /// backend's `Retry-After` (or [`CAPACITY_BACKOFF`]), here at once and fleet-wide
+    /// through the health view (this worker's probes keep reporting it until then).
+    async fn refuse_for_capacity(&self, e: &AdapterError, now: chrono::DateTime<Utc>) {
+        let wait = e
+            .retry_after()
+            .unwrap_or(CAPACITY_BACKOFF)
+            .clamp(Duration::from_secs(1), MAX_CAPACITY_BACKOFF);
+        let until = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
+        if let AdapterSource::Live { pools, .. } = &self.adapter {
+            if let Some(p) = pools.get(&self.pool) {
+                p.refuse_for_capacity(until);
+            }
+        }
+        let health = differently_core::pool::PoolHealth {
+            name: self.pool.clone(),
+            healthy: false,
+            capabilities: self.adapter().capabilities(),
+            error: Some(differently_adapters::pools::capacity_health_error(until)),
+            checked_at: now,
+            checked_by: format!("worker:{}", std::process::id()),
+        };
+        tracing::warn!(pool = %self.pool, until = %until, "worker: pool refused a create for capacity; no new placements on it until then");
+        if let Err(e) = self.store.report_pool_health(&health).await {
+            tracing::warn!(pool = %self.pool, error = %e, "worker: cannot report the capacity refusal");
         }
     }
 
@@ -398,6 +437,17 @@ pub(crate) enum Ack {
     Done,
     Retry(Duration),
 }
+
+/// How long a pool that refused a create for capacity without a `Retry-After` gets no new
+/// placements.
+pub const CAPACITY_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Longest capacity back-off, whatever the backend's `Retry-After` says: the pool is tried
+/// again after this.
+pub const MAX_CAPACITY_BACKOFF: Duration = Duration::from_secs(600);
+
+/// Delay before a sandbox refused for capacity is placed again (see `create_failed`).
+const CAPACITY_REQUEUE_DELAY: chrono::Duration = chrono::Duration::seconds(2);
 
 /// Exponential back-off for redeliveries: 1 s, 2 s, 4 s … capped at 60 s.
 pub(crate) fn backoff(delivered: u64) -> Duration {

@@ -8,7 +8,7 @@
 //! except `start`, which records first (to reserve quota) and so issues its backend start
 //! again on a pending record; adapters' lifecycle calls are themselves idempotent. Retryable
 //! backend errors are retried with back-off up to `max_deliveries`, then the operation fails
-//! with `provider_unavailable`.
+//! with `provider_unavailable` (`insufficient_capacity` when the backend said it has no room).
 
 use std::time::Duration;
 
@@ -44,6 +44,10 @@ fn adapter_op_error(e: &AdapterError) -> OpError {
         AdapterError::Transient(_) | AdapterError::Unavailable(_) => op_error(
             ErrorCode::ProviderUnavailable,
             "the sandbox's backend is unavailable",
+        ),
+        AdapterError::Capacity(_) => op_error(
+            ErrorCode::InsufficientCapacity,
+            "the sandbox's backend has no capacity for this now; retry later",
         ),
     }
 }

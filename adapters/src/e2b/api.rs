@@ -3,6 +3,7 @@
 //! `X-API-Key` to the API's origin only (the shared [`HttpClient`]).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -149,11 +150,12 @@ impl Api {
     /// Maps an error answer; a refused key is read again on the next call.
     pub(crate) async fn status_error(&self, op: &str, resp: Response) -> AdapterError {
         let status = resp.status();
+        let wait = crate::http::retry_after(resp.headers());
         let body = resp.bytes().await.unwrap_or_default();
         if matches!(status.as_u16(), 401 | 403) {
             self.http.forget_credential();
         }
-        self.http.scrub_error(map_status(op, status, &body))
+        self.http.scrub_error(map_status(op, status, &body, wait))
     }
 
     /// `POST /sandboxes`: answers once the sandbox runs. Never retried: a lost answer is
@@ -359,14 +361,20 @@ const CAPACITY_CODES: [&str; 3] = [
     "sandbox_no_compatible_node",
 ];
 
-/// `Transient` with a message starting "insufficient capacity": retried with back-off by
-/// the worker, then requeued so placement may pick the next ranked pool.
-pub(crate) fn capacity(op: &str, detail: &str) -> AdapterError {
-    AdapterError::transient(format!("insufficient capacity: {op}: {detail}"))
+/// [`AdapterError::Capacity`], with E2B's `Retry-After` when it sent one: the worker gives the
+/// create back to placement, which tries the next ranked pool.
+pub(crate) fn capacity(op: &str, detail: &str, retry_after: Option<Duration>) -> AdapterError {
+    AdapterError::capacity(format!("{op}: {detail}"), retry_after)
 }
 
 /// Status and body → `AdapterError`. Messages may quote the server: the caller scrubs them.
-pub(crate) fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
+/// `retry_after` is the answer's `Retry-After`, kept on capacity errors.
+pub(crate) fn map_status(
+    op: &str,
+    status: StatusCode,
+    body: &[u8],
+    retry_after: Option<Duration>,
+) -> AdapterError {
     let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
     let message = parsed
         .message
@@ -374,7 +382,11 @@ pub(crate) fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterEr
     let code = parsed.error_code.unwrap_or_default();
     let text = format!("{op}: HTTP {}: {message}", status.as_u16());
     if CAPACITY_CODES.contains(&code.as_str()) {
-        return capacity(op, &format!("E2B has no room ({code}): {message}"));
+        return capacity(
+            op,
+            &format!("E2B has no room ({code}): {message}"),
+            retry_after,
+        );
     }
     match status.as_u16() {
         401 => AdapterError::permanent(format!(
@@ -385,7 +397,11 @@ pub(crate) fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterEr
         )),
         404 => AdapterError::NotFound,
         // The plan's concurrent-sandbox limit or the rate limit.
-        429 => capacity(op, &format!("E2B plan limit (HTTP 429): {message}")),
+        429 => capacity(
+            op,
+            &format!("E2B plan limit (HTTP 429): {message}"),
+            retry_after,
+        ),
         400 if message.to_ascii_lowercase().contains("timeout") => AdapterError::Permanent(
             Reason::from(format!(
                 "{text} (the TTL is longer than this E2B plan allows; see maxTimeoutSeconds)"
@@ -406,25 +422,34 @@ mod tests {
     #[test]
     fn plan_limits_are_capacity_and_keys_never_quoted() {
         let body = br#"{"code":429,"message":"You have reached the maximum number of concurrent E2B sandboxes (20)."}"#;
-        let e = map_status("create sandbox", StatusCode::TOO_MANY_REQUESTS, body);
+        let wait = Some(Duration::from_secs(9));
+        let e = map_status("create sandbox", StatusCode::TOO_MANY_REQUESTS, body, wait);
+        assert!(matches!(e, AdapterError::Capacity(_)), "{e:?}");
         assert!(e.is_retryable(), "{e:?}");
+        assert_eq!(e.retry_after(), wait);
         assert!(e.to_string().contains("insufficient capacity"), "{e}");
         let body =
             br#"{"code":503,"message":"no node","error_code":"sandbox_capacity_unavailable"}"#;
-        let e = map_status("create sandbox", StatusCode::SERVICE_UNAVAILABLE, body);
-        assert!(e.to_string().contains("insufficient capacity"), "{e}");
+        let e = map_status(
+            "create sandbox",
+            StatusCode::SERVICE_UNAVAILABLE,
+            body,
+            None,
+        );
+        assert!(matches!(e, AdapterError::Capacity(_)), "{e:?}");
+        assert_eq!(e.retry_after(), None);
         let body =
             br#"{"code":401,"message":"Invalid API key, it must start with e2b_: e2b_secret"}"#;
-        let e = map_status("create sandbox", StatusCode::UNAUTHORIZED, body);
+        let e = map_status("create sandbox", StatusCode::UNAUTHORIZED, body, None);
         assert!(matches!(e, AdapterError::Permanent(_)));
         assert!(!e.to_string().contains("e2b_secret"), "{e}");
         let body = br#"{"code":400,"message":"Timeout cannot be greater than 1 hours"}"#;
-        match map_status("create sandbox", StatusCode::BAD_REQUEST, body) {
+        match map_status("create sandbox", StatusCode::BAD_REQUEST, body, None) {
             AdapterError::Permanent(r) => assert_eq!(r.field(), Some("ttlSeconds")),
             e => panic!("{e:?}"),
         }
         assert_eq!(
-            map_status("x", StatusCode::NOT_FOUND, b"{}"),
+            map_status("x", StatusCode::NOT_FOUND, b"{}", None),
             AdapterError::NotFound
         );
         assert_eq!(pct("a b=c/d"), "a%20b%3Dc%2Fd");

@@ -139,7 +139,7 @@ async fn answer_error(http: &HttpClient, t: &Target, op: &str, resp: Response) -
         401 | 403 => AdapterError::permanent(format!(
             "{op}: envd refused the sandbox's access token or user (HTTP {status})"
         )),
-        429 => super::api::capacity(op, &text),
+        429 => super::api::capacity(op, &text, None),
         507 => AdapterError::permanent(format!("{op}: the sandbox's disk is full")),
         408 | 500..=599 => AdapterError::transient(text),
         _ => AdapterError::permanent(text),
@@ -152,7 +152,7 @@ pub(crate) fn connect_error(op: &str, code: &str, message: &str) -> AdapterError
     match code {
         "not_found" => AdapterError::PathNotFound(message.to_owned()),
         "unauthenticated" | "permission_denied" => AdapterError::permanent(text),
-        "resource_exhausted" => super::api::capacity(op, &text),
+        "resource_exhausted" => super::api::capacity(op, &text, None),
         "unavailable" | "deadline_exceeded" | "aborted" | "internal" | "unknown" => {
             AdapterError::transient(text)
         }

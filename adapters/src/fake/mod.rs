@@ -14,6 +14,7 @@
 //!
 //! Failure injection: the first `failCreates` create calls per sandbox fail with
 //! `Transient` (counted from the ledger, so the count is shared across processes too);
+//! `capacityFull` refuses every create with `Capacity` (a provider at its plan limit);
 //! `unavailable` makes every call fail with `Unavailable` before it reaches the "backend", so
 //! such calls leave no ledger line. For the fault suite (FAULTS.md S12, S13):
 //! `hangFirstCreateMs` makes the first create call of each sandbox (no create line in the
@@ -112,6 +113,9 @@ pub struct FakeConfig {
     pub time_out_after_create: bool,
     /// A delete that removed an instance answers `Transient` (effect, then a lost answer).
     pub time_out_after_delete: bool,
+    /// Every create is refused with `Capacity` (a provider at its plan limit), before it
+    /// reaches the "backend": no ledger line. Everything else, health included, works.
+    pub capacity_full: bool,
 }
 
 impl Default for FakeConfig {
@@ -119,6 +123,7 @@ impl Default for FakeConfig {
         Self {
             latency_ms: 0,
             fail_creates: 0,
+            capacity_full: false,
             unavailable: false,
             ledger: None,
             capabilities: vec!["exec".to_owned()],
@@ -544,6 +549,12 @@ impl Adapter for FakeAdapter {
             }
         }
         self.latency().await;
+        if self.config.capacity_full {
+            return Err(AdapterError::capacity(
+                "fake: the pool is at its plan limit",
+                Some(Duration::from_secs(30)),
+            ));
+        }
         let sbx = req.sandbox_id.clone();
         let installation = req.installation_id.clone();
         let fail_creates = self.config.fail_creates;

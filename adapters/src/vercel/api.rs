@@ -115,8 +115,14 @@ struct ErrorInner {
     message: String,
 }
 
-/// Status and body → `AdapterError` (the caller scrubs the message).
-pub(crate) fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
+/// Status and body → `AdapterError` (the caller scrubs the message). `retry_after` is the
+/// answer's `Retry-After`, kept on capacity errors.
+pub(crate) fn map_status(
+    op: &str,
+    status: StatusCode,
+    body: &[u8],
+    retry_after: Option<std::time::Duration>,
+) -> AdapterError {
     let e = serde_json::from_slice::<ErrorBody>(body)
         .ok()
         .and_then(|b| b.error)
@@ -141,11 +147,13 @@ pub(crate) fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterEr
         422 if matches!(e.code.as_str(), "sandbox_stopping" | "sandbox_snapshotting") => {
             AdapterError::transient(text)
         }
-        402 | 429 => AdapterError::transient(format!(
-            "insufficient capacity: {op}: Vercel plan or rate limit (HTTP {}): {}",
-            status.as_u16(),
-            e.message
-        )),
+        // Vercel's plan (402) and rate/concurrency (429) limits: placement tries the next pool.
+        402 | 429 => crate::http::capacity_error(
+            op,
+            status,
+            &format!("Vercel plan or rate limit: {}", e.message),
+            retry_after,
+        ),
         400 if e.message.to_ascii_lowercase().contains("timeout") => AdapterError::Permanent(
             Reason::from(format!(
                 "{text} (the TTL is longer than this Vercel plan allows; see maxTimeoutSeconds)"
@@ -268,6 +276,7 @@ impl Api {
                 AdapterError::Unavailable(m.map_message(|t| self.scrub(t)))
             }
             AdapterError::Unsupported(m) => AdapterError::Unsupported(self.scrub(&m)),
+            AdapterError::Capacity(m) => AdapterError::Capacity(m.map_message(|t| self.scrub(t))),
             AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
             AdapterError::NotFound => AdapterError::NotFound,
         }
@@ -294,12 +303,13 @@ impl Api {
 
     async fn status_error(&self, op: &str, resp: Response) -> AdapterError {
         let status = resp.status();
+        let wait = crate::http::retry_after(resp.headers());
         let body = resp.bytes().await.unwrap_or_default();
         if matches!(status.as_u16(), 401 | 403) {
             // Read the reference again next time: a replaced token works at once.
             self.token.forget();
         }
-        self.scrub_error(map_status(op, status, &body))
+        self.scrub_error(map_status(op, status, &body, wait))
     }
 
     async fn json<T: serde::de::DeserializeOwned>(
@@ -624,31 +634,43 @@ mod tests {
             "create sandbox",
             StatusCode::TOO_MANY_REQUESTS,
             br#"{"error":{"code":"rate_limited","message":"slow down"}}"#,
+            None,
         );
         assert!(
             e.is_retryable() && e.to_string().contains("insufficient capacity"),
             "{e}"
         );
+        assert!(matches!(e, AdapterError::Capacity(_)), "{e:?}");
+        let e = map_status(
+            "create sandbox",
+            StatusCode::PAYMENT_REQUIRED,
+            br#"{"error":{"code":"plan_limit","message":"upgrade"}}"#,
+            Some(std::time::Duration::from_secs(4)),
+        );
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(4)));
         let e = map_status(
             "x",
             StatusCode::GONE,
             br#"{"error":{"code":"sandbox_stopped","message":"stopped"}}"#,
+            None,
         );
         assert!(e.is_retryable());
         let e = map_status(
             "x",
             StatusCode::GONE,
             br#"{"error":{"code":"snapshot_not_found","message":"gone"}}"#,
+            None,
         );
         assert!(matches!(e, AdapterError::Permanent(_)));
         let e = map_status(
             "x",
             StatusCode::UNAUTHORIZED,
             br#"{"error":{"code":"forbidden","message":"token tok_123 invalid"}}"#,
+            None,
         );
         assert!(!e.to_string().contains("tok_123"), "{e}");
         assert_eq!(
-            map_status("x", StatusCode::NOT_FOUND, b""),
+            map_status("x", StatusCode::NOT_FOUND, b"", None),
             AdapterError::NotFound
         );
     }

@@ -318,6 +318,7 @@ async fn plan_limits_are_insufficient_capacity_and_retryable() {
         .await
         .unwrap_err();
     assert!(e.is_retryable(), "{e:?}");
+    assert!(matches!(e, AdapterError::Capacity(_)), "{e:?}");
     assert!(e.to_string().contains("insufficient capacity"), "{e}");
     // A rate limit on any call reads the same.
     s.fake
@@ -329,6 +330,7 @@ async fn plan_limits_are_insufficient_capacity_and_retryable() {
         e.is_retryable() && e.to_string().contains("insufficient capacity"),
         "{e}"
     );
+    assert!(matches!(e, AdapterError::Capacity(_)), "{e:?}");
 }
 
 #[tokio::test]

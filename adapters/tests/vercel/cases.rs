@@ -244,6 +244,9 @@ async fn errors_map_to_kinds_and_never_quote_the_token() {
         e.is_retryable() && e.to_string().contains("insufficient capacity"),
         "{e}"
     );
+    // The plan limit is a capacity error carrying Vercel's `Retry-After: 10`.
+    assert!(matches!(e, AdapterError::Capacity(_)), "{e:?}");
+    assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(10)));
     s.fake.knobs().max_running = 100;
     // A refused token: permanent, clear, without the token.
     s.fake.set_token("vcp_rotated_token_0000");

@@ -12,6 +12,7 @@ use chrono::Utc;
 use differently_adapters::fake::{created_count, read_ledger};
 use differently_adapters::pools::PoolSet;
 use differently_bus::memory::MemoryBus;
+use differently_bus::testing::NatsServer;
 use differently_bus::{Announcer, Bus, BusExt};
 use differently_bus_schema::{Naming, StatusChanged, WorkOp};
 use differently_core::faults::Faults;
@@ -21,6 +22,7 @@ use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxI
 use differently_core::{SandboxStatus, SandboxStatus::*};
 use differently_scheduler::{Scheduler, SchedulerConfig};
 use differently_store::memory::MemoryStore;
+use differently_store::testing::TestDb;
 use differently_store::{Actor, Admission, Admitted, Store};
 use differently_workers::{AdapterSource, WorkerConfig, WorkerGroup};
 use futures::StreamExt;
@@ -29,14 +31,17 @@ use tokio::sync::watch;
 /// Every wait is bounded by this: a condition that does not come fails the test.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// One control plane in this process, with a fake pool `fake` whose ledger is a file.
+/// One control plane in this process, with a fake pool `fake` whose ledger is a file (and
+/// possibly more fake pools, see [`plane_on`]).
 struct Plane {
     store: Arc<dyn Store>,
     announcer: Announcer,
+    pools: PoolSet,
     org: OrgId,
     project: ProjectId,
     ledger: PathBuf,
     _dir: tempfile::TempDir,
+    _real: Option<(TestDb, NatsServer)>,
     stop: watch::Sender<bool>,
 }
 
@@ -49,39 +54,78 @@ impl Drop for Plane {
 /// Starts the scheduler and one worker group for pool `fake` with `settings` (merged over a
 /// ledger file) and `workers` tunables.
 async fn plane(settings: serde_json::Value, workers: WorkerConfig) -> Plane {
+    plane_on(Parts::Memory, &[("fake", settings)], workers).await
+}
+
+/// What the store and the bus of a [`plane_on`] are.
+#[derive(Clone, Copy, PartialEq)]
+enum Parts {
+    /// The memory store and bus.
+    Memory,
+    /// A fresh Postgres database and a nats-server of its own.
+    Real,
+}
+
+/// Starts the scheduler and one worker group per fake pool `(name, settings)` (the first
+/// pool's ledger is [`Plane::ledger`]; each pool has its own).
+async fn plane_on(
+    parts: Parts,
+    fakes: &[(&str, serde_json::Value)],
+    workers: WorkerConfig,
+) -> Plane {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ledger = dir.path().join("ledger.jsonl");
-    let mut all = serde_json::json!({ "ledger": ledger });
-    if let (Some(all), Some(extra)) = (all.as_object_mut(), settings.as_object()) {
-        all.extend(extra.clone());
-    }
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
+    let (store, bus, real): (Arc<dyn Store>, Arc<dyn Bus>, _) = match parts {
+        Parts::Memory => (
+            Arc::new(MemoryStore::new()),
+            Arc::new(MemoryBus::new()),
+            None,
+        ),
+        Parts::Real => {
+            let db = TestDb::new().await;
+            let nats = NatsServer::start();
+            let bus = differently_bus::jetstream::connect(&nats.url(), 1)
+                .await
+                .expect("connect to the test nats-server");
+            (Arc::new(db.store()), Arc::new(bus), Some((db, nats)))
+        }
+    };
     let naming = Naming::default();
     bus.ensure_streams(&naming).await.expect("streams");
     let announcer = Announcer::new(bus, naming);
     let now = Utc::now();
-    let record = PoolRecord {
-        name: "fake".into(),
-        kind: "fake".into(),
-        trust: Trust::Private,
-        region: None,
-        max_concurrent: None,
-        isolation: None,
-        cost_per_cpu_hour: 0.0,
-        typical_create_seconds: None,
-        settings: all,
-        source: PoolSource::Config,
-        created_at: now,
-        updated_at: now,
-    };
     let system = Actor::System("test");
-    store.upsert_pool(&record, &system).await.expect("pool");
-    let (pools, bad) = PoolSet::from_records(vec![record]);
-    assert!(bad.is_empty(), "the fake pool builds");
-    let pool = pools.get("fake").expect("pool fake");
-    let health = pool.probe("test").await;
-    pools.apply_local(&[health]);
+    let mut records = Vec::new();
+    for (name, settings) in fakes {
+        let ledger = dir.path().join(format!("{name}.jsonl"));
+        let mut all = serde_json::json!({ "ledger": ledger });
+        if let (Some(all), Some(extra)) = (all.as_object_mut(), settings.as_object()) {
+            all.extend(extra.clone());
+        }
+        let record = PoolRecord {
+            name: (*name).into(),
+            kind: "fake".into(),
+            trust: Trust::Private,
+            region: None,
+            max_concurrent: None,
+            isolation: None,
+            cost_per_cpu_hour: 0.0,
+            typical_create_seconds: None,
+            settings: all,
+            source: PoolSource::Config,
+            created_at: now,
+            updated_at: now,
+        };
+        store.upsert_pool(&record, &system).await.expect("pool");
+        records.push(record);
+    }
+    let (pools, bad) = PoolSet::from_records(records);
+    assert!(bad.is_empty(), "the fake pools build");
+    let mut health = Vec::new();
+    for (name, _) in fakes {
+        let pool = pools.get(name).expect("pool built");
+        health.push(pool.probe("test").await);
+    }
+    pools.apply_local(&health);
 
     let org = Org {
         id: OrgId::new(),
@@ -114,23 +158,30 @@ async fn plane(settings: serde_json::Value, workers: WorkerConfig) -> Plane {
         },
     };
     tokio::spawn(scheduler.run(rx.clone()));
-    let group = WorkerGroup {
-        pool: "fake".into(),
-        adapter: AdapterSource::live(pools.clone(), pool.adapter.clone()),
-        store: store.clone(),
-        announcer: announcer.clone(),
-        installation: store.installation_id().await.expect("installation"),
-        config: workers,
-        faults: Faults::default(),
-    };
-    tokio::spawn(group.run(rx));
+    let installation = store.installation_id().await.expect("installation");
+    for (name, _) in fakes {
+        let pool = pools.get(name).expect("pool built");
+        let group = WorkerGroup {
+            pool: (*name).into(),
+            adapter: AdapterSource::live(pools.clone(), pool.adapter.clone()),
+            store: store.clone(),
+            announcer: announcer.clone(),
+            installation: installation.clone(),
+            config: workers.clone(),
+            faults: Faults::default(),
+        };
+        tokio::spawn(group.run(rx.clone()));
+    }
+    let ledger = dir.path().join(format!("{}.jsonl", fakes[0].0));
     Plane {
         store,
         announcer,
+        pools,
         org: org.id,
         project: project.id,
         ledger,
         _dir: dir,
+        _real: real,
         stop,
     }
 }
@@ -725,4 +776,93 @@ async fn a_direct_admission_refused_by_the_quota_is_still_explained() {
     assert_eq!(doc["decision"], "waiting", "{doc}");
     assert_eq!(doc["wall"], "org", "{doc}");
     assert_eq!(doc["reason"].as_str(), Some(reason.as_str()), "{doc}");
+
+/// A pool whose backend refuses creates for capacity (a provider at its plan limit), on a
+/// real Postgres and nats-server: the sandbox goes back to placement at once (no redelivery
+/// to the full pool), the full pool gets no new placements for a while (here and in the
+/// fleet-wide health view), and the sandbox runs on the next ranked pool, created once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_refused_for_capacity_falls_back_to_the_next_ranked_pool() {
+    let fakes = [
+        // Ranked first: private-first ties break by name.
+        ("fake", serde_json::json!({ "capacityFull": true })),
+        ("spare", serde_json::json!({})),
+    ];
+    let p = plane_on(Parts::Real, &fakes, WorkerConfig::default()).await;
+    let s = p.admit(serde_json::json!({})).await;
+    let row = p.reaches(&s.id, Running).await;
+    assert_eq!(row.pool.as_deref(), Some("spare"), "{row:?}");
+    assert_eq!(
+        row.attempts, 2,
+        "placed on the full pool first, then on the next one: {row:?}"
+    );
+    let spare_ledger = p._dir.path().join("spare.jsonl");
+    let spare = created_count(&read_ledger(&spare_ledger).unwrap_or_default(), &s.id);
+    assert_eq!(spare, 1, "one instance on the pool with room");
+    assert_eq!(p.creates(&s.id), 0, "nothing was made on the full pool");
+
+    // The refusal is visible: in this process's pool view and in the stored health view
+    // the other processes read.
+    let full = p.pools.get("fake").expect("pool fake");
+    let until = full
+        .capacity_refused_until(Utc::now())
+        .expect("the full pool is refused for a while");
+    assert!(
+        until > Utc::now() + chrono::Duration::seconds(20),
+        "{until}"
+    );
+    assert!(!full.view().healthy);
+    let health = p.store.pool_health().await.expect("health");
+    let fake = health
+        .iter()
+        .find(|h| h.name == "fake")
+        .expect("fake's health");
+    assert!(!fake.healthy, "{fake:?}");
+    assert!(
+        fake.error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("insufficient capacity")),
+        "{fake:?}"
+    );
+    // The decision that placed it says why the first pool was passed over.
+    let explained = p
+        .store
+        .get_placement(&s.id)
+        .await
+        .expect("read placement")
+        .expect("explanation stored");
+    let text = explained.to_string();
+    assert!(
+        text.contains("spare") && text.contains("unhealthy"),
+        "{text}"
+    );
+
+    // A probe of the full pool while refused keeps it unhealthy for the fleet.
+    let probe = full.probe("test").await;
+    assert!(!probe.healthy, "{probe:?}");
+}
+
+/// The only pool has no room: the sandbox is not failed for it; it waits in the queue (the
+/// placement explains the full pool as unhealthy) and is not sent back to the full pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_refused_for_capacity_with_nowhere_else_waits_instead_of_failing() {
+    let fakes = [("fake", serde_json::json!({ "capacityFull": true }))];
+    let p = plane_on(Parts::Memory, &fakes, WorkerConfig::default()).await;
+    let s = p.admit(serde_json::json!({})).await;
+    p.reaches(&s.id, Provisioning).await;
+    let row = p.reaches(&s.id, Queued).await;
+    assert_eq!(row.attempts, 1, "{row:?}");
+    let reason = row.status_reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("insufficient capacity") || reason.contains("fake (unhealthy)"),
+        "{row:?}"
+    );
+    // Well past the requeue delay: placement keeps it waiting, it never fails.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let row = p.row(&s.id).await;
+    assert_eq!(row.status, Queued, "{row:?}");
+    assert_eq!(
+        row.attempts, 1,
+        "not placed on the full pool again: {row:?}"
+    );
 }
