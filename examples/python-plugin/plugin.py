@@ -188,7 +188,7 @@ class Handler(BaseHTTPRequestHandler):
             q = {k: v[0] for k, v in parse_qs(url.query).items()}
             self.route(url.path, q)
         except Fail as f:
-            body = {"code": f.code, "message": f.message, "retryable": f.code in ("transient", "unavailable")}
+            body = {"code": f.code, "message": f.message, "retryable": f.code in ("transient", "unavailable", "insufficient_capacity")}
             if f.field:
                 body["field"] = f.field
             self.reply(STATUS[f.code], body)

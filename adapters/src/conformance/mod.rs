@@ -433,6 +433,7 @@ fn kind(e: &AdapterError) -> &'static str {
         AdapterError::PathNotFound(_) => "path_not_found",
         AdapterError::Unsupported(_) => "unsupported_operation",
         AdapterError::Unavailable(_) => "unavailable",
+        AdapterError::Capacity(_) => "insufficient_capacity",
     }
 }
 

@@ -258,6 +258,7 @@ impl Inner {
             AdapterError::Unavailable(m) => {
                 AdapterError::Unavailable(m.map_message(|t| self.scrub(t)))
             }
+            AdapterError::Capacity(m) => AdapterError::Capacity(m.map_message(|t| self.scrub(t))),
             AdapterError::Unsupported(m) => AdapterError::Unsupported(self.scrub(&m)),
             AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
             AdapterError::NotFound => AdapterError::NotFound,

@@ -78,6 +78,8 @@ pub enum ErrorCode {
     UnsupportedOperation,
     /// The backend behind the plugin cannot be reached.
     Unavailable,
+    /// The backend is full (a plan limit, a 429): placement tries the next ranked pool.
+    InsufficientCapacity,
     /// The bearer token is missing or wrong.
     Unauthenticated,
     /// The client speaks a version the plugin does not.
@@ -89,7 +91,7 @@ impl ErrorCode {
     /// status; the status is for proxies and people reading logs.
     pub fn status(self) -> u16 {
         match self {
-            ErrorCode::Transient | ErrorCode::Unavailable => 503,
+            ErrorCode::Transient | ErrorCode::Unavailable | ErrorCode::InsufficientCapacity => 503,
             ErrorCode::Permanent => 422,
             ErrorCode::NotFound | ErrorCode::PathNotFound => 404,
             ErrorCode::UnsupportedOperation => 501,
@@ -100,7 +102,10 @@ impl ErrorCode {
 
     /// Whether the same call may succeed later.
     pub fn retryable(self) -> bool {
-        matches!(self, ErrorCode::Transient | ErrorCode::Unavailable)
+        matches!(
+            self,
+            ErrorCode::Transient | ErrorCode::Unavailable | ErrorCode::InsufficientCapacity
+        )
     }
 }
 
@@ -138,6 +143,11 @@ impl ErrorBody {
             AdapterError::Unavailable(r) => {
                 (ErrorCode::Unavailable, r.message().to_owned(), r.field())
             }
+            AdapterError::Capacity(r) => (
+                ErrorCode::InsufficientCapacity,
+                r.message().to_owned(),
+                r.field(),
+            ),
         };
         ErrorBody {
             code,
@@ -167,6 +177,7 @@ impl ErrorBody {
             ErrorCode::PathNotFound => AdapterError::PathNotFound(self.message),
             ErrorCode::UnsupportedOperation => AdapterError::Unsupported(self.message),
             ErrorCode::Unavailable => AdapterError::Unavailable(reason()),
+            ErrorCode::InsufficientCapacity => AdapterError::Capacity(reason()),
             ErrorCode::Unauthenticated => AdapterError::permanent(format!(
                 "{op}: the plugin refused the token ({})",
                 self.message

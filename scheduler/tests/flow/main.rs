@@ -776,6 +776,7 @@ async fn a_direct_admission_refused_by_the_quota_is_still_explained() {
     assert_eq!(doc["decision"], "waiting", "{doc}");
     assert_eq!(doc["wall"], "org", "{doc}");
     assert_eq!(doc["reason"].as_str(), Some(reason.as_str()), "{doc}");
+}
 
 /// A pool whose backend refuses creates for capacity (a provider at its plan limit), on a
 /// real Postgres and nats-server: the sandbox goes back to placement at once (no redelivery
