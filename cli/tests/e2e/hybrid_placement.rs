@@ -3,7 +3,9 @@
 //! on loopback), both in region `us`. Work stays private by default; goes to Daytona only
 //! when every policy level allows it and the global policy names the pool; `restricted`
 //! data never leaves; a private outage does not spill over until policy says so; the
-//! placement explanation says why each time.
+//! placement explanation says why each time. With a second external pool (E2B, the real
+//! `e2b` adapter against the fake E2B of `adapters/tests/e2b`): each external pool gets work
+//! only once the global policy names it, and then the strategy chooses between them.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -13,6 +15,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::fake_daytona::FakeDaytona;
+use crate::fake_e2b::FakeServer as FakeE2b;
 use crate::harness::{eventually, Cluster, Opts};
 use crate::tenancy::{tenant, Tenant};
 
@@ -438,4 +441,132 @@ async fn worker_killed_after_the_daytona_create_leaves_one_sandbox() {
         1,
         "the redelivered create found the first sandbox instead of creating"
     );
+}
+
+/// The `[[pools]]` entry of an external E2B pool (region `us`, cheaper than Daytona) on
+/// `fake`, its key in a file under `dir`.
+fn e2b_pool(fake: &FakeE2b, dir: &tempfile::TempDir) -> String {
+    let key_path = dir.path().join("e2b.key");
+    writeln!(std::fs::File::create(&key_path).unwrap(), "{E2B_KEY}").unwrap();
+    format!(
+        r#"
+[[pools]]
+name = "e2b-us"
+kind = "e2b"
+region = "us"
+cost_per_cpu_hour = 0.005
+
+[pools.settings]
+apiURL = "{api}"
+envdURL = "{envd}"
+apiKeyFile = "{key}"
+timeouts = {{ pollMillis = 20, readySeconds = 20, requestSeconds = 10 }}
+"#,
+        api = fake.api_url(),
+        envd = fake.envd_url(),
+        key = key_path.display(),
+    )
+}
+
+const E2B_KEY: &str = "e2b_e2e_hybrid_5f4e3d2c1b0a";
+
+/// Two external providers beside the private pool: an external pool the global policy does
+/// not name gets nothing, even when it is the cheapest; once it is named, the strategy
+/// chooses between the two; the private pool still wins by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_external_pool_gets_work_only_once_the_global_policy_names_it() {
+    let daytona = FakeDaytona::start(KEY).await;
+    let e2b = FakeE2b::start(E2B_KEY).await;
+    let keydir = tempfile::tempdir().unwrap();
+    let more = format!(
+        "{}{}",
+        daytona_pool(&daytona, &keydir),
+        e2b_pool(&e2b, &keydir)
+    );
+    let c = Cluster::started(Opts {
+        more_pools: more,
+        ..Opts::default()
+    })
+    .await;
+    let a = tenant(&c, "org-a").await;
+    let ledger = c.ledger.display().to_string();
+    let (s, p) = c
+        .call(
+            &c.key,
+            Method::POST,
+            "/v1/admin/pools",
+            Some(
+                json!({"name": "priv-us", "kind": "fake", "region": "us", "costPerCpuHour": 1.0,
+                        "settings": {"ledger": ledger}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 201, "{p}");
+    let (_, e) = c
+        .call(&c.key, Method::GET, "/v1/admin/pools/e2b-us", None)
+        .await;
+    assert_eq!(e["trust"], "external", "a provider is forced external: {e}");
+    wait_health(&c, "priv-us", true).await;
+    wait_health(&c, "e2b-us", true).await;
+
+    // Every level allows external work; the global policy names Daytona only.
+    allow_daytona(&c, &a).await;
+    let (id, pool) = placed_on(
+        &c,
+        &a,
+        json!({"classification": "public", "strategy": "cheapest"}),
+    )
+    .await;
+    assert_eq!(pool, "daytona-us", "E2B is cheaper but not named");
+    let d = why(&c, &a, &id, "e2b-us").await;
+    assert_eq!(d["eligible"], false, "{d}");
+    assert!(
+        d["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "the explanation says why E2B was passed over: {d}"
+    );
+    let (_, pool) = placed_on(
+        &c,
+        &a,
+        json!({"classification": "public", "external": "required"}),
+    )
+    .await;
+    assert_eq!(pool, "daytona-us");
+    assert!(e2b.sandboxes().is_empty(), "nothing went to E2B");
+
+    // Named too: the cheapest strategy now takes E2B; private-first still stays private.
+    put_policy(
+        &c,
+        "/v1/admin/policies/global",
+        json!({"allowExternal": true, "externalPools": ["daytona-us", "e2b-us"]}),
+    )
+    .await;
+    let (id, pool) = placed_on(
+        &c,
+        &a,
+        json!({"classification": "public", "strategy": "cheapest"}),
+    )
+    .await;
+    assert_eq!(pool, "e2b-us", "the cheapest named external pool");
+    let d = why(&c, &a, &id, "e2b-us").await;
+    assert_eq!(d["eligible"], true, "{d}");
+    let made = e2b.sandboxes();
+    assert_eq!(made.len(), 1, "one E2B sandbox: {made:?}");
+    assert_eq!(
+        made[0]
+            .metadata
+            .get("differently-sandbox-id")
+            .map(String::as_str),
+        Some(id.as_str())
+    );
+    let (_, pool) = placed_on(&c, &a, json!({"classification": "public"})).await;
+    assert_eq!(pool, "priv-us", "private-first by default");
+    // Restricted data goes to neither provider.
+    let (s, e) = create(
+        &c,
+        &a,
+        json!({"classification": "restricted", "external": "required"}),
+    )
+    .await;
+    assert_eq!(s, 422, "{e}");
+    assert_eq!(e2b.sandboxes().len(), 1);
 }

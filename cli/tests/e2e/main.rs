@@ -19,6 +19,11 @@ mod dev;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/daytona/fake_server.rs"]
 mod fake_daytona;
+/// The fake E2B (control plane and envd) of the adapter tests, the hybrid test's second
+/// external pool.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/e2b/fake_server.rs"]
+mod fake_e2b;
 /// The fake OpenSandbox server's `/pty` (its `fake_server` names it as `crate::fake_pty`).
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]
