@@ -220,13 +220,14 @@ fn is_plan_limit(err: &ServerError) -> bool {
     matches!(err.status, 400 | 403) && (m.contains("quota") || m.contains("limit exceeded"))
 }
 
-/// The error of a full provider: retryable (the worker backs off, then placement gives the
-/// sandbox back to the next ranked pool). Messages start with `insufficient capacity` so logs
-/// and the placement explanation say what happened.
+/// The error of a full provider, [`AdapterError::Capacity`]: the worker marks the pool
+/// refused for a while and gives the sandbox back to placement for the next ranked pool; the
+/// API answers `insufficient_capacity`. Its message says `insufficient capacity: …`.
 pub(crate) fn capacity(op: &str, provider: &str, err_status: u16, message: &str) -> AdapterError {
-    AdapterError::transient(format!(
-        "insufficient capacity: {op}: {provider} HTTP {err_status}: {message}"
-    ))
+    AdapterError::capacity(
+        format!("{op}: {provider} HTTP {err_status}: {message}"),
+        None,
+    )
 }
 
 /// Status and body → `AdapterError`. Messages may quote the server: callers scrub them
@@ -298,7 +299,9 @@ mod tests {
             r#"{"statusCode":429,"message":"ThrottlerException: Too Many Requests"}"#,
         );
         assert!(
-            e.is_retryable() && e.to_string().contains("insufficient capacity"),
+            matches!(e, AdapterError::Capacity(_))
+                && e.is_retryable()
+                && e.to_string().contains("insufficient capacity"),
             "{e}"
         );
         let e = err(
@@ -306,7 +309,9 @@ mod tests {
             r#"{"statusCode":403,"message":"Total CPU quota exceeded. Maximum allowed: 10"}"#,
         );
         assert!(
-            e.is_retryable() && e.to_string().contains("insufficient capacity"),
+            matches!(e, AdapterError::Capacity(_))
+                && e.is_retryable()
+                && e.to_string().contains("insufficient capacity"),
             "{e}"
         );
         let e = err(401, r#"{"statusCode":401,"message":"Invalid API key"}"#);

@@ -553,7 +553,9 @@ mod tests {
         };
         let c = e(429, r#"{"code":"RATE_LIMITED","message":"slow down"}"#);
         assert!(
-            c.is_retryable() && c.to_string().contains("insufficient capacity"),
+            matches!(c, AdapterError::Capacity(_))
+                && c.is_retryable()
+                && c.to_string().contains("insufficient capacity"),
             "{c}"
         );
         let c = e(
@@ -561,7 +563,9 @@ mod tests {
             r#"{"code":"VM_LIMIT_EXCEEDED","message":"plan allows 10 VMs"}"#,
         );
         assert!(
-            c.is_retryable() && c.to_string().contains("insufficient capacity"),
+            matches!(c, AdapterError::Capacity(_))
+                && c.is_retryable()
+                && c.to_string().contains("insufficient capacity"),
             "{c}"
         );
         let k = e(401, r#"{"error":"UNAUTHORIZED","message":"bad key"}"#);
