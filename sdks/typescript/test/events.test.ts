@@ -103,7 +103,10 @@ describe("events", () => {
         .filter((e) => e.data.sandboxId === s.id && e.data.statusVersion > runningVersion)
         .map((e) => e.data.status);
       assert.deepEqual(statuses, ["paused", "running"], "the two changes made during the break, once each");
-      assert.ok(afterBreak[0]!.id === lastBefore + 1, `resumed right after ${lastBefore}, got ${afterBreak[0]!.id}`);
+      // Ids are the public stream's sequences, which also hold events this (status) form does
+      // not serve: the first event after the break is later than the last before it, and the
+      // check above proves nothing made during the break was missed.
+      assert.ok(afterBreak[0]!.id > lastBefore, `resumed after ${lastBefore}, got ${afterBreak[0]!.id}`);
       assert.ok(stream.reconnects >= 1);
       const resumed = proxy.heads.filter((h) => h.startsWith("get /v1/events"));
       assert.ok(resumed.length >= 2);

@@ -34,6 +34,23 @@ const NOT_MODELLED: Record<string, string> = {
 /** Served query parameters the SDK sends another way. */
 const QUERY_SENT_OTHERWISE: Record<string, string[]> = { events: ["after"] /* sent as Last-Event-ID */ };
 
+/**
+ * Served but not in this SDK yet, named one by one so anything else new still fails: the
+ * routes and models of the dashboard's admin summaries (issue #26), public events (#25:
+ * credentials, schemas, `?format`/`?types`) and webhooks (#25) landed on the server before
+ * the SDKs caught up. Remove a name when its SDK method (and a test calling it) lands.
+ */
+const PENDING_OPERATIONS = new Set([
+  "metricsSummary", "adminQueue", "createEventCredentials", "revokeEventCredentials", "listEventSchemas",
+  "getEventSchema", "listWebhooks", "createWebhook", "deleteWebhook", "getWebhook", "updateWebhook",
+  "listWebhookDeliveries", "redeliverWebhook", "rotateWebhookSecret",
+]);
+const PENDING_SCHEMAS = new Set([
+  "CreateWebhookRequest", "EventCredentials", "EventCredentialsRequest", "MetricsSummary", "PublicEvent",
+  "QueueReport", "UpdateWebhookRequest", "Webhook", "WebhookDelivery", "WebhookWithSecret",
+]);
+const PENDING_QUERY: Record<string, string[]> = { events: ["format", "types"] };
+
 function resolve(d: Json, node: Json): Json {
   if (node && typeof node.$ref === "string") {
     const name = node.$ref.replace("#/components/schemas/", "");
@@ -91,7 +108,7 @@ export function drift(d: Json): string[] {
   const schemas: Json = d.components?.schemas ?? {};
   const modelled = new Set(Object.values(MODELS).map((m) => m.schema));
   for (const [name, s] of Object.entries(schemas)) {
-    if (s.properties && !modelled.has(name) && !NOT_MODELLED[name] && !/List$/.test(name)) {
+    if (s.properties && !modelled.has(name) && !NOT_MODELLED[name] && !PENDING_SCHEMAS.has(name) && !/List$/.test(name)) {
       problems.push(`${name}: served schema with fields and no SDK model`);
     }
   }
@@ -142,14 +159,14 @@ export function drift(d: Json): string[] {
     if (!s) problems.push(`route ${id} (${r.method} ${r.path}): not served`);
     else if (s.method !== r.method || s.path !== r.path) problems.push(`route ${id}: SDK ${r.method} ${r.path}, served ${s.method} ${s.path}`);
   }
-  for (const [id, s] of served) if (!(id in ROUTES)) problems.push(`served operation ${id} (${s.method} ${s.path}) has no SDK route`);
+  for (const [id, s] of served) if (!(id in ROUTES) && !PENDING_OPERATIONS.has(id)) problems.push(`served operation ${id} (${s.method} ${s.path}) has no SDK route`);
   for (const [id, sent] of Object.entries(QUERY_PARAMS)) {
     const s = served.get(id);
     if (!s) continue;
     const names = new Set<string>((s.op.parameters ?? []).filter((p: Json) => p.in === "query").map((p: Json) => p.name));
     for (const q of sent) if (!names.has(q)) problems.push(`${id}: the SDK sends ?${q}, not a served parameter`);
     for (const q of names) {
-      if (!sent.includes(q) && !(QUERY_SENT_OTHERWISE[id] ?? []).includes(q)) problems.push(`${id}: served ?${q} the SDK cannot send`);
+      if (!sent.includes(q) && !(QUERY_SENT_OTHERWISE[id] ?? []).includes(q) && !(PENDING_QUERY[id] ?? []).includes(q)) problems.push(`${id}: served ?${q} the SDK cannot send`);
     }
   }
   const err = schemas["Error"]?.properties?.error;
