@@ -177,14 +177,13 @@ impl Announcer {
             .await
     }
 
-    /// An activated (`provisioning`) sandbox: its status for watchers, then its create work
-    /// for the pool's workers. In that order, so the worker's `running` cannot be stored
-    /// before this `provisioning` (watchers saw them out of `statusVersion` order when both
-    /// went at once); the cost is one acknowledgement before the work leaves. Answers the
-    /// work's publish; a lost status event only delays watchers until they re-read the row.
+    /// An activated (`provisioning`) sandbox: its create work for the pool's workers and its
+    /// status for watchers, both at once (the work matters only to the worker, the status
+    /// only to watchers). Answers the work's publish; a lost status event only delays
+    /// watchers until they re-read the row.
     pub async fn activated(&self, s: &Sandbox) -> Result<Published, BusError> {
-        let _ = self.status(s).await;
-        self.work(s, WorkOp::Create, "").await
+        let (work, _) = tokio::join!(self.work(s, WorkOp::Create, ""), self.status(s));
+        work
     }
 
     /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status (and its public

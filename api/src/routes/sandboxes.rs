@@ -134,17 +134,15 @@ async fn create(
         let (a, b) = (state.announcer.clone(), state.announcer.clone());
         let (s1, s2) = (sandbox.clone(), sandbox.clone());
         let origin = principal.origin();
-        // The `queued` status before the admission, so placement's `provisioning` cannot be
-        // stored ahead of it (watchers saw them out of order when both went at once).
         publish_bounded(
             sandbox.id.as_str(),
-            vec![(
-                "admission",
-                boxed(async move {
-                    let _ = b.status_by(&s2, origin).await;
-                    a.admitted(&s1, "").await
-                }),
-            )],
+            vec![
+                ("admission", boxed(async move { a.admitted(&s1, "").await })),
+                (
+                    "status",
+                    boxed(async move { b.status_by(&s2, origin).await }),
+                ),
+            ],
         )
         .await;
     }
