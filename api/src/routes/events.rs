@@ -11,10 +11,10 @@
 //! and `data:` the public event. `format=status` (the default, kept for the SDKs released
 //! before public events): `event: status` with the flat status body, status changes only.
 //!
-//! Ordering: within one connection a sandbox's status changes arrive in `statusVersion`
-//! order. Two processes can publish one sandbox's changes in the other order (each after its
-//! own commit); a change older than one already sent on this connection is superseded and
-//! dropped rather than sent out of order.
+//! Ordering: two processes can publish one sandbox's changes in the other order (each after
+//! its own commit), so a late, older change can follow a newer one; it is still sent (never
+//! lost: clients order by `statusVersion`), and only a change already sent on this connection
+//! (a re-delivery) is dropped.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -85,28 +85,31 @@ fn parse_types(raw: Option<&str>) -> Result<Option<Vec<String>>, ApiError> {
     Ok(Some(filters))
 }
 
-/// What one connection has sent: the last status version of each sandbox, so an older
-/// change arriving late is dropped (see the module doc).
+/// Status versions one connection remembers per sandbox (a sandbox has a handful).
+const SENT_VERSIONS: usize = 64;
+
+/// What one connection has sent: the recent status versions of each sandbox, so a
+/// re-delivered change is dropped (see the module doc).
 #[derive(Default)]
 struct Sent {
-    status_versions: HashMap<SandboxId, i64>,
+    status_versions: HashMap<SandboxId, Vec<i64>>,
 }
 
 impl Sent {
-    /// Whether `e` goes out: anything but a status change older than (or as old as) one
-    /// already sent for its sandbox.
+    /// Whether `e` goes out: anything but a status change already sent for its sandbox.
     fn admit(&mut self, e: &PublicEvent) -> bool {
         let (EventData::StatusChanged(d), Some(sandbox)) = (&e.data, &e.sandbox_id) else {
             return true;
         };
-        match self.status_versions.get(sandbox) {
-            Some(v) if *v >= d.status_version => false,
-            _ => {
-                self.status_versions
-                    .insert(sandbox.clone(), d.status_version);
-                true
-            }
+        let sent = self.status_versions.entry(sandbox.clone()).or_default();
+        if sent.contains(&d.status_version) {
+            return false;
         }
+        if sent.len() >= SENT_VERSIONS {
+            sent.remove(0);
+        }
+        sent.push(d.status_version);
+        true
     }
 }
 
@@ -267,12 +270,13 @@ mod tests {
     }
 
     #[test]
-    fn a_late_older_status_change_is_dropped_per_sandbox() {
+    fn a_late_older_status_change_is_sent_and_a_repeat_dropped_per_sandbox() {
         let (a, b) = (SandboxId::new(), SandboxId::new());
         let mut sent = Sent::default();
         assert!(sent.admit(&status(&a, 3)));
-        assert!(!sent.admit(&status(&a, 2)), "older than one sent");
+        assert!(sent.admit(&status(&a, 2)), "older, late: sent, never lost");
         assert!(!sent.admit(&status(&a, 3)), "the same version again");
+        assert!(!sent.admit(&status(&a, 2)), "the late one again");
         assert!(sent.admit(&status(&b, 1)), "another sandbox is apart");
         assert!(sent.admit(&status(&a, 4)));
     }
