@@ -10,7 +10,7 @@ use differently_bus_schema::{Cause, Origin, TraceContext};
 use differently_core::fair::Candidate;
 use differently_core::policy::{self, Decision};
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
-use differently_store::{Actor, StoreError, Transition};
+use differently_store::{Actor, StoreError, Transition, Wall};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -303,6 +303,7 @@ pub(super) async fn decide(
         Decision::Waiting { reason } => {
             let next =
                 now + chrono::Duration::from_std(s.config.waiting_backoff).unwrap_or_default();
+            note_capacity_walls(q, &row, &explained.pools);
             if lock(q).needs_explaining(id, &reason) {
                 // The explanation follows the reason (it says waiting, and why), never an
                 // older `placed` from before a requeue.
@@ -324,5 +325,20 @@ pub(super) async fn decide(
         Decision::Rejected { reason, .. } => Ok(Decided::Done(
             fail_queued(s, id, format!("placement rejected: {reason}")).await?,
         )),
+    }
+}
+
+/// A candidate the policy left waiting for capacity (full or unhealthy pools) walls those
+/// pools for everyone until the next wake-up, as a refused activation does: the slot view is
+/// re-read every tick, so a candidate decided later in the pass (or in the next one, while
+/// this one is parked) could otherwise see a slot freed since and take it ahead of the fair
+/// order, before the release event wakes everyone.
+fn note_capacity_walls(q: &Shared, row: &Sandbox, pools: &[policy::PoolVerdict]) {
+    let mut queue = lock(q);
+    for v in pools
+        .iter()
+        .filter(|v| v.stage == Some(policy::Stage::Capacity))
+    {
+        queue.blocked.note(row, &v.name, Wall::Pool);
     }
 }

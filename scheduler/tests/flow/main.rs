@@ -57,6 +57,23 @@ async fn plane(settings: serde_json::Value, workers: WorkerConfig) -> Plane {
     plane_on(Parts::Memory, &[("fake", settings)], workers).await
 }
 
+/// What a [`plane_tuned`] changes from the defaults of [`plane_on`].
+struct Tuning {
+    /// Concurrency cap of every fake pool.
+    max_concurrent: Option<u32>,
+    /// The scheduler's back-off of a waiting candidate.
+    waiting_backoff: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            max_concurrent: None,
+            waiting_backoff: Duration::from_millis(200),
+        }
+    }
+}
+
 /// What the store and the bus of a [`plane_on`] are.
 #[derive(Clone, Copy, PartialEq)]
 enum Parts {
@@ -72,6 +89,16 @@ async fn plane_on(
     parts: Parts,
     fakes: &[(&str, serde_json::Value)],
     workers: WorkerConfig,
+) -> Plane {
+    plane_tuned(parts, fakes, workers, Tuning::default()).await
+}
+
+/// [`plane_on`] with some of its defaults changed.
+async fn plane_tuned(
+    parts: Parts,
+    fakes: &[(&str, serde_json::Value)],
+    workers: WorkerConfig,
+    tuning: Tuning,
 ) -> Plane {
     let dir = tempfile::tempdir().expect("tempdir");
     let (store, bus, real): (Arc<dyn Store>, Arc<dyn Bus>, _) = match parts {
@@ -106,7 +133,7 @@ async fn plane_on(
             kind: "fake".into(),
             trust: Trust::Private,
             region: None,
-            max_concurrent: None,
+            max_concurrent: tuning.max_concurrent,
             isolation: None,
             cost_per_cpu_hour: 0.0,
             typical_create_seconds: None,
@@ -153,7 +180,7 @@ async fn plane_on(
         config: SchedulerConfig {
             tick: Duration::from_millis(50),
             repair_interval: Duration::from_millis(200),
-            waiting_backoff: Duration::from_millis(200),
+            waiting_backoff: tuning.waiting_backoff,
             ..SchedulerConfig::default()
         },
     };
@@ -189,15 +216,19 @@ async fn plane_on(
 impl Plane {
     /// Admits a sandbox the way the API does, without announcing it.
     async fn admit_quietly(&self, req: serde_json::Value) -> Sandbox {
+        self.admit_quietly_in(&self.org, &self.project, req).await
+    }
+
+    /// [`Plane::admit_quietly`] in another org's project.
+    async fn admit_quietly_in(
+        &self,
+        org: &OrgId,
+        project: &ProjectId,
+        req: serde_json::Value,
+    ) -> Sandbox {
         let req: CreateSandboxRequest = serde_json::from_value(req).expect("request");
         let spec = SandboxSpec::build(&req).expect("spec");
-        let row = Sandbox::queued(
-            self.org.clone(),
-            self.project.clone(),
-            spec,
-            None,
-            Utc::now(),
-        );
+        let row = Sandbox::queued(org.clone(), project.clone(), spec, None, Utc::now());
         let admitted = self
             .store
             .admit(Admission {
@@ -220,6 +251,51 @@ impl Plane {
         let s = self.admit_quietly(req).await;
         self.announcer.admitted(&s, "").await.expect("announce");
         s
+    }
+
+    /// A second tenant: a new org with one project.
+    async fn another_org(&self, name: &str) -> (OrgId, ProjectId) {
+        let now = Utc::now();
+        let org = Org {
+            id: OrgId::new(),
+            name: name.into(),
+            status: OrgStatus::Active,
+            created_at: now,
+        };
+        let project = Project {
+            id: ProjectId::new(),
+            org_id: org.id.clone(),
+            name: "web".into(),
+            created_at: now,
+        };
+        let system = Actor::System("test");
+        self.store.create_org(&org, &system).await.expect("org");
+        self.store
+            .create_project(&project, &system)
+            .await
+            .expect("project");
+        (org.id, project.id)
+    }
+
+    /// Waits until `id`'s stored row satisfies `done`, and returns it.
+    async fn row_until(
+        &self,
+        id: &SandboxId,
+        what: &str,
+        done: impl Fn(&Sandbox) -> bool,
+    ) -> Sandbox {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let row = self.row(id).await;
+            if done(&row) {
+                return row;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} never {what}: {row:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Status events of `id` from the start of the stream.
@@ -865,5 +941,73 @@ async fn a_create_refused_for_capacity_with_nowhere_else_waits_instead_of_failin
     assert_eq!(
         row.attempts, 1,
         "not placed on the full pool again: {row:?}"
+    );
+}
+
+/// Found by the e2e fairness test under CI load: a candidate the policy left waiting for a
+/// full pool was parked without walling the pool, so a later candidate of an org with more
+/// active CPU, decided after the slot view was re-read, took a slot freed before the release
+/// event reached the leader, ahead of the fair order. Here the slot is freed in the store
+/// without any event: B (waiting, no active CPU) must still get it before A (active CPU).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_freed_before_its_release_event_goes_to_the_fair_choice() {
+    let p = plane_tuned(
+        Parts::Memory,
+        &[("fake", serde_json::json!({}))],
+        WorkerConfig::default(),
+        Tuning {
+            max_concurrent: Some(2),
+            // Long: A arrives well inside B's back-off, so only the wall keeps A out.
+            waiting_backoff: Duration::from_secs(2),
+        },
+    )
+    .await;
+    let (freed, kept) = (
+        p.admit(serde_json::json!({})).await,
+        p.admit(serde_json::json!({})).await,
+    );
+    p.reaches(&freed.id, Running).await;
+    p.reaches(&kept.id, Running).await;
+    let (b_org, b_project) = p.another_org("small").await;
+    let b = p
+        .admit_quietly_in(&b_org, &b_project, serde_json::json!({}))
+        .await;
+    p.announcer.admitted(&b, "").await.expect("announce");
+    p.row_until(&b.id, "waited for the full pool", |r| {
+        r.status == Queued && r.status_reason.is_some()
+    })
+    .await;
+    // One of A's sandboxes ends in the store only: the leader hears of no release. A keeps
+    // one CPU active, B has none: the freed slot is B's.
+    for to in [Terminating, Terminated] {
+        p.store
+            .transition(
+                differently_store::Transition {
+                    id: freed.id.clone(),
+                    from: vec![Running, Terminating],
+                    to,
+                    reason: Some("test: freed without an event".into()),
+                    actor: Actor::System("test"),
+                },
+                Utc::now(),
+            )
+            .await
+            .expect("free the slot");
+    }
+    // A arrives once the leader's slot view (re-read every tick) has seen the free slot, as a
+    // candidate decided late in a long pass does.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a = p.admit(serde_json::json!({})).await;
+    let b_row = p
+        .row_until(&b.id, "got the freed slot", |r| r.status != Queued)
+        .await;
+    assert!(
+        matches!(b_row.status, Provisioning | Running),
+        "B took the slot: {b_row:?}"
+    );
+    let a_row = p.row(&a.id).await;
+    assert_eq!(
+        a_row.status, Queued,
+        "A, with more active CPU and arriving later, waits: {a_row:?}"
     );
 }
