@@ -24,6 +24,7 @@ pub mod auth_throttle;
 pub mod bare_errors;
 pub mod body;
 pub mod bootstrap;
+pub(crate) mod data_events;
 pub mod data_plane;
 pub mod error;
 pub mod events;

@@ -182,8 +182,38 @@ impl Announcer {
     /// only to watchers). Answers the work's publish; a lost status event only delays
     /// watchers until they re-read the row.
     pub async fn activated(&self, s: &Sandbox) -> Result<Published, BusError> {
-        let (work, _) = tokio::join!(self.work(s, WorkOp::Create, ""), self.status(s));
+        let (work, _, _) = tokio::join!(
+            self.work(s, WorkOp::Create, ""),
+            self.status(s),
+            self.placed(s)
+        );
         work
+    }
+
+    /// `placement.decided` for an activated sandbox: its pool and which attempt this is.
+    /// Cause `quota`: placement decides under quotas and capacity. Its id is the attempt's,
+    /// so a re-sent activation is a duplicate; a lost one is not re-sent (the row says where
+    /// the sandbox is, and its status event follows).
+    /// `None` for a row with no pool (not activated): nothing was decided.
+    pub async fn placed(&self, s: &Sandbox) -> Option<Result<Published, BusError>> {
+        use differently_bus_schema::public::PlacementDecided;
+        use differently_bus_schema::{Cause, EventData};
+        let pool = s.pool.clone()?;
+        let attempt = s.attempts.max(1);
+        let event = PublicEvent::new(
+            s.org_id.clone(),
+            s.project_id.clone(),
+            Some(s.id.clone()),
+            Origin::system(Cause::Quota),
+            chrono::Utc::now(),
+            &format!("attempt{attempt}"),
+            EventData::PlacementDecided(PlacementDecided {
+                pool,
+                region: s.spec.region.clone(),
+                attempt,
+            }),
+        );
+        Some(self.public(&event).await)
     }
 
     /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status (and its public

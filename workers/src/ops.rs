@@ -10,6 +10,8 @@
 //! backend errors are retried with back-off up to `max_deliveries`, then the operation fails
 //! with `provider_unavailable` (`insufficient_capacity` when the backend said it has no room).
 
+use differently_bus_schema::public::{EventError, SnapshotEvent};
+use differently_bus_schema::{EventData, EventType, Origin, PublicEvent};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -173,7 +175,11 @@ impl WorkerGroup {
                     }
                 }
                 match self.store.remove_snapshot(&snap).await {
-                    Ok(()) => Outcome::Done(Value::Null),
+                    Ok(()) => {
+                        self.announce_snapshot(&rec, record, EventType::SnapshotDeleted, None)
+                            .await;
+                        Outcome::Done(Value::Null)
+                    }
                     Err(_) => Outcome::Retry(Duration::from_secs(1)),
                 }
             }
@@ -490,9 +496,59 @@ impl WorkerGroup {
             },
         };
         rec.updated_at = Utc::now();
-        match self.store.update_snapshot(&rec).await {
-            Ok(()) => outcome,
-            Err(_) => Outcome::Retry(Duration::from_secs(1)),
+        if let Err(e) = self.store.update_snapshot(&rec).await {
+            tracing::warn!(snapshot = %rec.id, error = %e, "worker: cannot record the snapshot; retrying");
+            return Outcome::Retry(Duration::from_secs(1));
+        }
+        match (&outcome, rec.status) {
+            (Outcome::Done(_), SnapshotStatus::Ready) => {
+                self.announce_snapshot(&rec, record, EventType::SnapshotCreated, None)
+                    .await;
+            }
+            (Outcome::Failed(err), SnapshotStatus::Failed) => {
+                let error = EventError {
+                    code: err.code.clone(),
+                    message: err.message.clone(),
+                };
+                self.announce_snapshot(&rec, record, EventType::SnapshotFailed, Some(error))
+                    .await;
+            }
+            _ => {}
+        }
+        outcome
+    }
+
+    /// `snapshot.created|failed|deleted` (`ty`) for `rec`, attributed like the operation that
+    /// asked for it. Published once its row says so; a lost publish is not re-sent (the
+    /// snapshot's state is in the API, and its operation's outcome event follows).
+    async fn announce_snapshot(
+        &self,
+        rec: &differently_store::lifecycle::SnapshotRecord,
+        record: &OpRecord,
+        ty: EventType,
+        error: Option<EventError>,
+    ) {
+        let data = SnapshotEvent {
+            snapshot_id: rec.id.to_string(),
+            size_bytes: None,
+            error,
+        };
+        let data = match ty {
+            EventType::SnapshotCreated => EventData::SnapshotCreated(data),
+            EventType::SnapshotFailed => EventData::SnapshotFailed(data),
+            _ => EventData::SnapshotDeleted(data),
+        };
+        let event = PublicEvent::new(
+            rec.org_id.clone(),
+            rec.project_id.clone(),
+            Some(rec.sandbox_id.clone()),
+            Origin::from_audit_actor(&record.actor),
+            Utc::now(),
+            rec.id.as_str(),
+            data,
+        );
+        if let Err(e) = self.announcer.public(&event).await {
+            tracing::warn!(snapshot = %rec.id, event = %ty, error = %e, "worker: snapshot event not published");
         }
     }
 }

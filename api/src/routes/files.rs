@@ -25,7 +25,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::auth::Principal;
-use crate::data_plane::open_data_call;
+use crate::data_events::CallEvents;
+use crate::data_plane::{open_data_call, open_staged_call};
 use crate::error::{ApiError, ApiResult};
 use crate::page::bad_query;
 use crate::AppState;
@@ -130,8 +131,10 @@ async fn upload(
         return Err(too_large(limit));
     }
     let detail = json!({ "path": path });
-    let (pool, at) =
-        open_data_call(&state, &principal, &id, "files", "file.upload", detail).await?;
+    let (pool, at, record) =
+        open_staged_call(&state, &principal, &id, "files", "file.upload", detail).await?;
+    let record = record.commit().await?;
+    let events = CallEvents::new(&state, &principal, &record, &at.sandbox_id);
     let seen = Arc::new(AtomicU64::new(0));
     let over = Arc::new(AtomicBool::new(false));
     let (seen2, over2) = (seen.clone(), over.clone());
@@ -151,7 +154,12 @@ async fn upload(
         })
         .boxed();
     match pool.adapter.upload(&at, &path, mode, stream).await {
-        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Ok(()) => {
+            if let Some(e) = events {
+                e.file_written(&path, seen.load(Ordering::Relaxed));
+            }
+            Ok(StatusCode::NO_CONTENT)
+        }
         Err(_) if over.load(Ordering::Relaxed) => Err(too_large(limit)),
         Err(e) => Err(file_error(e)),
     }

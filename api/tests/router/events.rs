@@ -331,3 +331,114 @@ async fn a_lifecycle_request_is_a_public_operation_requested_event_of_its_key() 
     assert_eq!(e["cause"], "user");
     assert!(e["actor"]["keyId"].as_str().is_some(), "{e}");
 }
+
+#[tokio::test]
+async fn an_exec_and_a_file_write_are_public_events_without_arguments_env_or_content() {
+    let api = api().await;
+    let key = api
+        .key_with(
+            None,
+            &[
+                "sandboxes:read",
+                "sandboxes:exec",
+                "files:write",
+                "files:read",
+            ],
+        )
+        .await;
+    let id = api.live_sandbox().await;
+    let exec = api
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(&key),
+            json!({
+                "command": ["/usr/bin/env", "ARG_SECRET_1"],
+                "env": { "TOKEN": "ENV_SECRET_2" },
+            }),
+            &[],
+        )
+        .await;
+    assert_eq!(exec.status, StatusCode::OK, "{}", exec.body);
+    let put = api
+        .call_raw(
+            Method::PUT,
+            &format!("/v1/sandboxes/{id}/files?path=/tmp/notes.txt"),
+            Some(&key),
+            b"CONTENT_SECRET_3".to_vec(),
+            &[("content-type", "application/octet-stream")],
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::NO_CONTENT, "{}", put.body);
+
+    let got = sse(
+        &api,
+        "/v1/events?after=0&format=public&types=sandbox.exec.*,sandbox.file.*",
+        &key,
+        3,
+    )
+    .await;
+    let types: Vec<&str> = got.iter().map(|(t, _, _)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "sandbox.exec.started",
+            "sandbox.exec.finished",
+            "sandbox.file.written"
+        ],
+        "{got:?}"
+    );
+    let (started, finished, written) = (&got[0].2, &got[1].2, &got[2].2);
+    assert_eq!(started["sandboxId"], id.as_str());
+    assert_eq!(started["data"]["program"], "env", "{started}");
+    assert_eq!(started["cause"], "user");
+    assert!(started["actor"]["keyId"].as_str().is_some(), "{started}");
+    assert_eq!(
+        finished["data"]["execId"], started["data"]["execId"],
+        "one exec id for both"
+    );
+    assert_eq!(
+        finished["data"]["exitCode"], exec.body["exitCode"],
+        "{finished}"
+    );
+    assert_eq!(finished["data"]["timedOut"], false);
+    assert!(finished["data"]["durationMs"].is_u64(), "{finished}");
+    assert_eq!(written["data"]["path"], "/tmp/notes.txt");
+    assert_eq!(written["data"]["sizeBytes"], 16);
+    for (ty, _, e) in &got {
+        let text = e.to_string();
+        for secret in [
+            "ARG_SECRET_1",
+            "ENV_SECRET_2",
+            "CONTENT_SECRET_3",
+            key.as_str(),
+        ] {
+            assert!(!text.contains(secret), "{ty} carries {secret}: {text}");
+        }
+        // Each fits the schema served for its type.
+        let schema = api
+            .call(
+                Method::GET,
+                &format!("/v1/events/schemas/{ty}"),
+                Some(&key),
+                Value::Null,
+                &[],
+            )
+            .await;
+        assert_eq!(schema.status, StatusCode::OK, "{ty}");
+        for field in schema.body["required"].as_array().expect("required") {
+            assert!(
+                e.get(field.as_str().expect("name")).is_some(),
+                "{field} missing in {e}"
+            );
+        }
+        for field in schema.body["properties"]["data"]["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let f = field.as_str().expect("name");
+            assert!(e["data"].get(f).is_some(), "data.{f} missing in {e}");
+        }
+    }
+}

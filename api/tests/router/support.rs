@@ -25,6 +25,8 @@ pub struct Api {
     pub router: Router,
     /// The store under the router, for a test to set up what the API cannot make here.
     pub store: Arc<dyn Store>,
+    /// The pools under the router (one fake pool, `fake`).
+    pub pools: PoolSet,
     pub key: String,
     pub tenant: Tenant,
 }
@@ -60,7 +62,7 @@ fn fake_pool() -> PoolRecord {
         isolation: None,
         cost_per_cpu_hour: 0.0,
         typical_create_seconds: Some(0.1),
-        settings: json!({ "capabilities": ["exec", "snapshots"] }),
+        settings: json!({ "capabilities": ["exec", "exec.stream", "files", "snapshots"] }),
         source: PoolSource::Config,
         created_at: now,
         updated_at: now,
@@ -93,7 +95,7 @@ pub async fn api_with(limits: Limits) -> Api {
         events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
         announcer: Announcer::new(bus, naming),
         store: store.clone(),
-        pools,
+        pools: pools.clone(),
         bootstrap_key: BootstrapKey::from_key(&key).expect("bootstrap key"),
         tenant: tenant.clone(),
         faults: Default::default(),
@@ -109,6 +111,7 @@ pub async fn api_with(limits: Limits) -> Api {
     Api {
         router: differently_api::router(state),
         store,
+        pools,
         key,
         tenant,
     }
@@ -261,6 +264,45 @@ impl Api {
         );
         self.store
             .mark_running(&sid, "fake-ref", now)
+            .await
+            .expect("running");
+        id
+    }
+
+    /// A running sandbox with an instance on the fake backend, so data-plane calls (exec,
+    /// files) reach it: made by the pool's adapter, as a worker would.
+    pub async fn live_sandbox(&self) -> String {
+        let id = self.sandbox().await;
+        let sid = differently_core::SandboxId::parse(&id).expect("sandbox id");
+        let slot = differently_store::PoolSlot {
+            name: "fake".into(),
+            max_concurrent: None,
+        };
+        let now = Utc::now();
+        let activated = self
+            .store
+            .activate(&sid, &slot, &Default::default(), now)
+            .await
+            .expect("activate");
+        let differently_store::Activation::Activated(row) = activated else {
+            panic!("activate: {activated:?}");
+        };
+        let pool = self.pools.get("fake").expect("the fake pool");
+        let instance = pool
+            .adapter
+            .create(&differently_adapters::contract::CreateInstance {
+                sandbox_id: sid.clone(),
+                installation_id: self.store.installation_id().await.expect("installation"),
+                template: None,
+                resources: row.spec.resources,
+                env: Default::default(),
+                ttl_seconds: row.spec.ttl_seconds,
+                from_snapshot: None,
+            })
+            .await
+            .expect("the fake backend creates");
+        self.store
+            .mark_running(&sid, &instance.backend_ref, now)
             .await
             .expect("running");
         id

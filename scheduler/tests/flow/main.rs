@@ -298,6 +298,42 @@ impl Plane {
         }
     }
 
+    /// The public events of `id` from the start of the public stream, until one of type
+    /// `until` has arrived (or [`WAIT`] ends it: a failure naming what came).
+    async fn public_until(
+        &self,
+        id: &SandboxId,
+        until: &str,
+    ) -> Vec<differently_bus_schema::PublicEvent> {
+        let naming = self.announcer.naming();
+        let filter = naming.public_filter(&self.org, Some(&self.project), Some(id));
+        let mut stream = self
+            .announcer
+            .bus()
+            .events(&naming.public_stream().name, &filter, Some(0))
+            .await
+            .expect("public events");
+        let mut seen = Vec::new();
+        let found = tokio::time::timeout(WAIT, async {
+            while let Some(Ok(ev)) = stream.next().await {
+                let e = differently_bus_schema::PublicEvent::decode(&ev.payload).expect("decodes");
+                let done = e.event_type().as_str() == until;
+                seen.push(e);
+                if done {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        let types: Vec<String> = seen.iter().map(|e| e.event_type().to_string()).collect();
+        assert!(
+            matches!(found, Ok(true)),
+            "no {until} for {id}; got {types:?}"
+        );
+        seen
+    }
+
     /// Status events of `id` from the start of the stream.
     async fn statuses(&self, id: &SandboxId) -> futures::stream::BoxStream<'static, SandboxStatus> {
         let naming = self.announcer.naming();
@@ -1010,4 +1046,67 @@ async fn a_slot_freed_before_its_release_event_goes_to_the_fair_choice() {
         a_row.status, Queued,
         "A, with more active CPU and arriving later, waits: {a_row:?}"
     );
+}
+
+/// A placement and a snapshot's life are public events: `placement.decided` (pool, attempt,
+/// cause `quota`) when the leader activates the sandbox, `snapshot.created` once the backend
+/// says it is ready and `snapshot.deleted` once it confirms the delete, both attributed like
+/// the operation that asked (its key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_and_a_snapshots_life_are_public_events() {
+    use differently_bus_schema::EventData;
+    use differently_store::lifecycle::{OpState, SnapshotStatus};
+    let p = plane(
+        serde_json::json!({"capabilities": ["exec", "snapshots"]}),
+        WorkerConfig::default(),
+    )
+    .await;
+    let s = p.admit(serde_json::json!({})).await;
+    let running = p.reaches(&s.id, Running).await;
+    let placed = p.public_until(&s.id, "placement.decided").await;
+    let decided = placed.last().expect("the event");
+    let EventData::PlacementDecided(d) = &decided.data else {
+        panic!("{decided:?}");
+    };
+    assert_eq!((d.pool.as_str(), d.attempt), ("fake", 1), "{decided:?}");
+    assert_eq!(decided.cause, differently_bus_schema::Cause::Quota);
+    assert_eq!(
+        placed
+            .iter()
+            .filter(|e| e.event_type().as_str() == "placement.decided")
+            .count(),
+        1,
+        "one placement, one event"
+    );
+
+    let (mut snap, take) = take_snapshot(&p, &running).await;
+    assert_eq!(finished(&p, &take.id).await.state, OpState::Done);
+    let created = p.public_until(&s.id, "snapshot.created").await;
+    let created = created.last().expect("the event");
+    let EventData::SnapshotCreated(c) = &created.data else {
+        panic!("{created:?}");
+    };
+    assert_eq!(c.snapshot_id, snap.id.to_string());
+    assert_eq!(
+        created.cause,
+        differently_bus_schema::Cause::User,
+        "{created:?}"
+    );
+
+    snap = p
+        .store
+        .get_snapshot(&snap.id)
+        .await
+        .expect("read")
+        .expect("row");
+    snap.status = SnapshotStatus::Deleting;
+    p.store.update_snapshot(&snap).await.expect("deleting");
+    let args = serde_json::json!({ "snapshotId": snap.id });
+    let delete = operate_with(&p, &running, WorkOp::DeleteSnapshot, false, args, 1).await;
+    assert_eq!(finished(&p, &delete.id).await.state, OpState::Done);
+    let deleted = p.public_until(&s.id, "snapshot.deleted").await;
+    let EventData::SnapshotDeleted(d) = &deleted.last().expect("the event").data else {
+        panic!("{deleted:?}");
+    };
+    assert_eq!(d.snapshot_id, snap.id.to_string());
 }

@@ -56,6 +56,7 @@ use frames::FrameType;
 
 use crate::auth::Principal;
 use crate::body::parse_json_allowing_nul;
+use crate::data_events::{CallEvents, ExecEvents};
 use crate::data_plane::{commit_detached, open_staged_call, while_committing};
 use crate::error::{ApiError, ApiResult};
 use crate::sse::HEARTBEAT;
@@ -140,6 +141,7 @@ async fn exec(
     let enc = req.output_encoding.unwrap_or_default();
     let (pool, at, record) =
         open_staged_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
+    let events = CallEvents::new(&state, &principal, record.record(), &at.sandbox_id);
     let streams = pool
         .adapter
         .capabilities()
@@ -152,6 +154,7 @@ async fn exec(
         ));
     }
     tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec");
+    let exec_events = ExecEvents::start(events, &req.command, req.timeout());
     let run = async {
         if !streams {
             return Ok(pool.adapter.exec(&at, &req).await?);
@@ -170,7 +173,9 @@ async fn exec(
             duration_ms: exit.duration_ms,
         })
     };
-    Ok(Json(while_committing(record, run).await?))
+    let answer = while_committing(record, run).await;
+    exec_events.finish(answer.as_ref().ok().map(|r| (r.exit_code, r.duration_ms)));
+    Ok(Json(answer?))
 }
 
 /// A streamed exec in progress: the adapter runs in its own task and writes output into
@@ -526,10 +531,17 @@ async fn start_stream(
     )
     .await?;
     tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec stream");
+    let events = CallEvents::new(state, principal, record.record(), &at.sandbox_id);
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
     let enc = req.output_encoding.unwrap_or_default();
-    let task = tokio::spawn(async move { adapter.exec_stream(&at, &req, tx).await });
+    let task = tokio::spawn(async move {
+        // Dropped with the task when the stream's caller goes away: `finished` without a code.
+        let exec_events = ExecEvents::start(events, &req.command, req.timeout());
+        let exit = adapter.exec_stream(&at, &req, tx).await;
+        exec_events.finish(exit.as_ref().ok().map(|x| (x.exit_code, x.duration_ms)));
+        exit
+    });
     // The command starts while its record commits; the response (and with it any output)
     // waits for the commit, and a failed one stops the command and answers the error.
     if let Err(e) = commit_detached(record).await {
