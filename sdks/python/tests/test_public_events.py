@@ -4,6 +4,7 @@ credentials routes, which ``differently dev`` answers 501 (no auth callout)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import List, Optional
 
@@ -206,3 +207,22 @@ async def test_async_event_credentials_are_501(aclient: AsyncClient) -> None:
     assert e.value.code == "unsupported_operation"
     with pytest.raises(UnsupportedOperationError):
         await aclient.events.revoke_credentials("evc_" + "1" * 26)
+
+
+def test_an_envelope_of_another_major_version_is_refused() -> None:
+    from differently import ProtocolError
+    from differently._core import sse_public_event
+
+    event = {
+        "version": 1, "id": "e", "type": "some.future.type", "time": "2026-01-01T00:00:00Z",
+        "orgId": "org_x", "projectId": "prj_x", "sandboxId": None, "cause": "something-new",
+        "actor": None, "data": {"new": True}, "addedLater": 1,
+    }  # fmt: skip
+    # Unknown types, causes and fields of the same major version pass through ("ignore what
+    # you do not know"); another major version is refused rather than misread.
+    ev = sse_public_event("7", json.dumps(event).encode())
+    assert ev.seq == 7 and str(ev.type) == "some.future.type" and ev.raw["addedLater"] == 1
+    with pytest.raises(ProtocolError, match="version 2"):
+        sse_public_event("8", json.dumps({**event, "version": 2}).encode())
+    with pytest.raises(ProtocolError, match="sequence"):
+        sse_public_event("x", json.dumps(event).encode())

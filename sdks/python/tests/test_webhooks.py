@@ -197,8 +197,17 @@ def test_a_real_delivery_is_signed_logged_redelivered_and_rotated(
 
 
 def test_webhook_crud(client: Client, tag: str) -> None:
-    created = client.webhooks.create("http://127.0.0.1:9/crud", description=f"crud {tag}")
+    created = client.webhooks.create(
+        "http://127.0.0.1:9/crud", description=f"crud {tag}", idempotency_key=f"crud-{tag}"
+    )
     try:
+        # A replayed create names the webhook it made; its secret is never shown again.
+        with pytest.raises(ConflictError) as replay:
+            client.webhooks.create(
+                "http://127.0.0.1:9/crud", description=f"crud {tag}", idempotency_key=f"crud-{tag}"
+            )
+        assert replay.value.details.get("id") == created.id
+        assert created.secret not in str(replay.value) + repr(replay.value.details)
         assert created.event_types == [] and created.description == f"crud {tag}"
         got = client.webhooks.get(created)
         assert got.id == created.id and got.url == created.url and "secret" not in got.raw
