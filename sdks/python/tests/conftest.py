@@ -62,6 +62,15 @@ class Server:
             return "(no log)"
 
 
+#: The session server's settings: a secrets key, and webhooks allowed to reach a receiver on
+#: 127.0.0.1 over http (both refused by default).
+WEBHOOK_RECEIVER_ENV = {
+    "DIFFERENTLY_SECRETS_KEY": os.urandom(32).hex(),
+    "DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE": "true",
+    "DIFFERENTLY_WEBHOOKS_ALLOW_HTTP": "true",
+}
+
+
 def start_server(binary: Path, workdir: Path, env: Optional[Dict[str, str]] = None) -> Server:
     port = free_port()
     key_file = workdir / "admin-key"
@@ -110,8 +119,10 @@ def stop_server(server: Server) -> None:
 def server() -> Iterator[Server]:
     binary = find_binary()
     workdir = Path(tempfile.mkdtemp(prefix="differently-sdk-py-"))
-    # A secrets key so the stored-secrets routes work (they refuse without one).
-    srv = start_server(binary, workdir, {"DIFFERENTLY_SECRETS_KEY": os.urandom(32).hex()})
+    # A secrets key so the stored-secrets routes and webhooks work (they refuse without one);
+    # webhooks may point at plain http on loopback so the tests' receiver on 127.0.0.1 gets
+    # real deliveries (docs/webhooks.md; a server without these refuses such URLs: tested).
+    srv = start_server(binary, workdir, WEBHOOK_RECEIVER_ENV)
     srv.openapi = httpx.get(f"{srv.url}/v1/openapi.json").json()
     try:
         yield srv

@@ -73,3 +73,22 @@ def test_terminal_example_runs(server: Server, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines == ["2 times hi", "exit code 3"], lines
+
+
+def test_webhooks_example_runs(server: Server, tmp_path: Path) -> None:
+    # The session's server lets webhooks reach http on loopback (conftest), as the doc says.
+    script = tmp_path / "webhooks.py"
+    script.write_text(_block("<!-- webhooks: tested by sdks/python/tests/test_docs.py -->"), encoding="utf-8")
+    env = {
+        **os.environ,
+        "DIFFERENTLY_URL": server.url,
+        "DIFFERENTLY_API_KEY": server.admin_key,
+        "PYTHONPATH": str(REPO / "sdks" / "python" / "src"),
+    }
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sorted(lines[:2]) == sorted(
+        ["sse: sandbox.status.changed running cause backend", "webhook: sandbox.status.changed running verified"]
+    ), lines
+    assert lines[2:] == ["delivered: True"], lines

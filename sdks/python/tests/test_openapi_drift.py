@@ -59,6 +59,16 @@ ANSWERS: List[Tuple[type, str]] = [
     (models.TrustReport, "TrustReport"),
     (models.TrustPool, "TrustReport:pools"),
     (models.ExternalPlacement, "TrustReport:externalPlacements"),
+    (models.MetricsSummary, "MetricsSummary"),
+    (models.QueueReport, "QueueReport"),
+    (models.QueueOrg, "QueueReport:orgs"),
+    (models.PublicEvent, "PublicEvent"),
+    (models.EventSchemaList, "EventSchemaList"),
+    (models.EventTypeSchema, "EventSchemaList:items"),
+    (models.EventCredentials, "EventCredentials"),
+    (models.Webhook, "Webhook"),
+    (models.WebhookWithSecret, "WebhookWithSecret"),
+    (models.WebhookDelivery, "WebhookDelivery"),
 ]
 
 # Request models and the schema of the body they become.
@@ -80,11 +90,17 @@ REQUESTS: List[Tuple[type, str]] = [
     (models.PoolRequest, "PoolRequest"),
     (models.SecretRequest, "SecretRequest"),
     (models.AuditSegmentRequest, "AuditSegmentRequest"),
+    (models.EventCredentialsRequest, "EventCredentialsRequest"),
+    (models.CreateWebhookRequest, "CreateWebhookRequest"),
+    (models.UpdateWebhookRequest, "UpdateWebhookRequest"),
 ]
 
 # Answer models also checked against real answers of the running server (these were prose in
 # the document until it typed them; a real answer catches a schema that says more than is sent).
-LIVE = ["Placement", "DryRun", "AuditEvent", "Verification", "TrustReport", "Secret", "Checkpoint"]
+LIVE = [
+    "Placement", "DryRun", "AuditEvent", "Verification", "TrustReport", "Secret", "Checkpoint",
+    "MetricsSummary", "QueueReport", "EventSchemaList", "PublicEvent", "Webhook", "WebhookWithSecret",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +123,11 @@ def _deref(doc: Dict[str, Any], schema: Dict[str, Any]) -> Dict[str, Any]:
 def _variants(doc: Dict[str, Any], schema: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], bool]:
     """The non-null alternatives of a schema, and whether null is allowed."""
     schema = _deref(doc, schema)
-    if "anyOf" in schema:
+    union = schema.get("anyOf") or schema.get("oneOf")
+    if union:
         out: List[Dict[str, Any]] = []
         nullable = False
-        for alt in schema["anyOf"]:
+        for alt in union:
             alts, n = _variants(doc, alt)
             out += alts
             nullable = nullable or n
@@ -171,6 +188,12 @@ def _compatible(doc: Dict[str, Any], tp: Any, schema: Dict[str, Any], where: str
         if jtype != "object":
             errors.append(f"{where}: SDK mapping, schema {jtype}")
             return
+        key_tp = typing.get_args(tp)[0] if typing.get_args(tp) else str
+        names = s.get("propertyNames", {}).get("enum")
+        if typing.get_origin(key_tp) is typing.Literal or names:
+            sdk_names = set(typing.get_args(key_tp)) if typing.get_origin(key_tp) is typing.Literal else None
+            if sdk_names != set(names or []):
+                errors.append(f"{where}: key enumeration drift: SDK {sdk_names} vs served {names}")
         extra = s.get("additionalProperties")
         if isinstance(extra, dict):
             _compatible(doc, typing.get_args(tp)[1], extra, f"{where}{{}}", errors, request)
@@ -276,6 +299,7 @@ def test_typed_models_match_real_answers(client: Client, sandbox: Any, tag: str)
     client.sandboxes.exec(sandbox, ["true"])  # something new for the checkpoint to sign
     checkpoint = client.audit.checkpoint()
     assert checkpoint is not None
+    hook = client.webhooks.create("http://127.0.0.1:9/drift", description="drift")
     samples = {
         "Placement": client.sandboxes.placement(sandbox).raw,
         "DryRun": client.placement.dry_run().raw,
@@ -284,7 +308,14 @@ def test_typed_models_match_real_answers(client: Client, sandbox: Any, tag: str)
         "TrustReport": client.trust_report().raw,
         "Secret": next(iter(client.secrets.list())).raw,
         "Checkpoint": checkpoint.raw,
+        "MetricsSummary": client.metrics_summary().raw,
+        "QueueReport": client.queue().raw,
+        "EventSchemaList": client.events.schemas().raw,
+        "PublicEvent": next(iter(client.events.stream(sandbox_id=sandbox.id, after=0, format="public"))).raw,
+        "WebhookWithSecret": hook.raw,
+        "Webhook": client.webhooks.get(hook).raw,
     }
+    client.webhooks.delete(hook)
     errors: List[str] = []
     for name in LIVE:
         _check_live(getattr(models, name), samples[name], name, errors)

@@ -9,10 +9,16 @@
 :class:`AsyncClient` has the same surface with ``await``.
 """
 
-from ._async_client import AsyncClient, AsyncEventStream, AsyncExecStream, AsyncPty
+from ._async_client import (
+    AsyncClient,
+    AsyncEventStream,
+    AsyncExecStream,
+    AsyncPublicEventStream,
+    AsyncPty,
+)
 from ._codec import UNSET, Unset
 from ._core import RetryPolicy
-from ._sync_client import Client, EventStream, ExecStream, Pty
+from ._sync_client import Client, EventStream, ExecStream, PublicEventStream, Pty
 from ._version import __version__
 from .errors import (
     APIError,
@@ -43,6 +49,7 @@ from .errors import (
     UriTooLongError,
     ValidationError,
     WaitTimeoutError,
+    WebhookVerificationError,
 )
 from .models import (
     AuditEvent,
@@ -89,7 +96,20 @@ from .models import (
     StatusEvent,
     TrustReport,
     Verification,
+    EventCredentials,
+    EventSchemaList,
+    EventTypeSchema,
+    MetricsSummary,
+    PublicEvent,
+    PublicEventActor,
+    QueueOrg,
+    QueueReason,
+    QueueReport,
+    Webhook,
+    WebhookDelivery,
+    WebhookWithSecret,
 )
+from .webhooks import verify_webhook
 
 __all__ = [
     "APIError",
@@ -175,5 +195,21 @@ __all__ = [
     "ValidationError",
     "Verification",
     "WaitTimeoutError",
+    "EventCredentials",
+    "EventSchemaList",
+    "EventTypeSchema",
+    "MetricsSummary",
+    "PublicEvent",
+    "PublicEventActor",
+    "QueueOrg",
+    "QueueReason",
+    "QueueReport",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookWithSecret",
+    "AsyncPublicEventStream",
+    "PublicEventStream",
+    "WebhookVerificationError",
+    "verify_webhook",
     "__version__",
 ]

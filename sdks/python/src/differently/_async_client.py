@@ -17,13 +17,16 @@ from typing import (
     BinaryIO,
     Callable,
     Dict,
+    Generic,
     List,
+    Literal,
     Mapping,
     Optional,
     Sequence,
     TypeVar,
     Union,
     cast,
+    overload,
 )
 
 import httpx
@@ -35,6 +38,17 @@ from ._streams import ExecFrames, ExecSSE, SSEDecoder
 from ._version import __version__
 from .errors import APIError, NetworkError, ProtocolError, PtyError, StreamCutError
 from .models import (
+    CreateWebhookRequest,
+    EventCredentials,
+    EventCredentialsRequest,
+    EventSchemaList,
+    MetricsSummary,
+    PublicEvent,
+    QueueReport,
+    UpdateWebhookRequest,
+    Webhook,
+    WebhookDelivery,
+    WebhookWithSecret,
     AuditEvent,
     AuditSegment,
     AuditSegmentRequest,
@@ -93,6 +107,7 @@ if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection
 
 T = TypeVar("T")
+E = TypeVar("E", StatusEvent, PublicEvent)
 SandboxRef = Union[str, Sandbox]
 _CHUNK = 256 * 1024
 _NO_REPLY = Reply(0, {}, b"")
@@ -157,6 +172,7 @@ class AsyncClient:
         self.pools = AsyncPools(self)
         self.audit = AsyncAudit(self)
         self.secrets = AsyncSecrets(self)
+        self.webhooks = AsyncWebhooks(self)
 
     @property
     def base_url(self) -> str:
@@ -273,6 +289,15 @@ class AsyncClient:
     async def trust_report(self) -> TrustReport:
         """``GET /v1/admin/trust-report`` (admin)."""
         return await self._run(core.trust_report())
+
+    async def metrics_summary(self) -> MetricsSummary:
+        """``GET /v1/admin/metrics/summary`` (admin): the answering API process's admission,
+        activation and queue-depth counters."""
+        return await self._run(core.metrics_summary())
+
+    async def queue(self) -> QueueReport:
+        """``GET /v1/admin/queue`` (admin): the fair queue per organization, deepest first."""
+        return await self._run(core.queue_report())
 
 
 class AsyncExecStream:
@@ -531,23 +556,22 @@ class _HeaderView(Dict[str, str]):
         super().__init__({str(k).lower(): str(v) for k, v in headers.raw_items()})
 
 
-class AsyncEventStream:
-    """``GET /v1/events`` as an iterator of :class:`StatusEvent`, reconnecting with
-    ``Last-Event-ID`` after a lost connection so no event is missed or repeated (while the
-    server still holds it: 24 h). ``last_id`` is the last sequence delivered."""
+class _EventStreamBase(Generic[E]):
+    """``GET /v1/events`` as an iterator, reconnecting with ``Last-Event-ID`` after a lost
+    connection so no event is missed or repeated (while the server still holds it: 24 h).
+    ``last_id`` is the last sequence delivered. The two formats differ only in which SSE
+    events they read and how they decode them (:meth:`_decode`)."""
 
     def __init__(
         self,
         client: AsyncClient,
-        project_id: Optional[str],
-        sandbox_id: Optional[str],
+        call: Callable[[Optional[int]], Call],
         after: Optional[int],
         reconnect: bool,
         max_failures: int,
     ) -> None:
         self._client = client
-        self._project_id = project_id
-        self._sandbox_id = sandbox_id
+        self._call = call
         self.last_id = after
         self._reconnect = reconnect
         self._max_failures = max_failures
@@ -556,20 +580,18 @@ class AsyncEventStream:
         #: How many times the stream was opened again after a lost connection.
         self.reconnects = 0
 
-    async def __aenter__(self) -> "AsyncEventStream":
-        return self
+    def _decode(self, event: Optional[str], ev_id: Optional[str], data: bytes) -> Optional[E]:
+        """The event of one SSE message, or ``None`` to skip it."""
+        raise NotImplementedError
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-    def __aiter__(self) -> AsyncIterator[StatusEvent]:
+    def __aiter__(self) -> AsyncIterator[E]:
         return self._events()
 
-    async def _events(self) -> AsyncIterator[StatusEvent]:
+    async def _events(self) -> AsyncIterator[E]:
         failures = 0
         retry_ms: Optional[int] = None
         while not self._closed:
-            call = core.events_call(self._project_id, self._sandbox_id, self.last_id)
+            call = self._call(self.last_id)
             try:
                 self._resp = await self._client._send(call, stream=True)
                 decoder = SSEDecoder()
@@ -577,9 +599,9 @@ class AsyncEventStream:
                     for ev in decoder.feed(chunk):
                         if ev.retry is not None:
                             retry_ms = ev.retry
-                        if ev.event != "status":
+                        event = self._decode(ev.event, ev.id, ev.data)
+                        if event is None:
                             continue
-                        event = core.status_event(ev.id, ev.data)
                         self.last_id = event.seq
                         failures = 0
                         yield event
@@ -608,6 +630,38 @@ class AsyncEventStream:
         self._closed = True
         if self._resp is not None:
             await self._resp.aclose()
+
+
+class AsyncEventStream(_EventStreamBase[StatusEvent]):
+    """``GET /v1/events`` (``format=status``) as an iterator of :class:`StatusEvent`,
+    reconnecting and resuming after a lost connection; ``last_id`` is the last sequence
+    delivered."""
+
+    async def __aenter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def _decode(self, event: Optional[str], ev_id: Optional[str], data: bytes) -> Optional[StatusEvent]:
+        return core.status_event(ev_id, data) if event == "status" else None
+
+
+class AsyncPublicEventStream(_EventStreamBase[PublicEvent]):
+    """``GET /v1/events?format=public`` as an iterator of :class:`PublicEvent` (the contract
+    of docs/events.md, as on NATS and in webhooks), reconnecting and resuming after a lost
+    connection; ``last_id`` is the last sequence delivered."""
+
+    async def __aenter__(self) -> "AsyncPublicEventStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def _decode(self, event: Optional[str], ev_id: Optional[str], data: bytes) -> Optional[PublicEvent]:
+        # Every message of this format is a public event named by its type; a keep-alive or
+        # any other kind has no data.
+        return core.sse_public_event(ev_id, data) if data and event != "status" else None
 
 
 async def _file_chunks(f: BinaryIO) -> AsyncIterator[bytes]:
@@ -1005,10 +1059,37 @@ class AsyncPlacementApi:
 
 
 class AsyncEvents:
-    """Sandbox status events (``client.events``)."""
+    """Events (``client.events``): the SSE stream, the public events' JSON Schemas, and NATS
+    credentials for them."""
 
     def __init__(self, client: AsyncClient) -> None:
         self._c = client
+
+    @overload
+    def stream(
+        self,
+        *,
+        project_id: Optional[str] = None,
+        sandbox_id: Optional[str] = None,
+        after: Optional[int] = None,
+        reconnect: bool = True,
+        max_failures: int = 10,
+        format: Literal["status"] = "status",
+        types: None = None,
+    ) -> AsyncEventStream: ...
+
+    @overload
+    def stream(
+        self,
+        *,
+        project_id: Optional[str] = None,
+        sandbox_id: Optional[str] = None,
+        after: Optional[int] = None,
+        reconnect: bool = True,
+        max_failures: int = 10,
+        format: Literal["public"],
+        types: Union[None, str, Sequence[str]] = None,
+    ) -> AsyncPublicEventStream: ...
 
     def stream(
         self,
@@ -1018,10 +1099,56 @@ class AsyncEvents:
         after: Optional[int] = None,
         reconnect: bool = True,
         max_failures: int = 10,
-    ) -> AsyncEventStream:
+        format: Literal["status", "public"] = "status",
+        types: Union[None, str, Sequence[str]] = None,
+    ) -> Union[AsyncEventStream, AsyncPublicEventStream]:
         """Events after sequence ``after`` (``None``: only new ones), reconnecting and resuming
-        after a lost connection unless ``reconnect=False``."""
-        return AsyncEventStream(self._c, project_id, sandbox_id, after, reconnect, max_failures)
+        after a lost connection unless ``reconnect=False``. ``format="public"`` yields
+        :class:`PublicEvent` (every public type; ``types`` narrows to exact types or prefixes
+        such as ``"sandbox.exec.*"``); the default ``"status"`` yields :class:`StatusEvent`."""
+        if format == "public":
+            wanted = core.event_types_filter(types)
+            return AsyncPublicEventStream(
+                self._c,
+                lambda last: core.events_call(project_id, sandbox_id, last, True, wanted),
+                after,
+                reconnect,
+                max_failures,
+            )
+        if format != "status":
+            raise ValueError("format must be 'status' or 'public'")
+        if types is not None:
+            raise ValueError("types= filters public events: pass format='public' too")
+        return AsyncEventStream(
+            self._c,
+            lambda last: core.events_call(project_id, sandbox_id, last),
+            after,
+            reconnect,
+            max_failures,
+        )
+
+    async def schemas(self) -> EventSchemaList:
+        """The JSON Schema (draft 2020-12) of the envelope and of every public event type."""
+        return await self._c._run(core.event_schemas())
+
+    async def schema(self, event_type: str) -> Dict[str, Any]:
+        """The JSON Schema of one public event type (``NotFoundError`` for an unknown one)."""
+        return await self._c._run(core.event_schema(event_type))
+
+    async def create_credentials(
+        self, *, project_id: Optional[str] = None, ttl_seconds: Optional[int] = None
+    ) -> EventCredentials:
+        """NATS credentials for the key's organization's (or ``project_id``'s) public events,
+        valid ``ttl_seconds`` (60-86400, default 3600); ``.token`` is shown this once. Raises
+        :class:`UnsupportedOperationError` (501 ``unsupported_operation``) where the NATS
+        server runs no Differently auth callout, as under ``differently dev``: use
+        :meth:`stream` there."""
+        req = EventCredentialsRequest(project_id=_opt(project_id), ttl_seconds=_opt(ttl_seconds))
+        return await self._c._run(core.create_event_credentials(req))
+
+    async def revoke_credentials(self, credentials: Union[str, EventCredentials]) -> None:
+        """New connections with them are refused at once; open ones end within 5 minutes."""
+        await self._c._run(core.revoke_event_credentials(ref(credentials)))
 
 
 class AsyncOrgs:
@@ -1299,3 +1426,91 @@ class AsyncSecrets:
     async def put(self, name: str, value: str) -> Secret:
         """Stores (or replaces) a secret; needs the server's ``DIFFERENTLY_SECRETS_KEY``."""
         return await self._c._run(core.put_secret(name, SecretRequest(value=value)))
+
+
+WebhookRef = Union[str, Webhook, WebhookWithSecret]
+
+
+class AsyncWebhooks:
+    """A project's webhooks (``client.webhooks``; docs/webhooks.md): signed deliveries of its
+    public events. The signing secret is in the answers of :meth:`create` and
+    :meth:`rotate_secret` only; check requests with :func:`differently.verify_webhook`."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    def list(
+        self, *, project_id: Optional[str] = None, page_size: Optional[int] = None
+    ) -> AsyncIterator[Webhook]:
+        """The webhooks of the key's organization (its project's, for a project-bound key)."""
+        params = {"projectId": project_id}
+        return self._c._paginate(
+            lambda c: core.list_page("/v1/webhooks", Webhook, params, page_size, c)
+        )
+
+    async def create(
+        self,
+        url: str,
+        *,
+        project_id: Optional[str] = None,
+        event_types: Optional[Sequence[str]] = None,
+        description: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> WebhookWithSecret:
+        """A webhook POSTing to ``url`` the events of ``event_types`` (exact types, prefixes
+        like ``"sandbox.exec.*"``, or ``"*"``; unset: every type). ``project_id`` defaults to
+        the key's project. A URL the operator's rules refuse (loopback, private ranges, plain
+        ``http``, unless allowed) is :class:`ValidationError` with ``field == "url"``; a
+        server without a secrets key answers :class:`ConflictError`."""
+        req = CreateWebhookRequest(
+            url=url,
+            project_id=_opt(project_id),
+            event_types=UNSET if event_types is None else list(event_types),
+            description=_opt(description),
+        )
+        return await self._c._run(core.create_webhook(req, idempotency_key))
+
+    async def get(self, webhook: WebhookRef) -> Webhook:
+        return await self._c._run(core.get(f"/v1/webhooks/{seg(ref(webhook))}", Webhook))
+
+    async def update(
+        self,
+        webhook: WebhookRef,
+        *,
+        url: Optional[str] = None,
+        event_types: Optional[Sequence[str]] = None,
+        description: Union[str, None, Unset] = UNSET,
+        enabled: Optional[bool] = None,
+    ) -> Webhook:
+        """``PATCH``: a new URL or filter, a description (``None`` clears it), or
+        ``enabled=False`` / ``True`` (re-enabling forgets the failures that disabled it)."""
+        req = UpdateWebhookRequest(
+            url=_opt(url),
+            event_types=UNSET if event_types is None else list(event_types),
+            description=description,
+            enabled=_opt(enabled),
+        )
+        return await self._c._run(core.update_webhook(ref(webhook), req))
+
+    async def delete(self, webhook: WebhookRef) -> None:
+        """Deletes the webhook and its delivery log."""
+        await self._c._run(core.delete(f"/v1/webhooks/{seg(ref(webhook))}"))
+
+    async def rotate_secret(self, webhook: WebhookRef) -> WebhookWithSecret:
+        """A new signing secret (shown this once). Until ``previous_secret_expires_at`` the
+        replaced one signs next to it, so receivers can switch over without a gap."""
+        return await self._c._run(core.rotate_webhook_secret(ref(webhook)))
+
+    def deliveries(
+        self, webhook: WebhookRef, *, page_size: Optional[int] = None
+    ) -> AsyncIterator[WebhookDelivery]:
+        """The webhook's delivery log, newest first."""
+        wid = ref(webhook)
+        return self._c._paginate(lambda c: core.list_webhook_deliveries(wid, page_size, c))
+
+    async def redeliver(
+        self, webhook: WebhookRef, delivery: Union[str, WebhookDelivery]
+    ) -> WebhookDelivery:
+        """Makes a delivery due now (``pending``), sent again with the same ``webhook-id``."""
+        return await self._c._run(core.redeliver_webhook(ref(webhook), ref(delivery)))
+

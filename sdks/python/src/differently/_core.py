@@ -47,6 +47,18 @@ from .errors import (
 )
 from .models import (
     FINAL_STATUSES,
+    PUBLIC_EVENT_VERSION,
+    CreateWebhookRequest,
+    EventCredentials,
+    EventCredentialsRequest,
+    EventSchemaList,
+    MetricsSummary,
+    PublicEvent,
+    QueueReport,
+    UpdateWebhookRequest,
+    Webhook,
+    WebhookDelivery,
+    WebhookWithSecret,
     AuditSegment,
     AuditSegmentRequest,
     Checkpoint,
@@ -821,25 +833,76 @@ def audit_export_call() -> Call:
     return Call("GET", "/v1/admin/audit/export", retry=True, read_timeout=120.0)
 
 
-def events_call(project_id: Optional[str], sandbox_id: Optional[str], after: Optional[int]) -> Call:
+def events_call(
+    project_id: Optional[str],
+    sandbox_id: Optional[str],
+    after: Optional[int],
+    public: bool = False,
+    types: Optional[Sequence[str]] = None,
+) -> Call:
+    """``GET /v1/events``; ``public`` asks for the public contract (``format=public``), whose
+    ``types`` filter is sent as one comma-separated parameter (``types=a,b.*``)."""
     headers = {"Accept": "text/event-stream"}
     if after is not None:
         headers["Last-Event-ID"] = str(after)
+    params = {"projectId": project_id, "sandboxId": sandbox_id}
+    if public:
+        params["format"] = "public"
+        params["types"] = ",".join(types) if types else None
     return Call(
         "GET",
         "/v1/events",
-        params=query({"projectId": project_id, "sandboxId": sandbox_id}),
+        params=query(params),
         headers=headers,
         retry=True,
         read_timeout=60.0,
     )
 
 
-def status_event(ev_id: Optional[str], data: bytes) -> StatusEvent:
+def event_types_filter(types: Union[None, str, Sequence[str]]) -> Optional[List[str]]:
+    """``types=`` as a list: exact types or prefixes ending in ``.*``; a comma inside one
+    would split it on the wire, so it is refused here rather than misread there."""
+    if types is None:
+        return None
+    items = [types] if isinstance(types, str) else list(types)
+    for item in items:
+        if not isinstance(item, str) or not item or "," in item:
+            raise ValueError(f"event type filter {item!r} is not one type or 'prefix.*'")
+    return items or None
+
+
+def _sequence(ev_id: Optional[str]) -> int:
     try:
-        seq = int(ev_id or "")
+        return int(ev_id or "")
     except ValueError as e:
         raise ProtocolError(f"an event id that is not a sequence: {ev_id!r}") from e
+
+
+def public_event(value: Any, seq: Optional[int]) -> PublicEvent:
+    """A public event from its JSON, refusing an envelope of another major version (its
+    fields may mean something else: docs/events.md)."""
+    if not isinstance(value, dict):
+        raise ProtocolError("a public event that is not a JSON object")
+    version = value.get("version")
+    if version != PUBLIC_EVENT_VERSION:
+        raise ProtocolError(
+            f"a public event of version {version!r}; this SDK reads version "
+            f"{PUBLIC_EVENT_VERSION}: upgrade the differently package"
+        )
+    return decode(PublicEvent, value, "PublicEvent", local={"seq": seq})
+
+
+def sse_public_event(ev_id: Optional[str], data: bytes) -> PublicEvent:
+    seq = _sequence(ev_id)
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except ValueError as e:
+        raise ProtocolError("a public event whose data is not JSON") from e
+    return public_event(body, seq)
+
+
+def status_event(ev_id: Optional[str], data: bytes) -> StatusEvent:
+    seq = _sequence(ev_id)
     try:
         body = json.loads(data.decode("utf-8"))
     except ValueError as e:
@@ -851,6 +914,74 @@ def reconnect_delay(failures: int, retry_ms: Optional[int]) -> float:
     """Back-off between event-stream reconnections (the server's ``retry:`` when it sent one)."""
     base = (retry_ms / 1000.0) if retry_ms is not None else 0.25
     return float(min(5.0, base * (2 ** max(0, failures - 1))))
+
+
+# --- operators' summaries, event schemas and credentials, webhooks --------------------------
+
+
+def metrics_summary() -> Op[MetricsSummary]:
+    return get("/v1/admin/metrics/summary", MetricsSummary)
+
+
+def queue_report() -> Op[QueueReport]:
+    return get("/v1/admin/queue", QueueReport)
+
+
+def event_schemas() -> Op[EventSchemaList]:
+    return get("/v1/events/schemas", EventSchemaList)
+
+
+def event_schema(event_type: str) -> Op[Dict[str, Any]]:
+    call = Call("GET", f"/v1/events/schemas/{seg(event_type)}", retry=True)
+    return simple(call, lambda r: _object(r.json(), "an event schema"))
+
+
+def _object(value: Any, what: str) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what} that is not a JSON object")
+    return value
+
+
+def create_event_credentials(req: EventCredentialsRequest) -> Op[EventCredentials]:
+    # Not retried: each call issues a new token, and the first one's would be lost.
+    call = Call("POST", "/v1/events/credentials", json=encode(req))
+    return simple(call, _one(EventCredentials))
+
+
+def revoke_event_credentials(credential_id: str) -> Op[None]:
+    return delete(f"/v1/events/credentials/{seg(credential_id)}")
+
+
+def _webhook_path(webhook_id: str) -> str:
+    return f"/v1/webhooks/{seg(webhook_id)}"
+
+
+def create_webhook(req: CreateWebhookRequest, key: Optional[str]) -> Op[WebhookWithSecret]:
+    # A replay of the Idempotency-Key answers 409 naming the webhook (its secret is shown once).
+    return simple(_creating("/v1/webhooks", encode(req), key), _one(WebhookWithSecret))
+
+
+def update_webhook(webhook_id: str, req: UpdateWebhookRequest) -> Op[Webhook]:
+    return patch(_webhook_path(webhook_id), encode(req), Webhook)
+
+
+def rotate_webhook_secret(webhook_id: str) -> Op[WebhookWithSecret]:
+    # Not retried: a second rotation would drop the secret the first one kept signing.
+    call = Call("POST", f"{_webhook_path(webhook_id)}/rotate-secret")
+    return simple(call, _one(WebhookWithSecret))
+
+
+def list_webhook_deliveries(
+    webhook_id: str, limit: Optional[int], cursor: Optional[str]
+) -> Op[Page[WebhookDelivery]]:
+    return list_page(f"{_webhook_path(webhook_id)}/deliveries", WebhookDelivery, {}, limit, cursor)
+
+
+def redeliver_webhook(webhook_id: str, delivery_id: str) -> Op[WebhookDelivery]:
+    # Sent again, it makes the delivery due once more: one more request at most, with the
+    # same webhook-id, which receivers de-duplicate on (at least once, docs/webhooks.md).
+    path = f"{_webhook_path(webhook_id)}/deliveries/{seg(delivery_id)}/redeliver"
+    return simple(Call("POST", path, retry=True), _one(WebhookDelivery))
 
 
 __all__ = ["Call", "Sleep", "Reply", "Op", "RetryPolicy", "Unset", "AuditEvent"]

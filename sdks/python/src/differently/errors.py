@@ -239,3 +239,15 @@ class SandboxEndedError(DifferentlyError):
 
 class ProtocolError(DifferentlyError):
     """The server's answer did not have the shape this SDK expects (a version mismatch)."""
+
+
+class WebhookVerificationError(DifferentlyError):
+    """A webhook request did not verify (:func:`differently.verify_webhook`): answer it 4xx
+    and do not act on it. ``code`` is stable: ``missing_header``, ``invalid_timestamp``,
+    ``timestamp_out_of_tolerance``, ``invalid_secret``, ``invalid_signature``. The message
+    never holds the secret or a signature."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"webhook not verified: {code}: {message}")

@@ -749,3 +749,254 @@ class SecretRequest:
 @dataclass
 class AuditSegmentRequest:
     reason: str
+
+
+# --- operators' summaries -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricsSummary:
+    """``GET /v1/admin/metrics/summary``: this API process's counters as JSON (the
+    dashboard's charts). ``enabled`` is ``False``, and the maps empty, when the process keeps
+    no metrics; the counters belong to the one process that answered, not the installation."""
+
+    generated_at: _dt.datetime
+    enabled: bool
+    #: ``differently_admissions_total`` by outcome.
+    admissions: Dict[str, float]
+    #: ``differently_activations_total`` by pool.
+    activations: Dict[str, float]
+    #: ``differently_queue_depth`` by organization.
+    queue_depth: Dict[str, float]
+    raw: Dict[str, Any] = _raw()
+
+
+QueueWall = Literal["org", "project", "pool", "unknown"]
+
+
+@dataclass(frozen=True)
+class QueueReason:
+    """How many of an organization's queued sandboxes wait for one stated reason."""
+
+    reason: str
+    count: int
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class QueueOrg:
+    """One organization in the fair queue: how deep, since when, and behind which walls."""
+
+    org_id: str
+    org_name: Optional[str]
+    depth: int
+    oldest_queued_at: _dt.datetime
+    oldest_sandbox_id: str
+    #: Queued sandboxes per wall (``org`` · ``project`` · ``pool`` · ``unknown``).
+    walls: Dict[QueueWall, int]
+    reasons: List[QueueReason]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class QueueReport:
+    """``GET /v1/admin/queue``: the fair queue per organization, deepest first
+    (``truncated`` when the server stopped reading rows)."""
+
+    generated_at: _dt.datetime
+    total: int
+    truncated: bool
+    orgs: List[QueueOrg]
+    raw: Dict[str, Any] = _raw()
+
+
+# --- public events (docs/events.md) ---------------------------------------------------------
+
+PublicEventType = Literal[
+    "sandbox.status.changed",
+    "sandbox.operation.requested",
+    "sandbox.operation.finished",
+    "sandbox.operation.failed",
+    "sandbox.exec.started",
+    "sandbox.exec.finished",
+    "sandbox.file.written",
+    "snapshot.created",
+    "snapshot.failed",
+    "snapshot.deleted",
+    "placement.decided",
+    "webhook.disabled",
+]
+EventCause = Literal["user", "ttl", "idle", "reconciler", "quota", "admin", "backend"]
+
+#: The envelope's major version this SDK reads; a newer one is refused (docs/events.md).
+PUBLIC_EVENT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PublicEventActor:
+    """Who caused a ``cause: "user"`` event: the key's public id, never the key."""
+
+    key_id: str
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class PublicEvent:
+    """One public event: the same JSON on ``GET /v1/events?format=public``, on NATS and in a
+    webhook's body. ``type`` and ``cause`` are open enumerations (a newer server may add
+    values: ignore the ones you do not know); ``data``'s fields depend on ``type``.
+
+    ``seq`` is the SSE ``id:`` (the stream sequence, resume after it with ``after=seq``);
+    ``None`` for an event that did not come from the SSE stream (a webhook's)."""
+
+    seq: Optional[int] = field(metadata={"local": True})
+    version: int
+    #: Stable: the same change always has the same id (the webhook's ``webhook-id``); opaque.
+    id: str
+    type: PublicEventType
+    time: _dt.datetime
+    org_id: str
+    project_id: str
+    #: ``None`` only for project-level events (``webhook.disabled``).
+    sandbox_id: Optional[str]
+    cause: EventCause
+    actor: Optional[PublicEventActor]
+    data: Dict[str, Any]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class EventTypeSchema:
+    """One public event type and its JSON Schema (draft 2020-12)."""
+
+    type: str
+    schema: Dict[str, Any]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class EventSchemaList:
+    """``GET /v1/events/schemas``: the envelope's schema and every type's."""
+
+    version: int
+    envelope: Dict[str, Any]
+    items: List[EventTypeSchema]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class EventCredentialsRequest:
+    """The body of ``POST /v1/events/credentials`` (``ttl_seconds`` 60-86400; 3600 unset)."""
+
+    project_id: Union[str, None, Unset] = UNSET
+    ttl_seconds: Union[int, None, Unset] = UNSET
+
+
+@dataclass(frozen=True)
+class EventCredentials:
+    """NATS credentials for an organization's (or project's) public events; ``token`` is
+    shown this once (kept out of ``repr``). Connect with it as the NATS token and with
+    ``inbox_prefix``; subscribe to ``subscribe``; replay from ``stream``."""
+
+    id: str
+    token: str = field(repr=False)
+    expires_at: _dt.datetime
+    org_id: str
+    project_id: Optional[str]
+    subscribe: str
+    inbox_prefix: str
+    stream: str
+    consumer_create: str
+    raw: Dict[str, Any] = _raw()
+
+
+# --- webhooks (docs/webhooks.md) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A project's webhook (never its secret). ``event_types`` empty: every type."""
+
+    id: str
+    org_id: str
+    project_id: str
+    url: str
+    event_types: List[str]
+    description: Optional[str]
+    enabled: bool
+    disabled_reason: Optional[str]
+    consecutive_failures: int
+    failing_since: Optional[_dt.datetime]
+    #: Until then the secret replaced by the last rotation signs next to the new one.
+    previous_secret_expires_at: Optional[_dt.datetime]
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class WebhookWithSecret:
+    """A created or rotated webhook with its signing ``secret`` (``whsec_<base64>``), shown
+    this once and kept out of ``repr``; pass it to :func:`differently.verify_webhook`."""
+
+    id: str
+    org_id: str
+    project_id: str
+    url: str
+    event_types: List[str]
+    description: Optional[str]
+    enabled: bool
+    disabled_reason: Optional[str]
+    consecutive_failures: int
+    failing_since: Optional[_dt.datetime]
+    previous_secret_expires_at: Optional[_dt.datetime]
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    secret: str = field(repr=False)
+    raw: Dict[str, Any] = _raw()
+
+
+WebhookDeliveryStatus = Literal["pending", "succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One event's delivery to one webhook, with its last attempt's outcome."""
+
+    id: str
+    webhook_id: str
+    event_id: str
+    event_type: str
+    status: WebhookDeliveryStatus
+    attempts: int
+    next_attempt_at: Optional[_dt.datetime]
+    response_code: Optional[int]
+    latency_ms: Optional[int]
+    last_error: Optional[str]
+    #: The first 1 KiB of the receiver's answer.
+    response_body: Optional[str]
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    delivered_at: Optional[_dt.datetime]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class CreateWebhookRequest:
+    """The body of ``POST /v1/webhooks``; ``project_id`` defaults to the key's project."""
+
+    url: str
+    project_id: Union[str, None, Unset] = UNSET
+    event_types: Union[List[str], Unset] = UNSET
+    description: Union[str, None, Unset] = UNSET
+
+
+@dataclass
+class UpdateWebhookRequest:
+    """The body of ``PATCH /v1/webhooks/{id}``: ``description=None`` clears it,
+    ``enabled=True`` re-enables (forgetting the failures that disabled it)."""
+
+    url: Union[str, Unset] = UNSET
+    event_types: Union[List[str], Unset] = UNSET
+    description: Union[str, None, Unset] = UNSET
+    enabled: Union[bool, Unset] = UNSET
