@@ -45,9 +45,10 @@ pub fn header_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
 pub enum Replay {
     /// As it was.
     Answer,
-    /// Never: the answer held a secret that is shown once (a new API key). The kept answer
-    /// drops its `key` field, and a retry is told which key was created (409).
-    SecretShownOnce,
+    /// Never: the answer held a secret that is shown once (a new API key's `key`, a new
+    /// webhook's `secret`), named here for the 409 (`"an API key"`, `"a webhook"`). The kept
+    /// answer drops the secret, and a retry is told what was created and its id.
+    SecretShownOnce(&'static str),
 }
 
 /// Runs `create` once per `Idempotency-Key` (when the request has one) of this API key on
@@ -104,7 +105,7 @@ where
     match create().await {
         Ok((status, value)) => {
             let mut kept = value.clone();
-            if replay == Replay::SecretShownOnce {
+            if matches!(replay, Replay::SecretShownOnce(_)) {
                 if let Some(o) = kept.as_object_mut() {
                     // An API key's `key`, a webhook's signing `secret`.
                     o.remove("key");
@@ -132,12 +133,14 @@ where
 }
 
 fn replayed(replay: Replay, status: u16, body: Value) -> ApiResult<Response> {
-    if replay == Replay::SecretShownOnce {
+    if let Replay::SecretShownOnce(what) = replay {
         let id = body.get("id").cloned().unwrap_or(Value::Null);
         return Err(ApiError::new(
             ErrorCode::Conflict,
-            "this Idempotency-Key already created an API key; its secret was shown once and \
-             cannot be shown again (revoke it and create another if it was lost)",
+            format!(
+                "this Idempotency-Key already created {what}; its secret was shown once and \
+                 cannot be shown again (delete it and create another if it was lost)"
+            ),
         )
         .with_details(json!({ "id": id })));
     }

@@ -59,7 +59,7 @@ async fn create_key(
         &headers,
         "POST /v1/keys",
         &body,
-        Replay::SecretShownOnce,
+        Replay::SecretShownOnce("an API key"),
         create,
     )
     .await

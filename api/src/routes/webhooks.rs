@@ -142,7 +142,7 @@ async fn create_webhook(
         &headers,
         "POST /v1/webhooks",
         &body,
-        Replay::SecretShownOnce,
+        Replay::SecretShownOnce("a webhook"),
         create,
     )
     .await

@@ -317,6 +317,8 @@ async fn an_idempotent_create_never_shows_the_secret_twice() {
         .await;
     assert_error(&again, StatusCode::CONFLICT, "conflict");
     assert_eq!(again.body["error"]["details"]["id"], first.body["id"]);
+    let message = again.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("created a webhook"), "{message}");
     assert!(!again.body.to_string().contains("whsec_"));
     let list = api.admin(Method::GET, "/v1/webhooks", Value::Null).await;
     assert_eq!(list.body["items"].as_array().unwrap().len(), 1);
