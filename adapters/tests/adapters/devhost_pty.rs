@@ -77,6 +77,9 @@ impl Term {
     }
 
     /// Reads until the output seen so far contains `want`; panics with what it saw after 10 s.
+    /// The terminal echoes input as soon as it is written, before the shell reads it: a `want`
+    /// must be text only the command's output holds (`echo rea""dy` for `ready`), or a match on
+    /// the echo lets the test act before the shell runs.
     async fn expect(&mut self, want: &str) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !self.seen.contains(want) {
@@ -122,14 +125,14 @@ async fn pty_reads_a_line_resizes_interrupts_and_exits_with_the_code() {
     t.line("stty size").await;
     t.expect("40 132").await;
     // A tty is what the program sees on all three descriptors.
-    t.line("test -t 0 && test -t 1 && test -t 2 && echo all-ttys")
+    t.line("test -t 0 && test -t 1 && test -t 2 && echo all\"\"-ttys")
         .await;
     t.expect("all-ttys").await;
     // SIGINT interrupts the foreground command, the shell lives on.
     t.line("sleep 100; echo after-sleep:$?").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     t.send(PtyInput::Signal(PtySignal::Int)).await;
-    t.line("echo alive").await;
+    t.line("echo ali\"\"ve").await;
     t.expect("alive").await;
     t.line("exit 3").await;
     let exit = t.exit().await;
@@ -139,7 +142,7 @@ async fn pty_reads_a_line_resizes_interrupts_and_exits_with_the_code() {
 #[tokio::test]
 async fn pty_hang_up_kills_the_program() {
     let mut t = Term::open(80, 24).await;
-    t.line("echo $$; echo started").await;
+    t.line("echo $$; echo star\"\"ted").await;
     t.expect("started").await;
     // Closing the input is the client going away for good.
     t.input = None;
@@ -154,7 +157,7 @@ async fn pty_hang_up_kills_the_program() {
 #[tokio::test]
 async fn pty_kill_signal_ends_the_program() {
     let mut t = Term::open(80, 24).await;
-    t.line("echo ready").await;
+    t.line("echo rea\"\"dy").await;
     t.expect("ready").await;
     t.send(PtyInput::Signal(PtySignal::Kill)).await;
     let exit = t.exit().await;
