@@ -178,16 +178,20 @@ impl Announcer {
     }
 
     /// An activated (`provisioning`) sandbox: its create work for the pool's workers and its
-    /// status for watchers, both at once (the work matters only to the worker, the status
-    /// only to watchers). Answers the work's publish; a lost status event only delays
-    /// watchers until they re-read the row.
+    /// status for watchers (the work matters only to the worker, the status only to
+    /// watchers). Answers the work's publish; a lost status event only delays watchers until
+    /// they re-read the row.
+    ///
+    /// The caller waits for the work alone: the status and `placement.decided` go out in a
+    /// task of their own (a status not stored is re-sent there), so a request or a placement
+    /// pass is never held up by the slowest of several acknowledgements.
     pub async fn activated(&self, s: &Sandbox) -> Result<Published, BusError> {
-        let (work, _, _) = tokio::join!(
-            self.work(s, WorkOp::Create, ""),
-            self.status(s),
-            self.placed(s)
-        );
-        work
+        let (me, row) = (self.clone(), s.clone());
+        let watchers = async move {
+            let _ = tokio::join!(me.status(&row), me.placed(&row));
+        };
+        tokio::spawn(crate::trace::scope("publish", crate::trace::current(), watchers));
+        self.work(s, WorkOp::Create, "").await
     }
 
     /// `placement.decided` for an activated sandbox: its pool and which attempt this is.
