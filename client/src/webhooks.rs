@@ -19,8 +19,8 @@ fn webhook_path(id: &str, rest: &str) -> String {
 impl Client {
     /// `POST /v1/webhooks`: the webhook and its secret, shown this once. Without a secrets
     /// key on the server, 409; a URL the operator's rules refuse, 422 with field `url`.
-    /// With `idempotency_key`, a retry answers the first webhook (a replay by another key is
-    /// 409 naming it, never with the secret).
+    /// With `idempotency_key`, a retry creates no second webhook: it is a 409 whose
+    /// `details.id` names the first, never with its secret (shown once).
     pub async fn create_webhook(
         &self,
         req: &CreateWebhook,

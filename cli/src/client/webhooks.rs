@@ -58,7 +58,8 @@ pub enum WebhookCommand {
         /// What it is for.
         #[arg(long)]
         description: Option<String>,
-        /// Sent as `Idempotency-Key`: a retry answers the same webhook.
+        /// Sent as `Idempotency-Key`: a retry creates no second webhook; it is a 409 naming
+        /// the first (whose secret is not shown again).
         #[arg(long)]
         idempotency_key: Option<String>,
     },

@@ -15,6 +15,32 @@ use serde_json::Value;
 
 use crate::client_cli_dev::{json, Dev};
 
+/// `text` with every webhook secret replaced, for failure messages: secrets never reach
+/// test output.
+fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("whsec_") {
+        out.push_str(&rest[..at]);
+        out.push_str("whsec_<redacted>");
+        let tail = &rest[at + "whsec_".len()..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "+/=".contains(c)))
+            .unwrap_or(tail.len());
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn redaction_hides_every_secret() {
+    assert_eq!(
+        redact("a whsec_ab+/c= b\nwhsec_Zz9=\""),
+        "a whsec_<redacted> b\nwhsec_<redacted>\""
+    );
+}
+
 /// A webhook id that is well formed and belongs to nobody.
 const NO_SUCH_WEBHOOK: &str = "whk_00000000000000000000000000";
 
@@ -34,20 +60,25 @@ fn a_webhook_from_create_to_delete_through_the_cli() {
         "-o",
         "table",
     ]);
-    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert_eq!((code, err.as_str()), (0, ""), "{}", redact(&out));
     let secret = out
         .lines()
         .find(|l| l.starts_with("whsec_"))
-        .unwrap_or_else(|| panic!("no secret line in {out}"))
+        .unwrap_or_else(|| panic!("no secret line in {}", redact(&out)))
         .to_owned();
-    assert_eq!(out.matches(&secret).count(), 1, "the secret once: {out}");
-    assert!(out.contains("shown only this once"), "{out}");
+    assert_eq!(
+        out.matches(&secret).count(),
+        1,
+        "the secret once: {}",
+        redact(&out)
+    );
+    assert!(out.contains("shown only this once"), "{}", redact(&out));
     let id = out
         .lines()
         .find_map(|l| l.strip_prefix("id ").map(str::trim))
-        .unwrap_or_else(|| panic!("no id row in {out}"))
+        .unwrap_or_else(|| panic!("no id row in {}", redact(&out)))
         .to_owned();
-    assert!(id.starts_with("whk_"), "{out}");
+    assert!(id.starts_with("whk_"), "{}", redact(&out));
 
     // `-o json` is the API's whole answer, secret included.
     let created = dev.json(&["webhooks", "create", "https://hooks.example.com/second"]);
@@ -56,9 +87,29 @@ fn a_webhook_from_create_to_delete_through_the_cli() {
         created["secret"]
             .as_str()
             .is_some_and(|s| s.starts_with("whsec_")),
-        "{created}"
+        "{}",
+        redact(&created.to_string())
     );
     assert_eq!(created["eventTypes"], serde_json::json!([]), "every type");
+
+    // A retry with the same Idempotency-Key creates nothing: 409 naming the first, and its
+    // secret is not shown again.
+    let args = [
+        "webhooks",
+        "create",
+        "https://hooks.example.com/retried",
+        "--idempotency-key",
+        "hook-1",
+    ];
+    let first = dev.json(&args);
+    let (code, out, err) = dev.run(&args);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("409 conflict") && err.contains(first["id"].as_str().expect("id")),
+        "{err}"
+    );
+    assert!(!err.contains("whsec_"), "{err}");
+    dev.ok(&["webhooks", "delete", first["id"].as_str().expect("id")]);
 
     // List and get: both webhooks, never a secret.
     let list = dev.json(&["webhooks", "list"]);
@@ -72,7 +123,11 @@ fn a_webhook_from_create_to_delete_through_the_cli() {
     let mut want = vec![id.as_str(), second.as_str()];
     want.sort_unstable();
     assert_eq!(listed, want);
-    assert!(!list.to_string().contains("whsec_"), "{list}");
+    assert!(
+        !list.to_string().contains("whsec_"),
+        "{}",
+        redact(&list.to_string())
+    );
     let ids = dev.ok(&["webhooks", "list", "-o", "id"]);
     assert_eq!(ids.lines().count(), 2, "{ids}");
     let got = dev.json(&["webhooks", "get", &id]);
@@ -87,13 +142,14 @@ fn a_webhook_from_create_to_delete_through_the_cli() {
             Some("ci"),
             Some(true)
         ),
-        "{got}"
+        "{}",
+        redact(&got.to_string())
     );
     assert_eq!(
         got["eventTypes"],
         serde_json::json!(["sandbox.status.changed", "sandbox.exec.*"])
     );
-    assert!(got.get("secret").is_none(), "{got}");
+    assert!(got.get("secret").is_none(), "{}", redact(&got.to_string()));
 
     // Update: URL, filter, description cleared, disabled; nothing to change is a usage error.
     let changed = dev.json(&[
@@ -130,11 +186,12 @@ fn a_webhook_from_create_to_delete_through_the_cli() {
     // Rotate: a new secret, and the old one's overlap.
     let rotated = dev.json(&["webhooks", "rotate-secret", &id]);
     let new_secret = rotated["secret"].as_str().expect("a new secret");
-    assert!(new_secret.starts_with("whsec_"), "{rotated}");
-    assert_ne!(new_secret, secret, "the secret changed");
+    assert!(new_secret.starts_with("whsec_"), "not a secret");
+    assert!(new_secret != secret, "the secret did not change");
     assert!(
         rotated["previousSecretExpiresAt"].is_string(),
-        "the old secret overlaps: {rotated}"
+        "the old secret overlaps: {}",
+        redact(&rotated.to_string())
     );
     // `-o id`: the id on stdout; the secret nowhere, and stderr says so.
     let (code, out, err) = dev.run(&["webhooks", "rotate-secret", &id, "-o", "id"]);
