@@ -96,12 +96,22 @@ enum Command {
         #[command(subcommand)]
         command: client::snapshot::SnapshotCommand,
     },
-    /// Sandbox status changes as they happen (`-f` to follow).
+    /// Events as they happen (`-f` to follow; `--public` for every public type), their
+    /// schemas, and NATS credentials for them.
     Events {
         #[command(flatten)]
         target: client::Target,
+        #[command(subcommand)]
+        command: Option<client::events::EventsCommand>,
         #[command(flatten)]
         args: client::events::EventsArgs,
+    },
+    /// Webhooks: a project's public events as signed HTTPS POSTs (docs/webhooks.md).
+    Webhooks {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::webhooks::WebhookCommand,
     },
     /// Organizations.
     Org {
@@ -185,7 +195,14 @@ fn main() -> ExitCode {
             Command::Snapshot { target, command } => {
                 return Ok(client::snapshot::run(&target, command).await)
             }
-            Command::Events { target, args } => return Ok(client::events::run(&target, args).await),
+            Command::Events {
+                target,
+                command,
+                args,
+            } => return Ok(client::events::run(&target, command, args).await),
+            Command::Webhooks { target, command } => {
+                return Ok(client::webhooks::run(&target, command).await)
+            }
             Command::Org { target, command } => {
                 return Ok(client::tenancy::org(&target, command).await)
             }

@@ -3,12 +3,15 @@
 //! One [`Client`] per API and key; it is cheap to clone (one connection pool). Calls are grouped
 //! by what they act on, each in its own module: sandboxes and their lifecycle
 //! ([`sandboxes`]), commands ([`exec`], buffered or streamed as SSE or binary frames), files
-//! ([`files`]), snapshots and ports ([`snapshots`]), status events with resume ([`events`]),
-//! tenancy — organizations, projects, keys, quotas, policies — ([`tenancy`]), and the
-//! operators' routes — pools, secrets, audit, trust report — ([`admin`]).
+//! ([`files`]), snapshots and ports ([`snapshots`]), status and public events with resume
+//! ([`events`]), the public events' schemas and NATS credentials ([`public_events`]),
+//! webhooks and their deliveries ([`webhooks`]), tenancy — organizations, projects, keys,
+//! quotas, policies — ([`tenancy`]), and the operators' routes — pools, secrets, audit, trust
+//! report — ([`admin`]).
 //!
 //! Errors are [`Error`]: the API's envelope (status, stable code, field, request id) or a
-//! transport failure that says what to check. The key is never in a `Debug` or `Display`.
+//! transport failure that says what to check. The key is never in a `Debug` or `Display`, and
+//! neither are the secrets the API shows once (new keys, webhook secrets, event tokens).
 //!
 //! The interactive terminal (`GET /v1/sandboxes/{id}/pty`, a WebSocket) is [`pty`]:
 //! [`Client::pty`] opens or reattaches one; input, resizes and signals go in, output and the
@@ -23,10 +26,12 @@ pub mod frames;
 pub mod models;
 mod page;
 pub mod pty;
+pub mod public_events;
 pub mod sandboxes;
 pub mod snapshots;
 mod sse;
 pub mod tenancy;
+pub mod webhooks;
 
 use std::fmt;
 use std::sync::Arc;
@@ -369,6 +374,45 @@ mod tests {
             "{e}"
         );
         assert!(Client::new("not a url", "k").is_err());
+    }
+
+    #[test]
+    fn secrets_shown_once_stay_out_of_debug() {
+        let hook: WebhookWithSecret = serde_json::from_value(serde_json::json!({
+            "secret": "whsec_c3VwZXJzZWNyZXQ=", "id": "whk_1", "orgId": "org_1",
+            "projectId": "prj_1", "url": "https://h.example/x", "eventTypes": [],
+            "description": null, "enabled": true, "disabledReason": null,
+            "consecutiveFailures": 0, "failingSince": null, "previousSecretExpiresAt": null,
+            "createdAt": "t", "updatedAt": "t"
+        }))
+        .expect("a webhook with its secret");
+        assert_eq!(hook.secret, "whsec_c3VwZXJzZWNyZXQ=");
+        assert!(hook.webhook.extra.is_empty(), "{:?}", hook.webhook.extra);
+        let shown = format!("{hook:?}");
+        assert!(!shown.contains("c3VwZXJzZWNyZXQ"), "{shown}");
+        let cred: EventCredentials = serde_json::from_value(serde_json::json!({
+            "id": "evc_1", "token": "evc_1.tokensecret", "expiresAt": "t", "orgId": "org_1",
+            "projectId": null, "subscribe": "dly.pub.org_1.>", "inboxPrefix": "_INBOX_org_1",
+            "stream": "DLY_PUB", "consumerCreate": "$JS.API.CONSUMER.CREATE.DLY_PUB.*.x"
+        }))
+        .expect("credentials");
+        let shown = format!("{cred:?}");
+        assert!(!shown.contains("tokensecret"), "{shown}");
+        assert!(shown.contains("evc_1"), "{shown}");
+    }
+
+    #[test]
+    fn a_webhook_update_sends_only_what_changes_and_null_to_clear() {
+        let clear = UpdateWebhook {
+            description: Some(None),
+            ..UpdateWebhook::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&clear).expect("json"),
+            serde_json::json!({ "description": null })
+        );
+        assert!(UpdateWebhook::default().is_empty());
+        assert!(!clear.is_empty());
     }
 
     #[test]

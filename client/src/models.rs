@@ -500,3 +500,207 @@ pub struct AuditFilter {
     pub until: Option<String>,
     pub limit: Option<u32>,
 }
+
+/// A webhook as the API serves it: never its secret (only create and rotate answer that).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Webhook {
+    pub id: String,
+    pub org_id: String,
+    pub project_id: String,
+    pub url: String,
+    /// Exact types, prefixes (`sandbox.exec.*`) or `*`; empty: every type.
+    #[serde(default)]
+    pub event_types: Vec<String>,
+    pub description: Option<String>,
+    /// `false` once disabled (by a `PATCH`, or automatically after failing for a day).
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    /// Failed attempts in a row (any success resets it).
+    #[serde(default)]
+    pub consecutive_failures: u64,
+    pub failing_since: Option<String>,
+    /// Until when the secret replaced by the last rotation still signs next to the new one.
+    pub previous_secret_expires_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The answer of create and rotate-secret: the webhook and, this once, its signing secret.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookWithSecret {
+    /// `whsec_<base64>`: the Standard Webhooks signing key. Never served again.
+    pub secret: String,
+    #[serde(flatten)]
+    pub webhook: Webhook,
+}
+
+impl std::fmt::Debug for WebhookWithSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookWithSecret")
+            .field("secret", &"…")
+            .field("webhook", &self.webhook)
+            .finish()
+    }
+}
+
+/// `POST /v1/webhooks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateWebhook {
+    /// Default: the key's project.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// `https://…` (`http` only where the operator allows it).
+    pub url: String,
+    /// `None` or empty: every type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_types: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `PATCH /v1/webhooks/{id}`: only the fields that are set change.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateWebhook {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `Some(vec![])`: every type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_types: Option<Vec<String>>,
+    /// `Some(None)` clears it (sent as `null`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<Option<String>>,
+    /// `true` re-enables a disabled webhook and forgets the failures that disabled it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+impl UpdateWebhook {
+    /// Whether it would change nothing.
+    pub fn is_empty(&self) -> bool {
+        self == &UpdateWebhook::default()
+    }
+}
+
+/// One event's delivery to one webhook, and how its attempts went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDelivery {
+    pub id: String,
+    pub webhook_id: String,
+    /// The public event's `id`: also the `webhook-id` header of every attempt.
+    pub event_id: String,
+    pub event_type: String,
+    /// `pending`, `succeeded` or `failed` (a string, so a newer server's is not an error).
+    pub status: String,
+    #[serde(default)]
+    pub attempts: u64,
+    pub next_attempt_at: Option<String>,
+    pub response_code: Option<u16>,
+    pub latency_ms: Option<u64>,
+    pub last_error: Option<String>,
+    /// The first 1 KiB of the last answer.
+    pub response_body: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub delivered_at: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A public event (`docs/events.md`): the same JSON on SSE (`format=public`), NATS and
+/// webhooks. `data` depends on the type; its JSON Schema is `GET /v1/events/schemas/{type}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublicEvent {
+    /// The envelope's major version.
+    pub version: u32,
+    /// Stable across re-sends: de-duplicate on it.
+    pub id: String,
+    /// `sandbox.status.changed`, … (a string: ignore types you do not know).
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub time: String,
+    pub org_id: String,
+    pub project_id: String,
+    /// `None` for project-level events (`webhook.disabled`).
+    pub sandbox_id: Option<String>,
+    /// `user`, `ttl`, `idle`, `reconciler`, `quota`, `admin`, `backend`.
+    pub cause: String,
+    /// `{"keyId": …}` for `cause: user`.
+    pub actor: Option<Value>,
+    pub data: Value,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `GET /v1/events/schemas`: the envelope's schema and every type's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventSchemaList {
+    pub version: u32,
+    /// The JSON Schema every event's envelope follows.
+    pub envelope: Value,
+    pub items: Vec<EventTypeSchema>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One public event type and its JSON Schema (draft 2020-12).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventTypeSchema {
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub schema: Value,
+}
+
+/// `POST /v1/events/credentials`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventCredentialsRequest {
+    /// 60 … 86400 (default 3600).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u64>,
+    /// Only this project's subjects (a project-bound key gets its own anyway).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+}
+
+/// NATS credentials for an organization's (or project's) public subjects; the token is
+/// shown this once.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventCredentials {
+    /// `evc_…`: what `DELETE /v1/events/credentials/{id}` revokes.
+    pub id: String,
+    /// The NATS connection token.
+    pub token: String,
+    pub expires_at: String,
+    pub org_id: String,
+    pub project_id: Option<String>,
+    /// The subject filter it may subscribe to.
+    pub subscribe: String,
+    /// The inbox prefix to connect with.
+    pub inbox_prefix: String,
+    pub stream: String,
+    /// The consumer-create subject its JetStream consumers must use.
+    pub consumer_create: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl std::fmt::Debug for EventCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventCredentials")
+            .field("id", &self.id)
+            .field("token", &"…")
+            .field("expires_at", &self.expires_at)
+            .field("org_id", &self.org_id)
+            .field("project_id", &self.project_id)
+            .field("subscribe", &self.subscribe)
+            .finish_non_exhaustive()
+    }
+}

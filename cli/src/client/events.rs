@@ -1,15 +1,19 @@
-//! `differently events` and `differently sandbox logs`: sandbox status changes as they
-//! happen. Without `-f` they print what the server holds (from `--after`, default the
-//! start) and end once nothing new arrives for a moment; with `-f` they follow, and resume
-//! after the last event if the connection drops.
+//! `differently events` (also spelled `events watch`) and `differently sandbox logs`:
+//! events as they happen — sandbox status changes, or with `--public` the public event
+//! contract of every type (`--types` narrows it). Without `-f` they print what the server
+//! holds (from `--after`, default the start) and end once nothing new arrives for a moment;
+//! with `-f` they follow, and resume after the last event if the connection drops.
+//! `events schemas` and `events credentials` are in [`super::public_events`].
 
+use std::future::Future;
 use std::time::Duration;
 
-use clap::Args;
-use differently_client::events::{Event, EventFilter};
+use clap::{Args, Subcommand};
+use differently_client::events::{Event, EventFilter, PublicEventEntry, PublicEventFilter};
 use differently_client::Client;
 
-use super::output::print_line;
+use super::output::{cell, print_line};
+use super::public_events::{self, CredentialsCommand};
 use super::{CliError, Output, Printer};
 
 /// Without `-f`: the stream is caught up once it is quiet this long.
@@ -30,10 +34,57 @@ pub struct EventsArgs {
     /// Keep printing new events until interrupted.
     #[arg(short = 'f', long)]
     pub follow: bool,
+    /// Public events (docs/events.md: every type, the same JSON as NATS and webhooks)
+    /// instead of status changes. `-o json` prints each event as it is, with its `seq`.
+    #[arg(long)]
+    pub public: bool,
+    /// With --public: only these types, comma-separated, exact or prefixes
+    /// (`sandbox.status.changed,sandbox.exec.*`).
+    #[arg(long, value_delimiter = ',', requires = "public")]
+    pub types: Vec<String>,
 }
 
-/// Runs `differently events`.
+impl EventsArgs {
+    /// Whether any watch flag was given (`--after 0`, the default, counts as not given).
+    fn is_set(&self) -> bool {
+        self.project.is_some()
+            || self.sandbox.is_some()
+            || self.after != 0
+            || self.follow
+            || self.public
+            || !self.types.is_empty()
+    }
+}
+
+/// `differently events …` subcommands (without one, `differently events` watches).
+#[derive(Subcommand, Debug)]
+pub enum EventsCommand {
+    /// Watch events as they happen (the same as `differently events` with these flags).
+    Watch(EventsArgs),
+    /// The JSON Schema of every public event type (a table of types), or of one (JSON).
+    Schemas {
+        /// One type, e.g. `sandbox.status.changed`.
+        event_type: Option<String>,
+    },
+    /// NATS credentials for reading the public events from NATS directly (needs a NATS
+    /// server with Differently's auth callout; `differently dev` has none).
+    Credentials {
+        #[command(subcommand)]
+        command: CredentialsCommand,
+    },
+}
+
+/// Runs `differently events` (and `events watch`).
 pub async fn events(c: &Client, p: Printer, a: EventsArgs) -> Result<(), CliError> {
+    if a.public {
+        let filter = PublicEventFilter {
+            project_id: a.project,
+            sandbox_id: a.sandbox,
+            types: a.types,
+            after: Some(a.after),
+        };
+        return tail_public(c, p, filter, a.follow).await;
+    }
     let filter = EventFilter {
         project_id: a.project,
         sandbox_id: a.sandbox,
@@ -57,18 +108,67 @@ async fn tail(c: &Client, p: Printer, filter: EventFilter, follow: bool) -> Resu
     if p.output == Output::Table {
         print_line(&row("SEQ", "AT", "SANDBOX", "STATUS", "POOL", "REASON"));
     }
-    loop {
-        let next = if follow {
-            stream.next().await
-        } else {
-            match tokio::time::timeout(CAUGHT_UP, stream.next()).await {
-                Ok(n) => n,
-                Err(_) => return Ok(()),
-            }
-        };
-        match next {
-            None => return Ok(()),
-            Some(ev) => show(p, &ev?),
+    while let Some(ev) = next_unless_caught_up(follow, stream.next()).await {
+        show(p, &ev?);
+    }
+    Ok(())
+}
+
+async fn tail_public(
+    c: &Client,
+    p: Printer,
+    filter: PublicEventFilter,
+    follow: bool,
+) -> Result<(), CliError> {
+    let mut stream = c.public_events(filter).await?;
+    if p.output == Output::Table {
+        print_line(&public_row(
+            "SEQ", "TIME", "TYPE", "SANDBOX", "CAUSE", "DATA",
+        ));
+    }
+    while let Some(ev) = next_unless_caught_up(follow, stream.next()).await {
+        show_public(p, &ev?);
+    }
+    Ok(())
+}
+
+/// The stream's next item; `None` once it ends or, without `follow`, once it has been quiet
+/// for [`CAUGHT_UP`].
+async fn next_unless_caught_up<T>(
+    follow: bool,
+    next: impl Future<Output = Option<T>>,
+) -> Option<T> {
+    if follow {
+        next.await
+    } else {
+        tokio::time::timeout(CAUGHT_UP, next).await.ok().flatten()
+    }
+}
+
+fn public_row(seq: &str, time: &str, ty: &str, sandbox: &str, cause: &str, data: &str) -> String {
+    format!("{seq:<6}  {time:<30}  {ty:<28}  {sandbox:<30}  {cause:<10}  {data}")
+}
+
+fn show_public(p: Printer, e: &PublicEventEntry) {
+    match p.output {
+        // The contract's JSON as it is; `seq` is an added field, which the contract tells
+        // every consumer to ignore when it does not know it.
+        Output::Json => {
+            let mut v = serde_json::to_value(&e.event).unwrap_or_default();
+            v["seq"] = serde_json::json!(e.id);
+            print_line(&v.to_string());
+        }
+        Output::Id => print_line(&e.id.to_string()),
+        Output::Table => {
+            let ev = &e.event;
+            print_line(&public_row(
+                &e.id.to_string(),
+                &ev.time,
+                &ev.event_type,
+                ev.sandbox_id.as_deref().unwrap_or("-"),
+                &ev.cause,
+                &cell(&ev.data),
+            ));
         }
     }
 }
@@ -99,11 +199,34 @@ fn show(p: Printer, e: &Event) {
     }
 }
 
-/// Runs `differently events` from the command line.
-pub async fn run(target: &super::Target, args: EventsArgs) -> std::process::ExitCode {
+/// Runs `differently events [SUBCOMMAND]` from the command line.
+pub async fn run(
+    target: &super::Target,
+    command: Option<EventsCommand>,
+    args: EventsArgs,
+) -> std::process::ExitCode {
     let client = match target.client() {
         Ok(c) => c,
         Err(e) => return super::fail(&e),
     };
-    super::finish(events(&client, target.printer(), args).await)
+    let p = target.printer();
+    if command.is_some() && args.is_set() {
+        // Not clap's `args_conflicts_with_subcommands`: it would refuse the global `-o` and
+        // `--url` before a subcommand too.
+        return super::fail(&CliError::Usage(
+            "the watch flags (--project, --sandbox, --after, -f, --public, --types) go after \
+             `differently events` or `differently events watch`, not before another subcommand"
+                .into(),
+        ));
+    }
+    super::finish(match command {
+        None => events(&client, p, args).await,
+        Some(EventsCommand::Watch(args)) => events(&client, p, args).await,
+        Some(EventsCommand::Schemas { event_type }) => {
+            public_events::schemas(&client, p, event_type.as_deref()).await
+        }
+        Some(EventsCommand::Credentials { command }) => {
+            public_events::credentials(&client, p, command).await
+        }
+    })
 }

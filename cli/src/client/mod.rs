@@ -1,5 +1,5 @@
 //! Client commands over the public `/v1` API (`differently sandbox …`, `snapshot`, `events`,
-//! `org`, `project`, `key`, `quota`, `policy`, `admin …`, `login`): the calls an application
+//! `webhooks`, `org`, `project`, `key`, `quota`, `policy`, `admin …`, `login`): the calls an application
 //! makes, through `differently-client`, for operators and scripts. Answers are printed as JSON,
 //! a table or ids (`-o`); errors name their stable code on stderr, never the key.
 
@@ -8,11 +8,13 @@ pub mod events;
 pub mod files;
 pub mod output;
 pub mod profile;
+pub mod public_events;
 pub mod sandbox;
 pub mod shell;
 pub mod snapshot;
 pub mod tenancy;
 pub mod terminal;
+pub mod webhooks;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

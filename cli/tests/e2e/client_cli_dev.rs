@@ -14,15 +14,21 @@ use serde_json::Value;
 use crate::harness::{binary, free_port, Proc};
 
 /// A `differently dev` with its URL and admin key, and a private (absent) client config.
-struct Dev {
+/// Shared with `client_cli_webhooks`.
+pub(crate) struct Dev {
     _proc: Proc,
-    url: String,
+    pub(crate) url: String,
     key: String,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Dev {
-    fn start() -> Dev {
+    pub(crate) fn start() -> Dev {
+        Dev::start_with(&[])
+    }
+
+    /// Started with these extra environment variables (e.g. the webhook URL switches).
+    pub(crate) fn start_with(env: &[(&str, &str)]) -> Dev {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let child = Command::new(binary())
@@ -30,6 +36,7 @@ impl Dev {
             .arg(dir.path().join("sandboxes"))
             // A sealing key, so stored secrets are enabled.
             .env("DIFFERENTLY_SECRETS_KEY", "cd".repeat(32))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.path().join("dev.log")).unwrap())
@@ -60,7 +67,7 @@ impl Dev {
     }
 
     /// `differently args…` with the URL and key in the environment.
-    fn cmd(&self, args: &[&str]) -> Command {
+    pub(crate) fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(binary());
         cmd.args(args)
             .env("DIFFERENTLY_URL", &self.url)
@@ -71,20 +78,20 @@ impl Dev {
         cmd
     }
 
-    fn run(&self, args: &[&str]) -> (i32, String, String) {
+    pub(crate) fn run(&self, args: &[&str]) -> (i32, String, String) {
         output(self.cmd(args), None)
     }
 
     /// Runs and expects exit 0; stdout.
     #[track_caller]
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let (code, out, err) = self.run(args);
         assert_eq!(code, 0, "differently {args:?}: {err}\n{out}");
         out
     }
 
     #[track_caller]
-    fn json(&self, args: &[&str]) -> Value {
+    pub(crate) fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         json(&self.ok(&all))
@@ -111,7 +118,7 @@ fn output(mut cmd: Command, stdin: Option<&[u8]>) -> (i32, String, String) {
 }
 
 #[track_caller]
-fn json(text: &str) -> Value {
+pub(crate) fn json(text: &str) -> Value {
     match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => panic!("not JSON ({e}): {text}"),
