@@ -488,3 +488,27 @@ fn default_node_modules() -> std::path::PathBuf {
         .expect("HOME or XDG_CACHE_HOME is set")
         .join("differently/events-natsjs/node_modules")
 }
+
+/// The TypeScript block of docs/events.md ("Subscribers") is the example the test above runs:
+/// every line of it is a line of `subscribe.mjs`, so the doc cannot drift from what runs.
+#[test]
+fn the_typescript_block_of_the_docs_is_the_example_that_runs() {
+    let doc = std::fs::read_to_string(examples_dir().join("../../events.md")).expect("events.md");
+    let script = std::fs::read_to_string(examples_dir().join("subscribe.mjs")).expect("example");
+    let after = doc
+        .split_once("**TypeScript**")
+        .expect("docs/events.md has a **TypeScript** subscriber")
+        .1;
+    let block = after
+        .split_once("```js\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a ```js block after **TypeScript**")
+        .0;
+    let lines: Vec<&str> = script.lines().map(str::trim).collect();
+    for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        assert!(
+            lines.contains(&line),
+            "docs/events.md's TypeScript line {line:?} is not in subscribe.mjs"
+        );
+    }
+}
