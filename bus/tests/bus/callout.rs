@@ -342,8 +342,90 @@ async fn an_open_connection_ends_when_its_user_jwt_does_and_a_revoked_one_cannot
     );
 }
 
-/// The Python subscriber of docs/events.md, run with nats-py against the real server: it
-/// receives the org's event and nothing else.
+/// A subscriber example of docs/events.md (`docs/examples/events/…`), run against the real
+/// server with the same inputs as subscribe.py: a credential of one org, and in the stream
+/// that org's event between two of another org's. It prints the org's event, and only it
+/// (`<id> <type> <status>`), and leaves it acked on the consumer it made.
+async fn the_example_receives_the_orgs_events(mut example: tokio::process::Command, what: &str) {
+    let s = setup().await;
+    let (org, other) = (OrgId::new(), OrgId::new());
+    let issued = s
+        .auth
+        .issue(&org, None, "key_a", Duration::from_secs(600))
+        .await
+        .expect("issued");
+    let mine = status_event(&org, 1);
+    for event in [
+        status_event(&other, 1),
+        mine.clone(),
+        status_event(&other, 2),
+    ] {
+        s.announcer.public(&event).await.expect("published");
+    }
+    let out = example
+        .env("NATS_URL", format!("nats://127.0.0.1:{}", s.server.port()))
+        .env("DIFFERENTLY_EVENTS_TOKEN", &issued.token)
+        .env("DIFFERENTLY_EVENTS_INBOX", &issued.grant.inbox_prefix)
+        .env("DIFFERENTLY_EVENTS_SUBJECT", &issued.grant.subscribe)
+        .env("DIFFERENTLY_EVENTS_STREAM", &issued.grant.stream)
+        .env("MAX_EVENTS", "1")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .unwrap_or_else(|_| panic!("the {what} example did not finish within 30 s"))
+        .unwrap_or_else(|e| panic!("the {what} example does not start: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the {what} example failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        vec![format!("{} {} running", mine.id, mine.event_type())],
+        "the {what} example printed other than the org's one event"
+    );
+    let consumers = consumers_filtered_on(&s, &issued.grant.subscribe).await;
+    let [made] = consumers.as_slice() else {
+        panic!(
+            "the {what} example made {} consumers on its subject, not one",
+            consumers.len()
+        );
+    };
+    assert_eq!(
+        (
+            made.delivered.consumer_sequence,
+            made.ack_floor.consumer_sequence,
+            made.num_ack_pending
+        ),
+        (1, 1, 0),
+        "the {what} example's consumer {} did not ack the one event it was sent",
+        made.name
+    );
+}
+
+/// The consumers of the public stream whose filter is `subject`.
+async fn consumers_filtered_on(
+    s: &Setup,
+    subject: &str,
+) -> Vec<async_nats::jetstream::consumer::Info> {
+    let js = async_nats::jetstream::new(s.internal.clone());
+    let stream = js.get_stream("DLY_PUB").await.expect("stream");
+    let mut made = Vec::new();
+    let mut infos = stream.consumers();
+    while let Some(info) = infos.next().await {
+        let info = info.expect("consumer info");
+        if info.config.filter_subject == subject {
+            made.push(info);
+        }
+    }
+    made
+}
+
+/// The Python subscriber of docs/events.md (`subscribe.py`), run with nats-py.
 #[tokio::test]
 async fn the_python_example_in_the_docs_receives_the_orgs_events() {
     let python = std::env::var("DIFFERENTLY_EVENTS_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -355,44 +437,78 @@ async fn the_python_example_in_the_docs_receives_the_orgs_events() {
         "{python} cannot import nats (nats-py): install it (pip install nats-py==2.15.0) or set \
          DIFFERENTLY_EVENTS_PYTHON to a Python that has it (scripts/test does)"
     );
-    let s = setup().await;
-    let (org, other) = (OrgId::new(), OrgId::new());
-    let issued = s
-        .auth
-        .issue(&org, None, "key_a", Duration::from_secs(600))
-        .await
-        .expect("issued");
-    let mine = status_event(&org, 1);
-    s.announcer
-        .public(&status_event(&other, 1))
-        .await
-        .expect("published");
-    s.announcer.public(&mine).await.expect("published");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../docs/examples/events/subscribe.py");
-    let out = tokio::process::Command::new(&python)
-        .arg(&script)
-        .env("NATS_URL", format!("nats://127.0.0.1:{}", s.server.port()))
-        .env("DIFFERENTLY_EVENTS_TOKEN", &issued.token)
-        .env("DIFFERENTLY_EVENTS_INBOX", &issued.grant.inbox_prefix)
-        .env("DIFFERENTLY_EVENTS_SUBJECT", &issued.grant.subscribe)
-        .env("DIFFERENTLY_EVENTS_STREAM", &issued.grant.stream)
-        .env("MAX_EVENTS", "1")
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), out)
-        .await
-        .expect("the example finishes")
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut example = tokio::process::Command::new(&python);
+    example.arg(examples_dir().join("subscribe.py"));
+    the_example_receives_the_orgs_events(example, "Python").await;
+}
+
+/// The TypeScript subscriber of docs/events.md (`subscribe.mjs`), run by Node with nats.js
+/// 3.x from `DIFFERENTLY_EVENTS_NODE_MODULES` (scripts/test installs it there, pinned).
+/// Node resolves an ES module's imports from the file's own directory and never from
+/// NODE_PATH or the working directory, so it runs through a link in a directory beside a
+/// link to those modules (`--preserve-symlinks-main` keeps the link's directory).
+#[tokio::test]
+async fn the_typescript_example_in_the_docs_receives_the_orgs_events() {
+    let modules = std::env::var_os("DIFFERENTLY_EVENTS_NODE_MODULES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(default_node_modules);
     assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        modules.join("@nats-io/transport-node").is_dir()
+            && modules.join("@nats-io/jetstream").is_dir(),
+        "{} has no @nats-io/transport-node and @nats-io/jetstream: run scripts/test (its public \
+         events examples block installs them), or `npm install --prefix <dir> \
+         @nats-io/transport-node@3.4.0 @nats-io/jetstream@3.4.0` and set \
+         DIFFERENTLY_EVENTS_NODE_MODULES=<dir>/node_modules",
+        modules.display()
     );
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(
-        lines,
-        vec![format!("{} {} running", mine.id, mine.event_type())],
-        "{stdout}"
+    let node = std::env::var("DIFFERENTLY_EVENTS_NODE").unwrap_or_else(|_| "node".into());
+    let probe = std::process::Command::new(&node).arg("--version").output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "{node} does not run: install Node.js >= 20 or set DIFFERENTLY_EVENTS_NODE"
     );
+    let run = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(&modules, run.path().join("node_modules")).expect("link");
+    let script = run.path().join("subscribe.mjs");
+    std::os::unix::fs::symlink(examples_dir().join("subscribe.mjs"), &script).expect("link");
+    let mut example = tokio::process::Command::new(&node);
+    example.arg("--preserve-symlinks-main").arg(&script);
+    the_example_receives_the_orgs_events(example, "TypeScript").await;
+}
+
+fn examples_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/events")
+}
+
+/// Where scripts/test installs nats.js: `${XDG_CACHE_HOME:-~/.cache}/differently/events-natsjs`.
+fn default_node_modules() -> std::path::PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+        .expect("HOME or XDG_CACHE_HOME is set")
+        .join("differently/events-natsjs/node_modules")
+}
+
+/// The TypeScript block of docs/events.md ("Subscribers") is the example the test above runs:
+/// every line of it is a line of `subscribe.mjs`, so the doc cannot drift from what runs.
+#[test]
+fn the_typescript_block_of_the_docs_is_the_example_that_runs() {
+    let doc = std::fs::read_to_string(examples_dir().join("../../events.md")).expect("events.md");
+    let script = std::fs::read_to_string(examples_dir().join("subscribe.mjs")).expect("example");
+    let after = doc
+        .split_once("**TypeScript**")
+        .expect("docs/events.md has a **TypeScript** subscriber")
+        .1;
+    let block = after
+        .split_once("```js\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a ```js block after **TypeScript**")
+        .0;
+    let lines: Vec<&str> = script.lines().map(str::trim).collect();
+    for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        assert!(
+            lines.contains(&line),
+            "docs/events.md's TypeScript line {line:?} is not in subscribe.mjs"
+        );
+    }
 }
