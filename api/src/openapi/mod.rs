@@ -249,9 +249,10 @@ fn operation(op: &Op, components: &Value) -> Value {
         params.push(json!({
             "name": "Idempotency-Key", "in": "header", "required": false,
             "description": "1-255 characters. A retry by the same API key with the same key \
-                and body gets the first answer (header `Idempotent-Replayed: true`; for a new \
-                API key, 409 naming the key created, whose secret is not shown again); with \
-                another body, or while the first request runs, 409.",
+                and body gets the first answer (header `Idempotent-Replayed: true`; where that \
+                answer held a secret shown once, a new API key's or webhook's, 409 naming what \
+                was created by `details.id`, its secret not shown again); with another body, \
+                or while the first request runs, 409.",
             "schema": { "type": "string", "minLength": 1, "maxLength": 255 },
         }));
     }
