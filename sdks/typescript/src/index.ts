@@ -22,3 +22,10 @@ export { EVENT_DATA, MODELS, QUERY_PARAMS, type ModelSpec } from "./manifest.js"
 export { ROUTES, type OperationId } from "./routes.js";
 export { parseSse, type SseMessage } from "./sse.js";
 export { parseFrames, type Frame } from "./frames.js";
+export {
+  signWebhook,
+  verifyWebhook,
+  WebhookVerificationError,
+  type VerifyWebhookOptions,
+  type WebhookHeaders,
+} from "./webhook-signature.js";

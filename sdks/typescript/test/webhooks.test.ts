@@ -14,6 +14,9 @@ import {
   Differently,
   NotFoundError,
   ValidationError,
+  WebhookVerificationError,
+  signWebhook,
+  verifyWebhook,
   type Project,
   type PublicEvent,
   type WebhookDelivery,
@@ -21,7 +24,7 @@ import {
 } from "@differently/sdk";
 import { conforms } from "./conforms.js";
 import { runningSandbox, startDev, type DevServer } from "./fixture.js";
-import { startReceiver, verifiedBy, type Receiver, type Received } from "./receiver.js";
+import { sign, startReceiver, verifiedBy, type Receiver, type Received } from "./receiver.js";
 
 let open: DevServer;
 let strict: DevServer;
@@ -75,6 +78,18 @@ function statusRequest(sandboxId: string, status: string) {
     return e.type === "sandbox.status.changed" && e.sandboxId === sandboxId && e.data.status === status;
   };
 }
+
+describe("signWebhook", () => {
+  it("computes the Standard Webhooks specification's example, as node:crypto does", async () => {
+    const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const [id, ts, body] = ["msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", '{"test": 2432232314}'];
+    const want = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+    assert.equal(sign(secret, id, ts, body), want);
+    assert.equal(await signWebhook(secret, id, ts, body), want);
+    const headers = new Headers({ "webhook-id": id, "webhook-timestamp": ts, "webhook-signature": `v1,bm90IGl0 ${want}` });
+    assert.deepEqual(await verifyWebhook(secret, headers, body, { now: () => 1614265330_000 }), { test: 2432232314 });
+  });
+});
 
 describe("webhooks", () => {
   let hook: WebhookWithSecret;
@@ -149,6 +164,16 @@ describe("webhooks", () => {
     assert.deepEqual(verifiedBy(r, hook.secret), [0], `signed with the secret: ${r.headers["webhook-signature"]}`);
     // A wrong secret does not verify (the check can fail).
     assert.deepEqual(verifiedBy(r, `whsec_${Buffer.from("not the secret").toString("base64")}`), []);
+    // The SDK's receiver-side check agrees, and refuses what it must.
+    assert.deepEqual(await verifyWebhook(hook.secret, r.headers, r.body), event);
+    assert.deepEqual(await verifyWebhook(hook.secret, r.headers, new TextEncoder().encode(r.body)), event);
+    const refused = async (p: Promise<unknown>, reason: WebhookVerificationError["reason"]) =>
+      assert.rejects(p, (e: unknown) => e instanceof WebhookVerificationError && e.reason === reason && !e.message.includes(hook.secret));
+    await refused(verifyWebhook(`whsec_${Buffer.from("not the secret").toString("base64")}`, r.headers, r.body), "no_matching_signature");
+    await refused(verifyWebhook(hook.secret, r.headers, r.body.replace(event.id, `${event.id}x`)), "no_matching_signature");
+    await refused(verifyWebhook(hook.secret, r.headers, r.body, { now: () => Date.now() + 600_000 }), "stale_timestamp");
+    await refused(verifyWebhook(hook.secret, { ...r.headers, "webhook-signature": undefined }, r.body), "missing_headers");
+    await refused(verifyWebhook("not-a-secret", r.headers, r.body), "bad_secret");
     // The filter holds: only status changes came.
     for (const x of rcv.received) assert.equal(JSON.parse(x.body).type, "sandbox.status.changed");
 
@@ -226,6 +251,9 @@ describe("webhooks", () => {
     assert.equal(sigs.length, 2, `two signatures: ${r.headers["webhook-signature"]}`);
     assert.deepEqual(verifiedBy(r, rotated.secret), [0], "the new secret signs first");
     assert.deepEqual(verifiedBy(r, hook.secret), [1], "the old one still signs, second");
+    const event = JSON.parse(r.body);
+    assert.deepEqual(await verifyWebhook(rotated.secret, r.headers, r.body), event, "a receiver that has the new secret");
+    assert.deepEqual(await verifyWebhook(hook.secret, r.headers, r.body), event, "a receiver that still has the old one");
     // The operation filter added above lets a pause request through.
     await c.sandboxes.pause(s.id);
     const op = await rcv.waitFor((x) => {
