@@ -3,7 +3,14 @@
  * (sandboxes, files, snapshots, events, webhooks, tenancy, operators), each method one route.
  */
 import { DifferentlyError, InvalidArgumentError, NotFoundError, WaitError } from "./errors.js";
-import { EventStream, type EventMessage, type EventsOptions, type PublicEventMessage, type PublicEventsOptions } from "./events.js";
+import {
+  EventStream,
+  type EventMessage,
+  type EventsOptions,
+  type PublicEventMessage,
+  type PublicEventsOptions,
+  type StatusEventsOptions,
+} from "./events.js";
 import { execBody, ExecStream, type ExecOptions, type ExecStreamOptions } from "./exec.js";
 import { Transport, type CallOptions, type ClientOptions, type QueryValue } from "./http.js";
 import { OpenFailed, openSocket, Pty, ptyQuery, type PtyOptions } from "./pty.js";
@@ -428,8 +435,10 @@ export class Events {
    * yields PublicEvents (narrow with `types`); the default yields StatusEvents.
    */
   stream(opts: PublicEventsOptions): EventStream<PublicEventMessage>;
-  stream(opts?: EventsOptions & { format?: "status" }): EventStream<EventMessage>;
-  stream(opts: EventsOptions = {}): EventStream<EventMessage> | EventStream<PublicEventMessage> {
+  stream(opts?: StatusEventsOptions): EventStream<EventMessage>;
+  /** A format only known at run time: messages of either kind. */
+  stream(opts: EventsOptions & { format: "status" | "public" }): EventStream<EventMessage | PublicEventMessage>;
+  stream(opts: EventsOptions = {}): EventStream<EventMessage> | EventStream<PublicEventMessage> | EventStream<EventMessage | PublicEventMessage> {
     return opts.format === "public" ? new EventStream<PublicEventMessage>(this.#t, opts) : new EventStream<EventMessage>(this.#t, opts);
   }
 

@@ -33,6 +33,8 @@ export interface EventsOptions {
 
 /** `events.stream({format: "public", …})`: the options with the format fixed. */
 export type PublicEventsOptions = Omit<EventsOptions, "format"> & { format: "public" };
+/** `events.stream({…})` in the status format, which takes no `types` (the compiler says so). */
+export type StatusEventsOptions = Omit<EventsOptions, "format" | "types"> & { format?: "status"; types?: never };
 
 export interface EventMessage {
   /** The stream sequence (`id:`), to resume after. */

@@ -5,7 +5,7 @@
 export * from "./client.js";
 export * from "./errors.js";
 export * from "./models.js";
-export { EventStream, type EventMessage, type EventsOptions, type PublicEventMessage, type PublicEventsOptions } from "./events.js";
+export { EventStream, type EventMessage, type EventsOptions, type PublicEventMessage, type PublicEventsOptions, type StatusEventsOptions } from "./events.js";
 export {
   ExecStream,
   OutputChunk,
