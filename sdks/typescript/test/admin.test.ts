@@ -64,7 +64,7 @@ describe("admin summaries", () => {
       conforms(doc, "MetricsSummary", m1);
       assert.ok(sum(m1.admissions) >= sum(m0.admissions) + 2, `two admissions counted: ${JSON.stringify([m0.admissions, m1.admissions])}`);
       assert.ok(sum(m1.activations) >= sum(m0.activations) + 1, `one activation counted: ${JSON.stringify([m0.activations, m1.activations])}`);
-      assert.equal(m1.activations[first.pool!] !== undefined, true, `activations by pool: ${JSON.stringify(m1.activations)}`);
+      assert.ok((m1.activations[first.pool!] ?? 0) >= 1, `activations by pool: ${JSON.stringify(m1.activations)}`);
       assert.equal(m1.queueDepth[org.id], 1, `queue depth by org: ${JSON.stringify(m1.queueDepth)}`);
     } finally {
       await c.quotas.putOrg(org.id, { maxActive: null });
