@@ -1,9 +1,16 @@
 /**
  * `Differently`: the client. One Transport, and one small resource object per area of the API
- * (sandboxes, files, snapshots, events, tenancy, operators), each method one route.
+ * (sandboxes, files, snapshots, events, webhooks, tenancy, operators), each method one route.
  */
 import { DifferentlyError, InvalidArgumentError, NotFoundError, WaitError } from "./errors.js";
-import { EventStream, type EventsOptions } from "./events.js";
+import {
+  EventStream,
+  type EventMessage,
+  type EventsOptions,
+  type PublicEventMessage,
+  type PublicEventsOptions,
+  type StatusEventsOptions,
+} from "./events.js";
 import { execBody, ExecStream, type ExecOptions, type ExecStreamOptions } from "./exec.js";
 import { Transport, type CallOptions, type ClientOptions, type QueryValue } from "./http.js";
 import { OpenFailed, openSocket, Pty, ptyQuery, type PtyOptions } from "./pty.js";
@@ -17,7 +24,11 @@ import {
   type CreateOrgRequest,
   type CreateProjectRequest,
   type CreateSandboxRequest,
+  type CreateWebhookRequest,
   type DryRun,
+  type EventCredentials,
+  type EventCredentialsRequest,
+  type EventSchemaList,
   type ExecResult,
   type FileEntry,
   type FileList,
@@ -25,6 +36,7 @@ import {
   type Key,
   type ListAuditParams,
   type ListSandboxesParams,
+  type MetricsSummary,
   type Org,
   type Page,
   type PendingOperation,
@@ -35,6 +47,8 @@ import {
   type PoolRequest,
   type PortAnswer,
   type Project,
+  type PublicEventType,
+  type QueueReport,
   type Quota,
   type QuotaView,
   type Sandbox,
@@ -46,7 +60,11 @@ import {
   type UpdateOrgRequest,
   type UpdateProjectRequest,
   type UpdateSandboxRequest,
+  type UpdateWebhookRequest,
   type Verification,
+  type Webhook,
+  type WebhookDelivery,
+  type WebhookWithSecret,
 } from "./models.js";
 
 export interface PageParams {
@@ -412,9 +430,111 @@ export class Events {
   constructor(t: Transport) {
     this.#t = t;
   }
-  /** Status events; reconnects and resumes with `Last-Event-ID` on its own. */
-  stream(opts: EventsOptions = {}): EventStream {
-    return new EventStream(this.#t, opts);
+  /**
+   * Events as SSE; reconnects and resumes with `Last-Event-ID` on its own. `format: "public"`
+   * yields PublicEvents (narrow with `types`); the default yields StatusEvents.
+   */
+  stream(opts: PublicEventsOptions): EventStream<PublicEventMessage>;
+  stream(opts?: StatusEventsOptions): EventStream<EventMessage>;
+  /** A format only known at run time: messages of either kind. */
+  stream(opts: EventsOptions & { format: "status" | "public" }): EventStream<EventMessage | PublicEventMessage>;
+  stream(opts: EventsOptions = {}): EventStream<EventMessage> | EventStream<PublicEventMessage> | EventStream<EventMessage | PublicEventMessage> {
+    return opts.format === "public" ? new EventStream<PublicEventMessage>(this.#t, opts) : new EventStream<EventMessage>(this.#t, opts);
+  }
+
+  /** The JSON Schema (draft 2020-12) of the envelope and of every public event type. */
+  listSchemas(opts: CallOptions = {}): Promise<EventSchemaList> {
+    return this.#t.json({ op: "listEventSchemas", ...opts });
+  }
+
+  /** One type's JSON Schema; NotFoundError/InvalidArgumentError for a type the server does not know. */
+  getSchema(type: PublicEventType | (string & {}), opts: CallOptions = {}): Promise<Record<string, unknown>> {
+    return this.#t.json({ op: "getEventSchema", params: { type }, ...opts });
+  }
+
+  /**
+   * NATS credentials for the org's public subjects (201; `token` shown once). Needs a NATS
+   * server with Differently's auth callout: otherwise, and always under `differently dev`,
+   * UnsupportedOperationError (501 `unsupported_operation`); read `stream()` instead.
+   * Never retried (each call makes a credential).
+   */
+  createCredentials(req: EventCredentialsRequest = {}, opts: CallOptions = {}): Promise<EventCredentials> {
+    return this.#t.json({ op: "createEventCredentials", json: req, ...opts });
+  }
+
+  /** Revokes a credential (204): new connections are refused at once. 501 as `createCredentials`. */
+  async revokeCredentials(id: string, opts: CallOptions = {}): Promise<void> {
+    await this.#t.request({ op: "revokeEventCredentials", params: { id }, ...opts });
+  }
+}
+
+/** `GET /v1/webhooks` filters. */
+export interface ListWebhooksParams extends PageParams {
+  projectId?: string;
+}
+
+/**
+ * A project's webhooks: signed POSTs of its public events (`docs/webhooks.md`). The signing
+ * secret is in the answer of `create` and `rotateSecret` only; keep it there.
+ */
+export class Webhooks {
+  #t: Transport;
+  /** @internal */
+  constructor(t: Transport) {
+    this.#t = t;
+  }
+
+  /**
+   * 201 with `secret` (`whsec_<base64>`), shown only this once. ValidationError (422) naming
+   * `url` for a URL the operator's rules refuse, `eventTypes` for a filter matching no type;
+   * ConflictError (409) when the server has no secrets key. Never retried (a replay is a 409).
+   */
+  create(req: CreateWebhookRequest, opts: CallOptions = {}): Promise<WebhookWithSecret> {
+    return this.#t.json({ op: "createWebhook", json: req, ...opts });
+  }
+
+  get(id: string, opts: CallOptions = {}): Promise<Webhook> {
+    return this.#t.json({ op: "getWebhook", params: { id }, ...opts });
+  }
+
+  list(params: ListWebhooksParams = {}, opts: CallOptions = {}): Promise<Page<Webhook>> {
+    return this.#t.json({ op: "listWebhooks", query: { projectId: params.projectId, ...pageQuery(params) }, ...opts });
+  }
+
+  iterate(params: ListWebhooksParams = {}, opts: CallOptions = {}): AsyncGenerator<Webhook> {
+    return paginate((cursor) => this.list({ ...params, cursor }, opts), params.cursor);
+  }
+
+  /** Change `url`, `eventTypes`, `description`; `enabled: true` re-enables a disabled one. */
+  update(id: string, patch: UpdateWebhookRequest, opts: CallOptions = {}): Promise<Webhook> {
+    return this.#t.json({ op: "updateWebhook", params: { id }, json: patch, ...opts });
+  }
+
+  /** Deletes the webhook with its delivery log (204). */
+  async delete(id: string, opts: CallOptions = {}): Promise<void> {
+    await this.#t.request({ op: "deleteWebhook", params: { id }, ...opts });
+  }
+
+  /**
+   * A new signing secret (shown once). The replaced one keeps signing next to it until
+   * `previousSecretExpiresAt`, so receivers can switch without missing a delivery.
+   */
+  rotateSecret(id: string, opts: CallOptions = {}): Promise<WebhookWithSecret> {
+    return this.#t.json({ op: "rotateWebhookSecret", params: { id }, ...opts });
+  }
+
+  /** The delivery log, newest first, one page. */
+  deliveries(id: string, params: PageParams = {}, opts: CallOptions = {}): Promise<Page<WebhookDelivery>> {
+    return this.#t.json({ op: "listWebhookDeliveries", params: { id }, query: pageQuery(params), ...opts });
+  }
+
+  iterateDeliveries(id: string, params: PageParams = {}, opts: CallOptions = {}): AsyncGenerator<WebhookDelivery> {
+    return paginate((cursor) => this.deliveries(id, { ...params, cursor }, opts), params.cursor);
+  }
+
+  /** 202: the delivery, pending and due now; it is sent with the same `webhook-id`. */
+  redeliver(id: string, deliveryId: string, opts: CallOptions = {}): Promise<WebhookDelivery> {
+    return this.#t.json({ op: "redeliverWebhook", params: { id, deliveryId }, ...opts });
   }
 }
 
@@ -642,6 +762,14 @@ export class Admin {
   trustReport(opts: CallOptions = {}): Promise<TrustReport> {
     return this.#t.json({ op: "trustReport", ...opts });
   }
+  /** This API process's admission, activation and queue-depth counters as JSON. */
+  metricsSummary(opts: CallOptions = {}): Promise<MetricsSummary> {
+    return this.#t.json({ op: "metricsSummary", ...opts });
+  }
+  /** The fair queue per organization (deepest first), with what each waits behind. */
+  queue(opts: CallOptions = {}): Promise<QueueReport> {
+    return this.#t.json({ op: "adminQueue", ...opts });
+  }
 }
 
 export interface EnvLike {
@@ -665,6 +793,7 @@ export class Differently {
   readonly secrets: Secrets;
   readonly audit: Audit;
   readonly admin: Admin;
+  readonly webhooks: Webhooks;
 
   constructor(opts: ClientOptions) {
     this.#t = new Transport(opts);
@@ -682,6 +811,7 @@ export class Differently {
     this.secrets = new Secrets(this.#t);
     this.audit = new Audit(this.#t);
     this.admin = new Admin(this.#t);
+    this.webhooks = new Webhooks(this.#t);
   }
 
   /**

@@ -1,14 +1,23 @@
 /**
- * `GET /v1/events` (SSE `event: status`, `id:` the stream sequence) as an async iterator that
- * reconnects on its own after a lost connection and resumes with `Last-Event-ID`, so no event
- * is missed or repeated while the server still holds it (24 h).
+ * `GET /v1/events` (SSE, `id:` the stream sequence) as an async iterator that reconnects on its
+ * own after a lost connection and resumes with `Last-Event-ID`, so no event is missed or
+ * repeated while the server still holds it (24 h). Two formats read the same stream: `status`
+ * (the default, `event: status` with the flat StatusEvent) and `public` (`event:` the type,
+ * `data:` the versioned PublicEvent of docs/events.md); their ids are the same sequences.
  */
 import { ApiError, ConnectionError, DifferentlyError } from "./errors.js";
 import type { Transport } from "./http.js";
-import type { StatusEvent } from "./models.js";
+import type { PublicEvent, StatusEvent } from "./models.js";
 import { parseSse } from "./sse.js";
 
 export interface EventsOptions {
+  /** `status` (default; status changes only, the body SDKs read before public events) or `public`. */
+  format?: "status" | "public";
+  /**
+   * With `format: "public"` only: exact types or prefixes ending in `.*`
+   * (`["sandbox.exec.*", "snapshot.*"]`); a name that matches no type is a 400 naming `types`.
+   */
+  types?: readonly string[];
   projectId?: string;
   sandboxId?: string;
   /** Resume after this sequence (what `lastEventId` held). Without it, only new events. */
@@ -22,16 +31,29 @@ export interface EventsOptions {
   signal?: AbortSignal;
 }
 
+/** `events.stream({format: "public", …})`: the options with the format fixed. */
+export type PublicEventsOptions = Omit<EventsOptions, "format"> & { format: "public" };
+/** `events.stream({…})` in the status format, which takes no `types` (the compiler says so). */
+export type StatusEventsOptions = Omit<EventsOptions, "format" | "types"> & { format?: "status"; types?: never };
+
 export interface EventMessage {
   /** The stream sequence (`id:`), to resume after. */
   id: number;
-  /** `status` (the only kind served today). */
+  /** `status` (the only kind the `status` format serves). */
   type: string;
   data: StatusEvent;
 }
 
+/** A message of the `public` format: `type` is the event's type, `data` the whole envelope. */
+export interface PublicEventMessage {
+  /** The stream sequence (`id:`), to resume after; not the event's own `data.id`. */
+  id: number;
+  type: string;
+  data: PublicEvent;
+}
+
 /** An events subscription; iterate it once. `lastEventId` is where a new one would resume. */
-export class EventStream implements AsyncIterable<EventMessage> {
+export class EventStream<M extends EventMessage | PublicEventMessage = EventMessage> implements AsyncIterable<M> {
   #transport: Transport;
   #opts: EventsOptions;
   #abort = new AbortController();
@@ -43,6 +65,12 @@ export class EventStream implements AsyncIterable<EventMessage> {
 
   /** @internal */
   constructor(transport: Transport, opts: EventsOptions) {
+    if (opts.types !== undefined && opts.format !== "public") {
+      throw new TypeError('events: `types` filters the public format only; pass format: "public"');
+    }
+    if (opts.types !== undefined && (opts.types.length === 0 || opts.types.some((t) => !t || t.includes(",")))) {
+      throw new TypeError("events: `types` needs at least one type, each non-empty and without a comma");
+    }
     this.#transport = transport;
     this.#opts = opts;
     this.lastEventId = opts.after === undefined ? undefined : String(opts.after);
@@ -58,13 +86,13 @@ export class EventStream implements AsyncIterable<EventMessage> {
     this.#abort.abort(new DifferentlyError("event stream closed"));
   }
 
-  [Symbol.asyncIterator](): AsyncIterator<EventMessage> {
+  [Symbol.asyncIterator](): AsyncIterator<M> {
     if (this.#used) throw new DifferentlyError("an EventStream can be iterated only once");
     this.#used = true;
     return this.#run();
   }
 
-  async *#run(): AsyncGenerator<EventMessage> {
+  async *#run(): AsyncGenerator<M> {
     const reconnect = this.#opts.reconnect ?? true;
     const maxFails = this.#opts.maxReconnectAttempts ?? 8;
     let delay = this.#opts.reconnectDelayMs ?? 250;
@@ -91,7 +119,12 @@ export class EventStream implements AsyncIterable<EventMessage> {
           if (this.lastEventId !== undefined) headers["last-event-id"] = this.lastEventId;
           const a = await this.#transport.request({
             op: "events",
-            query: { projectId: this.#opts.projectId, sandboxId: this.#opts.sandboxId },
+            query: {
+              projectId: this.#opts.projectId,
+              sandboxId: this.#opts.sandboxId,
+              format: this.#opts.format,
+              types: this.#opts.types?.join(","),
+            },
             headers,
             stream: true,
             signal,
@@ -112,7 +145,7 @@ export class EventStream implements AsyncIterable<EventMessage> {
             if (m.retry !== undefined) serverRetry = m.retry;
             this.lastEventId = state.id;
             const id = Number(m.id);
-            yield { id, type: m.event, data: JSON.parse(m.data) as StatusEvent };
+            yield { id, type: m.event, data: JSON.parse(m.data) } as M;
           }
         } catch (err) {
           if (signal.aborted) return;

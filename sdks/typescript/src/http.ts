@@ -10,7 +10,7 @@ import {
   TimeoutError,
 } from "./errors.js";
 import type { WebSocketConstructor, WebSocketLike } from "./pty.js";
-import { fillPath, IDEMPOTENT_CREATES, ROUTES, type OperationId } from "./routes.js";
+import { fillPath, IDEMPOTENT_CREATES, ROUTES, SHOWS_SECRET_ONCE, type OperationId } from "./routes.js";
 
 export type QueryValue = string | number | boolean | undefined | null | readonly string[];
 
@@ -288,7 +288,7 @@ export class Transport {
     const creates = method === "POST" && IDEMPOTENT_CREATES.has(spec.op);
     if (creates) headers["idempotency-key"] = spec.idempotencyKey ?? newIdempotencyKey();
     const safe =
-      (method === "GET" || method === "PUT" || method === "DELETE" || (creates && spec.op !== "createKey")) &&
+      (method === "GET" || method === "PUT" || method === "DELETE" || (creates && !SHOWS_SECRET_ONCE.has(spec.op))) &&
       isReplayable(body);
     const maxRetries = safe ? this.#maxRetries : 0;
     const timeoutMs = spec.timeoutMs ?? this.#timeoutMs;

@@ -5,7 +5,7 @@
 export * from "./client.js";
 export * from "./errors.js";
 export * from "./models.js";
-export { EventStream, type EventMessage, type EventsOptions } from "./events.js";
+export { EventStream, type EventMessage, type EventsOptions, type PublicEventMessage, type PublicEventsOptions, type StatusEventsOptions } from "./events.js";
 export {
   ExecStream,
   OutputChunk,
@@ -18,7 +18,14 @@ export {
 } from "./exec.js";
 export { Pty, type PtyOptions, type PtySignal, type WebSocketConstructor, type WebSocketLike } from "./pty.js";
 export { Transport, type CallOptions, type ClientOptions } from "./http.js";
-export { MODELS, QUERY_PARAMS, type ModelSpec } from "./manifest.js";
+export { EVENT_DATA, MODELS, QUERY_PARAMS, type ModelSpec } from "./manifest.js";
 export { ROUTES, type OperationId } from "./routes.js";
 export { parseSse, type SseMessage } from "./sse.js";
 export { parseFrames, type Frame } from "./frames.js";
+export {
+  signWebhook,
+  verifyWebhook,
+  WebhookVerificationError,
+  type VerifyWebhookOptions,
+  type WebhookHeaders,
+} from "./webhook-signature.js";

@@ -12,14 +12,18 @@ import {
   CAPABILITIES,
   CREDENTIAL_KINDS,
   DECISIONS,
+  DELIVERY_STATUSES,
+  EVENT_CAUSES,
   CLASSIFICATIONS,
   EXTERNAL_MODES,
   ORG_STATUSES,
   PROFILES,
+  PUBLIC_EVENT_TYPES,
   SANDBOX_STATUSES,
   SCOPES,
   SNAPSHOT_STATUSES,
   STRATEGIES,
+  type PublicEventType,
 } from "./models.js";
 
 type Base<T> = [T] extends [string]
@@ -303,6 +307,89 @@ export const MODELS: Record<string, ModelSpec> = {
       orgId: "string", orgName: "string?", pool: "string", sandboxes: "integer", firstAt: "string", lastAt: "string", policy: "object?",
     }),
   },
+  MetricsSummary: {
+    schema: "MetricsSummary",
+    fields: fields<M.MetricsSummary>()({
+      generatedAt: "string", enabled: "boolean", admissions: "object", activations: "object", queueDepth: "object",
+    }),
+  },
+  QueueReport: {
+    schema: "QueueReport",
+    fields: fields<M.QueueReport>()({ generatedAt: "string", total: "integer", truncated: "boolean", orgs: "array" }),
+  },
+  QueueOrg: {
+    schema: "QueueReport",
+    at: "orgs.items",
+    fields: fields<M.QueueOrg>()({
+      orgId: "string", orgName: "string?", depth: "integer", oldestQueuedAt: "string", oldestSandboxId: "string",
+      walls: "object", reasons: "array",
+    }),
+  },
+  QueueReason: {
+    schema: "QueueReport",
+    at: "orgs.items.reasons.items",
+    fields: fields<M.QueueReason>()({ reason: "string", count: "integer" }),
+  },
+  PublicEvent: {
+    schema: "PublicEvent",
+    fields: fields<M.PublicEvent>()({
+      version: "integer", id: "string", type: "string", time: "string", orgId: "string", projectId: "string",
+      sandboxId: "string?", cause: "string", actor: "object?", data: "object",
+    }),
+    enums: { type: PUBLIC_EVENT_TYPES, cause: EVENT_CAUSES },
+  },
+  EventSchemaList: {
+    schema: "EventSchemaList",
+    fields: fields<M.EventSchemaList>()({ version: "integer", envelope: "object", items: "array" }),
+  },
+  EventCredentialsRequest: {
+    schema: "EventCredentialsRequest",
+    request: true,
+    fields: fields<M.EventCredentialsRequest>()({ ttlSeconds: "integer?", projectId: "string?" }),
+  },
+  EventCredentials: {
+    schema: "EventCredentials",
+    fields: fields<M.EventCredentials>()({
+      id: "string", token: "string", expiresAt: "string", orgId: "string", projectId: "string?", subscribe: "string",
+      inboxPrefix: "string", stream: "string", consumerCreate: "string",
+    }),
+  },
+  Webhook: {
+    schema: "Webhook",
+    fields: fields<M.Webhook>()({
+      id: "string", orgId: "string", projectId: "string", url: "string", eventTypes: "array", description: "string?",
+      enabled: "boolean", disabledReason: "string?", consecutiveFailures: "integer", failingSince: "string?",
+      previousSecretExpiresAt: "string?", createdAt: "string", updatedAt: "string",
+    }),
+  },
+  WebhookWithSecret: {
+    schema: "WebhookWithSecret",
+    fields: fields<M.WebhookWithSecret>()({
+      id: "string", orgId: "string", projectId: "string", url: "string", eventTypes: "array", description: "string?",
+      enabled: "boolean", disabledReason: "string?", consecutiveFailures: "integer", failingSince: "string?",
+      previousSecretExpiresAt: "string?", createdAt: "string", updatedAt: "string",
+      secret: "string",
+    }),
+  },
+  CreateWebhookRequest: {
+    schema: "CreateWebhookRequest",
+    request: true,
+    fields: fields<M.CreateWebhookRequest>()({ projectId: "string?", url: "string", eventTypes: "array", description: "string?" }),
+  },
+  UpdateWebhookRequest: {
+    schema: "UpdateWebhookRequest",
+    request: true,
+    fields: fields<M.UpdateWebhookRequest>()({ url: "string", eventTypes: "array", description: "string?", enabled: "boolean" }),
+  },
+  WebhookDelivery: {
+    schema: "WebhookDelivery",
+    fields: fields<M.WebhookDelivery>()({
+      id: "string", webhookId: "string", eventId: "string", eventType: "string", status: "string", attempts: "integer",
+      nextAttemptAt: "string?", responseCode: "integer?", latencyMs: "integer?", lastError: "string?",
+      responseBody: "string?", createdAt: "string", updatedAt: "string", deliveredAt: "string?",
+    }),
+    enums: { status: DELIVERY_STATUSES },
+  },
 };
 
 /** Query parameters the SDK sends, per operation (checked against the operation's parameters). */
@@ -316,9 +403,39 @@ export const QUERY_PARAMS: Record<string, readonly string[]> = {
   listProjects: ["orgId", "limit", "cursor"],
   listKeys: ["orgId", "limit", "cursor"],
   listAudit: ["orgId", "projectId", "action", "actor", "resource", "since", "until", "limit", "cursor"],
-  events: ["projectId", "sandboxId"],
+  events: ["projectId", "sandboxId", "format", "types"],
+  listWebhooks: ["projectId", "limit", "cursor"],
+  listWebhookDeliveries: ["limit", "cursor"],
   uploadFile: ["path", "mode"],
   downloadFile: ["path"],
   deleteFile: ["path"],
   listFiles: ["path", "depth"],
 };
+
+/**
+ * The `data` fields of each public event type, held to the TypeScript types by the compiler and
+ * to `GET /v1/events/schemas` by the events test (the schemas are served there, not as
+ * components of the OpenAPI document).
+ */
+export const EVENT_DATA: Record<PublicEventType, Record<string, string>> = (() => {
+  const operation = fields<M.SandboxOperationData>()({ operationId: "string", operation: "string", error: "object?" });
+  const snapshot = fields<M.SnapshotEventData>()({ snapshotId: "string", sizeBytes: "integer?", error: "object?" });
+  return {
+    "sandbox.status.changed": fields<M.SandboxStatusChangedData>()({
+      status: "string", statusReason: "string?", statusVersion: "integer", pool: "string?",
+    }),
+    "sandbox.operation.requested": operation,
+    "sandbox.operation.finished": operation,
+    "sandbox.operation.failed": operation,
+    "sandbox.exec.started": fields<M.SandboxExecStartedData>()({ execId: "string", program: "string" }),
+    "sandbox.exec.finished": fields<M.SandboxExecFinishedData>()({
+      execId: "string", program: "string", exitCode: "integer?", durationMs: "integer", timedOut: "boolean",
+    }),
+    "sandbox.file.written": fields<M.SandboxFileWrittenData>()({ path: "string", sizeBytes: "integer" }),
+    "snapshot.created": snapshot,
+    "snapshot.failed": snapshot,
+    "snapshot.deleted": snapshot,
+    "placement.decided": fields<M.PlacementDecidedData>()({ pool: "string", region: "string?", attempt: "integer" }),
+    "webhook.disabled": fields<M.WebhookDisabledData>()({ webhookId: "string", reason: "string" }),
+  };
+})();

@@ -572,3 +572,269 @@ export interface TrustReport {
 export interface Health {
   status: string;
 }
+
+/** `GET /v1/admin/metrics/summary`: this API process's counters, for the dashboard's charts. */
+export interface MetricsSummary {
+  generatedAt: string;
+  /** `false` (and empty maps) when the process keeps no metrics. */
+  enabled: boolean;
+  /** `differently_admissions_total` by outcome (`admitted`, …). */
+  admissions: Record<string, number>;
+  /** `differently_activations_total` by pool. */
+  activations: Record<string, number>;
+  /** `differently_queue_depth` by org (`other` for the rest). */
+  queueDepth: Record<string, number>;
+}
+
+export const QUEUE_WALLS = ["org", "project", "pool", "unknown"] as const;
+/** What a queued sandbox waits behind; `unknown` past the first 500 rows read. */
+export type QueueWall = (typeof QUEUE_WALLS)[number];
+
+/** One waiting reason and how many queued sandboxes give it. */
+export interface QueueReason {
+  reason: string;
+  count: number;
+}
+
+/** One organization's part of the fair queue. */
+export interface QueueOrg {
+  orgId: string;
+  orgName: string | null;
+  depth: number;
+  oldestQueuedAt: string;
+  oldestSandboxId: string;
+  walls: Partial<Record<QueueWall, number>>;
+  reasons: QueueReason[];
+}
+
+/** `GET /v1/admin/queue`: the fair queue per organization, deepest first. */
+export interface QueueReport {
+  generatedAt: string;
+  total: number;
+  /** More queued rows than the report reads (10 000). */
+  truncated: boolean;
+  orgs: QueueOrg[];
+}
+
+export const PUBLIC_EVENT_TYPES = [
+  "sandbox.status.changed",
+  "sandbox.operation.requested",
+  "sandbox.operation.finished",
+  "sandbox.operation.failed",
+  "sandbox.exec.started",
+  "sandbox.exec.finished",
+  "sandbox.file.written",
+  "snapshot.created",
+  "snapshot.failed",
+  "snapshot.deleted",
+  "placement.decided",
+  "webhook.disabled",
+] as const;
+export type PublicEventType = (typeof PUBLIC_EVENT_TYPES)[number];
+
+export const EVENT_CAUSES = ["user", "ttl", "idle", "reconciler", "quota", "admin", "backend"] as const;
+/** Who decided a change (docs/events.md). */
+export type EventCause = (typeof EVENT_CAUSES)[number];
+
+/** `{code, message}` of a failed operation or snapshot. */
+export interface EventError {
+  code: string;
+  message: string;
+}
+
+export interface SandboxStatusChangedData {
+  status: SandboxStatus;
+  statusReason: string | null;
+  /** Apply a change only when this is above the last one applied for the sandbox. */
+  statusVersion: number;
+  pool: string | null;
+}
+
+export interface SandboxOperationData {
+  operationId: string;
+  /** `pause`, `resume`, `snapshot`, … */
+  operation: string;
+  /** Set on `sandbox.operation.failed`. */
+  error: EventError | null;
+}
+
+export interface SandboxExecStartedData {
+  execId: string;
+  /** The program's name only: never arguments, env values or stdin. */
+  program: string;
+}
+
+export interface SandboxExecFinishedData {
+  execId: string;
+  program: string;
+  /** `null` when killed or timed out. */
+  exitCode: number | null;
+  durationMs: number;
+  timedOut?: boolean;
+}
+
+export interface SandboxFileWrittenData {
+  path: string;
+  sizeBytes: number;
+}
+
+export interface SnapshotEventData {
+  snapshotId: string;
+  sizeBytes: number | null;
+  error: EventError | null;
+}
+
+export interface PlacementDecidedData {
+  pool: string;
+  region: string | null;
+  attempt: number;
+}
+
+export interface WebhookDisabledData {
+  webhookId: string;
+  reason: string;
+}
+
+/** The `data` of each public event type. */
+export interface PublicEventData {
+  "sandbox.status.changed": SandboxStatusChangedData;
+  "sandbox.operation.requested": SandboxOperationData;
+  "sandbox.operation.finished": SandboxOperationData;
+  "sandbox.operation.failed": SandboxOperationData;
+  "sandbox.exec.started": SandboxExecStartedData;
+  "sandbox.exec.finished": SandboxExecFinishedData;
+  "sandbox.file.written": SandboxFileWrittenData;
+  "snapshot.created": SnapshotEventData;
+  "snapshot.failed": SnapshotEventData;
+  "snapshot.deleted": SnapshotEventData;
+  "placement.decided": PlacementDecidedData;
+  "webhook.disabled": WebhookDisabledData;
+}
+
+/** One public event of type `T`: the versioned envelope of docs/events.md. */
+export interface PublicEventOf<T extends PublicEventType> {
+  /** The envelope's major version; the SDK knows 1. */
+  version: 1;
+  /** Stable: the same change always has the same id (de-duplicate on it). Opaque. */
+  id: string;
+  type: T;
+  /** When the change was committed. */
+  time: string;
+  orgId: string;
+  projectId: string;
+  /** `null` only for project-level events (`webhook.disabled`). */
+  sandboxId: string | null;
+  cause: EventCause;
+  /** The key's public id for `cause: "user"` (never the key); `null` otherwise. */
+  actor: { keyId: string } | null;
+  data: PublicEventData[T];
+}
+
+/**
+ * A public event, narrowed by `type` (`if (e.type === "sandbox.exec.finished") e.data.exitCode`).
+ * A newer server may send types this SDK does not know yet (the contract adds types without a
+ * new version): such an event arrives as it is, so give a `switch` a `default`.
+ */
+export type PublicEvent = { [T in PublicEventType]: PublicEventOf<T> }[PublicEventType];
+
+/** Whether `type` is one this SDK version has a typed `data` for. */
+export function isKnownEventType(type: string): type is PublicEventType {
+  return (PUBLIC_EVENT_TYPES as readonly string[]).includes(type);
+}
+
+/** `GET /v1/events/schemas`: the JSON Schema (draft 2020-12) of the envelope and of each type. */
+export interface EventSchemaList {
+  version: number;
+  envelope: Record<string, unknown>;
+  items: { type: string; schema: Record<string, unknown> }[];
+}
+
+/** `POST /v1/events/credentials` (not under `differently dev`: 501). */
+export interface EventCredentialsRequest {
+  /** 60 … 86400; default 3600. */
+  ttlSeconds?: number | null;
+  /** Narrow to one project's subjects (a project-bound key always is). */
+  projectId?: string | null;
+}
+
+/** NATS credentials for the org's (or project's) public subjects; `token` is shown once. */
+export interface EventCredentials {
+  id: string;
+  /** The NATS token (a secret: shown this once, never logged by the SDK). */
+  token: string;
+  expiresAt: string;
+  orgId: string;
+  projectId: string | null;
+  /** The subject filter the credential may subscribe to. */
+  subscribe: string;
+  /** Connect with this inbox prefix (the credential may use no other). */
+  inboxPrefix: string;
+  stream: string;
+  /** The JetStream API subject pattern for creating a named consumer. */
+  consumerCreate: string;
+}
+
+/** A project's webhook (`docs/webhooks.md`); the secret is never part of it. */
+export interface Webhook {
+  id: string;
+  orgId: string;
+  projectId: string;
+  url: string;
+  /** Exact types, prefixes (`sandbox.exec.*`) or `*`; empty: every type. */
+  eventTypes: string[];
+  description: string | null;
+  enabled: boolean;
+  /** Why it was disabled automatically (after failing long enough). */
+  disabledReason: string | null;
+  consecutiveFailures: number;
+  failingSince: string | null;
+  /** Until when the secret replaced by the last rotation still signs next to the new one. */
+  previousSecretExpiresAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** The answer to create and rotate-secret: the only time `secret` (`whsec_<base64>`) is shown. */
+export interface WebhookWithSecret extends Webhook {
+  secret: string;
+}
+
+export interface CreateWebhookRequest {
+  /** Defaults to the key's project. */
+  projectId?: string | null;
+  /** `https://…` (`http` and private addresses only where the operator allows them). */
+  url: string;
+  eventTypes?: string[];
+  description?: string | null;
+}
+
+/** `PATCH /v1/webhooks/{id}`; `enabled: true` re-enables and forgets the failure run. */
+export interface UpdateWebhookRequest {
+  url?: string;
+  eventTypes?: string[];
+  description?: string | null;
+  enabled?: boolean;
+}
+
+export const DELIVERY_STATUSES = ["pending", "succeeded", "failed"] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+
+/** One event's delivery to one webhook, with its last attempt. */
+export interface WebhookDelivery {
+  id: string;
+  webhookId: string;
+  /** The event's `id`, sent as `webhook-id` on every attempt. */
+  eventId: string;
+  eventType: string;
+  status: DeliveryStatus;
+  attempts: number;
+  nextAttemptAt: string | null;
+  responseCode: number | null;
+  latencyMs: number | null;
+  lastError: string | null;
+  /** The first 1 KiB of the receiver's answer. */
+  responseBody: string | null;
+  createdAt: string;
+  updatedAt: string;
+  deliveredAt: string | null;
+}

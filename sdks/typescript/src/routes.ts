@@ -11,6 +11,7 @@ export const ROUTES = {
   exportAudit: { method: "GET", path: "/v1/admin/audit/export" },
   segmentAudit: { method: "POST", path: "/v1/admin/audit/segments" },
   verifyAudit: { method: "GET", path: "/v1/admin/audit/verify" },
+  metricsSummary: { method: "GET", path: "/v1/admin/metrics/summary" },
   getGlobalPolicy: { method: "GET", path: "/v1/admin/policies/global" },
   putGlobalPolicy: { method: "PUT", path: "/v1/admin/policies/global" },
   listPools: { method: "GET", path: "/v1/admin/pools" },
@@ -20,9 +21,14 @@ export const ROUTES = {
   updatePool: { method: "PATCH", path: "/v1/admin/pools/{name}" },
   listSecrets: { method: "GET", path: "/v1/admin/secrets" },
   putSecret: { method: "PUT", path: "/v1/admin/secrets/{name}" },
+  adminQueue: { method: "GET", path: "/v1/admin/queue" },
   trustReport: { method: "GET", path: "/v1/admin/trust-report" },
   listAudit: { method: "GET", path: "/v1/audit" },
   events: { method: "GET", path: "/v1/events" },
+  createEventCredentials: { method: "POST", path: "/v1/events/credentials" },
+  revokeEventCredentials: { method: "DELETE", path: "/v1/events/credentials/{id}" },
+  listEventSchemas: { method: "GET", path: "/v1/events/schemas" },
+  getEventSchema: { method: "GET", path: "/v1/events/schemas/{type}" },
   listKeys: { method: "GET", path: "/v1/keys" },
   createKey: { method: "POST", path: "/v1/keys" },
   revokeKey: { method: "DELETE", path: "/v1/keys/{id}" },
@@ -72,14 +78,21 @@ export const ROUTES = {
   listSnapshots: { method: "GET", path: "/v1/snapshots" },
   deleteSnapshot: { method: "DELETE", path: "/v1/snapshots/{id}" },
   getSnapshot: { method: "GET", path: "/v1/snapshots/{id}" },
+  listWebhooks: { method: "GET", path: "/v1/webhooks" },
+  createWebhook: { method: "POST", path: "/v1/webhooks" },
+  deleteWebhook: { method: "DELETE", path: "/v1/webhooks/{id}" },
+  getWebhook: { method: "GET", path: "/v1/webhooks/{id}" },
+  updateWebhook: { method: "PATCH", path: "/v1/webhooks/{id}" },
+  listWebhookDeliveries: { method: "GET", path: "/v1/webhooks/{id}/deliveries" },
+  redeliverWebhook: { method: "POST", path: "/v1/webhooks/{id}/deliveries/{deliveryId}/redeliver" },
+  rotateWebhookSecret: { method: "POST", path: "/v1/webhooks/{id}/rotate-secret" },
 } as const satisfies Record<string, { method: string; path: string }>;
 
 export type OperationId = keyof typeof ROUTES;
 
 /**
  * Creating POSTs that take an `Idempotency-Key`: the SDK sends a fresh one per call (or the
- * caller's), which makes retrying them safe. `createKey` also gets one but is never retried:
- * the secret is shown once, and a replay answers 409.
+ * caller's), which makes retrying them safe, except for SHOWS_SECRET_ONCE.
  */
 export const IDEMPOTENT_CREATES: ReadonlySet<OperationId> = new Set<OperationId>([
   "createSandbox",
@@ -88,7 +101,15 @@ export const IDEMPOTENT_CREATES: ReadonlySet<OperationId> = new Set<OperationId>
   "createSnapshot",
   "createPool",
   "createKey",
+  "createWebhook",
 ]);
+
+/**
+ * Creates whose answer holds a secret shown only once: they get an `Idempotency-Key` but are
+ * never retried, because a replay answers 409 (naming the id, never the secret), so a retry
+ * after a lost answer would turn a success into an error that hides the secret for good.
+ */
+export const SHOWS_SECRET_ONCE: ReadonlySet<OperationId> = new Set<OperationId>(["createKey", "createWebhook"]);
 
 /** Fills `{id}`/`{name}` in a template, each value percent-encoded. */
 export function fillPath(template: string, params: Record<string, string>): string {

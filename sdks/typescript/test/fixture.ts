@@ -40,7 +40,12 @@ export interface DevServer {
   log(): string;
 }
 
-export async function startDev(): Promise<DevServer> {
+export interface DevOptions {
+  /** Extra environment for the binary (e.g. `DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE`). */
+  env?: Record<string, string>;
+}
+
+export async function startDev(opts: DevOptions = {}): Promise<DevServer> {
   const bin = differentlyBin();
   const dir = mkdtempSync(join(tmpdir(), "differently-sdk-ts-"));
   const child = spawn(bin, ["dev", "--listen", "127.0.0.1:0", "--key-file", join(dir, "key"), "--root", join(dir, "root")], {
@@ -51,6 +56,7 @@ export async function startDev(): Promise<DevServer> {
       RUST_LOG: process.env["RUST_LOG"] ?? "warn",
       NO_COLOR: "1",
       DIFFERENTLY_SECRETS_KEY: randomBytes(32).toString("hex"),
+      ...(opts.env ?? {}),
     },
   });
   let out = "";

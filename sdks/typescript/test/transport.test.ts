@@ -98,6 +98,24 @@ describe("retries", () => {
     }
   });
 
+  it("creates that show a secret once (keys, webhooks) and event credentials are never retried", async () => {
+    const s = await serve((_n, _q, res) => json(res, 503, envelope("provider_unavailable", "db down"), { "retry-after": "0" }));
+    try {
+      const c = new Differently({ baseUrl: s.url, apiKey: KEY });
+      await assert.rejects(c.keys.create({ name: "k", scopes: ["admin"] }), UnavailableError);
+      await assert.rejects(c.webhooks.create({ url: "https://hooks.example.com/x" }), UnavailableError);
+      await assert.rejects(c.events.createCredentials({}), UnavailableError);
+      assert.deepEqual(s.seen.map((x) => `${x.method} ${x.url}`), ["POST /v1/keys", "POST /v1/webhooks", "POST /v1/events/credentials"]);
+      assert.ok(s.seen[0]!.headers["idempotency-key"], "keys still send an Idempotency-Key");
+      assert.ok(s.seen[1]!.headers["idempotency-key"], "webhooks still send an Idempotency-Key");
+      // The webhook list, a GET, is retried as usual.
+      await assert.rejects(c.webhooks.list(), UnavailableError);
+      assert.equal(s.seen.length, 3 + 3, "a GET: the first try and maxRetries (2) more");
+    } finally {
+      await s.close();
+    }
+  });
+
   it("quota_exceeded (429 that waiting cannot fix) is not retried; gives up after maxRetries", async () => {
     const s = await serve((_n, _q, res) => json(res, 429, envelope("quota_exceeded", "over quota")));
     const s2 = await serve((_n, _q, res) => json(res, 429, envelope("rate_limited", "slow"), { "retry-after": "0" }));
