@@ -122,7 +122,15 @@ async fn a_worker_killed_mid_delivery_loses_nothing_and_duplicates_only_the_atte
         let running_seen = seen.bodies.lock().unwrap().iter().any(|(_, b)| {
             serde_json::from_slice::<Value>(b).is_ok_and(|e| e["data"]["status"] == "running")
         });
-        if running_seen && items.iter().all(|d| d["status"] == "succeeded") {
+        // Settled: every delivery of the log succeeded and the receiver saw exactly the log's
+        // events (an event stored after the log was read would otherwise look foreign).
+        let logged: std::collections::HashSet<&str> =
+            items.iter().filter_map(|d| d["eventId"].as_str()).collect();
+        let received: std::collections::HashSet<String> =
+            seen.requests.lock().unwrap().keys().cloned().collect();
+        let same = logged.len() == received.len()
+            && received.iter().all(|id| logged.contains(id.as_str()));
+        if running_seen && same && items.iter().all(|d| d["status"] == "succeeded") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
