@@ -291,6 +291,30 @@ async fn a_small_org_is_not_starved_behind_a_flood() {
                 .filter(|s| s.1 == "running" || s.1 == "provisioning")
                 .count();
             let a_new = a_now.difference(&before).count();
+            if a_new > 0 {
+                // Say how it got there: its explanation and what the logs say of it.
+                for id in a_now.difference(&before) {
+                    let (_, placement) = c
+                        .call(
+                            &a.key,
+                            Method::GET,
+                            &format!("/v1/sandboxes/{id}/placement"),
+                            None,
+                        )
+                        .await;
+                    let logs: Vec<String> = c
+                        .logs()
+                        .lines()
+                        .filter(|l| {
+                            l.contains(id.as_str())
+                                || l.contains("leading")
+                                || l.contains("leadership")
+                        })
+                        .map(str::to_owned)
+                        .collect();
+                    eprintln!("A's {id} took a slot: {placement}\n{}", logs.join("\n"));
+                }
+            }
             if b_now > b_running || a_new > 0 {
                 eprintln!("slot freed: b {b_running} -> {b_now}, a new {a_new}");
                 a_activated_after_b_arrived += a_new;

@@ -95,7 +95,7 @@ pub(super) async fn activate_group(
             }
             Activation::Waiting(waiting, wall) => {
                 let reason = waiting.status_reason.clone();
-                note_wall(q, waiting, &it.pool.name, wall);
+                note_wall(q, generation, waiting, &it.pool.name, wall);
                 if wall == Wall::Pool {
                     try_others.push(i);
                 } else if let Some(r) = ready[i] {
@@ -169,10 +169,13 @@ pub(super) async fn announce_activation(s: &Scheduler, active: &Sandbox) {
 }
 
 /// Records the wall an activation found (others behind it are parked without a
-/// transaction) and the row as it now reads (its waiting reason).
-pub(super) fn note_wall(q: &Shared, waiting: Sandbox, pool: &str, wall: Wall) {
+/// transaction) and the row as it now reads (its waiting reason). A wall found before a
+/// wake-up (`generation` is stale) may have fallen since: it is not kept.
+pub(super) fn note_wall(q: &Shared, generation: u64, waiting: Sandbox, pool: &str, wall: Wall) {
     let mut queue = lock(q);
-    queue.blocked.note(&waiting, pool, wall);
+    if queue.generation == generation {
+        queue.blocked.note(&waiting, pool, wall);
+    }
     queue.rows.insert(waiting.id.clone(), waiting);
 }
 
@@ -275,7 +278,7 @@ pub(super) async fn activate_ranked(
             }
             Activation::Waiting(waiting, wall) => {
                 behind = Some((wall, waiting.status_reason.clone()));
-                note_wall(q, waiting, pool, wall);
+                note_wall(q, generation, waiting, pool, wall);
                 if wall != Wall::Pool {
                     // A tenant quota: no other pool helps.
                     break;

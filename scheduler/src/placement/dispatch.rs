@@ -74,6 +74,13 @@ pub(super) async fn dispatch_loop(s: &Scheduler, q: &Shared, mut stop: watch::Re
                         queue.fair.push(c);
                         stale = true;
                     }
+                    // Capacity was released while it was decided: it is not parked past
+                    // the wake-up (everyone else is back in the queue), it is picked again
+                    // in fair order with fresh counts.
+                    Ok(Outcome::Wait) if queue.generation != seen_generation => {
+                        queue.fair.push(c);
+                        stale = true;
+                    }
                     Ok(Outcome::Wait) => {
                         let until = Instant::now() + s.config.waiting_backoff;
                         queue.parked.insert(c.id.clone(), (until, c));
@@ -153,7 +160,7 @@ pub(super) async fn place_group(
         trace::scope(
             "place",
             p.trace.clone(),
-            decide(s, &p.candidate.id, p.row.clone(), quotas, q),
+            decide(s, &p.candidate.id, p.row.clone(), quotas, q, generation),
         )
     }))
     .await;
@@ -250,6 +257,7 @@ pub(super) async fn decide(
     cached: Option<Sandbox>,
     quotas: &QuotaCache,
     q: &Shared,
+    generation: u64,
 ) -> Result<Decided, StoreError> {
     let row = match cached {
         Some(row) => row,
@@ -303,7 +311,7 @@ pub(super) async fn decide(
         Decision::Waiting { reason } => {
             let next =
                 now + chrono::Duration::from_std(s.config.waiting_backoff).unwrap_or_default();
-            note_capacity_walls(q, &row, &explained.pools);
+            note_capacity_walls(q, generation, &row, &explained.pools);
             if lock(q).needs_explaining(id, &reason) {
                 // The explanation follows the reason (it says waiting, and why), never an
                 // older `placed` from before a requeue.
@@ -333,8 +341,12 @@ pub(super) async fn decide(
 /// re-read every tick, so a candidate decided later in the pass (or in the next one, while
 /// this one is parked) could otherwise see a slot freed since and take it ahead of the fair
 /// order, before the release event wakes everyone.
-fn note_capacity_walls(q: &Shared, row: &Sandbox, pools: &[policy::PoolVerdict]) {
+fn note_capacity_walls(q: &Shared, generation: u64, row: &Sandbox, pools: &[policy::PoolVerdict]) {
     let mut queue = lock(q);
+    if queue.generation != generation {
+        // Decided on counts from before a wake-up: the wall may have fallen since.
+        return;
+    }
     for v in pools
         .iter()
         .filter(|v| v.stage == Some(policy::Stage::Capacity))
