@@ -54,6 +54,32 @@ fn adapter_op_error(e: &AdapterError) -> OpError {
     }
 }
 
+/// Operations being executed by this process, so that duplicate deliveries of one are not
+/// executed side by side (across processes, the record's state and idempotent adapter calls
+/// still settle them).
+static IN_FLIGHT: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<OpId>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// This process's claim on executing one operation, released when dropped.
+struct InFlight(OpId);
+
+impl InFlight {
+    /// The claim, or `None` when another delivery of `id` holds it.
+    fn claim(id: &OpId) -> Option<InFlight> {
+        let mut set = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+        set.insert(id.clone()).then(|| InFlight(id.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.0);
+    }
+}
+
 enum Outcome {
     Done(Value),
     Failed(OpError),
@@ -85,6 +111,12 @@ impl WorkerGroup {
         if record.state != OpState::Pending {
             return Ack::Done; // redelivery of finished work
         }
+        // Another delivery of it runs in this process: let that one settle it. Without this,
+        // duplicates handled at once each called the backend, and a late one could re-apply a
+        // pause after the resume that followed it.
+        let Some(_running) = InFlight::claim(&id) else {
+            return Ack::Retry(Duration::from_millis(200));
+        };
         let outcome = self.execute(row, op, &record, delivered, acker).await;
         let (state, result, error) = match outcome {
             Outcome::Retry(d) => return Ack::Retry(d),

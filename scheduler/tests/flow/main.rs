@@ -547,9 +547,10 @@ async fn finished(
 
 /// A worker executes a pause and a resume as operations: the row moves, the operation is
 /// recorded done, and an operation delivered three times (a lost ack, a repair re-send)
-/// settles once: one `paused` event, one outcome. Deliveries handled at the same time may
-/// each call the backend; the contract makes lifecycle calls idempotent, so the instance
-/// ends paused either way.
+/// settles once: one `paused` event, one outcome. Deliveries of one operation are executed
+/// one at a time in a process (a late duplicate once re-paused the backend after the resume,
+/// and the reconciler then followed it); across processes the contract's idempotent
+/// lifecycle calls and the record's state settle them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_operations_settle_once_however_often_they_are_delivered() {
     let p = plane(
