@@ -25,6 +25,7 @@ pub mod poll;
 pub mod pools;
 pub mod registry;
 pub mod remote;
+pub mod settings;
 pub mod vercel;
 
 pub use contract::*;

@@ -5,31 +5,16 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use differently_core::pool::valid_secret_name;
 use serde::{Deserialize, Deserializer};
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
+use crate::settings::{bad, resolve_api_key, ConfigError};
 
 /// Daytona Cloud's API.
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
 /// Daytona Cloud's toolbox proxy (the in-sandbox API, `{toolboxURL}/{sandboxId}/…`).
 pub const DEFAULT_TOOLBOX_URL: &str = "https://proxy.app.daytona.io/toolbox";
-
-/// Why a pool's settings were refused; `field` is the offending key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
-
-pub(crate) fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        field: field.to_owned(),
-        message: message.into(),
-    })
-}
 
 /// Outbound network of the sandboxes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -159,7 +144,7 @@ impl DaytonaConfig {
             n if n < 60 => return bad("portURLSeconds", "must be at least 60"),
             n => n,
         };
-        let (credential, initial_key) = resolve_key(
+        let (credential, initial_key) = resolve_api_key(
             self.api_key_env.as_deref(),
             self.api_key_file.as_ref(),
             self.api_key_secret.as_deref(),
@@ -214,69 +199,6 @@ pub(crate) fn base_url(
         return bad(field, "must be a plain base URL without query or fragment");
     }
     Ok(url.trim_end_matches('/').to_owned())
-}
-
-/// Checks the one credential reference and, for env and file references, that it resolves
-/// now to a usable key (a typo is refused at registration, naming the key, never its value).
-/// A stored secret may be stored after the pool is registered, so only its name is checked.
-pub(crate) fn resolve_key(
-    env: Option<&str>,
-    file: Option<&PathBuf>,
-    secret: Option<&str>,
-) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
-    let env = env.filter(|e| !e.is_empty());
-    let secret = secret.filter(|s| !s.is_empty());
-    let given = [env.is_some(), file.is_some(), secret.is_some()];
-    if given.iter().filter(|g| **g).count() > 1 {
-        let field = if secret.is_some() {
-            "apiKeySecret"
-        } else {
-            "apiKeyFile"
-        };
-        return bad(
-            field,
-            "give one of apiKeyEnv, apiKeyFile or apiKeySecret, not several",
-        );
-    }
-    let (credential, field, raw) = match (env, file, secret) {
-        (Some(var), _, _) => match std::env::var(var) {
-            Ok(v) => (CredentialRef::Env(var.to_owned()), "apiKeyEnv", v),
-            Err(_) => {
-                return bad(
-                    "apiKeyEnv",
-                    format!("environment variable `{var}` is not set"),
-                )
-            }
-        },
-        (_, Some(path), _) => match std::fs::read_to_string(path) {
-            Ok(v) => (CredentialRef::File(path.clone()), "apiKeyFile", v),
-            Err(e) => {
-                return bad(
-                    "apiKeyFile",
-                    format!("cannot read {}: {}", path.display(), e.kind()),
-                )
-            }
-        },
-        (_, _, Some(name)) => {
-            if !valid_secret_name(name) {
-                return bad(
-                    "apiKeySecret",
-                    "a stored secret's name: 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
-                );
-            }
-            return Ok((CredentialRef::Secret(name.to_owned()), None));
-        }
-        (None, None, None) => {
-            return bad(
-                "apiKeyEnv",
-                "the provider's API key is required, by reference: apiKeyEnv (variable name), apiKeyFile (path) or apiKeySecret (stored secret name)",
-            )
-        }
-    };
-    match Secret::parse(raw.trim()) {
-        Ok(key) => Ok((credential, Some(key))),
-        Err(why) => bad(field, format!("the referenced API key {why}")),
-    }
 }
 
 #[derive(Deserialize)]

@@ -28,7 +28,6 @@ use crate::credentials::Credentials;
 use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState, SnapshotInfo,
@@ -40,21 +39,12 @@ mod sandbox;
 pub(crate) mod shell;
 mod toolbox;
 
-pub use config::{ConfigError, DaytonaConfig, Settings};
+pub use crate::settings::ConfigError;
+pub use config::{DaytonaConfig, Settings};
 use sandbox::{LABEL_INSTALLATION, LABEL_SANDBOX};
 
 /// Consecutive failed polls of a running command before the stream gives up.
 const POLL_FAILURES: u32 = 3;
-
-impl From<ConfigError> for AdapterConfigError {
-    fn from(e: ConfigError) -> Self {
-        AdapterConfigError::InvalidSettings {
-            kind: "daytona".to_owned(),
-            field: Some(e.field),
-            message: e.message,
-        }
-    }
-}
 
 /// One Daytona pool.
 pub struct DaytonaAdapter {

@@ -5,26 +5,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use differently_core::pool::valid_secret_name;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-
-/// Why a pool's settings were refused; `field` is the offending key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
-
-pub(crate) fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        field: field.to_owned(),
-        message: message.into(),
-    })
-}
+use crate::settings::{bad, resolve_api_key, ConfigError};
 
 /// How port URLs are handed out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -208,8 +193,7 @@ impl E2bConfig {
             0 => return bad("timeouts.pollMillis", "must be at least 1"),
             n => Duration::from_millis(n),
         };
-        let (credential, initial_key) = resolve_key(
-            "API key",
+        let (credential, initial_key) = resolve_api_key(
             self.api_key_env.as_deref(),
             self.api_key_file.as_ref(),
             self.api_key_secret.as_deref(),
@@ -265,79 +249,6 @@ pub(crate) fn base_url(field: &str, url: &str) -> Result<String, ConfigError> {
         return bad(field, "must be a plain base URL without query or fragment");
     }
     Ok(url.trim_end_matches('/').to_owned())
-}
-
-/// Checks the one credential reference (`<prefix>Env`, `<prefix>File`, `<prefix>Secret`,
-/// here `apiKey…` and Vercel's `token…`) and, for env and file references, that it resolves
-/// now to a usable value, so a typo is refused at registration naming the key. A stored
-/// secret may be stored after the pool is registered: only its name is checked.
-pub(crate) fn resolve_credential(
-    prefix: &str,
-    what: &str,
-    env: Option<&str>,
-    file: Option<&PathBuf>,
-    secret: Option<&str>,
-) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
-    let (env_f, file_f, secret_f) = (
-        format!("{prefix}Env"),
-        format!("{prefix}File"),
-        format!("{prefix}Secret"),
-    );
-    let env = env.filter(|e| !e.is_empty());
-    let secret = secret.filter(|s| !s.is_empty());
-    let given = [env.is_some(), file.is_some(), secret.is_some()];
-    if given.iter().filter(|g| **g).count() > 1 {
-        let field = if secret.is_some() { &secret_f } else { &file_f };
-        return bad(
-            field,
-            format!("give one of {env_f}, {file_f} or {secret_f}, not several"),
-        );
-    }
-    let (credential, field, raw) = match (env, file, secret) {
-        (Some(var), _, _) => match std::env::var(var) {
-            Ok(v) => (CredentialRef::Env(var.to_owned()), &env_f, v),
-            Err(_) => return bad(&env_f, format!("environment variable `{var}` is not set")),
-        },
-        (_, Some(path), _) => match std::fs::read_to_string(path) {
-            Ok(v) => (CredentialRef::File(path.clone()), &file_f, v),
-            Err(e) => {
-                return bad(
-                    &file_f,
-                    format!("cannot read {}: {}", path.display(), e.kind()),
-                )
-            }
-        },
-        (_, _, Some(name)) => {
-            if !valid_secret_name(name) {
-                return bad(
-                    &secret_f,
-                    "a stored secret's name: 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
-                );
-            }
-            return Ok((CredentialRef::Secret(name.to_owned()), None));
-        }
-        (None, None, None) => {
-            return bad(
-                &env_f,
-                format!(
-                    "the {what} is required, by reference: {env_f} (variable name), {file_f} (path) or {secret_f} (stored secret name)"
-                ),
-            )
-        }
-    };
-    match Secret::parse(raw.trim()) {
-        Ok(key) => Ok((credential, Some(key))),
-        Err(why) => bad(field, format!("the referenced {what} {why}")),
-    }
-}
-
-fn resolve_key(
-    what: &str,
-    env: Option<&str>,
-    file: Option<&PathBuf>,
-    secret: Option<&str>,
-) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
-    resolve_credential("apiKey", what, env, file, secret)
 }
 
 #[cfg(test)]

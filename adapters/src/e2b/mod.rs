@@ -26,7 +26,6 @@ use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::http::Secret;
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
@@ -37,8 +36,9 @@ pub mod config;
 pub mod connect;
 mod envd;
 
+pub use crate::settings::ConfigError;
 pub(crate) use api::pct;
-pub use config::{ConfigError, E2bConfig, Settings};
+pub use config::{E2bConfig, Settings};
 use config::{Egress, Ports};
 pub(crate) use envd::cut;
 use envd::{Failure, RunError, Target};
@@ -49,16 +49,6 @@ pub const META_SANDBOX: &str = "differently-sandbox-id";
 pub const META_INSTALLATION: &str = "differently-installation-id";
 /// How long after Differently's own expiry E2B's timeout fires (so ours acts first).
 const BACKSTOP_MARGIN: u64 = 300;
-
-impl From<ConfigError> for AdapterConfigError {
-    fn from(e: ConfigError) -> Self {
-        AdapterConfigError::InvalidSettings {
-            kind: "e2b".to_owned(),
-            field: Some(e.field),
-            message: e.message,
-        }
-    }
-}
 
 /// One E2B pool.
 pub struct E2bAdapter {

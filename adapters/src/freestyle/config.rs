@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
-use crate::daytona::config::{bad, base_url, opt_u64, resolve_key, ConfigError};
+use crate::daytona::config::{base_url, opt_u64};
 use crate::http::Secret;
+use crate::settings::{bad, resolve_api_key, ConfigError};
 
 /// Freestyle's API.
 pub const DEFAULT_API_URL: &str = "https://api.freestyle.sh";
@@ -141,7 +142,7 @@ impl FreestyleConfig {
             0 => return bad("timeouts.pollMillis", "must be at least 1"),
             n => Duration::from_millis(n),
         };
-        let (credential, initial_key) = resolve_key(
+        let (credential, initial_key) = resolve_api_key(
             self.api_key_env.as_deref(),
             self.api_key_file.as_ref(),
             self.api_key_secret.as_deref(),

@@ -25,7 +25,6 @@ use crate::credentials::Credentials;
 use crate::daytona::{check_path, daytona_name, millis, shell, stdin_of};
 use crate::exec_output::CollectedOutput;
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, ExecEvent, FileEntry,
     FileKind, Instance, InstanceRef, InstanceState,
@@ -34,7 +33,7 @@ use crate::{
 mod api;
 pub mod config;
 
-pub use crate::daytona::config::ConfigError;
+pub use crate::settings::ConfigError;
 use api::{META_INSTALLATION, META_SANDBOX};
 pub use config::{FreestyleConfig, Settings};
 
@@ -49,15 +48,6 @@ fn state(s: Option<&str>) -> InstanceState {
         "stopped" => InstanceState::Stopped,
         "failed" | "error" => InstanceState::Failed,
         _ => InstanceState::Pending,
-    }
-}
-
-/// A settings error, named for this kind (the registry's).
-pub(crate) fn config_error(e: ConfigError) -> AdapterConfigError {
-    AdapterConfigError::InvalidSettings {
-        kind: "freestyle".to_owned(),
-        field: Some(e.field),
-        message: e.message,
     }
 }
 

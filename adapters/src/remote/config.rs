@@ -7,6 +7,7 @@ use differently_core::pool::valid_secret_name;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
+use crate::settings::{bad, ConfigError};
 
 /// Client timeouts, in seconds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -54,21 +55,6 @@ pub struct Settings {
     pub create_timeout: Duration,
     pub exec_grace: Duration,
     pub stream_idle: Duration,
-}
-
-/// Why settings were refused; `field` names the key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
-
-fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        field: field.to_owned(),
-        message: message.into(),
-    })
 }
 
 /// Parses a credential reference written as `env:NAME`, `file:PATH` or `secret:NAME` (the

@@ -43,16 +43,6 @@ const MAX_FRAME: usize = 8 * 1024 * 1024;
 /// Longest error body read from a plugin.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-impl From<config::ConfigError> for AdapterConfigError {
-    fn from(e: config::ConfigError) -> Self {
-        AdapterConfigError::InvalidSettings {
-            kind: "remote".to_owned(),
-            field: Some(e.field),
-            message: e.message,
-        }
-    }
-}
-
 /// One `remote` pool: a plugin at a URL.
 pub struct RemoteAdapter {
     inner: Arc<Inner>,
@@ -93,7 +83,7 @@ impl RemoteAdapter {
         config: &RemoteConfig,
         credentials: &Credentials,
     ) -> Result<RemoteAdapter, AdapterConfigError> {
-        let settings = config.validate()?;
+        let settings = config.validate().map_err(|e| e.for_kind("remote"))?;
         Self::from_settings(settings, credentials)
     }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
-use crate::e2b::config::{bad, base_url, resolve_credential, ConfigError};
+use crate::e2b::config::base_url;
 use crate::http::Secret;
+use crate::settings::{bad, resolve_credential, ConfigError};
 
 /// Client timeouts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

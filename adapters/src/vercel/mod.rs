@@ -27,7 +27,6 @@ use crate::credentials::Credentials;
 use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState,
@@ -37,7 +36,7 @@ mod api;
 pub mod config;
 pub mod tar;
 
-pub use crate::e2b::config::ConfigError;
+pub use crate::settings::ConfigError;
 pub use config::{Settings, VercelConfig};
 
 /// Tag holding Differently's sandbox id.
@@ -63,16 +62,6 @@ impl std::fmt::Debug for VercelAdapter {
         f.debug_struct("VercelAdapter")
             .field("settings", &self.settings)
             .finish_non_exhaustive()
-    }
-}
-
-/// A settings error as the registry reports it, naming this kind (the error type is shared
-/// with `e2b`, whose `From` names that kind).
-pub fn config_error(e: ConfigError) -> AdapterConfigError {
-    AdapterConfigError::InvalidSettings {
-        kind: "vercel".to_owned(),
-        field: Some(e.field),
-        message: e.message,
     }
 }
 
