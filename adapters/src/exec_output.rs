@@ -2,10 +2,13 @@
 //! command's stdout and stderr. Each stream is capped at `OUTPUT_CAP_BYTES` by
 //! `core::capped::CappedOutput`, so every adapter and the API cut output the same way.
 
+use std::future::Future;
+use std::time::{Duration, Instant};
+
 use differently_core::exec::{CappedOutput, ExecResult};
 use tokio::sync::mpsc;
 
-use crate::ExecEvent;
+use crate::{AdapterError, ExecEvent, ExecExit};
 
 /// The capped head of both output streams of one command.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,6 +48,38 @@ impl CollectedOutput {
     }
 }
 
+/// Whole milliseconds of `d`, saturating (what `duration_ms` fields carry).
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A plain `exec` over an adapter's streaming runner: `run` gets the sending end of a
+/// channel and answers the exit code; what it sends is collected, capped, while it runs.
+/// `run` must drop the sender when it is done (taking it by value does), or this waits.
+pub async fn exec_collected<F, Fut>(run: F) -> Result<ExecResult, AdapterError>
+where
+    F: FnOnce(mpsc::Sender<ExecEvent>) -> Fut,
+    Fut: Future<Output = Result<i32, AdapterError>>,
+{
+    let started = Instant::now();
+    let (tx, rx) = mpsc::channel(64);
+    let (code, out) = tokio::join!(run(tx), CollectedOutput::collect(rx));
+    Ok(out.into_result(code?, millis(started.elapsed())))
+}
+
+/// Runs `run` (an exec's whole life, answering its exit code) and times it.
+pub async fn timed_exit<Fut>(run: Fut) -> Result<ExecExit, AdapterError>
+where
+    Fut: Future<Output = Result<i32, AdapterError>>,
+{
+    let started = Instant::now();
+    let exit_code = run.await?;
+    Ok(ExecExit {
+        exit_code,
+        duration_ms: millis(started.elapsed()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -73,5 +108,20 @@ mod tests {
         assert_eq!(r.stderr.len(), OUTPUT_CAP_BYTES);
         assert!(r.stderr_truncated);
         assert_eq!((r.exit_code, r.duration_ms), (3, 7));
+    }
+
+    #[tokio::test]
+    async fn exec_collected_keeps_what_the_runner_sent_and_its_error() {
+        let r = exec_collected(|tx| async move {
+            tx.send(ExecEvent::Stderr(Bytes::from_static(b"err")))
+                .await
+                .ok();
+            Ok(5)
+        })
+        .await
+        .unwrap();
+        assert_eq!((r.exit_code, r.stderr.as_str()), (5, "err"));
+        let e = exec_collected(|_tx| async { Err(AdapterError::NotFound) }).await;
+        assert!(matches!(e, Err(AdapterError::NotFound)), "{e:?}");
     }
 }

@@ -14,6 +14,7 @@ pub mod e2b;
 pub mod error;
 pub mod exec_output;
 pub mod fake;
+pub mod files;
 pub mod freestyle;
 pub mod http;
 pub mod local_fs;

@@ -26,7 +26,8 @@ use futures::StreamExt;
 
 use crate::credentials::Credentials;
 use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{millis, CollectedOutput};
+use crate::files;
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -73,10 +74,6 @@ fn state(s: Option<&str>) -> Option<InstanceState> {
         // resuming, unknown, and states added later.
         _ => InstanceState::Pending,
     })
-}
-
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The Daytona name of a sandbox: its id, in the lower-case, dash form names take.
@@ -607,29 +604,11 @@ impl Adapter for DaytonaAdapter {
         let resp = toolbox::download(&self.client, &at.backend_ref, path).await?;
         let total_size = resp.content_length();
         let client = self.client.clone();
-        let mut pos: u64 = 0;
+        let whole = resp.bytes_stream().map(move |chunk| {
+            chunk.map_err(|e| client.transport_error(client::Side::Toolbox, "download", e))
+        });
         // The toolbox has no ranges: the range is cut out of the whole file here.
-        let body = resp
-            .bytes_stream()
-            .map(move |chunk| {
-                chunk.map_err(|e| client.transport_error(client::Side::Toolbox, "download", e))
-            })
-            .filter_map(move |chunk| {
-                let out = match (chunk, range) {
-                    (Err(e), _) => Some(Err(e)),
-                    (Ok(b), None) => Some(Ok(b)),
-                    (Ok(b), Some(r)) => {
-                        let start = pos;
-                        let end = start + b.len() as u64;
-                        pos = end;
-                        let lo = r.start.max(start);
-                        let hi = r.end.map_or(end, |e| (e + 1).min(end));
-                        (lo < hi).then(|| Ok(b.slice((lo - start) as usize..(hi - start) as usize)))
-                    }
-                };
-                futures::future::ready(out)
-            })
-            .boxed();
+        let body = files::cut_to_range(whole, range);
         Ok(Download { total_size, body })
     }
 
@@ -640,22 +619,12 @@ impl Adapter for DaytonaAdapter {
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
         check_path("path", path)?;
-        let mut out = Vec::new();
-        let mut level = vec![path.to_owned()];
-        for _ in 0..depth.max(1) {
-            let mut next = Vec::new();
-            for dir in &level {
-                for f in toolbox::list(&self.client, &at.backend_ref, dir).await? {
-                    let entry = file_entry(dir, &f);
-                    if entry.kind == FileKind::Dir {
-                        next.push(entry.path.clone());
-                    }
-                    out.push(entry);
-                }
-            }
-            level = next;
-        }
-        Ok(out)
+        let (client, id) = (&self.client, &at.backend_ref);
+        files::list_levels(path, depth, |dir| async move {
+            let found = toolbox::list(client, id, &dir).await?;
+            Ok(found.iter().map(|f| file_entry(&dir, f)).collect())
+        })
+        .await
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {

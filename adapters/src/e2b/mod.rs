@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use differently_core::exec::{ExecRequest, ExecResult};
@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::credentials::Credentials;
 use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{exec_collected, timed_exit};
 use crate::http::Secret;
 use crate::poll::Poll;
 use crate::{
@@ -64,10 +64,6 @@ impl std::fmt::Debug for E2bAdapter {
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// E2B's name for the snapshot of Differently's `snapshot_id` (`snp_01J…` →
@@ -492,14 +488,7 @@ impl Adapter for E2bAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        let started = Instant::now();
-        let (tx, rx) = mpsc::channel(64);
-        let run = async move {
-            let tx = tx;
-            self.run(at, req, &tx).await
-        };
-        let (code, out) = tokio::join!(run, CollectedOutput::collect(rx));
-        Ok(out.into_result(code?, millis(started.elapsed())))
+        exec_collected(|tx| async move { self.run(at, req, &tx).await }).await
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
@@ -512,12 +501,7 @@ impl Adapter for E2bAdapter {
         req: &ExecRequest,
         out: mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
-        let started = Instant::now();
-        let exit_code = self.run(at, req, &out).await?;
-        Ok(ExecExit {
-            exit_code,
-            duration_ms: millis(started.elapsed()),
-        })
+        timed_exit(self.run(at, req, &out)).await
     }
 
     async fn upload(

@@ -21,7 +21,7 @@ use differently_core::SandboxId;
 
 use crate::credentials::Credentials;
 use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{millis, timed_exit, CollectedOutput};
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -599,10 +599,6 @@ fn unique() -> String {
     )
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// Collects output for `exec`, keeping the capped head of each stream.
 #[derive(Debug, Default)]
 struct Collect(CollectedOutput);
@@ -727,12 +723,7 @@ impl Adapter for OpenSandboxAdapter {
         out: tokio::sync::mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
         self.require("exec.stream")?;
-        let started = Instant::now();
-        let exit_code = self.run(at, req, &mut Channel(out)).await?;
-        Ok(ExecExit {
-            exit_code,
-            duration_ms: millis(started.elapsed()),
-        })
+        timed_exit(self.run(at, req, &mut Channel(out))).await
     }
 
     async fn pty(

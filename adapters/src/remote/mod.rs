@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 
 use crate::credentials::{CredentialResolver, Credentials};
 use crate::error::Reason;
+use crate::exec_output::millis;
 use crate::http::{HttpClient, HttpClientBuilder, Secret};
 use crate::registry::AdapterConfigError;
 use crate::{
@@ -381,10 +382,6 @@ fn ordered(declared: &[String]) -> Vec<String> {
         .filter(|k| declared.iter().any(|d| d == *k))
         .map(|k| (*k).to_owned())
         .collect()
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[async_trait]

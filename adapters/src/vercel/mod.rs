@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 
 use crate::credentials::Credentials;
 use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{exec_collected, timed_exit};
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -79,10 +79,6 @@ pub fn sandbox_name(id: &SandboxId) -> String {
         })
         .collect();
     format!("differently-{body}")
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn state(status: &str) -> InstanceState {
@@ -598,14 +594,7 @@ impl Adapter for VercelAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        let started = Instant::now();
-        let (tx, rx) = mpsc::channel(64);
-        let run = async move {
-            let tx = tx;
-            self.run(at, req, &tx).await
-        };
-        let (code, out) = tokio::join!(run, CollectedOutput::collect(rx));
-        Ok(out.into_result(code?, millis(started.elapsed())))
+        exec_collected(|tx| async move { self.run(at, req, &tx).await }).await
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
@@ -618,12 +607,7 @@ impl Adapter for VercelAdapter {
         req: &ExecRequest,
         out: mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
-        let started = Instant::now();
-        let exit_code = self.run(at, req, &out).await?;
-        Ok(ExecExit {
-            exit_code,
-            duration_ms: millis(started.elapsed()),
-        })
+        timed_exit(self.run(at, req, &out)).await
     }
 
     async fn upload(
