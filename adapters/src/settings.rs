@@ -1,10 +1,13 @@
 //! What the built-in adapter kinds share in checking their pool settings: the error naming
-//! the offending key and the credential reference (`<prefix>Env`, `<prefix>File`,
-//! `<prefix>Secret`). One copy, so every kind refuses the same mistake with the same words.
+//! the offending key, the credential reference (`<prefix>Env`, `<prefix>File`,
+//! `<prefix>Secret`), base URLs, CA bundles, timeouts and the string forms pool settings
+//! often carry. One copy, so every kind refuses the same mistake with the same words.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use differently_core::pool::valid_secret_name;
+use serde::{Deserialize, Deserializer};
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
@@ -110,6 +113,114 @@ pub(crate) fn resolve_api_key(
     secret: Option<&str>,
 ) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
     resolve_credential("apiKey", "API key", env, file, secret)
+}
+
+/// A plain `http(s)://host[:port][/path]` base URL without credentials, query or fragment,
+/// returned without a trailing slash.
+pub(crate) fn base_url(field: &str, url: &str) -> Result<String, ConfigError> {
+    let url = url.trim();
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return bad(field, "must start with http:// or https://");
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() {
+        return bad(field, "has no host");
+    }
+    if authority.contains('@') {
+        return bad(
+            field,
+            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
+        );
+    }
+    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
+        return bad(field, "must be a plain base URL without query or fragment");
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// [`base_url`], with `default` when `value` is absent or blank.
+pub(crate) fn base_url_or(
+    field: &str,
+    value: Option<&str>,
+    default: &str,
+) -> Result<String, ConfigError> {
+    match value.map(str::trim) {
+        None | Some("") => base_url(field, default),
+        Some(u) => base_url(field, u),
+    }
+}
+
+/// The extra CA certificates of `caBundle` (none when it is not set), read at validation so
+/// a missing or broken file is refused at registration.
+pub(crate) fn ca_bundle(path: Option<&PathBuf>) -> Result<Vec<reqwest::Certificate>, ConfigError> {
+    match path {
+        None => Ok(Vec::new()),
+        Some(path) => match crate::http::read_ca_bundle(path) {
+            Ok(certs) => Ok(certs),
+            Err(e) => bad("caBundle", e.to_string()),
+        },
+    }
+}
+
+/// A timeout in whole seconds, `default` when unset; zero is refused.
+pub(crate) fn seconds(v: Option<u64>, default: u64, field: &str) -> Result<Duration, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => bad(field, "must be at least 1"),
+        n => Ok(Duration::from_secs(n)),
+    }
+}
+
+/// `timeouts.pollMillis`: the longest gap between state polls (default 500 ms).
+pub(crate) fn poll_interval(poll_millis: Option<u64>) -> Result<Duration, ConfigError> {
+    match poll_millis.unwrap_or(500) {
+        0 => bad("timeouts.pollMillis", "must be at least 1"),
+        n => Ok(Duration::from_millis(n)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum BoolOrString {
+    Bool(bool),
+    Str(String),
+}
+
+/// A boolean, or its string form (`"true"`), as pool settings often carry.
+pub(crate) fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    match Option::<BoolOrString>::deserialize(d)? {
+        None => Ok(None),
+        Some(BoolOrString::Bool(b)) => Ok(Some(b)),
+        Some(BoolOrString::Str(s)) => match s.trim() {
+            "true" => Ok(Some(true)),
+            "false" => Ok(Some(false)),
+            other => Err(serde::de::Error::custom(format!(
+                "expected true or false, got `{other}`"
+            ))),
+        },
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrString {
+    Num(u64),
+    Str(String),
+}
+
+/// A whole number, or its string form (`"30"`).
+pub(crate) fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Option::<NumOrString>::deserialize(d)? {
+        None => Ok(None),
+        Some(NumOrString::Num(n)) => Ok(Some(n)),
+        Some(NumOrString::Str(s)) => {
+            s.trim().parse().map(Some).map_err(|_| {
+                serde::de::Error::custom(format!("expected a whole number, got `{s}`"))
+            })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{bad, resolve_api_key, ConfigError};
+use crate::settings::{
+    bad, base_url_or, ca_bundle, opt_bool, opt_u64, poll_interval, resolve_api_key, seconds,
+    ConfigError,
+};
 
 /// Daytona Cloud's API.
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
@@ -108,19 +111,13 @@ pub struct Settings {
 impl DaytonaConfig {
     /// Checks every rule and resolves the API key reference.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
-        let api_url = base_url("apiURL", self.api_url.as_deref(), DEFAULT_API_URL)?;
-        let toolbox_url = base_url(
+        let api_url = base_url_or("apiURL", self.api_url.as_deref(), DEFAULT_API_URL)?;
+        let toolbox_url = base_url_or(
             "toolboxURL",
             self.toolbox_url.as_deref(),
             DEFAULT_TOOLBOX_URL,
         )?;
-        let ca_bundle = match &self.ca_bundle {
-            None => Vec::new(),
-            Some(path) => match crate::http::read_ca_bundle(path) {
-                Ok(certs) => certs,
-                Err(e) => return bad("caBundle", e.to_string()),
-            },
-        };
+        let ca_bundle = ca_bundle(self.ca_bundle.as_ref())?;
         let nonblank = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
         let organization_id = nonblank(&self.organization_id);
         if organization_id
@@ -130,16 +127,9 @@ impl DaytonaConfig {
             return bad("organizationId", "must be printable ASCII without spaces");
         }
         let t = &self.timeouts;
-        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
-            0 => bad(field, "must be at least 1"),
-            n => Ok(Duration::from_secs(n)),
-        };
-        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let ready_timeout = secs(t.ready_seconds, 180, "timeouts.readySeconds")?;
-        let poll_interval = match t.poll_millis.unwrap_or(500) {
-            0 => return bad("timeouts.pollMillis", "must be at least 1"),
-            n => Duration::from_millis(n),
-        };
+        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let ready_timeout = seconds(t.ready_seconds, 180, "timeouts.readySeconds")?;
+        let poll_interval = poll_interval(t.poll_millis)?;
         let port_url_seconds = match self.port_url_seconds.unwrap_or(3600) {
             n if n < 60 => return bad("portURLSeconds", "must be at least 60"),
             n => n,
@@ -165,81 +155,6 @@ impl DaytonaConfig {
             credential,
             initial_key,
         })
-    }
-}
-
-/// A base URL: `http(s)://host[:port][/path]`, no credentials, query or fragment; no
-/// trailing slash.
-pub(crate) fn base_url(
-    field: &str,
-    value: Option<&str>,
-    default: &str,
-) -> Result<String, ConfigError> {
-    let url = match value.map(str::trim) {
-        None | Some("") => default,
-        Some(u) => u,
-    };
-    let Some(rest) = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-    else {
-        return bad(field, "must start with http:// or https://");
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    if authority.is_empty() {
-        return bad(field, "has no host");
-    }
-    if authority.contains('@') {
-        return bad(
-            field,
-            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
-        );
-    }
-    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
-        return bad(field, "must be a plain base URL without query or fragment");
-    }
-    Ok(url.trim_end_matches('/').to_owned())
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum BoolOrString {
-    Bool(bool),
-    Str(String),
-}
-
-/// A boolean, or its string form (`"true"`), as pool settings often carry.
-pub(crate) fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
-    match Option::<BoolOrString>::deserialize(d)? {
-        None => Ok(None),
-        Some(BoolOrString::Bool(b)) => Ok(Some(b)),
-        Some(BoolOrString::Str(s)) => match s.trim() {
-            "true" => Ok(Some(true)),
-            "false" => Ok(Some(false)),
-            other => Err(serde::de::Error::custom(format!(
-                "expected true or false, got `{other}`"
-            ))),
-        },
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumOrString {
-    Num(u64),
-    Str(String),
-}
-
-/// A whole number, or its string form (`"30"`).
-pub(crate) fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    match Option::<NumOrString>::deserialize(d)? {
-        None => Ok(None),
-        Some(NumOrString::Num(n)) => Ok(Some(n)),
-        Some(NumOrString::Str(s)) => {
-            s.trim().parse().map(Some).map_err(|_| {
-                serde::de::Error::custom(format!("expected a whole number, got `{s}`"))
-            })
-        }
     }
 }
 
@@ -270,11 +185,11 @@ mod tests {
             ("https://x/api?k=v", "query"),
             ("https://", "host"),
         ] {
-            let e = base_url("apiURL", Some(url), DEFAULT_API_URL).unwrap_err();
+            let e = base_url_or("apiURL", Some(url), DEFAULT_API_URL).unwrap_err();
             assert!(e.message.contains(why), "{url}: {}", e.message);
         }
         assert_eq!(
-            base_url("apiURL", Some("http://127.0.0.1:3000/api/"), "").unwrap(),
+            base_url_or("apiURL", Some("http://127.0.0.1:3000/api/"), "").unwrap(),
             "http://127.0.0.1:3000/api"
         );
     }

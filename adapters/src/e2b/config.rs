@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{bad, resolve_api_key, ConfigError};
+use crate::settings::{bad, base_url, poll_interval, resolve_api_key, seconds, ConfigError};
 
 /// How port URLs are handed out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -181,18 +181,11 @@ impl E2bConfig {
             );
         }
         let t = &self.timeouts;
-        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
-            0 => bad(field, "must be at least 1"),
-            n => Ok(Duration::from_secs(n)),
-        };
-        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let create_timeout = secs(t.create_seconds, 120, "timeouts.createSeconds")?;
-        let ready_timeout = secs(t.ready_seconds, 60, "timeouts.readySeconds")?;
-        let stream_idle = secs(t.stream_idle_seconds, 90, "timeouts.streamIdleSeconds")?;
-        let poll_interval = match t.poll_millis.unwrap_or(500) {
-            0 => return bad("timeouts.pollMillis", "must be at least 1"),
-            n => Duration::from_millis(n),
-        };
+        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let create_timeout = seconds(t.create_seconds, 120, "timeouts.createSeconds")?;
+        let ready_timeout = seconds(t.ready_seconds, 60, "timeouts.readySeconds")?;
+        let stream_idle = seconds(t.stream_idle_seconds, 90, "timeouts.streamIdleSeconds")?;
+        let poll_interval = poll_interval(t.poll_millis)?;
         let (credential, initial_key) = resolve_api_key(
             self.api_key_env.as_deref(),
             self.api_key_file.as_ref(),
@@ -223,32 +216,6 @@ fn is_host(s: &str) -> bool {
     s.len() <= 253
         && s.split('.')
             .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-}
-
-/// A plain `http(s)://host[:port][/path]` base URL without credentials, query or fragment,
-/// returned without a trailing slash.
-pub(crate) fn base_url(field: &str, url: &str) -> Result<String, ConfigError> {
-    let url = url.trim();
-    let Some(rest) = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-    else {
-        return bad(field, "must start with http:// or https://");
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    if authority.is_empty() {
-        return bad(field, "has no host");
-    }
-    if authority.contains('@') {
-        return bad(
-            field,
-            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
-        );
-    }
-    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
-        return bad(field, "must be a plain base URL without query or fragment");
-    }
-    Ok(url.trim_end_matches('/').to_owned())
 }
 
 #[cfg(test)]
