@@ -5,9 +5,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use differently_core::exec::{CappedOutput, ExecResult};
+use differently_core::exec::{CappedOutput, ExecRequest, ExecResult};
 use tokio::sync::mpsc;
 
+use crate::error::Reason;
 use crate::{AdapterError, ExecEvent, ExecExit};
 
 /// The capped head of both output streams of one command.
@@ -46,6 +47,44 @@ impl CollectedOutput {
             duration_ms,
         }
     }
+}
+
+/// Decoded stdin of an exec request, if it has one.
+pub fn stdin_of(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
+    match (&req.stdin, &req.stdin_base64) {
+        (Some(_), Some(_)) => Err(AdapterError::invalid_field(
+            "stdinBase64",
+            "give stdin or stdinBase64, not both",
+        )),
+        (Some(s), None) => Ok(Some(s.clone().into_bytes())),
+        (None, Some(b)) => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .map(Some)
+                .map_err(|e| {
+                    AdapterError::Permanent(
+                        Reason::caused_by(format!("stdinBase64: {e}"), e).on_field("stdinBase64"),
+                    )
+                })
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// Refuses an empty program or a NUL in any argument, naming the `command` field (no
+/// backend can run either; a NUL would cut the argument short).
+pub fn check_command(req: &ExecRequest) -> Result<(), AdapterError> {
+    if req.command.first().is_none_or(|p| p.is_empty()) {
+        return Err(AdapterError::invalid_field("command", "command is empty"));
+    }
+    if req.command.iter().any(|a| a.contains('\0')) {
+        return Err(AdapterError::invalid_field(
+            "command",
+            "arguments may not contain NUL",
+        ));
+    }
+    Ok(())
 }
 
 /// Whole milliseconds of `d`, saturating (what `duration_ms` fields carry).

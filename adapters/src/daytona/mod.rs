@@ -25,8 +25,7 @@ use differently_core::SandboxId;
 use futures::StreamExt;
 
 use crate::credentials::Credentials;
-use crate::error::Reason;
-use crate::exec_output::{millis, CollectedOutput};
+use crate::exec_output::{millis, stdin_of, CollectedOutput};
 use crate::files;
 use crate::poll::Poll;
 use crate::{
@@ -87,29 +86,6 @@ fn snapshot_name(snapshot_id: &str) -> String {
         "differently-{}",
         snapshot_id.to_ascii_lowercase().replace('_', "-")
     )
-}
-
-/// Decoded stdin of an exec request, if it has one.
-pub(crate) fn stdin_of(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
-    match (&req.stdin, &req.stdin_base64) {
-        (Some(_), Some(_)) => Err(AdapterError::invalid_field(
-            "stdinBase64",
-            "give stdin or stdinBase64, not both",
-        )),
-        (Some(s), None) => Ok(Some(s.clone().into_bytes())),
-        (None, Some(b)) => {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD
-                .decode(b)
-                .map(Some)
-                .map_err(|e| {
-                    AdapterError::Permanent(
-                        Reason::caused_by(format!("stdinBase64: {e}"), e).on_field("stdinBase64"),
-                    )
-                })
-        }
-        (None, None) => Ok(None),
-    }
 }
 
 /// Permission bits of a toolbox entry: `permissions` is octal; else from the mode string.

@@ -22,8 +22,7 @@ use differently_core::SandboxId;
 use tokio::sync::mpsc;
 
 use crate::credentials::Credentials;
-use crate::error::Reason;
-use crate::exec_output::{exec_collected, timed_exit};
+use crate::exec_output::{check_command, exec_collected, stdin_of, timed_exit};
 use crate::http::Secret;
 use crate::poll::Poll;
 use crate::{
@@ -330,38 +329,8 @@ impl E2bAdapter {
         req: &ExecRequest,
         out: &mpsc::Sender<ExecEvent>,
     ) -> Result<i32, AdapterError> {
-        if req.command.first().is_none_or(|p| p.is_empty()) {
-            return Err(AdapterError::invalid_field("command", "command is empty"));
-        }
-        if req.command.iter().any(|a| a.contains('\0')) {
-            return Err(AdapterError::invalid_field(
-                "command",
-                "arguments may not contain NUL",
-            ));
-        }
-        let stdin = match (&req.stdin, &req.stdin_base64) {
-            (Some(_), Some(_)) => {
-                return Err(AdapterError::invalid_field(
-                    "stdinBase64",
-                    "give stdin or stdinBase64, not both",
-                ))
-            }
-            (Some(s), None) => Some(s.clone().into_bytes()),
-            (None, Some(b)) => {
-                use base64::Engine as _;
-                Some(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(b)
-                        .map_err(|e| {
-                            AdapterError::Permanent(
-                                Reason::caused_by(format!("stdinBase64: {e}"), e)
-                                    .on_field("stdinBase64"),
-                            )
-                        })?,
-                )
-            }
-            (None, None) => None,
-        };
+        check_command(req)?;
+        let stdin = stdin_of(req)?;
         let cmd = envd::Command {
             argv: req.command.clone(),
             env: req.env.clone(),

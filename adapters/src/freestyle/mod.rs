@@ -22,8 +22,8 @@ use differently_core::SandboxId;
 use futures::StreamExt;
 
 use crate::credentials::Credentials;
-use crate::daytona::{check_path, daytona_name, shell, stdin_of};
-use crate::exec_output::{millis, CollectedOutput};
+use crate::daytona::{check_path, daytona_name, shell};
+use crate::exec_output::{millis, stdin_of, CollectedOutput};
 use crate::files;
 use crate::poll::Poll;
 use crate::{
