@@ -16,6 +16,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 use crate::fake_server::FakeServer;
+use crate::support::cases::a_stalled_reader_does_not_outlast_the_deadline;
 use crate::{at, cmd, create_req, key_file, running, settings, setup, KEY};
 
 fn body(parts: &[&'static [u8]]) -> ByteStream {
@@ -827,18 +828,6 @@ async fn renew_moves_the_backstop_and_health_checks_the_key() {
 async fn a_reader_that_stops_reading_does_not_outlast_the_deadline() {
     let s = setup(json!({})).await;
     let r = running(&s).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let mut req = cmd(&["yes"]);
-    req.timeout_seconds = Some(1);
-    let started = Instant::now();
-    let exit = s.adapter.exec_stream(&r, &req, tx).await.unwrap();
-    assert_eq!(exit.exit_code, 124);
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-    drop(rx);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(s.fake.running_commands(), 0, "the command was killed");
+    a_stalled_reader_does_not_outlast_the_deadline(&s.adapter, &r, || s.fake.running_commands())
+        .await;
 }

@@ -9,12 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use differently_adapters::e2b::{E2bAdapter, E2bConfig};
-use differently_adapters::{Adapter, AdapterError, ByteRange, InstanceState};
+use differently_adapters::{Adapter, AdapterError, InstanceState};
 use differently_core::ids::InstallationId;
-use futures::StreamExt;
 
+use crate::support::cases::files_round_trip;
 use crate::{at, cmd, create_req, key_file, setup};
 
 fn done(case: &str, since: Instant) {
@@ -78,36 +77,7 @@ async fn scenario(a: &E2bAdapter, dir: &str) {
     done("exec", t);
 
     let t = Instant::now();
-    let path = format!("{dir}/differently-live/hello.txt");
-    let body: differently_adapters::ByteStream =
-        futures::stream::iter(vec![Ok(Bytes::from_static(b"hello world"))]).boxed();
-    a.upload(&r, &path, Some(0o640), body)
-        .await
-        .expect("upload");
-    let d = a
-        .download(
-            &r,
-            &path,
-            Some(ByteRange {
-                start: 6,
-                end: None,
-            }),
-        )
-        .await
-        .expect("download");
-    let got: Vec<u8> = d.body.map(|c| c.expect("chunk").to_vec()).concat().await;
-    assert_eq!(got, b"world");
-    let entries = a
-        .list_files(&r, &format!("{dir}/differently-live"), 1)
-        .await
-        .expect("list files");
-    let e = entries.iter().find(|e| e.path == path).expect("listed");
-    assert_eq!((e.size, e.mode), (11, 0o640));
-    a.delete_file(&r, &path).await.expect("delete file");
-    assert!(matches!(
-        a.download(&r, &path, None).await.err(),
-        Some(AdapterError::PathNotFound(_))
-    ));
+    files_round_trip(a, &r, dir).await;
     done("files", t);
 
     let t = Instant::now();

@@ -8,12 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use differently_adapters::vercel::{VercelAdapter, VercelConfig};
-use differently_adapters::{Adapter, AdapterError, ByteRange, InstanceState};
+use differently_adapters::{Adapter, InstanceState};
 use differently_core::ids::InstallationId;
-use futures::StreamExt;
 
+use crate::support::cases::files_round_trip;
 use crate::{at, cmd, create_req, setup, token_file};
 
 fn done(case: &str, since: Instant) {
@@ -54,36 +53,7 @@ async fn scenario(a: &VercelAdapter, dir: &str) {
     done("exec", t);
 
     let t = Instant::now();
-    let path = format!("{dir}/differently-live/hello.txt");
-    let body: differently_adapters::ByteStream =
-        futures::stream::iter(vec![Ok(Bytes::from_static(b"hello world"))]).boxed();
-    a.upload(&r, &path, Some(0o640), body)
-        .await
-        .expect("upload");
-    let d = a
-        .download(
-            &r,
-            &path,
-            Some(ByteRange {
-                start: 6,
-                end: None,
-            }),
-        )
-        .await
-        .expect("download");
-    let got: Vec<u8> = d.body.map(|c| c.expect("chunk").to_vec()).concat().await;
-    assert_eq!(got, b"world");
-    let listed = a
-        .list_files(&r, &format!("{dir}/differently-live"), 1)
-        .await
-        .expect("list files");
-    let e = listed.iter().find(|e| e.path == path).expect("listed");
-    assert_eq!((e.size, e.mode), (11, 0o640));
-    a.delete_file(&r, &path).await.expect("delete file");
-    assert!(matches!(
-        a.download(&r, &path, None).await.err(),
-        Some(AdapterError::PathNotFound(_))
-    ));
+    files_round_trip(a, &r, dir).await;
     done("files", t);
 
     if a.settings().persistent {

@@ -1,0 +1,66 @@
+//! Case bodies that are the same against every provider's fake (and, for `files_round_trip`,
+//! its live account): each binary's test calls them with its own adapter and fake.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use differently_adapters::{Adapter, AdapterError, ByteRange, InstanceRef};
+use futures::StreamExt;
+
+use super::cmd;
+
+/// An exec stream whose reader stops reading ends at the command's deadline (exit 124) and
+/// the command is killed: `running_commands` is the fake's count of commands still running.
+pub async fn a_stalled_reader_does_not_outlast_the_deadline<A: Adapter + ?Sized>(
+    adapter: &A,
+    r: &InstanceRef,
+    running_commands: impl Fn() -> usize,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let mut req = cmd(&["yes"]);
+    req.timeout_seconds = Some(1);
+    let started = Instant::now();
+    let exit = adapter.exec_stream(r, &req, tx).await.unwrap();
+    assert_eq!(exit.exit_code, 124);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(rx);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(running_commands(), 0, "the command was killed");
+}
+
+/// Upload with a mode, a ranged download, a listing that shows size and mode, a delete, and
+/// a download of the deleted file that is `PathNotFound`; files go under `dir`.
+pub async fn files_round_trip<A: Adapter + ?Sized>(a: &A, r: &InstanceRef, dir: &str) {
+    let path = format!("{dir}/differently-live/hello.txt");
+    let body: differently_adapters::ByteStream =
+        futures::stream::iter(vec![Ok(Bytes::from_static(b"hello world"))]).boxed();
+    a.upload(r, &path, Some(0o640), body).await.expect("upload");
+    let d = a
+        .download(
+            r,
+            &path,
+            Some(ByteRange {
+                start: 6,
+                end: None,
+            }),
+        )
+        .await
+        .expect("download");
+    let got: Vec<u8> = d.body.map(|c| c.expect("chunk").to_vec()).concat().await;
+    assert_eq!(got, b"world");
+    let listed = a
+        .list_files(r, &format!("{dir}/differently-live"), 1)
+        .await
+        .expect("list files");
+    let e = listed.iter().find(|e| e.path == path).expect("listed");
+    assert_eq!((e.size, e.mode), (11, 0o640));
+    a.delete_file(r, &path).await.expect("delete file");
+    assert!(matches!(
+        a.download(r, &path, None).await.err(),
+        Some(AdapterError::PathNotFound(_))
+    ));
+}
