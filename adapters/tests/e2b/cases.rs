@@ -3,50 +3,24 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use differently_adapters::e2b::{E2bAdapter, E2bConfig, META_INSTALLATION, META_SANDBOX};
-use differently_adapters::registry::{self, AdapterConfigError};
+use differently_adapters::registry::{self};
 use differently_adapters::{
-    Adapter, AdapterError, ByteRange, ByteStream, ExecEvent, FileKind, InstanceRef, InstanceState,
+    Adapter, AdapterError, ByteRange, ExecEvent, FileKind, InstanceRef, InstanceState,
 };
 use differently_core::ids::InstallationId;
 use differently_core::pool::Trust;
 use differently_core::SandboxId;
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::fake_server::FakeServer;
-use crate::support::cases::a_stalled_reader_does_not_outlast_the_deadline;
+use crate::support::cases::{
+    self, a_stalled_reader_does_not_outlast_the_deadline, body, collect, field_of,
+};
 use crate::{at, cmd, create_req, key_file, running, settings, setup, KEY};
 
-fn body(parts: &[&'static [u8]]) -> ByteStream {
-    let v: Vec<Result<Bytes, AdapterError>> =
-        parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
-    futures::stream::iter(v).boxed()
-}
-
-async fn collect(d: differently_adapters::Download) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut b = d.body;
-    while let Some(chunk) = b.next().await {
-        out.extend_from_slice(&chunk.unwrap());
-    }
-    out
-}
-
 fn build_err(v: serde_json::Value) -> (Option<String>, String) {
-    match registry::build("e2b", &v) {
-        Err(AdapterConfigError::InvalidSettings { field, message, .. }) => (field, message),
-        Err(e) => panic!("unexpected {e}"),
-        Ok(_) => panic!("accepted {v}"),
-    }
-}
-
-fn field_of(e: &AdapterError) -> Option<&'static str> {
-    match e {
-        AdapterError::Permanent(r) => r.field(),
-        _ => None,
-    }
+    cases::build_err("e2b", v)
 }
 
 // ---------------------------------------------------------------------------------------

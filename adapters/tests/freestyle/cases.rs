@@ -4,28 +4,13 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use bytes::Bytes;
-use differently_adapters::{Adapter, AdapterError, ByteRange, ByteStream, FileKind, InstanceState};
+use differently_adapters::{Adapter, AdapterError, ByteRange, FileKind, InstanceState};
 use differently_core::ids::InstallationId;
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::fake_server::FakeFreestyle;
+use crate::support::cases::{one_chunk as body, read_all};
 use crate::{cmd, create_req, running, settings, setup, KEY};
-
-fn body(bytes: &'static [u8]) -> ByteStream {
-    Box::pin(futures::stream::once(async move {
-        Ok::<_, AdapterError>(Bytes::from_static(bytes))
-    }))
-}
-
-async fn read_all(mut s: ByteStream) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(chunk) = s.next().await {
-        out.extend_from_slice(&chunk.unwrap());
-    }
-    out
-}
 
 #[tokio::test]
 async fn create_is_idempotent_by_slug_and_writes_the_env_file() {

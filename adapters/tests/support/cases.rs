@@ -4,10 +4,55 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use differently_adapters::{Adapter, AdapterError, ByteRange, InstanceRef};
+use differently_adapters::registry::{self, AdapterConfigError};
+use differently_adapters::{Adapter, AdapterError, ByteRange, ByteStream, Download, InstanceRef};
 use futures::StreamExt;
 
 use super::cmd;
+
+/// An upload body of `parts`, one chunk each.
+pub fn body(parts: &[&'static [u8]]) -> ByteStream {
+    let v: Vec<Result<Bytes, AdapterError>> =
+        parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+    futures::stream::iter(v).boxed()
+}
+
+/// An upload body of one chunk.
+pub fn one_chunk(bytes: &'static [u8]) -> ByteStream {
+    body(&[bytes])
+}
+
+/// Every byte of `s`; a failed chunk fails the test.
+pub async fn read_all(mut s: ByteStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(chunk) = s.next().await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    out
+}
+
+/// Every byte of a download's body.
+pub async fn collect(d: Download) -> Vec<u8> {
+    read_all(d.body).await
+}
+
+/// The field a `Permanent` error names, if any.
+pub fn field_of(e: &AdapterError) -> Option<&'static str> {
+    match e {
+        AdapterError::Permanent(r) => r.field(),
+        _ => None,
+    }
+}
+
+/// The field and message with which the registry refuses `v` as settings of `kind`; the
+/// test fails if it accepts them or fails otherwise.
+pub fn build_err(kind: &str, v: serde_json::Value) -> (Option<String>, String) {
+    match registry::build(kind, &v) {
+        Err(AdapterConfigError::InvalidSettings { field, message, .. }) => (field, message),
+        Err(e) => panic!("unexpected {e}"),
+        Ok(_) => panic!("accepted {v}"),
+    }
+}
 
 /// An exec stream whose reader stops reading ends at the command's deadline (exit 124) and
 /// the command is killed: `running_commands` is the fake's count of commands still running.

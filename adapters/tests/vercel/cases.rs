@@ -3,45 +3,21 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use differently_adapters::registry::{self, AdapterConfigError};
 use differently_adapters::vercel::{
     sandbox_name, VercelAdapter, VercelConfig, TAG_INSTALLATION, TAG_SANDBOX,
 };
-use differently_adapters::{
-    Adapter, AdapterError, ByteRange, ByteStream, ExecEvent, FileKind, InstanceState,
-};
+use differently_adapters::{Adapter, AdapterError, ByteRange, ExecEvent, FileKind, InstanceState};
 use differently_core::ids::InstallationId;
 use differently_core::pool::Trust;
 use differently_core::SandboxId;
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::fake_server::{FakeServer, PROJECT, TEAM};
-use crate::support::cases::a_stalled_reader_does_not_outlast_the_deadline;
+use crate::support::cases::{
+    a_stalled_reader_does_not_outlast_the_deadline, body, collect, field_of,
+};
 use crate::{at, cmd, create_req, running, settings, setup, token_file, TOKEN};
-
-fn body(parts: &[&'static [u8]]) -> ByteStream {
-    let v: Vec<Result<Bytes, AdapterError>> =
-        parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
-    futures::stream::iter(v).boxed()
-}
-
-async fn collect(d: differently_adapters::Download) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut b = d.body;
-    while let Some(chunk) = b.next().await {
-        out.extend_from_slice(&chunk.unwrap());
-    }
-    out
-}
-
-fn field_of(e: &AdapterError) -> Option<&'static str> {
-    match e {
-        AdapterError::Permanent(r) => r.field(),
-        _ => None,
-    }
-}
 
 #[tokio::test]
 async fn configuration_rules_name_the_field() {
