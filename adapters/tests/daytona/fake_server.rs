@@ -36,7 +36,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
-use crate::support::http::{json_resp, lock, pct_decode, Req};
+use crate::support::http::{self, json_resp, lock, pct_decode, Req};
 
 /// Fault injection and behaviour switches.
 #[derive(Debug)]
@@ -166,12 +166,7 @@ type St = (Arc<Inner>, Listener);
 
 impl FakeDaytona {
     pub async fn start(key: &str) -> FakeDaytona {
-        let bind = || tokio::net::TcpListener::bind(("127.0.0.1", 0));
-        let (api, toolbox, preview) = (
-            bind().await.unwrap(),
-            bind().await.unwrap(),
-            bind().await.unwrap(),
-        );
+        let (api, toolbox, preview) = (http::bind().await, http::bind().await, http::bind().await);
         let inner = Arc::new(Inner {
             key: Mutex::new(key.to_owned()),
             api_addr: api.local_addr().unwrap(),
@@ -192,9 +187,7 @@ impl FakeDaytona {
             let app = Router::new()
                 .fallback(handle)
                 .with_state((inner.clone(), which));
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
+            http::serve(listener, app);
         }
         FakeDaytona { inner }
     }

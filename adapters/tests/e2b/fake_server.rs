@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::support::http::{json_resp, lock, pct_decode, Req};
+use crate::support::http::{self, json_resp, lock, pct_decode, Req};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -161,8 +161,8 @@ enum Listener {
 
 impl FakeServer {
     pub async fn start(key: &str) -> FakeServer {
-        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let envd = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api = http::bind().await;
+        let envd = http::bind().await;
         let inner = Arc::new(Inner {
             key: Mutex::new(key.to_owned()),
             api_addr: api.local_addr().unwrap(),
@@ -178,9 +178,7 @@ impl FakeServer {
             let app = Router::new()
                 .fallback(handle)
                 .with_state((inner.clone(), which));
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
+            http::serve(listener, app);
         }
         FakeServer { inner }
     }

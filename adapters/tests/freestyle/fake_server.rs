@@ -95,9 +95,7 @@ pub struct FakeFreestyle {
 
 impl FakeFreestyle {
     pub async fn start(key: &str) -> FakeFreestyle {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .unwrap();
+        let listener = http::bind().await;
         let inner = Arc::new(Inner {
             key: Mutex::new(key.to_owned()),
             addr: listener.local_addr().unwrap(),
@@ -107,9 +105,7 @@ impl FakeFreestyle {
             seq: Mutex::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        http::serve(listener, app);
         FakeFreestyle { inner }
     }
 

@@ -216,9 +216,7 @@ impl FakeServer {
             if which == Listener::Execd {
                 app = crate::fake_pty::router(ptys.clone()).merge(app);
             }
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
+            http::serve(listener, app);
         }
         FakeServer { inner, ptys }
     }

@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use axum::extract::Request;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Router;
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -14,6 +15,20 @@ use serde_json::Value;
 /// the other tests' assertions.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A listener on a free loopback port.
+pub async fn bind() -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap()
+}
+
+/// Serves `app` on `listener` for the rest of the test process.
+pub fn serve(listener: tokio::net::TcpListener, app: Router) {
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
 }
 
 /// One request as a fake's handler reads it: the body whole, the query decoded.

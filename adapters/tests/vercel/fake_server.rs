@@ -34,7 +34,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
-use crate::support::http::{json_resp, lock, pct_decode, Req};
+use crate::support::http::{self, json_resp, lock, pct_decode, Req};
 
 pub const TEAM: &str = "team_fake123";
 pub const PROJECT: &str = "prj_fake456";
@@ -123,7 +123,7 @@ pub struct FakeServer {
 
 impl FakeServer {
     pub async fn start(token: &str) -> FakeServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = http::bind().await;
         let inner = Arc::new(Inner {
             token: Mutex::new(token.to_owned()),
             addr: listener.local_addr().unwrap(),
@@ -135,9 +135,7 @@ impl FakeServer {
             seq: Mutex::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        http::serve(listener, app);
         FakeServer { inner }
     }
 
