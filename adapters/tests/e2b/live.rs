@@ -14,11 +14,8 @@ use differently_adapters::{Adapter, AdapterError, InstanceState};
 use differently_core::ids::InstallationId;
 
 use crate::support::cases::files_round_trip;
+use crate::support::live::{self, done};
 use crate::{at, cmd, create_req, key_file, setup};
-
-fn done(case: &str, since: Instant) {
-    eprintln!("live case {case}: ok in {} ms", since.elapsed().as_millis());
-}
 
 /// Every adapter method once, against whatever E2B `a` talks to; files go under `dir`.
 async fn scenario(a: &E2bAdapter, dir: &str) {
@@ -136,16 +133,13 @@ async fn live_e2b() {
         panic!("live test requested but DIFFERENTLY_TEST_E2B_API_KEY is not set");
     };
     let key = key_file(&key);
-    let mut settings = serde_json::json!({
-        "apiKeyFile": key.path(),
-        "timeouts": {"readySeconds": 120, "createSeconds": 300},
-    });
-    if let Ok(extra) = std::env::var("DIFFERENTLY_TEST_E2B_SETTINGS") {
-        let extra: serde_json::Value = serde_json::from_str(&extra).expect("settings JSON");
-        for (k, v) in extra.as_object().expect("settings object") {
-            settings[k] = v.clone();
-        }
-    }
+    let settings = live::with_settings_from(
+        serde_json::json!({
+            "apiKeyFile": key.path(),
+            "timeouts": {"readySeconds": 120, "createSeconds": 300},
+        }),
+        "DIFFERENTLY_TEST_E2B_SETTINGS",
+    );
     let cfg: E2bConfig = serde_json::from_value(settings).expect("settings");
     let a = E2bAdapter::new(cfg).expect("adapter");
     scenario(&a, "/home/user").await;

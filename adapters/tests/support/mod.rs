@@ -1,7 +1,8 @@
 //! What the provider test binaries (`daytona`, `e2b`, `freestyle`, `opensandbox`, `vercel`)
 //! share, included by each with `#[path = "../support/mod.rs"] mod support;`: the setup
-//! helpers of their `main.rs`, the HTTP scaffolding of their fakes (`http`) and the case
-//! bodies that are the same against every provider (`cases`). What a provider does its own
+//! helpers of their `main.rs`, the HTTP scaffolding of their fakes (`http`), the case
+//! bodies that are the same against every provider (`cases`) and the live runs' environment
+//! reading (`live`). What a provider does its own
 //! way stays in its fake.
 //!
 //! Each binary uses part of it, so unused items are allowed here rather than per binary.
@@ -9,6 +10,7 @@
 
 pub mod cases;
 pub mod http;
+pub mod live;
 
 use std::collections::BTreeMap;
 use std::io::Write;

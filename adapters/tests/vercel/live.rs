@@ -13,11 +13,8 @@ use differently_adapters::{Adapter, InstanceState};
 use differently_core::ids::InstallationId;
 
 use crate::support::cases::files_round_trip;
+use crate::support::live::{self, done};
 use crate::{at, cmd, create_req, setup, token_file};
-
-fn done(case: &str, since: Instant) {
-    eprintln!("live case {case}: ok in {} ms", since.elapsed().as_millis());
-}
 
 async fn scenario(a: &VercelAdapter, dir: &str) {
     let inst = InstallationId::new();
@@ -94,16 +91,13 @@ async fn live_vercel() {
         panic!("live test requested but DIFFERENTLY_TEST_VERCEL_TOKEN, _TEAM_ID and _PROJECT_ID are not all set");
     };
     let token = token_file(&token);
-    let mut settings = serde_json::json!({
-        "teamId": team, "projectId": project, "tokenFile": token.path(),
-        "timeouts": {"readySeconds": 180},
-    });
-    if let Ok(extra) = std::env::var("DIFFERENTLY_TEST_VERCEL_SETTINGS") {
-        let extra: serde_json::Value = serde_json::from_str(&extra).expect("settings JSON");
-        for (k, v) in extra.as_object().expect("settings object") {
-            settings[k] = v.clone();
-        }
-    }
+    let settings = live::with_settings_from(
+        serde_json::json!({
+            "teamId": team, "projectId": project, "tokenFile": token.path(),
+            "timeouts": {"readySeconds": 180},
+        }),
+        "DIFFERENTLY_TEST_VERCEL_SETTINGS",
+    );
     let cfg: VercelConfig = serde_json::from_value(settings).expect("settings");
     let a = VercelAdapter::new(cfg).expect("adapter");
     scenario(&a, "/vercel/sandbox").await;
