@@ -318,12 +318,7 @@ impl Inner {
             .bytes()
             .await
             .map_err(|e| self.scrub_error(self.http.transport_error(op, e)))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(Reason::caused_by(
-                format!("{op}: unexpected answer from the plugin: {e}"),
-                e,
-            ))
-        })
+        crate::http::decode_answer(&bytes, op, "the plugin")
     }
 
     /// Sends and requires 2xx, ignoring the body.
