@@ -8,7 +8,7 @@ use differently_core::ids::InstallationId;
 use serde_json::json;
 
 use crate::fake_server::FakeDaytona;
-use crate::support::cases::{one_chunk as body, read_all};
+use crate::support::cases::{self, one_chunk as body, read_all};
 use crate::{cmd, create_req, running, settings, setup, KEY};
 
 fn message(e: &AdapterError) -> String {
@@ -237,23 +237,9 @@ async fn exec_runs_argv_exactly_with_env_cwd_stdin_and_exit_codes() {
 async fn exec_timeout_is_124_and_a_missing_cwd_names_the_field() {
     let s = setup(json!({})).await;
     let i = running(&s).await;
-    let mut req = cmd(&["sleep", "5"]);
-    req.timeout_seconds = Some(1);
-    let started = std::time::Instant::now();
-    let r = s.adapter.exec(&i, &req).await.unwrap();
-    assert_eq!(r.exit_code, 124);
-    assert!(r.stdout.is_empty());
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        started.elapsed()
-    );
-    let mut req = cmd(&["true"]);
-    req.cwd = Some("/nonexistent/dir".into());
-    match s.adapter.exec(&i, &req).await.unwrap_err() {
-        AdapterError::Permanent(r) => assert_eq!(r.field(), Some("cwd")),
-        e => panic!("{e:?}"),
-    }
+    let timed_out =
+        cases::exec_timeout_is_124_and_a_missing_cwd_names_the_field(&s.adapter, &i).await;
+    assert!(timed_out.stdout.is_empty());
     let e = s.adapter.exec(&i, &cmd(&[])).await.unwrap_err();
     assert!(matches!(e, AdapterError::Permanent(_)), "{e:?}");
 }

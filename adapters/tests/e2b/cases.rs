@@ -393,21 +393,7 @@ async fn server_errors_are_transient_and_idempotent_calls_retried() {
 async fn exec_runs_argv_with_env_cwd_and_exit_codes() {
     let s = setup(json!({})).await;
     let r = running(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut req = cmd(&[
-        "bash",
-        "-c",
-        "echo out:$SANDBOX_VAR:$X; echo err >&2; pwd; exit 3",
-    ]);
-    req.env = BTreeMap::from([("X".to_owned(), "from-exec".to_owned())]);
-    req.cwd = Some(dir.path().display().to_string());
-    let res = s.adapter.exec(&r, &req).await.unwrap();
-    assert_eq!(res.exit_code, 3);
-    assert_eq!(
-        res.stdout,
-        format!("out:from-create:from-exec\n{}\n", dir.path().display())
-    );
-    assert_eq!(res.stderr, "err\n");
+    cases::exec_sees_env_and_cwd(&s.adapter, &r, 3).await;
     // argv is passed as is: no shell splits or expands it.
     let res = s
         .adapter

@@ -2,14 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
 
 use differently_adapters::{Adapter, AdapterError, ByteRange, FileKind, InstanceState};
 use differently_core::ids::InstallationId;
 use serde_json::json;
 
 use crate::fake_server::FakeFreestyle;
-use crate::support::cases::{one_chunk as body, read_all};
+use crate::support::cases::{self, one_chunk as body, read_all};
 use crate::{cmd, create_req, running, settings, setup, KEY};
 
 #[tokio::test]
@@ -133,18 +132,7 @@ async fn exec_sources_the_env_then_request_env_wins_and_keeps_streams_apart() {
 async fn exec_timeout_is_124_and_a_missing_cwd_names_the_field() {
     let s = setup(json!({})).await;
     let i = running(&s).await;
-    let mut req = cmd(&["sleep", "5"]);
-    req.timeout_seconds = Some(1);
-    let started = std::time::Instant::now();
-    let r = s.adapter.exec(&i, &req).await.unwrap();
-    assert_eq!(r.exit_code, 124);
-    assert!(started.elapsed() < Duration::from_secs(4));
-    let mut req = cmd(&["true"]);
-    req.cwd = Some("/nonexistent/dir".into());
-    match s.adapter.exec(&i, &req).await.unwrap_err() {
-        AdapterError::Permanent(r) => assert_eq!(r.field(), Some("cwd")),
-        e => panic!("{e:?}"),
-    }
+    cases::exec_timeout_is_124_and_a_missing_cwd_names_the_field(&s.adapter, &i).await;
 }
 
 #[tokio::test]

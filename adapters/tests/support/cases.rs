@@ -1,11 +1,13 @@
 //! Case bodies that are the same against every provider's fake (and, for `files_round_trip`,
 //! its live account): each binary's test calls them with its own adapter and fake.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use differently_adapters::registry::{self, AdapterConfigError};
 use differently_adapters::{Adapter, AdapterError, ByteRange, ByteStream, Download, InstanceRef};
+use differently_core::exec::ExecResult;
 use futures::StreamExt;
 
 use super::cmd;
@@ -52,6 +54,48 @@ pub fn build_err(kind: &str, v: serde_json::Value) -> (Option<String>, String) {
         Err(e) => panic!("unexpected {e}"),
         Ok(_) => panic!("accepted {v}"),
     }
+}
+
+/// A command past its timeout ends with 124 well before it would have (answered, for the
+/// provider's own checks), and a missing working directory is refused naming `cwd`.
+pub async fn exec_timeout_is_124_and_a_missing_cwd_names_the_field<A: Adapter + ?Sized>(
+    adapter: &A,
+    r: &InstanceRef,
+) -> ExecResult {
+    let mut req = cmd(&["sleep", "5"]);
+    req.timeout_seconds = Some(1);
+    let started = Instant::now();
+    let timed_out = adapter.exec(r, &req).await.unwrap();
+    assert_eq!(timed_out.exit_code, 124);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut req = cmd(&["true"]);
+    req.cwd = Some("/nonexistent/dir".into());
+    match adapter.exec(r, &req).await.unwrap_err() {
+        AdapterError::Permanent(r) => assert_eq!(r.field(), Some("cwd")),
+        e => panic!("{e:?}"),
+    }
+    timed_out
+}
+
+/// A command sees the sandbox's environment with the request's added, runs in the request's
+/// directory, and its stdout, stderr and exit code (`exit`) come back apart.
+pub async fn exec_sees_env_and_cwd<A: Adapter + ?Sized>(adapter: &A, r: &InstanceRef, exit: i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!("echo out:$SANDBOX_VAR:$X; echo err >&2; pwd; exit {exit}");
+    let mut req = cmd(&["bash", "-c", &script]);
+    req.env = BTreeMap::from([("X".to_owned(), "from-exec".to_owned())]);
+    req.cwd = Some(dir.path().display().to_string());
+    let res = adapter.exec(r, &req).await.unwrap();
+    assert_eq!(res.exit_code, exit);
+    assert_eq!(
+        res.stdout,
+        format!("out:from-create:from-exec\n{}\n", dir.path().display())
+    );
+    assert_eq!(res.stderr, "err\n");
 }
 
 /// An exec stream whose reader stops reading ends at the command's deadline (exit 124) and

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::fake_server::{FakeServer, PROJECT, TEAM};
 use crate::support::cases::{
-    a_stalled_reader_does_not_outlast_the_deadline, body, collect, field_of,
+    self, a_stalled_reader_does_not_outlast_the_deadline, body, collect, field_of,
 };
 use crate::{at, cmd, create_req, running, settings, setup, token_file, TOKEN};
 
@@ -286,21 +286,7 @@ async fn errors_map_to_kinds_and_never_quote_the_token() {
 async fn exec_runs_argv_with_env_cwd_stdin_and_exit_codes() {
     let s = setup(json!({})).await;
     let r = running(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut req = cmd(&[
-        "bash",
-        "-c",
-        "echo out:$SANDBOX_VAR:$X; echo err >&2; pwd; exit 5",
-    ]);
-    req.env = BTreeMap::from([("X".to_owned(), "from-exec".to_owned())]);
-    req.cwd = Some(dir.path().display().to_string());
-    let res = s.adapter.exec(&r, &req).await.unwrap();
-    assert_eq!(res.exit_code, 5);
-    assert_eq!(
-        res.stdout,
-        format!("out:from-create:from-exec\n{}\n", dir.path().display())
-    );
-    assert_eq!(res.stderr, "err\n");
+    cases::exec_sees_env_and_cwd(&s.adapter, &r, 5).await;
     let body = s.fake.record().cmd_bodies[0].clone();
     assert_eq!(
         (
