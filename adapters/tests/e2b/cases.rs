@@ -511,18 +511,7 @@ async fn truncated_and_silent_streams_are_errors_not_exit_codes() {
     let s = setup(json!({"timeouts": {"streamIdleSeconds": 1, "pollMillis": 20}})).await;
     let r = running(&s).await;
     s.fake.knobs().truncate_after_frames = Some(2);
-    let e = s
-        .adapter
-        .exec(
-            &r,
-            &cmd(&["bash", "-c", "echo a; sleep 0.1; echo b; sleep 0.1; echo c"]),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&e, AdapterError::Transient(m) if m.contains("truncated")),
-        "{e:?}"
-    );
+    cases::a_truncated_stream_is_transient(&s.adapter, &r).await;
     s.fake.knobs().truncate_after_frames = None;
     s.fake.knobs().stall_ms = 3000;
     let started = Instant::now();

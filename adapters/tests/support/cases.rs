@@ -98,6 +98,22 @@ pub async fn exec_sees_env_and_cwd<A: Adapter + ?Sized>(adapter: &A, r: &Instanc
     assert_eq!(res.stderr, "err\n");
 }
 
+/// With the fake set to cut its output stream short, an exec is a `Transient` error saying
+/// the stream was truncated, never an exit code.
+pub async fn a_truncated_stream_is_transient<A: Adapter + ?Sized>(adapter: &A, r: &InstanceRef) {
+    let e = adapter
+        .exec(
+            r,
+            &cmd(&["bash", "-c", "echo a; sleep 0.1; echo b; sleep 0.1; echo c"]),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, AdapterError::Transient(m) if m.contains("truncated")),
+        "{e:?}"
+    );
+}
+
 /// An exec stream whose reader stops reading ends at the command's deadline (exit 124) and
 /// the command is killed: `running_commands` is the fake's count of commands still running.
 pub async fn a_stalled_reader_does_not_outlast_the_deadline<A: Adapter + ?Sized>(
