@@ -51,7 +51,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{millis, CollectedOutput};
 use crate::local_fs::{self, io_err};
 use crate::local_pty;
 use crate::{
@@ -749,10 +749,6 @@ async fn signal_group(pgid: u32, signal: &str) -> bool {
             false
         }
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs `tar` with `args`; a failure is an error carrying its stderr.

@@ -2,10 +2,14 @@
 //! command's stdout and stderr. Each stream is capped at `OUTPUT_CAP_BYTES` by
 //! `core::capped::CappedOutput`, so every adapter and the API cut output the same way.
 
-use differently_core::exec::{CappedOutput, ExecResult};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use differently_core::exec::{CappedOutput, ExecRequest, ExecResult};
 use tokio::sync::mpsc;
 
-use crate::ExecEvent;
+use crate::error::Reason;
+use crate::{AdapterError, ExecEvent, ExecExit};
 
 /// The capped head of both output streams of one command.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,6 +49,76 @@ impl CollectedOutput {
     }
 }
 
+/// Decoded stdin of an exec request, if it has one.
+pub fn stdin_of(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
+    match (&req.stdin, &req.stdin_base64) {
+        (Some(_), Some(_)) => Err(AdapterError::invalid_field(
+            "stdinBase64",
+            "give stdin or stdinBase64, not both",
+        )),
+        (Some(s), None) => Ok(Some(s.clone().into_bytes())),
+        (None, Some(b)) => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .map(Some)
+                .map_err(|e| {
+                    AdapterError::Permanent(
+                        Reason::caused_by(format!("stdinBase64: {e}"), e).on_field("stdinBase64"),
+                    )
+                })
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// Refuses an empty program or a NUL in any argument, naming the `command` field (no
+/// backend can run either; a NUL would cut the argument short).
+pub fn check_command(req: &ExecRequest) -> Result<(), AdapterError> {
+    if req.command.first().is_none_or(|p| p.is_empty()) {
+        return Err(AdapterError::invalid_field("command", "command is empty"));
+    }
+    if req.command.iter().any(|a| a.contains('\0')) {
+        return Err(AdapterError::invalid_field(
+            "command",
+            "arguments may not contain NUL",
+        ));
+    }
+    Ok(())
+}
+
+/// Whole milliseconds of `d`, saturating (what `duration_ms` fields carry).
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A plain `exec` over an adapter's streaming runner: `run` gets the sending end of a
+/// channel and answers the exit code; what it sends is collected, capped, while it runs.
+/// `run` must drop the sender when it is done (taking it by value does), or this waits.
+pub async fn exec_collected<F, Fut>(run: F) -> Result<ExecResult, AdapterError>
+where
+    F: FnOnce(mpsc::Sender<ExecEvent>) -> Fut,
+    Fut: Future<Output = Result<i32, AdapterError>>,
+{
+    let started = Instant::now();
+    let (tx, rx) = mpsc::channel(64);
+    let (code, out) = tokio::join!(run(tx), CollectedOutput::collect(rx));
+    Ok(out.into_result(code?, millis(started.elapsed())))
+}
+
+/// Runs `run` (an exec's whole life, answering its exit code) and times it.
+pub async fn timed_exit<Fut>(run: Fut) -> Result<ExecExit, AdapterError>
+where
+    Fut: Future<Output = Result<i32, AdapterError>>,
+{
+    let started = Instant::now();
+    let exit_code = run.await?;
+    Ok(ExecExit {
+        exit_code,
+        duration_ms: millis(started.elapsed()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -73,5 +147,20 @@ mod tests {
         assert_eq!(r.stderr.len(), OUTPUT_CAP_BYTES);
         assert!(r.stderr_truncated);
         assert_eq!((r.exit_code, r.duration_ms), (3, 7));
+    }
+
+    #[tokio::test]
+    async fn exec_collected_keeps_what_the_runner_sent_and_its_error() {
+        let r = exec_collected(|tx| async move {
+            tx.send(ExecEvent::Stderr(Bytes::from_static(b"err")))
+                .await
+                .ok();
+            Ok(5)
+        })
+        .await
+        .unwrap();
+        assert_eq!((r.exit_code, r.stderr.as_str()), (5, "err"));
+        let e = exec_collected(|_tx| async { Err(AdapterError::NotFound) }).await;
+        assert!(matches!(e, Err(AdapterError::NotFound)), "{e:?}");
     }
 }

@@ -89,6 +89,21 @@ pub enum HttpConfigError {
     Build(#[source] reqwest::Error),
 }
 
+/// A backend's JSON answer decoded as `T`. An answer that does not decode is `Transient`
+/// (a proxy's error page, a half-deployed backend), saying `op` and who answered (`from`).
+pub(crate) fn decode_answer<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    op: &str,
+    from: &str,
+) -> Result<T, AdapterError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        AdapterError::Transient(Reason::caused_by(
+            format!("{op}: unexpected answer from {from}: {e}"),
+            e,
+        ))
+    })
+}
+
 /// The certificates of a PEM bundle, checked: at least one, all parseable.
 pub fn read_ca_bundle(path: &Path) -> Result<Vec<reqwest::Certificate>, HttpConfigError> {
     let shown = path.display().to_string();

@@ -14,6 +14,7 @@ pub mod e2b;
 pub mod error;
 pub mod exec_output;
 pub mod fake;
+pub mod files;
 pub mod freestyle;
 pub mod http;
 pub mod local_fs;
@@ -25,6 +26,7 @@ pub mod poll;
 pub mod pools;
 pub mod registry;
 pub mod remote;
+pub mod settings;
 pub mod vercel;
 
 pub use contract::*;

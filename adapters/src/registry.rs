@@ -63,10 +63,10 @@ pub const KINDS: &[Kind] = &[
         trust: TrustRule::MustDeclare,
         dev_only: false,
         build: Some(|s, credentials| {
-            Ok(Arc::new(OpenSandboxAdapter::with_credentials(
-                parse("opensandbox", s)?,
-                credentials,
-            )?))
+            Ok(Arc::new(
+                OpenSandboxAdapter::with_credentials(parse("opensandbox", s)?, credentials)
+                    .map_err(|e| e.for_kind("opensandbox"))?,
+            ))
         }),
     },
     // A plugin speaking `/adapter/v1`: who runs it is the operator's to say, as for
@@ -88,10 +88,10 @@ pub const KINDS: &[Kind] = &[
         trust: TrustRule::ForcedExternal,
         dev_only: false,
         build: Some(|s, credentials| {
-            Ok(Arc::new(DaytonaAdapter::with_credentials(
-                parse("daytona", s)?,
-                credentials,
-            )?))
+            Ok(Arc::new(
+                DaytonaAdapter::with_credentials(parse("daytona", s)?, credentials)
+                    .map_err(|e| e.for_kind("daytona"))?,
+            ))
         }),
     },
     Kind {
@@ -99,10 +99,10 @@ pub const KINDS: &[Kind] = &[
         trust: TrustRule::ForcedExternal,
         dev_only: false,
         build: Some(|s, credentials| {
-            Ok(Arc::new(E2bAdapter::with_credentials(
-                parse("e2b", s)?,
-                credentials,
-            )?))
+            Ok(Arc::new(
+                E2bAdapter::with_credentials(parse("e2b", s)?, credentials)
+                    .map_err(|e| e.for_kind("e2b"))?,
+            ))
         }),
     },
     Kind {
@@ -112,7 +112,7 @@ pub const KINDS: &[Kind] = &[
         build: Some(|s, credentials| {
             Ok(Arc::new(
                 FreestyleAdapter::with_credentials(parse("freestyle", s)?, credentials)
-                    .map_err(crate::freestyle::config_error)?,
+                    .map_err(|e| e.for_kind("freestyle"))?,
             ))
         }),
     },
@@ -123,7 +123,7 @@ pub const KINDS: &[Kind] = &[
         build: Some(|s, credentials| {
             Ok(Arc::new(
                 VercelAdapter::with_credentials(parse("vercel", s)?, credentials)
-                    .map_err(crate::vercel::config_error)?,
+                    .map_err(|e| e.for_kind("vercel"))?,
             ))
         }),
     },

@@ -12,7 +12,6 @@ use serde::Deserialize;
 
 use super::config::Settings;
 use crate::credentials::Credentials;
-use crate::error::Reason;
 use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
 use crate::AdapterError;
 
@@ -122,12 +121,7 @@ impl Client {
             .bytes()
             .await
             .map_err(|e| self.transport_error(side, op, e))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(Reason::caused_by(
-                format!("{op}: unexpected answer from Daytona: {e}"),
-                e,
-            ))
-        })
+        crate::http::decode_answer(&bytes, op, "Daytona")
     }
 
     pub(crate) fn transport_error(&self, side: Side, op: &str, e: reqwest::Error) -> AdapterError {

@@ -5,31 +5,19 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use differently_core::pool::valid_secret_name;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
+use crate::settings::{
+    bad, base_url_or, ca_bundle, opt_bool, opt_u64, poll_interval, resolve_api_key, seconds,
+    ConfigError,
+};
 
 /// Daytona Cloud's API.
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
 /// Daytona Cloud's toolbox proxy (the in-sandbox API, `{toolboxURL}/{sandboxId}/…`).
 pub const DEFAULT_TOOLBOX_URL: &str = "https://proxy.app.daytona.io/toolbox";
-
-/// Why a pool's settings were refused; `field` is the offending key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
-
-pub(crate) fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        field: field.to_owned(),
-        message: message.into(),
-    })
-}
 
 /// Outbound network of the sandboxes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -123,19 +111,13 @@ pub struct Settings {
 impl DaytonaConfig {
     /// Checks every rule and resolves the API key reference.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
-        let api_url = base_url("apiURL", self.api_url.as_deref(), DEFAULT_API_URL)?;
-        let toolbox_url = base_url(
+        let api_url = base_url_or("apiURL", self.api_url.as_deref(), DEFAULT_API_URL)?;
+        let toolbox_url = base_url_or(
             "toolboxURL",
             self.toolbox_url.as_deref(),
             DEFAULT_TOOLBOX_URL,
         )?;
-        let ca_bundle = match &self.ca_bundle {
-            None => Vec::new(),
-            Some(path) => match crate::http::read_ca_bundle(path) {
-                Ok(certs) => certs,
-                Err(e) => return bad("caBundle", e.to_string()),
-            },
-        };
+        let ca_bundle = ca_bundle(self.ca_bundle.as_ref())?;
         let nonblank = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
         let organization_id = nonblank(&self.organization_id);
         if organization_id
@@ -145,21 +127,14 @@ impl DaytonaConfig {
             return bad("organizationId", "must be printable ASCII without spaces");
         }
         let t = &self.timeouts;
-        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
-            0 => bad(field, "must be at least 1"),
-            n => Ok(Duration::from_secs(n)),
-        };
-        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let ready_timeout = secs(t.ready_seconds, 180, "timeouts.readySeconds")?;
-        let poll_interval = match t.poll_millis.unwrap_or(500) {
-            0 => return bad("timeouts.pollMillis", "must be at least 1"),
-            n => Duration::from_millis(n),
-        };
+        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let ready_timeout = seconds(t.ready_seconds, 180, "timeouts.readySeconds")?;
+        let poll_interval = poll_interval(t.poll_millis)?;
         let port_url_seconds = match self.port_url_seconds.unwrap_or(3600) {
             n if n < 60 => return bad("portURLSeconds", "must be at least 60"),
             n => n,
         };
-        let (credential, initial_key) = resolve_key(
+        let (credential, initial_key) = resolve_api_key(
             self.api_key_env.as_deref(),
             self.api_key_file.as_ref(),
             self.api_key_secret.as_deref(),
@@ -180,144 +155,6 @@ impl DaytonaConfig {
             credential,
             initial_key,
         })
-    }
-}
-
-/// A base URL: `http(s)://host[:port][/path]`, no credentials, query or fragment; no
-/// trailing slash.
-pub(crate) fn base_url(
-    field: &str,
-    value: Option<&str>,
-    default: &str,
-) -> Result<String, ConfigError> {
-    let url = match value.map(str::trim) {
-        None | Some("") => default,
-        Some(u) => u,
-    };
-    let Some(rest) = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-    else {
-        return bad(field, "must start with http:// or https://");
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    if authority.is_empty() {
-        return bad(field, "has no host");
-    }
-    if authority.contains('@') {
-        return bad(
-            field,
-            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
-        );
-    }
-    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
-        return bad(field, "must be a plain base URL without query or fragment");
-    }
-    Ok(url.trim_end_matches('/').to_owned())
-}
-
-/// Checks the one credential reference and, for env and file references, that it resolves
-/// now to a usable key (a typo is refused at registration, naming the key, never its value).
-/// A stored secret may be stored after the pool is registered, so only its name is checked.
-pub(crate) fn resolve_key(
-    env: Option<&str>,
-    file: Option<&PathBuf>,
-    secret: Option<&str>,
-) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
-    let env = env.filter(|e| !e.is_empty());
-    let secret = secret.filter(|s| !s.is_empty());
-    let given = [env.is_some(), file.is_some(), secret.is_some()];
-    if given.iter().filter(|g| **g).count() > 1 {
-        let field = if secret.is_some() {
-            "apiKeySecret"
-        } else {
-            "apiKeyFile"
-        };
-        return bad(
-            field,
-            "give one of apiKeyEnv, apiKeyFile or apiKeySecret, not several",
-        );
-    }
-    let (credential, field, raw) = match (env, file, secret) {
-        (Some(var), _, _) => match std::env::var(var) {
-            Ok(v) => (CredentialRef::Env(var.to_owned()), "apiKeyEnv", v),
-            Err(_) => {
-                return bad(
-                    "apiKeyEnv",
-                    format!("environment variable `{var}` is not set"),
-                )
-            }
-        },
-        (_, Some(path), _) => match std::fs::read_to_string(path) {
-            Ok(v) => (CredentialRef::File(path.clone()), "apiKeyFile", v),
-            Err(e) => {
-                return bad(
-                    "apiKeyFile",
-                    format!("cannot read {}: {}", path.display(), e.kind()),
-                )
-            }
-        },
-        (_, _, Some(name)) => {
-            if !valid_secret_name(name) {
-                return bad(
-                    "apiKeySecret",
-                    "a stored secret's name: 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
-                );
-            }
-            return Ok((CredentialRef::Secret(name.to_owned()), None));
-        }
-        (None, None, None) => {
-            return bad(
-                "apiKeyEnv",
-                "the provider's API key is required, by reference: apiKeyEnv (variable name), apiKeyFile (path) or apiKeySecret (stored secret name)",
-            )
-        }
-    };
-    match Secret::parse(raw.trim()) {
-        Ok(key) => Ok((credential, Some(key))),
-        Err(why) => bad(field, format!("the referenced API key {why}")),
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum BoolOrString {
-    Bool(bool),
-    Str(String),
-}
-
-/// A boolean, or its string form (`"true"`), as pool settings often carry.
-pub(crate) fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
-    match Option::<BoolOrString>::deserialize(d)? {
-        None => Ok(None),
-        Some(BoolOrString::Bool(b)) => Ok(Some(b)),
-        Some(BoolOrString::Str(s)) => match s.trim() {
-            "true" => Ok(Some(true)),
-            "false" => Ok(Some(false)),
-            other => Err(serde::de::Error::custom(format!(
-                "expected true or false, got `{other}`"
-            ))),
-        },
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumOrString {
-    Num(u64),
-    Str(String),
-}
-
-/// A whole number, or its string form (`"30"`).
-pub(crate) fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    match Option::<NumOrString>::deserialize(d)? {
-        None => Ok(None),
-        Some(NumOrString::Num(n)) => Ok(Some(n)),
-        Some(NumOrString::Str(s)) => {
-            s.trim().parse().map(Some).map_err(|_| {
-                serde::de::Error::custom(format!("expected a whole number, got `{s}`"))
-            })
-        }
     }
 }
 
@@ -348,11 +185,11 @@ mod tests {
             ("https://x/api?k=v", "query"),
             ("https://", "host"),
         ] {
-            let e = base_url("apiURL", Some(url), DEFAULT_API_URL).unwrap_err();
+            let e = base_url_or("apiURL", Some(url), DEFAULT_API_URL).unwrap_err();
             assert!(e.message.contains(why), "{url}: {}", e.message);
         }
         assert_eq!(
-            base_url("apiURL", Some("http://127.0.0.1:3000/api/"), "").unwrap(),
+            base_url_or("apiURL", Some("http://127.0.0.1:3000/api/"), "").unwrap(),
             "http://127.0.0.1:3000/api"
         );
     }

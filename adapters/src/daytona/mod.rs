@@ -25,10 +25,9 @@ use differently_core::SandboxId;
 use futures::StreamExt;
 
 use crate::credentials::Credentials;
-use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{millis, stdin_of, CollectedOutput};
+use crate::files;
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState, SnapshotInfo,
@@ -40,21 +39,12 @@ mod sandbox;
 pub(crate) mod shell;
 mod toolbox;
 
-pub use config::{ConfigError, DaytonaConfig, Settings};
+pub use crate::settings::ConfigError;
+pub use config::{DaytonaConfig, Settings};
 use sandbox::{LABEL_INSTALLATION, LABEL_SANDBOX};
 
 /// Consecutive failed polls of a running command before the stream gives up.
 const POLL_FAILURES: u32 = 3;
-
-impl From<ConfigError> for AdapterConfigError {
-    fn from(e: ConfigError) -> Self {
-        AdapterConfigError::InvalidSettings {
-            kind: "daytona".to_owned(),
-            field: Some(e.field),
-            message: e.message,
-        }
-    }
-}
 
 /// One Daytona pool.
 pub struct DaytonaAdapter {
@@ -85,10 +75,6 @@ fn state(s: Option<&str>) -> Option<InstanceState> {
     })
 }
 
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The Daytona name of a sandbox: its id, in the lower-case, dash form names take.
 pub(crate) fn daytona_name(id: &SandboxId) -> String {
     id.as_str().to_ascii_lowercase().replace('_', "-")
@@ -100,29 +86,6 @@ fn snapshot_name(snapshot_id: &str) -> String {
         "differently-{}",
         snapshot_id.to_ascii_lowercase().replace('_', "-")
     )
-}
-
-/// Decoded stdin of an exec request, if it has one.
-pub(crate) fn stdin_of(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
-    match (&req.stdin, &req.stdin_base64) {
-        (Some(_), Some(_)) => Err(AdapterError::invalid_field(
-            "stdinBase64",
-            "give stdin or stdinBase64, not both",
-        )),
-        (Some(s), None) => Ok(Some(s.clone().into_bytes())),
-        (None, Some(b)) => {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD
-                .decode(b)
-                .map(Some)
-                .map_err(|e| {
-                    AdapterError::Permanent(
-                        Reason::caused_by(format!("stdinBase64: {e}"), e).on_field("stdinBase64"),
-                    )
-                })
-        }
-        (None, None) => Ok(None),
-    }
 }
 
 /// Permission bits of a toolbox entry: `permissions` is octal; else from the mode string.
@@ -617,29 +580,11 @@ impl Adapter for DaytonaAdapter {
         let resp = toolbox::download(&self.client, &at.backend_ref, path).await?;
         let total_size = resp.content_length();
         let client = self.client.clone();
-        let mut pos: u64 = 0;
+        let whole = resp.bytes_stream().map(move |chunk| {
+            chunk.map_err(|e| client.transport_error(client::Side::Toolbox, "download", e))
+        });
         // The toolbox has no ranges: the range is cut out of the whole file here.
-        let body = resp
-            .bytes_stream()
-            .map(move |chunk| {
-                chunk.map_err(|e| client.transport_error(client::Side::Toolbox, "download", e))
-            })
-            .filter_map(move |chunk| {
-                let out = match (chunk, range) {
-                    (Err(e), _) => Some(Err(e)),
-                    (Ok(b), None) => Some(Ok(b)),
-                    (Ok(b), Some(r)) => {
-                        let start = pos;
-                        let end = start + b.len() as u64;
-                        pos = end;
-                        let lo = r.start.max(start);
-                        let hi = r.end.map_or(end, |e| (e + 1).min(end));
-                        (lo < hi).then(|| Ok(b.slice((lo - start) as usize..(hi - start) as usize)))
-                    }
-                };
-                futures::future::ready(out)
-            })
-            .boxed();
+        let body = files::cut_to_range(whole, range);
         Ok(Download { total_size, body })
     }
 
@@ -650,22 +595,12 @@ impl Adapter for DaytonaAdapter {
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
         check_path("path", path)?;
-        let mut out = Vec::new();
-        let mut level = vec![path.to_owned()];
-        for _ in 0..depth.max(1) {
-            let mut next = Vec::new();
-            for dir in &level {
-                for f in toolbox::list(&self.client, &at.backend_ref, dir).await? {
-                    let entry = file_entry(dir, &f);
-                    if entry.kind == FileKind::Dir {
-                        next.push(entry.path.clone());
-                    }
-                    out.push(entry);
-                }
-            }
-            level = next;
-        }
-        Ok(out)
+        let (client, id) = (&self.client, &at.backend_ref);
+        files::list_levels(path, depth, |dir| async move {
+            let found = toolbox::list(client, id, &dir).await?;
+            Ok(found.iter().map(|f| file_entry(&dir, f)).collect())
+        })
+        .await
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {

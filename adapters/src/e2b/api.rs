@@ -139,12 +139,7 @@ impl Api {
             .bytes()
             .await
             .map_err(|e| self.http.transport_error(op, e))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(Reason::caused_by(
-                format!("{op}: unexpected answer from E2B: {e}"),
-                e,
-            ))
-        })
+        crate::http::decode_answer(&bytes, op, "E2B")
     }
 
     /// Maps an error answer; a refused key is read again on the next call.
@@ -219,12 +214,7 @@ impl Api {
                 .bytes()
                 .await
                 .map_err(|e| self.http.transport_error("list sandboxes", e))?;
-            let page: Vec<Sandbox> = serde_json::from_slice(&bytes).map_err(|e| {
-                AdapterError::Transient(Reason::caused_by(
-                    format!("list sandboxes: unexpected answer from E2B: {e}"),
-                    e,
-                ))
-            })?;
+            let page: Vec<Sandbox> = crate::http::decode_answer(&bytes, "list sandboxes", "E2B")?;
             // E2B filters by metadata already; checked again so a server that ignored the
             // filter cannot make us adopt or delete someone else's sandbox.
             out.extend(page.into_iter().filter(|s| {

@@ -5,26 +5,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use differently_core::pool::valid_secret_name;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-
-/// Why a pool's settings were refused; `field` is the offending key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
-
-pub(crate) fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        field: field.to_owned(),
-        message: message.into(),
-    })
-}
+use crate::settings::{bad, base_url, poll_interval, resolve_api_key, seconds, ConfigError};
 
 /// How port URLs are handed out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -196,20 +181,12 @@ impl E2bConfig {
             );
         }
         let t = &self.timeouts;
-        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
-            0 => bad(field, "must be at least 1"),
-            n => Ok(Duration::from_secs(n)),
-        };
-        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let create_timeout = secs(t.create_seconds, 120, "timeouts.createSeconds")?;
-        let ready_timeout = secs(t.ready_seconds, 60, "timeouts.readySeconds")?;
-        let stream_idle = secs(t.stream_idle_seconds, 90, "timeouts.streamIdleSeconds")?;
-        let poll_interval = match t.poll_millis.unwrap_or(500) {
-            0 => return bad("timeouts.pollMillis", "must be at least 1"),
-            n => Duration::from_millis(n),
-        };
-        let (credential, initial_key) = resolve_key(
-            "API key",
+        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let create_timeout = seconds(t.create_seconds, 120, "timeouts.createSeconds")?;
+        let ready_timeout = seconds(t.ready_seconds, 60, "timeouts.readySeconds")?;
+        let stream_idle = seconds(t.stream_idle_seconds, 90, "timeouts.streamIdleSeconds")?;
+        let poll_interval = poll_interval(t.poll_millis)?;
+        let (credential, initial_key) = resolve_api_key(
             self.api_key_env.as_deref(),
             self.api_key_file.as_ref(),
             self.api_key_secret.as_deref(),
@@ -239,105 +216,6 @@ fn is_host(s: &str) -> bool {
     s.len() <= 253
         && s.split('.')
             .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-}
-
-/// A plain `http(s)://host[:port][/path]` base URL without credentials, query or fragment,
-/// returned without a trailing slash.
-pub(crate) fn base_url(field: &str, url: &str) -> Result<String, ConfigError> {
-    let url = url.trim();
-    let Some(rest) = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-    else {
-        return bad(field, "must start with http:// or https://");
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    if authority.is_empty() {
-        return bad(field, "has no host");
-    }
-    if authority.contains('@') {
-        return bad(
-            field,
-            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
-        );
-    }
-    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
-        return bad(field, "must be a plain base URL without query or fragment");
-    }
-    Ok(url.trim_end_matches('/').to_owned())
-}
-
-/// Checks the one credential reference (`<prefix>Env`, `<prefix>File`, `<prefix>Secret`,
-/// here `apiKey…` and Vercel's `token…`) and, for env and file references, that it resolves
-/// now to a usable value, so a typo is refused at registration naming the key. A stored
-/// secret may be stored after the pool is registered: only its name is checked.
-pub(crate) fn resolve_credential(
-    prefix: &str,
-    what: &str,
-    env: Option<&str>,
-    file: Option<&PathBuf>,
-    secret: Option<&str>,
-) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
-    let (env_f, file_f, secret_f) = (
-        format!("{prefix}Env"),
-        format!("{prefix}File"),
-        format!("{prefix}Secret"),
-    );
-    let env = env.filter(|e| !e.is_empty());
-    let secret = secret.filter(|s| !s.is_empty());
-    let given = [env.is_some(), file.is_some(), secret.is_some()];
-    if given.iter().filter(|g| **g).count() > 1 {
-        let field = if secret.is_some() { &secret_f } else { &file_f };
-        return bad(
-            field,
-            format!("give one of {env_f}, {file_f} or {secret_f}, not several"),
-        );
-    }
-    let (credential, field, raw) = match (env, file, secret) {
-        (Some(var), _, _) => match std::env::var(var) {
-            Ok(v) => (CredentialRef::Env(var.to_owned()), &env_f, v),
-            Err(_) => return bad(&env_f, format!("environment variable `{var}` is not set")),
-        },
-        (_, Some(path), _) => match std::fs::read_to_string(path) {
-            Ok(v) => (CredentialRef::File(path.clone()), &file_f, v),
-            Err(e) => {
-                return bad(
-                    &file_f,
-                    format!("cannot read {}: {}", path.display(), e.kind()),
-                )
-            }
-        },
-        (_, _, Some(name)) => {
-            if !valid_secret_name(name) {
-                return bad(
-                    &secret_f,
-                    "a stored secret's name: 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
-                );
-            }
-            return Ok((CredentialRef::Secret(name.to_owned()), None));
-        }
-        (None, None, None) => {
-            return bad(
-                &env_f,
-                format!(
-                    "the {what} is required, by reference: {env_f} (variable name), {file_f} (path) or {secret_f} (stored secret name)"
-                ),
-            )
-        }
-    };
-    match Secret::parse(raw.trim()) {
-        Ok(key) => Ok((credential, Some(key))),
-        Err(why) => bad(field, format!("the referenced {what} {why}")),
-    }
-}
-
-fn resolve_key(
-    what: &str,
-    env: Option<&str>,
-    file: Option<&PathBuf>,
-    secret: Option<&str>,
-) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
-    resolve_credential("apiKey", what, env, file, secret)
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::connect::{envelope, ConnectError, EndStream, Frame, FrameParser};
-use crate::error::Reason;
 use crate::http::{HttpClient, Secret};
 use crate::{AdapterError, ByteRange, ByteStream, Download, ExecEvent, FileEntry, FileKind};
 
@@ -194,12 +193,7 @@ async fn unary(
         .bytes()
         .await
         .map_err(|e| http.transport_error(op, e))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        Failure::Error(AdapterError::Transient(Reason::caused_by(
-            format!("{op}: unexpected answer from envd: {e}"),
-            e,
-        )))
-    })
+    crate::http::decode_answer(&bytes, op, "envd").map_err(Failure::Error)
 }
 
 /// `GET /health` (204 once envd runs).

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use differently_core::exec::{ExecRequest, ExecResult};
@@ -22,11 +22,9 @@ use differently_core::SandboxId;
 use tokio::sync::mpsc;
 
 use crate::credentials::Credentials;
-use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{check_command, exec_collected, stdin_of, timed_exit};
 use crate::http::Secret;
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
@@ -37,8 +35,9 @@ pub mod config;
 pub mod connect;
 mod envd;
 
+pub use crate::settings::ConfigError;
 pub(crate) use api::pct;
-pub use config::{ConfigError, E2bConfig, Settings};
+pub use config::{E2bConfig, Settings};
 use config::{Egress, Ports};
 pub(crate) use envd::cut;
 use envd::{Failure, RunError, Target};
@@ -49,16 +48,6 @@ pub const META_SANDBOX: &str = "differently-sandbox-id";
 pub const META_INSTALLATION: &str = "differently-installation-id";
 /// How long after Differently's own expiry E2B's timeout fires (so ours acts first).
 const BACKSTOP_MARGIN: u64 = 300;
-
-impl From<ConfigError> for AdapterConfigError {
-    fn from(e: ConfigError) -> Self {
-        AdapterConfigError::InvalidSettings {
-            kind: "e2b".to_owned(),
-            field: Some(e.field),
-            message: e.message,
-        }
-    }
-}
 
 /// One E2B pool.
 pub struct E2bAdapter {
@@ -74,10 +63,6 @@ impl std::fmt::Debug for E2bAdapter {
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// E2B's name for the snapshot of Differently's `snapshot_id` (`snp_01J…` →
@@ -344,38 +329,8 @@ impl E2bAdapter {
         req: &ExecRequest,
         out: &mpsc::Sender<ExecEvent>,
     ) -> Result<i32, AdapterError> {
-        if req.command.first().is_none_or(|p| p.is_empty()) {
-            return Err(AdapterError::invalid_field("command", "command is empty"));
-        }
-        if req.command.iter().any(|a| a.contains('\0')) {
-            return Err(AdapterError::invalid_field(
-                "command",
-                "arguments may not contain NUL",
-            ));
-        }
-        let stdin = match (&req.stdin, &req.stdin_base64) {
-            (Some(_), Some(_)) => {
-                return Err(AdapterError::invalid_field(
-                    "stdinBase64",
-                    "give stdin or stdinBase64, not both",
-                ))
-            }
-            (Some(s), None) => Some(s.clone().into_bytes()),
-            (None, Some(b)) => {
-                use base64::Engine as _;
-                Some(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(b)
-                        .map_err(|e| {
-                            AdapterError::Permanent(
-                                Reason::caused_by(format!("stdinBase64: {e}"), e)
-                                    .on_field("stdinBase64"),
-                            )
-                        })?,
-                )
-            }
-            (None, None) => None,
-        };
+        check_command(req)?;
+        let stdin = stdin_of(req)?;
         let cmd = envd::Command {
             argv: req.command.clone(),
             env: req.env.clone(),
@@ -502,14 +457,7 @@ impl Adapter for E2bAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        let started = Instant::now();
-        let (tx, rx) = mpsc::channel(64);
-        let run = async move {
-            let tx = tx;
-            self.run(at, req, &tx).await
-        };
-        let (code, out) = tokio::join!(run, CollectedOutput::collect(rx));
-        Ok(out.into_result(code?, millis(started.elapsed())))
+        exec_collected(|tx| async move { self.run(at, req, &tx).await }).await
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
@@ -522,12 +470,7 @@ impl Adapter for E2bAdapter {
         req: &ExecRequest,
         out: mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
-        let started = Instant::now();
-        let exit_code = self.run(at, req, &out).await?;
-        Ok(ExecExit {
-            exit_code,
-            duration_ms: millis(started.elapsed()),
-        })
+        timed_exit(self.run(at, req, &out)).await
     }
 
     async fn upload(

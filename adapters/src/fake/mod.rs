@@ -76,7 +76,7 @@ use ledger::{parse_lines, State};
 use programs::{emit, plan, stdin_of, yes_bytes, Output};
 
 use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{millis, CollectedOutput};
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest, SnapshotInfo,
@@ -404,10 +404,6 @@ fn instance_of(live: &LiveInstance) -> Instance {
         sandbox_id: live.sandbox_id.clone(),
         state: live.state,
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl FakeAdapter {

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use super::config::Settings;
 use crate::credentials::Credentials;
 use crate::daytona::client::{capacity, segment};
-use crate::error::Reason;
 use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
 use crate::AdapterError;
 
@@ -152,12 +151,7 @@ impl Client {
             .bytes()
             .await
             .map_err(|e| self.transport_error(op, e))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(Reason::caused_by(
-                format!("{op}: unexpected answer from Freestyle: {e}"),
-                e,
-            ))
-        })
+        crate::http::decode_answer(&bytes, op, "Freestyle")
     }
 }
 

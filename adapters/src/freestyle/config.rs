@@ -7,8 +7,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
-use crate::daytona::config::{bad, base_url, opt_u64, resolve_key, ConfigError};
 use crate::http::Secret;
+use crate::settings::{
+    bad, base_url_or, ca_bundle, opt_u64, poll_interval, resolve_api_key, seconds, ConfigError,
+};
 
 /// Freestyle's API.
 pub const DEFAULT_API_URL: &str = "https://api.freestyle.sh";
@@ -83,14 +85,8 @@ pub struct Settings {
 impl FreestyleConfig {
     /// Checks every rule and resolves the API key reference.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
-        let api_url = base_url("apiURL", self.api_url.as_deref(), DEFAULT_API_URL)?;
-        let ca_bundle = match &self.ca_bundle {
-            None => Vec::new(),
-            Some(path) => match crate::http::read_ca_bundle(path) {
-                Ok(certs) => certs,
-                Err(e) => return bad("caBundle", e.to_string()),
-            },
-        };
+        let api_url = base_url_or("apiURL", self.api_url.as_deref(), DEFAULT_API_URL)?;
+        let ca_bundle = ca_bundle(self.ca_bundle.as_ref())?;
         let snapshot = match self.snapshot.as_deref().map(str::trim) {
             None | Some("") => DEFAULT_SNAPSHOT.to_owned(),
             Some(s) if s.chars().any(char::is_whitespace) => {
@@ -131,17 +127,10 @@ impl FreestyleConfig {
             Some(f) => f.to_owned(),
         };
         let t = &self.timeouts;
-        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
-            0 => bad(field, "must be at least 1"),
-            n => Ok(Duration::from_secs(n)),
-        };
-        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let ready_timeout = secs(t.ready_seconds, 180, "timeouts.readySeconds")?;
-        let poll_interval = match t.poll_millis.unwrap_or(500) {
-            0 => return bad("timeouts.pollMillis", "must be at least 1"),
-            n => Duration::from_millis(n),
-        };
-        let (credential, initial_key) = resolve_key(
+        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let ready_timeout = seconds(t.ready_seconds, 180, "timeouts.readySeconds")?;
+        let poll_interval = poll_interval(t.poll_millis)?;
+        let (credential, initial_key) = resolve_api_key(
             self.api_key_env.as_deref(),
             self.api_key_file.as_ref(),
             self.api_key_secret.as_deref(),

@@ -22,10 +22,10 @@ use differently_core::SandboxId;
 use futures::StreamExt;
 
 use crate::credentials::Credentials;
-use crate::daytona::{check_path, daytona_name, millis, shell, stdin_of};
-use crate::exec_output::CollectedOutput;
+use crate::daytona::{check_path, daytona_name, shell};
+use crate::exec_output::{millis, stdin_of, CollectedOutput};
+use crate::files;
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, ExecEvent, FileEntry,
     FileKind, Instance, InstanceRef, InstanceState,
@@ -34,7 +34,7 @@ use crate::{
 mod api;
 pub mod config;
 
-pub use crate::daytona::config::ConfigError;
+pub use crate::settings::ConfigError;
 use api::{META_INSTALLATION, META_SANDBOX};
 pub use config::{FreestyleConfig, Settings};
 
@@ -49,15 +49,6 @@ fn state(s: Option<&str>) -> InstanceState {
         "stopped" => InstanceState::Stopped,
         "failed" | "error" => InstanceState::Failed,
         _ => InstanceState::Pending,
-    }
-}
-
-/// A settings error, named for this kind (the registry's).
-pub(crate) fn config_error(e: ConfigError) -> AdapterConfigError {
-    AdapterConfigError::InvalidSettings {
-        kind: "freestyle".to_owned(),
-        field: Some(e.field),
-        message: e.message,
     }
 }
 
@@ -411,38 +402,14 @@ impl Adapter for FreestyleAdapter {
         check_path("path", path)?;
         let resp = api::read(&self.client, &at.backend_ref, path, range).await?;
         let status = resp.status();
-        let total_size = if status == reqwest::StatusCode::PARTIAL_CONTENT {
-            resp.headers()
-                .get(reqwest::header::CONTENT_RANGE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.rsplit('/').next())
-                .and_then(|t| t.trim().parse().ok())
-        } else {
-            resp.content_length()
-        };
+        let total_size = files::total_size(&resp);
         // Answered whole despite the Range: cut it here.
         let cut = range.filter(|_| status == reqwest::StatusCode::OK);
         let client = self.client.clone();
-        let mut pos: u64 = 0;
-        let body = resp
+        let whole = resp
             .bytes_stream()
-            .map(move |chunk| chunk.map_err(|e| client.transport_error("download", e)))
-            .filter_map(move |chunk| {
-                let out = match (chunk, cut) {
-                    (Err(e), _) => Some(Err(e)),
-                    (Ok(b), None) => Some(Ok(b)),
-                    (Ok(b), Some(r)) => {
-                        let start = pos;
-                        let end = start + b.len() as u64;
-                        pos = end;
-                        let lo = r.start.max(start);
-                        let hi = r.end.map_or(end, |e| (e + 1).min(end));
-                        (lo < hi).then(|| Ok(b.slice((lo - start) as usize..(hi - start) as usize)))
-                    }
-                };
-                futures::future::ready(out)
-            })
-            .boxed();
+            .map(move |chunk| chunk.map_err(|e| client.transport_error("download", e)));
+        let body = files::cut_to_range(whole, cut);
         Ok(Download { total_size, body })
     }
 
@@ -453,22 +420,12 @@ impl Adapter for FreestyleAdapter {
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
         check_path("path", path)?;
-        let mut out = Vec::new();
-        let mut level = vec![path.to_owned()];
-        for _ in 0..depth.max(1) {
-            let mut next = Vec::new();
-            for d in &level {
-                for e in api::dir(&self.client, &at.backend_ref, d).await? {
-                    let fe = entry(d, &e);
-                    if fe.kind == FileKind::Dir {
-                        next.push(fe.path.clone());
-                    }
-                    out.push(fe);
-                }
-            }
-            level = next;
-        }
-        Ok(out)
+        let (client, id) = (&self.client, &at.backend_ref);
+        files::list_levels(path, depth, |d| async move {
+            let found = api::dir(client, id, &d).await?;
+            Ok(found.iter().map(|e| entry(&d, e)).collect())
+        })
+        .await
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {

@@ -8,7 +8,6 @@ use serde::Deserialize;
 
 use super::config::Settings;
 use crate::credentials::Credentials;
-use crate::error::Reason;
 use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
 use crate::AdapterError;
 
@@ -97,12 +96,7 @@ impl Client {
             .bytes()
             .await
             .map_err(|e| self.transport_error(op, e))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(Reason::caused_by(
-                format!("{op}: unexpected answer from OpenSandbox: {e}"),
-                e,
-            ))
-        })
+        crate::http::decode_answer(&bytes, op, "OpenSandbox")
     }
 
     /// Maps a transport failure: unreachable → Unavailable, everything else → Transient.

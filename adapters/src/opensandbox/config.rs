@@ -6,27 +6,16 @@
 //! Pool config values are often strings (`"true"`, `"exec,files"`), so booleans, numbers and
 //! lists also accept their string forms.
 
-use differently_core::pool::valid_secret_name;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use differently_core::sandbox::KNOWN_CAPABILITIES;
 use serde::{Deserialize, Deserializer};
 
-/// Why a pool's OpenSandbox settings were refused; `field` is the offending key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
-
-fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        field: field.to_owned(),
-        message: message.into(),
-    })
-}
+use crate::settings::{
+    bad, base_url, ca_bundle, opt_bool, opt_u64, poll_interval, resolve_api_key, seconds,
+    ConfigError,
+};
 
 /// Who operates the OpenSandbox server; Differently cannot tell, so it must be declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -251,13 +240,7 @@ impl OpenSandboxConfig {
     /// Checks every rule and resolves the API key reference.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let api_url = validate_api_url(self.api_url.as_deref())?;
-        let ca_bundle = match &self.ca_bundle {
-            None => Vec::new(),
-            Some(path) => match crate::http::read_ca_bundle(path) {
-                Ok(certs) => certs,
-                Err(e) => return bad("caBundle", e.to_string()),
-            },
-        };
+        let ca_bundle = ca_bundle(self.ca_bundle.as_ref())?;
         let Some(trust) = self.trust else {
             return bad(
                 "trust",
@@ -388,22 +371,13 @@ impl OpenSandboxConfig {
             }
         };
 
-        let secs = |v: Option<u64>, default: u64, field: &str| -> Result<Duration, ConfigError> {
-            match v.unwrap_or(default) {
-                0 => bad(field, "must be at least 1"),
-                n => Ok(Duration::from_secs(n)),
-            }
-        };
         let t = &self.timeouts;
-        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let create_timeout = secs(t.create_seconds, 600, "timeouts.createSeconds")?;
-        let ready_timeout = secs(t.ready_seconds, 180, "timeouts.readySeconds")?;
-        let stream_idle = secs(t.stream_idle_seconds, 60, "timeouts.streamIdleSeconds")?;
-        let poll_interval = match t.poll_millis.unwrap_or(500) {
-            0 => return bad("timeouts.pollMillis", "must be at least 1"),
-            n => Duration::from_millis(n),
-        };
-        let checkpoint_timeout = secs(
+        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let create_timeout = seconds(t.create_seconds, 600, "timeouts.createSeconds")?;
+        let ready_timeout = seconds(t.ready_seconds, 180, "timeouts.readySeconds")?;
+        let stream_idle = seconds(t.stream_idle_seconds, 60, "timeouts.streamIdleSeconds")?;
+        let poll_interval = poll_interval(t.poll_millis)?;
+        let checkpoint_timeout = seconds(
             self.checkpoint_timeout_seconds,
             900,
             "checkpointTimeoutSeconds",
@@ -444,7 +418,7 @@ impl OpenSandboxConfig {
             return bad(missing, "poolCPU and poolMemory are set together");
         }
 
-        let (credential, initial_key) = resolve_key(
+        let (credential, initial_key) = resolve_api_key(
             self.api_key_env.as_deref(),
             self.api_key_file.as_ref(),
             self.api_key_secret.as_deref(),
@@ -505,92 +479,7 @@ fn validate_api_url(url: Option<&str>) -> Result<String, ConfigError> {
             "required: the OpenSandbox lifecycle API, e.g. http://opensandbox-server/v1",
         );
     };
-    let Some(rest) = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-    else {
-        return bad("apiURL", "must start with http:// or https://");
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    if authority.is_empty() {
-        return bad("apiURL", "has no host");
-    }
-    if authority.contains('@') {
-        return bad(
-            "apiURL",
-            "must not carry credentials; use apiKeyEnv, apiKeyFile or apiKeySecret",
-        );
-    }
-    if url.contains('?') || url.contains('#') || url.chars().any(char::is_whitespace) {
-        return bad(
-            "apiURL",
-            "must be a plain base URL without query or fragment",
-        );
-    }
-    Ok(url.trim_end_matches('/').to_owned())
-}
-
-/// Checks the one credential reference and, for env and file references, that it resolves
-/// now to a usable key (a typo is refused at registration, naming the key). A stored secret
-/// may be stored after the pool is registered, so only its name is checked here.
-fn resolve_key(
-    env: Option<&str>,
-    file: Option<&PathBuf>,
-    secret: Option<&str>,
-) -> Result<(CredentialRef, Option<ApiKey>), ConfigError> {
-    let env = env.filter(|e| !e.is_empty());
-    let secret = secret.filter(|s| !s.is_empty());
-    let given = [env.is_some(), file.is_some(), secret.is_some()];
-    if given.iter().filter(|g| **g).count() > 1 {
-        let field = if secret.is_some() {
-            "apiKeySecret"
-        } else {
-            "apiKeyFile"
-        };
-        return bad(
-            field,
-            "give one of apiKeyEnv, apiKeyFile or apiKeySecret, not several",
-        );
-    }
-    let (credential, field, raw) = match (env, file, secret) {
-        (Some(var), _, _) => match std::env::var(var) {
-            Ok(v) => (CredentialRef::Env(var.to_owned()), "apiKeyEnv", v),
-            Err(_) => {
-                return bad(
-                    "apiKeyEnv",
-                    format!("environment variable `{var}` is not set"),
-                )
-            }
-        },
-        (_, Some(path), _) => match std::fs::read_to_string(path) {
-            Ok(v) => (CredentialRef::File(path.clone()), "apiKeyFile", v),
-            Err(e) => {
-                return bad(
-                    "apiKeyFile",
-                    format!("cannot read {}: {}", path.display(), e.kind()),
-                )
-            }
-        },
-        (_, _, Some(name)) => {
-            if !valid_secret_name(name) {
-                return bad(
-                    "apiKeySecret",
-                    "a stored secret's name: 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
-                );
-            }
-            return Ok((CredentialRef::Secret(name.to_owned()), None));
-        }
-        (None, None, None) => {
-            return bad(
-                "apiKeyEnv",
-                "the server's API key is required, by reference: apiKeyEnv (variable name), apiKeyFile (path) or apiKeySecret (stored secret name)",
-            )
-        }
-    };
-    match ApiKey::parse(raw.trim()) {
-        Ok(key) => Ok((credential, Some(key))),
-        Err(why) => bad(field, format!("the referenced API key {why}")),
-    }
+    base_url("apiURL", url)
 }
 
 #[derive(Deserialize)]
@@ -612,44 +501,4 @@ fn opt_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::E
             .filter(|s| !s.is_empty())
             .collect()
     }))
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum BoolOrString {
-    Bool(bool),
-    Str(String),
-}
-
-fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
-    match Option::<BoolOrString>::deserialize(d)? {
-        None => Ok(None),
-        Some(BoolOrString::Bool(b)) => Ok(Some(b)),
-        Some(BoolOrString::Str(s)) => match s.trim() {
-            "true" => Ok(Some(true)),
-            "false" => Ok(Some(false)),
-            other => Err(serde::de::Error::custom(format!(
-                "expected true or false, got `{other}`"
-            ))),
-        },
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumOrString {
-    Num(u64),
-    Str(String),
-}
-
-fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    match Option::<NumOrString>::deserialize(d)? {
-        None => Ok(None),
-        Some(NumOrString::Num(n)) => Ok(Some(n)),
-        Some(NumOrString::Str(s)) => {
-            s.trim().parse().map(Some).map_err(|_| {
-                serde::de::Error::custom(format!("expected a whole number, got `{s}`"))
-            })
-        }
-    }
 }

@@ -111,41 +111,17 @@ pub(crate) async fn download(
     if !status.is_success() {
         return Err(execd_error_at(c, "download file", Some(path), resp).await);
     }
-    let total_size = if status == reqwest::StatusCode::PARTIAL_CONTENT {
-        resp.headers()
-            .get(reqwest::header::CONTENT_RANGE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit('/').next())
-            .and_then(|t| t.trim().parse().ok())
-    } else {
-        resp.content_length()
-    };
+    let total_size = crate::files::total_size(&resp);
     // A server that ignored Range sent the whole file: cut the range out ourselves.
     let cut = match range {
         Some(r) if status == reqwest::StatusCode::OK => Some(r),
         _ => None,
     };
     let client = c.clone();
-    let mut pos: u64 = 0;
-    let body = resp
+    let whole = resp
         .bytes_stream()
-        .map(move |chunk| chunk.map_err(|e| client.transport_error("download file", e)))
-        .filter_map(move |chunk| {
-            let out = match (chunk, cut) {
-                (Err(e), _) => Some(Err(e)),
-                (Ok(b), None) => Some(Ok(b)),
-                (Ok(b), Some(r)) => {
-                    let start = pos;
-                    let end = start + b.len() as u64;
-                    pos = end;
-                    let lo = r.start.max(start);
-                    let hi = r.end.map_or(end, |e| (e + 1).min(end));
-                    (lo < hi).then(|| Ok(b.slice((lo - start) as usize..(hi - start) as usize)))
-                }
-            };
-            futures::future::ready(out)
-        })
-        .boxed();
+        .map(move |chunk| chunk.map_err(|e| client.transport_error("download file", e)));
+    let body = crate::files::cut_to_range(whole, cut);
     Ok(Download { total_size, body })
 }
 

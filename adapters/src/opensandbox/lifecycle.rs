@@ -6,7 +6,6 @@ use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::client::{code_suffix, parse_error, Client};
-use crate::error::Reason;
 use crate::AdapterError;
 
 /// Metadata key holding Differently's sandbox id.
@@ -169,12 +168,7 @@ pub(crate) async fn create(
         return Err(c.map(op, status, &bytes));
     }
     let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, e))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        AdapterError::Transient(Reason::caused_by(
-            format!("{op}: unexpected answer from OpenSandbox: {e}"),
-            e,
-        ))
-    })
+    crate::http::decode_answer(&bytes, op, "OpenSandbox")
 }
 
 /// An image pull failure, recognised by code or message, as an error naming the image.

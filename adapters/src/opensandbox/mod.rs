@@ -21,9 +21,8 @@ use differently_core::SandboxId;
 
 use crate::credentials::Credentials;
 use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{millis, timed_exit, CollectedOutput};
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest, SnapshotInfo,
@@ -36,8 +35,9 @@ mod files;
 mod lifecycle;
 mod pty;
 
-pub use config::{ConfigError, OpenSandboxConfig, Settings};
+pub use crate::settings::ConfigError;
 use config::{Egress, Ports, Runtime};
+pub use config::{OpenSandboxConfig, Settings};
 use execd::{CommandBody, Sink, Target, EXECD_PORT};
 /// execd's event-stream parser, public for the fuzzers (`fuzz/`): it reads bytes a backend
 /// sends, so it must never panic on any of them.
@@ -48,16 +48,6 @@ use lifecycle::{EndpointMode, META_INSTALLATION, META_SANDBOX};
 const BACKSTOP_MARGIN: Duration = Duration::from_secs(300);
 /// What an image sandbox runs as its entry process (execd is started before it).
 const ENTRYPOINT: [&str; 3] = ["tail", "-f", "/dev/null"];
-
-impl From<ConfigError> for AdapterConfigError {
-    fn from(e: ConfigError) -> Self {
-        AdapterConfigError::InvalidSettings {
-            kind: "opensandbox".to_owned(),
-            field: Some(e.field),
-            message: e.message,
-        }
-    }
-}
 
 /// One OpenSandbox pool.
 pub struct OpenSandboxAdapter {
@@ -609,10 +599,6 @@ fn unique() -> String {
     )
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// Collects output for `exec`, keeping the capped head of each stream.
 #[derive(Debug, Default)]
 struct Collect(CollectedOutput);
@@ -737,12 +723,7 @@ impl Adapter for OpenSandboxAdapter {
         out: tokio::sync::mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
         self.require("exec.stream")?;
-        let started = Instant::now();
-        let exit_code = self.run(at, req, &mut Channel(out)).await?;
-        Ok(ExecExit {
-            exit_code,
-            duration_ms: millis(started.elapsed()),
-        })
+        timed_exit(self.run(at, req, &mut Channel(out))).await
     }
 
     async fn pty(

@@ -7,6 +7,7 @@ use differently_core::pool::valid_secret_name;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
+use crate::settings::{bad, ca_bundle, seconds, ConfigError};
 
 /// Client timeouts, in seconds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -54,21 +55,6 @@ pub struct Settings {
     pub create_timeout: Duration,
     pub exec_grace: Duration,
     pub stream_idle: Duration,
-}
-
-/// Why settings were refused; `field` names the key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
-
-fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        field: field.to_owned(),
-        message: message.into(),
-    })
 }
 
 /// Parses a credential reference written as `env:NAME`, `file:PATH` or `secret:NAME` (the
@@ -143,29 +129,17 @@ impl RemoteConfig {
                 message,
             })?,
         };
-        let ca_bundle = match &self.ca_bundle {
-            None => Vec::new(),
-            Some(path) => match crate::http::read_ca_bundle(path) {
-                Ok(certs) => certs,
-                Err(e) => return bad("caBundle", e.to_string()),
-            },
-        };
-        let secs = |v: Option<u64>, default: u64, field: &str| -> Result<Duration, ConfigError> {
-            match v.unwrap_or(default) {
-                0 => bad(field, "must be at least 1"),
-                n => Ok(Duration::from_secs(n)),
-            }
-        };
+        let ca_bundle = ca_bundle(self.ca_bundle.as_ref())?;
         let t = &self.timeouts;
         Ok(Settings {
             base_url,
             token,
             ca_bundle,
-            connect_timeout: secs(t.connect_seconds, 10, "timeouts.connectSeconds")?,
-            request_timeout: secs(t.request_seconds, 30, "timeouts.requestSeconds")?,
-            create_timeout: secs(t.create_seconds, 600, "timeouts.createSeconds")?,
-            exec_grace: secs(t.exec_grace_seconds, 30, "timeouts.execGraceSeconds")?,
-            stream_idle: secs(t.stream_idle_seconds, 300, "timeouts.streamIdleSeconds")?,
+            connect_timeout: seconds(t.connect_seconds, 10, "timeouts.connectSeconds")?,
+            request_timeout: seconds(t.request_seconds, 30, "timeouts.requestSeconds")?,
+            create_timeout: seconds(t.create_seconds, 600, "timeouts.createSeconds")?,
+            exec_grace: seconds(t.exec_grace_seconds, 30, "timeouts.execGraceSeconds")?,
+            stream_idle: seconds(t.stream_idle_seconds, 300, "timeouts.streamIdleSeconds")?,
         })
     }
 }

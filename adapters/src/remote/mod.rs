@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 
 use crate::credentials::{CredentialResolver, Credentials};
 use crate::error::Reason;
+use crate::exec_output::millis;
 use crate::http::{HttpClient, HttpClientBuilder, Secret};
 use crate::registry::AdapterConfigError;
 use crate::{
@@ -42,16 +43,6 @@ use wire::{segment, At, ErrorBody, ExecFrame, FileQuery, Info};
 const MAX_FRAME: usize = 8 * 1024 * 1024;
 /// Longest error body read from a plugin.
 const MAX_ERROR_BODY: usize = 64 * 1024;
-
-impl From<config::ConfigError> for AdapterConfigError {
-    fn from(e: config::ConfigError) -> Self {
-        AdapterConfigError::InvalidSettings {
-            kind: "remote".to_owned(),
-            field: Some(e.field),
-            message: e.message,
-        }
-    }
-}
 
 /// One `remote` pool: a plugin at a URL.
 pub struct RemoteAdapter {
@@ -93,7 +84,7 @@ impl RemoteAdapter {
         config: &RemoteConfig,
         credentials: &Credentials,
     ) -> Result<RemoteAdapter, AdapterConfigError> {
-        let settings = config.validate()?;
+        let settings = config.validate().map_err(|e| e.for_kind("remote"))?;
         Self::from_settings(settings, credentials)
     }
 
@@ -327,12 +318,7 @@ impl Inner {
             .bytes()
             .await
             .map_err(|e| self.scrub_error(self.http.transport_error(op, e)))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(Reason::caused_by(
-                format!("{op}: unexpected answer from the plugin: {e}"),
-                e,
-            ))
-        })
+        crate::http::decode_answer(&bytes, op, "the plugin")
     }
 
     /// Sends and requires 2xx, ignoring the body.
@@ -391,10 +377,6 @@ fn ordered(declared: &[String]) -> Vec<String> {
         .filter(|k| declared.iter().any(|d| d == *k))
         .map(|k| (*k).to_owned())
         .collect()
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[async_trait]

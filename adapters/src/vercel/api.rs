@@ -322,12 +322,7 @@ impl Api {
             .bytes()
             .await
             .map_err(|e| self.scrub_error(self.http.transport_error(op, e)))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            AdapterError::Transient(Reason::caused_by(
-                format!("{op}: unexpected answer from Vercel: {e}"),
-                e,
-            ))
-        })
+        crate::http::decode_answer(&bytes, op, "Vercel")
     }
 
     /// `POST /v3/sandboxes`. Not retried: the name makes a repeat a 409, found by name.

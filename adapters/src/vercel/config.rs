@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
-use crate::e2b::config::{bad, base_url, resolve_credential, ConfigError};
 use crate::http::Secret;
+use crate::settings::{bad, base_url, poll_interval, resolve_credential, seconds, ConfigError};
 
 /// Client timeouts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -112,17 +112,10 @@ impl VercelConfig {
             n => n,
         };
         let t = &self.timeouts;
-        let secs = |v: Option<u64>, default: u64, field: &str| match v.unwrap_or(default) {
-            0 => bad(field, "must be at least 1"),
-            n => Ok(Duration::from_secs(n)),
-        };
-        let request_timeout = secs(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let ready_timeout = secs(t.ready_seconds, 120, "timeouts.readySeconds")?;
-        let stream_idle = secs(t.stream_idle_seconds, 120, "timeouts.streamIdleSeconds")?;
-        let poll_interval = match t.poll_millis.unwrap_or(500) {
-            0 => return bad("timeouts.pollMillis", "must be at least 1"),
-            n => Duration::from_millis(n),
-        };
+        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
+        let ready_timeout = seconds(t.ready_seconds, 120, "timeouts.readySeconds")?;
+        let stream_idle = seconds(t.stream_idle_seconds, 120, "timeouts.streamIdleSeconds")?;
+        let poll_interval = poll_interval(t.poll_millis)?;
         let (credential, initial_token) = resolve_credential(
             "token",
             "access token",

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -24,10 +24,8 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::credentials::Credentials;
-use crate::error::Reason;
-use crate::exec_output::CollectedOutput;
+use crate::exec_output::{check_command, exec_collected, stdin_of, timed_exit};
 use crate::poll::Poll;
-use crate::registry::AdapterConfigError;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState,
@@ -37,7 +35,7 @@ mod api;
 pub mod config;
 pub mod tar;
 
-pub use crate::e2b::config::ConfigError;
+pub use crate::settings::ConfigError;
 pub use config::{Settings, VercelConfig};
 
 /// Tag holding Differently's sandbox id.
@@ -66,16 +64,6 @@ impl std::fmt::Debug for VercelAdapter {
     }
 }
 
-/// A settings error as the registry reports it, naming this kind (the error type is shared
-/// with `e2b`, whose `From` names that kind).
-pub fn config_error(e: ConfigError) -> AdapterConfigError {
-    AdapterConfigError::InvalidSettings {
-        kind: "vercel".to_owned(),
-        field: Some(e.field),
-        message: e.message,
-    }
-}
-
 /// The Vercel sandbox name of Differently's sandbox `id` (lower case, `-` for `_`).
 pub fn sandbox_name(id: &SandboxId) -> String {
     let body: String = id
@@ -90,10 +78,6 @@ pub fn sandbox_name(id: &SandboxId) -> String {
         })
         .collect();
     format!("differently-{body}")
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn state(status: &str) -> InstanceState {
@@ -405,38 +389,8 @@ impl VercelAdapter {
         req: &ExecRequest,
         out: &mpsc::Sender<ExecEvent>,
     ) -> Result<i32, AdapterError> {
-        if req.command.first().is_none_or(|p| p.is_empty()) {
-            return Err(AdapterError::invalid_field("command", "command is empty"));
-        }
-        if req.command.iter().any(|a| a.contains('\0')) {
-            return Err(AdapterError::invalid_field(
-                "command",
-                "arguments may not contain NUL",
-            ));
-        }
-        let stdin = match (&req.stdin, &req.stdin_base64) {
-            (Some(_), Some(_)) => {
-                return Err(AdapterError::invalid_field(
-                    "stdinBase64",
-                    "give stdin or stdinBase64, not both",
-                ))
-            }
-            (Some(s), None) => Some(s.clone().into_bytes()),
-            (None, Some(b)) => {
-                use base64::Engine as _;
-                Some(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(b)
-                        .map_err(|e| {
-                            AdapterError::Permanent(
-                                Reason::caused_by(format!("stdinBase64: {e}"), e)
-                                    .on_field("stdinBase64"),
-                            )
-                        })?,
-                )
-            }
-            (None, None) => None,
-        };
+        check_command(req)?;
+        let stdin = stdin_of(req)?;
         let mut argv = req.command.clone();
         if let Some(input) = stdin {
             // Vercel's command API takes no stdin: the command reads a file, removed as soon
@@ -609,14 +563,7 @@ impl Adapter for VercelAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        let started = Instant::now();
-        let (tx, rx) = mpsc::channel(64);
-        let run = async move {
-            let tx = tx;
-            self.run(at, req, &tx).await
-        };
-        let (code, out) = tokio::join!(run, CollectedOutput::collect(rx));
-        Ok(out.into_result(code?, millis(started.elapsed())))
+        exec_collected(|tx| async move { self.run(at, req, &tx).await }).await
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
@@ -629,12 +576,7 @@ impl Adapter for VercelAdapter {
         req: &ExecRequest,
         out: mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
-        let started = Instant::now();
-        let exit_code = self.run(at, req, &out).await?;
-        Ok(ExecExit {
-            exit_code,
-            duration_ms: millis(started.elapsed()),
-        })
+        timed_exit(self.run(at, req, &out)).await
     }
 
     async fn upload(

@@ -3,30 +3,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::Bytes;
-use differently_adapters::{
-    Adapter, AdapterError, ByteRange, ByteStream, ExecEvent, FileKind, InstanceState,
-};
+use differently_adapters::{Adapter, AdapterError, ByteRange, ExecEvent, FileKind, InstanceState};
 use differently_core::ids::InstallationId;
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::fake_server::FakeDaytona;
+use crate::support::cases::{self, one_chunk as body, read_all};
 use crate::{cmd, create_req, running, settings, setup, KEY};
-
-fn body(bytes: &'static [u8]) -> ByteStream {
-    Box::pin(futures::stream::once(async move {
-        Ok::<_, AdapterError>(Bytes::from_static(bytes))
-    }))
-}
-
-async fn read_all(mut s: ByteStream) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(chunk) = s.next().await {
-        out.extend_from_slice(&chunk.unwrap());
-    }
-    out
-}
 
 fn message(e: &AdapterError) -> String {
     e.to_string()
@@ -254,23 +237,9 @@ async fn exec_runs_argv_exactly_with_env_cwd_stdin_and_exit_codes() {
 async fn exec_timeout_is_124_and_a_missing_cwd_names_the_field() {
     let s = setup(json!({})).await;
     let i = running(&s).await;
-    let mut req = cmd(&["sleep", "5"]);
-    req.timeout_seconds = Some(1);
-    let started = std::time::Instant::now();
-    let r = s.adapter.exec(&i, &req).await.unwrap();
-    assert_eq!(r.exit_code, 124);
-    assert!(r.stdout.is_empty());
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        started.elapsed()
-    );
-    let mut req = cmd(&["true"]);
-    req.cwd = Some("/nonexistent/dir".into());
-    match s.adapter.exec(&i, &req).await.unwrap_err() {
-        AdapterError::Permanent(r) => assert_eq!(r.field(), Some("cwd")),
-        e => panic!("{e:?}"),
-    }
+    let timed_out =
+        cases::exec_timeout_is_124_and_a_missing_cwd_names_the_field(&s.adapter, &i).await;
+    assert!(timed_out.stdout.is_empty());
     let e = s.adapter.exec(&i, &cmd(&[])).await.unwrap_err();
     assert!(matches!(e, AdapterError::Permanent(_)), "{e:?}");
 }

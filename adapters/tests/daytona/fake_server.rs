@@ -36,6 +36,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
+use crate::support::http::{self, json_resp, lock, pct_decode, Req};
+
 /// Fault injection and behaviour switches.
 #[derive(Debug)]
 pub struct Knobs {
@@ -147,10 +149,6 @@ struct Inner {
     seq: Mutex<u64>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A running fake; dropped with the test's runtime.
 #[derive(Clone)]
 pub struct FakeDaytona {
@@ -168,12 +166,7 @@ type St = (Arc<Inner>, Listener);
 
 impl FakeDaytona {
     pub async fn start(key: &str) -> FakeDaytona {
-        let bind = || tokio::net::TcpListener::bind(("127.0.0.1", 0));
-        let (api, toolbox, preview) = (
-            bind().await.unwrap(),
-            bind().await.unwrap(),
-            bind().await.unwrap(),
-        );
+        let (api, toolbox, preview) = (http::bind().await, http::bind().await, http::bind().await);
         let inner = Arc::new(Inner {
             key: Mutex::new(key.to_owned()),
             api_addr: api.local_addr().unwrap(),
@@ -194,9 +187,7 @@ impl FakeDaytona {
             let app = Router::new()
                 .fallback(handle)
                 .with_state((inner.clone(), which));
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
+            http::serve(listener, app);
         }
         FakeDaytona { inner }
     }
@@ -291,54 +282,6 @@ fn next_id(inner: &Inner) -> String {
     format!("{:08x}-0000-4000-8000-{:012x}", *n, std::process::id())
 }
 
-struct Req {
-    method: Method,
-    path: String,
-    query: Vec<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Req {
-    fn q(&self, k: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(a, _)| a == k)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-fn pct_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = (b[i] == b'%' && i + 2 < b.len())
-            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 2;
-            }
-            (b'+', _) => out.push(b' '),
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn json_resp(status: u16, v: Value) -> Response {
-    (
-        StatusCode::from_u16(status).unwrap(),
-        [("content-type", "application/json")],
-        v.to_string(),
-    )
-        .into_response()
-}
-
 /// A control-plane (NestJS) error.
 fn api_error(status: u16, message: &str) -> Response {
     let error = StatusCode::from_u16(status)
@@ -361,25 +304,7 @@ fn toolbox_error(status: u16, code: &str, message: &str) -> Response {
 }
 
 async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, 64 << 20)
-        .await
-        .unwrap_or_default();
-    let raw_query = parts.uri.query().unwrap_or("");
-    let r = Req {
-        method: parts.method.clone(),
-        path: parts.uri.path().to_owned(),
-        query: raw_query
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (pct_decode(k), pct_decode(v))
-            })
-            .collect(),
-        headers: parts.headers,
-        body,
-    };
+    let r = Req::read(req, 64 << 20).await;
     lock(&inner.record)
         .requests
         .push(format!("{} {}", r.method, r.path));

@@ -20,6 +20,7 @@ use differently_adapters::{Adapter, AdapterError, ByteStream, ExecEvent, Instanc
 use differently_core::ids::InstallationId;
 use futures::StreamExt;
 
+use crate::support::live;
 use crate::{at, cmd, create_req};
 
 const KEY_VAR: &str = "DIFFERENTLY_TEST_DAYTONA_API_KEY";
@@ -29,19 +30,17 @@ fn adapter() -> DaytonaAdapter {
         std::env::var(KEY_VAR).is_ok(),
         "set {KEY_VAR} (and optionally DIFFERENTLY_TEST_DAYTONA_API_URL, _TOOLBOX_URL, _TARGET) to run the live Daytona test"
     );
-    let mut v = serde_json::json!({
-        "apiKeyEnv": KEY_VAR,
-        "timeouts": {"readySeconds": 300},
-    });
-    for (var, key) in [
-        ("DIFFERENTLY_TEST_DAYTONA_API_URL", "apiURL"),
-        ("DIFFERENTLY_TEST_DAYTONA_TOOLBOX_URL", "toolboxURL"),
-        ("DIFFERENTLY_TEST_DAYTONA_TARGET", "target"),
-    ] {
-        if let Ok(val) = std::env::var(var) {
-            v[key] = serde_json::Value::String(val);
-        }
-    }
+    let v = live::with_keys_from(
+        serde_json::json!({
+            "apiKeyEnv": KEY_VAR,
+            "timeouts": {"readySeconds": 300},
+        }),
+        &[
+            ("DIFFERENTLY_TEST_DAYTONA_API_URL", "apiURL"),
+            ("DIFFERENTLY_TEST_DAYTONA_TOOLBOX_URL", "toolboxURL"),
+            ("DIFFERENTLY_TEST_DAYTONA_TARGET", "target"),
+        ],
+    );
     let cfg: DaytonaConfig = serde_json::from_value(v).unwrap();
     DaytonaAdapter::new(cfg).unwrap()
 }
@@ -58,35 +57,22 @@ impl Drop for Cleanup<'_> {
         let adapter = self.adapter;
         let sandbox = self.sandbox.clone();
         let snapshot = self.snapshot.take();
-        let done = std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    rt.block_on(async {
-                        for _ in 0..20 {
-                            match adapter.delete(&sandbox).await {
-                                Ok(()) => break,
-                                Err(e) if e.is_retryable() => {
-                                    tokio::time::sleep(Duration::from_secs(3)).await
-                                }
-                                Err(e) => {
-                                    eprintln!("cleanup: delete failed: {e}");
-                                    break;
-                                }
-                            }
-                        }
-                        if let Some(s) = snapshot {
-                            if let Err(e) = adapter.delete_snapshot(&s).await {
-                                eprintln!("cleanup: snapshot delete failed: {e}");
-                            }
-                        }
-                    })
-                })
-                .join()
-                .is_ok()
+        let done = live::block_on_aside(async {
+            for _ in 0..20 {
+                match adapter.delete(&sandbox).await {
+                    Ok(()) => break,
+                    Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_secs(3)).await,
+                    Err(e) => {
+                        eprintln!("cleanup: delete failed: {e}");
+                        break;
+                    }
+                }
+            }
+            if let Some(s) = snapshot {
+                if let Err(e) = adapter.delete_snapshot(&s).await {
+                    eprintln!("cleanup: snapshot delete failed: {e}");
+                }
+            }
         });
         if !done {
             eprintln!("cleanup panicked; delete the sandbox labelled {sandbox} by hand");

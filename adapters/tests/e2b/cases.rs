@@ -3,49 +3,24 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use differently_adapters::e2b::{E2bAdapter, E2bConfig, META_INSTALLATION, META_SANDBOX};
-use differently_adapters::registry::{self, AdapterConfigError};
+use differently_adapters::registry::{self};
 use differently_adapters::{
-    Adapter, AdapterError, ByteRange, ByteStream, ExecEvent, FileKind, InstanceRef, InstanceState,
+    Adapter, AdapterError, ByteRange, ExecEvent, FileKind, InstanceRef, InstanceState,
 };
 use differently_core::ids::InstallationId;
 use differently_core::pool::Trust;
 use differently_core::SandboxId;
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::fake_server::FakeServer;
+use crate::support::cases::{
+    self, a_stalled_reader_does_not_outlast_the_deadline, body, collect, field_of,
+};
 use crate::{at, cmd, create_req, key_file, running, settings, setup, KEY};
 
-fn body(parts: &[&'static [u8]]) -> ByteStream {
-    let v: Vec<Result<Bytes, AdapterError>> =
-        parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
-    futures::stream::iter(v).boxed()
-}
-
-async fn collect(d: differently_adapters::Download) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut b = d.body;
-    while let Some(chunk) = b.next().await {
-        out.extend_from_slice(&chunk.unwrap());
-    }
-    out
-}
-
 fn build_err(v: serde_json::Value) -> (Option<String>, String) {
-    match registry::build("e2b", &v) {
-        Err(AdapterConfigError::InvalidSettings { field, message, .. }) => (field, message),
-        Err(e) => panic!("unexpected {e}"),
-        Ok(_) => panic!("accepted {v}"),
-    }
-}
-
-fn field_of(e: &AdapterError) -> Option<&'static str> {
-    match e {
-        AdapterError::Permanent(r) => r.field(),
-        _ => None,
-    }
+    cases::build_err("e2b", v)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -418,21 +393,7 @@ async fn server_errors_are_transient_and_idempotent_calls_retried() {
 async fn exec_runs_argv_with_env_cwd_and_exit_codes() {
     let s = setup(json!({})).await;
     let r = running(&s).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut req = cmd(&[
-        "bash",
-        "-c",
-        "echo out:$SANDBOX_VAR:$X; echo err >&2; pwd; exit 3",
-    ]);
-    req.env = BTreeMap::from([("X".to_owned(), "from-exec".to_owned())]);
-    req.cwd = Some(dir.path().display().to_string());
-    let res = s.adapter.exec(&r, &req).await.unwrap();
-    assert_eq!(res.exit_code, 3);
-    assert_eq!(
-        res.stdout,
-        format!("out:from-create:from-exec\n{}\n", dir.path().display())
-    );
-    assert_eq!(res.stderr, "err\n");
+    cases::exec_sees_env_and_cwd(&s.adapter, &r, 3).await;
     // argv is passed as is: no shell splits or expands it.
     let res = s
         .adapter
@@ -550,18 +511,7 @@ async fn truncated_and_silent_streams_are_errors_not_exit_codes() {
     let s = setup(json!({"timeouts": {"streamIdleSeconds": 1, "pollMillis": 20}})).await;
     let r = running(&s).await;
     s.fake.knobs().truncate_after_frames = Some(2);
-    let e = s
-        .adapter
-        .exec(
-            &r,
-            &cmd(&["bash", "-c", "echo a; sleep 0.1; echo b; sleep 0.1; echo c"]),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&e, AdapterError::Transient(m) if m.contains("truncated")),
-        "{e:?}"
-    );
+    cases::a_truncated_stream_is_transient(&s.adapter, &r).await;
     s.fake.knobs().truncate_after_frames = None;
     s.fake.knobs().stall_ms = 3000;
     let started = Instant::now();
@@ -827,18 +777,6 @@ async fn renew_moves_the_backstop_and_health_checks_the_key() {
 async fn a_reader_that_stops_reading_does_not_outlast_the_deadline() {
     let s = setup(json!({})).await;
     let r = running(&s).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let mut req = cmd(&["yes"]);
-    req.timeout_seconds = Some(1);
-    let started = Instant::now();
-    let exit = s.adapter.exec_stream(&r, &req, tx).await.unwrap();
-    assert_eq!(exit.exit_code, 124);
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-    drop(rx);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(s.fake.running_commands(), 0, "the command was killed");
+    a_stalled_reader_does_not_outlast_the_deadline(&s.adapter, &r, || s.fake.running_commands())
+        .await;
 }

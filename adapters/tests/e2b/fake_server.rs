@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use base64::Engine as _;
@@ -38,6 +38,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
+
+use crate::support::http::{self, json_resp, lock, pct_decode, Req};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -145,10 +147,6 @@ struct Inner {
     seq: Mutex<u64>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A running fake.
 #[derive(Clone)]
 pub struct FakeServer {
@@ -163,8 +161,8 @@ enum Listener {
 
 impl FakeServer {
     pub async fn start(key: &str) -> FakeServer {
-        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let envd = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api = http::bind().await;
+        let envd = http::bind().await;
         let inner = Arc::new(Inner {
             key: Mutex::new(key.to_owned()),
             api_addr: api.local_addr().unwrap(),
@@ -180,9 +178,7 @@ impl FakeServer {
             let app = Router::new()
                 .fallback(handle)
                 .with_state((inner.clone(), which));
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
+            http::serve(listener, app);
         }
         FakeServer { inner }
     }
@@ -264,70 +260,6 @@ fn next_id(inner: &Inner, prefix: &str) -> String {
 
 type St = (Arc<Inner>, Listener);
 
-struct Req {
-    method: Method,
-    path: String,
-    query: Vec<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Req {
-    fn q(&self, k: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(a, _)| a == k)
-            .map(|(_, v)| v.as_str())
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-    fn header(&self, k: &str) -> Option<&str> {
-        self.headers.get(k).and_then(|v| v.to_str().ok())
-    }
-}
-
-fn pct_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = (b[i] == b'%' && i + 2 < b.len())
-            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 2;
-            }
-            (b'+', _) => out.push(b' '),
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn parse_query(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (pct_decode(k), pct_decode(v))
-        })
-        .collect()
-}
-
-fn json_resp(status: u16, v: Value) -> Response {
-    (
-        StatusCode::from_u16(status).unwrap(),
-        [("content-type", "application/json")],
-        v.to_string(),
-    )
-        .into_response()
-}
-
 /// E2B's `Error` body.
 fn err(status: u16, message: &str) -> Response {
     json_resp(status, json!({"code": status, "message": message}))
@@ -339,17 +271,7 @@ fn connect_err(status: u16, code: &str, message: &str) -> Response {
 }
 
 async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, 512 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let r = Req {
-        method: parts.method.clone(),
-        path: parts.uri.path().to_owned(),
-        query: parse_query(parts.uri.query().unwrap_or("")),
-        headers: parts.headers.clone(),
-        body,
-    };
+    let r = Req::read(req, 512 * 1024 * 1024).await;
     let line = format!("{} {}", r.method, r.path);
     lock(&inner.record).requests.push(line.clone());
     let failure = {

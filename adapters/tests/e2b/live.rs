@@ -9,17 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use differently_adapters::e2b::{E2bAdapter, E2bConfig};
-use differently_adapters::{Adapter, AdapterError, ByteRange, InstanceState};
+use differently_adapters::{Adapter, AdapterError, InstanceState};
 use differently_core::ids::InstallationId;
-use futures::StreamExt;
 
+use crate::support::cases::files_round_trip;
+use crate::support::live::{self, done};
 use crate::{at, cmd, create_req, key_file, setup};
-
-fn done(case: &str, since: Instant) {
-    eprintln!("live case {case}: ok in {} ms", since.elapsed().as_millis());
-}
 
 /// Every adapter method once, against whatever E2B `a` talks to; files go under `dir`.
 async fn scenario(a: &E2bAdapter, dir: &str) {
@@ -78,36 +74,7 @@ async fn scenario(a: &E2bAdapter, dir: &str) {
     done("exec", t);
 
     let t = Instant::now();
-    let path = format!("{dir}/differently-live/hello.txt");
-    let body: differently_adapters::ByteStream =
-        futures::stream::iter(vec![Ok(Bytes::from_static(b"hello world"))]).boxed();
-    a.upload(&r, &path, Some(0o640), body)
-        .await
-        .expect("upload");
-    let d = a
-        .download(
-            &r,
-            &path,
-            Some(ByteRange {
-                start: 6,
-                end: None,
-            }),
-        )
-        .await
-        .expect("download");
-    let got: Vec<u8> = d.body.map(|c| c.expect("chunk").to_vec()).concat().await;
-    assert_eq!(got, b"world");
-    let entries = a
-        .list_files(&r, &format!("{dir}/differently-live"), 1)
-        .await
-        .expect("list files");
-    let e = entries.iter().find(|e| e.path == path).expect("listed");
-    assert_eq!((e.size, e.mode), (11, 0o640));
-    a.delete_file(&r, &path).await.expect("delete file");
-    assert!(matches!(
-        a.download(&r, &path, None).await.err(),
-        Some(AdapterError::PathNotFound(_))
-    ));
+    files_round_trip(a, &r, dir).await;
     done("files", t);
 
     let t = Instant::now();
@@ -166,16 +133,13 @@ async fn live_e2b() {
         panic!("live test requested but DIFFERENTLY_TEST_E2B_API_KEY is not set");
     };
     let key = key_file(&key);
-    let mut settings = serde_json::json!({
-        "apiKeyFile": key.path(),
-        "timeouts": {"readySeconds": 120, "createSeconds": 300},
-    });
-    if let Ok(extra) = std::env::var("DIFFERENTLY_TEST_E2B_SETTINGS") {
-        let extra: serde_json::Value = serde_json::from_str(&extra).expect("settings JSON");
-        for (k, v) in extra.as_object().expect("settings object") {
-            settings[k] = v.clone();
-        }
-    }
+    let settings = live::with_settings_from(
+        serde_json::json!({
+            "apiKeyFile": key.path(),
+            "timeouts": {"readySeconds": 120, "createSeconds": 300},
+        }),
+        "DIFFERENTLY_TEST_E2B_SETTINGS",
+    );
     let cfg: E2bConfig = serde_json::from_value(settings).expect("settings");
     let a = E2bAdapter::new(cfg).expect("adapter");
     scenario(&a, "/home/user").await;

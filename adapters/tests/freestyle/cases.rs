@@ -2,30 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
 
-use bytes::Bytes;
-use differently_adapters::{Adapter, AdapterError, ByteRange, ByteStream, FileKind, InstanceState};
+use differently_adapters::{Adapter, AdapterError, ByteRange, FileKind, InstanceState};
 use differently_core::ids::InstallationId;
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::fake_server::FakeFreestyle;
+use crate::support::cases::{self, one_chunk as body, read_all};
 use crate::{cmd, create_req, running, settings, setup, KEY};
-
-fn body(bytes: &'static [u8]) -> ByteStream {
-    Box::pin(futures::stream::once(async move {
-        Ok::<_, AdapterError>(Bytes::from_static(bytes))
-    }))
-}
-
-async fn read_all(mut s: ByteStream) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(chunk) = s.next().await {
-        out.extend_from_slice(&chunk.unwrap());
-    }
-    out
-}
 
 #[tokio::test]
 async fn create_is_idempotent_by_slug_and_writes_the_env_file() {
@@ -148,18 +132,7 @@ async fn exec_sources_the_env_then_request_env_wins_and_keeps_streams_apart() {
 async fn exec_timeout_is_124_and_a_missing_cwd_names_the_field() {
     let s = setup(json!({})).await;
     let i = running(&s).await;
-    let mut req = cmd(&["sleep", "5"]);
-    req.timeout_seconds = Some(1);
-    let started = std::time::Instant::now();
-    let r = s.adapter.exec(&i, &req).await.unwrap();
-    assert_eq!(r.exit_code, 124);
-    assert!(started.elapsed() < Duration::from_secs(4));
-    let mut req = cmd(&["true"]);
-    req.cwd = Some("/nonexistent/dir".into());
-    match s.adapter.exec(&i, &req).await.unwrap_err() {
-        AdapterError::Permanent(r) => assert_eq!(r.field(), Some("cwd")),
-        e => panic!("{e:?}"),
-    }
+    cases::exec_timeout_is_124_and_a_missing_cwd_names_the_field(&s.adapter, &i).await;
 }
 
 #[tokio::test]

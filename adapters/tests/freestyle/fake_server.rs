@@ -30,6 +30,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
+use crate::support::http::{self, lock, pct_decode, Req};
+
 #[derive(Debug)]
 pub struct Knobs {
     pub fail_next: VecDeque<(String, u16)>,
@@ -86,10 +88,6 @@ struct Inner {
     seq: Mutex<u64>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[derive(Clone)]
 pub struct FakeFreestyle {
     inner: Arc<Inner>,
@@ -97,9 +95,7 @@ pub struct FakeFreestyle {
 
 impl FakeFreestyle {
     pub async fn start(key: &str) -> FakeFreestyle {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .unwrap();
+        let listener = http::bind().await;
         let inner = Arc::new(Inner {
             key: Mutex::new(key.to_owned()),
             addr: listener.local_addr().unwrap(),
@@ -109,9 +105,7 @@ impl FakeFreestyle {
             seq: Mutex::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        http::serve(listener, app);
         FakeFreestyle { inner }
     }
 
@@ -170,12 +164,7 @@ fn next_id(inner: &Inner) -> String {
 }
 
 fn json_resp(status: u16, v: Value) -> Response {
-    let mut r = (
-        StatusCode::from_u16(status).unwrap(),
-        [("content-type", "application/json")],
-        v.to_string(),
-    )
-        .into_response();
+    let mut r = http::json_resp(status, v);
     r.headers_mut()
         .insert("x-freestyle-trace-id", "trace-0123".parse().unwrap());
     r
@@ -222,28 +211,6 @@ fn q<'a>(query: &'a [(String, String)], k: &str) -> Option<&'a str> {
     query.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
 }
 
-fn pct_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = (b[i] == b'%' && i + 2 < b.len())
-            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 2;
-            }
-            (b'+', _) => out.push(b' '),
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn entry(path: &std::path::Path) -> Option<Value> {
     let md = std::fs::symlink_metadata(path).ok()?;
     let kind = if md.file_type().is_symlink() {
@@ -262,29 +229,15 @@ fn entry(path: &std::path::Path) -> Option<Value> {
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, 64 << 20)
-        .await
-        .unwrap_or_default();
-    let query: Vec<(String, String)> = parts
-        .uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (pct_decode(k), pct_decode(v))
-        })
-        .collect();
-    let path = parts.uri.path().to_owned();
+    let Req {
+        method,
+        path,
+        query,
+        headers,
+        body,
+    } = Req::read(req, 64 << 20).await;
     let want = format!("Bearer {}", lock(&inner.key));
-    if parts
-        .headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        != Some(want.as_str())
-    {
+    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(want.as_str()) {
         lock(&inner.record).unauthorized += 1;
         return err(401, "UNAUTHORIZED", "Invalid API key");
     }
@@ -305,7 +258,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             s => err(s, "INTERNAL_ERROR", "injected failure"),
         };
     }
-    route(&inner, &parts.method, &path, &query, &parts.headers, body).await
+    route(&inner, &method, &path, &query, &headers, body).await
 }
 
 async fn route(

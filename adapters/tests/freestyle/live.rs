@@ -14,6 +14,7 @@ use differently_adapters::{Adapter, AdapterError, ByteStream, InstanceState};
 use differently_core::ids::InstallationId;
 use futures::StreamExt;
 
+use crate::support::live;
 use crate::{at, cmd, create_req};
 
 const KEY_VAR: &str = "DIFFERENTLY_TEST_FREESTYLE_API_KEY";
@@ -23,18 +24,10 @@ struct Cleanup<'a>(&'a FreestyleAdapter, differently_core::SandboxId);
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
         let (adapter, id) = (self.0, self.1.clone());
-        std::thread::scope(|scope| {
-            let _ = scope
-                .spawn(|| {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    if let Err(e) = rt.block_on(adapter.delete(&id)) {
-                        eprintln!("cleanup: delete the VM with slug of {id} by hand: {e}");
-                    }
-                })
-                .join();
+        live::block_on_aside(async {
+            if let Err(e) = adapter.delete(&id).await {
+                eprintln!("cleanup: delete the VM with slug of {id} by hand: {e}");
+            }
         });
     }
 }
@@ -46,10 +39,10 @@ async fn live_freestyle_runs_every_method() {
         std::env::var(KEY_VAR).is_ok(),
         "set {KEY_VAR} (and optionally DIFFERENTLY_TEST_FREESTYLE_API_URL) to run the live Freestyle test"
     );
-    let mut v = serde_json::json!({"apiKeyEnv": KEY_VAR, "timeouts": {"readySeconds": 300}});
-    if let Ok(url) = std::env::var("DIFFERENTLY_TEST_FREESTYLE_API_URL") {
-        v["apiURL"] = url.into();
-    }
+    let v = live::with_keys_from(
+        serde_json::json!({"apiKeyEnv": KEY_VAR, "timeouts": {"readySeconds": 300}}),
+        &[("DIFFERENTLY_TEST_FREESTYLE_API_URL", "apiURL")],
+    );
     let cfg: FreestyleConfig = serde_json::from_value(v).unwrap();
     let adapter = FreestyleAdapter::new(cfg).unwrap();
     adapter.health().await.unwrap();

@@ -6,41 +6,20 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use differently_adapters::credentials::{Credentials, SecretSource, SecretSourceError};
 use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
-use differently_adapters::registry::{self, AdapterConfigError};
-use differently_adapters::{
-    Adapter, AdapterError, ByteRange, ByteStream, ExecEvent, FileKind, InstanceState,
-};
+use differently_adapters::registry::{self};
+use differently_adapters::{Adapter, AdapterError, ByteRange, ExecEvent, FileKind, InstanceState};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::fake_server::{FakeRuntime, FakeServer, Variant};
+use crate::support::cases::{self, body, collect};
 use crate::{at, cmd, create_req, key_file, running, settings, setup, KEY};
 
 const BOTH: [Variant; 2] = [Variant::Real, Variant::Spec];
 
-fn body(parts: &[&'static [u8]]) -> ByteStream {
-    let v: Vec<Result<Bytes, AdapterError>> =
-        parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
-    futures::stream::iter(v).boxed()
-}
-
-async fn collect(d: differently_adapters::Download) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut b = d.body;
-    while let Some(chunk) = b.next().await {
-        out.extend_from_slice(&chunk.unwrap());
-    }
-    out
-}
-
 fn build_err(v: serde_json::Value) -> (Option<String>, String) {
-    match registry::build("opensandbox", &v) {
-        Err(AdapterConfigError::InvalidSettings { field, message, .. }) => (field, message),
-        Err(e) => panic!("unexpected {e}"),
-        Ok(_) => panic!("accepted {v}"),
-    }
+    cases::build_err("opensandbox", v)
 }
 
 // ---------------------------------------------------------------------------------------

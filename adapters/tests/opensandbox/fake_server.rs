@@ -24,13 +24,15 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::support::http::{self, lock, pct_decode, Req};
 
 pub const KEY_HEADER: &str = "open-sandbox-api-key";
 
@@ -163,10 +165,6 @@ struct Inner {
     ledger: Mutex<Option<std::fs::File>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A running fake; dropped with the test's runtime.
 #[derive(Clone)]
 pub struct FakeServer {
@@ -218,9 +216,7 @@ impl FakeServer {
             if which == Listener::Execd {
                 app = crate::fake_pty::router(ptys.clone()).merge(app);
             }
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
+            http::serve(listener, app);
         }
         FakeServer { inner, ptys }
     }
@@ -317,69 +313,8 @@ fn next_id(inner: &Inner, prefix: &str) -> String {
 
 type St = (Arc<Inner>, Listener);
 
-struct Req {
-    method: Method,
-    path: String,
-    query: Vec<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Req {
-    fn q(&self, k: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(a, _)| a == k)
-            .map(|(_, v)| v.as_str())
-    }
-    fn qs(&self, k: &str) -> Vec<&str> {
-        self.query
-            .iter()
-            .filter(|(a, _)| a == k)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-}
-
-fn pct_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = (b[i] == b'%' && i + 2 < b.len())
-            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 2;
-            }
-            (b'+', _) => out.push(b' '),
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn parse_query(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (pct_decode(k), pct_decode(v))
-        })
-        .collect()
-}
-
 fn json_resp(status: u16, v: Value) -> Response {
-    let mut r = (
-        StatusCode::from_u16(status).unwrap(),
-        [("content-type", "application/json")],
-        v.to_string(),
-    )
-        .into_response();
+    let mut r = http::json_resp(status, v);
     r.headers_mut().insert(
         "x-request-id",
         HeaderValue::from_static("0123456789abcdef0123456789abcdef"),
@@ -477,17 +412,7 @@ impl Inner {
 }
 
 async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, 512 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let r = Req {
-        method: parts.method.clone(),
-        path: parts.uri.path().to_owned(),
-        query: parse_query(parts.uri.query().unwrap_or("")),
-        headers: parts.headers.clone(),
-        body,
-    };
+    let r = Req::read(req, 512 * 1024 * 1024).await;
     lock(&inner.record)
         .requests
         .push(format!("{} {}", r.method, r.path));

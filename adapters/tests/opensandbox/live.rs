@@ -18,6 +18,7 @@ use differently_core::SandboxId;
 use futures::{FutureExt, StreamExt};
 
 use crate::fake_server::{FakeRuntime, Variant};
+use crate::support::live::{self, done};
 use crate::{at, cmd, create_req, key_file, setup, KEY};
 
 /// The server's lifecycle API reached directly, as an operator (or another tool) would.
@@ -109,11 +110,6 @@ struct Expect {
     real_snapshots: bool,
 }
 
-/// One case's outcome and time, printed for the record (`--nocapture`).
-fn done(case: &str, since: Instant) {
-    eprintln!("live case {case}: ok in {} ms", since.elapsed().as_millis());
-}
-
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY and run with --ignored"]
 async fn live_opensandbox() {
@@ -125,16 +121,13 @@ async fn live_opensandbox() {
     };
     let raw = Backdoor::new(&url, &key);
     let key = key_file(&key);
-    let mut settings = serde_json::json!({
-        "apiURL": url, "trust": "private", "apiKeyFile": key.path(),
-        "timeouts": {"readySeconds": 300},
-    });
-    if let Ok(extra) = std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_SETTINGS") {
-        let extra: serde_json::Value = serde_json::from_str(&extra).expect("settings JSON");
-        for (k, v) in extra.as_object().expect("settings object") {
-            settings[k] = v.clone();
-        }
-    }
+    let settings = live::with_settings_from(
+        serde_json::json!({
+            "apiURL": url, "trust": "private", "apiKeyFile": key.path(),
+            "timeouts": {"readySeconds": 300},
+        }),
+        "DIFFERENTLY_TEST_OPENSANDBOX_SETTINGS",
+    );
     let cfg: OpenSandboxConfig = serde_json::from_value(settings).expect("settings");
     let a = OpenSandboxAdapter::new(cfg).expect("adapter");
     scenario(
@@ -573,16 +566,13 @@ async fn live_opensandbox_pty() {
     // `publish_host = "127.0.0.1"` are too.
     let _raw = Backdoor::new(&url, &key);
     let key = key_file(&key);
-    let mut settings = serde_json::json!({
-        "apiURL": url, "trust": "private", "apiKeyFile": key.path(),
-        "timeouts": {"readySeconds": 300},
-    });
-    if let Ok(extra) = std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_SETTINGS") {
-        let extra: serde_json::Value = serde_json::from_str(&extra).expect("settings JSON");
-        for (k, v) in extra.as_object().expect("settings object") {
-            settings[k] = v.clone();
-        }
-    }
+    let mut settings = live::with_settings_from(
+        serde_json::json!({
+            "apiURL": url, "trust": "private", "apiKeyFile": key.path(),
+            "timeouts": {"readySeconds": 300},
+        }),
+        "DIFFERENTLY_TEST_OPENSANDBOX_SETTINGS",
+    );
     // execd reached directly: the only way the adapter offers a terminal.
     settings["useServerProxy"] = serde_json::json!(false);
     let cfg: OpenSandboxConfig = serde_json::from_value(settings).expect("settings");

@@ -9,26 +9,19 @@ mod live;
 mod pty;
 mod recorded_streams;
 mod replay;
-
-use std::collections::BTreeMap;
-use std::io::Write;
+#[path = "../support/mod.rs"]
+mod support;
 
 use differently_adapters::opensandbox::config::Runtime;
 use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
-use differently_adapters::{Adapter, CreateInstance, Instance, InstanceRef};
-use differently_core::exec::ExecRequest;
+use differently_adapters::{Adapter, CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
-use differently_core::{Resources, SandboxId};
+use differently_core::Resources;
 use fake_server::{FakeRuntime, FakeServer, Variant};
 
 pub const KEY: &str = "sk-test-7f3a9c1e5b2d4f6a8c0e";
 
-/// A key file the adapter reads its credential from.
-pub fn key_file(key: &str) -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    writeln!(f, "{key}").unwrap();
-    f
-}
+pub use support::{at, cmd, key_file};
 
 /// An adapter, its fake server and the key file it reads (kept alive with it).
 pub struct Setup {
@@ -43,18 +36,15 @@ pub fn settings(
     key: &tempfile::NamedTempFile,
     extra: serde_json::Value,
 ) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "apiURL": api_url,
-        "trust": "private",
-        "apiKeyFile": key.path(),
-        "timeouts": {"pollMillis": 20, "readySeconds": 20, "requestSeconds": 10},
-    });
-    if let (Some(obj), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
-        for (k, val) in extra {
-            obj.insert(k.clone(), val.clone());
-        }
-    }
-    v
+    support::merged(
+        serde_json::json!({
+            "apiURL": api_url,
+            "trust": "private",
+            "apiKeyFile": key.path(),
+            "timeouts": {"pollMillis": 20, "readySeconds": 20, "requestSeconds": 10},
+        }),
+        extra,
+    )
 }
 
 pub async fn setup(variant: Variant, runtime: FakeRuntime, extra: serde_json::Value) -> Setup {
@@ -71,33 +61,14 @@ pub async fn setup(variant: Variant, runtime: FakeRuntime, extra: serde_json::Va
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
-    CreateInstance {
-        sandbox_id: SandboxId::new(),
-        installation_id: installation.clone(),
-        template: None,
-        resources: Resources {
+    support::create_req_of(
+        installation,
+        Resources {
             cpu: 2,
             memory_mib: 2048,
             disk_gib: 10,
         },
-        env: BTreeMap::from([("SANDBOX_VAR".to_owned(), "from-create".to_owned())]),
-        ttl_seconds: 600,
-        from_snapshot: None,
-    }
-}
-
-pub fn at(i: &Instance) -> InstanceRef {
-    InstanceRef {
-        sandbox_id: i.sandbox_id.clone(),
-        backend_ref: i.backend_ref.clone(),
-    }
-}
-
-pub fn cmd(argv: &[&str]) -> ExecRequest {
-    ExecRequest {
-        command: argv.iter().map(|s| (*s).to_owned()).collect(),
-        ..Default::default()
-    }
+    )
 }
 
 /// Creates one sandbox and returns its ref.

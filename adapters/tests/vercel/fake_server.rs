@@ -26,13 +26,15 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
+
+use crate::support::http::{self, json_resp, lock, pct_decode, Req};
 
 pub const TEAM: &str = "team_fake123";
 pub const PROJECT: &str = "prj_fake456";
@@ -114,10 +116,6 @@ struct Inner {
     seq: Mutex<u64>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[derive(Clone)]
 pub struct FakeServer {
     inner: Arc<Inner>,
@@ -125,7 +123,7 @@ pub struct FakeServer {
 
 impl FakeServer {
     pub async fn start(token: &str) -> FakeServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = http::bind().await;
         let inner = Arc::new(Inner {
             token: Mutex::new(token.to_owned()),
             addr: listener.local_addr().unwrap(),
@@ -137,9 +135,7 @@ impl FakeServer {
             seq: Mutex::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        http::serve(listener, app);
         FakeServer { inner }
     }
 
@@ -230,91 +226,16 @@ fn new_session(inner: &Inner, sandbox: &str, polls: u32, timeout: u64) -> String
     id
 }
 
-struct Req {
-    method: Method,
-    path: String,
-    query: Vec<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Req {
-    fn q(&self, k: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(a, _)| a == k)
-            .map(|(_, v)| v.as_str())
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-    fn header(&self, k: &str) -> Option<&str> {
-        self.headers.get(k).and_then(|v| v.to_str().ok())
-    }
-}
-
-fn pct_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = (b[i] == b'%' && i + 2 < b.len())
-            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 2;
-            }
-            (b'+', _) => out.push(b' '),
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn json_resp(status: u16, v: Value) -> Response {
-    (
-        StatusCode::from_u16(status).unwrap(),
-        [("content-type", "application/json")],
-        v.to_string(),
-    )
-        .into_response()
-}
-
 fn err(status: u16, code: &str, message: &str) -> Response {
     json_resp(status, json!({"error": {"code": code, "message": message}}))
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, 512 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let r = Req {
-        method: parts.method.clone(),
-        path: parts
-            .uri
-            .path()
-            .strip_prefix("/api")
-            .unwrap_or(parts.uri.path())
-            .to_owned(),
-        query: parts
-            .uri
-            .query()
-            .unwrap_or("")
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (pct_decode(k), pct_decode(v))
-            })
-            .collect(),
-        headers: parts.headers.clone(),
-        body,
-    };
+    let mut r = Req::read(req, 512 * 1024 * 1024).await;
+    // The API is served under `/api`, as Vercel's is.
+    if let Some(rest) = r.path.strip_prefix("/api") {
+        r.path = rest.to_owned();
+    }
     let line = format!("{} {}", r.method, r.path);
     lock(&inner.record).requests.push(line.clone());
     let delay = lock(&inner.knobs).delay_ms;

@@ -8,17 +8,13 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use differently_adapters::vercel::{VercelAdapter, VercelConfig};
-use differently_adapters::{Adapter, AdapterError, ByteRange, InstanceState};
+use differently_adapters::{Adapter, InstanceState};
 use differently_core::ids::InstallationId;
-use futures::StreamExt;
 
+use crate::support::cases::files_round_trip;
+use crate::support::live::{self, done};
 use crate::{at, cmd, create_req, setup, token_file};
-
-fn done(case: &str, since: Instant) {
-    eprintln!("live case {case}: ok in {} ms", since.elapsed().as_millis());
-}
 
 async fn scenario(a: &VercelAdapter, dir: &str) {
     let inst = InstallationId::new();
@@ -54,36 +50,7 @@ async fn scenario(a: &VercelAdapter, dir: &str) {
     done("exec", t);
 
     let t = Instant::now();
-    let path = format!("{dir}/differently-live/hello.txt");
-    let body: differently_adapters::ByteStream =
-        futures::stream::iter(vec![Ok(Bytes::from_static(b"hello world"))]).boxed();
-    a.upload(&r, &path, Some(0o640), body)
-        .await
-        .expect("upload");
-    let d = a
-        .download(
-            &r,
-            &path,
-            Some(ByteRange {
-                start: 6,
-                end: None,
-            }),
-        )
-        .await
-        .expect("download");
-    let got: Vec<u8> = d.body.map(|c| c.expect("chunk").to_vec()).concat().await;
-    assert_eq!(got, b"world");
-    let listed = a
-        .list_files(&r, &format!("{dir}/differently-live"), 1)
-        .await
-        .expect("list files");
-    let e = listed.iter().find(|e| e.path == path).expect("listed");
-    assert_eq!((e.size, e.mode), (11, 0o640));
-    a.delete_file(&r, &path).await.expect("delete file");
-    assert!(matches!(
-        a.download(&r, &path, None).await.err(),
-        Some(AdapterError::PathNotFound(_))
-    ));
+    files_round_trip(a, &r, dir).await;
     done("files", t);
 
     if a.settings().persistent {
@@ -124,16 +91,13 @@ async fn live_vercel() {
         panic!("live test requested but DIFFERENTLY_TEST_VERCEL_TOKEN, _TEAM_ID and _PROJECT_ID are not all set");
     };
     let token = token_file(&token);
-    let mut settings = serde_json::json!({
-        "teamId": team, "projectId": project, "tokenFile": token.path(),
-        "timeouts": {"readySeconds": 180},
-    });
-    if let Ok(extra) = std::env::var("DIFFERENTLY_TEST_VERCEL_SETTINGS") {
-        let extra: serde_json::Value = serde_json::from_str(&extra).expect("settings JSON");
-        for (k, v) in extra.as_object().expect("settings object") {
-            settings[k] = v.clone();
-        }
-    }
+    let settings = live::with_settings_from(
+        serde_json::json!({
+            "teamId": team, "projectId": project, "tokenFile": token.path(),
+            "timeouts": {"readySeconds": 180},
+        }),
+        "DIFFERENTLY_TEST_VERCEL_SETTINGS",
+    );
     let cfg: VercelConfig = serde_json::from_value(settings).expect("settings");
     let a = VercelAdapter::new(cfg).expect("adapter");
     scenario(&a, "/vercel/sandbox").await;
