@@ -190,7 +190,11 @@ impl Announcer {
         let watchers = async move {
             let _ = tokio::join!(me.status(&row), me.placed(&row));
         };
-        tokio::spawn(crate::trace::scope("publish", crate::trace::current(), watchers));
+        tokio::spawn(crate::trace::scope(
+            "publish",
+            crate::trace::current(),
+            watchers,
+        ));
         self.work(s, WorkOp::Create, "").await
     }
 
