@@ -16,6 +16,14 @@ mod crash;
 mod dataplane;
 mod deploy_metrics;
 mod dev;
+/// The adapters' test HTTP scaffolding, which their fake servers (included below) use as
+/// `crate::support::http`.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/support/http.rs"]
+mod support_http;
+mod support {
+    pub(crate) use super::support_http as http;
+}
 /// The fake Daytona of the adapter tests, for the hybrid placement test's external pool.
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/daytona/fake_server.rs"]

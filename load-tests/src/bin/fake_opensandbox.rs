@@ -14,6 +14,14 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The adapters' test HTTP scaffolding, which the fake server (included below) uses as
+/// `crate::support::http`.
+#[allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#[path = "../../../adapters/tests/support/http.rs"]
+mod support_http;
+mod support {
+    pub(crate) use super::support_http as http;
+}
 /// The fake's `/pty` (its `fake_server` names it as `crate::fake_pty`).
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]
