@@ -251,8 +251,8 @@ pub async fn status(
         .ok_or_else(|| not_found(&sid))
 }
 
-/// `DELETE /pty/{sid}`: kills the program (a socket still attached sees its exit) and
-/// forgets the session.
+/// `DELETE /pty/{sid}`: forgets the session and sends SIGKILL to the terminal's foreground
+/// group; an attached socket is closed, as execd closes it.
 pub async fn delete(
     Extension(f): Extension<Arc<Facade>>,
     State(state): State<AppState>,
@@ -473,9 +473,14 @@ async fn serve(
     loop {
         if ending.is_none() {
             let taken = session.take(attachment);
-            // A record deleted meanwhile is not a takeover: the program's end follows.
-            let other_holder = link.with(|r| r.holder).is_some_and(|h| h != link.holder);
-            if !taken.current || other_holder {
+            let Some(holder) = link.with(|r| r.holder) else {
+                // Deleted: execd closes the socket. What the kill missed is hung up when the
+                // grace period runs out.
+                let _ = socket.send(Message::Close(None)).await;
+                session.detach(&state.ptys, attachment, grace);
+                return;
+            };
+            if !taken.current || holder != link.holder {
                 let close = CloseFrame {
                     code: CLOSE_TAKEN_OVER,
                     reason: "TAKEN_OVER".into(),
@@ -528,10 +533,8 @@ async fn serve(
                         let _ = socket.send(text(json!({ "type": "pong" }))).await;
                     }
                     FromClient::Ignore => {}
-                    FromClient::Bad(why) => {
-                        let err = json!({ "type": "error", "code": "INVALID_FRAME", "error": why });
-                        let _ = socket.send(text(err)).await;
-                    }
+                    // execd ignores what it cannot use (a zero size, an unknown signal).
+                    FromClient::Bad(why) => tracing::debug!(%why, "opensandbox pty: frame ignored"),
                 },
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                     session.detach(&state.ptys, attachment, grace);
