@@ -53,8 +53,11 @@ use super::Facade;
 /// Close code of a socket whose session another socket took over (execd's).
 const CLOSE_TAKEN_OVER: u16 = 4001;
 /// How many sessions one API process keeps records of (ended ones are kept for their
-/// status until `DELETE`; past this the ended ones go first).
+/// status until `DELETE`; past this, ended ones and ones never attached for
+/// [`UNSTARTED_KEPT`] go, and a create past it is refused).
 const RECORDS_MAX: usize = 4096;
+/// How long a session nobody attached to is kept when records run short.
+const UNSTARTED_KEPT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The program of a session: execd's bash line, or `sh` where the image has no bash.
 pub fn program(command: &str) -> Vec<String> {
@@ -79,6 +82,7 @@ struct Record {
     /// Output bytes sent to sockets so far (execd's `output_offset`).
     offset: u64,
     ended: bool,
+    created: std::time::Instant,
 }
 
 impl Record {
@@ -112,12 +116,24 @@ impl PtyRecords {
         (r.sandbox == sandbox && r.key_id == key_id).then(|| f(r))
     }
 
-    fn insert(&self, sid: String, record: Record) {
+    /// Keeps `record` unless this process already holds [`RECORDS_MAX`] live ones.
+    fn insert(&self, sid: String, record: Record) -> OsbResult<()> {
         let mut map = lock(&self.map);
         if map.len() >= RECORDS_MAX {
-            map.retain(|_, r| r.running() || r.session.is_none());
+            map.retain(|_, r| match r.session {
+                Some(_) => r.running(),
+                None => r.created.elapsed() < UNSTARTED_KEPT,
+            });
+        }
+        if map.len() >= RECORDS_MAX {
+            return Err(OsbError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "DIFFERENTLY::RESOURCE_EXHAUSTED",
+                format!("this API process holds {RECORDS_MAX} PTY sessions; delete some"),
+            ));
         }
         map.insert(sid, record);
+        Ok(())
     }
 }
 
@@ -229,8 +245,9 @@ pub async fn create(
             next_holder: 0,
             offset: 0,
             ended: false,
+            created: std::time::Instant::now(),
         },
-    );
+    )?;
     Ok((StatusCode::CREATED, Json(json!({ "session_id": sid }))).into_response())
 }
 
