@@ -52,6 +52,9 @@ use super::Facade;
 
 /// Close code of a socket whose session another socket took over (execd's).
 const CLOSE_TAKEN_OVER: u16 = 4001;
+/// Close code of a socket that lost a race for a session to another one (execd answers
+/// that case 409 before the upgrade; a race decided after it can only be a close).
+const CLOSE_ALREADY_CONNECTED: u16 = 4009;
 /// How many sessions one API process keeps records of (ended ones are kept for their
 /// status until `DELETE`; past this, ended ones and ones never attached for
 /// [`UNSTARTED_KEPT`] go, and a create past it is refused).
@@ -128,7 +131,7 @@ impl PtyRecords {
         if map.len() >= RECORDS_MAX {
             return Err(OsbError::new(
                 StatusCode::TOO_MANY_REQUESTS,
-                "DIFFERENTLY::RESOURCE_EXHAUSTED",
+                "DIFFERENTLY::QUOTA_EXCEEDED",
                 format!("this API process holds {RECORDS_MAX} PTY sessions; delete some"),
             ));
         }
@@ -349,8 +352,12 @@ pub async fn ws(
     };
     let replay = qr.since.is_none_or(|s| s >= 0);
     Ok(up.on_upgrade(move |socket| async move {
-        // Claimed under the lock: of two sockets racing for a fresh session one starts it.
+        // Claimed under the lock: of two sockets racing for a session one gets it (and
+        // starts the program), the other is closed as a refused second socket.
         let claimed = f.ptys.with(&sid, &id, &principal.key_id, |r| {
+            if r.holder != 0 && !takeover {
+                return None;
+            }
             let (session, attachment) = match (&r.session, attach) {
                 (Some(s), _) => (s.clone(), s.attach()),
                 (None, Attach::Start(opening)) => {
@@ -363,13 +370,28 @@ pub async fn ws(
             };
             r.next_holder += 1;
             r.holder = r.next_holder;
-            (session, attachment, r.holder)
+            Some((session, attachment, r.holder))
         });
-        let Some((session, attachment, holder)) = claimed else {
-            // Deleted while upgrading.
-            let mut socket = socket;
-            let _ = socket.send(Message::Close(None)).await;
-            return;
+        let (session, attachment, holder) = match claimed {
+            Some(Some(c)) => c,
+            Some(None) => {
+                let mut socket = socket;
+                let err = json!({ "type": "error", "code": "ALREADY_CONNECTED",
+                    "error": format!("another client is already connected to pty session {sid}") });
+                let _ = socket.send(text(err)).await;
+                let close = CloseFrame {
+                    code: CLOSE_ALREADY_CONNECTED,
+                    reason: "ALREADY_CONNECTED".into(),
+                };
+                let _ = socket.send(Message::Close(Some(close))).await;
+                return;
+            }
+            None => {
+                // Deleted while upgrading.
+                let mut socket = socket;
+                let _ = socket.send(Message::Close(None)).await;
+                return;
+            }
         };
         let grace = state.limits.pty_grace;
         let link = Link {
