@@ -4,7 +4,8 @@
 //! `POST /pty {cwd?, command?}` → 201 `{session_id}`: a session record only (checked: the exec
 //! scope, the sandbox, the pool's `exec.pty`; 501 `NOT_SUPPORTED` without it); the program
 //! starts on the first socket, as execd's does. `GET /pty/{sid}` → `{session_id, running,
-//! output_offset}`; `DELETE /pty/{sid}` kills the program and forgets the session. The
+//! output_offset}`; `DELETE /pty/{sid}` forgets the session, sends SIGKILL to the terminal's
+//! foreground group and closes an attached socket. The
 //! terminal is the WebSocket `GET /pty/{sid}/ws[?since=N][&takeover=1]`: 404
 //! `CONTEXT_NOT_FOUND` for a session this key did not make on this sandbox, 409
 //! `ALREADY_CONNECTED` while another socket holds it (unless `takeover=1`: the holder is
@@ -12,7 +13,8 @@
 //! a replay (`0x03` + u64 BE offset + bytes), `{"type":"connected","session_id","mode":"pty"}`,
 //! output as `0x01` + bytes, and at the end `{"type":"exit","exit_code"}` (or `{"type":"error",
 //! "code","error"}`) and a close. Client frames: stdin `0x00` + bytes; JSON `resize`, `signal`
-//! (`SIGINT`, `SIGTERM`, `SIGKILL`, `SIGHUP`), `ping` (answered `pong`), `stdin {data}`.
+//! (`SIGINT`, `SIGTERM`, `SIGKILL`, `SIGHUP`), `ping` (answered `pong`), `stdin {data}`;
+//! frames it cannot use are ignored, as execd (and the adapter tests' fake of it) ignores them.
 //!
 //! The program is execd's: `bash --norc --noprofile -c <command>` (an interactive
 //! `bash --norc --noprofile` when the command is empty), through `sh` where the image has no
