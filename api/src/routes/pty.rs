@@ -20,7 +20,9 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use chrono::Utc;
-use differently_adapters::{PtyInput, PtyRequest, PtySignal, PtySize, PTY_MAX_SIDE};
+use differently_adapters::{
+    InstanceRef, PtyInput, PtyRequest, PtySignal, PtySize, SharedAdapter, PTY_MAX_SIDE,
+};
 use differently_core::exec::ExecRequest;
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, FieldError, SandboxId};
@@ -32,6 +34,7 @@ use crate::auth::Principal;
 use crate::data_plane::open_data_call;
 use crate::error::{ApiError, ApiResult};
 use crate::pty_sessions::{Ending, Owner, Session};
+use crate::sandbox_pool::{pool_of, require_capability};
 use crate::AppState;
 
 /// The program a terminal runs when the open names none: a login shell.
@@ -125,7 +128,17 @@ pub fn parse_open(query: Option<&str>) -> ApiResult<Open> {
     if command.is_empty() {
         command = DEFAULT_COMMAND.map(String::from).to_vec();
     }
-    // The same rules as exec's: a program, no NUL, env names, an absolute cwd.
+    checked_request(command, env, cwd, size).map(Open::New)
+}
+
+/// A terminal request under the same rules as exec's: a program, no NUL, env names, an
+/// absolute cwd (400 `invalid_argument` naming the field).
+pub(crate) fn checked_request(
+    command: Vec<String>,
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+    size: PtySize,
+) -> ApiResult<PtyRequest> {
     let check = ExecRequest {
         command,
         env,
@@ -135,12 +148,12 @@ pub fn parse_open(query: Option<&str>) -> ApiResult<Open> {
     check
         .validate()
         .map_err(|e| ApiError::field(ErrorCode::InvalidArgument, e))?;
-    Ok(Open::New(PtyRequest {
+    Ok(PtyRequest {
         command: check.command,
         env: check.env,
         cwd: check.cwd,
         size,
-    }))
+    })
 }
 
 fn query_has_open_fields(query: Option<&str>) -> bool {
@@ -214,18 +227,9 @@ async fn pty(
     let grace = state.limits.pty_grace;
     match open {
         Open::Reattach(session_id) => {
-            let sandbox = load_sandbox(&state, &principal, &id).await?;
-            let owner = Owner {
-                key_id: principal.key_id.clone(),
-                sandbox: sandbox.id.clone(),
-            };
-            let Some(session) = state.ptys.find(&session_id, &owner) else {
-                return Err(ApiError::not_found("pty session"));
-            };
+            let session = find_session(&state, &principal, &id, &session_id).await?;
             let ws = upgrade(ws)?;
-            let detail = json!({ "program": session.program, "reattach": true });
-            open_data_call(&state, &principal, &id, "exec.pty", "sandbox.pty", detail).await?;
-            tracing::info!(sandbox = %sandbox.id, session = %session.id, "pty reattach");
+            audit_reattach(&state, &principal, &id, &session).await?;
             Ok(ws.on_upgrade(move |socket| async move {
                 let attachment = session.attach();
                 serve(socket, state, session, attachment, grace).await;
@@ -233,21 +237,104 @@ async fn pty(
         }
         Open::New(req) => {
             let ws = upgrade(ws)?;
-            let detail = json!({ "program": req.program() });
-            let (pool, at) =
-                open_data_call(&state, &principal, &id, "exec.pty", "sandbox.pty", detail).await?;
-            tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "pty open");
-            let owner = Owner {
-                key_id: principal.key_id.clone(),
-                sandbox: at.sandbox_id.clone(),
-            };
-            let adapter = pool.adapter.clone();
+            let opening = open_new(&state, &principal, &id, req).await?;
             Ok(ws.on_upgrade(move |socket| async move {
-                let (session, attachment) = state.ptys.start(owner, adapter, at, req);
+                let (session, attachment) = opening.start(&state);
                 serve(socket, state, session, attachment, grace).await;
             }))
         }
     }
+}
+
+/// Whether `principal` may open a terminal on sandbox `raw_id` at all: the exec scope, the
+/// sandbox visible to it (404 otherwise), and its pool's `exec.pty` capability (501
+/// `unsupported_operation` otherwise). Nothing is audited: a caller that makes a session
+/// before its terminal (the OpenSandbox facade's `POST /pty`) asks this first and audits at
+/// [`open_new`].
+pub(crate) async fn check_can_open(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+) -> ApiResult<()> {
+    principal.require(Scope::SandboxesExec)?;
+    let sandbox = load_sandbox(state, principal, raw_id).await?;
+    let pool = pool_of(state, &sandbox)?;
+    require_capability(&pool, "exec.pty")
+}
+
+/// A new terminal that was checked and audited, not yet started: started once the socket
+/// is upgraded, so a failed upgrade runs nothing.
+pub(crate) struct Opening {
+    owner: Owner,
+    adapter: SharedAdapter,
+    at: InstanceRef,
+    req: PtyRequest,
+}
+
+impl Opening {
+    /// Starts the program; the session and the caller's attachment.
+    pub(crate) fn start(self, state: &AppState) -> (Arc<Session>, u64) {
+        state
+            .ptys
+            .start(self.owner, self.adapter, self.at, self.req)
+    }
+}
+
+/// Opens a new terminal on sandbox `raw_id` for `principal` (who holds the exec scope): the
+/// running sandbox's pool with `exec.pty` (woken if idle) and the audited `sandbox.pty`
+/// record, committed before anything runs.
+pub(crate) async fn open_new(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+    req: PtyRequest,
+) -> ApiResult<Opening> {
+    let detail = json!({ "program": req.program() });
+    let (pool, at) =
+        open_data_call(state, principal, raw_id, "exec.pty", "sandbox.pty", detail).await?;
+    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "pty open");
+    Ok(Opening {
+        owner: Owner {
+            key_id: principal.key_id.clone(),
+            sandbox: at.sandbox_id.clone(),
+        },
+        adapter: pool.adapter.clone(),
+        at,
+        req,
+    })
+}
+
+/// The running session `session_id` that `principal`'s key opened on sandbox `raw_id`
+/// (404 `pty session` otherwise, and 404 for a sandbox it cannot see).
+pub(crate) async fn find_session(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+    session_id: &str,
+) -> ApiResult<Arc<Session>> {
+    let sandbox = load_sandbox(state, principal, raw_id).await?;
+    let owner = Owner {
+        key_id: principal.key_id.clone(),
+        sandbox: sandbox.id.clone(),
+    };
+    state
+        .ptys
+        .find(session_id, &owner)
+        .ok_or_else(|| ApiError::not_found("pty session"))
+}
+
+/// The audited `sandbox.pty` record of a reattach to `session` (capability checked again:
+/// the pool may have changed since the open).
+pub(crate) async fn audit_reattach(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+    session: &Session,
+) -> ApiResult<()> {
+    let detail = json!({ "program": session.program, "reattach": true });
+    open_data_call(state, principal, raw_id, "exec.pty", "sandbox.pty", detail).await?;
+    tracing::info!(sandbox = %session.sandbox(), session = %session.id, "pty reattach");
+    Ok(())
 }
 
 fn control_text(value: serde_json::Value) -> Message {

@@ -16,6 +16,7 @@ pub mod inner;
 pub mod lifecycle;
 pub mod mapping;
 pub mod multipart;
+pub mod pty;
 pub mod sessions;
 pub mod token;
 
@@ -36,6 +37,7 @@ pub struct Facade {
     pub sealer: token::Sealer,
     pub commands: commands::Commands,
     pub sessions: sessions::KnownSessions,
+    pub ptys: pty::PtyRecords,
 }
 
 /// The facade's routes; `v1` is the `/v1` router with its state, `state` gives the key the
@@ -50,6 +52,7 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         ),
         commands: commands::Commands::default(),
         sessions: sessions::KnownSessions::default(),
+        ptys: pty::PtyRecords::default(),
     });
     let p = |path: &str| format!("{PREFIX}{path}");
     let x = |path: &str| format!("{PREFIX}/execd/{{id}}{path}");
@@ -99,6 +102,9 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
             &x("/session/{sid}"),
             axum::routing::delete(sessions::delete),
         )
+        .route(&x("/pty"), post(pty::create))
+        .route(&x("/pty/{sid}"), get(pty::status).delete(pty::delete))
+        .route(&x("/pty/{sid}/ws"), get(pty::ws))
         .route(&x("/files/upload"), post(files::upload))
         .route(&x("/files/download"), get(files::download))
         .route(&x("/files/info"), get(files::info))
