@@ -336,7 +336,7 @@ pub(super) fn catalogue() -> Vec<Op> {
             .query(&[("projectId", "string", "Only this project's sandboxes."),
                      ("sandboxId", "string", "Only this sandbox."),
                      ("after", "integer", "Resume after this sequence (as `Last-Event-ID`)."),
-                     ("types", "string", "`format=public` only: comma-separated types or prefixes (`sandbox.exec.*`)."),
+                     ("types", "string", "`format=public` only (400 otherwise): comma-separated types or prefixes (`sandbox.exec.*`)."),
                      ("format", "string", "`public` (the event contract) or `status` (the default, status changes only).")])
             .answers(&[Answer::Stream("SSE: `status` events carrying `StatusEvent`, or (`format=public`) one event per public type carrying `PublicEvent`.")])
             .errors(&[404]),

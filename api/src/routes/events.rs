@@ -171,6 +171,14 @@ async fn events(
         Some(_) => return Err(bad_query("format", "must be public or status")),
     };
     let types = parse_types(q.types.as_deref())?;
+    if types.is_some() && format == Format::Status {
+        // The status form carries status changes only: a filter on it would silently narrow
+        // nothing (or everything) — refused, naming what it needs.
+        return Err(bad_query(
+            "types",
+            "needs format=public (the default status format carries status changes only)",
+        ));
+    }
     let header = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())

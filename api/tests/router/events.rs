@@ -227,6 +227,7 @@ async fn schemas_are_listed_and_bad_queries_refused() {
     for (q, field) in [
         ("format=xml", "format"),
         ("types=nope&format=public", "types"),
+        ("types=sandbox.status.changed", "types"),
     ] {
         let a = api
             .call(
