@@ -67,19 +67,32 @@ export interface Answer {
 
 const RETRY_STATUSES = new Set([502, 503, 504]);
 
-/** Sleeps `ms`, or rejects when the signal aborts. */
+/**
+ * Sleeps at least `ms` by the wall clock, or rejects when the signal aborts. A timer alone can
+ * fire early against it (Node arms it from the event loop's cached time, which lags behind
+ * under load), and a server's `Retry-After` is a minimum: so it re-arms until the time has
+ * really passed.
+ */
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  const until = Date.now() + ms;
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
+    let timer: ReturnType<typeof setTimeout> | undefined;
     const onAbort = () => {
-      clearTimeout(t);
+      clearTimeout(timer);
       reject(signal?.reason);
     };
+    const arm = () => {
+      const left = until - Date.now();
+      if (left <= 0) {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+        return;
+      }
+      timer = setTimeout(arm, left);
+    };
     signal?.addEventListener("abort", onAbort, { once: true });
+    arm();
   });
 }
 

@@ -58,7 +58,8 @@ describe("retries", () => {
       const got = await c.sandboxes.get("sbx_1");
       assert.equal(got.id, "sbx_1");
       assert.equal(s.seen.length, 2);
-      assert.ok(s.seen[1]!.at - s.seen[0]!.at >= 950, "waited for Retry-After: 1");
+      // At least the full second by the wall clock: a timer alone can fire early under load.
+      assert.ok(s.seen[1]!.at - s.seen[0]!.at >= 1000, "waited for Retry-After: 1");
       assert.equal(s.seen[0]!.headers["authorization"], `Bearer ${KEY}`);
     } finally {
       await s.close();
