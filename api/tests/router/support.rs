@@ -243,50 +243,41 @@ impl Api {
 }
 
 impl Api {
-    /// A sandbox of the bootstrap tenant moved to `running` on the fake pool directly in the
-    /// store (no scheduler or worker runs here); its id.
-    pub async fn running_sandbox(&self) -> String {
+    /// A new sandbox of the bootstrap tenant activated on the fake pool directly in the store
+    /// (no scheduler runs here): its id and the activated row.
+    async fn activated_sandbox(&self) -> (differently_core::SandboxId, differently_core::Sandbox) {
         let id = self.sandbox().await;
         let sid = differently_core::SandboxId::parse(&id).expect("sandbox id");
         let slot = differently_store::PoolSlot {
             name: "fake".into(),
             max_concurrent: None,
         };
-        let now = Utc::now();
         let activated = self
             .store
-            .activate(&sid, &slot, &Default::default(), now)
-            .await
-            .expect("activate");
-        assert!(
-            matches!(activated, differently_store::Activation::Activated(_)),
-            "activate: {activated:?}"
-        );
-        self.store
-            .mark_running(&sid, "fake-ref", now)
-            .await
-            .expect("running");
-        id
-    }
-
-    /// A running sandbox with an instance on the fake backend, so data-plane calls (exec,
-    /// files) reach it: made by the pool's adapter, as a worker would.
-    pub async fn live_sandbox(&self) -> String {
-        let id = self.sandbox().await;
-        let sid = differently_core::SandboxId::parse(&id).expect("sandbox id");
-        let slot = differently_store::PoolSlot {
-            name: "fake".into(),
-            max_concurrent: None,
-        };
-        let now = Utc::now();
-        let activated = self
-            .store
-            .activate(&sid, &slot, &Default::default(), now)
+            .activate(&sid, &slot, &Default::default(), Utc::now())
             .await
             .expect("activate");
         let differently_store::Activation::Activated(row) = activated else {
             panic!("activate: {activated:?}");
         };
+        (sid, row)
+    }
+
+    /// A sandbox of the bootstrap tenant moved to `running` on the fake pool directly in the
+    /// store (no scheduler or worker runs here; no backend instance); its id.
+    pub async fn running_sandbox(&self) -> String {
+        let (sid, _) = self.activated_sandbox().await;
+        self.store
+            .mark_running(&sid, "fake-ref", Utc::now())
+            .await
+            .expect("running");
+        sid.to_string()
+    }
+
+    /// A running sandbox with an instance on the fake backend, so data-plane calls (exec,
+    /// files) reach it: made by the pool's adapter, as a worker would.
+    pub async fn live_sandbox(&self) -> String {
+        let (sid, row) = self.activated_sandbox().await;
         let pool = self.pools.get("fake").expect("the fake pool");
         let instance = pool
             .adapter
@@ -302,10 +293,10 @@ impl Api {
             .await
             .expect("the fake backend creates");
         self.store
-            .mark_running(&sid, &instance.backend_ref, now)
+            .mark_running(&sid, &instance.backend_ref, Utc::now())
             .await
             .expect("running");
-        id
+        sid.to_string()
     }
 
     /// Finishes every pending operation as done, as a worker would, until dropped: so a
