@@ -11,7 +11,7 @@
 //! with `provider_unavailable` (`insufficient_capacity` when the backend said it has no room).
 
 use differently_bus_schema::public::{EventError, SnapshotEvent};
-use differently_bus_schema::{EventData, EventType, Origin, PublicEvent};
+use differently_bus_schema::{EventData, Origin, PublicEvent};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -208,7 +208,7 @@ impl WorkerGroup {
                 }
                 match self.store.remove_snapshot(&snap).await {
                     Ok(()) => {
-                        self.announce_snapshot(&rec, record, EventType::SnapshotDeleted, None)
+                        self.announce_snapshot(&rec, record, EventData::SnapshotDeleted, None)
                             .await;
                         Outcome::Done(Value::Null)
                     }
@@ -534,7 +534,7 @@ impl WorkerGroup {
         }
         match (&outcome, rec.status) {
             (Outcome::Done(_), SnapshotStatus::Ready) => {
-                self.announce_snapshot(&rec, record, EventType::SnapshotCreated, None)
+                self.announce_snapshot(&rec, record, EventData::SnapshotCreated, None)
                     .await;
             }
             (Outcome::Failed(err), SnapshotStatus::Failed) => {
@@ -542,7 +542,7 @@ impl WorkerGroup {
                     code: err.code.clone(),
                     message: err.message.clone(),
                 };
-                self.announce_snapshot(&rec, record, EventType::SnapshotFailed, Some(error))
+                self.announce_snapshot(&rec, record, EventData::SnapshotFailed, Some(error))
                     .await;
             }
             _ => {}
@@ -550,26 +550,22 @@ impl WorkerGroup {
         outcome
     }
 
-    /// `snapshot.created|failed|deleted` (`ty`) for `rec`, attributed like the operation that
+    /// `snapshot.created|failed|deleted` (`kind`: `EventData::Snapshot…`) for `rec`, attributed like the operation that
     /// asked for it. Published once its row says so; a lost publish is not re-sent (the
     /// snapshot's state is in the API, and its operation's outcome event follows).
     async fn announce_snapshot(
         &self,
         rec: &differently_store::lifecycle::SnapshotRecord,
         record: &OpRecord,
-        ty: EventType,
+        kind: fn(SnapshotEvent) -> EventData,
         error: Option<EventError>,
     ) {
-        let data = SnapshotEvent {
+        let data = kind(SnapshotEvent {
             snapshot_id: rec.id.to_string(),
             size_bytes: None,
             error,
-        };
-        let data = match ty {
-            EventType::SnapshotCreated => EventData::SnapshotCreated(data),
-            EventType::SnapshotFailed => EventData::SnapshotFailed(data),
-            _ => EventData::SnapshotDeleted(data),
-        };
+        });
+        let ty = data.event_type();
         let event = PublicEvent::new(
             rec.org_id.clone(),
             rec.project_id.clone(),
