@@ -52,6 +52,35 @@ async fn sse(api: &Api, path: &str, key: &str, n: usize) -> Vec<(String, String,
     out
 }
 
+/// Checks that `e` has every field the schema served for its type requires, its `data` too;
+/// answers the schema.
+async fn fits_its_schema(api: &Api, key: &str, e: &Value) -> Value {
+    let ty = e["type"].as_str().expect("a type");
+    let schema = api
+        .call(
+            Method::GET,
+            &format!("/v1/events/schemas/{ty}"),
+            Some(key),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert_eq!(schema.status, StatusCode::OK, "{ty}");
+    for field in schema.body["required"].as_array().expect("required") {
+        let f = field.as_str().expect("name");
+        assert!(e.get(f).is_some(), "{f} missing in {e}");
+    }
+    for field in schema.body["properties"]["data"]["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let f = field.as_str().expect("name");
+        assert!(e["data"].get(f).is_some(), "data.{f} missing in {e}");
+    }
+    schema.body
+}
+
 #[tokio::test]
 async fn a_create_is_one_public_status_event_with_its_cause_and_actor_and_no_internals() {
     let api = api().await;
@@ -89,26 +118,11 @@ async fn a_create_is_one_public_status_event_with_its_cause_and_actor_and_no_int
     // The key itself is nowhere, only its id.
     assert!(!text.contains(&key), "the key leaked");
     // It fits the schema the API serves for its type.
-    let schema = api
-        .call(
-            Method::GET,
-            "/v1/events/schemas/sandbox.status.changed",
-            Some(&key),
-            Value::Null,
-            &[],
-        )
-        .await;
-    assert_eq!(schema.status, StatusCode::OK);
+    let schema = fits_its_schema(&api, &key, e).await;
     assert_eq!(
-        schema.body["properties"]["type"]["const"],
+        schema["properties"]["type"]["const"],
         "sandbox.status.changed"
     );
-    for field in schema.body["required"].as_array().expect("required") {
-        assert!(
-            e.get(field.as_str().expect("name")).is_some(),
-            "{field} missing in {e}"
-        );
-    }
 
     // The flat form is the same event at the same sequence.
     let flat = sse(&api, "/v1/events?after=0", &key, 1).await;
@@ -416,30 +430,6 @@ async fn an_exec_and_a_file_write_are_public_events_without_arguments_env_or_con
         ] {
             assert!(!text.contains(secret), "{ty} carries {secret}: {text}");
         }
-        // Each fits the schema served for its type.
-        let schema = api
-            .call(
-                Method::GET,
-                &format!("/v1/events/schemas/{ty}"),
-                Some(&key),
-                Value::Null,
-                &[],
-            )
-            .await;
-        assert_eq!(schema.status, StatusCode::OK, "{ty}");
-        for field in schema.body["required"].as_array().expect("required") {
-            assert!(
-                e.get(field.as_str().expect("name")).is_some(),
-                "{field} missing in {e}"
-            );
-        }
-        for field in schema.body["properties"]["data"]["required"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let f = field.as_str().expect("name");
-            assert!(e["data"].get(f).is_some(), "data.{f} missing in {e}");
-        }
+        fits_its_schema(&api, &key, e).await;
     }
 }
