@@ -78,6 +78,8 @@ pub struct Knobs {
     pub evalue_text: bool,
     /// Answer the next lifecycle request with a redirect to this URL.
     pub redirect_to: Option<String>,
+    /// The server is down behind its load balancer: every lifecycle request answers 503.
+    pub unavailable: bool,
 }
 
 /// What the fake saw.
@@ -480,6 +482,9 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
         return execd_entry(inner, &id, &rest, r).await;
     }
 
+    if lock(&inner.knobs).unavailable {
+        return inner.err(503, "SERVICE_UNAVAILABLE", "no healthy upstream");
+    }
     if let Some(resp) = auth(inner, &r) {
         return resp;
     }

@@ -1,6 +1,7 @@
-//! Hybrid placement end to end: a private pool (the fake backend) and an external Daytona
-//! pool (the real `daytona` adapter against the fake Daytona of `adapters/tests/daytona`,
-//! on loopback), both in region `us`. Work stays private by default; goes to Daytona only
+//! Hybrid placement end to end: a private pool (the real `opensandbox` adapter against the
+//! adapters' fake OpenSandbox server) and an external Daytona pool (the real `daytona`
+//! adapter against the fake Daytona of `adapters/tests/daytona`), all on loopback and in
+//! region `us`. Work stays private by default; goes to Daytona only
 //! when every policy level allows it and the global policy names the pool; `restricted`
 //! data never leaves; a private outage does not spill over until policy says so; the
 //! placement explanation says why each time. With a second external pool (E2B, the real
@@ -16,10 +17,37 @@ use serde_json::{json, Value};
 
 use crate::fake_daytona::FakeDaytona;
 use crate::fake_e2b::FakeServer as FakeE2b;
+use crate::fake_opensandbox::{FakeRuntime, FakeServer as FakeOpenSandbox, Variant};
 use crate::harness::{eventually, Cluster, Opts};
 use crate::tenancy::{tenant, Tenant};
 
 const KEY: &str = "dtn_e2e_hybrid_0a1b2c3d4e5f";
+const OSB_KEY: &str = "osb_e2e_hybrid_6a5b4c3d2e1f";
+
+/// Registers `priv-us`, the private pool of region `us`: an `opensandbox` pool (the real
+/// adapter) on the adapters' fake OpenSandbox server, through the API as an operator would.
+async fn private_pool(c: &Cluster, osb: &FakeOpenSandbox, dir: &tempfile::TempDir) {
+    let key_path = dir.path().join("opensandbox.key");
+    std::fs::write(&key_path, OSB_KEY).unwrap();
+    let (s, p) = c
+        .call(
+            &c.key,
+            Method::POST,
+            "/v1/admin/pools",
+            Some(json!({
+                "name": "priv-us", "kind": "opensandbox", "trust": "private", "region": "us",
+                "costPerCpuHour": 1.0,
+                "settings": {
+                    "apiURL": osb.api_url(),
+                    "trust": "private",
+                    "apiKeyFile": key_path,
+                    "timeouts": {"requestSeconds": 2, "pollMillis": 20},
+                },
+            })),
+        )
+        .await;
+    assert_eq!(s, 201, "{p}");
+}
 
 async fn create(c: &Cluster, t: &Tenant, body: Value) -> (u16, Value) {
     let mut body = body;
@@ -174,19 +202,8 @@ async fn work_goes_to_daytona_only_when_policy_allows_and_never_restricted_data(
     .await;
     let a = tenant(&c, "org-a").await;
     // The private pool of region `us`, registered through the API so it can fail later.
-    let ledger = c.ledger.display().to_string();
-    let (s, p) = c
-        .call(
-            &c.key,
-            Method::POST,
-            "/v1/admin/pools",
-            Some(
-                json!({"name": "priv-us", "kind": "fake", "region": "us", "costPerCpuHour": 1.0,
-                        "settings": {"ledger": ledger}}),
-            ),
-        )
-        .await;
-    assert_eq!(s, 201, "{p}");
+    let osb = FakeOpenSandbox::start(Variant::Real, FakeRuntime::Docker, OSB_KEY).await;
+    private_pool(&c, &osb, &keydir).await;
     let (_, d) = c
         .call(&c.key, Method::GET, "/v1/admin/pools/daytona-us", None)
         .await;
@@ -201,6 +218,13 @@ async fn work_goes_to_daytona_only_when_policy_allows_and_never_restricted_data(
     )
     .await;
     assert_eq!(pool, "priv-us");
+    assert!(
+        osb.sandboxes()
+            .iter()
+            .any(|s| s.state == "Running" && s.metadata.get("differently-sandbox-id") == Some(&id)),
+        "the private pool's OpenSandbox server runs it: {:?}",
+        osb.sandboxes()
+    );
     let d = why(&c, &a, &id, "daytona-us").await;
     assert_eq!(d["eligible"], false, "{d}");
     let (s, e) = create(
@@ -309,15 +333,7 @@ async fn work_goes_to_daytona_only_when_policy_allows_and_never_restricted_data(
         json!({"allowExternal": false}),
     )
     .await;
-    let (s, e) = c
-        .call(
-            &c.key,
-            Method::PATCH,
-            "/v1/admin/pools/priv-us",
-            Some(json!({"settings": {"ledger": ledger, "unavailable": true}})),
-        )
-        .await;
-    assert_eq!(s, 200, "{e}");
+    osb.knobs().unavailable = true;
     wait_health(&c, "priv-us", false).await;
     let before = fake.sandboxes().len();
     let (s, b) = create(&c, &a, json!({"classification": "public"})).await;
@@ -489,19 +505,8 @@ async fn each_external_pool_gets_work_only_once_the_global_policy_names_it() {
     })
     .await;
     let a = tenant(&c, "org-a").await;
-    let ledger = c.ledger.display().to_string();
-    let (s, p) = c
-        .call(
-            &c.key,
-            Method::POST,
-            "/v1/admin/pools",
-            Some(
-                json!({"name": "priv-us", "kind": "fake", "region": "us", "costPerCpuHour": 1.0,
-                        "settings": {"ledger": ledger}}),
-            ),
-        )
-        .await;
-    assert_eq!(s, 201, "{p}");
+    let osb = FakeOpenSandbox::start(Variant::Real, FakeRuntime::Docker, OSB_KEY).await;
+    private_pool(&c, &osb, &keydir).await;
     let (_, e) = c
         .call(&c.key, Method::GET, "/v1/admin/pools/e2b-us", None)
         .await;

@@ -33,6 +33,11 @@ mod fake_daytona;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/e2b/fake_server.rs"]
 mod fake_e2b;
+/// The adapters' fake OpenSandbox server (the real 1.1.1 server's behaviour), for the P8
+/// bench and the hybrid placement test's private pool.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/opensandbox/fake_server.rs"]
+mod fake_opensandbox;
 /// The fake OpenSandbox server's `/pty` (its `fake_server` names it as `crate::fake_pty`).
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]

@@ -8,9 +8,7 @@ use std::process::Command;
 
 use crate::harness::binary;
 
-#[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/opensandbox/fake_server.rs"]
-mod fake_server;
+use crate::fake_opensandbox as fake_server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p8_echo_through_the_facade_beats_execd_hold_against_the_fake_server() {
