@@ -90,6 +90,9 @@ describe('tenant', () => {
     assert.equal(put.status, 204, await put.text());
     await page.goto(`/ui/#/sandbox/${t.sandboxA}`);
     await page.locator('section[aria-labelledby="files-h"] td', { hasText: 'hello-ui.txt' }).waitFor();
+    // A mode reads in octal, as `ls` shows it and the upload's `mode=` takes it (the API's 420).
+    const fileRow = page.locator('section[aria-labelledby="files-h"] tr', { hasText: 'hello-ui.txt' });
+    assert.match(await fileRow.innerText(), /\b0644\b/);
     const [download] = await Promise.all([
       page.waitForEvent('download'),
       page.getByRole('button', { name: 'Download /hello-ui.txt' }).click(),
@@ -111,6 +114,10 @@ describe('tenant', () => {
     await page.locator('#execs-h').waitFor();
     await page.locator('section[aria-labelledby="execs-h"]', { hasText: 'pty' }).waitFor({ timeout: 10000 });
     await page.locator('section[aria-labelledby="history-h"] table').waitFor();
+    // Long audit details wrap inside the status history's panel instead of running past it.
+    const over = await page.locator('section[aria-labelledby="history-h"]').evaluate(
+      (s) => s.querySelector('table').getBoundingClientRect().right - s.getBoundingClientRect().right);
+    assert.ok(over <= 1, `the status history runs ${over}px past its panel`);
   });
 
   test('another organization\'s sandbox is not found, operator pages are refused', async () => {

@@ -153,7 +153,7 @@ export async function page(ctx, [id]) {
           ['Name', (f) => (f.type === 'directory'
             ? h('button', { type: 'button', class: 'secondary', onclick: () => loadFiles(f.path) }, `${f.path.split('/').pop() || f.path}/`)
             : h('span', { class: 'mono' }, f.path.split('/').pop()))],
-          ['Type', (f) => f.type], ['Size', (f) => String(f.size ?? ''), 'num'], ['Mode', (f) => f.mode ?? ''],
+          ['Type', (f) => f.type], ['Size', (f) => String(f.size ?? ''), 'num'], ['Mode', (f) => (typeof f.mode === 'number' ? h('span', { class: 'mono' }, f.mode.toString(8).padStart(4, '0')) : '')],
           ['Modified', (f) => time(f.modifiedAt)],
           ['', (f) => (f.type === 'file' ? h('button', { type: 'button', class: 'secondary', 'aria-label': `Download ${f.path}`, onclick: () => download(f.path) }, 'Download') : '')],
         ], items, 'Empty directory.'));
