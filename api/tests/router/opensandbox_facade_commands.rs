@@ -283,3 +283,46 @@ async fn status_logs_and_interrupt_answer_through_another_api_process() {
     .await;
     assert_not_found(&r, "the API process that ran it is gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_does_not_answer_is_503_and_retryable() {
+    let (a, b) = api_pair().await;
+    let id = a.live_sandbox().await;
+    let tok = token(&a, &id).await;
+    // A process that serves its subject but never answers (hung, or overloaded).
+    let instance = "01jd0000000000000000000000";
+    let mut served = b
+        .bus
+        .serve(&b.naming.facade_command_subject(instance))
+        .await
+        .unwrap();
+    let holding = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Some(r) = futures::StreamExt::next(&mut served).await {
+            held.push(r);
+        }
+    });
+    let cmd = format!("{instance}-01jd0000000000000000000001");
+    let started = tokio::time::Instant::now();
+    let r = execd(
+        &b,
+        &tok,
+        Method::GET,
+        &id,
+        &format!("/command/status/{cmd}"),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(
+        r.body["code"], "DIFFERENTLY::COMMAND_OWNER_UNAVAILABLE",
+        "{}",
+        r.body
+    );
+    assert_eq!(r.headers["retry-after"], "1");
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    holding.abort();
+}

@@ -27,6 +27,9 @@ pub struct Api {
     pub store: Arc<dyn Store>,
     /// The pools under the router (one fake pool, `fake`).
     pub pools: PoolSet,
+    /// The bus under the router (shared by an [`api_pair`]) and its naming.
+    pub bus: Arc<dyn Bus>,
+    pub naming: Naming,
     pub key: String,
     pub tenant: Tenant,
 }
@@ -161,6 +164,8 @@ pub async fn api_over(shared: &Shared, limits: Limits) -> Api {
         router: differently_api::router(state),
         store: store.clone(),
         pools: pools.clone(),
+        bus: bus.clone(),
+        naming: naming.clone(),
         key: key.clone(),
         tenant,
     }
