@@ -112,6 +112,21 @@ impl Naming {
         format!("{}.pub.{org}.>", self.prefix)
     }
 
+    /// `dly.internal.facade.cmd.<instance>`: the request/reply subject one API process's
+    /// OpenSandbox facade serves, so any API process can ask for the status, logs or
+    /// interrupt of a command that process runs. Core NATS only (no stream captures
+    /// `dly.internal.>`), and no tenant credential may publish or subscribe under it: the
+    /// answers carry command output. `instance` must be one subject token (the facade's
+    /// lowercase ULID).
+    pub fn facade_command_subject(&self, instance: &str) -> String {
+        format!("{}.internal.facade.cmd.{instance}", self.prefix)
+    }
+
+    /// `dly.internal.>`: every process-to-process request subject.
+    pub fn internal_filter(&self) -> String {
+        format!("{}.internal.>", self.prefix)
+    }
+
     /// The admission stream (work queue).
     pub fn admit_stream(&self) -> StreamDef {
         StreamDef {

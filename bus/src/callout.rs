@@ -430,9 +430,25 @@ mod tests {
         );
         let perms = g.permissions(&["webhooks".into()]).to_string();
         assert!(
-            !perms.contains("dly.work") && !perms.contains("dly.evt"),
+            !perms.contains("dly.work")
+                && !perms.contains("dly.evt")
+                && !perms.contains("dly.internal"),
             "{perms}"
         );
+        // Nothing a tenant may subscribe to or publish reaches the facade's command
+        // subjects, whose answers carry command output.
+        let internal = n.facade_command_subject("01jd0000000000000000000000");
+        let p = g.permissions(&[]);
+        for side in ["pub", "sub"] {
+            for allowed in p[side]["allow"].as_array().expect("allow list") {
+                let allowed = allowed.as_str().expect("a subject");
+                assert!(
+                    !crate::memory::subject_matches(allowed, &internal)
+                        && !crate::memory::subject_matches(allowed, "dly.internal.x"),
+                    "{side} {allowed} covers {internal}"
+                );
+            }
+        }
         assert!(
             perms.contains("$JS.API.CONSUMER.MSG.NEXT.DLY_PUB.webhooks"),
             "{perms}"

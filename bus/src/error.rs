@@ -21,6 +21,13 @@ pub enum BusError {
     /// Fetching, acking or reading failed.
     #[error("bus consume: {0}")]
     Consume(Detail),
+    /// A request found nobody serving its subject: the server said so at once, so the
+    /// caller knows the responder is gone rather than slow.
+    #[error("bus request: no responders: {0}")]
+    NoResponders(Detail),
+    /// A request reached a responder (or may have) but no answer came in time.
+    #[error("bus request: timed out: {0}")]
+    Timeout(Detail),
 }
 
 impl BusError {
@@ -30,7 +37,9 @@ impl BusError {
         | BusError::Unsupported(d)
         | BusError::Setup(d)
         | BusError::Publish(d)
-        | BusError::Consume(d)) = self;
+        | BusError::Consume(d)
+        | BusError::NoResponders(d)
+        | BusError::Timeout(d)) = self;
         d.source.as_deref()
     }
 }

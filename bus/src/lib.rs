@@ -1,7 +1,8 @@
 //! The bus: a `Bus` trait over JetStream (production) and an in-process implementation
 //! (`differently dev`). Both give the same semantics: work-queue streams with durable pull
 //! consumers, explicit acks, in-progress acks, delayed naks and de-duplication by message id;
-//! a limits stream of events that subscribers read from a sequence.
+//! a limits stream of events that subscribers read from a sequence; and core request/reply
+//! (nothing stored) between processes that must ask each other something.
 
 use std::time::Duration;
 
@@ -61,6 +62,61 @@ pub trait Bus: Send + Sync + 'static {
         filter: &str,
         after: Option<u64>,
     ) -> Result<BoxStream<'static, Result<Event, BusError>>, BusError>;
+
+    /// Serves requests on `subject` (core request/reply: nothing is stored, a request with
+    /// nobody serving fails at once) until the returned stream is dropped. When this returns,
+    /// requests from any process reach the stream.
+    async fn serve(&self, subject: &str) -> Result<BoxStream<'static, Request>, BusError>;
+
+    /// Sends `payload` to whoever serves `subject` and waits up to `timeout` for its answer.
+    /// [`BusError::NoResponders`] when nobody serves the subject, [`BusError::Timeout`] when
+    /// no answer came in time: a caller can tell a gone responder from a slow one.
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, BusError>;
+}
+
+/// One request received by [`Bus::serve`], answered with [`Request::reply`].
+pub struct Request {
+    pub subject: String,
+    pub payload: Bytes,
+    replier: Box<dyn Replier>,
+}
+
+impl Request {
+    /// A request whose answer goes through `replier` (for implementations of [`Bus`]).
+    pub fn new(subject: String, payload: Bytes, replier: Box<dyn Replier>) -> Request {
+        Request {
+            subject,
+            payload,
+            replier,
+        }
+    }
+
+    /// Answers the request. An answer to a requester that gave up is dropped silently, as
+    /// NATS does.
+    pub async fn reply(self, payload: Bytes) -> Result<(), BusError> {
+        self.replier.reply(payload).await
+    }
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("subject", &self.subject)
+            .field("bytes", &self.payload.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a served request is answered; one per bus implementation.
+#[async_trait]
+pub trait Replier: Send {
+    /// Sends the answer.
+    async fn reply(self: Box<Self>, payload: Bytes) -> Result<(), BusError>;
 }
 
 /// A bound pull consumer.

@@ -1,7 +1,8 @@
 //! The in-process bus for single-process `differently dev`: the JetStream semantics the
 //! roles rely on (work queues shared by durable pullers, ack-wait redelivery, in-progress
 //! acks, delayed naks, terminate, de-duplication by message id, an event log read from a
-//! sequence), without a server and without persistence.
+//! sequence), without a server and without persistence; and core request/reply between the
+//! parts of the process (requests go to the first live server of a matching subject).
 //!
 //! One mutex guards all state and is never held across an await; one `Notify` wakes every
 //! waiter after any change, and waiters re-check state themselves.
@@ -18,7 +19,7 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::{Acker, Bus, BusError, Delivery, Event, Published, Pull};
+use crate::{Acker, Bus, BusError, Delivery, Event, Published, Pull, Replier, Request};
 
 /// De-duplication window, as on the JetStream streams.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -61,6 +62,23 @@ impl Inner {
 struct State {
     streams: BTreeMap<String, MemStream>,
     next_token: u64,
+    /// Live `serve` calls: a subject filter and where its requests go.
+    responders: Vec<(String, tokio::sync::mpsc::Sender<Request>)>,
+}
+
+/// Requests queued per server before a requester waits (within its timeout).
+const SERVE_QUEUE: usize = 64;
+
+/// Answers one request of the in-process bus.
+struct MemoryReplier(tokio::sync::oneshot::Sender<Bytes>);
+
+#[async_trait]
+impl Replier for MemoryReplier {
+    async fn reply(self: Box<Self>, payload: Bytes) -> Result<(), BusError> {
+        // A requester that gave up dropped its receiver: the answer goes nowhere, as on NATS.
+        let _ = self.0.send(payload);
+        Ok(())
+    }
 }
 
 struct MemStream {
@@ -371,6 +389,61 @@ impl Bus for MemoryBus {
             Some((item, r))
         })
         .boxed())
+    }
+
+    async fn serve(&self, subject: &str) -> Result<BoxStream<'static, Request>, BusError> {
+        let (tx, rx) = tokio::sync::mpsc::channel(SERVE_QUEUE);
+        {
+            let mut st = self.inner.lock();
+            st.responders.retain(|(_, tx)| !tx.is_closed());
+            st.responders.push((subject.to_owned(), tx));
+        }
+        Ok(
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
+                .boxed(),
+        )
+    }
+
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, BusError> {
+        let deadline = Instant::now() + timeout;
+        let server = {
+            let mut st = self.inner.lock();
+            st.responders.retain(|(_, tx)| !tx.is_closed());
+            st.responders
+                .iter()
+                .find(|(filter, _)| subject_matches(filter, subject))
+                .map(|(_, tx)| tx.clone())
+        };
+        let Some(server) = server else {
+            return Err(BusError::NoResponders(subject.into()));
+        };
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let request = Request::new(subject.to_owned(), payload, Box::new(MemoryReplier(answer)));
+        let timed_out = || {
+            BusError::Timeout(
+                format!("{subject}: no answer within {} ms", timeout.as_millis()).into(),
+            )
+        };
+        match tokio::time::timeout_at(deadline, server.send(request)).await {
+            Err(_) => return Err(timed_out()),
+            // The server went away since it was looked up.
+            Ok(Err(_)) => return Err(BusError::NoResponders(subject.into())),
+            Ok(Ok(())) => {}
+        }
+        match tokio::time::timeout_at(deadline, answered).await {
+            Ok(Ok(bytes)) => Ok(bytes),
+            // Dropped unanswered (on NATS the requester would wait out its timeout): said
+            // at once, as the timeout it would have become.
+            Ok(Err(_)) => Err(BusError::Timeout(
+                format!("{subject}: the request was dropped unanswered").into(),
+            )),
+            Err(_) => Err(timed_out()),
+        }
     }
 }
 

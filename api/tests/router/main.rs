@@ -17,6 +17,7 @@ mod lifecycle;
 mod listener;
 mod nul;
 mod opensandbox_facade;
+mod opensandbox_facade_commands;
 mod opensandbox_facade_pty;
 mod pty;
 mod pty_browser;

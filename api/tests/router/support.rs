@@ -27,6 +27,9 @@ pub struct Api {
     pub store: Arc<dyn Store>,
     /// The pools under the router (one fake pool, `fake`).
     pub pools: PoolSet,
+    /// The bus under the router (shared by an [`api_pair`]) and its naming.
+    pub bus: Arc<dyn Bus>,
+    pub naming: Naming,
     pub key: String,
     pub tenant: Tenant,
 }
@@ -81,22 +84,71 @@ pub async fn api() -> Api {
 
 /// `api` with these limits.
 pub async fn api_with(limits: Limits) -> Api {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
-    let naming = Naming::new("dly").expect("naming");
-    bus.ensure_streams(&naming).await.expect("streams");
-    let (pools, bad) = PoolSet::from_records(vec![fake_pool()]);
-    assert!(bad.is_empty(), "fake pool: {bad:?}");
-    let key = differently_api::generate_key();
+    api_over(&Shared::new().await, limits).await
+}
+
+/// What the API processes of one installation share: the store, the bus, the pools (so a
+/// backend instance made through one is reached through another) and the bootstrap key
+/// (which seals execd tokens).
+pub struct Shared {
+    store: Arc<dyn Store>,
+    bus: Arc<dyn Bus>,
+    naming: Naming,
+    pools: PoolSet,
+    key: String,
+}
+
+impl Shared {
+    /// A fresh memory store, memory bus and fake pool.
+    pub async fn new() -> Shared {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
+        let naming = Naming::new("dly").expect("naming");
+        bus.ensure_streams(&naming).await.expect("streams");
+        let (pools, bad) = PoolSet::from_records(vec![fake_pool()]);
+        assert!(bad.is_empty(), "fake pool: {bad:?}");
+        Shared {
+            store,
+            bus,
+            naming,
+            pools,
+            key: differently_api::generate_key(),
+        }
+    }
+}
+
+/// Two API processes of one installation (as behind a load balancer), each with its own
+/// router and in-memory state, over one store and one bus.
+pub async fn api_pair() -> (Api, Api) {
+    let shared = Shared::new().await;
+    let limits = || Limits {
+        direct_placement: false,
+        ..Limits::default()
+    };
+    (
+        api_over(&shared, limits()).await,
+        api_over(&shared, limits()).await,
+    )
+}
+
+/// One API process over `shared`.
+pub async fn api_over(shared: &Shared, limits: Limits) -> Api {
+    let Shared {
+        store,
+        bus,
+        naming,
+        pools,
+        key,
+    } = shared;
     let tenant = differently_api::ensure_bootstrap_tenant(store.as_ref())
         .await
         .expect("tenant");
     let state = AppState::new(Inner {
         events: EventHub::start(bus.clone(), naming.clone(), store.clone()),
-        announcer: Announcer::new(bus, naming),
+        announcer: Announcer::new(bus.clone(), naming.clone()),
         store: store.clone(),
         pools: pools.clone(),
-        bootstrap_key: BootstrapKey::from_key(&key).expect("bootstrap key"),
+        bootstrap_key: BootstrapKey::from_key(key).expect("bootstrap key"),
         tenant: tenant.clone(),
         faults: Default::default(),
         key_requests: ratelimit::Buckets::new(limits.key_rate),
@@ -110,9 +162,11 @@ pub async fn api_with(limits: Limits) -> Api {
     });
     Api {
         router: differently_api::router(state),
-        store,
-        pools,
-        key,
+        store: store.clone(),
+        pools: pools.clone(),
+        bus: bus.clone(),
+        naming: naming.clone(),
+        key: key.clone(),
         tenant,
     }
 }

@@ -130,6 +130,7 @@ async fn an_orgs_credential_reads_its_public_events_and_nothing_else() {
         .expect("subscribe");
     let mut work = tenant.subscribe("dly.work.>").await.expect("sent");
     let mut internal_events = tenant.subscribe("dly.evt.>").await.expect("sent");
+    let mut internal_requests = tenant.subscribe("dly.internal.>").await.expect("sent");
     let mut others = tenant
         .subscribe(format!("dly.pub.{other}.>"))
         .await
@@ -148,6 +149,27 @@ async fn an_orgs_credential_reads_its_public_events_and_nothing_else() {
         .publish(format!("dly.evt.{org}.x.y"), "internal".into())
         .await
         .expect("internal publish");
+    // A facade's command subject: a request on it (from another API process) does not
+    // reach a tenant, and neither does the answer (the requester's `_INBOX.>`).
+    let facade = Naming::default().facade_command_subject("01jd0000000000000000000000");
+    let bus = s.announcer.bus().clone();
+    let mut served = bus.serve(&facade).await.expect("serve");
+    let mut tenant_inbox = tenant.subscribe("_INBOX.>").await.expect("sent");
+    tenant.flush().await.expect("flush");
+    let asking = tokio::spawn({
+        let (bus, facade) = (bus.clone(), facade.clone());
+        async move {
+            bus.request(&facade, "status".into(), Duration::from_secs(5))
+                .await
+        }
+    });
+    let got = tokio::time::timeout(Duration::from_secs(5), served.next())
+        .await
+        .expect("the request is served")
+        .expect("a request");
+    got.reply("command output".into()).await.expect("replied");
+    let answer = asking.await.expect("joined").expect("answered");
+    assert_eq!(&answer[..], b"command output");
     s.internal.flush().await.expect("flush");
 
     // The org's event arrives, live; another org's, work and internal events do not.
@@ -172,6 +194,26 @@ async fn an_orgs_credential_reads_its_public_events_and_nothing_else() {
     assert!(
         nothing_within(&mut internal_events, Duration::from_millis(100)).await,
         "dly.evt.> reached a tenant"
+    );
+    assert!(
+        nothing_within(&mut internal_requests, Duration::from_millis(100)).await,
+        "a facade command request reached a tenant"
+    );
+    assert!(
+        nothing_within(&mut tenant_inbox, Duration::from_millis(100)).await,
+        "a facade command answer reached a tenant"
+    );
+    // Nor may a tenant ask a facade itself: its publish is refused, nothing is served.
+    tenant
+        .publish(facade.clone(), "status".into())
+        .await
+        .expect("sent");
+    tenant.flush().await.expect("flush");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), served.next())
+            .await
+            .is_err(),
+        "a tenant's publish reached the facade's subject"
     );
 
     // Replay through a consumer filtered on the org: its event only, from the start.

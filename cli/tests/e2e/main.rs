@@ -50,6 +50,7 @@ mod observability;
 mod openapi;
 mod opensandbox_facade;
 mod opensandbox_facade_bench;
+mod opensandbox_facade_commands;
 mod opensandbox_facade_pty;
 mod opensandbox_live;
 mod placement;

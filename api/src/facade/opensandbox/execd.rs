@@ -20,6 +20,7 @@ use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
 use super::error::{OsbError, OsbResult};
 use super::inner::{q, read_all, Caller};
 use super::lifecycle::live_sandbox;
+use super::remote::{self, Answer, Ask};
 use super::token;
 use super::Facade;
 
@@ -213,7 +214,7 @@ pub(super) async fn stream_exec(
         let bytes = read_all(inner).await?;
         return Err(OsbError::from_v1(status, &bytes, caller));
     }
-    let cmd_id = ulid::Ulid::new().to_string().to_ascii_lowercase();
+    let cmd_id = super::commands::new_id(&f.instance);
     let cancel = f.commands.start(&cmd_id, id, content);
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let _ = tx.try_send(frame(json!({ "type": "init", "text": cmd_id })));
@@ -374,7 +375,7 @@ pub struct IdQuery {
     id: Option<String>,
 }
 
-/// `DELETE /command?id=`: interrupts a command started through this process.
+/// `DELETE /command?id=`: interrupts a command, whichever API process runs it.
 pub async fn interrupt(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
@@ -386,23 +387,26 @@ pub async fn interrupt(
     let cmd = qr
         .id
         .ok_or_else(|| OsbError::new(StatusCode::BAD_REQUEST, "MISSING_QUERY", "id is required"))?;
-    let cancel = f
-        .commands
-        .with(&cmd, &id, |c| c.cancel.clone())
-        .ok_or_else(|| command_not_found(&cmd))?;
-    cancel.notify_one();
-    Ok(StatusCode::OK)
+    let ask = Ask::Interrupt {
+        sandbox: id,
+        command: cmd.clone(),
+    };
+    match remote::ask(&f, ask).await.map_err(|e| e.into_osb(&cmd))? {
+        Answer::Interrupted => Ok(StatusCode::OK),
+        other => Err(unexpected(&cmd, other)),
+    }
 }
 
-fn command_not_found(cmd: &str) -> OsbError {
-    OsbError::new(
-        StatusCode::NOT_FOUND,
-        "INVALID_REQUEST_BODY",
-        format!("command {cmd} not found in this API process"),
-    )
+/// The owner's answer where another was due: `NotFound` is the 404 of a command it does not
+/// have (or not of that sandbox); anything else is a bug, logged.
+fn unexpected(cmd: &str, answer: Answer) -> OsbError {
+    match answer {
+        Answer::NotFound => remote::command_not_found(cmd, "unknown, or no longer kept"),
+        other => OsbError::internal(format!("command {cmd}: unexpected answer {other:?}")),
+    }
 }
 
-/// `GET /command/status/{cmd}`.
+/// `GET /command/status/{cmd}`, whichever API process runs the command.
 pub async fn status(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
@@ -410,19 +414,14 @@ pub async fn status(
 ) -> OsbResult<Json<Value>> {
     let caller = execd_caller(&f, &headers, &id)?;
     live_sandbox(&f, &caller, &id).await?;
-    f.commands
-        .with(&cmd, &id, |c| {
-            Json(json!({
-                "id": cmd,
-                "content": c.content,
-                "running": c.running,
-                "exit_code": c.exit_code,
-                "error": c.error,
-                "started_at": c.started_at,
-                "finished_at": c.finished_at,
-            }))
-        })
-        .ok_or_else(|| command_not_found(&cmd))
+    let ask = Ask::Status {
+        sandbox: id,
+        command: cmd.clone(),
+    };
+    match remote::ask(&f, ask).await.map_err(|e| e.into_osb(&cmd))? {
+        Answer::Status { status } => Ok(Json(status)),
+        other => Err(unexpected(&cmd, other)),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -430,8 +429,8 @@ pub struct CursorQuery {
     cursor: Option<String>,
 }
 
-/// `GET /command/{cmd}/logs?cursor=`: background output from a byte offset; the next offset
-/// in `EXECD-COMMANDS-TAIL-CURSOR`.
+/// `GET /command/{cmd}/logs?cursor=`: background output from a byte offset, at most
+/// `commands::LOG_PAGE_BYTES` per answer; the next offset in `EXECD-COMMANDS-TAIL-CURSOR`.
 pub async fn logs(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
@@ -446,14 +445,15 @@ pub async fn logs(
             OsbError::field("cursor", "must be the value of EXECD-COMMANDS-TAIL-CURSOR")
         })?,
     };
-    let (text, next) = f
-        .commands
-        .with(&cmd, &id, |c| {
-            let end = c.log_dropped + c.log.len();
-            let start = from.clamp(c.log_dropped, end) - c.log_dropped;
-            (c.log[start..].to_vec(), end)
-        })
-        .ok_or_else(|| command_not_found(&cmd))?;
+    let ask = Ask::Logs {
+        sandbox: id,
+        command: cmd.clone(),
+        cursor: from,
+    };
+    let (text, next) = match remote::ask(&f, ask).await.map_err(|e| e.into_osb(&cmd))? {
+        Answer::Logs { text, next } => (text, next),
+        other => return Err(unexpected(&cmd, other)),
+    };
     let mut resp = (StatusCode::OK, text).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

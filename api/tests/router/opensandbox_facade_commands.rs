@@ -1,0 +1,328 @@
+//! execd's command status, logs and interrupt through the facade across two API processes
+//! (two routers over one store and one bus, as behind a load balancer): a command started
+//! through one is read and interrupted through the other, which asks the owner over the bus;
+//! a command of another sandbox, and one whose owner is gone, are not found.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use crate::support::{api_pair, Answer, Api};
+
+const HOST: (&str, &str) = ("host", "facade.test:8080");
+const TOKEN: &str = "x-differently-execd-token";
+const CURSOR: &str = "execd-commands-tail-cursor";
+
+/// The execd token of sandbox `id` from `api`'s endpoint answer.
+async fn token(api: &Api, id: &str) -> String {
+    let key = api.key.clone();
+    let ep = api
+        .call(
+            Method::GET,
+            &format!("/opensandbox/v1/sandboxes/{id}/endpoints/44772?use_server_proxy=false"),
+            None,
+            Value::Null,
+            &[HOST, ("open-sandbox-api-key", &key)],
+        )
+        .await;
+    assert_eq!(ep.status, StatusCode::OK, "{}", ep.body);
+    ep.body["headers"][TOKEN].as_str().unwrap().to_owned()
+}
+
+/// A raw execd call: status, headers and body bytes (event streams and logs are not JSON).
+async fn raw(
+    api: &Api,
+    tok: &str,
+    m: Method,
+    id: &str,
+    path: &str,
+    body: Value,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let mut req = Request::builder()
+        .method(m)
+        .uri(format!("/opensandbox/execd/{id}{path}"))
+        .header(HOST.0, HOST.1)
+        .header(TOKEN, tok);
+    let body = if body.is_null() {
+        Body::empty()
+    } else {
+        req = req.header("content-type", "application/json");
+        Body::from(body.to_string())
+    };
+    let resp = api
+        .router
+        .clone()
+        .oneshot(req.body(body).unwrap())
+        .await
+        .unwrap();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    let bytes = axum::body::to_bytes(resp.into_body(), 4 << 20)
+        .await
+        .unwrap();
+    (status, headers, bytes.to_vec())
+}
+
+/// A JSON execd call.
+async fn execd(api: &Api, tok: &str, m: Method, id: &str, path: &str) -> Answer {
+    api.call(
+        m,
+        &format!("/opensandbox/execd/{id}{path}"),
+        None,
+        Value::Null,
+        &[HOST, (TOKEN, tok)],
+    )
+    .await
+}
+
+/// Starts `argv` in the background through `api`; the command id from the `init` event.
+async fn start(api: &Api, tok: &str, id: &str, argv: &[&str]) -> String {
+    let (status, _, body) = raw(
+        api,
+        tok,
+        Method::POST,
+        id,
+        "/command",
+        json!({"argv": argv, "background": true}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let text = String::from_utf8(body).unwrap();
+    let init: Value = text
+        .split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .map(|f| serde_json::from_str::<Value>(f).unwrap())
+        .find(|ev| ev["type"] == "init")
+        .expect("an init event");
+    init["text"].as_str().unwrap().to_owned()
+}
+
+/// The status of `cmd` through `api` once `done` holds for it (within 10 s).
+async fn status_when(
+    api: &Api,
+    tok: &str,
+    id: &str,
+    cmd: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = execd(api, tok, Method::GET, id, &format!("/command/status/{cmd}")).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        if done(&a.body) {
+            return a.body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "status never settled: {}",
+            a.body
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn assert_not_found(a: &Answer, why: &str) {
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
+    let msg = a.body["message"].as_str().unwrap_or_default();
+    assert!(msg.contains(why), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_logs_and_interrupt_answer_through_another_api_process() {
+    let (a, b) = api_pair().await;
+    let id = a.live_sandbox().await;
+    let tok = token(&a, &id).await;
+
+    // 1.2 MB of output, more than two pages.
+    const TOTAL: usize = 1_200_000;
+    let total = TOTAL.to_string();
+    let cmd = start(&a, &tok, &id, &["fake-output", &total]).await;
+    let st = status_when(&b, &tok, &id, &cmd, |s| s["running"] == false).await;
+    assert_eq!(st["id"], cmd.as_str());
+    assert_eq!(st["exit_code"], 0, "{st}");
+    assert_eq!(st["content"], format!("fake-output {total}"));
+
+    // Logs through B, page by page: each at most 512 KiB, the cursor header where the next
+    // starts; what comes back is the whole output.
+    let mut out = Vec::new();
+    let mut cursor: Option<usize> = None;
+    let mut pages = 0;
+    loop {
+        let q = cursor.map(|c| format!("?cursor={c}")).unwrap_or_default();
+        let (status, headers, body) = raw(
+            &b,
+            &tok,
+            Method::GET,
+            &id,
+            &format!("/command/{cmd}/logs{q}"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        assert!(body.len() <= 512 << 10, "a page of {} bytes", body.len());
+        let next: usize = headers[CURSOR].to_str().unwrap().parse().unwrap();
+        assert_eq!(next, cursor.unwrap_or(0) + body.len());
+        out.extend_from_slice(&body);
+        pages += 1;
+        if body.is_empty() {
+            break;
+        }
+        cursor = Some(next);
+        assert!(pages < 10, "the cursor does not advance");
+    }
+    assert_eq!(out.len(), TOTAL);
+    assert!(out.chunks(2).all(|c| c == b"y\n"), "the output is y\\n");
+    assert_eq!(pages, 4, "three pages and an empty one at the end");
+    // The owner itself answers the same page.
+    let (_, ha, from_a) = raw(
+        &a,
+        &tok,
+        Method::GET,
+        &id,
+        &format!("/command/{cmd}/logs?cursor=524288"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(from_a, out[524288..2 * 524288]);
+    assert_eq!(ha[CURSOR], "1048576");
+
+    // Interrupt through B: the command started through A stops.
+    let sleeper = start(&a, &tok, &id, &["sleep", "60"]).await;
+    let st = execd(
+        &b,
+        &tok,
+        Method::GET,
+        &id,
+        &format!("/command/status/{sleeper}"),
+    )
+    .await;
+    assert_eq!(st.body["running"], true, "{}", st.body);
+    let i = execd(
+        &b,
+        &tok,
+        Method::DELETE,
+        &id,
+        &format!("/command?id={sleeper}"),
+    )
+    .await;
+    assert_eq!(i.status, StatusCode::OK, "{}", i.body);
+    let st = status_when(&b, &tok, &id, &sleeper, |s| s["running"] == false).await;
+    assert_eq!(st["exit_code"], -1, "{st}");
+    assert_eq!(st["error"], "signal: killed", "{st}");
+
+    // A command of another sandbox is not found, through either process, for every route.
+    let other = a.live_sandbox().await;
+    let other_tok = token(&a, &other).await;
+    for api in [&a, &b] {
+        for (m, path) in [
+            (Method::GET, format!("/command/status/{cmd}")),
+            (Method::GET, format!("/command/{cmd}/logs")),
+            (Method::DELETE, format!("/command?id={sleeper}")),
+        ] {
+            let r = execd(api, &other_tok, m, &other, &path).await;
+            assert_not_found(&r, "not found");
+        }
+    }
+
+    // Ids this facade never issued: the old one-part form, one naming an unknown process,
+    // one that would not be a subject token.
+    let unknown = format!("01jd0000000000000000000000-{}", &cmd[27..]);
+    for bad in [cmd[27..].to_owned(), unknown.clone(), format!("{cmd}.%3E")] {
+        let r = execd(
+            &b,
+            &tok,
+            Method::GET,
+            &id,
+            &format!("/command/status/{bad}"),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{bad}: {}", r.body);
+    }
+    let r = execd(
+        &b,
+        &tok,
+        Method::GET,
+        &id,
+        &format!("/command/status/{unknown}"),
+    )
+    .await;
+    assert_not_found(&r, "the API process that ran it is gone");
+
+    // The owner stops: its commands are gone with it, and B says so.
+    drop(a);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = execd(
+            &b,
+            &tok,
+            Method::GET,
+            &id,
+            &format!("/command/status/{cmd}"),
+        )
+        .await;
+        if r.status == StatusCode::NOT_FOUND {
+            assert_not_found(&r, "the API process that ran it is gone");
+            break;
+        }
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still answered after the owner stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = execd(
+        &b,
+        &tok,
+        Method::DELETE,
+        &id,
+        &format!("/command?id={sleeper}"),
+    )
+    .await;
+    assert_not_found(&r, "the API process that ran it is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_does_not_answer_is_503_and_retryable() {
+    let (a, b) = api_pair().await;
+    let id = a.live_sandbox().await;
+    let tok = token(&a, &id).await;
+    // A process that serves its subject but never answers (hung, or overloaded).
+    let instance = "01jd0000000000000000000000";
+    let mut served = b
+        .bus
+        .serve(&b.naming.facade_command_subject(instance))
+        .await
+        .unwrap();
+    let holding = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Some(r) = futures::StreamExt::next(&mut served).await {
+            held.push(r);
+        }
+    });
+    let cmd = format!("{instance}-01jd0000000000000000000001");
+    let started = tokio::time::Instant::now();
+    let r = execd(
+        &b,
+        &tok,
+        Method::GET,
+        &id,
+        &format!("/command/status/{cmd}"),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(
+        r.body["code"], "DIFFERENTLY::COMMAND_OWNER_UNAVAILABLE",
+        "{}",
+        r.body
+    );
+    assert_eq!(r.headers["retry-after"], "1");
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    holding.abort();
+}
