@@ -10,27 +10,9 @@ use axum::http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use crate::support::{api_pair, Answer, Api};
+use crate::support::{api_pair, Answer, Api, EXECD_TOKEN, FACADE_HOST};
 
-const HOST: (&str, &str) = ("host", "facade.test:8080");
-const TOKEN: &str = "x-differently-execd-token";
 const CURSOR: &str = "execd-commands-tail-cursor";
-
-/// The execd token of sandbox `id` from `api`'s endpoint answer.
-async fn token(api: &Api, id: &str) -> String {
-    let key = api.key.clone();
-    let ep = api
-        .call(
-            Method::GET,
-            &format!("/opensandbox/v1/sandboxes/{id}/endpoints/44772?use_server_proxy=false"),
-            None,
-            Value::Null,
-            &[HOST, ("open-sandbox-api-key", &key)],
-        )
-        .await;
-    assert_eq!(ep.status, StatusCode::OK, "{}", ep.body);
-    ep.body["headers"][TOKEN].as_str().unwrap().to_owned()
-}
 
 /// A raw execd call: status, headers and body bytes (event streams and logs are not JSON).
 async fn raw(
@@ -44,8 +26,8 @@ async fn raw(
     let mut req = Request::builder()
         .method(m)
         .uri(format!("/opensandbox/execd/{id}{path}"))
-        .header(HOST.0, HOST.1)
-        .header(TOKEN, tok);
+        .header(FACADE_HOST.0, FACADE_HOST.1)
+        .header(EXECD_TOKEN, tok);
     let body = if body.is_null() {
         Body::empty()
     } else {
@@ -72,7 +54,7 @@ async fn execd(api: &Api, tok: &str, m: Method, id: &str, path: &str) -> Answer 
         &format!("/opensandbox/execd/{id}{path}"),
         None,
         Value::Null,
-        &[HOST, (TOKEN, tok)],
+        &[FACADE_HOST, (EXECD_TOKEN, tok)],
     )
     .await
 }
@@ -133,7 +115,7 @@ fn assert_not_found(a: &Answer, why: &str) {
 async fn status_logs_and_interrupt_answer_through_another_api_process() {
     let (a, b) = api_pair().await;
     let id = a.live_sandbox().await;
-    let tok = token(&a, &id).await;
+    let tok = a.facade_execd_token(&id).await;
 
     // 1.2 MB of output, more than two pages.
     const TOTAL: usize = 1_200_000;
@@ -214,7 +196,7 @@ async fn status_logs_and_interrupt_answer_through_another_api_process() {
 
     // A command of another sandbox is not found, through either process, for every route.
     let other = a.live_sandbox().await;
-    let other_tok = token(&a, &other).await;
+    let other_tok = a.facade_execd_token(&other).await;
     for api in [&a, &b] {
         for (m, path) in [
             (Method::GET, format!("/command/status/{cmd}")),
@@ -288,7 +270,7 @@ async fn status_logs_and_interrupt_answer_through_another_api_process() {
 async fn an_owner_that_does_not_answer_is_503_and_retryable() {
     let (a, b) = api_pair().await;
     let id = a.live_sandbox().await;
-    let tok = token(&a, &id).await;
+    let tok = a.facade_execd_token(&id).await;
     // A process that serves its subject but never answers (hung, or overloaded).
     let instance = "01jd0000000000000000000000";
     let mut served = b

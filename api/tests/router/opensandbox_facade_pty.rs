@@ -7,31 +7,12 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::support::{api, Answer, Api};
-
-const HOST: (&str, &str) = ("host", "facade.test:8080");
-const TOKEN: &str = "x-differently-execd-token";
+use crate::support::{api, Answer, Api, EXECD_TOKEN, FACADE_HOST};
 
 fn assert_osb_error(a: &Answer, status: StatusCode, code: &str) {
     assert_eq!(a.status, status, "{}", a.body);
     assert_eq!(a.body["code"], code, "{}", a.body);
     assert!(a.body["message"].is_string(), "{}", a.body);
-}
-
-/// The execd token of sandbox `id` from the facade's endpoint answer.
-async fn token(api: &Api, id: &str) -> String {
-    let key = api.key.clone();
-    let ep = api
-        .call(
-            Method::GET,
-            &format!("/opensandbox/v1/sandboxes/{id}/endpoints/44772?use_server_proxy=false"),
-            None,
-            Value::Null,
-            &[HOST, ("open-sandbox-api-key", &key)],
-        )
-        .await;
-    assert_eq!(ep.status, StatusCode::OK, "{}", ep.body);
-    ep.body["headers"][TOKEN].as_str().unwrap().to_owned()
 }
 
 async fn execd(
@@ -47,7 +28,7 @@ async fn execd(
         &format!("/opensandbox/execd/{id}{path}"),
         None,
         body,
-        &[HOST, auth],
+        &[FACADE_HOST, auth],
     )
     .await
 }
@@ -57,8 +38,8 @@ async fn a_pool_without_exec_pty_answers_501_and_the_pty_routes_keep_execd_auth(
     let api = api().await;
     // The router's fake pool has exec, files and snapshots, not exec.pty.
     let id = api.live_sandbox().await;
-    let tok = token(&api, &id).await;
-    let auth = (TOKEN, tok.as_str());
+    let tok = api.facade_execd_token(&id).await;
+    let auth = (EXECD_TOKEN, tok.as_str());
     let a = execd(
         &api,
         auth,
@@ -79,18 +60,26 @@ async fn a_pool_without_exec_pty_answers_501_and_the_pty_routes_keep_execd_auth(
             &format!("/opensandbox/execd/{id}/pty"),
             None,
             json!({}),
-            &[HOST],
+            &[FACADE_HOST],
         )
         .await;
     assert_osb_error(&a, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
     let bad = format!("{tok}A");
-    let a = execd(&api, (TOKEN, &bad), Method::POST, &id, "/pty", json!({})).await;
-    assert_osb_error(&a, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
-    let other = api.live_sandbox().await;
-    let other_tok = token(&api, &other).await;
     let a = execd(
         &api,
-        (TOKEN, &other_tok),
+        (EXECD_TOKEN, &bad),
+        Method::POST,
+        &id,
+        "/pty",
+        json!({}),
+    )
+    .await;
+    assert_osb_error(&a, StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    let other = api.live_sandbox().await;
+    let other_tok = api.facade_execd_token(&other).await;
+    let a = execd(
+        &api,
+        (EXECD_TOKEN, &other_tok),
         Method::POST,
         &id,
         "/pty",

@@ -296,7 +296,31 @@ impl Api {
     }
 }
 
+/// The `Host` the facade tests send (the facade builds endpoint URLs from it).
+pub const FACADE_HOST: (&str, &str) = ("host", "facade.test:8080");
+/// The header carrying a facade execd token.
+pub const EXECD_TOKEN: &str = "x-differently-execd-token";
+
 impl Api {
+    /// The facade's execd token for sandbox `id`, from its direct-mode endpoint answer.
+    pub async fn facade_execd_token(&self, id: &str) -> String {
+        let key = self.key.clone();
+        let ep = self
+            .call(
+                Method::GET,
+                &format!("/opensandbox/v1/sandboxes/{id}/endpoints/44772?use_server_proxy=false"),
+                None,
+                Value::Null,
+                &[FACADE_HOST, ("open-sandbox-api-key", &key)],
+            )
+            .await;
+        assert_eq!(ep.status, StatusCode::OK, "{}", ep.body);
+        ep.body["headers"][EXECD_TOKEN]
+            .as_str()
+            .expect("the endpoint's execd token")
+            .to_owned()
+    }
+
     /// A new sandbox of the bootstrap tenant activated on the fake pool directly in the store
     /// (no scheduler runs here): its id and the activated row.
     async fn activated_sandbox(&self) -> (differently_core::SandboxId, differently_core::Sandbox) {
