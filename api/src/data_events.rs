@@ -7,7 +7,11 @@
 //! says an event is owed, and the audit chain already holds the record of every exec and write
 //! (`docs/events.md` says so).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::task::JoinHandle;
 
 use differently_bus::Announcer;
 use differently_bus_schema::public::{program_name, ExecFinished, ExecStarted, FileWritten};
@@ -52,35 +56,24 @@ impl CallEvents {
         })
     }
 
-    /// Publishes `data` in the background; `discriminator` makes the event id unique per call
-    /// and type (an exec id, a write's audit position).
-    fn emit(&self, discriminator: &str, data: EventData) {
-        let event = PublicEvent::new(
+    /// The event of `data` at `at`; `discriminator` makes the event id unique per call and
+    /// type (an exec id, a write's audit position).
+    fn event(&self, at: DateTime<Utc>, discriminator: &str, data: EventData) -> PublicEvent {
+        PublicEvent::new(
             self.org.clone(),
             self.project.clone(),
             Some(self.sandbox.clone()),
             self.origin.clone(),
-            chrono::Utc::now(),
+            at,
             discriminator,
             data,
-        );
-        let announcer = self.announcer.clone();
-        let what = event.event_type();
-        // Also called from a drop, which may run outside the runtime (at shutdown).
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            match tokio::time::timeout(PUBLISH_LIMIT, announcer.public(&event)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(sandbox = ?event.sandbox_id, event = %what, error = %e, "public event not published");
-                }
-                Err(_) => {
-                    tracing::warn!(sandbox = ?event.sandbox_id, event = %what, "public event not published in time");
-                }
-            }
-        });
+        )
+    }
+
+    /// Publishes `data` in the background.
+    fn emit(&self, discriminator: &str, data: EventData) {
+        let event = self.event(Utc::now(), discriminator, data);
+        spawn(publish(self.announcer.clone(), event));
     }
 
     /// `sandbox.file.written`: `path` and how many bytes, never the content.
@@ -95,9 +88,37 @@ impl CallEvents {
     }
 }
 
-/// The two events of one exec: `started` when it is made, `finished` by [`ExecEvents::finish`]
-/// or, for an exec whose caller went away (its handler or stream dropped), when it is dropped,
-/// without an exit code. So every `started` has its `finished`.
+/// Spawns `task` on the current runtime; nothing when there is none (a drop at shutdown).
+fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) -> Option<JoinHandle<()>> {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    Some(runtime.spawn(task))
+}
+
+/// Publishes one event, giving up after [`PUBLISH_LIMIT`] (logged, never retried).
+async fn publish(announcer: Announcer, event: PublicEvent) {
+    let what = event.event_type();
+    match tokio::time::timeout(PUBLISH_LIMIT, announcer.public(&event)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(sandbox = ?event.sandbox_id, event = %what, error = %e, "public event not published");
+        }
+        Err(_) => {
+            tracing::warn!(sandbox = ?event.sandbox_id, event = %what, "public event not published in time");
+        }
+    }
+}
+
+/// The two events of one exec: `started`, stamped when it is made, and `finished` by
+/// [`ExecEvents::finish`] or, for an exec whose caller went away (its handler or stream
+/// dropped), when it is dropped, without an exit code. So every `started` has its `finished`,
+/// and `started` is always published first.
+///
+/// `started` goes out [`START_GRACE`] after the start if the command is still running then;
+/// a command that ends sooner has both events published together once it has its answer.
+/// Publishing means work for the bus and for every consumer of the public stream (the
+/// webhook fan-out reads the store for each event), which on a busy machine slowed the
+/// exec's own answer by about half a millisecond when `started` went out as the command
+/// started (`docs/opensandbox.md`, "Again on 2026-12-02").
 pub(crate) struct ExecEvents {
     events: Option<CallEvents>,
     /// `exec_<ulid>`: both events of one exec share it.
@@ -105,40 +126,64 @@ pub(crate) struct ExecEvents {
     program: String,
     timeout_ms: u64,
     started: std::time::Instant,
+    /// `started`, ready to publish; taken by whoever publishes it (the grace timer or the
+    /// end).
+    start_event: Arc<Mutex<Option<PublicEvent>>>,
+    /// The grace timer; the `finished` publish waits for it, so `started` comes first.
+    timer: Option<JoinHandle<()>>,
     finished: bool,
 }
 
+/// How long a command runs before its `started` event is published on its own.
+pub(crate) const START_GRACE: Duration = Duration::from_millis(100);
+
 impl ExecEvents {
-    /// An exec of `command` with `timeout`, starting now: publishes `sandbox.exec.started`.
+    /// An exec of `command` with `timeout`, starting now: `sandbox.exec.started` is stamped
+    /// now and published after [`START_GRACE`] or with `finished`, whichever comes first.
     pub(crate) fn start(events: Option<CallEvents>, command: &[String], timeout: Duration) -> Self {
-        let exec = ExecEvents {
+        let id = format!("exec_{}", ulid::Ulid::new());
+        let program = program_name(command);
+        let start_event = Arc::new(Mutex::new(events.as_ref().map(|e| {
+            e.event(
+                Utc::now(),
+                &id,
+                EventData::ExecStarted(ExecStarted {
+                    exec_id: id.clone(),
+                    program: program.clone(),
+                }),
+            )
+        })));
+        let timer = events.as_ref().and_then(|e| {
+            let (announcer, pending) = (e.announcer.clone(), start_event.clone());
+            spawn(async move {
+                tokio::time::sleep(START_GRACE).await;
+                let event = lock(&pending).take();
+                if let Some(event) = event {
+                    publish(announcer, event).await;
+                }
+            })
+        });
+        ExecEvents {
             events,
-            id: format!("exec_{}", ulid::Ulid::new()),
-            program: program_name(command),
+            id,
+            program,
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             started: std::time::Instant::now(),
+            start_event,
+            timer,
             finished: false,
-        };
-        if let Some(e) = &exec.events {
-            e.emit(
-                &exec.id,
-                EventData::ExecStarted(ExecStarted {
-                    exec_id: exec.id.clone(),
-                    program: exec.program.clone(),
-                }),
-            );
         }
-        exec
     }
 
-    /// Publishes `sandbox.exec.finished`: `exit` is the exit code and duration the caller
-    /// got, `None` when the call ended without one.
+    /// Publishes `sandbox.exec.finished` (after `started`, if that has not gone out yet):
+    /// `exit` is the exit code and duration the caller got, `None` when the call ended
+    /// without one.
     pub(crate) fn finish(mut self, exit: Option<(i32, u64)>) {
         self.finished = true;
         self.publish_finished(exit);
     }
 
-    fn publish_finished(&self, exit: Option<(i32, u64)>) {
+    fn publish_finished(&mut self, exit: Option<(i32, u64)>) {
         let Some(e) = &self.events else { return };
         let (exit_code, duration_ms, timed_out) = match exit {
             Some((code, ms)) => {
@@ -151,7 +196,8 @@ impl ExecEvents {
                 false,
             ),
         };
-        e.emit(
+        let finished = e.event(
+            Utc::now(),
             &self.id,
             EventData::ExecFinished(ExecFinished {
                 exec_id: self.id.clone(),
@@ -161,7 +207,31 @@ impl ExecEvents {
                 timed_out,
             }),
         );
+        // Taken here, `started` is ours to publish and the timer finds nothing; otherwise
+        // the timer is publishing it, and `finished` waits for that.
+        let started = lock(&self.start_event).take();
+        let timer = self.timer.take();
+        let announcer = e.announcer.clone();
+        spawn(async move {
+            match (started, timer) {
+                (Some(started), timer) => {
+                    if let Some(t) = timer {
+                        t.abort();
+                    }
+                    publish(announcer.clone(), started).await;
+                }
+                (None, Some(t)) => {
+                    let _ = t.await;
+                }
+                (None, None) => {}
+            }
+            publish(announcer, finished).await;
+        });
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Drop for ExecEvents {

@@ -433,3 +433,53 @@ async fn an_exec_and_a_file_write_are_public_events_without_arguments_env_or_con
         fits_its_schema(&api, &key, e).await;
     }
 }
+
+/// A command that outlives the start grace has its `started` event published while it still
+/// runs, stamped with its start; a quick one has both once it answers (the test above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_exec_is_announced_as_started_while_it_runs() {
+    let api = api().await;
+    let key = api
+        .key_with(None, &["sandboxes:read", "sandboxes:exec"])
+        .await;
+    let id = api.live_sandbox().await;
+    let before = chrono::Utc::now();
+    let exec = Request::builder()
+        .method(Method::POST)
+        .uri(format!("/v1/sandboxes/{id}/exec"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({ "command": ["sleep", "1.5"] }).to_string(),
+        ))
+        .expect("request");
+    let running = tokio::spawn(api.router.clone().oneshot(exec));
+    let got = sse(
+        &api,
+        "/v1/events?after=0&format=public&types=sandbox.exec.*",
+        &key,
+        1,
+    )
+    .await;
+    assert!(!running.is_finished(), "started came only after the answer");
+    assert_eq!(got[0].0, "sandbox.exec.started", "{got:?}");
+    let at: chrono::DateTime<chrono::Utc> = got[0].2["time"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("a time: {}", got[0].2));
+    assert!(
+        at >= before && at < before + chrono::Duration::milliseconds(500),
+        "stamped at the start ({before}), not when published: {at}"
+    );
+    let answer = running.await.expect("joined").expect("infallible");
+    assert_eq!(answer.status(), StatusCode::OK);
+    let both = sse(
+        &api,
+        "/v1/events?after=0&format=public&types=sandbox.exec.*",
+        &key,
+        2,
+    )
+    .await;
+    let types: Vec<&str> = both.iter().map(|(t, _, _)| t.as_str()).collect();
+    assert_eq!(types, ["sandbox.exec.started", "sandbox.exec.finished"]);
+}
