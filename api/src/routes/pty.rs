@@ -435,7 +435,9 @@ async fn serve(
     }
 }
 
-async fn reserve(
+/// Room for one input message on the session's channel; `None` once the program is gone (or
+/// was never attached). Shared by the facade's execd PTY socket.
+pub(crate) async fn reserve(
     input: &Option<tokio::sync::mpsc::Sender<PtyInput>>,
 ) -> Option<tokio::sync::mpsc::Permit<'_, PtyInput>> {
     match input {

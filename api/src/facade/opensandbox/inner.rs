@@ -27,6 +27,25 @@ pub enum Caller {
 }
 
 impl Caller {
+    /// Puts this caller's credential on an in-process `/v1` request: a key as its bearer
+    /// header, a delegated key as the [`Delegated`] extension, nothing for no credential.
+    pub fn attach_to<B>(&self, req: &mut Request<B>) -> Result<(), OsbError> {
+        match self {
+            Caller::Key(k) => {
+                let v = HeaderValue::from_str(&format!("Bearer {k}"))
+                    .map_err(|_| OsbError::invalid_key())?;
+                req.headers_mut().insert(header::AUTHORIZATION, v);
+            }
+            Caller::Delegated(key_id) => {
+                req.extensions_mut().insert(Delegated {
+                    key_id: key_id.clone(),
+                });
+            }
+            Caller::Anonymous => {}
+        }
+        Ok(())
+    }
+
     /// The caller of a lifecycle request: its `OPEN-SANDBOX-API-KEY`, or
     /// `Authorization: Bearer` for clients that send Differently's own header.
     pub fn from_headers(h: &HeaderMap) -> Caller {
@@ -74,19 +93,7 @@ impl V1 {
             .uri(uri)
             .body(body)
             .map_err(|e| OsbError::internal(format!("inner request {uri}: {e}")))?;
-        match caller {
-            Caller::Key(k) => {
-                let v = HeaderValue::from_str(&format!("Bearer {k}"))
-                    .map_err(|_| OsbError::invalid_key())?;
-                req.headers_mut().insert(header::AUTHORIZATION, v);
-            }
-            Caller::Delegated(key_id) => {
-                req.extensions_mut().insert(Delegated {
-                    key_id: key_id.clone(),
-                });
-            }
-            Caller::Anonymous => {}
-        }
+        caller.attach_to(&mut req)?;
         for (k, v) in extra {
             req.headers_mut().insert(k.clone(), v.clone());
         }

@@ -33,7 +33,7 @@ use axum::body::Bytes;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
+use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use differently_adapters::{PtyInput, PtyRequest, PtySignal};
@@ -41,7 +41,7 @@ use differently_core::ErrorCode;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::auth::{Delegated, Principal};
+use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::pty_sessions::{Ending, Session};
 use crate::routes::pty as v1_pty;
@@ -150,19 +150,7 @@ async fn principal_of(state: &AppState, caller: &Caller, method: Method) -> OsbR
         .uri("/v1/pty")
         .body(())
         .map_err(OsbError::internal)?;
-    match caller {
-        Caller::Key(k) => {
-            let v = HeaderValue::from_str(&format!("Bearer {k}"))
-                .map_err(|_| OsbError::invalid_key())?;
-            req.headers_mut().insert(header::AUTHORIZATION, v);
-        }
-        Caller::Delegated(key_id) => {
-            req.extensions_mut().insert(Delegated {
-                key_id: key_id.clone(),
-            });
-        }
-        Caller::Anonymous => {}
-    }
+    caller.attach_to(&mut req)?;
     let (mut parts, ()) = req.into_parts();
     Principal::from_request_parts(&mut parts, state)
         .await
@@ -557,7 +545,7 @@ async fn serve(
         }
         tokio::select! {
             r = changed.changed() => if r.is_err() { return link.release() },
-            permit = reserve(&input), if waiting.is_some() => {
+            permit = v1_pty::reserve(&input), if waiting.is_some() => {
                 if let (Some(p), Some(msg)) = (permit, waiting.take()) {
                     p.send(msg);
                 }
@@ -584,15 +572,6 @@ async fn serve(
                 Some(Ok(_)) => {}
             },
         }
-    }
-}
-
-async fn reserve(
-    input: &Option<tokio::sync::mpsc::Sender<PtyInput>>,
-) -> Option<tokio::sync::mpsc::Permit<'_, PtyInput>> {
-    match input {
-        Some(tx) => tx.reserve().await.ok(),
-        None => None,
     }
 }
 
