@@ -378,6 +378,20 @@ ledger = "{ledger}"
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// Denies the harness's `fake` pool in the global policy, so every sandbox goes to the
+    /// pool the test added (the fake interprets no shell and is no real backend).
+    pub async fn deny_fake_pool(&self) {
+        let (s, b) = self
+            .call(
+                &self.key,
+                reqwest::Method::PUT,
+                "/v1/admin/policies/global",
+                Some(json!({"deniedPools": ["fake"]})),
+            )
+            .await;
+        assert_eq!(s, 200, "deny the fake pool: {b}");
+    }
+
     /// `POST /v1/sandboxes` with `body`; returns (status, json).
     pub async fn create(&self, body: Value) -> (u16, Value) {
         let r = self

@@ -305,15 +305,7 @@ async fn official_sdks_drive_the_facade_on_a_three_process_cluster() {
     c.spawn("worker", "worker", &[]);
     c.wait_ready().await;
     let key = c.key.clone();
-    let (s, b) = c
-        .call(
-            &key,
-            Method::PUT,
-            "/v1/admin/policies/global",
-            Some(json!({"deniedPools": ["fake"]})),
-        )
-        .await;
-    assert_eq!(s, 200, "{b}");
+    c.deny_fake_pool().await;
     let domain = format!("127.0.0.1:{}/opensandbox", c.port);
     tokio::task::spawn_blocking(move || all_clients(&domain, &key, false))
         .await

@@ -103,15 +103,7 @@ async fn command_status_logs_and_interrupt_answer_through_another_api_process_ov
     c.spawn("worker", "worker", &[]);
     c.wait_ready().await;
     let key = c.key.clone();
-    let (s, b) = c
-        .call(
-            &key,
-            Method::PUT,
-            "/v1/admin/policies/global",
-            Some(json!({"deniedPools": ["fake"]})),
-        )
-        .await;
-    assert_eq!(s, 200, "{b}");
+    c.deny_fake_pool().await;
     let id = c.create_ok().await;
     c.wait_status(&id, SandboxStatus::Running, Duration::from_secs(30))
         .await;

@@ -142,15 +142,7 @@ async fn cluster(server: &Server, key_file: &std::path::Path) -> Cluster {
         )
         .await;
     assert_eq!(s, 201, "register the pool: {p}");
-    let (s, p) = c
-        .call(
-            &c.key,
-            Method::PUT,
-            "/v1/admin/policies/global",
-            Some(json!({"deniedPools": ["fake"]})),
-        )
-        .await;
-    assert_eq!(s, 200, "deny the fake pool: {p}");
+    c.deny_fake_pool().await;
     wait_for(Duration::from_secs(60), "the pool is healthy", async || {
         let (_, info) = c
             .call(
