@@ -21,6 +21,7 @@ use differently_core::{OrgId, ProjectId, SandboxId};
 use differently_store::audit::AuditEvent;
 
 use crate::auth::Principal;
+use crate::locks::lock;
 use crate::AppState;
 
 /// Longest a background publish of a data-plane event may take before it is given up.
@@ -228,10 +229,6 @@ impl ExecEvents {
             publish(announcer, finished).await;
         });
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Drop for ExecEvents {

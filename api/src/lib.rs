@@ -30,6 +30,7 @@ pub mod error;
 pub mod events;
 pub mod facade;
 pub mod idempotency;
+mod locks;
 pub mod middleware;
 pub mod mutation;
 pub mod nul;

@@ -14,7 +14,7 @@
 //! load balancer with connection affinity), and a restart of the replica ends them.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +23,7 @@ use differently_core::{ErrorCode, SandboxId};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::error::ApiError;
+use crate::locks::lock;
 
 /// Output a session buffers: at most this much waits for a slow socket, and this much of
 /// the newest output is kept for a reattach.
@@ -56,11 +57,6 @@ pub struct Owner {
 #[derive(Clone, Default)]
 pub struct PtySessions {
     map: Arc<Mutex<HashMap<String, Arc<Session>>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain data behind: keep using it.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl PtySessions {

@@ -27,7 +27,7 @@
 //! only selects whether it is sent, and an offset past a dropped part is approximate.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -43,6 +43,7 @@ use serde_json::{json, Value};
 
 use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::locks::lock;
 use crate::pty_sessions::{Ending, Session};
 use crate::routes::pty as v1_pty;
 use crate::AppState;
@@ -100,10 +101,6 @@ impl Record {
 #[derive(Default)]
 pub struct PtyRecords {
     map: Mutex<HashMap<String, Record>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl PtyRecords {
