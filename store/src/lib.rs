@@ -10,6 +10,7 @@
 pub mod activation;
 pub mod admission;
 pub mod audit;
+pub mod create_claims;
 pub mod error;
 pub mod idempotency;
 pub mod installation;
@@ -50,6 +51,7 @@ use differently_core::OrgId;
 /// Every intent trait, for callers of the store's methods: `use differently_store::prelude::*`.
 pub mod prelude {
     pub use crate::audit::AuditStore;
+    pub use crate::create_claims::CreateClaimStore;
     pub use crate::idempotency::IdempotencyStore;
     pub use crate::lifecycle::LifecycleStore;
     pub use crate::placement::PlacementStore;
@@ -109,6 +111,7 @@ pub trait Store:
     + secrets::SecretStore
     + webhooks::WebhookStore
     + idempotency::IdempotencyStore
+    + create_claims::CreateClaimStore
     + Send
     + Sync
     + 'static

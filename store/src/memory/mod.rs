@@ -8,6 +8,7 @@
 mod activation;
 mod admission;
 pub(crate) mod audit;
+mod create_claims;
 mod idempotency;
 mod installation;
 pub(crate) mod lifecycle;
@@ -57,6 +58,8 @@ pub(crate) struct State {
     pub(crate) idempotency: HashMap<crate::idempotency::IdemKey, idempotency::IdemRow>,
     /// Webhooks and their deliveries (`webhooks.rs`).
     pub(crate) webhooks: webhooks::WebhookState,
+    /// Claimed backend creates (`create_claims.rs`).
+    pub(crate) create_claims: HashMap<crate::create_claims::ClaimKey, create_claims::ClaimRow>,
 }
 
 impl State {

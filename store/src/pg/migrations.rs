@@ -51,6 +51,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0011_webhooks",
         include_str!("../../../migrations/0011_webhooks.sql"),
     ),
+    (
+        "0012_create_claims",
+        include_str!("../../../migrations/0012_create_claims.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

@@ -131,6 +131,7 @@ conformance!(
 
 mod audit;
 mod bounds;
+mod create_claims;
 mod placement;
 mod snapshots;
 mod webhooks;

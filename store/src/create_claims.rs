@@ -1,0 +1,92 @@
+//! Create claims: which worker is calling the backend's create for one activation of a
+//! provisioning row. Work reaches a worker two ways, over the bus (the fast path) and by the
+//! worker's scan of the store (the fallback while the work stream or its consumer has no
+//! leader, see `differently_workers`); both take the claim before the call, so one activation
+//! never has two creates in flight, whichever way each came. A claim runs out after `hold`
+//! unless renewed, so a dead holder's work is taken up again.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use differently_core::{Sandbox, SandboxId};
+
+use crate::StoreError;
+
+/// One activation of a sandbox: its id and the status version its activation left (every
+/// activation bumps it, so a requeued and re-placed row is a new activation with a fresh claim).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimKey {
+    pub sandbox: SandboxId,
+    pub status_version: i64,
+}
+
+impl ClaimKey {
+    /// The activation a provisioning row is in.
+    pub fn of(row: &Sandbox) -> ClaimKey {
+        ClaimKey {
+            sandbox: row.id.clone(),
+            status_version: row.status_version,
+        }
+    }
+}
+
+/// Claims of backend creates, shared by every worker of every pool.
+#[async_trait]
+pub trait CreateClaimStore {
+    /// Takes `activation`'s create for `owner` until `now + hold` if nobody holds it (no claim
+    /// yet, or the last one ran out or was let go and its `free_at` passed). A live claim refuses
+    /// everyone, its own holder included, so a process's bus path and scan cannot both go.
+    /// `Some(tries)`: taken, this being the `tries`-th claim of the activation; `None`: held.
+    async fn claim_create(
+        &self,
+        activation: &ClaimKey,
+        owner: &str,
+        now: DateTime<Utc>,
+        hold: Duration,
+    ) -> Result<Option<u32>, StoreError>;
+
+    /// Extends `owner`'s claim to `now + hold`; `false` if it is no longer `owner`'s (it ran
+    /// out and someone else took it).
+    async fn renew_create_claim(
+        &self,
+        activation: &ClaimKey,
+        owner: &str,
+        now: DateTime<Utc>,
+        hold: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Lets go of `owner`'s claim after a failed attempt: free for anyone from `free_at` (the
+    /// retry's back-off), keeping its tries. Not `owner`'s any more: nothing happens.
+    async fn release_create_claim(
+        &self,
+        activation: &ClaimKey,
+        owner: &str,
+        free_at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// Forgets the activation's claim: its create is settled (the row moved on).
+    async fn drop_create_claim(&self, activation: &ClaimKey) -> Result<(), StoreError>;
+
+    /// Forgets claims that ran out before `before` (of rows that moved on while the holder
+    /// was gone); how many.
+    async fn prune_create_claims(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// Provisioning rows on `pool` activated before `activated_before` whose create nobody
+    /// holds at `now`, oldest first: placed work the bus has not brought to any worker.
+    async fn unclaimed_creates(
+        &self,
+        pool: &str,
+        activated_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError>;
+}
+
+/// `now + hold`, saturating instead of overflowing on absurd holds.
+pub(crate) fn held_until(now: DateTime<Utc>, hold: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(hold)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
