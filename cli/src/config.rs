@@ -207,6 +207,11 @@ pub struct WorkerSection {
     pub concurrency: usize,
     pub max_deliveries: u64,
     pub max_attempts: u32,
+    /// How often each pool's workers look in the store for placed creates the bus did not
+    /// deliver (while a stream elects a leader); 0 turns it off.
+    pub scan_every_ms: u64,
+    /// How long after its activation an unclaimed create counts as not delivered.
+    pub scan_after_ms: u64,
 }
 
 impl Default for WorkerSection {
@@ -215,6 +220,8 @@ impl Default for WorkerSection {
             concurrency: 64,
             max_deliveries: 3,
             max_attempts: 3,
+            scan_every_ms: 500,
+            scan_after_ms: 1000,
         }
     }
 }
@@ -505,6 +512,12 @@ impl Config {
         }
         if self.webhooks.initial_backoff_ms == 0 {
             return Err(invalid("webhooks.initial_backoff_ms", "must be at least 1"));
+        }
+        if self.worker.scan_every_ms > 0 && self.worker.scan_after_ms < 100 {
+            return Err(invalid(
+                "worker.scan_after_ms",
+                "must be at least 100 while the scan is on: younger creates are the bus's",
+            ));
         }
         if self.worker.concurrency == 0 {
             return Err(invalid("worker.concurrency", "must be at least 1"));

@@ -94,6 +94,8 @@ fn worker_config(config: &Config) -> WorkerConfig {
         max_attempts: config.worker.max_attempts,
         concurrency: config.worker.concurrency,
         quota: config.quota,
+        scan_every: Duration::from_millis(config.worker.scan_every_ms),
+        scan_after: Duration::from_millis(config.worker.scan_after_ms),
     }
 }
 

@@ -16,10 +16,13 @@ use differently_bus_schema::{Envelope, Work, WorkOp};
 use differently_core::faults::{self, Faults};
 use differently_core::ids::InstallationId;
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
+use differently_store::create_claims::ClaimKey;
 use differently_store::{Actor, Store, StoreError, Transition};
 use tokio::sync::{watch, Semaphore};
 
+mod create_claim;
 pub mod ops;
+mod scan;
 
 /// Tunables of a worker group.
 #[derive(Debug, Clone)]
@@ -35,6 +38,11 @@ pub struct WorkerConfig {
     /// Quota defaults (the org's stored quota goes over them): starting a stopped sandbox
     /// reserves compute again and is checked against them.
     pub quota: differently_store::Quota,
+    /// How often the group looks in the store for placed creates the bus has not brought to
+    /// any worker (`scan`); zero turns the scan off.
+    pub scan_every: Duration,
+    /// How long after its activation a create nobody has claimed counts as not delivered.
+    pub scan_after: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -45,6 +53,8 @@ impl Default for WorkerConfig {
             max_attempts: 3,
             concurrency: 64,
             quota: differently_store::Quota::default(),
+            scan_every: Duration::from_millis(500),
+            scan_after: Duration::from_secs(1),
         }
     }
 }
@@ -126,6 +136,9 @@ impl WorkerGroup {
             .naming()
             .work_consumer(&self.pool, self.config.ack_wait);
         let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        if !self.config.scan_every.is_zero() {
+            tokio::spawn(self.clone().scan(permits.clone(), shutdown.clone()));
+        }
         loop {
             if *shutdown.borrow() {
                 return;
@@ -197,7 +210,7 @@ impl WorkerGroup {
             }
         };
         let outcome = match env.body.op {
-            WorkOp::Create => self.create(&row, d.delivered, d.acker.as_ref()).await,
+            WorkOp::Create => self.create(&row, d.acker.as_ref()).await,
             WorkOp::Delete => self.delete(&row, d.delivered, d.acker.as_ref()).await,
             op => {
                 self.run_op(
@@ -213,10 +226,47 @@ impl WorkerGroup {
         finish(&row.id, outcome, &d).await;
     }
 
-    async fn create(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
+    /// Creates `row`'s instance under its activation's create claim. A claim someone else
+    /// holds means another worker (or this one, by the other path) is creating it: this
+    /// delivery is done, and if that worker dies its claim runs out and a scan takes the row
+    /// up. Attempts are counted by the claim, whichever path each came by.
+    async fn create(&self, row: &Sandbox, acker: &dyn Acker) -> Ack {
         if row.status != SandboxStatus::Provisioning || row.pool.as_deref() != Some(&self.pool) {
             return Ack::Done; // stale: the row moved on
         }
+        let key = ClaimKey::of(row);
+        let hold = self.config.ack_wait;
+        let owner = create_claim::owner();
+        let tries = match self.store.claim_create(&key, owner, Utc::now(), hold).await {
+            Ok(Some(tries)) => u64::from(tries),
+            Ok(None) => {
+                tracing::debug!(sandbox = %row.id, "worker: create already claimed");
+                return Ack::Done;
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot claim the create; retrying");
+                return Ack::Retry(Duration::from_secs(1));
+            }
+        };
+        let store = self.store.as_ref();
+        let outcome =
+            create_claim::renewing(store, &key, hold, self.create_claimed(row, tries, acker)).await;
+        let settled = match outcome {
+            Ack::Done => self.store.drop_create_claim(&key).await,
+            Ack::Retry(delay) => {
+                let free_at = Utc::now()
+                    + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::seconds(1));
+                self.store.release_create_claim(&key, owner, free_at).await
+            }
+        };
+        if let Err(e) = settled {
+            // It runs out after the hold: a retry waits that long at most.
+            tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot settle the create claim");
+        }
+        outcome
+    }
+
+    async fn create_claimed(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
         let from_snapshot = match self.restore_ref(row).await {
             Ok(r) => r,
             Err(e) => return self.create_failed(row, delivered, e).await,

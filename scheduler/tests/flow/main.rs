@@ -28,6 +28,8 @@ use differently_workers::{AdapterSource, WorkerConfig, WorkerGroup};
 use futures::StreamExt;
 use tokio::sync::watch;
 
+mod undelivered;
+
 /// Every wait is bounded by this: a condition that does not come fails the test.
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -63,6 +65,8 @@ struct Tuning {
     max_concurrent: Option<u32>,
     /// The scheduler's back-off of a waiting candidate.
     waiting_backoff: Duration,
+    /// How often the leader repairs (re-sends creates whose work may have been lost).
+    repair_interval: Duration,
 }
 
 impl Default for Tuning {
@@ -70,6 +74,7 @@ impl Default for Tuning {
         Tuning {
             max_concurrent: None,
             waiting_backoff: Duration::from_millis(200),
+            repair_interval: Duration::from_millis(200),
         }
     }
 }
@@ -179,7 +184,7 @@ async fn plane_tuned(
         pools: pools.clone(),
         config: SchedulerConfig {
             tick: Duration::from_millis(50),
-            repair_interval: Duration::from_millis(200),
+            repair_interval: tuning.repair_interval,
             waiting_backoff: tuning.waiting_backoff,
             ..SchedulerConfig::default()
         },
@@ -996,6 +1001,7 @@ async fn a_slot_freed_before_its_release_event_goes_to_the_fair_choice() {
             max_concurrent: Some(2),
             // Long: A arrives well inside B's back-off, so only the wall keeps A out.
             waiting_backoff: Duration::from_secs(2),
+            ..Tuning::default()
         },
     )
     .await;

@@ -1,0 +1,128 @@
+//! Creates the bus does not deliver (its work stream or consumer electing a leader): each
+//! pool's workers find them in the store and create them, and the bus's copy and the scan never
+//! create one activation twice. On Postgres and a real nats-server.
+
+use std::time::Duration;
+
+use differently_adapters::fake::{read_ledger, LedgerOp};
+use differently_core::{CreateSandboxRequest, Sandbox, SandboxId, SandboxSpec, SandboxStatus::*};
+use differently_store::{Actor, Admission, Admitted, DirectPlacement, PoolSlot};
+use differently_workers::WorkerConfig;
+
+use crate::{plane_tuned, Parts, Plane, Tuning};
+
+/// A plane whose leader repairs rarely (so only the scan can pick up a create the bus
+/// never carried) and whose workers scan as `workers` says.
+async fn plane_scanning(workers: WorkerConfig) -> Plane {
+    plane_tuned(
+        Parts::Real,
+        &[("fake", serde_json::json!({ "latencyMs": 30 }))],
+        workers,
+        Tuning {
+            repair_interval: Duration::from_secs(120),
+            ..Tuning::default()
+        },
+    )
+    .await
+}
+
+/// Admits a sandbox placed at once on `fake` in the admission (as an API process does when
+/// nothing waits) and publishes nothing: its create work is lost, as when the work stream
+/// had no leader at the publish.
+async fn placed_without_work(p: &Plane) -> Sandbox {
+    let req: CreateSandboxRequest = serde_json::from_value(serde_json::json!({})).expect("request");
+    let spec = SandboxSpec::build(&req).expect("spec");
+    let row = Sandbox::queued(
+        p.org.clone(),
+        p.project.clone(),
+        spec,
+        None,
+        chrono::Utc::now(),
+    );
+    let admitted = p
+        .store
+        .admit(Admission {
+            sandbox: row,
+            request_hash: "h".into(),
+            defaults: Default::default(),
+            actor: Actor::Key("key_test".into()),
+            request_id: None,
+            direct: Some(DirectPlacement {
+                pool: PoolSlot {
+                    name: "fake".into(),
+                    max_concurrent: None,
+                },
+                explanation: serde_json::json!({}),
+            }),
+        })
+        .await
+        .expect("admit");
+    let (Admitted::New(s) | Admitted::Replayed(s)) = admitted;
+    assert_eq!(s.status, Provisioning, "placed in the admission: {s:?}");
+    s
+}
+
+/// Backend create calls for `id`, whatever they found (a second concurrent create of the
+/// fake finds the first's instance and is logged `existing`, not `created`).
+fn create_calls(p: &Plane, id: &SandboxId) -> usize {
+    read_ledger(&p.ledger)
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e.op == LedgerOp::Create && e.sandbox_id.as_ref() == Some(id))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placed_create_the_bus_never_carried_is_created_from_the_store() {
+    let p = plane_scanning(WorkerConfig {
+        scan_every: Duration::from_millis(50),
+        scan_after: Duration::from_millis(300),
+        ..WorkerConfig::default()
+    })
+    .await;
+    let s = placed_without_work(&p).await;
+    let started = tokio::time::Instant::now();
+    let running = p.reaches(&s.id, Running).await;
+    let took = started.elapsed();
+    assert_eq!(create_calls(&p, &s.id), 1, "one create");
+    assert!(running.backend_ref.is_some(), "{running:?}");
+    // Well before the leader's repair (120 s) could have re-sent it.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_scan_a_create_the_bus_never_carried_waits_for_repair() {
+    let p = plane_scanning(WorkerConfig {
+        scan_every: Duration::ZERO,
+        ..WorkerConfig::default()
+    })
+    .await;
+    let s = placed_without_work(&p).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(p.row(&s.id).await.status, Provisioning);
+    assert_eq!(create_calls(&p, &s.id), 0);
+}
+
+/// Every create goes both ways at once (the scan takes rows the moment they are placed):
+/// the claim lets exactly one call the backend per activation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bus_and_the_scan_never_create_one_activation_twice() {
+    let p = plane_scanning(WorkerConfig {
+        scan_every: Duration::from_millis(5),
+        scan_after: Duration::ZERO,
+        ..WorkerConfig::default()
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..24 {
+        ids.push(p.admit(serde_json::json!({})).await.id);
+    }
+    for id in &ids {
+        p.reaches(id, Running).await;
+    }
+    let calls: Vec<usize> = ids.iter().map(|id| create_calls(&p, id)).collect();
+    assert!(
+        calls.iter().all(|&c| c == 1),
+        "create calls per sandbox: {calls:?}"
+    );
+}
