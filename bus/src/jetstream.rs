@@ -95,6 +95,25 @@ fn subject_matches(pattern: &str, subject: &str) -> bool {
     }
 }
 
+/// How long stream set-up keeps retrying while a fresh cluster elects its streams' leaders.
+const SETTLE_FOR: Duration = Duration::from_secs(20);
+
+/// Whether a set-up error is the cluster settling (a stream just made by another process,
+/// a leader being elected), which a retry outlives.
+fn settling(e: &BusError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    [
+        "not found",
+        "timed out",
+        "timeout",
+        "no responders",
+        "leader",
+        "unavailable",
+    ]
+    .iter()
+    .any(|w| text.contains(w))
+}
+
 /// A short, stable label of why a publish was not stored, for the failures metric.
 fn publish_failure_kind(e: &jetstream::context::PublishError) -> &'static str {
     use jetstream::context::PublishErrorKind as K;
@@ -418,6 +437,27 @@ impl JetStreamBus {
         Ok(())
     }
 
+    /// [`Self::ensure_stream`], again while the cluster is settling: on a fresh cluster the
+    /// stream another process has just created (R3) answers "stream not found" to its info
+    /// until its first leader is elected, and processes starting together hit that window
+    /// (one `api` start in about a dozen exited on it). What the server refuses for good (a
+    /// retention that cannot change) is not retried.
+    async fn ensure_stream_settled(&self, def: &StreamDef) -> Result<(), BusError> {
+        let deadline = tokio::time::Instant::now() + SETTLE_FOR;
+        let mut wait = Duration::from_millis(100);
+        loop {
+            match self.ensure_stream(def).await {
+                Ok(()) => return Ok(()),
+                Err(e) if settling(&e) && tokio::time::Instant::now() + wait < deadline => {
+                    tracing::info!(stream = %def.name, error = %e, "bus setup: the stream is not ready yet; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// After a publish to `subject` found no stream: if the stream this bus ensured for that
     /// subject is really gone from the server (its store was lost), recreates it and says so.
     /// A stream that is only electing a leader answers no lookup either way and is left alone,
@@ -511,7 +551,7 @@ impl JetStreamBus {
 impl Bus for JetStreamBus {
     async fn ensure_streams(&self, naming: &Naming) -> Result<(), BusError> {
         for def in naming.streams() {
-            self.ensure_stream(&def).await?;
+            self.ensure_stream_settled(&def).await?;
             let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
             if !known.iter().any(|k| k.name == def.name) {
                 known.push(def);
