@@ -30,9 +30,13 @@ use queue::{Queue, Shared};
 
 /// Groups whose work and status publishes may be in flight while the leader places the next
 /// groups. The publishes do not gate the next group (the activation is committed; a lost
-/// work message is re-sent by the provisioning sweep), but they are bounded, so a slow bus
-/// slows placement down instead of piling up tasks.
-const ANNOUNCING_GROUPS: usize = 4;
+/// work message is re-sent by the provisioning sweep, and the workers' scan creates it
+/// anyway), but they are bounded, so a bus that stays slow slows placement down instead of
+/// piling up tasks. The bound is on memory (a few KB a group), not throughput: while a
+/// stream elects a leader every publish waits out its 1 s bound, and 4 groups in flight
+/// held placement to 4 groups a second (activations spread over 6 s for 20 creates in 2 s
+/// in the cluster e2e test), so it is 64.
+const ANNOUNCING_GROUPS: usize = 64;
 
 /// Runs placement while this instance leads: the three feeds in the background, the
 /// dispatch loop in front, until `stop` turns true.
