@@ -350,6 +350,106 @@ impl NatsCluster {
     }
 }
 
+impl NatsCluster {
+    /// Who leads `asset` (a stream `DLY_WORK`, or a durable consumer `DLY_WORK/work-fake`),
+    /// as its server name (`n0`…), from the first running member's `/jsz` that knows.
+    pub fn leader_of(&self, asset: &str) -> Option<String> {
+        let (stream, consumer) = match asset.split_once('/') {
+            Some((s, c)) => (s, Some(c)),
+            None => (asset, None),
+        };
+        for (n, port) in self.nodes.iter().zip(&self.monitor_ports) {
+            if n.child.is_none() {
+                continue;
+            }
+            let Ok(jsz) = monitor_get(*port, "/jsz?streams=true&consumers=true") else {
+                continue;
+            };
+            let Ok(jsz) = serde_json::from_str::<serde_json::Value>(&jsz) else {
+                continue;
+            };
+            let streams = jsz["account_details"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten());
+            for s in streams.filter(|s| s["name"] == stream) {
+                let leader = match consumer {
+                    None => s["cluster"]["leader"].as_str(),
+                    Some(c) => s["consumer_detail"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|d| d["name"] == c)
+                        .and_then(|d| d["cluster"]["leader"].as_str()),
+                };
+                if let Some(l) = leader {
+                    return Some(l.to_owned());
+                }
+            }
+        }
+        None
+    }
+
+    /// Moves the leadership of `asset` (see [`NatsCluster::leader_of`]) to member `i` with
+    /// step-down requests naming it as preferred (nats-server ≥ 2.11), so a test strikes a
+    /// known layout. Errs after `within`.
+    pub async fn lead(&self, asset: &str, i: usize, within: Duration) -> Result<(), String> {
+        let on = format!("n{i}");
+        let subject = match asset.split_once('/') {
+            Some((stream, consumer)) => {
+                format!("$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}")
+            }
+            None => format!("$JS.API.STREAM.LEADER.STEPDOWN.{asset}"),
+        };
+        let body = serde_json::json!({ "placement": { "preferred": on } }).to_string();
+        let servers = self
+            .nodes
+            .iter()
+            .map(|n| n.url().parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("a member's URL: {e}"))?;
+        let client = async_nats::connect(servers)
+            .await
+            .map_err(|e| format!("connecting to the cluster: {e}"))?;
+        let deadline = Instant::now() + within;
+        loop {
+            let leader = self.leader_of(asset);
+            if leader.as_deref() == Some(on.as_str()) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{asset} is led by {leader:?}, not {on}, after {within:?}"
+                ));
+            }
+            if leader.is_some() {
+                let ask = client.request(subject.clone(), body.clone().into());
+                let _ = tokio::time::timeout(Duration::from_secs(2), ask).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// The body of `GET path` on the monitoring port `port` (HTTP/1.0, loopback).
+fn monitor_get(port: u16, path: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+        .map_err(|e| format!("monitor: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    match answer.split_once("\r\n\r\n") {
+        Some((head, body)) if head.contains(" 200 ") => Ok(body.to_owned()),
+        _ => Err(format!("monitor {path}: no 200 answer")),
+    }
+}
+
 /// Whether the member with monitoring port `port` answers `/healthz` with 200.
 fn healthz(port: u16) -> Result<bool, String> {
     use std::io::{Read, Write};

@@ -8,12 +8,15 @@
 //! - `none`: the baseline of this run;
 //! - `kill-leader`: `kill -9` n1, leader of the work stream and its consumer (NATS's raft
 //!   election, the processes stay connected);
+//! - `kill-leader-of-all`: `kill -9` n1 while it leads every stream and both durable consumers
+//!   (admissions and events elect too);
 //! - `kill-used`, `stop-used`: `kill -9` or `SIGSTOP` n0, the node every process is connected
 //!   to, leading nothing (the clients' failover alone);
 //! - `kill-used-leading`, `stop-used-leading`: the same while n0 leads the work stream and its
 //!   consumer (both at once).
 //!
 //! A stopped node gets `SIGCONT` once the run's creates are all running.
+//! `--scan-every-ms 0` turns the workers' store scan off, to see what the bus alone costs.
 //! Per fault: create latency p50/p99/max and create → running p50/max (a create's start to
 //! its `/wait?status=running` answer), and each as a ratio to the baseline. Loopback only:
 //! every address it would talk to is checked, and anything else is refused.
@@ -53,7 +56,7 @@ struct Args {
     /// Faults to run, comma-separated (`none` always runs first: it is the baseline).
     #[arg(
         long,
-        default_value = "kill-leader,kill-used,stop-used,kill-used-leading,stop-used-leading"
+        default_value = "kill-leader,kill-leader-of-all,kill-used,stop-used,kill-used-leading,stop-used-leading"
     )]
     faults: String,
     /// The `differently` binary (default: next to this one).
@@ -62,12 +65,16 @@ struct Args {
     /// Keep each run's directory (config, process logs) and print where it is.
     #[arg(long)]
     keep_logs: bool,
+    /// The worker's `worker.scan_every_ms` (0: no scan, creates wait for the bus alone).
+    #[arg(long, default_value_t = 500)]
+    scan_every_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Fault {
     None,
     KillLeader,
+    KillLeaderOfAll,
     KillUsed,
     StopUsed,
     KillUsedLeading,
@@ -75,9 +82,10 @@ enum Fault {
 }
 
 impl Fault {
-    const ALL: [Fault; 6] = [
+    const ALL: [Fault; 7] = [
         Fault::None,
         Fault::KillLeader,
+        Fault::KillLeaderOfAll,
         Fault::KillUsed,
         Fault::StopUsed,
         Fault::KillUsedLeading,
@@ -92,6 +100,7 @@ impl Fault {
         match self {
             Fault::None => "none",
             Fault::KillLeader => "kill-leader",
+            Fault::KillLeaderOfAll => "kill-leader-of-all",
             Fault::KillUsed => "kill-used",
             Fault::StopUsed => "stop-used",
             Fault::KillUsedLeading => "kill-used-leading",
@@ -103,6 +112,9 @@ impl Fault {
         match self {
             Fault::None => "none",
             Fault::KillLeader => "kill -9 n1, leader of DLY_WORK and its consumer",
+            Fault::KillLeaderOfAll => {
+                "kill -9 n1, leader of every stream (DLY_WORK, DLY_ADMIT, DLY_EVENTS, DLY_PUB) and both durable consumers"
+            }
             Fault::KillUsed => "kill -9 n0, every process's node, leading nothing",
             Fault::StopUsed => "SIGSTOP n0, every process's node, leading nothing",
             Fault::KillUsedLeading => {
@@ -118,7 +130,7 @@ impl Fault {
     fn target(self) -> Option<usize> {
         match self {
             Fault::None => None,
-            Fault::KillLeader => Some(1),
+            Fault::KillLeader | Fault::KillLeaderOfAll => Some(1),
             _ => Some(0),
         }
     }
@@ -129,6 +141,14 @@ impl Fault {
         match self {
             Fault::KillUsedLeading | Fault::StopUsedLeading => "n0",
             _ => "n1",
+        }
+    }
+
+    /// Where every other stream and the placement consumer are led.
+    fn others_on(self) -> &'static str {
+        match self {
+            Fault::KillLeaderOfAll => "n1",
+            _ => "n2",
         }
     }
 
@@ -170,7 +190,7 @@ struct Topology {
 const SCRUB: &[&str] = &["DIFFERENTLY_DATABASE_URL", "DIFFERENTLY_NATS_URL"];
 
 impl Topology {
-    async fn start(binary: &std::path::Path) -> Result<Topology, LoadError> {
+    async fn start(binary: &std::path::Path, scan_every_ms: u64) -> Result<Topology, LoadError> {
         preflight().await?;
         let db = TestDb::new().await;
         loopback_only("the database", db.url())?;
@@ -203,6 +223,9 @@ tick_ms = 100
 repair_interval_ms = 500
 provisioning_timeout_seconds = 60
 terminating_retry_seconds = 3
+
+[worker]
+scan_every_ms = {scan_every_ms}
 
 [quota]
 maxActive = 100000
@@ -378,9 +401,10 @@ ledger = "{ledger}"
         for (asset, on) in [
             ("DLY_WORK", fault.work_on()),
             ("DLY_WORK/work-fake", fault.work_on()),
-            ("DLY_ADMIT", "n2"),
-            ("DLY_ADMIT/placement", "n2"),
-            ("DLY_EVENTS", "n2"),
+            ("DLY_ADMIT", fault.others_on()),
+            ("DLY_ADMIT/placement", fault.others_on()),
+            ("DLY_EVENTS", fault.others_on()),
+            ("DLY_PUB", fault.others_on()),
         ] {
             // Not fatal: the row says what the struck node actually led.
             if let Err(e) = self.place(&client, asset, on).await {
@@ -479,7 +503,7 @@ fn figures(samples: &[Sample], note: String) -> Figures {
 }
 
 async fn run_fault(binary: &std::path::Path, fault: Fault, a: &Args) -> Result<Figures, LoadError> {
-    let t = Arc::new(Topology::start(binary).await?);
+    let t = Arc::new(Topology::start(binary, a.scan_every_ms).await?);
     let mut note = String::new();
     // Fresh leaders settle in the first seconds after the streams are made.
     tokio::time::sleep(Duration::from_secs(2)).await;
