@@ -207,10 +207,11 @@ pub struct WorkerSection {
     pub concurrency: usize,
     pub max_deliveries: u64,
     pub max_attempts: u32,
-    /// How often each pool's workers look in the store for placed creates the bus did not
-    /// deliver (while a stream elects a leader); 0 turns it off.
+    /// How often each pool's workers look in the store for creates and deletes the bus did
+    /// not deliver (while a stream elects a leader); 0 turns it off.
     pub scan_every_ms: u64,
-    /// How long after its activation an unclaimed create counts as not delivered.
+    /// How long after its activation (or `terminating`) an unclaimed create (or delete)
+    /// counts as not delivered.
     pub scan_after_ms: u64,
 }
 
@@ -516,7 +517,7 @@ impl Config {
         if self.worker.scan_every_ms > 0 && self.worker.scan_after_ms < 100 {
             return Err(invalid(
                 "worker.scan_after_ms",
-                "must be at least 100 while the scan is on: younger creates are the bus's",
+                "must be at least 100 while the scan is on: younger work is the bus's",
             ));
         }
         if self.worker.concurrency == 0 {

@@ -10,7 +10,6 @@
 pub mod activation;
 pub mod admission;
 pub mod audit;
-pub mod create_claims;
 pub mod error;
 pub mod idempotency;
 pub mod installation;
@@ -28,6 +27,7 @@ pub mod testing;
 pub mod transition;
 pub mod usage;
 pub mod webhooks;
+pub mod work_claims;
 
 /// The Postgres store under its public path.
 pub mod postgres {
@@ -51,12 +51,12 @@ use differently_core::OrgId;
 /// Every intent trait, for callers of the store's methods: `use differently_store::prelude::*`.
 pub mod prelude {
     pub use crate::audit::AuditStore;
-    pub use crate::create_claims::CreateClaimStore;
     pub use crate::idempotency::IdempotencyStore;
     pub use crate::lifecycle::LifecycleStore;
     pub use crate::placement::PlacementStore;
     pub use crate::secrets::SecretStore;
     pub use crate::webhooks::WebhookStore;
+    pub use crate::work_claims::WorkClaimStore;
     pub use crate::{
         ActivationStore, AdmissionStore, InstallationStore, Leadership, SandboxReadStore, Store,
         TenancyStore, TransitionStore, UsageStore,
@@ -111,7 +111,7 @@ pub trait Store:
     + secrets::SecretStore
     + webhooks::WebhookStore
     + idempotency::IdempotencyStore
-    + create_claims::CreateClaimStore
+    + work_claims::WorkClaimStore
     + Send
     + Sync
     + 'static

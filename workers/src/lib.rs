@@ -16,11 +16,11 @@ use differently_bus_schema::{Envelope, Work, WorkOp};
 use differently_core::faults::{self, Faults};
 use differently_core::ids::InstallationId;
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
-use differently_store::create_claims::ClaimKey;
+use differently_store::work_claims::ClaimKey;
 use differently_store::{Actor, Store, StoreError, Transition};
 use tokio::sync::{watch, Semaphore};
 
-mod create_claim;
+mod claim;
 pub mod ops;
 mod scan;
 
@@ -38,10 +38,11 @@ pub struct WorkerConfig {
     /// Quota defaults (the org's stored quota goes over them): starting a stopped sandbox
     /// reserves compute again and is checked against them.
     pub quota: differently_store::Quota,
-    /// How often the group looks in the store for placed creates the bus has not brought to
-    /// any worker (`scan`); zero turns the scan off.
+    /// How often the group looks in the store for creates and deletes the bus has not brought
+    /// to any worker (`scan`); zero turns the scan off.
     pub scan_every: Duration,
-    /// How long after its activation a create nobody has claimed counts as not delivered.
+    /// How long after its change (activation, `terminating`) a call nobody has claimed counts
+    /// as not delivered.
     pub scan_after: Duration,
 }
 
@@ -191,9 +192,15 @@ impl WorkerGroup {
         if let (WorkOp::Delete, Some(t)) = (env.body.op, &env.body.terminating) {
             // Committed `terminating` when published: nothing to read (see `Work::terminating`).
             let id = &env.sandbox_id;
+            let key = ClaimKey {
+                sandbox: id.clone(),
+                status_version: env.status_version,
+            };
             let reason = t.reason.clone();
             let outcome = self
-                .delete_instance(id, reason, d.delivered, d.acker.as_ref())
+                .under_claim(&key, "delete", |tries| {
+                    self.delete_instance(id, reason, tries, d.acker.as_ref())
+                })
                 .await;
             return finish(id, outcome, &d).await;
         }
@@ -211,7 +218,7 @@ impl WorkerGroup {
         };
         let outcome = match env.body.op {
             WorkOp::Create => self.create(&row, d.acker.as_ref()).await,
-            WorkOp::Delete => self.delete(&row, d.delivered, d.acker.as_ref()).await,
+            WorkOp::Delete => self.delete(&row, d.acker.as_ref()).await,
             op => {
                 self.run_op(
                     &row,
@@ -226,44 +233,17 @@ impl WorkerGroup {
         finish(&row.id, outcome, &d).await;
     }
 
-    /// Creates `row`'s instance under its activation's create claim. A claim someone else
-    /// holds means another worker (or this one, by the other path) is creating it: this
-    /// delivery is done, and if that worker dies its claim runs out and a scan takes the row
-    /// up. Attempts are counted by the claim, whichever path each came by.
+    /// Creates `row`'s instance under its activation's claim (`under_claim`): attempts are
+    /// counted by the claim, whichever path each came by.
     async fn create(&self, row: &Sandbox, acker: &dyn Acker) -> Ack {
         if row.status != SandboxStatus::Provisioning || row.pool.as_deref() != Some(&self.pool) {
             return Ack::Done; // stale: the row moved on
         }
         let key = ClaimKey::of(row);
-        let hold = self.config.ack_wait;
-        let owner = create_claim::owner();
-        let tries = match self.store.claim_create(&key, owner, Utc::now(), hold).await {
-            Ok(Some(tries)) => u64::from(tries),
-            Ok(None) => {
-                tracing::debug!(sandbox = %row.id, "worker: create already claimed");
-                return Ack::Done;
-            }
-            Err(e) => {
-                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot claim the create; retrying");
-                return Ack::Retry(Duration::from_secs(1));
-            }
-        };
-        let store = self.store.as_ref();
-        let outcome =
-            create_claim::renewing(store, &key, hold, self.create_claimed(row, tries, acker)).await;
-        let settled = match outcome {
-            Ack::Done => self.store.drop_create_claim(&key).await,
-            Ack::Retry(delay) => {
-                let free_at = Utc::now()
-                    + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::seconds(1));
-                self.store.release_create_claim(&key, owner, free_at).await
-            }
-        };
-        if let Err(e) = settled {
-            // It runs out after the hold: a retry waits that long at most.
-            tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot settle the create claim");
-        }
-        outcome
+        self.under_claim(&key, "create", |tries| {
+            self.create_claimed(row, tries, acker)
+        })
+        .await
     }
 
     async fn create_claimed(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
@@ -395,13 +375,16 @@ impl WorkerGroup {
         }
     }
 
-    async fn delete(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
+    /// Deletes a terminating row's instance under the claim of its delete (`under_claim`).
+    async fn delete(&self, row: &Sandbox, acker: &dyn Acker) -> Ack {
         if row.status != SandboxStatus::Terminating {
             return Ack::Done;
         }
         let reason = row.status_reason.clone();
-        self.delete_instance(&row.id, reason, delivered, acker)
-            .await
+        self.under_claim(&ClaimKey::of(row), "delete", |tries| {
+            self.delete_instance(&row.id, reason, tries, acker)
+        })
+        .await
     }
 
     /// Deletes the instance of sandbox `id`, committed `terminating` for `reason`, and records

@@ -1,23 +1,29 @@
-//! The bus's fallback for creates: a group looks in the store for rows placed on its pool
-//! that no worker has claimed `scan_after` after their activation, and creates them itself.
+//! The bus's fallback for creates and deletes: a group looks in the store for rows placed on
+//! its pool (provisioning) or being deleted from it (terminating) that no worker has claimed
+//! `scan_after` after that change, and makes the call itself.
 //!
 //! The bus brings work within milliseconds, so normally the scan finds nothing. It matters when
 //! the work stream or its consumer has lost its leader: NATS elects a new one only after its
 //! raft election timeout (4–9 s, compiled into nats-server), and until then nothing placed is
-//! delivered. The store does not depend on the bus, so with the scan a create is under way about
-//! `scan_after` after its activation whatever the bus is doing. Both paths take the create claim
-//! first, so they never create one activation twice at once; the work message that arrives
-//! after the election finds the row moved on (or the claim held) and is acknowledged.
+//! delivered. The store does not depend on the bus, so with the scan a create or delete is under
+//! way about `scan_after` after its change whatever the bus is doing (deletes matter as much:
+//! an org at its `maxActive` gets room only when they finish). Both paths take the work claim
+//! first, so they never make one call twice at once; the work message that arrives after the
+//! election finds the row moved on (or the claim held) and is acknowledged.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use differently_bus::{Acker, BusError};
-use differently_core::Sandbox;
+use differently_core::{Sandbox, SandboxStatus};
 use tokio::sync::{watch, Semaphore};
 
 use crate::WorkerGroup;
+
+/// What the scan looks for: creates and deletes (lifecycle operations have their own
+/// records and repair).
+const SCANNED: &[SandboxStatus] = &[SandboxStatus::Provisioning, SandboxStatus::Terminating];
 
 /// Most rows one scan takes, whatever the free permits.
 const SCAN_BATCH: usize = 64;
@@ -52,7 +58,7 @@ impl WorkerGroup {
                 .unwrap_or(chrono::Duration::seconds(1));
             let rows = match self
                 .store
-                .unclaimed_creates(&self.pool, now - after, now, free as u32)
+                .unclaimed_work(&self.pool, SCANNED, now - after, now, free as u32)
                 .await
             {
                 Ok(rows) => {
@@ -73,27 +79,38 @@ impl WorkerGroup {
                 };
                 let group = self.clone();
                 tokio::spawn(async move {
-                    group.create_undelivered(row).await;
+                    group.undelivered(row).await;
                     drop(permit);
                 });
             }
             if pruned_at.elapsed() >= PRUNE_EVERY {
                 pruned_at = tokio::time::Instant::now();
-                if let Err(e) = self.store.prune_create_claims(now - PRUNE_AFTER).await {
+                if let Err(e) = self.store.prune_work_claims(now - PRUNE_AFTER).await {
                     tracing::debug!(error = %e, "worker: cannot prune create claims");
                 }
             }
         }
     }
 
-    /// Creates a placed row the bus did not deliver, as a delivery would (claim first).
-    async fn create_undelivered(&self, row: Sandbox) {
+    /// Makes the call a row the bus did not deliver asks for, as a delivery would (claim
+    /// first).
+    async fn undelivered(&self, row: Sandbox) {
         let age = (Utc::now() - row.updated_at).num_milliseconds();
-        tracing::info!(sandbox = %row.id, pool = %self.pool, since_activation_ms = age, "worker: a placed create was not delivered by the bus; creating it from the store");
-        metrics::counter!("differently_worker_undelivered_creates_total", "pool" => self.pool.clone())
+        let op = match row.status {
+            SandboxStatus::Provisioning => "create",
+            _ => "delete",
+        };
+        tracing::info!(sandbox = %row.id, pool = %self.pool, op, since_change_ms = age, "worker: work was not delivered by the bus; taking it from the store");
+        metrics::counter!("differently_worker_undelivered_total", "pool" => self.pool.clone(), "op" => op)
             .increment(1);
         let trace = differently_bus::trace::new_root();
-        differently_bus::trace::scope("work.scan", trace, self.create(&row, &NoBus)).await;
+        let call = async {
+            match row.status {
+                SandboxStatus::Provisioning => self.create(&row, &NoBus).await,
+                _ => self.delete(&row, &NoBus).await,
+            }
+        };
+        differently_bus::trace::scope("work.scan", trace, call).await;
     }
 }
 

@@ -8,7 +8,6 @@
 mod activation;
 mod admission;
 pub(crate) mod audit;
-mod create_claims;
 mod idempotency;
 mod installation;
 pub(crate) mod lifecycle;
@@ -19,6 +18,7 @@ mod tenancy;
 mod transition;
 mod usage;
 mod webhooks;
+mod work_claims;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicBool;
@@ -58,8 +58,8 @@ pub(crate) struct State {
     pub(crate) idempotency: HashMap<crate::idempotency::IdemKey, idempotency::IdemRow>,
     /// Webhooks and their deliveries (`webhooks.rs`).
     pub(crate) webhooks: webhooks::WebhookState,
-    /// Claimed backend creates (`create_claims.rs`).
-    pub(crate) create_claims: HashMap<crate::create_claims::ClaimKey, create_claims::ClaimRow>,
+    /// Claimed backend calls (`work_claims.rs`).
+    pub(crate) work_claims: HashMap<crate::work_claims::ClaimKey, work_claims::ClaimRow>,
 }
 
 impl State {

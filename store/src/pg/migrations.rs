@@ -52,8 +52,8 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0011_webhooks.sql"),
     ),
     (
-        "0012_create_claims",
-        include_str!("../../../migrations/0012_create_claims.sql"),
+        "0012_work_claims",
+        include_str!("../../../migrations/0012_work_claims.sql"),
     ),
 ];
 

@@ -15,7 +15,6 @@ pub(crate) mod admission_lanes;
 pub(crate) mod audit;
 pub(crate) mod audit_records;
 pub(crate) mod audit_standalone;
-mod create_claims;
 pub(crate) mod group_commit;
 mod idempotency;
 mod installation;
@@ -34,6 +33,7 @@ pub(crate) mod transition_lane;
 mod usage;
 pub(crate) mod usage_counters;
 mod webhooks;
+mod work_claims;
 pub(crate) mod writes;
 
 pub use installation::LEADER_IDLE_TIMEOUT_SECONDS;

@@ -131,7 +131,7 @@ conformance!(
 
 mod audit;
 mod bounds;
-mod create_claims;
 mod placement;
 mod snapshots;
 mod webhooks;
+mod work_claims;

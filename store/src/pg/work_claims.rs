@@ -1,5 +1,5 @@
-//! Create claims in Postgres: one row per claimed activation in the unlogged `create_claims`
-//! table, each call one statement (no WAL flush to wait for: see the migration).
+//! Work claims in Postgres: one row per claimed call in the unlogged `work_claims` table,
+//! each method one statement (no WAL flush to wait for: see the migration).
 
 use std::time::Duration;
 
@@ -8,14 +8,14 @@ use chrono::{DateTime, Utc};
 use differently_core::{Sandbox, SandboxStatus};
 use sqlx::Row;
 
-use crate::create_claims::{held_until, ClaimKey, CreateClaimStore};
 use crate::pg::rows::sweep_rows_of;
 use crate::pg::PgStore;
+use crate::work_claims::{held_until, ClaimKey, WorkClaimStore};
 use crate::StoreError;
 
 #[async_trait]
-impl CreateClaimStore for PgStore {
-    async fn claim_create(
+impl WorkClaimStore for PgStore {
+    async fn claim_work(
         &self,
         activation: &ClaimKey,
         owner: &str,
@@ -23,7 +23,7 @@ impl CreateClaimStore for PgStore {
         hold: Duration,
     ) -> Result<Option<u32>, StoreError> {
         let row = sqlx::query(
-            "INSERT INTO create_claims AS c (sandbox_id, status_version, owner, held_until, tries)
+            "INSERT INTO work_claims AS c (sandbox_id, status_version, owner, held_until, tries)
              VALUES ($1, $2, $3, $5, 1)
              ON CONFLICT (sandbox_id, status_version) DO UPDATE
                  SET owner = EXCLUDED.owner, held_until = EXCLUDED.held_until,
@@ -47,7 +47,7 @@ impl CreateClaimStore for PgStore {
         }
     }
 
-    async fn renew_create_claim(
+    async fn renew_work_claim(
         &self,
         activation: &ClaimKey,
         owner: &str,
@@ -55,7 +55,7 @@ impl CreateClaimStore for PgStore {
         hold: Duration,
     ) -> Result<bool, StoreError> {
         let renewed = sqlx::query(
-            "UPDATE create_claims SET held_until = $4
+            "UPDATE work_claims SET held_until = $4
              WHERE sandbox_id = $1 AND status_version = $2 AND owner = $3",
         )
         .bind(activation.sandbox.as_str())
@@ -68,14 +68,14 @@ impl CreateClaimStore for PgStore {
         Ok(renewed == 1)
     }
 
-    async fn release_create_claim(
+    async fn release_work_claim(
         &self,
         activation: &ClaimKey,
         owner: &str,
         free_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE create_claims SET owner = '', held_until = $4
+            "UPDATE work_claims SET owner = '', held_until = $4
              WHERE sandbox_id = $1 AND status_version = $2 AND owner = $3",
         )
         .bind(activation.sandbox.as_str())
@@ -87,8 +87,8 @@ impl CreateClaimStore for PgStore {
         Ok(())
     }
 
-    async fn drop_create_claim(&self, activation: &ClaimKey) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM create_claims WHERE sandbox_id = $1 AND status_version = $2")
+    async fn drop_work_claim(&self, activation: &ClaimKey) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM work_claims WHERE sandbox_id = $1 AND status_version = $2")
             .bind(activation.sandbox.as_str())
             .bind(activation.status_version)
             .execute(self.pool())
@@ -96,8 +96,8 @@ impl CreateClaimStore for PgStore {
         Ok(())
     }
 
-    async fn prune_create_claims(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let pruned = sqlx::query("DELETE FROM create_claims WHERE held_until < $1")
+    async fn prune_work_claims(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let pruned = sqlx::query("DELETE FROM work_claims WHERE held_until < $1")
             .bind(before)
             .execute(self.pool())
             .await?
@@ -105,25 +105,26 @@ impl CreateClaimStore for PgStore {
         Ok(pruned)
     }
 
-    async fn unclaimed_creates(
+    async fn unclaimed_work(
         &self,
         pool: &str,
-        activated_before: DateTime<Utc>,
+        statuses: &[SandboxStatus],
+        changed_before: DateTime<Utc>,
         now: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
         let rows = sqlx::query(
             "SELECT s.id, s.doc FROM sandboxes s
-             WHERE s.status = $1 AND s.pool = $2 AND s.updated_at < $3
+             WHERE s.status = ANY($1) AND s.pool = $2 AND s.updated_at < $3
                AND NOT EXISTS (
-                   SELECT 1 FROM create_claims c
+                   SELECT 1 FROM work_claims c
                    WHERE c.sandbox_id = s.id AND c.status_version = s.status_version
                      AND c.held_until > $4)
              ORDER BY s.updated_at, s.id LIMIT $5",
         )
-        .bind(SandboxStatus::Provisioning.as_str())
+        .bind(statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>())
         .bind(pool)
-        .bind(activated_before)
+        .bind(changed_before)
         .bind(now)
         .bind(i64::from(limit))
         .fetch_all(self.pool())

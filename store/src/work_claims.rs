@@ -1,20 +1,22 @@
-//! Create claims: which worker is calling the backend's create for one activation of a
-//! provisioning row. Work reaches a worker two ways, over the bus (the fast path) and by the
-//! worker's scan of the store (the fallback while the work stream or its consumer has no
-//! leader, see `differently_workers`); both take the claim before the call, so one activation
-//! never has two creates in flight, whichever way each came. A claim runs out after `hold`
-//! unless renewed, so a dead holder's work is taken up again.
+//! Work claims: which worker is calling the backend for one status version of a sandbox row
+//! (the create of a provisioning row's activation, the delete of a terminating row). Work
+//! reaches a worker two ways, over the bus (the fast path) and by the worker's scan of the
+//! store (the fallback while the work stream or its consumer has no leader, see
+//! `differently_workers`); both take the claim before the call, so one call is never in
+//! flight twice, whichever way each came. A claim runs out after `hold` unless renewed, so a
+//! dead holder's work is taken up again.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use differently_core::{Sandbox, SandboxId};
+use differently_core::{Sandbox, SandboxId, SandboxStatus};
 
 use crate::StoreError;
 
-/// One activation of a sandbox: its id and the status version its activation left (every
-/// activation bumps it, so a requeued and re-placed row is a new activation with a fresh claim).
+/// What a claim is on: a sandbox and the status version of the change whose backend call it
+/// is (every status change bumps it, so a requeued and re-placed row is a new activation with
+/// a fresh claim, and its delete another).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClaimKey {
     pub sandbox: SandboxId,
@@ -22,7 +24,8 @@ pub struct ClaimKey {
 }
 
 impl ClaimKey {
-    /// The activation a provisioning row is in.
+    /// The call a row's current status asks for (its create if provisioning, its delete if
+    /// terminating).
     pub fn of(row: &Sandbox) -> ClaimKey {
         ClaimKey {
             sandbox: row.id.clone(),
@@ -31,14 +34,14 @@ impl ClaimKey {
     }
 }
 
-/// Claims of backend creates, shared by every worker of every pool.
+/// Claims of backend calls, shared by every worker of every pool.
 #[async_trait]
-pub trait CreateClaimStore {
-    /// Takes `activation`'s create for `owner` until `now + hold` if nobody holds it (no claim
+pub trait WorkClaimStore {
+    /// Takes `activation`'s call for `owner` until `now + hold` if nobody holds it (no claim
     /// yet, or the last one ran out or was let go and its `free_at` passed). A live claim refuses
     /// everyone, its own holder included, so a process's bus path and scan cannot both go.
     /// `Some(tries)`: taken, this being the `tries`-th claim of the activation; `None`: held.
-    async fn claim_create(
+    async fn claim_work(
         &self,
         activation: &ClaimKey,
         owner: &str,
@@ -48,7 +51,7 @@ pub trait CreateClaimStore {
 
     /// Extends `owner`'s claim to `now + hold`; `false` if it is no longer `owner`'s (it ran
     /// out and someone else took it).
-    async fn renew_create_claim(
+    async fn renew_work_claim(
         &self,
         activation: &ClaimKey,
         owner: &str,
@@ -58,26 +61,28 @@ pub trait CreateClaimStore {
 
     /// Lets go of `owner`'s claim after a failed attempt: free for anyone from `free_at` (the
     /// retry's back-off), keeping its tries. Not `owner`'s any more: nothing happens.
-    async fn release_create_claim(
+    async fn release_work_claim(
         &self,
         activation: &ClaimKey,
         owner: &str,
         free_at: DateTime<Utc>,
     ) -> Result<(), StoreError>;
 
-    /// Forgets the activation's claim: its create is settled (the row moved on).
-    async fn drop_create_claim(&self, activation: &ClaimKey) -> Result<(), StoreError>;
+    /// Forgets the claim: its call is settled (the row moved on).
+    async fn drop_work_claim(&self, activation: &ClaimKey) -> Result<(), StoreError>;
 
     /// Forgets claims that ran out before `before` (of rows that moved on while the holder
     /// was gone); how many.
-    async fn prune_create_claims(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+    async fn prune_work_claims(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
 
-    /// Provisioning rows on `pool` activated before `activated_before` whose create nobody
-    /// holds at `now`, oldest first: placed work the bus has not brought to any worker.
-    async fn unclaimed_creates(
+    /// Rows on `pool` in one of `statuses` (provisioning: a create; terminating: a delete)
+    /// that reached it before `changed_before` and whose call nobody holds at `now`, oldest
+    /// change first: work the bus has not brought to any worker.
+    async fn unclaimed_work(
         &self,
         pool: &str,
-        activated_before: DateTime<Utc>,
+        statuses: &[SandboxStatus],
+        changed_before: DateTime<Utc>,
         now: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError>;

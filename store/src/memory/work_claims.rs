@@ -1,4 +1,4 @@
-//! Create claims in memory: the same rules as Postgres's `create_claims` table.
+//! Work claims in memory: the same rules as Postgres's `work_claims` table.
 
 use std::time::Duration;
 
@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use differently_core::{Sandbox, SandboxStatus};
 
-use crate::create_claims::{held_until, ClaimKey, CreateClaimStore};
 use crate::memory::MemoryStore;
+use crate::work_claims::{held_until, ClaimKey, WorkClaimStore};
 use crate::StoreError;
 
 /// One claimed activation.
@@ -20,8 +20,8 @@ pub(crate) struct ClaimRow {
 }
 
 #[async_trait]
-impl CreateClaimStore for MemoryStore {
-    async fn claim_create(
+impl WorkClaimStore for MemoryStore {
+    async fn claim_work(
         &self,
         activation: &ClaimKey,
         owner: &str,
@@ -30,7 +30,7 @@ impl CreateClaimStore for MemoryStore {
     ) -> Result<Option<u32>, StoreError> {
         let mut st = self.lock();
         let until = held_until(now, hold);
-        match st.create_claims.get_mut(activation) {
+        match st.work_claims.get_mut(activation) {
             Some(c) if c.held_until > now => Ok(None),
             Some(c) => {
                 c.owner = owner.to_owned();
@@ -39,7 +39,7 @@ impl CreateClaimStore for MemoryStore {
                 Ok(Some(c.tries))
             }
             None => {
-                st.create_claims.insert(
+                st.work_claims.insert(
                     activation.clone(),
                     ClaimRow {
                         owner: owner.to_owned(),
@@ -52,7 +52,7 @@ impl CreateClaimStore for MemoryStore {
         }
     }
 
-    async fn renew_create_claim(
+    async fn renew_work_claim(
         &self,
         activation: &ClaimKey,
         owner: &str,
@@ -60,7 +60,7 @@ impl CreateClaimStore for MemoryStore {
         hold: Duration,
     ) -> Result<bool, StoreError> {
         let mut st = self.lock();
-        match st.create_claims.get_mut(activation) {
+        match st.work_claims.get_mut(activation) {
             Some(c) if c.owner == owner => {
                 c.held_until = held_until(now, hold);
                 Ok(true)
@@ -69,14 +69,14 @@ impl CreateClaimStore for MemoryStore {
         }
     }
 
-    async fn release_create_claim(
+    async fn release_work_claim(
         &self,
         activation: &ClaimKey,
         owner: &str,
         free_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let mut st = self.lock();
-        if let Some(c) = st.create_claims.get_mut(activation) {
+        if let Some(c) = st.work_claims.get_mut(activation) {
             if c.owner == owner {
                 c.owner.clear();
                 c.held_until = free_at;
@@ -85,22 +85,23 @@ impl CreateClaimStore for MemoryStore {
         Ok(())
     }
 
-    async fn drop_create_claim(&self, activation: &ClaimKey) -> Result<(), StoreError> {
-        self.lock().create_claims.remove(activation);
+    async fn drop_work_claim(&self, activation: &ClaimKey) -> Result<(), StoreError> {
+        self.lock().work_claims.remove(activation);
         Ok(())
     }
 
-    async fn prune_create_claims(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+    async fn prune_work_claims(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         let mut st = self.lock();
-        let was = st.create_claims.len();
-        st.create_claims.retain(|_, c| c.held_until >= before);
-        Ok((was - st.create_claims.len()) as u64)
+        let was = st.work_claims.len();
+        st.work_claims.retain(|_, c| c.held_until >= before);
+        Ok((was - st.work_claims.len()) as u64)
     }
 
-    async fn unclaimed_creates(
+    async fn unclaimed_work(
         &self,
         pool: &str,
-        activated_before: DateTime<Utc>,
+        statuses: &[SandboxStatus],
+        changed_before: DateTime<Utc>,
         now: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
@@ -110,11 +111,11 @@ impl CreateClaimStore for MemoryStore {
             .values()
             .map(|r| &r.sandbox)
             .filter(|s| {
-                s.status == SandboxStatus::Provisioning
+                statuses.contains(&s.status)
                     && s.pool.as_deref() == Some(pool)
-                    && s.updated_at < activated_before
+                    && s.updated_at < changed_before
                     && st
-                        .create_claims
+                        .work_claims
                         .get(&ClaimKey::of(s))
                         .is_none_or(|c| c.held_until <= now)
             })
