@@ -1,5 +1,5 @@
-//! The fault suite's short (CI) version: every implemented scenario of FAULTS.md but S9
-//! (S1–S8, S10–S16; S9 is in the long version: `Scenario::short` says why) on its own freshly started production topology with a 10 s workload (S14: 20 s
+//! The fault suite's short (CI) version: every implemented scenario of FAULTS.md
+//! (S1–S16) on its own freshly started production topology with a 10 s workload (S14: 20 s
 //! around an 8 s partition; S16: 20 s of chaos), then the noisy-neighbour test; every invariant (I1–I7)
 //! must hold. Scenarios run one after another in one test: clusters side by side on a
 //! 2-core machine would measure each other.

@@ -99,14 +99,11 @@ impl Scenario {
         Scenario::S16,
     ];
 
-    /// The CI short version: every scenario but S9, whose node kill still stalls the
-    /// control plane past the election on some seeds (docs/reliability.md, "S9"); it runs
-    /// in the long version and on demand (`--scenarios S9`).
+    /// The CI short version: every scenario. (S9 was left out while a node kill stalled the
+    /// control plane for the 4–9 s raft election on some seeds; since the workers take
+    /// undelivered creates and deletes from the store it stalls about a second.)
     pub fn short() -> Vec<Scenario> {
-        Scenario::ALL
-            .into_iter()
-            .filter(|s| *s != Scenario::S9)
-            .collect()
+        Scenario::ALL.to_vec()
     }
 
     /// Parses `S1` … (case-insensitive).
@@ -707,9 +704,12 @@ async fn chaos(t: &mut Topology, n: &mut Nemesis, until: Instant) -> Result<(), 
     Ok(())
 }
 
-/// S9's bound on the stall after a node kill: a JetStream raft group elects a new leader
-/// within its 4–9 s election timeout, and clients reconnect within a second of that.
-const S9_STALL_BOUND_MS: u64 = 10_000;
+/// S9's bound on the stall after a node kill: issue #27's create → running target. A
+/// JetStream raft group elects a new leader only after its 4–9 s election timeout, but the
+/// workers do not wait for it: they take undelivered creates and deletes from the store
+/// `worker.scan_after_ms` (1 s) after the change, and clients leave a dead node within a
+/// second or two.
+const S9_STALL_BOUND_MS: u64 = 3_000;
 
 /// Whether one S9 kill's note shows no stall past the bound: the longest gap between
 /// `running` records and the slowest admission → running both within it (and something
@@ -815,15 +815,15 @@ async fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<V
             )
         }
         Scenario::S9 => {
-            // "No stall beyond the election": after each kill a sandbox reached `running`
-            // within the bound (an election takes a few seconds; clients reconnect).
+            // No stall waiting for the election: after each kill a sandbox reached `running`
+            // within the bound (the workers take undelivered work from the store).
             let stalls: Vec<&String> = faults
                 .iter()
                 .filter(|f| f.contains("longest gap between running records"))
                 .collect();
             let slow: Vec<&&String> = stalls.iter().filter(|f| !s9_kill_ok(f)).collect();
             push(
-                "no stall past the election: running records never 10 s apart, and what was admitted while a node was down ran within 10 s",
+                "no stall waiting for the election: running records never 3 s apart, and what was admitted while a node was down ran within 3 s",
                 !stalls.is_empty() && slow.is_empty(),
                 format!("{stalls:?}"),
             );
