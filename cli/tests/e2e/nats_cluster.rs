@@ -41,12 +41,52 @@ fn recorded_to_running(view: &serde_json::Value) -> Duration {
 /// Makes member 0 (the node every process uses) lead the work stream and its consumer, so
 /// losing it costs a raft election (4–9 s) of both before the bus delivers work again.
 async fn work_led_by_node_0(c: &Cluster) {
+    work_led_by(c, 0).await;
+}
+
+/// Makes member `i` lead the work stream and its consumer.
+async fn work_led_by(c: &Cluster, i: usize) {
     let cluster = c.nats_cluster.as_ref().expect("cluster");
     for asset in ["DLY_WORK", "DLY_WORK/work-fake"] {
-        if let Err(e) = cluster.lead(asset, 0, Duration::from_secs(30)).await {
+        if let Err(e) = cluster.lead(asset, i, Duration::from_secs(30)).await {
             panic!("laying out the leaders: {e}");
         }
     }
+}
+
+/// The work stream's leader dies while every process stays connected to another member:
+/// no client moves, only the election is in the way, and the worker does not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_work_streams_leader_does_not_wait_for_the_election() {
+    let mut c = cluster_with_a_running_sandbox().await;
+    work_led_by(&c, 1).await;
+    c.nats_cluster.as_mut().expect("cluster").nodes[1].stop();
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        let (status, body) = c.create(serde_json::json!({})).await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(
+            body["id"]
+                .as_str()
+                .expect("id")
+                .parse::<SandboxId>()
+                .expect("id"),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut to_running = Duration::ZERO;
+    for id in &ids {
+        let view = c
+            .wait_status(id, SandboxStatus::Running, Duration::from_secs(60))
+            .await;
+        to_running = to_running.max(recorded_to_running(&view));
+    }
+    println!("work stream's leader killed: slowest create → running {to_running:?}");
+    assert!(
+        to_running < Duration::from_secs(3),
+        "create → running took {to_running:?} while the work stream elected a leader\n{}",
+        c.log("worker")
+    );
 }
 
 /// Node 0 leads the work stream and its consumer when it dies, so no work is delivered over
