@@ -15,8 +15,7 @@ use crate::{Ack, WorkerGroup};
 impl WorkerGroup {
     /// Runs `call` (given this claim's try count) under `key`'s claim. A claim someone else
     /// holds means another worker (or this one, by its other path) is making this call: this
-    /// delivery is done, and if that worker dies its claim runs out and a scan takes the row
-    /// up. After the call the claim is dropped (done) or let go until the retry's back-off
+    /// delivery comes back after [`HELD_RETRY`]. After the call the claim is dropped (done) or let go until the retry's back-off
     /// has passed, so whichever path comes next counts the next try.
     pub(crate) async fn under_claim<F, Fut>(&self, key: &ClaimKey, what: &str, call: F) -> Ack
     where
@@ -27,8 +26,11 @@ impl WorkerGroup {
         let tries = match self.store.claim_work(key, owner(), Utc::now(), hold).await {
             Ok(Some(tries)) => u64::from(tries),
             Ok(None) => {
+                // Not acknowledged: were the holder to die, a scan takes the row up once its
+                // claim runs out, but with the scan off only this message would. It comes
+                // back until the row has moved on (then it is stale) or the claim is free.
                 tracing::debug!(sandbox = %key.sandbox, what, "worker: already claimed");
-                return Ack::Done;
+                return Ack::Retry(HELD_RETRY);
             }
             Err(e) => {
                 tracing::warn!(sandbox = %key.sandbox, what, error = %e, "worker: cannot claim the call; retrying");
@@ -51,6 +53,9 @@ impl WorkerGroup {
         outcome
     }
 }
+
+/// How soon work whose claim another worker holds is looked at again.
+const HELD_RETRY: Duration = Duration::from_secs(1);
 
 /// This process's name on the claims it takes: the pid for the operator who reads a stuck
 /// claim, and a ULID since pids repeat across hosts and restarts.
