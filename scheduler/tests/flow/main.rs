@@ -224,12 +224,32 @@ impl Plane {
         self.admit_quietly_in(&self.org, &self.project, req).await
     }
 
+    /// [`Plane::admit_quietly`] placed on a pool in the admission itself when `direct` says so
+    /// (as an API process does when nothing waits).
+    async fn admit_with(
+        &self,
+        req: serde_json::Value,
+        direct: Option<differently_store::DirectPlacement>,
+    ) -> Sandbox {
+        self.admit_in(&self.org, &self.project, req, direct).await
+    }
+
     /// [`Plane::admit_quietly`] in another org's project.
     async fn admit_quietly_in(
         &self,
         org: &OrgId,
         project: &ProjectId,
         req: serde_json::Value,
+    ) -> Sandbox {
+        self.admit_in(org, project, req, None).await
+    }
+
+    async fn admit_in(
+        &self,
+        org: &OrgId,
+        project: &ProjectId,
+        req: serde_json::Value,
+        direct: Option<differently_store::DirectPlacement>,
     ) -> Sandbox {
         let req: CreateSandboxRequest = serde_json::from_value(req).expect("request");
         let spec = SandboxSpec::build(&req).expect("spec");
@@ -242,7 +262,7 @@ impl Plane {
                 defaults: Default::default(),
                 actor: Actor::Key("key_test".into()),
                 request_id: None,
-                direct: None,
+                direct,
             })
             .await
             .expect("admit");

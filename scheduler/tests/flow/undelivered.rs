@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use differently_adapters::fake::{read_ledger, LedgerOp};
 use differently_bus_schema::WorkOp;
-use differently_core::{CreateSandboxRequest, Sandbox, SandboxId, SandboxSpec, SandboxStatus::*};
-use differently_store::{Actor, Admission, Admitted, DirectPlacement, PoolSlot, Transition};
+use differently_core::{Sandbox, SandboxId, SandboxStatus::*};
+use differently_store::{Actor, DirectPlacement, PoolSlot, Transition};
 use differently_workers::WorkerConfig;
 
 use crate::{plane_tuned, Parts, Plane, Tuning};
@@ -31,34 +31,14 @@ async fn plane_scanning(workers: WorkerConfig) -> Plane {
 /// nothing waits) and publishes nothing: its create work is lost, as when the work stream
 /// had no leader at the publish.
 async fn placed_without_work(p: &Plane) -> Sandbox {
-    let req: CreateSandboxRequest = serde_json::from_value(serde_json::json!({})).expect("request");
-    let spec = SandboxSpec::build(&req).expect("spec");
-    let row = Sandbox::queued(
-        p.org.clone(),
-        p.project.clone(),
-        spec,
-        None,
-        chrono::Utc::now(),
-    );
-    let admitted = p
-        .store
-        .admit(Admission {
-            sandbox: row,
-            request_hash: "h".into(),
-            defaults: Default::default(),
-            actor: Actor::Key("key_test".into()),
-            request_id: None,
-            direct: Some(DirectPlacement {
-                pool: PoolSlot {
-                    name: "fake".into(),
-                    max_concurrent: None,
-                },
-                explanation: serde_json::json!({}),
-            }),
-        })
-        .await
-        .expect("admit");
-    let (Admitted::New(s) | Admitted::Replayed(s)) = admitted;
+    let direct = DirectPlacement {
+        pool: PoolSlot {
+            name: "fake".into(),
+            max_concurrent: None,
+        },
+        explanation: serde_json::json!({}),
+    };
+    let s = p.admit_with(serde_json::json!({}), Some(direct)).await;
     assert_eq!(s.status, Provisioning, "placed in the admission: {s:?}");
     s
 }
@@ -140,9 +120,9 @@ async fn without_the_scan_a_create_the_bus_never_carried_waits_for_repair() {
     assert_eq!(create_calls(&p, &s.id), 0);
 }
 
-/// Every delete goes both ways at once too: one backend delete per sandbox.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_bus_and_the_scan_never_delete_one_sandbox_twice() {
+/// A plane whose scan takes every row the moment it changes, so every create and delete
+/// goes both ways at once, with `n` sandboxes admitted (over the bus) and running.
+async fn racing_with_running(n: usize) -> (Plane, Vec<SandboxId>) {
     let p = plane_scanning(WorkerConfig {
         scan_every: Duration::from_millis(5),
         scan_after: Duration::ZERO,
@@ -150,12 +130,19 @@ async fn the_bus_and_the_scan_never_delete_one_sandbox_twice() {
     })
     .await;
     let mut ids = Vec::new();
-    for _ in 0..16 {
+    for _ in 0..n {
         ids.push(p.admit(serde_json::json!({})).await.id);
     }
     for id in &ids {
         p.reaches(id, Running).await;
     }
+    (p, ids)
+}
+
+/// Every delete goes both ways at once too: one backend delete per sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bus_and_the_scan_never_delete_one_sandbox_twice() {
+    let (p, ids) = racing_with_running(16).await;
     for id in &ids {
         let t = terminating_without_work(&p, id).await;
         p.announcer
@@ -180,19 +167,7 @@ async fn the_bus_and_the_scan_never_delete_one_sandbox_twice() {
 /// the claim lets exactly one call the backend per activation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bus_and_the_scan_never_create_one_activation_twice() {
-    let p = plane_scanning(WorkerConfig {
-        scan_every: Duration::from_millis(5),
-        scan_after: Duration::ZERO,
-        ..WorkerConfig::default()
-    })
-    .await;
-    let mut ids = Vec::new();
-    for _ in 0..24 {
-        ids.push(p.admit(serde_json::json!({})).await.id);
-    }
-    for id in &ids {
-        p.reaches(id, Running).await;
-    }
+    let (p, ids) = racing_with_running(24).await;
     let calls: Vec<usize> = ids.iter().map(|id| create_calls(&p, id)).collect();
     assert!(
         calls.iter().all(|&c| c == 1),

@@ -13,28 +13,8 @@ use differently_store::Quota;
 use crate::cases::{activated, admit, pool, tenant};
 use crate::Env;
 
-macro_rules! claim_conformance {
-    ($($case:ident),+ $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(&crate::Env::memory()).await;
-                }
-            )+
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(&crate::Env::postgres().await).await;
-                }
-            )+
-        }
-    };
-}
-
-claim_conformance!(
+conformance!(
+    work_claims;
     a_work_claim_has_one_holder_until_it_runs_out_or_is_let_go,
     the_scan_sees_placed_and_terminating_rows_nobody_holds,
 );
