@@ -130,13 +130,12 @@ const SPARE_MIN_POOL: u32 = 4;
 /// before the call is its compare-and-swap.
 #[derive(Default)]
 struct SpareTx {
-    /// The transaction and when its `BEGIN` was answered; `u64`: which refill parked it, so
-    /// its expiry never drops a newer one.
-    slot: Mutex<Option<(u64, Instant, Transaction<'static, Postgres>)>>,
+    /// The transaction and when its `BEGIN` was answered.
+    slot: Mutex<Option<(Instant, Transaction<'static, Postgres>)>>,
     /// A refill is under way (at most one at a time).
     refilling: AtomicBool,
-    /// Refills so far, naming each parked transaction.
-    refills: std::sync::atomic::AtomicU64,
+    /// The task that gives back a transaction no append took is running ([`expire_spares`]).
+    expiring: AtomicBool,
 }
 
 impl std::fmt::Debug for SpareTx {
@@ -147,16 +146,14 @@ impl std::fmt::Debug for SpareTx {
 }
 
 impl SpareTx {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<(u64, Instant, Transaction<'static, Postgres>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Instant, Transaction<'static, Postgres>)>> {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The parked transaction if it is fresh (begun less than [`SPARE_FOR`] ago); an older
     /// one is dropped (rolled back on its connection's next use).
     fn take(&self) -> Option<Transaction<'static, Postgres>> {
-        let (_, at, tx) = self.lock().take()?;
+        let (at, tx) = self.lock().take()?;
         (at.elapsed() < SPARE_FOR).then_some(tx)
     }
 }
@@ -182,9 +179,9 @@ async fn fresh_after_spare(
 }
 
 /// Begins the next spare transaction in the background (unless one is being begun, the pool
-/// is too small to spare a connection, or there is no runtime), and gives it back to the pool
-/// if no staged append took it within [`SPARE_FOR`]. A `BEGIN` that fails only means the next
-/// append begins its own.
+/// is too small to spare a connection, or there is no runtime); [`expire_spares`] gives it
+/// back to the pool if no staged append took it within [`SPARE_FOR`]. A `BEGIN` that fails
+/// only means the next append begins its own.
 fn refill_spare(store: &PgStore) {
     if store.pool().options().get_max_connections() < SPARE_MIN_POOL {
         return;
@@ -200,27 +197,50 @@ fn refill_spare(store: &PgStore) {
     let store = store.clone();
     runtime.spawn(async move {
         let spare = &store.audit_heads().spare;
-        let begun = store.pool().begin().await;
-        let n = spare.refills.fetch_add(1, Ordering::Relaxed);
-        if let Ok(tx) = begun {
+        if let Ok(tx) = store.pool().begin().await {
             let mut slot = spare.lock();
             if slot.is_none() {
-                *slot = Some((n, Instant::now(), tx));
+                *slot = Some((Instant::now(), tx));
             }
         }
         spare.refilling.store(false, Ordering::Release);
-        tokio::time::sleep(SPARE_FOR).await;
-        let expired = {
-            let mut slot = spare.lock();
-            match slot.as_ref() {
-                Some((parked, _, _)) if *parked == n => slot.take(),
-                _ => None,
-            }
-        };
-        // Dropped outside the lock: the rollback is queued on the connection, which goes
-        // back to the pool.
-        drop(expired);
+        if !spare.expiring.swap(true, Ordering::AcqRel) {
+            expire_spares(store).await;
+        }
     });
+}
+
+/// Gives back a parked transaction once it is [`SPARE_FOR`] old, for as long as one is
+/// parked. One such task at a time: under a steady stream of execs it wakes about once a
+/// second (each exec replaces the spare it took), not once per exec.
+async fn expire_spares(store: PgStore) {
+    let spare = &store.audit_heads().spare;
+    loop {
+        let age = spare.lock().as_ref().map(|(at, _)| at.elapsed());
+        match age {
+            Some(age) if age < SPARE_FOR => tokio::time::sleep(SPARE_FOR - age).await,
+            Some(_) => {
+                let old = {
+                    let mut slot = spare.lock();
+                    match slot.as_ref() {
+                        Some((at, _)) if at.elapsed() >= SPARE_FOR => slot.take(),
+                        _ => None,
+                    }
+                };
+                // Dropped outside the lock: the rollback is queued on the connection, which
+                // goes back to the pool.
+                drop(old);
+            }
+            None => {
+                spare.expiring.store(false, Ordering::Release);
+                // One parked after the look above and before the flag was cleared still
+                // needs a task to give it back.
+                if spare.lock().is_none() || spare.expiring.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Appends `e` as its own transaction; with `guard`, only if the sandbox row still holds it
