@@ -110,6 +110,53 @@ pub struct BenchReport {
     pub exec_anomalies: Vec<String>,
     /// `exec_differently.p50 - exec_direct.p50` in ms (target ≤ 1).
     pub exec_overhead_p50_ms: f64,
+    /// On-CPU time of the API process per exec through Differently, in µs, over
+    /// [`CPU_EXECS`] execs run back to back after the timed rounds (`None` if `/proc` could
+    /// not be read). On two cores the API's CPU is taken from execd and Postgres.
+    pub api_cpu_per_exec_us: Option<f64>,
+    /// The same for every `postgres` process together (the server is shared: another
+    /// database's work in that time counts too).
+    pub postgres_cpu_per_exec_us: Option<f64>,
+}
+
+/// Execs of the CPU phase.
+pub const CPU_EXECS: usize = 200;
+
+/// Nanoseconds process `pid` has been on a CPU, its live threads together
+/// (`/proc/<pid>/task/*/schedstat`, first field): finer than the 10 ms ticks of
+/// `/proc/<pid>/stat`. A thread that ends between two readings takes its time with it, so a
+/// phase should be short next to the runtime's idle-thread timeout (10 s).
+fn on_cpu_ns(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        total += stat
+            .split_whitespace()
+            .next()
+            .and_then(|t| t.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(total)
+}
+
+/// On-CPU nanoseconds of every process named `postgres`.
+fn postgres_on_cpu_ns() -> Option<u64> {
+    let mut total = 0u64;
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "postgres" {
+            total += on_cpu_ns(pid).unwrap_or(0);
+        }
+    }
+    Some(total)
 }
 
 /// Refuses any URL whose host is not a loopback address (or `localhost`).
@@ -742,6 +789,24 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
                 Err(e) => return Err(e),
             }
         }
+        // CPU per exec, in a phase of its own so the API serves nothing else meanwhile.
+        let api_pid = cluster.pid("api");
+        let before = (api_pid.and_then(on_cpu_ns), postgres_on_cpu_ns());
+        let mut done = 0;
+        while done < CPU_EXECS {
+            match exec_differently(&api, &id).await {
+                Ok(_) => done += 1,
+                Err(LoadError::Check(m)) if m.contains("broken pipe") => {
+                    anomalies.push(format!("cpu phase: {m}"));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let after = (api_pid.and_then(on_cpu_ns), postgres_on_cpu_ns());
+        let per_exec = |b: Option<u64>, a: Option<u64>| {
+            Some(a?.checked_sub(b?)? as f64 / CPU_EXECS as f64 / 1000.0)
+        };
+        let cpu = (per_exec(before.0, after.0), per_exec(before.1, after.1));
         // The server's proxy, for reference, in a phase of its own: closing a proxied stream
         // right after `execution_complete` is what the broken pipes followed, so it does not
         // share rounds with the comparison.
@@ -762,7 +827,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
                 Err(e) => return Err(e),
             }
         }
-        Ok::<_, LoadError>((series, proxied, anomalies))
+        Ok::<_, LoadError>((series, proxied, anomalies, cpu))
     }
     .await;
     api.call(
@@ -772,7 +837,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         "delete the exec sandbox",
     )
     .await?;
-    let ([d, ad, t, g, au], p, exec_anomalies) = measured?;
+    let ([d, ad, t, g, au], p, exec_anomalies, (api_cpu, postgres_cpu)) = measured?;
     api.wait(&id, "terminated").await?;
 
     let create_direct = Series::of(direct);
@@ -807,6 +872,8 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         api_get,
         audit_append,
         exec_anomalies,
+        api_cpu_per_exec_us: api_cpu,
+        postgres_cpu_per_exec_us: postgres_cpu,
     })
 }
 

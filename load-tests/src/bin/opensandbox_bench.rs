@@ -106,6 +106,13 @@ fn main() -> ExitCode {
                 r.exec_direct.p50_ms, r.exec_server_proxy.p50_ms, r.exec_adapter.p50_ms,
                 r.exec_differently.p50_ms, r.exec_overhead_p50_ms, r.api_get.p50_ms, r.audit_append.p50_ms
             );
+            let us = |v: Option<f64>| v.map_or("unread".to_owned(), |v| format!("{v:.0} µs"));
+            println!(
+                "CPU per exec through Differently ({} back to back): API process {}, all postgres processes {}",
+                differently_load_tests::opensandbox::CPU_EXECS,
+                us(r.api_cpu_per_exec_us),
+                us(r.postgres_cpu_per_exec_us)
+            );
             let text = serde_json::to_string_pretty(&r).unwrap_or_default();
             if let Err(e) = std::fs::write(&a.out, text) {
                 eprintln!("opensandbox_bench: writing {}: {e}", a.out.display());

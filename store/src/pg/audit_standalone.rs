@@ -17,13 +17,23 @@
 //! row is still at the guarded status and version, and writes nothing if it is not; the
 //! locking path checks it under the row's key-share lock. A data-plane call that acted on a
 //! row it remembered thus needs no read in front of its record.
+//!
+//! A staged append (`stage_audit_if`, the exec's record) runs its swap inside a transaction
+//! whose `COMMIT` overlaps the call. Its `BEGIN` would be one more round trip in front of the
+//! call, so the process keeps one transaction begun ahead ([`SpareTx`]): a staged append
+//! takes it and asks for the next one once its swap is done, while the call runs. Nothing
+//! changes for the record: the transaction is as fresh as one begun then (read committed
+//! takes a snapshot per statement, `BEGIN` alone holds no snapshot, no xid and no lock), and
+//! its commit is the same.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use serde_json::Value;
-use sqlx::Row;
+use sqlx::{Postgres, Row, Transaction};
 
 use crate::audit::{self, chain_of, AuditEvent, NewAuditEvent, RowGuard, StagedAudit};
 use crate::pg::audit::append_chained;
@@ -44,6 +54,8 @@ pub(crate) struct HeadCache {
     after_change: Mutex<HashMap<String, (String, i64, String)>>,
     /// Compare-and-swap appends that found the head moved, since start.
     misses: std::sync::atomic::AtomicU64,
+    /// The transaction the next staged append starts from.
+    spare: SpareTx,
 }
 
 /// Entries a cache map may hold before it starts over, so a busy multi-tenant process does
@@ -102,6 +114,132 @@ impl HeadCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, String)>> {
         self.heads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How long a transaction begun ahead waits for a staged append before it is given back. Well
+/// under the sessions' `idle_in_transaction_session_timeout` (5 s), after which Postgres
+/// would end the session; a quiet process holds no open transaction past it.
+const SPARE_FOR: Duration = Duration::from_secs(1);
+
+/// Pools smaller than this keep no transaction begun ahead: it holds one connection out of
+/// the pool while it waits, which a pool of one or two cannot spare.
+const SPARE_MIN_POOL: u32 = 4;
+
+/// One transaction begun ahead of the next staged append, so that append's only round trip
+/// before the call is its compare-and-swap.
+#[derive(Default)]
+struct SpareTx {
+    /// The transaction and when its `BEGIN` was answered.
+    slot: Mutex<Option<(Instant, Transaction<'static, Postgres>)>>,
+    /// A refill is under way (at most one at a time).
+    refilling: AtomicBool,
+    /// The task that gives back a transaction no append took is running ([`expire_spares`]).
+    expiring: AtomicBool,
+}
+
+impl std::fmt::Debug for SpareTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parked = self.lock().is_some();
+        f.debug_struct("SpareTx").field("parked", &parked).finish()
+    }
+}
+
+impl SpareTx {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Instant, Transaction<'static, Postgres>)>> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The parked transaction if it is fresh (begun less than [`SPARE_FOR`] ago); an older
+    /// one is dropped (rolled back on its connection's next use).
+    fn take(&self) -> Option<Transaction<'static, Postgres>> {
+        let (at, tx) = self.lock().take()?;
+        (at.elapsed() < SPARE_FOR).then_some(tx)
+    }
+}
+
+/// A transaction for a staged append, and whether it was begun ahead: the parked one if it
+/// is fresh, else a new one (one more round trip).
+async fn staging_tx(store: &PgStore) -> Result<(Transaction<'static, Postgres>, bool), StoreError> {
+    match store.audit_heads().spare.take() {
+        Some(tx) => Ok((tx, true)),
+        None => Ok((store.pool().begin().await?, false)),
+    }
+}
+
+/// A new transaction after the first statement on a parked one failed: its session may have
+/// ended while it waited (a database restart), which a transaction begun now would not have
+/// met. The failed one wrote nothing (it is rolled back), so the statement can run again.
+async fn fresh_after_spare(
+    store: &PgStore,
+    failed: &StoreError,
+) -> Result<Transaction<'static, Postgres>, StoreError> {
+    tracing::debug!(error = %failed, "statement on a transaction begun ahead failed; beginning anew");
+    Ok(store.pool().begin().await?)
+}
+
+/// Begins the next spare transaction in the background (unless one is being begun, the pool
+/// is too small to spare a connection, or there is no runtime); [`expire_spares`] gives it
+/// back to the pool if no staged append took it within [`SPARE_FOR`]. A `BEGIN` that fails
+/// only means the next append begins its own.
+fn refill_spare(store: &PgStore) {
+    if store.pool().options().get_max_connections() < SPARE_MIN_POOL {
+        return;
+    }
+    let spare = &store.audit_heads().spare;
+    if spare.refilling.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        spare.refilling.store(false, Ordering::Release);
+        return;
+    };
+    let store = store.clone();
+    runtime.spawn(async move {
+        let spare = &store.audit_heads().spare;
+        if let Ok(tx) = store.pool().begin().await {
+            let mut slot = spare.lock();
+            if slot.is_none() {
+                *slot = Some((Instant::now(), tx));
+            }
+        }
+        spare.refilling.store(false, Ordering::Release);
+        if !spare.expiring.swap(true, Ordering::AcqRel) {
+            expire_spares(store).await;
+        }
+    });
+}
+
+/// Gives back a parked transaction once it is [`SPARE_FOR`] old, for as long as one is
+/// parked. One such task at a time: under a steady stream of execs it wakes about once a
+/// second (each exec replaces the spare it took), not once per exec.
+async fn expire_spares(store: PgStore) {
+    let spare = &store.audit_heads().spare;
+    loop {
+        let age = spare.lock().as_ref().map(|(at, _)| at.elapsed());
+        match age {
+            Some(age) if age < SPARE_FOR => tokio::time::sleep(SPARE_FOR - age).await,
+            Some(_) => {
+                let old = {
+                    let mut slot = spare.lock();
+                    match slot.as_ref() {
+                        Some((at, _)) if at.elapsed() >= SPARE_FOR => slot.take(),
+                        _ => None,
+                    }
+                };
+                // Dropped outside the lock: the rollback is queued on the connection, which
+                // goes back to the pool.
+                drop(old);
+            }
+            None => {
+                spare.expiring.store(false, Ordering::Release);
+                // One parked after the look above and before the flag was cleared still
+                // needs a task to give it back.
+                if spare.lock().is_none() || spare.expiring.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -196,12 +334,22 @@ pub(crate) async fn stage(
         let started = std::time::Instant::now();
         let at = Utc::now();
         let request_id = audit::current_request_id();
-        let mut tx = store.pool().begin().await?;
+        let (mut tx, mut spare) = staging_tx(store).await?;
         let mut head = cache.get(&chain);
         for _ in 0..ATTEMPTS {
             let Some(prev) = (match head.take() {
                 Some(h) => Some(h),
-                None => read_head(&mut *tx, &chain).await?,
+                None => {
+                    let read = match read_head(&mut *tx, &chain).await {
+                        Err(e) if spare => {
+                            tx = fresh_after_spare(store, &e).await?;
+                            read_head(&mut *tx, &chain).await?
+                        }
+                        read => read?,
+                    };
+                    spare = false;
+                    read
+                }
             }) else {
                 break;
             };
@@ -214,7 +362,15 @@ pub(crate) async fn stage(
                 at,
                 request_id.clone(),
             );
-            match swap_in(&mut *tx, &rec, prev_seq, Some(guard)).await? {
+            let swapped = match swap_in(&mut *tx, &rec, prev_seq, Some(guard)).await {
+                Err(e) if spare => {
+                    tx = fresh_after_spare(store, &e).await?;
+                    swap_in(&mut *tx, &rec, prev_seq, Some(guard)).await?
+                }
+                swapped => swapped?,
+            };
+            spare = false;
+            match swapped {
                 Swap::Refused(current) => return Err(StoreError::StatusConflict { current }),
                 Swap::Done(seq) => {
                     rec.seq = seq;
@@ -222,6 +378,8 @@ pub(crate) async fn stage(
                     // it and waits on the head row; should the commit fail, that append
                     // misses and reads the head again.
                     cache.note(&chain, rec.chain_seq, &rec.hash);
+                    // The next staged append's transaction begins while this call runs.
+                    refill_spare(store);
                     return Ok(StagedAudit::pending(rec, async move {
                         tx.commit().await?;
                         metrics::histogram!("differently_audit_append_seconds")

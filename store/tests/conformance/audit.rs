@@ -984,9 +984,12 @@ async fn postgres_a_staged_append_keeps_its_place_and_fails_closed() {
         .unwrap()
         .expect("the row holds");
     let lost = staged.record().clone();
+    // The staged transaction, not the one begun ahead for the next append (its only
+    // statement so far is its BEGIN).
     let killed: Vec<(bool,)> = sqlx::query_as(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE datname = current_database() AND state = 'idle in transaction'",
+         WHERE datname = current_database() AND state = 'idle in transaction'
+           AND query NOT ILIKE 'BEGIN%'",
     )
     .fetch_all(db.store().pool())
     .await
@@ -1004,4 +1007,101 @@ async fn postgres_a_staged_append_keeps_its_place_and_fails_closed() {
         .collect();
     assert!(!hashes.contains(&lost.hash), "the lost record is not there");
     verify_ok(s.as_ref()).await;
+}
+
+/// The backends idle in a transaction whose only statement is its `BEGIN`: the transaction
+/// the store begins ahead of the next staged append.
+async fn begun_ahead(db: &differently_store::postgres::PgStore) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND state = 'idle in transaction'
+           AND query ILIKE 'BEGIN%'",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap()
+}
+
+/// Waits up to 2 s for `begun_ahead` to show exactly one transaction.
+async fn one_begun_ahead(db: &differently_store::postgres::PgStore) -> i32 {
+    for _ in 0..200 {
+        if let [pid] = begun_ahead(db).await[..] {
+            return pid;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no transaction was begun ahead of the next staged append");
+}
+
+/// A staged append leaves a transaction begun for the next one, which takes it (its swap is
+/// its only round trip before the call); one whose session ended while it waited is replaced
+/// without failing the append; and a quiet process gives it back within a few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_staged_append_takes_the_transaction_begun_ahead() {
+    let env = Env::postgres().await;
+    let s = env.store.as_ref();
+    let Backend::Postgres(db) = &env.backend else {
+        unreachable!()
+    };
+    let db = db.store();
+    let (o, p, sbx, guard) = running_guarded(s, "ahead").await;
+    let stage = || async {
+        s.stage_audit_if(exec_event(&o.id, &p.id, sbx.id.as_str()), &guard)
+            .await
+            .unwrap()
+            .expect("the row holds")
+    };
+    let first = stage().await.commit().await.unwrap();
+
+    let parked = one_begun_ahead(&db).await;
+    let staged = stage().await;
+    let holder: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND state = 'idle in transaction'
+           AND query NOT ILIKE 'BEGIN%'",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        holder,
+        vec![parked],
+        "the staged append took the transaction begun ahead"
+    );
+    let second = staged.commit().await.unwrap();
+    assert_eq!(second.chain_seq, first.chain_seq + 1);
+
+    // Its session ends while it waits (a database restart would do the same).
+    let parked = one_begun_ahead(&db).await;
+    let (ended,): (bool,) = sqlx::query_as("SELECT pg_terminate_backend($1)")
+        .bind(parked)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert!(ended);
+    let third = stage().await.commit().await.unwrap();
+    assert_eq!(
+        third.chain_seq,
+        second.chain_seq + 1,
+        "the append still succeeded"
+    );
+
+    // A quiet process keeps no transaction open.
+    one_begun_ahead(&db).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(
+        begun_ahead(&db).await,
+        Vec::<i32>::new(),
+        "given back after a quiet second"
+    );
+    let execs = s
+        .list_audit(&AuditFilter {
+            resource: Some(sbx.id.to_string()),
+            action: Some("sandbox.exec".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(execs, vec![first, second, third]);
+    verify_ok(s).await;
 }
