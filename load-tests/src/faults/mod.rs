@@ -704,12 +704,18 @@ async fn chaos(t: &mut Topology, n: &mut Nemesis, until: Instant) -> Result<(), 
     Ok(())
 }
 
-/// S9's bound on the stall after a node kill: issue #27's create → running target. A
-/// JetStream raft group elects a new leader only after its 4–9 s election timeout, but the
-/// workers do not wait for it: they take undelivered creates and deletes from the store
-/// `worker.scan_after_ms` (1 s) after the change, and clients leave a dead node within a
-/// second or two.
+/// S9's bound on the stall after a node kill: issue #27's create → running target, on the
+/// longest gap between `running` records. A JetStream raft group elects a new leader only
+/// after its 4–9 s election timeout, but the workers do not wait for it: they take
+/// undelivered creates and deletes from the store `worker.scan_after_ms` (1 s) after the
+/// change, and clients leave a dead node within a second or two.
 const S9_STALL_BOUND_MS: u64 = 3_000;
+
+/// S9's bound on the slowest admission → running of what was admitted while the node was
+/// down. Looser than the gap: it includes waiting in the queue behind the org's `maxActive`
+/// (8), which is not a stall (CI seed 1796147862464515230: gap 1.48 s, 8 of 33 ran, slowest
+/// 3.48 s).
+const S9_ADMITTED_BOUND_MS: u64 = 10_000;
 
 /// Whether one S9 kill's note shows no stall past the bound: the longest gap between
 /// `running` records and the slowest admission → running both within it (and something
@@ -723,7 +729,7 @@ fn s9_kill_ok(note: &str) -> bool {
             .collect();
         digits.parse().ok()
     };
-    let within = |ms: i64| u64::try_from(ms).is_ok_and(|ms| ms <= S9_STALL_BOUND_MS);
+    let within = |ms: i64, bound: u64| u64::try_from(ms).is_ok_and(|ms| ms <= bound);
     match (
         num("running records: "),
         num("admitted: "),
@@ -731,7 +737,10 @@ fn s9_kill_ok(note: &str) -> bool {
         num("admission → running: "),
     ) {
         (Some(gap), Some(a), Some(r), Some(slowest)) => {
-            a > 0 && r > 0 && within(gap) && within(slowest)
+            a > 0
+                && r > 0
+                && within(gap, S9_STALL_BOUND_MS)
+                && within(slowest, S9_ADMITTED_BOUND_MS)
         }
         _ => false,
     }
@@ -823,7 +832,7 @@ async fn scenario_checks(sc: Scenario, t: &Topology, faults: &[String]) -> Vec<V
                 .collect();
             let slow: Vec<&&String> = stalls.iter().filter(|f| !s9_kill_ok(f)).collect();
             push(
-                "no stall waiting for the election: running records never 3 s apart, and what was admitted while a node was down ran within 3 s",
+                "no stall waiting for the election: running records never 3 s apart, and what was admitted while a node was down ran within 10 s (queueing behind maxActive included)",
                 !stalls.is_empty() && slow.is_empty(),
                 format!("{stalls:?}"),
             );
