@@ -199,7 +199,7 @@ impl WorkerGroup {
             let reason = t.reason.clone();
             let outcome = self
                 .under_claim(&key, "delete", |tries| {
-                    self.delete_instance(id, reason, tries, d.acker.as_ref())
+                    self.delete_instance(&key, reason, tries, d.acker.as_ref())
                 })
                 .await;
             return finish(id, outcome, &d).await;
@@ -260,7 +260,9 @@ impl WorkerGroup {
             ttl_seconds: row.spec.ttl_seconds,
             from_snapshot,
         };
-        let created = with_progress(acker, self.config.ack_wait, self.adapter().create(&req)).await;
+        let (key, adapter) = (ClaimKey::of(row), self.adapter());
+        let call = self.claim_kept(&key, adapter.create(&req));
+        let created = with_progress(acker, self.config.ack_wait, call).await;
         let instance = match created {
             Ok(i) => i,
             Err(e) => return self.create_failed(row, delivered, e).await,
@@ -381,8 +383,9 @@ impl WorkerGroup {
             return Ack::Done;
         }
         let reason = row.status_reason.clone();
-        self.under_claim(&ClaimKey::of(row), "delete", |tries| {
-            self.delete_instance(&row.id, reason, tries, acker)
+        let key = ClaimKey::of(row);
+        self.under_claim(&key, "delete", |tries| {
+            self.delete_instance(&key, reason, tries, acker)
         })
         .await
     }
@@ -392,12 +395,15 @@ impl WorkerGroup {
     /// a row already past `terminating` refuses the change.
     async fn delete_instance(
         &self,
-        id: &SandboxId,
+        key: &ClaimKey,
         reason: Option<String>,
         delivered: u64,
         acker: &dyn Acker,
     ) -> Ack {
-        let deleted = with_progress(acker, self.config.ack_wait, self.adapter().delete(id)).await;
+        let id = &key.sandbox;
+        let adapter = self.adapter();
+        let call = self.claim_kept(key, adapter.delete(id));
+        let deleted = with_progress(acker, self.config.ack_wait, call).await;
         match deleted {
             Ok(()) | Err(AdapterError::NotFound) => {
                 if let Some(pause) = self.faults.pause_at(faults::WORKER_AFTER_DELETE) {
