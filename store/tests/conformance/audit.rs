@@ -905,14 +905,7 @@ pub async fn a_staged_append_is_written_once_committed(env: &Env) {
     for e in [exec_event(&o.id, &p.id, sbx.id.as_str()), fractional] {
         assert!(s.stage_audit_if(e, &stale).await.unwrap().is_none());
     }
-    let listed = s
-        .list_audit(&AuditFilter {
-            resource: Some(sbx.id.to_string()),
-            action: Some("sandbox.exec".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let listed = exec_records(s, &sbx.id).await;
     assert_eq!(listed, committed);
     verify_ok(s).await;
 }
@@ -936,14 +929,7 @@ async fn postgres_a_staged_append_dropped_uncommitted_writes_nothing() {
         .await
         .unwrap();
     assert_eq!(next.chain_seq, place, "the dropped record left no gap");
-    let execs = s
-        .list_audit(&AuditFilter {
-            resource: Some(sbx.id.to_string()),
-            action: Some("sandbox.exec".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let execs = exec_records(s, &sbx.id).await;
     assert_eq!(execs, vec![next]);
     verify_ok(s).await;
 }
@@ -1094,14 +1080,21 @@ async fn postgres_a_staged_append_takes_the_transaction_begun_ahead() {
         Vec::<i32>::new(),
         "given back after a quiet second"
     );
-    let execs = s
-        .list_audit(&AuditFilter {
-            resource: Some(sbx.id.to_string()),
-            action: Some("sandbox.exec".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let execs = exec_records(s, &sbx.id).await;
     assert_eq!(execs, vec![first, second, third]);
     verify_ok(s).await;
+}
+
+/// The `sandbox.exec` records of sandbox `id`, in order.
+async fn exec_records(
+    s: &dyn differently_store::Store,
+    id: &differently_core::SandboxId,
+) -> Vec<differently_store::audit::AuditEvent> {
+    s.list_audit(&AuditFilter {
+        resource: Some(id.to_string()),
+        action: Some("sandbox.exec".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
 }
