@@ -266,6 +266,22 @@ pub trait Adapter: Send + Sync + 'static {
         unsupported("exec.stream")
     }
 
+    /// [`Adapter::exec_stream`] whose command goes only once `go` is given: the adapter may
+    /// prepare it meanwhile (connect, send the request head) but must not let it run before,
+    /// nor at all if `go` is withdrawn. The API stages the exec's audit record in that time,
+    /// so the set-up overlaps the record's round trip. The default waits, then calls
+    /// `exec_stream`. (`exec.stream`)
+    async fn exec_stream_after(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: tokio::sync::mpsc::Sender<ExecEvent>,
+        go: crate::go_ahead::GoAhead,
+    ) -> Result<ExecExit, AdapterError> {
+        go.wait().await?;
+        self.exec_stream(at, req, out).await
+    }
+
     /// Runs `req.command` on a terminal of its own until it exits. Bytes the terminal writes go
     /// to `out` in order (a full `out` slows the program down, as a slow terminal would);
     /// `input` carries keystrokes, resizes and signals. A closed `input` or `out` hangs the

@@ -16,6 +16,7 @@ pub mod exec_output;
 pub mod fake;
 pub mod files;
 pub mod freestyle;
+pub mod go_ahead;
 pub mod http;
 pub mod local_fs;
 pub mod local_pty;

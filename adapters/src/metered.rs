@@ -217,6 +217,21 @@ impl<A: Adapter + ?Sized> Adapter for Metered<A> {
         .await
     }
 
+    async fn exec_stream_after(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: mpsc::Sender<ExecEvent>,
+        go: crate::go_ahead::GoAhead,
+    ) -> Result<ExecExit, AdapterError> {
+        metered(
+            &self.pool,
+            "exec_stream",
+            self.inner.exec_stream_after(at, req, out, go),
+        )
+        .await
+    }
+
     async fn pty(
         &self,
         at: &InstanceRef,

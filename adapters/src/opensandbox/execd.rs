@@ -6,6 +6,8 @@
 //! truncated and surfaces as `Transient`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::client::Client;
 use super::config::LineEndings;
 use crate::error::Reason;
+use crate::go_ahead::{GoAhead, Withdrawn};
 use crate::{AdapterError, ExecEvent};
 
 /// execd's port inside every sandbox.
@@ -283,6 +286,8 @@ pub(crate) struct RunOptions {
     pub deadline: Option<Duration>,
 }
 
+/// Runs `body` on execd and streams its output into `sink`. With `go`, the request is sent
+/// at once but its body (the command) only once `go` is given ([`held_command`]).
 pub(crate) async fn run(
     c: &Client,
     target: &Target,
@@ -290,6 +295,7 @@ pub(crate) async fn run(
     opts: RunOptions,
     sink: &mut impl Sink,
     accepted: &mut bool,
+    go: Option<&GoAhead>,
 ) -> Result<i32, AdapterError> {
     let RunOptions {
         line_endings,
@@ -297,14 +303,30 @@ pub(crate) async fn run(
         deadline,
     } = opts;
     let started = Instant::now();
-    let rb = target
-        .request(c, Method::POST, "/command")
-        .json(body)
-        .timeout(
+    let request = || {
+        target.request(c, Method::POST, "/command").timeout(
             c.request_timeout().max(Duration::from_secs(30))
                 + deadline.unwrap_or(Duration::from_secs(24 * 3600)),
-        );
-    let resp = c.send(rb, "exec").await?;
+        )
+    };
+    let resp = match go {
+        None => c.send(request().json(body), "exec").await?,
+        Some(go) => {
+            let (rb, hold) = held_command(request(), body, go)?;
+            match c.send(rb, "exec").await {
+                Ok(resp) => resp,
+                Err(e) => match hold.outcome() {
+                    Hold::Withdrawn => return Err(Withdrawn.into()),
+                    Hold::TooLong => {
+                        // None of the body went: send the command anew once it may go.
+                        go.wait().await?;
+                        c.send(request().json(body), "exec").await?
+                    }
+                    Hold::Waiting | Hold::Sent => return Err(e),
+                },
+            }
+        }
+    };
     if !resp.status().is_success() {
         return Err(execd_error(c, "exec", resp).await);
     }
@@ -460,6 +482,83 @@ pub(crate) async fn run(
             "exec: execd's output stream ended before the command finished".to_owned(),
         )),
     }
+}
+
+/// How long a command's request may stand with its head sent and its body held back. Past
+/// it the request is abandoned, none of its body sent, and the command goes on a new request
+/// once it may: a slow go-ahead does not keep a half-sent request open on execd.
+const HOLD_LIMIT: Duration = Duration::from_secs(1);
+
+/// What became of a held command's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Not asked for yet, or waiting for the go-ahead.
+    Waiting,
+    /// Given: the body went out.
+    Sent,
+    /// The go-ahead was withdrawn; the request was abandoned with no body sent.
+    Withdrawn,
+    /// The go-ahead took longer than [`HOLD_LIMIT`]; the request was abandoned with no body sent.
+    TooLong,
+}
+
+/// Shared between a held request's body and the call that sent it.
+#[derive(Debug, Clone, Default)]
+struct HoldState(Arc<AtomicU8>);
+
+impl HoldState {
+    fn set(&self, h: Hold) {
+        self.0.store(h as u8, Ordering::Release);
+    }
+
+    fn outcome(&self) -> Hold {
+        match self.0.load(Ordering::Acquire) {
+            x if x == Hold::Sent as u8 => Hold::Sent,
+            x if x == Hold::Withdrawn as u8 => Hold::Withdrawn,
+            x if x == Hold::TooLong as u8 => Hold::TooLong,
+            _ => Hold::Waiting,
+        }
+    }
+}
+
+/// Why a held body was not sent (reqwest ends the request with it).
+#[derive(Debug, thiserror::Error)]
+#[error("the command was not sent: {0:?}")]
+struct NotSent(Hold);
+
+/// `rb` with `body` as a body that waits for `go`: the connection is opened and the request
+/// head sent at once, so the connection's set-up (for a Docker sandbox, Docker's proxy dialling
+/// the container and execd accepting) overlaps whatever the caller does before it gives the
+/// go-ahead. The length is declared up front, so execd sees the same request as an unheld one.
+/// execd decodes the command from the body, so a request abandoned before its body (go-ahead
+/// withdrawn, or held past [`HOLD_LIMIT`]) cannot run anything: its connection is closed.
+fn held_command(
+    rb: reqwest::RequestBuilder,
+    body: &CommandBody,
+    go: &GoAhead,
+) -> Result<(reqwest::RequestBuilder, HoldState), AdapterError> {
+    let json = serde_json::to_vec(body)
+        .map_err(|e| AdapterError::Permanent(Reason::caused_by(format!("exec: {e}"), e)))?;
+    let hold = HoldState::default();
+    let (go, state) = (go.clone(), hold.clone());
+    let len = json.len();
+    let body = futures::stream::once(async move {
+        let outcome = match tokio::time::timeout(HOLD_LIMIT, go.wait()).await {
+            Ok(Ok(())) => Hold::Sent,
+            Ok(Err(Withdrawn)) => Hold::Withdrawn,
+            Err(_) => Hold::TooLong,
+        };
+        state.set(outcome);
+        match outcome {
+            Hold::Sent => Ok(Bytes::from(json)),
+            other => Err(NotSent(other)),
+        }
+    });
+    let rb = rb
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(reqwest::header::CONTENT_LENGTH, len)
+        .body(reqwest::Body::wrap_stream(body));
+    Ok((rb, hold))
 }
 
 /// The exit code `/command/status/{id}` reports, if it has one.

@@ -22,6 +22,7 @@ use differently_core::SandboxId;
 use crate::credentials::Credentials;
 use crate::error::Reason;
 use crate::exec_output::{millis, timed_exit, CollectedOutput};
+use crate::go_ahead::GoAhead;
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
@@ -384,6 +385,7 @@ impl OpenSandboxAdapter {
             self.run_options(Some(Duration::from_secs(10))),
             &mut sink,
             &mut accepted,
+            None,
         )
         .await;
         match res {
@@ -402,11 +404,15 @@ impl OpenSandboxAdapter {
     }
 
     /// Runs `req` through execd, feeding `sink`; returns the exit code.
+    /// Runs `req` on the sandbox's execd. With `go`, the command goes only once it is given
+    /// (the connection and request head before it; a command with stdin waits for it first,
+    /// since its input is written into the sandbox ahead of the command).
     async fn run(
         &self,
         at: &InstanceRef,
         req: &ExecRequest,
         sink: &mut (impl Sink + Send),
+        mut go: Option<&GoAhead>,
     ) -> Result<i32, AdapterError> {
         if req.command.is_empty() || req.command[0].is_empty() {
             return Err(AdapterError::permanent("command is empty"));
@@ -441,6 +447,9 @@ impl OpenSandboxAdapter {
         let mut target = self.target(&at.backend_ref).await?;
         let mut command = execd::shell_join(&req.command);
         if let Some(input) = stdin {
+            if let Some(go) = go.take() {
+                go.wait().await?;
+            }
             // execd's command API takes no stdin: the command reads a file, which is unlinked
             // as soon as the shell has opened it.
             let path = format!("/tmp/.differently-stdin-{}", unique());
@@ -472,6 +481,7 @@ impl OpenSandboxAdapter {
                 self.run_options(Some(timeout)),
                 sink,
                 &mut accepted,
+                go,
             )
             .await;
             let e = match res {
@@ -708,7 +718,7 @@ impl Adapter for OpenSandboxAdapter {
         self.require("exec")?;
         let started = Instant::now();
         let mut sink = Collect::default();
-        let exit_code = self.run(at, req, &mut sink).await?;
+        let exit_code = self.run(at, req, &mut sink, None).await?;
         Ok(sink.0.into_result(exit_code, millis(started.elapsed())))
     }
 
@@ -723,7 +733,18 @@ impl Adapter for OpenSandboxAdapter {
         out: tokio::sync::mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
         self.require("exec.stream")?;
-        timed_exit(self.run(at, req, &mut Channel(out))).await
+        timed_exit(self.run(at, req, &mut Channel(out), None)).await
+    }
+
+    async fn exec_stream_after(
+        &self,
+        at: &InstanceRef,
+        req: &ExecRequest,
+        out: tokio::sync::mpsc::Sender<ExecEvent>,
+        go: GoAhead,
+    ) -> Result<ExecExit, AdapterError> {
+        self.require("exec.stream")?;
+        timed_exit(self.run(at, req, &mut Channel(out), Some(&go))).await
     }
 
     async fn pty(

@@ -1052,6 +1052,129 @@ async fn a_caller_who_goes_away_leaves_no_command_running() {
     assert!(s.fake.record().abandoned >= 1, "the fake saw its client go");
 }
 
+/// The `POST …/command` requests whose heads reached the fake, with their declared length.
+fn command_heads(s: &crate::Setup) -> Vec<Option<u64>> {
+    s.fake
+        .record()
+        .heads
+        .iter()
+        .filter(|(line, _)| line.starts_with("POST ") && line.ends_with("/command"))
+        .map(|(_, length)| *length)
+        .collect()
+}
+
+/// Waits up to 5 s for `n` command request heads to reach the fake.
+async fn command_heads_reach(s: &crate::Setup, n: usize) {
+    for _ in 0..500 {
+        if command_heads(s).len() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} command request head(s) never reached execd");
+}
+
+/// `exec_stream_after`: the request to execd goes at once (its head, so the connection's
+/// set-up overlaps the caller's audit record) but its body, the command, only with the
+/// go-ahead; a withdrawn go-ahead runs nothing, and one that takes longer than the hold limit
+/// (1 s) sends the command on a new request, once. Directly to execd and through the server's
+/// proxy.
+#[tokio::test]
+async fn a_held_command_goes_only_with_its_go_ahead() {
+    use differently_adapters::go_ahead::GoAhead;
+    for proxy in [true, false] {
+        let s = setup(
+            Variant::Real,
+            FakeRuntime::Docker,
+            json!({"useServerProxy": proxy}),
+        )
+        .await;
+        let r = running(&s).await;
+        let echo = cmd(&["echo", "hi"]);
+        let stdout = |rx: &mut tokio::sync::mpsc::Receiver<ExecEvent>| {
+            let mut out = Vec::new();
+            while let Ok(ev) = rx.try_recv() {
+                if let ExecEvent::Stdout(b) = ev {
+                    out.extend_from_slice(&b);
+                }
+            }
+            out
+        };
+
+        // Given after the head arrived.
+        let (giver, go) = GoAhead::pair();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let control = async {
+            command_heads_reach(&s, 1).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let early = s.fake.record().command_bodies.len();
+            giver.give();
+            early
+        };
+        let (exit, early) = tokio::join!(s.adapter.exec_stream_after(&r, &echo, tx, go), control);
+        assert_eq!(
+            early, 0,
+            "proxy {proxy}: the command went before its go-ahead"
+        );
+        assert_eq!(exit.unwrap().exit_code, 0, "proxy {proxy}");
+        assert_eq!(stdout(&mut rx), b"hi\n", "proxy {proxy}");
+        let heads = command_heads(&s);
+        assert_eq!(heads.len(), 1, "proxy {proxy}: one request");
+        let sent = serde_json::to_vec(&s.fake.record().command_bodies[0]).unwrap();
+        assert_eq!(
+            heads[0],
+            Some(sent.len() as u64),
+            "proxy {proxy}: the held request declares its length, as an unheld one does"
+        );
+
+        // Withdrawn: nothing runs, and the call says why.
+        let (giver, go) = GoAhead::pair();
+        let (tx, _rx) = tokio::sync::mpsc::channel(16);
+        let touch = cmd(&["touch", "/tmp/differently-withdrawn"]);
+        let control = async {
+            command_heads_reach(&s, 2).await;
+            drop(giver);
+        };
+        let (res, ()) = tokio::join!(s.adapter.exec_stream_after(&r, &touch, tx, go), control);
+        assert!(
+            matches!(&res, Err(AdapterError::Permanent(r)) if r.to_string().contains("withdrawn")),
+            "proxy {proxy}: {res:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            s.fake.record().command_bodies.len(),
+            1,
+            "proxy {proxy}: a withdrawn command reached execd"
+        );
+        assert!(no_command_runs(&s).await);
+
+        // Held past the limit: abandoned unsent, then sent once on a new request.
+        let (giver, go) = GoAhead::pair();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let control = async {
+            command_heads_reach(&s, 3).await;
+            tokio::time::sleep(Duration::from_millis(1300)).await;
+            let before = s.fake.record().command_bodies.len();
+            giver.give();
+            before
+        };
+        let (exit, before) = tokio::join!(s.adapter.exec_stream_after(&r, &echo, tx, go), control);
+        assert_eq!(before, 1, "proxy {proxy}: sent while held");
+        assert_eq!(exit.unwrap().exit_code, 0, "proxy {proxy}");
+        assert_eq!(stdout(&mut rx), b"hi\n", "proxy {proxy}");
+        assert_eq!(
+            command_heads(&s).len(),
+            4,
+            "proxy {proxy}: abandoned, then sent anew"
+        );
+        assert_eq!(
+            s.fake.record().command_bodies.len(),
+            2,
+            "proxy {proxy}: the held-too-long command ran once"
+        );
+    }
+}
+
 #[tokio::test]
 async fn execd_headers_from_the_endpoint_are_used_and_stale_endpoints_re_resolved() {
     let s = setup(

@@ -86,6 +86,9 @@ pub struct Knobs {
 #[derive(Debug, Default)]
 pub struct Record {
     pub requests: Vec<String>,
+    /// Every request as its head arrived, before its body was read: `METHOD path` and its
+    /// `Content-Length` (`None`: chunked), so a test can see a request whose body never came.
+    pub heads: Vec<(String, Option<u64>)>,
     pub create_bodies: Vec<Value>,
     pub command_bodies: Vec<Value>,
     pub renewals: Vec<String>,
@@ -414,6 +417,13 @@ impl Inner {
 }
 
 async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
+    let length = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    lock(&inner.record)
+        .heads
+        .push((format!("{} {}", req.method(), req.uri().path()), length));
     let r = Req::read(req, 512 * 1024 * 1024).await;
     lock(&inner.record)
         .requests
