@@ -7,7 +7,7 @@
 //! says an event is owed, and the audit chain already holds the record of every exec and write
 //! (`docs/events.md` says so).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -114,12 +114,14 @@ async fn publish(announcer: Announcer, event: PublicEvent) {
 /// dropped), when it is dropped, without an exit code. So every `started` has its `finished`,
 /// and `started` is always published first.
 ///
-/// `started` goes out [`START_GRACE`] after the start if the command is still running then;
-/// a command that ends sooner has both events published together once it has its answer.
-/// Publishing means work for the bus and for every consumer of the public stream (the
-/// webhook fan-out reads the store for each event), which on a busy machine slowed the
-/// exec's own answer by about half a millisecond when `started` went out as the command
-/// started (`docs/opensandbox.md`, "Again on 2026-12-02").
+/// `started` goes out [`START_GRACE`] after the start if the command is still running then
+/// ([`ExecEvents::around`] watches the call); a command that ends sooner has both events
+/// published together once it has its answer. Publishing means work for the bus and for every
+/// consumer of the public stream (the webhook fan-out reads the store for each event), which
+/// on a busy machine slowed the exec's own answer by about half a millisecond when `started`
+/// went out as the command started (`docs/opensandbox.md`, "Again on 2026-12-02"). The grace
+/// is a timer polled by the call itself, not a task of its own: on two cores a task per exec
+/// (spawned, then aborted) was thread wake-ups the exec paid for.
 pub(crate) struct ExecEvents {
     events: Option<CallEvents>,
     /// `exec_<ulid>`: both events of one exec share it.
@@ -127,11 +129,12 @@ pub(crate) struct ExecEvents {
     program: String,
     timeout_ms: u64,
     started: std::time::Instant,
-    /// `started`, ready to publish; taken by whoever publishes it (the grace timer or the
-    /// end).
-    start_event: Arc<Mutex<Option<PublicEvent>>>,
-    /// The grace timer; the `finished` publish waits for it, so `started` comes first.
-    timer: Option<JoinHandle<()>>,
+    /// `started`, ready to publish; taken by whoever publishes it (the grace's end or the
+    /// end of the call).
+    start_event: Mutex<Option<PublicEvent>>,
+    /// `started`'s publish once the grace ran out; the `finished` publish waits for it, so
+    /// `started` comes first.
+    start_publish: Mutex<Option<JoinHandle<()>>>,
     finished: bool,
 }
 
@@ -140,11 +143,12 @@ pub(crate) const START_GRACE: Duration = Duration::from_millis(100);
 
 impl ExecEvents {
     /// An exec of `command` with `timeout`, starting now: `sandbox.exec.started` is stamped
-    /// now and published after [`START_GRACE`] or with `finished`, whichever comes first.
+    /// now and published once the call has run [`START_GRACE`] ([`ExecEvents::around`]) or
+    /// with `finished`, whichever comes first.
     pub(crate) fn start(events: Option<CallEvents>, command: &[String], timeout: Duration) -> Self {
         let id = format!("exec_{}", ulid::Ulid::new());
         let program = program_name(command);
-        let start_event = Arc::new(Mutex::new(events.as_ref().map(|e| {
+        let start_event = Mutex::new(events.as_ref().map(|e| {
             e.event(
                 Utc::now(),
                 &id,
@@ -153,17 +157,7 @@ impl ExecEvents {
                     program: program.clone(),
                 }),
             )
-        })));
-        let timer = events.as_ref().and_then(|e| {
-            let (announcer, pending) = (e.announcer.clone(), start_event.clone());
-            spawn(async move {
-                tokio::time::sleep(START_GRACE).await;
-                let event = lock(&pending).take();
-                if let Some(event) = event {
-                    publish(announcer, event).await;
-                }
-            })
-        });
+        }));
         ExecEvents {
             events,
             id,
@@ -171,9 +165,37 @@ impl ExecEvents {
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             started: std::time::Instant::now(),
             start_event,
-            timer,
+            start_publish: Mutex::new(None),
             finished: false,
         }
+    }
+
+    /// Runs `call`, publishing `started` if it is still running [`START_GRACE`] after the
+    /// start.
+    pub(crate) async fn around<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+        tokio::pin!(call);
+        let grace = tokio::time::sleep_until((self.started + START_GRACE).into());
+        tokio::pin!(grace);
+        let mut graced = self.events.is_none();
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut call => return out,
+                () = &mut grace, if !graced => {
+                    graced = true;
+                    self.publish_started();
+                }
+            }
+        }
+    }
+
+    /// Publishes `started` in the background now, unless it has gone out already.
+    fn publish_started(&self) {
+        let Some(e) = &self.events else { return };
+        let Some(event) = lock(&self.start_event).take() else {
+            return;
+        };
+        *lock(&self.start_publish) = spawn(publish(e.announcer.clone(), event));
     }
 
     /// Publishes `sandbox.exec.finished` (after `started`, if that has not gone out yet):
@@ -208,23 +230,16 @@ impl ExecEvents {
                 timed_out,
             }),
         );
-        // Taken here, `started` is ours to publish and the timer finds nothing; otherwise
-        // the timer is publishing it, and `finished` waits for that.
+        // Still here, `started` is ours to publish first; otherwise its publish is under way,
+        // and `finished` waits for it.
         let started = lock(&self.start_event).take();
-        let timer = self.timer.take();
+        let earlier = lock(&self.start_publish).take();
         let announcer = e.announcer.clone();
         spawn(async move {
-            match (started, timer) {
-                (Some(started), timer) => {
-                    if let Some(t) = timer {
-                        t.abort();
-                    }
-                    publish(announcer.clone(), started).await;
-                }
-                (None, Some(t)) => {
-                    let _ = t.await;
-                }
-                (None, None) => {}
+            if let Some(started) = started {
+                publish(announcer.clone(), started).await;
+            } else if let Some(earlier) = earlier {
+                let _ = earlier.await;
             }
             publish(announcer, finished).await;
         });

@@ -12,7 +12,7 @@ use differently_adapters::InstanceRef;
 use differently_bus_schema::WorkOp;
 use differently_core::ids::OpId;
 use differently_core::{ErrorCode, Sandbox, SandboxId, SandboxStatus};
-use differently_store::audit::{RowGuard, StagedAudit};
+use differently_store::audit::{NewAuditEvent, RowGuard, StagedAudit};
 use serde_json::{json, Value};
 
 use crate::access::load_sandbox;
@@ -144,9 +144,8 @@ pub(crate) async fn open_data_call(
 ///
 /// A row remembered from an earlier call or from the event that started it
 /// (`EventHub::running`) is used without a read when the record can be written guarded on it
-/// (the row still running at that version); otherwise the row is read (and woken if idle) as
-/// [`ready_for_data`] does, its record committed before the call, and the row remembered for
-/// the next call.
+/// (the row still running at that version; [`early_call`]); otherwise the row is read
+/// ([`open_read_call`]).
 pub(crate) async fn open_staged_call(
     state: &AppState,
     principal: &Principal,
@@ -155,27 +154,93 @@ pub(crate) async fn open_staged_call(
     action: &str,
     detail: Value,
 ) -> ApiResult<(Arc<Pool>, InstanceRef, StagedAudit)> {
-    let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
-    if let Some(r) = remembered(state, principal, &id) {
-        let pool = named_pool(state, &r.pool)?;
-        require_capability(&pool, capability)?;
-        let guard = RowGuard {
-            sandbox: r.id.clone(),
-            status: SandboxStatus::Running,
-            status_version: r.status_version,
-        };
-        let event = audit_event(
-            principal,
-            (&r.org_id, &r.project_id, &r.id),
-            action,
-            detail.clone(),
-        );
-        if let Some(record) = state.store.stage_audit_if(event, &guard).await? {
-            return Ok((pool, called(state, r.id, r.backend_ref), record));
+    if let Some(early) = early_call(state, principal, raw_id, capability, action, detail.clone())? {
+        if let Some(record) = early.stage(state).await? {
+            return Ok((early.pool, early.at, record));
         }
-        // It moved since: read it like any other call.
-        state.events.running.forget(&id);
     }
+    open_read_call(state, principal, raw_id, capability, action, detail).await
+}
+
+/// A data-plane call on a row this process remembers running: its pool and instance, known
+/// at once, and its record still to be staged guarded on the row ([`EarlyCall::stage`]). The
+/// caller may prepare the call meanwhile (exec opens its connection to the sandbox), as long
+/// as nothing reaches the sandbox before the record is staged.
+pub(crate) struct EarlyCall {
+    pub pool: Arc<Pool>,
+    pub at: InstanceRef,
+    event: NewAuditEvent,
+    guard: RowGuard,
+}
+
+/// The [`EarlyCall`] for sandbox `raw_id` if this process remembers it running and the
+/// principal owns it; `None` means the row must be read ([`open_read_call`]).
+pub(crate) fn early_call(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+    capability: &str,
+    action: &str,
+    detail: Value,
+) -> ApiResult<Option<EarlyCall>> {
+    let id = SandboxId::parse(raw_id).map_err(|_| ApiError::not_found("sandbox"))?;
+    let Some(r) = remembered(state, principal, &id) else {
+        return Ok(None);
+    };
+    let pool = named_pool(state, &r.pool)?;
+    require_capability(&pool, capability)?;
+    let event = audit_event(principal, (&r.org_id, &r.project_id, &r.id), action, detail);
+    let guard = RowGuard {
+        sandbox: r.id.clone(),
+        status: SandboxStatus::Running,
+        status_version: r.status_version,
+    };
+    let at = InstanceRef {
+        sandbox_id: r.id,
+        backend_ref: r.backend_ref,
+    };
+    Ok(Some(EarlyCall {
+        pool,
+        at,
+        event,
+        guard,
+    }))
+}
+
+impl EarlyCall {
+    /// Stages the call's record guarded on the remembered row, and counts the call as the
+    /// sandbox's activity. `None`: the row moved since (it is forgotten; read it as any
+    /// other call), nothing written.
+    pub(crate) async fn stage(&self, state: &AppState) -> ApiResult<Option<StagedAudit>> {
+        match state
+            .store
+            .stage_audit_if(self.event.clone(), &self.guard)
+            .await?
+        {
+            Some(record) => {
+                state
+                    .activity
+                    .record(&state.store, &self.at.sandbox_id, Utc::now());
+                Ok(Some(record))
+            }
+            None => {
+                state.events.running.forget(&self.at.sandbox_id);
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// A data-plane call whose row is read first (and woken if idle, as [`ready_for_data`]
+/// does): its record is committed before the call, and the row remembered for the next call.
+pub(crate) async fn open_read_call(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+    capability: &str,
+    action: &str,
+    detail: Value,
+) -> ApiResult<(Arc<Pool>, InstanceRef, StagedAudit)> {
     let sandbox = load_sandbox(state, principal, raw_id).await?;
     let (pool, at, sandbox) = ready_for_data(state, principal, sandbox, capability).await?;
     let record = audit(state, principal, &sandbox, action, detail).await?;
@@ -205,12 +270,43 @@ pub(crate) async fn while_committing<T>(
     }
 }
 
-/// Commits `record` in a task of its own, so a caller that hangs up (its handler dropped)
-/// cannot cancel the commit of a call that may already have started.
+/// Commits `record`, polled by the caller; if the caller is dropped first (a hang-up drops its
+/// handler), the commit goes on in a task of its own, so the commit of a call that may already
+/// have started is never cancelled. Spawning the commit up front did the same at the cost of
+/// a task and a thread wake-up per call.
 pub(crate) async fn commit_detached(record: StagedAudit) -> ApiResult<()> {
-    match tokio::spawn(record.commit()).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.into()),
-        Err(e) => Err(ApiError::internal(format!("audit commit task: {e}"))),
+    let mut commit = FinishOnDrop(Some(Box::pin(record.commit())));
+    std::future::poll_fn(|cx| commit.poll(cx)).await?;
+    Ok(())
+}
+
+/// A future finished in a task of its own should it be dropped before it ends.
+struct FinishOnDrop<F: std::future::Future + Send + 'static>(Option<std::pin::Pin<Box<F>>>)
+where
+    F::Output: Send;
+
+impl<F: std::future::Future + Send + 'static> FinishOnDrop<F>
+where
+    F::Output: Send,
+{
+    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let Some(f) = self.0.as_mut() else {
+            // Polled again after it ended: never, as `commit_detached` awaits it once.
+            return std::task::Poll::Pending;
+        };
+        let out = std::task::ready!(f.as_mut().poll(cx));
+        self.0 = None;
+        std::task::Poll::Ready(out)
+    }
+}
+
+impl<F: std::future::Future + Send + 'static> Drop for FinishOnDrop<F>
+where
+    F::Output: Send,
+{
+    fn drop(&mut self) {
+        if let (Some(f), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn(f);
+        }
     }
 }

@@ -43,10 +43,13 @@ use axum::{Json, Router};
 use base64::Engine;
 use bytes::BytesMut;
 use differently_adapters::exec_output::CollectedOutput;
-use differently_adapters::{AdapterError, ExecEvent, ExecExit};
+use differently_adapters::go_ahead::GoAhead;
+use differently_adapters::pools::Pool;
+use differently_adapters::{AdapterError, ExecEvent, ExecExit, InstanceRef};
 use differently_core::exec::{ExecRequest, ExecResult, OutputEncoding};
 use differently_core::tenancy::Scope;
 use differently_core::ErrorCode;
+use differently_store::audit::StagedAudit;
 use futures::Stream;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -57,7 +60,9 @@ use frames::FrameType;
 use crate::auth::Principal;
 use crate::body::parse_json_allowing_nul;
 use crate::data_events::{CallEvents, ExecEvents};
-use crate::data_plane::{commit_detached, open_staged_call, while_committing};
+use crate::data_plane::{
+    commit_detached, early_call, open_read_call, open_staged_call, while_committing,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::sse::HEARTBEAT;
 use crate::AppState;
@@ -139,9 +144,43 @@ async fn exec(
     let req = parse_exec(&body)?;
     let detail = json!({ "program": req.program() });
     let enc = req.output_encoding.unwrap_or_default();
+    if let Some(early) = early_call(
+        &state,
+        &principal,
+        &id,
+        "exec",
+        "sandbox.exec",
+        detail.clone(),
+    )? {
+        let stage = early.stage(&state);
+        let (pool, at) = (&early.pool, &early.at);
+        if let Some(answer) = run_exec(&state, &principal, pool, at, &req, enc, stage).await? {
+            return Ok(Json(answer));
+        }
+        // The row moved since: nothing was sent; read it like any other call.
+    }
     let (pool, at, record) =
-        open_staged_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
-    let events = CallEvents::new(&state, &principal, record.record(), &at.sandbox_id);
+        open_read_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
+    let staged = std::future::ready(Ok(Some(record)));
+    run_exec(&state, &principal, &pool, &at, &req, enc, staged)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::internal("exec: a committed record was refused"))
+}
+
+/// Runs a collected exec whose record `stage` is staging. The command is prepared beside it
+/// (the adapter opens its connection and sends the request head, [`GoAhead`]) and goes once
+/// the record is staged; the answer waits for the record's commit ([`while_committing`]).
+/// `None`: the record was refused (the row moved), so the command was never sent.
+async fn run_exec(
+    state: &AppState,
+    principal: &Principal,
+    pool: &Pool,
+    at: &InstanceRef,
+    req: &ExecRequest,
+    enc: OutputEncoding,
+    stage: impl std::future::Future<Output = ApiResult<Option<StagedAudit>>>,
+) -> ApiResult<Option<ExecResult>> {
     let streams = pool
         .adapter
         .capabilities()
@@ -153,14 +192,14 @@ async fn exec(
             "outputEncoding base64 needs a pool with exec.stream (binary-safe output)",
         ));
     }
-    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec");
-    let exec_events = ExecEvents::start(events, &req.command, req.timeout());
+    let (giver, go) = GoAhead::pair();
     let run = async {
         if !streams {
-            return Ok(pool.adapter.exec(&at, &req).await?);
+            go.wait().await.map_err(AdapterError::from)?;
+            return Ok(pool.adapter.exec(at, req).await?);
         }
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let run = pool.adapter.exec_stream(&at, &req, tx);
+        let run = pool.adapter.exec_stream_after(at, req, tx, go);
         let collect = CollectedOutput::collect(rx);
         let (exit, out) = tokio::join!(run, collect);
         let exit = exit?;
@@ -173,9 +212,34 @@ async fn exec(
             duration_ms: exit.duration_ms,
         })
     };
-    let answer = while_committing(record, run).await;
+    tokio::pin!(run, stage);
+    // The run can only end before the record is staged by failing (its command cannot go
+    // before the go-ahead); that answer is kept for after the record.
+    let mut ended_early = None;
+    let staged = loop {
+        tokio::select! {
+            biased;
+            staged = &mut stage => break staged,
+            answer = &mut run, if ended_early.is_none() => ended_early = Some(answer),
+        }
+    };
+    // Refused or failed: `run` is dropped here with its command unsent.
+    let Some(record) = staged? else {
+        return Ok(None);
+    };
+    giver.give();
+    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec");
+    let events = CallEvents::new(state, principal, record.record(), &at.sandbox_id);
+    let exec_events = ExecEvents::start(events, &req.command, req.timeout());
+    let rest = async {
+        match ended_early {
+            Some(answer) => answer,
+            None => run.await,
+        }
+    };
+    let answer = exec_events.around(while_committing(record, rest)).await;
     exec_events.finish(answer.as_ref().ok().map(|r| (r.exit_code, r.duration_ms)));
-    Ok(Json(answer?))
+    answer.map(Some)
 }
 
 /// A streamed exec in progress: the adapter runs in its own task and writes output into
@@ -538,7 +602,7 @@ async fn start_stream(
     let task = tokio::spawn(async move {
         // Dropped with the task when the stream's caller goes away: `finished` without a code.
         let exec_events = ExecEvents::start(events, &req.command, req.timeout());
-        let exit = adapter.exec_stream(&at, &req, tx).await;
+        let exit = exec_events.around(adapter.exec_stream(&at, &req, tx)).await;
         exec_events.finish(exit.as_ref().ok().map(|x| (x.exit_code, x.duration_ms)));
         exit
     });

@@ -1,0 +1,142 @@
+//! An exec's command waits for its audit record: the `opensandbox` adapter (the real one,
+//! against the adapters' fake OpenSandbox server) opens its request to execd while the API
+//! stages the record, and sends the command only once the record is staged. A row that moved
+//! behind the API's memory refuses the record, so that early request is abandoned with the
+//! command unsent; the exec then runs from a fresh read, once, or is refused. (That the head
+//! goes before the go-ahead is the adapter's own test, `a_held_command_goes_only_with_its_go_ahead`.)
+
+use std::io::Write;
+use std::time::Duration;
+
+use differently_core::{SandboxId, SandboxStatus};
+use reqwest::Method;
+use serde_json::json;
+
+use crate::dataplane::post;
+use crate::fake_opensandbox::{FakeRuntime, FakeServer, Variant};
+use crate::harness::{Cluster, Opts};
+
+const KEY: &str = "osb_e2e_held_5c4d3e2f1a0b";
+const POOL: &str = "osb";
+
+/// `(command request heads, command bodies)` the fake's execd has seen.
+fn seen(fake: &FakeServer) -> (usize, usize) {
+    let record = fake.record();
+    let heads = record
+        .heads
+        .iter()
+        .filter(|(line, _)| line.starts_with("POST ") && line.ends_with("/command"))
+        .count();
+    (heads, record.command_bodies.len())
+}
+
+/// Moves the row on behind the API's back (no event tells it): `status` at a new version.
+async fn move_row(c: &Cluster, id: &SandboxId, status: &str) {
+    let moved = sqlx::query(
+        "UPDATE sandboxes SET status = $2, status_version = status_version + 1,
+             doc = jsonb_set(jsonb_set(doc, '{status}', to_jsonb($2::text)),
+                             '{statusVersion}', to_jsonb(status_version + 1))
+         WHERE id = $1",
+    )
+    .bind(id.to_string())
+    .bind(status)
+    .execute(c.db.store().pool())
+    .await
+    .expect("move the row")
+    .rows_affected();
+    assert_eq!(moved, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_sends_its_command_only_once_its_record_is_staged() {
+    let fake = FakeServer::start(Variant::Real, FakeRuntime::Docker, KEY).await;
+    let mut key_file = tempfile::NamedTempFile::new().expect("key file");
+    key_file.write_all(KEY.as_bytes()).expect("write key");
+    let c = Cluster::started(Opts::default()).await;
+    let (s, p) = c
+        .call(
+            &c.key,
+            Method::POST,
+            "/v1/admin/pools",
+            Some(json!({
+                "name": POOL, "kind": "opensandbox", "trust": "private",
+                "settings": {
+                    "apiURL": fake.api_url(), "trust": "private", "apiKeyFile": key_file.path(),
+                    "useServerProxy": false, "timeouts": {"pollMillis": 20},
+                },
+            })),
+        )
+        .await;
+    assert_eq!(s, 201, "{p}");
+    c.deny_fake_pool().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, info) = c
+            .call(
+                &c.key,
+                Method::GET,
+                &format!("/v1/admin/pools/{POOL}"),
+                None,
+            )
+            .await;
+        if info["healthy"] == true {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pool never got healthy: {info}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (s, created) = c.create(json!({})).await;
+    assert_eq!(s, 202, "{created}");
+    let id = SandboxId::parse(created["id"].as_str().expect("id")).expect("sandbox id");
+    let row = c
+        .wait_status(&id, SandboxStatus::Running, Duration::from_secs(30))
+        .await;
+    assert_eq!(row["pool"], POOL, "{row}");
+    let path = format!("/v1/sandboxes/{id}/exec");
+    let exec = |n: &'static str| post(&c, &path, json!({"command": ["echo", n]}));
+
+    // The first exec reads the row; the second uses the remembered one, its request to
+    // execd opened beside its record.
+    for n in ["1", "2"] {
+        let (s, out) = exec(n).await;
+        assert_eq!(
+            (s, out["stdout"].as_str()),
+            (200, Some(&*format!("{n}\n"))),
+            "{out}"
+        );
+    }
+    assert_eq!(seen(&fake), (2, 2), "one request per exec");
+
+    // Moved on at a new version, still running: the remembered row's record is refused, the
+    // early request abandoned unsent, and the exec runs once from a fresh read.
+    move_row(&c, &id, "running").await;
+    let (s, out) = exec("3").await;
+    assert_eq!((s, out["stdout"].as_str()), (200, Some("3\n")), "{out}");
+    // The early request's head reaches execd or not, as the refusal races its connection;
+    // its body never does.
+    let (heads, bodies) = seen(&fake);
+    assert!((3..=4).contains(&heads), "{heads} command requests");
+    assert_eq!(
+        bodies, 3,
+        "the refused early request carried no command; the exec ran once"
+    );
+    assert_eq!(fake.record().command_bodies[2]["command"], "echo 3");
+
+    // Stopped behind the API's back: refused, and nothing reaches the sandbox.
+    move_row(&c, &id, "stopped").await;
+    let (s, out) = exec("4").await;
+    assert_eq!(s, 409, "{out}");
+    assert_eq!(
+        seen(&fake).1,
+        3,
+        "the refused exec's command never reached execd"
+    );
+
+    let items = crate::audit::records_of(&c, &id, "sandbox.exec").await;
+    assert_eq!(items.len(), 3, "one record per exec that ran: {items:?}");
+    let report = crate::audit::verify(&c).await;
+    assert_eq!(report["ok"], true, "{report}");
+}
