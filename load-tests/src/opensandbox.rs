@@ -117,6 +117,10 @@ pub struct BenchReport {
     /// The same for every `postgres` process together (the server is shared: another
     /// database's work in that time counts too).
     pub postgres_cpu_per_exec_us: Option<f64>,
+    /// Context switches of the API process's threads per exec in the same phase (voluntary
+    /// and not): how often an exec puts a thread to sleep or wakes one, which on two cores
+    /// is most of what its CPU time is spent on.
+    pub api_switches_per_exec: Option<f64>,
 }
 
 /// Execs of the CPU phase.
@@ -140,6 +144,26 @@ fn on_cpu_ns(pid: u32) -> Option<u64> {
             .next()
             .and_then(|t| t.parse::<u64>().ok())
             .unwrap_or(0);
+    }
+    Some(total)
+}
+
+/// Context switches of process `pid`'s live threads so far, voluntary and not
+/// (`/proc/<pid>/task/*/status`).
+fn context_switches(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        total += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
     }
     Some(total)
 }
@@ -791,6 +815,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         }
         // CPU per exec, in a phase of its own so the API serves nothing else meanwhile.
         let api_pid = cluster.pid("api");
+        let switches_before = api_pid.and_then(context_switches);
         let before = (api_pid.and_then(on_cpu_ns), postgres_on_cpu_ns());
         let mut done = 0;
         while done < CPU_EXECS {
@@ -806,7 +831,16 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         let per_exec = |b: Option<u64>, a: Option<u64>| {
             Some(a?.checked_sub(b?)? as f64 / CPU_EXECS as f64 / 1000.0)
         };
-        let cpu = (per_exec(before.0, after.0), per_exec(before.1, after.1));
+        let switches = api_pid
+            .and_then(context_switches)
+            .zip(switches_before)
+            .and_then(|(a, b)| a.checked_sub(b))
+            .map(|d| d as f64 / CPU_EXECS as f64);
+        let cpu = (
+            per_exec(before.0, after.0),
+            per_exec(before.1, after.1),
+            switches,
+        );
         // The server's proxy, for reference, in a phase of its own: closing a proxied stream
         // right after `execution_complete` is what the broken pipes followed, so it does not
         // share rounds with the comparison.
@@ -837,7 +871,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         "delete the exec sandbox",
     )
     .await?;
-    let ([d, ad, t, g, au], p, exec_anomalies, (api_cpu, postgres_cpu)) = measured?;
+    let ([d, ad, t, g, au], p, exec_anomalies, (api_cpu, postgres_cpu, api_switches)) = measured?;
     api.wait(&id, "terminated").await?;
 
     let create_direct = Series::of(direct);
@@ -874,6 +908,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         exec_anomalies,
         api_cpu_per_exec_us: api_cpu,
         postgres_cpu_per_exec_us: postgres_cpu,
+        api_switches_per_exec: api_switches,
     })
 }
 

@@ -108,9 +108,10 @@ fn main() -> ExitCode {
             );
             let us = |v: Option<f64>| v.map_or("unread".to_owned(), |v| format!("{v:.0} µs"));
             println!(
-                "CPU per exec through Differently ({} back to back): API process {}, all postgres processes {}",
+                "CPU per exec through Differently ({} back to back): API process {} ({} context switches), all postgres processes {}",
                 differently_load_tests::opensandbox::CPU_EXECS,
                 us(r.api_cpu_per_exec_us),
+                r.api_switches_per_exec.map_or("unread".to_owned(), |v| format!("{v:.1}")),
                 us(r.postgres_cpu_per_exec_us)
             );
             let text = serde_json::to_string_pretty(&r).unwrap_or_default();
