@@ -229,6 +229,7 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
             .expect("stream");
         assert_eq!(exit.exit_code, 0);
         assert_eq!(reader.await.expect("reader"), 3);
+        held_commands(a, &r).await;
 
         // Files, binary round trip with a range.
         let data: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
@@ -502,6 +503,68 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
 /// The terminal case on a running instance `r`: what both a real execd and the fake do the
 /// same way (prompts and the timing of the echo differ, so only program output is matched:
 /// text that never appears in the echoed keystrokes).
+/// A command held for its go-ahead (`exec_stream_after`, as the API's exec sends it): execd
+/// runs it once when it is given, never when it is withdrawn (the request is abandoned with
+/// its head sent and no body), and once when it is held past the hold limit (abandoned, then
+/// sent anew). Each command appends to a file of its own, read back after.
+async fn held_commands(a: &OpenSandboxAdapter, r: &differently_adapters::InstanceRef) {
+    use differently_adapters::go_ahead::GoAhead;
+    let t = Instant::now();
+    let tag = ulid_tag();
+    let file = |what: &str| format!("/tmp/differently-held-{tag}-{what}");
+    let append = |what: &str| cmd(&["sh", "-c", &format!("echo ran >> {}", file(what))]);
+    let held = async |what: &str, hold: Duration, give: bool| {
+        let (giver, go) = GoAhead::pair();
+        let (tx, _rx) = tokio::sync::mpsc::channel(16);
+        let control = async {
+            tokio::time::sleep(hold).await;
+            if give {
+                giver.give();
+            }
+        };
+        let command = append(what);
+        let (res, ()) = tokio::join!(a.exec_stream_after(r, &command, tx, go), control);
+        res
+    };
+    let given = held("given", Duration::from_millis(50), true).await;
+    assert_eq!(given.expect("given").exit_code, 0);
+    let withdrawn = held("withdrawn", Duration::from_millis(50), false).await;
+    assert!(
+        matches!(&withdrawn, Err(AdapterError::Permanent(m)) if m.to_string().contains("withdrawn")),
+        "{withdrawn:?}"
+    );
+    let long = held("long", Duration::from_millis(1300), true).await;
+    assert_eq!(long.expect("held past the limit").exit_code, 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let read = cmd(&[
+        "sh",
+        "-c",
+        &format!(
+            "for f in given withdrawn long; do printf '%s=' $f; cat {0}-$f 2>/dev/null | wc -l; done; rm -f {0}-*",
+            file("").trim_end_matches('-')
+        ),
+    ]);
+    let out = a.exec(r, &read).await.expect("read the markers");
+    assert_eq!(
+        out.stdout.split_whitespace().collect::<Vec<_>>(),
+        ["given=1", "withdrawn=0", "long=1"],
+        "{out:?}"
+    );
+    done("held command: given runs once, withdrawn never, held too long once", t);
+}
+
+/// A tag unique to this run, for file names in the sandbox.
+fn ulid_tag() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    )
+}
+
 pub(crate) async fn pty_case(a: &OpenSandboxAdapter, r: &differently_adapters::InstanceRef) {
     use differently_adapters::{PtyInput, PtyRequest, PtySignal, PtySize};
     assert!(
