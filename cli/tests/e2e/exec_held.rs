@@ -69,25 +69,8 @@ async fn an_exec_sends_its_command_only_once_its_record_is_staged() {
         .await;
     assert_eq!(s, 201, "{p}");
     c.deny_fake_pool().await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, info) = c
-            .call(
-                &c.key,
-                Method::GET,
-                &format!("/v1/admin/pools/{POOL}"),
-                None,
-            )
-            .await;
-        if info["healthy"] == true {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the pool never got healthy: {info}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    c.wait_pool_health(POOL, true, Duration::from_secs(30))
+        .await;
     let (s, created) = c.create(json!({})).await;
     assert_eq!(s, 202, "{created}");
     let id = SandboxId::parse(created["id"].as_str().expect("id")).expect("sandbox id");

@@ -392,6 +392,31 @@ ledger = "{ledger}"
         assert_eq!(s, 200, "deny the fake pool: {b}");
     }
 
+    /// Waits up to `within` for pool `pool` to report `healthy` (`GET /v1/admin/pools/{pool}`),
+    /// failing with its last answer and the logs.
+    pub async fn wait_pool_health(&self, pool: &str, healthy: bool, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let (_, info) = self
+                .call(
+                    &self.key,
+                    reqwest::Method::GET,
+                    &format!("/v1/admin/pools/{pool}"),
+                    None,
+                )
+                .await;
+            if info["healthy"] == healthy {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{pool} never became healthy={healthy}: {info}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// `POST /v1/sandboxes` with `body`; returns (status, json).
     pub async fn create(&self, body: Value) -> (u16, Value) {
         let r = self

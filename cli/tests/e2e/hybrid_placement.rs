@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -104,26 +104,8 @@ async fn put_policy(c: &Cluster, path: &str, body: Value) {
 }
 
 async fn wait_health(c: &Cluster, pool: &str, healthy: bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, info) = c
-            .call(
-                &c.key,
-                Method::GET,
-                &format!("/v1/admin/pools/{pool}"),
-                None,
-            )
-            .await;
-        if info["healthy"] == healthy {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{pool} never became healthy={healthy}: {info}\n{}",
-            c.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    c.wait_pool_health(pool, healthy, Duration::from_secs(20))
+        .await;
     if healthy {
         // Every process re-reads the shared health view within one sync interval (2 s).
         tokio::time::sleep(Duration::from_millis(2500)).await;

@@ -143,18 +143,8 @@ async fn cluster(server: &Server, key_file: &std::path::Path) -> Cluster {
         .await;
     assert_eq!(s, 201, "register the pool: {p}");
     c.deny_fake_pool().await;
-    wait_for(Duration::from_secs(60), "the pool is healthy", async || {
-        let (_, info) = c
-            .call(
-                &c.key,
-                Method::GET,
-                &format!("/v1/admin/pools/{POOL}"),
-                None,
-            )
-            .await;
-        info["healthy"] == true
-    })
-    .await;
+    c.wait_pool_health(POOL, true, Duration::from_secs(60))
+        .await;
     c
 }
 
