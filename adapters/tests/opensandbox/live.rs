@@ -550,7 +550,10 @@ async fn held_commands(a: &OpenSandboxAdapter, r: &differently_adapters::Instanc
         ["given=1", "withdrawn=0", "long=1"],
         "{out:?}"
     );
-    done("held command: given runs once, withdrawn never, held too long once", t);
+    done(
+        "held command: given runs once, withdrawn never, held too long once",
+        t,
+    );
 }
 
 /// A tag unique to this run, for file names in the sandbox.
