@@ -6,8 +6,7 @@
 //! truncated and surfaces as `Transient`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -503,21 +502,20 @@ enum Hold {
 }
 
 /// Shared between a held request's body and the call that sent it.
-#[derive(Debug, Clone, Default)]
-struct HoldState(Arc<AtomicU8>);
+#[derive(Debug, Clone)]
+struct HoldState(Arc<Mutex<Hold>>);
 
 impl HoldState {
+    fn new() -> HoldState {
+        HoldState(Arc::new(Mutex::new(Hold::Waiting)))
+    }
+
     fn set(&self, h: Hold) {
-        self.0.store(h as u8, Ordering::Release);
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = h;
     }
 
     fn outcome(&self) -> Hold {
-        match self.0.load(Ordering::Acquire) {
-            x if x == Hold::Sent as u8 => Hold::Sent,
-            x if x == Hold::Withdrawn as u8 => Hold::Withdrawn,
-            x if x == Hold::TooLong as u8 => Hold::TooLong,
-            _ => Hold::Waiting,
-        }
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -539,7 +537,7 @@ fn held_command(
 ) -> Result<(reqwest::RequestBuilder, HoldState), AdapterError> {
     let json = serde_json::to_vec(body)
         .map_err(|e| AdapterError::Permanent(Reason::caused_by(format!("exec: {e}"), e)))?;
-    let hold = HoldState::default();
+    let hold = HoldState::new();
     let (go, state) = (go.clone(), hold.clone());
     let len = json.len();
     let body = futures::stream::once(async move {
