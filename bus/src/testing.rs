@@ -265,7 +265,7 @@ impl NatsCluster {
     pub fn start(n: usize) -> NatsCluster {
         let binary = find_nats_server().unwrap_or_else(|e| panic!("{e}"));
         let cluster_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let monitor_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let mut monitor_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let routes = cluster_ports
             .iter()
             .map(|p| format!("nats://127.0.0.1:{p}"))
@@ -295,8 +295,20 @@ impl NatsCluster {
                     monitor_ports[i].to_string(),
                 ],
             };
-            if let Err(e) = node.launch() {
-                panic!("cluster member n{i} did not start: {e}");
+            // A port free when picked can be taken by another test process before the server
+            // binds it: such a member starts again on new client and monitoring ports (its
+            // cluster port is in every member's routes, so it stays).
+            let mut tries = 0;
+            while let Err(e) = node.launch() {
+                tries += 1;
+                if tries >= 5 || !e.contains("address already in use") {
+                    panic!("cluster member n{i} did not start: {e}");
+                }
+                node.port = free_port();
+                monitor_ports[i] = free_port();
+                if let Some(m) = node.extra.iter().position(|a| a == "-m") {
+                    node.extra[m + 1] = monitor_ports[i].to_string();
+                }
             }
             nodes.push(node);
         }
