@@ -4,6 +4,8 @@
 //! behind the API's memory refuses the record, so that early request is abandoned with the
 //! command unsent; the exec then runs from a fresh read, once, or is refused. (That the head
 //! goes before the go-ahead is the adapter's own test, `a_held_command_goes_only_with_its_go_ahead`.)
+//! The same holds for both exec routes: collected and streamed (which the OpenSandbox facade's
+//! commands use too).
 
 use std::io::Write;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use differently_core::{SandboxId, SandboxStatus};
 use reqwest::Method;
 use serde_json::json;
 
-use crate::dataplane::post;
+use crate::dataplane::{post, read_sse};
 use crate::fake_opensandbox::{FakeRuntime, FakeServer, Variant};
 use crate::harness::{Cluster, Opts};
 
@@ -47,8 +49,69 @@ async fn move_row(c: &Cluster, id: &SandboxId, status: &str) {
     assert_eq!(moved, 1);
 }
 
+/// The two exec routes, as a client calls them.
+#[derive(Clone, Copy)]
+enum Route {
+    Collected,
+    Streamed,
+}
+
+impl Route {
+    /// The route's audit action.
+    fn action(self) -> &'static str {
+        match self {
+            Route::Collected => "sandbox.exec",
+            Route::Streamed => "sandbox.exec_stream",
+        }
+    }
+
+    /// Runs `echo n` in `id`; `(status, stdout)` for a 200, `(status, error body)` otherwise.
+    async fn exec(self, c: &Cluster, id: &SandboxId, n: &str) -> (u16, String) {
+        let body = json!({"command": ["echo", n]});
+        match self {
+            Route::Collected => {
+                let (s, out) = post(c, &format!("/v1/sandboxes/{id}/exec"), body).await;
+                let stdout = out["stdout"].as_str().map(str::to_owned);
+                (s, stdout.unwrap_or_else(|| out.to_string()))
+            }
+            Route::Streamed => {
+                let resp = c
+                    .req(Method::POST, &format!("/v1/sandboxes/{id}/exec/stream"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("exec stream");
+                let s = resp.status().as_u16();
+                if s != 200 {
+                    return (s, resp.text().await.unwrap_or_default());
+                }
+                let events = read_sse(resp).await;
+                let (last, _) = events.last().expect("an ending event");
+                assert_eq!(last, "exit", "{events:?}");
+                let mut stdout = String::new();
+                for (ev, data) in &events {
+                    if ev == "stdout" {
+                        let v: serde_json::Value = serde_json::from_str(data).expect("json");
+                        stdout.push_str(v["data"].as_str().expect("data"));
+                    }
+                }
+                (s, stdout)
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exec_sends_its_command_only_once_its_record_is_staged() {
+    held_commands(Route::Collected).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_exec_sends_its_command_only_once_its_record_is_staged() {
+    held_commands(Route::Streamed).await;
+}
+
+async fn held_commands(route: Route) {
     let fake = FakeServer::start(Variant::Real, FakeRuntime::Docker, KEY).await;
     let mut key_file = tempfile::NamedTempFile::new().expect("key file");
     key_file.write_all(KEY.as_bytes()).expect("write key");
@@ -78,18 +141,13 @@ async fn an_exec_sends_its_command_only_once_its_record_is_staged() {
         .wait_status(&id, SandboxStatus::Running, Duration::from_secs(30))
         .await;
     assert_eq!(row["pool"], POOL, "{row}");
-    let path = format!("/v1/sandboxes/{id}/exec");
-    let exec = |n: &'static str| post(&c, &path, json!({"command": ["echo", n]}));
+    let exec = |n: &'static str| route.exec(&c, &id, n);
 
     // The first exec reads the row; the second uses the remembered one, its request to
     // execd opened beside its record.
     for n in ["1", "2"] {
         let (s, out) = exec(n).await;
-        assert_eq!(
-            (s, out["stdout"].as_str()),
-            (200, Some(&*format!("{n}\n"))),
-            "{out}"
-        );
+        assert_eq!((s, out.as_str()), (200, &*format!("{n}\n")));
     }
     assert_eq!(seen(&fake), (2, 2), "one request per exec");
 
@@ -97,7 +155,7 @@ async fn an_exec_sends_its_command_only_once_its_record_is_staged() {
     // early request abandoned unsent, and the exec runs once from a fresh read.
     move_row(&c, &id, "running").await;
     let (s, out) = exec("3").await;
-    assert_eq!((s, out["stdout"].as_str()), (200, Some("3\n")), "{out}");
+    assert_eq!((s, out.as_str()), (200, "3\n"));
     // The early request's head reaches execd or not, as the refusal races its connection;
     // its body never does.
     let (heads, bodies) = seen(&fake);
@@ -118,7 +176,7 @@ async fn an_exec_sends_its_command_only_once_its_record_is_staged() {
         "the refused exec's command never reached execd"
     );
 
-    let items = crate::audit::records_of(&c, &id, "sandbox.exec").await;
+    let items = crate::audit::records_of(&c, &id, route.action()).await;
     assert_eq!(items.len(), 3, "one record per exec that ran: {items:?}");
     let report = crate::audit::verify(&c).await;
     assert_eq!(report["ok"], true, "{report}");

@@ -60,9 +60,7 @@ use frames::FrameType;
 use crate::auth::Principal;
 use crate::body::parse_json_allowing_nul;
 use crate::data_events::{CallEvents, ExecEvents};
-use crate::data_plane::{
-    commit_detached, early_call, open_read_call, open_staged_call, while_committing,
-};
+use crate::data_plane::{commit_detached, early_call, open_read_call, while_committing};
 use crate::error::{ApiError, ApiResult};
 use crate::sse::HEARTBEAT;
 use crate::AppState;
@@ -575,7 +573,9 @@ fn wants_frames(headers: &HeaderMap) -> bool {
 }
 
 /// The checks, audit record and adapter call every streamed exec shares, whatever its
-/// response format; returns the run and the output encoding the request asked for.
+/// response format; returns the run and the output encoding the request asked for. As with
+/// collected exec, a remembered row's record is staged while the command is prepared
+/// ([`start_staged_stream`]); a refused one falls back to a fresh read of the row.
 async fn start_stream(
     state: &AppState,
     principal: &Principal,
@@ -583,36 +583,99 @@ async fn start_stream(
     body: &Bytes,
 ) -> ApiResult<(Running, OutputEncoding)> {
     principal.require(Scope::SandboxesExec)?;
-    let req = parse_exec(body)?;
+    let req = std::sync::Arc::new(parse_exec(body)?);
     let detail = json!({ "program": req.program() });
-    let (pool, at, record) = open_staged_call(
-        state,
-        principal,
-        id,
-        "exec.stream",
-        "sandbox.exec_stream",
-        detail,
-    )
-    .await?;
-    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec stream");
-    let events = CallEvents::new(state, principal, record.record(), &at.sandbox_id);
+    let enc = req.output_encoding.unwrap_or_default();
+    let (capability, action) = ("exec.stream", "sandbox.exec_stream");
+    if let Some(early) = early_call(state, principal, id, capability, action, detail.clone())? {
+        let stage = early.stage(state);
+        let (pool, at) = (&early.pool, &early.at);
+        if let Some(run) = start_staged_stream(state, principal, pool, at, &req, stage).await? {
+            return Ok((run, enc));
+        }
+        // The row moved since: nothing was sent; read it like any other call.
+    }
+    let (pool, at, record) =
+        open_read_call(state, principal, id, capability, action, detail).await?;
+    let staged = std::future::ready(Ok(Some(record)));
+    start_staged_stream(state, principal, &pool, &at, &req, staged)
+        .await?
+        .map(|run| (run, enc))
+        .ok_or_else(|| ApiError::internal("exec stream: a committed record was refused"))
+}
+
+/// Starts a streamed exec whose record `stage` is staging. The adapter's task prepares the
+/// command at once ([`GoAhead`]: for OpenSandbox, the connection and the request head) and
+/// sends it once the record is staged; the call's events, which name the record, are handed
+/// to the task with the go-ahead. The response (and with it any output) waits for the
+/// record's commit, and a failed commit stops the command and answers the error. `None`: the
+/// record was refused (the row moved), so the command was never sent.
+async fn start_staged_stream(
+    state: &AppState,
+    principal: &Principal,
+    pool: &Pool,
+    at: &InstanceRef,
+    req: &std::sync::Arc<ExecRequest>,
+    stage: impl std::future::Future<Output = ApiResult<Option<StagedAudit>>>,
+) -> ApiResult<Option<Running>> {
+    let (giver, go) = GoAhead::pair();
+    let (events_tx, events_rx) = tokio::sync::oneshot::channel::<Option<CallEvents>>();
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let adapter = pool.adapter.clone();
-    let enc = req.output_encoding.unwrap_or_default();
+    let (task_at, task_req) = (at.clone(), req.clone());
     let task = tokio::spawn(async move {
+        let call = adapter.exec_stream_after(&task_at, &task_req, tx, go);
+        tokio::pin!(call, events_rx);
+        // The call can only end before its record is staged by failing (its command cannot
+        // go before the go-ahead); that answer is kept for after the events arrive.
+        let mut ended_early = None;
+        let events = loop {
+            tokio::select! {
+                biased;
+                events = &mut events_rx => break events,
+                end = &mut call, if ended_early.is_none() => ended_early = Some(end),
+            }
+        };
+        let rest = async {
+            match ended_early {
+                Some(end) => end,
+                None => call.await,
+            }
+        };
+        // No events: the record was refused and this task is being aborted.
+        let Ok(events) = events else {
+            return rest.await;
+        };
         // Dropped with the task when the stream's caller goes away: `finished` without a code.
-        let exec_events = ExecEvents::start(events, &req.command, req.timeout());
-        let exit = exec_events.around(adapter.exec_stream(&at, &req, tx)).await;
+        let exec_events = ExecEvents::start(events, &task_req.command, task_req.timeout());
+        let exit = exec_events.around(rest).await;
         exec_events.finish(exit.as_ref().ok().map(|x| (x.exit_code, x.duration_ms)));
         exit
     });
-    // The command starts while its record commits; the response (and with it any output)
-    // waits for the commit, and a failed one stops the command and answers the error.
+    // Refused or failed: the task is stopped with its command unsent.
+    let record = match stage.await {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            task.abort();
+            return Ok(None);
+        }
+        Err(e) => {
+            task.abort();
+            return Err(e);
+        }
+    };
+    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec stream");
+    let events = CallEvents::new(state, principal, record.record(), &at.sandbox_id);
+    // Events first: the task's `select!` prefers them, so its grace timer starts with the
+    // command.
+    let _ = events_tx.send(events);
+    giver.give();
+    // The command starts while its record commits.
     if let Err(e) = commit_detached(record).await {
         task.abort();
         return Err(e);
     }
-    Ok((Running::new(rx, task), enc))
+    Ok(Some(Running::new(rx, task)))
 }
 
 async fn exec_stream(
