@@ -64,13 +64,27 @@ pub(super) async fn consume_admissions(s: Scheduler, q: Shared) {
     }
 }
 
+/// Rows admitted while this instance leads reach it as admission messages, which carry the
+/// caller's trace; the rebuild is for the rest (rows queued before it led, a lost message, a
+/// retry's back-off ending), so it leaves a row admitted since it led one repair interval for
+/// its message to come first. Taking such a row in the few milliseconds between its commit
+/// and its message placed it under a trace of its own, and the create's trace stopped at the
+/// API (seen in `observability::metrics_move_and_one_trace_id_spans_api_to_worker`). A lost
+/// message costs at most one interval more, as the sweep re-publishes it after one anyway.
 pub(super) async fn rebuild_from_store(s: Scheduler, q: Shared) {
+    let leading_since = Utc::now();
+    let in_flight = chrono::Duration::from_std(s.config.repair_interval)
+        .unwrap_or_else(|_| chrono::Duration::seconds(2));
     loop {
-        match s.store.runnable_queued(Utc::now(), 10_000).await {
+        let now = Utc::now();
+        match s.store.runnable_queued(now, 10_000).await {
             Ok(rows) => {
                 let mut queue = lock(&q);
                 let before = queue.fair.len();
-                for row in &rows {
+                let settled = |r: &&differently_core::Sandbox| {
+                    r.created_at <= leading_since || r.created_at <= now - in_flight
+                };
+                for row in rows.iter().filter(settled) {
                     queue.offer(row);
                 }
                 let added = queue.fair.len() - before;
