@@ -7,7 +7,8 @@
 //!   a client that polls every 5 ms.
 //! - **Exec**: `echo hi` through `POST /v1/sandboxes/{id}/exec` against the same command sent
 //!   to that sandbox's execd directly (read until `execution_complete`), and, for reference,
-//!   through the server's proxy.
+//!   through the server's proxy. The streamed route (`…/exec/stream`, SSE read to its `exit`)
+//!   is measured in the same rounds.
 //!
 //! Every address it sends to must be on loopback: the server's URL, each execd endpoint the
 //! server hands back, and the control plane it starts. Anything else is refused before a
@@ -101,6 +102,8 @@ pub struct BenchReport {
     pub exec_adapter: Series,
     /// `echo hi` through Differently's exec route.
     pub exec_differently: Series,
+    /// `echo hi` through Differently's streamed exec route (SSE, read to its `exit` event).
+    pub exec_differently_stream: Series,
     /// An authenticated `GET /v1/sandboxes/{id}` (the API's floor: key check, one read).
     pub api_get: Series,
     /// One audit record appended straight through the store to the run's database (what the
@@ -110,6 +113,8 @@ pub struct BenchReport {
     pub exec_anomalies: Vec<String>,
     /// `exec_differently.p50 - exec_direct.p50` in ms (target ≤ 1).
     pub exec_overhead_p50_ms: f64,
+    /// `exec_differently_stream.p50 - exec_direct.p50` in ms.
+    pub exec_stream_overhead_p50_ms: f64,
     /// On-CPU time of the API process per exec through Differently, in µs, over
     /// [`CPU_EXECS`] execs run back to back after the timed rounds (`None` if `/proc` could
     /// not be read). On two cores the API's CPU is taken from execd and Postgres.
@@ -122,6 +127,10 @@ pub struct BenchReport {
     /// is most of what its CPU time is spent on.
     pub api_switches_per_exec: Option<f64>,
 }
+
+/// Paths of each interleaved exec round: execd, the adapter, Differently's exec, the API's
+/// GET, Differently's streamed exec, an audit append.
+const PATHS: usize = 6;
 
 /// Execs of the CPU phase.
 pub const CPU_EXECS: usize = 200;
@@ -620,6 +629,62 @@ async fn exec_differently(api: &Api, id: &str) -> Result<f64, LoadError> {
     Ok(took)
 }
 
+/// `echo hi` through Differently's streamed exec route (SSE), read to its `exit` event;
+/// checks the output and the exit code.
+async fn exec_differently_stream(api: &Api, id: &str) -> Result<f64, LoadError> {
+    let what = "exec stream";
+    let t = Instant::now();
+    let mut r = api
+        .http
+        .post(format!("{}/v1/sandboxes/{id}/exec/stream", api.base))
+        .bearer_auth(&api.key)
+        .json(&json!({"command": ["echo", "hi"]}))
+        .send()
+        .await
+        .map_err(|e| LoadError::http(what, e))?;
+    let status = r.status().as_u16();
+    if status != 200 {
+        let body = r.text().await.unwrap_or_default();
+        return Err(LoadError::Api {
+            context: what.to_owned(),
+            status,
+            body: body.chars().take(300).collect(),
+        });
+    }
+    let mut reader = crate::sse::SseReader::default();
+    let mut stdout = Vec::new();
+    let mut exit = None;
+    while exit.is_none() {
+        let Some(chunk) = r.chunk().await.map_err(|e| LoadError::http(what, e))? else {
+            break;
+        };
+        for ev in reader.push(&chunk) {
+            let data: Value = serde_json::from_slice(&ev.data).unwrap_or(Value::Null);
+            match ev.event.as_str() {
+                "stdout" => {
+                    stdout.extend_from_slice(data["data"].as_str().unwrap_or("").as_bytes())
+                }
+                "exit" | "error" => exit = Some(data),
+                _ => {}
+            }
+        }
+    }
+    let took = ms(t.elapsed());
+    let exit = exit.ok_or_else(|| LoadError::Check("exec stream ended without exit".into()))?;
+    if exit["exitCode"] == 141 {
+        return Err(LoadError::Check(format!(
+            "exec stream echo hi: broken pipe (exit 141): {exit}"
+        )));
+    }
+    if exit["exitCode"] != 0 || stdout != b"hi\n" {
+        return Err(LoadError::Check(format!(
+            "exec stream echo hi ended {exit} with stdout {:?}",
+            String::from_utf8_lossy(&stdout)
+        )));
+    }
+    Ok(took)
+}
+
 /// Starts the control plane with an `opensandbox` pool on `opts.url` (the fake pool denied by
 /// policy), measures, and returns the figures.
 pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
@@ -768,21 +833,22 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
             backend_ref: instance.clone(),
         };
         let store = cluster.db.store();
-        let mut series: [Vec<f64>; 5] = Default::default();
+        let mut series: [Vec<f64>; PATHS] = Default::default();
         let mut anomalies = Vec::new();
         let mut round = 0;
         while series[0].len() < opts.execs {
             // Rotate which path goes first: execd still holds each finished stream ~1 s, so
             // a path always run right after another exec would pay for that one's close.
-            let took: Result<[f64; 5], LoadError> = async {
-                let mut t = [0.0; 5];
-                for k in 0..5 {
-                    let which = (round + k) % 5;
+            let took: Result<[f64; PATHS], LoadError> = async {
+                let mut t = [0.0; PATHS];
+                for k in 0..PATHS {
+                    let which = (round + k) % PATHS;
                     t[which] = match which {
                         0 => exec_execd(&server, &direct_base, false).await?,
                         1 => exec_adapter(&adapter, &at).await?,
                         2 => exec_differently(&api, &id).await?,
                         3 => api_get(&api, &id).await?,
+                        4 => exec_differently_stream(&api, &id).await?,
                         _ => audit_append(&store, &id).await?,
                     };
                 }
@@ -791,7 +857,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
             .await;
             round += 1;
             match took {
-                Ok(took) if round > 5 => {
+                Ok(took) if round > PATHS => {
                     for (s, t) in series.iter_mut().zip(took) {
                         s.push(t);
                     }
@@ -871,7 +937,8 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         "delete the exec sandbox",
     )
     .await?;
-    let ([d, ad, t, g, au], p, exec_anomalies, (api_cpu, postgres_cpu, api_switches)) = measured?;
+    let ([d, ad, t, g, st, au], p, exec_anomalies, (api_cpu, postgres_cpu, api_switches)) =
+        measured?;
     api.wait(&id, "terminated").await?;
 
     let create_direct = Series::of(direct);
@@ -881,6 +948,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
     let exec_server_proxy = Series::of(p);
     let exec_adapter = Series::of(ad);
     let exec_differently = Series::of(t);
+    let exec_differently_stream = Series::of(st);
     let api_get = Series::of(g);
     let audit_append = Series::of(au);
     if let Some(obj) = settings.as_object_mut() {
@@ -896,6 +964,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         p7_ratio_p50: create_differently.p50_ms / create_direct.p50_ms,
         p7_ratio_p90: create_differently.p90_ms / create_direct.p90_ms,
         exec_overhead_p50_ms: exec_differently.p50_ms - exec_direct.p50_ms,
+        exec_stream_overhead_p50_ms: exec_differently_stream.p50_ms - exec_direct.p50_ms,
         create_direct,
         create_adapter,
         create_differently,
@@ -903,6 +972,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         exec_server_proxy,
         exec_adapter,
         exec_differently,
+        exec_differently_stream,
         api_get,
         audit_append,
         exec_anomalies,

@@ -106,6 +106,10 @@ fn main() -> ExitCode {
                 r.exec_direct.p50_ms, r.exec_server_proxy.p50_ms, r.exec_adapter.p50_ms,
                 r.exec_differently.p50_ms, r.exec_overhead_p50_ms, r.api_get.p50_ms, r.audit_append.p50_ms
             );
+            println!(
+                "exec echo hi streamed (SSE) through differently p50 {:.2} ms | overhead {:.2} ms",
+                r.exec_differently_stream.p50_ms, r.exec_stream_overhead_p50_ms
+            );
             let us = |v: Option<f64>| v.map_or("unread".to_owned(), |v| format!("{v:.0} µs"));
             println!(
                 "CPU per exec through Differently ({} back to back): API process {} ({} context switches), all postgres processes {}",
