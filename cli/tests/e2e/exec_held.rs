@@ -1,11 +1,11 @@
 //! An exec's command waits for its audit record: the `opensandbox` adapter (the real one,
 //! against the adapters' fake OpenSandbox server) opens its request to execd while the API
-//! stages the record, and sends the command only once the record is staged. A row that moved
-//! behind the API's memory refuses the record, so that early request is abandoned with the
-//! command unsent; the exec then runs from a fresh read, once, or is refused. (That the head
-//! goes before the go-ahead is the adapter's own test, `a_held_command_goes_only_with_its_go_ahead`.)
-//! The same holds for both exec routes: collected and streamed (which the OpenSandbox facade's
-//! commands use too).
+//! stages the record, and sends the command only once the record is staged. With the record
+//! held back (its chain head locked), the request's head reaches execd and its command does
+//! not until the lock goes. A row that moved behind the API's memory refuses the record, so
+//! that early request is abandoned with the command unsent; the exec then runs from a fresh
+//! read, once, or is refused. The same holds for both exec routes: collected and streamed
+//! (which the OpenSandbox facade's commands use too).
 
 use std::io::Write;
 use std::time::Duration;
@@ -151,6 +151,38 @@ async fn held_commands(route: Route) {
     }
     assert_eq!(seen(&fake), (2, 2), "one request per exec");
 
+    // The record held back (every chain head locked by another transaction, so the guarded
+    // swap waits): the exec's request reaches execd, its head but not its command, and the
+    // command follows once the record is staged. Released well inside the adapter's 1 s hold.
+    let mut lock = c.db.store().pool().begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM audit_heads FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock the chain heads");
+    let fake_ref = &fake;
+    let while_held = async move {
+        let deadline = std::time::Instant::now() + Duration::from_millis(700);
+        while seen(fake_ref).0 == 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no request reached execd while the record was held back"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let during = seen(fake_ref);
+        lock.rollback().await.expect("release the chain heads");
+        during
+    };
+    let ((s, out), during) = tokio::join!(exec("held"), while_held);
+    assert_eq!(during, (3, 2), "the head came first, the command did not");
+    assert_eq!((s, out.as_str()), (200, "held\n"));
+    assert_eq!(
+        seen(&fake),
+        (3, 3),
+        "the command went once the record was staged"
+    );
+
     // Moved on at a new version, still running: the remembered row's record is refused, the
     // early request abandoned unsent, and the exec runs once from a fresh read.
     move_row(&c, &id, "running").await;
@@ -159,12 +191,12 @@ async fn held_commands(route: Route) {
     // The early request's head reaches execd or not, as the refusal races its connection;
     // its body never does.
     let (heads, bodies) = seen(&fake);
-    assert!((3..=4).contains(&heads), "{heads} command requests");
+    assert!((4..=5).contains(&heads), "{heads} command requests");
     assert_eq!(
-        bodies, 3,
+        bodies, 4,
         "the refused early request carried no command; the exec ran once"
     );
-    assert_eq!(fake.record().command_bodies[2]["command"], "echo 3");
+    assert_eq!(fake.record().command_bodies[3]["command"], "echo 3");
 
     // Stopped behind the API's back: refused, and nothing reaches the sandbox.
     move_row(&c, &id, "stopped").await;
@@ -172,12 +204,12 @@ async fn held_commands(route: Route) {
     assert_eq!(s, 409, "{out}");
     assert_eq!(
         seen(&fake).1,
-        3,
+        4,
         "the refused exec's command never reached execd"
     );
 
     let items = crate::audit::records_of(&c, &id, route.action()).await;
-    assert_eq!(items.len(), 3, "one record per exec that ran: {items:?}");
+    assert_eq!(items.len(), 4, "one record per exec that ran: {items:?}");
     let report = crate::audit::verify(&c).await;
     assert_eq!(report["ok"], true, "{report}");
 }
