@@ -19,6 +19,18 @@ use tower::ServiceExt;
 
 use crate::bare_errors::EnvelopeBareErrors;
 
+/// Turns Nagle's algorithm off for an accepted connection. A streamed body (exec's SSE or
+/// frames, the event stream, the facade's execd stream) is many small writes, and with Nagle
+/// on each one after the first waited for the client's delayed ACK: a streamed `echo hi`
+/// through Differently took 45 ms p50 against 6.5 ms collected (`opensandbox_bench` on the
+/// fake server), the 40 ms of Linux's delayed ACK. A failure is logged and the connection
+/// served anyway: it is slower, not wrong.
+fn no_delay(stream: &tokio::net::TcpStream) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then lets the open requests finish.
 /// Each request carries its peer's `ConnectInfo<SocketAddr>`, as
 /// `into_make_service_with_connect_info` would give it.
@@ -47,6 +59,7 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        no_delay(&stream);
         let app = app.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer));
@@ -80,4 +93,25 @@ pub async fn serve(
     // Every connection task holds a sender: `None` once the last one has finished.
     let _ = alive_rx.recv().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_accepted_connection_has_nagle_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let client = tokio::net::TcpStream::connect(addr);
+        let (accepted, client) = tokio::join!(listener.accept(), client);
+        let (stream, _) = accepted.expect("accept");
+        let _client = client.expect("connect");
+        assert!(
+            !stream.nodelay().expect("read TCP_NODELAY"),
+            "off by default"
+        );
+        no_delay(&stream);
+        assert!(stream.nodelay().expect("read TCP_NODELAY"));
+    }
 }
