@@ -166,6 +166,24 @@ async fn exec(
         .ok_or_else(|| ApiError::internal("exec: a committed record was refused"))
 }
 
+/// Awaits `wanted` (a record being staged, or the events that follow it) while polling
+/// `call` beside it, so the call prepares its command meanwhile. The call can only end first
+/// by failing (its command cannot go before the go-ahead); that output is kept and returned
+/// for after `wanted`.
+async fn beside<W: std::future::Future, C: std::future::Future>(
+    mut wanted: Pin<&mut W>,
+    mut call: Pin<&mut C>,
+) -> (W::Output, Option<C::Output>) {
+    let mut ended = None;
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut wanted => return (out, ended),
+            end = &mut call, if ended.is_none() => ended = Some(end),
+        }
+    }
+}
+
 /// Runs a collected exec whose record `stage` is staging. The command is prepared beside it
 /// (the adapter opens its connection and sends the request head, [`GoAhead`]) and goes once
 /// the record is staged; the answer waits for the record's commit ([`while_committing`]).
@@ -211,16 +229,7 @@ async fn run_exec(
         })
     };
     tokio::pin!(run, stage);
-    // The run can only end before the record is staged by failing (its command cannot go
-    // before the go-ahead); that answer is kept for after the record.
-    let mut ended_early = None;
-    let staged = loop {
-        tokio::select! {
-            biased;
-            staged = &mut stage => break staged,
-            answer = &mut run, if ended_early.is_none() => ended_early = Some(answer),
-        }
-    };
+    let (staged, ended_early) = beside(stage.as_mut(), run.as_mut()).await;
     // Refused or failed: `run` is dropped here with its command unsent.
     let Some(record) = staged? else {
         return Ok(None);
@@ -626,16 +635,7 @@ async fn start_staged_stream(
     let task = tokio::spawn(async move {
         let call = adapter.exec_stream_after(&task_at, &task_req, tx, go);
         tokio::pin!(call, events_rx);
-        // The call can only end before its record is staged by failing (its command cannot
-        // go before the go-ahead); that answer is kept for after the events arrive.
-        let mut ended_early = None;
-        let events = loop {
-            tokio::select! {
-                biased;
-                events = &mut events_rx => break events,
-                end = &mut call, if ended_early.is_none() => ended_early = Some(end),
-            }
-        };
+        let (events, ended_early) = beside(events_rx.as_mut(), call.as_mut()).await;
         let rest = async {
             match ended_early {
                 Some(end) => end,
