@@ -65,7 +65,7 @@ fn claim_hold(ack_wait: Duration) -> Duration {
 }
 
 /// How soon work whose claim another worker holds is looked at again.
-const HELD_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const HELD_RETRY: Duration = Duration::from_secs(1);
 
 /// This process's name on the claims it takes: the pid for the operator who reads a stuck
 /// claim, and a ULID since pids repeat across hosts and restarts.
@@ -75,45 +75,156 @@ pub(crate) fn owner() -> &'static str {
 }
 
 impl WorkerGroup {
-    /// Runs the backend `call` while keeping `key`'s claim (see [`renewing`]). Only the call:
-    /// like the bus's in-progress acks, the claim is not kept through what follows it, so a
-    /// worker that stops right after the call (fault suite S1) loses it when the bus would
-    /// redeliver.
-    pub(crate) async fn claim_kept<T>(&self, key: &ClaimKey, call: impl Future<Output = T>) -> T {
+    /// Runs the backend `call` while keeping `key`'s claim (see [`renewing`]), once
+    /// [`still_held`] says the claim is still this worker's and [`row_unmoved`] that the row
+    /// is still at the change the call is for; `None`: one of them is not (or could not be
+    /// read) and nothing was called, or the claim was lost during the call and it was
+    /// stopped. Either way the work comes back to a re-read row. Only the call: like the bus's in-progress acks, the claim is not kept
+    /// through what follows it, so a worker that stops right after the call (fault suite S1)
+    /// loses it when the bus would redeliver.
+    pub(crate) async fn claim_kept<T>(
+        &self,
+        key: &ClaimKey,
+        call: impl Future<Output = T>,
+    ) -> Option<T> {
         let hold = claim_hold(self.config.ack_wait);
-        renewing(self.store.as_ref(), key, hold, call).await
+        let store = self.store.as_ref();
+        // Checks whose answers took `hold` or longer are not trusted: the worker may have
+        // stalled after they were read (S15 stopped it inside the row's re-read, which then
+        // answered with the row as it was 8 s earlier).
+        let started = std::time::Instant::now();
+        let fresh = still_held(store, key, hold).await && row_unmoved(store, key).await;
+        if !fresh || started.elapsed() >= hold {
+            if fresh {
+                tracing::warn!(sandbox = %key.sandbox, "worker: the checks before the call took longer than the claim holds; not calling");
+            }
+            return None;
+        }
+        renewing(store, key, hold, call).await
     }
 }
 
+/// Whether `key`'s row is still at the change its call is for. A worker stalled while it
+/// read the row (fault suite S15: SIGSTOP during that read) went on with the row as it was
+/// before the stall; meanwhile another worker had made the call, the sandbox had been
+/// deleted and the claim dropped, so its fresh claim held and its call made a second
+/// instance. A row read after the claim cannot be older than the claim.
+async fn row_unmoved(store: &dyn Store, key: &ClaimKey) -> bool {
+    match store.get_sandbox(&key.sandbox).await {
+        Ok(Some(row)) if row.status_version == key.status_version => true,
+        Ok(_) => {
+            tracing::info!(sandbox = %key.sandbox, "worker: the row moved on before the call; not calling");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(sandbox = %key.sandbox, error = %e, "worker: cannot re-read the row before the call");
+            false
+        }
+    }
+}
+
+/// Whether `key`'s claim is still this worker's, renewed for `hold`, right before its call.
+/// A worker stalled between its claim and its call (fault suite S15: SIGSTOP) found, when
+/// it went on, that another worker had taken the lapsed claim over and made the call, the
+/// sandbox had been deleted meanwhile, and its own call made a second instance. What is
+/// left is a stall between these checks and the call's request.
+async fn still_held(store: &dyn Store, key: &ClaimKey, hold: Duration) -> bool {
+    let held = match store.renew_work_claim(key, owner(), Utc::now(), hold).await {
+        Ok(held) => held,
+        Err(e) => {
+            tracing::warn!(sandbox = %key.sandbox, error = %e, "worker: cannot check the claim before the call");
+            false
+        }
+    };
+    if !held {
+        tracing::warn!(sandbox = %key.sandbox, "worker: the claim lapsed before the call; another worker has it or will");
+        return false;
+    }
+    true
+}
+
 /// Runs `call` while keeping `key`'s claim for `hold` past every renewal (every third of
-/// it). A lost claim (this process stalled past `hold` and another worker took it over) is
-/// logged and the call goes on: the adapters' create is idempotent and a delete of a missing
-/// instance is fine, so the worst left is what a bus redelivery always risked.
+/// it); `None` if the claim was lost meanwhile (this process stalled past `hold` and another
+/// worker took it over): the call is dropped unfinished, since the other worker makes it.
+/// The call is never polled once a renewal is due, by the clock rather than by a timer: a
+/// worker woken from a stall (fault suite S15: SIGSTOP in the fake backend's latency) had
+/// its call's timer fire before the renewal's and went on to make a second instance of a
+/// sandbox the other worker had made and that had since been deleted.
 async fn renewing<T>(
     store: &dyn Store,
     key: &ClaimKey,
     hold: Duration,
     call: impl Future<Output = T>,
-) -> T {
+) -> Option<T> {
     tokio::pin!(call);
     let every = (hold / 3).max(Duration::from_millis(100));
-    let mut lost = false;
+    let mut due = tokio::time::Instant::now() + every;
     loop {
+        let mut pending = call.as_mut();
+        let until_due = std::future::poll_fn(move |cx| {
+            if tokio::time::Instant::now() >= due {
+                return std::task::Poll::Ready(None);
+            }
+            pending.as_mut().poll(cx).map(Some)
+        });
         tokio::select! {
-            out = &mut call => return out,
-            _ = tokio::time::sleep(every) => {
-                if lost {
-                    continue;
-                }
-                match store.renew_work_claim(key, owner(), Utc::now(), hold).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        lost = true;
-                        tracing::warn!(sandbox = %key.sandbox, "worker: lost the claim during the call; another worker took it over");
-                    }
-                    Err(e) => tracing::warn!(sandbox = %key.sandbox, error = %e, "worker: cannot renew the claim"),
-                }
+            biased;
+            () = tokio::time::sleep_until(due) => {}
+            out = until_due => if let Some(out) = out {
+                return Some(out);
+            },
+        }
+        due = tokio::time::Instant::now() + every;
+        match store.renew_work_claim(key, owner(), Utc::now(), hold).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(sandbox = %key.sandbox, "worker: lost the claim during the call; another worker took it over, so this call stops");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %key.sandbox, error = %e, "worker: cannot renew the claim")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use differently_core::SandboxId;
+    use differently_store::memory::MemoryStore;
+    use differently_store::work_claims::WorkClaimStore;
+
+    #[tokio::test]
+    async fn a_lapsed_claim_taken_over_and_done_stops_the_call_of_its_first_holder() {
+        let store = MemoryStore::new();
+        let key = ClaimKey {
+            sandbox: SandboxId::new(),
+            status_version: 3,
+        };
+        let hold = Duration::from_millis(500);
+        let now = Utc::now();
+        assert!(store
+            .claim_work(&key, owner(), now, hold)
+            .await
+            .unwrap()
+            .is_some());
+        assert!(still_held(&store, &key, hold).await, "its own live claim");
+        // This worker stalls past the hold; another takes the claim over and finishes.
+        let later = now + chrono::Duration::seconds(5);
+        assert!(store
+            .claim_work(&key, "worker:other", later, hold)
+            .await
+            .unwrap()
+            .is_some());
+        assert!(
+            !still_held(&store, &key, hold).await,
+            "held by the other worker"
+        );
+        store.drop_work_claim(&key).await.unwrap();
+        assert!(
+            !still_held(&store, &key, hold).await,
+            "done by the other worker"
+        );
     }
 }

@@ -262,7 +262,10 @@ impl WorkerGroup {
         };
         let (key, adapter) = (ClaimKey::of(row), self.adapter());
         let call = self.claim_kept(&key, adapter.create(&req));
-        let created = with_progress(acker, self.config.ack_wait, call).await;
+        let Some(created) = with_progress(acker, self.config.ack_wait, call).await else {
+            // Another worker has the call; the message comes back to a re-read row.
+            return Ack::Retry(claim::HELD_RETRY);
+        };
         let instance = match created {
             Ok(i) => i,
             Err(e) => return self.create_failed(row, delivered, e).await,
@@ -403,7 +406,9 @@ impl WorkerGroup {
         let id = &key.sandbox;
         let adapter = self.adapter();
         let call = self.claim_kept(key, adapter.delete(id));
-        let deleted = with_progress(acker, self.config.ack_wait, call).await;
+        let Some(deleted) = with_progress(acker, self.config.ack_wait, call).await else {
+            return Ack::Retry(claim::HELD_RETRY);
+        };
         match deleted {
             Ok(()) | Err(AdapterError::NotFound) => {
                 if let Some(pause) = self.faults.pause_at(faults::WORKER_AFTER_DELETE) {
