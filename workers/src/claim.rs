@@ -79,9 +79,10 @@ impl WorkerGroup {
     /// [`still_held`] says the claim is still this worker's and [`row_unmoved`] that the row
     /// is still at the change the call is for; `None`: one of them is not (or could not be
     /// read) and nothing was called, or the claim was lost during the call and it was
-    /// stopped. Either way the work comes back to a re-read row. Only the call: like the bus's in-progress acks, the claim is not kept
-    /// through what follows it, so a worker that stops right after the call (fault suite S1)
-    /// loses it when the bus would redeliver.
+    /// stopped. Either way the work comes back to a re-read row. Only the call: like the
+    /// bus's in-progress acks, the claim is not kept through what follows it, so a worker
+    /// that stops right after the call (fault suite S1) loses it when the bus would
+    /// redeliver.
     pub(crate) async fn claim_kept<T>(
         &self,
         key: &ClaimKey,
@@ -129,18 +130,17 @@ async fn row_unmoved(store: &dyn Store, key: &ClaimKey) -> bool {
 /// sandbox had been deleted meanwhile, and its own call made a second instance. What is
 /// left is a stall between these checks and the call's request.
 async fn still_held(store: &dyn Store, key: &ClaimKey, hold: Duration) -> bool {
-    let held = match store.renew_work_claim(key, owner(), Utc::now(), hold).await {
-        Ok(held) => held,
+    match store.renew_work_claim(key, owner(), Utc::now(), hold).await {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!(sandbox = %key.sandbox, "worker: the claim lapsed before the call; another worker has it or will");
+            false
+        }
         Err(e) => {
             tracing::warn!(sandbox = %key.sandbox, error = %e, "worker: cannot check the claim before the call");
             false
         }
-    };
-    if !held {
-        tracing::warn!(sandbox = %key.sandbox, "worker: the claim lapsed before the call; another worker has it or will");
-        return false;
     }
-    true
 }
 
 /// Runs `call` while keeping `key`'s claim for `hold` past every renewal (every third of

@@ -167,21 +167,28 @@ async fn exec(
 }
 
 /// Awaits `wanted` (a record being staged, or the events that follow it) while polling
-/// `call` beside it, so the call prepares its command meanwhile. The call can only end first
-/// by failing (its command cannot go before the go-ahead); that output is kept and returned
-/// for after `wanted`.
-async fn beside<W: std::future::Future, C: std::future::Future>(
+/// `call` beside it, so the call prepares its command meanwhile; returns `wanted`'s output
+/// and the rest of the call. The call can only end first by failing (its command cannot go
+/// before the go-ahead); that output is kept, and the rest of the call is then just it.
+async fn beside<'c, W: std::future::Future, C: std::future::Future>(
     mut wanted: Pin<&mut W>,
-    mut call: Pin<&mut C>,
-) -> (W::Output, Option<C::Output>) {
+    mut call: Pin<&'c mut C>,
+) -> (W::Output, impl std::future::Future<Output = C::Output> + 'c) {
     let mut ended = None;
-    loop {
+    let out = loop {
         tokio::select! {
             biased;
-            out = &mut wanted => return (out, ended),
+            out = &mut wanted => break out,
             end = &mut call, if ended.is_none() => ended = Some(end),
         }
-    }
+    };
+    let rest = async move {
+        match ended {
+            Some(end) => end,
+            None => call.await,
+        }
+    };
+    (out, rest)
 }
 
 /// Runs a collected exec whose record `stage` is staging. The command is prepared beside it
@@ -229,7 +236,7 @@ async fn run_exec(
         })
     };
     tokio::pin!(run, stage);
-    let (staged, ended_early) = beside(stage.as_mut(), run.as_mut()).await;
+    let (staged, rest) = beside(stage.as_mut(), run.as_mut()).await;
     // Refused or failed: `run` is dropped here with its command unsent.
     let Some(record) = staged? else {
         return Ok(None);
@@ -238,12 +245,6 @@ async fn run_exec(
     tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec");
     let events = CallEvents::new(state, principal, record.record(), &at.sandbox_id);
     let exec_events = ExecEvents::start(events, &req.command, req.timeout());
-    let rest = async {
-        match ended_early {
-            Some(answer) => answer,
-            None => run.await,
-        }
-    };
     let answer = exec_events.around(while_committing(record, rest)).await;
     exec_events.finish(answer.as_ref().ok().map(|r| (r.exit_code, r.duration_ms)));
     answer.map(Some)
@@ -635,13 +636,7 @@ async fn start_staged_stream(
     let task = tokio::spawn(async move {
         let call = adapter.exec_stream_after(&task_at, &task_req, tx, go);
         tokio::pin!(call, events_rx);
-        let (events, ended_early) = beside(events_rx.as_mut(), call.as_mut()).await;
-        let rest = async {
-            match ended_early {
-                Some(end) => end,
-                None => call.await,
-            }
-        };
+        let (events, rest) = beside(events_rx.as_mut(), call.as_mut()).await;
         // No events: the record was refused and this task is being aborted.
         let Ok(events) = events else {
             return rest.await;
