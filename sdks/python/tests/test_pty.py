@@ -61,10 +61,11 @@ def test_shell_echo_resize_exit_code(
         out = _read_until(term, b"hi\r\n", times=2)
         assert out.count(b"echo hi\r\n") == 1 and out.count(b"hi\r\n") == 2
         term.write(b"stty size\n")
-        assert b"24 80" in _read_until(term, b"\n24 80")
+        # The prompt may come between the typed line's echo and the output: match the output alone.
+        assert b"24 80\r\n" in _read_until(term, b"24 80\r\n")
         term.resize(132, 40)
         term.write("stty size\n")
-        assert b"40 132" in _read_until(term, b"\n40 132")
+        assert b"40 132\r\n" in _read_until(term, b"40 132\r\n")
         term.write(b"exit 3\n")
         assert term.wait(timeout=20) == 3
         assert term.exit_code == 3
