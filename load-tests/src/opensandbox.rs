@@ -63,6 +63,13 @@ pub struct Series {
     pub samples_ms: Vec<f64>,
 }
 
+/// The median of the differences `a[i] - b[i]` of two series taken in the same rounds.
+fn paired_p50(a: &[f64], b: &[f64]) -> f64 {
+    let mut d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    d.sort_by(f64::total_cmp);
+    percentile(&d, 0.5)
+}
+
 impl Series {
     fn of(samples: Vec<f64>) -> Series {
         let mut sorted = samples.clone();
@@ -115,6 +122,13 @@ pub struct BenchReport {
     pub exec_overhead_p50_ms: f64,
     /// `exec_differently_stream.p50 - exec_direct.p50` in ms.
     pub exec_stream_overhead_p50_ms: f64,
+    /// The median of each round's own `exec_differently - exec_direct`, in ms. Both samples
+    /// of a round are taken within milliseconds of each other, so a spell of a slower
+    /// machine moves both and drops out of the difference, which the difference of two
+    /// medians ([`Self::exec_overhead_p50_ms`]) keeps: the figure to compare runs by.
+    pub exec_overhead_paired_p50_ms: f64,
+    /// The same for the streamed route.
+    pub exec_stream_overhead_paired_p50_ms: f64,
     /// On-CPU time of the API process per exec through Differently, in µs, over
     /// [`CPU_EXECS`] execs run back to back after the timed rounds (`None` if `/proc` could
     /// not be read). On two cores the API's CPU is taken from execd and Postgres.
@@ -944,6 +958,8 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
     let create_direct = Series::of(direct);
     let create_differently = Series::of(through);
     let create_adapter = Series::of(in_process);
+    let exec_overhead_paired_p50_ms = paired_p50(&t, &d);
+    let exec_stream_overhead_paired_p50_ms = paired_p50(&st, &d);
     let exec_direct = Series::of(d);
     let exec_server_proxy = Series::of(p);
     let exec_adapter = Series::of(ad);
@@ -965,6 +981,8 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         p7_ratio_p90: create_differently.p90_ms / create_direct.p90_ms,
         exec_overhead_p50_ms: exec_differently.p50_ms - exec_direct.p50_ms,
         exec_stream_overhead_p50_ms: exec_differently_stream.p50_ms - exec_direct.p50_ms,
+        exec_overhead_paired_p50_ms,
+        exec_stream_overhead_paired_p50_ms,
         create_direct,
         create_adapter,
         create_differently,
@@ -985,6 +1003,17 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_paired_median_is_of_each_rounds_difference() {
+        // A slow spell in rounds 3-5 moves both paths: the medians' difference shows it
+        // (3.0 - 1.0 = 2.0), the rounds' own differences do not (all 0.5).
+        let direct = [1.0, 1.0, 9.0, 9.0, 9.0];
+        let through = [1.5, 1.5, 9.5, 9.5, 9.5];
+        assert_eq!(paired_p50(&through, &direct), 0.5);
+        let (a, b) = ([3.0, 1.0, 2.0], [1.0, 1.5, 0.0]);
+        assert_eq!(paired_p50(&a, &b), 2.0, "differences 2.0, -0.5, 2.0");
+    }
 
     #[test]
     fn only_loopback_targets_pass() {

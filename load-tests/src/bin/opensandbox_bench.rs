@@ -110,6 +110,10 @@ fn main() -> ExitCode {
                 "exec echo hi streamed (SSE) through differently p50 {:.2} ms | overhead {:.2} ms",
                 r.exec_differently_stream.p50_ms, r.exec_stream_overhead_p50_ms
             );
+            println!(
+                "exec overhead, median of each round's own difference: {:.2} ms collected, {:.2} ms streamed",
+                r.exec_overhead_paired_p50_ms, r.exec_stream_overhead_paired_p50_ms
+            );
             let us = |v: Option<f64>| v.map_or("unread".to_owned(), |v| format!("{v:.0} µs"));
             println!(
                 "CPU per exec through Differently ({} back to back): API process {} ({} context switches), all postgres processes {}",
