@@ -93,8 +93,13 @@ impl WorkerGroup {
         // Checks whose answers took `hold` or longer are not trusted: the worker may have
         // stalled after they were read (S15 stopped it inside the row's re-read, which then
         // answered with the row as it was 8 s earlier).
+        // The two checks go out together, one round trip before every create and delete
+        // rather than two: each stands alone (a renewal that succeeds means no other owner
+        // came between, a row read after the claim cannot be older than it), and the guard
+        // below covers a stall in either.
         let started = std::time::Instant::now();
-        let fresh = still_held(store, key, hold).await && row_unmoved(store, key).await;
+        let (held, unmoved) = tokio::join!(still_held(store, key, hold), row_unmoved(store, key));
+        let fresh = held && unmoved;
         if !fresh || started.elapsed() >= hold {
             if fresh {
                 tracing::warn!(sandbox = %key.sandbox, "worker: the checks before the call took longer than the claim holds; not calling");
