@@ -90,13 +90,12 @@ impl WorkerGroup {
     ) -> Option<T> {
         let hold = claim_hold(self.config.ack_wait);
         let store = self.store.as_ref();
-        // Checks whose answers took `hold` or longer are not trusted: the worker may have
-        // stalled after they were read (S15 stopped it inside the row's re-read, which then
-        // answered with the row as it was 8 s earlier).
         // The two checks go out together, one round trip before every create and delete
         // rather than two: each stands alone (a renewal that succeeds means no other owner
-        // came between, a row read after the claim cannot be older than it), and the guard
-        // below covers a stall in either.
+        // came between, a row read after the claim cannot be older than it). Answers that
+        // took `hold` or longer are not trusted, whichever check stalled: the worker may
+        // have stalled after they were read (S15 stopped it inside the row's re-read, which
+        // then answered with the row as it was 8 s earlier).
         let started = std::time::Instant::now();
         let (held, unmoved) = tokio::join!(still_held(store, key, hold), row_unmoved(store, key));
         let fresh = held && unmoved;
