@@ -102,9 +102,9 @@ fn main() -> ExitCode {
                 r.create_differently.p90_ms, r.p7_ratio_p50, r.p7_ratio_p90
             );
             println!(
-                "exec echo hi p50: execd {:.2} ms | server proxy {:.2} ms | adapter in-process {:.2} ms | differently {:.2} ms | overhead {:.2} ms (target <= 1 ms); API GET floor {:.2} ms, audit append {:.2} ms",
+                "exec echo hi p50: execd {:.2} ms | server proxy {:.2} ms | adapter in-process {:.2} ms | differently {:.2} ms | overhead {:.2} ms (target <= 1 ms); API GET floor {:.2} ms, API /healthz hop {:.2} ms, audit append {:.2} ms, guarded swap staged {:.2} ms",
                 r.exec_direct.p50_ms, r.exec_server_proxy.p50_ms, r.exec_adapter.p50_ms,
-                r.exec_differently.p50_ms, r.exec_overhead_p50_ms, r.api_get.p50_ms, r.audit_append.p50_ms
+                r.exec_differently.p50_ms, r.exec_overhead_p50_ms, r.api_get.p50_ms, r.api_hop.p50_ms, r.audit_append.p50_ms, r.audit_stage.p50_ms
             );
             println!(
                 "exec echo hi streamed (SSE) through differently p50 {:.2} ms | overhead {:.2} ms",
