@@ -1005,6 +1005,21 @@ impl JetStreamPull {
     }
 }
 
+/// A fetched message as the caller gets it.
+fn delivery_of(message: jetstream::Message) -> Result<Delivery, BusError> {
+    let delivered = message
+        .info()
+        .map_err(|e| BusError::Consume(Detail::caused(format!("message metadata: {e}"), e)))?
+        .delivered;
+    let (message, acker) = message.split();
+    Ok(Delivery {
+        subject: message.subject.to_string(),
+        payload: message.payload,
+        delivered: u64::try_from(delivered).unwrap_or(1).max(1),
+        acker: Box::new(JetStreamAcker(acker)),
+    })
+}
+
 #[async_trait]
 impl Pull for JetStreamPull {
     async fn next(&mut self, wait: Duration) -> Result<Option<Delivery>, BusError> {
@@ -1023,17 +1038,13 @@ impl Pull for JetStreamPull {
                 return Ok(None);
             }
         };
-        let delivered = message
-            .info()
-            .map_err(|e| BusError::Consume(Detail::caused(format!("message metadata: {e}"), e)))?
-            .delivered;
-        let (message, acker) = message.split();
-        Ok(Some(Delivery {
-            subject: message.subject.to_string(),
-            payload: message.payload,
-            delivered: u64::try_from(delivered).unwrap_or(1).max(1),
-            acker: Box::new(JetStreamAcker(acker)),
-        }))
+        delivery_of(message).map(Some)
+    }
+
+    /// What the last fetch brought beyond the message handed out: a fetch asks for up to
+    /// `batch` and takes whatever is there.
+    async fn next_buffered(&mut self) -> Result<Option<Delivery>, BusError> {
+        self.pop().await.map(delivery_of).transpose()
     }
 }
 

@@ -124,6 +124,13 @@ pub trait Replier: Send {
 pub trait Pull: Send {
     /// Waits up to `wait` for the next message; `Ok(None)` when none arrived.
     async fn next(&mut self, wait: Duration) -> Result<Option<Delivery>, BusError>;
+
+    /// The next message this consumer already holds, without asking the server or waiting:
+    /// lets a caller take what arrived together as one batch. `Ok(None)` when it holds none
+    /// (always, for a consumer that keeps nothing ahead).
+    async fn next_buffered(&mut self) -> Result<Option<Delivery>, BusError> {
+        Ok(None)
+    }
 }
 
 /// Acknowledgement operations of one delivered message.

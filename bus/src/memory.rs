@@ -571,6 +571,11 @@ impl Pull for MemoryPull {
             }
         }
     }
+
+    /// The in-process stream holds every message: whatever is due now is "buffered".
+    async fn next_buffered(&mut self) -> Result<Option<Delivery>, BusError> {
+        self.next(Duration::ZERO).await
+    }
 }
 
 /// Acknowledges one delivery of the in-process bus.

@@ -14,6 +14,7 @@ use chrono::Utc;
 use differently_bus::{Announcer, BusError};
 use differently_bus_schema::public::{Cause, EventData, Origin, PublicEvent, WebhookDisabled};
 use differently_bus_schema::{ConsumerDef, Naming};
+use differently_core::ProjectId;
 use differently_store::webhooks::{
     AttemptOutcome, Delivery, DisablePolicy, NewDelivery, Webhook, MAX_RESPONSE_BODY_BYTES,
 };
@@ -87,6 +88,9 @@ pub struct Deliverer {
     pub config: DeliveryConfig,
 }
 
+/// Public events fanned out together at most: what one fetch brought (`next_buffered`).
+const FAN_BATCH: usize = 32;
+
 /// A `whd_…` id.
 fn delivery_id() -> String {
     format!("whd_{}", ulid::Ulid::new())
@@ -131,55 +135,93 @@ impl Deliverer {
                     continue;
                 }
             };
-            let acked = match self.fan_one(&msg.payload).await {
-                Ok(()) => msg.acker.ack().await,
-                Err(FanError::Poison(why)) => {
-                    tracing::warn!(subject = %msg.subject, error = %why, "webhooks: not a public event this build reads; dropped");
-                    msg.acker.term().await
+            // What arrived with it goes in the same batch: an exec's two events come together.
+            let mut batch = vec![msg];
+            while batch.len() < FAN_BATCH {
+                match pull.next_buffered().await {
+                    Ok(Some(m)) => batch.push(m),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "webhooks: a buffered event could not be taken; it is read again later");
+                        break;
+                    }
                 }
-                Err(FanError::Store(e)) => {
-                    tracing::warn!(error = %e, "webhooks: cannot record deliveries; the event is read again");
-                    msg.acker.nak(Duration::from_secs(1)).await
+            }
+            let payloads: Vec<&[u8]> = batch.iter().map(|m| m.payload.as_ref()).collect();
+            let fanned = self.fan_batch(&payloads).await;
+            for (i, msg) in batch.into_iter().enumerate() {
+                let acked = match &fanned {
+                    Ok(each) => match each.get(i) {
+                        Some(Err(why)) => {
+                            tracing::warn!(subject = %msg.subject, error = %why, "webhooks: not a public event this build reads; dropped");
+                            msg.acker.term().await
+                        }
+                        _ => msg.acker.ack().await,
+                    },
+                    Err(_) => msg.acker.nak(Duration::from_secs(1)).await,
+                };
+                if let Err(e) = acked {
+                    log_ack(&e);
                 }
-            };
-            if let Err(e) = acked {
-                log_ack(&e);
+            }
+            if let Err(e) = fanned {
+                tracing::warn!(error = %e, "webhooks: cannot record deliveries; the events are read again");
             }
         }
     }
 
-    /// The deliveries of one public event, one per enabled webhook of its project that
-    /// wants its type and existed when it happened.
-    pub async fn fan_one(&self, payload: &[u8]) -> Result<(), FanError> {
-        let event = PublicEvent::decode(payload).map_err(|e| FanError::Poison(e.to_string()))?;
-        let ty = event.event_type();
-        let hooks = self
-            .store
-            .webhooks_for_event(&event.project_id, ty.as_str())
-            .await
-            .map_err(FanError::Store)?;
-        let body = String::from_utf8_lossy(payload).into_owned();
-        let items: Vec<NewDelivery> = hooks
+    /// The deliveries of a batch of public events: for each event, one per enabled webhook
+    /// of its project that wants its type and existed when it happened. Each project's
+    /// webhooks are read once for the batch, and all its deliveries are written together.
+    /// `Err`: the store failed and nothing may be acked (every event is read again; the
+    /// unique (webhook, event) pair makes the rows already written no-ops). `Ok` holds one
+    /// answer per payload, in order: `Err` with why for one that is not a public event
+    /// this build reads (acking it again would not help).
+    pub async fn fan_batch(
+        &self,
+        payloads: &[&[u8]],
+    ) -> Result<Vec<Result<(), String>>, differently_store::StoreError> {
+        let events: Vec<Result<PublicEvent, String>> = payloads
             .iter()
-            .filter(|h| h.org_id == event.org_id && h.created_at <= event.time)
-            .map(|h| NewDelivery {
-                id: delivery_id(),
-                webhook_id: h.id.clone(),
-                event_id: event.id.clone(),
-                event_type: ty.as_str().to_owned(),
-                body: body.clone(),
-            })
+            .map(|p| PublicEvent::decode(p).map_err(|e| e.to_string()))
             .collect();
-        if items.is_empty() {
-            return Ok(());
+        let mut hooks_of: Vec<(ProjectId, Vec<Webhook>)> = Vec::new();
+        let mut items: Vec<NewDelivery> = Vec::new();
+        for (payload, event) in payloads.iter().zip(&events) {
+            let Ok(event) = event else { continue };
+            let at = match hooks_of.iter().position(|(p, _)| *p == event.project_id) {
+                Some(at) => at,
+                None => {
+                    let hooks = self.store.enabled_webhooks(&event.project_id).await?;
+                    hooks_of.push((event.project_id.clone(), hooks));
+                    hooks_of.len() - 1
+                }
+            };
+            let ty = event.event_type();
+            let body = String::from_utf8_lossy(payload).into_owned();
+            items.extend(
+                hooks_of[at]
+                    .1
+                    .iter()
+                    .filter(|h| {
+                        h.org_id == event.org_id
+                            && h.created_at <= event.time
+                            && h.wants(ty.as_str())
+                    })
+                    .map(|h| NewDelivery {
+                        id: delivery_id(),
+                        webhook_id: h.id.clone(),
+                        event_id: event.id.clone(),
+                        event_type: ty.as_str().to_owned(),
+                        body: body.clone(),
+                    }),
+            );
         }
-        let n = self
-            .store
-            .enqueue_deliveries(&items, Utc::now())
-            .await
-            .map_err(FanError::Store)?;
-        metrics::counter!("differently_webhook_deliveries_created_total").increment(n as u64);
-        Ok(())
+        if !items.is_empty() {
+            let n = self.store.enqueue_deliveries(&items, Utc::now()).await?;
+            metrics::counter!("differently_webhook_deliveries_created_total").increment(n as u64);
+        }
+        Ok(events.into_iter().map(|e| e.map(|_| ())).collect())
     }
 
     /// Claims due deliveries and sends them, at most `concurrency` at once.
@@ -406,17 +448,6 @@ impl Deliverer {
 
 /// The delivery's webhook no longer exists (its rows go with it).
 struct Gone;
-
-/// Why a public event was not turned into deliveries.
-#[derive(Debug, thiserror::Error)]
-pub enum FanError {
-    /// Not an event this build reads: acking it again would not help.
-    #[error("{0}")]
-    Poison(String),
-    /// The store failed: read the event again.
-    #[error(transparent)]
-    Store(differently_store::StoreError),
-}
 
 fn log_ack(e: &BusError) {
     tracing::warn!(error = %e, "webhooks: ack failed; the event may be read again (no duplicate delivery: rows are unique per event)");

@@ -15,7 +15,9 @@ use axum::Router;
 use chrono::Utc;
 use differently_bus::testing::NatsServer;
 use differently_bus::{Announcer, Bus};
-use differently_bus_schema::public::{Cause, EventData, Origin, PublicEvent, StatusData};
+use differently_bus_schema::public::{
+    Cause, EventData, ExecFinished, ExecStarted, Origin, PublicEvent, StatusData,
+};
 use differently_bus_schema::Naming;
 use differently_core::{OrgId, ProjectId, SandboxId, SandboxStatus};
 use differently_store::sealed::{self, SealKey};
@@ -473,5 +475,144 @@ async fn the_url_is_checked_again_at_delivery_time() {
         w.receiver.got("inside").is_empty(),
         "nothing reached the loopback receiver"
     );
+    let _ = w.stop.send(true);
+}
+
+/// An exec's two events of one project, published together.
+fn exec_events(p: &Project) -> [PublicEvent; 2] {
+    let sandbox = SandboxId::new();
+    let event = |discriminator: &str, data: EventData| {
+        PublicEvent::new(
+            p.org_id.clone(),
+            p.id.clone(),
+            Some(sandbox.clone()),
+            Origin::user("key_t"),
+            Utc::now(),
+            discriminator,
+            data,
+        )
+    };
+    [
+        event(
+            "exec_1",
+            EventData::ExecStarted(ExecStarted {
+                exec_id: "exec_1".into(),
+                program: "echo".into(),
+            }),
+        ),
+        event(
+            "exec_1",
+            EventData::ExecFinished(ExecFinished {
+                exec_id: "exec_1".into(),
+                program: "echo".into(),
+                exit_code: Some(0),
+                duration_ms: 3,
+                timed_out: false,
+            }),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_gives_each_event_its_own_deliveries_and_names_the_one_it_cannot_read() {
+    let w = world().await;
+    let (oa, pa) = w.tenant().await;
+    let (ob, pb) = w.tenant().await;
+    let (all_a, _) = w.hook(&oa, &pa, "all-a", &[]).await;
+    let (finished_a, _) = w
+        .hook(&oa, &pa, "finished-a", &["sandbox.exec.finished"])
+        .await;
+    let (all_b, _) = w.hook(&ob, &pb, "all-b", &["sandbox.exec.*"]).await;
+    let [started, finished] = exec_events(&pa);
+    let [b_started, _] = exec_events(&pb);
+    let d = Deliverer {
+        store: w.store(),
+        announcer: w.announcer.clone(),
+        config: fast_config(),
+    };
+    let (s, f, bs) = (
+        started.encode().unwrap(),
+        finished.encode().unwrap(),
+        b_started.encode().unwrap(),
+    );
+    let batch: [&[u8]; 5] = [&s, b"not a public event", &f, &bs, &s];
+    let answers = d.fan_batch(&batch).await.unwrap();
+    assert_eq!(answers.len(), 5);
+    assert!(answers[1].is_err(), "the unreadable one is named");
+    assert!(
+        answers.iter().enumerate().all(|(i, a)| i == 1 || a.is_ok()),
+        "{answers:?}"
+    );
+    let store = w.store();
+    let events_of = |hook: &Webhook| {
+        let (store, id) = (store.clone(), hook.id.clone());
+        async move {
+            let mut ids: Vec<(String, String)> = store
+                .list_deliveries(&id, None, 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|d| (d.event_id, d.event_type))
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let mut both = vec![
+        (started.id.clone(), "sandbox.exec.started".to_owned()),
+        (finished.id.clone(), "sandbox.exec.finished".to_owned()),
+    ];
+    both.sort();
+    // The event given twice in the batch is delivered once.
+    assert_eq!(events_of(&all_a).await, both);
+    assert_eq!(
+        events_of(&finished_a).await,
+        vec![(finished.id.clone(), "sandbox.exec.finished".to_owned())]
+    );
+    assert_eq!(
+        events_of(&all_b).await,
+        vec![(b_started.id.clone(), "sandbox.exec.started".to_owned())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_waiting_together_are_all_delivered_and_a_poison_one_does_not_hold_them() {
+    let w = world().await;
+    let (o, p) = w.tenant().await;
+    w.hook(&o, &p, "waiting", &[]).await;
+    // Published before the fan-out starts: its first fetch takes them together.
+    let mut ids = Vec::new();
+    for round in 0..3 {
+        for e in exec_events(&p) {
+            w.announcer.public(&e).await.unwrap();
+            ids.push(e.id.clone());
+        }
+        let junk = format!("{}.pub.junk", w.announcer.naming().prefix());
+        w.announcer
+            .bus()
+            .publish(
+                &junk,
+                &format!("junk-{round}"),
+                bytes::Bytes::from_static(b"{}"),
+            )
+            .await
+            .unwrap();
+    }
+    w.start(fast_config());
+    eventually("all six events delivered", || async {
+        w.receiver.got("waiting").len() >= 6
+    })
+    .await;
+    // Nothing more comes (no duplicate from a batch acked twice or read again).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut got: Vec<String> = w
+        .receiver
+        .got("waiting")
+        .iter()
+        .map(|g| g.id.clone())
+        .collect();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids);
     let _ = w.stop.send(true);
 }

@@ -116,6 +116,7 @@ macro_rules! both {
 both!(
     ensure_streams_is_idempotent,
     publish_pull_ack_leaves_nothing,
+    what_came_together_is_buffered_and_nothing_more,
     next_waits_for_a_late_message,
     duplicate_msg_id_is_dropped,
     nak_redelivers_after_the_delay,
@@ -267,6 +268,47 @@ async fn publish_pull_ack_leaves_nothing(h: Harness) {
     // Nor for a fresh binding of the same durable.
     let mut again = h.pull("a").await;
     assert!(next(&mut again, Duration::from_millis(300)).await.is_none());
+}
+
+/// `next_buffered` hands out what the consumer already holds, in order, and never waits: the
+/// in-process bus holds everything published, JetStream what its last fetch brought, so a
+/// message published later comes through it or through `next`, but is never lost.
+async fn what_came_together_is_buffered_and_nothing_more(h: Harness) {
+    for i in 1..=3 {
+        h.publish(&h.work("a"), &format!("m{i}"), &format!("b{i}"))
+            .await;
+    }
+    let mut p = h.pull("a").await;
+    let first = next(&mut p, Duration::from_secs(2))
+        .await
+        .expect("a message");
+    let mut bodies = vec![body(&first)];
+    first.acker.ack().await.expect("ack");
+    while let Some(d) = p.next_buffered().await.expect("next_buffered") {
+        bodies.push(body(&d));
+        d.acker.ack().await.expect("ack");
+    }
+    assert_eq!(
+        bodies,
+        ["b1", "b2", "b3"],
+        "published together, taken together"
+    );
+    let asked = std::time::Instant::now();
+    assert!(p.next_buffered().await.expect("next_buffered").is_none());
+    assert!(
+        asked.elapsed() < Duration::from_millis(200),
+        "it does not wait"
+    );
+    h.publish(&h.work("a"), "m4", "b4").await;
+    let later = match p.next_buffered().await.expect("next_buffered") {
+        Some(d) => d,
+        None => next(&mut p, Duration::from_secs(2))
+            .await
+            .expect("the later one"),
+    };
+    assert_eq!(body(&later), "b4");
+    later.acker.ack().await.expect("ack");
+    assert!(next(&mut p, Duration::from_millis(300)).await.is_none());
 }
 
 async fn next_waits_for_a_late_message(h: Harness) {

@@ -158,18 +158,15 @@ impl WebhookStore for MemoryStore {
         Ok(Some(out))
     }
 
-    async fn webhooks_for_event(
-        &self,
-        project: &ProjectId,
-        event_type: &str,
-    ) -> Result<Vec<Webhook>, StoreError> {
+    async fn enabled_webhooks(&self, project: &ProjectId) -> Result<Vec<Webhook>, StoreError> {
+        // Keyed by id: already in id order.
         Ok(self
             .lock()
             .webhooks
             .hooks
             .values()
             .map(|r| &r.hook)
-            .filter(|h| &h.project_id == project && h.wants(event_type))
+            .filter(|h| &h.project_id == project && h.enabled)
             .cloned()
             .collect())
     }

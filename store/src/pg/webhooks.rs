@@ -281,20 +281,16 @@ impl WebhookStore for PgStore {
         Ok(Some(out))
     }
 
-    async fn webhooks_for_event(
-        &self,
-        project: &ProjectId,
-        event_type: &str,
-    ) -> Result<Vec<Webhook>, StoreError> {
-        // Filters have wildcards (`sandbox.*`): matched here, on a project's few webhooks.
+    async fn enabled_webhooks(&self, project: &ProjectId) -> Result<Vec<Webhook>, StoreError> {
+        // Filters have wildcards (`sandbox.*`): matched by the caller, on a project's few
+        // webhooks.
         let rows = sqlx::query(&format!(
             "SELECT {HOOK_COLUMNS} FROM webhooks WHERE project_id = $1 AND enabled ORDER BY id"
         ))
         .bind(project.as_str())
         .fetch_all(self.pool())
         .await?;
-        let hooks: Vec<Webhook> = rows.iter().map(hook_of).collect::<Result<_, _>>()?;
-        Ok(hooks.into_iter().filter(|h| h.wants(event_type)).collect())
+        rows.iter().map(hook_of).collect()
     }
 
     async fn enqueue_deliveries(

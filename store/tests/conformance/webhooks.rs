@@ -168,6 +168,10 @@ pub async fn webhooks_are_stored_scoped_patched_and_deleted_with_audit(env: &Env
         Some(vec![b"whsec-a".to_vec()])
     );
 
+    // Every enabled webhook of the project, whatever it filters on (the fan-out matches).
+    assert_eq!(s.enabled_webhooks(&p1.id).await.unwrap(), vec![a.clone()]);
+    assert_eq!(s.enabled_webhooks(&p2.id).await.unwrap(), vec![b.clone()]);
+
     // Filters: an empty list takes every type.
     assert_eq!(
         s.webhooks_for_event(&p1.id, "sandbox.status")
@@ -201,6 +205,7 @@ pub async fn webhooks_are_stored_scoped_patched_and_deleted_with_audit(env: &Env
     assert_eq!(patched.url, "https://other.example.com/x");
     assert_eq!(patched.description, None);
     assert!(!patched.enabled && patched.disabled_reason.is_some());
+    assert!(s.enabled_webhooks(&p1.id).await.unwrap().is_empty());
     assert_eq!(patched.event_types, vec!["sandbox.status".to_owned()]);
     assert!(s
         .webhooks_for_event(&p1.id, "sandbox.status")
