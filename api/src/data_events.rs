@@ -237,8 +237,18 @@ impl ExecEvents {
         let announcer = e.announcer.clone();
         spawn(async move {
             if let Some(started) = started {
-                publish(announcer.clone(), started).await;
-            } else if let Some(earlier) = earlier {
+                // Both sent before either acknowledgement is awaited (`join!` polls `started`
+                // first, and a publish hands its message to the connection on its first
+                // poll): one connection keeps them in order, and stored next to each other
+                // they reach the webhook fan-out in one fetch, which reads the project's
+                // webhooks once for both.
+                tokio::join!(
+                    publish(announcer.clone(), started),
+                    publish(announcer, finished)
+                );
+                return;
+            }
+            if let Some(earlier) = earlier {
                 let _ = earlier.await;
             }
             publish(announcer, finished).await;

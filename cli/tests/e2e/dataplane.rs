@@ -984,3 +984,60 @@ async fn a_delete_of_a_remembered_row_that_moved_deletes_it_from_a_fresh_read() 
     let report = crate::audit::verify(&c).await;
     assert_eq!(report["ok"], true, "{report}");
 }
+
+/// An exec's two public events are sent together (neither waits for the other's
+/// acknowledgement), yet the public stream holds `started` before `finished` for every exec,
+/// as `docs/events.md` promises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_exec_stores_started_before_finished() {
+    use differently_bus::Bus;
+    use differently_bus_schema::public::{EventData, PublicEvent};
+    use futures::StreamExt;
+
+    let c = cluster(Opts::default()).await;
+    let id = running(&c, json!({"capabilities": ["files"]})).await;
+    let path = format!("/v1/sandboxes/{id}/exec");
+    const EXECS: usize = 20;
+    for _ in 0..EXECS {
+        let (s, r) = post(&c, &path, json!({"command": ["echo", "hi"]})).await;
+        assert_eq!(s, 200, "{r}");
+    }
+    let bus = differently_bus::jetstream::connect(&c._nats.url(), 1)
+        .await
+        .expect("connect to the test's nats-server");
+    let naming = differently_bus_schema::Naming::default();
+    let mut events = bus
+        .events(
+            &naming.public_stream().name,
+            &format!("{}.pub.>", naming.prefix()),
+            Some(0),
+        )
+        .await
+        .expect("read the public stream");
+    let mut order: Vec<(String, &str)> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(20);
+    while order.len() < 2 * EXECS {
+        let left = until.saturating_duration_since(Instant::now());
+        let Ok(Some(ev)) = tokio::time::timeout(left, events.next()).await else {
+            panic!("only {} exec events in the stream: {order:?}", order.len());
+        };
+        let ev = ev.expect("public event");
+        match PublicEvent::decode(&ev.payload).expect("decodes").data {
+            EventData::ExecStarted(s) => order.push((s.exec_id, "started")),
+            EventData::ExecFinished(f) => order.push((f.exec_id, "finished")),
+            _ => {}
+        }
+    }
+    let mut execs: Vec<&String> = order.iter().map(|(id, _)| id).collect();
+    execs.sort();
+    execs.dedup();
+    assert_eq!(execs.len(), EXECS, "{order:?}");
+    for exec in execs {
+        let at = |kind: &str| order.iter().position(|(id, k)| id == exec && *k == kind);
+        let (started, finished) = (at("started"), at("finished"));
+        assert!(
+            started.is_some() && started < finished,
+            "{exec}: started at {started:?}, finished at {finished:?}"
+        );
+    }
+}
