@@ -591,20 +591,25 @@ async fn exec_adapter(a: &OpenSandboxAdapter, at: &InstanceRef) -> Result<f64, L
     Ok(took)
 }
 
-/// One audit record appended through the store, as the exec route does.
+/// A record of the benchmark's own on the installation chain, about `resource`.
+fn probe_event(action: &str, resource: &str) -> differently_store::audit::NewAuditEvent {
+    differently_store::audit::NewAuditEvent {
+        org_id: None,
+        project_id: None,
+        actor: "system:bench".to_owned(),
+        action: action.to_owned(),
+        resource: resource.to_owned(),
+        outcome: "ok".to_owned(),
+        detail: json!({}),
+    }
+}
+
+/// One audit record appended and committed through the store.
 async fn audit_append(
     store: &differently_store::postgres::PgStore,
     id: &str,
 ) -> Result<f64, LoadError> {
-    let ev = differently_store::audit::NewAuditEvent {
-        org_id: None,
-        project_id: None,
-        actor: "system:bench".to_owned(),
-        action: "bench.audit_probe".to_owned(),
-        resource: id.to_owned(),
-        outcome: "ok".to_owned(),
-        detail: json!({}),
-    };
+    let ev = probe_event("bench.audit_probe", id);
     let t = Instant::now();
     differently_store::audit::AuditStore::append_audit(store, ev)
         .await
@@ -620,7 +625,7 @@ async fn audit_stage(
     store: &differently_store::postgres::PgStore,
     id: &SandboxId,
 ) -> Result<f64, LoadError> {
-    use differently_store::audit::{AuditStore, NewAuditEvent, RowGuard};
+    use differently_store::audit::{AuditStore, RowGuard};
     let store_err = |context: &str| {
         let context = context.to_owned();
         move |source| LoadError::Store { context, source }
@@ -634,15 +639,7 @@ async fn audit_stage(
         status: row.status,
         status_version: row.status_version,
     };
-    let ev = NewAuditEvent {
-        org_id: None,
-        project_id: None,
-        actor: "system:bench".to_owned(),
-        action: "bench.audit_stage_probe".to_owned(),
-        resource: id.to_string(),
-        outcome: "ok".to_owned(),
-        detail: json!({}),
-    };
+    let ev = probe_event("bench.audit_stage_probe", id.as_str());
     let t = Instant::now();
     let staged = store
         .stage_audit_if(ev, &guard)
