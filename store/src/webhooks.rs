@@ -403,16 +403,6 @@ pub trait WebhookStore: Send + Sync {
     /// ([`Webhook::wants`]).
     async fn enabled_webhooks(&self, project: &ProjectId) -> Result<Vec<Webhook>, StoreError>;
 
-    /// The enabled webhooks of `project` that want events of `event_type`.
-    async fn webhooks_for_event(
-        &self,
-        project: &ProjectId,
-        event_type: &str,
-    ) -> Result<Vec<Webhook>, StoreError> {
-        let hooks = self.enabled_webhooks(project).await?;
-        Ok(hooks.into_iter().filter(|h| h.wants(event_type)).collect())
-    }
-
     /// Creates deliveries due now, skipping any whose (webhook, event) pair already exists,
     /// so an event handed over twice is still delivered once per webhook. Returns how many
     /// were created.

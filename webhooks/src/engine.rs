@@ -198,24 +198,21 @@ impl Deliverer {
                 }
             };
             let ty = event.event_type();
+            let mut wanting = hooks_of[at].1.iter().filter(|h| {
+                h.org_id == event.org_id && h.created_at <= event.time && h.wants(ty.as_str())
+            });
+            // Most events have no webhook: their body is not copied.
+            let Some(first) = wanting.next() else {
+                continue;
+            };
             let body = String::from_utf8_lossy(payload).into_owned();
-            items.extend(
-                hooks_of[at]
-                    .1
-                    .iter()
-                    .filter(|h| {
-                        h.org_id == event.org_id
-                            && h.created_at <= event.time
-                            && h.wants(ty.as_str())
-                    })
-                    .map(|h| NewDelivery {
-                        id: delivery_id(),
-                        webhook_id: h.id.clone(),
-                        event_id: event.id.clone(),
-                        event_type: ty.as_str().to_owned(),
-                        body: body.clone(),
-                    }),
-            );
+            items.extend(std::iter::once(first).chain(wanting).map(|h| NewDelivery {
+                id: delivery_id(),
+                webhook_id: h.id.clone(),
+                event_id: event.id.clone(),
+                event_type: ty.as_str().to_owned(),
+                body: body.clone(),
+            }));
         }
         if !items.is_empty() {
             let n = self.store.enqueue_deliveries(&items, Utc::now()).await?;
