@@ -59,10 +59,19 @@ pub async fn setup(extra: serde_json::Value) -> Setup {
 }
 
 /// A directory for the env file outside /tmp (which the adapter refuses: Freestyle empties it).
+/// The fake writes the file there for real, so it must be a writable local directory. Cargo's
+/// target tmpdir is under /tmp when the checkout is, so that case falls back to /var/tmp.
 pub fn etc_dir() -> tempfile::TempDir {
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let parent = if target.starts_with("/tmp") {
+        std::path::Path::new("/var/tmp")
+    } else {
+        target
+    };
     tempfile::Builder::new()
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap()
+        .prefix("freestyle-etc-")
+        .tempdir_in(parent)
+        .unwrap_or_else(|e| panic!("make the env file's directory in {}: {e}", parent.display()))
 }
 
 /// The shared request, plus `SHADOWED`, which the exec cases override per request.
