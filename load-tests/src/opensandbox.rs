@@ -150,6 +150,16 @@ pub struct BenchReport {
     /// and not): how often an exec puts a thread to sleep or wakes one, which on two cores
     /// is most of what its CPU time is spent on.
     pub api_switches_per_exec: Option<f64>,
+    /// On-CPU µs per exec of every process of the run in the same phase: each control-plane
+    /// process by name (`api`, `scheduler`, `worker`), the run's `nats-server`, and
+    /// `postgres` (all its processes). An exec's work does not end with its answer (the
+    /// commit, the public events, their fan-out), and on two cores whatever runs after it
+    /// is taken from the next command. A process whose `/proc` could not be read is absent.
+    pub cpu_per_exec_us: std::collections::BTreeMap<String, f64>,
+    /// The same processes' CPU over an idle spell as long as that phase, divided by the
+    /// phase's execs: the part of [`Self::cpu_per_exec_us`] that timers and polls account
+    /// for, not the execs.
+    pub idle_cpu_per_exec_us: std::collections::BTreeMap<String, f64>,
 }
 
 /// Paths of each interleaved exec round: execd, the adapter, Differently's exec, the API's
@@ -952,6 +962,11 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         }
         // CPU per exec, in a phase of its own so the API serves nothing else meanwhile.
         let api_pid = cluster.pid("api");
+        let mut others = cluster.pids();
+        others.extend(cluster.nats.pid().map(|p| ("nats-server".to_owned(), p)));
+        let others_before: Vec<Option<u64>> = others.iter().map(|(_, p)| on_cpu_ns(*p)).collect();
+        eprintln!("cpu phase: {CPU_EXECS} execs begin");
+        let phase_began = Instant::now();
         let switches_before = api_pid.and_then(context_switches);
         let before = (api_pid.and_then(on_cpu_ns), postgres_on_cpu_ns());
         let mut done = 0;
@@ -965,9 +980,35 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
             }
         }
         let after = (api_pid.and_then(on_cpu_ns), postgres_on_cpu_ns());
+        let others_after: Vec<Option<u64>> = others.iter().map(|(_, p)| on_cpu_ns(*p)).collect();
+        let phase = phase_began.elapsed();
+        eprintln!("cpu phase: end");
+        // The same processes idle for as long: what they spend on timers and polls, which
+        // the phase's figures include.
+        let idle_before: Vec<Option<u64>> = others.iter().map(|(_, p)| on_cpu_ns(*p)).collect();
+        let idle_pg_before = postgres_on_cpu_ns();
+        tokio::time::sleep(phase).await;
+        let idle_after: Vec<Option<u64>> = others.iter().map(|(_, p)| on_cpu_ns(*p)).collect();
+        let idle_pg_after = postgres_on_cpu_ns();
         let per_exec = |b: Option<u64>, a: Option<u64>| {
             Some(a?.checked_sub(b?)? as f64 / CPU_EXECS as f64 / 1000.0)
         };
+        let mut by_process: std::collections::BTreeMap<String, f64> = others
+            .iter()
+            .zip(others_before.into_iter().zip(others_after))
+            .filter_map(|((name, _), (b, a))| Some((name.clone(), per_exec(b, a)?)))
+            .collect();
+        if let Some(pg) = per_exec(before.1, after.1) {
+            by_process.insert("postgres".to_owned(), pg);
+        }
+        let mut idle: std::collections::BTreeMap<String, f64> = others
+            .iter()
+            .zip(idle_before.into_iter().zip(idle_after))
+            .filter_map(|((name, _), (b, a))| Some((name.clone(), per_exec(b, a)?)))
+            .collect();
+        if let Some(pg) = per_exec(idle_pg_before, idle_pg_after) {
+            idle.insert("postgres".to_owned(), pg);
+        }
         let switches = api_pid
             .and_then(context_switches)
             .zip(switches_before)
@@ -977,6 +1018,8 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
             per_exec(before.0, after.0),
             per_exec(before.1, after.1),
             switches,
+            by_process,
+            idle,
         );
         // The server's proxy, for reference, in a phase of its own: closing a proxied stream
         // right after `execution_complete` is what the broken pipes followed, so it does not
@@ -1021,7 +1064,7 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         p,
         (hop, stg),
         exec_anomalies,
-        (api_cpu, postgres_cpu, api_switches),
+        (api_cpu, postgres_cpu, api_switches, cpu_per_exec_us, idle_cpu_per_exec_us),
     ) = measured?;
     api.wait(&id, "terminated").await?;
 
@@ -1071,6 +1114,8 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         api_cpu_per_exec_us: api_cpu,
         postgres_cpu_per_exec_us: postgres_cpu,
         api_switches_per_exec: api_switches,
+        cpu_per_exec_us,
+        idle_cpu_per_exec_us,
     })
 }
 

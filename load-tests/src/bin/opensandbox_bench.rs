@@ -122,6 +122,22 @@ fn main() -> ExitCode {
                 r.api_switches_per_exec.map_or("unread".to_owned(), |v| format!("{v:.1}")),
                 us(r.postgres_cpu_per_exec_us)
             );
+            let each = |m: &std::collections::BTreeMap<String, f64>| {
+                let parts: Vec<String> = m
+                    .iter()
+                    .map(|(name, v)| format!("{name} {v:.0} µs"))
+                    .collect();
+                format!(
+                    "{} (sum {:.0} µs)",
+                    parts.join(", "),
+                    m.values().sum::<f64>()
+                )
+            };
+            println!(
+                "CPU per exec, every process of the run: {}; idle for as long: {}",
+                each(&r.cpu_per_exec_us),
+                each(&r.idle_cpu_per_exec_us)
+            );
             let text = serde_json::to_string_pretty(&r).unwrap_or_default();
             if let Err(e) = std::fs::write(&a.out, text) {
                 eprintln!("opensandbox_bench: writing {}: {e}", a.out.display());
