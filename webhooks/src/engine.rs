@@ -109,7 +109,7 @@ impl Deliverer {
     pub async fn fan_out(self, mut stop: watch::Receiver<bool>) {
         let def = consumer(self.announcer.naming(), self.config.ack_wait);
         let mut pull = loop {
-            match self.announcer.bus().pull(&def).await {
+            match self.announcer.bus().pull_ahead(&def).await {
                 Ok(p) => break p,
                 Err(e) => {
                     tracing::warn!(error = %e, "webhooks: cannot bind the public-stream consumer; retrying");
