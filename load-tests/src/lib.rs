@@ -20,6 +20,7 @@ pub mod generator;
 pub mod invariants;
 pub mod opensandbox;
 pub mod plan;
+pub mod pull_bench;
 pub mod report;
 pub mod rss;
 pub mod run;

@@ -173,7 +173,7 @@ pub const CPU_EXECS: usize = 200;
 /// (`/proc/<pid>/task/*/schedstat`, first field): finer than the 10 ms ticks of
 /// `/proc/<pid>/stat`. A thread that ends between two readings takes its time with it, so a
 /// phase should be short next to the runtime's idle-thread timeout (10 s).
-fn on_cpu_ns(pid: u32) -> Option<u64> {
+pub(crate) fn on_cpu_ns(pid: u32) -> Option<u64> {
     let mut total = 0u64;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
