@@ -110,18 +110,19 @@ async fn event(events: &mut BoxStream<'static, Result<Event, BusError>>) -> Even
         .expect("event")
 }
 
-/// Each case runs against both buses.
+/// Each case runs against both buses; `@bind f;` first passes each harness through `f`.
 macro_rules! both {
-    ($($case:ident),* $(,)?) => {$(
+    ($($case:ident),* $(,)?) => { both!(@bind std::convert::identity; $($case),*); };
+    (@bind $bind:path; $($case:ident),* $(,)?) => {$(
         mod $case {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory() {
-                super::$case(super::Harness::memory().await).await;
+                super::$case($bind(super::Harness::memory().await)).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn jetstream() {
-                super::$case(super::Harness::jetstream().await).await;
+                super::$case($bind(super::Harness::jetstream().await)).await;
             }
         }
     )*};
@@ -147,28 +148,12 @@ both!(
     a_request_left_unanswered_times_out,
 );
 
-/// Each case runs against both buses with its consumers bound ahead (`Bus::pull_ahead`):
-/// the pull's guarantees hold whichever way messages reach it.
-macro_rules! both_ahead {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory_ahead() {
-                super::$case(super::Harness::memory().await.ahead()).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn jetstream_ahead() {
-                super::$case(super::Harness::jetstream().await.ahead()).await;
-            }
-        }
-    )*};
-}
-
+/// The pull cases again with consumers bound ahead (`Bus::pull_ahead`): the pull's
+/// guarantees hold whichever way messages reach it.
 mod ahead {
     use super::*;
 
-    both_ahead!(
+    both!(@bind super::Harness::ahead;
         publish_pull_ack_leaves_nothing,
         next_waits_for_a_late_message,
         nak_redelivers_after_the_delay,
