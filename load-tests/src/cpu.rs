@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`getconf CLK_TCK`; 100 on Linux).
-fn ticks_per_second() -> f64 {
+pub(crate) fn ticks_per_second() -> f64 {
     std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -29,7 +29,7 @@ pub fn parse_stat(stat: &str) -> Option<(String, u64)> {
     Some((comm, utime + stime))
 }
 
-fn ticks_of(pid: u32) -> Option<(String, u64)> {
+pub(crate) fn ticks_of(pid: u32) -> Option<(String, u64)> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 

