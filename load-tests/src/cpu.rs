@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`getconf CLK_TCK`; 100 on Linux).
-pub(crate) fn ticks_per_second() -> f64 {
+fn ticks_per_second() -> f64 {
     std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -29,7 +29,7 @@ pub fn parse_stat(stat: &str) -> Option<(String, u64)> {
     Some((comm, utime + stime))
 }
 
-pub(crate) fn ticks_of(pid: u32) -> Option<(String, u64)> {
+fn ticks_of(pid: u32) -> Option<(String, u64)> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
@@ -82,17 +82,26 @@ impl CpuMeter {
     /// Cores used per group since `start` (CPU seconds ÷ wall seconds), and the wall seconds.
     /// A process that exited (a short-lived backend) is not counted; its time is lost.
     pub fn finish(self) -> (BTreeMap<String, f64>, f64) {
-        let end = snapshot(&self.procs);
         let wall = self.at.elapsed().as_secs_f64().max(1e-9);
+        let cores = self
+            .finish_seconds()
+            .into_iter()
+            .map(|(k, used)| (k, used / wall))
+            .collect();
+        (cores, wall)
+    }
+
+    /// CPU seconds used per group since `start` (clock ticks: 10 ms steps). Unlike summing
+    /// live threads, a process's figure keeps the time of its threads that ended.
+    pub fn finish_seconds(self) -> BTreeMap<String, f64> {
         let tps = ticks_per_second();
-        let cores = end
+        snapshot(&self.procs)
             .into_iter()
             .map(|(k, t)| {
                 let used = t.saturating_sub(self.start.get(&k).copied().unwrap_or(0));
-                (k, used as f64 / tps / wall)
+                (k, used as f64 / tps)
             })
-            .collect();
-        (cores, wall)
+            .collect()
     }
 }
 

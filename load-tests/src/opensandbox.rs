@@ -173,7 +173,7 @@ pub const CPU_EXECS: usize = 200;
 /// (`/proc/<pid>/task/*/schedstat`, first field): finer than the 10 ms ticks of
 /// `/proc/<pid>/stat`. A thread that ends between two readings takes its time with it, so a
 /// phase should be short next to the runtime's idle-thread timeout (10 s).
-pub(crate) fn on_cpu_ns(pid: u32) -> Option<u64> {
+fn on_cpu_ns(pid: u32) -> Option<u64> {
     let mut total = 0u64;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
@@ -224,6 +224,34 @@ fn postgres_on_cpu_ns() -> Option<u64> {
         }
     }
     Some(total)
+}
+
+/// On-CPU nanoseconds so far of each of `procs` and of all of Postgres (as `postgres`).
+fn cpu_readings(procs: &[(String, u32)]) -> Vec<(String, Option<u64>)> {
+    procs
+        .iter()
+        .map(|(name, pid)| (name.clone(), on_cpu_ns(*pid)))
+        .chain(std::iter::once((
+            "postgres".to_owned(),
+            postgres_on_cpu_ns(),
+        )))
+        .collect()
+}
+
+/// µs per exec of the CPU phase between two [`cpu_readings`] of the same processes; one
+/// that could not be read both times (or lost a thread's time) is absent.
+fn per_exec_us(
+    before: &[(String, Option<u64>)],
+    after: &[(String, Option<u64>)],
+) -> std::collections::BTreeMap<String, f64> {
+    before
+        .iter()
+        .zip(after)
+        .filter_map(|((name, b), (_, a))| {
+            let used = a.as_ref()?.checked_sub((*b)?)?;
+            Some((name.clone(), used as f64 / CPU_EXECS as f64 / 1000.0))
+        })
+        .collect()
 }
 
 /// Refuses any URL whose host is not a loopback address (or `localhost`).
@@ -962,13 +990,12 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         }
         // CPU per exec, in a phase of its own so the API serves nothing else meanwhile.
         let api_pid = cluster.pid("api");
-        let mut others = cluster.pids();
-        others.extend(cluster.nats.pid().map(|p| ("nats-server".to_owned(), p)));
-        let others_before: Vec<Option<u64>> = others.iter().map(|(_, p)| on_cpu_ns(*p)).collect();
+        let mut procs = cluster.pids();
+        procs.extend(cluster.nats.pid().map(|p| ("nats-server".to_owned(), p)));
         eprintln!("cpu phase: {CPU_EXECS} execs begin");
         let phase_began = Instant::now();
         let switches_before = api_pid.and_then(context_switches);
-        let before = (api_pid.and_then(on_cpu_ns), postgres_on_cpu_ns());
+        let before = cpu_readings(&procs);
         let mut done = 0;
         while done < CPU_EXECS {
             match exec_differently(&api, &id).await {
@@ -979,44 +1006,22 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
                 Err(e) => return Err(e),
             }
         }
-        let after = (api_pid.and_then(on_cpu_ns), postgres_on_cpu_ns());
-        let others_after: Vec<Option<u64>> = others.iter().map(|(_, p)| on_cpu_ns(*p)).collect();
+        let by_process = per_exec_us(&before, &cpu_readings(&procs));
         let phase = phase_began.elapsed();
         eprintln!("cpu phase: end");
         // The same processes idle for as long: what they spend on timers and polls, which
         // the phase's figures include.
-        let idle_before: Vec<Option<u64>> = others.iter().map(|(_, p)| on_cpu_ns(*p)).collect();
-        let idle_pg_before = postgres_on_cpu_ns();
+        let idle_before = cpu_readings(&procs);
         tokio::time::sleep(phase).await;
-        let idle_after: Vec<Option<u64>> = others.iter().map(|(_, p)| on_cpu_ns(*p)).collect();
-        let idle_pg_after = postgres_on_cpu_ns();
-        let per_exec = |b: Option<u64>, a: Option<u64>| {
-            Some(a?.checked_sub(b?)? as f64 / CPU_EXECS as f64 / 1000.0)
-        };
-        let mut by_process: std::collections::BTreeMap<String, f64> = others
-            .iter()
-            .zip(others_before.into_iter().zip(others_after))
-            .filter_map(|((name, _), (b, a))| Some((name.clone(), per_exec(b, a)?)))
-            .collect();
-        if let Some(pg) = per_exec(before.1, after.1) {
-            by_process.insert("postgres".to_owned(), pg);
-        }
-        let mut idle: std::collections::BTreeMap<String, f64> = others
-            .iter()
-            .zip(idle_before.into_iter().zip(idle_after))
-            .filter_map(|((name, _), (b, a))| Some((name.clone(), per_exec(b, a)?)))
-            .collect();
-        if let Some(pg) = per_exec(idle_pg_before, idle_pg_after) {
-            idle.insert("postgres".to_owned(), pg);
-        }
+        let idle = per_exec_us(&idle_before, &cpu_readings(&procs));
         let switches = api_pid
             .and_then(context_switches)
             .zip(switches_before)
             .and_then(|(a, b)| a.checked_sub(b))
             .map(|d| d as f64 / CPU_EXECS as f64);
         let cpu = (
-            per_exec(before.0, after.0),
-            per_exec(before.1, after.1),
+            by_process.get("api").copied(),
+            by_process.get("postgres").copied(),
             switches,
             by_process,
             idle,

@@ -18,16 +18,18 @@ use differently_bus::{Bus, Pull};
 use differently_bus_schema::{ConsumerDef, Naming};
 use serde::Serialize;
 
-use crate::cpu::{ticks_of, ticks_per_second};
+use crate::cpu::CpuMeter;
+use crate::stats::percentile;
 use crate::LoadError;
 
-/// On-CPU nanoseconds of process `pid` so far, from `/proc/<pid>/stat`: coarse (a clock tick,
-/// 10 ms), but it keeps the time of threads that have ended, which summing the live threads'
-/// `schedstat` loses (a round's figure could then go negative). A round takes seconds of CPU.
-fn on_cpu_ns(pid: u32) -> Option<u64> {
-    let (_, ticks) = ticks_of(pid)?;
-    Some((ticks as f64 * 1e9 / ticks_per_second()) as u64)
-}
+/// [`CpuMeter`]'s name for the run's own nats-server (its `nats-server` group sums every
+/// such process on the machine). The meter reads clock ticks, which keep the time of
+/// threads that ended (summing live threads' `schedstat` loses it, and a round's figure
+/// could then go negative); a round takes seconds of CPU, so 10 ms steps are fine.
+const SERVER: &str = "the run's nats-server";
+
+/// [`CpuMeter`]'s name for this process.
+const CLIENT: &str = "load generator";
 
 /// One way of reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -77,11 +79,7 @@ pub struct PullBenchReport {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    percentile(&v, 0.5)
 }
 
 /// Runs the benchmark on a nats-server of its own (≥ 2.10, as the harness finds it).
@@ -145,8 +143,7 @@ async fn round(
     }
     .map_err(consume)?;
     let subject = format!("{}.pub.round{r}.exec", naming.prefix());
-    let me = std::process::id();
-    let before = (on_cpu_ns(server_pid), on_cpu_ns(me));
+    let meter = CpuMeter::start(vec![(SERVER.to_owned(), server_pid)]);
     let publisher = {
         let (bus, subject, opts) = (bus.clone(), subject.clone(), opts.clone());
         tokio::spawn(async move {
@@ -184,18 +181,17 @@ async fn round(
         .await
         .map_err(|e| LoadError::Check(format!("publisher: {e}")))?
         .map_err(|e| LoadError::Check(format!("publish: {e}")))?;
-    let after = (on_cpu_ns(server_pid), on_cpu_ns(me));
-    let per = |b: Option<u64>, a: Option<u64>| -> Result<f64, LoadError> {
-        let d = a
-            .zip(b)
-            .and_then(|(a, b)| a.checked_sub(b))
-            .ok_or_else(|| LoadError::Check("on-CPU time could not be read".to_owned()))?;
-        Ok(d as f64 / opts.messages as f64 / 1000.0)
+    let used = meter.finish_seconds();
+    let per = |name: &str| -> Result<f64, LoadError> {
+        let seconds = used
+            .get(name)
+            .ok_or_else(|| LoadError::Check(format!("on-CPU time of {name} could not be read")))?;
+        Ok(seconds * 1e6 / opts.messages as f64)
     };
     Ok(Round {
         way,
-        server_us: per(before.0, after.0)?,
-        client_us: per(before.1, after.1)?,
+        server_us: per(SERVER)?,
+        client_us: per(CLIENT)?,
         buffered,
     })
 }
@@ -228,9 +224,8 @@ mod tests {
     }
 
     #[test]
-    fn median_of_even_and_odd_counts() {
+    fn the_median_is_the_middle_rank_whatever_the_order() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(Vec::new()).is_nan());
+        assert_eq!(median(vec![5.0, 1.0, 4.0, 2.0, 3.0]), 3.0);
     }
 }
