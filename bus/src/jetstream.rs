@@ -635,7 +635,6 @@ impl Bus for JetStreamBus {
             bus: self.clone(),
             def: consumer.clone(),
             reconnects: self.reconnects.clone(),
-            batch: self.fetch_batch,
             messages: None,
         };
         // Bound here, so a consumer that cannot be made is the caller's error, as `pull`'s.
@@ -1035,20 +1034,19 @@ fn delivery_of(message: jetstream::Message, confirm: bool) -> Result<Delivery, B
 }
 
 /// A bound durable pull consumer read through one standing subscription
-/// ([`Bus::pull_ahead`]): the client keeps pull requests of up to `batch` messages open at
+/// ([`Bus::pull_ahead`]): the client keeps pull requests of up to the bus's fetch batch open at
 /// the server, each expiring after [`PULL_EXPIRY`] as `JetStreamPull`'s do (so a request lost
 /// with a consumer's leader is replaced within a second), and the server pushes messages
 /// into it as they are stored. A request's end, a heartbeat and the next request are the
 /// client's business; an exec's two events cost two deliveries and two acks.
 ///
 /// Unlike `JetStreamPull` it does not drop messages held past their ack-wait: it holds at
-/// most `batch`, its caller takes them within milliseconds, and one redelivered meanwhile
+/// most a batch or two, its caller takes them within milliseconds, and one redelivered meanwhile
 /// is handled twice, which its callers must absorb anyway.
 struct AheadPull {
     bus: JetStreamBus,
     def: ConsumerDef,
     reconnects: tokio::sync::watch::Receiver<u64>,
-    batch: usize,
     /// `None` after the subscription failed or ended: the next call makes another (binding
     /// the consumer again, which recreates one a server lost with its store).
     messages: Option<pull::Stream>,
@@ -1060,7 +1058,7 @@ impl AheadPull {
         let consumer = self.bus.consumer(&self.def).await?;
         consumer
             .stream()
-            .max_messages_per_batch(self.batch)
+            .max_messages_per_batch(self.bus.fetch_batch)
             .expires(PULL_EXPIRY)
             // Under half the expiry, as the server requires.
             .heartbeat(PULL_EXPIRY * 2 / 5)
