@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Differently, type EventMessage, type EventStream, type Project } from "@differently/sdk";
-import { startDev, type DevServer } from "./fixture.js";
+import { readUntil, startDev, type DevServer } from "./fixture.js";
 import { startProxy, type Proxy } from "./proxy.js";
 
 let dev: DevServer;
@@ -20,26 +20,12 @@ after(async () => {
   await dev?.stop();
 });
 
-/** Reads events until `until` holds for one (inclusive; `got` is every event read so far), within `ms`. */
-async function readUntil(
+/** `readUntil` of fixture.ts for status events, listing each read by id and status on failure. */
+function readStatusUntil(
   it: AsyncIterator<EventMessage>,
   until: (e: EventMessage, got: EventMessage[]) => boolean,
-  ms = 20_000,
 ): Promise<EventMessage[]> {
-  const got: EventMessage[] = [];
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const left = deadline - Date.now();
-    if (left <= 0) throw new Error(`no matching event within ${ms} ms; got ${JSON.stringify(got.map((e) => [e.id, e.data.status]))}`);
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const r = await Promise.race([
-      it.next(),
-      new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`timed out after ${ms} ms; got ${JSON.stringify(got.map((e) => [e.id, e.data.status]))}`)), left))),
-    ]).finally(() => clearTimeout(timer));
-    if (r.done) throw new Error("event stream ended");
-    got.push(r.value);
-    if (until(r.value, got)) return got;
-  }
+  return readUntil(it, until, { label: (e) => [e.id, e.data.status] });
 }
 
 describe("events", () => {
@@ -52,7 +38,7 @@ describe("events", () => {
     const ofSandbox = (got: EventMessage[]) => got.filter((e) => e.data.sandboxId === s.id);
     // Two processes publish a sandbox's changes, so `running` may be stored before the change
     // it follows (docs/events.md, "Order"): read until both are in, whichever came first.
-    const all = await readUntil(it, (_, got) => {
+    const all = await readStatusUntil(it, (_, got) => {
       const ours = ofSandbox(got);
       const running = ours.find((e) => e.data.status === "running");
       return running !== undefined && ours.some((e) => e.data.statusVersion < running.data.statusVersion);
@@ -71,7 +57,7 @@ describe("events", () => {
     // Resume after the first event: the same later events, same ids, nothing before.
     const again = c.events.stream({ projectId: project.id, after: events[0]!.id });
     const it2 = again[Symbol.asyncIterator]();
-    const replay = await readUntil(it2, (e) => e.id === events.at(-1)!.id);
+    const replay = await readStatusUntil(it2, (e) => e.id === events.at(-1)!.id);
     assert.deepEqual(replay.map((e) => e.id), events.slice(1).map((e) => e.id));
     assert.deepEqual(replay.map((e) => e.data.status), events.slice(1).map((e) => e.data.status));
     again.close();
@@ -80,7 +66,7 @@ describe("events", () => {
     // A sandbox filter sees only that sandbox.
     const only = c.events.stream({ sandboxId: s.id, after: 0 });
     const it3 = only[Symbol.asyncIterator]();
-    const mine = await readUntil(it3, (e) => e.data.status === "running");
+    const mine = await readStatusUntil(it3, (e) => e.data.status === "running");
     assert.ok(mine.every((e) => e.data.sandboxId === s.id));
     only.close();
     await it3.return?.();
@@ -96,7 +82,7 @@ describe("events", () => {
       stream = via.events.stream({ projectId: project.id, after: 0, reconnectDelayMs: 100, maxReconnectAttempts: 50 });
       const it = stream[Symbol.asyncIterator]();
       const s = await c.sandboxes.create({ projectId: project.id });
-      const before = await readUntil(it, (e) => e.data.sandboxId === s.id && e.data.status === "running");
+      const before = await readStatusUntil(it, (e) => e.data.sandboxId === s.id && e.data.status === "running");
       const lastBefore = before.at(-1)!.id;
 
       // Break the connection and keep it broken while the sandbox changes twice.
@@ -107,7 +93,7 @@ describe("events", () => {
       await new Promise((r) => setTimeout(r, 300));
       proxy.refuse(false);
 
-      const afterBreak = await readUntil(it, (e) => e.data.sandboxId === s.id && e.data.status === "running");
+      const afterBreak = await readStatusUntil(it, (e) => e.data.sandboxId === s.id && e.data.status === "running");
       // Changes after the running one seen before the break: /v1/events can deliver a
       // sandbox's earlier `provisioning` after its `running` (published by different tasks;
       // a known server-side gap), and that late event is not one made during the break.

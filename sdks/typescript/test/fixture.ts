@@ -123,3 +123,29 @@ export async function runningSandbox(c: Differently, req: Parameters<Differently
   const s = await c.sandboxes.create(req);
   return c.sandboxes.wait(s.id, { status: "running", timeoutMs: 30_000 });
 }
+
+/**
+ * Reads messages until `until` holds for one (inclusive; `got` is every message read so far),
+ * within `ms`; a timeout or the stream's end fails, listing each message read by `label`.
+ */
+export async function readUntil<M extends { id: number; type: string }>(
+  it: AsyncIterator<M>,
+  until: (m: M, got: M[]) => boolean,
+  { ms = 20_000, label = (m: M): unknown => [m.id, m.type] }: { ms?: number; label?: (m: M) => unknown } = {},
+): Promise<M[]> {
+  const got: M[] = [];
+  const deadline = Date.now() + ms;
+  const seen = () => JSON.stringify(got.map(label));
+  for (;;) {
+    const left = deadline - Date.now();
+    if (left <= 0) throw new Error(`no matching event within ${ms} ms; got ${seen()}`);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const r = await Promise.race([
+      it.next(),
+      new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`timed out after ${ms} ms; got ${seen()}`)), left))),
+    ]).finally(() => clearTimeout(timer));
+    if (r.done) throw new Error("event stream ended");
+    got.push(r.value);
+    if (until(r.value, got)) return got;
+  }
+}

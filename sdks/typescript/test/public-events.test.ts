@@ -20,7 +20,7 @@ import {
   type PublicEventMessage,
 } from "@differently/sdk";
 import { conforms, conformsToFields } from "./conforms.js";
-import { startDev, type DevServer } from "./fixture.js";
+import { readUntil, startDev, type DevServer } from "./fixture.js";
 
 type Json = Record<string, any>;
 
@@ -39,25 +39,6 @@ before(async () => {
 after(async () => {
   await dev?.stop();
 });
-
-/** Reads messages until `until` holds for one (inclusive), within `ms`. */
-async function readUntil<M>(it: AsyncIterator<M>, until: (m: M) => boolean, ms = 20_000): Promise<M[]> {
-  const got: M[] = [];
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const left = deadline - Date.now();
-    const seen = () => JSON.stringify(got.map((m) => [(m as { id: number }).id, (m as { type: string }).type]));
-    if (left <= 0) throw new Error(`no matching event within ${ms} ms; got ${seen()}`);
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const r = await Promise.race([
-      it.next(),
-      new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`timed out after ${ms} ms; got ${seen()}`)), left))),
-    ]).finally(() => clearTimeout(timer));
-    if (r.done) throw new Error("event stream ended");
-    got.push(r.value);
-    if (until(r.value)) return got;
-  }
-}
 
 /** A public event's envelope and `data` as served and as the SDK types them. */
 function checkPublic(m: PublicEventMessage, schemas: Map<string, Json>): void {
