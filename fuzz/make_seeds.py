@@ -13,7 +13,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "fuzz" / "corpus"
-RECORDING = ROOT.parent / "shared" / "opensandbox-specs" / "recordings" / "opensandbox-server-1.1.1-docker.jsonl"
+RECORDING = ROOT / "adapters" / "tests" / "fixtures" / "opensandbox" / "opensandbox-server-1.1.1-docker.jsonl"
 
 
 def put(target, data):

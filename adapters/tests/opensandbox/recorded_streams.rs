@@ -1,5 +1,5 @@
 //! The adapter's execd client fed the real execd's recorded answers
-//! (`../shared/opensandbox-specs/recordings/`): a loopback stand-in serves each recorded
+//! (`adapters/tests/fixtures/opensandbox/`): a loopback stand-in serves each recorded
 //! `POST /command` response (through the server proxy and straight from execd) with its
 //! recorded status, content type and chunks at their recorded offsets, and holds the stream
 //! open until the recorded close (~1 s after the last event), as real execd does. The adapter's

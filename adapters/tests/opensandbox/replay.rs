@@ -1,6 +1,6 @@
 //! Recorded replays: every exchange recorded against a real OpenSandbox 1.1.1 server and a real
-//! execd (`../shared/opensandbox-specs/recordings/opensandbox-server-1.1.1-docker.jsonl`,
-//! relative to the workspace root) is sent, in recorded order, to a fresh fake
+//! execd (`adapters/tests/fixtures/opensandbox/opensandbox-server-1.1.1-docker.jsonl`; its
+//! origin and how to record it again are in that folder's README) is sent, in recorded order, to a fresh fake
 //! (`Variant::Real`, Docker), and the fake's answer must match the recorded one in status,
 //! content-type family, presence of the headers that matter (`HEADERS_THAT_MATTER`: Location,
 //! Deprecation, Content-Range, Accept-Ranges, Content-Disposition, the log cursor), JSON body
@@ -79,7 +79,7 @@ const HEADERS_THAT_MATTER: &[&str] = &[
 
 fn recording_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/opensandbox-specs/recordings")
+        .join("tests/fixtures/opensandbox")
         .join(RECORDING)
 }
 
@@ -88,8 +88,8 @@ pub fn load() -> (Value, Vec<Value>) {
     let path = recording_path();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "the recorded OpenSandbox exchanges are missing: {} ({e}); check out `shared/` beside \
-             the repository (it holds ../shared/opensandbox-specs/recordings/{RECORDING})",
+            "the recorded OpenSandbox exchanges are missing: {} ({e}); they are part of the \
+             repository (adapters/tests/fixtures/opensandbox/{RECORDING}): restore the file",
             path.display()
         )
     });
