@@ -24,6 +24,11 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
   cargo install --quiet --locked cargo-fuzz --version "$CARGO_FUZZ_VERSION"
 fi
 
+# The committed lock file must already hold what the targets need: resolving again would need
+# the registry and would leave a tracked file changed.
+cargo metadata --locked --format-version 1 >/dev/null \
+  || { echo "fuzz: fuzz/Cargo.lock is stale; run \`cargo update -w\` in fuzz/ and commit it" >&2; exit 1; }
+
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(cargo fuzz list)
