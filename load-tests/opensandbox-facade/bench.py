@@ -235,6 +235,10 @@ async def main():
                           "createOverheadP50Ms<=1": over["createOverheadP50Ms"] <= 1.0,
                           "execOverheadP50Ms<=1": over["execOverheadP50Ms"] <= 1.0}}
     print(json.dumps(report, indent=2))
+    # `none`: the functional suite's run, which checks that the bench works end to end and
+    # leaves the targets to a benchmark run (a ratio on a busy machine is no behaviour).
+    if ENFORCE == "none":
+        return 0
     enforced = report["targets"] if ENFORCE == "all" else {"p8RatioP50<=0.05": report["targets"]["p8RatioP50<=0.05"]}
     return 0 if all(enforced.values()) else 1
 
