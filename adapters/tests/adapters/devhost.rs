@@ -201,7 +201,8 @@ async fn exec_timeout_kills_the_process_group() {
     let took = started.elapsed();
     assert_eq!(r.exit_code, 124);
     assert_eq!(r.stdout, "started\n", "output before the timeout is kept");
-    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    // Far below the 30 s the command would take: a bound a busy machine cannot break.
+    assert!(took < Duration::from_secs(15), "took {took:?}");
     assert!(r.duration_ms >= 1000);
 
     let pid = std::fs::read_to_string(a.sandbox_dir(&at.sandbox_id).join("bg.pid")).expect("pid");

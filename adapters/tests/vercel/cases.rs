@@ -351,7 +351,7 @@ async fn timeouts_cancellation_and_broken_streams() {
     req.timeout_seconds = Some(1);
     let started = Instant::now();
     assert_eq!(s.adapter.exec(&r, &req).await.unwrap().exit_code, 124);
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(started.elapsed() < Duration::from_secs(15));
     assert!(s.fake.record().kills >= 1);
 
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);

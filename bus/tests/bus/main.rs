@@ -444,7 +444,7 @@ async fn next_waits_for_a_late_message(h: Harness) {
         idle >= Duration::from_millis(350),
         "returned after {idle:?}: workers would spin"
     );
-    assert!(idle < Duration::from_secs(3), "returned after {idle:?}");
+    assert!(idle < Duration::from_secs(10), "returned after {idle:?}");
 
     let start = Instant::now();
     assert!(next(&mut p, Duration::ZERO).await.is_none());

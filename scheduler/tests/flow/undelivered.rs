@@ -91,7 +91,7 @@ async fn a_placed_create_the_bus_never_carried_is_created_from_the_store() {
     assert_eq!(create_calls(&p, &s.id), 1, "one create");
     assert!(running.backend_ref.is_some(), "{running:?}");
     // Well before the leader's repair (120 s) could have re-sent it.
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
 
     // Its delete, lost the same way, is made from the store too (the leader re-sends
     // terminating rows only after `terminating_retry`, 30 s by default).
