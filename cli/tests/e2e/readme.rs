@@ -106,7 +106,7 @@ fn said(out: &Output, dir: &Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     for log in ["api.log", "scheduler.log", "worker.log"] {
-        if let Ok(t) = std::fs::read_to_string(dir.join(log)) {
+        if let Ok(t) = std::fs::read_to_string(dir.join("logs").join(log)) {
             text.push_str(&format!("\n--- {log}\n{t}"));
         }
     }
@@ -126,8 +126,18 @@ async fn the_production_quickstart_runs_as_written() {
             .replace("nats://127.0.0.1:4222", &nats.url())
             .replace("127.0.0.1:8080", &listen)
             .replace("/tmp/differently-devhost", &root.display().to_string())
+            .replace(
+                "LOGS=$(mktemp -d)",
+                &format!("LOGS={}", work.path().join("logs").display()),
+            )
     };
+    std::fs::create_dir(work.path().join("logs")).expect("mkdir logs");
     let script = block(&readme(), "quickstart");
+    // The roles' logs go to a directory of their own, never into the reader's checkout.
+    assert!(script.contains("LOGS=$(mktemp -d)"), "{script}");
+    for line in script.lines().filter(|l| l.contains("differently server")) {
+        assert!(line.contains("> $LOGS/"), "a log in the working directory: {line}");
+    }
     assert!(
         script.contains("CONFIG=deploy/differently.devhost.toml"),
         "{script}"
