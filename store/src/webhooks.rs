@@ -290,6 +290,71 @@ pub(crate) fn bounded(o: &AttemptOutcome) -> AttemptOutcome {
     }
 }
 
+/// A due delivery as a fair claim sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueDelivery<'a> {
+    pub id: &'a str,
+    pub webhook_id: &'a str,
+    pub org_id: &'a str,
+    pub due: DateTime<Utc>,
+}
+
+/// The ids a fair claim takes, in the order it takes them, from `due` (pending, due, not
+/// leased, of enabled webhooks), given how many deliveries of each webhook and of each
+/// organization are under a live lease (`hook_busy`, `org_busy`).
+///
+/// Each webhook offers its oldest deliveries, at most `per_webhook` less its busy ones.
+/// An offer's webhook rank is its webhook's busy count plus its place among that webhook's
+/// offers (1, 2, …); its organization rank is the organization's busy count plus its place
+/// among the organization's offers ordered by (webhook rank, due, id). The claim takes
+/// offers by (organization rank, webhook rank, due, id): the tenant with the fewest
+/// deliveries in flight goes first, whatever the age of another tenant's backlog, so a
+/// quiet tenant's delivery takes the next free slot even when one slot is all there is.
+/// The memory store runs this; Postgres runs the same rule in SQL (`pg/webhooks.rs`).
+pub fn fair_pick(
+    mut due: Vec<DueDelivery<'_>>,
+    hook_busy: impl Fn(&str) -> usize,
+    org_busy: impl Fn(&str) -> usize,
+    per_webhook: usize,
+    limit: usize,
+) -> Vec<String> {
+    due.sort_by(|a, b| (a.webhook_id, a.due, a.id).cmp(&(b.webhook_id, b.due, b.id)));
+    // (org, webhook rank, due, id) of every offer.
+    let mut offers: Vec<(&str, usize, DateTime<Utc>, &str)> = Vec::new();
+    let mut at = 0;
+    while at < due.len() {
+        let hook = due[at].webhook_id;
+        let end = at
+            + due[at..]
+                .iter()
+                .take_while(|d| d.webhook_id == hook)
+                .count();
+        let busy = hook_busy(hook);
+        let room = per_webhook.saturating_sub(busy);
+        for (turn, d) in due[at..end].iter().take(room).enumerate() {
+            offers.push((d.org_id, busy + turn + 1, d.due, d.id));
+        }
+        at = end;
+    }
+    offers.sort();
+    let mut ranked: Vec<(usize, usize, DateTime<Utc>, &str)> = Vec::with_capacity(offers.len());
+    let mut turn = 0;
+    for (i, o) in offers.iter().enumerate() {
+        turn = if i > 0 && offers[i - 1].0 == o.0 {
+            turn + 1
+        } else {
+            1
+        };
+        ranked.push((org_busy(o.0) + turn, o.1, o.2, o.3));
+    }
+    ranked.sort();
+    ranked
+        .into_iter()
+        .take(limit)
+        .map(|r| r.3.to_owned())
+        .collect()
+}
+
 /// Applies a patch (both stores; Postgres writes the result back).
 pub(crate) fn apply_patch(h: &mut Webhook, patch: &WebhookPatch, now: DateTime<Utc>) {
     if let Some(u) = &patch.url {
@@ -414,11 +479,18 @@ pub trait WebhookStore: Send + Sync {
 
     /// Claims up to `limit` pending deliveries due at `now` whose lease (if any) ran out,
     /// holding each until `now + lease`; concurrent claimers never get the same one.
+    ///
+    /// Fair, not first in first out: one tenant's backlog must not hold another tenant's
+    /// deliveries behind it. A webhook never has more than `per_webhook` deliveries under a
+    /// live lease (the ones already in flight count), and the due deliveries are taken by
+    /// turns, the tenant with the fewest in flight first, then within a tenant the webhook
+    /// with the fewest in flight ([`fair_pick`] is the rule, written out).
     async fn claim_deliveries(
         &self,
         now: DateTime<Utc>,
         lease: Duration,
         limit: usize,
+        per_webhook: usize,
     ) -> Result<Vec<Delivery>, StoreError>;
 
     /// Records one attempt of a claimed delivery and the webhook's failure run; disables the

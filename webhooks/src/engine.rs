@@ -37,6 +37,10 @@ pub struct DeliveryConfig {
     pub disable: DisablePolicy,
     /// Requests in flight at once, per process.
     pub concurrency: usize,
+    /// Deliveries of one webhook in flight at once, across every delivering process: a
+    /// tenant's backlog takes no more than this of the slots, so other tenants' deliveries
+    /// find one free (claims also take tenants in turns, `WebhookStore::claim_deliveries`).
+    pub per_webhook: usize,
     /// How often the dispatcher looks for due deliveries when idle.
     pub poll: Duration,
     /// How long the fan-out may hold an unacked bus message.
@@ -53,6 +57,7 @@ impl Default for DeliveryConfig {
             backoff: Backoff::default(),
             disable: DisablePolicy::default(),
             concurrency: 8,
+            per_webhook: 4,
             poll: Duration::from_millis(500),
             ack_wait: Duration::from_secs(30),
             lease_margin: Duration::from_secs(30),
@@ -237,7 +242,13 @@ impl Deliverer {
             let claimed = if room == 0 {
                 Vec::new()
             } else {
-                match self.store.claim_deliveries(Utc::now(), lease, room).await {
+                let claim = self.store.claim_deliveries(
+                    Utc::now(),
+                    lease,
+                    room,
+                    self.config.per_webhook.max(1),
+                );
+                match claim.await {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::warn!(error = %e, "webhooks: cannot claim deliveries");
@@ -278,6 +289,10 @@ impl Deliverer {
                 if let Some(hook) = r.disabled {
                     self.announce_disabled(&hook).await;
                 }
+            }
+            // Its webhook was deleted meanwhile, and the delivery with it.
+            Err(differently_store::StoreError::NotFound) => {
+                tracing::debug!(delivery = %d.id, "webhooks: the delivery's webhook was deleted during the attempt")
             }
             // The lease runs out and the delivery is tried again: a duplicate, never a loss.
             Err(e) => {

@@ -1,6 +1,6 @@
 //! Webhooks and their deliveries in memory.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -204,30 +204,52 @@ impl WebhookStore for MemoryStore {
         now: DateTime<Utc>,
         lease: Duration,
         limit: usize,
+        per_webhook: usize,
     ) -> Result<Vec<Delivery>, StoreError> {
         let now = stored_time(now);
         let until = stored_time(now + lease);
         let mut st = self.lock();
         let WebhookState { hooks, deliveries } = &mut st.webhooks;
-        // A disabled webhook's pending deliveries wait: re-enabling it resumes them.
-        let mut due: Vec<&mut Delivery> = deliveries
-            .values_mut()
-            .filter(|d| {
-                hooks.get(&d.webhook_id).is_some_and(|h| h.hook.enabled)
-                    && d.status == DeliveryStatus::Pending
-                    && d.next_attempt_at.is_some_and(|t| t <= now)
-                    && d.lease_until.is_none_or(|l| l <= now)
-            })
-            .collect();
-        due.sort_by_key(|d| (d.next_attempt_at, d.id.clone()));
-        Ok(due
-            .into_iter()
-            .take(limit)
-            .map(|d| {
+        let mut hook_busy: HashMap<&str, usize> = HashMap::new();
+        let mut org_busy: HashMap<&str, usize> = HashMap::new();
+        let mut due = Vec::new();
+        for d in deliveries.values() {
+            // A disabled webhook's pending deliveries wait: re-enabling it resumes them.
+            if d.status != DeliveryStatus::Pending
+                || !hooks.get(&d.webhook_id).is_some_and(|h| h.hook.enabled)
+            {
+                continue;
+            }
+            if d.lease_until.is_some_and(|l| l > now) {
+                *hook_busy.entry(d.webhook_id.as_str()).or_default() += 1;
+                *org_busy.entry(d.org_id.as_str()).or_default() += 1;
+                continue;
+            }
+            if let Some(at) = d.next_attempt_at.filter(|t| *t <= now) {
+                due.push(DueDelivery {
+                    id: &d.id,
+                    webhook_id: &d.webhook_id,
+                    org_id: d.org_id.as_str(),
+                    due: at,
+                });
+            }
+        }
+        let picked = fair_pick(
+            due,
+            |h| hook_busy.get(h).copied().unwrap_or(0),
+            |o| org_busy.get(o).copied().unwrap_or(0),
+            per_webhook,
+            limit,
+        );
+        let mut out = Vec::with_capacity(picked.len());
+        for id in &picked {
+            if let Some(d) = deliveries.get_mut(id) {
                 d.lease_until = Some(until);
-                d.clone()
-            })
-            .collect())
+                out.push(d.clone());
+            }
+        }
+        out.sort_by(|a, b| (a.next_attempt_at, &a.id).cmp(&(b.next_attempt_at, &b.id)));
+        Ok(out)
     }
 
     async fn record_attempt(

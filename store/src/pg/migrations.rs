@@ -55,6 +55,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0012_work_claims",
         include_str!("../../../migrations/0012_work_claims.sql"),
     ),
+    (
+        "0013_webhook_fairness",
+        include_str!("../../../migrations/0013_webhook_fairness.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

@@ -303,13 +303,16 @@ impl WebhookStore for PgStore {
         }
         let now = stored_time(now);
         let mut created = 0;
+        // Each row reads its webhook under a key-share lock, webhook before delivery as every
+        // writer here: a webhook being deleted is waited for and then seen gone (no row),
+        // instead of failing the whole batch on the foreign key.
         let mut tx = self.begin().await?;
         for n in items {
             let done = sqlx::query(
                 "INSERT INTO webhook_deliveries (id, webhook_id, org_id, project_id, event_id,
                      event_type, body, status, attempts, next_attempt_at, created_at, updated_at)
                  SELECT $1, w.id, w.org_id, w.project_id, $3, $4, $5, 'pending', 0, $6, $6, $6
-                 FROM webhooks w WHERE w.id = $2
+                 FROM webhooks w WHERE w.id = $2 FOR KEY SHARE
                  ON CONFLICT (webhook_id, event_id) DO NOTHING",
             )
             .bind(&n.id)
@@ -331,27 +334,69 @@ impl WebhookStore for PgStore {
         now: DateTime<Utc>,
         lease: Duration,
         limit: usize,
+        per_webhook: usize,
     ) -> Result<Vec<Delivery>, StoreError> {
         let now = stored_time(now);
-        // A disabled webhook's pending deliveries wait: re-enabling it resumes them.
+        // `fair_pick` in SQL. Each enabled webhook's in-flight count is an index probe on
+        // `webhook_deliveries_in_flight_idx` (few rows: leased ones); its offers, its oldest
+        // due rows up to its room, are a probe on `webhook_deliveries_webhook_due_idx` that
+        // stops there, however long its backlog. The offers are ranked per webhook and per
+        // organization, counting what each already has in flight, and the best `limit` are
+        // taken. A disabled webhook's pending deliveries wait: re-enabling it resumes them.
+        // The candidates are read without locks; the final pick re-checks each row and
+        // skips the ones another claimer holds, so nothing is handed out twice and a row
+        // not taken now is taken by a later claim.
         let rows = sqlx::query(&format!(
-            "UPDATE webhook_deliveries SET lease_until = $2
-             WHERE id IN (
-                 SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-                 WHERE d.status = 'pending' AND w.enabled AND d.next_attempt_at <= $1
-                   AND (d.lease_until IS NULL OR d.lease_until <= $1)
-                 ORDER BY d.next_attempt_at, d.id
+            "WITH hooks AS (
+                 SELECT w.id, w.org_id, f.busy
+                 FROM webhooks w
+                 CROSS JOIN LATERAL (
+                     SELECT count(*) AS busy FROM webhook_deliveries b
+                     WHERE b.webhook_id = w.id AND b.status = 'pending'
+                       AND b.lease_until IS NOT NULL AND b.lease_until > $1) f
+                 WHERE w.enabled
+             ), org_busy AS (
+                 SELECT org_id, sum(busy) AS busy FROM hooks GROUP BY org_id
+             ), offered AS (
+                 SELECT h.org_id, p.id, p.next_attempt_at,
+                        h.busy + row_number() OVER (PARTITION BY h.id
+                                                    ORDER BY p.next_attempt_at, p.id)
+                            AS hook_rank
+                 FROM hooks h
+                 CROSS JOIN LATERAL (
+                     SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+                     WHERE d.webhook_id = h.id AND d.status = 'pending'
+                       AND d.next_attempt_at <= $1
+                       AND (d.lease_until IS NULL OR d.lease_until <= $1)
+                     ORDER BY d.next_attempt_at, d.id
+                     LIMIT GREATEST($4 - h.busy, 0)) p
+             ), ranked AS (
+                 SELECT o.id, o.next_attempt_at, o.hook_rank,
+                        ob.busy + row_number() OVER (PARTITION BY o.org_id
+                            ORDER BY o.hook_rank, o.next_attempt_at, o.id) AS org_rank
+                 FROM offered o JOIN org_busy ob ON ob.org_id = o.org_id
+             ), chosen AS (
+                 SELECT id FROM ranked
+                 ORDER BY org_rank, hook_rank, next_attempt_at, id
                  LIMIT $3
-                 FOR UPDATE OF d SKIP LOCKED)
+             )
+             UPDATE webhook_deliveries SET lease_until = $2
+             WHERE id IN (
+                 SELECT d.id FROM webhook_deliveries d
+                 WHERE d.id IN (SELECT id FROM chosen)
+                   AND d.status = 'pending' AND d.next_attempt_at <= $1
+                   AND (d.lease_until IS NULL OR d.lease_until <= $1)
+                 FOR UPDATE SKIP LOCKED)
              RETURNING {DELIVERY_COLUMNS}"
         ))
         .bind(now)
         .bind(stored_time(now + lease))
         .bind(limit_of(limit))
+        .bind(limit_of(per_webhook))
         .fetch_all(self.pool())
         .await?;
         let mut out: Vec<Delivery> = rows.iter().map(delivery_of).collect::<Result<_, _>>()?;
-        out.sort_by_key(|d| (d.next_attempt_at, d.id.clone()));
+        out.sort_by(|a, b| (a.next_attempt_at, &a.id).cmp(&(b.next_attempt_at, &b.id)));
         Ok(out)
     }
 
@@ -372,12 +417,26 @@ impl WebhookStore for PgStore {
             (DeliveryStatus::Failed, None)
         };
         let mut tx = self.begin().await?;
+        // The webhook first, then its delivery: the order every writer takes (deleting a
+        // webhook locks it and then cascades to its deliveries). The other order deadlocked
+        // with a delete, failing the delete and losing the attempt's record. A webhook
+        // deleted meanwhile took the delivery with it: not found.
+        let hook = sqlx::query(&format!(
+            "SELECT {HOOK_COLUMNS} FROM webhooks
+             WHERE id = (SELECT webhook_id FROM webhook_deliveries WHERE id = $1)
+             FOR NO KEY UPDATE"
+        ))
+        .bind(delivery_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let mut hook = hook_of(&hook)?;
         let row = sqlx::query(&format!(
             "UPDATE webhook_deliveries SET attempts = attempts + 1, status = $2,
                  next_attempt_at = $3, lease_until = NULL, response_code = $4, latency_ms = $5,
                  last_error = $6, response_body = $7, updated_at = $8,
                  delivered_at = CASE WHEN $9 THEN $8 ELSE delivered_at END
-             WHERE id = $1 RETURNING {DELIVERY_COLUMNS}"
+             WHERE id = $1 AND webhook_id = $10 RETURNING {DELIVERY_COLUMNS}"
         ))
         .bind(delivery_id)
         .bind(status.as_str())
@@ -388,24 +447,11 @@ impl WebhookStore for PgStore {
         .bind(&o.response_body)
         .bind(now)
         .bind(o.succeeded)
+        .bind(&hook.id)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or(StoreError::NotFound)?;
         let delivery = delivery_of(&row)?;
-        let hook = sqlx::query(&format!(
-            "SELECT {HOOK_COLUMNS} FROM webhooks WHERE id = $1 FOR UPDATE"
-        ))
-        .bind(&delivery.webhook_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(hook) = hook else {
-            tx.commit().await?;
-            return Ok(Recorded {
-                delivery,
-                disabled: None,
-            });
-        };
-        let mut hook = hook_of(&hook)?;
         let disabled = apply_run(&mut hook, o.succeeded, policy, now);
         sqlx::query(
             "UPDATE webhooks SET consecutive_failures = $2, failing_since = $3, enabled = $4,

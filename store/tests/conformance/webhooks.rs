@@ -46,7 +46,12 @@ webhook_conformance!(
     attempts_are_recorded_retried_and_redelivered,
     persistent_failure_disables_the_webhook_and_its_deliveries_wait,
     concurrent_claimers_never_share_a_delivery,
+    a_flooding_tenant_does_not_hold_a_quiet_one_back,
+    a_tenants_webhooks_take_turns,
 );
+
+/// A cap on deliveries in flight per webhook that no case here reaches.
+const ANY: usize = 1_000_000;
 
 fn actor() -> Actor {
     Actor::Key("key_hooks".into())
@@ -350,18 +355,18 @@ pub async fn a_claim_is_exclusive_until_its_lease_runs_out(env: &Env) {
         .await
         .unwrap();
     let lease = Duration::seconds(30);
-    let got = s.claim_deliveries(t0, lease, 10).await.unwrap();
+    let got = s.claim_deliveries(t0, lease, 10, ANY).await.unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].body, r#"{"id":"evt_1"}"#);
     // Held: nobody else gets it…
     assert!(s
-        .claim_deliveries(t0 + Duration::seconds(5), lease, 10)
+        .claim_deliveries(t0 + Duration::seconds(5), lease, 10, ANY)
         .await
         .unwrap()
         .is_empty());
     // …until the lease runs out (its claimer died mid-attempt): then another process does.
     let again = s
-        .claim_deliveries(t0 + Duration::seconds(31), lease, 10)
+        .claim_deliveries(t0 + Duration::seconds(31), lease, 10, ANY)
         .await
         .unwrap();
     assert_eq!(again.len(), 1);
@@ -369,7 +374,7 @@ pub async fn a_claim_is_exclusive_until_its_lease_runs_out(env: &Env) {
     // Another handle (a restarted process) sees the same lease.
     let other = env.reopen().await;
     assert!(other
-        .claim_deliveries(t0 + Duration::seconds(40), lease, 10)
+        .claim_deliveries(t0 + Duration::seconds(40), lease, 10, ANY)
         .await
         .unwrap()
         .is_empty());
@@ -388,7 +393,7 @@ pub async fn attempts_are_recorded_retried_and_redelivered(env: &Env) {
         .await
         .unwrap();
     let d = s
-        .claim_deliveries(t0, Duration::seconds(30), 1)
+        .claim_deliveries(t0, Duration::seconds(30), 1, ANY)
         .await
         .unwrap()
         .remove(0);
@@ -413,7 +418,7 @@ pub async fn attempts_are_recorded_retried_and_redelivered(env: &Env) {
     assert!(r.delivery.next_attempt_at.unwrap() > Utc::now() + Duration::seconds(50));
     // Not due yet.
     assert!(s
-        .claim_deliveries(Utc::now(), Duration::seconds(30), 1)
+        .claim_deliveries(Utc::now(), Duration::seconds(30), 1, ANY)
         .await
         .unwrap()
         .is_empty());
@@ -423,7 +428,7 @@ pub async fn attempts_are_recorded_retried_and_redelivered(env: &Env) {
 
     let later = Utc::now() + Duration::seconds(61);
     let d = s
-        .claim_deliveries(later, Duration::seconds(30), 1)
+        .claim_deliveries(later, Duration::seconds(30), 1, ANY)
         .await
         .unwrap()
         .remove(0);
@@ -445,7 +450,7 @@ pub async fn attempts_are_recorded_retried_and_redelivered(env: &Env) {
     let again = s.redeliver(&d.id, Utc::now(), &actor()).await.unwrap();
     assert_eq!(again.status, DeliveryStatus::Pending);
     let claimed = s
-        .claim_deliveries(Utc::now(), Duration::seconds(30), 5)
+        .claim_deliveries(Utc::now(), Duration::seconds(30), 5, ANY)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);
@@ -477,7 +482,7 @@ pub async fn persistent_failure_disables_the_webhook_and_its_deliveries_wait(env
         .await
         .unwrap();
     let ds = s
-        .claim_deliveries(t0, Duration::seconds(30), 5)
+        .claim_deliveries(t0, Duration::seconds(30), 5, ANY)
         .await
         .unwrap();
     assert_eq!(ds.len(), 2);
@@ -501,7 +506,12 @@ pub async fn persistent_failure_disables_the_webhook_and_its_deliveries_wait(env
         .contains("2 failed attempts"));
     // Its deliveries wait instead of failing…
     assert!(s
-        .claim_deliveries(Utc::now() + Duration::seconds(1), Duration::seconds(30), 5)
+        .claim_deliveries(
+            Utc::now() + Duration::seconds(1),
+            Duration::seconds(30),
+            5,
+            ANY
+        )
         .await
         .unwrap()
         .is_empty());
@@ -529,10 +539,15 @@ pub async fn persistent_failure_disables_the_webhook_and_its_deliveries_wait(env
         .unwrap();
     assert!(back.enabled && back.disabled_reason.is_none() && back.consecutive_failures == 0);
     assert_eq!(
-        s.claim_deliveries(Utc::now() + Duration::seconds(1), Duration::seconds(30), 5)
-            .await
-            .unwrap()
-            .len(),
+        s.claim_deliveries(
+            Utc::now() + Duration::seconds(1),
+            Duration::seconds(30),
+            5,
+            ANY
+        )
+        .await
+        .unwrap()
+        .len(),
         2
     );
 }
@@ -555,7 +570,7 @@ pub async fn concurrent_claimers_never_share_a_delivery(env: &Env) {
             let mut mine = Vec::new();
             loop {
                 let got = s
-                    .claim_deliveries(t0, Duration::seconds(60), 3)
+                    .claim_deliveries(t0, Duration::seconds(60), 3, ANY)
                     .await
                     .unwrap();
                 if got.is_empty() {
@@ -574,4 +589,130 @@ pub async fn concurrent_claimers_never_share_a_delivery(env: &Env) {
         }
     }
     assert_eq!(total, 40);
+}
+
+/// One tenant's backlog of 10 500 deliveries, all due an hour before a quiet tenant's first
+/// one: the quiet one is in the very first claim, the flooder never has more than its cap
+/// in flight, and with a single free slot the quiet tenant (nothing in flight) goes before
+/// the flooder (its cap nearly used), however old the flooder's backlog.
+pub async fn a_flooding_tenant_does_not_hold_a_quiet_one_back(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let (fo, fp) = tenant(s).await;
+    let (qo, qp) = tenant(s).await;
+    let flood = s
+        .create_webhook(&hook(&fo, &fp, &[]), b"f", &actor())
+        .await
+        .unwrap();
+    let quiet = s
+        .create_webhook(&hook(&qo, &qp, &[]), b"q", &actor())
+        .await
+        .unwrap();
+    let t0 = Utc::now();
+    let backlog: Vec<NewDelivery> = (0..10_500)
+        .map(|i| delivery(&flood, &format!("evt_f{i}")))
+        .collect();
+    for chunk in backlog.chunks(2_000) {
+        s.enqueue_deliveries(chunk, t0 - Duration::hours(1))
+            .await
+            .unwrap();
+    }
+    s.enqueue_deliveries(&[delivery(&quiet, "evt_q1")], t0)
+        .await
+        .unwrap();
+    let lease = Duration::seconds(60);
+    let cap = 4;
+
+    let first = s.claim_deliveries(t0, lease, 8, cap).await.unwrap();
+    let of = |ds: &[differently_store::webhooks::Delivery], w: &Webhook| {
+        ds.iter().filter(|d| d.webhook_id == w.id).count()
+    };
+    assert_eq!(
+        of(&first, &quiet),
+        1,
+        "the quiet tenant's delivery is in the first claim"
+    );
+    assert_eq!(of(&first, &flood), cap, "the flooder gets its cap, no more");
+    // Nothing recorded yet: the flooder's cap is used, so a claim with room gets nothing.
+    assert!(s
+        .claim_deliveries(t0, lease, 8, cap)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // One of the flooder's attempts ends; the quiet tenant's first one too, and it has
+    // another event. One slot free: the quiet tenant (none in flight) takes it, although
+    // the flooder has 10 496 deliveries due for an hour longer.
+    let policy = DisablePolicy::default();
+    let flood_ids: Vec<String> = first
+        .iter()
+        .filter(|d| d.webhook_id == flood.id)
+        .map(|d| d.id.clone())
+        .collect();
+    s.record_attempt(&flood_ids[0], &success(), &policy, t0)
+        .await
+        .unwrap();
+    let q1 = first.iter().find(|d| d.webhook_id == quiet.id).unwrap();
+    s.record_attempt(&q1.id, &success(), &policy, t0)
+        .await
+        .unwrap();
+    s.enqueue_deliveries(&[delivery(&quiet, "evt_q2")], t0)
+        .await
+        .unwrap();
+    let one = s.claim_deliveries(t0, lease, 1, cap).await.unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(
+        one[0].event_id, "evt_q2",
+        "the quiet tenant takes the one free slot"
+    );
+    // The next slot is the flooder's again, up to its cap, and its oldest first.
+    let next = s.claim_deliveries(t0, lease, 8, cap).await.unwrap();
+    assert_eq!(of(&next, &flood), 1, "three in flight, a cap of four");
+    assert_eq!(next.len(), 1);
+    let oldest_left = backlog
+        .iter()
+        .map(|n| n.id.clone())
+        .filter(|id| !flood_ids.contains(id))
+        .min()
+        .unwrap();
+    assert_eq!(
+        next[0].id, oldest_left,
+        "a webhook's own deliveries stay in order"
+    );
+}
+
+/// Within one tenant, a webhook with a backlog does not hold back its sibling: each
+/// webhook's oldest delivery comes before any webhook's second.
+pub async fn a_tenants_webhooks_take_turns(env: &Env) {
+    ensure_seal_key();
+    let s = env.store.as_ref();
+    let (o, p) = tenant(s).await;
+    let busy = s
+        .create_webhook(&hook(&o, &p, &[]), b"b", &actor())
+        .await
+        .unwrap();
+    let calm = s
+        .create_webhook(&hook(&o, &p, &[]), b"c", &actor())
+        .await
+        .unwrap();
+    let t0 = Utc::now();
+    let backlog: Vec<NewDelivery> = (0..50)
+        .map(|i| delivery(&busy, &format!("evt_b{i}")))
+        .collect();
+    s.enqueue_deliveries(&backlog, t0 - Duration::minutes(10))
+        .await
+        .unwrap();
+    s.enqueue_deliveries(&[delivery(&calm, "evt_c1")], t0)
+        .await
+        .unwrap();
+    let got = s
+        .claim_deliveries(t0, Duration::seconds(60), 2, ANY)
+        .await
+        .unwrap();
+    let mut events: Vec<&str> = got.iter().map(|d| d.event_id.as_str()).collect();
+    events.sort();
+    let oldest = backlog.iter().min_by_key(|n| n.id.clone()).unwrap();
+    let mut want = vec![oldest.event_id.as_str(), "evt_c1"];
+    want.sort();
+    assert_eq!(events, want);
 }
