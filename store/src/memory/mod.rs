@@ -46,6 +46,8 @@ pub(crate) struct State {
     orgs: BTreeMap<OrgId, Org>,
     projects: BTreeMap<ProjectId, Project>,
     keys: BTreeMap<KeyId, ApiKeyRecord>,
+    /// The key that minted each key minted by one (`parent_key_id` in Postgres).
+    key_parents: HashMap<KeyId, String>,
     /// Keyed by `QuotaScope::key()`.
     quotas: HashMap<String, Quota>,
     /// Keyed by id, so iteration is id (admission) order.
@@ -63,6 +65,12 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// Drops the parents of keys no longer stored (their org or project was deleted).
+    pub(crate) fn forget_removed_key_parents(&mut self) {
+        let keys = &self.keys;
+        self.key_parents.retain(|k, _| keys.contains_key(k));
+    }
+
     /// Appends a record about `resource` to `org_id`'s audit chain (`memory::audit`).
     pub(crate) fn audit(
         &mut self,

@@ -95,6 +95,7 @@ impl TenancyStore for MemoryStore {
         }
         st.orgs.remove(id);
         st.keys.retain(|_, k| &k.org_id != id);
+        st.forget_removed_key_parents();
         st.quotas.remove(&QuotaScope::Org(id.clone()).key());
         let e = rules::tenancy_entry(actor, "org.delete", json!({ "name": org.name }));
         st.audit(id, id.as_str(), e, Utc::now());
@@ -175,6 +176,7 @@ impl TenancyStore for MemoryStore {
         let removed = before - st.sandboxes.len();
         st.projects.remove(id);
         st.keys.retain(|_, k| k.project_id.as_ref() != Some(id));
+        st.forget_removed_key_parents();
         st.quotas.remove(&QuotaScope::Project(id.clone()).key());
         // As Postgres's `ON DELETE CASCADE`: a project's webhooks go with it.
         st.webhooks.forget_project(id);
@@ -200,6 +202,19 @@ impl TenancyStore for MemoryStore {
         if st.keys.contains_key(&key.id) {
             return Err(StoreError::AlreadyExists(format!("key {}", key.id)));
         }
+        let mut key = key.clone();
+        if let Some(parent) = rules::minting_key(actor) {
+            // A key minted by a key already revoked (in another process's cache) is born so.
+            let revoked = KeyId::parse(parent)
+                .ok()
+                .and_then(|p| st.keys.get(&p))
+                .and_then(|p| p.revoked_at);
+            if let Some(at) = revoked {
+                key.revoked_at = Some(key.revoked_at.map_or(at, |own| own.min(at)));
+            }
+            st.key_parents.insert(key.id.clone(), parent.to_owned());
+        }
+        let key = &key;
         st.keys.insert(key.id.clone(), key.clone());
         let e = rules::tenancy_entry(actor, "key.create", rules::key_detail(key));
         st.audit(&key.org_id, key.id.as_str(), e, Utc::now());
@@ -234,13 +249,37 @@ impl TenancyStore for MemoryStore {
     ) -> Result<ApiKeyRecord, StoreError> {
         let mut st = self.lock();
         let key = st.keys.get_mut(id).ok_or(StoreError::NotFound)?;
-        if key.revoked_at.is_some() {
-            return Ok(key.clone());
-        }
-        key.revoked_at = Some(at);
+        let first = key.revoked_at.is_none();
+        key.revoked_at.get_or_insert(at);
         let key = key.clone();
-        let e = rules::tenancy_entry(actor, "key.revoke", json!({ "revokedAt": at }));
-        st.audit(&key.org_id, id.as_str(), e, at);
+        if first {
+            let e = rules::tenancy_entry(actor, "key.revoke", json!({ "revokedAt": at }));
+            st.audit(&key.org_id, id.as_str(), e, at);
+        }
+        // Every key below it that is still valid, also when this key was revoked before.
+        let mut below: Vec<KeyId> = Vec::new();
+        let mut frontier = vec![id.to_string()];
+        while let Some(parent) = frontier.pop() {
+            for (child, p) in &st.key_parents {
+                if *p == parent && !below.contains(child) {
+                    below.push(child.clone());
+                    frontier.push(child.to_string());
+                }
+            }
+        }
+        below.sort();
+        for child in below {
+            let Some(k) = st.keys.get_mut(&child) else {
+                continue;
+            };
+            if k.revoked_at.is_some() {
+                continue;
+            }
+            k.revoked_at = Some(at);
+            let org = k.org_id.clone();
+            let e = rules::tenancy_entry(actor, "key.revoke", rules::cascade_detail(at, id));
+            st.audit(&org, child.as_str(), e, at);
+        }
         Ok(key)
     }
 

@@ -29,6 +29,7 @@ use crate::pg::group_commit::Lanes;
 
 use crate::pg::audit as pg_audit;
 use crate::pg::audit_records::sandbox_event;
+use crate::pg::env_at_rest;
 use crate::pg::limits::read_limits;
 use crate::pg::locks::lock_org_admissions;
 use crate::pg::prior_write::{bind, PriorWrite};
@@ -337,7 +338,7 @@ async fn earlier_admissions<'g>(
         return Ok(found);
     }
     let rows = sqlx::query(
-        "SELECT s.project_id, s.idempotency_key, s.doc, s.request_hash
+        "SELECT s.project_id, s.idempotency_key, s.doc, s.env_sealed, s.request_hash
          FROM UNNEST($1::text[], $2::text[]) AS k(project_id, idempotency_key)
          JOIN sandboxes s ON s.project_id = k.project_id
                          AND s.idempotency_key = k.idempotency_key",
@@ -386,13 +387,16 @@ fn insert_rows<'g>(
     let mut memory = Vec::with_capacity(rows.len());
     let mut disk = Vec::with_capacity(rows.len());
     let mut docs = Vec::with_capacity(rows.len());
+    let mut envs = Vec::with_capacity(rows.len());
     for a in &rows {
         let s = &a.sandbox;
         attempts.push(to_i32(s.attempts)?);
         cpu.push(i64::from(s.spec.resources.cpu));
         memory.push(to_i64(s.spec.resources.memory_mib, "memory")?);
         disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
-        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Internal(e.to_string()))?);
+        let (doc, env) = env_at_rest::stored(s)?;
+        docs.push(doc);
+        envs.push(env);
     }
     let mut args = PgArguments::default();
     bind(&mut args, text(|a| Some(a.sandbox.id.as_str())))?;
@@ -424,16 +428,18 @@ fn insert_rows<'g>(
     bind(&mut args, time(|s| Some(s.created_at)))?;
     bind(&mut args, time(|s| Some(s.updated_at)))?;
     bind(&mut args, docs)?;
+    bind(&mut args, envs)?;
     Ok(PriorWrite::new(
         "INSERT INTO sandboxes (id, org_id, project_id, status, status_version, pool,
              backend_ref, idempotency_key, request_hash, attempts, priority, cpu, memory_mib,
-             disk_gib, next_attempt_at, expires_at, created_at, updated_at, doc)
+             disk_gib, next_attempt_at, expires_at, created_at, updated_at, doc, env_sealed)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
              $6::text[], $7::text[], $8::text[], $9::text[], $10::int[], $11::int[],
              $12::bigint[], $13::bigint[], $14::bigint[], $15::timestamptz[],
-             $16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::jsonb[])",
+             $16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::jsonb[],
+             $20::bytea[])",
         args,
-        19,
+        20,
         rows.len() as u64,
         |written, expected| {
             StoreError::Internal(format!(

@@ -13,7 +13,8 @@ use sqlx::Row;
 use crate::lifecycle::{
     LifecycleStore, OpBegun, OpError, OpRecord, OpState, SnapshotRecord, ON_BACKEND,
 };
-use crate::pg::rows::sweep_rows_of;
+use crate::pg::env_at_rest;
+use crate::pg::rows::{sandbox_of, sweep_rows_of};
 use crate::pg::PgStore;
 use crate::shared::storable;
 use crate::StoreError;
@@ -25,11 +26,6 @@ fn op_of(row: &sqlx::postgres::PgRow) -> Result<OpRecord, StoreError> {
 
 fn snapshot_of(row: &sqlx::postgres::PgRow) -> Result<SnapshotRecord, StoreError> {
     let Json(s): Json<SnapshotRecord> = row.try_get("doc")?;
-    Ok(s)
-}
-
-fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
-    let Json(s): Json<Sandbox> = row.try_get("doc")?;
     Ok(s)
 }
 
@@ -295,7 +291,7 @@ impl LifecycleStore for PgStore {
         // timeout of any size (rows admitted before the API bounded it may hold up to
         // u64::MAX) neither overflows `bigint` nor the timestamp range; it just never fires.
         let rows = sqlx::query(
-            "SELECT s.id, s.doc FROM sandboxes s
+            "SELECT s.id, s.doc, s.env_sealed FROM sandboxes s
              LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
              WHERE s.status = 'running'
                AND COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::numeric, $1::numeric)
@@ -320,7 +316,7 @@ impl LifecycleStore for PgStore {
     ) -> Result<Vec<Sandbox>, StoreError> {
         let live = ON_BACKEND.map(SandboxStatus::as_str);
         let rows = sqlx::query(
-            "SELECT s.id, s.doc FROM sandboxes s
+            "SELECT s.id, s.doc, s.env_sealed FROM sandboxes s
              WHERE s.pool = $1 AND s.status = ANY($2) AND s.updated_at < $3
                AND NOT EXISTS (SELECT 1 FROM unnest($4::text[]) AS l(id) WHERE l.id = s.id)
              ORDER BY s.id LIMIT $5",
@@ -348,7 +344,7 @@ impl LifecycleStore for PgStore {
             .map(|(id, st)| (id.as_str(), st.as_str()))
             .unzip();
         let rows = sqlx::query(
-            "SELECT s.id, s.doc FROM sandboxes s
+            "SELECT s.id, s.doc, s.env_sealed FROM sandboxes s
              JOIN unnest($2::text[], $3::text[]) AS l(id, status) ON l.id = s.id
              WHERE s.pool = $1 AND s.status = ANY($4) AND s.status <> l.status
                AND s.updated_at < $5
@@ -401,19 +397,23 @@ impl PgStore {
         change: impl FnOnce(&mut Sandbox),
     ) -> Result<Sandbox, StoreError> {
         let mut tx = self.pool().begin().await?;
-        let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1 FOR UPDATE")
+        let row = sqlx::query("SELECT doc, env_sealed FROM sandboxes WHERE id = $1 FOR UPDATE")
             .bind(id.as_str())
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(StoreError::NotFound)?;
         let mut s = sandbox_of(&row)?;
         change(&mut s);
-        sqlx::query("UPDATE sandboxes SET expires_at = $2, doc = $3 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(s.expires_at)
-            .bind(Json(&s))
-            .execute(&mut *tx)
-            .await?;
+        let (doc, env_sealed) = env_at_rest::stored(&s)?;
+        sqlx::query(
+            "UPDATE sandboxes SET expires_at = $2, doc = $3, env_sealed = $4 WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(s.expires_at)
+        .bind(doc)
+        .bind(env_sealed)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(s)
     }

@@ -13,7 +13,7 @@ pub(crate) async fn lock_sandbox(
     tx: &mut Transaction<'static, Postgres>,
     id: &SandboxId,
 ) -> Result<Sandbox, StoreError> {
-    let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1 FOR UPDATE")
+    let row = sqlx::query("SELECT doc, env_sealed FROM sandboxes WHERE id = $1 FOR UPDATE")
         .bind(id.as_str())
         .fetch_optional(&mut **tx)
         .await?
@@ -27,7 +27,7 @@ pub(crate) async fn lock_sandboxes(
     tx: &mut Transaction<'static, Postgres>,
     ids: &[&str],
 ) -> Result<HashMap<SandboxId, Sandbox>, StoreError> {
-    let rows = sqlx::query("SELECT doc FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+    let rows = sqlx::query("SELECT doc, env_sealed FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE")
         .bind(ids)
         .fetch_all(&mut **tx)
         .await?;

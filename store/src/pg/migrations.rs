@@ -59,6 +59,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0013_webhook_fairness",
         include_str!("../../../migrations/0013_webhook_fairness.sql"),
     ),
+    (
+        "0014_env_at_rest_and_key_parents",
+        include_str!("../../../migrations/0014_env_at_rest_and_key_parents.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).
@@ -77,6 +81,9 @@ impl PgStore {
         let mut result = apply_migrations(&mut conn).await;
         if result.is_ok() {
             result = sync_usage_classes(&mut conn).await;
+        }
+        if result.is_ok() {
+            result = seal_env_values(&mut conn).await;
         }
         // Closing the session releases the lock even if the unlock below fails.
         let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
@@ -139,6 +146,16 @@ async fn apply_migrations(conn: &mut PgConnection) -> Result<(), StoreError> {
             .await?;
         tx.commit().await?;
         tracing::info!(version, "applied migration");
+    }
+    Ok(())
+}
+
+/// Seals the env values rows still keep in plaintext, when a secrets key is configured (SQL
+/// has no key, so this is the migration's Rust half; it finds nothing to do once done).
+async fn seal_env_values(conn: &mut PgConnection) -> Result<(), StoreError> {
+    let n = super::env_at_rest::seal_plaintext_rows(conn).await?;
+    if n > 0 {
+        tracing::info!(rows = n, "sandbox env values sealed under the secrets key");
     }
     Ok(())
 }

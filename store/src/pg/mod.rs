@@ -15,6 +15,7 @@ pub(crate) mod admission_lanes;
 pub(crate) mod audit;
 pub(crate) mod audit_records;
 pub(crate) mod audit_standalone;
+pub(crate) mod env_at_rest;
 pub(crate) mod group_commit;
 mod idempotency;
 mod installation;

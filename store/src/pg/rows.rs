@@ -31,12 +31,12 @@ pub(crate) fn json_of<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, S
     serde_json::to_value(v).map_err(|e| StoreError::Internal(format!("encode: {e}")))
 }
 
+/// Rebuilds a sandbox from a row selecting `doc` and `env_sealed` (`env_at_rest`).
 pub(crate) fn sandbox_of(row: &sqlx::postgres::PgRow) -> Result<Sandbox, StoreError> {
-    let Json(s): Json<Sandbox> = row.try_get(DOC)?;
-    Ok(s)
+    super::env_at_rest::sandbox_of(row)
 }
 
-/// The rows a sweep iterates (their query selects `id` and `doc`): one whose document does
+/// The rows a sweep iterates (their query selects `id`, `doc` and `env_sealed`): one whose document does
 /// not decode (damaged, or written by another version) is skipped and reported
 /// (`action=row_skipped`), so one bad row never fails the pass for every other row.
 pub(crate) fn sweep_rows_of(rows: &[sqlx::postgres::PgRow]) -> Vec<Sandbox> {

@@ -17,7 +17,7 @@ use crate::{SandboxBrief, SandboxFilter, StoreError};
 #[async_trait]
 impl SandboxReadStore for PgStore {
     async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<Sandbox>, StoreError> {
-        let row = sqlx::query("SELECT doc FROM sandboxes WHERE id = $1")
+        let row = sqlx::query("SELECT doc, env_sealed FROM sandboxes WHERE id = $1")
             .bind(id.as_str())
             .fetch_optional(&self.pool)
             .await?;
@@ -63,7 +63,7 @@ impl SandboxReadStore for PgStore {
         };
         let label = (!filter.labels.is_empty()).then(|| serde_json::json!(filter.labels));
         let rows = sqlx::query(
-            "SELECT doc FROM sandboxes
+            "SELECT doc, env_sealed FROM sandboxes
              WHERE ($1::text IS NULL OR org_id = $1)
                AND ($2::text IS NULL OR project_id = $2)
                AND ($3::text IS NULL OR status = $3)
@@ -89,7 +89,7 @@ impl SandboxReadStore for PgStore {
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
         let rows = sqlx::query(
-            "SELECT doc FROM sandboxes WHERE status = $1 AND next_attempt_at <= $2
+            "SELECT doc, env_sealed FROM sandboxes WHERE status = $1 AND next_attempt_at <= $2
              ORDER BY id LIMIT $3",
         )
         .bind(SandboxStatus::Queued.as_str())
@@ -107,7 +107,7 @@ impl SandboxReadStore for PgStore {
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, doc FROM sandboxes WHERE status = $1 AND updated_at < $2
+            "SELECT id, doc, env_sealed FROM sandboxes WHERE status = $1 AND updated_at < $2
              ORDER BY updated_at, id LIMIT $3",
         )
         .bind(status.as_str())
@@ -121,7 +121,7 @@ impl SandboxReadStore for PgStore {
     async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Sandbox>, StoreError> {
         let expirable: Vec<&str> = accounting::EXPIRABLE.iter().map(|s| s.as_str()).collect();
         let rows = sqlx::query(
-            "SELECT id, doc FROM sandboxes WHERE status = ANY($1) AND expires_at < $2
+            "SELECT id, doc, env_sealed FROM sandboxes WHERE status = ANY($1) AND expires_at < $2
              ORDER BY expires_at, id LIMIT $3",
         )
         .bind(expirable)

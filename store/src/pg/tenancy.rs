@@ -336,10 +336,30 @@ impl TenancyStore for PgStore {
                 return Err(StoreError::NotFound);
             }
         }
+        let parent = rules::minting_key(actor);
+        let mut key = key.clone();
+        if let Some(parent) = parent {
+            // Shares the parent's row lock with its revocation: either this key exists when
+            // the revocation looks for descendants, or the parent is revoked here already
+            // (revoked in another process less than a key cache's life ago) and so is this key.
+            let row = sqlx::query("SELECT doc, hash FROM api_keys WHERE id = $1 FOR SHARE")
+                .bind(parent)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some(at) = row
+                .as_ref()
+                .map(key_of)
+                .transpose()?
+                .and_then(|p| p.revoked_at)
+            {
+                key.revoked_at = Some(key.revoked_at.map_or(at, |own| own.min(at)));
+            }
+        }
+        let key = &key;
         let inserted = sqlx::query(
             "INSERT INTO api_keys (id, org_id, project_id, doc, hash, revoked_at, expires_at,
-                 created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 created_at, parent_key_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(key.id.as_str())
@@ -350,6 +370,7 @@ impl TenancyStore for PgStore {
         .bind(key.revoked_at)
         .bind(key.expires_at)
         .bind(key.created_at)
+        .bind(parent)
         .execute(&mut *tx)
         .await?;
         if inserted.rows_affected() == 0 {
@@ -401,18 +422,43 @@ impl TenancyStore for PgStore {
             .await?
             .ok_or(StoreError::NotFound)?;
         let mut key = key_of(&row)?;
-        if key.revoked_at.is_some() {
-            return Ok(key);
+        if key.revoked_at.is_none() {
+            key.revoked_at = Some(at);
+            sqlx::query("UPDATE api_keys SET revoked_at = $2, doc = $3 WHERE id = $1")
+                .bind(id.as_str())
+                .bind(at)
+                .bind(json_of(&key)?)
+                .execute(&mut *tx)
+                .await?;
+            let e = rules::tenancy_entry(actor, "key.revoke", json!({ "revokedAt": at }));
+            insert_audit_for(&mut tx, &key.org_id, id.as_str(), e, at).await?;
         }
-        key.revoked_at = Some(at);
-        sqlx::query("UPDATE api_keys SET revoked_at = $2, doc = $3 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(at)
-            .bind(json_of(&key)?)
-            .execute(&mut *tx)
-            .await?;
-        let e = rules::tenancy_entry(actor, "key.revoke", json!({ "revokedAt": at }));
-        insert_audit_for(&mut tx, &key.org_id, id.as_str(), e, at).await?;
+        // Every key below it that is still valid, also when this key was revoked before (a
+        // retry finishes what a revocation before this rule left).
+        let below = sqlx::query(
+            "WITH RECURSIVE below(id) AS (
+                 SELECT id FROM api_keys WHERE parent_key_id = $1
+                 UNION
+                 SELECT k.id FROM api_keys k JOIN below b ON k.parent_key_id = b.id)
+             SELECT k.doc, k.hash FROM api_keys k JOIN below b ON b.id = k.id
+             WHERE k.revoked_at IS NULL
+             ORDER BY k.id FOR UPDATE OF k",
+        )
+        .bind(id.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in &below {
+            let mut child = key_of(row)?;
+            child.revoked_at = Some(at);
+            sqlx::query("UPDATE api_keys SET revoked_at = $2, doc = $3 WHERE id = $1")
+                .bind(child.id.as_str())
+                .bind(at)
+                .bind(json_of(&child)?)
+                .execute(&mut *tx)
+                .await?;
+            let e = rules::tenancy_entry(actor, "key.revoke", rules::cascade_detail(at, id));
+            insert_audit_for(&mut tx, &child.org_id, child.id.as_str(), e, at).await?;
+        }
         tx.commit().await?;
         Ok(key)
     }

@@ -114,7 +114,7 @@ impl WorkClaimStore for PgStore {
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
         let rows = sqlx::query(
-            "SELECT s.id, s.doc FROM sandboxes s
+            "SELECT s.id, s.doc, s.env_sealed FROM sandboxes s
              WHERE s.status = ANY($1) AND s.pool = $2 AND s.updated_at < $3
                AND NOT EXISTS (
                    SELECT 1 FROM work_claims c

@@ -3,9 +3,9 @@
 use chrono::{DateTime, Utc};
 use differently_core::Sandbox;
 use sqlx::postgres::PgArguments;
-use sqlx::types::Json;
 use sqlx::{Postgres, Transaction};
 
+use super::env_at_rest;
 use super::prior_write::{bind, PriorWrite};
 use super::rows::{to_i32, to_i64};
 use crate::StoreError;
@@ -16,11 +16,12 @@ pub(crate) async fn write_sandbox(
     s: &Sandbox,
     next_attempt_at: Option<DateTime<Utc>>,
 ) -> Result<(), StoreError> {
+    let (doc, env_sealed) = env_at_rest::stored(s)?;
     let res = sqlx::query(
         "UPDATE sandboxes SET status = $2, status_version = $3, pool = $4, backend_ref = $5,
              attempts = $6, priority = $7, cpu = $8, memory_mib = $9, disk_gib = $10,
              next_attempt_at = COALESCE($11, next_attempt_at), expires_at = $12,
-             updated_at = $13, doc = $14
+             updated_at = $13, doc = $14, env_sealed = $15
          WHERE id = $1",
     )
     .bind(s.id.as_str())
@@ -36,7 +37,8 @@ pub(crate) async fn write_sandbox(
     .bind(next_attempt_at)
     .bind(s.expires_at)
     .bind(s.updated_at)
-    .bind(Json(s))
+    .bind(doc)
+    .bind(env_sealed)
     .execute(&mut **tx)
     .await?;
     if res.rows_affected() == 0 {
@@ -59,11 +61,14 @@ pub(crate) fn update_sandboxes(rows: &[&Sandbox]) -> Result<Option<PriorWrite>, 
     let mut memory = Vec::with_capacity(rows.len());
     let mut disk = Vec::with_capacity(rows.len());
     let mut docs = Vec::with_capacity(rows.len());
+    let mut envs = Vec::with_capacity(rows.len());
     for s in rows {
         attempts.push(to_i32(s.attempts)?);
         memory.push(to_i64(s.spec.resources.memory_mib, "memory")?);
         disk.push(to_i64(s.spec.resources.disk_gib, "disk")?);
-        docs.push(serde_json::to_value(s).map_err(|e| StoreError::Internal(e.to_string()))?);
+        let (doc, env) = env_at_rest::stored(s)?;
+        docs.push(doc);
+        envs.push(env);
     }
     let mut args = PgArguments::default();
     bind(&mut args, text(|s| Some(s.id.as_str())))?;
@@ -96,20 +101,21 @@ pub(crate) fn update_sandboxes(rows: &[&Sandbox]) -> Result<Option<PriorWrite>, 
         rows.iter().map(|s| s.updated_at).collect::<Vec<_>>(),
     )?;
     bind(&mut args, docs)?;
+    bind(&mut args, envs)?;
     Ok(Some(PriorWrite::new(
         "UPDATE sandboxes AS s SET status = u.status, status_version = u.status_version,
              pool = u.pool, backend_ref = u.backend_ref, attempts = u.attempts,
              priority = u.priority, cpu = u.cpu, memory_mib = u.memory_mib,
              disk_gib = u.disk_gib, expires_at = u.expires_at, updated_at = u.updated_at,
-             doc = u.doc
+             doc = u.doc, env_sealed = u.env_sealed
          FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[],
              $7::int[], $8::bigint[], $9::bigint[], $10::bigint[], $11::timestamptz[],
-             $12::timestamptz[], $13::jsonb[])
+             $12::timestamptz[], $13::jsonb[], $14::bytea[])
              AS u(id, status, status_version, pool, backend_ref, attempts, priority, cpu,
-                  memory_mib, disk_gib, expires_at, updated_at, doc)
+                  memory_mib, disk_gib, expires_at, updated_at, doc, env_sealed)
          WHERE s.id = u.id",
         args,
-        13,
+        14,
         rows.len() as u64,
         |_, _| StoreError::NotFound,
     )))

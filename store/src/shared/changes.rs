@@ -70,11 +70,23 @@ pub(crate) fn transition(
     now: DateTime<Utc>,
 ) -> Result<AuditEntry, StoreError> {
     let current = accounting::transition(sbx, &t.from, t.to, t.reason.clone(), now)?;
+    if t.to.is_final() {
+        clear_env_values(sbx);
+    }
     Ok(AuditEntry {
         actor: t.actor.as_audit(),
         action: format!("sandbox.{}", t.to),
         detail: json!({ "from": current, "to": t.to, "reason": t.reason }),
     })
+}
+
+/// Forgets the env values of a sandbox that ended: nothing reads them after (deleting the
+/// instance does not, and a restore or fork takes its env from its own request), so they are
+/// not kept for as long as the row is. The names stay, as the API shows them.
+pub(crate) fn clear_env_values(sbx: &mut Sandbox) {
+    for v in sbx.spec.env.values_mut() {
+        v.clear();
+    }
 }
 
 /// The audit entry of an admission.

@@ -18,5 +18,7 @@ pub(crate) mod rules {
     pub(crate) use super::refusals::{
         name_taken, org_has_projects, project_has_live_sandboxes, project_has_snapshots,
     };
-    pub(crate) use super::tenancy::{key_detail, tenancy_entry, update_org};
+    pub(crate) use super::tenancy::{
+        cascade_detail, key_detail, minting_key, tenancy_entry, update_org,
+    };
 }

@@ -24,6 +24,22 @@ pub(crate) fn key_detail(k: &ApiKeyRecord) -> serde_json::Value {
     })
 }
 
+/// The key minting a new key, if a key is the actor: its parent, whose revocation revokes it.
+pub(crate) fn minting_key(actor: &Actor) -> Option<&str> {
+    match actor {
+        Actor::Key(id) => Some(id.as_str()),
+        Actor::System(_) => None,
+    }
+}
+
+/// The audit detail of a key revoked because a key above it was.
+pub(crate) fn cascade_detail(
+    at: chrono::DateTime<chrono::Utc>,
+    revoked: &differently_core::KeyId,
+) -> serde_json::Value {
+    json!({ "revokedAt": at, "because": revoked })
+}
+
 /// Applies `update_org`'s changes to `org`; the audit detail holds old and new values.
 pub(crate) fn update_org(
     org: &mut Org,

@@ -132,6 +132,7 @@ conformance!(
 mod audit;
 mod bounds;
 mod placement;
+mod secrets_at_rest;
 mod snapshots;
 mod webhooks;
 mod work_claims;
