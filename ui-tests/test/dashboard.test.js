@@ -82,6 +82,67 @@ describe('tenant', () => {
     await page.waitForFunction((id) => !document.querySelector(`tr[data-id="${id}"]`), t.sandboxA);
   });
 
+  test('a create answered after the stream reported running still shows running', async () => {
+    // The create's answer is read at commit (provisioning); the sandbox runs milliseconds
+    // later and the event stream says so before the answer reaches the page. Here the answer
+    // is held until the page has shown the row as running, then delivered: the row must not
+    // go back to the older status.
+    await page.goto('/ui/#/sandboxes');
+    await page.locator('#live-state', { hasText: 'live' }).waitFor();
+    let answered = null;
+    const isCreate = (url) => url.pathname === '/v1/sandboxes';
+    await page.route(isCreate, async (route) => {
+      if (route.request().method() !== 'POST') return route.fallback();
+      const resp = await route.fetch();
+      answered = await resp.json();
+      try {
+        await page.locator(`tr[data-id="${answered.id}"][data-status="running"]`).waitFor({ timeout: 30000 });
+      } finally {
+        await route.fulfill({ response: resp, json: answered });
+      }
+    });
+    await page.getByRole('button', { name: 'Create sandbox' }).click();
+    for (const deadline = Date.now() + 60000; !answered;) {
+      assert.ok(Date.now() < deadline, 'the create never reached the held route');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await page.locator(`.notice a[href="#/sandbox/${answered.id}"]`).waitFor({ timeout: 60000 });
+    await page.unroute(isCreate);
+    assert.notEqual(answered.status, 'running', 'the answer must predate running for this test to mean anything');
+    assert.equal((await page.locator('.notice a').innerText()).trim(), answered.id);
+    // The answer has been applied (the notice is written with it): the row still says running.
+    assert.equal(await page.locator(`tr[data-id="${answered.id}"]`).getAttribute('data-status'), 'running');
+    assert.match(await page.locator('.notice').innerText(), /\(running\)/);
+    assert.deepEqual(page.problems, []);
+  });
+
+  test('the list shows live sandboxes first, newest first; ended ones only when asked, after them', async () => {
+    const mk = async () => (await ok(await dev.call('POST', '/v1/sandboxes', { projectId: t.projectA, labels: { order: 'd' } }, t.keyA), 'create')).id;
+    const oldest = await mk();
+    const middle = await mk();
+    const newest = await mk();
+    await ok(await dev.call('DELETE', `/v1/sandboxes/${oldest}`, undefined, t.keyA), 'delete');
+    await ok(await dev.call('GET', `/v1/sandboxes/${oldest}/wait?status=terminated&timeoutSeconds=60`, undefined, t.keyA), 'wait terminated');
+    const ids = () => page.locator('#sandbox-rows tr').evaluateAll((trs) => trs.map((tr) => tr.dataset.id));
+
+    await page.goto('/ui/#/sandboxes?label=order%3Dd');
+    await page.locator(`tr[data-id="${newest}"]`).waitFor();
+    await page.locator(`tr[data-id="${middle}"]`).waitFor();
+    assert.deepEqual(await ids(), [newest, middle], 'live ones, newest first, and no ended one by default');
+
+    await page.getByLabel('Include ended (terminated, failed)').check();
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.locator(`tr[data-id="${oldest}"]`).waitFor();
+    assert.deepEqual(await ids(), [newest, middle, oldest], 'ended ones after the live ones');
+    assert.equal(await page.locator(`tr[data-id="${oldest}"]`).getAttribute('data-status'), 'terminated');
+    // A live one that ends while watched moves behind the live ones.
+    await ok(await dev.call('DELETE', `/v1/sandboxes/${newest}`, undefined, t.keyA), 'delete newest');
+    await page.locator(`tr[data-id="${newest}"][data-status="terminated"]`).waitFor({ timeout: 30000 });
+    assert.deepEqual(await ids(), [middle, newest, oldest]);
+    await axeCheck(page, 'tenant-sandboxes-ordered');
+    assert.deepEqual(page.problems, []);
+  });
+
   test('sandbox page: placement explanation, terminal, recent execs, files', async () => {
     // A file put through the API shows in the files browser.
     const put = await fetch(`${dev.url}/v1/sandboxes/${t.sandboxA}/files?path=/hello-ui.txt`, {
@@ -114,10 +175,34 @@ describe('tenant', () => {
     await page.locator('#execs-h').waitFor();
     await page.locator('section[aria-labelledby="execs-h"]', { hasText: 'pty' }).waitFor({ timeout: 10000 });
     await page.locator('section[aria-labelledby="history-h"] table').waitFor();
+    // The file upload is an audit record, not a status change: listed under its own heading.
+    await page.locator('section[aria-labelledby="activity-h"]', { hasText: 'file.upload' }).waitFor();
+    assert.doesNotMatch(await page.locator('section[aria-labelledby="history-h"]').innerText(), /file\.upload/);
     // Long audit details wrap inside the status history's panel instead of running past it.
     const over = await page.locator('section[aria-labelledby="history-h"]').evaluate(
       (s) => s.querySelector('table').getBoundingClientRect().right - s.getBoundingClientRect().right);
     assert.ok(over <= 1, `the status history runs ${over}px past its panel`);
+  });
+
+  test('status history lists status changes only; requests and other records have their own list', async () => {
+    const id = (await ok(await dev.call('POST', '/v1/sandboxes', { projectId: t.projectA }, t.keyA), 'create')).id;
+    await ok(await dev.call('GET', `/v1/sandboxes/${id}/wait?status=running&timeoutSeconds=60`, undefined, t.keyA), 'wait running');
+    await ok(await dev.call('POST', `/v1/sandboxes/${id}/pause`, undefined, t.keyA), 'pause');
+    await ok(await dev.call('GET', `/v1/sandboxes/${id}/wait?status=paused&timeoutSeconds=60`, undefined, t.keyA), 'wait paused');
+    await page.goto(`/ui/#/sandbox/${id}`);
+    const historyBox = page.locator('section[aria-labelledby="history-h"]');
+    await historyBox.locator('td', { hasText: 'paused' }).first().waitFor();
+    const rows = await historyBox.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => tr.children[1].textContent.trim()));
+    // Newest first: every status the sandbox went through, and nothing else.
+    assert.deepEqual(rows, ['paused', 'running', 'provisioning', 'queued']);
+    const history = await historyBox.innerText();
+    assert.doesNotMatch(history, /requested|sandbox\.pause\b|sandbox\.admit|sandbox\.activate/);
+    // The pause request is an audit action, listed (and named as one) under its own heading.
+    const activity = page.locator('section[aria-labelledby="activity-h"]');
+    await activity.locator('td', { hasText: 'sandbox.pause' }).waitFor();
+    assert.match(await activity.innerText(), /requested/);
+    await axeCheck(page, 'tenant-sandbox-history');
+    await ok(await dev.call('DELETE', `/v1/sandboxes/${id}`, undefined, t.keyA), 'delete');
   });
 
   test('another organization\'s sandbox is not found, operator pages are refused', async () => {
@@ -181,8 +266,25 @@ describe('operator', () => {
   test('signs in with the admin key and sees every operator view', async () => {
     const put = await dev.call('PUT', '/v1/admin/secrets/ui-cred', { value: 's3cr3t-value-never-shown' });
     assert.equal(put.status, 200, JSON.stringify(put.body));
+    // Signing in asks nothing the API refuses (the bootstrap key is not a stored key).
+    const refused = [];
+    page.on('response', (r) => { if (r.status() >= 400) refused.push(`${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`); });
     await signIn(page, dev.adminKey);
+    await page.locator('#live-state', { hasText: 'live' }).waitFor();
+    assert.deepEqual(refused, []);
     assert.match(await page.locator('#nav').innerText(), /Pools/);
+    // With a second organization around (org B), the page still creates in the key's own
+    // organization: the project offered is the bootstrap tenant's, and the create works.
+    const offered = await page.locator('#c-project option').evaluateAll((os) => os.map((o) => o.value));
+    assert.deepEqual(offered, [t.projectA]);
+    await page.getByRole('button', { name: 'Create sandbox' }).click();
+    await page.locator('.notice a[href^="#/sandbox/"]').or(page.locator('#main .error')).first().waitFor();
+    assert.equal(await page.locator('#main .error').count(), 0, await page.locator('#main').innerText());
+    const created = (await page.locator('.notice a').innerText()).trim();
+    const row = await ok(await dev.call('GET', `/v1/sandboxes/${created}`), 'admin-created sandbox');
+    assert.equal(row.orgId, t.orgA);
+    assert.equal(row.projectId, t.projectA);
+    assert.deepEqual(refused, []);
     const views = [
       ['pools', 'Pools'], ['queue', 'Fair queue'], ['policies', 'Placement policies'],
       ['audit', 'Audit log'], ['trust', 'Trust report'], ['secrets', 'Secrets'],
@@ -192,6 +294,8 @@ describe('operator', () => {
       await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
       if (name === 'pools') {
         await page.locator('#pool-strip li', { hasText: 'local' }).waitFor();
+        // The card says what its number is: slots used, of how many (the dev pool has no cap).
+        assert.match(await page.locator('#pool-strip li', { hasText: 'local' }).innerText(), /\b\d+ slots? used \(no limit\)/);
         assert.match(await page.locator('main').innerText(), /exec\.pty/);
       }
       if (name === 'secrets') {
@@ -240,6 +344,26 @@ describe('operator', () => {
     await page.locator('#chart-queue-depth svg').waitFor({ timeout: 15000 });
     await page.locator('#chart-admission-and-activation-rate svg').waitFor({ timeout: 15000 });
     await axeCheck(page, 'operator-queue-waiting');
+    assert.deepEqual(page.problems, []);
+  });
+
+  test('without metrics in the answering process, the rate chart says why and what to set', async () => {
+    // As an API process of the production topology answers without `[metrics] listen`.
+    const summary = (url) => url.pathname === '/v1/admin/metrics/summary';
+    await page.route(summary, (route) => route.fulfill({
+      json: { generatedAt: new Date().toISOString(), enabled: false, admissions: {}, activations: {}, queueDepth: {} },
+    }));
+    // Another view first: the queue view is rendered anew (and asks the route) on arrival.
+    await page.goto('/ui/#/pools');
+    await page.getByRole('heading', { name: 'Pools', level: 1 }).waitFor();
+    await page.goto('/ui/#/queue');
+    const fig = page.locator('#chart-admission-and-activation-rate');
+    await fig.waitFor();
+    assert.match(await fig.innerText(), /\[metrics\] listen/);
+    // The queue depth still charts: it comes from the store.
+    await page.locator('#chart-queue-depth svg').waitFor({ timeout: 15000 });
+    await axeCheck(page, 'operator-queue-no-metrics');
+    await page.unroute(summary);
     assert.deepEqual(page.problems, []);
   });
 });

@@ -48,6 +48,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("js/app.js", JS),
     asset!("js/chart.js", JS),
     asset!("js/dom.js", JS),
+    asset!("js/live.js", JS),
     asset!("js/operator.js", JS),
     asset!("js/sandbox.js", JS),
     asset!("js/tenant.js", JS),

@@ -75,37 +75,45 @@ export function keyIdOf(k) {
 }
 
 /**
- * Who the key is: its record when it can read it, and whether it is an operator key. The
- * views shown follow this; the API enforces it either way (a hidden view is a convenience,
- * never the protection).
+ * Who the key is, from its own record (every key may read its own; the bootstrap key too,
+ * though it is configuration and not a stored key). The organization and project are the
+ * record's: the API creates and lists sandboxes in the key's own organization only, so the
+ * page never picks another one, even for an operator key that may administer them all. The
+ * views shown follow the scopes; the API enforces them either way (a hidden view is a
+ * convenience, never the protection).
  */
 export async function whoami() {
   const id = keyIdOf(getKey());
-  let record = null;
+  if (!id) throw new ApiError(401, { error: { code: 'unauthenticated', message: 'this is not an API key (dly_key_…)' } });
+  let record;
   try {
     record = await get(`/v1/keys/${id}`);
   } catch (e) {
+    if (e.status !== 404) throw e;
+    record = await unrecordedKey(id);
+  }
+  const scopes = record.scopes || [];
+  const admin = scopes.includes('admin');
+  const has = (s) => scopes.includes(s) || admin;
+  return { id, name: record.name, orgId: record.orgId, projectId: record.projectId || null, scopes, admin, has };
+}
+
+/**
+ * A key the server authenticates but keeps no record of (the bootstrap key, on a server that
+ * does not answer for it): an operator key if it may read the pools, acting in the
+ * organization whose projects it lists by default (its own).
+ */
+async function unrecordedKey(id) {
+  let admin = false;
+  try {
+    await get('/v1/admin/pools');
+    admin = true;
+  } catch (e) {
     if (e.status === 401) throw e;
   }
-  let admin = record ? record.scopes.includes('admin') : false;
-  if (!record) {
-    // The installation's bootstrap key has no stored record; it is an operator key.
-    try {
-      await get('/v1/admin/pools');
-      admin = true;
-    } catch (e) {
-      if (e.status === 401) throw e;
-    }
-  }
-  const scopes = record ? record.scopes : admin ? ['admin'] : [];
-  let orgId = record ? record.orgId : null;
-  let projectId = record ? record.projectId : null;
-  if (!orgId && admin) {
-    const orgs = await get('/v1/orgs?limit=1');
-    if (orgs.items.length) orgId = orgs.items[0].id;
-  }
-  const has = (s) => scopes.includes(s) || scopes.includes('admin');
-  return { id, name: record ? record.name : 'bootstrap key', orgId, projectId, scopes, admin, has };
+  const projects = (await get('/v1/projects?limit=1000')).items;
+  return { id, name: admin ? 'bootstrap key' : id, orgId: projects.length ? projects[0].orgId : null,
+    projectId: null, scopes: admin ? ['admin'] : [] };
 }
 
 /**

@@ -11,7 +11,15 @@ export function healthStrip(pools) {
     h('strong', {}, p.name),
     p.healthy ? '● healthy' : '✕ unhealthy',
     h('br'),
-    h('span', { class: 'muted' }, `${p.usedSlots ?? 0}${p.maxConcurrent ? ` / ${p.maxConcurrent}` : ''} slots · ${p.kind}`))));
+    h('span', { class: 'muted' }, `${slotsText(p)} · ${p.kind}`))));
+}
+
+/** A pool's slots in words: how many are used, of how many ("3 of 10 slots used"). */
+export function slotsText(p) {
+  const used = p.usedSlots ?? 0;
+  return p.maxConcurrent
+    ? `${used} of ${p.maxConcurrent} slots used`
+    : `${used} ${used === 1 ? 'slot' : 'slots'} used (no limit)`;
 }
 
 export async function pools(ctx) {
@@ -27,7 +35,7 @@ export async function pools(ctx) {
       ['Health', (p) => (p.healthy ? h('span', { class: 'ok' }, 'healthy') : h('span', { class: 'bad' }, 'unhealthy'))],
       ['Last probe', (p) => (p.health ? [time(p.health.checkedAt), p.health.error ? h('div', { class: 'bad' }, p.health.error) : ''] : '—')],
       ['Capabilities', (p) => (p.capabilities || []).join(', ') || 'none'],
-      ['Slots used', (p) => `${p.usedSlots ?? 0}${p.maxConcurrent ? ` / ${p.maxConcurrent}` : ''}`, 'num'],
+      ['Slots', (p) => slotsText(p)],
       ['Source', (p) => p.source],
     ], items, 'No pools.'));
 }
@@ -77,15 +85,24 @@ export async function queue(ctx) {
           ['Waiting behind', (o) => Object.entries(o.walls).map(([w, n]) => `${w}: ${n}`).join(', ')],
           ['Reasons', (o) => h('ul', {}, o.reasons.map((r) => h('li', {}, `${r.reason} (${r.count})`)))],
         ], q.orgs, 'Nobody is waiting.'));
-      note.textContent = m.enabled
-        ? 'Admissions and activations are this API process\'s counters (in differently dev, every role\'s), sampled every 3 s while this page is open.'
-        : 'This process keeps no metrics (start the server with [metrics] listen set); only the queue depth is charted.';
+      note.textContent = 'Sampled every 3 s while this page is open; the samples stay in this tab.';
       replace(charts,
         lineChart('Queue depth', 'sandboxes', [{ name: 'queued', points: samples.map((x) => [x.t, x.queued]) }]),
-        m.enabled ? lineChart('Admission and activation rate', 'per minute', [
-          { name: 'admitted', points: rates('admitted') },
-          { name: 'activated', points: rates('activated') },
-        ]) : null);
+        m.enabled
+          ? [lineChart('Admission and activation rate', 'per minute', [
+            { name: 'admitted', points: rates('admitted') },
+            { name: 'activated', points: rates('activated') },
+          ]), h('p', { class: 'muted', id: 'rate-note' },
+            'Admissions and activations are the counters of the API process that answers. In differently dev that is every role; ',
+            'with separate processes, the scheduler counts activations, so the activated line stays at 0 here (chart the scheduler\'s ',
+            h('code', {}, 'differently_activations_total'), ' in Prometheus).')]
+          : h('figure', { id: 'chart-admission-and-activation-rate' },
+            h('figcaption', {}, 'Admission and activation rate (per minute)'),
+            h('p', { class: 'notice', id: 'metrics-off' },
+              'No chart: the API process that answers keeps no metrics. In the production topology (separate processes) ',
+              'counters are kept only when ', h('code', {}, '[metrics] listen'), ' is set in its configuration (or ',
+              h('code', {}, 'DIFFERENTLY_METRICS_LISTEN'), '); set it and restart to chart admissions here. ',
+              'The queue depth above comes from the store and needs no metrics.')));
     } catch (e) {
       replace(tableBox, errorBox(e));
     }

@@ -3,11 +3,32 @@
 
 import { api, get, qs, raw, sse } from './api.js';
 import { h, replace, badge, time, table, kv, errorBox, announce } from './dom.js';
-import { eventSandboxId } from './tenant.js';
+import { eventSandboxId, STATUSES } from './tenant.js';
 import { openTerminal } from './terminal.js';
+import { LiveSandboxes } from './live.js';
 
 const FINAL = ['terminated', 'failed'];
 const EXEC_ACTIONS = ['sandbox.exec', 'sandbox.exec_stream', 'sandbox.pty'];
+
+/** Audit actions that put a sandbox in a status without naming it in their detail. */
+const ENTERS = { 'sandbox.admit': 'queued', 'sandbox.requeue': 'queued', 'sandbox.activate': 'provisioning' };
+
+/**
+ * The status change an audit record is, or null. A change records its new status as
+ * `detail.to` (with `from` and `reason`) or as its action (`sandbox.running`); admission and
+ * activation enter `queued` and `provisioning`. Requests (`sandbox.pause` with outcome
+ * `requested`), execs and file calls are not status changes.
+ */
+export function statusChange(r) {
+  if (r.outcome !== 'ok' || !r.action.startsWith('sandbox.')) return null;
+  const d = r.detail || {};
+  if (typeof d.to === 'string' && STATUSES.includes(d.to)) {
+    return { to: d.to, from: typeof d.from === 'string' ? d.from : null, reason: typeof d.reason === 'string' ? d.reason : null };
+  }
+  const named = r.action.slice('sandbox.'.length);
+  const to = STATUSES.includes(named) ? named : ENTERS[r.action];
+  return to ? { to, from: null, reason: typeof d.reason === 'string' ? d.reason : null } : null;
+}
 
 function seconds(n) {
   if (n === null || n === undefined) return 'not set';
@@ -56,12 +77,16 @@ function placementView(doc) {
 
 export async function page(ctx, [id]) {
   const { el, who, signal } = ctx;
+  const live = new LiveSandboxes();
+  const firstMark = live.mark();
   let sbx = await get(`/v1/sandboxes/${encodeURIComponent(id)}`);
+  live.record(sbx, firstMark);
   const msg = h('div', { 'aria-live': 'polite' });
   const summaryBox = h('div');
   const actions = h('div', { class: 'row' });
   const placementBox = h('div');
   const historyBox = h('div');
+  const activityBox = h('div');
   const execBox = h('div');
   const filesBox = h('div');
   const snapsBox = h('div');
@@ -70,9 +95,10 @@ export async function page(ctx, [id]) {
 
   async function act(label, method, path, body) {
     try {
+      const mark = live.mark();
       const r = await api(method, path, body);
       announce(`${label}: done`);
-      if (r && r.id && r.id.startsWith('sbx_')) { sbx = r; render(); }
+      if (r && r.id && r.id.startsWith('sbx_') && live.record(r, mark)) { sbx = live.view(r.id); render(); }
       await Promise.all([refresh(), loadSnapshots()]);
     } catch (e) { replace(msg, errorBox(e)); }
   }
@@ -100,9 +126,23 @@ export async function page(ctx, [id]) {
     }
   }
   async function refresh() {
-    sbx = await get(`/v1/sandboxes/${sbx.id}`);
+    const mark = live.mark();
+    live.record(await get(`/v1/sandboxes/${sbx.id}`), mark);
+    sbx = live.view(sbx.id);
     render();
     await Promise.all([loadPlacement(), loadAudit()]);
+  }
+  // Coalesced: an event during a refresh asks for one more after it, never for nothing.
+  let refreshing = null;
+  let again = false;
+  function refreshSoon() {
+    if (refreshing) { again = true; return refreshing; }
+    refreshing = (async () => {
+      try {
+        do { again = false; await refresh(); } while (again);
+      } finally { refreshing = null; }
+    })();
+    return refreshing;
   }
   async function loadPlacement() {
     try { replace(placementBox, placementView(await get(`/v1/sandboxes/${sbx.id}/placement`))); } catch (e) {
@@ -114,14 +154,22 @@ export async function page(ctx, [id]) {
       const page = await get(`/v1/audit${qs({ resource: sbx.id, limit: 200, orgId: who.admin ? sbx.orgId : undefined })}`);
       const items = page.items.slice().sort((a, b) => b.seq - a.seq);
       const execs = items.filter((r) => EXEC_ACTIONS.includes(r.action));
-      const history = items.filter((r) => !EXEC_ACTIONS.includes(r.action));
+      const changes = items.map((r) => ({ r, c: statusChange(r) })).filter((x) => x.c);
+      const other = items.filter((r) => !EXEC_ACTIONS.includes(r.action) && !statusChange(r));
       replace(historyBox, table('Status history', [
+        ['When', ({ r }) => time(r.at)],
+        ['Status', ({ c }) => badge(c.to)],
+        ['From', ({ c }) => (c.from ? badge(c.from) : '')],
+        ['Reason', ({ c }) => c.reason || ''],
+        ['By', ({ r }) => r.actor],
+      ], changes, 'No status change recorded yet.'));
+      replace(activityBox, table('Other audit records', [
         ['When', (r) => time(r.at)],
         ['Action', (r) => r.action],
         ['Detail', (r) => (r.detail && Object.keys(r.detail).length ? h('code', {}, JSON.stringify(r.detail)) : '')],
         ['Actor', (r) => r.actor],
         ['Outcome', (r) => r.outcome],
-      ], history, 'No history yet.'));
+      ], other, 'No other audit records.'));
       replace(execBox, table('Recent execs', [
         ['When', (r) => time(r.at)],
         ['Kind', (r) => r.action.replace('sandbox.', '')],
@@ -129,7 +177,7 @@ export async function page(ctx, [id]) {
         ['Actor', (r) => r.actor],
         ['Outcome', (r) => r.outcome],
       ], execs.slice(0, 50), 'No execs yet.'));
-    } catch (e) { replace(historyBox, errorBox(e)); replace(execBox); }
+    } catch (e) { replace(historyBox, errorBox(e)); replace(execBox); replace(activityBox); }
   }
   async function loadSnapshots() {
     try {
@@ -180,6 +228,9 @@ export async function page(ctx, [id]) {
     section('Terminal', 'terminal-h', termBox),
     section('Recent execs', 'execs-h', execBox),
     section('Status history', 'history-h', historyBox),
+    section('Other audit records', 'activity-h',
+      h('p', { class: 'muted' }, 'Requests and calls on this sandbox that the audit log holds (operations asked for, file transfers, …); execs are above.'),
+      activityBox),
     section('Files', 'files-h', filesForm, filesBox),
     section('Snapshots', 'snaps-h', snapsBox));
   render();
@@ -188,13 +239,24 @@ export async function page(ctx, [id]) {
   else replace(filesBox, h('p', { class: 'muted' }, 'Files can be listed while the sandbox runs.'));
 
   signal.addEventListener('abort', () => { if (closeTerm) closeTerm(); });
+  let shown = sbx.status;
+  function changed() {
+    if (shown === sbx.status) return;
+    shown = sbx.status;
+    announce(`Sandbox is ${sbx.status}`);
+    if (sbx.status === 'running' && who.has('files:read')) loadFiles('/');
+  }
   sse(`/v1/events${qs({ sandboxId: sbx.id })}`, async ({ data }) => {
     if (eventSandboxId(data) !== sbx.id) return;
-    const before = sbx.status;
-    try { await refresh(); } catch { return; }
-    if (before !== sbx.status) {
-      announce(`Sandbox is ${sbx.status}`);
-      if (sbx.status === 'running' && who.has('files:read')) loadFiles('/');
-    }
-  }, signal).catch(() => {});
+    // The event's status shows at once (when it is newer than what is shown); the re-read
+    // brings the rest (times, placement, history).
+    if (live.event(data)) { sbx = live.view(sbx.id); render(); changed(); }
+    try { await refreshSoon(); } catch { return; }
+    changed();
+  }, signal, async (state) => {
+    // (Re)connected: what changed while the stream was not open is read again.
+    if (state !== 'live') return;
+    try { await refreshSoon(); } catch { return; }
+    changed();
+  }).catch(() => {});
 }

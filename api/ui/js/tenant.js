@@ -2,6 +2,7 @@
 
 import { api, get, qs, sse } from './api.js';
 import { h, replace, badge, time, table, kv, errorBox, announce } from './dom.js';
+import { LiveSandboxes, ended, listOrder } from './live.js';
 
 export const STATUSES = ['queued', 'provisioning', 'running', 'paused', 'stopped', 'terminating', 'terminated', 'failed'];
 const SCOPES = ['sandboxes:read', 'sandboxes:write', 'sandboxes:exec', 'files:read', 'files:write'];
@@ -20,24 +21,49 @@ export function eventSandboxId(data) {
   return null;
 }
 
-/** Projects the key may list, or [] when it may not. */
+/**
+ * Projects the key may create sandboxes in: those of its own organization (the API lists
+ * and creates sandboxes in the key's organization only, whatever the key may administer),
+ * and only its own project when the key is bound to one.
+ */
 async function projects(who) {
-  if (!who.orgId) return [];
+  const items = await orgProjects(who);
+  if (who.projectId) {
+    const own = items.find((p) => p.id === who.projectId);
+    return [own || { id: who.projectId, name: who.projectId }];
+  }
+  return items.filter((p) => !who.orgId || p.orgId === who.orgId);
+}
+
+/** The projects of the key's organization it may list ([] when it may not). */
+async function orgProjects(who) {
   try {
     return (await get(`/v1/projects${qs({ orgId: who.orgId, limit: 1000 })}`)).items;
   } catch {
-    return who.projectId ? [{ id: who.projectId, name: who.projectId }] : [];
+    return [];
   }
+}
+
+const PROJECT_CHOICE = 'differently.createProject.';
+
+/** The project this key last created a sandbox in from this tab, if it is still offered. */
+function rememberedProject(who, projs) {
+  const id = sessionStorage.getItem(PROJECT_CHOICE + who.id);
+  return projs.some((p) => p.id === id) ? id : null;
 }
 
 function labelsText(labels) {
   return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(', ');
 }
 
+/** Statuses of a sandbox that may still change: the list loads these unless asked otherwise. */
+const LIVE_STATUSES = STATUSES.filter((s) => s !== 'terminated' && s !== 'failed');
+
 export async function sandboxes(ctx) {
   const { el, who, signal } = ctx;
   const params = new URLSearchParams(location.hash.split('?')[1] || '');
   const filter = { status: params.get('status') || '', label: params.get('label') || '', projectId: params.get('projectId') || '' };
+  const withEnded = params.get('ended') === '1';
   const projs = await projects(who);
 
   const statusSel = h('select', { id: 'f-status', name: 'status' },
@@ -45,19 +71,22 @@ export async function sandboxes(ctx) {
   const labelIn = h('input', { id: 'f-label', name: 'label', placeholder: 'key=value', value: filter.label });
   const projSel = h('select', { id: 'f-project', name: 'projectId' },
     h('option', { value: '' }, 'any'), projs.map((p) => h('option', { value: p.id, selected: p.id === filter.projectId }, p.name)));
+  const endedBox = h('input', { type: 'checkbox', id: 'f-ended', name: 'ended', checked: withEnded });
   const filters = h('form', { class: 'row', role: 'search', 'aria-label': 'Filter sandboxes', onsubmit: (ev) => {
     ev.preventDefault();
-    const q = qs({ status: statusSel.value, label: labelIn.value.trim(), projectId: projSel.value });
+    const q = qs({ status: statusSel.value, label: labelIn.value.trim(), projectId: projSel.value, ended: endedBox.checked ? '1' : '' });
     location.hash = `#/sandboxes${q}`;
   } },
   h('label', { for: 'f-status' }, 'Status', statusSel),
   h('label', { for: 'f-label' }, 'Label', labelIn),
   h('label', { for: 'f-project' }, 'Project', projSel),
+  h('label', { class: 'inline', for: 'f-ended' }, endedBox, 'Include ended (terminated, failed)'),
   h('button', { type: 'submit' }, 'Filter'));
 
   const createMsg = h('div', { 'aria-live': 'polite' });
+  const chosen = who.projectId || rememberedProject(who, projs);
   const cProj = h('select', { id: 'c-project', name: 'projectId' },
-    projs.map((p) => h('option', { value: p.id, selected: p.id === who.projectId }, p.name)));
+    projs.map((p) => h('option', { value: p.id, selected: p.id === chosen }, p.name)));
   const cTemplate = h('input', { id: 'c-template', name: 'template', placeholder: 'default' });
   const cLabels = h('input', { id: 'c-labels', name: 'labels', placeholder: 'team=web, env=dev' });
   const cTtl = h('input', { id: 'c-ttl', name: 'ttlSeconds', type: 'number', min: 1, max: 2592000, placeholder: 'default' });
@@ -74,10 +103,17 @@ export async function sandboxes(ctx) {
     }
     if (Object.keys(labels).length) body.labels = labels;
     try {
+      const mark = live.mark();
       const sbx = await api('POST', '/v1/sandboxes', body);
-      replace(createMsg, h('p', { class: 'notice' }, 'Created ', h('a', { href: `#/sandbox/${sbx.id}` }, sbx.id), ` (${sbx.status}).`));
-      announce(`Sandbox ${sbx.id} created, ${sbx.status}`);
-      upsert(sbx, true);
+      if (cProj.value) sessionStorage.setItem(PROJECT_CHOICE + who.id, cProj.value);
+      live.record(sbx, mark);
+      show(sbx.id);
+      const now = live.view(sbx.id);
+      replace(createMsg, h('p', { class: 'notice' }, 'Created ', h('a', { href: `#/sandbox/${sbx.id}` }, sbx.id), ` (${now.status}).`));
+      announce(`Sandbox ${sbx.id} created, ${now.status}`);
+      // The answer may predate changes the stream reported before it arrived, or that
+      // happened before the stream was open: read it once more now that both are settled.
+      reread(sbx.id);
     } catch (e) {
       replace(createMsg, errorBox(e));
     }
@@ -86,14 +122,16 @@ export async function sandboxes(ctx) {
   h('label', { for: 'c-template' }, 'Template', cTemplate),
   h('label', { for: 'c-labels' }, 'Labels', cLabels),
   h('label', { for: 'c-ttl' }, 'TTL (s)', cTtl),
-  h('button', { type: 'submit', disabled: !who.has('sandboxes:write') }, 'Create sandbox'));
+  h('button', { type: 'submit', disabled: !who.has('sandboxes:write') || !projs.length }, 'Create sandbox'));
 
   const liveState = h('span', { class: 'muted', id: 'live-state' }, 'connecting…');
   const tbody = h('tbody', { id: 'sandbox-rows' });
   const rows = new Map();
+  const live = new LiveSandboxes();
   const more = h('div');
+  const empty = h('p', { class: 'muted', id: 'sandboxes-empty' });
   const heads = ['Id', 'Status', 'Reason', 'Pool', 'Project', 'Labels', 'Created'];
-  const tbl = h('table', { id: 'sandboxes' }, h('caption', { class: 'visually-hidden' }, 'Sandboxes'),
+  const tbl = h('table', { id: 'sandboxes' }, h('caption', { class: 'visually-hidden' }, 'Sandboxes, live first, newest first'),
     h('thead', {}, h('tr', {}, heads.map((x) => h('th', { scope: 'col' }, x)))), tbody);
 
   function matches(sbx) {
@@ -106,7 +144,7 @@ export async function sandboxes(ctx) {
     return true;
   }
   function row(sbx) {
-    return h('tr', { 'data-id': sbx.id, 'data-status': sbx.status },
+    return h('tr', { 'data-id': sbx.id, 'data-status': sbx.status, class: ended(sbx) ? 'ended' : null },
       h('td', {}, h('a', { href: `#/sandbox/${sbx.id}`, class: 'mono' }, sbx.id)),
       h('td', {}, badge(sbx.status)),
       h('td', {}, sbx.statusReason || ''),
@@ -115,21 +153,66 @@ export async function sandboxes(ctx) {
       h('td', {}, labelsText(sbx.labels)),
       h('td', {}, time(sbx.createdAt)));
   }
-  function upsert(sbx, top) {
-    const old = rows.get(sbx.id);
-    if (!matches(sbx)) { if (old) { old.remove(); rows.delete(sbx.id); } return; }
-    const fresh = row(sbx);
-    if (old) old.replaceWith(fresh);
-    else if (top) tbody.prepend(fresh);
-    else tbody.append(fresh);
-    rows.set(sbx.id, fresh);
+  /** Puts every shown row in the list's order (moving nodes, not rebuilding them). */
+  function order() {
+    const shown = [...rows.keys()].map((id) => live.view(id)).sort(listOrder);
+    for (const sbx of shown) tbody.append(rows.get(sbx.id));
+    empty.textContent = shown.length ? '' : (withEnded || filter.status
+      ? 'No sandboxes match.' : 'No live sandboxes match. Tick “Include ended” to see terminated and failed ones.');
   }
-  async function load(cursor) {
-    const page = await get(`/v1/sandboxes${qs({ ...filter, limit: 50, cursor })}`);
-    for (const sbx of page.items) upsert(sbx, false);
-    replace(more, page.nextCursor
-      ? h('button', { type: 'button', class: 'secondary', onclick: () => load(page.nextCursor).catch((e) => more.append(errorBox(e))) }, 'More')
+  /** Shows `id` as the newest known state says (or hides it when the filter no longer matches). */
+  function show(id, quiet) {
+    const sbx = live.view(id);
+    if (!sbx) return;
+    const old = rows.get(id);
+    if (!matches(sbx)) {
+      if (old) { old.remove(); rows.delete(id); order(); }
+      return;
+    }
+    if (old && old.dataset.status === sbx.status && old.dataset.pool === (sbx.pool || '') && old.dataset.reason === (sbx.statusReason || '')) return;
+    const fresh = row(sbx);
+    fresh.dataset.pool = sbx.pool || '';
+    fresh.dataset.reason = sbx.statusReason || '';
+    if (old) old.replaceWith(fresh);
+    rows.set(id, fresh);
+    if (!quiet) order();
+    if (old && old.dataset.status !== sbx.status) announce(`${id} is ${sbx.status}`);
+  }
+
+  // What is loaded: one page source per status asked (every live status by default, so a
+  // long history of ended sandboxes never hides the live ones behind "More").
+  const statuses = filter.status ? [filter.status] : withEnded ? [''] : LIVE_STATUSES;
+  let cursors = new Map(statuses.map((s) => [s, undefined]));
+  async function loadPages(first) {
+    if (first) cursors = new Map(statuses.map((s) => [s, undefined]));
+    const mark = live.mark();
+    const pages = await Promise.all([...cursors].map(async ([status, cursor]) => [status,
+      await get(`/v1/sandboxes${qs({ ...filter, status, limit: 200, cursor })}`)]));
+    for (const [status, page] of pages) {
+      for (const sbx of page.items) if (live.record(sbx, mark)) show(sbx.id, true);
+      if (page.nextCursor) cursors.set(status, page.nextCursor); else cursors.delete(status);
+    }
+    order();
+    replace(more, cursors.size
+      ? h('button', { type: 'button', class: 'secondary', onclick: () => loadPages(false).catch((e) => more.append(errorBox(e))) }, 'More')
       : null);
+  }
+
+  // Coalesced reads of one sandbox: an event that arrives while a read is under way asks for
+  // one more read after it, never for nothing.
+  const reading = new Map();
+  async function reread(id) {
+    if (reading.has(id)) { reading.set(id, true); return; }
+    reading.set(id, false);
+    try {
+      do {
+        reading.set(id, false);
+        const mark = live.mark();
+        try {
+          if (live.record(await get(`/v1/sandboxes/${encodeURIComponent(id)}`), mark)) show(id);
+        } catch { return; /* gone, or not this key's */ }
+      } while (reading.get(id));
+    } finally { reading.delete(id); }
   }
 
   replace(el,
@@ -137,33 +220,31 @@ export async function sandboxes(ctx) {
     h('section', { class: 'panel', 'aria-labelledby': 'create-h' }, h('h2', { id: 'create-h' }, 'Create'), create, createMsg),
     filters,
     h('p', {}, 'Live updates: ', liveState),
-    tbl, more);
-  await load();
+    tbl, empty, more);
 
-  // Live status: every event naming a sandbox re-reads that sandbox (whatever the event's
-  // exact shape), so the row shows what the API says now.
-  const pending = new Set();
-  async function reread(id) {
-    if (pending.has(id)) return;
-    pending.add(id);
-    try {
-      const sbx = await get(`/v1/sandboxes/${encodeURIComponent(id)}`);
-      const before = rows.get(id)?.dataset.status;
-      upsert(sbx, true);
-      if (before && before !== sbx.status) announce(`${id} is ${sbx.status}`);
-    } catch { /* gone or not ours */ } finally { pending.delete(id); }
-  }
+  // The stream opens first and the list is read once it is live, so no change falls between
+  // the two; if it takes long, the list is read anyway and read again once the stream is live.
+  let opened;
+  const isLive = new Promise((resolve) => { opened = resolve; });
+  let listMark = 0;
   sse(`/v1/events${qs({ projectId: filter.projectId })}`, ({ data }) => {
     const id = eventSandboxId(data);
-    if (id) reread(id);
+    if (!id) return;
+    if (live.event(data)) {
+      if (live.has(id)) show(id); else reread(id);
+    } else if (!live.has(id) && data && typeof data.statusVersion !== 'number') {
+      reread(id);
+    }
   }, signal, (state) => {
     liveState.textContent = state;
-    // The stream sends only what happens from now on: once (re)connected, rows that may have
-    // changed while it was not are read again.
-    if (state === 'live') {
-      for (const [id, tr] of rows) if (!['terminated', 'failed'].includes(tr.dataset.status)) reread(id);
-    }
+    if (state !== 'live') return;
+    opened();
+    // (Re)connected: what changed while the stream was not open is read again.
+    if (listMark) loadPages(true).catch(() => {});
   }).catch(() => { liveState.textContent = 'off'; });
+  await Promise.race([isLive, new Promise((r) => setTimeout(r, 3000))]);
+  listMark = live.mark();
+  await loadPages(true);
 }
 
 export async function snapshots(ctx) {
@@ -200,7 +281,7 @@ export async function keys(ctx) {
   const { el, who } = ctx;
   const msg = h('div', { 'aria-live': 'polite' });
   const list = h('div');
-  const projs = await projects(who);
+  const projs = await orgProjects(who);
   const nameIn = h('input', { id: 'k-name', name: 'name', required: true, maxlength: 100 });
   const projSel = h('select', { id: 'k-project', name: 'projectId' },
     h('option', { value: '' }, 'whole organization'), projs.map((p) => h('option', { value: p.id }, p.name)));
