@@ -87,6 +87,11 @@ impl AuthCache {
         self.keys.forget(id);
     }
 
+    /// Drops every key (one revoked here may have revoked the keys it made, too).
+    pub fn forget_all_keys(&self) {
+        self.keys.clear();
+    }
+
     /// The organization read less than `TTL` ago: `Some(None)` if it did not exist.
     pub fn org(&self, id: &OrgId) -> Option<Option<Org>> {
         self.orgs.get(id)

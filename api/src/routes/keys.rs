@@ -1,5 +1,7 @@
 //! `/v1/keys`: API keys. An org-wide key with `sandboxes:write` manages its own
-//! organization's keys and can grant at most its own scopes; the secret is served once.
+//! organization's keys and can grant at most its own scopes and its own lifetime (a key it
+//! makes expires when it does, or sooner); the secret is served once. Revoking a key revokes
+//! every key it made, and theirs.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -103,6 +105,7 @@ async fn create_key_now(
             "must be in the future",
         )));
     }
+    let expires_at = child_expiry(req.expires_at, caller_expiry(state, p).await?)?;
     let mut scopes = req.scopes;
     scopes.sort();
     scopes.dedup();
@@ -116,7 +119,7 @@ async fn create_key_now(
         scopes,
         hash: hex(&hash_key(&secret)),
         created_at: now,
-        expires_at: req.expires_at,
+        expires_at,
         revoked_at: None,
         last_used_at: None,
     };
@@ -128,6 +131,34 @@ async fn create_key_now(
             key: secret,
         }),
     ))
+}
+
+/// When the calling key expires (`None`: never, or not a stored key, as the bootstrap key).
+/// Read from the store, not the auth cache: a limit must not come from a stale record.
+async fn caller_expiry(state: &AppState, p: &Principal) -> ApiResult<Option<DateTime<Utc>>> {
+    let Ok(id) = KeyId::parse(&p.key_id) else {
+        return Ok(None);
+    };
+    Ok(state.store.get_key(&id).await?.and_then(|k| k.expires_at))
+}
+
+/// A new key's expiry: what was asked, never later than the creating key's; the creating
+/// key's when none was asked, so an expiring key cannot mint a key that outlives it.
+fn child_expiry(
+    asked: Option<DateTime<Utc>>,
+    parent: Option<DateTime<Utc>>,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
+    match (asked, parent) {
+        (Some(t), Some(limit)) if t > limit => Err(invalid(FieldError::new(
+            "expiresAt",
+            format!(
+                "must be no later than the expiry of the key making it ({})",
+                limit.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        ))),
+        (Some(t), _) => Ok(Some(t)),
+        (None, limit) => Ok(limit),
+    }
 }
 
 /// A key whose public part is `id`.
@@ -209,6 +240,8 @@ async fn revoke_key(
         .store
         .revoke_key(&key.id, Utc::now(), &p.actor())
         .await?;
-    state.auth_cache.forget_key(&key.id);
+    // Keys below it were revoked with it; which ones is the store's to know, so every cached
+    // key record is dropped and read again (revocations are rare).
+    state.auth_cache.forget_all_keys();
     Ok(Json(revoked))
 }

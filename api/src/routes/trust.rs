@@ -101,9 +101,28 @@ const NOT_ENFORCED: [&str; 6] = [
     "Containers from the Docker and Kubernetes runtimes share the host kernel; only microVM runtimes (Fast Sandbox) give each sandbox its own kernel.",
     "Differently does not configure sandbox networking or egress; whatever the pool's runtime and the operator's network allow is allowed.",
     "devhost pools run commands as local processes (under bubblewrap when installed, otherwise with no isolation at all); they are for development only.",
-    "Sandbox environment variable values are stored in the database in plaintext (they are never served back).",
+    ENV_PLAINTEXT,
     "External pools run on third-party infrastructure; Differently only decides whether work may go there, by policy.",
 ];
+
+/// Where env values rest without a secrets key; replaced by [`ENV_SEALED`] with one.
+const ENV_PLAINTEXT: &str = "Sandbox environment variable values are stored in the database in plaintext, because no secrets key (DIFFERENTLY_SECRETS_KEY) is configured; they are never served back, and are cleared when the sandbox ends.";
+const ENV_SEALED: &str = "Sandbox environment variable values are sealed in the database under the secrets key (AES-256-GCM) and cleared when the sandbox ends, but workers open them to create the instance, and the backend holds them for the sandbox's life.";
+
+/// `NOT_ENFORCED` as it holds for this process's secrets key.
+fn not_enforced() -> Vec<&'static str> {
+    let sealed = differently_store::sealed::process_key().is_some();
+    NOT_ENFORCED
+        .iter()
+        .map(|l| {
+            if sealed && *l == ENV_PLAINTEXT {
+                ENV_SEALED
+            } else {
+                *l
+            }
+        })
+        .collect()
+}
 
 /// Keys of adapter settings that name an endpoint.
 fn endpoint(settings: &Value) -> Option<String> {
@@ -282,7 +301,7 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
         telemetry: "none",
         pools,
         external_placements,
-        not_enforced: NOT_ENFORCED.to_vec(),
+        not_enforced: not_enforced(),
     }))
 }
 

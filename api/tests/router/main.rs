@@ -13,6 +13,7 @@ mod documented;
 mod envelope;
 mod errors;
 mod events;
+mod key_lineage;
 mod lifecycle;
 mod listener;
 mod nul;
