@@ -26,6 +26,7 @@ pub mod tenancy;
 pub mod testing;
 pub mod transition;
 pub mod usage;
+pub mod warm;
 pub mod webhooks;
 pub mod work_claims;
 
@@ -55,6 +56,7 @@ pub mod prelude {
     pub use crate::lifecycle::LifecycleStore;
     pub use crate::placement::PlacementStore;
     pub use crate::secrets::SecretStore;
+    pub use crate::warm::WarmStore;
     pub use crate::webhooks::WebhookStore;
     pub use crate::work_claims::WorkClaimStore;
     pub use crate::{
@@ -112,6 +114,7 @@ pub trait Store:
     + webhooks::WebhookStore
     + idempotency::IdempotencyStore
     + work_claims::WorkClaimStore
+    + warm::WarmStore
     + Send
     + Sync
     + 'static

@@ -17,6 +17,7 @@ mod secrets;
 mod tenancy;
 mod transition;
 mod usage;
+mod warm;
 mod webhooks;
 mod work_claims;
 
@@ -62,6 +63,9 @@ pub(crate) struct State {
     pub(crate) webhooks: webhooks::WebhookState,
     /// Claimed backend calls (`work_claims.rs`).
     pub(crate) work_claims: HashMap<crate::work_claims::ClaimKey, work_claims::ClaimRow>,
+    /// Warm classes and instances (`warm.rs`): here, so an admission's claim is in its
+    /// mutex section.
+    pub(crate) warm: warm::Warm,
 }
 
 impl State {

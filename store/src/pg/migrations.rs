@@ -63,6 +63,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0014_env_at_rest_and_key_parents",
         include_str!("../../../migrations/0014_env_at_rest_and_key_parents.sql"),
     ),
+    (
+        "0015_warm_pools",
+        include_str!("../../../migrations/0015_warm_pools.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

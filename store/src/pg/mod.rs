@@ -33,6 +33,7 @@ mod transition;
 pub(crate) mod transition_lane;
 mod usage;
 pub(crate) mod usage_counters;
+pub(crate) mod warm;
 mod webhooks;
 mod work_claims;
 pub(crate) mod writes;

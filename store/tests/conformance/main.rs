@@ -134,5 +134,6 @@ mod bounds;
 mod placement;
 mod secrets_at_rest;
 mod snapshots;
+mod warm;
 mod webhooks;
 mod work_claims;

@@ -1,0 +1,228 @@
+//! `WarmStore` on Postgres (tables `warm_classes` and `warm_instances`, migration 0015), and
+//! the claim that admission makes inside its own transaction.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use differently_core::warm::WarmClasses;
+use differently_core::SandboxId;
+use sqlx::types::Json;
+use sqlx::Row;
+
+use crate::pg::audit_records::insert_audit_installation;
+use crate::pg::PgStore;
+use crate::shared::rules::AuditEntry;
+use crate::warm::{merge_counts, WarmCount, WarmInstance, WarmState, WarmStore};
+use crate::{Actor, StoreError};
+
+fn decode_classes(v: serde_json::Value) -> Result<WarmClasses, StoreError> {
+    serde_json::from_value(v).map_err(|e| StoreError::Internal(format!("stored warm classes: {e}")))
+}
+
+fn sandbox_id(s: &str) -> Result<SandboxId, StoreError> {
+    SandboxId::parse(s).map_err(|e| StoreError::Internal(format!("stored warm id {s:?}: {e}")))
+}
+
+fn instance_of(row: &sqlx::postgres::PgRow) -> Result<WarmInstance, StoreError> {
+    let state: String = row.try_get("state")?;
+    let attempts: i32 = row.try_get("attempts")?;
+    Ok(WarmInstance {
+        id: sandbox_id(row.try_get("id")?)?,
+        pool: row.try_get("pool")?,
+        class: row.try_get("class")?,
+        state: WarmState::parse(&state)
+            .ok_or_else(|| StoreError::Internal(format!("stored warm state {state:?}")))?,
+        backend_ref: row.try_get("backend_ref")?,
+        created_at: row.try_get("created_at")?,
+        ready_at: row.try_get("ready_at")?,
+        attempts: u32::try_from(attempts).unwrap_or(0),
+    })
+}
+
+#[async_trait]
+impl WarmStore for PgStore {
+    async fn warm_classes(&self, pool: &str) -> Result<WarmClasses, StoreError> {
+        let doc: Option<serde_json::Value> =
+            sqlx::query_scalar("SELECT classes FROM warm_classes WHERE pool = $1")
+                .bind(pool)
+                .fetch_optional(self.pool())
+                .await?;
+        doc.map(decode_classes)
+            .transpose()
+            .map(Option::unwrap_or_default)
+    }
+
+    async fn set_warm_classes(
+        &self,
+        pool: &str,
+        classes: &WarmClasses,
+        actor: &Actor,
+    ) -> Result<(), StoreError> {
+        classes.validate().map_err(StoreError::InvalidValue)?;
+        let doc = serde_json::to_value(classes).map_err(|e| StoreError::Internal(e.to_string()))?;
+        let mut tx = self.pool().begin().await?;
+        // Shared: the pool cannot be deleted meanwhile, and registrations are not excluded.
+        let registered: Option<String> = sqlx::query_scalar(
+            "SELECT name FROM pools WHERE name = $1 AND doc IS NOT NULL FOR SHARE",
+        )
+        .bind(pool)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if registered.is_none() {
+            return Err(StoreError::NotFound);
+        }
+        let old: Option<serde_json::Value> =
+            sqlx::query_scalar("SELECT classes FROM warm_classes WHERE pool = $1 FOR UPDATE")
+                .bind(pool)
+                .fetch_optional(&mut *tx)
+                .await?;
+        // Compared decoded: jsonb keeps its own key order and number forms.
+        if let Some(old) = &old {
+            if decode_classes(old.clone()).ok().as_ref() == Some(classes) {
+                return Ok(());
+            }
+        }
+        let now = Utc::now();
+        sqlx::query(
+            "INSERT INTO warm_classes (pool, classes, updated_at) VALUES ($1, $2, $3)
+             ON CONFLICT (pool) DO UPDATE
+                 SET classes = EXCLUDED.classes, updated_at = EXCLUDED.updated_at",
+        )
+        .bind(pool)
+        .bind(Json(&doc))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let entry = AuditEntry {
+            actor: actor.as_audit(),
+            action: "pool.warm.set".to_owned(),
+            detail: serde_json::json!({ "old": old, "new": doc }),
+        };
+        insert_audit_installation(&mut tx, &format!("pool:{pool}"), entry, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn all_warm_classes(&self) -> Result<Vec<(String, WarmClasses)>, StoreError> {
+        let rows = sqlx::query("SELECT pool, classes FROM warm_classes ORDER BY pool")
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("pool")?, decode_classes(r.try_get("classes")?)?)))
+            .collect()
+    }
+
+    async fn warm_counts(&self, pool: &str) -> Result<Vec<WarmCount>, StoreError> {
+        let classes = self.warm_classes(pool).await?;
+        let rows = sqlx::query(
+            "SELECT class, state, count(*) AS n FROM warm_instances WHERE pool = $1
+             GROUP BY class, state",
+        )
+        .bind(pool)
+        .fetch_all(self.pool())
+        .await?;
+        let mut counts = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let state: String = r.try_get("state")?;
+            let n: i64 = r.try_get("n")?;
+            let Some(state) = WarmState::parse(&state) else {
+                return Err(StoreError::Internal(format!("stored warm state {state:?}")));
+            };
+            counts.push((
+                r.try_get::<String, _>("class")?,
+                state,
+                u32::try_from(n).unwrap_or(u32::MAX),
+            ));
+        }
+        Ok(merge_counts(&classes, counts))
+    }
+
+    async fn warm_begin(
+        &self,
+        pool: &str,
+        class: &str,
+        id: &SandboxId,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let begun = sqlx::query(
+            "INSERT INTO warm_instances AS w (id, pool, class, state, created_at, attempts)
+             VALUES ($1, $2, $3, 'creating', $4, 1)
+             ON CONFLICT (id) DO UPDATE SET attempts = w.attempts + 1
+                 WHERE w.state = 'creating' AND w.pool = EXCLUDED.pool
+                   AND w.class = EXCLUDED.class
+             RETURNING id",
+        )
+        .bind(id.as_str())
+        .bind(pool)
+        .bind(class)
+        .bind(now)
+        .fetch_optional(self.pool())
+        .await?;
+        match begun {
+            Some(_) => Ok(()),
+            None => Err(StoreError::AlreadyExists(format!("warm instance {id}"))),
+        }
+    }
+
+    async fn warm_ready(
+        &self,
+        id: &SandboxId,
+        backend_ref: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        // The CTE and the second test read the same snapshot: a creating row is made ready,
+        // an already ready one (a redelivered create) answers true as well.
+        let ready: bool = sqlx::query_scalar(
+            "WITH made AS (
+                 UPDATE warm_instances SET state = 'ready', backend_ref = $2, ready_at = $3
+                 WHERE id = $1 AND state = 'creating'
+                 RETURNING id)
+             SELECT EXISTS (SELECT 1 FROM made)
+                 OR EXISTS (SELECT 1 FROM warm_instances WHERE id = $1 AND state = 'ready')",
+        )
+        .bind(id.as_str())
+        .bind(backend_ref)
+        .bind(now)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(ready)
+    }
+
+    async fn warm_retire(&self, ids: &[SandboxId]) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<&str> = ids.iter().map(SandboxId::as_str).collect();
+        let done = sqlx::query("UPDATE warm_instances SET state = 'retiring' WHERE id = ANY($1)")
+            .bind(&ids)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn warm_gone(&self, id: &SandboxId) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM warm_instances WHERE id = $1")
+            .bind(id.as_str())
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn warm_failed(&self, id: &SandboxId) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM warm_instances WHERE id = $1 AND state = 'creating'")
+            .bind(id.as_str())
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn warm_instances(&self, pool: &str) -> Result<Vec<WarmInstance>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, pool, class, state, backend_ref, created_at, ready_at, attempts
+             FROM warm_instances WHERE pool = $1 ORDER BY id",
+        )
+        .bind(pool)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(instance_of).collect()
+    }
+}
