@@ -272,6 +272,10 @@ async fn list(
 ) -> ApiResult<Json<Page<SandboxView>>> {
     let (q, raw_labels) = parse_list_query(raw.as_deref())?;
     principal.require(Scope::SandboxesRead)?;
+    // The whole query is checked before any answer that needs no rows: an empty page must
+    // not make a malformed query look accepted.
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = parse_cursor(q.cursor.as_deref(), SandboxId::parse)?;
     let status = match q.status.as_deref() {
         None => None,
         Some(s) => Some(
@@ -280,32 +284,25 @@ async fn list(
         ),
     };
     let mut labels = std::collections::BTreeMap::new();
+    let mut contradictory = false;
     for l in &raw_labels {
         let (k, v) = l
             .split_once('=')
             .ok_or_else(|| bad_query("label", "expected key=value"))?;
-        if labels
+        // Two values for one key: no sandbox carries both.
+        contradictory |= labels
             .insert(k.to_owned(), v.to_owned())
-            .is_some_and(|was| was != v)
-        {
-            // Two values for one key: no sandbox carries both.
-            return Ok(Json(Page {
-                items: vec![],
-                next_cursor: None,
-            }));
-        }
+            .is_some_and(|was| was != v);
     }
     let project_id = match principal.list_project(q.project_id.as_deref())? {
-        ListProject::Only(p) => p,
-        ListProject::Nothing => {
+        ListProject::Only(p) if !contradictory => p,
+        ListProject::Only(_) | ListProject::Nothing => {
             return Ok(Json(Page {
                 items: vec![],
                 next_cursor: None,
             }))
         }
     };
-    let limit = parse_limit(q.limit.as_deref())?;
-    let after = parse_cursor(q.cursor.as_deref(), SandboxId::parse)?;
     let rows = state
         .store
         .list_sandboxes(&SandboxFilter {

@@ -262,6 +262,9 @@ async fn list_snapshots(
 ) -> ApiResult<Json<Page<SnapshotView>>> {
     let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::SandboxesRead)?;
+    // Checked before the empty page a key bound to another project gets.
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = parse_cursor(q.cursor.as_deref(), SnapshotId::parse)?;
     let project = match principal.list_project(q.project_id.as_deref())? {
         ListProject::Only(p) => p,
         ListProject::Nothing => {
@@ -271,8 +274,6 @@ async fn list_snapshots(
             }))
         }
     };
-    let limit = parse_limit(q.limit.as_deref())?;
-    let after = parse_cursor(q.cursor.as_deref(), SnapshotId::parse)?;
     let rows = state
         .store
         .list_snapshots(

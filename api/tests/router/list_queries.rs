@@ -1,0 +1,79 @@
+//! A list's whole query is checked before the answers that need no rows: a key bound to one
+//! project asking for another, or two values for one label, still get 400 for a bad `limit` or
+//! `cursor`, as any other caller does.
+
+use axum::http::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::support::{api, assert_field_error, Api};
+
+/// A well-formed project id no key of these tests is bound to.
+const OTHER_PROJECT: &str = "prj_00000000000000000000000000";
+
+/// A `sandboxes:read` key bound to the tenant's project.
+async fn project_key(api: &Api) -> String {
+    let a = api
+        .admin(
+            Method::POST,
+            "/v1/keys",
+            json!({
+                "name": "bound",
+                "scopes": ["sandboxes:read"],
+                "projectId": api.tenant.project.id,
+            }),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    a.body["key"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn another_projects_list_is_empty_but_its_query_is_still_checked() {
+    let api = api().await;
+    let key = project_key(&api).await;
+    for list in ["/v1/sandboxes", "/v1/snapshots"] {
+        // The short-cut itself: an empty page, not a 404 that would say the project exists.
+        let ok = api
+            .call(
+                Method::GET,
+                &format!("{list}?projectId={OTHER_PROJECT}"),
+                Some(&key),
+                Value::Null,
+                &[],
+            )
+            .await;
+        assert_eq!(ok.status, StatusCode::OK, "{list}: {}", ok.body);
+        assert_eq!(ok.body["items"], json!([]), "{list}: {}", ok.body);
+        for (bad, field) in [
+            ("limit=true", "limit"),
+            ("limit=5000", "limit"),
+            ("limit=0", "limit"),
+            ("cursor=not-a-cursor", "cursor"),
+        ] {
+            let path = format!("{list}?{bad}&projectId={OTHER_PROJECT}");
+            let a = api
+                .call(Method::GET, &path, Some(&key), Value::Null, &[])
+                .await;
+            assert_field_error(&a, StatusCode::BAD_REQUEST, "invalid_argument", field);
+        }
+    }
+}
+
+#[tokio::test]
+async fn contradictory_labels_still_get_their_query_checked() {
+    let api = api().await;
+    let base = "/v1/sandboxes?label=a%3D1&label=a%3D2";
+    let ok = api.admin(Method::GET, base, Value::Null).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
+    assert_eq!(ok.body["items"], json!([]), "{}", ok.body);
+    for (bad, field) in [
+        ("limit=5000", "limit"),
+        ("cursor=nope", "cursor"),
+        ("label=novalue", "label"),
+    ] {
+        let a = api
+            .admin(Method::GET, &format!("{base}&{bad}"), Value::Null)
+            .await;
+        assert_field_error(&a, StatusCode::BAD_REQUEST, "invalid_argument", field);
+    }
+}
