@@ -38,7 +38,8 @@ pub enum Cause {
     Idle,
     /// The control plane's reconciler followed the backend or repaired a lost step.
     Reconciler,
-    /// A quota or capacity limit decided it (placement refused, admission held).
+    /// Placement decided it under quotas and capacity: where the sandbox goes
+    /// (`placement.decided`), that it waits, or that it cannot be placed.
     Quota,
     /// An operator's administrative action (org suspended, pool drained).
     Admin,
