@@ -826,6 +826,11 @@ impl JetStreamBus {
     /// again, after the last event forwarded, whenever it errs or ends and whenever the
     /// connection moved to another server; each restart is logged and counted in
     /// `differently_bus_event_reader_restarts_total{why}`.
+    ///
+    /// After a reconnect the old reader is kept and read while its replacement is made: its
+    /// consumer lives on the stream's leader, which is usually still there, and making a new
+    /// consumer waits for the meta group's leader, which is not (an election, 4–9 s, when the
+    /// lost node led it). Events are forwarded once each, in stream order, by sequence.
     async fn follow_events(
         self,
         stream: String,
@@ -834,60 +839,100 @@ impl JetStreamBus {
         mut last: u64,
         tx: tokio::sync::mpsc::Sender<Result<Event, BusError>>,
     ) {
+        type Made = BoxStream<'static, Result<Event, BusError>>;
         let mut reconnects = self.reconnects.clone();
         reconnects.borrow_and_update();
+        // A replacement being made while the current reader is still read.
+        let mut replacement: Option<futures::future::BoxFuture<'static, Made>> = None;
         loop {
-            let why: &'static str = loop {
-                tokio::select! {
-                    item = reader.next() => match item {
-                        Some(Ok(ev)) => {
+            let why: &'static str = tokio::select! {
+                item = reader.next() => match item {
+                    Some(Ok(ev)) => {
+                        if ev.seq > last {
                             last = ev.seq;
                             if tx.send(Ok(ev)).await.is_err() {
                                 return;
                             }
                         }
-                        Some(Err(e)) => {
-                            tracing::warn!(stream, filter, error = %e, "bus: event reader failed");
-                            break "error";
-                        }
-                        None => break "ended",
-                    },
-                    Ok(()) = reconnects.changed() => break "reconnected",
-                    () = tx.closed() => return,
-                }
-            };
-            metrics::counter!("differently_bus_event_reader_restarts_total", "why" => why)
-                .increment(1);
-            tracing::info!(
-                stream,
-                filter,
-                after = last,
-                why,
-                "bus: event reader restarting"
-            );
-            let mut delay = Duration::from_millis(100);
-            reader = loop {
-                if tx.is_closed() {
-                    return;
-                }
-                let attempt = self.event_reader(&stream, &filter, Some(last));
-                let made = tokio::time::timeout(EVENT_READER_ATTEMPT, attempt)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(BusError::Setup(Detail::new(format!(
-                            "event reader on {stream}: not made within {} ms",
-                            EVENT_READER_ATTEMPT.as_millis()
-                        ))))
-                    });
-                match made {
-                    Ok((r, _)) => break r,
-                    Err(e) => {
-                        tracing::warn!(stream, filter, error = %e, "bus: cannot make an event reader yet; retrying");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(1));
+                        continue;
                     }
+                    Some(Err(e)) => {
+                        tracing::warn!(stream, filter, error = %e, "bus: event reader failed");
+                        "error"
+                    }
+                    None => "ended",
+                },
+                Ok(()) = reconnects.changed(), if replacement.is_none() => {
+                    Self::count_restart(&stream, &filter, last, "reconnected");
+                    replacement = Some(Box::pin(self.clone().remake_reader(
+                        stream.clone(),
+                        filter.clone(),
+                        last,
+                    )));
+                    continue;
                 }
+                made = async { replacement.as_mut().expect("guarded").await }, if replacement.is_some() => {
+                    replacement = None;
+                    reader = made;
+                    continue;
+                }
+                () = tx.closed() => return,
             };
+            // The current reader is gone: wait for a replacement (the one under way, if any).
+            Self::count_restart(&stream, &filter, last, why);
+            let making = match replacement.take() {
+                Some(under_way) => under_way,
+                None => Box::pin(
+                    self.clone()
+                        .remake_reader(stream.clone(), filter.clone(), last),
+                ),
+            };
+            tokio::select! {
+                made = making => reader = made,
+                () = tx.closed() => return,
+            }
+        }
+    }
+
+    fn count_restart(stream: &str, filter: &str, last: u64, why: &'static str) {
+        metrics::counter!("differently_bus_event_reader_restarts_total", "why" => why)
+            .increment(1);
+        tracing::info!(
+            stream,
+            filter,
+            after = last,
+            why,
+            "bus: event reader restarting"
+        );
+    }
+
+    /// A new reader after sequence `last`, retried (each attempt bounded, backing off to 1 s)
+    /// until one is made. The caller drops it when no one reads any more.
+    async fn remake_reader(
+        self,
+        stream: String,
+        filter: String,
+        last: u64,
+    ) -> BoxStream<'static, Result<Event, BusError>> {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let attempt = self.event_reader(&stream, &filter, Some(last));
+            let made = tokio::time::timeout(EVENT_READER_ATTEMPT, attempt)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BusError::Setup(Detail::new(format!(
+                        "event reader on {stream}: not made within {} ms",
+                        EVENT_READER_ATTEMPT.as_millis()
+                    ))))
+                });
+            match made {
+                Ok((r, _)) => return r,
+                Err(e) => {
+                    tracing::warn!(stream, filter, error = %e, "bus: cannot make an event reader yet; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
         }
     }
 }

@@ -403,6 +403,19 @@ impl NatsCluster {
         None
     }
 
+    /// Who leads the JetStream meta group (stream and consumer creation go through it), as
+    /// its server name, from the first running member's `/jsz` that knows. It cannot be moved
+    /// by [`NatsCluster::lead`]: its step-down is a system-account request.
+    pub fn meta_leader(&self) -> Option<String> {
+        self.nodes
+            .iter()
+            .zip(&self.monitor_ports)
+            .filter(|(n, _)| n.child.is_some())
+            .filter_map(|(_, port)| monitor_get(*port, "/jsz").ok())
+            .filter_map(|jsz| serde_json::from_str::<serde_json::Value>(&jsz).ok())
+            .find_map(|jsz| jsz["meta_cluster"]["leader"].as_str().map(str::to_owned))
+    }
+
     /// Moves the leadership of `asset` (see [`NatsCluster::leader_of`]) to member `i` with
     /// step-down requests naming it as preferred (nats-server ≥ 2.11), so a test strikes a
     /// known layout. Errs after `within`.
