@@ -895,8 +895,7 @@ impl JetStreamBus {
     }
 
     fn count_restart(stream: &str, filter: &str, last: u64, why: &'static str) {
-        metrics::counter!("differently_bus_event_reader_restarts_total", "why" => why)
-            .increment(1);
+        metrics::counter!("differently_bus_event_reader_restarts_total", "why" => why).increment(1);
         tracing::info!(
             stream,
             filter,
