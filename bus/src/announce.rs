@@ -281,7 +281,8 @@ impl Announcer {
     /// `sandbox.operation.requested|finished|failed` (`ty`) for operation `op_id` of kind
     /// `kind` on `s`. Its id is the operation's and the type's, so a re-send is a duplicate.
     /// A publish that fails is logged and counted, not retried: the operation's outcome is
-    /// in the API (`GET /v1/sandboxes/{id}/operations/…`).
+    /// in the API (the sandbox's status, `GET /v1/sandboxes/{id}`, or for a snapshot its own,
+    /// `GET /v1/snapshots/{id}`).
     pub async fn operation(
         &self,
         s: &Sandbox,
