@@ -16,6 +16,7 @@ mod crash;
 mod dataplane;
 mod deploy_metrics;
 mod dev;
+mod docs_paths;
 mod exec_held;
 /// The adapters' test HTTP scaffolding, which their fake servers (included below) use as
 /// `crate::support::http`.
