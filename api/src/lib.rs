@@ -151,7 +151,7 @@ pub fn router(state: AppState) -> Router {
     // The OpenSandbox facade answers through the `/v1` handlers (in process, below these
     // layers, which the facade request itself already passed).
     let v1 = routes::router().with_state(state.clone());
-    Router::new()
+    let routes = Router::new()
         .merge(routes::router())
         .merge(facade::opensandbox::router(&state, v1))
         .merge(ui::router())
@@ -162,6 +162,12 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(
             middleware::MAX_BODY_BYTES,
         ))
+        .with_state(state.clone());
+    // The routes as one service under the middleware, not the middleware under each route:
+    // a method router adds `Allow` to its 405 outside any layer of its own, so only from
+    // out here can `guard` read it into the envelope's message.
+    Router::new()
+        .fallback_service(routes)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::guard,

@@ -140,10 +140,12 @@ async fn as_envelope(method: &Method, resp: Response) -> Response {
                 .get(header::ALLOW)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            ApiError::new(
-                ErrorCode::MethodNotAllowed,
-                format!("{method} is not allowed on this route (allowed: {allow})"),
-            )
+            let message = if allow.trim().is_empty() {
+                format!("{method} is not allowed on this route")
+            } else {
+                format!("{method} is not allowed on this route (allowed: {allow})")
+            };
+            ApiError::new(ErrorCode::MethodNotAllowed, message)
         }
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             ErrorCode::PayloadTooLarge,

@@ -98,6 +98,20 @@ async fn a_wrong_method_is_a_405_envelope_with_allow() {
     assert_error(&a, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
     let allow = a.headers["allow"].to_str().unwrap();
     assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
+    // The message lists the same methods as the header (it once said `allowed: ` with none).
+    let message = a.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("(allowed: {allow})")),
+        "{message} / Allow: {allow}"
+    );
+    // A route of one method: the same.
+    let a = api.admin(Method::DELETE, "/healthz", Value::Null).await;
+    assert_error(&a, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    let message = a.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("DELETE is not allowed") && message.contains("GET"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
