@@ -36,6 +36,46 @@ pub enum AdapterError {
     /// ([`Reason::retry_after`]).
     #[error("insufficient capacity: {0}")]
     Capacity(#[source] Reason),
+    /// A file operation the sandbox's filesystem refuses at this path as it stands: a
+    /// directory where a file is to be written, a file where a directory is needed, a
+    /// read-only path. The caller's mistake, not the backend's: never retried, and the API
+    /// answers it 409 naming the path.
+    #[error("{0}")]
+    BadPath(PathError),
+}
+
+/// A path a file operation cannot use, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {problem}")]
+pub struct PathError {
+    /// The sandbox path as the caller gave it.
+    pub path: String,
+    pub problem: PathProblem,
+}
+
+/// Why a path cannot be used; [`PathProblem::code`] is the stable form clients see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathProblem {
+    /// The path is a directory and the operation needs a file (an upload onto it).
+    #[error("is a directory")]
+    IsADirectory,
+    /// A component of the path is not a directory (a file where a parent must be).
+    #[error("a parent of the path is not a directory")]
+    NotADirectory,
+    /// The path is read-only in the sandbox (a host system directory mounted into it).
+    #[error("is read-only in this sandbox")]
+    ReadOnly,
+}
+
+impl PathProblem {
+    /// The stable name served in `details.reason`.
+    pub fn code(self) -> &'static str {
+        match self {
+            PathProblem::IsADirectory => "is_a_directory",
+            PathProblem::NotADirectory => "not_a_directory",
+            PathProblem::ReadOnly => "read_only_path",
+        }
+    }
 }
 
 impl AdapterError {
@@ -82,6 +122,14 @@ impl AdapterError {
     /// exist): the API answers it with `details.field`.
     pub fn invalid_field(field: &'static str, message: impl Into<Reason>) -> Self {
         AdapterError::Permanent(message.into().on_field(field))
+    }
+
+    /// A [`AdapterError::BadPath`] about sandbox path `path`.
+    pub fn bad_path(path: impl Into<String>, problem: PathProblem) -> Self {
+        AdapterError::BadPath(PathError {
+            path: path.into(),
+            problem,
+        })
     }
 
     /// A [`AdapterError::Unavailable`] with `message`.

@@ -324,6 +324,10 @@ impl HttpClient {
             }
             AdapterError::Capacity(m) => AdapterError::Capacity(m.map_message(|t| self.scrub(t))),
             AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
+            AdapterError::BadPath(mut p) => {
+                p.path = self.scrub(&p.path);
+                AdapterError::BadPath(p)
+            }
             AdapterError::NotFound => AdapterError::NotFound,
         }
     }

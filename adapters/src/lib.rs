@@ -31,4 +31,4 @@ pub mod settings;
 pub mod vercel;
 
 pub use contract::*;
-pub use error::{AdapterError, Reason};
+pub use error::{AdapterError, PathError, PathProblem, Reason};

@@ -44,6 +44,7 @@ fn error_label(e: &AdapterError) -> &'static str {
         AdapterError::Unsupported(_) => "unsupported",
         AdapterError::Unavailable(_) => "unavailable",
         AdapterError::Capacity(_) => "capacity",
+        AdapterError::BadPath(_) => "bad_path",
     }
 }
 

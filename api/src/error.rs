@@ -140,6 +140,9 @@ impl From<AdapterError> for ApiError {
                 ErrorCode::NotFound,
                 format!("{p}: no such file or directory"),
             ),
+            // The sandbox's filesystem as it stands refuses the path: the caller's to change.
+            AdapterError::BadPath(p) => ApiError::new(ErrorCode::Conflict, p.to_string())
+                .with_details(json!({ "field": "path", "reason": p.problem.code() })),
         }
     }
 }

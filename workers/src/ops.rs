@@ -51,6 +51,7 @@ fn adapter_op_error(e: &AdapterError) -> OpError {
             ErrorCode::InsufficientCapacity,
             "the sandbox's backend has no capacity for this now; retry later",
         ),
+        AdapterError::BadPath(p) => op_error(ErrorCode::Conflict, p.to_string()),
     }
 }
 

@@ -434,6 +434,7 @@ fn kind(e: &AdapterError) -> &'static str {
         AdapterError::Unsupported(_) => "unsupported_operation",
         AdapterError::Unavailable(_) => "unavailable",
         AdapterError::Capacity(_) => "insufficient_capacity",
+        AdapterError::BadPath(_) => "bad_path",
     }
 }
 

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::client::Client;
 use super::config::LineEndings;
-use crate::error::Reason;
+use crate::error::{PathProblem, Reason};
 use crate::go_ahead::{GoAhead, Withdrawn};
 use crate::{AdapterError, ExecEvent};
 
@@ -648,6 +648,11 @@ pub(crate) async fn execd_error_at(
     let status = resp.status();
     let body = resp.bytes().await.unwrap_or_default();
     let err = super::client::parse_error(status, &body);
+    if let (Some(p), 400 | 500) = (path, status.as_u16()) {
+        if let Some(problem) = path_problem(&err.message) {
+            return AdapterError::bad_path(p, problem);
+        }
+    }
     match (status.as_u16(), super::client::code_suffix(&err.code)) {
         (404, "FILE_NOT_FOUND") => match path {
             Some(p) => AdapterError::PathNotFound(p.to_owned()),
@@ -667,6 +672,23 @@ pub(crate) async fn execd_error_at(
             "{op}: the server proxy cannot reach execd (paused or stopped sandbox?)"
         )),
         _ => c.map(op, status, &body),
+    }
+}
+
+/// What an execd file error says about the path, read from the message: execd passes the
+/// OS error's text on (`open /work/d: is a directory`, Go's wording of `EISDIR`, under a
+/// `400`/`500`), and a path that cannot be used is the caller's to change, not a backend
+/// failure to retry.
+fn path_problem(message: &str) -> Option<PathProblem> {
+    let m = message.to_ascii_lowercase();
+    if m.contains("is a directory") {
+        Some(PathProblem::IsADirectory)
+    } else if m.contains("not a directory") {
+        Some(PathProblem::NotADirectory)
+    } else if m.contains("read-only file system") {
+        Some(PathProblem::ReadOnly)
+    } else {
+        None
     }
 }
 

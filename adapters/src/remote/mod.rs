@@ -252,6 +252,10 @@ impl Inner {
             AdapterError::Capacity(m) => AdapterError::Capacity(m.map_message(|t| self.scrub(t))),
             AdapterError::Unsupported(m) => AdapterError::Unsupported(self.scrub(&m)),
             AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
+            AdapterError::BadPath(mut p) => {
+                p.path = self.scrub(&p.path);
+                AdapterError::BadPath(p)
+            }
             AdapterError::NotFound => AdapterError::NotFound,
         }
     }

@@ -148,6 +148,8 @@ impl ErrorBody {
                 r.message().to_owned(),
                 r.field(),
             ),
+            // The protocol has no code of its own for it: a permanent error about `path`.
+            AdapterError::BadPath(_) => (ErrorCode::Permanent, e.to_string(), Some("path")),
         };
         ErrorBody {
             code,
