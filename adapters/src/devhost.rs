@@ -1,18 +1,25 @@
 //! `DevhostAdapter`: sandboxes as directories on the local machine, for `differently dev`.
 //!
-//! **Isolation depends on the host.** With `isolation = "bwrap"` (or `"auto"` when `bwrap`
-//! is on `PATH`) every command runs under bubblewrap with its own mount, PID, IPC, UTS and
-//! network namespaces: the sandbox directory is its `/`, the host's `/usr`, `/bin`, `/lib*`
-//! and `/etc` are mounted read-only, and it sees no host process and no network. Otherwise
-//! (`isolation()` answers `"none"`, and a warning is logged) commands run as the local user
-//! on the local machine and the "sandbox" is only a working directory. Never configure this
-//! adapter for a pool that serves untrusted tenants.
+//! **Isolation.** With `isolation = "auto"` (the default) or `"bwrap"`, every command runs
+//! under bubblewrap with its own mount, PID, IPC, UTS and network namespaces: the sandbox
+//! directory is its `/` (its `/tmp`, `/work`, `/home` are directories of it), the host's
+//! `/usr`, `/bin`, `/sbin`, `/lib*` and `/etc` are mounted read-only, `/proc` and `/dev` are
+//! its own, and it sees no host process and no network. The files API works on the same
+//! filesystem: writes below the read-only host directories (and `/proc`, `/dev`) are refused
+//! as [`PathProblem::ReadOnly`], reads there show the host's files as commands see them.
+//! Without `bwrap` on `PATH`, commands are refused with an error naming the Debian package
+//! `bubblewrap`; they never silently run unisolated. Only an explicit `isolation = "none"`
+//! runs commands as plain local processes (the local user, the host's `/`, the sandbox
+//! directory only as their working directory and `HOME`), with a warning logged and
+//! [`DevhostAdapter::isolation`] answering `"none"`. Never configure this adapter for a pool
+//! that serves untrusted tenants.
 //!
 //! Each sandbox is `<root>/<sandbox_id>/` holding `.differently.json` (sandbox id,
 //! installation id, creation time, env): that file is the instance's tag, and the backend ref
 //! is the sandbox id. `create` is idempotent (an existing tagged directory is the instance),
 //! `delete` kills the sandbox's processes and removes the directory, `find` and `list` read the
-//! tags under `root`.
+//! tags under `root`. There is no `lifecycle.stop` and, under bubblewrap (no network), no
+//! `ports.expose`: the API answers them 501 `unsupported_operation`.
 //!
 //! Exec runs a real process in its own process group: clean environment (`PATH` from the host,
 //! `HOME` = the sandbox directory, `LANG=C.UTF-8`, then the sandbox's env from create, then
@@ -31,7 +38,8 @@
 //!
 //! Snapshots are tar archives of the sandbox directory (`<root>/.snapshots/<id>.tar`, without
 //! the tag); `create` with `from_snapshot` unpacks one before tagging. Files are read and
-//! written below the sandbox directory; a path through a symlink that leaves it is refused.
+//! written below the sandbox directory through descriptors ([`crate::local_fs`]): a symlink
+//! is followed as the sandbox sees it and never out of the directory.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -50,7 +58,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::error::Reason;
+use crate::error::{PathProblem, Reason};
 use crate::exec_output::{millis, CollectedOutput};
 use crate::local_fs::{self, io_err};
 use crate::local_pty;
@@ -75,18 +83,51 @@ const RUN_DIR: &str = ".run";
 const SNAPSHOT_DIR: &str = ".snapshots";
 /// Marker file of a paused sandbox (inside its run directory).
 const PAUSED_MARKER: &str = "paused";
+/// Host directories mounted read-only into an isolated command's view (when the host has
+/// them), in the order they are mounted.
+const READ_ONLY_MOUNTS: [&str; 7] = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"];
+/// Directories an isolated command gets fresh from bubblewrap: nothing the files API can
+/// reach.
+const OWN_MOUNTS: [&str; 2] = ["/proc", "/dev"];
+/// Why commands do not run when bubblewrap is wanted but missing, for the error and the log.
+const NO_BWRAP: &str = "exec (devhost isolates commands with bubblewrap, and `bwrap` is not \
+on PATH: install the Debian package `bubblewrap`, or set isolation = \"none\" in the pool's \
+settings to run commands unisolated as the local user)";
 
-/// How commands are isolated.
+/// How commands are isolated (the `isolation` setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IsolationMode {
-    /// `bwrap` when it is installed, otherwise none.
+    /// Under bubblewrap; without `bwrap` on `PATH` commands are refused (never run
+    /// unisolated). The same as `Bwrap`, kept as the default and for existing configs.
     #[default]
     Auto,
-    /// Refuse to start without `bwrap`.
+    /// Under bubblewrap; without `bwrap` on `PATH` commands are refused.
     Bwrap,
-    /// Plain local processes.
+    /// Plain local processes, on purpose: the host's whole filesystem is theirs.
     None,
+}
+
+/// How this adapter runs commands, decided once at construction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Runner {
+    /// Under bubblewrap at this path.
+    Bwrap(PathBuf),
+    /// Bubblewrap was wanted and is not installed: commands are refused.
+    MissingBwrap,
+    /// Plain local processes (`isolation = "none"`).
+    Plain,
+}
+
+/// Where a sandbox path lies in an isolated command's view of the filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// In the sandbox directory.
+    Sandbox,
+    /// Under a host directory mounted read-only.
+    HostReadOnly,
+    /// Under `/proc` or `/dev`, which exist only inside a running command.
+    Own,
 }
 
 /// Settings of a `devhost` pool.
@@ -124,8 +165,7 @@ pub struct DevhostTag {
 #[derive(Debug, Clone)]
 pub struct DevhostAdapter {
     config: DevhostConfig,
-    /// Path of `bwrap` when commands run isolated.
-    bwrap: Option<PathBuf>,
+    runner: Runner,
     /// Path of util-linux `setsid`, which gives a terminal's program its own session and
     /// controlling terminal; without it there is no `exec.pty`.
     setsid: Option<PathBuf>,
@@ -140,32 +180,118 @@ fn which(program: &str) -> Option<PathBuf> {
 }
 
 impl DevhostAdapter {
-    /// An adapter rooted at `config.root` (created on first use). With `isolation = "bwrap"`
-    /// and no `bwrap` on `PATH`, commands fail rather than run unisolated.
+    /// An adapter rooted at `config.root` (created on first use). Unless `isolation` is
+    /// `"none"`, commands run under bubblewrap or, without `bwrap` on `PATH`, not at all.
     pub fn new(config: DevhostConfig) -> Self {
-        let bwrap = match config.isolation {
-            IsolationMode::None => None,
-            IsolationMode::Auto | IsolationMode::Bwrap => which("bwrap"),
+        let runner = match config.isolation {
+            IsolationMode::None => {
+                tracing::warn!(
+                    root = %config.root.display(),
+                    "devhost: isolation = \"none\": commands run UNISOLATED as the local user \
+                     and see the host's whole filesystem; every key holder of this pool can \
+                     read and write what this user can"
+                );
+                Runner::Plain
+            }
+            IsolationMode::Auto | IsolationMode::Bwrap => match which("bwrap") {
+                Some(path) => Runner::Bwrap(path),
+                None => {
+                    tracing::error!(root = %config.root.display(), "devhost: commands are refused: {NO_BWRAP}");
+                    Runner::MissingBwrap
+                }
+            },
         };
-        if bwrap.is_none() {
-            tracing::warn!(
-                root = %config.root.display(),
-                "devhost: isolation: none (bubblewrap not used); commands run as the local user"
-            );
-        }
         Self {
             config,
-            bwrap,
+            runner,
             setsid: which("setsid"),
         }
     }
 
-    /// `"bwrap"` when commands run in their own namespaces, `"none"` otherwise.
+    /// `"none"` when commands run as plain local processes (`isolation = "none"`), `"bwrap"`
+    /// otherwise: under bubblewrap, or refused when it is missing. Nothing else.
     pub fn isolation(&self) -> &'static str {
-        if self.bwrap.is_some() {
-            "bwrap"
+        match self.runner {
+            Runner::Plain => "none",
+            Runner::Bwrap(_) | Runner::MissingBwrap => "bwrap",
+        }
+    }
+
+    /// The isolation a pool with these settings reports ([`DevhostAdapter::isolation`]),
+    /// for reports that have the settings rather than the adapter. Settings that do not
+    /// parse report nothing.
+    pub fn isolation_of(settings: &serde_json::Value) -> Option<&'static str> {
+        let config: DevhostConfig = if settings.is_null() {
+            DevhostConfig::default()
         } else {
-            "none"
+            serde_json::from_value(settings.clone()).ok()?
+        };
+        Some(match config.isolation {
+            IsolationMode::None => "none",
+            IsolationMode::Auto | IsolationMode::Bwrap => "bwrap",
+        })
+    }
+
+    /// Whether files are served as an isolated command sees them (read-only host mounts).
+    fn isolated_view(&self) -> bool {
+        !matches!(self.runner, Runner::Plain)
+    }
+
+    /// Where `path` lies in an isolated command's view; everything is the sandbox's when
+    /// commands are not isolated.
+    fn side(&self, path: &str) -> Side {
+        if !self.isolated_view() {
+            return Side::Sandbox;
+        }
+        let Some(Component::Normal(first)) = Path::new(path)
+            .components()
+            .find(|c| !matches!(c, Component::RootDir | Component::CurDir))
+        else {
+            return Side::Sandbox;
+        };
+        let top = Path::new("/").join(first);
+        if OWN_MOUNTS.iter().any(|m| Path::new(m) == top) {
+            Side::Own
+        } else if READ_ONLY_MOUNTS.iter().any(|m| Path::new(m) == top) && top.exists() {
+            // `--ro-bind-try` mounts only what the host has.
+            Side::HostReadOnly
+        } else {
+            Side::Sandbox
+        }
+    }
+
+    /// Refuses a write to `path` where an isolated command could not write either.
+    fn writable(&self, path: &str) -> Result<(), AdapterError> {
+        match self.side(path) {
+            Side::Sandbox => Ok(()),
+            Side::HostReadOnly | Side::Own => {
+                Err(AdapterError::bad_path(path, PathProblem::ReadOnly))
+            }
+        }
+    }
+
+    /// Where a read of `path` is served from: the sandbox directory, or the host's `/` for
+    /// a path under a read-only mount whose real location stays under one (a host symlink to
+    /// elsewhere is not something a command sees).
+    fn read_base(&self, sandbox_dir: &Path, path: &str) -> Result<PathBuf, AdapterError> {
+        match self.side(path) {
+            Side::Sandbox => Ok(sandbox_dir.to_path_buf()),
+            Side::Own => Err(AdapterError::Unsupported(format!(
+                "files under {} (it exists only inside a running command)",
+                path
+            ))),
+            Side::HostReadOnly => {
+                local_fs::components(path)?;
+                if let Ok(real) = std::fs::canonicalize(path) {
+                    let inside = READ_ONLY_MOUNTS
+                        .iter()
+                        .any(|m| std::fs::canonicalize(m).is_ok_and(|m| real.starts_with(m)));
+                    if !inside {
+                        return Err(AdapterError::PathNotFound(path.to_owned()));
+                    }
+                }
+                Ok(PathBuf::from("/"))
+            }
         }
     }
 
@@ -281,10 +407,9 @@ impl DevhostAdapter {
             "PATH".to_owned(),
             std::env::var("PATH").unwrap_or_else(|_| FALLBACK_PATH.to_owned()),
         );
-        let home = if self.bwrap.is_some() {
-            "/".to_owned()
-        } else {
-            sandbox_dir.to_string_lossy().into_owned()
+        let home = match self.runner {
+            Runner::Plain => sandbox_dir.to_string_lossy().into_owned(),
+            Runner::Bwrap(_) | Runner::MissingBwrap => "/".to_owned(),
         };
         env.insert("HOME".to_owned(), home);
         env.insert("LANG".to_owned(), "C.UTF-8".to_owned());
@@ -301,13 +426,13 @@ impl DevhostAdapter {
         program: &str,
         args: &[String],
     ) -> tokio::process::Command {
-        match &self.bwrap {
-            None => {
+        match &self.runner {
+            Runner::Plain | Runner::MissingBwrap => {
                 let mut c = tokio::process::Command::new(program);
                 c.args(args).current_dir(cwd);
                 c
             }
-            Some(bwrap) => {
+            Runner::Bwrap(bwrap) => {
                 let inner_cwd = format!(
                     "/{}",
                     cwd.strip_prefix(sandbox_dir)
@@ -332,9 +457,15 @@ impl DevhostAdapter {
         at: &InstanceRef,
         cwd: Option<&str>,
     ) -> Result<(PathBuf, DevhostTag, PathBuf), AdapterError> {
+        if self.runner == Runner::MissingBwrap {
+            return Err(AdapterError::Unsupported(NO_BWRAP.to_owned()));
+        }
         let (sandbox_dir, tag) = self.existing(at).await?;
         if self.is_paused(&at.sandbox_id) {
             return Err(AdapterError::permanent("the sandbox is paused"));
+        }
+        if let Runner::Bwrap(_) = self.runner {
+            ensure_tmp(&sandbox_dir).await?;
         }
         let dir = resolve_cwd(&sandbox_dir, cwd)?;
         if !tokio::fs::metadata(&dir).await.is_ok_and(|m| m.is_dir()) {
@@ -344,6 +475,64 @@ impl DevhostAdapter {
             ));
         }
         Ok((sandbox_dir, tag, dir))
+    }
+
+    /// Under bubblewrap, whether `program` is there to run as the command will look it up
+    /// (`PATH` from `env`, relative to `cwd`): `(127, "command not found")` or `(126,
+    /// "permission denied")` when not, as a shell reports it. Without this, bubblewrap's own
+    /// `execvp` failure (exit 1, its name in the message) would be the answer. Plain
+    /// processes learn the same from the spawn.
+    fn find_program(
+        &self,
+        sandbox_dir: &Path,
+        cwd: &Path,
+        program: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(), (i32, &'static str)> {
+        if !matches!(self.runner, Runner::Bwrap(_)) {
+            return Ok(());
+        }
+        let candidates: Vec<String> = if program.contains('/') {
+            let inner_cwd = cwd.strip_prefix(sandbox_dir).unwrap_or(Path::new(""));
+            let full = Path::new("/").join(inner_cwd).join(program);
+            vec![full.to_string_lossy().into_owned()]
+        } else {
+            env.get("PATH")
+                .map(String::as_str)
+                .unwrap_or(FALLBACK_PATH)
+                .split(':')
+                .filter(|d| d.starts_with('/'))
+                .map(|d| format!("{}/{program}", d.trim_end_matches('/')))
+                .collect()
+        };
+        let mut found_unrunnable = false;
+        for c in &candidates {
+            if local_fs::components(c).is_err() {
+                // `..` in the name: not one this check can follow; bubblewrap decides.
+                return Ok(());
+            }
+            let meta = match self.side(c) {
+                Side::HostReadOnly => std::fs::metadata(c).ok(),
+                Side::Sandbox => local_fs::metadata_in(sandbox_dir, c),
+                Side::Own => return Ok(()),
+            };
+            match meta {
+                Some(m) if m.is_file() => {
+                    use std::os::unix::fs::PermissionsExt;
+                    if m.permissions().mode() & 0o111 != 0 {
+                        return Ok(());
+                    }
+                    found_unrunnable = true;
+                }
+                Some(m) if m.is_dir() => found_unrunnable = true,
+                _ => {}
+            }
+        }
+        Err(if found_unrunnable {
+            (126, "permission denied")
+        } else {
+            (127, "command not found")
+        })
     }
 
     /// Records process group `pgid` as one of the sandbox's (for pause and delete).
@@ -386,13 +575,21 @@ impl DevhostAdapter {
         // (no `process_group(0)`), so its pid leads the new session and group.
         let mut argv = vec!["-c".to_owned()];
         argv.extend(req.command.iter().cloned());
-        let mut cmd = match &self.bwrap {
-            None => {
+        if let Err((code, why)) = self.find_program(&sandbox_dir, &cwd, &req.command[0], &env) {
+            let msg = format!("devhost: {}: {why}\r\n", req.command[0]);
+            let _ = out.send(Bytes::from(msg)).await;
+            return Ok(ExecExit {
+                exit_code: code,
+                duration_ms: millis(started.elapsed()),
+            });
+        }
+        let mut cmd = match &self.runner {
+            Runner::Plain | Runner::MissingBwrap => {
                 let mut c = tokio::process::Command::new(setsid);
                 c.args(&argv).current_dir(&cwd);
                 c
             }
-            Some(_) => {
+            Runner::Bwrap(_) => {
                 let mut c = self.command(&sandbox_dir, &cwd, "setsid", &argv);
                 c.process_group(0);
                 c
@@ -508,6 +705,14 @@ impl DevhostAdapter {
         let stdin = stdin_bytes(req)?;
 
         let env = self.command_env(&sandbox_dir, &tag, &req.env);
+        if let Err((code, why)) = self.find_program(&sandbox_dir, &cwd, program, &env) {
+            let msg = format!("devhost: {program}: {why}\n");
+            let _ = out.send(ExecEvent::Stderr(Bytes::from(msg))).await;
+            return Ok(ExecExit {
+                exit_code: code,
+                duration_ms: millis(started.elapsed()),
+            });
+        }
         let mut cmd = self.command(&sandbox_dir, &cwd, program, args);
         cmd.env_clear()
             .envs(&env)
@@ -619,15 +824,16 @@ impl DevhostAdapter {
     }
 }
 
-/// Arguments for `bwrap`: the sandbox directory as `/`, the host's system directories
-/// read-only, fresh `/proc`, `/dev`, `/tmp`, and every namespace unshared.
+/// Arguments for `bwrap`: the sandbox directory as `/` (its `/tmp` too, so the files API
+/// and every command see one filesystem), the host's system directories read-only, fresh
+/// `/proc` and `/dev`, and every namespace unshared.
 fn bwrap_args(sandbox_dir: &Path, cwd: &str) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "--bind".into(),
         sandbox_dir.to_string_lossy().into_owned(),
         "/".into(),
     ];
-    for dir in ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"] {
+    for dir in READ_ONLY_MOUNTS {
         a.extend(["--ro-bind-try".into(), dir.into(), dir.into()]);
     }
     a.extend(
@@ -636,8 +842,6 @@ fn bwrap_args(sandbox_dir: &Path, cwd: &str) -> Vec<String> {
             "/proc",
             "--dev",
             "/dev",
-            "--tmpfs",
-            "/tmp",
             "--unshare-all",
             "--die-with-parent",
             "--chdir",
@@ -646,6 +850,26 @@ fn bwrap_args(sandbox_dir: &Path, cwd: &str) -> Vec<String> {
     );
     a.push(cwd.to_owned());
     a
+}
+
+/// Makes the sandbox's `/tmp` (sticky, writable by all, as a `/tmp` is) if it is missing.
+async fn ensure_tmp(sandbox_dir: &Path) -> Result<(), AdapterError> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = sandbox_dir.join("tmp");
+    match tokio::fs::symlink_metadata(&tmp).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            match tokio::fs::create_dir(&tmp).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+                Err(e) => return Err(io_err("create /tmp", e)),
+            }
+            tokio::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))
+                .await
+                .map_err(|e| io_err("create /tmp", e))
+        }
+        Err(e) => Err(io_err("create /tmp", e)),
+    }
 }
 
 /// Kills a process group when dropped while armed.
@@ -786,7 +1010,7 @@ impl Adapter for DevhostAdapter {
         if self.setsid.is_some() {
             caps.push("exec.pty");
         }
-        if self.bwrap.is_none() {
+        if self.runner == Runner::Plain {
             // Without a network namespace a port is reachable on the host.
             caps.push("ports.expose");
         }
@@ -801,6 +1025,9 @@ impl Adapter for DevhostAdapter {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| io_err("create sandbox directory", e))?;
+        if self.isolated_view() {
+            ensure_tmp(&dir).await?;
+        }
         if let Some(snapshot) = &req.from_snapshot {
             let archive = self.snapshot_path(snapshot)?;
             if !archive.exists() {
@@ -923,6 +1150,7 @@ impl Adapter for DevhostAdapter {
         body: ByteStream,
     ) -> Result<(), AdapterError> {
         let (dir, _) = self.existing(at).await?;
+        self.writable(path)?;
         local_fs::upload(&dir, path, mode, body).await
     }
 
@@ -933,7 +1161,7 @@ impl Adapter for DevhostAdapter {
         range: Option<ByteRange>,
     ) -> Result<Download, AdapterError> {
         let (dir, _) = self.existing(at).await?;
-        local_fs::download(&dir, path, range).await
+        local_fs::download(&self.read_base(&dir, path)?, path, range).await
     }
 
     async fn list_files(
@@ -943,11 +1171,12 @@ impl Adapter for DevhostAdapter {
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
         let (dir, _) = self.existing(at).await?;
-        local_fs::list(&dir, path, depth).await
+        local_fs::list(&self.read_base(&dir, path)?, path, depth).await
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
         let (dir, _) = self.existing(at).await?;
+        self.writable(path)?;
         local_fs::delete(&dir, path).await
     }
 
@@ -1023,9 +1252,9 @@ impl Adapter for DevhostAdapter {
         port: u16,
         _expires: Option<Duration>,
     ) -> Result<Endpoint, AdapterError> {
-        if self.bwrap.is_some() {
+        if self.runner != Runner::Plain {
             return Err(AdapterError::Unsupported(
-                "ports.expose (the sandbox has its own network namespace)".to_owned(),
+                "ports.expose (devhost runs commands under bubblewrap with no network)".to_owned(),
             ));
         }
         self.existing(at).await?;
@@ -1058,10 +1287,9 @@ mod tests {
 
     #[test]
     fn file_paths_are_absolute_without_parent_or_tag() {
-        let base = Path::new("/r/sbx");
         assert_eq!(
-            local_fs::resolve(base, "/a/b.txt").ok(),
-            Some(base.join("a/b.txt"))
+            local_fs::components("/a//b.txt").ok(),
+            Some(vec!["a".to_owned(), "b.txt".to_owned()])
         );
         for bad in [
             "a/b",
@@ -1071,10 +1299,7 @@ mod tests {
             "/a\0b",
         ] {
             assert!(
-                matches!(
-                    local_fs::resolve(base, bad),
-                    Err(AdapterError::Permanent(_))
-                ),
+                matches!(local_fs::components(bad), Err(AdapterError::Permanent(_))),
                 "{bad:?}"
             );
         }
@@ -1088,5 +1313,7 @@ mod tests {
         assert!(s.contains("--unshare-all"));
         assert!(s.contains("--ro-bind-try /usr /usr"));
         assert!(s.ends_with("--chdir /work"));
+        // `/tmp` is the sandbox directory's own, the one the files API writes.
+        assert!(!s.contains("--tmpfs"), "{s}");
     }
 }

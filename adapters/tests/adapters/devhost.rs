@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 use differently_adapters::devhost::{
     DevhostAdapter, DevhostConfig, DevhostTag, IsolationMode, TAG_FILE,
 };
-use differently_adapters::{Adapter, AdapterError, InstanceRef};
+use differently_adapters::{Adapter, AdapterError, InstanceRef, PathProblem};
 use differently_core::exec::ExecRequest;
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
@@ -384,7 +384,8 @@ async fn files_round_trip_range_and_traversal_refused() {
         .expect("download");
     let got: Vec<u8> = dl.body.map(|c| c.expect("chunk").to_vec()).concat().await;
     assert_eq!(got, b"234");
-    // A symlink pointing outside the sandbox is not a way out.
+    // A symlink pointing outside the sandbox is followed as the sandbox sees it (its target
+    // taken inside the sandbox directory), never out: here it leads nowhere.
     let outside = root.path().join("outside");
     std::fs::create_dir_all(&outside).expect("mkdir");
     std::fs::write(outside.join("secret"), "s").expect("write");
@@ -392,14 +393,22 @@ async fn files_round_trip_range_and_traversal_refused() {
         .expect("symlink");
     assert!(matches!(
         a.download(&at, "/link/secret", None).await,
-        Err(AdapterError::Permanent(_))
+        Err(AdapterError::PathNotFound(_))
     ));
     let body = futures::stream::iter(vec![Ok(bytes::Bytes::from_static(b"x"))]).boxed();
     assert!(matches!(
         a.upload(&at, "/link/new", None, body).await,
-        Err(AdapterError::Permanent(_))
+        Err(AdapterError::PathNotFound(_))
     ));
     assert!(!outside.join("new").exists());
+    // A symlink inside that points inside works, absolute as the sandbox writes it too.
+    std::os::unix::fs::symlink("/d", a.sandbox_dir(&at.sandbox_id).join("abs")).expect("symlink");
+    let dl = a
+        .download(&at, "/abs/f.bin", None)
+        .await
+        .expect("through /abs");
+    let got: Vec<u8> = dl.body.map(|c| c.expect("chunk").to_vec()).concat().await;
+    assert_eq!(got, b"0123456789");
     for bad in ["/../x", "relative", "/.differently.json"] {
         assert!(
             matches!(
@@ -442,18 +451,25 @@ async fn snapshot_is_an_archive_and_restores_into_a_new_sandbox() {
     ));
 }
 
-/// With `bwrap` on `PATH` (`isolation = "auto"`), commands get their own mount, PID and network
-/// namespaces; without it the adapter says `isolation: none`. Both branches assert behaviour.
-#[tokio::test]
-async fn isolation_is_bwrap_when_installed_and_reported_none_otherwise() {
+/// Whether `bwrap` is on `PATH`.
+fn bwrap_installed() -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()))
+        .unwrap_or(false)
+}
+
+/// An adapter with `isolation = "auto"` on a fresh root, one sandbox created in it; fails
+/// (does not skip) when bubblewrap is missing.
+async fn isolated_sandbox() -> (tempfile::TempDir, DevhostAdapter, InstanceRef) {
+    assert!(
+        bwrap_installed(),
+        "these tests need bubblewrap: install the Debian package `bubblewrap`"
+    );
     let root = tempfile::tempdir().expect("tempdir");
     let a = DevhostAdapter::new(DevhostConfig {
         root: root.path().to_path_buf(),
         isolation: IsolationMode::Auto,
     });
-    let installed = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()))
-        .unwrap_or(false);
     let sbx = SandboxId::new();
     let i = a
         .create(&create_req(&sbx, &InstallationId::new()))
@@ -463,12 +479,34 @@ async fn isolation_is_bwrap_when_installed_and_reported_none_otherwise() {
         sandbox_id: sbx,
         backend_ref: i.backend_ref,
     };
-    if !installed {
-        eprintln!("bubblewrap not installed: checking the reported isolation only");
-        assert_eq!(a.isolation(), "none");
-        assert!(a.capabilities().contains(&"ports.expose".to_owned()));
-        return;
+    (root, a, at)
+}
+
+fn body_of(bytes: &'static [u8]) -> differently_adapters::ByteStream {
+    use futures::StreamExt;
+    futures::stream::iter(vec![Ok(bytes::Bytes::from_static(bytes))]).boxed()
+}
+
+async fn read_all(
+    a: &DevhostAdapter,
+    at: &InstanceRef,
+    path: &str,
+) -> Result<Vec<u8>, AdapterError> {
+    use futures::StreamExt;
+    let dl = a.download(at, path, None).await?;
+    let parts: Vec<_> = dl.body.collect().await;
+    let mut out = Vec::new();
+    for p in parts {
+        out.extend_from_slice(&p?);
     }
+    Ok(out)
+}
+
+/// With `isolation = "auto"` and bubblewrap installed, commands get their own mount, PID and
+/// network namespaces, and the adapter says `bwrap`.
+#[tokio::test]
+async fn isolation_is_bwrap_with_own_namespaces() {
+    let (_root, a, at) = isolated_sandbox().await;
     assert_eq!(a.isolation(), "bwrap");
     // Own PID namespace: the shell is among the first processes; the host's are invisible.
     let r = a
@@ -499,4 +537,297 @@ async fn isolation_is_bwrap_when_installed_and_reported_none_otherwise() {
         .expect("exec");
     assert!(!r.stdout.contains("eth"), "{}", r.stdout);
     assert!(!a.capabilities().contains(&"ports.expose".to_owned()));
+    assert!(matches!(
+        a.expose_port(&at, 8080, None).await,
+        Err(AdapterError::Unsupported(m)) if m.contains("devhost")
+    ));
+}
+
+/// The files API and commands see one filesystem: `/tmp`, `/work` and `/` written by one
+/// side are read by the other.
+#[tokio::test]
+async fn files_api_and_commands_share_tmp_and_root_under_bwrap() {
+    let (_root, a, at) = isolated_sandbox().await;
+    a.upload(&at, "/tmp/hello.txt", None, body_of(b"from the files API"))
+        .await
+        .expect("upload to /tmp");
+    let r = a
+        .exec(&at, &exec_req(&["cat", "/tmp/hello.txt"]))
+        .await
+        .expect("exec");
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str()),
+        (0, "from the files API"),
+        "{}",
+        r.stderr
+    );
+    let r = a
+        .exec(&at, &sh("echo from exec > /tmp/back.txt; mkdir -p /work; echo w > /work/w.txt; ls -ld /tmp | cut -c1-10"))
+        .await
+        .expect("exec");
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str()),
+        (0, "drwxrwxrwt\n"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        read_all(&a, &at, "/tmp/back.txt").await.expect("read"),
+        b"from exec\n"
+    );
+    assert_eq!(
+        read_all(&a, &at, "/work/w.txt").await.expect("read"),
+        b"w\n"
+    );
+    // A later command still sees the first one's /tmp: it is not a fresh tmpfs per exec.
+    let r = a
+        .exec(&at, &exec_req(&["cat", "/tmp/back.txt"]))
+        .await
+        .expect("exec");
+    assert_eq!(r.stdout, "from exec\n");
+}
+
+/// Host directories a command sees read-only are read-only to the files API too, and read
+/// the same.
+#[tokio::test]
+async fn read_only_host_mounts_are_refused_for_writes_and_read_as_commands_see_them() {
+    let (_root, a, at) = isolated_sandbox().await;
+    for path in [
+        "/usr/local/x.txt",
+        "/etc/x.conf",
+        "/bin/x",
+        "/proc/x",
+        "/dev/x",
+    ] {
+        let e = a
+            .upload(&at, path, None, body_of(b"x"))
+            .await
+            .expect_err(path);
+        assert!(
+            matches!(&e, AdapterError::BadPath(p) if p.problem == PathProblem::ReadOnly && p.path == path),
+            "{path}: {e:?}"
+        );
+        let e = a.delete_file(&at, path).await.expect_err(path);
+        assert!(matches!(&e, AdapterError::BadPath(_)), "{path}: {e:?}");
+    }
+    assert!(!std::path::Path::new("/etc/x.conf").exists());
+    let r = a
+        .exec(&at, &exec_req(&["cat", "/etc/os-release"]))
+        .await
+        .expect("exec");
+    assert_eq!(r.exit_code, 0, "{}", r.stderr);
+    let via_files = read_all(&a, &at, "/etc/os-release")
+        .await
+        .expect("read /etc");
+    assert_eq!(String::from_utf8_lossy(&via_files), r.stdout);
+    let listed = a.list_files(&at, "/usr", 1).await.expect("list /usr");
+    assert!(listed.iter().any(|e| e.path == "/usr/bin"), "{listed:?}");
+}
+
+/// A missing program is 127 as a shell reports it, in words that do not name bubblewrap;
+/// one that cannot be run is 126.
+#[tokio::test]
+async fn a_missing_program_is_127_without_the_wrapper_under_bwrap() {
+    let (_root, a, at) = isolated_sandbox().await;
+    let r = a
+        .exec(&at, &exec_req(&["no-such-binary-xyz"]))
+        .await
+        .expect("exec");
+    assert_eq!(r.exit_code, 127, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("no-such-binary-xyz: command not found"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("bwrap"), "{}", r.stderr);
+    a.upload(
+        &at,
+        "/work/script.sh",
+        Some(0o644),
+        body_of(b"#!/bin/sh\necho no\n"),
+    )
+    .await
+    .expect("upload");
+    let mut req = exec_req(&["./script.sh"]);
+    req.cwd = Some("/work".into());
+    let r = a.exec(&at, &req).await.expect("exec");
+    assert_eq!(r.exit_code, 126, "{}", r.stderr);
+    assert!(!r.stderr.contains("bwrap"), "{}", r.stderr);
+    // Programs from the host's PATH and from the sandbox itself still run.
+    a.upload(
+        &at,
+        "/work/ok.sh",
+        Some(0o755),
+        body_of(b"#!/bin/sh\necho yes\n"),
+    )
+    .await
+    .expect("upload");
+    req.command = vec!["/work/ok.sh".into()];
+    let r = a.exec(&at, &req).await.expect("exec");
+    assert_eq!(
+        (r.exit_code, r.stdout.as_str()),
+        (0, "yes\n"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Only an explicit `isolation = "none"` runs commands unisolated, and says so.
+#[tokio::test]
+async fn isolation_none_is_explicit_and_reported() {
+    let (_root, a, _at) = sandbox().await;
+    assert_eq!(a.isolation(), "none");
+    assert_eq!(
+        DevhostAdapter::isolation_of(&serde_json::json!({"isolation": "none"})),
+        Some("none")
+    );
+    for settings in [
+        serde_json::Value::Null,
+        serde_json::json!({"isolation": "auto"}),
+        serde_json::json!({"isolation": "bwrap"}),
+    ] {
+        assert_eq!(
+            DevhostAdapter::isolation_of(&settings),
+            Some("bwrap"),
+            "{settings}"
+        );
+    }
+}
+
+/// An upload onto a directory, or below a file, is the caller's mistake: a path error, not
+/// a backend failure to retry.
+#[tokio::test]
+async fn uploads_onto_a_directory_or_below_a_file_are_path_errors() {
+    let (_root, a, at) = sandbox().await;
+    a.upload(&at, "/d/f.txt", None, body_of(b"x"))
+        .await
+        .expect("upload");
+    let e = a
+        .upload(&at, "/d", None, body_of(b"y"))
+        .await
+        .expect_err("onto a directory");
+    assert!(
+        matches!(&e, AdapterError::BadPath(p) if p.problem == PathProblem::IsADirectory && p.path == "/d"),
+        "{e:?}"
+    );
+    assert!(!e.is_retryable());
+    let e = a
+        .upload(&at, "/d/f.txt/g.txt", None, body_of(b"z"))
+        .await
+        .expect_err("below a file");
+    assert!(
+        matches!(&e, AdapterError::BadPath(p) if p.problem == PathProblem::NotADirectory),
+        "{e:?}"
+    );
+    let e = a
+        .download(&at, "/d", None)
+        .await
+        .err()
+        .expect("a directory is not downloaded");
+    assert!(
+        matches!(&e, AdapterError::BadPath(p) if p.problem == PathProblem::IsADirectory),
+        "{e:?}"
+    );
+    assert_eq!(read_all(&a, &at, "/d/f.txt").await.expect("kept"), b"x");
+}
+
+/// A program in the sandbox that keeps swapping a path between a symlink inside and one to a
+/// host directory never gets the files API to read or write there: every resolution stays
+/// below the sandbox directory, whichever link it meets, and no answer is a retryable error.
+#[tokio::test]
+async fn a_symlink_swapped_during_file_operations_never_reaches_outside() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (root, a, at) = sandbox().await;
+    let dir = a.sandbox_dir(&at.sandbox_id);
+    std::fs::create_dir_all(dir.join("inside")).expect("mkdir");
+    std::fs::write(dir.join("inside/data"), "inside").expect("write");
+    let outside = root.path().join("host-secrets");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    std::fs::write(outside.join("data"), "SECRET").expect("write");
+    std::fs::write(outside.join("only-outside"), "SECRET").expect("write");
+    let before: Vec<_> = std::fs::read_dir(&outside)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = std::thread::spawn({
+        let (stop, dir, outside) = (stop.clone(), dir.clone(), outside.clone());
+        // Absolute and relative ways out, alternated with the way in.
+        let depth = dir.components().count();
+        let relative_out = format!("{}{}", "../".repeat(depth + 2), outside.display());
+        move || {
+            let targets = [
+                std::path::PathBuf::from("inside"),
+                outside.clone(),
+                std::path::PathBuf::from("inside"),
+                std::path::PathBuf::from(relative_out),
+            ];
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for t in &targets {
+                    let tmp = dir.join("race.tmp");
+                    let _ = std::fs::remove_file(&tmp);
+                    if std::os::unix::fs::symlink(t, &tmp).is_ok() {
+                        let _ = std::fs::rename(&tmp, dir.join("race"));
+                        swaps += 1;
+                    }
+                }
+            }
+            swaps
+        }
+    });
+
+    let (mut reads_inside, mut writes_inside) = (0, 0);
+    for i in 0..300 {
+        match read_all(&a, &at, "/race/data").await {
+            Ok(b) => {
+                assert_eq!(b, b"inside", "read {i} reached outside the sandbox");
+                reads_inside += 1;
+            }
+            Err(e) => assert!(!e.is_retryable(), "read {i}: {e:?}"),
+        }
+        let path = format!("/race/up-{i}");
+        match a.upload(&at, &path, None, body_of(b"written")).await {
+            Ok(()) => writes_inside += 1,
+            Err(e) => assert!(!e.is_retryable(), "write {i}: {e:?}"),
+        }
+        match a.list_files(&at, "/race", 1).await {
+            Ok(entries) => assert!(
+                !entries.iter().any(|e| e.path.ends_with("only-outside")),
+                "list {i} reached outside the sandbox: {entries:?}"
+            ),
+            Err(e) => assert!(!e.is_retryable(), "list {i}: {e:?}"),
+        }
+        if let Err(e) = a.delete_file(&at, &format!("/race/up-{}", i / 2)).await {
+            assert!(!e.is_retryable(), "delete {i}: {e:?}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().expect("swapper");
+    assert!(swaps > 100, "the link was swapped only {swaps} times");
+
+    let after: Vec<_> = std::fs::read_dir(&outside)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(
+        before.len(),
+        after.len(),
+        "a file appeared outside: {after:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("data")).expect("read"),
+        "SECRET"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("only-outside")).expect("read"),
+        "SECRET"
+    );
+    // The race was real: some operations did go through the link inside.
+    assert!(
+        reads_inside > 0 && writes_inside > 0,
+        "reads {reads_inside}, writes {writes_inside}"
+    );
 }
