@@ -709,6 +709,8 @@ pub(super) fn schemas() -> Value {
                 "isolation",
                 json!({ "anyOf": [
                     one_of_strings([Isolation::Container, Isolation::Microvm].map(wire)),
+                    // A devhost pool serves what its commands run under.
+                    { "type": "string", "enum": ["bwrap", "none"] },
                     { "type": "null" }] }),
             ),
             ("costPerCpuHour", typed("number")),

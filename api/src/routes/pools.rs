@@ -8,6 +8,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::Utc;
+use differently_adapters::devhost::DevhostAdapter;
 use differently_adapters::registry::AdapterConfigError;
 use differently_core::policy::Isolation;
 use differently_core::pool::{
@@ -37,8 +38,11 @@ pub fn router() -> Router<AppState> {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct PoolInfo {
-    #[serde(flatten)]
+    #[serde(skip)]
     record: PoolRecord,
+    /// The record's fields as served ([`served_record`]).
+    #[serde(flatten)]
+    served: serde_json::Value,
     capabilities: Vec<String>,
     healthy: bool,
     health: Option<PoolHealth>,
@@ -61,10 +65,25 @@ async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
                 healthy: live.as_ref().is_some_and(|p| p.healthy()),
                 health: health.iter().find(|h| h.name == record.name).cloned(),
                 used_slots: used.get(&record.name).copied().unwrap_or(0),
+                served: served_record(&record),
                 record,
             }
         })
         .collect())
+}
+
+/// A record's fields as served. A devhost pool's `isolation` is what its commands really
+/// run under, `bwrap` or `none` (its settings decide, not a declaration); other pools serve
+/// the isolation their operator declared.
+fn served_record(record: &PoolRecord) -> serde_json::Value {
+    let mut v = serde_json::to_value(record).unwrap_or_default();
+    if differently_adapters::registry::is_dev_only(&record.kind) {
+        let real = DevhostAdapter::isolation_of(&record.settings);
+        if let (Some(obj), Some(real)) = (v.as_object_mut(), real) {
+            obj.insert("isolation".to_owned(), real.into());
+        }
+    }
+    v
 }
 
 fn require_admin(p: &Principal) -> ApiResult<()> {
@@ -141,7 +160,7 @@ async fn create_pool_now(
     state: &AppState,
     p: &Principal,
     body: &Bytes,
-) -> ApiResult<(StatusCode, Json<PoolRecord>)> {
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
     require_admin(p)?;
     let b: PoolBody = parse_json(body)?;
     let name = b.name.ok_or_else(|| invalid("name", "required"))?;
@@ -176,7 +195,7 @@ async fn create_pool_now(
     record.trust = check_record(&record, b.trust)?;
     state.store.upsert_pool(&record, &p.actor()).await?;
     state.pools.sync(state.store.list_pools().await?);
-    Ok((StatusCode::CREATED, Json(record)))
+    Ok((StatusCode::CREATED, Json(served_record(&record))))
 }
 
 async fn list_pools(
@@ -218,7 +237,7 @@ async fn update_pool(
     p: Principal,
     Path(name): Path<String>,
     body: Bytes,
-) -> ApiResult<Json<PoolRecord>> {
+) -> ApiResult<Json<serde_json::Value>> {
     require_admin(&p)?;
     let b: PoolBody = parse_json(&body)?;
     let mut record = find_pool(&state, &name).await?;
@@ -259,7 +278,7 @@ async fn update_pool(
     record.trust = check_record(&record, b.trust.or(Some(record.trust)))?;
     state.store.upsert_pool(&record, &p.actor()).await?;
     state.pools.sync(state.store.list_pools().await?);
-    Ok(Json(record))
+    Ok(Json(served_record(&record)))
 }
 
 async fn delete_pool(

@@ -43,7 +43,8 @@ struct PoolEntry {
     kind: String,
     trust: Trust,
     region: Option<String>,
-    /// Declared, not verified; `none` for devhost, `undeclared` when the operator said nothing.
+    /// Declared, not verified; `undeclared` when the operator said nothing. For devhost what
+    /// its commands run under: `bwrap` or `none`.
     isolation: String,
     egress: String,
     endpoint: Option<String>,
@@ -100,7 +101,7 @@ const NOT_ENFORCED: [&str; 6] = [
     "Differently does not isolate sandboxes: isolation comes from each pool's runtime; the isolation listed per pool is what the operator declared, not something Differently checked.",
     "Containers from the Docker and Kubernetes runtimes share the host kernel; only microVM runtimes (Fast Sandbox) give each sandbox its own kernel.",
     "Differently does not configure sandbox networking or egress; whatever the pool's runtime and the operator's network allow is allowed.",
-    "devhost pools run commands as local processes (under bubblewrap when installed, otherwise with no isolation at all); they are for development only.",
+    "devhost pools run commands as local processes, under bubblewrap (refused when it is not installed) or, with isolation = \"none\", with no isolation at all; they are for development only.",
     ENV_PLAINTEXT,
     "External pools run on third-party infrastructure; Differently only decides whether work may go there, by policy.",
 ];
@@ -219,11 +220,8 @@ async fn fingerprint_all(entries: &mut [CredentialEntry], secrets: &[SecretInfo]
 
 fn isolation(r: &PoolRecord) -> String {
     if differently_adapters::registry::is_dev_only(&r.kind) {
-        return r
-            .settings
-            .get("isolation")
-            .and_then(Value::as_str)
-            .unwrap_or("auto")
+        return differently_adapters::devhost::DevhostAdapter::isolation_of(&r.settings)
+            .unwrap_or("invalid settings")
             .to_owned();
     }
     match (
