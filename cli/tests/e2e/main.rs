@@ -17,6 +17,7 @@ mod dataplane;
 mod deploy_metrics;
 mod dev;
 mod docs_paths;
+mod env_at_rest;
 mod exec_held;
 /// The adapters' test HTTP scaffolding, which their fake servers (included below) use as
 /// `crate::support::http`.
