@@ -44,6 +44,10 @@ struct Got {
 struct Receiver {
     plan: Arc<Mutex<HashMap<String, Vec<u16>>>>,
     got: Arc<Mutex<HashMap<String, Vec<Got>>>>,
+    /// How long a path takes to answer (a slow receiver).
+    delay: Arc<Mutex<HashMap<String, Duration>>>,
+    /// Per path: requests being answered now, and the most there ever were at once.
+    open: Arc<Mutex<HashMap<String, (usize, usize)>>>,
 }
 
 impl Receiver {
@@ -52,6 +56,15 @@ impl Receiver {
             .lock()
             .unwrap()
             .insert(path.into(), codes.to_vec());
+    }
+
+    fn slow(&self, path: &str, d: Duration) {
+        self.delay.lock().unwrap().insert(path.into(), d);
+    }
+
+    /// The most requests to `path` ever in progress at once.
+    fn most_at_once(&self, path: &str) -> usize {
+        self.open.lock().unwrap().get(path).map_or(0, |o| o.1)
     }
 
     fn got(&self, path: &str) -> Vec<Got> {
@@ -77,6 +90,19 @@ async fn receive(
             .unwrap_or("")
             .to_owned()
     };
+    let delay = r.delay.lock().unwrap().get(&path).copied();
+    if let Some(d) = delay {
+        {
+            let mut open = r.open.lock().unwrap();
+            let o = open.entry(path.clone()).or_default();
+            o.0 += 1;
+            o.1 = o.1.max(o.0);
+        }
+        tokio::time::sleep(d).await;
+        if let Some(o) = r.open.lock().unwrap().get_mut(&path) {
+            o.0 -= 1;
+        }
+    }
     let answered = {
         let mut plan = r.plan.lock().unwrap();
         let codes = plan.entry(path.clone()).or_insert_with(|| vec![204]);
@@ -614,5 +640,64 @@ async fn events_waiting_together_are_all_delivered_and_a_poison_one_does_not_hol
     got.sort();
     ids.sort();
     assert_eq!(got, ids);
+    let _ = w.stop.send(true);
+}
+
+/// One tenant's slow receiver has a backlog of 3 000 deliveries, due an hour before another
+/// tenant's event is published. First in first out, that event would wait for the whole
+/// backlog (minutes at eight 200 ms requests at once); claimed fairly, it is delivered while
+/// the backlog has barely begun, and the flooder never has more than its cap in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_tenant_does_not_delay_a_quiet_tenants_delivery() {
+    let w = world().await;
+    let (fo, fp) = w.tenant().await;
+    let (qo, qp) = w.tenant().await;
+    let (flood, _) = w.hook(&fo, &fp, "flood", &[]).await;
+    let (_, quiet_secret) = w.hook(&qo, &qp, "quiet", &[]).await;
+    w.receiver.slow("flood", Duration::from_millis(200));
+    let backlog: Vec<differently_store::webhooks::NewDelivery> = (0..3_000)
+        .map(|i| differently_store::webhooks::NewDelivery {
+            id: format!("whd_{}", ulid_of()),
+            webhook_id: flood.id.clone(),
+            event_id: format!("evt_flood_{i}"),
+            event_type: "sandbox.status.changed".into(),
+            body: "{}".into(),
+        })
+        .collect();
+    w.store()
+        .enqueue_deliveries(&backlog, Utc::now() - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    let config = DeliveryConfig {
+        concurrency: 8,
+        per_webhook: 4,
+        ..fast_config()
+    };
+    w.start(config.clone());
+    eventually("the flood to start", || async {
+        !w.receiver.got("flood").is_empty()
+    })
+    .await;
+    let e = w.status_event(&qp, 1).await;
+    // A generous deadline for a busy machine; first in first out needs over a minute.
+    eventually("the quiet tenant's delivery", || async {
+        !w.receiver.got("quiet").is_empty()
+    })
+    .await;
+    let sent = w.receiver.got("flood").len();
+    assert!(
+        sent < backlog.len() / 2,
+        "the quiet delivery waited for the backlog ({sent} of {} sent first)",
+        backlog.len()
+    );
+    let got = &w.receiver.got("quiet")[0];
+    assert_eq!(got.id, e.id);
+    assert!(verifies(&quiet_secret, got));
+    assert!(
+        w.receiver.most_at_once("flood") <= config.per_webhook,
+        "{} of the flooder's requests at once, over its cap of {}",
+        w.receiver.most_at_once("flood"),
+        config.per_webhook
+    );
     let _ = w.stop.send(true);
 }
