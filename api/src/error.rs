@@ -192,6 +192,25 @@ mod tests {
     }
 
     #[test]
+    fn a_path_the_sandbox_refuses_is_a_409_naming_the_path_never_a_503() {
+        use differently_adapters::PathProblem;
+        for (problem, reason) in [
+            (PathProblem::IsADirectory, "is_a_directory"),
+            (PathProblem::NotADirectory, "not_a_directory"),
+            (PathProblem::ReadOnly, "read_only_path"),
+        ] {
+            let api = ApiError::from(AdapterError::bad_path("/work/d", problem));
+            assert_eq!(api.code, ErrorCode::Conflict);
+            assert!(api.message.starts_with("/work/d: "), "{}", api.message);
+            assert_eq!(
+                api.details,
+                Some(json!({ "field": "path", "reason": reason }))
+            );
+            assert_eq!(api.into_response().status(), StatusCode::CONFLICT);
+        }
+    }
+
+    #[test]
     fn a_backend_without_capacity_is_insufficient_capacity_with_its_wait() {
         let e = AdapterError::capacity(
             "create: HTTP 429: plan limit, key e2b_x",
