@@ -220,11 +220,47 @@ async fn get_key(
     p: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ApiKeyRecord>> {
-    let key = load_key(&state, &p, &id).await?;
+    let key = match load_key(&state, &p, &id).await {
+        // Authenticated, yet not stored: the bootstrap key, asking for itself.
+        Err(e)
+            if e.code == ErrorCode::NotFound
+                && id == p.key_id
+                && p.is_admin()
+                && p.org_id == state.tenant.org.id =>
+        {
+            return Ok(Json(bootstrap_record(&state, &p).await?));
+        }
+        other => other?,
+    };
     if !p.manages_org(&key.org_id) && key.id.as_str() != p.key_id {
         return Err(forbidden("read keys of this organization"));
     }
     Ok(Json(key))
+}
+
+/// The bootstrap key's own record, from what it authenticated as. It is configuration, not a
+/// stored row, but every key may read its own record, and a client (the dashboard) learns from
+/// it which organization and project the key acts in without a request that has to fail first.
+async fn bootstrap_record(state: &AppState, p: &Principal) -> ApiResult<ApiKeyRecord> {
+    let id = KeyId::parse(&p.key_id)
+        .map_err(|e| ApiError::internal(format!("bootstrap key id: {e}")))?;
+    // The key dates from its installation: the stored organization's creation time.
+    let created_at = match state.store.get_org(&p.org_id).await? {
+        Some(org) => org.created_at,
+        None => state.tenant.org.created_at,
+    };
+    Ok(ApiKeyRecord {
+        id,
+        org_id: p.org_id.clone(),
+        project_id: p.project_id.clone(),
+        name: "bootstrap key".into(),
+        scopes: p.scopes.clone(),
+        hash: String::new(),
+        created_at,
+        expires_at: None,
+        revoked_at: None,
+        last_used_at: None,
+    })
 }
 
 async fn revoke_key(

@@ -121,3 +121,43 @@ async fn ui_needs_no_key_and_ignores_one() {
     .await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
+
+/// The dashboard learns at sign-in which organization and project its key acts in from the
+/// key's own record. The bootstrap key is configuration, not a stored row, and still answers
+/// for itself (a 404 there was every operator sign-in's first request); no other key reads it.
+#[tokio::test]
+async fn the_bootstrap_key_reads_its_own_record_and_nobody_else_does() {
+    use axum::http::Method;
+    use serde_json::Value;
+
+    let api = api().await;
+    let id = api
+        .key
+        .strip_prefix("dly_")
+        .and_then(|rest| rest.rsplit_once('_'))
+        .map(|(id, _)| id.to_owned())
+        .expect("the bootstrap key reads dly_key_<ulid>_<secret>");
+    let own = api
+        .admin(Method::GET, &format!("/v1/keys/{id}"), Value::Null)
+        .await;
+    assert_eq!(own.status, StatusCode::OK, "{}", own.body);
+    assert_eq!(own.body["id"], id.as_str());
+    assert_eq!(own.body["orgId"], api.tenant.org.id.to_string());
+    assert_eq!(own.body["projectId"], api.tenant.project.id.to_string());
+    let scopes = own.body["scopes"].as_array().expect("scopes");
+    assert!(scopes.iter().any(|s| s == "admin"), "{}", own.body);
+    assert!(own.body.get("hash").is_none(), "{}", own.body);
+
+    // Another admin key of the same org: the bootstrap key is not a record it can list or read.
+    let other = api.key_with(None, &["admin"]).await;
+    let theirs = api
+        .call(
+            Method::GET,
+            &format!("/v1/keys/{id}"),
+            Some(&other),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND, "{}", theirs.body);
+}
