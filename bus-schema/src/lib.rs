@@ -14,7 +14,7 @@ pub mod trace;
 pub use envelope::{decode, msg_id, DecodeError, Envelope, Message, SCHEMA_VERSION};
 pub use messages::{
     Admitted, AuditHead, QueuedSandbox, QueuedSpec, SandboxState, StatusChanged, Terminating,
-    WireResources, Work, WorkOp,
+    WarmWork, WireResources, Work, WorkOp,
 };
 pub use naming::{ConsumerDef, Naming, Retention, StreamDef};
 pub use public::{
@@ -156,6 +156,7 @@ mod tests {
                 terminating: Some(Terminating {
                     reason: Some("deleted".into()),
                 }),
+                warm: None,
             },
         );
         let json = serde_json::to_vec(&env).unwrap();

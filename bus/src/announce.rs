@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use differently_bus_schema::{
     msg_id, Admitted, Envelope, Naming, Origin, PublicEvent, QueuedSandbox, StatusChanged,
-    Terminating, Work, WorkOp,
+    Terminating, WarmWork, Work, WorkOp,
 };
 use differently_core::{Sandbox, SandboxStatus};
 use serde::Serialize;
@@ -140,6 +140,7 @@ impl Announcer {
                         reason: s.status_reason.clone(),
                     },
                 ),
+                warm: None,
             },
         );
         let id = msg_id(
@@ -170,10 +171,41 @@ impl Announcer {
                 pool: pool.to_owned(),
                 op_id: Some(op_id.to_owned()),
                 terminating: None,
+                warm: None,
             },
         );
         let id = format!("{}:{op_id}{attempt}", s.id);
         self.send(self.naming.work_subject(pool, op), id, &mut env)
+            .await
+    }
+
+    /// `dly.work.<pool>.<op>` for a warm instance (`op` is `WarmCreate` or `WarmDelete`):
+    /// there is no sandbox row, so the envelope carries the warm instance's id at status
+    /// version 0 and the body its class. `attempt` distinguishes deliberate re-sends (a
+    /// delete of a row still retiring) from duplicates, as for `admitted`.
+    pub async fn warm_work(
+        &self,
+        pool: &str,
+        id: &differently_core::SandboxId,
+        op: WorkOp,
+        class: &str,
+        attempt: &str,
+    ) -> Result<Published, BusError> {
+        let mut env = Envelope::new(
+            id.clone(),
+            0,
+            Work {
+                op,
+                pool: pool.to_owned(),
+                op_id: None,
+                terminating: None,
+                warm: Some(WarmWork {
+                    class: class.to_owned(),
+                }),
+            },
+        );
+        let msg = msg_id(id, &format!("{}{attempt}", op.as_str()), 0);
+        self.send(self.naming.work_subject(pool, op), msg, &mut env)
             .await
     }
 

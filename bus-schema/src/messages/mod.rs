@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 pub use admit::{Admitted, QueuedSandbox, QueuedSpec};
 pub use status::{AuditHead, SandboxState, StatusChanged};
-pub use work::{Terminating, Work, WorkOp};
+pub use work::{Terminating, WarmWork, Work, WorkOp};
 
 /// CPU, memory and disk, as the bus carries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

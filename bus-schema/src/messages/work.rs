@@ -27,6 +27,14 @@ pub enum WorkOp {
     ExposePort,
     /// Moves the backend-side TTL backstop.
     Renew,
+    /// Creates a warm instance ahead of any sandbox: the envelope's sandbox id is the warm
+    /// instance's id (there is no sandbox row), [`Work::warm`] names its class.
+    WarmCreate,
+    /// Deletes a retired warm instance (envelope sandbox id = the warm id; no sandbox row).
+    WarmDelete,
+    /// Makes the backend call a claimed warm instance needs (e.g. its TTL set to the
+    /// tenant's) before the sandbox that claimed it, `provisioning`, becomes `running`.
+    Claim,
 }
 
 impl WorkOp {
@@ -43,7 +51,7 @@ impl WorkOp {
     }
 
     /// Every operation, in declaration order.
-    pub const ALL: [WorkOp; 10] = [
+    pub const ALL: [WorkOp; 13] = [
         WorkOp::Create,
         WorkOp::Delete,
         WorkOp::Pause,
@@ -54,6 +62,9 @@ impl WorkOp {
         WorkOp::DeleteSnapshot,
         WorkOp::ExposePort,
         WorkOp::Renew,
+        WorkOp::WarmCreate,
+        WorkOp::WarmDelete,
+        WorkOp::Claim,
     ];
 
     /// The subject token.
@@ -69,7 +80,16 @@ impl WorkOp {
             WorkOp::DeleteSnapshot => "deletesnapshot",
             WorkOp::ExposePort => "exposeport",
             WorkOp::Renew => "renew",
+            WorkOp::WarmCreate => "warmcreate",
+            WorkOp::WarmDelete => "warmdelete",
+            WorkOp::Claim => "claim",
         }
+    }
+
+    /// Whether the message is about a warm instance, not a sandbox: no sandbox row exists
+    /// under the envelope's id, so a worker must not look one up.
+    pub fn is_warm(self) -> bool {
+        matches!(self, WorkOp::WarmCreate | WorkOp::WarmDelete)
     }
 
     /// Parses the subject token.
@@ -94,6 +114,19 @@ pub struct Work {
     /// older publishers; then the worker reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminating: Option<Terminating>,
+    /// On a warm create or delete: the warm instance's class (the envelope's sandbox id is
+    /// the instance's id). Absent on every other operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<WarmWork>,
+}
+
+/// See [`Work::warm`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmWork {
+    /// The class of the pool the instance belongs to; the worker reads its template and
+    /// resources from the pool's warm classes when it creates.
+    pub class: String,
 }
 
 /// See [`Work::terminating`].

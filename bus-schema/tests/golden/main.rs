@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use chrono::{DateTime, TimeZone, Utc};
 use differently_bus_schema::{
     decode, Admitted, AuditHead, DecodeError, Envelope, Message, QueuedSandbox, SandboxState,
-    StatusChanged, Terminating, TraceContext, Work, WorkOp, SCHEMA_VERSION,
+    StatusChanged, Terminating, TraceContext, WarmWork, Work, WorkOp, SCHEMA_VERSION,
 };
 use differently_core::sandbox::SandboxSpec;
 use differently_core::{CreateSandboxRequest, OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
@@ -156,6 +156,7 @@ fn work_messages() {
             pool: "local".into(),
             op_id: None,
             terminating: None,
+            warm: None,
         }),
     );
     golden(
@@ -167,6 +168,7 @@ fn work_messages() {
             terminating: Some(Terminating {
                 reason: Some("deleted by key_01".into()),
             }),
+            warm: None,
         }),
     );
     golden(
@@ -176,8 +178,75 @@ fn work_messages() {
             pool: "local".into(),
             op_id: Some("op_01JD0000000000000000000004".into()),
             terminating: None,
+            warm: None,
         }),
     );
+}
+
+/// A warm instance has no sandbox row: the envelope's sandbox id is the instance's own id,
+/// at status version 0, and the body names its class.
+fn warm_envelope(op: WorkOp) -> Envelope<Work> {
+    let mut env = envelope(Work {
+        op,
+        pool: "local".into(),
+        op_id: None,
+        terminating: None,
+        warm: Some(WarmWork {
+            class: "py-small".into(),
+        }),
+    });
+    env.status_version = 0;
+    env
+}
+
+#[test]
+fn warm_work_messages() {
+    golden("work-warmcreate", &warm_envelope(WorkOp::WarmCreate));
+    golden("work-warmdelete", &warm_envelope(WorkOp::WarmDelete));
+    // A claim is about the sandbox that claimed the instance (same id), like a create.
+    golden(
+        "work-claim",
+        &envelope(Work {
+            op: WorkOp::Claim,
+            pool: "local".into(),
+            op_id: None,
+            terminating: None,
+            warm: None,
+        }),
+    );
+    assert!(WorkOp::WarmCreate.is_warm() && WorkOp::WarmDelete.is_warm());
+    assert!(!WorkOp::Claim.is_warm() && !WorkOp::Create.is_warm());
+    // The subject tokens follow the others' (lowercase, one token): every pool's consumer
+    // filters `dly.work.<pool>.>`, so it receives them.
+    let naming = differently_bus_schema::Naming::default();
+    assert_eq!(
+        naming.work_subject("local", WorkOp::WarmCreate),
+        "dly.work.local.warmcreate"
+    );
+    assert_eq!(
+        naming.work_subject("local", WorkOp::WarmDelete),
+        "dly.work.local.warmdelete"
+    );
+    assert_eq!(
+        naming.work_subject("local", WorkOp::Claim),
+        "dly.work.local.claim"
+    );
+    assert_eq!(
+        naming
+            .work_consumer("local", std::time::Duration::from_secs(30))
+            .filter,
+        "dly.work.local.>"
+    );
+}
+
+#[test]
+fn work_from_before_warm_pools_still_decodes() {
+    // The fixtures pinned before warm pools existed decode with no warm part.
+    for name in ["work-create", "work-delete", "work-snapshot"] {
+        let text = std::fs::read_to_string(fixture_path(name)).expect("fixture");
+        let env = decode::<Work>(text.as_bytes()).expect("decodes");
+        assert_eq!(env.body.warm, None, "{name}");
+    }
 }
 
 #[test]
@@ -270,9 +339,12 @@ fn no_fixture_is_missing_or_left_over() {
         "admitted-bare.json",
         "admitted.json",
         "status-changed.json",
+        "work-claim.json",
         "work-create.json",
         "work-delete.json",
         "work-snapshot.json",
+        "work-warmcreate.json",
+        "work-warmdelete.json",
     ]
     .map(String::from)
     .into();

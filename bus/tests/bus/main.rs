@@ -1057,6 +1057,7 @@ fn work_envelope(v: u32) -> (SandboxId, String) {
             pool: "p".into(),
             op_id: None,
             terminating: None,
+            warm: None,
         },
     );
     env.v = v;
