@@ -1,5 +1,6 @@
 //! Cursor pagination shared by every list route: `?limit=&cursor=` →
-//! `{"items": […], "nextCursor": "…" | null}`. Cursors are the last id served.
+//! `{"items": […], "nextCursor": "…" | null}`. Cursors are opaque to clients (the OpenAPI
+//! document gives them no shape); here they are the last id served.
 
 use serde::{Deserialize, Serialize};
 

@@ -169,19 +169,11 @@ fn path_param_schema(path: &str, name: &str) -> Value {
     }
 }
 
-/// The id prefix of the items operation `id` lists (its `cursor` is the last one's id).
-fn listed_prefix(id: &str) -> Option<&'static str> {
-    Some(match id {
-        "listSandboxes" => differently_core::SandboxId::PREFIX,
-        "listSnapshots" | "listSandboxSnapshots" => differently_core::ids::SnapshotId::PREFIX,
-        "listOrgs" => differently_core::OrgId::PREFIX,
-        "listProjects" => differently_core::ProjectId::PREFIX,
-        "listKeys" => differently_core::KeyId::PREFIX,
-        "listWebhooks" => schemas::webhooks::WEBHOOK_PREFIX,
-        "listWebhookDeliveries" => schemas::webhooks::DELIVERY_PREFIX,
-        _ => return None,
-    })
-}
+/// A file path's pattern, first part: no `..` component anywhere.
+pub(super) const NO_PARENT: &str = "^(?!.*(?:^|/)\\.\\.(?:/|$))";
+/// A file path's pattern, second part for a file's own routes: absolute, and some component
+/// is neither empty nor `.` (so not the root, however it is spelled).
+pub(super) const BELOW_ROOT: &str = "/(?:.*/)?(?:[^/.]|\\.[^/])";
 
 /// The schema of a query parameter of `op`, with the bounds the handlers enforce.
 fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
@@ -191,14 +183,9 @@ fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
                            "default": crate::page::DEFAULT_PAGE }),
         "timeoutSeconds" => json!({ "type": "integer", "minimum": 0, "default": 30,
             "maximum": crate::routes::sandboxes::MAX_WAIT_SECONDS }),
-        "cursor" => match listed_prefix(op.id) {
-            Some(prefix) => id(prefix),
-            // The audit log's cursor is the last record's sequence number.
-            None if op.id == "listAudit" => {
-                json!({ "type": "string", "pattern": "^[+-]?[0-9]{1,18}$" })
-            }
-            None => json!({ "type": ty }),
-        },
+        // Opaque: whatever `nextCursor` said. What it is made of is the server's business and
+        // may change; one the server did not issue is a 400 naming `cursor`.
+        "cursor" => json!({ "type": "string", "minLength": 1 }),
         "status" => json!({ "type": "string",
             "enum": differently_core::SandboxStatus::ALL.map(wire) }),
         "projectId" => id(differently_core::ProjectId::PREFIX),
@@ -206,8 +193,13 @@ fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
         // Repeatable (`?label=a=1&label=b=2`): every one must match.
         "label" => json!({ "type": "array", "items": { "type": "string", "pattern": "=" } }),
         "since" | "until" => json!({ "type": "string", "format": "date-time" }),
-        // Absolute, without a `..` component (`files::validate_path`).
-        "path" => json!({ "type": "string", "pattern": "^(?!.*(?:^|/)\\.\\.(?:/|$))/" }),
+        // Absolute, without a `..` component (`files::validate_path`). Only a listing may
+        // name the root: a file read, written or deleted is below it (the root is always a
+        // directory, which those answer 422), so at least one component is not `.`.
+        "path" if op.id == "listFiles" => {
+            json!({ "type": "string", "pattern": format!("{NO_PARENT}/") })
+        }
+        "path" => json!({ "type": "string", "pattern": format!("{NO_PARENT}{BELOW_ROOT}") }),
         // What `u32::from_str_radix(_, 8)` reads, up to 0o7777.
         "mode" => json!({ "type": "string", "pattern": "^\\+?0*[0-7]{1,4}$" }),
         "depth" => json!({ "type": "integer", "minimum": 1,
@@ -222,6 +214,23 @@ fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
         "session" => json!({ "type": "string", "pattern": "^pty_" }),
         _ => json!({ "type": ty }),
     }
+}
+
+/// The headers of a WebSocket opening handshake (RFC 6455, 4.1), as required parameters: a
+/// route answering 101 is an upgrade, not a plain GET, and a request without them is a 400.
+fn websocket_headers() -> [Value; 4] {
+    [
+        json!({ "name": "Connection", "in": "header", "required": true,
+            "description": "Must include the `Upgrade` token.",
+            "schema": { "type": "string", "pattern": "[Uu][Pp][Gg][Rr][Aa][Dd][Ee]" } }),
+        json!({ "name": "Upgrade", "in": "header", "required": true,
+            "schema": { "type": "string", "enum": ["websocket"] } }),
+        json!({ "name": "Sec-WebSocket-Version", "in": "header", "required": true,
+            "schema": { "type": "string", "enum": ["13"] } }),
+        json!({ "name": "Sec-WebSocket-Key", "in": "header", "required": true,
+            "description": "16 random bytes, base64.",
+            "schema": { "type": "string", "pattern": "^[A-Za-z0-9+/]{22}==$" } }),
+    ]
 }
 
 /// Names of the `{…}` segments of a path.
@@ -245,6 +254,9 @@ fn operation(op: &Op, components: &Value) -> Value {
         json!({ "name": name, "in": "query", "required": required,
                 "description": description, "schema": schema })
     }));
+    if op.answers.iter().any(|a| matches!(a, Answer::Upgrade(_))) {
+        params.extend(websocket_headers());
+    }
     if op.idempotent {
         params.push(json!({
             "name": "Idempotency-Key", "in": "header", "required": false,

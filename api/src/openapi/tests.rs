@@ -783,3 +783,108 @@ fn queue_and_metrics_summaries_fit_their_schemas() {
     assert_fits("MetricsSummary", &summary);
     assert_eq!(field_names(&summary), property_names("MetricsSummary"));
 }
+
+/// The parameters of operation `id` in the served document.
+fn parameters_of(id: &str) -> Vec<Value> {
+    let op = catalogue()
+        .into_iter()
+        .find(|o| o.id == id)
+        .unwrap_or_else(|| panic!("no operation {id}"));
+    document()["paths"][op.path][op.method]["parameters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn cursors_are_opaque_strings() {
+    let mut lists = 0;
+    for op in catalogue() {
+        for p in parameters_of(op.id)
+            .iter()
+            .filter(|p| p["name"] == "cursor")
+        {
+            lists += 1;
+            let schema = &p["schema"];
+            assert_eq!(schema["type"], "string", "{}", op.id);
+            assert_eq!(schema["minLength"], 1, "{}", op.id);
+            // No shape beyond the NUL every string refuses: an id or a number today, anything
+            // tomorrow.
+            assert_eq!(schema["pattern"], schemas::NO_NUL, "{}: {schema}", op.id);
+        }
+    }
+    assert!(lists >= 5, "the lists have cursors");
+}
+
+#[test]
+fn only_a_listing_may_name_the_root_directory() {
+    let schema_of = |id: &str| {
+        parameters_of(id)
+            .into_iter()
+            .find(|p| p["name"] == "path")
+            .map(|p| {
+                p["schema"]["pattern"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .unwrap_or_else(|| panic!("{id} has a path"))
+    };
+    assert_eq!(schema_of("listFiles"), format!("{NO_PARENT}/"));
+    // The lookahead refusing `..` needs an engine with lookaround; what follows it is a plain
+    // regular expression, tried here on the root's spellings and on files below it.
+    let below = regex::Regex::new(&format!("^{BELOW_ROOT}")).expect("a regular expression");
+    for id in ["uploadFile", "downloadFile", "deleteFile"] {
+        assert_eq!(schema_of(id), format!("{NO_PARENT}{BELOW_ROOT}"), "{id}");
+    }
+    for root in ["/", "//", "/.", "/./", "/./.", "tmp/a", ""] {
+        assert!(
+            !below.is_match(root),
+            "{root:?} passes as a file below the root"
+        );
+    }
+    for file in ["/a", "/.a", "/./b", "/tmp/x", "//a", "/a/", "/..a"] {
+        assert!(below.is_match(file), "{file:?} is refused");
+    }
+}
+
+#[test]
+fn the_terminal_is_documented_as_a_websocket_upgrade() {
+    let op = catalogue()
+        .into_iter()
+        .find(|o| o.id == "openPty")
+        .expect("openPty");
+    let served = &document()["paths"][op.path][op.method];
+    assert!(served["responses"]["101"].is_object(), "{served}");
+    let headers: Vec<(String, bool)> = parameters_of("openPty")
+        .iter()
+        .filter(|p| p["in"] == "header")
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or_default().to_owned(),
+                p["required"] == true,
+            )
+        })
+        .collect();
+    for name in [
+        "Connection",
+        "Upgrade",
+        "Sec-WebSocket-Version",
+        "Sec-WebSocket-Key",
+    ] {
+        assert!(
+            headers.contains(&(name.to_owned(), true)),
+            "{name} is not a required header: {headers:?}"
+        );
+    }
+    // No other operation is an upgrade.
+    for other in catalogue().into_iter().filter(|o| o.id != "openPty") {
+        assert!(
+            !parameters_of(other.id)
+                .iter()
+                .any(|p| p["name"] == "Sec-WebSocket-Key"),
+            "{}",
+            other.id
+        );
+    }
+}

@@ -14,6 +14,7 @@ mod envelope;
 mod errors;
 mod event_causes;
 mod events;
+mod http_limits;
 mod keep_alive;
 mod key_lineage;
 mod lifecycle;
