@@ -96,5 +96,7 @@ pub fn direct(
             max_concurrent: None,
         },
         explanation: explained.record(effective, Utc::now()),
+        warm_class: None,
+        claim_call: false,
     })
 }

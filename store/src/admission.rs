@@ -38,6 +38,19 @@ pub struct DirectPlacement {
     pub pool: PoolSlot,
     /// The placement explanation stored with the activation.
     pub explanation: serde_json::Value,
+    /// The warm class of `pool` this create matches (`differently_core::warm::class_for`),
+    /// if any. When the placement applies and a ready instance of the class exists (oldest
+    /// ready first), the admission claims it in the same transaction: the warm row is
+    /// deleted and the sandbox row is inserted with the instance's id and backend ref,
+    /// `running` (or `provisioning`, see `claim_call`). The returned row's id is then the
+    /// instance's, not the one the admission carried: callers use the returned row's id.
+    /// No ready instance: placed as without it.
+    pub warm_class: Option<String>,
+    /// The pool's adapter needs a call on a claimed instance before it is the tenant's
+    /// (e.g. renewing its timeout to the sandbox's TTL): a claimed row is inserted
+    /// `provisioning` with the instance's backend ref, and the worker makes the call and
+    /// records `running`.
+    pub claim_call: bool,
 }
 
 impl DirectPlacement {
@@ -51,7 +64,9 @@ impl DirectPlacement {
 /// Result of `admit`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admitted {
-    /// Inserted now: `queued`, or `provisioning` when its `DirectPlacement` was applied.
+    /// Inserted now: `queued`, or `provisioning` when its `DirectPlacement` was applied, or
+    /// `running` (`provisioning` with a backend ref if the adapter needs a claim call) under
+    /// a warm instance's id when it claimed one.
     New(Sandbox),
     /// The `Idempotency-Key` was seen before with the same body: the original sandbox.
     Replayed(Sandbox),

@@ -884,6 +884,8 @@ async fn a_direct_admission_refused_by_the_quota_is_still_explained() {
                     max_concurrent: None,
                 },
                 explanation: serde_json::json!({"decision": "placed", "pool": "fake"}),
+                warm_class: None,
+                claim_call: false,
             }),
         })
         .await

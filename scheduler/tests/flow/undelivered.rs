@@ -37,6 +37,8 @@ async fn placed_without_work(p: &Plane) -> Sandbox {
             max_concurrent: None,
         },
         explanation: serde_json::json!({}),
+        warm_class: None,
+        claim_call: false,
     };
     let s = p.admit_with(serde_json::json!({}), Some(direct)).await;
     assert_eq!(s.status, Provisioning, "placed in the admission: {s:?}");

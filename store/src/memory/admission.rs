@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use differently_core::accounting;
 
 use super::activation::activate_in;
+use super::warm::admit_claimed as claim_in;
 use super::{MemoryStore, Row};
 use crate::prelude::*;
 use crate::shared::rules;
@@ -21,7 +22,7 @@ impl AdmissionStore for MemoryStore {
             direct,
         } = admission;
         accounting::check_admissible(&sandbox)?;
-        let (activated, direct) = {
+        let (activated, direct) = 'decided: {
             let mut st = self.lock();
             if !st.orgs.contains_key(&sandbox.org_id) {
                 return Err(StoreError::NotFound);
@@ -61,6 +62,13 @@ impl AdmissionStore for MemoryStore {
             }
             // Read before the insert: whether anything of the org already waits.
             let org_queued = st.usage(&org_scope).queued;
+            let direct = direct.filter(|d| d.applies() && org_queued == 0);
+            if let Some(d) = direct.as_ref() {
+                let warm = claim_in(&mut st, &sandbox, &request_hash, &actor, d, &defaults)?;
+                if let Some(claimed) = warm {
+                    break 'decided (Activation::Activated(claimed), d.clone());
+                }
+            }
             let entry = rules::admit_entry(&sandbox, &actor);
             st.audit(
                 &sandbox.org_id,
@@ -76,7 +84,6 @@ impl AdmissionStore for MemoryStore {
                     next_attempt_at: sandbox.created_at,
                 },
             );
-            let direct = direct.filter(|d| d.applies() && org_queued == 0);
             let Some(direct) = direct else {
                 return Ok(Admitted::New(sandbox));
             };

@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use differently_core::accounting;
 use differently_core::warm::WarmClasses;
-use differently_core::SandboxId;
+use differently_core::{Sandbox, SandboxId};
 
-use super::MemoryStore;
+use super::{MemoryStore, Row, State};
 use crate::placement::PlacementStore;
-use crate::shared::rules::AuditEntry;
+use crate::shared::rules::{self, AuditEntry};
 use crate::warm::{merge_counts, WarmCount, WarmInstance, WarmState, WarmStore};
-use crate::{Actor, StoreError};
+use crate::{Actor, DirectPlacement, Quota, QuotaScope, StoreError};
 
 /// Warm classes per pool and warm instances by id.
 #[derive(Debug, Default)]
@@ -172,4 +173,82 @@ impl WarmStore for MemoryStore {
             .cloned()
             .collect())
     }
+}
+
+/// Admits `sandbox` onto a ready warm instance of `direct.warm_class`, on the locked state,
+/// if the direct placement may apply now (the caller checked nothing of the org waits; here:
+/// the org's and project's quotas admit it) and an instance is ready (oldest ready first).
+/// Inserts the row under the instance's id with both records, as the Postgres admission
+/// does; `None` (nothing written): placed as without a class.
+pub(super) fn admit_claimed(
+    st: &mut State,
+    sandbox: &Sandbox,
+    request_hash: &str,
+    actor: &Actor,
+    direct: &DirectPlacement,
+    defaults: &Quota,
+) -> Result<Option<Sandbox>, StoreError> {
+    let Some(class) = direct.warm_class.as_deref() else {
+        return Ok(None);
+    };
+    // Usage without this row: a queued row reserves nothing these limits count.
+    let org_scope = QuotaScope::Org(sandbox.org_id.clone());
+    let prj_scope = QuotaScope::Project(sandbox.project_id.clone());
+    let walls = accounting::waiting_reason(
+        (
+            &st.usage(&org_scope),
+            &st.stored_quota(&org_scope).or(defaults),
+        ),
+        (&st.usage(&prj_scope), &st.stored_quota(&prj_scope)),
+        0,
+        sandbox,
+        direct.pool.cap(),
+    );
+    if walls.is_some() {
+        return Ok(None);
+    }
+    let ready = st
+        .warm
+        .instances
+        .values()
+        .filter(|w| w.pool == direct.pool.name && w.class == class)
+        .filter(|w| w.state == WarmState::Ready && w.backend_ref.is_some())
+        .min_by_key(|w| (w.ready_at, w.id.clone()))
+        .map(|w| w.id.clone());
+    let Some(id) = ready else {
+        return Ok(None);
+    };
+    if st.sandboxes.contains_key(&id) {
+        return Err(StoreError::Internal(format!(
+            "warm instance {id} is already a sandbox"
+        )));
+    }
+    let Some(backend_ref) = st
+        .warm
+        .instances
+        .get(&id)
+        .and_then(|w| w.backend_ref.clone())
+    else {
+        return Ok(None);
+    };
+    let now = sandbox.created_at;
+    let mut row = sandbox.clone();
+    let entry = rules::claim_warm(&mut row, direct, id.clone(), &backend_ref, now)?;
+    st.warm.instances.remove(&id);
+    st.sandboxes.insert(
+        id.clone(),
+        Row {
+            sandbox: row.clone(),
+            request_hash: request_hash.to_owned(),
+            next_attempt_at: now,
+        },
+    );
+    st.audit(
+        &row.org_id,
+        id.as_str(),
+        rules::admit_entry(&row, actor),
+        now,
+    );
+    st.audit(&row.org_id, id.as_str(), entry, now);
+    Ok(Some(row))
 }

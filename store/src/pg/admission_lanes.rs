@@ -236,7 +236,13 @@ async fn decide_in_one_tx(
                             u.queued = u.queued.saturating_sub(1);
                             u.add(SandboxStatus::Provisioning, &s.spec.resources);
                         }
-                        Some(rules::activate_direct(&mut row, &d.pool, s.created_at))
+                        // A claimed warm instance counts as provisioning does (running too).
+                        Some(match crate::pg::warm::claim(&mut tx, d).await? {
+                            Some((id, backend_ref)) => {
+                                rules::claim_warm(&mut row, d, id, &backend_ref, s.created_at)?
+                            }
+                            None => rules::activate_direct(&mut row, &d.pool, s.created_at),
+                        })
                     }
                 }
             }
@@ -254,10 +260,10 @@ async fn decide_in_one_tx(
         let mut events = Vec::with_capacity(admitted.len());
         for (i, row, placed) in &admitted {
             let a = &group[*i];
-            let s = &a.sandbox;
             let request_id = a.request_id.clone().or_else(audit::current_request_id);
+            // Under the row's id: a warm claim gave it the instance's.
             events.push((
-                sandbox_event(s, rules::admit_entry(s, &a.actor)),
+                sandbox_event(row, rules::admit_entry(row, &a.actor)),
                 request_id.clone(),
             ));
             if let Some(entry) = placed {

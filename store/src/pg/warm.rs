@@ -6,13 +6,13 @@ use chrono::{DateTime, Utc};
 use differently_core::warm::WarmClasses;
 use differently_core::SandboxId;
 use sqlx::types::Json;
-use sqlx::Row;
+use sqlx::{Postgres, Row, Transaction};
 
 use crate::pg::audit_records::insert_audit_installation;
 use crate::pg::PgStore;
 use crate::shared::rules::AuditEntry;
 use crate::warm::{merge_counts, WarmCount, WarmInstance, WarmState, WarmStore};
-use crate::{Actor, StoreError};
+use crate::{Actor, DirectPlacement, StoreError};
 
 fn decode_classes(v: serde_json::Value) -> Result<WarmClasses, StoreError> {
     serde_json::from_value(v).map_err(|e| StoreError::Internal(format!("stored warm classes: {e}")))
@@ -225,4 +225,38 @@ impl WarmStore for PgStore {
         .await?;
         rows.iter().map(instance_of).collect()
     }
+}
+
+/// Claims a ready instance for a direct placement that names a warm class, in the admission's
+/// transaction `tx`: the oldest ready instance of (pool, class) that no concurrent claim is
+/// taking (they skip each other's row instead of waiting for it, so N claims of M < N
+/// instances take M distinct ones and the rest find none). Its row is deleted; answers its
+/// id and backend ref. `None`: no class, or no instance ready.
+pub(crate) async fn claim(
+    tx: &mut Transaction<'static, Postgres>,
+    direct: &DirectPlacement,
+) -> Result<Option<(SandboxId, String)>, StoreError> {
+    let Some(class) = direct.warm_class.as_deref() else {
+        return Ok(None);
+    };
+    let row = sqlx::query(
+        "DELETE FROM warm_instances WHERE id = (
+             SELECT id FROM warm_instances
+             WHERE pool = $1 AND class = $2 AND state = 'ready' AND backend_ref IS NOT NULL
+             ORDER BY ready_at, id
+             LIMIT 1
+             FOR UPDATE SKIP LOCKED)
+         RETURNING id, backend_ref",
+    )
+    .bind(&direct.pool.name)
+    .bind(class)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let backend_ref: Option<String> = row.try_get("backend_ref")?;
+    let backend_ref = backend_ref
+        .ok_or_else(|| StoreError::Internal("claimed a warm instance without ref".into()))?;
+    Ok(Some((sandbox_id(row.try_get("id")?)?, backend_ref)))
 }

@@ -3,11 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use differently_core::accounting;
-use differently_core::Sandbox;
+use differently_core::{Sandbox, SandboxId};
 use serde_json::json;
 
 use super::audit_entry::AuditEntry;
-use crate::{Actor, PoolSlot, StoreError, Transition};
+use crate::{Actor, DirectPlacement, PoolSlot, StoreError, Transition};
 
 /// `queued → provisioning` on `pool`, by the placement leader.
 pub(crate) fn activate(sbx: &mut Sandbox, pool: &PoolSlot, now: DateTime<Utc>) -> AuditEntry {
@@ -32,6 +32,34 @@ pub(crate) fn activate_direct(
         detail.insert("direct".to_owned(), json!(true));
     }
     entry
+}
+
+/// [`activate_direct`] answered from a warm instance of `direct.warm_class`: the row takes
+/// the instance's id (the backend instance is tagged with it) and backend ref, and is
+/// `running` from now (TTL clock started), or `provisioning` until the worker's claim call
+/// when the adapter needs one (`direct.claim_call`). One record says both (activation and
+/// start) and that the warm pool answered it: `cause: "warm"`.
+pub(crate) fn claim_warm(
+    sbx: &mut Sandbox,
+    direct: &DirectPlacement,
+    id: SandboxId,
+    backend_ref: &str,
+    now: DateTime<Utc>,
+) -> Result<AuditEntry, StoreError> {
+    sbx.id = id;
+    let mut entry = activate_direct(sbx, &direct.pool, now);
+    if direct.claim_call {
+        sbx.backend_ref = Some(backend_ref.to_owned());
+    } else {
+        accounting::mark_running(sbx, backend_ref, now)?;
+    }
+    if let Some(detail) = entry.detail.as_object_mut() {
+        detail.insert("cause".to_owned(), json!("warm"));
+        detail.insert("warmClass".to_owned(), json!(direct.warm_class));
+        detail.insert("backendRef".to_owned(), json!(backend_ref));
+        detail.insert("status".to_owned(), json!(sbx.status));
+    }
+    Ok(entry)
 }
 
 /// `provisioning → running`; conflict if the row is elsewhere.

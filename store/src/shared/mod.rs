@@ -13,7 +13,7 @@ pub(crate) mod tenancy;
 pub(crate) mod rules {
     pub(crate) use super::audit_entry::AuditEntry;
     pub(crate) use super::changes::{
-        activate, activate_direct, admit_entry, mark_running, requeue, transition,
+        activate, activate_direct, admit_entry, claim_warm, mark_running, requeue, transition,
     };
     pub(crate) use super::refusals::{
         name_taken, org_has_projects, project_has_live_sandboxes, project_has_snapshots,

@@ -2521,6 +2521,8 @@ fn direct(sandbox: Sandbox, max_active: u32, pool_name: &str, cap: Option<u32>) 
     a.direct = Some(differently_store::DirectPlacement {
         pool: pool(pool_name, cap),
         explanation: serde_json::json!({ "by": "test", "pool": pool_name }),
+        warm_class: None,
+        claim_call: false,
     });
     a
 }

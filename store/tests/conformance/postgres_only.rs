@@ -588,6 +588,8 @@ async fn direct_admission_waits_for_the_org_s_activations() {
                 max_concurrent: None,
             },
             explanation: serde_json::json!({}),
+            warm_class: None,
+            claim_call: false,
         }),
         sandbox: Sandbox::queued(
             org.id.clone(),

@@ -2,13 +2,22 @@
 //! registered pool), instances move creating → ready → retiring → gone (or creating → failed),
 //! counts per class and state.
 
-use chrono::{TimeDelta, Utc};
+use std::collections::HashSet;
+
+use chrono::{DateTime, TimeDelta, Utc};
 use differently_core::pool::{PoolRecord, PoolSource, Trust};
 use differently_core::warm::{WarmClass, WarmClasses};
-use differently_core::{Resources, SandboxId};
+use differently_core::{
+    CreateSandboxRequest, OrgId, ProjectId, Resources, Sandbox, SandboxId, SandboxSpec,
+    SandboxStatus,
+};
 use differently_store::audit::AuditFilter;
 use differently_store::warm::{WarmCount, WarmState};
-use differently_store::{Actor, Store, StoreError};
+use differently_store::{
+    Actor, Admission, Admitted, DirectPlacement, PoolSlot, Quota, QuotaScope, Store, StoreError,
+};
+
+use crate::cases::tenant;
 
 use crate::Env;
 
@@ -17,6 +26,10 @@ conformance!(
     warm_classes_round_trip_validated_and_audited,
     warm_instances_move_through_their_states,
     warm_counts_list_declared_classes_then_leftovers,
+    a_direct_admission_claims_the_oldest_ready_instance,
+    a_claim_that_needs_a_call_stays_provisioning_with_the_ref,
+    what_makes_a_direct_placement_wait_also_stops_a_claim,
+    concurrent_admissions_claim_each_instance_once,
 );
 
 pub(crate) fn pool_record(name: &str) -> PoolRecord {
@@ -271,4 +284,307 @@ async fn warm_counts_list_declared_classes_then_leftovers(env: &Env) {
     );
     assert_eq!(s.warm_counts("q").await.unwrap(), vec![count("a", 1, 0, 0)]);
     assert!(s.warm_counts("none").await.unwrap().is_empty());
+}
+
+// ---------- the claim inside admission ----------
+
+/// A default create of `org`/`prj`, placed directly on uncapped pool `p` when it may be,
+/// claiming from warm class `class` if given; `max_active` is the installation default.
+fn warm_admission(
+    org: &OrgId,
+    prj: &ProjectId,
+    class: Option<&str>,
+    claim_call: bool,
+    max_active: Option<u32>,
+) -> Admission {
+    let spec = SandboxSpec::build(&CreateSandboxRequest::default()).unwrap();
+    Admission {
+        sandbox: Sandbox::queued(org.clone(), prj.clone(), spec, None, Utc::now()),
+        request_hash: "h".into(),
+        defaults: Quota {
+            max_active,
+            ..Quota::default()
+        },
+        actor: Actor::Key("key_test".into()),
+        request_id: None,
+        direct: Some(DirectPlacement {
+            pool: PoolSlot {
+                name: "p".into(),
+                max_concurrent: None,
+            },
+            explanation: serde_json::json!({ "by": "test" }),
+            warm_class: class.map(str::to_owned),
+            claim_call,
+        }),
+    }
+}
+
+async fn admitted(s: &dyn Store, a: Admission) -> Sandbox {
+    match s.admit(a).await {
+        Ok(Admitted::New(x)) => x,
+        other => panic!("expected New, got {other:?}"),
+    }
+}
+
+/// A ready instance of (`pool`, `class`) with backend ref `ref-<id>`, ready at `at`.
+async fn ready(s: &dyn Store, pool: &str, class: &str, at: DateTime<Utc>) -> SandboxId {
+    let id = SandboxId::new();
+    s.warm_begin(pool, class, &id, at).await.unwrap();
+    assert!(s.warm_ready(&id, &format!("ref-{id}"), at).await.unwrap());
+    id
+}
+
+async fn records(s: &dyn Store, id: &SandboxId) -> Vec<differently_store::audit::AuditEvent> {
+    s.list_audit(&AuditFilter {
+        resource: Some(id.to_string()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn warm_ids(s: &dyn Store, pool: &str) -> Vec<SandboxId> {
+    let mut ids: Vec<SandboxId> = s
+        .warm_instances(pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+async fn a_direct_admission_claims_the_oldest_ready_instance(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let t = Utc::now() - TimeDelta::seconds(60);
+    // Made first but ready last: the oldest *ready* is claimed first.
+    let late = ready(s, "p", "x", t + TimeDelta::seconds(2)).await;
+    let early = ready(s, "p", "x", t).await;
+    let other_class = ready(s, "p", "y", t - TimeDelta::seconds(10)).await;
+    let other_pool = ready(s, "q", "x", t - TimeDelta::seconds(10)).await;
+
+    let a = warm_admission(&org, &prj, Some("x"), false, Some(10));
+    let asked_id = a.sandbox.id.clone();
+    let row = admitted(s, a).await;
+    assert_eq!(row.id, early, "the row takes the instance's id");
+    assert_eq!(row.status, SandboxStatus::Running);
+    assert_eq!(row.backend_ref, Some(format!("ref-{early}")));
+    assert_eq!(row.pool.as_deref(), Some("p"));
+    assert_eq!((row.status_version, row.attempts), (3, 1));
+    let started = row.started_at.expect("started");
+    assert_eq!(
+        row.expires_at,
+        Some(started + TimeDelta::seconds(row.spec.ttl_seconds as i64))
+    );
+    assert_eq!(s.get_sandbox(&early).await.unwrap(), Some(row.clone()));
+    assert_eq!(s.get_sandbox(&asked_id).await.unwrap(), None);
+    assert!(records(s, &asked_id).await.is_empty());
+    let recs = records(s, &early).await;
+    let kinds: Vec<(&str, &str)> = recs
+        .iter()
+        .map(|r| (r.action.as_str(), r.actor.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("sandbox.admit", "key:key_test"),
+            ("sandbox.activate", "system:admission")
+        ]
+    );
+    assert_eq!(recs[1].detail["cause"], "warm");
+    assert_eq!(recs[1].detail["warmClass"], "x");
+    assert_eq!(recs[1].detail["status"], "running");
+    assert_eq!(recs[1].detail["pool"], "p");
+    assert_eq!(
+        s.get_placement(&early).await.unwrap(),
+        Some(serde_json::json!({ "by": "test" }))
+    );
+    // Counted as any running sandbox.
+    let u = s.usage(&QuotaScope::Org(org.clone())).await.unwrap();
+    assert_eq!((u.queued, u.active, u.cpu), (0, 1, 1));
+    let mut left = vec![late.clone(), other_class.clone()];
+    left.sort();
+    assert_eq!(warm_ids(s, "p").await, left);
+
+    // The next takes the other one; then none is ready and the create is placed as before.
+    let second = admitted(s, warm_admission(&org, &prj, Some("x"), false, Some(10))).await;
+    assert_eq!(
+        (second.id.clone(), second.status),
+        (late, SandboxStatus::Running)
+    );
+    let a = warm_admission(&org, &prj, Some("x"), false, Some(10));
+    let asked_id = a.sandbox.id.clone();
+    let cold = admitted(s, a).await;
+    assert_eq!(cold.id, asked_id);
+    assert_eq!(
+        (cold.status, cold.backend_ref.clone(), cold.status_version),
+        (SandboxStatus::Provisioning, None, 2)
+    );
+    let recs = records(s, &cold.id).await;
+    assert_eq!(recs.len(), 2);
+    assert!(recs[1].detail.get("cause").is_none());
+    // Without a class nothing is claimed either.
+    let plain = admitted(s, warm_admission(&org, &prj, None, false, Some(10))).await;
+    assert_eq!(plain.status, SandboxStatus::Provisioning);
+    assert_eq!(warm_ids(s, "p").await, vec![other_class]);
+    assert_eq!(warm_ids(s, "q").await, vec![other_pool]);
+    let u = s.usage(&QuotaScope::Org(org)).await.unwrap();
+    assert_eq!((u.queued, u.active), (0, 4));
+}
+
+async fn a_claim_that_needs_a_call_stays_provisioning_with_the_ref(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let id = ready(s, "p", "x", Utc::now()).await;
+    let row = admitted(s, warm_admission(&org, &prj, Some("x"), true, None)).await;
+    assert_eq!(row.id, id);
+    assert_eq!(row.status, SandboxStatus::Provisioning);
+    assert_eq!(row.backend_ref, Some(format!("ref-{id}")));
+    assert_eq!((row.status_version, row.started_at), (2, None));
+    let recs = records(s, &id).await;
+    assert_eq!(recs[1].detail["cause"], "warm");
+    assert_eq!(recs[1].detail["status"], "provisioning");
+    assert!(warm_ids(s, "p").await.is_empty());
+    // The worker's claim call done, it records running as for any create.
+    let running = s
+        .mark_running(&id, &format!("ref-{id}"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(running.status, SandboxStatus::Running);
+}
+
+async fn what_makes_a_direct_placement_wait_also_stops_a_claim(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let id = ready(s, "p", "x", Utc::now()).await;
+
+    // The org's quota is full: queued, saying why, and the instance stays ready.
+    let first = admitted(s, warm_admission(&org, &prj, None, false, Some(1))).await;
+    assert_eq!(first.status, SandboxStatus::Provisioning);
+    let waits = admitted(s, warm_admission(&org, &prj, Some("x"), false, Some(1))).await;
+    assert_eq!(waits.status, SandboxStatus::Queued);
+    assert_ne!(waits.id, id);
+    assert_eq!(
+        waits.status_reason.as_deref(),
+        Some("waiting: org active quota 1/1")
+    );
+    // Now something of the org waits: a newcomer claims nothing even with room.
+    let behind = admitted(s, warm_admission(&org, &prj, Some("x"), false, Some(5))).await;
+    assert_eq!(
+        (behind.status, behind.id == id),
+        (SandboxStatus::Queued, false)
+    );
+
+    // An admission refused by its queue limit refuses, and claims nothing.
+    let mut refused = warm_admission(&org, &prj, Some("x"), false, Some(5));
+    refused.defaults.max_queued = Some(2);
+    assert!(matches!(
+        s.admit(refused).await,
+        Err(StoreError::QuotaExceeded(_))
+    ));
+
+    // Another org, but the pool is capped: the leader's, no claim.
+    let (other, other_prj) = tenant(s).await;
+    let mut capped = warm_admission(&other, &other_prj, Some("x"), false, None);
+    if let Some(d) = capped.direct.as_mut() {
+        d.pool.max_concurrent = Some(10);
+    }
+    let capped = admitted(s, capped).await;
+    assert_eq!(capped.status, SandboxStatus::Queued);
+    assert_eq!(warm_ids(s, "p").await, vec![id.clone()]);
+    assert_eq!(s.get_sandbox(&id).await.unwrap(), None);
+
+    // The project's own quota stops it as well.
+    let (third, third_prj) = tenant(s).await;
+    s.put_quota(
+        &QuotaScope::Project(third_prj.clone()),
+        &Quota {
+            max_active: Some(1),
+            ..Quota::default()
+        },
+        &Actor::System("test"),
+    )
+    .await
+    .unwrap();
+    let placed = admitted(s, warm_admission(&third, &third_prj, None, false, None)).await;
+    assert_eq!(placed.status, SandboxStatus::Provisioning);
+    let by_project = admitted(
+        s,
+        warm_admission(&third, &third_prj, Some("x"), false, None),
+    )
+    .await;
+    assert_eq!(by_project.status, SandboxStatus::Queued);
+    assert_eq!(
+        by_project.status_reason.as_deref(),
+        Some("waiting: project active quota 1/1")
+    );
+    assert_eq!(warm_ids(s, "p").await, vec![id.clone()]);
+
+    // With room again (and nothing of the org waiting), the same create claims it.
+    let (fourth, fourth_prj) = tenant(s).await;
+    let row = admitted(
+        s,
+        warm_admission(&fourth, &fourth_prj, Some("x"), false, None),
+    )
+    .await;
+    assert_eq!((row.id, row.status), (id, SandboxStatus::Running));
+}
+
+async fn concurrent_admissions_claim_each_instance_once(env: &Env) {
+    const ORGS: usize = 6;
+    const PER_ORG: usize = 2;
+    const READY: usize = 5;
+    let s = env.store.clone();
+    let t = Utc::now();
+    let mut instances = HashSet::new();
+    for i in 0..READY {
+        instances.insert(ready(s.as_ref(), "p", "x", t + TimeDelta::milliseconds(i as i64)).await);
+    }
+    let mut tenants = Vec::new();
+    for _ in 0..ORGS {
+        tenants.push(tenant(s.as_ref()).await);
+    }
+    // Every admission at once. Each org's admissions go through a handle of their own (on
+    // Postgres a pool of connections, as another API process has), so the orgs' transactions
+    // run side by side; an org's two may share one transaction (its lane's group).
+    let mut tasks = Vec::new();
+    for (org, prj) in &tenants {
+        let handle = env.reopen().await;
+        for _ in 0..PER_ORG {
+            let s = handle.clone();
+            let a = warm_admission(org, prj, Some("x"), false, None);
+            let asked = a.sandbox.id.clone();
+            tasks.push(tokio::spawn(async move { (asked, s.admit(a).await) }));
+        }
+    }
+    let mut claimed = HashSet::new();
+    let mut cold = 0;
+    for task in tasks {
+        let (asked, out) = task.await.unwrap();
+        let row = match out {
+            Ok(Admitted::New(x)) => x,
+            other => panic!("expected New, got {other:?}"),
+        };
+        if row.status == SandboxStatus::Running {
+            assert!(instances.contains(&row.id), "{row:?}");
+            assert!(claimed.insert(row.id.clone()), "{} claimed twice", row.id);
+            assert_eq!(row.backend_ref, Some(format!("ref-{}", row.id)));
+        } else {
+            assert_eq!(row.status, SandboxStatus::Provisioning);
+            assert_eq!(row.id, asked);
+            cold += 1;
+        }
+    }
+    assert_eq!(
+        claimed, instances,
+        "every ready instance claimed exactly once"
+    );
+    assert_eq!(cold, ORGS * PER_ORG - READY);
+    assert!(warm_ids(s.as_ref(), "p").await.is_empty());
+    for id in &claimed {
+        let row = s.get_sandbox(id).await.unwrap().expect("the claimed row");
+        assert_eq!(row.status, SandboxStatus::Running);
+    }
 }
