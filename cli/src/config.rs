@@ -281,6 +281,8 @@ impl WebhooksSection {
         differently_webhooks::UrlPolicy {
             allow_http: self.allow_http,
             allow_private: self.allow_private,
+            // Only `dev` allows loopback alone (it sets this itself).
+            allow_loopback: false,
         }
     }
 

@@ -3,9 +3,11 @@
 //! the database, the NATS monitor or a cloud metadata endpoint. So `https` only (plain
 //! `http` if the operator allows it), no userinfo, and no address in a loopback, private,
 //! link-local, CGNAT, multicast, unspecified, documentation or other reserved range unless
-//! the operator allows private targets (`[webhooks] allow_private`). The check runs when the
-//! URL is stored and again on every delivery against the addresses the name resolves to
-//! then, and the request goes to exactly the address that was checked (DNS rebinding).
+//! the operator allows private targets (`[webhooks] allow_private`). `differently dev` allows
+//! loopback targets alone (`allow_loopback`), over `http` too: a receiver on the developer's
+//! machine, and nothing else of the network. The check runs when the URL is stored and again
+//! on every delivery against the addresses the name resolves to then, and the request goes
+//! to exactly the address that was checked (DNS rebinding).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -22,6 +24,10 @@ pub struct UrlPolicy {
     /// Loopback, private and other non-public addresses (for a receiver on the operator's
     /// own network, and tests).
     pub allow_private: bool,
+    /// Loopback addresses only (127.0.0.0/8, ::1, `localhost`), by `http` as well as
+    /// `https`: what `differently dev` allows, so a receiver on the same machine works with
+    /// no switch, while private ranges stay refused.
+    pub allow_loopback: bool,
 }
 
 /// Why a URL is refused. The message is for the caller (it names the rule, not secrets).
@@ -31,13 +37,19 @@ pub enum UrlError {
     Malformed,
     #[error("longer than {MAX_URL_LEN} characters")]
     TooLong,
-    #[error("must use https (http is allowed only when the operator enables it)")]
+    #[error(
+        "must use https (the operator allows http with DIFFERENTLY_WEBHOOKS_ALLOW_HTTP=true, \
+         [webhooks] allow_http)"
+    )]
     Scheme,
     #[error("must not carry a user name or password")]
     Userinfo,
     #[error("must name a host")]
     NoHost,
-    #[error("{0} is a {1} address, which webhooks may not reach")]
+    #[error(
+        "{0} is a {1} address, which webhooks may not reach (the operator allows such targets \
+         with DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE=true, [webhooks] allow_private)"
+    )]
     Forbidden(IpAddr, &'static str),
     #[error("the host does not resolve: {0}")]
     Unresolved(String),
@@ -53,6 +65,7 @@ impl UrlPolicy {
         match url.scheme() {
             "https" => {}
             "http" if self.allow_http => {}
+            "http" if self.allow_loopback && names_loopback(&url) => {}
             _ => return Err(UrlError::Scheme),
         }
         if !url.username().is_empty() || url.password().is_some() {
@@ -64,8 +77,7 @@ impl UrlPolicy {
             Some(url::Host::Ipv6(a)) => self.check_ip(IpAddr::V6(a))?,
             Some(url::Host::Domain(d)) => {
                 // `localhost` and its subdomains are loopback by definition (RFC 6761).
-                let d = d.trim_end_matches('.').to_ascii_lowercase();
-                if !self.allow_private && (d == "localhost" || d.ends_with(".localhost")) {
+                if !self.allow_private && !self.allow_loopback && is_localhost(d) {
                     return Err(UrlError::Forbidden(
                         IpAddr::V4(Ipv4Addr::LOCALHOST),
                         "loopback",
@@ -79,6 +91,7 @@ impl UrlPolicy {
     /// Refuses an address in a range webhooks may not reach.
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), UrlError> {
         match (self.allow_private, forbidden_range(ip)) {
+            (false, Some("loopback")) if self.allow_loopback => Ok(()),
             (false, Some(what)) => Err(UrlError::Forbidden(ip, what)),
             _ => Ok(()),
         }
@@ -102,9 +115,32 @@ impl UrlPolicy {
             return Err(UrlError::Unresolved("no addresses".into()));
         }
         for a in &addrs {
-            self.check_ip(canonical(a.ip()))?;
+            let ip = canonical(a.ip());
+            self.check_ip(ip)?;
+            // Plain http that only loopback allows goes to loopback only, whatever the
+            // name resolves to.
+            if url.scheme() == "http" && !self.allow_http && forbidden_range(ip) != Some("loopback")
+            {
+                return Err(UrlError::Scheme);
+            }
         }
         Ok(addrs)
+    }
+}
+
+/// `localhost` and its subdomains, loopback by definition (RFC 6761).
+fn is_localhost(name: &str) -> bool {
+    let d = name.trim_end_matches('.').to_ascii_lowercase();
+    d == "localhost" || d.ends_with(".localhost")
+}
+
+/// Whether the URL's host is a loopback address or a `localhost` name.
+fn names_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(a)) => forbidden_range(IpAddr::V4(a)) == Some("loopback"),
+        Some(url::Host::Ipv6(a)) => forbidden_range(IpAddr::V6(a)) == Some("loopback"),
+        Some(url::Host::Domain(d)) => is_localhost(d),
+        None => false,
     }
 }
 
@@ -239,17 +275,72 @@ mod tests {
         let open = UrlPolicy {
             allow_http: true,
             allow_private: true,
+            ..UrlPolicy::default()
         };
         assert!(open.check("http://127.0.0.1:8080/hook").is_ok());
         assert!(open.check("https://10.0.0.1/").is_ok());
         let http_only = UrlPolicy {
             allow_http: true,
             allow_private: false,
+            ..UrlPolicy::default()
         };
         assert!(matches!(
             http_only.check("http://127.0.0.1:8080/"),
             Err(UrlError::Forbidden(..))
         ));
+    }
+
+    #[test]
+    fn dev_allows_loopback_receivers_and_nothing_else_of_the_network() {
+        let dev = UrlPolicy {
+            allow_loopback: true,
+            ..UrlPolicy::default()
+        };
+        for url in [
+            "http://127.0.0.1:8080/hook",
+            "http://127.9.9.9/",
+            "http://[::1]:9000/",
+            "http://localhost:3000/in",
+            "https://localhost/",
+            "https://127.0.0.1/",
+        ] {
+            assert!(dev.check(url).is_ok(), "{url}");
+        }
+        // Private ranges stay refused, and so does plain http anywhere but loopback.
+        for (url, what) in [
+            ("https://10.1.2.3/", "private"),
+            ("https://192.168.1.1/", "private"),
+            ("https://169.254.169.254/", "link-local"),
+        ] {
+            match dev.check(url) {
+                Err(UrlError::Forbidden(_, w)) => assert_eq!(w, what, "{url}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        assert_eq!(dev.check("http://10.1.2.3/"), Err(UrlError::Scheme));
+        assert_eq!(
+            dev.check("http://hooks.example.com/"),
+            Err(UrlError::Scheme)
+        );
+        assert!(dev.check("https://hooks.example.com/").is_ok());
+    }
+
+    #[test]
+    fn refusals_name_the_switch_that_allows_them() {
+        let scheme = strict().check("http://hooks.example.com/").unwrap_err();
+        assert!(
+            scheme
+                .to_string()
+                .contains("DIFFERENTLY_WEBHOOKS_ALLOW_HTTP"),
+            "{scheme}"
+        );
+        let range = strict().check("https://10.0.0.1/").unwrap_err();
+        assert!(
+            range
+                .to_string()
+                .contains("DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE"),
+            "{range}"
+        );
     }
 
     #[tokio::test]
@@ -262,6 +353,7 @@ mod tests {
         let open = UrlPolicy {
             allow_http: true,
             allow_private: true,
+            ..UrlPolicy::default()
         };
         let addrs = open
             .resolve(&Url::parse("http://127.0.0.1:9/").unwrap())

@@ -135,6 +135,7 @@ fn open_policy() -> UrlPolicy {
     UrlPolicy {
         allow_http: true,
         allow_private: true,
+        ..UrlPolicy::default()
     }
 }
 
@@ -476,6 +477,7 @@ async fn the_url_is_checked_again_at_delivery_time() {
         url_policy: UrlPolicy {
             allow_http: true,
             allow_private: false,
+            ..UrlPolicy::default()
         },
         ..fast_config()
     });
