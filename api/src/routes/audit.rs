@@ -67,7 +67,19 @@ async fn list_audit(
 ) -> ApiResult<Json<Page<AuditEvent>>> {
     let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     p.require(Scope::SandboxesRead)?;
+    // The whole query is checked before the organization and project are looked at, so a
+    // malformed one is 400 whoever's records it asks for.
     let limit = parse_limit(q.limit.as_deref())?;
+    let after = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            c.parse::<i64>()
+                .map_err(|_| bad_query("cursor", "not a cursor from this API"))
+        })
+        .transpose()?;
+    let since = parse_time("since", q.since.as_deref())?;
+    let until = parse_time("until", q.until.as_deref())?;
     let org = match q.org_id.as_deref() {
         None => p.org_id.clone(),
         Some(raw) => {
@@ -91,22 +103,14 @@ async fn list_audit(
         (None, Some(own)) if !p.is_admin() => Some(own.clone()),
         (None, _) => None,
     };
-    let after = q
-        .cursor
-        .as_deref()
-        .map(|c| {
-            c.parse::<i64>()
-                .map_err(|_| bad_query("cursor", "not a cursor from this API"))
-        })
-        .transpose()?;
     let filter = AuditFilter {
         org_id: Some(org),
         project_id: project,
         action: q.action,
         actor: q.actor,
         resource: q.resource,
-        since: parse_time("since", q.since.as_deref())?,
-        until: parse_time("until", q.until.as_deref())?,
+        since,
+        until,
         after,
         limit: limit + 1,
     };

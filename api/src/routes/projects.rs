@@ -94,15 +94,16 @@ async fn list_projects(
     q: Result<Query<ListProjects>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<Project>>> {
     let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
-    let org = match q.org_id.as_deref() {
-        Some(raw) => load_org(&state, &p, raw).await?.id,
-        None => p.org_id.clone(),
-    };
+    // Checked before the organization is looked up: a malformed query is 400 for any org.
     let page = PageQuery {
         limit: crate::page::parse_limit(q.limit.as_deref())?,
         cursor: q.cursor,
     };
     let after = page.cursor_id(ProjectId::parse)?;
+    let org = match q.org_id.as_deref() {
+        Some(raw) => load_org(&state, &p, raw).await?.id,
+        None => p.org_id.clone(),
+    };
     let rows = state
         .store
         .list_projects(&org, after.as_ref(), page.limit + 1)

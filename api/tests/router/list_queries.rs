@@ -77,3 +77,35 @@ async fn contradictory_labels_still_get_their_query_checked() {
         assert_field_error(&a, StatusCode::BAD_REQUEST, "invalid_argument", field);
     }
 }
+
+#[tokio::test]
+async fn another_orgs_audit_and_projects_still_get_their_query_checked() {
+    let api = api().await;
+    let tenant = api.key_with(None, &["sandboxes:read"]).await;
+    const OTHER_ORG: &str = "org_00000000000000000000000000";
+    // Without a bad parameter: the other organization looks absent.
+    for path in [
+        format!("/v1/audit?orgId={OTHER_ORG}"),
+        format!("/v1/projects?orgId={OTHER_ORG}"),
+    ] {
+        let a = api
+            .call(Method::GET, &path, Some(&tenant), Value::Null, &[])
+            .await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{path}: {}", a.body);
+    }
+    for (path, field) in [
+        (format!("/v1/audit?orgId={OTHER_ORG}&cursor=x"), "cursor"),
+        (format!("/v1/audit?orgId={OTHER_ORG}&since=soon"), "since"),
+        (format!("/v1/audit?orgId={OTHER_ORG}&until=later"), "until"),
+        (
+            format!("/v1/projects?orgId={OTHER_ORG}&limit=5000"),
+            "limit",
+        ),
+        (format!("/v1/projects?orgId={OTHER_ORG}&cursor=x"), "cursor"),
+    ] {
+        let a = api
+            .call(Method::GET, &path, Some(&tenant), Value::Null, &[])
+            .await;
+        assert_field_error(&a, StatusCode::BAD_REQUEST, "invalid_argument", field);
+    }
+}
