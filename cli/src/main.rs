@@ -31,6 +31,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Every role in one process on the in-memory store and bus, with a local `devhost` pool.
+    ///
+    /// Keys left unset are made for the run: the audit key (printed) and the secrets key
+    /// that seals webhook signing secrets (never shown). Webhooks may point at receivers on
+    /// this machine (http://127.0.0.1:PORT/…, http://localhost:PORT/…), in dev only
+    /// (DIFFERENTLY_WEBHOOKS_ALLOW_LOOPBACK=false refuses them); other private addresses
+    /// need DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE=true, other plain http URLs
+    /// DIFFERENTLY_WEBHOOKS_ALLOW_HTTP=true. DIFFERENTLY_SECRETS_KEY set empty: no key.
     Dev {
         /// API listen address.
         #[arg(long, default_value = "127.0.0.1:7070")]

@@ -341,6 +341,35 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     opts.open(path)?.write_all(text.as_bytes())
 }
 
+/// `dev` only: `false` refuses loopback webhook receivers as a server's defaults do.
+const DEV_ALLOW_LOOPBACK: &str = "DIFFERENTLY_WEBHOOKS_ALLOW_LOOPBACK";
+
+/// `dev` seals webhook signing secrets (and any stored secret) like a server, so without
+/// `DIFFERENTLY_SECRETS_KEY` it makes a random key for the run, as it does an audit key.
+/// Unlike the audit key it is never shown: nothing outside this process needs it, and the
+/// data it seals lives in memory and ends with the process.
+///
+/// Set but empty, the variable asks for no key at all (to try what a server without one
+/// answers).
+fn dev_secrets_key(var: &str) -> Result<(), AnyError> {
+    if differently_store::sealed::process_key().is_some() {
+        return Ok(());
+    }
+    if std::env::var_os(var).is_some() {
+        tracing::info!(
+            "dev: {var} is set empty; no secrets key, webhooks and stored secrets are refused"
+        );
+        return Ok(());
+    }
+    let key = differently_store::sealed::SealKey::random()
+        .map_err(|e| format!("dev: cannot make a secrets key: {e}"))?;
+    let _ = differently_store::sealed::set_process_key(key);
+    tracing::info!(
+        "dev: no {var} set; webhooks and stored secrets use a random key for this run (not shown)"
+    );
+    Ok(())
+}
+
 /// How long a starting server role keeps retrying stream set-up that timed out.
 const STREAM_SETUP_PATIENCE: Duration = Duration::from_secs(45);
 
@@ -379,13 +408,25 @@ pub async fn dev(
     root: Option<PathBuf>,
     key_file: Option<PathBuf>,
 ) -> Result<(), AnyError> {
-    let generated_audit_key =
-        crate::audit_cmd::install_keys(&crate::config::AuditSection::default(), true)?;
+    let audit = crate::config::AuditSection::default();
+    let generated_audit_key = crate::audit_cmd::install_keys(&audit, true)?;
+    dev_secrets_key(&audit.secrets_key_env)?;
     let key = dev_admin_key(key_file.as_deref())?;
-    // `dev` has no configuration file: webhooks take the defaults, and the two switches
-    // from the environment (a receiver on this machine needs both).
+    // `dev` has no configuration file: webhooks take the defaults and the two switches
+    // from the environment, and loopback receivers (http included) are allowed besides, so
+    // a receiver on this machine works with no switch while private ranges stay refused.
     let mut webhooks = crate::config::WebhooksSection::default();
     webhooks.apply_env(|k| std::env::var(k).ok())?;
+    let loopback = match std::env::var(DEV_ALLOW_LOOPBACK) {
+        Ok(v) => v
+            .parse::<bool>()
+            .map_err(|_| format!("{DEV_ALLOW_LOOPBACK} is {v:?}, expected true or false"))?,
+        Err(_) => true,
+    };
+    let mut webhook_api = webhooks.api_settings();
+    webhook_api.url_policy.allow_loopback = loopback;
+    let mut webhook_delivery = webhooks.delivery();
+    webhook_delivery.url_policy.allow_loopback = loopback;
     let addr: SocketAddr = listen
         .parse()
         .map_err(|e| format!("--listen {listen:?}: {e}"))?;
@@ -397,6 +438,8 @@ pub async fn dev(
     if let Some(root) = root {
         settings["root"] = serde_json::Value::String(root.display().to_string());
     }
+    let isolation =
+        differently_adapters::devhost::DevhostAdapter::isolation_of(&settings).unwrap_or("unknown");
     let now = chrono::Utc::now();
     let local = PoolRecord {
         name: "local".into(),
@@ -456,10 +499,10 @@ pub async fn dev(
         sched,
         WorkerConfig::default(),
         Limits {
-            webhooks: webhooks.api_settings(),
+            webhooks: webhook_api,
             ..Limits::default()
         },
-        webhooks.delivery(),
+        webhook_delivery,
         installation,
         rx,
     )?;
@@ -479,14 +522,20 @@ pub async fn dev(
     eprintln!(
         "differently dev: paste the lines above into your shell, then try\n  \
          differently sandbox create --wait\n\
-         (the data lives in memory: a restart starts empty{})",
+         (the data lives in memory: a restart starts empty{}){}",
         if key_file.is_some() {
             "; the admin key is kept in the key file"
         } else {
             "; --key-file keeps the admin key across restarts"
+        },
+        if loopback {
+            "\nwebhooks may point at receivers on this machine (http://127.0.0.1:PORT/…, \
+             http://localhost:PORT/…): dev only, a server refuses them by default"
+        } else {
+            ""
         }
     );
-    tracing::info!(%local, "differently dev is up: in-memory store and bus, devhost pool \"local\" (no isolation)");
+    tracing::info!(%local, isolation, "differently dev is up: in-memory store and bus, devhost pool \"local\" (isolation: {isolation})");
     run_until_shutdown(tasks, tx).await
 }
 

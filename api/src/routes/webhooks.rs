@@ -75,7 +75,9 @@ fn secrets_enabled() -> ApiResult<()> {
         return Err(ApiError::new(
             ErrorCode::Conflict,
             "webhooks are not enabled: the server has no secrets key to seal their signing \
-             secrets with (set DIFFERENTLY_SECRETS_KEY)",
+             secrets with; set DIFFERENTLY_SECRETS_KEY (or the variable [audit] \
+             secrets_key_env names) to 64 hex characters from `differently key generate \
+             --secrets`, the same on every api and worker process",
         ));
     }
     Ok(())

@@ -16,6 +16,7 @@ mod crash;
 mod dataplane;
 mod deploy_metrics;
 mod dev;
+mod dev_webhooks;
 mod devhost_files;
 mod docs_paths;
 mod env_at_rest;

@@ -240,10 +240,14 @@ def test_refused_urls_and_filters_are_422_naming_the_field(client: Client) -> No
 
 @pytest.fixture(scope="module")
 def strict_server() -> Iterator[Server]:
-    """A ``differently dev`` with the default webhook rules (https only, no loopback) and no
-    secrets key."""
+    """A ``differently dev`` with a server's default webhook rules (https only, no loopback)
+    and no secrets key: dev's own loopback allowance and per-run key turned off."""
     workdir = Path(tempfile.mkdtemp(prefix="differently-sdk-py-strict-"))
-    srv = start_server(find_binary(), workdir)
+    srv = start_server(
+        find_binary(),
+        workdir,
+        {"DIFFERENTLY_WEBHOOKS_ALLOW_LOOPBACK": "false", "DIFFERENTLY_SECRETS_KEY": ""},
+    )
     try:
         yield srv
     finally:

@@ -6,7 +6,8 @@
  *
  * Two servers: `open` allows a loopback receiver the way an operator would
  * (`DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE`, `DIFFERENTLY_WEBHOOKS_ALLOW_HTTP`, docs/configuration.md);
- * `strict` runs with the defaults, which refuse it.
+ * `strict` runs with a server's defaults, which refuse it (dev's own loopback allowance
+ * turned off with `DIFFERENTLY_WEBHOOKS_ALLOW_LOOPBACK=false`).
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -38,7 +39,7 @@ const sent: { method: string; url: string; headers: Headers }[] = [];
 before(async () => {
   [open, strict] = await Promise.all([
     startDev({ env: { DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE: "true", DIFFERENTLY_WEBHOOKS_ALLOW_HTTP: "true" } }),
-    startDev(),
+    startDev({ env: { DIFFERENTLY_WEBHOOKS_ALLOW_LOOPBACK: "false" } }),
   ]);
   const recording: typeof fetch = (input, init) => {
     sent.push({ method: init?.method ?? "GET", url: String(input), headers: new Headers(init?.headers) });
