@@ -479,6 +479,15 @@ pub(super) fn catalogue() -> Vec<Op> {
             "Remove a pool that runs nothing.")
             .answers(&[Empty(204)])
             .errors(&[409]),
+        op("get", "/v1/admin/pools/{name}/warm", "getWarmClasses", "pools", Admin,
+            "The pool's warm classes, each with its ready and creating instances.")
+            .answers(&[Json(200, "WarmClasses")]),
+        op("put", "/v1/admin/pools/{name}/warm", "putWarmClasses", "pools", Admin,
+            "Replace the pool's warm classes (audited as `pool.warm.set`). Instances of removed \
+            or shrunk classes are retired by the scheduler.")
+            .body(Body::Json("WarmClassesRequest"))
+            .answers(&[Json(200, "WarmClasses")])
+            .errors(&[422]),
         op("get", "/v1/audit", "listAudit", "audit", read,
             "Audit records of the key's organization (any, for admin keys).")
             .query(&AUDIT_QUERY)

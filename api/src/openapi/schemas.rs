@@ -9,6 +9,7 @@ use differently_core::sandbox::{
     CLASSIFICATIONS, KNOWN_CAPABILITIES, MAX_IDLE_TIMEOUT_SECONDS, MAX_TTL_SECONDS, PROFILES,
 };
 use differently_core::tenancy::{Scope, MAX_QUOTA_COUNT};
+use differently_core::warm;
 use differently_core::{ErrorCode, Resources, SandboxStatus};
 use serde_json::{json, Map, Value};
 
@@ -778,6 +779,7 @@ pub(super) fn schemas() -> Value {
         ),
     );
     s.insert("PoolList".to_owned(), page_of("Pool"));
+    warm_schemas(&mut s);
     // `store::audit`: records, checkpoints and verification as served.
     let hash = || json!({ "type": "string", "pattern": "^[0-9a-f]{64}$" });
     s.insert(
@@ -1091,4 +1093,113 @@ pub(super) fn forbid_nul(schema: &mut Value, keep_stdin: bool) {
             vs.iter_mut().for_each(|v| forbid_nul(v, false));
         }
     }
+}
+
+/// `core::warm`: a pool's warm classes as put, and as served with their instance counts.
+fn warm_schemas(s: &mut Map<String, Value>) {
+    // A class fixes its instances' resources whole (no field is filled from a default).
+    let resources = accepted(
+        &[
+            (
+                "cpu",
+                json!({ "type": "integer", "minimum": 1, "maximum": Resources::MAX_CPU }),
+            ),
+            (
+                "memoryMiB",
+                json!({ "type": "integer", "minimum": Resources::MIN_MEMORY_MIB,
+                        "maximum": Resources::MAX_MEMORY_MIB }),
+            ),
+            (
+                "diskGiB",
+                json!({ "type": "integer", "minimum": 0, "maximum": Resources::MAX_DISK_GIB }),
+            ),
+        ],
+        &["cpu", "memoryMiB", "diskGiB"],
+    );
+    let fields = || {
+        vec![
+            (
+                "name",
+                json!({ "type": "string", "pattern": POOL_NAME,
+                        "description": "Unique within the pool." }),
+            ),
+            (
+                "size",
+                json!({ "type": "integer", "minimum": 0, "maximum": warm::MAX_SIZE,
+                        "description": "Instances kept creating or ready." }),
+            ),
+            (
+                "maxSize",
+                json!({ "type": ["integer", "null"], "minimum": 0, "maximum": warm::MAX_SIZE,
+                        "description": "Ready instances above which the surplus is retired \
+                            (at least `size`; absent: `size`)." }),
+            ),
+            (
+                "refillPerSecond",
+                json!({ "type": "number", "exclusiveMinimum": 0,
+                        "maximum": warm::MAX_REFILL_PER_SECOND,
+                        "description": "Creates started per second at most while refilling." }),
+            ),
+            (
+                "maxAgeSeconds",
+                json!({ "type": "integer", "minimum": warm::MIN_MAX_AGE_SECONDS,
+                        "maximum": warm::MAX_MAX_AGE_SECONDS,
+                        "description": "A ready instance older than this is replaced \
+                            (default 3600)." }),
+            ),
+            (
+                "template",
+                json!({ "type": ["string", "null"], "minLength": 1, "maxLength": 512,
+                        "description": "The instances' template; absent: the pool's default \
+                            (what a create naming no template gets). A create matches the \
+                            class when its template and resources are the class's." }),
+            ),
+            (
+                "resources",
+                json!({ "anyOf": [resources, { "type": "null" }],
+                        "description": "The instances' resources; absent: what a create asking \
+                            for none gets." }),
+            ),
+        ]
+    };
+    s.insert(
+        "WarmClass".to_owned(),
+        accepted(&fields(), &["name", "size", "refillPerSecond"]),
+    );
+    s.insert(
+        "WarmClassesRequest".to_owned(),
+        accepted(
+            &[(
+                "classes",
+                json!({ "type": "array", "maxItems": warm::MAX_CLASSES,
+                        "items": reference("WarmClass"),
+                        "description": "Every class of the pool, in matching order (the first \
+                            class a create matches is the one it claims from); `[]` removes \
+                            them all." }),
+            )],
+            &["classes"],
+        ),
+    );
+    let mut status = fields();
+    status.extend([
+        (
+            "ready",
+            json!({ "type": "integer", "minimum": 0,
+                    "description": "Instances ready to be claimed." }),
+        ),
+        (
+            "creating",
+            json!({ "type": "integer", "minimum": 0,
+                    "description": "Instances being created." }),
+        ),
+    ]);
+    // Served as stored: the fields a class left out stay out (`maxAgeSeconds` is filled).
+    s.insert(
+        "WarmClassStatus".to_owned(),
+        served_except(&status, &["maxSize", "template", "resources"]),
+    );
+    s.insert(
+        "WarmClasses".to_owned(),
+        served(&[("classes", array_of(reference("WarmClassStatus")))]),
+    );
 }

@@ -888,3 +888,43 @@ fn the_terminal_is_documented_as_a_websocket_upgrade() {
         );
     }
 }
+
+#[test]
+fn warm_classes_fit_their_schemas() {
+    use differently_core::warm::{WarmClass, WarmClasses};
+    use differently_core::Resources;
+    let full = WarmClass {
+        name: "py".into(),
+        size: 2,
+        max_size: Some(4),
+        refill_per_second: 0.5,
+        max_age_seconds: 600,
+        template: Some("python:3.12".into()),
+        resources: Some(Resources::DEFAULT),
+    };
+    // Every field set: the serialized keys are exactly the schema's, and the values fit.
+    assert_fits("WarmClass", &full);
+    assert_eq!(field_names(&full), property_names("WarmClass"));
+    let bare: WarmClass =
+        serde_json::from_value(json!({ "name": "d", "size": 0, "refillPerSecond": 1 }))
+            .expect("the schema's required fields are enough");
+    assert_fits("WarmClass", &bare);
+    let put = json!({ "classes": [&full, &bare] });
+    assert_fits("WarmClassesRequest", &put);
+    let back: WarmClasses = serde_json::from_value(put).expect("the type takes the request");
+    assert_eq!(back.classes, vec![full.clone(), bare.clone()]);
+    // As `GET /v1/admin/pools/{name}/warm` serves them: each class and its counts.
+    let served: Vec<Value> = [full, bare]
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).unwrap();
+            v["ready"] = json!(1);
+            v["creating"] = json!(0);
+            v
+        })
+        .collect();
+    assert_fits("WarmClasses", json!({ "classes": served }));
+    let mut status = property_names("WarmClass");
+    status.extend(["ready".to_owned(), "creating".to_owned()]);
+    assert_eq!(status, property_names("WarmClassStatus"));
+}

@@ -26,6 +26,7 @@ pub mod sandboxes;
 pub mod secrets;
 pub mod snapshots;
 pub mod trust;
+pub mod warm;
 pub mod webhooks;
 
 /// Every resource's routes.
@@ -50,6 +51,7 @@ pub fn router() -> Router<AppState> {
         .merge(placement::router())
         .merge(policies::router())
         .merge(pools::router())
+        .merge(warm::router())
         .merge(trust::router())
         .merge(queue::router())
         .merge(webhooks::router())

@@ -33,4 +33,5 @@ mod schemathesis_finds;
 mod snapshot_pages;
 mod snapshots;
 mod ui;
+mod warm;
 mod webhooks;

@@ -1,0 +1,124 @@
+//! A pool's warm classes: `/v1/admin/pools/{name}/warm` (admin only). The document an
+//! operator puts is `core::warm::WarmClasses`; the answer adds each class's live instance
+//! counts, so an operator sees at once whether the pool keeps up.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use differently_core::warm::{WarmClass, WarmClasses};
+use differently_core::ErrorCode;
+use differently_store::warm::WarmCount;
+use serde::{Deserialize, Serialize};
+
+use crate::access::forbidden;
+use crate::auth::Principal;
+use crate::body::parse_json;
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/admin/pools/{name}/warm", get(get_warm).put(put_warm))
+}
+
+/// Body of `PUT`: the whole document (`classes` required, so a forgotten field never
+/// empties a pool's classes by accident; `[]` does, on purpose).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WarmBody {
+    classes: Vec<WarmClass>,
+}
+
+/// One class as served: its fields and its instances by state.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ServedClass {
+    #[serde(flatten)]
+    class: WarmClass,
+    ready: u32,
+    creating: u32,
+}
+
+/// `GET`'s answer.
+#[derive(Serialize)]
+struct WarmDocument {
+    classes: Vec<ServedClass>,
+}
+
+fn require_admin(p: &Principal) -> ApiResult<()> {
+    if p.is_admin() {
+        Ok(())
+    } else {
+        Err(forbidden("manage pools (admin scope needed)"))
+    }
+}
+
+async fn require_pool(state: &AppState, name: &str) -> ApiResult<()> {
+    if state
+        .store
+        .list_pools()
+        .await?
+        .iter()
+        .any(|r| r.name == name)
+    {
+        Ok(())
+    } else {
+        Err(ApiError::not_found("pool"))
+    }
+}
+
+/// The declared classes with their counts, in document order. Instances of classes no
+/// longer declared (being retired) are not classes of the pool, so they are not listed.
+fn served(classes: WarmClasses, counts: &[WarmCount]) -> WarmDocument {
+    WarmDocument {
+        classes: classes
+            .classes
+            .into_iter()
+            .map(|class| {
+                let count = counts.iter().find(|c| c.class == class.name);
+                ServedClass {
+                    ready: count.map_or(0, |c| c.ready),
+                    creating: count.map_or(0, |c| c.creating),
+                    class,
+                }
+            })
+            .collect(),
+    }
+}
+
+async fn document(state: &AppState, pool: &str) -> ApiResult<WarmDocument> {
+    let classes = state.store.warm_classes(pool).await?;
+    let counts = state.store.warm_counts(pool).await?;
+    Ok(served(classes, &counts))
+}
+
+async fn get_warm(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+) -> ApiResult<Json<WarmDocument>> {
+    require_admin(&p)?;
+    require_pool(&state, &name).await?;
+    Ok(Json(document(&state, &name).await?))
+}
+
+async fn put_warm(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<WarmDocument>> {
+    require_admin(&p)?;
+    require_pool(&state, &name).await?;
+    let b: WarmBody = parse_json(&body)?;
+    let classes = WarmClasses { classes: b.classes };
+    classes
+        .validate()
+        .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
+    state
+        .store
+        .set_warm_classes(&name, &classes, &p.actor())
+        .await?;
+    Ok(Json(document(&state, &name).await?))
+}
