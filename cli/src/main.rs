@@ -156,10 +156,15 @@ enum Command {
         command: client::admin::AdminCommand,
     },
     /// Check a URL and key against the API and store them as a profile of the client config
-    /// file (mode 0600); the key from --key, DIFFERENTLY_API_KEY or standard input.
+    /// file (mode 0600). The key from --key, else a line on standard input, else
+    /// DIFFERENTLY_API_KEY, else a prompt: the one given wins over the environment's.
     Login {
         #[command(flatten)]
         target: client::Target,
+        /// Save the key without checking it against the API (for an API not reachable from
+        /// here yet); a key the API refuses is otherwise never saved.
+        #[arg(long)]
+        no_verify: bool,
     },
     /// Plugins of the `/adapter/v1` protocol: serve the reference plugin, or run the
     /// conformance kit against one.
@@ -228,8 +233,10 @@ fn main() -> ExitCode {
             Command::Admin { target, command } => {
                 return Ok(client::admin::run(&target, command).await)
             }
-            Command::Login { target } => {
-                return Ok(client::finish(client::profile::login(&target).await))
+            Command::Login { target, no_verify } => {
+                return Ok(client::finish(
+                    client::profile::login(&target, no_verify).await,
+                ))
             }
             Command::Completions { shell } => {
                 let mut cmd = <Cli as clap::CommandFactory>::command();

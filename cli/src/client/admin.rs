@@ -9,8 +9,8 @@ use clap::Subcommand;
 use differently_client::{AuditFilter, Client};
 use futures::TryStreamExt;
 
-use super::output::Column;
-use super::{fail, finish, to_json, CliError, Printer, Target};
+use super::output::{cell, print_line, print_rows, print_table, Column};
+use super::{fail, finish, to_json, CliError, Output, Printer, Target};
 
 const POOL_COLUMNS: &[Column] = &[
     ("NAME", "name"),
@@ -129,7 +129,15 @@ async fn answer(c: &Client, p: Printer, command: AdminCommand) -> Result<(), Cli
             p.print(&c.update_pool(&name, &req).await?, &[])
         }
         AdminCommand::PoolDelete { name } => Ok(c.delete_pool(&name).await?),
-        AdminCommand::TrustReport => p.print(&c.trust_report().await?, &[]),
+        AdminCommand::TrustReport => {
+            let report = c.trust_report().await?;
+            if p.output == Output::Table {
+                print_trust_report(&report);
+                Ok(())
+            } else {
+                p.print(&report, &[])
+            }
+        }
         AdminCommand::Secrets => {
             let items: Vec<_> = c.list_secrets().try_collect().await?;
             p.print_list(items, &[("NAME", "name"), ("FINGERPRINT", "fingerprint")])
@@ -238,4 +246,90 @@ fn read_json(file: &std::path::Path) -> Result<serde_json::Value, CliError> {
     };
     serde_json::from_str(&text)
         .map_err(|e| CliError::Usage(format!("--file {}: not JSON: {e}", file.display())))
+}
+
+const TRUST_POOL_COLUMNS: &[Column] = &[
+    ("NAME", "name"),
+    ("KIND", "kind"),
+    ("TRUST", "trust"),
+    ("REGION", "region"),
+    ("ISOLATION", "isolation"),
+    ("EGRESS", "egress"),
+    ("ENDPOINT", "endpoint"),
+    ("HEALTHY", "healthy"),
+    ("SOURCE", "source"),
+];
+const TRUST_PLACEMENT_COLUMNS: &[Column] = &[
+    ("ORG", "orgId"),
+    ("ORG NAME", "orgName"),
+    ("POOL", "pool"),
+    ("SANDBOXES", "sandboxes"),
+    ("FIRST", "firstAt"),
+    ("LAST", "lastAt"),
+];
+
+/// The trust report as a reader takes it in: its own fields, then each section under a
+/// heading, lists as tables and sentences as lines (a table cell of nested JSON is
+/// unreadable). What has no column here (a placement's policy, a pool's health detail) is
+/// in `-o json`.
+fn print_trust_report(v: &serde_json::Value) {
+    use serde_json::Value;
+    let scalars: Vec<Vec<String>> = v
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, x)| !x.is_array() && !x.is_object())
+        .map(|(k, x)| vec![k.clone(), cell(x)])
+        .collect();
+    print_rows(&["FIELD".to_owned(), "VALUE".to_owned()], &scalars);
+    let list = |k: &str| v[k].as_array().cloned().unwrap_or_default();
+    let heading = |title: &str| {
+        print_line("");
+        print_line(title);
+    };
+    let pools = list("pools");
+    heading("POOLS");
+    section_table(&pools, TRUST_POOL_COLUMNS);
+    // One row per credential, named by its pool: the references and fingerprints only.
+    let credentials: Vec<Value> = pools
+        .iter()
+        .flat_map(|p| {
+            p["credentials"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |c| {
+                    let mut row = c.clone();
+                    row["pool"] = p["name"].clone();
+                    row
+                })
+        })
+        .collect();
+    heading("CREDENTIALS");
+    section_table(
+        &credentials,
+        &[
+            ("POOL", "pool"),
+            ("REFERENCE", "reference"),
+            ("FINGERPRINT", "fingerprint"),
+            ("UPDATED BY", "updatedBy"),
+            ("UPDATED AT", "updatedAt"),
+            ("PROBLEM", "problem"),
+        ],
+    );
+    heading("EXTERNAL PLACEMENTS");
+    section_table(&list("externalPlacements"), TRUST_PLACEMENT_COLUMNS);
+    heading("NOT ENFORCED");
+    for line in list("notEnforced") {
+        print_line(&format!("- {}", cell(&line)));
+    }
+}
+
+/// A section's rows, or `(none)`.
+fn section_table(items: &[serde_json::Value], columns: &[Column]) {
+    if items.is_empty() {
+        print_line("(none)");
+    } else {
+        print_table(items, columns);
+    }
 }

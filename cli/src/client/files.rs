@@ -16,22 +16,46 @@ const MAX_DEPTH: u32 = 16;
 #[derive(Debug, PartialEq, Eq)]
 enum Side<'a> {
     Local(&'a str),
-    Remote { sandbox: &'a str, path: &'a str },
+    Remote { sandbox: &'a str, path: String },
 }
 
-/// `SANDBOX:/path` is remote (an id has no `/` or `.`); anything else is local — write
-/// `./a:/b` for a local path that would look remote.
+/// `SANDBOX:PATH` is remote (an id has no `/` or `.`); anything else is local — write
+/// `./a:b` for a local path that would look remote. A relative `PATH` is taken from the
+/// sandbox's root, as [`sandbox_path`] says.
 fn side(arg: &str) -> Side<'_> {
     if let Some((id, path)) = arg.split_once(':') {
         let id_like = !id.is_empty()
             && id
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if id_like && path.starts_with('/') {
-            return Side::Remote { sandbox: id, path };
+        if id_like && !path.is_empty() {
+            return Side::Remote {
+                sandbox: id,
+                path: sandbox_path(path),
+            };
         }
     }
     Side::Local(arg)
+}
+
+/// A path in the sandbox as the API takes it (absolute): a relative one is from the root,
+/// `/`, which is where `exec` runs when no `--cwd` is given (devhost and fake pools), so
+/// `cp x "$ID:work/x"` and `exec "$ID" -- cat work/x` name the same file. `.` segments are
+/// dropped; `..` is left for the API to judge.
+pub fn sandbox_path(path: &str) -> String {
+    if path.starts_with('/') {
+        return path.to_owned();
+    }
+    let kept: Vec<&str> = path
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
+    let mut out = format!("/{}", kept.join("/"));
+    // A trailing `/` still means "into this directory".
+    if path.ends_with('/') && out.len() > 1 {
+        out.push('/');
+    }
+    out
 }
 
 fn join_remote(dir: &str, name: &str) -> String {
@@ -41,10 +65,12 @@ fn join_remote(dir: &str, name: &str) -> String {
 /// Copies `src` to `dst`, one of them in a sandbox.
 pub async fn cp(c: &Client, src: &str, dst: &str) -> Result<(), CliError> {
     match (side(src), side(dst)) {
-        (Side::Local(from), Side::Remote { sandbox, path }) => upload(c, from, sandbox, path).await,
-        (Side::Remote { sandbox, path }, Side::Local(to)) => download(c, sandbox, path, to).await,
+        (Side::Local(from), Side::Remote { sandbox, path }) => {
+            upload(c, from, sandbox, &path).await
+        }
+        (Side::Remote { sandbox, path }, Side::Local(to)) => download(c, sandbox, &path, to).await,
         (Side::Local(_), Side::Local(_)) => Err(CliError::Usage(
-            "cp: one side must be in a sandbox, written SANDBOX:/path".into(),
+            "cp: one side must be in a sandbox, written SANDBOX:PATH (`sbx_…:/work/notes.txt`; a relative PATH is from the sandbox's root)".into(),
         )),
         (Side::Remote { .. }, Side::Remote { .. }) => Err(CliError::Usage(
             "cp: copy between two sandboxes through this machine (down, then up)".into(),
@@ -200,7 +226,7 @@ async fn download_file(
 
 /// `sandbox ls`: a table of type, mode, size, time, path (or the API's list as JSON).
 pub async fn ls(c: &Client, p: Printer, id: &str, path: &str, depth: u32) -> Result<(), CliError> {
-    let items = c.list_files(id, path, Some(depth)).await?;
+    let items = c.list_files(id, &sandbox_path(path), Some(depth)).await?;
     match p.output {
         Output::Table => {
             let rows: Vec<Vec<String>> = items
@@ -239,12 +265,27 @@ mod tests {
             side("sbx_01ABC:/work/a"),
             Side::Remote {
                 sandbox: "sbx_01ABC",
-                path: "/work/a"
+                path: "/work/a".into()
             }
         );
         assert_eq!(side("./a:/b"), Side::Local("./a:/b"));
         assert_eq!(side("notes.txt"), Side::Local("notes.txt"));
-        assert_eq!(side("c:relative"), Side::Local("c:relative"));
+        assert_eq!(side("sbx_01ABC:"), Side::Local("sbx_01ABC:"));
         assert_eq!(join_remote("/work/", "a.txt"), "/work/a.txt");
+    }
+
+    /// A relative path in the sandbox is from its root, as `exec`'s default directory.
+    #[test]
+    fn relative_sandbox_paths_are_from_the_root() {
+        assert_eq!(
+            side("sbx_01ABC:work/notes.txt"),
+            Side::Remote {
+                sandbox: "sbx_01ABC",
+                path: "/work/notes.txt".into()
+            }
+        );
+        assert_eq!(sandbox_path("./work//a/"), "/work/a/");
+        assert_eq!(sandbox_path("."), "/");
+        assert_eq!(sandbox_path("/abs/./kept"), "/abs/./kept");
     }
 }

@@ -90,6 +90,10 @@ pub enum CliError {
     /// with the sandbox failed, say).
     #[error("{0}")]
     Outcome(String),
+    /// A wait ended without the status asked for; `code` is stable for scripts: `timeout`
+    /// (the time ran out) or `ended` (the sandbox reached another final status).
+    #[error("{code}: {message}")]
+    Wait { code: &'static str, message: String },
     /// A local file or stream could not be read or written.
     #[error("{what}: {source}")]
     Io {

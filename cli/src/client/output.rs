@@ -168,6 +168,19 @@ pub struct Spinner {
 }
 
 impl Spinner {
+    /// Shows that the command waits for sandbox `id` to be `status`, for up to `seconds`: a
+    /// spinner on a terminal; otherwise one line on stderr, so a script's log says why it is
+    /// quiet (stdout keeps only the answer).
+    pub fn waiting(id: &str, status: &str, seconds: u64) -> Spinner {
+        if std::io::stderr().is_terminal() {
+            return Spinner::start(format!(
+                "waiting for {id} to be {status} (up to {seconds}s)"
+            ));
+        }
+        eprintln!("differently: waiting up to {seconds}s for sandbox {id} to be {status}…");
+        Spinner { task: None }
+    }
+
     pub fn start(message: String) -> Spinner {
         if !std::io::stderr().is_terminal() {
             return Spinner { task: None };

@@ -12,7 +12,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
 use differently_client::{SandboxFilter, DEFAULT_URL};
@@ -99,33 +99,24 @@ pub fn resolve(t: &Target) -> Result<Resolved, CliError> {
 }
 
 /// `differently login`: checks the key against the API, then stores URL and key in the
-/// profile (the file created with mode 0600). The key comes from `--key`,
-/// `DIFFERENTLY_API_KEY`, or a line on standard input.
-pub async fn login(t: &Target) -> Result<(), CliError> {
+/// profile (the file created with mode 0600).
+///
+/// The key the user gives wins over the one the environment happens to hold: `--key`, else
+/// a line on standard input (when it is not a terminal), else `DIFFERENTLY_API_KEY`, else a
+/// prompt. Which one is used is said on stderr when more than one is present; the key itself
+/// never is. A key the API refuses (401), or an API that cannot be asked, saves nothing,
+/// unless `no_verify` says to save without asking.
+pub async fn login(t: &Target, no_verify: bool) -> Result<(), CliError> {
     let name = t
         .config_profile
         .clone()
         .unwrap_or_else(|| DEFAULT_PROFILE.to_owned());
     let url = t.url.clone().unwrap_or_else(|| DEFAULT_URL.to_owned());
-    let key = match t.key.clone().filter(|k| !k.is_empty()) {
-        Some(k) => k,
-        None => read_key()?,
-    };
-    let client = differently_client::Client::new(&url, &key)?;
-    // Any read the key may make proves it is known; 403 (a key without that scope) still is.
-    match client
-        .list_sandboxes_page(
-            &SandboxFilter {
-                limit: Some(1),
-                ..SandboxFilter::default()
-            },
-            None,
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if e.status() == Some(403) => {}
-        Err(e) => return Err(e.into()),
+    let key = login_key(t)?;
+    if no_verify {
+        eprintln!("differently: --no-verify: the key is saved without being checked against {url}");
+    } else {
+        verify(&url, &key).await?;
     }
     let path = path().ok_or_else(|| {
         CliError::Usage("no place for the config: set HOME or DIFFERENTLY_CLIENT_CONFIG".into())
@@ -146,25 +137,90 @@ pub async fn login(t: &Target) -> Result<(), CliError> {
     Ok(())
 }
 
-fn read_key() -> Result<String, CliError> {
+/// The variable clap also reads into `--key`.
+const KEY_VAR: &str = "DIFFERENTLY_API_KEY";
+
+/// The key `login` stores, by the order of [`login`].
+fn login_key(t: &Target) -> Result<String, CliError> {
+    let from_env = std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty());
+    // clap fills `--key` from the variable too: a value equal to the variable's is the
+    // variable's (and if both were given alike, it makes no difference).
+    if let Some(k) = t
+        .key
+        .clone()
+        .filter(|k| !k.is_empty() && Some(k) != from_env.as_ref())
+    {
+        if from_env.is_some() {
+            eprintln!("differently: using the key from --key ({KEY_VAR} is ignored)");
+        }
+        return Ok(k);
+    }
     let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        if let Some(k) = read_line(&stdin)? {
+            if from_env.as_ref().is_some_and(|e| e != &k) {
+                eprintln!("differently: using the key from standard input ({KEY_VAR} is ignored)");
+            }
+            return Ok(k);
+        }
+    }
+    if let Some(k) = from_env {
+        eprintln!("differently: using the key in {KEY_VAR}");
+        return Ok(k);
+    }
     if stdin.is_terminal() {
         eprint!("API key: ");
         let _ = std::io::stderr().flush();
+        if let Some(k) = read_line(&stdin)? {
+            return Ok(k);
+        }
     }
+    Err(CliError::Usage(format!(
+        "no API key: give it on standard input (`differently login <<< \"$KEY\"`), pass --key, or set {KEY_VAR}"
+    )))
+}
+
+/// The first line of standard input, trimmed; `None` when it is empty.
+fn read_line(stdin: &std::io::Stdin) -> Result<Option<String>, CliError> {
     let mut line = String::new();
     stdin
         .lock()
         .take(4096)
-        .read_to_string(&mut line)
+        .read_line(&mut line)
         .map_err(|e| CliError::io("reading the key from standard input", e))?;
-    let key = line.lines().next().unwrap_or("").trim().to_owned();
-    if key.is_empty() {
-        return Err(CliError::Usage(
-            "no API key: pass --key, set DIFFERENTLY_API_KEY, or give it on standard input".into(),
-        ));
+    let key = line.trim();
+    Ok((!key.is_empty()).then(|| key.to_owned()))
+}
+
+/// Asks the API whether it knows `key`: any read it may make proves it, and a 403 (a key
+/// without that scope) still does. Anything else saves nothing.
+async fn verify(url: &str, key: &str) -> Result<(), CliError> {
+    let client = differently_client::Client::new(url, key)?;
+    let asked = client
+        .list_sandboxes_page(
+            &SandboxFilter {
+                limit: Some(1),
+                ..SandboxFilter::default()
+            },
+            None,
+        )
+        .await;
+    match asked {
+        Ok(_) => Ok(()),
+        Err(e) if e.status() == Some(403) => Ok(()),
+        Err(e) if e.status() == Some(401) => Err(CliError::Outcome(format!(
+            "the API at {url} does not accept this key ({}); nothing was saved",
+            super::client_message(&e)
+        ))),
+        Err(e) if e.api().is_none() => Err(CliError::Outcome(format!(
+            "cannot check the key: {}; nothing was saved (--no-verify saves it unchecked)",
+            super::client_message(&e)
+        ))),
+        Err(e) => Err(CliError::Outcome(format!(
+            "the key could not be checked: {}; nothing was saved",
+            super::client_message(&e)
+        ))),
     }
-    Ok(key)
 }
 
 /// Writes the file with mode 0600 (its directory 0700), replacing it whole.

@@ -118,7 +118,8 @@ pub enum SandboxCommand {
         /// nothing is created.
         #[arg(long, conflicts_with_all = ["wait", "idempotency_key"])]
         dry_run: bool,
-        /// Wait until it runs (or ends) and print it then; exit 1 unless it runs.
+        /// Wait until it runs (or ends) and print it then; exit 1 unless it runs (`timeout`
+        /// on stderr when the time ran out).
         #[arg(long)]
         wait: bool,
         /// How long `--wait` waits, in seconds.
@@ -145,13 +146,14 @@ pub enum SandboxCommand {
     },
     /// Read one sandbox.
     Get { id: String },
-    /// Wait until a sandbox has a status (default `running`) or a final one.
+    /// Wait until a sandbox has a status (default `running`) or a final one, and print it;
+    /// exit 1 unless it has the status asked for (`timeout` or `ended` on stderr).
     Wait {
         id: String,
         /// The status to wait for.
         #[arg(long, default_value = "running")]
         status: String,
-        /// Give up after this many seconds (exit 1).
+        /// Give up after this many seconds (exit 1, `timeout`).
         #[arg(long, default_value_t = 120)]
         timeout_seconds: u64,
     },
@@ -228,17 +230,18 @@ pub enum SandboxCommand {
         expires_seconds: Option<u64>,
     },
     /// Copy files or directories: `cp ./dir SANDBOX:/path` up, `cp SANDBOX:/path ./dir`
-    /// down (`-` is stdin or stdout, for one file).
+    /// down (`-` is stdin or stdout, for one file). A relative sandbox path is from its root
+    /// `/` (where `exec` runs without `--cwd`): `SANDBOX:work/a` is `/work/a`.
     Cp {
-        /// The source: a local path, or `SANDBOX:/path`.
+        /// The source: a local path, or `SANDBOX:PATH`.
         src: String,
-        /// The destination: a local path, or `SANDBOX:/path`.
+        /// The destination: a local path, or `SANDBOX:PATH`.
         dst: String,
     },
     /// List a directory in the sandbox.
     Ls {
         id: String,
-        /// The directory (absolute).
+        /// The directory (a relative one is from the root `/`).
         #[arg(default_value = "/")]
         path: String,
         /// Levels to descend.
@@ -248,7 +251,7 @@ pub enum SandboxCommand {
     /// Delete a file in the sandbox.
     Rm {
         id: String,
-        /// The file (absolute).
+        /// The file (a relative path is from the root `/`).
         path: String,
     },
     /// The sandbox's status changes from its start; `-f` keeps following.
@@ -324,9 +327,12 @@ pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
         SandboxCommand::Ls { id, path, depth } => {
             finish(super::files::ls(&client, p, &id, &path, depth).await)
         }
-        SandboxCommand::Rm { id, path } => {
-            finish(client.delete_file(&id, &path).await.map_err(CliError::from))
-        }
+        SandboxCommand::Rm { id, path } => finish(
+            client
+                .delete_file(&id, &super::files::sandbox_path(&path))
+                .await
+                .map_err(CliError::from),
+        ),
         SandboxCommand::Logs { id, follow } => {
             finish(super::events::sandbox_logs(&client, p, &id, follow).await)
         }
@@ -355,7 +361,7 @@ async fn answer(c: &Client, p: Printer, command: SandboxCommand) -> Result<(), C
             if !wait {
                 return one(to_json(&created));
             }
-            wait_running(c, p, &created.id, wait_seconds).await
+            wait_for(c, p, &created.id, "running", wait_seconds, "--wait-seconds").await
         }
         SandboxCommand::List {
             status,
@@ -382,14 +388,7 @@ async fn answer(c: &Client, p: Printer, command: SandboxCommand) -> Result<(), C
             id,
             status,
             timeout_seconds,
-        } => {
-            let _spin = Spinner::start(format!("waiting for {id} to be {status}"));
-            let s = c
-                .wait_sandbox(&id, &status, Duration::from_secs(timeout_seconds))
-                .await?;
-            drop(_spin);
-            one(to_json(&s))
-        }
+        } => wait_for(c, p, &id, &status, timeout_seconds, "--timeout-seconds").await,
         SandboxCommand::Update {
             id,
             ttl_seconds,
@@ -456,22 +455,43 @@ async fn answer(c: &Client, p: Printer, command: SandboxCommand) -> Result<(), C
     }
 }
 
-/// Waits (a spinner on a terminal) until `id` runs; prints it; an error unless it runs.
-pub async fn wait_running(c: &Client, p: Printer, id: &str, seconds: u64) -> Result<(), CliError> {
-    let spin = Spinner::start(format!("waiting for {id} to run"));
+/// Waits until `id` has `status` (or a final one), saying so on stderr (a spinner on a
+/// terminal, one line otherwise); prints the sandbox as last seen. An error unless it has
+/// `status`: `timeout` when `seconds` ran out (`flag` sets them), `ended` when it reached
+/// another final status. Scripts under `set -e` stop there instead of going on with a
+/// sandbox that is not what they waited for.
+pub async fn wait_for(
+    c: &Client,
+    p: Printer,
+    id: &str,
+    status: &str,
+    seconds: u64,
+    flag: &str,
+) -> Result<(), CliError> {
+    let waiting = Spinner::waiting(id, status, seconds);
     let done = c
-        .wait_sandbox(id, "running", Duration::from_secs(seconds))
+        .wait_sandbox(id, status, Duration::from_secs(seconds))
         .await;
-    drop(spin);
+    drop(waiting);
     let done = done?;
     p.print(&to_json(&done), SANDBOX_COLUMNS)?;
-    if done.status != "running" {
-        return Err(CliError::Outcome(format!(
-            "sandbox {id} is {} (not running) after the wait",
-            done.status
-        )));
+    if done.status == status {
+        return Ok(());
     }
-    Ok(())
+    Err(if done.is_final() {
+        CliError::Wait {
+            code: "ended",
+            message: format!("sandbox {id} is {} and will not be {status}", done.status),
+        }
+    } else {
+        CliError::Wait {
+            code: "timeout",
+            message: format!(
+                "sandbox {id} is still {} after {seconds}s, not {status} (wait longer with {flag})",
+                done.status
+            ),
+        }
+    })
 }
 
 /// Whether `exec` (without `-t`) sends our stdin: `-n` never, `-i` even from a terminal,

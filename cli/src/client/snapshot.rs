@@ -8,7 +8,7 @@ use differently_client::{Client, SnapshotDeletion};
 use futures::TryStreamExt;
 
 use super::output::Column;
-use super::sandbox::{wait_running, CreateArgs, SANDBOX_COLUMNS};
+use super::sandbox::{wait_for, CreateArgs, SANDBOX_COLUMNS};
 use super::{fail, finish, to_json, CliError, Printer, Target};
 
 const SNAPSHOT_COLUMNS: &[Column] = &[
@@ -112,7 +112,7 @@ async fn answer(c: &Client, p: Printer, command: SnapshotCommand) -> Result<(), 
                 .fork(&id, spec.request()?, idempotency_key.as_deref())
                 .await?;
             if wait {
-                wait_running(c, p, &s.id, wait_seconds).await
+                wait_for(c, p, &s.id, "running", wait_seconds, "--wait-seconds").await
             } else {
                 p.print(&to_json(&s), SANDBOX_COLUMNS)
             }

@@ -137,10 +137,15 @@ fn ids(v: &Value) -> Vec<String> {
 #[test]
 fn exec_streams_forwards_stdin_and_exits_with_the_command_code() {
     let dev = Dev::start();
-    // --wait on a pipe: the answer on stdout, no spinner on a stderr that is not a terminal.
+    // --wait on a pipe: the answer on stdout; no spinner on a stderr that is not a terminal,
+    // one line saying what it waits for instead.
     let (code, out, err) = dev.run(&["sandbox", "create", "--wait", "-o", "id"]);
-    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert_eq!(code, 0, "{err}{out}");
     let id = out.trim().to_owned();
+    assert_eq!(
+        err,
+        format!("differently: waiting up to 120s for sandbox {id} to be running…\n")
+    );
 
     // `echo hello | differently sandbox exec $S -- cat` prints hello.
     let (code, out, err) = output(
@@ -285,7 +290,27 @@ fn files_copy_both_ways_with_directories_ls_and_rm() {
     // Two local sides is a usage error.
     let (code, _, err) = dev.run(&["sandbox", "cp", "a", "b"]);
     assert_eq!(code, 2);
-    assert!(err.contains("SANDBOX:/path"), "{err}");
+    assert!(err.contains("SANDBOX:PATH"), "{err}");
+
+    // A relative path in the sandbox is from its root, where exec runs without --cwd: the
+    // README's `cp notes.txt "$ID:…"` then `exec -- cat work/notes.txt` in relative terms.
+    let notes = dev.dir.path().join("notes.txt");
+    std::fs::write(&notes, "relative notes\n").unwrap();
+    dev.ok(&[
+        "sandbox",
+        "cp",
+        notes.to_str().unwrap(),
+        &format!("{id}:work/notes.txt"),
+    ]);
+    let (code, out, err) = dev.run(&["sandbox", "exec", &id, "--", "cat", "work/notes.txt"]);
+    assert_eq!((code, out.as_str()), (0, "relative notes\n"), "{err}");
+    let (code, out, err) = dev.run(&["sandbox", "cp", &format!("{id}:./work/notes.txt"), "-"]);
+    assert_eq!((code, out.as_str()), (0, "relative notes\n"), "{err}");
+    let listed = dev.ok(&["sandbox", "ls", &id, "work", "-o", "id"]);
+    assert!(listed.lines().any(|l| l == "/work/notes.txt"), "{listed}");
+    dev.ok(&["sandbox", "rm", &id, "work/notes.txt"]);
+    let (code, _, err) = dev.run(&["sandbox", "cp", &format!("{id}:/work/notes.txt"), "-"]);
+    assert_eq!(code, 1, "rm of a relative path left the file: {err}");
 }
 
 #[cfg(unix)]
@@ -662,6 +687,35 @@ fn tenancy_quotas_policies_dry_run_and_audit() {
         pools.starts_with("NAME") && pools.contains("devhost"),
         "{pools}"
     );
+    // The trust report as a table: its sections as tables and lines, never a cell of JSON.
+    let report = dev.ok(&["admin", "trust-report", "-o", "table"]);
+    for heading in [
+        "POOLS",
+        "CREDENTIALS",
+        "EXTERNAL PLACEMENTS",
+        "NOT ENFORCED",
+    ] {
+        assert!(
+            report.lines().any(|l| l == heading),
+            "no {heading}: {report}"
+        );
+    }
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("local ") && l.contains("devhost")),
+        "{report}"
+    );
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("- Differently does not isolate sandboxes")),
+        "{report}"
+    );
+    assert!(
+        !report.contains("[\"") && !report.contains("{\""),
+        "JSON in the table: {report}"
+    );
     // Every signature verifies: a new segment is refused (409), exit 1.
     let (code, _, err) = dev.run(&["admin", "audit-segment", "--reason", "drill"]);
     assert_eq!(code, 1);
@@ -778,6 +832,211 @@ fn login_profiles_env_overrides_and_completions() {
     }
     let (code, _, _) = dev.run(&["completions", "tcsh-nope"]);
     assert_eq!(code, 2);
+}
+
+/// `sandbox wait` and `create --wait` that give up exit 1 with `timeout` on stderr (a script
+/// under `set -e` stops there), print the sandbox as last seen on stdout, and say on stderr,
+/// once, what they wait for when stderr is not a terminal. A sandbox held back by its org's
+/// quota stays `queued`.
+#[test]
+fn waits_that_give_up_exit_1_and_say_what_they_wait_for() {
+    let dev = Dev::start();
+    let org = dev.json(&["org", "create", "waiting"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let project = dev.json(&["project", "create", "web", "--org", &org])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key = dev
+        .ok(&[
+            "key",
+            "create",
+            "ci",
+            "--org",
+            &org,
+            "--project",
+            &project,
+            "--scope",
+            "sandboxes:read",
+            "--scope",
+            "sandboxes:write",
+            "-o",
+            "id",
+        ])
+        .trim()
+        .to_owned();
+    dev.ok(&["quota", "set", "--org", &org, "--max-active", "1"]);
+    let tenant = |args: &[&str]| {
+        let mut c = dev.cmd(args);
+        c.env("DIFFERENTLY_API_KEY", &key);
+        output(c, None)
+    };
+    let (code, out, err) = tenant(&["sandbox", "create", "--wait", "-o", "id"]);
+    assert_eq!(code, 0, "{err}");
+    let first = out.trim().to_owned();
+
+    // The second is held by the quota: `create --wait` gives up, exit 1, the id still printed.
+    let (code, out, err) = tenant(&[
+        "sandbox",
+        "create",
+        "--wait",
+        "--wait-seconds",
+        "2",
+        "-o",
+        "id",
+    ]);
+    assert_eq!(code, 1, "{err}{out}");
+    let second = out.trim().to_owned();
+    assert!(second.starts_with("sbx_"), "{out}");
+    assert!(
+        err.starts_with(&format!(
+            "differently: waiting up to 2s for sandbox {second} to be running…\n"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "differently: timeout: sandbox {second} is still queued after 2s, not running (wait longer with --wait-seconds)"
+        )),
+        "{err}"
+    );
+    // `sandbox wait` on it: the same, with its own flag named; stdout stays the JSON answer.
+    let (code, out, err) = tenant(&["sandbox", "wait", &second, "--timeout-seconds", "1"]);
+    assert_eq!(code, 1, "{err}{out}");
+    assert_eq!(json(&out)["status"], "queued", "{out}");
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(
+        err.contains("differently: timeout: sandbox")
+            && err.contains("--timeout-seconds")
+            && err.contains(&format!(
+                "waiting up to 1s for sandbox {second} to be running"
+            )),
+        "{err}"
+    );
+    // Waiting for what it already is: exit 0.
+    let (code, out, err) = tenant(&["sandbox", "wait", &first]);
+    assert_eq!(
+        (code, json(&out)["status"].as_str()),
+        (0, Some("running")),
+        "{err}"
+    );
+    // Deleted while queued, it ends without running: exit 1, `ended`.
+    let (code, _, err) = tenant(&["sandbox", "delete", &second]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = tenant(&["sandbox", "wait", &second, "--timeout-seconds", "60"]);
+    assert_eq!(code, 1, "{err}{out}");
+    assert!(
+        err.contains(&format!("differently: ended: sandbox {second} is ")),
+        "{err}"
+    );
+}
+
+/// `login` stores the key it was given (stdin or `--key`), not `DIFFERENTLY_API_KEY`; it saves
+/// nothing the API refuses or cannot be asked about, unless told `--no-verify`; it never
+/// prints a key.
+#[test]
+fn login_takes_the_key_given_and_saves_only_what_the_api_accepts() {
+    let dev = Dev::start();
+    let bogus = "dly_key_01M8PX56B2BMV5VM228QHCMTS7_nope";
+    let login = |args: &[&str], env_key: Option<&str>, stdin: Option<&[u8]>| {
+        let mut all = vec!["login", "--url"];
+        all.extend_from_slice(args);
+        let mut c = dev.cmd(&all);
+        c.env_remove("DIFFERENTLY_URL");
+        match env_key {
+            Some(k) => c.env("DIFFERENTLY_API_KEY", k),
+            None => c.env_remove("DIFFERENTLY_API_KEY"),
+        };
+        let (code, out, err) = output(c, stdin);
+        for secret in [bogus, dev.key.as_str()] {
+            assert!(
+                !out.contains(secret) && !err.contains(secret),
+                "login printed a key: {out}{err}"
+            );
+        }
+        (code, err)
+    };
+    let saved = || std::fs::read_to_string(dev.config()).unwrap_or_default();
+
+    // A valid key in the environment, a bad one given on stdin: the given one is checked,
+    // refused, and nothing is saved (it once saved the environment's and said so).
+    let (code, err) = login(
+        &[&dev.url],
+        Some(&dev.key),
+        Some(format!("{bogus}\n").as_bytes()),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("401") && err.contains("nothing was saved"),
+        "{err}"
+    );
+    assert!(!dev.config().exists(), "{}", saved());
+
+    // The other way round: the good key on stdin is saved, the environment's ignored, said so.
+    let (code, err) = login(
+        &[&dev.url, "--config-profile", "stdin"],
+        Some(bogus),
+        Some(format!("{}\n", dev.key).as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("using the key from standard input (DIFFERENTLY_API_KEY is ignored)"),
+        "{err}"
+    );
+    assert!(
+        saved().contains(&dev.key) && !saved().contains(bogus),
+        "{}",
+        saved()
+    );
+    // --key wins over the environment too.
+    let (code, err) = login(
+        &[&dev.url, "--config-profile", "flag", "--key", &dev.key],
+        Some(bogus),
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(saved().contains("[profiles.flag]"), "{}", saved());
+    // Only the environment's: used, and said so.
+    let (code, err) = login(&[&dev.url, "--config-profile", "env"], Some(&dev.key), None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("using the key in DIFFERENTLY_API_KEY"),
+        "{err}"
+    );
+
+    // An API that cannot be reached: nothing saved, the way around named; --no-verify saves.
+    let (code, err) = login(
+        &["http://127.0.0.1:1", "--config-profile", "down"],
+        None,
+        Some(format!("{}\n", dev.key).as_bytes()),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot check the key") && err.contains("--no-verify"),
+        "{err}"
+    );
+    assert!(!saved().contains("[profiles.down]"), "{}", saved());
+    let (code, err) = login(
+        &[
+            "http://127.0.0.1:1",
+            "--config-profile",
+            "down",
+            "--no-verify",
+        ],
+        None,
+        Some(format!("{}\n", dev.key).as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("without being checked"), "{err}");
+    assert!(
+        saved().contains("[profiles.down]") && saved().contains("http://127.0.0.1:1"),
+        "{}",
+        saved()
+    );
+    #[cfg(unix)]
+    assert_eq!(mode(&dev.config()), 0o600);
 }
 
 /// On a terminal (util-linux `script` gives the command one): a table by default, and the
