@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use differently_core::pool::{check_pool_bounds, validate_pool_name, PoolBounds, Trust};
+use differently_core::warm::{WarmClass, WarmClasses};
 use serde::Deserialize;
 
 /// Why the configuration is unusable.
@@ -406,6 +407,87 @@ pub struct PoolSection {
     /// Adapter-specific settings.
     #[serde(default)]
     pub settings: Option<toml::Value>,
+    /// Warm classes (`warm = [{ name = "py", size = 2, refill_per_second = 1 }]`); declared,
+    /// they replace the pool's stored classes at every start. Absent: the stored classes
+    /// (set through the admin API) are left as they are.
+    pub warm: Option<Vec<WarmSection>>,
+}
+
+/// One warm class of a `[[pools]]` entry: `core::warm::WarmClass` in the file's
+/// snake_case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmSection {
+    pub name: String,
+    pub size: u32,
+    pub max_size: Option<u32>,
+    pub refill_per_second: f64,
+    pub max_age_seconds: Option<u64>,
+    pub template: Option<String>,
+    pub resources: Option<WarmResources>,
+}
+
+/// A warm class's resources, all three given (a class fixes them whole).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmResources {
+    pub cpu: u32,
+    pub memory_mib: u64,
+    pub disk_gib: u64,
+}
+
+impl PoolSection {
+    /// The declared warm classes as the store keeps them, validated; `None` if the pool
+    /// declares none. Errors name the file's field (`pools[0].warm[1].refill_per_second`)
+    /// under `at` (`pools[0]`).
+    pub fn warm_classes(&self, at: &str) -> Result<Option<WarmClasses>, ConfigError> {
+        let Some(warm) = &self.warm else {
+            return Ok(None);
+        };
+        let classes = WarmClasses {
+            classes: warm
+                .iter()
+                .map(|w| WarmClass {
+                    name: w.name.clone(),
+                    size: w.size,
+                    max_size: w.max_size,
+                    refill_per_second: w.refill_per_second,
+                    max_age_seconds: w
+                        .max_age_seconds
+                        .unwrap_or(differently_core::warm::DEFAULT_MAX_AGE_SECONDS),
+                    template: w.template.clone(),
+                    resources: w.resources.map(|r| differently_core::Resources {
+                        cpu: r.cpu,
+                        memory_mib: r.memory_mib,
+                        disk_gib: r.disk_gib,
+                    }),
+                })
+                .collect(),
+        };
+        classes.validate().map_err(|e| {
+            invalid(
+                warm_field_in_config(at, &e.field),
+                format!("pool {:?}: {}", self.name, e.message),
+            )
+        })?;
+        Ok(Some(classes))
+    }
+}
+
+/// A warm-class field path as the store names it (`classes[1].refillPerSecond`) as the file
+/// names it (`pools[0].warm[1].refill_per_second`).
+fn warm_field_in_config(at: &str, field: &str) -> String {
+    let rest = field.strip_prefix("classes").unwrap_or(field);
+    let rest = [
+        ("maxSize", "max_size"),
+        ("refillPerSecond", "refill_per_second"),
+        ("maxAgeSeconds", "max_age_seconds"),
+        ("memoryMiB", "memory_mib"),
+        ("diskGiB", "disk_gib"),
+    ]
+    .iter()
+    .fold(rest.to_owned(), |f, (api, file)| f.replace(api, file));
+    format!("{at}.warm{rest}")
 }
 
 impl Config {
@@ -606,6 +688,7 @@ impl Config {
                     format!("pool {:?}: {message}", p.name),
                 )
             })?;
+            p.warm_classes(&format!("pools[{i}]"))?;
         }
         Ok(())
     }
@@ -936,5 +1019,80 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("api.direct_placement"), "{e}");
+    }
+
+    #[test]
+    fn pool_warm_classes_are_read_in_the_files_style_and_checked_naming_the_field() {
+        let c = parse(
+            "[[pools]]\nname = \"edge\"\nkind = \"fake\"\n\
+             warm = [{ name = \"default\", size = 2, refill_per_second = 1 },\n\
+                     { name = \"py\", size = 1, max_size = 3, refill_per_second = 0.5, \
+                       max_age_seconds = 600, template = \"python:3.12\", \
+                       resources = { cpu = 2, memory_mib = 2048, disk_gib = 5 } }]",
+        )
+        .unwrap();
+        let classes = c.pools[0].warm_classes("pools[0]").unwrap().unwrap();
+        assert_eq!(classes.classes.len(), 2);
+        assert_eq!(
+            classes.classes[0].max_age_seconds,
+            differently_core::warm::DEFAULT_MAX_AGE_SECONDS
+        );
+        let py = &classes.classes[1];
+        assert_eq!(py.max_size, Some(3));
+        assert_eq!(py.refill_per_second, 0.5);
+        assert_eq!(py.template.as_deref(), Some("python:3.12"));
+        assert_eq!(py.resources.map(|r| r.memory_mib), Some(2048));
+        // The array-of-tables form is the same list.
+        let c = parse(
+            "[[pools]]\nname = \"edge\"\nkind = \"fake\"\n\
+             [[pools.warm]]\nname = \"default\"\nsize = 2\nrefill_per_second = 1",
+        )
+        .unwrap();
+        assert_eq!(c.pools[0].warm.as_ref().map(Vec::len), Some(1));
+        // Without `warm`, nothing is declared (the stored classes are left alone).
+        let c = parse("[[pools]]\nname = \"edge\"\nkind = \"fake\"").unwrap();
+        assert_eq!(c.pools[0].warm_classes("pools[0]").unwrap(), None);
+
+        for (class, field) in [
+            (
+                "name = \"A\", size = 1, refill_per_second = 1",
+                "pools[1].warm[0].name",
+            ),
+            (
+                "name = \"a\", size = 1, refill_per_second = 0",
+                "pools[1].warm[0].refill_per_second",
+            ),
+            (
+                "name = \"a\", size = 3, max_size = 2, refill_per_second = 1",
+                "pools[1].warm[0].max_size",
+            ),
+            (
+                "name = \"a\", size = 1, refill_per_second = 1, max_age_seconds = 1",
+                "pools[1].warm[0].max_age_seconds",
+            ),
+            (
+                "name = \"a\", size = 1, refill_per_second = 1, \
+                 resources = { cpu = 1, memory_mib = 1, disk_gib = 5 }",
+                "pools[1].warm[0].resources.memory_mib",
+            ),
+        ] {
+            let e = parse(&format!(
+                "[[pools]]\nname = \"one\"\nkind = \"fake\"\n\
+                 [[pools]]\nname = \"edge\"\nkind = \"fake\"\nwarm = [{{ {class} }}]"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(field) && e.contains("\"edge\""), "{class}: {e}");
+        }
+        let e = parse(
+            "[[pools]]\nname = \"edge\"\nkind = \"fake\"\n\
+             warm = [{ name = \"a\", size = 1, refill_per_second = 1, refillPerSecond = 1 }]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("refillPerSecond"),
+            "unknown fields are refused: {e}"
+        );
     }
 }

@@ -10,6 +10,7 @@ use chrono::Utc;
 use differently_adapters::credentials::{Credentials, SecretSource, SecretSourceError};
 use differently_adapters::pools::PoolSet;
 use differently_core::pool::{PoolRecord, PoolSource};
+use differently_store::warm::WarmStore;
 use differently_store::{Actor, Store};
 
 use crate::config::Config;
@@ -72,6 +73,21 @@ pub async fn register(store: &dyn Store, records: &[PoolRecord]) -> Result<(), A
             r.created_at = old.created_at;
         }
         store.upsert_pool(&r, &Actor::System("config")).await?;
+    }
+    Ok(())
+}
+
+/// Writes the warm classes the config file declares for its pools, replacing what is
+/// stored (an edit through the admin API lasts until the next start); a pool that declares
+/// no `warm` keeps its stored classes.
+pub async fn register_warm(store: &dyn Store, config: &Config) -> Result<(), AnyError> {
+    for (i, p) in config.pools.iter().enumerate() {
+        if let Some(classes) = p.warm_classes(&format!("pools[{i}]"))? {
+            store
+                .set_warm_classes(&p.name, &classes, &Actor::System("config"))
+                .await
+                .map_err(|e| format!("config: pools[{i}].warm ({}): {e}", p.name))?;
+        }
     }
     Ok(())
 }
@@ -190,5 +206,58 @@ async fn probe_once(store: &dyn Store, pools: &PoolSet, names: &[String], who: &
         all.retain(|h| !rows.iter().any(|r| r.name == h.name));
         all.extend(rows);
         pools.apply_health(&all, Utc::now(), HEALTH_STALE_AFTER);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use differently_core::warm::WarmClasses;
+    use differently_store::memory::MemoryStore;
+
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        toml::from_str(text).unwrap()
+    }
+
+    #[tokio::test]
+    async fn declared_warm_classes_replace_the_stored_ones_at_every_start() {
+        let store = MemoryStore::new();
+        let declared = config(
+            "[[pools]]\nname = \"a\"\nkind = \"fake\"\n\
+             warm = [{ name = \"d\", size = 2, refill_per_second = 1 }]\n\
+             [[pools]]\nname = \"b\"\nkind = \"fake\"",
+        );
+        register(&store, &config_records(&declared).unwrap())
+            .await
+            .unwrap();
+        register_warm(&store, &declared).await.unwrap();
+        let a = store.warm_classes("a").await.unwrap();
+        assert_eq!(a.classes.len(), 1);
+        assert_eq!(a.classes[0].size, 2);
+
+        // Edits through the API: one on the pool that declares classes, one on the other.
+        let api_doc: WarmClasses = serde_json::from_value(serde_json::json!({
+            "classes": [{ "name": "api", "size": 5, "refillPerSecond": 2 }]
+        }))
+        .unwrap();
+        let admin = Actor::System("test");
+        store.set_warm_classes("a", &api_doc, &admin).await.unwrap();
+        store.set_warm_classes("b", &api_doc, &admin).await.unwrap();
+
+        // The next start: the file's classes win where declared; elsewhere the stored stay.
+        register_warm(&store, &declared).await.unwrap();
+        assert_eq!(store.warm_classes("a").await.unwrap(), a);
+        assert_eq!(store.warm_classes("b").await.unwrap(), api_doc);
+
+        // An empty list is a declaration too: no classes.
+        let none = config(
+            "[[pools]]\nname = \"a\"\nkind = \"fake\"\nwarm = []\n\
+             [[pools]]\nname = \"b\"\nkind = \"fake\"",
+        );
+        register_warm(&store, &none).await.unwrap();
+        assert!(store.warm_classes("a").await.unwrap().classes.is_empty());
     }
 }

@@ -582,6 +582,7 @@ pub async fn server(
     let store = connect_store(&config).await?;
     let store: Arc<dyn Store> = store;
     crate::pools::register(store.as_ref(), &records).await?;
+    crate::pools::register_warm(store.as_ref(), &config).await?;
     let pools = crate::pools::load(store.clone()).await?;
     crate::pools::spawn_sync(store.clone(), pools.clone());
     if roles.contains(&Role::Worker) {
