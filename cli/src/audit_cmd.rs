@@ -126,6 +126,8 @@ pub fn install_keys(section: &AuditSection, dev: bool) -> Result<Option<AuditKey
             let _ = sealed::set_process_key(k);
             tracing::info!("secrets key configured: stored secrets enabled");
         }
+        // `dev` makes one for the run itself, and says so.
+        None if dev => {}
         None => tracing::info!(
             "no secrets key in {}: stored secrets are disabled (env and file references work)",
             section.secrets_key_env

@@ -108,7 +108,7 @@ const NOT_ENFORCED: [&str; 6] = [
 
 /// Where env values rest without a secrets key; replaced by [`ENV_SEALED`] with one.
 const ENV_PLAINTEXT: &str = "Sandbox environment variable values are stored in the database in plaintext, because no secrets key (DIFFERENTLY_SECRETS_KEY) is configured; they are never served back, and are cleared when the sandbox ends.";
-const ENV_SEALED: &str = "Sandbox environment variable values are sealed in the database under the secrets key (AES-256-GCM) and cleared when the sandbox ends, but workers open them to create the instance, and the backend holds them for the sandbox's life.";
+const ENV_SEALED: &str = "Sandbox environment variable values are sealed in Postgres under the secrets key (AES-256-GCM) and cleared when the sandbox ends (the in-memory store of `differently dev` keeps nothing at rest), but workers open them to create the instance, and the backend holds them for the sandbox's life.";
 
 /// `NOT_ENFORCED` as it holds for this process's secrets key.
 fn not_enforced() -> Vec<&'static str> {

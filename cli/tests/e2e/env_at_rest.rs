@@ -99,7 +99,7 @@ isolation = "none"
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("are sealed in the database")),
+            .any(|l| l.contains("are sealed in Postgres")),
         "{lines:?}"
     );
     assert!(!lines.iter().any(|l| l.contains("plaintext")), "{lines:?}");
