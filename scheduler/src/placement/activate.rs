@@ -208,7 +208,9 @@ pub(super) fn waiting_doc(doc: &serde_json::Value, reason: &str, wall: Wall) -> 
 /// Every pool this candidate could use is behind a wall: it waits. Its explanation says so
 /// (`waiting_doc`) and is stored whenever its reason changes (and once per leader), so
 /// `GET …/placement` says why. `reason` is the row's after a refused activation; `None` when
-/// it was parked behind a wall another candidate found.
+/// it was parked behind a wall another candidate found. The row's `statusReason` and the
+/// explanation's `reason` are the same text: a parked row without a reason of its own gets
+/// the wall's (`waiting: org limit reached`) stored on it too, once.
 pub(super) async fn wait_behind_walls(
     s: &Scheduler,
     q: &Shared,
@@ -216,9 +218,24 @@ pub(super) async fn wait_behind_walls(
     wall: Wall,
     reason: Option<String>,
 ) -> Outcome {
+    let on_row = reason.is_some() || r.row.status_reason.is_some();
     let reason = reason
         .or_else(|| r.row.status_reason.clone())
         .unwrap_or_else(|| format!("waiting: {} limit reached", wall.as_str()));
+    if !on_row {
+        let next =
+            Utc::now() + chrono::Duration::from_std(s.config.waiting_backoff).unwrap_or_default();
+        match s.store.set_queued_reason(&r.row.id, &reason, next).await {
+            Ok(()) => {
+                if let Some(cached) = lock(q).rows.get_mut(&r.row.id) {
+                    cached.status_reason = Some(reason.clone());
+                }
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %r.row.id, error = %e, "placement: cannot record why it waits");
+            }
+        }
+    }
     if lock(q).needs_explaining(&r.row.id, &reason) {
         let doc = waiting_doc(&r.doc, &reason, wall);
         match s.store.save_placement(&r.row.id, &doc).await {

@@ -29,6 +29,7 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 mod undelivered;
+mod waiting_reason;
 
 /// Every wait is bounded by this: a condition that does not come fails the test.
 const WAIT: Duration = Duration::from_secs(20);
