@@ -5,7 +5,9 @@ use futures::stream::BoxStream;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::{encode, query, AuditFilter, Client, Error, Pool, Result, TransportError};
+use crate::{
+    encode, query, AuditFilter, Client, Error, Pool, Result, TransportError, WarmClass, WarmClasses,
+};
 
 fn audit_path(f: &AuditFilter) -> String {
     format!(
@@ -68,6 +70,29 @@ impl Client {
             Method::DELETE,
             &format!("/v1/admin/pools/{}", encode(name)),
             None,
+        )
+        .await
+    }
+
+    /// `GET /v1/admin/pools/{name}/warm`: the pool's warm classes with their counts.
+    pub async fn warm_classes(&self, pool: &str) -> Result<WarmClasses> {
+        self.json::<_, ()>(
+            Method::GET,
+            &format!("/v1/admin/pools/{}/warm", encode(pool)),
+            None,
+            &[],
+        )
+        .await
+    }
+
+    /// `PUT /v1/admin/pools/{name}/warm`: replaces the pool's warm classes (`[]` removes
+    /// them all); answers them as `warm_classes` does.
+    pub async fn put_warm_classes(&self, pool: &str, classes: &[WarmClass]) -> Result<WarmClasses> {
+        self.json(
+            Method::PUT,
+            &format!("/v1/admin/pools/{}/warm", encode(pool)),
+            Some(&json!({ "classes": classes })),
+            &[],
         )
         .await
     }

@@ -485,6 +485,49 @@ pub struct PoolRequest {
     pub settings: Option<Value>,
 }
 
+/// One warm class of a pool (`PUT /v1/admin/pools/{name}/warm`): instances kept ready so
+/// that a create with the same template and resources is answered from one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmClass {
+    /// `a-z`, `0-9` and `-`, unique within the pool.
+    pub name: String,
+    /// Instances kept creating or ready.
+    pub size: u32,
+    /// Ready instances above which the surplus is retired (none: `size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<u32>,
+    /// Creates started per second at most while refilling.
+    pub refill_per_second: f64,
+    /// A ready instance older than this is replaced (none: 3600 when put; served filled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_seconds: Option<u64>,
+    /// The instances' template (none: the pool's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// The instances' resources, all three given (none: a create's defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+}
+
+/// A warm class as served: the class and its instances by state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmClassStatus {
+    #[serde(flatten)]
+    pub class: WarmClass,
+    /// Instances ready to be claimed.
+    pub ready: u32,
+    /// Instances being created.
+    pub creating: u32,
+}
+
+/// `GET /v1/admin/pools/{name}/warm`: the pool's classes in matching order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmClasses {
+    pub classes: Vec<WarmClassStatus>,
+}
+
 /// Filters of `GET /v1/audit`.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {

@@ -703,6 +703,40 @@ async fn tenancy_quotas_policies_and_admin_routes() {
         c.get_pool("extra").await.expect_err("gone").status(),
         Some(404)
     );
+    // Warm classes of the dev pool: put, read back with counts, refused when invalid.
+    let put = c
+        .put_warm_classes(
+            "local",
+            &[differently_client::WarmClass {
+                name: "default".into(),
+                size: 0,
+                refill_per_second: 1.0,
+                ..Default::default()
+            }],
+        )
+        .await
+        .expect("put warm classes");
+    assert_eq!(put.classes.len(), 1, "{put:?}");
+    assert_eq!(put.classes[0].class.max_age_seconds, Some(3600));
+    assert_eq!(put.classes[0].ready, 0);
+    assert_eq!(c.warm_classes("local").await.expect("warm"), put);
+    let bad = c
+        .put_warm_classes(
+            "local",
+            &[differently_client::WarmClass {
+                name: "Bad".into(),
+                refill_per_second: 1.0,
+                ..Default::default()
+            }],
+        )
+        .await
+        .expect_err("bad name");
+    assert_eq!(bad.status(), Some(422), "{bad}");
+    assert_eq!(
+        c.warm_classes("nope").await.expect_err("no pool").status(),
+        Some(404)
+    );
+    c.put_warm_classes("local", &[]).await.expect("clear");
     assert_eq!(c.ready().await.expect("ready")["status"], "ready");
     let secret = c
         .put_secret("backend-token", "s3cr3t-value")

@@ -19,6 +19,8 @@ from differently import (
     ResourcesSpec,
     SandboxLimit,
     ValidationError,
+    WarmClass,
+    WarmResources,
 )
 
 from .conftest import Server
@@ -211,3 +213,31 @@ def test_pool_admin_and_org_delete(client: Client, tag: str) -> None:
     client.orgs.delete(org)
     with pytest.raises(NotFoundError):
         client.orgs.get(org.id)
+
+
+def test_pool_warm_classes(client: Client) -> None:
+    py = WarmClass(
+        "py",
+        size=0,
+        refill_per_second=0.5,
+        max_size=2,
+        template="python:3.12",
+        resources=WarmResources(cpu=2, memory_mib=2048, disk_gib=5),
+    )
+    put = client.pools.set_warm("local", [WarmClass("default", size=0, refill_per_second=1), py])
+    try:
+        assert [c.name for c in put.classes] == ["default", "py"]
+        default, got = put.classes
+        assert (default.max_size, default.max_age_seconds, default.template) == (None, 3600, None)
+        assert (default.ready, default.creating) == (0, 0)
+        assert (got.max_size, got.template, got.refill_per_second) == (2, "python:3.12", 0.5)
+        assert got.resources is not None and got.resources.memory_mib == 2048
+        assert client.pools.get_warm("local") == put
+        with pytest.raises(ValidationError) as e:
+            client.pools.set_warm("local", [WarmClass("a", size=1, refill_per_second=0)])
+        assert e.value.field == "classes[0].refillPerSecond"
+        with pytest.raises(NotFoundError):
+            client.pools.get_warm("no-such-pool")
+    finally:
+        cleared = client.pools.set_warm("local", [])
+    assert cleared.classes == []

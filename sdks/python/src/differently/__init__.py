@@ -108,6 +108,10 @@ from .models import (
     Webhook,
     WebhookDelivery,
     WebhookWithSecret,
+    WarmClass,
+    WarmClasses,
+    WarmClassStatus,
+    WarmResources,
 )
 from .webhooks import verify_webhook
 
@@ -195,6 +199,10 @@ __all__ = [
     "ValidationError",
     "Verification",
     "WaitTimeoutError",
+    "WarmClass",
+    "WarmClasses",
+    "WarmClassStatus",
+    "WarmResources",
     "EventCredentials",
     "EventSchemaList",
     "EventTypeSchema",

@@ -84,6 +84,8 @@ from .models import (
     PoolRequest,
     PortRequest,
     Profile,
+    WarmClass,
+    WarmClasses,
     Project,
     Quota,
     QuotaView,
@@ -1362,6 +1364,14 @@ class AsyncPools:
 
     async def delete(self, name: str) -> None:
         await self._c._run(core.delete(f"/v1/admin/pools/{seg(name)}"))
+
+    async def get_warm(self, name: str) -> WarmClasses:
+        """The pool's warm classes, each with its ``ready`` and ``creating`` instances."""
+        return await self._c._run(core.get_warm(name))
+
+    async def set_warm(self, name: str, classes: Sequence[WarmClass]) -> WarmClasses:
+        """Replaces the pool's warm classes (``[]`` removes them all); answers as ``get_warm``."""
+        return await self._c._run(core.put_warm(name, classes))
 
 
 class AsyncAudit:

@@ -87,6 +87,8 @@ from .models import (
     PoolRequest,
     PortRequest,
     Project,
+    WarmClass,
+    WarmClasses,
     Quota,
     QuotaView,
     Sandbox,
@@ -774,6 +776,15 @@ def update_pool(name: str, req: PoolRequest) -> Op[PoolRecord]:
 
 def get_pool(name: str) -> Op[Pool]:
     return get(f"/v1/admin/pools/{seg(name)}", Pool)
+
+
+def get_warm(pool: str) -> Op[WarmClasses]:
+    return get(f"/v1/admin/pools/{seg(pool)}/warm", WarmClasses)
+
+
+def put_warm(pool: str, classes: Sequence[WarmClass]) -> Op[WarmClasses]:
+    body = {"classes": [encode(c) for c in classes]}
+    return put(f"/v1/admin/pools/{seg(pool)}/warm", body, WarmClasses)
 
 
 # --- audit, trust, health --------------------------------------------------------------------

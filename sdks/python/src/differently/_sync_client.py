@@ -87,6 +87,8 @@ from .models import (
     PoolRequest,
     PortRequest,
     Profile,
+    WarmClass,
+    WarmClasses,
     Project,
     Quota,
     QuotaView,
@@ -1365,6 +1367,14 @@ class Pools:
 
     def delete(self, name: str) -> None:
         self._c._run(core.delete(f"/v1/admin/pools/{seg(name)}"))
+
+    def get_warm(self, name: str) -> WarmClasses:
+        """The pool's warm classes, each with its ``ready`` and ``creating`` instances."""
+        return self._c._run(core.get_warm(name))
+
+    def set_warm(self, name: str, classes: Sequence[WarmClass]) -> WarmClasses:
+        """Replaces the pool's warm classes (``[]`` removes them all); answers as ``get_warm``."""
+        return self._c._run(core.put_warm(name, classes))
 
 
 class Audit:

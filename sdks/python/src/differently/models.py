@@ -543,6 +543,55 @@ class PoolRequest:
     settings: Union[Dict[str, Any], Unset] = UNSET
 
 
+@dataclass
+class WarmResources:
+    """A warm class's resources, all three given (a class fixes them whole)."""
+
+    cpu: int
+    memory_mib: int = field(metadata=json_name("memoryMiB"))
+    disk_gib: int = field(metadata=json_name("diskGiB"))
+
+
+@dataclass
+class WarmClass:
+    """One warm class of a pool (``pools.set_warm``): instances kept ready so that a create
+    asking for the same ``template`` and ``resources`` is answered from one. Unset fields take
+    the server's defaults (``max_size``: ``size``; ``max_age_seconds``: 3600; ``template``:
+    the pool's default; ``resources``: a create's defaults)."""
+
+    name: str
+    size: int
+    refill_per_second: float
+    max_size: Union[int, None, Unset] = UNSET
+    max_age_seconds: Union[int, Unset] = UNSET
+    template: Union[str, None, Unset] = UNSET
+    resources: Union[WarmResources, None, Unset] = UNSET
+
+
+@dataclass(frozen=True)
+class WarmClassStatus:
+    """A pool's warm class as served: the class and its instances being created and ready."""
+
+    name: str
+    size: int
+    max_size: Optional[int]
+    refill_per_second: float
+    max_age_seconds: int
+    template: Optional[str]
+    resources: Optional[Resources]
+    ready: int
+    creating: int
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass(frozen=True)
+class WarmClasses:
+    """``GET /v1/admin/pools/{name}/warm``: the pool's warm classes in matching order."""
+
+    classes: List[WarmClassStatus]
+    raw: Dict[str, Any] = _raw()
+
+
 @dataclass(frozen=True)
 class AuditEvent:
     """One audit record (``GET /v1/audit``); ``key_id`` is the signing key of its segment."""
