@@ -217,6 +217,18 @@ pub enum PtyInput {
     Signal(PtySignal),
 }
 
+/// The capability of a backend that can hold warm instances: created ahead of time with no
+/// env (never tenant data), tagged with the warm id, found by `find` and `list` like any
+/// instance, and usable by the sandbox that claims it after [`Adapter::claim`]. Advertised
+/// only where that is true; a pool without it gets no refill. Not one a create may ask for
+/// (it is not in `core::sandbox::KNOWN_CAPABILITIES`): it is about the pool, not the sandbox.
+pub const WARM_CAPABILITY: &str = "warm";
+
+/// Whether `adapter` advertises [`WARM_CAPABILITY`].
+pub fn offers_warm(adapter: &dyn Adapter) -> bool {
+    adapter.capabilities().iter().any(|c| c == WARM_CAPABILITY)
+}
+
 fn unsupported<T>(op: &str) -> Result<T, AdapterError> {
     Err(AdapterError::Unsupported(op.to_owned()))
 }
@@ -381,6 +393,20 @@ pub trait Adapter: Send + Sync + 'static {
         _expires: Option<std::time::Duration>,
     ) -> Result<Endpoint, AdapterError> {
         unsupported("ports.expose")
+    }
+
+    /// Whether a claimed warm instance needs [`Adapter::claim`] before its sandbox runs (the
+    /// sandbox is then claimed `provisioning` and a worker makes the call); `false`: it is
+    /// claimed `running` at once.
+    fn claim_call(&self) -> bool {
+        false
+    }
+
+    /// Readies a warm instance for the sandbox that claimed it: e.g. moves its backend-side
+    /// expiry from the warm class's age to the tenant's TTL. Idempotent (a worker repeats it
+    /// on redelivery). Only called when [`Adapter::claim_call`] says so.
+    async fn claim(&self, _at: &InstanceRef, _ttl_seconds: u64) -> Result<(), AdapterError> {
+        Ok(())
     }
 
     /// Moves the backend-side TTL backstop after a TTL renew. Adapters without a backstop

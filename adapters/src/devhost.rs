@@ -1006,6 +1006,9 @@ impl Adapter for DevhostAdapter {
             "files",
             "lifecycle.pause",
             "snapshots",
+            // An instance is a directory and a tag: one made ahead of time with no env is
+            // claimed as is (no backend-side expiry to move).
+            crate::WARM_CAPABILITY,
         ];
         if self.setsid.is_some() {
             caps.push("exec.pty");

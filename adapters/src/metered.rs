@@ -335,6 +335,14 @@ impl<A: Adapter + ?Sized> Adapter for Metered<A> {
     async fn renew(&self, at: &InstanceRef, ttl: std::time::Duration) -> Result<(), AdapterError> {
         metered(&self.pool, "renew", self.inner.renew(at, ttl)).await
     }
+
+    fn claim_call(&self) -> bool {
+        self.inner.claim_call()
+    }
+
+    async fn claim(&self, at: &InstanceRef, ttl_seconds: u64) -> Result<(), AdapterError> {
+        metered(&self.pool, "claim", self.inner.claim(at, ttl_seconds)).await
+    }
 }
 
 #[cfg(test)]

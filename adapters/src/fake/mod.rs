@@ -49,6 +49,10 @@
 //! (`https://fake.invalid/<sandbox>/<port>`, expiring as asked, default one hour); `exec.pty`
 //! (a scripted terminal, see `terminal`: echo, `stty size`, `sleep`, `exit N`; ledger line
 //! `exec` with the program name).
+//!
+//! `warm` in `capabilities` advertises warm instances: a create with no env is an instance
+//! like any other (same ledger line, same `latencyMs`, `failCreates` and `capacityFull`), and a
+//! claim needs no call (`claim_call` is false).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};

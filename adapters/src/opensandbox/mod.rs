@@ -645,8 +645,23 @@ impl Adapter for OpenSandboxAdapter {
         self.settings.checkpoint_timeout
     }
 
+    /// The runtime's capabilities, and `warm` on every runtime: an instance created with no
+    /// env and tagged with its id is an ordinary sandbox whose expiry [`Adapter::claim`]
+    /// moves to the tenant's TTL.
     fn capabilities(&self) -> Vec<String> {
-        self.settings.capabilities.clone()
+        let mut caps = self.settings.capabilities.clone();
+        caps.push(crate::WARM_CAPABILITY.to_owned());
+        caps
+    }
+
+    /// A warm instance was created with the warm class's expiry (its max age); the claimer's
+    /// TTL must replace it before the sandbox runs, or the backend would end it early.
+    fn claim_call(&self) -> bool {
+        true
+    }
+
+    async fn claim(&self, at: &InstanceRef, ttl_seconds: u64) -> Result<(), AdapterError> {
+        self.renew(at, Duration::from_secs(ttl_seconds)).await
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {

@@ -86,6 +86,7 @@ async fn lifecycle_dir_tag_idempotent_list_delete() {
             "files",
             "lifecycle.pause",
             "snapshots",
+            "warm",
             // The host has util-linux `setsid` (devhost needs it for a terminal).
             "exec.pty",
             "ports.expose"
