@@ -194,6 +194,13 @@ async fn list_keys(
     q: Result<Query<ListKeys>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<ApiKeyRecord>>> {
     let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    // The whole query is checked before the organization is looked up, so a bad query gets
+    // its 400 whoever's organization it names.
+    let page = PageQuery {
+        limit: crate::page::parse_limit(q.limit.as_deref())?,
+        cursor: q.cursor,
+    };
+    let after = page.cursor_id(KeyId::parse)?;
     let org = match q.org_id.as_deref() {
         Some(raw) => load_org(&state, &p, raw).await?.id,
         None => p.org_id.clone(),
@@ -201,11 +208,6 @@ async fn list_keys(
     if !p.manages_org(&org) {
         return Err(forbidden("list keys of this organization"));
     }
-    let page = PageQuery {
-        limit: crate::page::parse_limit(q.limit.as_deref())?,
-        cursor: q.cursor,
-    };
-    let after = page.cursor_id(KeyId::parse)?;
     let rows = state
         .store
         .list_keys(&org, after.as_ref(), page.limit + 1)

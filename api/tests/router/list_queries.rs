@@ -79,7 +79,7 @@ async fn contradictory_labels_still_get_their_query_checked() {
 }
 
 #[tokio::test]
-async fn another_orgs_audit_and_projects_still_get_their_query_checked() {
+async fn another_orgs_audit_projects_and_keys_still_get_their_query_checked() {
     let api = api().await;
     let tenant = api.key_with(None, &["sandboxes:read"]).await;
     const OTHER_ORG: &str = "org_00000000000000000000000000";
@@ -87,6 +87,7 @@ async fn another_orgs_audit_and_projects_still_get_their_query_checked() {
     for path in [
         format!("/v1/audit?orgId={OTHER_ORG}"),
         format!("/v1/projects?orgId={OTHER_ORG}"),
+        format!("/v1/keys?orgId={OTHER_ORG}"),
     ] {
         let a = api
             .call(Method::GET, &path, Some(&tenant), Value::Null, &[])
@@ -102,6 +103,8 @@ async fn another_orgs_audit_and_projects_still_get_their_query_checked() {
             "limit",
         ),
         (format!("/v1/projects?orgId={OTHER_ORG}&cursor=x"), "cursor"),
+        (format!("/v1/keys?orgId={OTHER_ORG}&limit=5000"), "limit"),
+        (format!("/v1/keys?orgId={OTHER_ORG}&cursor=x"), "cursor"),
     ] {
         let a = api
             .call(Method::GET, &path, Some(&tenant), Value::Null, &[])
