@@ -31,6 +31,7 @@ pub mod events;
 pub mod facade;
 pub mod idempotency;
 mod locks;
+pub mod mcp;
 pub mod middleware;
 pub mod mutation;
 pub mod nul;
@@ -153,7 +154,8 @@ pub fn router(state: AppState) -> Router {
     let v1 = routes::router().with_state(state.clone());
     let routes = Router::new()
         .merge(routes::router())
-        .merge(facade::opensandbox::router(&state, v1))
+        .merge(facade::opensandbox::router(&state, v1.clone()))
+        .merge(mcp::http::router(&state, v1))
         .merge(ui::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod audit_cmd;
 mod client;
 mod config;
+mod mcp;
 mod metrics;
 mod plugin_cmd;
 mod pools;
@@ -88,6 +89,12 @@ enum Command {
         target: client::Target,
         #[command(subcommand)]
         command: client::tenancy::KeyCommand,
+    },
+    /// A Model Context Protocol server on stdin/stdout for local agent hosts, acting through
+    /// the API with the configured key (docs/mcp.md).
+    Mcp {
+        #[command(flatten)]
+        target: client::Target,
     },
     /// Sandboxes through the API (`DIFFERENTLY_URL`, `DIFFERENTLY_API_KEY`, or a profile).
     Sandbox {
@@ -201,6 +208,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Mcp { target } => return Ok(mcp::run(&target).await),
             Command::Sandbox { target, command } => {
                 return Ok(client::sandbox::run(&target, command).await)
             }

@@ -1,0 +1,950 @@
+//! The tools: each a JSON Schema, a description, and the `/v1` calls it makes with the
+//! caller's key. Arguments that are a `/v1` body (create, exec) are sent as that body, so
+//! `/v1` validates them exactly as it validates its own callers; what the engine reads itself
+//! (ids, paths, encodings) is checked here with the `/v1` codes (`invalid_argument` for a wrong
+//! type or unknown field, `validation_failed` for a bad value), naming the field.
+//!
+//! Results are structured content plus a text rendering. Any refusal — a missing scope,
+//! another tenant's sandbox (`not_found`), a bad argument, a quota — is a tool error
+//! (`isError: true`) carrying the API's stable code, never a protocol error.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use base64::Engine as _;
+use futures::StreamExt;
+use serde_json::{json, Map, Value};
+
+use super::resources::{CommandLogs, LogEntry};
+use super::v1::{V1Request, V1};
+use super::{code, Notifier, RpcError};
+use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
+
+/// Output kept per stream of a command, as `/v1` exec keeps it (the rest is counted, and the
+/// `…Truncated` flag set, while the command runs on).
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// Largest file `files_read` returns (a longer one is cut there, `truncated: true`).
+pub const MAX_READ_BYTES: usize = 1024 * 1024;
+
+/// Largest file `files_write` sends (after base64 decoding). The JSON-RPC message carrying it
+/// is also bounded: 2 MiB over HTTP (the API's JSON body limit), 4 MiB over stdio.
+pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
+
+/// Largest JSON answer read from `/v1` (a page of 1000 sandboxes fits).
+const MAX_JSON_BYTES: usize = 8 * 1024 * 1024;
+
+/// Longest a progress notification's `message` gets (output beyond it is in the result).
+const MAX_PROGRESS_MESSAGE: usize = 16 * 1024;
+
+/// Default and largest wait for a sandbox to run or a snapshot to be ready.
+const DEFAULT_WAIT_SECONDS: u64 = 120;
+const MAX_WAIT_SECONDS: u64 = 600;
+
+/// Where progress notifications of a call go.
+pub struct Progress {
+    pub token: Value,
+    pub out: Notifier,
+}
+
+impl Progress {
+    fn send(&self, progress: u64, message: String) {
+        let _ = self.out.send(json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": { "progressToken": self.token, "progress": progress, "message": message },
+        }));
+    }
+}
+
+/// A tool's failure: the API's envelope (or the same shape for what the engine checks).
+#[derive(Debug, Clone)]
+pub struct ToolError {
+    pub code: String,
+    pub message: String,
+    pub details: Option<Value>,
+    pub request_id: Option<String>,
+}
+
+impl ToolError {
+    fn new(code: &str, message: impl Into<String>) -> ToolError {
+        ToolError {
+            code: code.to_owned(),
+            message: message.into(),
+            details: None,
+            request_id: None,
+        }
+    }
+
+    fn field(code: &str, field: &str, message: impl Into<String>) -> ToolError {
+        let mut e = ToolError::new(code, message);
+        e.details = Some(json!({ "field": field }));
+        e
+    }
+
+    /// The tool result carrying this error.
+    pub fn result(&self) -> Value {
+        let mut err = json!({ "code": self.code, "message": self.message });
+        if let Some(d) = &self.details {
+            err["details"] = d.clone();
+        }
+        if let Some(r) = &self.request_id {
+            err["requestId"] = json!(r);
+        }
+        json!({
+            "content": [{ "type": "text", "text": format!("{}: {}", self.code, self.message) }],
+            "structuredContent": { "error": err },
+            "isError": true,
+        })
+    }
+
+    /// The error a `/v1` answer carries (its envelope), whatever its status.
+    fn from_v1(status: StatusCode, body: &[u8]) -> ToolError {
+        let env: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let e = &env["error"];
+        match e.get("code").and_then(Value::as_str) {
+            Some(c) => ToolError {
+                code: c.to_owned(),
+                message: e["message"].as_str().unwrap_or_default().to_owned(),
+                details: e.get("details").filter(|d| !d.is_null()).cloned(),
+                request_id: e["requestId"].as_str().map(str::to_owned),
+            },
+            None => ToolError::new("internal", format!("the API answered {status}")),
+        }
+    }
+
+    fn transport(e: String) -> ToolError {
+        ToolError::new(
+            "provider_unavailable",
+            format!("the API could not be reached: {e}"),
+        )
+    }
+}
+
+type ToolResult = Result<Value, ToolError>;
+
+/// A successful tool result: `structured` as structured content and as its JSON text.
+fn ok(structured: Value) -> ToolResult {
+    let text = serde_json::to_string_pretty(&structured).unwrap_or_default();
+    Ok(json!({
+        "content": [{ "type": "text", "text": text }],
+        "structuredContent": structured,
+    }))
+}
+
+/// The tool list, with input schemas.
+pub fn list() -> Value {
+    let sandbox_id = json!({ "type": "string", "description": "The sandbox's id (sbx_…)." });
+    let resources = json!({
+        "type": "object",
+        "description": "CPU cores, memory and disk; omitted fields take the installation's defaults.",
+        "properties": {
+            "cpu": { "type": "integer", "minimum": 1, "maximum": 256 },
+            "memoryMiB": { "type": "integer", "minimum": 128, "maximum": 1048576 },
+            "diskGiB": { "type": "integer", "minimum": 0, "maximum": 16384 },
+        },
+        "additionalProperties": false,
+    });
+    let create_props = json!({
+        "template": { "type": "string", "description": "The template or container image to start (e.g. python:3.12)." },
+        "resources": resources,
+        "profile": { "type": "string", "enum": ["small", "medium", "large", "xlarge"], "description": "A named resource size instead of resources." },
+        "env": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Environment variables of every command. Values are sealed at rest and never shown again." },
+        "labels": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Labels to find the sandbox by." },
+        "ttlSeconds": { "type": "integer", "minimum": 1, "maximum": 2592000, "description": "Seconds until the sandbox is deleted (extend with sandbox_extend)." },
+        "idleTimeoutSeconds": { "type": "integer", "minimum": 1, "maximum": 2592000 },
+        "projectId": { "type": "string", "description": "The project to create in (a key bound to a project uses its own)." },
+        "capabilities": { "type": "array", "items": { "type": "string" } },
+        "region": { "type": "string" },
+        "priority": { "type": "integer", "minimum": -100, "maximum": 100 },
+        "waitSeconds": { "type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECONDS, "description": "How long to wait for the sandbox to run (default 120)." },
+    });
+    let mut fork_props = create_props.clone();
+    fork_props["snapshotId"] =
+        json!({ "type": "string", "description": "The ready snapshot to start from (snp_…)." });
+    let obj = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required, "additionalProperties": false });
+    json!([
+        {
+            "name": "sandbox_create",
+            "title": "Create a sandbox",
+            "description": "Creates a sandbox from a template (image) and waits until it is running; returns the sandbox. Needs sandboxes:write.",
+            "inputSchema": obj(create_props, &[]),
+            "annotations": { "destructiveHint": false, "openWorldHint": false },
+        },
+        {
+            "name": "sandbox_list",
+            "title": "List sandboxes",
+            "description": "Lists the sandboxes the key can see, newest first, one page at a time. Needs sandboxes:read.",
+            "inputSchema": obj(json!({
+                "status": { "type": "string", "description": "Only sandboxes with this status (queued, provisioning, running, paused, stopped, terminating, terminated, failed)." },
+                "labels": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Only sandboxes carrying every one of these labels." },
+                "projectId": { "type": "string" },
+                "limit": { "type": "integer", "minimum": 1, "maximum": 1000 },
+                "cursor": { "type": "string", "description": "nextCursor of the previous page." },
+            }), &[]),
+            "annotations": { "readOnlyHint": true },
+        },
+        {
+            "name": "sandbox_get",
+            "title": "Get a sandbox",
+            "description": "The sandbox: status, template, resources, labels, env names (never values), expiry. Needs sandboxes:read.",
+            "inputSchema": obj(json!({ "sandboxId": sandbox_id }), &["sandboxId"]),
+            "annotations": { "readOnlyHint": true },
+        },
+        {
+            "name": "sandbox_exec",
+            "title": "Run a command",
+            "description": "Runs a command (an argv array, no shell unless you run one) in a running sandbox and returns stdout, stderr and exitCode. Each stream keeps 1 MiB (…Truncated beyond). With a progress token, output is streamed as progress notifications while it runs. A timeout gives exit code 124. Needs sandboxes:exec.",
+            "inputSchema": obj(json!({
+                "sandboxId": sandbox_id,
+                "command": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "The program and its arguments, e.g. [\"sh\", \"-c\", \"ls -l\"]." },
+                "cwd": { "type": "string", "description": "Absolute working directory." },
+                "env": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Variables over the sandbox's own." },
+                "timeoutSeconds": { "type": "integer", "minimum": 1, "maximum": 86400 },
+                "stdin": { "type": "string", "description": "Text given on standard input." },
+                "stdinBase64": { "type": "string", "description": "Bytes given on standard input, base64." },
+                "outputEncoding": { "type": "string", "enum": ["utf8", "base64"] },
+            }), &["sandboxId", "command"]),
+            "annotations": { "destructiveHint": true, "openWorldHint": true },
+        },
+        {
+            "name": "files_read",
+            "title": "Read a file",
+            "description": "Reads a file of the sandbox: text when it is UTF-8, else base64 (or as asked). At most 1 MiB (truncated: true beyond). Needs files:read.",
+            "inputSchema": obj(json!({
+                "sandboxId": sandbox_id,
+                "path": { "type": "string", "description": "Absolute path." },
+                "encoding": { "type": "string", "enum": ["text", "base64"], "description": "Force an encoding (default: text when valid UTF-8)." },
+            }), &["sandboxId", "path"]),
+            "annotations": { "readOnlyHint": true },
+        },
+        {
+            "name": "files_write",
+            "title": "Write a file",
+            "description": "Writes a file of the sandbox (replacing it), from text or base64, at most 1 MiB. Needs files:write.",
+            "inputSchema": obj(json!({
+                "sandboxId": sandbox_id,
+                "path": { "type": "string", "description": "Absolute path." },
+                "content": { "type": "string" },
+                "encoding": { "type": "string", "enum": ["text", "base64"], "description": "How content is given (default text)." },
+                "mode": { "type": "string", "pattern": "^[0-7]{3,4}$", "description": "Octal permissions, e.g. 644." },
+            }), &["sandboxId", "path", "content"]),
+            "annotations": { "destructiveHint": true },
+        },
+        {
+            "name": "files_list",
+            "title": "List a directory",
+            "description": "Lists a directory of the sandbox: path, type, size, mode, modifiedAt. Needs files:read.",
+            "inputSchema": obj(json!({
+                "sandboxId": sandbox_id,
+                "path": { "type": "string", "description": "Absolute path of the directory." },
+                "depth": { "type": "integer", "minimum": 1, "description": "How deep to descend (default 1)." },
+            }), &["sandboxId", "path"]),
+            "annotations": { "readOnlyHint": true },
+        },
+        {
+            "name": "snapshot_create",
+            "title": "Snapshot a sandbox",
+            "description": "Snapshots a sandbox and waits until the snapshot is ready (or failed); returns the snapshot, whose id sandbox_fork takes. Needs sandboxes:write.",
+            "inputSchema": obj(json!({
+                "sandboxId": sandbox_id,
+                "name": { "type": "string" },
+                "waitSeconds": { "type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECONDS },
+            }), &["sandboxId"]),
+        },
+        {
+            "name": "sandbox_fork",
+            "title": "Fork a snapshot",
+            "description": "Creates a new sandbox from a ready snapshot (in the snapshot's project) and waits until it is running. Takes sandbox_create's arguments too. Needs sandboxes:write.",
+            "inputSchema": obj(fork_props, &["snapshotId"]),
+        },
+        {
+            "name": "port_url",
+            "title": "Expose a port",
+            "description": "A URL reaching a port the sandbox listens on, with its expiry. Needs sandboxes:write.",
+            "inputSchema": obj(json!({
+                "sandboxId": sandbox_id,
+                "port": { "type": "integer", "minimum": 1, "maximum": 65535 },
+                "expiresSeconds": { "type": "integer", "minimum": 1, "maximum": 604800 },
+            }), &["sandboxId", "port"]),
+        },
+        {
+            "name": "sandbox_extend",
+            "title": "Extend the TTL",
+            "description": "Sets the sandbox to expire ttlSeconds from now. Needs sandboxes:write.",
+            "inputSchema": obj(json!({
+                "sandboxId": sandbox_id,
+                "ttlSeconds": { "type": "integer", "minimum": 1, "maximum": 2592000 },
+            }), &["sandboxId", "ttlSeconds"]),
+        },
+        {
+            "name": "sandbox_delete",
+            "title": "Delete a sandbox",
+            "description": "Deletes the sandbox (it becomes terminating, then terminated). Needs sandboxes:write.",
+            "inputSchema": obj(json!({ "sandboxId": sandbox_id }), &["sandboxId"]),
+            "annotations": { "destructiveHint": true },
+        },
+    ])
+}
+
+/// Runs tool `name`. An unknown tool is a protocol error (`-32602`, as the spec says); every
+/// other failure is a tool error result.
+pub async fn call(
+    v1: &dyn V1,
+    logs: &CommandLogs,
+    name: &str,
+    args: Value,
+    progress: Option<Progress>,
+) -> Result<Value, RpcError> {
+    let known = list();
+    let Some(tool) = known
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["name"] == name))
+    else {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("unknown tool {name:?}"),
+        ));
+    };
+    let run = async {
+        let Value::Object(args) = args else {
+            return Err(ToolError::new(
+                "invalid_argument",
+                "arguments must be an object",
+            ));
+        };
+        if !matches!(name, "sandbox_create" | "sandbox_fork" | "sandbox_exec") {
+            // The body tools send their arguments to /v1, which refuses unknown fields itself.
+            if let Some(unknown) = args
+                .keys()
+                .find(|k| tool["inputSchema"]["properties"].get(k.as_str()).is_none())
+            {
+                return Err(ToolError::field(
+                    "invalid_argument",
+                    unknown,
+                    format!("unknown field {unknown:?}"),
+                ));
+            }
+        }
+        match name {
+            "sandbox_create" => create(v1, args, None).await,
+            "sandbox_fork" => fork(v1, args).await,
+            "sandbox_list" => list_sandboxes(v1, &args).await,
+            "sandbox_get" => {
+                let id = sandbox_id(&args)?;
+                ok(get_json(
+                    v1,
+                    V1Request::new(Method::GET, format!("/v1/sandboxes/{id}")),
+                )
+                .await?)
+            }
+            "sandbox_exec" => exec(v1, logs, args, progress).await,
+            "files_read" => read_file(v1, &args).await,
+            "files_write" => write_file(v1, &args).await,
+            "files_list" => {
+                let id = sandbox_id(&args)?;
+                let path = string(&args, "path")?;
+                let mut q = format!("path={}", enc(path));
+                if let Some(d) = opt_int(&args, "depth")? {
+                    q.push_str(&format!("&depth={d}"));
+                }
+                ok(get_json(
+                    v1,
+                    V1Request::new(Method::GET, format!("/v1/sandboxes/{id}/files/list?{q}")),
+                )
+                .await?)
+            }
+            "snapshot_create" => snapshot(v1, &args).await,
+            "port_url" => {
+                let id = sandbox_id(&args)?;
+                let mut body = Map::new();
+                for k in ["port", "expiresSeconds"] {
+                    if let Some(v) = args.get(k) {
+                        body.insert(k.to_owned(), v.clone());
+                    }
+                }
+                let req = V1Request::json(
+                    Method::POST,
+                    format!("/v1/sandboxes/{id}/ports"),
+                    &Value::Object(body),
+                );
+                ok(get_json(v1, req).await?)
+            }
+            "sandbox_extend" => {
+                let id = sandbox_id(&args)?;
+                let body =
+                    json!({ "ttlSeconds": args.get("ttlSeconds").cloned().unwrap_or(Value::Null) });
+                if body["ttlSeconds"].is_null() {
+                    return Err(ToolError::field(
+                        "validation_failed",
+                        "ttlSeconds",
+                        "ttlSeconds is required",
+                    ));
+                }
+                let req = V1Request::json(Method::PATCH, format!("/v1/sandboxes/{id}"), &body);
+                ok(get_json(v1, req).await?)
+            }
+            "sandbox_delete" => {
+                let id = sandbox_id(&args)?;
+                ok(get_json(
+                    v1,
+                    V1Request::new(Method::DELETE, format!("/v1/sandboxes/{id}")),
+                )
+                .await?)
+            }
+            _ => Err(ToolError::new("internal", "tool without an implementation")),
+        }
+    };
+    Ok(run.await.unwrap_or_else(|e| e.result()))
+}
+
+/// `s` escaped for a path segment or query value.
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+fn string<'a>(args: &'a Map<String, Value>, field: &str) -> Result<&'a str, ToolError> {
+    match args.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err(ToolError::field(
+            "validation_failed",
+            field,
+            format!("{field} is required"),
+        )),
+        Some(_) => Err(ToolError::field(
+            "invalid_argument",
+            field,
+            format!("{field} must be a string"),
+        )),
+    }
+}
+
+fn opt_string<'a>(args: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, ToolError> {
+    match args.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => string(args, field).map(Some),
+    }
+}
+
+fn opt_int(args: &Map<String, Value>, field: &str) -> Result<Option<u64>, ToolError> {
+    match args.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            ToolError::field(
+                "invalid_argument",
+                field,
+                format!("{field} must be a non-negative integer"),
+            )
+        }),
+    }
+}
+
+/// The `sandboxId` argument, escaped for a path (an id `/v1` would not accept is its 404).
+fn sandbox_id(args: &Map<String, Value>) -> Result<String, ToolError> {
+    let id = string(args, "sandboxId")?;
+    if id.is_empty() {
+        return Err(ToolError::field(
+            "validation_failed",
+            "sandboxId",
+            "sandboxId must not be empty",
+        ));
+    }
+    Ok(enc(id))
+}
+
+fn wait_seconds(args: &mut Map<String, Value>) -> Result<u64, ToolError> {
+    let w = opt_int(args, "waitSeconds")?.unwrap_or(DEFAULT_WAIT_SECONDS);
+    args.remove("waitSeconds");
+    if !(1..=MAX_WAIT_SECONDS).contains(&w) {
+        return Err(ToolError::field(
+            "validation_failed",
+            "waitSeconds",
+            format!("waitSeconds must be 1–{MAX_WAIT_SECONDS}"),
+        ));
+    }
+    Ok(w)
+}
+
+/// A `/v1` call answering JSON: the value on success (`null` for an empty body), the
+/// envelope's error otherwise.
+async fn get_json(v1: &dyn V1, req: V1Request) -> ToolResult {
+    let resp = v1.call(req).await.map_err(ToolError::transport)?;
+    let status = resp.status;
+    let body = resp
+        .bytes(MAX_JSON_BYTES)
+        .await
+        .map_err(ToolError::transport)?;
+    if !status.is_success() {
+        return Err(ToolError::from_v1(status, &body));
+    }
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(&body)
+        .map_err(|e| ToolError::new("internal", format!("the API's answer is not JSON: {e}")))
+}
+
+/// `POST /v1/sandboxes` with `args` as the body, then waits until the sandbox runs.
+async fn create(v1: &dyn V1, mut args: Map<String, Value>, from: Option<Value>) -> ToolResult {
+    let wait = wait_seconds(&mut args)?;
+    if let Some(f) = from {
+        args.insert("fromSnapshot".to_owned(), f);
+    }
+    let created = get_json(
+        v1,
+        V1Request::json(Method::POST, "/v1/sandboxes", &Value::Object(args)),
+    )
+    .await?;
+    let id = created["id"]
+        .as_str()
+        .ok_or_else(|| ToolError::new("internal", "the created sandbox has no id"))?
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(wait);
+    let mut sandbox = created;
+    loop {
+        match sandbox["status"].as_str() {
+            Some("running") => return ok(sandbox),
+            Some("failed" | "terminating" | "terminated") => {
+                let mut e = ToolError::new(
+                    "sandbox_failed",
+                    format!(
+                        "sandbox {id} is {}: {}",
+                        sandbox["status"].as_str().unwrap_or_default(),
+                        sandbox["statusReason"]
+                            .as_str()
+                            .unwrap_or("no reason given")
+                    ),
+                );
+                e.details = Some(json!({ "sandbox": sandbox }));
+                return Err(e);
+            }
+            _ => {}
+        }
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+        if left == 0 {
+            let mut e = ToolError::new(
+                "deadline_exceeded",
+                format!(
+                    "sandbox {id} is still {} after {wait} s; sandbox_get shows when it runs",
+                    sandbox["status"].as_str().unwrap_or("unknown")
+                ),
+            );
+            e.details = Some(json!({ "sandbox": sandbox }));
+            return Err(e);
+        }
+        sandbox = get_json(
+            v1,
+            V1Request::new(
+                Method::GET,
+                format!(
+                    "/v1/sandboxes/{}/wait?status=running&timeoutSeconds={}",
+                    enc(&id),
+                    left.min(30)
+                ),
+            ),
+        )
+        .await?;
+    }
+}
+
+async fn fork(v1: &dyn V1, mut args: Map<String, Value>) -> ToolResult {
+    let snap = args.remove("snapshotId");
+    match &snap {
+        Some(Value::String(_)) => {}
+        None | Some(Value::Null) => {
+            return Err(ToolError::field(
+                "validation_failed",
+                "snapshotId",
+                "snapshotId is required",
+            ))
+        }
+        Some(_) => {
+            return Err(ToolError::field(
+                "invalid_argument",
+                "snapshotId",
+                "snapshotId must be a string",
+            ))
+        }
+    }
+    create(v1, args, snap).await
+}
+
+async fn list_sandboxes(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
+    let mut q: Vec<String> = Vec::new();
+    for k in ["status", "projectId", "cursor"] {
+        if let Some(v) = opt_string(args, k)? {
+            q.push(format!("{k}={}", enc(v)));
+        }
+    }
+    if let Some(l) = opt_int(args, "limit")? {
+        q.push(format!("limit={l}"));
+    }
+    match args.get("labels") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => {
+            for (k, v) in m {
+                let v = v.as_str().ok_or_else(|| {
+                    ToolError::field("invalid_argument", "labels", "label values must be strings")
+                })?;
+                q.push(format!("label={}", enc(&format!("{k}={v}"))));
+            }
+        }
+        Some(_) => {
+            return Err(ToolError::field(
+                "invalid_argument",
+                "labels",
+                "labels must be an object",
+            ))
+        }
+    }
+    let path = if q.is_empty() {
+        "/v1/sandboxes".to_owned()
+    } else {
+        format!("/v1/sandboxes?{}", q.join("&"))
+    };
+    ok(get_json(v1, V1Request::new(Method::GET, path)).await?)
+}
+
+/// Output of one stream, kept up to [`MAX_OUTPUT_BYTES`].
+#[derive(Default)]
+struct Kept {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl Kept {
+    fn push(&mut self, b: &[u8]) {
+        let room = MAX_OUTPUT_BYTES.saturating_sub(self.bytes.len());
+        if b.len() > room {
+            self.truncated = true;
+        }
+        self.bytes.extend_from_slice(&b[..b.len().min(room)]);
+    }
+
+    fn render(&self, base64: bool) -> String {
+        if base64 {
+            base64::engine::general_purpose::STANDARD.encode(&self.bytes)
+        } else {
+            String::from_utf8_lossy(&self.bytes).into_owned()
+        }
+    }
+}
+
+/// `sandbox_exec`: `/v1` exec (buffered) — or, when the caller asked for progress,
+/// `/v1` exec/stream, each chunk of output sent as a progress notification as it arrives.
+async fn exec(
+    v1: &dyn V1,
+    logs: &CommandLogs,
+    mut args: Map<String, Value>,
+    progress: Option<Progress>,
+) -> ToolResult {
+    let id = sandbox_id(&args)?;
+    let raw_id = string(&args, "sandboxId")?.to_owned();
+    args.remove("sandboxId");
+    let program = args
+        .get("command")
+        .and_then(|c| c.get(0))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let base64 = args.get("outputEncoding").and_then(Value::as_str) == Some("base64");
+    let body = Value::Object(args);
+    let result = match progress {
+        None => {
+            get_json(
+                v1,
+                V1Request::json(Method::POST, format!("/v1/sandboxes/{id}/exec"), &body),
+            )
+            .await?
+        }
+        Some(p) => {
+            let req = V1Request::json(
+                Method::POST,
+                format!("/v1/sandboxes/{id}/exec/stream"),
+                &body,
+            )
+            .header(header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE));
+            let resp = v1.call(req).await.map_err(ToolError::transport)?;
+            if !resp.status.is_success() {
+                let status = resp.status;
+                let b = resp
+                    .bytes(MAX_JSON_BYTES)
+                    .await
+                    .map_err(ToolError::transport)?;
+                return Err(ToolError::from_v1(status, &b));
+            }
+            stream_exec(resp.body, &p, base64).await?
+        }
+    };
+    logs.record(&raw_id, LogEntry::new(program.unwrap_or_default(), &result));
+    let text = format!(
+        "exit code {}\n--- stdout{} ---\n{}\n--- stderr{} ---\n{}",
+        result["exitCode"],
+        if result["stdoutTruncated"] == true {
+            " (truncated)"
+        } else {
+            ""
+        },
+        result["stdout"].as_str().unwrap_or_default(),
+        if result["stderrTruncated"] == true {
+            " (truncated)"
+        } else {
+            ""
+        },
+        result["stderr"].as_str().unwrap_or_default(),
+    );
+    Ok(json!({
+        "content": [{ "type": "text", "text": text }],
+        "structuredContent": result,
+    }))
+}
+
+async fn stream_exec(
+    mut body: futures::stream::BoxStream<'static, Result<Bytes, String>>,
+    p: &Progress,
+    base64: bool,
+) -> ToolResult {
+    let mut dec = FrameDecoder::default();
+    let (mut out, mut err) = (Kept::default(), Kept::default());
+    let mut seen: u64 = 0;
+    let mut end: Option<(FrameType, Bytes)> = None;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(ToolError::transport)?;
+        let frames = dec
+            .push(&chunk)
+            .map_err(|e| ToolError::new("internal", format!("exec stream: {e}")))?;
+        let mut message = String::new();
+        for f in frames {
+            match f.kind {
+                FrameType::Stdout | FrameType::Stderr => {
+                    seen += f.payload.len() as u64;
+                    if f.kind == FrameType::Stdout {
+                        out.push(&f.payload);
+                    } else {
+                        err.push(&f.payload);
+                    }
+                    if message.len() < MAX_PROGRESS_MESSAGE {
+                        let text = String::from_utf8_lossy(&f.payload);
+                        let room = MAX_PROGRESS_MESSAGE - message.len();
+                        let mut cut = text.len().min(room);
+                        while !text.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        message.push_str(&text[..cut]);
+                    }
+                }
+                FrameType::Exit | FrameType::Error => end = Some((f.kind, f.payload)),
+                FrameType::Heartbeat => {}
+            }
+        }
+        if !message.is_empty() {
+            p.send(seen, message);
+        }
+    }
+    let parse = |b: &Bytes| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
+    match end {
+        Some((FrameType::Exit, payload)) => {
+            let exit = parse(&payload);
+            Ok(json!({
+                "exitCode": exit["exitCode"],
+                "durationMs": exit["durationMs"],
+                "stdout": out.render(base64),
+                "stderr": err.render(base64),
+                "stdoutTruncated": out.truncated,
+                "stderrTruncated": err.truncated,
+            }))
+        }
+        Some((_, payload)) => {
+            let e = parse(&payload);
+            Err(ToolError::new(
+                e["code"].as_str().unwrap_or("internal"),
+                e["message"].as_str().unwrap_or("the command failed"),
+            ))
+        }
+        None => Err(ToolError::new(
+            "provider_unavailable",
+            "the command's output stream ended without an exit code",
+        )),
+    }
+}
+
+async fn read_file(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
+    let id = sandbox_id(args)?;
+    let path = string(args, "path")?;
+    let forced = opt_string(args, "encoding")?;
+    if !matches!(forced, None | Some("text" | "base64")) {
+        return Err(ToolError::field(
+            "validation_failed",
+            "encoding",
+            "encoding must be text or base64",
+        ));
+    }
+    let resp = v1
+        .call(V1Request::new(
+            Method::GET,
+            format!("/v1/sandboxes/{id}/files?path={}", enc(path)),
+        ))
+        .await
+        .map_err(ToolError::transport)?;
+    let status = resp.status;
+    let mut body = resp.body;
+    if !status.is_success() {
+        let mut b = Vec::new();
+        while let Some(c) = body.next().await {
+            b.extend_from_slice(&c.map_err(ToolError::transport)?);
+            if b.len() > MAX_JSON_BYTES {
+                break;
+            }
+        }
+        return Err(ToolError::from_v1(status, &b));
+    }
+    let mut data = Vec::new();
+    let mut truncated = false;
+    while let Some(c) = body.next().await {
+        let c = c.map_err(ToolError::transport)?;
+        let room = MAX_READ_BYTES - data.len();
+        if c.len() > room {
+            data.extend_from_slice(&c[..room]);
+            truncated = true;
+            break;
+        }
+        data.extend_from_slice(&c);
+    }
+    let (encoding, content) = match (forced, String::from_utf8(data)) {
+        (Some("base64"), Ok(s)) => (
+            "base64",
+            base64::engine::general_purpose::STANDARD.encode(s),
+        ),
+        (_, Ok(s)) => ("text", s),
+        (_, Err(e)) => (
+            "base64",
+            base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
+        ),
+    };
+    let structured = json!({
+        "path": path, "encoding": encoding, "content": content, "truncated": truncated,
+    });
+    let text = if encoding == "text" {
+        content_text(&structured)
+    } else {
+        format!(
+            "{} bytes of binary content, base64 in structuredContent.content",
+            content.len() / 4 * 3
+        )
+    };
+    Ok(json!({
+        "content": [{ "type": "text", "text": text }],
+        "structuredContent": structured,
+    }))
+}
+
+fn content_text(v: &Value) -> String {
+    v["content"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn write_file(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
+    let id = sandbox_id(args)?;
+    let path = string(args, "path")?;
+    let content = string(args, "content")?;
+    let data = match opt_string(args, "encoding")? {
+        None | Some("text") => content.as_bytes().to_vec(),
+        Some("base64") => base64::engine::general_purpose::STANDARD
+            .decode(content)
+            .map_err(|e| {
+                ToolError::field(
+                    "validation_failed",
+                    "content",
+                    format!("content is not base64: {e}"),
+                )
+            })?,
+        Some(_) => {
+            return Err(ToolError::field(
+                "validation_failed",
+                "encoding",
+                "encoding must be text or base64",
+            ))
+        }
+    };
+    if data.len() > MAX_WRITE_BYTES {
+        let mut e = ToolError::field(
+            "payload_too_large",
+            "content",
+            format!(
+                "content is {} bytes; at most {MAX_WRITE_BYTES} are written",
+                data.len()
+            ),
+        );
+        e.details = Some(json!({ "field": "content", "limitBytes": MAX_WRITE_BYTES }));
+        return Err(e);
+    }
+    let mut q = format!("path={}", enc(path));
+    if let Some(m) = opt_string(args, "mode")? {
+        q.push_str(&format!("&mode={}", enc(m)));
+    }
+    let bytes = data.len();
+    let req = V1Request {
+        method: Method::PUT,
+        path: format!("/v1/sandboxes/{id}/files?{q}"),
+        headers: vec![(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        )],
+        body: Bytes::from(data),
+    };
+    get_json(v1, req).await?;
+    ok(json!({ "path": path, "bytes": bytes }))
+}
+
+async fn snapshot(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
+    let id = sandbox_id(args)?;
+    let mut a = args.clone();
+    let wait = wait_seconds(&mut a)?;
+    let body = match opt_string(args, "name")? {
+        Some(n) => json!({ "name": n }),
+        None => json!({}),
+    };
+    let mut snap = get_json(
+        v1,
+        V1Request::json(Method::POST, format!("/v1/sandboxes/{id}/snapshots"), &body),
+    )
+    .await?;
+    let snap_id = snap["id"]
+        .as_str()
+        .ok_or_else(|| ToolError::new("internal", "the snapshot has no id"))?
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(wait);
+    loop {
+        match snap["status"].as_str() {
+            Some("ready") => return ok(snap),
+            Some("failed") => {
+                let mut e = ToolError::new(
+                    "snapshot_failed",
+                    format!(
+                        "snapshot {snap_id} failed: {}",
+                        snap["statusReason"].as_str().unwrap_or("no reason given")
+                    ),
+                );
+                e.details = Some(json!({ "snapshot": snap }));
+                return Err(e);
+            }
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            let mut e = ToolError::new(
+                "deadline_exceeded",
+                format!(
+                    "snapshot {snap_id} is still {} after {wait} s",
+                    snap["status"]
+                ),
+            );
+            e.details = Some(json!({ "snapshot": snap }));
+            return Err(e);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        snap = get_json(
+            v1,
+            V1Request::new(Method::GET, format!("/v1/snapshots/{}", enc(&snap_id))),
+        )
+        .await?;
+    }
+}
