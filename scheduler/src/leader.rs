@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::{audit_checkpoints, placement, sweeps, usage_reconcile, Scheduler};
+use crate::{audit_checkpoints, placement, sweeps, usage_reconcile, warm, Scheduler};
 
 /// Longest one publish may hold up a leader task. The leader's loops publish what Postgres
 /// already holds (re-sends, status, activations) and repeat every pass, so a publish to a
@@ -68,6 +68,7 @@ pub(crate) async fn run(s: Scheduler, mut shutdown: watch::Receiver<bool>) {
                 tasks.spawn(sweeps::run(s.clone(), stop_rx.clone()));
                 tasks.spawn(audit_checkpoints::run(s.clone(), stop_rx.clone()));
                 tasks.spawn(usage_reconcile::run(s.clone(), stop_rx.clone()));
+                tasks.spawn(warm::run(s.clone(), stop_rx.clone()));
                 loop {
                     tokio::select! {
                         _ = shutdown.changed() => break,

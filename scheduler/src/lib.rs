@@ -18,6 +18,7 @@ mod metrics;
 mod placement;
 mod sweeps;
 mod usage_reconcile;
+pub mod warm;
 
 /// Tunables of the scheduler.
 #[derive(Debug, Clone)]

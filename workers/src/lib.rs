@@ -4,7 +4,10 @@
 //! Create: adapter create (idempotent) → `provisioning → running` → event → ack. A worker
 //! killed between create and commit leaves the message unacked; it is redelivered after the
 //! ack wait and the next create finds the existing instance. Delete: adapter delete
-//! (missing is fine) → `terminating → terminated`.
+//! (missing is fine) → `terminating → terminated`. Warm instances (`warm`): created and
+//! deleted without a sandbox row. A claim (`WorkOp::Claim`, or a create of a `provisioning`
+//! row that already has its instance): the adapter's claim call if it needs one, then
+//! `provisioning → running`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +26,7 @@ use tokio::sync::{watch, Semaphore};
 mod claim;
 pub mod ops;
 mod scan;
+pub mod warm;
 
 /// Tunables of a worker group.
 #[derive(Debug, Clone)]
@@ -189,6 +193,11 @@ impl WorkerGroup {
     }
 
     async fn handle_env(&self, env: Envelope<Work>, d: Delivery) {
+        if env.body.op.is_warm() {
+            // No sandbox row under a warm instance's id: nothing to read first.
+            let outcome = self.warm(&env, d.delivered, d.acker.as_ref()).await;
+            return finish(&env.sandbox_id, outcome, &d).await;
+        }
         if let (WorkOp::Delete, Some(t)) = (env.body.op, &env.body.terminating) {
             // Committed `terminating` when published: nothing to read (see `Work::terminating`).
             let id = &env.sandbox_id;
@@ -217,7 +226,8 @@ impl WorkerGroup {
             }
         };
         let outcome = match env.body.op {
-            WorkOp::Create => self.create(&row, d.acker.as_ref()).await,
+            // A claim is the create of a sandbox whose instance exists already (`create`).
+            WorkOp::Create | WorkOp::Claim => self.create(&row, d.acker.as_ref()).await,
             WorkOp::Delete => self.delete(&row, d.acker.as_ref()).await,
             op => {
                 self.run_op(
@@ -247,6 +257,9 @@ impl WorkerGroup {
     }
 
     async fn create_claimed(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
+        if let Some(backend_ref) = &row.backend_ref {
+            return self.claim_warm(row, backend_ref, delivered, acker).await;
+        }
         let from_snapshot = match self.restore_ref(row).await {
             Ok(r) => r,
             Err(e) => return self.create_failed(row, delivered, e).await,
@@ -275,9 +288,72 @@ impl WorkerGroup {
             tracing::warn!(sandbox = %row.id, ?pause, "fault point: pausing after create");
             tokio::time::sleep(pause).await;
         }
+        self.record_running(row, &instance.backend_ref).await
+    }
+
+    /// A `provisioning` row that has its instance already: it claimed a warm instance whose
+    /// backend needs a call first (`Adapter::claim_call`, e.g. the tenant's TTL as the
+    /// instance's expiry). The call is idempotent, so a redelivery makes it again; then the
+    /// row runs as a created one does. See `claim_failed` for a call that fails.
+    async fn claim_warm(
+        &self,
+        row: &Sandbox,
+        backend_ref: &str,
+        delivered: u64,
+        acker: &dyn Acker,
+    ) -> Ack {
+        let adapter = self.adapter();
+        if adapter.claim_call() {
+            let at = differently_adapters::InstanceRef {
+                sandbox_id: row.id.clone(),
+                backend_ref: backend_ref.to_owned(),
+            };
+            let key = ClaimKey::of(row);
+            let call = self.claim_kept(&key, adapter.claim(&at, row.spec.ttl_seconds));
+            let Some(claimed) = with_progress(acker, self.config.ack_wait, call).await else {
+                return Ack::Retry(claim::HELD_RETRY);
+            };
+            if let Err(e) = claimed {
+                return self.claim_failed(row, delivered, e).await;
+            }
+        }
+        tracing::info!(sandbox = %row.id, pool = %self.pool, "worker: warm instance claimed");
+        self.record_running(row, backend_ref).await
+    }
+
+    /// A claim call that failed: retried with back-off while it may pass, then the sandbox
+    /// fails. It is never requeued: its id names an instance on this pool, which a placement
+    /// elsewhere could not use (the reconciler deletes the instance of a failed row).
+    async fn claim_failed(&self, row: &Sandbox, delivered: u64, e: AdapterError) -> Ack {
+        tracing::warn!(sandbox = %row.id, pool = %self.pool, attempt = delivered, error = %e, "worker: claim call failed");
+        if e.is_retryable() && delivered < self.config.max_deliveries {
+            return Ack::Retry(backoff(delivered));
+        }
+        let t = Transition {
+            id: row.id.clone(),
+            from: vec![SandboxStatus::Provisioning],
+            to: SandboxStatus::Failed,
+            reason: Some(format!("the warm instance could not be claimed: {e}")),
+            actor: Actor::System("worker"),
+        };
+        match self.store.transition(t, Utc::now()).await {
+            Ok(failed) => {
+                self.announce(&failed).await;
+                Ack::Done
+            }
+            Err(StoreError::StatusConflict { .. }) | Err(StoreError::NotFound) => Ack::Done,
+            Err(e) => {
+                tracing::warn!(sandbox = %row.id, error = %e, "worker: cannot record failure; retrying");
+                Ack::Retry(Duration::from_secs(1))
+            }
+        }
+    }
+
+    /// `provisioning → running` with the instance's `backend_ref`, announced.
+    async fn record_running(&self, row: &Sandbox, backend_ref: &str) -> Ack {
         match self
             .store
-            .mark_running(&row.id, &instance.backend_ref, Utc::now())
+            .mark_running(&row.id, backend_ref, Utc::now())
             .await
         {
             Ok(running) => {

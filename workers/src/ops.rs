@@ -249,7 +249,11 @@ impl WorkerGroup {
                     Err(e) => self.failed(row, e, delivered),
                 }
             }
-            WorkOp::Create | WorkOp::Delete => Outcome::Done(Value::Null),
+            WorkOp::Create
+            | WorkOp::Delete
+            | WorkOp::Claim
+            | WorkOp::WarmCreate
+            | WorkOp::WarmDelete => Outcome::Done(Value::Null),
             WorkOp::Pause | WorkOp::Resume | WorkOp::Stop | WorkOp::Start => {
                 Outcome::Done(Value::Null)
             }

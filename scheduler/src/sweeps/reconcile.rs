@@ -1,14 +1,23 @@
 //! The reconciler: each pool's backend listing against the live rows. Orphans tagged with
 //! this installation are deleted, vanished instances fail their rows, and instances that
 //! moved on their own are followed where that is safe ([`drift_reason`]).
+//!
+//! Warm instances (`differently_store::warm`) are tagged with their warm row's id: an
+//! instance whose id is a warm row is not an orphan, whatever its state. A `ready` warm row
+//! whose instance is missing from the listing (and from `find`) is removed (`warm_gone`), so
+//! the refill replaces it; a `creating` row is left alone, its create may be in flight. The
+//! warm rows are read after the listing and before the sandbox rows: a claim moves an id
+//! from one to the other in one transaction, so an instance claimed at any moment is found
+//! in one of the two reads.
 
 use differently_bus_schema::{Cause, Origin};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
 use differently_adapters::InstanceState;
 use differently_core::{SandboxId, SandboxStatus};
 use differently_store::lifecycle::{IDLE_REASON, ON_BACKEND};
+use differently_store::warm::{WarmInstance, WarmState};
 use differently_store::{Actor, StoreError, Transition};
 
 use super::{traced, BATCH};
@@ -67,6 +76,8 @@ pub(super) async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             }
         };
         let listed: Vec<SandboxId> = instances.iter().map(|i| i.sandbox_id.clone()).collect();
+        let warm = s.store.warm_instances(&name).await?;
+        let warm_ids: HashSet<&SandboxId> = warm.iter().map(|w| &w.id).collect();
         // Live rows whose instance is listed in another state than theirs, settled below.
         let mut drift: HashMap<SandboxId, SandboxStatus> = HashMap::new();
         for (chunk, ids) in instances
@@ -85,6 +96,9 @@ pub(super) async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
                         drift.insert(inst.sandbox_id.clone(), st);
                     }
                     continue;
+                }
+                if brief.is_none() && warm_ids.contains(&inst.sandbox_id) {
+                    continue; // a warm instance, not an orphan
                 }
                 delete_orphan(s, &name, &pool.adapter, inst, brief).await;
             }
@@ -123,6 +137,15 @@ pub(super) async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
             })
             .await;
         }
+        let listed_set: HashSet<&SandboxId> = listed.iter().collect();
+        for w in &warm {
+            // Ready before the listing began, so its instance must be in it.
+            let ready_before =
+                w.state == WarmState::Ready && w.ready_at.is_some_and(|at| at < listed_at);
+            if ready_before && !listed_set.contains(&w.id) {
+                warm_vanished(s, &name, &pool.adapter, w).await;
+            }
+        }
         // The briefs were read after the listing, so a row may differ only because it is
         // mid-change: the store re-checks each (unchanged since the listing, no operation
         // pending) before it counts as drift.
@@ -139,6 +162,34 @@ pub(super) async fn reconcile(s: &Scheduler) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// A ready warm row whose instance is not in the listing: confirmed with `find`, then the
+/// row is removed so the refill makes a new one.
+async fn warm_vanished(
+    s: &Scheduler,
+    name: &str,
+    adapter: &differently_adapters::SharedAdapter,
+    w: &WarmInstance,
+) {
+    match adapter.find(&w.id).await {
+        Ok(None) => {}
+        Ok(Some(_)) => return,
+        Err(e) => {
+            tracing::warn!(warm = %w.id, error = %e, "reconcile: cannot confirm a missing warm instance");
+            return;
+        }
+    }
+    match s.store.warm_gone(&w.id).await {
+        Ok(true) => {
+            tracing::warn!(pool = %name, warm = %w.id, class = %w.class, action = "warm_vanished", "reconcile: a ready warm instance vanished from the backend; removed, the refill replaces it");
+            crate::metrics::reconcile_action(name, "warm_vanished");
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(warm = %w.id, error = %e, "reconcile: cannot remove a vanished warm instance; next pass retries")
+        }
+    }
 }
 
 /// The row status an instance's listed state means; `None` for a state in passing.
