@@ -45,6 +45,9 @@ import {
   type Pool,
   type PoolRecord,
   type PoolRequest,
+  type WarmClass,
+  type WarmClasses,
+  type WarmClassesRequest,
   type PortAnswer,
   type Project,
   type PublicEventType,
@@ -682,6 +685,15 @@ export class Pools {
   }
   async delete(name: string, opts: CallOptions = {}): Promise<void> {
     await this.#t.request({ op: "deletePool", params: { name }, ...opts });
+  }
+  /** The pool's warm classes, each with its `ready` and `creating` instances. */
+  getWarm(name: string, opts: CallOptions = {}): Promise<WarmClasses> {
+    return this.#t.json({ op: "getWarmClasses", params: { name }, ...opts });
+  }
+  /** Replaces the pool's warm classes (`[]` removes them all); answers as `getWarm`. */
+  setWarm(name: string, classes: WarmClass[], opts: CallOptions = {}): Promise<WarmClasses> {
+    const body: WarmClassesRequest = { classes };
+    return this.#t.json({ op: "putWarmClasses", params: { name }, json: body, ...opts });
   }
 }
 

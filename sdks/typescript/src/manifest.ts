@@ -203,6 +203,27 @@ export const MODELS: Record<string, ModelSpec> = {
       costPerCpuHour: "number?", typicalCreateSeconds: "number?", settings: "any",
     }),
   },
+  WarmClass: {
+    schema: "WarmClass",
+    request: true,
+    fields: fields<M.WarmClass>()({
+      name: "string", size: "integer", maxSize: "integer?", refillPerSecond: "number", maxAgeSeconds: "integer",
+      template: "string?", resources: "object?",
+    }),
+  },
+  WarmClassesRequest: {
+    schema: "WarmClassesRequest",
+    request: true,
+    fields: fields<M.WarmClassesRequest>()({ classes: "array" }),
+  },
+  WarmClassStatus: {
+    schema: "WarmClassStatus",
+    fields: fields<M.WarmClassStatus>()({
+      name: "string", size: "integer", maxSize: "integer?", refillPerSecond: "number", maxAgeSeconds: "integer",
+      template: "string?", resources: "object?", ready: "integer", creating: "integer",
+    }),
+  },
+  WarmClasses: { schema: "WarmClasses", fields: fields<M.WarmClasses>()({ classes: "array" }) },
   Health: { schema: "Health", fields: fields<M.Health>()({ status: "string" }) },
   PoolVerdict: {
     schema: "PoolVerdict",

@@ -396,6 +396,51 @@ export interface PoolRequest {
   settings?: unknown;
 }
 
+/** A warm class's resources, all three given (a class fixes them whole). */
+export interface WarmResources {
+  cpu: number;
+  memoryMiB: number;
+  diskGiB: number;
+}
+
+/**
+ * One warm class of a pool (`pools.setWarm`): instances kept ready so that a create asking for
+ * the same `template` and `resources` is answered from one. Left out: `maxSize` = `size`,
+ * `maxAgeSeconds` = 3600, `template` = the pool's default, `resources` = a create's defaults.
+ */
+export interface WarmClass {
+  name: string;
+  size: number;
+  maxSize?: number | null;
+  refillPerSecond: number;
+  maxAgeSeconds?: number;
+  template?: string | null;
+  resources?: WarmResources | null;
+}
+
+/** The body of `PUT /v1/admin/pools/{name}/warm`: every class, in matching order. */
+export interface WarmClassesRequest {
+  classes: WarmClass[];
+}
+
+/** A warm class as served, with its instances being created and ready. */
+export interface WarmClassStatus {
+  name: string;
+  size: number;
+  maxSize?: number | null;
+  refillPerSecond: number;
+  maxAgeSeconds: number;
+  template?: string | null;
+  resources?: WarmResources | null;
+  ready: number;
+  creating: number;
+}
+
+/** `GET /v1/admin/pools/{name}/warm`. */
+export interface WarmClasses {
+  classes: WarmClassStatus[];
+}
+
 /** A stored backend secret: name and fingerprint, never the value. */
 export interface Secret {
   name: string;

@@ -19,6 +19,8 @@ export const ROUTES = {
   deletePool: { method: "DELETE", path: "/v1/admin/pools/{name}" },
   getPool: { method: "GET", path: "/v1/admin/pools/{name}" },
   updatePool: { method: "PATCH", path: "/v1/admin/pools/{name}" },
+  getWarmClasses: { method: "GET", path: "/v1/admin/pools/{name}/warm" },
+  putWarmClasses: { method: "PUT", path: "/v1/admin/pools/{name}/warm" },
   listSecrets: { method: "GET", path: "/v1/admin/secrets" },
   putSecret: { method: "PUT", path: "/v1/admin/secrets/{name}" },
   adminQueue: { method: "GET", path: "/v1/admin/queue" },

@@ -173,6 +173,32 @@ describe("operators", () => {
     await assert.rejects(admin.pools.get("sdk-extra"), NotFoundError);
   });
 
+  it("pools: warm classes put, read back with counts, refused when invalid", async () => {
+    const put = await admin.pools.setWarm("local", [
+      { name: "default", size: 0, refillPerSecond: 1 },
+      { name: "py", size: 0, maxSize: 2, refillPerSecond: 0.5, template: "python:3.12", resources: { cpu: 2, memoryMiB: 2048, diskGiB: 5 } },
+    ]);
+    try {
+      assert.deepEqual(put.classes.map((x) => x.name), ["default", "py"]);
+      const [d, py] = put.classes;
+      assert.equal(d!.maxAgeSeconds, 3600);
+      assert.equal(d!.template ?? null, null);
+      assert.equal(d!.ready, 0);
+      assert.equal(d!.creating, 0);
+      assert.equal(py!.maxSize, 2);
+      assert.equal(py!.resources?.memoryMiB, 2048);
+      assert.deepEqual(await admin.pools.getWarm("local"), put);
+      await assert.rejects(
+        admin.pools.setWarm("local", [{ name: "a", size: 1, refillPerSecond: 0 }]),
+        (e: unknown) => e instanceof ValidationError && e.field === "classes[0].refillPerSecond",
+      );
+      await assert.rejects(admin.pools.getWarm("no-such-pool"), NotFoundError);
+    } finally {
+      const cleared = await admin.pools.setWarm("local", []);
+      assert.deepEqual(cleared.classes, []);
+    }
+  });
+
   it("secrets: stored by name, value never returned", async () => {
     const s = await admin.secrets.put("sdk-secret", "very-secret-value");
     assert.equal(s.name, "sdk-secret");
