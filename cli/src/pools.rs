@@ -10,7 +10,6 @@ use chrono::Utc;
 use differently_adapters::credentials::{Credentials, SecretSource, SecretSourceError};
 use differently_adapters::pools::PoolSet;
 use differently_core::pool::{PoolRecord, PoolSource};
-use differently_store::warm::WarmStore;
 use differently_store::{Actor, Store};
 
 use crate::config::Config;
@@ -215,6 +214,7 @@ mod tests {
 
     use differently_core::warm::WarmClasses;
     use differently_store::memory::MemoryStore;
+    use differently_store::warm::WarmStore;
 
     use super::*;
 

@@ -5,9 +5,7 @@ use futures::stream::BoxStream;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::{
-    encode, query, AuditFilter, Client, Error, Pool, Result, TransportError, WarmClass, WarmClasses,
-};
+use crate::{encode, query, AuditFilter, Client, Error, Pool, Result, TransportError, WarmClasses};
 
 fn audit_path(f: &AuditFilter) -> String {
     format!(
@@ -86,8 +84,14 @@ impl Client {
     }
 
     /// `PUT /v1/admin/pools/{name}/warm`: replaces the pool's warm classes (`[]` removes
-    /// them all); answers them as `warm_classes` does.
-    pub async fn put_warm_classes(&self, pool: &str, classes: &[WarmClass]) -> Result<WarmClasses> {
+    /// them all); answers them as `warm_classes` does. Each class is a
+    /// [`WarmClass`](crate::WarmClass) or a document of that shape (sent as it is: the API
+    /// names a field it refuses).
+    pub async fn put_warm_classes<C: serde::Serialize>(
+        &self,
+        pool: &str,
+        classes: &[C],
+    ) -> Result<WarmClasses> {
         self.json(
             Method::PUT,
             &format!("/v1/admin/pools/{}/warm", encode(pool)),

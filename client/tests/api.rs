@@ -736,7 +736,8 @@ async fn tenancy_quotas_policies_and_admin_routes() {
         c.warm_classes("nope").await.expect_err("no pool").status(),
         Some(404)
     );
-    c.put_warm_classes("local", &[]).await.expect("clear");
+    let none: &[differently_client::WarmClass] = &[];
+    c.put_warm_classes("local", none).await.expect("clear");
     assert_eq!(c.ready().await.expect("ready")["status"], "ready");
     let secret = c
         .put_secret("backend-token", "s3cr3t-value")

@@ -33,8 +33,11 @@ const AUDIT_COLUMNS: &[Column] = &[
 /// Operator commands.
 #[derive(Subcommand, Debug)]
 pub enum AdminCommand {
-    /// Pools: health, capabilities, source.
-    Pools,
+    /// Pools: health, capabilities, source; `pools warm …` for their warm classes.
+    Pools {
+        #[command(subcommand)]
+        command: Option<PoolsCommand>,
+    },
     /// One pool.
     Pool { name: String },
     /// Register a pool from a JSON document (`PoolRequest`: name, kind, trust, region,
@@ -104,6 +107,77 @@ pub enum AdminCommand {
     },
 }
 
+/// `admin pools …`.
+#[derive(Subcommand, Debug)]
+pub enum PoolsCommand {
+    /// A pool's warm classes: instances kept ready so a matching create skips the backend
+    /// create (docs/configuration.md, docs/api.md).
+    Warm {
+        #[command(subcommand)]
+        command: WarmCommand,
+    },
+}
+
+/// `admin pools warm …`.
+#[derive(Subcommand, Debug)]
+pub enum WarmCommand {
+    /// The pool's warm classes with their ready and creating instances (`-o id`: the names).
+    Get { pool: String },
+    /// Replace the pool's warm classes from a JSON document: `{"classes": [...]}` or the
+    /// list alone (`[]` removes them all); prints them as `get` does.
+    Set {
+        pool: String,
+        /// The JSON file (`-` for standard input).
+        #[arg(long)]
+        file: PathBuf,
+    },
+}
+
+const WARM_COLUMNS: &[Column] = &[
+    ("NAME", "name"),
+    ("READY", "ready"),
+    ("CREATING", "creating"),
+    ("SIZE", "size"),
+    ("MAX SIZE", "maxSize"),
+    ("REFILL/S", "refillPerSecond"),
+    ("MAX AGE", "maxAgeSeconds"),
+    ("TEMPLATE", "template"),
+    ("RESOURCES", "resources"),
+];
+
+/// Prints a pool's warm classes: the document (json), a row per class (table), the class
+/// names (id: a class's name is its id within the pool).
+fn print_warm(p: Printer, doc: &differently_client::WarmClasses) -> Result<(), CliError> {
+    let classes: Vec<serde_json::Value> = doc.classes.iter().map(to_json).collect();
+    match p.output {
+        Output::Json => p.print(&to_json(doc), &[]),
+        Output::Table => {
+            print_table(&classes, WARM_COLUMNS);
+            Ok(())
+        }
+        Output::Id => {
+            doc.classes.iter().for_each(|c| print_line(&c.class.name));
+            Ok(())
+        }
+    }
+}
+
+/// The classes of a `warm set` document: `{"classes": [...]}` or the list alone.
+fn warm_classes_of(doc: serde_json::Value) -> Result<Vec<serde_json::Value>, CliError> {
+    match doc {
+        serde_json::Value::Array(list) => Ok(list),
+        serde_json::Value::Object(mut o) if o.len() == 1 && o.contains_key("classes") => {
+            match o.remove("classes") {
+                Some(serde_json::Value::Array(list)) => Ok(list),
+                _ => Err(CliError::Usage("--file: `classes` must be a list".into())),
+            }
+        }
+        _ => Err(CliError::Usage(
+            "--file: expected {\"classes\": [...]} or a list of classes".into(),
+        )),
+    }
+}
+
 /// Runs an admin command; the process's exit code.
 pub async fn run(target: &Target, command: AdminCommand) -> ExitCode {
     let client = match target.client() {
@@ -115,10 +189,19 @@ pub async fn run(target: &Target, command: AdminCommand) -> ExitCode {
 
 async fn answer(c: &Client, p: Printer, command: AdminCommand) -> Result<(), CliError> {
     match command {
-        AdminCommand::Pools => {
+        AdminCommand::Pools { command: None } => {
             let items: Vec<_> = c.list_pools().try_collect().await?;
             p.print_list(items.iter().map(to_json).collect(), POOL_COLUMNS)
         }
+        AdminCommand::Pools {
+            command: Some(PoolsCommand::Warm { command }),
+        } => match command {
+            WarmCommand::Get { pool } => print_warm(p, &c.warm_classes(&pool).await?),
+            WarmCommand::Set { pool, file } => {
+                let classes = warm_classes_of(read_json(&file)?)?;
+                print_warm(p, &c.put_warm_classes(&pool, &classes).await?)
+            }
+        },
         AdminCommand::Pool { name } => p.print(&to_json(&c.get_pool(&name).await?), &[]),
         AdminCommand::PoolCreate { file } => {
             let req = read_json(&file)?;

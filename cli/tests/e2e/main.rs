@@ -11,6 +11,7 @@ mod bad_input;
 mod bus_hang;
 mod client_cli;
 mod client_cli_dev;
+mod client_cli_warm;
 mod client_cli_webhooks;
 mod crash;
 mod dataplane;
