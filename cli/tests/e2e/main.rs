@@ -51,6 +51,7 @@ mod fake_pty;
 mod hybrid_placement;
 mod idempotency;
 mod lifecycle;
+mod mcp;
 mod nats_cluster;
 mod observability;
 mod openapi;

@@ -1,0 +1,342 @@
+//! The MCP server as an agent host reaches it: the official MCP Python SDK (PyPI `mcp`, from
+//! `DIFFERENTLY_MCP_PYTHON`; scripts/test installs it pinned) drives a real `differently dev`
+//! over both transports — Streamable HTTP at `/mcp` and `differently mcp` over stdio —
+//! through mcp_client.py, whose JSON report is asserted on here: initialize, tools, create,
+//! exec, files, a denied scope, a malformed argument, output over the cap, a streamed command's
+//! progress before its end, a cancelled command that never finishes, resources, and another
+//! organization's key reaching nothing of the first's.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+use crate::harness::{binary, free_port, Proc};
+
+fn python() -> String {
+    let python = std::env::var("DIFFERENTLY_MCP_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = Command::new(&python)
+        .args(["-c", "import mcp.client.streamable_http"])
+        .output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "{python} cannot import the MCP SDK: install it (pip install mcp==2.3.0) or set \
+         DIFFERENTLY_MCP_PYTHON to a Python that has it (scripts/test does)"
+    );
+    python
+}
+
+struct Dev {
+    _proc: Proc,
+    url: String,
+    key: String,
+    _dir: tempfile::TempDir,
+}
+
+fn start_dev() -> Dev {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = Command::new(binary())
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(dir.path().join("sandboxes"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("dev.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut proc = Proc { child };
+    let mut lines = BufReader::new(proc.child.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap();
+    let key = lines.next().unwrap().unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    Dev {
+        _proc: proc,
+        url: url
+            .strip_prefix("export DIFFERENTLY_URL=")
+            .unwrap()
+            .to_owned(),
+        key: key
+            .strip_prefix("export DIFFERENTLY_API_KEY=")
+            .unwrap()
+            .to_owned(),
+        _dir: dir,
+    }
+}
+
+async fn post(dev: &Dev, path: &str, body: Value) -> Value {
+    let resp = reqwest::Client::new()
+        .post(format!("{}{path}", dev.url))
+        .bearer_auth(&dev.key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{path}: {}", resp.status());
+    resp.json().await.unwrap()
+}
+
+/// Keys for the script: org A read-only, and one of another organization's project with
+/// every scope.
+async fn keys(dev: &Dev) -> (String, String) {
+    let orgs: Value = reqwest::Client::new()
+        .get(format!("{}/v1/orgs", dev.url))
+        .bearer_auth(&dev.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let org_a = orgs["items"][0]["id"].as_str().unwrap().to_owned();
+    let read = post(
+        dev,
+        "/v1/keys",
+        json!({ "orgId": org_a, "name": "mcp-read", "scopes": ["sandboxes:read"] }),
+    )
+    .await;
+    let org_b = post(dev, "/v1/orgs", json!({ "name": "org-b" })).await;
+    let all = [
+        "sandboxes:read",
+        "sandboxes:write",
+        "sandboxes:exec",
+        "files:read",
+        "files:write",
+    ];
+    // Bound to a project of its own organization: it sees only that project.
+    let prj_b = post(
+        dev,
+        "/v1/projects",
+        json!({ "orgId": org_b["id"], "name": "prj-b" }),
+    )
+    .await;
+    let b = post(
+        dev,
+        "/v1/keys",
+        json!({ "orgId": org_b["id"], "projectId": prj_b["id"], "name": "mcp-b", "scopes": all }),
+    )
+    .await;
+    (
+        read["key"].as_str().unwrap().to_owned(),
+        b["key"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/mcp_client.py")
+}
+
+async fn run_transport(transport: &str) -> Value {
+    let python = python();
+    let dev = start_dev();
+    let (read_key, b_key) = keys(&dev).await;
+    let out = tokio::process::Command::new(python)
+        .arg(script())
+        .arg(transport)
+        .env("DIFFERENTLY_URL", &dev.url)
+        .env("KEY_A", &dev.key)
+        .env("KEY_READ", read_key)
+        .env("KEY_B", b_key)
+        .env("BIN", binary())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "mcp_client.py {transport} failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+fn error_code(outcome: &Value) -> &str {
+    assert_eq!(outcome["isError"], true, "not a tool error: {outcome}");
+    outcome["structured"]["error"]["code"].as_str().unwrap()
+}
+
+fn check(r: &Value, transport: &str) {
+    let t = transport;
+    assert_eq!(r["serverName"], "differently");
+    assert_eq!(r["protocolVersion"], "2025-11-25", "{t}");
+    let tools: Vec<&str> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for name in [
+        "sandbox_create",
+        "sandbox_list",
+        "sandbox_get",
+        "sandbox_exec",
+        "files_read",
+        "files_write",
+        "files_list",
+        "snapshot_create",
+        "sandbox_fork",
+        "port_url",
+        "sandbox_extend",
+        "sandbox_delete",
+    ] {
+        assert!(tools.contains(&name), "{t}: {name} missing from {tools:?}");
+    }
+    assert_eq!(r["schemasOk"], true);
+    let sid = r["sandboxId"].as_str().unwrap();
+    assert_eq!(r["create"]["structured"]["status"], "running", "{t}");
+    // The env value given at create is never in a result (its name is).
+    let all = r.to_string();
+    assert!(!all.contains("s3cr3t-value"), "{t}: an env value leaked");
+    assert_eq!(
+        r["create"]["structured"]["envKeys"],
+        json!(["SECRET_TOKEN"])
+    );
+    assert_eq!(r["get"]["structured"]["id"], sid);
+    assert_eq!(r["list"]["structured"]["items"][0]["id"], sid);
+    assert_eq!(r["exec"]["structured"]["exitCode"], 3);
+    assert_eq!(r["exec"]["structured"]["stdout"], "hi\n");
+    assert_eq!(r["exec"]["structured"]["stderr"], "oops\n");
+    assert!(r["exec"]["text"].as_str().unwrap().contains("exit code 3"));
+    assert_eq!(r["read"]["structured"]["content"], "hello from mcp\n");
+    assert_eq!(r["readB64"]["structured"]["encoding"], "base64");
+    assert_eq!(r["readB64"]["structured"]["content"], "AP8B/g==");
+    assert!(r["listFiles"].to_string().contains("/tmp/hello.txt"));
+    // Validation is /v1's: a wrong type is invalid_argument, a bound validation_failed, each
+    // naming the field, as tool errors.
+    assert_eq!(error_code(&r["malformed"]), "invalid_argument");
+    assert_eq!(
+        r["malformed"]["structured"]["error"]["details"]["field"],
+        "command"
+    );
+    assert_eq!(error_code(&r["badTtl"]), "validation_failed");
+    assert_eq!(
+        r["badTtl"]["structured"]["error"]["details"]["field"],
+        "ttlSeconds"
+    );
+    assert_eq!(r["extend"]["isError"], false);
+    // Output over the cap: 1 MiB kept, flagged.
+    assert_eq!(r["overCap"]["stdoutLen"], 1024 * 1024, "{t}");
+    assert_eq!(r["overCap"]["structured"]["stdoutTruncated"], true);
+    // Progress before the end: "first" arrived about 2 s before the result.
+    assert_eq!(r["streamed"]["structured"]["stdout"], "first\nsecond\n");
+    let first = &r["progress"][0];
+    assert_eq!(first["message"], "first\n", "{t}: {}", r["progress"]);
+    assert!(
+        first["beforeEndSeconds"].as_f64().unwrap() > 1.0,
+        "{t}: progress came only at the end: {}",
+        r["progress"]
+    );
+    // The cancelled command was stopped: its marker file was never written.
+    assert_eq!(error_code(&r["afterCancel"]), "not_found", "{t}");
+    assert_eq!(r["resourceTemplates"].as_array().unwrap().len(), 2);
+    assert!(r["events"]["events"].to_string().contains("sandbox.exec"));
+    assert_eq!(r["logs"]["commands"][0]["exitCode"], 3);
+    assert_eq!(r["logs"]["commands"][0]["program"], "sh");
+    assert_eq!(r["snapshot"]["structured"]["status"], "ready", "{t}");
+    // devhost exposes no ports: the API's own refusal, as a tool error.
+    assert_eq!(error_code(&r["port"]), "unsupported_operation");
+    // A key without sandboxes:exec is refused by /v1, as a tool error; it still reads.
+    assert_eq!(error_code(&r["denied"]), "permission_denied", "{t}");
+    assert_eq!(r["readOnlyGet"]["isError"], false);
+    // Another organization's key reaches nothing of org A's, through any tool.
+    for (tool, outcome) in r["crossTenant"].as_object().unwrap() {
+        assert_eq!(
+            error_code(outcome),
+            "not_found",
+            "{t}: {tool} reached org A: {outcome}"
+        );
+    }
+    assert_eq!(r["crossTenantList"], json!([]), "{t}");
+    assert!(
+        r["crossTenantResource"]
+            .as_str()
+            .unwrap()
+            .contains("no resource"),
+        "{t}: {}",
+        r["crossTenantResource"]
+    );
+    assert_eq!(r["delete"]["structured"]["status"], "terminating", "{t}");
+}
+
+#[tokio::test]
+async fn mcp_python_sdk_over_streamable_http() {
+    let r = run_transport("http").await;
+    check(&r, "http");
+}
+
+#[tokio::test]
+async fn mcp_python_sdk_over_stdio() {
+    let r = run_transport("stdio").await;
+    check(&r, "stdio");
+}
+
+/// What the spec asks of the HTTP transport beyond what the SDK exercises: 401 with
+/// `WWW-Authenticate`, 405-or-stream for GET, an unknown session is 404, an unsupported
+/// protocol version header is 400.
+#[tokio::test]
+async fn mcp_http_transport_edges() {
+    let dev = start_dev();
+    let http = reqwest::Client::new();
+    let url = format!("{}/mcp", dev.url);
+    let ping = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" });
+    let r = http.post(&url).json(&ping).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .starts_with("Bearer"));
+    let r = http
+        .post(&url)
+        .bearer_auth("dly_key_nope_nope")
+        .json(&ping)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = http
+        .post(&url)
+        .bearer_auth(&dev.key)
+        .header("mcp-session-id", "mcps_forged_00")
+        .json(&ping)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = http
+        .post(&url)
+        .bearer_auth(&dev.key)
+        .header("mcp-protocol-version", "1999-01-01")
+        .json(&ping)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = http
+        .get(&url)
+        .bearer_auth(&dev.key)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let r = http
+        .post(&url)
+        .bearer_auth(&dev.key)
+        .json(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let v: Value = http
+        .post(&url)
+        .bearer_auth(&dev.key)
+        .json(&json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                        "params": { "name": "no_such_tool", "arguments": {} } }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+}
