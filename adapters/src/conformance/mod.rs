@@ -1078,6 +1078,49 @@ async fn contract_checks(r: &mut Runner, a: &dyn Adapter, declared: &[String]) -
         r.skip("ports.expose", "not declared");
     }
 
+    // Warm instances: made with no env, tagged with their id, found, and claimable.
+    if has(crate::WARM_CAPABILITY) {
+        r.check("warm", async {
+            let warm = SandboxId::new();
+            let mut req = spec(&warm, &installation);
+            req.env.clear();
+            let made = a
+                .create(&req)
+                .await
+                .map_err(|e| format!("create with no env: {} ({e})", kind(&e)))?;
+            let outcome = async {
+                expect_eq("created instance's sandbox id", &warm, &made.sandbox_id)?;
+                let found = a
+                    .find(&warm)
+                    .await
+                    .map_err(|e| format!("find: {} ({e})", kind(&e)))?
+                    .ok_or("find does not return the warm instance")?;
+                expect_eq("found backend ref", &made.backend_ref, &found.backend_ref)?;
+                let at = InstanceRef {
+                    sandbox_id: warm.clone(),
+                    backend_ref: made.backend_ref.clone(),
+                };
+                a.claim(&at, 600)
+                    .await
+                    .map_err(|e| format!("claim: {} ({e})", kind(&e)))?;
+                a.claim(&at, 600)
+                    .await
+                    .map_err(|e| format!("claim again (must succeed): {} ({e})", kind(&e)))?;
+                let ran = exec(a, &at, vec!["true".to_owned()]).await?;
+                expect_eq("exit code of `true` after the claim", 0, ran.exit_code)?;
+                Ok::<_, String>(())
+            }
+            .await;
+            let deleted = a.delete(&warm).await;
+            outcome?;
+            deleted.map_err(|e| format!("delete: {} ({e})", kind(&e)))?;
+            Ok("made with no env, found by its id, claimed twice, runs".to_owned())
+        })
+        .await;
+    } else {
+        r.skip("warm", "not declared");
+    }
+
     // Capability honesty: what is not declared must be refused as such.
     for cap in [
         "exec.stream",

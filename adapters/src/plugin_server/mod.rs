@@ -118,6 +118,7 @@ impl PluginServer {
                 post(expose_port),
             )
             .route("/adapter/v1/instances/{sandbox_id}/renew", post(renew))
+            .route("/adapter/v1/instances/{sandbox_id}/claim", post(claim))
             .fallback(no_route)
             .layer(axum::middleware::from_fn_with_state(
                 shared.clone(),
@@ -620,6 +621,22 @@ async fn expose_port(
             .expose_port(&at(id, q.backend_ref), port, expires)
             .await?,
     ))
+}
+
+/// `POST …/claim` (`{ttlSeconds}`): readies a warm instance for its claimer (`warm`).
+async fn claim(
+    State(s): St,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<At>, QueryRejection>,
+    j: Result<Json<RenewBody>, JsonRejection>,
+) -> Answer<StatusCode> {
+    let id = sandbox(p)?;
+    let q = query(q)?;
+    let b = body(j)?;
+    s.adapter
+        .claim(&at(id, q.backend_ref), b.ttl_seconds)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn renew(

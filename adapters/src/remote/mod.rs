@@ -373,14 +373,19 @@ impl Inner {
     }
 }
 
-/// Capabilities in `KNOWN_CAPABILITIES` order, only those the protocol can carry.
+/// Capabilities in `KNOWN_CAPABILITIES` order, only those the protocol can carry, then
+/// `warm` if declared.
 fn ordered(declared: &[String]) -> Vec<String> {
-    KNOWN_CAPABILITIES
+    let mut out: Vec<String> = KNOWN_CAPABILITIES
         .iter()
         .filter(|k| wire::PROTOCOL_CAPABILITIES.contains(k))
         .filter(|k| declared.iter().any(|d| d == *k))
         .map(|k| (*k).to_owned())
-        .collect()
+        .collect();
+    if declared.iter().any(|d| d == crate::WARM_CAPABILITY) {
+        out.push(crate::WARM_CAPABILITY.to_owned());
+    }
+    out
 }
 
 #[async_trait]
@@ -774,6 +779,30 @@ impl Adapter for RemoteAdapter {
         match self.inner.empty(rb, "plugin renew").await {
             // A plugin without a backend-side backstop has nothing to move.
             Err(AdapterError::Unsupported(_)) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// A plugin that declares `warm` gets the claim call (`POST …/claim`); one that has
+    /// nothing to do on a claim answers 204 or `unsupported_operation`, which is then a
+    /// renew to the tenant's TTL (what a claim means for a backend with an expiry).
+    fn claim_call(&self) -> bool {
+        self.capabilities()
+            .iter()
+            .any(|c| c == crate::WARM_CAPABILITY)
+    }
+
+    async fn claim(&self, at: &InstanceRef, ttl_seconds: u64) -> Result<(), AdapterError> {
+        let rb = self
+            .inner
+            .http
+            .api(Method::POST, &Inner::at_path(at, "/claim"))
+            .query(&Inner::at_query(at))
+            .json(&wire::RenewBody { ttl_seconds });
+        match self.inner.empty(rb, "plugin claim").await {
+            Err(AdapterError::Unsupported(_)) => {
+                self.renew(at, Duration::from_secs(ttl_seconds)).await
+            }
             r => r,
         }
     }

@@ -32,7 +32,9 @@ pub const NDJSON: &str = "application/x-ndjson";
 
 /// Capabilities the protocol can carry. `exec.pty` needs a bidirectional channel v1 does not
 /// define, so a plugin never declares it and the `remote` adapter never advertises it.
-pub const PROTOCOL_CAPABILITIES: [&str; 9] = [
+/// `warm` (optional, added within v1): instances made ahead of time with no env, claimed
+/// through `POST …/claim`; older plugins never declare it and keep working.
+pub const PROTOCOL_CAPABILITIES: [&str; 10] = [
     "exec",
     "files",
     "exec.stream",
@@ -42,6 +44,7 @@ pub const PROTOCOL_CAPABILITIES: [&str; 9] = [
     "ports.expose",
     "network.egress-control",
     "gpu",
+    "warm",
 ];
 
 /// `GET /adapter/v1/info`: who the plugin is and what it can do.
@@ -279,7 +282,7 @@ pub struct ExposeBody {
     pub expires_seconds: Option<u64>,
 }
 
-/// Body of `POST /adapter/v1/instances/{sandboxId}/renew`.
+/// Body of `POST /adapter/v1/instances/{sandboxId}/renew` and of `…/claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RenewBody {

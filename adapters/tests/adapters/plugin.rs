@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use super::{create_req, exec_req};
 
 const TOKEN: &str = "plugin-test-token-0123456789";
-const ALL: [&str; 7] = [
+const ALL: [&str; 8] = [
     "exec",
     "exec.stream",
     "files",
@@ -38,6 +38,7 @@ const ALL: [&str; 7] = [
     "lifecycle.stop",
     "snapshots",
     "ports.expose",
+    "warm",
 ];
 
 fn caps(names: &[&str]) -> Vec<String> {
@@ -114,6 +115,18 @@ async fn the_reference_plugin_conforms_over_http() {
                 report.table()
             );
         }
+        // A plugin declaring warm makes an instance with no env, finds it, and claims it.
+        let warm = if names.contains(&"warm") {
+            Outcome::Pass
+        } else {
+            Outcome::Skip
+        };
+        assert_eq!(
+            report.check("warm").map(|c| c.outcome),
+            Some(warm),
+            "{}",
+            report.table()
+        );
         if names.len() == 1 {
             assert_eq!(
                 report.check("honesty.files").map(|c| c.outcome),
