@@ -46,6 +46,10 @@ pub struct ClusterOpts {
     pub database_max_connections: u32,
     /// `DIFFERENTLY_LOG`.
     pub log_level: String,
+    /// Capabilities the `fake` pool advertises on top of [`FAKE_CAPABILITIES`] (e.g. `warm`).
+    pub extra_capabilities: Vec<String>,
+    /// Lines put into the `fake` pool's `[[pools]]` table (e.g. its `warm = [...]` classes).
+    pub pool_lines: String,
 }
 
 /// Checks Postgres and a nats-server ≥ 2.10 are at hand, with instructions when not, so a
@@ -224,6 +228,7 @@ database_max_connections = {conns}
 [[pools]]
 name = "fake"
 kind = "fake"
+{pool_lines}
 
 [pools.settings]
 latencyMs = {lat}
@@ -232,7 +237,14 @@ capabilities = {caps}
 "#,
             lat = opts.latency_ms,
             ledger = ledger.display(),
-            caps = toml_strings(FAKE_CAPABILITIES),
+            caps = toml_strings(
+                &FAKE_CAPABILITIES
+                    .iter()
+                    .copied()
+                    .chain(opts.extra_capabilities.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+            ),
+            pool_lines = opts.pool_lines,
         );
         let dialect = probe_dialect(&opts.binary, &common, dir.path())?;
         let text = format!(

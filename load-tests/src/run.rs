@@ -123,6 +123,8 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         latency_ms: plan.latency_ms,
         max_active,
         database_max_connections: plan.database_max_connections,
+        extra_capabilities: Vec::new(),
+        pool_lines: String::new(),
         log_level: plan.log_level.clone(),
     })
     .await?;

@@ -79,6 +79,8 @@ fn main() -> ExitCode {
             latency_ms: 0,
             max_active: 1000,
             database_max_connections: 8,
+            extra_capabilities: Vec::new(),
+            pool_lines: String::new(),
             log_level: a.log_level,
         },
     };

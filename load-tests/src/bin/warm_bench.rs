@@ -1,0 +1,484 @@
+//! P12, warm pools: create → running answered from a warm instance against the cold path,
+//! through the same stack in the same run, plus the drain case and CPU per create.
+//!
+//! The production topology (`differently_load_tests::cluster`: api, scheduler and worker
+//! processes on a fresh Postgres database and a private nats-server) with one uncapped `fake`
+//! pool whose backend create takes `--latency-ms` (default 300) and one warm class of
+//! `--size` (default 200) matching a create that asks for nothing. Phases:
+//!
+//! 1. **warm**: `--creates` creates of `{}` at `--rate` per second (default 100/s), each
+//!    timed from sending the create to seeing the sandbox `running` (a warm hit is `running`
+//!    in the 202 itself; anything else is waited for).
+//! 2. **cold**: as many creates at the same rate asking for 2 CPUs, which no class matches,
+//!    so each takes the ordinary path and a backend create, on the same pool.
+//! 3. **drain**: a burst of 3 × size creates of `{}` at once: every one must be accepted and
+//!    run (the ones finding no ready instance go cold), and the class must be back to size
+//!    within 1.2 × size ÷ refill rate of the burst.
+//!
+//! CPU per create is every process's CPU time (api, scheduler, worker, Postgres, nats-server)
+//! over a phase divided by its creates: for warm, until the class is refilled (so a claim
+//! carries the backend create made to replace it), and until all run (the claim alone).
+//! Sandboxes are deleted between phases, outside the measured windows.
+//!
+//! It prints a JSON report and enforces nothing unless `--strict` (then a failed drain check,
+//! or a warm phase without hits, exits 1).
+//!
+//! ```sh
+//! cargo build --release -p differently -p differently-load-tests
+//! target/release/warm_bench --out warm-bench.json
+//! ```
+//! Needs Postgres and a nats-server ≥ 2.10 as the load harness does (`cluster::preflight`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use differently_load_tests::client::Api;
+use differently_load_tests::cluster::{Cluster, ClusterOpts};
+use differently_load_tests::cpu::CpuMeter;
+use differently_load_tests::stats::{summarize, Summary};
+use differently_load_tests::LoadError;
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// The warm class every `{}` create matches (no template, default resources).
+const CLASS: &str = "bench";
+/// The bench's only pool (`cluster::Cluster`'s `fake` pool).
+const POOL: &str = "fake";
+
+/// Warm-pool benchmark (P12).
+#[derive(Parser, Clone)]
+#[command(name = "warm_bench")]
+struct Args {
+    /// Instances the warm class keeps.
+    #[arg(long, default_value_t = 200)]
+    size: u32,
+    /// The class's refillPerSecond.
+    #[arg(long, default_value_t = 20.0)]
+    refill: f64,
+    /// Creates per second in the warm and cold phases.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Creates per phase (warm and cold); more than `size` makes the warm phase drain.
+    #[arg(long, default_value_t = 150)]
+    creates: usize,
+    /// The fake backend's create (and delete) latency.
+    #[arg(long, default_value_t = 300)]
+    latency_ms: u64,
+    /// The `differently` binary (default: next to this one).
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Log level of the control-plane processes.
+    #[arg(long, default_value = "warn")]
+    log_level: String,
+    /// Also write the JSON report here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Exit 1 when the drain check fails or the warm phase had no hit.
+    #[arg(long)]
+    strict: bool,
+}
+
+/// One create as the client saw it.
+#[derive(Debug, Clone)]
+struct Outcome {
+    /// Answered 202 and seen `running`.
+    ran: bool,
+    /// `running` in the 202 itself: answered from a warm instance.
+    hit: bool,
+    /// Create sent → `running` seen.
+    latency: Duration,
+    id: Option<String>,
+    /// What went wrong, for the report.
+    error: Option<String>,
+}
+
+/// A phase of creates at a fixed rate (or all at once).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Phase {
+    creates: usize,
+    ran: usize,
+    hits: usize,
+    failed: usize,
+    /// Up to five distinct errors.
+    errors: Vec<String>,
+    /// Create → running, every create that ran.
+    create_to_running: Summary,
+    /// Create → running of the hits only.
+    hits_to_running: Summary,
+    /// Create → running of the others.
+    misses_to_running: Summary,
+    /// Wall seconds from the first create to the last `running`.
+    wall_seconds: f64,
+    /// CPU seconds per group until every create ran.
+    cpu_seconds: BTreeMap<String, f64>,
+}
+
+/// The drain case.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Drain {
+    phase: Phase,
+    /// Seconds from the burst until the class held `size` ready instances again.
+    refilled_after_seconds: Option<f64>,
+    /// 1.2 × size ÷ refillPerSecond.
+    refill_bound_seconds: f64,
+    /// Nothing failed, all ran, and the class was back to size within the bound.
+    ok: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    size: u32,
+    refill_per_second: f64,
+    rate_per_second: f64,
+    backend_create_ms: u64,
+    /// Seconds the class took to fill from empty at start.
+    initial_fill_seconds: f64,
+    warm: Phase,
+    /// CPU seconds per group from the warm phase's first create until the class was back to
+    /// size (the claims and the backend creates that replaced them).
+    warm_cpu_until_refilled: BTreeMap<String, f64>,
+    cold: Phase,
+    /// cold ÷ warm, create → running.
+    ratio_p50: f64,
+    ratio_p99: f64,
+    /// CPU µs (every process but the load generator) per create.
+    cpu_us_per_warm_claim: f64,
+    cpu_us_per_warm_claim_with_refill: f64,
+    cpu_us_per_cold_admission: f64,
+    drain: Drain,
+    /// What the run could not show, if anything.
+    notes: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("warm_bench: tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(a.clone())) {
+        Ok(r) => {
+            let text = serde_json::to_string_pretty(&r).unwrap_or_default();
+            println!("{text}");
+            if let Some(out) = &a.out {
+                if let Err(e) = std::fs::write(out, &text) {
+                    eprintln!("warm_bench: writing {}: {e}", out.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+            if a.strict && (!r.drain.ok || r.warm.hits == 0) {
+                eprintln!(
+                    "warm_bench: --strict: drain ok {}, warm hits {}",
+                    r.drain.ok, r.warm.hits
+                );
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("warm_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(a: Args) -> Result<Report, LoadError> {
+    let binary = a.binary.clone().unwrap_or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("differently")))
+            .unwrap_or_else(|| PathBuf::from("differently"))
+    });
+    let cluster = Cluster::start(ClusterOpts {
+        binary,
+        latency_ms: a.latency_ms,
+        max_active: 100_000,
+        database_max_connections: 16,
+        log_level: a.log_level.clone(),
+        extra_capabilities: vec!["warm".to_owned()],
+        pool_lines: format!(
+            "warm = [{{ name = \"{CLASS}\", size = {}, refill_per_second = {} }}]",
+            a.size, a.refill
+        ),
+    })
+    .await?;
+    let api = Api::new(cluster.url())?;
+    let key = cluster.key.clone();
+    let mut notes = Vec::new();
+    let fill_deadline = Duration::from_secs_f64(3.0 * f64::from(a.size) / a.refill + 60.0);
+
+    let t = Instant::now();
+    wait_ready(&api, &cluster, &key, a.size, fill_deadline).await?;
+    let initial_fill_seconds = t.elapsed().as_secs_f64();
+
+    // Warm: creates that match the class.
+    let meter = CpuMeter::start(cluster.pids());
+    let refill_meter = CpuMeter::start(cluster.pids());
+    let t0 = Instant::now();
+    let outcomes = paced(&api, &key, json!({}), a.creates, Some(a.rate)).await;
+    let warm = phase(&outcomes, t0, meter.finish_seconds());
+    wait_ready(&api, &cluster, &key, a.size, fill_deadline).await?;
+    let warm_cpu_until_refilled = refill_meter.finish_seconds();
+    delete_all(&api, &key, &outcomes).await;
+    wait_ready(&api, &cluster, &key, a.size, fill_deadline).await?;
+
+    // Cold: the same pool, resources no class has.
+    let cold_body = json!({"resources": {"cpu": 2, "memoryMiB": 1024, "diskGiB": 5}});
+    let meter = CpuMeter::start(cluster.pids());
+    let t0 = Instant::now();
+    let outcomes = paced(&api, &key, cold_body, a.creates, Some(a.rate)).await;
+    let cold = phase(&outcomes, t0, meter.finish_seconds());
+    delete_all(&api, &key, &outcomes).await;
+    wait_ready(&api, &cluster, &key, a.size, fill_deadline).await?;
+
+    // Drain: 3 × size at once.
+    let burst = 3 * a.size as usize;
+    let meter = CpuMeter::start(cluster.pids());
+    let t0 = Instant::now();
+    let (outcomes, refilled_after) = {
+        let creates = paced(&api, &key, json!({}), burst, None);
+        let watch = async {
+            // The class is drained by the burst's claims, then refilled: watch for the
+            // moment it holds `size` again after having dropped below.
+            let mut dropped = false;
+            let limit = fill_deadline * 2;
+            while t0.elapsed() < limit {
+                if let Ok(ready) = ready_count(&api, &cluster, &key).await {
+                    if ready < a.size {
+                        dropped = true;
+                    } else if dropped {
+                        return Some(t0.elapsed().as_secs_f64());
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None
+        };
+        tokio::join!(creates, watch)
+    };
+    let drained = phase(&outcomes, t0, meter.finish_seconds());
+    delete_all(&api, &key, &outcomes).await;
+    let bound = 1.2 * f64::from(a.size) / a.refill;
+    let ok =
+        drained.failed == 0 && drained.ran == burst && refilled_after.is_some_and(|s| s <= bound);
+    let drain = Drain {
+        phase: drained,
+        refilled_after_seconds: refilled_after,
+        refill_bound_seconds: bound,
+        ok,
+    };
+
+    if warm.hits == 0 {
+        notes.push(
+            "no create was answered from a warm instance: this binary's create path does not \
+             claim (DirectPlacement.warm_class unset), so the warm phase measured the cold path"
+                .to_owned(),
+        );
+    }
+    let per = |cpu: &BTreeMap<String, f64>, n: usize| -> f64 {
+        let s: f64 = cpu
+            .iter()
+            .filter(|(k, _)| k.as_str() != "load generator")
+            .map(|(_, v)| v)
+            .sum();
+        s * 1e6 / n.max(1) as f64
+    };
+    let ratio = |c: f64, w: f64| if w > 0.0 { c / w } else { 0.0 };
+    Ok(Report {
+        size: a.size,
+        refill_per_second: a.refill,
+        rate_per_second: a.rate,
+        backend_create_ms: a.latency_ms,
+        initial_fill_seconds,
+        ratio_p50: ratio(cold.create_to_running.p50_ms, warm.create_to_running.p50_ms),
+        ratio_p99: ratio(cold.create_to_running.p99_ms, warm.create_to_running.p99_ms),
+        cpu_us_per_warm_claim: per(&warm.cpu_seconds, warm.ran),
+        cpu_us_per_warm_claim_with_refill: per(&warm_cpu_until_refilled, warm.ran),
+        cpu_us_per_cold_admission: per(&cold.cpu_seconds, cold.ran),
+        warm_cpu_until_refilled,
+        warm,
+        cold,
+        drain,
+        notes,
+    })
+}
+
+/// Ready instances of the bench's class, from `GET /v1/admin/pools/{pool}/warm`.
+async fn ready_count(api: &Api, cluster: &Cluster, key: &str) -> Result<u32, LoadError> {
+    let path = format!("/v1/admin/pools/{POOL}/warm");
+    let r = api
+        .http()
+        .get(format!("{}{path}", cluster.url()))
+        .bearer_auth(key)
+        .send()
+        .await
+        .map_err(|e| LoadError::http(format!("GET {path}"), e))?;
+    let status = r.status().as_u16();
+    let body: Value = r
+        .json()
+        .await
+        .map_err(|e| LoadError::http(format!("GET {path} body"), e))?;
+    let ready = body["classes"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == CLASS))
+        .and_then(|c| c["ready"].as_u64());
+    match (status, ready) {
+        (200, Some(n)) => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
+        _ => Err(LoadError::Api {
+            context: format!("GET {path}"),
+            status,
+            body: body.to_string().chars().take(400).collect(),
+        }),
+    }
+}
+
+/// Waits until the class holds `size` ready instances.
+async fn wait_ready(
+    api: &Api,
+    cluster: &Cluster,
+    key: &str,
+    size: u32,
+    deadline: Duration,
+) -> Result<(), LoadError> {
+    let t = Instant::now();
+    let mut last = None;
+    while t.elapsed() < deadline {
+        match ready_count(api, cluster, key).await {
+            Ok(n) if n >= size => return Ok(()),
+            Ok(n) => last = Some(n),
+            Err(e) => return Err(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(LoadError::Timeout(format!(
+        "warm class {CLASS} of pool {POOL} held {last:?} ready instances, not {size}, after \
+         {deadline:?}\n{}",
+        cluster.log_tail("scheduler", 20)
+    )))
+}
+
+/// `n` creates with `body`, `rate` per second (`None`: all at once); each is followed to
+/// `running`.
+async fn paced(api: &Api, key: &str, body: Value, n: usize, rate: Option<f64>) -> Vec<Outcome> {
+    let start = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let api = api.clone();
+            let key = key.to_owned();
+            let body = body.clone();
+            let at = rate.map_or(start, |r| start + Duration::from_secs_f64(i as f64 / r));
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                one(&api, &key, &body).await
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        out.push(t.await.unwrap_or_else(|e| Outcome {
+            ran: false,
+            hit: false,
+            latency: Duration::ZERO,
+            id: None,
+            error: Some(format!("task: {e}")),
+        }));
+    }
+    out
+}
+
+async fn one(api: &Api, key: &str, body: &Value) -> Outcome {
+    let t = Instant::now();
+    let fail = |id: Option<String>, e: String| Outcome {
+        ran: false,
+        hit: false,
+        latency: t.elapsed(),
+        id,
+        error: Some(e),
+    };
+    let (status, answer) = match api.post(key, "/v1/sandboxes", body).await {
+        Ok(x) => x,
+        Err(e) => return fail(None, e.to_string()),
+    };
+    let Some(id) = answer["id"].as_str().map(str::to_owned) else {
+        return fail(None, format!("create answered {status}: {answer}"));
+    };
+    if status != 202 {
+        return fail(Some(id), format!("create answered {status}"));
+    }
+    if answer["status"] == "running" {
+        return Outcome {
+            ran: true,
+            hit: true,
+            latency: t.elapsed(),
+            id: Some(id),
+            error: None,
+        };
+    }
+    match api.wait(key, &id, "running", 120).await {
+        Ok(s) if s == "running" => Outcome {
+            ran: true,
+            hit: false,
+            latency: t.elapsed(),
+            id: Some(id),
+            error: None,
+        },
+        Ok(s) => fail(Some(id), format!("ended {s}, not running")),
+        Err(e) => fail(Some(id), e.to_string()),
+    }
+}
+
+fn phase(outcomes: &[Outcome], t0: Instant, cpu_seconds: BTreeMap<String, f64>) -> Phase {
+    let lat = |f: &dyn Fn(&Outcome) -> bool| -> Vec<Duration> {
+        outcomes
+            .iter()
+            .filter(|o| o.ran && f(o))
+            .map(|o| o.latency)
+            .collect()
+    };
+    let mut errors: Vec<String> = outcomes.iter().filter_map(|o| o.error.clone()).collect();
+    errors.sort();
+    errors.dedup();
+    errors.truncate(5);
+    Phase {
+        creates: outcomes.len(),
+        ran: outcomes.iter().filter(|o| o.ran).count(),
+        hits: outcomes.iter().filter(|o| o.hit).count(),
+        failed: outcomes.iter().filter(|o| !o.ran).count(),
+        errors,
+        create_to_running: summarize(&lat(&|_| true)),
+        hits_to_running: summarize(&lat(&|o| o.hit)),
+        misses_to_running: summarize(&lat(&|o| !o.hit)),
+        wall_seconds: t0.elapsed().as_secs_f64(),
+        cpu_seconds,
+    }
+}
+
+/// Deletes every sandbox the phase created (32 at a time); failures only cost the next
+/// phase some room, so they are not fatal.
+async fn delete_all(api: &Api, key: &str, outcomes: &[Outcome]) {
+    let ids: Vec<String> = outcomes.iter().filter_map(|o| o.id.clone()).collect();
+    futures::stream::iter(ids)
+        .map(|id| {
+            let api = api.clone();
+            let key = key.to_owned();
+            async move {
+                let _ = api.delete(&key, &id).await;
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+}
