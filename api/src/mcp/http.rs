@@ -269,6 +269,8 @@ impl Mcp {
 
 /// The session a request names: `Ok(None)` without the header, `Err(404)` for one not
 /// issued to this key (the spec's answer to an unknown session).
+// The error is the answer itself, built once per refused request: boxing it buys nothing.
+#[allow(clippy::result_large_err)]
 fn session_of(mcp: &Mcp, headers: &HeaderMap, key_id: &str) -> Result<Option<String>, Response> {
     let Some(v) = headers.get(SESSION_HEADER) else {
         return Ok(None);
