@@ -49,6 +49,7 @@ pub mod sse;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod ui;
+pub mod warm_cache;
 
 pub use auth::{generate_key, BootstrapKey};
 pub use bootstrap::{ensure_bootstrap_tenant, Tenant};
@@ -126,6 +127,9 @@ pub struct Inner {
     /// Effective placement policies read in the last second, for the create's fail-fast
     /// check (`policy_cache`).
     pub policies: policy_cache::PolicyCache,
+    /// Every pool's warm classes and ready counts read in the last second, for the create's
+    /// class and warm ranking (`warm_cache`).
+    pub warm: warm_cache::WarmCache,
     /// Terminal sessions this process runs (`pty_sessions`).
     pub ptys: pty_sessions::PtySessions,
     /// Issues tenant NATS credentials for public events (`POST /v1/events/credentials`);

@@ -2,6 +2,7 @@
 //! placement a create may apply in its own admission), and the dry-run's explanation.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::Utc;
 use differently_core::policy::{self, Decision, EffectivePolicy, Explained};
@@ -10,6 +11,7 @@ use differently_store::placement::effective_policy;
 use differently_store::{DirectPlacement, PoolSlot};
 
 use crate::error::{ApiError, ApiResult};
+use crate::warm_cache::WarmView;
 use crate::AppState;
 
 /// Maps a request-level validation error: unknown capabilities have their own code.
@@ -43,6 +45,19 @@ pub async fn decide(
     spec: &SandboxSpec,
     live_slots: bool,
 ) -> ApiResult<(Explained, EffectivePolicy)> {
+    let (explained, effective, _) = decide_warm(state, org, project, spec, live_slots).await?;
+    Ok((explained, effective))
+}
+
+/// [`decide`] with the warm view it ranked by ([`prefer_warm`]): the cached one for a
+/// create (`live_slots` false), a fresh read for an explanation a caller asked for.
+pub async fn decide_warm(
+    state: &AppState,
+    org: &OrgId,
+    project: &ProjectId,
+    spec: &SandboxSpec,
+    live_slots: bool,
+) -> ApiResult<(Explained, EffectivePolicy, Arc<WarmView>)> {
     let req = spec.placement_request();
     req.validate().map_err(request_error)?;
     // The create's fail-fast check may use a policy up to a second old (`policy_cache`); an
@@ -61,18 +76,64 @@ pub async fn decide(
             HashMap::new(),
         )
     };
-    let explained = policy::decide(&req, &state.pools.profiles(&used), &effective);
-    Ok((explained, effective))
+    let mut explained = policy::decide(&req, &state.pools.profiles(&used), &effective);
+    let warm = if live_slots {
+        Arc::new(WarmView::read(state.store.as_ref()).await?)
+    } else {
+        state.warm.view(state.store.as_ref()).await?
+    };
+    prefer_warm(&mut explained, spec, &warm);
+    Ok((explained, effective, warm))
+}
+
+/// Warm capacity ranks among the pools policy placed on, never beyond them: when the
+/// decision is to place, the best-ranked eligible pool holding a ready instance of the class
+/// the create matches is chosen instead, and each eligible pool with a matching class says
+/// so in its reason (`warm: ready (class X)`, or `warm: none ready (class X)`). Excluded
+/// pools and decisions to wait or refuse are left as policy made them.
+pub fn prefer_warm(explained: &mut Explained, spec: &SandboxSpec, warm: &WarmView) {
+    if !matches!(explained.decision, Decision::Placed { .. }) {
+        return;
+    }
+    let ranking: Vec<String> = explained.ranking().iter().map(|v| v.name.clone()).collect();
+    let mut chosen = None;
+    for name in &ranking {
+        let Some(class) = warm.class_for(name, spec) else {
+            continue;
+        };
+        let ready = warm.ready(name, &class.name);
+        let note = if ready > 0 {
+            chosen.get_or_insert_with(|| name.clone());
+            format!("warm: ready (class {})", class.name)
+        } else {
+            format!("warm: none ready (class {})", class.name)
+        };
+        if let Some(v) = explained.pools.iter_mut().find(|v| &v.name == name) {
+            v.reason = Some(match v.reason.take() {
+                Some(r) if !r.is_empty() => format!("{r}; {note}"),
+                _ => note,
+            });
+        }
+    }
+    if let Some(pool) = chosen {
+        explained.decision = Decision::Placed { pool };
+    }
 }
 
 /// The placement a create applies in its own admission (`DirectPlacement`), when allowed
 /// (`[api] direct_placement`) and it decides the same as the leader would: the decision
 /// placed it and no eligible pool has a concurrency cap (the admission decided without
 /// live slot counts, which only rank and limit capped pools).
+///
+/// The pool's class the create matches, if any, goes with it (`warm_class`): the admission
+/// claims a ready instance of it when one is left, and `claim_call` says whether the pool's
+/// adapter must then be called before the instance is the tenant's.
 pub fn direct(
     state: &AppState,
     explained: &Explained,
     effective: &EffectivePolicy,
+    spec: &SandboxSpec,
+    warm: &WarmView,
 ) -> Option<DirectPlacement> {
     if !state.limits.direct_placement {
         return None;
@@ -90,13 +151,19 @@ pub fn direct(
     if capped {
         return None;
     }
+    let warm_class = warm.class_for(pool, spec).map(|c| c.name.clone());
+    let claim_call = warm_class.is_some()
+        && state
+            .pools
+            .get(pool)
+            .is_some_and(|p| p.adapter.claim_call());
     Some(DirectPlacement {
         pool: PoolSlot {
             name: pool.clone(),
             max_concurrent: None,
         },
         explanation: explained.record(effective, Utc::now()),
-        warm_class: None,
-        claim_call: false,
+        warm_class,
+        claim_call,
     })
 }

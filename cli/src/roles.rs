@@ -169,6 +169,7 @@ fn spawn_roles(
             auth_cache: differently_api::auth_cache::AuthCache::default(),
             activity: differently_api::activity::ActivityBuffer::default(),
             policies: differently_api::policy_cache::PolicyCache::default(),
+            warm: differently_api::warm_cache::WarmCache::default(),
             ptys: differently_api::pty_sessions::PtySessions::default(),
             event_auth: parts.event_auth.clone(),
             auth_failures: differently_api::auth_throttle::AuthFailures::new(

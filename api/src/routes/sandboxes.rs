@@ -84,15 +84,24 @@ async fn create(
         spec.pinned_pool = Some(snap.pool);
     }
     // Fail fast: a request no permitted pool could ever take is refused now, not queued.
-    let (explained, effective) =
-        crate::placement_decision::decide(&state, &principal.org_id, &project_id, &spec, false)
-            .await?;
+    let (explained, effective, warm) = crate::placement_decision::decide_warm(
+        &state,
+        &principal.org_id,
+        &project_id,
+        &spec,
+        false,
+    )
+    .await?;
     if let Decision::Rejected { code, reason } = explained.decision {
         count_admission("rejected");
         return Err(ApiError::new(code, reason)
             .with_details(serde_json::json!({ "pools": explained.pools })));
     }
-    let direct = crate::placement_decision::direct(&state, &explained, &effective);
+    let direct = crate::placement_decision::direct(&state, &explained, &effective, &spec, &warm);
+    // (pool, class) the admission may claim from, for the claim's metric.
+    let warm_class = direct
+        .as_ref()
+        .and_then(|d| Some((d.pool.name.clone(), d.warm_class.clone()?)));
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
     let request_hash = crate::auth::hex(&Sha256::digest(&canonical));
     let sandbox = Sandbox::queued(
@@ -102,6 +111,7 @@ async fn create(
         idempotency_key,
         Utc::now(),
     );
+    let admitted_id = sandbox.id.clone();
     let admitted = state
         .store
         .admit(Admission {
@@ -124,10 +134,21 @@ async fn create(
     };
     count_admission("admitted");
     tracing::info!(sandbox = %sandbox.id, org = %sandbox.org_id, "sandbox admitted");
+    let claimed = sandbox.id != admitted_id;
+    if let Some((pool, class)) = warm_class {
+        if claimed {
+            warm.took(&pool, &class);
+        }
+        count_warm_claim(&sandbox, pool, class, claimed);
+    }
     if let Some(pause) = state.faults.pause_at(faults::API_AFTER_ADMIT_COMMIT) {
         tokio::time::sleep(pause).await;
     }
-    if sandbox.status == SandboxStatus::Provisioning {
+    if claimed && sandbox.status == SandboxStatus::Running {
+        announce_claimed(&state, &sandbox).await;
+    } else if sandbox.status == SandboxStatus::Provisioning {
+        // A claim whose adapter needs a call is provisioning with its instance: the create
+        // work makes the call (the worker sees the backend ref) and records it running.
         announce_placed(&state, &sandbox).await;
     } else {
         // Committed is committed: the scheduler's repair pass finds the queued row.
@@ -162,6 +183,39 @@ async fn announce_placed(state: &AppState, sandbox: &Sandbox) {
         vec![("create", boxed(async move { a.activated(&s).await }))],
     )
     .await;
+}
+
+/// A create that claimed a warm instance needing no call is running already: its status
+/// for watchers and its placement event, and no work for the pool's workers.
+async fn announce_claimed(state: &AppState, sandbox: &Sandbox) {
+    let pool = sandbox.pool.as_deref().unwrap_or("");
+    tracing::info!(sandbox = %sandbox.id, pool, "placement: warm instance claimed in admission");
+    metrics::counter!("differently_activations_total", "pool" => pool.to_owned()).increment(1);
+    let (a, s) = (state.announcer.clone(), sandbox.clone());
+    let (b, placed) = (state.announcer.clone(), sandbox.clone());
+    tokio::spawn(async move {
+        let _ = b.placed(&placed).await;
+    });
+    publish_bounded(
+        sandbox.id.as_str(),
+        vec![("status", boxed(async move { a.status(&s).await }))],
+    )
+    .await;
+}
+
+/// `differently_warm_claims_total{pool,class,result}` for a create that matched a warm
+/// class of the pool it was placed on in its admission: `hit` when it claimed an instance
+/// (the row came back under the instance's id), `miss` when none was ready. A create the
+/// admission queued instead tried no claim here, so it is not counted.
+fn count_warm_claim(sandbox: &Sandbox, pool: String, class: String, claimed: bool) {
+    let result = match (claimed, sandbox.status) {
+        (true, _) => "hit",
+        (false, SandboxStatus::Provisioning | SandboxStatus::Running) => "miss",
+        _ => return,
+    };
+    metrics::counter!("differently_warm_claims_total",
+        "pool" => pool, "class" => class, "result" => result)
+    .increment(1);
 }
 
 /// `differently_admissions_total{outcome}`: `admitted`, `replayed` (idempotent retry) or

@@ -120,5 +120,8 @@ async fn put_warm(
         .store
         .set_warm_classes(&name, &classes, &p.actor())
         .await?;
+    // The create path's view of the classes is this process's cache: refreshed now here,
+    // within its TTL elsewhere.
+    state.warm.clear();
     Ok(Json(document(&state, &name).await?))
 }

@@ -156,6 +156,7 @@ pub async fn api_over(shared: &Shared, limits: Limits) -> Api {
         auth_cache: auth_cache::AuthCache::default(),
         activity: activity::ActivityBuffer::default(),
         policies: policy_cache::PolicyCache::default(),
+        warm: differently_api::warm_cache::WarmCache::default(),
         ptys: differently_api::pty_sessions::PtySessions::default(),
         event_auth: None,
         limits,

@@ -167,3 +167,187 @@ async fn an_unknown_pool_is_404_and_a_tenant_key_is_refused() {
         assert_error(&a, StatusCode::FORBIDDEN, "permission_denied");
     }
 }
+
+/// An API placing creates in their admission over two identical uncapped fake pools,
+/// `a-cold` (ranked first: ties go in configured order) and `b-warm`, both healthy and
+/// registered, `b-warm` with a warm class `default` matching a create that asks for nothing.
+async fn api_with_two_pools() -> crate::support::Api {
+    use differently_api::Limits;
+    use differently_core::pool::{PoolHealth, PoolRecord, PoolSource, Trust};
+    let api = crate::support::api_with(Limits {
+        direct_placement: true,
+        ..Limits::default()
+    })
+    .await;
+    let now = chrono::Utc::now();
+    let record = |name: &str| PoolRecord {
+        name: name.into(),
+        kind: "fake".into(),
+        trust: Trust::Private,
+        region: None,
+        max_concurrent: None,
+        isolation: None,
+        cost_per_cpu_hour: 0.0,
+        typical_create_seconds: Some(0.1),
+        settings: json!({ "capabilities": ["exec"] }),
+        source: PoolSource::Api,
+        created_at: now,
+        updated_at: now,
+    };
+    let records = vec![record("a-cold"), record("b-warm")];
+    for r in &records {
+        api.store
+            .upsert_pool(r, &differently_store::Actor::System("test"))
+            .await
+            .unwrap();
+    }
+    assert!(api.pools.sync(records).is_empty());
+    let health: Vec<PoolHealth> = ["a-cold", "b-warm"]
+        .iter()
+        .map(|n| PoolHealth {
+            name: (*n).into(),
+            healthy: true,
+            capabilities: vec!["exec".into()],
+            error: None,
+            checked_at: now,
+            checked_by: "test".into(),
+        })
+        .collect();
+    api.pools
+        .apply_health(&health, now, std::time::Duration::from_secs(3600));
+    let put = api
+        .admin(
+            Method::PUT,
+            "/v1/admin/pools/b-warm/warm",
+            json!({ "classes": [class("default")] }),
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    api
+}
+
+/// Makes one instance of `b-warm`'s class ready, as the refill leader and a worker would.
+async fn ready_instance(api: &crate::support::Api) -> differently_core::SandboxId {
+    let id = differently_core::SandboxId::new();
+    let now = chrono::Utc::now();
+    api.store
+        .warm_begin("b-warm", "default", &id, now)
+        .await
+        .unwrap();
+    assert!(api.store.warm_ready(&id, "be-warm", now).await.unwrap());
+    id
+}
+
+fn reason_of(explained: &Value, pool: &str) -> String {
+    explained["pools"]
+        .as_array()
+        .expect("pools")
+        .iter()
+        .find(|v| v["name"] == pool)
+        .and_then(|v| v["reason"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_matching_create_ranks_the_pool_with_a_ready_instance_first_and_claims_it() {
+    let api = api_with_two_pools().await;
+    // Nothing ready: policy's ranking stands, and the warm pool says none is ready.
+    let dry = api
+        .admin(Method::POST, "/v1/placement/dry-run", json!({}))
+        .await;
+    assert_eq!(dry.status, StatusCode::OK, "{}", dry.body);
+    assert_eq!(dry.body["pool"], "a-cold", "{}", dry.body);
+    assert!(
+        reason_of(&dry.body, "b-warm").contains("warm: none ready (class default)"),
+        "{}",
+        dry.body
+    );
+
+    let warm_id = ready_instance(&api).await;
+    let dry = api
+        .admin(Method::POST, "/v1/placement/dry-run", json!({}))
+        .await;
+    assert_eq!(dry.body["pool"], "b-warm", "{}", dry.body);
+    assert!(
+        reason_of(&dry.body, "b-warm").contains("warm: ready (class default)"),
+        "{}",
+        dry.body
+    );
+    // A create the class does not match is placed as policy ranks it.
+    let other = api
+        .admin(
+            Method::POST,
+            "/v1/placement/dry-run",
+            json!({ "resources": { "cpu": 2 } }),
+        )
+        .await;
+    assert_eq!(other.body["pool"], "a-cold", "{}", other.body);
+    assert!(
+        !reason_of(&other.body, "b-warm").contains("warm"),
+        "{}",
+        other.body
+    );
+
+    // The create claims the instance in its admission: running at once, under its id.
+    let made = api.admin(Method::POST, "/v1/sandboxes", json!({})).await;
+    assert_eq!(made.status, StatusCode::ACCEPTED, "{}", made.body);
+    assert_eq!(made.body["id"], warm_id.to_string(), "{}", made.body);
+    assert_eq!(made.body["status"], "running", "{}", made.body);
+    assert_eq!(made.body["pool"], "b-warm", "{}", made.body);
+    let placement = api
+        .admin(
+            Method::GET,
+            &format!("/v1/sandboxes/{warm_id}/placement"),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(placement.status, StatusCode::OK, "{}", placement.body);
+    assert_eq!(placement.body["pool"], "b-warm", "{}", placement.body);
+    assert!(
+        reason_of(&placement.body, "b-warm").contains("warm: ready (class default)"),
+        "{}",
+        placement.body
+    );
+    let counts = api.store.warm_counts("b-warm").await.unwrap();
+    assert_eq!((counts[0].ready, counts[0].creating), (0, 0), "{counts:?}");
+
+    // None left: this process knows it took the last one, so policy's ranking stands and
+    // the next create is placed cold.
+    let next = api.admin(Method::POST, "/v1/sandboxes", json!({})).await;
+    assert_eq!(next.status, StatusCode::ACCEPTED, "{}", next.body);
+    assert_eq!(next.body["pool"], "a-cold", "{}", next.body);
+    assert_eq!(next.body["status"], "provisioning", "{}", next.body);
+}
+
+#[tokio::test]
+async fn warm_capacity_never_brings_a_pool_policy_excluded() {
+    let api = api_with_two_pools().await;
+    let warm_id = ready_instance(&api).await;
+    let policy = api
+        .admin(
+            Method::PUT,
+            "/v1/admin/policies/global",
+            json!({ "deniedPools": ["b-warm"] }),
+        )
+        .await;
+    assert_eq!(policy.status, StatusCode::OK, "{}", policy.body);
+    let dry = api
+        .admin(Method::POST, "/v1/placement/dry-run", json!({}))
+        .await;
+    assert_eq!(dry.body["pool"], "a-cold", "{}", dry.body);
+    assert!(
+        !reason_of(&dry.body, "b-warm").contains("warm"),
+        "{}",
+        dry.body
+    );
+    let made = api.admin(Method::POST, "/v1/sandboxes", json!({})).await;
+    assert_eq!(made.status, StatusCode::ACCEPTED, "{}", made.body);
+    assert_eq!(made.body["pool"], "a-cold", "{}", made.body);
+    assert_ne!(made.body["id"], warm_id.to_string(), "{}", made.body);
+    let counts = api.store.warm_counts("b-warm").await.unwrap();
+    assert_eq!(
+        counts[0].ready, 1,
+        "the instance is still there: {counts:?}"
+    );
+}
