@@ -347,6 +347,42 @@ describe('operator', () => {
     assert.deepEqual(page.problems, []);
   });
 
+  test('the pools page shows each pool\'s warm classes with ready, creating and size', async () => {
+    const classes = [
+      { name: 'default', size: 0, refillPerSecond: 1 },
+      { name: 'py', size: 0, maxSize: 2, refillPerSecond: 0.5, template: 'python:3.12', resources: { cpu: 2, memoryMiB: 2048, diskGiB: 5 } },
+    ];
+    await ok(await dev.call('PUT', '/v1/admin/pools/local/warm', { classes }), 'warm classes');
+    try {
+      await page.goto('/ui/#/queue');
+      await page.getByRole('heading', { name: 'Fair queue', level: 1 }).waitFor();
+      await page.goto('/ui/#/pools');
+      await page.getByRole('heading', { name: 'Warm classes', level: 2 }).waitFor();
+      const rows = page.locator('#warm-classes tbody tr');
+      await rows.nth(1).waitFor();
+      assert.equal(await rows.count(), 2);
+      const first = await rows.nth(0).innerText();
+      assert.match(first, /local/);
+      assert.match(first, /default/);
+      assert.match(first, /0 ready/);
+      assert.match(first, /0 creating/);
+      assert.match(first, /pool default/);
+      const second = await rows.nth(1).innerText();
+      assert.match(second, /py/);
+      assert.match(second, /0 \(max 2\)/);
+      assert.match(second, /python:3\.12/);
+      assert.match(second, /2 CPU · 2048 MiB · 5 GiB/);
+      await axeCheck(page, 'operator-pools-warm');
+    } finally {
+      await ok(await dev.call('PUT', '/v1/admin/pools/local/warm', { classes: [] }), 'clear warm classes');
+    }
+    await page.goto('/ui/#/queue');
+    await page.getByRole('heading', { name: 'Fair queue', level: 1 }).waitFor();
+    await page.goto('/ui/#/pools');
+    await page.getByText('No warm classes.').waitFor();
+    assert.deepEqual(page.problems, []);
+  });
+
   test('without metrics in the answering process, the rate chart says why and what to set', async () => {
     // As an API process of the production topology answers without `[metrics] listen`.
     const summary = (url) => url.pathname === '/v1/admin/metrics/summary';

@@ -22,10 +22,24 @@ export function slotsText(p) {
     : `${used} ${used === 1 ? 'slot' : 'slots'} used (no limit)`;
 }
 
+/** Every pool's warm classes as rows (pool, class with its counts), in each pool's matching
+ * order; a pool whose classes cannot be read is left out rather than failing the page. */
+async function warmRows(items) {
+  const docs = await Promise.all(items.map((p) => get(`/v1/admin/pools/${encodeURIComponent(p.name)}/warm`).catch(() => null)));
+  return items.flatMap((p, i) => ((docs[i] && docs[i].classes) || []).map((c) => ({ pool: p.name, ...c })));
+}
+
+/** A warm class's resources in words ("2 CPU · 2048 MiB · 5 GiB"); absent: a create's defaults. */
+function warmResources(c) {
+  const r = c.resources;
+  return r ? `${r.cpu} CPU · ${r.memoryMiB} MiB · ${r.diskGiB} GiB` : 'defaults';
+}
+
 export async function pools(ctx) {
   const { el } = ctx;
   const list = await get('/v1/admin/pools');
   const items = list.items || list;
+  const warm = await warmRows(items);
   replace(el, h('h1', {}, 'Pools'), healthStrip(items),
     table('Pools', [
       ['Name', (p) => h('strong', {}, p.name)],
@@ -37,7 +51,20 @@ export async function pools(ctx) {
       ['Capabilities', (p) => (p.capabilities || []).join(', ') || 'none'],
       ['Slots', (p) => slotsText(p)],
       ['Source', (p) => p.source],
-    ], items, 'No pools.'));
+    ], items, 'No pools.'),
+    h('h2', {}, 'Warm classes'),
+    h('p', { class: 'muted' }, 'Instances kept ready per pool, so a create with the same template and resources starts from one. Set with PUT /v1/admin/pools/{name}/warm or warm = [...] in the config file.'),
+    h('div', { id: 'warm-classes' }, table('Warm classes', [
+      ['Pool', (c) => c.pool],
+      ['Class', (c) => h('strong', {}, c.name)],
+      ['Ready', (c) => h('span', { class: c.ready > 0 ? 'ok' : 'muted' }, `${c.ready} ready`), 'num'],
+      ['Creating', (c) => `${c.creating} creating`, 'num'],
+      ['Size', (c) => (c.maxSize && c.maxSize !== c.size ? `${c.size} (max ${c.maxSize})` : String(c.size)), 'num'],
+      ['Template', (c) => c.template || 'pool default'],
+      ['Resources', warmResources],
+      ['Refill', (c) => `${c.refillPerSecond}/s`],
+      ['Max age', (c) => `${c.maxAgeSeconds} s`],
+    ], warm, 'No warm classes.')));
 }
 
 // Samples survive moving between views (not a reload): the charts show what this tab saw.
