@@ -2,6 +2,7 @@
 //! sandbox's pool and backend instance, woken first if the idle sweep paused or stopped it,
 //! and the call counted as the sandbox's activity.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -121,6 +122,26 @@ pub(crate) fn remembered(
     principal.owns(&row.org_id, &row.project_id).then_some(row)
 }
 
+/// The env a call that starts a program must add under its own (see
+/// [`crate::running_rows::call_env_of`]): a warm sandbox's env, else nothing.
+pub(crate) type BaseEnv = Arc<BTreeMap<String, String>>;
+
+/// [`open_data_call`] for a call that starts a program (a terminal), with the sandbox's
+/// [`BaseEnv`]. The row is read: the env is on it, not on the event that started it.
+pub(crate) async fn open_program_call(
+    state: &AppState,
+    principal: &Principal,
+    raw_id: &str,
+    capability: &str,
+    action: &str,
+    detail: Value,
+) -> ApiResult<(Arc<Pool>, InstanceRef, BaseEnv)> {
+    let (pool, at, record, env) =
+        open_read_call(state, principal, raw_id, capability, action, detail).await?;
+    record.commit().await?;
+    Ok((pool, at, env))
+}
+
 /// Opens a data-plane call (exec, streamed exec, files) on sandbox `raw_id` for `capability`: the
 /// pool and the instance, with the call's `action` record appended first (fail closed). See
 /// [`open_staged_call`]; this one waits for the record's commit before the call starts.
@@ -159,7 +180,9 @@ pub(crate) async fn open_staged_call(
             return Ok((early.pool, early.at, record));
         }
     }
-    open_read_call(state, principal, raw_id, capability, action, detail).await
+    let (pool, at, record, _) =
+        open_read_call(state, principal, raw_id, capability, action, detail).await?;
+    Ok((pool, at, record))
 }
 
 /// A data-plane call on a row this process remembers running: its pool and instance, known
@@ -169,6 +192,8 @@ pub(crate) async fn open_staged_call(
 pub(crate) struct EarlyCall {
     pub pool: Arc<Pool>,
     pub at: InstanceRef,
+    /// What a program started by the call adds under its own env.
+    pub env: BaseEnv,
     event: NewAuditEvent,
     guard: RowGuard,
 }
@@ -199,9 +224,14 @@ pub(crate) fn early_call(
         sandbox_id: r.id,
         backend_ref: r.backend_ref,
     };
+    // `RunningRows::get` hands out only rows whose env is known.
+    let Some(env) = r.env else {
+        return Ok(None);
+    };
     Ok(Some(EarlyCall {
         pool,
         at,
+        env,
         event,
         guard,
     }))
@@ -233,6 +263,7 @@ impl EarlyCall {
 
 /// A data-plane call whose row is read first (and woken if idle, as [`ready_for_data`]
 /// does): its record is committed before the call, and the row remembered for the next call.
+/// With the [`BaseEnv`] a program it starts adds under its own.
 pub(crate) async fn open_read_call(
     state: &AppState,
     principal: &Principal,
@@ -240,12 +271,13 @@ pub(crate) async fn open_read_call(
     capability: &str,
     action: &str,
     detail: Value,
-) -> ApiResult<(Arc<Pool>, InstanceRef, StagedAudit)> {
+) -> ApiResult<(Arc<Pool>, InstanceRef, StagedAudit, BaseEnv)> {
     let sandbox = load_sandbox(state, principal, raw_id).await?;
     let (pool, at, sandbox) = ready_for_data(state, principal, sandbox, capability).await?;
     let record = audit(state, principal, &sandbox, action, detail).await?;
     state.events.running.remember(&sandbox);
-    Ok((pool, at, StagedAudit::committed(record)))
+    let env = Arc::new(crate::running_rows::call_env_of(&sandbox));
+    Ok((pool, at, StagedAudit::committed(record), env))
 }
 
 /// Runs `call` while `record` commits, and answers once both are done. A failed commit

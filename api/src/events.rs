@@ -130,6 +130,8 @@ impl EventHub {
                 pool,
                 backend_ref,
                 status_version: env.status_version,
+                // Events carry no env values: a warm sandbox's calls read the row for them.
+                env: if b.warm { None } else { Some(Arc::default()) },
             }),
             _ => None,
         };

@@ -10,7 +10,8 @@
 //! on a row that moved. Entries are dropped on every other status event of their sandbox
 //! and trusted for a few seconds at most.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,11 @@ pub struct RunningRow {
     pub pool: String,
     pub backend_ref: String,
     pub status_version: i64,
+    /// What every call must add to its own env: the sandbox's env when it runs on a claimed
+    /// warm instance (created without it), else nothing (`Some` of an empty map: the backend
+    /// has it from the create). `None`: the row is warm but came from an event, which never
+    /// carries env values, so a call must read the row ([`RunningRows::get`] skips it).
+    pub env: Option<Arc<BTreeMap<String, String>>>,
 }
 
 impl RunningRow {
@@ -47,8 +53,32 @@ impl RunningRow {
             pool: s.pool.clone()?,
             backend_ref: s.backend_ref.clone()?,
             status_version: s.status_version,
+            env: Some(Arc::new(call_env_of(s))),
         })
     }
+}
+
+/// What a data-plane call on `s` must add to its own env: the sandbox's env if its instance
+/// was claimed warm (created before the sandbox, with none), else nothing.
+pub fn call_env_of(s: &Sandbox) -> BTreeMap<String, String> {
+    if s.warm_class.is_some() {
+        s.spec.env.clone()
+    } else {
+        BTreeMap::new()
+    }
+}
+
+/// `call`'s env over the sandbox's `base` (the call's own keys win).
+pub fn merged_env(
+    base: &BTreeMap<String, String>,
+    call: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    if base.is_empty() {
+        return call;
+    }
+    let mut env = base.clone();
+    env.extend(call);
+    env
 }
 
 /// The remembered rows of one API process.
@@ -56,11 +86,12 @@ impl RunningRow {
 pub struct RunningRows(Mutex<HashMap<SandboxId, (Instant, RunningRow)>>);
 
 impl RunningRows {
-    /// The remembered row of `id`, if fresh.
+    /// The remembered row of `id`, if fresh and complete (a warm row from an event lacks
+    /// the env its calls need).
     pub fn get(&self, id: &SandboxId) -> Option<RunningRow> {
         let rows = self.lock();
         rows.get(id)
-            .filter(|(at, _)| at.elapsed() < FRESH_FOR)
+            .filter(|(at, r)| at.elapsed() < FRESH_FOR && r.env.is_some())
             .map(|(_, r)| r.clone())
     }
 
@@ -108,6 +139,48 @@ mod tests {
         s.pool = Some("fake".into());
         s.backend_ref = Some("ref-1".into());
         s
+    }
+
+    #[test]
+    fn a_warm_rows_calls_carry_its_env_and_a_cold_rows_nothing() {
+        let mut cold = sandbox(SandboxStatus::Running);
+        cold.spec.env.insert("TOKEN".into(), "cold".into());
+        let cold_row = RunningRow::of(&cold).expect("running");
+        assert_eq!(
+            cold_row.env.as_deref(),
+            Some(&BTreeMap::new()),
+            "the backend has it"
+        );
+        let mut warm = cold.clone();
+        warm.id = SandboxId::new();
+        warm.warm_class = Some("small".into());
+        let warm_row = RunningRow::of(&warm).expect("running");
+        assert_eq!(
+            warm_row.env.as_deref().and_then(|e| e.get("TOKEN")),
+            Some(&"cold".to_owned())
+        );
+        // The call's own keys win over the sandbox's.
+        let call = BTreeMap::from([("TOKEN".to_owned(), "call".to_owned())]);
+        let base = warm_row.env.clone().expect("known");
+        assert_eq!(merged_env(&base, call.clone())["TOKEN"], "call");
+        let other = BTreeMap::from([("OTHER".to_owned(), "x".to_owned())]);
+        let both = merged_env(&base, other);
+        assert_eq!(
+            (both["TOKEN"].as_str(), both["OTHER"].as_str()),
+            ("cold", "x")
+        );
+    }
+
+    #[test]
+    fn a_warm_row_from_an_event_is_not_served_without_a_read() {
+        let rows = RunningRows::default();
+        let warm = sandbox(SandboxStatus::Running);
+        let mut from_event = RunningRow::of(&warm).expect("running");
+        from_event.env = None;
+        rows.remember_row(from_event);
+        assert_eq!(rows.get(&warm.id), None, "its env is not known");
+        rows.remember(&warm);
+        assert!(rows.get(&warm.id).is_some(), "a read made it whole");
     }
 
     #[test]

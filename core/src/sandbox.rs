@@ -316,6 +316,10 @@ pub struct Sandbox {
     pub started_at: Option<DateTime<Utc>>,
     pub expires_at: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
+    /// The warm class whose instance this sandbox claimed. That instance was created before
+    /// the sandbox, with no env, so every data-plane call on it carries the sandbox's env.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_class: Option<String>,
 }
 
 /// The client-facing JSON shape of a sandbox (API.md): env keys only, no backend internals.
@@ -371,6 +375,7 @@ impl Sandbox {
             started_at: None,
             expires_at: None,
             ended_at: None,
+            warm_class: None,
         }
     }
 

@@ -138,6 +138,7 @@ impl QueuedSandbox {
             started_at: None,
             expires_at: None,
             ended_at: None,
+            warm_class: None,
         }
     }
 }

@@ -42,6 +42,11 @@ pub struct StatusChanged {
     /// publishers (then `backend`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<crate::public::Origin>,
+    /// The sandbox runs on a claimed warm instance, which was created without its env: an
+    /// API replica that serves a data-plane call from this event must read the row for the
+    /// env instead. Internal; absent (false) from older publishers and for other sandboxes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warm: bool,
 }
 
 impl Message for StatusChanged {
@@ -72,6 +77,7 @@ impl StatusChanged {
             view: Some(Box::new(SandboxState::of(s))),
             audit_head: None,
             origin: None,
+            warm: s.warm_class.is_some(),
         }
     }
 }

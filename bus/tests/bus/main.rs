@@ -1124,6 +1124,7 @@ async fn typed_events_skip_what_does_not_decode(h: Harness) {
             view: None,
             audit_head: None,
             origin: None,
+            warm: false,
         },
     );
     env.published_at = None;

@@ -47,6 +47,7 @@ pub(crate) fn claim_warm(
     now: DateTime<Utc>,
 ) -> Result<AuditEntry, StoreError> {
     sbx.id = id;
+    sbx.warm_class = direct.warm_class.clone();
     let mut entry = activate_direct(sbx, &direct.pool, now);
     if direct.claim_call {
         sbx.backend_ref = Some(backend_ref.to_owned());

@@ -28,7 +28,7 @@
 
 pub mod frames;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::time::Duration;
@@ -152,18 +152,45 @@ async fn exec(
     )? {
         let stage = early.stage(&state);
         let (pool, at) = (&early.pool, &early.at);
+        let req = with_base_env(&req, &early.env);
         if let Some(answer) = run_exec(&state, &principal, pool, at, &req, enc, stage).await? {
             return Ok(Json(answer));
         }
         // The row moved since: nothing was sent; read it like any other call.
     }
-    let (pool, at, record) =
+    let (pool, at, record, env) =
         open_read_call(&state, &principal, &id, "exec", "sandbox.exec", detail).await?;
     let staged = std::future::ready(Ok(Some(record)));
+    let req = with_base_env(&req, &env);
     run_exec(&state, &principal, &pool, &at, &req, enc, staged)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::internal("exec: a committed record was refused"))
+}
+
+/// `req` with the sandbox's base env under its own (a warm sandbox's env; see
+/// [`crate::running_rows::call_env_of`]); borrowed as is when there is none.
+fn with_base_env<'r>(
+    req: &'r ExecRequest,
+    base: &BTreeMap<String, String>,
+) -> std::borrow::Cow<'r, ExecRequest> {
+    if base.is_empty() {
+        return std::borrow::Cow::Borrowed(req);
+    }
+    let mut with = req.clone();
+    with.env = crate::running_rows::merged_env(base, req.env.clone());
+    std::borrow::Cow::Owned(with)
+}
+
+/// [`with_base_env`] for a request shared with the stream's task.
+fn with_base_env_shared(
+    req: &std::sync::Arc<ExecRequest>,
+    base: &BTreeMap<String, String>,
+) -> std::sync::Arc<ExecRequest> {
+    match with_base_env(req, base) {
+        std::borrow::Cow::Borrowed(_) => req.clone(),
+        std::borrow::Cow::Owned(with) => std::sync::Arc::new(with),
+    }
 }
 
 /// Awaits `wanted` (a record being staged, or the events that follow it) while polling
@@ -605,14 +632,16 @@ async fn start_stream(
     if let Some(early) = early_call(state, principal, id, capability, action, detail.clone())? {
         let stage = early.stage(state);
         let (pool, at) = (&early.pool, &early.at);
+        let req = with_base_env_shared(&req, &early.env);
         if let Some(run) = start_staged_stream(state, principal, pool, at, &req, stage).await? {
             return Ok((run, enc));
         }
         // The row moved since: nothing was sent; read it like any other call.
     }
-    let (pool, at, record) =
+    let (pool, at, record, env) =
         open_read_call(state, principal, id, capability, action, detail).await?;
     let staged = std::future::ready(Ok(Some(record)));
+    let req = with_base_env_shared(&req, &env);
     start_staged_stream(state, principal, &pool, &at, &req, staged)
         .await?
         .map(|run| (run, enc))
