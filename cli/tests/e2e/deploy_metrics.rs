@@ -76,20 +76,108 @@ impl Served {
     }
 }
 
+/// A `fake` pool offering warm instances, with one class a create asking for nothing matches.
+const WARM_POOL: &str = r#"
+[[pools]]
+name = "warm"
+kind = "fake"
+warm = [{ name = "default", size = 1, refill_per_second = 10 }]
+
+[pools.settings]
+ledger = "{ledger}"
+capabilities = ["exec", "warm"]
+"#;
+
+/// Waits for the leader to report the `warm` pool's instance ready (scraping the scheduler
+/// at `scheduler_metrics`), then creates through the direct-placing API at `direct_port`:
+/// the create must be answered from the instance (`running` at once), which counts
+/// `differently_warm_claims_total{result="hit"}`.
+async fn claim_warm(c: &Cluster, scheduler_metrics: u16, direct_port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // `differently_warm_ready{pool="warm",class="default"} 1`, in either label order.
+    let is_ready = |l: &str| {
+        l.starts_with("differently_warm_ready{")
+            && l.contains(r#"pool="warm""#)
+            && l.contains(r#"class="default""#)
+            && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)
+    };
+    while !scrape(scheduler_metrics).await.lines().any(is_ready) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the warm class never had a ready instance\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{direct_port}");
+    while http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .ok()
+        != Some(200)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "api-direct never ready\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let r = http
+        .post(format!("{base}/v1/sandboxes"))
+        .bearer_auth(&c.key)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("create through api-direct");
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.expect("create answer");
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(
+        body["status"],
+        "running",
+        "not a warm claim: {body}\n{}",
+        c.logs()
+    );
+    assert_eq!(body["pool"], "warm", "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_and_alerts_use_only_served_metrics() {
     // Through the leader, so placement metrics exist too.
+    // A second pool with one warm class, so the warm pools' gauges, refill histogram and
+    // claims counter exist (they are served once a class is declared and used).
     let mut c = Cluster::new(Opts {
         extra_toml: crate::crash::LEADER_PLACES_ALL.into(),
+        more_pools: WARM_POOL.into(),
         ..Opts::default()
     })
     .await;
-    let ports = [free_port(), free_port(), free_port()];
+    let ports = [free_port(), free_port(), free_port(), free_port()];
     for (name, port) in ["api", "scheduler", "worker"].iter().zip(ports) {
         let listen = format!("127.0.0.1:{port}");
         c.spawn(name, name, &[("DIFFERENTLY_METRICS_LISTEN", &listen)]);
     }
+    // Warm claims happen in direct placement only, which the leader-placing config turns
+    // off: a second API with it on makes the claim.
+    let direct_port = free_port();
+    c.spawn(
+        "api-direct",
+        "api",
+        &[
+            (
+                "DIFFERENTLY_METRICS_LISTEN",
+                &format!("127.0.0.1:{}", ports[3]),
+            ),
+            ("DIFFERENTLY_LISTEN", &format!("127.0.0.1:{direct_port}")),
+            ("DIFFERENTLY_DIRECT_PLACEMENT", "true"),
+        ],
+    );
     c.wait_ready().await;
+    claim_warm(&c, ports[1], direct_port).await;
 
     // create, exec, delete: admissions, activations, placement, adapter calls, bus, audit.
     let id = c.create_ok().await;
@@ -139,6 +227,7 @@ async fn dashboard_and_alerts_use_only_served_metrics() {
     let want_eventually = [
         "differently_bus_undecodable_total",
         "differently_reconcile_actions_total",
+        "differently_warm_refill_seconds_bucket",
     ];
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let served = loop {
