@@ -97,9 +97,7 @@ isolation = "none"
         .filter_map(Value::as_str)
         .collect();
     assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("are sealed in Postgres")),
+        lines.iter().any(|l| l.contains("are sealed in Postgres")),
         "{lines:?}"
     );
     assert!(!lines.iter().any(|l| l.contains("plaintext")), "{lines:?}");

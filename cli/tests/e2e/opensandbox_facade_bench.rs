@@ -58,5 +58,8 @@ async fn the_p8_bench_runs_through_the_facade_against_the_fake_server() {
     assert!(straight > 900.0, "the fake's hold: {report}");
     // Behaviour, not speed: the facade answers when the command ends, so it never waits out
     // the ~1 s hold that the straight path does (any figure under the hold shows that).
-    assert!(facade < straight / 2.0, "the facade waited for execd's hold: {report}");
+    assert!(
+        facade < straight / 2.0,
+        "the facade waited for execd's hold: {report}"
+    );
 }

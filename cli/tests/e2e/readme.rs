@@ -136,7 +136,10 @@ async fn the_production_quickstart_runs_as_written() {
     // The roles' logs go to a directory of their own, never into the reader's checkout.
     assert!(script.contains("LOGS=$(mktemp -d)"), "{script}");
     for line in script.lines().filter(|l| l.contains("differently server")) {
-        assert!(line.contains("> $LOGS/"), "a log in the working directory: {line}");
+        assert!(
+            line.contains("> $LOGS/"),
+            "a log in the working directory: {line}"
+        );
     }
     assert!(
         script.contains("CONFIG=deploy/differently.devhost.toml"),

@@ -27,10 +27,12 @@ pub(crate) async fn lock_sandboxes(
     tx: &mut Transaction<'static, Postgres>,
     ids: &[&str],
 ) -> Result<HashMap<SandboxId, Sandbox>, StoreError> {
-    let rows = sqlx::query("SELECT doc, env_sealed FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-        .bind(ids)
-        .fetch_all(&mut **tx)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT doc, env_sealed FROM sandboxes WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?;
     let mut by_id = HashMap::with_capacity(rows.len());
     for r in &rows {
         let s = sandbox_of(r)?;
