@@ -248,11 +248,17 @@ async fn run(a: Args) -> Result<Report, LoadError> {
     let burst = 3 * a.size as usize;
     let meter = CpuMeter::start(cluster.pids());
     let t0 = Instant::now();
-    let (outcomes, refilled_after) = {
-        let creates = paced(&api, &key, json!({}), burst, None);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let ((outcomes, wall, cpu), refilled_after) = {
+        let creates = async {
+            let o = paced(&api, &key, json!({}), burst, None).await;
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            (o, t0.elapsed(), meter.finish_seconds())
+        };
         let watch = async {
             // The class is drained by the burst's claims, then refilled: watch for the
-            // moment it holds `size` again after having dropped below.
+            // moment it holds `size` again after having dropped below. Never dropped by
+            // the time every create ran: nothing was claimed, nothing to time.
             let mut dropped = false;
             let limit = fill_deadline * 2;
             while t0.elapsed() < limit {
@@ -263,13 +269,17 @@ async fn run(a: Args) -> Result<Report, LoadError> {
                         return Some(t0.elapsed().as_secs_f64());
                     }
                 }
+                if !dropped && done.load(std::sync::atomic::Ordering::SeqCst) {
+                    return None;
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             None
         };
         tokio::join!(creates, watch)
     };
-    let drained = phase(&outcomes, t0, meter.finish_seconds());
+    let mut drained = phase(&outcomes, t0, cpu);
+    drained.wall_seconds = wall.as_secs_f64();
     delete_all(&api, &key, &outcomes).await;
     let bound = 1.2 * f64::from(a.size) / a.refill;
     let ok =
