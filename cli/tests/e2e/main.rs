@@ -68,4 +68,5 @@ mod readme;
 mod schemathesis;
 mod spine;
 mod tenancy;
+mod warm_claims;
 mod webhooks;
