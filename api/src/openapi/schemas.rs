@@ -968,6 +968,7 @@ pub(super) fn schemas() -> Value {
             "versions",
             json!({ "description": "Backend versions, when the adapter reports them." }),
         ),
+        ("warm", array_of(reference("WarmClassStatus"))),
     ]);
     let external = served(&[
         ("orgId", typed("string")),

@@ -55,6 +55,9 @@ struct PoolEntry {
     health: Option<PoolHealth>,
     /// Backend versions, when the adapter reports them (none does yet).
     versions: Option<Value>,
+    /// Warm capacity: instances created ahead of any tenant, per class, which use the
+    /// backend (and, on a billed provider, cost) while they wait.
+    warm: Vec<super::warm::ServedClass>,
 }
 
 /// One credential of a pool: the reference, which value is in place (fingerprint), and for
@@ -270,10 +273,12 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
             healthy: state.pools.get(&r.name).is_some_and(|p| p.healthy()),
             health: health.iter().find(|h| h.name == r.name).cloned(),
             versions: None,
+            warm: Vec::new(),
         })
         .collect();
     for p in &mut pools {
         fingerprint_all(&mut p.credentials, &secrets).await;
+        p.warm = super::warm::document(&state, &p.name).await?.classes;
     }
     let external: Vec<String> = records
         .iter()

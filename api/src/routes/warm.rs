@@ -33,7 +33,7 @@ struct WarmBody {
 /// One class as served: its fields and its instances by state.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct ServedClass {
+pub(crate) struct ServedClass {
     #[serde(flatten)]
     class: WarmClass,
     ready: u32,
@@ -42,8 +42,8 @@ struct ServedClass {
 
 /// `GET`'s answer.
 #[derive(Serialize)]
-struct WarmDocument {
-    classes: Vec<ServedClass>,
+pub(crate) struct WarmDocument {
+    pub(crate) classes: Vec<ServedClass>,
 }
 
 fn require_admin(p: &Principal) -> ApiResult<()> {
@@ -87,7 +87,8 @@ fn served(classes: WarmClasses, counts: &[WarmCount]) -> WarmDocument {
     }
 }
 
-async fn document(state: &AppState, pool: &str) -> ApiResult<WarmDocument> {
+/// `pool`'s warm classes with their counts (also the trust report's, per pool).
+pub(crate) async fn document(state: &AppState, pool: &str) -> ApiResult<WarmDocument> {
     let classes = state.store.warm_classes(pool).await?;
     let counts = state.store.warm_counts(pool).await?;
     Ok(served(classes, &counts))

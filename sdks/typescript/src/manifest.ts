@@ -309,6 +309,7 @@ export const MODELS: Record<string, ModelSpec> = {
     fields: fields<M.TrustPool>()({
       name: "string", kind: "string", trust: "string", region: "string?", isolation: "string", egress: "string",
       endpoint: "string?", credentials: "array", source: "string", healthy: "boolean", health: "object?", versions: "any",
+      warm: "array",
     }),
     enums: { trust: ["private", "external"], source: ["config", "api"] },
   },

@@ -590,6 +590,8 @@ export interface TrustPool {
   health: PoolHealth | null;
   /** Backend versions, when the adapter reports them. */
   versions: unknown;
+  /** Warm capacity per class: instances created ahead of any tenant. */
+  warm: WarmClassStatus[];
 }
 
 /** Sandboxes of one org that went to one external pool. */

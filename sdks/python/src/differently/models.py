@@ -742,6 +742,7 @@ class TrustPool:
     healthy: bool
     health: Optional[PoolHealth]
     versions: Any
+    warm: List[WarmClassStatus]
     raw: Dict[str, Any] = _raw()
 
 
