@@ -15,7 +15,10 @@
 //!   retiring ones included, never above it), and nothing while the class backs off.
 //! - **tenant work first**: while any queued sandbox waits for this pool's capacity (its
 //!   stored reason, `waiting for capacity: <pool> (…)`, names the pool), the pool gets no
-//!   refill: capacity that frees goes to the tenant.
+//!   refill: capacity that frees goes to the tenant. Placement counts live sandboxes only,
+//!   so tenants may fill a capped pool that warm instances also hold; when live sandboxes
+//!   and warm rows together are over the cap, ready instances (oldest first) are retired
+//!   until they fit (`over_pool_cap`), giving the backend's capacity back to the tenants.
 //! - **back-off**: a create that failed for good removes its row (`warm_failed`). The leader
 //!   sees that as a row it last saw `creating` that is gone without having been seen `ready`,
 //!   and backs the class off exponentially (1 s doubling to [`MAX_BACKOFF`]); a row seen
@@ -146,6 +149,7 @@ pub(crate) enum Retire {
     MaxAge,
     OverMaxSize,
     CreateTimeout,
+    OverPoolCap,
 }
 
 impl Retire {
@@ -155,6 +159,7 @@ impl Retire {
             Retire::MaxAge => "max_age",
             Retire::OverMaxSize => "over_max_size",
             Retire::CreateTimeout => "create_timeout",
+            Retire::OverPoolCap => "over_pool_cap",
         }
     }
 }
@@ -166,6 +171,32 @@ pub(crate) struct PoolPlan {
     pub(crate) retire: Vec<(SandboxId, String, Retire)>,
     /// Per declared class in document order: instances missing to reach `size`.
     pub(crate) deficit: Vec<(String, u32)>,
+}
+
+/// Ready rows to retire so that `live` sandboxes and the warm rows still held (not retiring,
+/// nor already being retired) fit under `cap`: the oldest ready ones first. Creating rows
+/// are left to finish (retiring them would waste the create under way).
+pub(crate) fn over_the_cap(
+    rows: &[WarmInstance],
+    retiring_now: &[(SandboxId, String, Retire)],
+    live: u32,
+    cap: u32,
+) -> Vec<(SandboxId, String, Retire)> {
+    let going = |r: &WarmInstance| {
+        r.state == WarmState::Retiring || retiring_now.iter().any(|(id, _, _)| *id == r.id)
+    };
+    let held = rows.iter().filter(|r| !going(r)).count() as u32;
+    let over = live.saturating_add(held).saturating_sub(cap) as usize;
+    let mut ready: Vec<&WarmInstance> = rows
+        .iter()
+        .filter(|r| r.state == WarmState::Ready && !going(r))
+        .collect();
+    ready.sort_by_key(|r| (r.ready_at, r.id.clone()));
+    ready
+        .into_iter()
+        .take(over)
+        .map(|r| (r.id.clone(), r.class.clone(), Retire::OverPoolCap))
+        .collect()
 }
 
 /// Decides retirements and deficits (see the module docs); pure, for tests.
@@ -281,7 +312,20 @@ impl Refill {
             let rows = s.store.warm_instances(&pool).await?;
             seen_rows.extend(rows.iter().map(|r| r.id.clone()));
             self.follow_outcomes(&pool, &rows, mono);
-            let decided = plan(&classes, &rows, now);
+            let mut decided = plan(&classes, &rows, now);
+            if let Some(cap) = p.record.max_concurrent {
+                if slots.is_none() {
+                    slots = Some(s.store.pool_slots_used().await?);
+                }
+                let live = slots
+                    .as_ref()
+                    .and_then(|m| m.get(&pool))
+                    .copied()
+                    .unwrap_or(0);
+                decided
+                    .retire
+                    .extend(over_the_cap(&rows, &decided.retire, live, cap));
+            }
             self.retire(s, &pool, &decided.retire, mono).await?;
             self.resend(s, &pool, &rows, &decided.retire, mono, now)
                 .await;
@@ -515,6 +559,31 @@ mod tests {
             ready_at: (state != WarmState::Creating).then_some(created_at),
             attempts: 1,
         }
+    }
+
+    #[test]
+    fn tenants_over_a_capped_pool_retire_the_oldest_ready_instances() {
+        let now = Utc::now();
+        let old = row("small", WarmState::Ready, 300, now);
+        let young = row("small", WarmState::Ready, 10, now);
+        let creating = row("small", WarmState::Creating, 1, now);
+        let going = row("small", WarmState::Retiring, 400, now);
+        let rows = vec![young.clone(), creating.clone(), old.clone(), going];
+        // 3 held (the retiring one is not) + 6 live = 9 under a cap of 10: nothing.
+        assert!(over_the_cap(&rows, &[], 6, 10).is_empty());
+        // + 8 live = 11: one over, the oldest ready goes.
+        let out = over_the_cap(&rows, &[], 8, 10);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, old.id);
+        assert_eq!(out[0].2, Retire::OverPoolCap);
+        // Already being retired for another reason counts as gone.
+        let max_age = vec![(old.id.clone(), "small".to_owned(), Retire::MaxAge)];
+        let out = over_the_cap(&rows, &max_age, 8, 10);
+        assert!(out.is_empty(), "{out:?}");
+        // Far over: every ready one, never the one being created.
+        let out = over_the_cap(&rows, &[], 20, 10);
+        let ids: Vec<_> = out.iter().map(|(id, _, _)| id.clone()).collect();
+        assert_eq!(ids, vec![old.id.clone(), young.id.clone()]);
     }
 
     #[test]

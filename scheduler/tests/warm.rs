@@ -403,6 +403,50 @@ async fn the_pool_cap_bounds_live_sandboxes_and_warm_instances_together() {
     .await;
 }
 
+/// Placement counts live sandboxes only: tenants that fill a capped pool which warm
+/// instances also hold take the capacity back, the oldest ready instances retired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_placed_over_warm_capacity_take_it_back() {
+    let p = plane(Some(3)).await;
+    p.set(vec![class("small", 3, 50.0)]).await;
+    p.settled_ready(3).await;
+    let s = p.admit(None).await;
+    p.announcer.admitted(&s, "").await.expect("announce");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let row = p
+            .store
+            .get_sandbox(&s.id)
+            .await
+            .expect("read")
+            .expect("row");
+        if row.status == SandboxStatus::Running {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never ran: {row:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // One live + two warm = the cap; the third instance is retired and deleted.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let rows = p.rows().await;
+        if rows.len() == 2 && rows.iter().all(|r| r.state == WarmState::Ready) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the warm rows never fit under the cap: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    p.stays(
+        Duration::from_millis(1500),
+        "one live + two warm = the cap of 3",
+        |r| r.len() == 2,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refill_waits_while_a_tenant_waits_for_the_pools_capacity() {
     let p = plane(Some(10)).await;
