@@ -28,8 +28,8 @@
 //!   publish, a leader change) gets it again after [`RESEND_AFTER`]; the workers' handling is
 //!   idempotent.
 //!
-//! Gauges `differently_warm_ready{pool,class}` and `differently_warm_creating{pool,class}` are
-//! set every pass; the worker records `differently_warm_refill_seconds` (begin → ready).
+//! Gauges `differently_warm_ready{pool,class}`, `differently_warm_creating{pool,class}` and
+//! `differently_warm_size{pool,class}` (the declared size) are set every pass; the worker records `differently_warm_refill_seconds` (begin → ready).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -333,6 +333,9 @@ impl Refill {
                 let labels = [("pool", pool.clone()), ("class", c.class.clone())];
                 metrics::gauge!("differently_warm_ready", &labels).set(f64::from(c.ready));
                 metrics::gauge!("differently_warm_creating", &labels).set(f64::from(c.creating));
+                // The declared size (0 for a class being retired), so an alert can compare.
+                let size = classes.get(&c.class).map_or(0, |k| k.size);
+                metrics::gauge!("differently_warm_size", &labels).set(f64::from(size));
                 shown.insert((pool.clone(), c.class));
             }
             if decided.deficit.iter().all(|(_, n)| *n == 0) {
@@ -415,6 +418,7 @@ impl Refill {
             let labels = [("pool", gone.0.clone()), ("class", gone.1.clone())];
             metrics::gauge!("differently_warm_ready", &labels).set(0.0);
             metrics::gauge!("differently_warm_creating", &labels).set(0.0);
+            metrics::gauge!("differently_warm_size", &labels).set(0.0);
         }
         self.shown = shown;
         self.sent.retain(|id, _| seen_rows.contains(id));
