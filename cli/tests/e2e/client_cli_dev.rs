@@ -18,7 +18,7 @@ use crate::harness::{binary, free_port, Proc};
 pub(crate) struct Dev {
     _proc: Proc,
     pub(crate) url: String,
-    key: String,
+    pub(crate) key: String,
     pub(crate) dir: tempfile::TempDir,
 }
 

@@ -6,13 +6,13 @@
 //! progress before its end, a cancelled command that never finishes, resources, and another
 //! organization's key reaching nothing of the first's.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::harness::{binary, free_port, Proc};
+use crate::client_cli_dev::Dev;
+use crate::harness::binary;
 
 fn python() -> String {
     let python = std::env::var("DIFFERENTLY_MCP_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -25,43 +25,6 @@ fn python() -> String {
          DIFFERENTLY_MCP_PYTHON to a Python that has it (scripts/test does)"
     );
     python
-}
-
-struct Dev {
-    _proc: Proc,
-    url: String,
-    key: String,
-    _dir: tempfile::TempDir,
-}
-
-fn start_dev() -> Dev {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = Command::new(binary())
-        .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--root"])
-        .arg(dir.path().join("sandboxes"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.path().join("dev.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut proc = Proc { child };
-    let mut lines = BufReader::new(proc.child.stdout.take().unwrap()).lines();
-    let url = lines.next().unwrap().unwrap();
-    let key = lines.next().unwrap().unwrap();
-    std::thread::spawn(move || for _ in lines {});
-    Dev {
-        _proc: proc,
-        url: url
-            .strip_prefix("export DIFFERENTLY_URL=")
-            .unwrap()
-            .to_owned(),
-        key: key
-            .strip_prefix("export DIFFERENTLY_API_KEY=")
-            .unwrap()
-            .to_owned(),
-        _dir: dir,
-    }
 }
 
 async fn post(dev: &Dev, path: &str, body: Value) -> Value {
@@ -128,7 +91,7 @@ fn script() -> PathBuf {
 
 async fn run_transport(transport: &str) -> Value {
     let python = python();
-    let dev = start_dev();
+    let dev = Dev::start();
     let (read_key, b_key) = keys(&dev).await;
     let out = tokio::process::Command::new(python)
         .arg(script())
@@ -275,7 +238,7 @@ async fn mcp_python_sdk_over_stdio() {
 /// protocol version header is 400.
 #[tokio::test]
 async fn mcp_http_transport_edges() {
-    let dev = start_dev();
+    let dev = Dev::start();
     let http = reqwest::Client::new();
     let url = format!("{}/mcp", dev.url);
     let ping = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" });
