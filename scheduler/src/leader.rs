@@ -30,7 +30,7 @@ impl Role {
         match (self, leads) {
             (Role::Starting, true) => tracing::info!("scheduler: leading"),
             (Role::StandingBy, true) => {
-                tracing::info!("scheduler: taking over; the lock was free, leading")
+                tracing::info!("scheduler: leading; taking over, the lock was free")
             }
             (Role::Starting, false) => tracing::info!(
                 "scheduler: standing by; another scheduler leads (trying the lock again every poll)"
@@ -163,6 +163,8 @@ mod tests {
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].contains("standing by"), "{lines:?}");
         assert!(lines[1].contains("taking over"), "{lines:?}");
+        // Operators and tests look for one line whoever leads.
+        assert!(lines[1].contains("scheduler: leading"), "{lines:?}");
     }
 
     #[test]
