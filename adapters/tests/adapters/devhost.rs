@@ -752,6 +752,9 @@ async fn a_symlink_swapped_during_file_operations_never_reaches_outside() {
         .map(|e| e.expect("entry").file_name())
         .collect();
 
+    // The link exists before the first operation: an upload that ran before the swapper's
+    // first rename would otherwise make `race` a real directory, which no rename replaces.
+    std::os::unix::fs::symlink("inside", dir.join("race")).expect("link");
     let stop = Arc::new(AtomicBool::new(false));
     let swapper = std::thread::spawn({
         let (stop, dir, outside) = (stop.clone(), dir.clone(), outside.clone());
@@ -770,8 +773,9 @@ async fn a_symlink_swapped_during_file_operations_never_reaches_outside() {
                 for t in &targets {
                     let tmp = dir.join("race.tmp");
                     let _ = std::fs::remove_file(&tmp);
-                    if std::os::unix::fs::symlink(t, &tmp).is_ok() {
-                        let _ = std::fs::rename(&tmp, dir.join("race"));
+                    if std::os::unix::fs::symlink(t, &tmp).is_ok()
+                        && std::fs::rename(&tmp, dir.join("race")).is_ok()
+                    {
                         swaps += 1;
                     }
                 }
