@@ -72,10 +72,7 @@ pub struct WarmCache(Mutex<Option<(Instant, Arc<WarmView>)>>);
 
 impl WarmCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Instant, Arc<WarmView>)>> {
-        match self.0.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::locks::lock(&self.0)
     }
 
     /// The view read less than the TTL ago, else a fresh one from `store` (and kept).
