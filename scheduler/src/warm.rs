@@ -313,15 +313,22 @@ impl Refill {
             seen_rows.extend(rows.iter().map(|r| r.id.clone()));
             self.follow_outcomes(&pool, &rows, mono);
             let mut decided = plan(&classes, &rows, now);
-            if let Some(cap) = p.record.max_concurrent {
-                if slots.is_none() {
-                    slots = Some(s.store.pool_slots_used().await?);
+            // A capped pool's cap and its live sandboxes (slots read once per pass).
+            let capped = match p.record.max_concurrent {
+                None => None,
+                Some(cap) => {
+                    if slots.is_none() {
+                        slots = Some(s.store.pool_slots_used().await?);
+                    }
+                    let live = slots
+                        .as_ref()
+                        .and_then(|m| m.get(&pool))
+                        .copied()
+                        .unwrap_or(0);
+                    Some((cap, live))
                 }
-                let live = slots
-                    .as_ref()
-                    .and_then(|m| m.get(&pool))
-                    .copied()
-                    .unwrap_or(0);
+            };
+            if let Some((cap, live)) = capped {
                 decided
                     .retire
                     .extend(over_the_cap(&rows, &decided.retire, live, cap));
@@ -363,19 +370,9 @@ impl Refill {
                 continue; // tenant work first
             }
             // Room under the pool's cap: live sandboxes and every warm row hold a slot.
-            let mut room = match p.record.max_concurrent {
+            let mut room = match capped {
                 None => u32::MAX,
-                Some(cap) => {
-                    if slots.is_none() {
-                        slots = Some(s.store.pool_slots_used().await?);
-                    }
-                    let live = slots
-                        .as_ref()
-                        .and_then(|m| m.get(&pool))
-                        .copied()
-                        .unwrap_or(0);
-                    cap.saturating_sub(live.saturating_add(rows.len() as u32))
-                }
+                Some((cap, live)) => cap.saturating_sub(live.saturating_add(rows.len() as u32)),
             };
             for (class, deficit) in &decided.deficit {
                 let Some(spec) = classes.classes.iter().find(|c| &c.name == class) else {
