@@ -113,7 +113,7 @@ pub fn waiting_reason(
         if pool_used + 1 > u64::from(max) {
             return Some((
                 Wall::Pool,
-                format!("waiting: pool {} full {pool_used}/{max}", pool.name),
+                crate::wait_reason::pool_full(pool.name, pool_used, max),
             ));
         }
     }

@@ -18,6 +18,7 @@ pub mod resources;
 pub mod sandbox;
 pub mod status;
 pub mod tenancy;
+pub mod wait_reason;
 pub mod warm;
 
 pub use error::{ErrorCode, FieldError};

@@ -102,21 +102,15 @@ fn conclude(req: &PlacementRequest, e: &Explained) -> Decision {
             reason: format!("unknown capabilities: {}", unknown.join(", ")),
         };
     }
-    let waiting: Vec<String> = e
+    let waiting: Vec<(&str, &str)> = e
         .pools
         .iter()
         .filter(|v| passed(v, Stage::Size))
-        .map(|v| {
-            format!(
-                "{} ({})",
-                v.name,
-                v.reason.as_deref().unwrap_or("unavailable")
-            )
-        })
+        .map(|v| (v.name.as_str(), v.reason.as_deref().unwrap_or("unavailable")))
         .collect();
     if !waiting.is_empty() {
         return Decision::Waiting {
-            reason: format!("waiting for capacity: {}", waiting.join("; ")),
+            reason: crate::wait_reason::capacity(waiting),
         };
     }
     let permitted = e.pools.iter().any(|v| passed(v, Stage::Security));
