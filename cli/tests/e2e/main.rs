@@ -52,6 +52,7 @@ mod hybrid_placement;
 mod idempotency;
 mod lifecycle;
 mod mcp;
+mod mcp_inspector;
 mod nats_cluster;
 mod observability;
 mod openapi;
