@@ -12,6 +12,9 @@ pub const WORKER_AFTER_DELETE: &str = "worker.after_delete";
 /// After the worker's start of a stopped sandbox reserved its room (the row is `running`) and
 /// before the backend start.
 pub const WORKER_AFTER_START_RESERVE: &str = "worker.after_start_reserve";
+/// After a worker's claim call on a warm instance returned (`Adapter::claim`) and before the
+/// sandbox is recorded `running`: a crash here leaves a call made and a row `provisioning`.
+pub const WORKER_AFTER_CLAIM_CALL: &str = "worker.after_claim_call";
 /// After the API committed an admission and before it published to the bus.
 pub const API_AFTER_ADMIT_COMMIT: &str = "api.after_admit_commit";
 

@@ -316,6 +316,10 @@ impl WorkerGroup {
             if let Err(e) = claimed {
                 return self.claim_failed(row, delivered, e).await;
             }
+            if let Some(pause) = self.faults.pause_at(faults::WORKER_AFTER_CLAIM_CALL) {
+                tracing::warn!(sandbox = %row.id, ?pause, "fault point: pausing after a claim call");
+                tokio::time::sleep(pause).await;
+            }
         }
         tracing::info!(sandbox = %row.id, pool = %self.pool, "worker: warm instance claimed");
         self.record_running(row, backend_ref).await
