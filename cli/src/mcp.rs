@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use differently_api::mcp::{
-    decode, CommandLogs, Message, Server, Subscriptions, V1Request, V1Response, V1,
+    decode, CommandLogs, Message, Notifier, Server, Subscriptions, V1Request, V1Response, V1,
 };
 use differently_client::Client;
 use futures::future::BoxFuture;
@@ -63,7 +63,7 @@ pub async fn run(target: &Target) -> ExitCode {
         Err(e) => return client::fail(&e),
     };
     let server = Server::new(Arc::new(Remote(api)), Arc::new(CommandLogs::default()));
-    let (out, mut outgoing) = mpsc::unbounded_channel::<Value>();
+    let (out, mut outgoing) = Notifier::channel();
     // Plain threads for stdin and stdout: blocking reads and writes of the process's own
     // streams, kept off the runtime.
     let writer = std::thread::spawn(move || {
@@ -84,13 +84,14 @@ pub async fn run(target: &Target) -> ExitCode {
         let line = match line {
             Ok(l) => l,
             Err(len) => {
-                let _ = out.send(
+                out.respond(
                     differently_api::mcp::RpcError::new(
                         differently_api::mcp::code::INVALID_REQUEST,
                         format!("a message of {len}+ bytes; at most {MAX_LINE} are read"),
                     )
                     .response(Value::Null),
-                );
+                )
+                .await;
                 continue;
             }
         };
@@ -99,7 +100,7 @@ pub async fn run(target: &Target) -> ExitCode {
         }
         match decode(&line) {
             Err(e) => {
-                let _ = out.send(e);
+                out.respond(e).await;
             }
             Ok(Message::Response) => {}
             Ok(Message::Notification { method, params }) => {
@@ -130,7 +131,7 @@ pub async fn run(target: &Target) -> ExitCode {
                         .map(|mut m| m.remove(&done_key).is_some())
                         .unwrap_or(true);
                     if still {
-                        let _ = out.send(resp);
+                        out.respond(resp).await;
                     }
                 });
                 map.insert(key, task.abort_handle());

@@ -31,8 +31,8 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use super::{
-    code, decode, progress_token, CommandLogs, InProcess, Message, RpcError, Server, Subscriptions,
-    PROTOCOL_VERSIONS,
+    code, decode, progress_token, CommandLogs, InProcess, Message, Notifier, RpcError, Server,
+    Subscriptions, PROTOCOL_VERSIONS,
 };
 use crate::auth::Principal;
 use crate::AppState;
@@ -52,7 +52,7 @@ struct Session {
     key_id: String,
     subs: Subscriptions,
     /// The server stream's messages; a GET holds the lock while it is open.
-    stream: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Value>>>,
+    stream: Arc<tokio::sync::Mutex<mpsc::Receiver<Value>>>,
     inflight: HashMap<String, AbortHandle>,
     last: Instant,
 }
@@ -235,7 +235,7 @@ impl Mcp {
         key_id: &str,
     ) -> (
         Subscriptions,
-        Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Value>>>,
+        Arc<tokio::sync::Mutex<mpsc::Receiver<Value>>>,
     ) {
         let mut m = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if !m.contains_key(id) && m.len() >= MAX_SESSIONS {
@@ -248,7 +248,7 @@ impl Mcp {
             }
         }
         let s = m.entry(id.to_owned()).or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let (tx, rx) = Notifier::channel();
             Session {
                 key_id: key_id.to_owned(),
                 subs: Subscriptions::new(tx),
@@ -342,7 +342,7 @@ async fn handle_post(mcp: Arc<Mcp>, State(state): State<AppState>, req: Request)
             )
                 .into_response();
         }
-        (Subscriptions::new(mpsc::unbounded_channel().0), None)
+        (Subscriptions::new(Notifier::discarding()), None)
     };
     let server = Server::new(
         Arc::new(InProcess::new(mcp.v1.clone(), auth)),
@@ -350,7 +350,7 @@ async fn handle_post(mcp: Arc<Mcp>, State(state): State<AppState>, req: Request)
     );
     let streamed =
         method == "tools/call" && progress_token(&params).is_some() && accepts_sse(&headers);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let (tx, mut rx) = Notifier::channel();
     let key = id_key(&id);
     // The audit records of the `/v1` calls carry this request's id and trace, also when the
     // answer streams after the handler returned.
@@ -360,7 +360,7 @@ async fn handle_post(mcp: Arc<Mcp>, State(state): State<AppState>, req: Request)
         let tx = tx.clone();
         async move {
             let resp = server.request(id, &method, params, &tx, &subs).await;
-            let _ = tx.send(resp);
+            tx.respond(resp).await;
         }
     };
     let task = tokio::spawn(differently_bus::trace::scope("mcp", trace, async move {

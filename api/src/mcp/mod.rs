@@ -40,9 +40,51 @@ pub mod code {
     pub const RESOURCE_REFUSED: i64 = -32003;
 }
 
-/// Server → client messages sent while a request runs (progress) or at any time
-/// (resource updates). Each is a complete JSON-RPC notification.
-pub type Notifier = mpsc::UnboundedSender<Value>;
+/// How many messages wait for a client that is not reading before notifications are dropped.
+/// Progress messages are at most 16 KiB, so a stalled reader holds at most a few MiB.
+pub const NOTIFY_QUEUE: usize = 256;
+
+/// Server → client messages: notifications sent while a request runs (progress) or at any
+/// time (resource updates), and responses. Bounded, so a client that stops reading cannot make
+/// the server hold an unbounded backlog: notifications are hints (a progress message's output
+/// is also in the result; a resource update says "read again"), so they are dropped when the
+/// queue is full, while responses wait for room.
+#[derive(Clone, Debug)]
+pub struct Notifier {
+    tx: mpsc::Sender<Value>,
+}
+
+impl Notifier {
+    /// A notifier and the receiver its messages go to, [`NOTIFY_QUEUE`] deep.
+    pub fn channel() -> (Notifier, mpsc::Receiver<Value>) {
+        let (tx, rx) = mpsc::channel(NOTIFY_QUEUE);
+        (Notifier { tx }, rx)
+    }
+
+    /// A notifier whose messages nobody reads (a request without a session subscribes to
+    /// nothing).
+    pub fn discarding() -> Notifier {
+        Notifier::channel().0
+    }
+
+    /// Queues a notification, dropping it when the reader is [`NOTIFY_QUEUE`] behind.
+    /// `false` once the reader is gone (the watcher that sends it can stop).
+    pub fn notify(&self, message: Value) -> bool {
+        match self.tx.try_send(message) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                metrics::counter!("differently_mcp_notifications_dropped_total").increment(1);
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    /// Sends a response, waiting for room; `false` if the reader is gone.
+    pub async fn respond(&self, message: Value) -> bool {
+        self.tx.send(message).await.is_ok()
+    }
+}
 
 /// A JSON-RPC protocol error (not a tool error: those are results with `isError`).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -285,6 +327,32 @@ mod tests {
         assert_eq!(e["error"]["code"], code::INVALID_REQUEST);
         let e = decode(br#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#).unwrap_err();
         assert_eq!(e["id"], 7);
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_stops_reading_loses_notifications_never_responses() {
+        let (out, mut rx) = Notifier::channel();
+        for i in 0..NOTIFY_QUEUE + 10 {
+            assert!(out.notify(json!({ "n": i })), "the reader is still there");
+        }
+        // The queue holds NOTIFY_QUEUE; the rest were dropped, not buffered.
+        let respond = tokio::spawn({
+            let out = out.clone();
+            async move { out.respond(json!({ "id": 1 })).await }
+        });
+        let mut got = Vec::new();
+        while got.len() < NOTIFY_QUEUE + 1 {
+            got.push(rx.recv().await.expect("a message"));
+        }
+        assert!(respond.await.expect("join"), "the response waited for room");
+        assert_eq!(got[NOTIFY_QUEUE - 1]["n"], NOTIFY_QUEUE - 1);
+        assert_eq!(
+            got[NOTIFY_QUEUE]["id"], 1,
+            "the response after the kept notifications"
+        );
+        drop(rx);
+        assert!(!out.notify(json!({})), "a gone reader stops its watchers");
+        assert!(!out.respond(json!({})).await);
     }
 
     #[test]

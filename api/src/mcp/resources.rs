@@ -268,12 +268,11 @@ impl Drop for Subscriptions {
 }
 
 fn updated(out: &Notifier, uri: &str) -> bool {
-    out.send(json!({
+    out.notify(json!({
         "jsonrpc": "2.0",
         "method": "notifications/resources/updated",
         "params": { "uri": uri },
     }))
-    .is_ok()
 }
 
 /// `resources/subscribe`: checks the sandbox as a read would, then watches it — its status

@@ -50,7 +50,7 @@ pub struct Progress {
 
 impl Progress {
     fn send(&self, progress: u64, message: String) {
-        let _ = self.out.send(json!({
+        self.out.notify(json!({
             "jsonrpc": "2.0",
             "method": "notifications/progress",
             "params": { "progressToken": self.token, "progress": progress, "message": message },
