@@ -113,11 +113,16 @@ impl Client {
         self.http.scrub_error(map_status(op, status, body))
     }
 
-    /// Reads an error answer and maps it by status and error code.
+    /// Reads an error answer and maps it by status and error code; a 429's `Retry-After`
+    /// rides on the (transient) error, for the worker's back-off.
     pub(crate) async fn status_error(&self, op: &str, resp: Response) -> AdapterError {
         let status = resp.status();
+        let wait = crate::http::retry_after(resp.headers());
         let body = resp.bytes().await.unwrap_or_default();
-        self.map(op, status, &body)
+        match (self.map(op, status, &body), wait) {
+            (AdapterError::Transient(r), Some(w)) => AdapterError::Transient(r.with_retry_after(w)),
+            (e, _) => e,
+        }
     }
 }
 

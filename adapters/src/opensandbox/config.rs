@@ -128,7 +128,9 @@ pub struct OpenSandboxConfig {
     /// Replaces the advertised capability list (list or comma string).
     #[serde(deserialize_with = "opt_list")]
     pub features: Option<Vec<String>>,
-    /// Reach execd through the server's proxy (default true; false for `fastsandbox`).
+    /// Reach execd through the server's proxy (`true`) or its own endpoint (`false`);
+    /// unset: by the server's version (proxy before 1.3, direct from 1.3), direct for
+    /// `fastsandbox`.
     #[serde(deserialize_with = "opt_bool")]
     pub use_server_proxy: Option<bool>,
     /// `stripped` (default, execd 1.1) or `kept` (execd 1.2).
@@ -179,6 +181,18 @@ pub use crate::http::Secret as ApiKey;
 
 pub use crate::credentials::CredentialRef;
 
+/// How the adapter reaches execd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecdPath {
+    /// Through the server's proxy (`useServerProxy: true`).
+    ServerProxy,
+    /// execd's own endpoint, with the headers (access token) the endpoint API gives.
+    Direct,
+    /// Not set: the proxy before server 1.3, direct from 1.3, where the proxy is in
+    /// maintenance mode and the direct endpoint carries the sandbox's access token.
+    ByVersion,
+}
+
 /// Validated settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -193,7 +207,8 @@ pub struct Settings {
     pub template_id: Option<String>,
     /// What `capabilities()` advertises, in `KNOWN_CAPABILITIES` order.
     pub capabilities: Vec<String>,
-    pub use_server_proxy: bool,
+    /// How execd is reached.
+    pub execd_path: ExecdPath,
     pub line_endings: LineEndings,
     pub ports: Ports,
     pub port_url_seconds: u64,
@@ -318,11 +333,13 @@ impl OpenSandboxConfig {
             }
         }
 
-        let use_server_proxy = self
-            .use_server_proxy
-            .unwrap_or(runtime != Runtime::Fastsandbox);
+        let execd_path = match (self.use_server_proxy, runtime) {
+            (Some(true), _) => ExecdPath::ServerProxy,
+            (Some(false), _) | (None, Runtime::Fastsandbox) => ExecdPath::Direct,
+            (None, _) => ExecdPath::ByVersion,
+        };
         let mut backed = backed(runtime, ports);
-        if !use_server_proxy {
+        if execd_path == ExecdPath::Direct {
             // execd's PTY WebSocket, reached directly; through the server proxy it is not
             // verified, so not offered.
             backed.push("exec.pty");
@@ -433,7 +450,7 @@ impl OpenSandboxConfig {
             runtime,
             template_id,
             capabilities,
-            use_server_proxy,
+            execd_path,
             line_endings: self.line_endings.unwrap_or_default(),
             ports,
             port_url_seconds,

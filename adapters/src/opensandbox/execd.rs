@@ -27,12 +27,32 @@ pub(crate) const EXECD_PORT: u16 = 44772;
 const MAX_LINE: usize = 64 * 1024 * 1024;
 
 /// How to reach one sandbox's execd.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     /// `http://…` without a trailing slash.
     pub base: String,
     /// Headers the endpoint API said execd needs (e.g. its access token). Never the API key.
     pub headers: BTreeMap<String, String>,
+}
+
+/// The header values are credentials (execd's access token): only their names print.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("base", &self.base)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// What an execd 401 says: the access token the endpoint API gave was refused.
+const TOKEN_REFUSED: &str = "execd refused the access token";
+
+/// Whether `e` is execd refusing the access token. From server 1.3 the token is derived
+/// from a versioned key the operator can rotate, so a refused token is worth resolving the
+/// endpoint again (a new token) once; the command was never taken.
+pub(crate) fn token_refused(e: &AdapterError) -> bool {
+    matches!(e, AdapterError::Permanent(r) if r.to_string().contains(TOKEN_REFUSED))
 }
 
 impl Target {
@@ -667,7 +687,7 @@ pub(crate) async fn execd_error_at(
                 format!("{op}: the cwd does not exist in the sandbox"),
             )
         }
-        (401, _) => AdapterError::permanent(format!("{op}: execd refused the access token")),
+        (401, _) => AdapterError::permanent(format!("{op}: {TOKEN_REFUSED}")),
         (502, _) => AdapterError::transient(format!(
             "{op}: the server proxy cannot reach execd (paused or stopped sandbox?)"
         )),

@@ -6,7 +6,14 @@ use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::client::{code_suffix, parse_error, Client};
+use super::versions::{self, Behaviour};
 use crate::AdapterError;
+
+/// Longest wait for one `Retry-After` on create that the adapter sits out itself; a longer
+/// one goes back to the worker as a transient error carrying the wait.
+pub(crate) const MAX_THROTTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most creates a throttling server (429) is asked in one call.
+const MAX_THROTTLED_TRIES: u32 = 4;
 
 /// Metadata key holding Differently's sandbox id.
 pub(crate) const META_SANDBOX: &str = "differently-sandbox-id";
@@ -143,21 +150,49 @@ fn seg(s: &str) -> String {
 
 /// Creates a sandbox. A refusal that is about the image names `image` and is permanent (the
 /// pool itself is fine), except Kubernetes' readiness timeout, which a slow pull looks like.
+/// The body is checked against the fields the server's version knows before it is sent; a
+/// 429 (1.3 may throttle creates) is waited out when its `Retry-After` is short, and is
+/// otherwise a transient error carrying the wait.
 pub(crate) async fn create(
     c: &Client,
     body: &CreateBody,
     image: &str,
     timeout: std::time::Duration,
+    behaviour: &Behaviour,
 ) -> Result<Sandbox, AdapterError> {
     let op = "create sandbox";
-    let resp = c
-        .send(
-            c.api(Method::POST, "/sandboxes")
-                .json(body)
-                .timeout(timeout),
-            op,
-        )
-        .await?;
+    let body = serde_json::to_value(body)
+        .map_err(|e| AdapterError::permanent(format!("{op}: cannot encode the body: {e}")))?;
+    versions::audit(&body, behaviour.create_fields, op, behaviour.version)?;
+    let started = std::time::Instant::now();
+    let mut tries = 0;
+    let resp = loop {
+        tries += 1;
+        let left = timeout.saturating_sub(started.elapsed());
+        let resp = c
+            .send(
+                c.api(Method::POST, "/sandboxes").json(&body).timeout(left),
+                op,
+            )
+            .await?;
+        if resp.status() != StatusCode::TOO_MANY_REQUESTS {
+            break resp;
+        }
+        let wait = crate::http::retry_after(resp.headers());
+        let fits = wait.is_some_and(|w| {
+            w <= MAX_THROTTLE_WAIT && started.elapsed() + w < timeout && tries < MAX_THROTTLED_TRIES
+        });
+        match wait {
+            Some(w) if fits => {
+                tracing::debug!(
+                    wait_ms = w.as_millis() as u64,
+                    "OpenSandbox throttled a create; waiting"
+                );
+                tokio::time::sleep(w).await;
+            }
+            _ => return Err(c.status_error(op, resp).await),
+        }
+    };
     if !resp.status().is_success() {
         let status = resp.status();
         let bytes = resp.bytes().await.unwrap_or_default();
@@ -328,18 +363,27 @@ pub(crate) async fn endpoint(
     c.json(rb, "get sandbox endpoint").await
 }
 
+/// Creates a snapshot named `name`; `mode` (`rootfsOnly`) only where the version has it.
 pub(crate) async fn create_snapshot(
     c: &Client,
     sandbox: &str,
     name: &str,
+    mode: Option<&str>,
+    behaviour: &Behaviour,
 ) -> Result<Snapshot, AdapterError> {
+    let op = "create snapshot";
+    let mut body = serde_json::json!({ "name": name });
+    if let Some(mode) = mode {
+        body["mode"] = serde_json::json!(mode);
+    }
+    versions::audit(&body, behaviour.snapshot_fields, op, behaviour.version)?;
     c.json(
         c.api(
             Method::POST,
             &format!("/sandboxes/{}/snapshots", seg(sandbox)),
         )
-        .json(&serde_json::json!({ "name": name })),
-        "create snapshot",
+        .json(&body),
+        op,
     )
     .await
 }

@@ -9,19 +9,17 @@
 //! time, goes only to the server (its proxy included): never to execd reached
 //! directly, never into an error, an event or a port URL. See `docs/opensandbox.md`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
 use crate::credentials::Credentials;
-use crate::error::Reason;
-use crate::exec_output::{millis, timed_exit, CollectedOutput};
+use crate::exec_output::{millis, timed_exit};
 use crate::go_ahead::GoAhead;
 use crate::poll::Poll;
 use crate::{
@@ -31,18 +29,22 @@ use crate::{
 
 mod client;
 pub mod config;
+mod create;
+mod exec;
 mod execd;
 mod files;
 mod lifecycle;
 mod pty;
+mod versions;
 
 pub use crate::settings::ConfigError;
-use config::{Egress, Ports, Runtime};
+use config::{ExecdPath, Ports, Runtime};
 pub use config::{OpenSandboxConfig, Settings};
-use execd::{CommandBody, Sink, Target, EXECD_PORT};
+use exec::{Channel, Collect};
 /// execd's event-stream parser, public for the fuzzers (`fuzz/`): it reads bytes a backend
 /// sends, so it must never panic on any of them.
 pub use execd::{Event as ExecdEvent, EventError as ExecdEventError, FrameError, FrameParser};
+use execd::{Target, EXECD_PORT};
 use lifecycle::{EndpointMode, META_INSTALLATION, META_SANDBOX};
 
 /// How long after Differently's own expiry the backend backstop fires on renew.
@@ -56,6 +58,8 @@ pub struct OpenSandboxAdapter {
     client: client::Client,
     /// Resolved execd endpoints per backend ref; dropped when a call cannot connect.
     targets: Mutex<HashMap<String, Target>>,
+    /// The server's version (`GET /version`), asked once and again after an outage.
+    version: versions::Detector,
 }
 
 impl std::fmt::Debug for OpenSandboxAdapter {
@@ -88,12 +92,30 @@ impl OpenSandboxAdapter {
             settings,
             client,
             targets: Mutex::new(HashMap::new()),
+            version: versions::Detector::default(),
         })
     }
 
     /// The validated settings (the key inside prints as `***`).
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// What the server's version changes (asked once; see `versions.rs`).
+    async fn behaviour(&self) -> versions::Behaviour {
+        self.version
+            .get(&self.client, &self.settings.api_url)
+            .await
+            .behaviour()
+    }
+
+    /// Passes `res` on, forgetting the server's version after an error that suggests it
+    /// changed (see [`versions::Detector::note`]).
+    fn noting<T>(&self, res: Result<T, AdapterError>) -> Result<T, AdapterError> {
+        if let Err(e) = &res {
+            self.version.note(e);
+        }
+        res
     }
 
     fn require(&self, capability: &str) -> Result<(), AdapterError> {
@@ -140,100 +162,6 @@ impl OpenSandboxAdapter {
             .collect())
     }
 
-    fn image_for(&self, req: &CreateInstance) -> String {
-        match self.settings.runtime {
-            Runtime::Fastsandbox => self.settings.template_id.clone().unwrap_or_default(),
-            _ => req
-                .template
-                .clone()
-                .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| self.settings.image.clone()),
-        }
-    }
-
-    fn create_body(&self, req: &CreateInstance) -> Result<lifecycle::CreateBody, AdapterError> {
-        let s = &self.settings;
-        let mut body = lifecycle::CreateBody {
-            metadata: BTreeMap::from([
-                (META_SANDBOX.to_owned(), req.sandbox_id.as_str().to_owned()),
-                (
-                    META_INSTALLATION.to_owned(),
-                    req.installation_id.as_str().to_owned(),
-                ),
-            ]),
-            ..Default::default()
-        };
-        let limits = BTreeMap::from([
-            ("cpu".to_owned(), req.resources.cpu.to_string()),
-            (
-                "memory".to_owned(),
-                format!("{}Mi", req.resources.memory_mib),
-            ),
-        ]);
-        let ttl = (req.ttl_seconds > 0).then(|| req.ttl_seconds.max(60));
-        if s.runtime == Runtime::Fastsandbox {
-            if !req.env.is_empty() {
-                return Err(AdapterError::permanent(
-                    "Fast Sandbox templates fix the environment: bake env into the template"
-                        .to_owned(),
-                ));
-            }
-            body.timeout = Some(ttl.unwrap_or(s.default_timeout_seconds));
-            match &req.from_snapshot {
-                Some(snap) => {
-                    body.snapshot_id = Some(snap.clone());
-                    // A restore has no template to size it: the SandboxPool's size.
-                    body.resource_limits = match (&s.pool_cpu, &s.pool_memory) {
-                        (Some(cpu), Some(mem)) => Some(BTreeMap::from([
-                            ("cpu".to_owned(), cpu.clone()),
-                            ("memory".to_owned(), mem.clone()),
-                        ])),
-                        _ => Some(limits),
-                    };
-                }
-                None => {
-                    if let Some(t) = req.template.as_deref().filter(|t| !t.is_empty()) {
-                        if Some(t) != s.template_id.as_deref() {
-                            return Err(AdapterError::permanent(format!(
-                                "this pool serves only its own Fast Sandbox template, not `{t}`"
-                            )));
-                        }
-                    }
-                    body.template_id = s.template_id.clone();
-                }
-            }
-        } else {
-            body.timeout = ttl;
-            body.resource_limits = Some(limits);
-            body.env = req.env.clone();
-            match &req.from_snapshot {
-                Some(snap) => body.snapshot_id = Some(snap.clone()),
-                None => {
-                    body.image = Some(lifecycle::ImageSpec {
-                        uri: self.image_for(req),
-                    });
-                    body.entrypoint = Some(ENTRYPOINT.iter().map(|s| (*s).to_owned()).collect());
-                }
-            }
-            body.secure_access = s.ports == Ports::Signed;
-        }
-        body.network_policy = match s.egress {
-            Egress::Public => None,
-            Egress::None | Egress::Allowlist => Some(lifecycle::NetworkPolicy {
-                default_action: "deny",
-                egress: s
-                    .egress_allow
-                    .iter()
-                    .map(|h| lifecycle::EgressRule {
-                        action: "allow",
-                        target: h.clone(),
-                    })
-                    .collect(),
-            }),
-        };
-        Ok(body)
-    }
-
     /// Polls until the sandbox is in `want`; `Failed` (or disappearing) ends the wait.
     async fn wait_state(
         &self,
@@ -278,12 +206,18 @@ impl OpenSandboxAdapter {
         if let Some(t) = self.cached(backend_ref) {
             return Ok(t);
         }
-        let mode = if self.settings.use_server_proxy {
-            EndpointMode::ServerProxy
-        } else {
-            EndpointMode::Direct
+        let direct = match self.settings.execd_path {
+            ExecdPath::ServerProxy => false,
+            ExecdPath::Direct => true,
+            ExecdPath::ByVersion => self.behaviour().await.direct_execd_by_default,
         };
-        let ans = lifecycle::endpoint(&self.client, backend_ref, EXECD_PORT, mode).await?;
+        let mode = if direct {
+            EndpointMode::Direct
+        } else {
+            EndpointMode::ServerProxy
+        };
+        let ans =
+            self.noting(lifecycle::endpoint(&self.client, backend_ref, EXECD_PORT, mode).await)?;
         // Plain HTTP to execd, whatever the API's scheme (docs/opensandbox.md).
         let scheme = "http";
         let base = with_scheme(&ans.endpoint, scheme);
@@ -325,7 +259,7 @@ impl OpenSandboxAdapter {
             };
             match res {
                 Ok(()) => return Ok(()),
-                Err(e @ AdapterError::Permanent(_)) => return Err(e),
+                Err(e @ AdapterError::Permanent(_)) if !execd::token_refused(&e) => return Err(e),
                 Err(e) => {
                     self.forget(backend_ref);
                     if poll.expired() {
@@ -352,189 +286,6 @@ impl OpenSandboxAdapter {
             self.set_clock(backend_ref).await;
         }
         Ok(())
-    }
-
-    /// A restored microVM keeps the time its checkpoint was written; step it to now.
-    async fn set_clock(&self, backend_ref: &str) {
-        let now = chrono::Utc::now().timestamp();
-        let argv = [
-            "date".to_owned(),
-            "-u".to_owned(),
-            "-s".to_owned(),
-            format!("@{now}"),
-        ];
-        let body = CommandBody {
-            command: execd::shell_join(&argv),
-            cwd: None,
-            timeout: Some(10_000),
-            envs: BTreeMap::new(),
-        };
-        let target = match self.target(backend_ref).await {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(error = %e, "setting the guest clock failed");
-                return;
-            }
-        };
-        let mut sink = Collect::default();
-        let mut accepted = false;
-        let res = execd::run(
-            &self.client,
-            &target,
-            &body,
-            self.run_options(Some(Duration::from_secs(10))),
-            &mut sink,
-            &mut accepted,
-            None,
-        )
-        .await;
-        match res {
-            Ok(0) => {}
-            Ok(code) => tracing::warn!(code, "setting the guest clock failed"),
-            Err(e) => tracing::warn!(error = %e, "setting the guest clock failed"),
-        }
-    }
-
-    fn run_options(&self, deadline: Option<Duration>) -> execd::RunOptions {
-        execd::RunOptions {
-            line_endings: self.settings.line_endings,
-            stream_idle: self.settings.stream_idle,
-            deadline,
-        }
-    }
-
-    /// Runs `req` through execd, feeding `sink`; returns the exit code.
-    /// Runs `req` on the sandbox's execd. With `go`, the command goes only once it is given
-    /// (the connection and request head before it; a command with stdin waits for it first,
-    /// since its input is written into the sandbox ahead of the command).
-    async fn run(
-        &self,
-        at: &InstanceRef,
-        req: &ExecRequest,
-        sink: &mut (impl Sink + Send),
-        mut go: Option<&GoAhead>,
-    ) -> Result<i32, AdapterError> {
-        if req.command.is_empty() || req.command[0].is_empty() {
-            return Err(AdapterError::permanent("command is empty"));
-        }
-        if req.command.iter().any(|a| a.contains('\0')) {
-            return Err(AdapterError::permanent(
-                "arguments may not contain NUL".to_owned(),
-            ));
-        }
-        let stdin: Option<Vec<u8>> = match (&req.stdin, &req.stdin_base64) {
-            (Some(_), Some(_)) => {
-                return Err(AdapterError::permanent(
-                    "give stdin or stdinBase64, not both".to_owned(),
-                ))
-            }
-            (Some(s), None) => Some(s.clone().into_bytes()),
-            (None, Some(b)) => {
-                use base64::Engine as _;
-                Some(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(b)
-                        .map_err(|e| {
-                            AdapterError::Permanent(Reason::caused_by(
-                                format!("stdinBase64: {e}"),
-                                e,
-                            ))
-                        })?,
-                )
-            }
-            (None, None) => None,
-        };
-        let mut target = self.target(&at.backend_ref).await?;
-        let mut command = execd::shell_join(&req.command);
-        if let Some(input) = stdin {
-            if let Some(go) = go.take() {
-                go.wait().await?;
-            }
-            // execd's command API takes no stdin: the command reads a file, which is unlinked
-            // as soon as the shell has opened it.
-            let path = format!("/tmp/.differently-stdin-{}", unique());
-            let body: ByteStream = Box::pin(futures::stream::once(async move {
-                Ok::<_, AdapterError>(Bytes::from(input))
-            }));
-            if let Err(e) = files::upload(&self.client, &target, &path, Some(0o600), body).await {
-                self.forget(&at.backend_ref);
-                return Err(e);
-            }
-            let q = execd::shell_quote(&path);
-            command = format!("{{ rm -f -- {q}; {command}\n}} < {q}");
-        }
-        let timeout = req.timeout();
-        let body = CommandBody {
-            command,
-            cwd: req.cwd.clone(),
-            timeout: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-            envs: req.env.clone(),
-        };
-        let mut reresolved = false;
-        let mut resumed = false;
-        loop {
-            let mut accepted = false;
-            let res = execd::run(
-                &self.client,
-                &target,
-                &body,
-                self.run_options(Some(timeout)),
-                sink,
-                &mut accepted,
-                go,
-            )
-            .await;
-            let e = match res {
-                Ok(code) => return Ok(code),
-                Err(e) if accepted => return Err(e),
-                Err(e) => e,
-            };
-            // execd never took the command, so sending it again cannot run it twice.
-            if matches!(e, AdapterError::Unavailable(_)) && !reresolved {
-                reresolved = true;
-                self.forget(&at.backend_ref);
-                target = self.target(&at.backend_ref).await?;
-                continue;
-            }
-            if e.is_retryable() && !resumed && self.settings.runtime == Runtime::Fastsandbox {
-                // A microVM its idle policy paused, which the gateway did not wake in time.
-                let paused = lifecycle::get(&self.client, &at.backend_ref)
-                    .await
-                    .is_ok_and(|s| s.status.state == "Paused");
-                if paused {
-                    resumed = true;
-                    self.thaw(at).await?;
-                    target = self.target(&at.backend_ref).await?;
-                    continue;
-                }
-            }
-            if matches!(e, AdapterError::NotFound)
-                && lifecycle::get(&self.client, &at.backend_ref).await.is_ok()
-            {
-                // execd's 404 through the proxy, but the sandbox exists.
-                return Err(AdapterError::permanent(
-                    "exec: execd answered 404".to_owned(),
-                ));
-            }
-            return Err(e);
-        }
-    }
-
-    /// Runs an idempotent execd call, re-resolving the endpoint once if it cannot connect.
-    async fn on_execd<T, F, Fut>(&self, at: &InstanceRef, f: F) -> Result<T, AdapterError>
-    where
-        F: Fn(Target) -> Fut,
-        Fut: std::future::Future<Output = Result<T, AdapterError>>,
-    {
-        let target = self.target(&at.backend_ref).await?;
-        match f(target).await {
-            Err(AdapterError::Unavailable(_)) => {
-                self.forget(&at.backend_ref);
-                let target = self.target(&at.backend_ref).await?;
-                f(target).await
-            }
-            other => other,
-        }
     }
 
     /// OpenSandbox's pause (memory kept on Docker and Fast Sandbox; disk committed on Kubernetes).
@@ -595,46 +346,6 @@ fn with_scheme(endpoint: &str, scheme: &str) -> String {
     }
 }
 
-fn unique() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "{nanos:x}-{:x}-{:x}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Collects output for `exec`, keeping the capped head of each stream.
-#[derive(Debug, Default)]
-struct Collect(CollectedOutput);
-
-impl Sink for Collect {
-    fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send {
-        self.0.push(&ev);
-        std::future::ready(true)
-    }
-}
-
-/// Sends output to the caller's channel; waiting on a full channel is the backpressure.
-struct Channel(tokio::sync::mpsc::Sender<ExecEvent>);
-
-impl Sink for Channel {
-    fn accept(&mut self, ev: ExecEvent) -> impl std::future::Future<Output = bool> + Send {
-        let tx = self.0.clone();
-        async move { tx.send(ev).await.is_ok() }
-    }
-
-    fn gone(&self) -> impl std::future::Future<Output = ()> + Send {
-        let tx = self.0.clone();
-        async move { tx.closed().await }
-    }
-}
-
 #[async_trait]
 impl Adapter for OpenSandboxAdapter {
     fn kind(&self) -> &'static str {
@@ -683,8 +394,17 @@ impl Adapter for OpenSandboxAdapter {
             return Ok(inst);
         }
         let body = self.create_body(req)?;
-        let created =
-            lifecycle::create(&self.client, &body, &image, self.settings.create_timeout).await?;
+        let behaviour = self.behaviour().await;
+        let created = self.noting(
+            lifecycle::create(
+                &self.client,
+                &body,
+                &image,
+                self.settings.create_timeout,
+                &behaviour,
+            )
+            .await,
+        )?;
         if let Err(e) = self.ready(&created.id, Some(&image)).await {
             // A sandbox that failed to start is of no use to a retry: remove it. One still
             // starting is left for the retry to find and wait on.
@@ -738,7 +458,7 @@ impl Adapter for OpenSandboxAdapter {
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
-        lifecycle::probe(&self.client).await
+        self.noting(lifecycle::probe(&self.client).await)
     }
 
     async fn exec_stream(
@@ -792,7 +512,9 @@ impl Adapter for OpenSandboxAdapter {
         self.require("files")?;
         let target = self.target(&at.backend_ref).await?;
         let res = files::upload(&self.client, &target, path, mode, body).await;
-        if matches!(res, Err(AdapterError::Unavailable(_))) {
+        if matches!(&res, Err(e) if matches!(e, AdapterError::Unavailable(_)) || execd::token_refused(e))
+        {
+            // The body is spent: the caller's retry resolves the endpoint (and token) anew.
             self.forget(&at.backend_ref);
         }
         res
@@ -877,7 +599,22 @@ impl Adapter for OpenSandboxAdapter {
                 }
             }
         }
-        let snap = lifecycle::create_snapshot(&self.client, &at.backend_ref, snapshot_id).await?;
+        let behaviour = self.behaviour().await;
+        // Fast Sandbox checkpoints memory too; a disk snapshot is all `snapshots` promises,
+        // and 1.3 offers one that is smaller and faster to restore.
+        let mode = (behaviour.rootfs_only_snapshots
+            && self.settings.runtime == Runtime::Fastsandbox)
+            .then_some("rootfsOnly");
+        let snap = self.noting(
+            lifecycle::create_snapshot(
+                &self.client,
+                &at.backend_ref,
+                snapshot_id,
+                mode,
+                &behaviour,
+            )
+            .await,
+        )?;
         if snap.status.state == "Failed" {
             return Err(AdapterError::permanent(format!(
                 "snapshot failed: {}",
