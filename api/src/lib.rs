@@ -159,6 +159,7 @@ pub fn router(state: AppState) -> Router {
     let routes = Router::new()
         .merge(routes::router())
         .merge(facade::opensandbox::router(&state, v1.clone()))
+        .merge(facade::e2b::router(&state, v1.clone()))
         .merge(mcp::http::router(&state, v1))
         .merge(ui::router())
         .route("/healthz", get(healthz))

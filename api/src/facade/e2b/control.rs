@@ -1,0 +1,487 @@
+//! E2B's control plane under `/e2b`: the v2 routes current SDKs use and the v1 routes older
+//! ones use, each one or more `/v1` calls under the caller's `X-API-KEY`.
+//!
+//! Create and connect answer only once the sandbox runs (the SDK sends envd calls right after
+//! the answer and never polls): they wait on `/v1`'s wait for at most [`START_WAIT`], inside
+//! the SDK's 60 s request timeout. A sandbox that has not started by then (queued behind a
+//! quota or full pools) is deleted and answered 503 with `Should-Retry: false`, saying so.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::facade::opensandbox::inner::{q, Caller};
+
+use super::error::{E2bError, E2bResult};
+use super::mapping;
+use super::Facade;
+
+/// How long create and connect wait for the sandbox to run.
+pub const START_WAIT: Duration = Duration::from_secs(50);
+/// E2B's documented lifetime when create names none.
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 300;
+
+/// The caller of a control-plane request and its key id (for its envd tokens).
+pub fn caller(h: &HeaderMap) -> E2bResult<(Caller, String)> {
+    let key = h
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .or_else(|| {
+            h.get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim)
+        })
+        .ok_or_else(E2bError::missing_key)?;
+    let key_id = crate::auth::parse_key(key)
+        .map(|p| p.key_id.to_owned())
+        .ok_or_else(|| {
+            E2bError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid API key: use a Differently API key (dly_…) as E2B_API_KEY",
+            )
+        })?;
+    Ok((Caller::Key(key.to_owned()), key_id))
+}
+
+/// A `/v1` JSON call with its error mapped for the control plane.
+async fn call(
+    f: &Facade,
+    c: &Caller,
+    method: Method,
+    uri: &str,
+    body: Option<&Value>,
+    extra: &[(header::HeaderName, HeaderValue)],
+) -> E2bResult<(StatusCode, Value)> {
+    f.json(c, method, uri, body, extra)
+        .await
+        .map_err(|e| match e {
+            super::InnerError::Answer(status, bytes) => E2bError::from_v1(status, &bytes),
+            super::InnerError::Facade(e) => E2bError::from_osb(e),
+        })
+}
+
+/// The caller's sandbox `id` while it has not ended; 404 otherwise.
+async fn live(f: &Facade, c: &Caller, id: &str) -> E2bResult<Value> {
+    let (_, sbx) = call(
+        f,
+        c,
+        Method::GET,
+        &format!("/v1/sandboxes/{}", q(id)),
+        None,
+        &[],
+    )
+    .await
+    .map_err(|e| {
+        if e.status == StatusCode::NOT_FOUND {
+            E2bError::sandbox_not_found(id)
+        } else {
+            e
+        }
+    })?;
+    match mapping::state_of(sbx["status"].as_str().unwrap_or("")) {
+        Some(_) => Ok(sbx),
+        None => Err(E2bError::sandbox_not_found(id)),
+    }
+}
+
+/// Waits until `sbx` runs: the running sandbox, or the error the SDK gets.
+async fn until_running(f: &Facade, c: &Caller, sbx: Value, started: Instant) -> E2bResult<Value> {
+    let id = sbx["id"].as_str().unwrap_or_default().to_owned();
+    let mut sbx = sbx;
+    loop {
+        match sbx["status"].as_str().unwrap_or("") {
+            "running" => return Ok(sbx),
+            "queued" | "provisioning" => {}
+            other => {
+                return Err(E2bError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("sandbox {id} did not start: it is {other}{}", reason(&sbx)),
+                )
+                .no_retry())
+            }
+        }
+        let left = START_WAIT.saturating_sub(started.elapsed()).as_secs();
+        if left == 0 {
+            break;
+        }
+        let uri = format!(
+            "/v1/sandboxes/{}/wait?status=running&timeoutSeconds={}",
+            q(&id),
+            left.min(300)
+        );
+        sbx = call(f, c, Method::GET, &uri, None, &[]).await?.1;
+        if sbx["status"] != "running" && started.elapsed() >= START_WAIT {
+            break;
+        }
+    }
+    // E2B has no "queued": the SDK would send envd calls to a sandbox that does not run.
+    let _ = call(
+        f,
+        c,
+        Method::DELETE,
+        &format!("/v1/sandboxes/{}", q(&id)),
+        None,
+        &[],
+    )
+    .await;
+    Err(E2bError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "sandbox {id} did not start within {} s ({}{}); the E2B API cannot answer before \
+             it runs, so it was deleted: retry when the organization's quota or the pools have \
+             room",
+            START_WAIT.as_secs(),
+            sbx["status"].as_str().unwrap_or("waiting"),
+            reason(&sbx)
+        ),
+    )
+    .no_retry())
+}
+
+fn reason(sbx: &Value) -> String {
+    sbx["statusReason"]
+        .as_str()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default()
+}
+
+/// `POST /v2/sandboxes` and `POST /sandboxes` (E2B's `NewSandbox`). Unknown fields are
+/// ignored (each SDK release adds some); fields Differently cannot honour are refused.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: Option<String>,
+    timeout: Option<u64>,
+    metadata: Option<BTreeMap<String, String>>,
+    env_vars: Option<BTreeMap<String, String>>,
+    auto_pause: Option<bool>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    network: Option<Value>,
+    mcp: Option<Value>,
+    iam: Option<Value>,
+    volume_mounts: Option<Value>,
+    auto_resume: Option<Value>,
+}
+
+fn refuse_unsupported(b: &NewSandbox) -> E2bResult<()> {
+    if b.auto_pause == Some(true) {
+        return Err(E2bError::field(
+            "autoPause",
+            "pausing on timeout is not supported by the Differently E2B facade (the sandbox \
+             is deleted at its timeout)",
+        ));
+    }
+    if b.allow_internet_access == Some(false) {
+        return Err(E2bError::field(
+            "allow_internet_access",
+            "egress is the pool's operator policy in Differently; a sandbox cannot narrow it",
+        ));
+    }
+    for (name, v) in [
+        ("network", &b.network),
+        ("mcp", &b.mcp),
+        ("iam", &b.iam),
+        ("volumeMounts", &b.volume_mounts),
+        ("autoResume", &b.auto_resume),
+    ] {
+        if v.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(E2bError::field(
+                name,
+                "not supported by the Differently E2B facade",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> E2bResult<T> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|e| E2bError::field("body", e))
+}
+
+fn with_status(status: StatusCode, v: Value) -> Response {
+    (status, Json(v)).into_response()
+}
+
+/// Create, answered 201 once the sandbox runs.
+pub async fn create(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> E2bResult<Response> {
+    let started = Instant::now();
+    let (c, key_id) = caller(&headers)?;
+    let b: NewSandbox = parse(&body)?;
+    refuse_unsupported(&b)?;
+    let mut v1 = json!({
+        "ttlSeconds": b.timeout.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
+        "labels": mapping::labels_of(&b.metadata.unwrap_or_default())?,
+        "env": b.env_vars.unwrap_or_default(),
+    });
+    match b.template_id.as_deref() {
+        None | Some(mapping::DEFAULT_TEMPLATE) => {}
+        Some(t) => v1["template"] = json!(t),
+    }
+    let extra: Vec<_> = headers
+        .get("idempotency-key")
+        .map(|v| {
+            (
+                header::HeaderName::from_static("idempotency-key"),
+                v.clone(),
+            )
+        })
+        .into_iter()
+        .collect();
+    let (_, sbx) = call(&f, &c, Method::POST, "/v1/sandboxes", Some(&v1), &extra)
+        .await
+        .map_err(|e| match e.status.as_u16() {
+            // A repeat would queue or refuse the same way; only 500s are worth one.
+            429 | 502..=504 => e.no_retry(),
+            _ => e,
+        })?;
+    let sbx = until_running(&f, &c, sbx, started).await?;
+    let id = sbx["id"].as_str().unwrap_or_default();
+    make_home(&f, &c, id).await;
+    let token = f.tokens.token(id, &key_id);
+    Ok(with_status(
+        StatusCode::CREATED,
+        mapping::created(&sbx, &token),
+    ))
+}
+
+/// Makes the default user's home, where envd starts commands and resolves relative paths
+/// (E2B templates have it; other images may not). Best effort: a sandbox whose commands
+/// cannot write there still works with absolute paths.
+async fn make_home(f: &Facade, c: &Caller, id: &str) {
+    let home = format!("/home/{}", super::envd::DEFAULT_USER);
+    let uri = format!("/v1/sandboxes/{}/exec", q(id));
+    let body = json!({ "command": ["mkdir", "-p", home] });
+    if let Err(e) = call(f, c, Method::POST, &uri, Some(&body), &[]).await {
+        tracing::debug!(sandbox = id, error = %e.message, "e2b facade: no home directory");
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ConnectBody {
+    timeout: Option<u64>,
+}
+
+/// Connect (and the deprecated resume): 200 for a running sandbox, 201 for a paused one now
+/// resumed; `timeout` only extends the sandbox's life.
+pub async fn connect(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> E2bResult<Response> {
+    let started = Instant::now();
+    let (c, key_id) = caller(&headers)?;
+    let b: ConnectBody = parse(&body)?;
+    let mut sbx = live(&f, &c, &id).await?;
+    let was_paused = mapping::state_of(sbx["status"].as_str().unwrap_or("")) == Some("paused");
+    if was_paused {
+        let action = if sbx["status"] == "stopped" {
+            "start"
+        } else {
+            "resume"
+        };
+        let uri = format!("/v1/sandboxes/{}/{action}", q(&id));
+        sbx = call(&f, &c, Method::POST, &uri, None, &[]).await?.1;
+    }
+    let sbx = until_running(&f, &c, sbx, started).await?;
+    if let Some(t) = b.timeout {
+        extend(&f, &c, &id, &sbx, t).await?;
+    }
+    let token = f.tokens.token(&id, &key_id);
+    let status = if was_paused {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(with_status(status, mapping::created(&sbx, &token)))
+}
+
+/// Sets the sandbox's end `seconds` from now if that is later than its current end.
+async fn extend(f: &Facade, c: &Caller, id: &str, sbx: &Value, seconds: u64) -> E2bResult<()> {
+    let now = chrono::Utc::now();
+    let current = sbx["expiresAt"]
+        .as_str()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| (t.with_timezone(&chrono::Utc) - now).num_seconds());
+    if current.is_some_and(|left| left >= seconds as i64) {
+        return Ok(());
+    }
+    let uri = format!("/v1/sandboxes/{}", q(id));
+    let body = json!({ "ttlSeconds": seconds });
+    call(f, c, Method::PATCH, &uri, Some(&body), &[]).await?;
+    Ok(())
+}
+
+/// `GET /sandboxes/{id}`: 200 `SandboxDetail`, 404 once it has ended.
+pub async fn get(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> E2bResult<Response> {
+    let (c, key_id) = caller(&headers)?;
+    let sbx = live(&f, &c, &id).await?;
+    let token = f.tokens.token(&id, &key_id);
+    let detail = mapping::detail(&sbx, &token).ok_or_else(|| E2bError::sandbox_not_found(&id))?;
+    Ok(with_status(StatusCode::OK, detail))
+}
+
+/// `GET /v2/sandboxes` (and the v1 `GET /sandboxes`): `metadata` (itself an encoded
+/// `k=v&…` query) becomes label filters, `state` is filtered here, `nextToken` is `/v1`'s
+/// cursor, given back in `X-Next-Token`. A page may hold fewer than `limit` sandboxes (ended
+/// ones are left out); the SDK keeps paging while the header is there.
+pub async fn list(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> E2bResult<Response> {
+    let (c, _) = caller(&headers)?;
+    let mut uri = String::from("/v1/sandboxes?");
+    let mut states: Option<Vec<String>> = None;
+    let mut limit = 100u64;
+    for (k, v) in form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes()) {
+        match &*k {
+            "metadata" => {
+                for (mk, mv) in form_urlencoded::parse(v.as_bytes()) {
+                    let (lk, lv) = mapping::label_of(&mk, &mv)?;
+                    uri.push_str(&format!("label={}&", q(&format!("{lk}={lv}"))));
+                }
+            }
+            "state" => {
+                states = Some(v.split(',').map(|s| s.trim().to_owned()).collect());
+            }
+            "limit" => {
+                limit = v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|l| (1..=1000).contains(l))
+                    .ok_or_else(|| E2bError::field("limit", "must be between 1 and 1000"))?;
+            }
+            "nextToken" if !v.is_empty() => uri.push_str(&format!("cursor={}&", q(&v))),
+            _ => {}
+        }
+    }
+    if let Some(bad) = states
+        .iter()
+        .flatten()
+        .find(|s| !matches!(s.as_str(), "running" | "paused"))
+    {
+        return Err(E2bError::field("state", format!("unknown state {bad:?}")));
+    }
+    uri.push_str(&format!("limit={limit}"));
+    let (_, page) = call(&f, &c, Method::GET, &uri, None, &[]).await?;
+    let items: Vec<Value> = page["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(mapping::listed)
+        .filter(|s| {
+            states
+                .as_ref()
+                .is_none_or(|st| st.iter().any(|x| s["state"] == x.as_str()))
+        })
+        .collect();
+    let mut resp = with_status(StatusCode::OK, Value::Array(items));
+    if let Some(next) = page["nextCursor"].as_str().filter(|s| !s.is_empty()) {
+        if let Ok(v) = HeaderValue::from_str(next) {
+            resp.headers_mut().insert("x-next-token", v);
+        }
+    }
+    Ok(resp)
+}
+
+/// `DELETE /sandboxes/{id}`: 204; 404 (the SDK's `False`) once it has ended.
+pub async fn kill(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> E2bResult<StatusCode> {
+    let (c, _) = caller(&headers)?;
+    live(&f, &c, &id).await?;
+    let uri = format!("/v1/sandboxes/{}", q(&id));
+    call(&f, &c, Method::DELETE, &uri, None, &[]).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+struct TimeoutBody {
+    timeout: u64,
+}
+
+/// `POST /sandboxes/{id}/timeout {timeout}`: the sandbox ends `timeout` seconds from now.
+pub async fn set_timeout(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> E2bResult<StatusCode> {
+    let (c, _) = caller(&headers)?;
+    let b: TimeoutBody = parse(&body)?;
+    live(&f, &c, &id).await?;
+    let uri = format!("/v1/sandboxes/{}", q(&id));
+    let body = json!({ "ttlSeconds": b.timeout });
+    call(&f, &c, Method::PATCH, &uri, Some(&body), &[]).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/pause`: 204, 409 when already paused (the SDK's `False`).
+pub async fn pause(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> E2bResult<StatusCode> {
+    let (c, _) = caller(&headers)?;
+    let sbx = live(&f, &c, &id).await?;
+    if mapping::state_of(sbx["status"].as_str().unwrap_or("")) == Some("paused") {
+        return Err(E2bError::new(
+            StatusCode::CONFLICT,
+            format!("sandbox {id} is already paused"),
+        ));
+    }
+    let uri = format!("/v1/sandboxes/{}/pause", q(&id));
+    call(&f, &c, Method::POST, &uri, None, &[]).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /sandboxes/{id}/metrics`: `[]` (no backend reports E2B's metrics through `/v1`).
+pub async fn metrics(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> E2bResult<Response> {
+    let (c, _) = caller(&headers)?;
+    live(&f, &c, &id).await?;
+    Ok(with_status(StatusCode::OK, json!([])))
+}
+
+/// Any other control-plane route.
+pub async fn not_served(method: Method, uri: axum::http::Uri) -> E2bError {
+    E2bError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "{method} {} is not served by the Differently E2B facade",
+            uri.path()
+        ),
+    )
+}

@@ -1,0 +1,279 @@
+//! envd's `filesystem.Filesystem` service: `Stat` and `ListDir` from `/v1`'s file listing,
+//! `MakeDir`, `Move` and `Remove` as one-shot commands through `/v1` exec (`mkdir`, `mv`,
+//! `rm`: every backend that runs commands has them). Watching (`WatchDir` and the polling
+//! watchers) answers `unimplemented`.
+//!
+//! `EntryInfo` carries what `/v1` lists: name, type, path, size, permission bits and their
+//! `ls`-style string, modification time. Owner and group are not listed by `/v1` and are
+//! left empty.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::Path;
+use axum::http::{header, HeaderMap, Method};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::facade::opensandbox::inner::q;
+
+use super::connect::{self, ConnectError};
+use super::envd::{ctx, Ctx, EnvdError};
+use super::Facade;
+
+const MAX_REQUEST: usize = 64 << 10;
+/// `/v1`'s deepest listing.
+const MAX_DEPTH: u64 = 10;
+/// The exit code the facade's `mkdir` and `mv` scripts use for "already exists" and "not
+/// found" (never `mkdir`'s or `mv`'s own).
+const EXISTS: i64 = 17;
+const MISSING: i64 = 44;
+
+/// `POST /filesystem.Filesystem/{method}`.
+pub async fn call(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    Path(method): Path<String>,
+    body: Body,
+) -> Response {
+    let c = match ctx(&f, &headers, None) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let req = match axum::body::to_bytes(body, MAX_REQUEST).await {
+        Ok(b) => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
+            connect::request(ct, &b)
+        }
+        Err(_) => Err(ConnectError::new(
+            "resource_exhausted",
+            "request over 64 KiB",
+        )),
+    };
+    let req = match req {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let answer = match method.as_str() {
+        "Stat" => stat(&f, &c, &req).await,
+        "ListDir" => list_dir(&f, &c, &req).await,
+        "MakeDir" => make_dir(&f, &c, &req).await,
+        "Move" => move_entry(&f, &c, &req).await,
+        "Remove" => remove(&f, &c, &req).await,
+        other => Err(ConnectError::unimplemented(
+            &format!("filesystem.Filesystem/{other}"),
+            "watching directories is not served yet",
+        )
+        .into()),
+    };
+    match answer {
+        Ok(v) => connect::unary(v),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct PathRequest {
+    path: String,
+    depth: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MoveRequest {
+    source: String,
+    destination: String,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, EnvdError> {
+    serde_json::from_value(v.clone()).map_err(|e| ConnectError::field("body", e).into())
+}
+
+/// Go's mode string (`drwxr-xr-x`) of a type and permission bits.
+fn permissions(kind: &str, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match kind {
+        "dir" => 'd',
+        "symlink" => 'L',
+        _ => '-',
+    });
+    for shift in [6, 3, 0] {
+        let bits = (mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+/// envd's `EntryInfo` of a `/v1` listing item.
+fn entry(item: &Value) -> Value {
+    let path = item["path"].as_str().unwrap_or_default();
+    let kind = item["type"].as_str().unwrap_or_default();
+    let mode = item["mode"].as_u64().unwrap_or(0) as u32 & 0o7777;
+    let name = path.rsplit('/').next().unwrap_or_default();
+    let mut e = json!({
+        "name": if path == "/" { "/" } else { name },
+        "type": match kind {
+            "file" => "FILE_TYPE_FILE",
+            "dir" => "FILE_TYPE_DIRECTORY",
+            // envd reports a link by its target's type; /v1 does not say it, so a file.
+            "symlink" => "FILE_TYPE_FILE",
+            _ => "FILE_TYPE_UNSPECIFIED",
+        },
+        "path": path,
+        "size": item["size"].as_u64().unwrap_or(0).to_string(),
+        "mode": mode & 0o777,
+        "permissions": permissions(kind, mode),
+        "owner": "",
+        "group": "",
+    });
+    if kind == "symlink" {
+        e["isSymlink"] = json!(true);
+    }
+    if let Some(t) = item["modifiedAt"].as_str() {
+        e["modifiedTime"] = json!(t);
+    }
+    e
+}
+
+fn not_found(path: &str) -> EnvdError {
+    ConnectError::new("not_found", format!("path '{path}' does not exist")).into()
+}
+
+/// The `/v1` listing of `path` (`depth` levels below it).
+async fn listing(f: &Facade, c: &Ctx, path: &str, depth: u64) -> Result<Vec<Value>, EnvdError> {
+    let uri = format!(
+        "/v1/sandboxes/{}/files/list?path={}&depth={depth}",
+        q(&c.sandbox),
+        q(path)
+    );
+    match c.json(f, Method::GET, &uri, None).await {
+        Ok(v) => Ok(v["items"].as_array().cloned().unwrap_or_default()),
+        Err(EnvdError::Rpc(e)) if e.code == "not_found" => Err(not_found(path)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The entry of one path: its parent's listing, filtered.
+async fn entry_of(f: &Facade, c: &Ctx, path: &str) -> Result<Value, EnvdError> {
+    if path == "/" {
+        return Ok(entry(&json!({ "path": "/", "type": "dir", "mode": 0o755 })));
+    }
+    let parent = match path.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((p, _)) => p,
+    };
+    listing(f, c, parent, 1)
+        .await?
+        .iter()
+        .find(|i| i["path"] == path)
+        .map(entry)
+        .ok_or_else(|| not_found(path))
+}
+
+async fn stat(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
+    let r: PathRequest = parse(req)?;
+    let path = c.resolve(&r.path);
+    Ok(json!({ "entry": entry_of(f, c, &path).await? }))
+}
+
+async fn list_dir(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
+    let r: PathRequest = parse(req)?;
+    let path = c.resolve(&r.path);
+    let depth = r.depth.unwrap_or(1).max(1);
+    if depth > MAX_DEPTH {
+        return Err(ConnectError::field("depth", format!("at most {MAX_DEPTH}")).into());
+    }
+    let dir = entry_of(f, c, &path).await?;
+    if dir["type"] != "FILE_TYPE_DIRECTORY" {
+        return Err(ConnectError::field("path", format!("'{path}' is not a directory")).into());
+    }
+    let entries: Vec<Value> = listing(f, c, &path, depth)
+        .await?
+        .iter()
+        .map(entry)
+        .collect();
+    Ok(json!({ "entries": entries }))
+}
+
+/// A failed helper command as a Connect error.
+fn command_failed(what: &str, path: &str, stderr: &str) -> EnvdError {
+    let code = if stderr.contains("Permission denied") || stderr.contains("Read-only") {
+        "permission_denied"
+    } else if stderr.contains("Not a directory") || stderr.contains("not a directory") {
+        "invalid_argument"
+    } else {
+        "unknown"
+    };
+    ConnectError::new(code, format!("{what} '{path}': {}", stderr.trim())).into()
+}
+
+async fn make_dir(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
+    let r: PathRequest = parse(req)?;
+    let path = c.resolve(&r.path);
+    let script = format!(r#"if [ -e "$1" ]; then exit {EXISTS}; fi; mkdir -p -- "$1""#);
+    let (code, _, stderr) = c.exec(f, &["/bin/sh", "-c", &script, "sh", &path]).await?;
+    match code {
+        0 => Ok(json!({ "entry": entry_of(f, c, &path).await? })),
+        EXISTS => Err(ConnectError::new(
+            "already_exists",
+            format!("directory '{path}' already exists"),
+        )
+        .into()),
+        _ => Err(command_failed("cannot make directory", &path, &stderr)),
+    }
+}
+
+async fn move_entry(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
+    let r: MoveRequest = parse(req)?;
+    let (src, dst) = (c.resolve(&r.source), c.resolve(&r.destination));
+    let script = format!(
+        r#"[ -e "$1" ] || [ -L "$1" ] || exit {MISSING}; mkdir -p -- "$(dirname -- "$2")" && mv -- "$1" "$2""#
+    );
+    let (code, _, stderr) = c
+        .exec(f, &["/bin/sh", "-c", &script, "sh", &src, &dst])
+        .await?;
+    match code {
+        0 => Ok(json!({ "entry": entry_of(f, c, &dst).await? })),
+        MISSING => Err(not_found(&src)),
+        _ => Err(command_failed("cannot move", &src, &stderr)),
+    }
+}
+
+async fn remove(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
+    let r: PathRequest = parse(req)?;
+    let path = c.resolve(&r.path);
+    if path == "/" {
+        return Err(ConnectError::field("path", "cannot remove /").into());
+    }
+    let (code, _, stderr) = c.exec(f, &["rm", "-rf", "--", &path]).await?;
+    if code != 0 {
+        return Err(command_failed("cannot remove", &path, &stderr));
+    }
+    Ok(json!({}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_look_like_envds() {
+        let e = entry(
+            &json!({"path": "/home/user/a.txt", "type": "file", "size": 35,
+            "mode": 0o644, "modifiedAt": "2026-12-06T05:33:23.941454Z"}),
+        );
+        assert_eq!(e["name"], "a.txt");
+        assert_eq!(e["type"], "FILE_TYPE_FILE");
+        assert_eq!(e["size"], "35");
+        assert_eq!(e["mode"], 0o644);
+        assert_eq!(e["permissions"], "-rw-r--r--");
+        let d = entry(&json!({"path": "/d", "type": "dir", "size": 0, "mode": 0o755}));
+        assert_eq!(d["permissions"], "drwxr-xr-x");
+        assert_eq!(d["type"], "FILE_TYPE_DIRECTORY");
+    }
+}

@@ -1,0 +1,139 @@
+//! The E2B-compatible facade (issue 43): E2B's control plane under `/e2b` and envd under
+//! `/e2b/envd`, so the official E2B SDKs work against Differently by setting
+//! `E2B_API_URL=http://HOST:PORT/e2b`, `E2B_SANDBOX_URL=http://HOST:PORT/e2b/envd` and
+//! `E2B_API_KEY=<a Differently key>`.
+//!
+//! Every route translates its request into `/v1` requests answered in process by the `/v1`
+//! handlers (the OpenSandbox facade's [`V1`]), under the caller's key (control plane,
+//! `X-API-KEY`) or the key an envd access token names ([`token`]). docs/e2b-facade.md is
+//! the user's description.
+
+pub mod connect;
+pub mod control;
+pub mod envd;
+pub mod error;
+pub mod files;
+pub mod filesystem;
+pub mod mapping;
+pub mod process;
+pub mod token;
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::routing::{any, get, post};
+use axum::{Extension, Router};
+use serde_json::Value;
+
+use crate::facade::opensandbox::error::OsbError;
+use crate::facade::opensandbox::inner::{read_all, Caller, V1};
+use crate::AppState;
+
+/// Where the control plane is mounted.
+pub const PREFIX: &str = "/e2b";
+/// Where envd is mounted.
+pub const ENVD_PREFIX: &str = "/e2b/envd";
+
+/// What the facade's handlers share.
+pub struct Facade {
+    pub v1: V1,
+    pub tokens: token::Deriver,
+    /// The facade's process ids (E2B's `pid`): the facade's own, one per `Start`.
+    pub next_pid: AtomicU32,
+}
+
+/// Why an inner `/v1` call did not answer 2xx.
+#[derive(Debug)]
+pub enum InnerError {
+    /// `/v1` answered this status and body.
+    Answer(StatusCode, Bytes),
+    /// The inner request could not be made.
+    Facade(OsbError),
+}
+
+impl Facade {
+    /// A JSON `/v1` call: the parsed answer on 2xx (`Null` for an empty body).
+    pub async fn json(
+        &self,
+        caller: &Caller,
+        method: Method,
+        uri: &str,
+        body: Option<&Value>,
+        extra: &[(header::HeaderName, HeaderValue)],
+    ) -> Result<(StatusCode, Value), InnerError> {
+        let mut headers = extra.to_vec();
+        let body = match body {
+            Some(v) => {
+                headers.push((
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                ));
+                Body::from(v.to_string())
+            }
+            None => Body::empty(),
+        };
+        let resp = self
+            .v1
+            .call(caller, method, uri, &headers, body)
+            .await
+            .map_err(InnerError::Facade)?;
+        let status = resp.status();
+        let bytes = read_all(resp).await.map_err(InnerError::Facade)?;
+        if !status.is_success() {
+            return Err(InnerError::Answer(status, bytes));
+        }
+        if bytes.is_empty() {
+            return Ok((status, Value::Null));
+        }
+        serde_json::from_slice(&bytes)
+            .map(|v| (status, v))
+            .map_err(|e| {
+                InnerError::Facade(OsbError::internal(format!("inner answer of {uri}: {e}")))
+            })
+    }
+}
+
+/// The facade's routes; `v1` is the `/v1` router with its state, `state` gives the key the
+/// envd access tokens are derived with.
+pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
+    let facade = Arc::new(Facade {
+        v1: V1::new(v1),
+        tokens: token::Deriver::new(
+            state
+                .bootstrap_key
+                .derive("differently/e2b-facade/envd-access-token/v1"),
+        ),
+        next_pid: AtomicU32::new(1),
+    });
+    let p = |path: &str| format!("{PREFIX}{path}");
+    let e = |path: &str| format!("{ENVD_PREFIX}{path}");
+    Router::new()
+        .route(
+            &p("/v2/sandboxes"),
+            post(control::create).get(control::list),
+        )
+        .route(&p("/sandboxes"), post(control::create).get(control::list))
+        .route(
+            &p("/sandboxes/{id}"),
+            get(control::get).delete(control::kill),
+        )
+        .route(&p("/v2/sandboxes/{id}/connect"), post(control::connect))
+        .route(&p("/sandboxes/{id}/connect"), post(control::connect))
+        .route(&p("/sandboxes/{id}/resume"), post(control::connect))
+        .route(&p("/sandboxes/{id}/timeout"), post(control::set_timeout))
+        .route(&p("/sandboxes/{id}/pause"), post(control::pause))
+        .route(&p("/sandboxes/{id}/metrics"), get(control::metrics))
+        .route(&e("/health"), get(envd::health))
+        .route(&e("/files"), get(files::download).post(files::upload))
+        .route(&e("/process.Process/Start"), post(process::start))
+        .route(&e("/process.Process/{method}"), post(process::unsupported))
+        .route(
+            &e("/filesystem.Filesystem/{method}"),
+            post(filesystem::call),
+        )
+        .route(&e("/{*rest}"), any(envd::not_served))
+        .route(&p("/{*rest}"), any(control::not_served))
+        .layer(Extension(facade))
+}
