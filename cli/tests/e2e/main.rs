@@ -17,6 +17,7 @@ mod crash;
 mod dataplane;
 mod deploy_metrics;
 mod dev;
+mod e2b_facade;
 mod dev_webhooks;
 mod devhost_files;
 mod docs_paths;

@@ -1,0 +1,221 @@
+"""Drives Differently's E2B facade with the official E2B Python SDK (PyPI `e2b`), unchanged.
+
+Run by cli/tests/e2e/e2b_facade.rs against a real `differently dev` (devhost pool). Settings
+come from the environment: DIFFERENTLY_URL, KEY_A (org A), KEY_B (another organization).
+Prints one JSON report as its last line; the Rust test asserts on it. Every step records what
+the SDK answered (a value, or the exception's class and message), so a failure shows there.
+"""
+
+import base64
+import json
+import os
+import struct
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+URL = os.environ["DIFFERENTLY_URL"]
+KEY_A = os.environ["KEY_A"]
+KEY_B = os.environ["KEY_B"]
+os.environ["E2B_API_URL"] = URL + "/e2b"
+os.environ["E2B_SANDBOX_URL"] = URL + "/e2b/envd"
+os.environ["E2B_API_KEY"] = KEY_A
+
+import e2b  # noqa: E402  (reads the settings above)
+from e2b import Sandbox, SandboxQuery  # noqa: E402
+
+report = {"sdk": e2b.__version__ if hasattr(e2b, "__version__") else "?"}
+
+
+def outcome(fn):
+    """A step's result: {"ok": value} or {"error": class name, "message": …}."""
+    try:
+        return {"ok": fn()}
+    except Exception as e:  # noqa: BLE001 - the class is what the test checks
+        return {"error": type(e).__name__, "message": str(e),
+                "mro": [c.__name__ for c in type(e).__mro__]}
+
+
+tag = uuid.uuid4().hex[:10]
+report["tag"] = tag
+sbx = Sandbox.create(timeout=120, metadata={"flow": tag, "a=b": "odd key"},
+                     envs={"E2B_FLOW_TOKEN": tag})
+sid = sbx.sandbox_id
+report["id"] = sid
+info = sbx.get_info()
+report["info"] = {"state": str(info.state.value if hasattr(info.state, "value") else info.state),
+                  "metadata": info.metadata, "template": info.template_id,
+                  "sandbox_id": info.sandbox_id}
+report["metrics"] = outcome(lambda: len(sbx.get_metrics()))
+report["is_running"] = sbx.is_running()
+
+# Commands: stdout, stderr, the sandbox's env, a non-zero exit, env and cwd per call.
+res = sbx.commands.run('echo "out $E2B_FLOW_TOKEN"; echo "err line" 1>&2')
+report["run"] = {"stdout": res.stdout, "stderr": res.stderr, "exit_code": res.exit_code}
+
+
+def failing():
+    try:
+        sbx.commands.run('echo before; echo oops 1>&2; exit 3')
+    except e2b.CommandExitException as e:
+        return {"exit_code": e.exit_code, "stdout": e.stdout, "stderr": e.stderr,
+                "error": e.error}
+    return "no exception"
+
+
+report["exit"] = outcome(failing)
+report["env_cwd"] = outcome(lambda: sbx.commands.run(
+    'echo "$MY_VAR:$(pwd):$HOME"', envs={"MY_VAR": "v1"}, cwd="/tmp").stdout)
+report["home_cwd"] = outcome(lambda: sbx.commands.run("pwd").stdout)
+
+# Streaming, bound by events: the command prints, then waits until a file appears that is
+# written (through the files API) only once on_stdout has delivered the first line. Output
+# held until the end would leave the command waiting until its 30 s deadline.
+gate = f"/tmp/e2b-gate-{tag}"
+chunks = []
+wrote = threading.Event()
+
+
+def on_stdout(s):
+    chunks.append(s)
+    if not wrote.is_set():
+        wrote.set()
+        threading.Thread(target=lambda: sbx.files.write(gate, "go")).start()
+
+
+report["stream"] = outcome(lambda: sbx.commands.run(
+    f'echo first; while [ ! -e {gate} ]; do sleep 0.05; done; echo second',
+    on_stdout=on_stdout, timeout=30).stdout)
+report["stream_chunks"] = chunks
+report["deadline"] = outcome(lambda: sbx.commands.run("sleep 20", timeout=2).stdout)
+
+# Files.
+d = f"/tmp/e2b-{tag}"
+text = "hello " + tag + "\nzwei: grüße ✓\n"
+report["write"] = outcome(lambda: sbx.files.write(f"{d}/a.txt", text).path)
+report["read"] = outcome(lambda: sbx.files.read(f"{d}/a.txt"))
+report["read_bytes"] = outcome(lambda: base64.b64encode(
+    bytes(sbx.files.read(f"{d}/a.txt", format="bytes"))).decode())
+report["write_files"] = outcome(lambda: [i.path for i in sbx.files.write_files([
+    {"path": f"{d}/m1.txt", "data": "one"}, {"path": f"{d}/sub/m2.txt", "data": b"two"}])])
+report["relative"] = outcome(lambda: [sbx.files.write("rel.txt", "rel").path,
+                                      sbx.commands.run("cat rel.txt").stdout])
+report["cmd_sees_file"] = outcome(lambda: sbx.commands.run(f"cat {d}/m1.txt").stdout)
+sbx.commands.run(f"echo from-cmd > {d}/cmd.txt")
+report["file_sees_cmd"] = outcome(lambda: sbx.files.read(f"{d}/cmd.txt"))
+report["list"] = outcome(lambda: sorted((e.name, str(e.type.value if e.type else None))
+                                        for e in sbx.files.list(d)))
+report["list_depth2"] = outcome(lambda: sorted(e.path for e in sbx.files.list(d, depth=2)))
+report["exists"] = outcome(lambda: [sbx.files.exists(f"{d}/a.txt"),
+                                    sbx.files.exists(f"{d}/missing")])
+report["get_info"] = outcome(lambda: (lambda i: {"name": i.name, "size": i.size, "type":
+                                                 str(i.type.value), "mode": i.mode,
+                                                 "permissions": i.permissions})(
+    sbx.files.get_info(f"{d}/a.txt")))
+report["make_dir"] = outcome(lambda: [sbx.files.make_dir(f"{d}/new/deep"),
+                                      sbx.files.make_dir(f"{d}/new/deep")])
+report["rename"] = outcome(lambda: sbx.files.rename(f"{d}/a.txt", f"{d}/new/b.txt").path)
+report["after_rename"] = outcome(lambda: [sbx.files.exists(f"{d}/a.txt"),
+                                          sbx.files.read(f"{d}/new/b.txt")])
+report["rename_missing"] = outcome(lambda: sbx.files.rename(f"{d}/nope", f"{d}/x").path)
+report["remove"] = outcome(lambda: [sbx.files.remove(f"{d}/new"),
+                                    sbx.files.exists(f"{d}/new/b.txt")])
+report["read_missing"] = outcome(lambda: sbx.files.read(f"{d}/missing"))
+
+# What is not served yet: background processes.
+report["cmd_list"] = outcome(lambda: sbx.commands.list())
+report["send_stdin"] = outcome(lambda: sbx.commands.send_stdin(1, "x"))
+report["kill_pid"] = outcome(lambda: sbx.commands.kill(1))
+
+# Lifecycle.
+report["set_timeout"] = outcome(lambda: sbx.set_timeout(200))
+report["list_meta"] = outcome(lambda: [s.sandbox_id for s in Sandbox.list(
+    query=SandboxQuery(metadata={"flow": tag})).next_items()])
+report["list_odd_key"] = outcome(lambda: [s.sandbox_id for s in Sandbox.list(
+    query=SandboxQuery(metadata={"a=b": "odd key"})).next_items()])
+report["list_other_tag"] = outcome(lambda: [s.sandbox_id for s in Sandbox.list(
+    query=SandboxQuery(metadata={"flow": "not-" + tag})).next_items()])
+sbx.files.write(f"{d}/keep.txt", "survives")
+report["pause"] = outcome(lambda: sbx.pause())
+report["state_paused"] = outcome(lambda: str(sbx.get_info().state.value))
+report["pause_again"] = outcome(lambda: sbx.pause())
+report["resume"] = outcome(lambda: Sandbox.connect(sid).sandbox_id)
+report["state_resumed"] = outcome(lambda: str(sbx.get_info().state.value))
+report["survived"] = outcome(lambda: sbx.files.read(f"{d}/keep.txt"))
+
+# Another organization's key, and its envd token, on this sandbox.
+report["b_get"] = outcome(lambda: Sandbox.get_info(sid, api_key=KEY_B).sandbox_id)
+report["b_connect"] = outcome(lambda: Sandbox.connect(sid, api_key=KEY_B).sandbox_id)
+report["b_set_timeout"] = outcome(lambda: Sandbox.set_timeout(sid, 100, api_key=KEY_B))
+report["b_pause"] = outcome(lambda: Sandbox.pause(sid, api_key=KEY_B))
+report["b_kill"] = outcome(lambda: Sandbox.kill(sid, api_key=KEY_B))
+report["b_metrics"] = outcome(lambda: Sandbox.get_metrics(sid, api_key=KEY_B))
+report["b_list"] = outcome(lambda: [s.sandbox_id for s in Sandbox.list(
+    query=SandboxQuery(metadata={"flow": tag}), api_key=KEY_B).next_items()])
+sbx_b = Sandbox.create(timeout=60, api_key=KEY_B)
+token_b = sbx_b._envd_access_token
+report["b_token_own"] = outcome(lambda: sbx_b.commands.run("echo b").stdout)
+
+
+def raw(path, body=None, content_type=None, method="POST", sandbox=sid, token=token_b):
+    """One envd request with B's token naming A's sandbox: (status, body)."""
+    req = urllib.request.Request(URL + "/e2b/envd" + path, data=body, method=method)
+    req.add_header("X-Access-Token", token)
+    req.add_header("E2b-Sandbox-Id", sandbox)
+    req.add_header("E2b-Sandbox-Port", "49983")
+    if content_type:
+        req.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return [r.status, r.read().decode(errors="replace")]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode(errors="replace")]
+
+
+def envelope(msg):
+    data = json.dumps(msg).encode()
+    return struct.pack(">BI", 0, len(data)) + data
+
+
+start = envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo leak"]}})
+cross = {
+    "start": raw("/process.Process/Start", start, "application/connect+json"),
+    "stat": raw("/filesystem.Filesystem/Stat", json.dumps({"path": d}).encode(),
+                "application/json"),
+    "list_dir": raw("/filesystem.Filesystem/ListDir", json.dumps({"path": d}).encode(),
+                    "application/json"),
+    "make_dir": raw("/filesystem.Filesystem/MakeDir", json.dumps({"path": d + "/b"}).encode(),
+                    "application/json"),
+    "move": raw("/filesystem.Filesystem/Move", json.dumps(
+        {"source": f"{d}/keep.txt", "destination": f"{d}/stolen"}).encode(), "application/json"),
+    "remove": raw("/filesystem.Filesystem/Remove", json.dumps({"path": d}).encode(),
+                  "application/json"),
+    "download": raw(f"/files?path={d}/keep.txt", method="GET"),
+    "upload": raw(f"/files?path={d}/planted", b"x", "application/octet-stream"),
+    "health": raw("/health", method="GET"),
+    "no_token": raw("/filesystem.Filesystem/Stat", json.dumps({"path": d}).encode(),
+                    "application/json", token=""),
+}
+report["cross_envd"] = cross
+report["after_cross"] = outcome(lambda: [sbx.files.read(f"{d}/keep.txt"),
+                                         sbx.files.exists(f"{d}/planted"),
+                                         sbx.files.exists(f"{d}/b")])
+sbx_b.kill()
+
+# Bad input and a bad key.
+report["bad_key"] = outcome(lambda: Sandbox.create(api_key="not-a-key").sandbox_id)
+report["bad_env"] = outcome(lambda: Sandbox.create(envs={"1bad": "x"}).sandbox_id)
+
+# The end.
+report["kill"] = outcome(lambda: sbx.kill())
+report["after_kill_get"] = outcome(lambda: sbx.get_info().state)
+report["after_kill_kill"] = outcome(lambda: Sandbox.kill(sid))
+report["after_kill_run"] = outcome(lambda: sbx.commands.run("echo x").stdout)
+report["after_kill_list"] = outcome(lambda: [s.sandbox_id for s in Sandbox.list(
+    query=SandboxQuery(metadata={"flow": tag})).next_items()])
+
+print(json.dumps(report, default=str))
+sys.stdout.flush()

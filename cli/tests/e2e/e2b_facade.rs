@@ -1,0 +1,246 @@
+//! The E2B facade as an E2B program reaches it: the official E2B Python SDK (PyPI `e2b`, from
+//! `DIFFERENTLY_E2B_PYTHON`; scripts/test installs it pinned) drives a real `differently dev`
+//! (devhost pool) through e2b_client.py, set up only by `E2B_API_URL`, `E2B_SANDBOX_URL` and
+//! a Differently key, and the JSON report it prints is asserted on here: create with envs and
+//! metadata, info, commands (stdout, stderr, a non-zero exit, env and cwd, streaming that
+//! reaches the caller while the command runs, the deadline), files (write, read, several
+//! at once, relative paths, list with depth, exists, info, make dir, rename, remove) seen by
+//! commands and commands' files seen by them, timeout, list by metadata, pause and resume
+//! with a file surviving, kill and then not found; what is not served yet answers
+//! `unimplemented`; another organization's key and envd token reach nothing of the first's.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::client_cli_dev::Dev;
+
+fn python() -> String {
+    let python = std::env::var("DIFFERENTLY_E2B_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = Command::new(&python).args(["-c", "import e2b"]).output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "{python} cannot import the E2B SDK: install it (pip install e2b==2.63.0) or set \
+         DIFFERENTLY_E2B_PYTHON to a Python that has it (scripts/test does)"
+    );
+    python
+}
+
+async fn post(dev: &Dev, path: &str, body: Value) -> Value {
+    let resp = reqwest::Client::new()
+        .post(format!("{}{path}", dev.url))
+        .bearer_auth(&dev.key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{path}: {}", resp.status());
+    resp.json().await.unwrap()
+}
+
+const ALL: [&str; 5] = [
+    "sandboxes:read",
+    "sandboxes:write",
+    "sandboxes:exec",
+    "files:read",
+    "files:write",
+];
+
+/// A stored key with every sandbox scope, bound to a new project of a new organization.
+async fn tenant_key(dev: &Dev, name: &str) -> String {
+    let org = post(dev, "/v1/orgs", json!({ "name": name })).await;
+    let prj = post(
+        dev,
+        "/v1/projects",
+        json!({ "orgId": org["id"], "name": format!("{name}-prj") }),
+    )
+    .await;
+    let key = post(
+        dev,
+        "/v1/keys",
+        json!({ "orgId": org["id"], "projectId": prj["id"], "name": name, "scopes": ALL }),
+    )
+    .await;
+    key["key"].as_str().unwrap().to_owned()
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/e2b_client.py")
+}
+
+fn ok<'a>(r: &'a Value, step: &str) -> &'a Value {
+    let o = &r[step];
+    assert!(o.get("ok").is_some(), "{step} failed: {o}");
+    &o["ok"]
+}
+
+/// The step raised an exception of (or derived from) `class`; its message.
+fn raised<'a>(r: &'a Value, step: &str, class: &str) -> &'a str {
+    let o = &r[step];
+    let mro: Vec<&str> = o["mro"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(mro.contains(&class), "{step}: expected {class}, got {o}");
+    o["message"].as_str().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_python_sdk_flow_against_dev() {
+    let python = python();
+    let dev = Dev::start();
+    let key_a = tenant_key(&dev, "e2b-a").await;
+    let key_b = tenant_key(&dev, "e2b-b").await;
+    let out = tokio::process::Command::new(python)
+        .arg(script())
+        .env("DIFFERENTLY_URL", &dev.url)
+        .env("KEY_A", &key_a)
+        .env("KEY_B", &key_b)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "e2b_client.py failed:\n{stderr}\n{stdout}\n{}",
+        std::fs::read_to_string(dev.dir.path().join("dev.log")).unwrap_or_default()
+    );
+    let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    let tag = r["tag"].as_str().unwrap();
+    let id = r["id"].as_str().unwrap();
+    assert!(id.starts_with("sbx_"), "{r}");
+
+    // Create, info.
+    assert_eq!(r["info"]["state"], "running");
+    assert_eq!(r["info"]["sandbox_id"], id);
+    assert_eq!(
+        r["info"]["metadata"],
+        json!({ "flow": tag, "a=b": "odd key" })
+    );
+    assert_eq!(r["info"]["template"], "base");
+    assert_eq!(*ok(&r, "metrics"), json!(0));
+    assert_eq!(r["is_running"], true);
+
+    // Commands.
+    assert_eq!(r["run"]["stdout"], format!("out {tag}\n"));
+    assert_eq!(r["run"]["stderr"], "err line\n");
+    assert_eq!(r["run"]["exit_code"], 0);
+    let exit = ok(&r, "exit");
+    assert_eq!(exit["exit_code"], 3, "{exit}");
+    assert_eq!(exit["stdout"], "before\n");
+    assert_eq!(exit["stderr"], "oops\n");
+    assert_eq!(exit["error"], "exit status 3");
+    assert_eq!(*ok(&r, "env_cwd"), json!("v1:/tmp:/home/user\n"));
+    assert_eq!(*ok(&r, "home_cwd"), json!("/home/user\n"));
+    // The command could only end after on_stdout had the first line (the gate file).
+    assert_eq!(*ok(&r, "stream"), json!("first\nsecond\n"));
+    assert_eq!(r["stream_chunks"][0], "first\n", "{r}");
+    let deadline = raised(&r, "deadline", "TimeoutException");
+    assert!(
+        deadline.contains("deadline") || deadline.contains("timeout"),
+        "{deadline}"
+    );
+
+    // Files.
+    let d = format!("/tmp/e2b-{tag}");
+    let text = format!("hello {tag}\nzwei: grüße ✓\n");
+    assert_eq!(*ok(&r, "write"), json!(format!("{d}/a.txt")));
+    assert_eq!(*ok(&r, "read"), json!(text));
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(ok(&r, "read_bytes").as_str().unwrap())
+        .unwrap();
+    assert_eq!(bytes, text.as_bytes());
+    assert_eq!(
+        *ok(&r, "write_files"),
+        json!([format!("{d}/m1.txt"), format!("{d}/sub/m2.txt")])
+    );
+    assert_eq!(*ok(&r, "relative"), json!(["/home/user/rel.txt", "rel"]));
+    assert_eq!(*ok(&r, "cmd_sees_file"), json!("one"));
+    assert_eq!(*ok(&r, "file_sees_cmd"), json!("from-cmd\n"));
+    assert_eq!(
+        *ok(&r, "list"),
+        json!([
+            ["a.txt", "file"],
+            ["cmd.txt", "file"],
+            ["m1.txt", "file"],
+            ["sub", "dir"]
+        ])
+    );
+    let deep = ok(&r, "list_depth2").as_array().unwrap();
+    assert!(
+        deep.contains(&json!(format!("{d}/sub/m2.txt"))),
+        "{deep:?}"
+    );
+    assert_eq!(*ok(&r, "exists"), json!([true, false]));
+    let info = ok(&r, "get_info");
+    assert_eq!(info["name"], "a.txt");
+    assert_eq!(info["size"], text.len());
+    assert_eq!(info["type"], "file");
+    assert_eq!(
+        info["permissions"].as_str().unwrap().len(),
+        10,
+        "{info}"
+    );
+    assert_eq!(*ok(&r, "make_dir"), json!([true, false]));
+    assert_eq!(*ok(&r, "rename"), json!(format!("{d}/new/b.txt")));
+    assert_eq!(*ok(&r, "after_rename"), json!([false, text]));
+    raised(&r, "rename_missing", "NotFoundException");
+    assert_eq!(*ok(&r, "remove"), json!([null, false]));
+    raised(&r, "read_missing", "FileNotFoundException");
+
+    // Background processes are not served yet, and say so.
+    for step in ["cmd_list", "send_stdin", "kill_pid"] {
+        let m = raised(&r, step, "SandboxException");
+        assert!(m.contains("background processes"), "{step}: {m}");
+    }
+
+    // Lifecycle.
+    assert!(r["set_timeout"].get("ok").is_some(), "{}", r["set_timeout"]);
+    assert_eq!(*ok(&r, "list_meta"), json!([id]));
+    assert_eq!(*ok(&r, "list_odd_key"), json!([id]));
+    assert_eq!(*ok(&r, "list_other_tag"), json!([]));
+    assert_eq!(*ok(&r, "pause"), json!(true));
+    assert_eq!(*ok(&r, "state_paused"), json!("paused"));
+    assert_eq!(*ok(&r, "pause_again"), json!(false));
+    assert_eq!(*ok(&r, "resume"), json!(id));
+    assert_eq!(*ok(&r, "state_resumed"), json!("running"));
+    assert_eq!(*ok(&r, "survived"), json!("survives"));
+
+    // Another organization reaches nothing of this one's.
+    for step in ["b_get", "b_connect", "b_set_timeout", "b_pause", "b_metrics"] {
+        raised(&r, step, "NotFoundException");
+    }
+    assert_eq!(*ok(&r, "b_kill"), json!(false));
+    assert_eq!(*ok(&r, "b_list"), json!([]));
+    assert_eq!(*ok(&r, "b_token_own"), json!("b\n"));
+    for (route, answer) in r["cross_envd"].as_object().unwrap() {
+        if route == "no_token" {
+            assert_eq!(answer[0], 401, "{route}: {answer}");
+            continue;
+        }
+        assert_eq!(answer[0], 502, "{route}: {answer}");
+        let body: Value = serde_json::from_str(answer[1].as_str().unwrap()).unwrap();
+        assert_eq!(body["code"], 502, "{route}: {answer}");
+        assert_eq!(
+            body["message"],
+            format!("The sandbox {id} was not found"),
+            "{route}"
+        );
+    }
+    assert_eq!(*ok(&r, "after_cross"), json!(["survives", false, false]));
+
+    // Bad input.
+    raised(&r, "bad_key", "AuthenticationException");
+    let m = raised(&r, "bad_env", "SandboxException");
+    assert!(m.starts_with("400") && m.contains("env"), "{m}");
+
+    // Kill, then not found everywhere.
+    assert_eq!(*ok(&r, "kill"), json!(true));
+    raised(&r, "after_kill_get", "NotFoundException");
+    assert_eq!(*ok(&r, "after_kill_kill"), json!(false));
+    assert!(r["after_kill_run"].get("error").is_some(), "{}", r["after_kill_run"]);
+    assert_eq!(*ok(&r, "after_kill_list"), json!([]));
+}
