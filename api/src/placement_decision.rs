@@ -121,9 +121,16 @@ pub fn prefer_warm(explained: &mut Explained, spec: &SandboxSpec, warm: &WarmVie
 }
 
 /// The placement a create applies in its own admission (`DirectPlacement`), when allowed
-/// (`[api] direct_placement`) and it decides the same as the leader would: the decision
-/// placed it and no eligible pool has a concurrency cap (the admission decided without
-/// live slot counts, which only rank and limit capped pools).
+/// (`[api] direct_placement`) and it decides the same as the leader would:
+///
+/// - the decision placed it and no eligible pool has a concurrency cap (the admission
+///   decided without live slot counts, which only rank and limit capped pools): placed warm
+///   or cold;
+/// - the decision placed it on a **capped** pool with a class the create matches: a claim
+///   only (`DirectPlacement::claim_only`). A warm instance already holds a slot of the cap,
+///   so the store applies it only when a ready instance is left, a live slot is free and no
+///   queued sandbox may be waiting for the pool; otherwise the create is queued for the
+///   leader, never placed cold.
 ///
 /// The pool's class the create matches, if any, goes with it (`warm_class`): the admission
 /// claims a ready instance of it when one is left, and `claim_call` says whether the pool's
@@ -141,26 +148,29 @@ pub fn direct(
     let Decision::Placed { pool } = &explained.decision else {
         return None;
     };
-    let ranking = explained.ranking();
-    let capped = ranking.iter().any(|v| {
-        state
-            .pools
-            .get(&v.name)
-            .is_none_or(|p| p.record.max_concurrent.is_some())
-    });
-    if capped {
-        return None;
-    }
+    let chosen = state.pools.get(pool)?;
     let warm_class = warm.class_for(pool, spec).map(|c| c.name.clone());
-    let claim_call = warm_class.is_some()
-        && state
-            .pools
-            .get(pool)
-            .is_some_and(|p| p.adapter.claim_call());
+    let max_concurrent = chosen.record.max_concurrent;
+    if max_concurrent.is_some() {
+        // A claim only, and only with a class to claim from.
+        warm_class.as_ref()?;
+    } else {
+        let ranking = explained.ranking();
+        let capped = ranking.iter().any(|v| {
+            state
+                .pools
+                .get(&v.name)
+                .is_none_or(|p| p.record.max_concurrent.is_some())
+        });
+        if capped {
+            return None;
+        }
+    }
+    let claim_call = warm_class.is_some() && chosen.adapter.claim_call();
     Some(DirectPlacement {
         pool: PoolSlot {
             name: pool.clone(),
-            max_concurrent: None,
+            max_concurrent,
         },
         explanation: explained.record(effective, Utc::now()),
         warm_class,

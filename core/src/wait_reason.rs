@@ -87,7 +87,10 @@ mod tests {
     #[test]
     fn written_reasons_read_back() {
         let r = capacity([("fake", "full 2/2"), ("other-1", "unhealthy")]);
-        assert_eq!(r, "waiting for capacity: fake (full 2/2); other-1 (unhealthy)");
+        assert_eq!(
+            r,
+            "waiting for capacity: fake (full 2/2); other-1 (unhealthy)"
+        );
         assert_eq!(pools_waited_for(&r), ["fake", "other-1"]);
         let r = pool_full("p-2", 3, 3);
         assert_eq!(r, "waiting: pool p-2 full 3/3");
@@ -96,7 +99,10 @@ mod tests {
 
     #[test]
     fn quota_waits_want_no_pool_and_unknown_ones_may_want_any() {
-        for q in ["waiting: org active quota 1/1", "waiting: project cpu quota 8/8"] {
+        for q in [
+            "waiting: org active quota 1/1",
+            "waiting: project cpu quota 8/8",
+        ] {
             assert_eq!(waits(Some(q)), Waits::Quota);
             assert!(!may_want(Some(q), "p"));
             assert!(pools_waited_for(q).is_empty());

@@ -14,7 +14,7 @@
 //!   most the room the pool's `maxConcurrent` leaves (live sandboxes + every warm row, the
 //!   retiring ones included, never above it), and nothing while the class backs off.
 //! - **tenant work first**: while any queued sandbox waits for this pool's capacity (its
-//!   stored reason, `waiting for capacity: <pool> (…)`, names the pool), the pool gets no
+//!   stored reason names the pool, `differently_core::wait_reason`), the pool gets no
 //!   refill: capacity that frees goes to the tenant. Placement counts live sandboxes only,
 //!   so tenants may fill a capped pool that warm instances also hold; when live sandboxes
 //!   and warm rows together are over the cap, ready instances (oldest first) are retired
@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use differently_bus_schema::WorkOp;
+use differently_core::wait_reason;
 use differently_core::warm::{WarmClass, WarmClasses};
 use differently_core::SandboxId;
 use differently_store::warm::{WarmInstance, WarmState};
@@ -255,21 +256,14 @@ pub(crate) fn plan(classes: &WarmClasses, rows: &[WarmInstance], now: DateTime<U
     out
 }
 
-/// The pools that queued sandboxes wait for, by their stored reasons
-/// (`waiting for capacity: <pool> (<why>); <pool> (<why>)`, see `core::policy`).
+/// The pools that queued sandboxes wait for the capacity of, by their stored reasons
+/// (`differently_core::wait_reason`, which the writers use too).
 pub(crate) fn pools_waited_for<'a>(reasons: impl IntoIterator<Item = &'a str>) -> HashSet<String> {
-    let mut out = HashSet::new();
-    for reason in reasons {
-        let Some(rest) = reason.strip_prefix("waiting for capacity: ") else {
-            continue;
-        };
-        for part in rest.split("; ") {
-            if let Some((pool, _)) = part.split_once(" (") {
-                out.insert(pool.to_owned());
-            }
-        }
-    }
-    out
+    reasons
+        .into_iter()
+        .flat_map(wait_reason::pools_waited_for)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Pacing state of one class of one pool.
@@ -674,13 +668,16 @@ mod tests {
 
     #[test]
     fn waiting_reasons_name_the_pools() {
-        let w = pools_waited_for([
-            "waiting for capacity: fake (at capacity 2/2); other (unhealthy)",
-            "quota: org at maxActive",
-            "waiting for capacity: third (at capacity 1/1)",
-        ]);
+        // Written as the policy and the activation write them.
+        let reasons = [
+            wait_reason::capacity([("fake", "at capacity 2/2"), ("other", "unhealthy")]),
+            "waiting: org active quota 1/1".to_owned(),
+            wait_reason::capacity([("third", "at capacity 1/1")]),
+            wait_reason::pool_full("fourth", 3, 3),
+        ];
+        let w = pools_waited_for(reasons.iter().map(String::as_str));
         let mut got: Vec<_> = w.into_iter().collect();
         got.sort();
-        assert_eq!(got, ["fake", "other", "third"]);
+        assert_eq!(got, ["fake", "fourth", "other", "third"]);
     }
 }

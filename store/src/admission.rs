@@ -30,11 +30,21 @@ pub struct Admission {
 /// the row is inserted `provisioning` (with both audit records, admission then activation)
 /// instead of `queued`, saving the leader's round (a bus hop, a pull and a transaction).
 /// Anything that would make it wait (a queued sandbox of the org, a quota) queues it as
-/// usual, so fair order decides whenever anyone waits. Only for pools without a concurrency
-/// cap: a cap is contended across organizations, which only the leader orders.
+/// usual, so fair order decides whenever anyone waits.
+///
+/// On a pool **without** a concurrency cap it places the sandbox, warm or cold. On a
+/// **capped** pool (a cap is contended across organizations, which only the leader orders)
+/// it applies only as a warm claim: the claimed instance already holds a slot of the cap
+/// (the refill counts warm rows against it), so the claim takes no new backend capacity. It
+/// is applied only when, besides the above, the pool's live sandboxes leave a slot (as the
+/// leader's activation counts them, under the pool's lock), no queued sandbox of any
+/// organization may be waiting for that pool (`differently_core::wait_reason::may_want`: a
+/// stored capacity wait naming the pool, or a row the leader has not decided yet), and a
+/// ready instance of the class is left. Otherwise it is queued for the leader, never placed
+/// cold.
 #[derive(Debug, Clone)]
 pub struct DirectPlacement {
-    /// The pool, uncapped (`max_concurrent: None`); a capped one is ignored (queued).
+    /// The pool and its cap (`max_concurrent: Some`: claim only, see above).
     pub pool: PoolSlot,
     /// The placement explanation stored with the activation.
     pub explanation: serde_json::Value,
@@ -44,7 +54,7 @@ pub struct DirectPlacement {
     /// deleted and the sandbox row is inserted with the instance's id and backend ref,
     /// `running` (or `provisioning`, see `claim_call`). The returned row's id is then the
     /// instance's, not the one the admission carried: callers use the returned row's id.
-    /// No ready instance: placed as without it.
+    /// No ready instance: placed as without it (uncapped), or queued (capped).
     pub warm_class: Option<String>,
     /// The pool's adapter needs a call on a claimed instance before it is the tenant's
     /// (e.g. renewing its timeout to the sandbox's TTL): a claimed row is inserted
@@ -54,10 +64,15 @@ pub struct DirectPlacement {
 }
 
 impl DirectPlacement {
-    /// Whether a store may apply it: its pool has no concurrency cap (a cap is contended
-    /// across organizations, and only the leader orders those).
+    /// Whether a store may try it at all: an uncapped pool, or a capped one with a warm
+    /// class to claim from (`claim_only`).
     pub fn applies(&self) -> bool {
-        self.pool.max_concurrent.is_none()
+        self.pool.max_concurrent.is_none() || self.warm_class.is_some()
+    }
+
+    /// Whether it may only claim a warm instance, never place cold: its pool is capped.
+    pub fn claim_only(&self) -> bool {
+        self.pool.max_concurrent.is_some()
     }
 }
 

@@ -106,7 +106,12 @@ fn conclude(req: &PlacementRequest, e: &Explained) -> Decision {
         .pools
         .iter()
         .filter(|v| passed(v, Stage::Size))
-        .map(|v| (v.name.as_str(), v.reason.as_deref().unwrap_or("unavailable")))
+        .map(|v| {
+            (
+                v.name.as_str(),
+                v.reason.as_deref().unwrap_or("unavailable"),
+            )
+        })
         .collect();
     if !waiting.is_empty() {
         return Decision::Waiting {

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use differently_core::accounting;
 
 use super::activation::activate_in;
-use super::warm::admit_claimed as claim_in;
+use super::warm::{admit_claimed as claim_in, Claim};
 use super::{MemoryStore, Row};
 use crate::prelude::*;
 use crate::shared::rules;
@@ -62,11 +62,22 @@ impl AdmissionStore for MemoryStore {
             }
             // Read before the insert: whether anything of the org already waits.
             let org_queued = st.usage(&org_scope).queued;
-            let direct = direct.filter(|d| d.applies() && org_queued == 0);
+            let mut direct = direct.filter(|d| d.applies() && org_queued == 0);
+            let mut sandbox = sandbox;
             if let Some(d) = direct.as_ref() {
-                let warm = claim_in(&mut st, &sandbox, &request_hash, &actor, d, &defaults)?;
-                if let Some(claimed) = warm {
-                    break 'decided (Activation::Activated(claimed), d.clone());
+                match claim_in(&mut st, &sandbox, &request_hash, &actor, d, &defaults)? {
+                    Claim::Claimed(claimed) => {
+                        break 'decided (Activation::Activated(claimed), d.clone());
+                    }
+                    // Claim only (a capped pool): queued for the leader, never placed cold;
+                    // saying why when a limit stops it, as the leader would.
+                    Claim::Waits(reason) if d.claim_only() => {
+                        let at = sandbox.created_at;
+                        accounting::wait(&mut sandbox, reason, at);
+                        direct = None;
+                    }
+                    Claim::Waits(_) | Claim::None if d.claim_only() => direct = None,
+                    Claim::Waits(_) | Claim::None => {}
                 }
             }
             let entry = rules::admit_entry(&sandbox, &actor);

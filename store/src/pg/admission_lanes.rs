@@ -156,6 +156,13 @@ async fn decide_in_one_tx(
     let places = items.iter().any(|&i| direct_of(&group[i]).is_some());
     let mut tx = store.begin().await?;
     lock_org_admissions(&mut tx, org, places).await?;
+    // Capped pools the group may claim on (claim only), locked after the org.
+    let capped_names: Vec<&str> = items
+        .iter()
+        .filter_map(|&i| direct_of(&group[i]).filter(|d| d.claim_only()))
+        .map(|d| d.pool.name.as_str())
+        .collect();
+    let mut capped = crate::pg::warm::capped_pools(&mut tx, &capped_names).await?;
     let org_scope = QuotaScope::Org(org.clone());
     let mut org_limits: Option<(Usage, crate::Quota)> = None;
     let mut projects: HashMap<&ProjectId, ProjectLimits> = HashMap::new();
@@ -218,10 +225,12 @@ async fn decide_in_one_tx(
         let mut row = s.clone();
         let placed = match direct_of(a) {
             Some(d) if nothing_waits => {
+                let pool = capped.get_mut(&d.pool.name).filter(|_| d.claim_only());
+                let used = pool.as_ref().map_or(0, |p| p.used);
                 let walls = accounting::waiting_reason(
                     (&org_usage, &quota),
                     (&prj.usage, &prj.quota),
-                    0,
+                    used,
                     &row,
                     d.pool.cap(),
                 );
@@ -231,19 +240,29 @@ async fn decide_in_one_tx(
                         accounting::wait(&mut row, reason, s.created_at);
                         None
                     }
-                    None => {
-                        for u in [&mut org_usage, &mut prj.usage] {
-                            u.queued = u.queued.saturating_sub(1);
-                            u.add(SandboxStatus::Provisioning, &s.spec.resources);
-                        }
-                        // A claimed warm instance counts as provisioning does (running too).
-                        Some(match crate::pg::warm::claim(&mut tx, d).await? {
-                            Some((id, backend_ref)) => {
-                                rules::claim_warm(&mut row, d, id, &backend_ref, s.created_at)?
+                    // Claim only, and another org's sandbox may be waiting for the pool:
+                    // queued for the leader, which orders them.
+                    None if d.claim_only() && pool.as_ref().is_none_or(|p| p.waited) => None,
+                    None => match crate::pg::warm::claim(&mut tx, d).await? {
+                        // Claim only and nothing ready: queued, never placed cold.
+                        None if d.claim_only() => None,
+                        claimed => {
+                            for u in [&mut org_usage, &mut prj.usage] {
+                                u.queued = u.queued.saturating_sub(1);
+                                u.add(SandboxStatus::Provisioning, &s.spec.resources);
                             }
-                            None => rules::activate_direct(&mut row, &d.pool, s.created_at),
-                        })
-                    }
+                            if let Some(p) = pool {
+                                p.used += 1;
+                            }
+                            // A claimed warm instance counts as provisioning does (running too).
+                            Some(match claimed {
+                                Some((id, backend_ref)) => {
+                                    rules::claim_warm(&mut row, d, id, &backend_ref, s.created_at)?
+                                }
+                                None => rules::activate_direct(&mut row, &d.pool, s.created_at),
+                            })
+                        }
+                    },
                 }
             }
             _ => None,
