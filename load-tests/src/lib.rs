@@ -19,6 +19,8 @@ pub mod frames;
 pub mod generator;
 pub mod invariants;
 pub mod opensandbox;
+pub mod opensandbox_client;
+pub mod opensandbox_warm;
 pub mod plan;
 pub mod pull_bench;
 pub mod report;

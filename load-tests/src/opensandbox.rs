@@ -25,12 +25,11 @@ use differently_core::exec::ExecRequest;
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
-use crate::cluster::{Cluster, ClusterOpts};
+use crate::cluster::ClusterOpts;
+pub use crate::opensandbox_client::require_loopback;
+use crate::opensandbox_client::{connect, ms, start_with_pool, Api, Server, EXECD_PORT};
 use crate::stats::percentile;
 use crate::LoadError;
-
-/// execd's port inside every sandbox.
-const EXECD_PORT: u16 = 44772;
 
 /// What the run measures and against what.
 #[derive(Debug, Clone)]
@@ -254,186 +253,6 @@ fn per_exec_us(
         .collect()
 }
 
-/// Refuses any URL whose host is not a loopback address (or `localhost`).
-pub fn require_loopback(url: &str) -> Result<(), LoadError> {
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|e| LoadError::Plan(format!("{url:?} is not a URL: {e}")))?;
-    let host = parsed.host_str().unwrap_or_default();
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let ok = match bare.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.is_loopback(),
-        Err(_) => host == "localhost",
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(LoadError::Plan(format!(
-            "refusing {url}: this benchmark only sends traffic to loopback addresses"
-        )))
-    }
-}
-
-/// The server, reached directly.
-struct Server {
-    api: String,
-    key: String,
-    http: reqwest::Client,
-}
-
-impl Server {
-    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .request(method, format!("{}{path}", self.api))
-            .header("OPEN-SANDBOX-API-KEY", &self.key)
-    }
-
-    async fn json(&self, rb: reqwest::RequestBuilder, what: &str) -> Result<Value, LoadError> {
-        let r = rb.send().await.map_err(|e| LoadError::http(what, e))?;
-        let status = r.status().as_u16();
-        let text = r.text().await.map_err(|e| LoadError::http(what, e))?;
-        if !(200..300).contains(&status) {
-            return Err(LoadError::Api {
-                context: what.to_owned(),
-                status,
-                body: text.chars().take(300).collect(),
-            });
-        }
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    /// `http://<execd endpoint>` of sandbox `id`, checked to be on loopback.
-    async fn execd_base(&self, id: &str) -> Result<String, LoadError> {
-        let ep = self
-            .json(
-                self.req(
-                    reqwest::Method::GET,
-                    &format!("/sandboxes/{id}/endpoints/{EXECD_PORT}"),
-                ),
-                "execd endpoint",
-            )
-            .await?;
-        let endpoint = ep["endpoint"]
-            .as_str()
-            .ok_or_else(|| LoadError::Check(format!("endpoint answer without endpoint: {ep}")))?;
-        let base = format!("http://{}", endpoint.trim_end_matches('/'));
-        require_loopback(&base)?;
-        Ok(base)
-    }
-
-    async fn delete(&self, id: &str) -> Result<(), LoadError> {
-        let r = self
-            .req(reqwest::Method::DELETE, &format!("/sandboxes/{id}"))
-            .send()
-            .await
-            .map_err(|e| LoadError::http("delete sandbox", e))?;
-        if r.status().is_success() || r.status() == 404 {
-            Ok(())
-        } else {
-            Err(LoadError::Api {
-                context: "delete sandbox".to_owned(),
-                status: r.status().as_u16(),
-                body: String::new(),
-            })
-        }
-    }
-
-    /// The OpenSandbox id of the instance Differently made for `sandbox`.
-    async fn instance_of(&self, sandbox: &str) -> Result<String, LoadError> {
-        let v = self
-            .json(
-                self.req(
-                    reqwest::Method::GET,
-                    &format!("/sandboxes?metadata=differently-sandbox-id%3D{sandbox}"),
-                ),
-                "find the instance",
-            )
-            .await?;
-        v["items"][0]["id"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| LoadError::Check(format!("no instance tagged {sandbox}: {v}")))
-    }
-}
-
-/// Differently's API as the bootstrap admin.
-struct Api {
-    base: String,
-    key: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-        what: &str,
-    ) -> Result<(u16, Value), LoadError> {
-        let mut rb = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.key);
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let r = rb.send().await.map_err(|e| LoadError::http(what, e))?;
-        let status = r.status().as_u16();
-        let text = r.text().await.map_err(|e| LoadError::http(what, e))?;
-        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
-    }
-
-    async fn expect(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-        want: u16,
-        what: &str,
-    ) -> Result<Value, LoadError> {
-        let (status, v) = self.call(method, path, body, what).await?;
-        if status == want {
-            Ok(v)
-        } else {
-            Err(LoadError::Api {
-                context: what.to_owned(),
-                status,
-                body: v.to_string().chars().take(300).collect(),
-            })
-        }
-    }
-
-    /// Waits (the API's own wait route) until `id` is `status`; fails on a final other one.
-    async fn wait(&self, id: &str, status: &str) -> Result<(), LoadError> {
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while Instant::now() < deadline {
-            let v = self
-                .expect(
-                    reqwest::Method::GET,
-                    &format!("/v1/sandboxes/{id}/wait?status={status}&timeoutSeconds=30"),
-                    None,
-                    200,
-                    "wait",
-                )
-                .await?;
-            match v["status"].as_str() {
-                Some(s) if s == status => return Ok(()),
-                Some("failed" | "terminated") => {
-                    return Err(LoadError::Check(format!(
-                        "{id} ended while waiting for {status}: {v}"
-                    )))
-                }
-                _ => {}
-            }
-        }
-        Err(LoadError::Timeout(format!("{id} not {status} after 300 s")))
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 /// Create → first OK `/ping`, straight to the server; the sandbox is deleted (untimed).
 async fn create_direct(s: &Server, image: &str) -> Result<f64, LoadError> {
     let body = json!({
@@ -545,10 +364,22 @@ async fn create_differently(api: &Api) -> Result<f64, LoadError> {
 /// `echo hi` on execd at `base` (direct or the server's proxy), read until
 /// `execution_complete`; checks the output.
 async fn exec_execd(s: &Server, base: &str, with_key: bool) -> Result<f64, LoadError> {
+    run_execd(s, base, with_key, "echo hi", "hi").await
+}
+
+/// `command` on execd at `base`, read until `execution_complete`; checks that its stdout,
+/// trailing whitespace aside, is `want`. Milliseconds from sending to `execution_complete`.
+pub(crate) async fn run_execd(
+    s: &Server,
+    base: &str,
+    with_key: bool,
+    command: &str,
+    want: &str,
+) -> Result<f64, LoadError> {
     let mut rb = s
         .http
         .post(format!("{base}/command"))
-        .json(&json!({"command": "echo hi"}))
+        .json(&json!({"command": command}))
         .timeout(Duration::from_secs(30));
     if with_key {
         rb = rb.header("OPEN-SANDBOX-API-KEY", &s.key);
@@ -590,9 +421,9 @@ async fn exec_execd(s: &Server, base: &str, with_key: bool) -> Result<f64, LoadE
                 Some("stdout") => stdout.push_str(ev["text"].as_str().unwrap_or_default()),
                 Some("execution_complete") => {
                     let took = ms(t.elapsed());
-                    if stdout.trim_end() != "hi" {
+                    if stdout.trim_end() != want {
                         return Err(LoadError::Check(format!(
-                            "execd echo hi printed {stdout:?}"
+                            "execd {command:?} printed {stdout:?}"
                         )));
                     }
                     return Ok(took);
@@ -803,84 +634,9 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
             "at least 10 creates and 50 execs per path".to_owned(),
         ));
     }
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .map_err(|e| LoadError::http("http client", e))?;
-    let server = Server {
-        api: opts.url.trim_end_matches('/').to_owned(),
-        key: opts.key.clone(),
-        http: http.clone(),
-    };
-    let root = server.api.trim_end_matches("/v1").to_owned();
-    let version = server
-        .json(server.http.get(format!("{root}/version")), "server version")
-        .await
-        .map_err(|e| {
-            LoadError::Preflight(format!(
-                "no OpenSandbox server answers at {root} ({e}): start one (docs/opensandbox.md, \"Live checks\")"
-            ))
-        })?;
-    server
-        .json(
-            server.req(reqwest::Method::GET, "/sandboxes?pageSize=1"),
-            "authenticated list (check the key)",
-        )
-        .await?;
-
-    let cluster = Cluster::start(opts.cluster.clone()).await?;
-    require_loopback(&cluster.url())?;
-    let key_file = cluster.dir.path().join("opensandbox.key");
-    std::fs::write(&key_file, &opts.key).map_err(|e| LoadError::io("writing the key file", e))?;
-    let mut settings = json!({
-        "apiURL": server.api, "trust": "private", "apiKeyFile": key_file,
-        "image": opts.image, "useServerProxy": false,
-        "timeouts": {"readySeconds": 300},
-    });
-    if let Some(extra) = opts.settings.as_object() {
-        for (k, v) in extra {
-            settings[k] = v.clone();
-        }
-    }
-    let api = Api {
-        base: cluster.url(),
-        key: cluster.key.clone(),
-        http,
-    };
-    api.expect(
-        reqwest::Method::POST,
-        "/v1/admin/pools",
-        Some(
-            json!({"name": "osb", "kind": "opensandbox", "trust": "private", "settings": settings}),
-        ),
-        201,
-        "register the opensandbox pool",
-    )
-    .await?;
-    api.expect(
-        reqwest::Method::PUT,
-        "/v1/admin/policies/global",
-        Some(json!({"deniedPools": ["fake"]})),
-        200,
-        "deny the fake pool",
-    )
-    .await?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, p) = api
-            .call(reqwest::Method::GET, "/v1/admin/pools/osb", None, "pool")
-            .await?;
-        if p["healthy"] == true {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(LoadError::Timeout(format!(
-                "the opensandbox pool is not healthy after 60 s: {p}\n{}",
-                cluster.logs()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (server, version) = connect(&opts.url, &opts.key).await?;
+    let (cluster, api, mut settings) =
+        start_with_pool(&server, opts.cluster.clone(), &opts.image, &opts.settings).await?;
 
     // The adapter in this process, with the pool's settings: splits P7 and the exec overhead
     // into the adapter's part and the control plane's.
@@ -1137,28 +893,5 @@ mod tests {
         assert_eq!(paired_p50(&through, &direct), 0.5);
         let (a, b) = ([3.0, 1.0, 2.0], [1.0, 1.5, 0.0]);
         assert_eq!(paired_p50(&a, &b), 2.0, "differences 2.0, -0.5, 2.0");
-    }
-
-    #[test]
-    fn only_loopback_targets_pass() {
-        for ok in [
-            "http://127.0.0.1:8090/v1",
-            "http://127.8.9.1/v1",
-            "http://localhost:1/",
-            "http://[::1]:8090/v1",
-        ] {
-            assert!(require_loopback(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "http://10.0.0.1:8090/v1",
-            "http://172.17.0.2:44772",
-            "http://192.168.1.1/",
-            "http://example.com/v1",
-            "http://localhost.example.com/",
-            "http://[2001:db8::1]/",
-            "not a url",
-        ] {
-            assert!(require_loopback(bad).is_err(), "{bad}");
-        }
     }
 }
