@@ -60,7 +60,9 @@ pub trait PlacementStore: Send + Sync {
     async fn upsert_pool(&self, pool: &PoolRecord, actor: &Actor) -> Result<(), StoreError>;
     /// Every registered pool, by name.
     async fn list_pools(&self) -> Result<Vec<PoolRecord>, StoreError>;
-    /// Removes a pool; `HasDependents` while sandboxes hold slots on it. Audited.
+    /// Removes a pool; `HasDependents` while sandboxes hold slots on it or it has warm
+    /// instances (their deletes need its adapter: empty its warm classes first). Its warm
+    /// classes document goes with it. Audited.
     async fn delete_pool(&self, name: &str, actor: &Actor) -> Result<(), StoreError>;
     /// Records a worker's health probe of a pool (last one wins).
     async fn report_pool_health(&self, health: &PoolHealth) -> Result<(), StoreError>;

@@ -103,6 +103,7 @@ impl PlacementStore for MemoryStore {
                 "pool {name} has {used} live sandboxes"
             )));
         }
+        self.before_pool_delete(name)?;
         {
             let mut st = self.placement();
             st.pools.remove(name);

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use differently_core::accounting;
+use differently_core::wait_reason;
 use differently_core::warm::WarmClasses;
-use differently_core::{Sandbox, SandboxId};
+use differently_core::{Sandbox, SandboxId, SandboxStatus};
 
 use super::{MemoryStore, Row, State};
 use crate::placement::PlacementStore;
@@ -175,11 +176,24 @@ impl WarmStore for MemoryStore {
     }
 }
 
+/// What [`admit_claimed`] did.
+#[derive(Debug)]
+pub(super) enum Claim {
+    /// Inserted under a warm instance's id.
+    Claimed(Sandbox),
+    /// A limit stops the placement now (this `waiting: …` reason); nothing written.
+    Waits(String),
+    /// No class, no instance ready, or (claim only) a queued sandbox may be waiting for the
+    /// capped pool; nothing written.
+    None,
+}
+
 /// Admits `sandbox` onto a ready warm instance of `direct.warm_class`, on the locked state,
 /// if the direct placement may apply now (the caller checked nothing of the org waits; here:
-/// the org's and project's quotas admit it) and an instance is ready (oldest ready first).
-/// Inserts the row under the instance's id with both records, as the Postgres admission
-/// does; `None` (nothing written): placed as without a class.
+/// the org's and project's quotas admit it, and on a capped pool a live slot is left and no
+/// queued sandbox of any org may be waiting for the pool) and an instance is ready (oldest
+/// ready first). Inserts the row under the instance's id with both records, as the Postgres
+/// admission does.
 pub(super) fn admit_claimed(
     st: &mut State,
     sandbox: &Sandbox,
@@ -187,9 +201,18 @@ pub(super) fn admit_claimed(
     actor: &Actor,
     direct: &DirectPlacement,
     defaults: &Quota,
-) -> Result<Option<Sandbox>, StoreError> {
-    let Some(class) = direct.warm_class.as_deref() else {
-        return Ok(None);
+) -> Result<Claim, StoreError> {
+    let pool = direct.pool.name.as_str();
+    // Live sandboxes on a capped pool, as the leader's activation counts them.
+    let used = if direct.claim_only() {
+        st.sandboxes
+            .values()
+            .filter(|r| {
+                r.sandbox.pool.as_deref() == Some(pool) && r.sandbox.status.holds_pool_slot()
+            })
+            .count() as u64
+    } else {
+        0
     };
     // Usage without this row: a queued row reserves nothing these limits count.
     let org_scope = QuotaScope::Org(sandbox.org_id.clone());
@@ -200,23 +223,35 @@ pub(super) fn admit_claimed(
             &st.stored_quota(&org_scope).or(defaults),
         ),
         (&st.usage(&prj_scope), &st.stored_quota(&prj_scope)),
-        0,
+        used,
         sandbox,
         direct.pool.cap(),
     );
-    if walls.is_some() {
-        return Ok(None);
+    if let Some((_, reason)) = walls {
+        return Ok(Claim::Waits(reason));
+    }
+    let Some(class) = direct.warm_class.as_deref() else {
+        return Ok(Claim::None);
+    };
+    if direct.claim_only() {
+        let waited = st.sandboxes.values().any(|r| {
+            r.sandbox.status == SandboxStatus::Queued
+                && wait_reason::may_want(r.sandbox.status_reason.as_deref(), pool)
+        });
+        if waited {
+            return Ok(Claim::None);
+        }
     }
     let ready = st
         .warm
         .instances
         .values()
-        .filter(|w| w.pool == direct.pool.name && w.class == class)
+        .filter(|w| w.pool == pool && w.class == class)
         .filter(|w| w.state == WarmState::Ready && w.backend_ref.is_some())
         .min_by_key(|w| (w.ready_at, w.id.clone()))
         .map(|w| w.id.clone());
     let Some(id) = ready else {
-        return Ok(None);
+        return Ok(Claim::None);
     };
     if st.sandboxes.contains_key(&id) {
         return Err(StoreError::Internal(format!(
@@ -229,7 +264,7 @@ pub(super) fn admit_claimed(
         .get(&id)
         .and_then(|w| w.backend_ref.clone())
     else {
-        return Ok(None);
+        return Ok(Claim::None);
     };
     let now = sandbox.created_at;
     let mut row = sandbox.clone();
@@ -250,5 +285,26 @@ pub(super) fn admit_claimed(
         now,
     );
     st.audit(&row.org_id, id.as_str(), entry, now);
-    Ok(Some(row))
+    Ok(Claim::Claimed(row))
+}
+
+impl MemoryStore {
+    /// `delete_pool`'s warm part, as on Postgres (`pg::warm::before_pool_delete`): refuses
+    /// while the pool has warm instances, then forgets its classes document.
+    pub(super) fn before_pool_delete(&self, pool: &str) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let rows = st
+            .warm
+            .instances
+            .values()
+            .filter(|w| w.pool == pool)
+            .count();
+        if rows > 0 {
+            return Err(StoreError::HasDependents(format!(
+                "pool {pool} has {rows} warm instances; empty its warm classes and wait for them to be deleted"
+            )));
+        }
+        st.warm.classes.remove(pool);
+        Ok(())
+    }
 }

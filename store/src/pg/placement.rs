@@ -176,6 +176,7 @@ impl PlacementStore for PgStore {
                 "pool {name} has {used} live sandboxes"
             )));
         }
+        crate::pg::warm::before_pool_delete(&mut tx, name).await?;
         // The row stays as a lock target; only the definition goes.
         sqlx::query("UPDATE pools SET doc = NULL, source = NULL WHERE name = $1")
             .bind(name)

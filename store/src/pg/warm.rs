@@ -260,3 +260,90 @@ pub(crate) async fn claim(
         .ok_or_else(|| StoreError::Internal("claimed a warm instance without ref".into()))?;
     Ok(Some((sandbox_id(row.try_get("id")?)?, backend_ref)))
 }
+
+/// Most queued rows read to tell whether anyone may be waiting for a capped pool; when there
+/// are more, the pool counts as waited for (the claim queues, as the leader would order it).
+const WAITERS_SCAN: i64 = 1000;
+
+/// A capped pool as a claim-only direct placement sees it in the admission transaction.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CappedPool {
+    /// Slots held by live sandboxes (the pool counter the leader's activation reads).
+    pub(crate) used: u64,
+    /// A queued sandbox of some organization may be waiting for its capacity
+    /// (`differently_core::wait_reason::may_want`).
+    pub(crate) waited: bool,
+}
+
+/// Locks `pools` (capped, named by the transaction's claim-only placements) in name order,
+/// after the organization as every writer does, and reads their live slots and whether any
+/// queued sandbox may be waiting for them. Under the pool's lock no activation nor other
+/// claim can take a slot until this transaction ends.
+pub(crate) async fn capped_pools(
+    tx: &mut Transaction<'static, Postgres>,
+    pools: &[&str],
+) -> Result<std::collections::HashMap<String, CappedPool>, StoreError> {
+    let mut out = std::collections::HashMap::new();
+    if pools.is_empty() {
+        return Ok(out);
+    }
+    let mut names: Vec<&str> = pools.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    for name in &names {
+        crate::pg::locks::lock_pool(tx, name).await?;
+    }
+    let keys: Vec<String> = names
+        .iter()
+        .map(|p| crate::pg::usage_counters::pool_key(p))
+        .collect();
+    let slots: Vec<(String, i64)> =
+        sqlx::query_as("SELECT scope, slots FROM usage_counters WHERE scope = ANY($1::text[])")
+            .bind(&keys)
+            .fetch_all(&mut **tx)
+            .await?;
+    // Unlocked read: a row queued meanwhile was admitted after this claim decided.
+    let reasons: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT doc->>'statusReason' FROM sandboxes WHERE status = 'queued' LIMIT $1",
+    )
+    .bind(WAITERS_SCAN)
+    .fetch_all(&mut **tx)
+    .await?;
+    let too_many = reasons.len() as i64 >= WAITERS_SCAN;
+    for (name, key) in names.iter().zip(&keys) {
+        let used = slots
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or(0, |(_, n)| u64::try_from(*n).unwrap_or(0));
+        let waited = too_many
+            || reasons
+                .iter()
+                .any(|r| differently_core::wait_reason::may_want(r.as_deref(), name));
+        out.insert((*name).to_owned(), CappedPool { used, waited });
+    }
+    Ok(out)
+}
+
+/// In `delete_pool`'s transaction (the pool row locked): refuses while the pool has warm
+/// instances (their backend deletes need the pool's adapter, which goes with the pool:
+/// empty its classes first, and the refill leader retires them), and removes its classes
+/// document, so the name registered again starts with none.
+pub(crate) async fn before_pool_delete(
+    tx: &mut Transaction<'static, Postgres>,
+    pool: &str,
+) -> Result<(), StoreError> {
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM warm_instances WHERE pool = $1")
+        .bind(pool)
+        .fetch_one(&mut **tx)
+        .await?;
+    if rows > 0 {
+        return Err(StoreError::HasDependents(format!(
+            "pool {pool} has {rows} warm instances; empty its warm classes and wait for them to be deleted"
+        )));
+    }
+    sqlx::query("DELETE FROM warm_classes WHERE pool = $1")
+        .bind(pool)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}

@@ -35,6 +35,7 @@ conformance!(
     a_capped_claim_queues_behind_anyone_who_may_wait_for_the_pool,
     a_capped_claim_needs_a_free_live_slot,
     concurrent_capped_claims_keep_the_cap,
+    a_pool_with_warm_instances_is_not_deleted_and_its_classes_go_with_it,
 );
 
 pub(crate) fn pool_record(name: &str) -> PoolRecord {
@@ -818,4 +819,43 @@ async fn concurrent_capped_claims_keep_the_cap(env: &Env) {
     let left: HashSet<SandboxId> = warm_ids(s.as_ref(), "p").await.into_iter().collect();
     assert_eq!(left.len() + claimed.len(), READY);
     assert!(left.is_disjoint(&claimed));
+}
+
+// ---------- deleting a pool ----------
+
+async fn a_pool_with_warm_instances_is_not_deleted_and_its_classes_go_with_it(env: &Env) {
+    let s = env.store.as_ref();
+    let actor = Actor::System("test");
+    s.upsert_pool(&pool_record("p"), &actor).await.unwrap();
+    s.set_warm_classes("p", &classes(vec![class("x", 1)]), &actor)
+        .await
+        .unwrap();
+    let id = ready(s, "p", "x", Utc::now()).await;
+    // Its instance's backend delete needs the pool: refused, nothing changed.
+    match s.delete_pool("p", &actor).await {
+        Err(StoreError::HasDependents(m)) => assert!(m.contains("warm instances"), "{m}"),
+        other => panic!("expected HasDependents, got {other:?}"),
+    }
+    assert!(s.list_pools().await.unwrap().iter().any(|p| p.name == "p"));
+    assert_eq!(s.warm_classes("p").await.unwrap().classes.len(), 1);
+    // Retiring is not gone yet.
+    s.warm_retire(std::slice::from_ref(&id)).await.unwrap();
+    assert!(matches!(
+        s.delete_pool("p", &actor).await,
+        Err(StoreError::HasDependents(_))
+    ));
+    // Deleted on the backend: the pool goes, and its classes document with it.
+    assert!(s.warm_gone(&id).await.unwrap());
+    s.delete_pool("p", &actor).await.unwrap();
+    assert!(s.list_pools().await.unwrap().iter().all(|p| p.name != "p"));
+    assert_eq!(s.warm_classes("p").await.unwrap(), WarmClasses::default());
+    assert!(s
+        .all_warm_classes()
+        .await
+        .unwrap()
+        .iter()
+        .all(|(p, _)| p != "p"));
+    // Registered again, it starts with no classes.
+    s.upsert_pool(&pool_record("p"), &actor).await.unwrap();
+    assert_eq!(s.warm_classes("p").await.unwrap(), WarmClasses::default());
 }
