@@ -294,6 +294,7 @@ async fn delete_pool(
             format!("pool {name} comes from the configuration file; remove it there"),
         ));
     }
+    crate::routes::warm::drain_for_delete(&state, &name, &p.actor()).await?;
     state.store.delete_pool(&name, &p.actor()).await?;
     state.pools.sync(state.store.list_pools().await?);
     Ok(StatusCode::NO_CONTENT)

@@ -87,6 +87,47 @@ fn served(classes: WarmClasses, counts: &[WarmCount]) -> WarmDocument {
     }
 }
 
+/// Longest a pool's delete waits for its warm instances to be deleted.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// A drained pool counts as drained only this long after its classes were emptied: two
+/// refill passes, so a pass that read the classes before they were emptied has begun (and
+/// so shows) whatever it began.
+const DRAIN_SETTLE: std::time::Duration = std::time::Duration::from_millis(600);
+/// How often the drain looks again.
+const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Before a pool is deleted: its warm classes are emptied (audited as any `PUT`), so the
+/// refill leader retires its instances and the pool's workers delete them on the backend,
+/// which they can only do while the pool exists. Waits for them to be gone, at most
+/// [`DRAIN_WAIT`]; then the delete goes on (and the store refuses it if any is left: a 409
+/// saying so, to retry).
+pub(crate) async fn drain_for_delete(
+    state: &AppState,
+    pool: &str,
+    actor: &differently_store::Actor,
+) -> ApiResult<()> {
+    let classes = state.store.warm_classes(pool).await?;
+    if classes.classes.is_empty() && state.store.warm_instances(pool).await?.is_empty() {
+        return Ok(());
+    }
+    if !classes.classes.is_empty() {
+        state
+            .store
+            .set_warm_classes(pool, &WarmClasses::default(), actor)
+            .await?;
+        state.warm.clear();
+    }
+    let started = tokio::time::Instant::now();
+    loop {
+        let left = state.store.warm_instances(pool).await?.len();
+        let waited = started.elapsed();
+        if (left == 0 && waited >= DRAIN_SETTLE) || waited >= DRAIN_WAIT {
+            return Ok(());
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+}
+
 /// `pool`'s warm classes with their counts (also the trust report's, per pool).
 pub(crate) async fn document(state: &AppState, pool: &str) -> ApiResult<WarmDocument> {
     let classes = state.store.warm_classes(pool).await?;

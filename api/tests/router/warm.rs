@@ -351,3 +351,89 @@ async fn warm_capacity_never_brings_a_pool_policy_excluded() {
         "the instance is still there: {counts:?}"
     );
 }
+
+#[tokio::test]
+async fn deleting_a_pool_drains_its_warm_instances_first() {
+    let api = api_with_pool().await;
+    let put = api
+        .admin(
+            Method::PUT,
+            "/v1/admin/pools/warmy/warm",
+            json!({ "classes": [class("default")] }),
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let now = chrono::Utc::now();
+    let ids = [
+        differently_core::SandboxId::new(),
+        differently_core::SandboxId::new(),
+    ];
+    for id in &ids {
+        api.store
+            .warm_begin("warmy", "default", id, now)
+            .await
+            .unwrap();
+    }
+    assert!(api.store.warm_ready(&ids[0], "be-0", now).await.unwrap());
+    // The refill leader and the pool's workers, as they answer emptied classes: retire every
+    // row, then delete each instance (here: its row) once deleted on the backend.
+    let store = api.store.clone();
+    let drainer = tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !store
+            .warm_classes("warmy")
+            .await
+            .unwrap()
+            .classes
+            .is_empty()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "classes never emptied"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let rows: Vec<_> = store
+            .warm_instances("warmy")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|w| w.id)
+            .collect();
+        store.warm_retire(&rows).await.unwrap();
+        for id in &rows {
+            assert!(store.warm_gone(id).await.unwrap());
+        }
+        rows.len()
+    });
+    let deleted = api
+        .admin(Method::DELETE, "/v1/admin/pools/warmy", Value::Null)
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.body);
+    assert_eq!(drainer.await.unwrap(), 2, "both instances were drained");
+    assert!(api.store.warm_instances("warmy").await.unwrap().is_empty());
+    assert!(api
+        .store
+        .all_warm_classes()
+        .await
+        .unwrap()
+        .iter()
+        .all(|(p, _)| p != "warmy"));
+    // The emptying is audited like any change of classes.
+    let sets = api
+        .store
+        .list_audit(&differently_store::audit::AuditFilter {
+            action: Some("pool.warm.set".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        sets.iter().any(|r| r.detail["new"]["classes"] == json!([])),
+        "{sets:?}"
+    );
+    let gone = api
+        .admin(Method::GET, "/v1/admin/pools/warmy/warm", Value::Null)
+        .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{}", gone.body);
+}
