@@ -200,10 +200,48 @@ cross = {
                     "application/json", token=""),
 }
 report["cross_envd"] = cross
+# The facade's own deadline: Connect-Timeout-Ms ends a command the client would wait for.
+def stream_end(answer):
+    """The JSON messages of a Connect stream body."""
+    body, msgs = answer[1].encode(), []
+    while len(body) >= 5:
+        flags, n = struct.unpack(">BI", body[:5])
+        msgs.append([flags, json.loads(body[5:5 + n])])
+        body = body[5 + n:]
+    return msgs
+
+
+def own_deadline():
+    req = urllib.request.Request(
+        URL + "/e2b/envd/process.Process/Start",
+        data=envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "echo started; sleep 30"]}}),
+        method="POST")
+    for k, v in {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sid,
+                 "Content-Type": "application/connect+json", "Connect-Timeout-Ms": "1500",
+                 "Keepalive-Ping-Interval": "1"}.items():
+        req.add_header(k, v)
+    with urllib.request.urlopen(req, timeout=25) as r:
+        return stream_end([r.status, r.read().decode()])
+
+
+report["own_deadline"] = outcome(own_deadline)
 report["after_cross"] = outcome(lambda: [sbx.files.read(f"{d}/keep.txt"),
                                          sbx.files.exists(f"{d}/planted"),
                                          sbx.files.exists(f"{d}/b")])
 sbx_b.kill()
+
+# A token stops working when its key is revoked.
+key_a2 = os.environ["KEY_A2"]
+sbx2 = Sandbox.create(timeout=60, api_key=key_a2)
+report["a2_before"] = outcome(lambda: sbx2.commands.run("echo a2").stdout)
+revoke = urllib.request.Request(
+    URL + "/v1/keys/" + key_a2.split("_")[1] + "_" + key_a2.split("_")[2], method="DELETE")
+revoke.add_header("Authorization", "Bearer " + os.environ["ADMIN_KEY"])
+report["a2_revoke"] = urllib.request.urlopen(revoke, timeout=30).status
+report["a2_run_after"] = outcome(lambda: sbx2.commands.run("echo a2").stdout)
+report["a2_read_after"] = outcome(lambda: sbx2.files.read("/etc/hostname"))
+report["a2_stat_after"] = outcome(lambda: sbx2.files.exists("/tmp"))
+Sandbox.kill(sbx2.sandbox_id)
 
 # Bad input and a bad key.
 report["bad_key"] = outcome(lambda: Sandbox.create(api_key="not-a-key").sandbox_id)

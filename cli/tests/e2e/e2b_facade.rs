@@ -92,11 +92,14 @@ async fn e2b_python_sdk_flow_against_dev() {
     let dev = Dev::start();
     let key_a = tenant_key(&dev, "e2b-a").await;
     let key_b = tenant_key(&dev, "e2b-b").await;
+    let key_a2 = tenant_key(&dev, "e2b-a2").await;
     let out = tokio::process::Command::new(python)
         .arg(script())
         .env("DIFFERENTLY_URL", &dev.url)
         .env("KEY_A", &key_a)
         .env("KEY_B", &key_b)
+        .env("KEY_A2", &key_a2)
+        .env("ADMIN_KEY", &dev.key)
         .output()
         .await
         .unwrap();
@@ -170,20 +173,13 @@ async fn e2b_python_sdk_flow_against_dev() {
         ])
     );
     let deep = ok(&r, "list_depth2").as_array().unwrap();
-    assert!(
-        deep.contains(&json!(format!("{d}/sub/m2.txt"))),
-        "{deep:?}"
-    );
+    assert!(deep.contains(&json!(format!("{d}/sub/m2.txt"))), "{deep:?}");
     assert_eq!(*ok(&r, "exists"), json!([true, false]));
     let info = ok(&r, "get_info");
     assert_eq!(info["name"], "a.txt");
     assert_eq!(info["size"], text.len());
     assert_eq!(info["type"], "file");
-    assert_eq!(
-        info["permissions"].as_str().unwrap().len(),
-        10,
-        "{info}"
-    );
+    assert_eq!(info["permissions"].as_str().unwrap().len(), 10, "{info}");
     assert_eq!(*ok(&r, "make_dir"), json!([true, false]));
     assert_eq!(*ok(&r, "rename"), json!(format!("{d}/new/b.txt")));
     assert_eq!(*ok(&r, "after_rename"), json!([false, text]));
@@ -210,7 +206,13 @@ async fn e2b_python_sdk_flow_against_dev() {
     assert_eq!(*ok(&r, "survived"), json!("survives"));
 
     // Another organization reaches nothing of this one's.
-    for step in ["b_get", "b_connect", "b_set_timeout", "b_pause", "b_metrics"] {
+    for step in [
+        "b_get",
+        "b_connect",
+        "b_set_timeout",
+        "b_pause",
+        "b_metrics",
+    ] {
         raised(&r, step, "NotFoundException");
     }
     assert_eq!(*ok(&r, "b_kill"), json!(false));
@@ -232,6 +234,29 @@ async fn e2b_python_sdk_flow_against_dev() {
     }
     assert_eq!(*ok(&r, "after_cross"), json!(["survives", false, false]));
 
+    // Connect-Timeout-Ms is the command's deadline on the facade's side too: start event,
+    // output, keepalives, then the end envelope with deadline_exceeded.
+    let msgs = ok(&r, "own_deadline").as_array().unwrap();
+    assert_eq!(
+        msgs[0],
+        json!([0, {"event": {"start": {"pid": msgs[0][1]["event"]["start"]["pid"]}}}])
+    );
+    assert!(msgs[0][1]["event"]["start"]["pid"].as_u64().unwrap() > 0);
+    assert_eq!(
+        msgs[1][1]["event"]["data"]["stdout"], "c3RhcnRlZAo=",
+        "{msgs:?}"
+    );
+    let last = msgs.last().unwrap();
+    assert_eq!(last[0], 2, "{msgs:?}");
+    assert_eq!(last[1]["error"]["code"], "deadline_exceeded", "{msgs:?}");
+
+    // The key a token names is checked on every call: revoked, the token stops working.
+    assert_eq!(*ok(&r, "a2_before"), json!("a2\n"));
+    assert_eq!(r["a2_revoke"], 200);
+    for step in ["a2_run_after", "a2_read_after", "a2_stat_after"] {
+        raised(&r, step, "AuthenticationException");
+    }
+
     // Bad input.
     raised(&r, "bad_key", "AuthenticationException");
     let m = raised(&r, "bad_env", "SandboxException");
@@ -241,6 +266,10 @@ async fn e2b_python_sdk_flow_against_dev() {
     assert_eq!(*ok(&r, "kill"), json!(true));
     raised(&r, "after_kill_get", "NotFoundException");
     assert_eq!(*ok(&r, "after_kill_kill"), json!(false));
-    assert!(r["after_kill_run"].get("error").is_some(), "{}", r["after_kill_run"]);
+    assert!(
+        r["after_kill_run"].get("error").is_some(),
+        "{}",
+        r["after_kill_run"]
+    );
     assert_eq!(*ok(&r, "after_kill_list"), json!([]));
 }

@@ -363,7 +363,9 @@ pub async fn list(
     for (k, v) in form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes()) {
         match &*k {
             "metadata" => {
+                // The SDK percent-encodes each key and value before encoding the pairs.
                 for (mk, mv) in form_urlencoded::parse(v.as_bytes()) {
+                    let (mk, mv) = (mapping::unescape(&mk)?, mapping::unescape(&mv)?);
                     let (lk, lv) = mapping::label_of(&mk, &mv)?;
                     uri.push_str(&format!("label={}&", q(&format!("{lk}={lv}"))));
                 }

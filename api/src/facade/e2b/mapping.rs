@@ -62,6 +62,32 @@ pub fn labels_of(
     metadata.iter().map(|(k, v)| label_of(k, v)).collect()
 }
 
+/// `s` with its `%XX` escapes decoded (how the E2B SDK encodes each metadata key and value
+/// of a list query, inside the query's own encoding).
+pub fn unescape(s: &str) -> Result<String, E2bError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| E2bError::field("metadata", "not UTF-8 once decoded"))
+}
+
 /// Labels as metadata: encoded keys decoded, the system's own labels left out.
 pub fn metadata_of(labels: &Value) -> Value {
     let mut out = Map::new();
@@ -185,6 +211,14 @@ mod tests {
         // The same key always gives the same label, so a query finds it.
         assert_eq!(label_of("a=b", "c").unwrap(), label_of("a=b", "c").unwrap());
         assert!(label_of("k", &"v".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn list_queries_are_unescaped_once_more() {
+        assert_eq!(unescape("a%3Db").unwrap(), "a=b");
+        assert_eq!(unescape("odd%20key%").unwrap(), "odd key%");
+        assert_eq!(unescape("gr%C3%BC%C3%9Fe").unwrap(), "grüße");
+        assert!(unescape("%FF").is_err());
     }
 
     #[test]
