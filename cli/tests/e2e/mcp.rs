@@ -3,8 +3,9 @@
 //! over both transports — Streamable HTTP at `/mcp` and `differently mcp` over stdio —
 //! through mcp_client.py, whose JSON report is asserted on here: initialize, tools, create,
 //! exec, files, a denied scope, a malformed argument, output over the cap, a streamed command's
-//! progress before its end, a cancelled command that never finishes, resources, and another
-//! organization's key reaching nothing of the first's.
+//! progress before its end, a cancelled command that never finishes, resources, a snapshot
+//! forked into a running sandbox with its files, a port URL on a pool that exposes ports, and
+//! another organization's key reaching nothing of the first's.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -39,9 +40,10 @@ async fn post(dev: &Dev, path: &str, body: Value) -> Value {
     resp.json().await.unwrap()
 }
 
-/// Keys for the script: org A read-only, and one of another organization's project with
-/// every scope.
-async fn keys(dev: &Dev) -> (String, String) {
+/// Keys for the script: org A read-only, one of another organization's project with every
+/// scope, and one of a third organization whose policy denies the devhost pool, so its
+/// sandboxes land on a `fake` pool that exposes ports (devhost under bubblewrap has none).
+async fn keys(dev: &Dev) -> (String, String, String) {
     let orgs: Value = reqwest::Client::new()
         .get(format!("{}/v1/orgs", dev.url))
         .bearer_auth(&dev.key)
@@ -79,9 +81,43 @@ async fn keys(dev: &Dev) -> (String, String) {
         json!({ "orgId": org_b["id"], "projectId": prj_b["id"], "name": "mcp-b", "scopes": all }),
     )
     .await;
+    post(
+        dev,
+        "/v1/admin/pools",
+        json!({ "name": "ported", "kind": "fake",
+                "settings": { "capabilities": ["ports.expose"] } }),
+    )
+    .await;
+    let org_c = post(dev, "/v1/orgs", json!({ "name": "org-c" })).await;
+    let org_c_id = org_c["id"].as_str().unwrap();
+    let resp = reqwest::Client::new()
+        .put(format!("{}/v1/orgs/{org_c_id}/policy", dev.url))
+        .bearer_auth(&dev.key)
+        .json(&json!({ "deniedPools": ["local"] }))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        resp.status().is_success(),
+        "org C policy: {}",
+        resp.status()
+    );
+    let prj_c = post(
+        dev,
+        "/v1/projects",
+        json!({ "orgId": org_c_id, "name": "prj-c" }),
+    )
+    .await;
+    let c = post(
+        dev,
+        "/v1/keys",
+        json!({ "orgId": org_c_id, "projectId": prj_c["id"], "name": "mcp-c", "scopes": all }),
+    )
+    .await;
     (
         read["key"].as_str().unwrap().to_owned(),
         b["key"].as_str().unwrap().to_owned(),
+        c["key"].as_str().unwrap().to_owned(),
     )
 }
 
@@ -92,7 +128,7 @@ fn script() -> PathBuf {
 async fn run_transport(transport: &str) -> Value {
     let python = python();
     let dev = Dev::start();
-    let (read_key, b_key) = keys(&dev).await;
+    let (read_key, b_key, c_key) = keys(&dev).await;
     let out = tokio::process::Command::new(python)
         .arg(script())
         .arg(transport)
@@ -100,6 +136,7 @@ async fn run_transport(transport: &str) -> Value {
         .env("KEY_A", &dev.key)
         .env("KEY_READ", read_key)
         .env("KEY_B", b_key)
+        .env("KEY_C", c_key)
         .env("BIN", binary())
         .output()
         .await
@@ -196,8 +233,36 @@ fn check(r: &Value, transport: &str) {
     assert_eq!(r["logs"]["commands"][0]["exitCode"], 3);
     assert_eq!(r["logs"]["commands"][0]["program"], "sh");
     assert_eq!(r["snapshot"]["structured"]["status"], "ready", "{t}");
+    // A fork of that snapshot runs, on the pool that holds it, with the snapshot's files.
+    let fork = &r["fork"];
+    assert_eq!(fork["isError"], false, "{t}: {fork}");
+    assert_eq!(fork["structured"]["status"], "running", "{t}: {fork}");
+    assert_ne!(fork["structured"]["id"], r["sandboxId"], "{t}");
+    assert_eq!(fork["structured"]["pool"], "local", "{t}: {fork}");
+    assert_eq!(
+        r["forkRead"]["structured"]["content"], "hello from mcp\n",
+        "{t}: {}",
+        r["forkRead"]
+    );
     // devhost exposes no ports: the API's own refusal, as a tool error.
     assert_eq!(error_code(&r["port"]), "unsupported_operation");
+    // A pool that does expose them: the URL, with its port and expiry.
+    let ported = &r["portedUrl"];
+    assert_eq!(ported["isError"], false, "{t}: {ported}");
+    assert_eq!(r["ported"]["structured"]["pool"], "ported", "{t}");
+    let url = ported["structured"]["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://fake.invalid/") && url.contains("/8080"),
+        "{t}: {ported}"
+    );
+    assert!(
+        ported["structured"]["expiresAt"].is_string(),
+        "{t}: {ported}"
+    );
+    assert!(
+        ported["text"].as_str().unwrap().contains(url),
+        "{t}: {ported}"
+    );
     // A key without sandboxes:exec is refused by /v1, as a tool error; it still reads.
     assert_eq!(error_code(&r["denied"]), "permission_denied", "{t}");
     assert_eq!(r["readOnlyGet"]["isError"], false);

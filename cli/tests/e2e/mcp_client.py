@@ -3,7 +3,8 @@ transport: `http` (Streamable HTTP at URL/mcp) or `stdio` (`BIN mcp` as a subpro
 
 Run by cli/tests/e2e/mcp.rs, which starts `differently dev`, makes the keys and asserts on the
 JSON report this prints as its last line. Environment: DIFFERENTLY_URL, KEY_A (org A, every
-scope), KEY_READ (org A, sandboxes:read only), KEY_B (another organization), BIN.
+scope), KEY_READ (org A, sandboxes:read only), KEY_B (another organization), KEY_C (a third, whose
+sandboxes land on a fake pool with ports), BIN.
 """
 
 import base64
@@ -109,6 +110,12 @@ async def main():
         report["logs"] = json.loads(logs.contents[0].text)
         await s.subscribe_resource(f"differently://sandboxes/{sid}/logs")
         report["snapshot"] = outcome(await s.call_tool("snapshot_create", {"sandboxId": sid}))
+        snap = (report["snapshot"]["structured"] or {}).get("id", "snp_none")
+        report["fork"] = outcome(await s.call_tool("sandbox_fork", {"snapshotId": snap}))
+        fork_id = (report["fork"]["structured"] or {}).get("id")
+        if fork_id:
+            report["forkRead"] = outcome(await s.call_tool("files_read", {"sandboxId": fork_id, "path": "/tmp/hello.txt"}))
+            await s.call_tool("sandbox_delete", {"sandboxId": fork_id})
         report["port"] = outcome(await s.call_tool("port_url", {"sandboxId": sid, "port": 8080}))
         return sid
 
@@ -144,6 +151,18 @@ async def main():
             report["crossTenantResource"] = str(e)
 
     await session_run(os.environ["KEY_B"], as_b)
+
+    async def as_c(s, init):
+        made = outcome(await s.call_tool("sandbox_create", {"ttlSeconds": 600}))
+        report["ported"] = made
+        made_id = (made["structured"] or {}).get("id")
+        if made_id is None:  # reported, and asserted on by mcp.rs
+            report["portedUrl"] = {"isError": True, "structured": made["structured"], "text": ""}
+            return
+        report["portedUrl"] = outcome(await s.call_tool("port_url", {"sandboxId": made_id, "port": 8080}))
+        await s.call_tool("sandbox_delete", {"sandboxId": made_id})
+
+    await session_run(os.environ["KEY_C"], as_c)
 
     async def delete(s, init):
         report["delete"] = outcome(await s.call_tool("sandbox_delete", {"sandboxId": sid}))

@@ -18,7 +18,8 @@ use crate::harness::binary;
 /// The Inspector's `cli` entry point (`node_modules/@modelcontextprotocol/inspector/cli/build/cli.js`).
 fn inspector() -> PathBuf {
     let dir = std::env::var("DIFFERENTLY_MCP_INSPECTOR").unwrap_or_default();
-    let entry = PathBuf::from(&dir).join("node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
+    let entry =
+        PathBuf::from(&dir).join("node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
     assert!(
         !dir.is_empty() && entry.is_file(),
         "the MCP Inspector is not installed: run scripts/test (it installs \
@@ -92,7 +93,7 @@ fn mcp_inspector_cli_over_stdio() {
             r#"labels={"via":"inspector"}"#,
         ],
     );
-    assert_eq!(created["isError"], false, "{created}");
+    assert_ne!(created["isError"], true, "{created}");
     let sandbox = &created["structuredContent"];
     assert_eq!(sandbox["status"], "running", "{created}");
     assert_eq!(sandbox["labels"]["via"], "inspector", "{created}");
@@ -142,5 +143,8 @@ fn mcp_inspector_cli_over_stdio() {
             &format!("sandboxId={id}"),
         ],
     );
-    assert_eq!(deleted["structuredContent"]["status"], "terminating", "{deleted}");
+    assert_eq!(
+        deleted["structuredContent"]["status"], "terminating",
+        "{deleted}"
+    );
 }
