@@ -168,6 +168,7 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
     req.resources.cpu = 1;
     req.resources.memory_mib = 512;
     req.ttl_seconds = 900;
+    let began = Instant::now();
     let inst = a.create(&req).await.expect("create");
     let r = at(&inst);
     let scenario = async {
@@ -176,6 +177,11 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
             inst,
             "idempotent"
         );
+        done(
+            "create, then the same create again is the same instance",
+            began,
+        );
+        let began = Instant::now();
 
         // Exec: exit codes, stderr, env (sandbox and command), cwd, quoting, multi-line.
         let out = a
@@ -211,6 +217,11 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
         let mut s = cmd(&["cat"]);
         s.stdin = Some("from stdin\n".into());
         assert_eq!(a.exec(&r, &s).await.expect("stdin").stdout, "from stdin\n");
+        done(
+            "exec: exit code and stderr, env and cwd, quoting, lines, timeout, stdin",
+            began,
+        );
+        let began = Instant::now();
         let (tx, mut rx) = tokio::sync::mpsc::channel(4);
         let reader = tokio::spawn(async move {
             let mut n = 0;
@@ -229,9 +240,11 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
             .expect("stream");
         assert_eq!(exit.exit_code, 0);
         assert_eq!(reader.await.expect("reader"), 3);
+        done("streamed exec of three paced lines", began);
         held_commands(a, &r).await;
 
         // Files, binary round trip with a range.
+        let began = Instant::now();
         let data: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
         let chunks: Vec<Result<Bytes, AdapterError>> = data
             .chunks(8192)
@@ -270,9 +283,11 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
         a.delete_file(&r, "/tmp/differently-live/data.bin")
             .await
             .expect("delete file");
+        done("files: upload, download, range, list, delete", began);
 
         // Pause/resume or stop/start, whichever the runtime offers.
         if caps.iter().any(|c| c == "lifecycle.pause") {
+            let began = Instant::now();
             a.exec(
                 &r,
                 &cmd(&["sh", "-c", "echo kept > /tmp/differently-live-state"]),
@@ -295,6 +310,7 @@ async fn scenario(a: &OpenSandboxAdapter, raw: &Backdoor, expect: Expect) {
                     .stdout,
                 "kept\n"
             );
+            done("pause, then resume keeps the file system", began);
         }
         if caps.iter().any(|c| c == "lifecycle.stop") {
             a.stop(&r).await.expect("stop");
@@ -648,6 +664,7 @@ async fn live_opensandbox_pty() {
     req.resources.memory_mib = 512;
     let inst = a.create(&req).await.expect("create");
     let r = at(&inst);
+    let began = Instant::now();
     let result = std::panic::AssertUnwindSafe(tokio::time::timeout(
         Duration::from_secs(120),
         pty_case(&a, &r),
@@ -656,7 +673,7 @@ async fn live_opensandbox_pty() {
     .await;
     a.delete(&req.sandbox_id).await.expect("delete");
     match result {
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => done("terminal (PTY) on execd reached directly", began),
         Ok(Err(_)) => panic!("live pty case timed out"),
         Err(panic) => std::panic::resume_unwind(panic),
     }
