@@ -71,4 +71,5 @@ mod schemathesis;
 mod spine;
 mod tenancy;
 mod warm_claims;
+mod warm_crash;
 mod webhooks;
