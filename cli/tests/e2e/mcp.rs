@@ -147,7 +147,21 @@ async fn run_transport(transport: &str) -> Value {
         "mcp_client.py {transport} failed:\n{}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+    let mut report: Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    // The audit records the tool calls left on org A's sandbox, as the REST calls leave them.
+    let sid = report["sandboxId"].as_str().unwrap_or_default().to_owned();
+    let audit: Value = reqwest::Client::new()
+        .get(format!("{}/v1/audit?resource={sid}&limit=200", dev.url))
+        .bearer_auth(&dev.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    report["audit"] = audit["items"].clone();
+    report
 }
 
 fn error_code(outcome: &Value) -> &str {
@@ -284,6 +298,35 @@ fn check(r: &Value, transport: &str) {
         r["crossTenantResource"]
     );
     assert_eq!(r["delete"]["structured"]["status"], "terminating", "{t}");
+    // Each mapped /v1 call left its own audit record, with the caller's key as the actor.
+    let audit = r["audit"].as_array().expect("audit items");
+    let actions: Vec<&str> = audit.iter().filter_map(|a| a["action"].as_str()).collect();
+    for want in [
+        "sandbox.admit",
+        "sandbox.exec",
+        "file.upload",
+        "file.download",
+        "file.list",
+        "snapshot.create",
+        "sandbox.renew",
+        "sandbox.exec_stream",
+        "sandbox.terminating",
+    ] {
+        assert!(
+            actions.contains(&want),
+            "{t}: no {want} record in {actions:?}"
+        );
+    }
+    let exec = audit
+        .iter()
+        .find(|a| a["action"] == "sandbox.exec")
+        .expect("an exec record");
+    assert!(
+        exec["actor"].as_str().unwrap().starts_with("key:"),
+        "{t}: {exec}"
+    );
+    // Secrets never reach the audit trail.
+    assert!(!r["audit"].to_string().contains("s3cr3t-value"), "{t}");
 }
 
 #[tokio::test]
