@@ -32,6 +32,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::fake_versions::{execd_token, BodyKind, FakeVersion};
 use crate::support::http::{self, lock, pct_decode, Req};
 
 pub const KEY_HEADER: &str = "open-sandbox-api-key";
@@ -80,6 +81,12 @@ pub struct Knobs {
     pub redirect_to: Option<String>,
     /// The server is down behind its load balancer: every lifecycle request answers 503.
     pub unavailable: bool,
+    /// Which release the server plays (`fake_versions.rs`); 1.1.1 unless set.
+    pub version: FakeVersion,
+    /// The master key version execd tokens derive from (1.3); bump it to rotate them.
+    pub execd_key_version: u32,
+    /// `Retry-After` values: each of the next creates answers 429 with the first one left.
+    pub throttle_creates: VecDeque<String>,
 }
 
 /// What the fake saw.
@@ -100,6 +107,19 @@ pub struct Record {
     /// still running 8 s later); only an interrupt or their own end stops them.
     pub abandoned: u32,
     pub interrupts: u32,
+    /// `POST /sandboxes/{id}/snapshots` bodies.
+    pub snapshot_bodies: Vec<Value>,
+    /// `GET /version` asked.
+    pub version_asks: u32,
+    /// Creates answered 429.
+    pub throttled: u32,
+    /// Requests to routes the played version removed (answered 404).
+    pub removed_route_hits: u32,
+    /// Bodies refused for an unknown field (422 `extra_forbidden`).
+    pub unknown_field_refusals: u32,
+    /// execd requests that came to its own port, and through the server proxy.
+    pub execd_direct: u32,
+    pub execd_proxied: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -230,6 +250,11 @@ impl FakeServer {
     /// (`differently_adapters::fake::LedgerEntry`), flushed per line.
     pub fn set_ledger(&self, file: std::fs::File) {
         *lock(&self.inner.ledger) = Some(file);
+    }
+
+    /// Plays server release `v` from now on (`fake_versions.rs`).
+    pub fn set_version(&self, v: FakeVersion) {
+        lock(&self.inner.knobs).version = v;
     }
 
     /// Makes the server accept `key` (and only it) from now on.
@@ -440,6 +465,23 @@ async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
             };
             let rest = format!("/{}", segs.next().unwrap_or(""));
             let id = id.to_owned();
+            lock(&inner.record).execd_direct += 1;
+            let (version, key_version) = {
+                let k = lock(&inner.knobs);
+                (k.version, k.execd_key_version)
+            };
+            if version.execd_tokens() {
+                let got = r
+                    .headers
+                    .get("x-execd-access-token")
+                    .and_then(|v| v.to_str().ok());
+                if got != Some(execd_token(key_version, &id).as_str()) {
+                    return json_resp(
+                        401,
+                        json!({"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}),
+                    );
+                }
+            }
             execd_entry(&inner, &id, &rest, r).await
         }
         Listener::Api => api(&inner, r).await,
@@ -455,9 +497,11 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
     if path == "/health" && inner.variant == Variant::Real {
         return json_resp(200, json!({"status": "healthy"}));
     }
-    // Recorded: no key needed.
-    if path == "/version" && inner.variant == Variant::Real {
-        return json_resp(200, json!({"version": "1.1.1"}));
+    // Recorded: no key needed, beside `/v1` rather than under it.
+    if r.path == "/version" && inner.variant == Variant::Real {
+        lock(&inner.record).version_asks += 1;
+        let v = lock(&inner.knobs).version;
+        return json_resp(200, json!({"version": v.answer()}));
     }
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
 
@@ -489,6 +533,8 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
         }
         let rest = format!("/{}", segs[4..].join("/"));
         let id = segs[1].to_owned();
+        // 1.3: the proxy (maintenance mode) adds the sandbox's token itself.
+        lock(&inner.record).execd_proxied += 1;
         return execd_entry(inner, &id, &rest, r).await;
     }
 
@@ -533,6 +579,9 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
         }
     }
 
+    if let Some(resp) = versioned(inner, &r, &segs) {
+        return resp;
+    }
     let m = &r.method;
     match (m.clone(), segs.as_slice()) {
         (Method::POST, ["sandboxes"]) => create(inner, &r),
@@ -578,6 +627,37 @@ async fn api(inner: &Arc<Inner>, r: Req) -> Response {
         (Method::DELETE, ["snapshots", sid]) => delete_snapshot(inner, sid),
         _ => json_resp(404, json!({"detail": "Not Found"})),
     }
+}
+
+/// What the played version does before the route's own handler: a removed route's 404,
+/// a body's unknown field (1.2+), a throttled create's 429.
+fn versioned(inner: &Inner, r: &Req, segs: &[&str]) -> Option<Response> {
+    let version = lock(&inner.knobs).version;
+    if version.removed(segs) {
+        lock(&inner.record).removed_route_hits += 1;
+        return Some(json_resp(404, json!({"detail": "Not Found"})));
+    }
+    let kind = match (&r.method, segs) {
+        (&Method::POST, ["sandboxes"]) => BodyKind::CreateSandbox,
+        (&Method::POST, ["sandboxes", _, "snapshots"]) => BodyKind::CreateSnapshot,
+        (&Method::POST, ["sandboxes", _, "renew-expiration"]) => BodyKind::Renew,
+        _ => return None,
+    };
+    let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    if let Some(detail) = version.refuse_unknown(kind, &body) {
+        lock(&inner.record).unknown_field_refusals += 1;
+        return Some(json_resp(422, detail));
+    }
+    if kind == BodyKind::CreateSandbox {
+        if let Some(wait) = lock(&inner.knobs).throttle_creates.pop_front() {
+            lock(&inner.record).throttled += 1;
+            let mut resp = inner.err(429, "RATE_LIMITED", "too many sandbox creates; retry later");
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from_str(&wait).unwrap());
+            return Some(resp);
+        }
+    }
+    None
 }
 
 /// Recorded: `SNAPSHOT::NOT_FOUND` (a snapshot-service code, not runtime-prefixed).
@@ -1046,7 +1126,16 @@ fn endpoint(inner: &Inner, id: &str, port: &str, r: &Req) -> Response {
             json!({"code": "SANDBOX::INVALID_PARAMETER", "message": "expires cannot be combined with use_server_proxy"}),
         );
     }
-    let headers = lock(&inner.knobs).endpoint_headers.clone();
+    let (mut headers, version, key_version) = {
+        let k = lock(&inner.knobs);
+        (k.endpoint_headers.clone(), k.version, k.execd_key_version)
+    };
+    if version.execd_tokens() && port == "44772" && !proxy && expires.is_none() {
+        headers.insert(
+            "X-EXECD-ACCESS-TOKEN".to_owned(),
+            execd_token(key_version, id),
+        );
+    }
     let endpoint = if let Some(exp) = expires {
         if inner.runtime == FakeRuntime::Docker {
             return match inner.variant {
@@ -1131,6 +1220,22 @@ fn create_snapshot(inner: &Inner, id: &str, r: &Req) -> Response {
         );
     }
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(json!({}));
+    lock(&inner.record).snapshot_bodies.push(v.clone());
+    if let Some(mode) = v
+        .get("mode")
+        .filter(|_| lock(&inner.knobs).version.snapshot_modes())
+    {
+        if mode != "rootfsOnly" {
+            return inner.invalid("mode", "Input should be 'rootfsOnly'", mode.clone());
+        }
+        if inner.runtime != FakeRuntime::Fastsandbox {
+            return inner.err(
+                400,
+                "INVALID_PARAMETER",
+                "rootfsOnly snapshots need a Fast Sandbox runtime",
+            );
+        }
+    }
     let sid = next_id(inner, "snap");
     let s = Snap {
         id: sid.clone(),

@@ -5,10 +5,12 @@
 mod cases;
 mod fake_pty;
 mod fake_server;
+mod fake_versions;
 mod live;
 mod pty;
 mod recorded_streams;
 mod replay;
+mod versions;
 #[path = "../support/mod.rs"]
 mod support;
 

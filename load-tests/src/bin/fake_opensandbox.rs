@@ -29,6 +29,9 @@ mod fake_pty;
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 #[path = "../../../adapters/tests/opensandbox/fake_server.rs"]
 mod fake_server;
+#[allow(dead_code)]
+#[path = "../../../adapters/tests/opensandbox/fake_versions.rs"]
+mod fake_versions;
 
 use fake_server::{FakeRuntime, FakeServer, Variant};
 
