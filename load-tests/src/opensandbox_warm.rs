@@ -16,7 +16,8 @@
 //!   checked not to have been a hit.
 //!
 //! Before every timed sample the class is waited back to its full size (no refill create
-//! runs during a sample's start), and each sandbox is deleted after its sample, untimed.
+//! runs during a sample's start), and each sandbox is deleted after its sample, untimed. At
+//! the end the pool is deleted, which deletes its warm instances on the server.
 //! Every address is on loopback (`opensandbox_client`).
 
 use std::time::{Duration, Instant};
@@ -147,55 +148,19 @@ pub async fn run(opts: WarmOpts) -> Result<WarmReport, LoadError> {
         "declare the warm class",
     )
     .await?;
-    let fill = Duration::from_secs_f64(f64::from(opts.size) / opts.refill.max(0.01) * 3.0 + 120.0);
-    wait_full(&api, opts.size, fill).await?;
-
-    // One untimed round of each (page caches, connections).
-    direct(&server, &opts.image).await?;
-    let mut refill_waits = Vec::new();
-    refill_waits.push(wait_full(&api, opts.size, fill).await?);
-    through(&api, &server, Kind::Warm).await?;
-    refill_waits.push(wait_full(&api, opts.size, fill).await?);
-    through(&api, &server, Kind::Cold).await?;
-
-    let load_start = load_average();
-    let (mut d, mut w, mut c) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut w_split, mut c_split) = (
-        (Vec::new(), Vec::new(), Vec::new()),
-        (Vec::new(), Vec::new(), Vec::new()),
-    );
-    for i in 0..opts.rounds {
-        // Rotate which path goes first, so none always follows another's delete.
-        for k in 0..3 {
-            refill_waits.push(wait_full(&api, opts.size, fill).await?);
-            match (i + k) % 3 {
-                0 => d.push(direct(&server, &opts.image).await?),
-                1 => {
-                    let s = through(&api, &server, Kind::Warm).await?;
-                    w.push(s.exec_ok);
-                    w_split.0.push(s.answered);
-                    w_split.1.push(s.running);
-                    w_split.2.push(s.attempts);
-                }
-                _ => {
-                    let s = through(&api, &server, Kind::Cold).await?;
-                    c.push(s.exec_ok);
-                    c_split.0.push(s.answered);
-                    c_split.1.push(s.running);
-                    c_split.2.push(s.attempts);
-                }
-            }
-        }
-        eprintln!(
-            "round {}/{}: direct {:.0} ms, warm {:.0} ms, cold {:.0} ms",
-            i + 1,
-            opts.rounds,
-            d[i],
-            w[i],
-            c[i]
-        );
-    }
-    let load_end = load_average();
+    let measured = measure(&server, &api, &opts).await;
+    let removed = remove_pool(&api).await;
+    let Rounds {
+        d,
+        w,
+        c,
+        w_split,
+        c_split,
+        refill_waits,
+        load_start,
+        load_end,
+    } = measured?;
+    removed?;
 
     let verified_hits = w.len();
     let (direct, warm, cold) = (Path::of(d), Path::of(w), Path::of(c));
@@ -228,6 +193,110 @@ pub async fn run(opts: WarmOpts) -> Result<WarmReport, LoadError> {
         refill_waits: Path::of(refill_waits),
         load_average: [load_start, load_end],
     })
+}
+
+/// The timed samples of the three paths and what the machine was doing.
+struct Rounds {
+    d: Vec<f64>,
+    w: Vec<f64>,
+    c: Vec<f64>,
+    w_split: (Vec<f64>, Vec<f64>, Vec<u32>),
+    c_split: (Vec<f64>, Vec<f64>, Vec<u32>),
+    refill_waits: Vec<f64>,
+    load_start: String,
+    load_end: String,
+}
+
+/// Fills the class, runs one untimed round of each path, then `opts.rounds` timed rounds.
+async fn measure(server: &Server, api: &Api, opts: &WarmOpts) -> Result<Rounds, LoadError> {
+    let fill = Duration::from_secs_f64(f64::from(opts.size) / opts.refill.max(0.01) * 3.0 + 120.0);
+    wait_full(api, opts.size, fill).await?;
+
+    // One untimed round of each (page caches, connections).
+    direct(server, &opts.image).await?;
+    let mut refill_waits = Vec::new();
+    refill_waits.push(wait_full(api, opts.size, fill).await?);
+    through(api, server, Kind::Warm).await?;
+    refill_waits.push(wait_full(api, opts.size, fill).await?);
+    through(api, server, Kind::Cold).await?;
+
+    let load_start = load_average();
+    let (mut d, mut w, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut w_split, mut c_split) = (
+        (Vec::new(), Vec::new(), Vec::new()),
+        (Vec::new(), Vec::new(), Vec::new()),
+    );
+    for i in 0..opts.rounds {
+        // Rotate which path goes first, so none always follows another's delete.
+        for k in 0..3 {
+            refill_waits.push(wait_full(api, opts.size, fill).await?);
+            match (i + k) % 3 {
+                0 => d.push(direct(server, &opts.image).await?),
+                1 => {
+                    let s = through(api, server, Kind::Warm).await?;
+                    w.push(s.exec_ok);
+                    w_split.0.push(s.answered);
+                    w_split.1.push(s.running);
+                    w_split.2.push(s.attempts);
+                }
+                _ => {
+                    let s = through(api, server, Kind::Cold).await?;
+                    c.push(s.exec_ok);
+                    c_split.0.push(s.answered);
+                    c_split.1.push(s.running);
+                    c_split.2.push(s.attempts);
+                }
+            }
+        }
+        eprintln!(
+            "round {}/{}: direct {:.0} ms, warm {:.0} ms, cold {:.0} ms",
+            i + 1,
+            opts.rounds,
+            d[i],
+            w[i],
+            c[i]
+        );
+    }
+    let load_end = load_average();
+
+    Ok(Rounds {
+        d,
+        w,
+        c,
+        w_split,
+        c_split,
+        refill_waits,
+        load_start,
+        load_end,
+    })
+}
+
+/// Deletes the pool, which first empties its warm classes and waits until the workers have
+/// deleted their instances on the server, so a run leaves no warm instance behind (a failed
+/// run too). The API answers 409 while any is left: asked again until 120 s have passed.
+async fn remove_pool(api: &Api) -> Result<(), LoadError> {
+    let t = Instant::now();
+    loop {
+        let (status, v) = api
+            .call(
+                reqwest::Method::DELETE,
+                "/v1/admin/pools/osb",
+                None,
+                "delete the pool and its warm instances",
+            )
+            .await?;
+        if status == 204 {
+            return Ok(());
+        }
+        if status != 409 || t.elapsed() > Duration::from_secs(120) {
+            return Err(LoadError::Api {
+                context: "delete the pool and its warm instances".to_owned(),
+                status,
+                body: v.to_string().chars().take(300).collect(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// `/proc/loadavg`'s first three fields, or why not.
