@@ -58,7 +58,10 @@ async fn servers_from_1_2_refuse_unknown_fields_with_fastapi_s_422() {
         assert_eq!(item["type"], "extra_forbidden", "{v}");
         assert_eq!(item["loc"], json!(["body", "bogusField"]), "{v}");
         assert_eq!(item["msg"], "Extra inputs are not permitted", "{v}");
-        assert!(s.fake.sandboxes().is_empty(), "nothing created on a refusal");
+        assert!(
+            s.fake.sandboxes().is_empty(),
+            "nothing created on a refusal"
+        );
     }
 }
 
@@ -168,7 +171,11 @@ async fn a_throttled_create_waits_out_a_short_retry_after() {
         .await
         .unwrap();
     assert_eq!(s.fake.record().throttled, 2);
-    assert_eq!(s.fake.record().create_bodies.len(), 1, "one create got through");
+    assert_eq!(
+        s.fake.record().create_bodies.len(),
+        1,
+        "one create got through"
+    );
     assert!(
         started.elapsed() >= Duration::from_secs(2),
         "both waits were honoured: {:?}",
@@ -238,11 +245,18 @@ async fn execd_is_reached_directly_from_1_3_and_through_the_proxy_before() {
 async fn a_direct_execd_refuses_a_missing_token_on_1_3() {
     let s = on(FakeVersion::V1_3, FakeRuntime::Docker, json!({})).await;
     let r = running(&s).await;
-    let url = format!("{}/{}/proxy/44772/ping", s.fake.execd_origin(), r.backend_ref);
+    let url = format!(
+        "{}/{}/proxy/44772/ping",
+        s.fake.execd_origin(),
+        r.backend_ref
+    );
     let resp = reqwest::get(&url).await.unwrap();
     assert_eq!(resp.status().as_u16(), 401);
     let v: Value = resp.json().await.unwrap();
-    assert!(v["error"].as_str().unwrap().contains("X-EXECD-ACCESS-TOKEN"));
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .contains("X-EXECD-ACCESS-TOKEN"));
 }
 
 #[tokio::test]
@@ -277,7 +291,11 @@ async fn a_rotated_execd_token_is_fetched_again() {
     s.fake.knobs().execd_key_version += 1;
     let d = s.adapter.download(&r, &path, None).await.unwrap();
     assert_eq!(collect(d).await, b"data");
-    assert_eq!(endpoint_calls(&s), before + 3, "one new endpoint per rotation");
+    assert_eq!(
+        endpoint_calls(&s),
+        before + 3,
+        "one new endpoint per rotation"
+    );
 }
 
 /// execd runs as PID 1 by default from 1.3 (OSEP-0018); the command API's exit codes,
@@ -297,7 +315,10 @@ async fn exit_codes_signals_and_stdin_under_execd_as_init() {
     let mut stdin = cmd(&["sh", "-c", "cat; exit 5"]);
     stdin.stdin = Some("line one\nline two\n".to_owned());
     let out = s.adapter.exec(&r, &stdin).await.unwrap();
-    assert_eq!((out.exit_code, out.stdout.as_str()), (5, "line one\nline two\n"));
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str()),
+        (5, "line one\nline two\n")
+    );
     let mut slow = cmd(&["sleep", "30"]);
     slow.timeout_seconds = Some(1);
     assert_eq!(s.adapter.exec(&r, &slow).await.unwrap().exit_code, 124);
