@@ -277,6 +277,11 @@ export async function snapshots(ctx) {
   await load();
 }
 
+/** A key's E2B alias: `e2b_` and the hex of its bytes (api/src/facade/e2b/alias.rs). */
+export function e2bAlias(key) {
+  return 'e2b_' + [...new TextEncoder().encode(key)].map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
 export async function keys(ctx) {
   const { el, who } = ctx;
   const msg = h('div', { 'aria-live': 'polite' });
@@ -301,6 +306,8 @@ export async function keys(ctx) {
         h('button', { type: 'button', class: 'secondary', onclick: async (e2) => {
           try { await navigator.clipboard.writeText(k.key); e2.target.textContent = 'Copied'; } catch { e2.target.textContent = 'Copy failed: select the text'; }
         } }, 'Copy'),
+        h('p', {}, 'For E2B SDKs that accept only e2b_ keys (docs/e2b-facade.md), the same key as its E2B alias:'),
+        h('p', { class: 'secret', id: 'new-secret-e2b' }, e2bAlias(k.key)),
         h('button', { type: 'button', class: 'secondary', onclick: () => replace(msg) }, 'Done, hide it')));
       await load();
     } catch (e) { replace(msg, errorBox(e)); }

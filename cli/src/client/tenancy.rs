@@ -134,6 +134,10 @@ pub enum KeyCommand {
     Get { id: String },
     /// Revoke a key.
     Revoke { id: String },
+    /// Print the `e2b_` alias of a key, offline, for E2B SDKs that refuse other key shapes
+    /// (docs/e2b-facade.md): of the key piped on standard input, else of the configured key (`--key`, `DIFFERENTLY_API_KEY`, the profile). The alias is the key
+    /// spelled in hex: it works as the key on `/e2b` and is revoked with it.
+    E2bAlias,
 }
 
 /// Which organization or project a quota or policy is about.
@@ -329,6 +333,15 @@ pub async fn key(target: &Target, command: KeyCommand) -> ExitCode {
         print_line(&differently_api::generate_key());
         return ExitCode::SUCCESS;
     }
+    if let KeyCommand::E2bAlias = command {
+        return match e2b_alias(target) {
+            Ok(alias) => {
+                print_line(&alias);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        };
+    }
     let (c, p) = match with_client(target) {
         Ok(x) => x,
         Err(e) => return fail(&e),
@@ -336,7 +349,7 @@ pub async fn key(target: &Target, command: KeyCommand) -> ExitCode {
     finish(
         async {
             let v = match command {
-                KeyCommand::Generate { .. } => return Ok(()),
+                KeyCommand::Generate { .. } | KeyCommand::E2bAlias => return Ok(()),
                 KeyCommand::Create {
                     name,
                     scopes,
@@ -371,6 +384,35 @@ pub async fn key(target: &Target, command: KeyCommand) -> ExitCode {
         }
         .await,
     )
+}
+
+/// The alias of the key on standard input (when it is not a terminal), else of the
+/// configured key. Nothing is sent anywhere; the key is never printed.
+fn e2b_alias(target: &Target) -> Result<String, CliError> {
+    use std::io::{BufRead, IsTerminal};
+    let stdin = std::io::stdin();
+    let mut piped = String::new();
+    if !stdin.is_terminal() {
+        stdin
+            .lock()
+            .read_line(&mut piped)
+            .map_err(|e| CliError::io("reading the key from standard input", e))?;
+    }
+    let key = match piped.trim() {
+        "" => super::profile::resolve(target)?.key.ok_or_else(|| {
+            CliError::Usage(
+                "no key: pipe one on standard input, or set DIFFERENTLY_API_KEY or `differently login`"
+                    .into(),
+            )
+        })?,
+        k => k.to_owned(),
+    };
+    if differently_api::auth::parse_key(&key).is_none() {
+        return Err(CliError::Usage(
+            "not a Differently API key (dly_key_…): its alias would be refused".into(),
+        ));
+    }
+    Ok(differently_api::facade::e2b::alias::to_alias(&key))
 }
 
 /// Runs a quota command.

@@ -1,7 +1,9 @@
 """Drives Differently's E2B facade with the official E2B Python SDK (PyPI `e2b`), unchanged.
 
 Run by cli/tests/e2e/e2b_facade.rs against a real `differently dev` (devhost pool). Settings
-come from the environment: DIFFERENTLY_URL, KEY_A (org A), KEY_B (another organization).
+come from the environment: DIFFERENTLY_URL, KEY_A (org A), KEY_B (another organization),
+KEY_A2 (org A, revoked mid-flow), ADMIN_KEY. With E2B_FLOW_ALIAS=1 the KEY_* are `e2b_`
+aliases (for SDKs 2.25-2.4x, which refuse other key shapes) and DLY_KEY_A is the key itself.
 Prints one JSON report as its last line; the Rust test asserts on it. Every step records what
 the SDK answered (a value, or the exception's class and message), so a failure shows there.
 """
@@ -26,8 +28,36 @@ os.environ["E2B_API_KEY"] = KEY_A
 
 import e2b  # noqa: E402  (reads the settings above)
 from e2b import Sandbox, SandboxQuery  # noqa: E402
+from importlib.metadata import version  # noqa: E402
 
-report = {"sdk": e2b.__version__ if hasattr(e2b, "__version__") else "?"}
+report = {"sdk": version("e2b"), "validate_env": os.environ.get("E2B_VALIDATE_API_KEY")}
+ALIAS = os.environ.get("E2B_FLOW_ALIAS") == "1"
+
+# The control-plane routes the SDK sends (SDKs up to 2.4x send them through httpx; 2.63 does
+# not use it, and its routes are then not recorded).
+routes = []
+try:
+    import httpx
+
+    _send = httpx.Client.send
+
+    def _recording_send(self, request, *args, **kwargs):
+        if request.url.path.startswith("/e2b/") and not request.url.path.startswith("/e2b/envd"):
+            routes.append(f"{request.method} {request.url.path}")
+        return _send(self, request, *args, **kwargs)
+
+    httpx.Client.send = _recording_send
+except ImportError:
+    pass
+report["routes"] = routes
+
+
+def key_id(key):
+    """The id of a Differently key, or of the key an `e2b_` alias spells."""
+    if key.startswith("e2b_"):
+        key = bytes.fromhex(key[4:]).decode()
+    return "_".join(key.split("_")[1:3])
+
 
 
 def outcome(fn):
@@ -235,7 +265,7 @@ key_a2 = os.environ["KEY_A2"]
 sbx2 = Sandbox.create(timeout=60, api_key=key_a2)
 report["a2_before"] = outcome(lambda: sbx2.commands.run("echo a2").stdout)
 revoke = urllib.request.Request(
-    URL + "/v1/keys/" + key_a2.split("_")[1] + "_" + key_a2.split("_")[2], method="DELETE")
+    URL + "/v1/keys/" + key_id(key_a2), method="DELETE")
 revoke.add_header("Authorization", "Bearer " + os.environ["ADMIN_KEY"])
 report["a2_revoke"] = urllib.request.urlopen(revoke, timeout=30).status
 report["a2_run_after"] = outcome(lambda: sbx2.commands.run("echo a2").stdout)
@@ -245,6 +275,12 @@ Sandbox.kill(sbx2.sandbox_id)
 
 # Bad input and a bad key.
 report["bad_key"] = outcome(lambda: Sandbox.create(api_key="not-a-key").sandbox_id)
+# Shaped like an alias (so an SDK that checks the shape sends it), but no key's: the facade.
+report["bad_alias"] = outcome(lambda: Sandbox.create(api_key="e2b_" + "0" * 40).sandbox_id)
+if ALIAS:
+    # The SDK's own check is on: the key as it is never leaves the SDK.
+    report["dly_key_refused"] = outcome(
+        lambda: Sandbox.create(api_key=os.environ["DLY_KEY_A"]).sandbox_id)
 report["bad_env"] = outcome(lambda: Sandbox.create(envs={"1bad": "x"}).sandbox_id)
 
 # The end.

@@ -16,13 +16,25 @@ use serde_json::{json, Value};
 
 use crate::client_cli_dev::Dev;
 
-fn python() -> String {
-    let python = std::env::var("DIFFERENTLY_E2B_PYTHON").unwrap_or_else(|_| "python3".into());
-    let probe = Command::new(&python).args(["-c", "import e2b"]).output();
-    assert!(
-        probe.as_ref().is_ok_and(|o| o.status.success()),
-        "{python} cannot import the E2B SDK: install it (pip install e2b==2.63.0) or set \
-         DIFFERENTLY_E2B_PYTHON to a Python that has it (scripts/test does)"
+/// The Python of `var` with the E2B SDK `version` installed (scripts/test makes both venvs).
+fn python(var: &str, version: &str) -> String {
+    let python = std::env::var(var).unwrap_or_else(|_| "python3".into());
+    let probe = Command::new(&python)
+        .args([
+            "-c",
+            "from importlib.metadata import version; print(version('e2b'))",
+        ])
+        .output();
+    let found = probe
+        .as_ref()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    assert_eq!(
+        found.as_deref(),
+        Some(version),
+        "{python} does not have the E2B SDK {version}: install it (pip install e2b=={version}) \
+         in a venv and set {var} to its python (scripts/test does)"
     );
     python
 }
@@ -86,23 +98,87 @@ fn raised<'a>(r: &'a Value, step: &str, class: &str) -> &'a str {
     o["message"].as_str().unwrap()
 }
 
+/// `differently key e2b-alias` with `key` on standard input; checked against the configured
+/// key's alias (`DIFFERENTLY_API_KEY`, nothing piped) and the alias's definition.
+fn cli_alias(key: &str) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(crate::harness::binary())
+        .args(["key", "e2b-alias"])
+        .env_remove("DIFFERENTLY_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{key}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "key e2b-alias: {out:?}");
+    let alias = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let configured = Command::new(crate::harness::binary())
+        .args(["key", "e2b-alias"])
+        .env("DIFFERENTLY_API_KEY", key)
+        .env(
+            "DIFFERENTLY_CLIENT_CONFIG",
+            "/nonexistent/differently-client.toml",
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(configured.status.success(), "key e2b-alias: {configured:?}");
+    assert_eq!(String::from_utf8_lossy(&configured.stdout).trim(), alias);
+    assert_eq!(
+        alias,
+        differently_api::facade::e2b::alias::to_alias(key),
+        "the CLI and the facade spell it alike"
+    );
+    assert!(alias.starts_with("e2b_") && alias[4..].bytes().all(|b| b.is_ascii_hexdigit()));
+    alias
+}
+
+/// What differs between the SDK versions a flow runs with.
+#[derive(Clone, Copy, PartialEq)]
+enum Sdk {
+    /// 2.63: the v2 routes, any key shape.
+    Current,
+    /// 2.45.1: the v1 routes, and only `e2b_<hex>` keys (so the keys' aliases), with the
+    /// SDK's key check on (no `E2B_VALIDATE_API_KEY`).
+    V1Routes,
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn e2b_python_sdk_flow_against_dev() {
-    let python = python();
+    let python = python("DIFFERENTLY_E2B_PYTHON", "2.63.0");
+    python_flow(&python, Sdk::Current).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_python_sdk_2_45_1_flow_with_key_alias_on_v1_routes() {
+    let python = python("DIFFERENTLY_E2B_PYTHON_2451", "2.45.1");
+    python_flow(&python, Sdk::V1Routes).await;
+}
+
+async fn python_flow(python: &str, sdk: Sdk) {
     let dev = Dev::start();
     let key_a = tenant_key(&dev, "e2b-a").await;
     let key_b = tenant_key(&dev, "e2b-b").await;
     let key_a2 = tenant_key(&dev, "e2b-a2").await;
-    let out = tokio::process::Command::new(python)
-        .arg(script())
+    // The aliases as a user gets them: `differently key e2b-alias`, the key piped in.
+    let shown = |k: &str| match sdk {
+        Sdk::Current => k.to_owned(),
+        Sdk::V1Routes => cli_alias(k),
+    };
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(script())
         .env("DIFFERENTLY_URL", &dev.url)
-        .env("KEY_A", &key_a)
-        .env("KEY_B", &key_b)
-        .env("KEY_A2", &key_a2)
+        .env("KEY_A", shown(&key_a))
+        .env("KEY_B", shown(&key_b))
+        .env("KEY_A2", shown(&key_a2))
         .env("ADMIN_KEY", &dev.key)
-        .output()
-        .await
-        .unwrap();
+        .env_remove("E2B_VALIDATE_API_KEY");
+    if sdk == Sdk::V1Routes {
+        cmd.env("E2B_FLOW_ALIAS", "1").env("DLY_KEY_A", &key_a);
+    }
+    let out = cmd.output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -259,12 +335,148 @@ async fn e2b_python_sdk_flow_against_dev() {
 
     // Bad input.
     raised(&r, "bad_key", "AuthenticationException");
+    let m = raised(&r, "bad_alias", "AuthenticationException");
+    assert!(m.contains("401"), "the facade refused it, not the SDK: {m}");
     let m = raised(&r, "bad_env", "SandboxException");
     assert!(m.starts_with("400") && m.contains("env"), "{m}");
 
     // Kill, then not found everywhere.
     assert_eq!(*ok(&r, "kill"), json!(true));
     raised(&r, "after_kill_get", "NotFoundException");
+    assert_eq!(*ok(&r, "after_kill_kill"), json!(false));
+    assert!(
+        r["after_kill_run"].get("error").is_some(),
+        "{}",
+        r["after_kill_run"]
+    );
+    assert_eq!(*ok(&r, "after_kill_list"), json!([]));
+
+    // What only the older SDK shows: its own key check was on, and it used the v1 routes.
+    assert_eq!(r["validate_env"], Value::Null);
+    if sdk == Sdk::V1Routes {
+        assert_eq!(r["sdk"], "2.45.1");
+        let m = raised(&r, "dly_key_refused", "AuthenticationException");
+        assert!(m.contains("Invalid API key format"), "{m}");
+        let routes: Vec<&str> = r["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(routes.contains(&"POST /e2b/sandboxes"), "{routes:?}");
+        assert!(
+            routes.contains(&format!("POST /e2b/sandboxes/{id}/connect").as_str()),
+            "{routes:?}"
+        );
+        // Its list is already v2's (`GET /v2/sandboxes`); create and connect are not.
+        assert!(
+            !routes.iter().any(|r| r.starts_with("POST /e2b/v2/")),
+            "a v2 create or connect: {routes:?}"
+        );
+    }
+}
+
+/// The official E2B JS SDK (npm `e2b` 2.51.0 from `DIFFERENTLY_E2B_NODE_MODULES`; scripts/test
+/// pins it), run by Node through e2b_client.mjs: create with envs and metadata, commands with
+/// stdout, stderr, a non-zero exit and streaming that reaches the caller while the command
+/// runs, files, timeout, list by metadata, pause and resume, another organization's key, kill,
+/// then not found.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_js_sdk_flow_against_dev() {
+    let modules = std::env::var("DIFFERENTLY_E2B_NODE_MODULES").unwrap_or_default();
+    let pkg = std::fs::read_to_string(PathBuf::from(&modules).join("e2b/package.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok());
+    assert_eq!(
+        pkg.as_ref().map(|p| p["version"].clone()),
+        Some(json!("2.51.0")),
+        "DIFFERENTLY_E2B_NODE_MODULES ({modules:?}) has no e2b@2.51.0: `npm install \
+         e2b@2.51.0` in a directory and point it at its node_modules (scripts/test does)"
+    );
+    let dev = Dev::start();
+    let key_a = tenant_key(&dev, "e2b-js-a").await;
+    let key_b = tenant_key(&dev, "e2b-js-b").await;
+    let out = tokio::process::Command::new("node")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/e2b_client.mjs"))
+        .env("DIFFERENTLY_E2B_NODE_MODULES", &modules)
+        .env("E2B_API_URL", format!("{}/e2b", dev.url))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b/envd", dev.url))
+        .env("E2B_API_KEY", &key_a)
+        .env("KEY_B", &key_b)
+        .output()
+        .await
+        .expect("node (>= 20) on PATH");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "e2b_client.mjs failed:\n{stderr}\n{stdout}\n{}",
+        std::fs::read_to_string(dev.dir.path().join("dev.log")).unwrap_or_default()
+    );
+    let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    let threw = |step: &str, class: &str| -> String {
+        let o = &r[step];
+        let chain: Vec<&str> = o["chain"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert!(chain.contains(&class), "{step}: expected {class}, got {o}");
+        o["message"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(r["sdk"], "2.51.0");
+    let tag = r["tag"].as_str().unwrap();
+    let id = r["id"].as_str().unwrap();
+    assert_eq!(r["info"]["state"], "running");
+    assert_eq!(r["info"]["sandboxId"], id);
+    assert_eq!(r["info"]["metadata"], json!({ "flow": tag }));
+    assert_eq!(r["is_running"], true);
+
+    let run = ok(&r, "run");
+    assert_eq!(run["stdout"], format!("out {tag}\n"));
+    assert_eq!(run["stderr"], "err line\n");
+    assert_eq!(run["exitCode"], 0);
+    let exit = ok(&r, "exit");
+    assert_eq!(exit["exitCode"], 3, "{exit}");
+    assert_eq!(exit["stdout"], "before\n");
+    assert_eq!(exit["stderr"], "oops\n");
+    assert_eq!(exit["error"], "exit status 3");
+    assert_eq!(*ok(&r, "stream"), json!("first\nsecond\n"));
+    assert_eq!(r["stream_chunks"][0], "first\n", "{r}");
+
+    let d = format!("/tmp/e2b-js-{tag}");
+    let text = format!("hello {tag}\nzwei: grüße ✓\n");
+    assert_eq!(*ok(&r, "write"), json!(format!("{d}/a.txt")));
+    assert_eq!(*ok(&r, "read"), json!(text));
+    assert_eq!(
+        *ok(&r, "write_files"),
+        json!([format!("{d}/m1.txt"), format!("{d}/sub/m2.txt")])
+    );
+    assert_eq!(*ok(&r, "cmd_sees_file"), json!("one"));
+    assert_eq!(
+        *ok(&r, "list"),
+        json!([["a.txt", "file"], ["m1.txt", "file"], ["sub", "dir"]])
+    );
+    assert_eq!(*ok(&r, "exists"), json!([true, false]));
+    assert_eq!(*ok(&r, "make_dir"), json!([true, false]));
+    assert_eq!(*ok(&r, "rename"), json!(format!("{d}/new/b.txt")));
+    assert_eq!(*ok(&r, "after_rename"), json!([false, text]));
+    assert_eq!(*ok(&r, "remove"), json!([null, false]));
+    threw("read_missing", "FileNotFoundError");
+
+    assert!(r["set_timeout"].get("ok").is_some(), "{}", r["set_timeout"]);
+    assert_eq!(*ok(&r, "list_meta"), json!([id]));
+    assert_eq!(*ok(&r, "list_other_tag"), json!([]));
+    assert_eq!(*ok(&r, "pause"), json!(true));
+    assert_eq!(*ok(&r, "state_paused"), json!("paused"));
+    assert_eq!(*ok(&r, "resume"), json!(id));
+    assert_eq!(*ok(&r, "survived"), json!("survives"));
+
+    threw("b_get", "NotFoundError");
+    assert_eq!(*ok(&r, "b_kill"), json!(false));
+    assert_eq!(*ok(&r, "b_list"), json!([]));
+
+    assert_eq!(*ok(&r, "kill"), json!(true));
+    threw("after_kill_get", "NotFoundError");
     assert_eq!(*ok(&r, "after_kill_kill"), json!(false));
     assert!(
         r["after_kill_run"].get("error").is_some(),

@@ -43,15 +43,21 @@ pub fn caller(h: &HeaderMap) -> E2bResult<(Caller, String)> {
                 .map(str::trim)
         })
         .ok_or_else(E2bError::missing_key)?;
-    let key_id = crate::auth::parse_key(key)
+    // An `e2b_` alias (older SDKs insist on that shape) is its key, spelled in hex.
+    let key = match super::alias::from_alias(key) {
+        Some(k) => k,
+        None => key.to_owned(),
+    };
+    let key_id = crate::auth::parse_key(&key)
         .map(|p| p.key_id.to_owned())
         .ok_or_else(|| {
             E2bError::new(
                 StatusCode::UNAUTHORIZED,
-                "invalid API key: use a Differently API key (dly_…) as E2B_API_KEY",
+                "invalid API key: use a Differently API key (dly_…) or its e2b_ alias \
+                 (`differently key e2b-alias`) as E2B_API_KEY",
             )
         })?;
-    Ok((Caller::Key(key.to_owned()), key_id))
+    Ok((Caller::Key(key), key_id))
 }
 
 /// A `/v1` JSON call with its error mapped for the control plane.

@@ -8,6 +8,7 @@
 //! `X-API-KEY`) or the key an envd access token names ([`token`]). docs/e2b-facade.md is
 //! the user's description.
 
+pub mod alias;
 pub mod connect;
 pub mod control;
 pub mod envd;

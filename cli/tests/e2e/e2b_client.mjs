@@ -1,0 +1,120 @@
+// Drives Differently's E2B facade with the official E2B JS SDK (npm `e2b`), unchanged.
+//
+// Run by cli/tests/e2e/e2b_facade.rs with Node >= 20 against a real `differently dev` (devhost
+// pool); the SDK comes from DIFFERENTLY_E2B_NODE_MODULES (scripts/test pins it). Settings come
+// from the environment: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (org A), KEY_B (another
+// organization). Prints one JSON report as its last line; the Rust test asserts on it. Every
+// step records what the SDK answered (a value, or the error's class chain and message).
+
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { randomUUID } from 'node:crypto';
+
+const require = createRequire(path.join(process.env.DIFFERENTLY_E2B_NODE_MODULES, 'x.js'));
+const { Sandbox, CommandExitError } = require('e2b');
+const sdk = require('e2b/package.json').version;
+
+const report = { sdk };
+
+/** A step's result: {ok: value} or {error, message, chain: class names up the prototypes}. */
+async function outcome(fn) {
+  try {
+    return { ok: await fn() };
+  } catch (e) {
+    const chain = [];
+    for (let p = Object.getPrototypeOf(e); p && p.constructor !== Object; p = Object.getPrototypeOf(p)) {
+      chain.push(p.constructor.name);
+    }
+    return { error: e?.constructor?.name, message: String(e?.message ?? e), chain };
+  }
+}
+
+const tag = randomUUID().replaceAll('-', '').slice(0, 10);
+report.tag = tag;
+const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { flow: tag }, envs: { E2B_FLOW_TOKEN: tag } });
+const sid = sbx.sandboxId;
+report.id = sid;
+const info = await sbx.getInfo();
+report.info = { state: info.state, metadata: info.metadata, templateId: info.templateId, sandboxId: info.sandboxId };
+report.is_running = await sbx.isRunning();
+
+// Commands: stdout, stderr, the sandbox's env, a non-zero exit.
+report.run = await outcome(async () => {
+  const r = await sbx.commands.run('echo "out $E2B_FLOW_TOKEN"; echo "err line" 1>&2');
+  return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
+});
+report.exit = await outcome(async () => {
+  try {
+    await sbx.commands.run('echo before; echo oops 1>&2; exit 3');
+    return 'no error';
+  } catch (e) {
+    if (!(e instanceof CommandExitError)) throw e;
+    return { exitCode: e.exitCode, stdout: e.stdout, stderr: e.stderr, error: e.error };
+  }
+});
+
+// Streaming, bound by events: the command waits for a file that is written (through the
+// files API) only once onStdout has delivered the first line; output held until the end
+// would leave it waiting until its 30 s deadline.
+const gate = `/tmp/e2b-js-gate-${tag}`;
+const chunks = [];
+let wrote = null;
+report.stream = await outcome(async () => {
+  const r = await sbx.commands.run(`echo first; while [ ! -e ${gate} ]; do sleep 0.05; done; echo second`, {
+    timeoutMs: 30_000,
+    onStdout: (s) => {
+      chunks.push(s);
+      wrote ??= sbx.files.write(gate, 'go');
+    },
+  });
+  await wrote;
+  return r.stdout;
+});
+report.stream_chunks = chunks;
+
+// Files.
+const d = `/tmp/e2b-js-${tag}`;
+const text = `hello ${tag}\nzwei: grüße ✓\n`;
+report.write = await outcome(async () => (await sbx.files.write(`${d}/a.txt`, text)).path);
+report.read = await outcome(() => sbx.files.read(`${d}/a.txt`));
+report.write_files = await outcome(async () => (await sbx.files.write([
+  { path: `${d}/m1.txt`, data: 'one' }, { path: `${d}/sub/m2.txt`, data: 'two' }])).map((i) => i.path));
+report.cmd_sees_file = await outcome(async () => (await sbx.commands.run(`cat ${d}/m1.txt`)).stdout);
+report.list = await outcome(async () => (await sbx.files.list(d)).map((e) => [e.name, e.type]).sort());
+report.exists = await outcome(async () => [await sbx.files.exists(`${d}/a.txt`), await sbx.files.exists(`${d}/missing`)]);
+report.make_dir = await outcome(async () => [await sbx.files.makeDir(`${d}/new/deep`), await sbx.files.makeDir(`${d}/new/deep`)]);
+report.rename = await outcome(async () => (await sbx.files.rename(`${d}/a.txt`, `${d}/new/b.txt`)).path);
+report.after_rename = await outcome(async () => [await sbx.files.exists(`${d}/a.txt`), await sbx.files.read(`${d}/new/b.txt`)]);
+report.remove = await outcome(async () => [await sbx.files.remove(`${d}/new`) ?? null, await sbx.files.exists(`${d}/new/b.txt`)]);
+report.read_missing = await outcome(() => sbx.files.read(`${d}/missing`));
+
+// Lifecycle.
+report.set_timeout = await outcome(async () => (await sbx.setTimeout(200_000)) ?? null);
+const listIds = async (metadata, opts = {}) => {
+  const p = Sandbox.list({ ...opts, query: { metadata } });
+  const ids = [];
+  while (p.hasNext) ids.push(...(await p.nextItems()).map((s) => s.sandboxId));
+  return ids;
+};
+report.list_meta = await outcome(() => listIds({ flow: tag }));
+report.list_other_tag = await outcome(() => listIds({ flow: `not-${tag}` }));
+await sbx.files.write(`${d}/keep.txt`, 'survives');
+report.pause = await outcome(() => sbx.pause());
+report.state_paused = await outcome(async () => (await sbx.getInfo()).state);
+report.resume = await outcome(async () => (await Sandbox.connect(sid)).sandboxId);
+report.survived = await outcome(() => sbx.files.read(`${d}/keep.txt`));
+
+// Another organization's key.
+const b = { apiKey: process.env.KEY_B };
+report.b_get = await outcome(async () => (await Sandbox.getInfo(sid, b)).sandboxId);
+report.b_kill = await outcome(() => Sandbox.kill(sid, b));
+report.b_list = await outcome(() => listIds({ flow: tag }, b));
+
+// The end.
+report.kill = await outcome(() => sbx.kill());
+report.after_kill_get = await outcome(async () => (await sbx.getInfo()).state);
+report.after_kill_kill = await outcome(() => Sandbox.kill(sid));
+report.after_kill_run = await outcome(async () => (await sbx.commands.run('echo x')).stdout);
+report.after_kill_list = await outcome(() => listIds({ flow: tag }));
+
+console.log(JSON.stringify(report));
