@@ -229,6 +229,27 @@ pub fn offers_warm(adapter: &dyn Adapter) -> bool {
     adapter.capabilities().iter().any(|c| c == WARM_CAPABILITY)
 }
 
+/// What an adapter's exec output can carry where its provider's API is narrower than the
+/// contract. Said by the adapter, so the conformance kit holds it to exactly that and the
+/// provider docs can tell users, instead of the difference showing up as corrupted output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecFidelity {
+    /// Output bytes arrive exactly as the command wrote them. `false`: the provider carries
+    /// output as text (JSON strings), so bytes that are not UTF-8 arrive replaced.
+    pub binary_output: bool,
+    /// A buffered `exec` keeps stderr apart from stdout. `false`: the provider answers them
+    /// combined, and everything is in `stdout`.
+    pub buffered_stderr: bool,
+}
+
+impl ExecFidelity {
+    /// The contract as written: bytes exact, stderr apart.
+    pub const EXACT: ExecFidelity = ExecFidelity {
+        binary_output: true,
+        buffered_stderr: true,
+    };
+}
+
 fn unsupported<T>(op: &str) -> Result<T, AdapterError> {
     Err(AdapterError::Unsupported(op.to_owned()))
 }
@@ -242,6 +263,12 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Capabilities this adapter really implements (names from `core::sandbox::KNOWN_CAPABILITIES`).
     fn capabilities(&self) -> Vec<String>;
+
+    /// What its exec output can carry ([`ExecFidelity::EXACT`] unless the provider's API is
+    /// narrower).
+    fn exec_fidelity(&self) -> ExecFidelity {
+        ExecFidelity::EXACT
+    }
 
     /// How long a snapshot of this backend may take to become ready (a Fast Sandbox writes
     /// full checkpoints); past it, one that is still not ready has failed.

@@ -176,6 +176,10 @@ impl<A: Adapter + ?Sized> Adapter for Metered<A> {
         self.inner.capabilities()
     }
 
+    fn exec_fidelity(&self) -> crate::ExecFidelity {
+        self.inner.exec_fidelity()
+    }
+
     fn snapshot_timeout(&self) -> std::time::Duration {
         self.inner.snapshot_timeout()
     }

@@ -477,8 +477,10 @@ async fn exec(
         .map_err(|e| format!("exec failed: {} ({e})", kind(&e)))
 }
 
-/// Finds the dialect: POSIX first, then the fake's.
+/// Finds the dialect: POSIX first, then the fake's. An adapter that says its buffered exec
+/// answers stderr combined with stdout is probed for the stderr text in either.
 async fn dialect(a: &dyn Adapter, at: &InstanceRef) -> Option<Dialect> {
+    let merged = !a.exec_fidelity().buffered_stderr;
     for (d, p) in [(Dialect::Posix, &POSIX), (Dialect::Fake, &FAKE)] {
         let Ok(r) = exec(a, at, (p.exit)(7)).await else {
             continue;
@@ -487,7 +489,9 @@ async fn dialect(a: &dyn Adapter, at: &InstanceRef) -> Option<Dialect> {
             continue;
         }
         if let Ok(r) = exec(a, at, (p.stderr)("conformance-probe")).await {
-            if r.exit_code == 0 && r.stderr.contains("conformance-probe") {
+            let seen = r.stderr.contains("conformance-probe")
+                || (merged && r.stdout.contains("conformance-probe"));
+            if r.exit_code == 0 && seen {
                 return Some(d);
             }
         }
@@ -692,8 +696,19 @@ async fn contract_checks(r: &mut Runner, a: &dyn Adapter, declared: &[String]) -
         Ok("false 1, exit 3, true 0".to_owned())
     })
     .await;
+    let fidelity = a.exec_fidelity();
     r.check("exec.stderr", async {
         let res = exec(a, &at, (p.stderr)("to-stderr")).await?;
+        if !fidelity.buffered_stderr {
+            // Declared: the provider answers both streams as one, in stdout.
+            expect_eq(
+                "stdout (stderr combined, as declared)",
+                "to-stderr\n",
+                res.stdout.as_str(),
+            )?;
+            expect_eq("stderr", "", res.stderr.as_str())?;
+            return Ok("stderr combined into stdout, as the adapter declares".to_owned());
+        }
         expect_eq("stderr", "to-stderr\n", res.stderr.as_str())?;
         expect_eq("stdout", "", res.stdout.as_str())?;
         Ok("stderr apart from stdout".to_owned())
@@ -778,7 +793,20 @@ async fn contract_checks(r: &mut Runner, a: &dyn Adapter, declared: &[String]) -
     // Streamed exec.
     if has("exec.stream") {
         r.check("exec.stream", async {
-            let all: Vec<u8> = (0..=255u8).cycle().take(3 * 256 + 7).collect();
+            // Every byte value, or, where the adapter declares text-only output, text with
+            // characters of every UTF-8 length.
+            let all: Vec<u8> = if fidelity.binary_output {
+                (0..=255u8).cycle().take(3 * 256 + 7).collect()
+            } else {
+                "plain ascii, é, €, 😀 and a newline\n"
+                    .repeat(20)
+                    .into_bytes()
+            };
+            let what = if fidelity.binary_output {
+                "binary"
+            } else {
+                "UTF-8 text (declared text-only)"
+            };
             let mut req = cmd(&["cat"]);
             req.stdin_base64 = Some(base64::engine::general_purpose::STANDARD.encode(&all));
             let (out, err, code) = stream(a, &at, &req)
@@ -787,13 +815,13 @@ async fn contract_checks(r: &mut Runner, a: &dyn Adapter, declared: &[String]) -
             expect_eq("exit code", 0, code)?;
             if out != all {
                 return Err(format!(
-                    "stdout is not the {} binary bytes sent ({} bytes back)",
+                    "stdout is not the {} {what} bytes sent ({} bytes back)",
                     all.len(),
                     out.len()
                 ));
             }
             expect_eq("stderr", 0, err.len())?;
-            Ok(format!("{} binary bytes through, exit 0", out.len()))
+            Ok(format!("{} {what} bytes through, exit 0", out.len()))
         })
         .await;
         r.check("exec.stream.stderr", async {

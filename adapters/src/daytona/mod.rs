@@ -414,6 +414,15 @@ impl Adapter for DaytonaAdapter {
         "daytona"
     }
 
+    /// `/process/execute` answers stdout and stderr combined, and output of both paths is
+    /// JSON text (see docs/providers.md).
+    fn exec_fidelity(&self) -> crate::ExecFidelity {
+        crate::ExecFidelity {
+            binary_output: false,
+            buffered_stderr: false,
+        }
+    }
+
     fn capabilities(&self) -> Vec<String> {
         let mut caps = vec!["exec", "files", "exec.stream"];
         if self.settings.pause {

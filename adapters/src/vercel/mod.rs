@@ -459,6 +459,14 @@ impl Adapter for VercelAdapter {
         "vercel"
     }
 
+    /// Command logs are NDJSON lines whose `data` is text (see docs/providers.md).
+    fn exec_fidelity(&self) -> crate::ExecFidelity {
+        crate::ExecFidelity {
+            binary_output: false,
+            buffered_stderr: true,
+        }
+    }
+
     fn capabilities(&self) -> Vec<String> {
         let mut caps = vec!["exec", "files", "exec.stream"];
         if self.settings.persistent {

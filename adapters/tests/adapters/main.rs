@@ -1,5 +1,6 @@
 //! Integration tests of the adapters: one binary, one module per adapter.
 
+mod conformance;
 mod devhost;
 mod devhost_pty;
 mod fake;

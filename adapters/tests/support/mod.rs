@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod conformance;
 pub mod http;
 pub mod live;
 
