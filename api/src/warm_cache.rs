@@ -7,6 +7,10 @@
 //! count a second old costs at most a create placed cold (a miss) or a warm pool ranked
 //! first whose last instance another create just took. Classes written through this process
 //! clear the cache at once; through another API process, they reach this one within the TTL.
+//!
+//! It also tallies this process's matching creates (hits and misses per class) and adds them
+//! to the store's per-minute counts every few seconds, which the admin warm document reads
+//! (claims per minute, hit ratio) whichever replica answers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -15,7 +19,7 @@ use std::time::Instant;
 
 use differently_core::warm::{WarmClass, WarmClasses};
 use differently_core::SandboxSpec;
-use differently_store::warm::WarmStore;
+use differently_store::warm::{WarmClaims, WarmStore};
 use differently_store::StoreError;
 
 use crate::auth_cache::TTL;
@@ -66,13 +70,82 @@ impl WarmView {
     }
 }
 
-/// The last [`WarmView`] read and when.
+/// How often an API process adds the claims it counted to the store's per-minute counts (at
+/// most; a create after this long flushes, and so does the admin warm document's read).
+pub const CLAIMS_FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Matching creates counted here and not yet added to the store: (hits, misses) by (pool,
+/// class), and when they were last flushed.
 #[derive(Default)]
-pub struct WarmCache(Mutex<Option<(Instant, Arc<WarmView>)>>);
+struct Tally {
+    counts: HashMap<(String, String), (u64, u64)>,
+    flushed: Option<Instant>,
+}
+
+/// The last [`WarmView`] read and when, and this process's claim counts to flush.
+#[derive(Default)]
+pub struct WarmCache(Mutex<Option<(Instant, Arc<WarmView>)>>, Mutex<Tally>);
 
 impl WarmCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Instant, Arc<WarmView>)>> {
         crate::locks::lock(&self.0)
+    }
+
+    /// Counts a create that matched `class` of `pool` (`hit`: answered from a ready
+    /// instance). Every [`CLAIMS_FLUSH_EVERY`] the counts go to the store, on a task of their
+    /// own so the create does not wait for it; counts of a process that stops before its
+    /// next flush are lost (a few seconds' worth; the metric has them).
+    pub fn count_claim(
+        &self,
+        store: Arc<dyn differently_store::Store>,
+        pool: String,
+        class: String,
+        hit: bool,
+    ) {
+        let due = {
+            let mut t = crate::locks::lock(&self.1);
+            let n = t.counts.entry((pool, class)).or_default();
+            if hit {
+                n.0 += 1;
+            } else {
+                n.1 += 1;
+            }
+            let due = t
+                .flushed
+                .is_none_or(|at| at.elapsed() >= CLAIMS_FLUSH_EVERY);
+            if due {
+                t.flushed = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            let taken = self.take_counts();
+            tokio::spawn(async move {
+                if let Err(e) = write_counts(store.as_ref(), &taken).await {
+                    tracing::warn!(error = %e, "warm: claim counts not written; this process's last few seconds are not counted");
+                }
+            });
+        }
+    }
+
+    /// Adds what this process counted to the store now (the admin warm document reads
+    /// them, and this process's own creates are then counted to the last).
+    pub async fn flush_claims(&self, store: &dyn WarmStore) -> Result<(), StoreError> {
+        let taken = self.take_counts();
+        crate::locks::lock(&self.1).flushed = Some(Instant::now());
+        write_counts(store, &taken).await
+    }
+
+    fn take_counts(&self) -> Vec<WarmClaims> {
+        std::mem::take(&mut crate::locks::lock(&self.1).counts)
+            .into_iter()
+            .map(|((pool, class), (hits, misses))| WarmClaims {
+                pool,
+                class,
+                hits,
+                misses,
+            })
+            .collect()
     }
 
     /// The view read less than the TTL ago, else a fresh one from `store` (and kept).
@@ -91,4 +164,11 @@ impl WarmCache {
     pub fn clear(&self) {
         *self.lock() = None;
     }
+}
+
+async fn write_counts(store: &dyn WarmStore, counts: &[WarmClaims]) -> Result<(), StoreError> {
+    if counts.is_empty() {
+        return Ok(());
+    }
+    store.warm_count_claims(counts, chrono::Utc::now()).await
 }

@@ -520,6 +520,13 @@ pub struct WarmClassStatus {
     pub ready: u32,
     /// Instances being created.
     pub creating: u32,
+    /// Instances claimed per minute over the last 10 minutes.
+    #[serde(default)]
+    pub claims_per_minute: f64,
+    /// Share of the creates that matched the class over the last 10 minutes answered from a
+    /// ready instance (`None`: none matched).
+    #[serde(default)]
+    pub hit_ratio: Option<f64>,
 }
 
 /// `GET /v1/admin/pools/{name}/warm`: the pool's classes in matching order.

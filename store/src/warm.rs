@@ -77,6 +77,26 @@ pub struct WarmCount {
     pub retiring: u32,
 }
 
+/// Creates that matched a warm class of a pool: `hits` claimed a ready instance, `misses`
+/// went cold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WarmClaims {
+    pub pool: String,
+    pub class: String,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// How long claim counts are kept (`warm_count_claims` prunes older minutes).
+pub const CLAIM_COUNTS_KEPT: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// The minute `at` falls in: claim counts are kept per minute.
+pub fn claim_minute(at: DateTime<Utc>) -> DateTime<Utc> {
+    use chrono::DurationRound;
+    at.duration_trunc(chrono::TimeDelta::minutes(1))
+        .unwrap_or(at)
+}
+
 /// The warm classes of pools and their instances. The refill leader, the workers, the
 /// reconciler and the admin API use these calls; the claim happens inside admission.
 #[async_trait]
@@ -140,6 +160,22 @@ pub trait WarmStore: Send + Sync {
     /// The pool's instances, by id (for the reconciler: a backend instance whose sandbox id
     /// is neither a sandbox row nor a warm row is an orphan).
     async fn warm_instances(&self, pool: &str) -> Result<Vec<WarmInstance>, StoreError>;
+
+    /// Adds `counts` to the minute `at` falls in ([`claim_minute`]), and forgets minutes
+    /// older than [`CLAIM_COUNTS_KEPT`]. API processes call it with what they counted since
+    /// their last call, so every replica's creates add up in one place.
+    async fn warm_count_claims(
+        &self,
+        counts: &[WarmClaims],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// Hits and misses per class of `pool` over the minutes from `since`'s on, by class.
+    async fn warm_claims_since(
+        &self,
+        pool: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<WarmClaims>, StoreError>;
 }
 
 /// `counts` (class, state, n) merged with the declared classes: every declared class in

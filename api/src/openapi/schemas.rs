@@ -1193,6 +1193,19 @@ fn warm_schemas(s: &mut Map<String, Value>) {
             json!({ "type": "integer", "minimum": 0,
                     "description": "Instances being created." }),
         ),
+        (
+            "claimsPerMinute",
+            json!({ "type": "number", "minimum": 0,
+                    "description": "Instances claimed per minute over the last 10 minutes, \
+                        counted by every API process." }),
+        ),
+        (
+            "hitRatio",
+            json!({ "type": ["number", "null"], "minimum": 0, "maximum": 1,
+                    "description": "Of the creates that matched the class over the last 10 \
+                        minutes, the share answered from a ready instance; null when none \
+                        matched." }),
+        ),
     ]);
     // Served as stored: the fields a class left out stay out (`maxAgeSeconds` is filled).
     s.insert(

@@ -920,11 +920,22 @@ fn warm_classes_fit_their_schemas() {
             let mut v = serde_json::to_value(c).unwrap();
             v["ready"] = json!(1);
             v["creating"] = json!(0);
+            v["claimsPerMinute"] = json!(0.5);
+            v["hitRatio"] = json!(0.75);
             v
         })
         .collect();
     assert_fits("WarmClasses", json!({ "classes": served }));
+    let mut none_matched = served[1].clone();
+    none_matched["claimsPerMinute"] = json!(0);
+    none_matched["hitRatio"] = Value::Null;
+    assert_fits("WarmClasses", json!({ "classes": [none_matched] }));
     let mut status = property_names("WarmClass");
-    status.extend(["ready".to_owned(), "creating".to_owned()]);
+    status.extend([
+        "ready".to_owned(),
+        "creating".to_owned(),
+        "claimsPerMinute".to_owned(),
+        "hitRatio".to_owned(),
+    ]);
     assert_eq!(status, property_names("WarmClassStatus"));
 }

@@ -101,7 +101,7 @@ async fn create(
     // (pool, class) the admission may claim from, for the claim's metric.
     let warm_class = direct
         .as_ref()
-        .and_then(|d| Some((d.pool.name.clone(), d.warm_class.clone()?)));
+        .and_then(|d| Some((d.pool.name.clone(), d.warm_class.clone()?, d.claim_only())));
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
     let request_hash = crate::auth::hex(&Sha256::digest(&canonical));
     let sandbox = Sandbox::queued(
@@ -135,11 +135,15 @@ async fn create(
     count_admission("admitted");
     tracing::info!(sandbox = %sandbox.id, org = %sandbox.org_id, "sandbox admitted");
     let claimed = sandbox.id != admitted_id;
-    if let Some((pool, class)) = warm_class {
+    if let Some((pool, class, claim_only)) = warm_class {
         if claimed {
             warm.took(&pool, &class);
         }
-        count_warm_claim(&sandbox, pool, class, claimed);
+        if count_warm_claim(&sandbox, pool.clone(), class.clone(), claimed, claim_only) {
+            state
+                .warm
+                .count_claim(state.store.clone(), pool, class, claimed);
+        }
     }
     if let Some(pause) = state.faults.pause_at(faults::API_AFTER_ADMIT_COMMIT) {
         tokio::time::sleep(pause).await;
@@ -206,16 +210,26 @@ async fn announce_claimed(state: &AppState, sandbox: &Sandbox) {
 /// `differently_warm_claims_total{pool,class,result}` for a create that matched a warm
 /// class of the pool it was placed on in its admission: `hit` when it claimed an instance
 /// (the row came back under the instance's id), `miss` when none was ready. A create the
-/// admission queued instead tried no claim here, so it is not counted.
-fn count_warm_claim(sandbox: &Sandbox, pool: String, class: String, claimed: bool) {
+/// admission queued instead tried no claim here, so it is not counted, except on a capped
+/// pool (`claim_only`), where queuing for the leader is how a claim misses. Whether it
+/// counted.
+fn count_warm_claim(
+    sandbox: &Sandbox,
+    pool: String,
+    class: String,
+    claimed: bool,
+    claim_only: bool,
+) -> bool {
     let result = match (claimed, sandbox.status) {
         (true, _) => "hit",
         (false, SandboxStatus::Provisioning | SandboxStatus::Running) => "miss",
-        _ => return,
+        (false, SandboxStatus::Queued) if claim_only => "miss",
+        _ => return false,
     };
     metrics::counter!("differently_warm_claims_total",
         "pool" => pool, "class" => class, "result" => result)
     .increment(1);
+    true
 }
 
 /// `differently_admissions_total{outcome}`: `admitted`, `replayed` (idempotent retry) or

@@ -8,7 +8,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use differently_core::warm::{WarmClass, WarmClasses};
 use differently_core::ErrorCode;
-use differently_store::warm::WarmCount;
+use differently_store::warm::{claim_minute, WarmClaims, WarmCount};
 use serde::{Deserialize, Serialize};
 
 use crate::access::forbidden;
@@ -38,7 +38,14 @@ pub(crate) struct ServedClass {
     class: WarmClass,
     ready: u32,
     creating: u32,
+    /// Instances claimed per minute over the last [`CLAIMS_WINDOW_MINUTES`] minutes.
+    claims_per_minute: f64,
+    /// Hits ÷ creates that matched the class, over the same window; `None` when none did.
+    hit_ratio: Option<f64>,
 }
+
+/// The minutes `claimsPerMinute` and `hitRatio` are taken over (the current one included).
+pub(crate) const CLAIMS_WINDOW_MINUTES: i64 = 10;
 
 /// `GET`'s answer.
 #[derive(Serialize)]
@@ -68,23 +75,49 @@ async fn require_pool(state: &AppState, name: &str) -> ApiResult<()> {
     }
 }
 
-/// The declared classes with their counts, in document order. Instances of classes no
-/// longer declared (being retired) are not classes of the pool, so they are not listed.
-fn served(classes: WarmClasses, counts: &[WarmCount]) -> WarmDocument {
+/// The declared classes with their counts and recent claims (over `minutes`), in document
+/// order. Instances of classes no longer declared (being retired) are not classes of the
+/// pool, so they are not listed.
+fn served(
+    classes: WarmClasses,
+    counts: &[WarmCount],
+    claims: &[WarmClaims],
+    minutes: f64,
+) -> WarmDocument {
     WarmDocument {
         classes: classes
             .classes
             .into_iter()
             .map(|class| {
                 let count = counts.iter().find(|c| c.class == class.name);
+                let (hits, misses) = claims
+                    .iter()
+                    .find(|c| c.class == class.name)
+                    .map_or((0, 0), |c| (c.hits, c.misses));
+                let matched = hits + misses;
                 ServedClass {
                     ready: count.map_or(0, |c| c.ready),
                     creating: count.map_or(0, |c| c.creating),
+                    claims_per_minute: hits as f64 / minutes.max(1.0),
+                    hit_ratio: (matched > 0).then(|| hits as f64 / matched as f64),
                     class,
                 }
             })
             .collect(),
     }
+}
+
+/// `pool`'s warm classes with their counts and recent claims (also the trust report's, per
+/// pool). This process's own uncounted claims are added to the store's first.
+pub(crate) async fn document(state: &AppState, pool: &str) -> ApiResult<WarmDocument> {
+    let classes = state.store.warm_classes(pool).await?;
+    let counts = state.store.warm_counts(pool).await?;
+    state.warm.flush_claims(state.store.as_ref()).await?;
+    let now = chrono::Utc::now();
+    let since = claim_minute(now - chrono::TimeDelta::minutes(CLAIMS_WINDOW_MINUTES - 1));
+    let claims = state.store.warm_claims_since(pool, since).await?;
+    let minutes = (now - since).num_milliseconds() as f64 / 60_000.0;
+    Ok(served(classes, &counts, &claims, minutes))
 }
 
 /// Longest a pool's delete waits for its warm instances to be deleted.
@@ -126,13 +159,6 @@ pub(crate) async fn drain_for_delete(
         }
         tokio::time::sleep(DRAIN_POLL).await;
     }
-}
-
-/// `pool`'s warm classes with their counts (also the trust report's, per pool).
-pub(crate) async fn document(state: &AppState, pool: &str) -> ApiResult<WarmDocument> {
-    let classes = state.store.warm_classes(pool).await?;
-    let counts = state.store.warm_counts(pool).await?;
-    Ok(served(classes, &counts))
 }
 
 async fn get_warm(

@@ -221,6 +221,7 @@ export const MODELS: Record<string, ModelSpec> = {
     fields: fields<M.WarmClassStatus>()({
       name: "string", size: "integer", maxSize: "integer?", refillPerSecond: "number", maxAgeSeconds: "integer",
       template: "string?", resources: "object?", ready: "integer", creating: "integer",
+      claimsPerMinute: "number", hitRatio: "number?",
     }),
   },
   WarmClasses: { schema: "WarmClasses", fields: fields<M.WarmClasses>()({ classes: "array" }) },

@@ -434,6 +434,10 @@ export interface WarmClassStatus {
   resources?: WarmResources | null;
   ready: number;
   creating: number;
+  /** Instances claimed per minute over the last 10 minutes. */
+  claimsPerMinute: number;
+  /** Share of the matching creates of the last 10 minutes answered warm; null when none. */
+  hitRatio: number | null;
 }
 
 /** `GET /v1/admin/pools/{name}/warm`. */

@@ -14,7 +14,10 @@ use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use super::{MemoryStore, Row, State};
 use crate::placement::PlacementStore;
 use crate::shared::rules::{self, AuditEntry};
-use crate::warm::{merge_counts, WarmCount, WarmInstance, WarmState, WarmStore};
+use crate::warm::{
+    claim_minute, merge_counts, WarmClaims, WarmCount, WarmInstance, WarmState, WarmStore,
+    CLAIM_COUNTS_KEPT,
+};
 use crate::{Actor, DirectPlacement, Quota, QuotaScope, StoreError};
 
 /// Warm classes per pool and warm instances by id.
@@ -22,6 +25,8 @@ use crate::{Actor, DirectPlacement, Quota, QuotaScope, StoreError};
 pub(crate) struct Warm {
     classes: BTreeMap<String, WarmClasses>,
     instances: BTreeMap<SandboxId, WarmInstance>,
+    /// (hits, misses) by (pool, class, minute).
+    claims: BTreeMap<(String, String, DateTime<Utc>), (u64, u64)>,
 }
 
 #[async_trait]
@@ -162,6 +167,53 @@ impl WarmStore for MemoryStore {
             st.warm.instances.remove(id);
         }
         Ok(creating)
+    }
+
+    async fn warm_count_claims(
+        &self,
+        counts: &[WarmClaims],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let minute = claim_minute(at);
+        let mut st = self.lock();
+        for c in counts {
+            let n = st
+                .warm
+                .claims
+                .entry((c.pool.clone(), c.class.clone(), minute))
+                .or_default();
+            n.0 = n.0.saturating_add(c.hits);
+            n.1 = n.1.saturating_add(c.misses);
+        }
+        let oldest = minute - CLAIM_COUNTS_KEPT;
+        st.warm.claims.retain(|(_, _, m), _| *m >= oldest);
+        Ok(())
+    }
+
+    async fn warm_claims_since(
+        &self,
+        pool: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<WarmClaims>, StoreError> {
+        let since = claim_minute(since);
+        let st = self.lock();
+        let mut by_class: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for ((p, class, minute), (hits, misses)) in &st.warm.claims {
+            if p == pool && *minute >= since {
+                let n = by_class.entry(class.as_str()).or_default();
+                n.0 = n.0.saturating_add(*hits);
+                n.1 = n.1.saturating_add(*misses);
+            }
+        }
+        Ok(by_class
+            .into_iter()
+            .map(|(class, (hits, misses))| WarmClaims {
+                pool: pool.to_owned(),
+                class: class.to_owned(),
+                hits,
+                misses,
+            })
+            .collect())
     }
 
     async fn warm_instances(&self, pool: &str) -> Result<Vec<WarmInstance>, StoreError> {

@@ -67,6 +67,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0015_warm_pools",
         include_str!("../../../migrations/0015_warm_pools.sql"),
     ),
+    (
+        "0016_warm_claim_counts",
+        include_str!("../../../migrations/0016_warm_claim_counts.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

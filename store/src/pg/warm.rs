@@ -11,7 +11,10 @@ use sqlx::{Postgres, Row, Transaction};
 use crate::pg::audit_records::insert_audit_installation;
 use crate::pg::PgStore;
 use crate::shared::rules::AuditEntry;
-use crate::warm::{merge_counts, WarmCount, WarmInstance, WarmState, WarmStore};
+use crate::warm::{
+    claim_minute, merge_counts, WarmClaims, WarmCount, WarmInstance, WarmState, WarmStore,
+    CLAIM_COUNTS_KEPT,
+};
 use crate::{Actor, DirectPlacement, StoreError};
 
 fn decode_classes(v: serde_json::Value) -> Result<WarmClasses, StoreError> {
@@ -213,6 +216,62 @@ impl WarmStore for PgStore {
             .execute(self.pool())
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn warm_count_claims(
+        &self,
+        counts: &[WarmClaims],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let minute = claim_minute(at);
+        let mut tx = self.pool().begin().await?;
+        if !counts.is_empty() {
+            let to_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            sqlx::query(
+                "INSERT INTO warm_claim_counts AS w (pool, class, minute, hits, misses)
+                 SELECT p, c, $3, h, m FROM UNNEST($1::text[], $2::text[], $4::bigint[],
+                     $5::bigint[]) AS k(p, c, h, m)
+                 ON CONFLICT (pool, class, minute) DO UPDATE
+                     SET hits = w.hits + EXCLUDED.hits, misses = w.misses + EXCLUDED.misses",
+            )
+            .bind(counts.iter().map(|c| c.pool.as_str()).collect::<Vec<_>>())
+            .bind(counts.iter().map(|c| c.class.as_str()).collect::<Vec<_>>())
+            .bind(minute)
+            .bind(counts.iter().map(|c| to_i64(c.hits)).collect::<Vec<_>>())
+            .bind(counts.iter().map(|c| to_i64(c.misses)).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("DELETE FROM warm_claim_counts WHERE minute < $1")
+            .bind(minute - CLAIM_COUNTS_KEPT)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn warm_claims_since(
+        &self,
+        pool: &str,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<WarmClaims>, StoreError> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT class, sum(hits)::bigint, sum(misses)::bigint FROM warm_claim_counts
+             WHERE pool = $1 AND minute >= $2 GROUP BY class ORDER BY class",
+        )
+        .bind(pool)
+        .bind(claim_minute(since))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(class, hits, misses)| WarmClaims {
+                pool: pool.to_owned(),
+                class,
+                hits: u64::try_from(hits).unwrap_or(0),
+                misses: u64::try_from(misses).unwrap_or(0),
+            })
+            .collect())
     }
 
     async fn warm_instances(&self, pool: &str) -> Result<Vec<WarmInstance>, StoreError> {

@@ -12,7 +12,7 @@ use differently_core::{
     SandboxStatus,
 };
 use differently_store::audit::AuditFilter;
-use differently_store::warm::{WarmCount, WarmState};
+use differently_store::warm::{WarmClaims, WarmCount, WarmState};
 use differently_store::{
     Actor, Admission, Admitted, DirectPlacement, PoolSlot, Quota, QuotaScope, Store, StoreError,
 };
@@ -36,6 +36,7 @@ conformance!(
     a_capped_claim_needs_a_free_live_slot,
     concurrent_capped_claims_keep_the_cap,
     a_pool_with_warm_instances_is_not_deleted_and_its_classes_go_with_it,
+    claim_counts_add_up_per_minute_across_handles,
 );
 
 pub(crate) fn pool_record(name: &str) -> PoolRecord {
@@ -858,4 +859,62 @@ async fn a_pool_with_warm_instances_is_not_deleted_and_its_classes_go_with_it(en
     // Registered again, it starts with no classes.
     s.upsert_pool(&pool_record("p"), &actor).await.unwrap();
     assert_eq!(s.warm_classes("p").await.unwrap(), WarmClasses::default());
+}
+
+// ---------- claim counts (the admin document's claims per minute and hit ratio) ----------
+
+fn claims(pool: &str, class: &str, hits: u64, misses: u64) -> WarmClaims {
+    WarmClaims {
+        pool: pool.into(),
+        class: class.into(),
+        hits,
+        misses,
+    }
+}
+
+async fn claim_counts_add_up_per_minute_across_handles(env: &Env) {
+    let s = env.store.as_ref();
+    let other = env.reopen().await; // another API process
+    let now = Utc::now();
+    assert!(s.warm_claims_since("p", now).await.unwrap().is_empty());
+    s.warm_count_claims(&[claims("p", "x", 2, 1), claims("q", "x", 5, 0)], now)
+        .await
+        .unwrap();
+    other
+        .warm_count_claims(&[claims("p", "x", 1, 3), claims("p", "y", 0, 1)], now)
+        .await
+        .unwrap();
+    // Nothing to add still prunes, and changes nothing else.
+    s.warm_count_claims(&[], now).await.unwrap();
+    let since = now - TimeDelta::minutes(9);
+    assert_eq!(
+        s.warm_claims_since("p", since).await.unwrap(),
+        vec![claims("p", "x", 3, 4), claims("p", "y", 0, 1)]
+    );
+    assert_eq!(
+        other.warm_claims_since("q", since).await.unwrap(),
+        vec![claims("q", "x", 5, 0)]
+    );
+    // Minutes before `since`'s are left out; the one `since` falls in is included.
+    let earlier = now - TimeDelta::minutes(20);
+    s.warm_count_claims(&[claims("p", "x", 100, 100)], earlier)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.warm_claims_since("p", since).await.unwrap()[0],
+        claims("p", "x", 3, 4)
+    );
+    assert_eq!(
+        s.warm_claims_since("p", earlier).await.unwrap()[0],
+        claims("p", "x", 103, 104)
+    );
+    // Minutes older than the hour kept are forgotten by the next write.
+    let later = now + differently_store::warm::CLAIM_COUNTS_KEPT + TimeDelta::minutes(5);
+    s.warm_count_claims(&[claims("p", "x", 1, 0)], later)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.warm_claims_since("p", earlier).await.unwrap(),
+        vec![claims("p", "x", 1, 0)]
+    );
 }

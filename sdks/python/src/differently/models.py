@@ -581,6 +581,8 @@ class WarmClassStatus:
     resources: Optional[Resources]
     ready: int
     creating: int
+    claims_per_minute: float
+    hit_ratio: Optional[float]
     raw: Dict[str, Any] = _raw()
 
 
