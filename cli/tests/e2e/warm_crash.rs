@@ -441,6 +441,87 @@ async fn claimed_row(c: &Cluster) -> (String, String, String) {
     }
 }
 
+/// The same crash on a backend whose claim needs no call (the fake): the claim's commit made
+/// the sandbox `running` on the instance, so nothing the killed API did not send is needed.
+/// Another API serves it at once, its command reaches that instance, and it ends with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_killed_after_a_claim_without_a_call_the_sandbox_runs_on_it() {
+    let mut c = Cluster::new(Opts {
+        more_pools: WARM_CAPS.into(),
+        ..Opts::default()
+    })
+    .await;
+    c.spawn(
+        "api1",
+        "api",
+        &[("DIFFERENTLY_FAULT_PAUSE", "api.after_admit_commit:120000")],
+    );
+    c.spawn("scheduler", "scheduler", &[]);
+    c.spawn("worker", "worker", &[]);
+    c.wait_ready().await;
+    set_classes(&c, "fake", class(2, 10.0)).await;
+    wait_counts(&c, "fake", "default", WITHIN, "full", |n| {
+        n.ready == 2 && n.creating == 0
+    })
+    .await;
+    let warm = warm_rows(&c, "fake").await;
+    let pending = {
+        let req = c.req(Method::POST, "/v1/sandboxes").json(&json!({}));
+        tokio::spawn(async move { req.send().await })
+    };
+    let (id, status, backend_ref) = claimed_row(&c).await;
+    let instance = warm
+        .iter()
+        .find(|w| w.id.as_str() == id)
+        .unwrap_or_else(|| panic!("{id} is not one of the ready instances {warm:?}"));
+    assert_eq!(
+        status, "running",
+        "a claim with no call runs from its commit"
+    );
+    assert_eq!(Some(backend_ref.clone()), instance.backend_ref);
+    c.kill9("api1");
+    assert!(pending.await.unwrap().is_err(), "the killed API answered");
+
+    c.spawn("api2", "api", &[]);
+    c.wait_ready().await;
+    let id = SandboxId::parse(&id).unwrap();
+    assert_eq!(c.get(&id).await["status"], "running");
+    let (s, out) = c
+        .call(
+            &c.key,
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({ "command": ["echo", "claimed"] })),
+        )
+        .await;
+    assert_eq!(
+        (s, out["stdout"].as_str()),
+        (200, Some("claimed\n")),
+        "{out}"
+    );
+    let ledger = c.ledger();
+    assert_eq!(created_count(&ledger, &id), 1, "{ledger:?}");
+    assert!(
+        ledger.iter().any(|e| e.op == LedgerOp::Exec
+            && e.sandbox_id.as_ref() == Some(&id)
+            && e.backend_ref.as_deref() == Some(backend_ref.as_str())),
+        "the command did not reach the claimed instance: {ledger:?}"
+    );
+    wait_counts(&c, "fake", "default", WITHIN, "refilled", |n| {
+        n.ready == 2 && n.creating == 0
+    })
+    .await;
+    let (s, b) = c.delete(&id).await;
+    assert!(matches!(s, 200 | 202), "{b}");
+    c.wait_status(&id, SandboxStatus::Terminated, WITHIN).await;
+    settle_backend(&c, &["fake"], WITHIN, || fake_live(&c)).await;
+    assert!(!fake_live(&c).contains_key(id.as_str()));
+    let trail = fault_invariants(&c).await;
+    let t = &trail[id.as_str()];
+    let claims = t.iter().filter(|a| a.warm && a.status == "running").count();
+    assert_eq!((claims, count(t, "sandbox.running")), (1, 0), "{id}: {t:?}");
+}
+
 /// An API killed between the commit of a create that claimed a warm instance and its publish
 /// (the claim needs a call: the row is `provisioning` with the instance's ref). The client
 /// has no answer, the create work was never sent, and yet the sandbox runs on that instance:
