@@ -79,6 +79,9 @@ pub struct Limits {
     pub pty_grace: std::time::Duration,
     /// Where webhooks may point and how long a rotated secret keeps signing (`[webhooks]`).
     pub webhooks: differently_webhooks::ApiSettings,
+    /// The E2B facade's DNS mode (`facade::e2b::dns`): requests for `api.<domain>`,
+    /// `sandbox.<domain>` and `<port>-<id>.<domain>` are served by the facade; `None`: off.
+    pub e2b_domain: Option<String>,
 }
 
 impl Default for Limits {
@@ -99,6 +102,7 @@ impl Default for Limits {
             body_read_timeout: std::time::Duration::from_secs(30),
             pty_grace: pty_sessions::DEFAULT_PTY_GRACE,
             webhooks: differently_webhooks::ApiSettings::default(),
+            e2b_domain: None,
         }
     }
 }
@@ -173,8 +177,14 @@ pub fn router(state: AppState) -> Router {
     // The routes as one service under the middleware, not the middleware under each route:
     // a method router adds `Allow` to its 405 outside any layer of its own, so only from
     // out here can `guard` read it into the envelope's message.
+    let e2b_domain = facade::e2b::dns::Domain::new(state.limits.e2b_domain.as_deref());
     Router::new()
         .fallback_service(routes)
+        // Before routing: the E2B facade's host names become its paths.
+        .layer(axum::middleware::from_fn_with_state(
+            e2b_domain,
+            facade::e2b::dns::route_by_host,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::guard,

@@ -66,7 +66,16 @@ fn limits(config: &Config) -> Limits {
         body_read_timeout: Duration::from_secs(config.api.body_read_timeout_seconds),
         pty_grace: Duration::from_secs(config.api.pty_grace_seconds),
         webhooks: config.webhooks.api_settings(),
+        e2b_domain: e2b_domain(),
     }
+}
+
+/// The E2B facade's DNS mode (`DIFFERENTLY_E2B_DOMAIN`, docs/e2b-facade.md); unset or empty:
+/// off.
+fn e2b_domain() -> Option<String> {
+    std::env::var("DIFFERENTLY_E2B_DOMAIN")
+        .ok()
+        .filter(|d| !d.trim().is_empty())
 }
 
 fn scheduler_config(config: &Config) -> SchedulerConfig {
@@ -501,6 +510,7 @@ pub async fn dev(
         WorkerConfig::default(),
         Limits {
             webhooks: webhook_api,
+            e2b_domain: e2b_domain(),
             ..Limits::default()
         },
         webhook_delivery,

@@ -11,6 +11,7 @@
 pub mod alias;
 pub mod connect;
 pub mod control;
+pub mod dns;
 pub mod envd;
 pub mod error;
 pub mod files;
