@@ -5,8 +5,9 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use differently_adapters::AdapterError;
+use differently_core::request_id::current_request_id;
 use differently_core::{ErrorCode, FieldError};
-use differently_store::{audit, StoreError};
+use differently_store::StoreError;
 use serde_json::{json, Value};
 
 /// `Retry-After` of a 503 for a database that cannot be reached: a pool timeout or a
@@ -54,7 +55,7 @@ impl ApiError {
     /// 500 whose cause is logged with the request's id (the one its body and `X-Request-Id`
     /// carry, so an operator finds the cause from what the client saw), not served.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
-        let request_id = audit::current_request_id();
+        let request_id = current_request_id();
         tracing::error!(request_id = request_id.as_deref().unwrap_or("-"), error = %cause, "internal error");
         Self::new(ErrorCode::Internal, "internal error")
     }
@@ -156,7 +157,7 @@ impl IntoResponse for ApiError {
             error["details"] = d;
         }
         // The id the request-id middleware gave this request (`X-Request-Id`, audit records).
-        if let Some(id) = audit::current_request_id() {
+        if let Some(id) = current_request_id() {
             error["requestId"] = Value::String(id);
         }
         let mut resp = (status, Json(json!({ "error": error }))).into_response();

@@ -13,8 +13,8 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use differently_bus_schema::TraceContext;
+use differently_core::request_id::with_request_id;
 use differently_core::ErrorCode;
-use differently_store::audit;
 use http_body::{Frame, SizeHint};
 use serde_json::json;
 
@@ -49,7 +49,7 @@ pub async fn request_id(req: Request, next: Next) -> Response {
         .and_then(TraceContext::from_header)
         .unwrap_or_else(|| TraceContext::from_random(rand::random(), rand::random()));
     let traceparent = trace.traceparent.clone();
-    let run = audit::with_request_id(id.clone(), next.run(req));
+    let run = with_request_id(id.clone(), next.run(req));
     let mut resp = differently_bus::trace::scope("request", trace, run).await;
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);

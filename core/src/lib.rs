@@ -3,6 +3,7 @@
 //!
 //! Pure on purpose: no I/O and no async runtime, so every rule here is a plain function that
 //! the API, the scheduler, the workers and the stores share and that tests exercise directly.
+//! The one exception is [`request_id`], a task-local the API sets and the store reads.
 
 pub mod accounting;
 pub mod capped;
@@ -14,6 +15,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod policy;
 pub mod pool;
+pub mod request_id;
 pub mod resources;
 pub mod sandbox;
 pub mod status;

@@ -354,7 +354,7 @@ async fn handle_post(mcp: Arc<Mcp>, State(state): State<AppState>, req: Request)
     let key = id_key(&id);
     // The audit records of the `/v1` calls carry this request's id and trace, also when the
     // answer streams after the handler returned.
-    let request_id = differently_store::audit::current_request_id();
+    let request_id = differently_core::request_id::current_request_id();
     let trace = differently_bus::trace::current();
     let run = {
         let tx = tx.clone();
@@ -365,7 +365,7 @@ async fn handle_post(mcp: Arc<Mcp>, State(state): State<AppState>, req: Request)
     };
     let task = tokio::spawn(differently_bus::trace::scope("mcp", trace, async move {
         match request_id {
-            Some(r) => differently_store::audit::with_request_id(r, run).await,
+            Some(r) => differently_core::request_id::with_request_id(r, run).await,
             None => run.await,
         }
     }));

@@ -249,7 +249,9 @@ pub async fn records_carry_who_what_target_outcome_and_request_id(env: &Env) {
     let s = env.store.as_ref();
     let o = org(s, "w").await;
     let p = project(s, &o.id).await;
-    let sbx = audit::with_request_id("req_123".into(), admit(s, &o.id, &p.id)).await;
+    let sbx =
+        differently_core::request_id::with_request_id("req_123".into(), admit(s, &o.id, &p.id))
+            .await;
     let mut denied = exec_event(&o.id, &p.id, sbx.id.as_str());
     denied.outcome = "exit:2".into();
     let rec = s.append_audit(denied).await.unwrap();

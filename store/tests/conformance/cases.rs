@@ -2475,7 +2475,7 @@ pub async fn concurrent_admits_each_get_their_own_outcome(env: &Env) {
         tasks.push(tokio::spawn(async move {
             let sbx = new_sandbox(&org, &prj, None);
             let id = sbx.id.clone();
-            let out = differently_store::audit::with_request_id(
+            let out = differently_core::request_id::with_request_id(
                 format!("req_{i}"),
                 s.admit(admission(sbx, "h", Some(25))),
             )
