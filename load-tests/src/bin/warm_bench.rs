@@ -11,9 +11,19 @@
 //!    in the 202 itself; anything else is waited for).
 //! 2. **cold**: as many creates at the same rate asking for 2 CPUs, which no class matches,
 //!    so each takes the ordinary path and a backend create, on the same pool.
-//! 3. **drain**: a burst of 3 × size creates of `{}` at once: every one must be accepted and
-//!    run (the ones finding no ready instance go cold), and the class must be back to size
-//!    within 1.2 × size ÷ refill rate of the burst.
+//! 3. **drain**: a burst of 3 × size creates of `{}` at once from `--orgs` organizations
+//!    (default 4): one heavy org sends `--heavy-share` of it (default 0.6) first, the light
+//!    ones the rest in equal parts 20 ms later. Every one must be accepted and run (the ones
+//!    finding no ready instance go cold), the class must be back to size within
+//!    1.2 × size ÷ refill rate of the burst, and the misses are reported per org: their
+//!    create → running, the mean rank (0 first, 1 last) at which each org's misses reached
+//!    `running` among all misses, Jain's index over the orgs' mean miss latency (1: equal),
+//!    and whether every light miss ran only after the heavy org's last one.
+//! 4. **capped drain** (`--capped-size`, default 50; 0 skips it): the same burst on a fresh
+//!    cluster whose pool has `max_concurrent` = burst + size (everything fits, warm rows
+//!    included), so claims go through the capped-pool rule (claim only, and only while no
+//!    queued sandbox may be waiting for the pool) and the misses through the leader's fair
+//!    queue.
 //!
 //! CPU per create is every process's CPU time (api, scheduler, worker, Postgres, nats-server)
 //! over a phase divided by its creates: for warm, until the class is refilled (so a claim
@@ -35,7 +45,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use differently_load_tests::client::Api;
+use differently_load_tests::client::{Api, Tenant};
 use differently_load_tests::cluster::{Cluster, ClusterOpts};
 use differently_load_tests::cpu::CpuMeter;
 use differently_load_tests::stats::{summarize, Summary};
@@ -80,6 +90,15 @@ struct Args {
     /// Exit 1 when the drain check fails or the warm phase had no hit.
     #[arg(long)]
     strict: bool,
+    /// Organizations the drain's burst comes from (one heavy, the others light).
+    #[arg(long, default_value_t = 4)]
+    orgs: usize,
+    /// The heavy organization's share of the burst.
+    #[arg(long, default_value_t = 0.6)]
+    heavy_share: f64,
+    /// Warm size of the capped drain phase (0: no such phase).
+    #[arg(long, default_value_t = 50)]
+    capped_size: u32,
 }
 
 /// One create as the client saw it.
@@ -94,6 +113,10 @@ struct Outcome {
     id: Option<String>,
     /// What went wrong, for the report.
     error: Option<String>,
+    /// Which organization sent it (an index into the drain's tenants; 0 elsewhere).
+    org: usize,
+    /// When it was seen `running`.
+    ran_at: Option<Instant>,
 }
 
 /// A phase of creates at a fixed rate (or all at once).
@@ -129,6 +152,40 @@ struct Drain {
     refill_bound_seconds: f64,
     /// Nothing failed, all ran, and the class was back to size within the bound.
     ok: bool,
+    /// Per organization, the heavy one first.
+    orgs: Vec<OrgDrain>,
+    /// How fairly the misses were served across organizations.
+    fairness: Fairness,
+    /// `max_concurrent` of the pool (the capped phase), if any.
+    max_concurrent: Option<u32>,
+}
+
+/// One organization's part of a drain.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OrgDrain {
+    /// `heavy` or `light-<n>`.
+    org: String,
+    creates: usize,
+    hits: usize,
+    misses: usize,
+    /// Create → running of its misses.
+    misses_to_running: Summary,
+    /// Mean rank (0 first, 1 last) at which its misses were seen `running` among all misses.
+    mean_miss_rank: f64,
+}
+
+/// The drain's misses across organizations.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Fairness {
+    /// Jain's index over the organizations' mean miss create → running (1: equal; 1/n: one
+    /// org got everything).
+    jain_mean_miss_latency: f64,
+    /// Rank (0..1) of the first light organization's miss to run.
+    first_light_miss_rank: f64,
+    /// Every light miss ran only after the heavy organization's last one (the unfair case).
+    light_misses_all_behind_heavy: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -153,6 +210,8 @@ struct Report {
     cpu_us_per_warm_claim_with_refill: f64,
     cpu_us_per_cold_admission: f64,
     drain: Drain,
+    /// The drain on a capped pool (`--capped-size`), on a cluster of its own.
+    capped_drain: Option<Drain>,
     /// What the run could not show, if anything.
     notes: Vec<String>,
 }
@@ -179,7 +238,8 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             }
-            if a.strict && (!r.drain.ok || r.warm.hits == 0) {
+            let capped_ok = r.capped_drain.as_ref().is_none_or(|d| d.ok);
+            if a.strict && (!r.drain.ok || !capped_ok || r.warm.hits == 0) {
                 eprintln!(
                     "warm_bench: --strict: drain ok {}, warm hits {}",
                     r.drain.ok, r.warm.hits
@@ -202,19 +262,7 @@ async fn run(a: Args) -> Result<Report, LoadError> {
             .and_then(|p| p.parent().map(|d| d.join("differently")))
             .unwrap_or_else(|| PathBuf::from("differently"))
     });
-    let cluster = Cluster::start(ClusterOpts {
-        binary,
-        latency_ms: a.latency_ms,
-        max_active: 100_000,
-        database_max_connections: 16,
-        log_level: a.log_level.clone(),
-        extra_capabilities: vec!["warm".to_owned()],
-        pool_lines: format!(
-            "warm = [{{ name = \"{CLASS}\", size = {}, refill_per_second = {} }}]",
-            a.size, a.refill
-        ),
-    })
-    .await?;
+    let cluster = start(&a, &binary, a.size, None).await?;
     let api = Api::new(cluster.url())?;
     let key = cluster.key.clone();
     let mut notes = Vec::new();
@@ -244,51 +292,51 @@ async fn run(a: Args) -> Result<Report, LoadError> {
     delete_all(&api, &key, &outcomes).await;
     wait_ready(&api, &cluster, &key, a.size, fill_deadline).await?;
 
-    // Drain: 3 × size at once.
-    let burst = 3 * a.size as usize;
-    let meter = CpuMeter::start(cluster.pids());
-    let t0 = Instant::now();
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let ((outcomes, wall, cpu), refilled_after) = {
-        let creates = async {
-            let o = paced(&api, &key, json!({}), burst, None).await;
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
-            (o, t0.elapsed(), meter.finish_seconds())
-        };
-        let watch = async {
-            // The class is drained by the burst's claims, then refilled: watch for the
-            // moment it holds `size` again after having dropped below. Never dropped by
-            // the time every create ran: nothing was claimed, nothing to time.
-            let mut dropped = false;
-            let limit = fill_deadline * 2;
-            while t0.elapsed() < limit {
-                if let Ok(ready) = ready_count(&api, &cluster, &key).await {
-                    if ready < a.size {
-                        dropped = true;
-                    } else if dropped {
-                        return Some(t0.elapsed().as_secs_f64());
-                    }
-                }
-                if !dropped && done.load(std::sync::atomic::Ordering::SeqCst) {
-                    return None;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            None
-        };
-        tokio::join!(creates, watch)
-    };
-    let mut drained = phase(&outcomes, t0, cpu);
-    drained.wall_seconds = wall.as_secs_f64();
-    delete_all(&api, &key, &outcomes).await;
-    let bound = 1.2 * f64::from(a.size) / a.refill;
-    let ok =
-        drained.failed == 0 && drained.ran == burst && refilled_after.is_some_and(|s| s <= bound);
-    let drain = Drain {
-        phase: drained,
-        refilled_after_seconds: refilled_after,
-        refill_bound_seconds: bound,
-        ok,
+    // Drain: 3 × size at once, from several organizations.
+    let tenants = provision(&api, &key, a.orgs.max(2)).await?;
+    let drain = run_drain(
+        &api,
+        &cluster,
+        &key,
+        &tenants,
+        &a,
+        a.size,
+        fill_deadline,
+        None,
+    )
+    .await?;
+    drop(cluster);
+
+    let capped_drain = if a.capped_size == 0 {
+        None
+    } else {
+        let size = a.capped_size;
+        let cap = 4 * size;
+        let cluster = start(&a, &binary, size, Some(cap)).await?;
+        let api = Api::new(cluster.url())?;
+        let key = cluster.key.clone();
+        let deadline = Duration::from_secs_f64(3.0 * f64::from(size) / a.refill + 60.0);
+        wait_ready(&api, &cluster, &key, size, deadline).await?;
+        let tenants = provision(&api, &key, a.orgs.max(2)).await?;
+        let d = run_drain(
+            &api,
+            &cluster,
+            &key,
+            &tenants,
+            &a,
+            size,
+            deadline,
+            Some(cap),
+        )
+        .await?;
+        if d.phase.hits == 0 {
+            notes.push(
+                "the capped drain had no hit: every create found a queued sandbox that may be \
+                 waiting for the pool, or no ready instance"
+                    .to_owned(),
+            );
+        }
+        Some(d)
     };
 
     if warm.hits == 0 {
@@ -322,8 +370,210 @@ async fn run(a: Args) -> Result<Report, LoadError> {
         warm,
         cold,
         drain,
+        capped_drain,
         notes,
     })
+}
+
+/// A cluster whose `fake` pool keeps a warm class of `size`, capped at `cap` if given.
+async fn start(
+    a: &Args,
+    binary: &std::path::Path,
+    size: u32,
+    cap: Option<u32>,
+) -> Result<Cluster, LoadError> {
+    let mut pool_lines = format!(
+        "warm = [{{ name = \"{CLASS}\", size = {size}, refill_per_second = {} }}]",
+        a.refill
+    );
+    if let Some(cap) = cap {
+        pool_lines.push_str(&format!("\nmax_concurrent = {cap}"));
+    }
+    Cluster::start(ClusterOpts {
+        binary: binary.to_owned(),
+        latency_ms: a.latency_ms,
+        max_active: 100_000,
+        database_max_connections: 16,
+        log_level: a.log_level.clone(),
+        extra_capabilities: vec!["warm".to_owned()],
+        pool_lines,
+    })
+    .await
+}
+
+/// The tenants of the drain: `n` organizations with a key each.
+async fn provision(api: &Api, key: &str, n: usize) -> Result<Vec<Tenant>, LoadError> {
+    let t = differently_load_tests::client::provision(api, key, n).await?;
+    if let Some(note) = t.note {
+        return Err(LoadError::Process(format!(
+            "the drain needs several organizations: {note}"
+        )));
+    }
+    Ok(t.tenants)
+}
+
+/// A burst of 3 × `size` creates of `{}` from `tenants` (the first heavy, sending
+/// `heavy_share` of it first; the others the rest, 20 ms later), timed until the class is
+/// back to `size`.
+#[allow(clippy::too_many_arguments)]
+async fn run_drain(
+    api: &Api,
+    cluster: &Cluster,
+    admin: &str,
+    tenants: &[Tenant],
+    a: &Args,
+    size: u32,
+    fill_deadline: Duration,
+    cap: Option<u32>,
+) -> Result<Drain, LoadError> {
+    let burst = 3 * size as usize;
+    let heavy = ((burst as f64 * a.heavy_share.clamp(0.0, 1.0)).round() as usize).min(burst);
+    let lights = tenants.len().saturating_sub(1).max(1);
+    let mut plan: Vec<(usize, Duration)> = vec![(0, Duration::ZERO); heavy];
+    for i in 0..burst - heavy {
+        plan.push((1 + i % lights, Duration::from_millis(20)));
+    }
+    let meter = CpuMeter::start(cluster.pids());
+    let t0 = Instant::now();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let ((outcomes, wall, cpu), refilled_after) = {
+        let creates = async {
+            let o = from_orgs(api, tenants, &plan).await;
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            (o, t0.elapsed(), meter.finish_seconds())
+        };
+        let watch = async {
+            // The class is drained by the burst's claims, then refilled: watch for the
+            // moment it holds `size` again after having dropped below. Never dropped by
+            // the time every create ran: nothing was claimed, nothing to time.
+            let mut dropped = false;
+            let limit = fill_deadline * 2;
+            while t0.elapsed() < limit {
+                if let Ok(ready) = ready_count(api, cluster, admin).await {
+                    if ready < size {
+                        dropped = true;
+                    } else if dropped {
+                        return Some(t0.elapsed().as_secs_f64());
+                    }
+                }
+                if !dropped && done.load(std::sync::atomic::Ordering::SeqCst) {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None
+        };
+        tokio::join!(creates, watch)
+    };
+    let mut drained = phase(&outcomes, t0, cpu);
+    drained.wall_seconds = wall.as_secs_f64();
+    let (orgs, fairness) = fairness(&outcomes, tenants.len());
+    for (org, tenant) in tenants.iter().enumerate() {
+        let mine: Vec<Outcome> = outcomes.iter().filter(|o| o.org == org).cloned().collect();
+        delete_all(api, &tenant.key, &mine).await;
+    }
+    let bound = 1.2 * f64::from(size) / a.refill;
+    let ok =
+        drained.failed == 0 && drained.ran == burst && refilled_after.is_some_and(|s| s <= bound);
+    Ok(Drain {
+        phase: drained,
+        refilled_after_seconds: refilled_after,
+        refill_bound_seconds: bound,
+        ok,
+        orgs,
+        fairness,
+        max_concurrent: cap,
+    })
+}
+
+/// Per-organization figures of a drain's misses, and how fair their order was.
+fn fairness(outcomes: &[Outcome], orgs: usize) -> (Vec<OrgDrain>, Fairness) {
+    let mut misses: Vec<&Outcome> = outcomes.iter().filter(|o| o.ran && !o.hit).collect();
+    misses.sort_by_key(|o| o.ran_at);
+    let last = misses.len().saturating_sub(1).max(1) as f64;
+    let rank_of = |i: usize| i as f64 / last;
+    let mut per = Vec::with_capacity(orgs);
+    let mut means = Vec::new();
+    for org in 0..orgs {
+        let mine: Vec<&Outcome> = outcomes.iter().filter(|o| o.org == org).collect();
+        let ranks: Vec<f64> = misses
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.org == org)
+            .map(|(i, _)| rank_of(i))
+            .collect();
+        let lat: Vec<Duration> = mine
+            .iter()
+            .filter(|o| o.ran && !o.hit)
+            .map(|o| o.latency)
+            .collect();
+        let summary = summarize(&lat);
+        if !lat.is_empty() {
+            means.push(summary.mean_ms);
+        }
+        per.push(OrgDrain {
+            org: if org == 0 {
+                "heavy".to_owned()
+            } else {
+                format!("light-{org}")
+            },
+            creates: mine.len(),
+            hits: mine.iter().filter(|o| o.hit).count(),
+            misses: lat.len(),
+            misses_to_running: summary,
+            mean_miss_rank: if ranks.is_empty() {
+                0.0
+            } else {
+                ranks.iter().sum::<f64>() / ranks.len() as f64
+            },
+        });
+    }
+    let sum: f64 = means.iter().sum();
+    let squares: f64 = means.iter().map(|m| m * m).sum();
+    let jain = if squares > 0.0 {
+        sum * sum / (means.len() as f64 * squares)
+    } else {
+        1.0
+    };
+    let first_light = misses.iter().position(|o| o.org != 0);
+    let last_heavy = misses.iter().rposition(|o| o.org == 0);
+    let fairness = Fairness {
+        jain_mean_miss_latency: jain,
+        first_light_miss_rank: first_light.map_or(0.0, rank_of),
+        light_misses_all_behind_heavy: matches!((first_light, last_heavy), (Some(f), Some(l)) if f > l),
+    };
+    (per, fairness)
+}
+
+/// The burst's creates: `plan` gives each one's organization and delay from now.
+async fn from_orgs(api: &Api, tenants: &[Tenant], plan: &[(usize, Duration)]) -> Vec<Outcome> {
+    let start = tokio::time::Instant::now();
+    let tasks: Vec<_> = plan
+        .iter()
+        .map(|&(org, delay)| {
+            let api = api.clone();
+            let key = tenants[org].key.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start + delay).await;
+                let mut o = one(&api, &key, &json!({})).await;
+                o.org = org;
+                o
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(plan.len());
+    for (t, &(org, _)) in tasks.into_iter().zip(plan) {
+        out.push(t.await.unwrap_or_else(|e| Outcome {
+            ran: false,
+            hit: false,
+            latency: Duration::ZERO,
+            id: None,
+            error: Some(format!("task: {e}")),
+            org,
+            ran_at: None,
+        }));
+    }
+    out
 }
 
 /// Ready instances of the bench's class, from `GET /v1/admin/pools/{pool}/warm`.
@@ -404,6 +654,8 @@ async fn paced(api: &Api, key: &str, body: Value, n: usize, rate: Option<f64>) -
             latency: Duration::ZERO,
             id: None,
             error: Some(format!("task: {e}")),
+            org: 0,
+            ran_at: None,
         }));
     }
     out
@@ -417,6 +669,8 @@ async fn one(api: &Api, key: &str, body: &Value) -> Outcome {
         latency: t.elapsed(),
         id,
         error: Some(e),
+        org: 0,
+        ran_at: None,
     };
     let (status, answer) = match api.post(key, "/v1/sandboxes", body).await {
         Ok(x) => x,
@@ -435,6 +689,8 @@ async fn one(api: &Api, key: &str, body: &Value) -> Outcome {
             latency: t.elapsed(),
             id: Some(id),
             error: None,
+            org: 0,
+            ran_at: Some(Instant::now()),
         };
     }
     match api.wait(key, &id, "running", 120).await {
@@ -444,6 +700,8 @@ async fn one(api: &Api, key: &str, body: &Value) -> Outcome {
             latency: t.elapsed(),
             id: Some(id),
             error: None,
+            org: 0,
+            ran_at: Some(Instant::now()),
         },
         Ok(s) => fail(Some(id), format!("ended {s}, not running")),
         Err(e) => fail(Some(id), e.to_string()),
