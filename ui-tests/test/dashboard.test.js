@@ -245,11 +245,16 @@ describe('tenant', () => {
     const secret = (await page.locator('#new-secret').innerText()).trim();
     assert.match(secret, /^dly_key_/);
     assert.equal((await dev.call('GET', '/v1/sandboxes', undefined, secret)).status, 200);
+    // Its E2B alias (docs/e2b-facade.md) is the same key, accepted on the E2B surface.
+    const alias = (await page.locator('#new-secret-e2b').innerText()).trim();
+    assert.equal(alias, 'e2b_' + Buffer.from(secret).toString('hex'));
+    assert.equal((await dev.call('GET', '/e2b/v2/sandboxes', undefined, alias)).status, 200);
     await axeCheck(page, 'tenant-keys');
     await page.getByRole('button', { name: 'Done, hide it' }).click();
     assert.equal(await page.locator('#new-secret').count(), 0);
     // Listed, never with its secret.
     assert.ok(!(await page.locator('main').innerText()).includes(secret));
+    assert.ok(!(await page.locator('main').innerText()).includes(alias));
     const revoke = page.getByRole('button', { name: 'Revoke key ci-temp' });
     await revoke.click();
     await page.getByRole('button', { name: 'Confirm revoking key ci-temp' }).click();
