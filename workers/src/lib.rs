@@ -386,7 +386,7 @@ impl WorkerGroup {
         let capacity = matches!(e, AdapterError::Capacity(_));
         // A pool without room is not asked again: the sandbox goes back to placement at once.
         if !capacity && e.is_retryable() && delivered < self.config.max_deliveries {
-            return Ack::Retry(backoff(delivered));
+            return Ack::Retry(retry_delay(delivered, &e));
         }
         let now = Utc::now();
         if capacity {
@@ -398,7 +398,9 @@ impl WorkerGroup {
                 // taken up the refusal, so the next placement skips this pool.
                 now + CAPACITY_REQUEUE_DELAY
             } else {
-                now + chrono::Duration::seconds(2_i64.pow(row.attempts.min(6)))
+                let own = Duration::from_secs(2_u64.pow(row.attempts.min(6)));
+                let wait = own.max(honoured_retry_after(&e));
+                now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(64))
             };
             self.store
                 .requeue(&row.id, &format!("create failed: {e}"), not_before)
@@ -578,6 +580,23 @@ pub(crate) fn backoff(delivered: u64) -> Duration {
     doubling(Duration::from_secs(1), Duration::from_secs(60), delivered)
 }
 
+/// Longest backend `Retry-After` a retry waits for: a larger one is taken as this, so a
+/// wrong header cannot park a sandbox for hours.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// The backend's `Retry-After` on a retryable error, capped at [`MAX_RETRY_AFTER`]; zero
+/// when it sent none.
+fn honoured_retry_after(e: &AdapterError) -> Duration {
+    e.retry_after().unwrap_or_default().min(MAX_RETRY_AFTER)
+}
+
+/// When to try a retryable call again: our own back-off, or later if the backend asked for
+/// longer (a throttled create answers 429 with `Retry-After`; retrying earlier only earns
+/// another 429).
+pub(crate) fn retry_delay(delivered: u64, e: &AdapterError) -> Duration {
+    backoff(delivered).max(honoured_retry_after(e))
+}
+
 /// `first` on the first delivery, doubling with each redelivery, never above `cap`.
 pub(crate) fn doubling(first: Duration, cap: Duration, delivered: u64) -> Duration {
     let doublings = delivered.saturating_sub(1).min(16) as u32;
@@ -607,6 +626,24 @@ pub(crate) async fn with_progress<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retry_waits_for_the_backends_retry_after_when_it_is_longer() {
+        use differently_adapters::Reason;
+        let throttled = |secs| {
+            AdapterError::Transient(Reason::from("429").with_retry_after(Duration::from_secs(secs)))
+        };
+        assert_eq!(retry_delay(1, &throttled(45)), Duration::from_secs(45));
+        // Our own back-off is longer: it wins.
+        assert_eq!(retry_delay(7, &throttled(3)), Duration::from_secs(60));
+        // None sent: our back-off.
+        assert_eq!(
+            retry_delay(2, &AdapterError::transient("x")),
+            Duration::from_secs(2)
+        );
+        // A wrong header cannot park it for hours.
+        assert_eq!(retry_delay(1, &throttled(86_400)), MAX_RETRY_AFTER);
+    }
 
     #[test]
     fn backoff_grows_and_caps() {
