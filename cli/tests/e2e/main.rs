@@ -17,10 +17,10 @@ mod crash;
 mod dataplane;
 mod deploy_metrics;
 mod dev;
-mod e2b_facade;
 mod dev_webhooks;
 mod devhost_files;
 mod docs_paths;
+mod e2b_facade;
 mod env_at_rest;
 mod exec_held;
 /// The adapters' test HTTP scaffolding, which their fake servers (included below) use as
@@ -49,6 +49,11 @@ mod fake_opensandbox;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]
 mod fake_pty;
+/// The fake OpenSandbox server's version switch (its `fake_server` names it as
+/// `crate::fake_versions`).
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/opensandbox/fake_versions.rs"]
+mod fake_versions;
 mod hybrid_placement;
 mod idempotency;
 mod lifecycle;
