@@ -95,11 +95,17 @@ pub async fn settle(pool: &PgPool, within: Duration) -> Result<usize, LoadError>
     }
 }
 
-/// Status after an audit action (`sandbox.admit`, `sandbox.activate`, …).
-fn status_after(action: &str) -> Option<SandboxStatus> {
+/// Status after an audit action (`sandbox.admit`, `sandbox.activate`, …). `recorded` is the
+/// record's `detail.status`, which a warm claim's one `sandbox.activate` carries: it says
+/// activation and start at once (`running`, or `provisioning` until its claim call).
+fn status_after(action: &str, recorded: Option<&str>) -> Option<SandboxStatus> {
     match action.strip_prefix("sandbox.")? {
         "admit" | "requeue" => Some(SandboxStatus::Queued),
-        "activate" => Some(SandboxStatus::Provisioning),
+        "activate" => Some(
+            recorded
+                .and_then(|s| SandboxStatus::from_str(s).ok())
+                .unwrap_or(SandboxStatus::Provisioning),
+        ),
         "running" => Some(SandboxStatus::Running),
         other => SandboxStatus::from_str(other).ok(),
     }
@@ -109,7 +115,7 @@ fn status_after(action: &str) -> Option<SandboxStatus> {
 /// sandboxes counting as active (provisioning, running, paused, stopped, terminating).
 pub async fn replay_active_peaks(pool: &PgPool) -> Result<BTreeMap<String, u64>, LoadError> {
     let rows = sqlx::query(
-        "SELECT org_id, resource, action FROM audit_events
+        "SELECT org_id, resource, action, detail->>'status' AS status FROM audit_events
          WHERE action LIKE 'sandbox.%' AND org_id IS NOT NULL ORDER BY seq",
     )
     .fetch_all(pool)
@@ -128,7 +134,10 @@ pub async fn replay_active_peaks(pool: &PgPool) -> Result<BTreeMap<String, u64>,
         let action: String = r
             .try_get("action")
             .map_err(|e| LoadError::db("action", e))?;
-        let Some(next) = status_after(&action) else {
+        let recorded: Option<String> = r
+            .try_get("status")
+            .map_err(|e| LoadError::db("status", e))?;
+        let Some(next) = status_after(&action, recorded.as_deref()) else {
             continue;
         };
         let was = status
@@ -254,20 +263,28 @@ mod tests {
 
     #[test]
     fn audit_actions_map_to_statuses() {
-        assert_eq!(status_after("sandbox.admit"), Some(SandboxStatus::Queued));
         assert_eq!(
-            status_after("sandbox.activate"),
-            Some(SandboxStatus::Provisioning)
+            status_after("sandbox.admit", None),
+            Some(SandboxStatus::Queued)
         );
         assert_eq!(
-            status_after("sandbox.running"),
+            status_after("sandbox.activate", None),
+            Some(SandboxStatus::Provisioning)
+        );
+        // A warm claim's activation is also its start.
+        assert_eq!(
+            status_after("sandbox.activate", Some("running")),
             Some(SandboxStatus::Running)
         );
         assert_eq!(
-            status_after("sandbox.terminated"),
+            status_after("sandbox.running", None),
+            Some(SandboxStatus::Running)
+        );
+        assert_eq!(
+            status_after("sandbox.terminated", None),
             Some(SandboxStatus::Terminated)
         );
-        assert_eq!(status_after("sandbox.bogus"), None);
-        assert_eq!(status_after("key.create"), None);
+        assert_eq!(status_after("sandbox.bogus", None), None);
+        assert_eq!(status_after("key.create", None), None);
     }
 }

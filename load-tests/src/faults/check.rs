@@ -114,10 +114,12 @@ pub async fn quiesce(pool: &PgPool, within: Duration) -> (i64, Duration) {
 }
 
 /// Status a `sandbox.*` audit action leaves the sandbox in (`None`: not a transition).
-fn status_after(action: &str) -> Option<&str> {
+/// `recorded` is the record's `detail.status`: a warm claim's one `sandbox.activate` is also
+/// its start, and says `running` (or `provisioning` until its claim call).
+fn status_after<'a>(action: &'a str, recorded: Option<&'a str>) -> Option<&'a str> {
     match action.strip_prefix("sandbox.")? {
         "admit" | "requeue" => Some("queued"),
-        "activate" => Some("provisioning"),
+        "activate" => Some(recorded.unwrap_or("provisioning")),
         other => SandboxStatus::from_str(other).ok().map(|_| other),
     }
 }
@@ -315,7 +317,8 @@ pub async fn check_all(
         }
     }
     let audit = sqlx::query(
-        "SELECT resource, action, at FROM audit_events WHERE action LIKE 'sandbox.%' ORDER BY seq",
+        "SELECT resource, action, at, detail->>'status' AS status FROM audit_events
+         WHERE action LIKE 'sandbox.%' ORDER BY seq",
     )
     .fetch_all(&pool)
     .await
@@ -330,7 +333,10 @@ pub async fn check_all(
             .try_get("action")
             .map_err(|e| LoadError::db("action", e))?;
         let at: DateTime<Utc> = r.try_get("at").map_err(|e| LoadError::db("at", e))?;
-        if let Some(st) = status_after(&action) {
+        let recorded: Option<String> = r
+            .try_get("status")
+            .map_err(|e| LoadError::db("status", e))?;
+        if let Some(st) = status_after(&action, recorded.as_deref()) {
             last.insert(res.clone(), st.to_owned());
             trail.entry(res).or_default().push((action, at));
         }
