@@ -372,6 +372,9 @@ describe('operator', () => {
       assert.match(first, /0 ready/);
       assert.match(first, /0 creating/);
       assert.match(first, /pool default/);
+      // Nothing matched either class yet.
+      assert.match(first, /0\/min/);
+      assert.match(first, /no creates/);
       const second = await rows.nth(1).innerText();
       assert.match(second, /py/);
       assert.match(second, /0 \(max 2\)/);
@@ -385,6 +388,52 @@ describe('operator', () => {
     await page.getByRole('heading', { name: 'Fair queue', level: 1 }).waitFor();
     await page.goto('/ui/#/pools');
     await page.getByText('No warm classes.').waitFor();
+    assert.deepEqual(page.problems, []);
+  });
+
+  test('the warm table shows claims per minute and the hit ratio of each class', async () => {
+    // One instance, and none more for 100 s (a bucket holds one token at most): the first
+    // matching create claims it, the second finds none and goes cold.
+    const classes = [{ name: 'default', size: 1, refillPerSecond: 0.01 }];
+    await ok(await dev.call('PUT', '/v1/admin/pools/local/warm', { classes }), 'warm classes');
+    const made = [];
+    try {
+      const deadline = Date.now() + 60000;
+      for (;;) {
+        const doc = await ok(await dev.call('GET', '/v1/admin/pools/local/warm'), 'warm');
+        if (doc.classes[0].ready === 1) break;
+        assert.ok(Date.now() < deadline, `the class never had its instance: ${JSON.stringify(doc)}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      for (const what of ['hit', 'miss']) {
+        const created = await ok(await dev.call('POST', '/v1/sandboxes', { projectId: t.projectA }, t.keyA), what);
+        made.push(created.id);
+        assert.equal(created.status === 'running', what === 'hit', `${what}: ${JSON.stringify(created)}`);
+      }
+      // The API serves the counts (every process's, from the store).
+      const doc = await ok(await dev.call('GET', '/v1/admin/pools/local/warm'), 'warm');
+      assert.equal(doc.classes[0].hitRatio, 0.5, JSON.stringify(doc));
+      assert.ok(doc.classes[0].claimsPerMinute > 0 && doc.classes[0].claimsPerMinute <= 1 / 9, JSON.stringify(doc));
+      await page.goto('/ui/#/queue');
+      await page.getByRole('heading', { name: 'Fair queue', level: 1 }).waitFor();
+      await page.goto('/ui/#/pools');
+      await page.getByRole('heading', { name: 'Warm classes', level: 2 }).waitFor();
+      const row = page.locator('#warm-classes tbody tr').first();
+      await row.waitFor();
+      const text = await row.innerText();
+      assert.match(text, /default/);
+      assert.match(text, /50% hit/);
+      assert.match(text, /0\.1\/min/);
+      const headers = await page.locator('#warm-classes thead').innerText();
+      assert.match(headers, /Claims\/min/);
+      assert.match(headers, /Hit ratio/);
+      await axeCheck(page, 'operator-pools-warm-claims');
+    } finally {
+      for (const id of made) {
+        await ok(await dev.call('DELETE', `/v1/sandboxes/${id}`, undefined, t.keyA), 'delete');
+      }
+      await ok(await dev.call('PUT', '/v1/admin/pools/local/warm', { classes: [] }), 'clear warm classes');
+    }
     assert.deepEqual(page.problems, []);
   });
 

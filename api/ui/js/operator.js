@@ -35,6 +35,19 @@ function warmResources(c) {
   return r ? `${r.cpu} CPU · ${r.memoryMiB} MiB · ${r.diskGiB} GiB` : 'defaults';
 }
 
+/** Claims per minute over the last 10 minutes, to one decimal ("0.3"; whole numbers bare). */
+function claimsPerMinute(n) {
+  const v = Number(n) || 0;
+  return Number.isInteger(v) ? String(v) : v.toFixed(1);
+}
+
+/** The share of matching creates answered warm over the last 10 minutes ("75% hit"). */
+function hitRatio(r) {
+  return r === null || r === undefined
+    ? h('span', { class: 'muted' }, 'no creates')
+    : `${Math.round(r * 100)}% hit`;
+}
+
 export async function pools(ctx) {
   const { el } = ctx;
   const list = await get('/v1/admin/pools');
@@ -53,12 +66,14 @@ export async function pools(ctx) {
       ['Source', (p) => p.source],
     ], items, 'No pools.'),
     h('h2', {}, 'Warm classes'),
-    h('p', { class: 'muted' }, 'Instances kept ready per pool, so a create with the same template and resources starts from one. Set with PUT /v1/admin/pools/{name}/warm or warm = [...] in the config file.'),
+    h('p', { class: 'muted' }, 'Instances kept ready per pool, so a create with the same template and resources starts from one; claims per minute and hit ratio are over the last 10 minutes. Set with PUT /v1/admin/pools/{name}/warm or warm = [...] in the config file.'),
     h('div', { id: 'warm-classes' }, table('Warm classes', [
       ['Pool', (c) => c.pool],
       ['Class', (c) => h('strong', {}, c.name)],
       ['Ready', (c) => h('span', { class: c.ready > 0 ? 'ok' : 'muted' }, `${c.ready} ready`), 'num'],
       ['Creating', (c) => `${c.creating} creating`, 'num'],
+      ['Claims/min', (c) => `${claimsPerMinute(c.claimsPerMinute)}/min`, 'num'],
+      ['Hit ratio', (c) => hitRatio(c.hitRatio), 'num'],
       ['Size', (c) => (c.maxSize && c.maxSize !== c.size ? `${c.size} (max ${c.maxSize})` : String(c.size)), 'num'],
       ['Template', (c) => c.template || 'pool default'],
       ['Resources', warmResources],
