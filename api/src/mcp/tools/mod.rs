@@ -8,6 +8,9 @@
 //! another tenant's sandbox (`not_found`), a bad argument, a quota — is a tool error
 //! (`isError: true`) carrying the API's stable code, never a protocol error.
 
+mod args;
+mod schemas;
+
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -20,6 +23,9 @@ use super::resources::{CommandLogs, LogEntry};
 use super::v1::{V1Request, V1};
 use super::{code, Notifier, RpcError};
 use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
+use args::{enc, opt_int, opt_string, sandbox_id, string, wait_seconds};
+
+pub use schemas::list;
 
 /// Output kept per stream of a command, as `/v1` exec keeps it (the rest is counted, and the
 /// `…Truncated` flag set, while the command runs on).
@@ -133,161 +139,6 @@ fn ok(structured: Value) -> ToolResult {
     }))
 }
 
-/// The tool list, with input schemas.
-pub fn list() -> Value {
-    let sandbox_id = json!({ "type": "string", "description": "The sandbox's id (sbx_…)." });
-    let resources = json!({
-        "type": "object",
-        "description": "CPU cores, memory and disk; omitted fields take the installation's defaults.",
-        "properties": {
-            "cpu": { "type": "integer", "minimum": 1, "maximum": 256 },
-            "memoryMiB": { "type": "integer", "minimum": 128, "maximum": 1048576 },
-            "diskGiB": { "type": "integer", "minimum": 0, "maximum": 16384 },
-        },
-        "additionalProperties": false,
-    });
-    let create_props = json!({
-        "template": { "type": "string", "description": "The template or container image to start (e.g. python:3.12)." },
-        "resources": resources,
-        "profile": { "type": "string", "enum": ["small", "medium", "large", "xlarge"], "description": "A named resource size instead of resources." },
-        "env": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Environment variables of every command. Values are sealed at rest and never shown again." },
-        "labels": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Labels to find the sandbox by." },
-        "ttlSeconds": { "type": "integer", "minimum": 1, "maximum": 2592000, "description": "Seconds until the sandbox is deleted (extend with sandbox_extend)." },
-        "idleTimeoutSeconds": { "type": "integer", "minimum": 1, "maximum": 2592000 },
-        "projectId": { "type": "string", "description": "The project to create in (a key bound to a project uses its own)." },
-        "capabilities": { "type": "array", "items": { "type": "string" } },
-        "region": { "type": "string" },
-        "priority": { "type": "integer", "minimum": -100, "maximum": 100 },
-        "waitSeconds": { "type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECONDS, "description": "How long to wait for the sandbox to run (default 120)." },
-    });
-    let mut fork_props = create_props.clone();
-    fork_props["snapshotId"] =
-        json!({ "type": "string", "description": "The ready snapshot to start from (snp_…)." });
-    let obj = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required, "additionalProperties": false });
-    json!([
-        {
-            "name": "sandbox_create",
-            "title": "Create a sandbox",
-            "description": "Creates a sandbox from a template (image) and waits until it is running; returns the sandbox. Needs sandboxes:write.",
-            "inputSchema": obj(create_props, &[]),
-            "annotations": { "destructiveHint": false, "openWorldHint": false },
-        },
-        {
-            "name": "sandbox_list",
-            "title": "List sandboxes",
-            "description": "Lists the sandboxes the key can see, newest first, one page at a time. Needs sandboxes:read.",
-            "inputSchema": obj(json!({
-                "status": { "type": "string", "description": "Only sandboxes with this status (queued, provisioning, running, paused, stopped, terminating, terminated, failed)." },
-                "labels": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Only sandboxes carrying every one of these labels." },
-                "projectId": { "type": "string" },
-                "limit": { "type": "integer", "minimum": 1, "maximum": 1000 },
-                "cursor": { "type": "string", "description": "nextCursor of the previous page." },
-            }), &[]),
-            "annotations": { "readOnlyHint": true },
-        },
-        {
-            "name": "sandbox_get",
-            "title": "Get a sandbox",
-            "description": "The sandbox: status, template, resources, labels, env names (never values), expiry. Needs sandboxes:read.",
-            "inputSchema": obj(json!({ "sandboxId": sandbox_id }), &["sandboxId"]),
-            "annotations": { "readOnlyHint": true },
-        },
-        {
-            "name": "sandbox_exec",
-            "title": "Run a command",
-            "description": "Runs a command (an argv array, no shell unless you run one) in a running sandbox and returns stdout, stderr and exitCode. Each stream keeps 1 MiB (…Truncated beyond). With a progress token, output is streamed as progress notifications while it runs. A timeout gives exit code 124. Needs sandboxes:exec.",
-            "inputSchema": obj(json!({
-                "sandboxId": sandbox_id,
-                "command": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "The program and its arguments, e.g. [\"sh\", \"-c\", \"ls -l\"]." },
-                "cwd": { "type": "string", "description": "Absolute working directory." },
-                "env": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Variables over the sandbox's own." },
-                "timeoutSeconds": { "type": "integer", "minimum": 1, "maximum": 86400 },
-                "stdin": { "type": "string", "description": "Text given on standard input." },
-                "stdinBase64": { "type": "string", "description": "Bytes given on standard input, base64." },
-                "outputEncoding": { "type": "string", "enum": ["utf8", "base64"] },
-            }), &["sandboxId", "command"]),
-            "annotations": { "destructiveHint": true, "openWorldHint": true },
-        },
-        {
-            "name": "files_read",
-            "title": "Read a file",
-            "description": "Reads a file of the sandbox: text when it is UTF-8, else base64 (or as asked). At most 1 MiB (truncated: true beyond). Needs files:read.",
-            "inputSchema": obj(json!({
-                "sandboxId": sandbox_id,
-                "path": { "type": "string", "description": "Absolute path." },
-                "encoding": { "type": "string", "enum": ["text", "base64"], "description": "Force an encoding (default: text when valid UTF-8)." },
-            }), &["sandboxId", "path"]),
-            "annotations": { "readOnlyHint": true },
-        },
-        {
-            "name": "files_write",
-            "title": "Write a file",
-            "description": "Writes a file of the sandbox (replacing it), from text or base64, at most 1 MiB. Needs files:write.",
-            "inputSchema": obj(json!({
-                "sandboxId": sandbox_id,
-                "path": { "type": "string", "description": "Absolute path." },
-                "content": { "type": "string" },
-                "encoding": { "type": "string", "enum": ["text", "base64"], "description": "How content is given (default text)." },
-                "mode": { "type": "string", "pattern": "^[0-7]{3,4}$", "description": "Octal permissions, e.g. 644." },
-            }), &["sandboxId", "path", "content"]),
-            "annotations": { "destructiveHint": true },
-        },
-        {
-            "name": "files_list",
-            "title": "List a directory",
-            "description": "Lists a directory of the sandbox: path, type, size, mode, modifiedAt. Needs files:read.",
-            "inputSchema": obj(json!({
-                "sandboxId": sandbox_id,
-                "path": { "type": "string", "description": "Absolute path of the directory." },
-                "depth": { "type": "integer", "minimum": 1, "description": "How deep to descend (default 1)." },
-            }), &["sandboxId", "path"]),
-            "annotations": { "readOnlyHint": true },
-        },
-        {
-            "name": "snapshot_create",
-            "title": "Snapshot a sandbox",
-            "description": "Snapshots a sandbox and waits until the snapshot is ready (or failed); returns the snapshot, whose id sandbox_fork takes. Needs sandboxes:write.",
-            "inputSchema": obj(json!({
-                "sandboxId": sandbox_id,
-                "name": { "type": "string" },
-                "waitSeconds": { "type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECONDS },
-            }), &["sandboxId"]),
-        },
-        {
-            "name": "sandbox_fork",
-            "title": "Fork a snapshot",
-            "description": "Creates a new sandbox from a ready snapshot (in the snapshot's project) and waits until it is running. Takes sandbox_create's arguments too. Needs sandboxes:write.",
-            "inputSchema": obj(fork_props, &["snapshotId"]),
-        },
-        {
-            "name": "port_url",
-            "title": "Expose a port",
-            "description": "A URL reaching a port the sandbox listens on, with its expiry. Needs sandboxes:write.",
-            "inputSchema": obj(json!({
-                "sandboxId": sandbox_id,
-                "port": { "type": "integer", "minimum": 1, "maximum": 65535 },
-                "expiresSeconds": { "type": "integer", "minimum": 1, "maximum": 604800 },
-            }), &["sandboxId", "port"]),
-        },
-        {
-            "name": "sandbox_extend",
-            "title": "Extend the TTL",
-            "description": "Sets the sandbox to expire ttlSeconds from now. Needs sandboxes:write.",
-            "inputSchema": obj(json!({
-                "sandboxId": sandbox_id,
-                "ttlSeconds": { "type": "integer", "minimum": 1, "maximum": 2592000 },
-            }), &["sandboxId", "ttlSeconds"]),
-        },
-        {
-            "name": "sandbox_delete",
-            "title": "Delete a sandbox",
-            "description": "Deletes the sandbox (it becomes terminating, then terminated). Needs sandboxes:write.",
-            "inputSchema": obj(json!({ "sandboxId": sandbox_id }), &["sandboxId"]),
-            "annotations": { "destructiveHint": true },
-        },
-    ])
-}
-
 /// Runs tool `name`. An unknown tool is a protocol error (`-32602`, as the spec says); every
 /// other failure is a tool error result.
 pub async fn call(
@@ -397,73 +248,6 @@ pub async fn call(
         }
     };
     Ok(run.await.unwrap_or_else(|e| e.result()))
-}
-
-/// `s` escaped for a path segment or query value.
-fn enc(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
-fn string<'a>(args: &'a Map<String, Value>, field: &str) -> Result<&'a str, ToolError> {
-    match args.get(field) {
-        Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(ToolError::field(
-            "validation_failed",
-            field,
-            format!("{field} is required"),
-        )),
-        Some(_) => Err(ToolError::field(
-            "invalid_argument",
-            field,
-            format!("{field} must be a string"),
-        )),
-    }
-}
-
-fn opt_string<'a>(args: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, ToolError> {
-    match args.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(_) => string(args, field).map(Some),
-    }
-}
-
-fn opt_int(args: &Map<String, Value>, field: &str) -> Result<Option<u64>, ToolError> {
-    match args.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            ToolError::field(
-                "invalid_argument",
-                field,
-                format!("{field} must be a non-negative integer"),
-            )
-        }),
-    }
-}
-
-/// The `sandboxId` argument, escaped for a path (an id `/v1` would not accept is its 404).
-fn sandbox_id(args: &Map<String, Value>) -> Result<String, ToolError> {
-    let id = string(args, "sandboxId")?;
-    if id.is_empty() {
-        return Err(ToolError::field(
-            "validation_failed",
-            "sandboxId",
-            "sandboxId must not be empty",
-        ));
-    }
-    Ok(enc(id))
-}
-
-fn wait_seconds(args: &mut Map<String, Value>) -> Result<u64, ToolError> {
-    let w = opt_int(args, "waitSeconds")?.unwrap_or(DEFAULT_WAIT_SECONDS);
-    args.remove("waitSeconds");
-    if !(1..=MAX_WAIT_SECONDS).contains(&w) {
-        return Err(ToolError::field(
-            "validation_failed",
-            "waitSeconds",
-            format!("waitSeconds must be 1–{MAX_WAIT_SECONDS}"),
-        ));
-    }
-    Ok(w)
 }
 
 /// A `/v1` call answering JSON: the value on success (`null` for an empty body), the
