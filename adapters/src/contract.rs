@@ -240,6 +240,9 @@ pub struct ExecFidelity {
     /// A buffered `exec` keeps stderr apart from stdout. `false`: the provider answers them
     /// combined, and everything is in `stdout`.
     pub buffered_stderr: bool,
+    /// Output ends exactly as written. `false`: the provider sends output line by line with
+    /// the terminators removed, so a final line without a newline arrives with one.
+    pub exact_line_endings: bool,
 }
 
 impl ExecFidelity {
@@ -247,6 +250,7 @@ impl ExecFidelity {
     pub const EXACT: ExecFidelity = ExecFidelity {
         binary_output: true,
         buffered_stderr: true,
+        exact_line_endings: true,
     };
 }
 

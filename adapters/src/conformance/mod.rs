@@ -753,6 +753,17 @@ async fn contract_checks(r: &mut Runner, a: &dyn Adapter, declared: &[String]) -
             .exec(&at, &req)
             .await
             .map_err(|e| format!("{} ({e})", kind(&e)))?;
+        if !fidelity.exact_line_endings {
+            // Declared: line-framed output, so the final line gains its newline.
+            expect_eq(
+                "cat of stdin (line-framed, as declared)",
+                "line one\nline two\n",
+                res.stdout.as_str(),
+            )?;
+            return Ok(
+                "stdin reaches the command (final line gains a newline, as declared)".to_owned(),
+            );
+        }
         expect_eq("cat of stdin", "line one\nline two", res.stdout.as_str())?;
         Ok("stdin reaches the command".to_owned())
     })

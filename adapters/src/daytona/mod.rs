@@ -420,6 +420,7 @@ impl Adapter for DaytonaAdapter {
         crate::ExecFidelity {
             binary_output: false,
             buffered_stderr: false,
+            exact_line_endings: true,
         }
     }
 

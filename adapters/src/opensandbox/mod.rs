@@ -356,6 +356,17 @@ impl Adapter for OpenSandboxAdapter {
         self.settings.checkpoint_timeout
     }
 
+    /// execd sends output as JSON text events, so bytes that are not UTF-8 cannot arrive
+    /// exact; execd 1.1 (`lineEndings: stripped`) sends one event per line without its
+    /// terminator, which the adapter puts back, so a final fragment gains a newline.
+    fn exec_fidelity(&self) -> crate::ExecFidelity {
+        crate::ExecFidelity {
+            binary_output: false,
+            buffered_stderr: true,
+            exact_line_endings: self.settings.line_endings == config::LineEndings::Kept,
+        }
+    }
+
     /// The runtime's capabilities, and `warm` on every runtime: an instance created with no
     /// env and tagged with its id is an ordinary sandbox whose expiry [`Adapter::claim`]
     /// moves to the tenant's TTL.

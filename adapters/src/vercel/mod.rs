@@ -464,6 +464,7 @@ impl Adapter for VercelAdapter {
         crate::ExecFidelity {
             binary_output: false,
             buffered_stderr: true,
+            exact_line_endings: true,
         }
     }
 

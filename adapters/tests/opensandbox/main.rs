@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cases;
+mod conformance;
 mod fake_pty;
 mod fake_server;
 mod fake_versions;
