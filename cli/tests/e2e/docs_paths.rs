@@ -1,6 +1,11 @@
 //! Every repository path the README and `docs/*.md` name in backticks exists, so a reader who
 //! follows one finds the file (paths are recognised by their first segment: a top-level
 //! directory of the repository; `../shared/…` and URL paths are not repository paths).
+//!
+//! The maps of the code (`docs/architecture.md` above all) name several files at once and
+//! items in them: `api/src/{auth,error}.rs` is each file of the set, `store/src/pg/warm.rs::f`
+//! is the file, a set member without an extension (`{naming,messages/}`) is that module's
+//! `.rs` file or folder, and `<intent>` placeholders are not paths.
 
 use std::path::{Path, PathBuf};
 
@@ -18,13 +23,34 @@ fn backticked_paths(text: &str) -> Vec<(usize, &str)> {
                 && !piece.is_empty()
                 && piece
                     .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c));
+                    .all(|c| c.is_ascii_alphanumeric() || "_./-{},:".contains(c));
             if is_path {
                 out.push((n + 1, piece));
             }
         }
     }
     out
+}
+
+/// The files a backticked path names: its `{a,b}` sets expanded (one level, as the docs write
+/// them) and an item path (`::name`) dropped.
+fn expand(path: &str) -> Vec<String> {
+    let path = path.split("::").next().unwrap_or(path);
+    match (path.find('{'), path.find('}')) {
+        (Some(open), Some(close)) if open < close => {
+            let (head, set, tail) = (&path[..open], &path[open + 1..close], &path[close + 1..]);
+            set.split(',')
+                .flat_map(|member| expand(&format!("{head}{member}{tail}")))
+                .collect()
+        }
+        _ => vec![path.to_owned()],
+    }
+}
+
+/// Whether `path` exists under `root`, or, named as a module (no extension), its `.rs` file.
+fn names_something(root: &Path, path: &str) -> bool {
+    let at = root.join(Path::new(path));
+    at.exists() || (at.extension().is_none() && at.with_extension("rs").exists())
 }
 
 /// Paths that runs make (git ignores them): named in the docs as where to look afterwards.
@@ -58,10 +84,12 @@ fn every_repository_path_the_docs_name_exists() {
             {
                 continue;
             }
-            checked += 1;
-            if !root.join(Path::new(path)).exists() {
-                let name = doc.strip_prefix(&root).unwrap_or(doc).display().to_string();
-                missing.push(format!("{name}:{line}: `{path}`"));
+            for file in expand(path) {
+                checked += 1;
+                if !names_something(&root, &file) {
+                    let name = doc.strip_prefix(&root).unwrap_or(doc).display().to_string();
+                    missing.push(format!("{name}:{line}: `{path}` ({file})"));
+                }
             }
         }
     }
@@ -83,4 +111,25 @@ fn the_path_parser_finds_backticked_paths_only() {
         backticked_paths(text),
         vec![(1, "api/src/lib.rs"), (2, "docs/")]
     );
+}
+
+#[test]
+fn sets_and_items_name_each_file() {
+    assert_eq!(
+        expand("api/src/{auth,error}.rs"),
+        ["api/src/auth.rs", "api/src/error.rs"]
+    );
+    assert_eq!(
+        expand("store/src/pg/warm.rs::capped_pools"),
+        ["store/src/pg/warm.rs"]
+    );
+    assert_eq!(
+        expand("bus-schema/src/{naming,messages/}"),
+        ["bus-schema/src/naming", "bus-schema/src/messages/"]
+    );
+    let root = repo_root();
+    assert!(names_something(&root, "bus-schema/src/naming"));
+    assert!(!names_something(&root, "api/src/no_such_module"));
+    assert!(!names_something(&root, "bus/src/jetstream.rs"));
+    assert!(backticked_paths("`store/src/<intent>.rs`").is_empty());
 }
