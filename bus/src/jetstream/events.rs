@@ -48,8 +48,8 @@ impl JetStreamBus {
     ///
     /// Only "from now" asks for the stream's info (its last sequence). A reader made again
     /// after a node loss knows where it is and creates its consumer by stream name: a
-    /// `STREAM.INFO` that the stream's leader does not answer (seen for over a minute after a
-    /// node died, issue #27) then cannot keep it from coming back.
+    /// `STREAM.INFO` that the stream's leader does not answer (it can stay unanswered for over
+    /// a minute after a node dies) then cannot keep it from coming back.
     async fn event_reader(
         &self,
         stream: &str,

@@ -119,7 +119,7 @@ pub(super) fn with_base_env_shared(
 /// The call is polled first: its connection is opened before `wanted` sends its statement.
 /// Polled second, it often started only once the statement was answered, since on a busy
 /// machine the database's process, woken by the statement, can take this thread's core
-/// until it has answered (measured: 57 of 300 execs, `docs/opensandbox.md`, sixth pass).
+/// until it has answered: the command's start then waits a database round trip it need not.
 pub(super) async fn beside<'c, W: std::future::Future, C: std::future::Future>(
     mut wanted: Pin<&mut W>,
     mut call: Pin<&'c mut C>,
