@@ -11,9 +11,9 @@ mod live;
 mod pty;
 mod recorded_streams;
 mod replay;
-mod versions;
 #[path = "../support/mod.rs"]
 mod support;
+mod versions;
 
 use differently_adapters::opensandbox::config::Runtime;
 use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
