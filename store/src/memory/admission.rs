@@ -67,7 +67,7 @@ impl AdmissionStore for MemoryStore {
             if let Some(d) = direct.as_ref() {
                 match claim_in(&mut st, &sandbox, &request_hash, &actor, d, &defaults)? {
                     Claim::Claimed(claimed) => {
-                        break 'decided (Activation::Activated(claimed), d.clone());
+                        break 'decided (Activation::Activated(*claimed), d.clone());
                     }
                     // Claim only (a capped pool): queued for the leader, never placed cold;
                     // saying why when a limit stops it, as the leader would.

@@ -232,7 +232,7 @@ impl WarmStore for MemoryStore {
 #[derive(Debug)]
 pub(super) enum Claim {
     /// Inserted under a warm instance's id.
-    Claimed(Sandbox),
+    Claimed(Box<Sandbox>),
     /// A limit stops the placement now (this `waiting: …` reason); nothing written.
     Waits(String),
     /// No class, no instance ready, or (claim only) a queued sandbox may be waiting for the
@@ -337,7 +337,7 @@ pub(super) fn admit_claimed(
         now,
     );
     st.audit(&row.org_id, id.as_str(), entry, now);
-    Ok(Claim::Claimed(row))
+    Ok(Claim::Claimed(Box::new(row)))
 }
 
 impl MemoryStore {
