@@ -135,5 +135,6 @@ mod placement;
 mod secrets_at_rest;
 mod snapshots;
 mod warm;
+mod warm_capped;
 mod webhooks;
 mod work_claims;
