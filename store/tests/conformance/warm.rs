@@ -336,7 +336,10 @@ pub(crate) async fn ready(s: &dyn Store, pool: &str, class: &str, at: DateTime<U
     id
 }
 
-pub(crate) async fn records(s: &dyn Store, id: &SandboxId) -> Vec<differently_store::audit::AuditEvent> {
+pub(crate) async fn records(
+    s: &dyn Store,
+    id: &SandboxId,
+) -> Vec<differently_store::audit::AuditEvent> {
     s.list_audit(&AuditFilter {
         resource: Some(id.to_string()),
         ..Default::default()

@@ -243,4 +243,3 @@ async fn concurrent_capped_claims_keep_the_cap(env: &Env) {
     assert_eq!(left.len() + claimed.len(), READY);
     assert!(left.is_disjoint(&claimed));
 }
-
