@@ -94,9 +94,11 @@ pub const KINDS: &[Kind] = &[
             ))
         }),
     },
+    // E2B's protocol is also spoken by servers an operator runs (self-hosted infra, E2B
+    // Embed, CubeSandbox): external unless declared private.
     Kind {
         name: "e2b",
-        trust: TrustRule::ForcedExternal,
+        trust: TrustRule::ExternalByDefault,
         dev_only: false,
         build: Some(|s, credentials| {
             Ok(Arc::new(
@@ -301,10 +303,12 @@ mod tests {
 
     #[test]
     fn trust_rules_per_kind_follow_the_seeds() {
-        for provider in ["daytona", "e2b", "freestyle", "vercel"] {
+        for provider in ["daytona", "freestyle", "vercel"] {
             assert_eq!(trust_rule(provider), TrustRule::ForcedExternal);
             assert!(resolve_trust(provider, Some(Trust::Private)).is_err());
         }
+        assert_eq!(resolve_trust("e2b", None), Ok(Trust::External));
+        assert_eq!(resolve_trust("e2b", Some(Trust::Private)), Ok(Trust::Private));
         assert_eq!(resolve_trust("daytona", None), Ok(Trust::External));
         assert_eq!(
             resolve_trust("opensandbox", Some(Trust::Private)),

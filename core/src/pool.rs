@@ -188,6 +188,9 @@ pub enum TrustRule {
     MustDeclare,
     /// `private` unless the operator declares otherwise.
     PrivateByDefault,
+    /// `external` unless the operator declares `private`: a protocol spoken both by a
+    /// provider's cloud and by servers an operator runs (e2b: E2B's cloud or self-hosted infra).
+    ExternalByDefault,
 }
 
 /// The trust a pool of `kind` gets under `rule`, given what the operator declared. `kind`
@@ -212,6 +215,7 @@ pub fn resolve_trust(
             )
         }),
         TrustRule::PrivateByDefault => Ok(declared.unwrap_or(Trust::Private)),
+        TrustRule::ExternalByDefault => Ok(declared.unwrap_or(Trust::External)),
     }
 }
 
@@ -272,6 +276,14 @@ mod tests {
         assert_eq!(
             resolve_trust("remote", PrivateByDefault, Some(Trust::External)),
             Ok(Trust::External)
+        );
+        assert_eq!(
+            resolve_trust("e2b", ExternalByDefault, None),
+            Ok(Trust::External)
+        );
+        assert_eq!(
+            resolve_trust("e2b", ExternalByDefault, Some(Trust::Private)),
+            Ok(Trust::Private)
         );
     }
 }
