@@ -308,7 +308,10 @@ mod tests {
             assert!(resolve_trust(provider, Some(Trust::Private)).is_err());
         }
         assert_eq!(resolve_trust("e2b", None), Ok(Trust::External));
-        assert_eq!(resolve_trust("e2b", Some(Trust::Private)), Ok(Trust::Private));
+        assert_eq!(
+            resolve_trust("e2b", Some(Trust::Private)),
+            Ok(Trust::Private)
+        );
         assert_eq!(resolve_trust("daytona", None), Ok(Trust::External));
         assert_eq!(
             resolve_trust("opensandbox", Some(Trust::Private)),

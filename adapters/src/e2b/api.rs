@@ -1,6 +1,6 @@
 //! E2B's control plane (`openapi.yml`): sandboxes created, found by metadata, paused,
 //! resumed (`/connect`), killed, snapshotted; and how its errors read. The API key goes in
-//! `X-API-Key` to the API's origin only (the shared [`HttpClient`]).
+//! `X-API-Key` (or the pool's `authHeader`/`authScheme`) to the API's origin only (the shared [`HttpClient`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,14 +8,11 @@ use std::time::Duration;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::config::Settings;
+use super::config::{AuthScheme, Settings};
 use crate::credentials::Credentials;
 use crate::error::Reason;
 use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
 use crate::AdapterError;
-
-/// Header E2B reads the API key from.
-pub(crate) const API_KEY_HEADER: &str = "X-API-Key";
 
 /// The body of `POST /sandboxes` (`NewSandbox`).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -67,6 +64,9 @@ pub(crate) struct Sandbox {
     pub envd_access_token: Option<String>,
     #[serde(default)]
     pub domain: Option<String>,
+    /// envd's version (see `envd_version.rs`); absent from some backends' list answers.
+    #[serde(default)]
+    pub envd_version: Option<String>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -80,6 +80,7 @@ impl std::fmt::Debug for Sandbox {
                 &self.envd_access_token.as_ref().map(|_| "***"),
             )
             .field("domain", &self.domain)
+            .field("envd_version", &self.envd_version)
             .finish()
     }
 }
@@ -103,13 +104,16 @@ impl Api {
         settings: &Settings,
         credentials: &Credentials,
     ) -> Result<Self, HttpConfigError> {
-        let http = HttpClientBuilder::new("E2B", settings.api_url.clone())
-            .auth(
-                API_KEY_HEADER,
-                "API key",
-                settings.credential.clone(),
-                settings.initial_key.clone(),
-            )
+        let mut http = HttpClientBuilder::new("E2B", settings.api_url.clone()).auth(
+            settings.auth_header.clone(),
+            "API key",
+            settings.credential.clone(),
+            settings.initial_key.clone(),
+        );
+        if settings.auth_scheme == AuthScheme::Bearer {
+            http = http.bearer();
+        }
+        let http = http
             .request_timeout(settings.request_timeout)
             .retries(2, std::time::Duration::from_millis(200))
             .build(credentials)?;

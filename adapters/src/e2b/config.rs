@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::addressing::Envd;
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
 use crate::settings::{bad, base_url, poll_interval, resolve_api_key, seconds, ConfigError};
@@ -36,6 +37,17 @@ pub enum Egress {
     Allowlist,
 }
 
+/// How the API key is written in its header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthScheme {
+    /// The bare key (E2B's `X-API-Key: e2b_…`).
+    #[default]
+    None,
+    /// `Bearer <key>` (the header defaults to `Authorization`).
+    Bearer,
+}
+
 /// Client timeouts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -62,9 +74,19 @@ pub struct E2bConfig {
     /// Base domain of sandbox hosts (default `e2b.app`; the create answer's `domain` wins).
     pub domain: Option<String>,
     /// Reach every sandbox's envd at this one URL with `E2b-Sandbox-Id`/`E2b-Sandbox-Port`
-    /// headers instead of at `https://49983-<id>.<domain>` (a self-hosted edge, tests).
+    /// headers instead of at a host per sandbox (E2B Embed's client-proxy, a self-hosted edge).
     #[serde(rename = "envdURL", alias = "envdUrl")]
     pub envd_url: Option<String>,
+    /// envd's base URL per sandbox, with `{port}`, `{sandboxId}` and `{domain}` (default
+    /// `https://{port}-{sandboxId}.{domain}`, E2B's cloud).
+    pub envd_host: Option<String>,
+    /// Dial this `host:port` for every envd call, sending the `envdHost` name as `Host`
+    /// (a proxy reached without wildcard DNS; `http://` patterns only).
+    pub envd_connect_to: Option<String>,
+    /// The header the API key goes in (default `X-API-Key`; `Authorization` with `bearer`).
+    pub auth_header: Option<String>,
+    /// `none` (default: the bare key) or `bearer`.
+    pub auth_scheme: Option<AuthScheme>,
     /// Template a sandbox without one starts from (default `base`).
     pub template: Option<String>,
     /// Linux user commands run as and files belong to (default `user`).
@@ -94,7 +116,11 @@ pub struct Settings {
     /// Without a trailing slash.
     pub api_url: String,
     pub domain: String,
-    pub envd_url: Option<String>,
+    /// How envd is addressed.
+    pub envd: Envd,
+    /// The API key's header and scheme.
+    pub auth_header: String,
+    pub auth_scheme: AuthScheme,
     pub template: String,
     pub user: String,
     pub max_timeout_seconds: u64,
@@ -119,19 +145,6 @@ impl E2bConfig {
             "apiURL",
             self.api_url.as_deref().unwrap_or("https://api.e2b.app"),
         )?;
-        let envd_url = match self.envd_url.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(u) => {
-                let u = base_url("envdURL", u)?;
-                if crate::http::origin(&u) == crate::http::origin(&api_url) {
-                    return bad(
-                        "envdURL",
-                        "must not be the API's origin: the API key is sent there",
-                    );
-                }
-                Some(u)
-            }
-        };
         let domain = self
             .domain
             .as_deref()
@@ -142,6 +155,33 @@ impl E2bConfig {
         if !is_host(&domain) {
             return bad("domain", format!("`{domain}` is not a host name"));
         }
+        let envd = Envd::validate(
+            self.envd_host.as_deref(),
+            self.envd_url.as_deref(),
+            self.envd_connect_to.as_deref(),
+            &api_url,
+            &domain,
+        )?;
+        let auth_scheme = self.auth_scheme.unwrap_or_default();
+        let auth_header = match (self.auth_header.as_deref().map(str::trim), auth_scheme) {
+            (None | Some(""), AuthScheme::None) => "X-API-Key".to_owned(),
+            (None | Some(""), AuthScheme::Bearer) => "Authorization".to_owned(),
+            (Some(h), _) if reqwest::header::HeaderName::from_bytes(h.as_bytes()).is_err() => {
+                return bad("authHeader", format!("`{h}` is not a header name"))
+            }
+            (Some(h), _)
+                if [
+                    "x-access-token",
+                    "e2b-sandbox-id",
+                    "e2b-sandbox-port",
+                    "host",
+                ]
+                .contains(&h.to_ascii_lowercase().as_str()) =>
+            {
+                return bad("authHeader", format!("`{h}` is a header envd routing uses"))
+            }
+            (Some(h), _) => h.to_owned(),
+        };
         let template = match self.template.as_deref().map(str::trim) {
             None | Some("") => "base".to_owned(),
             Some(t) if t.chars().any(|c| c.is_whitespace() || c == '?' || c == '#') => {
@@ -194,7 +234,9 @@ impl E2bConfig {
         Ok(Settings {
             api_url,
             domain,
-            envd_url,
+            envd,
+            auth_header,
+            auth_scheme,
             template,
             user,
             max_timeout_seconds,

@@ -2,10 +2,8 @@
 //! `filesystem.proto`): commands over Connect-RPC (`process.Process/Start`, server-streamed),
 //! file bodies over REST (`/files`), listing and removal over Connect unary calls.
 //!
-//! envd is reached at `https://49983-<id>.<domain>`, or at one shared URL with
-//! `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers. It takes the sandbox's own access token
-//! (`X-Access-Token`, from the create answer) and the Linux user as `Authorization: Basic`;
-//! never the API key (the shared client sends that to the API's origin only).
+//! Where envd is and what each request carries is [`Target`]'s (`target.rs`); the API key
+//! never goes there (the shared client sends it to the API's origin only).
 
 use std::time::{Duration, Instant};
 
@@ -13,90 +11,20 @@ use base64::Engine as _;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use reqwest::header::HeaderValue;
 use reqwest::{Method, RequestBuilder, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::connect::{envelope, ConnectError, EndStream, Frame, FrameParser};
-use crate::http::{HttpClient, Secret};
+pub(crate) use super::target::Target;
+use crate::http::HttpClient;
 use crate::{AdapterError, ByteRange, ByteStream, Download, ExecEvent, FileEntry, FileKind};
 
 /// The port envd listens on inside the sandbox.
 pub(crate) const ENVD_PORT: u16 = 49983;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
-
-/// Where one sandbox's envd is and what it takes.
-#[derive(Clone)]
-pub(crate) struct Target {
-    /// Without a trailing slash.
-    pub base: String,
-    /// `Some(id)` when `base` is a shared host that routes by header.
-    pub routed: Option<String>,
-    pub token: Option<Secret>,
-    /// `Authorization: Basic base64("<user>:")`.
-    pub user_auth: String,
-}
-
-impl std::fmt::Debug for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target")
-            .field("base", &self.base)
-            .field("routed", &self.routed)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Target {
-    /// The target of sandbox `id`: its own host on `domain`, or the shared `envd_url`.
-    pub(crate) fn new(
-        id: &str,
-        domain: &str,
-        envd_url: Option<&str>,
-        token: Option<Secret>,
-        user: &str,
-    ) -> Target {
-        let (base, routed) = match envd_url {
-            Some(u) => (u.to_owned(), Some(id.to_owned())),
-            None => (format!("https://{ENVD_PORT}-{id}.{domain}"), None),
-        };
-        Target {
-            base,
-            routed,
-            token,
-            user_auth: format!("Basic {}", B64.encode(format!("{user}:"))),
-        }
-    }
-
-    fn request(&self, http: &HttpClient, method: Method, path: &str) -> RequestBuilder {
-        let mut rb = http
-            .to(method, &format!("{}{path}", self.base))
-            .header(reqwest::header::AUTHORIZATION, &self.user_auth);
-        if let Some(id) = &self.routed {
-            rb = rb
-                .header("E2b-Sandbox-Id", id)
-                .header("E2b-Sandbox-Port", ENVD_PORT.to_string());
-        }
-        if let Some(t) = &self.token {
-            if let Ok(mut v) = HeaderValue::from_str(t.expose()) {
-                v.set_sensitive(true);
-                rb = rb.header("X-Access-Token", v);
-            }
-        }
-        rb
-    }
-
-    /// Replaces the access token in `text` (belt and braces for proxy messages).
-    fn scrub(&self, http: &HttpClient, text: &str) -> String {
-        let t = http.scrub(text);
-        match &self.token {
-            Some(k) => k.scrub(&t),
-            None => t,
-        }
-    }
-}
 
 /// What went wrong talking to envd, before it is an `AdapterError` (the caller knows
 /// whether a 404 is a missing file or a missing sandbox).
@@ -750,18 +678,6 @@ mod tests {
         // Zero values are omitted in JSON: an empty end event is a clean exit.
         let v: EndEvent = serde_json::from_str("{}").unwrap_or_default();
         assert_eq!(exit_code(&v), 0);
-    }
-
-    #[test]
-    fn hosts_are_per_sandbox_unless_routed() {
-        let t = Target::new("i1abc", "e2b.app", None, None, "user");
-        assert_eq!(t.base, "https://49983-i1abc.e2b.app");
-        assert_eq!(t.user_auth, "Basic dXNlcjo=");
-        let t = Target::new("i1abc", "e2b.app", Some("http://127.0.0.1:9"), None, "root");
-        assert_eq!(
-            (t.base.as_str(), t.routed.as_deref()),
-            ("http://127.0.0.1:9", Some("i1abc"))
-        );
     }
 
     #[tokio::test]

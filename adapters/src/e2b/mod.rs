@@ -30,10 +30,13 @@ use crate::{
     ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
 };
 
+pub mod addressing;
 mod api;
 pub mod config;
 pub mod connect;
 mod envd;
+pub mod envd_version;
+mod target;
 
 pub use crate::settings::ConfigError;
 pub(crate) use api::pct;
@@ -134,7 +137,9 @@ impl E2bAdapter {
         })
     }
 
-    fn remember(&self, s: &api::Sandbox) -> Target {
+    /// Keeps the envd target of `s`; refuses an envd version the adapter cannot speak to.
+    fn remember(&self, s: &api::Sandbox) -> Result<Target, AdapterError> {
+        let version = envd_version::Version::accept(s.envd_version.as_deref())?;
         let token = s
             .envd_access_token
             .as_deref()
@@ -145,17 +150,18 @@ impl E2bAdapter {
             .filter(|d| !d.is_empty())
             .unwrap_or(&self.settings.domain);
         let t = Target::new(
+            &self.settings.envd,
             &s.sandbox_id,
             domain,
-            self.settings.envd_url.as_deref(),
             token,
             &self.settings.user,
+            version,
         );
         self.targets
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(s.sandbox_id.clone(), t.clone());
-        t
+        Ok(t)
     }
 
     fn forget(&self, id: &str) {
@@ -177,7 +183,7 @@ impl E2bAdapter {
             Some(t) => Ok(t),
             None => {
                 let s = self.api.get(id).await?;
-                Ok(self.remember(&s))
+                self.remember(&s)
             }
         }
     }
@@ -318,7 +324,7 @@ impl E2bAdapter {
             .api
             .connect(id, self.settings.max_timeout_seconds)
             .await?;
-        self.remember(&s);
+        self.remember(&s)?;
         self.wait_ready(id).await
     }
 
@@ -342,6 +348,7 @@ impl E2bAdapter {
         let mut retried = false;
         loop {
             let t = self.target(&at.backend_ref).await?;
+            t.version.check_exec(cmd.stdin.is_some())?;
             match envd::run(&self.api.http, &t, &cmd, out).await {
                 Ok(code) => return Ok(code),
                 Err(RunError::Started(e)) => return Err(e),
@@ -412,8 +419,11 @@ impl Adapter for E2bAdapter {
         }
         let body = self.create_body(req)?;
         let created = self.api.create(&body, self.settings.create_timeout).await?;
-        self.remember(&created);
-        if let Err(e) = self.wait_ready(&created.sandbox_id).await {
+        let ready = match self.remember(&created) {
+            Ok(_) => self.wait_ready(&created.sandbox_id).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = ready {
             if matches!(e, AdapterError::Permanent(_)) {
                 // Of no use to a retry; one still starting is left for the retry to find.
                 if let Err(d) = self.api.kill(&created.sandbox_id).await {
@@ -483,6 +493,7 @@ impl Adapter for E2bAdapter {
         envd::check_path(path)?;
         // A body stream cannot be sent twice: no reconnecting retry here.
         let t = self.target(&at.backend_ref).await?;
+        t.version.check_upload()?;
         let timeout = self.settings.request_timeout.max(Duration::from_secs(300));
         if let Err(f) =
             envd::upload(&self.api.http, &t, &self.settings.user, path, body, timeout).await

@@ -73,7 +73,11 @@ async fn configuration_rules_name_the_field() {
     assert_eq!(a.settings().template, "base");
     assert!(!format!("{a:?}").contains(KEY));
     assert_eq!(registry::resolve_trust("e2b", None), Ok(Trust::External));
-    assert!(registry::resolve_trust("e2b", Some(Trust::Private)).is_err());
+    // Self-hosted E2B-protocol servers may be declared private; the cloud stays external.
+    assert_eq!(
+        registry::resolve_trust("e2b", Some(Trust::Private)),
+        Ok(Trust::Private)
+    );
     let built = registry::build("e2b", &base(json!({}))).unwrap();
     assert_eq!(built.kind(), "e2b");
 }

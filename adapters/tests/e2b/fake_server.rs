@@ -68,6 +68,12 @@ pub struct Knobs {
     pub ignore_range: bool,
     /// Ignore the metadata filter of `GET /v2/sandboxes` (a server bug the adapter guards).
     pub ignore_metadata_filter: bool,
+    /// The header the API reads its key from (lower case; E2B's is `x-api-key`).
+    pub auth_header: String,
+    /// The key comes as `Bearer <key>` (backends behind an `Authorization` gateway).
+    pub auth_bearer: bool,
+    /// The `envdVersion` create, connect, get and list answer.
+    pub envd_version: String,
 }
 
 impl Default for Knobs {
@@ -84,6 +90,9 @@ impl Default for Knobs {
             keepalive_ms: 1000,
             ignore_range: false,
             ignore_metadata_filter: false,
+            auth_header: "x-api-key".to_owned(),
+            auth_bearer: false,
+            envd_version: "0.6.13".to_owned(),
         }
     }
 }
@@ -99,6 +108,10 @@ pub struct Record {
     pub key_seen_on_envd: u32,
     /// envd requests without (or with a wrong) access token.
     pub bad_tokens: u32,
+    /// envd requests routed by `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers.
+    pub header_routed: u32,
+    /// envd requests routed by a `Host` of `<port>-<id>.<domain>`.
+    pub host_routed: u32,
     /// Linux users envd was asked to act as (`Authorization: Basic`).
     pub users: Vec<String>,
     /// Commands killed because their client went away or past their deadline.
@@ -296,7 +309,18 @@ async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
             let key = lock(&inner.key).clone();
-            match r.header("x-api-key") {
+            let (header, bearer) = {
+                let k = lock(&inner.knobs);
+                (k.auth_header.clone(), k.auth_bearer)
+            };
+            let got = r.header(&header).map(|v| {
+                if bearer {
+                    v.strip_prefix("Bearer ").unwrap_or("")
+                } else {
+                    v
+                }
+            });
+            match got {
                 Some(k) if k == key => api(&inner, r),
                 Some(k) => err(401, &format!("Invalid API key: {k}")),
                 None => err(401, "Authorization header is missing"),
@@ -306,11 +330,11 @@ async fn handle(State((inner, which)): State<St>, req: Request) -> Response {
     }
 }
 
-fn detail(s: &Sbx, with_token: bool) -> Value {
+fn detail(s: &Sbx, with_token: bool, envd_version: &str) -> Value {
     let mut v = json!({
         "templateID": s.template, "sandboxID": s.id, "clientID": "6532622b",
         "startedAt": "2026-12-01T10:00:00Z", "endAt": "2026-12-01T11:00:00Z",
-        "cpuCount": 2, "memoryMB": 512, "diskSizeMB": 1024, "envdVersion": "0.2.4",
+        "cpuCount": 2, "memoryMB": 512, "diskSizeMB": 1024, "envdVersion": envd_version,
         "state": s.state, "metadata": s.metadata, "domain": null,
     });
     if with_token {
@@ -325,7 +349,7 @@ fn api(inner: &Arc<Inner>, r: Req) -> Response {
         ("POST", ["sandboxes"]) => create(inner, &r),
         ("GET", ["v2", "sandboxes"]) => list(inner, &r),
         ("GET", ["sandboxes", id]) => match lock(&inner.sandboxes).get(*id) {
-            Some(s) => json_resp(200, detail(s, true)),
+            Some(s) => json_resp(200, detail(s, true, &envd_version(inner))),
             None => err(
                 404,
                 &format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
@@ -363,7 +387,7 @@ fn api(inner: &Arc<Inner>, r: Req) -> Response {
                         200
                     };
                     s.timeout = s.timeout.max(timeout);
-                    json_resp(status, detail(s, true))
+                    json_resp(status, detail(s, true, &envd_version(inner)))
                 }
             }
         }
@@ -482,7 +506,7 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
     };
     let mut answer = json!({
         "templateID": s.template, "sandboxID": id, "clientID": "6532622b",
-        "envdVersion": "0.2.4", "domain": null,
+        "envdVersion": envd_version(inner), "domain": null,
     });
     if b["secure"].as_bool() == Some(true) {
         answer["envdAccessToken"] = json!(s.token);
@@ -518,11 +542,12 @@ fn list(inner: &Arc<Inner>, r: &Req) -> Response {
         .q("nextToken")
         .and_then(|t| t.parse::<usize>().ok())
         .unwrap_or(0);
+    let version = envd_version(inner);
     let all: Vec<Value> = lock(&inner.sandboxes)
         .values()
         .filter(|s| states.is_empty() || states.contains(&s.state.as_str()))
         .filter(|s| ignore || filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
-        .map(|s| detail(s, false))
+        .map(|s| detail(s, false, &version))
         .collect();
     let page: Vec<Value> = all.iter().skip(start).take(limit).cloned().collect();
     let mut resp = json_resp(200, Value::Array(page));
@@ -533,14 +558,39 @@ fn list(inner: &Arc<Inner>, r: &Req) -> Response {
     resp
 }
 
+fn envd_version(inner: &Inner) -> String {
+    lock(&inner.knobs).envd_version.clone()
+}
+
+/// Which sandbox and port an envd request is for, as E2B's edge decides it: the routing
+/// headers when present, else a `Host` of `<port>-<sandboxId>.<domain>`.
+fn route(inner: &Inner, r: &Req) -> Option<(String, String)> {
+    if let Some(id) = r.header("e2b-sandbox-id") {
+        lock(&inner.record).header_routed += 1;
+        let port = r.header("e2b-sandbox-port").unwrap_or("");
+        return Some((id.to_owned(), port.to_owned()));
+    }
+    let host = r.header("host")?;
+    let label = host.split('.').next()?;
+    let (port, id) = label.split_once('-')?;
+    lock(&inner.record).host_routed += 1;
+    Some((id.to_owned(), port.to_owned()))
+}
+
 async fn envd(inner: &Arc<Inner>, r: Req) -> Response {
-    if r.headers.contains_key("x-api-key") {
+    // The key in any header at all, whatever the pool's auth header is.
+    let key = lock(&inner.key).clone();
+    if r.headers.contains_key("x-api-key")
+        || r.headers
+            .values()
+            .any(|v| v.to_str().is_ok_and(|v| v.contains(key.as_str())))
+    {
         lock(&inner.record).key_seen_on_envd += 1;
     }
-    let Some(id) = r.header("e2b-sandbox-id").map(str::to_owned) else {
+    let Some((id, port)) = route(inner, &r) else {
         return err(400, "missing sandbox id header");
     };
-    if r.header("e2b-sandbox-port") != Some("49983") {
+    if port != "49983" {
         return err(502, "The sandbox port is not open");
     }
     let sbx = {

@@ -6,6 +6,7 @@ mod cases;
 mod conformance;
 mod fake_server;
 mod live;
+mod schemes;
 #[path = "../support/mod.rs"]
 mod support;
 
