@@ -8,7 +8,9 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use differently_bus_schema::{decode, ConsumerDef, DecodeError, Envelope, Message};
+use differently_bus_schema::{
+    decode, public::PublicDecodeError, ConsumerDef, DecodeError, Envelope, Message, PublicEvent,
+};
 use futures::stream::{BoxStream, StreamExt};
 
 use crate::{Bus, BusError, Delivery, Pull};
@@ -120,6 +122,23 @@ impl<B: Bus + ?Sized> BusExt for B {
             })
             .boxed())
     }
+}
+
+/// Decodes a public event for a reader of the public stream (the events API, webhooks).
+/// Public events are not envelopes, but what this build cannot read is dealt with as for
+/// any message: logged and counted in `differently_bus_undecodable_total` (`kind="public"`),
+/// so a rolling upgrade that outpaces a reader shows on the same panel. The caller decides
+/// what skipping means for it (the error says why).
+pub fn decode_public(subject: &str, payload: &[u8]) -> Result<PublicEvent, PublicDecodeError> {
+    PublicEvent::decode(payload).inspect_err(|e| {
+        let why = match e {
+            PublicDecodeError::NewerVersion { .. } => "newer_version",
+            PublicDecodeError::Malformed(_) => "malformed",
+        };
+        tracing::warn!(%subject, kind = "public", error = %e, "bus: undecodable public event");
+        metrics::counter!("differently_bus_undecodable_total", "kind" => "public", "why" => why)
+            .increment(1);
+    })
 }
 
 fn refuse<T: Message>(subject: &str, e: &DecodeError) {

@@ -188,7 +188,7 @@ impl Deliverer {
     ) -> Result<Vec<Result<(), String>>, differently_store::StoreError> {
         let events: Vec<Result<PublicEvent, String>> = payloads
             .iter()
-            .map(|p| PublicEvent::decode(p).map_err(|e| e.to_string()))
+            .map(|p| differently_bus::decode_public("webhooks", p).map_err(|e| e.to_string()))
             .collect();
         let mut hooks_of: Vec<(ProjectId, Vec<Webhook>)> = Vec::new();
         let mut items: Vec<NewDelivery> = Vec::new();
