@@ -310,8 +310,9 @@ pub(crate) async fn while_committing<T>(
 /// `COMMIT` is sent only after the tasks this one has just woken have had their turn: an exec
 /// gives its command the go-ahead right before, and the task holding the command's request
 /// then writes it first. Sent at once, the command waited behind it (0.15 ms at the median
-/// between the record staged and the command written, 0.4 ms or more in one exec of four;
-/// `docs/opensandbox.md`, sixth pass); the commit still overlaps the command.
+/// between the record staged and the command written, 0.4 ms or more in one exec of four,
+/// measured on a real OpenSandbox: `docs/opensandbox.md`); the commit still overlaps the
+/// command.
 pub(crate) async fn commit_detached(record: StagedAudit) -> ApiResult<()> {
     let mut commit = FinishOnDrop(Some(Box::pin(record.commit())));
     // Dropped while yielding, `commit` goes on in a task of its own as above.

@@ -1,6 +1,6 @@
 //! NUL characters are refused at the boundary, in every request string: Postgres cannot
 //! store them (a 500 there) while the memory store would keep them, so without this one
-//! store accepted what the other failed on (issue #20, defect 3). A NUL in a JSON body is a
+//! store accepted what the other failed on. A NUL in a JSON body is a
 //! 422 `validation_failed` naming the field (as for exec arguments); in a query parameter a
 //! 400 `invalid_argument` naming the parameter (as for other malformed parameters).
 

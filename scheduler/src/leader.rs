@@ -10,7 +10,8 @@ use crate::{audit_checkpoints, placement, sweeps, usage_reconcile, warm, Schedul
 /// Longest one publish may hold up a leader task. The leader's loops publish what Postgres
 /// already holds (re-sends, status, activations) and repeat every pass, so a publish to a
 /// hung node or a stream without a leader is better given up and retried than waited on for
-/// the client's full timeout (5 s), row after row (issue #27: a pass stalled for a minute).
+/// the client's full timeout (5 s), row after row: one hung node stalled a whole pass for a
+/// minute before this bound.
 pub(crate) const LEADER_PUBLISH_BOUND: Duration = Duration::from_secs(1);
 
 /// What this scheduler is as far as leadership goes: the log says when that changes, once,

@@ -45,7 +45,7 @@ pub struct SchedulerConfig {
     pub reconcile_interval: Duration,
     /// Most queued sandboxes the leader places in one transaction. Larger drains a backlog
     /// faster (fewer commits), but holds the audit heads of more chains at once, which
-    /// admissions of the same orgs wait for (`docs/performance.md`, runs 39–45).
+    /// admissions of the same orgs wait for (measured in `docs/performance.md`).
     pub placement_group: usize,
 }
 

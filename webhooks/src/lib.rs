@@ -1,4 +1,4 @@
-//! Signed webhooks (issue #25): public events delivered to tenants' HTTPS endpoints.
+//! Signed webhooks: public events delivered to tenants' HTTPS endpoints.
 //!
 //! The path of an event: the public stream (`dly.pub.>`) → a durable JetStream consumer
 //! (`webhooks`, [`engine::fan_out`]) that writes one delivery row per matching webhook and

@@ -2,7 +2,7 @@
 //! (a database error there) while the memory store would keep it. The API refuses NUL at the
 //! boundary; both stores refuse it here too, alike, naming the field, so a caller that is not
 //! the API (the config file's pools, an admin tool, a future route) gets the same answer
-//! from either store (issue #20, defect 3).
+//! from either store.
 
 use differently_core::pool::PoolRecord;
 use differently_core::tenancy::{Org, Project};
