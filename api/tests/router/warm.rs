@@ -437,3 +437,91 @@ async fn deleting_a_pool_drains_its_warm_instances_first() {
         .await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND, "{}", gone.body);
 }
+
+#[tokio::test]
+async fn a_capped_pool_is_claimed_from_in_admission_and_otherwise_queues() {
+    use differently_api::Limits;
+    use differently_core::pool::{PoolHealth, PoolRecord, PoolSource, Trust};
+    let api = crate::support::api_with(Limits {
+        direct_placement: true,
+        ..Limits::default()
+    })
+    .await;
+    let now = chrono::Utc::now();
+    let record = PoolRecord {
+        name: "c-warm".into(),
+        kind: "fake".into(),
+        trust: Trust::Private,
+        region: None,
+        max_concurrent: Some(5),
+        isolation: None,
+        cost_per_cpu_hour: 0.0,
+        typical_create_seconds: Some(0.1),
+        settings: json!({ "capabilities": ["exec"] }),
+        source: PoolSource::Api,
+        created_at: now,
+        updated_at: now,
+    };
+    api.store
+        .upsert_pool(&record, &differently_store::Actor::System("test"))
+        .await
+        .unwrap();
+    assert!(api.pools.sync(vec![record]).is_empty());
+    let health = PoolHealth {
+        name: "c-warm".into(),
+        healthy: true,
+        capabilities: vec!["exec".into()],
+        error: None,
+        checked_at: now,
+        checked_by: "test".into(),
+    };
+    api.pools
+        .apply_health(&[health], now, std::time::Duration::from_secs(3600));
+    let put = api
+        .admin(
+            Method::PUT,
+            "/v1/admin/pools/c-warm/warm",
+            json!({ "classes": [class("default")] }),
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let id = differently_core::SandboxId::new();
+    api.store
+        .warm_begin("c-warm", "default", &id, now)
+        .await
+        .unwrap();
+    assert!(api.store.warm_ready(&id, "be-c", now).await.unwrap());
+
+    // The capped pool's ready instance is claimed in the admission: running, its id.
+    let made = api.admin(Method::POST, "/v1/sandboxes", json!({})).await;
+    assert_eq!(made.status, StatusCode::ACCEPTED, "{}", made.body);
+    assert_eq!(
+        (made.body["id"].clone(), made.body["status"].clone()),
+        (json!(id.to_string()), json!("running")),
+        "{}",
+        made.body
+    );
+    // None left: queued for the leader, never placed cold in the admission.
+    let next = api.admin(Method::POST, "/v1/sandboxes", json!({})).await;
+    assert_eq!(next.status, StatusCode::ACCEPTED, "{}", next.body);
+    assert_eq!(next.body["status"], "queued", "{}", next.body);
+    // One hit, one miss (the queued one), as the warm document serves them.
+    let doc = api
+        .admin(Method::GET, "/v1/admin/pools/c-warm/warm", Value::Null)
+        .await;
+    assert_eq!(doc.status, StatusCode::OK, "{}", doc.body);
+    assert_eq!(
+        doc.body["classes"][0]["hitRatio"],
+        json!(0.5),
+        "{}",
+        doc.body
+    );
+    let per_minute = doc.body["classes"][0]["claimsPerMinute"]
+        .as_f64()
+        .expect("claimsPerMinute");
+    assert!(
+        per_minute > 0.0 && per_minute <= 1.0 / 9.0,
+        "one claim over 9-10 minutes: {}",
+        doc.body
+    );
+}
