@@ -457,7 +457,7 @@ async fn refill_waits_while_a_tenant_waits_for_the_pools_capacity() {
     p.store
         .set_queued_reason(
             &waiting.id,
-            "waiting for capacity: fake (full 10/10)",
+            &differently_core::wait_reason::capacity([("fake", "full 10/10")]),
             later,
         )
         .await
@@ -471,7 +471,7 @@ async fn refill_waits_while_a_tenant_waits_for_the_pools_capacity() {
     .await;
     // It waits for something else now: the pool's room goes to warm instances again.
     p.store
-        .set_queued_reason(&waiting.id, "waiting for quota: maxActive", later)
+        .set_queued_reason(&waiting.id, "waiting: org active quota 1/1", later)
         .await
         .expect("reason");
     p.settled_ready(2).await;
