@@ -1,0 +1,162 @@
+//! The contract walk: every check in order against one instance, each a named function in
+//! the module of its concern. Sandboxes made here are deleted at the end whatever happened.
+
+use differently_core::ids::InstallationId;
+use differently_core::SandboxId;
+
+use super::files::Sample;
+use super::lifecycle::Cycle;
+use super::runner::Runner;
+use super::support::{cleanup, dialect, Ctx, Programs, Verb, FAKE, POSIX};
+use super::{exec, files, honesty, lifecycle, optional, stream, Dialect};
+use crate::{Adapter, InstanceRef, InstanceState};
+
+/// Every contract check; answers the dialect the exec checks found.
+pub(super) async fn contract_checks(
+    r: &mut Runner,
+    a: &dyn Adapter,
+    declared: &[String],
+) -> Option<Dialect> {
+    let has = |c: &str| declared.iter().any(|d| d == c);
+    let installation = InstallationId::new();
+    let id = SandboxId::new();
+    let mut made = vec![id.clone()];
+
+    r.check("health", lifecycle::health(a)).await;
+
+    // Create, twice: the same instance.
+    let mut first = None;
+    r.check("create", async {
+        let i = lifecycle::create(a, &id, &installation).await?;
+        let d = format!("backendRef {}", i.backend_ref);
+        first = Some(i);
+        Ok(d)
+    })
+    .await;
+    let Some(first) = first else {
+        r.fail("contract", "nothing else can run without an instance");
+        cleanup(a, &made).await;
+        return None;
+    };
+    let cx = Ctx {
+        a,
+        at: InstanceRef {
+            sandbox_id: id.clone(),
+            backend_ref: first.backend_ref.clone(),
+        },
+        installation,
+        id,
+        fidelity: a.exec_fidelity(),
+    };
+    r.check("create.idempotent", lifecycle::create_idempotent(&cx))
+        .await;
+    r.check("create.ready", lifecycle::create_ready(&cx)).await;
+    r.check("find", lifecycle::find(&cx)).await;
+    r.check("list", lifecycle::list(&cx)).await;
+
+    let programs = dialect(a, &cx.at).await;
+    let p = programs_of(r, programs);
+    exec_checks(r, &cx, p).await;
+    if has("exec.stream") {
+        r.check("exec.stream", stream::bytes(&cx)).await;
+        r.check("exec.stream.stderr", stream::stderr(&cx, p)).await;
+        r.check("exec.stream.timeout", stream::timeout(&cx)).await;
+    } else {
+        r.skip("exec.stream", "not declared");
+    }
+    if has("files") {
+        let f = Sample::new(&cx);
+        r.check("files.upload-download", files::upload_download(&cx, &f))
+            .await;
+        r.check("files.range", files::range(&cx, &f)).await;
+        r.check("files.list", files::list(&cx, &f)).await;
+        r.check("files.not-found", files::not_found(&cx, &f)).await;
+        r.check("files.delete", files::delete(&cx, &f)).await;
+    } else {
+        r.skip("files", "not declared");
+    }
+    for (cap, cycle) in CYCLES {
+        if has(cap) {
+            r.check(cap, lifecycle::down_and_up(&cx, &cycle)).await;
+        } else {
+            r.skip(cap, "not declared");
+        }
+    }
+    if has("snapshots") {
+        let restored = SandboxId::new();
+        made.push(restored.clone());
+        r.check("snapshots", optional::snapshots(&cx, &restored))
+            .await;
+    } else {
+        r.skip("snapshots", "not declared");
+    }
+    if has("ports.expose") {
+        r.check("ports.expose", optional::ports_expose(&cx)).await;
+    } else {
+        r.skip("ports.expose", "not declared");
+    }
+    if has(crate::WARM_CAPABILITY) {
+        r.check("warm", optional::warm(&cx)).await;
+    } else {
+        r.skip("warm", "not declared");
+    }
+    for cap in honesty::OPTIONAL {
+        if !has(cap) {
+            r.check(&format!("honesty.{cap}"), honesty::refused(&cx, cap))
+                .await;
+        }
+    }
+    r.check("delete", lifecycle::delete(&cx)).await;
+    made.retain(|m| m != &cx.id);
+    cleanup(a, &made).await;
+    programs
+}
+
+/// The programs of the dialect found; without one, a failed check and POSIX's, so the
+/// exec checks still run and say what they saw.
+fn programs_of(r: &mut Runner, found: Option<Dialect>) -> &'static Programs {
+    match found {
+        Some(Dialect::Posix) => &POSIX,
+        Some(Dialect::Fake) => &FAKE,
+        None => {
+            r.fail("exec.programs", "neither `sh -c 'exit 7'` nor `fake-exit 7` exits 7 with stderr through `sh -c`/`fake-stderr`");
+            &POSIX
+        }
+    }
+}
+
+/// The buffered exec checks.
+async fn exec_checks(r: &mut Runner, cx: &Ctx<'_>, p: &Programs) {
+    r.check("exec.stdout", exec::stdout(cx)).await;
+    r.check("exec.exit-code", exec::exit_code(cx, p)).await;
+    r.check("exec.stderr", exec::stderr(cx, p)).await;
+    r.check("exec.env", exec::env(cx)).await;
+    r.check("exec.cwd", exec::cwd(cx)).await;
+    r.check("exec.stdin", exec::stdin(cx)).await;
+    r.check("exec.timeout", exec::timeout(cx)).await;
+    r.check("exec.not-found", exec::not_found(cx)).await;
+}
+
+/// The lifecycle capabilities and their round trips.
+const CYCLES: [(&str, Cycle); 2] = [
+    (
+        "lifecycle.pause",
+        Cycle {
+            down: Verb::Pause,
+            up: Verb::Resume,
+            state: InstanceState::Paused,
+            down_name: "pause",
+            up_name: "resume",
+        },
+    ),
+    (
+        "lifecycle.stop",
+        Cycle {
+            down: Verb::Stop,
+            up: Verb::Start,
+            state: InstanceState::Stopped,
+            down_name: "stop",
+            up_name: "start",
+        },
+    ),
+];
