@@ -93,6 +93,8 @@ pub struct Cluster {
     procs: Vec<Proc>,
     /// The private nats-server.
     pub nats: NatsServer,
+    /// nats-server's monitoring port on 127.0.0.1 (`/varz`).
+    pub nats_monitor_port: u16,
     /// The test database (dropped last).
     pub db: TestDb,
     /// Holds config, logs and the ledger.
@@ -205,7 +207,9 @@ impl Cluster {
     pub async fn start(opts: ClusterOpts) -> Result<Cluster, LoadError> {
         preflight().await?;
         let db = TestDb::new().await;
-        let nats = NatsServer::start();
+        // With its monitoring endpoint, whose `/varz` counts the messages of a phase.
+        let nats_monitor_port = free_port()?;
+        let nats = NatsServer::start_with_args(&["-m", &nats_monitor_port.to_string()]);
         let dir = tempfile::Builder::new()
             .prefix("differently-load-")
             .tempdir()
@@ -257,6 +261,7 @@ capabilities = {caps}
         let mut cluster = Cluster {
             procs: Vec::new(),
             nats,
+            nats_monitor_port,
             db,
             dir,
             ledger,

@@ -86,6 +86,12 @@ impl WaitSampler {
 
     /// Stops and returns the `top` most frequent activities.
     pub async fn finish(self, top: usize) -> Vec<WaitShare> {
+        self.finish_counted(top).await.0
+    }
+
+    /// Like `finish`, with the number of samples taken: each is one transaction of the run's
+    /// database, which the structure figures subtract.
+    pub async fn finish_counted(self, top: usize) -> (Vec<WaitShare>, u64) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
         let m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
@@ -100,7 +106,7 @@ impl WaitSampler {
                 .collect();
         v.sort_by_key(|w| std::cmp::Reverse(w.samples));
         v.truncate(top);
-        v
+        (v, m.0)
     }
 }
 

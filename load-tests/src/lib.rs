@@ -17,6 +17,7 @@ pub mod error;
 pub mod faults;
 pub mod frames;
 pub mod generator;
+pub mod instructions;
 pub mod invariants;
 pub mod opensandbox;
 pub mod opensandbox_client;
@@ -28,6 +29,7 @@ pub mod rss;
 pub mod run;
 pub mod sse;
 pub mod stats;
+pub mod structure;
 
 pub use error::LoadError;
 pub use plan::Plan;

@@ -169,6 +169,9 @@ pub struct Phases {
     pub explain: Vec<crate::diag::Explained>,
     /// Row counts of the big tables at the end.
     pub table_rows: Vec<(String, i64)>,
+    /// Round trips, commits, messages and instructions per fixed-rate session (issue #47).
+    #[serde(default)]
+    pub structure: crate::structure::Structure,
 }
 
 /// One offered rate of the sweep: what the sessions saw and what they cost.
@@ -983,6 +986,7 @@ impl Report {
                 cpu_ms_per_op(total, wall, ops)
             ));
         }
+        out.push_str(&fr.structure.render());
         for (name, act) in acts {
             if act.is_empty() {
                 continue;

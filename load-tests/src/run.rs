@@ -18,6 +18,7 @@ use crate::plan::Plan;
 use crate::report::{self, Baselines, Burst, Environment, Phases, Report};
 use crate::rss::{rss_kib, Sampler};
 use crate::stats::StreamRate;
+use crate::structure::{StructureMeter, PG_STATS_SETTLE};
 use crate::LoadError;
 
 fn progress(started: Instant, msg: &str) {
@@ -237,6 +238,20 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         &mut deleted,
     )
     .await?;
+    // Opened after the earlier phases' counters have landed (`PG_STATS_SETTLE`).
+    progress(
+        t0,
+        "structure: counters once the earlier phases' work has landed",
+    );
+    let role_pids: Vec<u32> = cluster.pids().into_iter().map(|(_, pid)| pid).collect();
+    let structure = StructureMeter::start(
+        pool.clone(),
+        &format!("http://127.0.0.1:{}", cluster.nats_monitor_port),
+        &role_pids,
+        &cluster.dir.path().join("perf-stat-instructions.csv"),
+        PG_STATS_SETTLE,
+    )
+    .await?;
     progress(
         t0,
         &format!(
@@ -256,7 +271,8 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     )
     .await;
     phases.rss_load_kib = sampler.finish().await;
-    phases.fixed_rate_postgres_activity = waits.finish(12).await;
+    let (activity, harness_transactions) = waits.finish_counted(12).await;
+    phases.fixed_rate_postgres_activity = activity;
     (
         phases.fixed_rate_cpu_cores,
         phases.fixed_rate_cpu_wall_seconds,
@@ -264,6 +280,17 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     cluster.check_alive()?;
     let fr_ids = fr.record_into(&mut accepted, &mut deleted);
     phases.fixed_rate = fr.summary();
+    let completed = phases
+        .fixed_rate
+        .started
+        .saturating_sub(phases.fixed_rate.failed + phases.fixed_rate.unfinished);
+    progress(
+        t0,
+        "structure: counters after the sessions' last work has landed",
+    );
+    phases.structure = structure
+        .finish(completed as u64, harness_transactions, PG_STATS_SETTLE)
+        .await?;
     (phases.server_side_to_running, phases.server_side_stages) =
         server_side_times(&pool, &fr_ids).await?;
     for &rate in &plan.sweep_rates {

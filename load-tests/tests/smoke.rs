@@ -93,6 +93,53 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
         );
     }
     assert!(report.phases.fixed_rate_cpu_wall_seconds > 0.0, "{table}");
+    // What a session is made of (issue #47), counted by Postgres and nats-server: every
+    // session commits its admission and publishes its status events, so none of these can
+    // be below one per session; what this machine cannot count says why.
+    let st = &report.phases.structure;
+    assert!(st.sessions > 0, "{table}");
+    let per = |key: &str| {
+        st.get(key).unwrap_or_else(|| {
+            panic!(
+                "structure figure {key} missing:
+{table}"
+            )
+        })
+    };
+    for key in [
+        "structure.transactions",
+        "structure.natsIn",
+        "structure.natsOut",
+    ] {
+        let v = per(key)
+            .value
+            .unwrap_or_else(|| panic!("{key} not measured:\n{table}"));
+        assert!(v >= 1.0, "{key} = {v} per session:\n{table}");
+    }
+    for key in [
+        "structure.roundTrips",
+        "structure.commits",
+        "structure.instructions",
+    ] {
+        let f = per(key);
+        match f.value {
+            Some(v) => assert!(v >= 1.0, "{key} = {v} per session:\n{table}"),
+            None => assert!(
+                f.source.starts_with("not measured: ") && f.source.len() > 20,
+                "{key} neither measured nor explained: {f:?}\n{table}"
+            ),
+        }
+    }
+    if let (Some(trips), Some(commits)) = (
+        per("structure.roundTrips").value,
+        per("structure.commits").value,
+    ) {
+        assert!(
+            trips > commits,
+            "round trips {trips} ≤ commits {commits}:\n{table}"
+        );
+    }
+    assert!(table.contains("Structure per session"), "{table}");
     assert_eq!(
         report.phases.fixed_rate.failed, 0,
         "{table}\n{:#?}",
