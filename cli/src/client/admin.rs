@@ -121,7 +121,8 @@ pub enum PoolsCommand {
 /// `admin pools warm …`.
 #[derive(Subcommand, Debug)]
 pub enum WarmCommand {
-    /// The pool's warm classes with their ready and creating instances (`-o id`: the names).
+    /// The pool's warm classes with their ready and creating instances, claims per minute
+    /// and hit ratio over the last 10 minutes (`-o id`: the names).
     Get { pool: String },
     /// Replace the pool's warm classes from a JSON document: `{"classes": [...]}` or the
     /// list alone (`[]` removes them all); prints them as `get` does.
@@ -137,6 +138,8 @@ const WARM_COLUMNS: &[Column] = &[
     ("NAME", "name"),
     ("READY", "ready"),
     ("CREATING", "creating"),
+    ("CLAIMS/MIN", "claimsPerMinute"),
+    ("HIT RATIO", "hitRatio"),
     ("SIZE", "size"),
     ("MAX SIZE", "maxSize"),
     ("REFILL/S", "refillPerSecond"),

@@ -48,7 +48,11 @@ fn warm_classes_are_set_from_a_file_and_read_in_every_output_mode() {
     let table = dev.ok(&["admin", "pools", "warm", "get", "local", "-o", "table"]);
     let lines: Vec<&str> = table.lines().collect();
     assert!(
-        lines[0].starts_with("NAME") && lines[0].contains("READY") && lines[0].contains("SIZE"),
+        lines[0].starts_with("NAME")
+            && lines[0].contains("READY")
+            && lines[0].contains("CLAIMS/MIN")
+            && lines[0].contains("HIT RATIO")
+            && lines[0].contains("SIZE"),
         "{table}"
     );
     assert!(lines[1].starts_with("default "), "{table}");
