@@ -66,12 +66,13 @@ fn limits(config: &Config) -> Limits {
         body_read_timeout: Duration::from_secs(config.api.body_read_timeout_seconds),
         pty_grace: Duration::from_secs(config.api.pty_grace_seconds),
         webhooks: config.webhooks.api_settings(),
-        e2b_domain: e2b_domain(),
+        // `[e2b] domain`, or `DIFFERENTLY_E2B_DOMAIN` over it; checked at load.
+        e2b_domain: config.e2b.domain.clone(),
     }
 }
 
-/// The E2B facade's DNS mode (`DIFFERENTLY_E2B_DOMAIN`, docs/e2b-facade.md); unset or empty:
-/// off.
+/// The E2B facade's DNS mode for `dev`, which has no configuration file
+/// (`DIFFERENTLY_E2B_DOMAIN`, docs/e2b-facade.md); unset or empty: off.
 fn e2b_domain() -> Option<String> {
     std::env::var("DIFFERENTLY_E2B_DOMAIN")
         .ok()
