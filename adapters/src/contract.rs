@@ -254,6 +254,67 @@ impl ExecFidelity {
     };
 }
 
+/// How far an adapter's behaviour against its backend has been checked, as an operator
+/// choosing among backends needs to know: run here against the real thing, checked against
+/// recorded exchanges, or only against a fake written from the provider's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerifiedStatus {
+    /// Run against the real backend (or the backend runs in this process).
+    Live,
+    /// Checked against exchanges recorded from the real backend.
+    Replayed,
+    /// Checked only against a fake server written from the provider's published API.
+    FakeOnly,
+    /// Nothing this build knows of: a plugin, or a backend version never checked.
+    Unknown,
+}
+
+/// An adapter's [`VerifiedStatus`] and what it rests on, in a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verification {
+    pub status: VerifiedStatus,
+    /// What was run against what (e.g. "OpenSandbox 1.1.1 on its Docker runtime, live").
+    pub basis: String,
+}
+
+impl Verification {
+    pub fn new(status: VerifiedStatus, basis: impl Into<String>) -> Verification {
+        Verification {
+            status,
+            basis: basis.into(),
+        }
+    }
+
+    /// What is known of a kind whose adapter says nothing of its own: devhost and fake run
+    /// here; the HTTP providers were checked against their fakes only (`docs/providers.md`);
+    /// a plugin is whatever its author ran.
+    pub fn of_kind(kind: &str) -> Verification {
+        use VerifiedStatus::*;
+        match kind {
+            "fake" => {
+                Verification::new(Live, "in-process fake backend; nothing external to verify")
+            }
+            "devhost" => Verification::new(
+                Live,
+                "runs commands on this host; its tests run it for real",
+            ),
+            "daytona" | "e2b" | "freestyle" | "vercel" => Verification::new(
+                FakeOnly,
+                "tested only against a fake server written from the provider's published API",
+            ),
+            "remote" => Verification::new(
+                Unknown,
+                "an HTTP plugin: verified as far as its author ran the conformance kit against it",
+            ),
+            _ => Verification::new(
+                Unknown,
+                "this adapter kind says nothing of its verification",
+            ),
+        }
+    }
+}
+
 fn unsupported<T>(op: &str) -> Result<T, AdapterError> {
     Err(AdapterError::Unsupported(op.to_owned()))
 }
@@ -278,6 +339,18 @@ pub trait Adapter: Send + Sync + 'static {
     /// full checkpoints); past it, one that is still not ready has failed.
     fn snapshot_timeout(&self) -> std::time::Duration {
         DEFAULT_SNAPSHOT_TIMEOUT
+    }
+
+    /// The backend's version as last detected (OpenSandbox's `GET /version`, E2B's envd);
+    /// `None` when the adapter has not asked yet or the backend does not say.
+    fn backend_version(&self) -> Option<String> {
+        None
+    }
+
+    /// How far this adapter is verified against its backend; may depend on the detected
+    /// version. The default is what is known of its kind ([`Verification::of_kind`]).
+    fn verification(&self) -> Verification {
+        Verification::of_kind(self.kind())
     }
 
     /// Creates the instance for `req.sandbox_id`, or returns the one that already exists.

@@ -184,6 +184,14 @@ impl<A: Adapter + ?Sized> Adapter for Metered<A> {
         self.inner.snapshot_timeout()
     }
 
+    fn backend_version(&self) -> Option<String> {
+        self.inner.backend_version()
+    }
+
+    fn verification(&self) -> crate::Verification {
+        self.inner.verification()
+    }
+
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
         metered(&self.pool, "create", self.inner.create(req)).await
     }

@@ -455,6 +455,15 @@ pub struct Pool {
     pub capabilities: Vec<String>,
     #[serde(default)]
     pub healthy: Option<bool>,
+    /// The backend version the API's adapter last detected (read answers only).
+    #[serde(default)]
+    pub backend_version: Option<String>,
+    /// `live`, `replayed`, `fake-only` or `unknown` (read answers only).
+    #[serde(default)]
+    pub verified: Option<String>,
+    /// What the verified status rests on (read answers only).
+    #[serde(default)]
+    pub verified_basis: Option<String>,
     /// Everything else (costs, settings, health details, used slots).
     #[serde(flatten)]
     pub extra: Map<String, Value>,

@@ -58,6 +58,8 @@ pub struct E2bAdapter {
     api: api::Api,
     /// envd endpoints (with their access tokens) per E2B sandbox id.
     targets: Mutex<HashMap<String, Target>>,
+    /// The envd version of the sandbox last looked up, for operators (`backend_version`).
+    last_envd: Mutex<Option<envd_version::Version>>,
 }
 
 impl std::fmt::Debug for E2bAdapter {
@@ -111,6 +113,7 @@ impl E2bAdapter {
             settings,
             api,
             targets: Mutex::new(HashMap::new()),
+            last_envd: Mutex::new(None),
         })
     }
 
@@ -140,6 +143,13 @@ impl E2bAdapter {
     /// Keeps the envd target of `s`; refuses an envd version the adapter cannot speak to.
     fn remember(&self, s: &api::Sandbox) -> Result<Target, AdapterError> {
         let version = envd_version::Version::accept(s.envd_version.as_deref())?;
+        if s.envd_version
+            .as_deref()
+            .is_some_and(|v| !v.trim().is_empty())
+        {
+            // Only a version the backend said (an absent one is assumed, not seen).
+            *self.last_envd.lock().unwrap_or_else(|p| p.into_inner()) = Some(version);
+        }
         let token = s
             .envd_access_token
             .as_deref()
@@ -379,6 +389,13 @@ impl E2bAdapter {
 impl Adapter for E2bAdapter {
     fn kind(&self) -> &'static str {
         "e2b"
+    }
+
+    /// envd's version in the sandbox last looked up (`envd 0.5.7`): the control API has no
+    /// version of its own, and envd's is what the adapter gates features on.
+    fn backend_version(&self) -> Option<String> {
+        let v = *self.last_envd.lock().unwrap_or_else(|p| p.into_inner());
+        v.map(|v| format!("envd {v}"))
     }
 
     fn capabilities(&self) -> Vec<String> {

@@ -367,6 +367,17 @@ impl Adapter for OpenSandboxAdapter {
         }
     }
 
+    /// What `GET /version` last answered (asked at the first call that needs it).
+    fn backend_version(&self) -> Option<String> {
+        self.version.said()
+    }
+
+    /// By the detected version and the runtime (`versions::verification`).
+    fn verification(&self) -> crate::Verification {
+        let docker = self.settings.runtime == config::Runtime::Docker;
+        versions::verification(self.version.said().as_deref(), docker)
+    }
+
     /// The runtime's capabilities, and `warm` on every runtime: an instance created with no
     /// env and tagged with its id is an ordinary sandbox whose expiry [`Adapter::claim`]
     /// moves to the tenant's TTL.
@@ -469,7 +480,11 @@ impl Adapter for OpenSandboxAdapter {
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
-        self.noting(lifecycle::probe(&self.client).await)
+        self.noting(lifecycle::probe(&self.client).await)?;
+        // Learn the version with the first good probe, so operators see it before any
+        // sandbox is made (asked once; see `versions.rs`).
+        self.behaviour().await;
+        Ok(())
     }
 
     async fn exec_stream(

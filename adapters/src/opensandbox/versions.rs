@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde::Deserialize;
 
 use super::client::Client;
-use crate::AdapterError;
+use crate::{AdapterError, Verification, VerifiedStatus};
 
 /// The versions whose behaviour the adapter knows. Older servers (0.1.x, 1.0.x) behave like
 /// 1.1 for everything the adapter sends; newer ones are taken for the newest known.
@@ -144,6 +144,9 @@ struct VersionAnswer {
 #[derive(Debug, Default)]
 pub(crate) struct Detector {
     known: Mutex<Option<ServerVersion>>,
+    /// The version string the server last gave, for operators (kept across `forget`: it is
+    /// still the last one seen); `None` before the first answer or when it gave none.
+    said: Mutex<Option<String>>,
 }
 
 impl Detector {
@@ -155,20 +158,27 @@ impl Detector {
             return v;
         }
         match ask(c, api_url).await {
-            Ok(v) => {
+            Ok((v, said)) => {
                 tracing::debug!(version = v.label(), "OpenSandbox server version");
                 *self.known.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
+                *self.said.lock().unwrap_or_else(|p| p.into_inner()) = Some(said);
                 v
             }
             Err(e) => {
                 tracing::debug!(error = %e, "OpenSandbox /version unanswered; assuming 1.1");
                 if !e.is_retryable() {
+                    *self.said.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     *self.known.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(ServerVersion::V1_1);
                 }
                 ServerVersion::V1_1
             }
         }
+    }
+
+    /// The version string the server last gave (`1.1.1`), if it gave one.
+    pub(crate) fn said(&self) -> Option<String> {
+        self.said.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Drops the kept answer, so the next call asks again.
@@ -194,15 +204,64 @@ pub(crate) fn version_url(api_url: &str) -> String {
     format!("{root}/version")
 }
 
-async fn ask(c: &Client, api_url: &str) -> Result<ServerVersion, AdapterError> {
+/// How far the adapter is verified against the server that said `said`: 1.1.1 ran live
+/// here on the Docker runtime (other runtimes only against the fake); 1.2.x and 1.3.0 only
+/// against the fake's version switch; anything else never ran.
+pub(crate) fn verification(said: Option<&str>, docker: bool) -> Verification {
+    let Some(said) = said else {
+        return Verification::new(
+            VerifiedStatus::Unknown,
+            "server version not detected yet (asked at the first call); \
+             1.1.1 is verified live, 1.2.x and 1.3.0 against a spec-faithful fake",
+        );
+    };
+    let bare = said.trim().trim_start_matches('v');
+    let numbers: Vec<u32> = bare
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map_while(|n| n.parse().ok())
+        .collect();
+    let prerelease = bare.contains(|c: char| c.is_ascii_alphabetic());
+    match numbers.as_slice() {
+        [1, 1, 1] if !prerelease && !docker => Verification::new(
+            VerifiedStatus::FakeOnly,
+            "OpenSandbox 1.1.1: run live on the Docker runtime only; this pool's runtime \
+             only against the fake",
+        ),
+        [1, 1, 1] if !prerelease => Verification::new(
+            VerifiedStatus::Live,
+            "OpenSandbox 1.1.1 on its Docker runtime: adapter and end-to-end tests run live, \
+             and the fake is replayed against exchanges recorded from it",
+        ),
+        [1, 2, _] | [1, 3, 0] => Verification::new(
+            VerifiedStatus::FakeOnly,
+            format!(
+                "OpenSandbox {said}: tested against the fake's version switch, \
+                 written from the 1.2/1.3 release notes; not run live"
+            ),
+        ),
+        _ => Verification::new(
+            VerifiedStatus::Unknown,
+            format!(
+                "OpenSandbox {said}: never checked; treated as {}",
+                ServerVersion::parse(said)
+                    .unwrap_or(ServerVersion::V1_1)
+                    .label()
+            ),
+        ),
+    }
+}
+
+async fn ask(c: &Client, api_url: &str) -> Result<(ServerVersion, String), AdapterError> {
     let op = "get server version";
     let rb = c
         .to(Method::GET, &version_url(api_url))
         .timeout(c.request_timeout());
     let answer: VersionAnswer = c.json(rb, op).await?;
-    ServerVersion::parse(&answer.version).ok_or_else(|| {
+    let v = ServerVersion::parse(&answer.version).ok_or_else(|| {
         AdapterError::permanent(format!("{op}: unreadable version {:?}", answer.version))
-    })
+    })?;
+    Ok((v, answer.version))
 }
 
 #[cfg(test)]
@@ -221,6 +280,27 @@ mod tests {
         assert_eq!(ServerVersion::parse("1.3.0rc4"), Some(ServerVersion::V1_3));
         assert_eq!(ServerVersion::parse("2.0.0"), Some(ServerVersion::V1_3));
         assert_eq!(ServerVersion::parse("dev"), None);
+    }
+
+    #[test]
+    fn only_1_1_1_is_live_and_the_fake_versions_are_fake_only() {
+        let status = |s: Option<&str>| verification(s, true).status;
+        assert_eq!(status(Some("1.1.1")), VerifiedStatus::Live);
+        assert_eq!(status(Some("v1.1.1")), VerifiedStatus::Live);
+        assert_eq!(status(Some("1.2.0")), VerifiedStatus::FakeOnly);
+        assert_eq!(status(Some("1.2.1-rc.2")), VerifiedStatus::FakeOnly);
+        assert_eq!(status(Some("1.3.0")), VerifiedStatus::FakeOnly);
+        assert_eq!(status(Some("1.1.1rc1")), VerifiedStatus::Unknown);
+        assert_eq!(status(Some("1.1.0")), VerifiedStatus::Unknown);
+        assert_eq!(status(Some("1.4.0")), VerifiedStatus::Unknown);
+        assert_eq!(status(None), VerifiedStatus::Unknown);
+        assert!(verification(Some("1.4.0"), true)
+            .basis
+            .contains("treated as 1.3"));
+        assert_eq!(
+            verification(Some("1.1.1"), false).status,
+            VerifiedStatus::FakeOnly
+        );
     }
 
     #[test]

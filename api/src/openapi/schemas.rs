@@ -115,6 +115,25 @@ fn one_of_strings(values: impl IntoIterator<Item = Value>) -> Value {
     json!({ "type": "string", "enum": values.into_iter().collect::<Vec<_>>() })
 }
 
+/// A pool's backend as its adapter knows it (`api::routes::pools::Backend`), served by the
+/// pools admin and the trust report.
+fn backend_fields() -> Vec<(&'static str, Value)> {
+    use differently_adapters::VerifiedStatus as V;
+    vec![
+        (
+            "backendVersion",
+            json!({ "type": ["string", "null"], "description": "The backend version this \
+                API process's adapter last detected; null before its first call or when the \
+                backend does not say." }),
+        ),
+        (
+            "verified",
+            one_of_strings([V::Live, V::Replayed, V::FakeOnly, V::Unknown].map(wire)),
+        ),
+        ("verifiedBasis", typed("string")),
+    ]
+}
+
 /// An object whose listed properties are all present (as the API serves them).
 fn served(props: &[(&str, Value)]) -> Value {
     object(props, true)
@@ -731,8 +750,9 @@ pub(super) fn schemas() -> Value {
     };
     s.insert("PoolRecord".to_owned(), served(&record_fields()));
     let mut pool = record_fields();
+    pool.extend([("capabilities", array_of(typed("string")))]);
+    pool.extend(backend_fields());
     pool.extend([
-        ("capabilities", array_of(typed("string"))),
         ("healthy", typed("boolean")),
         (
             "health",
@@ -943,7 +963,7 @@ pub(super) fn schemas() -> Value {
         ("updatedAt", time_or_null()),
         ("problem", nullable("string")),
     ]);
-    let trust_pool = served(&[
+    let mut trust_pool = vec![
         ("name", typed("string")),
         ("kind", typed("string")),
         (
@@ -964,12 +984,10 @@ pub(super) fn schemas() -> Value {
             "health",
             json!({ "anyOf": [reference("PoolHealth"), { "type": "null" }] }),
         ),
-        (
-            "versions",
-            json!({ "description": "Backend versions, when the adapter reports them." }),
-        ),
         ("warm", array_of(reference("WarmClassStatus"))),
-    ]);
+    ];
+    trust_pool.extend(backend_fields());
+    let trust_pool = served(&trust_pool);
     let external = served(&[
         ("orgId", typed("string")),
         ("orgName", nullable("string")),

@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use chrono::Utc;
 use differently_adapters::devhost::DevhostAdapter;
 use differently_adapters::registry::AdapterConfigError;
+use differently_adapters::{Verification, VerifiedStatus};
 use differently_core::policy::Isolation;
 use differently_core::pool::{
     check_pool_bounds, validate_pool_name, PoolBounds, PoolHealth, PoolRecord, PoolSource, Trust,
@@ -44,9 +45,39 @@ struct PoolInfo {
     #[serde(flatten)]
     served: serde_json::Value,
     capabilities: Vec<String>,
+    #[serde(flatten)]
+    backend: Backend,
     healthy: bool,
     health: Option<PoolHealth>,
     used_slots: u32,
+}
+
+/// What this process's adapter knows of a pool's backend: the version it detected and how
+/// far the adapter is verified against it. Served by the pools admin and the trust report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Backend {
+    /// As last detected by this process's adapter (OpenSandbox's `GET /version`, E2B's
+    /// envd); `None` before its first call or when the backend does not say.
+    pub backend_version: Option<String>,
+    pub verified: VerifiedStatus,
+    pub verified_basis: String,
+}
+
+impl Backend {
+    /// From the pool's live adapter, or from its kind when no adapter could be built.
+    pub(crate) fn of(state: &AppState, record: &PoolRecord) -> Backend {
+        let live = state.pools.get(&record.name);
+        let (backend_version, v) = match live {
+            Some(p) => (p.adapter.backend_version(), p.adapter.verification()),
+            None => (None, Verification::of_kind(&record.kind)),
+        };
+        Backend {
+            backend_version,
+            verified: v.status,
+            verified_basis: v.basis,
+        }
+    }
 }
 
 async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
@@ -62,6 +93,7 @@ async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
                     .as_ref()
                     .map(|p| p.adapter.capabilities())
                     .unwrap_or_default(),
+                backend: Backend::of(state, &record),
                 healthy: live.as_ref().is_some_and(|p| p.healthy()),
                 health: health.iter().find(|h| h.name == record.name).cloned(),
                 used_slots: used.get(&record.name).copied().unwrap_or(0),

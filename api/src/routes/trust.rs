@@ -53,8 +53,9 @@ struct PoolEntry {
     source: differently_core::pool::PoolSource,
     healthy: bool,
     health: Option<PoolHealth>,
-    /// Backend versions, when the adapter reports them (none does yet).
-    versions: Option<Value>,
+    /// The backend version detected and how far its adapter is verified against it.
+    #[serde(flatten)]
+    backend: super::pools::Backend,
     /// Warm capacity: instances created ahead of any tenant, per class, which use the
     /// backend (and, on a billed provider, cost) while they wait.
     warm: Vec<super::warm::ServedClass>,
@@ -272,7 +273,7 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
             source: r.source,
             healthy: state.pools.get(&r.name).is_some_and(|p| p.healthy()),
             health: health.iter().find(|h| h.name == r.name).cloned(),
-            versions: None,
+            backend: super::pools::Backend::of(&state, r),
             warm: Vec::new(),
         })
         .collect();

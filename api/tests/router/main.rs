@@ -24,6 +24,7 @@ mod nul;
 mod opensandbox_facade;
 mod opensandbox_facade_commands;
 mod opensandbox_facade_pty;
+mod pool_backend;
 mod pty;
 mod pty_browser;
 mod queue;

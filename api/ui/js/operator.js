@@ -48,6 +48,12 @@ function hitRatio(r) {
     : `${Math.round(r * 100)}% hit`;
 }
 
+/** A pool's detected backend version and how far its adapter is verified, with the basis. */
+function backendText(p) {
+  return [`${p.backendVersion || 'version not detected'} · ${p.verified || 'unknown'}`,
+    h('div', { class: 'muted' }, p.verifiedBasis || '')];
+}
+
 export async function pools(ctx) {
   const { el } = ctx;
   const list = await get('/v1/admin/pools');
@@ -62,6 +68,7 @@ export async function pools(ctx) {
       ['Health', (p) => (p.healthy ? h('span', { class: 'ok' }, 'healthy') : h('span', { class: 'bad' }, 'unhealthy'))],
       ['Last probe', (p) => (p.health ? [time(p.health.checkedAt), p.health.error ? h('div', { class: 'bad' }, p.health.error) : ''] : '—')],
       ['Capabilities', (p) => (p.capabilities || []).join(', ') || 'none'],
+      ['Backend', (p) => backendText(p)],
       ['Slots', (p) => slotsText(p)],
       ['Source', (p) => p.source],
     ], items, 'No pools.'),
@@ -242,6 +249,7 @@ export async function trust(ctx) {
       ['Kind', (p) => p.kind], ['Trust', (p) => p.trust], ['Region', (p) => p.region || 'any'],
       ['Isolation', (p) => p.isolation], ['Egress', (p) => p.egress], ['Endpoint', (p) => p.endpoint || '—'],
       ['Health', (p) => (p.healthy ? h('span', { class: 'ok' }, 'healthy') : h('span', { class: 'bad' }, 'unhealthy'))],
+      ['Backend', (p) => backendText(p)],
       ['Credentials', (p) => (p.credentials.length ? h('ul', {}, p.credentials.map((c) => h('li', {}, `${c.reference} `, h('span', { class: 'mono' }, c.fingerprint || c.missing || c.why || '')))) : 'none')],
     ], r.pools),
     h('h2', {}, 'Work placed on external pools'),

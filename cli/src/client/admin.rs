@@ -19,6 +19,8 @@ const POOL_COLUMNS: &[Column] = &[
     ("HEALTHY", "healthy"),
     ("REGION", "region"),
     ("SOURCE", "source"),
+    ("VERSION", "backendVersion"),
+    ("VERIFIED", "verified"),
     ("CAPABILITIES", "capabilities"),
 ];
 const AUDIT_COLUMNS: &[Column] = &[
@@ -344,6 +346,8 @@ const TRUST_POOL_COLUMNS: &[Column] = &[
     ("ENDPOINT", "endpoint"),
     ("HEALTHY", "healthy"),
     ("SOURCE", "source"),
+    ("VERSION", "backendVersion"),
+    ("VERIFIED", "verified"),
 ];
 const TRUST_PLACEMENT_COLUMNS: &[Column] = &[
     ("ORG", "orgId"),

@@ -377,8 +377,15 @@ export interface PoolRecord {
   updatedAt: string;
 }
 
+/** How far a pool's adapter is verified against its backend. */
+export type Verified = "live" | "replayed" | "fake-only" | "unknown";
+
 export interface Pool extends PoolRecord {
   capabilities: string[];
+  /** As the API process's adapter last detected it; null before its first call. */
+  backendVersion: string | null;
+  verified: Verified;
+  verifiedBasis: string;
   healthy: boolean;
   health: PoolHealth | null;
   usedSlots: number;
@@ -592,10 +599,11 @@ export interface TrustPool {
   source: "config" | "api";
   healthy: boolean;
   health: PoolHealth | null;
-  /** Backend versions, when the adapter reports them. */
-  versions: unknown;
   /** Warm capacity per class: instances created ahead of any tenant. */
   warm: WarmClassStatus[];
+  backendVersion: string | null;
+  verified: Verified;
+  verifiedBasis: string;
 }
 
 /** Sandboxes of one org that went to one external pool. */

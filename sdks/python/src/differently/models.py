@@ -42,6 +42,8 @@ ExternalMode = Literal["never", "allowed", "required"]
 Profile = Literal["small", "medium", "large", "xlarge"]
 Trust = Literal["private", "external"]
 Isolation = Literal["container", "microvm"]
+#: How far a pool's adapter is verified against its backend (``Pool.verified``).
+Verified = Literal["live", "replayed", "fake-only", "unknown"]
 
 #: Statuses a sandbox never leaves.
 FINAL_STATUSES = frozenset({"terminated", "failed"})
@@ -503,6 +505,10 @@ class Pool:
     created_at: _dt.datetime
     updated_at: _dt.datetime
     capabilities: List[str]
+    #: As the API process's adapter last detected it; ``None`` before its first call.
+    backend_version: Optional[str]
+    verified: Verified
+    verified_basis: str
     healthy: bool
     health: Optional[PoolHealth]
     used_slots: int
@@ -743,8 +749,10 @@ class TrustPool:
     source: Literal["config", "api"]
     healthy: bool
     health: Optional[PoolHealth]
-    versions: Any
     warm: List[WarmClassStatus]
+    backend_version: Optional[str]
+    verified: Verified
+    verified_basis: str
     raw: Dict[str, Any] = _raw()
 
 
