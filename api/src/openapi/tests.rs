@@ -428,7 +428,24 @@ fn policies_and_pools_fit_their_schemas() {
     for (k, v) in live.as_object().unwrap() {
         served[k] = v.clone();
     }
-    assert_fits("Pool", &served);
+    // The backend's fields, as `routes::pools::Backend` serializes them, for every status.
+    use differently_adapters::VerifiedStatus as V;
+    for (version, verified) in [
+        (None, V::Live),
+        (Some("1.1.1"), V::Replayed),
+        (Some("1.3.0"), V::FakeOnly),
+        (None, V::Unknown),
+    ] {
+        let backend = crate::routes::pools::Backend {
+            backend_version: version.map(str::to_owned),
+            verified,
+            verified_basis: "why".into(),
+        };
+        for (k, v) in serde_json::to_value(&backend).unwrap().as_object().unwrap() {
+            served[k] = v.clone();
+        }
+        assert_fits("Pool", &served);
+    }
     assert_eq!(field_names(&served), property_names("Pool"));
 }
 

@@ -23,6 +23,7 @@ import {
   SCOPES,
   SNAPSHOT_STATUSES,
   STRATEGIES,
+  VERIFIED,
   type PublicEventType,
 } from "./models.js";
 
@@ -192,8 +193,10 @@ export const MODELS: Record<string, ModelSpec> = {
     fields: fields<M.Pool>()({
       name: "string", kind: "string", trust: "string", region: "string?", maxConcurrent: "integer?", isolation: "string?",
       costPerCpuHour: "number", typicalCreateSeconds: "number?", settings: "any", source: "string", createdAt: "string", updatedAt: "string",
-      capabilities: "array", healthy: "boolean", health: "object?", usedSlots: "integer",
+      capabilities: "array", backendVersion: "string?", verified: "string", verifiedBasis: "string",
+      healthy: "boolean", health: "object?", usedSlots: "integer",
     }),
+    enums: { verified: VERIFIED },
   },
   PoolRequest: {
     schema: "PoolRequest",
@@ -309,10 +312,10 @@ export const MODELS: Record<string, ModelSpec> = {
     at: "pools.items",
     fields: fields<M.TrustPool>()({
       name: "string", kind: "string", trust: "string", region: "string?", isolation: "string", egress: "string",
-      endpoint: "string?", credentials: "array", source: "string", healthy: "boolean", health: "object?", versions: "any",
-      warm: "array",
+      endpoint: "string?", credentials: "array", source: "string", healthy: "boolean", health: "object?",
+      warm: "array", backendVersion: "string?", verified: "string", verifiedBasis: "string",
     }),
-    enums: { trust: ["private", "external"], source: ["config", "api"] },
+    enums: { trust: ["private", "external"], source: ["config", "api"], verified: VERIFIED },
   },
   TrustCredential: {
     schema: "TrustReport",

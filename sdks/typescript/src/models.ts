@@ -377,8 +377,9 @@ export interface PoolRecord {
   updatedAt: string;
 }
 
-/** How far a pool's adapter is verified against its backend. */
-export type Verified = "live" | "replayed" | "fake-only" | "unknown";
+/** How far a pool's adapter is verified against its backend (`Pool.verified`). */
+export const VERIFIED = ["live", "replayed", "fake-only", "unknown"] as const;
+export type Verified = (typeof VERIFIED)[number];
 
 export interface Pool extends PoolRecord {
   capabilities: string[];
