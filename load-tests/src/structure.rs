@@ -1,6 +1,6 @@
 //! What one session is made of, counted by the servers themselves over the fixed-rate phase
 //! (issue #47): Postgres transactions and, where `pg_stat_statements` is loaded, top-level
-//! statements (round trips) and `COMMIT`s; messages through nats-server (`/varz`); and
+//! statements (round trips) and `COMMIT`s; messages through nats-server (`/varz`, `/connz`); and
 //! instructions of our role processes (`perf stat`). Each figure is the counter's delta over
 //! the window ÷ the sessions that completed in it, and names its source.
 
@@ -91,15 +91,17 @@ impl Structure {
 struct Counters {
     xact_commit: i64,
     xact_rollback: i64,
-    /// Top-level statements and `COMMIT`s of this database, when `pg_stat_statements` answers.
-    statements: Result<(i64, i64), String>,
-    nats: Result<(u64, u64), String>,
+    /// Top-level statements, `COMMIT`s and deferred-trigger statements of this database,
+    /// when `pg_stat_statements` answers.
+    statements: Result<(i64, i64, i64), String>,
+    /// `/varz` in and out, then the same summed over `/connz`'s client connections.
+    nats: Result<[u64; 4], String>,
 }
 
 async fn read_counters(
     pool: &PgPool,
     http: &reqwest::Client,
-    varz: &str,
+    monitor: &str,
 ) -> Result<Counters, LoadError> {
     let row = sqlx::query(
         "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()",
@@ -109,11 +111,12 @@ async fn read_counters(
     .map_err(|e| LoadError::db("reading pg_stat_database", e))?;
     // The harness's own statements (activity samples, these readings) are left out by text.
     let statements = sqlx::query(
-        "SELECT coalesce(sum(calls), 0)::bigint AS calls,
-                coalesce(sum(calls) FILTER (WHERE upper(query) IN ('COMMIT', 'END')), 0)::bigint AS commits
-         FROM pg_stat_statements
+        "SELECT coalesce(sum(calls) FILTER (WHERE NOT trigger), 0)::bigint AS calls,
+                coalesce(sum(calls) FILTER (WHERE upper(query) IN ('COMMIT', 'END')), 0)::bigint AS commits,
+                coalesce(sum(calls) FILTER (WHERE trigger), 0)::bigint AS triggered
+         FROM (SELECT calls, query, query LIKE 'SELECT usage_add(%' AS trigger FROM pg_stat_statements
          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-           AND query NOT LIKE '%pg_stat_%'",
+           AND query NOT LIKE '%pg_stat_%') AS s",
     )
     .fetch_one(pool)
     .await
@@ -122,9 +125,10 @@ async fn read_counters(
         Ok((
             r.try_get::<i64, _>("calls").map_err(|e| e.to_string())?,
             r.try_get::<i64, _>("commits").map_err(|e| e.to_string())?,
+            r.try_get::<i64, _>("triggered").map_err(|e| e.to_string())?,
         ))
     });
-    let nats = nats_messages(http, varz).await;
+    let nats = nats_messages(http, monitor).await;
     Ok(Counters {
         xact_commit: row
             .try_get("xact_commit")
@@ -138,7 +142,7 @@ async fn read_counters(
 }
 
 /// Key, name and source of each counter `Counters::values` reads, in its order.
-const SOURCES: [(&str, &str, &str); 6] = [
+const SOURCES: [(&str, &str, &str); 9] = [
     (
         "structure.transactions",
         "Postgres transactions committed (read-only ones included)",
@@ -152,12 +156,17 @@ const SOURCES: [(&str, &str, &str); 6] = [
     (
         "structure.roundTrips",
         "Postgres round trips (top-level statements)",
-        "pg_stat_statements calls in the run's database, the harness's own left out",
+        "pg_stat_statements calls in the run's database, less the harness's own and the trigger's",
     ),
     (
         "structure.commits",
         "Postgres COMMITs of explicit transactions",
         "pg_stat_statements calls of COMMIT in the run's database",
+    ),
+    (
+        "structure.triggerStatements",
+        "statements of the deferred usage-counter trigger, run at COMMIT (not round trips)",
+        "pg_stat_statements calls of SELECT usage_add(…) (migrations/0006), which it counts as top-level",
     ),
     (
         "structure.natsIn",
@@ -169,6 +178,16 @@ const SOURCES: [(&str, &str, &str); 6] = [
         "messages delivered by nats-server",
         "nats-server /varz out_msgs",
     ),
+    (
+        "structure.natsClientIn",
+        "messages our processes published (client connections)",
+        "nats-server /connz in_msgs summed over open connections",
+    ),
+    (
+        "structure.natsClientOut",
+        "messages our processes received (client connections)",
+        "nats-server /connz out_msgs summed over open connections",
+    ),
 ];
 
 const INSTRUCTIONS: &str =
@@ -176,16 +195,19 @@ const INSTRUCTIONS: &str =
 
 impl Counters {
     /// The readings in `SOURCES` order.
-    fn values(&self) -> [Result<f64, String>; 6] {
+    fn values(&self) -> [Result<f64, String>; 9] {
         let st = self.statements.clone();
         let nats = self.nats.clone();
         [
             Ok(self.xact_commit as f64),
             Ok(self.xact_rollback as f64),
             st.clone().map(|s| s.0 as f64),
-            st.map(|s| s.1 as f64),
-            nats.clone().map(|m| m.0 as f64),
-            nats.map(|m| m.1 as f64),
+            st.clone().map(|s| s.1 as f64),
+            st.map(|s| s.2 as f64),
+            nats.clone().map(|m| m[0] as f64),
+            nats.clone().map(|m| m[1] as f64),
+            nats.clone().map(|m| m[2] as f64),
+            nats.map(|m| m[3] as f64),
         ]
     }
 }
@@ -214,29 +236,49 @@ impl PerSession {
     }
 }
 
-/// `in_msgs` and `out_msgs` from nats-server's `/varz`.
-async fn nats_messages(http: &reqwest::Client, varz: &str) -> Result<(u64, u64), String> {
-    let v: serde_json::Value = http
-        .get(varz)
+/// GETs a JSON document from nats-server's monitoring endpoint.
+async fn monitor_json(http: &reqwest::Client, url: &str) -> Result<serde_json::Value, String> {
+    http.get(url)
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| format!("GET {varz}: {e}"))?
+        .map_err(|e| format!("GET {url}: {e}"))?
         .json()
         .await
-        .map_err(|e| format!("GET {varz}: {e}"))?;
-    let field = |k: &str| {
+        .map_err(|e| format!("GET {url}: {e}"))
+}
+
+/// `in_msgs` and `out_msgs` from nats-server's `/varz` (every message the server handled,
+/// JetStream's internal ones included), then summed over `/connz`'s open client connections
+/// (what our processes sent and received; the method of issue #47's table).
+async fn nats_messages(http: &reqwest::Client, monitor: &str) -> Result<[u64; 4], String> {
+    let varz = monitor_json(http, &format!("{monitor}/varz")).await?;
+    let connz = monitor_json(http, &format!("{monitor}/connz?limit=100000")).await?;
+    let field = |v: &serde_json::Value, k: &str| {
         v[k].as_u64()
-            .ok_or_else(|| format!("{varz} has no numeric {k}"))
+            .ok_or_else(|| format!("nats-server monitoring: no numeric {k}"))
     };
-    Ok((field("in_msgs")?, field("out_msgs")?))
+    let conns = connz["connections"]
+        .as_array()
+        .ok_or_else(|| "nats-server /connz has no connections".to_owned())?;
+    let (mut cin, mut cout) = (0, 0);
+    for c in conns {
+        cin += field(c, "in_msgs")?;
+        cout += field(c, "out_msgs")?;
+    }
+    Ok([
+        field(&varz, "in_msgs")?,
+        field(&varz, "out_msgs")?,
+        cin,
+        cout,
+    ])
 }
 
 /// A running structure measurement.
 pub struct StructureMeter {
     pool: PgPool,
     http: reqwest::Client,
-    varz: String,
+    monitor: String,
     start: Counters,
     at: Instant,
     instructions: Result<InstructionMeter, String>,
@@ -260,8 +302,8 @@ impl StructureMeter {
             .await;
         tokio::time::sleep(settle).await;
         let http = reqwest::Client::new();
-        let varz = format!("{nats_monitor}/varz");
-        let start = read_counters(&pool, &http, &varz).await?;
+        let monitor = nats_monitor.to_owned();
+        let start = read_counters(&pool, &http, &monitor).await?;
         let instructions = match crate::instructions::unsupported_reason() {
             Some(why) => Err(why),
             None => InstructionMeter::start(role_pids, perf_out).map_err(|e| e.to_string()),
@@ -269,7 +311,7 @@ impl StructureMeter {
         Ok(StructureMeter {
             pool,
             http,
-            varz,
+            monitor,
             start,
             at: Instant::now(),
             instructions,
@@ -290,13 +332,13 @@ impl StructureMeter {
             Ok(m) => m.finish().await,
             Err(e) => Err(e),
         };
-        let end = read_counters(&self.pool, &self.http, &self.varz).await?;
+        let end = read_counters(&self.pool, &self.http, &self.monitor).await?;
         let window_seconds = self.at.elapsed().as_secs_f64() + settle.as_secs_f64();
         // The control plane's idle work (leader passes, reconcilers, heartbeats) runs in the
         // window too; it is measured over as long again with no sessions, and taken out.
         let quiet = Instant::now();
         tokio::time::sleep(settle).await;
-        let after = read_counters(&self.pool, &self.http, &self.varz).await?;
+        let after = read_counters(&self.pool, &self.http, &self.monitor).await?;
         let quiet_seconds = quiet.elapsed().as_secs_f64();
         // Each reading is a transaction of its own, landing in the window after it.
         let window = deltas(&self.start, &end, harness_transactions as f64 + 1.0);

@@ -110,6 +110,8 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
         "structure.transactions",
         "structure.natsIn",
         "structure.natsOut",
+        "structure.natsClientIn",
+        "structure.natsClientOut",
     ] {
         let v = per(key)
             .value
