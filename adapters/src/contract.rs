@@ -254,21 +254,7 @@ impl ExecFidelity {
     };
 }
 
-/// How far an adapter's behaviour against its backend has been checked, as an operator
-/// choosing among backends needs to know: run here against the real thing, checked against
-/// recorded exchanges, or only against a fake written from the provider's spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum VerifiedStatus {
-    /// Run against the real backend (or the backend runs in this process).
-    Live,
-    /// Checked against exchanges recorded from the real backend.
-    Replayed,
-    /// Checked only against a fake server written from the provider's published API.
-    FakeOnly,
-    /// Nothing this build knows of: a plugin, or a backend version never checked.
-    Unknown,
-}
+pub use differently_core::pool::VerifiedStatus;
 
 /// An adapter's [`VerifiedStatus`] and what it rests on, in a sentence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

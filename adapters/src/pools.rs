@@ -109,6 +109,18 @@ impl Pool {
             error,
             checked_at: Utc::now(),
             checked_by: checked_by.to_owned(),
+            backend: Some(self.backend_seen()),
+        }
+    }
+
+    /// What this process's adapter knows of the backend (after a probe: its version, where
+    /// the adapter detects one).
+    pub fn backend_seen(&self) -> differently_core::pool::BackendSeen {
+        let v = self.adapter.verification();
+        differently_core::pool::BackendSeen {
+            version: self.adapter.backend_version(),
+            verified: v.status,
+            verified_basis: v.basis,
         }
     }
 }

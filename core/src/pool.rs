@@ -219,6 +219,34 @@ pub fn resolve_trust(
     }
 }
 
+/// How far an adapter's behaviour against its backend has been checked, as an operator
+/// choosing among backends needs to know: run here against the real thing, checked against
+/// recorded exchanges, or only against a fake written from the provider's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerifiedStatus {
+    /// Run against the real backend (or the backend runs in this process).
+    Live,
+    /// Checked against exchanges recorded from the real backend.
+    Replayed,
+    /// Checked only against a fake server written from the provider's published API.
+    FakeOnly,
+    /// Nothing this build knows of: a plugin, or a backend version never checked.
+    Unknown,
+}
+
+/// What a prober's adapter found out about its backend: the version it detected and how far
+/// this build has verified that backend. Stored with the pool's health so every API process
+/// can show it, also one whose own adapter has not called the backend yet (in a split
+/// deployment the workers probe, the API processes do not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendSeen {
+    pub version: Option<String>,
+    pub verified: VerifiedStatus,
+    pub verified_basis: String,
+}
+
 /// The live health of a pool as its workers last saw it: one fleet-wide view.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -231,6 +259,10 @@ pub struct PoolHealth {
     pub checked_at: chrono::DateTime<chrono::Utc>,
     /// Which process probed (host:pid), for operators.
     pub checked_by: String,
+    /// What the probe's adapter knew of the backend. Kept with the record, never served in
+    /// it: the pool's own `backendVersion` and `verified` fields show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendSeen>,
 }
 
 /// Whether `name` can name a stored secret (a pool credential may reference one):

@@ -455,6 +455,7 @@ impl WorkerGroup {
             error: Some(differently_adapters::pools::capacity_health_error(until)),
             checked_at: now,
             checked_by: format!("worker:{}", std::process::id()),
+            backend: None,
         };
         tracing::warn!(pool = %self.pool, until = %until, "worker: pool refused a create for capacity; no new placements on it until then");
         if let Err(e) = self.store.report_pool_health(&health).await {

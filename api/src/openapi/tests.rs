@@ -419,6 +419,7 @@ fn policies_and_pools_fit_their_schemas() {
         error: Some("down".into()),
         checked_at: Utc::now(),
         checked_by: "host:1".into(),
+        backend: None,
     };
     assert_eq!(field_names(&health), property_names("PoolHealth"));
     // As `GET /v1/admin/pools` serves it: the record, flattened, and its live state.

@@ -65,19 +65,45 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
-    /// From the pool's live adapter, or from its kind when no adapter could be built.
-    pub(crate) fn of(state: &AppState, record: &PoolRecord) -> Backend {
+    /// From this process's adapter when it has detected the backend's version; otherwise
+    /// from what the last prober's adapter detected (`health`: in a split deployment the
+    /// workers probe, so an API process may never have called the backend); otherwise from
+    /// its adapter as it is, or its kind when no adapter could be built.
+    pub(crate) fn of(
+        state: &AppState,
+        record: &PoolRecord,
+        health: Option<&PoolHealth>,
+    ) -> Backend {
         let live = state.pools.get(&record.name);
-        let (backend_version, v) = match live {
-            Some(p) => (p.adapter.backend_version(), p.adapter.verification()),
-            None => (None, Verification::of_kind(&record.kind)),
+        let own = live.as_ref().map(|p| p.backend_seen());
+        let seen = match (own, health.and_then(|h| h.backend.clone())) {
+            (Some(own), _) if own.version.is_some() => own,
+            (_, Some(probed)) => probed,
+            (Some(own), None) => own,
+            (None, None) => {
+                let v = Verification::of_kind(&record.kind);
+                differently_core::pool::BackendSeen {
+                    version: None,
+                    verified: v.status,
+                    verified_basis: v.basis,
+                }
+            }
         };
         Backend {
-            backend_version,
-            verified: v.status,
-            verified_basis: v.basis,
+            backend_version: seen.version,
+            verified: seen.verified,
+            verified_basis: seen.verified_basis,
         }
     }
+}
+
+/// A pool's health as served: what its prober detected of the backend is served in the
+/// pool's own fields (`Backend`), not twice.
+pub(crate) fn served_health(health: &[PoolHealth], name: &str) -> Option<PoolHealth> {
+    health.iter().find(|h| h.name == name).map(|h| PoolHealth {
+        backend: None,
+        ..h.clone()
+    })
 }
 
 async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
@@ -93,9 +119,13 @@ async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
                     .as_ref()
                     .map(|p| p.adapter.capabilities())
                     .unwrap_or_default(),
-                backend: Backend::of(state, &record),
+                backend: Backend::of(
+                    state,
+                    &record,
+                    health.iter().find(|h| h.name == record.name),
+                ),
                 healthy: live.as_ref().is_some_and(|p| p.healthy()),
-                health: health.iter().find(|h| h.name == record.name).cloned(),
+                health: served_health(&health, &record.name),
                 used_slots: used.get(&record.name).copied().unwrap_or(0),
                 served: served_record(&record),
                 record,

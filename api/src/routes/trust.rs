@@ -272,8 +272,8 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
             credentials: credentials(&r.settings),
             source: r.source,
             healthy: state.pools.get(&r.name).is_some_and(|p| p.healthy()),
-            health: health.iter().find(|h| h.name == r.name).cloned(),
-            backend: super::pools::Backend::of(&state, r),
+            health: super::pools::served_health(&health, &r.name),
+            backend: super::pools::Backend::of(&state, r, health.iter().find(|h| h.name == r.name)),
             warm: Vec::new(),
         })
         .collect();

@@ -180,3 +180,29 @@ async fn a_version_checked_only_against_the_fake_says_so() {
     assert_eq!(pool["backendVersion"], "1.1.1", "{pool}");
     assert_eq!(pool["verified"], "fake-only", "{pool}");
 }
+
+/// In a split deployment the workers probe and the API processes do not: what a worker's
+/// probe detected reaches every API process through the stored pool health, and is served
+/// in the pool's own fields, not twice in its `health`.
+#[tokio::test]
+async fn a_version_a_worker_detected_is_shown_by_an_api_that_never_called_the_backend() {
+    let api = crate::support::api().await;
+    let (url, asked) = opensandbox("1.1.1").await;
+    let _key = register(&api, "os", &url, "docker").await;
+    // The worker's view: its own adapter, probed, its health reported to the store.
+    let records = api.store.list_pools().await.unwrap();
+    let (worker_pools, bad) = differently_adapters::pools::PoolSet::from_records(records);
+    assert!(bad.is_empty(), "{bad:?}");
+    let health = worker_pools.get("os").unwrap().probe("worker:1").await;
+    assert!(health.healthy, "{:?}", health.error);
+    api.store.report_pool_health(&health).await.unwrap();
+
+    let (pool, entry) = served(&api, "os").await;
+    for p in [&pool, &entry] {
+        assert_eq!(p["backendVersion"], "1.1.1", "{p}");
+        assert_eq!(p["verified"], "live", "{p}");
+        assert!(p["health"]["healthy"].as_bool().unwrap(), "{p}");
+        assert!(p["health"].get("backend").is_none(), "served twice: {p}");
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "only the worker asked");
+}

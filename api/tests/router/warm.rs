@@ -211,6 +211,7 @@ async fn api_with_two_pools() -> crate::support::Api {
             error: None,
             checked_at: now,
             checked_by: "test".into(),
+            backend: None,
         })
         .collect();
     api.pools
@@ -474,6 +475,7 @@ async fn a_capped_pool_is_claimed_from_in_admission_and_otherwise_queues() {
         error: None,
         checked_at: now,
         checked_by: "test".into(),
+        backend: None,
     };
     api.pools
         .apply_health(&[health], now, std::time::Duration::from_secs(3600));

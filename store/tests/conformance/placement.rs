@@ -205,17 +205,26 @@ pub async fn pool_registry_health_and_slots(env: &Env) {
         error: Some("down".into()),
         checked_at: Utc::now(),
         checked_by: "t:1".into(),
+        backend: None,
     };
     env.store.report_pool_health(&h).await.unwrap();
+    // What the prober's adapter detected is kept with the record, for API processes that
+    // never called the backend themselves.
     let h2 = PoolHealth {
         healthy: true,
         error: None,
+        backend: Some(differently_core::pool::BackendSeen {
+            version: Some("1.1.1".into()),
+            verified: differently_core::pool::VerifiedStatus::Live,
+            verified_basis: "run here".into(),
+        }),
         ..h.clone()
     };
     env.store.report_pool_health(&h2).await.unwrap();
     let health = env.store.pool_health().await.unwrap();
     assert_eq!(health.len(), 1, "last probe wins");
     assert!(health[0].healthy);
+    assert_eq!(health[0].backend, h2.backend);
 
     let s = running_on(env, &org, &prj, "a").await;
     assert_eq!(
