@@ -128,9 +128,12 @@ async fn pty_reads_a_line_resizes_interrupts_and_exits_with_the_code() {
     t.line("test -t 0 && test -t 1 && test -t 2 && echo all\"\"-ttys")
         .await;
     t.expect("all-ttys").await;
-    // SIGINT interrupts the foreground command, the shell lives on.
-    t.line("sleep 100; echo after-sleep:$?").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SIGINT interrupts the foreground command (and, as sh does, the rest of its line); the
+    // shell lives on. The command says it runs (then becomes the sleep), so the signal never
+    // races the shell starting it: a fixed pause did, on a busy machine.
+    t.line("sh -c 'echo sle\"\"eping; exec sleep 100'; echo after-sl\"\"eep:$?")
+        .await;
+    t.expect("sleeping").await;
     t.send(PtyInput::Signal(PtySignal::Int)).await;
     t.line("echo ali\"\"ve").await;
     t.expect("alive").await;

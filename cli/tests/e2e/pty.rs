@@ -202,9 +202,11 @@ async fn pty_runs_sh_resizes_interrupts_reattaches_and_exits_with_its_code() {
         .await;
     t.line("stty size").await;
     t.expect("40 132").await;
-    // SIGINT interrupts `sleep 100`; the shell answers the next line at once.
-    t.line("sleep 100; echo after-sleep").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SIGINT interrupts `sleep 100`; the shell answers the next line at once. The command
+    // says it runs (then becomes the sleep), so the signal never races the shell starting it.
+    t.line("sh -c 'echo sle\"\"eping; exec sleep 100'; echo after-sl\"\"eep")
+        .await;
+    t.expect("sleeping").await;
     t.control(json!({"type": "signal", "signal": "INT"})).await;
     t.line("echo alive-$((20+1))").await;
     t.expect("alive-21").await;
