@@ -62,6 +62,19 @@ impl Dev {
         }
     }
 
+    /// `POST path` with the admin key; the JSON answer, which must be a success.
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
+        let resp = reqwest::Client::new()
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{path}: {}", resp.status());
+        resp.json().await.unwrap()
+    }
+
     fn config(&self) -> PathBuf {
         self.dir.path().join("client").join("client.toml")
     }

@@ -39,18 +39,6 @@ fn python(var: &str, version: &str) -> String {
     python
 }
 
-async fn post(dev: &Dev, path: &str, body: Value) -> Value {
-    let resp = reqwest::Client::new()
-        .post(format!("{}{path}", dev.url))
-        .bearer_auth(&dev.key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success(), "{path}: {}", resp.status());
-    resp.json().await.unwrap()
-}
-
 const ALL: [&str; 5] = [
     "sandboxes:read",
     "sandboxes:write",
@@ -61,19 +49,19 @@ const ALL: [&str; 5] = [
 
 /// A stored key with every sandbox scope, bound to a new project of a new organization.
 async fn tenant_key(dev: &Dev, name: &str) -> String {
-    let org = post(dev, "/v1/orgs", json!({ "name": name })).await;
-    let prj = post(
-        dev,
-        "/v1/projects",
-        json!({ "orgId": org["id"], "name": format!("{name}-prj") }),
-    )
-    .await;
-    let key = post(
-        dev,
-        "/v1/keys",
-        json!({ "orgId": org["id"], "projectId": prj["id"], "name": name, "scopes": ALL }),
-    )
-    .await;
+    let org = dev.post("/v1/orgs", json!({ "name": name })).await;
+    let prj = dev
+        .post(
+            "/v1/projects",
+            json!({ "orgId": org["id"], "name": format!("{name}-prj") }),
+        )
+        .await;
+    let key = dev
+        .post(
+            "/v1/keys",
+            json!({ "orgId": org["id"], "projectId": prj["id"], "name": name, "scopes": ALL }),
+        )
+        .await;
     key["key"].as_str().unwrap().to_owned()
 }
 

@@ -28,18 +28,6 @@ fn python() -> String {
     python
 }
 
-async fn post(dev: &Dev, path: &str, body: Value) -> Value {
-    let resp = reqwest::Client::new()
-        .post(format!("{}{path}", dev.url))
-        .bearer_auth(&dev.key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success(), "{path}: {}", resp.status());
-    resp.json().await.unwrap()
-}
-
 /// Keys for the script: org A read-only, one of another organization's project with every
 /// scope, and one of a third organization whose policy denies the devhost pool, so its
 /// sandboxes land on a `fake` pool that exposes ports (devhost under bubblewrap has none).
@@ -54,13 +42,13 @@ async fn keys(dev: &Dev) -> (String, String, String) {
         .await
         .unwrap();
     let org_a = orgs["items"][0]["id"].as_str().unwrap().to_owned();
-    let read = post(
-        dev,
-        "/v1/keys",
-        json!({ "orgId": org_a, "name": "mcp-read", "scopes": ["sandboxes:read"] }),
-    )
-    .await;
-    let org_b = post(dev, "/v1/orgs", json!({ "name": "org-b" })).await;
+    let read = dev
+        .post(
+            "/v1/keys",
+            json!({ "orgId": org_a, "name": "mcp-read", "scopes": ["sandboxes:read"] }),
+        )
+        .await;
+    let org_b = dev.post("/v1/orgs", json!({ "name": "org-b" })).await;
     let all = [
         "sandboxes:read",
         "sandboxes:write",
@@ -69,26 +57,24 @@ async fn keys(dev: &Dev) -> (String, String, String) {
         "files:write",
     ];
     // Bound to a project of its own organization: it sees only that project.
-    let prj_b = post(
-        dev,
-        "/v1/projects",
-        json!({ "orgId": org_b["id"], "name": "prj-b" }),
-    )
-    .await;
-    let b = post(
-        dev,
+    let prj_b = dev
+        .post(
+            "/v1/projects",
+            json!({ "orgId": org_b["id"], "name": "prj-b" }),
+        )
+        .await;
+    let b = dev.post(
         "/v1/keys",
         json!({ "orgId": org_b["id"], "projectId": prj_b["id"], "name": "mcp-b", "scopes": all }),
     )
     .await;
-    post(
-        dev,
+    dev.post(
         "/v1/admin/pools",
         json!({ "name": "ported", "kind": "fake",
                 "settings": { "capabilities": ["ports.expose"] } }),
     )
     .await;
-    let org_c = post(dev, "/v1/orgs", json!({ "name": "org-c" })).await;
+    let org_c = dev.post("/v1/orgs", json!({ "name": "org-c" })).await;
     let org_c_id = org_c["id"].as_str().unwrap();
     let resp = reqwest::Client::new()
         .put(format!("{}/v1/orgs/{org_c_id}/policy", dev.url))
@@ -102,18 +88,18 @@ async fn keys(dev: &Dev) -> (String, String, String) {
         "org C policy: {}",
         resp.status()
     );
-    let prj_c = post(
-        dev,
-        "/v1/projects",
-        json!({ "orgId": org_c_id, "name": "prj-c" }),
-    )
-    .await;
-    let c = post(
-        dev,
-        "/v1/keys",
-        json!({ "orgId": org_c_id, "projectId": prj_c["id"], "name": "mcp-c", "scopes": all }),
-    )
-    .await;
+    let prj_c = dev
+        .post(
+            "/v1/projects",
+            json!({ "orgId": org_c_id, "name": "prj-c" }),
+        )
+        .await;
+    let c = dev
+        .post(
+            "/v1/keys",
+            json!({ "orgId": org_c_id, "projectId": prj_c["id"], "name": "mcp-c", "scopes": all }),
+        )
+        .await;
     (
         read["key"].as_str().unwrap().to_owned(),
         b["key"].as_str().unwrap().to_owned(),
