@@ -26,7 +26,7 @@ use serde_json::json;
 
 use crate::auth::Principal;
 use crate::data_events::CallEvents;
-use crate::data_plane::{open_data_call, open_staged_call};
+use crate::data_plane::{DataCall, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::page::bad_query;
 use crate::AppState;
@@ -131,9 +131,8 @@ async fn upload(
         return Err(too_large(limit));
     }
     let detail = json!({ "path": path });
-    let (pool, at, record) =
-        open_staged_call(&state, &principal, &id, "files", "file.upload", detail).await?;
-    let record = record.commit().await?;
+    let call = DataCall::new(&state, &principal, &id, "files", "file.upload", detail);
+    let (Target { pool, at, .. }, record) = call.open().await?;
     let events = CallEvents::new(&state, &principal, &record, &at.sandbox_id);
     let seen = Arc::new(AtomicU64::new(0));
     let over = Arc::new(AtomicBool::new(false));
@@ -225,8 +224,8 @@ async fn download(
         .and_then(|v| v.to_str().ok())
         .and_then(parse_range);
     let detail = json!({ "path": path });
-    let (pool, at) =
-        open_data_call(&state, &principal, &id, "files", "file.download", detail).await?;
+    let call = DataCall::new(&state, &principal, &id, "files", "file.download", detail);
+    let (Target { pool, at, .. }, _) = call.open().await?;
     let byte_range = match range {
         None => None,
         Some(RangeSpec::From(start, end)) => Some(ByteRange { start, end }),
@@ -316,15 +315,15 @@ async fn list(
             .filter(|d| (1..=MAX_DEPTH).contains(d))
             .ok_or_else(|| bad_query("depth", format!("must be between 1 and {MAX_DEPTH}")))?,
     };
-    let (pool, at) = open_data_call(
+    let call = DataCall::new(
         &state,
         &principal,
         &id,
         "files",
         "file.list",
         json!({ "path": path }),
-    )
-    .await?;
+    );
+    let (Target { pool, at, .. }, _) = call.open().await?;
     let items = pool
         .adapter
         .list_files(&at, &path, depth)
@@ -342,15 +341,15 @@ async fn delete(
     let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::FilesWrite)?;
     let path = path_of(q.path.as_deref())?;
-    let (pool, at) = open_data_call(
+    let call = DataCall::new(
         &state,
         &principal,
         &id,
         "files",
         "file.delete",
         json!({ "path": path }),
-    )
-    .await?;
+    );
+    let (Target { pool, at, .. }, _) = call.open().await?;
     pool.adapter
         .delete_file(&at, &path)
         .await

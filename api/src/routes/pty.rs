@@ -31,7 +31,7 @@ use serde_json::json;
 
 use crate::access::load_sandbox;
 use crate::auth::Principal;
-use crate::data_plane::{open_data_call, open_program_call};
+use crate::data_plane::{DataCall, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::pty_sessions::{Ending, Owner, Session};
 use crate::sandbox_pool::{pool_of, require_capability};
@@ -290,10 +290,10 @@ pub(crate) async fn open_new(
     req: PtyRequest,
 ) -> ApiResult<Opening> {
     let detail = json!({ "program": req.program() });
-    let (pool, at, base_env) =
-        open_program_call(state, principal, raw_id, "exec.pty", "sandbox.pty", detail).await?;
+    let call = DataCall::new(state, principal, raw_id, "exec.pty", "sandbox.pty", detail);
+    let (Target { pool, at, env }, _) = call.open().await?;
     let mut req = req;
-    req.env = crate::running_rows::merged_env(&base_env, std::mem::take(&mut req.env));
+    req.env = crate::running_rows::merged_env(&env, std::mem::take(&mut req.env));
     tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "pty open");
     Ok(Opening {
         owner: Owner {
@@ -334,7 +334,9 @@ pub(crate) async fn audit_reattach(
     session: &Session,
 ) -> ApiResult<()> {
     let detail = json!({ "program": session.program, "reattach": true });
-    open_data_call(state, principal, raw_id, "exec.pty", "sandbox.pty", detail).await?;
+    DataCall::new(state, principal, raw_id, "exec.pty", "sandbox.pty", detail)
+        .open()
+        .await?;
     tracing::info!(sandbox = %session.sandbox(), session = %session.id, "pty reattach");
     Ok(())
 }

@@ -35,7 +35,7 @@ fn run_of(
         }
         end
     });
-    Running::new(rx, task)
+    Running::of_task(rx, task)
 }
 
 async fn frame_body(run: Running, every: Duration) -> (Vec<Bytes>, Vec<Frame>) {
@@ -166,7 +166,7 @@ fn queued_run(events: Vec<ExecEvent>, end_after: Duration) -> Running {
             duration_ms: 1,
         })
     });
-    Running::new(rx, task)
+    Running::of_task(rx, task)
 }
 
 fn out(b: &'static [u8]) -> ExecEvent {

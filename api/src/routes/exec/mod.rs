@@ -26,6 +26,10 @@
 //! `exec.stream` the adapter's own exec is used, and base64 output is refused (501) rather than
 //! faked from lossy text.
 //!
+//! Both handlers take the data plane's one walk ([`crate::data_plane::DataCall`]): the record
+//! staged while the adapter prepares the command, the command let go once it is staged, and
+//! no answer before the record is durable.
+//!
 //! One module per concern: the handlers (`collected`, `stream`), the run both formats read
 //! (`running`), their renderings (`sse_body`, `frame_body`, with the frame codec in `frames`)
 //! and text decoding (`text`).
@@ -41,7 +45,6 @@ mod stream;
 mod text;
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
 
 use axum::body::Bytes;
 use axum::routing::post;
@@ -108,75 +111,5 @@ pub(super) fn with_base_env_shared(
     match with_base_env(req, base) {
         std::borrow::Cow::Borrowed(_) => req.clone(),
         std::borrow::Cow::Owned(with) => std::sync::Arc::new(with),
-    }
-}
-
-/// Awaits `wanted` (a record being staged, or the events that follow it) while polling
-/// `call` beside it, so the call prepares its command meanwhile; returns `wanted`'s output
-/// and the rest of the call. The call can only end first by failing (its command cannot go
-/// before the go-ahead); that output is kept, and the rest of the call is then just it.
-///
-/// The call is polled first: its connection is opened before `wanted` sends its statement.
-/// Polled second, it often started only once the statement was answered, since on a busy
-/// machine the database's process, woken by the statement, can take this thread's core
-/// until it has answered: the command's start then waits a database round trip it need not.
-pub(super) async fn beside<'c, W: std::future::Future, C: std::future::Future>(
-    mut wanted: Pin<&mut W>,
-    mut call: Pin<&'c mut C>,
-) -> (W::Output, impl std::future::Future<Output = C::Output> + 'c) {
-    let mut ended = None;
-    let out = loop {
-        tokio::select! {
-            biased;
-            end = &mut call, if ended.is_none() => ended = Some(end),
-            out = &mut wanted => break out,
-        }
-    };
-    let rest = async move {
-        match ended {
-            Some(end) => end,
-            None => call.await,
-        }
-    };
-    (out, rest)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// fails first is kept and handed back as the rest.
-    #[tokio::test]
-    async fn beside_starts_the_call_first_and_keeps_an_early_end() {
-        let order = std::sync::Mutex::new(Vec::new());
-        let wanted = async {
-            order.lock().unwrap().push("statement sent");
-            tokio::task::yield_now().await;
-            "staged"
-        };
-        let (go, ready) = tokio::sync::oneshot::channel::<()>();
-        let call = async {
-            order.lock().unwrap().push("connection opened");
-            let _ = ready.await;
-            "ran"
-        };
-        tokio::pin!(wanted, call);
-        let (staged, rest) = beside(wanted.as_mut(), call.as_mut()).await;
-        assert_eq!(staged, "staged");
-        assert_eq!(
-            *order.lock().unwrap(),
-            ["connection opened", "statement sent"]
-        );
-        go.send(()).expect("the call waits");
-        assert_eq!(rest.await, "ran");
-
-        let failed = async { "failed at once" };
-        let slow = async {
-            tokio::task::yield_now().await;
-            "staged"
-        };
-        tokio::pin!(failed, slow);
-        let (staged, rest) = beside(slow.as_mut(), failed.as_mut()).await;
-        assert_eq!((staged, rest.await), ("staged", "failed at once"));
     }
 }

@@ -1,14 +1,59 @@
 //! The stream state machine every streamed exec runs through, whatever its response format.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use axum::body::Bytes;
 use bytes::BytesMut;
 use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::ErrorCode;
 use serde_json::json;
 use tokio::sync::mpsc;
+use tokio::task::{JoinError, JoinHandle};
 
 use super::COALESCE_LIMIT;
+use crate::data_plane::Detached;
 use crate::error::ApiError;
+
+/// The adapter's task of a streamed exec. Until the stream [keeps](StreamTask::keep) it, a
+/// drop aborts it: the record was refused or failed before the go-ahead (the command is
+/// unsent), or its commit failed. Kept, it outlives a hang-up, so the adapter sees its
+/// output channel closed and stops the command itself.
+pub(super) struct StreamTask {
+    handle: JoinHandle<Result<ExecExit, AdapterError>>,
+    kept: bool,
+}
+
+impl StreamTask {
+    pub(super) fn new(handle: JoinHandle<Result<ExecExit, AdapterError>>) -> StreamTask {
+        StreamTask {
+            handle,
+            kept: false,
+        }
+    }
+
+    /// The stream has the task: a drop no longer aborts it.
+    fn keep(self: Pin<&mut Self>) {
+        self.get_mut().kept = true;
+    }
+}
+
+impl Future for StreamTask {
+    type Output = Result<Result<ExecExit, AdapterError>, JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.handle).poll(cx)
+    }
+}
+
+impl Drop for StreamTask {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.handle.abort();
+        }
+    }
+}
 
 /// A streamed exec in progress: the adapter runs in its own task and writes output into
 /// `rx`. Both response formats read it through [`Running::next`], so the run itself (audit,
@@ -17,7 +62,7 @@ use crate::error::ApiError;
 /// hung up, so hyper dropped the body) closes the channel, which cancels the command.
 pub(super) struct Running {
     rx: mpsc::Receiver<ExecEvent>,
-    task: Option<tokio::task::JoinHandle<Result<ExecExit, AdapterError>>>,
+    task: Option<Detached<StreamTask>>,
     /// An event taken out of `rx` by [`Running::ready`] but not used yet; `next` returns it
     /// first, so output order is kept.
     held: Option<ExecEvent>,
@@ -41,7 +86,7 @@ pub(super) enum Ending {
 }
 
 impl Ending {
-    fn of(end: Result<Result<ExecExit, AdapterError>, tokio::task::JoinError>) -> Ending {
+    fn of(end: Result<Result<ExecExit, AdapterError>, JoinError>) -> Ending {
         match end {
             Ok(Ok(exit)) => Ending::Exit(
                 json!({ "exitCode": exit.exit_code, "durationMs": exit.duration_ms }).to_string(),
@@ -61,15 +106,23 @@ impl Ending {
 }
 
 impl Running {
-    pub(super) fn new(
-        rx: mpsc::Receiver<ExecEvent>,
-        task: tokio::task::JoinHandle<Result<ExecExit, AdapterError>>,
-    ) -> Running {
+    /// The run of `task` writing into `rx`, which keeps the task from now on.
+    pub(super) fn new(rx: mpsc::Receiver<ExecEvent>, mut task: Detached<StreamTask>) -> Running {
+        task.call_mut().keep();
         Running {
             rx,
             task: Some(task),
             held: None,
         }
+    }
+
+    /// The run of a task spawned by a test, as a stream has it.
+    #[cfg(test)]
+    pub(super) fn of_task(
+        rx: mpsc::Receiver<ExecEvent>,
+        handle: JoinHandle<Result<ExecExit, AdapterError>>,
+    ) -> Running {
+        Running::new(rx, Detached::new(StreamTask::new(handle)))
     }
 
     /// The next output chunk, then the ending once, then `None`. Cancel-safe (the binary

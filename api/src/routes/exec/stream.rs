@@ -1,34 +1,38 @@
 //! `POST /v1/sandboxes/{id}/exec/stream`: output as it comes, as SSE or binary frames.
 
+use std::sync::Arc;
+
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use differently_adapters::go_ahead::GoAhead;
-use differently_adapters::pools::Pool;
-use differently_adapters::InstanceRef;
+use differently_adapters::ExecEvent;
 use differently_core::exec::{ExecRequest, OutputEncoding};
 use differently_core::tenancy::Scope;
-use differently_store::audit::StagedAudit;
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::frame_body::{frame_chunks, wants_frames, FrameState};
 use super::frames;
-use super::running::Running;
+use super::running::{Running, StreamTask};
 use super::sse_body::sse_response;
-use super::{beside, parse_exec, with_base_env_shared, STREAM_BUFFER};
+use super::{parse_exec, with_base_env_shared, STREAM_BUFFER};
 use crate::auth::Principal;
 use crate::data_events::{CallEvents, ExecEvents};
-use crate::data_plane::{commit_detached, early_call, open_read_call};
+use crate::data_plane::{beside, DataCall, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::sse::HEARTBEAT;
 use crate::AppState;
 
 /// The checks, audit record and adapter call every streamed exec shares, whatever its
-/// response format; returns the run and the output encoding the request asked for. As with
-/// collected exec, a remembered row's record is staged while the command is prepared
-/// ([`start_staged_stream`]); a refused one falls back to a fresh read of the row.
+/// response format; returns the run and the output encoding the request asked for.
+///
+/// The adapter's task prepares the command at once ([`GoAhead`]: for OpenSandbox, the
+/// connection and the request head) and sends it once the record is staged; the call's
+/// events, which name the record, reach the task before its go-ahead, so its grace timer
+/// starts with the command. The response (and with it any output) waits for the record's
+/// commit, and a failed commit stops the command and answers the error.
 async fn start_stream(
     state: &AppState,
     principal: &Principal,
@@ -36,86 +40,72 @@ async fn start_stream(
     body: &Bytes,
 ) -> ApiResult<(Running, OutputEncoding)> {
     principal.require(Scope::SandboxesExec)?;
-    let req = std::sync::Arc::new(parse_exec(body)?);
+    let req = Arc::new(parse_exec(body)?);
     let detail = json!({ "program": req.program() });
     let enc = req.output_encoding.unwrap_or_default();
-    let (capability, action) = ("exec.stream", "sandbox.exec_stream");
-    if let Some(early) = early_call(state, principal, id, capability, action, detail.clone())? {
-        let stage = early.stage(state);
-        let (pool, at) = (&early.pool, &early.at);
-        let req = with_base_env_shared(&req, &early.env);
-        if let Some(run) = start_staged_stream(state, principal, pool, at, &req, stage).await? {
-            return Ok((run, enc));
-        }
-        // The row moved since: nothing was sent; read it like any other call.
-    }
-    let (pool, at, record, env) =
-        open_read_call(state, principal, id, capability, action, detail).await?;
-    let staged = std::future::ready(Ok(Some(record)));
-    let req = with_base_env_shared(&req, &env);
-    start_staged_stream(state, principal, &pool, &at, &req, staged)
-        .await?
-        .map(|run| (run, enc))
-        .ok_or_else(|| ApiError::internal("exec stream: a committed record was refused"))
+    let call = DataCall::new(
+        state,
+        principal,
+        id,
+        "exec.stream",
+        "sandbox.exec_stream",
+        detail,
+    );
+    // The output and the events of the attempt that was let go (a refused one is dropped).
+    let mut wiring = None;
+    let staged = call
+        .start(|target, go| {
+            let (task, output, events) = spawn_stream(target, &req, go);
+            wiring = Some((output, events));
+            Ok(task)
+        })
+        .await?;
+    let (output, events_tx) =
+        wiring.ok_or_else(|| ApiError::internal("exec stream: started without its task"))?;
+    let sandbox = &staged.target().at.sandbox_id;
+    tracing::info!(sandbox = %sandbox, program = req.program(), "exec stream");
+    let _ = events_tx.send(CallEvents::new(state, principal, staged.record(), sandbox));
+    let task = staged.detach().await?;
+    Ok((Running::new(output, task), enc))
 }
 
-/// Starts a streamed exec whose record `stage` is staging. The adapter's task prepares the
-/// command at once ([`GoAhead`]: for OpenSandbox, the connection and the request head) and
-/// sends it once the record is staged; the call's events, which name the record, are handed
-/// to the task with the go-ahead. The response (and with it any output) waits for the
-/// record's commit, and a failed commit stops the command and answers the error. `None`: the
-/// record was refused (the row moved), so the command was never sent.
-async fn start_staged_stream(
-    state: &AppState,
-    principal: &Principal,
-    pool: &Pool,
-    at: &InstanceRef,
-    req: &std::sync::Arc<ExecRequest>,
-    stage: impl std::future::Future<Output = ApiResult<Option<StagedAudit>>>,
-) -> ApiResult<Option<Running>> {
-    let (giver, go) = GoAhead::pair();
-    let (events_tx, events_rx) = tokio::sync::oneshot::channel::<Option<CallEvents>>();
+/// The adapter's task for `req` on `target`: it sends the command once `go` is given and
+/// publishes the exec's events once it has them. Returns the task, its output channel, and
+/// the sender of its events (`None` when the record names no tenant).
+fn spawn_stream(
+    target: &Target,
+    req: &Arc<ExecRequest>,
+    go: GoAhead,
+) -> (
+    StreamTask,
+    mpsc::Receiver<ExecEvent>,
+    oneshot::Sender<Option<CallEvents>>,
+) {
+    let (events_tx, events_rx) = oneshot::channel::<Option<CallEvents>>();
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    let adapter = pool.adapter.clone();
-    let (task_at, task_req) = (at.clone(), req.clone());
+    let adapter = target.pool.adapter.clone();
+    let (at, req) = (target.at.clone(), with_base_env_shared(req, &target.env));
     let task = tokio::spawn(async move {
-        let call = adapter.exec_stream_after(&task_at, &task_req, tx, go);
+        let call = adapter.exec_stream_after(&at, &req, tx, go);
         tokio::pin!(call, events_rx);
-        let (events, rest) = beside(events_rx.as_mut(), call.as_mut()).await;
-        // No events: the record was refused and this task is being aborted.
+        let (events, ended) = beside(events_rx.as_mut(), call.as_mut()).await;
+        let rest = async {
+            match ended {
+                Some(end) => end,
+                None => call.await,
+            }
+        };
+        // No events: the go-ahead was withdrawn and this task is being aborted.
         let Ok(events) = events else {
             return rest.await;
         };
         // Dropped with the task when the stream's caller goes away: `finished` without a code.
-        let exec_events = ExecEvents::start(events, &task_req.command, task_req.timeout());
+        let exec_events = ExecEvents::start(events, &req.command, req.timeout());
         let exit = exec_events.around(rest).await;
         exec_events.finish(exit.as_ref().ok().map(|x| (x.exit_code, x.duration_ms)));
         exit
     });
-    // Refused or failed: the task is stopped with its command unsent.
-    let record = match stage.await {
-        Ok(Some(record)) => record,
-        Ok(None) => {
-            task.abort();
-            return Ok(None);
-        }
-        Err(e) => {
-            task.abort();
-            return Err(e);
-        }
-    };
-    tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "exec stream");
-    let events = CallEvents::new(state, principal, record.record(), &at.sandbox_id);
-    // Events first, so the task has them when the go-ahead wakes it and its grace timer
-    // starts with the command.
-    let _ = events_tx.send(events);
-    giver.give();
-    // The command starts while its record commits.
-    if let Err(e) = commit_detached(record).await {
-        task.abort();
-        return Err(e);
-    }
-    Ok(Some(Running::new(rx, task)))
+    (StreamTask::new(task), rx, events_tx)
 }
 
 pub(super) async fn exec_stream(
