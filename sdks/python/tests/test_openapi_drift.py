@@ -178,8 +178,9 @@ def _compatible(doc: Dict[str, Any], tp: Any, schema: Dict[str, Any], where: str
     if origin is typing.Literal:
         values = {v for v in typing.get_args(tp)}
         # A union of enumerations (a pool's isolation) is one set of values.
-        enum = {v for a in alts for v in a.get("enum", []) if v is not None}
-        if any(a.get("type") != "string" for a in alts) or not enum:
+        values_of = [a for a in alts if a.get("type") != "null"]
+        enum = {v for a in values_of for v in a.get("enum", []) if v is not None}
+        if any(a.get("type") != "string" for a in values_of) or not enum:
             errors.append(f"{where}: the SDK has an enumeration, the schema {s}")
         elif values != enum:
             errors.append(f"{where}: enumeration drift: SDK {sorted(values)} vs served {sorted(enum)}")
