@@ -31,11 +31,28 @@ export function conformsToFields(what: string, fields: Record<string, string>, r
   }
 }
 
+/** The schema one step (`items` or a property) below `node`; an optional object (`anyOf` of it
+ * and null) is looked into, as a model nested in one sits there. */
+export function descend(doc: Json, node: Json | undefined, step: string): Json | undefined {
+  if (!node) return undefined;
+  node = resolve(doc, node);
+  const next = step === "items" && node.items ? node.items : node.properties?.[step];
+  if (!next) return undefined;
+  const alts: Json[] = next.anyOf ?? next.oneOf ?? [];
+  return alts.find((a) => a.type !== "null") ?? next;
+}
+
+/** The schema a manifest entry describes: its component, then its `at` steps. */
+export function schemaOf(doc: Json, spec: { schema: string; at?: string }): Json | undefined {
+  let node: Json | undefined = doc.components?.schemas?.[spec.schema];
+  for (const step of spec.at ? spec.at.split(".") : []) node = descend(doc, node, step);
+  return node && resolve(doc, node);
+}
+
 export function conforms(doc: Json, model: string, obj: unknown): void {
   const spec = MODELS[model];
   assert.ok(spec, `no SDK manifest for ${model}`);
-  let node: Json = doc.components.schemas[spec.schema];
-  for (const step of spec.at ? spec.at.split(".") : []) node = step === "items" ? node.items : node.properties[step];
-  node = resolve(doc, node);
+  const node = schemaOf(doc, spec);
+  assert.ok(node, `${model}: no schema at ${spec.schema} ${spec.at ?? ""}`);
   conformsToFields(model, spec.fields, node.required ?? [], obj);
 }

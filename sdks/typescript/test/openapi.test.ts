@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { ERROR_CODES, MODELS, QUERY_PARAMS, ROUTES, type Differently } from "@differently/sdk";
-import { conforms as conformsIn } from "./conforms.js";
+import { conforms as conformsIn, schemaOf } from "./conforms.js";
 import { runningSandbox, startDev, type DevServer } from "./fixture.js";
 
 type Json = Record<string, any>;
@@ -107,8 +107,7 @@ export function drift(d: Json): string[] {
     }
   }
   for (const [model, spec] of Object.entries(MODELS)) {
-    let node: Json | undefined = schemas[spec.schema];
-    for (const step of spec.at ? spec.at.split(".") : []) node = node && (step === "items" && node.items ? node.items : node.properties?.[step]);
+    let node = schemaOf(d, spec);
     if (!node) {
       problems.push(`${model}: schema ${spec.schema}${spec.at ? `.${spec.at}` : ""} is not served`);
       continue;
