@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::AdapterError;
 
+pub use differently_core::capability::Capability;
+
 /// What the backend is asked to create.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -217,16 +219,12 @@ pub enum PtyInput {
     Signal(PtySignal),
 }
 
-/// The capability of a backend that can hold warm instances: created ahead of time with no
-/// env (never tenant data), tagged with the warm id, found by `find` and `list` like any
-/// instance, and usable by the sandbox that claims it after [`Adapter::claim`]. Advertised
-/// only where that is true; a pool without it gets no refill. Not one a create may ask for
-/// (it is not in `core::sandbox::KNOWN_CAPABILITIES`): it is about the pool, not the sandbox.
-pub const WARM_CAPABILITY: &str = "warm";
-
-/// Whether `adapter` advertises [`WARM_CAPABILITY`].
+/// Whether `adapter` can hold warm instances ([`Capability::Warm`]): created ahead of time
+/// with no env (never tenant data), tagged with the warm id, found by `find` and `list` like
+/// any instance, and usable by the sandbox that claims it after [`Adapter::claim`].
+/// Advertised only where that is true; a pool without it gets no refill.
 pub fn offers_warm(adapter: &dyn Adapter) -> bool {
-    adapter.capabilities().iter().any(|c| c == WARM_CAPABILITY)
+    adapter.offers(Capability::Warm)
 }
 
 /// What an adapter's exec output can carry where its provider's API is narrower than the
@@ -285,10 +283,12 @@ impl Verification {
                 Live,
                 "runs commands on this host; its tests run it for real",
             ),
-            "daytona" | "e2b" | "freestyle" | "vercel" => Verification::new(
-                FakeOnly,
-                "tested only against a fake server written from the provider's published API",
-            ),
+            "daytona" | "e2b" | "freestyle" | "vercel" | "cloudflare" | "runloop" => {
+                Verification::new(
+                    FakeOnly,
+                    "tested only against a fake server written from the provider's published API",
+                )
+            }
             "remote" => Verification::new(
                 Unknown,
                 "an HTTP plugin: verified as far as its author ran the conformance kit against it",
@@ -312,8 +312,13 @@ pub trait Adapter: Send + Sync + 'static {
     /// The adapter kind (`fake`, `devhost`, `opensandbox`, …).
     fn kind(&self) -> &'static str;
 
-    /// Capabilities this adapter really implements (names from `core::sandbox::KNOWN_CAPABILITIES`).
-    fn capabilities(&self) -> Vec<String>;
+    /// Capabilities this adapter really implements; the conformance kit holds it to them.
+    fn capabilities(&self) -> Vec<Capability>;
+
+    /// Whether [`Adapter::capabilities`] has `capability`.
+    fn offers(&self, capability: Capability) -> bool {
+        self.capabilities().contains(&capability)
+    }
 
     /// What its exec output can carry ([`ExecFidelity::EXACT`] unless the provider's API is
     /// narrower).
@@ -351,8 +356,19 @@ pub trait Adapter: Send + Sync + 'static {
     /// Every instance tagged with `installation`, for reconciliation.
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError>;
 
-    /// Runs a command to completion.
-    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError>;
+    /// Runs a command to completion. The default collects [`Adapter::exec_stream`] (each
+    /// stream capped as the API caps it), so an adapter that streams gets `exec` for free; one
+    /// whose backend has a cheaper buffered call overrides it.
+    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
+        crate::exec_output::exec_collected(|tx| async move {
+            match self.exec_stream(at, req, tx).await {
+                Ok(exit) => Ok(exit.exit_code),
+                Err(AdapterError::Unsupported(_)) => unsupported("exec"),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
 
     /// Whether the backend answers at all; used for pool health.
     async fn health(&self) -> Result<(), AdapterError>;

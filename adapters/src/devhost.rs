@@ -63,9 +63,9 @@ use crate::exec_output::{millis, CollectedOutput};
 use crate::local_fs::{self, io_err};
 use crate::local_pty;
 use crate::{
-    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest, PtySignal,
-    SnapshotInfo,
+    Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
+    ExecEvent, ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest,
+    PtySignal, SnapshotInfo,
 };
 
 /// Name of the tag file inside each sandbox directory.
@@ -177,6 +177,19 @@ fn which(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(program))
         .find(|p| p.is_file())
+}
+
+/// Never refuses: every setting already has its type.
+impl crate::kit::FromSettings for DevhostAdapter {
+    const KIND: &'static str = "devhost";
+    type Config = DevhostConfig;
+
+    fn from_config(
+        config: DevhostConfig,
+        _credentials: &crate::credentials::Credentials,
+    ) -> Result<Self, crate::settings::ConfigError> {
+        Ok(Self::new(config))
+    }
 }
 
 impl DevhostAdapter {
@@ -999,25 +1012,25 @@ impl Adapter for DevhostAdapter {
         "devhost"
     }
 
-    fn capabilities(&self) -> Vec<String> {
+    fn capabilities(&self) -> Vec<Capability> {
         let mut caps = vec![
-            "exec",
-            "exec.stream",
-            "files",
-            "lifecycle.pause",
-            "snapshots",
+            Capability::Exec,
+            Capability::ExecStream,
+            Capability::Files,
+            Capability::LifecyclePause,
+            Capability::Snapshots,
             // An instance is a directory and a tag: one made ahead of time with no env is
             // claimed as is (no backend-side expiry to move).
-            crate::WARM_CAPABILITY,
+            Capability::Warm,
         ];
         if self.setsid.is_some() {
-            caps.push("exec.pty");
+            caps.push(Capability::ExecPty);
         }
         if self.runner == Runner::Plain {
             // Without a network namespace a port is reachable on the host.
-            caps.push("ports.expose");
+            caps.push(Capability::PortsExpose);
         }
-        caps.into_iter().map(String::from).collect()
+        caps
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {

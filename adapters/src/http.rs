@@ -20,6 +20,7 @@ use reqwest::{Method, Request, RequestBuilder, Response, StatusCode};
 
 use crate::credentials::{CredentialRef, CredentialResolver, Credentials};
 use crate::error::Reason;
+use crate::kit::errors::ErrorAnswer;
 use crate::AdapterError;
 
 /// A credential sent in a header. Never printed: `Debug` shows `***` and there is no
@@ -134,6 +135,7 @@ pub struct HttpClientBuilder {
     retries: usize,
     retry_delay: Duration,
     scheme: &'static str,
+    errors: ErrorMapper,
 }
 
 impl HttpClientBuilder {
@@ -150,7 +152,15 @@ impl HttpClientBuilder {
             retries: 0,
             retry_delay: Duration::from_millis(200),
             scheme: "",
+            errors: generic_error,
         }
+    }
+
+    /// How this backend's error answers become errors (see [`crate::kit::errors`]); the
+    /// default is [`status_error`] with the body's message.
+    pub fn errors(mut self, errors: ErrorMapper) -> Self {
+        self.errors = errors;
+        self
     }
 
     /// Sends the credential as `Authorization`-style `Bearer <key>` rather than the bare key
@@ -240,6 +250,7 @@ impl HttpClientBuilder {
             request_timeout: self.request_timeout,
             retries: self.retries,
             retry_delay: self.retry_delay,
+            errors: self.errors,
         })
     }
 }
@@ -265,11 +276,21 @@ pub struct HttpClient {
     base_url: String,
     /// `scheme://host:port`, normalised, to decide where the credential may go.
     base_origin: String,
-    service: String,
+    pub(crate) service: String,
     auth: Option<Auth>,
     request_timeout: Duration,
     retries: usize,
     retry_delay: Duration,
+    pub(crate) errors: ErrorMapper,
+}
+
+/// How a backend's error answer becomes an [`AdapterError`]: `op` says what was being done.
+/// The client scrubs the result and re-reads a refused credential; the mapper only decides.
+pub type ErrorMapper = fn(op: &str, answer: &ErrorAnswer) -> AdapterError;
+
+/// The mapper of a client that was given none: [`status_error`] on the body's message.
+fn generic_error(op: &str, answer: &ErrorAnswer) -> AdapterError {
+    status_error(op, answer.status, &answer.error().message)
 }
 
 /// Why one attempt did not give an answer worth returning.

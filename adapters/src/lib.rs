@@ -5,6 +5,9 @@
 //! instance is tagged with the sandbox id and the installation id; an operation the adapter
 //! does not implement answers `AdapterError::Unsupported`, never a silent degrade.
 
+pub mod agent_sandbox;
+pub mod azure_sessions;
+pub mod cloudflare;
 pub mod conformance;
 pub mod contract;
 pub mod credentials;
@@ -18,6 +21,7 @@ pub mod files;
 pub mod freestyle;
 pub mod go_ahead;
 pub mod http;
+pub mod kit;
 pub mod local_fs;
 pub mod local_pty;
 pub mod metered;
@@ -27,6 +31,7 @@ pub mod poll;
 pub mod pools;
 pub mod registry;
 pub mod remote;
+pub mod runloop;
 pub mod settings;
 pub mod vercel;
 

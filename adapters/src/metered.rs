@@ -172,7 +172,7 @@ impl<A: Adapter + ?Sized> Adapter for Metered<A> {
         self.inner.kind()
     }
 
-    fn capabilities(&self) -> Vec<String> {
+    fn capabilities(&self) -> Vec<crate::Capability> {
         self.inner.capabilities()
     }
 
@@ -483,7 +483,7 @@ mod tests {
         fn kind(&self) -> &'static str {
             "stub"
         }
-        fn capabilities(&self) -> Vec<String> {
+        fn capabilities(&self) -> Vec<crate::Capability> {
             Vec::new()
         }
         async fn create(&self, _: &CreateInstance) -> Result<Instance, AdapterError> {

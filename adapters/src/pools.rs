@@ -76,7 +76,7 @@ impl Pool {
             kind: self.record.kind.clone(),
             trust: self.record.trust,
             region: self.record.region.clone(),
-            capabilities: self.adapter.capabilities(),
+            capabilities: differently_core::capability::names(&self.adapter.capabilities()),
             max_concurrent: self.record.max_concurrent,
             healthy: self.healthy() && self.capacity_refused_until(Utc::now()).is_none(),
         }
@@ -105,7 +105,7 @@ impl Pool {
         PoolHealth {
             name: self.record.name.clone(),
             healthy: error.is_none(),
-            capabilities: self.adapter.capabilities(),
+            capabilities: differently_core::capability::names(&self.adapter.capabilities()),
             error,
             checked_at: Utc::now(),
             checked_by: checked_by.to_owned(),

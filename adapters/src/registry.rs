@@ -3,26 +3,27 @@
 //! and the CLI construct adapters and decide trust through it, so they agree, and a new kind
 //! is its module plus one row in [`KINDS`].
 
-use std::sync::Arc;
-
 use differently_core::pool::{PoolRecord, Trust, TrustRule};
 use differently_core::FieldError;
-use serde::de::DeserializeOwned;
 
 use crate::credentials::Credentials;
 use crate::daytona::DaytonaAdapter;
-use crate::devhost::{DevhostAdapter, DevhostConfig};
+use crate::devhost::DevhostAdapter;
 use crate::e2b::E2bAdapter;
-use crate::fake::{FakeAdapter, FakeConfig};
+use crate::fake::FakeAdapter;
 use crate::freestyle::FreestyleAdapter;
+use crate::kit::build as from;
 use crate::metered::Metered;
 use crate::opensandbox::OpenSandboxAdapter;
 use crate::remote::RemoteAdapter;
 use crate::vercel::VercelAdapter;
 use crate::SharedAdapter;
 
-/// Builds one kind's adapter from its `adapterSettings` (`null` means all defaults; each
-/// builder goes through [`parse`], so errors name the offending field).
+pub use crate::kit::AdapterConfigError;
+
+/// Builds one kind's adapter from its `adapterSettings` (`null` means all defaults; errors
+/// name the offending field): [`crate::kit::build`] for kinds implementing
+/// [`crate::kit::FromSettings`].
 pub type BuildFn =
     fn(&serde_json::Value, &Credentials) -> Result<SharedAdapter, AdapterConfigError>;
 
@@ -40,95 +41,67 @@ pub struct Kind {
     pub build: Option<BuildFn>,
 }
 
+/// A row of a kind this build constructs.
+const fn row(name: &'static str, trust: TrustRule, build: BuildFn) -> Kind {
+    Kind {
+        name,
+        trust,
+        dev_only: false,
+        build: Some(build),
+    }
+}
+
 /// Every adapter kind, built or reserved.
 pub const KINDS: &[Kind] = &[
+    row("fake", TrustRule::PrivateByDefault, from::<FakeAdapter>),
     Kind {
-        name: "fake",
-        trust: TrustRule::PrivateByDefault,
-        dev_only: false,
-        build: Some(|s, _| Ok(Arc::new(FakeAdapter::new(parse::<FakeConfig>("fake", s)?)))),
-    },
-    Kind {
-        name: "devhost",
-        trust: TrustRule::PrivateByDefault,
         dev_only: true,
-        build: Some(|s, _| {
-            Ok(Arc::new(DevhostAdapter::new(parse::<DevhostConfig>(
-                "devhost", s,
-            )?)))
-        }),
+        ..row(
+            "devhost",
+            TrustRule::PrivateByDefault,
+            from::<DevhostAdapter>,
+        )
     },
-    Kind {
-        name: "opensandbox",
-        trust: TrustRule::MustDeclare,
-        dev_only: false,
-        build: Some(|s, credentials| {
-            Ok(Arc::new(
-                OpenSandboxAdapter::with_credentials(parse("opensandbox", s)?, credentials)
-                    .map_err(|e| e.for_kind("opensandbox"))?,
-            ))
-        }),
-    },
+    row(
+        "opensandbox",
+        TrustRule::MustDeclare,
+        from::<OpenSandboxAdapter>,
+    ),
     // A plugin speaking `/adapter/v1`: who runs it is the operator's to say, as for
     // opensandbox.
-    Kind {
-        name: "remote",
-        trust: TrustRule::MustDeclare,
-        dev_only: false,
-        build: Some(|s, credentials| {
-            Ok(Arc::new(RemoteAdapter::new(
-                &parse("remote", s)?,
-                credentials,
-            )?))
-        }),
-    },
+    row("remote", TrustRule::MustDeclare, from::<RemoteAdapter>),
     // Providers: always third-party infrastructure.
-    Kind {
-        name: "daytona",
-        trust: TrustRule::ForcedExternal,
-        dev_only: false,
-        build: Some(|s, credentials| {
-            Ok(Arc::new(
-                DaytonaAdapter::with_credentials(parse("daytona", s)?, credentials)
-                    .map_err(|e| e.for_kind("daytona"))?,
-            ))
-        }),
-    },
+    row("daytona", TrustRule::ForcedExternal, from::<DaytonaAdapter>),
     // E2B's protocol is also spoken by servers an operator runs (self-hosted infra, E2B
     // Embed, CubeSandbox): external unless declared private.
-    Kind {
-        name: "e2b",
-        trust: TrustRule::ExternalByDefault,
-        dev_only: false,
-        build: Some(|s, credentials| {
-            Ok(Arc::new(
-                E2bAdapter::with_credentials(parse("e2b", s)?, credentials)
-                    .map_err(|e| e.for_kind("e2b"))?,
-            ))
-        }),
-    },
-    Kind {
-        name: "freestyle",
-        trust: TrustRule::ForcedExternal,
-        dev_only: false,
-        build: Some(|s, credentials| {
-            Ok(Arc::new(
-                FreestyleAdapter::with_credentials(parse("freestyle", s)?, credentials)
-                    .map_err(|e| e.for_kind("freestyle"))?,
-            ))
-        }),
-    },
-    Kind {
-        name: "vercel",
-        trust: TrustRule::ForcedExternal,
-        dev_only: false,
-        build: Some(|s, credentials| {
-            Ok(Arc::new(
-                VercelAdapter::with_credentials(parse("vercel", s)?, credentials)
-                    .map_err(|e| e.for_kind("vercel"))?,
-            ))
-        }),
-    },
+    row("e2b", TrustRule::ExternalByDefault, from::<E2bAdapter>),
+    row(
+        "freestyle",
+        TrustRule::ForcedExternal,
+        from::<FreestyleAdapter>,
+    ),
+    row("vercel", TrustRule::ForcedExternal, from::<VercelAdapter>),
+    row(
+        "runloop",
+        TrustRule::ForcedExternal,
+        from::<crate::runloop::RunloopAdapter>,
+    ),
+    // A Kubernetes cluster the operator runs: who runs it is the operator's to say.
+    row(
+        "agent_sandbox",
+        TrustRule::MustDeclare,
+        from::<crate::agent_sandbox::AgentSandboxAdapter>,
+    ),
+    row(
+        "azure_sessions",
+        TrustRule::ForcedExternal,
+        from::<crate::azure_sessions::AzureSessionsAdapter>,
+    ),
+    row(
+        "cloudflare",
+        TrustRule::ForcedExternal,
+        from::<crate::cloudflare::CloudflareAdapter>,
+    ),
 ];
 
 /// The row of `name`, built or reserved.
@@ -158,21 +131,6 @@ pub fn is_dev_only(kind: &str) -> bool {
     self::kind(kind).is_some_and(|k| k.dev_only)
 }
 
-/// Why an adapter could not be built from its configuration.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AdapterConfigError {
-    /// The pool names an adapter kind this build does not have.
-    #[error("unknown adapter kind `{0}` (known: {known})", known = known_kinds().collect::<Vec<_>>().join(", "))]
-    UnknownKind(String),
-    /// The settings do not fit the kind; `field` names the offending setting when known.
-    #[error("invalid settings for adapter `{kind}`{}: {message}", field.as_ref().map(|f| format!(", field `{f}`")).unwrap_or_default())]
-    InvalidSettings {
-        kind: String,
-        field: Option<String>,
-        message: String,
-    },
-}
-
 /// Constructs the adapter of `kind` from `settings` (`null` means all defaults), with no
 /// stored-secret source: enough to validate settings; a `secret:` credential of an adapter
 /// built this way fails at call time. Not metered (see [`build_pool`]).
@@ -193,7 +151,10 @@ pub fn build_with(
 ) -> Result<SharedAdapter, AdapterConfigError> {
     match self::kind(kind).and_then(|k| k.build) {
         Some(build) => build(settings, credentials),
-        None => Err(AdapterConfigError::UnknownKind(kind.to_owned())),
+        None => Err(AdapterConfigError::UnknownKind {
+            kind: kind.to_owned(),
+            known: known_kinds().collect::<Vec<_>>().join(", "),
+        }),
     }
 }
 
@@ -204,36 +165,10 @@ pub fn build_pool(
     credentials: &Credentials,
 ) -> Result<SharedAdapter, AdapterConfigError> {
     let inner = build_with(&record.kind, &record.settings, credentials)?;
-    Ok(Arc::new(Metered::new(record.name.clone(), inner)))
-}
-
-/// Deserializes settings; when serde's message does not say which field is wrong (type
-/// errors do not), each key is tried alone to find it. Every config field is defaulted, so
-/// a one-key object fails only if that key is bad.
-fn parse<T: DeserializeOwned>(
-    kind: &str,
-    settings: &serde_json::Value,
-) -> Result<T, AdapterConfigError> {
-    let invalid = |field: Option<String>, message: String| AdapterConfigError::InvalidSettings {
-        kind: kind.to_owned(),
-        field,
-        message,
-    };
-    let value = match settings {
-        serde_json::Value::Null => serde_json::Value::Object(Default::default()),
-        serde_json::Value::Object(_) => settings.clone(),
-        _ => return Err(invalid(None, "settings must be a JSON object".to_owned())),
-    };
-    serde_json::from_value::<T>(value).map_err(|e| {
-        let message = e.to_string();
-        let field = settings.as_object().and_then(|obj| {
-            obj.iter().find_map(|(k, v)| {
-                let one = serde_json::json!({ k: v });
-                serde_json::from_value::<T>(one).is_err().then(|| k.clone())
-            })
-        });
-        invalid(field, message)
-    })
+    Ok(std::sync::Arc::new(Metered::new(
+        record.name.clone(),
+        inner,
+    )))
 }
 
 #[cfg(test)]
@@ -294,10 +229,10 @@ mod tests {
         );
         // A reserved kind without an adapter yet is refused the same way.
         for reserved in KINDS.iter().filter(|k| k.build.is_none()) {
-            assert_eq!(
+            assert!(matches!(
                 build(reserved.name, &serde_json::Value::Null).err(),
-                Some(AdapterConfigError::UnknownKind(reserved.name.to_owned()))
-            );
+                Some(AdapterConfigError::UnknownKind { kind, .. }) if kind == reserved.name
+            ));
         }
     }
 

@@ -11,7 +11,6 @@ use serde::{Deserialize, Deserializer};
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::registry::AdapterConfigError;
 
 /// Why a pool's settings were refused; `field` is the offending key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,18 +18,6 @@ use crate::registry::AdapterConfigError;
 pub struct ConfigError {
     pub field: String,
     pub message: String,
-}
-
-impl ConfigError {
-    /// The error as the registry reports it: the type is shared by every kind, so the kind
-    /// is named by the caller, not by a `From` impl.
-    pub fn for_kind(self, kind: &str) -> AdapterConfigError {
-        AdapterConfigError::InvalidSettings {
-            kind: kind.to_owned(),
-            field: Some(self.field),
-            message: self.message,
-        }
-    }
 }
 
 /// Refuses `field` with `message`.
@@ -226,6 +213,7 @@ pub(crate) fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kit::AdapterConfigError;
 
     #[test]
     fn errors_name_the_prefixed_field_and_the_kind() {

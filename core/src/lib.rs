@@ -6,6 +6,7 @@
 //! The one exception is [`request_id`], a task-local the API sets and the store reads.
 
 pub mod accounting;
+pub mod capability;
 pub mod capped;
 pub mod error;
 pub mod exec;

@@ -451,7 +451,7 @@ impl WorkerGroup {
         let health = differently_core::pool::PoolHealth {
             name: self.pool.clone(),
             healthy: false,
-            capabilities: self.adapter().capabilities(),
+            capabilities: differently_core::capability::names(&self.adapter().capabilities()),
             error: Some(differently_adapters::pools::capacity_health_error(until)),
             checked_at: now,
             checked_by: format!("worker:{}", std::process::id()),

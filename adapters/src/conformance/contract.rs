@@ -9,15 +9,15 @@ use super::lifecycle::Cycle;
 use super::runner::Runner;
 use super::support::{cleanup, dialect, Ctx, Programs, Verb, FAKE, POSIX};
 use super::{exec, files, honesty, lifecycle, optional, stream, Dialect};
-use crate::{Adapter, InstanceRef, InstanceState};
+use crate::{Adapter, Capability, InstanceRef, InstanceState};
 
 /// Every contract check; answers the dialect the exec checks found.
 pub(super) async fn contract_checks(
     r: &mut Runner,
     a: &dyn Adapter,
-    declared: &[String],
+    declared: &[Capability],
 ) -> Option<Dialect> {
-    let has = |c: &str| declared.iter().any(|d| d == c);
+    let has = |c: Capability| declared.contains(&c);
     let installation = InstallationId::new();
     let id = SandboxId::new();
     let mut made = vec![id.clone()];
@@ -57,14 +57,14 @@ pub(super) async fn contract_checks(
     let programs = dialect(a, &cx.at).await;
     let p = programs_of(r, programs);
     exec_checks(r, &cx, p).await;
-    if has("exec.stream") {
+    if has(Capability::ExecStream) {
         r.check("exec.stream", stream::bytes(&cx)).await;
         r.check("exec.stream.stderr", stream::stderr(&cx, p)).await;
         r.check("exec.stream.timeout", stream::timeout(&cx)).await;
     } else {
         r.skip("exec.stream", "not declared");
     }
-    if has("files") {
+    if has(Capability::Files) {
         let f = Sample::new(&cx);
         r.check("files.upload-download", files::upload_download(&cx, &f))
             .await;
@@ -77,12 +77,13 @@ pub(super) async fn contract_checks(
     }
     for (cap, cycle) in CYCLES {
         if has(cap) {
-            r.check(cap, lifecycle::down_and_up(&cx, &cycle)).await;
+            r.check(cap.name(), lifecycle::down_and_up(&cx, &cycle))
+                .await;
         } else {
-            r.skip(cap, "not declared");
+            r.skip(cap.name(), "not declared");
         }
     }
-    if has("snapshots") {
+    if has(Capability::Snapshots) {
         let restored = SandboxId::new();
         made.push(restored.clone());
         r.check("snapshots", optional::snapshots(&cx, &restored))
@@ -90,12 +91,12 @@ pub(super) async fn contract_checks(
     } else {
         r.skip("snapshots", "not declared");
     }
-    if has("ports.expose") {
+    if has(Capability::PortsExpose) {
         r.check("ports.expose", optional::ports_expose(&cx)).await;
     } else {
         r.skip("ports.expose", "not declared");
     }
-    if has(crate::WARM_CAPABILITY) {
+    if has(Capability::Warm) {
         r.check("warm", optional::warm(&cx)).await;
     } else {
         r.skip("warm", "not declared");
@@ -138,9 +139,9 @@ async fn exec_checks(r: &mut Runner, cx: &Ctx<'_>, p: &Programs) {
 }
 
 /// The lifecycle capabilities and their round trips.
-const CYCLES: [(&str, Cycle); 2] = [
+const CYCLES: [(Capability, Cycle); 2] = [
     (
-        "lifecycle.pause",
+        Capability::LifecyclePause,
         Cycle {
             down: Verb::Pause,
             up: Verb::Resume,
@@ -150,7 +151,7 @@ const CYCLES: [(&str, Cycle); 2] = [
         },
     ),
     (
-        "lifecycle.stop",
+        Capability::LifecycleStop,
         Cycle {
             down: Verb::Stop,
             up: Verb::Start,

@@ -26,8 +26,9 @@ use serde::Serialize;
 use crate::credentials::{CredentialRef, Credentials};
 use crate::remote::wire::{self, Info};
 use crate::remote::{RemoteAdapter, RemoteConfig};
-use crate::Adapter;
+use crate::{Adapter, Capability};
 use contract::contract_checks;
+use differently_core::capability::names;
 use protocol::protocol_checks;
 use runner::Runner;
 
@@ -235,22 +236,26 @@ pub async fn run_plugin(target: &Target) -> Report {
         Ok(token) => protocol_checks(&mut r, &adapter_base(&url), &token).await,
         Err(e) => r.fail("auth.required", format!("the token cannot be read: {e}")),
     }
-    let declared = info.capabilities.clone();
+    let declared: Vec<Capability> = info
+        .capabilities
+        .iter()
+        .filter_map(|c| Capability::parse(c))
+        .collect();
     let dialect = contract_checks(&mut r, &adapter, &declared).await;
     Report {
         dialect,
-        ..r.report(Some(info), declared)
+        ..r.report(Some(info), names(&declared))
     }
     .finish()
 }
 
 /// Runs the contract's checks against `adapter`, holding it to `declared`.
-pub async fn run(adapter: &dyn Adapter, declared: &[String]) -> Report {
+pub async fn run(adapter: &dyn Adapter, declared: &[Capability]) -> Report {
     let mut r = Runner::new();
     let dialect = contract_checks(&mut r, adapter, declared).await;
     Report {
         dialect,
-        ..r.report(None, declared.to_vec())
+        ..r.report(None, names(declared))
     }
     .finish()
 }
@@ -280,20 +285,17 @@ mod tests {
 
     #[tokio::test]
     async fn the_fake_adapter_conforms_in_process() {
-        let caps: Vec<String> = [
-            "exec",
-            "exec.stream",
-            "files",
-            "lifecycle.pause",
-            "lifecycle.stop",
-            "snapshots",
-            "ports.expose",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+        let caps = [
+            Capability::Exec,
+            Capability::ExecStream,
+            Capability::Files,
+            Capability::LifecyclePause,
+            Capability::LifecycleStop,
+            Capability::Snapshots,
+            Capability::PortsExpose,
+        ];
         let fake = crate::fake::FakeAdapter::new(crate::fake::FakeConfig {
-            capabilities: caps.clone(),
+            capabilities: names(&caps),
             ..crate::fake::FakeConfig::default()
         });
         let report = run(&fake, &caps).await;

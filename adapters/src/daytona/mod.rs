@@ -29,8 +29,8 @@ use crate::exec_output::{millis, stdin_of, CollectedOutput};
 use crate::files;
 use crate::poll::Poll;
 use crate::{
-    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState, SnapshotInfo,
+    Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
+    ExecEvent, ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState, SnapshotInfo,
 };
 
 pub(crate) mod client;
@@ -140,6 +140,15 @@ pub(crate) fn check_path(field: &'static str, path: &str) -> Result<(), AdapterE
         ));
     }
     Ok(())
+}
+
+impl crate::kit::FromSettings for DaytonaAdapter {
+    const KIND: &'static str = "daytona";
+    type Config = DaytonaConfig;
+
+    fn from_config(config: DaytonaConfig, credentials: &Credentials) -> Result<Self, ConfigError> {
+        Self::with_credentials(config, credentials)
+    }
 }
 
 impl DaytonaAdapter {
@@ -424,16 +433,20 @@ impl Adapter for DaytonaAdapter {
         }
     }
 
-    fn capabilities(&self) -> Vec<String> {
-        let mut caps = vec!["exec", "files", "exec.stream"];
+    fn capabilities(&self) -> Vec<Capability> {
+        let mut caps = vec![Capability::Exec, Capability::Files, Capability::ExecStream];
         if self.settings.pause {
-            caps.push("lifecycle.pause");
+            caps.push(Capability::LifecyclePause);
         }
-        caps.extend(["lifecycle.stop", "snapshots", "ports.expose"]);
+        caps.extend([
+            Capability::LifecycleStop,
+            Capability::Snapshots,
+            Capability::PortsExpose,
+        ]);
         if self.settings.egress == config::Egress::None {
-            caps.push("network.egress-control");
+            caps.push(Capability::NetworkEgressControl);
         }
-        caps.into_iter().map(str::to_owned).collect()
+        caps
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {

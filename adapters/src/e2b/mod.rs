@@ -17,7 +17,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::ids::InstallationId;
-use differently_core::sandbox::KNOWN_CAPABILITIES;
 use differently_core::SandboxId;
 use tokio::sync::mpsc;
 
@@ -26,8 +25,8 @@ use crate::exec_output::{check_command, exec_collected, stdin_of, timed_exit};
 use crate::http::Secret;
 use crate::poll::Poll;
 use crate::{
-    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
+    Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
+    ExecEvent, ExecExit, FileEntry, Instance, InstanceRef, InstanceState, SnapshotInfo,
 };
 
 pub mod addressing;
@@ -90,6 +89,15 @@ pub fn snapshot_name(snapshot_id: &str) -> String {
 fn snapshot_template(backend_ref: &str) -> &str {
     let no_ns = backend_ref.rsplit('/').next().unwrap_or(backend_ref);
     no_ns.split(':').next().unwrap_or(no_ns)
+}
+
+impl crate::kit::FromSettings for E2bAdapter {
+    const KIND: &'static str = "e2b";
+    type Config = E2bConfig;
+
+    fn from_config(config: E2bConfig, credentials: &Credentials) -> Result<Self, ConfigError> {
+        Self::with_credentials(config, credentials)
+    }
 }
 
 impl E2bAdapter {
@@ -374,8 +382,8 @@ impl E2bAdapter {
         }
     }
 
-    fn require(&self, capability: &str) -> Result<(), AdapterError> {
-        if self.capabilities().iter().any(|c| c == capability) {
+    fn require(&self, capability: Capability) -> Result<(), AdapterError> {
+        if self.offers(capability) {
             Ok(())
         } else {
             Err(AdapterError::Unsupported(format!(
@@ -398,25 +406,21 @@ impl Adapter for E2bAdapter {
         v.map(|v| format!("envd {v}"))
     }
 
-    fn capabilities(&self) -> Vec<String> {
+    fn capabilities(&self) -> Vec<Capability> {
         let mut caps = vec![
-            "exec",
-            "files",
-            "exec.stream",
-            "lifecycle.pause",
-            "snapshots",
+            Capability::Exec,
+            Capability::Files,
+            Capability::ExecStream,
+            Capability::LifecyclePause,
+            Capability::Snapshots,
         ];
         if self.settings.ports == Ports::Public {
-            caps.push("ports.expose");
+            caps.push(Capability::PortsExpose);
         }
         if self.settings.egress != Egress::Public {
-            caps.push("network.egress-control");
+            caps.push(Capability::NetworkEgressControl);
         }
-        KNOWN_CAPABILITIES
-            .iter()
-            .filter(|k| caps.contains(k))
-            .map(|k| (*k).to_owned())
-            .collect()
+        caps
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
@@ -636,7 +640,7 @@ impl Adapter for E2bAdapter {
         port: u16,
         _expires: Option<Duration>,
     ) -> Result<Endpoint, AdapterError> {
-        self.require("ports.expose")?;
+        self.require(Capability::PortsExpose)?;
         if port == 0 {
             return Err(AdapterError::invalid_field("port", "port must be 1-65535"));
         }

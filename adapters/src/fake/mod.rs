@@ -82,8 +82,9 @@ use programs::{emit, plan, stdin_of, yes_bytes, Output};
 use crate::error::Reason;
 use crate::exec_output::{millis, CollectedOutput};
 use crate::{
-    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest, SnapshotInfo,
+    Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
+    ExecEvent, ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest,
+    SnapshotInfo,
 };
 
 /// Settings of a `fake` pool (`adapterSettings` in the pool config).
@@ -174,6 +175,19 @@ pub struct FakeAdapter {
     files: Option<FilePaths>,
     /// Files directory when neither `filesRoot` nor a ledger is configured.
     scratch: PathBuf,
+}
+
+/// Never refuses: every setting already has its type.
+impl crate::kit::FromSettings for FakeAdapter {
+    const KIND: &'static str = "fake";
+    type Config = FakeConfig;
+
+    fn from_config(
+        config: FakeConfig,
+        _credentials: &crate::credentials::Credentials,
+    ) -> Result<Self, crate::settings::ConfigError> {
+        Ok(Self::new(config))
+    }
 }
 
 impl FakeAdapter {
@@ -412,12 +426,12 @@ fn instance_of(live: &LiveInstance) -> Instance {
 
 impl FakeAdapter {
     /// `Unsupported` unless `capability` is configured.
-    fn require(&self, capability: &str) -> Result<(), AdapterError> {
+    fn require(&self, capability: Capability) -> Result<(), AdapterError> {
         self.check_available()?;
-        if self.config.capabilities.iter().any(|c| c == capability) {
+        if self.offers(capability) {
             Ok(())
         } else {
-            Err(AdapterError::Unsupported(capability.to_owned()))
+            Err(AdapterError::Unsupported(capability.name().to_owned()))
         }
     }
 
@@ -479,7 +493,7 @@ impl FakeAdapter {
 
     /// The files directory of an existing instance (created on first use).
     async fn sandbox_files(&self, at: &InstanceRef) -> Result<PathBuf, AdapterError> {
-        self.require("files")?;
+        self.require(Capability::Files)?;
         let found = self.find(&at.sandbox_id).await?;
         if found.is_none_or(|i| i.backend_ref != at.backend_ref) {
             return Err(AdapterError::NotFound);
@@ -496,7 +510,7 @@ impl FakeAdapter {
     async fn lifecycle(
         &self,
         at: &InstanceRef,
-        capability: &str,
+        capability: Capability,
         op: LedgerOp,
         from: InstanceState,
         to: InstanceState,
@@ -533,8 +547,14 @@ impl Adapter for FakeAdapter {
         "fake"
     }
 
-    fn capabilities(&self) -> Vec<String> {
-        self.config.capabilities.clone()
+    /// The configured names this build knows (the settings are free text, as a plugin's
+    /// declaration would be).
+    fn capabilities(&self) -> Vec<Capability> {
+        self.config
+            .capabilities
+            .iter()
+            .filter_map(|c| Capability::parse(c))
+            .collect()
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
@@ -598,10 +618,7 @@ impl Adapter for FakeAdapter {
             ));
         }
         let created = created.0;
-        if let (Some(snap), true) = (
-            &req.from_snapshot,
-            self.config.capabilities.iter().any(|c| c == "files"),
-        ) {
+        if let (Some(snap), true) = (&req.from_snapshot, self.offers(Capability::Files)) {
             let from = self.files_root().join(".snapshots").join(snap);
             let to = self.files_root().join(req.sandbox_id.as_str());
             if from.is_dir() && !to.exists() {
@@ -731,7 +748,7 @@ impl Adapter for FakeAdapter {
         req: &ExecRequest,
         out: mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
-        self.require("exec.stream")?;
+        self.require(Capability::ExecStream)?;
         let started = Instant::now();
         self.exec_line(at, req.program(), None).await?;
         let plan = plan(req, stdin_of(req)?);
@@ -767,7 +784,7 @@ impl Adapter for FakeAdapter {
         input: mpsc::Receiver<PtyInput>,
         out: mpsc::Sender<bytes::Bytes>,
     ) -> Result<ExecExit, AdapterError> {
-        self.require("exec.pty")?;
+        self.require(Capability::ExecPty)?;
         let started = Instant::now();
         self.exec_line(at, req.program(), None).await?;
         let exit_code = terminal::run(req.size, input, out).await;
@@ -815,26 +832,50 @@ impl Adapter for FakeAdapter {
 
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
         use InstanceState::*;
-        self.lifecycle(at, "lifecycle.pause", LedgerOp::Pause, Running, Paused)
-            .await
+        self.lifecycle(
+            at,
+            Capability::LifecyclePause,
+            LedgerOp::Pause,
+            Running,
+            Paused,
+        )
+        .await
     }
 
     async fn resume(&self, at: &InstanceRef) -> Result<(), AdapterError> {
         use InstanceState::*;
-        self.lifecycle(at, "lifecycle.pause", LedgerOp::Resume, Paused, Running)
-            .await
+        self.lifecycle(
+            at,
+            Capability::LifecyclePause,
+            LedgerOp::Resume,
+            Paused,
+            Running,
+        )
+        .await
     }
 
     async fn stop(&self, at: &InstanceRef) -> Result<(), AdapterError> {
         use InstanceState::*;
-        self.lifecycle(at, "lifecycle.stop", LedgerOp::Stop, Running, Stopped)
-            .await
+        self.lifecycle(
+            at,
+            Capability::LifecycleStop,
+            LedgerOp::Stop,
+            Running,
+            Stopped,
+        )
+        .await
     }
 
     async fn start(&self, at: &InstanceRef) -> Result<(), AdapterError> {
         use InstanceState::*;
-        self.lifecycle(at, "lifecycle.stop", LedgerOp::Start, Stopped, Running)
-            .await
+        self.lifecycle(
+            at,
+            Capability::LifecycleStop,
+            LedgerOp::Start,
+            Stopped,
+            Running,
+        )
+        .await
     }
 
     async fn snapshot(
@@ -842,10 +883,10 @@ impl Adapter for FakeAdapter {
         at: &InstanceRef,
         snapshot_id: &str,
     ) -> Result<SnapshotInfo, AdapterError> {
-        self.require("snapshots")?;
+        self.require(Capability::Snapshots)?;
         self.latency().await;
         let backend_ref = format!("fake-snap-{snapshot_id}");
-        if self.config.capabilities.iter().any(|c| c == "files") {
+        if self.offers(Capability::Files) {
             let from = self.files_root().join(at.sandbox_id.as_str());
             let to = self.files_root().join(".snapshots").join(&backend_ref);
             if from.is_dir() && !to.exists() {
@@ -885,7 +926,7 @@ impl Adapter for FakeAdapter {
     }
 
     async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
-        self.require("snapshots")?;
+        self.require(Capability::Snapshots)?;
         let r = backend_ref.to_owned();
         let refuse = self.config.refuse_snapshot_deletes;
         self.transact(move |state| {
@@ -919,7 +960,7 @@ impl Adapter for FakeAdapter {
         port: u16,
         expires: Option<Duration>,
     ) -> Result<Endpoint, AdapterError> {
-        self.require("ports.expose")?;
+        self.require(Capability::PortsExpose)?;
         let at = at.clone();
         let exists = self
             .transact(move |state| {

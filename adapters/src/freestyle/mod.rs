@@ -27,8 +27,8 @@ use crate::exec_output::{millis, stdin_of, CollectedOutput};
 use crate::files;
 use crate::poll::Poll;
 use crate::{
-    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, ExecEvent, FileEntry,
-    FileKind, Instance, InstanceRef, InstanceState,
+    Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, ExecEvent,
+    FileEntry, FileKind, Instance, InstanceRef, InstanceState,
 };
 
 mod api;
@@ -63,6 +63,18 @@ impl std::fmt::Debug for FreestyleAdapter {
         f.debug_struct("FreestyleAdapter")
             .field("settings", &self.settings)
             .finish_non_exhaustive()
+    }
+}
+
+impl crate::kit::FromSettings for FreestyleAdapter {
+    const KIND: &'static str = "freestyle";
+    type Config = FreestyleConfig;
+
+    fn from_config(
+        config: FreestyleConfig,
+        credentials: &Credentials,
+    ) -> Result<Self, ConfigError> {
+        Self::with_credentials(config, credentials)
     }
 }
 
@@ -205,18 +217,15 @@ impl Adapter for FreestyleAdapter {
         "freestyle"
     }
 
-    fn capabilities(&self) -> Vec<String> {
+    fn capabilities(&self) -> Vec<Capability> {
         // The firewall (no rules: no outbound traffic) is Freestyle's, always on.
-        [
-            "exec",
-            "files",
-            "lifecycle.pause",
-            "lifecycle.stop",
-            "network.egress-control",
+        vec![
+            Capability::Exec,
+            Capability::Files,
+            Capability::LifecyclePause,
+            Capability::LifecycleStop,
+            Capability::NetworkEgressControl,
         ]
-        .into_iter()
-        .map(str::to_owned)
-        .collect()
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {

@@ -16,6 +16,7 @@ use crate::settings::{
     bad, base_url, ca_bundle, opt_bool, opt_u64, poll_interval, resolve_api_key, seconds,
     ConfigError,
 };
+use crate::Capability;
 
 /// Who operates the OpenSandbox server; Differently cannot tell, so it must be declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -205,8 +206,8 @@ pub struct Settings {
     pub isolation: Isolation,
     pub runtime: Runtime,
     pub template_id: Option<String>,
-    /// What `capabilities()` advertises, in `KNOWN_CAPABILITIES` order.
-    pub capabilities: Vec<String>,
+    /// What `capabilities()` advertises (but `warm`, offered on every runtime), in order.
+    pub capabilities: Vec<Capability>,
     /// How execd is reached.
     pub execd_path: ExecdPath,
     pub line_endings: LineEndings,
@@ -231,17 +232,22 @@ pub struct Settings {
 }
 
 /// Capabilities an adapter method backs on `runtime` (before `features` and `ports`).
-fn backed(runtime: Runtime, ports: Ports) -> Vec<&'static str> {
-    let mut caps = vec!["exec", "files", "exec.stream", "snapshots"];
+fn backed(runtime: Runtime, ports: Ports) -> Vec<Capability> {
+    let mut caps = vec![
+        Capability::Exec,
+        Capability::Files,
+        Capability::ExecStream,
+        Capability::Snapshots,
+    ];
     match runtime {
         // Docker and Fast Sandbox keep memory on pause; Kubernetes commits the disk and frees
         // the pod, which is a stop, not a pause.
-        Runtime::Docker | Runtime::Fastsandbox => caps.push("lifecycle.pause"),
-        Runtime::Kubernetes => caps.push("lifecycle.stop"),
+        Runtime::Docker | Runtime::Fastsandbox => caps.push(Capability::LifecyclePause),
+        Runtime::Kubernetes => caps.push(Capability::LifecycleStop),
     }
     match (runtime, ports) {
         (Runtime::Kubernetes, Ports::Signed) | (Runtime::Fastsandbox, _) => {
-            caps.push("ports.expose")
+            caps.push(Capability::PortsExpose)
         }
         _ => {}
     }
@@ -249,7 +255,7 @@ fn backed(runtime: Runtime, ports: Ports) -> Vec<&'static str> {
 }
 
 /// Capabilities with no adapter method behind them: advertised only when declared.
-const DECLARED_ONLY: [&str; 2] = ["network.egress-control", "gpu"];
+const DECLARED_ONLY: [Capability; 2] = [Capability::NetworkEgressControl, Capability::Gpu];
 
 impl OpenSandboxConfig {
     /// Checks every rule and resolves the API key reference.
@@ -342,20 +348,20 @@ impl OpenSandboxConfig {
         if execd_path == ExecdPath::Direct {
             // execd's PTY WebSocket, reached directly; through the server proxy it is not
             // verified, so not offered.
-            backed.push("exec.pty");
+            backed.push(Capability::ExecPty);
         }
-        let capabilities: Vec<String> = match &self.features {
+        let capabilities: Vec<Capability> = match &self.features {
             None => {
-                let mut caps: Vec<&str> = backed
+                let mut caps: Vec<Capability> = backed
                     .iter()
                     .copied()
                     // Fast Sandbox route scopes never expire: only when declared.
-                    .filter(|c| !(runtime == Runtime::Fastsandbox && *c == "ports.expose"))
+                    .filter(|c| !(runtime == Runtime::Fastsandbox && *c == Capability::PortsExpose))
                     .collect();
                 if egress != Egress::Public {
-                    caps.push("network.egress-control");
+                    caps.push(Capability::NetworkEgressControl);
                 }
-                order(&caps)
+                order(caps)
             }
             Some(features) => {
                 let mut names = Vec::with_capacity(features.len());
@@ -366,7 +372,8 @@ impl OpenSandboxConfig {
                         "snapshots.disk" => "snapshots",
                         other => other,
                     };
-                    if !KNOWN_CAPABILITIES.contains(&name) {
+                    let Some(cap) = Capability::parse(name).filter(|c| *c != Capability::Warm)
+                    else {
                         let why = if differently_core::policy::capabilities::is_known(name) {
                             "is not advertised by adapters (isolation comes from `isolation`, restore from `snapshots`)"
                         } else {
@@ -376,15 +383,15 @@ impl OpenSandboxConfig {
                             "features",
                             format!("`{f}` {why}; use: {}", KNOWN_CAPABILITIES.join(", ")),
                         );
-                    }
-                    names.push(name);
+                    };
+                    names.push(cap);
                 }
                 // A feature with no working method on this runtime is dropped, never faked.
-                let kept: Vec<&str> = names
+                let kept: Vec<Capability> = names
                     .into_iter()
                     .filter(|f| backed.contains(f) || DECLARED_ONLY.contains(f))
                     .collect();
-                order(&kept)
+                order(kept)
             }
         };
 
@@ -472,13 +479,11 @@ impl OpenSandboxConfig {
     }
 }
 
-/// Orders capability names as `KNOWN_CAPABILITIES` does, without duplicates.
-fn order(caps: &[&str]) -> Vec<String> {
-    KNOWN_CAPABILITIES
-        .iter()
-        .filter(|k| caps.contains(k))
-        .map(|k| (*k).to_owned())
-        .collect()
+/// Orders capabilities as pool documents list them, without duplicates.
+fn order(mut caps: Vec<Capability>) -> Vec<Capability> {
+    caps.sort_unstable();
+    caps.dedup();
+    caps
 }
 
 fn is_quantity(s: &str, suffixes: &[&str]) -> bool {

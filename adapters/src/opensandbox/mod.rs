@@ -23,8 +23,9 @@ use crate::exec_output::{millis, timed_exit};
 use crate::go_ahead::GoAhead;
 use crate::poll::Poll;
 use crate::{
-    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest, SnapshotInfo,
+    Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
+    ExecEvent, ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest,
+    SnapshotInfo,
 };
 
 mod client;
@@ -67,6 +68,18 @@ impl std::fmt::Debug for OpenSandboxAdapter {
         f.debug_struct("OpenSandboxAdapter")
             .field("settings", &self.settings)
             .finish_non_exhaustive()
+    }
+}
+
+impl crate::kit::FromSettings for OpenSandboxAdapter {
+    const KIND: &'static str = "opensandbox";
+    type Config = OpenSandboxConfig;
+
+    fn from_config(
+        config: OpenSandboxConfig,
+        credentials: &Credentials,
+    ) -> Result<Self, ConfigError> {
+        Self::with_credentials(config, credentials)
     }
 }
 
@@ -118,8 +131,8 @@ impl OpenSandboxAdapter {
         res
     }
 
-    fn require(&self, capability: &str) -> Result<(), AdapterError> {
-        if self.settings.capabilities.iter().any(|c| c == capability) {
+    fn require(&self, capability: Capability) -> Result<(), AdapterError> {
+        if self.settings.capabilities.contains(&capability) {
             Ok(())
         } else {
             Err(AdapterError::Unsupported(format!(
@@ -381,9 +394,9 @@ impl Adapter for OpenSandboxAdapter {
     /// The runtime's capabilities, and `warm` on every runtime: an instance created with no
     /// env and tagged with its id is an ordinary sandbox whose expiry [`Adapter::claim`]
     /// moves to the tenant's TTL.
-    fn capabilities(&self) -> Vec<String> {
+    fn capabilities(&self) -> Vec<Capability> {
         let mut caps = self.settings.capabilities.clone();
-        caps.push(crate::WARM_CAPABILITY.to_owned());
+        caps.push(Capability::Warm);
         caps
     }
 
@@ -472,7 +485,7 @@ impl Adapter for OpenSandboxAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        self.require("exec")?;
+        self.require(Capability::Exec)?;
         let started = Instant::now();
         let mut sink = Collect::default();
         let exit_code = self.run(at, req, &mut sink, None).await?;
@@ -493,7 +506,7 @@ impl Adapter for OpenSandboxAdapter {
         req: &ExecRequest,
         out: tokio::sync::mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
-        self.require("exec.stream")?;
+        self.require(Capability::ExecStream)?;
         timed_exit(self.run(at, req, &mut Channel(out), None)).await
     }
 
@@ -504,7 +517,7 @@ impl Adapter for OpenSandboxAdapter {
         out: tokio::sync::mpsc::Sender<ExecEvent>,
         go: GoAhead,
     ) -> Result<ExecExit, AdapterError> {
-        self.require("exec.stream")?;
+        self.require(Capability::ExecStream)?;
         timed_exit(self.run(at, req, &mut Channel(out), Some(&go))).await
     }
 
@@ -515,7 +528,7 @@ impl Adapter for OpenSandboxAdapter {
         input: tokio::sync::mpsc::Receiver<PtyInput>,
         out: tokio::sync::mpsc::Sender<bytes::Bytes>,
     ) -> Result<ExecExit, AdapterError> {
-        self.require("exec.pty")?;
+        self.require(Capability::ExecPty)?;
         let started = Instant::now();
         let target = self.target(&at.backend_ref).await?;
         let res = pty::run(&self.client, &target, req, input, out).await;
@@ -535,7 +548,7 @@ impl Adapter for OpenSandboxAdapter {
         mode: Option<u32>,
         body: ByteStream,
     ) -> Result<(), AdapterError> {
-        self.require("files")?;
+        self.require(Capability::Files)?;
         let target = self.target(&at.backend_ref).await?;
         let res = files::upload(&self.client, &target, path, mode, body).await;
         if matches!(&res, Err(e) if matches!(e, AdapterError::Unavailable(_)) || execd::token_refused(e))
@@ -552,7 +565,7 @@ impl Adapter for OpenSandboxAdapter {
         path: &str,
         range: Option<ByteRange>,
     ) -> Result<Download, AdapterError> {
-        self.require("files")?;
+        self.require(Capability::Files)?;
         self.on_execd(at, |t| async move {
             files::download(&self.client, &t, path, range).await
         })
@@ -565,7 +578,7 @@ impl Adapter for OpenSandboxAdapter {
         path: &str,
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
-        self.require("files")?;
+        self.require(Capability::Files)?;
         self.on_execd(at, |t| async move {
             files::list(&self.client, &t, path, depth).await
         })
@@ -573,7 +586,7 @@ impl Adapter for OpenSandboxAdapter {
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
-        self.require("files")?;
+        self.require(Capability::Files)?;
         self.on_execd(at, |t| async move {
             files::delete(&self.client, &t, path).await
         })
@@ -581,22 +594,22 @@ impl Adapter for OpenSandboxAdapter {
     }
 
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        self.require("lifecycle.pause")?;
+        self.require(Capability::LifecyclePause)?;
         self.freeze(at).await
     }
 
     async fn resume(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        self.require("lifecycle.pause")?;
+        self.require(Capability::LifecyclePause)?;
         self.thaw(at).await
     }
 
     async fn stop(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        self.require("lifecycle.stop")?;
+        self.require(Capability::LifecycleStop)?;
         self.freeze(at).await
     }
 
     async fn start(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        self.require("lifecycle.stop")?;
+        self.require(Capability::LifecycleStop)?;
         self.thaw(at).await
     }
 
@@ -605,7 +618,7 @@ impl Adapter for OpenSandboxAdapter {
         at: &InstanceRef,
         snapshot_id: &str,
     ) -> Result<SnapshotInfo, AdapterError> {
-        self.require("snapshots")?;
+        self.require(Capability::Snapshots)?;
         // Idempotent on Differently's snapshot id, which is the OpenSandbox snapshot's name.
         for snap in lifecycle::list_snapshots(&self.client, &at.backend_ref).await? {
             if snap.name.as_deref() != Some(snapshot_id) {
@@ -654,7 +667,7 @@ impl Adapter for OpenSandboxAdapter {
     }
 
     async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
-        self.require("snapshots")?;
+        self.require(Capability::Snapshots)?;
         lifecycle::delete_snapshot(&self.client, backend_ref)
             .await
             .map(drop)
@@ -666,7 +679,7 @@ impl Adapter for OpenSandboxAdapter {
         port: u16,
         expires: Option<Duration>,
     ) -> Result<Endpoint, AdapterError> {
-        self.require("ports.expose")?;
+        self.require(Capability::PortsExpose)?;
         if port == 0 {
             return Err(AdapterError::permanent("port must be 1-65535"));
         }

@@ -134,7 +134,8 @@ pub fn served_capabilities(adapter: &SharedAdapter) -> Vec<String> {
     adapter
         .capabilities()
         .into_iter()
-        .filter(|c| wire::PROTOCOL_CAPABILITIES.contains(&c.as_str()))
+        .filter(|c| wire::PROTOCOL_CAPABILITIES.contains(&c.name()))
+        .map(|c| c.name().to_owned())
         .collect()
 }
 

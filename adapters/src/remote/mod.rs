@@ -17,7 +17,6 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::ids::InstallationId;
-use differently_core::sandbox::KNOWN_CAPABILITIES;
 use differently_core::SandboxId;
 use futures::StreamExt;
 use reqwest::Method;
@@ -26,10 +25,11 @@ use crate::credentials::{CredentialResolver, Credentials};
 use crate::error::Reason;
 use crate::exec_output::millis;
 use crate::http::{HttpClient, HttpClientBuilder, Secret};
-use crate::registry::AdapterConfigError;
+use crate::kit::AdapterConfigError;
+use crate::settings::ConfigError;
 use crate::{
-    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, SnapshotInfo,
+    Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
+    ExecEvent, ExecExit, FileEntry, Instance, InstanceRef, SnapshotInfo,
 };
 
 mod client;
@@ -78,6 +78,15 @@ impl std::fmt::Debug for RemoteAdapter {
     }
 }
 
+impl crate::kit::FromSettings for RemoteAdapter {
+    const KIND: &'static str = "remote";
+    type Config = RemoteConfig;
+
+    fn from_config(config: RemoteConfig, credentials: &Credentials) -> Result<Self, ConfigError> {
+        Self::from_settings(config.validate()?, credentials)
+    }
+}
+
 impl RemoteAdapter {
     /// Validates `config` and builds the adapter; nothing is sent until the first call.
     pub fn new(
@@ -85,25 +94,21 @@ impl RemoteAdapter {
         credentials: &Credentials,
     ) -> Result<RemoteAdapter, AdapterConfigError> {
         let settings = config.validate().map_err(|e| e.for_kind("remote"))?;
-        Self::from_settings(settings, credentials)
+        Self::from_settings(settings, credentials).map_err(|e| e.for_kind("remote"))
     }
 
     /// Builds the adapter from validated settings.
     pub fn from_settings(
         settings: Settings,
         credentials: &Credentials,
-    ) -> Result<RemoteAdapter, AdapterConfigError> {
+    ) -> Result<RemoteAdapter, ConfigError> {
         let http = HttpClientBuilder::new("plugin", settings.base_url.clone())
             .connect_timeout(settings.connect_timeout)
             .request_timeout(settings.request_timeout)
             .ca_bundle(settings.ca_bundle.clone())
             .retries(2, Duration::from_millis(200))
             .build(credentials)
-            .map_err(|e| AdapterConfigError::InvalidSettings {
-                kind: "remote".to_owned(),
-                field: None,
-                message: e.to_string(),
-            })?;
+            .map_err(|e| crate::kit::client::config_error(e, "url"))?;
         let adapter = RemoteAdapter {
             inner: Arc::new(Inner {
                 token: credentials.resolver(settings.token.clone()),
@@ -164,31 +169,29 @@ impl RemoteAdapter {
     }
 
     /// `Unsupported` unless the plugin declared `capability` (ungated: always fine).
-    async fn require(&self, capability: &str) -> Result<(), AdapterError> {
+    async fn require(&self, capability: Capability) -> Result<(), AdapterError> {
         if !self.gate {
             return Ok(());
         }
         self.ensure_info().await?;
-        if self.capabilities().iter().any(|c| c == capability) {
+        if self.offers(capability) {
             Ok(())
         } else {
-            Err(AdapterError::Unsupported(capability.to_owned()))
+            Err(AdapterError::Unsupported(capability.name().to_owned()))
         }
     }
 }
 
-/// Capabilities in `KNOWN_CAPABILITIES` order, only those the protocol can carry, then
-/// `warm` if declared.
-fn ordered(declared: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = KNOWN_CAPABILITIES
+/// The declared capabilities the protocol can carry, in order; names this build does not
+/// know are left out.
+fn ordered(declared: &[String]) -> Vec<Capability> {
+    let mut out: Vec<Capability> = declared
         .iter()
-        .filter(|k| wire::PROTOCOL_CAPABILITIES.contains(k))
-        .filter(|k| declared.iter().any(|d| d == *k))
-        .map(|k| (*k).to_owned())
+        .filter(|d| wire::PROTOCOL_CAPABILITIES.contains(&d.as_str()))
+        .filter_map(|d| Capability::parse(d))
         .collect();
-    if declared.iter().any(|d| d == crate::WARM_CAPABILITY) {
-        out.push(crate::WARM_CAPABILITY.to_owned());
-    }
+    out.sort_unstable();
+    out.dedup();
     out
 }
 
@@ -199,7 +202,7 @@ impl Adapter for RemoteAdapter {
     }
 
     /// What the plugin's last `/info` declared (none before the first probe reached it).
-    fn capabilities(&self) -> Vec<String> {
+    fn capabilities(&self) -> Vec<Capability> {
         if self
             .inner
             .info_age()
@@ -269,7 +272,7 @@ impl Adapter for RemoteAdapter {
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        self.require("exec").await?;
+        self.require(Capability::Exec).await?;
         let rb = self
             .inner
             .http
@@ -294,7 +297,7 @@ impl Adapter for RemoteAdapter {
         out: tokio::sync::mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
         let op = "plugin exec stream";
-        self.require("exec.stream").await?;
+        self.require(Capability::ExecStream).await?;
         let started = Instant::now();
         let url = format!(
             "{}{}",
@@ -392,7 +395,7 @@ impl Adapter for RemoteAdapter {
         mode: Option<u32>,
         body: ByteStream,
     ) -> Result<(), AdapterError> {
-        self.require("files").await?;
+        self.require(Capability::Files).await?;
         let url = format!(
             "{}{}",
             self.inner.settings.base_url,
@@ -420,7 +423,7 @@ impl Adapter for RemoteAdapter {
         range: Option<ByteRange>,
     ) -> Result<Download, AdapterError> {
         let op = "plugin download";
-        self.require("files").await?;
+        self.require(Capability::Files).await?;
         let url = format!(
             "{}{}",
             self.inner.settings.base_url,
@@ -477,7 +480,7 @@ impl Adapter for RemoteAdapter {
         path: &str,
         depth: u32,
     ) -> Result<Vec<FileEntry>, AdapterError> {
-        self.require("files").await?;
+        self.require(Capability::Files).await?;
         let rb = self
             .inner
             .http
@@ -493,7 +496,7 @@ impl Adapter for RemoteAdapter {
     }
 
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
-        self.require("files").await?;
+        self.require(Capability::Files).await?;
         let rb = self
             .inner
             .http
@@ -508,19 +511,21 @@ impl Adapter for RemoteAdapter {
     }
 
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        self.lifecycle(at, "lifecycle.pause", "pause").await
+        self.lifecycle(at, Capability::LifecyclePause, "pause")
+            .await
     }
 
     async fn resume(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        self.lifecycle(at, "lifecycle.pause", "resume").await
+        self.lifecycle(at, Capability::LifecyclePause, "resume")
+            .await
     }
 
     async fn stop(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        self.lifecycle(at, "lifecycle.stop", "stop").await
+        self.lifecycle(at, Capability::LifecycleStop, "stop").await
     }
 
     async fn start(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        self.lifecycle(at, "lifecycle.stop", "start").await
+        self.lifecycle(at, Capability::LifecycleStop, "start").await
     }
 
     async fn snapshot(
@@ -528,7 +533,7 @@ impl Adapter for RemoteAdapter {
         at: &InstanceRef,
         snapshot_id: &str,
     ) -> Result<SnapshotInfo, AdapterError> {
-        self.require("snapshots").await?;
+        self.require(Capability::Snapshots).await?;
         let rb = self
             .inner
             .http
@@ -542,7 +547,7 @@ impl Adapter for RemoteAdapter {
     }
 
     async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
-        self.require("snapshots").await?;
+        self.require(Capability::Snapshots).await?;
         let rb = self.inner.http.api(
             Method::DELETE,
             &format!("/snapshots/{}", segment(backend_ref)),
@@ -559,7 +564,7 @@ impl Adapter for RemoteAdapter {
         port: u16,
         expires: Option<Duration>,
     ) -> Result<Endpoint, AdapterError> {
-        self.require("ports.expose").await?;
+        self.require(Capability::PortsExpose).await?;
         let rb = self
             .inner
             .http
@@ -591,9 +596,7 @@ impl Adapter for RemoteAdapter {
     /// nothing to do on a claim answers 204 or `unsupported_operation`, which is then a
     /// renew to the tenant's TTL (what a claim means for a backend with an expiry).
     fn claim_call(&self) -> bool {
-        self.capabilities()
-            .iter()
-            .any(|c| c == crate::WARM_CAPABILITY)
+        self.offers(Capability::Warm)
     }
 
     async fn claim(&self, at: &InstanceRef, ttl_seconds: u64) -> Result<(), AdapterError> {
@@ -616,7 +619,7 @@ impl RemoteAdapter {
     async fn lifecycle(
         &self,
         at: &InstanceRef,
-        capability: &str,
+        capability: Capability,
         verb: &str,
     ) -> Result<(), AdapterError> {
         self.require(capability).await?;

@@ -27,8 +27,8 @@ use crate::credentials::Credentials;
 use crate::exec_output::{check_command, exec_collected, stdin_of, timed_exit};
 use crate::poll::Poll;
 use crate::{
-    Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
-    ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState,
+    Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
+    ExecEvent, ExecExit, FileEntry, FileKind, Instance, InstanceRef, InstanceState,
 };
 
 mod api;
@@ -112,6 +112,15 @@ fn unique() -> String {
 const NO_SUCH_PATH: i32 = 44;
 const NOT_A_DIR: i32 = 45;
 const NOT_EMPTY: i32 = 46;
+
+impl crate::kit::FromSettings for VercelAdapter {
+    const KIND: &'static str = "vercel";
+    type Config = VercelConfig;
+
+    fn from_config(config: VercelConfig, credentials: &Credentials) -> Result<Self, ConfigError> {
+        Self::with_credentials(config, credentials)
+    }
+}
 
 impl VercelAdapter {
     /// Validates `config` and builds the adapter, with no stored-secret source.
@@ -288,15 +297,15 @@ impl Adapter for VercelAdapter {
         }
     }
 
-    fn capabilities(&self) -> Vec<String> {
-        let mut caps = vec!["exec", "files", "exec.stream"];
+    fn capabilities(&self) -> Vec<Capability> {
+        let mut caps = vec![Capability::Exec, Capability::Files, Capability::ExecStream];
         if self.settings.persistent {
-            caps.push("lifecycle.stop");
+            caps.push(Capability::LifecycleStop);
         }
         if !self.settings.ports.is_empty() {
-            caps.push("ports.expose");
+            caps.push(Capability::PortsExpose);
         }
-        caps.into_iter().map(str::to_owned).collect()
+        caps
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {

@@ -537,7 +537,9 @@ async fn isolation_is_bwrap_with_own_namespaces() {
         .await
         .expect("exec");
     assert!(!r.stdout.contains("eth"), "{}", r.stdout);
-    assert!(!a.capabilities().contains(&"ports.expose".to_owned()));
+    assert!(!a
+        .capabilities()
+        .contains(&differently_adapters::Capability::PortsExpose));
     assert!(matches!(
         a.expose_port(&at, 8080, None).await,
         Err(AdapterError::Unsupported(m)) if m.contains("devhost")

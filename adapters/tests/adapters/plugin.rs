@@ -18,8 +18,8 @@ use differently_adapters::fake::{FakeAdapter, FakeConfig};
 use differently_adapters::http::Secret;
 use differently_adapters::plugin_server::PluginServer;
 use differently_adapters::{
-    registry, Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, ExecEvent,
-    ExecExit, FileEntry, Instance, InstanceRef, SharedAdapter,
+    registry, Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download,
+    ExecEvent, ExecExit, FileEntry, Instance, InstanceRef, SharedAdapter,
 };
 use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::ids::InstallationId;
@@ -181,14 +181,14 @@ impl Adapter for Liar {
     fn kind(&self) -> &'static str {
         "fake"
     }
-    fn capabilities(&self) -> Vec<String> {
-        let mut c: Vec<String> = self
+    fn capabilities(&self) -> Vec<Capability> {
+        let mut c: Vec<Capability> = self
             .inner
             .capabilities()
             .into_iter()
-            .filter(|c| c != self.hidden)
+            .filter(|c| *c != self.hidden)
             .collect();
-        c.push(self.extra.to_owned());
+        c.extend(Capability::parse(self.extra));
         c
     }
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {

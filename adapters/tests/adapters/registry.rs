@@ -9,16 +9,17 @@ async fn registry_builds_working_adapters() {
     )
     .expect("devhost");
     let caps = a.capabilities();
+    use differently_adapters::Capability;
     for c in [
-        "exec",
-        "exec.stream",
-        "files",
-        "lifecycle.pause",
-        "snapshots",
+        Capability::Exec,
+        Capability::ExecStream,
+        Capability::Files,
+        Capability::LifecyclePause,
+        Capability::Snapshots,
     ] {
-        assert!(caps.contains(&c.to_owned()), "{c} in {caps:?}");
+        assert!(caps.contains(&c), "{c} in {caps:?}");
     }
-    assert!(!caps.contains(&"lifecycle.stop".to_owned()));
+    assert!(!caps.contains(&differently_adapters::Capability::LifecycleStop));
     a.health().await.expect("healthy");
 
     let a = build(
@@ -33,7 +34,13 @@ async fn registry_builds_working_adapters() {
 #[test]
 fn registry_errors_name_kind_and_field() {
     match build("nope", &serde_json::Value::Null) {
-        Err(AdapterConfigError::UnknownKind(k)) => assert_eq!(k, "nope"),
+        Err(AdapterConfigError::UnknownKind { kind, known }) => {
+            assert_eq!(kind, "nope");
+            assert!(
+                known.contains("fake") && known.contains("daytona"),
+                "{known}"
+            );
+        }
         other => panic!("unexpected: {:?}", other.map(|a| a.kind())),
     }
     match build("fake", &serde_json::json!({ "failCreates": -1 })) {

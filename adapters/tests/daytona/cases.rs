@@ -462,7 +462,7 @@ async fn pause_only_where_declared() {
     assert!(!s
         .adapter
         .capabilities()
-        .contains(&"lifecycle.pause".to_owned()));
+        .contains(&differently_adapters::Capability::LifecyclePause));
 
     let s = setup(json!({"pause": true})).await;
     s.fake.knobs().vm = true;
@@ -470,7 +470,7 @@ async fn pause_only_where_declared() {
     assert!(s
         .adapter
         .capabilities()
-        .contains(&"lifecycle.pause".to_owned()));
+        .contains(&differently_adapters::Capability::LifecyclePause));
     s.adapter.pause(&i).await.unwrap();
     assert_eq!(s.fake.sandbox(&i.backend_ref).unwrap().state, "paused");
     s.adapter.pause(&i).await.unwrap();
@@ -612,7 +612,7 @@ async fn capabilities_are_honest_and_the_rest_unsupported() {
     assert!(s
         .adapter
         .capabilities()
-        .contains(&"network.egress-control".to_owned()));
+        .contains(&differently_adapters::Capability::NetworkEgressControl));
     running(&s).await;
     assert_eq!(s.fake.record().create_bodies[0]["networkBlockAll"], true);
 }

@@ -86,18 +86,22 @@ async fn configuration_rules_name_the_field() {
     assert_eq!(a.kind(), "opensandbox");
     assert!(a
         .capabilities()
-        .contains(&"network.egress-control".to_owned()));
+        .contains(&differently_adapters::Capability::NetworkEgressControl));
 }
 
 #[tokio::test]
 async fn capabilities_follow_the_runtime_table() {
     let key = key_file(KEY);
-    let caps = |extra| -> Vec<String> {
+    let caps = |extra| -> Vec<differently_adapters::Capability> {
         let cfg: OpenSandboxConfig =
             serde_json::from_value(settings("http://127.0.0.1:9/v1", &key, extra)).unwrap();
         let mut all = OpenSandboxAdapter::new(cfg).unwrap().capabilities();
         // Every runtime holds warm instances (claimed by renewing their expiry).
-        assert_eq!(all.pop().as_deref(), Some("warm"), "{all:?}");
+        assert_eq!(
+            all.pop(),
+            Some(differently_adapters::Capability::Warm),
+            "{all:?}"
+        );
         all
     };
     assert_eq!(

@@ -3,6 +3,7 @@
 
 use chrono::Utc;
 use differently_bus_schema::{Cause, EventType, Origin, WorkOp};
+use differently_core::capability::Capability;
 use differently_core::SandboxStatus;
 use differently_store::lifecycle::{OpBegun, OpRecord, IDLE_REASON};
 use differently_store::{Actor, StoreError, Transition};
@@ -53,10 +54,9 @@ pub(super) async fn idle(s: &Scheduler) -> Result<(), StoreError> {
         let Some(pool) = row.pool.as_deref().and_then(|p| s.pools.get(p)) else {
             continue;
         };
-        let caps = pool.adapter.capabilities();
-        let op = if caps.iter().any(|c| c == "lifecycle.pause") {
+        let op = if pool.adapter.offers(Capability::LifecyclePause) {
             WorkOp::Pause
-        } else if caps.iter().any(|c| c == "lifecycle.stop") {
+        } else if pool.adapter.offers(Capability::LifecycleStop) {
             WorkOp::Stop
         } else {
             tracing::debug!(sandbox = %row.id, "sweep: idle, but the pool can neither pause nor stop");

@@ -1,0 +1,31 @@
+//! The adapter kit: what every HTTP provider needs, written once, so a new provider is its
+//! own folder plus one registry row and copies no other provider's code.
+//!
+//! - settings: [`parse`] (errors name the key), the checks in [`crate::settings`]
+//!   (credential references, base URLs, CA bundles, timeouts), [`ConfigError`];
+//! - construction: [`FromSettings`] and [`build`] (the registry row), [`build_client`];
+//! - HTTP: [`crate::http::HttpClient`] with `send_ok`/`json`/`error_of`, whose error answers
+//!   go through the provider's [`ErrorMapper`], usually [`Statuses::map`] after the
+//!   provider's own cases;
+//! - instances: [`tags`] (create tags, lookup by sandbox, listing by installation);
+//! - exec: [`crate::Adapter::exec`] defaults to collecting `exec_stream`; helpers for stdin,
+//!   commands and paths in [`crate::exec_output`] and [`paths`].
+//!
+//! `/work/notes/KIT-READY.md`'s skeleton and `docs/providers.md` show it in use.
+
+pub mod answers;
+pub mod build;
+pub mod client;
+pub mod errors;
+pub mod paths;
+pub mod tags;
+
+pub use build::{build, parse, AdapterConfigError, FromSettings};
+pub use client::{build_client, ClientSettings, KeyHeader};
+pub use errors::{ErrorAnswer, ProviderError, Statuses};
+pub use tags::{Tagged, INSTALLATION_TAG, SANDBOX_TAG};
+
+pub use crate::credentials::{CredentialRef, Credentials};
+pub use crate::exec_output::{check_command, exec_collected, millis, stdin_of, timed_exit};
+pub use crate::http::{ErrorMapper, HttpClient, Secret};
+pub use crate::settings::ConfigError;
