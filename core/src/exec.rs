@@ -14,7 +14,7 @@ pub const MAX_EXEC_TIMEOUT_SECONDS: u64 = 24 * 3600;
 pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
 /// Body of `POST /v1/sandboxes/{id}/exec`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecRequest {
     pub command: Vec<String>,
@@ -30,7 +30,7 @@ pub struct ExecRequest {
 }
 
 /// Encoding of exec output in JSON answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OutputEncoding {
     #[default]
@@ -95,7 +95,7 @@ impl ExecRequest {
 }
 
 /// Outcome of a finished exec.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecResult {
     pub exit_code: i32,

@@ -92,7 +92,26 @@ macro_rules! prefixed_id {
                 Self::parse(&s).map_err(serde::de::Error::custom)
             }
         }
+
+        /// A string of exactly what [`Self::parse`] accepts (inlined where used: an id is
+        /// not a component of its own in the OpenAPI document).
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .pattern(Some(id_pattern($prefix)))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
     };
+}
+
+/// The pattern of an id with `prefix`: a ULID (26 characters of Crockford base 32, either
+/// case), exactly what `parse` accepts.
+pub fn id_pattern(prefix: &str) -> String {
+    format!("^{prefix}_[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{{26}}$")
 }
 
 prefixed_id!(

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Whether a pool runs on infrastructure the operator controls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Trust {
     Private,
@@ -139,7 +139,7 @@ pub fn validate_pool_name(name: &str) -> Result<(), crate::FieldError> {
 }
 
 /// Where a pool's definition comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PoolSource {
     /// The server's configuration file (re-applied at every start).
@@ -150,27 +150,33 @@ pub enum PoolSource {
 
 /// A registered pool: what the operator declared. Settings hold credential *references*
 /// (an env var name, a file path, a sealed secret's name), never credential values.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolRecord {
     pub name: String,
     pub kind: String,
     pub trust: Trust,
     #[serde(default)]
+    #[schema(required)]
     pub region: Option<String>,
     #[serde(default)]
+    #[schema(required)]
     pub max_concurrent: Option<u32>,
     /// Declared isolation of the backend runtime (reported, not verified).
     #[serde(default)]
+    #[schema(required)]
     pub isolation: Option<crate::policy::Isolation>,
     /// Cost model: currency units per CPU-hour.
     #[serde(default)]
+    #[schema(required)]
     pub cost_per_cpu_hour: f64,
     /// Speed hint: typical seconds from create to running.
     #[serde(default)]
+    #[schema(required)]
     pub typical_create_seconds: Option<f64>,
     /// Adapter-specific settings.
     #[serde(default)]
+    #[schema(required)]
     pub settings: serde_json::Value,
     pub source: PoolSource,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -222,7 +228,7 @@ pub fn resolve_trust(
 /// How far an adapter's behaviour against its backend has been checked, as an operator
 /// choosing among backends needs to know: run here against the real thing, checked against
 /// recorded exchanges, or only against a fake written from the provider's spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum VerifiedStatus {
     /// Run against the real backend (or the backend runs in this process).
@@ -248,13 +254,14 @@ pub struct BackendSeen {
 }
 
 /// The live health of a pool as its workers last saw it: one fleet-wide view.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolHealth {
     pub name: String,
     pub healthy: bool,
     pub capabilities: Vec<String>,
     /// The probe's error when unhealthy (no credentials in it).
+    #[schema(required)]
     pub error: Option<String>,
     pub checked_at: chrono::DateTime<chrono::Utc>,
     /// Which process probed (host:pid), for operators.
@@ -262,6 +269,7 @@ pub struct PoolHealth {
     /// What the probe's adapter knew of the backend. Kept with the record, never served in
     /// it: the pool's own `backendVersion` and `verified` fields show it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
     pub backend: Option<BackendSeen>,
 }
 

@@ -6,7 +6,7 @@ use crate::FieldError;
 
 /// CPU, memory and disk a sandbox asks for. Bounds follow the seeds: 1–256 CPU,
 /// 128 MiB–1 TiB memory, 0–16384 GiB disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Resources {
     pub cpu: u32,
@@ -57,7 +57,7 @@ impl Resources {
 }
 
 /// Resources with every field optional, as a request may give them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResourcesRequest {
     pub cpu: Option<u32>,

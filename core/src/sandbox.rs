@@ -72,7 +72,7 @@ pub fn validate_idle_timeout(seconds: Option<u64>) -> Result<(), FieldError> {
 }
 
 /// Body of `POST /v1/sandboxes`. Every field is optional; unknown fields are refused.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSandboxRequest {
     pub project_id: Option<ProjectId>,
@@ -323,29 +323,37 @@ pub struct Sandbox {
 }
 
 /// The client-facing JSON shape of a sandbox (API.md): env keys only, no backend internals.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxView {
     pub id: SandboxId,
     pub org_id: OrgId,
     pub project_id: ProjectId,
     pub status: SandboxStatus,
+    #[schema(required)]
     pub status_reason: Option<String>,
+    #[schema(required)]
     pub pool: Option<String>,
     pub resources: Resources,
     pub capabilities: Vec<String>,
     pub classification: String,
+    #[schema(required)]
     pub region: Option<String>,
     pub labels: BTreeMap<String, String>,
+    #[schema(required)]
     pub template: Option<String>,
     pub env_keys: Vec<String>,
     pub ttl_seconds: u64,
+    #[schema(required)]
     pub idle_timeout_seconds: Option<u64>,
     pub priority: i32,
     pub attempts: u32,
     pub created_at: DateTime<Utc>,
+    #[schema(required)]
     pub started_at: Option<DateTime<Utc>>,
+    #[schema(required)]
     pub expires_at: Option<DateTime<Utc>>,
+    #[schema(required)]
     pub ended_at: Option<DateTime<Utc>>,
 }
 

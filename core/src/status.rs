@@ -6,7 +6,19 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// Where a sandbox is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxStatus {
     Queued,

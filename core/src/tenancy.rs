@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::{FieldError, KeyId, OrgId, ProjectId, Resources, SandboxStatus};
 
 /// Whether an organization may change anything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OrgStatus {
     Active,
@@ -18,7 +18,7 @@ pub enum OrgStatus {
 }
 
 /// An organization: the unit of quota and fairness.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Org {
     pub id: OrgId,
@@ -28,7 +28,7 @@ pub struct Org {
 }
 
 /// A project inside an organization.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Project {
     pub id: ProjectId,
@@ -113,6 +113,18 @@ impl Serialize for Scope {
     }
 }
 
+/// One of [`Scope::ALL`]'s names (its serde form is written by hand above).
+impl utoipa::PartialSchema for Scope {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(Scope::ALL.map(Scope::as_str)))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Scope {}
+
 impl<'de> Deserialize<'de> for Scope {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -122,25 +134,29 @@ impl<'de> Deserialize<'de> for Scope {
 
 /// A stored API key. Only the SHA-256 of the whole key is kept (`hash`, hex), and it is
 /// never serialized to clients.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiKeyRecord {
     pub id: KeyId,
     pub org_id: OrgId,
     /// Bound to one project, or `None` for the whole organization.
+    #[schema(required)]
     pub project_id: Option<ProjectId>,
     pub name: String,
     pub scopes: Vec<Scope>,
     #[serde(skip_serializing, default)]
     pub hash: String,
     pub created_at: DateTime<Utc>,
+    #[schema(required)]
     pub expires_at: Option<DateTime<Utc>>,
+    #[schema(required)]
     pub revoked_at: Option<DateTime<Utc>>,
+    #[schema(required)]
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
 /// Largest single sandbox a tenant may ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SandboxLimit {
     pub cpu: u32,
@@ -151,7 +167,7 @@ pub struct SandboxLimit {
 }
 
 /// Limits of an organization or a project; `None` means not limited at this level.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Quota {
     pub max_active: Option<u32>,

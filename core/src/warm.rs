@@ -30,7 +30,7 @@ fn default_max_age() -> u64 {
 }
 
 /// One warm class of a pool: how many instances to keep ready and what they are.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WarmClass {
     /// `[a-z0-9][a-z0-9-]{0,62}`, unique within the pool.
@@ -52,6 +52,7 @@ pub struct WarmClass {
     /// The instances' resources; `None`: what a create asking for none gets
     /// (`Resources::DEFAULT`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(inline)]
     pub resources: Option<Resources>,
 }
 
@@ -145,7 +146,7 @@ fn from_snapshot(spec: &SandboxSpec) -> bool {
 
 /// A pool's warm classes, the document an operator puts (`{"classes": [...]}`); order
 /// matters: the first class a create matches is the one it claims from.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WarmClasses {
     #[serde(default)]

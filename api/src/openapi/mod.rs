@@ -7,9 +7,11 @@
 //! accepts are checked against their serde shapes.
 
 mod catalogue;
-mod schemas;
+mod components;
+mod facts;
 #[cfg(test)]
 mod tests;
+mod untyped;
 
 use std::sync::OnceLock;
 
@@ -19,7 +21,9 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use catalogue::{catalogue, Access, Answer, Body, Op};
-use schemas::{reference, schemas};
+use components::reference;
+use differently_core::ids::id_pattern;
+
 /// The document, built once per process.
 pub fn document() -> &'static Value {
     static DOC: OnceLock<Value> = OnceLock::new();
@@ -36,7 +40,11 @@ pub async fn serve() -> impl IntoResponse {
 }
 
 fn build() -> Value {
-    let components = schemas();
+    build_with(components::schemas())
+}
+
+/// The document around `components` (its `components.schemas`).
+fn build_with(components: Value) -> Value {
     let mut paths = Map::new();
     let mut tags: Vec<&str> = Vec::new();
     for op in catalogue() {
@@ -143,13 +151,13 @@ fn path_param_schema(path: &str, name: &str) -> Value {
         "orgs" => Some(differently_core::OrgId::PREFIX),
         "projects" => Some(differently_core::ProjectId::PREFIX),
         "keys" => Some(differently_core::KeyId::PREFIX),
-        "webhooks" => Some(schemas::webhooks::WEBHOOK_PREFIX),
-        "deliveries" => Some(schemas::webhooks::DELIVERY_PREFIX),
+        "webhooks" => Some(untyped::webhooks::WEBHOOK_PREFIX),
+        "deliveries" => Some(untyped::webhooks::DELIVERY_PREFIX),
         _ => None,
     };
     match (prefix, collection) {
         // A ULID: 26 characters of Crockford base 32 (either case).
-        (Some(p), _) => json!({ "type": "string", "pattern": schemas::id_pattern(p) }),
+        (Some(p), _) => json!({ "type": "string", "pattern": id_pattern(p) }),
         (None, "pools") => json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$" }),
         (None, "secrets") => {
             json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$" })
@@ -177,10 +185,12 @@ pub(super) const BELOW_ROOT: &str = "/(?:.*/)?(?:[^/.]|\\.[^/])";
 
 /// The schema of a query parameter of `op`, with the bounds the handlers enforce.
 fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
-    let id = |prefix: &str| json!({ "type": "string", "pattern": schemas::id_pattern(prefix) });
+    let id = |prefix: &str| json!({ "type": "string", "pattern": id_pattern(prefix) });
     match name {
-        "limit" => json!({ "type": "integer", "minimum": 1, "maximum": crate::page::MAX_PAGE,
-                           "default": crate::page::DEFAULT_PAGE }),
+        "limit" => {
+            json!({ "type": "integer", "minimum": 1, "maximum": crate::requests::page::MAX_PAGE,
+                           "default": crate::requests::page::DEFAULT_PAGE })
+        }
         "timeoutSeconds" => json!({ "type": "integer", "minimum": 0, "default": 30,
             "maximum": crate::routes::sandboxes::MAX_WAIT_SECONDS }),
         // Opaque: whatever `nextCursor` said. What it is made of is the server's business and
@@ -250,7 +260,7 @@ fn operation(op: &Op, components: &Value) -> Value {
         // A file's `path` is required, except for a listing (the root by default).
         let required = *name == "path" && op.id != "listFiles";
         let mut schema = query_schema(op, name, ty);
-        schemas::forbid_nul(&mut schema, false);
+        components::forbid_nul(&mut schema, false);
         json!({ "name": name, "in": "query", "required": required,
                 "description": description, "schema": schema })
     }));

@@ -19,7 +19,7 @@ pub enum Decision {
 }
 
 /// One pool's verdict: why it was excluded, or how it scored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolVerdict {
     /// Pool name.

@@ -22,7 +22,9 @@ pub fn is_sensitive(classification: &str) -> bool {
 }
 
 /// How eligible pools are ordered. Security and residency are filters, never ranked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// Private pools before external ones; then cost, speed, locality, headroom.
@@ -88,7 +90,9 @@ impl FromStr for Strategy {
 ///
 /// The default is `allowed` because the gate is the policy, which already requires an
 /// explicit `allowExternal: true` at all three levels; `never` lets a caller opt out.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExternalMode {
     /// Private pools only.
@@ -146,7 +150,19 @@ impl FromStr for ExternalMode {
 }
 
 /// The level a policy is set at. Higher levels bound lower ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     Global,
@@ -167,7 +183,7 @@ impl fmt::Display for Level {
 /// One level of placement policy, as the admin API stores it. An absent field adds no
 /// restriction at this level, except external placement, which fails closed: absent
 /// `allowExternal` means not allowed, and an absent global `externalPools` names no pool.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Policy {
     /// Classifications allowed on any pool.
@@ -243,16 +259,19 @@ impl Policy {
 
 /// The intersection of the global, org and project policies: what the engine applies.
 /// Any level can forbid; no level can widen what a higher one forbids.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectivePolicy {
     /// Classifications allowed on any pool; `None` means every level left it open.
+    #[schema(required)]
     pub allowed_classifications: Option<BTreeSet<String>>,
     /// Per pool: classifications allowed there (intersected across levels).
     pub pool_classifications: BTreeMap<String, BTreeSet<String>>,
     /// Regions allowed; `None` means every level left it open.
+    #[schema(required)]
     pub allowed_regions: Option<BTreeSet<String>>,
     /// The first level that does not allow external placement, if any.
+    #[schema(required)]
     pub external_forbidden_by: Option<Level>,
     /// External pools named by the global level and by every lower level that names any.
     pub external_pools: BTreeSet<String>,
@@ -353,7 +372,19 @@ impl EffectivePolicy {
 }
 
 /// Declared isolation of a pool's runtime (reported, not checked, by Differently).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Isolation {
     /// Containers sharing the host kernel (Docker, Kubernetes runtimes).

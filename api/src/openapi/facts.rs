@@ -1,0 +1,354 @@
+//! What the generated schemas cannot learn from serde: the bounds, patterns and vocabularies
+//! the code checks, and the prose written for API users. One entry per fact, at the field it
+//! is about; the values come from the code's own constants.
+
+use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
+use differently_core::policy::{ExternalMode, Strategy};
+use differently_core::sandbox::{
+    CLASSIFICATIONS, KNOWN_CAPABILITIES, MAX_IDLE_TIMEOUT_SECONDS, MAX_TTL_SECONDS, PROFILES,
+};
+use differently_core::tenancy::MAX_QUOTA_COUNT;
+use differently_core::{warm, Resources};
+use serde_json::{json, Map, Value};
+
+use super::wire;
+
+/// A pool name (`pool::validate_pool_name`); also a warm class's name.
+pub(super) const POOL_NAME: &str = "^[a-z0-9][a-z0-9-]{0,62}$";
+
+/// Where a fact lands: a component, a JSON pointer inside it, and the keys it sets (a null
+/// removes the key).
+type Fact = (&'static str, String, Value);
+
+fn at(component: &'static str, pointer: &str, patch: Value) -> Fact {
+    (component, pointer.to_owned(), patch)
+}
+
+/// `min..=max`.
+fn between(min: u64, max: u64) -> Value {
+    json!({ "minimum": min, "maximum": max })
+}
+
+/// One of `values`, or null (an optional field that null leaves unset).
+fn one_of_or_null(values: impl IntoIterator<Item = Value>) -> Value {
+    let mut all: Vec<Value> = values.into_iter().collect();
+    all.push(Value::Null);
+    json!({ "enum": all })
+}
+
+fn names(values: &[&str]) -> Vec<Value> {
+    values.iter().map(|v| json!(v)).collect()
+}
+
+/// Environment variable names (`sandbox::validate_env_names`).
+fn env_names() -> Value {
+    json!({ "propertyNames": { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" } })
+}
+
+/// Labels a caller sets (`sandbox::validate_labels`): keys 1-63 characters without `=`
+/// and not in the reserved `differently.dev/` prefix, values at most 255.
+pub(super) fn labels() -> Value {
+    json!({ "propertyNames": { "minLength": 1, "maxLength": 63, "pattern": "^[^=]*$",
+                               "not": { "pattern": "^differently\\.dev/" } },
+            "additionalProperties": { "type": "string", "maxLength": 255 } })
+}
+
+/// The bounds of one sandbox's resources (`Resources::validate`), under `prefix`.
+fn resource_bounds(component: &'static str, prefix: &str) -> [Fact; 3] {
+    [
+        at(
+            component,
+            &format!("{prefix}/cpu"),
+            between(1, u64::from(Resources::MAX_CPU)),
+        ),
+        at(
+            component,
+            &format!("{prefix}/memoryMiB"),
+            between(Resources::MIN_MEMORY_MIB, Resources::MAX_MEMORY_MIB),
+        ),
+        at(
+            component,
+            &format!("{prefix}/diskGiB"),
+            between(0, Resources::MAX_DISK_GIB),
+        ),
+    ]
+}
+
+fn facts() -> Vec<Fact> {
+    let mut f = vec![
+        // Served: a newer server may add a field.
+        at("Resources", "", json!({ "additionalProperties": null })),
+        at(
+            "CreateSandboxRequest",
+            "/properties/template",
+            json!({ "minLength": 1, "maxLength": 512 }),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/profile",
+            one_of_or_null(names(&PROFILES)),
+        ),
+        at("CreateSandboxRequest", "/properties/env", env_names()),
+        at("CreateSandboxRequest", "/properties/labels", labels()),
+        at(
+            "CreateSandboxRequest",
+            "/properties/ttlSeconds",
+            between(1, MAX_TTL_SECONDS),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/idleTimeoutSeconds",
+            between(1, MAX_IDLE_TIMEOUT_SECONDS),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/capabilities/items",
+            json!({ "enum": names(&KNOWN_CAPABILITIES) }),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/classification",
+            one_of_or_null(names(&CLASSIFICATIONS)),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/region",
+            json!({ "minLength": 1, "maxLength": 63 }),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/strategy",
+            one_of_or_null(Strategy::ALL.map(wire)),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/external",
+            one_of_or_null(ExternalMode::ALL.map(wire)),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/priority",
+            json!({ "minimum": -100, "maximum": 100 }),
+        ),
+        at(
+            "CreateSandboxRequest",
+            "/properties/fromSnapshot",
+            json!({ "description": "Restore or fork: a ready snapshot's id." }),
+        ),
+        // The program (the first item) is never empty.
+        at(
+            "ExecRequest",
+            "/properties/command",
+            json!({ "minItems": 1, "prefixItems": [{ "type": "string", "minLength": 1 }] }),
+        ),
+        at("ExecRequest", "/properties/env", env_names()),
+        at(
+            "ExecRequest",
+            "/properties/cwd",
+            json!({ "pattern": "^/", "description": "An absolute path." }),
+        ),
+        // Canonical padded base64, as the decoder wants it: the bits a short last group
+        // drops are zero.
+        at(
+            "ExecRequest",
+            "/properties/stdinBase64",
+            json!({ "contentEncoding": "base64",
+                "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$" }),
+        ),
+        at(
+            "ExecRequest",
+            "/properties/timeoutSeconds",
+            between(1, MAX_EXEC_TIMEOUT_SECONDS),
+        ),
+        // `stdin` and `stdinBase64` exclude each other (a null is as good as absent).
+        at(
+            "ExecRequest",
+            "",
+            json!({ "not": { "required": ["stdin", "stdinBase64"],
+                "properties": { "stdin": { "type": "string" },
+                                "stdinBase64": { "type": "string" } } } }),
+        ),
+        // The bounds of `Quota::validate`.
+        at(
+            "Quota",
+            "/properties/maxActive",
+            between(0, MAX_QUOTA_COUNT),
+        ),
+        at("Quota", "/properties/maxCpu", between(0, MAX_QUOTA_COUNT)),
+        at("Quota", "/properties/maxMemoryMiB", between(0, 1 << 30)),
+        at("Quota", "/properties/maxDiskGiB", between(0, 1 << 30)),
+        at(
+            "Quota",
+            "/properties/maxQueued",
+            between(0, MAX_QUOTA_COUNT),
+        ),
+        at(
+            "Quota",
+            "/properties/maxQueueSeconds",
+            between(1, 30 * 24 * 3600),
+        ),
+        at(
+            "Policy",
+            "",
+            json!({ "description": "A placement policy at one level (global, organization, \
+                project); an absent field does not restrict, except external use, which fails \
+                closed. See docs/placement.md." }),
+        ),
+        at(
+            "Policy",
+            "/properties/allowedClassifications/items",
+            json!({ "enum": names(&CLASSIFICATIONS) }),
+        ),
+        at(
+            "Policy",
+            "/properties/poolClassifications",
+            json!({ "propertyNames": { "pattern": POOL_NAME } }),
+        ),
+        at(
+            "Policy",
+            "/properties/poolClassifications/additionalProperties/items",
+            json!({ "enum": names(&CLASSIFICATIONS) }),
+        ),
+        at(
+            "Policy",
+            "/properties/allowedRegions/items",
+            json!({ "minLength": 1, "maxLength": 63 }),
+        ),
+        at(
+            "Policy",
+            "/properties/externalPools/items",
+            json!({ "pattern": POOL_NAME }),
+        ),
+        at(
+            "Policy",
+            "/properties/deniedPools/items",
+            json!({ "pattern": POOL_NAME }),
+        ),
+        // Left out when absent, never null.
+        at(
+            "PoolVerdict",
+            "/properties/score",
+            json!({ "type": "number", "minimum": 0, "maximum": 100 }),
+        ),
+        at(
+            "PoolVerdict",
+            "/properties/reason",
+            json!({ "type": "string" }),
+        ),
+        // A devhost pool serves what its commands run under.
+        at(
+            "PoolRecord",
+            "/properties/isolation",
+            json!({ "type": null, "enum": null, "anyOf": [
+                { "type": "string", "enum": ["container", "microvm"] },
+                { "type": "string", "enum": ["bwrap", "none"] },
+                { "type": "null" }] }),
+        ),
+        at(
+            "PoolRecord",
+            "/properties/settings",
+            json!({ "description": "Adapter settings: credential references (an environment \
+                variable, a file, a stored secret's name), never credentials." }),
+        ),
+    ];
+    f.extend(resource_bounds(
+        "CreateSandboxRequest",
+        "/properties/resources/anyOf/0/properties",
+    ));
+    f.extend(resource_bounds(
+        "Quota",
+        "/properties/maxSandbox/anyOf/0/properties",
+    ));
+    f.extend(resource_bounds(
+        "WarmClass",
+        "/properties/resources/anyOf/0/properties",
+    ));
+    f.extend(warm_class());
+    f
+}
+
+/// `core::warm`: a class fixes its instances' resources whole (no field is filled from a
+/// default).
+fn warm_class() -> Vec<Fact> {
+    let p = |field: &str| format!("/properties/{field}");
+    vec![
+        at(
+            "WarmClass",
+            &p("name"),
+            json!({ "pattern": POOL_NAME, "description": "Unique within the pool." }),
+        ),
+        at(
+            "WarmClass",
+            &p("size"),
+            json!({ "minimum": 0, "maximum": warm::MAX_SIZE,
+                    "description": "Instances kept creating or ready." }),
+        ),
+        at(
+            "WarmClass",
+            &p("maxSize"),
+            json!({ "minimum": 0, "maximum": warm::MAX_SIZE,
+                    "description": "Ready instances above which the surplus is retired \
+                        (at least `size`; absent: `size`)." }),
+        ),
+        at(
+            "WarmClass",
+            &p("refillPerSecond"),
+            json!({ "exclusiveMinimum": 0, "maximum": warm::MAX_REFILL_PER_SECOND,
+                    "description": "Creates started per second at most while refilling." }),
+        ),
+        at(
+            "WarmClass",
+            &p("maxAgeSeconds"),
+            json!({ "minimum": warm::MIN_MAX_AGE_SECONDS,
+                    "maximum": warm::MAX_MAX_AGE_SECONDS,
+                    "description": "A ready instance older than this is replaced \
+                        (default 3600)." }),
+        ),
+        at(
+            "WarmClass",
+            &p("template"),
+            json!({ "minLength": 1, "maxLength": 512,
+                    "description": "The instances' template; absent: the pool's default \
+                        (what a create naming no template gets). A create matches the \
+                        class when its template and resources are the class's." }),
+        ),
+        at(
+            "WarmClass",
+            &p("resources"),
+            json!({ "description": "The instances' resources; absent: what a create asking \
+                for none gets." }),
+        ),
+        at(
+            "WarmClassesRequest",
+            &p("classes"),
+            json!({ "maxItems": warm::MAX_CLASSES,
+                    "description": "Every class of the pool, in matching order (the first \
+                        class a create matches is the one it claims from); `[]` removes \
+                        them all." }),
+        ),
+    ]
+}
+
+/// Applies every fact to `schemas`; answers the facts that found no field (a renamed or
+/// removed field: a test fails on any).
+pub(super) fn apply(schemas: &mut Map<String, Value>) -> Vec<String> {
+    let mut missed = Vec::new();
+    for (component, pointer, patch) in facts() {
+        let target = schemas
+            .get_mut(component)
+            .and_then(|s| s.pointer_mut(&pointer))
+            .and_then(Value::as_object_mut);
+        let (Some(target), Value::Object(patch)) = (target, patch) else {
+            missed.push(format!("{component}{pointer}"));
+            continue;
+        };
+        for (k, v) in patch {
+            if v.is_null() {
+                target.remove(&k);
+            } else {
+                target.insert(k, v);
+            }
+        }
+    }
+    missed
+}

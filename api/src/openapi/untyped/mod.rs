@@ -1,0 +1,529 @@
+//! The objects whose schemas are written here rather than generated from a type: answers a
+//! handler assembles (lists, composites of a generated component and live state, reports)
+//! and request bodies private to their route. A composite starts from its generated
+//! component, so a field added to the type reaches it too.
+
+use differently_core::accounting::Wall;
+use differently_core::ids::id_pattern;
+use differently_core::sandbox::{MAX_IDLE_TIMEOUT_SECONDS, MAX_TTL_SECONDS};
+use differently_core::tenancy::Scope;
+use differently_core::{ErrorCode, SandboxStatus};
+use serde_json::{json, Map, Value};
+
+use super::components::reference;
+use super::{facts, wire};
+
+mod audit;
+mod reports;
+pub(super) mod webhooks;
+
+pub(super) fn typed(ty: &str) -> Value {
+    json!({ "type": ty })
+}
+
+pub(super) fn nullable(ty: &str) -> Value {
+    json!({ "type": [ty, "null"] })
+}
+
+/// An optional integer within `min..=max` (null: the default), the bounds the code checks.
+pub(super) fn bounded(min: u64, max: u64) -> Value {
+    json!({ "type": ["integer", "null"], "minimum": min, "maximum": max })
+}
+
+/// An id with `prefix`, or null.
+fn id_or_null(prefix: &str) -> Value {
+    json!({ "type": ["string", "null"], "pattern": id_pattern(prefix) })
+}
+
+/// An id with `prefix`.
+pub(super) fn id_of(prefix: &str) -> Value {
+    json!({ "type": "string", "pattern": id_pattern(prefix) })
+}
+
+/// A string of `min..=max` characters (null: absent).
+pub(super) fn text_or_null(min: u64, max: u64) -> Value {
+    json!({ "type": ["string", "null"], "minLength": min, "maxLength": max })
+}
+
+/// An organization, project or key name (`tenancy::validate_name`): 1-100 characters, no
+/// control character, not only whitespace.
+fn name() -> Value {
+    json!({ "type": "string", "maxLength": 100,
+            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$" })
+}
+
+/// Labels a caller sets, or null (`PATCH` leaves them as they are).
+fn labels() -> Value {
+    let mut l = facts::labels();
+    l["type"] = json!(["object", "null"]);
+    l
+}
+
+pub(super) fn time() -> Value {
+    json!({ "type": "string", "format": "date-time" })
+}
+
+pub(super) fn time_or_null() -> Value {
+    json!({ "type": ["string", "null"], "format": "date-time" })
+}
+
+pub(super) fn array_of(items: Value) -> Value {
+    json!({ "type": "array", "items": items })
+}
+
+pub(super) fn one_of_strings(values: impl IntoIterator<Item = Value>) -> Value {
+    json!({ "type": "string", "enum": values.into_iter().collect::<Vec<_>>() })
+}
+
+/// A pool's backend as its adapter knows it (`api::routes::pools::Backend`), served by the
+/// pools admin and the trust report.
+pub(super) fn backend_fields() -> Vec<(&'static str, Value)> {
+    use differently_adapters::VerifiedStatus as V;
+    vec![
+        (
+            "backendVersion",
+            json!({ "type": ["string", "null"], "description": "The backend version this \
+                API process's adapter last detected; null before its first call or when the \
+                backend does not say." }),
+        ),
+        (
+            "verified",
+            one_of_strings([V::Live, V::Replayed, V::FakeOnly, V::Unknown].map(wire)),
+        ),
+        ("verifiedBasis", typed("string")),
+    ]
+}
+
+/// An object whose listed properties are all present (as the API serves them).
+pub(super) fn served(props: &[(&str, Value)]) -> Value {
+    object(props, true)
+}
+
+/// An object the API serves whose properties are all present except `optional` (left out
+/// when empty or not applicable).
+pub(super) fn served_except(props: &[(&str, Value)], optional: &[&str]) -> Value {
+    let mut o = object(props, false);
+    o["required"] = json!(props
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !optional.contains(n))
+        .collect::<Vec<_>>());
+    o
+}
+
+/// An object of optional properties that refuses any other (as the API accepts them).
+pub(super) fn accepted(props: &[(&str, Value)], required: &[&str]) -> Value {
+    let mut o = object(props, false);
+    o["additionalProperties"] = Value::Bool(false);
+    if !required.is_empty() {
+        o["required"] = json!(required);
+    }
+    o
+}
+
+fn object(props: &[(&str, Value)], all_required: bool) -> Value {
+    let mut properties = Map::new();
+    for (name, schema) in props {
+        properties.insert((*name).to_owned(), schema.clone());
+    }
+    let mut o = json!({ "type": "object", "properties": properties });
+    if all_required {
+        o["required"] = json!(props.iter().map(|(n, _)| *n).collect::<Vec<_>>());
+    }
+    o
+}
+
+/// A page of `item`s.
+pub(super) fn page_of(item: &str) -> Value {
+    served(&[
+        ("items", array_of(reference(item))),
+        ("nextCursor", nullable("string")),
+    ])
+}
+
+/// An object this document describes only in prose (see docs/api.md).
+pub(super) fn described(description: &str) -> Value {
+    json!({ "type": "object", "description": description })
+}
+
+/// Adds the hand-written schemas to `s`, which holds the generated ones.
+pub(super) fn add(s: &mut Map<String, Value>) {
+    let statuses = || one_of_strings(SandboxStatus::ALL.map(wire));
+    let scopes = one_of_strings(Scope::ALL.map(wire));
+    s.insert(
+        "Error".to_owned(),
+        served(&[(
+            "error",
+            object(
+                &[
+                    (
+                        "code",
+                        one_of_strings(ErrorCode::ALL.map(|c| json!(c.as_str()))),
+                    ),
+                    ("message", typed("string")),
+                    (
+                        "details",
+                        json!({ "type": "object",
+                        "description": "Machine-readable: `field` (a JSON path) for bad input, \
+                            `status`, `operation` …" }),
+                    ),
+                    (
+                        "requestId",
+                        json!({ "type": "string",
+                        "description": "The request's id: the `X-Request-Id` response header \
+                            and the audit records' request id." }),
+                    ),
+                ],
+                false,
+            ),
+        )]),
+    );
+    s.insert("SandboxList".to_owned(), page_of("Sandbox"));
+    s.insert(
+        "UpdateSandboxRequest".to_owned(),
+        accepted(
+            &[
+                ("ttlSeconds", bounded(1, MAX_TTL_SECONDS)),
+                ("labels", labels()),
+                ("idleTimeoutSeconds", bounded(1, MAX_IDLE_TIMEOUT_SECONDS)),
+            ],
+            &[],
+        ),
+    );
+    s.insert(
+        "ExecExit".to_owned(),
+        served(&[
+            ("exitCode", typed("integer")),
+            ("durationMs", typed("integer")),
+        ]),
+    );
+    s.insert(
+        "StreamError".to_owned(),
+        served(&[
+            (
+                "code",
+                one_of_strings(ErrorCode::ALL.map(|c| json!(c.as_str()))),
+            ),
+            ("message", typed("string")),
+        ]),
+    );
+    s.insert(
+        "FileList".to_owned(),
+        served(&[(
+            "items",
+            array_of(served(&[
+                ("path", typed("string")),
+                ("type", typed("string")),
+                ("size", typed("integer")),
+                ("mode", typed("integer")),
+                ("modifiedAt", time_or_null()),
+            ])),
+        )]),
+    );
+    s.insert(
+        "PortRequest".to_owned(),
+        accepted(
+            &[
+                (
+                    "port",
+                    json!({ "type": "integer", "minimum": 1, "maximum": u16::MAX }),
+                ),
+                (
+                    "expiresSeconds",
+                    bounded(1, crate::routes::ports::MAX_PORT_SECONDS),
+                ),
+            ],
+            &["port"],
+        ),
+    );
+    s.insert(
+        "PortAnswer".to_owned(),
+        served(&[("url", typed("string")), ("expiresAt", time_or_null())]),
+    );
+    s.insert(
+        "PendingOperation".to_owned(),
+        served(&[("operation", typed("string")), ("status", typed("string"))]),
+    );
+    s.insert(
+        "SnapshotRequest".to_owned(),
+        accepted(&[("name", text_or_null(1, 255))], &[]),
+    );
+    s.insert(
+        "Snapshot".to_owned(),
+        served(&[
+            ("id", typed("string")),
+            ("orgId", typed("string")),
+            ("projectId", typed("string")),
+            ("sandboxId", typed("string")),
+            ("pool", typed("string")),
+            ("name", nullable("string")),
+            (
+                "status",
+                one_of_strings(["creating", "ready", "failed", "deleting"].map(|s| json!(s))),
+            ),
+            ("statusReason", nullable("string")),
+            ("createdAt", time()),
+        ]),
+    );
+    s.insert("SnapshotList".to_owned(), page_of("Snapshot"));
+    s.insert(
+        "StatusEvent".to_owned(),
+        served(&[
+            ("sandboxId", typed("string")),
+            ("orgId", typed("string")),
+            ("projectId", typed("string")),
+            ("status", statuses()),
+            ("statusReason", nullable("string")),
+            ("pool", nullable("string")),
+            ("statusVersion", typed("integer")),
+            ("at", time()),
+        ]),
+    );
+    // The public event contract, from the definitions the events are built from.
+    s.insert(
+        "PublicEvent".to_owned(),
+        differently_bus_schema::public::envelope_schema(),
+    );
+    s.insert(
+        "EventCredentialsRequest".to_owned(),
+        json!({ "type": "object", "additionalProperties": false, "properties": {
+            "ttlSeconds": bounded(60, 86_400),
+            "projectId": id_or_null("prj"),
+        } }),
+    );
+    s.insert(
+        "EventCredentials".to_owned(),
+        served(&[
+            ("id", typed("string")),
+            ("token", typed("string")),
+            ("expiresAt", time()),
+            ("orgId", id_of("org")),
+            ("projectId", id_or_null("prj")),
+            ("subscribe", typed("string")),
+            ("inboxPrefix", typed("string")),
+            ("stream", typed("string")),
+            ("consumerCreate", typed("string")),
+        ]),
+    );
+    s.insert(
+        "EventSchema".to_owned(),
+        described("A JSON Schema (draft 2020-12) of one public event type."),
+    );
+    s.insert(
+        "EventSchemaList".to_owned(),
+        served(&[
+            ("version", typed("integer")),
+            ("envelope", reference("EventSchema")),
+            (
+                "items",
+                json!({ "type": "array", "items": served(&[
+                    ("type", typed("string")),
+                    ("schema", reference("EventSchema")),
+                ]) }),
+            ),
+        ]),
+    );
+    s.insert("OrgList".to_owned(), page_of("Org"));
+    s.insert(
+        "CreateOrgRequest".to_owned(),
+        accepted(&[("name", name())], &["name"]),
+    );
+    s.insert(
+        "UpdateOrgRequest".to_owned(),
+        accepted(
+            &[
+                ("name", name()),
+                (
+                    "status",
+                    one_of_strings(["active", "suspended"].map(|s| json!(s))),
+                ),
+            ],
+            &[],
+        ),
+    );
+    s.insert("ProjectList".to_owned(), page_of("Project"));
+    s.insert(
+        "CreateProjectRequest".to_owned(),
+        accepted(&[("orgId", id_of("org")), ("name", name())], &["name"]),
+    );
+    s.insert(
+        "UpdateProjectRequest".to_owned(),
+        accepted(&[("name", name())], &["name"]),
+    );
+    s.insert("KeyList".to_owned(), page_of("Key"));
+    s.insert(
+        "CreateKeyRequest".to_owned(),
+        accepted(
+            &[
+                ("orgId", id_of("org")),
+                ("projectId", id_of("prj")),
+                ("name", name()),
+                (
+                    "scopes",
+                    json!({ "type": "array", "items": scopes, "minItems": 1 }),
+                ),
+                (
+                    "expiresAt",
+                    json!({ "type": ["string", "null"], "format": "date-time",
+                            "description": "In the future." }),
+                ),
+            ],
+            &["name", "scopes"],
+        ),
+    );
+    s.insert(
+        "QuotaView".to_owned(),
+        served(&[
+            ("quota", reference("Quota")),
+            ("effective", reference("Quota")),
+            (
+                "usage",
+                described("What the scope uses now: active, queued, CPU, memory, disk."),
+            ),
+        ]),
+    );
+    // `core::policy::explain`: the decision flattened with every pool's verdict.
+    let decision_fields = || {
+        vec![
+            (
+                "decision",
+                one_of_strings(["placed", "waiting", "rejected"].map(|d| json!(d))),
+            ),
+            ("pool", typed("string")),
+            (
+                "code",
+                one_of_strings(ErrorCode::ALL.map(|c| json!(c.as_str()))),
+            ),
+            ("reason", typed("string")),
+            ("pools", array_of(reference("PoolVerdict"))),
+        ]
+    };
+    s.insert(
+        "DryRun".to_owned(),
+        served_except(&decision_fields(), &["pool", "code", "reason"]),
+    );
+    let mut placement = decision_fields();
+    placement.extend([
+        ("policy", reference("EffectivePolicy")),
+        ("decidedAt", time()),
+        // A waiting explanation names the limit it waits behind (`scheduler::placement`).
+        ("wall", one_of_strings(Wall::ALL.map(|w| json!(w.as_str())))),
+    ]);
+    s.insert(
+        "Placement".to_owned(),
+        served_except(&placement, &["pool", "code", "reason", "wall"]),
+    );
+    s.insert(
+        "PoolRequest".to_owned(),
+        accepted(
+            &[
+                ("name", nullable("string")),
+                ("kind", nullable("string")),
+                (
+                    "trust",
+                    json!({ "type": ["string", "null"], "enum": ["private", "external", null] }),
+                ),
+                ("region", nullable("string")),
+                ("maxConcurrent", nullable("integer")),
+                (
+                    "isolation",
+                    json!({ "type": ["string", "null"], "enum": ["container", "microvm", null] }),
+                ),
+                ("costPerCpuHour", nullable("number")),
+                ("typicalCreateSeconds", nullable("number")),
+                (
+                    "settings",
+                    json!({ "description": "Adapter settings (credential references only)." }),
+                ),
+            ],
+            &[],
+        ),
+    );
+    s.insert("PoolList".to_owned(), page_of("Pool"));
+    s.insert("Health".to_owned(), served(&[("status", typed("string"))]));
+    s.insert("OpenApi".to_owned(), described("This document."));
+    composites(s);
+    audit::add(s);
+    reports::add(s);
+    webhooks::add(s);
+}
+
+/// Generated components with what a handler adds to them.
+fn composites(s: &mut Map<String, Value>) {
+    let mut created_key = s["Key"].clone();
+    created_key["properties"]["key"] = json!({ "type": "string",
+        "description": "The secret, `dly_<keyid>_<secret>`: shown this once." });
+    if let Some(required) = created_key["required"].as_array_mut() {
+        required.push(json!("key"));
+    }
+    s.insert("CreatedKey".to_owned(), created_key);
+    // `routes::pools`: the record, flattened, with its backend and live state.
+    let mut pool = s["PoolRecord"].clone();
+    let mut live = vec![("capabilities", array_of(typed("string")))];
+    live.extend(backend_fields());
+    live.extend([
+        ("healthy", typed("boolean")),
+        (
+            "health",
+            json!({ "anyOf": [reference("PoolHealth"), { "type": "null" }] }),
+        ),
+        ("usedSlots", typed("integer")),
+    ]);
+    extend(&mut pool, live, true);
+    s.insert("Pool".to_owned(), pool);
+    // `routes::warm`: each class as stored (the fields it left out stay out) and its counts.
+    let mut status = s["WarmClass"].clone();
+    if let Some(o) = status.as_object_mut() {
+        o.remove("additionalProperties");
+    }
+    // Served as stored: `maxAgeSeconds` is filled; the fields a class left out stay out.
+    if let Some(required) = status["required"].as_array_mut() {
+        required.push(json!("maxAgeSeconds"));
+    }
+    extend(
+        &mut status,
+        vec![
+            (
+                "ready",
+                json!({ "type": "integer", "minimum": 0,
+                        "description": "Instances ready to be claimed." }),
+            ),
+            (
+                "creating",
+                json!({ "type": "integer", "minimum": 0,
+                        "description": "Instances being created." }),
+            ),
+            (
+                "claimsPerMinute",
+                json!({ "type": "number", "minimum": 0,
+                        "description": "Instances claimed per minute over the last 10 minutes, \
+                            counted by every API process." }),
+            ),
+            (
+                "hitRatio",
+                json!({ "type": ["number", "null"], "minimum": 0, "maximum": 1,
+                        "description": "Of the creates that matched the class over the last 10 \
+                            minutes, the share answered from a ready instance; null when none \
+                            matched." }),
+            ),
+        ],
+        true,
+    );
+    s.insert("WarmClassStatus".to_owned(), status);
+    s.insert(
+        "WarmClasses".to_owned(),
+        served(&[("classes", array_of(reference("WarmClassStatus")))]),
+    );
+}
+
+/// Adds `props` to an object schema, `required` with `all_required`.
+fn extend(schema: &mut Value, props: Vec<(&str, Value)>, all_required: bool) {
+    for (name, p) in props {
+        schema["properties"][name] = p;
+        if all_required {
+            if let Some(required) = schema["required"].as_array_mut() {
+                required.push(json!(name));
+            }
+        }
+    }
+}
