@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::cluster::ClusterOpts;
-use crate::opensandbox::run_execd;
+use crate::opensandbox::{create_direct, Ready};
 use crate::opensandbox_client::{connect, ms, start_with_pool, Api, Server};
 use crate::stats::{summarize_ms, Summary};
 use crate::LoadError;
@@ -213,7 +213,15 @@ async fn measure(server: &Server, api: &Api, opts: &WarmOpts) -> Result<Rounds, 
     wait_full(api, opts.size, fill).await?;
 
     // One untimed round of each (page caches, connections).
-    direct(server, &opts.image).await?;
+    create_direct(
+        server,
+        &opts.image,
+        "1024Mi",
+        "warm-direct",
+        Ready::ExecTrue,
+        SAMPLE_DEADLINE,
+    )
+    .await?;
     let mut refill_waits = Vec::new();
     refill_waits.push(wait_full(api, opts.size, fill).await?);
     through(api, server, Kind::Warm).await?;
@@ -231,7 +239,17 @@ async fn measure(server: &Server, api: &Api, opts: &WarmOpts) -> Result<Rounds, 
         for k in 0..3 {
             refill_waits.push(wait_full(api, opts.size, fill).await?);
             match (i + k) % 3 {
-                0 => d.push(direct(server, &opts.image).await?),
+                0 => d.push(
+                    create_direct(
+                        server,
+                        &opts.image,
+                        "1024Mi",
+                        "warm-direct",
+                        Ready::ExecTrue,
+                        SAMPLE_DEADLINE,
+                    )
+                    .await?,
+                ),
                 1 => {
                     let s = through(api, server, Kind::Warm).await?;
                     w.push(s.exec_ok);
@@ -338,53 +356,6 @@ async fn wait_full(api: &Api, size: u32, within: Duration) -> Result<f64, LoadEr
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Create → first OK `true` on execd, straight to the server; deleted (untimed).
-async fn direct(s: &Server, image: &str) -> Result<f64, LoadError> {
-    let body = json!({
-        "image": {"uri": image},
-        "entrypoint": ["tail", "-f", "/dev/null"],
-        "timeout": 600,
-        "resourceLimits": {"cpu": "1", "memory": "1024Mi"},
-        "metadata": {"differently-bench": "warm-direct"},
-    });
-    let t = Instant::now();
-    let created = s
-        .json(
-            s.req(reqwest::Method::POST, "/sandboxes").json(&body),
-            "direct create",
-        )
-        .await?;
-    let id = created["id"]
-        .as_str()
-        .ok_or_else(|| LoadError::Check(format!("create answer without id: {created}")))?
-        .to_owned();
-    let result = async {
-        let mut base = None;
-        let mut last = String::new();
-        while t.elapsed() < SAMPLE_DEADLINE {
-            if base.is_none() {
-                match s.execd_base(&id).await {
-                    Ok(b) => base = Some(b),
-                    Err(e) => last = e.to_string(),
-                }
-            }
-            if let Some(b) = &base {
-                match run_execd(s, b, false, TRUE, "").await {
-                    Ok(_) => return Ok(ms(t.elapsed())),
-                    Err(e) => last = e.to_string(),
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        Err(LoadError::Timeout(format!(
-            "{id}: no OK `true` on execd within {SAMPLE_DEADLINE:?}; last: {last}"
-        )))
-    }
-    .await;
-    s.delete(&id).await?;
-    result
 }
 
 /// Which create through Differently.

@@ -31,6 +31,13 @@ use crate::opensandbox_client::{connect, ms, start_with_pool, Api, Server, EXECD
 use crate::stats::percentile;
 use crate::LoadError;
 
+mod cpu;
+mod paths;
+
+use cpu::{context_switches, cpu_readings, per_exec_us};
+use paths::*;
+pub(crate) use paths::{create_direct, Ready};
+
 /// What the run measures and against what.
 #[derive(Debug, Clone)]
 pub struct BenchOpts {
@@ -165,465 +172,11 @@ pub struct BenchReport {
 /// GET, Differently's streamed exec, an audit append.
 const PATHS: usize = 6;
 
+/// How long a create straight to the server may take to answer its first `/ping`.
+const DIRECT_DEADLINE: Duration = Duration::from_secs(300);
+
 /// Execs of the CPU phase.
 pub const CPU_EXECS: usize = 200;
-
-/// Nanoseconds process `pid` has been on a CPU, its live threads together
-/// (`/proc/<pid>/task/*/schedstat`, first field): finer than the 10 ms ticks of
-/// `/proc/<pid>/stat`. A thread that ends between two readings takes its time with it, so a
-/// phase should be short next to the runtime's idle-thread timeout (10 s).
-fn on_cpu_ns(pid: u32) -> Option<u64> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
-            continue;
-        };
-        total += stat
-            .split_whitespace()
-            .next()
-            .and_then(|t| t.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    Some(total)
-}
-
-/// Context switches of process `pid`'s live threads so far, voluntary and not
-/// (`/proc/<pid>/task/*/status`).
-fn context_switches(pid: u32) -> Option<u64> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
-            continue;
-        };
-        total += status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches:"))
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    Some(total)
-}
-
-/// On-CPU nanoseconds of every process named `postgres`.
-fn postgres_on_cpu_ns() -> Option<u64> {
-    let mut total = 0u64;
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if comm.trim() == "postgres" {
-            total += on_cpu_ns(pid).unwrap_or(0);
-        }
-    }
-    Some(total)
-}
-
-/// On-CPU nanoseconds so far of each of `procs` and of all of Postgres (as `postgres`).
-fn cpu_readings(procs: &[(String, u32)]) -> Vec<(String, Option<u64>)> {
-    procs
-        .iter()
-        .map(|(name, pid)| (name.clone(), on_cpu_ns(*pid)))
-        .chain(std::iter::once((
-            "postgres".to_owned(),
-            postgres_on_cpu_ns(),
-        )))
-        .collect()
-}
-
-/// µs per exec of the CPU phase between two [`cpu_readings`] of the same processes; one
-/// that could not be read both times (or lost a thread's time) is absent.
-fn per_exec_us(
-    before: &[(String, Option<u64>)],
-    after: &[(String, Option<u64>)],
-) -> std::collections::BTreeMap<String, f64> {
-    before
-        .iter()
-        .zip(after)
-        .filter_map(|((name, b), (_, a))| {
-            let used = a.as_ref()?.checked_sub((*b)?)?;
-            Some((name.clone(), used as f64 / CPU_EXECS as f64 / 1000.0))
-        })
-        .collect()
-}
-
-/// Create → first OK `/ping`, straight to the server; the sandbox is deleted (untimed).
-async fn create_direct(s: &Server, image: &str) -> Result<f64, LoadError> {
-    let body = json!({
-        "image": {"uri": image},
-        "entrypoint": ["tail", "-f", "/dev/null"],
-        "timeout": 600,
-        "resourceLimits": {"cpu": "1", "memory": "512Mi"},
-        "metadata": {"differently-bench": "direct"},
-    });
-    let t = Instant::now();
-    let created = s
-        .json(
-            s.req(reqwest::Method::POST, "/sandboxes").json(&body),
-            "direct create",
-        )
-        .await?;
-    let id = created["id"]
-        .as_str()
-        .ok_or_else(|| LoadError::Check(format!("create answer without id: {created}")))?
-        .to_owned();
-    let result = async {
-        let deadline = t + Duration::from_secs(300);
-        let mut base = None;
-        while Instant::now() < deadline {
-            if base.is_none() {
-                base = s.execd_base(&id).await.ok();
-            }
-            if let Some(b) = &base {
-                let ok = s
-                    .http
-                    .get(format!("{b}/ping"))
-                    .timeout(Duration::from_secs(2))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
-                if ok {
-                    return Ok(ms(t.elapsed()));
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        Err(LoadError::Timeout(format!(
-            "{id}: no OK /ping within 300 s"
-        )))
-    }
-    .await;
-    s.delete(&id).await?;
-    result
-}
-
-/// Create → ready through the adapter in this process; deleted (untimed).
-async fn create_adapter(
-    a: &OpenSandboxAdapter,
-    installation: &InstallationId,
-) -> Result<f64, LoadError> {
-    let req = CreateInstance {
-        sandbox_id: SandboxId::new(),
-        installation_id: installation.clone(),
-        template: None,
-        resources: differently_core::Resources {
-            cpu: 1,
-            memory_mib: 512,
-            disk_gib: 1,
-        },
-        env: Default::default(),
-        ttl_seconds: 600,
-        from_snapshot: None,
-    };
-    let t = Instant::now();
-    let made = a.create(&req).await;
-    let took = ms(t.elapsed());
-    let deleted = a.delete(&req.sandbox_id).await;
-    made.map_err(|e| LoadError::Check(format!("adapter create: {e}")))?;
-    deleted.map_err(|e| LoadError::Check(format!("adapter delete: {e}")))?;
-    Ok(took)
-}
-
-/// Create → `running` through Differently; deleted and waited out (untimed).
-async fn create_differently(api: &Api) -> Result<f64, LoadError> {
-    let body = json!({"resources": {"cpu": 1, "memoryMiB": 512, "diskGiB": 1}, "ttlSeconds": 600});
-    let t = Instant::now();
-    let v = api
-        .expect(
-            reqwest::Method::POST,
-            "/v1/sandboxes",
-            Some(body),
-            202,
-            "create",
-        )
-        .await?;
-    let id = v["id"]
-        .as_str()
-        .ok_or_else(|| LoadError::Check(format!("create answer without id: {v}")))?
-        .to_owned();
-    let waited = api.wait(&id, "running").await;
-    let took = ms(t.elapsed());
-    api.expect(
-        reqwest::Method::DELETE,
-        &format!("/v1/sandboxes/{id}"),
-        None,
-        202,
-        "delete",
-    )
-    .await?;
-    api.wait(&id, "terminated").await?;
-    waited.map(|()| took)
-}
-
-/// `echo hi` on execd at `base` (direct or the server's proxy), read until
-/// `execution_complete`; checks the output.
-async fn exec_execd(s: &Server, base: &str, with_key: bool) -> Result<f64, LoadError> {
-    run_execd(s, base, with_key, "echo hi", "hi").await
-}
-
-/// `command` on execd at `base`, read until `execution_complete`; checks that its stdout,
-/// trailing whitespace aside, is `want`. Milliseconds from sending to `execution_complete`.
-pub(crate) async fn run_execd(
-    s: &Server,
-    base: &str,
-    with_key: bool,
-    command: &str,
-    want: &str,
-) -> Result<f64, LoadError> {
-    let mut rb = s
-        .http
-        .post(format!("{base}/command"))
-        .json(&json!({"command": command}))
-        .timeout(Duration::from_secs(30));
-    if with_key {
-        rb = rb.header("OPEN-SANDBOX-API-KEY", &s.key);
-    }
-    let t = Instant::now();
-    let mut r = rb
-        .send()
-        .await
-        .map_err(|e| LoadError::http("execd exec", e))?;
-    if !r.status().is_success() {
-        return Err(LoadError::Api {
-            context: "execd exec".to_owned(),
-            status: r.status().as_u16(),
-            body: String::new(),
-        });
-    }
-    let mut buf = String::new();
-    let mut stdout = String::new();
-    loop {
-        let chunk = r
-            .chunk()
-            .await
-            .map_err(|e| LoadError::http("execd stream", e))?;
-        let Some(chunk) = chunk else {
-            return Err(LoadError::Check(format!(
-                "execd stream ended without execution_complete after {:.1} ms; \
-                 stdout so far {stdout:?}, unparsed {buf:?}",
-                ms(t.elapsed())
-            )));
-        };
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(nl) = buf.find('\n') {
-            let line: String = buf.drain(..=nl).collect();
-            let line = line.trim().trim_start_matches("data:").trim();
-            let Ok(ev) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            match ev["type"].as_str() {
-                Some("stdout") => stdout.push_str(ev["text"].as_str().unwrap_or_default()),
-                Some("execution_complete") => {
-                    let took = ms(t.elapsed());
-                    if stdout.trim_end() != want {
-                        return Err(LoadError::Check(format!(
-                            "execd {command:?} printed {stdout:?}"
-                        )));
-                    }
-                    return Ok(took);
-                }
-                Some("error") => {
-                    return Err(LoadError::Check(format!("execd exec failed: {ev}")));
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
-/// `echo hi` through the adapter in this process; checks the result.
-async fn exec_adapter(a: &OpenSandboxAdapter, at: &InstanceRef) -> Result<f64, LoadError> {
-    let req = ExecRequest {
-        command: vec!["echo".to_owned(), "hi".to_owned()],
-        ..Default::default()
-    };
-    let t = Instant::now();
-    let out = a
-        .exec(at, &req)
-        .await
-        .map_err(|e| LoadError::Check(format!("adapter exec: {e}")))?;
-    let took = ms(t.elapsed());
-    if out.exit_code == 141 {
-        return Err(LoadError::Check(format!(
-            "adapter echo hi: broken pipe (exit 141): {out:?}"
-        )));
-    }
-    if out.exit_code != 0 || out.stdout != "hi\n" {
-        return Err(LoadError::Check(format!("adapter echo hi: {out:?}")));
-    }
-    Ok(took)
-}
-
-/// A record of the benchmark's own on the installation chain, about `resource`.
-fn probe_event(action: &str, resource: &str) -> differently_store::audit::NewAuditEvent {
-    differently_store::audit::NewAuditEvent {
-        org_id: None,
-        project_id: None,
-        actor: "system:bench".to_owned(),
-        action: action.to_owned(),
-        resource: resource.to_owned(),
-        outcome: "ok".to_owned(),
-        detail: json!({}),
-    }
-}
-
-/// One audit record appended and committed through the store.
-async fn audit_append(
-    store: &differently_store::postgres::PgStore,
-    id: &str,
-) -> Result<f64, LoadError> {
-    let ev = probe_event("bench.audit_probe", id);
-    let t = Instant::now();
-    differently_store::audit::AuditStore::append_audit(store, ev)
-        .await
-        .map_err(|e| LoadError::Store {
-            context: "audit append".to_owned(),
-            source: e,
-        })?;
-    Ok(ms(t.elapsed()))
-}
-
-/// One guarded record staged as the exec route stages its own; only the swap is timed.
-async fn audit_stage(
-    store: &differently_store::postgres::PgStore,
-    id: &SandboxId,
-) -> Result<f64, LoadError> {
-    use differently_store::audit::{AuditStore, RowGuard};
-    let store_err = |context: &str| {
-        let context = context.to_owned();
-        move |source| LoadError::Store { context, source }
-    };
-    let row = differently_store::SandboxReadStore::get_sandbox(store, id)
-        .await
-        .map_err(store_err("read the exec sandbox"))?
-        .ok_or_else(|| LoadError::Check(format!("sandbox {id} is gone")))?;
-    let guard = RowGuard {
-        sandbox: id.clone(),
-        status: row.status,
-        status_version: row.status_version,
-    };
-    let ev = probe_event("bench.audit_stage_probe", id.as_str());
-    let t = Instant::now();
-    let staged = store
-        .stage_audit_if(ev, &guard)
-        .await
-        .map_err(store_err("stage an audit record"))?
-        .ok_or_else(|| LoadError::Check(format!("sandbox {id} moved under the probe")))?;
-    let took = ms(t.elapsed());
-    staged
-        .commit()
-        .await
-        .map_err(store_err("commit a staged audit record"))?;
-    Ok(took)
-}
-
-/// An authenticated read of the sandbox through the API.
-async fn api_get(api: &Api, id: &str) -> Result<f64, LoadError> {
-    let t = Instant::now();
-    api.expect(
-        reqwest::Method::GET,
-        &format!("/v1/sandboxes/{id}"),
-        None,
-        200,
-        "get sandbox",
-    )
-    .await?;
-    Ok(ms(t.elapsed()))
-}
-
-/// `GET /healthz` through the API: the HTTP hop with nothing behind it.
-async fn api_hop(api: &Api) -> Result<f64, LoadError> {
-    let t = Instant::now();
-    api.expect(reqwest::Method::GET, "/healthz", None, 200, "healthz")
-        .await?;
-    Ok(ms(t.elapsed()))
-}
-
-/// `echo hi` through Differently's exec route; checks the answer.
-async fn exec_differently(api: &Api, id: &str) -> Result<f64, LoadError> {
-    let t = Instant::now();
-    let v = api
-        .expect(
-            reqwest::Method::POST,
-            &format!("/v1/sandboxes/{id}/exec"),
-            Some(json!({"command": ["echo", "hi"]})),
-            200,
-            "exec",
-        )
-        .await?;
-    let took = ms(t.elapsed());
-    if v["exitCode"] == 141 {
-        return Err(LoadError::Check(format!(
-            "exec echo hi: broken pipe (exit 141): {v}"
-        )));
-    }
-    if v["exitCode"] != 0 || v["stdout"] != "hi\n" {
-        return Err(LoadError::Check(format!("exec echo hi answered {v}")));
-    }
-    Ok(took)
-}
-
-/// `echo hi` through Differently's streamed exec route (SSE), read to its `exit` event;
-/// checks the output and the exit code.
-async fn exec_differently_stream(api: &Api, id: &str) -> Result<f64, LoadError> {
-    let what = "exec stream";
-    let t = Instant::now();
-    let mut r = api
-        .http
-        .post(format!("{}/v1/sandboxes/{id}/exec/stream", api.base))
-        .bearer_auth(&api.key)
-        .json(&json!({"command": ["echo", "hi"]}))
-        .send()
-        .await
-        .map_err(|e| LoadError::http(what, e))?;
-    let status = r.status().as_u16();
-    if status != 200 {
-        let body = r.text().await.unwrap_or_default();
-        return Err(LoadError::Api {
-            context: what.to_owned(),
-            status,
-            body: body.chars().take(300).collect(),
-        });
-    }
-    let mut reader = crate::sse::SseReader::default();
-    let mut stdout = Vec::new();
-    let mut exit = None;
-    while exit.is_none() {
-        let Some(chunk) = r.chunk().await.map_err(|e| LoadError::http(what, e))? else {
-            break;
-        };
-        for ev in reader.push(&chunk) {
-            let data: Value = serde_json::from_slice(&ev.data).unwrap_or(Value::Null);
-            match ev.event.as_str() {
-                "stdout" => {
-                    stdout.extend_from_slice(data["data"].as_str().unwrap_or("").as_bytes())
-                }
-                "exit" | "error" => exit = Some(data),
-                _ => {}
-            }
-        }
-    }
-    let took = ms(t.elapsed());
-    let exit = exit.ok_or_else(|| LoadError::Check("exec stream ended without exit".into()))?;
-    if exit["exitCode"] == 141 {
-        return Err(LoadError::Check(format!(
-            "exec stream echo hi: broken pipe (exit 141): {exit}"
-        )));
-    }
-    if exit["exitCode"] != 0 || stdout != b"hi\n" {
-        return Err(LoadError::Check(format!(
-            "exec stream echo hi ended {exit} with stdout {:?}",
-            String::from_utf8_lossy(&stdout)
-        )));
-    }
-    Ok(took)
-}
 
 /// Starts the control plane with an `opensandbox` pool on `opts.url` (the fake pool denied by
 /// policy), measures, and returns the figures.
@@ -648,7 +201,15 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
     let installation = InstallationId::new();
 
     // P7, interleaved, after one untimed round of each (image and page caches).
-    create_direct(&server, &opts.image).await?;
+    create_direct(
+        &server,
+        &opts.image,
+        "512Mi",
+        "direct",
+        Ready::Ping,
+        DIRECT_DEADLINE,
+    )
+    .await?;
     create_differently(&api).await?;
     create_adapter(&adapter, &installation).await?;
     let (mut direct, mut through, mut in_process) = (Vec::new(), Vec::new(), Vec::new());
@@ -656,7 +217,17 @@ pub async fn run(opts: BenchOpts) -> Result<BenchReport, LoadError> {
         // Rotate which goes first, so none always follows another's delete.
         for k in 0..3 {
             match (i + k) % 3 {
-                0 => direct.push(create_direct(&server, &opts.image).await?),
+                0 => direct.push(
+                    create_direct(
+                        &server,
+                        &opts.image,
+                        "512Mi",
+                        "direct",
+                        Ready::Ping,
+                        DIRECT_DEADLINE,
+                    )
+                    .await?,
+                ),
                 1 => through.push(create_differently(&api).await?),
                 _ => in_process.push(create_adapter(&adapter, &installation).await?),
             }
