@@ -15,44 +15,24 @@ use differently_core::ErrorCode;
 use differently_store::Store;
 use serde_json::json;
 
-pub mod access;
-pub mod activity;
-pub mod after_commit;
 pub mod auth;
-pub mod auth_cache;
-pub mod auth_throttle;
-pub mod bare_errors;
-pub mod body;
-pub mod bootstrap;
-pub(crate) mod data_events;
+pub mod caches;
+pub mod control;
 pub mod data_plane;
 pub mod error;
-pub mod events;
 pub mod facade;
-pub mod idempotency;
 mod locks;
 pub mod mcp;
-pub mod middleware;
-pub mod mutation;
-pub mod nul;
 pub mod openapi;
-pub mod page;
-pub mod placement_decision;
-pub mod policy_cache;
-pub mod pty_sessions;
-pub mod ratelimit;
+pub mod requests;
 pub mod routes;
-pub mod running_rows;
-pub mod sandbox_pool;
 pub mod server;
-pub mod sse;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod ui;
-pub mod warm_cache;
 
+pub use auth::bootstrap::{ensure_bootstrap_tenant, Tenant};
 pub use auth::{generate_key, BootstrapKey};
-pub use bootstrap::{ensure_bootstrap_tenant, Tenant};
 
 /// Limits applied by the API.
 #[derive(Debug, Clone)]
@@ -60,13 +40,13 @@ pub struct Limits {
     /// Installation-wide quota defaults; an org's stored quota overrides them per field.
     pub quota_defaults: differently_core::tenancy::Quota,
     /// Requests per API key.
-    pub key_rate: ratelimit::Rate,
+    pub key_rate: requests::ratelimit::Rate,
     /// Failed authentications per presented key id, and per client address for malformed
-    /// keys (`auth_throttle`).
-    pub auth_failure_rate: ratelimit::Rate,
+    /// keys (`auth::throttle`).
+    pub auth_failure_rate: requests::ratelimit::Rate,
     /// Proxies (`api.trusted_proxies`) whose `X-Forwarded-For` names the client; from any
     /// other peer the header is ignored.
-    pub trusted_proxies: Vec<auth_throttle::IpNet>,
+    pub trusted_proxies: Vec<auth::throttle::IpNet>,
     /// Whether a create may be placed in its own admission when nothing of its org waits
     /// (`DirectPlacement`); off, every create goes through the placement leader.
     pub direct_placement: bool,
@@ -75,7 +55,7 @@ pub struct Limits {
     /// How long a request body may take to arrive (a streamed upload: between two chunks).
     pub body_read_timeout: std::time::Duration,
     /// How long a terminal outlives its dropped WebSocket, waiting for a reattach
-    /// (`pty_sessions`).
+    /// (`data_plane::pty_sessions`).
     pub pty_grace: std::time::Duration,
     /// Where webhooks may point and how long a rotated secret keeps signing (`[webhooks]`).
     pub webhooks: differently_webhooks::ApiSettings,
@@ -88,11 +68,11 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             quota_defaults: Default::default(),
-            key_rate: ratelimit::Rate {
+            key_rate: requests::ratelimit::Rate {
                 per_second: 100.0,
                 burst: 200.0,
             },
-            auth_failure_rate: ratelimit::Rate {
+            auth_failure_rate: requests::ratelimit::Rate {
                 per_second: 0.5,
                 burst: 20.0,
             },
@@ -100,7 +80,7 @@ impl Default for Limits {
             direct_placement: true,
             header_read_timeout: std::time::Duration::from_secs(10),
             body_read_timeout: std::time::Duration::from_secs(30),
-            pty_grace: pty_sessions::DEFAULT_PTY_GRACE,
+            pty_grace: data_plane::pty_sessions::DEFAULT_PTY_GRACE,
             webhooks: differently_webhooks::ApiSettings::default(),
             e2b_domain: None,
         }
@@ -119,23 +99,23 @@ pub struct Inner {
     pub bootstrap_key: BootstrapKey,
     pub tenant: Tenant,
     pub faults: Faults,
-    pub events: events::EventHub,
+    pub events: control::event_hub::EventHub,
     pub limits: Limits,
-    pub key_requests: ratelimit::Buckets<String>,
-    /// Failed authentications, per presented key id or client address (`auth_throttle`).
-    pub auth_failures: auth_throttle::AuthFailures,
-    /// Key and organization records read in the last second (`auth_cache`).
-    pub auth_cache: auth_cache::AuthCache,
-    /// Data-plane activity not yet written (`activity`).
-    pub activity: activity::ActivityBuffer,
+    pub key_requests: requests::ratelimit::Buckets<String>,
+    /// Failed authentications, per presented key id or client address (`auth::throttle`).
+    pub auth_failures: auth::throttle::AuthFailures,
+    /// Key and organization records read in the last second (`auth::cache`).
+    pub auth_cache: auth::cache::AuthCache,
+    /// Data-plane activity not yet written (`data_plane::activity`).
+    pub activity: data_plane::activity::ActivityBuffer,
     /// Effective placement policies read in the last second, for the create's fail-fast
-    /// check (`policy_cache`).
-    pub policies: policy_cache::PolicyCache,
+    /// check (`caches::policy`).
+    pub policies: caches::policy::PolicyCache,
     /// Every pool's warm classes and ready counts read in the last second, for the create's
-    /// class and warm ranking (`warm_cache`).
-    pub warm: warm_cache::WarmCache,
-    /// Terminal sessions this process runs (`pty_sessions`).
-    pub ptys: pty_sessions::PtySessions,
+    /// class and warm ranking (`caches::warm`).
+    pub warm: caches::warm::WarmCache,
+    /// Terminal sessions this process runs (`data_plane::pty_sessions`).
+    pub ptys: data_plane::pty_sessions::PtySessions,
     /// Issues tenant NATS credentials for public events (`POST /v1/events/credentials`);
     /// `None` without a NATS server running Differently's auth callout (then 501).
     pub event_auth: Option<differently_bus::callout::EventAuth>,
@@ -171,7 +151,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/openapi.json", get(openapi::serve))
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::max(
-            middleware::MAX_BODY_BYTES,
+            requests::middleware::MAX_BODY_BYTES,
         ))
         .with_state(state.clone());
     // The routes as one service under the middleware, not the middleware under each route:
@@ -187,10 +167,10 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            middleware::guard,
+            requests::middleware::guard,
         ))
-        .layer(axum::middleware::from_fn(nul::refuse_in_query))
-        .layer(axum::middleware::from_fn(middleware::request_id))
+        .layer(axum::middleware::from_fn(requests::nul::refuse_in_query))
+        .layer(axum::middleware::from_fn(requests::middleware::request_id))
         .with_state(state)
 }
 

@@ -3,7 +3,7 @@
 //! request line holds it for ever; here every connection must deliver its request headers
 //! within `header_read_timeout` or is closed. (The body's deadline is `middleware::guard`'s.)
 //! What hyper answers itself to a head it cannot parse is made the envelope by
-//! `bare_errors`. A request whose body was refused unread is drained (a little) or answered
+//! `requests::bare_errors`. A request whose body was refused unread is drained (a little) or answered
 //! with `Connection: close` (`unread_body`), so a client that reuses connections is never
 //! cut off without being told.
 
@@ -25,7 +25,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::bare_errors::EnvelopeBareErrors;
+use crate::requests::bare_errors::EnvelopeBareErrors;
 
 /// Turns Nagle's algorithm off for an accepted connection. A streamed body (exec's SSE or
 /// frames, the event stream, the facade's execd stream) is many small writes, and with Nagle

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use differently_adapters::pools::PoolSet;
-use differently_api::events::EventHub;
+use differently_api::control::event_hub::EventHub;
 use differently_api::{AppState, BootstrapKey, Inner, Limits};
 use differently_bus::{Announcer, Bus};
 use differently_bus_schema::Naming;
@@ -46,11 +46,11 @@ fn faults_from_env() -> Faults {
 fn limits(config: &Config) -> Limits {
     Limits {
         quota_defaults: config.quota,
-        key_rate: differently_api::ratelimit::Rate {
+        key_rate: differently_api::requests::ratelimit::Rate {
             per_second: config.api.key_requests_per_second,
             burst: config.api.key_burst,
         },
-        auth_failure_rate: differently_api::ratelimit::Rate {
+        auth_failure_rate: differently_api::requests::ratelimit::Rate {
             per_second: config.api.auth_failures_per_minute / 60.0,
             burst: config.api.auth_failures_per_minute.max(1.0),
         },
@@ -59,7 +59,7 @@ fn limits(config: &Config) -> Limits {
             .api
             .trusted_proxies
             .iter()
-            .filter_map(|p| differently_api::auth_throttle::parse_proxy(p).ok())
+            .filter_map(|p| differently_api::auth::throttle::parse_proxy(p).ok())
             .collect(),
         direct_placement: config.api.direct_placement,
         header_read_timeout: Duration::from_secs(config.api.header_read_timeout_seconds),
@@ -175,14 +175,14 @@ fn spawn_roles(
             tenant,
             faults: faults.clone(),
             events,
-            key_requests: differently_api::ratelimit::Buckets::new(limits.key_rate),
-            auth_cache: differently_api::auth_cache::AuthCache::default(),
-            activity: differently_api::activity::ActivityBuffer::default(),
-            policies: differently_api::policy_cache::PolicyCache::default(),
-            warm: differently_api::warm_cache::WarmCache::default(),
-            ptys: differently_api::pty_sessions::PtySessions::default(),
+            key_requests: differently_api::requests::ratelimit::Buckets::new(limits.key_rate),
+            auth_cache: differently_api::auth::cache::AuthCache::default(),
+            activity: differently_api::data_plane::activity::ActivityBuffer::default(),
+            policies: differently_api::caches::policy::PolicyCache::default(),
+            warm: differently_api::caches::warm::WarmCache::default(),
+            ptys: differently_api::data_plane::pty_sessions::PtySessions::default(),
             event_auth: parts.event_auth.clone(),
-            auth_failures: differently_api::auth_throttle::AuthFailures::new(
+            auth_failures: differently_api::auth::throttle::AuthFailures::new(
                 limits.auth_failure_rate,
             ),
             limits,

@@ -15,11 +15,11 @@ use serde_json::Value;
 
 use super::overlap::{beside, commit_detached, while_committing};
 use super::{ready_for_data, remembered, Target};
-use crate::access::load_sandbox;
+use crate::auth::access::load_sandbox;
 use crate::auth::Principal;
+use crate::control::mutation::{audit, audit_event};
+use crate::control::sandbox_pool::{named_pool, require_capability};
 use crate::error::{ApiError, ApiResult};
-use crate::mutation::{audit, audit_event};
-use crate::sandbox_pool::{named_pool, require_capability};
 use crate::AppState;
 
 /// One data-plane call by `principal` on a sandbox: what it needs of the pool (`capability`)
@@ -145,7 +145,7 @@ impl<'a> DataCall<'a> {
             ready_for_data(state, principal, sandbox, self.capability).await?;
         let record = audit(state, principal, &sandbox, self.action, self.detail).await?;
         state.events.running.remember(&sandbox);
-        let env = Arc::new(crate::running_rows::call_env_of(&sandbox));
+        let env = Arc::new(crate::data_plane::running_rows::call_env_of(&sandbox));
         Ok((Target { pool, at, env }, record))
     }
 }

@@ -4,7 +4,7 @@
 //! Every call that acts in a sandbox walks one path, [`DataCall`]:
 //!
 //! 1. **Stage the audit record.** A row this process remembers running
-//!    ([`crate::running_rows`]) is not read: the record is staged guarded on it (written only
+//!    ([`crate::data_plane::running_rows`]) is not read: the record is staged guarded on it (written only
 //!    if the row is still running at that version). Otherwise the row is read, woken if the
 //!    idle sweep paused or stopped it ([`ready_for_data`]), and the record committed.
 //! 2. **Open the backend call beside it.** A command's call is prepared while the record is
@@ -20,9 +20,17 @@
 //! transfers) take steps 1 and 4 at once ([`DataCall::open`]). The facades reach the same
 //! path: their commands are in-process `/v1` exec calls, and the OpenSandbox terminal opens
 //! through [`crate::routes::pty`].
+//!
+//! Beside the walk: the activity the idle sweep reads ([`activity`]), the public events of
+//! exec and file writes ([`call_events`]), the running rows a call may skip reading
+//! ([`running_rows`]) and the terminal sessions this process runs ([`pty_sessions`]).
 
+pub mod activity;
 mod call;
+pub(crate) mod call_events;
 mod overlap;
+pub mod pty_sessions;
+pub mod running_rows;
 
 pub(crate) use call::{DataCall, Detached};
 pub(crate) use overlap::beside;
@@ -41,9 +49,9 @@ use differently_core::{ErrorCode, Sandbox, SandboxId, SandboxStatus};
 use serde_json::json;
 
 use crate::auth::Principal;
+use crate::control::mutation::{transition, wait_op};
+use crate::control::sandbox_pool::{pool_of, require_capability, status_conflict};
 use crate::error::{ApiError, ApiResult};
-use crate::mutation::{transition, wait_op};
-use crate::sandbox_pool::{pool_of, require_capability, status_conflict};
 use crate::AppState;
 
 /// How long a data-plane call waits for an idle sandbox to wake.
@@ -140,13 +148,13 @@ pub(crate) fn remembered(
     state: &AppState,
     principal: &Principal,
     id: &SandboxId,
-) -> Option<crate::running_rows::RunningRow> {
+) -> Option<crate::data_plane::running_rows::RunningRow> {
     let row = state.events.running.get(id)?;
     principal.owns(&row.org_id, &row.project_id).then_some(row)
 }
 
 /// The env a call that starts a program must add under its own (see
-/// [`crate::running_rows::call_env_of`]): a warm sandbox's env, else nothing.
+/// [`crate::data_plane::running_rows::call_env_of`]): a warm sandbox's env, else nothing.
 pub(crate) type BaseEnv = Arc<BTreeMap<String, String>>;
 
 /// Where a data-plane call goes: the sandbox's pool and backend instance, and the env a

@@ -181,7 +181,7 @@ async fn authenticate(
             ));
         }
     }
-    let bytes = axum::body::to_bytes(Body::new(body), crate::middleware::MAX_BODY_BYTES)
+    let bytes = axum::body::to_bytes(Body::new(body), crate::requests::middleware::MAX_BODY_BYTES)
         .await
         .map_err(|_| {
             rpc_status(
@@ -190,7 +190,7 @@ async fn authenticate(
                     code::INVALID_REQUEST,
                     format!(
                         "a message is at most {} bytes",
-                        crate::middleware::MAX_BODY_BYTES
+                        crate::requests::middleware::MAX_BODY_BYTES
                     ),
                 ),
             )

@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::page::{bad_query, parse_limit, Page};
+use crate::requests::page::{bad_query, parse_limit, Page};
 use crate::AppState;
 
 /// Routes of this module.
@@ -171,7 +171,7 @@ fn needs_segment(r: &VerifyReport) -> bool {
 /// unverifiable. Refused (409) when every signature already checks out.
 async fn segment(State(state): State<AppState>, p: Principal, body: Bytes) -> ApiResult<Response> {
     p.require(Scope::Admin)?;
-    let req: SegmentRequest = crate::body::parse_json(&body)?;
+    let req: SegmentRequest = crate::requests::body::parse_json(&body)?;
     let reason = req.reason.trim().to_owned();
     if reason.is_empty() || reason.chars().count() > MAX_SEGMENT_REASON {
         return Err(ApiError::new(

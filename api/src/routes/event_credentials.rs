@@ -19,8 +19,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::auth::Principal;
-use crate::body::{invalid, parse_json};
 use crate::error::{ApiError, ApiResult};
+use crate::requests::body::{invalid, parse_json};
 use crate::AppState;
 
 /// Routes of this module.

@@ -34,8 +34,8 @@ use serde_json::json;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::page::bad_query;
-use crate::sse::HEARTBEAT;
+use crate::requests::page::bad_query;
+use crate::requests::sse::HEARTBEAT;
 use crate::AppState;
 
 /// Routes of this module.

@@ -25,10 +25,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::auth::Principal;
-use crate::data_events::CallEvents;
+use crate::data_plane::call_events::CallEvents;
 use crate::data_plane::{DataCall, Target};
 use crate::error::{ApiError, ApiResult};
-use crate::page::bad_query;
+use crate::requests::page::bad_query;
 use crate::AppState;
 
 /// Default upload limit: 1 GiB.

@@ -14,12 +14,12 @@ use differently_core::tenancy::{validate_name, ApiKeyRecord, Scope};
 use differently_core::{ErrorCode, FieldError, KeyId, OrgId, ProjectId};
 use serde::{Deserialize, Serialize};
 
-use crate::access::{forbidden, load_org};
+use crate::auth::access::{forbidden, load_org};
 use crate::auth::{generate_key, hash_key, hex, Principal};
-use crate::body::{invalid, parse_json};
 use crate::error::{ApiError, ApiResult};
-use crate::idempotency::{self, json_answer, Replay};
-use crate::page::{Page, PageQuery};
+use crate::requests::body::{invalid, parse_json};
+use crate::requests::idempotency::{self, json_answer, Replay};
+use crate::requests::page::{Page, PageQuery};
 use crate::AppState;
 
 /// Routes of this module.
@@ -197,7 +197,7 @@ async fn list_keys(
     // The whole query is checked before the organization is looked up, so a bad query gets
     // its 400 whoever's organization it names.
     let page = PageQuery {
-        limit: crate::page::parse_limit(q.limit.as_deref())?,
+        limit: crate::requests::page::parse_limit(q.limit.as_deref())?,
         cursor: q.cursor,
     };
     let after = page.cursor_id(KeyId::parse)?;

@@ -14,12 +14,12 @@ use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, Sandbox, SandboxId, SandboxStatus};
 use differently_store::{StoreError, Transition};
 
-use crate::access::load_sandbox;
-use crate::after_commit::{boxed, publish_bounded};
+use crate::auth::access::load_sandbox;
 use crate::auth::Principal;
+use crate::control::after_commit::{boxed, publish_bounded};
+use crate::control::mutation::{transition, LIFECYCLE_WAIT};
 use crate::data_plane::{ready_for_data, remembered};
 use crate::error::{ApiError, ApiResult};
-use crate::mutation::{transition, LIFECYCLE_WAIT};
 use crate::AppState;
 
 /// Routes of this module.

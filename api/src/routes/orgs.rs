@@ -12,12 +12,12 @@ use differently_core::tenancy::{validate_name, Org, OrgStatus};
 use differently_core::{ErrorCode, OrgId};
 use serde::Deserialize;
 
-use crate::access::{forbidden, load_org};
+use crate::auth::access::{forbidden, load_org};
 use crate::auth::Principal;
-use crate::body::{invalid, parse_json};
 use crate::error::{ApiError, ApiResult};
-use crate::idempotency::{self, json_answer, Replay};
-use crate::page::{Page, PageQuery};
+use crate::requests::body::{invalid, parse_json};
+use crate::requests::idempotency::{self, json_answer, Replay};
+use crate::requests::page::{Page, PageQuery};
 use crate::AppState;
 
 /// Routes of this module.
@@ -80,7 +80,7 @@ async fn create_org_now(
 async fn list_orgs(
     State(state): State<AppState>,
     p: Principal,
-    q: Result<Query<crate::page::RawPageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<crate::requests::page::RawPageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<Org>>> {
     let q = PageQuery::from(q)?;
     // Checked for every key: a malformed cursor is a 400 whoever sends it.

@@ -9,11 +9,11 @@ use differently_core::policy::Explained;
 use differently_core::tenancy::Scope;
 use differently_core::{CreateSandboxRequest, ErrorCode, FieldError, SandboxSpec};
 
-use crate::access::load_project;
+use crate::auth::access::load_project;
 use crate::auth::Principal;
-use crate::body::parse_json;
+use crate::control::placement_decision::{explain, request_error};
 use crate::error::{ApiError, ApiResult};
-use crate::placement_decision::{explain, request_error};
+use crate::requests::body::parse_json;
 use crate::AppState;
 
 /// Routes of this module.
@@ -29,7 +29,7 @@ async fn sandbox_placement(
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     p.require(Scope::SandboxesRead)?;
-    let sandbox = crate::access::load_sandbox(&state, &p, &id).await?;
+    let sandbox = crate::auth::access::load_sandbox(&state, &p, &id).await?;
     match state.store.get_placement(&sandbox.id).await? {
         Some(doc) => Ok(Json(doc)),
         None => Err(ApiError::new(

@@ -9,10 +9,10 @@ use differently_core::policy::Policy;
 use differently_core::{ErrorCode, OrgId};
 use differently_store::placement::PolicyScope;
 
-use crate::access::{forbidden, load_project};
+use crate::auth::access::{forbidden, load_project};
 use crate::auth::Principal;
-use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
+use crate::requests::body::parse_json;
 use crate::AppState;
 
 /// Routes of this module.

@@ -18,11 +18,11 @@ use differently_core::pool::{
 use differently_core::{ErrorCode, FieldError};
 use serde::{Deserialize, Serialize};
 
-use crate::access::forbidden;
+use crate::auth::access::forbidden;
 use crate::auth::Principal;
-use crate::body::parse_json;
+use crate::requests::body::parse_json;
 use crate::error::{ApiError, ApiResult};
-use crate::idempotency::{self, json_answer, Replay};
+use crate::requests::idempotency::{self, json_answer, Replay};
 use crate::AppState;
 
 /// Routes of this module.

@@ -15,13 +15,13 @@ use differently_store::lifecycle::OpState;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::access::load_sandbox;
+use crate::auth::access::load_sandbox;
 use crate::auth::Principal;
-use crate::body::parse_json;
+use crate::control::mutation::{audit, begin, op_failure, wait_op, LIFECYCLE_WAIT};
+use crate::control::sandbox_pool::pool_name;
 use crate::data_plane::ready_for_data;
 use crate::error::{ApiError, ApiResult};
-use crate::mutation::{audit, begin, op_failure, wait_op, LIFECYCLE_WAIT};
-use crate::sandbox_pool::pool_name;
+use crate::requests::body::parse_json;
 use crate::AppState;
 
 /// Routes of this module.

@@ -12,12 +12,12 @@ use differently_core::tenancy::{validate_name, Project};
 use differently_core::{ErrorCode, OrgId, ProjectId};
 use serde::Deserialize;
 
-use crate::access::{forbidden, load_org, load_project};
+use crate::auth::access::{forbidden, load_org, load_project};
 use crate::auth::Principal;
-use crate::body::{invalid, parse_json};
 use crate::error::{ApiError, ApiResult};
-use crate::idempotency::{self, json_answer, Replay};
-use crate::page::{Page, PageQuery};
+use crate::requests::body::{invalid, parse_json};
+use crate::requests::idempotency::{self, json_answer, Replay};
+use crate::requests::page::{Page, PageQuery};
 use crate::AppState;
 
 /// Routes of this module.
@@ -96,7 +96,7 @@ async fn list_projects(
     let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     // Checked before the organization is looked up: a malformed query is 400 for any org.
     let page = PageQuery {
-        limit: crate::page::parse_limit(q.limit.as_deref())?,
+        limit: crate::requests::page::parse_limit(q.limit.as_deref())?,
         cursor: q.cursor,
     };
     let after = page.cursor_id(ProjectId::parse)?;

@@ -7,7 +7,7 @@
 //! `{"type":"session","id","graceSeconds"}` first; binary frames carry the terminal's bytes
 //! both ways; text frames carry JSON control messages (`resize`, `signal` from the client;
 //! `exit`, `error` from the server, each followed by a close). Sessions outlive a dropped
-//! socket for the grace period ([`crate::pty_sessions`]).
+//! socket for the grace period ([`crate::data_plane::pty_sessions`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,12 +29,12 @@ use differently_core::{ErrorCode, FieldError, SandboxId};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::access::load_sandbox;
+use crate::auth::access::load_sandbox;
 use crate::auth::Principal;
+use crate::control::sandbox_pool::{pool_of, require_capability};
+use crate::data_plane::pty_sessions::{Ending, Owner, Session};
 use crate::data_plane::{DataCall, Target};
 use crate::error::{ApiError, ApiResult};
-use crate::pty_sessions::{Ending, Owner, Session};
-use crate::sandbox_pool::{pool_of, require_capability};
 use crate::AppState;
 
 /// The program a terminal runs when the open names none: a login shell.
@@ -293,7 +293,7 @@ pub(crate) async fn open_new(
     let call = DataCall::new(state, principal, raw_id, "exec.pty", "sandbox.pty", detail);
     let (Target { pool, at, env }, _) = call.open().await?;
     let mut req = req;
-    req.env = crate::running_rows::merged_env(&env, std::mem::take(&mut req.env));
+    req.env = crate::data_plane::running_rows::merged_env(&env, std::mem::take(&mut req.env));
     tracing::info!(sandbox = %at.sandbox_id, program = req.program(), "pty open");
     Ok(Opening {
         owner: Owner {

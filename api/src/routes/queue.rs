@@ -18,7 +18,7 @@ use differently_core::{SandboxId, SandboxStatus};
 use differently_store::SandboxFilter;
 use serde::Serialize;
 
-use crate::access::forbidden;
+use crate::auth::access::forbidden;
 use crate::auth::Principal;
 use crate::error::ApiResult;
 use crate::AppState;

@@ -9,10 +9,10 @@ use differently_core::tenancy::{Quota, Usage};
 use differently_store::QuotaScope;
 use serde::Serialize;
 
-use crate::access::{forbidden, load_org, load_project};
+use crate::auth::access::{forbidden, load_org, load_project};
 use crate::auth::Principal;
-use crate::body::{invalid, parse_json};
 use crate::error::ApiResult;
+use crate::requests::body::{invalid, parse_json};
 use crate::AppState;
 
 /// Routes of this module.

@@ -27,14 +27,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::access::load_sandbox;
-use crate::after_commit::{boxed, publish_bounded};
+use crate::auth::access::load_sandbox;
 use crate::auth::{ListProject, Principal};
-use crate::body::parse_json;
+use crate::control::after_commit::{boxed, publish_bounded};
+use crate::control::mutation::{audit, begin};
+use crate::control::sandbox_pool::status_conflict;
 use crate::error::{ApiError, ApiResult};
-use crate::mutation::{audit, begin};
-use crate::page::{bad_query, parse_cursor, parse_limit, Page};
-use crate::sandbox_pool::status_conflict;
+use crate::requests::body::parse_json;
+use crate::requests::page::{bad_query, parse_cursor, parse_limit, Page};
 use crate::AppState;
 
 /// Routes of this module.
@@ -53,7 +53,7 @@ async fn create(
 ) -> ApiResult<Response> {
     principal.require(Scope::SandboxesWrite)?;
     let (req, spec) = parse_create(&body)?;
-    let idempotency_key = crate::idempotency::header_key(&headers)?;
+    let idempotency_key = crate::requests::idempotency::header_key(&headers)?;
     let project_id = match (&req.project_id, &principal.project_id) {
         (Some(asked), _) => match state.store.get_project(asked).await? {
             Some(p)
@@ -84,7 +84,7 @@ async fn create(
         spec.pinned_pool = Some(snap.pool);
     }
     // Fail fast: a request no permitted pool could ever take is refused now, not queued.
-    let (explained, effective, warm) = crate::placement_decision::decide_warm(
+    let (explained, effective, warm) = crate::control::placement_decision::decide_warm(
         &state,
         &principal.org_id,
         &project_id,
@@ -97,7 +97,8 @@ async fn create(
         return Err(ApiError::new(code, reason)
             .with_details(serde_json::json!({ "pools": explained.pools })));
     }
-    let direct = crate::placement_decision::direct(&state, &explained, &effective, &spec, &warm);
+    let direct =
+        crate::control::placement_decision::direct(&state, &explained, &effective, &spec, &warm);
     // (pool, class) the admission may claim from, for the claim's metric.
     let warm_class = direct
         .as_ref()

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::page::Page;
+use crate::requests::page::Page;
 use crate::AppState;
 
 /// Routes of this module.

@@ -16,16 +16,18 @@ use differently_store::lifecycle::{OpState, SnapshotRecord, SnapshotStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::access::{load_sandbox, load_snapshot};
+use crate::auth::access::{load_sandbox, load_snapshot};
 use crate::auth::{ListProject, Principal};
-use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
-use crate::idempotency::{self, json_answer, Replay};
+use crate::requests::body::parse_json;
+use crate::requests::idempotency::{self, json_answer, Replay};
 use std::time::Duration;
 
-use crate::mutation::{audit, audit_event, begin, op_failure, wait_op, LIFECYCLE_WAIT};
-use crate::page::{parse_cursor, parse_limit, Page, PageQuery, RawPageQuery};
-use crate::sandbox_pool::{named_pool, pool_name, pool_of, require_capability, status_conflict};
+use crate::control::mutation::{audit, audit_event, begin, op_failure, wait_op, LIFECYCLE_WAIT};
+use crate::control::sandbox_pool::{
+    named_pool, pool_name, pool_of, require_capability, status_conflict,
+};
+use crate::requests::page::{parse_cursor, parse_limit, Page, PageQuery, RawPageQuery};
 use crate::AppState;
 
 /// Routes of this module.

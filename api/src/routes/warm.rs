@@ -11,10 +11,10 @@ use differently_core::ErrorCode;
 use differently_store::warm::{claim_minute, WarmClaims, WarmCount};
 use serde::{Deserialize, Serialize};
 
-use crate::access::forbidden;
+use crate::auth::access::forbidden;
 use crate::auth::Principal;
-use crate::body::parse_json;
 use crate::error::{ApiError, ApiResult};
+use crate::requests::body::parse_json;
 use crate::AppState;
 
 /// Routes of this module.

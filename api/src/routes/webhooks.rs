@@ -20,12 +20,12 @@ use differently_store::webhooks::{
 use differently_webhooks::Secret;
 use serde::{Deserialize, Serialize};
 
-use crate::access::load_project;
+use crate::auth::access::load_project;
 use crate::auth::Principal;
-use crate::body::{invalid, parse_json};
 use crate::error::{ApiError, ApiResult};
-use crate::idempotency::{self, json_answer, Replay};
-use crate::page::{Page, PageQuery};
+use crate::requests::body::{invalid, parse_json};
+use crate::requests::idempotency::{self, json_answer, Replay};
+use crate::requests::page::{Page, PageQuery};
 use crate::AppState;
 
 /// Most event-type filters of one webhook.
@@ -231,7 +231,7 @@ async fn list_webhooks(
     p.require(Scope::SandboxesRead)?;
     let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     let page = PageQuery {
-        limit: crate::page::parse_limit(q.limit.as_deref())?,
+        limit: crate::requests::page::parse_limit(q.limit.as_deref())?,
         cursor: q.cursor,
     };
     let after = page.cursor_id(|c| {
@@ -357,7 +357,7 @@ async fn list_deliveries(
     State(state): State<AppState>,
     p: Principal,
     Path(id): Path<String>,
-    q: Result<Query<crate::page::RawPageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<crate::requests::page::RawPageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<Delivery>>> {
     p.require(Scope::SandboxesRead)?;
     let page = PageQuery::from(q)?;

@@ -2,7 +2,7 @@
 //! malformed keys; a valid key is never refused for another's failures.
 
 use axum::http::{Method, StatusCode};
-use differently_api::auth_throttle::parse_proxy;
+use differently_api::auth::throttle::parse_proxy;
 use differently_api::Limits;
 use serde_json::Value;
 

@@ -69,7 +69,7 @@ async fn data_after_the_json_body_is_refused() {
 async fn a_body_over_the_limit_is_a_413_envelope_stating_the_limit() {
     let api = api().await;
     let key = api.key.clone();
-    let limit = differently_api::middleware::MAX_BODY_BYTES;
+    let limit = differently_api::requests::middleware::MAX_BODY_BYTES;
     let a = api
         .call_raw(
             Method::POST,
@@ -119,7 +119,7 @@ async fn a_long_target_is_a_414_envelope() {
     let api = api().await;
     let long = format!(
         "/v1/sandboxes?label=a={}",
-        "x".repeat(differently_api::middleware::MAX_URI_BYTES)
+        "x".repeat(differently_api::requests::middleware::MAX_URI_BYTES)
     );
     let a = api.admin(Method::GET, &long, Value::Null).await;
     assert_error(&a, StatusCode::URI_TOO_LONG, "uri_too_long");

@@ -7,10 +7,12 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use chrono::Utc;
 use differently_adapters::pools::PoolSet;
-use differently_api::events::EventHub;
-use differently_api::{
-    activity, auth_cache, policy_cache, ratelimit, AppState, BootstrapKey, Inner, Limits, Tenant,
-};
+use differently_api::auth::cache as auth_cache;
+use differently_api::caches::policy as policy_cache;
+use differently_api::control::event_hub::EventHub;
+use differently_api::data_plane::activity;
+use differently_api::requests::ratelimit;
+use differently_api::{AppState, BootstrapKey, Inner, Limits, Tenant};
 use differently_bus::memory::MemoryBus;
 use differently_bus::{Announcer, Bus};
 use differently_bus_schema::Naming;
@@ -152,12 +154,12 @@ pub async fn api_over(shared: &Shared, limits: Limits) -> Api {
         tenant: tenant.clone(),
         faults: Default::default(),
         key_requests: ratelimit::Buckets::new(limits.key_rate),
-        auth_failures: differently_api::auth_throttle::AuthFailures::new(limits.auth_failure_rate),
+        auth_failures: differently_api::auth::throttle::AuthFailures::new(limits.auth_failure_rate),
         auth_cache: auth_cache::AuthCache::default(),
         activity: activity::ActivityBuffer::default(),
         policies: policy_cache::PolicyCache::default(),
-        warm: differently_api::warm_cache::WarmCache::default(),
-        ptys: differently_api::pty_sessions::PtySessions::default(),
+        warm: differently_api::caches::warm::WarmCache::default(),
+        ptys: differently_api::data_plane::pty_sessions::PtySessions::default(),
         event_auth: None,
         limits,
     });

@@ -104,7 +104,7 @@ impl Config {
             }
         }
         for p in &self.api.trusted_proxies {
-            differently_api::auth_throttle::parse_proxy(p)
+            differently_api::auth::throttle::parse_proxy(p)
                 .map_err(|m| invalid("api.trusted_proxies", m))?;
         }
         if self.scheduler.default_idle_timeout_seconds == Some(0) {

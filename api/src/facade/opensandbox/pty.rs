@@ -1,5 +1,5 @@
 //! execd's interactive terminal (components/execd/PTY.md) through the facade, over `/v1`'s
-//! terminal sessions ([`crate::pty_sessions`]).
+//! terminal sessions ([`crate::data_plane::pty_sessions`]).
 //!
 //! `POST /pty {cwd?, command?}` → 201 `{session_id}`: a session record only (checked: the exec
 //! scope, the sandbox, the pool's `exec.pty`; 501 `NOT_SUPPORTED` without it); the program
@@ -42,9 +42,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::auth::Principal;
+use crate::data_plane::pty_sessions::{Ending, Session};
 use crate::error::ApiError;
 use crate::locks::lock;
-use crate::pty_sessions::{Ending, Session};
 use crate::routes::pty as v1_pty;
 use crate::AppState;
 

@@ -17,7 +17,7 @@ use super::running::Running;
 use super::sse_body::sse_response;
 use super::{COALESCE_LIMIT, STREAM_BUFFER};
 use crate::error::ApiError;
-use crate::sse::HEARTBEAT;
+use crate::requests::sse::HEARTBEAT;
 
 /// A run whose adapter writes `events` and then ends with `end`, after `pause` if given.
 fn run_of(

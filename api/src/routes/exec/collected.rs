@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::text::encode;
 use super::{parse_exec, with_base_env, STREAM_BUFFER};
 use crate::auth::Principal;
-use crate::data_events::{CallEvents, ExecEvents};
+use crate::data_plane::call_events::{CallEvents, ExecEvents};
 use crate::data_plane::{DataCall, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;

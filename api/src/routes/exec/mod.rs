@@ -53,8 +53,8 @@ use base64::Engine;
 use differently_core::exec::ExecRequest;
 use differently_core::ErrorCode;
 
-use crate::body::parse_json_allowing_nul;
 use crate::error::{ApiError, ApiResult};
+use crate::requests::body::parse_json_allowing_nul;
 use crate::AppState;
 
 /// Output kept per stream by collected exec.
@@ -90,7 +90,7 @@ pub fn parse_exec(body: &Bytes) -> ApiResult<ExecRequest> {
 }
 
 /// `req` with the sandbox's base env under its own (a warm sandbox's env; see
-/// [`crate::running_rows::call_env_of`]); borrowed as is when there is none.
+/// [`crate::data_plane::running_rows::call_env_of`]); borrowed as is when there is none.
 pub(super) fn with_base_env<'r>(
     req: &'r ExecRequest,
     base: &BTreeMap<String, String>,
@@ -99,7 +99,7 @@ pub(super) fn with_base_env<'r>(
         return std::borrow::Cow::Borrowed(req);
     }
     let mut with = req.clone();
-    with.env = crate::running_rows::merged_env(base, req.env.clone());
+    with.env = crate::data_plane::running_rows::merged_env(base, req.env.clone());
     std::borrow::Cow::Owned(with)
 }
 

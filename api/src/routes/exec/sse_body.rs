@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::running::{Ending, Next, Running};
 use super::text::{encode, Utf8Carry};
-use crate::sse::HEARTBEAT;
+use crate::requests::sse::HEARTBEAT;
 
 /// What the SSE body keeps between events.
 struct SseState {

@@ -19,10 +19,10 @@ use super::running::{Running, StreamTask};
 use super::sse_body::sse_response;
 use super::{parse_exec, with_base_env_shared, STREAM_BUFFER};
 use crate::auth::Principal;
-use crate::data_events::{CallEvents, ExecEvents};
+use crate::data_plane::call_events::{CallEvents, ExecEvents};
 use crate::data_plane::{beside, DataCall, Target};
 use crate::error::{ApiError, ApiResult};
-use crate::sse::HEARTBEAT;
+use crate::requests::sse::HEARTBEAT;
 use crate::AppState;
 
 /// The checks, audit record and adapter call every streamed exec shares, whatever its

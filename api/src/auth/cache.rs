@@ -18,7 +18,7 @@ pub const TTL: Duration = Duration::from_secs(1);
 /// Entries kept at most; past this the cache starts over (it is only a cache).
 const MAX_ENTRIES: usize = 10_000;
 
-/// Entries trusted for `TTL`, shared by this module's and `policy_cache`'s records.
+/// Entries trusted for `TTL`, shared by this module's and `caches::policy`'s records.
 pub(crate) struct Map<K, V>(Mutex<HashMap<K, (Instant, V)>>);
 
 impl<K: std::hash::Hash + Eq, V: Clone> Map<K, V> {

@@ -17,7 +17,7 @@ use differently_core::ErrorCode;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::middleware::MAX_URI_BYTES;
+use crate::requests::middleware::MAX_URI_BYTES;
 
 /// The longest request target hyper reads (`hyper::proto::h1::role::MAX_URI_LEN`).
 pub const HTTP_LAYER_MAX_URI_BYTES: usize = 65_534;

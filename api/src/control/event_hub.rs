@@ -18,14 +18,14 @@ use differently_store::Store;
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::running_rows::RunningRow;
+use crate::data_plane::running_rows::RunningRow;
 
 /// Per-sandbox delivery of status events inside one process.
 #[derive(Clone, Default)]
 pub struct EventHub {
     waiters: Arc<Waiters>,
     /// Rows data-plane calls may use without a read; every event of a sandbox drops its row.
-    pub running: Arc<crate::running_rows::RunningRows>,
+    pub running: Arc<crate::data_plane::running_rows::RunningRows>,
 }
 
 /// The last event seen for each sandbox that has a waiter; an entry lives exactly as long as
@@ -265,7 +265,10 @@ mod tests {
         let w = hub.watch(&s.id);
         hub.deliver_envelope(env.clone());
         let row = hub.running.get(&s.id).expect("remembered");
-        assert_eq!(Some(row.clone()), crate::running_rows::RunningRow::of(&s));
+        assert_eq!(
+            Some(row.clone()),
+            crate::data_plane::running_rows::RunningRow::of(&s)
+        );
         assert_eq!(row.backend_ref, "ref-7");
         // Any later change of the row drops it.
         let mut stopping = env;

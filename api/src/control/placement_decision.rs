@@ -10,8 +10,8 @@ use differently_core::{ErrorCode, FieldError, OrgId, ProjectId, SandboxSpec};
 use differently_store::placement::effective_policy;
 use differently_store::{DirectPlacement, PoolSlot};
 
+use crate::caches::warm::WarmView;
 use crate::error::{ApiError, ApiResult};
-use crate::warm_cache::WarmView;
 use crate::AppState;
 
 /// Maps a request-level validation error: unknown capabilities have their own code.
@@ -60,7 +60,7 @@ pub async fn decide_warm(
 ) -> ApiResult<(Explained, EffectivePolicy, Arc<WarmView>)> {
     let req = spec.placement_request();
     req.validate().map_err(request_error)?;
-    // The create's fail-fast check may use a policy up to a second old (`policy_cache`); an
+    // The create's fail-fast check may use a policy up to a second old (`caches::policy`); an
     // explanation a caller asked for reads the store.
     let (effective, used) = if live_slots {
         (

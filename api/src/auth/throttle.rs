@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 pub use ipnet::IpNet;
 
-use crate::ratelimit::{Buckets, Rate};
+use crate::requests::ratelimit::{Buckets, Rate};
 
 /// Most `X-Forwarded-For` hops looked at, from the right.
 const MAX_HOPS: usize = 32;

@@ -21,8 +21,8 @@ use differently_store::lifecycle::{OpBegun, OpRecord, OpState};
 use serde_json::{json, Value};
 
 use crate::auth::Principal;
+use crate::control::sandbox_pool::{pool_name, pool_of, require_capability, status_conflict};
 use crate::error::{ApiError, ApiResult};
-use crate::sandbox_pool::{pool_name, pool_of, require_capability, status_conflict};
 use crate::AppState;
 
 /// How long a lifecycle call waits for its outcome before answering 202.
@@ -137,16 +137,18 @@ pub(crate) async fn begin(
                 id.clone(),
                 differently_bus_schema::Origin::from_audit_actor(&r.actor),
             );
-            crate::after_commit::publish_bounded(
+            crate::control::after_commit::publish_bounded(
                 sandbox.id.as_str(),
                 vec![
                     (
                         "operation",
-                        crate::after_commit::boxed(async move { a.op(&s, &p, op, &id, "").await }),
+                        crate::control::after_commit::boxed(async move {
+                            a.op(&s, &p, op, &id, "").await
+                        }),
                     ),
                     (
                         "operation event",
-                        crate::after_commit::boxed(async move {
+                        crate::control::after_commit::boxed(async move {
                             b.operation(
                                 &s2,
                                 differently_bus_schema::EventType::OperationRequested,

@@ -1,4 +1,4 @@
-//! Every pool's warm classes and ready counts, kept for `auth_cache::TTL`, for the create
+//! Every pool's warm classes and ready counts, kept for `auth::cache::TTL`, for the create
 //! path: which class a create matches on its pool (`DirectPlacement::warm_class`) and which
 //! permitted pool has a ready instance of it (ranked first). One read of the store per TTL
 //! instead of one per create.
@@ -22,7 +22,7 @@ use differently_core::SandboxSpec;
 use differently_store::warm::{WarmClaims, WarmStore};
 use differently_store::StoreError;
 
-use crate::auth_cache::TTL;
+use crate::auth::cache::TTL;
 
 /// The warm classes of every pool that has some, and their ready instances.
 #[derive(Debug, Default)]

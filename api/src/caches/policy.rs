@@ -1,4 +1,4 @@
-//! The effective placement policy of each (org, project), kept for `auth_cache::TTL`, for the
+//! The effective placement policy of each (org, project), kept for `auth::cache::TTL`, for the
 //! fail-fast check every create makes before it is admitted (`placement::explain` without live
 //! slot counts): one database read fewer on the create path.
 //!
@@ -12,7 +12,7 @@ use differently_core::{OrgId, ProjectId};
 use differently_store::placement::PlacementStore;
 use differently_store::StoreError;
 
-use crate::auth_cache::Map;
+use crate::auth::cache::Map;
 
 /// Effective policies by (org, project).
 pub struct PolicyCache(Map<(OrgId, ProjectId), EffectivePolicy>);

@@ -3,6 +3,15 @@
 //! Only a SHA-256 hash of a key is kept; comparison is constant-time. One bootstrap
 //! admin key from configuration authenticates as an operator; every other key is a stored
 //! record looked up by its public id.
+//!
+//! Beside it, who may do what: [`access`] (what a principal may see, 403 wording), [`cache`]
+//! (key and organization records for a second), [`throttle`] (failed authentications) and
+//! [`bootstrap`] (the installation's own tenant).
+
+pub mod access;
+pub mod bootstrap;
+pub mod cache;
+pub mod throttle;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -12,7 +21,7 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::auth_throttle::FailureScope;
+use crate::auth::throttle::FailureScope;
 use crate::error::ApiError;
 use crate::AppState;
 
@@ -194,7 +203,7 @@ impl Principal {
             return Ok(ListProject::Only(self.project_id.clone()));
         };
         let asked = ProjectId::parse(raw)
-            .map_err(|_| crate::page::bad_query("projectId", "not a project id"))?;
+            .map_err(|_| crate::requests::page::bad_query("projectId", "not a project id"))?;
         if self.project_id.as_ref().is_some_and(|b| b != &asked) {
             return Ok(ListProject::Nothing);
         }
@@ -384,7 +393,7 @@ fn bearer(parts: &Parts) -> Option<&str> {
 }
 
 /// What a failure of this request counts against: the presented key id when the key is
-/// well formed, else the client's address (`auth_throttle`).
+/// well formed, else the client's address (`auth::throttle`).
 fn failure_scope(parts: &Parts, state: &AppState) -> FailureScope {
     if let Some(parsed) = bearer(parts).and_then(parse_key) {
         return FailureScope::KeyId(parsed.key_id.to_owned());
@@ -394,7 +403,7 @@ fn failure_scope(parts: &Parts, state: &AppState) -> FailureScope {
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip())
         .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    FailureScope::Addr(crate::auth_throttle::client_addr(
+    FailureScope::Addr(crate::auth::throttle::client_addr(
         peer,
         &parts.headers,
         &state.limits.trusted_proxies,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 
 /// Parses `bytes` as `T`, reporting the JSON path of the first problem; a NUL in any string
-/// is refused (422 naming the field, see [`crate::nul`]).
+/// is refused (422 naming the field, see [`crate::requests::nul`]).
 pub fn parse_json<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     parse_json_allowing_nul(bytes, &[])
 }
@@ -23,8 +23,8 @@ pub fn parse_json_allowing_nul<T: DeserializeOwned>(
     data: &[&str],
 ) -> Result<T, ApiError> {
     let parsed: T = parse_strict(bytes)?;
-    match crate::nul::find_in_body(bytes, data) {
-        Some(field) => Err(crate::nul::body_error(field)),
+    match crate::requests::nul::find_in_body(bytes, data) {
+        Some(field) => Err(crate::requests::nul::body_error(field)),
         None => Ok(parsed),
     }
 }

@@ -1,5 +1,5 @@
 //! Per-process token buckets: one per API key (requests), and for failed authentications
-//! one per presented key id or client address (`auth_throttle`), so a leaked or guessed key
+//! one per presented key id or client address (`auth::throttle`), so a leaked or guessed key
 //! cannot flood the control plane.
 //! Limits are per replica, as in the seeds.
 
