@@ -219,8 +219,18 @@ pub(crate) async fn run(
     tokio::pin!(tails, done);
     let mut tails_over = false;
     let mut exit: Option<i32> = None;
+    // Once the command has completed, its tails end as soon as they have sent the rest.
+    let mut drain_until: Option<tokio::time::Instant> = None;
     loop {
+        let drained = tokio::time::sleep_until(
+            drain_until.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600)),
+        );
         tokio::select! {
+            () = drained, if drain_until.is_some() => {
+                return Err(AdapterError::transient(
+                    "exec: the command completed but Runloop's output tails did not end",
+                ));
+            }
             t = &mut tails, if !tails_over => match t {
                 Ok(()) => tails_over = true,
                 Err(end) => {
@@ -238,6 +248,7 @@ pub(crate) async fn run(
                     exit = Some(e.exit_status.ok_or_else(|| AdapterError::transient(
                         "exec: Runloop says the command completed but gives no exit status",
                     ))?);
+                    drain_until = Some(tokio::time::Instant::now() + c.request_timeout());
                 }
                 None => {
                     kill(c, devbox, eid).await;

@@ -236,14 +236,16 @@ impl RunloopAdapter {
         }
     }
 
-    /// Shuts devbox `id` down; one already shut down or gone is fine.
+    /// Shuts devbox `id` down; one already shut down, failed (nothing runs) or gone is fine.
     async fn shutdown(&self, id: &str) -> Result<(), AdapterError> {
         match api::action(&self.client, id, "shutdown").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
-            Err(e) => match self.gone_or(id, e).await {
-                AdapterError::NotFound => Ok(()),
-                e => Err(e),
+            Err(e @ AdapterError::Permanent(_)) => match api::get(&self.client, id).await {
+                Err(AdapterError::NotFound) => Ok(()),
+                Ok(d) if is_gone(&d) => Ok(()),
+                _ => Err(e),
             },
+            Err(e) => Err(e),
         }
     }
 
@@ -550,11 +552,11 @@ impl Adapter for RunloopAdapter {
             Some(t) => t,
             None => match api::enable_open_tunnel(c, id).await {
                 Ok(t) => t,
-                // Another call opened it meanwhile: use that one.
-                Err(AdapterError::Permanent(_)) => api::get(c, id)
-                    .await?
-                    .tunnel
-                    .ok_or_else(|| AdapterError::transient("enable tunnel: no tunnel after all"))?,
+                // Another call may have opened it meanwhile: use that one if so.
+                Err(e @ AdapterError::Permanent(_)) => match api::get(c, id).await?.tunnel {
+                    Some(t) => t,
+                    None => return Err(self.gone_or(id, e).await),
+                },
                 Err(e) => return Err(e),
             },
         };
