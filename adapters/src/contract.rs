@@ -283,12 +283,11 @@ impl Verification {
                 Live,
                 "runs commands on this host; its tests run it for real",
             ),
-            "daytona" | "e2b" | "freestyle" | "vercel" | "cloudflare" | "runloop" => {
-                Verification::new(
-                    FakeOnly,
-                    "tested only against a fake server written from the provider's published API",
-                )
-            }
+            "daytona" | "e2b" | "freestyle" | "vercel" | "cloudflare" | "runloop"
+            | "azure_sessions" => Verification::new(
+                FakeOnly,
+                "tested only against a fake server written from the provider's published API",
+            ),
             "remote" => Verification::new(
                 Unknown,
                 "an HTTP plugin: verified as far as its author ran the conformance kit against it",
