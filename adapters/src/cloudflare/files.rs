@@ -3,7 +3,6 @@
 //! transfer goes through the adapter's staging directory in the workspace and a script puts
 //! it in place (or copies it out); listing and removal are scripts too.
 
-use bytes::Bytes;
 use futures::StreamExt;
 
 use super::bridge::{Bridge, Output};
@@ -94,25 +93,12 @@ pub(crate) async fn download(
         AdapterError::transient("download: the staged copy vanished before it was read")
     })?;
     let total = bytes.len() as u64;
-    let body = cut(bytes, range);
+    // The bridge reads whole files: a range is cut here.
+    let whole = futures::stream::once(async move { Ok(bytes) });
     Ok(Download {
         total_size: Some(total),
-        body: futures::stream::once(async move { Ok(body) }).boxed(),
+        body: crate::files::cut_to_range(whole, range),
     })
-}
-
-/// The part of `bytes` a range asks for (the bridge reads whole files).
-fn cut(bytes: Bytes, range: Option<ByteRange>) -> Bytes {
-    let Some(r) = range else {
-        return bytes;
-    };
-    let len = bytes.len();
-    let start = usize::try_from(r.start).unwrap_or(usize::MAX).min(len);
-    let end = r
-        .end
-        .and_then(|e| usize::try_from(e).ok())
-        .map_or(len, |e| e.saturating_add(1).min(len));
-    bytes.slice(start..end.max(start))
 }
 
 pub(crate) async fn list(
@@ -183,7 +169,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_and_ranges_read() {
+    fn find_records_read_as_entries() {
         let e = entry("/tmp/d", "f\t11\t640\t1700000000.5\tsub/a b").unwrap();
         assert_eq!(
             (e.path.as_str(), e.kind, e.size, e.mode),
@@ -192,36 +178,5 @@ mod tests {
         assert_eq!(entry("/", "d\t4096\t755\t1.0\tetc").unwrap().path, "/etc");
         assert_eq!(entry("/tmp/f", "f\t1\t644\t1.0\t").unwrap().path, "/tmp/f");
         assert!(entry("/x", "garbage").is_none());
-        let b = Bytes::from_static(b"hello world");
-        assert_eq!(
-            cut(
-                b.clone(),
-                Some(ByteRange {
-                    start: 6,
-                    end: None
-                })
-            ),
-            "world"
-        );
-        assert_eq!(
-            cut(
-                b.clone(),
-                Some(ByteRange {
-                    start: 0,
-                    end: Some(3)
-                })
-            ),
-            "hell"
-        );
-        assert_eq!(
-            cut(
-                b,
-                Some(ByteRange {
-                    start: 99,
-                    end: None
-                })
-            ),
-            ""
-        );
     }
 }
