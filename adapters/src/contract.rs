@@ -288,6 +288,10 @@ impl Verification {
                 FakeOnly,
                 "tested only against a fake server written from the provider's published API",
             ),
+            "agent_sandbox" => Verification::new(
+                FakeOnly,
+                "tested only against a fake Kubernetes API server, sandbox router and runtime written from agent-sandbox's CRDs and runtime source",
+            ),
             "remote" => Verification::new(
                 Unknown,
                 "an HTTP plugin: verified as far as its author ran the conformance kit against it",
