@@ -4,7 +4,7 @@
 //! through `/execute` (`script.rs`).
 
 use bytes::BytesMut;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::runtime::Call;
 use super::script;
@@ -90,17 +90,19 @@ impl AgentSandboxAdapter {
         at: &InstanceRef,
         path: &str,
         mode: Option<u32>,
-        mut body: ByteStream,
+        body: ByteStream,
     ) -> Result<(), AdapterError> {
         let rel = self.rel(path)?;
         if rel.is_empty() || path.ends_with('/') {
             return Err(AdapterError::bad_path(path, PathProblem::IsADirectory));
         }
         // The runtime reads the whole multipart body before writing it.
-        let mut whole = BytesMut::new();
-        while let Some(chunk) = body.next().await {
-            whole.extend_from_slice(&chunk?);
-        }
+        let whole = body
+            .try_fold(BytesMut::new(), |mut acc, chunk| async move {
+                acc.extend_from_slice(&chunk);
+                Ok(acc)
+            })
+            .await?;
         if let Err(c) = self
             .runtime
             .upload(&at.backend_ref, &rel, path, whole.freeze())
@@ -192,11 +194,7 @@ fn parse_listing(dir: &str, out: &str) -> Vec<FileEntry> {
                 secs.trunc() as i64,
                 ((secs.fract() * 1e9) as u32).min(999_999_999),
             );
-            let path = if dir.ends_with('/') {
-                format!("{dir}{name}")
-            } else {
-                format!("{dir}/{name}")
-            };
+            let path = format!("{}/{name}", dir.trim_end_matches('/'));
             Some(FileEntry {
                 path,
                 kind,

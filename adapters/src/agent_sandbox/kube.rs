@@ -6,13 +6,14 @@
 
 use std::time::Duration;
 
-use reqwest::{Method, Response, StatusCode};
+use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::config::Settings;
-use crate::credentials::Credentials;
-use crate::http::{retry_after, HttpClient, HttpClientBuilder, HttpConfigError};
+use crate::kit::{
+    self, ClientSettings, ConfigError, Credentials, ErrorAnswer, HttpClient, KeyHeader,
+};
 use crate::AdapterError;
 
 /// One of the resources this adapter reads and writes.
@@ -88,20 +89,36 @@ struct ListMeta {
 
 pub(crate) use crate::kit::paths::segment as enc;
 
+/// The kit's error mapper for the Kubernetes API: its `Status` body, or none at all.
+fn errors(op: &str, a: &ErrorAnswer) -> AdapterError {
+    let st: Option<StatusBody> = serde_json::from_slice(&a.body).ok();
+    let plain = st.is_none();
+    map_status(op, a.status, &st.unwrap_or_default(), plain, a.retry_after)
+}
+
 impl Kube {
-    pub(crate) fn new(s: &Settings, credentials: &Credentials) -> Result<Kube, HttpConfigError> {
-        let http = HttpClientBuilder::new("Kubernetes API", &s.api_server_url)
-            .auth(
-                "Authorization",
-                "bearer token",
-                s.credential.clone(),
-                s.initial_token.clone(),
-            )
-            .bearer()
-            .request_timeout(s.request_timeout)
-            .ca_bundle(s.ca_bundle.clone())
-            .retries(2, Duration::from_millis(100))
-            .build(credentials)?;
+    pub(crate) fn new(s: &Settings, credentials: &Credentials) -> Result<Kube, ConfigError> {
+        let http = kit::build_client(
+            &ClientSettings {
+                service: "Kubernetes API",
+                base_url: &s.api_server_url,
+                ca_bundle: &s.ca_bundle,
+                request_timeout: s.request_timeout,
+                credential: &s.credential,
+                initial: s.initial_token.as_ref(),
+                what: "bearer token",
+                header: KeyHeader::Bearer,
+                errors,
+                retries: 2,
+            },
+            credentials,
+        )
+        .map_err(|mut e| {
+            if e.field == "apiURL" {
+                e.field = "apiServerURL".to_owned();
+            }
+            e
+        })?;
         Ok(Kube {
             http,
             namespace: s.namespace.clone(),
@@ -121,10 +138,6 @@ impl Kube {
         }
     }
 
-    async fn send(&self, rb: reqwest::RequestBuilder, op: &str) -> Result<Response, AdapterError> {
-        self.http.send(rb, op).await
-    }
-
     /// The object, or `None` when the server says it does not exist.
     pub(crate) async fn get(
         &self,
@@ -133,8 +146,7 @@ impl Kube {
         op: &str,
     ) -> Result<Option<Value>, AdapterError> {
         let rb = self.http.api(Method::GET, &self.path(res, Some(name)));
-        let resp = self.send(rb, op).await?;
-        match self.read(resp, op).await {
+        match self.http.json::<Value>(rb, op).await {
             Ok(v) => Ok(Some(v)),
             Err(AdapterError::NotFound) => Ok(None),
             Err(e) => Err(e),
@@ -159,13 +171,10 @@ impl Kube {
             if let Some(c) = &cont {
                 path.push_str(&format!("&continue={}", enc(c)));
             }
-            let resp = self.send(self.http.api(Method::GET, &path), op).await?;
-            let page: ListPage =
-                serde_json::from_value(self.read(resp, op).await?).map_err(|e| {
-                    AdapterError::transient(format!(
-                        "{op}: unexpected list from the Kubernetes API: {e}"
-                    ))
-                })?;
+            let page: ListPage = self
+                .http
+                .json(self.http.api(Method::GET, &path), op)
+                .await?;
             out.extend(page.items);
             match page.metadata.cont.filter(|c| !c.is_empty()) {
                 Some(c) => cont = Some(c),
@@ -177,8 +186,10 @@ impl Kube {
     /// One item of `res` at most: the API serves the resource and lets the token list it.
     pub(crate) async fn probe(&self, res: Res, op: &str) -> Result<(), AdapterError> {
         let path = format!("{}?limit=1", self.path(res, None));
-        let resp = self.send(self.http.api(Method::GET, &path), op).await?;
-        self.read(resp, op).await.map(|_| ())
+        self.http
+            .send_ok(self.http.api(Method::GET, &path), op)
+            .await
+            .map(|_| ())
     }
 
     /// Creates `body`; a taken name is [`Created::Exists`].
@@ -192,25 +203,30 @@ impl Kube {
             .http
             .api(Method::POST, &self.path(res, None))
             .json(body);
-        let resp = self.send(rb, op).await?;
-        if resp.status() == StatusCode::CONFLICT {
-            let st = read_status(resp).await;
-            if st.reason == "AlreadyExists" {
-                return Ok(Created::Exists);
+        match self.http.call(rb, op).await? {
+            Ok(resp) => {
+                // CRD schemas prune fields they do not know and say so only in `Warning`
+                // headers: a sign that the installed agent-sandbox is older than what is sent.
+                for w in resp.headers().get_all("warning") {
+                    tracing::warn!(op, warning = %String::from_utf8_lossy(w.as_bytes()), "agent_sandbox: the Kubernetes API warned");
+                }
+                Ok(Created::Made)
             }
-            return Err(AdapterError::transient(format!(
-                "{op}: Kubernetes API HTTP 409 {}: {}",
-                st.reason, st.message
-            )));
+            Err(a)
+                if a.status == StatusCode::CONFLICT
+                    && serde_json::from_slice::<StatusBody>(&a.body)
+                        .is_ok_and(|st| st.reason == "AlreadyExists") =>
+            {
+                Ok(Created::Exists)
+            }
+            Err(a) => Err(self.http.map_answer(op, &a)),
         }
-        self.read(resp, op).await.map(|_| Created::Made)
     }
 
     /// Deletes the object; one already gone is fine.
     pub(crate) async fn delete(&self, res: Res, name: &str, op: &str) -> Result<(), AdapterError> {
         let rb = self.http.api(Method::DELETE, &self.path(res, Some(name)));
-        let resp = self.send(rb, op).await?;
-        match self.read(resp, op).await {
+        match self.http.send_ok(rb, op).await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
@@ -229,39 +245,8 @@ impl Kube {
             .api(Method::PATCH, &self.path(res, Some(name)))
             .header("Content-Type", "application/merge-patch+json")
             .body(patch.to_string());
-        let resp = self.send(rb, op).await?;
-        self.read(resp, op).await.map(|_| ())
+        self.http.send_ok(rb, op).await.map(|_| ())
     }
-
-    /// A 2xx body as JSON, or the error the answer means.
-    async fn read(&self, resp: Response, op: &str) -> Result<Value, AdapterError> {
-        let status = resp.status();
-        if status.is_success() {
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| self.http.transport_error(op, e))?;
-            return crate::http::decode_answer(&bytes, op, "the Kubernetes API");
-        }
-        let wait = retry_after(resp.headers());
-        let plain = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/plain"));
-        let body = resp.bytes().await.unwrap_or_default();
-        let st: StatusBody = serde_json::from_slice(&body).unwrap_or_default();
-        if matches!(status.as_u16(), 401 | 403) {
-            self.http.forget_credential();
-        }
-        let e = map_status(op, status, &st, plain, wait);
-        Err(self.http.scrub_error(e))
-    }
-}
-
-async fn read_status(resp: Response) -> StatusBody {
-    let body = resp.bytes().await.unwrap_or_default();
-    serde_json::from_slice(&body).unwrap_or_default()
 }
 
 /// Status code and `Status` body → `AdapterError`. `plain`: the answer was not a `Status`

@@ -26,7 +26,7 @@ use crate::credentials::Credentials;
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, FileEntry,
-    Instance, InstanceRef, InstanceState, Verification, VerifiedStatus,
+    Instance, InstanceRef, InstanceState,
 };
 
 pub mod config;
@@ -74,14 +74,9 @@ impl AgentSandboxAdapter {
         credentials: &Credentials,
     ) -> Result<Self, ConfigError> {
         let settings = config.validate()?;
-        let kube = Kube::new(&settings, credentials).map_err(|e| ConfigError {
-            field: "apiServerURL".to_owned(),
-            message: e.to_string(),
-        })?;
-        let runtime = Runtime::new(&settings, credentials).map_err(|e| ConfigError {
-            field: "runtime".to_owned(),
-            message: e.to_string(),
-        })?;
+        let kube = Kube::new(&settings, credentials)?;
+        let runtime = Runtime::new(&settings, credentials)
+            .map_err(|e| crate::kit::client::config_error(e, "runtime"))?;
         Ok(Self {
             settings,
             kube,
@@ -239,13 +234,6 @@ impl Adapter for AgentSandboxAdapter {
 
     fn capabilities(&self) -> Vec<Capability> {
         vec![Capability::Exec, Capability::Files]
-    }
-
-    fn verification(&self) -> Verification {
-        Verification::new(
-            VerifiedStatus::FakeOnly,
-            "tested only against a fake Kubernetes API server, sandbox router and runtime written from agent-sandbox's CRDs and runtime source",
-        )
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {

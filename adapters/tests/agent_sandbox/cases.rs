@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use differently_adapters::agent_sandbox::{AgentSandboxAdapter, AgentSandboxConfig};
 use differently_adapters::registry;
-use differently_adapters::{Adapter, AdapterError, InstanceState};
+use differently_adapters::{Adapter, AdapterError, Capability, InstanceState, VerifiedStatus};
 use differently_core::ids::InstallationId;
 use differently_core::pool::Trust;
 use serde_json::json;
@@ -40,7 +40,10 @@ fn settings_are_checked_naming_the_field_and_trust_must_be_declared() {
     assert_eq!(field.as_deref(), Some("runtime"));
     let (field, _) = build_err("agent_sandbox", with(json!({"unknownKey": 1})));
     assert_eq!(field.as_deref(), Some("unknownKey"));
-    assert!(registry::build("agent_sandbox", &base).is_ok());
+    let a = registry::build("agent_sandbox", &base).unwrap();
+    assert_eq!(a.capabilities(), [Capability::Exec, Capability::Files]);
+    assert_eq!(a.verification().status, VerifiedStatus::FakeOnly);
+    assert!(a.verification().basis.contains("Kubernetes"));
     assert_eq!(
         registry::resolve_trust("agent_sandbox", None).map_err(|e| e.field),
         Err("trust".to_owned())
@@ -203,10 +206,9 @@ async fn create_is_idempotent_lists_by_label_renews_and_deletes() {
     }
     assert!(s.fake.objects("sandboxclaims", NS).is_empty());
     assert!(
-        s.fake
+        !s.fake
             .objects("sandboxes", NS)
-            .get(&first.backend_ref)
-            .is_none(),
+            .contains_key(&first.backend_ref),
         "cascaded"
     );
     let e = s

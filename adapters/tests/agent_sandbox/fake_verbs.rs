@@ -57,7 +57,7 @@ pub fn verb(
         _ => status(
             405,
             "MethodNotAllowed",
-            &format!("the server does not allow this method on the requested resource"),
+            "the server does not allow this method on the requested resource",
             json!({}),
         ),
     }
@@ -391,7 +391,7 @@ fn patch(fake: &FakeCluster, r: &Req, ns: &str, plural: &str, name: &str) -> Res
         return status(
             415,
             "UnsupportedMediaType",
-            &format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"),
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
             json!({}),
         );
     }
