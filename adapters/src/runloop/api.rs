@@ -231,13 +231,11 @@ pub(crate) async fn held<T: serde::de::DeserializeOwned>(
     rb: reqwest::RequestBuilder,
     op: &str,
 ) -> Result<Option<T>, AdapterError> {
-    let resp = c.send(rb, op).await?;
-    if resp.status() == StatusCode::REQUEST_TIMEOUT {
-        return Ok(None);
+    match c.call(rb, op).await? {
+        Ok(resp) => c.decode(op, resp).await.map(Some),
+        Err(a) if a.status == StatusCode::REQUEST_TIMEOUT => Ok(None),
+        Err(a) => Err(c.map_answer(op, &a)),
     }
-    let resp = c.check(op, resp).await?;
-    let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, e))?;
-    crate::http::decode_answer(&bytes, op, "Runloop").map(Some)
 }
 
 /// `POST /v1/devboxes/{id}/enable_tunnel {auth_mode: "open"}`.

@@ -440,47 +440,58 @@ pub(super) fn shutdown(inner: &Inner, id: &str, r: &Req) -> Response {
     }
 }
 
-/// `POST /v1/devboxes/{id}/suspend`: only from `running`.
-pub(super) fn suspend(inner: &Inner, id: &str) -> Response {
+/// A move allowed from one status only: `from`, through `during`, to `to`.
+struct Move {
+    verb: &'static str,
+    from: &'static str,
+    during: &'static str,
+    to: &'static str,
+}
+
+fn change(inner: &Inner, id: &str, m: &Move) -> Result<Value, Response> {
     let step = Duration::from_millis(inner.knobs().step_ms);
-    let out = with(inner, id, |d| {
-        if d.status != "running" {
+    with(inner, id, |d| {
+        if d.status != m.from {
             return Err(error(
                 400,
-                &format!("devbox {id} cannot be suspended from status {}", d.status),
+                &format!("devbox {id} cannot be {} from status {}", m.verb, d.status),
             ));
         }
-        d.enter("suspending");
-        d.plan(&["suspended"], step);
+        d.enter(m.during);
+        d.plan(&[m.to], step);
         Ok(d.json())
-    });
-    match out {
-        Ok(Ok(v)) => {
+    })?
+}
+
+/// `POST /v1/devboxes/{id}/suspend`: only from `running`.
+pub(super) fn suspend(inner: &Inner, id: &str) -> Response {
+    let m = Move {
+        verb: "suspended",
+        from: "running",
+        during: "suspending",
+        to: "suspended",
+    };
+    match change(inner, id, &m) {
+        Ok(v) => {
             // Suspension keeps the disk, not the processes.
             inner.kill_all_of(id);
             json_resp(200, v)
         }
-        Ok(Err(e)) | Err(e) => e,
+        Err(e) => e,
     }
 }
 
 /// `POST /v1/devboxes/{id}/resume`: only from `suspended`.
 pub(super) fn resume(inner: &Inner, id: &str) -> Response {
-    let step = Duration::from_millis(inner.knobs().step_ms);
-    let out = with(inner, id, |d| {
-        if d.status != "suspended" {
-            return Err(error(
-                400,
-                &format!("devbox {id} cannot be resumed from status {}", d.status),
-            ));
-        }
-        d.enter("resuming");
-        d.plan(&["running"], step);
-        Ok(d.json())
-    });
-    match out {
-        Ok(Ok(v)) => json_resp(200, v),
-        Ok(Err(e)) | Err(e) => e,
+    let m = Move {
+        verb: "resumed",
+        from: "suspended",
+        during: "resuming",
+        to: "running",
+    };
+    match change(inner, id, &m) {
+        Ok(v) => json_resp(200, v),
+        Err(e) => e,
     }
 }
 
