@@ -25,27 +25,39 @@ pub(crate) fn total_size(resp: &reqwest::Response) -> Option<u64> {
 
 /// `body`, the whole file, cut down to `range` (inclusive end; `None` passes it as is): for
 /// a backend without ranges, or one that answered a `Range` request with the whole file.
-/// Errors pass through where they come.
+/// Errors pass through where they come; reading stops once the range is complete, so the
+/// rest of a large file is never fetched.
 pub(crate) fn cut_to_range<S>(body: S, range: Option<ByteRange>) -> ByteStream
 where
     S: Stream<Item = Result<Bytes, AdapterError>> + Send + 'static,
 {
-    let mut pos: u64 = 0;
-    body.filter_map(move |chunk| {
-        let out = match (chunk, range) {
-            (Err(e), _) => Some(Err(e)),
-            (Ok(b), None) => Some(Ok(b)),
-            (Ok(b), Some(r)) => {
-                let start = pos;
-                let end = start + b.len() as u64;
-                pos = end;
-                let lo = r.start.max(start);
-                let hi = r.end.map_or(end, |e| (e + 1).min(end));
-                (lo < hi).then(|| Ok(b.slice((lo - start) as usize..(hi - start) as usize)))
+    let Some(r) = range else {
+        return body.boxed();
+    };
+    let end_excl = r.end.map(|e| e.saturating_add(1));
+    let body = Box::pin(body);
+    futures::stream::unfold((body, 0u64), move |(mut body, pos)| async move {
+        if end_excl.is_some_and(|e| pos >= e) {
+            return None;
+        }
+        let chunk = body.next().await?;
+        let (piece, pos) = match chunk {
+            Err(e) => (Err(e), pos),
+            Ok(c) => {
+                let len = u64::try_from(c.len()).unwrap_or(u64::MAX);
+                let lo = r.start.saturating_sub(pos).min(len);
+                let hi = end_excl.map_or(len, |e| e.saturating_sub(pos).min(len));
+                let piece = if hi <= lo {
+                    Bytes::new()
+                } else {
+                    c.slice(usize::try_from(lo).unwrap_or(0)..usize::try_from(hi).unwrap_or(0))
+                };
+                (Ok(piece), pos.saturating_add(len))
             }
         };
-        futures::future::ready(out)
+        Some((piece, (body, pos)))
     })
+    .filter(|c| futures::future::ready(!matches!(c, Ok(b) if b.is_empty())))
     .boxed()
 }
 
@@ -99,5 +111,24 @@ mod tests {
         assert_eq!(cut(r(2, Some(7))).await, "llo wo");
         assert_eq!(cut(r(6, None)).await, "world");
         assert_eq!(cut(r(20, None)).await, "");
+    }
+
+    #[tokio::test]
+    async fn reading_stops_once_the_range_is_complete() {
+        let chunks = vec![
+            Ok(Bytes::from_static(b"0123")),
+            Ok(Bytes::from_static(b"4567")),
+            // Never read: the range ended in the chunk before.
+            Err(AdapterError::transient("the rest of the file")),
+        ];
+        let range = Some(ByteRange {
+            start: 3,
+            end: Some(6),
+        });
+        let parts: Vec<_> = cut_to_range(futures::stream::iter(chunks), range)
+            .collect()
+            .await;
+        let got: Result<Vec<Bytes>, AdapterError> = parts.into_iter().collect();
+        assert_eq!(got.map(|b| b.concat()), Ok(b"3456".to_vec()));
     }
 }

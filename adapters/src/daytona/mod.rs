@@ -27,6 +27,8 @@ use futures::StreamExt;
 use crate::credentials::Credentials;
 use crate::exec_output::{millis, stdin_of, CollectedOutput};
 use crate::files;
+use crate::kit::paths::{check_path, dns_name};
+use crate::kit::shell;
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
@@ -36,7 +38,6 @@ use crate::{
 pub(crate) mod client;
 pub mod config;
 mod sandbox;
-pub(crate) mod shell;
 mod toolbox;
 
 pub use crate::settings::ConfigError;
@@ -73,11 +74,6 @@ fn state(s: Option<&str>) -> Option<InstanceState> {
         // resuming, unknown, and states added later.
         _ => InstanceState::Pending,
     })
-}
-
-/// The Daytona name of a sandbox: its id, in the lower-case, dash form names take.
-pub(crate) fn daytona_name(id: &SandboxId) -> String {
-    id.as_str().to_ascii_lowercase().replace('_', "-")
 }
 
 /// The Daytona snapshot name of a Differently snapshot id (restore and delete find it by it).
@@ -132,16 +128,6 @@ fn file_entry(dir: &str, f: &toolbox::FileInfo) -> FileEntry {
     }
 }
 
-pub(crate) fn check_path(field: &'static str, path: &str) -> Result<(), AdapterError> {
-    if !path.starts_with('/') || path.contains('\0') {
-        return Err(AdapterError::invalid_field(
-            field,
-            format!("`{path}` is not an absolute path"),
-        ));
-    }
-    Ok(())
-}
-
 impl crate::kit::FromSettings for DaytonaAdapter {
     const KIND: &'static str = "daytona";
     type Config = DaytonaConfig;
@@ -164,10 +150,7 @@ impl DaytonaAdapter {
         credentials: &Credentials,
     ) -> Result<Self, ConfigError> {
         let settings = config.validate()?;
-        let client = client::Client::new(&settings, credentials).map_err(|e| ConfigError {
-            field: "apiURL".to_owned(),
-            message: e.to_string(),
-        })?;
+        let client = client::Client::new(&settings, credentials)?;
         Ok(Self { settings, client })
     }
 
@@ -265,7 +248,7 @@ impl DaytonaAdapter {
         let sized = snapshot.is_none();
         let r = req.resources;
         sandbox::CreateBody {
-            name: daytona_name(&req.sandbox_id),
+            name: dns_name(&req.sandbox_id),
             snapshot,
             env: req.env.clone(),
             labels: BTreeMap::from([
@@ -604,7 +587,11 @@ impl Adapter for DaytonaAdapter {
         let total_size = resp.content_length();
         let client = self.client.clone();
         let whole = resp.bytes_stream().map(move |chunk| {
-            chunk.map_err(|e| client.transport_error(client::Side::Toolbox, "download", e))
+            chunk.map_err(|e| {
+                client
+                    .http(client::Side::Toolbox)
+                    .transport_error("download", e)
+            })
         });
         // The toolbox has no ranges: the range is cut out of the whole file here.
         let body = files::cut_to_range(whole, range);
@@ -797,7 +784,7 @@ mod tests {
         );
         assert_eq!(file_entry("/a", &f("-rw-------", "0600")).path, "/a/x");
         assert_eq!(
-            daytona_name(&SandboxId::parse("sbx_01J0000000000000000000000A").unwrap()),
+            dns_name(&SandboxId::parse("sbx_01J0000000000000000000000A").unwrap()),
             "sbx-01j0000000000000000000000a"
         );
     }

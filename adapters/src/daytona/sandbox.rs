@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 
-use super::client::{segment, Client, Side};
+use super::client::{Client, Side};
+use crate::kit::paths::segment;
 use crate::AdapterError;
 
 /// Label carrying Differently's sandbox id (find before create, reconcile).
@@ -117,22 +118,15 @@ pub(crate) async fn get(c: &Client, id: &str) -> Result<Sandbox, AdapterError> {
 /// got there first, so the caller looks it up).
 pub(crate) async fn create(c: &Client, body: &CreateBody) -> Result<Option<Sandbox>, AdapterError> {
     let op = "create sandbox";
-    let resp = c
-        .send(Side::Api, c.api(Method::POST, "/sandbox").json(body), op)
-        .await?;
-    if resp.status() == reqwest::StatusCode::CONFLICT {
-        return Ok(None);
+    let http = c.http(Side::Api);
+    match http
+        .call(c.api(Method::POST, "/sandbox").json(body), op)
+        .await?
+    {
+        Ok(resp) => http.decode(op, resp).await.map(Some),
+        Err(a) if a.status == reqwest::StatusCode::CONFLICT => Ok(None),
+        Err(a) => Err(http.map_answer(op, &a)),
     }
-    if !resp.status().is_success() {
-        return Err(c.status_error(Side::Api, op, resp).await);
-    }
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| c.transport_error(Side::Api, op, e))?;
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| AdapterError::transient(format!("{op}: unexpected answer from Daytona: {e}")))
 }
 
 /// `DELETE /sandbox/{id}` (answers while Daytona still deletes).

@@ -7,7 +7,8 @@ use futures::StreamExt;
 use reqwest::{Method, Response};
 use serde::{Deserialize, Serialize};
 
-use super::client::{read_error, Client, Side};
+use super::client::{Client, Side};
+use crate::kit::paths::segment;
 use crate::{AdapterError, ByteStream};
 
 /// The toolbox's code for a command that outlived its `timeout` (a 408, with no output).
@@ -57,21 +58,15 @@ pub(crate) async fn execute(
         .toolbox(Method::POST, id, "/process/execute")
         .json(body)
         .timeout(http_timeout);
-    let resp = c.send(Side::Toolbox, rb, op).await?;
-    if !resp.status().is_success() {
-        let err = read_error(resp).await;
-        if err.status == 408 && err.code == TIMEOUT_CODE {
-            return Ok(Executed::TimedOut);
+    let http = c.http(Side::Toolbox);
+    let resp = match http.call(rb, op).await? {
+        Ok(resp) => resp,
+        Err(a) if a.status.as_u16() == 408 && a.error().code == TIMEOUT_CODE => {
+            return Ok(Executed::TimedOut)
         }
-        return Err(c.map(Side::Toolbox, op, &err));
-    }
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| c.transport_error(Side::Toolbox, op, e))?;
-    let ans: ExecuteAnswer = serde_json::from_slice(&bytes).map_err(|e| {
-        AdapterError::transient(format!("{op}: unexpected answer from the toolbox: {e}"))
-    })?;
+        Err(a) => return Err(http.map_answer(op, &a)),
+    };
+    let ans: ExecuteAnswer = http.decode(op, resp).await?;
     Ok(Executed::Done {
         // An answer without an exit code is a command the daemon could not start.
         exit_code: ans.exit_code.unwrap_or(127),
@@ -104,7 +99,7 @@ pub(crate) async fn session_exec(
     sid: &str,
     command: &str,
 ) -> Result<String, AdapterError> {
-    let path = format!("/process/session/{}/exec", super::client::segment(sid));
+    let path = format!("/process/session/{}/exec", segment(sid));
     let ans: SessionExecAnswer = c
         .json(
             Side::Toolbox,
@@ -132,11 +127,7 @@ pub(crate) async fn command(
     sid: &str,
     cmd: &str,
 ) -> Result<Command, AdapterError> {
-    let path = format!(
-        "/process/session/{}/command/{}",
-        super::client::segment(sid),
-        super::client::segment(cmd)
-    );
+    let path = format!("/process/session/{}/command/{}", segment(sid), segment(cmd));
     c.json(
         Side::Toolbox,
         c.toolbox(Method::GET, id, &path),
@@ -158,8 +149,8 @@ pub(crate) struct Logs {
 pub(crate) async fn logs(c: &Client, id: &str, sid: &str, cmd: &str) -> Result<Logs, AdapterError> {
     let path = format!(
         "/process/session/{}/command/{}/logs",
-        super::client::segment(sid),
-        super::client::segment(cmd)
+        segment(sid),
+        segment(cmd)
     );
     c.json(
         Side::Toolbox,
@@ -172,7 +163,7 @@ pub(crate) async fn logs(c: &Client, id: &str, sid: &str, cmd: &str) -> Result<L
 
 /// `DELETE /process/session/{sid}`: ends the session and what runs in it; a missing one is fine.
 pub(crate) async fn delete_session(c: &Client, id: &str, sid: &str) -> Result<(), AdapterError> {
-    let path = format!("/process/session/{}", super::client::segment(sid));
+    let path = format!("/process/session/{}", segment(sid));
     match c
         .send_ok(
             Side::Toolbox,
@@ -216,26 +207,14 @@ pub(crate) struct FileInfo {
     pub modified_at: Option<String>,
 }
 
-/// A file operation's error: a 404 is the path, not the sandbox.
-fn file_error(c: &Client, op: &str, path: &str, err: &super::client::ServerError) -> AdapterError {
-    if err.status == 404 {
-        return AdapterError::PathNotFound(path.to_owned());
-    }
-    c.map(Side::Toolbox, op, err)
-}
-
+/// A file operation: a 404 is the path, not the sandbox.
 async fn file_call(
     c: &Client,
     rb: reqwest::RequestBuilder,
     op: &str,
     path: &str,
 ) -> Result<Response, AdapterError> {
-    let resp = c.send(Side::Toolbox, rb, op).await?;
-    if resp.status().is_success() {
-        return Ok(resp);
-    }
-    let err = read_error(resp).await;
-    Err(file_error(c, op, path, &err))
+    c.http(Side::Toolbox).file_call(rb, op, path).await
 }
 
 /// `GET /files?path=`: the directory's entries.
@@ -249,12 +228,7 @@ pub(crate) async fn list(c: &Client, id: &str, path: &str) -> Result<Vec<FileInf
         path,
     )
     .await?;
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| c.transport_error(Side::Toolbox, op, e))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| AdapterError::transient(format!("{op}: unexpected answer: {e}")))
+    c.http(Side::Toolbox).decode(op, resp).await
 }
 
 /// `GET /files/info?path=`.
@@ -268,12 +242,7 @@ pub(crate) async fn info(c: &Client, id: &str, path: &str) -> Result<FileInfo, A
         path,
     )
     .await?;
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| c.transport_error(Side::Toolbox, op, e))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| AdapterError::transient(format!("{op}: unexpected answer: {e}")))
+    c.http(Side::Toolbox).decode(op, resp).await
 }
 
 /// `GET /files/download?path=`: the whole file (the toolbox has no ranges).

@@ -12,6 +12,7 @@ use super::config::{AuthScheme, Settings};
 use crate::credentials::Credentials;
 use crate::error::Reason;
 use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
+use crate::kit::paths::segment;
 use crate::AdapterError;
 
 /// The body of `POST /sandboxes` (`NewSandbox`).
@@ -183,7 +184,7 @@ impl Api {
 
     /// `GET /sandboxes/{id}` (its state, metadata and envd token).
     pub(crate) async fn get(&self, id: &str) -> Result<Sandbox, AdapterError> {
-        let rb = self.api(Method::GET, &format!("/sandboxes/{}", pct(id)));
+        let rb = self.api(Method::GET, &format!("/sandboxes/{}", segment(id)));
         self.json(rb, "get sandbox").await
     }
 
@@ -194,7 +195,7 @@ impl Api {
         key: &str,
         value: &str,
     ) -> Result<Vec<Sandbox>, AdapterError> {
-        let filter = format!("{}={}", pct(key), pct(value));
+        let filter = format!("{}={}", segment(key), segment(value));
         let mut out = Vec::new();
         let mut next: Option<String> = None;
         for _ in 0..1000 {
@@ -246,7 +247,7 @@ impl Api {
 
     /// `DELETE /sandboxes/{id}`; a missing sandbox is success.
     pub(crate) async fn kill(&self, id: &str) -> Result<(), AdapterError> {
-        let rb = self.api(Method::DELETE, &format!("/sandboxes/{}", pct(id)));
+        let rb = self.api(Method::DELETE, &format!("/sandboxes/{}", segment(id)));
         match self.send(rb, "kill sandbox").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
             Err(e) => Err(e),
@@ -257,7 +258,7 @@ impl Api {
     /// pausing).
     pub(crate) async fn pause(&self, id: &str) -> Result<bool, AdapterError> {
         let rb = self
-            .api(Method::POST, &format!("/sandboxes/{}/pause", pct(id)))
+            .api(Method::POST, &format!("/sandboxes/{}/pause", segment(id)))
             .json(&serde_json::json!({"memory": true}));
         let resp = self.http.send(rb, "pause sandbox").await?;
         match resp.status().as_u16() {
@@ -271,7 +272,7 @@ impl Api {
     /// running one (200); its timeout is only ever extended.
     pub(crate) async fn connect(&self, id: &str, timeout_s: u64) -> Result<Sandbox, AdapterError> {
         let rb = self
-            .api(Method::POST, &format!("/sandboxes/{}/connect", pct(id)))
+            .api(Method::POST, &format!("/sandboxes/{}/connect", segment(id)))
             .json(&serde_json::json!({ "timeout": timeout_s }));
         self.json(rb, "resume sandbox").await
     }
@@ -279,7 +280,7 @@ impl Api {
     /// `POST /sandboxes/{id}/timeout`: E2B kills the sandbox `timeout_s` from now.
     pub(crate) async fn set_timeout(&self, id: &str, timeout_s: u64) -> Result<(), AdapterError> {
         let rb = self
-            .api(Method::POST, &format!("/sandboxes/{}/timeout", pct(id)))
+            .api(Method::POST, &format!("/sandboxes/{}/timeout", segment(id)))
             .json(&serde_json::json!({ "timeout": timeout_s }));
         self.send(rb, "set sandbox timeout").await.map(drop)
     }
@@ -308,7 +309,7 @@ impl Api {
         let rb = self
             .api(
                 Method::POST,
-                &format!("/sandboxes/{}/snapshots", pct(sandbox)),
+                &format!("/sandboxes/{}/snapshots", segment(sandbox)),
             )
             .json(&serde_json::json!({ "name": name }))
             .timeout(timeout);
@@ -317,26 +318,12 @@ impl Api {
 
     /// `DELETE /templates/{id}`: a snapshot is a template; a missing one is success.
     pub(crate) async fn delete_template(&self, template: &str) -> Result<(), AdapterError> {
-        let rb = self.api(Method::DELETE, &format!("/templates/{}", pct(template)));
+        let rb = self.api(Method::DELETE, &format!("/templates/{}", segment(template)));
         match self.send(rb, "delete snapshot").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
     }
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters (a path segment, or a
-/// key or value inside E2B's `metadata` filter).
-pub(crate) fn pct(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// E2B's `Error` body.
@@ -446,6 +433,6 @@ mod tests {
             map_status("x", StatusCode::NOT_FOUND, b"{}", None),
             AdapterError::NotFound
         );
-        assert_eq!(pct("a b=c/d"), "a%20b%3Dc%2Fd");
+        assert_eq!(segment("a b=c/d"), "a%20b%3Dc%2Fd");
     }
 }

@@ -8,7 +8,6 @@
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use reqwest::{Method, RequestBuilder, Response};
@@ -514,38 +513,13 @@ pub(crate) async fn download(
         .bytes_stream()
         .map(|r| r.map_err(|e| AdapterError::transient(format!("download: {e}"))));
     let body: ByteStream = match (status, range) {
-        (200, Some(r)) => cut(Box::pin(body), r),
+        (200, Some(r)) => crate::files::cut_to_range(body, Some(r)),
         _ => Box::pin(body),
     };
     Ok(Download {
         total_size: total,
         body,
     })
-}
-
-/// The bytes of `r` out of a whole-file stream.
-pub(crate) fn cut(body: ByteStream, r: ByteRange) -> ByteStream {
-    let end_excl = r.end.map(|e| e.saturating_add(1));
-    let stream = body
-        .scan(0u64, move |pos, chunk| {
-            let out = chunk.map(|c| {
-                let from = *pos;
-                let len = u64::try_from(c.len()).unwrap_or(u64::MAX);
-                *pos = from.saturating_add(len);
-                let lo = r.start.saturating_sub(from).min(len);
-                let hi = end_excl.map_or(len, |e| e.saturating_sub(from).min(len));
-                if hi <= lo {
-                    Bytes::new()
-                } else {
-                    c.slice(usize::try_from(lo).unwrap_or(0)..usize::try_from(hi).unwrap_or(0))
-                }
-            });
-            let past =
-                end_excl.is_some_and(|e| *pos >= e) && out.as_ref().is_ok_and(|b| b.is_empty());
-            futures::future::ready(if past { None } else { Some(out) })
-        })
-        .filter(|c| futures::future::ready(!matches!(c, Ok(b) if b.is_empty())));
-    Box::pin(stream)
 }
 
 /// `EntryInfo` in protobuf's JSON mapping (`size` is an int64, so a string).
@@ -678,26 +652,5 @@ mod tests {
         // Zero values are omitted in JSON: an empty end event is a clean exit.
         let v: EndEvent = serde_json::from_str("{}").unwrap_or_default();
         assert_eq!(exit_code(&v), 0);
-    }
-
-    #[tokio::test]
-    async fn a_whole_file_is_cut_to_the_range() {
-        let parts: Vec<Result<Bytes, AdapterError>> = vec![
-            Ok(Bytes::from_static(b"0123")),
-            Ok(Bytes::from_static(b"4567")),
-            Ok(Bytes::from_static(b"89")),
-        ];
-        let body: ByteStream = Box::pin(futures::stream::iter(parts));
-        let got: Vec<u8> = cut(
-            body,
-            ByteRange {
-                start: 3,
-                end: Some(6),
-            },
-        )
-        .map(|c| c.unwrap_or_default().to_vec())
-        .concat()
-        .await;
-        assert_eq!(got, b"3456");
     }
 }

@@ -38,10 +38,8 @@ pub mod envd_version;
 mod target;
 
 pub use crate::settings::ConfigError;
-pub(crate) use api::pct;
 pub use config::{E2bConfig, Settings};
 use config::{Egress, Ports};
-pub(crate) use envd::cut;
 use envd::{Failure, RunError, Target};
 
 /// Metadata key holding Differently's sandbox id.

@@ -4,155 +4,61 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use reqwest::{Method, RequestBuilder, Response};
 use serde::{Deserialize, Serialize};
 
 use super::config::Settings;
 use crate::credentials::Credentials;
-use crate::daytona::client::{capacity, segment};
-use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
+use crate::http::HttpClient;
+use crate::kit::paths::segment;
+use crate::kit::{self, ClientSettings, ConfigError, ErrorAnswer, KeyHeader, Statuses};
 use crate::AdapterError;
 
-/// Metadata key carrying Differently's sandbox id.
-pub(crate) const META_SANDBOX: &str = "differently-sandbox-id";
-/// Metadata key carrying the installation id.
-pub(crate) const META_INSTALLATION: &str = "differently-installation-id";
+pub(crate) use crate::kit::{INSTALLATION_TAG as META_INSTALLATION, SANDBOX_TAG as META_SANDBOX};
 
-#[derive(Debug, Clone)]
-pub(crate) struct Client {
-    http: HttpClient,
-}
+/// Freestyle's statuses: a 409 is a change under way, a 429 its rate or plan limits.
+const STATUSES: Statuses = Statuses {
+    provider: "Freestyle",
+    credential: "API key",
+    credential_settings: "apiKeyEnv, apiKeyFile or apiKeySecret",
+    conflict_settles: true,
+    rate_limit_is_capacity: true,
+};
 
-#[derive(Debug, Default, Deserialize)]
-struct ErrorBody {
-    code: Option<String>,
-    error: Option<String>,
-    message: Option<String>,
-}
-
-/// A parsed error answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ServerError {
-    pub status: u16,
-    pub code: String,
-    pub message: String,
-}
-
-pub(crate) fn parse_error(status: StatusCode, body: &[u8]) -> ServerError {
-    let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
-    let code = parsed.code.or(parsed.error).unwrap_or_default();
-    let mut message = parsed.message.unwrap_or_default();
-    if message.is_empty() && code.is_empty() {
-        message = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-    }
-    ServerError {
-        status: status.as_u16(),
-        code,
-        message,
-    }
-}
-
-/// Status and body → `AdapterError` (callers scrub).
-pub(crate) fn map_status(op: &str, err: &ServerError) -> AdapterError {
-    let text = format!(
-        "{op}: Freestyle HTTP {} {}: {}",
-        err.status, err.code, err.message
-    );
+/// An error answer → `AdapterError`: a `…LIMIT…`/`…QUOTA…` code on a 400, 402 or 403 is the
+/// plan's limit ([`AdapterError::Capacity`]); the rest goes by the common table.
+pub(crate) fn map_answer(op: &str, a: &ErrorAnswer) -> AdapterError {
+    let err = a.error();
     let limit = err.code.contains("LIMIT") || err.code.contains("QUOTA");
-    if err.status == 429 || (limit && matches!(err.status, 400 | 402 | 403)) {
-        return capacity(op, "Freestyle", err.status, &err.message);
+    if limit && matches!(err.status, 400 | 402 | 403) {
+        return STATUSES.capacity(op, &err, a.retry_after);
     }
-    match err.status {
-        401 | 403 => AdapterError::permanent(format!(
-            "{op}: Freestyle refused the API key (HTTP {}); check the pool's apiKeyEnv, apiKeyFile or apiKeySecret",
-            err.status
-        )),
-        404 => AdapterError::NotFound,
-        408 | 409 => AdapterError::transient(text),
-        501 => AdapterError::Unsupported(text),
-        500..=599 => AdapterError::transient(text),
-        _ => AdapterError::permanent(text),
-    }
+    STATUSES.map(op, &err, a.retry_after)
 }
 
-impl Client {
-    pub(crate) fn new(
-        settings: &Settings,
-        credentials: &Credentials,
-    ) -> Result<Self, HttpConfigError> {
-        let http = HttpClientBuilder::new("Freestyle", settings.api_url.clone())
-            .auth(
-                "Authorization",
-                "API key",
-                settings.credential.clone(),
-                settings.initial_key.clone(),
-            )
-            .bearer()
-            .request_timeout(settings.request_timeout)
-            .ca_bundle(settings.ca_bundle.clone())
-            .retries(2, Duration::from_millis(100))
-            .build(credentials)?;
-        Ok(Client { http })
-    }
+/// The client of one Freestyle account.
+pub(crate) type Client = HttpClient;
 
-    pub(crate) fn api(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http.api(method, path)
-    }
-
-    pub(crate) fn transport_error(&self, op: &str, e: reqwest::Error) -> AdapterError {
-        self.http.transport_error(op, e)
-    }
-
-    pub(crate) fn map(&self, op: &str, err: &ServerError) -> AdapterError {
-        if matches!(err.status, 401 | 403) {
-            self.http.forget_credential();
-        }
-        self.http.scrub_error(map_status(op, err))
-    }
-
-    pub(crate) async fn error_of(&self, resp: Response) -> ServerError {
-        let status = resp.status();
-        let body = resp.bytes().await.unwrap_or_default();
-        parse_error(status, &body)
-    }
-
-    /// Sends; a non-2xx answer is returned parsed, for callers that read its status.
-    pub(crate) async fn call(
-        &self,
-        rb: RequestBuilder,
-        op: &str,
-    ) -> Result<Result<Response, ServerError>, AdapterError> {
-        let resp = self.http.send(rb, op).await?;
-        if resp.status().is_success() {
-            Ok(Ok(resp))
-        } else {
-            Ok(Err(self.error_of(resp).await))
-        }
-    }
-
-    pub(crate) async fn send_ok(
-        &self,
-        rb: RequestBuilder,
-        op: &str,
-    ) -> Result<Response, AdapterError> {
-        match self.call(rb, op).await? {
-            Ok(r) => Ok(r),
-            Err(e) => Err(self.map(op, &e)),
-        }
-    }
-
-    pub(crate) async fn json<T: serde::de::DeserializeOwned>(
-        &self,
-        rb: RequestBuilder,
-        op: &str,
-    ) -> Result<T, AdapterError> {
-        let resp = self.send_ok(rb, op).await?;
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(op, e))?;
-        crate::http::decode_answer(&bytes, op, "Freestyle")
-    }
+/// Builds the client (bearer key, Freestyle's error answers).
+pub(crate) fn client(
+    settings: &Settings,
+    credentials: &Credentials,
+) -> Result<Client, ConfigError> {
+    kit::build_client(
+        &ClientSettings {
+            service: "Freestyle",
+            base_url: &settings.api_url,
+            ca_bundle: &settings.ca_bundle,
+            request_timeout: settings.request_timeout,
+            credential: &settings.credential,
+            initial: settings.initial_key.as_ref(),
+            what: "API key",
+            header: KeyHeader::Bearer,
+            errors: map_answer,
+            retries: 2,
+        },
+        credentials,
+    )
 }
 
 /// A VM record (fields we do not read are ignored: live answers carry more, e.g.
@@ -201,14 +107,9 @@ pub(crate) async fn create(c: &Client, body: &CreateBody) -> Result<Option<Vm>, 
         .call(c.api(Method::POST, "/v5/vms").json(body), op)
         .await?
     {
-        Ok(resp) => {
-            let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, e))?;
-            serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                AdapterError::transient(format!("{op}: unexpected answer from Freestyle: {e}"))
-            })
-        }
-        Err(e) if e.status == 409 => Ok(None),
-        Err(e) => Err(c.map(op, &e)),
+        Ok(resp) => c.decode(op, resp).await.map(Some),
+        Err(a) if a.status == reqwest::StatusCode::CONFLICT => Ok(None),
+        Err(a) => Err(c.map_answer(op, &a)),
     }
 }
 
@@ -292,18 +193,14 @@ pub(crate) async fn exec(
     .await
 }
 
-/// A file operation's error: a 404 is the path, not the VM.
+/// A file operation: a 404 is the path, not the VM.
 async fn file_call(
     c: &Client,
     rb: RequestBuilder,
     op: &str,
     path: &str,
 ) -> Result<Response, AdapterError> {
-    match c.call(rb, op).await? {
-        Ok(r) => Ok(r),
-        Err(e) if e.status == 404 => Err(AdapterError::PathNotFound(path.to_owned())),
-        Err(e) => Err(c.map(op, &e)),
-    }
+    c.file_call(rb, op, path).await
 }
 
 /// `PUT /v5/vms/{id}/fs/write?path=&mode=`: the mode is read as a decimal number (seen live),
@@ -383,9 +280,7 @@ pub(crate) async fn dir(c: &Client, id: &str, path: &str) -> Result<Vec<Entry>, 
         path,
     )
     .await?;
-    let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, e))?;
-    let d: Dir = serde_json::from_slice(&bytes)
-        .map_err(|e| AdapterError::transient(format!("{op}: unexpected answer: {e}")))?;
+    let d: Dir = c.decode(op, resp).await?;
     Ok(d.entries)
 }
 
@@ -399,9 +294,7 @@ pub(crate) async fn stat(c: &Client, id: &str, path: &str) -> Result<Entry, Adap
         path,
     )
     .await?;
-    let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, e))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| AdapterError::transient(format!("{op}: unexpected answer: {e}")))
+    c.decode(op, resp).await
 }
 
 pub(crate) async fn remove(c: &Client, id: &str, path: &str) -> Result<(), AdapterError> {

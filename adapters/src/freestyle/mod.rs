@@ -22,9 +22,10 @@ use differently_core::SandboxId;
 use futures::StreamExt;
 
 use crate::credentials::Credentials;
-use crate::daytona::{check_path, daytona_name, shell};
 use crate::exec_output::{millis, stdin_of, CollectedOutput};
 use crate::files;
+use crate::kit::paths::{check_path, dns_name};
+use crate::kit::shell;
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, ExecEvent,
@@ -90,10 +91,7 @@ impl FreestyleAdapter {
         credentials: &Credentials,
     ) -> Result<Self, ConfigError> {
         let settings = config.validate()?;
-        let client = api::Client::new(&settings, credentials).map_err(|e| ConfigError {
-            field: "apiURL".to_owned(),
-            message: e.to_string(),
-        })?;
+        let client = api::client(&settings, credentials)?;
         Ok(Self { settings, client })
     }
 
@@ -113,7 +111,7 @@ impl FreestyleAdapter {
 
     /// The VM of `id` (by slug), if it is ours.
     async fn lookup(&self, id: &SandboxId) -> Result<Option<api::Vm>, AdapterError> {
-        let vm = api::get(&self.client, &daytona_name(id)).await?;
+        let vm = api::get(&self.client, &dns_name(id)).await?;
         Ok(vm.filter(|v| v.metadata.get(META_SANDBOX).map(String::as_str) == Some(id.as_str())))
     }
 
@@ -229,7 +227,7 @@ impl Adapter for FreestyleAdapter {
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
-        let slug = daytona_name(&req.sandbox_id);
+        let slug = dns_name(&req.sandbox_id);
         let vm = match self.lookup(&req.sandbox_id).await? {
             Some(vm) => vm,
             None => {
@@ -509,12 +507,13 @@ mod tests {
     #[test]
     fn limits_are_capacity_and_refused_keys_permanent() {
         let e = |status: u16, body: &str| {
-            api::map_status(
+            api::map_answer(
                 "op",
-                &api::parse_error(
-                    reqwest::StatusCode::from_u16(status).unwrap(),
-                    body.as_bytes(),
-                ),
+                &crate::kit::ErrorAnswer {
+                    status: reqwest::StatusCode::from_u16(status).unwrap(),
+                    retry_after: None,
+                    body: bytes::Bytes::from(body.to_owned()),
+                },
             )
         };
         let c = e(429, r#"{"code":"RATE_LIMITED","message":"slow down"}"#);

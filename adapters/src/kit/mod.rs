@@ -7,6 +7,7 @@
 //! - HTTP: [`crate::http::HttpClient`] with `send_ok`/`json`/`error_of`, whose error answers
 //!   go through the provider's [`ErrorMapper`], usually [`Statuses::map`] after the
 //!   provider's own cases;
+//! - commands as one `sh -c` line, for providers whose exec takes a string: [`shell`];
 //! - instances: [`tags`] (create tags, lookup by sandbox, listing by installation);
 //! - exec: [`crate::Adapter::exec`] defaults to collecting `exec_stream`; helpers for stdin,
 //!   commands and paths in [`crate::exec_output`] and [`paths`].
@@ -18,6 +19,7 @@ pub mod build;
 pub mod client;
 pub mod errors;
 pub mod paths;
+pub mod shell;
 pub mod tags;
 
 pub use build::{build, parse, AdapterConfigError, FromSettings};

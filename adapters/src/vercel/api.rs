@@ -18,6 +18,7 @@ use super::config::Settings;
 use crate::credentials::{CredentialResolver, Credentials};
 use crate::error::Reason;
 use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError, Secret};
+use crate::kit::paths::segment;
 use crate::{AdapterError, ExecEvent};
 
 /// A sandbox (`{sandbox, session, routes}` answers carry one).
@@ -338,7 +339,7 @@ impl Api {
     /// `GET /v2/sandboxes/{name}`; with `resume`, a stopped one gets a new session.
     pub(crate) async fn get(&self, name: &str, resume: bool) -> Result<Answer, AdapterError> {
         let mut rb = self
-            .api(Method::GET, &format!("/v2/sandboxes/{}", pct(name)))
+            .api(Method::GET, &format!("/v2/sandboxes/{}", segment(name)))
             .query(&[("projectId", self.project.as_str())]);
         if resume {
             rb = rb.query(&[("resume", "true")]);
@@ -398,7 +399,7 @@ impl Api {
     /// `DELETE /v2/sandboxes/{name}`; a missing one is success.
     pub(crate) async fn delete(&self, name: &str) -> Result<(), AdapterError> {
         let rb = self
-            .api(Method::DELETE, &format!("/v2/sandboxes/{}", pct(name)))
+            .api(Method::DELETE, &format!("/v2/sandboxes/{}", segment(name)))
             .query(&[("projectId", self.project.as_str())]);
         match self.send(rb, "delete sandbox").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
@@ -407,7 +408,10 @@ impl Api {
     }
 
     pub(crate) async fn session(&self, id: &str) -> Result<Session, AdapterError> {
-        let rb = self.api(Method::GET, &format!("/v2/sandboxes/sessions/{}", pct(id)));
+        let rb = self.api(
+            Method::GET,
+            &format!("/v2/sandboxes/sessions/{}", segment(id)),
+        );
         let v: Value = self.json(rb, "get session").await?;
         serde_json::from_value(v["session"].clone())
             .map_err(|e| AdapterError::transient(format!("get session: unexpected answer: {e}")))
@@ -418,7 +422,7 @@ impl Api {
         let rb = self
             .api(
                 Method::POST,
-                &format!("/v2/sandboxes/sessions/{}/stop", pct(session)),
+                &format!("/v2/sandboxes/sessions/{}/stop", segment(session)),
             )
             .json(&json!({}));
         self.send(rb, "stop session").await.map(drop)
@@ -429,7 +433,7 @@ impl Api {
         let rb = self
             .api(
                 Method::POST,
-                &format!("/v2/sandboxes/sessions/{}/extend-timeout", pct(session)),
+                &format!("/v2/sandboxes/sessions/{}/extend-timeout", segment(session)),
             )
             .json(&json!({ "duration": ms }));
         self.send(rb, "extend timeout").await.map(drop)
@@ -440,7 +444,7 @@ impl Api {
         let rb = self
             .api(
                 Method::POST,
-                &format!("/v2/sandboxes/sessions/{}/fs/write", pct(session)),
+                &format!("/v2/sandboxes/sessions/{}/fs/write", segment(session)),
             )
             .header("content-type", "application/gzip")
             .header("x-cwd", "/")
@@ -458,7 +462,7 @@ impl Api {
         let rb = self
             .streaming(
                 Method::POST,
-                &format!("/v2/sandboxes/sessions/{}/fs/read", pct(session)),
+                &format!("/v2/sandboxes/sessions/{}/fs/read", segment(session)),
             )
             .json(&json!({ "path": path }));
         let resp = self.send_raw(rb, "download").await?;
@@ -482,8 +486,8 @@ impl Api {
                 Method::POST,
                 &format!(
                     "/v2/sandboxes/sessions/{}/cmd/{}/kill",
-                    pct(session),
-                    pct(cmd)
+                    segment(session),
+                    segment(cmd)
                 ),
             )
             .json(&json!({ "signal": 9 }));
@@ -522,7 +526,7 @@ impl Api {
         let rb = self
             .streaming(
                 Method::POST,
-                &format!("/v2/sandboxes/sessions/{}/cmd", pct(session)),
+                &format!("/v2/sandboxes/sessions/{}/cmd", segment(session)),
             )
             .json(&body);
         let resp = match tokio::time::timeout(idle.min(deadline), self.send_raw(rb, "exec")).await {
@@ -616,11 +620,6 @@ impl Api {
             }
         }
     }
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn pct(s: &str) -> String {
-    crate::e2b::pct(s)
 }
 
 #[cfg(test)]

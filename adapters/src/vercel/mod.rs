@@ -461,10 +461,7 @@ impl Adapter for VercelAdapter {
         // Vercel reads whole files: a range is cut here.
         Ok(Download {
             total_size: len,
-            body: match range {
-                Some(r) => crate::e2b::cut(body, r),
-                None => body,
-            },
+            body: crate::files::cut_to_range(body, range),
         })
     }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 /// `a` single-quoted for a POSIX shell.
-pub(crate) fn quote(a: &str) -> String {
+pub fn quote(a: &str) -> String {
     if !a.is_empty()
         && a.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b))
@@ -16,13 +16,13 @@ pub(crate) fn quote(a: &str) -> String {
 }
 
 /// An argv as one shell command.
-pub(crate) fn join(argv: &[String]) -> String {
+pub fn join(argv: &[String]) -> String {
     argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
 }
 
 /// What a command runs with, besides its argv.
 #[derive(Debug, Default)]
-pub(crate) struct Wrap<'a> {
+pub struct Wrap<'a> {
     pub env: Option<&'a BTreeMap<String, String>>,
     pub cwd: Option<&'a str>,
     /// A file holding stdin; the script unlinks it once the shell has opened it.
@@ -30,7 +30,7 @@ pub(crate) struct Wrap<'a> {
 }
 
 /// The script running `argv` as `wrap` says.
-pub(crate) fn script(argv: &[String], wrap: &Wrap<'_>) -> String {
+pub fn script(argv: &[String], wrap: &Wrap<'_>) -> String {
     let mut s = String::new();
     if let Some(cwd) = wrap.cwd {
         s.push_str(&format!("cd -- {} || exit 1\n", quote(cwd)));
@@ -49,7 +49,7 @@ pub(crate) fn script(argv: &[String], wrap: &Wrap<'_>) -> String {
 }
 
 /// `sh -c <script>` as one command string.
-pub(crate) fn sh_c(script: &str) -> String {
+pub fn sh_c(script: &str) -> String {
     format!("sh -c {}", quote(script))
 }
 
