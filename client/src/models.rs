@@ -464,7 +464,29 @@ pub struct Pool {
     /// What the verified status rests on (read answers only).
     #[serde(default)]
     pub verified_basis: Option<String>,
-    /// Everything else (costs, settings, health details, used slots).
+    /// `container` or `microvm` as declared (a devhost pool: `bwrap` or `none`).
+    #[serde(default)]
+    pub isolation: Option<String>,
+    /// Currency units per CPU-hour (placement's cost model).
+    #[serde(default)]
+    pub cost_per_cpu_hour: Option<f64>,
+    /// Typical seconds from create to running (placement's speed hint).
+    #[serde(default)]
+    pub typical_create_seconds: Option<f64>,
+    /// Adapter settings: credential references, never credentials.
+    #[serde(default)]
+    pub settings: Value,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    /// The last probe's result (read answers only).
+    #[serde(default)]
+    pub health: Option<Value>,
+    /// Sandboxes counted against `maxConcurrent` now (read answers only).
+    #[serde(default)]
+    pub used_slots: Option<u64>,
+    /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
