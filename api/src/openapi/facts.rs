@@ -224,16 +224,18 @@ fn facts() -> Vec<Fact> {
             "/properties/deniedPools/items",
             json!({ "pattern": POOL_NAME }),
         ),
-        // Left out when absent, never null.
         at(
             "PoolVerdict",
             "/properties/score",
-            json!({ "type": "number", "minimum": 0, "maximum": 100 }),
+            json!({ "minimum": 0, "maximum": 100 }),
         ),
         at(
             "PoolVerdict",
-            "/properties/reason",
-            json!({ "type": "string" }),
+            "/properties/stage",
+            json!({ "description": "The filter that excluded the pool: `security` \
+                (classification, trust, external use, denied pools, region), `capability`, \
+                `size` (larger than the pool can ever run) or `capacity` (health and slots, \
+                which may free up: the request can wait). Absent when eligible." }),
         ),
         // A devhost pool serves what its commands run under.
         at(

@@ -28,12 +28,16 @@ pub struct PoolVerdict {
     pub eligible: bool,
     /// Exclusion reason, or for an eligible pool a short account of its score.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub reason: Option<String>,
     /// Score in [0, 100] for an eligible pool; higher ranks first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub score: Option<f64>,
-    /// The stage that excluded it (not on the wire; the decision is derived from it).
-    #[serde(skip)]
+    /// The stage that excluded it: `capacity` may pass by itself (the request can wait),
+    /// the others will not. Absent for an eligible pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub stage: Option<Stage>,
 }
 

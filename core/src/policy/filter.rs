@@ -7,7 +7,19 @@ use super::capabilities;
 use super::types::{is_sensitive, EffectivePolicy, ExternalMode, PlacementRequest, PoolProfile};
 
 /// The filter stage that excluded a pool. Ordered: a later stage means the pool got further.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     /// Classification, trust and external permission, denied pools, region.

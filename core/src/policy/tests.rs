@@ -667,8 +667,9 @@ fn explanation_serializes_to_the_dry_run_shape() {
             "pool": "p",
             "pools": [
                 {"name": "ext", "eligible": false,
-                 "reason": "external placement not allowed by global policy"},
-                {"name": "sick", "eligible": false, "reason": "unhealthy"},
+                 "reason": "external placement not allowed by global policy",
+                 "stage": "security"},
+                {"name": "sick", "eligible": false, "reason": "unhealthy", "stage": "capacity"},
                 {"name": "p", "eligible": true,
                  "reason": "private, cost 0.00/h, create time unknown, no slot cap",
                  "score": 95.43}
@@ -689,7 +690,8 @@ fn explanation_serializes_to_the_dry_run_shape() {
             "decision": "rejected",
             "code": "unsupported_capability",
             "reason": "no permitted pool offers every required capability (gpu)",
-            "pools": [{"name": "p", "eligible": false, "reason": "missing capabilities: gpu"}]
+            "pools": [{"name": "p", "eligible": false, "reason": "missing capabilities: gpu",
+                       "stage": "capability"}]
         })
     );
     let e = decide(&req("internal"), &pools[1..2], &EffectivePolicy::default());
@@ -698,7 +700,8 @@ fn explanation_serializes_to_the_dry_run_shape() {
         json!({
             "decision": "waiting",
             "reason": "waiting for capacity: sick (unhealthy)",
-            "pools": [{"name": "sick", "eligible": false, "reason": "unhealthy"}]
+            "pools": [{"name": "sick", "eligible": false, "reason": "unhealthy",
+                       "stage": "capacity"}]
         })
     );
 }
