@@ -405,6 +405,11 @@ class PoolVerdict:
     eligible: bool
     reason: Optional[str]
     score: Optional[float]
+    #: The filter that excluded the pool: ``security`` (classification, trust, external use,
+    #: denied pools, region), ``capability``, ``size`` (larger than the pool can ever run) or
+    #: ``capacity`` (health and slots, which may free up: the request can wait). Absent when
+    #: eligible.
+    stage: Optional[Literal["security", "capability", "size", "capacity"]]
     raw: Dict[str, Any] = _raw()
 
 

@@ -104,7 +104,8 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
   PoolVerdict: {
     schema: "PoolVerdict",
     fields: fields<M.PoolVerdict>()({ name: "string", eligible: "boolean", reason: "string", score:
-      "number" }),
+      "number", stage: "string" }),
+    enums: { "stage": ["security", "capability", "size", "capacity"] },
   },
   EffectivePolicy: {
     schema: "EffectivePolicy",

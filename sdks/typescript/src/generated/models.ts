@@ -264,6 +264,12 @@ export interface PoolVerdict {
   eligible: boolean;
   reason?: string;
   score?: number;
+  /**
+   * The filter that excluded the pool: `security` (classification, trust, external use, denied pools,
+   * region), `capability`, `size` (larger than the pool can ever run) or `capacity` (health and slots,
+   * which may free up: the request can wait). Absent when eligible.
+   */
+  stage?: "security" | "capability" | "size" | "capacity";
 }
 
 /**
