@@ -364,3 +364,23 @@ fn settings_are_checked_and_the_pool_is_always_external() {
     );
     assert!(registry::resolve_trust("azure_sessions", Some(Trust::Private)).is_err());
 }
+
+#[tokio::test]
+async fn health_lists_one_page_and_says_when_the_token_is_refused() {
+    let s = setup(serde_json::json!({})).await;
+    s.adapter.health().await.unwrap();
+    assert!(
+        s.fake.sessions().is_empty(),
+        "a health probe allocates nothing"
+    );
+    s.fake
+        .set_token("eyJ0eXAiOiJKV1QifQ.eyJvdGhlciI6dHJ1ZX0.b3RoZXI");
+    let e = s.adapter.health().await.unwrap_err();
+    assert!(
+        matches!(&e, AdapterError::Permanent(m) if m.contains("Session Executor") && !m.contains(TOKEN)),
+        "{e:?}"
+    );
+    let record = s.fake.record();
+    assert_eq!(record.unauthorized, 1);
+    assert!(record.requests.iter().all(|r| r.contains("/listSessions")));
+}
