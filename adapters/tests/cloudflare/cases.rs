@@ -161,7 +161,7 @@ async fn a_refused_key_is_permanent_and_never_shown_and_a_new_one_is_read() {
 }
 
 #[tokio::test]
-async fn no_free_instance_slot_is_insufficient_capacity() {
+async fn no_free_instance_slot_is_insufficient_capacity_and_pool_errors_are_transient() {
     let s = setup(serde_json::json!({})).await;
     let _first = running(&s).await; // its container and the index's
     s.fake.knobs().max_instances = Some(2);
@@ -172,6 +172,21 @@ async fn no_free_instance_slot_is_insufficient_capacity() {
         .unwrap_err();
     assert!(matches!(&e, AdapterError::Capacity(_)), "{e:?}");
     assert!(e.to_string().contains("instance limit reached"), "{e}");
+    // The pool failing otherwise is worth retrying; a refused request is not.
+    s.fake.knobs().max_instances = None;
+    let r = running(&s).await;
+    s.fake
+        .knobs()
+        .fail_next
+        .push_back(("/exec".into(), 502, "pool_error"));
+    let e = s.adapter.exec(&r, &cmd(&["true"])).await.unwrap_err();
+    assert!(matches!(&e, AdapterError::Transient(_)), "{e:?}");
+    s.fake
+        .knobs()
+        .fail_next
+        .push_back(("/exec".into(), 400, "invalid_request"));
+    let e = s.adapter.exec(&r, &cmd(&["true"])).await.unwrap_err();
+    assert!(matches!(&e, AdapterError::Permanent(_)), "{e:?}");
 }
 
 #[tokio::test]

@@ -346,8 +346,9 @@ fn unauthorized(inner: &Inner) -> Response {
     err(401, "Unauthorized", "unauthorized")
 }
 
-/// `getContainer`: the assigned container while it runs, else a new one.
-fn assign(inner: &Inner, id: &str) -> Result<(), Response> {
+/// `getContainer`: the assigned container while it runs, else a new one; the refusal, if
+/// none can start.
+fn assign(inner: &Inner, id: &str) -> Option<Response> {
     let sleep_after = lock(&inner.knobs).sleep_after;
     let max = lock(&inner.knobs).max_instances;
     let mut assigned = lock(&inner.assigned);
@@ -362,11 +363,11 @@ fn assign(inner: &Inner, id: &str) -> Result<(), Response> {
     }
     if let Some(c) = assigned.get_mut(id) {
         c.last_request = Instant::now();
-        return Ok(());
+        return None;
     }
     let in_use = assigned.len();
     if max.is_some_and(|m| in_use >= m) {
-        return Err(err(
+        return Some(err(
             503,
             &format!(
                 "Cannot start container: instance limit reached ({in_use}/{}). All container slots are in use. Wait for existing containers to stop.",
@@ -375,8 +376,10 @@ fn assign(inner: &Inner, id: &str) -> Result<(), Response> {
             "capacity_exceeded",
         ));
     }
-    let root =
-        tempfile::tempdir().map_err(|e| err(502, &format!("pool error: {e}"), "pool_error"))?;
+    let root = match tempfile::tempdir() {
+        Ok(r) => r,
+        Err(e) => return Some(err(502, &format!("pool error: {e}"), "pool_error")),
+    };
     assigned.insert(
         id.to_owned(),
         Container {
@@ -388,7 +391,7 @@ fn assign(inner: &Inner, id: &str) -> Result<(), Response> {
         },
     );
     lock(&inner.record).started += 1;
-    Ok(())
+    None
 }
 
 async fn sandbox_route(inner: &Arc<Inner>, r: &Req, id: &str, rest: &[&str]) -> Response {
@@ -403,8 +406,8 @@ async fn sandbox_route(inner: &Arc<Inner>, r: &Req, id: &str, rest: &[&str]) -> 
         }
         return axum::http::StatusCode::NO_CONTENT.into_response();
     }
-    if let Err(resp) = assign(inner, id) {
-        return resp;
+    if let Some(refused) = assign(inner, id) {
+        return refused;
     }
     let Some(root) = lock(&inner.assigned)
         .get(id)
