@@ -443,3 +443,71 @@ async fn file_paths_must_lie_under_the_runtimes_base_directory() {
         std::fs::canonicalize(&b).unwrap().display().to_string()
     );
 }
+
+#[tokio::test]
+async fn sandbox_mode_makes_a_sandbox_from_the_pool_template_with_the_backstop() {
+    let fake = FakeCluster::start(TOKEN).await;
+    let token = crate::key_file(TOKEN);
+    let template = json!({"metadata": {"annotations": {"team": "a"}},
+        "spec": {"containers": [{"name": "runtime", "image": "python-runtime-sandbox:1",
+                                 "env": [{"name": "SANDBOX_VAR", "value": "from-template"}]}]}});
+    let v = settings(
+        &fake,
+        &token,
+        json!({"mode": "sandbox", "warmPool": null, "podTemplate": template,
+               "runtime": {"urlPattern": fake.direct_pattern(), "baseDir": "/"}}),
+    );
+    let adapter =
+        AgentSandboxAdapter::new(serde_json::from_value::<AgentSandboxConfig>(v).unwrap()).unwrap();
+    let mut req = create_req(&InstallationId::new());
+    req.template = Some("python-runtime-sandbox:2".into());
+    let inst = adapter.create(&req).await.unwrap();
+    let sbx = &fake.objects("sandboxes", NS)[&inst.backend_ref];
+    let pod = &sbx["spec"]["podTemplate"];
+    assert_eq!(
+        pod["spec"]["containers"][0]["image"],
+        "python-runtime-sandbox:2"
+    );
+    assert_eq!(
+        pod["metadata"]["annotations"]["team"], "a",
+        "the template's metadata is kept"
+    );
+    assert_eq!(
+        pod["metadata"]["labels"]["differently-sandbox-id"],
+        req.sandbox_id.as_str()
+    );
+    assert_eq!(sbx["spec"]["shutdownPolicy"], "Delete");
+    assert!(sbx["spec"]["shutdownTime"].is_string());
+    // The request's env wins over the template's.
+    let out = adapter
+        .exec(&at(&inst), &cmd(&["sh", "-c", "echo $SANDBOX_VAR"]))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "from-create\n");
+    adapter
+        .renew(&at(&inst), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let (res, _, patch) = fake.record().patches.last().cloned().unwrap();
+    assert_eq!(res, "sandboxes");
+    assert!(patch["spec"]["shutdownTime"].is_string(), "{patch}");
+    adapter.delete(&req.sandbox_id).await.unwrap();
+    assert!(
+        fake.objects("sandboxes", NS).is_empty(),
+        "a Sandbox goes at once"
+    );
+}
+
+#[tokio::test]
+async fn a_create_while_the_previous_claim_is_still_deleting_is_transient() {
+    let s = setup(json!({})).await;
+    let req = create_req(&InstallationId::new());
+    s.adapter.create(&req).await.unwrap();
+    s.fake.knobs().claim_delete_ticks = 50;
+    s.adapter.delete(&req.sandbox_id).await.unwrap();
+    let e = s.adapter.create(&req).await.unwrap_err();
+    assert!(
+        matches!(&e, AdapterError::Transient(m) if m.contains("still being deleted")),
+        "{e:?}"
+    );
+}
