@@ -302,11 +302,9 @@ impl RunloopAdapter {
         };
         let command = script::command(
             &req.command,
-            &script::Wrap {
-                env: &req.env,
-                cwd: req.cwd.as_deref(),
-                stdin_file: stdin_file.as_deref(),
-            },
+            &req.env,
+            req.cwd.as_deref(),
+            stdin_file.as_deref(),
         );
         exec::run(c, id, &command, req.timeout(), out).await
     }

@@ -5,17 +5,7 @@
 
 use std::collections::BTreeMap;
 
-/// `s` single-quoted for a POSIX shell (plain words as they are).
-pub(crate) fn quote(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b));
-    if plain {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
+use crate::kit::shell::{self, quote};
 
 /// Exit codes of the file scripts, each a distinct answer (a real failure of a command in
 /// them keeps its own small code).
@@ -39,35 +29,25 @@ pub(crate) fn env_name_ok(name: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
-/// What a command runs with besides its argv.
-#[derive(Debug)]
-pub(crate) struct Wrap<'a> {
-    pub env: &'a BTreeMap<String, String>,
-    pub cwd: Option<&'a str>,
-    /// A file holding stdin, removed once the shell has opened it; without one the command
-    /// reads an empty stdin rather than whatever the execution has.
-    pub stdin_file: Option<&'a str>,
-}
-
-/// The command line running `argv` as `wrap` says.
-pub(crate) fn command(argv: &[String], wrap: &Wrap<'_>) -> String {
-    let mut s = String::new();
-    if let Some(cwd) = wrap.cwd {
-        s.push_str(&format!("cd -- {} || exit 1\n", quote(cwd)));
+/// The command line running `argv` with `env` exported, in `cwd`, reading `stdin_file`
+/// (removed once opened) or, without one, an empty stdin rather than whatever the execution
+/// has.
+pub(crate) fn command(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&str>,
+    stdin_file: Option<&str>,
+) -> String {
+    let wrap = shell::Wrap {
+        env: Some(env),
+        cwd,
+        stdin_file,
+    };
+    let script = shell::script(argv, &wrap);
+    match stdin_file {
+        Some(_) => script,
+        None => format!("{{\n{script}\n}} < /dev/null"),
     }
-    for (k, v) in wrap.env {
-        s.push_str(&format!("export {k}={}\n", quote(v)));
-    }
-    let argv: Vec<String> = argv.iter().map(|a| quote(a)).collect();
-    let argv = argv.join(" ");
-    match wrap.stdin_file {
-        Some(f) => {
-            let f = quote(f);
-            s.push_str(&format!("{{ rm -f -- {f}; {argv}\n}} < {f}"));
-        }
-        None => s.push_str(&format!("{argv} < /dev/null")),
-    }
-    s
 }
 
 /// Whether `path` is a directory: exit 0 if so, [`code::MISSING`] otherwise.
@@ -147,22 +127,14 @@ mod tests {
     }
 
     #[test]
-    fn quoting_survives_a_real_shell() {
-        let argv: Vec<String> = ["printf", "%s|", "it's", "a b", "", "$HOME", "\"q\""]
+    fn a_command_reads_an_empty_stdin_and_its_env_and_cwd() {
+        let argv: Vec<String> = ["sh", "-c", "cat; printf '%s|%s' \"$V\" \"$(pwd)\""]
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
         let env = BTreeMap::from([("V".to_owned(), "x 'y'".to_owned())]);
-        let mut c = command(
-            &argv,
-            &Wrap {
-                env: &env,
-                cwd: Some("/"),
-                stdin_file: None,
-            },
-        );
-        c.push_str("; printf %s \"$V\"");
-        assert_eq!(sh(&c), (0, "it's|a b||$HOME|\"q\"|x 'y'".to_owned()));
+        let c = command(&argv, &env, Some("/"), None);
+        assert_eq!(sh(&c), (0, "x 'y'|/".to_owned()));
         assert!(
             env_name_ok("_A1") && !env_name_ok("1A") && !env_name_ok("A;rm") && !env_name_ok("")
         );
