@@ -1,7 +1,8 @@
 //! Commands through the bridge's `/exec`. The bridge runs a shell command string and takes
 //! no env and no stdin, and its streamed exec ignores `timeout_ms`; so a command goes
-//! wrapped in [`script::run`]: the sandbox's env file and the request's variables exported,
-//! stdin from a file staged through the file route, coreutils `timeout` as the deadline.
+//! wrapped in [`script::run`]: the sandbox's env file and the request's variables (staged
+//! through the file route, as stdin is: the bridge's SDK logs command lines), coreutils
+//! `timeout` as the deadline.
 //! The adapter watches the deadline too (a bridge that stops sending must not hold the
 //! caller), and kills the command's process group when it stops waiting.
 
@@ -75,14 +76,14 @@ pub(crate) async fn run(
     }
     let run_id = token("run");
     let stdin_name = match stdin {
-        Some(bytes) => {
-            let staged = format!("{run_id}.in");
-            bridge
-                .put_file(name, &format!("{}/{staged}", script::XFER_DIR), bytes)
-                .await?;
-            Some(staged)
-        }
+        Some(bytes) => Some(stage(bridge, name, format!("{run_id}.in"), bytes).await?),
         None => None,
+    };
+    let env_name = if req.env.is_empty() {
+        None
+    } else {
+        let text = script::env_file(&req.env).into_bytes();
+        Some(stage(bridge, name, format!("{run_id}.env"), text).await?)
     };
     let timeout = req.timeout();
     let argv = script::run(
@@ -91,8 +92,8 @@ pub(crate) async fn run(
             cwd: req.cwd.as_deref(),
             timeout_seconds: timeout.as_secs().max(1),
             stdin_name: stdin_name.as_deref(),
+            env_name: env_name.as_deref(),
             run_id: &run_id,
-            env: &req.env,
         },
     );
     let started = Instant::now();
@@ -138,6 +139,19 @@ pub(crate) async fn run(
             return Ok(KILLED);
         }
     }
+}
+
+/// Writes `bytes` as staged file `staged` of sandbox `name` and answers its name.
+async fn stage(
+    bridge: &Bridge,
+    name: &str,
+    staged: String,
+    bytes: Vec<u8>,
+) -> Result<String, AdapterError> {
+    bridge
+        .put_file(name, &format!("{}/{staged}", script::XFER_DIR), bytes)
+        .await?;
+    Ok(staged)
 }
 
 /// Kills the run's process group; best effort (the command's own `timeout` is the backstop).

@@ -35,14 +35,15 @@ p() { case $1 in /workspace) printf '%s' "$ws";; /workspace/*) printf '%s' "$ws$
 x="$ws/.differently/xfer"
 "#;
 
-/// Runs a command: `cwd timeout stdin-name run-id n K=V… argv…`. The sandbox's env file
-/// first, then the request's variables (so they win), stdin from the staged file (or
+/// Runs a command: `cwd timeout stdin-name env-name run-id argv…`. The sandbox's env file
+/// first, then the request's (staged like stdin, so values never travel in the command line
+/// the bridge's SDK logs; sourced after, so they win), stdin from the staged file (or
 /// nothing), killed at the deadline by coreutils `timeout` (124; 137 if it needed KILL);
 /// its pid is kept so a cancel can kill its process group.
-const RUN: &str = r#"cwd=$1 t=$2 in=$3 id=$4 n=$5
+const RUN: &str = r#"cwd=$1 t=$2 in=$3 envf=$4 id=$5
 shift 5
 [ -f "$ws/.differently/env" ] && . "$ws/.differently/env"
-while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done
+if [ -n "$envf" ]; then . "$x/$envf"; rm -f -- "$x/$envf"; fi
 mkdir -p "$x"
 if [ -n "$in" ]; then src="$x/$in"; else src=/dev/null; fi
 if [ -n "$cwd" ]; then cd -- "$(p "$cwd")" || exit 1; fi
@@ -130,27 +131,25 @@ fn argv(script: &str, args: &[&str]) -> Vec<String> {
     v
 }
 
-/// What [`run`] needs besides the command.
+/// What [`run`] needs besides the command; staged files are named within [`XFER_DIR`].
 pub(crate) struct RunSpec<'a> {
     pub cwd: Option<&'a str>,
     pub timeout_seconds: u64,
     pub stdin_name: Option<&'a str>,
+    /// The request's variables, staged as an [`env_file`].
+    pub env_name: Option<&'a str>,
     pub run_id: &'a str,
-    pub env: &'a std::collections::BTreeMap<String, String>,
 }
 
 /// The argv running `command` as `spec` says.
 pub(crate) fn run(command: &[String], spec: &RunSpec<'_>) -> Vec<String> {
-    let t = spec.timeout_seconds.to_string();
-    let n = spec.env.len().to_string();
     let mut args: Vec<String> = vec![
         spec.cwd.unwrap_or("").to_owned(),
-        t,
+        spec.timeout_seconds.to_string(),
         spec.stdin_name.unwrap_or("").to_owned(),
+        spec.env_name.unwrap_or("").to_owned(),
         spec.run_id.to_owned(),
-        n,
     ];
-    args.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
     args.extend(command.iter().cloned());
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     argv(RUN, &refs)
@@ -232,12 +231,14 @@ mod tests {
         std::fs::create_dir_all(ws.path().join(".differently")).unwrap();
         std::fs::write(ws.path().join(ENV_FILE), env_file(&env)).unwrap();
         let mine = BTreeMap::from([("W".to_owned(), "a=b c".to_owned())]);
+        std::fs::create_dir_all(ws.path().join(XFER_DIR)).unwrap();
+        std::fs::write(ws.path().join(XFER_DIR).join("r1.env"), env_file(&mine)).unwrap();
         let spec = RunSpec {
             cwd: Some("/workspace/sub"),
             timeout_seconds: 5,
             stdin_name: None,
+            env_name: Some("r1.env"),
             run_id: "r1",
-            env: &mine,
         };
         std::fs::create_dir(ws.path().join("sub")).unwrap();
         let cmd: Vec<String> = ["sh", "-c", "printf '%s|%s|' \"$V\" \"$W\"; pwd"]
@@ -248,6 +249,7 @@ mod tests {
         let want = format!("it's x|a=b c|{}\n", ws.path().join("sub").display());
         assert_eq!(String::from_utf8_lossy(&out.stdout), want);
         assert!(!ws.path().join(XFER_DIR).join("r1.pid").exists());
+        assert!(!ws.path().join(XFER_DIR).join("r1.env").exists());
 
         let out = sh(&delete("/workspace/.differently/env"), ws.path());
         assert_eq!(out.status.code(), Some(RESERVED));

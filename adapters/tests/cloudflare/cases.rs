@@ -205,6 +205,14 @@ async fn exec_carries_env_cwd_stdin_and_its_deadline() {
     assert_eq!(body["cwd"], "/workspace");
     assert!(body["timeout_ms"].as_u64().is_some_and(|t| t >= 60_000));
     assert!(body.get("env").is_none());
+    // The request's values travel in a staged file, never in the command line the bridge's
+    // SDK logs; stdin and env files are gone after the run.
+    assert!(!body["argv"].to_string().contains("it's"), "{body}");
+    let ws = s.fake.workspace(&r.backend_ref).unwrap();
+    let left: Vec<_> = std::fs::read_dir(ws.join(".differently/xfer"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     // A variable a shell cannot export is refused naming the field.
     let mut bad = cmd(&["true"]);
     bad.env.insert("A-B".into(), "x".into());
