@@ -113,7 +113,7 @@ pub enum OpBegun {
 }
 
 /// Status of a snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SnapshotStatus {
     Creating,

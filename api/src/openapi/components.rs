@@ -18,6 +18,7 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::{facts, untyped};
+use crate::routes::snapshots::{SnapshotRequest, SnapshotView};
 
 /// Schemas of the wire types, by component name, and the schemas they refer to, by type name.
 #[derive(Default)]
@@ -61,7 +62,9 @@ fn derived() -> Derived {
         .add::<PoolRecord>("PoolRecord")
         .add::<PoolHealth>("PoolHealth")
         .add::<WarmClass>("WarmClass")
-        .add::<WarmClasses>("WarmClassesRequest");
+        .add::<WarmClasses>("WarmClassesRequest")
+        .add::<SnapshotView>("Snapshot")
+        .add::<SnapshotRequest>("SnapshotRequest");
     d
 }
 

@@ -237,6 +237,11 @@ fn facts() -> Vec<Fact> {
                 `size` (larger than the pool can ever run) or `capacity` (health and slots, \
                 which may free up: the request can wait). Absent when eligible." }),
         ),
+        at(
+            "SnapshotRequest",
+            "/properties/name",
+            json!({ "minLength": 1, "maxLength": 255 }),
+        ),
         // A devhost pool serves what its commands run under.
         at(
             "PoolRecord",

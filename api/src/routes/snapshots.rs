@@ -45,7 +45,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// A snapshot as served (no backend ref).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotView {
     pub id: SnapshotId,
@@ -53,8 +53,10 @@ pub struct SnapshotView {
     pub project_id: ProjectId,
     pub sandbox_id: SandboxId,
     pub pool: String,
+    #[schema(required)]
     pub name: Option<String>,
     pub status: SnapshotStatus,
+    #[schema(required)]
     pub status_reason: Option<String>,
     pub created_at: DateTime<Utc>,
 }
@@ -75,9 +77,10 @@ impl From<&SnapshotRecord> for SnapshotView {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Body of `POST /v1/sandboxes/{id}/snapshots`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct SnapshotRequest {
+pub(crate) struct SnapshotRequest {
     name: Option<String>,
 }
 

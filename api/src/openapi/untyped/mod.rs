@@ -244,27 +244,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
         "PendingOperation".to_owned(),
         served(&[("operation", typed("string")), ("status", typed("string"))]),
     );
-    s.insert(
-        "SnapshotRequest".to_owned(),
-        accepted(&[("name", text_or_null(1, 255))], &[]),
-    );
-    s.insert(
-        "Snapshot".to_owned(),
-        served(&[
-            ("id", typed("string")),
-            ("orgId", typed("string")),
-            ("projectId", typed("string")),
-            ("sandboxId", typed("string")),
-            ("pool", typed("string")),
-            ("name", nullable("string")),
-            (
-                "status",
-                one_of_strings(["creating", "ready", "failed", "deleting"].map(|s| json!(s))),
-            ),
-            ("statusReason", nullable("string")),
-            ("createdAt", time()),
-        ]),
-    );
     s.insert("SnapshotList".to_owned(), page_of("Snapshot"));
     s.insert(
         "StatusEvent".to_owned(),
