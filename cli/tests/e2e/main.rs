@@ -54,7 +54,39 @@ mod fake_pty;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/opensandbox/fake_versions.rs"]
 mod fake_versions;
+/// The fake Kubernetes cluster of the agent-sandbox adapter tests (API server, stand-in
+/// controllers, router and runtime), the private pool of the hybrid providers test; its
+/// modules name each other as `crate::fake_k8s`, `crate::fake_controller`, ….
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/agent_sandbox/fake_k8s.rs"]
+mod fake_k8s;
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/agent_sandbox/fake_controller.rs"]
+mod fake_controller;
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/agent_sandbox/fake_runtime.rs"]
+mod fake_runtime;
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/agent_sandbox/fake_verbs.rs"]
+mod fake_verbs;
+/// The fake Runloop API, an external pool of the hybrid providers test.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/runloop/fake/mod.rs"]
+mod fake_runloop;
+/// The fake Cloudflare Sandbox Bridge Worker (its exec route is `crate::fake_exec`), an
+/// external pool of the hybrid providers test.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/cloudflare/fake_bridge.rs"]
+mod fake_bridge;
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/cloudflare/fake_exec.rs"]
+mod fake_exec;
+/// The fake Azure Container Apps session pool, an external pool of the hybrid providers test.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/azure_sessions/fake_server.rs"]
+mod fake_azure;
 mod hybrid_placement;
+mod hybrid_providers;
 mod idempotency;
 mod lifecycle;
 mod mcp;
