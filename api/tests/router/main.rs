@@ -9,6 +9,7 @@ mod support;
 mod audit_outcomes;
 mod auth;
 mod bounds;
+mod data_plane;
 mod documented;
 mod envelope;
 mod errors;
