@@ -366,7 +366,8 @@ pub trait Adapter: Send + Sync + 'static {
         crate::exec_output::exec_collected(|tx| async move {
             match self.exec_stream(at, req, tx).await {
                 Ok(exit) => Ok(exit.exit_code),
-                Err(AdapterError::Unsupported(_)) => unsupported("exec"),
+                // No `exec_stream` either (the trait's default): say which call it was.
+                Err(AdapterError::Unsupported(op)) if op == "exec.stream" => unsupported("exec"),
                 Err(e) => Err(e),
             }
         })

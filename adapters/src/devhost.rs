@@ -51,7 +51,7 @@ use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use differently_core::exec::{ExecRequest, ExecResult, TIMEOUT_EXIT_CODE};
+use differently_core::exec::{ExecRequest, TIMEOUT_EXIT_CODE};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use serde::{Deserialize, Serialize};
@@ -59,7 +59,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::error::{PathProblem, Reason};
-use crate::exec_output::{millis, CollectedOutput};
+use crate::exec_output::millis;
 use crate::local_fs::{self, io_err};
 use crate::local_pty;
 use crate::{
@@ -1122,13 +1122,6 @@ impl Adapter for DevhostAdapter {
         }
         found.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
         Ok(found)
-    }
-
-    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        let (tx, rx) = mpsc::channel(16);
-        let (exit, out) = tokio::join!(self.run(at, req, tx), CollectedOutput::collect(rx));
-        let exit = exit?;
-        Ok(out.into_result(exit.exit_code, exit.duration_ms))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {

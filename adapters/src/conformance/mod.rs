@@ -244,7 +244,7 @@ pub async fn run_plugin(target: &Target) -> Report {
     let dialect = contract_checks(&mut r, &adapter, &declared).await;
     Report {
         dialect,
-        ..r.report(Some(info), names(&declared))
+        ..r.report(Some(info), in_order(&declared))
     }
     .finish()
 }
@@ -255,9 +255,14 @@ pub async fn run(adapter: &dyn Adapter, declared: &[Capability]) -> Report {
     let dialect = contract_checks(&mut r, adapter, declared).await;
     Report {
         dialect,
-        ..r.report(None, names(declared))
+        ..r.report(None, in_order(declared))
     }
     .finish()
+}
+
+/// The wire names of `caps`, in the order declared (as the report shows them).
+fn in_order(caps: &[Capability]) -> Vec<String> {
+    caps.iter().map(|c| c.name().to_owned()).collect()
 }
 
 fn adapter_base(url: &str) -> String {

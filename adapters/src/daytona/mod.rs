@@ -128,21 +128,9 @@ fn file_entry(dir: &str, f: &toolbox::FileInfo) -> FileEntry {
     }
 }
 
-impl crate::kit::FromSettings for DaytonaAdapter {
-    const KIND: &'static str = "daytona";
-    type Config = DaytonaConfig;
-
-    fn from_config(config: DaytonaConfig, credentials: &Credentials) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, credentials)
-    }
-}
+crate::kit::from_settings!(DaytonaAdapter, "daytona", DaytonaConfig);
 
 impl DaytonaAdapter {
-    /// Validates `config` and builds the adapter, with no stored-secret source.
-    pub fn new(config: DaytonaConfig) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, &Credentials::default())
-    }
-
     /// Validates `config` and builds the adapter; the API key is read through `credentials`
     /// when calls are made, so a replaced secret is used without a rebuild.
     pub fn with_credentials(

@@ -115,6 +115,7 @@ impl Api {
             http = http.bearer();
         }
         let http = http
+            .errors(|op, a| map_status(op, a.status, &a.body, a.retry_after))
             .request_timeout(settings.request_timeout)
             .retries(2, std::time::Duration::from_millis(200))
             .build(credentials)?;
@@ -126,12 +127,7 @@ impl Api {
     }
 
     async fn send(&self, rb: RequestBuilder, op: &str) -> Result<Response, AdapterError> {
-        let resp = self.http.send(rb, op).await?;
-        if resp.status().is_success() {
-            Ok(resp)
-        } else {
-            Err(self.status_error(op, resp).await)
-        }
+        self.http.send_ok(rb, op).await
     }
 
     async fn json<T: serde::de::DeserializeOwned>(
@@ -139,23 +135,12 @@ impl Api {
         rb: RequestBuilder,
         op: &str,
     ) -> Result<T, AdapterError> {
-        let resp = self.send(rb, op).await?;
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| self.http.transport_error(op, e))?;
-        crate::http::decode_answer(&bytes, op, "E2B")
+        self.http.json(rb, op).await
     }
 
     /// Maps an error answer; a refused key is read again on the next call.
     pub(crate) async fn status_error(&self, op: &str, resp: Response) -> AdapterError {
-        let status = resp.status();
-        let wait = crate::http::retry_after(resp.headers());
-        let body = resp.bytes().await.unwrap_or_default();
-        if matches!(status.as_u16(), 401 | 403) {
-            self.http.forget_credential();
-        }
-        self.http.scrub_error(map_status(op, status, &body, wait))
+        self.http.error_of(op, resp).await
     }
 
     /// `POST /sandboxes`: answers once the sandbox runs. Never retried: a lost answer is

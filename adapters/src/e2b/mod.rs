@@ -15,13 +15,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use differently_core::exec::{ExecRequest, ExecResult};
+use differently_core::exec::ExecRequest;
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use tokio::sync::mpsc;
 
 use crate::credentials::Credentials;
-use crate::exec_output::{check_command, exec_collected, stdin_of, timed_exit};
+use crate::exec_output::{check_command, stdin_of, timed_exit};
 use crate::http::Secret;
 use crate::poll::Poll;
 use crate::{
@@ -89,21 +89,9 @@ fn snapshot_template(backend_ref: &str) -> &str {
     no_ns.split(':').next().unwrap_or(no_ns)
 }
 
-impl crate::kit::FromSettings for E2bAdapter {
-    const KIND: &'static str = "e2b";
-    type Config = E2bConfig;
-
-    fn from_config(config: E2bConfig, credentials: &Credentials) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, credentials)
-    }
-}
+crate::kit::from_settings!(E2bAdapter, "e2b", E2bConfig);
 
 impl E2bAdapter {
-    /// Validates `config` and builds the adapter, with no stored-secret source.
-    pub fn new(config: E2bConfig) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, &Credentials::default())
-    }
-
     /// Validates `config` and builds the adapter; the API key is read through
     /// `credentials` when calls are made.
     pub fn with_credentials(
@@ -483,10 +471,6 @@ impl Adapter for E2bAdapter {
         let mut out: Vec<Instance> = all.iter().filter_map(Self::instance).collect();
         out.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
         Ok(out)
-    }
-
-    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        exec_collected(|tx| async move { self.run(at, req, &tx).await }).await
     }
 
     async fn health(&self) -> Result<(), AdapterError> {

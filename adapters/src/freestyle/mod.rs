@@ -67,24 +67,9 @@ impl std::fmt::Debug for FreestyleAdapter {
     }
 }
 
-impl crate::kit::FromSettings for FreestyleAdapter {
-    const KIND: &'static str = "freestyle";
-    type Config = FreestyleConfig;
-
-    fn from_config(
-        config: FreestyleConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, credentials)
-    }
-}
+crate::kit::from_settings!(FreestyleAdapter, "freestyle", FreestyleConfig);
 
 impl FreestyleAdapter {
-    /// Validates `config` and builds the adapter, with no stored-secret source.
-    pub fn new(config: FreestyleConfig) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, &Credentials::default())
-    }
-
     /// Validates `config` and builds the adapter; the key is read at call time.
     pub fn with_credentials(
         config: FreestyleConfig,

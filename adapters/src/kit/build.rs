@@ -52,6 +52,35 @@ pub trait FromSettings: Adapter + Sized {
     fn from_config(config: Self::Config, credentials: &Credentials) -> Result<Self, ConfigError>;
 }
 
+/// Declares an HTTP provider's adapter a kind built from settings: its [`FromSettings`]
+/// impl (through the adapter's own `with_credentials(config, credentials)`) and `new(config)`,
+/// the same build with no stored-secret source. One line per provider instead of the same
+/// two constructors written out in each.
+macro_rules! from_settings {
+    ($adapter:ty, $kind:literal, $config:ty) => {
+        impl $crate::kit::FromSettings for $adapter {
+            const KIND: &'static str = $kind;
+            type Config = $config;
+
+            fn from_config(
+                config: $config,
+                credentials: &$crate::credentials::Credentials,
+            ) -> Result<Self, $crate::settings::ConfigError> {
+                Self::with_credentials(config, credentials)
+            }
+        }
+
+        impl $adapter {
+            /// Validates `config` and builds the adapter with no stored-secret source (enough
+            /// for checking settings, and for env and file credentials).
+            pub fn new(config: $config) -> Result<Self, $crate::settings::ConfigError> {
+                Self::with_credentials(config, &$crate::credentials::Credentials::default())
+            }
+        }
+    };
+}
+pub(crate) use from_settings;
+
 /// Parses `settings` as `A`'s configuration and builds `A`: the registry row of every kind
 /// that implements [`FromSettings`].
 pub fn build<A: FromSettings>(

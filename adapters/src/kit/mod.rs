@@ -22,6 +22,7 @@ pub mod paths;
 pub mod shell;
 pub mod tags;
 
+pub(crate) use build::from_settings;
 pub use build::{build, parse, AdapterConfigError, FromSettings};
 pub use client::{build_client, ClientSettings, KeyHeader};
 pub use errors::{ErrorAnswer, ProviderError, Statuses};

@@ -71,25 +71,9 @@ impl std::fmt::Debug for OpenSandboxAdapter {
     }
 }
 
-impl crate::kit::FromSettings for OpenSandboxAdapter {
-    const KIND: &'static str = "opensandbox";
-    type Config = OpenSandboxConfig;
-
-    fn from_config(
-        config: OpenSandboxConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, credentials)
-    }
-}
+crate::kit::from_settings!(OpenSandboxAdapter, "opensandbox", OpenSandboxConfig);
 
 impl OpenSandboxAdapter {
-    /// Validates `config` and builds the adapter, with no stored-secret source (an
-    /// `apiKeySecret` pool built this way fails its calls; see [`Self::with_credentials`]).
-    pub fn new(config: OpenSandboxConfig) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, &Credentials::default())
-    }
-
     /// Validates `config` and builds the adapter; the API key is read through `credentials`
     /// when calls are made, so a replaced secret or rotated file is used without a rebuild.
     pub fn with_credentials(

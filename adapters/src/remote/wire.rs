@@ -318,17 +318,7 @@ pub struct ListQuery {
 }
 
 /// Percent-encodes one path segment (ids and refs are plain, but a plugin's refs may not be).
-pub fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use crate::kit::paths::segment;
 
 #[cfg(test)]
 mod tests {

@@ -17,14 +17,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use differently_core::exec::{ExecRequest, ExecResult};
+use differently_core::exec::ExecRequest;
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::credentials::Credentials;
-use crate::exec_output::{check_command, exec_collected, stdin_of, timed_exit};
+use crate::exec_output::{check_command, stdin_of, timed_exit};
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
@@ -113,21 +113,9 @@ const NO_SUCH_PATH: i32 = 44;
 const NOT_A_DIR: i32 = 45;
 const NOT_EMPTY: i32 = 46;
 
-impl crate::kit::FromSettings for VercelAdapter {
-    const KIND: &'static str = "vercel";
-    type Config = VercelConfig;
-
-    fn from_config(config: VercelConfig, credentials: &Credentials) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, credentials)
-    }
-}
+crate::kit::from_settings!(VercelAdapter, "vercel", VercelConfig);
 
 impl VercelAdapter {
-    /// Validates `config` and builds the adapter, with no stored-secret source.
-    pub fn new(config: VercelConfig) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, &Credentials::default())
-    }
-
     /// Validates `config` and builds the adapter; the token is read through `credentials`
     /// when calls are made.
     pub fn with_credentials(
@@ -398,10 +386,6 @@ impl Adapter for VercelAdapter {
         let mut out: Vec<Instance> = all.iter().filter_map(Self::instance).collect();
         out.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
         Ok(out)
-    }
-
-    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        exec_collected(|tx| async move { self.run(at, req, &tx).await }).await
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
