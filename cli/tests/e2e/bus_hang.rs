@@ -1,5 +1,5 @@
 //! A hung NATS server must not hang the API: after the commit a request waits for its publish
-//! acknowledgements at most a short bound (`api::after_commit::PUBLISH_BOUND`, 250 ms), and
+//! acknowledgements at most a short bound (`api::control::after_commit::PUBLISH_BOUND`, 250 ms), and
 //! whatever was not acknowledged reaches the workers once the server answers again (the
 //! detached publish, or the scheduler's repair from Postgres). Issue #27, cause 3.
 
