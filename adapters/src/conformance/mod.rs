@@ -28,7 +28,6 @@ use crate::remote::wire::{self, Info};
 use crate::remote::{RemoteAdapter, RemoteConfig};
 use crate::{Adapter, Capability};
 use contract::contract_checks;
-use differently_core::capability::names;
 use protocol::protocol_checks;
 use runner::Runner;
 
@@ -300,7 +299,7 @@ mod tests {
             Capability::PortsExpose,
         ];
         let fake = crate::fake::FakeAdapter::new(crate::fake::FakeConfig {
-            capabilities: names(&caps),
+            capabilities: differently_core::capability::names(&caps),
             ..crate::fake::FakeConfig::default()
         });
         let report = run(&fake, &caps).await;
