@@ -364,6 +364,13 @@ async fn private_first_then_each_named_provider_then_overflow_under_policy() {
         assert_eq!(d["eligible"], false, "{d}");
     }
     echo(&c, &a, &id, PRIV).await;
+    let (s, e) = create(
+        &c,
+        &a,
+        json!({"classification": "public", "external": "required"}),
+    )
+    .await;
+    assert_eq!(s, 422, "external required, nothing allows it: {e}");
     assert_eq!(f.external_total(), 0, "nothing went to a provider");
     made.push((id, pool));
 
