@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::access::forbidden;
 use crate::auth::Principal;
-use crate::requests::body::parse_json;
 use crate::error::{ApiError, ApiResult};
+use crate::requests::body::parse_json;
 use crate::requests::idempotency::{self, json_answer, Replay};
 use crate::AppState;
 
@@ -117,7 +117,7 @@ async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
             PoolInfo {
                 capabilities: live
                     .as_ref()
-                    .map(|p| p.adapter.capabilities())
+                    .map(|p| differently_core::capability::names(&p.adapter.capabilities()))
                     .unwrap_or_default(),
                 backend: Backend::of(
                     state,
@@ -189,7 +189,7 @@ fn check_record(r: &PoolRecord, declared_trust: Option<Trust>) -> ApiResult<Trus
     .map_err(|(field, message)| invalid(field.api_name(), message))?;
     differently_adapters::registry::build(&r.kind, &r.settings).map_err(|e| {
         let field = match &e {
-            AdapterConfigError::UnknownKind(_) => "kind".to_owned(),
+            AdapterConfigError::UnknownKind { .. } => "kind".to_owned(),
             AdapterConfigError::InvalidSettings { field: Some(f), .. } => format!("settings.{f}"),
             AdapterConfigError::InvalidSettings { field: None, .. } => "settings".to_owned(),
         };
