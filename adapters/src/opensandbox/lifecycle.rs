@@ -207,13 +207,29 @@ pub(crate) async fn create(
 }
 
 /// An image pull failure, recognised by code or message, as an error naming the image.
+///
+/// The server's own message is not passed on: the real Docker runtime's carries the Docker
+/// API URL, the registry it dialled and the host's DNS resolver address, none of which is the
+/// tenant's business. The tenant gets the image, the kind of failure and the code; the
+/// operator's log gets the whole message.
 pub(crate) fn image_failure(image: &str, code: &str, message: &str) -> Option<AdapterError> {
     let text = format!("{code} {message}");
     let lower = text.to_ascii_lowercase();
+    let short = if code.is_empty() {
+        "no code"
+    } else {
+        code_suffix(code)
+    };
     if code_suffix(code) == "POD_READY_TIMEOUT" || text.contains("POD_READY_TIMEOUT") {
+        tracing::warn!(
+            image,
+            code,
+            message,
+            "opensandbox: sandbox not ready in time"
+        );
         return Some(AdapterError::transient(format!(
-            "sandbox did not become ready in time; image `{image}` may still be pulling or may not exist: {}",
-            message.trim()
+            "sandbox did not become ready in time; image `{image}` may still be pulling or may \
+             not exist ({short})"
         )));
     }
     let about_image = lower.contains("pull")
@@ -221,16 +237,43 @@ pub(crate) fn image_failure(image: &str, code: &str, message: &str) -> Option<Ad
         || lower.contains("no such image")
         || lower.contains("image not found");
     about_image.then(|| {
+        tracing::warn!(image, code, message, "opensandbox: image pull failed");
         AdapterError::permanent(format!(
-            "image `{image}` could not be pulled: {}",
-            if message.trim().is_empty() {
-                code
-            } else {
-                message.trim()
-            }
+            "image `{image}` could not be pulled: {} ({short})",
+            pull_cause(&lower)
         ))
     })
 }
+
+/// What kind of pull failure a server message describes, in words safe to show a tenant.
+fn pull_cause(lower: &str) -> &'static str {
+    if [
+        "dial tcp",
+        "lookup ",
+        "connection refused",
+        "i/o timeout",
+        "tls handshake",
+    ]
+    .iter()
+    .any(|m| lower.contains(m))
+    {
+        "the backend could not reach the image's registry"
+    } else if [
+        "pull access denied",
+        "repository does not exist",
+        "manifest unknown",
+        "not found",
+        "unauthorized",
+    ]
+    .iter()
+    .any(|m| lower.contains(m))
+    {
+        "the image does not exist or needs registry credentials the backend lacks"
+    } else {
+        "the backend's pull failed"
+    }
+}
+
 pub(crate) async fn get(c: &Client, id: &str) -> Result<Sandbox, AdapterError> {
     c.json(
         c.api(Method::GET, &format!("/sandboxes/{}", seg(id))),

@@ -538,6 +538,12 @@ async fn image_pull_failures_name_the_image_and_keep_the_pool_healthy() {
         );
         assert!(!matches!(e, AdapterError::Unavailable(_)));
         assert!(e.to_string().contains("nosuch/image:1"), "{e}");
+        for internal in ["http+docker", "192.0.2.53", "registry-1.docker.io"] {
+            assert!(
+                !e.to_string().contains(internal),
+                "the server's internals are not passed on: {e}"
+            );
+        }
         s.adapter.health().await.unwrap();
         assert_eq!(
             s.adapter.find(&req.sandbox_id).await.unwrap(),

@@ -913,8 +913,14 @@ fn create(inner: &Arc<Inner>, r: &Req) -> Response {
         return inner.err(
             500,
             "SANDBOX_IMAGE_PULL_FAILED",
+            // The shape server 1.1.1's Docker runtime answered with no registry reachable
+            // (seen live on 2026-12-06): the Docker API URL, the registry it dialled and the
+            // host's resolver address (here a documentation address) inside the message.
             &format!(
-                "Failed to pull image {i}: pull access denied for {i}, repository does not exist"
+                "Failed to pull image {i}: 500 Server Error for \
+                 http+docker://localhost/v1.41/images/create?tag=1&fromImage={i}: Internal \
+                 Server Error (\"Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup \
+                 registry-1.docker.io on 192.0.2.53:53: no such host\")"
             ),
         );
     }
