@@ -31,6 +31,18 @@ mod support_http;
 mod support {
     pub(crate) use super::support_http as http;
 }
+/// The fake Azure Container Apps session pool, an external pool of the hybrid providers test.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/azure_sessions/fake_server.rs"]
+mod fake_azure;
+/// The fake Cloudflare Sandbox Bridge Worker (its exec route is `crate::fake_exec`), an
+/// external pool of the hybrid providers test.
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/cloudflare/fake_bridge.rs"]
+mod fake_bridge;
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/agent_sandbox/fake_controller.rs"]
+mod fake_controller;
 /// The fake Daytona of the adapter tests, for the hybrid placement test's external pool.
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/daytona/fake_server.rs"]
@@ -40,6 +52,15 @@ mod fake_daytona;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/e2b/fake_server.rs"]
 mod fake_e2b;
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/cloudflare/fake_exec.rs"]
+mod fake_exec;
+/// The fake Kubernetes cluster of the agent-sandbox adapter tests (API server, stand-in
+/// controllers, router and runtime), the private pool of the hybrid providers test; its
+/// modules name each other as `crate::fake_k8s`, `crate::fake_controller`, ….
+#[allow(dead_code, clippy::all)]
+#[path = "../../../adapters/tests/agent_sandbox/fake_k8s.rs"]
+mod fake_k8s;
 /// The adapters' fake OpenSandbox server (the real 1.1.1 server's behaviour), for the P8
 /// bench and the hybrid placement test's private pool.
 #[allow(dead_code, clippy::all)]
@@ -49,42 +70,21 @@ mod fake_opensandbox;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/opensandbox/fake_pty.rs"]
 mod fake_pty;
-/// The fake OpenSandbox server's version switch (its `fake_server` names it as
-/// `crate::fake_versions`).
+/// The fake Runloop API, an external pool of the hybrid providers test.
 #[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/opensandbox/fake_versions.rs"]
-mod fake_versions;
-/// The fake Kubernetes cluster of the agent-sandbox adapter tests (API server, stand-in
-/// controllers, router and runtime), the private pool of the hybrid providers test; its
-/// modules name each other as `crate::fake_k8s`, `crate::fake_controller`, ….
-#[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/agent_sandbox/fake_k8s.rs"]
-mod fake_k8s;
-#[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/agent_sandbox/fake_controller.rs"]
-mod fake_controller;
+#[path = "../../../adapters/tests/runloop/fake/mod.rs"]
+mod fake_runloop;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/agent_sandbox/fake_runtime.rs"]
 mod fake_runtime;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/agent_sandbox/fake_verbs.rs"]
 mod fake_verbs;
-/// The fake Runloop API, an external pool of the hybrid providers test.
+/// The fake OpenSandbox server's version switch (its `fake_server` names it as
+/// `crate::fake_versions`).
 #[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/runloop/fake/mod.rs"]
-mod fake_runloop;
-/// The fake Cloudflare Sandbox Bridge Worker (its exec route is `crate::fake_exec`), an
-/// external pool of the hybrid providers test.
-#[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/cloudflare/fake_bridge.rs"]
-mod fake_bridge;
-#[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/cloudflare/fake_exec.rs"]
-mod fake_exec;
-/// The fake Azure Container Apps session pool, an external pool of the hybrid providers test.
-#[allow(dead_code, clippy::all)]
-#[path = "../../../adapters/tests/azure_sessions/fake_server.rs"]
-mod fake_azure;
+#[path = "../../../adapters/tests/opensandbox/fake_versions.rs"]
+mod fake_versions;
 mod hybrid_placement;
 mod hybrid_providers;
 mod idempotency;

@@ -23,7 +23,13 @@ impl Nemesis {
 }
 
 /// Waits until `name`'s log contains `needle` at least `n` times (bounded).
-pub(super) async fn wait_log(t: &Topology, name: &str, needle: &str, n: usize, within: Duration) -> bool {
+pub(super) async fn wait_log(
+    t: &Topology,
+    name: &str,
+    needle: &str,
+    n: usize,
+    within: Duration,
+) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if t.log(name).matches(needle).count() >= n {
@@ -327,7 +333,11 @@ pub(super) async fn wait_pool_health(
 
 /// S14: once sandboxes run on `os`, cut its link; measure how fast the pool is unhealthy,
 /// count where activations went while it was, heal, and wait for it to be healthy again.
-pub(super) async fn partition_backend(t: &mut Topology, n: &mut Nemesis, long: bool) -> Result<(), LoadError> {
+pub(super) async fn partition_backend(
+    t: &mut Topology,
+    n: &mut Nemesis,
+    long: bool,
+) -> Result<(), LoadError> {
     let pool = backend::POOL;
     let warm = Instant::now() + Duration::from_secs(10);
     let mut on_os = 0i64;
@@ -409,7 +419,11 @@ pub(super) async fn partition_backend(t: &mut Topology, n: &mut Nemesis, long: b
     Ok(())
 }
 
-pub(super) async fn wait_for_new_leader(t: &Topology, old: &str, within: Duration) -> Option<String> {
+pub(super) async fn wait_for_new_leader(
+    t: &Topology,
+    old: &str,
+    within: Duration,
+) -> Option<String> {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         for name in t
@@ -427,7 +441,11 @@ pub(super) async fn wait_for_new_leader(t: &Topology, old: &str, within: Duratio
 }
 
 /// S16: until `until`, every 2–5 s one fault chosen by the seed, healed after 1–3 s.
-pub(super) async fn chaos(t: &mut Topology, n: &mut Nemesis, until: Instant) -> Result<(), LoadError> {
+pub(super) async fn chaos(
+    t: &mut Topology,
+    n: &mut Nemesis,
+    until: Instant,
+) -> Result<(), LoadError> {
     while Instant::now() + Duration::from_secs(5) < until {
         n.sleep_ms(2000, 5000).await;
         match n.rng.below(8) {

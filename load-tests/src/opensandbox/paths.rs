@@ -226,7 +226,10 @@ pub(crate) async fn run_execd(
 }
 
 /// `echo hi` through the adapter in this process; checks the result.
-pub(super) async fn exec_adapter(a: &OpenSandboxAdapter, at: &InstanceRef) -> Result<f64, LoadError> {
+pub(super) async fn exec_adapter(
+    a: &OpenSandboxAdapter,
+    at: &InstanceRef,
+) -> Result<f64, LoadError> {
     let req = ExecRequest {
         command: vec!["echo".to_owned(), "hi".to_owned()],
         ..Default::default()
