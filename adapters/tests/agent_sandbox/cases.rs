@@ -320,7 +320,6 @@ async fn kubernetes_errors_map_and_the_token_stays_with_the_api_server() {
 }
 
 #[tokio::test]
-#[ignore = "every process on the test machine (PostgreSQL, dockerd, shells) was killed three times while this binary ran this test or its neighbour; cause not found; run only inside a PID namespace: unshare -pf --mount-proc cargo test -p differently-adapters --test agent_sandbox -- --ignored"]
 async fn the_runtimes_quirks_are_answered() {
     let s = setup(json!({})).await;
     let r = running(&s).await;

@@ -11,7 +11,6 @@ async fn the_conformance_kit_passes_in_claim_mode_through_the_router() {
 }
 
 #[tokio::test]
-#[ignore = "every process on the test machine (PostgreSQL, dockerd, shells) was killed three times while this binary ran this test or its neighbour; cause not found; run only inside a PID namespace: unshare -pf --mount-proc cargo test -p differently-adapters --test agent_sandbox -- --ignored"]
 async fn the_conformance_kit_passes_in_sandbox_mode_through_pod_urls() {
     let fake = crate::fake_k8s::FakeCluster::start(crate::TOKEN).await;
     let token = crate::key_file(crate::TOKEN);

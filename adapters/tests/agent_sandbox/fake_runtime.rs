@@ -29,6 +29,7 @@ use std::time::Duration;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use rustix::process::{Pid, Signal};
 use serde_json::{json, Value};
 
 use crate::fake_k8s::FakeCluster;
@@ -332,11 +333,14 @@ async fn execute(
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return failed(&e.to_string()),
         Err(_) => {
-            if let Some(pid) = pid {
-                let _ = tokio::process::Command::new("kill")
-                    .args(["-KILL", &format!("-{pid}")])
-                    .status()
-                    .await;
+            // The whole group (`process_group(0)` made the child its leader), by the system
+            // call: `kill -KILL -<pgid>` without `--` is read by procps-ng's kill(1) as
+            // kill(-1, SIGKILL), which killed every process on the test machine.
+            if let Some(group) = pid
+                .and_then(|p| i32::try_from(p).ok())
+                .and_then(Pid::from_raw)
+            {
+                let _ = rustix::process::kill_process_group(group, Signal::KILL);
             }
             return failed(&format!(
                 "Command '{args:?}' timed out after {timeout_secs} seconds"
