@@ -147,6 +147,7 @@ impl Client {
             size: 0,
             mode: 0,
             modified_at: None,
+            extra: Default::default(),
         }))
     }
 
