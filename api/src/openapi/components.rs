@@ -18,6 +18,14 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::{facts, untyped};
+use crate::requests::page::Page;
+use crate::routes::audit::SegmentRequest;
+use crate::routes::keys::{CreateKey, CreatedKey};
+use crate::routes::orgs::{CreateOrg, UpdateOrg};
+use crate::routes::ports::{PortAnswer, PortRequest};
+use crate::routes::projects::{CreateProject, UpdateProject};
+use crate::routes::quotas::QuotaView;
+use crate::routes::sandboxes::PatchRequest;
 use crate::routes::snapshots::{SnapshotRequest, SnapshotView};
 
 /// Schemas of the wire types, by component name, and the schemas they refer to, by type name.
@@ -64,7 +72,24 @@ fn derived() -> Derived {
         .add::<WarmClass>("WarmClass")
         .add::<WarmClasses>("WarmClassesRequest")
         .add::<SnapshotView>("Snapshot")
-        .add::<SnapshotRequest>("SnapshotRequest");
+        .add::<SnapshotRequest>("SnapshotRequest")
+        .add::<PatchRequest>("UpdateSandboxRequest")
+        .add::<PortRequest>("PortRequest")
+        .add::<PortAnswer>("PortAnswer")
+        .add::<CreateOrg>("CreateOrgRequest")
+        .add::<UpdateOrg>("UpdateOrgRequest")
+        .add::<CreateProject>("CreateProjectRequest")
+        .add::<UpdateProject>("UpdateProjectRequest")
+        .add::<CreateKey>("CreateKeyRequest")
+        .add::<CreatedKey>("CreatedKey")
+        .add::<QuotaView>("QuotaView")
+        .add::<SegmentRequest>("AuditSegmentRequest");
+    // Every list is one page type; its items are the component of their type.
+    d.add::<Page<SandboxView>>("SandboxList")
+        .add::<Page<SnapshotView>>("SnapshotList")
+        .add::<Page<Org>>("OrgList")
+        .add::<Page<Project>>("ProjectList")
+        .add::<Page<ApiKeyRecord>>("KeyList");
     d
 }
 
@@ -86,9 +111,11 @@ pub(super) fn schemas() -> Value {
 /// field.
 pub(super) fn generated() -> (Map<String, Value>, Vec<String>) {
     let d = derived();
+    // A page's type name is the page's, not its items': only item types are referred to.
     let names: BTreeMap<&str, &str> = d
         .components
         .iter()
+        .filter(|(component, _, _)| !component.ends_with("List"))
         .map(|(component, ty, _)| (ty.as_str(), *component))
         .collect();
     let mut s = Map::new();
@@ -98,8 +125,34 @@ pub(super) fn generated() -> (Map<String, Value>, Vec<String>) {
         normalize(&mut schema);
         s.insert((*component).to_owned(), schema);
     }
+    let flat: Vec<(String, Value)> = s
+        .iter()
+        .filter_map(|(name, schema)| Some((name.clone(), flattened(schema, &s)?)))
+        .collect();
+    s.extend(flat);
     let missed = facts::apply(&mut s);
     (s, missed)
+}
+
+/// A struct with a `#[serde(flatten)]` field (`allOf` of the flattened component and its own
+/// fields) as the one object it is on the wire; `None` when `schema` is no such struct.
+fn flattened(schema: &Value, components: &Map<String, Value>) -> Option<Value> {
+    let parts = schema.get("allOf")?.as_array()?;
+    let mut properties = Map::new();
+    let mut required: Vec<Value> = Vec::new();
+    for part in parts {
+        let part = match part.get("$ref").and_then(Value::as_str) {
+            Some(r) => components.get(r.trim_start_matches(REF_PREFIX))?,
+            None => part,
+        };
+        properties.extend(part.get("properties")?.as_object()?.clone());
+        for r in part["required"].as_array().into_iter().flatten() {
+            if !required.contains(r) {
+                required.push(r.clone());
+            }
+        }
+    }
+    Some(json!({ "type": "object", "properties": properties, "required": required }))
 }
 
 /// A reference to component `name`.

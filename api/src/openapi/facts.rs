@@ -271,7 +271,73 @@ fn facts() -> Vec<Fact> {
         "/properties/resources/anyOf/0/properties",
     ));
     f.extend(warm_class());
+    f.extend(bodies());
     f
+}
+
+/// An organization, project or key name (`tenancy::validate_name`): 1-100 characters, no
+/// control character, not only whitespace.
+fn name() -> Value {
+    json!({ "maxLength": 100,
+            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$" })
+}
+
+/// The route-private request bodies and the answers a route builds around a component.
+fn bodies() -> Vec<Fact> {
+    vec![
+        at(
+            "UpdateSandboxRequest",
+            "/properties/ttlSeconds",
+            between(1, MAX_TTL_SECONDS),
+        ),
+        at("UpdateSandboxRequest", "/properties/labels", labels()),
+        at(
+            "UpdateSandboxRequest",
+            "/properties/idleTimeoutSeconds",
+            between(1, MAX_IDLE_TIMEOUT_SECONDS),
+        ),
+        at(
+            "PortRequest",
+            "/properties/port",
+            between(1, u64::from(u16::MAX)),
+        ),
+        at(
+            "PortRequest",
+            "/properties/expiresSeconds",
+            between(1, crate::routes::ports::MAX_PORT_SECONDS),
+        ),
+        at("CreateOrgRequest", "/properties/name", name()),
+        at("UpdateOrgRequest", "/properties/name", name()),
+        at("CreateProjectRequest", "/properties/name", name()),
+        at("UpdateProjectRequest", "/properties/name", name()),
+        at("CreateKeyRequest", "/properties/name", name()),
+        at(
+            "CreateKeyRequest",
+            "/properties/scopes",
+            json!({ "minItems": 1 }),
+        ),
+        at(
+            "CreateKeyRequest",
+            "/properties/expiresAt",
+            json!({ "description": "In the future." }),
+        ),
+        at(
+            "CreatedKey",
+            "/properties/key",
+            json!({ "description": "The secret, `dly_<keyid>_<secret>`: shown this once." }),
+        ),
+        // `routes::audit::segment`: trimmed, 1-500 characters.
+        at(
+            "AuditSegmentRequest",
+            "/properties/reason",
+            json!({ "minLength": 1, "maxLength": 500, "pattern": "\\S" }),
+        ),
+        at(
+            "QuotaView",
+            "/properties/usage",
+            json!({ "description": "What the scope uses now: active, queued, CPU, memory, disk." }),
+        ),
+    ]
 }
 
 /// `core::warm`: a class fixes its instances' resources whole (no field is filled from a

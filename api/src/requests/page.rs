@@ -12,11 +12,12 @@ use crate::error::ApiError;
 pub const DEFAULT_PAGE: u32 = 50;
 pub const MAX_PAGE: u32 = 1000;
 
-/// One page of results.
-#[derive(Debug, Serialize)]
+/// One page of results; the OpenAPI document's `…List` objects are its schemas.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Page<T> {
     pub items: Vec<T>,
+    #[schema(required)]
     pub next_cursor: Option<String>,
 }
 

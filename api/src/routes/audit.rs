@@ -140,9 +140,9 @@ async fn checkpoint(State(state): State<AppState>, p: Principal) -> ApiResult<Re
 /// Longest `reason` of a segment, in characters.
 const MAX_SEGMENT_REASON: usize = 500;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct SegmentRequest {
+pub(crate) struct SegmentRequest {
     reason: String,
 }
 

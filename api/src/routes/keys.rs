@@ -29,9 +29,9 @@ pub fn router() -> Router<AppState> {
         .route("/v1/keys/{id}", get(get_key).delete(revoke_key))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CreateKey {
+pub(crate) struct CreateKey {
     org_id: Option<OrgId>,
     project_id: Option<ProjectId>,
     name: String,
@@ -40,9 +40,9 @@ struct CreateKey {
 }
 
 /// A new key: the record plus the secret, shown this once.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct CreatedKey {
+pub(crate) struct CreatedKey {
     #[serde(flatten)]
     record: ApiKeyRecord,
     key: String,

@@ -30,9 +30,9 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CreateOrg {
+pub(crate) struct CreateOrg {
     name: String,
 }
 
@@ -104,9 +104,9 @@ async fn get_org(
     Ok(Json(load_org(&state, &p, &id).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct UpdateOrg {
+pub(crate) struct UpdateOrg {
     name: Option<String>,
     status: Option<OrgStatus>,
 }

@@ -29,9 +29,9 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/sandboxes/{id}/ports", post(expose_port))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct PortRequest {
+pub(crate) struct PortRequest {
     port: u32,
     expires_seconds: Option<u64>,
 }
@@ -39,10 +39,11 @@ struct PortRequest {
 /// Longest port URL lifetime a caller may ask for: 7 days.
 pub const MAX_PORT_SECONDS: u64 = 7 * 24 * 3600;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct PortAnswer {
+pub(crate) struct PortAnswer {
     url: String,
+    #[schema(required)]
     expires_at: Option<DateTime<Utc>>,
 }
 

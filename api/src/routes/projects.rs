@@ -32,9 +32,9 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CreateProject {
+pub(crate) struct CreateProject {
     org_id: Option<OrgId>,
     name: String,
 }
@@ -125,9 +125,9 @@ async fn get_project(
     Ok(Json(load_project(&state, &p, &id).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct UpdateProject {
+pub(crate) struct UpdateProject {
     name: String,
 }
 

@@ -26,11 +26,12 @@ pub fn router() -> Router<AppState> {
 }
 
 /// A quota as served: what is stored at this level, what applies, and current usage.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct QuotaView {
+pub(crate) struct QuotaView {
     quota: Quota,
     effective: Quota,
+    #[schema(value_type = Object)]
     usage: Usage,
 }
 

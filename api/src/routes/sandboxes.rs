@@ -467,7 +467,7 @@ async fn wait(
 const WAIT_RECHECK: Duration = Duration::from_secs(1);
 
 /// The body of `PATCH /v1/sandboxes/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchRequest {
     pub ttl_seconds: Option<u64>,
@@ -475,6 +475,7 @@ pub struct PatchRequest {
     pub labels: Option<std::collections::BTreeMap<String, String>>,
     /// A number sets it; `null` clears it (the server's default applies); absent: unchanged.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u64>)]
     pub idle_timeout_seconds: Option<Option<u64>>,
 }
 

@@ -120,17 +120,7 @@ pub(super) fn add(s: &mut Map<String, Value>) {
             &["keyId", "segment"],
         ),
     );
-    s.insert(
-        "AuditSegmentRequest".to_owned(),
-        // `routes::audit::segment`: trimmed, 1-500 characters.
-        accepted(
-            &[(
-                "reason",
-                json!({ "type": "string", "minLength": 1, "maxLength": 500, "pattern": "\\S" }),
-            )],
-            &["reason"],
-        ),
-    );
+
     s.insert(
         "AuditSegment".to_owned(),
         served(&[

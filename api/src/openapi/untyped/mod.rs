@@ -5,13 +5,11 @@
 
 use differently_core::accounting::Wall;
 use differently_core::ids::id_pattern;
-use differently_core::sandbox::{MAX_IDLE_TIMEOUT_SECONDS, MAX_TTL_SECONDS};
-use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, SandboxStatus};
 use serde_json::{json, Map, Value};
 
 use super::components::reference;
-use super::{facts, wire};
+use super::wire;
 
 mod audit;
 mod reports;
@@ -43,20 +41,6 @@ pub(super) fn id_of(prefix: &str) -> Value {
 /// A string of `min..=max` characters (null: absent).
 pub(super) fn text_or_null(min: u64, max: u64) -> Value {
     json!({ "type": ["string", "null"], "minLength": min, "maxLength": max })
-}
-
-/// An organization, project or key name (`tenancy::validate_name`): 1-100 characters, no
-/// control character, not only whitespace.
-fn name() -> Value {
-    json!({ "type": "string", "maxLength": 100,
-            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$" })
-}
-
-/// Labels a caller sets, or null (`PATCH` leaves them as they are).
-fn labels() -> Value {
-    let mut l = facts::labels();
-    l["type"] = json!(["object", "null"]);
-    l
 }
 
 pub(super) fn time() -> Value {
@@ -149,7 +133,6 @@ pub(super) fn described(description: &str) -> Value {
 /// Adds the hand-written schemas to `s`, which holds the generated ones.
 pub(super) fn add(s: &mut Map<String, Value>) {
     let statuses = || one_of_strings(SandboxStatus::ALL.map(wire));
-    let scopes = one_of_strings(Scope::ALL.map(wire));
     s.insert(
         "Error".to_owned(),
         served(&[(
@@ -177,18 +160,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
                 false,
             ),
         )]),
-    );
-    s.insert("SandboxList".to_owned(), page_of("Sandbox"));
-    s.insert(
-        "UpdateSandboxRequest".to_owned(),
-        accepted(
-            &[
-                ("ttlSeconds", bounded(1, MAX_TTL_SECONDS)),
-                ("labels", labels()),
-                ("idleTimeoutSeconds", bounded(1, MAX_IDLE_TIMEOUT_SECONDS)),
-            ],
-            &[],
-        ),
     );
     s.insert(
         "ExecExit".to_owned(),
@@ -221,30 +192,9 @@ pub(super) fn add(s: &mut Map<String, Value>) {
         )]),
     );
     s.insert(
-        "PortRequest".to_owned(),
-        accepted(
-            &[
-                (
-                    "port",
-                    json!({ "type": "integer", "minimum": 1, "maximum": u16::MAX }),
-                ),
-                (
-                    "expiresSeconds",
-                    bounded(1, crate::routes::ports::MAX_PORT_SECONDS),
-                ),
-            ],
-            &["port"],
-        ),
-    );
-    s.insert(
-        "PortAnswer".to_owned(),
-        served(&[("url", typed("string")), ("expiresAt", time_or_null())]),
-    );
-    s.insert(
         "PendingOperation".to_owned(),
         served(&[("operation", typed("string")), ("status", typed("string"))]),
     );
-    s.insert("SnapshotList".to_owned(), page_of("Snapshot"));
     s.insert(
         "StatusEvent".to_owned(),
         served(&[
@@ -299,65 +249,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
                     ("type", typed("string")),
                     ("schema", reference("EventSchema")),
                 ]) }),
-            ),
-        ]),
-    );
-    s.insert("OrgList".to_owned(), page_of("Org"));
-    s.insert(
-        "CreateOrgRequest".to_owned(),
-        accepted(&[("name", name())], &["name"]),
-    );
-    s.insert(
-        "UpdateOrgRequest".to_owned(),
-        accepted(
-            &[
-                ("name", name()),
-                (
-                    "status",
-                    one_of_strings(["active", "suspended"].map(|s| json!(s))),
-                ),
-            ],
-            &[],
-        ),
-    );
-    s.insert("ProjectList".to_owned(), page_of("Project"));
-    s.insert(
-        "CreateProjectRequest".to_owned(),
-        accepted(&[("orgId", id_of("org")), ("name", name())], &["name"]),
-    );
-    s.insert(
-        "UpdateProjectRequest".to_owned(),
-        accepted(&[("name", name())], &["name"]),
-    );
-    s.insert("KeyList".to_owned(), page_of("Key"));
-    s.insert(
-        "CreateKeyRequest".to_owned(),
-        accepted(
-            &[
-                ("orgId", id_of("org")),
-                ("projectId", id_of("prj")),
-                ("name", name()),
-                (
-                    "scopes",
-                    json!({ "type": "array", "items": scopes, "minItems": 1 }),
-                ),
-                (
-                    "expiresAt",
-                    json!({ "type": ["string", "null"], "format": "date-time",
-                            "description": "In the future." }),
-                ),
-            ],
-            &["name", "scopes"],
-        ),
-    );
-    s.insert(
-        "QuotaView".to_owned(),
-        served(&[
-            ("quota", reference("Quota")),
-            ("effective", reference("Quota")),
-            (
-                "usage",
-                described("What the scope uses now: active, queued, CPU, memory, disk."),
             ),
         ]),
     );
@@ -429,13 +320,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
 
 /// Generated components with what a handler adds to them.
 fn composites(s: &mut Map<String, Value>) {
-    let mut created_key = s["Key"].clone();
-    created_key["properties"]["key"] = json!({ "type": "string",
-        "description": "The secret, `dly_<keyid>_<secret>`: shown this once." });
-    if let Some(required) = created_key["required"].as_array_mut() {
-        required.push(json!("key"));
-    }
-    s.insert("CreatedKey".to_owned(), created_key);
     // `routes::pools`: the record, flattened, with its backend and live state.
     let mut pool = s["PoolRecord"].clone();
     let mut live = vec![("capabilities", array_of(typed("string")))];

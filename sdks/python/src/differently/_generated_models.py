@@ -490,8 +490,8 @@ class CreateOrgRequest:
 
 @dataclass
 class UpdateOrgRequest:
-    name: Union[str, Unset] = UNSET
-    status: Union[OrgStatus, Unset] = UNSET
+    name: Union[str, None, Unset] = UNSET
+    status: Union[OrgStatus, None, Unset] = UNSET
 
 
 @dataclass(frozen=True)
@@ -506,7 +506,7 @@ class Project:
 @dataclass
 class CreateProjectRequest:
     name: str
-    org_id: Union[str, Unset] = UNSET
+    org_id: Union[str, None, Unset] = UNSET
 
 
 @dataclass
@@ -554,8 +554,8 @@ class CreateKeyRequest:
     scopes: List[Scope]
     #: In the future.
     expires_at: Union[_dt.datetime, None, Unset] = UNSET
-    org_id: Union[str, Unset] = UNSET
-    project_id: Union[str, Unset] = UNSET
+    org_id: Union[str, None, Unset] = UNSET
+    project_id: Union[str, None, Unset] = UNSET
 
 
 @dataclass

@@ -145,7 +145,7 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
   UpdateOrgRequest: {
     schema: "UpdateOrgRequest",
     request: true,
-    fields: fields<M.UpdateOrgRequest>()({ name: "string", status: "string" }),
+    fields: fields<M.UpdateOrgRequest>()({ name: "string?", status: "string?" }),
     enums: { "status": ORG_STATUSES },
   },
   Project: {
@@ -155,7 +155,7 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
   CreateProjectRequest: {
     schema: "CreateProjectRequest",
     request: true,
-    fields: fields<M.CreateProjectRequest>()({ name: "string", orgId: "string" }),
+    fields: fields<M.CreateProjectRequest>()({ name: "string", orgId: "string?" }),
   },
   UpdateProjectRequest: {
     schema: "UpdateProjectRequest",
@@ -180,7 +180,7 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
     schema: "CreateKeyRequest",
     request: true,
     fields: fields<M.CreateKeyRequest>()({ name: "string", scopes: "array", expiresAt: "string?", orgId:
-      "string", projectId: "string" }),
+      "string?", projectId: "string?" }),
     enums: { "scopes[]": SCOPES },
   },
   SandboxLimit: {

@@ -337,8 +337,8 @@ export interface CreateOrgRequest {
 }
 
 export interface UpdateOrgRequest {
-  name?: string;
-  status?: OrgStatus;
+  name?: string | null;
+  status?: OrgStatus | null;
 }
 
 export interface Project {
@@ -350,7 +350,7 @@ export interface Project {
 
 export interface CreateProjectRequest {
   name: string;
-  orgId?: string;
+  orgId?: string | null;
 }
 
 export interface UpdateProjectRequest {
@@ -390,8 +390,8 @@ export interface CreateKeyRequest {
   scopes: Scope[];
   /** In the future. */
   expiresAt?: string | null;
-  orgId?: string;
-  projectId?: string;
+  orgId?: string | null;
+  projectId?: string | null;
 }
 
 /** The largest single sandbox a quota allows. */
