@@ -185,10 +185,19 @@ async fn two_apis_claiming_concurrently_never_share_an_instance() {
         .filter(|(_, (_, st))| st == "running")
         .map(|(id, _)| id.clone())
         .collect();
-    assert_eq!(
-        hits, warm,
-        "exactly the N ready instances answered warm (running at once, under their ids)"
-    );
+    if hits != warm {
+        let answered: Vec<String> = answers
+            .iter()
+            .map(|(i, _, b)| format!("{i}: {} {} {}", b["id"], b["status"], b["statusReason"]))
+            .collect();
+        panic!(
+            "exactly the N ready instances answered warm (running at once, under their ids)\n\
+             hits {hits:?}\nwarm {warm:?}\nanswers:\n{}\nready now: {:?}\n{}",
+            answered.join("\n"),
+            ready_ids(&c, "fake").await,
+            c.logs()
+        );
+    }
     for (id, (_, st)) in ids.iter().filter(|(id, _)| !warm.contains(*id)) {
         assert_eq!(st, "provisioning", "{id} went cold");
     }
