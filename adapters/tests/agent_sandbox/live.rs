@@ -25,22 +25,19 @@ use differently_core::ids::InstallationId;
 use crate::support::{cases, live};
 use crate::{at, cmd, create_req};
 
-const VARS: [&str; 3] = [
-    "DIFFERENTLY_TEST_K8S_API_URL",
-    "DIFFERENTLY_TEST_K8S_TOKEN",
-    "DIFFERENTLY_TEST_K8S_WARM_POOL",
-];
-
 fn adapter() -> AgentSandboxAdapter {
-    let missing: Vec<&str> = VARS
-        .iter()
-        .copied()
-        .filter(|v| std::env::var(v).is_err())
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "set {} (and optionally DIFFERENTLY_TEST_K8S_NAMESPACE, _CA_BUNDLE, _SETTINGS) to run the live agent-sandbox test",
-        missing.join(", ")
+    live::required(
+        [
+            "DIFFERENTLY_TEST_K8S_API_URL",
+            "DIFFERENTLY_TEST_K8S_TOKEN",
+            "DIFFERENTLY_TEST_K8S_WARM_POOL",
+        ],
+        &[
+            "DIFFERENTLY_TEST_K8S_NAMESPACE",
+            "DIFFERENTLY_TEST_K8S_CA_BUNDLE",
+            "DIFFERENTLY_TEST_K8S_SETTINGS",
+        ],
+        "agent-sandbox",
     );
     let v = live::with_keys_from(
         serde_json::json!({"tokenEnv": "DIFFERENTLY_TEST_K8S_TOKEN", "timeouts": {"readySeconds": 300}}),
@@ -56,31 +53,6 @@ fn adapter() -> AgentSandboxAdapter {
     AgentSandboxAdapter::new(cfg).unwrap()
 }
 
-/// Deletes what the test made even when it panics.
-struct Cleanup<'a> {
-    adapter: &'a AgentSandboxAdapter,
-    made: Vec<differently_core::SandboxId>,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        let adapter = self.adapter;
-        let made = std::mem::take(&mut self.made);
-        let done = live::block_on_aside(async {
-            for id in &made {
-                if let Err(e) = adapter.delete(id).await {
-                    eprintln!("cleanup: delete {id} failed: {e}");
-                }
-            }
-        });
-        if !done {
-            eprintln!(
-                "cleanup panicked; delete the claims labelled differently-sandbox-id by hand"
-            );
-        }
-    }
-}
-
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_K8S_API_URL, _TOKEN and _WARM_POOL and run with --ignored (see tests/agent_sandbox/live.rs)"]
 async fn live_agent_sandbox_runs_every_method() {
@@ -89,15 +61,13 @@ async fn live_agent_sandbox_runs_every_method() {
     adapter.health().await.unwrap();
     live::done("health", t);
     let installation = InstallationId::new();
-    let mut guard = Cleanup {
-        adapter: &adapter,
-        made: Vec::new(),
-    };
+    let by_hand = "delete the claims labelled differently-sandbox-id by hand";
+    let mut guard = live::Cleanup::new(&adapter, Vec::new(), by_hand);
 
     // Without env: adopted from the warm pool.
     let mut warm = create_req(&installation);
     warm.env.clear();
-    guard.made.push(warm.sandbox_id.clone());
+    guard.sandboxes.push(warm.sandbox_id.clone());
     let t = Instant::now();
     let inst = adapter.create(&warm).await.unwrap();
     live::done("create from the warm pool", t);
@@ -113,7 +83,7 @@ async fn live_agent_sandbox_runs_every_method() {
 
     // With env: cold-started (the template must allow env injection).
     let cold = create_req(&installation);
-    guard.made.push(cold.sandbox_id.clone());
+    guard.sandboxes.push(cold.sandbox_id.clone());
     let t = Instant::now();
     let inst = adapter.create(&cold).await.unwrap();
     live::done("create with env (cold)", t);
@@ -144,7 +114,7 @@ async fn live_agent_sandbox_runs_every_method() {
         .renew(&r, std::time::Duration::from_secs(900))
         .await
         .unwrap();
-    let ids = std::mem::take(&mut guard.made);
+    let ids = std::mem::take(&mut guard.sandboxes);
     drop(guard);
     for id in ids {
         assert!(adapter.find(&id).await.unwrap().is_none());

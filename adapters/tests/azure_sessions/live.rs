@@ -11,7 +11,7 @@
 //! allocates one session with a fresh installation id and deletes it at the end, also when an
 //! assertion fails half way (a guard deletes it); sessions are billed while allocated.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use differently_adapters::azure_sessions::{AzureSessionsAdapter, AzureSessionsConfig};
 use differently_adapters::{Adapter, AdapterError, InstanceState};
@@ -24,12 +24,12 @@ const ENDPOINT_VAR: &str = "DIFFERENTLY_TEST_AZURE_SESSIONS_ENDPOINT";
 const TOKEN_VAR: &str = "DIFFERENTLY_TEST_AZURE_SESSIONS_TOKEN";
 
 fn adapter() -> AzureSessionsAdapter {
-    let endpoint = std::env::var(ENDPOINT_VAR).ok();
-    assert!(
-        endpoint.is_some() && std::env::var(TOKEN_VAR).is_ok(),
-        "set {ENDPOINT_VAR} (the Shell pool's poolManagementEndpoint) and {TOKEN_VAR} (an Entra \
-         token for https://dynamicsessions.io), optionally DIFFERENTLY_TEST_AZURE_SESSIONS_SETTINGS \
-         (JSON merged over the settings), to run the live Azure dynamic sessions test"
+    // The endpoint is the Shell pool's poolManagementEndpoint; the token an Entra token for
+    // https://dynamicsessions.io.
+    let [endpoint, _] = live::required(
+        [ENDPOINT_VAR, TOKEN_VAR],
+        &["DIFFERENTLY_TEST_AZURE_SESSIONS_SETTINGS (JSON merged over the settings)"],
+        "Azure dynamic sessions",
     );
     let v = live::with_settings_from(
         serde_json::json!({
@@ -42,33 +42,6 @@ fn adapter() -> AzureSessionsAdapter {
     AzureSessionsAdapter::new(cfg).unwrap()
 }
 
-/// Deletes the session even when the test panics.
-struct Cleanup<'a> {
-    adapter: &'a AzureSessionsAdapter,
-    sandbox: differently_core::SandboxId,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        let (adapter, sandbox) = (self.adapter, self.sandbox.clone());
-        let done = live::block_on_aside(async {
-            for _ in 0..10 {
-                match adapter.delete(&sandbox).await {
-                    Ok(()) => break,
-                    Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_secs(3)).await,
-                    Err(e) => {
-                        eprintln!("cleanup: delete failed: {e}");
-                        break;
-                    }
-                }
-            }
-        });
-        if !done {
-            eprintln!("cleanup panicked; delete the session of {sandbox} by hand");
-        }
-    }
-}
-
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_AZURE_SESSIONS_ENDPOINT and _TOKEN and run with --ignored (see tests/azure_sessions/live.rs)"]
 async fn live_azure_sessions_runs_every_method() {
@@ -78,10 +51,8 @@ async fn live_azure_sessions_runs_every_method() {
     live::done("health", t);
     let installation = InstallationId::new();
     let req = create_req(&installation);
-    let _guard = Cleanup {
-        adapter: &adapter,
-        sandbox: req.sandbox_id.clone(),
-    };
+    let by_hand = format!("delete the session of {} by hand", req.sandbox_id);
+    let _guard = live::Cleanup::new(&adapter, vec![req.sandbox_id.clone()], by_hand).retrying(10);
     let t = Instant::now();
     let inst = adapter.create(&req).await.unwrap();
     assert_eq!(inst.state, InstanceState::Running);

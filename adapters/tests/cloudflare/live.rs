@@ -24,9 +24,10 @@ const URL_VAR: &str = "DIFFERENTLY_TEST_CLOUDFLARE_BRIDGE_URL";
 const KEY_VAR: &str = "DIFFERENTLY_TEST_CLOUDFLARE_API_KEY";
 
 fn adapter() -> CloudflareAdapter {
-    assert!(
-        std::env::var(URL_VAR).is_ok() && std::env::var(KEY_VAR).is_ok(),
-        "set {URL_VAR} and {KEY_VAR} (and optionally DIFFERENTLY_TEST_CLOUDFLARE_SETTINGS) to run the live Cloudflare bridge test"
+    live::required(
+        [URL_VAR, KEY_VAR],
+        &["DIFFERENTLY_TEST_CLOUDFLARE_SETTINGS"],
+        "Cloudflare bridge",
     );
     let v = live::with_keys_from(
         serde_json::json!({"apiKeyEnv": KEY_VAR, "timeouts": {"requestSeconds": 120}}),
@@ -36,26 +37,6 @@ fn adapter() -> CloudflareAdapter {
         v,
         "DIFFERENTLY_TEST_CLOUDFLARE_SETTINGS",
     ))
-}
-
-/// Deletes what the test made even when it panics.
-struct Cleanup<'a> {
-    adapter: &'a CloudflareAdapter,
-    sandbox: differently_core::SandboxId,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        let (adapter, sandbox) = (self.adapter, self.sandbox.clone());
-        let done = live::block_on_aside(async {
-            if let Err(e) = adapter.delete(&sandbox).await {
-                eprintln!("cleanup: delete failed: {e}");
-            }
-        });
-        if !done {
-            eprintln!("cleanup panicked; destroy the bridge sandbox of {sandbox} by hand");
-        }
-    }
 }
 
 #[tokio::test]
@@ -76,10 +57,8 @@ async fn live_bridge() {
         .create(&create_req(&InstallationId::new()))
         .await
         .expect("create");
-    let _cleanup = Cleanup {
-        adapter: &a,
-        sandbox: made.sandbox_id.clone(),
-    };
+    let by_hand = format!("destroy the bridge sandbox of {} by hand", made.sandbox_id);
+    let _cleanup = live::Cleanup::new(&a, vec![made.sandbox_id.clone()], by_hand);
     let r = at(&made);
     live::done("create", t);
 

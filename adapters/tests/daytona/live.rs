@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use differently_adapters::daytona::{DaytonaAdapter, DaytonaConfig};
+use differently_adapters::daytona::DaytonaAdapter;
 use differently_adapters::{Adapter, AdapterError, ByteStream, ExecEvent, InstanceState};
 use differently_core::ids::InstallationId;
 use futures::StreamExt;
@@ -26,58 +26,17 @@ use crate::{at, cmd, create_req};
 const KEY_VAR: &str = "DIFFERENTLY_TEST_DAYTONA_API_KEY";
 
 fn adapter() -> DaytonaAdapter {
-    assert!(
-        std::env::var(KEY_VAR).is_ok(),
-        "set {KEY_VAR} (and optionally DIFFERENTLY_TEST_DAYTONA_API_URL, _TOOLBOX_URL, _TARGET) to run the live Daytona test"
-    );
-    let v = live::with_keys_from(
-        serde_json::json!({
-            "apiKeyEnv": KEY_VAR,
-            "timeouts": {"readySeconds": 300},
-        }),
+    live::keyed_adapter(
+        "Daytona",
+        KEY_VAR,
+        300,
         &[
             ("DIFFERENTLY_TEST_DAYTONA_API_URL", "apiURL"),
             ("DIFFERENTLY_TEST_DAYTONA_TOOLBOX_URL", "toolboxURL"),
             ("DIFFERENTLY_TEST_DAYTONA_TARGET", "target"),
         ],
-    );
-    let cfg: DaytonaConfig = serde_json::from_value(v).unwrap();
-    DaytonaAdapter::new(cfg).unwrap()
-}
-
-/// Deletes what the test made even when it panics.
-struct Cleanup<'a> {
-    adapter: &'a DaytonaAdapter,
-    sandbox: differently_core::SandboxId,
-    snapshot: Option<String>,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        let adapter = self.adapter;
-        let sandbox = self.sandbox.clone();
-        let snapshot = self.snapshot.take();
-        let done = live::block_on_aside(async {
-            for _ in 0..20 {
-                match adapter.delete(&sandbox).await {
-                    Ok(()) => break,
-                    Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_secs(3)).await,
-                    Err(e) => {
-                        eprintln!("cleanup: delete failed: {e}");
-                        break;
-                    }
-                }
-            }
-            if let Some(s) = snapshot {
-                if let Err(e) = adapter.delete_snapshot(&s).await {
-                    eprintln!("cleanup: snapshot delete failed: {e}");
-                }
-            }
-        });
-        if !done {
-            eprintln!("cleanup panicked; delete the sandbox labelled {sandbox} by hand");
-        }
-    }
+        DaytonaAdapter::new,
+    )
 }
 
 #[tokio::test]
@@ -87,11 +46,9 @@ async fn live_daytona_runs_every_method() {
     adapter.health().await.unwrap();
     let installation = InstallationId::new();
     let req = create_req(&installation);
-    let mut guard = Cleanup {
-        adapter: &adapter,
-        sandbox: req.sandbox_id.clone(),
-        snapshot: None,
-    };
+    let by_hand = format!("delete the sandbox labelled {} by hand", req.sandbox_id);
+    let mut guard =
+        live::Cleanup::new(&adapter, vec![req.sandbox_id.clone()], by_hand).retrying(20);
     let inst = adapter.create(&req).await.unwrap();
     assert_eq!(inst.state, InstanceState::Running);
     assert_eq!(

@@ -129,9 +129,11 @@ async fn scenario(a: &E2bAdapter, dir: &str) {
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_E2B_API_KEY and run with --ignored"]
 async fn live_e2b() {
-    let Ok(key) = std::env::var("DIFFERENTLY_TEST_E2B_API_KEY") else {
-        panic!("live test requested but DIFFERENTLY_TEST_E2B_API_KEY is not set");
-    };
+    let [key] = live::required(
+        ["DIFFERENTLY_TEST_E2B_API_KEY"],
+        &["DIFFERENTLY_TEST_E2B_SETTINGS"],
+        "E2B",
+    );
     let key = key_file(&key);
     let settings = live::with_settings_from(
         serde_json::json!({

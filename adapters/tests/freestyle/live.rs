@@ -9,7 +9,7 @@
 //! when an assertion fails half way.
 
 use bytes::Bytes;
-use differently_adapters::freestyle::{FreestyleAdapter, FreestyleConfig};
+use differently_adapters::freestyle::FreestyleAdapter;
 use differently_adapters::{Adapter, AdapterError, ByteStream, InstanceState};
 use differently_core::ids::InstallationId;
 use futures::StreamExt;
@@ -19,36 +19,21 @@ use crate::{at, cmd, create_req};
 
 const KEY_VAR: &str = "DIFFERENTLY_TEST_FREESTYLE_API_KEY";
 
-struct Cleanup<'a>(&'a FreestyleAdapter, differently_core::SandboxId);
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        let (adapter, id) = (self.0, self.1.clone());
-        live::block_on_aside(async {
-            if let Err(e) = adapter.delete(&id).await {
-                eprintln!("cleanup: delete the VM with slug of {id} by hand: {e}");
-            }
-        });
-    }
-}
-
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_FREESTYLE_API_KEY and run with --ignored (see tests/freestyle/live.rs)"]
 async fn live_freestyle_runs_every_method() {
-    assert!(
-        std::env::var(KEY_VAR).is_ok(),
-        "set {KEY_VAR} (and optionally DIFFERENTLY_TEST_FREESTYLE_API_URL) to run the live Freestyle test"
-    );
-    let v = live::with_keys_from(
-        serde_json::json!({"apiKeyEnv": KEY_VAR, "timeouts": {"readySeconds": 300}}),
+    let adapter = live::keyed_adapter(
+        "Freestyle",
+        KEY_VAR,
+        300,
         &[("DIFFERENTLY_TEST_FREESTYLE_API_URL", "apiURL")],
+        FreestyleAdapter::new,
     );
-    let cfg: FreestyleConfig = serde_json::from_value(v).unwrap();
-    let adapter = FreestyleAdapter::new(cfg).unwrap();
     adapter.health().await.unwrap();
     let installation = InstallationId::new();
     let req = create_req(&installation);
-    let guard = Cleanup(&adapter, req.sandbox_id.clone());
+    let by_hand = format!("delete the VM with slug of {} by hand", req.sandbox_id);
+    let guard = live::Cleanup::new(&adapter, vec![req.sandbox_id.clone()], by_hand);
     let inst = adapter.create(&req).await.unwrap();
     assert_eq!(inst.state, InstanceState::Running);
     assert_eq!(

@@ -113,12 +113,7 @@ struct Expect {
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY and run with --ignored"]
 async fn live_opensandbox() {
-    let (Ok(url), Ok(key)) = (
-        std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_URL"),
-        std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_KEY"),
-    ) else {
-        panic!("live test requested but DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY are not both set");
-    };
+    let [url, key] = required_vars();
     let raw = Backdoor::new(&url, &key);
     let key = key_file(&key);
     let settings = live::with_settings_from(
@@ -138,6 +133,18 @@ async fn live_opensandbox() {
         },
     )
     .await;
+}
+
+/// The server's URL and key, or a failure naming the variables.
+fn required_vars() -> [String; 2] {
+    live::required(
+        [
+            "DIFFERENTLY_TEST_OPENSANDBOX_URL",
+            "DIFFERENTLY_TEST_OPENSANDBOX_KEY",
+        ],
+        &["DIFFERENTLY_TEST_OPENSANDBOX_SETTINGS"],
+        "OpenSandbox",
+    )
 }
 
 /// The live scenario run against the fake too, so it is known to be right before it meets a
@@ -638,12 +645,7 @@ pub(crate) async fn pty_case(a: &OpenSandboxAdapter, r: &differently_adapters::I
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY and run with --ignored"]
 async fn live_opensandbox_pty() {
-    let (Ok(url), Ok(key)) = (
-        std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_URL"),
-        std::env::var("DIFFERENTLY_TEST_OPENSANDBOX_KEY"),
-    ) else {
-        panic!("live test requested but DIFFERENTLY_TEST_OPENSANDBOX_URL and DIFFERENTLY_TEST_OPENSANDBOX_KEY are not both set");
-    };
+    let [url, key] = required_vars();
     // Backdoor::new checks the server is on loopback; direct execd endpoints of a server with
     // `publish_host = "127.0.0.1"` are too.
     let _raw = Backdoor::new(&url, &key);

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use differently_adapters::runloop::{RunloopAdapter, RunloopConfig};
+use differently_adapters::runloop::RunloopAdapter;
 use differently_adapters::{Adapter, AdapterError, ByteStream, ExecEvent, InstanceState};
 use differently_core::ids::InstallationId;
 use futures::StreamExt;
@@ -26,58 +26,16 @@ use crate::{at, cmd, create_req};
 const KEY_VAR: &str = "DIFFERENTLY_TEST_RUNLOOP_API_KEY";
 
 fn adapter() -> RunloopAdapter {
-    assert!(
-        std::env::var(KEY_VAR).is_ok(),
-        "set {KEY_VAR} (and optionally DIFFERENTLY_TEST_RUNLOOP_API_URL, _BLUEPRINT) to run the live Runloop test"
-    );
-    let v = live::with_keys_from(
-        serde_json::json!({
-            "apiKeyEnv": KEY_VAR,
-            "timeouts": {"readySeconds": 600},
-        }),
+    live::keyed_adapter(
+        "Runloop",
+        KEY_VAR,
+        600,
         &[
             ("DIFFERENTLY_TEST_RUNLOOP_API_URL", "apiURL"),
             ("DIFFERENTLY_TEST_RUNLOOP_BLUEPRINT", "blueprint"),
         ],
-    );
-    let cfg: RunloopConfig = serde_json::from_value(v).unwrap();
-    RunloopAdapter::new(cfg).unwrap()
-}
-
-/// Deletes what the test made even when it panics.
-struct Cleanup<'a> {
-    adapter: &'a RunloopAdapter,
-    sandbox: differently_core::SandboxId,
-    snapshot: Option<String>,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        let adapter = self.adapter;
-        let sandbox = self.sandbox.clone();
-        let snapshot = self.snapshot.take();
-        let done = live::block_on_aside(async {
-            for _ in 0..40 {
-                match adapter.delete(&sandbox).await {
-                    Ok(()) => break,
-                    // A snapshot still being written refuses the shutdown for a while.
-                    Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_secs(3)).await,
-                    Err(e) => {
-                        eprintln!("cleanup: delete failed: {e}");
-                        break;
-                    }
-                }
-            }
-            if let Some(s) = snapshot {
-                if let Err(e) = adapter.delete_snapshot(&s).await {
-                    eprintln!("cleanup: snapshot delete failed: {e}");
-                }
-            }
-        });
-        if !done {
-            eprintln!("cleanup panicked; shut down the devbox tagged {sandbox} by hand");
-        }
-    }
+        RunloopAdapter::new,
+    )
 }
 
 #[tokio::test]
@@ -89,11 +47,10 @@ async fn live_runloop_runs_every_method() {
     live::done("health", t);
     let installation = InstallationId::new();
     let req = create_req(&installation);
-    let mut guard = Cleanup {
-        adapter: &adapter,
-        sandbox: req.sandbox_id.clone(),
-        snapshot: None,
-    };
+    let by_hand = format!("shut down the devbox tagged {} by hand", req.sandbox_id);
+    // A snapshot still being written refuses the shutdown for a while: many attempts.
+    let mut guard =
+        live::Cleanup::new(&adapter, vec![req.sandbox_id.clone()], by_hand).retrying(40);
     let t = Instant::now();
     let inst = adapter.create(&req).await.unwrap();
     assert_eq!(inst.state, InstanceState::Running);

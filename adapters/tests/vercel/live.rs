@@ -83,13 +83,15 @@ async fn scenario(a: &VercelAdapter, dir: &str) {
 #[tokio::test]
 #[ignore = "live: set DIFFERENTLY_TEST_VERCEL_TOKEN, DIFFERENTLY_TEST_VERCEL_TEAM_ID and DIFFERENTLY_TEST_VERCEL_PROJECT_ID and run with --ignored"]
 async fn live_vercel() {
-    let (Ok(token), Ok(team), Ok(project)) = (
-        std::env::var("DIFFERENTLY_TEST_VERCEL_TOKEN"),
-        std::env::var("DIFFERENTLY_TEST_VERCEL_TEAM_ID"),
-        std::env::var("DIFFERENTLY_TEST_VERCEL_PROJECT_ID"),
-    ) else {
-        panic!("live test requested but DIFFERENTLY_TEST_VERCEL_TOKEN, _TEAM_ID and _PROJECT_ID are not all set");
-    };
+    let [token, team, project] = live::required(
+        [
+            "DIFFERENTLY_TEST_VERCEL_TOKEN",
+            "DIFFERENTLY_TEST_VERCEL_TEAM_ID",
+            "DIFFERENTLY_TEST_VERCEL_PROJECT_ID",
+        ],
+        &["DIFFERENTLY_TEST_VERCEL_SETTINGS"],
+        "Vercel",
+    );
     let token = token_file(&token);
     let settings = live::with_settings_from(
         serde_json::json!({
