@@ -301,13 +301,13 @@ async fn kubernetes_errors_map_and_the_token_stays_with_the_api_server() {
         "{e:?}"
     );
     assert!(!format!("{e:?}").contains(TOKEN));
-    std::fs::write(s.token.path(), "rotated-token-value\n").unwrap();
+    std::fs::write(s.key.path(), "rotated-token-value\n").unwrap();
     s.adapter.health().await.unwrap();
 
     // An API server that does not serve the resources: the CRDs are missing.
     let v = settings(
         &s.fake,
-        &s.token,
+        &s.key,
         json!({"apiServerURL": format!("{}/elsewhere", s.fake.api_url())}),
     );
     let other =

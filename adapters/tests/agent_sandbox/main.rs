@@ -13,8 +13,8 @@ mod live;
 #[path = "../support/mod.rs"]
 mod support;
 
-use differently_adapters::agent_sandbox::{AgentSandboxAdapter, AgentSandboxConfig};
-use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_adapters::agent_sandbox::AgentSandboxAdapter;
+use differently_adapters::{CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
 use fake_k8s::FakeCluster;
@@ -26,12 +26,8 @@ pub const POOL: &str = "python-pool";
 
 pub use support::{at, cmd, key_file};
 
-/// An adapter, its fake cluster and the token file it reads (kept alive with it).
-pub struct Setup {
-    pub fake: FakeCluster,
-    pub adapter: AgentSandboxAdapter,
-    pub token: tempfile::NamedTempFile,
-}
+/// An adapter, its fake and the credential file it reads (kept alive with it).
+pub type Setup = support::Setup<FakeCluster, AgentSandboxAdapter>;
 
 /// Settings pointing at `fake` (claim mode, through the router), merged with `extra`.
 pub fn settings(
@@ -46,7 +42,7 @@ pub fn settings(
             "warmPool": POOL,
             "runtime": {"routerURL": fake.router_url(), "baseDir": "/"},
             "tokenFile": token.path(),
-            "timeouts": {"pollMillis": 20, "readySeconds": 10, "requestSeconds": 10},
+            "timeouts": support::fake_timeouts(),
         }),
         extra,
     )
@@ -57,14 +53,12 @@ pub fn settings(
 pub async fn setup(extra: serde_json::Value) -> Setup {
     let fake = FakeCluster::start(TOKEN).await;
     fake.add_template_and_pool(NS, POOL, 2, Some("Overrides"), &[("FROM_TEMPLATE", "yes")]);
-    let token = key_file(TOKEN);
-    let cfg: AgentSandboxConfig = serde_json::from_value(settings(&fake, &token, extra)).unwrap();
-    let adapter = AgentSandboxAdapter::new(cfg).unwrap();
-    Setup {
+    Setup::new(
         fake,
-        adapter,
-        token,
-    }
+        TOKEN,
+        |fake, key| settings(fake, key, extra),
+        |v| support::built(v, AgentSandboxAdapter::new),
+    )
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
@@ -73,9 +67,5 @@ pub fn create_req(installation: &InstallationId) -> CreateInstance {
 
 /// Creates one sandbox (with env, so cold-started) and returns its ref.
 pub async fn running(s: &Setup) -> InstanceRef {
-    at(&s
-        .adapter
-        .create(&create_req(&InstallationId::new()))
-        .await
-        .unwrap())
+    s.running(&create_req(&InstallationId::new())).await
 }

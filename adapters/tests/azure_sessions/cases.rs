@@ -207,7 +207,7 @@ async fn throttling_keeps_its_wait_and_a_refused_token_is_read_again() {
         text.contains("tokenFile") && !text.contains(TOKEN),
         "{text}"
     );
-    std::fs::write(s.token.path(), format!("{fresh}\n")).unwrap();
+    std::fs::write(s.key.path(), format!("{fresh}\n")).unwrap();
     assert_eq!(
         s.adapter.exec(&r, &cmd(&["true"])).await.unwrap().exit_code,
         0

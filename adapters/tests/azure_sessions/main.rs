@@ -9,8 +9,8 @@ mod live;
 #[path = "../support/mod.rs"]
 mod support;
 
-use differently_adapters::azure_sessions::{AzureSessionsAdapter, AzureSessionsConfig};
-use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_adapters::azure_sessions::AzureSessionsAdapter;
+use differently_adapters::{CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
 use fake_server::FakePool;
@@ -20,12 +20,8 @@ pub const TOKEN: &str = "eyJ0eXAiOiJKV1QifQ.eyJhdWQiOiJodHRwczovL2R5bmFtaWNzZXNz
 
 pub use support::{at, cmd, key_file};
 
-/// An adapter, its fake pool and the token file it reads (kept alive with it).
-pub struct Setup {
-    pub fake: FakePool,
-    pub adapter: AzureSessionsAdapter,
-    pub token: tempfile::NamedTempFile,
-}
+/// An adapter, its fake and the credential file it reads (kept alive with it).
+pub type Setup = support::Setup<FakePool, AzureSessionsAdapter>;
 
 /// Settings pointing at `fake`, merged with `extra`.
 pub fn settings(
@@ -46,14 +42,12 @@ pub fn settings(
 
 pub async fn setup(extra: serde_json::Value) -> Setup {
     let fake = FakePool::start(TOKEN).await;
-    let token = key_file(TOKEN);
-    let cfg: AzureSessionsConfig = serde_json::from_value(settings(&fake, &token, extra)).unwrap();
-    let adapter = AzureSessionsAdapter::new(cfg).unwrap();
-    Setup {
+    Setup::new(
         fake,
-        adapter,
-        token,
-    }
+        TOKEN,
+        |fake, key| settings(fake, key, extra),
+        |v| support::built(v, AzureSessionsAdapter::new),
+    )
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
@@ -62,9 +56,5 @@ pub fn create_req(installation: &InstallationId) -> CreateInstance {
 
 /// Creates one sandbox and returns its ref.
 pub async fn running(s: &Setup) -> InstanceRef {
-    at(&s
-        .adapter
-        .create(&create_req(&InstallationId::new()))
-        .await
-        .unwrap())
+    s.running(&create_req(&InstallationId::new())).await
 }

@@ -13,7 +13,7 @@ mod support;
 
 use differently_adapters::cloudflare::{CloudflareAdapter, CloudflareConfig};
 use differently_adapters::credentials::Credentials;
-use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_adapters::{CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
 use fake_bridge::FakeBridge;
@@ -23,11 +23,7 @@ pub const KEY: &str = "4f1c9a2be07d5e8836a1c0f2d9b4e7a6";
 pub use support::{at, cmd, key_file};
 
 /// An adapter, its fake and the key file it reads (kept alive with it).
-pub struct Setup {
-    pub fake: FakeBridge,
-    pub adapter: CloudflareAdapter,
-    pub key: tempfile::NamedTempFile,
-}
+pub type Setup = support::Setup<FakeBridge, CloudflareAdapter>;
 
 /// Settings pointing at `fake`, merged with `extra`.
 pub fn settings(
@@ -52,9 +48,12 @@ pub fn adapter_of(v: serde_json::Value) -> CloudflareAdapter {
 
 pub async fn setup(extra: serde_json::Value) -> Setup {
     let fake = FakeBridge::start(KEY).await;
-    let key = key_file(KEY);
-    let adapter = adapter_of(settings(&fake, &key, extra));
-    Setup { fake, adapter, key }
+    Setup::new(
+        fake,
+        KEY,
+        |fake, key| settings(fake, key, extra),
+        adapter_of,
+    )
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
@@ -63,9 +62,5 @@ pub fn create_req(installation: &InstallationId) -> CreateInstance {
 
 /// Creates one sandbox and returns its ref.
 pub async fn running(s: &Setup) -> InstanceRef {
-    at(&s
-        .adapter
-        .create(&create_req(&InstallationId::new()))
-        .await
-        .unwrap())
+    s.running(&create_req(&InstallationId::new())).await
 }

@@ -9,8 +9,8 @@ mod live;
 #[path = "../support/mod.rs"]
 mod support;
 
-use differently_adapters::daytona::{DaytonaAdapter, DaytonaConfig};
-use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_adapters::daytona::DaytonaAdapter;
+use differently_adapters::{CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
 use fake_server::FakeDaytona;
@@ -19,12 +19,8 @@ pub const KEY: &str = "dtn_test_5f2b9c7e1a3d4b6c8e0f";
 
 pub use support::{at, cmd, key_file};
 
-/// An adapter, its fake and the key file it reads (kept alive with it).
-pub struct Setup {
-    pub fake: FakeDaytona,
-    pub adapter: DaytonaAdapter,
-    pub key: tempfile::NamedTempFile,
-}
+/// An adapter, its fake and the credential file it reads (kept alive with it).
+pub type Setup = support::Setup<FakeDaytona, DaytonaAdapter>;
 
 /// Settings pointing at `fake`, merged with `extra`.
 pub fn settings(
@@ -37,7 +33,7 @@ pub fn settings(
             "apiURL": fake.api_url(),
             "toolboxURL": fake.toolbox_url(),
             "apiKeyFile": key.path(),
-            "timeouts": {"pollMillis": 20, "readySeconds": 10, "requestSeconds": 10},
+            "timeouts": support::fake_timeouts(),
         }),
         extra,
     )
@@ -45,10 +41,12 @@ pub fn settings(
 
 pub async fn setup(extra: serde_json::Value) -> Setup {
     let fake = FakeDaytona::start(KEY).await;
-    let key = key_file(KEY);
-    let cfg: DaytonaConfig = serde_json::from_value(settings(&fake, &key, extra)).unwrap();
-    let adapter = DaytonaAdapter::new(cfg).unwrap();
-    Setup { fake, adapter, key }
+    Setup::new(
+        fake,
+        KEY,
+        |fake, key| settings(fake, key, extra),
+        |v| support::built(v, DaytonaAdapter::new),
+    )
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
@@ -64,9 +62,5 @@ pub fn create_req(installation: &InstallationId) -> CreateInstance {
 
 /// Creates one sandbox and returns its ref.
 pub async fn running(s: &Setup) -> InstanceRef {
-    at(&s
-        .adapter
-        .create(&create_req(&InstallationId::new()))
-        .await
-        .unwrap())
+    s.running(&create_req(&InstallationId::new())).await
 }

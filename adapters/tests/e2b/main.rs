@@ -10,8 +10,8 @@ mod schemes;
 #[path = "../support/mod.rs"]
 mod support;
 
-use differently_adapters::e2b::{E2bAdapter, E2bConfig};
-use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_adapters::e2b::E2bAdapter;
+use differently_adapters::{CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
 use fake_server::FakeServer;
@@ -20,12 +20,8 @@ pub const KEY: &str = "e2b_7f3a9c1e5b2d4f6a8c0e1d2c3b4a5968";
 
 pub use support::{at, cmd, key_file};
 
-/// An adapter, its fake and the key file it reads (kept alive with it).
-pub struct Setup {
-    pub fake: FakeServer,
-    pub adapter: E2bAdapter,
-    pub key: tempfile::NamedTempFile,
-}
+/// An adapter, its fake and the credential file it reads (kept alive with it).
+pub type Setup = support::Setup<FakeServer, E2bAdapter>;
 
 /// Settings for `fake` with the key by file, merged with `extra`.
 pub fn settings(
@@ -38,7 +34,7 @@ pub fn settings(
             "apiURL": fake.api_url(),
             "envdURL": fake.envd_url(),
             "apiKeyFile": key.path(),
-            "timeouts": {"pollMillis": 20, "readySeconds": 10, "requestSeconds": 10},
+            "timeouts": support::fake_timeouts(),
         }),
         extra,
     )
@@ -46,10 +42,12 @@ pub fn settings(
 
 pub async fn setup(extra: serde_json::Value) -> Setup {
     let fake = FakeServer::start(KEY).await;
-    let key = key_file(KEY);
-    let cfg: E2bConfig = serde_json::from_value(settings(&fake, &key, extra)).unwrap();
-    let adapter = E2bAdapter::new(cfg).unwrap();
-    Setup { fake, adapter, key }
+    Setup::new(
+        fake,
+        KEY,
+        |fake, key| settings(fake, key, extra),
+        |v| support::built(v, E2bAdapter::new),
+    )
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
@@ -65,9 +63,5 @@ pub fn create_req(installation: &InstallationId) -> CreateInstance {
 
 /// Creates one sandbox and returns its ref.
 pub async fn running(s: &Setup) -> InstanceRef {
-    at(&s
-        .adapter
-        .create(&create_req(&InstallationId::new()))
-        .await
-        .unwrap())
+    s.running(&create_req(&InstallationId::new())).await
 }

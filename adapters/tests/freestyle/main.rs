@@ -9,7 +9,7 @@ mod live;
 #[path = "../support/mod.rs"]
 mod support;
 
-use differently_adapters::freestyle::{FreestyleAdapter, FreestyleConfig};
+use differently_adapters::freestyle::FreestyleAdapter;
 use differently_adapters::{Adapter, CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
@@ -39,7 +39,7 @@ pub fn settings(
             "apiKeyFile": key.path(),
             // Host paths in the fake: the env file goes to a temp dir instead of /etc.
             "envFile": etc.path().join("differently.env"),
-            "timeouts": {"pollMillis": 20, "readySeconds": 10, "requestSeconds": 10},
+            "timeouts": support::fake_timeouts(),
         }),
         extra,
     )
@@ -49,8 +49,7 @@ pub async fn setup(extra: serde_json::Value) -> Setup {
     let fake = FakeFreestyle::start(KEY).await;
     let key = key_file(KEY);
     let etc = etc_dir();
-    let cfg: FreestyleConfig = serde_json::from_value(settings(&fake, &key, &etc, extra)).unwrap();
-    let adapter = FreestyleAdapter::new(cfg).unwrap();
+    let adapter = support::built(settings(&fake, &key, &etc, extra), FreestyleAdapter::new);
     Setup {
         fake,
         adapter,

@@ -212,7 +212,7 @@ async fn the_api_key_never_shows() {
     // Wrong key: refused, and the message holds neither key.
     let other = FakeServer::start(Variant::Real, FakeRuntime::Docker, "the-other-key-123").await;
     let cfg: OpenSandboxConfig =
-        serde_json::from_value(settings(&other.api_url(), &s._key, json!({}))).unwrap();
+        serde_json::from_value(settings(&other.api_url(), &s.key, json!({}))).unwrap();
     let a = OpenSandboxAdapter::new(cfg).unwrap();
     let e = a.health().await.unwrap_err();
     assert!(matches!(e, AdapterError::Permanent(_)), "{e:?}");
@@ -1678,7 +1678,7 @@ async fn routes_without_v1_and_the_unauthenticated_proxy_are_real_server_only() 
         let r = running(&s).await;
         let cfg: OpenSandboxConfig = serde_json::from_value(settings(
             s.fake.api_url().trim_end_matches("/v1"),
-            &s._key,
+            &s.key,
             json!({}),
         ))
         .unwrap();

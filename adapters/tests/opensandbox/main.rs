@@ -16,8 +16,8 @@ mod support;
 mod versions;
 
 use differently_adapters::opensandbox::config::Runtime;
-use differently_adapters::opensandbox::{OpenSandboxAdapter, OpenSandboxConfig};
-use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_adapters::opensandbox::OpenSandboxAdapter;
+use differently_adapters::{CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
 use fake_server::{FakeRuntime, FakeServer, Variant};
@@ -27,11 +27,7 @@ pub const KEY: &str = "sk-test-7f3a9c1e5b2d4f6a8c0e";
 pub use support::{at, cmd, key_file};
 
 /// An adapter, its fake server and the key file it reads (kept alive with it).
-pub struct Setup {
-    pub fake: FakeServer,
-    pub adapter: OpenSandboxAdapter,
-    pub _key: tempfile::NamedTempFile,
-}
+pub type Setup = support::Setup<FakeServer, OpenSandboxAdapter>;
 
 /// Settings for `fake` with the key by file, merged with `extra`.
 pub fn settings(
@@ -52,15 +48,12 @@ pub fn settings(
 
 pub async fn setup(variant: Variant, runtime: FakeRuntime, extra: serde_json::Value) -> Setup {
     let fake = FakeServer::start(variant, runtime, KEY).await;
-    let key = key_file(KEY);
-    let cfg: OpenSandboxConfig =
-        serde_json::from_value(settings(&fake.api_url(), &key, extra)).unwrap();
-    let adapter = OpenSandboxAdapter::new(cfg).unwrap();
-    Setup {
+    Setup::new(
         fake,
-        adapter,
-        _key: key,
-    }
+        KEY,
+        |fake, key| settings(&fake.api_url(), key, extra),
+        |v| support::built(v, OpenSandboxAdapter::new),
+    )
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
@@ -81,5 +74,5 @@ pub async fn running(s: &Setup) -> InstanceRef {
         // Templates fix the environment.
         req.env.clear();
     }
-    at(&s.adapter.create(&req).await.unwrap())
+    s.running(&req).await
 }

@@ -57,7 +57,7 @@ async fn pty_drives_execd_terminal_and_deletes_the_session() {
     let crate::Setup {
         fake,
         adapter,
-        _key,
+        key: _key,
     } = s;
     let adapter = std::sync::Arc::new(adapter);
     let a = adapter.clone();
@@ -123,7 +123,7 @@ async fn pty_hang_up_deletes_the_session_and_a_missing_one_is_an_error() {
     let crate::Setup {
         fake,
         adapter,
-        _key,
+        key: _key,
     } = s;
     let adapter = std::sync::Arc::new(adapter);
     let a = adapter.clone();

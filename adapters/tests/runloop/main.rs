@@ -9,8 +9,8 @@ mod live;
 #[path = "../support/mod.rs"]
 mod support;
 
-use differently_adapters::runloop::{RunloopAdapter, RunloopConfig};
-use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_adapters::runloop::RunloopAdapter;
+use differently_adapters::{CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
 use fake::FakeRunloop;
@@ -19,12 +19,8 @@ pub const KEY: &str = "ak_test_3c9d1e7f5a2b4c6d8e0f";
 
 pub use support::{at, cmd, key_file};
 
-/// An adapter, its fake and the key file it reads (kept alive with it).
-pub struct Setup {
-    pub fake: FakeRunloop,
-    pub adapter: RunloopAdapter,
-    pub key: tempfile::NamedTempFile,
-}
+/// An adapter, its fake and the credential file it reads (kept alive with it).
+pub type Setup = support::Setup<FakeRunloop, RunloopAdapter>;
 
 /// Settings pointing at `fake`, merged with `extra`.
 pub fn settings(
@@ -36,7 +32,7 @@ pub fn settings(
         serde_json::json!({
             "apiURL": fake.url(),
             "apiKeyFile": key.path(),
-            "timeouts": {"pollMillis": 20, "readySeconds": 10, "requestSeconds": 10},
+            "timeouts": support::fake_timeouts(),
         }),
         extra,
     )
@@ -44,10 +40,12 @@ pub fn settings(
 
 pub async fn setup(extra: serde_json::Value) -> Setup {
     let fake = FakeRunloop::start(KEY).await;
-    let key = key_file(KEY);
-    let cfg: RunloopConfig = serde_json::from_value(settings(&fake, &key, extra)).unwrap();
-    let adapter = RunloopAdapter::new(cfg).unwrap();
-    Setup { fake, adapter, key }
+    Setup::new(
+        fake,
+        KEY,
+        |fake, key| settings(fake, key, extra),
+        |v| support::built(v, RunloopAdapter::new),
+    )
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
@@ -63,9 +61,5 @@ pub fn create_req(installation: &InstallationId) -> CreateInstance {
 
 /// Creates one devbox and returns its ref.
 pub async fn running(s: &Setup) -> InstanceRef {
-    at(&s
-        .adapter
-        .create(&create_req(&InstallationId::new()))
-        .await
-        .unwrap())
+    s.running(&create_req(&InstallationId::new())).await
 }

@@ -55,8 +55,7 @@ where
         serde_json::json!({"apiKeyEnv": key_var, "timeouts": {"readySeconds": ready_seconds}}),
         optional,
     );
-    let cfg: C = serde_json::from_value(settings).unwrap();
-    new(cfg).unwrap()
+    super::built(settings, new)
 }
 
 /// `settings` with the JSON object in environment variable `var` (when set) merged over it;

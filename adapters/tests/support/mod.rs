@@ -16,10 +16,55 @@ pub mod live;
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use differently_adapters::{CreateInstance, Instance, InstanceRef};
+use differently_adapters::{Adapter, CreateInstance, Instance, InstanceRef};
 use differently_core::exec::ExecRequest;
 use differently_core::ids::InstallationId;
 use differently_core::{Resources, SandboxId};
+
+/// A provider's adapter on its fake, with the credential file (key or token) the adapter reads,
+/// which must live as long as the adapter.
+pub struct Setup<F, A> {
+    pub fake: F,
+    pub adapter: A,
+    pub key: tempfile::NamedTempFile,
+}
+
+impl<F, A: Adapter> Setup<F, A> {
+    /// `fake` with an adapter built by `build` from the settings `settings` gives for it and a
+    /// fresh credential file holding `key`.
+    pub fn new(
+        fake: F,
+        key: &str,
+        settings: impl FnOnce(&F, &tempfile::NamedTempFile) -> serde_json::Value,
+        build: impl FnOnce(serde_json::Value) -> A,
+    ) -> Self {
+        let key = key_file(key);
+        let adapter = build(settings(&fake, &key));
+        Setup { fake, adapter, key }
+    }
+
+    /// Creates `req`'s instance and returns the ref calls take for it.
+    pub async fn running(&self, req: &CreateInstance) -> InstanceRef {
+        at(&self.adapter.create(req).await.unwrap())
+    }
+}
+
+/// The timeouts the fakes answer well within: short polls, and bounds that make a wait that
+/// never ends fail in seconds rather than hang the run.
+pub fn fake_timeouts() -> serde_json::Value {
+    serde_json::json!({"pollMillis": 20, "readySeconds": 10, "requestSeconds": 10})
+}
+
+/// The adapter that a provider's config type `C` and constructor `new` make of `settings`;
+/// either one refusing them fails the test.
+pub fn built<C, A, E>(settings: serde_json::Value, new: impl FnOnce(C) -> Result<A, E>) -> A
+where
+    C: serde::de::DeserializeOwned,
+    E: std::fmt::Debug,
+{
+    let cfg: C = serde_json::from_value(settings).unwrap();
+    new(cfg).unwrap()
+}
 
 /// A credential file the adapter reads its key or token from (with a trailing newline, as
 /// an editor or a mounted secret leaves it).

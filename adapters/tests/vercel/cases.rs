@@ -233,7 +233,7 @@ async fn errors_map_to_kinds_and_never_quote_the_token() {
     assert!(text.contains("refused the access token"), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
     // Rotated: the next call reads the file again.
-    std::fs::write(s.token.path(), "vcp_rotated_token_0000\n").unwrap();
+    std::fs::write(s.key.path(), "vcp_rotated_token_0000\n").unwrap();
     s.adapter.health().await.unwrap();
     // A TTL past the plan: refused before asking, or by Vercel's 400.
     let mut req = create_req(&InstallationId::new());
@@ -392,7 +392,7 @@ async fn a_session_vercel_stopped_is_started_again_and_a_gone_sandbox_is_not_fou
     s.fake.remove(&r.backend_ref);
     s.fake.stop_session(&r.backend_ref);
     let fresh =
-        VercelAdapter::new(serde_json::from_value(settings(&s.fake, &s.token, json!({}))).unwrap())
+        VercelAdapter::new(serde_json::from_value(settings(&s.fake, &s.key, json!({}))).unwrap())
             .unwrap();
     assert_eq!(
         fresh.exec(&r, &cmd(&["true"])).await.unwrap_err(),

@@ -9,8 +9,8 @@ mod live;
 #[path = "../support/mod.rs"]
 mod support;
 
-use differently_adapters::vercel::{VercelAdapter, VercelConfig};
-use differently_adapters::{Adapter, CreateInstance, InstanceRef};
+use differently_adapters::vercel::VercelAdapter;
+use differently_adapters::{CreateInstance, InstanceRef};
 use differently_core::ids::InstallationId;
 use differently_core::Resources;
 use fake_server::{FakeServer, PROJECT, TEAM};
@@ -20,11 +20,8 @@ pub const TOKEN: &str = "vcp_3f7a9c1e5b2d4f6a8c0e1d2c";
 pub use support::key_file as token_file;
 pub use support::{at, cmd};
 
-pub struct Setup {
-    pub fake: FakeServer,
-    pub adapter: VercelAdapter,
-    pub token: tempfile::NamedTempFile,
-}
+/// An adapter, its fake and the credential file it reads (kept alive with it).
+pub type Setup = support::Setup<FakeServer, VercelAdapter>;
 
 pub fn settings(
     fake: &FakeServer,
@@ -37,7 +34,7 @@ pub fn settings(
             "teamId": TEAM,
             "projectId": PROJECT,
             "tokenFile": token.path(),
-            "timeouts": {"pollMillis": 20, "readySeconds": 10, "requestSeconds": 10},
+            "timeouts": support::fake_timeouts(),
         }),
         extra,
     )
@@ -45,14 +42,12 @@ pub fn settings(
 
 pub async fn setup(extra: serde_json::Value) -> Setup {
     let fake = FakeServer::start(TOKEN).await;
-    let token = token_file(TOKEN);
-    let cfg: VercelConfig = serde_json::from_value(settings(&fake, &token, extra)).unwrap();
-    let adapter = VercelAdapter::new(cfg).unwrap();
-    Setup {
+    Setup::new(
         fake,
-        adapter,
-        token,
-    }
+        TOKEN,
+        |fake, key| settings(fake, key, extra),
+        |v| support::built(v, VercelAdapter::new),
+    )
 }
 
 pub fn create_req(installation: &InstallationId) -> CreateInstance {
@@ -67,9 +62,5 @@ pub fn create_req(installation: &InstallationId) -> CreateInstance {
 }
 
 pub async fn running(s: &Setup) -> InstanceRef {
-    at(&s
-        .adapter
-        .create(&create_req(&InstallationId::new()))
-        .await
-        .unwrap())
+    s.running(&create_req(&InstallationId::new())).await
 }
