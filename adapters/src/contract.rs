@@ -33,6 +33,18 @@ pub struct CreateInstance {
     pub from_snapshot: Option<String>,
 }
 
+impl CreateInstance {
+    /// The instance this request made, running as the backend's `backend_ref`: what
+    /// `create` answers once the backend has it up.
+    pub fn running(&self, backend_ref: impl Into<String>) -> Instance {
+        Instance {
+            backend_ref: backend_ref.into(),
+            sandbox_id: self.sandbox_id.clone(),
+            state: InstanceState::Running,
+        }
+    }
+}
+
 /// State of a backend instance as the backend reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

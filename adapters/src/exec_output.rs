@@ -49,6 +49,26 @@ impl CollectedOutput {
     }
 }
 
+/// Reads `rx` until every sender is gone, keeping all of stdout and stderr: for helper
+/// commands and checks whose output is small and wanted whole (no cap).
+pub async fn whole(mut rx: mpsc::Receiver<ExecEvent>) -> (Vec<u8>, Vec<u8>) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            ExecEvent::Stdout(b) => out.extend_from_slice(&b),
+            ExecEvent::Stderr(b) => err.extend_from_slice(&b),
+        }
+    }
+    (out, err)
+}
+
+/// Checks the command ([`check_command`]) and decodes stdin ([`stdin_of`]): the refusals
+/// every runner makes before it starts anything.
+pub fn checked_stdin(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
+    check_command(req)?;
+    stdin_of(req)
+}
+
 /// Decoded stdin of an exec request, if it has one.
 pub fn stdin_of(req: &ExecRequest) -> Result<Option<Vec<u8>>, AdapterError> {
     match (&req.stdin, &req.stdin_base64) {

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -22,6 +22,7 @@ use differently_core::SandboxId;
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 
+use crate::go_ahead::GoAhead;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, CreateInstance, Download, Endpoint, ExecEvent,
     ExecExit, FileEntry, Instance, InstanceRef, PtyInput, PtyRequest, SnapshotInfo,
@@ -77,11 +78,12 @@ pub(crate) async fn metered<T>(
     out
 }
 
-/// Awaits a download `call` on `pool` (op `download`). A refused call is recorded at once;
+/// Awaits a download `call` of `op` on `pool`. A refused call is recorded at once;
 /// an answered one when its body has been read to the end (`ok`), fails (the error kind) or
 /// is dropped before the end (`cancelled`), with the latency up to then.
 pub(crate) async fn metered_download(
     pool: &str,
+    op: &'static str,
     call: impl Future<Output = Result<Download, AdapterError>>,
 ) -> Result<Download, AdapterError> {
     let started = Instant::now();
@@ -91,18 +93,14 @@ pub(crate) async fn metered_download(
             body: MeteredBody {
                 inner: d.body,
                 pool: pool.to_owned(),
+                op,
                 started,
                 done: false,
             }
             .boxed(),
         }),
         Err(e) => {
-            record_outcome(
-                pool,
-                "download",
-                started.elapsed().as_secs_f64(),
-                error_label(&e),
-            );
+            record_outcome(pool, op, started.elapsed().as_secs_f64(), error_label(&e));
             Err(e)
         }
     }
@@ -112,6 +110,7 @@ pub(crate) async fn metered_download(
 struct MeteredBody {
     inner: ByteStream,
     pool: String,
+    op: &'static str,
     started: Instant,
     done: bool,
 }
@@ -121,7 +120,7 @@ impl MeteredBody {
         if !self.done {
             self.done = true;
             let seconds = self.started.elapsed().as_secs_f64();
-            record_outcome(&self.pool, "download", seconds, outcome);
+            record_outcome(&self.pool, self.op, seconds, outcome);
         }
     }
 }
@@ -166,194 +165,75 @@ impl<A: ?Sized> Metered<A> {
     }
 }
 
-#[async_trait]
-impl<A: Adapter + ?Sized> Adapter for Metered<A> {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
+/// Writes `Metered`'s `Adapter` impl: the calls that reach no backend pass through, and
+/// every other is `wrap(pool, op, inner.call(args))`, one line each, so a new contract
+/// method is metered by adding its line (the compiler refuses the impl until it is).
+macro_rules! metered_adapter {
+    (
+        pass { $(fn $pass:ident() -> $pass_ret:ty;)* }
+        metered { $($wrap:ident $op:literal => fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)* }
+    ) => {
+        #[async_trait]
+        impl<A: Adapter + ?Sized> Adapter for Metered<A> {
+            $(
+                fn $pass(&self) -> $pass_ret {
+                    self.inner.$pass()
+                }
+            )*
+            $(
+                async fn $name(&self, $($arg: $ty),*) -> Result<$ret, AdapterError> {
+                    $wrap(&self.pool, $op, self.inner.$name($($arg),*)).await
+                }
+            )*
+        }
+    };
+}
 
-    fn capabilities(&self) -> Vec<crate::Capability> {
-        self.inner.capabilities()
+metered_adapter! {
+    pass {
+        fn kind() -> &'static str;
+        fn capabilities() -> Vec<crate::Capability>;
+        fn exec_fidelity() -> crate::ExecFidelity;
+        fn snapshot_timeout() -> Duration;
+        fn backend_version() -> Option<String>;
+        fn verification() -> crate::Verification;
+        fn claim_call() -> bool;
     }
-
-    fn exec_fidelity(&self) -> crate::ExecFidelity {
-        self.inner.exec_fidelity()
-    }
-
-    fn snapshot_timeout(&self) -> std::time::Duration {
-        self.inner.snapshot_timeout()
-    }
-
-    fn backend_version(&self) -> Option<String> {
-        self.inner.backend_version()
-    }
-
-    fn verification(&self) -> crate::Verification {
-        self.inner.verification()
-    }
-
-    async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {
-        metered(&self.pool, "create", self.inner.create(req)).await
-    }
-
-    async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
-        metered(&self.pool, "delete", self.inner.delete(sandbox_id)).await
-    }
-
-    async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError> {
-        metered(&self.pool, "find", self.inner.find(sandbox_id)).await
-    }
-
-    async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
-        metered(&self.pool, "list", self.inner.list(installation)).await
-    }
-
-    async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
-        metered(&self.pool, "exec", self.inner.exec(at, req)).await
-    }
-
-    async fn health(&self) -> Result<(), AdapterError> {
-        metered(&self.pool, "health", self.inner.health()).await
-    }
-
-    async fn exec_stream(
-        &self,
-        at: &InstanceRef,
-        req: &ExecRequest,
-        out: mpsc::Sender<ExecEvent>,
-    ) -> Result<ExecExit, AdapterError> {
-        metered(
-            &self.pool,
-            "exec_stream",
-            self.inner.exec_stream(at, req, out),
-        )
-        .await
-    }
-
-    async fn exec_stream_after(
-        &self,
-        at: &InstanceRef,
-        req: &ExecRequest,
-        out: mpsc::Sender<ExecEvent>,
-        go: crate::go_ahead::GoAhead,
-    ) -> Result<ExecExit, AdapterError> {
-        metered(
-            &self.pool,
-            "exec_stream",
-            self.inner.exec_stream_after(at, req, out, go),
-        )
-        .await
-    }
-
-    async fn pty(
-        &self,
-        at: &InstanceRef,
-        req: &PtyRequest,
-        input: mpsc::Receiver<PtyInput>,
-        out: mpsc::Sender<Bytes>,
-    ) -> Result<ExecExit, AdapterError> {
-        metered(&self.pool, "pty", self.inner.pty(at, req, input, out)).await
-    }
-
-    async fn upload(
-        &self,
-        at: &InstanceRef,
-        path: &str,
-        mode: Option<u32>,
-        body: ByteStream,
-    ) -> Result<(), AdapterError> {
-        metered(
-            &self.pool,
-            "upload",
-            self.inner.upload(at, path, mode, body),
-        )
-        .await
-    }
-
-    async fn download(
-        &self,
-        at: &InstanceRef,
-        path: &str,
-        range: Option<ByteRange>,
-    ) -> Result<Download, AdapterError> {
-        metered_download(&self.pool, self.inner.download(at, path, range)).await
-    }
-
-    async fn list_files(
-        &self,
-        at: &InstanceRef,
-        path: &str,
-        depth: u32,
-    ) -> Result<Vec<FileEntry>, AdapterError> {
-        metered(
-            &self.pool,
-            "list_files",
-            self.inner.list_files(at, path, depth),
-        )
-        .await
-    }
-
-    async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
-        metered(&self.pool, "delete_file", self.inner.delete_file(at, path)).await
-    }
-
-    async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        metered(&self.pool, "pause", self.inner.pause(at)).await
-    }
-
-    async fn resume(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        metered(&self.pool, "resume", self.inner.resume(at)).await
-    }
-
-    async fn stop(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        metered(&self.pool, "stop", self.inner.stop(at)).await
-    }
-
-    async fn start(&self, at: &InstanceRef) -> Result<(), AdapterError> {
-        metered(&self.pool, "start", self.inner.start(at)).await
-    }
-
-    async fn snapshot(
-        &self,
-        at: &InstanceRef,
-        snapshot_id: &str,
-    ) -> Result<SnapshotInfo, AdapterError> {
-        metered(&self.pool, "snapshot", self.inner.snapshot(at, snapshot_id)).await
-    }
-
-    async fn delete_snapshot(&self, backend_ref: &str) -> Result<(), AdapterError> {
-        metered(
-            &self.pool,
-            "delete_snapshot",
-            self.inner.delete_snapshot(backend_ref),
-        )
-        .await
-    }
-
-    async fn expose_port(
-        &self,
-        at: &InstanceRef,
-        port: u16,
-        expires: Option<std::time::Duration>,
-    ) -> Result<Endpoint, AdapterError> {
-        metered(
-            &self.pool,
-            "expose_port",
-            self.inner.expose_port(at, port, expires),
-        )
-        .await
-    }
-
-    async fn renew(&self, at: &InstanceRef, ttl: std::time::Duration) -> Result<(), AdapterError> {
-        metered(&self.pool, "renew", self.inner.renew(at, ttl)).await
-    }
-
-    fn claim_call(&self) -> bool {
-        self.inner.claim_call()
-    }
-
-    async fn claim(&self, at: &InstanceRef, ttl_seconds: u64) -> Result<(), AdapterError> {
-        metered(&self.pool, "claim", self.inner.claim(at, ttl_seconds)).await
+    metered {
+        metered "create" => fn create(req: &CreateInstance) -> Instance;
+        metered "delete" => fn delete(sandbox_id: &SandboxId) -> ();
+        metered "find" => fn find(sandbox_id: &SandboxId) -> Option<Instance>;
+        metered "list" => fn list(installation: &InstallationId) -> Vec<Instance>;
+        metered "exec" => fn exec(at: &InstanceRef, req: &ExecRequest) -> ExecResult;
+        metered "health" => fn health() -> ();
+        metered "exec_stream" => fn exec_stream(
+            at: &InstanceRef, req: &ExecRequest, out: mpsc::Sender<ExecEvent>
+        ) -> ExecExit;
+        metered "exec_stream" => fn exec_stream_after(
+            at: &InstanceRef, req: &ExecRequest, out: mpsc::Sender<ExecEvent>, go: GoAhead
+        ) -> ExecExit;
+        metered "pty" => fn pty(
+            at: &InstanceRef, req: &PtyRequest, input: mpsc::Receiver<PtyInput>, out: mpsc::Sender<Bytes>
+        ) -> ExecExit;
+        metered "upload" => fn upload(
+            at: &InstanceRef, path: &str, mode: Option<u32>, body: ByteStream
+        ) -> ();
+        metered_download "download" => fn download(
+            at: &InstanceRef, path: &str, range: Option<ByteRange>
+        ) -> Download;
+        metered "list_files" => fn list_files(at: &InstanceRef, path: &str, depth: u32) -> Vec<FileEntry>;
+        metered "delete_file" => fn delete_file(at: &InstanceRef, path: &str) -> ();
+        metered "pause" => fn pause(at: &InstanceRef) -> ();
+        metered "resume" => fn resume(at: &InstanceRef) -> ();
+        metered "stop" => fn stop(at: &InstanceRef) -> ();
+        metered "start" => fn start(at: &InstanceRef) -> ();
+        metered "snapshot" => fn snapshot(at: &InstanceRef, snapshot_id: &str) -> SnapshotInfo;
+        metered "delete_snapshot" => fn delete_snapshot(backend_ref: &str) -> ();
+        metered "expose_port" => fn expose_port(
+            at: &InstanceRef, port: u16, expires: Option<Duration>
+        ) -> Endpoint;
+        metered "renew" => fn renew(at: &InstanceRef, ttl: Duration) -> ();
+        metered "claim" => fn claim(at: &InstanceRef, ttl_seconds: u64) -> ();
     }
 }
 
@@ -432,7 +312,7 @@ mod tests {
         let seen = Seen::default();
         metrics::with_local_recorder(&seen, || {
             // Read to the end: ok, once, and only then.
-            let d = now(metered_download("p", async {
+            let d = now(metered_download("p", "download", async {
                 Ok(download(vec![Ok(Bytes::from_static(b"ab"))]))
             }))
             .unwrap();
@@ -442,7 +322,7 @@ mod tests {
             assert!(now(body.next()).is_none());
             drop(body);
             // Dropped half-read: cancelled.
-            let d = now(metered_download("p", async {
+            let d = now(metered_download("p", "download", async {
                 Ok(download(vec![
                     Ok(Bytes::from_static(b"a")),
                     Ok(Bytes::new()),
@@ -453,7 +333,7 @@ mod tests {
             assert!(now(body.next()).is_some());
             drop(body);
             // Failing mid-body: the error kind.
-            let d = now(metered_download("p", async {
+            let d = now(metered_download("p", "download", async {
                 Ok(download(vec![Err(AdapterError::transient("cut"))]))
             }))
             .unwrap();
@@ -461,7 +341,9 @@ mod tests {
             assert!(now(body.next()).is_some_and(|r| r.is_err()));
             drop(body);
             // Refused outright.
-            let r = now(metered_download("p", async { Err(AdapterError::NotFound) }));
+            let r = now(metered_download("p", "download", async {
+                Err(AdapterError::NotFound)
+            }));
             assert!(r.is_err());
         });
         assert_eq!(

@@ -1,7 +1,8 @@
 //! What the built-in adapter kinds share in checking their pool settings: the error naming
 //! the offending key, the credential reference (`<prefix>Env`, `<prefix>File`,
-//! `<prefix>Secret`), base URLs, CA bundles, timeouts and the string forms pool settings
-//! often carry. One copy, so every kind refuses the same mistake with the same words.
+//! `<prefix>Secret`), base URLs, CA bundles, timeouts (the `timeouts` table: `kit::config`)
+//! and the string forms pool settings often carry. One copy, so every kind refuses the same
+//! mistake with the same words.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -93,15 +94,6 @@ pub(crate) fn resolve_credential(
     }
 }
 
-/// The `apiKeyEnv`/`apiKeyFile`/`apiKeySecret` reference most kinds take.
-pub(crate) fn resolve_api_key(
-    env: Option<&str>,
-    file: Option<&PathBuf>,
-    secret: Option<&str>,
-) -> Result<(CredentialRef, Option<Secret>), ConfigError> {
-    resolve_credential("apiKey", "API key", env, file, secret)
-}
-
 /// A plain `http(s)://host[:port][/path]` base URL without credentials, query or fragment,
 /// returned without a trailing slash.
 pub(crate) fn base_url(field: &str, url: &str) -> Result<String, ConfigError> {
@@ -160,14 +152,6 @@ pub(crate) fn seconds(v: Option<u64>, default: u64, field: &str) -> Result<Durat
     }
 }
 
-/// `timeouts.pollMillis`: the longest gap between state polls (default 500 ms).
-pub(crate) fn poll_interval(poll_millis: Option<u64>) -> Result<Duration, ConfigError> {
-    match poll_millis.unwrap_or(500) {
-        0 => bad("timeouts.pollMillis", "must be at least 1"),
-        n => Ok(Duration::from_millis(n)),
-    }
-}
-
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum BoolOrString {
@@ -221,11 +205,12 @@ mod tests {
         assert_eq!(e.field, "tokenEnv");
         assert!(e.message.contains("the access token is required"), "{e}");
         assert!(e.message.contains("tokenFile") && e.message.contains("tokenSecret"));
-        let e = resolve_api_key(Some("X"), None, Some("k")).unwrap_err();
+        let e = resolve_credential("apiKey", "API key", Some("X"), None, Some("k")).unwrap_err();
         assert_eq!(e.field, "apiKeySecret");
-        let e = resolve_api_key(None, None, Some("Not A Name")).unwrap_err();
+        let e =
+            resolve_credential("apiKey", "API key", None, None, Some("Not A Name")).unwrap_err();
         assert_eq!(e.field, "apiKeySecret");
-        let (r, key) = resolve_api_key(None, None, Some("k")).unwrap();
+        let (r, key) = resolve_credential("apiKey", "API key", None, None, Some("k")).unwrap();
         assert_eq!(
             (r, key.is_none()),
             (CredentialRef::Secret("k".into()), true)

@@ -3,16 +3,13 @@
 //! on after validation ([`Settings`]; the bearer token's reference checked, the token itself
 //! read at call time).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{
-    bad, base_url, ca_bundle, opt_u64, poll_interval, resolve_credential, seconds, ConfigError,
-};
+use crate::settings::{bad, base_url, ca_bundle, opt_u64, ConfigError};
 
 /// The router Service the project's manifests deploy (`sandbox-router/deploy/service.yaml`).
 pub const DEFAULT_ROUTER_URL: &str =
@@ -52,51 +49,38 @@ pub struct RuntimeConfig {
     pub base_dir: Option<String>,
 }
 
-/// Client timeouts, in seconds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary API and runtime calls (default 30).
-    #[serde(deserialize_with = "opt_u64")]
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
     /// Waiting for Ready and the runtime after a create (default 180).
-    #[serde(deserialize_with = "opt_u64")]
-    pub ready_seconds: Option<u64>,
+    ready_seconds: from_secs(180),
     /// Longest gap between status polls, in milliseconds (default 500).
-    #[serde(deserialize_with = "opt_u64")]
-    pub poll_millis: Option<u64>,
+    poll_millis: from_millis(500),
 }
 
-/// Settings of an `agent_sandbox` pool (`adapterSettings`), as written. See
-/// `docs/providers.md`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct AgentSandboxConfig {
-    /// The Kubernetes API server (`https://host:6443`); required.
-    #[serde(rename = "apiServerURL", alias = "apiServerUrl")]
-    pub api_server_url: Option<String>,
-    /// Namespace of the sandboxes, claims and pools (default `default`).
-    pub namespace: Option<String>,
-    /// `claim` (default) or `sandbox`.
-    pub mode: Option<Mode>,
-    /// Claim mode: the `SandboxWarmPool` claims name when the sandbox names no template.
-    pub warm_pool: Option<String>,
-    /// Sandbox mode: the Sandbox's `spec.podTemplate` (a pod template with at least one
-    /// container running the runtime).
-    pub pod_template: Option<serde_json::Value>,
-    /// Where the in-pod runtime is reached.
-    pub runtime: RuntimeConfig,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// PEM file of the cluster's CA (the API server's certificate is usually private).
-    pub ca_bundle: Option<PathBuf>,
-    /// Credential by reference: the environment variable holding the bearer token.
-    pub token_env: Option<String>,
-    /// Credential by reference: a file holding the bearer token (a service account's
-    /// projected token file is re-read, so its rotation works).
-    pub token_file: Option<PathBuf>,
-    /// Credential by reference: a secret stored sealed in Differently.
-    pub token_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of an `agent_sandbox` pool (`adapterSettings`), as written. See
+    /// `docs/providers.md`.
+    pub struct AgentSandboxConfig {
+        /// The Kubernetes API server (`https://host:6443`); required.
+        #[serde(rename = "apiServerURL", alias = "apiServerUrl")]
+        pub api_server_url: Option<String>,
+        /// Namespace of the sandboxes, claims and pools (default `default`).
+        pub namespace: Option<String>,
+        /// `claim` (default) or `sandbox`.
+        pub mode: Option<Mode>,
+        /// Claim mode: the `SandboxWarmPool` claims name when the sandbox names no template.
+        pub warm_pool: Option<String>,
+        /// Sandbox mode: the Sandbox's `spec.podTemplate` (a pod template with at least one
+        /// container running the runtime).
+        pub pod_template: Option<serde_json::Value>,
+        /// Where the in-pod runtime is reached.
+        pub runtime: RuntimeConfig,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+    }
+    credential("token", "bearer token") { token_env, token_file, token_secret }
+    ca_bundle("PEM file of the cluster's CA (the API server's certificate is usually private).")
 }
 
 /// How the runtime is addressed, validated.
@@ -252,13 +236,7 @@ impl AgentSandboxConfig {
         };
         let base_dir = base_dir(r.base_dir.as_deref())?;
         let t = &self.timeouts;
-        let (credential, initial_token) = resolve_credential(
-            "token",
-            "bearer token",
-            self.token_env.as_deref(),
-            self.token_file.as_ref(),
-            self.token_secret.as_deref(),
-        )?;
+        let (credential, initial_token) = self.credential()?;
         Ok(Settings {
             api_server_url,
             namespace,
@@ -269,9 +247,9 @@ impl AgentSandboxConfig {
             runtime_port,
             base_dir,
             ca_bundle: ca_bundle(self.ca_bundle.as_ref())?,
-            request_timeout: seconds(t.request_seconds, 30, "timeouts.requestSeconds")?,
-            ready_timeout: seconds(t.ready_seconds, 180, "timeouts.readySeconds")?,
-            poll_interval: poll_interval(t.poll_millis)?,
+            request_timeout: t.request_seconds()?,
+            ready_timeout: t.ready_seconds()?,
+            poll_interval: t.poll_millis()?,
             credential,
             initial_token,
         })

@@ -22,11 +22,10 @@ use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use serde_json::{json, Value};
 
-use crate::credentials::Credentials;
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, FileEntry,
-    Instance, InstanceRef, InstanceState,
+    Instance, InstanceRef,
 };
 
 pub mod config;
@@ -61,34 +60,18 @@ impl std::fmt::Debug for AgentSandboxAdapter {
     }
 }
 
+crate::kit::from_settings!(AgentSandboxAdapter, KIND, AgentSandboxConfig => Settings, |settings, credentials| {
+    let kube = Kube::new(&settings, credentials)?;
+    let runtime = Runtime::new(&settings, credentials)
+        .map_err(|e| crate::kit::client::config_error(e, "runtime"))?;
+    Ok(Self {
+        settings,
+        kube,
+        runtime,
+    })
+});
+
 impl AgentSandboxAdapter {
-    /// Validates `config` and builds the adapter, with no stored-secret source.
-    pub fn new(config: AgentSandboxConfig) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, &Credentials::default())
-    }
-
-    /// Validates `config` and builds the adapter; the token is read through `credentials`
-    /// when calls are made, so a replaced secret is used without a rebuild.
-    pub fn with_credentials(
-        config: AgentSandboxConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        let settings = config.validate()?;
-        let kube = Kube::new(&settings, credentials)?;
-        let runtime = Runtime::new(&settings, credentials)
-            .map_err(|e| crate::kit::client::config_error(e, "runtime"))?;
-        Ok(Self {
-            settings,
-            kube,
-            runtime,
-        })
-    }
-
-    /// The validated settings (the token inside prints as `***`).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// The resource a sandbox is made as.
     fn res(&self) -> Res {
         match self.settings.mode {
@@ -207,15 +190,6 @@ impl AgentSandboxAdapter {
     }
 }
 
-impl crate::kit::FromSettings for AgentSandboxAdapter {
-    const KIND: &'static str = KIND;
-    type Config = AgentSandboxConfig;
-
-    fn from_config(config: Self::Config, credentials: &Credentials) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, credentials)
-    }
-}
-
 #[async_trait]
 impl Adapter for AgentSandboxAdapter {
     fn kind(&self) -> &'static str {
@@ -266,11 +240,7 @@ impl Adapter for AgentSandboxAdapter {
             }
         }
         let backend_ref = self.ready(&req.sandbox_id).await?;
-        Ok(Instance {
-            backend_ref,
-            sandbox_id: req.sandbox_id.clone(),
-            state: InstanceState::Running,
-        })
+        Ok(req.running(backend_ref))
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {

@@ -220,7 +220,7 @@ impl Client {
         name: &str,
         bytes: Bytes,
     ) -> Result<(), AdapterError> {
-        let boundary = format!("differently-{}", super::shell::unique());
+        let boundary = format!("differently-{}", crate::kit::paths::unique());
         let mut body = Vec::with_capacity(bytes.len() + 256);
         body.extend_from_slice(
             format!(

@@ -2,16 +2,11 @@
 //! key optional so the registry can name a badly typed key) and what the adapter runs on after
 //! validation (`Settings`; the access token's reference checked, the token read at call time).
 
-use std::path::PathBuf;
 use std::time::Duration;
-
-use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{
-    bad, base_url, ca_bundle, opt_u64, resolve_credential, seconds, ConfigError,
-};
+use crate::settings::{bad, base_url, ca_bundle, opt_u64, seconds, ConfigError};
 
 /// The data-plane API version spoken: the first with both the session management routes
 /// (`/session`, `/listSessions`) and shell executions (`shellCommand`, `stdin`).
@@ -23,48 +18,36 @@ pub const DEFAULT_DATA_DIR: &str = "/mnt/data";
 /// The longest execution Azure documents (code interpreter: "a maximum runtime of 220 seconds").
 pub const DEFAULT_MAX_EXEC_SECONDS: u64 = 220;
 
-/// Client timeouts, in seconds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary calls (default 30); an execution gets its own timeout on top.
-    #[serde(deserialize_with = "opt_u64")]
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
 }
 
-/// Settings of an `azure_sessions` pool (`adapterSettings`), as written. See
-/// `docs/providers.md`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct AzureSessionsConfig {
-    /// The pool's `poolManagementEndpoint`
-    /// (`https://<region>.dynamicsessions.io/subscriptions/…/sessionPools/<name>`).
-    pub pool_management_endpoint: Option<String>,
-    /// The data-plane API version; only [`API_VERSION`] is spoken.
-    pub api_version: Option<String>,
-    /// The pool's `containerType`; only `Shell` runs commands (see the module docs).
-    pub container_type: Option<String>,
-    /// Where the files API keeps files inside a session (default `/mnt/data`).
-    pub data_dir: Option<String>,
-    /// Longest exec timeout accepted (default 220); a longer one is refused naming
-    /// `timeoutSeconds`.
-    #[serde(deserialize_with = "opt_u64")]
-    pub max_exec_seconds: Option<u64>,
-    /// `outputStreamsMaxLength` sent with every execution (default 1 MiB; Azure's is 4096).
-    #[serde(deserialize_with = "opt_u64")]
-    pub output_max_length: Option<u64>,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// PEM file of extra CA certificates.
-    pub ca_bundle: Option<PathBuf>,
-    /// Credential by reference: the environment variable holding an Entra access token for
-    /// `https://dynamicsessions.io`.
-    pub token_env: Option<String>,
-    /// Credential by reference: a file holding the token (re-read, so a refresher can
-    /// replace it).
-    pub token_file: Option<PathBuf>,
-    /// Credential by reference: a secret stored sealed in Differently.
-    pub token_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of an `azure_sessions` pool (`adapterSettings`), as written. See
+    /// `docs/providers.md`.
+    pub struct AzureSessionsConfig {
+        /// The pool's `poolManagementEndpoint`
+        /// (`https://<region>.dynamicsessions.io/subscriptions/…/sessionPools/<name>`).
+        pub pool_management_endpoint: Option<String>,
+        /// The data-plane API version; only [`API_VERSION`] is spoken.
+        pub api_version: Option<String>,
+        /// The pool's `containerType`; only `Shell` runs commands (see the module docs).
+        pub container_type: Option<String>,
+        /// Where the files API keeps files inside a session (default `/mnt/data`).
+        pub data_dir: Option<String>,
+        /// Longest exec timeout accepted (default 220); a longer one is refused naming
+        /// `timeoutSeconds`.
+        #[serde(deserialize_with = "opt_u64")]
+        pub max_exec_seconds: Option<u64>,
+        /// `outputStreamsMaxLength` sent with every execution (default 1 MiB; Azure's is 4096).
+        #[serde(deserialize_with = "opt_u64")]
+        pub output_max_length: Option<u64>,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+    }
+    credential("token", "access token") { token_env, token_file, token_secret }
+    ca_bundle("PEM file of extra CA certificates.")
 }
 
 /// Validated settings.
@@ -152,16 +135,9 @@ impl AzureSessionsConfig {
             n if n > i32::MAX as u64 => return bad("outputMaxLength", "must fit an int32"),
             n => n,
         };
-        let request_timeout =
-            seconds(self.timeouts.request_seconds, 30, "timeouts.requestSeconds")?;
+        let request_timeout = self.timeouts.request_seconds()?;
         let ca_bundle = ca_bundle(self.ca_bundle.as_ref())?;
-        let (credential, initial_token) = resolve_credential(
-            "token",
-            "access token",
-            self.token_env.as_deref(),
-            self.token_file.as_ref(),
-            self.token_secret.as_deref(),
-        )?;
+        let (credential, initial_token) = self.credential()?;
         Ok(Settings {
             endpoint,
             api_version,

@@ -18,7 +18,7 @@ pub(crate) const UPLOAD_LIMIT: usize = 128 << 20;
 
 /// A staged file's name: letters, digits and `-` only (the files API refuses many others).
 fn staged_name() -> String {
-    format!("differently-staged-{}", shell::unique())
+    format!("differently-staged-{}", crate::kit::paths::unique())
 }
 
 /// A failed script's error, for the codes every file script shares.

@@ -31,7 +31,7 @@ use futures::StreamExt;
 
 use crate::exec_output::CollectedOutput;
 use crate::kit::paths::check_path;
-use crate::kit::{check_command, millis, stdin_of, Credentials, FromSettings};
+use crate::kit::{check_command, millis, stdin_of, FromSettings};
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, ExecEvent,
     FileEntry, Instance, InstanceRef, InstanceState, Verification,
@@ -107,28 +107,12 @@ fn exit_of(op: &str, e: &client::Execution) -> Result<i32, AdapterError> {
     }
 }
 
+crate::kit::from_settings!(AzureSessionsAdapter, "azure_sessions", AzureSessionsConfig => Settings, |settings, credentials| {
+    let client = client::Client::new(&settings, credentials)?;
+    Ok(Self { settings, client })
+});
+
 impl AzureSessionsAdapter {
-    /// Validates `config` and builds the adapter, with no stored-secret source.
-    pub fn new(config: AzureSessionsConfig) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, &Credentials::default())
-    }
-
-    /// Validates `config` and builds the adapter; the token is read through `credentials`
-    /// when calls are made, so a refreshed token is used without a rebuild.
-    pub fn with_credentials(
-        config: AzureSessionsConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        let settings = config.validate()?;
-        let client = client::Client::new(&settings, credentials)?;
-        Ok(Self { settings, client })
-    }
-
-    /// The validated settings (the token inside prints as `***`).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// The sandbox's environment file inside its session.
     fn env_path(sandbox: &SandboxId) -> String {
         format!(
@@ -216,18 +200,6 @@ impl AzureSessionsAdapter {
     }
 }
 
-impl FromSettings for AzureSessionsAdapter {
-    const KIND: &'static str = "azure_sessions";
-    type Config = AzureSessionsConfig;
-
-    fn from_config(
-        config: AzureSessionsConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, credentials)
-    }
-}
-
 #[async_trait]
 impl Adapter for AzureSessionsAdapter {
     fn kind(&self) -> &'static str {
@@ -292,11 +264,7 @@ impl Adapter for AzureSessionsAdapter {
                 ran.exit_code, ran.stderr
             )));
         }
-        Ok(Instance {
-            backend_ref: id,
-            sandbox_id: req.sandbox_id.clone(),
-            state: InstanceState::Running,
-        })
+        Ok(req.running(id))
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {

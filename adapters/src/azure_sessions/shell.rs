@@ -5,7 +5,6 @@
 //! exit codes are the adapter's own.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Exit code of the exec script when the requested `cwd` is not a directory, with
 /// [`CWD_MARKER`] on stderr.
@@ -21,16 +20,6 @@ pub(crate) const NOT_EMPTY: i32 = 6;
 /// `s` as one bash word.
 pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// A name unique to this process (time, counter, pid), for staged files and boundaries.
-pub(crate) fn unique() -> String {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{t:x}{n:x}{:x}", std::process::id())
 }
 
 /// The contents of the sandbox's environment file: one `export NAME='value'` a line.
@@ -146,6 +135,5 @@ mod tests {
             write_env_script("/tmp/.d/env"),
             "umask 077 && mkdir -p -- '/tmp/.d' && cat > '/tmp/.d/env'"
         );
-        assert_ne!(unique(), unique());
     }
 }

@@ -3,14 +3,13 @@
 //! validation (`Settings`). The bridge is a Worker each operator deploys, so its URL has no
 //! default; its `SANDBOX_API_KEY` is read by reference at call time.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{bad, base_url, ca_bundle, opt_u64, resolve_api_key, seconds, ConfigError};
+use crate::settings::{bad, base_url, ca_bundle, ConfigError};
 
 /// Whether sandbox ports may be published.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -24,35 +23,25 @@ pub enum Ports {
     Public,
 }
 
-/// Client timeouts, in seconds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary bridge calls (default 60: the first call for a sandbox waits for its
     /// container to start).
-    #[serde(deserialize_with = "opt_u64")]
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(60),
 }
 
-/// Settings of a `cloudflare` pool (`adapterSettings`), as written. See `docs/providers.md`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct CloudflareConfig {
-    /// The bridge Worker's URL (`https://<worker>.<account>.workers.dev`); required.
-    #[serde(rename = "bridgeURL", alias = "bridgeUrl")]
-    pub bridge_url: Option<String>,
-    /// `none` (default) or `public` (tunnels).
-    pub ports: Option<Ports>,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// PEM file of extra CA certificates (a bridge behind a private CA).
-    pub ca_bundle: Option<PathBuf>,
-    /// Credential by reference: the environment variable holding the bridge's API key.
-    pub api_key_env: Option<String>,
-    /// Credential by reference: a file holding the bridge's API key.
-    pub api_key_file: Option<PathBuf>,
-    /// Credential by reference: a secret stored sealed in Differently.
-    pub api_key_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of a `cloudflare` pool (`adapterSettings`), as written. See `docs/providers.md`.
+    pub struct CloudflareConfig {
+        /// The bridge Worker's URL (`https://<worker>.<account>.workers.dev`); required.
+        #[serde(rename = "bridgeURL", alias = "bridgeUrl")]
+        pub bridge_url: Option<String>,
+        /// `none` (default) or `public` (tunnels).
+        pub ports: Option<Ports>,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+    }
+    credential("apiKey", "API key") { api_key_env, api_key_file, api_key_secret }
+    ca_bundle("PEM file of extra CA certificates (a bridge behind a private CA).")
 }
 
 /// Validated settings.
@@ -80,13 +69,8 @@ impl CloudflareConfig {
                 Some(u) => base_url("bridgeURL", u)?,
             };
         let ca_bundle = ca_bundle(self.ca_bundle.as_ref())?;
-        let request_timeout =
-            seconds(self.timeouts.request_seconds, 60, "timeouts.requestSeconds")?;
-        let (credential, initial_key) = resolve_api_key(
-            self.api_key_env.as_deref(),
-            self.api_key_file.as_ref(),
-            self.api_key_secret.as_deref(),
-        )?;
+        let request_timeout = self.timeouts.request_seconds()?;
+        let (credential, initial_key) = self.credential()?;
         Ok(Settings {
             bridge_url,
             ports: self.ports.unwrap_or_default(),

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::bridge::{exec_error, Bridge};
 use super::sse::Event;
 use super::{instances, script};
-use crate::exec_output::{check_command, stdin_of};
+use crate::exec_output::checked_stdin;
 use crate::kit::paths::check_path;
 use crate::{AdapterError, ExecEvent, InstanceRef};
 
@@ -59,9 +59,8 @@ pub(crate) async fn run(
     req: &ExecRequest,
     out: &mpsc::Sender<ExecEvent>,
 ) -> Result<i32, AdapterError> {
-    check_command(req)?;
+    let stdin = checked_stdin(req)?;
     check_env(&req.env)?;
-    let stdin = stdin_of(req)?;
     instances::ensure(bridge, at).await?;
     let name = &at.backend_ref;
     if let Some(cwd) = &req.cwd {

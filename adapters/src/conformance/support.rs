@@ -10,9 +10,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::Dialect;
-use crate::{
-    Adapter, AdapterError, ByteRange, CreateInstance, ExecEvent, ExecFidelity, InstanceRef,
-};
+use crate::{Adapter, AdapterError, ByteRange, CreateInstance, ExecFidelity, InstanceRef};
 
 /// The instance every check after `create` runs against.
 pub(super) struct Ctx<'a> {
@@ -124,18 +122,9 @@ pub(super) async fn stream(
     at: &InstanceRef,
     req: &ExecRequest,
 ) -> Result<(Vec<u8>, Vec<u8>, i32), AdapterError> {
-    let (tx, mut rx) = mpsc::channel(8);
-    let collect = async {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        while let Some(ev) = rx.recv().await {
-            match ev {
-                ExecEvent::Stdout(b) => out.extend_from_slice(&b),
-                ExecEvent::Stderr(b) => err.extend_from_slice(&b),
-            }
-        }
-        (out, err)
-    };
-    let (exit, (out, err)) = tokio::join!(a.exec_stream(at, req, tx), collect);
+    let (tx, rx) = mpsc::channel(8);
+    let (exit, (out, err)) =
+        tokio::join!(a.exec_stream(at, req, tx), crate::exec_output::whole(rx));
     Ok((out, err, exit?.exit_code))
 }
 

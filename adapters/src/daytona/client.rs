@@ -11,9 +11,7 @@ use super::config::Settings;
 use crate::credentials::Credentials;
 use crate::http::HttpClient;
 use crate::kit::paths::segment;
-use crate::kit::{
-    self, ClientSettings, ConfigError, ErrorAnswer, KeyHeader, ProviderError, Statuses,
-};
+use crate::kit::{self, ConfigError, ErrorAnswer, ProviderError, Statuses};
 use crate::AdapterError;
 
 /// The organization header (keys of several organizations, JWTs).
@@ -47,21 +45,7 @@ pub(crate) enum Side {
 impl Client {
     pub(crate) fn new(settings: &Settings, credentials: &Credentials) -> Result<Self, ConfigError> {
         let build = |service: &str, url: &str| {
-            kit::build_client(
-                &ClientSettings {
-                    service,
-                    base_url: url,
-                    ca_bundle: &settings.ca_bundle,
-                    request_timeout: settings.request_timeout,
-                    credential: &settings.credential,
-                    initial: settings.initial_key.as_ref(),
-                    what: "API key",
-                    header: KeyHeader::Bearer,
-                    errors: map_answer,
-                    retries: 2,
-                },
-                credentials,
-            )
+            kit::bearer_key_client!(settings, credentials, service, url, map_answer)
         };
         Ok(Client {
             api: build("Daytona", &settings.api_url)?,

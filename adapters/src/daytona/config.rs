@@ -2,17 +2,13 @@
 //! the registry can name a badly typed key) and what the adapter runs on after validation
 //! (`Settings`, the API key's reference checked; the key itself is read at call time).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{
-    bad, base_url_or, ca_bundle, opt_bool, opt_u64, poll_interval, resolve_api_key, seconds,
-    ConfigError,
-};
+use crate::settings::{bad, base_url_or, ca_bundle, opt_bool, opt_u64, ConfigError};
 
 /// Daytona Cloud's API.
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
@@ -30,61 +26,49 @@ pub enum Egress {
     None,
 }
 
-/// Client timeouts, in seconds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary API and toolbox calls (default 30).
-    #[serde(deserialize_with = "opt_u64")]
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
     /// Waiting for `started` and the toolbox after create, start or resume (default 180).
-    #[serde(deserialize_with = "opt_u64")]
-    pub ready_seconds: Option<u64>,
+    ready_seconds: from_secs(180),
     /// Longest gap between state and log polls, in milliseconds (default 500).
-    #[serde(deserialize_with = "opt_u64")]
-    pub poll_millis: Option<u64>,
+    poll_millis: from_millis(500),
 }
 
-/// Settings of a `daytona` pool (`adapterSettings`), as written. See `docs/providers.md`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct DaytonaConfig {
-    /// The main API (default Daytona Cloud, `https://app.daytona.io/api`).
-    #[serde(rename = "apiURL", alias = "apiUrl")]
-    pub api_url: Option<String>,
-    /// The toolbox proxy (default `https://proxy.app.daytona.io/toolbox`); the API key is
-    /// sent here too, so it is configured, never taken from an answer.
-    #[serde(rename = "toolboxURL", alias = "toolboxUrl")]
-    pub toolbox_url: Option<String>,
-    /// Sent as `X-Daytona-Organization-ID` (needed only by keys of several organizations).
-    pub organization_id: Option<String>,
-    /// Region to create in (`target`); Daytona's default region when absent.
-    pub target: Option<String>,
-    /// Snapshot sandboxes start from when the sandbox names no template (Daytona's default
-    /// snapshot when absent). With a snapshot Daytona refuses resources: it sets the size.
-    pub snapshot: Option<String>,
-    /// Whether the pool's sandboxes can pause (Daytona pauses VM-class sandboxes only).
-    #[serde(deserialize_with = "opt_bool")]
-    pub pause: Option<bool>,
-    /// `public` (default) or `none` (`networkBlockAll`).
-    pub egress: Option<Egress>,
-    /// Lifetime of a signed preview URL when the caller gives none (default 3600).
-    #[serde(
-        rename = "portURLSeconds",
-        alias = "portUrlSeconds",
-        deserialize_with = "opt_u64"
-    )]
-    pub port_url_seconds: Option<u64>,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// PEM file of extra CA certificates (a self-hosted Daytona behind a private CA).
-    pub ca_bundle: Option<PathBuf>,
-    /// Credential by reference: the environment variable holding the API key.
-    pub api_key_env: Option<String>,
-    /// Credential by reference: a file holding the API key.
-    pub api_key_file: Option<PathBuf>,
-    /// Credential by reference: a secret stored sealed in Differently.
-    pub api_key_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of a `daytona` pool (`adapterSettings`), as written. See `docs/providers.md`.
+    pub struct DaytonaConfig {
+        /// The main API (default Daytona Cloud, `https://app.daytona.io/api`).
+        #[serde(rename = "apiURL", alias = "apiUrl")]
+        pub api_url: Option<String>,
+        /// The toolbox proxy (default `https://proxy.app.daytona.io/toolbox`); the API key is
+        /// sent here too, so it is configured, never taken from an answer.
+        #[serde(rename = "toolboxURL", alias = "toolboxUrl")]
+        pub toolbox_url: Option<String>,
+        /// Sent as `X-Daytona-Organization-ID` (needed only by keys of several organizations).
+        pub organization_id: Option<String>,
+        /// Region to create in (`target`); Daytona's default region when absent.
+        pub target: Option<String>,
+        /// Snapshot sandboxes start from when the sandbox names no template (Daytona's default
+        /// snapshot when absent). With a snapshot Daytona refuses resources: it sets the size.
+        pub snapshot: Option<String>,
+        /// Whether the pool's sandboxes can pause (Daytona pauses VM-class sandboxes only).
+        #[serde(deserialize_with = "opt_bool")]
+        pub pause: Option<bool>,
+        /// `public` (default) or `none` (`networkBlockAll`).
+        pub egress: Option<Egress>,
+        /// Lifetime of a signed preview URL when the caller gives none (default 3600).
+        #[serde(
+            rename = "portURLSeconds",
+            alias = "portUrlSeconds",
+            deserialize_with = "opt_u64"
+        )]
+        pub port_url_seconds: Option<u64>,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+    }
+    credential("apiKey", "API key") { api_key_env, api_key_file, api_key_secret }
+    ca_bundle("PEM file of extra CA certificates (a self-hosted Daytona behind a private CA).")
 }
 
 /// Validated settings.
@@ -127,18 +111,14 @@ impl DaytonaConfig {
             return bad("organizationId", "must be printable ASCII without spaces");
         }
         let t = &self.timeouts;
-        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let ready_timeout = seconds(t.ready_seconds, 180, "timeouts.readySeconds")?;
-        let poll_interval = poll_interval(t.poll_millis)?;
+        let request_timeout = t.request_seconds()?;
+        let ready_timeout = t.ready_seconds()?;
+        let poll_interval = t.poll_millis()?;
         let port_url_seconds = match self.port_url_seconds.unwrap_or(3600) {
             n if n < 60 => return bad("portURLSeconds", "must be at least 60"),
             n => n,
         };
-        let (credential, initial_key) = resolve_api_key(
-            self.api_key_env.as_deref(),
-            self.api_key_file.as_ref(),
-            self.api_key_secret.as_deref(),
-        )?;
+        let (credential, initial_key) = self.credential()?;
         Ok(Settings {
             api_url,
             toolbox_url,

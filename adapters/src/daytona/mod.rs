@@ -24,11 +24,11 @@ use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use futures::StreamExt;
 
-use crate::credentials::Credentials;
-use crate::exec_output::{millis, stdin_of, CollectedOutput};
+use crate::exec_output::{millis, stdin_of, timed_exit, CollectedOutput};
 use crate::files;
-use crate::kit::paths::{check_path, dns_name};
+use crate::kit::paths::{check_path, dns_name, unique};
 use crate::kit::shell;
+use crate::kit::tags::{self, create_tags, of_installation, of_sandbox, Tagged};
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
@@ -42,7 +42,6 @@ mod toolbox;
 
 pub use crate::settings::ConfigError;
 pub use config::{DaytonaConfig, Settings};
-use sandbox::{LABEL_INSTALLATION, LABEL_SANDBOX};
 
 /// Consecutive failed polls of a running command before the stream gives up.
 const POLL_FAILURES: u32 = 3;
@@ -74,6 +73,18 @@ fn state(s: Option<&str>) -> Option<InstanceState> {
         // resuming, unknown, and states added later.
         _ => InstanceState::Pending,
     })
+}
+
+impl Tagged for sandbox::Sandbox {
+    fn backend_ref(&self) -> &str {
+        &self.id
+    }
+    fn tag(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+    fn state(&self) -> Option<InstanceState> {
+        state(self.state.as_deref())
+    }
 }
 
 /// The Daytona snapshot name of a Differently snapshot id (restore and delete find it by it).
@@ -128,43 +139,17 @@ fn file_entry(dir: &str, f: &toolbox::FileInfo) -> FileEntry {
     }
 }
 
-crate::kit::from_settings!(DaytonaAdapter, "daytona", DaytonaConfig);
+crate::kit::from_settings!(DaytonaAdapter, "daytona", DaytonaConfig => Settings, |settings, credentials| {
+    let client = client::Client::new(&settings, credentials)?;
+    Ok(Self { settings, client })
+});
 
 impl DaytonaAdapter {
-    /// Validates `config` and builds the adapter; the API key is read through `credentials`
-    /// when calls are made, so a replaced secret is used without a rebuild.
-    pub fn with_credentials(
-        config: DaytonaConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        let settings = config.validate()?;
-        let client = client::Client::new(&settings, credentials)?;
-        Ok(Self { settings, client })
-    }
-
-    /// The validated settings (the key inside prints as `***`).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
-    fn instance(s: &sandbox::Sandbox) -> Option<Instance> {
-        let sandbox_id = SandboxId::parse(s.labels.get(LABEL_SANDBOX)?).ok()?;
-        Some(Instance {
-            backend_ref: s.id.clone(),
-            sandbox_id,
-            state: state(s.state.as_deref())?,
-        })
-    }
-
     /// The live Daytona sandboxes labelled with `id` (normally one).
     async fn lookup(&self, id: &SandboxId) -> Result<Vec<sandbox::Sandbox>, AdapterError> {
-        let labels = BTreeMap::from([(LABEL_SANDBOX, id.as_str())]);
+        let labels = BTreeMap::from([(tags::SANDBOX_TAG, id.as_str())]);
         let all = sandbox::list_by_labels(&self.client, &labels).await?;
-        Ok(all
-            .into_iter()
-            .filter(|s| s.labels.get(LABEL_SANDBOX).map(String::as_str) == Some(id.as_str()))
-            .filter(|s| state(s.state.as_deref()).is_some())
-            .collect())
+        Ok(of_sandbox(all, id))
     }
 
     /// Polls until the sandbox is in one of `want`; `error` or disappearing ends the wait.
@@ -239,13 +224,7 @@ impl DaytonaAdapter {
             name: dns_name(&req.sandbox_id),
             snapshot,
             env: req.env.clone(),
-            labels: BTreeMap::from([
-                (LABEL_SANDBOX.to_owned(), req.sandbox_id.as_str().to_owned()),
-                (
-                    LABEL_INSTALLATION.to_owned(),
-                    req.installation_id.as_str().to_owned(),
-                ),
-            ]),
+            labels: create_tags(req),
             target: s.target.clone(),
             cpu: sized.then_some(r.cpu.max(1)),
             memory: sized.then_some(r.memory_mib.div_ceil(1024).max(1)),
@@ -258,7 +237,7 @@ impl DaytonaAdapter {
     /// The one instance to use of those found; several is a race we lost twice: keep the
     /// oldest-listed, the others are the reconciler's.
     async fn adopt(&self, found: sandbox::Sandbox) -> Result<Instance, AdapterError> {
-        let inst = Self::instance(&found)
+        let inst = tags::instance(&found)
             .ok_or_else(|| AdapterError::transient("Daytona sandbox is being deleted"))?;
         match inst.state {
             InstanceState::Failed => Err(AdapterError::permanent(format!(
@@ -316,7 +295,7 @@ impl DaytonaAdapter {
             return Ok(None);
         };
         // The toolbox takes no stdin: the command reads a file it unlinks once opened.
-        let path = format!("/tmp/.differently-stdin-{}", toolbox::uuid_like());
+        let path = format!("/tmp/.differently-stdin-{}", unique());
         let body: ByteStream = Box::pin(futures::stream::once(async move {
             Ok::<_, AdapterError>(Bytes::from(input))
         }));
@@ -439,11 +418,7 @@ impl Adapter for DaytonaAdapter {
             },
         };
         self.ready(&created.id).await?;
-        Ok(Instance {
-            backend_ref: created.id,
-            sandbox_id: req.sandbox_id.clone(),
-            state: InstanceState::Running,
-        })
+        Ok(req.running(created.id))
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
@@ -457,23 +432,13 @@ impl Adapter for DaytonaAdapter {
     }
 
     async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError> {
-        Ok(self
-            .lookup(sandbox_id)
-            .await?
-            .iter()
-            .find_map(Self::instance))
+        Ok(tags::first(&self.lookup(sandbox_id).await?))
     }
 
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
-        let labels = BTreeMap::from([(LABEL_INSTALLATION, installation.as_str())]);
-        Ok(sandbox::list_by_labels(&self.client, &labels)
-            .await?
-            .iter()
-            .filter(|s| {
-                s.labels.get(LABEL_INSTALLATION).map(String::as_str) == Some(installation.as_str())
-            })
-            .filter_map(Self::instance)
-            .collect())
+        let labels = BTreeMap::from([(tags::INSTALLATION_TAG, installation.as_str())]);
+        let all = sandbox::list_by_labels(&self.client, &labels).await?;
+        Ok(of_installation(&all, installation))
     }
 
     async fn exec(&self, at: &InstanceRef, req: &ExecRequest) -> Result<ExecResult, AdapterError> {
@@ -520,33 +485,32 @@ impl Adapter for DaytonaAdapter {
         req: &ExecRequest,
         out: tokio::sync::mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
-        let started = Instant::now();
-        let stdin_file = self.prepare_exec(at, req).await?;
-        let timeout = req.timeout();
-        let script = shell::script(
-            &req.command,
-            &shell::Wrap {
-                env: Some(&req.env),
-                cwd: req.cwd.as_deref(),
-                stdin_file: stdin_file.as_deref(),
-            },
-        );
-        let sid = format!("differently-{}", toolbox::uuid_like());
-        let id = &at.backend_ref;
-        toolbox::create_session(&self.client, id, &sid).await?;
-        let result =
-            match toolbox::session_exec(&self.client, id, &sid, &shell::sh_c(&script)).await {
-                Ok(cmd) => self.follow(at, &sid, &cmd, timeout, &out).await,
-                Err(e) => Err(e),
-            };
-        // Ending the session kills what still runs in it (a timeout, a cancel, an error).
-        if let Err(e) = toolbox::delete_session(&self.client, id, &sid).await {
-            tracing::warn!(error = %e, "daytona: ending an exec session failed");
-        }
-        Ok(ExecExit {
-            exit_code: result?.unwrap_or(124),
-            duration_ms: millis(started.elapsed()),
+        timed_exit(async {
+            let stdin_file = self.prepare_exec(at, req).await?;
+            let timeout = req.timeout();
+            let script = shell::script(
+                &req.command,
+                &shell::Wrap {
+                    env: Some(&req.env),
+                    cwd: req.cwd.as_deref(),
+                    stdin_file: stdin_file.as_deref(),
+                },
+            );
+            let sid = format!("differently-{}", unique());
+            let id = &at.backend_ref;
+            toolbox::create_session(&self.client, id, &sid).await?;
+            let result =
+                match toolbox::session_exec(&self.client, id, &sid, &shell::sh_c(&script)).await {
+                    Ok(cmd) => self.follow(at, &sid, &cmd, timeout, &out).await,
+                    Err(e) => Err(e),
+                };
+            // Ending the session kills what still runs in it (a timeout, a cancel, an error).
+            if let Err(e) = toolbox::delete_session(&self.client, id, &sid).await {
+                tracing::warn!(error = %e, "daytona: ending an exec session failed");
+            }
+            Ok(result?.unwrap_or(124))
         })
+        .await
     }
 
     async fn upload(

@@ -10,11 +10,6 @@ use super::client::{Client, Side};
 use crate::kit::paths::segment;
 use crate::AdapterError;
 
-/// Label carrying Differently's sandbox id (find before create, reconcile).
-pub(crate) const LABEL_SANDBOX: &str = "differently-sandbox-id";
-/// Label carrying the installation id (`list` for the reconciler).
-pub(crate) const LABEL_INSTALLATION: &str = "differently-installation-id";
-
 /// A sandbox as Daytona answers it (list items and full objects; fields we do not read are
 /// ignored, so answers carrying more than the spec says still parse).
 #[derive(Debug, Clone, Deserialize)]

@@ -8,7 +8,7 @@ use reqwest::{Method, Response};
 use serde::{Deserialize, Serialize};
 
 use super::client::{Client, Side};
-use crate::kit::paths::segment;
+use crate::kit::paths::{segment, unique};
 use crate::{AdapterError, ByteStream};
 
 /// The toolbox's code for a command that outlived its `timeout` (a 408, with no output).
@@ -291,7 +291,7 @@ pub(crate) async fn upload(
     path: &str,
     body: ByteStream,
 ) -> Result<(), AdapterError> {
-    let boundary = format!("differently-{}", uuid_like());
+    let boundary = format!("differently-{}", unique());
     let name: String = path
         .rsplit('/')
         .next()
@@ -315,15 +315,4 @@ pub(crate) async fn upload(
         )
         .body(reqwest::Body::wrap_stream(stream));
     file_call(c, rb, "upload", path).await.map(drop)
-}
-
-/// A process-unique token for boundaries and session ids.
-pub(crate) fn uuid_like() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{t:x}{:x}{n:x}", std::process::id())
 }

@@ -183,18 +183,8 @@ fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Never refuses: every setting already has its type.
-impl crate::kit::FromSettings for DevhostAdapter {
-    const KIND: &'static str = "devhost";
-    type Config = DevhostConfig;
-
-    fn from_config(
-        config: DevhostConfig,
-        _credentials: &crate::credentials::Credentials,
-    ) -> Result<Self, crate::settings::ConfigError> {
-        Ok(Self::new(config))
-    }
-}
+// Never refuses: every setting already has its type.
+crate::kit::from_settings!(DevhostAdapter, "devhost", DevhostConfig, infallible);
 
 impl DevhostAdapter {
     /// An adapter rooted at `config.root` (created on first use). Unless `isolation` is

@@ -205,14 +205,10 @@ impl Api {
                 .await
                 .map_err(|e| self.http.transport_error("list sandboxes", e))?;
             let page: Vec<Sandbox> = crate::http::decode_answer(&bytes, "list sandboxes", "E2B")?;
-            // E2B filters by metadata already; checked again so a server that ignored the
-            // filter cannot make us adopt or delete someone else's sandbox.
-            out.extend(page.into_iter().filter(|s| {
-                s.metadata
-                    .as_ref()
-                    .and_then(|m| m.get(key))
-                    .is_some_and(|v| v == value)
-            }));
+            // E2B filters by metadata already; the adapter checks the tags again
+            // (`kit::tags`), so a server that ignored the filter cannot make it adopt or
+            // delete someone else's sandbox.
+            out.extend(page);
             if next.is_none() {
                 return Ok(out);
             }
@@ -374,10 +370,8 @@ pub(crate) fn map_status(
             ))
             .on_field("ttlSeconds"),
         ),
-        408 => AdapterError::transient(text),
-        501 => AdapterError::Unsupported(text),
-        500..=599 => AdapterError::transient(text),
-        _ => AdapterError::permanent(text),
+        // 408, 501, 5xx and other 4xx: the generic table.
+        _ => crate::http::status_error(op, status, &message),
     }
 }
 

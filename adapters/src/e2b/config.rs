@@ -2,7 +2,6 @@
 //! registry can name a badly typed key) and what the adapter runs on ([`Settings`], validated,
 //! with the API key's reference checked; the key itself is read at call time).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -10,7 +9,7 @@ use serde::Deserialize;
 use super::addressing::Envd;
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{bad, base_url, poll_interval, resolve_api_key, seconds, ConfigError};
+use crate::settings::{bad, base_url, ConfigError};
 
 /// How port URLs are handed out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -48,66 +47,58 @@ pub enum AuthScheme {
     Bearer,
 }
 
-/// Client timeouts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary control-plane and envd calls (default 30).
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
     /// The create call, which answers once the microVM runs (default 120).
-    pub create_seconds: Option<u64>,
+    create_seconds: from_secs(120),
     /// Waiting for envd to answer after create or resume (default 60).
-    pub ready_seconds: Option<u64>,
+    ready_seconds: from_secs(60),
     /// Longest silence on an exec stream; envd sends keep-alives (default 90).
-    pub stream_idle_seconds: Option<u64>,
+    stream_idle_seconds: from_secs(90),
     /// Longest gap between readiness polls, in milliseconds (default 500).
-    pub poll_millis: Option<u64>,
+    poll_millis: from_millis(500),
 }
 
-/// Settings of an `e2b` pool (`adapterSettings`), as written. See `docs/providers.md`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct E2bConfig {
-    /// The control-plane API (default `https://api.e2b.app`).
-    #[serde(rename = "apiURL", alias = "apiUrl")]
-    pub api_url: Option<String>,
-    /// Base domain of sandbox hosts (default `e2b.app`; the create answer's `domain` wins).
-    pub domain: Option<String>,
-    /// Reach every sandbox's envd at this one URL with `E2b-Sandbox-Id`/`E2b-Sandbox-Port`
-    /// headers instead of at a host per sandbox (E2B Embed's client-proxy, a self-hosted edge).
-    #[serde(rename = "envdURL", alias = "envdUrl")]
-    pub envd_url: Option<String>,
-    /// envd's base URL per sandbox, with `{port}`, `{sandboxId}` and `{domain}` (default
-    /// `https://{port}-{sandboxId}.{domain}`, E2B's cloud).
-    pub envd_host: Option<String>,
-    /// Dial this `host:port` for every envd call, sending the `envdHost` name as `Host`
-    /// (a proxy reached without wildcard DNS; `http://` patterns only).
-    pub envd_connect_to: Option<String>,
-    /// The header the API key goes in (default `X-API-Key`; `Authorization` with `bearer`).
-    pub auth_header: Option<String>,
-    /// `none` (default: the bare key) or `bearer`.
-    pub auth_scheme: Option<AuthScheme>,
-    /// Template a sandbox without one starts from (default `base`).
-    pub template: Option<String>,
-    /// Linux user commands run as and files belong to (default `user`).
-    pub user: Option<String>,
-    /// The plan's longest sandbox lifetime in seconds (default 3600, the Hobby plan; Pro
-    /// is 86400): a longer TTL is refused at create rather than killed early by E2B.
-    pub max_timeout_seconds: Option<u64>,
-    /// `none` (default) or `public`.
-    pub ports: Option<Ports>,
-    /// `public` (default), `none` or `allowlist`.
-    pub egress: Option<Egress>,
-    /// Destinations allowed with `egress: allowlist`.
-    pub egress_allow: Option<Vec<String>>,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// Credential by reference: the environment variable holding the API key.
-    pub api_key_env: Option<String>,
-    /// Credential by reference: a file holding the API key.
-    pub api_key_file: Option<PathBuf>,
-    /// Credential by reference: a secret stored sealed in Differently.
-    pub api_key_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of an `e2b` pool (`adapterSettings`), as written. See `docs/providers.md`.
+    pub struct E2bConfig {
+        /// The control-plane API (default `https://api.e2b.app`).
+        #[serde(rename = "apiURL", alias = "apiUrl")]
+        pub api_url: Option<String>,
+        /// Base domain of sandbox hosts (default `e2b.app`; the create answer's `domain` wins).
+        pub domain: Option<String>,
+        /// Reach every sandbox's envd at this one URL with `E2b-Sandbox-Id`/`E2b-Sandbox-Port`
+        /// headers instead of at a host per sandbox (E2B Embed's client-proxy, a self-hosted edge).
+        #[serde(rename = "envdURL", alias = "envdUrl")]
+        pub envd_url: Option<String>,
+        /// envd's base URL per sandbox, with `{port}`, `{sandboxId}` and `{domain}` (default
+        /// `https://{port}-{sandboxId}.{domain}`, E2B's cloud).
+        pub envd_host: Option<String>,
+        /// Dial this `host:port` for every envd call, sending the `envdHost` name as `Host`
+        /// (a proxy reached without wildcard DNS; `http://` patterns only).
+        pub envd_connect_to: Option<String>,
+        /// The header the API key goes in (default `X-API-Key`; `Authorization` with `bearer`).
+        pub auth_header: Option<String>,
+        /// `none` (default: the bare key) or `bearer`.
+        pub auth_scheme: Option<AuthScheme>,
+        /// Template a sandbox without one starts from (default `base`).
+        pub template: Option<String>,
+        /// Linux user commands run as and files belong to (default `user`).
+        pub user: Option<String>,
+        /// The plan's longest sandbox lifetime in seconds (default 3600, the Hobby plan; Pro
+        /// is 86400): a longer TTL is refused at create rather than killed early by E2B.
+        pub max_timeout_seconds: Option<u64>,
+        /// `none` (default) or `public`.
+        pub ports: Option<Ports>,
+        /// `public` (default), `none` or `allowlist`.
+        pub egress: Option<Egress>,
+        /// Destinations allowed with `egress: allowlist`.
+        pub egress_allow: Option<Vec<String>>,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+    }
+    credential("apiKey", "API key") { api_key_env, api_key_file, api_key_secret }
 }
 
 /// Validated settings.
@@ -221,16 +212,12 @@ impl E2bConfig {
             );
         }
         let t = &self.timeouts;
-        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let create_timeout = seconds(t.create_seconds, 120, "timeouts.createSeconds")?;
-        let ready_timeout = seconds(t.ready_seconds, 60, "timeouts.readySeconds")?;
-        let stream_idle = seconds(t.stream_idle_seconds, 90, "timeouts.streamIdleSeconds")?;
-        let poll_interval = poll_interval(t.poll_millis)?;
-        let (credential, initial_key) = resolve_api_key(
-            self.api_key_env.as_deref(),
-            self.api_key_file.as_ref(),
-            self.api_key_secret.as_deref(),
-        )?;
+        let request_timeout = t.request_seconds()?;
+        let create_timeout = t.create_seconds()?;
+        let ready_timeout = t.ready_seconds()?;
+        let stream_idle = t.stream_idle_seconds()?;
+        let poll_interval = t.poll_millis()?;
+        let (credential, initial_key) = self.credential()?;
         Ok(Settings {
             api_url,
             domain,

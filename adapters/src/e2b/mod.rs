@@ -10,7 +10,7 @@
 //! the sandbox's own access token (sandboxes are created `secure`). Neither appears in an
 //! error, an event or a port URL. See `docs/providers.md`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -20,9 +20,9 @@ use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use tokio::sync::mpsc;
 
-use crate::credentials::Credentials;
-use crate::exec_output::{check_command, stdin_of, timed_exit};
+use crate::exec_output::{checked_stdin, timed_exit};
 use crate::http::Secret;
+use crate::kit::tags::{self, create_tags, of_installation, of_sandbox, Tagged};
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
@@ -37,15 +37,13 @@ mod envd;
 pub mod envd_version;
 mod target;
 
+/// The metadata keys every sandbox carries (the kit's tags, under this module's names).
+pub use crate::kit::tags::{INSTALLATION_TAG as META_INSTALLATION, SANDBOX_TAG as META_SANDBOX};
 pub use crate::settings::ConfigError;
 pub use config::{E2bConfig, Settings};
 use config::{Egress, Ports};
 use envd::{Failure, RunError, Target};
 
-/// Metadata key holding Differently's sandbox id.
-pub const META_SANDBOX: &str = "differently-sandbox-id";
-/// Metadata key holding Differently's installation id.
-pub const META_INSTALLATION: &str = "differently-installation-id";
 /// How long after Differently's own expiry E2B's timeout fires (so ours acts first).
 const BACKSTOP_MARGIN: u64 = 300;
 
@@ -89,33 +87,18 @@ fn snapshot_template(backend_ref: &str) -> &str {
     no_ns.split(':').next().unwrap_or(no_ns)
 }
 
-crate::kit::from_settings!(E2bAdapter, "e2b", E2bConfig);
+crate::kit::from_settings!(E2bAdapter, "e2b", E2bConfig => Settings, |settings, credentials| {
+    let api = api::Api::new(&settings, credentials)
+        .map_err(|e| crate::kit::client::config_error(e, "apiURL"))?;
+    Ok(E2bAdapter {
+        settings,
+        api,
+        targets: Mutex::new(HashMap::new()),
+        last_envd: Mutex::new(None),
+    })
+});
 
 impl E2bAdapter {
-    /// Validates `config` and builds the adapter; the API key is read through
-    /// `credentials` when calls are made.
-    pub fn with_credentials(
-        config: E2bConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        let settings = config.validate()?;
-        let api = api::Api::new(&settings, credentials).map_err(|e| ConfigError {
-            field: "apiURL".to_owned(),
-            message: e.to_string(),
-        })?;
-        Ok(E2bAdapter {
-            settings,
-            api,
-            targets: Mutex::new(HashMap::new()),
-            last_envd: Mutex::new(None),
-        })
-    }
-
-    /// The validated settings (the key inside prints as `***`).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     fn state(s: Option<&str>) -> InstanceState {
         match s {
             Some("paused") => InstanceState::Paused,
@@ -123,15 +106,6 @@ impl E2bAdapter {
             Some("running") | None => InstanceState::Running,
             Some(_) => InstanceState::Pending,
         }
-    }
-
-    fn instance(s: &api::Sandbox) -> Option<Instance> {
-        let tagged = s.metadata.as_ref()?.get(META_SANDBOX)?;
-        Some(Instance {
-            backend_ref: s.sandbox_id.clone(),
-            sandbox_id: SandboxId::parse(tagged).ok()?,
-            state: Self::state(s.state.as_deref()),
-        })
     }
 
     /// Keeps the envd target of `s`; refuses an envd version the adapter cannot speak to.
@@ -291,13 +265,7 @@ impl E2bAdapter {
             timeout: self.backstop(req.ttl_seconds)?,
             auto_pause: false,
             secure: true,
-            metadata: BTreeMap::from([
-                (META_SANDBOX.to_owned(), req.sandbox_id.as_str().to_owned()),
-                (
-                    META_INSTALLATION.to_owned(),
-                    req.installation_id.as_str().to_owned(),
-                ),
-            ]),
+            metadata: create_tags(req),
             env_vars: req.env.clone(),
             ..Default::default()
         };
@@ -319,7 +287,11 @@ impl E2bAdapter {
 
     /// The live sandboxes tagged with `id` (normally one).
     async fn lookup(&self, id: &SandboxId) -> Result<Vec<api::Sandbox>, AdapterError> {
-        self.api.list_by_metadata(META_SANDBOX, id.as_str()).await
+        let all = self
+            .api
+            .list_by_metadata(tags::SANDBOX_TAG, id.as_str())
+            .await?;
+        Ok(of_sandbox(all, id))
     }
 
     /// Resumes (or just reaches) a sandbox and waits for envd.
@@ -339,8 +311,7 @@ impl E2bAdapter {
         req: &ExecRequest,
         out: &mpsc::Sender<ExecEvent>,
     ) -> Result<i32, AdapterError> {
-        check_command(req)?;
-        let stdin = stdin_of(req)?;
+        let stdin = checked_stdin(req)?;
         let cmd = envd::Command {
             argv: req.command.clone(),
             env: req.env.clone(),
@@ -376,6 +347,18 @@ impl E2bAdapter {
                 "{capability} is not offered by this E2B pool"
             )))
         }
+    }
+}
+
+impl Tagged for api::Sandbox {
+    fn backend_ref(&self) -> &str {
+        &self.sandbox_id
+    }
+    fn tag(&self, key: &str) -> Option<&str> {
+        self.metadata.as_ref()?.get(key).map(String::as_str)
+    }
+    fn state(&self) -> Option<InstanceState> {
+        Some(E2bAdapter::state(self.state.as_deref()))
     }
 }
 
@@ -418,11 +401,7 @@ impl Adapter for E2bAdapter {
             } else {
                 self.wait_ready(&id).await?;
             }
-            return Ok(Instance {
-                backend_ref: id,
-                sandbox_id: req.sandbox_id.clone(),
-                state: InstanceState::Running,
-            });
+            return Ok(req.running(id));
         }
         let body = self.create_body(req)?;
         let created = self.api.create(&body, self.settings.create_timeout).await?;
@@ -439,11 +418,7 @@ impl Adapter for E2bAdapter {
             }
             return Err(e);
         }
-        Ok(Instance {
-            backend_ref: created.sandbox_id,
-            sandbox_id: req.sandbox_id.clone(),
-            state: InstanceState::Running,
-        })
+        Ok(req.running(created.sandbox_id))
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
@@ -456,21 +431,15 @@ impl Adapter for E2bAdapter {
     }
 
     async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError> {
-        Ok(self
-            .lookup(sandbox_id)
-            .await?
-            .iter()
-            .find_map(Self::instance))
+        Ok(tags::first(&self.lookup(sandbox_id).await?))
     }
 
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
         let all = self
             .api
-            .list_by_metadata(META_INSTALLATION, installation.as_str())
+            .list_by_metadata(tags::INSTALLATION_TAG, installation.as_str())
             .await?;
-        let mut out: Vec<Instance> = all.iter().filter_map(Self::instance).collect();
-        out.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
-        Ok(out)
+        Ok(of_installation(&all, installation))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {

@@ -83,7 +83,7 @@ use ledger::{parse_lines, State};
 use programs::{emit, plan, stdin_of, yes_bytes, Output};
 
 use crate::error::Reason;
-use crate::exec_output::{millis, CollectedOutput};
+use crate::exec_output::{millis, timed_exit, CollectedOutput};
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
     ExecEvent, ExecExit, FileEntry, Instance, InstanceRef, InstanceState, PtyInput, PtyRequest,
@@ -180,18 +180,8 @@ pub struct FakeAdapter {
     scratch: PathBuf,
 }
 
-/// Never refuses: every setting already has its type.
-impl crate::kit::FromSettings for FakeAdapter {
-    const KIND: &'static str = "fake";
-    type Config = FakeConfig;
-
-    fn from_config(
-        config: FakeConfig,
-        _credentials: &crate::credentials::Credentials,
-    ) -> Result<Self, crate::settings::ConfigError> {
-        Ok(Self::new(config))
-    }
-}
+// Never refuses: every setting already has its type.
+crate::kit::from_settings!(FakeAdapter, "fake", FakeConfig, infallible);
 
 impl FakeAdapter {
     /// A fake with the given settings. A file ledger is created lazily on the first call.
@@ -501,32 +491,30 @@ impl Adapter for FakeAdapter {
         out: mpsc::Sender<ExecEvent>,
     ) -> Result<ExecExit, AdapterError> {
         self.require(Capability::ExecStream)?;
-        let started = Instant::now();
-        self.exec_line(at, req.program(), None).await?;
-        let plan = plan(req, stdin_of(req)?);
-        let run = async {
-            if let Some(d) = plan.sleep {
-                tokio::time::sleep(d).await;
-            }
-            emit(&plan, &out).await
-        };
-        let outcome = tokio::select! {
-            r = tokio::time::timeout(req.timeout(), run) => r,
-            _ = out.closed() => Ok(Err(())),
-        };
-        let exit_code = match outcome {
-            Ok(Ok(())) => plan.exit_code,
-            Err(_) => TIMEOUT_EXIT_CODE,
-            Ok(Err(())) => {
-                self.exec_line(at, req.program(), Some(LedgerOutcome::Cancelled))
-                    .await?;
-                128 + 9
-            }
-        };
-        Ok(ExecExit {
-            exit_code,
-            duration_ms: millis(started.elapsed()),
+        timed_exit(async {
+            self.exec_line(at, req.program(), None).await?;
+            let plan = plan(req, stdin_of(req)?);
+            let run = async {
+                if let Some(d) = plan.sleep {
+                    tokio::time::sleep(d).await;
+                }
+                emit(&plan, &out).await
+            };
+            let outcome = tokio::select! {
+                r = tokio::time::timeout(req.timeout(), run) => r,
+                _ = out.closed() => Ok(Err(())),
+            };
+            Ok(match outcome {
+                Ok(Ok(())) => plan.exit_code,
+                Err(_) => TIMEOUT_EXIT_CODE,
+                Ok(Err(())) => {
+                    self.exec_line(at, req.program(), Some(LedgerOutcome::Cancelled))
+                        .await?;
+                    128 + 9
+                }
+            })
         })
+        .await
     }
 
     async fn pty(
@@ -537,13 +525,11 @@ impl Adapter for FakeAdapter {
         out: mpsc::Sender<bytes::Bytes>,
     ) -> Result<ExecExit, AdapterError> {
         self.require(Capability::ExecPty)?;
-        let started = Instant::now();
-        self.exec_line(at, req.program(), None).await?;
-        let exit_code = terminal::run(req.size, input, out).await;
-        Ok(ExecExit {
-            exit_code,
-            duration_ms: millis(started.elapsed()),
+        timed_exit(async {
+            self.exec_line(at, req.program(), None).await?;
+            Ok(terminal::run(req.size, input, out).await)
         })
+        .await
     }
 
     async fn upload(

@@ -11,7 +11,7 @@ use super::config::Settings;
 use crate::credentials::Credentials;
 use crate::http::HttpClient;
 use crate::kit::paths::segment;
-use crate::kit::{self, ClientSettings, ConfigError, ErrorAnswer, KeyHeader, Statuses};
+use crate::kit::{self, ConfigError, ErrorAnswer, Statuses};
 use crate::AdapterError;
 
 pub(crate) use crate::kit::{INSTALLATION_TAG as META_INSTALLATION, SANDBOX_TAG as META_SANDBOX};
@@ -44,20 +44,12 @@ pub(crate) fn client(
     settings: &Settings,
     credentials: &Credentials,
 ) -> Result<Client, ConfigError> {
-    kit::build_client(
-        &ClientSettings {
-            service: "Freestyle",
-            base_url: &settings.api_url,
-            ca_bundle: &settings.ca_bundle,
-            request_timeout: settings.request_timeout,
-            credential: &settings.credential,
-            initial: settings.initial_key.as_ref(),
-            what: "API key",
-            header: KeyHeader::Bearer,
-            errors: map_answer,
-            retries: 2,
-        },
+    kit::bearer_key_client!(
+        settings,
         credentials,
+        "Freestyle",
+        &settings.api_url,
+        map_answer
     )
 }
 

@@ -1,16 +1,11 @@
 //! Settings of a `freestyle` pool: what an operator writes (`FreestyleConfig`, every key
 //! optional so the registry can name a badly typed key) and what the adapter runs on.
 
-use std::path::PathBuf;
 use std::time::Duration;
-
-use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{
-    bad, base_url_or, ca_bundle, opt_u64, poll_interval, resolve_api_key, seconds, ConfigError,
-};
+use crate::settings::{bad, base_url_or, ca_bundle, opt_u64, ConfigError};
 
 /// Freestyle's API.
 pub const DEFAULT_API_URL: &str = "https://api.freestyle.sh";
@@ -20,50 +15,38 @@ pub const DEFAULT_SNAPSHOT: &str = "freestyle/ubuntu";
 /// Where the sandbox's environment file goes by default.
 pub const DEFAULT_ENV_FILE: &str = "/etc/differently.env";
 
-/// Client timeouts, in seconds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary API calls (default 30).
-    #[serde(deserialize_with = "opt_u64")]
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
     /// Waiting for `running` after create or start, `stopped` after stop (default 180).
-    #[serde(deserialize_with = "opt_u64")]
-    pub ready_seconds: Option<u64>,
+    ready_seconds: from_secs(180),
     /// Longest gap between state polls, in milliseconds (default 500).
-    #[serde(deserialize_with = "opt_u64")]
-    pub poll_millis: Option<u64>,
+    poll_millis: from_millis(500),
 }
 
-/// Settings of a `freestyle` pool (`adapterSettings`), as written. See `docs/providers.md`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FreestyleConfig {
-    /// The API (default `https://api.freestyle.sh`).
-    #[serde(rename = "apiURL", alias = "apiUrl")]
-    pub api_url: Option<String>,
-    /// Snapshot VMs start from when the sandbox names no template (default `freestyle/ubuntu`;
-    /// the public `freestyle/ubuntu-sm` … `-3xl` set the size).
-    pub snapshot: Option<String>,
-    /// The VM firewall's rules, passed to Freestyle as written. None (the default) means the
-    /// VM reaches nothing outside (seen live); ports still work.
-    pub firewall_rules: Option<Vec<serde_json::Value>>,
-    /// Pause the VM after this much idleness (Freestyle's `idleTimeoutSeconds`); unset: never.
-    #[serde(deserialize_with = "opt_u64")]
-    pub idle_timeout_seconds: Option<u64>,
-    /// Where the sandbox's environment is written for every command to source (default
-    /// `/etc/differently.env`; not under `/tmp`, which Freestyle empties at boot).
-    pub env_file: Option<String>,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// PEM file of extra CA certificates.
-    pub ca_bundle: Option<PathBuf>,
-    /// Credential by reference: the environment variable holding the API key.
-    pub api_key_env: Option<String>,
-    /// Credential by reference: a file holding the API key.
-    pub api_key_file: Option<PathBuf>,
-    /// Credential by reference: a secret stored sealed in Differently.
-    pub api_key_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of a `freestyle` pool (`adapterSettings`), as written. See `docs/providers.md`.
+    pub struct FreestyleConfig {
+        /// The API (default `https://api.freestyle.sh`).
+        #[serde(rename = "apiURL", alias = "apiUrl")]
+        pub api_url: Option<String>,
+        /// Snapshot VMs start from when the sandbox names no template (default `freestyle/ubuntu`;
+        /// the public `freestyle/ubuntu-sm` … `-3xl` set the size).
+        pub snapshot: Option<String>,
+        /// The VM firewall's rules, passed to Freestyle as written. None (the default) means the
+        /// VM reaches nothing outside (seen live); ports still work.
+        pub firewall_rules: Option<Vec<serde_json::Value>>,
+        /// Pause the VM after this much idleness (Freestyle's `idleTimeoutSeconds`); unset: never.
+        #[serde(deserialize_with = "opt_u64")]
+        pub idle_timeout_seconds: Option<u64>,
+        /// Where the sandbox's environment is written for every command to source (default
+        /// `/etc/differently.env`; not under `/tmp`, which Freestyle empties at boot).
+        pub env_file: Option<String>,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+    }
+    credential("apiKey", "API key") { api_key_env, api_key_file, api_key_secret }
+    ca_bundle("PEM file of extra CA certificates.")
 }
 
 /// Validated settings.
@@ -127,14 +110,10 @@ impl FreestyleConfig {
             Some(f) => f.to_owned(),
         };
         let t = &self.timeouts;
-        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let ready_timeout = seconds(t.ready_seconds, 180, "timeouts.readySeconds")?;
-        let poll_interval = poll_interval(t.poll_millis)?;
-        let (credential, initial_key) = resolve_api_key(
-            self.api_key_env.as_deref(),
-            self.api_key_file.as_ref(),
-            self.api_key_secret.as_deref(),
-        )?;
+        let request_timeout = t.request_seconds()?;
+        let ready_timeout = t.ready_seconds()?;
+        let poll_interval = t.poll_millis()?;
+        let (credential, initial_key) = self.credential()?;
         Ok(Settings {
             api_url,
             snapshot,

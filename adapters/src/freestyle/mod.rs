@@ -21,7 +21,6 @@ use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 use futures::StreamExt;
 
-use crate::credentials::Credentials;
 use crate::exec_output::{millis, stdin_of, CollectedOutput};
 use crate::files;
 use crate::kit::paths::{check_path, dns_name};
@@ -67,24 +66,12 @@ impl std::fmt::Debug for FreestyleAdapter {
     }
 }
 
-crate::kit::from_settings!(FreestyleAdapter, "freestyle", FreestyleConfig);
+crate::kit::from_settings!(FreestyleAdapter, "freestyle", FreestyleConfig => Settings, |settings, credentials| {
+    let client = api::client(&settings, credentials)?;
+    Ok(Self { settings, client })
+});
 
 impl FreestyleAdapter {
-    /// Validates `config` and builds the adapter; the key is read at call time.
-    pub fn with_credentials(
-        config: FreestyleConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        let settings = config.validate()?;
-        let client = api::client(&settings, credentials)?;
-        Ok(Self { settings, client })
-    }
-
-    /// The validated settings (the key inside prints as `***`).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     fn instance(vm: &api::Vm) -> Option<Instance> {
         let sandbox_id = SandboxId::parse(vm.metadata.get(META_SANDBOX)?).ok()?;
         Some(Instance {
@@ -256,11 +243,7 @@ impl Adapter for FreestyleAdapter {
         if !req.env.is_empty() {
             self.write_env(&vm.id, &req.env).await?;
         }
-        Ok(Instance {
-            backend_ref: vm.id,
-            sandbox_id: req.sandbox_id.clone(),
-            state: InstanceState::Running,
-        })
+        Ok(req.running(vm.id))
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {

@@ -56,8 +56,48 @@ pub trait FromSettings: Adapter + Sized {
 /// impl (through the adapter's own `with_credentials(config, credentials)`) and `new(config)`,
 /// the same build with no stored-secret source. One line per provider instead of the same
 /// two constructors written out in each.
+///
+/// With `Config => Settings, |settings, credentials| { … }` it also writes
+/// `with_credentials` (validate, then the block builds `Self` from the validated settings)
+/// and the `settings()` accessor, for an adapter that keeps them in a `settings` field.
+/// With `Config, infallible` the adapter's own `new(config) -> Self` builds it (local kinds
+/// with no credential).
 macro_rules! from_settings {
-    ($adapter:ty, $kind:literal, $config:ty) => {
+    ($adapter:ty, $kind:expr, $config:ty => $settings_ty:ty, |$settings:ident, $credentials:ident| $build:block) => {
+        $crate::kit::from_settings!($adapter, $kind, $config);
+
+        impl $adapter {
+            /// Validates `config` and builds the adapter; the credential is read through
+            /// `credentials` when calls are made, so a replaced secret or rotated file is used
+            /// without a rebuild.
+            pub fn with_credentials(
+                config: $config,
+                $credentials: &$crate::credentials::Credentials,
+            ) -> Result<Self, $crate::settings::ConfigError> {
+                let $settings = config.validate()?;
+                $build
+            }
+
+            /// The validated settings (a credential inside prints as `***`).
+            pub fn settings(&self) -> &$settings_ty {
+                &self.settings
+            }
+        }
+    };
+    ($adapter:ty, $kind:expr, $config:ty, infallible) => {
+        impl $crate::kit::FromSettings for $adapter {
+            const KIND: &'static str = $kind;
+            type Config = $config;
+
+            fn from_config(
+                config: $config,
+                _credentials: &$crate::credentials::Credentials,
+            ) -> Result<Self, $crate::settings::ConfigError> {
+                Ok(Self::new(config))
+            }
+        }
+    };
+    ($adapter:ty, $kind:expr, $config:ty) => {
         impl $crate::kit::FromSettings for $adapter {
             const KIND: &'static str = $kind;
             type Config = $config;

@@ -67,6 +67,31 @@ pub fn build_client(
         .map_err(|e| config_error(e, "apiURL"))
 }
 
+/// Builds the client of a kind whose backend reads its API key as `Authorization: Bearer`,
+/// from validated settings with the usual `ca_bundle`, `request_timeout`, `credential` and
+/// `initial_key` fields (two retries):
+/// `bearer_key_client!(settings, credentials, "Freestyle", &settings.api_url, map_answer)`.
+macro_rules! bearer_key_client {
+    ($settings:expr, $credentials:expr, $service:expr, $base_url:expr, $errors:expr) => {
+        $crate::kit::build_client(
+            &$crate::kit::ClientSettings {
+                service: $service,
+                base_url: $base_url,
+                ca_bundle: &$settings.ca_bundle,
+                request_timeout: $settings.request_timeout,
+                credential: &$settings.credential,
+                initial: $settings.initial_key.as_ref(),
+                what: "API key",
+                header: $crate::kit::KeyHeader::Bearer,
+                errors: $errors,
+                retries: 2,
+            },
+            $credentials,
+        )
+    };
+}
+pub(crate) use bearer_key_client;
+
 /// The setting an [`HttpConfigError`] is about; `url_field` is the kind's base URL key,
 /// which a client reqwest cannot build is blamed on.
 pub fn config_error(e: HttpConfigError, url_field: &str) -> ConfigError {

@@ -2,7 +2,8 @@
 //! own folder plus one registry row and copies no other provider's code.
 //!
 //! - settings: [`parse`] (errors name the key), the checks in [`crate::settings`]
-//!   (credential references, base URLs, CA bundles, timeouts), [`ConfigError`];
+//!   (credential references, base URLs, CA bundles, timeouts), [`ConfigError`]; the shared
+//!   keys declared by [`config`]'s `pool_config!` (credential, CA bundle) and `timeouts!`;
 //! - construction: [`FromSettings`] and [`build`] (the registry row), [`build_client`];
 //! - HTTP: [`crate::http::HttpClient`] with `send_ok`/`json`/`error_of`, whose error answers
 //!   go through the provider's [`ErrorMapper`], usually [`Statuses::map`] after the
@@ -17,6 +18,7 @@
 pub mod answers;
 pub mod build;
 pub mod client;
+pub mod config;
 pub mod errors;
 pub mod paths;
 pub mod shell;
@@ -24,7 +26,9 @@ pub mod tags;
 
 pub(crate) use build::from_settings;
 pub use build::{build, parse, AdapterConfigError, FromSettings};
+pub(crate) use client::bearer_key_client;
 pub use client::{build_client, ClientSettings, KeyHeader};
+pub(crate) use config::{pool_config, timeouts};
 pub use errors::{ErrorAnswer, ProviderError, Statuses};
 pub use tags::{Tagged, INSTALLATION_TAG, SANDBOX_TAG};
 

@@ -1,10 +1,23 @@
 //! Small things about names and paths that every HTTP provider gets wrong the same way if
 //! each writes its own: a provider id put in a URL path, a sandbox path a command is given,
-//! and a sandbox id as a DNS-style name.
+//! a sandbox id as a DNS-style name, and a unique token for temporary names.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use differently_core::SandboxId;
 
 use crate::AdapterError;
+
+/// A token unique to this process and moment (time, process id, counter): hex digits and
+/// dashes, for temporary file names, multipart boundaries and session ids.
+pub fn unique() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{t:x}-{:x}-{n:x}", std::process::id())
+}
 
 /// One URL path segment, percent-encoded (ids come from the provider; never trust them in a
 /// path). Unreserved characters (RFC 3986 §2.3) stay as they are.
@@ -56,5 +69,8 @@ mod tests {
             !name.contains('_') && name == name.to_ascii_lowercase(),
             "{name}"
         );
+        let (a, b) = (unique(), unique());
+        assert_ne!(a, b);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit() || c == '-'), "{a}");
     }
 }

@@ -58,14 +58,22 @@ pub fn of_sandbox<T: Tagged>(records: Vec<T>, id: &SandboxId) -> Vec<T> {
         .collect()
 }
 
+/// The first of `records` (a lookup's answer) that stands for an instance: what `find`
+/// answers.
+pub fn first<T: Tagged>(records: &[T]) -> Option<Instance> {
+    records.iter().find_map(instance)
+}
+
 /// The instances among `records` tagged with `installation` (live ones with a valid
-/// sandbox id).
+/// sandbox id), ordered by sandbox id so a listing reads the same every time.
 pub fn of_installation<T: Tagged>(records: &[T], installation: &InstallationId) -> Vec<Instance> {
-    records
+    let mut out: Vec<Instance> = records
         .iter()
         .filter(|r| r.tag(INSTALLATION_TAG) == Some(installation.as_str()))
         .filter_map(instance)
-        .collect()
+        .collect();
+    out.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
+    out
 }
 
 #[cfg(test)]

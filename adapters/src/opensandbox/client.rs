@@ -3,12 +3,14 @@
 //! the server's own origin and read at send time, scrubbing, TLS, timeouts) is the shared
 //! [`crate::http::HttpClient`].
 
+use bytes::Bytes;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 
 use super::config::Settings;
 use crate::credentials::Credentials;
 use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
+use crate::kit::ErrorAnswer;
 use crate::AdapterError;
 
 /// Header the OpenSandbox server reads its API key from.
@@ -35,6 +37,7 @@ impl Client {
             .connect_timeout(std::time::Duration::from_secs(10))
             .request_timeout(settings.request_timeout)
             .ca_bundle(settings.ca_bundle.clone())
+            .errors(map_answer)
             .build(credentials)?;
         Ok(Self { http })
     }
@@ -71,18 +74,13 @@ impl Client {
         self.http.send(rb, op).await
     }
 
-    /// Sends and requires a 2xx answer.
+    /// Sends and requires a 2xx answer; an error answer goes through [`map_status`].
     pub(crate) async fn send_ok(
         &self,
         rb: RequestBuilder,
         op: &str,
     ) -> Result<Response, AdapterError> {
-        let resp = self.send(rb, op).await?;
-        if resp.status().is_success() {
-            Ok(resp)
-        } else {
-            Err(self.status_error(op, resp).await)
-        }
+        self.http.send_ok(rb, op).await
     }
 
     /// Sends, requires 2xx and decodes a JSON body.
@@ -91,12 +89,7 @@ impl Client {
         rb: RequestBuilder,
         op: &str,
     ) -> Result<T, AdapterError> {
-        let resp = self.send_ok(rb, op).await?;
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(op, e))?;
-        crate::http::decode_answer(&bytes, op, "OpenSandbox")
+        self.http.json(rb, op).await
     }
 
     /// Maps a transport failure: unreachable → Unavailable, everything else → Transient.
@@ -104,25 +97,29 @@ impl Client {
         self.http.transport_error(op, e)
     }
 
-    /// Maps an error answer already read. A refused key is read again on the next call, so
-    /// a key replaced after the server stopped accepting the old one is picked up at once.
+    /// Maps an error answer already read (the kit client re-reads a refused key and
+    /// scrubs the message).
     pub(crate) fn map(&self, op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
-        if matches!(status.as_u16(), 401 | 403) {
-            self.http.forget_credential();
-        }
-        self.http.scrub_error(map_status(op, status, body))
+        let answer = ErrorAnswer {
+            status,
+            retry_after: None,
+            body: Bytes::copy_from_slice(body),
+        };
+        self.http.map_answer(op, &answer)
     }
 
-    /// Reads an error answer and maps it by status and error code; a 429's `Retry-After`
-    /// rides on the (transient) error, for the worker's back-off.
+    /// Reads an error answer and maps it.
     pub(crate) async fn status_error(&self, op: &str, resp: Response) -> AdapterError {
-        let status = resp.status();
-        let wait = crate::http::retry_after(resp.headers());
-        let body = resp.bytes().await.unwrap_or_default();
-        match (self.map(op, status, &body), wait) {
-            (AdapterError::Transient(r), Some(w)) => AdapterError::Transient(r.with_retry_after(w)),
-            (e, _) => e,
-        }
+        self.http.error_of(op, resp).await
+    }
+}
+
+/// An error answer through [`map_status`]; a 429's `Retry-After` rides on the (transient)
+/// error, for the worker's back-off.
+fn map_answer(op: &str, a: &ErrorAnswer) -> AdapterError {
+    match (map_status(op, a.status, &a.body), a.retry_after) {
+        (AdapterError::Transient(r), Some(w)) => AdapterError::Transient(r.with_retry_after(w)),
+        (e, _) => e,
     }
 }
 
@@ -196,7 +193,7 @@ pub(crate) fn parse_error(status: StatusCode, body: &[u8]) -> ServerError {
 }
 
 /// Status and code → `AdapterError`. Unknown codes fall back to the status. Messages may
-/// quote the server: callers scrub them (`Client::map`).
+/// quote the server: the client scrubs them.
 fn map_status(op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
     let err = parse_error(status, body);
     let suffix = code_suffix(&err.code);

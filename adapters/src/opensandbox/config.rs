@@ -6,16 +6,12 @@
 //! Pool config values are often strings (`"true"`, `"exec,files"`), so booleans, numbers and
 //! lists also accept their string forms.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use differently_core::sandbox::KNOWN_CAPABILITIES;
 use serde::{Deserialize, Deserializer};
 
-use crate::settings::{
-    bad, base_url, ca_bundle, opt_bool, opt_u64, poll_interval, resolve_api_key, seconds,
-    ConfigError,
-};
+use crate::settings::{bad, base_url, ca_bundle, opt_bool, opt_u64, seconds, ConfigError};
 use crate::Capability;
 
 /// Who operates the OpenSandbox server; Differently cannot tell, so it must be declared.
@@ -87,94 +83,78 @@ pub enum Egress {
     Allowlist,
 }
 
-/// Client timeouts, in seconds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary API and execd calls (default 30).
-    #[serde(deserialize_with = "opt_u64")]
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
     /// The create call itself; the Docker runtime pulls the image inside it (default 600).
-    #[serde(deserialize_with = "opt_u64")]
-    pub create_seconds: Option<u64>,
+    create_seconds: from_secs(600),
     /// Waiting for `Running` and for execd to answer after create or resume (default 180).
-    #[serde(deserialize_with = "opt_u64")]
-    pub ready_seconds: Option<u64>,
+    ready_seconds: from_secs(180),
     /// Longest silence on an exec stream; execd pings every 3 s (default 60).
-    #[serde(deserialize_with = "opt_u64")]
-    pub stream_idle_seconds: Option<u64>,
+    stream_idle_seconds: from_secs(60),
     /// Longest gap between state polls, in milliseconds (default 500); polls start 10 ms
     /// apart and double up to it (`crate::poll`).
-    #[serde(deserialize_with = "opt_u64")]
-    pub poll_millis: Option<u64>,
+    poll_millis: from_millis(500),
 }
 
-/// Settings of an `opensandbox` pool (`adapterSettings`), as written. See `docs/opensandbox.md`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct OpenSandboxConfig {
-    /// The lifecycle API, ending in `/v1` (required; `http://` or `https://`).
-    #[serde(rename = "apiURL", alias = "apiUrl")]
-    pub api_url: Option<String>,
-    /// `private` or `external` (required).
-    pub trust: Option<Trust>,
-    /// Default image URI (default `ubuntu:24.04`); a sandbox template overrides it.
-    pub image: Option<String>,
-    /// `container` (default) or `microvm` (default and required for `fastsandbox`).
-    pub isolation: Option<Isolation>,
-    /// `docker` (default), `kubernetes` or `fastsandbox`.
-    pub runtime: Option<Runtime>,
-    /// Fast Sandbox template (required for, and only for, `runtime: fastsandbox`).
-    pub template_id: Option<String>,
-    /// Replaces the advertised capability list (list or comma string).
-    #[serde(deserialize_with = "opt_list")]
-    pub features: Option<Vec<String>>,
-    /// Reach execd through the server's proxy (`true`) or its own endpoint (`false`);
-    /// unset: by the server's version (proxy before 1.3, direct from 1.3), direct for
-    /// `fastsandbox`.
-    #[serde(deserialize_with = "opt_bool")]
-    pub use_server_proxy: Option<bool>,
-    /// `stripped` (default, execd 1.1) or `kept` (execd 1.2).
-    pub line_endings: Option<LineEndings>,
-    /// `none` (default) or `signed`.
-    pub ports: Option<Ports>,
-    /// Lifetime of a signed port URL (default 3600).
-    #[serde(
-        rename = "portURLSeconds",
-        alias = "portUrlSeconds",
-        deserialize_with = "opt_u64"
-    )]
-    pub port_url_seconds: Option<u64>,
-    /// `https` (default) or `http`, put in front of port URLs.
-    pub port_scheme: Option<PortScheme>,
-    /// `public` (default), `none` or `allowlist`.
-    pub egress: Option<Egress>,
-    /// Hosts allowed with `egress: allowlist` (list or comma string).
-    #[serde(deserialize_with = "opt_list")]
-    pub egress_allow: Option<Vec<String>>,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// Fast Sandbox restore size: the SandboxPool's CPU (e.g. `2`).
-    #[serde(rename = "poolCPU", alias = "poolCpu")]
-    pub pool_cpu: Option<String>,
-    /// Fast Sandbox restore size: the SandboxPool's memory (e.g. `4Gi`).
-    pub pool_memory: Option<String>,
-    /// How long pause and snapshot may take (default 900; Fast Sandbox writes full checkpoints).
-    #[serde(deserialize_with = "opt_u64")]
-    pub checkpoint_timeout_seconds: Option<u64>,
-    /// OpenSandbox `timeout` for a sandbox without a TTL where one is required (default 86400).
-    #[serde(deserialize_with = "opt_u64")]
-    pub timeout_seconds: Option<u64>,
-    /// PEM file of extra CA certificates to trust for an `https://` apiURL (a private CA);
-    /// the OS's roots are trusted either way.
-    pub ca_bundle: Option<PathBuf>,
-    /// Credential by reference: the environment variable holding the server's API key.
-    pub api_key_env: Option<String>,
-    /// Credential by reference: a file holding the server's API key.
-    pub api_key_file: Option<PathBuf>,
-    /// Credential by reference: the name of a secret stored sealed in Differently
-    /// (`PUT /v1/admin/secrets/{name}`), replaceable at runtime.
-    pub api_key_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of an `opensandbox` pool (`adapterSettings`), as written. See `docs/opensandbox.md`.
+    pub struct OpenSandboxConfig {
+        /// The lifecycle API, ending in `/v1` (required; `http://` or `https://`).
+        #[serde(rename = "apiURL", alias = "apiUrl")]
+        pub api_url: Option<String>,
+        /// `private` or `external` (required).
+        pub trust: Option<Trust>,
+        /// Default image URI (default `ubuntu:24.04`); a sandbox template overrides it.
+        pub image: Option<String>,
+        /// `container` (default) or `microvm` (default and required for `fastsandbox`).
+        pub isolation: Option<Isolation>,
+        /// `docker` (default), `kubernetes` or `fastsandbox`.
+        pub runtime: Option<Runtime>,
+        /// Fast Sandbox template (required for, and only for, `runtime: fastsandbox`).
+        pub template_id: Option<String>,
+        /// Replaces the advertised capability list (list or comma string).
+        #[serde(deserialize_with = "opt_list")]
+        pub features: Option<Vec<String>>,
+        /// Reach execd through the server's proxy (`true`) or its own endpoint (`false`);
+        /// unset: by the server's version (proxy before 1.3, direct from 1.3), direct for
+        /// `fastsandbox`.
+        #[serde(deserialize_with = "opt_bool")]
+        pub use_server_proxy: Option<bool>,
+        /// `stripped` (default, execd 1.1) or `kept` (execd 1.2).
+        pub line_endings: Option<LineEndings>,
+        /// `none` (default) or `signed`.
+        pub ports: Option<Ports>,
+        /// Lifetime of a signed port URL (default 3600).
+        #[serde(
+            rename = "portURLSeconds",
+            alias = "portUrlSeconds",
+            deserialize_with = "opt_u64"
+        )]
+        pub port_url_seconds: Option<u64>,
+        /// `https` (default) or `http`, put in front of port URLs.
+        pub port_scheme: Option<PortScheme>,
+        /// `public` (default), `none` or `allowlist`.
+        pub egress: Option<Egress>,
+        /// Hosts allowed with `egress: allowlist` (list or comma string).
+        #[serde(deserialize_with = "opt_list")]
+        pub egress_allow: Option<Vec<String>>,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+        /// Fast Sandbox restore size: the SandboxPool's CPU (e.g. `2`).
+        #[serde(rename = "poolCPU", alias = "poolCpu")]
+        pub pool_cpu: Option<String>,
+        /// Fast Sandbox restore size: the SandboxPool's memory (e.g. `4Gi`).
+        pub pool_memory: Option<String>,
+        /// How long pause and snapshot may take (default 900; Fast Sandbox writes full checkpoints).
+        #[serde(deserialize_with = "opt_u64")]
+        pub checkpoint_timeout_seconds: Option<u64>,
+        /// OpenSandbox `timeout` for a sandbox without a TTL where one is required (default 86400).
+        #[serde(deserialize_with = "opt_u64")]
+        pub timeout_seconds: Option<u64>,
+    }
+    credential("apiKey", "API key") { api_key_env, api_key_file, api_key_secret }
+    ca_bundle("PEM file of extra CA certificates to trust for an `https://` apiURL (a private CA); the OS's roots are trusted either way.")
 }
 
 /// The server's API key. Never printed: `Debug` shows `***` and there is no `Display`.
@@ -396,11 +376,11 @@ impl OpenSandboxConfig {
         };
 
         let t = &self.timeouts;
-        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let create_timeout = seconds(t.create_seconds, 600, "timeouts.createSeconds")?;
-        let ready_timeout = seconds(t.ready_seconds, 180, "timeouts.readySeconds")?;
-        let stream_idle = seconds(t.stream_idle_seconds, 60, "timeouts.streamIdleSeconds")?;
-        let poll_interval = poll_interval(t.poll_millis)?;
+        let request_timeout = t.request_seconds()?;
+        let create_timeout = t.create_seconds()?;
+        let ready_timeout = t.ready_seconds()?;
+        let stream_idle = t.stream_idle_seconds()?;
+        let poll_interval = t.poll_millis()?;
         let checkpoint_timeout = seconds(
             self.checkpoint_timeout_seconds,
             900,
@@ -442,11 +422,7 @@ impl OpenSandboxConfig {
             return bad(missing, "poolCPU and poolMemory are set together");
         }
 
-        let (credential, initial_key) = resolve_api_key(
-            self.api_key_env.as_deref(),
-            self.api_key_file.as_ref(),
-            self.api_key_secret.as_deref(),
-        )?;
+        let (credential, initial_key) = self.credential()?;
 
         Ok(Settings {
             api_url,

@@ -13,6 +13,7 @@ use super::{files, lifecycle, OpenSandboxAdapter};
 use crate::error::Reason;
 use crate::exec_output::CollectedOutput;
 use crate::go_ahead::GoAhead;
+use crate::kit::paths::unique;
 use crate::{AdapterError, ByteStream, ExecEvent, InstanceRef};
 
 impl OpenSandboxAdapter {
@@ -222,20 +223,6 @@ impl OpenSandboxAdapter {
             other => other,
         }
     }
-}
-
-fn unique() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "{nanos:x}-{:x}-{:x}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 /// Collects output for `exec`, keeping the capped head of each stream.

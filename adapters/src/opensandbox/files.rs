@@ -31,21 +31,6 @@ pub(crate) fn mode_from_execd(mode: u32) -> u32 {
     u32::from_str_radix(&mode.to_string(), 8).unwrap_or(mode)
 }
 
-fn boundary() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "differently-{:x}-{:x}-{:x}",
-        nanos,
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// Uploads `body` to `path`; the body is streamed, never held whole.
 pub(crate) async fn upload(
     c: &Client,
@@ -60,7 +45,7 @@ pub(crate) async fn upload(
         // execd's default is 755; files get 644 unless asked otherwise.
         "mode": mode_to_execd(mode.unwrap_or(0o644)),
     });
-    let b = boundary();
+    let b = format!("differently-{}", crate::kit::paths::unique());
     let name = path
         .rsplit('/')
         .next()

@@ -18,7 +18,6 @@ use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
-use crate::credentials::Credentials;
 use crate::exec_output::{millis, timed_exit};
 use crate::go_ahead::GoAhead;
 use crate::poll::Poll;
@@ -71,33 +70,20 @@ impl std::fmt::Debug for OpenSandboxAdapter {
     }
 }
 
-crate::kit::from_settings!(OpenSandboxAdapter, "opensandbox", OpenSandboxConfig);
+crate::kit::from_settings!(OpenSandboxAdapter, "opensandbox", OpenSandboxConfig => Settings, |settings, credentials| {
+    let client = client::Client::new(&settings, credentials).map_err(|e| ConfigError {
+        field: "apiURL".to_owned(),
+        message: AdapterError::permanent(e.to_string()).to_string(),
+    })?;
+    Ok(Self {
+        settings,
+        client,
+        targets: Mutex::new(HashMap::new()),
+        version: versions::Detector::default(),
+    })
+});
 
 impl OpenSandboxAdapter {
-    /// Validates `config` and builds the adapter; the API key is read through `credentials`
-    /// when calls are made, so a replaced secret or rotated file is used without a rebuild.
-    pub fn with_credentials(
-        config: OpenSandboxConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        let settings = config.validate()?;
-        let client = client::Client::new(&settings, credentials).map_err(|e| ConfigError {
-            field: "apiURL".to_owned(),
-            message: AdapterError::permanent(e.to_string()).to_string(),
-        })?;
-        Ok(Self {
-            settings,
-            client,
-            targets: Mutex::new(HashMap::new()),
-            version: versions::Detector::default(),
-        })
-    }
-
-    /// The validated settings (the key inside prints as `***`).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// What the server's version changes (asked once; see `versions.rs`).
     async fn behaviour(&self) -> versions::Behaviour {
         self.version
@@ -438,11 +424,7 @@ impl Adapter for OpenSandboxAdapter {
             }
             return Err(e);
         }
-        Ok(Instance {
-            backend_ref: created.id,
-            sandbox_id: req.sandbox_id.clone(),
-            state: InstanceState::Running,
-        })
+        Ok(req.running(created.id))
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {
@@ -513,16 +495,15 @@ impl Adapter for OpenSandboxAdapter {
         out: tokio::sync::mpsc::Sender<bytes::Bytes>,
     ) -> Result<ExecExit, AdapterError> {
         self.require(Capability::ExecPty)?;
-        let started = Instant::now();
-        let target = self.target(&at.backend_ref).await?;
-        let res = pty::run(&self.client, &target, req, input, out).await;
-        if matches!(res, Err(AdapterError::Unavailable(_))) {
-            self.forget(&at.backend_ref);
-        }
-        Ok(ExecExit {
-            exit_code: res?,
-            duration_ms: millis(started.elapsed()),
+        timed_exit(async {
+            let target = self.target(&at.backend_ref).await?;
+            let res = pty::run(&self.client, &target, req, input, out).await;
+            if matches!(res, Err(AdapterError::Unavailable(_))) {
+                self.forget(&at.backend_ref);
+            }
+            res
         })
+        .await
     }
 
     async fn upload(

@@ -7,22 +7,19 @@ use differently_core::pool::valid_secret_name;
 use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
-use crate::settings::{bad, ca_bundle, seconds, ConfigError};
+use crate::settings::{bad, ca_bundle, ConfigError};
 
-/// Client timeouts, in seconds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Connecting to the plugin (default 10).
-    pub connect_seconds: Option<u64>,
+    connect_seconds: from_secs(10),
     /// Ordinary calls (default 30).
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
     /// `create`, which may start a machine (default 600).
-    pub create_seconds: Option<u64>,
+    create_seconds: from_secs(600),
     /// Added to an exec's own timeout for the HTTP call around it (default 30).
-    pub exec_grace_seconds: Option<u64>,
+    exec_grace_seconds: from_secs(30),
     /// Longest silence on an exec stream or a file body (default 300).
-    pub stream_idle_seconds: Option<u64>,
+    stream_idle_seconds: from_secs(300),
 }
 
 /// Settings of a `remote` pool (`adapterSettings`), as written. See `docs/plugins.md`.
@@ -135,11 +132,11 @@ impl RemoteConfig {
             base_url,
             token,
             ca_bundle,
-            connect_timeout: seconds(t.connect_seconds, 10, "timeouts.connectSeconds")?,
-            request_timeout: seconds(t.request_seconds, 30, "timeouts.requestSeconds")?,
-            create_timeout: seconds(t.create_seconds, 600, "timeouts.createSeconds")?,
-            exec_grace: seconds(t.exec_grace_seconds, 30, "timeouts.execGraceSeconds")?,
-            stream_idle: seconds(t.stream_idle_seconds, 300, "timeouts.streamIdleSeconds")?,
+            connect_timeout: t.connect_seconds()?,
+            request_timeout: t.request_seconds()?,
+            create_timeout: t.create_seconds()?,
+            exec_grace: t.exec_grace_seconds()?,
+            stream_idle: t.stream_idle_seconds()?,
         })
     }
 }

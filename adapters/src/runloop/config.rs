@@ -1,16 +1,11 @@
 //! Settings of a `runloop` pool ([`RunloopConfig`] as written, [`Settings`] validated; the
 //! API key's reference is checked here and read at call time).
 
-use std::path::PathBuf;
 use std::time::Duration;
-
-use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{
-    bad, base_url_or, ca_bundle, poll_interval, resolve_api_key, seconds, ConfigError,
-};
+use crate::settings::{bad, base_url_or, ca_bundle, ConfigError};
 
 /// Runloop's API.
 pub const DEFAULT_API_URL: &str = "https://api.runloop.ai";
@@ -24,49 +19,40 @@ pub const MAX_KEEP_ALIVE_SECONDS: u64 = 172_800;
 /// Runloop's named sizes (`resource_size_request`), smallest first.
 pub const SIZES: [&str; 6] = ["X_SMALL", "SMALL", "MEDIUM", "LARGE", "X_LARGE", "XX_LARGE"];
 
-/// Client timeouts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary calls (default 30).
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
     /// Waiting for a devbox to run after create or resume, or to suspend (default 300).
-    pub ready_seconds: Option<u64>,
+    ready_seconds: from_secs(300),
     /// Longest gap between retries of a status read, in milliseconds (default 500).
-    pub poll_millis: Option<u64>,
+    poll_millis: from_millis(500),
 }
 
-/// Settings of a `runloop` pool (`adapterSettings`), as written. See `docs/providers.md`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct RunloopConfig {
-    /// The API (default `https://api.runloop.ai`).
-    #[serde(rename = "apiURL", alias = "apiUrl")]
-    pub api_url: Option<String>,
-    /// Blueprint of devboxes created without a template: an id (`bpt_…`) or a name (the
-    /// latest good build of it). Runloop's default image when unset.
-    pub blueprint: Option<String>,
-    /// A named size (`X_SMALL` … `XX_LARGE`) for every devbox; unset, each devbox is sized
-    /// from its sandbox's resources (`CUSTOM_SIZE`).
-    pub resource_size: Option<String>,
-    /// `x86_64` or `arm64` (Runloop's default, x86_64, when unset).
-    pub architecture: Option<String>,
-    /// Runloop's shutdown backstop for every devbox, in seconds (default and most 172800).
-    pub keep_alive_seconds: Option<u64>,
-    /// Network policy applied to every devbox (`network_policy_id`).
-    pub network_policy_id: Option<String>,
-    /// Domain of tunnel URLs (default `tunnel.runloop.ai`).
-    pub tunnel_domain: Option<String>,
-    /// Extra CA certificates (PEM) to trust for the API.
-    pub ca_bundle: Option<PathBuf>,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// Credential by reference: the environment variable holding the API key.
-    pub api_key_env: Option<String>,
-    /// Credential by reference: a file holding the API key.
-    pub api_key_file: Option<PathBuf>,
-    /// Credential by reference: a secret stored sealed in Differently.
-    pub api_key_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of a `runloop` pool (`adapterSettings`), as written. See `docs/providers.md`.
+    pub struct RunloopConfig {
+        /// The API (default `https://api.runloop.ai`).
+        #[serde(rename = "apiURL", alias = "apiUrl")]
+        pub api_url: Option<String>,
+        /// Blueprint of devboxes created without a template: an id (`bpt_…`) or a name (the
+        /// latest good build of it). Runloop's default image when unset.
+        pub blueprint: Option<String>,
+        /// A named size (`X_SMALL` … `XX_LARGE`) for every devbox; unset, each devbox is sized
+        /// from its sandbox's resources (`CUSTOM_SIZE`).
+        pub resource_size: Option<String>,
+        /// `x86_64` or `arm64` (Runloop's default, x86_64, when unset).
+        pub architecture: Option<String>,
+        /// Runloop's shutdown backstop for every devbox, in seconds (default and most 172800).
+        pub keep_alive_seconds: Option<u64>,
+        /// Network policy applied to every devbox (`network_policy_id`).
+        pub network_policy_id: Option<String>,
+        /// Domain of tunnel URLs (default `tunnel.runloop.ai`).
+        pub tunnel_domain: Option<String>,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+    }
+    credential("apiKey", "API key") { api_key_env, api_key_file, api_key_secret }
+    ca_bundle("Extra CA certificates (PEM) to trust for the API.")
 }
 
 /// Validated settings (the key inside prints as `***`).
@@ -149,11 +135,7 @@ impl RunloopConfig {
             }
         };
         let t = &self.timeouts;
-        let (credential, initial_key) = resolve_api_key(
-            self.api_key_env.as_deref(),
-            self.api_key_file.as_ref(),
-            self.api_key_secret.as_deref(),
-        )?;
+        let (credential, initial_key) = self.credential()?;
         Ok(Settings {
             api_url,
             blueprint: word("blueprint", self.blueprint.as_deref())?,
@@ -163,9 +145,9 @@ impl RunloopConfig {
             network_policy_id: word("networkPolicyId", self.network_policy_id.as_deref())?,
             tunnel_domain: domain(self.tunnel_domain.as_deref())?,
             ca_bundle: ca_bundle(self.ca_bundle.as_ref())?,
-            request_timeout: seconds(t.request_seconds, 30, "timeouts.requestSeconds")?,
-            ready_timeout: seconds(t.ready_seconds, 300, "timeouts.readySeconds")?,
-            poll_interval: poll_interval(t.poll_millis)?,
+            request_timeout: t.request_seconds()?,
+            ready_timeout: t.ready_seconds()?,
+            poll_interval: t.poll_millis()?,
             credential,
             initial_key,
         })

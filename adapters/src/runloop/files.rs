@@ -12,19 +12,8 @@ use reqwest::Method;
 use super::exec::{self, Ran};
 use super::script::{self, code};
 use crate::http::HttpClient;
-use crate::kit::paths::segment;
+use crate::kit::paths::{segment, unique};
 use crate::{AdapterError, ByteStream, FileEntry, FileKind, PathProblem};
-
-/// A process-unique token for boundaries and temporary file names.
-pub(crate) fn token() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{t:x}{:x}{n:x}", std::process::id())
-}
 
 /// A script's failure for `path` by its exit code; other codes are the script's error.
 fn answer(path: &str, what: &str, ran: Ran) -> Result<Ran, AdapterError> {
@@ -64,7 +53,7 @@ pub(crate) async fn put(
     path: &str,
     body: ByteStream,
 ) -> Result<(), AdapterError> {
-    let boundary = format!("differently-{}", token());
+    let boundary = format!("differently-{}", unique());
     let name: String = path
         .rsplit('/')
         .next()

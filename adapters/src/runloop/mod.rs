@@ -23,14 +23,12 @@ use differently_core::exec::ExecRequest;
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
 
-use crate::credentials::Credentials;
 use crate::exec_output::{check_command, stdin_of, timed_exit};
 use crate::files::cut_to_range;
 use crate::http::HttpClient;
 use crate::kit::errors::{ErrorAnswer, Statuses};
 use crate::kit::paths::check_path;
 use crate::kit::tags::{self, create_tags, instance, of_installation, of_sandbox};
-use crate::kit::{build_client, ClientSettings, ConfigError, FromSettings, KeyHeader};
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
     ExecEvent, ExecExit, ExecFidelity, FileEntry, Instance, InstanceRef, InstanceState,
@@ -78,51 +76,13 @@ impl std::fmt::Debug for RunloopAdapter {
     }
 }
 
-impl FromSettings for RunloopAdapter {
-    const KIND: &'static str = "runloop";
-    type Config = RunloopConfig;
-
-    fn from_config(config: RunloopConfig, credentials: &Credentials) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, credentials)
-    }
-}
+crate::kit::from_settings!(RunloopAdapter, "runloop", RunloopConfig => Settings, |settings, credentials| {
+    let client =
+        crate::kit::bearer_key_client!(settings, credentials, "Runloop", &settings.api_url, errors)?;
+    Ok(Self { settings, client })
+});
 
 impl RunloopAdapter {
-    /// Validates `config` and builds the adapter, with no stored-secret source.
-    pub fn new(config: RunloopConfig) -> Result<Self, ConfigError> {
-        Self::with_credentials(config, &Credentials::default())
-    }
-
-    /// Validates `config` and builds the adapter; the API key is read through `credentials`
-    /// when calls are made, so a replaced secret is used without a rebuild.
-    pub fn with_credentials(
-        config: RunloopConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        let settings = config.validate()?;
-        let client = build_client(
-            &ClientSettings {
-                service: "Runloop",
-                base_url: &settings.api_url,
-                ca_bundle: &settings.ca_bundle,
-                request_timeout: settings.request_timeout,
-                credential: &settings.credential,
-                initial: settings.initial_key.as_ref(),
-                what: "API key",
-                header: KeyHeader::Bearer,
-                errors,
-                retries: 2,
-            },
-            credentials,
-        )?;
-        Ok(Self { settings, client })
-    }
-
-    /// The validated settings (the key inside prints as `***`).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// The live devboxes tagged with `id`, oldest first (normally one).
     async fn lookup(&self, id: &SandboxId) -> Result<Vec<api::Devbox>, AdapterError> {
         let mut found = of_sandbox(api::list_live(&self.client).await?, id);
@@ -291,7 +251,7 @@ impl RunloopAdapter {
         // stdin call takes text).
         let stdin_file = match stdin {
             Some(input) => {
-                let path = format!("/tmp/.differently-stdin-{}", files::token());
+                let path = format!("/tmp/.differently-stdin-{}", crate::kit::paths::unique());
                 let body: ByteStream = Box::pin(futures::stream::once(async move {
                     Ok::<_, AdapterError>(Bytes::from(input))
                 }));
@@ -348,11 +308,7 @@ impl Adapter for RunloopAdapter {
             return self.adopt(oldest.clone()).await;
         }
         self.wait(&made.id, &["running"]).await?;
-        Ok(Instance {
-            backend_ref: made.id,
-            sandbox_id: req.sandbox_id.clone(),
-            state: InstanceState::Running,
-        })
+        Ok(req.running(made.id))
     }
 
     async fn delete(&self, sandbox_id: &SandboxId) -> Result<(), AdapterError> {

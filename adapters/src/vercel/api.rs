@@ -3,22 +3,21 @@
 //! names the team (`teamId`); the token goes as `Authorization: Bearer` to the API only.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use reqwest::header::{HeaderValue, AUTHORIZATION};
-use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::config::Settings;
-use crate::credentials::{CredentialResolver, Credentials};
+use crate::credentials::Credentials;
 use crate::error::Reason;
-use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError, Secret};
+use crate::http::{HttpClient, HttpClientBuilder, HttpConfigError};
 use crate::kit::paths::segment;
+use crate::kit::ErrorAnswer;
 use crate::{AdapterError, ExecEvent};
 
 /// A sandbox (`{sandbox, session, routes}` answers carry one).
@@ -87,18 +86,15 @@ pub(crate) struct NewSandbox {
     pub region: Option<String>,
 }
 
-/// HTTP client bound to one Vercel team. The token is attached here rather than by the
-/// shared client, which sends a credential as the whole header value: Vercel wants
-/// `Bearer <token>`.
+/// HTTP client bound to one Vercel team: the kit's client, which sends the token as
+/// `Authorization: Bearer` to the API only, re-reads it after a 401/403 and scrubs it from
+/// every message; Vercel's own error answers go through [`map_status`].
 #[derive(Debug, Clone)]
 pub(crate) struct Api {
     pub(crate) http: HttpClient,
     base: String,
     team: String,
     project: String,
-    token: Arc<CredentialResolver>,
-    /// Tokens used so far (the current and the one before), scrubbed from every message.
-    seen: Arc<Mutex<Vec<Secret>>>,
 }
 
 /// `{"error": {"code", "message"}}`.
@@ -114,6 +110,11 @@ struct ErrorInner {
     code: String,
     #[serde(default)]
     message: String,
+}
+
+/// An error answer through [`map_status`] (the client scrubs the result).
+fn map_answer(op: &str, a: &ErrorAnswer) -> AdapterError {
+    map_status(op, a.status, &a.body, a.retry_after)
 }
 
 /// Status and body → `AdapterError` (the caller scrubs the message). `retry_after` is the
@@ -200,22 +201,22 @@ impl Api {
         credentials: &Credentials,
     ) -> Result<Self, HttpConfigError> {
         let http = HttpClientBuilder::new("Vercel", settings.api_url.clone())
+            .auth(
+                "Authorization",
+                "access token",
+                settings.credential.clone(),
+                settings.initial_token.clone(),
+            )
+            .bearer()
+            .errors(map_answer)
             .request_timeout(settings.request_timeout)
             .retries(2, Duration::from_millis(200))
             .build(credentials)?;
-        let token = credentials.resolver(settings.credential.clone());
-        let mut seen = Vec::new();
-        if let Some(t) = &settings.initial_token {
-            token.seed(t.expose());
-            seen.push(t.clone());
-        }
         Ok(Api {
             http,
             base: settings.api_url.clone(),
             team: settings.team_id.clone(),
             project: settings.project_id.clone(),
-            token: Arc::new(token),
-            seen: Arc::new(Mutex::new(seen)),
         })
     }
 
@@ -232,108 +233,10 @@ impl Api {
             .query(&[("teamId", self.team.as_str())])
     }
 
-    /// The token now, through its reference; one that does not resolve makes the pool
-    /// unusable until it does (`Unavailable`, naming the reference, never a value).
-    async fn bearer(&self) -> Result<HeaderValue, AdapterError> {
-        let reference = self.token.reference();
-        let raw = self.token.get().await.map_err(|e| {
-            AdapterError::Unavailable(Reason::caused_by(
-                format!("Vercel access token ({reference}): {e}"),
-                e,
-            ))
-        })?;
-        let secret = Secret::parse(&raw).map_err(|why| {
-            AdapterError::unavailable(format!(
-                "Vercel access token ({reference}): the token {why}"
-            ))
-        })?;
-        let mut value =
-            HeaderValue::from_str(&format!("Bearer {}", secret.expose())).map_err(|_| {
-                AdapterError::unavailable(format!(
-                    "Vercel access token ({reference}): not a header value"
-                ))
-            })?;
-        value.set_sensitive(true);
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if !seen.contains(&secret) {
-            seen.push(secret);
-            let len = seen.len();
-            seen.drain(..len.saturating_sub(2));
-        }
-        Ok(value)
-    }
-
-    /// Replaces every token used so far in `text`.
-    pub(crate) fn scrub(&self, text: &str) -> String {
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        seen.iter().fold(text.to_owned(), |t, k| k.scrub(&t))
-    }
-
-    fn scrub_error(&self, e: AdapterError) -> AdapterError {
-        match e {
-            AdapterError::Transient(m) => AdapterError::Transient(m.map_message(|t| self.scrub(t))),
-            AdapterError::Permanent(m) => AdapterError::Permanent(m.map_message(|t| self.scrub(t))),
-            AdapterError::Unavailable(m) => {
-                AdapterError::Unavailable(m.map_message(|t| self.scrub(t)))
-            }
-            AdapterError::Unsupported(m) => AdapterError::Unsupported(self.scrub(&m)),
-            AdapterError::Capacity(m) => AdapterError::Capacity(m.map_message(|t| self.scrub(t))),
-            AdapterError::PathNotFound(m) => AdapterError::PathNotFound(self.scrub(&m)),
-            AdapterError::BadPath(mut p) => {
-                p.path = self.scrub(&p.path);
-                AdapterError::BadPath(p)
-            }
-            AdapterError::NotFound => AdapterError::NotFound,
-        }
-    }
-
-    /// Sends with the token, any status.
-    async fn send_raw(&self, rb: RequestBuilder, op: &str) -> Result<Response, AdapterError> {
-        let rb = rb.header(AUTHORIZATION, self.bearer().await?);
-        self.http
-            .send(rb, op)
-            .await
-            .map_err(|e| self.scrub_error(e))
-    }
-
-    /// Sends with the token and requires 2xx.
-    async fn send(&self, rb: RequestBuilder, op: &str) -> Result<Response, AdapterError> {
-        let resp = self.send_raw(rb, op).await?;
-        if resp.status().is_success() {
-            Ok(resp)
-        } else {
-            Err(self.status_error(op, resp).await)
-        }
-    }
-
-    async fn status_error(&self, op: &str, resp: Response) -> AdapterError {
-        let status = resp.status();
-        let wait = crate::http::retry_after(resp.headers());
-        let body = resp.bytes().await.unwrap_or_default();
-        if matches!(status.as_u16(), 401 | 403) {
-            // Read the reference again next time: a replaced token works at once.
-            self.token.forget();
-        }
-        self.scrub_error(map_status(op, status, &body, wait))
-    }
-
-    async fn json<T: serde::de::DeserializeOwned>(
-        &self,
-        rb: RequestBuilder,
-        op: &str,
-    ) -> Result<T, AdapterError> {
-        let resp = self.send(rb, op).await?;
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| self.scrub_error(self.http.transport_error(op, e)))?;
-        crate::http::decode_answer(&bytes, op, "Vercel")
-    }
-
     /// `POST /v3/sandboxes`. Not retried: the name makes a repeat a 409, found by name.
     pub(crate) async fn create(&self, body: &NewSandbox) -> Result<Answer, AdapterError> {
         let rb = self.api(Method::POST, "/v3/sandboxes").json(body);
-        self.json(rb, "create sandbox").await
+        self.http.json(rb, "create sandbox").await
     }
 
     /// `GET /v2/sandboxes/{name}`; with `resume`, a stopped one gets a new session.
@@ -344,7 +247,7 @@ impl Api {
         if resume {
             rb = rb.query(&[("resume", "true")]);
         }
-        self.json(rb, "get sandbox").await
+        self.http.json(rb, "get sandbox").await
     }
 
     /// Every sandbox of the project tagged `key:value` (all pages).
@@ -365,15 +268,11 @@ impl Api {
             if let Some(c) = &cursor {
                 rb = rb.query(&[("cursor", c.as_str())]);
             }
-            let page: Value = self.json(rb, "list sandboxes").await?;
+            let page: Value = self.http.json(rb, "list sandboxes").await?;
             let items: Vec<Sandbox> =
                 serde_json::from_value(page["sandboxes"].clone()).unwrap_or_default();
-            out.extend(items.into_iter().filter(|s| {
-                s.tags
-                    .as_ref()
-                    .and_then(|t| t.get(key))
-                    .is_some_and(|v| v == value)
-            }));
+            // Vercel filters by tag already; the adapter checks the tags again (`kit::tags`).
+            out.extend(items);
             cursor = match &page["pagination"]["next"] {
                 Value::String(s) if !s.is_empty() => Some(s.clone()),
                 Value::Number(n) => Some(n.to_string()),
@@ -393,7 +292,7 @@ impl Api {
         let rb = self
             .api(Method::GET, "/v2/sandboxes")
             .query(&[("project", self.project.as_str()), ("limit", "1")]);
-        self.send(rb, "list sandboxes").await.map(drop)
+        self.http.send_ok(rb, "list sandboxes").await.map(drop)
     }
 
     /// `DELETE /v2/sandboxes/{name}`; a missing one is success.
@@ -401,7 +300,7 @@ impl Api {
         let rb = self
             .api(Method::DELETE, &format!("/v2/sandboxes/{}", segment(name)))
             .query(&[("projectId", self.project.as_str())]);
-        match self.send(rb, "delete sandbox").await {
+        match self.http.send_ok(rb, "delete sandbox").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
@@ -412,7 +311,7 @@ impl Api {
             Method::GET,
             &format!("/v2/sandboxes/sessions/{}", segment(id)),
         );
-        let v: Value = self.json(rb, "get session").await?;
+        let v: Value = self.http.json(rb, "get session").await?;
         serde_json::from_value(v["session"].clone())
             .map_err(|e| AdapterError::transient(format!("get session: unexpected answer: {e}")))
     }
@@ -425,7 +324,7 @@ impl Api {
                 &format!("/v2/sandboxes/sessions/{}/stop", segment(session)),
             )
             .json(&json!({}));
-        self.send(rb, "stop session").await.map(drop)
+        self.http.send_ok(rb, "stop session").await.map(drop)
     }
 
     /// `POST …/sessions/{id}/extend-timeout {duration}` (milliseconds added).
@@ -436,7 +335,7 @@ impl Api {
                 &format!("/v2/sandboxes/sessions/{}/extend-timeout", segment(session)),
             )
             .json(&json!({ "duration": ms }));
-        self.send(rb, "extend timeout").await.map(drop)
+        self.http.send_ok(rb, "extend timeout").await.map(drop)
     }
 
     /// `POST …/fs/write`: a gzip tar, extracted at `/`.
@@ -450,7 +349,7 @@ impl Api {
             .header("x-cwd", "/")
             .body(tgz)
             .timeout(self.http.request_timeout().max(Duration::from_secs(300)));
-        self.send(rb, "upload").await.map(drop)
+        self.http.send_ok(rb, "upload").await.map(drop)
     }
 
     /// `POST …/fs/read {path}`: the bytes, streamed; a missing file is `PathNotFound`.
@@ -465,12 +364,12 @@ impl Api {
                 &format!("/v2/sandboxes/sessions/{}/fs/read", segment(session)),
             )
             .json(&json!({ "path": path }));
-        let resp = self.send_raw(rb, "download").await?;
+        let resp = self.http.send(rb, "download").await?;
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(AdapterError::PathNotFound(path.to_owned()));
         }
         if !resp.status().is_success() {
-            return Err(self.status_error("download", resp).await);
+            return Err(self.http.error_of("download", resp).await);
         }
         let len = resp.content_length();
         let body = resp
@@ -491,7 +390,7 @@ impl Api {
                 ),
             )
             .json(&json!({ "signal": 9 }));
-        if let Err(e) = self.send(rb, "kill command").await {
+        if let Err(e) = self.http.send_ok(rb, "kill command").await {
             tracing::warn!(error = %e, "vercel: killing a command failed");
         }
     }
@@ -529,7 +428,8 @@ impl Api {
                 &format!("/v2/sandboxes/sessions/{}/cmd", segment(session)),
             )
             .json(&body);
-        let resp = match tokio::time::timeout(idle.min(deadline), self.send_raw(rb, "exec")).await {
+        let resp = match tokio::time::timeout(idle.min(deadline), self.http.send(rb, "exec")).await
+        {
             Err(_) => {
                 return Err(RunError::Started(AdapterError::transient(
                     "exec: Vercel did not answer the command",
@@ -539,7 +439,7 @@ impl Api {
             Ok(Ok(r)) => r,
         };
         if !resp.status().is_success() {
-            return Err(RunError::NotStarted(self.status_error("exec", resp).await));
+            return Err(RunError::NotStarted(self.http.error_of("exec", resp).await));
         }
         let mut stream = resp.bytes_stream();
         let mut buf: Vec<u8> = Vec::new();
@@ -570,9 +470,7 @@ impl Api {
                     });
                 }
                 Ok(Some(Err(e))) => {
-                    return Err(RunError::Started(
-                        self.scrub_error(self.http.transport_error("exec", e)),
-                    ))
+                    return Err(RunError::Started(self.http.transport_error("exec", e)))
                 }
                 Ok(Some(Ok(c))) => c,
             };
@@ -599,7 +497,7 @@ impl Api {
                     }
                     (Some("error"), d) => {
                         let code = d["code"].as_str().unwrap_or_default();
-                        let message = self.scrub(d["message"].as_str().unwrap_or_default());
+                        let message = self.http.scrub(d["message"].as_str().unwrap_or_default());
                         let e = AdapterError::transient(format!("exec: {code}: {message}"));
                         if let Some(id) = &cmd_id {
                             self.kill(session, id).await;

@@ -100,7 +100,7 @@ impl VercelAdapter {
         name: &str,
         argv: &[String],
     ) -> Result<(i32, Vec<u8>, String), AdapterError> {
-        let (tx, mut rx) = mpsc::channel(64);
+        let (tx, rx) = mpsc::channel(64);
         let run = async move {
             let tx = tx;
             self.run_argv(
@@ -113,17 +113,7 @@ impl VercelAdapter {
             )
             .await
         };
-        let read = async {
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            while let Some(ev) = rx.recv().await {
-                match ev {
-                    ExecEvent::Stdout(b) => out.extend_from_slice(&b),
-                    ExecEvent::Stderr(b) => err.extend_from_slice(&b),
-                }
-            }
-            (out, err)
-        };
-        let (code, (out, err)) = tokio::join!(run, read);
+        let (code, (out, err)) = tokio::join!(run, crate::exec_output::whole(rx));
         Ok((code?, out, String::from_utf8_lossy(&err).into_owned()))
     }
 
@@ -133,8 +123,7 @@ impl VercelAdapter {
         req: &ExecRequest,
         out: &mpsc::Sender<ExecEvent>,
     ) -> Result<i32, AdapterError> {
-        check_command(req)?;
-        let stdin = stdin_of(req)?;
+        let stdin = checked_stdin(req)?;
         let mut argv = req.command.clone();
         if let Some(input) = stdin {
             // Vercel's command API takes no stdin: the command reads a file, removed as soon

@@ -1,59 +1,48 @@
 //! Settings of a `vercel` pool ([`VercelConfig`] as written, [`Settings`] validated; the
 //! token's reference is checked here and read at call time).
 
-use std::path::PathBuf;
 use std::time::Duration;
-
-use serde::Deserialize;
 
 use crate::credentials::CredentialRef;
 use crate::http::Secret;
-use crate::settings::{bad, base_url, poll_interval, resolve_credential, seconds, ConfigError};
+use crate::settings::{bad, base_url, ConfigError};
 
-/// Client timeouts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TimeoutsConfig {
+crate::kit::timeouts! {
     /// Ordinary calls (default 30).
-    pub request_seconds: Option<u64>,
+    request_seconds: from_secs(30),
     /// Waiting for a session to run after create or start (default 120).
-    pub ready_seconds: Option<u64>,
+    ready_seconds: from_secs(120),
     /// Longest silence on a command's output stream (default 120).
-    pub stream_idle_seconds: Option<u64>,
+    stream_idle_seconds: from_secs(120),
     /// Longest gap between state polls, in milliseconds (default 500).
-    pub poll_millis: Option<u64>,
+    poll_millis: from_millis(500),
 }
 
-/// Settings of a `vercel` pool (`adapterSettings`), as written. See `docs/providers.md`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct VercelConfig {
-    /// The API (default `https://vercel.com/api`).
-    #[serde(rename = "apiURL", alias = "apiUrl")]
-    pub api_url: Option<String>,
-    /// The team every request names (required).
-    pub team_id: Option<String>,
-    /// The project sandboxes belong to (required).
-    pub project_id: Option<String>,
-    /// Managed image for sandboxes without a template (Vercel's default when unset).
-    pub image: Option<String>,
-    /// Region (`iad1`, …); Vercel's default when unset.
-    pub region: Option<String>,
-    /// Persistent sandboxes keep their disk when stopped, so `lifecycle.stop` is offered
-    /// (default true).
-    pub persistent: Option<bool>,
-    /// Ports opened at create; only these can be exposed (Vercel routes are fixed at create).
-    pub ports: Option<Vec<u16>>,
-    /// The plan's longest session in seconds (default 2700, Hobby's 45 min; Pro is 18000).
-    pub max_timeout_seconds: Option<u64>,
-    /// Client timeouts.
-    pub timeouts: TimeoutsConfig,
-    /// Credential by reference: the environment variable holding the access token.
-    pub token_env: Option<String>,
-    /// Credential by reference: a file holding the access token.
-    pub token_file: Option<PathBuf>,
-    /// Credential by reference: a secret stored sealed in Differently.
-    pub token_secret: Option<String>,
+crate::kit::pool_config! {
+    /// Settings of a `vercel` pool (`adapterSettings`), as written. See `docs/providers.md`.
+    pub struct VercelConfig {
+        /// The API (default `https://vercel.com/api`).
+        #[serde(rename = "apiURL", alias = "apiUrl")]
+        pub api_url: Option<String>,
+        /// The team every request names (required).
+        pub team_id: Option<String>,
+        /// The project sandboxes belong to (required).
+        pub project_id: Option<String>,
+        /// Managed image for sandboxes without a template (Vercel's default when unset).
+        pub image: Option<String>,
+        /// Region (`iad1`, …); Vercel's default when unset.
+        pub region: Option<String>,
+        /// Persistent sandboxes keep their disk when stopped, so `lifecycle.stop` is offered
+        /// (default true).
+        pub persistent: Option<bool>,
+        /// Ports opened at create; only these can be exposed (Vercel routes are fixed at create).
+        pub ports: Option<Vec<u16>>,
+        /// The plan's longest session in seconds (default 2700, Hobby's 45 min; Pro is 18000).
+        pub max_timeout_seconds: Option<u64>,
+        /// Client timeouts.
+        pub timeouts: TimeoutsConfig,
+    }
+    credential("token", "access token") { token_env, token_file, token_secret }
 }
 
 /// Validated settings.
@@ -112,17 +101,11 @@ impl VercelConfig {
             n => n,
         };
         let t = &self.timeouts;
-        let request_timeout = seconds(t.request_seconds, 30, "timeouts.requestSeconds")?;
-        let ready_timeout = seconds(t.ready_seconds, 120, "timeouts.readySeconds")?;
-        let stream_idle = seconds(t.stream_idle_seconds, 120, "timeouts.streamIdleSeconds")?;
-        let poll_interval = poll_interval(t.poll_millis)?;
-        let (credential, initial_token) = resolve_credential(
-            "token",
-            "access token",
-            self.token_env.as_deref(),
-            self.token_file.as_ref(),
-            self.token_secret.as_deref(),
-        )?;
+        let request_timeout = t.request_seconds()?;
+        let ready_timeout = t.ready_seconds()?;
+        let stream_idle = t.stream_idle_seconds()?;
+        let poll_interval = t.poll_millis()?;
+        let (credential, initial_token) = self.credential()?;
         Ok(Settings {
             api_url,
             team_id,

@@ -23,8 +23,9 @@ use differently_core::SandboxId;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::credentials::Credentials;
-use crate::exec_output::{check_command, stdin_of, timed_exit};
+use crate::exec_output::{checked_stdin, timed_exit};
+use crate::kit::paths::unique;
+use crate::kit::tags::{self, create_tags, of_installation, Tagged};
 use crate::poll::Poll;
 use crate::{
     Adapter, AdapterError, ByteRange, ByteStream, Capability, CreateInstance, Download, Endpoint,
@@ -36,13 +37,11 @@ mod commands;
 pub mod config;
 pub mod tar;
 
+/// The tags every sandbox carries (the kit's, under the names this module always had).
+pub use crate::kit::tags::{INSTALLATION_TAG as TAG_INSTALLATION, SANDBOX_TAG as TAG_SANDBOX};
 pub use crate::settings::ConfigError;
 pub use config::{Settings, VercelConfig};
 
-/// Tag holding Differently's sandbox id.
-pub const TAG_SANDBOX: &str = "differently-sandbox-id";
-/// Tag holding Differently's installation id.
-pub const TAG_INSTALLATION: &str = "differently-installation-id";
 /// How long after Differently's own expiry Vercel's timeout fires.
 const BACKSTOP_MARGIN: u64 = 300;
 /// Largest upload: `fs/write` takes a tar, whose header needs the size, so a body is held
@@ -94,51 +93,22 @@ fn is_stopped(e: &AdapterError) -> bool {
     matches!(e, AdapterError::Transient(m) if m.starts_with("stopped:"))
 }
 
-fn unique() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "{nanos:x}-{:x}-{:x}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// Exit codes of the helper scripts below.
 const NO_SUCH_PATH: i32 = 44;
 const NOT_A_DIR: i32 = 45;
 const NOT_EMPTY: i32 = 46;
 
-crate::kit::from_settings!(VercelAdapter, "vercel", VercelConfig);
+crate::kit::from_settings!(VercelAdapter, "vercel", VercelConfig => Settings, |settings, credentials| {
+    let api = api::Api::new(&settings, credentials)
+        .map_err(|e| crate::kit::client::config_error(e, "apiURL"))?;
+    Ok(VercelAdapter {
+        settings,
+        api,
+        sessions: Mutex::new(HashMap::new()),
+    })
+});
 
 impl VercelAdapter {
-    /// Validates `config` and builds the adapter; the token is read through `credentials`
-    /// when calls are made.
-    pub fn with_credentials(
-        config: VercelConfig,
-        credentials: &Credentials,
-    ) -> Result<Self, ConfigError> {
-        let settings = config.validate()?;
-        let api = api::Api::new(&settings, credentials).map_err(|e| ConfigError {
-            field: "apiURL".to_owned(),
-            message: e.to_string(),
-        })?;
-        Ok(VercelAdapter {
-            settings,
-            api,
-            sessions: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// The validated settings.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     fn remember(&self, name: &str, session: &str) {
         self.sessions
             .lock()
@@ -236,15 +206,6 @@ impl VercelAdapter {
         })
     }
 
-    fn instance(s: &api::Sandbox) -> Option<Instance> {
-        let id = s.tags.as_ref()?.get(TAG_SANDBOX)?;
-        Some(Instance {
-            backend_ref: s.name.clone(),
-            sandbox_id: SandboxId::parse(id).ok()?,
-            state: state(&s.status),
-        })
-    }
-
     /// Brings an existing sandbox to running: waits on a pending one, starts a stopped one.
     async fn adopt(&self, a: &api::Answer) -> Result<(), AdapterError> {
         let name = &a.sandbox.name;
@@ -268,6 +229,18 @@ fn check_path(path: &str) -> Result<(), AdapterError> {
         ));
     }
     Ok(())
+}
+
+impl Tagged for api::Sandbox {
+    fn backend_ref(&self) -> &str {
+        &self.name
+    }
+    fn tag(&self, key: &str) -> Option<&str> {
+        self.tags.as_ref()?.get(key).map(String::as_str)
+    }
+    fn state(&self) -> Option<InstanceState> {
+        Some(state(&self.status))
+    }
 }
 
 #[async_trait]
@@ -334,13 +307,7 @@ impl Adapter for VercelAdapter {
             resources: serde_json::json!({ "vcpus": req.resources.cpu.max(1) }),
             persistent: s.persistent,
             env: req.env.clone(),
-            tags: BTreeMap::from([
-                (TAG_SANDBOX.to_owned(), req.sandbox_id.as_str().to_owned()),
-                (
-                    TAG_INSTALLATION.to_owned(),
-                    req.installation_id.as_str().to_owned(),
-                ),
-            ]),
+            tags: create_tags(req),
             ports: s.ports.clone(),
             region: s.region.clone(),
         };
@@ -372,7 +339,7 @@ impl Adapter for VercelAdapter {
 
     async fn find(&self, sandbox_id: &SandboxId) -> Result<Option<Instance>, AdapterError> {
         match self.api.get(&sandbox_name(sandbox_id), false).await {
-            Ok(a) => Ok(Self::instance(&a.sandbox).filter(|i| &i.sandbox_id == sandbox_id)),
+            Ok(a) => Ok(tags::instance(&a.sandbox).filter(|i| &i.sandbox_id == sandbox_id)),
             Err(AdapterError::NotFound) => Ok(None),
             Err(e) => Err(e),
         }
@@ -381,11 +348,9 @@ impl Adapter for VercelAdapter {
     async fn list(&self, installation: &InstallationId) -> Result<Vec<Instance>, AdapterError> {
         let all = self
             .api
-            .list_tagged(TAG_INSTALLATION, installation.as_str())
+            .list_tagged(tags::INSTALLATION_TAG, installation.as_str())
             .await?;
-        let mut out: Vec<Instance> = all.iter().filter_map(Self::instance).collect();
-        out.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
-        Ok(out)
+        Ok(of_installation(&all, installation))
     }
 
     async fn health(&self) -> Result<(), AdapterError> {
