@@ -265,7 +265,7 @@ pub async fn create(
     let sbx = until_running(&f, &c, sbx, started).await?;
     let id = sbx["id"].as_str().unwrap_or_default();
     make_home(&f, &c, id).await;
-    let token = f.tokens.token(id, &key_id);
+    let token = f.token(id, &key_id);
     Ok(with_status(
         StatusCode::CREATED,
         mapping::created(&sbx, &token),
@@ -315,7 +315,7 @@ pub async fn connect(
     if let Some(t) = b.timeout {
         extend(&f, &c, &id, &sbx, t).await?;
     }
-    let token = f.tokens.token(&id, &key_id);
+    let token = f.token(&id, &key_id);
     let status = if was_paused {
         StatusCode::CREATED
     } else {
@@ -348,7 +348,7 @@ pub async fn get(
 ) -> E2bResult<Response> {
     let (c, key_id) = caller(&headers)?;
     let sbx = live(&f, &c, &id).await?;
-    let token = f.tokens.token(&id, &key_id);
+    let token = f.token(&id, &key_id);
     let detail = mapping::detail(&sbx, &token).ok_or_else(|| E2bError::sandbox_not_found(&id))?;
     Ok(with_status(StatusCode::OK, detail))
 }

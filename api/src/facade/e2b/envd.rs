@@ -114,24 +114,12 @@ pub struct Ctx {
 /// The context of an envd request; `username` is the `/files` query's user, which wins
 /// over `Authorization`.
 pub fn ctx(f: &Facade, h: &HeaderMap, username: Option<&str>) -> Result<Ctx, EnvdError> {
-    let sandbox = h
-        .get("e2b-sandbox-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+    let sandbox = named_sandbox(h)
         .ok_or_else(|| {
             ConnectError::field("E2b-Sandbox-Id", "required: the sandbox this call is for")
         })?
         .to_owned();
-    if let Some(port) = h.get("e2b-sandbox-port").and_then(|v| v.to_str().ok()) {
-        if port.trim() != ENVD_PORT {
-            return Err(ConnectError::unimplemented(
-                &format!("port {port}"),
-                "only envd (port 49983) is served; other ports need a /v1 port URL",
-            )
-            .into());
-        }
-    }
+    check_port(h)?;
     let token = h
         .get(token::HEADER)
         .and_then(|v| v.to_str().ok())
@@ -147,6 +135,40 @@ pub fn ctx(f: &Facade, h: &HeaderMap, username: Option<&str>) -> Result<Ctx, Env
         .tokens
         .open(token, &sandbox)
         .map_err(|_| EnvdError::SandboxGone(sandbox.clone()))?;
+    f.seen.note(token, &sandbox, &key_id);
+    ctx_of(h, username, sandbox, key_id)
+}
+
+/// Refuses a request for a port other than envd's (`E2b-Sandbox-Port`, or the host's).
+pub fn check_port(h: &HeaderMap) -> Result<(), EnvdError> {
+    if let Some(port) = h.get("e2b-sandbox-port").and_then(|v| v.to_str().ok()) {
+        if port.trim() != ENVD_PORT {
+            return Err(ConnectError::unimplemented(
+                &format!("port {port}"),
+                "only envd (port 49983) is served; other ports need a /v1 port URL",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The sandbox named by `E2b-Sandbox-Id` (or, in DNS mode, the host), if any.
+pub fn named_sandbox(h: &HeaderMap) -> Option<&str> {
+    h.get("e2b-sandbox-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// The context of a call already known to be `key_id`'s on `sandbox` (a checked token or a
+/// signed URL): its user and home.
+pub fn ctx_of(
+    h: &HeaderMap,
+    username: Option<&str>,
+    sandbox: String,
+    key_id: String,
+) -> Result<Ctx, EnvdError> {
     let user = match username.filter(|u| !u.is_empty()) {
         Some(u) => u.to_owned(),
         None => basic_user(h)?.unwrap_or_else(|| DEFAULT_USER.to_owned()),

@@ -2,7 +2,8 @@
 //! or a multipart part with the `path` query) or several (multipart parts without `path`,
 //! each to its `filename`). Paths resolve against the user's home as envd's do; `username`
 //! picks the user. Each file is one `/v1` file call, so its scopes, limits and audit apply.
-//! Signed URLs (`signature=`) are not honoured: every call needs `X-Access-Token`.
+//! A call carries `X-Access-Token`, or is a signed URL (`signature=`, see `signed`), which
+//! is how a browser or plain HTTP client reaches a file without headers.
 
 use std::sync::Arc;
 
@@ -18,39 +19,70 @@ use crate::facade::opensandbox::inner::{q, read_all};
 use crate::facade::opensandbox::multipart;
 
 use super::connect::ConnectError;
-use super::envd::{ctx, Ctx, EnvdError};
-use super::Facade;
+use super::envd::{check_port, ctx, ctx_of, named_sandbox, Ctx, EnvdError};
+use super::signed::{Operation, SignError, SignedRequest};
+use super::{token, Facade};
 
 struct FilesQuery {
     path: Option<String>,
     username: Option<String>,
+    signature: Option<String>,
+    expiration: Option<String>,
 }
 
-fn query(raw: Option<&str>) -> Result<FilesQuery, EnvdError> {
+fn query(raw: Option<&str>) -> FilesQuery {
     let mut q = FilesQuery {
         path: None,
         username: None,
+        signature: None,
+        expiration: None,
     };
     for (k, v) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
         match &*k {
             "path" => q.path = Some(v.into_owned()),
             "username" => q.username = Some(v.into_owned()),
-            "signature" | "signature_expiration" => {
-                return Err(ConnectError::unimplemented(
-                    "signed file URLs",
-                    "send X-Access-Token instead",
-                )
-                .into())
-            }
+            "signature" => q.signature = Some(v.into_owned()),
+            "signature_expiration" => q.expiration = Some(v.into_owned()),
             _ => {}
         }
     }
-    Ok(q)
+    q
 }
 
-fn start(f: &Facade, h: &HeaderMap, raw: Option<&str>) -> Result<(Ctx, Option<String>), EnvdError> {
-    let q = query(raw)?;
-    let c = ctx(f, h, q.username.as_deref())?;
+/// The caller and the `path` query of a `/files` request: by its `X-Access-Token`, or, when
+/// it has none and carries a `signature`, by the signature (envd's order).
+fn start(
+    f: &Facade,
+    h: &HeaderMap,
+    raw: Option<&str>,
+    op: Operation,
+) -> Result<(Ctx, Option<String>), EnvdError> {
+    let q = query(raw);
+    let has_token = h
+        .get(token::HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| !t.trim().is_empty());
+    let Some(sig) = q.signature.as_deref().filter(|_| !has_token) else {
+        let c = ctx(f, h, q.username.as_deref())?;
+        return Ok((c, q.path));
+    };
+    check_port(h)?;
+    let req = SignedRequest {
+        path: q.path.as_deref().unwrap_or(""),
+        user: q.username.as_deref().unwrap_or(""),
+        signature: sig,
+        expiration: q.expiration.as_deref(),
+        op,
+    };
+    let now = chrono::Utc::now().timestamp();
+    let (sandbox, key_id) = f
+        .seen
+        .verify(&req, named_sandbox(h), now)
+        .map_err(|e| match e {
+            SignError::BadExpiration => ConnectError::field("signature_expiration", e),
+            e => ConnectError::new("unauthenticated", e.to_string()),
+        })?;
+    let c = ctx_of(h, q.username.as_deref(), sandbox, key_id)?;
     Ok((c, q.path))
 }
 
@@ -60,7 +92,7 @@ pub async fn download(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let (c, path) = match start(&f, &headers, raw.as_deref()) {
+    let (c, path) = match start(&f, &headers, raw.as_deref(), Operation::Read) {
         Ok(x) => x,
         Err(e) => return e.rest(),
     };
@@ -120,7 +152,7 @@ pub async fn upload(
     RawQuery(raw): RawQuery,
     body: Body,
 ) -> Response {
-    let (c, path) = match start(&f, &headers, raw.as_deref()) {
+    let (c, path) = match start(&f, &headers, raw.as_deref(), Operation::Write) {
         Ok(x) => x,
         Err(e) => return e.rest(),
     };

@@ -1,7 +1,7 @@
 //! envd's `filesystem.Filesystem` service: `Stat` and `ListDir` from `/v1`'s file listing,
 //! `MakeDir`, `Move` and `Remove` as one-shot commands through `/v1` exec (`mkdir`, `mv`,
-//! `rm`: every backend that runs commands has them). Watching (`WatchDir` and the polling
-//! watchers) answers `unimplemented`.
+//! `rm`: every backend that runs commands has them). The polling watchers (`CreateWatcher`,
+//! `GetWatcherEvents`, `RemoveWatcher`) are in `watchers`; the `WatchDir` stream in `watch`.
 //!
 //! `EntryInfo` carries what `/v1` lists: name, type, path, size, permission bits and their
 //! `ls`-style string, modification time. Owner and group are not listed by `/v1` and are
@@ -21,7 +21,7 @@ use crate::facade::opensandbox::inner::q;
 
 use super::connect::{self, ConnectError};
 use super::envd::{ctx, Ctx, EnvdError};
-use super::Facade;
+use super::{watchers, Facade};
 
 const MAX_REQUEST: usize = 64 << 10;
 /// `/v1`'s deepest listing.
@@ -64,9 +64,12 @@ pub async fn call(
         "MakeDir" => make_dir(&f, &c, &req).await,
         "Move" => move_entry(&f, &c, &req).await,
         "Remove" => remove(&f, &c, &req).await,
-        other => Err(ConnectError::unimplemented(
-            &format!("filesystem.Filesystem/{other}"),
-            "watching directories is not served yet",
+        "CreateWatcher" => watchers::create(&f, &c, &req).await,
+        "GetWatcherEvents" => watchers::events(&f, &c, &req),
+        "RemoveWatcher" => watchers::remove(&f, &c, &req),
+        other => Err(ConnectError::new(
+            "unimplemented",
+            format!("filesystem.Filesystem/{other} is not an envd method"),
         )
         .into()),
     };
@@ -110,7 +113,7 @@ fn permissions(kind: &str, mode: u32) -> String {
 }
 
 /// envd's `EntryInfo` of a `/v1` listing item.
-fn entry(item: &Value) -> Value {
+pub(super) fn entry(item: &Value) -> Value {
     let path = item["path"].as_str().unwrap_or_default();
     let kind = item["type"].as_str().unwrap_or_default();
     let mode = item["mode"].as_u64().unwrap_or(0) as u32 & 0o7777;
@@ -145,7 +148,12 @@ fn not_found(path: &str) -> EnvdError {
 }
 
 /// The `/v1` listing of `path` (`depth` levels below it).
-async fn listing(f: &Facade, c: &Ctx, path: &str, depth: u64) -> Result<Vec<Value>, EnvdError> {
+pub(super) async fn listing(
+    f: &Facade,
+    c: &Ctx,
+    path: &str,
+    depth: u64,
+) -> Result<Vec<Value>, EnvdError> {
     let uri = format!(
         "/v1/sandboxes/{}/files/list?path={}&depth={depth}",
         q(&c.sandbox),
@@ -159,7 +167,7 @@ async fn listing(f: &Facade, c: &Ctx, path: &str, depth: u64) -> Result<Vec<Valu
 }
 
 /// The entry of one path: its parent's listing, filtered.
-async fn entry_of(f: &Facade, c: &Ctx, path: &str) -> Result<Value, EnvdError> {
+pub(super) async fn entry_of(f: &Facade, c: &Ctx, path: &str) -> Result<Value, EnvdError> {
     if path == "/" {
         return Ok(entry(&json!({ "path": "/", "type": "dir", "mode": 0o755 })));
     }

@@ -18,7 +18,10 @@ pub mod files;
 pub mod filesystem;
 pub mod mapping;
 pub mod process;
+pub mod signed;
 pub mod token;
+pub mod watch;
+pub mod watchers;
 
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -44,6 +47,10 @@ pub struct Facade {
     pub tokens: token::Deriver,
     /// The facade's process ids (E2B's `pid`): the facade's own, one per `Start`.
     pub next_pid: AtomicU32,
+    /// Tokens handed out or accepted lately, which signed file URLs are checked against.
+    pub seen: signed::SeenTokens,
+    /// The polling directory watchers of this process.
+    pub watchers: watchers::Watchers,
 }
 
 /// Why an inner `/v1` call did not answer 2xx.
@@ -56,6 +63,13 @@ pub enum InnerError {
 }
 
 impl Facade {
+    /// The envd access token of `key_id` for `sandbox`, remembered for signed URLs.
+    pub fn token(&self, sandbox: &str, key_id: &str) -> String {
+        let t = self.tokens.token(sandbox, key_id);
+        self.seen.note(&t, sandbox, key_id);
+        t
+    }
+
     /// A JSON `/v1` call: the parsed answer on 2xx (`Null` for an empty body).
     pub async fn json(
         &self,
@@ -108,6 +122,8 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
                 .derive("differently/e2b-facade/envd-access-token/v1"),
         ),
         next_pid: AtomicU32::new(1),
+        seen: signed::SeenTokens::default(),
+        watchers: watchers::Watchers::default(),
     });
     let p = |path: &str| format!("{PREFIX}{path}");
     let e = |path: &str| format!("{ENVD_PREFIX}{path}");
@@ -129,8 +145,15 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         .route(&p("/sandboxes/{id}/metrics"), get(control::metrics))
         .route(&e("/health"), get(envd::health))
         .route(&e("/files"), get(files::download).post(files::upload))
+        // Signed URLs with `E2B_SANDBOX_URL` set: the SDKs join `/files` to its origin,
+        // dropping the `/e2b/envd` prefix.
+        .route("/files", get(files::download).post(files::upload))
         .route(&e("/process.Process/Start"), post(process::start))
         .route(&e("/process.Process/{method}"), post(process::unsupported))
+        .route(
+            &e("/filesystem.Filesystem/WatchDir"),
+            post(watch::watch_dir),
+        )
         .route(
             &e("/filesystem.Filesystem/{method}"),
             post(filesystem::call),

@@ -85,7 +85,8 @@ fn exec_body(c: &Ctx, p: &ProcessConfig, deadline: Option<Duration>) -> Value {
     body
 }
 
-fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
+/// A Connect stream answer fed by `rx`.
+pub(super) fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -101,7 +102,7 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
 
 /// A stream holding only the end envelope with `e` (how Connect answers an error found before
 /// anything was sent).
-fn failed_stream(e: &ConnectError) -> Response {
+pub(super) fn failed_stream(e: &ConnectError) -> Response {
     let (tx, rx) = mpsc::channel(1);
     let _ = tx.try_send(connect::end(Some(e)));
     stream_response(rx)
