@@ -13,12 +13,13 @@ use std::io::Write;
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::fake_daytona::FakeDaytona;
 use crate::fake_e2b::FakeServer as FakeE2b;
 use crate::fake_opensandbox::{FakeRuntime, FakeServer as FakeOpenSandbox, Variant};
 use crate::harness::{eventually, Cluster, Opts};
+use crate::hybrid::{create, placed_on, put_policy, wait_health, wait_running, waits_for, why};
 use crate::tenancy::{tenant, Tenant};
 
 const KEY: &str = "dtn_e2e_hybrid_0a1b2c3d4e5f";
@@ -47,82 +48,6 @@ async fn private_pool(c: &Cluster, osb: &FakeOpenSandbox, dir: &tempfile::TempDi
         )
         .await;
     assert_eq!(s, 201, "{p}");
-}
-
-async fn create(c: &Cluster, t: &Tenant, body: Value) -> (u16, Value) {
-    let mut body = body;
-    body["projectId"] = json!(t.project);
-    body["region"] = json!("us");
-    c.call(&t.key, Method::POST, "/v1/sandboxes", Some(body))
-        .await
-}
-
-async fn wait_running(c: &Cluster, t: &Tenant, id: &str) -> Value {
-    let (_, r) = c
-        .call(
-            &t.key,
-            Method::GET,
-            &format!("/v1/sandboxes/{id}/wait?status=running&timeoutSeconds=30"),
-            None,
-        )
-        .await;
-    assert_eq!(r["status"], "running", "{r}\n{}", c.logs());
-    r
-}
-
-async fn placed_on(c: &Cluster, t: &Tenant, body: Value) -> (String, String) {
-    let (s, b) = create(c, t, body.clone()).await;
-    assert_eq!(s, 202, "{body} -> {b}");
-    let id = b["id"].as_str().unwrap().to_owned();
-    let r = wait_running(c, t, &id).await;
-    (id, r["pool"].as_str().unwrap().to_owned())
-}
-
-/// The explanation's entry for `pool`.
-async fn why(c: &Cluster, t: &Tenant, id: &str, pool: &str) -> Value {
-    let (s, why) = c
-        .call(
-            &t.key,
-            Method::GET,
-            &format!("/v1/sandboxes/{id}/placement"),
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{why}");
-    why["pools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == pool)
-        .cloned()
-        .unwrap_or_else(|| panic!("{pool} not in the explanation: {why}"))
-}
-
-async fn put_policy(c: &Cluster, path: &str, body: Value) {
-    let (s, e) = c.call(&c.key, Method::PUT, path, Some(body)).await;
-    assert_eq!(s, 200, "{path}: {e}");
-}
-
-async fn wait_health(c: &Cluster, pool: &str, healthy: bool) {
-    c.wait_pool_health(pool, healthy, Duration::from_secs(20))
-        .await;
-    if healthy {
-        // Every process re-reads the shared health view within one sync interval (2 s).
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        return;
-    }
-    let seen = eventually(Duration::from_secs(20), || {
-        c.pool_changes("scheduler", pool, Some(false)) >= 1
-    })
-    .await;
-    assert!(
-        seen,
-        "the scheduler never saw {pool} go unhealthy\n{}",
-        c.logs()
-    );
-    // The API process places directly at admission from its own copy of the view, re-read
-    // every 2 s: let it take the change up too.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
 }
 
 /// The `[[pools]]` entry of an external Daytona pool (region `us`) on `fake`, its key in a
@@ -322,23 +247,7 @@ async fn work_goes_to_daytona_only_when_policy_allows_and_never_restricted_data(
     assert_eq!(s, 202, "{b}");
     let held = b["id"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (_, r) = c
-        .call(&a.key, Method::GET, &format!("/v1/sandboxes/{held}"), None)
-        .await;
-    assert_eq!(r["status"], "queued", "waits for the private pool: {r}");
-    let (_, whole) = c
-        .call(
-            &a.key,
-            Method::GET,
-            &format!("/v1/sandboxes/{held}/placement"),
-            None,
-        )
-        .await;
-    assert_eq!(whole["decision"], "waiting", "{whole}");
-    assert!(
-        whole["reason"].as_str().unwrap_or("").contains("priv-us"),
-        "the explanation names the pool it waits for: {whole}"
-    );
+    waits_for(&c, &a, &held, "priv-us").await;
     assert_eq!(fake.sandboxes().len(), before, "nothing went to Daytona");
     let d = why(&c, &a, &held, "daytona-us").await;
     assert_eq!(d["eligible"], false, "{d}");

@@ -18,6 +18,9 @@ use crate::fake_bridge::FakeBridge;
 use crate::fake_k8s::FakeCluster;
 use crate::fake_runloop::FakeRunloop;
 use crate::harness::{eventually, Cluster, Opts};
+use crate::hybrid::{
+    create, placed_on, put_policy, status, wait_health, wait_running, waits_for, why,
+};
 use crate::tenancy::{tenant, Tenant};
 
 const K8S_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.e2e-hybrid-service-account.c2lnbmF0dXJl";
@@ -189,70 +192,6 @@ async fn private_pool(c: &Cluster, f: &Fakes, dir: &tempfile::TempDir) {
     assert_eq!(s, 201, "{p}");
 }
 
-async fn create(c: &Cluster, t: &Tenant, mut body: Value) -> (u16, Value) {
-    body["projectId"] = json!(t.project);
-    body["region"] = json!("us");
-    c.call(&t.key, Method::POST, "/v1/sandboxes", Some(body))
-        .await
-}
-
-async fn status(c: &Cluster, t: &Tenant, id: &str) -> Value {
-    let (_, r) = c
-        .call(&t.key, Method::GET, &format!("/v1/sandboxes/{id}"), None)
-        .await;
-    r
-}
-
-async fn wait_running(c: &Cluster, t: &Tenant, id: &str) -> Value {
-    let (_, r) = c
-        .call(
-            &t.key,
-            Method::GET,
-            &format!("/v1/sandboxes/{id}/wait?status=running&timeoutSeconds=60"),
-            None,
-        )
-        .await;
-    assert_eq!(r["status"], "running", "{r}\n{}", c.logs());
-    r
-}
-
-/// Creates a sandbox with `body`, waits for it to run, and answers its id and pool.
-async fn placed_on(c: &Cluster, t: &Tenant, body: Value) -> (String, String) {
-    let (s, b) = create(c, t, body.clone()).await;
-    assert_eq!(s, 202, "{body} -> {b}");
-    let id = b["id"].as_str().unwrap().to_owned();
-    let r = wait_running(c, t, &id).await;
-    (id, r["pool"].as_str().unwrap_or_default().to_owned())
-}
-
-/// The whole placement explanation of `id`.
-async fn explanation(c: &Cluster, t: &Tenant, id: &str) -> Value {
-    let (s, why) = c
-        .call(
-            &t.key,
-            Method::GET,
-            &format!("/v1/sandboxes/{id}/placement"),
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{why}");
-    why
-}
-
-/// The explanation's entry for `pool`.
-async fn why(c: &Cluster, t: &Tenant, id: &str, pool: &str) -> Value {
-    let whole = explanation(c, t, id).await;
-    whole["pools"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == pool).cloned())
-        .unwrap_or_else(|| panic!("{pool} not in the explanation: {whole}"))
-}
-
-async fn put_policy(c: &Cluster, path: &str, body: Value) {
-    let (s, e) = c.call(&c.key, Method::PUT, path, Some(body)).await;
-    assert_eq!(s, 200, "{path}: {e}");
-}
-
 async fn project_allows(c: &Cluster, t: &Tenant, allow: bool) {
     put_policy(
         c,
@@ -270,25 +209,6 @@ async fn name_only(c: &Cluster, pool: &str) {
         json!({"allowExternal": true, "externalPools": [pool]}),
     )
     .await;
-}
-
-async fn wait_health(c: &Cluster, pool: &str, healthy: bool) {
-    c.wait_pool_health(pool, healthy, Duration::from_secs(60))
-        .await;
-    if !healthy {
-        let seen = eventually(Duration::from_secs(60), || {
-            c.pool_changes("scheduler", pool, Some(false)) >= 1
-        })
-        .await;
-        assert!(
-            seen,
-            "the scheduler never saw {pool} go unhealthy\n{}",
-            c.logs()
-        );
-    }
-    // The API process places at admission from its own copy of the health view, re-read
-    // every 2 s: let it (and the scheduler) take the change up.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
 }
 
 /// Runs `echo` in `id` through `/v1` exec and checks its output.
@@ -435,14 +355,7 @@ async fn private_first_then_each_named_provider_then_overflow_under_policy() {
     // Give the scheduler a few passes to (wrongly) place either.
     tokio::time::sleep(Duration::from_secs(3)).await;
     for id in [&held, &secret] {
-        let r = status(&c, &a, id).await;
-        assert_eq!(r["status"], "queued", "waits for the private pool: {r}");
-        let whole = explanation(&c, &a, id).await;
-        assert_eq!(whole["decision"], "waiting", "{whole}");
-        assert!(
-            whole["reason"].as_str().unwrap_or("").contains(PRIV),
-            "the explanation names the pool it waits for: {whole}"
-        );
+        waits_for(&c, &a, id, PRIV).await;
         let d = why(&c, &a, id, overflow_to).await;
         assert_eq!(d["eligible"], false, "{d}");
     }

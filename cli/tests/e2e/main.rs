@@ -85,6 +85,7 @@ mod fake_verbs;
 #[allow(dead_code, clippy::all)]
 #[path = "../../../adapters/tests/opensandbox/fake_versions.rs"]
 mod fake_versions;
+mod hybrid;
 mod hybrid_placement;
 mod hybrid_providers;
 mod idempotency;
