@@ -20,13 +20,20 @@ use utoipa::ToSchema;
 use super::{facts, untyped};
 use crate::requests::page::Page;
 use crate::routes::audit::SegmentRequest;
+use crate::routes::event_credentials::IssueRequest;
+use crate::routes::exec::{ExitEvent, StreamErrorEvent};
 use crate::routes::keys::{CreateKey, CreatedKey};
 use crate::routes::orgs::{CreateOrg, UpdateOrg};
+use crate::routes::pools::PoolBody;
+use crate::routes::ports::PendingOperation;
 use crate::routes::ports::{PortAnswer, PortRequest};
 use crate::routes::projects::{CreateProject, UpdateProject};
+use crate::routes::queue::{MetricsSummary, QueueReport};
 use crate::routes::quotas::QuotaView;
 use crate::routes::sandboxes::PatchRequest;
 use crate::routes::snapshots::{SnapshotRequest, SnapshotView};
+use crate::routes::warm::{ServedClass, WarmDocument};
+use crate::routes::webhooks::{CreateWebhook, PatchWebhook};
 
 /// Schemas of the wire types, by component name, and the schemas they refer to, by type name.
 #[derive(Default)]
@@ -83,7 +90,18 @@ fn derived() -> Derived {
         .add::<CreateKey>("CreateKeyRequest")
         .add::<CreatedKey>("CreatedKey")
         .add::<QuotaView>("QuotaView")
-        .add::<SegmentRequest>("AuditSegmentRequest");
+        .add::<SegmentRequest>("AuditSegmentRequest")
+        .add::<IssueRequest>("EventCredentialsRequest")
+        .add::<PoolBody>("PoolRequest")
+        .add::<CreateWebhook>("CreateWebhookRequest")
+        .add::<PatchWebhook>("UpdateWebhookRequest")
+        .add::<ExitEvent>("ExecExit")
+        .add::<StreamErrorEvent>("StreamError")
+        .add::<PendingOperation>("PendingOperation")
+        .add::<ServedClass>("WarmClassStatus")
+        .add::<WarmDocument>("WarmClasses")
+        .add::<QueueReport>("QueueReport")
+        .add::<MetricsSummary>("MetricsSummary");
     // Every list is one page type; its items are the component of their type.
     d.add::<Page<SandboxView>>("SandboxList")
         .add::<Page<SnapshotView>>("SnapshotList")
@@ -125,12 +143,20 @@ pub(super) fn generated() -> (Map<String, Value>, Vec<String>) {
         normalize(&mut schema);
         s.insert((*component).to_owned(), schema);
     }
-    let flat: Vec<(String, Value)> = s
+    // A flattening struct takes its flattened component as the facts refined it; then its
+    // own facts apply.
+    let flattening: Vec<String> = s
         .iter()
-        .filter_map(|(name, schema)| Some((name.clone(), flattened(schema, &s)?)))
+        .filter(|(_, schema)| schema.get("allOf").is_some())
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut missed = facts::apply(&mut s, |c| !flattening.iter().any(|f| f == c));
+    let flat: Vec<(String, Value)> = flattening
+        .iter()
+        .filter_map(|name| Some((name.clone(), flattened(&s[name], &s)?)))
         .collect();
     s.extend(flat);
-    let missed = facts::apply(&mut s);
+    missed.extend(facts::apply(&mut s, |c| flattening.iter().any(|f| f == c)));
     (s, missed)
 }
 

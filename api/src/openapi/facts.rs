@@ -3,6 +3,7 @@
 //! is about; the values come from the code's own constants.
 
 use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
+use differently_core::ids::id_pattern;
 use differently_core::policy::{ExternalMode, Strategy};
 use differently_core::sandbox::{
     CLASSIFICATIONS, KNOWN_CAPABILITIES, MAX_IDLE_TIMEOUT_SECONDS, MAX_TTL_SECONDS, PROFILES,
@@ -337,7 +338,120 @@ fn bodies() -> Vec<Fact> {
             "/properties/usage",
             json!({ "description": "What the scope uses now: active, queued, CPU, memory, disk." }),
         ),
+        at(
+            "EventCredentialsRequest",
+            "/properties/ttlSeconds",
+            between(
+                crate::routes::event_credentials::MIN_TTL_SECONDS,
+                differently_bus::callout::MAX_CREDENTIAL_TTL.as_secs(),
+            ),
+        ),
+        at(
+            "EventCredentialsRequest",
+            "/properties/projectId",
+            json!({ "pattern": id_pattern(differently_core::ProjectId::PREFIX) }),
+        ),
+        at(
+            "PoolRequest",
+            "/properties/settings",
+            json!({ "description": "Adapter settings (credential references only)." }),
+        ),
     ]
+    .into_iter()
+    .chain(webhook_bodies())
+    .chain(answers())
+    .collect()
+}
+
+/// What serde cannot say of the answers routes build.
+fn answers() -> Vec<Fact> {
+    let codes = || json!({ "enum": differently_core::ErrorCode::ALL.map(|c| c.as_str()) });
+    let count = |description: &str| json!({ "minimum": 0, "description": description });
+    vec![
+        // Serialized duration first (the stream's bytes never changed); listed in the order
+        // the SDKs' models take them.
+        at(
+            "ExecExit",
+            "",
+            json!({ "required": ["exitCode", "durationMs"] }),
+        ),
+        at("StreamError", "/properties/code", codes()),
+        // `routes::queue`.
+        at(
+            "QueueReport",
+            "/properties/orgs/items/properties/oldestSandboxId",
+            json!({ "pattern": id_pattern(differently_core::SandboxId::PREFIX) }),
+        ),
+        at(
+            "QueueReport",
+            "/properties/orgs/items/properties/walls",
+            json!({ "propertyNames": { "enum": ["org", "project", "pool", "unknown"] } }),
+        ),
+        // `routes::warm`: each class as stored (the fields it left out stay out, the filled
+        // `maxAgeSeconds` is always there) and its counts.
+        at(
+            "WarmClassStatus",
+            "",
+            json!({ "required": ["name", "size", "refillPerSecond", "maxAgeSeconds", "ready",
+                                 "creating", "claimsPerMinute", "hitRatio"] }),
+        ),
+        at(
+            "WarmClassStatus",
+            "/properties/ready",
+            count("Instances ready to be claimed."),
+        ),
+        at(
+            "WarmClassStatus",
+            "/properties/creating",
+            count("Instances being created."),
+        ),
+        at(
+            "WarmClassStatus",
+            "/properties/claimsPerMinute",
+            count(
+                "Instances claimed per minute over the last 10 minutes, counted by every API \
+                 process.",
+            ),
+        ),
+        at(
+            "WarmClassStatus",
+            "/properties/hitRatio",
+            json!({ "minimum": 0, "maximum": 1,
+                    "description": "Of the creates that matched the class over the last 10 \
+                        minutes, the share answered from a ready instance; null when none \
+                        matched." }),
+        ),
+    ]
+}
+
+/// `routes::webhooks`: what create and patch accept.
+fn webhook_bodies() -> Vec<Fact> {
+    use crate::routes::webhooks::{MAX_DESCRIPTION, MAX_EVENT_TYPES};
+    let url = json!({ "minLength": 1,
+        "maxLength": differently_webhooks::url_policy::MAX_URL_LEN,
+        "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://" });
+    let event_types = json!({ "maxItems": MAX_EVENT_TYPES,
+        "description": "Event types delivered: exact (`sandbox.status.changed`), a prefix \
+            (`sandbox.exec.*`) or `*`; empty or absent: every type." });
+    let description = json!({ "minLength": 0, "maxLength": MAX_DESCRIPTION });
+    let mut f = vec![at(
+        "CreateWebhookRequest",
+        "/properties/projectId",
+        json!({ "pattern": id_pattern(differently_core::ProjectId::PREFIX) }),
+    )];
+    for body in ["CreateWebhookRequest", "UpdateWebhookRequest"] {
+        f.extend([
+            at(body, "/properties/url", url.clone()),
+            at(body, "/properties/eventTypes", event_types.clone()),
+            at(
+                body,
+                "/properties/eventTypes/items",
+                json!({ "minLength": 1 }),
+            ),
+            at(body, "/properties/description", description.clone()),
+        ]);
+    }
+    f
 }
 
 /// `core::warm`: a class fixes its instances' resources whole (no field is filled from a
@@ -402,11 +516,11 @@ fn warm_class() -> Vec<Fact> {
     ]
 }
 
-/// Applies every fact to `schemas`; answers the facts that found no field (a renamed or
-/// removed field: a test fails on any).
-pub(super) fn apply(schemas: &mut Map<String, Value>) -> Vec<String> {
+/// Applies the facts about the components `which` selects to `schemas`; answers the facts
+/// that found no field (a renamed or removed field: a test fails on any).
+pub(super) fn apply(schemas: &mut Map<String, Value>, which: impl Fn(&str) -> bool) -> Vec<String> {
     let mut missed = Vec::new();
-    for (component, pointer, patch) in facts() {
+    for (component, pointer, patch) in facts().into_iter().filter(|(c, _, _)| which(c)) {
         let target = schemas
             .get_mut(component)
             .and_then(|s| s.pointer_mut(&pointer))

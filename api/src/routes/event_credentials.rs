@@ -31,14 +31,14 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Shortest lifetime a caller may ask for.
-const MIN_TTL_SECONDS: u64 = 60;
+pub(crate) const MIN_TTL_SECONDS: u64 = 60;
 
 /// Lifetime when none is asked for.
 const DEFAULT_TTL_SECONDS: u64 = 3600;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct IssueRequest {
+pub(crate) struct IssueRequest {
     ttl_seconds: Option<u64>,
     project_id: Option<String>,
 }

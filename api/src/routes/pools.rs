@@ -157,9 +157,9 @@ fn require_admin(p: &Principal) -> ApiResult<()> {
 }
 
 /// Body of `POST /v1/admin/pools` (and, all optional, of `PATCH`).
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct PoolBody {
+pub(crate) struct PoolBody {
     name: Option<String>,
     kind: Option<String>,
     trust: Option<Trust>,

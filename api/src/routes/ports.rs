@@ -47,6 +47,14 @@ pub(crate) struct PortAnswer {
     expires_at: Option<DateTime<Utc>>,
 }
 
+/// A 202: the work goes on after the answer (the document's `PendingOperation`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct PendingOperation {
+    #[schema(value_type = String)]
+    operation: differently_core::ids::OpId,
+    status: &'static str,
+}
+
 async fn expose_port(
     State(state): State<AppState>,
     principal: Principal,
@@ -103,7 +111,10 @@ async fn expose_port(
         Some(op) => Err(op_failure(&op)),
         None => Ok((
             StatusCode::ACCEPTED,
-            Json(json!({ "operation": record.id, "status": "pending" })),
+            Json(PendingOperation {
+                operation: record.id,
+                status: "pending",
+            }),
         )
             .into_response()),
     }

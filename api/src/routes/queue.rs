@@ -38,7 +38,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The whole queue.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueReport {
     pub generated_at: DateTime<Utc>,
@@ -50,10 +50,11 @@ pub struct QueueReport {
 }
 
 /// One organization's waiting sandboxes.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrgQueue {
     pub org_id: String,
+    #[schema(required)]
     pub org_name: Option<String>,
     pub depth: u64,
     pub oldest_queued_at: DateTime<Utc>,
@@ -66,7 +67,7 @@ pub struct OrgQueue {
 }
 
 /// A status reason and how many rows carry it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReasonCount {
     pub reason: String,
@@ -211,7 +212,7 @@ pub fn set_metrics_source(render: impl Fn() -> String + Send + Sync + 'static) {
 }
 
 /// The counters the dashboard charts, summed from the Prometheus text.
-#[derive(Debug, Default, PartialEq, Serialize)]
+#[derive(Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricsSummary {
     pub generated_at: DateTime<Utc>,

@@ -31,7 +31,7 @@ struct WarmBody {
 }
 
 /// One class as served: its fields and its instances by state.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ServedClass {
     #[serde(flatten)]
@@ -41,6 +41,7 @@ pub(crate) struct ServedClass {
     /// Instances claimed per minute over the last [`CLAIMS_WINDOW_MINUTES`] minutes.
     claims_per_minute: f64,
     /// Hits ÷ creates that matched the class, over the same window; `None` when none did.
+    #[schema(required)]
     hit_ratio: Option<f64>,
 }
 
@@ -48,7 +49,7 @@ pub(crate) struct ServedClass {
 pub(crate) const CLAIMS_WINDOW_MINUTES: i64 = 10;
 
 /// `GET`'s answer.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct WarmDocument {
     pub(crate) classes: Vec<ServedClass>,
 }

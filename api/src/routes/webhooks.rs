@@ -29,9 +29,9 @@ use crate::requests::page::{Page, PageQuery};
 use crate::AppState;
 
 /// Most event-type filters of one webhook.
-const MAX_EVENT_TYPES: usize = 50;
+pub(crate) const MAX_EVENT_TYPES: usize = 50;
 /// Most characters of a description.
-const MAX_DESCRIPTION: usize = 256;
+pub(crate) const MAX_DESCRIPTION: usize = 256;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -51,9 +51,9 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CreateWebhook {
+pub(crate) struct CreateWebhook {
     project_id: Option<ProjectId>,
     url: String,
     #[serde(default)]
@@ -271,13 +271,14 @@ async fn get_webhook(
     Ok(Json(load_webhook(&state, &p, &id).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct PatchWebhook {
+pub(crate) struct PatchWebhook {
     url: Option<String>,
     event_types: Option<Vec<String>>,
     /// `null` clears it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
     description: Option<Option<String>>,
     enabled: Option<bool>,
 }

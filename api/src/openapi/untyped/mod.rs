@@ -23,11 +23,6 @@ pub(super) fn nullable(ty: &str) -> Value {
     json!({ "type": [ty, "null"] })
 }
 
-/// An optional integer within `min..=max` (null: the default), the bounds the code checks.
-pub(super) fn bounded(min: u64, max: u64) -> Value {
-    json!({ "type": ["integer", "null"], "minimum": min, "maximum": max })
-}
-
 /// An id with `prefix`, or null.
 fn id_or_null(prefix: &str) -> Value {
     json!({ "type": ["string", "null"], "pattern": id_pattern(prefix) })
@@ -36,11 +31,6 @@ fn id_or_null(prefix: &str) -> Value {
 /// An id with `prefix`.
 pub(super) fn id_of(prefix: &str) -> Value {
     json!({ "type": "string", "pattern": id_pattern(prefix) })
-}
-
-/// A string of `min..=max` characters (null: absent).
-pub(super) fn text_or_null(min: u64, max: u64) -> Value {
-    json!({ "type": ["string", "null"], "minLength": min, "maxLength": max })
 }
 
 pub(super) fn time() -> Value {
@@ -162,23 +152,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
         )]),
     );
     s.insert(
-        "ExecExit".to_owned(),
-        served(&[
-            ("exitCode", typed("integer")),
-            ("durationMs", typed("integer")),
-        ]),
-    );
-    s.insert(
-        "StreamError".to_owned(),
-        served(&[
-            (
-                "code",
-                one_of_strings(ErrorCode::ALL.map(|c| json!(c.as_str()))),
-            ),
-            ("message", typed("string")),
-        ]),
-    );
-    s.insert(
         "FileList".to_owned(),
         served(&[(
             "items",
@@ -190,10 +163,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
                 ("modifiedAt", time_or_null()),
             ])),
         )]),
-    );
-    s.insert(
-        "PendingOperation".to_owned(),
-        served(&[("operation", typed("string")), ("status", typed("string"))]),
     );
     s.insert(
         "StatusEvent".to_owned(),
@@ -212,13 +181,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
     s.insert(
         "PublicEvent".to_owned(),
         differently_bus_schema::public::envelope_schema(),
-    );
-    s.insert(
-        "EventCredentialsRequest".to_owned(),
-        json!({ "type": "object", "additionalProperties": false, "properties": {
-            "ttlSeconds": bounded(60, 86_400),
-            "projectId": id_or_null("prj"),
-        } }),
     );
     s.insert(
         "EventCredentials".to_owned(),
@@ -283,32 +245,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
         "Placement".to_owned(),
         served_except(&placement, &["pool", "code", "reason", "wall"]),
     );
-    s.insert(
-        "PoolRequest".to_owned(),
-        accepted(
-            &[
-                ("name", nullable("string")),
-                ("kind", nullable("string")),
-                (
-                    "trust",
-                    json!({ "type": ["string", "null"], "enum": ["private", "external", null] }),
-                ),
-                ("region", nullable("string")),
-                ("maxConcurrent", nullable("integer")),
-                (
-                    "isolation",
-                    json!({ "type": ["string", "null"], "enum": ["container", "microvm", null] }),
-                ),
-                ("costPerCpuHour", nullable("number")),
-                ("typicalCreateSeconds", nullable("number")),
-                (
-                    "settings",
-                    json!({ "description": "Adapter settings (credential references only)." }),
-                ),
-            ],
-            &[],
-        ),
-    );
     s.insert("PoolList".to_owned(), page_of("Pool"));
     s.insert("Health".to_owned(), served(&[("status", typed("string"))]));
     s.insert("OpenApi".to_owned(), described("This document."));
@@ -334,49 +270,6 @@ fn composites(s: &mut Map<String, Value>) {
     ]);
     extend(&mut pool, live, true);
     s.insert("Pool".to_owned(), pool);
-    // `routes::warm`: each class as stored (the fields it left out stay out) and its counts.
-    let mut status = s["WarmClass"].clone();
-    if let Some(o) = status.as_object_mut() {
-        o.remove("additionalProperties");
-    }
-    // Served as stored: `maxAgeSeconds` is filled; the fields a class left out stay out.
-    if let Some(required) = status["required"].as_array_mut() {
-        required.push(json!("maxAgeSeconds"));
-    }
-    extend(
-        &mut status,
-        vec![
-            (
-                "ready",
-                json!({ "type": "integer", "minimum": 0,
-                        "description": "Instances ready to be claimed." }),
-            ),
-            (
-                "creating",
-                json!({ "type": "integer", "minimum": 0,
-                        "description": "Instances being created." }),
-            ),
-            (
-                "claimsPerMinute",
-                json!({ "type": "number", "minimum": 0,
-                        "description": "Instances claimed per minute over the last 10 minutes, \
-                            counted by every API process." }),
-            ),
-            (
-                "hitRatio",
-                json!({ "type": ["number", "null"], "minimum": 0, "maximum": 1,
-                        "description": "Of the creates that matched the class over the last 10 \
-                            minutes, the share answered from a ready instance; null when none \
-                            matched." }),
-            ),
-        ],
-        true,
-    );
-    s.insert("WarmClassStatus".to_owned(), status);
-    s.insert(
-        "WarmClasses".to_owned(),
-        served(&[("classes", array_of(reference("WarmClassStatus")))]),
-    );
 }
 
 /// Adds `props` to an object schema, `required` with `all_required`.

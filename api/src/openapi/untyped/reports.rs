@@ -1,15 +1,15 @@
-//! The operators' reports: `routes::trust`, `routes::queue` and the metrics summary.
+//! The trust report (`routes::trust`).
 
 use differently_core::pool::{PoolSource, Trust};
 use serde_json::{json, Map, Value};
 
 use super::{
-    array_of, backend_fields, id_of, nullable, one_of_strings, reference, served, time,
-    time_or_null, typed,
+    array_of, backend_fields, nullable, one_of_strings, reference, served, time, time_or_null,
+    typed,
 };
 use crate::openapi::wire;
 
-/// Adds the report schemas to `s`.
+/// Adds the trust report's schema to `s`.
 pub(super) fn add(s: &mut Map<String, Value>) {
     let count = || json!({ "type": "integer", "minimum": 0 });
     let credential = served(&[
@@ -71,47 +71,6 @@ pub(super) fn add(s: &mut Map<String, Value>) {
             ("pools", array_of(trust_pool)),
             ("externalPlacements", array_of(external)),
             ("notEnforced", array_of(typed("string"))),
-        ]),
-    );
-    // `api::routes::queue`.
-    let counts = || json!({ "type": "object", "additionalProperties": { "type": "number" } });
-    let org_queue = served(&[
-        ("orgId", typed("string")),
-        ("orgName", nullable("string")),
-        ("depth", typed("integer")),
-        ("oldestQueuedAt", time()),
-        ("oldestSandboxId", id_of("sbx")),
-        (
-            "walls",
-            json!({ "type": "object",
-                    "propertyNames": { "enum": ["org", "project", "pool", "unknown"] },
-                    "additionalProperties": { "type": "integer" } }),
-        ),
-        (
-            "reasons",
-            array_of(served(&[
-                ("reason", typed("string")),
-                ("count", typed("integer")),
-            ])),
-        ),
-    ]);
-    s.insert(
-        "QueueReport".to_owned(),
-        served(&[
-            ("generatedAt", time()),
-            ("total", typed("integer")),
-            ("truncated", typed("boolean")),
-            ("orgs", array_of(org_queue)),
-        ]),
-    );
-    s.insert(
-        "MetricsSummary".to_owned(),
-        served(&[
-            ("generatedAt", time()),
-            ("enabled", typed("boolean")),
-            ("admissions", counts()),
-            ("activations", counts()),
-            ("queueDepth", counts()),
         ]),
     );
 }

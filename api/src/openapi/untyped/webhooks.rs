@@ -4,27 +4,11 @@
 use differently_store::webhooks::MAX_RESPONSE_BODY_BYTES;
 use serde_json::{json, Map, Value};
 
-use super::{
-    accepted, array_of, id_of, id_pattern, nullable, page_of, served, text_or_null, time,
-    time_or_null, typed,
-};
+use super::{array_of, id_of, nullable, page_of, served, time, time_or_null, typed};
 
 /// `whk_…` and `whd_…`.
 pub(in crate::openapi) const WEBHOOK_PREFIX: &str = "whk";
 pub(in crate::openapi) const DELIVERY_PREFIX: &str = "whd";
-
-fn url() -> Value {
-    json!({ "type": "string", "minLength": 1,
-            "maxLength": differently_webhooks::url_policy::MAX_URL_LEN,
-            "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://" })
-}
-
-fn event_types() -> Value {
-    json!({ "type": "array", "maxItems": 50,
-            "items": { "type": "string", "minLength": 1 },
-            "description": "Event types delivered: exact (`sandbox.status.changed`), a prefix \
-                            (`sandbox.exec.*`) or `*`; empty or absent: every type." })
-}
 
 /// Adds the webhook schemas to `s`.
 pub(in crate::openapi) fn add(s: &mut Map<String, Value>) {
@@ -55,30 +39,6 @@ pub(in crate::openapi) fn add(s: &mut Map<String, Value>) {
                 "description": "The signing secret, shown this once." }),
     ));
     s.insert("WebhookWithSecret".to_owned(), served(&with_secret));
-    s.insert(
-        "CreateWebhookRequest".to_owned(),
-        accepted(
-            &[
-                ("projectId", json!({ "type": ["string", "null"], "pattern": id_pattern(differently_core::ProjectId::PREFIX) })),
-                ("url", url()),
-                ("eventTypes", event_types()),
-                ("description", text_or_null(0, 256)),
-            ],
-            &["url"],
-        ),
-    );
-    s.insert(
-        "UpdateWebhookRequest".to_owned(),
-        accepted(
-            &[
-                ("url", url()),
-                ("eventTypes", event_types()),
-                ("description", text_or_null(0, 256)),
-                ("enabled", typed("boolean")),
-            ],
-            &[],
-        ),
-    );
     s.insert(
         "WebhookDelivery".to_owned(),
         served(&[

@@ -40,6 +40,7 @@ mod collected;
 mod frame_body;
 pub mod frames;
 mod running;
+pub(crate) use running::{ExitEvent, StreamErrorEvent};
 mod sse_body;
 mod stream;
 mod text;

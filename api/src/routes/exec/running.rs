@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use bytes::BytesMut;
 use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::ErrorCode;
-use serde_json::json;
+use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinHandle};
 
@@ -85,21 +85,48 @@ pub(super) enum Ending {
     Error(String),
 }
 
+/// The payload of [`Ending::Exit`]: the OpenAPI document's `ExecExit`. The fields are in the
+/// order the stream has always written them.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ExitEvent {
+    duration_ms: u64,
+    exit_code: i32,
+}
+
+/// The payload of [`Ending::Error`]: the document's `StreamError`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct StreamErrorEvent {
+    #[schema(value_type = String)]
+    code: ErrorCode,
+    message: String,
+}
+
+/// `value` as JSON text (these payloads are plain structs: serializing them cannot fail).
+fn text(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
 impl Ending {
     fn of(end: Result<Result<ExecExit, AdapterError>, JoinError>) -> Ending {
         match end {
-            Ok(Ok(exit)) => Ending::Exit(
-                json!({ "exitCode": exit.exit_code, "durationMs": exit.duration_ms }).to_string(),
-            ),
+            Ok(Ok(exit)) => Ending::Exit(text(&ExitEvent {
+                duration_ms: exit.duration_ms,
+                exit_code: exit.exit_code,
+            })),
             Ok(Err(e)) => {
                 let api = ApiError::from(e);
-                Ending::Error(json!({ "code": api.code, "message": api.message }).to_string())
+                Ending::Error(text(&StreamErrorEvent {
+                    code: api.code,
+                    message: api.message,
+                }))
             }
             Err(e) => {
                 tracing::error!(error = %e, "exec stream task failed");
-                Ending::Error(
-                    json!({ "code": ErrorCode::Internal, "message": "internal error" }).to_string(),
-                )
+                Ending::Error(text(&StreamErrorEvent {
+                    code: ErrorCode::Internal,
+                    message: "internal error".to_owned(),
+                }))
             }
         }
     }

@@ -1143,11 +1143,11 @@ class UpdateWebhookRequest:
     true`` re-enables (forgetting the failures that disabled it)."""
 
     description: Union[str, None, Unset] = UNSET
-    enabled: Union[bool, Unset] = UNSET
+    enabled: Union[bool, None, Unset] = UNSET
     #: Event types delivered: exact (``sandbox.status.changed``), a prefix (``sandbox.exec.*``)
     #: or ``*``; empty or absent: every type.
-    event_types: Union[List[str], Unset] = UNSET
-    url: Union[str, Unset] = UNSET
+    event_types: Union[List[str], None, Unset] = UNSET
+    url: Union[str, None, Unset] = UNSET
 
 
 @dataclass(frozen=True)

@@ -416,8 +416,8 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
   UpdateWebhookRequest: {
     schema: "UpdateWebhookRequest",
     request: true,
-    fields: fields<M.UpdateWebhookRequest>()({ description: "string?", enabled: "boolean", eventTypes:
-      "array", url: "string" }),
+    fields: fields<M.UpdateWebhookRequest>()({ description: "string?", enabled: "boolean?", eventTypes:
+      "array?", url: "string?" }),
   },
   WebhookDelivery: {
     schema: "WebhookDelivery",

@@ -872,13 +872,13 @@ export interface CreateWebhookRequest {
  */
 export interface UpdateWebhookRequest {
   description?: string | null;
-  enabled?: boolean;
+  enabled?: boolean | null;
   /**
    * Event types delivered: exact (`sandbox.status.changed`), a prefix (`sandbox.exec.*`) or `*`; empty or
    * absent: every type.
    */
-  eventTypes?: string[];
-  url?: string;
+  eventTypes?: string[] | null;
+  url?: string | null;
 }
 
 /** One event's delivery to one webhook, with its last attempt's outcome. */
