@@ -1,0 +1,187 @@
+//! `sandbox exec` (stdin, streaming, exit codes, a closed pipe) and the file commands (`cp`
+//! both ways with directories and modes, `ls`, `rm`) against `differently dev`.
+
+use std::process::{Command, Stdio};
+
+use crate::harness::binary;
+
+use super::{mode, output, set_mode, Dev};
+
+#[test]
+fn exec_streams_forwards_stdin_and_exits_with_the_command_code() {
+    let dev = Dev::start();
+    // --wait on a pipe: the answer on stdout; no spinner on a stderr that is not a terminal,
+    // one line saying what it waits for instead.
+    let (code, out, err) = dev.run(&["sandbox", "create", "--wait", "-o", "id"]);
+    assert_eq!(code, 0, "{err}{out}");
+    let id = out.trim().to_owned();
+    assert_eq!(
+        err,
+        format!("differently: waiting up to 120s for sandbox {id} to be running…\n")
+    );
+
+    // `echo hello | differently sandbox exec $S -- cat` prints hello.
+    let (code, out, err) = output(
+        dev.cmd(&["sandbox", "exec", &id, "--", "cat"]),
+        Some(b"hello\n"),
+    );
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "hello\n", ""));
+    // Binary stdin arrives intact; -n sends none.
+    let bytes: Vec<u8> = (0..=255u8).collect();
+    let (code, out, _) = output(
+        dev.cmd(&["sandbox", "exec", &id, "--", "sh", "-c", "wc -c"]),
+        Some(&bytes),
+    );
+    assert_eq!((code, out.trim()), (0, "256"));
+    let (code, out, _) = output(
+        dev.cmd(&["sandbox", "exec", &id, "-n", "--", "sh", "-c", "wc -c"]),
+        Some(b"ignored"),
+    );
+    assert_eq!((code, out.trim()), (0, "0"));
+    // Both streams, and the command's exit code as ours, streamed and buffered.
+    for extra in [&[][..], &["--buffered"][..]] {
+        let mut args = vec!["sandbox", "exec", &id];
+        args.extend_from_slice(extra);
+        args.extend(["--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
+        let (code, out, err) = dev.run(&args);
+        assert_eq!(
+            (code, out.as_str(), err.as_str()),
+            (7, "out\n", "err\n"),
+            "{extra:?}"
+        );
+    }
+    // Streamed output past the buffered route's 1 MiB cut arrives whole.
+    let (code, out, err) = dev.run(&[
+        "sandbox",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "head -c 3000000 /dev/zero | tr '\\0' y",
+    ]);
+    assert_eq!((code, out.len()), (0, 3_000_000), "{err}");
+    // A reader that goes away (`| head -c1`) ends the command quietly: exit 0, no panic.
+    let (code, _, err) = output(
+        {
+            let mut c = Command::new("bash");
+            c.arg("-c")
+                .arg(format!(
+                    "set -o pipefail; \"$0\" sandbox exec {id} -- sh -c 'yes | head -c 5000000' | head -c1 >/dev/null"
+                ))
+                .arg(binary())
+                .env("DIFFERENTLY_URL", &dev.url)
+                .env("DIFFERENTLY_API_KEY", &dev.key)
+                .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
+                .stdin(Stdio::null());
+            c
+        },
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // A bad flag value is the API's error naming the field.
+    let (code, _, err) = dev.run(&["sandbox", "exec", &id, "--cwd", "relative", "--", "true"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cwd"), "{err}");
+}
+
+#[test]
+fn files_copy_both_ways_with_directories_ls_and_rm() {
+    let dev = Dev::start();
+    let id = dev
+        .ok(&["sandbox", "create", "--wait", "-o", "id"])
+        .trim()
+        .to_owned();
+    let local = dev.dir.path().join("up");
+    std::fs::create_dir_all(local.join("sub/deeper")).unwrap();
+    std::fs::write(local.join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(local.join("sub/deeper/b.bin"), [0u8, 1, 2, 255]).unwrap();
+    set_mode(&local.join("a.txt"), 0o750);
+    let remote = format!("{id}:/work/up");
+    dev.ok(&["sandbox", "cp", local.to_str().unwrap(), &remote]);
+    // ls: JSON list, a table, and paths with -o id.
+    let listed = dev.json(&["sandbox", "ls", &id, "/work/up", "--depth", "3"]);
+    let mut paths: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "/work/up/a.txt",
+            "/work/up/sub",
+            "/work/up/sub/deeper",
+            "/work/up/sub/deeper/b.bin"
+        ]
+    );
+    let table = dev.ok(&["sandbox", "ls", &id, "/work/up", "-o", "table"]);
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.starts_with("TYPE") && header.ends_with("PATH"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("file") && l.contains(" 750 ") && l.ends_with("/work/up/a.txt")),
+        "{table}"
+    );
+    // Down again: the same tree, bytes and modes.
+    let down = dev.dir.path().join("down");
+    dev.ok(&["sandbox", "cp", &remote, down.to_str().unwrap()]);
+    assert_eq!(std::fs::read(down.join("a.txt")).unwrap(), b"alpha\n");
+    assert_eq!(
+        std::fs::read(down.join("sub/deeper/b.bin")).unwrap(),
+        [0u8, 1, 2, 255]
+    );
+    assert_eq!(mode(&down.join("a.txt")), 0o750);
+    // One file into a directory (its name kept), to stdout, and from stdin.
+    dev.ok(&[
+        "sandbox",
+        "cp",
+        &format!("{id}:/work/up/a.txt"),
+        &format!("{}/", down.display()),
+    ]);
+    let (code, out, _) = dev.run(&["sandbox", "cp", &format!("{id}:/work/up/a.txt"), "-"]);
+    assert_eq!((code, out.as_str()), (0, "alpha\n"));
+    let (code, _, err) = output(
+        dev.cmd(&["sandbox", "cp", "-", &format!("{id}:/work/from-stdin.txt")]),
+        Some(b"piped"),
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = dev.run(&["sandbox", "cp", &format!("{id}:/work/from-stdin.txt"), "-"]);
+    assert_eq!((code, out.as_str()), (0, "piped"));
+    // rm, then the file is gone (404 on stderr, exit 1).
+    dev.ok(&["sandbox", "rm", &id, "/work/up/a.txt"]);
+    let (code, _, err) = dev.run(&["sandbox", "cp", &format!("{id}:/work/up/a.txt"), "-"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no file or directory /work/up/a.txt"), "{err}");
+    // Two local sides is a usage error.
+    let (code, _, err) = dev.run(&["sandbox", "cp", "a", "b"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("SANDBOX:PATH"), "{err}");
+
+    // A relative path in the sandbox is from its root, where exec runs without --cwd: the
+    // README's `cp notes.txt "$ID:…"` then `exec -- cat work/notes.txt` in relative terms.
+    let notes = dev.dir.path().join("notes.txt");
+    std::fs::write(&notes, "relative notes\n").unwrap();
+    dev.ok(&[
+        "sandbox",
+        "cp",
+        notes.to_str().unwrap(),
+        &format!("{id}:work/notes.txt"),
+    ]);
+    let (code, out, err) = dev.run(&["sandbox", "exec", &id, "--", "cat", "work/notes.txt"]);
+    assert_eq!((code, out.as_str()), (0, "relative notes\n"), "{err}");
+    let (code, out, err) = dev.run(&["sandbox", "cp", &format!("{id}:./work/notes.txt"), "-"]);
+    assert_eq!((code, out.as_str()), (0, "relative notes\n"), "{err}");
+    let listed = dev.ok(&["sandbox", "ls", &id, "work", "-o", "id"]);
+    assert!(listed.lines().any(|l| l == "/work/notes.txt"), "{listed}");
+    dev.ok(&["sandbox", "rm", &id, "work/notes.txt"]);
+    let (code, _, err) = dev.run(&["sandbox", "cp", &format!("{id}:/work/notes.txt"), "-"]);
+    assert_eq!(code, 1, "rm of a relative path left the file: {err}");
+}
