@@ -88,6 +88,37 @@ report.after_rename = await outcome(async () => [await sbx.files.exists(`${d}/a.
 report.remove = await outcome(async () => [await sbx.files.remove(`${d}/new`) ?? null, await sbx.files.exists(`${d}/new/b.txt`)]);
 report.read_missing = await outcome(() => sbx.files.read(`${d}/missing`));
 
+// Watching a directory: what commands create, write and remove is seen (bound by events).
+const wd = `${d}/watched`;
+await sbx.files.makeDir(wd);
+const until = async (got, name, type) => {
+  const end = Date.now() + 30_000;
+  while (!got.some(([n, t]) => n === name && t === type)) {
+    if (Date.now() > end) throw new Error(`no ${type} of ${name}: ${JSON.stringify(got)}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+};
+report.watch = await outcome(async () => {
+  const got = [];
+  const h = await sbx.files.watchDir(wd, (e) => { got.push([e.name, e.type]); }, { timeoutMs: 60_000 });
+  await sbx.commands.run(`echo one > ${wd}/f.txt`);
+  await until(got, 'f.txt', 'create');
+  await sbx.commands.run(`echo more >> ${wd}/f.txt`);
+  await until(got, 'f.txt', 'write');
+  await sbx.commands.run(`rm ${wd}/f.txt`);
+  await until(got, 'f.txt', 'remove');
+  await h.stop();
+  return got;
+});
+
+// A signed download URL, fetched with no headers.
+await sbx.files.write(`${d}/signed.txt`, `signed ${tag}`);
+report.signed_url = await outcome(() => sbx.downloadUrl(`${d}/signed.txt`));
+report.signed_get = await outcome(async () => {
+  const r = await fetch(await sbx.downloadUrl(`${d}/signed.txt`));
+  return [r.status, await r.text()];
+});
+
 // Lifecycle.
 report.set_timeout = await outcome(async () => (await sbx.setTimeout(200_000)) ?? null);
 const listIds = async (metadata, opts = {}) => {

@@ -155,6 +155,112 @@ report["remove"] = outcome(lambda: [sbx.files.remove(f"{d}/new"),
                                     sbx.files.exists(f"{d}/new/b.txt")])
 report["read_missing"] = outcome(lambda: sbx.files.read(f"{d}/missing"))
 
+# Watching a directory: files that commands create, write and remove are seen (the facade
+# polls the listing, so each event comes within a few seconds; waits are bound by events).
+wd = f"{d}/watched"
+sbx.files.make_dir(wd)
+
+
+def wait_for(fn, what, deadline=30):
+    """Calls fn() until it is true or the deadline passes."""
+    end = time.monotonic() + deadline
+    while not fn():
+        if time.monotonic() > end:
+            raise TimeoutError(f"no {what} within {deadline} s")
+        time.sleep(0.2)
+
+
+def sync_watch():
+    h = sbx.files.watch_dir(wd)
+    seen = []
+
+    def saw(name, kind):
+        seen.extend([e.name, e.type.value] for e in h.get_new_events())
+        return [name, kind] in seen
+
+    sbx.commands.run(f"echo one > {wd}/f.txt")
+    wait_for(lambda: saw("f.txt", "create"), "create")
+    sbx.commands.run(f"echo more >> {wd}/f.txt")
+    wait_for(lambda: saw("f.txt", "write"), "write")
+    sbx.commands.run(f"rm {wd}/f.txt")
+    wait_for(lambda: saw("f.txt", "remove"), "remove")
+    h.stop()
+    return seen
+
+
+report["watch_sync"] = outcome(sync_watch)
+
+
+def async_watch():
+    import asyncio
+    from e2b import AsyncSandbox
+
+    async def run():
+        asbx = await AsyncSandbox.connect(sid)
+        got, exits = [], []
+
+        async def until(name, kind):
+            end = time.monotonic() + 30
+            while [name, kind] not in got:
+                if time.monotonic() > end:
+                    raise TimeoutError(f"no {kind} of {name}: {got}")
+                await asyncio.sleep(0.2)
+
+        h = await asbx.files.watch_dir(
+            wd, lambda e: got.append([e.name, e.type.value]), recursive=True,
+            on_exit=lambda err: exits.append(repr(err)), timeout=60)
+        await asbx.commands.run(f"mkdir -p {wd}/sub && echo x > {wd}/sub/g.txt")
+        await until("sub/g.txt", "create")
+        await asbx.commands.run(f"echo y >> {wd}/sub/g.txt")
+        await until("sub/g.txt", "write")
+        await asbx.commands.run(f"rm -r {wd}/sub")
+        await until("sub/g.txt", "remove")
+        await h.stop()
+        return got
+
+    return asyncio.run(run())
+
+
+report["watch_async"] = outcome(async_watch)
+
+# Signed file URLs, fetched with plain HTTP and no headers (as a browser would).
+def http(url, data=None, content_type=None, headers=None):
+    """A request with no SDK headers: [status, body]."""
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    if content_type:
+        req.add_header("Content-Type", content_type)
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return [r.status, r.read().decode(errors="replace")]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode(errors="replace")]
+
+
+def multipart(name, data):
+    boundary = "b" + uuid.uuid4().hex
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
+    body += data + f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+signed_path = f"{d}/signed.txt"
+sbx.files.write(signed_path, "signed " + tag)
+down = sbx.download_url(signed_path)
+report["signed_url"] = down
+report["signed_get"] = http(down)
+report["signed_get_expiring"] = http(sbx.download_url(signed_path, use_signature_expiration=300))
+report["signed_get_expired"] = http(sbx.download_url(signed_path, use_signature_expiration=-60))
+forged = down[:-3] + ("AAA" if not down.endswith("AAA") else "BBB")
+report["signed_get_forged"] = http(forged)
+up = sbx.upload_url(f"{d}/uploaded.txt")
+report["signed_post"] = http(up, *multipart("uploaded.txt", ("up " + tag).encode()))
+report["signed_post_read"] = outcome(lambda: sbx.files.read(f"{d}/uploaded.txt"))
+# A read signature does not write.
+report["signed_read_as_write"] = http(down, *multipart("x", b"x"))
+
 # What is not served yet: background processes.
 report["cmd_list"] = outcome(lambda: sbx.commands.list())
 report["send_stdin"] = outcome(lambda: sbx.commands.send_stdin(1, "x"))
@@ -230,6 +336,33 @@ cross = {
                     "application/json", token=""),
 }
 report["cross_envd"] = cross
+
+# B's token and signatures on A's watcher and files.
+watcher_a = sbx.files.watch_dir(d)
+report["b_watcher"] = raw("/filesystem.Filesystem/GetWatcherEvents", json.dumps(
+    {"watcherId": watcher_a._watcher_id}).encode(), "application/json",
+    sandbox=sbx_b.sandbox_id)
+report["b_remove_watcher"] = raw("/filesystem.Filesystem/RemoveWatcher", json.dumps(
+    {"watcherId": watcher_a._watcher_id}).encode(), "application/json",
+    sandbox=sbx_b.sandbox_id)
+report["a_watcher_after_b"] = outcome(lambda: watcher_a.get_new_events() or [])
+watcher_a.stop()
+b_url = sbx_b.download_url(signed_path)
+report["b_signed_own"] = http(b_url)
+report["b_signed_naming_a"] = http(b_url, headers={"E2b-Sandbox-Id": sid})
+report["a_signed_naming_b"] = http(down, headers={"E2b-Sandbox-Id": sbx_b.sandbox_id})
+
+
+def watch_own_deadline():
+    req = urllib.request.Request(
+        URL + "/e2b/envd/filesystem.Filesystem/WatchDir",
+        data=envelope({"path": d}), method="POST")
+    for k, v in {"X-Access-Token": sbx._envd_access_token, "E2b-Sandbox-Id": sid,
+                 "Content-Type": "application/connect+json", "Connect-Timeout-Ms": "2500",
+                 "Keepalive-Ping-Interval": "1"}.items():
+        req.add_header(k, v)
+    with urllib.request.urlopen(req, timeout=25) as r:
+        return stream_end([r.status, r.read().decode()])
 # The facade's own deadline: Connect-Timeout-Ms ends a command the client would wait for.
 def stream_end(answer):
     """The JSON messages of a Connect stream body."""
@@ -255,6 +388,7 @@ def own_deadline():
 
 
 report["own_deadline"] = outcome(own_deadline)
+report["watch_own_deadline"] = outcome(watch_own_deadline)
 report["after_cross"] = outcome(lambda: [sbx.files.read(f"{d}/keep.txt"),
                                          sbx.files.exists(f"{d}/planted"),
                                          sbx.files.exists(f"{d}/b")])

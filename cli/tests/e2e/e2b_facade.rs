@@ -6,8 +6,10 @@
 //! reaches the caller while the command runs, the deadline), files (write, read, several
 //! at once, relative paths, list with depth, exists, info, make dir, rename, remove) seen by
 //! commands and commands' files seen by them, timeout, list by metadata, pause and resume
-//! with a file surviving, kill and then not found; what is not served yet answers
-//! `unimplemented`; another organization's key and envd token reach nothing of the first's.
+//! with a file surviving, kill and then not found; watching a directory (the sync SDK's
+//! polling watcher, the async SDK's stream); signed download and upload URLs fetched with
+//! no headers; what is not served yet answers `unimplemented`; another organization's key,
+//! envd token, watcher ids and signatures reach nothing of the first's.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -121,6 +123,32 @@ fn cli_alias(key: &str) -> String {
     );
     assert!(alias.starts_with("e2b_") && alias[4..].bytes().all(|b| b.is_ascii_hexdigit()));
     alias
+}
+
+/// What commands did, as the step's `[name, type]` events show it: each of `want` is there,
+/// first seen in this order.
+fn in_order(r: &Value, step: &str, want: &[(&str, &str)]) {
+    let got = ok(r, step).as_array().unwrap();
+    let at: Vec<usize> = want
+        .iter()
+        .map(|(n, t)| {
+            got.iter()
+                .position(|e| *e == json!([n, t]))
+                .unwrap_or_else(|| panic!("{step}: no {t} of {n} in {got:?}"))
+        })
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{step}: {got:?}");
+}
+
+/// An envd refusal of `/files`: the status, and `{code: status, message}`.
+fn envd_refusal(answer: &Value, status: u16, message: &str) {
+    assert_eq!(answer[0], status, "{answer}");
+    let body: Value = serde_json::from_str(answer[1].as_str().unwrap()).unwrap();
+    assert_eq!(
+        body,
+        json!({"code": status, "message": message}),
+        "{answer}"
+    );
 }
 
 /// What differs between the SDK versions a flow runs with.
@@ -251,6 +279,46 @@ async fn python_flow(python: &str, sdk: Sdk) {
     assert_eq!(*ok(&r, "remove"), json!([null, false]));
     raised(&r, "read_missing", "FileNotFoundException");
 
+    // Watching directories: the sync SDK's polling watcher, the async SDK's stream
+    // (recursive), each seeing what commands create, write and remove, in that order.
+    in_order(
+        &r,
+        "watch_sync",
+        &[("f.txt", "create"), ("f.txt", "write"), ("f.txt", "remove")],
+    );
+    in_order(
+        &r,
+        "watch_async",
+        &[
+            ("sub", "create"),
+            ("sub/g.txt", "create"),
+            ("sub/g.txt", "write"),
+            ("sub/g.txt", "remove"),
+        ],
+    );
+
+    // Signed URLs: made by the SDK from E2B_SANDBOX_URL's origin (its /e2b/envd prefix
+    // dropped, no sandbox id), fetched with no headers.
+    let url = r["signed_url"].as_str().unwrap();
+    assert!(
+        url.starts_with(&format!("{}/files?path=", dev.url)) && url.contains("signature=v1_"),
+        "{url}"
+    );
+    let signed_text = json!([200, format!("signed {tag}")]);
+    assert_eq!(r["signed_get"], signed_text);
+    assert_eq!(r["signed_get_expiring"], signed_text);
+    envd_refusal(
+        &r["signed_get_expired"],
+        401,
+        "signature is already expired",
+    );
+    envd_refusal(&r["signed_get_forged"], 401, "invalid signature");
+    envd_refusal(&r["signed_read_as_write"], 401, "invalid signature");
+    assert_eq!(r["signed_post"][0], 200, "{}", r["signed_post"]);
+    let written: Value = serde_json::from_str(r["signed_post"][1].as_str().unwrap()).unwrap();
+    assert_eq!(written[0]["path"], format!("{d}/uploaded.txt"));
+    assert_eq!(*ok(&r, "signed_post_read"), json!(format!("up {tag}")));
+
     // Background processes are not served yet, and say so.
     for step in ["cmd_list", "send_stdin", "kill_pid"] {
         let m = raised(&r, step, "SandboxException");
@@ -297,6 +365,24 @@ async fn python_flow(python: &str, sdk: Sdk) {
         );
     }
     assert_eq!(*ok(&r, "after_cross"), json!(["survives", false, false]));
+    // B's token does not find A's watcher (not even to remove it); B's signed URL opens B's
+    // sandbox only, and naming A's sandbox (or A's URL naming B's) is refused.
+    for step in ["b_watcher", "b_remove_watcher"] {
+        let body: Value = serde_json::from_str(r[step][1].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (&r[step][0], &body["code"]),
+            (&json!(404), &json!("not_found")),
+            "{step}"
+        );
+    }
+    assert!(
+        ok(&r, "a_watcher_after_b").is_array(),
+        "{}",
+        r["a_watcher_after_b"]
+    );
+    assert_eq!(r["b_signed_own"][0], 404, "{}", r["b_signed_own"]);
+    envd_refusal(&r["b_signed_naming_a"], 401, "invalid signature");
+    envd_refusal(&r["a_signed_naming_b"], 401, "invalid signature");
 
     // Connect-Timeout-Ms is the command's deadline on the facade's side too: start event,
     // output, keepalives, then the end envelope with deadline_exceeded.
@@ -310,6 +396,15 @@ async fn python_flow(python: &str, sdk: Sdk) {
         msgs[1][1]["event"]["data"]["stdout"], "c3RhcnRlZAo=",
         "{msgs:?}"
     );
+    let last = msgs.last().unwrap();
+    assert_eq!(last[0], 2, "{msgs:?}");
+    assert_eq!(last[1]["error"]["code"], "deadline_exceeded", "{msgs:?}");
+
+    // A watch stream: the start message first, keepalives at the asked interval, the end
+    // envelope at Connect-Timeout-Ms.
+    let msgs = ok(&r, "watch_own_deadline").as_array().unwrap();
+    assert_eq!(msgs[0], json!([0, {"start": {}}]), "{msgs:?}");
+    assert!(msgs.contains(&json!([0, {"keepalive": {}}])), "{msgs:?}");
     let last = msgs.last().unwrap();
     assert_eq!(last[0], 2, "{msgs:?}");
     assert_eq!(last[1]["error"]["code"], "deadline_exceeded", "{msgs:?}");
@@ -367,8 +462,8 @@ async fn python_flow(python: &str, sdk: Sdk) {
 /// The official E2B JS SDK (npm `e2b` 2.51.0 from `DIFFERENTLY_E2B_NODE_MODULES`; scripts/test
 /// pins it), run by Node through e2b_client.mjs: create with envs and metadata, commands with
 /// stdout, stderr, a non-zero exit and streaming that reaches the caller while the command
-/// runs, files, timeout, list by metadata, pause and resume, another organization's key, kill,
-/// then not found.
+/// runs, files, watchDir, a signed download URL, timeout, list by metadata, pause and resume,
+/// another organization's key, kill, then not found.
 #[tokio::test(flavor = "multi_thread")]
 async fn e2b_js_sdk_flow_against_dev() {
     let modules = std::env::var("DIFFERENTLY_E2B_NODE_MODULES").unwrap_or_default();
@@ -450,6 +545,17 @@ async fn e2b_js_sdk_flow_against_dev() {
     assert_eq!(*ok(&r, "after_rename"), json!([false, text]));
     assert_eq!(*ok(&r, "remove"), json!([null, false]));
     threw("read_missing", "FileNotFoundError");
+    in_order(
+        &r,
+        "watch",
+        &[("f.txt", "create"), ("f.txt", "write"), ("f.txt", "remove")],
+    );
+    let url = ok(&r, "signed_url").as_str().unwrap();
+    assert!(
+        url.starts_with(&format!("{}/files?path=", dev.url)),
+        "{url}"
+    );
+    assert_eq!(*ok(&r, "signed_get"), json!([200, format!("signed {tag}")]));
 
     assert!(r["set_timeout"].get("ok").is_some(), "{}", r["set_timeout"]);
     assert_eq!(*ok(&r, "list_meta"), json!([id]));
