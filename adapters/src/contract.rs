@@ -262,6 +262,13 @@ impl ExecFidelity {
         buffered_stderr: true,
         exact_line_endings: true,
     };
+
+    /// Output carried as text (JSON strings), so bytes that are not UTF-8 arrive replaced;
+    /// otherwise as written.
+    pub const TEXT: ExecFidelity = ExecFidelity {
+        binary_output: false,
+        ..ExecFidelity::EXACT
+    };
 }
 
 pub use differently_core::pool::VerifiedStatus;

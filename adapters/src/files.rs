@@ -1,6 +1,7 @@
 //! File operations the HTTP adapters build the same way over their backends' file APIs:
-//! cutting a range out of a download answered whole, and a depth-limited listing over an
-//! API that lists one directory at a time.
+//! reading an upload whole for an API that takes a file in one piece, cutting a range out
+//! of a download answered whole, and a depth-limited listing over an API that lists one
+//! directory at a time.
 
 use std::future::Future;
 
@@ -8,6 +9,23 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
 use crate::{AdapterError, ByteRange, ByteStream, FileEntry, FileKind};
+
+/// An upload's body read whole, for a backend that takes a file in one piece. More than
+/// `limit` bytes is refused, permanently (the same file fails every time), with `too_big`.
+pub(crate) async fn read_whole(
+    mut body: ByteStream,
+    limit: usize,
+    too_big: &str,
+) -> Result<Vec<u8>, AdapterError> {
+    let mut data = Vec::new();
+    while let Some(chunk) = body.next().await {
+        data.extend_from_slice(&chunk?);
+        if data.len() > limit {
+            return Err(AdapterError::permanent(too_big));
+        }
+    }
+    Ok(data)
+}
 
 /// The file's whole size as a download answer tells it: the total of `Content-Range` on a
 /// 206 (its `Content-Length` is the part's), `Content-Length` otherwise.

@@ -21,6 +21,21 @@ pub struct ConfigError {
     pub message: String,
 }
 
+impl ConfigError {
+    /// The same refusal, blamed on `to` where it blamed `from` (the kit's client builder
+    /// names `apiURL`; a kind whose base URL has another key renames it).
+    pub(crate) fn renamed(self, from: &str, to: &str) -> ConfigError {
+        ConfigError {
+            field: if self.field == from {
+                to.to_owned()
+            } else {
+                self.field
+            },
+            message: self.message,
+        }
+    }
+}
+
 /// Refuses `field` with `message`.
 pub(crate) fn bad<T>(field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError {

@@ -3,15 +3,13 @@
 //! for modes or deletes, and its `/list` has no modes, so those are small scripts run
 //! through `/execute` (`script.rs`).
 
-use bytes::BytesMut;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
 use super::runtime::Call;
 use super::script;
 use super::AgentSandboxAdapter;
-use crate::{
-    AdapterError, ByteRange, ByteStream, Download, FileEntry, FileKind, InstanceRef, PathProblem,
-};
+use crate::kit::listing::{self, Fields};
+use crate::{AdapterError, ByteRange, ByteStream, Download, FileEntry, InstanceRef, PathProblem};
 
 /// How long a file script may run.
 const SCRIPT_SECS: u64 = 60;
@@ -97,15 +95,10 @@ impl AgentSandboxAdapter {
             return Err(AdapterError::bad_path(path, PathProblem::IsADirectory));
         }
         // The runtime reads the whole multipart body before writing it.
-        let whole = body
-            .try_fold(BytesMut::new(), |mut acc, chunk| async move {
-                acc.extend_from_slice(&chunk);
-                Ok(acc)
-            })
-            .await?;
+        let whole = crate::files::read_whole(body, usize::MAX, "").await?;
         if let Err(c) = self
             .runtime
-            .upload(&at.backend_ref, &rel, path, whole.freeze())
+            .upload(&at.backend_ref, &rel, path, whole.into())
             .await
         {
             return Err(self.call_error(&at.backend_ref, c).await);
@@ -180,28 +173,9 @@ fn parse_listing(dir: &str, out: &str) -> Vec<FileEntry> {
     out.split('\0')
         .filter(|r| !r.is_empty())
         .filter_map(|rec| {
-            let mut it = rec.splitn(5, ' ');
-            let (kind, mode, size, mtime, name) =
-                (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
-            let kind = match kind {
-                "f" => FileKind::File,
-                "d" => FileKind::Dir,
-                "l" => FileKind::Symlink,
-                _ => FileKind::Other,
-            };
-            let secs: f64 = mtime.parse().ok()?;
-            let modified_at = chrono::DateTime::from_timestamp(
-                secs.trunc() as i64,
-                ((secs.fract() * 1e9) as u32).min(999_999_999),
-            );
-            let path = format!("{}/{name}", dir.trim_end_matches('/'));
-            Some(FileEntry {
-                path,
-                kind,
-                size: size.parse().ok()?,
-                mode: u32::from_str_radix(mode, 8).ok()? & 0o7777,
-                modified_at,
-            })
+            let mut e = listing::record(rec, ' ', Fields::ModeSize)?;
+            e.path = listing::under(dir, &e.path);
+            Some(e)
         })
         .collect()
 }
@@ -209,6 +183,7 @@ fn parse_listing(dir: &str, out: &str) -> Vec<FileEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FileKind;
 
     #[test]
     fn listings_parse_kind_mode_size_and_time() {

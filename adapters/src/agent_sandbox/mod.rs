@@ -52,14 +52,6 @@ pub struct AgentSandboxAdapter {
     runtime: Runtime,
 }
 
-impl std::fmt::Debug for AgentSandboxAdapter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentSandboxAdapter")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
 crate::kit::from_settings!(AgentSandboxAdapter, KIND, AgentSandboxConfig => Settings, |settings, credentials| {
     let kube = Kube::new(&settings, credentials)?;
     let runtime = Runtime::new(&settings, credentials)
@@ -199,11 +191,7 @@ impl Adapter for AgentSandboxAdapter {
     /// The runtime answers output as JSON text decoded strictly: output that is not UTF-8
     /// fails the call (see docs/providers.md); stderr comes apart.
     fn exec_fidelity(&self) -> crate::ExecFidelity {
-        crate::ExecFidelity {
-            binary_output: false,
-            buffered_stderr: true,
-            exact_line_endings: true,
-        }
+        crate::ExecFidelity::TEXT
     }
 
     fn capabilities(&self) -> Vec<Capability> {

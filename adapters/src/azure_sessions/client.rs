@@ -107,14 +107,7 @@ impl Client {
             },
             credentials,
         )
-        .map_err(|e| ConfigError {
-            field: if e.field == "apiURL" {
-                "poolManagementEndpoint".to_owned()
-            } else {
-                e.field
-            },
-            message: e.message,
-        })?;
+        .map_err(|e| e.renamed("apiURL", "poolManagementEndpoint"))?;
         Ok(Client {
             http,
             api_version: settings.api_version.clone(),
@@ -133,18 +126,6 @@ impl Client {
         }
     }
 
-    async fn send_ok(&self, rb: RequestBuilder, op: &str) -> Result<Response, AdapterError> {
-        self.http.send_ok(rb, op).await
-    }
-
-    async fn json<T: serde::de::DeserializeOwned>(
-        &self,
-        rb: RequestBuilder,
-        op: &str,
-    ) -> Result<T, AdapterError> {
-        self.http.json(rb, op).await
-    }
-
     pub(crate) fn transport_error(&self, op: &str, e: reqwest::Error) -> AdapterError {
         self.http.transport_error(op, e)
     }
@@ -155,7 +136,7 @@ impl Client {
         identifier: &str,
     ) -> Result<Option<SessionInfo>, AdapterError> {
         let rb = self.req(Method::GET, "/session", Some(identifier));
-        match self.json(rb, "get session").await {
+        match self.http.json(rb, "get session").await {
             Ok(s) => Ok(Some(s)),
             Err(AdapterError::NotFound) => Ok(None),
             Err(e) => Err(e),
@@ -165,7 +146,7 @@ impl Client {
     /// Deletes the session of `identifier`; one already gone is fine.
     pub(crate) async fn delete_session(&self, identifier: &str) -> Result<(), AdapterError> {
         let rb = self.req(Method::DELETE, "/session", Some(identifier));
-        match self.send_ok(rb, "delete session").await {
+        match self.http.send_ok(rb, "delete session").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
@@ -180,7 +161,7 @@ impl Client {
             if !all.is_empty() {
                 rb = rb.query(&[("skip", all.len())]);
             }
-            let page: SessionPage = self.json(rb, "list sessions").await?;
+            let page: SessionPage = self.http.json(rb, "list sessions").await?;
             let got = page.sessions.len();
             all.extend(page.sessions);
             if page.next_link.is_none() || got == 0 {
@@ -195,7 +176,7 @@ impl Client {
     /// The first page of the session list: the pool answers and takes the token.
     pub(crate) async fn ping(&self) -> Result<(), AdapterError> {
         let rb = self.req(Method::GET, "/listSessions", None);
-        self.json::<SessionPage>(rb, "health").await.map(drop)
+        self.http.json::<SessionPage>(rb, "health").await.map(drop)
     }
 
     /// Runs a synchronous execution in the session of `identifier` (allocating it if it is
@@ -210,7 +191,7 @@ impl Client {
             .req(Method::POST, "/executions", Some(identifier))
             .timeout(timeout)
             .json(body);
-        self.json(rb, "execute").await
+        self.http.json(rb, "execute").await
     }
 
     /// Uploads `bytes` as `name` in the session's data directory.
@@ -220,24 +201,12 @@ impl Client {
         name: &str,
         bytes: Bytes,
     ) -> Result<(), AdapterError> {
-        let boundary = format!("differently-{}", crate::kit::paths::unique());
-        let mut body = Vec::with_capacity(bytes.len() + 256);
-        body.extend_from_slice(
-            format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-            )
-            .as_bytes(),
-        );
-        body.extend_from_slice(&bytes);
-        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        let form = crate::kit::multipart::Multipart::new();
         let rb = self
             .req(Method::POST, "/files", Some(identifier))
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                format!("multipart/form-data; boundary={boundary}"),
-            )
-            .body(body);
-        self.send_ok(rb, "upload file").await.map(drop)
+            .header(reqwest::header::CONTENT_TYPE, form.content_type())
+            .body(form.whole("file", name, &bytes));
+        self.http.send_ok(rb, "upload file").await.map(drop)
     }
 
     /// The content of `name` in the session's data directory.
@@ -248,7 +217,7 @@ impl Client {
     ) -> Result<Response, AdapterError> {
         let path = format!("/files/{name}/content");
         let rb = self.req(Method::GET, &path, Some(identifier));
-        self.send_ok(rb, "download file").await
+        self.http.send_ok(rb, "download file").await
     }
 
     /// Deletes `name` from the session's data directory; one already gone is fine.
@@ -259,7 +228,7 @@ impl Client {
     ) -> Result<(), AdapterError> {
         let path = format!("/files/{name}");
         let rb = self.req(Method::DELETE, &path, Some(identifier));
-        match self.send_ok(rb, "delete file").await {
+        match self.http.send_ok(rb, "delete file").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }

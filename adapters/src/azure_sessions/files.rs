@@ -6,12 +6,12 @@
 //! adapter's own (`shell::MISSING`, …).
 
 use bytes::Bytes;
-use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use super::{shell, AzureSessionsAdapter, Ran};
 use crate::error::PathProblem;
-use crate::{AdapterError, ByteRange, Download, FileEntry, FileKind};
+use crate::kit::listing::{self, Fields};
+use crate::{AdapterError, ByteRange, Download, FileEntry};
 
 /// Azure's upload limit ("The file upload limit is 128 MB").
 pub(crate) const UPLOAD_LIMIT: usize = 128 << 20;
@@ -87,32 +87,6 @@ pub(super) async fn download(
     Ok(Download { total_size, body })
 }
 
-/// One `find -printf '%y %s %m %T@ %p\0'` record.
-fn entry(record: &str) -> Option<FileEntry> {
-    let mut parts = record.splitn(5, ' ');
-    let kind = match parts.next()? {
-        "f" => FileKind::File,
-        "d" => FileKind::Dir,
-        "l" => FileKind::Symlink,
-        _ => FileKind::Other,
-    };
-    let size = parts.next()?.parse().ok()?;
-    let mode = u32::from_str_radix(parts.next()?, 8).ok()?;
-    let modified_at = parts
-        .next()?
-        .parse::<f64>()
-        .ok()
-        .and_then(|t| DateTime::<Utc>::from_timestamp(t.trunc() as i64, 0));
-    let path = parts.next()?.to_owned();
-    Some(FileEntry {
-        path,
-        kind,
-        size,
-        mode,
-        modified_at,
-    })
-}
-
 pub(super) async fn list(
     a: &AzureSessionsAdapter,
     id: &str,
@@ -134,7 +108,7 @@ pub(super) async fn list(
         .stdout
         .split('\0')
         .filter(|r| !r.is_empty())
-        .filter_map(entry)
+        .filter_map(|r| listing::record(r, ' ', Fields::SizeMode))
         .collect())
 }
 
@@ -152,25 +126,5 @@ pub(super) async fn remove(
             "delete file {path}: the directory is not empty"
         ))),
         _ => Err(script_error("delete file", path, &ran)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn find_records_read() {
-        let e = entry("f 100000 640 1733480000.5 /tmp/a b/data.bin").unwrap();
-        assert_eq!(
-            (e.kind, e.size, e.mode, e.path.as_str()),
-            (FileKind::File, 100_000, 0o640, "/tmp/a b/data.bin")
-        );
-        assert_eq!(e.modified_at.map(|t| t.timestamp()), Some(1_733_480_000));
-        assert_eq!(
-            entry("d 4096 755 1.0 /x").map(|e| e.kind),
-            Some(FileKind::Dir)
-        );
-        assert!(entry("garbage").is_none());
     }
 }

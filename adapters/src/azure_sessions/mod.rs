@@ -22,12 +22,11 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::ids::InstallationId;
 use differently_core::pool::VerifiedStatus;
 use differently_core::SandboxId;
-use futures::StreamExt;
 
 use crate::exec_output::CollectedOutput;
 use crate::kit::paths::check_path;
@@ -61,14 +60,6 @@ pub(crate) struct Ran {
 pub struct AzureSessionsAdapter {
     settings: Settings,
     client: client::Client,
-}
-
-impl std::fmt::Debug for AzureSessionsAdapter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AzureSessionsAdapter")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The exit code an execution answers. `status` carries the exit code as a decimal string in
@@ -213,11 +204,7 @@ impl Adapter for AzureSessionsAdapter {
 
     /// Output comes back as JSON strings; stderr is apart.
     fn exec_fidelity(&self) -> crate::ExecFidelity {
-        crate::ExecFidelity {
-            binary_output: false,
-            buffered_stderr: true,
-            exact_line_endings: true,
-        }
+        crate::ExecFidelity::TEXT
     }
 
     fn verification(&self) -> Verification {
@@ -353,20 +340,13 @@ impl Adapter for AzureSessionsAdapter {
         at: &InstanceRef,
         path: &str,
         mode: Option<u32>,
-        mut body: ByteStream,
+        body: ByteStream,
     ) -> Result<(), AdapterError> {
         check_path("path", path)?;
         let (id, _) = self.require(at).await?;
-        let mut buf = BytesMut::new();
-        while let Some(chunk) = body.next().await {
-            buf.extend_from_slice(&chunk?);
-            if buf.len() > files::UPLOAD_LIMIT {
-                return Err(AdapterError::permanent(
-                    "upload: Azure's files API takes files up to 128 MB",
-                ));
-            }
-        }
-        files::upload(self, &id, path, mode, buf.freeze()).await
+        let too_big = "upload: Azure's files API takes files up to 128 MB";
+        let data = crate::files::read_whole(body, files::UPLOAD_LIMIT, too_big).await?;
+        files::upload(self, &id, path, mode, Bytes::from(data)).await
     }
 
     async fn download(

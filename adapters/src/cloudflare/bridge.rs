@@ -15,7 +15,7 @@ use super::sse::{Event, Parser};
 use crate::credentials::Credentials;
 use crate::http::HttpClient;
 use crate::kit::paths::segment;
-use crate::kit::{build_client, ClientSettings, ErrorAnswer, KeyHeader, Statuses};
+use crate::kit::{ErrorAnswer, Statuses};
 use crate::settings::ConfigError;
 use crate::AdapterError;
 
@@ -95,29 +95,14 @@ fn file_url(id: &str, rel: &str) -> String {
 
 impl Bridge {
     pub(crate) fn new(s: &Settings, credentials: &Credentials) -> Result<Bridge, ConfigError> {
-        let client = build_client(
-            &ClientSettings {
-                service: STATUSES.provider,
-                base_url: &s.bridge_url,
-                ca_bundle: &s.ca_bundle,
-                request_timeout: s.request_timeout,
-                credential: &s.credential,
-                initial: s.initial_key.as_ref(),
-                what: "API key",
-                header: KeyHeader::Bearer,
-                errors: map_error,
-                retries: 2,
-            },
+        let client = crate::kit::bearer_key_client!(
+            s,
             credentials,
+            STATUSES.provider,
+            &s.bridge_url,
+            map_error
         )
-        .map_err(|e| ConfigError {
-            field: if e.field == "apiURL" {
-                "bridgeURL".to_owned()
-            } else {
-                e.field
-            },
-            message: e.message,
-        })?;
+        .map_err(|e| e.renamed("apiURL", "bridgeURL"))?;
         Ok(Bridge { client })
     }
 

@@ -3,15 +3,12 @@
 //! transfer goes through the adapter's staging directory in the workspace and a script puts
 //! it in place (or copies it out); listing and removal are scripts too.
 
-use futures::StreamExt;
-
 use super::bridge::{Bridge, Output};
 use super::run::token;
 use super::{instances, script};
+use crate::kit::listing::{self, Fields};
 use crate::kit::paths::check_path;
-use crate::{
-    AdapterError, ByteRange, ByteStream, Download, FileEntry, FileKind, InstanceRef, PathProblem,
-};
+use crate::{AdapterError, ByteRange, ByteStream, Download, FileEntry, InstanceRef, PathProblem};
 
 /// The bridge refuses writes over 32 MiB (`payload_too_large`).
 pub(crate) const MAX_FILE_BYTES: usize = 32 * 1024 * 1024;
@@ -45,19 +42,14 @@ pub(crate) async fn upload(
     at: &InstanceRef,
     path: &str,
     mode: Option<u32>,
-    mut body: ByteStream,
+    body: ByteStream,
 ) -> Result<(), AdapterError> {
     check_path("path", path)?;
-    let mut data = Vec::new();
-    while let Some(chunk) = body.next().await {
-        data.extend_from_slice(&chunk?);
-        if data.len() > MAX_FILE_BYTES {
-            return Err(AdapterError::permanent(format!(
-                "upload: the Cloudflare bridge takes files up to {} MiB",
-                MAX_FILE_BYTES >> 20
-            )));
-        }
-    }
+    let too_big = format!(
+        "upload: the Cloudflare bridge takes files up to {} MiB",
+        MAX_FILE_BYTES >> 20
+    );
+    let data = crate::files::read_whole(body, MAX_FILE_BYTES, &too_big).await?;
     instances::ensure(bridge, at).await?;
     let name = token("up");
     bridge
@@ -119,38 +111,14 @@ pub(crate) async fn list(
     let mut entries: Vec<FileEntry> = text
         .split('\0')
         .filter(|r| !r.is_empty())
-        .filter_map(|r| entry(path, r))
+        .filter_map(|r| {
+            let mut e = listing::record(r, '\t', Fields::SizeMode)?;
+            e.path = listing::under(path, &e.path);
+            Some(e)
+        })
         .collect();
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(entries)
-}
-
-/// One `find -printf '%y\t%s\t%m\t%T@\t%P'` record as an entry under `base`.
-fn entry(base: &str, record: &str) -> Option<FileEntry> {
-    let mut f = record.splitn(5, '\t');
-    let (kind, size, mode, mtime, rel) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-    let kind = match kind {
-        "f" => FileKind::File,
-        "d" => FileKind::Dir,
-        "l" => FileKind::Symlink,
-        _ => FileKind::Other,
-    };
-    let trimmed = base.trim_end_matches('/');
-    let path = if rel.is_empty() {
-        base.to_owned()
-    } else if trimmed.is_empty() {
-        format!("/{rel}")
-    } else {
-        format!("{trimmed}/{rel}")
-    };
-    let secs: f64 = mtime.parse().ok()?;
-    Some(FileEntry {
-        path,
-        kind,
-        size: size.parse().ok()?,
-        mode: u32::from_str_radix(mode, 8).ok()?,
-        modified_at: chrono::DateTime::from_timestamp(secs.trunc() as i64, 0),
-    })
 }
 
 pub(crate) async fn delete(
@@ -162,21 +130,4 @@ pub(crate) async fn delete(
     instances::ensure(bridge, at).await?;
     let out = bridge.run(&at.backend_ref, &script::delete(path)).await?;
     script_error("delete", path, &out).map_or(Ok(()), Err)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn find_records_read_as_entries() {
-        let e = entry("/tmp/d", "f\t11\t640\t1700000000.5\tsub/a b").unwrap();
-        assert_eq!(
-            (e.path.as_str(), e.kind, e.size, e.mode),
-            ("/tmp/d/sub/a b", FileKind::File, 11, 0o640)
-        );
-        assert_eq!(entry("/", "d\t4096\t755\t1.0\tetc").unwrap().path, "/etc");
-        assert_eq!(entry("/tmp/f", "f\t1\t644\t1.0\t").unwrap().path, "/tmp/f");
-        assert!(entry("/x", "garbage").is_none());
-    }
 }

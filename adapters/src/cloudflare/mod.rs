@@ -88,10 +88,7 @@ impl Adapter for CloudflareAdapter {
     /// The container decodes command output as UTF-8 text before the bridge encodes it, so
     /// bytes that are not UTF-8 arrive replaced; the streams stay apart and unframed.
     fn exec_fidelity(&self) -> ExecFidelity {
-        ExecFidelity {
-            binary_output: false,
-            ..ExecFidelity::EXACT
-        }
+        ExecFidelity::TEXT
     }
 
     fn backend_version(&self) -> Option<String> {

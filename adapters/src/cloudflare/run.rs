@@ -6,7 +6,6 @@
 //! The adapter watches the deadline too (a bridge that stops sending must not hold the
 //! caller), and kills the command's process group when it stops waiting.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use differently_core::exec::ExecRequest;
@@ -28,15 +27,7 @@ const KILLED: i32 = 137;
 
 /// A name unique within a sandbox, for a run's pid file and staged files.
 pub(crate) fn token(prefix: &str) -> String {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{prefix}-{}-{}-{nanos}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("{prefix}-{}", crate::kit::paths::unique())
 }
 
 /// Refuses variables a shell cannot export, naming `env`.

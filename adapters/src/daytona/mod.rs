@@ -52,14 +52,6 @@ pub struct DaytonaAdapter {
     client: client::Client,
 }
 
-impl std::fmt::Debug for DaytonaAdapter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DaytonaAdapter")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Daytona state → ours; `None` for sandboxes that are gone or going.
 fn state(s: Option<&str>) -> Option<InstanceState> {
     Some(match s.unwrap_or("unknown") {

@@ -2,13 +2,12 @@
 //! `{toolboxURL}/{sandboxId}`): process execution, sessions and files. Wire types and one
 //! function per call; the adapter decides what they mean.
 
-use bytes::Bytes;
-use futures::StreamExt;
 use reqwest::{Method, Response};
 use serde::{Deserialize, Serialize};
 
 use super::client::{Client, Side};
-use crate::kit::paths::{segment, unique};
+use crate::kit::multipart::Multipart;
+use crate::kit::paths::segment;
 use crate::{AdapterError, ByteStream};
 
 /// The toolbox's code for a command that outlived its `timeout` (a 408, with no output).
@@ -291,28 +290,11 @@ pub(crate) async fn upload(
     path: &str,
     body: ByteStream,
 ) -> Result<(), AdapterError> {
-    let boundary = format!("differently-{}", unique());
-    let name: String = path
-        .rsplit('/')
-        .next()
-        .unwrap_or("file")
-        .chars()
-        .filter(|ch| !matches!(ch, '"' | '\r' | '\n' | '\\'))
-        .collect();
-    let head = Bytes::from(format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-    ));
-    let tail = Bytes::from(format!("\r\n--{boundary}--\r\n"));
-    let stream = futures::stream::once(async move { Ok::<_, AdapterError>(head) })
-        .chain(body)
-        .chain(futures::stream::once(async move { Ok(tail) }));
+    let form = Multipart::new();
     let rb = c
         .toolbox(Method::POST, id, "/files/upload")
         .query(&[("path", path)])
-        .header(
-            "Content-Type",
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .body(reqwest::Body::wrap_stream(stream));
+        .header("Content-Type", form.content_type())
+        .body(form.streamed("file", path, body));
     file_call(c, rb, "upload", path).await.map(drop)
 }

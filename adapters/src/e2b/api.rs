@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use reqwest::{Method, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::config::{AuthScheme, Settings};
@@ -122,22 +122,6 @@ impl Api {
         Ok(Api { http })
     }
 
-    fn api(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http.api(method, path)
-    }
-
-    async fn send(&self, rb: RequestBuilder, op: &str) -> Result<Response, AdapterError> {
-        self.http.send_ok(rb, op).await
-    }
-
-    async fn json<T: serde::de::DeserializeOwned>(
-        &self,
-        rb: RequestBuilder,
-        op: &str,
-    ) -> Result<T, AdapterError> {
-        self.http.json(rb, op).await
-    }
-
     /// Maps an error answer; a refused key is read again on the next call.
     pub(crate) async fn status_error(&self, op: &str, resp: Response) -> AdapterError {
         self.http.error_of(op, resp).await
@@ -151,10 +135,11 @@ impl Api {
         timeout: std::time::Duration,
     ) -> Result<Sandbox, AdapterError> {
         let rb = self
+            .http
             .api(Method::POST, "/sandboxes")
             .json(body)
             .timeout(timeout);
-        match self.json(rb, "create sandbox").await {
+        match self.http.json(rb, "create sandbox").await {
             // Nothing to find yet: a 404 here is the template (or snapshot) named.
             Err(AdapterError::NotFound) => Err(AdapterError::invalid_field(
                 "template",
@@ -169,8 +154,10 @@ impl Api {
 
     /// `GET /sandboxes/{id}` (its state, metadata and envd token).
     pub(crate) async fn get(&self, id: &str) -> Result<Sandbox, AdapterError> {
-        let rb = self.api(Method::GET, &format!("/sandboxes/{}", segment(id)));
-        self.json(rb, "get sandbox").await
+        let rb = self
+            .http
+            .api(Method::GET, &format!("/sandboxes/{}", segment(id)));
+        self.http.json(rb, "get sandbox").await
     }
 
     /// Every running or paused sandbox whose metadata has `key=value` (`GET /v2/sandboxes`,
@@ -192,8 +179,8 @@ impl Api {
             if let Some(t) = &next {
                 q.push(("nextToken", t));
             }
-            let rb = self.api(Method::GET, "/v2/sandboxes").query(&q);
-            let resp = self.send(rb, "list sandboxes").await?;
+            let rb = self.http.api(Method::GET, "/v2/sandboxes").query(&q);
+            let resp = self.http.send_ok(rb, "list sandboxes").await?;
             next = resp
                 .headers()
                 .get("x-next-token")
@@ -221,15 +208,18 @@ impl Api {
     /// `GET /v2/sandboxes?limit=1`: the API answers and takes the key.
     pub(crate) async fn probe(&self) -> Result<(), AdapterError> {
         let rb = self
+            .http
             .api(Method::GET, "/v2/sandboxes")
             .query(&[("limit", "1")]);
-        self.send(rb, "list sandboxes").await.map(drop)
+        self.http.send_ok(rb, "list sandboxes").await.map(drop)
     }
 
     /// `DELETE /sandboxes/{id}`; a missing sandbox is success.
     pub(crate) async fn kill(&self, id: &str) -> Result<(), AdapterError> {
-        let rb = self.api(Method::DELETE, &format!("/sandboxes/{}", segment(id)));
-        match self.send(rb, "kill sandbox").await {
+        let rb = self
+            .http
+            .api(Method::DELETE, &format!("/sandboxes/{}", segment(id)));
+        match self.http.send_ok(rb, "kill sandbox").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
@@ -239,6 +229,7 @@ impl Api {
     /// pausing).
     pub(crate) async fn pause(&self, id: &str) -> Result<bool, AdapterError> {
         let rb = self
+            .http
             .api(Method::POST, &format!("/sandboxes/{}/pause", segment(id)))
             .json(&serde_json::json!({"memory": true}));
         let resp = self.http.send(rb, "pause sandbox").await?;
@@ -253,17 +244,19 @@ impl Api {
     /// running one (200); its timeout is only ever extended.
     pub(crate) async fn connect(&self, id: &str, timeout_s: u64) -> Result<Sandbox, AdapterError> {
         let rb = self
+            .http
             .api(Method::POST, &format!("/sandboxes/{}/connect", segment(id)))
             .json(&serde_json::json!({ "timeout": timeout_s }));
-        self.json(rb, "resume sandbox").await
+        self.http.json(rb, "resume sandbox").await
     }
 
     /// `POST /sandboxes/{id}/timeout`: E2B kills the sandbox `timeout_s` from now.
     pub(crate) async fn set_timeout(&self, id: &str, timeout_s: u64) -> Result<(), AdapterError> {
         let rb = self
+            .http
             .api(Method::POST, &format!("/sandboxes/{}/timeout", segment(id)))
             .json(&serde_json::json!({ "timeout": timeout_s }));
-        self.send(rb, "set sandbox timeout").await.map(drop)
+        self.http.send_ok(rb, "set sandbox timeout").await.map(drop)
     }
 
     /// `GET /snapshots?sandboxID=&name=`: the snapshots of a sandbox with that name.
@@ -272,12 +265,12 @@ impl Api {
         sandbox: &str,
         name: &str,
     ) -> Result<Vec<Snapshot>, AdapterError> {
-        let rb = self.api(Method::GET, "/snapshots").query(&[
+        let rb = self.http.api(Method::GET, "/snapshots").query(&[
             ("sandboxID", sandbox),
             ("name", name),
             ("limit", "100"),
         ]);
-        self.json(rb, "list snapshots").await
+        self.http.json(rb, "list snapshots").await
     }
 
     /// `POST /sandboxes/{id}/snapshots {name}`: answers once the snapshot is written.
@@ -288,19 +281,22 @@ impl Api {
         timeout: std::time::Duration,
     ) -> Result<Snapshot, AdapterError> {
         let rb = self
+            .http
             .api(
                 Method::POST,
                 &format!("/sandboxes/{}/snapshots", segment(sandbox)),
             )
             .json(&serde_json::json!({ "name": name }))
             .timeout(timeout);
-        self.json(rb, "create snapshot").await
+        self.http.json(rb, "create snapshot").await
     }
 
     /// `DELETE /templates/{id}`: a snapshot is a template; a missing one is success.
     pub(crate) async fn delete_template(&self, template: &str) -> Result<(), AdapterError> {
-        let rb = self.api(Method::DELETE, &format!("/templates/{}", segment(template)));
-        match self.send(rb, "delete snapshot").await {
+        let rb = self
+            .http
+            .api(Method::DELETE, &format!("/templates/{}", segment(template)));
+        match self.http.send_ok(rb, "delete snapshot").await {
             Ok(_) | Err(AdapterError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }

@@ -57,14 +57,6 @@ pub struct E2bAdapter {
     last_envd: Mutex<Option<envd_version::Version>>,
 }
 
-impl std::fmt::Debug for E2bAdapter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("E2bAdapter")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
 /// E2B's name for the snapshot of Differently's `snapshot_id` (`snp_01J…` →
 /// `differently-snp-01j…`: template names are lower case).
 pub fn snapshot_name(snapshot_id: &str) -> String {

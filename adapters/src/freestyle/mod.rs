@@ -58,14 +58,6 @@ pub struct FreestyleAdapter {
     client: api::Client,
 }
 
-impl std::fmt::Debug for FreestyleAdapter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FreestyleAdapter")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
 crate::kit::from_settings!(FreestyleAdapter, "freestyle", FreestyleConfig => Settings, |settings, credentials| {
     let client = api::client(&settings, credentials)?;
     Ok(Self { settings, client })

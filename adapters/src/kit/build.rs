@@ -58,8 +58,9 @@ pub trait FromSettings: Adapter + Sized {
 /// two constructors written out in each.
 ///
 /// With `Config => Settings, |settings, credentials| { … }` it also writes
-/// `with_credentials` (validate, then the block builds `Self` from the validated settings)
-/// and the `settings()` accessor, for an adapter that keeps them in a `settings` field.
+/// `with_credentials` (validate, then the block builds `Self` from the validated settings),
+/// the `settings()` accessor and a `Debug` showing only the settings (whose credential
+/// prints as `***`), for an adapter that keeps them in a `settings` field.
 /// With `Config, infallible` the adapter's own `new(config) -> Self` builds it (local kinds
 /// with no credential).
 macro_rules! from_settings {
@@ -81,6 +82,14 @@ macro_rules! from_settings {
             /// The validated settings (a credential inside prints as `***`).
             pub fn settings(&self) -> &$settings_ty {
                 &self.settings
+            }
+        }
+
+        impl std::fmt::Debug for $adapter {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($adapter))
+                    .field("settings", &self.settings)
+                    .finish_non_exhaustive()
             }
         }
     };

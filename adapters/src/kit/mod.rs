@@ -10,6 +10,8 @@
 //!   provider's own cases;
 //! - commands as one `sh -c` line, for providers whose exec takes a string: [`shell`];
 //! - instances: [`tags`] (create tags, lookup by sandbox, listing by installation);
+//! - files listed by a command in the sandbox: [`listing`] (`find -printf` records);
+//!   uploads as a form: [`multipart`];
 //! - exec: [`crate::Adapter::exec`] defaults to collecting `exec_stream`; helpers for stdin,
 //!   commands and paths in [`crate::exec_output`] and [`paths`].
 //!
@@ -20,6 +22,8 @@ pub mod build;
 pub mod client;
 pub mod config;
 pub mod errors;
+pub mod listing;
+pub mod multipart;
 pub mod paths;
 pub mod shell;
 pub mod tags;

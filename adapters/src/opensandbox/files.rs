@@ -9,6 +9,7 @@ use serde::Deserialize;
 use super::client::Client;
 use super::execd::{execd_error_at, Target};
 use crate::error::Reason;
+use crate::kit::multipart::Multipart;
 use crate::{AdapterError, ByteRange, ByteStream, Download, FileEntry, FileKind};
 
 /// Absolute paths only: execd would resolve a relative one against its own cwd.
@@ -45,29 +46,16 @@ pub(crate) async fn upload(
         // execd's default is 755; files get 644 unless asked otherwise.
         "mode": mode_to_execd(mode.unwrap_or(0o644)),
     });
-    let b = format!("differently-{}", crate::kit::paths::unique());
-    let name = path
-        .rsplit('/')
-        .next()
-        .unwrap_or("file")
-        .replace(['"', '\r', '\n'], "_");
-    let head = format!(
-        "--{b}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata.json\"\r\nContent-Type: application/json\r\n\r\n{meta}\r\n--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+    let form = Multipart::new().file_part(
+        "metadata",
+        "metadata.json",
+        "application/json",
+        &meta.to_string(),
     );
-    let tail = format!("\r\n--{b}--\r\n");
-    let stream =
-        futures::stream::once(async move { Ok::<_, AdapterError>(bytes::Bytes::from(head)) })
-            .chain(body)
-            .chain(futures::stream::once(async move {
-                Ok::<_, AdapterError>(bytes::Bytes::from(tail))
-            }));
     let rb = target
         .request(c, Method::POST, "/files/upload")
-        .header(
-            reqwest::header::CONTENT_TYPE,
-            format!("multipart/form-data; boundary={b}"),
-        )
-        .body(reqwest::Body::wrap_stream(stream));
+        .header(reqwest::header::CONTENT_TYPE, form.content_type())
+        .body(form.streamed("file", path, body));
     let resp = c.send(rb, "upload file").await?;
     if resp.status().is_success() {
         Ok(())

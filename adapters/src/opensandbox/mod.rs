@@ -62,14 +62,6 @@ pub struct OpenSandboxAdapter {
     version: versions::Detector,
 }
 
-impl std::fmt::Debug for OpenSandboxAdapter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenSandboxAdapter")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
 crate::kit::from_settings!(OpenSandboxAdapter, "opensandbox", OpenSandboxConfig => Settings, |settings, credentials| {
     let client = client::Client::new(&settings, credentials).map_err(|e| ConfigError {
         field: "apiURL".to_owned(),

@@ -5,15 +5,15 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::StreamExt;
 use reqwest::Method;
 
 use super::exec::{self, Ran};
 use super::script::{self, code};
 use crate::http::HttpClient;
-use crate::kit::paths::{segment, unique};
-use crate::{AdapterError, ByteStream, FileEntry, FileKind, PathProblem};
+use crate::kit::listing::{self, Fields};
+use crate::kit::multipart::Multipart;
+use crate::kit::paths::segment;
+use crate::{AdapterError, ByteStream, FileEntry, PathProblem};
 
 /// A script's failure for `path` by its exit code; other codes are the script's error.
 fn answer(path: &str, what: &str, ran: Ran) -> Result<Ran, AdapterError> {
@@ -53,33 +53,14 @@ pub(crate) async fn put(
     path: &str,
     body: ByteStream,
 ) -> Result<(), AdapterError> {
-    let boundary = format!("differently-{}", unique());
-    let name: String = path
-        .rsplit('/')
-        .next()
-        .unwrap_or("file")
-        .chars()
-        .filter(|ch| !matches!(ch, '"' | '\r' | '\n' | '\\'))
-        .collect();
-    let head = Bytes::from(format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"path\"\r\n\r\n{path}\r\n\
-         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
-         Content-Type: application/octet-stream\r\n\r\n"
-    ));
-    let tail = Bytes::from(format!("\r\n--{boundary}--\r\n"));
-    let stream = futures::stream::once(async move { Ok::<_, AdapterError>(head) })
-        .chain(body)
-        .chain(futures::stream::once(async move { Ok(tail) }));
+    let form = Multipart::new().field("path", path);
     let rb = c
         .api(
             Method::POST,
             &format!("/v1/devboxes/{}/upload_file", segment(devbox)),
         )
-        .header(
-            "Content-Type",
-            format!("multipart/form-data; boundary={boundary}"),
-        )
-        .body(reqwest::Body::wrap_stream(stream));
+        .header("Content-Type", form.content_type())
+        .body(form.streamed("file", path, body));
     c.send_ok(rb, "upload").await.map(drop)
 }
 
@@ -154,28 +135,6 @@ pub(crate) async fn explain(
     }
 }
 
-/// One record of the listing script: `type\tsize\tmode\tmtime\tpath`.
-fn entry(record: &str) -> Option<FileEntry> {
-    let mut f = record.splitn(5, '\t');
-    let (kind, size, mode, mtime, path) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-    let kind = match kind {
-        "f" => FileKind::File,
-        "d" => FileKind::Dir,
-        "l" => FileKind::Symlink,
-        _ => FileKind::Other,
-    };
-    let secs: f64 = mtime.parse().ok()?;
-    let modified_at =
-        chrono::DateTime::from_timestamp(secs.trunc() as i64, (secs.fract() * 1e9) as u32);
-    Some(FileEntry {
-        path: path.to_owned(),
-        kind,
-        size: size.parse().ok()?,
-        mode: u32::from_str_radix(mode, 8).ok()? & 0o7777,
-        modified_at,
-    })
-}
-
 /// Lists `dir` `depth` levels deep.
 pub(crate) async fn list(
     c: &HttpClient,
@@ -189,7 +148,7 @@ pub(crate) async fn list(
         .stdout
         .split('\0')
         .filter(|r| !r.is_empty())
-        .filter_map(entry)
+        .filter_map(|r| listing::record(r, '\t', Fields::SizeMode))
         .collect())
 }
 
@@ -203,24 +162,4 @@ pub(crate) async fn delete(
     run(c, devbox, path, "delete", &script::delete(path), timeout)
         .await
         .map(drop)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listing_records_read() {
-        let e = entry("f\t12\t640\t1700000000.5\t/tmp/a b").unwrap();
-        assert_eq!(
-            (e.kind, e.size, e.mode, e.path.as_str()),
-            (FileKind::File, 12, 0o640, "/tmp/a b")
-        );
-        assert_eq!(e.modified_at.map(|t| t.timestamp()), Some(1_700_000_000));
-        assert_eq!(
-            entry("l\t3\t777\t1.0\t/x").map(|e| e.kind),
-            Some(FileKind::Symlink)
-        );
-        assert!(entry("garbage").is_none());
-    }
 }

@@ -68,14 +68,6 @@ pub struct RunloopAdapter {
     client: HttpClient,
 }
 
-impl std::fmt::Debug for RunloopAdapter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunloopAdapter")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
 crate::kit::from_settings!(RunloopAdapter, "runloop", RunloopConfig => Settings, |settings, credentials| {
     let client =
         crate::kit::bearer_key_client!(settings, credentials, "Runloop", &settings.api_url, errors)?;
@@ -289,10 +281,7 @@ impl Adapter for RunloopAdapter {
 
     fn exec_fidelity(&self) -> ExecFidelity {
         // Output arrives in JSON strings: bytes that are not UTF-8 are replaced.
-        ExecFidelity {
-            binary_output: false,
-            ..ExecFidelity::EXACT
-        }
+        ExecFidelity::TEXT
     }
 
     async fn create(&self, req: &CreateInstance) -> Result<Instance, AdapterError> {

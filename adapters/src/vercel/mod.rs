@@ -20,7 +20,6 @@ use bytes::Bytes;
 use differently_core::exec::ExecRequest;
 use differently_core::ids::InstallationId;
 use differently_core::SandboxId;
-use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::exec_output::{checked_stdin, timed_exit};
@@ -54,14 +53,6 @@ pub struct VercelAdapter {
     api: api::Api,
     /// Current session per sandbox name.
     sessions: Mutex<HashMap<String, String>>,
-}
-
-impl std::fmt::Debug for VercelAdapter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VercelAdapter")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The Vercel sandbox name of Differently's sandbox `id` (lower case, `-` for `_`).
@@ -251,11 +242,7 @@ impl Adapter for VercelAdapter {
 
     /// Command logs are NDJSON lines whose `data` is text (see docs/providers.md).
     fn exec_fidelity(&self) -> crate::ExecFidelity {
-        crate::ExecFidelity {
-            binary_output: false,
-            buffered_stderr: true,
-            exact_line_endings: true,
-        }
+        crate::ExecFidelity::TEXT
     }
 
     fn capabilities(&self) -> Vec<Capability> {
@@ -371,19 +358,14 @@ impl Adapter for VercelAdapter {
         at: &InstanceRef,
         path: &str,
         mode: Option<u32>,
-        mut body: ByteStream,
+        body: ByteStream,
     ) -> Result<(), AdapterError> {
         check_path(path)?;
-        let mut data = Vec::new();
-        while let Some(chunk) = body.next().await {
-            data.extend_from_slice(&chunk?);
-            if data.len() > MAX_UPLOAD_BYTES {
-                return Err(AdapterError::permanent(format!(
-                    "upload: Vercel pools take files up to {} MiB",
-                    MAX_UPLOAD_BYTES >> 20
-                )));
-            }
-        }
+        let too_big = format!(
+            "upload: Vercel pools take files up to {} MiB",
+            MAX_UPLOAD_BYTES >> 20
+        );
+        let data = crate::files::read_whole(body, MAX_UPLOAD_BYTES, &too_big).await?;
         self.write_file(&at.backend_ref, path, mode.unwrap_or(0o644), &data)
             .await
     }
