@@ -328,6 +328,7 @@ fn served_objects_fit_their_schemas() {
         status: differently_store::lifecycle::SnapshotStatus::Ready,
         status_reason: None,
         created_at: Utc::now(),
+        updated_at: Utc::now(),
     };
     assert_fits("Snapshot", &snapshot);
     assert_eq!(field_names(&snapshot), property_names("Snapshot"));

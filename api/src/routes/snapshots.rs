@@ -59,6 +59,8 @@ pub struct SnapshotView {
     #[schema(required)]
     pub status_reason: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// When its status or reason last changed: for a `ready` snapshot, when it became ready.
+    pub updated_at: DateTime<Utc>,
 }
 
 impl From<&SnapshotRecord> for SnapshotView {
@@ -73,6 +75,7 @@ impl From<&SnapshotRecord> for SnapshotView {
             status: s.status,
             status_reason: s.status_reason.clone(),
             created_at: s.created_at,
+            updated_at: s.updated_at,
         }
     }
 }

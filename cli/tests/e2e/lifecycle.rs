@@ -198,6 +198,12 @@ async fn snapshots_ports_and_keepalive() {
     .await;
     assert_eq!(s, 202, "{snap}");
     assert_eq!(snap["status"], "ready");
+    // Ready after it was created: the time the worker recorded it, not a copy of `createdAt`.
+    let at = |k: &str| chrono::DateTime::parse_from_rfc3339(snap[k].as_str().unwrap_or("")).ok();
+    assert!(
+        matches!((at("createdAt"), at("updatedAt")), (Some(c), Some(u)) if u > c),
+        "{snap}"
+    );
     assert_eq!(snap["pool"], "fake");
     assert!(
         snap.get("backendRef").is_none(),

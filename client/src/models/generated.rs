@@ -214,6 +214,7 @@ pub struct Snapshot {
     pub status: String,
     pub status_reason: Option<String>,
     pub created_at: String,
+    pub updated_at: String,
     /// Fields this version does not know (a newer server's).
     #[serde(flatten)]
     pub extra: Map<String, Value>,

@@ -365,6 +365,7 @@ class Snapshot:
     status: SnapshotStatus
     status_reason: Optional[str]
     created_at: _dt.datetime
+    updated_at: _dt.datetime
     raw: Dict[str, Any] = _raw()
 
 

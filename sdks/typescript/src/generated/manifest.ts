@@ -80,7 +80,7 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
     schema: "Snapshot",
     fields: fields<M.Snapshot>()({ id: "string", orgId: "string", projectId: "string", sandboxId:
       "string", pool: "string", name: "string?", status: "string", statusReason: "string?", createdAt:
-      "string" }),
+      "string", updatedAt: "string" }),
     enums: { "status": SNAPSHOT_STATUSES },
   },
   SnapshotRequest: {

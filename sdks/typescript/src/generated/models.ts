@@ -235,6 +235,7 @@ export interface Snapshot {
   status: SnapshotStatus;
   statusReason: string | null;
   createdAt: string;
+  updatedAt: string;
 }
 
 export interface SnapshotRequest {
