@@ -694,6 +694,23 @@ async fn e2b_dns_mode_routes_by_host() {
         body["message"],
         format!("The sandbox sbx_{} was not found", "0".repeat(26))
     );
+    // A signed URL in this mode is https://49983-<id>.<domain>/files?…: no headers, the host
+    // names the sandbox, and only that sandbox's tokens open it.
+    use differently_api::facade::e2b::signed::{signature, Operation};
+    let sig = signature("/tmp/dns.txt", Operation::Read, "", &token, None);
+    let signed = |host: String| {
+        http.get(format!("{}/files", dev.url))
+            .query(&[("path", "/tmp/dns.txt"), ("signature", sig.as_str())])
+            .header("host", host)
+            .send()
+    };
+    let resp = signed(envd.clone()).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "by host");
+    let resp = signed(other.clone()).await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body, json!({"code": 401, "message": "invalid signature"}));
     // Another port of the sandbox is not served yet, and says so.
     let resp = http
         .get(format!("{}/health", dev.url))
