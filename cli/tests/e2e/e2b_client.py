@@ -418,10 +418,26 @@ if ALIAS:
 report["bad_env"] = outcome(lambda: Sandbox.create(envs={"1bad": "x"}).sandbox_id)
 
 # The end.
+w_end = sbx.files.watch_dir(d)
 report["kill"] = outcome(lambda: sbx.kill())
 report["after_kill_get"] = outcome(lambda: sbx.get_info().state)
 report["after_kill_kill"] = outcome(lambda: Sandbox.kill(sid))
 report["after_kill_run"] = outcome(lambda: sbx.commands.run("echo x").stdout)
+
+
+def watcher_after_kill():
+    """The watcher's answer once it is no longer 200 (its sandbox ended), by a deadline."""
+    body = json.dumps({"watcherId": w_end._watcher_id}).encode()
+    end = time.monotonic() + 30
+    while True:
+        ans = raw("/filesystem.Filesystem/GetWatcherEvents", body, "application/json",
+                  token=sbx._envd_access_token)
+        if ans[0] != 200 or time.monotonic() > end:
+            return ans
+        time.sleep(0.2)
+
+
+report["watcher_after_kill"] = outcome(watcher_after_kill)
 report["after_kill_list"] = outcome(lambda: [s.sandbox_id for s in Sandbox.list(
     query=SandboxQuery(metadata={"flow": tag})).next_items()])
 

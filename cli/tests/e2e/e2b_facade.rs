@@ -433,6 +433,11 @@ async fn python_flow(python: &str, sdk: Sdk) {
         r["after_kill_run"]
     );
     assert_eq!(*ok(&r, "after_kill_list"), json!([]));
+    // A watcher goes with its sandbox.
+    let gone = ok(&r, "watcher_after_kill");
+    assert_eq!(gone[0], 404, "{gone}");
+    let body: Value = serde_json::from_str(gone[1].as_str().unwrap()).unwrap();
+    assert_eq!(body["code"], "not_found", "{gone}");
 
     // What only the older SDK shows: its own key check was on, and it used the v1 routes.
     assert_eq!(r["validate_env"], Value::Null);

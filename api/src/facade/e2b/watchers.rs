@@ -53,6 +53,26 @@ struct Buffer {
     ended: Option<EnvdError>,
 }
 
+impl Buffer {
+    fn new() -> Buffer {
+        Buffer {
+            events: Vec::new(),
+            dropped: 0,
+            last_read: Instant::now(),
+            ended: None,
+        }
+    }
+
+    /// Adds a poll's events, keeping at most [`MAX_EVENTS`] and counting the rest.
+    fn push(&mut self, evs: Vec<Value>) {
+        let room = MAX_EVENTS.saturating_sub(self.events.len());
+        if evs.len() > room {
+            self.dropped += (evs.len() - room) as u64;
+        }
+        self.events.extend(evs.into_iter().take(room));
+    }
+}
+
 struct Watcher {
     sandbox: String,
     key_id: String,
@@ -100,6 +120,33 @@ impl Watchers {
             })
     }
 
+    /// The events of watcher `id` since the last read (and why it ended, once).
+    fn take(&self, c: &Ctx, id: &str) -> Result<Value, EnvdError> {
+        let w = self.find(c, id)?;
+        let mut b = lock(&w.buffer);
+        b.last_read = Instant::now();
+        let events = std::mem::take(&mut b.events);
+        if let Some(e) = b.ended.take() {
+            drop(b);
+            self.drop_id(id);
+            return Err(e);
+        }
+        if b.dropped > 0 {
+            let lost = std::mem::take(&mut b.dropped);
+            return Err(ConnectError::new(
+                "resource_exhausted",
+                format!(
+                    "watcher {id} buffered more than {MAX_EVENTS} events since the last read: \
+                     {} were kept and {lost} dropped, and all are discarded; it keeps \
+                     watching from now (list the directory to catch up)",
+                    events.len()
+                ),
+            )
+            .into());
+        }
+        Ok(json!({ "events": events }))
+    }
+
     fn drop_id(&self, id: &str) {
         if let Some(w) = lock(&self.by_id).remove(id) {
             w.stopped.store(true, Ordering::Relaxed);
@@ -119,12 +166,7 @@ pub async fn create(f: &Arc<Facade>, c: &Ctx, req: &Value) -> Result<Value, Envd
         sandbox: c.sandbox.clone(),
         key_id: key_of(c).to_owned(),
         stopped: AtomicBool::new(false),
-        buffer: Mutex::new(Buffer {
-            events: Vec::new(),
-            dropped: 0,
-            last_read: Instant::now(),
-            ended: None,
-        }),
+        buffer: Mutex::new(Buffer::new()),
     });
     {
         let mut all = lock(&f.watchers.by_id);
@@ -151,30 +193,7 @@ pub async fn create(f: &Arc<Facade>, c: &Ctx, req: &Value) -> Result<Value, Envd
 /// `GetWatcherEvents {watcherId}`: `{"events": [...]}` since the last read.
 pub fn events(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
     let r: IdRequest = parse(req)?;
-    let w = f.watchers.find(c, &r.watcher_id)?;
-    let mut b = lock(&w.buffer);
-    b.last_read = Instant::now();
-    let events = std::mem::take(&mut b.events);
-    if let Some(e) = b.ended.take() {
-        drop(b);
-        f.watchers.drop_id(&r.watcher_id);
-        return Err(e);
-    }
-    if b.dropped > 0 {
-        let lost = std::mem::take(&mut b.dropped);
-        return Err(ConnectError::new(
-            "resource_exhausted",
-            format!(
-                "watcher {} buffered more than {MAX_EVENTS} events since the last read: {} \
-                 were kept and {lost} dropped, and all are discarded; it keeps watching from \
-                 now (list the directory to catch up)",
-                r.watcher_id,
-                events.len()
-            ),
-        )
-        .into());
-    }
-    Ok(json!({ "events": events }))
+    f.watchers.take(c, &r.watcher_id)
 }
 
 /// `RemoveWatcher {watcherId}`: `{}`.
@@ -199,14 +218,8 @@ async fn poll(f: Arc<Facade>, id: String, w: Arc<Watcher>, watched: Watched, mut
         }
         match watched.snapshot(&f).await {
             Ok(snap) => {
-                let evs = watched.diff(&last, &snap);
+                lock(&w.buffer).push(watched.diff(&last, &snap));
                 last = snap;
-                let mut b = lock(&w.buffer);
-                let room = MAX_EVENTS.saturating_sub(b.events.len());
-                if evs.len() > room {
-                    b.dropped += (evs.len() - room) as u64;
-                }
-                b.events.extend(evs.into_iter().take(room));
             }
             Err(EnvdError::SandboxGone(_)) => {
                 f.watchers.drop_id(&id);
@@ -234,34 +247,83 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_watcher_is_found_only_by_its_sandbox_and_key() {
-        let ws = Watchers::default();
+    fn watcher(ws: &Watchers, id: &str) -> Arc<Watcher> {
         let w = Arc::new(Watcher {
             sandbox: "sbx_a".into(),
             key_id: "key_a".into(),
             stopped: AtomicBool::new(false),
-            buffer: Mutex::new(Buffer {
-                events: vec![],
-                dropped: 0,
-                last_read: Instant::now(),
-                ended: None,
-            }),
+            buffer: Mutex::new(Buffer::new()),
         });
-        lock(&ws.by_id).insert("w1".into(), w);
+        lock(&ws.by_id).insert(id.into(), w.clone());
+        w
+    }
+
+    #[test]
+    fn a_watcher_is_found_only_by_its_sandbox_and_key() {
+        let ws = Watchers::default();
+        let w = watcher(&ws, "w1");
         assert!(ws.find(&ctx("sbx_a", "key_a"), "w1").is_ok());
         for (s, k, id) in [
             ("sbx_a", "key_b", "w1"),
             ("sbx_b", "key_a", "w1"),
             ("sbx_a", "key_a", "w2"),
         ] {
-            let Err(EnvdError::Rpc(e)) = ws.find(&ctx(s, k), id) else {
+            let Err(EnvdError::Rpc(e)) = ws.take(&ctx(s, k), id) else {
                 panic!("{s} {k} {id} found");
             };
             assert_eq!(e.code, "not_found");
             assert_eq!(e.message, format!("watcher with id {id} not found"));
         }
         ws.drop_id("w1");
+        assert!(w.stopped.load(Ordering::Relaxed), "its polling stops");
         assert!(ws.find(&ctx("sbx_a", "key_a"), "w1").is_err());
+    }
+
+    #[test]
+    fn an_overflow_is_said_once_and_the_watcher_goes_on() {
+        let ws = Watchers::default();
+        let w = watcher(&ws, "w1");
+        let a = ctx("sbx_a", "key_a");
+        let ev = |i: usize| json!({ "name": format!("f{i}"), "type": "EVENT_TYPE_CREATE" });
+        lock(&w.buffer).push((0..3).map(ev).collect());
+        assert_eq!(
+            ws.take(&a, "w1").unwrap()["events"]
+                .as_array()
+                .unwrap()
+                .len(),
+            3
+        );
+        assert_eq!(ws.take(&a, "w1").unwrap(), json!({ "events": [] }));
+        lock(&w.buffer).push((0..MAX_EVENTS - 1).map(ev).collect());
+        lock(&w.buffer).push((0..6).map(ev).collect());
+        let Err(EnvdError::Rpc(e)) = ws.take(&a, "w1") else {
+            panic!("an overflow answered events");
+        };
+        assert_eq!(e.code, "resource_exhausted");
+        assert!(
+            e.message
+                .contains(&format!("{MAX_EVENTS} were kept and 5 dropped")),
+            "{}",
+            e.message
+        );
+        lock(&w.buffer).push(vec![ev(9)]);
+        assert_eq!(ws.take(&a, "w1").unwrap()["events"][0]["name"], "f9");
+    }
+
+    #[test]
+    fn a_watcher_that_ended_says_why_once_then_is_gone() {
+        let ws = Watchers::default();
+        let w = watcher(&ws, "w1");
+        let a = ctx("sbx_a", "key_a");
+        lock(&w.buffer).ended =
+            Some(ConnectError::new("not_found", "path '/w' does not exist").into());
+        let Err(EnvdError::Rpc(e)) = ws.take(&a, "w1") else {
+            panic!("an ended watcher answered events");
+        };
+        assert_eq!(e.message, "path '/w' does not exist");
+        let Err(EnvdError::Rpc(e)) = ws.take(&a, "w1") else {
+            panic!("an ended watcher stayed");
+        };
+        assert_eq!(e.message, "watcher with id w1 not found");
     }
 }
