@@ -20,11 +20,9 @@ use crate::settings::ConfigError;
 use crate::AdapterError;
 
 const STATUSES: Statuses = Statuses {
-    provider: "Cloudflare Sandbox bridge",
-    credential: "API key",
-    credential_settings: "apiKeyEnv, apiKeyFile or apiKeySecret",
     conflict_settles: false,
     rate_limit_is_capacity: false,
+    ..Statuses::api_key("Cloudflare Sandbox bridge")
 };
 
 /// The bridge's codes first (`capacity_exceeded` is its warm pool out of instance slots),

@@ -19,13 +19,7 @@ const ORG_HEADER: &str = "X-Daytona-Organization-ID";
 
 /// Daytona's statuses: a 409 is a change under way (seen live: it settles), a 429 the
 /// organization's limits.
-const STATUSES: Statuses = Statuses {
-    provider: "Daytona",
-    credential: "API key",
-    credential_settings: "apiKeyEnv, apiKeyFile or apiKeySecret",
-    conflict_settles: true,
-    rate_limit_is_capacity: true,
-};
+const STATUSES: Statuses = Statuses::api_key("Daytona");
 
 /// HTTP clients bound to one Daytona installation.
 #[derive(Debug, Clone)]

@@ -17,13 +17,7 @@ use crate::AdapterError;
 pub(crate) use crate::kit::{INSTALLATION_TAG as META_INSTALLATION, SANDBOX_TAG as META_SANDBOX};
 
 /// Freestyle's statuses: a 409 is a change under way, a 429 its rate or plan limits.
-const STATUSES: Statuses = Statuses {
-    provider: "Freestyle",
-    credential: "API key",
-    credential_settings: "apiKeyEnv, apiKeyFile or apiKeySecret",
-    conflict_settles: true,
-    rate_limit_is_capacity: true,
-};
+const STATUSES: Statuses = Statuses::api_key("Freestyle");
 
 /// An error answer → `AdapterError`: a `…LIMIT…`/`…QUOTA…` code on a 400, 402 or 403 is the
 /// plan's limit ([`AdapterError::Capacity`]); the rest goes by the common table.

@@ -119,6 +119,18 @@ pub struct Statuses {
 }
 
 impl Statuses {
+    /// The table of a provider that takes an API key (`apiKeyEnv`, `apiKeyFile` or
+    /// `apiKeySecret`) and answers the usual way: a 409 settles, a 429 is its plan's limit.
+    pub const fn api_key(provider: &'static str) -> Statuses {
+        Statuses {
+            provider,
+            credential: "API key",
+            credential_settings: "apiKeyEnv, apiKeyFile or apiKeySecret",
+            conflict_settles: true,
+            rate_limit_is_capacity: true,
+        }
+    }
+
     /// The common table: 401/403 the credential was refused (permanent, naming the
     /// settings, never the value), 404 not found, 408 transient, 409 see
     /// [`Statuses::conflict_settles`], 429 see [`Statuses::rate_limit_is_capacity`], 501
@@ -174,13 +186,7 @@ fn with_wait(reason: crate::error::Reason, wait: Option<Duration>) -> crate::err
 mod tests {
     use super::*;
 
-    const TABLE: Statuses = Statuses {
-        provider: "Acme",
-        credential: "API key",
-        credential_settings: "apiKeyEnv, apiKeyFile or apiKeySecret",
-        conflict_settles: true,
-        rate_limit_is_capacity: true,
-    };
+    const TABLE: Statuses = Statuses::api_key("Acme");
 
     fn parse(status: u16, body: &str) -> ProviderError {
         ProviderError::parse(StatusCode::from_u16(status).unwrap(), body.as_bytes())

@@ -50,13 +50,7 @@ const SNAPSHOT_TAG: &str = "differently-snapshot-id";
 
 /// The status table Runloop's errors go through. A 409 is a change under way (a shutdown
 /// while a snapshot is written); a 429 is the account's limit.
-const STATUSES: Statuses = Statuses {
-    provider: "Runloop",
-    credential: "API key",
-    credential_settings: "apiKeyEnv, apiKeyFile or apiKeySecret",
-    conflict_settles: true,
-    rate_limit_is_capacity: true,
-};
+const STATUSES: Statuses = Statuses::api_key("Runloop");
 
 fn errors(op: &str, answer: &ErrorAnswer) -> AdapterError {
     STATUSES.map(op, &answer.error(), answer.retry_after)
