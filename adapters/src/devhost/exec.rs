@@ -37,6 +37,24 @@ impl DevhostAdapter {
         program: &str,
         args: &[String],
     ) -> tokio::process::Command {
+        // `env --default-signal -- PROGRAM ARGS`: the program starts with default signal
+        // dispositions (see `default_signals`). A program named like `NAME=VALUE` would be
+        // read by env(1) as a variable, so it runs unwrapped.
+        let reset = self
+            .default_signals
+            .as_ref()
+            .filter(|_| !program.contains('='));
+        let mut argv: Vec<String> = Vec::with_capacity(args.len() + 3);
+        if let Some(env) = reset {
+            argv.extend([
+                env.to_string_lossy().into_owned(),
+                "--default-signal".to_owned(),
+                "--".to_owned(),
+            ]);
+        }
+        argv.push(program.to_owned());
+        argv.extend(args.iter().cloned());
+        let (program, args) = (&argv[0], &argv[1..]);
         match &self.runner {
             Runner::Plain | Runner::MissingBwrap => {
                 let mut c = tokio::process::Command::new(program);

@@ -173,6 +173,25 @@ pub struct DevhostAdapter {
     /// Path of util-linux `setsid`, which gives a terminal's program its own session and
     /// controlling terminal; without it there is no `exec.pty`.
     setsid: Option<PathBuf>,
+    /// Path of a coreutils `env` that takes `--default-signal` (8.31+). Commands start through
+    /// it so they get default signal dispositions, not the ones this process inherited: a
+    /// control plane started in the background (`differently dev &`, `nohup`) ignores INT,
+    /// QUIT or HUP, and without this every command would too (^C on a terminal would
+    /// interrupt nothing). Without such an `env`, commands inherit as before.
+    default_signals: Option<PathBuf>,
+}
+
+/// `env` from `PATH` if it resets signal dispositions (`--default-signal`).
+fn env_with_default_signals() -> Option<PathBuf> {
+    let env = which("env")?;
+    let ok = std::process::Command::new(&env)
+        .args(["--default-signal", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then_some(env)
 }
 
 /// Finds `program` on the host `PATH`.
@@ -212,6 +231,7 @@ impl DevhostAdapter {
             config,
             runner,
             setsid: which("setsid"),
+            default_signals: env_with_default_signals(),
         }
     }
 

@@ -45,8 +45,15 @@ impl DevhostAdapter {
         }
         let mut cmd = match &self.runner {
             Runner::Plain | Runner::MissingBwrap => {
+                // `command` wraps the program in `env --default-signal`; here setsid is the
+                // program, so the wrapper goes inside it (setsid does not reset them).
+                let inner = self.command(&sandbox_dir, &cwd, &req.command[0], &req.command[1..]);
+                let std = inner.as_std();
                 let mut c = tokio::process::Command::new(setsid);
-                c.args(&argv).current_dir(&cwd);
+                c.arg("-c")
+                    .arg(std.get_program())
+                    .args(std.get_args())
+                    .current_dir(&cwd);
                 c
             }
             Runner::Bwrap(_) => {

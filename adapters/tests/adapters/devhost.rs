@@ -282,3 +282,51 @@ async fn exec_missing_program_and_missing_sandbox() {
         Err(AdapterError::NotFound)
     );
 }
+
+/// Set in the copy of this test binary that `commands_start_with_default_signal_dispositions`
+/// starts with INT, QUIT and HUP ignored.
+const SIGNALS_CHILD: &str = "DIFFERENTLY_DEVHOST_SIGNALS_CHILD";
+
+/// A control plane started in the background (`differently dev &`, `nohup`) ignores INT, QUIT
+/// or HUP; its commands must not inherit that (^C in `exec -it` would interrupt nothing).
+/// The test runs itself again under a shell that ignores them, and checks there that a plain
+/// child does inherit the ignore (so the check can fail) while a devhost command does not.
+#[tokio::test]
+async fn commands_start_with_default_signal_dispositions() {
+    let script = "kill -INT $$; echo survived";
+    if std::env::var_os(SIGNALS_CHILD).is_some() {
+        let plain = std::process::Command::new("sh")
+            .args(["-c", script])
+            .output()
+            .expect("sh");
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            "survived\n",
+            "this process was meant to ignore INT"
+        );
+        let (_root, a, at) = sandbox().await;
+        let r = a.exec(&at, &sh(script)).await.expect("exec");
+        assert_eq!((r.exit_code, r.stdout.as_str()), (130, ""), "{r:?}");
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("trap '' INT QUIT HUP; exec \"$0\" \"$@\"")
+        .arg(exe)
+        .args([
+            "--exact",
+            "devhost::commands_start_with_default_signal_dispositions",
+            "--nocapture",
+        ])
+        .env(SIGNALS_CHILD, "1")
+        .output()
+        .expect("run the test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "the inner test did not run: {text}");
+}
