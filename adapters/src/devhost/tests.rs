@@ -48,6 +48,7 @@ async fn missing_bubblewrap_refuses_commands_naming_the_package() {
         },
         runner: Runner::MissingBwrap,
         setsid: which("setsid"),
+        default_signals: None,
     };
     assert_eq!(a.isolation(), "bwrap");
     assert!(!a.capabilities().iter().any(|c| c == "ports.expose"));
