@@ -20,7 +20,8 @@ use utoipa::ToSchema;
 use super::{facts, untyped};
 use crate::requests::page::Page;
 use crate::routes::audit::SegmentRequest;
-use crate::routes::event_credentials::IssueRequest;
+use crate::routes::event_credentials::{Credentials, IssueRequest};
+use crate::routes::events::StatusEvent;
 use crate::routes::exec::{ExitEvent, StreamErrorEvent};
 use crate::routes::keys::{CreateKey, CreatedKey};
 use crate::routes::orgs::{CreateOrg, UpdateOrg};
@@ -101,7 +102,9 @@ fn derived() -> Derived {
         .add::<ServedClass>("WarmClassStatus")
         .add::<WarmDocument>("WarmClasses")
         .add::<QueueReport>("QueueReport")
-        .add::<MetricsSummary>("MetricsSummary");
+        .add::<MetricsSummary>("MetricsSummary")
+        .add::<StatusEvent>("StatusEvent")
+        .add::<Credentials>("EventCredentials");
     // Every list is one page type; its items are the component of their type.
     d.add::<Page<SandboxView>>("SandboxList")
         .add::<Page<SnapshotView>>("SnapshotList")

@@ -12,11 +12,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, post};
 use axum::{Json, Router};
+use chrono::{DateTime, Utc};
 use differently_bus::callout::{CalloutError, EventAuth, MAX_CREDENTIAL_TTL};
 use differently_core::tenancy::Scope;
-use differently_core::{ErrorCode, FieldError, ProjectId};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use differently_core::{ErrorCode, FieldError, OrgId, ProjectId};
+use serde::{Deserialize, Serialize};
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
@@ -64,11 +64,28 @@ fn store_error(e: CalloutError) -> ApiError {
     )
 }
 
+/// `POST`'s answer: the document's `EventCredentials` (the token is shown this once).
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Credentials {
+    /// `evc_…`: what `DELETE` revokes.
+    id: String,
+    token: String,
+    expires_at: DateTime<Utc>,
+    org_id: OrgId,
+    #[schema(required)]
+    project_id: Option<ProjectId>,
+    subscribe: String,
+    inbox_prefix: String,
+    stream: String,
+    consumer_create: String,
+}
+
 async fn issue(
     State(state): State<AppState>,
     principal: Principal,
     body: Bytes,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<Credentials>)> {
     principal.require(Scope::SandboxesRead)?;
     let req: IssueRequest = parse_json(&body)?;
     let ttl = req.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
@@ -105,17 +122,17 @@ async fn issue(
     tracing::info!(credential = %issued.id, org = %principal.org_id, key = %principal.key_id, "event credential issued");
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "id": issued.id,
-            "token": issued.token,
-            "expiresAt": issued.expires_at,
-            "orgId": principal.org_id,
-            "projectId": project,
-            "subscribe": issued.grant.subscribe,
-            "inboxPrefix": issued.grant.inbox_prefix,
-            "stream": issued.grant.stream,
-            "consumerCreate": issued.grant.consumer_create,
-        })),
+        Json(Credentials {
+            id: issued.id,
+            token: issued.token,
+            expires_at: issued.expires_at,
+            org_id: principal.org_id.clone(),
+            project_id: project,
+            subscribe: issued.grant.subscribe,
+            inbox_prefix: issued.grant.inbox_prefix,
+            stream: issued.grant.stream,
+            consumer_create: issued.grant.consumer_create,
+        }),
     ))
 }
 

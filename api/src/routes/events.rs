@@ -25,12 +25,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use chrono::{DateTime, Utc};
 use differently_bus_schema::{EventData, EventType, PublicEvent};
 use differently_core::tenancy::Scope;
-use differently_core::{ErrorCode, ProjectId, SandboxId};
+use differently_core::{ErrorCode, OrgId, ProjectId, SandboxId, SandboxStatus};
 use futures::StreamExt;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
@@ -125,19 +125,38 @@ fn render(seq: u64, e: &PublicEvent, format: Format) -> Option<Event> {
             let EventData::StatusChanged(d) = &e.data else {
                 return None;
             };
-            let body = json!({
-                "sandboxId": e.sandbox_id,
-                "orgId": e.org_id,
-                "projectId": e.project_id,
-                "status": d.status,
-                "statusReason": d.status_reason,
-                "pool": d.pool,
-                "statusVersion": d.status_version,
-                "at": e.time,
-            });
-            Some(event.event("status").data(body.to_string()))
+            let body = StatusEvent {
+                sandbox_id: e.sandbox_id.clone(),
+                org_id: e.org_id.clone(),
+                project_id: e.project_id.clone(),
+                status: d.status,
+                status_reason: d.status_reason.clone(),
+                pool: d.pool.clone(),
+                status_version: d.status_version,
+                at: e.time,
+            };
+            let data = serde_json::to_string(&body).ok()?;
+            Some(event.event("status").data(data))
         }
     }
+}
+
+/// A `status` event of `GET /v1/events` (the default format): the document's `StatusEvent`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StatusEvent {
+    /// Always set: every status change is a sandbox's.
+    #[schema(value_type = SandboxId, required)]
+    sandbox_id: Option<SandboxId>,
+    org_id: OrgId,
+    project_id: ProjectId,
+    status: SandboxStatus,
+    #[schema(required)]
+    status_reason: Option<String>,
+    #[schema(required)]
+    pool: Option<String>,
+    status_version: i64,
+    at: DateTime<Utc>,
 }
 
 async fn events(

@@ -1,5 +1,6 @@
 //! `store::audit` and `store::secrets`: records, checkpoints, verification and secrets as
-//! served.
+//! served. Written here because the store's types derive no schemas (the store crate does not
+//! depend on utoipa).
 
 use serde_json::{json, Map, Value};
 

@@ -1,11 +1,12 @@
-//! The objects whose schemas are written here rather than generated from a type: answers a
-//! handler assembles (lists, composites of a generated component and live state, reports)
-//! and request bodies private to their route. A composite starts from its generated
-//! component, so a field added to the type reaches it too.
+//! The objects whose schemas are still written here rather than generated from a type, each
+//! for a reason given where it is added: answers a handler assembles as JSON or from types of
+//! crates that do not derive schemas (store records, adapter listings), and documents of their
+//! own (the public event envelope, event schemas, this document). A composite (`Pool`)
+//! starts from its generated component, so a field added to the type reaches it too.
 
 use differently_core::accounting::Wall;
 use differently_core::ids::id_pattern;
-use differently_core::{ErrorCode, SandboxStatus};
+use differently_core::ErrorCode;
 use serde_json::{json, Map, Value};
 
 use super::components::reference;
@@ -21,11 +22,6 @@ pub(super) fn typed(ty: &str) -> Value {
 
 pub(super) fn nullable(ty: &str) -> Value {
     json!({ "type": [ty, "null"] })
-}
-
-/// An id with `prefix`, or null.
-fn id_or_null(prefix: &str) -> Value {
-    json!({ "type": ["string", "null"], "pattern": id_pattern(prefix) })
 }
 
 /// An id with `prefix`.
@@ -122,7 +118,7 @@ pub(super) fn described(description: &str) -> Value {
 
 /// Adds the hand-written schemas to `s`, which holds the generated ones.
 pub(super) fn add(s: &mut Map<String, Value>) {
-    let statuses = || one_of_strings(SandboxStatus::ALL.map(wire));
+    // Built as JSON by `crate::error::ApiError`'s response (every layer answers it).
     s.insert(
         "Error".to_owned(),
         served(&[(
@@ -151,6 +147,7 @@ pub(super) fn add(s: &mut Map<String, Value>) {
             ),
         )]),
     );
+    // The adapters' listing entries (`differently_adapters`, which derives no schemas).
     s.insert(
         "FileList".to_owned(),
         served(&[(
@@ -164,38 +161,12 @@ pub(super) fn add(s: &mut Map<String, Value>) {
             ])),
         )]),
     );
-    s.insert(
-        "StatusEvent".to_owned(),
-        served(&[
-            ("sandboxId", typed("string")),
-            ("orgId", typed("string")),
-            ("projectId", typed("string")),
-            ("status", statuses()),
-            ("statusReason", nullable("string")),
-            ("pool", nullable("string")),
-            ("statusVersion", typed("integer")),
-            ("at", time()),
-        ]),
-    );
     // The public event contract, from the definitions the events are built from.
     s.insert(
         "PublicEvent".to_owned(),
         differently_bus_schema::public::envelope_schema(),
     );
-    s.insert(
-        "EventCredentials".to_owned(),
-        served(&[
-            ("id", typed("string")),
-            ("token", typed("string")),
-            ("expiresAt", time()),
-            ("orgId", id_of("org")),
-            ("projectId", id_or_null("prj")),
-            ("subscribe", typed("string")),
-            ("inboxPrefix", typed("string")),
-            ("stream", typed("string")),
-            ("consumerCreate", typed("string")),
-        ]),
-    );
+    // Documents of their own: a JSON Schema per event type, and the list of them.
     s.insert(
         "EventSchema".to_owned(),
         described("A JSON Schema (draft 2020-12) of one public event type."),
@@ -214,7 +185,7 @@ pub(super) fn add(s: &mut Map<String, Value>) {
             ),
         ]),
     );
-    // `core::policy::explain`: the decision flattened with every pool's verdict.
+    // `core::policy::explain`: the decision flattened with every pool's verdict, as JSON.
     let decision_fields = || {
         vec![
             (
@@ -245,7 +216,9 @@ pub(super) fn add(s: &mut Map<String, Value>) {
         "Placement".to_owned(),
         served_except(&placement, &["pool", "code", "reason", "wall"]),
     );
+    // A page of `Pool`s, which `routes::pools` assembles around a JSON record (below).
     s.insert("PoolList".to_owned(), page_of("Pool"));
+    // `GET /healthz`, answered before any route module.
     s.insert("Health".to_owned(), served(&[("status", typed("string"))]));
     s.insert("OpenApi".to_owned(), described("This document."));
     composites(s);

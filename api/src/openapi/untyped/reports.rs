@@ -1,4 +1,5 @@
-//! The trust report (`routes::trust`).
+//! The trust report (`routes::trust`), written here because its pools flatten the adapters'
+//! verification status (`differently_adapters`, which derives no schemas) into nested objects.
 
 use differently_core::pool::{PoolSource, Trust};
 use serde_json::{json, Map, Value};

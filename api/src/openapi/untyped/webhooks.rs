@@ -1,5 +1,6 @@
 //! The webhook objects (`routes::webhooks`), kept apart from the rest of the catalogue's
-//! schemas so the feature reads in one place.
+//! schemas so the feature reads in one place. Written here because the routes serve the
+//! store's records (`store::webhooks`), whose crate derives no schemas.
 
 use differently_store::webhooks::MAX_RESPONSE_BODY_BYTES;
 use serde_json::{json, Map, Value};
