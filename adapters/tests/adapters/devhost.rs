@@ -328,5 +328,8 @@ async fn commands_start_with_default_signal_dispositions() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("1 passed"), "the inner test did not run: {text}");
+    assert!(
+        text.contains("1 passed"),
+        "the inner test did not run: {text}"
+    );
 }
