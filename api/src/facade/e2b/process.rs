@@ -108,30 +108,50 @@ pub(super) fn failed_stream(e: &ConnectError) -> Response {
     stream_response(rx)
 }
 
+/// The caller's context and the decoded JSON body of a server-streaming call, or the answer
+/// to give instead: envd's error before the stream opens (the caller), a stream's end envelope
+/// after (a body over `limit.0` bytes, answered with `limit.1`; one that does not decode,
+/// naming `field`).
+pub(super) async fn stream_call<T: serde::de::DeserializeOwned>(
+    f: &Facade,
+    headers: &HeaderMap,
+    body: Body,
+    limit: (usize, &str),
+    field: &str,
+) -> Result<(Ctx, T), Response> {
+    let c = ctx(f, headers, None).map_err(IntoResponse::into_response)?;
+    let Ok(body) = axum::body::to_bytes(body, limit.0).await else {
+        return Err(failed_stream(&ConnectError::new(
+            "resource_exhausted",
+            limit.1,
+        )));
+    };
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    connect::request(ct, &body)
+        .and_then(|v| serde_json::from_value(v).map_err(|e| ConnectError::field(field, e)))
+        .map(|req| (c, req))
+        .map_err(|e| failed_stream(&e))
+}
+
 /// `POST /process.Process/Start`.
 pub async fn start(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let c = match ctx(&f, &headers, None) {
-        Ok(c) => c,
-        Err(e) => return e.into_response(),
-    };
-    let Ok(body) = axum::body::to_bytes(body, MAX_REQUEST).await else {
-        return failed_stream(&ConnectError::new(
-            "resource_exhausted",
-            "the Start request is over 1 MiB",
-        ));
-    };
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let req: StartRequest = match connect::request(ct, &body)
-        .and_then(|v| serde_json::from_value(v).map_err(|e| ConnectError::field("process", e)))
+    let (c, req): (_, StartRequest) = match stream_call(
+        &f,
+        &headers,
+        body,
+        (MAX_REQUEST, "the Start request is over 1 MiB"),
+        "process",
+    )
+    .await
     {
-        Ok(r) => r,
-        Err(e) => return failed_stream(&e),
+        Ok(x) => x,
+        Err(answer) => return answer,
     };
     if req.pty.as_ref().is_some_and(|p| !p.is_null()) {
         return failed_stream(&ConnectError::unimplemented(

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::Deserialize;
@@ -25,9 +25,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::connect::{self, ConnectError};
-use super::envd::{ctx, Ctx, EnvdError};
+use super::envd::{Ctx, EnvdError};
 use super::filesystem::{entry, entry_of, listing};
-use super::process::{failed_stream, stream_response};
+use super::process::{failed_stream, stream_call, stream_response};
 use super::Facade;
 
 /// How often a watched directory is listed.
@@ -150,24 +150,17 @@ pub async fn watch_dir(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let c = match ctx(&f, &headers, None) {
-        Ok(c) => c,
-        Err(e) => return e.into_response(),
-    };
-    let Ok(body) = axum::body::to_bytes(body, MAX_REQUEST).await else {
-        return failed_stream(&ConnectError::new(
-            "resource_exhausted",
-            "request over 64 KiB",
-        ));
-    };
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let req: WatchRequest = match connect::request(ct, &body)
-        .and_then(|v| serde_json::from_value(v).map_err(|e| ConnectError::field("body", e)))
+    let (c, req): (_, WatchRequest) = match stream_call(
+        &f,
+        &headers,
+        body,
+        (MAX_REQUEST, "request over 64 KiB"),
+        "body",
+    )
+    .await
     {
-        Ok(r) => r,
-        Err(e) => return failed_stream(&e),
+        Ok(x) => x,
+        Err(answer) => return answer,
     };
     let started = Instant::now();
     let opened = match Watched::open(&f, c, &req).await {
