@@ -120,6 +120,24 @@ impl SseParser {
 }
 
 /// Resident memory (KiB) of the process whose command line names `config` and `role`.
+/// Waits until the fake backend's ledger records `id`'s exec as cancelled (the client hung up
+/// on its stream); fails with the cluster's logs after 10 s.
+pub async fn assert_cancelled_on_backend(c: &Cluster, id: &SandboxId) {
+    let cancelled = eventually(Duration::from_secs(10), || {
+        c.ledger().iter().any(|e| {
+            e.op == LedgerOp::Exec
+                && e.outcome == LedgerOutcome::Cancelled
+                && e.sandbox_id.as_ref() == Some(id)
+        })
+    })
+    .await;
+    assert!(
+        cancelled,
+        "disconnect did not cancel the command\n{}",
+        c.logs()
+    );
+}
+
 fn rss_kib(c: &Cluster, role: &str) -> u64 {
     let config = c.dir.path().join("differently.toml");
     let config = config.to_string_lossy();
@@ -332,17 +350,5 @@ async fn streamed_exec_is_bounded_and_cancelled_on_disconnect() {
         "a stalled reader must not make the api buffer output ({before} -> {stalled} KiB)"
     );
     drop(resp);
-    let cancelled = eventually(Duration::from_secs(10), || {
-        c.ledger().iter().any(|e| {
-            e.op == LedgerOp::Exec
-                && e.outcome == LedgerOutcome::Cancelled
-                && e.sandbox_id.as_ref() == Some(&id)
-        })
-    })
-    .await;
-    assert!(
-        cancelled,
-        "disconnect did not cancel the command\n{}",
-        c.logs()
-    );
+    assert_cancelled_on_backend(&c, &id).await;
 }

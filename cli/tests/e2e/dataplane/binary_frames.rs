@@ -2,14 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use differently_adapters::fake::{LedgerOp, LedgerOutcome};
 use differently_api::routes::exec::frames::{Frame, FrameDecoder, FrameType, MEDIA_TYPE};
 use differently_core::SandboxId;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, Opts};
+use crate::harness::Opts;
 
-use super::{cluster, read_sse, running};
+use super::{assert_cancelled_on_backend, cluster, read_sse, running};
 
 /// Reads a binary exec stream to its end with the API's reference decoder (which also
 /// checks that exactly one exit or error frame ends it); returns the frames.
@@ -206,17 +205,5 @@ async fn streamed_exec_as_binary_frames() {
     .expect("stream");
     assert!(resp.chunk().await.expect("chunk").is_some());
     drop(resp);
-    let cancelled = eventually(Duration::from_secs(10), || {
-        c.ledger().iter().any(|e| {
-            e.op == LedgerOp::Exec
-                && e.outcome == LedgerOutcome::Cancelled
-                && e.sandbox_id.as_ref() == Some(&id)
-        })
-    })
-    .await;
-    assert!(
-        cancelled,
-        "disconnect did not cancel the command\n{}",
-        c.logs()
-    );
+    assert_cancelled_on_backend(&c, &id).await;
 }
