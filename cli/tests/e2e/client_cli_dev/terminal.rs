@@ -9,25 +9,48 @@ use crate::harness::binary;
 
 use super::{output, Dev};
 
-/// On a terminal (util-linux `script` gives the command one): a table by default, and the
-/// spinner on `--wait`, cleared before the answer. Piped, the same command printed JSON and
-/// no spinner (`exec_and_files`).
-#[test]
-fn a_terminal_gets_tables_and_a_spinner() {
-    let dev = Dev::start();
+/// `script -q<flags>c LINE /dev/null` (util-linux): `line` runs with a terminal, with the CLI
+/// pointed at `dev` (its URL, key and client config).
+fn in_terminal(dev: &Dev, flags: &str, line: &str) -> Command {
     let script = ["/usr/bin/script", "/bin/script"]
         .into_iter()
         .find(|p| Path::new(p).exists())
         .expect(
             "util-linux `script` is needed to give the CLI a terminal: apt-get install util-linux",
         );
-    let line = format!("{} sandbox create --wait --label tty=yes", binary());
     let mut cmd = Command::new(script);
-    cmd.args(["-qec", &line, "/dev/null"])
+    cmd.args([&format!("-q{flags}c"), line, "/dev/null"])
         .env("DIFFERENTLY_URL", &dev.url)
         .env("DIFFERENTLY_API_KEY", &dev.key)
-        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
-        .stdin(Stdio::null());
+        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config());
+    cmd
+}
+
+/// Runs `line` on a terminal with `keys` typed into it, as a person would (the terminal
+/// echoing them); stdin stays open until the end, so `script` never reports an end of input.
+fn typed(dev: &Dev, line: &str, keys: &[u8]) -> std::process::Output {
+    let mut child = in_terminal(dev, "fe", line)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(keys).unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    out
+}
+
+/// On a terminal (util-linux `script` gives the command one): a table by default, and the
+/// spinner on `--wait`, cleared before the answer. Piped, the same command printed JSON and
+/// no spinner (`exec_and_files`).
+#[test]
+fn a_terminal_gets_tables_and_a_spinner() {
+    let dev = Dev::start();
+    let line = format!("{} sandbox create --wait --label tty=yes", binary());
+    let mut cmd = in_terminal(&dev, "e", &line);
+    cmd.stdin(Stdio::null());
     let (code, out, err) = output(cmd, None);
     assert_eq!(code, 0, "{err}\n{out}");
     assert!(
@@ -52,12 +75,8 @@ fn a_terminal_gets_tables_and_a_spinner() {
         "{table}"
     );
     // A list on a terminal: headers and one row.
-    let mut cmd = Command::new(script);
-    cmd.args(["-qec", &format!("{} sandbox list", binary()), "/dev/null"])
-        .env("DIFFERENTLY_URL", &dev.url)
-        .env("DIFFERENTLY_API_KEY", &dev.key)
-        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
-        .stdin(Stdio::null());
+    let mut cmd = in_terminal(&dev, "e", &format!("{} sandbox list", binary()));
+    cmd.stdin(Stdio::null());
     let (code, out, err) = output(cmd, None);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
@@ -77,12 +96,6 @@ fn exec_it_runs_a_shell_on_a_terminal_and_restores_ours() {
     let (code, out, err) = dev.run(&["sandbox", "create", "--wait", "-o", "id"]);
     assert_eq!(code, 0, "{err}");
     let id = out.trim().to_owned();
-    let script = ["/usr/bin/script", "/bin/script"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect(
-            "util-linux `script` is needed to give the CLI a terminal: apt-get install util-linux",
-        );
     let before = dev.dir.path().join("stty.before");
     let after = dev.dir.path().join("stty.after");
     let line = format!(
@@ -91,22 +104,7 @@ fn exec_it_runs_a_shell_on_a_terminal_and_restores_ours() {
         a = after.display(),
         bin = binary(),
     );
-    let mut child = Command::new(script)
-        .args(["-qfec", &line, "/dev/null"])
-        .env("DIFFERENTLY_URL", &dev.url)
-        .env("DIFFERENTLY_API_KEY", &dev.key)
-        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Typed as a person would, the terminal echoing it; stdin stays open until the end, so
-    // `script` never reports an end of input.
-    let mut keys = child.stdin.take().unwrap();
-    keys.write_all(b"echo hi-$((40+2)); exit 3\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    drop(keys);
+    let out = typed(&dev, &line, b"echo hi-$((40+2)); exit 3\n");
     let shown = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -137,19 +135,7 @@ fn exec_it_runs_a_shell_on_a_terminal_and_restores_ours() {
         a = after.display(),
         bin = binary(),
     );
-    let mut child = Command::new(script)
-        .args(["-qfec", &line, "/dev/null"])
-        .env("DIFFERENTLY_URL", &dev.url)
-        .env("DIFFERENTLY_API_KEY", &dev.key)
-        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let keys = child.stdin.take().unwrap();
-    let out = child.wait_with_output().unwrap();
-    drop(keys);
+    let out = typed(&dev, &line, b"");
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("rc=1"), "{shown:?}");
     assert!(
@@ -173,23 +159,11 @@ fn exec_it_runs_a_shell_on_a_terminal_and_restores_ours() {
         "(sleep 2; stty cols 120 rows 40 < /dev/tty) & {bin} sandbox exec -it {id} -- sh; echo \"rc=$?\"",
         bin = binary(),
     );
-    let mut child = Command::new(script)
-        .args(["-qfec", &line, "/dev/null"])
-        .env("DIFFERENTLY_URL", &dev.url)
-        .env("DIFFERENTLY_API_KEY", &dev.key)
-        .env("DIFFERENTLY_CLIENT_CONFIG", dev.config())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut keys = child.stdin.take().unwrap();
-    keys.write_all(
+    let out = typed(
+        &dev,
+        &line,
         b"echo \"at-open $(stty size)\"; i=0; while [ \"$(stty size)\" = '24 80' ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; echo \"resized $(stty size)\"; exit 3\n",
-    )
-    .unwrap();
-    let out = child.wait_with_output().unwrap();
-    drop(keys);
+    );
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("at-open 24 80"), "{shown:?}");
     assert!(
