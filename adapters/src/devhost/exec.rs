@@ -29,23 +29,16 @@ impl DevhostAdapter {
         env
     }
 
-    /// `program args` in `cwd`, under bubblewrap when this adapter isolates.
-    pub(super) fn command(
-        &self,
-        sandbox_dir: &Path,
-        cwd: &Path,
-        program: &str,
-        args: &[String],
-    ) -> tokio::process::Command {
-        // `env --default-signal -- PROGRAM ARGS`: the program starts with default signal
-        // dispositions (see `default_signals`). A program named like `NAME=VALUE` would be
-        // read by env(1) as a variable, so it runs unwrapped.
-        let reset = self
+    /// `program args`, behind `env --default-signal --` when this host has one: the program
+    /// starts with default signal dispositions (see `default_signals`). A program named like
+    /// `NAME=VALUE` would be read by env(1) as a variable, so it runs unwrapped.
+    pub(super) fn with_default_signals(&self, program: &str, args: &[String]) -> Vec<String> {
+        let mut argv: Vec<String> = Vec::with_capacity(args.len() + 4);
+        if let Some(env) = self
             .default_signals
             .as_ref()
-            .filter(|_| !program.contains('='));
-        let mut argv: Vec<String> = Vec::with_capacity(args.len() + 3);
-        if let Some(env) = reset {
+            .filter(|_| !program.contains('='))
+        {
             argv.extend([
                 env.to_string_lossy().into_owned(),
                 "--default-signal".to_owned(),
@@ -54,6 +47,19 @@ impl DevhostAdapter {
         }
         argv.push(program.to_owned());
         argv.extend(args.iter().cloned());
+        argv
+    }
+
+    /// `program args` in `cwd` (with default signals), under bubblewrap when this adapter
+    /// isolates.
+    pub(super) fn command(
+        &self,
+        sandbox_dir: &Path,
+        cwd: &Path,
+        program: &str,
+        args: &[String],
+    ) -> tokio::process::Command {
+        let argv = self.with_default_signals(program, args);
         let (program, args) = (&argv[0], &argv[1..]);
         match &self.runner {
             Runner::Plain | Runner::MissingBwrap => {

@@ -45,14 +45,11 @@ impl DevhostAdapter {
         }
         let mut cmd = match &self.runner {
             Runner::Plain | Runner::MissingBwrap => {
-                // `command` wraps the program in `env --default-signal`; here setsid is the
-                // program, so the wrapper goes inside it (setsid does not reset them).
-                let inner = self.command(&sandbox_dir, &cwd, &req.command[0], &req.command[1..]);
-                let std = inner.as_std();
+                // setsid is the program here, so the signal reset goes inside it (setsid
+                // does not reset them).
                 let mut c = tokio::process::Command::new(setsid);
                 c.arg("-c")
-                    .arg(std.get_program())
-                    .args(std.get_args())
+                    .args(self.with_default_signals(&req.command[0], &req.command[1..]))
                     .current_dir(&cwd);
                 c
             }
