@@ -17,12 +17,19 @@ use crate::{create_req, exec_req};
 mod data_plane;
 mod isolation;
 
-/// An adapter on a fresh root with one sandbox created in it.
+/// An adapter (`isolation = "none"`) on a fresh root with one sandbox created in it.
 async fn sandbox() -> (tempfile::TempDir, DevhostAdapter, InstanceRef) {
+    sandbox_with(IsolationMode::None).await
+}
+
+/// An adapter with `isolation` on a fresh root with one sandbox created in it.
+async fn sandbox_with(
+    isolation: IsolationMode,
+) -> (tempfile::TempDir, DevhostAdapter, InstanceRef) {
     let root = tempfile::tempdir().expect("tempdir");
     let a = DevhostAdapter::new(DevhostConfig {
         root: root.path().to_path_buf(),
-        isolation: IsolationMode::None,
+        isolation,
     });
     let sbx = SandboxId::new();
     let i = a

@@ -2,12 +2,10 @@
 //! API and commands, read-only host mounts, a missing program, and `isolation = "none"` said
 //! out loud.
 
-use differently_adapters::devhost::{DevhostAdapter, DevhostConfig, IsolationMode};
+use differently_adapters::devhost::{DevhostAdapter, IsolationMode};
 use differently_adapters::{Adapter, AdapterError, InstanceRef, PathProblem};
-use differently_core::ids::InstallationId;
-use differently_core::SandboxId;
 
-use crate::{create_req, exec_req};
+use crate::exec_req;
 
 use super::{body_of, read_all, sandbox, sh};
 
@@ -24,21 +22,7 @@ async fn isolated_sandbox() -> (tempfile::TempDir, DevhostAdapter, InstanceRef) 
         bwrap_installed(),
         "these tests need bubblewrap: install the Debian package `bubblewrap`"
     );
-    let root = tempfile::tempdir().expect("tempdir");
-    let a = DevhostAdapter::new(DevhostConfig {
-        root: root.path().to_path_buf(),
-        isolation: IsolationMode::Auto,
-    });
-    let sbx = SandboxId::new();
-    let i = a
-        .create(&create_req(&sbx, &InstallationId::new()))
-        .await
-        .expect("create");
-    let at = InstanceRef {
-        sandbox_id: sbx,
-        backend_ref: i.backend_ref,
-    };
-    (root, a, at)
+    super::sandbox_with(IsolationMode::Auto).await
 }
 
 /// With `isolation = "auto"` and bubblewrap installed, commands get their own mount, PID and
