@@ -438,6 +438,24 @@ pub trait Adapter: Send + Sync + 'static {
         unsupported("exec.pty")
     }
 
+    /// Runs a background process until it ends: output to `out` as it comes (a full `out`
+    /// slows it down; a closed one ends it), `input` carries stdin, its close, signals and
+    /// terminal resizes. The API's process supervisor holds this call for the process's life.
+    /// Exit code as exec's (128+n when signal n ended it, 124 on `spec.timeout`). The command
+    /// must not start before `go` is given. The default runs it on `exec_stream_after` or
+    /// `pty` ([`crate::process::by_stream_or_pty`]); adapters offering
+    /// [`Capability::ExecStdin`] implement it. (`exec.stream`, `exec.pty`, `exec.stdin`)
+    async fn process(
+        &self,
+        at: &InstanceRef,
+        spec: &crate::process::ProcessSpec,
+        input: tokio::sync::mpsc::Receiver<crate::process::ProcessInput>,
+        out: tokio::sync::mpsc::Sender<ExecEvent>,
+        go: crate::go_ahead::GoAhead,
+    ) -> Result<ExecExit, AdapterError> {
+        crate::process::by_stream_or_pty(self, at, spec, input, out, go).await
+    }
+
     /// Writes a file (absolute path inside the sandbox). (`files`)
     async fn upload(
         &self,

@@ -28,6 +28,7 @@ pub mod metered;
 pub mod opensandbox;
 pub mod plugin_server;
 pub mod poll;
+pub mod process;
 pub mod pools;
 pub mod registry;
 pub mod remote;

@@ -24,6 +24,7 @@ pub mod facade;
 mod locks;
 pub mod mcp;
 pub mod openapi;
+pub mod processes;
 pub mod requests;
 pub mod routes;
 pub mod server;
@@ -116,6 +117,8 @@ pub struct Inner {
     pub warm: caches::warm::WarmCache,
     /// Terminal sessions this process runs (`data_plane::pty_sessions`).
     pub ptys: data_plane::pty_sessions::PtySessions,
+    /// Background processes this process supervises (`processes`).
+    pub processes: processes::Supervisor,
     /// Issues tenant NATS credentials for public events (`POST /v1/events/credentials`);
     /// `None` without a NATS server running Differently's auth callout (then 501).
     pub event_auth: Option<differently_bus::callout::EventAuth>,

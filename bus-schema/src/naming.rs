@@ -122,6 +122,20 @@ impl Naming {
         format!("{}.internal.facade.cmd.{instance}", self.prefix)
     }
 
+    /// `dly.internal.proc.<slot>`: the request/reply subject of the API process whose
+    /// process supervisor holds `slot` (the top bits of the pids it hands out), so any API
+    /// process can act on any pid. Core NATS only, never readable by a tenant credential:
+    /// the answers carry process output.
+    pub fn process_subject(&self, slot: u16) -> String {
+        format!("{}.internal.proc.{slot}", self.prefix)
+    }
+
+    /// `dly.internal.proc.list`: every process supervisor answers it with the processes it
+    /// holds in one sandbox (a list gathers every API process's answer).
+    pub fn process_list_subject(&self) -> String {
+        format!("{}.internal.proc.list", self.prefix)
+    }
+
     /// `dly.internal.>`: every process-to-process request subject.
     pub fn internal_filter(&self) -> String {
         format!("{}.internal.>", self.prefix)

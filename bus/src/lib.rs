@@ -88,6 +88,26 @@ pub trait Bus: Send + Sync + 'static {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Bytes, BusError>;
+
+    /// Sends `payload` to everyone serving `subject` and gathers their answers: until
+    /// `deadline` for the first, then until no further answer came for `quiet`. Empty when
+    /// nobody serves the subject. For questions every process answers for its own part (a
+    /// list of what each holds). The default asks one server, which is everyone on a bus of
+    /// one process (the in-process bus of `differently dev`).
+    async fn request_all(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        quiet: Duration,
+        deadline: Duration,
+    ) -> Result<Vec<Bytes>, BusError> {
+        let _ = quiet;
+        match self.request(subject, payload, deadline).await {
+            Ok(answer) => Ok(vec![answer]),
+            Err(BusError::NoResponders(_)) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// One request received by [`Bus::serve`], answered with [`Request::reply`].

@@ -181,6 +181,7 @@ fn spawn_roles(
             policies: differently_api::caches::policy::PolicyCache::default(),
             warm: differently_api::caches::warm::WarmCache::default(),
             ptys: differently_api::data_plane::pty_sessions::PtySessions::default(),
+            processes: Default::default(),
             event_auth: parts.event_auth.clone(),
             auth_failures: differently_api::auth::throttle::AuthFailures::new(
                 limits.auth_failure_rate,

@@ -24,6 +24,10 @@ pub enum Capability {
     /// Run a program on an interactive terminal.
     #[serde(rename = "exec.pty")]
     ExecPty,
+    /// Feed a running command's stdin at any time and close it (processes started with
+    /// `stdin: true`), without a terminal.
+    #[serde(rename = "exec.stdin")]
+    ExecStdin,
     /// Pause with memory kept, and resume.
     #[serde(rename = "lifecycle.pause")]
     LifecyclePause,
@@ -50,11 +54,12 @@ pub enum Capability {
 
 impl Capability {
     /// Every capability, in declaration order.
-    pub const ALL: [Capability; 11] = [
+    pub const ALL: [Capability; 12] = [
         Capability::Exec,
         Capability::Files,
         Capability::ExecStream,
         Capability::ExecPty,
+        Capability::ExecStdin,
         Capability::LifecyclePause,
         Capability::LifecycleStop,
         Capability::Snapshots,
@@ -65,11 +70,12 @@ impl Capability {
     ];
 
     /// Those a create request may require (all but [`Capability::Warm`]).
-    pub const REQUESTABLE: [Capability; 10] = [
+    pub const REQUESTABLE: [Capability; 11] = [
         Capability::Exec,
         Capability::Files,
         Capability::ExecStream,
         Capability::ExecPty,
+        Capability::ExecStdin,
         Capability::LifecyclePause,
         Capability::LifecycleStop,
         Capability::Snapshots,
@@ -85,6 +91,7 @@ impl Capability {
             Capability::Files => "files",
             Capability::ExecStream => "exec.stream",
             Capability::ExecPty => "exec.pty",
+            Capability::ExecStdin => "exec.stdin",
             Capability::LifecyclePause => "lifecycle.pause",
             Capability::LifecycleStop => "lifecycle.stop",
             Capability::Snapshots => "snapshots",

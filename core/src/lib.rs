@@ -16,6 +16,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod policy;
 pub mod pool;
+pub mod process;
 pub mod request_id;
 pub mod resources;
 pub mod sandbox;

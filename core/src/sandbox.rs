@@ -96,11 +96,12 @@ pub struct CreateSandboxRequest {
 pub const CLASSIFICATIONS: [&str; 4] = ["public", "internal", "confidential", "restricted"];
 
 /// Capability names the API knows. A request naming another is a 422.
-pub const KNOWN_CAPABILITIES: [&str; 10] = [
+pub const KNOWN_CAPABILITIES: [&str; 11] = [
     "exec",
     "files",
     "exec.stream",
     "exec.pty",
+    "exec.stdin",
     "lifecycle.pause",
     "lifecycle.stop",
     "snapshots",

@@ -18,6 +18,7 @@ pub mod placement;
 pub mod policies;
 pub mod pools;
 pub mod ports;
+pub mod processes;
 pub mod projects;
 pub mod pty;
 pub mod queue;
@@ -34,6 +35,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .merge(sandboxes::router())
         .merge(exec::router())
+        .merge(processes::router())
         .merge(files::router())
         .merge(lifecycle::router())
         .merge(snapshots::router())

@@ -160,6 +160,7 @@ pub async fn api_over(shared: &Shared, limits: Limits) -> Api {
         policies: policy_cache::PolicyCache::default(),
         warm: differently_api::caches::warm::WarmCache::default(),
         ptys: differently_api::data_plane::pty_sessions::PtySessions::default(),
+        processes: Default::default(),
         event_auth: None,
         limits,
     });

@@ -113,4 +113,14 @@ impl Bus for JetStreamBus {
     ) -> Result<Bytes, BusError> {
         self.send_request(subject, payload, timeout).await
     }
+
+    async fn request_all(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        quiet: Duration,
+        deadline: Duration,
+    ) -> Result<Vec<Bytes>, BusError> {
+        self.gather(subject, payload, quiet, deadline).await
+    }
 }

@@ -78,6 +78,45 @@ impl JetStreamBus {
     }
 }
 
+impl JetStreamBus {
+    /// [`crate::Bus::request_all`]: one request on a fresh inbox, and every answer that
+    /// arrives on it within the deadline and the quiet window.
+    pub(super) async fn gather(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        quiet: Duration,
+        deadline: Duration,
+    ) -> Result<Vec<Bytes>, BusError> {
+        let client = self.js.client();
+        let inbox = client.new_inbox();
+        let conn = |what: &str, e: &dyn std::fmt::Display| {
+            BusError::Connection(Detail::from(format!("{subject}: {what}: {e}")))
+        };
+        let mut answers = client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| conn("subscribe", &e))?;
+        client
+            .publish_with_reply(subject.to_owned(), inbox, payload)
+            .await
+            .map_err(|e| BusError::Publish(Detail::caused(format!("{subject}: {e}"), e)))?;
+        client.flush().await.map_err(|e| conn("flush", &e))?;
+        let mut got = Vec::new();
+        let mut until = tokio::time::Instant::now() + deadline;
+        while let Ok(Some(m)) = tokio::time::timeout_at(until, answers.next()).await {
+            // A status message (no responders: 503) answers nothing.
+            if m.status.is_some() {
+                break;
+            }
+            got.push(m.payload);
+            until = tokio::time::Instant::now() + quiet;
+        }
+        let _ = answers.unsubscribe().await;
+        Ok(got)
+    }
+}
+
 /// Answers one served request by publishing to its reply subject.
 struct NatsReplier {
     client: async_nats::Client,

@@ -35,12 +35,16 @@ const fn alias(name: &'static str, same_as: &'static str) -> Capability {
 }
 
 /// Every known capability name. Includes all of [`crate::sandbox::KNOWN_CAPABILITIES`].
-pub const CAPABILITIES: [Capability; 16] = [
+pub const CAPABILITIES: [Capability; 17] = [
     cap("exec", "run a command and get its output and exit code"),
     cap("exec.stream", "stream a command's output while it runs"),
     cap(
         "exec.pty",
         "run a program on an interactive terminal (WebSocket)",
+    ),
+    cap(
+        "exec.stdin",
+        "feed a running command's stdin at any time (background processes)",
     ),
     cap("files", "upload, download and list files"),
     cap(

@@ -137,7 +137,7 @@ async fn sse_body_is_unchanged() {
             duration_ms: 5,
         }),
     );
-    let resp = sse_response(run, OutputEncoding::Utf8);
+    let resp = sse_response(run, OutputEncoding::Utf8, None);
     assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/event-stream");
     let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
         .await
@@ -223,7 +223,11 @@ async fn a_frame_body_chunk_stops_merging_at_the_limit() {
 #[tokio::test]
 async fn queued_sse_output_merges_per_stream_in_order() {
     let events = vec![out(b"a"), out(b"b\n"), err(b"c"), err(b"d"), out(b"e")];
-    let resp = sse_response(queued_run(events, Duration::ZERO), OutputEncoding::Utf8);
+    let resp = sse_response(
+        queued_run(events, Duration::ZERO),
+        OutputEncoding::Utf8,
+        None,
+    );
     let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
         .await
         .unwrap();
@@ -256,7 +260,7 @@ async fn a_single_line_is_sent_at_once() {
     );
 
     let run = queued_run(vec![out(b"hi\n")], Duration::from_secs(60));
-    let mut body = sse_response(run, OutputEncoding::Utf8)
+    let mut body = sse_response(run, OutputEncoding::Utf8, None)
         .into_body()
         .into_data_stream();
     let first = tokio::time::timeout(wait, body.next())

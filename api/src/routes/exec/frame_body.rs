@@ -111,7 +111,7 @@ pub(super) fn frame_chunks(st: FrameState) -> impl Stream<Item = Result<Bytes, I
 /// non-zero `q` no lower than that of any range SSE satisfies (`text/event-stream`,
 /// `text/*`, `*/*`). Everything else, including no `Accept` at all, gets SSE, so existing
 /// clients see no change; `application/*` alone does not opt in.
-pub(super) fn wants_frames(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_frames(headers: &HeaderMap) -> bool {
     let (mut frames_q, mut sse_q) = (None::<f32>, None::<f32>);
     let ranges = headers
         .get_all(header::ACCEPT)

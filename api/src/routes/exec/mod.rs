@@ -40,9 +40,11 @@ mod collected;
 mod frame_body;
 pub mod frames;
 mod running;
-pub(crate) use running::{ExitEvent, StreamErrorEvent};
+pub(crate) use running::{Ending, ExitEvent, Running, StreamErrorEvent};
 mod sse_body;
 mod stream;
+pub(crate) use frame_body::wants_frames;
+pub(crate) use stream::respond;
 mod text;
 
 use std::collections::BTreeMap;

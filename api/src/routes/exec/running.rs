@@ -60,9 +60,12 @@ impl Drop for StreamTask {
 /// metering, backpressure, cancellation on hang-up, the timeout's exit 124) is one code path
 /// and the formats differ only in how a [`Next`] becomes body bytes. Dropping it (the client
 /// hung up, so hyper dropped the body) closes the channel, which cancels the command.
-pub(super) struct Running {
+pub(crate) struct Running {
     rx: mpsc::Receiver<ExecEvent>,
     task: Option<Detached<StreamTask>>,
+    /// A relay's ending (a background process's output), when there is no task: `None`
+    /// from it ends the stream without an exit event (the process still runs).
+    relay_end: Option<tokio::sync::oneshot::Receiver<Option<Ending>>>,
     /// An event taken out of `rx` by [`Running::ready`] but not used yet; `next` returns it
     /// first, so output order is kept.
     held: Option<ExecEvent>,
@@ -78,7 +81,7 @@ pub(super) enum Next {
 
 /// How a streamed exec ended, with the JSON both formats carry: SSE as the `exit`/`error`
 /// event's data, frames as the exit/error frame's payload.
-pub(super) enum Ending {
+pub(crate) enum Ending {
     /// The command ran to an exit code (124 on timeout): `{exitCode, durationMs}`.
     Exit(String),
     /// The backend (or the task running it) failed: `{code, message}`.
@@ -108,6 +111,21 @@ fn text(value: &impl Serialize) -> String {
 }
 
 impl Ending {
+    /// The exit of a command that ran to `exit_code`.
+    pub(crate) fn exit(exit_code: i32, duration_ms: u64) -> Ending {
+        Ending::Exit(text(&ExitEvent {
+            duration_ms,
+            exit_code,
+        }))
+    }
+
+    /// The error of a call that failed with `code` (a stable error code's wire name).
+    pub(crate) fn error(code: &str, message: &str) -> Ending {
+        Ending::Error(text(
+            &serde_json::json!({ "code": code, "message": message }),
+        ))
+    }
+
     fn of(end: Result<Result<ExecExit, AdapterError>, JoinError>) -> Ending {
         match end {
             Ok(Ok(exit)) => Ending::Exit(text(&ExitEvent {
@@ -139,6 +157,21 @@ impl Running {
         Running {
             rx,
             task: Some(task),
+            relay_end: None,
+            held: None,
+        }
+    }
+
+    /// A relay's run: output from `rx`, then the ending `end` gives (none: the stream ends
+    /// without one).
+    pub(crate) fn relay(
+        rx: mpsc::Receiver<ExecEvent>,
+        end: tokio::sync::oneshot::Receiver<Option<Ending>>,
+    ) -> Running {
+        Running {
+            rx,
+            task: None,
+            relay_end: Some(end),
             held: None,
         }
     }
@@ -162,6 +195,11 @@ impl Running {
             return Some(Next::Output(ev));
         }
         // The adapter dropped its sender: it has finished.
+        if let Some(end) = self.relay_end.as_mut() {
+            let ending = end.await.ok().flatten();
+            self.relay_end = None;
+            return ending.map(Next::End);
+        }
         let end = (self.task.as_mut()?).await;
         self.task = None;
         Some(Next::End(Ending::of(end)))

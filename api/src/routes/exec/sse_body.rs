@@ -22,6 +22,21 @@ struct SseState {
     done: bool,
     /// Tail events (flushed UTF-8 remainders, then exit or error) still to send.
     tail: Vec<Event>,
+    /// The byte offset after the output read so far, when events carry it as their `id`.
+    offset: Option<u64>,
+}
+
+impl SseState {
+    /// `ev` with the offset after `n` more bytes as its id, when ids are kept: the bytes
+    /// still held back (a character cut between chunks) are not counted yet.
+    fn after(&mut self, n: usize, ev: Event) -> Event {
+        let Some(offset) = self.offset.as_mut() else {
+            return ev;
+        };
+        *offset += n as u64;
+        let held = (self.out.held() + self.err.held()) as u64;
+        ev.id(offset.saturating_sub(held).to_string())
+    }
 }
 
 fn data_event(kind: &str, data: String) -> Event {
@@ -47,9 +62,11 @@ fn sse_events(st: SseState) -> impl Stream<Item = Result<Event, Infallible>> {
                         OutputEncoding::Utf8 => st.out.push(&b),
                     };
                     if data.is_empty() {
+                        st.offset = st.offset.map(|o| o + b.len() as u64);
                         continue;
                     }
-                    return Some((Ok(data_event("stdout", data)), st));
+                    let ev = st.after(b.len(), data_event("stdout", data));
+                    return Some((Ok(ev), st));
                 }
                 Some(Next::Output(ExecEvent::Stderr(b))) => {
                     let b = st.run.merge_same_stream(b, false);
@@ -58,9 +75,11 @@ fn sse_events(st: SseState) -> impl Stream<Item = Result<Event, Infallible>> {
                         OutputEncoding::Utf8 => st.err.push(&b),
                     };
                     if data.is_empty() {
+                        st.offset = st.offset.map(|o| o + b.len() as u64);
                         continue;
                     }
-                    return Some((Ok(data_event("stderr", data)), st));
+                    let ev = st.after(b.len(), data_event("stderr", data));
+                    return Some((Ok(ev), st));
                 }
                 Some(Next::End(end)) => {
                     st.done = true;
@@ -85,7 +104,7 @@ fn sse_events(st: SseState) -> impl Stream<Item = Result<Event, Infallible>> {
     })
 }
 
-pub(super) fn sse_response(run: Running, enc: OutputEncoding) -> Response {
+pub(super) fn sse_response(run: Running, enc: OutputEncoding, offset: Option<u64>) -> Response {
     let st = SseState {
         run,
         enc,
@@ -93,6 +112,7 @@ pub(super) fn sse_response(run: Running, enc: OutputEncoding) -> Response {
         err: Utf8Carry::default(),
         done: false,
         tail: Vec::new(),
+        offset,
     };
     Sse::new(sse_events(st))
         .keep_alive(KeepAlive::new().interval(HEARTBEAT).text("ping"))

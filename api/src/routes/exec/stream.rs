@@ -117,6 +117,18 @@ pub(super) async fn exec_stream(
 ) -> ApiResult<Response> {
     let binary = wants_frames(&headers);
     let (run, enc) = start_stream(&state, &principal, &id, &body).await?;
+    Ok(respond(run, binary, enc, None))
+}
+
+/// The response of a run: binary frames when `binary`, else SSE in `enc`, its output events
+/// carrying `id:` byte offsets from `sse_offset` when given (a process's output, which a
+/// client re-attaches to from an offset).
+pub(crate) fn respond(
+    run: Running,
+    binary: bool,
+    enc: OutputEncoding,
+    sse_offset: Option<u64>,
+) -> Response {
     let mut resp = if binary {
         // `outputEncoding` does not apply: frames carry the raw bytes.
         let mut resp =
@@ -129,10 +141,10 @@ pub(super) async fn exec_stream(
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         resp
     } else {
-        sse_response(run, enc)
+        sse_response(run, enc, sse_offset)
     };
     // Ask buffering proxies (nginx) to pass output through as it comes.
     resp.headers_mut()
         .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(resp)
+    resp
 }

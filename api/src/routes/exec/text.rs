@@ -24,6 +24,11 @@ impl Utf8Carry {
         out
     }
 
+    /// Bytes held back, waiting for the rest of their character.
+    pub(super) fn held(&self) -> usize {
+        self.pending.len()
+    }
+
     pub(super) fn finish(&mut self) -> String {
         let out = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();

@@ -1,0 +1,250 @@
+//! The processes this API process supervises, by pid, and its answers to [`Ask`]s about them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::Utc;
+use differently_adapters::process::ProcessInput;
+use differently_core::process::ProcessSignal;
+
+use super::ask::{Answer, Ask};
+use super::entry::Entry;
+
+/// Running processes one sandbox may have in one API process.
+pub const MAX_RUNNING_PER_SANDBOX: usize = 64;
+/// Processes (running and remembered) one API process supervises.
+pub const MAX_PER_PROCESS: usize = 1024;
+/// How long an ended process is remembered.
+pub const KEEP_ENDED: Duration = Duration::from_secs(600);
+/// Bits of a pid below the slot.
+pub const SLOT_SHIFT: u32 = 20;
+/// Slots are 1..=4095 (12 bits), so a pid is never 0.
+pub const SLOTS: u16 = 4095;
+/// Longest a stdin write waits for the process to take input before it answers busy.
+const STDIN_WAIT: Duration = Duration::from_secs(10);
+/// Longest a read waits for output that is not there yet.
+pub const MAX_READ_WAIT: Duration = Duration::from_secs(25);
+
+/// The supervisor of `pid`.
+pub fn slot_of(pid: u32) -> u16 {
+    (pid >> SLOT_SHIFT) as u16
+}
+
+/// Why a process cannot be admitted now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Full {
+    #[error(
+        "sandbox {0} already has {MAX_RUNNING_PER_SANDBOX} running processes in this API process"
+    )]
+    Sandbox(String),
+    #[error("this API process already supervises {MAX_PER_PROCESS} processes")]
+    Process,
+}
+
+/// This API process's processes.
+pub struct Registry {
+    pub slot: u16,
+    next: AtomicU32,
+    map: Mutex<HashMap<u32, Arc<Entry>>>,
+}
+
+impl Registry {
+    /// An empty registry handing out pids of `slot`.
+    pub fn new(slot: u16) -> Registry {
+        Registry {
+            slot,
+            next: AtomicU32::new(1),
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<u32, Arc<Entry>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A pid for a new process of `sandbox`, if there is room: ended processes past
+    /// [`KEEP_ENDED`] (then the oldest ended) are forgotten to make it.
+    pub fn admit(&self, sandbox: &str) -> Result<u32, Full> {
+        let mut map = self.map();
+        let now = Utc::now();
+        map.retain(|_, e| {
+            e.ended_at()
+                .is_none_or(|t| (now - t).to_std().unwrap_or_default() < KEEP_ENDED)
+        });
+        let running_here = map
+            .values()
+            .filter(|e| e.sandbox.as_str() == sandbox && e.running())
+            .count();
+        if running_here >= MAX_RUNNING_PER_SANDBOX {
+            return Err(Full::Sandbox(sandbox.to_owned()));
+        }
+        if map.len() >= MAX_PER_PROCESS {
+            let oldest = map
+                .values()
+                .filter_map(|e| e.ended_at().map(|t| (t, e.pid)))
+                .min();
+            match oldest {
+                Some((_, pid)) => {
+                    map.remove(&pid);
+                }
+                None => return Err(Full::Process),
+            }
+        }
+        loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed) & ((1 << SLOT_SHIFT) - 1);
+            let pid = (u32::from(self.slot) << SLOT_SHIFT) | n;
+            if n != 0 && !map.contains_key(&pid) {
+                return Ok(pid);
+            }
+        }
+    }
+
+    /// Holds `entry` from now on.
+    pub fn insert(&self, entry: Arc<Entry>) {
+        self.map().insert(entry.pid, entry);
+    }
+
+    /// The entry of `pid` in `sandbox`.
+    pub fn get(&self, sandbox: &str, pid: u32) -> Option<Arc<Entry>> {
+        self.map()
+            .get(&pid)
+            .filter(|e| e.sandbox.as_str() == sandbox)
+            .cloned()
+    }
+
+    /// The answer to `ask`, for this process's own handlers and for another API process
+    /// asking over the bus.
+    pub async fn answer(&self, ask: Ask) -> Answer {
+        match ask {
+            Ask::Ping => Answer::Pong,
+            Ask::List { sandbox } => {
+                let mut items: Vec<_> = self
+                    .map()
+                    .values()
+                    .filter(|e| e.sandbox.as_str() == sandbox)
+                    .map(|e| e.view())
+                    .collect();
+                items.sort_by_key(|p| std::cmp::Reverse(p.started_at));
+                Answer::Processes { items }
+            }
+            Ask::Get { sandbox, pid } => match self.get(&sandbox, pid) {
+                Some(e) => Answer::Process {
+                    process: Box::new(e.view()),
+                },
+                None => Answer::NotFound,
+            },
+            Ask::Read {
+                sandbox,
+                pid,
+                from,
+                max,
+                wait_ms,
+            } => match self.get(&sandbox, pid) {
+                Some(e) => read(&e, from, max, wait_ms).await,
+                None => Answer::NotFound,
+            },
+            Ask::Stdin {
+                sandbox,
+                pid,
+                bytes,
+            } => match self.get(&sandbox, pid) {
+                Some(e) => stdin(&e, bytes).await,
+                None => Answer::NotFound,
+            },
+            Ask::CloseStdin { sandbox, pid } => match self.get(&sandbox, pid) {
+                Some(e) => close_stdin(&e).await,
+                None => Answer::NotFound,
+            },
+            Ask::Signal {
+                sandbox,
+                pid,
+                signal,
+            } => match self.get(&sandbox, pid) {
+                Some(e) => signal_it(&e, signal).await,
+                None => Answer::NotFound,
+            },
+            Ask::Resize { sandbox, pid, size } => match self.get(&sandbox, pid) {
+                Some(e) if !e.view().pty => Answer::Conflict {
+                    message: format!("process {pid} is not on a terminal"),
+                },
+                Some(e) => send(&e, ProcessInput::Resize(size.into()), "resize").await,
+                None => Answer::NotFound,
+            },
+        }
+    }
+}
+
+async fn read(e: &Entry, from: u64, max: usize, wait_ms: u64) -> Answer {
+    let mut changed = e.watch();
+    let wait = Duration::from_millis(wait_ms).min(MAX_READ_WAIT);
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let (chunks, next, ending) = e.read(from, max);
+        if !chunks.is_empty() || ending.is_some() || tokio::time::Instant::now() >= deadline {
+            return Answer::Output {
+                chunks: chunks.into_iter().map(Into::into).collect(),
+                next,
+                ending,
+            };
+        }
+        // Woken by output or the end (or the deadline); then read again.
+        let _ = tokio::time::timeout_at(deadline, changed.changed()).await;
+    }
+}
+
+async fn stdin(e: &Entry, bytes: Vec<u8>) -> Answer {
+    let v = e.view();
+    if !v.stdin_open {
+        return Answer::Conflict {
+            message: if v.ended_at.is_some() {
+                format!("process {} has ended", e.pid)
+            } else {
+                format!(
+                    "process {}'s stdin is closed (or was not opened: start it with stdin: true)",
+                    e.pid
+                )
+            },
+        };
+    }
+    send(e, ProcessInput::Stdin(Bytes::from(bytes)), "stdin").await
+}
+
+async fn close_stdin(e: &Entry) -> Answer {
+    if !e.view().stdin_open {
+        return Answer::Done; // closing twice is fine
+    }
+    e.stdin_closed();
+    send(e, ProcessInput::CloseStdin, "close stdin").await
+}
+
+async fn signal_it(e: &Entry, signal: ProcessSignal) -> Answer {
+    if !e.running() {
+        return Answer::Done; // an ended process: nothing left to signal
+    }
+    send(e, ProcessInput::Signal(signal), "signal").await
+}
+
+/// Hands `input` to the running call, waiting at most [`STDIN_WAIT`] for room.
+async fn send(e: &Entry, input: ProcessInput, what: &str) -> Answer {
+    let Some(tx) = e.input() else {
+        return Answer::Conflict {
+            message: format!("process {} has ended", e.pid),
+        };
+    };
+    match tokio::time::timeout(STDIN_WAIT, tx.send(input)).await {
+        Ok(Ok(())) => Answer::Done,
+        Ok(Err(_)) => Answer::Conflict {
+            message: format!("process {} has ended", e.pid),
+        },
+        Err(_) => Answer::Busy {
+            message: format!(
+                "process {} did not take its {what} within {} s (it is not reading); retry",
+                e.pid,
+                STDIN_WAIT.as_secs()
+            ),
+        },
+    }
+}
