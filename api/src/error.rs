@@ -8,6 +8,7 @@ use differently_adapters::AdapterError;
 use differently_core::request_id::current_request_id;
 use differently_core::{ErrorCode, FieldError};
 use differently_store::StoreError;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 /// `Retry-After` of a 503 for a database that cannot be reached: a pool timeout or a
@@ -148,19 +149,41 @@ impl From<AdapterError> for ApiError {
     }
 }
 
+/// An error's body as served: the document's `Error`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody {
+    error: ErrorObject,
+}
+
+/// The error inside [`ErrorBody`].
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ErrorObject {
+    #[schema(value_type = String)]
+    code: ErrorCode,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object, nullable = false)]
+    details: Option<Value>,
+    /// The id the request-id middleware gave this request (`X-Request-Id`, audit records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    request_id: Option<String>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut error = json!({ "code": self.code, "message": self.message });
-        if let Some(d) = self.details {
-            error["details"] = d;
-        }
-        // The id the request-id middleware gave this request (`X-Request-Id`, audit records).
-        if let Some(id) = current_request_id() {
-            error["requestId"] = Value::String(id);
-        }
-        let mut resp = (status, Json(json!({ "error": error }))).into_response();
+        let body = ErrorBody {
+            error: ErrorObject {
+                code: self.code,
+                message: self.message,
+                details: self.details,
+                request_id: current_request_id(),
+            },
+        };
+        let mut resp = (status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert("retry-after", v);

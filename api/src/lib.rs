@@ -177,14 +177,21 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// What `/healthz` and a ready `/readyz` answer: the document's `Health`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct Health {
+    /// `ok` (`/healthz`) or `ready` (`/readyz`).
+    status: &'static str,
+}
+
 async fn healthz() -> impl IntoResponse {
-    Json(json!({ "status": "ok" }))
+    Json(Health { status: "ok" })
 }
 
 /// Ready when the store answers; the bus connection is held by the process and reconnects.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.store.installation_id().await {
-        Ok(_) => (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response(),
+        Ok(_) => (StatusCode::OK, Json(Health { status: "ready" })).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "not ready: store");
             (

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::json;
 
 /// A stored secret as shown: never the value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretInfo {
     pub name: String,

@@ -21,7 +21,7 @@ pub const MAX_RESPONSE_BODY_BYTES: usize = 1024;
 const MAX_ERROR_BYTES: usize = 512;
 
 /// A webhook as shown: never its secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Webhook {
     /// `whk_<ulid>`.
@@ -31,16 +31,20 @@ pub struct Webhook {
     pub url: String,
     /// Event types delivered; empty means every type.
     pub event_types: Vec<String>,
+    #[schema(required)]
     pub description: Option<String>,
     /// False once disabled (by a caller, or automatically after persistent failure).
     pub enabled: bool,
     /// Why it is disabled (`null` while enabled).
+    #[schema(required)]
     pub disabled_reason: Option<String>,
     /// Failed attempts in a row since the last success.
     pub consecutive_failures: u32,
     /// When the current run of failures began (`null` after a success).
+    #[schema(required)]
     pub failing_since: Option<DateTime<Utc>>,
     /// Until when the secret replaced by the last rotation still signs deliveries.
+    #[schema(required)]
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -81,7 +85,7 @@ pub struct WebhookPatch {
 }
 
 /// Where a delivery is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeliveryStatus {
     /// Waiting for its next attempt (`nextAttemptAt`).
@@ -114,7 +118,7 @@ impl DeliveryStatus {
 }
 
 /// One event for one webhook, and what happened to it so far.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
     /// `whd_<ulid>`.
@@ -134,17 +138,23 @@ pub struct Delivery {
     pub status: DeliveryStatus,
     /// Attempts made so far.
     pub attempts: u32,
+    #[schema(required)]
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Status code of the last answer (`null`: none, e.g. a timeout).
+    #[schema(required)]
     pub response_code: Option<u16>,
     /// Milliseconds the last attempt took.
+    #[schema(required)]
     pub latency_ms: Option<u64>,
     /// Why the last attempt failed.
+    #[schema(required)]
     pub last_error: Option<String>,
     /// The first bytes of the last answer's body (at most [`MAX_RESPONSE_BODY_BYTES`]).
+    #[schema(required)]
     pub response_body: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    #[schema(required)]
     pub delivered_at: Option<DateTime<Utc>>,
     /// Until when the attempt in progress holds it (internal).
     #[serde(skip)]

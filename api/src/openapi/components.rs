@@ -14,12 +14,15 @@ use differently_core::sandbox::SandboxView;
 use differently_core::tenancy::{ApiKeyRecord, Org, Project, Quota};
 use differently_core::warm::{WarmClass, WarmClasses};
 use differently_core::{CreateSandboxRequest, Resources};
+use differently_store::audit::{AuditEvent, Checkpoint, Problem, VerifyReport};
+use differently_store::secrets::SecretInfo;
+use differently_store::webhooks::{Delivery, Webhook};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::{facts, untyped};
 use crate::requests::page::Page;
-use crate::routes::audit::SegmentRequest;
+use crate::routes::audit::{SegmentAnswer, SegmentRequest};
 use crate::routes::event_credentials::{Credentials, IssueRequest};
 use crate::routes::events::StatusEvent;
 use crate::routes::exec::{ExitEvent, StreamErrorEvent};
@@ -32,9 +35,10 @@ use crate::routes::projects::{CreateProject, UpdateProject};
 use crate::routes::queue::{MetricsSummary, QueueReport};
 use crate::routes::quotas::QuotaView;
 use crate::routes::sandboxes::PatchRequest;
+use crate::routes::secrets::SecretRequest;
 use crate::routes::snapshots::{SnapshotRequest, SnapshotView};
 use crate::routes::warm::{ServedClass, WarmDocument};
-use crate::routes::webhooks::{CreateWebhook, PatchWebhook};
+use crate::routes::webhooks::{CreateWebhook, PatchWebhook, WithSecret};
 
 /// Schemas of the wire types, by component name, and the schemas they refer to, by type name.
 #[derive(Default)]
@@ -104,13 +108,30 @@ fn derived() -> Derived {
         .add::<QueueReport>("QueueReport")
         .add::<MetricsSummary>("MetricsSummary")
         .add::<StatusEvent>("StatusEvent")
-        .add::<Credentials>("EventCredentials");
+        .add::<Credentials>("EventCredentials")
+        .add::<crate::error::ErrorBody>("Error")
+        .add::<crate::Health>("Health");
+    // The store's records as the admin and webhook routes serve them.
+    d.add::<AuditEvent>("AuditEvent")
+        .add::<Problem>("AuditProblem")
+        .add::<VerifyReport>("Verification")
+        .add::<Checkpoint>("Checkpoint")
+        .add::<SegmentAnswer>("AuditSegment")
+        .add::<SecretInfo>("Secret")
+        .add::<SecretRequest>("SecretRequest")
+        .add::<Webhook>("Webhook")
+        .add::<WithSecret>("WebhookWithSecret")
+        .add::<Delivery>("WebhookDelivery");
     // Every list is one page type; its items are the component of their type.
     d.add::<Page<SandboxView>>("SandboxList")
         .add::<Page<SnapshotView>>("SnapshotList")
         .add::<Page<Org>>("OrgList")
         .add::<Page<Project>>("ProjectList")
-        .add::<Page<ApiKeyRecord>>("KeyList");
+        .add::<Page<ApiKeyRecord>>("KeyList")
+        .add::<Page<AuditEvent>>("AuditList")
+        .add::<Page<SecretInfo>>("SecretList")
+        .add::<Page<Webhook>>("WebhookList")
+        .add::<Page<Delivery>>("WebhookDeliveryList");
     d
 }
 

@@ -14,6 +14,11 @@ use serde_json::{json, Map, Value};
 
 use super::wire;
 
+/// The prefixes of webhook and delivery ids (`whk_…`, `whd_…`, as
+/// `store::webhooks::valid_webhook_id` and `valid_delivery_id` check them).
+pub(super) const WEBHOOK_PREFIX: &str = "whk";
+pub(super) const DELIVERY_PREFIX: &str = "whd";
+
 /// A pool name (`pool::validate_pool_name`); also a warm class's name.
 pub(super) const POOL_NAME: &str = "^[a-z0-9][a-z0-9-]{0,62}$";
 
@@ -360,6 +365,7 @@ fn bodies() -> Vec<Fact> {
     .into_iter()
     .chain(webhook_bodies())
     .chain(answers())
+    .chain(records())
     .collect()
 }
 
@@ -376,6 +382,20 @@ fn answers() -> Vec<Fact> {
             json!({ "required": ["exitCode", "durationMs"] }),
         ),
         at("StreamError", "/properties/code", codes()),
+        // `error::ApiError`'s body, whichever layer answers it.
+        at("Error", "/properties/error/properties/code", codes()),
+        at(
+            "Error",
+            "/properties/error/properties/details",
+            json!({ "description": "Machine-readable: `field` (a JSON path) for bad input, \
+                `status`, `operation` …" }),
+        ),
+        at(
+            "Error",
+            "/properties/error/properties/requestId",
+            json!({ "description": "The request's id: the `X-Request-Id` response header and \
+                the audit records' request id." }),
+        ),
         // `routes::queue`.
         at(
             "QueueReport",
@@ -422,6 +442,79 @@ fn answers() -> Vec<Fact> {
                         matched." }),
         ),
     ]
+}
+
+/// What serde cannot say of the store's records as served (`store::audit`, `store::secrets`,
+/// `store::webhooks`): their hashes, ids and counts.
+fn records() -> Vec<Fact> {
+    use differently_store::webhooks::MAX_RESPONSE_BODY_BYTES;
+    let hash = || json!({ "pattern": "^[0-9a-f]{64}$" });
+    let count = || json!({ "minimum": 0 });
+    let webhook_id = || json!({ "pattern": id_pattern(WEBHOOK_PREFIX) });
+    let mut f = vec![
+        at(
+            "AuditEvent",
+            "/properties/chainSeq",
+            json!({ "minimum": 1 }),
+        ),
+        at(
+            "AuditEvent",
+            "/properties/detail",
+            json!({ "description": "What else matters; never a secret, exec arguments or \
+                environment values." }),
+        ),
+        at("Checkpoint", "/properties/seq", json!({ "minimum": 1 })),
+        at(
+            "Checkpoint",
+            "/properties/heads/items/properties/hash",
+            hash(),
+        ),
+        at(
+            "Secret",
+            "/properties/fingerprint",
+            json!({ "pattern": "^sha256:[0-9a-f]{16}$" }),
+        ),
+        at(
+            "SecretRequest",
+            "/properties/value",
+            json!({ "minLength": 1 }),
+        ),
+        at("Webhook", "/properties/id", webhook_id()),
+        at("Webhook", "/properties/consecutiveFailures", count()),
+        at(
+            "WebhookWithSecret",
+            "/properties/secret",
+            json!({ "pattern": "^whsec_[A-Za-z0-9+/]+=*$",
+                    "description": "The signing secret, shown this once." }),
+        ),
+        at(
+            "WebhookDelivery",
+            "/properties/id",
+            json!({ "pattern": id_pattern(DELIVERY_PREFIX) }),
+        ),
+        at("WebhookDelivery", "/properties/webhookId", webhook_id()),
+        at("WebhookDelivery", "/properties/attempts", count()),
+        at(
+            "WebhookDelivery",
+            "/properties/responseBody",
+            json!({ "maxLength": MAX_RESPONSE_BODY_BYTES }),
+        ),
+    ];
+    for record in ["AuditEvent", "Checkpoint"] {
+        f.push(at(record, "/properties/prevHash", hash()));
+        f.push(at(record, "/properties/hash", hash()));
+    }
+    for n in [
+        "chains",
+        "records",
+        "checkpoints",
+        "unchainedRecords",
+        "unverifiableRecords",
+        "unverifiableCheckpoints",
+    ] {
+        f.push(at("Verification", &format!("/properties/{n}"), count()));
+    }
+    f
 }
 
 /// `routes::webhooks`: what create and patch accept.

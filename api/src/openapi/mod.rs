@@ -151,8 +151,8 @@ fn path_param_schema(path: &str, name: &str) -> Value {
         "orgs" => Some(differently_core::OrgId::PREFIX),
         "projects" => Some(differently_core::ProjectId::PREFIX),
         "keys" => Some(differently_core::KeyId::PREFIX),
-        "webhooks" => Some(untyped::webhooks::WEBHOOK_PREFIX),
-        "deliveries" => Some(untyped::webhooks::DELIVERY_PREFIX),
+        "webhooks" => Some(facts::WEBHOOK_PREFIX),
+        "deliveries" => Some(facts::DELIVERY_PREFIX),
         _ => None,
     };
     match (prefix, collection) {

@@ -146,9 +146,10 @@ pub(crate) struct SegmentRequest {
     reason: String,
 }
 
-#[derive(Serialize)]
+/// `POST …/segments`'s answer: the document's `AuditSegment`.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct SegmentAnswer {
+pub(crate) struct SegmentAnswer {
     checkpoint: Checkpoint,
     /// Verification with the segment in place.
     report: VerifyReport,

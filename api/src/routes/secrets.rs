@@ -8,6 +8,7 @@ use axum::{Json, Router};
 use differently_core::tenancy::Scope;
 use differently_core::ErrorCode;
 use differently_store::secrets::{validate_secret_name, SecretInfo};
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::auth::Principal;
@@ -69,6 +70,13 @@ async fn put_secret(
     Ok(Json(info))
 }
 
+/// `PUT`'s body: the document's `SecretRequest` (the value is never served back).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SecretRequest {
+    value: String,
+}
+
 /// The `value` of a `{"value": "…"}` body, with errors that never echo what was sent.
 fn secret_value(body: &Bytes) -> ApiResult<String> {
     let bad = |m: &str| {
@@ -89,8 +97,10 @@ fn secret_value(body: &Bytes) -> ApiResult<String> {
     if obj.keys().any(|k| k != "value") {
         return Err(bad("only the field value is accepted"));
     }
-    match obj.get("value").and_then(|v| v.as_str()) {
-        Some(s) if !s.is_empty() => Ok(s.to_owned()),
-        _ => Err(bad("value: a non-empty string is required")),
+    let required = || bad("value: a non-empty string is required");
+    let req: SecretRequest = serde_json::from_value(v).map_err(|_| required())?;
+    if req.value.is_empty() {
+        return Err(required());
     }
+    Ok(req.value)
 }

@@ -61,10 +61,11 @@ pub(crate) struct CreateWebhook {
     description: Option<String>,
 }
 
-/// A webhook with its secret: the answer of create and rotate, the only times it is shown.
-#[derive(Serialize)]
+/// A webhook with its secret: the answer of create and rotate, the only times it is shown
+/// (the document's `WebhookWithSecret`).
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct WithSecret {
+pub(crate) struct WithSecret {
     #[serde(flatten)]
     webhook: Webhook,
     secret: String,

@@ -60,8 +60,8 @@ pub struct Sandbox {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSandbox {
-    /// `exec`, `files`, `exec.stream`, `exec.pty`, `lifecycle.pause`, `lifecycle.stop`,
-    /// `snapshots`, `ports.expose`, `network.egress-control` or `gpu`.
+    /// `exec`, `files`, `exec.stream`, `exec.pty`, `exec.stdin`, `lifecycle.pause`,
+    /// `lifecycle.stop`, `snapshots`, `ports.expose`, `network.egress-control` or `gpu`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
     /// `public`, `internal`, `confidential` or `restricted`.

@@ -65,7 +65,7 @@ pub struct NewAuditEvent {
 }
 
 /// A stored audit record, as served and exported.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
     /// Installation-wide order (a cursor); not hashed, may have gaps.
@@ -73,12 +73,15 @@ pub struct AuditEvent {
     pub chain: String,
     /// Position in the chain: 1, 2, 3, … without gaps.
     pub chain_seq: i64,
+    #[schema(required)]
     pub org_id: Option<String>,
+    #[schema(required)]
     pub project_id: Option<String>,
     pub actor: String,
     pub action: String,
     pub resource: String,
     pub outcome: String,
+    #[schema(required)]
     pub request_id: Option<String>,
     pub at: DateTime<Utc>,
     pub detail: Value,
@@ -89,6 +92,7 @@ pub struct AuditEvent {
     /// Id of the key that signed it ([`AuditKey::key_id`]); absent on records written before
     /// key ids existed, which verify under any key of the ring.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub key_id: Option<String>,
 }
 
@@ -167,7 +171,7 @@ impl AuditEvent {
 }
 
 /// One chain's head as recorded in a checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChainHead {
     pub chain: String,
@@ -176,7 +180,7 @@ pub struct ChainHead {
 }
 
 /// A signed snapshot of every chain's head; checkpoints form a chain of their own.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Checkpoint {
     /// 1, 2, 3, … without gaps.
@@ -188,9 +192,11 @@ pub struct Checkpoint {
     pub hash: String,
     /// Id of the key that signed it; absent on checkpoints from before key ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub key_id: Option<String>,
     /// Present when this checkpoint starts a new segment after a lost key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub segment: Option<Segment>,
 }
 
@@ -198,7 +204,7 @@ pub struct Checkpoint {
 /// check was written with a key that is gone. Verification then checks only the links of
 /// those records (content could have changed undetected) and counts them as unverifiable;
 /// everything after is checked in full. Writing one is an explicit, signed, exported act.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Segment {
     /// Why, in the operator's words.

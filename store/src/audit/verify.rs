@@ -10,7 +10,7 @@ use super::key::{AuditKey, AuditKeyring};
 use super::record::{AuditEvent, ChainHead, Checkpoint, GENESIS_HASH};
 
 /// What is wrong with a record or checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemKind {
     /// The record's content does not match its hash (edited, or moved to another position).
@@ -33,7 +33,7 @@ pub enum ProblemKind {
 }
 
 /// The first problem found in one chain (or in the checkpoints).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
     pub kind: ProblemKind,
@@ -42,12 +42,13 @@ pub struct Problem {
     /// The position at fault (for `missing`: the absent one).
     pub chain_seq: i64,
     /// The stored record at fault, when there is one.
+    #[schema(required)]
     pub seq: Option<i64>,
     pub message: String,
 }
 
 /// Result of walking the chains and checkpoints.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyReport {
     pub ok: bool,
@@ -57,30 +58,36 @@ pub struct VerifyReport {
     /// Records written before chaining existed (migration 0004); not verifiable.
     pub unchained_records: u64,
     /// The first problem in walk order (chains by id, then by position).
+    #[schema(required)]
     pub first_bad: Option<Problem>,
     /// The first problem of each broken chain (at most [`MAX_PROBLEMS`]).
     pub problems: Vec<Problem>,
     /// Records a segment covers whose signature no known key could check: only their links
     /// were verified.
     #[serde(default)]
+    #[schema(required)]
     pub unverifiable_records: u64,
     /// Checkpoints a later segment covers whose signature no known key could check.
     #[serde(default)]
+    #[schema(required)]
     pub unverifiable_checkpoints: u64,
     /// Key ids named by records or checkpoints that the verifier's ring does not hold.
     #[serde(default)]
+    #[schema(required)]
     pub unknown_key_ids: Vec<String>,
     /// Every segment checkpoint, oldest first.
     #[serde(default)]
+    #[schema(required)]
     pub segments: Vec<SegmentInfo>,
 }
 
 /// A segment as listed in a report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SegmentInfo {
     pub seq: i64,
     pub at: DateTime<Utc>,
+    #[schema(required)]
     pub key_id: Option<String>,
     pub reason: String,
     pub lost_key_ids: Vec<String>,

@@ -228,3 +228,70 @@ fn warm_classes_fit_their_schemas() {
     ]);
     assert_eq!(status, property_names("WarmClassStatus"));
 }
+
+/// The schema's required property names.
+fn required_names(schema: &str) -> BTreeSet<String> {
+    document()["components"]["schemas"][schema]["required"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the webhook routes serve has exactly the fields the schemas list, all present; a
+/// delivery's body and lease stay internal.
+#[test]
+fn served_webhooks_and_deliveries_have_exactly_their_schemas_fields() {
+    use differently_store::webhooks::{Delivery, DeliveryStatus, Webhook};
+    let now = Utc::now();
+    let w = Webhook {
+        id: "whk_01ARZ3NDEKTSV4RRFFQ69G5FAV".into(),
+        org_id: OrgId::new(),
+        project_id: ProjectId::new(),
+        url: "https://h.example.com/".into(),
+        event_types: vec![],
+        description: None,
+        enabled: true,
+        disabled_reason: None,
+        consecutive_failures: 0,
+        failing_since: None,
+        previous_secret_expires_at: None,
+        created_at: now,
+        updated_at: now,
+    };
+    assert_fits("Webhook", &w);
+    assert_eq!(field_names(&w), property_names("Webhook"));
+    assert_eq!(field_names(&w), required_names("Webhook"));
+    let d = Delivery {
+        id: "whd_01ARZ3NDEKTSV4RRFFQ69G5FAV".into(),
+        webhook_id: w.id.clone(),
+        org_id: w.org_id.clone(),
+        project_id: w.project_id.clone(),
+        event_id: "e".into(),
+        event_type: "sandbox.status.changed".into(),
+        body: "{\"secret-free\":true}".into(),
+        status: DeliveryStatus::Pending,
+        attempts: 0,
+        next_attempt_at: Some(now),
+        response_code: None,
+        latency_ms: None,
+        last_error: None,
+        response_body: None,
+        created_at: now,
+        updated_at: now,
+        delivered_at: None,
+        lease_until: None,
+    };
+    assert_fits("WebhookDelivery", &d);
+    assert_eq!(field_names(&d), property_names("WebhookDelivery"));
+    assert_eq!(field_names(&d), required_names("WebhookDelivery"));
+    let served = serde_json::to_value(&d).unwrap_or_default();
+    assert!(served.get("body").is_none() && served.get("leaseUntil").is_none());
+    let mut with = property_names("Webhook");
+    with.insert("secret".into());
+    assert_eq!(with, property_names("WebhookWithSecret"));
+    assert_eq!(with, required_names("WebhookWithSecret"));
+}

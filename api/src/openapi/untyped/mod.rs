@@ -5,16 +5,13 @@
 //! starts from its generated component, so a field added to the type reaches it too.
 
 use differently_core::accounting::Wall;
-use differently_core::ids::id_pattern;
 use differently_core::ErrorCode;
 use serde_json::{json, Map, Value};
 
 use super::components::reference;
 use super::wire;
 
-mod audit;
 mod reports;
-pub(super) mod webhooks;
 
 pub(super) fn typed(ty: &str) -> Value {
     json!({ "type": ty })
@@ -22,11 +19,6 @@ pub(super) fn typed(ty: &str) -> Value {
 
 pub(super) fn nullable(ty: &str) -> Value {
     json!({ "type": [ty, "null"] })
-}
-
-/// An id with `prefix`.
-pub(super) fn id_of(prefix: &str) -> Value {
-    json!({ "type": "string", "pattern": id_pattern(prefix) })
 }
 
 pub(super) fn time() -> Value {
@@ -81,16 +73,6 @@ pub(super) fn served_except(props: &[(&str, Value)], optional: &[&str]) -> Value
     o
 }
 
-/// An object of optional properties that refuses any other (as the API accepts them).
-pub(super) fn accepted(props: &[(&str, Value)], required: &[&str]) -> Value {
-    let mut o = object(props, false);
-    o["additionalProperties"] = Value::Bool(false);
-    if !required.is_empty() {
-        o["required"] = json!(required);
-    }
-    o
-}
-
 fn object(props: &[(&str, Value)], all_required: bool) -> Value {
     let mut properties = Map::new();
     for (name, schema) in props {
@@ -118,35 +100,6 @@ pub(super) fn described(description: &str) -> Value {
 
 /// Adds the hand-written schemas to `s`, which holds the generated ones.
 pub(super) fn add(s: &mut Map<String, Value>) {
-    // Built as JSON by `crate::error::ApiError`'s response (every layer answers it).
-    s.insert(
-        "Error".to_owned(),
-        served(&[(
-            "error",
-            object(
-                &[
-                    (
-                        "code",
-                        one_of_strings(ErrorCode::ALL.map(|c| json!(c.as_str()))),
-                    ),
-                    ("message", typed("string")),
-                    (
-                        "details",
-                        json!({ "type": "object",
-                        "description": "Machine-readable: `field` (a JSON path) for bad input, \
-                            `status`, `operation` …" }),
-                    ),
-                    (
-                        "requestId",
-                        json!({ "type": "string",
-                        "description": "The request's id: the `X-Request-Id` response header \
-                            and the audit records' request id." }),
-                    ),
-                ],
-                false,
-            ),
-        )]),
-    );
     // The adapters' listing entries (`differently_adapters`, which derives no schemas).
     s.insert(
         "FileList".to_owned(),
@@ -218,13 +171,9 @@ pub(super) fn add(s: &mut Map<String, Value>) {
     );
     // A page of `Pool`s, which `routes::pools` assembles around a JSON record (below).
     s.insert("PoolList".to_owned(), page_of("Pool"));
-    // `GET /healthz`, answered before any route module.
-    s.insert("Health".to_owned(), served(&[("status", typed("string"))]));
     s.insert("OpenApi".to_owned(), described("This document."));
     composites(s);
-    audit::add(s);
     reports::add(s);
-    webhooks::add(s);
 }
 
 /// Generated components with what a handler adds to them.

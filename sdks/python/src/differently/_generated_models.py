@@ -137,6 +137,7 @@ Capability = Literal[
     "files",
     "exec.stream",
     "exec.pty",
+    "exec.stdin",
     "lifecycle.pause",
     "lifecycle.stop",
     "snapshots",

@@ -36,6 +36,7 @@ export const CAPABILITIES = [
   "files",
   "exec.stream",
   "exec.pty",
+  "exec.stdin",
   "lifecycle.pause",
   "lifecycle.stop",
   "snapshots",
