@@ -50,6 +50,9 @@ pub struct ClusterOpts {
     pub extra_capabilities: Vec<String>,
     /// Lines put into the `fake` pool's `[[pools]]` table (e.g. its `warm = [...]` classes).
     pub pool_lines: String,
+    /// A command each control-plane process runs under (`valgrind --tool=callgrind …`, see
+    /// `instructions`); empty: none.
+    pub wrapper: Vec<String>,
 }
 
 /// Checks Postgres and a nats-server ≥ 2.10 are at hand, with instructions when not, so a
@@ -292,7 +295,13 @@ capabilities = {caps}
                 ),
             ],
         )?;
-        cluster.wait_ready(Duration::from_secs(30)).await?;
+        // Under a wrapper (callgrind: 30–50× slower) start-up takes minutes, not seconds.
+        let ready_within = if cluster.opts.wrapper.is_empty() {
+            Duration::from_secs(30)
+        } else {
+            Duration::from_secs(300)
+        };
+        cluster.wait_ready(ready_within).await?;
         Ok(cluster)
     }
 
@@ -312,7 +321,15 @@ capabilities = {caps}
         let log = self.dir.path().join(format!("{name}.log"));
         let file = std::fs::File::create(&log).map_err(|e| LoadError::io("log file", e))?;
         let err = file.try_clone().map_err(|e| LoadError::io("log file", e))?;
-        let child = Command::new(&self.opts.binary)
+        let mut command = match self.opts.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&self.opts.binary);
+                c
+            }
+            None => Command::new(&self.opts.binary),
+        };
+        let child = command
             .args(["server", "--role", role, "--config"])
             .arg(config)
             .env("DIFFERENTLY_AUDIT_KEY", &self.audit_key)

@@ -1,107 +1,358 @@
-//! Instructions retired by our role processes over a phase, from `perf stat -e instructions`
-//! attached to their pids: a count that does not move with the shared machine's noise the way
-//! CPU seconds do (issue #47). Where the CPU's counter is not exposed (a VM without a PMU),
-//! the figure is reported as not measured, with the reason, never as zero.
+//! Instructions our processes execute per session, counted by callgrind (issue #47): a figure
+//! that, unlike CPU seconds, does not move with the shared machine's noise, and that needs no
+//! hardware counter (these VMs expose none to `perf`).
+//!
+//! Processes under callgrind run 30–50× slower, so the count is a phase of its own: a second,
+//! small cluster whose api, scheduler, worker and leader API run under
+//! `valgrind --tool=callgrind`, a few sessions at a low rate, and the counters read around them
+//! with `callgrind_control` (`-z` zeroes, `-e` prints every thread's total, those that ended
+//! included). The idle work of the same processes (leader passes, reconcilers, heartbeats) is
+//! measured over a quiet window after, and its rate × the window is taken out.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
+use serde::Serialize;
+
+use crate::client::{provision, Api};
+use crate::cluster::{Cluster, ClusterOpts};
+use crate::generator::{fixed_rate, wait_all, FixedRate};
+use crate::plan::Plan;
 use crate::LoadError;
 
-/// Why instructions cannot be counted here, or `None` when `perf stat -e instructions` counts.
-pub fn unsupported_reason() -> Option<String> {
-    let out = match Command::new("perf")
-        .args(["stat", "-x", ",", "-e", "instructions", "true"])
-        .stdin(Stdio::null())
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => return Some(format!("perf is not installed ({e})")),
-    };
-    let text = String::from_utf8_lossy(&out.stderr);
-    match parse_count(&text) {
-        Ok(_) if out.status.success() => None,
-        Ok(_) => Some(format!("perf stat failed: {}", text.trim())),
-        Err(e) => Some(e),
-    }
-}
+/// What to do when valgrind is missing: said by the preflight and the smoke test.
+pub const INSTALL_HINT: &str = "valgrind (with callgrind_control) is not installed: install it \
+     (`apt-get install valgrind`, as root) or pass `--instruction-sessions 0` to skip the \
+     instruction count";
 
-/// The instruction count from `perf stat -x ,` output: its `instructions` line is
-/// `COUNT,UNIT,EVENT,…`, where COUNT is `<not supported>` or `<not counted>` when the counter
-/// is unavailable.
-pub fn parse_count(csv: &str) -> Result<u64, String> {
-    let line = csv
-        .lines()
-        .find(|l| {
-            l.split(',')
-                .nth(2)
-                .is_some_and(|e| e.starts_with("instructions"))
-        })
-        .ok_or_else(|| format!("perf stat printed no instructions line: {}", csv.trim()))?;
-    let count = line.split(',').next().unwrap_or_default().trim();
-    count.parse::<u64>().map_err(|_| {
-        format!(
-            "perf stat: instructions {count} (the CPU's instruction counter is not exposed here)"
-        )
-    })
-}
-
-/// A running `perf stat` attached to some processes.
-pub struct InstructionMeter {
-    child: Child,
-    out: PathBuf,
-}
-
-impl InstructionMeter {
-    /// Attaches `perf stat -e instructions` to `pids`, writing its CSV to `out`.
-    pub fn start(pids: &[u32], out: &Path) -> Result<InstructionMeter, LoadError> {
-        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-        let child = Command::new("perf")
-            .args(["stat", "-x", ",", "-e", "instructions", "-o"])
-            .arg(out)
-            .args(["-p", &list.join(",")])
+/// Why callgrind cannot count here, or `None` when `valgrind` and `callgrind_control` run.
+pub fn unavailable_reason() -> Option<String> {
+    for tool in ["valgrind", "callgrind_control"] {
+        let ran = Command::new(tool)
+            .arg("--version")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| LoadError::io("spawning perf stat", e))?;
-        Ok(InstructionMeter {
-            child,
-            out: out.to_owned(),
-        })
-    }
-
-    /// Stops `perf stat` (SIGINT, which makes it print its counts; bounded wait) and returns
-    /// the instructions counted, or why there is no count.
-    pub async fn finish(mut self) -> Result<u64, String> {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-INT", &pid]).status();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
+            .status();
+        match ran {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                return Some(format!(
+                    "`{tool} --version` exited with {s}; {INSTALL_HINT}"
+                ))
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            Err(e) => return Some(format!("{tool}: {e}; {INSTALL_HINT}")),
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let text = std::fs::read_to_string(&self.out)
-            .map_err(|e| format!("reading perf stat's output {}: {e}", self.out.display()))?;
-        parse_count(&text)
     }
+    None
+}
+
+/// The command prefix that runs a process under callgrind, its profile (never read; written
+/// at exit) in `dir`. Collection is on from the start; the meter zeroes it.
+pub fn wrapper(dir: &Path) -> Vec<String> {
+    vec![
+        "valgrind".to_owned(),
+        "--tool=callgrind".to_owned(),
+        "--quiet".to_owned(),
+        format!(
+            "--callgrind-out-file={}",
+            dir.join("callgrind.%p.out").display()
+        ),
+    ]
+}
+
+/// The sum of every thread's `Ir` in `callgrind_control -e` output:
+/// `  Totals:   Ir` then `   Th 1   81,270` per thread.
+pub fn parse_totals(text: &str) -> Result<u64, String> {
+    let mut sum = 0u64;
+    let mut threads = 0;
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("Th") {
+            continue;
+        }
+        let count = words
+            .nth(1)
+            .ok_or_else(|| format!("callgrind_control: a thread line without a count: {line}"))?;
+        let n: u64 = count
+            .replace(',', "")
+            .parse()
+            .map_err(|_| format!("callgrind_control: {count:?} is not a count"))?;
+        sum = sum.saturating_add(n);
+        threads += 1;
+    }
+    if threads == 0 {
+        return Err(format!(
+            "callgrind_control printed no thread totals: {}",
+            text.trim()
+        ));
+    }
+    Ok(sum)
+}
+
+/// Runs `callgrind_control <args> <pid>`; its output, or why not.
+fn control(args: &[&str], pid: u32) -> Result<String, LoadError> {
+    let out = Command::new("callgrind_control")
+        .args(args)
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LoadError::io(format!("running callgrind_control {args:?} {pid}"), e))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() || text.contains("No active callgrind runs") {
+        return Err(LoadError::Process(format!(
+            "callgrind_control {args:?} {pid} failed ({}): {} {}",
+            out.status,
+            text.trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(text)
+}
+
+/// Zeroes the counters of every process.
+fn zero(pids: &[(String, u32)]) -> Result<(), LoadError> {
+    for (_, pid) in pids {
+        control(&["-z"], *pid)?;
+    }
+    Ok(())
+}
+
+/// Instructions since the last zero, per process.
+fn read(pids: &[(String, u32)]) -> Result<BTreeMap<String, u64>, LoadError> {
+    let mut out = BTreeMap::new();
+    for (name, pid) in pids {
+        let text = control(&["-e"], *pid)?;
+        let n = parse_totals(&text).map_err(|e| LoadError::Process(format!("{name}: {e}")))?;
+        out.insert(name.clone(), n);
+    }
+    Ok(out)
+}
+
+/// One process's count.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessInstructions {
+    /// `api`, `scheduler`, `worker`, `api-leader`.
+    pub process: String,
+    /// Counted over the window, idle work included.
+    pub window: u64,
+    /// Its rate with no sessions running.
+    pub idle_per_second: f64,
+    /// (window − idle rate × window seconds) ÷ sessions.
+    pub per_session: f64,
+}
+
+/// The instruction phase's result.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instructions {
+    /// Sessions completed in the window (each create → running → exec → delete, and its
+    /// sandbox `terminated`).
+    pub sessions: u64,
+    /// Offered sessions per second.
+    pub rate: u32,
+    /// From the zeroing to the reading: the sessions, their sandboxes' termination and the
+    /// drain of every JetStream consumer.
+    pub window_seconds: f64,
+    /// The quiet window that measures the idle work.
+    pub idle_seconds: f64,
+    /// Per process, largest per session first.
+    pub processes: Vec<ProcessInstructions>,
+    /// Every process together, per session.
+    pub per_session: f64,
+    /// The whole phase, cluster start under callgrind included.
+    pub phase_seconds: f64,
+}
+
+impl Instructions {
+    /// A Markdown table for the text report.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "\nInstructions per session of our processes (callgrind, a cluster of its own: {} sessions at {}/s in a {:.1} s window; idle work measured over {:.1} s and taken out; phase {:.0} s):\n\n| process | per session | window total | idle per second |\n|---|---:|---:|---:|\n",
+            self.sessions, self.rate, self.window_seconds, self.idle_seconds, self.phase_seconds
+        );
+        for p in &self.processes {
+            out.push_str(&format!(
+                "| {} | {:.0} | {} | {:.0} |\n",
+                p.process, p.per_session, p.window, p.idle_per_second
+            ));
+        }
+        out.push_str(&format!("| all | {:.0} | | |\n", self.per_session));
+        out
+    }
+}
+
+/// Whether every JetStream consumer of the nats-server at `monitor` has nothing pending and
+/// nothing unacknowledged (`/jsz`): the events of the window have all been read.
+async fn consumers_drained(http: &reqwest::Client, monitor: &str) -> Result<bool, String> {
+    let url = format!("{monitor}/jsz?accounts=true&streams=true&consumers=true");
+    let jsz: serde_json::Value = http
+        .get(&url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("GET {url}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    let empty = Vec::new();
+    let list = |v: &serde_json::Value, k: &str| v[k].as_array().unwrap_or(&empty).clone();
+    for account in list(&jsz, "account_details") {
+        for stream in list(&account, "stream_detail") {
+            for c in list(&stream, "consumer_detail") {
+                let pending = c["num_pending"].as_u64().unwrap_or(0);
+                let unacked = c["num_ack_pending"].as_u64().unwrap_or(0);
+                if pending + unacked > 0 {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Sessions at `rate` for `n` of them; the finished ones, or the first error.
+async fn sessions(
+    api: &Api,
+    tenancy: &crate::client::Tenancy,
+    rate: u32,
+    n: usize,
+    plan: &Plan,
+) -> Result<FixedRate, LoadError> {
+    let duration = Duration::from_secs_f64(n as f64 / f64::from(rate.max(1)));
+    let deadline = Instant::now() + duration + plan.phase_timeout();
+    let fr = fixed_rate(api, tenancy, rate.max(1), duration, n.max(1), deadline).await;
+    let failed: Vec<&String> = fr
+        .sessions
+        .iter()
+        .filter_map(|s| s.error.as_ref())
+        .collect();
+    if let Some(e) = failed.first() {
+        return Err(LoadError::Process(format!(
+            "instruction phase: {} of {} sessions failed, e.g. {e}",
+            failed.len(),
+            fr.started
+        )));
+    }
+    if fr.unfinished > 0 || fr.shed > 0 {
+        return Err(LoadError::Timeout(format!(
+            "instruction phase: {} sessions unfinished and {} shed under callgrind",
+            fr.unfinished, fr.shed
+        )));
+    }
+    Ok(fr)
+}
+
+/// Every sandbox of `fr` terminated, then every consumer drained (bounded by the plan's
+/// phase timeout).
+async fn settled(
+    cluster: &Cluster,
+    fr: &FixedRate,
+    http: &reqwest::Client,
+    plan: &Plan,
+) -> Result<(), LoadError> {
+    let deadline = Instant::now() + plan.phase_timeout();
+    let ids: Vec<String> = fr.sessions.iter().filter_map(|s| s.id.clone()).collect();
+    wait_all(cluster.db.store().pool(), &ids, "terminated", deadline).await?;
+    let monitor = format!("http://127.0.0.1:{}", cluster.nats_monitor_port);
+    loop {
+        match consumers_drained(http, &monitor).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => return Err(LoadError::Process(format!("instruction phase: {e}"))),
+        }
+        if Instant::now() > deadline {
+            return Err(LoadError::Timeout(
+                "instruction phase: JetStream consumers still had pending messages".to_owned(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Starts a cluster under callgrind, runs `plan.instruction_sessions` sessions at
+/// `plan.instruction_rate` after a two-session warm-up, and counts the instructions each
+/// process executed for them.
+pub async fn measure(plan: &Plan) -> Result<Instructions, LoadError> {
+    if let Some(why) = unavailable_reason() {
+        return Err(LoadError::Preflight(why));
+    }
+    let t0 = Instant::now();
+    let profiles = tempfile::Builder::new()
+        .prefix("differently-callgrind-")
+        .tempdir()
+        .map_err(|e| LoadError::io("creating a temporary directory", e))?;
+    let n = plan.instruction_sessions;
+    let cluster = Cluster::start(ClusterOpts {
+        binary: plan.binary.clone(),
+        latency_ms: plan.latency_ms,
+        max_active: u32::try_from(n * 2 + 100).unwrap_or(u32::MAX),
+        database_max_connections: plan.database_max_connections,
+        extra_capabilities: Vec::new(),
+        pool_lines: String::new(),
+        log_level: plan.log_level.clone(),
+        wrapper: wrapper(profiles.path()),
+    })
+    .await?;
+    let api = Api::new(cluster.url())?;
+    let tenancy = provision(&api, &cluster.key, 1).await?;
+    let http = reqwest::Client::new();
+    // First use of every path (lazy statics, pool connections, prepared statements) is not
+    // what a session costs.
+    let warm = sessions(&api, &tenancy, plan.instruction_rate, 2, plan).await?;
+    settled(&cluster, &warm, &http, plan).await?;
+    let pids = cluster.pids();
+    zero(&pids)?;
+    let window = Instant::now();
+    let fr = sessions(&api, &tenancy, plan.instruction_rate, n, plan).await?;
+    settled(&cluster, &fr, &http, plan).await?;
+    let counted = read(&pids)?;
+    let window_seconds = window.elapsed().as_secs_f64();
+    zero(&pids)?;
+    let quiet = Instant::now();
+    tokio::time::sleep(Duration::from_secs(plan.instruction_idle_seconds)).await;
+    let idle = read(&pids)?;
+    let idle_seconds = quiet.elapsed().as_secs_f64();
+    let mut cluster = cluster;
+    cluster.check_alive()?;
+    let completed = fr.sessions.len() as u64;
+    let per = completed.max(1) as f64;
+    let mut processes: Vec<ProcessInstructions> = counted
+        .iter()
+        .map(|(name, &w)| {
+            let rate = idle.get(name).copied().unwrap_or(0) as f64 / idle_seconds.max(1e-9);
+            ProcessInstructions {
+                process: name.clone(),
+                window: w,
+                idle_per_second: rate,
+                per_session: (w as f64 - rate * window_seconds) / per,
+            }
+        })
+        .collect();
+    processes.sort_by(|a, b| b.per_session.total_cmp(&a.per_session));
+    Ok(Instructions {
+        sessions: completed,
+        rate: plan.instruction_rate,
+        window_seconds,
+        idle_seconds,
+        per_session: processes.iter().map(|p| p.per_session).sum(),
+        processes,
+        phase_seconds: t0.elapsed().as_secs_f64(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_count;
+    use super::parse_totals;
 
     #[test]
-    fn counts_and_unsupported_counters_parse() {
-        let ok =
-            "# started on Sun Dec  6 10:00:00 2026\n\n123456789,,instructions,2000000,100.00,,\n";
-        assert_eq!(parse_count(ok), Ok(123_456_789));
-        let vm = "<not supported>,,instructions,0,100.00,,\n";
-        assert!(parse_count(vm).is_err_and(|e| e.contains("<not supported>")));
-        assert!(parse_count("").is_err());
+    fn thread_totals_sum_and_bad_output_is_an_error() {
+        let text = "PID 42: /usr/bin/differently server\n\n  Totals:         Ir \n   Th 1      113,300 \n   Th 2  869,472,832 \n";
+        assert_eq!(parse_totals(text), Ok(869_586_132));
+        assert!(parse_totals("No active callgrind runs detected.").is_err());
+        assert!(parse_totals("   Th 1  lots\n").is_err_and(|e| e.contains("lots")));
     }
 }

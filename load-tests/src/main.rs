@@ -54,6 +54,15 @@ struct Args {
     /// Length of each baseline measurement, in milliseconds.
     #[arg(long)]
     baseline_millis: Option<u64>,
+    /// Sessions counted under callgrind (instructions per session; needs valgrind); 0 skips.
+    #[arg(long)]
+    instruction_sessions: Option<usize>,
+    /// Offered rate of those sessions per second.
+    #[arg(long)]
+    instruction_rate: Option<u32>,
+    /// Quiet seconds after them, measuring the idle work taken out.
+    #[arg(long)]
+    instruction_idle_seconds: Option<u64>,
     /// Log level of the control-plane processes.
     #[arg(long)]
     log_level: Option<String>,
@@ -141,6 +150,15 @@ fn main() -> ExitCode {
     }
     if let Some(v) = a.baseline_millis {
         plan.baseline_millis = v;
+    }
+    if let Some(v) = a.instruction_sessions {
+        plan.instruction_sessions = v;
+    }
+    if let Some(v) = a.instruction_rate {
+        plan.instruction_rate = v;
+    }
+    if let Some(v) = a.instruction_idle_seconds {
+        plan.instruction_idle_seconds = v;
     }
     if a.perf_dir.is_some() {
         plan.perf_dir = a.perf_dir;

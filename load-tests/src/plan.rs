@@ -53,6 +53,13 @@ pub struct Plan {
     pub log_level: String,
     /// When set, `perf record` each process during the bursts and keep the reports here.
     pub perf_dir: Option<PathBuf>,
+    /// Sessions of the instruction phase (`instructions`: a cluster of its own under
+    /// callgrind, which needs valgrind); 0 skips it.
+    pub instruction_sessions: usize,
+    /// Their offered rate per second: low, since callgrind slows every process 30–50×.
+    pub instruction_rate: u32,
+    /// The quiet window after them that measures the idle work taken out.
+    pub instruction_idle_seconds: u64,
 }
 
 impl Plan {
@@ -79,6 +86,9 @@ impl Plan {
             database_max_connections: 16,
             log_level: "warn".to_owned(),
             perf_dir: None,
+            instruction_sessions: 40,
+            instruction_rate: 2,
+            instruction_idle_seconds: 15,
         }
     }
 
@@ -100,6 +110,9 @@ impl Plan {
             baseline_millis: 300,
             dev_idle_millis: 1000,
             phase_timeout_seconds: 60,
+            instruction_sessions: 4,
+            instruction_rate: 1,
+            instruction_idle_seconds: 5,
             ..Plan::full(binary)
         }
     }
@@ -126,11 +139,19 @@ impl Plan {
         {
             return bad("--sweep-rates must be at least 1 each, and --sweep-seconds at least 1");
         }
+        if self.instruction_sessions > 0 && self.instruction_rate == 0 {
+            return bad("--instruction-rate must be at least 1");
+        }
         if self.exec_samples == 0 {
             return bad("--exec-samples must be at least 1");
         }
         if self.stream_bytes == 0 || self.stream_repetitions == 0 {
             return bad("--stream-bytes and --stream-repetitions must be at least 1");
+        }
+        if self.instruction_sessions > 0 {
+            if let Some(why) = crate::instructions::unavailable_reason() {
+                return Err(crate::LoadError::Preflight(why));
+            }
         }
         if !self.binary.is_file() {
             return Err(crate::LoadError::Preflight(format!(

@@ -126,6 +126,7 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         database_max_connections: plan.database_max_connections,
         extra_capabilities: Vec::new(),
         pool_lines: String::new(),
+        wrapper: Vec::new(),
         log_level: plan.log_level.clone(),
     })
     .await?;
@@ -243,12 +244,9 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
         t0,
         "structure: counters once the earlier phases' work has landed",
     );
-    let role_pids: Vec<u32> = cluster.pids().into_iter().map(|(_, pid)| pid).collect();
     let structure = StructureMeter::start(
         pool.clone(),
         &format!("http://127.0.0.1:{}", cluster.nats_monitor_port),
-        &role_pids,
-        &cluster.dir.path().join("perf-stat-instructions.csv"),
         PG_STATS_SETTLE,
     )
     .await?;
@@ -433,6 +431,26 @@ pub async fn run(plan: Plan) -> Result<Report, LoadError> {
     ];
     phases.explain = diag::explain_hot_queries(&pool).await?;
     phases.table_rows = diag::table_rows(&pool).await?;
+    // The instruction count needs a cluster of its own under callgrind; this one's idle work
+    // would only slow it.
+    drop(pool);
+    drop(cluster);
+    if plan.instruction_sessions > 0 {
+        progress(
+            t0,
+            &format!(
+                "instructions: a cluster under callgrind, {} sessions at {}/s",
+                plan.instruction_sessions, plan.instruction_rate
+            ),
+        );
+        let counted = crate::instructions::measure(&plan).await?;
+        phases.structure.set_instructions(Ok(&counted));
+        phases.instructions = Some(counted);
+    } else {
+        phases
+            .structure
+            .set_instructions(Err("skipped (--instruction-sessions 0)".to_owned()));
+    }
 
     progress(t0, "differently dev idle RSS");
     phases.dev =

@@ -1,15 +1,15 @@
 //! What one session is made of, counted by the servers themselves over the fixed-rate phase
 //! (issue #47): Postgres transactions and, where `pg_stat_statements` is loaded, top-level
-//! statements (round trips) and `COMMIT`s; messages through nats-server (`/varz`, `/connz`); and
-//! instructions of our role processes (`perf stat`). Each figure is the counter's delta over
-//! the window ÷ the sessions that completed in it, and names its source.
+//! statements (round trips) and `COMMIT`s; messages through nats-server (`/varz`, `/connz`). Each
+//! figure is the counter's delta over the window ÷ the sessions that completed in it, and names
+//! its source. Instructions per session come from a phase of their own under callgrind
+//! (`instructions`) and are added with [`Structure::set_instructions`].
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sqlx::{PgPool, Row};
 
-use crate::instructions::InstructionMeter;
 use crate::LoadError;
 
 /// Postgres (since 15) flushes an idle backend's counters to `pg_stat_database` up to 10 s
@@ -193,6 +193,31 @@ const SOURCES: [(&str, &str, &str); 9] = [
 const INSTRUCTIONS: &str =
     "instructions of our processes (api ×2, scheduler, worker; not Postgres, not nats-server)";
 
+impl Structure {
+    /// Adds the instruction figure: counted by callgrind in its own low-rate phase, or why
+    /// not (`Err`, e.g. the phase was skipped).
+    pub fn set_instructions(
+        &mut self,
+        counted: Result<&crate::instructions::Instructions, String>,
+    ) {
+        self.figures.retain(|f| f.key != "structure.instructions");
+        self.figures.push(match counted {
+            Ok(i) => PerSession {
+                key: "structure.instructions".to_owned(),
+                name: INSTRUCTIONS.to_owned(),
+                value: Some(i.per_session),
+                total: Some(i.processes.iter().map(|p| p.window as f64).sum()),
+                idle_per_second: Some(i.processes.iter().map(|p| p.idle_per_second).sum()),
+                source: format!(
+                    "callgrind (valgrind), a cluster of its own: {} sessions at {}/s, not this window",
+                    i.sessions, i.rate
+                ),
+            },
+            Err(e) => PerSession::unmeasured("structure.instructions", INSTRUCTIONS, &e),
+        });
+    }
+}
+
 impl Counters {
     /// The readings in `SOURCES` order.
     fn values(&self) -> [Result<f64, String>; 9] {
@@ -281,18 +306,14 @@ pub struct StructureMeter {
     monitor: String,
     start: Counters,
     at: Instant,
-    instructions: Result<InstructionMeter, String>,
 }
 
 impl StructureMeter {
-    /// Waits `settle` for earlier work's counters to land, then reads every counter and
-    /// attaches `perf stat` to `role_pids` (our processes). `nats_monitor` is nats-server's
-    /// monitoring address `http://127.0.0.1:PORT`.
+    /// Waits `settle` for earlier work's counters to land, then reads every counter.
+    /// `nats_monitor` is nats-server's monitoring address `http://127.0.0.1:PORT`.
     pub async fn start(
         pool: PgPool,
         nats_monitor: &str,
-        role_pids: &[u32],
-        perf_out: &std::path::Path,
         settle: Duration,
     ) -> Result<StructureMeter, LoadError> {
         // The view exists only in a database with the extension; it answers only on a server
@@ -304,17 +325,12 @@ impl StructureMeter {
         let http = reqwest::Client::new();
         let monitor = nats_monitor.to_owned();
         let start = read_counters(&pool, &http, &monitor).await?;
-        let instructions = match crate::instructions::unsupported_reason() {
-            Some(why) => Err(why),
-            None => InstructionMeter::start(role_pids, perf_out).map_err(|e| e.to_string()),
-        };
         Ok(StructureMeter {
             pool,
             http,
             monitor,
             start,
             at: Instant::now(),
-            instructions,
         })
     }
 
@@ -328,10 +344,6 @@ impl StructureMeter {
         settle: Duration,
     ) -> Result<Structure, LoadError> {
         tokio::time::sleep(settle).await;
-        let instructions = match self.instructions {
-            Ok(m) => m.finish().await,
-            Err(e) => Err(e),
-        };
         let end = read_counters(&self.pool, &self.http, &self.monitor).await?;
         let window_seconds = self.at.elapsed().as_secs_f64() + settle.as_secs_f64();
         // The control plane's idle work (leader passes, reconcilers, heartbeats) runs in the
@@ -361,18 +373,6 @@ impl StructureMeter {
                 (Err(e), _) | (_, Err(e)) => PerSession::unmeasured(key, name, &e),
             });
         }
-        figures.push(match instructions {
-            Ok(i) => PerSession {
-                key: "structure.instructions".to_owned(),
-                name: INSTRUCTIONS.to_owned(),
-                value: Some(i as f64 / n),
-                total: Some(i as f64),
-                idle_per_second: None,
-                source: "perf stat -e instructions -p <our pids>, idle work not taken out"
-                    .to_owned(),
-            },
-            Err(e) => PerSession::unmeasured("structure.instructions", INSTRUCTIONS, &e),
-        });
         Ok(Structure {
             sessions,
             window_seconds,

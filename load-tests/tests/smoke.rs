@@ -2,7 +2,8 @@
 //! three-process cluster, so the harness cannot rot. The full benchmark is not a test.
 //!
 //! Needs Postgres on 127.0.0.1:5432 and a nats-server ≥ 2.10 (see README.md); fails with a
-//! message saying what to start when either is missing. Uses the debug `differently` binary
+//! message saying what to start when either is missing, and valgrind (the instruction count
+//! runs a small cluster under callgrind), whose absence fails it saying what to install. Uses the debug `differently` binary
 //! from this workspace's target directory, building it when it is missing.
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
@@ -118,11 +119,32 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
             .unwrap_or_else(|| panic!("{key} not measured:\n{table}"));
         assert!(v >= 1.0, "{key} = {v} per session:\n{table}");
     }
-    for key in [
-        "structure.roundTrips",
-        "structure.commits",
-        "structure.instructions",
-    ] {
+    // Instructions are counted on every machine (callgrind; valgrind is required, and a run
+    // without it fails its preflight saying what to install): every process that takes part
+    // in a session executes some, and the leader API, which takes no part, about none.
+    let counted = report
+        .phases
+        .instructions
+        .as_ref()
+        .unwrap_or_else(|| panic!("no instruction phase:\n{table}"));
+    assert_eq!(
+        counted.sessions, report.plan.instruction_sessions as u64,
+        "{table}"
+    );
+    for who in ["api", "scheduler", "worker"] {
+        let p = counted
+            .processes
+            .iter()
+            .find(|p| p.process == who)
+            .unwrap_or_else(|| panic!("no instruction count for {who}:\n{table}"));
+        assert!(p.window > 0 && p.per_session > 0.0, "{p:?}\n{table}");
+    }
+    let instructions = per("structure.instructions")
+        .value
+        .unwrap_or_else(|| panic!("structure.instructions not measured:\n{table}"));
+    assert!(instructions >= 1e5, "{instructions} per session:\n{table}");
+    assert!(table.contains("Instructions per session"), "{table}");
+    for key in ["structure.roundTrips", "structure.commits"] {
         let f = per(key);
         match f.value {
             Some(v) => assert!(v >= 1.0, "{key} = {v} per session:\n{table}"),

@@ -90,6 +90,7 @@ fn main() -> ExitCode {
             database_max_connections: 8,
             extra_capabilities: Vec::new(),
             pool_lines: String::new(),
+            wrapper: Vec::new(),
             log_level: a.log_level,
         },
     };

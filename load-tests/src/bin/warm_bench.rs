@@ -397,6 +397,7 @@ async fn start(
         log_level: a.log_level.clone(),
         extra_capabilities: vec!["warm".to_owned()],
         pool_lines,
+        wrapper: Vec::new(),
     })
     .await
 }

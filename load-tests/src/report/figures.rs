@@ -373,5 +373,23 @@ pub fn figures(plan: &Plan, b: &Baselines, p: &Phases) -> Vec<Figure> {
         Some(DEV_RSS_TARGET_KIB / 1024.0),
         Some(format!("after {} ms idle", p.dev.idle_millis)),
     );
+    let counted = p.instructions.as_ref();
+    f.add(
+        "instructions.perSession",
+        "instructions per session, our processes (callgrind)",
+        counted.map(|i| i.per_session),
+        "instructions",
+        "itself",
+        counted.map(|i| i.per_session),
+        Some(counted.map_or_else(
+            || "not measured: skipped (--instruction-sessions 0)".to_owned(),
+            |i| {
+                format!(
+                    "{} sessions at {}/s under callgrind, idle work taken out",
+                    i.sessions, i.rate
+                )
+            },
+        )),
+    );
     v
 }

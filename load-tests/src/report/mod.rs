@@ -62,6 +62,7 @@ pub const REQUIRED_FIGURES: &[&str] = &[
     "rss.scheduler.load",
     "rss.worker.load",
     "rss.dev.idle",
+    "instructions.perSession",
 ];
 
 /// Raw baselines of the run.
@@ -179,6 +180,10 @@ pub struct Phases {
     /// Round trips, commits, messages and instructions per fixed-rate session (issue #47).
     #[serde(default)]
     pub structure: crate::structure::Structure,
+    /// Instructions per session of each of our processes, counted under callgrind in a
+    /// low-rate phase of its own; `None` when skipped (`--instruction-sessions 0`).
+    #[serde(default)]
+    pub instructions: Option<crate::instructions::Instructions>,
 }
 
 /// One offered rate of the sweep: what the sessions saw and what they cost.

@@ -173,6 +173,9 @@ impl Report {
             ));
         }
         out.push_str(&fr.structure.render());
+        if let Some(i) = &fr.instructions {
+            out.push_str(&i.render());
+        }
         for (name, act) in acts {
             if act.is_empty() {
                 continue;
