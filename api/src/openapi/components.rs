@@ -110,7 +110,10 @@ fn derived() -> Derived {
         .add::<StatusEvent>("StatusEvent")
         .add::<Credentials>("EventCredentials")
         .add::<crate::error::ErrorBody>("Error")
-        .add::<crate::Health>("Health");
+        .add::<crate::Health>("Health")
+        .add::<crate::routes::trust::TrustReport>("TrustReport")
+        .add::<crate::routes::pools::PoolInfo>("Pool")
+        .add::<crate::routes::event_schemas::SchemaList>("EventSchemaList");
     // The store's records as the admin and webhook routes serve them.
     d.add::<AuditEvent>("AuditEvent")
         .add::<Problem>("AuditProblem")
@@ -131,7 +134,8 @@ fn derived() -> Derived {
         .add::<Page<AuditEvent>>("AuditList")
         .add::<Page<SecretInfo>>("SecretList")
         .add::<Page<Webhook>>("WebhookList")
-        .add::<Page<Delivery>>("WebhookDeliveryList");
+        .add::<Page<Delivery>>("WebhookDeliveryList")
+        .add::<crate::routes::pools::PoolList>("PoolList");
     d
 }
 

@@ -366,6 +366,7 @@ fn bodies() -> Vec<Fact> {
     .chain(webhook_bodies())
     .chain(answers())
     .chain(records())
+    .chain(trust_report())
     .collect()
 }
 
@@ -515,6 +516,32 @@ fn records() -> Vec<Fact> {
         f.push(at("Verification", &format!("/properties/{n}"), count()));
     }
     f
+}
+
+/// `routes::pools` and `routes::trust`: what serde cannot say of the pools as served.
+fn trust_report() -> Vec<Fact> {
+    let pool = |field: &str| format!("/properties/pools/items/properties/{field}");
+    vec![
+        at("Pool", "/properties/backendVersion", backend_version()),
+        at("TrustReport", &pool("backendVersion"), backend_version()),
+        at(
+            "TrustReport",
+            &pool("credentials/items/properties/kind"),
+            json!({ "enum": ["env", "file", "secret", "inline"] }),
+        ),
+        at(
+            "TrustReport",
+            "/properties/externalPlacements/items/properties/sandboxes",
+            json!({ "minimum": 0 }),
+        ),
+    ]
+}
+
+/// A pool's `backendVersion` (`routes::pools::Backend`), in the pools admin and the trust
+/// report.
+fn backend_version() -> Value {
+    json!({ "description": "The backend version this API process's adapter last detected; \
+        null before its first call or when the backend does not say." })
 }
 
 /// `routes::webhooks`: what create and patch accept.

@@ -35,22 +35,31 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-/// A pool as served: its record, live health and slots in use.
-#[derive(Serialize)]
+/// A pool as served: its record, live health and slots in use (the document's `Pool`).
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct PoolInfo {
+pub(crate) struct PoolInfo {
     #[serde(skip)]
     record: PoolRecord,
     /// The record's fields as served ([`served_record`]).
     #[serde(flatten)]
+    #[schema(value_type = PoolRecord)]
     served: serde_json::Value,
     capabilities: Vec<String>,
-    #[serde(flatten)]
-    backend: Backend,
+    /// [`Backend`]'s fields, each where the document has always listed it (a flattened
+    /// `Backend` would come before `capabilities`).
+    #[schema(required)]
+    backend_version: Option<String>,
+    verified: VerifiedStatus,
+    verified_basis: String,
     healthy: bool,
+    #[schema(required)]
     health: Option<PoolHealth>,
     used_slots: u32,
 }
+
+/// `GET /v1/admin/pools`: every pool in one page (the document's `PoolList`).
+pub(crate) type PoolList = crate::requests::page::Page<PoolInfo>;
 
 /// What this process's adapter knows of a pool's backend: the version it detected and how
 /// far the adapter is verified against it. Served by the pools admin and the trust report.
@@ -114,16 +123,19 @@ async fn pool_infos(state: &AppState) -> ApiResult<Vec<PoolInfo>> {
         .into_iter()
         .map(|record| {
             let live = state.pools.get(&record.name);
+            let backend = Backend::of(
+                state,
+                &record,
+                health.iter().find(|h| h.name == record.name),
+            );
             PoolInfo {
                 capabilities: live
                     .as_ref()
                     .map(|p| differently_core::capability::names(&p.adapter.capabilities()))
                     .unwrap_or_default(),
-                backend: Backend::of(
-                    state,
-                    &record,
-                    health.iter().find(|h| h.name == record.name),
-                ),
+                backend_version: backend.backend_version,
+                verified: backend.verified,
+                verified_basis: backend.verified_basis,
                 healthy: live.as_ref().is_some_and(|p| p.healthy()),
                 health: served_health(&health, &record.name),
                 used_slots: used.get(&record.name).copied().unwrap_or(0),
@@ -260,14 +272,12 @@ async fn create_pool_now(
     Ok((StatusCode::CREATED, Json(served_record(&record))))
 }
 
-async fn list_pools(
-    State(state): State<AppState>,
-    p: Principal,
-) -> ApiResult<Json<serde_json::Value>> {
+async fn list_pools(State(state): State<AppState>, p: Principal) -> ApiResult<Json<PoolList>> {
     require_admin(&p)?;
-    Ok(Json(
-        serde_json::json!({ "items": pool_infos(&state).await?, "nextCursor": null }),
-    ))
+    Ok(Json(PoolList {
+        items: pool_infos(&state).await?,
+        next_cursor: None,
+    }))
 }
 
 async fn find_pool(state: &AppState, name: &str) -> ApiResult<PoolRecord> {

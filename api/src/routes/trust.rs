@@ -22,8 +22,8 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/admin/trust-report", get(report))
 }
 
-/// The whole report.
-#[derive(Serialize)]
+/// The whole report: the document's `TrustReport`.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrustReport {
     generated_at: DateTime<Utc>,
@@ -36,34 +36,40 @@ pub struct TrustReport {
 }
 
 /// One pool as the operator declared it and as its workers last saw it.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct PoolEntry {
     name: String,
     kind: String,
     trust: Trust,
+    #[schema(required)]
     region: Option<String>,
     /// Declared, not verified; `undeclared` when the operator said nothing. For devhost what
     /// its commands run under: `bwrap` or `none`.
     isolation: String,
     egress: String,
+    #[schema(required)]
     endpoint: Option<String>,
     /// How each credential is referenced, with its fingerprint; never a value.
     credentials: Vec<CredentialEntry>,
     source: differently_core::pool::PoolSource,
     healthy: bool,
+    #[schema(required)]
     health: Option<PoolHealth>,
-    /// The backend version detected and how far its adapter is verified against it.
-    #[serde(flatten)]
-    backend: super::pools::Backend,
     /// Warm capacity: instances created ahead of any tenant, per class, which use the
     /// backend (and, on a billed provider, cost) while they wait.
     warm: Vec<super::warm::ServedClass>,
+    /// The backend version detected and how far its adapter is verified against it
+    /// ([`super::pools::Backend`]'s fields, where the document has always listed them).
+    #[schema(required)]
+    backend_version: Option<String>,
+    verified: differently_core::pool::VerifiedStatus,
+    verified_basis: String,
 }
 
 /// One credential of a pool: the reference, which value is in place (fingerprint), and for
 /// a stored secret who last changed it and when.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct CredentialEntry {
     /// `env`, `file`, `secret`, or `inline` (a value written into the settings).
@@ -73,30 +79,38 @@ struct CredentialEntry {
     /// `env:NAME`, `file:PATH`, `secret:NAME` or `inline:SETTING`.
     reference: String,
     /// The environment variable, file path or secret name.
+    #[schema(required)]
     name: Option<String>,
     /// `sha256:<16 hex>` of the value in use, surrounding whitespace removed for env and file
     /// (as adapters read them). Env and file values are read by this API process: workers
     /// with a different environment or mount may differ.
+    #[schema(required)]
     fingerprint: Option<String>,
     /// Stored secrets: who last set it (`key:<id>`).
+    #[schema(required)]
     updated_by: Option<String>,
     /// Stored secrets: when it was last set; files: when the file last changed.
+    #[schema(required)]
     updated_at: Option<DateTime<Utc>>,
     /// Why there is no fingerprint (unset, unreadable, not stored, inline).
+    #[schema(required)]
     problem: Option<String>,
 }
 
 /// Sandboxes of one organization placed on one external pool.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct ExternalPlacement {
     org_id: String,
+    #[schema(required)]
     org_name: Option<String>,
     pool: String,
     sandboxes: u64,
     first_at: DateTime<Utc>,
     last_at: DateTime<Utc>,
-    /// The effective policy the latest of them was placed under.
+    /// The effective policy the latest of them was placed under (as its placement
+    /// explanation stored it).
+    #[schema(required, value_type = Option<differently_core::policy::EffectivePolicy>)]
     policy: Option<Value>,
 }
 
@@ -261,20 +275,26 @@ async fn report(State(state): State<AppState>, p: Principal) -> ApiResult<Json<T
     let secrets = state.store.list_secrets().await?;
     let mut pools: Vec<PoolEntry> = records
         .iter()
-        .map(|r| PoolEntry {
-            name: r.name.clone(),
-            kind: r.kind.clone(),
-            trust: r.trust,
-            region: r.region.clone(),
-            isolation: isolation(r),
-            egress: egress(r),
-            endpoint: endpoint(&r.settings),
-            credentials: credentials(&r.settings),
-            source: r.source,
-            healthy: state.pools.get(&r.name).is_some_and(|p| p.healthy()),
-            health: super::pools::served_health(&health, &r.name),
-            backend: super::pools::Backend::of(&state, r, health.iter().find(|h| h.name == r.name)),
-            warm: Vec::new(),
+        .map(|r| {
+            let backend =
+                super::pools::Backend::of(&state, r, health.iter().find(|h| h.name == r.name));
+            PoolEntry {
+                name: r.name.clone(),
+                kind: r.kind.clone(),
+                trust: r.trust,
+                region: r.region.clone(),
+                isolation: isolation(r),
+                egress: egress(r),
+                endpoint: endpoint(&r.settings),
+                credentials: credentials(&r.settings),
+                source: r.source,
+                healthy: state.pools.get(&r.name).is_some_and(|p| p.healthy()),
+                health: super::pools::served_health(&health, &r.name),
+                warm: Vec::new(),
+                backend_version: backend.backend_version,
+                verified: backend.verified,
+                verified_basis: backend.verified_basis,
+            }
         })
         .collect();
     for p in &mut pools {
