@@ -104,3 +104,36 @@ fn secret_value(body: &Bytes) -> ApiResult<String> {
     }
     Ok(req.value)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(body: &str) -> Result<String, String> {
+        secret_value(&Bytes::from(body.to_owned())).map_err(|e| e.message)
+    }
+
+    /// The body is read into `SecretRequest`; every refusal is one of three fixed messages,
+    /// none quoting what was sent.
+    #[test]
+    fn a_secret_body_is_one_non_empty_string_value() {
+        assert_eq!(message(r#"{"value":"s3cr3t"}"#), Ok("s3cr3t".to_owned()));
+        let required = Err("value: a non-empty string is required".to_owned());
+        for body in [
+            r#"{"value":""}"#,
+            r#"{"value":7}"#,
+            "{}",
+            r#"{"value":null}"#,
+        ] {
+            assert_eq!(message(body), required, "{body}");
+        }
+        assert_eq!(
+            message(r#"{"value":"s3cr3t","extra":1}"#),
+            Err("only the field value is accepted".to_owned())
+        );
+        assert_eq!(
+            message(r#"["s3cr3t"]"#),
+            Err("expected a JSON body {\"value\": \"…\"}".to_owned())
+        );
+    }
+}
