@@ -478,6 +478,23 @@ pub trait WebhookStore: Send + Sync {
     /// ([`Webhook::wants`]).
     async fn enabled_webhooks(&self, project: &ProjectId) -> Result<Vec<Webhook>, StoreError>;
 
+    /// The enabled webhooks of every project in `projects`, in id order: the fan-out reads
+    /// them in one round trip for a whole batch of events, whatever projects they come from
+    /// (issue #47: a read per project and batch was 2.8 statements per sandbox). The default
+    /// asks [`WebhookStore::enabled_webhooks`] per project.
+    async fn enabled_webhooks_of(
+        &self,
+        projects: &[ProjectId],
+    ) -> Result<Vec<Webhook>, StoreError> {
+        let mut all = Vec::new();
+        for p in projects {
+            all.extend(self.enabled_webhooks(p).await?);
+        }
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all.dedup_by(|a, b| a.id == b.id);
+        Ok(all)
+    }
+
     /// Creates deliveries due now, skipping any whose (webhook, event) pair already exists,
     /// so an event handed over twice is still delivered once per webhook. Returns how many
     /// were created.

@@ -93,8 +93,14 @@ pub struct Deliverer {
     pub config: DeliveryConfig,
 }
 
-/// Public events fanned out together at most: what one fetch brought (`next_buffered`).
+/// Public events fanned out together at most.
 const FAN_BATCH: usize = 32;
+
+/// How long the fan-out gathers a batch after its first event (issue #47). A batch costs one
+/// read of the webhooks of all its projects, so events read one by one cost a round trip
+/// each; under load this gathers the events of tens of sessions into one. A delivery waits
+/// this much longer, next to the dispatcher's poll (`DeliveryConfig::poll`, 500 ms).
+const FAN_GATHER: Duration = Duration::from_millis(20);
 
 /// A `whd_…` id.
 fn delivery_id() -> String {
@@ -140,14 +146,29 @@ impl Deliverer {
                     continue;
                 }
             };
-            // What arrived with it goes in the same batch: an exec's two events come together.
+            // What arrives within `FAN_GATHER` goes in the same batch: an exec's two events,
+            // and under load the events of many sessions.
             let mut batch = vec![msg];
+            let until = tokio::time::Instant::now() + FAN_GATHER;
             while batch.len() < FAN_BATCH {
-                match pull.next_buffered().await {
+                let buffered = match pull.next_buffered().await {
+                    Ok(None) => {
+                        let left = until.saturating_duration_since(tokio::time::Instant::now());
+                        if left.is_zero() {
+                            break;
+                        }
+                        tokio::select! {
+                            n = pull.next(left) => n,
+                            _ = stop.changed() => break,
+                        }
+                    }
+                    other => other,
+                };
+                match buffered {
                     Ok(Some(m)) => batch.push(m),
                     Ok(None) => break,
                     Err(e) => {
-                        tracing::debug!(error = %e, "webhooks: a buffered event could not be taken; it is read again later");
+                        tracing::debug!(error = %e, "webhooks: a further event could not be taken; it is read again later");
                         break;
                     }
                 }
@@ -176,8 +197,9 @@ impl Deliverer {
     }
 
     /// The deliveries of a batch of public events: for each event, one per enabled webhook
-    /// of its project that wants its type and existed when it happened. Each project's
-    /// webhooks are read once for the batch, and all its deliveries are written together.
+    /// of its project that wants its type and existed when it happened. The webhooks of all
+    /// the batch's projects are read in one statement, and all its deliveries are written
+    /// together.
     /// `Err`: the store failed and nothing may be acked (every event is read again; the
     /// unique (webhook, event) pair makes the rows already written no-ops). `Ok` holds one
     /// answer per payload, in order: `Err` with why for one that is not a public event
@@ -190,21 +212,26 @@ impl Deliverer {
             .iter()
             .map(|p| differently_bus::decode_public("webhooks", p).map_err(|e| e.to_string()))
             .collect();
-        let mut hooks_of: Vec<(ProjectId, Vec<Webhook>)> = Vec::new();
+        let mut projects: Vec<ProjectId> = Vec::new();
+        for event in events.iter().flatten() {
+            if !projects.contains(&event.project_id) {
+                projects.push(event.project_id.clone());
+            }
+        }
+        let hooks: Vec<Webhook> = if projects.is_empty() {
+            Vec::new()
+        } else {
+            self.store.enabled_webhooks_of(&projects).await?
+        };
         let mut items: Vec<NewDelivery> = Vec::new();
         for (payload, event) in payloads.iter().zip(&events) {
             let Ok(event) = event else { continue };
-            let at = match hooks_of.iter().position(|(p, _)| *p == event.project_id) {
-                Some(at) => at,
-                None => {
-                    let hooks = self.store.enabled_webhooks(&event.project_id).await?;
-                    hooks_of.push((event.project_id.clone(), hooks));
-                    hooks_of.len() - 1
-                }
-            };
             let ty = event.event_type();
-            let mut wanting = hooks_of[at].1.iter().filter(|h| {
-                h.org_id == event.org_id && h.created_at <= event.time && h.wants(ty.as_str())
+            let mut wanting = hooks.iter().filter(|h| {
+                h.project_id == event.project_id
+                    && h.org_id == event.org_id
+                    && h.created_at <= event.time
+                    && h.wants(ty.as_str())
             });
             // Most events have no webhook: their body is not copied.
             let Some(first) = wanting.next() else {

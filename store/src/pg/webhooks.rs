@@ -293,6 +293,24 @@ impl WebhookStore for PgStore {
         rows.iter().map(hook_of).collect()
     }
 
+    async fn enabled_webhooks_of(
+        &self,
+        projects: &[ProjectId],
+    ) -> Result<Vec<Webhook>, StoreError> {
+        if projects.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = projects.iter().map(ProjectId::as_str).collect();
+        // `webhooks_project_idx` (partial, `WHERE enabled`) answers each project.
+        let rows = sqlx::query(&format!(
+            "SELECT {HOOK_COLUMNS} FROM webhooks WHERE project_id = ANY($1) AND enabled ORDER BY id"
+        ))
+        .bind(&ids)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(hook_of).collect()
+    }
+
     async fn enqueue_deliveries(
         &self,
         items: &[NewDelivery],

@@ -187,6 +187,12 @@ pub async fn webhooks_are_stored_scoped_patched_and_deleted_with_audit(env: &Env
     // Every enabled webhook of the project, whatever it filters on (the fan-out matches).
     assert_eq!(s.enabled_webhooks(&p1.id).await.unwrap(), vec![a.clone()]);
     assert_eq!(s.enabled_webhooks(&p2.id).await.unwrap(), vec![b.clone()]);
+    // Several projects in one read (the fan-out's batch), in id order, each webhook once.
+    let mut both = vec![a.clone(), b.clone()];
+    both.sort_by(|x, y| x.id.cmp(&y.id));
+    let projects = [p2.id.clone(), p1.id.clone(), p2.id.clone()];
+    assert_eq!(s.enabled_webhooks_of(&projects).await.unwrap(), both);
+    assert!(s.enabled_webhooks_of(&[]).await.unwrap().is_empty());
 
     // Filters: an empty list takes every type.
     assert_eq!(
@@ -219,6 +225,12 @@ pub async fn webhooks_are_stored_scoped_patched_and_deleted_with_audit(env: &Env
     assert_eq!(patched.description, None);
     assert!(!patched.enabled && patched.disabled_reason.is_some());
     assert!(s.enabled_webhooks(&p1.id).await.unwrap().is_empty());
+    assert_eq!(
+        s.enabled_webhooks_of(&[p1.id.clone(), p2.id.clone()])
+            .await
+            .unwrap(),
+        vec![b.clone()]
+    );
     assert_eq!(patched.event_types, vec!["sandbox.status".to_owned()]);
     assert!(wanting(s, &p1.id, "sandbox.status")
         .await
