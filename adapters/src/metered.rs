@@ -215,6 +215,11 @@ metered_adapter! {
         metered "pty" => fn pty(
             at: &InstanceRef, req: &PtyRequest, input: mpsc::Receiver<PtyInput>, out: mpsc::Sender<Bytes>
         ) -> ExecExit;
+        metered "process" => fn process(
+            at: &InstanceRef, spec: &crate::process::ProcessSpec,
+            input: mpsc::Receiver<crate::process::ProcessInput>, out: mpsc::Sender<ExecEvent>,
+            go: GoAhead
+        ) -> ExecExit;
         metered "upload" => fn upload(
             at: &InstanceRef, path: &str, mode: Option<u32>, body: ByteStream
         ) -> ();

@@ -175,6 +175,7 @@ const LIFECYCLE_ANSWERS: [Answer; 2] = [Answer::Json(200, "Sandbox"), Answer::Js
 const DATA_PLANE_ERRORS: [u16; 3] = [409, 501, 503];
 /// Exec: a data-plane call whose request can also be well-formed but unacceptable (422).
 const EXEC_ERRORS: [u16; 4] = [409, 422, 501, 503];
+const PROCESS_START_ERRORS: [u16; 5] = [409, 422, 429, 501, 503];
 
 /// Query of `openPty`.
 const PTY_QUERY: [Param; 6] = [
@@ -209,6 +210,7 @@ pub(super) fn catalogue() -> Vec<Op> {
     let read = Access::Scope(Scope::SandboxesRead);
     let write = Access::Scope(Scope::SandboxesWrite);
     let exec = Access::Scope(Scope::SandboxesExec);
+    let exec_or_read = Access::EitherScope(Scope::SandboxesExec, Scope::SandboxesRead);
     let files_read = Access::Scope(Scope::FilesRead);
     let files_write = Access::Scope(Scope::FilesWrite);
     vec![
@@ -258,6 +260,49 @@ pub(super) fn catalogue() -> Vec<Op> {
             .body(Body::Json("ExecRequest"))
             .answers(&[Answer::Stream("SSE `stdout`/`stderr`/`exit`/`error` events; with `Accept: application/vnd.differently.exec-stream`, binary frames (8-byte header: type, 3 zero bytes, u32 BE length; 1 stdout, 2 stderr, 3 exit JSON, 4 error JSON, 0 heartbeat).")])
             .errors(&EXEC_ERRORS),
+        op("post", "/v1/sandboxes/{id}/processes", "startProcess", "data plane", exec,
+            "Start a background process: it outlives this request and is attached to, fed stdin and signalled by pid (docs/processes.md).")
+            .body(Body::Json("StartProcess"))
+            .answers(&[Json(201, "Process")])
+            .errors(&PROCESS_START_ERRORS),
+        op("get", "/v1/sandboxes/{id}/processes", "listProcesses", "data plane", exec_or_read,
+            "This sandbox's processes, running and recently ended, newest first.")
+            .query(&[("status", "string", "Only processes in this state.")])
+            .answers(&[Json(200, "ProcessList")])
+            .errors(&[422, 503]),
+        op("get", "/v1/sandboxes/{id}/processes/{pid}", "getProcess", "data plane", exec_or_read,
+            "One process.")
+            .answers(&[Json(200, "Process")])
+            .errors(&[503]),
+        op("delete", "/v1/sandboxes/{id}/processes/{pid}", "killProcess", "data plane", exec,
+            "Kill a process (`KILL`); an ended one is fine.")
+            .answers(&[Empty(204)])
+            .errors(&[409, 503]),
+        op("get", "/v1/sandboxes/{id}/processes/{pid}/output", "processOutput", "data plane", exec,
+            "Attach to a process's output from byte offset `from`; closing the stream detaches.")
+            .query(&[("from", "integer", "Byte offset of the whole output to start at (SSE events carry the offset after them as `id`)."),
+                ("follow", "boolean", "Stream until the process ends (default); `false`: send what is kept now and close.")])
+            .answers(&[Answer::Stream("SSE `stdout`/`stderr` (with `id:` byte offsets)/`exit`/`error` events; with `Accept: application/vnd.differently.exec-stream`, binary frames as exec/stream's.")])
+            .errors(&[422, 503]),
+        op("post", "/v1/sandboxes/{id}/processes/{pid}/stdin", "writeProcessStdin", "data plane", exec,
+            "Write the raw request body (at most 1 MiB) to the process's stdin.")
+            .body(Body::Bytes)
+            .answers(&[Empty(204)])
+            .errors(&[409, 413, 503]),
+        op("delete", "/v1/sandboxes/{id}/processes/{pid}/stdin", "closeProcessStdin", "data plane", exec,
+            "Close the process's stdin (end of input).")
+            .answers(&[Empty(204)])
+            .errors(&[409, 503]),
+        op("post", "/v1/sandboxes/{id}/processes/{pid}/signal", "signalProcess", "data plane", exec,
+            "Send a signal to the process.")
+            .body(Body::Json("SignalProcess"))
+            .answers(&[Empty(204)])
+            .errors(&[409, 422, 503]),
+        op("post", "/v1/sandboxes/{id}/processes/{pid}/resize", "resizeProcess", "data plane", exec,
+            "Resize a terminal process's terminal.")
+            .body(Body::Json("TerminalSize"))
+            .answers(&[Empty(204)])
+            .errors(&[409, 422, 503]),
         op("get", "/v1/sandboxes/{id}/pty", "openPty", "data plane", exec,
             "Open an interactive terminal (WebSocket; see docs/api.md, Terminal).")
             .query(&PTY_QUERY)

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use differently_core::exec::{ExecRequest, ExecResult};
 use differently_core::policy::{EffectivePolicy, Policy, PoolVerdict};
 use differently_core::pool::{PoolHealth, PoolRecord};
+use differently_core::process::{Process, SignalProcess, StartProcess, TerminalSize};
 use differently_core::sandbox::SandboxView;
 use differently_core::tenancy::{ApiKeyRecord, Org, Project, Quota};
 use differently_core::warm::{WarmClass, WarmClasses};
@@ -72,6 +73,10 @@ fn derived() -> Derived {
         .add::<CreateSandboxRequest>("CreateSandboxRequest")
         .add::<ExecRequest>("ExecRequest")
         .add::<ExecResult>("ExecResult")
+        .add::<StartProcess>("StartProcess")
+        .add::<Process>("Process")
+        .add::<SignalProcess>("SignalProcess")
+        .add::<TerminalSize>("TerminalSize")
         .add::<Org>("Org")
         .add::<Project>("Project")
         .add::<ApiKeyRecord>("Key")
@@ -128,6 +133,7 @@ fn derived() -> Derived {
     // Every list is one page type; its items are the component of their type.
     d.add::<Page<SandboxView>>("SandboxList")
         .add::<Page<SnapshotView>>("SnapshotList")
+        .add::<Page<Process>>("ProcessList")
         .add::<Page<Org>>("OrgList")
         .add::<Page<Project>>("ProjectList")
         .add::<Page<ApiKeyRecord>>("KeyList")

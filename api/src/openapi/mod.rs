@@ -162,6 +162,8 @@ fn path_param_schema(path: &str, name: &str) -> Value {
         (None, "secrets") => {
             json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$" })
         }
+        // The control plane's pid: 32 bits, never 0.
+        (None, "processes") => json!({ "type": "integer", "minimum": 1, "maximum": u32::MAX }),
         (None, "credentials") => {
             json!({ "type": "string", "pattern": "^evc_[0-9A-Za-z]{26}$" })
         }
@@ -196,8 +198,13 @@ fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
         // Opaque: whatever `nextCursor` said. What it is made of is the server's business and
         // may change; one the server did not issue is a 400 naming `cursor`.
         "cursor" => json!({ "type": "string", "minLength": 1 }),
+        "status" if op.id == "listProcesses" => {
+            json!({ "type": "string", "enum": ["running", "exited", "failed"] })
+        }
         "status" => json!({ "type": "string",
             "enum": differently_core::SandboxStatus::ALL.map(wire) }),
+        "from" => json!({ "type": "integer", "minimum": 0, "default": 0 }),
+        "follow" => json!({ "type": "boolean", "default": true }),
         "projectId" => id(differently_core::ProjectId::PREFIX),
         "orgId" => id(differently_core::OrgId::PREFIX),
         // Repeatable (`?label=a=1&label=b=2`): every one must match.
@@ -291,7 +298,7 @@ fn operation(op: &Op, components: &Value) -> Value {
                 // An event stream is text, not one JSON value: its events are named here
                 // with the schema of each event's `data` (`x-events`, as OpenAPI 3.1 has no
                 // way to type the items of a stream).
-                let events = if op.id == "execStream" {
+                let events = if op.id == "execStream" || op.id == "processOutput" {
                     json!({ "stdout": { "type": "string" }, "stderr": { "type": "string" },
                             "exit": reference("ExecExit"), "error": reference("StreamError") })
                 } else {

@@ -28,6 +28,7 @@ use crate::processes::ask::{Answer, Ask, READ_PAGE_BYTES};
 use crate::processes::entry::{Ending as ProcessEnding, Stream};
 use crate::processes::{self, ask_pid, parse_pid, refusal};
 use crate::requests::body::parse_json;
+use crate::requests::page::Page;
 use crate::AppState;
 
 /// Largest stdin write accepted in one call.
@@ -106,7 +107,7 @@ async fn list(
     p: Principal,
     Path(id): Path<String>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Page<Process>>> {
     require_read(&p)?;
     let status = match q.status.as_deref() {
         None => None,
@@ -124,7 +125,11 @@ async fn list(
     if let Some(s) = status {
         items.retain(|x| x.status == s);
     }
-    Ok(Json(json!({ "items": items })))
+    // Every process is on one page: a sandbox has few (64 running per API process).
+    Ok(Json(Page {
+        items,
+        next_cursor: None,
+    }))
 }
 
 async fn get_one(

@@ -102,6 +102,7 @@ mod opensandbox_facade_pty;
 mod opensandbox_live;
 mod placement;
 mod plugin;
+mod processes;
 mod pty;
 mod quota;
 mod readme;
