@@ -178,6 +178,54 @@ impl DevhostAdapter {
         }
     }
 
+    /// Spawns `program args` (env cleared to `env`) in a process group of its own, recorded for
+    /// pause and delete and killed if the returned guard drops armed, with stdout and stderr
+    /// piped. `Ok(Err((code, why)))`: the program is not there to run, as a shell reports it
+    /// (127 not found, 126 not runnable).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn spawn_group(
+        &self,
+        at: &InstanceRef,
+        sandbox_dir: &Path,
+        cwd: &Path,
+        program: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        stdin: Stdio,
+    ) -> Result<Result<(tokio::process::Child, GroupGuard), (i32, &'static str)>, AdapterError>
+    {
+        if let Err(refused) = self.find_program(sandbox_dir, cwd, program, env) {
+            return Ok(Err(refused));
+        }
+        let mut cmd = self.command(sandbox_dir, cwd, program, args);
+        cmd.env_clear()
+            .envs(env)
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return match e.kind() {
+                    io::ErrorKind::NotFound => Ok(Err((127, "command not found"))),
+                    io::ErrorKind::PermissionDenied => Ok(Err((126, "permission denied"))),
+                    _ => Err(io_err(&format!("spawn {program}"), e)),
+                }
+            }
+        };
+        // Kills the group if the caller's future is dropped (it went away) before the end.
+        let guard = GroupGuard {
+            pgid: child.id(),
+            armed: true,
+        };
+        if let Some(pgid) = child.id() {
+            self.record_group(&at.sandbox_id, pgid).await;
+        }
+        Ok(Ok((child, guard)))
+    }
+
     /// Runs one command, sending its output to `out`; see the module docs.
     pub(super) async fn run(
         &self,
@@ -193,35 +241,17 @@ impl DevhostAdapter {
         let stdin = stdin_bytes(req)?;
 
         let env = self.command_env(&sandbox_dir, &tag, &req.env);
-        if let Err((code, why)) = self.find_program(&sandbox_dir, &cwd, program, &env) {
-            let msg = format!("devhost: {program}: {why}\n");
-            let _ = out.send(ExecEvent::Stderr(Bytes::from(msg))).await;
-            return Ok(ExecExit {
-                exit_code: code,
-                duration_ms: millis(started.elapsed()),
-            });
-        }
-        let mut cmd = self.command(&sandbox_dir, &cwd, program, args);
-        cmd.env_clear()
-            .envs(&env)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                let (code, why) = match e.kind() {
-                    io::ErrorKind::NotFound => (127, "command not found"),
-                    io::ErrorKind::PermissionDenied => (126, "permission denied"),
-                    _ => return Err(io_err(&format!("spawn {program}"), e)),
-                };
+        let stdio = if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        };
+        let (mut child, mut guard) = match self
+            .spawn_group(at, &sandbox_dir, &cwd, program, args, &env, stdio)
+            .await?
+        {
+            Ok(spawned) => spawned,
+            Err((code, why)) => {
                 let msg = format!("devhost: {program}: {why}\n");
                 let _ = out.send(ExecEvent::Stderr(Bytes::from(msg))).await;
                 return Ok(ExecExit {
@@ -230,14 +260,6 @@ impl DevhostAdapter {
                 });
             }
         };
-        // Kills the group if this future is dropped (the caller went away) before the end.
-        let mut guard = GroupGuard {
-            pgid: child.id(),
-            armed: true,
-        };
-        if let Some(pgid) = child.id() {
-            self.record_group(&at.sandbox_id, pgid).await;
-        }
 
         if let (Some(mut pipe), Some(input)) = (child.stdin.take(), stdin) {
             tokio::spawn(async move {
@@ -369,14 +391,8 @@ pub(super) struct GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if let (true, Some(pgid)) = (self.armed, self.pgid) {
-            // Synchronous spawn: drop cannot await. `kill(1)` because this crate forbids
-            // `unsafe` and so cannot call `kill(2)` itself.
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pgid}")])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn();
+            // kill(2) on the group through rustix: synchronous, as drop must be.
+            local_pty::signal_group(pgid, PtySignal::Kill);
         }
     }
 }

@@ -31,6 +31,10 @@
 //! killed by signal N is 128+N. `exec` (not streamed) keeps 1 MiB of each stream and sets the
 //! `…Truncated` flag beyond it.
 //!
+//! A background process (`process`) is the same command with its stdin a pipe fed while it
+//! runs (`exec.stdin`; closing it is end of input), its signals sent to its process group,
+//! and no timeout unless it asks for one; a terminal process is the PTY's.
+//!
 //! Every process group started in a sandbox is recorded as `<root>/.run/<sandbox>/<pgid>`, so
 //! `pause` (SIGSTOP to every group), `resume` (SIGCONT) and `delete` (SIGKILL) reach processes
 //! started by another OS process (the API runs commands, a worker pauses them). A paused
@@ -42,6 +46,7 @@
 //! is followed as the sandbox sees it and never out of the directory.
 
 mod exec;
+mod process;
 mod pty;
 
 use exec::*;
@@ -432,6 +437,8 @@ impl Adapter for DevhostAdapter {
         let mut caps = vec![
             Capability::Exec,
             Capability::ExecStream,
+            // A background process's stdin is a pipe fed while it runs (`process`).
+            Capability::ExecStdin,
             Capability::Files,
             Capability::LifecyclePause,
             Capability::Snapshots,
@@ -565,6 +572,17 @@ impl Adapter for DevhostAdapter {
         out: mpsc::Sender<Bytes>,
     ) -> Result<ExecExit, AdapterError> {
         self.run_pty(at, req, input, out).await
+    }
+
+    async fn process(
+        &self,
+        at: &InstanceRef,
+        spec: &crate::process::ProcessSpec,
+        input: mpsc::Receiver<crate::process::ProcessInput>,
+        out: mpsc::Sender<ExecEvent>,
+        go: crate::go_ahead::GoAhead,
+    ) -> Result<ExecExit, AdapterError> {
+        self.run_process(at, spec, input, out, go).await
     }
 
     async fn upload(

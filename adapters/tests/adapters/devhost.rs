@@ -1,6 +1,6 @@
 //! The devhost adapter against real processes and files on this host: its lifecycle and exec
-//! here; the rest of its data plane (`data_plane`) and running under bubblewrap
-//! (`isolation`) in the submodules.
+//! here; the rest of its data plane (`data_plane`), running under bubblewrap (`isolation`)
+//! and background processes (`process`) in the submodules.
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use crate::{create_req, exec_req};
 
 mod data_plane;
 mod isolation;
+mod process;
 
 /// An adapter (`isolation = "none"`) on a fresh root with one sandbox created in it.
 async fn sandbox() -> (tempfile::TempDir, DevhostAdapter, InstanceRef) {
@@ -117,6 +118,7 @@ async fn lifecycle_dir_tag_idempotent_list_delete() {
         [
             "exec",
             "exec.stream",
+            "exec.stdin",
             "files",
             "lifecycle.pause",
             "snapshots",
