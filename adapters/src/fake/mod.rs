@@ -48,7 +48,8 @@
 //! `from_snapshot` starts from it and records the ref on its `created` line); `ports.expose`
 //! (`https://fake.invalid/<sandbox>/<port>`, expiring as asked, default one hour); `exec.pty`
 //! (a scripted terminal, see `terminal`: echo, `stty size`, `sleep`, `exit N`; ledger line
-//! `exec` with the program name).
+//! `exec` with the program name). Background processes (`process`, see `process`) need
+//! `exec.stream`; with `exec.stdin`, `cat` echoes the stdin it is fed until it is closed.
 //!
 //! `warm` in `capabilities` advertises warm instances: a create with no env is an instance
 //! like any other (same ledger line, same `latencyMs`, `failCreates` and `capacityFull`), and a
@@ -70,6 +71,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 mod ledger;
+mod process;
 mod programs;
 mod state;
 mod terminal;
@@ -530,6 +532,17 @@ impl Adapter for FakeAdapter {
             Ok(terminal::run(req.size, input, out).await)
         })
         .await
+    }
+
+    async fn process(
+        &self,
+        at: &InstanceRef,
+        spec: &crate::process::ProcessSpec,
+        input: mpsc::Receiver<crate::process::ProcessInput>,
+        out: mpsc::Sender<ExecEvent>,
+        go: crate::go_ahead::GoAhead,
+    ) -> Result<ExecExit, AdapterError> {
+        self.run_process(at, spec, input, out, go).await
     }
 
     async fn upload(

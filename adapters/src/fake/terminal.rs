@@ -6,7 +6,8 @@
 //! `echo words…` prints them, `sleep S` waits S seconds (an `INT` signal interrupts it and
 //! prints `^C`), `exit [N]` ends with N (default 0); anything else prints
 //! `fake: command not found: <program>`. A `$ ` prompt follows each command. `TERM`, `HUP`
-//! and `KILL` end it with 128+n; a closed input or output hangs it up (128+1).
+//! and `KILL` end it with 128+n; a closed input or output hangs it up (128+1). ^D (end of
+//! input) on an empty line ends it with 0, as a shell's end of input does.
 
 use std::time::Duration;
 
@@ -16,6 +17,8 @@ use tokio::sync::mpsc;
 use crate::{PtyInput, PtySignal, PtySize};
 
 const PROMPT: &str = "$ ";
+/// ^D: end of input when typed on an empty line.
+const EOT: u8 = 0x04;
 
 /// What ended the terminal.
 enum Stop {
@@ -57,6 +60,13 @@ pub(super) async fn run(
             PtyInput::Stdin(b) => b,
         };
         for &byte in bytes.iter() {
+            if byte == EOT {
+                if line.is_empty() {
+                    return 0;
+                }
+                // Mid-line a terminal would hand the line over unfinished; the script waits.
+                continue;
+            }
             let echo: &[u8] = if byte == b'\n' || byte == b'\r' {
                 b"\r\n"
             } else {
