@@ -6,6 +6,7 @@ mod devhost_pty;
 mod fake;
 mod http;
 mod plugin;
+mod process;
 mod registry;
 
 use std::collections::BTreeMap;
