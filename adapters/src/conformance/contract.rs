@@ -8,7 +8,7 @@ use super::files::Sample;
 use super::lifecycle::Cycle;
 use super::runner::Runner;
 use super::support::{cleanup, dialect, Ctx, Programs, Verb, FAKE, POSIX};
-use super::{exec, files, honesty, lifecycle, optional, stream, Dialect};
+use super::{exec, files, honesty, lifecycle, optional, process, stream, Dialect};
 use crate::{Adapter, Capability, InstanceRef, InstanceState};
 
 /// Every contract check; answers the dialect the exec checks found.
@@ -64,6 +64,7 @@ pub(super) async fn contract_checks(
     } else {
         r.skip("exec.stream", "not declared");
     }
+    process_checks(r, &cx, p, declared).await;
     if has(Capability::Files) {
         let f = Sample::new(&cx);
         r.check("files.upload-download", files::upload_download(&cx, &f))
@@ -136,6 +137,30 @@ async fn exec_checks(r: &mut Runner, cx: &Ctx<'_>, p: &Programs) {
     r.check("exec.stdin", exec::stdin(cx)).await;
     r.check("exec.timeout", exec::timeout(cx)).await;
     r.check("exec.not-found", exec::not_found(cx)).await;
+}
+
+/// Background processes: plain ones on `exec.stream` (with stdin only where `exec.stdin` is
+/// declared, refused otherwise), terminal ones on `exec.pty`.
+async fn process_checks(r: &mut Runner, cx: &Ctx<'_>, p: &Programs, declared: &[Capability]) {
+    let has = |c: Capability| declared.contains(&c);
+    if has(Capability::ExecStream) {
+        r.check("process.output", process::output(cx, p)).await;
+        r.check("process.signal", process::signal(cx)).await;
+        r.check("process.timeout", process::timeout(cx)).await;
+        if has(Capability::ExecStdin) {
+            r.check("process.stdin", process::stdin(cx)).await;
+        } else {
+            r.check("honesty.exec.stdin", process::stdin_refused(cx))
+                .await;
+        }
+    } else {
+        r.skip("process", "exec.stream not declared");
+    }
+    if has(Capability::ExecPty) {
+        r.check("process.pty", process::terminal(cx)).await;
+    } else {
+        r.skip("process.pty", "exec.pty not declared");
+    }
 }
 
 /// The lifecycle capabilities and their round trips.

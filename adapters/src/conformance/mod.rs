@@ -14,6 +14,7 @@ mod files;
 mod honesty;
 mod lifecycle;
 mod optional;
+mod process;
 mod protocol;
 mod runner;
 mod stream;
@@ -292,6 +293,8 @@ mod tests {
         let caps = [
             Capability::Exec,
             Capability::ExecStream,
+            Capability::ExecStdin,
+            Capability::ExecPty,
             Capability::Files,
             Capability::LifecyclePause,
             Capability::LifecycleStop,

@@ -27,6 +27,8 @@ async fn the_fake_adapter_passes_the_conformance_kit() {
     let a = FakeAdapter::new(FakeConfig {
         capabilities: [
             "exec.stream",
+            "exec.stdin",
+            "exec.pty",
             "files",
             "lifecycle.pause",
             "lifecycle.stop",

@@ -1,5 +1,5 @@
 //! Every adapter method against the fake, in both variants where they differ, by concern:
-//! `settings`, `lifecycle`, `exec`, `files` and `pause_snapshots_ports`.
+//! `settings`, `lifecycle`, `exec`, `process`, `files` and `pause_snapshots_ports`.
 
 use crate::fake_server::Variant;
 
@@ -7,6 +7,7 @@ mod exec;
 mod files;
 mod lifecycle;
 mod pause_snapshots_ports;
+mod process;
 mod settings;
 
 /// The two behaviours of the fake (the real server's and the spec's) that most cases run against.

@@ -9,7 +9,7 @@
 //! `{"type":"exit","exit_code":N}` and a close.
 //!
 //! The "shell" is scripted: it echoes input (newline as `\r\n`), answers `stty size`, `echo`,
-//! `sleep S` (SIGINT or a typed ^C interrupts it), `exit N`. The session's command (where the adapter puts argv and env) is
+//! `sleep S` (SIGINT or a typed ^C interrupts it), `exit N`; ^D on an empty line exits 0. The session's command (where the adapter puts argv and env) is
 //! recorded for tests, not run.
 
 use std::collections::HashMap;
@@ -254,6 +254,15 @@ async fn shell(p: St, id: String, mut rx: mpsc::Receiver<ShellIn>) {
             ShellIn::Stdin(b) => b,
         };
         for byte in bytes {
+            if byte == 0x04 {
+                // ^D: end of input on an empty line ends bash (its last status, 0 here);
+                // mid-line the script waits for the rest.
+                if line.is_empty() {
+                    write(&p, &id, b"exit\r\n");
+                    return finish(&p, &id, 0);
+                }
+                continue;
+            }
             if byte == 0x03 {
                 // ^C: the line discipline's SIGINT to the foreground job.
                 line.clear();
