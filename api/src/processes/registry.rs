@@ -248,3 +248,96 @@ async fn send(e: &Entry, input: ProcessInput, what: &str) -> Answer {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use differently_core::process::{Process, ProcessStatus};
+    use differently_core::SandboxId;
+
+    use super::super::entry::Ending;
+    use super::*;
+
+    const SBX: &str = "sbx_01jd0000000000000000000000";
+
+    fn running(pid: u32, sandbox: &str) -> Arc<Entry> {
+        let view = Process {
+            pid,
+            sandbox_id: sandbox.to_owned(),
+            command: vec!["sleep".into()],
+            cwd: None,
+            tag: None,
+            pty: false,
+            stdin_open: false,
+            status: ProcessStatus::Running,
+            exit_code: None,
+            error: None,
+            started_at: Utc::now(),
+            ended_at: None,
+            output_bytes: 0,
+            output_dropped: 0,
+        };
+        Entry::new(SandboxId::parse(sandbox).expect("id"), view, None)
+    }
+
+    #[test]
+    fn pids_carry_the_slot_and_are_never_zero() {
+        let r = Registry::new(SLOTS);
+        let pid = r.admit(SBX).expect("room");
+        assert_eq!(slot_of(pid), SLOTS);
+        assert_ne!(pid & ((1 << SLOT_SHIFT) - 1), 0);
+        let r = Registry::new(1);
+        assert_eq!(slot_of(r.admit(SBX).expect("room")), 1);
+    }
+
+    #[test]
+    fn a_sandbox_runs_at_most_its_share_and_ended_ones_make_room() {
+        let r = Registry::new(7);
+        let mut first = None;
+        for _ in 0..MAX_RUNNING_PER_SANDBOX {
+            let pid = r.admit(SBX).expect("room");
+            first.get_or_insert(pid);
+            r.insert(running(pid, SBX));
+        }
+        assert_eq!(r.admit(SBX), Err(Full::Sandbox(SBX.into())));
+        // Another sandbox is not held back by this one.
+        assert!(r.admit("sbx_01jd0000000000000000000001").is_ok());
+        let first = first.expect("one was started");
+        r.get(SBX, first).expect("held").end(Ending::Exit {
+            exit_code: 0,
+            duration_ms: 1,
+        });
+        assert!(r.admit(SBX).is_ok(), "an ended process frees its place");
+    }
+
+    #[tokio::test]
+    async fn answers_are_only_about_the_sandbox_asked_for() {
+        let r = Registry::new(3);
+        let pid = r.admit(SBX).expect("room");
+        r.insert(running(pid, SBX));
+        let other = "sbx_01jd0000000000000000000009".to_owned();
+        let ask = Ask::Get {
+            sandbox: other.clone(),
+            pid,
+        };
+        assert_eq!(r.answer(ask).await, Answer::NotFound);
+        let ask = Ask::Signal {
+            sandbox: other,
+            pid,
+            signal: ProcessSignal::Kill,
+        };
+        assert_eq!(r.answer(ask).await, Answer::NotFound);
+        // Stdin to a process started without it is a conflict, never delivered.
+        let ask = Ask::Stdin {
+            sandbox: SBX.into(),
+            pid,
+            bytes: b"x".to_vec(),
+        };
+        assert!(matches!(r.answer(ask).await, Answer::Conflict { .. }));
+        let listed = r
+            .answer(Ask::List {
+                sandbox: SBX.into(),
+            })
+            .await;
+        assert!(matches!(listed, Answer::Processes { items } if items.len() == 1));
+    }
+}
