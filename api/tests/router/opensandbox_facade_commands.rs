@@ -1,7 +1,8 @@
 //! execd's command status, logs and interrupt through the facade across two API processes
-//! (two routers over one store and one bus, as behind a load balancer): a command started
-//! through one is read and interrupted through the other, which asks the owner over the bus;
-//! a command of another sandbox, and one whose owner is gone, are not found.
+//! (two routers over one store and one bus, as behind a load balancer): a command (a `/v1`
+//! process, its id the pid) started through one is read and interrupted through the other,
+//! whose process routes ask the supervisor over the bus; a command of another sandbox, and
+//! one whose supervisor is gone, are not found.
 
 use std::time::Duration;
 
@@ -81,7 +82,7 @@ async fn start(api: &Api, tok: &str, id: &str, argv: &[&str]) -> String {
     init["text"].as_str().unwrap().to_owned()
 }
 
-/// The status of `cmd` through `api` once `done` holds for it (within 10 s).
+/// The status of `cmd` through `api` once `done` holds for it (within 30 s).
 async fn status_when(
     api: &Api,
     tok: &str,
@@ -89,7 +90,7 @@ async fn status_when(
     cmd: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let a = execd(api, tok, Method::GET, id, &format!("/command/status/{cmd}")).await;
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
@@ -208,10 +209,15 @@ async fn status_logs_and_interrupt_answer_through_another_api_process() {
         }
     }
 
-    // Ids this facade never issued: the old one-part form, one naming an unknown process,
-    // one that would not be a subject token.
-    let unknown = format!("01jd0000000000000000000000-{}", &cmd[27..]);
-    for bad in [cmd[27..].to_owned(), unknown.clone(), format!("{cmd}.%3E")] {
+    // Ids this facade never issued: an older facade's `<instance>-<ulid>`, a pid of a
+    // supervisor slot nobody holds, forms that are not a pid.
+    let unknown = ((4000u32 << 20) | 1).to_string();
+    for bad in [
+        "01jd0000000000000000000000-01jd0000000000000000000001".to_owned(),
+        unknown.clone(),
+        format!("{cmd}.%3E"),
+        format!("-{cmd}"),
+    ] {
         let r = execd(
             &b,
             &tok,
@@ -271,20 +277,16 @@ async fn an_owner_that_does_not_answer_is_503_and_retryable() {
     let (a, b) = api_pair().await;
     let id = a.live_sandbox().await;
     let tok = a.facade_execd_token(&id).await;
-    // A process that serves its subject but never answers (hung, or overloaded).
-    let instance = "01jd0000000000000000000000";
-    let mut served = b
-        .bus
-        .serve(&b.naming.facade_command_subject(instance))
-        .await
-        .unwrap();
+    // A supervisor that serves its slot's subject but never answers (hung, or overloaded).
+    let slot = 4001u16;
+    let mut served = b.bus.serve(&b.naming.process_subject(slot)).await.unwrap();
     let holding = tokio::spawn(async move {
         let mut held = Vec::new();
         while let Some(r) = futures::StreamExt::next(&mut served).await {
             held.push(r);
         }
     });
-    let cmd = format!("{instance}-01jd0000000000000000000001");
+    let cmd = ((u32::from(slot) << 20) | 1).to_string();
     let started = tokio::time::Instant::now();
     let r = execd(
         &b,
@@ -307,4 +309,148 @@ async fn an_owner_that_does_not_answer_is_503_and_retryable() {
         "{took:?}"
     );
     holding.abort();
+}
+
+/// Opens a foreground command's event stream through `api`: the command id from `init`, and
+/// the rest of the stream (events as JSON, in order) for the caller to read or drop.
+async fn open(
+    api: &Api,
+    tok: &str,
+    id: &str,
+    argv: &[&str],
+) -> (String, futures::stream::BoxStream<'static, Value>) {
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(format!("/opensandbox/execd/{id}/command"))
+        .header(FACADE_HOST.0, FACADE_HOST.1)
+        .header(EXECD_TOKEN, tok)
+        .header("content-type", "application/json")
+        .body(Body::from(json!({ "argv": argv }).to_string()))
+        .unwrap();
+    let resp = api.router.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    // Frames are JSON objects each followed by a blank line; a chunk may hold several.
+    let events = futures::stream::unfold(
+        (resp.into_body().into_data_stream(), String::new()),
+        |(mut data, mut carry)| async move {
+            loop {
+                if let Some(n) = carry.find("\n\n") {
+                    let frame: String = carry.drain(..n + 2).collect();
+                    if frame.trim().is_empty() {
+                        continue;
+                    }
+                    let ev: Value = serde_json::from_str(frame.trim()).unwrap();
+                    return Some((ev, (data, carry)));
+                }
+                let chunk = futures::StreamExt::next(&mut data).await?.unwrap();
+                carry.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        },
+    );
+    let mut events = futures::StreamExt::boxed(events);
+    let init = next_event(&mut events).await;
+    assert_eq!(init["type"], "init", "{init}");
+    (init["text"].as_str().unwrap().to_owned(), events)
+}
+
+/// The next event that is not a `ping`, within 10 s.
+async fn next_event(events: &mut futures::stream::BoxStream<'static, Value>) -> Value {
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(events))
+            .await
+            .expect("an event within 10 s")
+            .expect("the stream is still open");
+        if ev["type"] != "ping" {
+            return ev;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreground_commands_are_processes_any_api_process_reads_and_interrupts() {
+    let (a, b) = api_pair().await;
+    let id = a.live_sandbox().await;
+    let tok = a.facade_execd_token(&id).await;
+
+    // A foreground command streams its lines and its end; its id is a pid that B knows.
+    let (cmd, mut events) = open(&a, &tok, &id, &["echo", "one", "two"]).await;
+    assert!(cmd.parse::<u32>().is_ok(), "the id is a pid: {cmd}");
+    let out = next_event(&mut events).await;
+    assert_eq!(
+        (&out["type"], &out["text"]),
+        (&json!("stdout"), &json!("one two"))
+    );
+    let end = next_event(&mut events).await;
+    assert_eq!(end["type"], "execution_complete", "{end}");
+    let st = status_when(&b, &tok, &id, &cmd, |s| s["running"] == false).await;
+    assert_eq!(
+        (&st["exit_code"], &st["error"]),
+        (&json!(0), &Value::Null),
+        "{st}"
+    );
+    assert_eq!(st["content"], "echo one two");
+    let (s, _, logs) = raw(
+        &b,
+        &tok,
+        Method::GET,
+        &id,
+        &format!("/command/{cmd}/logs"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!((s, logs), (StatusCode::OK, b"one two\n".to_vec()));
+    // It is a /v1 process of the sandbox, tagged as the facade's.
+    let listed = a
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{id}/processes"),
+            Some(&a.key),
+            Value::Null,
+            &[],
+        )
+        .await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    let mine = listed.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == json!(cmd.parse::<u32>().unwrap()))
+        .unwrap_or_else(|| panic!("pid {cmd} in {}", listed.body))
+        .clone();
+    assert_eq!(mine["tag"], "opensandbox.argv", "{mine}");
+
+    // A failing one ends with execd's error event, and its status says how.
+    let (cmd, mut events) = open(&a, &tok, &id, &["fake-exit", "3"]).await;
+    let end = next_event(&mut events).await;
+    assert_eq!(end["type"], "error", "{end}");
+    assert_eq!(end["error"]["evalue"], "3", "{end}");
+    let st = status_when(&b, &tok, &id, &cmd, |s| s["running"] == false).await;
+    assert_eq!(
+        (&st["exit_code"], &st["error"]),
+        (&json!(3), &json!("exit status 3")),
+        "{st}"
+    );
+
+    // Interrupted through B while A streams it: the stream ends as execd's killed command.
+    let (cmd, mut events) = open(&a, &tok, &id, &["sleep", "60"]).await;
+    let i = execd(&b, &tok, Method::DELETE, &id, &format!("/command?id={cmd}")).await;
+    assert_eq!(i.status, StatusCode::OK, "{}", i.body);
+    let end = next_event(&mut events).await;
+    assert_eq!(end["type"], "error", "{end}");
+    assert_eq!(end["error"]["evalue"], "-1", "{end}");
+    assert_eq!(
+        end["error"]["traceback"],
+        json!(["signal: killed"]),
+        "{end}"
+    );
+
+    // A client that goes away takes its foreground command with it.
+    let (cmd, events) = open(&a, &tok, &id, &["sleep", "60"]).await;
+    drop(events);
+    let st = status_when(&b, &tok, &id, &cmd, |s| s["running"] == false).await;
+    assert_eq!(
+        (&st["exit_code"], &st["error"]),
+        (&json!(-1), &json!("signal: killed")),
+        "{st}"
+    );
 }

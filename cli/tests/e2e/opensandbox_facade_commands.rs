@@ -1,7 +1,8 @@
 //! execd's command status, logs and interrupt through the OpenSandbox facade across two API
-//! processes on one nats-server (as behind a load balancer without affinity): a command
-//! started through one is read and interrupted through the other, which asks the owner over
-//! NATS request/reply; once the owner is killed, its commands are gone (404, saying so).
+//! processes on one nats-server (as behind a load balancer without affinity): a command (a
+//! `/v1` process) started through one is read and interrupted through the other, whose
+//! process routes ask the supervisor over NATS request/reply; once the supervisor is killed,
+//! its commands are gone (404, saying so).
 
 use std::time::{Duration, Instant};
 

@@ -1,13 +1,14 @@
 //! OpenSandbox's execd API served per sandbox at `/opensandbox/execd/{id}/...`: ping and
 //! commands. Every call is authorised by the endpoint's token (or, in server-proxy mode, the
-//! API key) and runs as a `/v1` call of the key the token names.
+//! API key) and runs as a `/v1` call of the key the token names. Commands are `/v1` processes
+//! ([`commands`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures::StreamExt;
@@ -15,12 +16,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
+use crate::routes::exec::frames::{FrameDecoder, FrameType};
 
+use super::commands;
 use super::error::{OsbError, OsbResult};
-use super::inner::{q, read_all, Caller};
+use super::inner::Caller;
 use super::lifecycle::live_sandbox;
-use super::remote::{self, Answer, Ask};
 use super::token;
 use super::Facade;
 
@@ -129,20 +130,20 @@ impl Lines {
     }
 }
 
-/// The `/v1` exec body of an execd command.
-fn exec_body(req: &RunCommand) -> OsbResult<(Value, String)> {
+/// The `/v1` process body of an execd command, and its tag.
+fn exec_body(req: &RunCommand) -> OsbResult<(Value, &'static str)> {
     if req.uid.is_some() || req.gid.is_some() {
         return Err(OsbError::field(
             if req.uid.is_some() { "uid" } else { "gid" },
             "running as another user is not supported by the Differently facade",
         ));
     }
-    let (argv, content) = match (&req.command, &req.argv) {
+    let (argv, tag) = match (&req.command, &req.argv) {
         (Some(c), None) => (
             vec!["/bin/sh".to_owned(), "-c".to_owned(), c.clone()],
-            c.clone(),
+            commands::TAG_COMMAND,
         ),
-        (None, Some(a)) if !a.is_empty() => (a.clone(), a.join(" ")),
+        (None, Some(a)) if !a.is_empty() => (a.clone(), commands::TAG_ARGV),
         (None, Some(_)) => return Err(OsbError::field("argv", "must name a program")),
         (Some(_), Some(_)) => {
             return Err(OsbError::field("command", "give command or argv, not both"))
@@ -159,7 +160,7 @@ fn exec_body(req: &RunCommand) -> OsbResult<(Value, String)> {
     if let Some(ms) = req.timeout.filter(|ms| *ms > 0) {
         body["timeoutSeconds"] = json!(ms.div_ceil(1000));
     }
-    Ok((body, content))
+    Ok((body, tag))
 }
 
 /// `POST /command` → 200 event stream. Unlike execd, the stream ends at the terminal event
@@ -178,57 +179,45 @@ pub async fn run_command(
             e.to_string(),
         )
     })?;
-    let (v1_body, content) = exec_body(&req)?;
-    stream_exec(&f, &caller, &id, v1_body, &content, req.background).await
+    let (v1_body, tag) = exec_body(&req)?;
+    stream_exec(&f, &caller, &id, v1_body, tag, req.background).await
 }
 
-/// Starts `v1_body` as a streamed `/v1` exec in sandbox `id` and answers execd's event stream
-/// for it (`init` with a new command id first; a background command answers
-/// `execution_complete` at once and keeps its output for `/command/{id}/logs`). Commands and
-/// session runs share it, so both have status, logs and interrupt.
+/// Starts `v1_body` as a `/v1` process of sandbox `id` tagged `tag` and answers execd's event
+/// stream for it: `init` with the command id (the pid) first; a background command answers
+/// `execution_complete` at once (its output is read with `/command/{id}/logs`), a foreground
+/// one streams its output until it ends. Commands and session runs share it, so both have
+/// status, logs and interrupt, through any API process.
 pub(super) async fn stream_exec(
     f: &Arc<Facade>,
     caller: &Caller,
     id: &str,
-    v1_body: Value,
-    content: &str,
+    mut v1_body: Value,
+    tag: &str,
     background: bool,
 ) -> OsbResult<Response> {
-    let inner =
-        f.v1.call(
-            caller,
-            Method::POST,
-            &format!("/v1/sandboxes/{}/exec/stream", q(id)),
-            &[
-                (
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                ),
-                (header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE)),
-            ],
-            Body::from(v1_body.to_string()),
-        )
-        .await?;
-    let status = inner.status();
-    if !status.is_success() {
-        let bytes = read_all(inner).await?;
-        return Err(OsbError::from_v1(status, &bytes, caller));
-    }
-    let cmd_id = super::commands::new_id(&f.instance);
-    let cancel = f.commands.start(&cmd_id, id, content);
+    v1_body["tag"] = json!(tag);
+    let process = commands::start(f, caller, id, &v1_body).await?;
+    let cmd_id = commands::command_id(process.pid);
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let _ = tx.try_send(frame(json!({ "type": "init", "text": cmd_id })));
     if background {
         let _ = tx.try_send(frame(
             json!({ "type": "execution_complete", "execution_time": 0 }),
         ));
+    } else {
+        let mut guard = KillUnlessEnded {
+            f: f.clone(),
+            caller: caller.clone(),
+            sandbox: id.to_owned(),
+            cmd: cmd_id.clone(),
+            ended: false,
+        };
+        let body = commands::output(f, caller, id, &cmd_id, 0, true).await?;
+        tokio::spawn(async move {
+            pump(body, tx, &mut guard).await;
+        });
     }
-    let facade = f.clone();
-    let sandbox = id.to_owned();
-    tokio::spawn(async move {
-        let tx = (!background).then_some(tx);
-        pump(facade, sandbox, cmd_id, inner.into_body(), tx, cancel).await;
-    });
     let stream = tokio_stream_of(rx);
     let mut resp = Response::new(Body::from_stream(stream));
     resp.headers_mut().insert(
@@ -249,17 +238,55 @@ fn tokio_stream_of(
     )
 }
 
-/// Reads the `/v1` binary frames of a command and writes execd events (foreground) or the
-/// command's log (background), then records how it ended. Dropping the inner body (client
-/// gone, interrupt) cancels the command on the backend.
-async fn pump(
+/// Kills a foreground command whose stream ends before the command does (the client went
+/// away, or its output stream broke): a foreground command lives as long as its request, as
+/// a streamed `/v1` exec does, and is not left running unwatched.
+struct KillUnlessEnded {
     f: Arc<Facade>,
+    caller: Caller,
     sandbox: String,
-    cmd_id: String,
-    body: Body,
-    tx: Option<mpsc::Sender<Bytes>>,
-    cancel: Arc<tokio::sync::Notify>,
-) {
+    cmd: String,
+    ended: bool,
+}
+
+impl Drop for KillUnlessEnded {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (f, caller) = (self.f.clone(), self.caller.clone());
+        let (sandbox, cmd) = (
+            std::mem::take(&mut self.sandbox),
+            std::mem::take(&mut self.cmd),
+        );
+        runtime.spawn(async move {
+            if let Err(e) = commands::interrupt(&f, &caller, &sandbox, &cmd).await {
+                tracing::warn!(command = %cmd, code = %e.code, "opensandbox facade: cannot end an abandoned command");
+            }
+        });
+    }
+}
+
+/// The execd event for how a foreground command ended.
+fn exit_event(code: i64, ms: u64) -> Value {
+    match commands::execd_ending(code) {
+        (0, _) => json!({"type":"execution_complete","execution_time": ms}),
+        (c, why) => json!({"type":"error","error":{"ename":"CommandExecError",
+            "evalue": c.to_string(),"traceback":[why.unwrap_or_default()]}}),
+    }
+}
+
+fn stream_error(msg: &str) -> Value {
+    json!({"type":"error","error":{"ename":"StreamError","evalue": msg,"traceback":[]}})
+}
+
+/// Reads the `/v1` output frames of a foreground command and writes execd events, `ping`
+/// every 3 s on a quiet command, and the terminal event. Returns early (the guard then kills
+/// the command) when the client is gone.
+async fn pump(body: Body, tx: mpsc::Sender<Bytes>, guard: &mut KillUnlessEnded) {
     let mut dec = FrameDecoder::default();
     let mut data = body.into_data_stream();
     let (mut out, mut err) = (Lines::default(), Lines::default());
@@ -268,53 +295,32 @@ async fn pump(
     ping.tick().await;
     let send = |ev: Value| {
         let tx = tx.clone();
-        async move {
-            match tx {
-                Some(tx) => tx.send(frame(ev)).await.is_ok(),
-                None => true,
-            }
-        }
+        async move { tx.send(frame(ev)).await.is_ok() }
     };
-    let ending: (Option<i64>, Option<String>, Value) = 'outer: loop {
+    let last: Value = 'outer: loop {
         let chunk = tokio::select! {
             c = data.next() => c,
-            _ = cancel.notified() => {
-                break (Some(-1), Some("signal: killed".into()), json!({"type":"error","error":
-                    {"ename":"CommandExecError","evalue":"-1","traceback":["signal: killed"]}}));
-            }
+            // The client went away: noticed at once, not at the next event.
+            () = tx.closed() => return,
             _ = ping.tick() => {
                 if !send(json!({"type":"ping","text":"pong"})).await { return; }
                 continue;
             }
         };
         let Some(Ok(chunk)) = chunk else {
-            break (
-                None,
-                Some("the command's stream ended early".into()),
-                json!({"type":"error","error":
-                {"ename":"StreamError","evalue":"the command's stream ended early","traceback":[]}}),
-            );
+            break stream_error("the command's stream ended early");
         };
         let frames = match dec.push(&chunk) {
             Ok(fr) => fr,
             Err(e) => {
-                tracing::warn!(error = %e, "opensandbox facade: bad exec frame");
-                break (
-                    None,
-                    Some("bad exec stream".into()),
-                    json!({"type":"error","error":
-                    {"ename":"StreamError","evalue":"bad exec stream","traceback":[]}}),
-                );
+                tracing::warn!(error = %e, "opensandbox facade: bad output frame");
+                break stream_error("bad exec stream");
             }
         };
         for fr in frames {
             let (kind, payload) = (fr.kind, fr.payload);
             match kind {
                 FrameType::Stdout | FrameType::Stderr => {
-                    if tx.is_none() {
-                        f.commands.with(&cmd_id, &sandbox, |c| c.append(&payload));
-                        continue;
-                    }
                     let (lines, name) = if kind == FrameType::Stdout {
                         (out.push(&payload), "stdout")
                     } else {
@@ -327,28 +333,20 @@ async fn pump(
                     }
                 }
                 FrameType::Exit => {
+                    guard.ended = true;
                     let v: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
                     let code = v["exitCode"].as_i64().unwrap_or(-1);
                     let ms = v["durationMs"]
                         .as_u64()
                         .unwrap_or(started.elapsed().as_millis() as u64);
-                    let ev = if code == 0 {
-                        json!({"type":"execution_complete","execution_time": ms})
-                    } else {
-                        json!({"type":"error","error":{"ename":"CommandExecError",
-                            "evalue": code.to_string(),"traceback":[format!("exit status {code}")]}})
-                    };
-                    break 'outer (Some(code), None, ev);
+                    break 'outer exit_event(code, ms);
                 }
                 FrameType::Error => {
+                    guard.ended = true;
                     let v: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
-                    let msg = v["message"].as_str().unwrap_or("command failed").to_owned();
-                    break 'outer (
-                        None,
-                        Some(msg.clone()),
-                        json!({"type":"error","error":
-                        {"ename": v["code"].as_str().unwrap_or("Error"), "evalue": msg, "traceback": []}}),
-                    );
+                    let msg = v["message"].as_str().unwrap_or("command failed");
+                    break 'outer json!({"type":"error","error":
+                        {"ename": v["code"].as_str().unwrap_or("Error"), "evalue": msg, "traceback": []}});
                 }
                 FrameType::Heartbeat => {}
             }
@@ -360,13 +358,6 @@ async fn pump(
             send(json!({"type": name, "text": l})).await;
         }
     }
-    let (code, error, last) = ending;
-    f.commands.with(&cmd_id, &sandbox, |c| {
-        c.running = false;
-        c.exit_code = code;
-        c.error = error;
-        c.finished_at = Some(chrono::Utc::now());
-    });
     send(last).await;
 }
 
@@ -375,7 +366,7 @@ pub struct IdQuery {
     id: Option<String>,
 }
 
-/// `DELETE /command?id=`: interrupts a command, whichever API process runs it.
+/// `DELETE /command?id=`: interrupts a command (`KILL`), whichever API process runs it.
 pub async fn interrupt(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
@@ -387,23 +378,8 @@ pub async fn interrupt(
     let cmd = qr
         .id
         .ok_or_else(|| OsbError::new(StatusCode::BAD_REQUEST, "MISSING_QUERY", "id is required"))?;
-    let ask = Ask::Interrupt {
-        sandbox: id,
-        command: cmd.clone(),
-    };
-    match remote::ask(&f, ask).await.map_err(|e| e.into_osb(&cmd))? {
-        Answer::Interrupted => Ok(StatusCode::OK),
-        other => Err(unexpected(&cmd, other)),
-    }
-}
-
-/// The owner's answer where another was due: `NotFound` is the 404 of a command it does not
-/// have (or not of that sandbox); anything else is a bug, logged.
-fn unexpected(cmd: &str, answer: Answer) -> OsbError {
-    match answer {
-        Answer::NotFound => remote::command_not_found(cmd, "unknown, or no longer kept"),
-        other => OsbError::internal(format!("command {cmd}: unexpected answer {other:?}")),
-    }
+    commands::interrupt(&f, &caller, &id, &cmd).await?;
+    Ok(StatusCode::OK)
 }
 
 /// `GET /command/status/{cmd}`, whichever API process runs the command.
@@ -414,14 +390,8 @@ pub async fn status(
 ) -> OsbResult<Json<Value>> {
     let caller = execd_caller(&f, &headers, &id)?;
     live_sandbox(&f, &caller, &id).await?;
-    let ask = Ask::Status {
-        sandbox: id,
-        command: cmd.clone(),
-    };
-    match remote::ask(&f, ask).await.map_err(|e| e.into_osb(&cmd))? {
-        Answer::Status { status } => Ok(Json(status)),
-        other => Err(unexpected(&cmd, other)),
-    }
+    let p = commands::get(&f, &caller, &id, &cmd).await?;
+    Ok(Json(commands::status_of(&p)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -429,8 +399,9 @@ pub struct CursorQuery {
     cursor: Option<String>,
 }
 
-/// `GET /command/{cmd}/logs?cursor=`: background output from a byte offset, at most
-/// `commands::LOG_PAGE_BYTES` per answer; the next offset in `EXECD-COMMANDS-TAIL-CURSOR`.
+/// `GET /command/{cmd}/logs?cursor=`: output (stdout and stderr merged) from a byte offset,
+/// at most `commands::LOG_PAGE_BYTES` per answer; the next offset in
+/// `EXECD-COMMANDS-TAIL-CURSOR`.
 pub async fn logs(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
@@ -439,21 +410,13 @@ pub async fn logs(
 ) -> OsbResult<Response> {
     let caller = execd_caller(&f, &headers, &id)?;
     live_sandbox(&f, &caller, &id).await?;
-    let from: usize = match qr.cursor.as_deref().filter(|c| !c.is_empty()) {
+    let from: u64 = match qr.cursor.as_deref().filter(|c| !c.is_empty()) {
         None => 0,
         Some(c) => c.parse().map_err(|_| {
             OsbError::field("cursor", "must be the value of EXECD-COMMANDS-TAIL-CURSOR")
         })?,
     };
-    let ask = Ask::Logs {
-        sandbox: id,
-        command: cmd.clone(),
-        cursor: from,
-    };
-    let (text, next) = match remote::ask(&f, ask).await.map_err(|e| e.into_osb(&cmd))? {
-        Answer::Logs { text, next } => (text, next),
-        other => return Err(unexpected(&cmd, other)),
-    };
+    let (text, next) = commands::logs_page(&f, &caller, &id, &cmd, from).await?;
     let mut resp = (StatusCode::OK, text).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -504,12 +467,12 @@ mod tests {
         let r: RunCommand =
             serde_json::from_value(json!({"command":"echo $K","envs":{"K":"V"},"timeout":1500}))
                 .unwrap();
-        let (b, content) = exec_body(&r).unwrap();
+        let (b, tag) = exec_body(&r).unwrap();
         assert_eq!(
             b,
             json!({"command":["/bin/sh","-c","echo $K"],"env":{"K":"V"},"timeoutSeconds":2})
         );
-        assert_eq!(content, "echo $K");
+        assert_eq!(tag, commands::TAG_COMMAND);
         let r: RunCommand = serde_json::from_value(json!({"command":"id","uid":0})).unwrap();
         assert_eq!(exec_body(&r).unwrap_err().status, StatusCode::BAD_REQUEST);
     }

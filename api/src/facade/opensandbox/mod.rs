@@ -17,11 +17,10 @@ pub mod lifecycle;
 pub mod mapping;
 pub mod multipart;
 pub mod pty;
-pub mod remote;
 pub mod sessions;
 pub mod token;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::extract::Path;
 use axum::routing::{any, get, post};
@@ -36,17 +35,8 @@ pub const PREFIX: &str = "/opensandbox";
 pub struct Facade {
     pub v1: inner::V1,
     pub sealer: token::Sealer,
-    pub commands: commands::Commands,
     pub sessions: sessions::KnownSessions,
     pub ptys: pty::PtyRecords,
-    /// This process among the API processes: command ids name it, and it serves their
-    /// questions on its own bus subject (`remote`).
-    pub instance: String,
-    /// The bus other API processes ask this one's commands through.
-    pub bus: Arc<dyn differently_bus::Bus>,
-    pub naming: differently_bus_schema::Naming,
-    /// The task serving `instance`'s subject, ended with the facade.
-    serving: OnceLock<remote::Serving>,
 }
 
 /// The facade's routes; `v1` is the `/v1` router with its state, `state` gives the key the
@@ -59,17 +49,9 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
                 .bootstrap_key
                 .derive("differently/opensandbox-facade/execd-token/v1"),
         ),
-        commands: commands::Commands::default(),
         sessions: sessions::KnownSessions::default(),
         ptys: pty::PtyRecords::default(),
-        instance: commands::new_instance(),
-        bus: state.announcer.bus().clone(),
-        naming: state.announcer.naming().clone(),
-        serving: OnceLock::new(),
     });
-    if let Some(serving) = remote::serve(&facade) {
-        let _ = facade.serving.set(serving);
-    }
     let p = |path: &str| format!("{PREFIX}{path}");
     let x = |path: &str| format!("{PREFIX}/execd/{{id}}{path}");
     Router::new()

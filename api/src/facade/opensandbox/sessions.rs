@@ -16,6 +16,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::commands::TAG_SESSION;
 use super::error::{OsbError, OsbResult};
 use super::execd::{execd_caller, stream_exec};
 use super::inner::{q, Caller};
@@ -238,7 +239,7 @@ pub async fn run(
     if let Some(ms) = req.timeout.filter(|ms| *ms > 0) {
         v1["timeoutSeconds"] = json!(ms.div_ceil(1000));
     }
-    stream_exec(&f, &caller, &id, v1, &req.command, false).await
+    stream_exec(&f, &caller, &id, v1, TAG_SESSION, false).await
 }
 
 /// `DELETE /session/{sid}`.
