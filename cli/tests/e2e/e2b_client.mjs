@@ -119,6 +119,48 @@ report.signed_get = await outcome(async () => {
   return [r.status, await r.text()];
 });
 
+// Background processes: a command fed stdin, listed while it runs, killed by pid; and a
+// dropped stream does not kill one: reconnected by pid it runs on, and its later output comes.
+const waitFor = async (cond, what) => {
+  const end = Date.now() + 30_000;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`no ${what} within 30 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+};
+report.background = await outcome(async () => {
+  let seen = '';
+  const h = await sbx.commands.run('cat', {
+    background: true, stdin: true, timeoutMs: 0, onStdout: (s) => { seen += s; },
+  });
+  await sbx.commands.sendStdin(h.pid, `ping ${tag}\n`);
+  const listed = (await sbx.commands.list()).filter((p) => p.pid === h.pid)
+    .map((p) => [p.pid, p.cmd, p.args, p.envs, p.cwd ?? null]);
+  await waitFor(() => seen.length >= `ping ${tag}\n`.length, 'echo');
+  const killed = await sbx.commands.kill(h.pid);
+  const end = await h.wait().then((r) => r.exitCode, (e) => [e.exitCode, e.error]);
+  const after = (await sbx.commands.list()).filter((p) => p.pid === h.pid).length;
+  return { pid: h.pid, listed, seen, killed, end, after, killAgain: await sbx.commands.kill(h.pid) };
+});
+report.detached = await outcome(async () => {
+  const gate = `/tmp/e2b-js-bg-gate-${tag}`;
+  let first = '';
+  const h = await sbx.commands.run(
+    `echo early; while [ ! -e ${gate} ]; do sleep 0.05; done; echo late; exec sleep 600`,
+    { background: true, timeoutMs: 0, onStdout: (s) => { first += s; } },
+  );
+  await waitFor(() => first.includes('early'), 'early');
+  await h.disconnect();
+  const running = (await sbx.commands.list()).some((p) => p.pid === h.pid);
+  let later = '';
+  const h2 = await sbx.commands.connect(h.pid, { timeoutMs: 0, onStdout: (s) => { later += s; } });
+  await sbx.files.write(gate, 'go');
+  await waitFor(() => later.includes('late'), 'late');
+  const killed = await h2.kill();
+  const end = await h2.wait().then((r) => r.exitCode, (e) => e.exitCode);
+  return { running, later, killed, end, first };
+});
+
 // Lifecycle.
 report.set_timeout = await outcome(async () => (await sbx.setTimeout(200_000)) ?? null);
 const listIds = async (metadata, opts = {}) => {

@@ -261,10 +261,88 @@ report["signed_post_read"] = outcome(lambda: sbx.files.read(f"{d}/uploaded.txt")
 # A read signature does not write.
 report["signed_read_as_write"] = http(down, *multipart("x", b"x"))
 
-# What is not served yet: background processes.
-report["cmd_list"] = outcome(lambda: sbx.commands.list())
-report["send_stdin"] = outcome(lambda: sbx.commands.send_stdin(1, "x"))
-report["kill_pid"] = outcome(lambda: sbx.commands.kill(1))
+# Background processes: a command fed stdin (send_stdin, then stream_input where the SDK has
+# it), listed while it runs, its output read through its handle, then killed by pid.
+def background():
+    h = sbx.commands.run("cat", background=True, stdin=True, timeout=0)
+    pid = h.pid
+    sbx.commands.send_stdin(pid, f"ping {tag}\n")
+    want = f"ping {tag}\n"
+    if hasattr(sbx.commands, "stream_input"):
+        sbx.commands.stream_input(pid, ["one\n", b"two\n"])
+        want += "one\ntwo\n"
+    listed = [[p.pid, p.cmd, p.args, p.envs, p.cwd] for p in sbx.commands.list()
+              if p.pid == pid]
+    seen = ""
+    for out, _, _ in h:
+        seen += out or ""
+        if seen == want or len(seen) > len(want):
+            break
+    killed = sbx.commands.kill(pid)
+    try:
+        end = h.wait().exit_code
+    except e2b.CommandExitException as e:
+        end = [e.exit_code, e.error]
+    return {"pid": pid, "listed": listed, "seen": seen, "want": want, "killed": killed,
+            "end": end, "after": [p.pid for p in sbx.commands.list() if p.pid == pid],
+            "kill_again": sbx.commands.kill(pid)}
+
+
+report["background"] = outcome(background)
+
+
+# A dropped stream does not kill a background process: reconnected by pid, it still runs and
+# its later output (after the gate file appears) arrives; output from before is not replayed.
+def detached():
+    gate = f"/tmp/e2b-bg-gate-{tag}"
+    h = sbx.commands.run(f"echo early; while [ ! -e {gate} ]; do sleep 0.05; done; echo late; "
+                         "exec sleep 600", background=True, timeout=0)
+    pid = h.pid
+    for out, _, _ in h:
+        if out and "early" in out:
+            break
+    h.disconnect()
+    running = [p.pid for p in sbx.commands.list()]
+    h2 = sbx.commands.connect(pid, timeout=0)
+    sbx.files.write(gate, "go")
+    seen = ""
+    for out, _, _ in h2:
+        seen += out or ""
+        if "late" in seen:
+            break
+    killed = h2.kill()
+    try:
+        end = h2.wait().exit_code
+    except e2b.CommandExitException as e:
+        end = e.exit_code
+    return {"running_after_drop": pid in running, "reattached": seen, "killed": killed,
+            "end": end}
+
+
+report["detached"] = outcome(detached)
+report["close_stdin"] = outcome(lambda: (lambda h: [
+    sbx.commands.send_stdin(h.pid, "last\n"), sbx.commands.close_stdin(h.pid),
+    h.wait().stdout][2])(sbx.commands.run("cat", background=True, stdin=True)))
+report["connect_missing"] = outcome(lambda: sbx.commands.connect(4294967295).wait().exit_code)
+report["kill_missing"] = outcome(lambda: sbx.commands.kill(4294967295))
+
+
+# A terminal: resized, typed into, its output as the PTY wrote it.
+def terminal():
+    from e2b import PtySize
+    out = []
+    h = sbx.pty.create(PtySize(rows=24, cols=80), timeout=60)
+    sbx.pty.resize(h.pid, PtySize(rows=30, cols=100))
+    sbx.pty.send_stdin(h.pid, b"echo pty$((40+2)); stty size; exit\n")
+    r = h.wait(on_pty=lambda b: out.append(bytes(b)))
+    text = b"".join(out).decode(errors="replace")
+    return {"exit": r.exit_code, "echo": "pty42" in text, "size": "30 100" in text,
+            "text": text[-300:]}
+
+
+report["terminal"] = outcome(terminal)
+# A running process of A's, which B must not reach (below).
+a_bg = sbx.commands.run("sleep 600", background=True, timeout=0)
 
 # Lifecycle.
 report["set_timeout"] = outcome(lambda: sbx.set_timeout(200))
@@ -294,6 +372,11 @@ report["b_list"] = outcome(lambda: [s.sandbox_id for s in Sandbox.list(
 sbx_b = Sandbox.create(timeout=60, api_key=KEY_B)
 token_b = sbx_b._envd_access_token
 report["b_token_own"] = outcome(lambda: sbx_b.commands.run("echo b").stdout)
+# B's token on A's pid, through B's own sandbox: not found, and A's process runs on.
+report["b_pid_kill"] = outcome(lambda: sbx_b.commands.kill(a_bg.pid))
+report["b_pid_stdin"] = outcome(lambda: sbx_b.commands.send_stdin(a_bg.pid, "x"))
+report["b_pid_connect"] = outcome(lambda: sbx_b.commands.connect(a_bg.pid).wait().exit_code)
+report["b_pid_list"] = outcome(lambda: [p.pid for p in sbx_b.commands.list()])
 
 
 def raw(path, body=None, content_type=None, method="POST", sandbox=sid, token=token_b):
@@ -332,6 +415,11 @@ cross = {
     "download": raw(f"/files?path={d}/keep.txt", method="GET"),
     "upload": raw(f"/files?path={d}/planted", b"x", "application/octet-stream"),
     "health": raw("/health", method="GET"),
+    "proc_list": raw("/process.Process/List", b"{}", "application/json"),
+    "proc_signal": raw("/process.Process/SendSignal", json.dumps(
+        {"process": {"pid": a_bg.pid}, "signal": "SIGNAL_SIGKILL"}).encode(), "application/json"),
+    "proc_connect": raw("/process.Process/Connect", envelope({"process": {"pid": a_bg.pid}}),
+                        "application/connect+json"),
     "no_token": raw("/filesystem.Filesystem/Stat", json.dumps({"path": d}).encode(),
                     "application/json", token=""),
 }
@@ -392,6 +480,8 @@ report["watch_own_deadline"] = outcome(watch_own_deadline)
 report["after_cross"] = outcome(lambda: [sbx.files.read(f"{d}/keep.txt"),
                                          sbx.files.exists(f"{d}/planted"),
                                          sbx.files.exists(f"{d}/b")])
+report["a_bg_after_cross"] = outcome(lambda: [a_bg.pid in [p.pid for p in sbx.commands.list()],
+                                              a_bg.kill()])
 sbx_b.kill()
 
 # A token stops working when its key is revoked.

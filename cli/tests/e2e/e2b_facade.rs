@@ -319,11 +319,43 @@ async fn python_flow(python: &str, sdk: Sdk) {
     assert_eq!(written[0]["path"], format!("{d}/uploaded.txt"));
     assert_eq!(*ok(&r, "signed_post_read"), json!(format!("up {tag}")));
 
-    // Background processes are not served yet, and say so.
-    for step in ["cmd_list", "send_stdin", "kill_pid"] {
-        let m = raised(&r, step, "SandboxException");
-        assert!(m.contains("background processes"), "{step}: {m}");
+    // Background processes: fed stdin (send_stdin, and stream_input where the SDK has it),
+    // listed with their command and no environment, output through the handle, killed by
+    // pid (exit 128+9: /v1's code for a process SIGKILL ended), then gone from the list.
+    let bg = ok(&r, "background");
+    let pid = bg["pid"].as_u64().unwrap();
+    assert!(pid > 0, "{bg}");
+    assert_eq!(
+        bg["listed"],
+        json!([[pid, "/bin/bash", ["-l", "-c", "cat"], {}, "/home/user"]]),
+        "{bg}"
+    );
+    assert_eq!(bg["seen"], bg["want"], "{bg}");
+    if sdk == Sdk::Current {
+        assert_eq!(bg["want"], format!("ping {tag}\none\ntwo\n"));
     }
+    assert_eq!(bg["killed"], true, "{bg}");
+    assert_eq!(bg["end"], json!([137, "exit status 137"]), "{bg}");
+    assert_eq!(bg["after"], json!([]), "{bg}");
+    assert_eq!(bg["kill_again"], false, "{bg}");
+    // A dropped stream detaches: reconnected by pid, it ran on and its later output came.
+    let det = ok(&r, "detached");
+    assert_eq!(det["running_after_drop"], true, "{det}");
+    assert_eq!(
+        det["reattached"], "late\n",
+        "no replay of what came before: {det}"
+    );
+    assert_eq!(det["killed"], true, "{det}");
+    assert_eq!(det["end"], 137, "{det}");
+    assert_eq!(*ok(&r, "close_stdin"), json!("last\n"));
+    raised(&r, "connect_missing", "NotFoundException");
+    let term = ok(&r, "terminal");
+    assert_eq!(
+        (&term["exit"], &term["echo"], &term["size"]),
+        (&json!(0), &json!(true), &json!(true)),
+        "{term}"
+    );
+    assert_eq!(*ok(&r, "kill_missing"), json!(false));
 
     // Lifecycle.
     assert!(r["set_timeout"].get("ok").is_some(), "{}", r["set_timeout"]);
@@ -350,6 +382,11 @@ async fn python_flow(python: &str, sdk: Sdk) {
     assert_eq!(*ok(&r, "b_kill"), json!(false));
     assert_eq!(*ok(&r, "b_list"), json!([]));
     assert_eq!(*ok(&r, "b_token_own"), json!("b\n"));
+    // B's token on A's pid (through B's sandbox) finds nothing; A's process runs on.
+    assert_eq!(*ok(&r, "b_pid_kill"), json!(false));
+    raised(&r, "b_pid_stdin", "NotFoundException");
+    raised(&r, "b_pid_connect", "NotFoundException");
+    assert_eq!(*ok(&r, "b_pid_list"), json!([]));
     for (route, answer) in r["cross_envd"].as_object().unwrap() {
         if route == "no_token" {
             assert_eq!(answer[0], 401, "{route}: {answer}");
@@ -365,6 +402,7 @@ async fn python_flow(python: &str, sdk: Sdk) {
         );
     }
     assert_eq!(*ok(&r, "after_cross"), json!(["survives", false, false]));
+    assert_eq!(*ok(&r, "a_bg_after_cross"), json!([true, true]));
     // B's token does not find A's watcher (not even to remove it); B's signed URL opens B's
     // sandbox only, and naming A's sandbox (or A's URL naming B's) is refused.
     for step in ["b_watcher", "b_remove_watcher"] {
@@ -561,6 +599,31 @@ async fn e2b_js_sdk_flow_against_dev() {
         "{url}"
     );
     assert_eq!(*ok(&r, "signed_get"), json!([200, format!("signed {tag}")]));
+
+    let bg = ok(&r, "background");
+    let pid = bg["pid"].as_u64().unwrap();
+    assert_eq!(
+        bg["listed"],
+        json!([[pid, "/bin/bash", ["-l", "-c", "cat"], {}, "/home/user"]]),
+        "{bg}"
+    );
+    assert_eq!(bg["seen"], format!("ping {tag}\n"), "{bg}");
+    assert_eq!(bg["killed"], true, "{bg}");
+    assert_eq!(bg["end"], json!([137, "exit status 137"]), "{bg}");
+    assert_eq!(bg["after"], 0, "{bg}");
+    assert_eq!(bg["killAgain"], false, "{bg}");
+    let det = ok(&r, "detached");
+    assert_eq!(det["running"], true, "{det}");
+    assert_eq!(
+        det["later"], "late\n",
+        "no replay of what came before: {det}"
+    );
+    assert_eq!(
+        det["first"], "early\n",
+        "the dropped stream got nothing more: {det}"
+    );
+    assert_eq!(det["killed"], true, "{det}");
+    assert_eq!(det["end"], 137, "{det}");
 
     assert!(r["set_timeout"].get("ok").is_some(), "{}", r["set_timeout"]);
     assert_eq!(*ok(&r, "list_meta"), json!([id]));

@@ -80,7 +80,7 @@ impl ConnectError {
             "invalid_argument" | "validation_failed" => "invalid_argument",
             "conflict" => "failed_precondition",
             "rate_limited" | "quota_exceeded" | "payload_too_large" => "resource_exhausted",
-            "unsupported_operation" => "unimplemented",
+            "unsupported_operation" | "unsupported_capability" => "unimplemented",
             "provider_unavailable" | "insufficient_capacity" => "unavailable",
             "request_timeout" => "deadline_exceeded",
             _ => "unknown",

@@ -18,12 +18,12 @@ pub mod files;
 pub mod filesystem;
 pub mod mapping;
 pub mod process;
+pub mod process_calls;
 pub mod signed;
 pub mod token;
 pub mod watch;
 pub mod watchers;
 
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -45,8 +45,6 @@ pub const ENVD_PREFIX: &str = "/e2b/envd";
 pub struct Facade {
     pub v1: V1,
     pub tokens: token::Deriver,
-    /// The facade's process ids (E2B's `pid`): the facade's own, one per `Start`.
-    pub next_pid: AtomicU32,
     /// Tokens handed out or accepted lately, which signed file URLs are checked against.
     pub seen: signed::SeenTokens,
     /// The polling directory watchers of this process.
@@ -121,7 +119,6 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
                 .bootstrap_key
                 .derive("differently/e2b-facade/envd-access-token/v1"),
         ),
-        next_pid: AtomicU32::new(1),
         seen: signed::SeenTokens::default(),
         watchers: watchers::Watchers::default(),
     });
@@ -149,7 +146,12 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         // dropping the `/e2b/envd` prefix.
         .route("/files", get(files::download).post(files::upload))
         .route(&e("/process.Process/Start"), post(process::start))
-        .route(&e("/process.Process/{method}"), post(process::unsupported))
+        .route(&e("/process.Process/Connect"), post(process::connect))
+        .route(
+            &e("/process.Process/StreamInput"),
+            post(process_calls::stream_input),
+        )
+        .route(&e("/process.Process/{method}"), post(process_calls::call))
         .route(
             &e("/filesystem.Filesystem/WatchDir"),
             post(watch::watch_dir),

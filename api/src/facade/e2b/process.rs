@@ -1,24 +1,25 @@
-//! envd's `process.Process` service: `Start` for commands, over `/v1`'s streamed exec.
+//! envd's `process.Process` streams, `Start` and `Connect`, over `/v1`'s processes resource
+//! (docs/processes.md): a `Start` is `POST …/processes`, and both streams relay the process's
+//! output from `GET …/processes/{pid}/output` (binary frames) as envd's events.
 //!
-//! `Start` answers the start event (with a pid of the facade's) first, the command's output
-//! as it arrives (base64, stdout and stderr as produced), keepalives after
-//! `Keepalive-Ping-Interval` seconds of silence, and the end event with the exit code, then
-//! the end envelope. `Connect-Timeout-Ms` is the command's deadline: at it the command is
-//! cancelled and the stream ends with `deadline_exceeded`. The client hanging up cancels the
-//! command (E2B's envd keeps it running: the facade has no process outliving its stream).
+//! A stream answers the start event (with the `/v1` pid, which is E2B's pid) first, the
+//! output as it arrives (base64; `stdout`/`stderr`, or `pty` for a terminal), keepalives
+//! after `Keepalive-Ping-Interval` seconds of silence, and the end event with the exit code,
+//! then the end envelope. Closing a stream detaches: the process goes on, as with envd, and
+//! `Connect(pid)` re-attaches from the output produced from then on (envd replays nothing).
 //!
-//! Every other RPC (`Connect`, `List`, `SendInput`, `StreamInput`, `CloseStdin`,
-//! `SendSignal`, `Update`) needs processes that outlive a stream, which `/v1` does not have
-//! yet: they answer `unimplemented`, saying so. So does a PTY `Start`.
+//! `Connect-Timeout-Ms` on `Start` is the process's deadline, as envd makes it (the SDKs'
+//! `timeout`, 60 s by default, `0` for none): at it the process is killed and the stream ends
+//! `deadline_exceeded`; a detached process is killed by `/v1` a second later (its
+//! `timeoutSeconds`). On `Connect` it bounds only the stream. The unary calls and
+//! `StreamInput` are in `process_calls`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::Path;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use base64::Engine;
@@ -35,19 +36,22 @@ use super::connect::{self, ConnectError};
 use super::envd::{ctx, Ctx, EnvdError};
 use super::Facade;
 
-/// Largest `Start` request accepted.
+/// Largest `Start` or `Connect` request accepted.
 const MAX_REQUEST: usize = 1 << 20;
 /// Keepalive interval when the request names none (envd's default).
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
-/// `/v1` exec's longest timeout.
-const MAX_EXEC_SECONDS: u64 = 86_400;
+/// `/v1`'s longest process timeout.
+const MAX_TIMEOUT_SECONDS: u64 = 86_400;
+/// A terminal's size when `pty` names none.
+const DEFAULT_PTY: (u32, u32) = (80, 24);
 
 #[derive(Debug, Deserialize)]
 struct StartRequest {
     process: ProcessConfig,
-    pty: Option<Value>,
+    pty: Option<Pty>,
     #[serde(default)]
-    stdin: bool,
+    stdin: Option<bool>,
+    tag: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -60,12 +64,86 @@ struct ProcessConfig {
     cwd: Option<String>,
 }
 
+/// envd's `PTY`: `{"size": {"cols", "rows"}}`.
+#[derive(Debug, Deserialize)]
+pub(super) struct Pty {
+    pub(super) size: Option<PtySize>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+pub(super) struct PtySize {
+    #[serde(default)]
+    pub(super) cols: u32,
+    #[serde(default)]
+    pub(super) rows: u32,
+}
+
 fn header_u64(h: &HeaderMap, name: &str) -> Option<u64> {
     h.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
-/// The `/v1` exec body of a `Start`.
-fn exec_body(c: &Ctx, p: &ProcessConfig, deadline: Option<Duration>) -> Value {
+/// `/v1/sandboxes/{id}/processes`, then `/{pid}` and `tail` when given.
+pub(super) fn uri(c: &Ctx, pid: Option<u32>, tail: &str) -> String {
+    let mut u = format!("/v1/sandboxes/{}/processes", q(&c.sandbox));
+    if let Some(pid) = pid {
+        u.push_str(&format!("/{pid}{tail}"));
+    }
+    u
+}
+
+/// Which process a request names: envd's `ProcessSelector` (`{"pid": N}` or `{"tag": …}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Selector {
+    Pid(u32),
+    Tag(String),
+}
+
+/// The selector under `req["process"]`.
+pub(super) fn selector(req: &Value) -> Result<Selector, ConnectError> {
+    let p = &req["process"];
+    if let Some(pid) = p.get("pid").filter(|v| !v.is_null()) {
+        return pid
+            .as_u64()
+            .or_else(|| pid.as_str().and_then(|s| s.trim().parse().ok()))
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Selector::Pid)
+            .ok_or_else(|| ConnectError::field("process.pid", "not a uint32"));
+    }
+    match p.get("tag").and_then(Value::as_str) {
+        Some(tag) => Ok(Selector::Tag(tag.to_owned())),
+        None => Err(ConnectError::field("process", "names no pid or tag")),
+    }
+}
+
+/// The pid `sel` names: a tag is looked up among the sandbox's running processes.
+pub(super) async fn resolve(f: &Facade, c: &Ctx, sel: &Selector) -> Result<u32, EnvdError> {
+    let tag = match sel {
+        Selector::Pid(p) => return Ok(*p),
+        Selector::Tag(t) => t,
+    };
+    let listed = c
+        .json(
+            f,
+            Method::GET,
+            &format!("{}?status=running", uri(c, None, "")),
+            None,
+        )
+        .await?;
+    listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["tag"].as_str() == Some(tag))
+        .and_then(|p| p["pid"].as_u64())
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            ConnectError::new("not_found", format!("process with tag {tag:?} not found")).into()
+        })
+}
+
+/// The `/v1` `StartProcess` body of a `Start`.
+fn start_body(c: &Ctx, req: &StartRequest, deadline: Option<Duration>) -> Value {
+    let p = &req.process;
     let mut argv = vec![p.cmd.clone()];
     argv.extend(p.args.iter().cloned());
     // envd's order: the user's HOME, USER and LOGNAME, then the sandbox's env (applied by the
@@ -76,10 +154,26 @@ fn exec_body(c: &Ctx, p: &ProcessConfig, deadline: Option<Duration>) -> Value {
     env.insert("LOGNAME".into(), c.user.clone());
     env.extend(p.envs.clone());
     let cwd = c.resolve(p.cwd.as_deref().unwrap_or(""));
-    let mut body = json!({ "command": argv, "env": env, "cwd": cwd });
+    let pty = req.pty.as_ref().map(|t| {
+        let s = t.size.unwrap_or(PtySize {
+            cols: DEFAULT_PTY.0,
+            rows: DEFAULT_PTY.1,
+        });
+        json!({ "cols": s.cols, "rows": s.rows })
+    });
+    // A terminal always takes input (envd's `SendInput` with `pty`).
+    let stdin = req.stdin.unwrap_or(false) || pty.is_some();
+    let mut body = json!({ "command": argv, "env": env, "cwd": cwd, "stdin": stdin });
+    if let Some(pty) = pty {
+        body["pty"] = pty;
+    }
+    if let Some(tag) = &req.tag {
+        body["tag"] = json!(tag);
+    }
     if let Some(d) = deadline {
-        // A backstop a second past the facade's own deadline, which ends the stream first.
-        let secs = (d.as_millis().div_ceil(1000) as u64 + 1).clamp(1, MAX_EXEC_SECONDS);
+        // A backstop a second past the facade's own deadline, which kills it first while a
+        // stream is attached (and ends that stream `deadline_exceeded`, not with exit 124).
+        let secs = (d.as_millis().div_ceil(1000) as u64 + 1).clamp(1, MAX_TIMEOUT_SECONDS);
         body["timeoutSeconds"] = json!(secs);
     }
     body
@@ -106,6 +200,15 @@ pub(super) fn failed_stream(e: &ConnectError) -> Response {
     let (tx, rx) = mpsc::channel(1);
     let _ = tx.try_send(connect::end(Some(e)));
     stream_response(rx)
+}
+
+/// The answer of a stream that failed before it began: E2B's 502 for a sandbox the caller
+/// cannot reach, else the end envelope with the error.
+fn refused(e: EnvdError) -> Response {
+    match e {
+        EnvdError::Rpc(e) => failed_stream(&e),
+        gone => gone.into_response(),
+    }
 }
 
 /// The caller's context and the decoded JSON body of a server-streaming call, or the answer
@@ -135,6 +238,28 @@ pub(super) async fn stream_call<T: serde::de::DeserializeOwned>(
         .map_err(|e| failed_stream(&e))
 }
 
+/// How a stream is bounded and kept alive, from the request's headers.
+struct Timing {
+    keepalive: Duration,
+    deadline: Option<Duration>,
+    started: Instant,
+}
+
+impl Timing {
+    fn of(headers: &HeaderMap) -> Timing {
+        Timing {
+            keepalive: header_u64(headers, "keepalive-ping-interval")
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs)
+                .unwrap_or(DEFAULT_KEEPALIVE),
+            deadline: header_u64(headers, "connect-timeout-ms")
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            started: Instant::now(),
+        }
+    }
+}
+
 /// `POST /process.Process/Start`.
 pub async fn start(
     Extension(f): Extension<Arc<Facade>>,
@@ -153,175 +278,321 @@ pub async fn start(
         Ok(x) => x,
         Err(answer) => return answer,
     };
-    if req.pty.as_ref().is_some_and(|p| !p.is_null()) {
-        return failed_stream(&ConnectError::unimplemented(
-            "PTY processes",
-            "terminals need processes that outlive a stream, which /v1 exec does not have yet",
-        ));
-    }
-    // `stdin: true` asks to keep stdin open for SendInput, which is not served: the command
-    // gets an empty stdin either way.
-    let _ = req.stdin;
-    let deadline = header_u64(&headers, "connect-timeout-ms")
-        .filter(|ms| *ms > 0)
-        .map(Duration::from_millis);
-    let keepalive = header_u64(&headers, "keepalive-ping-interval")
-        .filter(|s| *s > 0)
-        .map(Duration::from_secs)
-        .unwrap_or(DEFAULT_KEEPALIVE);
-    let started = Instant::now();
-    let v1_body = exec_body(&c, &req.process, deadline);
-    let inner =
-        f.v1.call(
-            &c.caller,
-            Method::POST,
-            &format!("/v1/sandboxes/{}/exec/stream", q(&c.sandbox)),
-            &[
-                (
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                ),
-                (header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE)),
-            ],
-            Body::from(v1_body.to_string()),
-        )
+    let timing = Timing::of(&headers);
+    let pty = req.pty.is_some();
+    let v1_body = start_body(&c, &req, timing.deadline);
+    let started = c
+        .json(&f, Method::POST, &uri(&c, None, ""), Some(&v1_body))
         .await;
-    let inner = match inner {
-        Ok(r) => r,
-        Err(e) => return failed_stream(&ConnectError::new("internal", e.message)),
+    let pid = match started {
+        Ok(p) => p["pid"].as_u64().and_then(|n| u32::try_from(n).ok()),
+        Err(e) => return refused(e),
     };
-    let status = inner.status();
-    if !status.is_success() {
-        let bytes = read_all(inner).await.unwrap_or_default();
-        return match EnvdError::from_v1(&c.sandbox, status, &bytes) {
-            EnvdError::Rpc(e) => failed_stream(&e),
-            gone => gone.into_response(),
-        };
-    }
-    let pid = f.next_pid.fetch_add(1, Ordering::Relaxed);
+    let Some(pid) = pid else {
+        return failed_stream(&ConnectError::internal("a started process without a pid"));
+    };
+    attach(f, c, pid, 0, pty, timing, true).await
+}
+
+/// `POST /process.Process/Connect`: re-attaches to a process from its output's current end.
+pub async fn connect(
+    Extension(f): Extension<Arc<Facade>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (c, req): (_, Value) = match stream_call(
+        &f,
+        &headers,
+        body,
+        (MAX_REQUEST, "the Connect request is over 1 MiB"),
+        "process",
+    )
+    .await
+    {
+        Ok(x) => x,
+        Err(answer) => return answer,
+    };
+    let timing = Timing::of(&headers);
+    let sel = match selector(&req) {
+        Ok(s) => s,
+        Err(e) => return failed_stream(&e),
+    };
+    let found = match resolve(&f, &c, &sel).await {
+        Ok(pid) => c
+            .json(&f, Method::GET, &uri(&c, Some(pid), ""), None)
+            .await
+            .map(|p| (pid, p)),
+        Err(e) => Err(e),
+    };
+    let (pid, p) = match found {
+        Ok(x) => x,
+        Err(e) => return refused(e),
+    };
+    let from = p["outputBytes"].as_u64().unwrap_or(0);
+    let pty = p["pty"].as_bool().unwrap_or(false);
+    attach(f, c, pid, from, pty, timing, false).await
+}
+
+/// The stream of process `pid`: its start event, then its output from byte `from` (relayed
+/// by [`pump`]); `kill` makes the deadline kill the process.
+async fn attach(
+    f: Arc<Facade>,
+    c: Ctx,
+    pid: u32,
+    from: u64,
+    pty: bool,
+    timing: Timing,
+    kill: bool,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let _ = tx.try_send(connect::message(
         &json!({ "event": { "start": { "pid": pid } } }),
     ));
-    let deadline_at = deadline.map(|d| started + d);
-    tokio::spawn(pump(inner.into_body(), tx, keepalive, deadline_at));
+    let inner =
+        f.v1.call(
+            &c.caller,
+            Method::GET,
+            &uri(&c, Some(pid), &format!("/output?from={from}&follow=true")),
+            &[(header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE))],
+            Body::empty(),
+        )
+        .await;
+    let failed = match inner {
+        Ok(r) if r.status().is_success() => {
+            let deadline = timing.deadline.map(|d| timing.started + d);
+            let job = Pump {
+                f,
+                c,
+                pid,
+                pty,
+                kill,
+                keepalive: timing.keepalive,
+                deadline,
+            };
+            tokio::spawn(job.run(r.into_body(), tx));
+            return stream_response(rx);
+        }
+        Ok(r) => {
+            let status = r.status();
+            let bytes = read_all(r).await.unwrap_or_default();
+            match EnvdError::from_v1(&c.sandbox, status, &bytes) {
+                EnvdError::Rpc(e) => e,
+                EnvdError::SandboxGone(id) => {
+                    ConnectError::new("unavailable", format!("The sandbox {id} was not found"))
+                }
+            }
+        }
+        Err(e) => ConnectError::new("internal", e.message),
+    };
+    let _ = tx.try_send(connect::end(Some(&failed)));
     stream_response(rx)
 }
 
-/// How a command's stream ended.
+/// How a process's stream ended.
 enum Ending {
     Exit(i64),
     Failed(ConnectError),
 }
 
-/// Reads `/v1`'s binary frames and writes envd's events. Returns when the stream ends or
-/// the client goes (dropping the inner body then cancels the command).
-async fn pump(body: Body, tx: mpsc::Sender<Bytes>, keepalive: Duration, deadline: Option<Instant>) {
-    let mut dec = FrameDecoder::default();
-    let mut data = body.into_data_stream();
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut quiet_since = Instant::now();
-    let far = Instant::now() + Duration::from_secs(10 * 365 * 86_400);
-    let ending = 'outer: loop {
-        let wake = (quiet_since + keepalive).min(deadline.unwrap_or(far));
-        let chunk = tokio::select! {
-            c = data.next() => c,
-            _ = tokio::time::sleep_until(wake) => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    break Ending::Failed(ConnectError::new(
-                        "deadline_exceeded",
-                        "the command ran past its deadline (Connect-Timeout-Ms) and was cancelled",
-                    ));
-                }
-                let ka = connect::message(&json!({ "event": { "keepalive": {} } }));
-                if tx.send(ka).await.is_err() {
-                    return;
-                }
-                quiet_since = Instant::now();
-                continue;
-            }
-        };
-        let Some(Ok(chunk)) = chunk else {
-            break Ending::Failed(ConnectError::new(
-                "unavailable",
-                "the command's stream ended before its exit",
-            ));
-        };
-        let frames = match dec.push(&chunk) {
-            Ok(fr) => fr,
-            Err(e) => break Ending::Failed(ConnectError::internal(format!("exec frames: {e}"))),
-        };
-        for fr in frames {
-            match fr.kind {
-                FrameType::Stdout | FrameType::Stderr => {
-                    let name = if fr.kind == FrameType::Stdout {
-                        "stdout"
-                    } else {
-                        "stderr"
-                    };
-                    let ev = json!({ "event": { "data": { name: b64.encode(&fr.payload) } } });
-                    if tx.send(connect::message(&ev)).await.is_err() {
+/// Relays one attachment's frames as envd's events.
+struct Pump {
+    f: Arc<Facade>,
+    c: Ctx,
+    pid: u32,
+    pty: bool,
+    /// Kill the process at the deadline (a `Start`'s `Connect-Timeout-Ms`).
+    kill: bool,
+    keepalive: Duration,
+    deadline: Option<Instant>,
+}
+
+impl Pump {
+    /// Reads `/v1`'s frames and writes envd's events. Returns when the stream ends or the
+    /// client goes (dropping the inner body then detaches; the process goes on).
+    async fn run(self, body: Body, tx: mpsc::Sender<Bytes>) {
+        let mut dec = FrameDecoder::default();
+        let mut data = body.into_data_stream();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut quiet_since = Instant::now();
+        let far = Instant::now() + Duration::from_secs(10 * 365 * 86_400);
+        let ending = 'outer: loop {
+            let wake = (quiet_since + self.keepalive).min(self.deadline.unwrap_or(far));
+            let chunk = tokio::select! {
+                c = data.next() => c,
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep_until(wake) => {
+                    if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                        break Ending::Failed(self.deadline_passed().await);
+                    }
+                    let ka = connect::message(&json!({ "event": { "keepalive": {} } }));
+                    if tx.send(ka).await.is_err() {
                         return;
                     }
                     quiet_since = Instant::now();
+                    continue;
                 }
-                FrameType::Exit => {
-                    let v: Value = serde_json::from_slice(&fr.payload).unwrap_or(Value::Null);
-                    break 'outer Ending::Exit(v["exitCode"].as_i64().unwrap_or(-1));
+            };
+            let Some(Ok(chunk)) = chunk else {
+                break Ending::Failed(ConnectError::new(
+                    "unavailable",
+                    "the process's output stream ended before its exit",
+                ));
+            };
+            let frames = match dec.push(&chunk) {
+                Ok(fr) => fr,
+                Err(e) => {
+                    break Ending::Failed(ConnectError::internal(format!("process frames: {e}")))
                 }
-                FrameType::Error => {
-                    let v: Value = serde_json::from_slice(&fr.payload).unwrap_or(Value::Null);
-                    let code = ConnectError::code_of_v1(v["code"].as_str().unwrap_or(""));
-                    let msg = v["message"].as_str().unwrap_or("the command failed");
-                    break 'outer Ending::Failed(ConnectError::new(code, msg));
+            };
+            for fr in frames {
+                match fr.kind {
+                    FrameType::Stdout | FrameType::Stderr => {
+                        let name = match (self.pty, fr.kind) {
+                            (true, _) => "pty",
+                            (false, FrameType::Stdout) => "stdout",
+                            _ => "stderr",
+                        };
+                        let ev = json!({ "event": { "data": { name: b64.encode(&fr.payload) } } });
+                        if tx.send(connect::message(&ev)).await.is_err() {
+                            return;
+                        }
+                        quiet_since = Instant::now();
+                    }
+                    FrameType::Exit => {
+                        let v: Value = serde_json::from_slice(&fr.payload).unwrap_or(Value::Null);
+                        break 'outer Ending::Exit(v["exitCode"].as_i64().unwrap_or(-1));
+                    }
+                    FrameType::Error => {
+                        let v: Value = serde_json::from_slice(&fr.payload).unwrap_or(Value::Null);
+                        let code = ConnectError::code_of_v1(v["code"].as_str().unwrap_or(""));
+                        let msg = v["message"].as_str().unwrap_or("the process failed");
+                        break 'outer Ending::Failed(ConnectError::new(code, msg));
+                    }
+                    FrameType::Heartbeat => {}
                 }
-                FrameType::Heartbeat => {}
+            }
+        };
+        drop(data);
+        match ending {
+            Ending::Exit(code) => {
+                let _ = tx.send(connect::message(&end_event(code))).await;
+                let _ = tx.send(connect::end(None)).await;
+            }
+            Ending::Failed(e) => {
+                let _ = tx.send(connect::end(Some(&e))).await;
             }
         }
-    };
-    drop(data);
-    match ending {
-        Ending::Exit(code) => {
-            let mut end = json!({ "exited": true, "status": format!("exit status {code}") });
-            if code != 0 {
-                end["exitCode"] = json!(code);
-                end["error"] = json!(format!("exit status {code}"));
-            }
-            let _ = tx
-                .send(connect::message(&json!({ "event": { "end": end } })))
-                .await;
-            let _ = tx.send(connect::end(None)).await;
+    }
+
+    /// At the deadline: a `Start`'s process is killed (as envd does); the stream's error.
+    async fn deadline_passed(&self) -> ConnectError {
+        if !self.kill {
+            return ConnectError::new(
+                "deadline_exceeded",
+                "the stream ran past its deadline (Connect-Timeout-Ms); the process goes on",
+            );
         }
-        Ending::Failed(e) => {
-            let _ = tx.send(connect::end(Some(&e))).await;
+        let killed = self
+            .c
+            .json(
+                &self.f,
+                Method::DELETE,
+                &uri(&self.c, Some(self.pid), ""),
+                None,
+            )
+            .await;
+        if let Err(e) = killed {
+            tracing::warn!(pid = self.pid, error = ?e, "e2b facade: kill at the deadline failed");
         }
+        ConnectError::new(
+            "deadline_exceeded",
+            "the command ran past its deadline (Connect-Timeout-Ms) and was killed",
+        )
     }
 }
 
-/// Every other `process.Process` RPC.
-pub async fn unsupported(
-    Extension(f): Extension<Arc<Facade>>,
-    headers: HeaderMap,
-    Path(method): Path<String>,
-) -> Response {
-    if let Err(e) = ctx(&f, &headers, None) {
-        return e.into_response();
+/// envd's end event of an exit code (`exitCode` and `error` only when it is not 0).
+fn end_event(code: i64) -> Value {
+    let mut end = json!({ "exited": true, "status": format!("exit status {code}") });
+    if code != 0 {
+        end["exitCode"] = json!(code);
+        end["error"] = json!(format!("exit status {code}"));
     }
-    let e = ConnectError::unimplemented(
-        &format!("process.Process/{method}"),
-        "background processes (pids that outlive their stream, input, reattach, list, \
-         signals) need a /v1 processes resource that does not exist yet; run commands in \
-         the foreground",
-    );
-    let streaming = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|c| c.starts_with(connect::STREAM_CONTENT_TYPE));
-    if streaming {
-        let mut r = failed_stream(&e);
-        *r.status_mut() = StatusCode::OK;
-        r
-    } else {
-        e.into_response()
+    json!({ "event": { "end": end } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facade::opensandbox::inner::Caller;
+
+    fn c() -> Ctx {
+        Ctx {
+            caller: Caller::Anonymous,
+            sandbox: "sbx_1".into(),
+            user: "user".into(),
+            home: "/home/user".into(),
+        }
+    }
+
+    #[test]
+    fn selectors_take_a_pid_as_number_or_string_or_a_tag() {
+        assert_eq!(
+            selector(&json!({"process": {"pid": 7}})).unwrap(),
+            Selector::Pid(7)
+        );
+        assert_eq!(
+            selector(&json!({"process": {"pid": "8"}})).unwrap(),
+            Selector::Pid(8)
+        );
+        assert_eq!(
+            selector(&json!({"process": {"tag": "web"}})).unwrap(),
+            Selector::Tag("web".into())
+        );
+        let e = selector(&json!({"process": {"pid": -1}})).unwrap_err();
+        assert!(e.message.starts_with("process.pid"), "{e:?}");
+        let e = selector(&json!({"process": {"pid": 1u64 << 33}})).unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+        assert!(selector(&json!({})).is_err());
+    }
+
+    #[test]
+    fn a_start_becomes_a_v1_process() {
+        let req: StartRequest = serde_json::from_value(json!({
+            "process": {"cmd": "/bin/bash", "args": ["-i", "-l"], "envs": {"TERM": "xterm"},
+                        "cwd": "w"},
+            "pty": {"size": {"cols": 100, "rows": 30}}, "tag": "t"
+        }))
+        .unwrap();
+        let b = start_body(&c(), &req, Some(Duration::from_millis(1500)));
+        assert_eq!(b["command"], json!(["/bin/bash", "-i", "-l"]));
+        assert_eq!(b["cwd"], "/home/user/w");
+        assert_eq!(b["env"]["TERM"], "xterm");
+        assert_eq!(b["env"]["HOME"], "/home/user");
+        assert_eq!(b["pty"], json!({"cols": 100, "rows": 30}));
+        assert_eq!(b["stdin"], true, "a terminal takes input");
+        assert_eq!(b["tag"], "t");
+        assert_eq!(
+            b["timeoutSeconds"], 3,
+            "a second past the stream's deadline"
+        );
+        let plain: StartRequest =
+            serde_json::from_value(json!({"process": {"cmd": "cat"}, "stdin": false})).unwrap();
+        let b = start_body(&c(), &plain, None);
+        assert_eq!(b["stdin"], false);
+        assert!(b.get("timeoutSeconds").is_none() && b.get("pty").is_none());
+        let differently_core::process::StartProcess { command, .. } =
+            serde_json::from_value(b).expect("the /v1 wire type takes it");
+        assert_eq!(command, vec!["cat".to_owned()]);
+    }
+
+    #[test]
+    fn end_events_say_exit_codes_as_envd() {
+        assert_eq!(
+            end_event(0),
+            json!({"event": {"end": {"exited": true, "status": "exit status 0"}}})
+        );
+        assert_eq!(end_event(3)["event"]["end"]["error"], "exit status 3");
+        assert_eq!(end_event(137)["event"]["end"]["exitCode"], 137);
     }
 }
