@@ -147,15 +147,17 @@ impl DevhostAdapter {
                 }
             }
         };
-        // Output written just before the end is still in the pipes; a process that left the
-        // group and keeps them open is not waited for.
-        let _ = tokio::time::timeout(DRAIN_GRACE, async {
-            while let Some(r) = readers.last_mut() {
-                let _ = r.await;
-                readers.pop();
+        // Output written just before the end is still in the pipes. Whatever of its group
+        // still holds them open is killed with it: a child the signal missed (a signal sent
+        // while bubblewrap was still starting reaches it before the program exists, and the
+        // sandbox's init ignores it), or a background job left writing to its output.
+        if !drain(&mut readers).await {
+            if let Some(pgid) = pgid {
+                local_pty::signal_group(pgid, PtySignal::Kill);
             }
-        })
-        .await;
+            drain(&mut readers).await;
+        }
+        // A process that left the group and keeps the pipes open is not waited for.
         for r in &readers {
             r.abort();
         }
@@ -165,6 +167,19 @@ impl DevhostAdapter {
             duration_ms: millis(started.elapsed()),
         })
     }
+}
+
+/// Waits up to [`DRAIN_GRACE`] for the output readers to reach the end of their pipes;
+/// false if one is still open.
+async fn drain(readers: &mut Vec<tokio::task::JoinHandle<()>>) -> bool {
+    tokio::time::timeout(DRAIN_GRACE, async {
+        while let Some(r) = readers.last_mut() {
+            let _ = r.await;
+            readers.pop();
+        }
+    })
+    .await
+    .is_ok()
 }
 
 /// Whether as much stdin waits for the program as is queued at most.

@@ -124,20 +124,39 @@ async fn a_signal_is_not_stuck_behind_unread_stdin() {
     assert_eq!(exit.expect("exit").exit_code, 143);
 }
 
-/// A signal goes to the whole process group: a background child dies with the shell.
+/// Whether `pid` is gone, or a zombie waiting for its reaper: no longer running either way.
+fn dead(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().next());
+    matches!(state, None | Some("Z") | Some("X"))
+}
+
+/// A signal goes to the whole process group: a background child (its output elsewhere, so
+/// nothing but the signal ends it) dies with the shell.
 #[tokio::test]
 async fn signals_reach_the_whole_process_group() {
     let (_root, a, at) = sandbox().await;
-    let s = spec(
-        &[
-            "sh",
-            "-c",
-            "trap 'echo trapped' TERM; sleep 30 & echo pid:$!; wait; echo done",
-        ],
-        false,
-    );
+    let script =
+        "trap 'echo trapped' TERM; sleep 30 >/dev/null 2>&1 & echo pid:$!; wait; echo done";
+    let s = spec(&["sh", "-c", script], false);
     let (exit, out) = run(&a, &at, &s, |input, mut seen| async move {
-        wait_for(&mut seen, "pid:").await;
+        let out = wait_for(&mut seen, "pid:").await;
+        let pid = out
+            .lines()
+            .find_map(|l| l.strip_prefix("pid:"))
+            .expect("the child's pid")
+            .to_owned();
+        // Once the child is `sleep` itself, not the shell's fork on its way to it.
+        for _ in 0..300 {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "sleep" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         input
             .send(ProcessInput::Signal(ProcessSignal::Term))
             .await
@@ -154,16 +173,15 @@ async fn signals_reach_the_whole_process_group() {
         .lines()
         .find_map(|l| l.strip_prefix("pid:"))
         .expect("the child's pid");
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Gone, or a zombie waiting for its reaper: either way no longer sleeping.
-    let state = stat
-        .rsplit(')')
-        .next()
-        .and_then(|r| r.split_whitespace().next());
-    assert!(
-        matches!(state, None | Some("Z") | Some("X")),
-        "the background sleep survived its group's TERM: {stat}"
-    );
+    let mut gone = dead(pid);
+    for _ in 0..100 {
+        if gone {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        gone = dead(pid);
+    }
+    assert!(gone, "the background sleep survived its group's TERM");
 }
 
 #[tokio::test]
@@ -179,4 +197,42 @@ async fn a_missing_program_is_127_on_stderr() {
     assert_eq!(exit.expect("exit").exit_code, 127);
     // Said by the adapter, or by env(1) that starts programs with default signals.
     assert!(out.contains("no-such-program-here"), "{out}");
+}
+
+/// Processes on this host whose command line holds `needle`.
+fn running_with(needle: &str) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(needle))
+        .count()
+}
+
+/// A signal sent at once, while bubblewrap may still be starting (its sandbox's init ignores
+/// it and the program is not there yet), leaves nothing running: what is left of the group
+/// is killed with the process.
+#[tokio::test]
+async fn a_signal_at_start_under_bubblewrap_leaves_nothing_running() {
+    let (_root, a, at) = sandbox_with(IsolationMode::Bwrap).await;
+    // A duration no other test sleeps, to find the program among the host's processes.
+    let marker = "47.125";
+    for _ in 0..3 {
+        let s = spec(&["sleep", marker], false);
+        let (exit, _) = run(&a, &at, &s, |input, _| async move {
+            let _ = input.send(ProcessInput::Signal(ProcessSignal::Term)).await;
+        })
+        .await;
+        assert_eq!(exit.expect("exit").exit_code, 143);
+    }
+    let mut left = running_with(marker);
+    for _ in 0..50 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = running_with(marker);
+    }
+    assert_eq!(left, 0, "a signalled process left its program running");
 }
