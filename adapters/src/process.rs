@@ -195,13 +195,16 @@ async fn on_terminal<A: Adapter + ?Sized>(
     let mut timed_out = false;
     let mut input_open = true;
     let mut screen_open = true;
+    // When the terminal was hung up: a call that has not ended CANCEL_GRACE later is dropped.
+    let mut hung_up_at: Option<tokio::time::Instant> = None;
     let result = loop {
         tokio::select! {
             result = &mut call => break result,
             bytes = screen.recv(), if screen_open => match bytes {
                 Some(bytes) => {
-                    if out.send(ExecEvent::Stdout(bytes)).await.is_err() {
+                    if out.send(ExecEvent::Stdout(bytes)).await.is_err() && keys.is_some() {
                         keys = None; // hang the terminal up
+                        hung_up_at = Some(tokio::time::Instant::now());
                     }
                 }
                 None => screen_open = false,
@@ -221,6 +224,14 @@ async fn on_terminal<A: Adapter + ?Sized>(
             _ = sleep_until(deadline), if !timed_out && deadline.is_some() => {
                 timed_out = true;
                 keys = None; // hang up: the program gets SIGHUP and is killed soon after
+                hung_up_at = hung_up_at.or(Some(tokio::time::Instant::now()));
+            }
+            // A terminal that does not notice its hang-up (the backend's call never ends).
+            _ = sleep_until(hung_up_at.map(|t| t + CANCEL_GRACE)), if hung_up_at.is_some() => {
+                break Ok(ExecExit {
+                    exit_code: 128 + ProcessSignal::Hup.number(),
+                    duration_ms: started.elapsed().as_millis() as u64,
+                });
             }
         }
     };

@@ -25,7 +25,8 @@ use tokio::sync::mpsc;
 /// Streams and terminals only, as most HTTP adapters are. Programs: `echo args…`; `quiet`
 /// (prints nothing until its stream is cancelled, then ends 137); `deaf` (never ends, not
 /// even on cancel); any other program waits for the request's timeout (124) or a cancel.
-/// Its terminal echoes what is typed and ends 0 on ^D, 128+n on a signal, 129 on hang-up.
+/// Its terminal echoes what is typed and ends 0 on ^D, 128+n on a signal, 129 on hang-up;
+/// `deaf` on a terminal never ends.
 #[derive(Default)]
 struct StreamOnly {
     /// Set when a stream saw its output closed.
@@ -99,10 +100,13 @@ impl Adapter for StreamOnly {
     async fn pty(
         &self,
         _at: &InstanceRef,
-        _req: &PtyRequest,
+        req: &PtyRequest,
         mut input: mpsc::Receiver<PtyInput>,
         out: mpsc::Sender<Bytes>,
     ) -> Result<ExecExit, AdapterError> {
+        if req.program() == "deaf" {
+            return std::future::pending().await;
+        }
         let code = loop {
             match input.recv().await {
                 Some(PtyInput::Stdin(b)) if b.contains(&0x04) => break 0,
@@ -261,4 +265,20 @@ async fn a_terminal_process_past_its_timeout_ends_with_124() {
     s.timeout = Some(Duration::from_secs(1));
     let (exit, _) = run(&a, &s, vec![]).await;
     assert_eq!(exit.expect("exit").exit_code, 124);
+}
+
+#[tokio::test]
+async fn a_terminal_that_never_notices_its_hang_up_is_dropped_after_the_grace() {
+    let a = StreamOnly::default();
+    let mut s = spec(&["deaf"]);
+    s.pty = Some(PtySize { cols: 80, rows: 24 });
+    s.timeout = Some(Duration::from_secs(1));
+    let started = Instant::now();
+    let (exit, _) = run(&a, &s, vec![]).await;
+    assert_eq!(exit.expect("exit").exit_code, 124, "its timeout hung it up");
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "dropped after the grace, not at once: {:?}",
+        started.elapsed()
+    );
 }
