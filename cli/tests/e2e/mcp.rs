@@ -178,9 +178,25 @@ fn check(r: &Value, transport: &str) {
         "port_url",
         "sandbox_extend",
         "sandbox_delete",
+        "process_start",
+        "process_list",
+        "process_output",
+        "process_stdin",
+        "process_signal",
     ] {
         assert!(tools.contains(&name), "{t}: {name} missing from {tools:?}");
     }
+    // A background process through the tools: started, read, fed, listed, killed.
+    let pid = &r["processStart"]["structured"]["pid"];
+    assert!(pid.as_u64().is_some(), "{t}");
+    assert_eq!(r["processStart"]["structured"]["status"], "running", "{t}");
+    let seen = r["processSeen"].as_str().unwrap_or_default();
+    assert!(seen.contains("ready") && seen.contains("got over"), "{t}");
+    assert_eq!(r["processStdin"]["structured"]["written"], 5, "{t}");
+    assert_eq!(r["processList"]["structured"]["items"][0]["pid"], *pid, "{t}");
+    assert_eq!(r["processKill"]["isError"], false, "{t}");
+    assert_eq!(r["processEnded"]["structured"]["status"], "exited", "{t}");
+    assert_eq!(r["processEnded"]["structured"]["exitCode"], 137, "{t}");
     assert_eq!(r["schemasOk"], true);
     let sid = r["sandboxId"].as_str().unwrap();
     assert_eq!(r["create"]["structured"]["status"], "running", "{t}");

@@ -117,6 +117,40 @@ async def main():
             report["forkRead"] = outcome(await s.call_tool("files_read", {"sandboxId": fork_id, "path": "/tmp/hello.txt"}))
             await s.call_tool("sandbox_delete", {"sandboxId": fork_id})
         report["port"] = outcome(await s.call_tool("port_url", {"sandboxId": sid, "port": 8080}))
+        # A background process: started, read from an offset until its line is there, fed
+        # stdin, listed, then killed.
+        started = outcome(await s.call_tool("process_start", {
+            "sandboxId": sid, "command": ["sh", "-c", "echo ready; read line; echo got $line; sleep 600"],
+            "stdin": True, "tag": "mcp"}))
+        report["processStart"] = started
+        pid = (started["structured"] or {}).get("pid")
+        if pid:
+            seen, nxt = "", 0
+            for _ in range(200):
+                r = outcome(await s.call_tool("process_output", {"sandboxId": sid, "pid": pid, "from": nxt}))
+                seen += (r["structured"] or {}).get("stdout", "")
+                nxt = (r["structured"] or {}).get("next", nxt)
+                if "ready" in seen:
+                    break
+                await anyio.sleep(0.1)
+            report["processStdin"] = outcome(await s.call_tool("process_stdin", {
+                "sandboxId": sid, "pid": pid, "data": "over\n"}))
+            for _ in range(200):
+                r = outcome(await s.call_tool("process_output", {"sandboxId": sid, "pid": pid, "from": nxt}))
+                seen += (r["structured"] or {}).get("stdout", "")
+                nxt = (r["structured"] or {}).get("next", nxt)
+                if "got over" in seen:
+                    break
+                await anyio.sleep(0.1)
+            report["processSeen"] = seen
+            report["processList"] = outcome(await s.call_tool("process_list", {"sandboxId": sid, "status": "running"}))
+            report["processKill"] = outcome(await s.call_tool("process_signal", {"sandboxId": sid, "pid": pid, "signal": "KILL"}))
+            for _ in range(200):
+                r = outcome(await s.call_tool("process_output", {"sandboxId": sid, "pid": pid, "from": nxt}))
+                if (r["structured"] or {}).get("status") != "running":
+                    break
+                await anyio.sleep(0.1)
+            report["processEnded"] = r
         return sid
 
     sid = await session_run(os.environ["KEY_A"], as_a)

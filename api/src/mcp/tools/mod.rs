@@ -9,6 +9,7 @@
 //! (`isError: true`) carrying the API's stable code, never a protocol error.
 
 mod args;
+mod processes;
 mod schemas;
 
 use std::time::{Duration, Instant};
@@ -165,7 +166,10 @@ pub async fn call(
                 "arguments must be an object",
             ));
         };
-        if !matches!(name, "sandbox_create" | "sandbox_fork" | "sandbox_exec") {
+        if !matches!(
+            name,
+            "sandbox_create" | "sandbox_fork" | "sandbox_exec" | "process_start"
+        ) {
             // The body tools send their arguments to /v1, which refuses unknown fields itself.
             if let Some(unknown) = args
                 .keys()
@@ -244,7 +248,10 @@ pub async fn call(
                 )
                 .await?)
             }
-            _ => Err(ToolError::new("internal", "tool without an implementation")),
+            other => match processes::call(v1, other, args).await {
+                Some(result) => result,
+                None => Err(ToolError::new("internal", "tool without an implementation")),
+            },
         }
     };
     Ok(run.await.unwrap_or_else(|e| e.result()))
@@ -398,6 +405,10 @@ struct Kept {
 }
 
 impl Kept {
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
     fn push(&mut self, b: &[u8]) {
         let room = MAX_OUTPUT_BYTES.saturating_sub(self.bytes.len());
         if b.len() > room {

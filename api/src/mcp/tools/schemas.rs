@@ -36,7 +36,7 @@ pub fn list() -> Value {
     fork_props["snapshotId"] =
         json!({ "type": "string", "description": "The ready snapshot to start from (snp_…)." });
     let obj = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required, "additionalProperties": false });
-    json!([
+    let mut tools = json!([
         {
             "name": "sandbox_create",
             "title": "Create a sandbox",
@@ -157,5 +157,9 @@ pub fn list() -> Value {
             "inputSchema": obj(json!({ "sandboxId": sandbox_id }), &["sandboxId"]),
             "annotations": { "destructiveHint": true },
         },
-    ])
+    ]);
+    if let Value::Array(list) = &mut tools {
+        list.extend(super::processes::schemas(&sandbox_id));
+    }
+    tools
 }
