@@ -9,7 +9,7 @@ use bytes::Bytes;
 use reqwest::{Method, Response};
 use serde::Deserialize;
 
-use crate::frames::{FrameDecoder, Piece, MEDIA_TYPE};
+use crate::frames::{FrameDecoder, FrameError, Piece, MEDIA_TYPE};
 use crate::sse::SseParser;
 use crate::{
     sandbox_path, Client, Error, ExecExit, ExecRequest, ExecResult, Result, StreamError,
@@ -57,41 +57,27 @@ impl Client {
     ) -> Result<ExecStream> {
         check(req)?;
         let path = sandbox_path(id, "/exec/stream");
-        let accept = match format {
-            StreamFormat::Sse => "text/event-stream",
-            StreamFormat::Frames => MEDIA_TYPE,
-        };
+        let accept = accept(format);
         let resp = self
             .call(Method::POST, &path, Some(req), &[("accept", accept)])
             .await?;
-        let context = format!("POST {path}");
-        let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        if !content_type.starts_with(accept) {
-            return Err(Error::protocol(
-                context,
-                format!("answered Content-Type {content_type:?}, not {accept}"),
-            ));
-        }
-        let decoder = match format {
-            StreamFormat::Sse => Decoder::Sse {
-                parser: SseParser::default(),
-                base64: req.output_encoding.as_deref() == Some("base64"),
-            },
-            StreamFormat::Frames => Decoder::Frames(FrameDecoder::default()),
-        };
-        Ok(ExecStream {
+        let base64 = req.output_encoding.as_deref() == Some("base64");
+        ExecStream::open(
             resp,
-            decoder,
-            pending: VecDeque::new(),
-            finished: false,
-            context,
-            base: self.base_url().to_owned(),
-        })
+            format,
+            format!("POST {path}"),
+            self.base_url(),
+            base64,
+            false,
+        )
+    }
+}
+
+/// The `Accept` that asks for `format`.
+pub(crate) fn accept(format: StreamFormat) -> &'static str {
+    match format {
+        StreamFormat::Sse => "text/event-stream",
+        StreamFormat::Frames => MEDIA_TYPE,
     }
 }
 
@@ -120,6 +106,11 @@ pub struct ExecStream {
     finished: bool,
     context: String,
     base: String,
+    /// The end of the body without an exit or error is a normal end (a process's output
+    /// read with `follow=false` while it still runs), not a cut stream.
+    open_ended: bool,
+    /// The SSE `id:` of the last output event decoded (a process's output offset).
+    pub(crate) last_id: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -128,6 +119,47 @@ struct DataEvent {
 }
 
 impl ExecStream {
+    /// Checks the answer is in `format` and reads it as one; `context` is `METHOD path`.
+    pub(crate) fn open(
+        resp: Response,
+        format: StreamFormat,
+        context: String,
+        base: &str,
+        base64: bool,
+        open_ended: bool,
+    ) -> Result<ExecStream> {
+        let accept = accept(format);
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if !content_type.starts_with(accept) {
+            return Err(Error::protocol(
+                context,
+                format!("answered Content-Type {content_type:?}, not {accept}"),
+            ));
+        }
+        let decoder = match format {
+            StreamFormat::Sse => Decoder::Sse {
+                parser: SseParser::default(),
+                base64,
+            },
+            StreamFormat::Frames => Decoder::Frames(FrameDecoder::default()),
+        };
+        Ok(ExecStream {
+            resp,
+            decoder,
+            pending: VecDeque::new(),
+            finished: false,
+            context,
+            base: base.to_owned(),
+            open_ended,
+            last_id: None,
+        })
+    }
+
     /// The next piece; `None` after the last (`Exit` or `Error`).
     pub async fn next(&mut self) -> Option<Result<ExecEvent>> {
         loop {
@@ -146,13 +178,18 @@ impl ExecStream {
                 Err(e) => {
                     self.finished = true;
                     let url = self.resp.url().to_string();
-                    return Some(Err(TransportError::new("POST", &url, &self.base, e).into()));
+                    let method = self.context.split(' ').next().unwrap_or("POST");
+                    return Some(Err(TransportError::new(method, &url, &self.base, e).into()));
                 }
             };
             let Some(chunk) = chunk else {
                 self.finished = true;
                 let why = match &self.decoder {
-                    Decoder::Frames(d) => d.finish().err().map(|e| e.to_string()),
+                    Decoder::Frames(d) => match d.finish() {
+                        Err(FrameError::Unterminated) if self.open_ended => return None,
+                        r => r.err().map(|e| e.to_string()),
+                    },
+                    Decoder::Sse { .. } if self.open_ended => return None,
                     Decoder::Sse { .. } => None,
                 }
                 .unwrap_or_else(|| "the stream ended without an exit or error".to_owned());
@@ -180,11 +217,9 @@ impl ExecStream {
                             serde_json::from_slice(&j)
                                 .map_err(|e| bad(format!("the exit frame is not ExecExit: {e}")))?,
                         ),
-                        Piece::Error(j) => {
-                            ExecEvent::Error(serde_json::from_slice(&j).map_err(|e| {
-                                bad(format!("the error frame is not StreamError: {e}"))
-                            })?)
-                        }
+                        Piece::Error(j) => ExecEvent::Error(stream_error(&j).map_err(|e| {
+                            bad(format!("the error frame is not StreamError: {e}"))
+                        })?),
                     });
                 }
             }
@@ -204,6 +239,9 @@ impl ExecStream {
                             } else {
                                 Bytes::from(d.data)
                             };
+                            if let Some(id) = ev.id.as_deref().and_then(|i| i.parse().ok()) {
+                                self.last_id = Some(id);
+                            }
                             if ev.event == "stdout" {
                                 ExecEvent::Stdout(bytes)
                             } else {
@@ -214,11 +252,9 @@ impl ExecStream {
                             serde_json::from_slice(&ev.data)
                                 .map_err(|e| bad(format!("the exit event is not ExecExit: {e}")))?,
                         ),
-                        "error" => {
-                            ExecEvent::Error(serde_json::from_slice(&ev.data).map_err(|e| {
-                                bad(format!("the error event is not StreamError: {e}"))
-                            })?)
-                        }
+                        "error" => ExecEvent::Error(stream_error(&ev.data).map_err(|e| {
+                            bad(format!("the error event is not StreamError: {e}"))
+                        })?),
                         // A newer server's event kind: skipped, not an error.
                         _ => continue,
                     };
@@ -228,4 +264,18 @@ impl ExecStream {
         }
         Ok(())
     }
+}
+
+/// An error event's body: `{code, message}`, or the same inside the API's error envelope
+/// (`{"error": {…}}`), which a failed process's output ends with.
+fn stream_error(body: &[u8]) -> std::result::Result<StreamError, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct Envelope {
+        error: StreamError,
+    }
+    serde_json::from_slice(body).or_else(|e| {
+        serde_json::from_slice::<Envelope>(body)
+            .map(|env| env.error)
+            .map_err(|_| e)
+    })
 }

@@ -3,8 +3,9 @@
 //! One [`Client`] per API and key; it is cheap to clone (one connection pool). Calls are grouped
 //! by what they act on, each in its own module: sandboxes and their lifecycle
 //! ([`sandboxes`]), commands ([`exec`], buffered or streamed as SSE or binary frames), files
-//! ([`files`]), snapshots and ports ([`snapshots`]), status and public events with resume
-//! ([`events`]), the public events' schemas and NATS credentials ([`public_events`]),
+//! ([`files`]), processes that outlive a connection ([`processes`]: start, attach to the
+//! output from any offset, stdin, signals, kill), snapshots and ports ([`snapshots`]),
+//! status and public events with resume ([`events`]), the public events' schemas and NATS credentials ([`public_events`]),
 //! webhooks and their deliveries ([`webhooks`]), tenancy — organizations, projects, keys,
 //! quotas, policies — ([`tenancy`]), and the operators' routes — pools, secrets, audit, trust
 //! report — ([`admin`]).
@@ -25,6 +26,7 @@ pub mod files;
 pub mod frames;
 pub mod models;
 mod page;
+pub mod processes;
 pub mod pty;
 pub mod public_events;
 pub mod sandboxes;

@@ -242,6 +242,86 @@ pub struct PendingOperation {
     pub extra: Map<String, Value>,
 }
 
+/// A terminal's size in character cells (1-1000 each).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalSize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// The body of `POST …/processes`: a command started in the background, kept by the server past any
+/// connection (`stdin: true` keeps its stdin open for `…/stdin`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartProcess {
+    pub command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pty: Option<TerminalSize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// A process started with `POST …/processes` (its environment is never shown). `pid` is the control
+/// plane's id, not the pid inside the sandbox; `outputBytes` is the offset just past its output,
+/// `outputDropped` the bytes no longer kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Process {
+    pub pid: u32,
+    pub sandbox_id: String,
+    #[serde(default)]
+    pub command: Vec<String>,
+    pub pty: bool,
+    pub stdin_open: bool,
+    /// `running`, `exited` or `failed`.
+    pub status: String,
+    pub started_at: String,
+    pub output_bytes: u64,
+    pub output_dropped: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Fields this version does not know (a newer server's).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `GET …/processes`: the sandbox's processes, running and recently ended, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessList {
+    #[serde(default)]
+    pub items: Vec<Process>,
+    pub next_cursor: Option<String>,
+    /// Fields this version does not know (a newer server's).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The body of `POST …/processes/{pid}/signal`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalProcess {
+    /// `INT`, `TERM`, `KILL` or `HUP`.
+    pub signal: String,
+}
+
 /// A sandbox status change from `GET /v1/events`; the SDK's `seq` is its SSE `id:` (resume after it
 /// with `after=seq`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -33,6 +33,8 @@ __all__ = [
     "PublicEventType",
     "EventCause",
     "WebhookDeliveryStatus",
+    "ProcessStatus",
+    "ProcessSignal",
     "ErrorCode",
     "Resources",
     "Sandbox",
@@ -48,6 +50,9 @@ __all__ = [
     "PortRequest",
     "ExposedPort",
     "PendingOperation",
+    "TerminalSize",
+    "StartProcessRequest",
+    "Process",
     "PoolVerdict",
     "EffectivePolicy",
     "Placement",
@@ -198,6 +203,12 @@ PublicEventType = Literal[
 EventCause = Literal["user", "ttl", "idle", "reconciler", "quota", "admin", "backend"]
 
 WebhookDeliveryStatus = Literal["pending", "succeeded", "failed"]
+
+#: Where a process is in its life (``Process.status``).
+ProcessStatus = Literal["running", "exited", "failed"]
+
+#: A signal a client may send to a process (``SignalProcess.signal``).
+ProcessSignal = Literal["INT", "TERM", "KILL", "HUP"]
 
 #: The stable error codes the API answers (``error.code``); see docs/api.md.
 ErrorCode = Literal[
@@ -396,6 +407,51 @@ class PendingOperation:
 
     operation: str
     status: str
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class TerminalSize:
+    """A terminal's size in character cells (1-1000 each)."""
+
+    cols: int
+    rows: int
+
+
+@dataclass
+class StartProcessRequest:
+    """The body of ``POST …/processes``: a command started in the background, kept by the server
+    past any connection (``stdin: true`` keeps its stdin open for ``…/stdin``)."""
+
+    command: List[str]
+    cwd: Union[str, None, Unset] = UNSET
+    env: Union[Dict[str, str], Unset] = UNSET
+    pty: Union[TerminalSize, None, Unset] = UNSET
+    stdin: Union[bool, Unset] = UNSET
+    tag: Union[str, None, Unset] = UNSET
+    timeout_seconds: Union[int, None, Unset] = UNSET
+
+
+@dataclass(frozen=True)
+class Process:
+    """A process started with ``POST …/processes`` (its environment is never shown). ``pid`` is
+    the control plane's id, not the pid inside the sandbox; ``outputBytes`` is the offset just
+    past its output, ``outputDropped`` the bytes no longer kept."""
+
+    pid: int
+    sandbox_id: str
+    command: List[str]
+    pty: bool
+    stdin_open: bool
+    status: ProcessStatus
+    started_at: _dt.datetime
+    output_bytes: int
+    output_dropped: int
+    cwd: Optional[str]
+    ended_at: Optional[_dt.datetime]
+    error: Optional[str]
+    exit_code: Optional[int]
+    tag: Optional[str]
     raw: Dict[str, Any] = _raw()
 
 

@@ -7,7 +7,7 @@
 import { fields, type ModelSpec } from "../field-spec.js";
 import type * as M from "../models.js";
 import { ERROR_CODES } from "../errors.js";
-import { AUDIT_PROBLEM_KINDS, CAPABILITIES, CLASSIFICATIONS, CREDENTIAL_KINDS, DECISIONS, DELIVERY_STATUSES, EVENT_CAUSES, EXTERNAL_MODES, ORG_STATUSES, PROFILES, PUBLIC_EVENT_TYPES, SANDBOX_STATUSES, SCOPES, SNAPSHOT_STATUSES, STRATEGIES, VERIFIED } from "./models.js";
+import { AUDIT_PROBLEM_KINDS, CAPABILITIES, CLASSIFICATIONS, CREDENTIAL_KINDS, DECISIONS, DELIVERY_STATUSES, EVENT_CAUSES, EXTERNAL_MODES, ORG_STATUSES, PROCESS_SIGNALS, PROCESS_STATUSES, PROFILES, PUBLIC_EVENT_TYPES, SANDBOX_STATUSES, SCOPES, SNAPSHOT_STATUSES, STRATEGIES, VERIFIED } from "./models.js";
 
 export const GENERATED_MODELS: Record<string, ModelSpec> = {
   Resources: {
@@ -100,6 +100,35 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
   PendingOperation: {
     schema: "PendingOperation",
     fields: fields<M.PendingOperation>()({ operation: "string", status: "string" }),
+  },
+  TerminalSize: {
+    schema: "TerminalSize",
+    request: true,
+    fields: fields<M.TerminalSize>()({ cols: "integer", rows: "integer" }),
+  },
+  StartProcessRequest: {
+    schema: "StartProcess",
+    request: true,
+    fields: fields<M.StartProcessRequest>()({ command: "array", cwd: "string?", env: "object", pty:
+      "object?", stdin: "boolean", tag: "string?", timeoutSeconds: "integer?" }),
+  },
+  Process: {
+    schema: "Process",
+    fields: fields<M.Process>()({ pid: "integer", sandboxId: "string", command: "array", pty: "boolean",
+      stdinOpen: "boolean", status: "string", startedAt: "string", outputBytes: "integer",
+      outputDropped: "integer", cwd: "string?", endedAt: "string?", error: "string?", exitCode:
+      "integer?", tag: "string?" }),
+    enums: { "status": PROCESS_STATUSES },
+  },
+  ProcessList: {
+    schema: "ProcessList",
+    fields: fields<M.ProcessList>()({ items: "array", nextCursor: "string?" }),
+  },
+  SignalProcess: {
+    schema: "SignalProcess",
+    request: true,
+    fields: fields<M.SignalProcess>()({ signal: "string" }),
+    enums: { "signal": PROCESS_SIGNALS },
   },
   PoolVerdict: {
     schema: "PoolVerdict",

@@ -111,6 +111,14 @@ export type EventCause = (typeof EVENT_CAUSES)[number];
 export const DELIVERY_STATUSES = ["pending", "succeeded", "failed"] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 
+/** Where a process is in its life (`Process.status`). */
+export const PROCESS_STATUSES = ["running", "exited", "failed"] as const;
+export type ProcessStatus = (typeof PROCESS_STATUSES)[number];
+
+/** A signal a client may send to a process (`SignalProcess.signal`). */
+export const PROCESS_SIGNALS = ["INT", "TERM", "KILL", "HUP"] as const;
+export type ProcessSignal = (typeof PROCESS_SIGNALS)[number];
+
 /** A sandbox's size. */
 export interface Resources {
   cpu: number;
@@ -258,6 +266,59 @@ export interface PortAnswer {
 export interface PendingOperation {
   operation: string;
   status: string;
+}
+
+/** A terminal's size in character cells (1-1000 each). */
+export interface TerminalSize {
+  cols: number;
+  rows: number;
+}
+
+/**
+ * The body of `POST …/processes`: a command started in the background, kept by the server past any
+ * connection (`stdin: true` keeps its stdin open for `…/stdin`).
+ */
+export interface StartProcessRequest {
+  command: string[];
+  cwd?: string | null;
+  env?: Record<string, string>;
+  pty?: TerminalSize | null;
+  stdin?: boolean;
+  tag?: string | null;
+  timeoutSeconds?: number | null;
+}
+
+/**
+ * A process started with `POST …/processes` (its environment is never shown). `pid` is the control
+ * plane's id, not the pid inside the sandbox; `outputBytes` is the offset just past its output,
+ * `outputDropped` the bytes no longer kept.
+ */
+export interface Process {
+  pid: number;
+  sandboxId: string;
+  command: string[];
+  pty: boolean;
+  stdinOpen: boolean;
+  status: ProcessStatus;
+  startedAt: string;
+  outputBytes: number;
+  outputDropped: number;
+  cwd?: string | null;
+  endedAt?: string | null;
+  error?: string | null;
+  exitCode?: number | null;
+  tag?: string | null;
+}
+
+/** `GET …/processes`: the sandbox's processes, running and recently ended, newest first. */
+export interface ProcessList {
+  items: Process[];
+  nextCursor: string | null;
+}
+
+/** The body of `POST …/processes/{pid}/signal`. */
+export interface SignalProcess {
+  signal: ProcessSignal;
 }
 
 /** One pool considered by a placement, and why it was or was not eligible. */
