@@ -103,6 +103,13 @@ enum Command {
         #[command(subcommand)]
         command: client::sandbox::SandboxCommand,
     },
+    /// Background processes in a sandbox: start, list, attach to, feed, signal, kill.
+    Process {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        command: client::process::ProcessCommand,
+    },
     /// Snapshots of sandboxes, and forks from them.
     Snapshot {
         #[command(flatten)]
@@ -211,6 +218,9 @@ fn main() -> ExitCode {
             Command::Mcp { target } => return Ok(mcp::run(&target).await),
             Command::Sandbox { target, command } => {
                 return Ok(client::sandbox::run(&target, command).await)
+            }
+            Command::Process { target, command } => {
+                return Ok(client::process::run(&target, command).await)
             }
             Command::Snapshot { target, command } => {
                 return Ok(client::snapshot::run(&target, command).await)

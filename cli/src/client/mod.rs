@@ -1,5 +1,5 @@
-//! Client commands over the public `/v1` API (`differently sandbox …`, `snapshot`, `events`,
-//! `webhooks`, `org`, `project`, `key`, `quota`, `policy`, `admin …`, `login`): the calls an application
+//! Client commands over the public `/v1` API (`differently sandbox …`, `process`, `snapshot`,
+//! `events`, `webhooks`, `org`, `project`, `key`, `quota`, `policy`, `admin …`, `login`): the calls an application
 //! makes, through `differently-client`, for operators and scripts. Answers are printed as JSON,
 //! a table or ids (`-o`); errors name their stable code on stderr, never the key.
 
@@ -7,6 +7,7 @@ pub mod admin;
 pub mod events;
 pub mod files;
 pub mod output;
+pub mod process;
 pub mod profile;
 pub mod public_events;
 pub mod sandbox;

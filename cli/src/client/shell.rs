@@ -107,7 +107,7 @@ async fn recv(input: &mut Option<mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>> {
 
 /// Reads stdin on a thread of its own (a blocking read; a plain thread, so it never holds
 /// the process open at exit as a runtime's blocking task would), chunk by chunk.
-fn stdin_reader() -> mpsc::Receiver<Vec<u8>> {
+pub(super) fn stdin_reader() -> mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel(16);
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin();

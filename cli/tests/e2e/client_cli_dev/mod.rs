@@ -4,8 +4,9 @@
 //! (exec with stdin and exit codes, `cp` both ways with directories, `ls`/`rm`, a closed
 //! pipe), `lifecycle` (snapshots and forks, ports, keepalive, TTL and label updates, events
 //! and logs, waits that give up), `tenancy` (tenancy, quotas, policies, placement dry run,
-//! audit list and export), `login` (profiles with `login`, completions) and `terminal`
-//! (output formats and `exec -it` on a terminal).
+//! audit list and export), `login` (profiles with `login`, completions), `processes`
+//! (`process start`/`attach`/`stdin`/`signal`/`kill`) and `terminal` (output formats and
+//! `exec -it` on a terminal).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use crate::harness::{binary, free_port, Proc};
 mod exec_and_files;
 mod lifecycle;
 mod login;
+mod processes;
 mod tenancy;
 mod terminal;
 
