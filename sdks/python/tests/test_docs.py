@@ -92,3 +92,21 @@ def test_webhooks_example_runs(server: Server, tmp_path: Path) -> None:
         ["sse: sandbox.status.changed running cause backend", "webhook: sandbox.status.changed running verified"]
     ), lines
     assert lines[2:] == ["delivered: True"], lines
+
+
+def test_processes_example_runs(server: Server, tmp_path: Path) -> None:
+    script = tmp_path / "processes.py"
+    script.write_text(_block("<!-- processes: tested by sdks/python/tests/test_docs.py -->"), encoding="utf-8")
+    env = {
+        **os.environ,
+        "DIFFERENTLY_URL": server.url,
+        "DIFFERENTLY_API_KEY": server.admin_key,
+        "PYTHONPATH": str(REPO / "sdks" / "python" / "src"),
+    }
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "ExecStdout(data=b'ready\\n')",
+        "b'hello\\ndone\\n'",
+        "0 exited",
+    ]

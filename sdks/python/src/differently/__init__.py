@@ -13,12 +13,13 @@ from ._async_client import (
     AsyncClient,
     AsyncEventStream,
     AsyncExecStream,
+    AsyncProcessOutput,
     AsyncPublicEventStream,
     AsyncPty,
 )
 from ._codec import UNSET, Unset
 from ._core import RetryPolicy
-from ._sync_client import Client, EventStream, ExecStream, PublicEventStream, Pty
+from ._sync_client import Client, EventStream, ExecStream, ProcessOutput, PublicEventStream, Pty
 from ._version import __version__
 from .errors import (
     APIError,
@@ -52,6 +53,11 @@ from .errors import (
     WebhookVerificationError,
 )
 from .models import (
+    Process,
+    ProcessSignal,
+    ProcessStatus,
+    StartProcessRequest,
+    TerminalSize,
     AuditEvent,
     AuditProblem,
     AuditSegment,
@@ -218,6 +224,13 @@ __all__ = [
     "AsyncPublicEventStream",
     "PublicEventStream",
     "WebhookVerificationError",
+    "AsyncProcessOutput",
+    "ProcessOutput",
+    "Process",
+    "ProcessSignal",
+    "ProcessStatus",
+    "StartProcessRequest",
+    "TerminalSize",
     "verify_webhook",
     "__version__",
 ]

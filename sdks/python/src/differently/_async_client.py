@@ -65,6 +65,9 @@ from .models import (
     DryRun,
     ExecEvent,
     ExecExit,
+    Process,
+    StartProcessRequest,
+    TerminalSize,
     ExecRequest,
     ExecResult,
     ExposedPort,
@@ -163,6 +166,7 @@ class AsyncClient:
         )
         self.sandboxes = AsyncSandboxes(self)
         self.files = AsyncFiles(self)
+        self.processes = AsyncProcesses(self)
         self.snapshots = AsyncSnapshots(self)
         self.placement = AsyncPlacementApi(self)
         self.events = AsyncEvents(self)
@@ -355,6 +359,27 @@ class AsyncExecStream:
     async def aclose(self) -> None:
         if self._resp is not None:
             await self._resp.aclose()
+
+
+class AsyncProcessOutput(AsyncExecStream):
+    """A process's output (``processes.output``): iterate it for :class:`ExecStdout` /
+    :class:`ExecStderr` chunks, then (once the process has ended) one :class:`ExecExit`.
+    Without ``follow`` it ends after the output kept now, with no exit while the process
+    runs. Leaving the ``with`` block only detaches: the process goes on. :attr:`offset` is
+    where to attach again from."""
+
+    async def __aenter__(self) -> "AsyncProcessOutput":
+        await self._open()
+        return self
+
+    @property
+    def offset(self) -> int:
+        """The byte offset just past the output read so far (``start`` before any), counted
+        from ``start`` (the server's SSE ``id:``s are too). A ``start`` outside the output kept
+        (older than ``output_dropped``, or past ``output_bytes``) begins at the nearest kept
+        byte, so the count is off by the difference: then ``get(…).output_bytes`` is the one
+        to trust."""
+        return self._decoder.offset
 
 
 #: The logger handed to ``websockets``. Its level is WARNING so that the handshake, which
@@ -978,6 +1003,103 @@ class AsyncFiles:
     async def delete(self, sandbox: SandboxRef, path: str) -> None:
         """Deletes a file or an empty directory (a non-empty one is 422)."""
         await self._c._run(core.delete_file(ref(sandbox), path))
+
+
+class AsyncProcesses:
+    """Processes that outlive a connection (``client.processes``, docs/processes.md): started
+    in the background with a pid of the control plane's, then listed, attached to from any
+    byte offset, fed stdin, signalled, resized and killed, from any client with the key."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def start(
+        self,
+        sandbox: SandboxRef,
+        command: Sequence[str],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout_seconds: Optional[int] = None,
+        pty: Optional[TerminalSize] = None,
+        stdin: bool = False,
+        tag: Optional[str] = None,
+    ) -> Process:
+        """Starts ``command`` (argv) in the background; returns it once the command was sent
+        to the backend. ``stdin=True`` keeps its stdin open for :meth:`send_stdin` (the pool
+        needs ``exec.stdin``, or ``pty``); ``pty`` runs it on a terminal of that size. Never
+        retried after it may have reached the server (a retry would start a second one)."""
+        req = StartProcessRequest(
+            command=list(command),
+            env=dict(env) if env else UNSET,
+            cwd=_opt(cwd),
+            timeout_seconds=_opt(timeout_seconds),
+            pty=_opt(pty),
+            stdin=True if stdin else UNSET,
+            tag=_opt(tag),
+        )
+        return await self._c._run(core.start_process(ref(sandbox), req))
+
+    async def list(self, sandbox: SandboxRef, *, status: Optional[str] = None) -> List[Process]:
+        """The sandbox's processes, running and recently ended, newest first (``status``:
+        ``"running"``, ``"exited"`` or ``"failed"`` only)."""
+        return await self._c._run(core.list_processes(ref(sandbox), status))
+
+    async def get(self, sandbox: SandboxRef, pid: int) -> Process:
+        """One process: its status, exit code once ended, and output counters."""
+        return await self._c._run(core.get_process(ref(sandbox), pid))
+
+    def output(
+        self,
+        sandbox: SandboxRef,
+        pid: int,
+        *,
+        start: int = 0,
+        follow: bool = True,
+        transport: str = "frames",
+    ) -> AsyncProcessOutput:
+        """Its output from byte offset ``start`` (0: the oldest kept), following it until it
+        ends (then its exit) or, with ``follow=False``, what is kept now. ``transport`` as
+        for ``sandboxes.exec_stream``. Use as ``async with … as out: async for event in out``;
+        leaving the block detaches, the process goes on."""
+        if transport not in ("frames", "sse"):
+            raise ValueError("transport must be 'frames' or 'sse'")
+        call = core.process_output_call(ref(sandbox), pid, start, follow, transport)
+        decoder: Union[ExecFrames, ExecSSE] = (
+            ExecFrames(start, not follow) if transport == "frames" else ExecSSE(False, start, not follow)
+        )
+        return AsyncProcessOutput(self._c, call, decoder)
+
+    async def wait(self, sandbox: SandboxRef, pid: int) -> int:
+        """Waits for it to end and returns its exit code (its output is read and dropped; a
+        failed process raises :class:`ExecStreamError`)."""
+        async with self.output(sandbox, pid, start=0) as out:
+            async for _ in out:
+                pass
+        return out.exit_code if out.exit_code is not None else -1
+
+    async def send_stdin(self, sandbox: SandboxRef, pid: int, data: Union[str, bytes]) -> None:
+        """Hands ``data`` (text as UTF-8) to its stdin (or its terminal), in order; more than
+        1 MiB goes in several calls. Not retried once it may have reached the server."""
+        for part in core.stdin_parts(data):
+            await self._c._run(core.send_stdin(ref(sandbox), pid, part))
+
+    async def close_stdin(self, sandbox: SandboxRef, pid: int) -> None:
+        """End of input (a second close is fine)."""
+        await self._c._run(core.close_stdin(ref(sandbox), pid))
+
+    async def signal(self, sandbox: SandboxRef, pid: int, signal: str) -> None:
+        """Sends ``"INT"``, ``"TERM"``, ``"KILL"`` or ``"HUP"`` (``SIG`` prefix allowed) to its
+        process group (a terminal's foreground group)."""
+        await self._c._run(core.signal_process(ref(sandbox), pid, signal))
+
+    async def resize(self, sandbox: SandboxRef, pid: int, cols: int, rows: int) -> None:
+        """A terminal process's new size (1-1000 each)."""
+        await self._c._run(core.resize_process(ref(sandbox), pid, cols, rows))
+
+    async def kill(self, sandbox: SandboxRef, pid: int) -> None:
+        """``KILL`` if it still runs; one that has ended already is fine."""
+        await self._c._run(core.kill_process(ref(sandbox), pid))
 
 
 class AsyncSnapshots:

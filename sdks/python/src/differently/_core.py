@@ -81,6 +81,8 @@ from .models import (
     Page,
     PendingOperation,
     Placement,
+    Process,
+    StartProcessRequest,
     Policy,
     Pool,
     PoolRecord,
@@ -536,6 +538,95 @@ def expose_port(sandbox_id: str, req: PortRequest) -> Op[Union[ExposedPort, Pend
 
 
 # --- files -----------------------------------------------------------------------------------
+
+
+# --- processes (docs/processes.md) ----------------------------------------------------------
+
+#: Signals a process can be sent (``POST …/processes/{pid}/signal``).
+PROCESS_SIGNALS = ("INT", "TERM", "KILL", "HUP")
+#: The most bytes one ``POST …/stdin`` takes; larger input is sent in calls of this size.
+MAX_STDIN_PER_CALL = 1 << 20
+
+
+def _process_path(sandbox_id: str, pid: Optional[int] = None, rest: str = "") -> str:
+    base = f"/v1/sandboxes/{seg(sandbox_id)}/processes"
+    if pid is None:
+        return base
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
+        raise ValueError(f"pid must be a non-negative int, got {pid!r}")
+    return f"{base}/{pid}{rest}"
+
+
+def start_process(sandbox_id: str, req: StartProcessRequest) -> Op[Process]:
+    if not req.command or not req.command[0]:
+        raise ValueError("command must name a program")
+    # Not retried: a second POST would start a second process.
+    return simple(Call("POST", _process_path(sandbox_id), json=encode(req)), _one(Process))
+
+
+def list_processes(sandbox_id: str, status: Optional[str]) -> Op[List[Process]]:
+    call = Call("GET", _process_path(sandbox_id), params=query({"status": status}), retry=True)
+    return simple(call, lambda r: _page(Process, r.json()).items)
+
+
+def get_process(sandbox_id: str, pid: int) -> Op[Process]:
+    return get(_process_path(sandbox_id, pid), Process)
+
+
+def process_output_call(sandbox_id: str, pid: int, start: int, follow: bool, stream: str) -> Call:
+    """``GET …/output``; ``stream`` is ``"frames"`` or ``"sse"``."""
+    if start < 0:
+        raise ValueError("offset must be >= 0")
+    headers = {"Accept": "application/vnd.differently.exec-stream" if stream == "frames" else "text/event-stream"}
+    params = [("from", str(start)), ("follow", "true" if follow else "false")]
+    # Heartbeats come every 15 s while it follows: a silent minute means the connection is gone.
+    return Call(
+        "GET", _process_path(sandbox_id, pid, "/output"), params=params, headers=headers,
+        retry=True, read_timeout=60.0,
+    )
+
+
+def stdin_parts(data: Union[str, bytes]) -> List[bytes]:
+    """The bodies of the ``POST …/stdin`` calls that send ``data`` (text as UTF-8), in order."""
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if not raw:
+        return [b""]
+    return [raw[i : i + MAX_STDIN_PER_CALL] for i in range(0, len(raw), MAX_STDIN_PER_CALL)]
+
+
+def send_stdin(sandbox_id: str, pid: int, part: bytes) -> Op[None]:
+    # Not retried: bytes that reached the program once must not reach it twice.
+    call = Call(
+        "POST", _process_path(sandbox_id, pid, "/stdin"), content=part,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    return nothing(call)
+
+
+def close_stdin(sandbox_id: str, pid: int) -> Op[None]:
+    return nothing(Call("DELETE", _process_path(sandbox_id, pid, "/stdin"), retry=True))
+
+
+def signal_process(sandbox_id: str, pid: int, signal: str) -> Op[None]:
+    name = signal.upper()
+    name = name[3:] if name.startswith("SIG") else name
+    if name not in PROCESS_SIGNALS:
+        raise ValueError(f"signal must be one of {', '.join(PROCESS_SIGNALS)}, got {signal!r}")
+    # Not retried: a second INT is another keystroke, not the same one.
+    call = Call("POST", _process_path(sandbox_id, pid, "/signal"), json={"signal": name})
+    return nothing(call)
+
+
+def resize_process(sandbox_id: str, pid: int, cols: int, rows: int) -> Op[None]:
+    call = Call(
+        "POST", _process_path(sandbox_id, pid, "/resize"), json={"cols": cols, "rows": rows},
+        retry=True,
+    )
+    return nothing(call)
+
+
+def kill_process(sandbox_id: str, pid: int) -> Op[None]:
+    return nothing(Call("DELETE", _process_path(sandbox_id, pid), retry=True))
 
 
 def _files_path(sandbox_id: str) -> str:

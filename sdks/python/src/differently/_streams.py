@@ -161,11 +161,15 @@ def _json(payload: bytes, what: str) -> Any:
 
 
 class ExecFrames:
-    """Exec events from the binary frame format."""
+    """Exec events from the binary frame format. ``offset`` counts the output bytes from
+    ``start`` (a process's output offset); with ``open_ended`` the body may end without the
+    exit (a process's output read without following it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: int = 0, open_ended: bool = False) -> None:
         self._dec = FrameDecoder()
         self.exit: Optional[ExecExit] = None
+        self.offset = start
+        self._open_ended = open_ended
 
     def feed(self, chunk: bytes) -> List[ExecEvent]:
         out: List[ExecEvent] = []
@@ -173,8 +177,10 @@ class ExecFrames:
             if self.exit is not None:
                 raise ProtocolError("exec stream: a frame after the exit frame")
             if kind == FRAME_STDOUT:
+                self.offset += len(payload)
                 out.append(ExecStdout(payload))
             elif kind == FRAME_STDERR:
+                self.offset += len(payload)
                 out.append(ExecStderr(payload))
             elif kind == FRAME_EXIT:
                 self.exit = decode(ExecExit, _json(payload, "exit frame"), "exit")
@@ -185,19 +191,25 @@ class ExecFrames:
         return out
 
     def finish(self) -> None:
-        if self.exit is None:
+        if self._open_ended and self._dec.pending:
+            raise StreamCutError("the stream ended inside a frame: the connection was lost")
+        if self.exit is None and not self._open_ended:
             raise StreamCutError(
                 "the exec stream ended without its exit frame: the connection was lost"
             )
 
 
 class ExecSSE:
-    """Exec events from the SSE format (``outputEncoding`` utf8 or base64)."""
+    """Exec events from the SSE format (``outputEncoding`` utf8 or base64). ``offset`` is the
+    last output event's ``id:`` (a process's output offset), ``start`` before one arrives;
+    ``open_ended`` as for :class:`ExecFrames`."""
 
-    def __init__(self, base64_output: bool) -> None:
+    def __init__(self, base64_output: bool, start: int = 0, open_ended: bool = False) -> None:
         self._dec = SSEDecoder()
         self._b64 = base64_output
         self.exit: Optional[ExecExit] = None
+        self.offset = start
+        self._open_ended = open_ended
 
     def feed(self, chunk: bytes) -> List[ExecEvent]:
         out: List[ExecEvent] = []
@@ -206,6 +218,8 @@ class ExecSSE:
                 body = _json(ev.data, f"{ev.event} event")
                 text = body.get("data", "") if isinstance(body, dict) else ""
                 data = base64.b64decode(text) if self._b64 else str(text).encode("utf-8")
+                if ev.id is not None and ev.id.isdigit():
+                    self.offset = int(ev.id)
                 out.append(ExecStdout(data) if ev.event == "stdout" else ExecStderr(data))
             elif ev.event == "exit":
                 self.exit = decode(ExecExit, _json(ev.data, "exit event"), "exit")
@@ -215,13 +229,16 @@ class ExecSSE:
         return out
 
     def finish(self) -> None:
-        if self.exit is None:
+        if self.exit is None and not self._open_ended:
             raise StreamCutError(
                 "the exec stream ended without its exit event: the connection was lost"
             )
 
 
 def _stream_error(body: Any) -> ExecStreamError:
+    # A failed process's output ends with the API's error envelope (``{"error": {…}}``).
+    if isinstance(body, dict) and isinstance(body.get("error"), dict) and "code" not in body:
+        body = body["error"]
     if not isinstance(body, dict):
         return ExecStreamError("internal", "malformed error event")
     return ExecStreamError(str(body.get("code", "internal")), str(body.get("message", "")))
