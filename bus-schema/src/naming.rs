@@ -112,16 +112,6 @@ impl Naming {
         format!("{}.pub.{org}.>", self.prefix)
     }
 
-    /// `dly.internal.facade.cmd.<instance>`: the request/reply subject one API process's
-    /// OpenSandbox facade serves, so any API process can ask for the status, logs or
-    /// interrupt of a command that process runs. Core NATS only (no stream captures
-    /// `dly.internal.>`), and no tenant credential may publish or subscribe under it: the
-    /// answers carry command output. `instance` must be one subject token (the facade's
-    /// lowercase ULID).
-    pub fn facade_command_subject(&self, instance: &str) -> String {
-        format!("{}.internal.facade.cmd.{instance}", self.prefix)
-    }
-
     /// `dly.internal.proc.<slot>`: the request/reply subject of the API process whose
     /// process supervisor holds `slot` (the top bits of the pids it hands out), so any API
     /// process can act on any pid. Core NATS only, never readable by a tenant credential:

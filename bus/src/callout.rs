@@ -435,9 +435,9 @@ mod tests {
                 && !perms.contains("dly.internal"),
             "{perms}"
         );
-        // Nothing a tenant may subscribe to or publish reaches the facade's command
-        // subjects, whose answers carry command output.
-        let internal = n.facade_command_subject("01jd0000000000000000000000");
+        // Nothing a tenant may subscribe to or publish reaches the process supervisors'
+        // subjects, whose answers carry process output.
+        let internal = n.process_subject(1);
         let p = g.permissions(&[]);
         for side in ["pub", "sub"] {
             for allowed in p[side]["allow"].as_array().expect("allow list") {

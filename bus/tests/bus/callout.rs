@@ -149,9 +149,9 @@ async fn an_orgs_credential_reads_its_public_events_and_nothing_else() {
         .publish(format!("dly.evt.{org}.x.y"), "internal".into())
         .await
         .expect("internal publish");
-    // A facade's command subject: a request on it (from another API process) does not
+    // A process supervisor's subject: a request on it (from another API process) does not
     // reach a tenant, and neither does the answer (the requester's `_INBOX.>`).
-    let facade = Naming::default().facade_command_subject("01jd0000000000000000000000");
+    let facade = Naming::default().process_subject(1);
     let bus = s.announcer.bus().clone();
     let mut served = bus.serve(&facade).await.expect("serve");
     let mut tenant_inbox = tenant.subscribe("_INBOX.>").await.expect("sent");

@@ -257,19 +257,15 @@ async fn jetstream_ahead_follows_a_server_restart() {
     );
 }
 
-/// A facade's request subject under the harness naming.
-fn served_subject(h: &Harness, instance: &str) -> String {
-    h.naming.facade_command_subject(instance)
+/// A process supervisor's request subject under the harness naming.
+fn served_subject(h: &Harness, slot: u16) -> String {
+    h.naming.process_subject(slot)
 }
 
 async fn a_served_request_is_answered(h: Harness) {
-    let subject = served_subject(&h, "a");
+    let subject = served_subject(&h, 1);
     let mut served = h.bus.serve(&subject).await.expect("serve");
-    let other = h
-        .bus
-        .serve(&served_subject(&h, "b"))
-        .await
-        .expect("serve b");
+    let other = h.bus.serve(&served_subject(&h, 2)).await.expect("serve b");
     let answering = tokio::spawn(async move {
         for n in 0..2 {
             let r = tokio::time::timeout(Duration::from_secs(5), served.next())
@@ -318,7 +314,7 @@ async fn a_request_nobody_serves_is_no_responders(h: Harness) {
     let e = h
         .bus
         .request(
-            &served_subject(&h, "nobody"),
+            &served_subject(&h, 3),
             Bytes::from("status"),
             Duration::from_secs(5),
         )
@@ -333,7 +329,7 @@ async fn a_request_nobody_serves_is_no_responders(h: Harness) {
 }
 
 async fn a_request_left_unanswered_times_out(h: Harness) {
-    let subject = served_subject(&h, "slow");
+    let subject = served_subject(&h, 4);
     let mut served = h.bus.serve(&subject).await.expect("serve");
     let holding = tokio::spawn(async move {
         // Takes the request and sits on it past the requester's timeout.
