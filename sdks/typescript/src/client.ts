@@ -13,6 +13,7 @@ import {
 } from "./events.js";
 import { execBody, ExecStream, type ExecOptions, type ExecStreamOptions } from "./exec.js";
 import { Transport, type CallOptions, type ClientOptions, type QueryValue } from "./http.js";
+import { Processes } from "./processes.js";
 import { OpenFailed, openSocket, Pty, ptyQuery, type PtyOptions } from "./pty.js";
 import {
   FINAL_STATUSES,
@@ -793,6 +794,8 @@ export class Differently {
   readonly #t: Transport;
   readonly sandboxes: Sandboxes;
   readonly files: Files;
+  /** Processes that outlive a connection (docs/processes.md). */
+  readonly processes: Processes;
   readonly snapshots: Snapshots;
   readonly placement: Placements;
   readonly events: Events;
@@ -811,6 +814,7 @@ export class Differently {
     this.#t = new Transport(opts);
     this.sandboxes = new Sandboxes(this.#t);
     this.files = new Files(this.#t);
+    this.processes = new Processes(this.#t);
     this.snapshots = new Snapshots(this.#t);
     this.placement = new Placements(this.#t);
     this.events = new Events(this.#t);

@@ -110,22 +110,51 @@ export interface CollectedExec extends ExecExit {
   stderr: string;
 }
 
+/** @internal How a stream that is not an exec's reads (a process's output). */
+export interface StreamReading {
+  /** The byte offset the output starts at (counted on from here in binary format). */
+  start?: number;
+  /** The body may end without an exit: a normal end (a process read without following it). */
+  openEnded?: boolean;
+}
+
+/** The error event's body: `{code, message}`, or the same inside the API's error envelope. */
+function streamError(json: Record<string, unknown>): StreamError {
+  const inner = json["error"];
+  const e = json["code"] === undefined && inner !== null && typeof inner === "object" ? (inner as Record<string, unknown>) : json;
+  return new StreamError(String(e["code"]), String(e["message"]));
+}
+
 /** One streamed exec: iterate it once (events, `lines()` or `collect()`). */
 export class ExecStream implements AsyncIterable<ExecEvent> {
   readonly format: "binary" | "sse";
   #body: ReadableStream<Uint8Array>;
   #abort: AbortController;
   #encoding: "utf8" | "base64";
+  #openEnded: boolean;
   #used = false;
   /** Set once the exit event has been read. */
   exit: ExecExit | undefined;
+  /**
+   * The byte offset just past the output read so far: SSE's `id:` of the last output event,
+   * or in binary format the bytes counted from where the stream started.
+   */
+  offset: number;
 
   /** @internal */
-  constructor(body: ReadableStream<Uint8Array>, format: "binary" | "sse", encoding: "utf8" | "base64", abort: AbortController) {
+  constructor(
+    body: ReadableStream<Uint8Array>,
+    format: "binary" | "sse",
+    encoding: "utf8" | "base64",
+    abort: AbortController,
+    reading: StreamReading = {},
+  ) {
     this.#body = body;
     this.format = format;
     this.#encoding = encoding;
     this.#abort = abort;
+    this.#openEnded = reading.openEnded ?? false;
+    this.offset = reading.start ?? 0;
   }
 
   /** Hangs up: the server cancels the command on the backend. */
@@ -150,6 +179,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
             case "stdout":
             case "stderr": {
               const d = (JSON.parse(m.data) as { data: string }).data;
+              if (m.id !== undefined && /^\d+$/.test(m.id)) this.offset = Number(m.id);
               yield new OutputChunk(m.event, b64 ? { base64: d } : { text: d });
               break;
             }
@@ -161,13 +191,16 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
               return;
             }
             case "error": {
-              const e = JSON.parse(m.data) as { code: string; message: string };
               ended = true;
-              throw new StreamError(e.code, e.message);
+              throw streamError(JSON.parse(m.data) as Record<string, unknown>);
             }
             default:
               break;
           }
+        }
+        if (this.#openEnded) {
+          ended = true;
+          return;
         }
       }
     } catch (err) {
@@ -207,7 +240,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
       ctrl = [];
       const json = JSON.parse(new TextDecoder().decode(all)) as Record<string, unknown>;
       ended = true;
-      if (t === FRAME_ERROR) throw new StreamError(String(json["code"]), String(json["message"]));
+      if (t === FRAME_ERROR) throw streamError(json);
       this.exit = { exitCode: Number(json["exitCode"]), durationMs: Number(json["durationMs"]) };
       return { type: "exit", ...this.exit };
     };
@@ -217,6 +250,10 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
         const { value, done } = await reader.read();
         if (done) {
           if (type !== -1 || hdrFill > 0) throw new StreamInterruptedError("exec stream ended inside a frame (connection lost)");
+          if (this.#openEnded) {
+            ended = true;
+            return;
+          }
           throw new StreamInterruptedError("exec stream ended without an exit frame (connection lost)");
         }
         let off = 0;
@@ -244,8 +281,10 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
           const piece = value.subarray(off, off + k);
           off += k;
           remaining -= k;
-          if (type === FRAME_STDOUT) yield new OutputChunk("stdout", { bytes: piece });
-          else if (type === FRAME_STDERR) yield new OutputChunk("stderr", { bytes: piece });
+          if (type === FRAME_STDOUT || type === FRAME_STDERR) {
+            this.offset += piece.length;
+            yield new OutputChunk(type === FRAME_STDOUT ? "stdout" : "stderr", { bytes: piece });
+          }
           else if (type === FRAME_EXIT || type === FRAME_ERROR) ctrl.push(piece.slice());
           // other types (heartbeat has no payload; unknown future types) are skipped
           if (remaining === 0) {

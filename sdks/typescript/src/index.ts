@@ -16,6 +16,13 @@ export {
   type ExecStreamOptions,
   type ExitEvent,
 } from "./exec.js";
+export {
+  MAX_STDIN_PER_CALL,
+  ProcessOutput,
+  Processes,
+  type ProcessOutputOptions,
+  type StartProcessOptions,
+} from "./processes.js";
 export { Pty, type PtyOptions, type PtySignal, type WebSocketConstructor, type WebSocketLike } from "./pty.js";
 export { Transport, type CallOptions, type ClientOptions } from "./http.js";
 export { EVENT_DATA, MODELS, QUERY_PARAMS, type ModelSpec } from "./manifest.js";

@@ -31,6 +31,8 @@ export const QUERY_PARAMS: Record<string, readonly string[]> = {
   downloadFile: ["path"],
   deleteFile: ["path"],
   listFiles: ["path", "depth"],
+  listProcesses: ["status"],
+  processOutput: ["from", "follow"],
 };
 
 /**
