@@ -258,9 +258,10 @@ impl ProcessOutput {
 
     /// The byte offset just past the output read so far: `from` for the next attach.
     ///
-    /// With frames it is counted from the `from` asked for, so it runs behind by what the
-    /// server had dropped when `from` was older than its oldest kept byte
-    /// (`Process::output_dropped`); SSE's `id:`s are exact.
+    /// It counts from the `from` asked for (the server's SSE `id:`s do too). A `from` outside
+    /// the output kept (older than `Process::output_dropped`, or past `output_bytes`) starts
+    /// the stream at the nearest kept byte, so the count is off by the difference: then
+    /// `Process::output_bytes` from [`Processes::get`] is the offset to trust.
     pub fn offset(&self) -> u64 {
         self.offset
     }
