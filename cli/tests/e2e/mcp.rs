@@ -193,7 +193,10 @@ fn check(r: &Value, transport: &str) {
     let seen = r["processSeen"].as_str().unwrap_or_default();
     assert!(seen.contains("ready") && seen.contains("got over"), "{t}");
     assert_eq!(r["processStdin"]["structured"]["written"], 5, "{t}");
-    assert_eq!(r["processList"]["structured"]["items"][0]["pid"], *pid, "{t}");
+    assert_eq!(
+        r["processList"]["structured"]["items"][0]["pid"], *pid,
+        "{t}"
+    );
     assert_eq!(r["processKill"]["isError"], false, "{t}");
     assert_eq!(r["processEnded"]["structured"]["status"], "exited", "{t}");
     assert_eq!(r["processEnded"]["structured"]["exitCode"], 137, "{t}");
