@@ -268,6 +268,70 @@ async fn scenario(c: &Cluster, server: &Server, made: &mut Vec<SandboxId>) {
     assert_eq!(exit["exitCode"], 5, "{exit}");
     done("streamed exec", t);
 
+    // A background process (over the pool's streamed exec): its output while it runs, then
+    // TERM ends it on the server (execd's interrupt) and it exits 143.
+    let t = Instant::now();
+    let (s, p) = post(
+        c,
+        &format!("/v1/sandboxes/{id}/processes"),
+        json!({"command": ["sh", "-c", "echo hi; sleep 30"]}),
+    )
+    .await;
+    assert_eq!(s, 201, "start a process: {p}\n{}", c.logs());
+    let pid = p["pid"].as_u64().expect("pid");
+    let at = format!("/v1/sandboxes/{id}/processes/{pid}");
+    wait_for(
+        Duration::from_secs(60),
+        "the process's first line",
+        async || {
+            let (_, p) = c.call(&c.key, Method::GET, &at, None).await;
+            p["outputBytes"].as_u64().unwrap_or(0) >= 3
+        },
+    )
+    .await;
+    let (s, b) = post(c, &format!("{at}/signal"), json!({"signal": "TERM"})).await;
+    assert_eq!(s, 204, "signal TERM: {b}");
+    let resp = c
+        .req(Method::GET, &format!("{at}/output"))
+        .send()
+        .await
+        .expect("process output");
+    assert_eq!(resp.status(), 200);
+    let events = read_sse(resp).await;
+    assert_eq!(
+        events.first().map(|(e, _)| e.as_str()),
+        Some("stdout"),
+        "{events:?}"
+    );
+    let exit = events
+        .iter()
+        .find(|(e, _)| e == "exit")
+        .unwrap_or_else(|| panic!("no exit event: {events:?}"));
+    let exit: Value = serde_json::from_str(&exit.1).expect("exit data");
+    assert_eq!(exit["exitCode"], 143, "{exit}");
+    let (_, p) = c.call(&c.key, Method::GET, &at, None).await;
+    assert_eq!(
+        (&p["status"], &p["exitCode"]),
+        (&json!("exited"), &json!(143)),
+        "{p}"
+    );
+    // Ended on the server, not only here: no `sleep 30` is left in the sandbox.
+    wait_for(
+        Duration::from_secs(30),
+        "the process gone from the sandbox",
+        async || {
+            let out = exec(
+                c,
+                &id,
+                &["sh", "-c", "ps -eo args | grep -c '^sleep 30' || true"],
+            )
+            .await;
+            out["stdout"] == "0\n"
+        },
+    )
+    .await;
+    done("background process: output, TERM -> 143", t);
+
     // Files: write, read back, list; a missing path is 404 (not 422, not "sandbox gone").
     let t = Instant::now();
     let data: Vec<u8> = (0..=255u8).cycle().take(50_000).collect();
