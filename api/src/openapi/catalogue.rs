@@ -279,7 +279,7 @@ pub(super) fn catalogue() -> Vec<Op> {
             .answers(&[Empty(204)])
             .errors(&[409, 503]),
         op("get", "/v1/sandboxes/{id}/processes/{pid}/output", "processOutput", "data plane", exec,
-            "Attach to a process's output from byte offset `from`; closing the stream detaches.")
+            "Attach to a process's output from byte offset `from` (clamped to the output kept; the response header `Differently-Output-From` says where it starts); closing the stream detaches.")
             .query(&[("from", "integer", "Byte offset of the whole output to start at (SSE events carry the offset after them as `id`)."),
                 ("follow", "boolean", "Stream until the process ends (default); `false`: send what is kept now and close.")])
             .answers(&[Answer::Stream("SSE `stdout`/`stderr` (with `id:` byte offsets)/`exit`/`error` events; with `Accept: application/vnd.differently.exec-stream`, binary frames as exec/stream's.")])

@@ -4,7 +4,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -159,22 +159,24 @@ async fn output(
     p.require(Scope::SandboxesExec)?;
     let (sandbox, pid) = target(&state, &p, &id, &raw_pid).await?;
     // A pid that is not there is a 404 now, not an error event later.
-    one(&state, &sandbox, pid).await?;
-    let from = q.from.unwrap_or(0);
-    let run = relay(
-        state,
-        sandbox.id.to_string(),
-        pid,
-        from,
-        q.follow.unwrap_or(true),
-    );
-    Ok(respond(
-        run,
-        wants_frames(&headers),
-        OutputEncoding::Utf8,
-        Some(from),
-    ))
+    let now = one(&state, &sandbox, pid).await?;
+    // Where the stream really starts: an offset before what is kept starts at the oldest kept
+    // byte, one past the end at the end. SSE ids count from it; frames clients read it here.
+    let from = q
+        .from
+        .unwrap_or(0)
+        .clamp(now.output_dropped, now.output_bytes);
+    let follow = q.follow.unwrap_or(true);
+    let run = relay(state, sandbox.id.to_string(), pid, from, follow);
+    let binary = wants_frames(&headers);
+    let mut resp = respond(run, binary, OutputEncoding::Utf8, Some(from));
+    resp.headers_mut()
+        .insert(OUTPUT_FROM, HeaderValue::from(from));
+    Ok(resp)
 }
+
+/// The response header that says at which byte offset of the whole output a stream starts.
+pub const OUTPUT_FROM: HeaderName = HeaderName::from_static("differently-output-from");
 
 /// A run whose output is read from the process's supervisor (here or over the bus), page by
 /// page, from `from`; it ends with the process's end, or (not following) once what is kept
@@ -199,6 +201,17 @@ fn relay(state: AppState, sandbox: String, pid: u32, from: u64, follow: bool) ->
                     ending,
                 }) => {
                     let empty = chunks.is_empty();
+                    if let Some(first) = chunks.first().filter(|c| c.at > at) {
+                        // The reader fell behind by more than what is kept: say so rather
+                        // than skip, so every offset the client holds stays true.
+                        let message = format!(
+                            "output from byte {at} to {} was dropped before it was read (the \
+                             reader fell behind by more than the output kept); attach again \
+                             from {}",
+                            first.at, first.at
+                        );
+                        break Some(Ending::error(ErrorCode::Conflict.as_str(), &message));
+                    }
                     for c in chunks {
                         let bytes = Bytes::from(c.bytes);
                         let event = match c.stream {

@@ -218,6 +218,14 @@ async fn a_process_is_reached_through_any_api_process_and_only_by_its_tenant() {
         seen.contains("id: 6"),
         "SSE events carry the offset after them: {seen}"
     );
+    // An offset past the end starts at the end, and the header says where.
+    let resp = reqwest::Client::new()
+        .get(format!("{api1}{one}/output?from=999999&follow=false"))
+        .bearer_auth(&a.key)
+        .send()
+        .await
+        .expect("attach");
+    assert_eq!(resp.headers()["differently-output-from"], "6");
     // Re-attached from that offset: nothing before it again.
     let (s, later) = output_now(&api1, &a.key, &sbx, pid, 6).await;
     assert_eq!(s, 200);
