@@ -169,7 +169,14 @@ pub(super) async fn signal(cx: &Ctx<'_>) -> Result<String, String> {
             took.as_secs()
         ));
     }
-    Ok(format!("exit 143 after {} ms", took.as_millis()))
+    let note = if took >= Duration::from_millis(4500) {
+        // The default `process` drops a cancelled stream that has not ended 5 s later.
+        " (the stream did not end on its cancel: dropped after the grace; the backend may \
+         still run the command)"
+    } else {
+        ""
+    };
+    Ok(format!("exit 143 after {} ms{note}", took.as_millis()))
 }
 
 /// A process past its own timeout ends with 124.
