@@ -56,6 +56,9 @@ pub struct Entry {
     live: Mutex<Live>,
     /// Bumped on every output chunk and on the end, for attached readers to wake on.
     changed: watch::Sender<u64>,
+    /// Fired to end the process by dropping its call, when a `KILL` cannot be handed to it
+    /// (its input queue is full behind stdin it does not read).
+    pub kill: tokio::sync::Notify,
 }
 
 fn lock(m: &Mutex<Live>) -> MutexGuard<'_, Live> {
@@ -79,6 +82,7 @@ impl Entry {
                 input,
             }),
             changed: watch::Sender::new(0),
+            kill: tokio::sync::Notify::new(),
         })
     }
 

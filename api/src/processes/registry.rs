@@ -224,6 +224,17 @@ async fn signal_it(e: &Entry, signal: ProcessSignal) -> Answer {
     if !e.running() {
         return Answer::Done; // an ended process: nothing left to signal
     }
+    if signal == ProcessSignal::Kill {
+        // A KILL never waits behind input the program does not read: handed over if there
+        // is room, else the call is dropped, which ends the process on the backend.
+        let handed = e
+            .input()
+            .is_some_and(|tx| tx.try_send(ProcessInput::Signal(signal)).is_ok());
+        if !handed {
+            e.kill.notify_one();
+        }
+        return Answer::Done;
+    }
     send(e, ProcessInput::Signal(signal), "signal").await
 }
 
@@ -339,5 +350,28 @@ mod tests {
             })
             .await;
         assert!(matches!(listed, Answer::Processes { items } if items.len() == 1));
+    }
+
+    #[tokio::test]
+    async fn a_kill_behind_a_full_input_queue_drops_the_call_instead_of_waiting() {
+        let r = Registry::new(4);
+        let pid = r.admit(SBX).expect("room");
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        tx.try_send(ProcessInput::Stdin(Bytes::from_static(b"unread")))
+            .expect("room for one");
+        let view = running(pid, SBX).view();
+        let e = Entry::new(SandboxId::parse(SBX).expect("id"), view, Some(tx));
+        r.insert(e.clone());
+        let killed = e.kill.notified();
+        let ask = Ask::Signal {
+            sandbox: SBX.into(),
+            pid,
+            signal: ProcessSignal::Kill,
+        };
+        let answered = tokio::time::timeout(Duration::from_secs(1), r.answer(ask)).await;
+        assert_eq!(answered.ok(), Some(Answer::Done), "answered at once");
+        tokio::time::timeout(Duration::from_secs(1), killed)
+            .await
+            .expect("the call is told to drop");
     }
 }

@@ -10,7 +10,7 @@ use chrono::Utc;
 use differently_adapters::process::ProcessSpec;
 use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
-use differently_core::process::{Process, ProcessStatus, StartProcess};
+use differently_core::process::{Process, ProcessSignal, ProcessStatus, StartProcess};
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, SandboxId};
 use serde_json::json;
@@ -158,11 +158,17 @@ async fn supervise<C>(
         let (result, ()) = tokio::join!(call, pump);
         result
     };
+    let started = std::time::Instant::now();
     let result = exec_events
         .around(async {
             tokio::select! {
                 r = run => r,
                 () = busy => unreachable_busy(),
+                // Dropping the call (and the pump) ends the process on the backend.
+                () = entry.kill.notified() => Ok(ExecExit {
+                    exit_code: 128 + ProcessSignal::Kill.number(),
+                    duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                }),
             }
         })
         .await;
