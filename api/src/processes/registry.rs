@@ -52,11 +52,14 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// An empty registry handing out pids of `slot`.
+    /// An empty registry handing out pids of `slot`, counting from a random point: an API
+    /// process that restarts and draws the same slot does not hand out the pids a client may
+    /// still hold from before (a kill by an old pid must not reach a new process).
     pub fn new(slot: u16) -> Registry {
+        use rand::Rng;
         Registry {
             slot,
-            next: AtomicU32::new(1),
+            next: AtomicU32::new(rand::rng().random_range(1..(1u32 << SLOT_SHIFT))),
             map: Mutex::new(HashMap::new()),
         }
     }
