@@ -226,7 +226,8 @@ pub(crate) enum RunError {
 }
 
 /// Runs `cmd`, sending its output to `out` as it comes; returns its exit code (124 past the
-/// deadline, 137 when `out` closed and it was killed).
+/// deadline, 137 when `out` closed, noticed even while the command is quiet, and it was
+/// killed).
 pub(crate) async fn run(
     http: &HttpClient,
     t: &Target,
@@ -277,7 +278,16 @@ pub(crate) async fn run(
     loop {
         let left = cmd.deadline.saturating_sub(started.elapsed());
         let wait = left.min(cmd.idle);
-        let chunk = match tokio::time::timeout(wait, stream.next()).await {
+        let next = tokio::select! {
+            // A caller hanging up while the command is quiet: envd keeps a process whose
+            // client went away, so it is killed by pid (known once envd has started it).
+            () = out.closed(), if pid.is_some() => {
+                kill(http, t, pid).await;
+                return Ok(128 + 9);
+            }
+            next = tokio::time::timeout(wait, stream.next()) => next,
+        };
+        let chunk = match next {
             Err(_) if left <= cmd.idle => {
                 kill(http, t, pid).await;
                 return Ok(124);

@@ -226,6 +226,14 @@ pub(crate) async fn run(
             drain_until.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600)),
         );
         tokio::select! {
+            // A caller hanging up while the command is quiet (the tails send nothing, so
+            // they cannot notice): kill the execution.
+            () = out.closed(), if exit.is_none() => {
+                kill(c, devbox, eid).await;
+                return Err(AdapterError::permanent(
+                    "exec cancelled: the output receiver went away",
+                ));
+            }
             () = drained, if drain_until.is_some() => {
                 return Err(AdapterError::transient(
                     "exec: the command completed but Runloop's output tails did not end",

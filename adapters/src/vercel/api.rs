@@ -446,7 +446,18 @@ impl Api {
         let mut cmd_id: Option<String> = None;
         loop {
             let left = deadline.saturating_sub(started.elapsed());
-            let chunk = match tokio::time::timeout(left.min(idle), stream.next()).await {
+            let next = tokio::select! {
+                // A caller hanging up while the command is quiet: kill it by id (known from
+                // the stream's first line), as closing our end alone may leave it running.
+                () = out.closed(), if cmd_id.is_some() => {
+                    if let Some(id) = &cmd_id {
+                        self.kill(session, id).await;
+                    }
+                    return Ok(128 + 9);
+                }
+                next = tokio::time::timeout(left.min(idle), stream.next()) => next,
+            };
+            let chunk = match next {
                 Err(_) => {
                     if let Some(id) = &cmd_id {
                         self.kill(session, id).await;

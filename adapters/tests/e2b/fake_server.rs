@@ -124,6 +124,8 @@ pub struct Record {
     pub cancelled: u32,
     /// `SendSignal` calls.
     pub signals: u32,
+    /// The command lines (`cmd` and `args`, space-joined) those signals reached, in order.
+    pub signalled: Vec<String>,
     /// Builds added to snapshots (a repeated name adds one).
     pub snapshot_builds: u32,
 }
@@ -152,6 +154,8 @@ pub struct Snap {
 struct Proc {
     stdin: Option<tokio::process::ChildStdin>,
     kill: Option<tokio::sync::oneshot::Sender<()>>,
+    /// `cmd` and `args`, space-joined.
+    line: String,
 }
 
 struct Inner {

@@ -5,6 +5,7 @@
 mod cases;
 mod conformance;
 mod fake;
+mod hang_up;
 mod live;
 #[path = "../support/mod.rs"]
 mod support;

@@ -7,4 +7,11 @@ async fn the_conformance_kit_passes_over_the_fake() {
     let s = setup(serde_json::json!({})).await;
     let report = support::conformance::passes(&s.adapter).await;
     eprintln!("{}", report.table());
+    // process.signal ends its quiet `sleep 30` by hanging up on the streamed exec: the
+    // adapter must have killed the command through Vercel's API.
+    let killed = s.fake.record().killed.clone();
+    assert!(
+        killed.iter().any(|c| c == "sleep 30"),
+        "the signalled `sleep 30` was not killed through the API: {killed:?}"
+    );
 }

@@ -80,6 +80,9 @@ pub struct Record {
     pub cmd_bodies: Vec<Value>,
     pub extends: Vec<u64>,
     pub kills: u32,
+    /// The command lines (`command` and `args`, space-joined) those kills reached while
+    /// the command ran, in order.
+    pub killed: Vec<String>,
     pub cancelled: u32,
     pub missing_team: u32,
 }
@@ -112,7 +115,8 @@ struct Inner {
     record: Mutex<Record>,
     sandboxes: Mutex<BTreeMap<String, Sbx>>,
     sessions: Mutex<HashMap<String, Sess>>,
-    kills: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
+    /// Running commands by id: their command line and what kills them.
+    kills: Mutex<HashMap<String, (String, tokio::sync::oneshot::Sender<()>)>>,
     seq: Mutex<u64>,
 }
 
@@ -402,7 +406,9 @@ async fn route(inner: &Arc<Inner>, r: Req) -> Response {
                 ["cmd"] => command(inner, &sbx, &r),
                 ["cmd", cmd, "kill"] => {
                     lock(&inner.record).kills += 1;
-                    if let Some(k) = lock(&inner.kills).remove(*cmd) {
+                    let running = lock(&inner.kills).remove(*cmd);
+                    if let Some((line, k)) = running {
+                        lock(&inner.record).killed.push(line);
                         let _ = k.send(());
                     }
                     json_resp(200, json!({"command": {"id": cmd}}))
@@ -664,7 +670,11 @@ fn command(inner: &Arc<Inner>, sbx: &Sbx, r: &Req) -> Response {
         Err(e) => return err(400, "bad_request", &format!("Failed to start command: {e}")),
     };
     let (kill_tx, mut kill_rx) = tokio::sync::oneshot::channel();
-    lock(&inner.kills).insert(id.clone(), kill_tx);
+    let line = std::iter::once(program.as_str())
+        .chain(args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    lock(&inner.kills).insert(id.clone(), (line, kill_tx));
     let cmd_json = json!({"id": id, "name": program, "args": args, "cwd": cwd.clone().unwrap_or_else(|| "/vercel/sandbox".into()), "sessionId": sbx.session, "exitCode": null, "startedAt": chrono::Utc::now().timestamp_millis()});
     let (tx, mut rx) = mpsc::channel::<Bytes>(16);
     let inner = inner.clone();

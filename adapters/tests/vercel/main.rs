@@ -5,6 +5,7 @@
 mod cases;
 mod conformance;
 mod fake_server;
+mod hang_up;
 mod live;
 #[path = "../support/mod.rs"]
 mod support;

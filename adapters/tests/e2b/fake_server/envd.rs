@@ -129,9 +129,12 @@ pub(super) async fn envd(inner: &Arc<Inner>, r: Req) -> Response {
         ("POST", "/process.Process/SendSignal") => {
             lock(&inner.record).signals += 1;
             let pid = r.json()["process"]["pid"].as_u64().unwrap_or(0) as u32;
-            let kill = lock(&inner.procs).get_mut(&pid).and_then(|p| p.kill.take());
+            let kill = lock(&inner.procs)
+                .get_mut(&pid)
+                .and_then(|p| Some((p.kill.take()?, p.line.clone())));
             match kill {
-                Some(k) => {
+                Some((k, line)) => {
+                    lock(&inner.record).signalled.push(line);
                     let _ = k.send(());
                     json_resp(200, json!({}))
                 }

@@ -102,6 +102,10 @@ pub(super) fn start(inner: &Arc<Inner>, sbx: &Sbx, r: &Req) -> Response {
             Proc {
                 stdin: child.stdin.take(),
                 kill: Some(kill_tx),
+                line: std::iter::once(cmd.as_str())
+                    .chain(args.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" "),
             },
         );
         let mut sent = 0usize;

@@ -42,6 +42,8 @@ pub struct Execution {
     live: Arc<Mutex<Live>>,
     /// The process group to kill.
     pgid: Option<u32>,
+    /// As given to `execute_async`.
+    command: String,
 }
 
 impl Execution {
@@ -142,22 +144,23 @@ pub(super) fn start(inner: &Arc<Inner>, id: &str, r: &Req) -> Response {
     };
     let live = Arc::new(Mutex::new(Live::default()));
     let pgid = child.id();
+    // Output is there for the tails as it comes, while the command runs.
     let out = child
         .stdout
         .take()
-        .map(|o| pump(o, live.clone(), Which::Stdout));
+        .map(|o| tokio::spawn(pump(o, live.clone(), Which::Stdout)));
     let err = child
         .stderr
         .take()
-        .map(|e| pump(e, live.clone(), Which::Stderr));
+        .map(|e| tokio::spawn(pump(e, live.clone(), Which::Stderr)));
     let done = live.clone();
     tokio::spawn(async move {
         let status = child.wait().await;
         if let Some(o) = out {
-            o.await;
+            let _ = o.await;
         }
         if let Some(e) = err {
-            e.await;
+            let _ = e.await;
         }
         use std::os::unix::process::ExitStatusExt;
         let code = match status {
@@ -171,6 +174,7 @@ pub(super) fn start(inner: &Arc<Inner>, id: &str, r: &Req) -> Response {
         devbox_id: id.to_owned(),
         live,
         pgid,
+        command: command.to_owned(),
     };
     let v = exe.view(DEFAULT_LAST_N);
     lock(&inner.executions).insert(exe.id.clone(), exe);
@@ -239,16 +243,19 @@ pub(super) async fn wait_for_status(inner: &Arc<Inner>, id: &str, eid: &str, r: 
 
 /// `POST …/executions/{eid}/kill {kill_process_group}`.
 pub(super) fn kill(inner: &Inner, id: &str, eid: &str, _r: &Req) -> Response {
-    let pgid = {
+    let running = {
         let all = lock(&inner.executions);
         match all.get(eid).filter(|e| e.devbox_id == id) {
-            Some(e) if !e.completed() => Some(e.pgid),
+            Some(e) if !e.completed() => Some((e.pgid, e.command.clone())),
             Some(_) => None,
             None => return error(404, &format!("execution {eid} not found")),
         }
     };
-    if let Some(pgid) = pgid {
-        inner.record().kills += 1;
+    if let Some((pgid, command)) = running {
+        let mut record = inner.record();
+        record.kills += 1;
+        record.killed.push(command);
+        drop(record);
         kill_group(pgid);
     }
     match view_of(inner, id, eid, DEFAULT_LAST_N) {

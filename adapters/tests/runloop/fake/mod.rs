@@ -122,6 +122,8 @@ pub struct Record {
     pub unauthorized: u32,
     /// Executions killed through the API.
     pub kills: u32,
+    /// The commands of those executions (as given to `execute_async`), in order.
+    pub killed: Vec<String>,
     /// Output tails ended by the hold (408 error event).
     pub stream_timeouts: u32,
     /// `POST …/keep_alive` calls.
