@@ -4,6 +4,10 @@ Run by cli/tests/e2e/e2b_facade.rs against a real `differently dev` (devhost poo
 come from the environment: DIFFERENTLY_URL, KEY_A (org A), KEY_B (another organization),
 KEY_A2 (org A, revoked mid-flow), ADMIN_KEY. With E2B_FLOW_ALIAS=1 the KEY_* are `e2b_`
 aliases (for SDKs 2.25-2.4x, which refuse other key shapes) and DLY_KEY_A is the key itself.
+With E2B_FLOW_BACKEND=opensandbox (cli/tests/e2e/e2b_facade_osb.rs: every sandbox on an
+`opensandbox` pool) the flow also runs a background command without stdin (the steps that
+use stdin record the backend's refusal, as they do unchanged) and types one command a line
+into the terminal.
 Prints one JSON report as its last line; the Rust test asserts on it. Every step records what
 the SDK answered (a value, or the exception's class and message), so a failure shows there.
 """
@@ -32,6 +36,9 @@ from importlib.metadata import version  # noqa: E402
 
 report = {"sdk": version("e2b"), "validate_env": os.environ.get("E2B_VALIDATE_API_KEY")}
 ALIAS = os.environ.get("E2B_FLOW_ALIAS") == "1"
+# An OpenSandbox pool (no `exec.stdin`): its own background step below, and the
+# terminal typed into one command a line.
+OPENSANDBOX = os.environ.get("E2B_FLOW_BACKEND") == "opensandbox"
 
 # The control-plane routes the SDK sends (SDKs up to 2.4x send them through httpx; 2.63 does
 # not use it, and its routes are then not recorded).
@@ -291,6 +298,33 @@ def background():
 report["background"] = outcome(background)
 
 
+# A background command without stdin (what a backend without `exec.stdin` runs): its output
+# through its handle, listed, input refused, killed by pid, then gone from the list.
+def background_no_stdin():
+    h = sbx.commands.run(f"echo bg {tag}; exec sleep 600", background=True, timeout=0)
+    pid = h.pid
+    seen = ""
+    for out, _, _ in h:
+        seen += out or ""
+        if "\n" in seen:
+            break
+    listed = [[p.pid, p.cmd, p.args, p.envs, p.cwd] for p in sbx.commands.list()
+              if p.pid == pid]
+    stdin = outcome(lambda: sbx.commands.send_stdin(pid, "x"))
+    killed = sbx.commands.kill(pid)
+    try:
+        end = h.wait().exit_code
+    except e2b.CommandExitException as e:
+        end = [e.exit_code, e.error]
+    return {"pid": pid, "listed": listed, "seen": seen, "stdin": stdin, "killed": killed,
+            "end": end, "after": [p.pid for p in sbx.commands.list() if p.pid == pid],
+            "kill_again": sbx.commands.kill(pid)}
+
+
+if OPENSANDBOX:
+    report["background_no_stdin"] = outcome(background_no_stdin)
+
+
 # A dropped stream does not kill a background process: reconnected by pid, it still runs and
 # its later output (after the gate file appears) arrives; output from before is not replayed.
 def detached():
@@ -333,7 +367,11 @@ def terminal():
     out = []
     h = sbx.pty.create(PtySize(rows=24, cols=80), timeout=60)
     sbx.pty.resize(h.pid, PtySize(rows=30, cols=100))
-    sbx.pty.send_stdin(h.pid, b"echo pty$((40+2)); stty size; exit\n")
+    typed = b"echo pty$((40+2)); stty size; exit\n"
+    if OPENSANDBOX:
+        # One command a line: the fake OpenSandbox's PTY runs a scripted shell (no lists).
+        typed = b"echo pty42\nstty size\nexit\n"
+    sbx.pty.send_stdin(h.pid, typed)
     r = h.wait(on_pty=lambda b: out.append(bytes(b)))
     text = b"".join(out).decode(errors="replace")
     return {"exit": r.exit_code, "echo": "pty42" in text, "size": "30 100" in text,

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use crate::client_cli_dev::Dev;
 
 /// The Python of `var` with the E2B SDK `version` installed (scripts/test makes both venvs).
-fn python(var: &str, version: &str) -> String {
+pub(crate) fn python(var: &str, version: &str) -> String {
     let python = std::env::var(var).unwrap_or_else(|_| "python3".into());
     let probe = Command::new(&python)
         .args([
@@ -50,7 +50,7 @@ const ALL: [&str; 5] = [
 ];
 
 /// A stored key with every sandbox scope, bound to a new project of a new organization.
-async fn tenant_key(dev: &Dev, name: &str) -> String {
+pub(crate) async fn tenant_key(dev: &Dev, name: &str) -> String {
     let org = dev.post("/v1/orgs", json!({ "name": name })).await;
     let prj = dev
         .post(
@@ -67,18 +67,18 @@ async fn tenant_key(dev: &Dev, name: &str) -> String {
     key["key"].as_str().unwrap().to_owned()
 }
 
-fn script() -> PathBuf {
+pub(crate) fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/e2b_client.py")
 }
 
-fn ok<'a>(r: &'a Value, step: &str) -> &'a Value {
+pub(crate) fn ok<'a>(r: &'a Value, step: &str) -> &'a Value {
     let o = &r[step];
     assert!(o.get("ok").is_some(), "{step} failed: {o}");
     &o["ok"]
 }
 
 /// The step raised an exception of (or derived from) `class`; its message.
-fn raised<'a>(r: &'a Value, step: &str, class: &str) -> &'a str {
+pub(crate) fn raised<'a>(r: &'a Value, step: &str, class: &str) -> &'a str {
     let o = &r[step];
     let mro: Vec<&str> = o["mro"]
         .as_array()
@@ -127,7 +127,7 @@ fn cli_alias(key: &str) -> String {
 
 /// What commands did, as the step's `[name, type]` events show it: each of `want` is there,
 /// first seen in this order.
-fn in_order(r: &Value, step: &str, want: &[(&str, &str)]) {
+pub(crate) fn in_order(r: &Value, step: &str, want: &[(&str, &str)]) {
     let got = ok(r, step).as_array().unwrap();
     let at: Vec<usize> = want
         .iter()

@@ -22,6 +22,7 @@ mod devhost_files;
 mod docs_paths;
 mod e2b_facade;
 mod e2b_facade_bench;
+mod e2b_facade_osb;
 mod e2b_facade_processes;
 mod env_at_rest;
 mod exec_held;
