@@ -41,46 +41,14 @@ pub enum OutputEncoding {
 impl ExecRequest {
     /// Checks the request; the error names the field.
     pub fn validate(&self) -> Result<(), FieldError> {
-        match self.command.first() {
-            None => return Err(FieldError::new("command", "must name a program")),
-            Some(p) if p.is_empty() => {
-                return Err(FieldError::new("command[0]", "program name is empty"))
-            }
-            _ => {}
-        }
-        if self.command.iter().any(|a| a.contains('\0')) {
-            return Err(FieldError::new("command", "arguments may not contain NUL"));
-        }
-        crate::sandbox::validate_env_names(&self.env)?;
-        if let Some((k, _)) = self.env.iter().find(|(_, v)| v.contains('\0')) {
-            return Err(FieldError::new(
-                format!("env.{k}"),
-                "values may not contain NUL",
-            ));
-        }
-        if let Some(cwd) = &self.cwd {
-            if cwd.contains('\0') {
-                return Err(FieldError::new("cwd", "may not contain NUL"));
-            }
-            if !cwd.starts_with('/') {
-                return Err(FieldError::new("cwd", "must be an absolute path"));
-            }
-        }
+        validate_command(&self.command, &self.env, self.cwd.as_deref())?;
         if self.stdin.is_some() && self.stdin_base64.is_some() {
             return Err(FieldError::new(
                 "stdinBase64",
                 "give stdin or stdinBase64, not both",
             ));
         }
-        if let Some(t) = self.timeout_seconds {
-            if t == 0 || t > MAX_EXEC_TIMEOUT_SECONDS {
-                return Err(FieldError::new(
-                    "timeoutSeconds",
-                    format!("must be between 1 and {MAX_EXEC_TIMEOUT_SECONDS}"),
-                ));
-            }
-        }
-        Ok(())
+        validate_timeout(self.timeout_seconds)
     }
 
     /// The program name, which is all the audit log records of an exec.
@@ -91,6 +59,53 @@ impl ExecRequest {
     /// The effective timeout.
     pub fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.timeout_seconds.unwrap_or(DEFAULT_EXEC_TIMEOUT_SECONDS))
+    }
+}
+
+/// Checks what every command that runs in a sandbox is given (exec's and a background
+/// process's): a program, no NUL anywhere, env names as a sandbox's, an absolute `cwd`. The
+/// error names the field.
+pub fn validate_command(
+    command: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&str>,
+) -> Result<(), FieldError> {
+    match command.first() {
+        None => return Err(FieldError::new("command", "must name a program")),
+        Some(p) if p.is_empty() => {
+            return Err(FieldError::new("command[0]", "program name is empty"))
+        }
+        _ => {}
+    }
+    if command.iter().any(|a| a.contains('\0')) {
+        return Err(FieldError::new("command", "arguments may not contain NUL"));
+    }
+    crate::sandbox::validate_env_names(env)?;
+    if let Some((k, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
+        return Err(FieldError::new(
+            format!("env.{k}"),
+            "values may not contain NUL",
+        ));
+    }
+    if let Some(cwd) = cwd {
+        if cwd.contains('\0') {
+            return Err(FieldError::new("cwd", "may not contain NUL"));
+        }
+        if !cwd.starts_with('/') {
+            return Err(FieldError::new("cwd", "must be an absolute path"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a command's `timeoutSeconds`: 1 to [`MAX_EXEC_TIMEOUT_SECONDS`] when given.
+pub fn validate_timeout(timeout_seconds: Option<u64>) -> Result<(), FieldError> {
+    match timeout_seconds {
+        Some(t) if t == 0 || t > MAX_EXEC_TIMEOUT_SECONDS => Err(FieldError::new(
+            "timeoutSeconds",
+            format!("must be between 1 and {MAX_EXEC_TIMEOUT_SECONDS}"),
+        )),
+        _ => Ok(()),
     }
 }
 

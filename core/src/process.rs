@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::exec::MAX_EXEC_TIMEOUT_SECONDS;
+use crate::exec::{validate_command, validate_timeout};
 use crate::FieldError;
 
 /// Longest tag accepted: a label for finding a process again, not a document.
@@ -67,39 +67,8 @@ impl TerminalSize {
 impl StartProcess {
     /// Checks the request; the error names the field.
     pub fn validate(&self) -> Result<(), FieldError> {
-        match self.command.first() {
-            None => return Err(FieldError::new("command", "must name a program")),
-            Some(p) if p.is_empty() => {
-                return Err(FieldError::new("command[0]", "program name is empty"))
-            }
-            _ => {}
-        }
-        if self.command.iter().any(|a| a.contains('\0')) {
-            return Err(FieldError::new("command", "arguments may not contain NUL"));
-        }
-        crate::sandbox::validate_env_names(&self.env)?;
-        if let Some((k, _)) = self.env.iter().find(|(_, v)| v.contains('\0')) {
-            return Err(FieldError::new(
-                format!("env.{k}"),
-                "values may not contain NUL",
-            ));
-        }
-        if let Some(cwd) = &self.cwd {
-            if cwd.contains('\0') {
-                return Err(FieldError::new("cwd", "may not contain NUL"));
-            }
-            if !cwd.starts_with('/') {
-                return Err(FieldError::new("cwd", "must be an absolute path"));
-            }
-        }
-        if let Some(t) = self.timeout_seconds {
-            if t == 0 || t > MAX_EXEC_TIMEOUT_SECONDS {
-                return Err(FieldError::new(
-                    "timeoutSeconds",
-                    format!("must be between 1 and {MAX_EXEC_TIMEOUT_SECONDS}"),
-                ));
-            }
-        }
+        validate_command(&self.command, &self.env, self.cwd.as_deref())?;
+        validate_timeout(self.timeout_seconds)?;
         if let Some(size) = &self.pty {
             size.validate("pty")?;
         }
