@@ -174,6 +174,39 @@ fn facts() -> Vec<Fact> {
                 "properties": { "stdin": { "type": "string" },
                                 "stdinBase64": { "type": "string" } } } }),
         ),
+        // `StartProcess::validate`: a command's checks, as exec's, and a tag's length.
+        at(
+            "StartProcess",
+            "/properties/command",
+            json!({ "minItems": 1, "prefixItems": [{ "type": "string", "minLength": 1 }] }),
+        ),
+        at("StartProcess", "/properties/env", env_names()),
+        at(
+            "StartProcess",
+            "/properties/cwd",
+            json!({ "pattern": "^/", "description": "An absolute path." }),
+        ),
+        at(
+            "StartProcess",
+            "/properties/timeoutSeconds",
+            between(1, MAX_EXEC_TIMEOUT_SECONDS),
+        ),
+        at(
+            "StartProcess",
+            "/properties/tag",
+            json!({ "maxLength": differently_core::process::MAX_TAG_LEN }),
+        ),
+        // `TerminalSize::validate`: each side 1-1000 cells.
+        at(
+            "TerminalSize",
+            "/properties/cols",
+            between(1, u64::from(differently_core::process::MAX_PTY_SIDE)),
+        ),
+        at(
+            "TerminalSize",
+            "/properties/rows",
+            between(1, u64::from(differently_core::process::MAX_PTY_SIDE)),
+        ),
         // The bounds of `Quota::validate`.
         at(
             "Quota",

@@ -256,6 +256,7 @@ pub struct TerminalSize {
 #[serde(rename_all = "camelCase")]
 pub struct StartProcess {
     pub command: Vec<String>,
+    /// An absolute path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

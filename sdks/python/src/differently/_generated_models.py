@@ -424,6 +424,7 @@ class StartProcessRequest:
     past any connection (``stdin: true`` keeps its stdin open for ``…/stdin``)."""
 
     command: List[str]
+    #: An absolute path.
     cwd: Union[str, None, Unset] = UNSET
     env: Union[Dict[str, str], Unset] = UNSET
     pty: Union[TerminalSize, None, Unset] = UNSET

@@ -280,6 +280,7 @@ export interface TerminalSize {
  */
 export interface StartProcessRequest {
   command: string[];
+  /** An absolute path. */
   cwd?: string | null;
   env?: Record<string, string>;
   pty?: TerminalSize | null;
