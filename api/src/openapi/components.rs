@@ -150,9 +150,10 @@ pub(super) fn schemas() -> Value {
     let (mut s, _) = generated();
     untyped::add(&mut s);
     // Every string a request carries is refused with a NUL (`crate::requests::nul`), except exec's
-    // `stdin`, which is the caller's data.
+    // `stdin`, which is the caller's data. (Bodies named other than `…Request` are listed.)
     for (name, schema) in s.iter_mut() {
-        if name.ends_with("Request") || name == "Policy" || name == "Quota" {
+        if name.ends_with("Request") || matches!(name.as_str(), "Policy" | "Quota" | "StartProcess")
+        {
             forbid_nul(schema, name == "ExecRequest");
         }
     }

@@ -666,6 +666,10 @@ fn warm_class() -> Vec<Fact> {
                         class a create matches is the one it claims from); `[]` removes \
                         them all." }),
         ),
+        // The route reads the body into its own type, where `classes` is required (a
+        // forgotten field must never empty a pool's classes); the derived schema has the
+        // core type's default.
+        at("WarmClassesRequest", "", json!({ "required": ["classes"] })),
     ]
 }
 

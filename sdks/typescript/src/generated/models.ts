@@ -607,7 +607,7 @@ export interface WarmClassesRequest {
    * Every class of the pool, in matching order (the first class a create matches is the one it claims
    * from); `[]` removes them all.
    */
-  classes?: WarmClass[];
+  classes: WarmClass[];
 }
 
 /** A pool's warm class as served: the class and its instances being created and ready. */
