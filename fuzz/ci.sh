@@ -4,13 +4,13 @@
 # time. New inputs go to a scratch directory, not the committed corpus; a crash leaves its
 # input in fuzz/artifacts/<target>/ and fails the script. See docs/reliability.md.
 #
-#   fuzz/ci.sh                      # every target, FUZZ_SECONDS (default 20) each
+#   fuzz/ci.sh                      # every target, FUZZ_SECONDS (default 10) each
 #   FUZZ_SECONDS=600 fuzz/ci.sh request_body
 set -euo pipefail
 cd "$(dirname "$0")"
 
 CARGO_FUZZ_VERSION=0.13.2
-SECONDS_EACH="${FUZZ_SECONDS:-20}"
+SECONDS_EACH="${FUZZ_SECONDS:-10}"
 # Inside the main target directory, so it is ignored by git and cached with it.
 TARGET_DIR="$(cd .. && pwd)/target/fuzz"
 # --dev: a cold build of the instrumented dependencies takes ~2.5 min instead of ~9 (release)
