@@ -149,59 +149,12 @@ pub struct Endpoint {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
-/// Largest terminal side accepted (columns or rows); a bigger one is a client bug.
-pub const PTY_MAX_SIDE: u16 = 1000;
-
-/// A terminal's size in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PtySize {
-    pub cols: u16,
-    pub rows: u16,
-}
-
-/// A signal a terminal's client may send to the program in it (to its foreground process
-/// group, as a keyboard would).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum PtySignal {
-    Int,
-    Term,
-    Kill,
-    Hup,
-}
-
-impl PtySignal {
-    /// Parses `INT`, `TERM`, `KILL`, `HUP` (an `SIG` prefix is accepted).
-    pub fn parse(name: &str) -> Option<PtySignal> {
-        match name.strip_prefix("SIG").unwrap_or(name) {
-            "INT" => Some(PtySignal::Int),
-            "TERM" => Some(PtySignal::Term),
-            "KILL" => Some(PtySignal::Kill),
-            "HUP" => Some(PtySignal::Hup),
-            _ => None,
-        }
-    }
-
-    /// The POSIX name without `SIG`.
-    pub fn name(self) -> &'static str {
-        match self {
-            PtySignal::Int => "INT",
-            PtySignal::Term => "TERM",
-            PtySignal::Kill => "KILL",
-            PtySignal::Hup => "HUP",
-        }
-    }
-
-    /// The Linux signal number (exit code 128+n when it kills the program).
-    pub fn number(self) -> i32 {
-        match self {
-            PtySignal::Int => 2,
-            PtySignal::Term => 15,
-            PtySignal::Kill => 9,
-            PtySignal::Hup => 1,
-        }
-    }
-}
+/// A terminal's size, the signals a client may send and the largest side accepted: the core's
+/// process types under the names the terminal code uses, so `/pty`, processes and every
+/// adapter share one definition (one parse, one bound, one signal table).
+pub use differently_core::process::{
+    ProcessSignal as PtySignal, TerminalSize as PtySize, MAX_PTY_SIDE as PTY_MAX_SIDE,
+};
 
 /// What a terminal is opened with. (`exec.pty`)
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,9 +17,7 @@ use differently_core::exec::{ExecRequest, MAX_EXEC_TIMEOUT_SECONDS, TIMEOUT_EXIT
 use differently_core::process::ProcessSignal;
 use tokio::sync::mpsc;
 
-use crate::contract::{
-    Adapter, ExecEvent, ExecExit, InstanceRef, PtyInput, PtyRequest, PtySignal, PtySize,
-};
+use crate::contract::{Adapter, ExecEvent, ExecExit, InstanceRef, PtyInput, PtyRequest, PtySize};
 use crate::go_ahead::GoAhead;
 use crate::AdapterError;
 
@@ -64,15 +62,6 @@ const CANCEL_GRACE: Duration = Duration::from_secs(5);
 
 /// The keyboard's end-of-file (^D): how a terminal's program learns its input ended.
 const EOT: u8 = 0x04;
-
-fn pty_signal(s: ProcessSignal) -> PtySignal {
-    match s {
-        ProcessSignal::Int => PtySignal::Int,
-        ProcessSignal::Term => PtySignal::Term,
-        ProcessSignal::Kill => PtySignal::Kill,
-        ProcessSignal::Hup => PtySignal::Hup,
-    }
-}
 
 /// [`Adapter::process`] for an adapter with no process support of its own: see the module
 /// documentation. A plain process asking for stdin is refused ([`Capability::ExecStdin`] is
@@ -213,7 +202,7 @@ async fn on_terminal<A: Adapter + ?Sized>(
                 let key = match msg {
                     Some(ProcessInput::Stdin(b)) => Some(PtyInput::Stdin(b)),
                     Some(ProcessInput::CloseStdin) => Some(PtyInput::Stdin(Bytes::from_static(&[EOT]))),
-                    Some(ProcessInput::Signal(s)) => Some(PtyInput::Signal(pty_signal(s))),
+                    Some(ProcessInput::Signal(s)) => Some(PtyInput::Signal(s)),
                     Some(ProcessInput::Resize(size)) => Some(PtyInput::Resize(size)),
                     None => { input_open = false; None }
                 };
@@ -251,14 +240,5 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-impl From<differently_core::process::TerminalSize> for PtySize {
-    fn from(s: differently_core::process::TerminalSize) -> PtySize {
-        PtySize {
-            cols: s.cols,
-            rows: s.rows,
-        }
     }
 }

@@ -6,7 +6,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use differently_core::process::ProcessSignal;
 use tokio::sync::Notify;
 
 use super::*;
@@ -17,16 +16,6 @@ use crate::process::{ProcessInput, ProcessSpec};
 /// no further: a program that does not read its stdin then holds the writer back (the
 /// backpressure `POST …/stdin` promises), and a signal behind that input waits for it.
 const STDIN_QUEUE: usize = 4 * 1024 * 1024;
-
-/// The signal a client asked for, as the terminal code names it (same numbers).
-fn group_signal(s: ProcessSignal) -> PtySignal {
-    match s {
-        ProcessSignal::Int => PtySignal::Int,
-        ProcessSignal::Term => PtySignal::Term,
-        ProcessSignal::Kill => PtySignal::Kill,
-        ProcessSignal::Hup => PtySignal::Hup,
-    }
-}
 
 /// How the loop watching a process ended.
 enum End {
@@ -118,7 +107,7 @@ impl DevhostAdapter {
                     Some(ProcessInput::CloseStdin) => stdin_tx = None,
                     Some(ProcessInput::Signal(s)) => {
                         if let Some(pgid) = pgid {
-                            local_pty::signal_group(pgid, group_signal(s));
+                            local_pty::signal_group(pgid, s);
                         }
                     }
                     Some(ProcessInput::Resize(_)) => {}
