@@ -113,6 +113,14 @@ pub(crate) async fn run(
     ended
 }
 
+/// The exit code to report for execd's `exit_code` (absent: 0).
+fn exit_code(reported: Option<i32>, signalled: Option<PtySignal>) -> i32 {
+    match (reported.unwrap_or(0), signalled) {
+        (code, Some(s)) if code < 0 => 128 + s.number(),
+        (code, _) => code,
+    }
+}
+
 async fn attach(
     c: &Client,
     target: &Target,
@@ -149,6 +157,10 @@ async fn attach(
         .map_err(|e| broken(format!("upgrade: {e}")))?;
     let mut ws = WebSocketStream::from_raw_socket(upgraded, Role::Client, None).await;
     let mut sized = false;
+    // execd reports Go's `ExitCode()`, -1 for a program a signal killed: the last signal this
+    // call sent names it (128+n, as every other terminal reports); one nobody here sent
+    // stays -1, as execd said.
+    let mut signalled: Option<PtySignal> = None;
     loop {
         tokio::select! {
             msg = tokio::time::timeout(SILENCE, ws.next()) => {
@@ -184,7 +196,7 @@ async fn attach(
                                     .await
                                     .map_err(broken)?;
                             }
-                            "exit" => return Ok(frame.exit_code.unwrap_or(0)),
+                            "exit" => return Ok(exit_code(frame.exit_code, signalled)),
                             "error" => {
                                 return Err(AdapterError::permanent(format!(
                                     "execd pty: {} {}",
@@ -223,10 +235,18 @@ async fn attach(
                     // execd signals bash's own process group, which misses a foreground job
                     // of a shell with job control; ^C through the terminal reaches it, as
                     // the contract says (the line discipline signals the foreground group).
-                    Some(PtyInput::Signal(PtySignal::Int)) => Message::Binary(vec![0x00, 0x03].into()),
-                    Some(PtyInput::Signal(s)) => Message::Text(
-                        json!({ "type": "signal", "signal": signal_name(s) }).to_string().into(),
-                    ),
+                    Some(PtyInput::Signal(PtySignal::Int)) => {
+                        signalled = Some(PtySignal::Int);
+                        Message::Binary(vec![0x00, 0x03].into())
+                    }
+                    Some(PtyInput::Signal(s)) => {
+                        signalled = Some(s);
+                        Message::Text(
+                            json!({ "type": "signal", "signal": signal_name(s) })
+                                .to_string()
+                                .into(),
+                        )
+                    }
                     None => {
                         // Hung up: the session is deleted by the caller, which kills bash.
                         let _ = ws.close(None).await;

@@ -6,7 +6,8 @@
 //! on the first socket at 80×24; a replay frame (`0x03` + u64 BE offset + bytes) when `since`
 //! is behind, then `{"type":"connected","session_id","mode":"pty"}`, then output as `0x01` +
 //! bytes; stdin is `0x00` + bytes; JSON `resize`/`signal` (`SIGINT` …)/`ping` frames; the end is
-//! `{"type":"exit","exit_code":N}` and a close.
+//! `{"type":"exit","exit_code":N}` and a close (N is -1 when a signal killed the shell, as Go
+//! reports it).
 //!
 //! The "shell" is scripted: it echoes input (newline as `\r\n`), answers `stty size`, `echo`,
 //! `sleep S` (SIGINT or a typed ^C interrupts it), `exit N`; ^D on an empty line exits 0. The session's command (where the adapter puts argv and env) is
@@ -220,6 +221,10 @@ fn finish(p: &FakePtys, id: &str, code: i32) {
     }
 }
 
+/// What execd reports for a program a signal killed: Go's `ProcessState.ExitCode()`, which is
+/// -1 for a signal death (not 128+n as a shell would say).
+const SIGNAL_KILLED: i32 = -1;
+
 fn signal_code(name: &str) -> Option<i32> {
     Some(match name {
         "SIGHUP" => 1,
@@ -248,7 +253,7 @@ async fn shell(p: St, id: String, mut rx: mpsc::Receiver<ShellIn>) {
                 continue;
             }
             ShellIn::Signal(s) => match signal_code(&s) {
-                Some(n) => return finish(&p, &id, 128 + n),
+                Some(_) => return finish(&p, &id, SIGNAL_KILLED),
                 None => continue,
             },
             ShellIn::Stdin(b) => b,
@@ -301,8 +306,8 @@ async fn shell(p: St, id: String, mut rx: mpsc::Receiver<ShellIn>) {
                                     break;
                                 }
                                 Some(ShellIn::Signal(s)) => {
-                                    if let Some(n) = signal_code(&s) {
-                                        return finish(&p, &id, 128 + n);
+                                    if signal_code(&s).is_some() {
+                                        return finish(&p, &id, SIGNAL_KILLED);
                                     }
                                 }
                                 Some(ShellIn::Resize(c, r)) => (cols, rows) = (c, r),

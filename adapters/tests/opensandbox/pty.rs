@@ -159,3 +159,38 @@ async fn pty_hang_up_deletes_the_session_and_a_missing_one_is_an_error() {
         Err(AdapterError::Unsupported(_))
     ));
 }
+
+/// execd says -1 for a shell a signal killed (Go's `ExitCode()`); the adapter reports 128+n of
+/// the signal it sent, as every other terminal does.
+#[tokio::test]
+async fn a_signal_that_kills_the_shell_is_reported_as_128_plus_n() {
+    let s = setup(
+        Variant::Real,
+        FakeRuntime::Docker,
+        json!({"useServerProxy": false}),
+    )
+    .await;
+    let r = running(&s).await;
+    let (in_tx, in_rx) = mpsc::channel(8);
+    let (out_tx, mut out_rx) = mpsc::channel(8);
+    let crate::Setup {
+        fake: _fake,
+        adapter,
+        key: _key,
+    } = s;
+    let run = tokio::spawn(async move { adapter.pty(&r, &req(), in_rx, out_tx).await });
+    let mut seen = String::new();
+    in_tx
+        .send(PtyInput::Stdin(Bytes::from_static(b"echo up\n")))
+        .await
+        .unwrap();
+    read_until(&mut out_rx, &mut seen, "up\r\n").await;
+    in_tx.send(PtyInput::Signal(PtySignal::Term)).await.unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("ends")
+        .unwrap()
+        .expect("pty");
+    assert_eq!(exit.exit_code, 128 + 15);
+    drop(in_tx);
+}
