@@ -7,10 +7,12 @@
 //! supervisor's slot, picked free on the bus when the first process starts here ([`serve`]),
 //! so a request for any pid reaching any API process is answered in place or asked of the
 //! supervisor over `dly.internal.proc.<slot>` ([`ask`]). A list gathers every supervisor's
-//! part. A process dies with its supervisor: the call closes, which cancels the command.
+//! part. A process dies with its supervisor: the call closes, which cancels the command. The
+//! in-process caller of a start can follow the new process's output directly ([`follow`]).
 
 pub mod ask;
 pub mod entry;
+pub mod follow;
 pub mod registry;
 mod serve;
 mod start;

@@ -121,62 +121,49 @@ impl Registry {
     /// The answer to `ask`, for this process's own handlers and for another API process
     /// asking over the bus.
     pub async fn answer(&self, ask: Ask) -> Answer {
+        let (sandbox, pid) = match &ask {
+            Ask::Ping => return Answer::Pong,
+            Ask::List { sandbox } => return self.list(sandbox),
+            Ask::Get { sandbox, pid }
+            | Ask::Read { sandbox, pid, .. }
+            | Ask::Stdin { sandbox, pid, .. }
+            | Ask::CloseStdin { sandbox, pid }
+            | Ask::Signal { sandbox, pid, .. }
+            | Ask::Resize { sandbox, pid, .. } => (sandbox, *pid),
+        };
+        let Some(e) = self.get(sandbox, pid) else {
+            return Answer::NotFound;
+        };
         match ask {
-            Ask::Ping => Answer::Pong,
-            Ask::List { sandbox } => {
-                let mut items: Vec<_> = self
-                    .map()
-                    .values()
-                    .filter(|e| e.sandbox.as_str() == sandbox)
-                    .map(|e| e.view())
-                    .collect();
-                items.sort_by_key(|p| std::cmp::Reverse(p.started_at));
-                Answer::Processes { items }
-            }
-            Ask::Get { sandbox, pid } => match self.get(&sandbox, pid) {
-                Some(e) => Answer::Process {
-                    process: Box::new(e.view()),
-                },
-                None => Answer::NotFound,
+            Ask::Ping | Ask::List { .. } => Answer::Refused {
+                message: "answered above".into(),
+            },
+            Ask::Get { .. } => Answer::Process {
+                process: Box::new(e.view()),
             },
             Ask::Read {
-                sandbox,
-                pid,
-                from,
-                max,
-                wait_ms,
-            } => match self.get(&sandbox, pid) {
-                Some(e) => read(&e, from, max, wait_ms).await,
-                None => Answer::NotFound,
+                from, max, wait_ms, ..
+            } => read(&e, from, max, wait_ms).await,
+            Ask::Stdin { bytes, .. } => stdin(&e, bytes).await,
+            Ask::CloseStdin { .. } => close_stdin(&e).await,
+            Ask::Signal { signal, .. } => signal_it(&e, signal).await,
+            Ask::Resize { .. } if !e.view().pty => Answer::Conflict {
+                message: format!("process {pid} is not on a terminal"),
             },
-            Ask::Stdin {
-                sandbox,
-                pid,
-                bytes,
-            } => match self.get(&sandbox, pid) {
-                Some(e) => stdin(&e, bytes).await,
-                None => Answer::NotFound,
-            },
-            Ask::CloseStdin { sandbox, pid } => match self.get(&sandbox, pid) {
-                Some(e) => close_stdin(&e).await,
-                None => Answer::NotFound,
-            },
-            Ask::Signal {
-                sandbox,
-                pid,
-                signal,
-            } => match self.get(&sandbox, pid) {
-                Some(e) => signal_it(&e, signal).await,
-                None => Answer::NotFound,
-            },
-            Ask::Resize { sandbox, pid, size } => match self.get(&sandbox, pid) {
-                Some(e) if !e.view().pty => Answer::Conflict {
-                    message: format!("process {pid} is not on a terminal"),
-                },
-                Some(e) => send(&e, ProcessInput::Resize(size.into()), "resize").await,
-                None => Answer::NotFound,
-            },
+            Ask::Resize { size, .. } => send(&e, ProcessInput::Resize(size), "resize").await,
         }
+    }
+
+    /// The processes of `sandbox` held here, newest first.
+    fn list(&self, sandbox: &str) -> Answer {
+        let mut items: Vec<_> = self
+            .map()
+            .values()
+            .filter(|e| e.sandbox.as_str() == sandbox)
+            .map(|e| e.view())
+            .collect();
+        items.sort_by_key(|p| std::cmp::Reverse(p.started_at));
+        Answer::Processes { items }
     }
 }
 

@@ -11,12 +11,12 @@ use differently_adapters::process::ProcessSpec;
 use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
 use differently_core::process::{Process, ProcessSignal, ProcessStatus, StartProcess};
-use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, SandboxId};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::entry::{Ending, Entry, Stream};
+use super::follow::Attached;
 use super::registry::Full;
 use crate::auth::Principal;
 use crate::data_plane::call_events::{CallEvents, ExecEvents};
@@ -43,15 +43,15 @@ fn capability(req: &StartProcess) -> &'static str {
     }
 }
 
-/// Starts `req` in sandbox `raw_id` (as the path gave it); answers once the command was
-/// sent and its audit record is durable.
+/// Starts `req` in sandbox `raw_id` (as the path gave it) for `principal`, whose
+/// `sandboxes:exec` scope the route has checked; answers once the command was sent and its
+/// audit record is durable, with the process to follow in place.
 pub(crate) async fn start(
     state: &AppState,
     principal: &Principal,
     raw_id: &str,
     req: StartProcess,
-) -> ApiResult<Process> {
-    principal.require(Scope::SandboxesExec)?;
+) -> ApiResult<(Process, Attached)> {
     req.validate()
         .map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     let registry = state.processes.registry(state).await?;
@@ -77,7 +77,7 @@ pub(crate) async fn start(
                 env: crate::data_plane::running_rows::merged_env(&target.env, req.env.clone()),
                 cwd: req.cwd.clone(),
                 timeout,
-                pty: req.pty.map(Into::into),
+                pty: req.pty,
                 stdin: req.stdin,
             };
             let (in_tx, in_rx) = mpsc::channel(INPUT_QUEUE);
@@ -117,6 +117,7 @@ pub(crate) async fn start(
         &req.command,
         timeout.unwrap_or(Duration::from_secs(MAX_EXEC_TIMEOUT_SECONDS)),
     );
+    let view = entry.view();
     tokio::spawn(supervise(
         state.clone(),
         entry.clone(),
@@ -124,7 +125,7 @@ pub(crate) async fn start(
         output,
         exec_events,
     ));
-    Ok(entry.view())
+    Ok((view, Attached(entry)))
 }
 
 /// Holds the adapter's call until the process ends: its output into the entry, the

@@ -1,6 +1,8 @@
 //! `/v1/sandboxes/{id}/processes`: background processes (docs/processes.md). The handlers
 //! check access and shape the answers; the supervisor ([`crate::processes`]) holds the
-//! processes and routes a pid to the API process that supervises it.
+//! processes and routes a pid to the API process that supervises it. A start's answer
+//! carries the new process as a response extension ([`crate::processes::follow::Attached`])
+//! for in-process callers (the E2B facade) to follow without a second request.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -92,8 +94,11 @@ async fn start(
 ) -> ApiResult<Response> {
     p.require(Scope::SandboxesExec)?;
     let req: StartProcess = parse_json(&body)?;
-    let process = processes::start(&state, &p, &id, req).await?;
-    Ok((StatusCode::CREATED, Json(process)).into_response())
+    let (process, attached) = processes::start(&state, &p, &id, req).await?;
+    let mut resp = (StatusCode::CREATED, Json(process)).into_response();
+    // For an in-process caller that follows the output at once; never sent to a client.
+    resp.extensions_mut().insert(attached);
+    Ok(resp)
 }
 
 #[derive(Deserialize)]

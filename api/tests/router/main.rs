@@ -26,6 +26,7 @@ mod opensandbox_facade;
 mod opensandbox_facade_commands;
 mod opensandbox_facade_pty;
 mod pool_backend;
+mod processes_follow;
 mod pty;
 mod pty_browser;
 mod queue;

@@ -1,6 +1,8 @@
 //! envd's `process.Process` streams, `Start` and `Connect`, over `/v1`'s processes resource
-//! (docs/processes.md): a `Start` is `POST …/processes`, and both streams relay the process's
-//! output from `GET …/processes/{pid}/output` (binary frames) as envd's events.
+//! (docs/processes.md): a `Start` is `POST …/processes`, whose answer hands this API process
+//! the new process to follow in place (one inner request); a `Connect` relays
+//! `GET …/processes/{pid}/output` (binary frames), which any API process serves. Both relay
+//! the output as envd's events.
 //!
 //! A stream answers the start event (with the `/v1` pid, which is E2B's pid) first, the
 //! output as it arrives (base64; `stdout`/`stderr`, or `pty` for a terminal), keepalives
@@ -30,7 +32,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::facade::opensandbox::inner::{q, read_all};
-use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
+use crate::processes::entry::{Ending as ProcessEnding, Stream};
+use crate::processes::follow::{Attached, Follow, Piece};
+use crate::routes::exec::frames::{Frame, FrameDecoder, FrameType, MEDIA_TYPE};
 
 use super::connect::{self, ConnectError};
 use super::envd::{ctx, Ctx, EnvdError};
@@ -281,17 +285,38 @@ pub async fn start(
     let timing = Timing::of(&headers);
     let pty = req.pty.is_some();
     let v1_body = start_body(&c, &req, timing.deadline);
-    let started = c
-        .json(&f, Method::POST, &uri(&c, None, ""), Some(&v1_body))
+    let json = [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )];
+    let inner =
+        f.v1.call(
+            &c.caller,
+            Method::POST,
+            &uri(&c, None, ""),
+            &json,
+            Body::from(v1_body.to_string()),
+        )
         .await;
-    let pid = match started {
-        Ok(p) => p["pid"].as_u64().and_then(|n| u32::try_from(n).ok()),
-        Err(e) => return refused(e),
+    let mut resp = match inner {
+        Ok(r) => r,
+        Err(e) => return failed_stream(&ConnectError::new("internal", e.message)),
     };
-    let Some(pid) = pid else {
-        return failed_stream(&ConnectError::internal("a started process without a pid"));
+    let status = resp.status();
+    if !status.is_success() {
+        let bytes = read_all(resp).await.unwrap_or_default();
+        return refused(EnvdError::from_v1(&c.sandbox, status, &bytes));
+    }
+    // The supervisor here holds the new process: its output is followed in place, with no
+    // second request (the answer's body says nothing the extension does not).
+    let Some(attached) = resp.extensions_mut().remove::<Attached>() else {
+        return failed_stream(&ConnectError::internal(
+            "a started process without its attachment",
+        ));
     };
-    attach(f, c, pid, 0, pty, timing, true).await
+    let pid = attached.pid();
+    let source = Source::Local(attached.follow(0));
+    pump(f, c, pid, pty, timing, true, source)
 }
 
 /// `POST /process.Process/Connect`: re-attaches to a process from its output's current end.
@@ -330,11 +355,11 @@ pub async fn connect(
     };
     let from = p["outputBytes"].as_u64().unwrap_or(0);
     let pty = p["pty"].as_bool().unwrap_or(false);
-    attach(f, c, pid, from, pty, timing, false).await
+    attach(f, c, pid, from, pty, timing).await
 }
 
-/// The stream of process `pid`: its start event, then its output from byte `from` (relayed
-/// by [`pump`]); `kill` makes the deadline kill the process.
+/// The stream of process `pid` re-attached through `/v1` (`GET …/output`, which any API
+/// process serves): its start event, then its output from byte `from`.
 async fn attach(
     f: Arc<Facade>,
     c: Ctx,
@@ -342,12 +367,7 @@ async fn attach(
     from: u64,
     pty: bool,
     timing: Timing,
-    kill: bool,
 ) -> Response {
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let _ = tx.try_send(connect::message(
-        &json!({ "event": { "start": { "pid": pid } } }),
-    ));
     let inner =
         f.v1.call(
             &c.caller,
@@ -359,18 +379,11 @@ async fn attach(
         .await;
     let failed = match inner {
         Ok(r) if r.status().is_success() => {
-            let deadline = timing.deadline.map(|d| timing.started + d);
-            let job = Pump {
-                f,
-                c,
-                pid,
-                pty,
-                kill,
-                keepalive: timing.keepalive,
-                deadline,
+            let source = Source::Frames {
+                data: r.into_body().into_data_stream(),
+                dec: FrameDecoder::default(),
             };
-            tokio::spawn(job.run(r.into_body(), tx));
-            return stream_response(rx);
+            return pump(f, c, pid, pty, timing, false, source);
         }
         Ok(r) => {
             let status = r.status();
@@ -384,8 +397,131 @@ async fn attach(
         }
         Err(e) => ConnectError::new("internal", e.message),
     };
+    let (tx, rx) = mpsc::channel(2);
+    let _ = tx.try_send(start_event(pid));
     let _ = tx.try_send(connect::end(Some(&failed)));
     stream_response(rx)
+}
+
+/// envd's first event of a stream: the process's pid.
+fn start_event(pid: u32) -> Bytes {
+    connect::message(&json!({ "event": { "start": { "pid": pid } } }))
+}
+
+/// The stream of process `pid`: its start event, then what [`Pump`] relays of `source`;
+/// `kill` makes the deadline kill the process.
+fn pump(
+    f: Arc<Facade>,
+    c: Ctx,
+    pid: u32,
+    pty: bool,
+    timing: Timing,
+    kill: bool,
+    source: Source,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let _ = tx.try_send(start_event(pid));
+    let job = Pump {
+        f,
+        c,
+        pid,
+        pty,
+        kill,
+        keepalive: timing.keepalive,
+        deadline: timing.deadline.map(|d| timing.started + d),
+    };
+    tokio::spawn(job.run(source, tx));
+    stream_response(rx)
+}
+
+/// Where an attachment's output comes from.
+enum Source {
+    /// `/v1`'s binary frames (a re-attach through `GET …/output`).
+    Frames {
+        data: axum::body::BodyDataStream,
+        dec: FrameDecoder,
+    },
+    /// This API process's supervisor (the process a `Start` just made).
+    Local(Follow),
+}
+
+/// One thing an attachment relays.
+enum Item {
+    Output(FrameType, Bytes),
+    Ended(Ending),
+}
+
+impl Source {
+    /// What came next, in order (maybe nothing yet: half a frame). Cancel safe: the only
+    /// wait is for the next chunk or change, and nothing is taken before it.
+    async fn next(&mut self) -> Vec<Item> {
+        match self {
+            Source::Frames { data, dec } => {
+                let Some(Ok(chunk)) = data.next().await else {
+                    return vec![Item::Ended(Ending::Failed(ConnectError::new(
+                        "unavailable",
+                        "the process's output stream ended before its exit",
+                    )))];
+                };
+                let frames = match dec.push(&chunk) {
+                    Ok(fr) => fr,
+                    Err(e) => {
+                        let e = ConnectError::internal(format!("process frames: {e}"));
+                        return vec![Item::Ended(Ending::Failed(e))];
+                    }
+                };
+                frames.into_iter().map(item_of_frame).collect()
+            }
+            Source::Local(follow) => match follow.next().await {
+                Piece::Output(chunks) => chunks
+                    .into_iter()
+                    .map(|c| {
+                        let kind = match c.stream {
+                            Stream::Stdout => FrameType::Stdout,
+                            Stream::Stderr => FrameType::Stderr,
+                        };
+                        Item::Output(kind, c.bytes)
+                    })
+                    .collect(),
+                Piece::End(ProcessEnding::Exit { exit_code, .. }) => {
+                    vec![Item::Ended(Ending::Exit(i64::from(exit_code)))]
+                }
+                Piece::End(ProcessEnding::Error { code, message }) => {
+                    let code = ConnectError::code_of_v1(&code);
+                    vec![Item::Ended(Ending::Failed(ConnectError::new(
+                        code, message,
+                    )))]
+                }
+                Piece::Behind { at, kept } => {
+                    let e = ConnectError::new(
+                        "failed_precondition",
+                        format!(
+                            "output from byte {at} to {kept} was dropped before it was read \
+                             (the reader fell behind by more than the output kept)"
+                        ),
+                    );
+                    vec![Item::Ended(Ending::Failed(e))]
+                }
+            },
+        }
+    }
+}
+
+/// The item of one `/v1` frame.
+fn item_of_frame(fr: Frame) -> Item {
+    match fr.kind {
+        FrameType::Exit => {
+            let v: Value = serde_json::from_slice(&fr.payload).unwrap_or(Value::Null);
+            Item::Ended(Ending::Exit(v["exitCode"].as_i64().unwrap_or(-1)))
+        }
+        FrameType::Error => {
+            let v: Value = serde_json::from_slice(&fr.payload).unwrap_or(Value::Null);
+            let code = ConnectError::code_of_v1(v["code"].as_str().unwrap_or(""));
+            let msg = v["message"].as_str().unwrap_or("the process failed");
+            Item::Ended(Ending::Failed(ConnectError::new(code, msg)))
+        }
+        kind => Item::Output(kind, fr.payload),
+    }
 }
 
 /// How a process's stream ended.
@@ -407,18 +543,16 @@ struct Pump {
 }
 
 impl Pump {
-    /// Reads `/v1`'s frames and writes envd's events. Returns when the stream ends or the
-    /// client goes (dropping the inner body then detaches; the process goes on).
-    async fn run(self, body: Body, tx: mpsc::Sender<Bytes>) {
-        let mut dec = FrameDecoder::default();
-        let mut data = body.into_data_stream();
+    /// Relays `source` as envd's events. Returns when the stream ends or the client goes
+    /// (dropping the source then detaches; the process goes on).
+    async fn run(self, mut source: Source, tx: mpsc::Sender<Bytes>) {
         let b64 = base64::engine::general_purpose::STANDARD;
         let mut quiet_since = Instant::now();
         let far = Instant::now() + Duration::from_secs(10 * 365 * 86_400);
         let ending = 'outer: loop {
             let wake = (quiet_since + self.keepalive).min(self.deadline.unwrap_or(far));
-            let chunk = tokio::select! {
-                c = data.next() => c,
+            let items = tokio::select! {
+                items = source.next() => items,
                 _ = tx.closed() => return,
                 _ = tokio::time::sleep_until(wake) => {
                     if self.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -432,47 +566,27 @@ impl Pump {
                     continue;
                 }
             };
-            let Some(Ok(chunk)) = chunk else {
-                break Ending::Failed(ConnectError::new(
-                    "unavailable",
-                    "the process's output stream ended before its exit",
-                ));
-            };
-            let frames = match dec.push(&chunk) {
-                Ok(fr) => fr,
-                Err(e) => {
-                    break Ending::Failed(ConnectError::internal(format!("process frames: {e}")))
-                }
-            };
-            for fr in frames {
-                match fr.kind {
-                    FrameType::Stdout | FrameType::Stderr => {
-                        let name = match (self.pty, fr.kind) {
+            for item in items {
+                match item {
+                    Item::Output(kind, payload) => {
+                        let name = match (self.pty, kind) {
                             (true, _) => "pty",
                             (false, FrameType::Stdout) => "stdout",
-                            _ => "stderr",
+                            (false, FrameType::Stderr) => "stderr",
+                            // Heartbeats carry nothing.
+                            _ => continue,
                         };
-                        let ev = json!({ "event": { "data": { name: b64.encode(&fr.payload) } } });
+                        let ev = json!({ "event": { "data": { name: b64.encode(&payload) } } });
                         if tx.send(connect::message(&ev)).await.is_err() {
                             return;
                         }
                         quiet_since = Instant::now();
                     }
-                    FrameType::Exit => {
-                        let v: Value = serde_json::from_slice(&fr.payload).unwrap_or(Value::Null);
-                        break 'outer Ending::Exit(v["exitCode"].as_i64().unwrap_or(-1));
-                    }
-                    FrameType::Error => {
-                        let v: Value = serde_json::from_slice(&fr.payload).unwrap_or(Value::Null);
-                        let code = ConnectError::code_of_v1(v["code"].as_str().unwrap_or(""));
-                        let msg = v["message"].as_str().unwrap_or("the process failed");
-                        break 'outer Ending::Failed(ConnectError::new(code, msg));
-                    }
-                    FrameType::Heartbeat => {}
+                    Item::Ended(ending) => break 'outer ending,
                 }
             }
         };
-        drop(data);
+        drop(source);
         match ending {
             Ending::Exit(code) => {
                 let _ = tx.send(connect::message(&end_event(code))).await;
