@@ -2,7 +2,7 @@
 //! Codes keep OpenSandbox's names where one exists (clients match suffixes such as
 //! `SANDBOX_NOT_FOUND`), namespaced `DIFFERENTLY::` like the real server's `DOCKER::`.
 
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -107,6 +107,24 @@ impl OsbError {
             message,
             retry_after: None,
         }
+    }
+}
+
+impl OsbError {
+    /// [`OsbError::from_v1`] of an answer with these `headers`, keeping its `Retry-After`
+    /// (a 503 or 429 says when to try again; the SDKs and proxies read it).
+    pub fn from_v1_answer(
+        status: StatusCode,
+        headers: &HeaderMap,
+        body: &[u8],
+        caller: &Caller,
+    ) -> OsbError {
+        let mut e = OsbError::from_v1(status, body, caller);
+        e.retry_after = headers
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        e
     }
 }
 

@@ -149,8 +149,9 @@ pub async fn upload(
             .await?;
         let st = resp.status();
         if !st.is_success() {
+            let h = resp.headers().clone();
             let b = read_all(resp).await?;
-            return Err(OsbError::from_v1(st, &b, &caller));
+            return Err(OsbError::from_v1_answer(st, &h, &b, &caller));
         }
     }
     Ok(StatusCode::OK)
@@ -184,8 +185,9 @@ pub async fn download(
             .await?;
     let st = resp.status();
     if !st.is_success() {
+        let h = resp.headers().clone();
         let b = read_all(resp).await?;
-        let mut e = OsbError::from_v1(st, &b, &caller);
+        let mut e = OsbError::from_v1_answer(st, &h, &b, &caller);
         if st == StatusCode::RANGE_NOT_SATISFIABLE {
             e.code = "INVALID_RANGE".into();
         }

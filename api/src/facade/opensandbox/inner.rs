@@ -126,10 +126,12 @@ impl V1 {
         };
         let resp = self.call(caller, method, uri, &extra, body).await?;
         let status = resp.status();
-        let bytes = read_all(resp).await?;
         if !status.is_success() {
-            return Err(OsbError::from_v1(status, &bytes, caller));
+            let headers = resp.headers().clone();
+            let bytes = read_all(resp).await?;
+            return Err(OsbError::from_v1_answer(status, &headers, &bytes, caller));
         }
+        let bytes = read_all(resp).await?;
         if bytes.is_empty() {
             return Ok((status, Value::Null));
         }
@@ -149,4 +151,42 @@ pub async fn read_all(resp: Response) -> Result<Bytes, OsbError> {
 /// `s` escaped for a query value.
 pub fn q(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::response::IntoResponse;
+    use axum::routing::post;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_inner_call_keeps_its_retry_after() {
+        // A `/v1` 503 as the process start answers it when no supervisor slot is free.
+        let busy = || async {
+            let body =
+                r#"{"error":{"code":"provider_unavailable","message":"no free slot; retry"}}"#;
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                body,
+            )
+                .into_response()
+        };
+        let v1 = V1::new(Router::new().route("/v1/sandboxes/{id}/processes", post(busy)));
+        let e = v1
+            .json(
+                &Caller::Anonymous,
+                Method::POST,
+                "/v1/sandboxes/sbx_1/processes",
+                Some(&serde_json::json!({"command": ["true"]})),
+            )
+            .await
+            .expect_err("a 503 is an error");
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.code, "DIFFERENTLY::PROVIDER_UNAVAILABLE");
+        assert_eq!(e.retry_after.as_deref(), Some("1"));
+        let served = e.into_response();
+        assert_eq!(served.headers()[header::RETRY_AFTER], "1");
+    }
 }

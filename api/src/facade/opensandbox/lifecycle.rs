@@ -101,9 +101,10 @@ pub async fn create(
         )
         .await?;
     let status = resp.status();
+    let headers = resp.headers().clone();
     let bytes = super::inner::read_all(resp).await?;
     if !status.is_success() {
-        return Err(OsbError::from_v1(status, &bytes, &caller));
+        return Err(OsbError::from_v1_answer(status, &headers, &bytes, &caller));
     }
     let sbx: Value =
         serde_json::from_slice(&bytes).map_err(|e| OsbError::internal(format!("create: {e}")))?;
