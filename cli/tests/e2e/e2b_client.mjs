@@ -177,8 +177,38 @@ report.state_paused = await outcome(async () => (await sbx.getInfo()).state);
 report.resume = await outcome(async () => (await Sandbox.connect(sid)).sandboxId);
 report.survived = await outcome(() => sbx.files.read(`${d}/keep.txt`));
 
-// Another organization's key.
 const b = { apiKey: process.env.KEY_B };
+
+// Snapshots: taken after a file is written (changed after it), listed by sandbox a page at
+// a time, restored by Sandbox.create(<snapshot id>) with the file as it was, another
+// organization's key finding none of it, deleted (true, then false).
+report.snapshots = await outcome(async () => {
+  const out = {};
+  const snapPath = `${d}/snap.txt`;
+  await sbx.files.write(snapPath, `in snapshot ${tag}`);
+  const s1 = await sbx.createSnapshot({ name: `snap-${tag}` });
+  out.first = s1;
+  await sbx.files.write(snapPath, `changed after ${tag}`);
+  const s2 = await Sandbox.createSnapshot(sid);
+  out.second = s2;
+  out.pages = [];
+  const p = Sandbox.listSnapshots({ sandboxId: sid, limit: 1 });
+  while (p.hasNext && out.pages.length < 5) out.pages.push((await p.nextItems()).map((s) => s.snapshotId));
+  out.by_name = (await Sandbox.listSnapshots({ name: `snap-${tag}` }).nextItems()).map((s) => [s.snapshotId, s.names]);
+  const restored = await Sandbox.create(s1.snapshotId, { timeoutMs: 60_000 });
+  out.restored = await outcome(async () => [await restored.files.read(snapPath), (await restored.getInfo()).templateId]);
+  out.b_list_sandbox = await outcome(async () => (await Sandbox.listSnapshots({ ...b, sandboxId: sid }).nextItems()).map((s) => s.snapshotId));
+  out.b_create_from = await outcome(async () => (await Sandbox.create(s1.snapshotId, { ...b, timeoutMs: 60_000 })).sandboxId);
+  out.b_take = await outcome(async () => (await Sandbox.createSnapshot(sid, b)).snapshotId);
+  out.b_delete = await outcome(() => Sandbox.deleteSnapshot(s1.snapshotId, b));
+  await restored.kill();
+  out.delete = await outcome(async () => [await Sandbox.deleteSnapshot(s1.snapshotId),
+    await Sandbox.deleteSnapshot(s1.snapshotId), await Sandbox.deleteSnapshot(s2.snapshotId)]);
+  out.after_delete = await outcome(async () => (await Sandbox.listSnapshots({ sandboxId: sid }).nextItems()).map((s) => s.snapshotId));
+  return out;
+});
+
+// Another organization's key (`b`, above).
 report.b_get = await outcome(async () => (await Sandbox.getInfo(sid, b)).sandboxId);
 report.b_kill = await outcome(() => Sandbox.kill(sid, b));
 report.b_list = await outcome(() => listIds({ flow: tag }, b));

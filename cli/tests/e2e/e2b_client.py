@@ -398,6 +398,59 @@ report["resume"] = outcome(lambda: Sandbox.connect(sid).sandbox_id)
 report["state_resumed"] = outcome(lambda: str(sbx.get_info().state.value))
 report["survived"] = outcome(lambda: sbx.files.read(f"{d}/keep.txt"))
 
+
+# Snapshots: taken after a file is written (and the file changed after it), listed by
+# sandbox a page at a time and by name, restored by create(template=<snapshot id>) with the
+# file as it was, deleted (True, then False). Feature-detected: an SDK without them says so.
+def snapshots():
+    import inspect
+    out = {}
+    snap_path = f"{d}/snap.txt"
+    sbx.files.write(snap_path, "in snapshot " + tag)
+    s1 = sbx.create_snapshot(name=f"snap-{tag}")
+    out["first"] = {"id": s1.snapshot_id, "names": s1.names}
+    sbx.files.write(snap_path, "changed after " + tag)
+    s2 = Sandbox.create_snapshot(sid)
+    out["second"] = {"id": s2.snapshot_id, "names": s2.names}
+    pages, p = [], Sandbox.list_snapshots(sandbox_id=sid, limit=1)
+    while p.has_next and len(pages) < 5:
+        pages.append([s.snapshot_id for s in p.next_items()])
+    out["pages"] = pages
+    out["own_list"] = [s.snapshot_id for s in sbx.list_snapshots().next_items()]
+    out["by_name"] = [[s.snapshot_id, s.names] for s in
+                      Sandbox.list_snapshots(name=f"snap-{tag}").next_items()]
+    if "mode" in inspect.signature(Sandbox._cls_create_snapshot).parameters:
+        out["memory"] = outcome(lambda: sbx.create_snapshot(mode="full").snapshot_id)
+    restored = Sandbox.create(template=s1.snapshot_id, timeout=60)
+    out["restored"] = outcome(lambda: [restored.files.read(snap_path),
+                                       restored.get_info().template_id])
+    out["restored_id"] = restored.sandbox_id
+    # Another organization: not found on every route.
+    out["b_list_sandbox"] = outcome(lambda: [s.snapshot_id for s in Sandbox.list_snapshots(
+        sandbox_id=sid, api_key=KEY_B).next_items()])
+    out["b_list_all"] = outcome(lambda: [s.snapshot_id for s in Sandbox.list_snapshots(
+        api_key=KEY_B).next_items()])
+    out["b_create_from"] = outcome(lambda: Sandbox.create(
+        template=s1.snapshot_id, timeout=60, api_key=KEY_B).sandbox_id)
+    out["b_take"] = outcome(lambda: Sandbox.create_snapshot(sid, api_key=KEY_B).snapshot_id)
+    out["b_delete"] = outcome(lambda: Sandbox.delete_snapshot(s1.snapshot_id, api_key=KEY_B))
+    restored.kill()
+    out["delete"] = outcome(lambda: [Sandbox.delete_snapshot(s1.snapshot_id),
+                                     Sandbox.delete_snapshot(s1.snapshot_id),
+                                     Sandbox.delete_snapshot(s2.snapshot_id)])
+    out["delete_template"] = outcome(lambda: Sandbox.delete_snapshot("base"))
+    out["after_delete"] = outcome(lambda: [s.snapshot_id for s in Sandbox.list_snapshots(
+        sandbox_id=sid).next_items()])
+    out["create_from_deleted"] = outcome(lambda: Sandbox.create(
+        template=s1.snapshot_id, timeout=60).sandbox_id)
+    return out
+
+
+if hasattr(Sandbox, "create_snapshot") and hasattr(Sandbox, "list_snapshots"):
+    report["snapshots"] = outcome(snapshots)
+else:
+    report["snapshots_skipped"] = f"e2b {version('e2b')} has no create_snapshot/list_snapshots"
+
 # Another organization's key, and its envd token, on this sandbox.
 report["b_get"] = outcome(lambda: Sandbox.get_info(sid, api_key=KEY_B).sandbox_id)
 report["b_connect"] = outcome(lambda: Sandbox.connect(sid, api_key=KEY_B).sandbox_id)

@@ -6,7 +6,8 @@
 //! reaches the caller while the command runs, the deadline), files (write, read, several
 //! at once, relative paths, list with depth, exists, info, make dir, rename, remove) seen by
 //! commands and commands' files seen by them, timeout, list by metadata, pause and resume
-//! with a file surviving, kill and then not found; watching a directory (the sync SDK's
+//! with a file surviving, snapshots (taken, listed, restored with the file as it was,
+//! deleted), kill and then not found; watching a directory (the sync SDK's
 //! polling watcher, the async SDK's stream); signed download and upload URLs fetched with
 //! no headers; what is not served yet answers `unimplemented`; another organization's key,
 //! envd token, watcher ids and signatures reach nothing of the first's.
@@ -149,6 +150,52 @@ fn envd_refusal(answer: &Value, status: u16, message: &str) {
         json!({"code": status, "message": message}),
         "{answer}"
     );
+}
+
+/// e2b_client.py's snapshot steps: two snapshots of the sandbox (one named), listed a page
+/// at a time and by name, a memory snapshot refused (SDKs with `mode`), a restore by
+/// create(template=<snapshot id>) that has the file as it was when the first was taken
+/// (`restored_file`: what the backend's restore shows), another organization finding none of
+/// it on any route, then deleted (True, then False) and gone. The first snapshot's id.
+pub(crate) fn snapshot_steps(r: &Value, tag: &str, restored_file: &str) -> String {
+    assert_eq!(
+        r["snapshots_skipped"],
+        Value::Null,
+        "{}",
+        r["snapshots_skipped"]
+    );
+    let s = ok(r, "snapshots");
+    let s1 = s["first"]["id"].as_str().unwrap().to_owned();
+    let s2 = s["second"]["id"].as_str().unwrap();
+    assert!(
+        s1.starts_with("snp_") && s2.starts_with("snp_") && s1 != s2,
+        "{s}"
+    );
+    assert_eq!(s["first"]["names"], json!([format!("snap-{tag}")]), "{s}");
+    assert_eq!(s["second"]["names"], json!([]), "{s}");
+    assert_eq!(s["pages"], json!([[s1], [s2]]), "one a page: {s}");
+    assert_eq!(s["own_list"], json!([s1, s2]), "{s}");
+    assert_eq!(s["by_name"], json!([[s1, [format!("snap-{tag}")]]]), "{s}");
+    if let Some(memory) = s.get("memory") {
+        let m = raised(s, "memory", "SandboxException");
+        assert!(
+            m.starts_with("400") && m.contains("filesystem only"),
+            "{memory}"
+        );
+    }
+    assert_eq!(*ok(s, "restored"), json!([restored_file, s1]), "{s}");
+    assert_eq!(*ok(s, "b_list_sandbox"), json!([]), "{s}");
+    assert_eq!(*ok(s, "b_list_all"), json!([]), "{s}");
+    let m = raised(s, "b_create_from", "SandboxException");
+    assert!(m.starts_with("404") && m.contains("not found"), "{m}");
+    raised(s, "b_take", "NotFoundException");
+    assert_eq!(*ok(s, "b_delete"), json!(false), "{s}");
+    assert_eq!(*ok(s, "delete"), json!([true, false, true]), "{s}");
+    assert_eq!(*ok(s, "delete_template"), json!(false), "{s}");
+    assert_eq!(*ok(s, "after_delete"), json!([]), "{s}");
+    let m = raised(s, "create_from_deleted", "SandboxException");
+    assert!(m.starts_with("404"), "{m}");
+    s1
 }
 
 /// What differs between the SDK versions a flow runs with.
@@ -368,6 +415,7 @@ async fn python_flow(python: &str, sdk: Sdk) {
     assert_eq!(*ok(&r, "resume"), json!(id));
     assert_eq!(*ok(&r, "state_resumed"), json!("running"));
     assert_eq!(*ok(&r, "survived"), json!("survives"));
+    snapshot_steps(&r, tag, &format!("in snapshot {tag}"));
 
     // Another organization reaches nothing of this one's.
     for step in [
@@ -506,7 +554,7 @@ async fn python_flow(python: &str, sdk: Sdk) {
 /// pins it), run by Node through e2b_client.mjs: create with envs and metadata, commands with
 /// stdout, stderr, a non-zero exit and streaming that reaches the caller while the command
 /// runs, files, watchDir, a signed download URL, timeout, list by metadata, pause and resume,
-/// another organization's key, kill, then not found.
+/// snapshots, another organization's key, kill, then not found.
 #[tokio::test(flavor = "multi_thread")]
 async fn e2b_js_sdk_flow_against_dev() {
     let modules = std::env::var("DIFFERENTLY_E2B_NODE_MODULES").unwrap_or_default();
@@ -632,6 +680,40 @@ async fn e2b_js_sdk_flow_against_dev() {
     assert_eq!(*ok(&r, "state_paused"), json!("paused"));
     assert_eq!(*ok(&r, "resume"), json!(id));
     assert_eq!(*ok(&r, "survived"), json!("survives"));
+
+    // Snapshots: taken, listed a page at a time and by name, restored with the file as it
+    // was, another organization finding none of it, deleted (true, then false).
+    let snaps = ok(&r, "snapshots");
+    let s1 = snaps["first"]["snapshotId"].as_str().unwrap();
+    let s2 = snaps["second"]["snapshotId"].as_str().unwrap();
+    assert!(s1.starts_with("snp_") && s2.starts_with("snp_"), "{snaps}");
+    assert_eq!(snaps["first"]["names"], json!([format!("snap-{tag}")]));
+    assert_eq!(snaps["second"]["names"], json!([]));
+    assert_eq!(snaps["pages"], json!([[s1], [s2]]), "{snaps}");
+    assert_eq!(
+        snaps["by_name"],
+        json!([[s1, [format!("snap-{tag}")]]]),
+        "{snaps}"
+    );
+    assert_eq!(
+        *ok(snaps, "restored"),
+        json!([format!("in snapshot {tag}"), s1])
+    );
+    assert_eq!(*ok(snaps, "b_list_sandbox"), json!([]));
+    let chain = |step: &str| snaps[step]["chain"].clone();
+    assert!(
+        chain("b_create_from").to_string().contains("SandboxError"),
+        "{}",
+        snaps["b_create_from"]
+    );
+    assert!(
+        chain("b_take").to_string().contains("NotFoundError"),
+        "{}",
+        snaps["b_take"]
+    );
+    assert_eq!(*ok(snaps, "b_delete"), json!(false));
+    assert_eq!(*ok(snaps, "delete"), json!([true, false, true]));
+    assert_eq!(*ok(snaps, "after_delete"), json!([]));
 
     threw("b_get", "NotFoundError");
     assert_eq!(*ok(&r, "b_kill"), json!(false));

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::client_cli_dev::Dev;
-use crate::e2b_facade::{in_order, ok, python, raised, script, tenant_key};
+use crate::e2b_facade::{in_order, ok, python, raised, script, snapshot_steps, tenant_key};
 use crate::fake_opensandbox::{FakeRuntime, FakeServer, Variant};
 
 const OSB_KEY: &str = "fake-osb-key";
@@ -278,6 +278,21 @@ async fn e2b_python_sdk_flow_on_an_opensandbox_pool() {
     assert_eq!(*ok(&r, "resume"), json!(id));
     assert_eq!(*ok(&r, "state_resumed"), json!("running"));
     assert_eq!(*ok(&r, "survived"), json!("survives"));
+
+    // Snapshots through OpenSandbox's snapshot API: taken, listed, restored (a create that
+    // reached OpenSandbox with `snapshotId`), deleted. The fake's files are this host's, so
+    // the restored sandbox reads the file as it is now, not as the snapshot kept it.
+    snapshot_steps(&r, tag, &format!("changed after {tag}"));
+    let restores = osb
+        .record()
+        .create_bodies
+        .iter()
+        .filter(|b| b["snapshotId"].is_string())
+        .count();
+    assert_eq!(
+        restores, 1,
+        "one create from a snapshot reached OpenSandbox"
+    );
 
     // Another organization reaches nothing of this one's.
     for step in ["b_get", "b_connect", "b_set_timeout", "b_pause"] {

@@ -61,7 +61,7 @@ pub fn caller(h: &HeaderMap) -> E2bResult<(Caller, String)> {
 }
 
 /// A `/v1` JSON call with its error mapped for the control plane.
-async fn call(
+pub(super) async fn call(
     f: &Facade,
     c: &Caller,
     method: Method,
@@ -78,7 +78,7 @@ async fn call(
 }
 
 /// The caller's sandbox `id` while it has not ended; 404 otherwise.
-async fn live(f: &Facade, c: &Caller, id: &str) -> E2bResult<Value> {
+pub(super) async fn live(f: &Facade, c: &Caller, id: &str) -> E2bResult<Value> {
     let (_, sbx) = call(
         f,
         c,
@@ -243,6 +243,11 @@ pub async fn create(
     });
     match b.template_id.as_deref() {
         None | Some(mapping::DEFAULT_TEMPLATE) => {}
+        // A snapshot id restores that snapshot, once it is ready.
+        Some(t) if super::snapshots::is_snapshot(t) => {
+            super::snapshots::until_ready(&f, &c, t, started, START_WAIT).await?;
+            v1["fromSnapshot"] = json!(t);
+        }
         Some(t) => v1["template"] = json!(t),
     }
     let extra: Vec<_> = headers

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use differently_core::sandbox::RESERVED_LABEL_PREFIX;
+use differently_core::sandbox::{FROM_SNAPSHOT_LABEL, RESERVED_LABEL_PREFIX};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -127,8 +127,12 @@ pub fn state_of(status: &str) -> Option<&'static str> {
     }
 }
 
-/// The E2B template id of a `/v1` sandbox.
+/// The E2B template id of a `/v1` sandbox: for one restored from a snapshot, the snapshot's
+/// id (the template E2B's create named).
 pub fn template_of(sbx: &Value) -> Value {
+    if let Some(snap) = sbx["labels"][FROM_SNAPSHOT_LABEL].as_str() {
+        return json!(snap);
+    }
     match sbx["template"].as_str() {
         Some(t) => json!(t),
         None => json!(DEFAULT_TEMPLATE),

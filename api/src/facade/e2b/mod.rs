@@ -20,6 +20,7 @@ pub mod mapping;
 pub mod process;
 pub mod process_calls;
 pub mod signed;
+pub mod snapshots;
 pub mod token;
 pub mod watch;
 pub mod watchers;
@@ -28,7 +29,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::{Extension, Router};
 use serde_json::Value;
 
@@ -140,6 +141,9 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         .route(&p("/sandboxes/{id}/timeout"), post(control::set_timeout))
         .route(&p("/sandboxes/{id}/pause"), post(control::pause))
         .route(&p("/sandboxes/{id}/metrics"), get(control::metrics))
+        .route(&p("/sandboxes/{id}/snapshots"), post(snapshots::create))
+        .route(&p("/snapshots"), get(snapshots::list))
+        .route(&p("/templates/{id}"), delete(snapshots::delete))
         .route(&e("/health"), get(envd::health))
         .route(&e("/files"), get(files::download).post(files::upload))
         // Signed URLs with `E2B_SANDBOX_URL` set: the SDKs join `/files` to its origin,
