@@ -7,50 +7,95 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use chrono::Utc;
-use differently_store::work_claims::ClaimKey;
-use differently_store::Store;
+use differently_store::work_claims::{ClaimKey, ClaimOutcome};
+use differently_store::{Store, StoreError};
 
 use crate::{Ack, WorkerGroup};
 
+/// A claim this worker took: on what, its try count, and when it was asked for (the claim
+/// holds from then until the hold runs out, so a call that starts soon after needs no
+/// further check; see [`WorkerGroup::claim_kept`]).
+pub(crate) struct Claimed {
+    pub(crate) key: ClaimKey,
+    pub(crate) tries: u64,
+    pub(crate) at: std::time::Instant,
+}
+
 impl WorkerGroup {
-    /// Runs `call` (given this claim's try count) under `key`'s claim. A claim someone else
-    /// holds means another worker (or this one, by its other path) is making this call: this
-    /// delivery comes back after [`HELD_RETRY`]. After the call the claim is dropped (done) or let go until the retry's back-off
-    /// has passed, so whichever path comes next counts the next try.
+    /// Runs `call` under `key`'s claim, taken only while the row is still at `key`'s change
+    /// (`claim_current_work`); see [`Self::with_claim`].
     pub(crate) async fn under_claim<F, Fut>(&self, key: &ClaimKey, what: &str, call: F) -> Ack
     where
-        F: FnOnce(u64) -> Fut,
+        F: FnOnce(Claimed) -> Fut,
         Fut: Future<Output = Ack>,
     {
-        let hold = claim_hold(self.config.ack_wait);
-        let tries = match self.store.claim_work(key, owner(), Utc::now(), hold).await {
-            Ok(Some(tries)) => u64::from(tries),
-            Ok(None) => {
+        let at = std::time::Instant::now();
+        let taken = self
+            .store
+            .claim_current_work(key, owner(), Utc::now(), self.claim_hold())
+            .await;
+        self.with_claim(key, what, at, taken, call).await
+    }
+
+    /// Runs `call` if `taken` (the answer of a claim asked for at `at`) is this worker's. A
+    /// claim someone else holds means another worker (or this one, by its other path) is
+    /// making this call: this delivery comes back after [`HELD_RETRY`]. A row that moved on
+    /// is stale work, done. After a failed call the claim is let go until the retry's
+    /// back-off has passed, so whichever path comes next counts the next try. After a
+    /// finished one (`Ack::Done`: the row moved on, by this worker's own status change or
+    /// another's) nothing is sent: the claim's change no longer exists, so nobody can claim
+    /// it again, and the scan forgets it with every other settled claim in one statement
+    /// (`prune_settled_work_claims`).
+    pub(crate) async fn with_claim<F, Fut>(
+        &self,
+        key: &ClaimKey,
+        what: &str,
+        at: std::time::Instant,
+        taken: Result<ClaimOutcome, StoreError>,
+        call: F,
+    ) -> Ack
+    where
+        F: FnOnce(Claimed) -> Fut,
+        Fut: Future<Output = Ack>,
+    {
+        let tries = match taken {
+            Ok(ClaimOutcome::Taken(tries)) => u64::from(tries),
+            Ok(ClaimOutcome::Held) => {
                 // Not acknowledged: were the holder to die, a scan takes the row up once its
                 // claim runs out, but with the scan off only this message would. It comes
                 // back until the row has moved on (then it is stale) or the claim is free.
                 tracing::debug!(sandbox = %key.sandbox, what, "worker: already claimed");
                 return Ack::Retry(HELD_RETRY);
             }
+            Ok(ClaimOutcome::Moved) => {
+                tracing::debug!(sandbox = %key.sandbox, what, "worker: the row moved on; stale work");
+                return Ack::Done;
+            }
             Err(e) => {
                 tracing::warn!(sandbox = %key.sandbox, what, error = %e, "worker: cannot claim the call; retrying");
                 return Ack::Retry(Duration::from_secs(1));
             }
         };
-        let outcome = call(tries).await;
-        let settled = match outcome {
-            Ack::Done => self.store.drop_work_claim(key).await,
-            Ack::Retry(delay) => {
-                let free_at = Utc::now()
-                    + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::seconds(1));
-                self.store.release_work_claim(key, owner(), free_at).await
-            }
+        let claimed = Claimed {
+            key: key.clone(),
+            tries,
+            at,
         };
-        if let Err(e) = settled {
-            // It runs out after the hold: the next try waits that long at most.
-            tracing::warn!(sandbox = %key.sandbox, what, error = %e, "worker: cannot settle the claim");
+        let outcome = call(claimed).await;
+        if let Ack::Retry(delay) = outcome {
+            let free_at = Utc::now()
+                + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::seconds(1));
+            if let Err(e) = self.store.release_work_claim(key, owner(), free_at).await {
+                // It runs out after the hold: the next try waits that long at most.
+                tracing::warn!(sandbox = %key.sandbox, what, error = %e, "worker: cannot let go of the claim");
+            }
         }
         outcome
+    }
+
+    /// How long this group's claims hold without renewal ([`claim_hold`]).
+    pub(crate) fn claim_hold(&self) -> Duration {
+        claim_hold(self.config.ack_wait)
     }
 }
 
@@ -75,27 +120,36 @@ pub(crate) fn owner() -> &'static str {
 }
 
 impl WorkerGroup {
-    /// Runs the backend `call` while keeping `key`'s claim (see [`renewing`]), once
-    /// [`still_held`] says the claim is still this worker's and [`row_unmoved`] that the row
-    /// is still at the change the call is for; `None`: one of them is not (or could not be
-    /// read) and nothing was called, or the claim was lost during the call and it was
-    /// stopped. Either way the work comes back to a re-read row. Only the call: like the
-    /// bus's in-progress acks, the claim is not kept through what follows it, so a worker
-    /// that stops right after the call (fault suite S1) loses it when the bus would
-    /// redeliver.
+    /// Runs the backend `call` while keeping `claimed`'s claim (see [`renewing`]). A claim
+    /// asked for less than a third of the hold ago needs no check first: it was taken only
+    /// because its row was at its change, in the same statement, and nobody else can take
+    /// it before the hold runs out (most calls start a few milliseconds after it). An older
+    /// one (a stall, or slow reads before the call) is checked first: [`still_held`] says
+    /// the claim is still this worker's and [`row_unmoved`] that the row is still at the
+    /// change the call is for. `None`: one of them is not (or could not be read) and nothing
+    /// was called, or the claim was lost during the call and it was stopped. Either way the
+    /// work comes back to a re-read row. Only the call: like the bus's in-progress acks, the
+    /// claim is not kept through what follows it, so a worker that stops right after the
+    /// call (fault suite S1) loses it when the bus would redeliver.
     pub(crate) async fn claim_kept<T>(
         &self,
-        key: &ClaimKey,
+        claimed: &Claimed,
         call: impl Future<Output = T>,
     ) -> Option<T> {
-        let hold = claim_hold(self.config.ack_wait);
+        let hold = self.claim_hold();
         let store = self.store.as_ref();
-        // The two checks go out together, one round trip before every create and delete
-        // rather than two: each stands alone (a renewal that succeeds means no other owner
-        // came between, a row read after the claim cannot be older than it). Answers that
-        // took `hold` or longer are not trusted, whichever check stalled: the worker may
-        // have stalled after they were read (S15 stopped it inside the row's re-read, which
-        // then answered with the row as it was 8 s earlier).
+        let key = &claimed.key;
+        let every = renew_every(hold);
+        if claimed.at.elapsed() < every {
+            let due = tokio::time::Instant::from_std(claimed.at) + every;
+            return renewing(store, key, hold, due, call).await;
+        }
+        // The two checks go out together, one round trip rather than two: each stands alone
+        // (a renewal that succeeds means no other owner came between, a row read after the
+        // claim cannot be older than it). Answers that took `hold` or longer are not
+        // trusted, whichever check stalled: the worker may have stalled after they were
+        // read (S15 stopped it inside the row's re-read, which then answered with the row as
+        // it was 8 s earlier).
         let started = std::time::Instant::now();
         let (held, unmoved) = tokio::join!(still_held(store, key, hold), row_unmoved(store, key));
         let fresh = held && unmoved;
@@ -105,8 +159,14 @@ impl WorkerGroup {
             }
             return None;
         }
-        renewing(store, key, hold, call).await
+        let due = tokio::time::Instant::now() + every;
+        renewing(store, key, hold, due, call).await
     }
+}
+
+/// How often a claim is renewed while its call runs: every third of the hold.
+fn renew_every(hold: Duration) -> Duration {
+    (hold / 3).max(Duration::from_millis(100))
 }
 
 /// Whether `key`'s row is still at the change its call is for. A worker stalled while it
@@ -147,8 +207,8 @@ async fn still_held(store: &dyn Store, key: &ClaimKey, hold: Duration) -> bool {
     }
 }
 
-/// Runs `call` while keeping `key`'s claim for `hold` past every renewal (every third of
-/// it); `None` if the claim was lost meanwhile (this process stalled past `hold` and another
+/// Runs `call` while keeping `key`'s claim for `hold` past every renewal (the first at
+/// `due`, then every third of the hold); `None` if the claim was lost meanwhile (this process stalled past `hold` and another
 /// worker took it over): the call is dropped unfinished, since the other worker makes it.
 /// The call is never polled once a renewal is due, by the clock rather than by a timer: a
 /// worker woken from a stall (fault suite S15: SIGSTOP in the fake backend's latency) had
@@ -158,11 +218,11 @@ async fn renewing<T>(
     store: &dyn Store,
     key: &ClaimKey,
     hold: Duration,
+    mut due: tokio::time::Instant,
     call: impl Future<Output = T>,
 ) -> Option<T> {
     tokio::pin!(call);
-    let every = (hold / 3).max(Duration::from_millis(100));
-    let mut due = tokio::time::Instant::now() + every;
+    let every = renew_every(hold);
     loop {
         let mut pending = call.as_mut();
         let until_due = std::future::poll_fn(move |cx| {

@@ -23,6 +23,8 @@ use differently_store::work_claims::ClaimKey;
 use differently_store::{Actor, Store, StoreError, Transition};
 use tokio::sync::{watch, Semaphore};
 
+use crate::claim::Claimed;
+
 mod claim;
 pub mod ops;
 mod scan;
@@ -207,11 +209,15 @@ impl WorkerGroup {
             };
             let reason = t.reason.clone();
             let outcome = self
-                .under_claim(&key, "delete", |tries| {
-                    self.delete_instance(&key, reason, tries, d.acker.as_ref())
+                .under_claim(&key, "delete", |claimed| {
+                    self.delete_instance(claimed, reason, d.acker.as_ref())
                 })
                 .await;
             return finish(id, outcome, &d).await;
+        }
+        if matches!(env.body.op, WorkOp::Create | WorkOp::Claim) {
+            // A claim is the create of a sandbox whose instance exists already (`create`).
+            return self.create_delivered(&env.sandbox_id, &d).await;
         }
         let row = match self.store.get_sandbox(&env.sandbox_id).await {
             Ok(Some(row)) => row,
@@ -226,7 +232,6 @@ impl WorkerGroup {
             }
         };
         let outcome = match env.body.op {
-            // A claim is the create of a sandbox whose instance exists already (`create`).
             WorkOp::Create | WorkOp::Claim => self.create(&row, d.acker.as_ref()).await,
             WorkOp::Delete => self.delete(&row, d.acker.as_ref()).await,
             op => {
@@ -243,6 +248,41 @@ impl WorkerGroup {
         finish(&row.id, outcome, &d).await;
     }
 
+    /// A create that came by the bus: the row is read and its create claimed in one round
+    /// trip (`claim_create_reading`), then made as [`Self::create`] makes it.
+    async fn create_delivered(&self, id: &SandboxId, d: &Delivery) {
+        let at = std::time::Instant::now();
+        let read = self
+            .store
+            .claim_create_reading(
+                id,
+                &self.pool,
+                claim::owner(),
+                Utc::now(),
+                self.claim_hold(),
+            )
+            .await;
+        let (row, taken) = match read {
+            Ok(Some(read)) => read,
+            Ok(None) => {
+                let _ = d.acker.term().await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "worker: store unavailable; retrying");
+                let _ = d.acker.nak(Duration::from_secs(1)).await;
+                return;
+            }
+        };
+        let key = ClaimKey::of(&row);
+        let outcome = self
+            .with_claim(&key, "create", at, Ok(taken), |claimed| {
+                self.create_claimed(&row, claimed, d.acker.as_ref())
+            })
+            .await;
+        finish(&row.id, outcome, d).await;
+    }
+
     /// Creates `row`'s instance under its activation's claim (`under_claim`): attempts are
     /// counted by the claim, whichever path each came by.
     async fn create(&self, row: &Sandbox, acker: &dyn Acker) -> Ack {
@@ -250,15 +290,16 @@ impl WorkerGroup {
             return Ack::Done; // stale: the row moved on
         }
         let key = ClaimKey::of(row);
-        self.under_claim(&key, "create", |tries| {
-            self.create_claimed(row, tries, acker)
+        self.under_claim(&key, "create", |claimed| {
+            self.create_claimed(row, claimed, acker)
         })
         .await
     }
 
-    async fn create_claimed(&self, row: &Sandbox, delivered: u64, acker: &dyn Acker) -> Ack {
+    async fn create_claimed(&self, row: &Sandbox, claimed: Claimed, acker: &dyn Acker) -> Ack {
+        let delivered = claimed.tries;
         if let Some(backend_ref) = &row.backend_ref {
-            return self.claim_warm(row, backend_ref, delivered, acker).await;
+            return self.claim_warm(row, backend_ref, &claimed, acker).await;
         }
         let from_snapshot = match self.restore_ref(row).await {
             Ok(r) => r,
@@ -273,8 +314,8 @@ impl WorkerGroup {
             ttl_seconds: row.spec.ttl_seconds,
             from_snapshot,
         };
-        let (key, adapter) = (ClaimKey::of(row), self.adapter());
-        let call = self.claim_kept(&key, adapter.create(&req));
+        let adapter = self.adapter();
+        let call = self.claim_kept(&claimed, adapter.create(&req));
         let Some(created) = with_progress(acker, self.config.ack_wait, call).await else {
             // Another worker has the call; the message comes back to a re-read row.
             return Ack::Retry(claim::HELD_RETRY);
@@ -299,17 +340,17 @@ impl WorkerGroup {
         &self,
         row: &Sandbox,
         backend_ref: &str,
-        delivered: u64,
+        claimed: &Claimed,
         acker: &dyn Acker,
     ) -> Ack {
+        let delivered = claimed.tries;
         let adapter = self.adapter();
         if adapter.claim_call() {
             let at = differently_adapters::InstanceRef {
                 sandbox_id: row.id.clone(),
                 backend_ref: backend_ref.to_owned(),
             };
-            let key = ClaimKey::of(row);
-            let call = self.claim_kept(&key, adapter.claim(&at, row.spec.ttl_seconds));
+            let call = self.claim_kept(claimed, adapter.claim(&at, row.spec.ttl_seconds));
             let Some(claimed) = with_progress(acker, self.config.ack_wait, call).await else {
                 return Ack::Retry(claim::HELD_RETRY);
             };
@@ -470,8 +511,8 @@ impl WorkerGroup {
         }
         let reason = row.status_reason.clone();
         let key = ClaimKey::of(row);
-        self.under_claim(&key, "delete", |tries| {
-            self.delete_instance(&key, reason, tries, acker)
+        self.under_claim(&key, "delete", |claimed| {
+            self.delete_instance(claimed, reason, acker)
         })
         .await
     }
@@ -481,14 +522,13 @@ impl WorkerGroup {
     /// a row already past `terminating` refuses the change.
     async fn delete_instance(
         &self,
-        key: &ClaimKey,
+        claimed: Claimed,
         reason: Option<String>,
-        delivered: u64,
         acker: &dyn Acker,
     ) -> Ack {
-        let id = &key.sandbox;
+        let (id, delivered) = (&claimed.key.sandbox, claimed.tries);
         let adapter = self.adapter();
-        let call = self.claim_kept(key, adapter.delete(id));
+        let call = self.claim_kept(&claimed, adapter.delete(id));
         let Some(deleted) = with_progress(acker, self.config.ack_wait, call).await else {
             return Ack::Retry(claim::HELD_RETRY);
         };

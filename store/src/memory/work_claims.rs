@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use differently_core::{Sandbox, SandboxStatus};
+use differently_core::{Sandbox, SandboxId, SandboxStatus};
 
-use crate::memory::MemoryStore;
-use crate::work_claims::{held_until, ClaimKey, WorkClaimStore};
+use crate::memory::{MemoryStore, State};
+use crate::work_claims::{held_until, ClaimKey, ClaimOutcome, WorkClaimStore};
 use crate::StoreError;
 
 /// One claimed activation.
@@ -19,6 +19,42 @@ pub(crate) struct ClaimRow {
     tries: u32,
 }
 
+/// `claim_work`'s rule on the locked state: `Some(tries)` taken, `None` held.
+fn claim_in(
+    st: &mut State,
+    activation: &ClaimKey,
+    owner: &str,
+    now: DateTime<Utc>,
+    hold: Duration,
+) -> Option<u32> {
+    let until = held_until(now, hold);
+    match st.work_claims.get_mut(activation) {
+        Some(c) if c.held_until > now => None,
+        Some(c) => {
+            c.owner = owner.to_owned();
+            c.held_until = until;
+            c.tries = c.tries.saturating_add(1);
+            Some(c.tries)
+        }
+        None => {
+            st.work_claims.insert(
+                activation.clone(),
+                ClaimRow {
+                    owner: owner.to_owned(),
+                    held_until: until,
+                    tries: 1,
+                },
+            );
+            Some(1)
+        }
+    }
+}
+
+/// A claim's answer as `claim_current_work` gives it.
+fn outcome(taken: Option<u32>) -> ClaimOutcome {
+    taken.map_or(ClaimOutcome::Held, ClaimOutcome::Taken)
+}
+
 #[async_trait]
 impl WorkClaimStore for MemoryStore {
     async fn claim_work(
@@ -28,28 +64,44 @@ impl WorkClaimStore for MemoryStore {
         now: DateTime<Utc>,
         hold: Duration,
     ) -> Result<Option<u32>, StoreError> {
+        Ok(claim_in(&mut self.lock(), activation, owner, now, hold))
+    }
+
+    async fn claim_current_work(
+        &self,
+        activation: &ClaimKey,
+        owner: &str,
+        now: DateTime<Utc>,
+        hold: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
         let mut st = self.lock();
-        let until = held_until(now, hold);
-        match st.work_claims.get_mut(activation) {
-            Some(c) if c.held_until > now => Ok(None),
-            Some(c) => {
-                c.owner = owner.to_owned();
-                c.held_until = until;
-                c.tries = c.tries.saturating_add(1);
-                Ok(Some(c.tries))
-            }
-            None => {
-                st.work_claims.insert(
-                    activation.clone(),
-                    ClaimRow {
-                        owner: owner.to_owned(),
-                        held_until: until,
-                        tries: 1,
-                    },
-                );
-                Ok(Some(1))
-            }
+        let current = st
+            .sandboxes
+            .get(&activation.sandbox)
+            .is_some_and(|r| r.sandbox.status_version == activation.status_version);
+        if !current {
+            return Ok(ClaimOutcome::Moved);
         }
+        Ok(outcome(claim_in(&mut st, activation, owner, now, hold)))
+    }
+
+    async fn claim_create_reading(
+        &self,
+        id: &SandboxId,
+        pool: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+        hold: Duration,
+    ) -> Result<Option<(Sandbox, ClaimOutcome)>, StoreError> {
+        let mut st = self.lock();
+        let Some(row) = st.sandboxes.get(id).map(|r| r.sandbox.clone()) else {
+            return Ok(None);
+        };
+        if row.status != SandboxStatus::Provisioning || row.pool.as_deref() != Some(pool) {
+            return Ok(Some((row, ClaimOutcome::Moved)));
+        }
+        let taken = claim_in(&mut st, &ClaimKey::of(&row), owner, now, hold);
+        Ok(Some((row, outcome(taken))))
     }
 
     async fn renew_work_claim(
@@ -95,6 +147,22 @@ impl WorkClaimStore for MemoryStore {
         let was = st.work_claims.len();
         st.work_claims.retain(|_, c| c.held_until >= before);
         Ok((was - st.work_claims.len()) as u64)
+    }
+
+    async fn prune_settled_work_claims(&self) -> Result<u64, StoreError> {
+        let mut st = self.lock();
+        let State {
+            work_claims,
+            sandboxes,
+            ..
+        } = &mut *st;
+        let was = work_claims.len();
+        work_claims.retain(|k, _| {
+            sandboxes
+                .get(&k.sandbox)
+                .is_some_and(|r| r.sandbox.status_version == k.status_version)
+        });
+        Ok((was - work_claims.len()) as u64)
     }
 
     async fn unclaimed_work(

@@ -5,13 +5,26 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use differently_core::{Sandbox, SandboxStatus};
+use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use sqlx::Row;
 
-use crate::pg::rows::sweep_rows_of;
+use crate::pg::rows::{sandbox_of, sweep_rows_of};
 use crate::pg::PgStore;
-use crate::work_claims::{held_until, ClaimKey, WorkClaimStore};
+use crate::work_claims::{held_until, ClaimKey, ClaimOutcome, WorkClaimStore};
 use crate::StoreError;
+
+/// The claim of the row in CTE `s` (columns `id`, `status_version`; no row: nothing claimed)
+/// for owner `$2` until `$4`, taken over only from a claim that ran out by `$3`: the same
+/// rule as `claim_work`.
+macro_rules! claim_from_s {
+    () => {
+        "INSERT INTO work_claims AS w (sandbox_id, status_version, owner, held_until, tries)
+     SELECT s.id, s.status_version, $2, $4, 1 FROM s
+     ON CONFLICT (sandbox_id, status_version) DO UPDATE
+         SET owner = EXCLUDED.owner, held_until = EXCLUDED.held_until, tries = w.tries + 1
+         WHERE w.held_until <= $3"
+    };
+}
 
 #[async_trait]
 impl WorkClaimStore for PgStore {
@@ -45,6 +58,66 @@ impl WorkClaimStore for PgStore {
             }
             None => Ok(None),
         }
+    }
+
+    async fn claim_current_work(
+        &self,
+        activation: &ClaimKey,
+        owner: &str,
+        now: DateTime<Utc>,
+        hold: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
+        // `s` is read in the statement's snapshot: a row at the version then can only move
+        // on later, which the claim, held from now on, makes the holder's to do.
+        let row = sqlx::query(concat!(
+            "WITH s AS (SELECT id, status_version FROM sandboxes
+                        WHERE id = $1 AND status_version = $5),
+             c AS (",
+            claim_from_s!(),
+            " RETURNING tries)
+             SELECT EXISTS (SELECT 1 FROM s) AS current, (SELECT tries FROM c) AS tries"
+        ))
+        .bind(activation.sandbox.as_str())
+        .bind(owner)
+        .bind(now)
+        .bind(held_until(now, hold))
+        .bind(activation.status_version)
+        .fetch_one(self.pool())
+        .await?;
+        outcome_of(&row)
+    }
+
+    async fn claim_create_reading(
+        &self,
+        id: &SandboxId,
+        pool: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+        hold: Duration,
+    ) -> Result<Option<(Sandbox, ClaimOutcome)>, StoreError> {
+        let row = sqlx::query(concat!(
+            "WITH r AS (SELECT id, doc, env_sealed, status, pool, status_version
+                        FROM sandboxes WHERE id = $1),
+             s AS (SELECT id, status_version FROM r WHERE status = $5 AND pool = $6),
+             c AS (",
+            claim_from_s!(),
+            " RETURNING tries)
+             SELECT r.id, r.doc, r.env_sealed, EXISTS (SELECT 1 FROM s) AS current,
+                    (SELECT tries FROM c) AS tries
+             FROM r"
+        ))
+        .bind(id.as_str())
+        .bind(owner)
+        .bind(now)
+        .bind(held_until(now, hold))
+        .bind(SandboxStatus::Provisioning.as_str())
+        .bind(pool)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some((sandbox_of(&row)?, outcome_of(&row)?)))
     }
 
     async fn renew_work_claim(
@@ -105,6 +178,18 @@ impl WorkClaimStore for PgStore {
         Ok(pruned)
     }
 
+    async fn prune_settled_work_claims(&self) -> Result<u64, StoreError> {
+        let pruned = sqlx::query(
+            "DELETE FROM work_claims c WHERE NOT EXISTS (
+                 SELECT 1 FROM sandboxes s
+                 WHERE s.id = c.sandbox_id AND s.status_version = c.status_version)",
+        )
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(pruned)
+    }
+
     async fn unclaimed_work(
         &self,
         pool: &str,
@@ -131,4 +216,16 @@ impl WorkClaimStore for PgStore {
         .await?;
         Ok(sweep_rows_of(&rows))
     }
+}
+
+/// A claim statement's answer: whether the row was at the change (`current`) and the try
+/// count if the claim was taken (`tries`).
+fn outcome_of(row: &sqlx::postgres::PgRow) -> Result<ClaimOutcome, StoreError> {
+    let current: bool = row.try_get("current")?;
+    let tries: Option<i32> = row.try_get("tries")?;
+    Ok(match (current, tries) {
+        (false, _) => ClaimOutcome::Moved,
+        (true, None) => ClaimOutcome::Held,
+        (true, Some(t)) => ClaimOutcome::Taken(u32::try_from(t).unwrap_or(1)),
+    })
 }

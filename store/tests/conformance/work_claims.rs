@@ -2,12 +2,15 @@
 //! refused too), renew and release by the holder only, a released claim free from its
 //! back-off, a dead holder's claim taken over once it runs out, a new activation with a
 //! fresh claim, and the scan seeing exactly the placed (or terminating) rows nobody holds.
+//! The workers' claims (`claim_current_work`, `claim_create_reading`) are taken only while
+//! the row is at the claimed change, so settled claims are never taken again and are pruned
+//! in bulk.
 
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use differently_core::SandboxStatus;
-use differently_store::work_claims::ClaimKey;
+use differently_core::{SandboxId, SandboxStatus};
+use differently_store::work_claims::{ClaimKey, ClaimOutcome};
 use differently_store::Quota;
 
 use crate::cases::{activated, admit, pool, tenant};
@@ -17,6 +20,7 @@ conformance!(
     work_claims;
     a_work_claim_has_one_holder_until_it_runs_out_or_is_let_go,
     the_scan_sees_placed_and_terminating_rows_nobody_holds,
+    a_current_claim_needs_its_row_at_its_change_and_settled_claims_are_pruned,
 );
 
 const HOLD: Duration = Duration::from_secs(30);
@@ -190,5 +194,121 @@ async fn the_scan_sees_placed_and_terminating_rows_nobody_holds(env: &Env) {
         ids(s.unclaimed_work("p", both, cut, in_31s, 10).await.unwrap()),
         all[..2],
         "the delete is held"
+    );
+}
+
+async fn a_current_claim_needs_its_row_at_its_change_and_settled_claims_are_pruned(env: &Env) {
+    use ClaimOutcome::{Held, Moved, Taken};
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let q = Quota::default();
+    let p = pool("p", None);
+    let first = admit(s, &org, &prj).await;
+    let placed = activated(s, &first.id, &p, &q).await;
+    let key = ClaimKey::of(&placed);
+    let now = Utc::now();
+
+    // The row's current change: one holder, as with `claim_work`.
+    assert_eq!(
+        s.claim_current_work(&key, "w1", now, HOLD).await.unwrap(),
+        Taken(1)
+    );
+    assert_eq!(
+        s.claim_current_work(&key, "w2", now, HOLD).await.unwrap(),
+        Held
+    );
+    // A change the row is not at, or no row at all: nothing claimed.
+    let ahead = ClaimKey {
+        status_version: key.status_version + 1,
+        ..key.clone()
+    };
+    assert_eq!(
+        s.claim_current_work(&ahead, "w2", now, HOLD).await.unwrap(),
+        Moved
+    );
+    let nobody = ClaimKey {
+        sandbox: SandboxId::new(),
+        status_version: 1,
+    };
+    assert_eq!(
+        s.claim_current_work(&nobody, "w2", now, HOLD)
+            .await
+            .unwrap(),
+        Moved
+    );
+
+    // Read and claim in one: the row comes back whatever the claim's answer.
+    let (row, taken) = s
+        .claim_create_reading(&placed.id, "p", "w2", now, HOLD)
+        .await
+        .unwrap()
+        .expect("the row");
+    assert_eq!((row.id.clone(), taken), (placed.id.clone(), Held));
+    assert_eq!(ClaimKey::of(&row), key);
+    let (_, elsewhere) = s
+        .claim_create_reading(&placed.id, "elsewhere", "w2", now, HOLD)
+        .await
+        .unwrap()
+        .expect("the row");
+    assert_eq!(elsewhere, Moved, "not a create on that pool");
+    assert!(s
+        .claim_create_reading(&SandboxId::new(), "p", "w2", now, HOLD)
+        .await
+        .unwrap()
+        .is_none());
+    let second = admit(s, &org, &prj).await;
+    let second = activated(s, &second.id, &p, &q).await;
+    let (_, taken) = s
+        .claim_create_reading(&second.id, "p", "w1", now, HOLD)
+        .await
+        .unwrap()
+        .expect("the row");
+    assert_eq!(taken, Taken(1), "its current change claimed");
+    assert_eq!(
+        s.claim_current_work(&ClaimKey::of(&second), "w2", now, HOLD)
+            .await
+            .unwrap(),
+        Held
+    );
+
+    // A dead holder's claim is taken over once it runs out, counting tries.
+    let past = now + TimeDelta::seconds(31);
+    assert_eq!(
+        s.claim_current_work(&key, "w3", past, HOLD).await.unwrap(),
+        Taken(2)
+    );
+
+    // Settled: the row moved on, so the claim is never taken again, even once it ran out.
+    let running = s.mark_running(&placed.id, "be", Utc::now()).await.unwrap();
+    let later = past + TimeDelta::seconds(31);
+    assert_eq!(
+        s.claim_current_work(&key, "w4", later, HOLD).await.unwrap(),
+        Moved
+    );
+    let (row, taken) = s
+        .claim_create_reading(&placed.id, "p", "w4", later, HOLD)
+        .await
+        .unwrap()
+        .expect("the row");
+    assert_eq!((row.status, taken), (SandboxStatus::Running, Moved));
+
+    // The prune forgets settled claims (and claims of changes the row never reached), and
+    // keeps those of rows still at their change, held or not.
+    let stray = ClaimKey {
+        status_version: running.status_version + 5,
+        ..ClaimKey::of(&running)
+    };
+    assert_eq!(
+        s.claim_work(&stray, "w5", now, HOLD).await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(s.prune_settled_work_claims().await.unwrap(), 2);
+    assert_eq!(s.prune_settled_work_claims().await.unwrap(), 0);
+    assert_eq!(
+        s.claim_current_work(&ClaimKey::of(&second), "w2", now, HOLD)
+            .await
+            .unwrap(),
+        Held,
+        "a live claim is kept"
     );
 }
