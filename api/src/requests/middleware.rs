@@ -116,8 +116,13 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
     as_envelope(&method, resp).await
 }
 
-/// `resp` itself when it is a success or already JSON; else the envelope for its status, with
-/// its headers (`Allow`, `Retry-After`, …) kept.
+/// Marks a response passed on as it came (a sandbox port's answer through the E2B facade's
+/// port proxy): never rewritten into the envelope, whatever its status and type.
+#[derive(Debug, Clone, Copy)]
+pub struct Verbatim;
+
+/// `resp` itself when it is a success, already JSON or [`Verbatim`]; else the envelope for
+/// its status, with its headers (`Allow`, `Retry-After`, …) kept.
 async fn as_envelope(method: &Method, resp: Response) -> Response {
     let status = resp.status();
     let is_json = resp
@@ -125,7 +130,7 @@ async fn as_envelope(method: &Method, resp: Response) -> Response {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    if status.as_u16() < 400 || is_json {
+    if status.as_u16() < 400 || is_json || resp.extensions().get::<Verbatim>().is_some() {
         return resp;
     }
     let (parts, body) = resp.into_parts();

@@ -861,7 +861,8 @@ async fn e2b_dns_mode_routes_by_host() {
     assert_eq!(resp.status(), 401);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body, json!({"code": 401, "message": "invalid signature"}));
-    // Another port of the sandbox is not served yet, and says so.
+    // Another port of the sandbox goes to the endpoint its pool gives (the port proxy); this
+    // pool (devhost under bubblewrap) exposes no ports, and that is what the answer says.
     let resp = http
         .get(format!("{}/health", dev.url))
         .header("host", format!("8080-{}.{domain}", id.to_ascii_lowercase()))
@@ -869,7 +870,14 @@ async fn e2b_dns_mode_routes_by_host() {
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 501, "{:?}", resp.text().await);
+    assert_eq!(resp.status(), 501);
+    let body: Value = resp.json().await.unwrap();
+    let m = body["message"].as_str().unwrap();
+    assert!(
+        m.starts_with(&format!("port 8080 of sandbox {id} cannot be exposed"))
+            && m.contains("ports.expose"),
+        "{body}"
+    );
 
     // Other hosts are untouched: /v1 by address, and the facade's paths under /e2b.
     let resp = http

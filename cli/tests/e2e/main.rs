@@ -20,6 +20,7 @@ mod dev;
 mod dev_webhooks;
 mod devhost_files;
 mod docs_paths;
+mod e2b_code_interpreter;
 mod e2b_facade;
 mod e2b_facade_bench;
 mod e2b_facade_osb;

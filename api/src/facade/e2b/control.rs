@@ -273,7 +273,7 @@ pub async fn create(
     let token = f.token(id, &key_id);
     Ok(with_status(
         StatusCode::CREATED,
-        mapping::created(&sbx, &token),
+        mapping::created(&sbx, &token, &f.traffic_token(id, &key_id)),
     ))
 }
 
@@ -326,7 +326,11 @@ pub async fn connect(
     } else {
         StatusCode::OK
     };
-    Ok(with_status(status, mapping::created(&sbx, &token)))
+    let traffic = f.traffic_token(&id, &key_id);
+    Ok(with_status(
+        status,
+        mapping::created(&sbx, &token, &traffic),
+    ))
 }
 
 /// Sets the sandbox's end `seconds` from now if that is later than its current end.

@@ -22,7 +22,8 @@ use crate::facade::opensandbox::inner::{q, Caller};
 use super::connect::ConnectError;
 use super::{token, Facade, InnerError};
 
-/// envd's own port; other ports (the code interpreter's 49999) are not served.
+/// envd's own port; requests for other ports (the code interpreter's 49999) are forwarded
+/// to the sandbox by [`super::port_proxy`] before they reach envd's routes.
 pub const ENVD_PORT: &str = "49983";
 /// E2B's default user when the SDK names none.
 pub const DEFAULT_USER: &str = "user";
@@ -139,13 +140,15 @@ pub fn ctx(f: &Facade, h: &HeaderMap, username: Option<&str>) -> Result<Ctx, Env
     ctx_of(h, username, sandbox, key_id)
 }
 
-/// Refuses a request for a port other than envd's (`E2b-Sandbox-Port`, or the host's).
+/// Refuses a request for a port other than envd's (`E2b-Sandbox-Port`, or the host's) that
+/// reached an envd route anyway: the port proxy takes those under `/e2b/envd`, so only the
+/// signed-URL `/files` outside the prefix can get here with one.
 pub fn check_port(h: &HeaderMap) -> Result<(), EnvdError> {
     if let Some(port) = h.get("e2b-sandbox-port").and_then(|v| v.to_str().ok()) {
         if port.trim() != ENVD_PORT {
             return Err(ConnectError::unimplemented(
                 &format!("port {port}"),
-                "only envd (port 49983) is served; other ports need a /v1 port URL",
+                "only envd (port 49983) is served here; other ports are reached under /e2b/envd",
             )
             .into());
         }

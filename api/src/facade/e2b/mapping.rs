@@ -139,8 +139,9 @@ pub fn template_of(sbx: &Value) -> Value {
     }
 }
 
-/// The `Sandbox` answer of create and connect.
-pub fn created(sbx: &Value, token: &str) -> Value {
+/// The `Sandbox` answer of create and connect: `token` opens envd, `traffic` the sandbox's
+/// other ports (the code interpreter SDK sends only it on `/contexts`).
+pub fn created(sbx: &Value, token: &str, traffic: &str) -> Value {
     json!({
         "templateID": template_of(sbx),
         "sandboxID": sbx["id"],
@@ -148,7 +149,7 @@ pub fn created(sbx: &Value, token: &str) -> Value {
         "envdVersion": ENVD_VERSION,
         "alias": null,
         "envdAccessToken": token,
-        "trafficAccessToken": null,
+        "trafficAccessToken": traffic,
         "domain": null,
     })
 }

@@ -17,6 +17,7 @@ pub mod error;
 pub mod files;
 pub mod filesystem;
 pub mod mapping;
+pub mod port_proxy;
 pub mod process;
 pub mod process_calls;
 pub mod signed;
@@ -50,6 +51,10 @@ pub struct Facade {
     pub seen: signed::SeenTokens,
     /// The polling directory watchers of this process.
     pub watchers: watchers::Watchers,
+    /// Derives the `trafficAccessToken`s, which open a sandbox's other ports but not envd.
+    pub traffic: token::Deriver,
+    /// The endpoints of sandbox ports other than envd's, and the client that reaches them.
+    pub ports: port_proxy::Ports,
 }
 
 /// Why an inner `/v1` call did not answer 2xx.
@@ -67,6 +72,11 @@ impl Facade {
         let t = self.tokens.token(sandbox, key_id);
         self.seen.note(&t, sandbox, key_id);
         t
+    }
+
+    /// The traffic access token of `key_id` for `sandbox` (the SDKs send it to other ports).
+    pub fn traffic_token(&self, sandbox: &str, key_id: &str) -> String {
+        self.traffic.token(sandbox, key_id)
     }
 
     /// A JSON `/v1` call: the parsed answer on 2xx (`Null` for an empty body).
@@ -122,6 +132,12 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         ),
         seen: signed::SeenTokens::default(),
         watchers: watchers::Watchers::default(),
+        traffic: token::Deriver::new(
+            state
+                .bootstrap_key
+                .derive("differently/e2b-facade/traffic-access-token/v1"),
+        ),
+        ports: port_proxy::Ports::default(),
     });
     let p = |path: &str| format!("{PREFIX}{path}");
     let e = |path: &str| format!("{ENVD_PREFIX}{path}");
@@ -164,7 +180,11 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
             &e("/filesystem.Filesystem/{method}"),
             post(filesystem::call),
         )
+        .route(ENVD_PREFIX, any(envd::not_served))
+        .route(&e("/"), any(envd::not_served))
         .route(&e("/{*rest}"), any(envd::not_served))
         .route(&p("/{*rest}"), any(control::not_served))
+        // Other ports of a sandbox (`E2b-Sandbox-Port`), before the envd routes.
+        .layer(axum::middleware::from_fn(port_proxy::route))
         .layer(Extension(facade))
 }
