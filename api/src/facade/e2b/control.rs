@@ -419,13 +419,18 @@ pub async fn list(
                 .is_none_or(|st| st.iter().any(|x| s["state"] == x.as_str()))
         })
         .collect();
+    Ok(paged(items, &page))
+}
+
+/// A 200 list answer of `items`, with `/v1`'s `nextCursor` of `page` as E2B's `X-Next-Token`.
+pub(super) fn paged(items: Vec<Value>, page: &Value) -> Response {
     let mut resp = with_status(StatusCode::OK, Value::Array(items));
     if let Some(next) = page["nextCursor"].as_str().filter(|s| !s.is_empty()) {
         if let Ok(v) = HeaderValue::from_str(next) {
             resp.headers_mut().insert("x-next-token", v);
         }
     }
-    Ok(resp)
+    resp
 }
 
 /// `DELETE /sandboxes/{id}`: 204; 404 (the SDK's `False`) once it has ended.

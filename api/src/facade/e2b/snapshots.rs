@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
@@ -211,13 +211,7 @@ pub async fn list(
         .filter(|s| name.is_none() || s["name"].as_str() == name.as_deref())
         .map(info)
         .collect();
-    let mut resp = (StatusCode::OK, Json(Value::Array(items))).into_response();
-    if let Some(next) = page["nextCursor"].as_str().filter(|s| !s.is_empty()) {
-        if let Ok(v) = HeaderValue::from_str(next) {
-            resp.headers_mut().insert("x-next-token", v);
-        }
-    }
-    Ok(resp)
+    Ok(super::control::paged(items, &page))
 }
 
 /// `delete_snapshot` (`DELETE /templates/{id}`): 204 once deleted, 202 when the backend
