@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use differently_adapters::{Adapter, AdapterError, PtyInput, PtyRequest, PtySignal, PtySize};
+use differently_adapters::{
+    Adapter, AdapterError, ExecExit, PtyInput, PtyRequest, PtySignal, PtySize,
+};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -109,8 +111,15 @@ async fn pty_drives_execd_terminal_and_deletes_the_session() {
     assert!(fake.ptys.views().is_empty(), "the session was deleted");
 }
 
-#[tokio::test]
-async fn pty_hang_up_deletes_the_session_and_a_missing_one_is_an_error() {
+/// A terminal on the fake that has echoed `up`: its input, its end, and the fake behind it.
+struct Shell {
+    fake: crate::fake_server::FakeServer,
+    input: mpsc::Sender<PtyInput>,
+    run: tokio::task::JoinHandle<Result<ExecExit, AdapterError>>,
+    _key: tempfile::NamedTempFile,
+}
+
+async fn shell_that_echoed() -> Shell {
     let s = setup(
         Variant::Real,
         FakeRuntime::Docker,
@@ -118,30 +127,43 @@ async fn pty_hang_up_deletes_the_session_and_a_missing_one_is_an_error() {
     )
     .await;
     let r = running(&s).await;
-    let (in_tx, in_rx) = mpsc::channel(8);
+    let (input, in_rx) = mpsc::channel(8);
     let (out_tx, mut out_rx) = mpsc::channel(8);
-    let crate::Setup {
-        fake,
-        adapter,
-        key: _key,
-    } = s;
-    let adapter = std::sync::Arc::new(adapter);
-    let a = adapter.clone();
-    let at = r.clone();
-    let run = tokio::spawn(async move { a.pty(&at, &req(), in_rx, out_tx).await });
+    let crate::Setup { fake, adapter, key } = s;
+    let run = tokio::spawn(async move { adapter.pty(&r, &req(), in_rx, out_tx).await });
     let mut seen = String::new();
-    in_tx
+    input
         .send(PtyInput::Stdin(Bytes::from_static(b"echo up\n")))
         .await
         .unwrap();
     read_until(&mut out_rx, &mut seen, "up\r\n").await;
-    drop(in_tx);
-    let exit = tokio::time::timeout(Duration::from_secs(10), run)
+    // Later output is not read: the terminal's end does not wait for it.
+    tokio::spawn(async move { while out_rx.recv().await.is_some() {} });
+    Shell {
+        fake,
+        input,
+        run,
+        _key: key,
+    }
+}
+
+/// The exit code the terminal ended with (10 s at most).
+async fn exit_code(run: tokio::task::JoinHandle<Result<ExecExit, AdapterError>>) -> i32 {
+    tokio::time::timeout(Duration::from_secs(10), run)
         .await
         .expect("ends")
         .unwrap()
-        .expect("pty");
-    assert_eq!(exit.exit_code, 129);
+        .expect("pty")
+        .exit_code
+}
+
+#[tokio::test]
+async fn pty_hang_up_deletes_the_session_and_a_missing_one_is_an_error() {
+    let Shell {
+        fake, input, run, ..
+    } = shell_that_echoed().await;
+    drop(input);
+    assert_eq!(exit_code(run).await, 129);
     assert!(fake.ptys.views().is_empty(), "the session was deleted");
 
     // Through the server proxy the terminal is not offered.
@@ -164,33 +186,11 @@ async fn pty_hang_up_deletes_the_session_and_a_missing_one_is_an_error() {
 /// the signal it sent, as every other terminal does.
 #[tokio::test]
 async fn a_signal_that_kills_the_shell_is_reported_as_128_plus_n() {
-    let s = setup(
-        Variant::Real,
-        FakeRuntime::Docker,
-        json!({"useServerProxy": false}),
-    )
-    .await;
-    let r = running(&s).await;
-    let (in_tx, in_rx) = mpsc::channel(8);
-    let (out_tx, mut out_rx) = mpsc::channel(8);
-    let crate::Setup {
-        fake: _fake,
-        adapter,
-        key: _key,
-    } = s;
-    let run = tokio::spawn(async move { adapter.pty(&r, &req(), in_rx, out_tx).await });
-    let mut seen = String::new();
-    in_tx
-        .send(PtyInput::Stdin(Bytes::from_static(b"echo up\n")))
+    let shell = shell_that_echoed().await;
+    shell
+        .input
+        .send(PtyInput::Signal(PtySignal::Term))
         .await
         .unwrap();
-    read_until(&mut out_rx, &mut seen, "up\r\n").await;
-    in_tx.send(PtyInput::Signal(PtySignal::Term)).await.unwrap();
-    let exit = tokio::time::timeout(Duration::from_secs(10), run)
-        .await
-        .expect("ends")
-        .unwrap()
-        .expect("pty");
-    assert_eq!(exit.exit_code, 128 + 15);
-    drop(in_tx);
+    assert_eq!(exit_code(shell.run).await, 128 + 15);
 }

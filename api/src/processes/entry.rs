@@ -194,29 +194,39 @@ impl Entry {
     }
 }
 
+/// A running process's entry with no output yet, for the supervisor's unit tests.
+#[cfg(test)]
+pub(super) fn running_entry(
+    pid: u32,
+    sandbox: &str,
+    program: &str,
+    stdin_open: bool,
+) -> Arc<Entry> {
+    let view = Process {
+        pid,
+        sandbox_id: sandbox.to_owned(),
+        command: vec![program.to_owned()],
+        cwd: None,
+        tag: None,
+        pty: false,
+        stdin_open,
+        status: ProcessStatus::Running,
+        exit_code: None,
+        error: None,
+        started_at: Utc::now(),
+        ended_at: None,
+        output_bytes: 0,
+        output_dropped: 0,
+    };
+    Entry::new(SandboxId::parse(sandbox).expect("a valid id"), view, None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn entry() -> Arc<Entry> {
-        let view = Process {
-            pid: 7,
-            sandbox_id: "sbx_01jd0000000000000000000000".into(),
-            command: vec!["cat".into()],
-            cwd: None,
-            tag: None,
-            pty: false,
-            stdin_open: true,
-            status: ProcessStatus::Running,
-            exit_code: None,
-            error: None,
-            started_at: Utc::now(),
-            ended_at: None,
-            output_bytes: 0,
-            output_dropped: 0,
-        };
-        let sandbox = SandboxId::parse(&view.sandbox_id).expect("a valid id");
-        Entry::new(sandbox, view, None)
+        running_entry(7, "sbx_01jd0000000000000000000000", "cat", true)
     }
 
     #[test]

@@ -88,32 +88,12 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use chrono::Utc;
-    use differently_core::process::{Process, ProcessStatus};
-    use differently_core::SandboxId;
 
-    use super::super::entry::{Stream, OUTPUT_CAP};
+    use super::super::entry::{running_entry, Stream, OUTPUT_CAP};
     use super::*;
 
     fn entry() -> Arc<Entry> {
-        let view = Process {
-            pid: 9,
-            sandbox_id: "sbx_01jd0000000000000000000000".into(),
-            command: vec!["cat".into()],
-            cwd: None,
-            tag: None,
-            pty: false,
-            stdin_open: false,
-            status: ProcessStatus::Running,
-            exit_code: None,
-            error: None,
-            started_at: Utc::now(),
-            ended_at: None,
-            output_bytes: 0,
-            output_dropped: 0,
-        };
-        let sandbox = SandboxId::parse(&view.sandbox_id).expect("a valid id");
-        Entry::new(sandbox, view, None)
+        running_entry(9, "sbx_01jd0000000000000000000000", "cat", false)
     }
 
     #[tokio::test]

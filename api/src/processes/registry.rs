@@ -252,32 +252,13 @@ async fn send(e: &Entry, input: ProcessInput, what: &str) -> Answer {
 
 #[cfg(test)]
 mod tests {
-    use differently_core::process::{Process, ProcessStatus};
-    use differently_core::SandboxId;
-
-    use super::super::entry::Ending;
+    use super::super::entry::{running_entry, Ending};
     use super::*;
 
     const SBX: &str = "sbx_01jd0000000000000000000000";
 
     fn running(pid: u32, sandbox: &str) -> Arc<Entry> {
-        let view = Process {
-            pid,
-            sandbox_id: sandbox.to_owned(),
-            command: vec!["sleep".into()],
-            cwd: None,
-            tag: None,
-            pty: false,
-            stdin_open: false,
-            status: ProcessStatus::Running,
-            exit_code: None,
-            error: None,
-            started_at: Utc::now(),
-            ended_at: None,
-            output_bytes: 0,
-            output_dropped: 0,
-        };
-        Entry::new(SandboxId::parse(sandbox).expect("id"), view, None)
+        running_entry(pid, sandbox, "sleep", false)
     }
 
     #[test]
@@ -350,7 +331,11 @@ mod tests {
         tx.try_send(ProcessInput::Stdin(Bytes::from_static(b"unread")))
             .expect("room for one");
         let view = running(pid, SBX).view();
-        let e = Entry::new(SandboxId::parse(SBX).expect("id"), view, Some(tx));
+        let e = Entry::new(
+            differently_core::SandboxId::parse(SBX).expect("id"),
+            view,
+            Some(tx),
+        );
         r.insert(e.clone());
         let killed = e.kill.notified();
         let ask = Ask::Signal {
