@@ -89,8 +89,10 @@ async fn settle(
 }
 
 /// Before a create from snapshot `id`: waits (within `deadline` of `started`) while it is
-/// still being taken, so a snapshot handed out early restores once ready. Other states are
-/// left to `/v1`'s create, which says why it cannot restore them.
+/// still being taken, so a snapshot handed out early restores once ready. One being deleted
+/// is gone for E2B, as in the list and on delete (`delete_snapshot` said `True`, and `/v1`
+/// may still be deleting it): 404. Other states are left to `/v1`'s create, which says why
+/// it cannot restore them.
 pub async fn until_ready(
     f: &Facade,
     c: &Caller,
@@ -99,6 +101,9 @@ pub async fn until_ready(
     deadline: Duration,
 ) -> E2bResult<()> {
     let snap = read(f, c, id).await?;
+    if snap["status"] == "deleting" {
+        return Err(not_found(id));
+    }
     settle(f, c, snap, started, deadline).await?;
     Ok(())
 }
