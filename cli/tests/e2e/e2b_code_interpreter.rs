@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -99,39 +98,7 @@ async fn plain_pool(dev: &Dev) {
         }),
     )
     .await;
-    let http = reqwest::Client::new();
-    let resp = http
-        .put(format!("{}/v1/admin/policies/global", dev.url))
-        .bearer_auth(&dev.key)
-        .json(&json!({"deniedPools": ["local"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pools: Value = http
-            .get(format!("{}/v1/admin/pools", dev.url))
-            .bearer_auth(&dev.key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let healthy = pools["items"].as_array().is_some_and(|a| {
-            a.iter()
-                .any(|p| p["name"] == "plain" && p["healthy"] == true)
-        });
-        if healthy {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pool plain never healthy: {pools}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::e2b_facade_osb::only_pool(dev, "plain").await;
 }
 
 /// An execution's report (the step succeeded).

@@ -39,6 +39,12 @@ async fn osb_pool(dev: &Dev, osb: &FakeServer) {
         }),
     )
     .await;
+    only_pool(dev, "osb").await;
+}
+
+/// Denies the dev's own `local` pool in the global policy, so every new sandbox lands on
+/// `pool`, and waits (60 s at most) until `pool` is healthy.
+pub(crate) async fn only_pool(dev: &Dev, pool: &str) {
     let http = reqwest::Client::new();
     let resp = http
         .put(format!("{}/v1/admin/policies/global", dev.url))
@@ -61,11 +67,14 @@ async fn osb_pool(dev: &Dev, osb: &FakeServer) {
             .unwrap();
         let healthy = pools["items"]
             .as_array()
-            .is_some_and(|a| a.iter().any(|p| p["name"] == "osb" && p["healthy"] == true));
+            .is_some_and(|a| a.iter().any(|p| p["name"] == pool && p["healthy"] == true));
         if healthy {
             return;
         }
-        assert!(Instant::now() < deadline, "pool osb never healthy: {pools}");
+        assert!(
+            Instant::now() < deadline,
+            "pool {pool} never healthy: {pools}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
