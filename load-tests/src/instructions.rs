@@ -92,8 +92,28 @@ pub fn parse_totals(text: &str) -> Result<u64, String> {
     Ok(sum)
 }
 
-/// Runs `callgrind_control <args> <pid>`; its output, or why not.
+/// How often `callgrind_control` is asked again when it does not find a process that runs.
+const CONTROL_TRIES: u32 = 5;
+
+/// Runs `callgrind_control <args> <pid>`; its output, or why not. It finds the process through
+/// vgdb, which on a saturated machine sometimes misses one that is alive ("Callgrind task
+/// with PID … not detected"): that answer is asked again, a second apart, a few times.
 fn control(args: &[&str], pid: u32) -> Result<String, LoadError> {
+    let mut tries = 1;
+    loop {
+        match control_once(args, pid) {
+            Err(LoadError::Process(why))
+                if why.contains("not detected") && tries < CONTROL_TRIES =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn control_once(args: &[&str], pid: u32) -> Result<String, LoadError> {
     let out = Command::new("callgrind_control")
         .args(args)
         .arg(pid.to_string())
