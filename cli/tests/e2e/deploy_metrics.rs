@@ -126,6 +126,29 @@ async fn claim_warm(c: &Cluster, scheduler_metrics: u16, direct_port: u16) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Ready is not yet placing: a process just started learns its pools' health on its first
+    // probe, and until then its admission queues instead of claiming. Wait for it to place.
+    loop {
+        let dry: serde_json::Value = http
+            .post(format!("{base}/v1/placement/dry-run"))
+            .bearer_auth(&c.key)
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("dry run through api-direct")
+            .json()
+            .await
+            .expect("dry-run answer");
+        if dry["decision"] == "placed" && dry["pool"] == "warm" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "api-direct never placed on the warm pool: {dry}\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let r = http
         .post(format!("{base}/v1/sandboxes"))
         .bearer_auth(&c.key)
