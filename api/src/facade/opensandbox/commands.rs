@@ -119,7 +119,8 @@ fn command_error(cmd: &str, status: StatusCode, body: &[u8], caller: &Caller) ->
             let mut e = OsbError::new(
                 status,
                 "DIFFERENTLY::COMMAND_OWNER_UNAVAILABLE",
-                format!("command {cmd}: {}; retry", v1.message),
+                // `/v1`'s message already says to retry.
+                format!("command {cmd}: {}", v1.message),
             );
             e.retry_after = Some("1".into());
             e
