@@ -225,14 +225,12 @@ fn finish(p: &FakePtys, id: &str, code: i32) {
 /// -1 for a signal death (not 128+n as a shell would say).
 const SIGNAL_KILLED: i32 = -1;
 
-fn signal_code(name: &str) -> Option<i32> {
-    Some(match name {
-        "SIGHUP" => 1,
-        "SIGINT" => 2,
-        "SIGKILL" => 9,
-        "SIGTERM" => 15,
-        _ => return None,
-    })
+/// Whether a `signal` frame ends the shell. execd signals the shell's own process group: an
+/// interactive `sh` or `bash` on a terminal ignores `SIGTERM` (and `SIGINT`, handled apart
+/// as the typed ^C), so only `SIGHUP` and `SIGKILL` end it, and a foreground `sleep` is in
+/// another group. Seen on execd (main at 3bb6fad3) behind server 1.1.1, 2026-12-07.
+fn kills_the_shell(name: &str) -> bool {
+    matches!(name, "SIGHUP" | "SIGKILL")
 }
 
 async fn shell(p: St, id: String, mut rx: mpsc::Receiver<ShellIn>) {
@@ -252,10 +250,8 @@ async fn shell(p: St, id: String, mut rx: mpsc::Receiver<ShellIn>) {
                 write(&p, &id, b"^C\r\n$ ");
                 continue;
             }
-            ShellIn::Signal(s) => match signal_code(&s) {
-                Some(_) => return finish(&p, &id, SIGNAL_KILLED),
-                None => continue,
-            },
+            ShellIn::Signal(s) if kills_the_shell(&s) => return finish(&p, &id, SIGNAL_KILLED),
+            ShellIn::Signal(_) => continue,
             ShellIn::Stdin(b) => b,
         };
         for byte in bytes {
@@ -306,7 +302,7 @@ async fn shell(p: St, id: String, mut rx: mpsc::Receiver<ShellIn>) {
                                     break;
                                 }
                                 Some(ShellIn::Signal(s)) => {
-                                    if signal_code(&s).is_some() {
+                                    if kills_the_shell(&s) {
                                         return finish(&p, &id, SIGNAL_KILLED);
                                     }
                                 }

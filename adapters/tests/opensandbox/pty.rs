@@ -115,6 +115,8 @@ async fn pty_drives_execd_terminal_and_deletes_the_session() {
 struct Shell {
     fake: crate::fake_server::FakeServer,
     input: mpsc::Sender<PtyInput>,
+    /// Output after the `up` line (a few lines at most: the channel holds 8 chunks).
+    output: mpsc::Receiver<Bytes>,
     run: tokio::task::JoinHandle<Result<ExecExit, AdapterError>>,
     _key: tempfile::NamedTempFile,
 }
@@ -137,11 +139,10 @@ async fn shell_that_echoed() -> Shell {
         .await
         .unwrap();
     read_until(&mut out_rx, &mut seen, "up\r\n").await;
-    // Later output is not read: the terminal's end does not wait for it.
-    tokio::spawn(async move { while out_rx.recv().await.is_some() {} });
     Shell {
         fake,
         input,
+        output: out_rx,
         run,
         _key: key,
     }
@@ -183,14 +184,26 @@ async fn pty_hang_up_deletes_the_session_and_a_missing_one_is_an_error() {
 }
 
 /// execd says -1 for a shell a signal killed (Go's `ExitCode()`); the adapter reports 128+n of
-/// the signal it sent, as every other terminal does.
+/// the signal it sent, as every other terminal does. `TERM` does not end an interactive
+/// shell (it ignores it, as on the real execd); `KILL` does.
 #[tokio::test]
 async fn a_signal_that_kills_the_shell_is_reported_as_128_plus_n() {
-    let shell = shell_that_echoed().await;
+    let mut shell = shell_that_echoed().await;
     shell
         .input
         .send(PtyInput::Signal(PtySignal::Term))
         .await
         .unwrap();
-    assert_eq!(exit_code(shell.run).await, 128 + 15);
+    shell
+        .input
+        .send(PtyInput::Stdin(Bytes::from_static(b"echo still here\n")))
+        .await
+        .unwrap();
+    read_until(&mut shell.output, &mut String::new(), "still here\r\n").await;
+    shell
+        .input
+        .send(PtyInput::Signal(PtySignal::Kill))
+        .await
+        .unwrap();
+    assert_eq!(exit_code(shell.run).await, 128 + 9);
 }
