@@ -53,8 +53,17 @@ impl Drop for Plane {
     }
 }
 
-/// A plane with one fake pool offering warm instances, capped at `max_concurrent`.
+/// A plane with one fake pool offering warm instances, capped at `max_concurrent`, and its
+/// leader running.
 async fn plane(max_concurrent: Option<u32>) -> Plane {
+    let mut p = plane_without_leader(max_concurrent).await;
+    p.replace_leader().await;
+    p
+}
+
+/// [`plane`] with no scheduler yet, for a test that must set rows up before any placement
+/// or repair pass can see them (start one with [`Plane::replace_leader`]).
+async fn plane_without_leader(max_concurrent: Option<u32>) -> Plane {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
@@ -113,7 +122,7 @@ async fn plane(max_concurrent: Option<u32>) -> Plane {
     };
     tokio::spawn(group.run(rx));
     let (leader, _) = watch::channel(true);
-    let mut p = Plane {
+    Plane {
         store,
         announcer,
         pools,
@@ -123,9 +132,7 @@ async fn plane(max_concurrent: Option<u32>) -> Plane {
         _dir: dir,
         stop,
         leader,
-    };
-    p.replace_leader().await;
-    p
+    }
 }
 
 impl Plane {
@@ -449,7 +456,9 @@ async fn tenants_placed_over_warm_capacity_take_it_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refill_waits_while_a_tenant_waits_for_the_pools_capacity() {
-    let p = plane(Some(10)).await;
+    // The leader starts only once the sandbox carries its reason: a placement or repair pass
+    // in between would place it (the pool has room), and nothing would wait any more.
+    let mut p = plane_without_leader(Some(10)).await;
     // A queued sandbox that placement found waiting for this pool (not announced, and not
     // due for an hour, so placement leaves it be).
     let waiting = p.admit(None).await;
@@ -463,12 +472,20 @@ async fn refill_waits_while_a_tenant_waits_for_the_pools_capacity() {
         .await
         .expect("reason");
     p.set(vec![class("small", 2, 50.0)]).await;
+    p.replace_leader().await;
     p.stays(
         Duration::from_millis(1500),
         "no refill while a tenant waits",
         |r| r.is_empty(),
     )
     .await;
+    let still = p
+        .store
+        .get_sandbox(&waiting.id)
+        .await
+        .expect("read")
+        .expect("the waiting sandbox");
+    assert_eq!(still.status, SandboxStatus::Queued, "it still waits");
     // It waits for something else now: the pool's room goes to warm instances again.
     p.store
         .set_queued_reason(&waiting.id, "waiting: org active quota 1/1", later)
