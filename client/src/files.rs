@@ -1,11 +1,14 @@
 //! Files in a sandbox, as served: upload (raw body), download (whole, a range, or chunk by
-//! chunk into a writer), list a directory, stat one path, delete. Directories have no route
-//! of their own: an upload creates the parents it needs, and a listing descends `depth` levels.
+//! chunk into a writer), list a directory, stat one path, delete, make a directory. An upload
+//! creates the parents it needs too, and a listing descends `depth` levels.
 
 use bytes::Bytes;
 use reqwest::Method;
 
-use crate::{query, sandbox_path, Client, Error, FileEntry, FileList, Result, TransportError};
+use crate::{
+    query, sandbox_path, Client, Error, FileEntry, FileList, MadeDir, MakeDirectory, Result,
+    TransportError,
+};
 
 fn files_path(id: &str, rest: &str, pairs: &[(&str, Option<String>)]) -> String {
     sandbox_path(id, &format!("/files{rest}{}", query(pairs)))
@@ -156,6 +159,21 @@ impl Client {
         check(path)?;
         let p = files_path(id, "", &[("path", Some(path.to_owned()))]);
         self.empty::<()>(Method::DELETE, &p, None).await
+    }
+
+    /// `POST …/files/directories`: makes the directory at `path` and any missing parents
+    /// (`mkdir -p`; parents get `755`), with `mode` (octal permission bits such as `0o750`,
+    /// default `755`) when given. `created` says whether it was made (201) or a directory was
+    /// already there (200, its mode left as it was). A file at `path` or among its parents is
+    /// a 409 `conflict`.
+    pub async fn make_dir(&self, id: &str, path: &str, mode: Option<u32>) -> Result<MadeDir> {
+        check(path)?;
+        let body = MakeDirectory {
+            path: path.to_owned(),
+            mode: mode.map(|m| format!("{m:o}")),
+        };
+        let p = files_path(id, "/directories", &[]);
+        self.json(Method::POST, &p, Some(&body), &[]).await
     }
 }
 

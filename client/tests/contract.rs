@@ -114,7 +114,8 @@ extra!(
     Webhook,
     WebhookDelivery,
     PublicEvent,
-    EventCredentials
+    EventCredentials,
+    MadeDir
 );
 
 /// Reads the full example of `name` into `T` and writes it back unchanged; `extra` says what
@@ -187,6 +188,8 @@ fn the_models_have_exactly_the_documents_fields() {
     problems.extend(check::<ExecExit>(d, "ExecExit", true, known));
     problems.extend(check::<StreamError>(d, "StreamError", true, known));
     problems.extend(check::<FileList>(d, "FileList", true, known));
+    problems.extend(check::<MakeDirectory>(d, "MakeDirectory", false, known));
+    problems.extend(check::<MadeDir>(d, "Directory", true, unknown));
     problems.extend(check::<PortAnswer>(d, "PortAnswer", true, known));
     problems.extend(check::<PendingOperation>(
         d,

@@ -1,6 +1,6 @@
-//! `differently sandbox cp` and `ls`: files between this machine and a sandbox, directories
-//! included (walked here: the API moves one file per call and makes parent directories on
-//! upload).
+//! `differently sandbox cp`, `ls` and `mkdir`: files between this machine and a sandbox,
+//! directories included (walked here: the API moves one file per call and makes parent
+//! directories on upload), a listing, and a directory made in the sandbox.
 
 use std::path::{Path, PathBuf};
 
@@ -255,6 +255,45 @@ pub async fn ls(c: &Client, p: Printer, id: &str, path: &str, depth: u32) -> Res
     }
 }
 
+/// `--mode`: octal permission bits (`750`, `0750`), at most `7777`.
+pub fn octal_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| format!("{s:?} is not octal permission bits such as 750"))
+}
+
+/// `sandbox mkdir`: makes the directory (and its parents); says whether it was made or was
+/// already there (`-o json`: the API's `{path, created}`; `-o id`: the path).
+pub async fn mkdir(
+    c: &Client,
+    p: Printer,
+    id: &str,
+    path: &str,
+    mode: Option<u32>,
+) -> Result<(), CliError> {
+    let made = c.make_dir(id, &sandbox_path(path), mode).await?;
+    match p.output {
+        Output::Table if made.created => {
+            let mode = mode.unwrap_or(0o755);
+            super::output::print_line(&format!("made {} (mode {mode:o})", made.path));
+            Ok(())
+        }
+        Output::Table => {
+            super::output::print_line(&format!(
+                "{} was already a directory (left as it was)",
+                made.path
+            ));
+            Ok(())
+        }
+        Output::Id => {
+            super::output::print_line(&made.path);
+            Ok(())
+        }
+        Output::Json => p.print(&to_json(&made), &[]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,5 +326,15 @@ mod tests {
         assert_eq!(sandbox_path("./work//a/"), "/work/a/");
         assert_eq!(sandbox_path("."), "/");
         assert_eq!(sandbox_path("/abs/./kept"), "/abs/./kept");
+    }
+
+    #[test]
+    fn modes_are_octal_permission_bits() {
+        assert_eq!(octal_mode("750"), Ok(0o750));
+        assert_eq!(octal_mode("0750"), Ok(0o750));
+        assert_eq!(octal_mode("7777"), Ok(0o7777));
+        for bad in ["", "8", "rwx", "17777", "-1"] {
+            assert!(octal_mode(bad).is_err(), "{bad:?}");
+        }
     }
 }

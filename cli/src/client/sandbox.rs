@@ -254,6 +254,16 @@ pub enum SandboxCommand {
         /// The file (a relative path is from the root `/`).
         path: String,
     },
+    /// Make a directory in the sandbox, with its missing parents (`mkdir -p`, parents 755);
+    /// one already there is left as it is, and the command still succeeds.
+    Mkdir {
+        id: String,
+        /// The directory (a relative path is from the root `/`).
+        path: String,
+        /// Its octal permission bits when made, e.g. `750` (default 755).
+        #[arg(long, value_parser = super::files::octal_mode)]
+        mode: Option<u32>,
+    },
     /// The sandbox's status changes from its start; `-f` keeps following.
     Logs {
         id: String,
@@ -333,6 +343,9 @@ pub async fn run(target: &Target, command: SandboxCommand) -> ExitCode {
                 .await
                 .map_err(CliError::from),
         ),
+        SandboxCommand::Mkdir { id, path, mode } => {
+            finish(super::files::mkdir(&client, p, &id, &path, mode).await)
+        }
         SandboxCommand::Logs { id, follow } => {
             finish(super::events::sandbox_logs(&client, p, &id, follow).await)
         }
@@ -451,6 +464,7 @@ async fn answer(c: &Client, p: Printer, command: SandboxCommand) -> Result<(), C
         | SandboxCommand::Cp { .. }
         | SandboxCommand::Ls { .. }
         | SandboxCommand::Rm { .. }
+        | SandboxCommand::Mkdir { .. }
         | SandboxCommand::Logs { .. } => Err(CliError::Usage("run on its own".into())),
     }
 }

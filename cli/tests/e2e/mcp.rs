@@ -173,6 +173,7 @@ fn check(r: &Value, transport: &str) {
         "files_read",
         "files_write",
         "files_list",
+        "files_mkdir",
         "snapshot_create",
         "sandbox_fork",
         "port_url",
@@ -220,6 +221,34 @@ fn check(r: &Value, transport: &str) {
     assert_eq!(r["readB64"]["structured"]["encoding"], "base64");
     assert_eq!(r["readB64"]["structured"]["content"], "AP8B/g==");
     assert!(r["listFiles"].to_string().contains("/tmp/hello.txt"));
+    // A directory made with its parent and mode, then already there; a file in the way is
+    // the API's conflict.
+    assert_eq!(
+        r["mkdir"]["structured"],
+        json!({ "path": "/tmp/made/deep", "created": true }),
+        "{t}"
+    );
+    assert_eq!(
+        r["mkdirAgain"]["structured"],
+        json!({ "path": "/tmp/made/deep", "created": false }),
+        "{t}"
+    );
+    assert_eq!(error_code(&r["mkdirOnFile"]), "conflict", "{t}");
+    assert_eq!(
+        r["mkdirOnFile"]["structured"]["error"]["details"]["reason"], "exists_not_directory",
+        "{t}"
+    );
+    let made = &r["mkdirListed"]["structured"]["items"][0];
+    assert_eq!(
+        (
+            &made["path"],
+            &made["type"],
+            made["mode"].as_u64().map(|m| m & 0o7777)
+        ),
+        (&json!("/tmp/made/deep"), &json!("dir"), Some(0o750)),
+        "{t}: {}",
+        r["mkdirListed"]
+    );
     // Validation is /v1's: a wrong type is invalid_argument, a bound validation_failed, each
     // naming the field, as tool errors.
     assert_eq!(error_code(&r["malformed"]), "invalid_argument");
@@ -312,6 +341,7 @@ fn check(r: &Value, transport: &str) {
         "file.upload",
         "file.download",
         "file.list",
+        "file.mkdir",
         "snapshot.create",
         "sandbox.renew",
         "sandbox.exec_stream",

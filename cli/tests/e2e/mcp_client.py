@@ -74,6 +74,11 @@ async def main():
             "content": base64.b64encode(bytes([0, 255, 1, 254])).decode()}))
         report["readB64"] = outcome(await s.call_tool("files_read", {"sandboxId": sid, "path": "/tmp/bin.dat"}))
         report["listFiles"] = outcome(await s.call_tool("files_list", {"sandboxId": sid, "path": "/tmp"}))
+        report["mkdir"] = outcome(await s.call_tool("files_mkdir", {
+            "sandboxId": sid, "path": "/tmp/made/deep", "mode": "750"}))
+        report["mkdirAgain"] = outcome(await s.call_tool("files_mkdir", {"sandboxId": sid, "path": "/tmp/made/deep"}))
+        report["mkdirOnFile"] = outcome(await s.call_tool("files_mkdir", {"sandboxId": sid, "path": "/tmp/hello.txt"}))
+        report["mkdirListed"] = outcome(await s.call_tool("files_list", {"sandboxId": sid, "path": "/tmp/made"}))
         report["malformed"] = outcome(await s.call_tool("sandbox_exec", {"sandboxId": sid, "command": "ls"}))
         report["badTtl"] = outcome(await s.call_tool("sandbox_extend", {"sandboxId": sid, "ttlSeconds": 0}))
         report["extend"] = outcome(await s.call_tool("sandbox_extend", {"sandboxId": sid, "ttlSeconds": 1200}))
@@ -168,6 +173,7 @@ async def main():
             "files_read": {"sandboxId": sid, "path": "/tmp/hello.txt"},
             "files_write": {"sandboxId": sid, "path": "/tmp/x", "content": "x"},
             "files_list": {"sandboxId": sid, "path": "/"},
+            "files_mkdir": {"sandboxId": sid, "path": "/tmp/theirs"},
             "snapshot_create": {"sandboxId": sid},
             "port_url": {"sandboxId": sid, "port": 8080},
             "sandbox_extend": {"sandboxId": sid, "ttlSeconds": 60},

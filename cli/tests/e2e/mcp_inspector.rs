@@ -66,6 +66,7 @@ fn mcp_inspector_cli_over_stdio() {
         names,
         [
             "files_list",
+            "files_mkdir",
             "files_read",
             "files_write",
             "port_url",

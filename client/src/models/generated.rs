@@ -200,6 +200,28 @@ pub struct FileList {
     pub extra: Map<String, Value>,
 }
 
+/// The body of `POST …/files/directories`: an absolute `path`, made with its missing parents
+/// (`mkdir -p`); `mode` is octal text such as `750` (default `755`; parents are made `755`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MakeDirectory {
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+/// `POST …/files/directories`: `created` true (201) when the directory was made, false (200) when
+/// one was already there (its mode left as it was).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MadeDir {
+    pub path: String,
+    pub created: bool,
+    /// Fields this version does not know (a newer server's).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
 /// A snapshot; fork or restore by creating a sandbox from it (`fromSnapshot`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -17,6 +17,7 @@ use futures::TryStreamExt;
 
 #[path = "../support/dev.rs"]
 mod dev;
+mod files;
 mod tenancy;
 mod webhooks;
 use dev::{free_port, running, Dev};

@@ -210,6 +210,19 @@ pub async fn call(
                 )
                 .await?)
             }
+            "files_mkdir" => {
+                let id = sandbox_id(&args)?;
+                let mut body = json!({ "path": string(&args, "path")? });
+                if let Some(m) = opt_string(&args, "mode")? {
+                    body["mode"] = json!(m);
+                }
+                let req = V1Request::json(
+                    Method::POST,
+                    format!("/v1/sandboxes/{id}/files/directories"),
+                    &body,
+                );
+                ok(get_json(v1, req).await?)
+            }
             "snapshot_create" => snapshot(v1, &args).await,
             "port_url" => {
                 let id = sandbox_id(&args)?;

@@ -116,6 +116,17 @@ pub fn list() -> Value {
             "annotations": { "readOnlyHint": true },
         },
         {
+            "name": "files_mkdir",
+            "title": "Make a directory",
+            "description": "Makes a directory of the sandbox and its missing parents (mkdir -p; parents 755). Returns path and created: false when a directory was already there (left as it was). A file at the path or among its parents is a conflict. Needs files:write.",
+            "inputSchema": obj(json!({
+                "sandboxId": sandbox_id,
+                "path": { "type": "string", "description": "Absolute path of the directory." },
+                "mode": { "type": "string", "pattern": "^[0-7]{3,4}$", "description": "Octal permissions of the directory when made, e.g. 750 (default 755)." },
+            }), &["sandboxId", "path"]),
+            "annotations": { "destructiveHint": false, "idempotentHint": true },
+        },
+        {
             "name": "snapshot_create",
             "title": "Snapshot a sandbox",
             "description": "Snapshots a sandbox and waits until the snapshot is ready (or failed); returns the snapshot, whose id sandbox_fork takes. Needs sandboxes:write.",

@@ -1,5 +1,5 @@
 //! `sandbox exec` (stdin, streaming, exit codes, a closed pipe) and the file commands (`cp`
-//! both ways with directories and modes, `ls`, `rm`) against `differently dev`.
+//! both ways with directories and modes, `ls`, `rm`, `mkdir`) against `differently dev`.
 
 use std::process::{Command, Stdio};
 
@@ -184,4 +184,77 @@ fn files_copy_both_ways_with_directories_ls_and_rm() {
     dev.ok(&["sandbox", "rm", &id, "work/notes.txt"]);
     let (code, _, err) = dev.run(&["sandbox", "cp", &format!("{id}:/work/notes.txt"), "-"]);
     assert_eq!(code, 1, "rm of a relative path left the file: {err}");
+}
+
+#[test]
+fn mkdir_makes_parents_with_the_mode_and_says_when_one_was_there() {
+    let dev = Dev::start();
+    let id = dev
+        .ok(&["sandbox", "create", "--wait", "-o", "id"])
+        .trim()
+        .to_owned();
+    let stat = |path: &str| {
+        let (code, out, err) =
+            dev.run(&["sandbox", "exec", &id, "--", "stat", "-c", "%F %a", path]);
+        assert_eq!(code, 0, "stat {path}: {err}");
+        out.trim().to_owned()
+    };
+
+    // Made, with its parents: a line saying so, the mode asked for, parents 755.
+    let out = dev.ok(&[
+        "sandbox",
+        "mkdir",
+        &id,
+        "/work/mk/a/b",
+        "--mode",
+        "750",
+        "-o",
+        "table",
+    ]);
+    assert_eq!(out, "made /work/mk/a/b (mode 750)\n");
+    assert_eq!(stat("/work/mk/a/b"), "directory 750");
+    assert_eq!(stat("/work/mk/a"), "directory 755");
+    // Again: already there, still exit 0, its mode left alone; JSON is the API's answer.
+    let again = dev.json(&["sandbox", "mkdir", &id, "/work/mk/a/b", "--mode", "700"]);
+    assert_eq!(
+        again,
+        serde_json::json!({ "path": "/work/mk/a/b", "created": false })
+    );
+    assert_eq!(stat("/work/mk/a/b"), "directory 750");
+    let out = dev.ok(&["sandbox", "mkdir", &id, "/work/mk/a/b", "-o", "table"]);
+    assert_eq!(
+        out,
+        "/work/mk/a/b was already a directory (left as it was)\n"
+    );
+    // A relative path is from the root, the default mode 755, `-o id` the path.
+    let out = dev.ok(&["sandbox", "mkdir", &id, "work/rel", "-o", "id"]);
+    assert_eq!(out, "/work/rel\n");
+    assert_eq!(stat("/work/rel"), "directory 755");
+    let made = dev.json(&["sandbox", "mkdir", &id, "/work/rel/x"]);
+    assert_eq!(made["created"], true, "{made}");
+
+    // A file in the way: the API's conflict on stderr, exit 1, the file kept.
+    let (code, _, err) = output(
+        dev.cmd(&["sandbox", "cp", "-", &format!("{id}:/work/mk/f.txt")]),
+        Some(b"kept"),
+    );
+    assert_eq!(code, 0, "{err}");
+    for (path, reason) in [
+        ("/work/mk/f.txt", "exists_not_directory"),
+        ("/work/mk/f.txt/sub", "not_a_directory"),
+    ] {
+        let (code, out, err) = dev.run(&["sandbox", "mkdir", &id, path]);
+        assert_eq!((code, out.as_str()), (1, ""), "{path}: {err}");
+        assert!(
+            err.contains("409 conflict") && err.contains(reason),
+            "{path}: {err}"
+        );
+    }
+    assert!(stat("/work/mk/f.txt").starts_with("regular file"));
+    // A mode that is not octal permission bits is a usage error, nothing sent.
+    let (code, _, err) = dev.run(&["sandbox", "mkdir", &id, "/work/bad", "--mode", "rwx"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--mode"), "{err}");
+    let (code, _, _) = dev.run(&["sandbox", "exec", &id, "--", "test", "-e", "/work/bad"]);
+    assert_eq!(code, 1, "/work/bad was made");
 }

@@ -45,6 +45,8 @@ __all__ = [
     "ExecResult",
     "ExecExit",
     "FileInfo",
+    "MakeDirectoryRequest",
+    "MadeDir",
     "Snapshot",
     "SnapshotRequest",
     "PortRequest",
@@ -361,6 +363,26 @@ class FileInfo:
     size: int
     mode: int
     modified_at: Optional[_dt.datetime]
+    raw: Dict[str, Any] = _raw()
+
+
+@dataclass
+class MakeDirectoryRequest:
+    """The body of ``POST …/files/directories``: an absolute ``path``, made with its missing
+    parents (``mkdir -p``); ``mode`` is octal text such as ``750`` (default ``755``; parents are
+    made ``755``)."""
+
+    path: str
+    mode: Union[str, None, Unset] = UNSET
+
+
+@dataclass(frozen=True)
+class MadeDir:
+    """``POST …/files/directories``: ``created`` true (201) when the directory was made, false
+    (200) when one was already there (its mode left as it was)."""
+
+    path: str
+    created: bool
     raw: Dict[str, Any] = _raw()
 
 

@@ -76,6 +76,15 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
     schema: "FileList",
     fields: fields<M.FileList>()({ items: "array" }),
   },
+  MakeDirectoryRequest: {
+    schema: "MakeDirectory",
+    request: true,
+    fields: fields<M.MakeDirectoryRequest>()({ path: "string", mode: "string?" }),
+  },
+  MadeDir: {
+    schema: "Directory",
+    fields: fields<M.MadeDir>()({ path: "string", created: "boolean" }),
+  },
   Snapshot: {
     schema: "Snapshot",
     fields: fields<M.Snapshot>()({ id: "string", orgId: "string", projectId: "string", sandboxId:

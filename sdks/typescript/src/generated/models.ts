@@ -233,6 +233,24 @@ export interface FileList {
   items: FileEntry[];
 }
 
+/**
+ * The body of `POST …/files/directories`: an absolute `path`, made with its missing parents (`mkdir -p`);
+ * `mode` is octal text such as `750` (default `755`; parents are made `755`).
+ */
+export interface MakeDirectoryRequest {
+  path: string;
+  mode?: string | null;
+}
+
+/**
+ * `POST …/files/directories`: `created` true (201) when the directory was made, false (200) when one was
+ * already there (its mode left as it was).
+ */
+export interface MadeDir {
+  path: string;
+  created: boolean;
+}
+
 /** A snapshot; fork or restore by creating a sandbox from it (`fromSnapshot`). */
 export interface Snapshot {
   id: string;
