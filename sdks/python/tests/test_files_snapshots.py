@@ -8,7 +8,14 @@ from typing import Any, Iterator
 
 import pytest
 
-from differently import Client, InvalidArgumentError, NotFoundError, ValidationError
+from differently import (
+    AsyncClient,
+    Client,
+    ConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    ValidationError,
+)
 
 
 def test_files_round_trip(client: Client, sandbox: Any) -> None:
@@ -65,6 +72,45 @@ def test_list_exists_delete(client: Client, sandbox: Any) -> None:
     client.files.delete(sandbox, "/tree/a/b/two.txt")
     client.files.delete(sandbox, "/tree/a/b")
     assert [f.path for f in client.files.list(sandbox, "/tree", depth=2)] == ["/tree/a"]
+
+
+def test_make_dir(client: Client, sandbox: Any) -> None:
+    made = client.files.make_dir(sandbox, "/mk/a/b", mode=0o750)
+    assert (made.path, made.created) == ("/mk/a/b", True)
+    assert client.files.stat(sandbox, "/mk/a/b").type == "dir"
+    assert client.files.stat(sandbox, "/mk/a/b").mode & 0o7777 == 0o750
+    assert client.files.stat(sandbox, "/mk/a").mode & 0o7777 == 0o755  # parents: 755
+    # The command in the sandbox sees it.
+    seen = client.sandboxes.exec(sandbox, ["stat", "-c", "%F %a", "/mk/a/b"]).stdout
+    assert seen == "directory 750\n"
+    # Already there: not made again, its mode left alone.
+    again = client.files.make_dir(sandbox, "/mk/a/b", mode=0o700)
+    assert (again.path, again.created) == ("/mk/a/b", False)
+    assert client.files.stat(sandbox, "/mk/a/b").mode & 0o7777 == 0o750
+    assert client.files.make_dir(sandbox, "/mk/plain").created
+    assert client.files.stat(sandbox, "/mk/plain").mode & 0o7777 == 0o755
+    # A file in the way, at the path or among its parents: 409, saying which; the file kept.
+    client.files.upload(sandbox, "/mk/f.txt", b"file")
+    for path, reason in [("/mk/f.txt", "exists_not_directory"), ("/mk/f.txt/sub", "not_a_directory")]:
+        with pytest.raises(ConflictError) as conflict:
+            client.files.make_dir(sandbox, path)
+        assert conflict.value.details.get("reason") == reason, conflict.value
+    assert client.files.download(sandbox, "/mk/f.txt") == b"file"
+    # Bad input is a 400 naming the field; nothing is made.
+    with pytest.raises(InvalidArgumentError) as bad:
+        client.files.make_dir(sandbox, "relative/dir")
+    assert bad.value.field == "path"
+    with pytest.raises(InvalidArgumentError) as bad:
+        client.files.make_dir(sandbox, "/mk/bad", mode=0o17777)
+    assert bad.value.field == "mode"
+    assert not client.files.exists(sandbox, "/mk/bad")
+
+
+@pytest.mark.anyio
+async def test_make_dir_async(aclient: AsyncClient, sandbox: Any) -> None:
+    made = await aclient.files.make_dir(sandbox, "/mk-async/x")
+    assert (made.path, made.created) == ("/mk-async/x", True)
+    assert not (await aclient.files.make_dir(sandbox, "/mk-async/x")).created
 
 
 def test_bad_paths(client: Client, sandbox: Any) -> None:

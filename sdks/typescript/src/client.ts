@@ -33,6 +33,8 @@ import {
   type ExecResult,
   type FileEntry,
   type FileList,
+  type MadeDir,
+  type MakeDirectoryRequest,
   type Health,
   type Key,
   type ListAuditParams,
@@ -365,7 +367,19 @@ export class Files {
     await this.#t.request({ op: "deleteFile", params: { id }, query: { path }, ...opts });
   }
 
-  // mkdir: no route serves it (uploads create parent directories). Not offered until one does.
+  /**
+   * Makes the directory at `path` (absolute) and its missing parents, like `mkdir -p` (parents
+   * get `755`). `mode` is octal text or a number (`"750"`, `0o750`; default `755`). `created`
+   * is true when it was made (201), false when a directory was already there (200, its mode
+   * left as it was). A file at `path` or among its parents is a ConflictError (409,
+   * `details.reason` `exists_not_directory` or `not_a_directory`).
+   */
+  async makeDir(id: string, path: string, o: { mode?: string | number } & CallOptions = {}): Promise<MadeDir> {
+    const { mode, ...opts } = o;
+    const body: MakeDirectoryRequest = { path };
+    if (mode !== undefined) body.mode = typeof mode === "number" ? mode.toString(8) : mode;
+    return this.#t.json({ op: "makeDirectory", params: { id }, json: body, ...opts });
+  }
 }
 
 function rangeHeader(range: ByteRange | undefined): Record<string, string> {

@@ -65,6 +65,7 @@ export const ROUTES = {
   deleteFile: { method: "DELETE", path: "/v1/sandboxes/{id}/files" },
   downloadFile: { method: "GET", path: "/v1/sandboxes/{id}/files" },
   uploadFile: { method: "PUT", path: "/v1/sandboxes/{id}/files" },
+  makeDirectory: { method: "POST", path: "/v1/sandboxes/{id}/files/directories" },
   listFiles: { method: "GET", path: "/v1/sandboxes/{id}/files/list" },
   keepalive: { method: "POST", path: "/v1/sandboxes/{id}/keepalive" },
   openPty: { method: "GET", path: "/v1/sandboxes/{id}/pty" },

@@ -257,6 +257,49 @@ describe("files", () => {
     assert.equal(await c.files.downloadText(sbx.id, "/work/streamed.txt"), "streamed upload");
   });
 
+  it("makeDir: made with its parents and mode, then already there; refused where a file stands", async () => {
+    const made = await c.files.makeDir(sbx.id, "/work/mk/a/b", { mode: 0o750 });
+    assert.deepEqual(made, { path: "/work/mk/a/b", created: true });
+    const modeOf = async (path: string) => (await c.files.stat(sbx.id, path)).mode & 0o7777;
+    assert.equal((await c.files.stat(sbx.id, "/work/mk/a/b")).type, "dir");
+    assert.equal(await modeOf("/work/mk/a/b"), 0o750);
+    assert.equal(await modeOf("/work/mk/a"), 0o755, "parents are made 755");
+    // Already there: created false, its mode left alone (octal text works as well).
+    const again = await c.files.makeDir(sbx.id, "/work/mk/a/b", { mode: "700" });
+    assert.deepEqual(again, { path: "/work/mk/a/b", created: false });
+    assert.equal(await modeOf("/work/mk/a/b"), 0o750);
+    assert.deepEqual(await c.files.makeDir(sbx.id, "/work/mk/plain"), { path: "/work/mk/plain", created: true });
+    assert.equal(await modeOf("/work/mk/plain"), 0o755);
+    // The sandbox sees it.
+    const r = await c.sandboxes.exec(sbx.id, ["stat", "-c", "%F %a", "/work/mk/a/b"]);
+    assert.equal(r.stdout, "directory 750\n");
+
+    await c.files.upload(sbx.id, "/work/mk/f.txt", "file");
+    for (const [path, reason] of [
+      ["/work/mk/f.txt", "exists_not_directory"],
+      ["/work/mk/f.txt/sub", "not_a_directory"],
+    ] as const) {
+      await assert.rejects(c.files.makeDir(sbx.id, path), (e: unknown) => {
+        assert.ok(e instanceof ConflictError, String(e));
+        assert.equal(e.status, 409);
+        assert.equal(e.details["reason"], reason);
+        return true;
+      });
+    }
+    assert.equal(await c.files.downloadText(sbx.id, "/work/mk/f.txt"), "file");
+    for (const [path, mode, field] of [
+      ["relative/dir", undefined, "path"],
+      ["/work/mk/bad", "rwx", "mode"],
+    ] as const) {
+      await assert.rejects(c.files.makeDir(sbx.id, path, mode === undefined ? {} : { mode }), (e: unknown) => {
+        assert.ok(e instanceof InvalidArgumentError, String(e));
+        assert.equal(e.field, field);
+        return true;
+      });
+    }
+    await assert.rejects(c.files.stat(sbx.id, "/work/mk/bad"), NotFoundError);
+  });
+
   it("a relative path is a 400 naming path", async () => {
     await assert.rejects(c.files.download(sbx.id, "relative.txt"), (e: unknown) => {
       assert.ok(e instanceof InvalidArgumentError);

@@ -73,6 +73,7 @@ from .models import (
     ExposedPort,
     ExternalMode,
     FileInfo,
+    MadeDir,
     Health,
     Isolation,
     Key,
@@ -1003,6 +1004,17 @@ class AsyncFiles:
     async def delete(self, sandbox: SandboxRef, path: str) -> None:
         """Deletes a file or an empty directory (a non-empty one is 422)."""
         await self._c._run(core.delete_file(ref(sandbox), path))
+
+    async def make_dir(
+        self, sandbox: SandboxRef, path: str, *, mode: Optional[int] = None
+    ) -> MadeDir:
+        """Makes the directory ``path`` and its missing parents, like ``mkdir -p`` (parents get
+        ``0o755``); ``mode`` e.g. ``0o750`` (default ``0o755``). ``created`` is ``True`` when it
+        was made, ``False`` when a directory was already there (its mode left as it was). A
+        file at ``path`` or among its parents is a :class:`ConflictError` (``details["reason"]``
+        ``exists_not_directory`` or ``not_a_directory``). Retried like the other file calls, so
+        after a lost answer ``created`` can be ``False`` for the directory this call made."""
+        return await self._c._run(core.make_dir(ref(sandbox), path, mode))
 
 
 class AsyncProcesses:

@@ -77,6 +77,8 @@ from .models import (
     FileInfo,
     Health,
     Key,
+    MadeDir,
+    MakeDirectoryRequest,
     Org,
     Page,
     PendingOperation,
@@ -711,6 +713,14 @@ def delete_file(sandbox_id: str, path: str) -> Op[None]:
     return nothing(
         Call("DELETE", _files_path(sandbox_id), params=query({"path": path}), retry=True)
     )
+
+
+def make_dir(sandbox_id: str, path: str, mode: Optional[int]) -> Op[MadeDir]:
+    req = MakeDirectoryRequest(path=path, mode=UNSET if mode is None else format(mode, "o"))
+    # Retried like the other file calls: making a directory twice leaves the same directory
+    # (a retry after a lost answer reads ``created=False`` for the one the first attempt made).
+    call = Call("POST", f"{_files_path(sandbox_id)}/directories", json=encode(req), retry=True)
+    return simple(call, _one(MadeDir))
 
 
 # --- snapshots -------------------------------------------------------------------------------
