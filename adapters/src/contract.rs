@@ -445,6 +445,23 @@ pub trait Adapter: Send + Sync + 'static {
         unsupported("files")
     }
 
+    /// Makes directory `path` and any missing parents (`mkdir -p`), `mode` on the last one
+    /// (default 0o755). `Ok(true)` when it made it, `Ok(false)` when a directory was already
+    /// there; anything else at the path is [`PathProblem::NotADirectoryHere`]. The default
+    /// runs `mkdir` through [`Adapter::exec`], so every backend that runs commands has it;
+    /// adapters whose backend makes directories without starting a process override it.
+    /// (`files`)
+    ///
+    /// [`PathProblem::NotADirectoryHere`]: crate::error::PathProblem::NotADirectoryHere
+    async fn make_dir(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+    ) -> Result<bool, AdapterError> {
+        crate::files::make_dir_by_exec(self, at, path, mode).await
+    }
+
     /// Freezes the sandbox keeping its memory. (`lifecycle.pause`)
     ///
     /// The four lifecycle calls are idempotent: an instance already in the target state is

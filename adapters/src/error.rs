@@ -65,15 +65,32 @@ pub enum PathProblem {
     /// The path is read-only in the sandbox (a host system directory mounted into it).
     #[error("is read-only in this sandbox")]
     ReadOnly,
+    /// Something other than a directory is at the path where a directory is to be made.
+    #[error("exists and is not a directory")]
+    NotADirectoryHere,
 }
 
 impl PathProblem {
+    /// Every problem, for reading a [`PathProblem::code`] back.
+    pub const ALL: [PathProblem; 4] = [
+        PathProblem::IsADirectory,
+        PathProblem::NotADirectory,
+        PathProblem::ReadOnly,
+        PathProblem::NotADirectoryHere,
+    ];
+
+    /// The problem whose [`PathProblem::code`] is `code`.
+    pub fn from_code(code: &str) -> Option<PathProblem> {
+        PathProblem::ALL.into_iter().find(|p| p.code() == code)
+    }
+
     /// The stable name served in `details.reason`.
     pub fn code(self) -> &'static str {
         match self {
             PathProblem::IsADirectory => "is_a_directory",
             PathProblem::NotADirectory => "not_a_directory",
             PathProblem::ReadOnly => "read_only_path",
+            PathProblem::NotADirectoryHere => "exists_not_directory",
         }
     }
 }

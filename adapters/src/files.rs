@@ -1,14 +1,20 @@
 //! File operations the HTTP adapters build the same way over their backends' file APIs:
 //! reading an upload whole for an API that takes a file in one piece, cutting a range out
-//! of a download answered whole, and a depth-limited listing over an API that lists one
-//! directory at a time.
+//! of a download answered whole, a depth-limited listing over an API that lists one
+//! directory at a time, and `mkdir -p` through a command for a backend with no call for it.
 
 use std::future::Future;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
-use crate::{AdapterError, ByteRange, ByteStream, FileEntry, FileKind};
+use crate::error::PathProblem;
+use crate::{Adapter, AdapterError, ByteRange, ByteStream, FileEntry, FileKind, InstanceRef};
+use differently_core::exec::ExecRequest;
+
+/// Exit codes of [`make_dir_by_exec`]'s script (never `mkdir`'s or `chmod`'s own).
+const DIR_EXISTS: i32 = 17;
+const OTHER_EXISTS: i32 = 20;
 
 /// An upload's body read whole, for a backend that takes a file in one piece. More than
 /// `limit` bytes is refused, permanently (the same file fails every time), with `too_big`.
@@ -105,6 +111,47 @@ where
         level = next;
     }
     Ok(out)
+}
+
+/// [`Adapter::make_dir`] as one command: `/bin/sh` checks what is at the path, then runs
+/// `mkdir -p` and `chmod`. The path and mode go as arguments, never into the script.
+pub(crate) async fn make_dir_by_exec<A: Adapter + ?Sized>(
+    adapter: &A,
+    at: &InstanceRef,
+    path: &str,
+    mode: Option<u32>,
+) -> Result<bool, AdapterError> {
+    let script = format!(
+        r#"if [ -d "$1" ]; then exit {DIR_EXISTS}; fi; if [ -e "$1" ] || [ -L "$1" ]; then exit {OTHER_EXISTS}; fi; mkdir -p -- "$1" && chmod "$2" -- "$1""#
+    );
+    let req = ExecRequest {
+        command: ["/bin/sh", "-c", &script, "sh", path]
+            .into_iter()
+            .map(str::to_owned)
+            .chain([format!("{:o}", mode.unwrap_or(0o755) & 0o7777)])
+            .collect(),
+        timeout_seconds: Some(60),
+        ..ExecRequest::default()
+    };
+    let r = adapter.exec(at, &req).await?;
+    match r.exit_code {
+        0 => Ok(true),
+        DIR_EXISTS => Ok(false),
+        OTHER_EXISTS => Err(AdapterError::bad_path(path, PathProblem::NotADirectoryHere)),
+        _ => Err(mkdir_failed(path, &r.stderr)),
+    }
+}
+
+/// What `mkdir`'s or `chmod`'s complaint means.
+fn mkdir_failed(path: &str, stderr: &str) -> AdapterError {
+    let said = stderr.trim();
+    if said.contains("Not a directory") {
+        AdapterError::bad_path(path, PathProblem::NotADirectory)
+    } else if said.contains("Read-only file system") {
+        AdapterError::bad_path(path, PathProblem::ReadOnly)
+    } else {
+        AdapterError::permanent(format!("cannot make directory {path}: {said}"))
+    }
 }
 
 #[cfg(test)]

@@ -444,6 +444,64 @@ pub(crate) async fn delete(base: &Path, path: &str) -> Result<(), AdapterError> 
     .await
 }
 
+/// Makes directory `path` and its missing parents; `mode` (default 0o755) is set on the last
+/// one when it is made, whatever the umask. `Ok(false)` when a directory was already there
+/// (a symlink to one counts, as for `mkdir -p`).
+pub(crate) async fn make_dir(
+    base: &Path,
+    path: &str,
+    mode: Option<u32>,
+) -> Result<bool, AdapterError> {
+    let parts = components(path)?;
+    let Some((name, parents)) = parts.split_last() else {
+        return Ok(false); // the sandbox's `/`
+    };
+    let (name, parents) = (name.clone(), parents.to_vec());
+    let (base, shown) = (base.to_path_buf(), path.to_owned());
+    let mode = mode.unwrap_or(0o755) & 0o7777;
+    blocking(move || {
+        let root = open_base(&base)?;
+        let rel = relative(&parts);
+        match open_in(&root, &rel, OFlags::PATH | OFlags::DIRECTORY) {
+            Ok(_) => return Ok(false),
+            Err(Errno::NOTDIR) if open_in(&root, &rel, OFlags::PATH).is_ok() => {
+                return Err(AdapterError::bad_path(
+                    &shown,
+                    PathProblem::NotADirectoryHere,
+                ))
+            }
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(fs_err(&shown, "make directory", e)),
+        }
+        let dir = make_parents(&root, &parents, &shown)?;
+        if is_tag(&root, &dir, &name) {
+            return Err(AdapterError::permanent(format!("{TAG_FILE} is reserved")));
+        }
+        match rustix::fs::mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o700)) {
+            Ok(()) => {}
+            // Made meanwhile by someone else: theirs, as it stands.
+            Err(Errno::EXIST) => {
+                return match open_in(&root, &rel, OFlags::PATH | OFlags::DIRECTORY) {
+                    Ok(_) => Ok(false),
+                    Err(_) => Err(AdapterError::bad_path(
+                        &shown,
+                        PathProblem::NotADirectoryHere,
+                    )),
+                }
+            }
+            Err(e) => return Err(fs_err(&shown, "make directory", e)),
+        }
+        // Made 0700, then given its mode through a descriptor resolved in the root: a swap
+        // for a symlink in between can only change which sandbox directory gets the mode.
+        let made = open_in(&root, &rel, OFlags::RDONLY | OFlags::DIRECTORY)
+            .map_err(|e| fs_err(&shown, "make directory", e))?;
+        rustix::fs::fchmod(&made, Mode::from_raw_mode(mode))
+            .map_err(|e| fs_err(&shown, "set directory mode", e))?;
+        Ok(true)
+    })
+    .await
+}
+
 /// What is at sandbox path `path` (following symlinks, never out of the base), if anything:
 /// for checks such as whether a program exists before running it.
 pub(crate) fn metadata_in(base: &Path, path: &str) -> Option<std::fs::Metadata> {

@@ -228,6 +228,7 @@ metered_adapter! {
         ) -> Download;
         metered "list_files" => fn list_files(at: &InstanceRef, path: &str, depth: u32) -> Vec<FileEntry>;
         metered "delete_file" => fn delete_file(at: &InstanceRef, path: &str) -> ();
+        metered "make_dir" => fn make_dir(at: &InstanceRef, path: &str, mode: Option<u32>) -> bool;
         metered "pause" => fn pause(at: &InstanceRef) -> ();
         metered "resume" => fn resume(at: &InstanceRef) -> ();
         metered "stop" => fn stop(at: &InstanceRef) -> ();

@@ -222,6 +222,7 @@ mod tests {
             (PathProblem::IsADirectory, "is_a_directory"),
             (PathProblem::NotADirectory, "not_a_directory"),
             (PathProblem::ReadOnly, "read_only_path"),
+            (PathProblem::NotADirectoryHere, "exists_not_directory"),
         ] {
             let api = ApiError::from(AdapterError::bad_path("/work/d", problem));
             assert_eq!(api.code, ErrorCode::Conflict);

@@ -25,9 +25,9 @@ INSTANCES = {}  # sandboxId -> {"backendRef", "installationId", "state", "env", 
 
 
 class Fail(Exception):
-    def __init__(self, code, message, field=None):
+    def __init__(self, code, message, field=None, reason=None):
         super().__init__(message)
-        self.code, self.message, self.field = code, message, field
+        self.code, self.message, self.field, self.reason = code, message, field, reason
 
 
 def instance_json(sid, i):
@@ -120,7 +120,8 @@ def stream_exec(handler, inst, req):
 
 
 def file_entry(path, f):
-    return {"path": path, "type": "file", "size": len(f["data"]), "mode": f["mode"], "modifiedAt": f["at"]}
+    kind = "dir" if f.get("dir") else "file"
+    return {"path": path, "type": kind, "size": len(f["data"]), "mode": f["mode"], "modifiedAt": f["at"]}
 
 
 def list_dir(files, path, depth):
@@ -138,6 +139,19 @@ def list_dir(files, path, depth):
             else:
                 out.setdefault(sub, {"path": sub, "type": "dir", "size": 0, "mode": 0o755, "modifiedAt": None})
     return sorted(out.values(), key=lambda e: e["path"])
+
+
+def make_dir(files, path, mode):  # mkdir -p: False when a directory is already there
+    base, parts = path.rstrip("/"), path.rstrip("/").split("/")
+    for i in range(2, len(parts) + 1):
+        f, last = files.get("/".join(parts[:i])), i == len(parts)
+        if f is not None and not f.get("dir"):
+            why = "exists and is not a directory" if last else "a parent of the path is not a directory"
+            raise Fail("permanent", f"{path}: {why}", "path", "exists_not_directory" if last else "not_a_directory")
+    if not base or base in files or any(p.startswith(base + "/") for p in files):
+        return False
+    files[base] = {"dir": True, "data": b"", "mode": mode, "at": datetime.now(timezone.utc).isoformat()}
+    return True
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -191,6 +205,8 @@ class Handler(BaseHTTPRequestHandler):
             body = {"code": f.code, "message": f.message, "retryable": f.code in ("transient", "unavailable", "insufficient_capacity")}
             if f.field:
                 body["field"] = f.field
+            if f.reason:
+                body["reason"] = f.reason
             self.reply(STATUS[f.code], body)
         except BrokenPipeError:
             pass
@@ -233,7 +249,7 @@ class Handler(BaseHTTPRequestHandler):
         if rest == "/renew" and verb == "POST":
             self.json_body()
             return self.reply(204)
-        if rest in ("/files", "/files/list"):
+        if rest in ("/files", "/files/list", "/files/directories"):
             return self.files(inst["files"], rest, verb, q)
         raise Fail("unsupported_operation", f"no such route: {verb} {path}")
 
@@ -264,6 +280,8 @@ class Handler(BaseHTTPRequestHandler):
             raise Fail("permanent", "path must be absolute, without ..", "path")
         if rest == "/files/list" and verb == "GET":
             return self.reply(200, {"entries": list_dir(files, path, int(q.get("depth", "1")))})
+        if rest == "/files/directories" and verb == "POST":
+            return self.reply(200, {"created": make_dir(files, path, int(q.get("mode", "493")))})
         if verb == "PUT":
             now = datetime.now(timezone.utc).isoformat()
             files[path] = {"data": self.body(), "mode": int(q.get("mode", "420")), "at": now}

@@ -71,6 +71,7 @@ pub(super) async fn contract_checks(
             .await;
         r.check("files.range", files::range(&cx, &f)).await;
         r.check("files.list", files::list(&cx, &f)).await;
+        r.check("files.mkdir", files::make_dir(&cx, &f)).await;
         r.check("files.not-found", files::not_found(&cx, &f)).await;
         r.check("files.delete", files::delete(&cx, &f)).await;
     } else {

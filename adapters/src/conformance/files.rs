@@ -1,4 +1,4 @@
-//! Files: upload and download, ranges, listing, a missing file, delete.
+//! Files: upload and download, ranges, listing, making directories, a missing file, delete.
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -102,6 +102,41 @@ pub(super) async fn list(cx: &Ctx<'_>, f: &Sample) -> Result<String, String> {
     expect_eq("size", f.content.len() as u64, e.size)?;
     expect_eq("mode", 0o640, e.mode & 0o777)?;
     Ok("path, type, size and mode".to_owned())
+}
+
+/// `make_dir` makes a directory and its parents with the mode asked (`true`), finds it there
+/// the second time (`false`), and refuses a path where a file is (`bad_path`).
+pub(super) async fn make_dir(cx: &Ctx<'_>, f: &Sample) -> Result<String, String> {
+    let a = cx.a;
+    let at = &cx.at;
+    let parent = format!("{}/made", f.dir);
+    let dir = format!("{parent}/deeper");
+    let made = a
+        .make_dir(at, &dir, Some(0o750))
+        .await
+        .map_err(|e| format!("make {dir}: {} ({e})", kind(&e)))?;
+    expect_eq("made (first time)", true, made)?;
+    let again = a
+        .make_dir(at, &dir, Some(0o700))
+        .await
+        .map_err(|e| format!("make {dir} again: {} ({e})", kind(&e)))?;
+    expect_eq("made (second time)", false, again)?;
+    let entries = a
+        .list_files(at, &parent, 1)
+        .await
+        .map_err(|e| format!("list {parent}: {} ({e})", kind(&e)))?;
+    let e = entries
+        .iter()
+        .find(|e| e.path == dir)
+        .ok_or_else(|| format!("listing {parent} lacks {dir}: {entries:?}"))?;
+    expect_eq("type", crate::FileKind::Dir, e.kind)?;
+    expect_eq("mode (the first call's, kept)", 0o750, e.mode & 0o777)?;
+    expect_kind(
+        "a directory where a file is",
+        "bad_path",
+        a.make_dir(at, &f.path, None).await,
+    )?;
+    Ok("made with parents and mode, found again, a file in the way refused".to_owned())
 }
 
 /// A missing file is `path_not_found`.

@@ -623,6 +623,17 @@ impl Adapter for DevhostAdapter {
         local_fs::delete(&dir, path).await
     }
 
+    async fn make_dir(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+    ) -> Result<bool, AdapterError> {
+        let (dir, _) = self.existing(at).await?;
+        self.writable(path)?;
+        local_fs::make_dir(&dir, path, mode).await
+    }
+
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
         self.existing(at).await?;
         let run = self.run_dir(&at.sandbox_id);

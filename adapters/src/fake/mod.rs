@@ -581,6 +581,16 @@ impl Adapter for FakeAdapter {
         crate::local_fs::delete(&dir, path).await
     }
 
+    async fn make_dir(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+    ) -> Result<bool, AdapterError> {
+        let dir = self.sandbox_files(at).await?;
+        crate::local_fs::make_dir(&dir, path, mode).await
+    }
+
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
         use InstanceState::*;
         self.lifecycle(

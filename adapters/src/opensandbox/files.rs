@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::client::Client;
 use super::execd::{execd_error_at, Target};
-use crate::error::Reason;
+use crate::error::{PathProblem, Reason};
 use crate::kit::multipart::Multipart;
 use crate::{AdapterError, ByteRange, ByteStream, Download, FileEntry, FileKind};
 
@@ -165,29 +165,7 @@ pub(crate) async fn delete(c: &Client, target: &Target, path: &str) -> Result<()
     if path.trim_end_matches('/').is_empty() {
         return Err(AdapterError::permanent("refusing to delete /"));
     }
-    let rb = target
-        .request(c, Method::GET, "/files/info")
-        .query(&[("path", path)])
-        .timeout(c.request_timeout());
-    let resp = c.send(rb, "delete file").await?;
-    if !resp.status().is_success() {
-        return Err(execd_error_at(c, "delete file", Some(path), resp).await);
-    }
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| c.transport_error("delete file", e))?;
-    let info: std::collections::BTreeMap<String, FileInfo> = serde_json::from_slice(&bytes)
-        .map_err(|e| {
-            AdapterError::Transient(Reason::caused_by(
-                format!("delete file: unexpected answer: {e}"),
-                e,
-            ))
-        })?;
-    let is_dir = info
-        .values()
-        .next()
-        .is_some_and(|f| f.kind.as_deref() == Some("directory"));
+    let is_dir = stat(c, target, path, "delete file").await?.kind.as_deref() == Some("directory");
     let rb = if is_dir {
         if !list(c, target, path, 1).await?.is_empty() {
             return Err(AdapterError::permanent(format!(
@@ -208,6 +186,62 @@ pub(crate) async fn delete(c: &Client, target: &Target, path: &str) -> Result<()
         Ok(())
     } else {
         Err(execd_error_at(c, "delete file", Some(path), resp).await)
+    }
+}
+
+/// What is at `path` (`GET /files/info`): a missing path is [`AdapterError::PathNotFound`].
+async fn stat(c: &Client, target: &Target, path: &str, op: &str) -> Result<FileInfo, AdapterError> {
+    let rb = target
+        .request(c, Method::GET, "/files/info")
+        .query(&[("path", path)])
+        .timeout(c.request_timeout());
+    let resp = c.send(rb, op).await?;
+    if !resp.status().is_success() {
+        return Err(execd_error_at(c, op, Some(path), resp).await);
+    }
+    let bytes = resp.bytes().await.map_err(|e| c.transport_error(op, e))?;
+    let info: std::collections::BTreeMap<String, FileInfo> = serde_json::from_slice(&bytes)
+        .map_err(|e| {
+            AdapterError::Transient(Reason::caused_by(
+                format!("{op}: unexpected answer: {e}"),
+                e,
+            ))
+        })?;
+    info.into_values()
+        .next()
+        .ok_or_else(|| AdapterError::transient(format!("{op}: execd answered no entry for {path}")))
+}
+
+/// `mkdir -p` with execd's own call (`POST /directories`, no process started), after a
+/// `GET /files/info` that tells an existing directory (`false`) from anything else there.
+pub(crate) async fn make_dir(
+    c: &Client,
+    target: &Target,
+    path: &str,
+    mode: Option<u32>,
+) -> Result<bool, AdapterError> {
+    const OP: &str = "make directory";
+    check_path(path)?;
+    match stat(c, target, path, OP).await {
+        Ok(i) if i.kind.as_deref() == Some("directory") => return Ok(false),
+        Ok(_) => return Err(AdapterError::bad_path(path, PathProblem::NotADirectoryHere)),
+        Err(AdapterError::PathNotFound(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let mut body = serde_json::Map::new();
+    body.insert(
+        path.to_owned(),
+        serde_json::json!({ "mode": mode_to_execd(mode.unwrap_or(0o755)) }),
+    );
+    let rb = target
+        .request(c, Method::POST, "/directories")
+        .json(&body)
+        .timeout(c.request_timeout());
+    let resp = c.send(rb, OP).await?;
+    if resp.status().is_success() {
+        Ok(true)
+    } else {
+        Err(execd_error_at(c, OP, Some(path), resp).await)
     }
 }
 

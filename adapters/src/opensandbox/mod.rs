@@ -550,6 +550,19 @@ impl Adapter for OpenSandboxAdapter {
         .await
     }
 
+    async fn make_dir(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+    ) -> Result<bool, AdapterError> {
+        self.require(Capability::Files)?;
+        self.on_execd(at, |t| async move {
+            files::make_dir(&self.client, &t, path, mode).await
+        })
+        .await
+    }
+
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
         self.require(Capability::LifecyclePause)?;
         self.freeze(at).await

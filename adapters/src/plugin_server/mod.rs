@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use crate::http::Secret;
 use crate::remote::wire::{
     self, At, ErrorBody, ErrorCode, ExecFrame, ExposeBody, FileList, FileQuery, Info, InstanceList,
-    ListQuery, RenewBody,
+    ListQuery, MadeDir, RenewBody,
 };
 use crate::{AdapterError, ByteRange, CreateInstance, ExecEvent, InstanceRef, SharedAdapter};
 
@@ -100,6 +100,10 @@ impl PluginServer {
             .route(
                 "/adapter/v1/instances/{sandbox_id}/files/list",
                 get(list_files),
+            )
+            .route(
+                "/adapter/v1/instances/{sandbox_id}/files/directories",
+                post(make_dir),
             )
             .route("/adapter/v1/instances/{sandbox_id}/pause", post(pause))
             .route("/adapter/v1/instances/{sandbox_id}/resume", post(resume))
@@ -510,6 +514,21 @@ async fn delete_file(
         .delete_file(&at(id, q.backend_ref), &q.path)
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn make_dir(
+    State(s): St,
+    p: Result<Path<String>, PathRejection>,
+    q: Result<Query<FileQuery>, QueryRejection>,
+) -> Answer<Json<MadeDir>> {
+    let id = sandbox(p)?;
+    let q = query(q)?;
+    require(&s, "files")?;
+    let created = s
+        .adapter
+        .make_dir(&at(id, q.backend_ref), &q.path, q.mode)
+        .await?;
+    Ok(Json(MadeDir { created }))
 }
 
 /// The four lifecycle verbs.

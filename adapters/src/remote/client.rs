@@ -140,11 +140,16 @@ impl Inner {
                 break;
             }
         }
+        self.error_of_body(op, status, &body)
+    }
+
+    /// [`Inner::error_of`] for an answer whose body is already read.
+    pub(super) fn error_of_body(&self, op: &str, status: StatusCode, body: &[u8]) -> AdapterError {
         if status == StatusCode::UNAUTHORIZED {
             // A token replaced after the plugin stopped accepting the old one is read again.
             self.token.forget();
         }
-        let e = match serde_json::from_slice::<ErrorBody>(&body) {
+        let e = match serde_json::from_slice::<ErrorBody>(body) {
             Ok(b) => b.into_error(op),
             // Not a plugin's answer: a proxy, or a URL that is not a plugin at all. A 404
             // there must not read as "no such instance".

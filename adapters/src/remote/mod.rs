@@ -510,6 +510,48 @@ impl Adapter for RemoteAdapter {
         self.inner.empty(rb, "plugin delete file").await
     }
 
+    /// `POST …/files/directories`; a plugin older than that route (`unsupported_operation`,
+    /// or a bare 404 or 405) gets the `mkdir` through its exec instead, as any backend would.
+    async fn make_dir(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+    ) -> Result<bool, AdapterError> {
+        const OP: &str = "plugin make directory";
+        self.require(Capability::Files).await?;
+        let rb = self
+            .inner
+            .http
+            .api(Method::POST, &Inner::at_path(at, "/files/directories"))
+            .query(&FileQuery {
+                backend_ref: at.backend_ref.clone(),
+                path: path.to_owned(),
+                mode,
+                depth: None,
+            });
+        let resp = self.inner.send(rb, OP).await?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(|e| {
+            self.inner
+                .scrub_error(self.inner.http.transport_error(OP, e))
+        })?;
+        if status.is_success() {
+            let made: wire::MadeDir = crate::http::decode_answer(&body, OP, "the plugin")?;
+            return Ok(made.created);
+        }
+        // The protocol's answer for a route a plugin does not have, or a bare 404/405 from
+        // one that does not follow it there.
+        let older = match serde_json::from_slice::<wire::ErrorBody>(&body) {
+            Ok(b) => b.code == wire::ErrorCode::UnsupportedOperation,
+            Err(_) => matches!(status.as_u16(), 404 | 405),
+        };
+        if older {
+            return crate::files::make_dir_by_exec(self, at, path, mode).await;
+        }
+        Err(self.inner.error_of_body(OP, status, &body))
+    }
+
     async fn pause(&self, at: &InstanceRef) -> Result<(), AdapterError> {
         self.lifecycle(at, Capability::LifecyclePause, "pause")
             .await

@@ -6,7 +6,7 @@
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Reason;
+use crate::error::{PathProblem, Reason};
 use crate::AdapterError;
 
 /// Path prefix of every route. The major version is in the path: a breaking change is a new
@@ -122,6 +122,11 @@ pub struct ErrorBody {
     /// The request field the error is about (`cwd`), if one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// With `field: "path"`, why the sandbox's filesystem refuses the path as it stands
+    /// (`is_a_directory`, `not_a_directory`, `read_only_path`, `exists_not_directory`): the
+    /// caller's mistake, answered 409. A body without it stays a plain permanent error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl ErrorBody {
@@ -132,6 +137,7 @@ impl ErrorBody {
             message: message.into(),
             retryable: code.retryable(),
             field: None,
+            reason: None,
         }
     }
 
@@ -151,14 +157,20 @@ impl ErrorBody {
                 r.message().to_owned(),
                 r.field(),
             ),
-            // The protocol has no code of its own for it: a permanent error about `path`.
+            // The protocol has no code of its own for it: a permanent error about `path`,
+            // with the problem in `reason`.
             AdapterError::BadPath(_) => (ErrorCode::Permanent, e.to_string(), Some("path")),
+        };
+        let reason = match e {
+            AdapterError::BadPath(p) => Some(p.problem.code().to_owned()),
+            _ => None,
         };
         ErrorBody {
             code,
             message,
             retryable: code.retryable(),
             field: field.map(str::to_owned),
+            reason,
         }
     }
 
@@ -166,6 +178,17 @@ impl ErrorBody {
     /// the plugin's own `retryable` never turns a permanent kind into a retried one: the
     /// code decides.
     pub fn into_error(self, op: &str) -> AdapterError {
+        let problem = self.reason.as_deref().and_then(PathProblem::from_code);
+        if let (ErrorCode::Permanent, Some("path"), Some(problem)) =
+            (self.code, self.field.as_deref(), problem)
+        {
+            // The message is `<path>: <problem>`, as `PathError` shows itself.
+            let path = self
+                .message
+                .strip_suffix(&format!(": {problem}"))
+                .unwrap_or(&self.message);
+            return AdapterError::bad_path(path, problem);
+        }
         let text = format!("{op}: {}", self.message);
         let reason = || {
             let r = Reason::from(text.clone());
@@ -273,6 +296,13 @@ pub struct FileList {
     pub entries: Vec<crate::FileEntry>,
 }
 
+/// Answer of `POST /adapter/v1/instances/{sandboxId}/files/directories?backendRef=&path=&mode=`:
+/// whether the directory was made (`false`: one was already there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MadeDir {
+    pub created: bool,
+}
+
 /// Body of `POST /adapter/v1/instances/{sandboxId}/ports/{port}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -302,7 +332,7 @@ pub struct At {
 pub struct FileQuery {
     pub backend_ref: String,
     pub path: String,
-    /// Upload: permission bits (decimal, e.g. 420 for 0o644).
+    /// Upload and make directory: permission bits (decimal, e.g. 420 for 0o644).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<u32>,
     /// List: how many levels (default 1).
@@ -354,6 +384,27 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&body).unwrap(),
             serde_json::json!({"code": "unsupported_operation", "message": "files", "retryable": false})
+        );
+    }
+
+    #[test]
+    fn a_path_problem_survives_the_wire_and_an_older_body_stays_permanent() {
+        for problem in PathProblem::ALL {
+            let e = AdapterError::bad_path("/work/d", problem);
+            let json = serde_json::to_value(ErrorBody::from_error(&e)).unwrap();
+            assert_eq!(json["reason"], problem.code());
+            let back: ErrorBody = serde_json::from_value(json).unwrap();
+            assert_eq!(back.into_error("op"), e);
+        }
+        // A plugin that does not send `reason` (older, or another language's) is understood
+        // as before: permanent, about `path`.
+        let old: ErrorBody = serde_json::from_value(serde_json::json!({
+            "code": "permanent", "message": "/d: is a directory", "retryable": false,
+            "field": "path"
+        }))
+        .unwrap();
+        assert!(
+            matches!(old.into_error("op"), AdapterError::Permanent(r) if r.field() == Some("path"))
         );
     }
 

@@ -245,6 +245,14 @@ impl Adapter for Liar {
     async fn delete_file(&self, at: &InstanceRef, path: &str) -> Result<(), AdapterError> {
         self.inner.delete_file(at, path).await
     }
+    async fn make_dir(
+        &self,
+        at: &InstanceRef,
+        path: &str,
+        mode: Option<u32>,
+    ) -> Result<bool, AdapterError> {
+        self.inner.make_dir(at, path, mode).await
+    }
 }
 
 #[tokio::test]

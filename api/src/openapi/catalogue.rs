@@ -324,6 +324,11 @@ pub(super) fn catalogue() -> Vec<Op> {
             .query(&[FILE_PATH])
             .answers(&[Empty(204)])
             .errors(&[409, 422, 501, 503]),
+        op("post", "/v1/sandboxes/{id}/files/directories", "makeDirectory", "data plane", files_write,
+            "Make a directory and its missing parents (`mkdir -p`): 201 when made, 200 when one was already there.")
+            .body(Body::Json("MakeDirectory"))
+            .answers(&[Json(201, "Directory"), Json(200, "Directory")])
+            .errors(&[409, 422, 501, 503]),
         op("get", "/v1/sandboxes/{id}/files/list", "listFiles", "data plane", files_read,
             "List a directory.")
             .query(&[FILE_PATH, ("depth", "integer", "Levels to descend (default 1).")])

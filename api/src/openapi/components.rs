@@ -27,6 +27,7 @@ use crate::routes::audit::{SegmentAnswer, SegmentRequest};
 use crate::routes::event_credentials::{Credentials, IssueRequest};
 use crate::routes::events::StatusEvent;
 use crate::routes::exec::{ExitEvent, StreamErrorEvent};
+use crate::routes::files::{Directory, MakeDirectory};
 use crate::routes::keys::{CreateKey, CreatedKey};
 use crate::routes::orgs::{CreateOrg, UpdateOrg};
 use crate::routes::pools::PoolBody;
@@ -93,6 +94,8 @@ fn derived() -> Derived {
         .add::<PatchRequest>("UpdateSandboxRequest")
         .add::<PortRequest>("PortRequest")
         .add::<PortAnswer>("PortAnswer")
+        .add::<MakeDirectory>("MakeDirectory")
+        .add::<Directory>("Directory")
         .add::<CreateOrg>("CreateOrgRequest")
         .add::<UpdateOrg>("UpdateOrgRequest")
         .add::<CreateProject>("CreateProjectRequest")

@@ -174,6 +174,18 @@ fn facts() -> Vec<Fact> {
                 "properties": { "stdin": { "type": "string" },
                                 "stdinBase64": { "type": "string" } } } }),
         ),
+        // `files::validate_path` and the octal mode `u32::from_str_radix(_, 8)` reads (up
+        // to 0o7777), as the upload's query has them; the root may be named (it is there).
+        at(
+            "MakeDirectory",
+            "/properties/path",
+            json!({ "pattern": format!("{}/", super::NO_PARENT) }),
+        ),
+        at(
+            "MakeDirectory",
+            "/properties/mode",
+            json!({ "pattern": "^\\+?0*[0-7]{1,4}$" }),
+        ),
         // `StartProcess::validate`: a command's checks, as exec's, and a tag's length.
         at(
             "StartProcess",

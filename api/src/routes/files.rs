@@ -1,33 +1,36 @@
-//! Files: `PUT`/`GET`/`DELETE /v1/sandboxes/{id}/files?path=/abs` and `GET …/files/list`.
+//! Files: `PUT`/`GET`/`DELETE /v1/sandboxes/{id}/files?path=/abs`, `GET …/files/list` and
+//! `POST …/files/directories` (`mkdir -p`, without starting a process where the backend
+//! can: see [`differently_adapters::Adapter::make_dir`]).
 //! Straight to the adapter, streamed both ways (the upload body is never held in memory),
 //! counted as activity. Paths must be absolute, without `..` or NUL; adapters refuse paths
 //! that leave the sandbox through symlinks. Uploads over the limit (`DIFFERENTLY_MAX_UPLOAD_BYTES`,
 //! default 1 GiB) are refused with 413, by `Content-Length` up front or while streaming.
 //! Downloads honour a single `Range: bytes=…` (206, or 416 past the end). Every adapter call
 //! is metered by the pool's adapter (`upload`, `download` until its body ends, `list_files`,
-//! `delete_file`).
+//! `delete_file`, `make_dir`).
 
 use std::path::Component;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use differently_adapters::{AdapterError, ByteRange};
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, FieldError};
 use futures::StreamExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::auth::Principal;
 use crate::data_plane::call_events::CallEvents;
 use crate::data_plane::{DataCall, Target};
 use crate::error::{ApiError, ApiResult};
+use crate::requests::body::parse_json;
 use crate::requests::page::bad_query;
 use crate::AppState;
 
@@ -57,6 +60,7 @@ pub fn router() -> Router<AppState> {
             get(download).put(upload).delete(delete),
         )
         .route("/v1/sandboxes/{id}/files/list", get(list))
+        .route("/v1/sandboxes/{id}/files/directories", post(make_directory))
 }
 
 /// Checks a sandbox path: absolute, no `..`, no NUL, bounded length.
@@ -116,10 +120,7 @@ async fn upload(
     let mode = match q.mode.as_deref() {
         None => None,
         Some(m) => Some(
-            u32::from_str_radix(m, 8)
-                .ok()
-                .filter(|m| *m <= 0o7777)
-                .ok_or_else(|| bad_query("mode", "octal permission bits, e.g. 644"))?,
+            octal_mode(m).ok_or_else(|| bad_query("mode", "octal permission bits, e.g. 644"))?,
         ),
     };
     let limit = max_upload_bytes();
@@ -355,6 +356,74 @@ async fn delete(
         .await
         .map_err(file_error)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Body of `POST /v1/sandboxes/{id}/files/directories`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct MakeDirectory {
+    /// Absolute path of the directory; missing parents are made too (mode 755).
+    path: String,
+    /// Octal permission bits of the directory when it is made, e.g. `750` (default `755`).
+    mode: Option<String>,
+}
+
+/// Answer of `POST …/files/directories`: 201 when the directory was made, 200 when one was
+/// already there (left as it was).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Directory {
+    path: String,
+    created: bool,
+}
+
+/// Octal permission bits as the API takes them (`644`, `0750`).
+fn octal_mode(m: &str) -> Option<u32> {
+    u32::from_str_radix(m, 8).ok().filter(|m| *m <= 0o7777)
+}
+
+async fn make_directory(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    principal.require(Scope::FilesWrite)?;
+    let req: MakeDirectory = parse_json(&body)?;
+    validate_path(&req.path).map_err(|e| ApiError::field(ErrorCode::InvalidArgument, e))?;
+    let mode = match req.mode.as_deref() {
+        None => None,
+        Some(m) => Some(octal_mode(m).ok_or_else(|| {
+            ApiError::field(
+                ErrorCode::InvalidArgument,
+                FieldError::new("mode", "octal permission bits, e.g. 755"),
+            )
+        })?),
+    };
+    let call = DataCall::new(
+        &state,
+        &principal,
+        &id,
+        "files",
+        "file.mkdir",
+        json!({ "path": req.path }),
+    );
+    let (Target { pool, at, .. }, _) = call.open().await?;
+    let created = pool
+        .adapter
+        .make_dir(&at, &req.path, mode)
+        .await
+        .map_err(file_error)?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let answer = Directory {
+        path: req.path,
+        created,
+    };
+    Ok((status, Json(answer)).into_response())
 }
 
 #[cfg(test)]

@@ -142,7 +142,8 @@ fn the_python_example_plugin_passes_conformance() {
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python-plugin/plugin.py");
     let lines = std::fs::read_to_string(&script).unwrap().lines().count();
-    assert!(lines < 300, "the example stays small: {lines} lines");
+    // 300 until the protocol's `files/directories` route (about 15 lines) joined it.
+    assert!(lines < 320, "the example stays small: {lines} lines");
     let mut cmd = Command::new("python3");
     cmd.arg(&script)
         .args(["--port", "0", "--token-file"])

@@ -135,6 +135,9 @@ pub(super) async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req
                 }
             }
         }
+        // `{path: {mode, owner?, group?}}`, mode as octal digits read as decimal (755):
+        // `mkdir -p`, then the mode on the last directory.
+        (Method::POST, "/directories") => make_dirs(&r),
         (Method::DELETE, "/directories") => {
             let p = r.q("path").unwrap_or("");
             let _ = std::fs::remove_dir_all(p);
@@ -152,6 +155,36 @@ pub(super) async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req
             json!({"code": "NOT_FOUND", "message": "no such route"}),
         ),
     }
+}
+fn make_dirs(r: &Req) -> Response {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(&r.body) else {
+        return json_resp(
+            400,
+            json!({"code": "INVALID_REQUEST_BODY", "message": "bad json"}),
+        );
+    };
+    for (path, perm) in m {
+        let mode = perm["mode"]
+            .as_u64()
+            .and_then(|m| u32::from_str_radix(&m.to_string(), 8).ok())
+            .unwrap_or(0o755);
+        let made = std::fs::create_dir_all(&path)
+            .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)));
+        if let Err(e) = made {
+            // Go's wording of the OS error, under execd's 500.
+            let why = match e.raw_os_error() {
+                Some(20) => "not a directory".to_owned(),
+                Some(17) => "file exists".to_owned(),
+                _ => e.to_string(),
+            };
+            return json_resp(
+                500,
+                json!({"code": "RUNTIME_ERROR", "message": format!("mkdir {path}: {why}")}),
+            );
+        }
+    }
+    StatusCode::OK.into_response()
 }
 /// `GET /command/{id}/logs?cursor=N`: the merged output from byte N, and the byte offset
 /// reached in `EXECD-COMMANDS-TAIL-CURSOR` (recorded: a byte offset, echoed unclamped).

@@ -278,12 +278,13 @@ pub async fn create(
 }
 
 /// Makes the default user's home, where envd starts commands and resolves relative paths
-/// (E2B templates have it; other images may not). Best effort: a sandbox whose commands
-/// cannot write there still works with absolute paths.
+/// (E2B templates have it; other images may not), with `/v1`'s directory call: no process
+/// is started where the backend can make a directory without one. Best effort: a sandbox
+/// whose home cannot be made still works with absolute paths.
 async fn make_home(f: &Facade, c: &Caller, id: &str) {
     let home = format!("/home/{}", super::envd::DEFAULT_USER);
-    let uri = format!("/v1/sandboxes/{}/exec", q(id));
-    let body = json!({ "command": ["mkdir", "-p", home] });
+    let uri = format!("/v1/sandboxes/{}/files/directories", q(id));
+    let body = json!({ "path": home });
     if let Err(e) = call(f, c, Method::POST, &uri, Some(&body), &[]).await {
         tracing::debug!(sandbox = id, error = %e.message, "e2b facade: no home directory");
     }

@@ -1,6 +1,6 @@
 //! envd's `filesystem.Filesystem` service: `Stat` and `ListDir` from `/v1`'s file listing,
-//! `MakeDir`, `Move` and `Remove` as one-shot commands through `/v1` exec (`mkdir`, `mv`,
-//! `rm`: every backend that runs commands has them). The polling watchers (`CreateWatcher`,
+//! `MakeDir` on `/v1`'s `POST …/files/directories`, `Move` and `Remove` as one-shot commands
+//! through `/v1` exec (`mv`, `rm`: every backend that runs commands has them). The polling watchers (`CreateWatcher`,
 //! `GetWatcherEvents`, `RemoveWatcher`) are in `watchers`; the `WatchDir` stream in `watch`.
 //!
 //! `EntryInfo` carries what `/v1` lists: name, type, path, size, permission bits and their
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Path;
-use axum::http::{header, HeaderMap, Method};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::Deserialize;
@@ -21,14 +21,12 @@ use crate::facade::opensandbox::inner::q;
 
 use super::connect::{self, ConnectError};
 use super::envd::{ctx, Ctx, EnvdError};
-use super::{watchers, Facade};
+use super::{watchers, Facade, InnerError};
 
 const MAX_REQUEST: usize = 64 << 10;
 /// `/v1`'s deepest listing.
 const MAX_DEPTH: u64 = 10;
-/// The exit code the facade's `mkdir` and `mv` scripts use for "already exists" and "not
-/// found" (never `mkdir`'s or `mv`'s own).
-const EXISTS: i64 = 17;
+/// The exit code the facade's `mv` script uses for "not found" (never `mv`'s own).
 const MISSING: i64 = 44;
 
 /// `POST /filesystem.Filesystem/{method}`.
@@ -223,17 +221,31 @@ fn command_failed(what: &str, path: &str, stderr: &str) -> EnvdError {
 async fn make_dir(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
     let r: PathRequest = parse(req)?;
     let path = c.resolve(&r.path);
-    let script = format!(r#"if [ -e "$1" ]; then exit {EXISTS}; fi; mkdir -p -- "$1""#);
-    let (code, _, stderr) = c.exec(f, &["/bin/sh", "-c", &script, "sh", &path]).await?;
-    match code {
-        0 => Ok(json!({ "entry": entry_of(f, c, &path).await? })),
-        EXISTS => Err(ConnectError::new(
+    let uri = format!("/v1/sandboxes/{}/files/directories", q(&c.sandbox));
+    let body = json!({ "path": path });
+    let created = match f
+        .json(&c.caller, Method::POST, &uri, Some(&body), &[])
+        .await
+    {
+        Ok((_, v)) => v["created"].as_bool().unwrap_or(false),
+        // Something other than a directory there: envd says "already exists" for it too.
+        Err(InnerError::Answer(status, b)) if status == StatusCode::CONFLICT && exists(&b) => false,
+        Err(e) => return Err(EnvdError::from_inner(&c.sandbox, e)),
+    };
+    if !created {
+        return Err(ConnectError::new(
             "already_exists",
             format!("directory '{path}' already exists"),
         )
-        .into()),
-        _ => Err(command_failed("cannot make directory", &path, &stderr)),
+        .into());
     }
+    Ok(json!({ "entry": entry_of(f, c, &path).await? }))
+}
+
+/// Whether a `/v1` 409 says something already is at the path.
+fn exists(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .is_ok_and(|v| v["error"]["details"]["reason"] == "exists_not_directory")
 }
 
 async fn move_entry(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {

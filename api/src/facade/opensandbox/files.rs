@@ -1,6 +1,6 @@
 //! execd's file routes at `/opensandbox/execd/{id}/files|directories/...`, onto `/v1`'s files
-//! routes; the few execd has and `/v1` does not (mkdir, rm -r, mv, chmod) run as a `/v1`
-//! exec of the plain tool (audited as that exec).
+//! routes (mkdir on `POST …/files/directories`); the few execd has and `/v1` does not
+//! (rm -r, mv, chmod) run as a `/v1` exec of the plain tool (audited as that exec).
 
 use std::sync::Arc;
 
@@ -433,7 +433,8 @@ fn json_body(body: &Bytes) -> OsbResult<Value> {
     })
 }
 
-/// `POST /directories` `{path: {mode, owner?, group?}}` (mkdir -p).
+/// `POST /directories` `{path: {mode, owner?, group?}}` (mkdir -p), on `/v1`'s directory
+/// call: a directory already there keeps its mode, as with `mkdir -p -m`.
 pub async fn make_dirs(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
@@ -449,14 +450,9 @@ pub async fn make_dirs(
         crate::routes::files::validate_path(path).map_err(|e| OsbError::field("path", e))?;
         no_owner(perm)?;
         let mode = mode_digits(&perm["mode"])?.unwrap_or_else(|| "755".into());
-        let argv = ["mkdir", "-p", "-m", &mode, "--", path];
-        tool(
-            &f,
-            &caller,
-            &id,
-            argv.iter().map(|s| s.to_string()).collect(),
-        )
-        .await?;
+        let uri = format!("/v1/sandboxes/{}/files/directories", q(&id));
+        let body = json!({ "path": path, "mode": mode });
+        f.v1.json(&caller, Method::POST, &uri, Some(&body)).await?;
     }
     Ok(StatusCode::OK)
 }

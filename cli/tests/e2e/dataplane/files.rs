@@ -183,3 +183,97 @@ async fn uploads_over_the_configured_limit_are_refused() {
         .expect("download");
     assert_eq!(r.bytes().await.expect("body").len(), 1000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_are_made_once_with_their_mode_and_what_is_in_the_way_is_a_conflict() {
+    let c = cluster(Opts::default()).await;
+    let id = running(&c, json!({"capabilities": ["files"]})).await;
+    let dirs = format!("/v1/sandboxes/{id}/files/directories");
+
+    let (s, made) = post(&c, &dirs, json!({"path": "/proj/src/deep", "mode": "750"})).await;
+    assert_eq!(s, 201, "{made}");
+    assert_eq!(made, json!({"path": "/proj/src/deep", "created": true}));
+    // Made once: the second call finds it and leaves its mode alone.
+    let (s, again) = post(&c, &dirs, json!({"path": "/proj/src/deep", "mode": "700"})).await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["created"], false);
+    // Commands see it, with the mode asked; the parents are 755.
+    let (_, out) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/exec"),
+        json!({"command": ["stat", "-c", "%a %n", "proj/src/deep", "proj/src"]}),
+    )
+    .await;
+    assert_eq!(out["stdout"], "750 proj/src/deep\n755 proj/src\n", "{out}");
+
+    // A file where the directory is to be, or among its parents: 409 naming the path.
+    let r = c
+        .req(
+            reqwest::Method::PUT,
+            &format!("/v1/sandboxes/{id}/files?path=/proj/f.txt"),
+        )
+        .body("x")
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(r.status(), 204);
+    for (path, reason) in [
+        ("/proj/f.txt", "exists_not_directory"),
+        ("/proj/f.txt/sub", "not_a_directory"),
+    ] {
+        let (s, e) = post(&c, &dirs, json!({ "path": path })).await;
+        assert_eq!(s, 409, "{path}: {e}");
+        assert_eq!(e["error"]["code"], "conflict", "{path}: {e}");
+        assert_eq!(
+            e["error"]["details"],
+            json!({"field": "path", "reason": reason}),
+            "{path}"
+        );
+    }
+
+    // Bad input names the field and makes nothing.
+    for (body, field) in [
+        (json!({"path": "rel/dir"}), "path"),
+        (json!({"path": "/a/../b"}), "path"),
+        (json!({"path": "/m", "mode": "9"}), "mode"),
+        (json!({"path": "/m", "mode": "17777"}), "mode"),
+        (json!({"path": "/m", "owner": "root"}), "owner"),
+        (json!({}), "path"),
+    ] {
+        let (s, e) = post(&c, &dirs, body.clone()).await;
+        assert_eq!(s, 400, "{body}: {e}");
+        assert!(
+            e["error"]["message"].as_str().unwrap_or("").contains(field)
+                || e["error"]["details"]["field"] == field,
+            "{body}: the error names `{field}`: {e}"
+        );
+    }
+    let (_, out) = post(
+        &c,
+        &format!("/v1/sandboxes/{id}/exec"),
+        json!({"command": ["ls", "-d", "m", "rel", "b"]}),
+    )
+    .await;
+    assert_eq!(out["exitCode"], 2, "nothing made by a refused call: {out}");
+
+    // The call is audited with its path.
+    let (s, audit) = c
+        .call(
+            &c.key,
+            reqwest::Method::GET,
+            "/v1/audit?action=file.mkdir",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{audit}");
+    let paths: Vec<&Value> = audit["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|r| &r["detail"]["path"])
+        .collect();
+    assert!(
+        paths.iter().any(|p| *p == "/proj/src/deep"),
+        "file.mkdir records: {audit}"
+    );
+}
