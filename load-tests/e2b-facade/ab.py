@@ -25,6 +25,8 @@ FIGURES = {
     "firstFacadeP50Ms": ("firstCommand", "facade", "p50Ms"),
     "firstV1P50Ms": ("firstCommand", "v1", "p50Ms"),
     "firstRatioP50": ("firstCommand", "ratioP50"),
+    "firstSdkFacadeP50Ms": ("firstCommand", "sdk", "facade", "p50Ms"),
+    "firstSdkRatioP50": ("firstCommand", "sdk", "ratioP50"),
     "cpuFacadeRunMs": ("cpuMsPerOp", "facadeRun"),
     "cpuV1ExecMs": ("cpuMsPerOp", "v1Exec"),
 }

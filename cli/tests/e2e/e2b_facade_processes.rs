@@ -4,6 +4,7 @@
 //! the other, which reaches the supervising API over NATS; the re-attached stream sees the
 //! end. Another tenant's token on the pid finds nothing. Raw Connect-RPC requests as the SDKs
 //! send them (SDK-FACADE recordings' shapes) on a `fake` pool, whose `sleep` runs no shell.
+//! And a first command that makes the home a create of another process would have made.
 
 use std::time::{Duration, Instant};
 
@@ -242,4 +243,96 @@ async fn e2b_process_reattaches_and_is_killed_through_another_api_process() {
             .any(|p| p["pid"] == pid),
         "{listed}"
     );
+}
+
+/// A devhost pool (it checks a command's `cwd`), and the first command of a sandbox whose
+/// home this API process never made: one created through `/v1` and connected to through the
+/// facade, as one created through another API process is. `Start` finds `/home/user`
+/// missing, makes it and starts once more; the command runs there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_command_makes_a_home_no_create_of_this_process_made() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let c = Cluster::started(Opts {
+        more_pools: format!(
+            "[[pools]]\nname = \"dev\"\nkind = \"devhost\"\n[pools.settings]\nroot = \"{}\"\nisolation = \"none\"\n",
+            root.path().display()
+        ),
+        ..Opts::default()
+    })
+    .await;
+    let (s, created) = c.create(json!({"capabilities": ["files"]})).await;
+    assert_eq!(s, 202, "{created}");
+    let sbx = created["id"].as_str().expect("id").to_owned();
+    let id = differently_core::SandboxId::parse(&sbx).expect("sandbox id");
+    c.wait_status(
+        &id,
+        differently_core::SandboxStatus::Running,
+        Duration::from_secs(30),
+    )
+    .await;
+    let (s, home) = c
+        .call(
+            &c.key,
+            Method::GET,
+            &format!("/v1/sandboxes/{sbx}/files/list?path=/home"),
+            None,
+        )
+        .await;
+    assert!(
+        s == 404 || home["items"] == json!([]),
+        "no home before: {s} {home}"
+    );
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(90))
+        .build()
+        .unwrap();
+    let base = c.url();
+    let resp = http
+        .post(format!("{base}/e2b/sandboxes/{sbx}/connect"))
+        .header("x-api-key", &c.key)
+        .json(&json!({"timeout": 300}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let token = resp.json::<Value>().await.unwrap()["envdAccessToken"]
+        .as_str()
+        .expect("a token")
+        .to_owned();
+
+    let start = json!({"process": {"cmd": "/bin/sh", "args": ["-c", "pwd; echo $HOME"]}});
+    let mut s = Messages::open(envd(&http, &base, &sbx, &token, "Start"), &start).await;
+    let mut out = Vec::new();
+    let mut exit = None;
+    while let Some((flags, m)) = s.next().await {
+        if flags == 2 {
+            assert_eq!(m, json!({}), "the end envelope carries no error");
+            break;
+        }
+        let ev = &m["event"];
+        if let Some(d) = ev["data"]["stdout"].as_str() {
+            use base64::Engine;
+            out.extend(base64::engine::general_purpose::STANDARD.decode(d).unwrap());
+        }
+        if let Some(e) = ev.get("end") {
+            exit = e["exitCode"].as_i64().or(Some(0));
+        }
+    }
+    assert_eq!(exit, Some(0), "{}", c.logs());
+    // `isolation = "none"`: `pwd` is the host's path of the sandbox's `/home/user`.
+    let out = String::from_utf8_lossy(&out);
+    assert!(
+        out.ends_with("/home/user\n/home/user\n") && out.contains(&sbx),
+        "{out}"
+    );
+    let (s, home) = c
+        .call(
+            &c.key,
+            Method::GET,
+            &format!("/v1/sandboxes/{sbx}/files/list?path=/home"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{home}");
+    assert_eq!(home["items"][0]["path"], "/home/user", "{home}");
 }

@@ -269,25 +269,12 @@ pub async fn create(
         })?;
     let sbx = until_running(&f, &c, sbx, started).await?;
     let id = sbx["id"].as_str().unwrap_or_default();
-    make_home(&f, &c, id).await;
+    super::home::Homes::begin(&f, c.clone(), id);
     let token = f.token(id, &key_id);
     Ok(with_status(
         StatusCode::CREATED,
         mapping::created(&sbx, &token, &f.traffic_token(id, &key_id)),
     ))
-}
-
-/// Makes the default user's home, where envd starts commands and resolves relative paths
-/// (E2B templates have it; other images may not), with `/v1`'s directory call: no process
-/// is started where the backend can make a directory without one. Best effort: a sandbox
-/// whose home cannot be made still works with absolute paths.
-async fn make_home(f: &Facade, c: &Caller, id: &str) {
-    let home = format!("/home/{}", super::envd::DEFAULT_USER);
-    let uri = format!("/v1/sandboxes/{}/files/directories", q(id));
-    let body = json!({ "path": home });
-    if let Err(e) = call(f, c, Method::POST, &uri, Some(&body), &[]).await {
-        tracing::debug!(sandbox = id, error = %e.message, "e2b facade: no home directory");
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]

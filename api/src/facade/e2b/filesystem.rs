@@ -56,6 +56,10 @@ pub async fn call(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
+    // Paths resolve against the home, which a create may still be making.
+    if c.home == super::home::default_home() {
+        f.homes.ensure(&f, &c.caller, &c.sandbox).await;
+    }
     let answer = match method.as_str() {
         "Stat" => stat(&f, &c, &req).await,
         "ListDir" => list_dir(&f, &c, &req).await,

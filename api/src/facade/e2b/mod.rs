@@ -16,6 +16,7 @@ pub mod envd;
 pub mod error;
 pub mod files;
 pub mod filesystem;
+pub mod home;
 pub mod mapping;
 pub mod port_proxy;
 pub mod process;
@@ -55,6 +56,8 @@ pub struct Facade {
     pub traffic: token::Deriver,
     /// The endpoints of sandbox ports other than envd's, and the client that reaches them.
     pub ports: port_proxy::Ports,
+    /// The default user's homes this process is making.
+    pub homes: home::Homes,
 }
 
 /// Why an inner `/v1` call did not answer 2xx.
@@ -138,6 +141,7 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
                 .derive("differently/e2b-facade/traffic-access-token/v1"),
         ),
         ports: port_proxy::Ports::default(),
+        homes: home::Homes::default(),
     });
     let p = |path: &str| format!("{PREFIX}{path}");
     let e = |path: &str| format!("{ENVD_PREFIX}{path}");

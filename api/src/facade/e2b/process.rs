@@ -31,6 +31,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::facade::opensandbox::error::OsbError;
 use crate::facade::opensandbox::inner::{q, read_all};
 use crate::processes::entry::{Ending as ProcessEnding, Stream};
 use crate::processes::follow::{Attached, Follow, Piece};
@@ -38,7 +39,7 @@ use crate::routes::exec::frames::{Frame, FrameDecoder, FrameType, MEDIA_TYPE};
 
 use super::connect::{self, ConnectError};
 use super::envd::{ctx, Ctx, EnvdError};
-use super::Facade;
+use super::{home, Facade};
 
 /// Largest `Start` or `Connect` request accepted.
 const MAX_REQUEST: usize = 1 << 20;
@@ -285,20 +286,10 @@ pub async fn start(
     let timing = Timing::of(&headers);
     let pty = req.pty.is_some();
     let v1_body = start_body(&c, &req, timing.deadline);
-    let json = [(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    )];
-    let inner =
-        f.v1.call(
-            &c.caller,
-            Method::POST,
-            &uri(&c, None, ""),
-            &json,
-            Body::from(v1_body.to_string()),
-        )
-        .await;
-    let mut resp = match inner {
+    if v1_body["cwd"] == c.home.as_str() && c.home == home::default_home() {
+        f.homes.ensure(&f, &c.caller, &c.sandbox).await;
+    }
+    let mut resp = match start_v1(&f, &c, &v1_body).await {
         Ok(r) => r,
         Err(e) => return failed_stream(&ConnectError::new("internal", e.message)),
     };
@@ -317,6 +308,22 @@ pub async fn start(
     let pid = attached.pid();
     let source = Source::Local(attached.follow(0));
     pump(f, c, pid, pty, timing, true, source)
+}
+
+/// The `/v1` process start of `body`.
+async fn start_v1(f: &Facade, c: &Ctx, body: &Value) -> Result<Response, OsbError> {
+    let json = [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )];
+    f.v1.call(
+        &c.caller,
+        Method::POST,
+        &uri(c, None, ""),
+        &json,
+        Body::from(body.to_string()),
+    )
+    .await
 }
 
 /// `POST /process.Process/Connect`: re-attaches to a process from its output's current end.
