@@ -219,17 +219,9 @@ impl WorkerGroup {
             // A claim is the create of a sandbox whose instance exists already (`create`).
             return self.create_delivered(&env.sandbox_id, &d).await;
         }
-        let row = match self.store.get_sandbox(&env.sandbox_id).await {
-            Ok(Some(row)) => row,
-            Ok(None) => {
-                let _ = d.acker.term().await;
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "worker: store unavailable; retrying");
-                let _ = d.acker.nak(Duration::from_secs(1)).await;
-                return;
-            }
+        let read = self.store.get_sandbox(&env.sandbox_id).await;
+        let Some(row) = settle_unread(read, &d).await else {
+            return;
         };
         let outcome = match env.body.op {
             WorkOp::Create | WorkOp::Claim => self.create(&row, d.acker.as_ref()).await,
@@ -262,17 +254,8 @@ impl WorkerGroup {
                 self.claim_hold(),
             )
             .await;
-        let (row, taken) = match read {
-            Ok(Some(read)) => read,
-            Ok(None) => {
-                let _ = d.acker.term().await;
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "worker: store unavailable; retrying");
-                let _ = d.acker.nak(Duration::from_secs(1)).await;
-                return;
-            }
+        let Some((row, taken)) = settle_unread(read, d).await else {
+            return;
         };
         let key = ClaimKey::of(&row);
         let outcome = self
@@ -562,6 +545,24 @@ impl WorkerGroup {
                 tracing::warn!(sandbox = %id, error = %e, "worker: cannot record terminated; retrying");
                 Ack::Retry(Duration::from_secs(1))
             }
+        }
+    }
+}
+
+/// The row a work message needs, or the message settled without it: a sandbox that is gone
+/// ends the message (`term`: no redelivery can find it), a store that cannot answer sends it
+/// back for a retry in a second.
+async fn settle_unread<T>(read: Result<Option<T>, StoreError>, d: &Delivery) -> Option<T> {
+    match read {
+        Ok(Some(row)) => Some(row),
+        Ok(None) => {
+            let _ = d.acker.term().await;
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "worker: store unavailable; retrying");
+            let _ = d.acker.nak(Duration::from_secs(1)).await;
+            None
         }
     }
 }
