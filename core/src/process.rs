@@ -130,6 +130,29 @@ pub struct Process {
     pub output_dropped: u64,
 }
 
+impl Process {
+    /// A process just started from `req`: running, no output yet, its stdin open when it asked
+    /// for stdin or a terminal.
+    pub fn running(pid: u32, sandbox_id: &str, req: &StartProcess, at: DateTime<Utc>) -> Process {
+        Process {
+            pid,
+            sandbox_id: sandbox_id.to_owned(),
+            command: req.command.clone(),
+            cwd: req.cwd.clone(),
+            tag: req.tag.clone(),
+            pty: req.pty.is_some(),
+            stdin_open: req.stdin || req.pty.is_some(),
+            status: ProcessStatus::Running,
+            exit_code: None,
+            error: None,
+            started_at: at,
+            ended_at: None,
+            output_bytes: 0,
+            output_dropped: 0,
+        }
+    }
+}
+
 /// Body of `POST …/processes/{pid}/signal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

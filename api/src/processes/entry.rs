@@ -202,22 +202,12 @@ pub(super) fn running_entry(
     program: &str,
     stdin_open: bool,
 ) -> Arc<Entry> {
-    let view = Process {
-        pid,
-        sandbox_id: sandbox.to_owned(),
+    let req = differently_core::process::StartProcess {
         command: vec![program.to_owned()],
-        cwd: None,
-        tag: None,
-        pty: false,
-        stdin_open,
-        status: ProcessStatus::Running,
-        exit_code: None,
-        error: None,
-        started_at: Utc::now(),
-        ended_at: None,
-        output_bytes: 0,
-        output_dropped: 0,
+        stdin: stdin_open,
+        ..Default::default()
     };
+    let view = Process::running(pid, sandbox, &req, Utc::now());
     Entry::new(SandboxId::parse(sandbox).expect("a valid id"), view, None)
 }
 

@@ -10,7 +10,7 @@ use chrono::Utc;
 use differently_adapters::process::ProcessSpec;
 use differently_adapters::{AdapterError, ExecEvent, ExecExit};
 use differently_core::exec::MAX_EXEC_TIMEOUT_SECONDS;
-use differently_core::process::{Process, ProcessSignal, ProcessStatus, StartProcess};
+use differently_core::process::{Process, ProcessSignal, StartProcess};
 use differently_core::{ErrorCode, SandboxId};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -93,22 +93,7 @@ pub(crate) async fn start(
     let sandbox = staged.target().at.sandbox_id.clone();
     let events = CallEvents::new(state, principal, staged.record(), &sandbox);
     let call = staged.detach().await?;
-    let view = Process {
-        pid,
-        sandbox_id: sandbox.to_string(),
-        command: req.command.clone(),
-        cwd: req.cwd.clone(),
-        tag: req.tag.clone(),
-        pty: req.pty.is_some(),
-        stdin_open: req.stdin || req.pty.is_some(),
-        status: ProcessStatus::Running,
-        exit_code: None,
-        error: None,
-        started_at: Utc::now(),
-        ended_at: None,
-        output_bytes: 0,
-        output_dropped: 0,
-    };
+    let view = Process::running(pid, sandbox.as_str(), &req, Utc::now());
     let entry = Entry::new(sandbox.clone(), view, Some(input));
     registry.insert(entry.clone());
     tracing::info!(sandbox = %sandbox, pid, program = req.program(), "process started");
