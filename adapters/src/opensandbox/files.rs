@@ -214,6 +214,10 @@ async fn stat(c: &Client, target: &Target, path: &str, op: &str) -> Result<FileI
 
 /// `mkdir -p` with execd's own call (`POST /directories`, no process started), after a
 /// `GET /files/info` that tells an existing directory (`false`) from anything else there.
+/// Recorded on execd (1.1): `/files/info` is an `lstat` (a symlink is `symlink`), a `POST` on
+/// a symlink to a directory answers 200 and changes nothing, one on a dangling symlink 500
+/// `file exists`; a mode of 0 is not applied (the directory is 755) and the setuid, setgid and
+/// sticky bits are dropped, so the first is refused here and `/v1` never sends the others.
 pub(crate) async fn make_dir(
     c: &Client,
     target: &Target,
@@ -222,12 +226,19 @@ pub(crate) async fn make_dir(
 ) -> Result<bool, AdapterError> {
     const OP: &str = "make directory";
     check_path(path)?;
-    match stat(c, target, path, OP).await {
-        Ok(i) if i.kind.as_deref() == Some("directory") => return Ok(false),
-        Ok(_) => return Err(AdapterError::bad_path(path, PathProblem::NotADirectoryHere)),
-        Err(AdapterError::PathNotFound(_)) => {}
-        Err(e) => return Err(e),
+    if mode == Some(0) {
+        return Err(AdapterError::invalid_field(
+            "mode",
+            "execd cannot make a directory with mode 0",
+        ));
     }
+    let symlink = match stat(c, target, path, OP).await {
+        Ok(i) if i.kind.as_deref() == Some("directory") => return Ok(false),
+        Ok(i) if i.kind.as_deref() == Some("symlink") => true,
+        Ok(_) => return Err(AdapterError::bad_path(path, PathProblem::NotADirectoryHere)),
+        Err(AdapterError::PathNotFound(_)) => false,
+        Err(e) => return Err(e),
+    };
     let mut body = serde_json::Map::new();
     body.insert(
         path.to_owned(),
@@ -239,9 +250,20 @@ pub(crate) async fn make_dir(
         .timeout(c.request_timeout());
     let resp = c.send(rb, OP).await?;
     if resp.status().is_success() {
-        Ok(true)
-    } else {
-        Err(execd_error_at(c, OP, Some(path), resp).await)
+        // Through a symlink: it led to a directory, which was left as it was.
+        return Ok(!symlink);
+    }
+    match execd_error_at(c, OP, Some(path), resp).await {
+        // A symlink to a file (`not a directory`) or to nothing (`file exists`).
+        AdapterError::BadPath(_) if symlink => {
+            Err(AdapterError::bad_path(path, PathProblem::NotADirectoryHere))
+        }
+        AdapterError::Permanent(r) | AdapterError::Transient(r)
+            if symlink && r.message().contains("file exists") =>
+        {
+            Err(AdapterError::bad_path(path, PathProblem::NotADirectoryHere))
+        }
+        e => Err(e),
     }
 }
 

@@ -174,8 +174,8 @@ fn facts() -> Vec<Fact> {
                 "properties": { "stdin": { "type": "string" },
                                 "stdinBase64": { "type": "string" } } } }),
         ),
-        // `files::validate_path` and the octal mode `u32::from_str_radix(_, 8)` reads (up
-        // to 0o7777), as the upload's query has them; the root may be named (it is there).
+        // `files::validate_path`, the root included (it is there), and the octal permission
+        // bits `u32::from_str_radix(_, 8)` reads, up to 0o777.
         at(
             "MakeDirectory",
             "/properties/path",
@@ -184,7 +184,7 @@ fn facts() -> Vec<Fact> {
         at(
             "MakeDirectory",
             "/properties/mode",
-            json!({ "pattern": "^\\+?0*[0-7]{1,4}$" }),
+            json!({ "pattern": "^\\+?0*[0-7]{1,3}$" }),
         ),
         // `StartProcess::validate`: a command's checks, as exec's, and a tag's length.
         at(

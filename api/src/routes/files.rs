@@ -364,7 +364,8 @@ async fn delete(
 pub(crate) struct MakeDirectory {
     /// Absolute path of the directory; missing parents are made too (mode 755).
     path: String,
-    /// Octal permission bits of the directory when it is made, e.g. `750` (default `755`).
+    /// Octal permission bits of the directory when it is made, `0`-`777`, e.g. `750`
+    /// (default `755`). No setuid, setgid or sticky bit: not every backend can set them.
     mode: Option<String>,
 }
 
@@ -393,10 +394,10 @@ async fn make_directory(
     validate_path(&req.path).map_err(|e| ApiError::field(ErrorCode::InvalidArgument, e))?;
     let mode = match req.mode.as_deref() {
         None => None,
-        Some(m) => Some(octal_mode(m).ok_or_else(|| {
+        Some(m) => Some(octal_mode(m).filter(|m| *m <= 0o777).ok_or_else(|| {
             ApiError::field(
                 ErrorCode::InvalidArgument,
-                FieldError::new("mode", "octal permission bits, e.g. 755"),
+                FieldError::new("mode", "octal permission bits 0-777, e.g. 755"),
             )
         })?),
     };

@@ -255,11 +255,12 @@ pub async fn ls(c: &Client, p: Printer, id: &str, path: &str, depth: u32) -> Res
     }
 }
 
-/// `--mode`: octal permission bits (`750`, `0750`), at most `7777`.
+/// `--mode`: octal permission bits (`750`, `0750`), at most `777` (the API takes no setuid,
+/// setgid or sticky bit for a directory).
 pub fn octal_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s, 8)
         .ok()
-        .filter(|m| *m <= 0o7777)
+        .filter(|m| *m <= 0o777)
         .ok_or_else(|| format!("{s:?} is not octal permission bits such as 750"))
 }
 
@@ -332,8 +333,8 @@ mod tests {
     fn modes_are_octal_permission_bits() {
         assert_eq!(octal_mode("750"), Ok(0o750));
         assert_eq!(octal_mode("0750"), Ok(0o750));
-        assert_eq!(octal_mode("7777"), Ok(0o7777));
-        for bad in ["", "8", "rwx", "17777", "-1"] {
+        assert_eq!(octal_mode("0777"), Ok(0o777));
+        for bad in ["", "8", "rwx", "1777", "17777", "-1"] {
             assert!(octal_mode(bad).is_err(), "{bad:?}");
         }
     }

@@ -201,3 +201,64 @@ async fn the_metadata_part_must_be_a_file_part_on_the_real_execd() {
         assert_eq!(resp.status().as_u16(), status, "{variant:?}");
     }
 }
+
+/// `make_dir` on execd as a real 1.1 answered it: a new directory with its mode (parents
+/// 755), the same path again left alone, a symlink to a directory found (execd's `/files/info`
+/// is an `lstat`, its `POST` leaves the link alone), and what is in the way refused by kind:
+/// a file, a symlink to a file or to nothing, a file among the parents. Mode 0 (which execd
+/// would not apply) is refused before anything is sent.
+#[tokio::test]
+async fn directories_are_made_as_execd_makes_them() {
+    use differently_adapters::PathProblem;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_owned();
+    let s = setup(Variant::Real, FakeRuntime::Docker, json!({})).await;
+    let r = running(&s).await;
+    let mode = |p: &str| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+
+    let made = format!("{root}/a/b/c");
+    assert!(s.adapter.make_dir(&r, &made, Some(0o750)).await.unwrap());
+    assert_eq!(mode(&made), 0o750);
+    assert_eq!(mode(&format!("{root}/a/b")), 0o755);
+    assert!(!s.adapter.make_dir(&r, &made, Some(0o700)).await.unwrap());
+    assert_eq!(
+        mode(&made),
+        0o750,
+        "a directory already there keeps its mode"
+    );
+
+    let link = format!("{root}/to-dir");
+    std::os::unix::fs::symlink(&made, &link).unwrap();
+    assert!(!s.adapter.make_dir(&r, &link, None).await.unwrap());
+
+    let file = format!("{root}/f.txt");
+    std::fs::write(&file, "x").unwrap();
+    let to_file = format!("{root}/to-file");
+    std::os::unix::fs::symlink(&file, &to_file).unwrap();
+    let dangling = format!("{root}/dangling");
+    std::os::unix::fs::symlink(format!("{root}/nothing"), &dangling).unwrap();
+    for (path, problem) in [
+        (file.clone(), PathProblem::NotADirectoryHere),
+        (to_file, PathProblem::NotADirectoryHere),
+        (dangling, PathProblem::NotADirectoryHere),
+        (format!("{file}/sub/dir"), PathProblem::NotADirectory),
+    ] {
+        let e = s.adapter.make_dir(&r, &path, None).await.unwrap_err();
+        assert!(
+            matches!(&e, AdapterError::BadPath(p) if p.problem == problem),
+            "{path}: {e:?}"
+        );
+    }
+    assert!(!std::path::Path::new(&format!("{root}/nothing")).exists());
+    let e = s
+        .adapter
+        .make_dir(&r, &format!("{root}/zero"), Some(0))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, AdapterError::Permanent(m) if m.field() == Some("mode")),
+        "{e:?}"
+    );
+    assert!(!std::path::Path::new(&format!("{root}/zero")).exists());
+}

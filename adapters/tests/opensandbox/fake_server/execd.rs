@@ -115,6 +115,19 @@ pub(super) async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req
                     Some(i) => {
                         out.insert(p.to_owned(), i);
                     }
+                    // Recorded: a path below a regular file is execd's 500, not a 404.
+                    None if std::fs::symlink_metadata(p)
+                        .err()
+                        .and_then(|e| e.raw_os_error())
+                        == Some(20) =>
+                    {
+                        return json_resp(
+                            500,
+                            json!({"code": "RUNTIME_ERROR", "message": format!(
+                                "error accessing file: error accessing file {p}: lstat {p}: not a directory"
+                            )}),
+                        );
+                    }
                     None => return file_not_found(p),
                 }
             }
@@ -156,6 +169,10 @@ pub(super) async fn execd_entry(inner: &Arc<Inner>, id: &str, rest: &str, r: Req
         ),
     }
 }
+/// `POST /directories`, as execd 1.1 answers it (probed on a real one): `MkdirAll`, then the
+/// mode only on a directory that was not there before and only when it is not 0, the
+/// setuid, setgid and sticky bits dropped; a mode that is not octal digits fails after the
+/// directory was made (at 755); what is in the way is named in a 500 `RUNTIME_ERROR`.
 fn make_dirs(r: &Req) -> Response {
     use std::os::unix::fs::PermissionsExt;
     let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(&r.body) else {
@@ -164,24 +181,40 @@ fn make_dirs(r: &Req) -> Response {
             json!({"code": "INVALID_REQUEST_BODY", "message": "bad json"}),
         );
     };
+    let failed = |why: String| {
+        json_resp(
+            500,
+            json!({"code": "RUNTIME_ERROR", "message": format!("error accessing file: {why}")}),
+        )
+    };
     for (path, perm) in m {
-        let mode = perm["mode"]
-            .as_u64()
-            .and_then(|m| u32::from_str_radix(&m.to_string(), 8).ok())
-            .unwrap_or(0o755);
-        let made = std::fs::create_dir_all(&path)
-            .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)));
-        if let Err(e) = made {
-            // Go's wording of the OS error, under execd's 500.
-            let why = match e.raw_os_error() {
-                Some(20) => "not a directory".to_owned(),
-                Some(17) => "file exists".to_owned(),
-                _ => e.to_string(),
-            };
-            return json_resp(
-                500,
-                json!({"code": "RUNTIME_ERROR", "message": format!("mkdir {path}: {why}")}),
-            );
+        let p = Path::new(&path);
+        let existed = p.exists();
+        // What `MkdirAll` trips on: an ancestor (or the path) that is there but no directory,
+        // or a symlink at the path that leads nowhere.
+        let blocker = p
+            .ancestors()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .find(|a| std::fs::metadata(a).is_ok_and(|m| !m.is_dir()));
+        if let Some(b) = blocker {
+            return failed(format!("mkdir {}: not a directory", b.display()));
+        }
+        if !existed && std::fs::symlink_metadata(p).is_ok() {
+            return failed(format!("mkdir {path}: file exists"));
+        }
+        if let Err(e) = std::fs::create_dir_all(p) {
+            return failed(format!("mkdir {path}: {e}"));
+        }
+        let digits = perm["mode"].as_u64().unwrap_or(0).to_string();
+        let Ok(mode) = u32::from_str_radix(&digits, 8) else {
+            return failed(format!(
+                "strconv.ParseUint: parsing \"{digits}\": invalid syntax"
+            ));
+        };
+        if !existed && mode != 0 {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode & 0o777));
         }
     }
     StatusCode::OK.into_response()

@@ -210,11 +210,12 @@ pub(super) fn file_info(p: &Path) -> Option<Value> {
         .ok()
         .map(DateTime::from)
         .unwrap_or_else(Utc::now);
-    let mode: u64 = format!("{:o}", m.permissions().mode() & 0o7777)
+    // Recorded: the nine permission bits only, and a directory's size as the filesystem's.
+    let mode: u64 = format!("{:o}", m.permissions().mode() & 0o777)
         .parse()
         .unwrap_or(0);
     Some(json!({
-        "path": p.to_string_lossy(), "type": kind, "size": if m.is_dir() { 0 } else { m.len() },
+        "path": p.to_string_lossy(), "type": kind, "size": if m.is_dir() { 4096 } else { m.len() },
         "modified_at": modified.to_rfc3339(), "created_at": modified.to_rfc3339(),
         "owner": "root", "group": "root", "mode": mode,
     }))

@@ -449,9 +449,14 @@ pub async fn make_dirs(
     for (path, perm) in m {
         crate::routes::files::validate_path(path).map_err(|e| OsbError::field("path", e))?;
         no_owner(perm)?;
-        let mode = mode_digits(&perm["mode"])?.unwrap_or_else(|| "755".into());
+        // As execd reads it: the special bits dropped, 0 (or none) not applied (755).
+        let mode = mode_digits(&perm["mode"])?
+            .and_then(|d| u32::from_str_radix(&d, 8).ok())
+            .map(|m| m & 0o777)
+            .filter(|m| *m != 0)
+            .unwrap_or(0o755);
         let uri = format!("/v1/sandboxes/{}/files/directories", q(&id));
-        let body = json!({ "path": path, "mode": mode });
+        let body = json!({ "path": path, "mode": format!("{mode:o}") });
         f.v1.json(&caller, Method::POST, &uri, Some(&body)).await?;
     }
     Ok(StatusCode::OK)

@@ -122,7 +122,7 @@ pub fn list() -> Value {
             "inputSchema": obj(json!({
                 "sandboxId": sandbox_id,
                 "path": { "type": "string", "description": "Absolute path of the directory." },
-                "mode": { "type": "string", "pattern": "^[0-7]{3,4}$", "description": "Octal permissions of the directory when made, e.g. 750 (default 755)." },
+                "mode": { "type": "string", "pattern": "^0?[0-7]{3}$", "description": "Octal permission bits of the directory when made, 000-777, e.g. 750 (default 755)." },
             }), &["sandboxId", "path"]),
             "annotations": { "destructiveHint": false, "idempotentHint": true },
         },
