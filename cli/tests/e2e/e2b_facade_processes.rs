@@ -270,14 +270,8 @@ async fn a_first_command_makes_a_home_no_create_of_this_process_made() {
         Duration::from_secs(30),
     )
     .await;
-    let (s, home) = c
-        .call(
-            &c.key,
-            Method::GET,
-            &format!("/v1/sandboxes/{sbx}/files/list?path=/home"),
-            None,
-        )
-        .await;
+    let list_home = format!("/v1/sandboxes/{sbx}/files/list?path=/home");
+    let (s, home) = c.call(&c.key, Method::GET, &list_home, None).await;
     assert!(
         s == 404 || home["items"] == json!([]),
         "no home before: {s} {home}"
@@ -325,14 +319,7 @@ async fn a_first_command_makes_a_home_no_create_of_this_process_made() {
         out.ends_with("/home/user\n/home/user\n") && out.contains(&sbx),
         "{out}"
     );
-    let (s, home) = c
-        .call(
-            &c.key,
-            Method::GET,
-            &format!("/v1/sandboxes/{sbx}/files/list?path=/home"),
-            None,
-        )
-        .await;
+    let (s, home) = c.call(&c.key, Method::GET, &list_home, None).await;
     assert_eq!(s, 200, "{home}");
     assert_eq!(home["items"][0]["path"], "/home/user", "{home}");
 }
