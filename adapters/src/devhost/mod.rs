@@ -630,7 +630,16 @@ impl Adapter for DevhostAdapter {
         mode: Option<u32>,
     ) -> Result<bool, AdapterError> {
         let (dir, _) = self.existing(at).await?;
-        self.writable(path)?;
+        if let Err(refused) = self.writable(path) {
+            // A read-only host directory that is there is "already there", as `mkdir -p`
+            // in the sandbox would find it; only a new one is refused.
+            let there = self
+                .read_base(&dir, path)
+                .ok()
+                .and_then(|base| local_fs::metadata_in(&base, path))
+                .is_some_and(|m| m.is_dir());
+            return if there { Ok(false) } else { Err(refused) };
+        }
         local_fs::make_dir(&dir, path, mode).await
     }
 

@@ -97,6 +97,14 @@ async fn missing_bubblewrap_refuses_commands_naming_the_package() {
         a.upload(&at, "/usr/x", None, body).await,
         Err(AdapterError::BadPath(p)) if p.problem == PathProblem::ReadOnly
     ));
+    // `mkdir -p` of a read-only host directory finds it there; a new one under it is refused.
+    assert_eq!(a.make_dir(&at, "/usr", None).await, Ok(false));
+    assert!(matches!(
+        a.make_dir(&at, "/usr/differently-new-dir", None).await,
+        Err(AdapterError::BadPath(p)) if p.problem == PathProblem::ReadOnly
+    ));
+    assert_eq!(a.make_dir(&at, "/work/made", Some(0o700)).await, Ok(true));
+    assert_eq!(a.make_dir(&at, "/work/made", None).await, Ok(false));
 }
 
 #[test]
