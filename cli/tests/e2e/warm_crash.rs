@@ -47,6 +47,35 @@ async fn wait_readyz(c: &Cluster, base: &str) {
     }
 }
 
+/// Waits until the API at `base` reports `pool` healthy (its own view of the pool).
+async fn wait_pool_healthy(c: &Cluster, base: &str, pool: &str) {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let pools: Value = http
+            .get(format!("{base}/v1/admin/pools"))
+            .bearer_auth(&c.key)
+            .send()
+            .await
+            .expect("pools")
+            .json()
+            .await
+            .expect("pools json");
+        let healthy = pools["items"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|p| p["name"] == pool && p["healthy"] == true));
+        if healthy {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{base} never saw {pool} healthy: {pools}\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until sandbox `id` has `status`, asking with `key` (its tenant's: the bootstrap key
 /// does not see another org's sandboxes) through the API's wait route.
 async fn wait_as(c: &Cluster, key: &str, id: &str, status: &str) {
@@ -140,6 +169,12 @@ async fn two_apis_claiming_concurrently_never_share_an_instance() {
         n.ready == N as u32 && n.creating == 0
     })
     .await;
+    // Both APIs must see the pool healthy before the scheduler goes: an API that does not
+    // yet (its first health news still to come) queues its creates, and a queued sandbox of
+    // an org keeps the org's later creates from claiming in admission (they would overtake it).
+    for base in [c.url(), api2.clone()] {
+        wait_pool_healthy(&c, &base, "fake").await;
+    }
     c.kill9("scheduler");
     let warm: BTreeSet<String> = ready_ids(&c, "fake")
         .await
