@@ -80,21 +80,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The default user's home.
-pub fn default_home() -> String {
-    format!("/home/{}", super::envd::DEFAULT_USER)
-}
+/// The default user's home (`/home/` and [`super::envd::DEFAULT_USER`]), compared on every
+/// `Start` and filesystem call, so a constant rather than a string built each time.
+pub const DEFAULT_HOME: &str = "/home/user";
 
 /// Makes the default user's home in `sandbox` (`POST …/files/directories`; for a key
 /// without `files:write`, a `mkdir -p` through `/v1` exec, as its commands run); failures are
 /// logged, not raised.
 pub async fn make(f: &Facade, caller: &Caller, sandbox: &str) {
     let uri = format!("/v1/sandboxes/{}/files/directories", q(sandbox));
-    let body = json!({ "path": default_home() });
+    let body = json!({ "path": DEFAULT_HOME });
     let mut made = f.json(caller, Method::POST, &uri, Some(&body), &[]).await;
     if let Err(super::InnerError::Answer(StatusCode::FORBIDDEN, _)) = made {
         let uri = format!("/v1/sandboxes/{}/exec", q(sandbox));
-        let body = json!({ "command": ["mkdir", "-p", default_home()] });
+        let body = json!({ "command": ["mkdir", "-p", DEFAULT_HOME] });
         made = f.json(caller, Method::POST, &uri, Some(&body), &[]).await;
     }
     if let Err(e) = made {
@@ -111,6 +110,14 @@ pub async fn make(f: &Facade, caller: &Caller, sandbox: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_home_is_the_default_users() {
+        assert_eq!(
+            DEFAULT_HOME,
+            format!("/home/{}", super::super::envd::DEFAULT_USER)
+        );
+    }
 
     #[test]
     fn the_memory_is_bounded() {

@@ -286,7 +286,7 @@ pub async fn start(
     let timing = Timing::of(&headers);
     let pty = req.pty.is_some();
     let v1_body = start_body(&c, &req, timing.deadline);
-    if v1_body["cwd"] == c.home.as_str() && c.home == home::default_home() {
+    if v1_body["cwd"] == c.home.as_str() && c.home == home::DEFAULT_HOME {
         f.homes.ensure(&f, &c.caller, &c.sandbox).await;
     }
     let mut resp = match start_v1(&f, &c, &v1_body).await {
