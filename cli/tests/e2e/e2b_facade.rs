@@ -223,6 +223,19 @@ async fn e2b_python_sdk_2_45_1_flow_with_key_alias_on_v1_routes() {
     python_flow(&python, Sdk::V1Routes).await;
 }
 
+/// A flow script's report, the last line of its stdout as JSON, once the script exited 0;
+/// otherwise the test fails with the script's output and the dev's log.
+pub(crate) fn flow_report(dev: &Dev, script: &str, out: &std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{stderr}\n{stdout}\n{}",
+        std::fs::read_to_string(dev.dir.path().join("dev.log")).unwrap_or_default()
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
 async fn python_flow(python: &str, sdk: Sdk) {
     let dev = Dev::start();
     let key_a = tenant_key(&dev, "e2b-a").await;
@@ -245,14 +258,7 @@ async fn python_flow(python: &str, sdk: Sdk) {
         cmd.env("E2B_FLOW_ALIAS", "1").env("DLY_KEY_A", &key_a);
     }
     let out = cmd.output().await.unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "e2b_client.py failed:\n{stderr}\n{stdout}\n{}",
-        std::fs::read_to_string(dev.dir.path().join("dev.log")).unwrap_or_default()
-    );
-    let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    let r = flow_report(&dev, "e2b_client.py", &out);
     let tag = r["tag"].as_str().unwrap();
     let id = r["id"].as_str().unwrap();
     assert!(id.starts_with("sbx_"), "{r}");

@@ -12,13 +12,16 @@
 //! `rel.txt` in `/home/user` (the facade's home, made at create), removed at the end.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::client_cli_dev::Dev;
-use crate::e2b_facade::{in_order, ok, python, raised, script, snapshot_steps, tenant_key};
+use crate::e2b_facade::{
+    flow_report, in_order, ok, python, raised, script, snapshot_steps, tenant_key,
+};
 use crate::fake_opensandbox::{FakeRuntime, FakeServer, Variant};
+use crate::harness::wait_pool_healthy;
 
 const OSB_KEY: &str = "fake-osb-key";
 
@@ -54,28 +57,8 @@ pub(crate) async fn only_pool(dev: &Dev, pool: &str) {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pools: Value = http
-            .get(format!("{}/v1/admin/pools", dev.url))
-            .bearer_auth(&dev.key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let healthy = pools["items"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|p| p["name"] == pool && p["healthy"] == true));
-        if healthy {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pool {pool} never healthy: {pools}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if let Err(pools) = wait_pool_healthy(&dev.url, &dev.key, pool, Duration::from_secs(60)).await {
+        panic!("pool {pool} never healthy: {pools}");
     }
 }
 
@@ -126,16 +109,14 @@ async fn e2b_python_sdk_flow_on_an_opensandbox_pool() {
         .output()
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let r: Value =
-        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or(Value::Null);
-    clean_host(r["tag"].as_str(), home_existed);
-    assert!(
-        out.status.success(),
-        "e2b_client.py failed:\n{stderr}\n{stdout}\n{}",
-        std::fs::read_to_string(dev.dir.path().join("dev.log")).unwrap_or_default()
-    );
+    // The host is cleaned whatever the flow did, before its result is judged.
+    let tag: Option<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str::<Value>(l).ok())
+        .and_then(|r| r["tag"].as_str().map(str::to_owned));
+    clean_host(tag.as_deref(), home_existed);
+    let r = flow_report(&dev, "e2b_client.py", &out);
     eprintln!("{r}");
     let tag = r["tag"].as_str().unwrap();
     let id = r["id"].as_str().unwrap();

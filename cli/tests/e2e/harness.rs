@@ -547,3 +547,37 @@ pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bo
     }
     check()
 }
+
+/// Waits up to `within` until the API at `base` reports `pool` healthy in `/v1/admin/pools`
+/// (that process's own view of the pool), asking with admin key `key`. `Err` carries the last
+/// listing, for the caller's message.
+pub async fn wait_pool_healthy(
+    base: &str,
+    key: &str,
+    pool: &str,
+    within: Duration,
+) -> Result<(), Value> {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + within;
+    loop {
+        let pools: Value = http
+            .get(format!("{base}/v1/admin/pools"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("pools")
+            .json()
+            .await
+            .expect("pools json");
+        let healthy = pools["items"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|p| p["name"] == pool && p["healthy"] == true));
+        if healthy {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(pools);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -14,7 +14,7 @@ use differently_core::{SandboxId, SandboxStatus};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, free_port, Cluster, Opts};
+use crate::harness::{eventually, free_port, wait_pool_healthy, Cluster, Opts};
 use crate::tenancy::tenant;
 
 #[path = "warm_crash/checks.rs"]
@@ -41,35 +41,6 @@ async fn wait_readyz(c: &Cluster, base: &str) {
         assert!(
             Instant::now() < deadline,
             "{base} never ready\n{}",
-            c.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until the API at `base` reports `pool` healthy (its own view of the pool).
-async fn wait_pool_healthy(c: &Cluster, base: &str, pool: &str) {
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + WITHIN;
-    loop {
-        let pools: Value = http
-            .get(format!("{base}/v1/admin/pools"))
-            .bearer_auth(&c.key)
-            .send()
-            .await
-            .expect("pools")
-            .json()
-            .await
-            .expect("pools json");
-        let healthy = pools["items"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|p| p["name"] == pool && p["healthy"] == true));
-        if healthy {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{base} never saw {pool} healthy: {pools}\n{}",
             c.logs()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -173,7 +144,9 @@ async fn two_apis_claiming_concurrently_never_share_an_instance() {
     // yet (its first health news still to come) queues its creates, and a queued sandbox of
     // an org keeps the org's later creates from claiming in admission (they would overtake it).
     for base in [c.url(), api2.clone()] {
-        wait_pool_healthy(&c, &base, "fake").await;
+        if let Err(pools) = wait_pool_healthy(&base, &c.key, "fake", WITHIN).await {
+            panic!("{base} never saw fake healthy: {pools}\n{}", c.logs());
+        }
     }
     c.kill9("scheduler");
     let warm: BTreeSet<String> = ready_ids(&c, "fake")

@@ -32,14 +32,7 @@ async fn e2b_js_sdk_flow_against_dev() {
         .output()
         .await
         .expect("node (>= 20) on PATH");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "e2b_client.mjs failed:\n{stderr}\n{stdout}\n{}",
-        std::fs::read_to_string(dev.dir.path().join("dev.log")).unwrap_or_default()
-    );
-    let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    let r = super::flow_report(&dev, "e2b_client.mjs", &out);
     let threw = |step: &str, class: &str| -> String {
         let o = &r[step];
         let chain: Vec<&str> = o["chain"]
