@@ -114,7 +114,8 @@ async fn read_counters(
         "SELECT coalesce(sum(calls) FILTER (WHERE NOT trigger), 0)::bigint AS calls,
                 coalesce(sum(calls) FILTER (WHERE upper(query) IN ('COMMIT', 'END')), 0)::bigint AS commits,
                 coalesce(sum(calls) FILTER (WHERE trigger), 0)::bigint AS triggered
-         FROM (SELECT calls, query, query LIKE 'SELECT usage_add(%' AS trigger FROM pg_stat_statements
+         FROM (SELECT calls, query, (query LIKE 'SELECT usage_add(%'
+                   OR query LIKE 'INSERT INTO usage_counters AS u %SELECT d.scope%') AS trigger FROM pg_stat_statements
          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
            AND query NOT LIKE '%pg_stat_%') AS s",
     )
@@ -166,7 +167,7 @@ const SOURCES: [(&str, &str, &str); 9] = [
     (
         "structure.triggerStatements",
         "statements of the deferred usage-counter trigger, run at COMMIT (not round trips)",
-        "pg_stat_statements calls of SELECT usage_add(…) (migrations/0006), which it counts as top-level",
+        "pg_stat_statements calls of the trigger's counter statement (SELECT usage_add(…) before migrations/0017, its INSERT INTO usage_counters … SELECT d.scope after), which it counts as top-level",
     ),
     (
         "structure.natsIn",

@@ -71,6 +71,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0016_warm_claim_counts",
         include_str!("../../../migrations/0016_warm_claim_counts.sql"),
     ),
+    (
+        "0017_usage_trigger_once",
+        include_str!("../../../migrations/0017_usage_trigger_once.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

@@ -1,7 +1,9 @@
-//! Usage counters on Postgres (migration `0006_usage_counters`).
+//! Usage counters on Postgres (migration `0006_usage_counters`; the trigger as it is now is
+//! `0017_usage_trigger_once`).
 //!
 //! A trigger on `sandboxes` moves the counters of a row's org, project and pool in the same
-//! statement as the row, so a quota check reads three small rows instead of aggregating every
+//! transaction as the row (at its COMMIT, in one statement, and not at all for a change that
+//! counts the same), so a quota check reads three small rows instead of aggregating every
 //! row of the tenant under its lock. Which status counts toward what is
 //! `differently_core::SandboxStatus`'s decision: `sync_status_classes` copies it into the
 //! database on every migrate, and `reconcile` recounts from rows, fixes and reports drift.

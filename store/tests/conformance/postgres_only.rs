@@ -416,6 +416,131 @@ mod usage_counters {
         assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
     }
 
+    /// Every kind of row change (status, pool, resources, a move to another org's project,
+    /// several changes of one row in one transaction, a delete) leaves the counters equal to
+    /// the rows: the trigger of migration 0017 sums a change's deltas per scope.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_kind_of_row_change_moves_the_counters_exactly() {
+        let db = TestDb::new().await;
+        let s = db.store();
+        let (org, prj) = tenant(&s, "kinds").await;
+        let (_, prj2) = tenant(&s, "kinds2").await;
+        let a = admit(&s, &org, &prj).await;
+        let b = admit(&s, &org, &prj).await;
+        s.activate(&a.id, &slot(), &Quota::default(), Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+        let steps: [(&str, Vec<&str>); 6] = [
+            (
+                "UPDATE sandboxes SET pool = 'p2' WHERE id = $1",
+                vec![a.id.as_str()],
+            ),
+            (
+                "UPDATE sandboxes SET cpu = cpu + 3, disk_gib = 7 WHERE id = $1",
+                vec![a.id.as_str()],
+            ),
+            (
+                "UPDATE sandboxes SET status = 'provisioning', pool = 'p1' WHERE id = $1",
+                vec![b.id.as_str()],
+            ),
+            (
+                "UPDATE sandboxes SET org_id = (SELECT org_id FROM projects WHERE id = $2),
+                     project_id = $2 WHERE id = $1",
+                vec![a.id.as_str(), prj2.as_str()],
+            ),
+            (
+                "UPDATE sandboxes SET status = 'paused' WHERE id = $1",
+                vec![b.id.as_str()],
+            ),
+            ("DELETE FROM sandboxes WHERE id = $1", vec![b.id.as_str()]),
+        ];
+        for (sql, binds) in steps {
+            let mut q = sqlx::query(sql);
+            for b in binds {
+                q = q.bind(b);
+            }
+            q.execute(s.pool()).await.unwrap();
+            assert_eq!(
+                s.reconcile_usage().await.unwrap(),
+                Vec::new(),
+                "after {sql}"
+            );
+        }
+        // Several changes of one row in one transaction, ending where they started but for
+        // the pool: each is counted at COMMIT, in order.
+        let mut tx = s.pool().begin().await.unwrap();
+        for sql in [
+            "UPDATE sandboxes SET status = 'terminating' WHERE id = $1",
+            "UPDATE sandboxes SET status = 'stopped', pool = NULL WHERE id = $1",
+            "UPDATE sandboxes SET status = 'provisioning', pool = 'p1' WHERE id = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(a.id.as_str())
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        tx.commit().await.unwrap();
+        assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+        let moved = s.usage(&QuotaScope::Project(prj2)).await.unwrap();
+        assert_eq!(moved.active, 1);
+        assert_eq!(moved.cpu, u64::from(a.spec.resources.cpu) + 3);
+        assert_eq!(moved.disk_gib, 7);
+        let left = s.usage(&QuotaScope::Org(org)).await.unwrap();
+        assert_eq!((left.active, left.queued, left.cpu), (0, 0, 0));
+    }
+
+    /// An update of a column the counters do not read (a reason, a deadline, the document)
+    /// queues no trigger at all, so its COMMIT runs no counter code. Shown with a
+    /// classification function that fails, inside transactions that are rolled back: firing
+    /// what is queued (`SET CONSTRAINTS ALL IMMEDIATE`) succeeds after such an update and
+    /// fails after a status change.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_update_the_counters_do_not_read_fires_no_trigger() {
+        let db = TestDb::new().await;
+        let s = db.store();
+        let (org, prj) = tenant(&s, "quiet").await;
+        let a = admit(&s, &org, &prj).await;
+        let fire_after = |update: &'static str| {
+            let (pool, id) = (s.pool().clone(), a.id.clone());
+            async move {
+                let mut tx = pool.begin().await.unwrap();
+                sqlx::raw_sql(
+                    "CREATE OR REPLACE FUNCTION usage_class(st text)
+                     RETURNS sandbox_status_classes LANGUAGE plpgsql STABLE
+                     AS $$ BEGIN RAISE EXCEPTION 'usage_class ran'; END; $$",
+                )
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+                sqlx::query(update)
+                    .bind(id.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                let fired = sqlx::query("SET CONSTRAINTS ALL IMMEDIATE")
+                    .execute(&mut *tx)
+                    .await;
+                tx.rollback().await.ok();
+                fired.map(|_| ()).map_err(|e| e.to_string())
+            }
+        };
+        fire_after(
+            "UPDATE sandboxes SET updated_at = now(), next_attempt_at = now(),
+                 doc = doc || '{}'::jsonb, priority = priority + 1 WHERE id = $1",
+        )
+        .await
+        .expect("an update of no counted column queued the usage trigger");
+        let err = fire_after("UPDATE sandboxes SET status = 'failed' WHERE id = $1")
+            .await
+            .expect_err("a status change must be counted");
+        assert!(err.contains("usage_class ran"), "{err}");
+        // Both rolled back: the classification and the counters are as they were.
+        assert_eq!(s.reconcile_usage().await.unwrap(), Vec::new());
+        assert_eq!(s.usage(&QuotaScope::Org(org)).await.unwrap().queued, 1);
+    }
+
     /// Deleting rows (a project's history on project delete) takes their usage with them.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn deleted_rows_leave_the_counters() {
