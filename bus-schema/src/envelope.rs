@@ -78,22 +78,35 @@ pub enum DecodeError {
 /// Reads an envelope of message `T`, checking its version first: a newer major is refused
 /// with [`DecodeError::NewerVersion`] rather than half-read into today's types.
 pub fn decode<T: Message>(payload: &[u8]) -> Result<Envelope<T>, DecodeError> {
-    #[derive(Deserialize)]
-    struct VersionOnly {
-        v: u32,
-    }
-    let version: VersionOnly =
-        serde_json::from_slice(payload).map_err(DecodeError::NotAnEnvelope)?;
-    if version.v > SCHEMA_VERSION {
-        return Err(DecodeError::NewerVersion {
-            found: version.v,
+    // One parse on the path every message takes: the whole envelope, then its version. Only a
+    // payload that does not fit today's types is parsed again, for its version alone, to tell
+    // a newer major (left for a newer consumer) from a malformed message. A newer major that
+    // happens to fit is refused all the same.
+    match serde_json::from_slice::<Envelope<T>>(payload) {
+        Ok(env) if env.v > SCHEMA_VERSION => Err(DecodeError::NewerVersion {
+            found: env.v,
             supported: SCHEMA_VERSION,
-        });
+        }),
+        Ok(env) => Ok(env),
+        Err(source) => {
+            #[derive(Deserialize)]
+            struct VersionOnly {
+                v: u32,
+            }
+            let version: VersionOnly =
+                serde_json::from_slice(payload).map_err(DecodeError::NotAnEnvelope)?;
+            if version.v > SCHEMA_VERSION {
+                return Err(DecodeError::NewerVersion {
+                    found: version.v,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+            Err(DecodeError::Malformed {
+                kind: T::KIND,
+                source,
+            })
+        }
     }
-    serde_json::from_slice(payload).map_err(|source| DecodeError::Malformed {
-        kind: T::KIND,
-        source,
-    })
 }
 
 /// The JetStream message id used for de-duplication: the same sandbox, operation and status

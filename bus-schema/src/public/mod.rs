@@ -308,19 +308,30 @@ impl PublicEvent {
 
     /// Reads a public event, refusing a newer major version before trusting the rest.
     pub fn decode(payload: &[u8]) -> Result<PublicEvent, PublicDecodeError> {
-        #[derive(Deserialize)]
-        struct VersionOnly {
-            version: u32,
-        }
-        let v: VersionOnly =
-            serde_json::from_slice(payload).map_err(PublicDecodeError::Malformed)?;
-        if v.version > PUBLIC_EVENT_VERSION {
-            return Err(PublicDecodeError::NewerVersion {
-                found: v.version,
+        // One parse when the event fits today's types (as `envelope::decode` does); the
+        // version alone is read again only to say why one does not.
+        match serde_json::from_slice::<PublicEvent>(payload) {
+            Ok(e) if e.version > PUBLIC_EVENT_VERSION => Err(PublicDecodeError::NewerVersion {
+                found: e.version,
                 supported: PUBLIC_EVENT_VERSION,
-            });
+            }),
+            Ok(e) => Ok(e),
+            Err(source) => {
+                #[derive(Deserialize)]
+                struct VersionOnly {
+                    version: u32,
+                }
+                let v: VersionOnly =
+                    serde_json::from_slice(payload).map_err(PublicDecodeError::Malformed)?;
+                if v.version > PUBLIC_EVENT_VERSION {
+                    return Err(PublicDecodeError::NewerVersion {
+                        found: v.version,
+                        supported: PUBLIC_EVENT_VERSION,
+                    });
+                }
+                Err(PublicDecodeError::Malformed(source))
+            }
         }
-        serde_json::from_slice(payload).map_err(PublicDecodeError::Malformed)
     }
 }
 
