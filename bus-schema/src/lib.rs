@@ -13,8 +13,8 @@ pub mod trace;
 
 pub use envelope::{decode, msg_id, DecodeError, Envelope, Message, SCHEMA_VERSION};
 pub use messages::{
-    Admitted, AuditHead, QueuedSandbox, QueuedSpec, SandboxState, StatusChanged, Terminating,
-    WarmWork, WireResources, Work, WorkOp,
+    Admitted, AuditHead, QueuedSandbox, QueuedSpec, SandboxState, StatusChanged, StatusOnly,
+    Terminating, WarmWork, WireResources, Work, WorkOp,
 };
 pub use naming::{ConsumerDef, Naming, Retention, StreamDef};
 pub use public::{
@@ -77,6 +77,13 @@ mod tests {
         );
         let back: StatusChanged = serde_json::from_slice(&wire).unwrap();
         assert_eq!(back, with);
+        // Read for its status alone, through the same envelope decode every reader uses.
+        let env = Envelope::new(row.id.clone(), 4, with).encode().unwrap();
+        let only = decode::<StatusOnly>(&env).unwrap();
+        assert_eq!(
+            (only.body.status, only.status_version),
+            (SandboxStatus::Running, 4)
+        );
     }
 
     #[test]
@@ -95,6 +102,23 @@ mod tests {
         );
         assert!(Naming::new("Bad.Prefix").is_err());
         assert!(Naming::new("").is_err());
+    }
+
+    #[test]
+    fn an_event_subject_names_its_sandbox_and_nothing_else_does() {
+        let n = Naming::new("t1").unwrap();
+        let (org, prj, sbx) = (OrgId::new(), ProjectId::new(), SandboxId::new());
+        let subject = n.event_subject(&org, &prj, &sbx);
+        assert_eq!(n.event_subject_sandbox(&subject), Some(sbx.clone()));
+        for other in [
+            Naming::default().event_subject(&org, &prj, &sbx),
+            n.public_subject(&org, &prj, Some(&sbx), EventType::StatusChanged),
+            format!("{subject}.extra"),
+            format!("t1.evt.{org}.{prj}.not-a-sandbox"),
+            format!("t1.evt.{org}.{sbx}"),
+        ] {
+            assert_eq!(n.event_subject_sandbox(&other), None, "{other}");
+        }
     }
 
     #[test]

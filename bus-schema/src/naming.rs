@@ -63,6 +63,21 @@ impl Naming {
         format!("{}.evt.{org}.{project}.{sandbox}", self.prefix)
     }
 
+    /// The sandbox a subject of [`event_subject`](Self::event_subject) is about, read from the
+    /// subject alone, so a reader can pass over another sandbox's event without decoding it.
+    /// `None` for anything else (the caller then decodes as usual).
+    pub fn event_subject_sandbox(&self, subject: &str) -> Option<SandboxId> {
+        let rest = subject
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(".evt.")?;
+        let mut tokens = rest.split('.');
+        let (_org, _project, sandbox) = (tokens.next()?, tokens.next()?, tokens.next()?);
+        if tokens.next().is_some() {
+            return None;
+        }
+        SandboxId::parse(sandbox).ok()
+    }
+
     /// Filter for one tenant's events, optionally narrowed to a project and a sandbox.
     pub fn event_filter(
         &self,

@@ -23,7 +23,7 @@ pub mod typed;
 
 pub use announce::Announcer;
 pub use error::BusError;
-pub use typed::{decode_public, BusExt, Typed, TypedEvent, TypedPull};
+pub use typed::{decode_event, decode_public, BusExt, Typed, TypedEvent, TypedPull};
 
 /// What the stream did with a publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -107,21 +107,26 @@ impl<B: Bus + ?Sized> BusExt for B {
             .filter_map(|item| async move {
                 match item {
                     Err(e) => Some(Err(e)),
-                    Ok(ev) => match decode::<T>(&ev.payload) {
-                        Ok(env) => Some(Ok(TypedEvent {
+                    Ok(ev) => decode_event::<T>(&ev).map(|env| {
+                        Ok(TypedEvent {
                             seq: ev.seq,
                             subject: ev.subject,
                             env,
-                        })),
-                        Err(e) => {
-                            refuse::<T>(&ev.subject, &e);
-                            None
-                        }
-                    },
+                        })
+                    }),
                 }
             })
             .boxed())
     }
+}
+
+/// Decodes one event of the event stream as `T`, the way [`BusExt::events_typed`] does: what
+/// does not decode is logged, counted and answered `None`. For readers of [`Bus::events`] that
+/// look at the subject first and decode only the events they act on.
+pub fn decode_event<T: Message>(ev: &crate::Event) -> Option<Envelope<T>> {
+    decode::<T>(&ev.payload)
+        .inspect_err(|e| refuse::<T>(&ev.subject, e))
+        .ok()
 }
 
 /// Decodes a public event for a reader of the public stream (the events API, webhooks).

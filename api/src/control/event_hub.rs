@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use differently_bus::{Bus, BusExt, TypedEvent};
+use differently_bus::{decode_event, Bus, Event};
 use differently_bus_schema::{Envelope, Naming, StatusChanged};
 use differently_core::sandbox::SandboxView;
 use differently_core::{SandboxId, SandboxStatus};
@@ -62,21 +62,11 @@ impl EventHub {
             let stream = naming.events_stream().name;
             let filter = format!("{}.evt.>", naming.prefix());
             loop {
-                match bus
-                    .events_typed::<StatusChanged>(&stream, &filter, None)
-                    .await
-                {
+                match bus.events(&stream, &filter, None).await {
                     Ok(mut events) => {
                         while let Some(item) = events.next().await {
                             match item {
-                                Ok(TypedEvent { env, .. }) => {
-                                    if let Some(h) = &env.body.audit_head {
-                                        if feed.watches(&env.sandbox_id) {
-                                            store.note_audit_head(&h.chain, h.seq, &h.hash);
-                                        }
-                                    }
-                                    feed.deliver_envelope(env);
-                                }
+                                Ok(ev) => feed.take(&naming, store.as_ref(), &ev),
                                 Err(e) => {
                                     tracing::warn!(error = %e, "event stream error");
                                     break;
@@ -90,6 +80,28 @@ impl EventHub {
             }
         });
         hub
+    }
+
+    /// One event from the stream. Most are about sandboxes nobody here waits on: for those
+    /// the subject says which sandbox, its remembered row is dropped, and the payload (a whole
+    /// client view) is never decoded. Each process reads every status event, so this is most
+    /// of what a process that serves no waiter does per sandbox.
+    fn take(&self, naming: &Naming, store: &dyn Store, ev: &Event) {
+        if let Some(id) = naming.event_subject_sandbox(&ev.subject) {
+            if !self.watches(&id) {
+                self.running.forget(&id);
+                return;
+            }
+        }
+        let Some(env) = decode_event::<StatusChanged>(ev) else {
+            return;
+        };
+        if let Some(h) = &env.body.audit_head {
+            if self.watches(&env.sandbox_id) {
+                store.note_audit_head(&h.chain, h.seq, &h.hash);
+            }
+        }
+        self.deliver_envelope(env);
     }
 
     /// Watches one sandbox from now on. Take the watch before reading the sandbox, so a change
@@ -277,6 +289,53 @@ mod tests {
         hub.deliver_envelope(stopping);
         assert_eq!(hub.running.get(&s.id), None);
         drop(w);
+    }
+
+    /// The stream's view of one event: the subject it was published on and its bytes.
+    fn on_the_wire(env: &Envelope<StatusChanged>, payload: Vec<u8>) -> Event {
+        Event {
+            seq: 1,
+            subject: Naming::default().event_subject(
+                &env.body.org_id,
+                &env.body.project_id,
+                &env.sandbox_id,
+            ),
+            payload: payload.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_event_nobody_here_waits_on_is_passed_over_by_its_subject_undecoded() {
+        let hub = EventHub::default();
+        let store = differently_store::memory::MemoryStore::new();
+        let naming = Naming::default();
+        let (s, env) = started();
+        let row = crate::data_plane::running_rows::RunningRow::of(&s).expect("a running row");
+        hub.running.remember_row(row);
+        // Bytes that would not decode: nobody waits, so nobody reads them, and the row this
+        // process remembered for the sandbox is dropped all the same.
+        hub.take(&naming, &store, &on_the_wire(&env, b"{not json".to_vec()));
+        assert_eq!(hub.running.get(&s.id), None);
+
+        // With a waiter the same sandbox's event is decoded and delivered.
+        let mut w = hub.watch(&s.id);
+        hub.take(
+            &naming,
+            &store,
+            &on_the_wire(&env, env.encode().expect("encodes")),
+        );
+        let got = within(w.changed()).await.flatten().expect("woken");
+        assert_eq!(
+            (got.status, got.status_version),
+            (SandboxStatus::Running, 3)
+        );
+        assert!(
+            hub.running.get(&s.id).is_some(),
+            "remembered for the waiter"
+        );
+        // An undecodable one for a watched sandbox is skipped (and counted), not delivered.
+        hub.take(&naming, &store, &on_the_wire(&env, b"{not json".to_vec()));
+        assert!(within(w.changed()).await.is_none());
     }
 
     #[tokio::test]

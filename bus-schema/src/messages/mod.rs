@@ -10,7 +10,7 @@ mod work;
 use serde::{Deserialize, Serialize};
 
 pub use admit::{Admitted, QueuedSandbox, QueuedSpec};
-pub use status::{AuditHead, SandboxState, StatusChanged};
+pub use status::{AuditHead, SandboxState, StatusChanged, StatusOnly};
 pub use work::{Terminating, WarmWork, Work, WorkOp};
 
 /// CPU, memory and disk, as the bus carries them.

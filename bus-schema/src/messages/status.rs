@@ -53,6 +53,18 @@ impl Message for StatusChanged {
     const KIND: &'static str = "status";
 }
 
+/// A status event read for its status alone: readers that act only on some statuses (the
+/// placement leader wakes on final ones) skip the rest of the body, a whole client view,
+/// instead of building it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusOnly {
+    pub status: SandboxStatus,
+}
+
+impl Message for StatusOnly {
+    const KIND: &'static str = "status";
+}
+
 /// An audit chain's head: its name, its last record's sequence and hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

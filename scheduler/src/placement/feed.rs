@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use differently_bus::{trace, BusExt, Typed, TypedEvent};
-use differently_bus_schema::{Admitted, StatusChanged};
+use differently_bus_schema::{Admitted, StatusOnly};
 use differently_core::SandboxStatus;
 use futures::StreamExt;
 
@@ -108,7 +108,7 @@ pub(super) async fn follow_releases(s: Scheduler, q: Shared) {
         match s
             .announcer
             .bus()
-            .events_typed::<StatusChanged>(&stream, &filter, None)
+            .events_typed::<StatusOnly>(&stream, &filter, None)
             .await
         {
             Ok(mut events) => {
