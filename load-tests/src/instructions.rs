@@ -140,6 +140,36 @@ fn zero(pids: &[(String, u32)]) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// Dumps every process's profile since the last zero (the counted window) and copies it to
+/// `dir` as `callgrind.<process>.out`.
+fn keep_profiles(pids: &[(String, u32)], from: &Path, dir: &Path) -> Result<(), LoadError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| LoadError::io(format!("creating {}", dir.display()), e))?;
+    for (name, pid) in pids {
+        control(&["-d"], *pid)?;
+        // The dump is `callgrind.<pid>.out.<n>`, the highest n the newest.
+        let prefix = format!("callgrind.{pid}.out.");
+        let newest = std::fs::read_dir(from)
+            .map_err(|e| LoadError::io(format!("reading {}", from.display()), e))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let n = e
+                    .file_name()
+                    .to_str()?
+                    .strip_prefix(&prefix)?
+                    .parse::<u32>()
+                    .ok()?;
+                Some((n, e.path()))
+            })
+            .max_by_key(|(n, _)| *n)
+            .ok_or_else(|| LoadError::Process(format!("{name}: callgrind wrote no dump")))?;
+        let to = dir.join(format!("callgrind.{name}.out"));
+        std::fs::copy(&newest.1, &to)
+            .map_err(|e| LoadError::io(format!("copying {}", newest.1.display()), e))?;
+    }
+    Ok(())
+}
+
 /// Instructions since the last zero, per process.
 fn read(pids: &[(String, u32)]) -> Result<BTreeMap<String, u64>, LoadError> {
     let mut out = BTreeMap::new();
@@ -331,6 +361,9 @@ pub async fn measure(plan: &Plan) -> Result<Instructions, LoadError> {
     settled(&cluster, &fr, &http, plan).await?;
     let counted = read(&pids)?;
     let window_seconds = window.elapsed().as_secs_f64();
+    if let Some(dir) = &plan.callgrind_dir {
+        keep_profiles(&pids, profiles.path(), dir)?;
+    }
     zero(&pids)?;
     let quiet = Instant::now();
     tokio::time::sleep(Duration::from_secs(plan.instruction_idle_seconds)).await;

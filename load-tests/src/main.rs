@@ -63,6 +63,10 @@ struct Args {
     /// Quiet seconds after them, measuring the idle work taken out.
     #[arg(long)]
     instruction_idle_seconds: Option<u64>,
+    /// Keep each process's callgrind profile of the counted window here
+    /// (`callgrind_annotate` reads them), to see where a session's instructions go.
+    #[arg(long)]
+    callgrind_dir: Option<PathBuf>,
     /// Log level of the control-plane processes.
     #[arg(long)]
     log_level: Option<String>,
@@ -162,6 +166,9 @@ fn main() -> ExitCode {
     }
     if a.perf_dir.is_some() {
         plan.perf_dir = a.perf_dir;
+    }
+    if a.callgrind_dir.is_some() {
+        plan.callgrind_dir = a.callgrind_dir;
     }
     if let Some(v) = a.log_level {
         plan.log_level = v;

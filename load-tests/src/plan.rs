@@ -60,6 +60,8 @@ pub struct Plan {
     pub instruction_rate: u32,
     /// The quiet window after them that measures the idle work taken out.
     pub instruction_idle_seconds: u64,
+    /// When set, each process's callgrind profile of the counted window is copied here.
+    pub callgrind_dir: Option<PathBuf>,
 }
 
 impl Plan {
@@ -89,6 +91,7 @@ impl Plan {
             instruction_sessions: 40,
             instruction_rate: 2,
             instruction_idle_seconds: 15,
+            callgrind_dir: None,
         }
     }
 
