@@ -122,6 +122,28 @@ mod tests {
     }
 
     #[test]
+    fn a_public_subject_names_its_org_and_project_and_nothing_else_does() {
+        let n = Naming::new("t1").unwrap();
+        let (org, prj, sbx) = (OrgId::new(), ProjectId::new(), SandboxId::new());
+        for sandbox in [Some(&sbx), None] {
+            let subject = n.public_subject(&org, &prj, sandbox, EventType::StatusChanged);
+            assert_eq!(
+                n.public_subject_scope(&subject),
+                Some((org.clone(), prj.clone())),
+                "{subject}"
+            );
+        }
+        for other in [
+            Naming::default().public_subject(&org, &prj, Some(&sbx), EventType::StatusChanged),
+            n.event_subject(&org, &prj, &sbx),
+            format!("t1.pub.{org}.{prj}.{sbx}"),
+            format!("t1.pub.{org}.not-a-project.{sbx}.sandbox.status.changed"),
+        ] {
+            assert_eq!(n.public_subject_scope(&other), None, "{other}");
+        }
+    }
+
+    #[test]
     fn public_subjects_are_per_tenant_and_apart_from_internal_ones() {
         let n = Naming::default();
         let (org, prj, sbx) = (OrgId::new(), ProjectId::new(), SandboxId::new());

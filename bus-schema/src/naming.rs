@@ -106,6 +106,23 @@ impl Naming {
         format!("{}.pub.{org}.{project}.{sandbox}.{ty}", self.prefix)
     }
 
+    /// The org and project a subject of [`public_subject`](Self::public_subject) is about,
+    /// read from the subject alone, so a reader can pass over the events of a project it has
+    /// nothing for without decoding them. `None` for anything else.
+    pub fn public_subject_scope(&self, subject: &str) -> Option<(OrgId, ProjectId)> {
+        let rest = subject
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(".pub.")?;
+        // org, project, sandbox (or `_`), then the type, which has dots of its own.
+        let mut tokens = rest.splitn(4, '.');
+        let (org, project) = (tokens.next()?, tokens.next()?);
+        let (_sandbox, ty) = (tokens.next()?, tokens.next()?);
+        if ty.is_empty() {
+            return None;
+        }
+        Some((OrgId::parse(org).ok()?, ProjectId::parse(project).ok()?))
+    }
+
     /// Filter for one tenant's public events, optionally narrowed to a project and a sandbox
     /// (every type).
     pub fn public_filter(

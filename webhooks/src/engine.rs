@@ -14,7 +14,7 @@ use chrono::Utc;
 use differently_bus::{Announcer, BusError};
 use differently_bus_schema::public::{Cause, EventData, Origin, PublicEvent, WebhookDisabled};
 use differently_bus_schema::{ConsumerDef, Naming};
-use differently_core::ProjectId;
+use differently_core::{OrgId, ProjectId};
 use differently_store::webhooks::{
     AttemptOutcome, Delivery, DisablePolicy, NewDelivery, Webhook, MAX_RESPONSE_BODY_BYTES,
 };
@@ -102,6 +102,11 @@ const FAN_BATCH: usize = 32;
 /// this much longer, next to the dispatcher's poll (`DeliveryConfig::poll`, 500 ms).
 const FAN_GATHER: Duration = Duration::from_millis(20);
 
+/// A public event as the fan-out reads it (logged and counted when it cannot be).
+fn decode(payload: &[u8]) -> Result<PublicEvent, String> {
+    differently_bus::decode_public("webhooks", payload).map_err(|e| e.to_string())
+}
+
 /// A `whd_…` id.
 fn delivery_id() -> String {
     format!("whd_{}", ulid::Ulid::new())
@@ -173,8 +178,11 @@ impl Deliverer {
                     }
                 }
             }
-            let payloads: Vec<&[u8]> = batch.iter().map(|m| m.payload.as_ref()).collect();
-            let fanned = self.fan_batch(&payloads).await;
+            let events: Vec<(&str, &[u8])> = batch
+                .iter()
+                .map(|m| (m.subject.as_str(), m.payload.as_ref()))
+                .collect();
+            let fanned = self.fan_batch(&events).await;
             for (i, msg) in batch.into_iter().enumerate() {
                 let acked = match &fanned {
                     Ok(each) => match each.get(i) {
@@ -196,26 +204,37 @@ impl Deliverer {
         }
     }
 
-    /// The deliveries of a batch of public events: for each event, one per enabled webhook
-    /// of its project that wants its type and existed when it happened. The webhooks of all
-    /// the batch's projects are read in one statement, and all its deliveries are written
-    /// together.
+    /// The deliveries of a batch of public events, each given as (subject, payload): for
+    /// each event, one per enabled webhook of its project that wants its type and existed when
+    /// it happened. The webhooks of all the batch's projects are read in one statement, and
+    /// all its deliveries are written together. An event whose subject names a project with
+    /// no enabled webhook is passed over without being decoded (most events, in most
+    /// installations); the others are decoded and matched on what they say.
     /// `Err`: the store failed and nothing may be acked (every event is read again; the
     /// unique (webhook, event) pair makes the rows already written no-ops). `Ok` holds one
-    /// answer per payload, in order: `Err` with why for one that is not a public event
-    /// this build reads (acking it again would not help).
+    /// answer per event, in order: `Err` with why for one that was decoded and is not a
+    /// public event this build reads (acking it again would not help).
     pub async fn fan_batch(
         &self,
-        payloads: &[&[u8]],
+        batch: &[(&str, &[u8])],
     ) -> Result<Vec<Result<(), String>>, differently_store::StoreError> {
-        let events: Vec<Result<PublicEvent, String>> = payloads
+        let naming = self.announcer.naming();
+        let scopes: Vec<Option<(OrgId, ProjectId)>> = batch
             .iter()
-            .map(|p| differently_bus::decode_public("webhooks", p).map_err(|e| e.to_string()))
+            .map(|(subject, _)| naming.public_subject_scope(subject))
+            .collect();
+        // Projects whose events cannot be placed by subject are learned by decoding them.
+        let mut early: Vec<Option<Result<PublicEvent, String>>> = batch
+            .iter()
+            .zip(&scopes)
+            .map(|((_, payload), scope)| scope.is_none().then(|| decode(payload)))
             .collect();
         let mut projects: Vec<ProjectId> = Vec::new();
-        for event in events.iter().flatten() {
-            if !projects.contains(&event.project_id) {
-                projects.push(event.project_id.clone());
+        let named = scopes.iter().flatten().map(|(_, p)| p);
+        let decoded = early.iter().flatten().flatten().map(|e| &e.project_id);
+        for p in named.chain(decoded) {
+            if !projects.contains(p) {
+                projects.push(p.clone());
             }
         }
         let hooks: Vec<Webhook> = if projects.is_empty() {
@@ -223,9 +242,24 @@ impl Deliverer {
         } else {
             self.store.enabled_webhooks_of(&projects).await?
         };
+        let mut events: Vec<Result<(), String>> = Vec::with_capacity(batch.len());
         let mut items: Vec<NewDelivery> = Vec::new();
-        for (payload, event) in payloads.iter().zip(&events) {
-            let Ok(event) = event else { continue };
+        for (((_, payload), scope), early) in batch.iter().zip(&scopes).zip(&mut early) {
+            let wanted = scope
+                .as_ref()
+                .is_none_or(|(o, p)| hooks.iter().any(|h| &h.org_id == o && &h.project_id == p));
+            if !wanted {
+                events.push(Ok(()));
+                continue;
+            }
+            let event = match early.take().unwrap_or_else(|| decode(payload)) {
+                Ok(event) => event,
+                Err(why) => {
+                    events.push(Err(why));
+                    continue;
+                }
+            };
+            events.push(Ok(()));
             let ty = event.event_type();
             let mut wanting = hooks.iter().filter(|h| {
                 h.project_id == event.project_id
@@ -250,7 +284,7 @@ impl Deliverer {
             let n = self.store.enqueue_deliveries(&items, Utc::now()).await?;
             metrics::counter!("differently_webhook_deliveries_created_total").increment(n as u64);
         }
-        Ok(events.into_iter().map(|e| e.map(|_| ())).collect())
+        Ok(events)
     }
 
     /// Claims due deliveries and sends them, at most `concurrency` at once.

@@ -18,7 +18,7 @@ use differently_bus::{Announcer, Bus};
 use differently_bus_schema::public::{
     Cause, EventData, ExecFinished, ExecStarted, Origin, PublicEvent, StatusData,
 };
-use differently_bus_schema::Naming;
+use differently_bus_schema::{EventType, Naming};
 use differently_core::{OrgId, ProjectId, SandboxId, SandboxStatus};
 use differently_store::sealed::{self, SealKey};
 use differently_store::testing::TestDb;
@@ -563,12 +563,41 @@ async fn a_batch_gives_each_event_its_own_deliveries_and_names_the_one_it_cannot
         finished.encode().unwrap(),
         b_started.encode().unwrap(),
     );
-    let batch: [&[u8]; 5] = [&s, b"not a public event", &f, &bs, &s];
+    let naming = w.announcer.naming();
+    let subject = |e: &PublicEvent| {
+        naming.public_subject(
+            &e.org_id,
+            &e.project_id,
+            e.sandbox_id.as_ref(),
+            e.event_type(),
+        )
+    };
+    let (sa, sf, sb) = (subject(&started), subject(&finished), subject(&b_started));
+    // A project with no webhook: its events are passed over by subject, undecoded (these
+    // bytes would not decode).
+    let (oc, pc) = w.tenant().await;
+    let quiet = naming.public_subject(&oc.id, &pc.id, None, EventType::ExecStarted);
+    let batch: [(&str, &[u8]); 7] = [
+        (&sa, &s),
+        ("somewhere.else", b"not a public event"),
+        (&sf, &f),
+        (&sb, &bs),
+        (&sa, &s),
+        (&quiet, b"not a public event either"),
+        (&sa, b"unreadable, for a project with webhooks"),
+    ];
     let answers = d.fan_batch(&batch).await.unwrap();
-    assert_eq!(answers.len(), 5);
+    assert_eq!(answers.len(), 7);
     assert!(answers[1].is_err(), "the unreadable one is named");
     assert!(
-        answers.iter().enumerate().all(|(i, a)| i == 1 || a.is_ok()),
+        answers[6].is_err(),
+        "an unreadable one of a watched project is named"
+    );
+    assert!(
+        answers
+            .iter()
+            .enumerate()
+            .all(|(i, a)| i == 1 || i == 6 || a.is_ok()),
         "{answers:?}"
     );
     let store = w.store();
