@@ -40,7 +40,6 @@ impl TraceContext {
 
     /// A new root context from 16 random bytes of trace id and 8 of parent id.
     pub fn from_random(trace: [u8; 16], parent: [u8; 8]) -> TraceContext {
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         let (mut t, mut p) = (trace, parent);
         // All-zero ids are invalid in W3C trace context.
         if t.iter().all(|b| *b == 0) {
@@ -50,7 +49,7 @@ impl TraceContext {
             p[7] = 1;
         }
         TraceContext {
-            traceparent: Some(format!("00-{}-{}-01", hex(&t), hex(&p))),
+            traceparent: Some(format!("00-{}-{}-01", hex::encode(t), hex::encode(p))),
         }
     }
 

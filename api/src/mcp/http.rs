@@ -206,7 +206,7 @@ impl Mcp {
         m.update(b"|");
         m.update(key_id.as_bytes());
         let tag = m.finalize().into_bytes();
-        tag.iter().take(16).map(|b| format!("{b:02x}")).collect()
+        hex::encode(&tag[..16])
     }
 
     fn new_session(&self, key_id: &str) -> String {

@@ -77,7 +77,7 @@ fn etags() -> &'static [String] {
             .iter()
             .map(|a| {
                 let d = Sha256::digest(a.bytes);
-                let hex: String = d[..12].iter().map(|b| format!("{b:02x}")).collect();
+                let hex = hex::encode(&d[..12]);
                 format!("\"{hex}\"")
             })
             .collect()

@@ -120,12 +120,7 @@ impl From<AuditKey> for AuditKeyring {
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
-    use fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
+    hex::encode(bytes)
 }
 
 /// Parses exactly 64 hex characters.

@@ -14,12 +14,7 @@ pub const PREFIX: &str = "e2b_";
 
 /// The alias of `key`.
 pub fn to_alias(key: &str) -> String {
-    let mut s = String::with_capacity(PREFIX.len() + key.len() * 2);
-    s.push_str(PREFIX);
-    for b in key.bytes() {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("{PREFIX}{}", hex::encode(key))
 }
 
 /// The key an alias spells, if `alias` is one (`None` for anything else, including an

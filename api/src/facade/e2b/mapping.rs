@@ -41,7 +41,7 @@ pub fn label_of(key: &str, value: &str) -> Result<(String, String), E2bError> {
         (key.to_owned(), value.to_owned())
     } else {
         let digest = Sha256::digest(key.as_bytes());
-        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex::encode(&digest[..16]);
         let enc = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.as_bytes());
         (format!("{ENCODED_PREFIX}{hex}"), format!("{enc}:{value}"))
     };

@@ -161,7 +161,7 @@ pub async fn create(f: &Arc<Facade>, c: &Ctx, req: &Value) -> Result<Value, Envd
     let baseline = watched.snapshot(f).await?;
     let mut raw = [0u8; 16];
     rand::rng().fill_bytes(&mut raw);
-    let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let id = hex::encode(raw);
     let w = Arc::new(Watcher {
         sandbox: c.sandbox.clone(),
         key_id: key_of(c).to_owned(),
