@@ -75,8 +75,9 @@ pub enum DecodeError {
     },
 }
 
-/// Reads an envelope of message `T`, checking its version first: a newer major is refused
-/// with [`DecodeError::NewerVersion`] rather than half-read into today's types.
+/// Reads an envelope of message `T`. A newer major is refused with
+/// [`DecodeError::NewerVersion`], whether or not it happens to fit today's types: it is never
+/// handed out read as them.
 pub fn decode<T: Message>(payload: &[u8]) -> Result<Envelope<T>, DecodeError> {
     // One parse on the path every message takes: the whole envelope, then its version. Only a
     // payload that does not fit today's types is parsed again, for its version alone, to tell

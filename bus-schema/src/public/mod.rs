@@ -306,7 +306,7 @@ impl PublicEvent {
         serde_json::to_vec(self)
     }
 
-    /// Reads a public event, refusing a newer major version before trusting the rest.
+    /// Reads a public event, refusing a newer major version even when it fits today's types.
     pub fn decode(payload: &[u8]) -> Result<PublicEvent, PublicDecodeError> {
         // One parse when the event fits today's types (as `envelope::decode` does); the
         // version alone is read again only to say why one does not.
