@@ -20,7 +20,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use crate::client_cli_dev::Dev;
-use crate::e2b_facade::{ok, raised, tenant_key};
+use crate::e2b_facade::{flow_report, ok, raised, tenant_key};
 
 /// The pinned SDK versions scripts/test installs.
 const CI_VERSION: &str = "2.11.5";
@@ -74,14 +74,7 @@ async fn phase(python: &str, dev: &Dev, key: &str, phase: &str, tag: &str) -> Va
         .output()
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "e2b_ci_client.py ({phase}) failed:\n{stderr}\n{stdout}\n{}",
-        std::fs::read_to_string(dev.dir.path().join("dev.log")).unwrap_or_default()
-    );
-    let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    let r = flow_report(dev, &format!("e2b_ci_client.py ({phase})"), &out);
     eprintln!("{phase}: {r}");
     r
 }
