@@ -499,7 +499,7 @@ fn parse_status(s: Option<&str>) -> differently_core::SandboxStatus {
 /// and prints them its own way (`1e-7` comes back `0.0000001`), so such a record must be
 /// checked before its commit, which only the locking path does. Integers come back as
 /// written.
-fn has_fraction(v: &Value) -> bool {
+pub(crate) fn has_fraction(v: &Value) -> bool {
     match v {
         Value::Number(n) => !(n.is_i64() || n.is_u64()),
         Value::Array(a) => a.iter().any(has_fraction),

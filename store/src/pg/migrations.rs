@@ -75,6 +75,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0017_usage_trigger_once",
         include_str!("../../../migrations/0017_usage_trigger_once.sql"),
     ),
+    (
+        "0018_status_change_in_one_statement",
+        include_str!("../../../migrations/0018_status_change_in_one_statement.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

@@ -31,6 +31,7 @@ mod secrets;
 mod tenancy;
 mod transition;
 pub(crate) mod transition_lane;
+pub(crate) mod transition_swap;
 mod usage;
 pub(crate) mod usage_counters;
 pub(crate) mod warm;
@@ -67,6 +68,8 @@ pub struct PgStore {
     audit_heads: Arc<audit_standalone::HeadCache>,
     /// One-row status changes waiting to be committed together (`transition_lane`).
     transitions: Arc<transition_lane::TransitionLane>,
+    /// What lone status changes did (`transition_swap`).
+    swap_stats: Arc<transition_swap::SwapStats>,
     /// Admissions waiting to be committed together, per organization (`admission_lanes`).
     admissions: Arc<admission_lanes::AdmissionLanes>,
 }
@@ -98,12 +101,30 @@ impl PgStore {
             standby: Arc::default(),
             audit_heads: Arc::default(),
             transitions: Arc::default(),
+            swap_stats: Arc::default(),
             admissions: Arc::default(),
         })
     }
 
     pub(crate) fn transitions(&self) -> &Arc<transition_lane::TransitionLane> {
         &self.transitions
+    }
+
+    pub(crate) fn swap_stats(&self) -> &transition_swap::SwapStats {
+        &self.swap_stats
+    }
+
+    /// What this process's lone status changes did since start, as (decided in one
+    /// statement, calls that missed a moved row or head, handed to the locking lane): the
+    /// harness and tests read it to tell the two paths apart.
+    pub fn status_swaps(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.swap_stats;
+        (
+            s.done.load(Relaxed),
+            s.misses.load(Relaxed),
+            s.laned.load(Relaxed),
+        )
     }
 
     pub(crate) fn admissions(&self) -> &Arc<admission_lanes::AdmissionLanes> {

@@ -11,6 +11,9 @@
 //! one commit. A change its rules refuse fails alone; a group whose transaction fails is
 //! retried change by change. The batching itself is `group_commit` (one lane per process).
 //!
+//! A batch of one has nothing to share a transaction with: it is decided in one statement
+//! instead when it can be (`transition_swap`), and here only when that declines.
+//!
 //! Changes to `queued` keep their own transaction (they also move `next_attempt_at`).
 
 use chrono::{DateTime, Utc};
@@ -21,6 +24,7 @@ use crate::pg::audit as pg_audit;
 use crate::pg::audit_records::sandbox_event;
 use crate::pg::group_commit::Lanes;
 use crate::pg::locks::lock_sandboxes;
+use crate::pg::transition_swap;
 use crate::pg::usage_counters;
 use crate::pg::writes::update_sandboxes;
 use crate::pg::PgStore;
@@ -78,6 +82,16 @@ pub(crate) async fn submit(
 /// change by change.
 async fn run(store: &PgStore, group: Vec<Pending>) {
     metrics::histogram!("differently_transition_group_size").record(group.len() as f64);
+    if let [p] = group.as_slice() {
+        let swapped =
+            transition_swap::change(store, &p.id, &p.change, p.now, p.request_id.as_deref()).await;
+        if let Some(outcome) = swapped {
+            if let Some(p) = group.into_iter().next() {
+                let _ = p.reply.send(outcome);
+            }
+            return;
+        }
+    }
     let outcomes = match decide(store, &group).await {
         Ok(outcomes) => outcomes,
         Err(e) if group.len() == 1 => vec![Err(e)],

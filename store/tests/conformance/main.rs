@@ -14,6 +14,7 @@ use differently_store::Store;
 
 mod cases;
 mod postgres_only;
+mod status_swap;
 mod usage_counters;
 
 /// The store under test and how to open another handle on the same data.

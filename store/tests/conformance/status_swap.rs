@@ -1,0 +1,164 @@
+//! Lone status changes decided in one statement (`transition_swap`, migration 0018) next to
+//! the group-commit lane, and both racing across processes on one org's chains.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use differently_core::SandboxStatus::{self, Provisioning, Running, Terminated, Terminating};
+use differently_store::audit::AuditStore;
+use differently_store::postgres::PgStore;
+use differently_store::testing::TestDb;
+use differently_store::{
+    Actor, Quota, SandboxReadStore, StoreError, Transition, TransitionStore, UsageStore,
+};
+
+use crate::cases::{activated, admit, pool, tenant};
+
+fn tr(id: &differently_core::SandboxId, from: &[SandboxStatus], to: SandboxStatus) -> Transition {
+    Transition {
+        id: id.clone(),
+        from: from.to_vec(),
+        to,
+        reason: None,
+        actor: Actor::System("test"),
+    }
+}
+
+/// Changes submitted together share one lane transaction; a change alone is one statement.
+/// A single-threaded runtime makes the grouping certain: the lane's task first runs after
+/// every change of the batch has been submitted.
+#[tokio::test(flavor = "current_thread")]
+async fn changes_submitted_together_group_and_a_lone_one_swaps() {
+    let db = TestDb::new().await;
+    let s = db.store();
+    let (org, prj) = tenant(&s).await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        let a = admit(&s, &org, &prj).await;
+        activated(&s, &a.id, &pool("p", None), &Quota::default()).await;
+        ids.push(a.id);
+    }
+    let before = s.status_swaps();
+    let refs: Vec<String> = (0..ids.len()).map(|i| format!("ref-{i}")).collect();
+    let running = futures::future::join_all(
+        ids.iter()
+            .zip(&refs)
+            .map(|(id, r)| s.mark_running(id, r, Utc::now())),
+    )
+    .await;
+    for r in running {
+        assert_eq!(r.unwrap().status, Running);
+    }
+    assert_eq!(s.status_swaps(), before, "the 20 changes went as one group");
+
+    let one = s
+        .transition(tr(&ids[0], &[Running], Terminating), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(one.status, Terminating);
+    let (done, misses, laned) = s.status_swaps();
+    assert_eq!((done, misses, laned), (before.0 + 1, before.1, before.2));
+    // A refusal is decided the same way, and writes nothing.
+    let refused = s
+        .transition(tr(&ids[0], &[Running], Terminating), Utc::now())
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::StatusConflict {
+                current: Terminating
+            })
+        ),
+        "{refused:?}"
+    );
+    let missing = s
+        .transition(
+            tr(&differently_core::SandboxId::new(), &[Running], Terminating),
+            Utc::now(),
+        )
+        .await;
+    assert!(matches!(missing, Err(StoreError::NotFound)), "{missing:?}");
+    let report = s.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+}
+
+/// Two processes (an API and a worker) change the same rows at once: the worker marks each
+/// running while the API deletes it, then the worker ends it. Whatever interleaves, each
+/// change applies once or is refused on the row as it was, every record is chained once,
+/// and the counters match the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_racing_across_processes_apply_once_and_the_chains_verify() {
+    let db = TestDb::new().await;
+    let api = Arc::new(db.store());
+    let worker = Arc::new(PgStore::connect(db.url(), 4).await.unwrap());
+    let (org, prj) = tenant(api.as_ref()).await;
+    let mut ids = Vec::new();
+    for _ in 0..24 {
+        let a = admit(api.as_ref(), &org, &prj).await;
+        activated(api.as_ref(), &a.id, &pool("p", None), &Quota::default()).await;
+        ids.push(a.id);
+    }
+    let mut tasks = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let (api, worker, id) = (api.clone(), worker.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            let run = {
+                let (worker, id) = (worker.clone(), id.clone());
+                tokio::spawn(async move {
+                    worker
+                        .mark_running(&id, &format!("ref-{i}"), Utc::now())
+                        .await
+                })
+            };
+            let delete = api
+                .transition(tr(&id, &[Provisioning, Running], Terminating), Utc::now())
+                .await;
+            let run = run.await.unwrap();
+            let end = worker
+                .transition(tr(&id, &[Terminating], Terminated), Utc::now())
+                .await;
+            (run, delete, end)
+        }));
+    }
+    let mut running_records = 0;
+    for t in tasks {
+        let (run, delete, end) = t.await.unwrap();
+        match run {
+            Ok(x) => {
+                assert_eq!(x.status, Running);
+                running_records += 1;
+            }
+            Err(StoreError::StatusConflict { current }) => assert_eq!(current, Terminating),
+            Err(e) => panic!("mark_running: {e:?}"),
+        }
+        assert_eq!(delete.unwrap().status, Terminating);
+        assert_eq!(end.unwrap().status, Terminated);
+    }
+    for id in &ids {
+        let row = api.get_sandbox(id).await.unwrap().unwrap();
+        assert_eq!(row.status, Terminated);
+    }
+    let actions: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM audit_events WHERE org_id = $1 AND action <> 'sandbox.admit'",
+    )
+    .bind(org.as_str())
+    .fetch_all(api.pool())
+    .await
+    .unwrap();
+    let count = |a: &str| actions.iter().filter(|x| x.as_str() == a).count();
+    assert_eq!(count("sandbox.running"), running_records);
+    assert_eq!(count("sandbox.terminating"), ids.len());
+    assert_eq!(count("sandbox.terminated"), ids.len());
+    let report = api.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(
+        api.reconcile_usage().await.unwrap(),
+        vec![],
+        "counters drifted"
+    );
+    eprintln!(
+        "swaps (done, misses, laned): api {:?}, worker {:?}",
+        api.status_swaps(),
+        worker.status_swaps()
+    );
+}
