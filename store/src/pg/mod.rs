@@ -70,6 +70,8 @@ pub struct PgStore {
     transitions: Arc<transition_lane::TransitionLane>,
     /// What lone status changes did (`transition_swap`).
     swap_stats: Arc<transition_swap::SwapStats>,
+    /// Rows read right before this process changes them (`transition_swap`).
+    row_memo: Arc<transition_swap::RowMemo>,
     /// Admissions waiting to be committed together, per organization (`admission_lanes`).
     admissions: Arc<admission_lanes::AdmissionLanes>,
 }
@@ -102,6 +104,7 @@ impl PgStore {
             audit_heads: Arc::default(),
             transitions: Arc::default(),
             swap_stats: Arc::default(),
+            row_memo: Arc::default(),
             admissions: Arc::default(),
         })
     }
@@ -112,6 +115,10 @@ impl PgStore {
 
     pub(crate) fn swap_stats(&self) -> &transition_swap::SwapStats {
         &self.swap_stats
+    }
+
+    pub(crate) fn row_memo(&self) -> &transition_swap::RowMemo {
+        &self.row_memo
     }
 
     /// What this process's lone status changes did since start, as (decided in one

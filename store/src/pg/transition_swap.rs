@@ -14,7 +14,10 @@
 //! the record in the same transaction as the change (the statement's), counters moved by the
 //! same trigger at its commit.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use differently_core::{Sandbox, SandboxId};
@@ -46,12 +49,69 @@ pub(crate) struct SwapStats {
 }
 
 /// A row as read, with the chain head its next record goes onto.
-struct Seen {
+pub(crate) struct Seen {
     row: Sandbox,
     /// The row version's `xmin`, as text.
     xmin: String,
     /// `(chain_seq, hash)`; `None`: the chain has no head row yet.
     head: Option<(i64, String)>,
+    /// Read by this change (or found by its call), not remembered from before it: only a
+    /// refusal decided on such a row is an answer.
+    fresh: bool,
+}
+
+impl Seen {
+    /// The row as read.
+    pub(crate) fn row(&self) -> &Sandbox {
+        &self.row
+    }
+}
+
+/// Rows this process read, with their version and chain head, right before it changes them
+/// (a worker's create claim reads the row it then marks running), so that change needs no
+/// read of its own. The change takes its row out; an entry is only a first guess, which the
+/// call's guards check like any other.
+#[derive(Default)]
+pub(crate) struct RowMemo {
+    rows: Mutex<HashMap<SandboxId, (Instant, Seen)>>,
+}
+
+/// How long a remembered row is worth a first try: a create that took longer has likely
+/// seen its row or head move.
+const MEMO_FOR: Duration = Duration::from_secs(60);
+
+/// Rows the memo may hold before it starts over (a row claimed and never changed by this
+/// process stays until then).
+const MEMO_LIMIT: usize = 4096;
+
+impl std::fmt::Debug for RowMemo {
+    // The rows hold sandboxes' env values: only their number is shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowMemo")
+            .field("rows", &self.lock().len())
+            .finish()
+    }
+}
+
+impl RowMemo {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, (Instant, Seen)>> {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers `seen` for the row's next change in this process.
+    pub(crate) fn remember(&self, seen: Seen) {
+        let mut rows = self.lock();
+        if rows.len() >= MEMO_LIMIT {
+            rows.clear();
+        }
+        rows.insert(seen.row.id.clone(), (Instant::now(), seen));
+    }
+
+    /// The row remembered for `id`, if it is recent; forgotten either way.
+    fn take(&self, id: &SandboxId) -> Option<Seen> {
+        let (at, seen) = self.lock().remove(id)?;
+        (at.elapsed() < MEMO_FOR).then_some(seen)
+    }
 }
 
 /// What one call did.
@@ -105,10 +165,14 @@ async fn attempt(
     now: DateTime<Utc>,
     request_id: Option<&str>,
 ) -> Result<Option<Result<Sandbox, StoreError>>, StoreError> {
-    match read(store, id).await? {
-        Some(seen) => settle(store, seen, change, now, request_id).await,
-        None => Ok(Some(Err(StoreError::NotFound))),
-    }
+    let seen = match store.row_memo().take(id) {
+        Some(seen) => seen,
+        None => match read(store, id).await? {
+            Some(seen) => seen,
+            None => return Ok(Some(Err(StoreError::NotFound))),
+        },
+    };
+    settle(store, seen, change, now, request_id).await
 }
 
 /// Decides `change` on `seen` and sends it, deciding again on what a miss found, up to
@@ -120,7 +184,8 @@ async fn settle(
     now: DateTime<Utc>,
     request_id: Option<&str>,
 ) -> Result<Option<Result<Sandbox, StoreError>>, StoreError> {
-    for _ in 0..TRIES {
+    let mut calls = 0;
+    while calls < TRIES {
         let Some(head) = seen.head.clone() else {
             return Ok(None);
         };
@@ -133,7 +198,16 @@ async fn settle(
         };
         let entry = match entry {
             Ok(entry) => entry,
-            Err(e) => return Ok(Some(Err(e))),
+            Err(e) if seen.fresh => return Ok(Some(Err(e))),
+            // A remembered row may be out of date: the refusal is decided again on the row
+            // as it is.
+            Err(_) => match read(store, &seen.row.id).await? {
+                Some(now_seen) => {
+                    seen = now_seen;
+                    continue;
+                }
+                None => return Ok(Some(Err(StoreError::NotFound))),
+            },
         };
         let event = sandbox_event(&next, entry);
         if has_fraction(&event.detail) {
@@ -148,6 +222,7 @@ async fn settle(
             now,
             request_id.map(str::to_owned),
         );
+        calls += 1;
         match swap(store, &seen.xmin, head.0, &next, &rec).await? {
             Swapped::Done { seq } => {
                 rec.seq = seq;
@@ -186,13 +261,22 @@ async fn read(store: &PgStore, id: &SandboxId) -> Result<Option<Seen>, StoreErro
 }
 
 /// A [`Seen`] from a row with `doc`, `env_sealed`, `xmin`, `chain_seq` and `hash`.
-fn seen_of(row: &sqlx::postgres::PgRow) -> Result<Seen, StoreError> {
+pub(crate) fn seen_of(row: &sqlx::postgres::PgRow) -> Result<Seen, StoreError> {
     let seq: Option<i64> = row.try_get("chain_seq")?;
     let hash: Option<String> = row.try_get("hash")?;
     Ok(Seen {
         row: sandbox_of(row)?,
         xmin: row.try_get("xmin")?,
         head: seq.zip(hash),
+        fresh: true,
+    })
+}
+
+/// [`seen_of`] for a row read ahead of its change, to [`RowMemo::remember`].
+pub(crate) fn remembered_of(row: &sqlx::postgres::PgRow) -> Result<Seen, StoreError> {
+    Ok(Seen {
+        fresh: false,
+        ..seen_of(row)?
     })
 }
 
@@ -431,6 +515,90 @@ mod tests {
         assert_eq!(store.audit_tail(100).await.unwrap().len(), records);
         let stored = store.get_sandbox(&sbx.id).await.unwrap().unwrap();
         assert_eq!(stored.status, SandboxStatus::Terminating);
+    }
+
+    /// Claims `sbx`'s create the way a worker does, which remembers the row it read.
+    async fn claimed(store: &PgStore, sbx: &Sandbox) {
+        use crate::work_claims::{ClaimOutcome, WorkClaimStore};
+        let (_, outcome) = store
+            .claim_create_reading(
+                &sbx.id,
+                "p",
+                "w1",
+                Utc::now(),
+                std::time::Duration::from_secs(30),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(outcome, ClaimOutcome::Taken(1)), "{outcome:?}");
+        assert_eq!(store.row_memo().lock().len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_row_a_claim_read_is_the_next_change_s_first_try() {
+        let db = TestDb::new().await;
+        let (store, _other, sbx) = provisioning(&db).await;
+        claimed(&store, &sbx).await;
+        let running = store
+            .mark_running(&sbx.id, "ref-1", Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(running.status, SandboxStatus::Running);
+        assert_eq!(store.status_swaps(), (1, 0, 0), "done at the first call");
+        assert_eq!(store.row_memo().lock().len(), 0, "taken by the change");
+        let report = store.verify_audit().await.unwrap();
+        assert!(report.ok, "{report:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_remembered_row_that_changed_since_is_decided_on_the_row_as_it_is() {
+        let db = TestDb::new().await;
+        let (store, other, sbx) = provisioning(&db).await;
+        // Changed by a renewal since the claim's read: the guard misses once, and the
+        // renewal stays.
+        claimed(&store, &sbx).await;
+        let ttl = sbx.spec.ttl_seconds + 600;
+        other.renew_ttl(&sbx.id, ttl, Utc::now()).await.unwrap();
+        store
+            .mark_running(&sbx.id, "ref-1", Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(store.status_swaps(), (1, 1, 0));
+        let stored = store.get_sandbox(&sbx.id).await.unwrap().unwrap();
+        assert_eq!(stored.spec.ttl_seconds, ttl);
+
+        // A remembered row the change's rules refuse (provisioning, for a change from
+        // running) is not the answer: the row as it is (running) is read and decides.
+        let (store2, _, sbx2) = provisioning(&db).await;
+        claimed(&store2, &sbx2).await;
+        // The same handle as `store` (clones share their stats).
+        let (done, misses, laned) = store2.status_swaps();
+        other
+            .mark_running(&sbx2.id, "ref-2", Utc::now())
+            .await
+            .unwrap();
+        let ended = store2
+            .transition(
+                Transition {
+                    id: sbx2.id.clone(),
+                    from: vec![SandboxStatus::Running],
+                    to: SandboxStatus::Terminating,
+                    reason: None,
+                    actor: Actor::System("test"),
+                },
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ended.status, SandboxStatus::Terminating);
+        assert_eq!(
+            store2.status_swaps(),
+            (done + 1, misses, laned),
+            "decided on the read row, at the first call"
+        );
+        let report = store.verify_audit().await.unwrap();
+        assert!(report.ok, "{report:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

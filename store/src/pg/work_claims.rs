@@ -9,6 +9,7 @@ use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use sqlx::Row;
 
 use crate::pg::rows::{sandbox_of, sweep_rows_of};
+use crate::pg::transition_swap::remembered_of;
 use crate::pg::PgStore;
 use crate::work_claims::{held_until, ClaimKey, ClaimOutcome, WorkClaimStore};
 use crate::StoreError;
@@ -95,16 +96,21 @@ impl WorkClaimStore for PgStore {
         now: DateTime<Utc>,
         hold: Duration,
     ) -> Result<Option<(Sandbox, ClaimOutcome)>, StoreError> {
+        // The row's version (`xmin`) and its chain's head come along for the change the
+        // claim's holder makes next, `mark_running`, so it needs no read of its own
+        // (`transition_swap::RowMemo`).
         let row = sqlx::query(concat!(
-            "WITH r AS (SELECT id, doc, env_sealed, status, pool, status_version
+            "WITH r AS (SELECT id, org_id, doc, env_sealed, status, pool, status_version,
+                               xmin::text AS xmin
                         FROM sandboxes WHERE id = $1),
              s AS (SELECT id, status_version FROM r WHERE status = $5 AND pool = $6),
              c AS (",
             claim_from_s!(),
             " RETURNING tries)
-             SELECT r.id, r.doc, r.env_sealed, EXISTS (SELECT 1 FROM s) AS current,
-                    (SELECT tries FROM c) AS tries
-             FROM r"
+             SELECT r.id, r.doc, r.env_sealed, r.xmin, h.chain_seq, h.hash,
+                    EXISTS (SELECT 1 FROM s) AS current, (SELECT tries FROM c) AS tries
+             FROM r LEFT JOIN audit_heads h
+                 ON h.chain = differently_sandbox_chain(r.org_id, r.id)"
         ))
         .bind(id.as_str())
         .bind(owner)
@@ -117,7 +123,14 @@ impl WorkClaimStore for PgStore {
         let Some(row) = row else {
             return Ok(None);
         };
-        Ok(Some((sandbox_of(&row)?, outcome_of(&row)?)))
+        let outcome = outcome_of(&row)?;
+        if let ClaimOutcome::Taken(_) = outcome {
+            let seen = remembered_of(&row)?;
+            let sandbox = seen.row().clone();
+            self.row_memo().remember(seen);
+            return Ok(Some((sandbox, outcome)));
+        }
+        Ok(Some((sandbox_of(&row)?, outcome)))
     }
 
     async fn renew_work_claim(
