@@ -136,9 +136,8 @@ pub async fn explain_hot_queries(pool: &PgPool) -> Result<Vec<Explained>, LoadEr
              WHERE s.pool = (SELECT pool FROM sandboxes WHERE pool IS NOT NULL
                              GROUP BY pool ORDER BY count(*) DESC LIMIT 1)
                AND s.status = ANY('{running,paused,stopped}') AND s.updated_at < now()
-               AND NOT EXISTS (SELECT 1 FROM unnest((SELECT array_agg(id) FROM sandboxes
-                                                      WHERE status = 'running')) AS l(id)
-                               WHERE l.id = s.id)
+               AND s.id NOT IN (SELECT l.id FROM unnest((SELECT array_agg(id) FROM sandboxes
+                                                          WHERE status = 'running')) AS l(id))
              ORDER BY s.id LIMIT 100".to_owned(),
         ),
     ];
