@@ -55,6 +55,19 @@ const IDLE_IN_TRANSACTION_TIMEOUT_MS: &str = "5000";
 
 impl crate::Store for PgStore {}
 
+/// Counts of a process's lone status changes since start ([`PgStore::status_swaps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatusSwaps {
+    /// Decided and written in one statement (refusals included).
+    pub done: u64,
+    /// Calls that found the row or its chain's head moved and wrote nothing.
+    pub misses: u64,
+    /// Handed back to the group-commit lane.
+    pub laned: u64,
+    /// Rows read for a change because none was remembered from a claim.
+    pub reads: u64,
+}
+
 /// `Store` on PostgreSQL. Cheap to clone (the pool is shared).
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -121,17 +134,17 @@ impl PgStore {
         &self.row_memo
     }
 
-    /// What this process's lone status changes did since start, as (decided in one
-    /// statement, calls that missed a moved row or head, handed to the locking lane): the
-    /// harness and tests read it to tell the two paths apart.
-    pub fn status_swaps(&self) -> (u64, u64, u64) {
+    /// What this process's lone status changes did since start (`transition_swap`): the
+    /// harness and tests read it to tell the one-statement path from the lane.
+    pub fn status_swaps(&self) -> StatusSwaps {
         use std::sync::atomic::Ordering::Relaxed;
         let s = &self.swap_stats;
-        (
-            s.done.load(Relaxed),
-            s.misses.load(Relaxed),
-            s.laned.load(Relaxed),
-        )
+        StatusSwaps {
+            done: s.done.load(Relaxed),
+            misses: s.misses.load(Relaxed),
+            laned: s.laned.load(Relaxed),
+            reads: s.reads.load(Relaxed),
+        }
     }
 
     pub(crate) fn admissions(&self) -> &Arc<admission_lanes::AdmissionLanes> {

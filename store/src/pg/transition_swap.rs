@@ -46,6 +46,8 @@ pub(crate) struct SwapStats {
     pub(crate) misses: AtomicU64,
     /// Handed back to the lane.
     pub(crate) laned: AtomicU64,
+    /// Rows read because none was remembered.
+    pub(crate) reads: AtomicU64,
 }
 
 /// A row as read, with the chain head its next record goes onto.
@@ -248,6 +250,7 @@ async fn settle(
 
 /// The row, its version and its chain's head, in one unlocked read; `None`: no such row.
 async fn read(store: &PgStore, id: &SandboxId) -> Result<Option<Seen>, StoreError> {
+    store.swap_stats().reads.fetch_add(1, Ordering::Relaxed);
     let row = sqlx::query(
         "SELECT s.doc, s.env_sealed, s.xmin::text AS xmin, h.chain_seq, h.hash
          FROM sandboxes s
@@ -434,7 +437,7 @@ mod tests {
             backend_ref: "ref-1".into(),
         };
         let running = settled(&store, seen, &change).await.unwrap();
-        assert_eq!(store.status_swaps().1, 1, "one miss");
+        assert_eq!(store.status_swaps().misses, 1, "one miss");
         let stored = store.get_sandbox(&sbx.id).await.unwrap().unwrap();
         assert_eq!(stored, running);
         assert_eq!(stored.status, SandboxStatus::Running);
@@ -466,7 +469,7 @@ mod tests {
             backend_ref: "ref-1".into(),
         };
         settled(&store, seen, &change).await.unwrap();
-        assert_eq!(store.status_swaps().1, 1, "one miss");
+        assert_eq!(store.status_swaps().misses, 1, "one miss");
         let (action, seq, prev): (String, i64, String) = sqlx::query_as(
             "SELECT action, chain_seq, prev_hash FROM audit_events WHERE chain = $1
              ORDER BY chain_seq DESC LIMIT 1",
@@ -545,7 +548,9 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(running.status, SandboxStatus::Running);
-        assert_eq!(store.status_swaps(), (1, 0, 0), "done at the first call");
+        let swaps = store.status_swaps();
+        assert_eq!((swaps.done, swaps.misses, swaps.laned), (1, 0, 0));
+        assert_eq!(swaps.reads, 0, "decided on the claim's read");
         assert_eq!(store.row_memo().lock().len(), 0, "taken by the change");
         let report = store.verify_audit().await.unwrap();
         assert!(report.ok, "{report:?}");
@@ -564,7 +569,11 @@ mod tests {
             .mark_running(&sbx.id, "ref-1", Utc::now())
             .await
             .unwrap();
-        assert_eq!(store.status_swaps(), (1, 1, 0));
+        let swaps = store.status_swaps();
+        assert_eq!(
+            (swaps.done, swaps.misses, swaps.laned, swaps.reads),
+            (1, 1, 0, 0)
+        );
         let stored = store.get_sandbox(&sbx.id).await.unwrap().unwrap();
         assert_eq!(stored.spec.ttl_seconds, ttl);
 
@@ -573,7 +582,7 @@ mod tests {
         let (store2, _, sbx2) = provisioning(&db).await;
         claimed(&store2, &sbx2).await;
         // The same handle as `store` (clones share their stats).
-        let (done, misses, laned) = store2.status_swaps();
+        let before = store2.status_swaps();
         other
             .mark_running(&sbx2.id, "ref-2", Utc::now())
             .await
@@ -592,10 +601,76 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(ended.status, SandboxStatus::Terminating);
+        let after = store2.status_swaps();
         assert_eq!(
-            store2.status_swaps(),
-            (done + 1, misses, laned),
-            "decided on the read row, at the first call"
+            (after.done, after.misses, after.laned, after.reads),
+            (
+                before.done + 1,
+                before.misses,
+                before.laned,
+                before.reads + 1
+            ),
+            "decided on the row read anew, at the first call"
+        );
+        let report = store.verify_audit().await.unwrap();
+        assert!(report.ok, "{report:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_claim_s_row_is_the_end_s_first_try() {
+        use crate::work_claims::{ClaimKey, ClaimOutcome, WorkClaimStore};
+        let db = TestDb::new().await;
+        let (store, other, sbx) = provisioning(&db).await;
+        other
+            .mark_running(&sbx.id, "ref-1", Utc::now())
+            .await
+            .unwrap();
+        let ending = other
+            .transition(
+                Transition {
+                    id: sbx.id.clone(),
+                    from: vec![SandboxStatus::Running],
+                    to: SandboxStatus::Terminating,
+                    reason: None,
+                    actor: Actor::System("test"),
+                },
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+        let hold = std::time::Duration::from_secs(30);
+        let taken = store
+            .claim_current_work(&ClaimKey::of(&ending), "w1", Utc::now(), hold)
+            .await
+            .unwrap();
+        assert!(matches!(taken, ClaimOutcome::Taken(1)), "{taken:?}");
+        // A claim refused takes nothing to remember.
+        let held = store
+            .claim_current_work(&ClaimKey::of(&ending), "w2", Utc::now(), hold)
+            .await
+            .unwrap();
+        assert!(matches!(held, ClaimOutcome::Held), "{held:?}");
+        assert_eq!(store.row_memo().lock().len(), 1);
+        let before = store.status_swaps();
+        let ended = store
+            .transition(
+                Transition {
+                    id: sbx.id.clone(),
+                    from: vec![SandboxStatus::Terminating],
+                    to: SandboxStatus::Terminated,
+                    reason: None,
+                    actor: Actor::System("test"),
+                },
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ended.status, SandboxStatus::Terminated);
+        let after = store.status_swaps();
+        assert_eq!(
+            (after.done, after.misses, after.reads),
+            (before.done + 1, before.misses, before.reads),
+            "one call, no read"
         );
         let report = store.verify_audit().await.unwrap();
         assert!(report.ok, "{report:?}");

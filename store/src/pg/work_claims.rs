@@ -69,14 +69,22 @@ impl WorkClaimStore for PgStore {
         hold: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         // `s` is read in the statement's snapshot: a row at the version then can only move
-        // on later, which the claim, held from now on, makes the holder's to do.
+        // on later, which the claim, held from now on, makes the holder's to do. The row, its
+        // version (`xmin`) and its chain's head come along for the status change the holder
+        // makes when the call is done (a delete's `terminated`), so that change needs no read
+        // of its own (`transition_swap::RowMemo`).
         let row = sqlx::query(concat!(
-            "WITH s AS (SELECT id, status_version FROM sandboxes
-                        WHERE id = $1 AND status_version = $5),
+            "WITH r AS (SELECT id, org_id, doc, env_sealed, status_version, xmin::text AS xmin
+                        FROM sandboxes WHERE id = $1),
+             s AS (SELECT id, status_version FROM r WHERE status_version = $5),
              c AS (",
             claim_from_s!(),
             " RETURNING tries)
-             SELECT EXISTS (SELECT 1 FROM s) AS current, (SELECT tries FROM c) AS tries"
+             SELECT EXISTS (SELECT 1 FROM s) AS current, (SELECT tries FROM c) AS tries,
+                    r.doc, r.env_sealed, r.xmin, h.chain_seq, h.hash
+             FROM (SELECT 1) AS one
+             LEFT JOIN r ON true
+             LEFT JOIN audit_heads h ON h.chain = differently_sandbox_chain(r.org_id, r.id)"
         ))
         .bind(activation.sandbox.as_str())
         .bind(owner)
@@ -85,7 +93,15 @@ impl WorkClaimStore for PgStore {
         .bind(activation.status_version)
         .fetch_one(self.pool())
         .await?;
-        outcome_of(&row)
+        let outcome = outcome_of(&row)?;
+        if let ClaimOutcome::Taken(_) = outcome {
+            // Only a head start: a row that does not decode is read again by the change,
+            // which reports it.
+            if let Ok(seen) = remembered_of(&row) {
+                self.row_memo().remember(seen);
+            }
+        }
+        Ok(outcome)
     }
 
     async fn claim_create_reading(

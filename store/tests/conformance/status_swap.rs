@@ -56,8 +56,16 @@ async fn changes_submitted_together_group_and_a_lone_one_swaps() {
         .await
         .unwrap();
     assert_eq!(one.status, Terminating);
-    let (done, misses, laned) = s.status_swaps();
-    assert_eq!((done, misses, laned), (before.0 + 1, before.1, before.2));
+    let after = s.status_swaps();
+    assert_eq!(
+        (after.done, after.misses, after.laned, after.reads),
+        (
+            before.done + 1,
+            before.misses,
+            before.laned,
+            before.reads + 1
+        )
+    );
     // A refusal is decided the same way, and writes nothing.
     let refused = s
         .transition(tr(&ids[0], &[Running], Terminating), Utc::now())
