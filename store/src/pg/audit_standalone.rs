@@ -438,7 +438,7 @@ async fn swap_in(
     prev_seq: i64,
     guard: Option<&RowGuard>,
 ) -> Result<Swap, StoreError> {
-    let row = sqlx::query(
+    let query = sqlx::query(
         "WITH g AS (
              SELECT s.status, s.status = $16 AND s.status_version = $17 AS holds
              FROM sandboxes s WHERE $15::text IS NOT NULL AND s.id = $15),
@@ -455,27 +455,15 @@ async fn swap_in(
          SELECT (SELECT seq FROM ins) AS seq, cur.chain_seq, cur.hash,
                 (SELECT holds FROM g) AS holds, (SELECT status FROM g) AS status
          FROM (SELECT 1) AS one LEFT JOIN audit_heads cur ON cur.chain = $1",
-    )
-    .bind(&rec.chain)
-    .bind(rec.chain_seq)
-    .bind(&rec.org_id)
-    .bind(&rec.project_id)
-    .bind(&rec.actor)
-    .bind(&rec.action)
-    .bind(&rec.resource)
-    .bind(&rec.outcome)
-    .bind(&rec.request_id)
-    .bind(rec.at)
-    .bind(&rec.detail)
-    .bind(&rec.prev_hash)
-    .bind(&rec.hash)
-    .bind(prev_seq)
-    .bind(guard.map(|g| g.sandbox.as_str()))
-    .bind(guard.map(|g| g.status.as_str()))
-    .bind(guard.map(|g| g.status_version))
-    .bind(&rec.key_id)
-    .fetch_one(db)
-    .await?;
+    );
+    let row = bind_chained(query, rec)
+        .bind(prev_seq)
+        .bind(guard.map(|g| g.sandbox.as_str()))
+        .bind(guard.map(|g| g.status.as_str()))
+        .bind(guard.map(|g| g.status_version))
+        .bind(&rec.key_id)
+        .fetch_one(db)
+        .await?;
     if let Some(seq) = row.try_get::<Option<i64>, _>("seq")? {
         return Ok(Swap::Done(seq));
     }
@@ -486,6 +474,27 @@ async fn swap_in(
     let seq: Option<i64> = row.try_get("chain_seq")?;
     let hash: Option<String> = row.try_get("hash")?;
     Ok(Swap::Moved(seq.zip(hash)))
+}
+
+/// Binds `rec`'s chained fields, `chain` to `hash` in the order of `audit_events`' columns
+/// (13 parameters; `key_id` is bound where each statement takes it).
+pub(crate) fn bind_chained<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    rec: &'q AuditEvent,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    q.bind(&rec.chain)
+        .bind(rec.chain_seq)
+        .bind(&rec.org_id)
+        .bind(&rec.project_id)
+        .bind(&rec.actor)
+        .bind(&rec.action)
+        .bind(&rec.resource)
+        .bind(&rec.outcome)
+        .bind(&rec.request_id)
+        .bind(rec.at)
+        .bind(&rec.detail)
+        .bind(&rec.prev_hash)
+        .bind(&rec.hash)
 }
 
 /// A stored status; `Failed` stands in for a row that is gone (or a status this version

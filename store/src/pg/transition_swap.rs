@@ -25,7 +25,7 @@ use sqlx::Row;
 
 use crate::audit::{self, chain_of, AuditEvent};
 use crate::pg::audit_records::sandbox_event;
-use crate::pg::audit_standalone::has_fraction;
+use crate::pg::audit_standalone::{bind_chained, has_fraction};
 use crate::pg::env_at_rest;
 use crate::pg::rows::{sandbox_of, to_i32, to_i64};
 use crate::pg::transition_lane::Change;
@@ -293,7 +293,7 @@ async fn swap(
     rec: &AuditEvent,
 ) -> Result<Swapped, StoreError> {
     let (doc, env_sealed) = env_at_rest::stored(next)?;
-    let row = sqlx::query(
+    let query = sqlx::query(
         "SELECT o_outcome AS outcome, o_seq AS seq, o_xmin AS xmin, o_doc AS doc,
                 o_env_sealed AS env_sealed, o_head_seq AS chain_seq, o_head_hash AS hash
          FROM differently_change_sandbox($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
@@ -315,23 +315,11 @@ async fn swap(
     .bind(next.expires_at)
     .bind(next.updated_at)
     .bind(doc)
-    .bind(env_sealed)
-    .bind(&rec.chain)
-    .bind(rec.chain_seq)
-    .bind(&rec.org_id)
-    .bind(&rec.project_id)
-    .bind(&rec.actor)
-    .bind(&rec.action)
-    .bind(&rec.resource)
-    .bind(&rec.outcome)
-    .bind(&rec.request_id)
-    .bind(rec.at)
-    .bind(&rec.detail)
-    .bind(&rec.prev_hash)
-    .bind(&rec.hash)
-    .bind(&rec.key_id)
-    .fetch_one(store.pool())
-    .await?;
+    .bind(env_sealed);
+    let row = bind_chained(query, rec)
+        .bind(&rec.key_id)
+        .fetch_one(store.pool())
+        .await?;
     let outcome: String = row.try_get("outcome")?;
     match outcome.as_str() {
         "done" => Ok(Swapped::Done {
@@ -407,14 +395,14 @@ mod tests {
         (store, other, sbx)
     }
 
-    fn to(id: &SandboxId, from: SandboxStatus, to: SandboxStatus) -> Change {
-        Change::To(Transition {
+    fn tr(id: &SandboxId, from: SandboxStatus, to: SandboxStatus) -> Transition {
+        Transition {
             id: id.clone(),
             from: vec![from],
             to,
             reason: Some("test".into()),
             actor: Actor::System("test"),
-        })
+        }
     }
 
     async fn settled(store: &PgStore, seen: Seen, change: &Change) -> Result<Sandbox, StoreError> {
@@ -492,19 +480,21 @@ mod tests {
         let seen = read(&store, &sbx.id).await.unwrap().unwrap();
         other
             .transition(
-                Transition {
-                    id: sbx.id.clone(),
-                    from: vec![SandboxStatus::Provisioning],
-                    to: SandboxStatus::Terminating,
-                    reason: None,
-                    actor: Actor::System("test"),
-                },
+                tr(
+                    &sbx.id,
+                    SandboxStatus::Provisioning,
+                    SandboxStatus::Terminating,
+                ),
                 Utc::now(),
             )
             .await
             .unwrap();
         let records = store.audit_tail(100).await.unwrap().len();
-        let change = to(&sbx.id, SandboxStatus::Provisioning, SandboxStatus::Failed);
+        let change = Change::To(tr(
+            &sbx.id,
+            SandboxStatus::Provisioning,
+            SandboxStatus::Failed,
+        ));
         let refused = settled(&store, seen, &change).await;
         assert!(
             matches!(
@@ -589,13 +579,7 @@ mod tests {
             .unwrap();
         let ended = store2
             .transition(
-                Transition {
-                    id: sbx2.id.clone(),
-                    from: vec![SandboxStatus::Running],
-                    to: SandboxStatus::Terminating,
-                    reason: None,
-                    actor: Actor::System("test"),
-                },
+                tr(&sbx2.id, SandboxStatus::Running, SandboxStatus::Terminating),
                 Utc::now(),
             )
             .await
@@ -627,13 +611,7 @@ mod tests {
             .unwrap();
         let ending = other
             .transition(
-                Transition {
-                    id: sbx.id.clone(),
-                    from: vec![SandboxStatus::Running],
-                    to: SandboxStatus::Terminating,
-                    reason: None,
-                    actor: Actor::System("test"),
-                },
+                tr(&sbx.id, SandboxStatus::Running, SandboxStatus::Terminating),
                 Utc::now(),
             )
             .await
@@ -654,13 +632,11 @@ mod tests {
         let before = store.status_swaps();
         let ended = store
             .transition(
-                Transition {
-                    id: sbx.id.clone(),
-                    from: vec![SandboxStatus::Terminating],
-                    to: SandboxStatus::Terminated,
-                    reason: None,
-                    actor: Actor::System("test"),
-                },
+                tr(
+                    &sbx.id,
+                    SandboxStatus::Terminating,
+                    SandboxStatus::Terminated,
+                ),
                 Utc::now(),
             )
             .await
