@@ -35,7 +35,7 @@ pub use process_key::{
     process_key, process_key_is_set, process_keyring, set_process_key, set_process_previous_keys,
 };
 pub use record::{
-    chain_of, AuditEvent, ChainHead, Checkpoint, ExportLine, NewAuditEvent, Segment,
+    chain_of, chain_suffix, AuditEvent, ChainHead, Checkpoint, ExportLine, NewAuditEvent, Segment,
     CANONICAL_VERSION, CANONICAL_VERSION_KEYED, GENESIS_HASH, INSTALLATION_CHAIN, ORG_CHAIN_SHARDS,
     OUTCOME_OK,
 };

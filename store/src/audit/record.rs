@@ -38,12 +38,17 @@ pub const ORG_CHAIN_SHARDS: u32 = 8;
 pub fn chain_of(org: Option<&OrgId>, resource: &str) -> String {
     match org {
         None => INSTALLATION_CHAIN.to_owned(),
-        Some(o) => {
-            let d = Sha256::digest(resource.as_bytes());
-            let shard = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % ORG_CHAIN_SHARDS;
-            format!("{o}/{shard}")
-        }
+        Some(o) => format!("{o}{}", chain_suffix(resource)),
     }
+}
+
+/// What follows the org in the chain of an org's record about `resource`: `/<shard>`. A
+/// statement that reads a row and its chain's head at once, before it knows the row's org,
+/// joins on `org_id || <this>`.
+pub fn chain_suffix(resource: &str) -> String {
+    let d = Sha256::digest(resource.as_bytes());
+    let shard = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % ORG_CHAIN_SHARDS;
+    format!("/{shard}")
 }
 
 /// A record to append; the store adds the chain fields, the time and the request id.

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use differently_core::{Sandbox, SandboxId, SandboxStatus};
 use sqlx::Row;
 
+use crate::audit::chain_suffix;
 use crate::pg::rows::{sandbox_of, sweep_rows_of};
 use crate::pg::transition_swap::remembered_of;
 use crate::pg::PgStore;
@@ -84,13 +85,14 @@ impl WorkClaimStore for PgStore {
                     r.doc, r.env_sealed, r.xmin, h.chain_seq, h.hash
              FROM (SELECT 1) AS one
              LEFT JOIN r ON true
-             LEFT JOIN audit_heads h ON h.chain = differently_sandbox_chain(r.org_id, r.id)"
+             LEFT JOIN audit_heads h ON h.chain = r.org_id || $6"
         ))
         .bind(activation.sandbox.as_str())
         .bind(owner)
         .bind(now)
         .bind(held_until(now, hold))
         .bind(activation.status_version)
+        .bind(chain_suffix(activation.sandbox.as_str()))
         .fetch_one(self.pool())
         .await?;
         let outcome = outcome_of(&row)?;
@@ -125,8 +127,7 @@ impl WorkClaimStore for PgStore {
             " RETURNING tries)
              SELECT r.id, r.doc, r.env_sealed, r.xmin, h.chain_seq, h.hash,
                     EXISTS (SELECT 1 FROM s) AS current, (SELECT tries FROM c) AS tries
-             FROM r LEFT JOIN audit_heads h
-                 ON h.chain = differently_sandbox_chain(r.org_id, r.id)"
+             FROM r LEFT JOIN audit_heads h ON h.chain = r.org_id || $7"
         ))
         .bind(id.as_str())
         .bind(owner)
@@ -134,6 +135,7 @@ impl WorkClaimStore for PgStore {
         .bind(held_until(now, hold))
         .bind(SandboxStatus::Provisioning.as_str())
         .bind(pool)
+        .bind(chain_suffix(id.as_str()))
         .fetch_optional(self.pool())
         .await?;
         let Some(row) = row else {
