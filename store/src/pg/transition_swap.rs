@@ -1,4 +1,5 @@
-//! A lone status change in two round trips and no transaction (issue #47).
+//! A lone status change in two round trips and no transaction, one after a worker's claim
+//! (issue #47).
 //!
 //! On the lane ([`super::transition_lane`]) a change is BEGIN, lock the row, write it with its
 //! audit record, COMMIT: four round trips, with the row and the chain's head locked across
@@ -8,7 +9,10 @@
 //! `differently_change_sandbox` (migration 0018). The call writes only if neither the row nor
 //! the head moved since the read; a miss writes nothing and answers the row and head it found,
 //! which the next try decides on. After [`TRIES`] misses, or for a chain without a head row or
-//! a record `jsonb` may not give back digit for digit, the change goes back to the lane.
+//! a record `jsonb` may not give back digit for digit, the change goes back to the lane. A
+//! worker's claim has just read the row it changes next (its create's `running`, its delete's
+//! `terminated`), so it leaves the row, version and head in a [`RowMemo`] and that change
+//! starts from them instead of reading.
 //!
 //! What a caller sees is the lane's answer: the same rules on the row as it is when written,
 //! the record in the same transaction as the change (the statement's), counters moved by the

@@ -116,7 +116,7 @@ pub(crate) fn pool(name: &str, cap: Option<u32>) -> PoolSlot {
     }
 }
 
-fn tr(id: &SandboxId, from: &[SandboxStatus], to: SandboxStatus) -> Transition {
+pub(crate) fn tr(id: &SandboxId, from: &[SandboxStatus], to: SandboxStatus) -> Transition {
     Transition {
         id: id.clone(),
         from: from.to_vec(),

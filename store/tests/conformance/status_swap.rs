@@ -4,25 +4,13 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use differently_core::SandboxStatus::{self, Provisioning, Running, Terminated, Terminating};
+use differently_core::SandboxStatus::{Provisioning, Running, Terminated, Terminating};
 use differently_store::audit::AuditStore;
 use differently_store::postgres::PgStore;
 use differently_store::testing::TestDb;
-use differently_store::{
-    Actor, Quota, SandboxReadStore, StoreError, Transition, TransitionStore, UsageStore,
-};
+use differently_store::{Quota, SandboxReadStore, StoreError, TransitionStore, UsageStore};
 
-use crate::cases::{activated, admit, pool, tenant};
-
-fn tr(id: &differently_core::SandboxId, from: &[SandboxStatus], to: SandboxStatus) -> Transition {
-    Transition {
-        id: id.clone(),
-        from: from.to_vec(),
-        to,
-        reason: None,
-        actor: Actor::System("test"),
-    }
-}
+use crate::cases::{activated, admit, pool, tenant, tr};
 
 /// Changes submitted together share one lane transaction; a change alone is one statement.
 /// A single-threaded runtime makes the grouping certain: the lane's task first runs after
