@@ -43,6 +43,21 @@ pub(crate) enum Change {
     To(Transition),
 }
 
+impl Change {
+    /// Applies this change to `s` by the status rules; the lane and the one-statement path
+    /// (`transition_swap`) decide the same way.
+    pub(crate) fn apply(
+        &self,
+        s: &mut Sandbox,
+        now: DateTime<Utc>,
+    ) -> Result<rules::AuditEntry, StoreError> {
+        match self {
+            Change::Running { backend_ref } => rules::mark_running(s, backend_ref, now),
+            Change::To(t) => rules::transition(s, t, now),
+        }
+    }
+}
+
 pub(crate) struct Pending {
     id: SandboxId,
     change: Change,
@@ -136,11 +151,7 @@ async fn decide(
             continue;
         };
         let mut next = s.clone();
-        let entry = match &p.change {
-            Change::Running { backend_ref } => rules::mark_running(&mut next, backend_ref, p.now),
-            Change::To(t) => rules::transition(&mut next, t, p.now),
-        };
-        match entry {
+        match p.change.apply(&mut next, p.now) {
             Ok(entry) => {
                 events.push((sandbox_event(&next, entry), p.request_id.clone()));
                 *s = next.clone();

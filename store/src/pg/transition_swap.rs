@@ -34,7 +34,6 @@ use crate::pg::env_at_rest;
 use crate::pg::rows::{sandbox_of, to_i32, to_i64};
 use crate::pg::transition_lane::Change;
 use crate::pg::PgStore;
-use crate::shared::rules;
 use crate::StoreError;
 
 /// Calls before a change goes back to the lane: a row or head that moved twice in a row is
@@ -122,9 +121,8 @@ impl RowMemo {
 
 /// What one call did.
 enum Swapped {
-    Done {
-        seq: i64,
-    },
+    /// Written.
+    Done,
     /// Nothing written; what the call found.
     Moved(Box<Seen>),
     Gone,
@@ -204,11 +202,7 @@ async fn settle(
         // Decided on the row as it is now (read, or found by the last call): a refusal is
         // the answer the lane would give.
         let mut next = seen.row.clone();
-        let entry = match change {
-            Change::Running { backend_ref } => rules::mark_running(&mut next, backend_ref, now),
-            Change::To(t) => rules::transition(&mut next, t, now),
-        };
-        let entry = match entry {
+        let entry = match change.apply(&mut next, now) {
             Ok(entry) => entry,
             Err(e) if seen.fresh => return Ok(Some(Err(e))),
             // A remembered row may be out of date: the refusal is decided again on the row
@@ -226,7 +220,7 @@ async fn settle(
             return Ok(None);
         }
         let chain = chain_of(Some(&next.org_id), next.id.as_str());
-        let mut rec = AuditEvent::chained(
+        let rec = AuditEvent::chained(
             audit::process_key(),
             chain,
             Some(head.clone()),
@@ -236,8 +230,7 @@ async fn settle(
         );
         calls += 1;
         match swap(store, &seen.xmin, head.0, &next, &rec).await? {
-            Swapped::Done { seq } => {
-                rec.seq = seq;
+            Swapped::Done => {
                 store.audit_heads().after_change(
                     &rec.resource,
                     &rec.chain,
@@ -305,7 +298,7 @@ async fn swap(
 ) -> Result<Swapped, StoreError> {
     let (doc, env_sealed) = env_at_rest::stored(next)?;
     let query = sqlx::query(
-        "SELECT o_outcome AS outcome, o_seq AS seq, o_xmin AS xmin, o_doc AS doc,
+        "SELECT o_outcome AS outcome, o_xmin AS xmin, o_doc AS doc,
                 o_env_sealed AS env_sealed, o_head_seq AS chain_seq, o_head_hash AS hash
          FROM differently_change_sandbox($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
              $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28,
@@ -333,9 +326,7 @@ async fn swap(
         .await?;
     let outcome: String = row.try_get("outcome")?;
     match outcome.as_str() {
-        "done" => Ok(Swapped::Done {
-            seq: row.try_get("seq")?,
-        }),
+        "done" => Ok(Swapped::Done),
         "row_moved" | "head_moved" => Ok(Swapped::Moved(Box::new(seen_of(&row)?))),
         "gone" => Ok(Swapped::Gone),
         "no_head" => Ok(Swapped::NoHead),
