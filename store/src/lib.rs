@@ -32,7 +32,9 @@ pub mod work_claims;
 
 /// The Postgres store under its public path.
 pub mod postgres {
-    pub use crate::pg::{PgStore, StatusSwaps, LEADER_IDLE_TIMEOUT_SECONDS, MIGRATIONS};
+    pub use crate::pg::{
+        AdmissionSwaps, PgStore, StatusSwaps, LEADER_IDLE_TIMEOUT_SECONDS, MIGRATIONS,
+    };
 }
 
 pub use activation::{Activation, ActivationItem, ActivationStore, PoolSlot};

@@ -25,6 +25,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::oneshot;
 
+use crate::pg::admission_swap;
 use crate::pg::group_commit::Lanes;
 
 use crate::pg::audit as pg_audit;
@@ -66,7 +67,15 @@ pub(crate) async fn admit(store: &PgStore, mut a: Admission) -> Outcome {
             async move {
                 metrics::histogram!("differently_admission_group_size").record(jobs.len() as f64);
                 let (group, replies): (Vec<Admission>, Vec<_>) = jobs.into_iter().unzip();
-                let outcomes = admit_many(&store, group).await;
+                // Alone: decided in one statement when it can be (`admission_swap`).
+                let lone = match group.as_slice() {
+                    [a] => admission_swap::admit(&store, a).await,
+                    _ => None,
+                };
+                let outcomes = match lone {
+                    Some(outcome) => vec![outcome],
+                    None => admit_many(&store, group).await,
+                };
                 for (reply, outcome) in replies.into_iter().zip(outcomes) {
                     // A requester that went away does not undo a committed admission.
                     let _ = reply.send(outcome);
@@ -211,61 +220,42 @@ async fn decide_in_one_tx(
             }
         }
         let quota = org_quota.clone().or(&a.defaults);
-        if let Err(e) =
-            accounting::check_admission_limits(s, (&org_usage, &quota), (&prj.usage, &prj.quota))
-        {
-            decided.push((i, Err(e.into())));
-            continue;
-        }
-        // Nothing of the org waits (this group's earlier items included), so placing this
-        // one now overtakes nobody; it still must fit the org's and project's quotas.
-        let nothing_waits = org_usage.queued == 0;
-        org_usage.add(SandboxStatus::Queued, &s.spec.resources);
-        prj.usage.add(SandboxStatus::Queued, &s.spec.resources);
-        let mut row = s.clone();
-        let placed = match direct_of(a) {
-            Some(d) if nothing_waits => {
-                let pool = capped.get_mut(&d.pool.name).filter(|_| d.claim_only());
-                let used = pool.as_ref().map_or(0, |p| p.used);
-                let walls = accounting::waiting_reason(
-                    (&org_usage, &quota),
-                    (&prj.usage, &prj.quota),
-                    used,
-                    &row,
-                    d.pool.cap(),
-                );
-                match walls {
-                    // It waits like any queued sandbox, saying why (as the leader would).
-                    Some((_, reason)) => {
-                        accounting::wait(&mut row, reason, s.created_at);
-                        None
-                    }
-                    // Claim only, and another org's sandbox may be waiting for the pool:
-                    // queued for the leader, which orders them.
-                    None if d.claim_only() && pool.as_ref().is_none_or(|p| p.waited) => None,
-                    None => match crate::pg::warm::claim(&mut tx, d).await? {
-                        // Claim only and nothing ready: queued, never placed cold.
-                        None if d.claim_only() => None,
-                        claimed => {
-                            for u in [&mut org_usage, &mut prj.usage] {
-                                u.queued = u.queued.saturating_sub(1);
-                                u.add(SandboxStatus::Provisioning, &s.spec.resources);
-                            }
-                            if let Some(p) = pool {
-                                p.used += 1;
-                            }
-                            // A claimed warm instance counts as provisioning does (running too).
-                            Some(match claimed {
-                                Some((id, backend_ref)) => {
-                                    rules::claim_warm(&mut row, d, id, &backend_ref, s.created_at)?
-                                }
-                                None => rules::activate_direct(&mut row, &d.pool, s.created_at),
-                            })
-                        }
-                    },
-                }
+        let pool =
+            direct_of(a).and_then(|d| capped.get_mut(&d.pool.name).filter(|_| d.claim_only()));
+        let (mut row, next) = match decide_item(
+            a,
+            (&mut org_usage, &quota),
+            (&mut prj.usage, &prj.quota),
+            pool.as_deref(),
+        ) {
+            Ok(decided) => decided,
+            Err(e) => {
+                decided.push((i, Err(e)));
+                continue;
             }
-            _ => None,
+        };
+        let placed = match next {
+            Next::Stay => None,
+            Next::Place(d) => match crate::pg::warm::claim(&mut tx, d).await? {
+                // Claim only and nothing ready: queued, never placed cold.
+                None if d.claim_only() => None,
+                claimed => {
+                    for u in [&mut org_usage, &mut prj.usage] {
+                        u.queued = u.queued.saturating_sub(1);
+                        u.add(SandboxStatus::Provisioning, &s.spec.resources);
+                    }
+                    if let Some(p) = pool {
+                        p.used += 1;
+                    }
+                    // A claimed warm instance counts as provisioning does (running too).
+                    Some(match claimed {
+                        Some((id, backend_ref)) => {
+                            rules::claim_warm(&mut row, d, id, &backend_ref, s.created_at)?
+                        }
+                        None => rules::activate_direct(&mut row, &d.pool, s.created_at),
+                    })
+                }
+            },
         };
         admitted.push((i, row, placed));
     }
@@ -309,8 +299,63 @@ async fn decide_in_one_tx(
 }
 
 /// The item's direct placement if it can apply (`DirectPlacement::applies`).
-fn direct_of(a: &Admission) -> Option<&DirectPlacement> {
+pub(crate) fn direct_of(a: &Admission) -> Option<&DirectPlacement> {
     a.direct.as_ref().filter(|d| d.applies())
+}
+
+/// What comes after an admitted item's row is decided.
+pub(crate) enum Next<'a> {
+    /// Stays queued, for the leader (waiting, saying why, or behind others).
+    Stay,
+    /// Placed now by this placement: a warm claim if it names a class, else cold (a capped
+    /// pool's placement only claims).
+    Place(&'a DirectPlacement),
+}
+
+/// Decides admission item `a` on the usage seen so far (`org` merged over the defaults,
+/// `pool`: its capped pool, when it may only claim on one): refused, or its row and what
+/// comes next. An admitted item is counted as queued in both usages. The lane and the
+/// one-statement path (`admission_swap`) decide the same way.
+pub(crate) fn decide_item<'a>(
+    a: &'a Admission,
+    org: (&mut Usage, &crate::Quota),
+    prj: (&mut Usage, &crate::Quota),
+    pool: Option<&crate::pg::warm::CappedPool>,
+) -> Result<(Sandbox, Next<'a>), StoreError> {
+    let s = &a.sandbox;
+    let (org_usage, quota) = org;
+    let (prj_usage, prj_quota) = prj;
+    accounting::check_admission_limits(s, (org_usage, quota), (prj_usage, prj_quota))?;
+    // Nothing of the org waits (a group's earlier items included), so placing this one now
+    // overtakes nobody; it still must fit the org's and project's quotas.
+    let nothing_waits = org_usage.queued == 0;
+    org_usage.add(SandboxStatus::Queued, &s.spec.resources);
+    prj_usage.add(SandboxStatus::Queued, &s.spec.resources);
+    let mut row = s.clone();
+    let next = match direct_of(a) {
+        Some(d) if nothing_waits => {
+            let used = pool.map_or(0, |p| p.used);
+            match accounting::waiting_reason(
+                (org_usage, quota),
+                (prj_usage, prj_quota),
+                used,
+                &row,
+                d.pool.cap(),
+            ) {
+                // It waits like any queued sandbox, saying why (as the leader would).
+                Some((_, reason)) => {
+                    accounting::wait(&mut row, reason, s.created_at);
+                    Next::Stay
+                }
+                // Claim only, and another org's sandbox may be waiting for the pool: queued
+                // for the leader, which orders them.
+                None if d.claim_only() && pool.is_none_or(|p| p.waited) => Next::Stay,
+                None => Next::Place(d),
+            }
+        }
+        _ => Next::Stay,
+    };
+    Ok((row, next))
 }
 
 /// The counters to lock before commit, in the global order, when the rows' commit triggers
@@ -390,7 +435,7 @@ struct Insert<'a> {
 }
 
 /// Inserts the rows of `admitted` (as decided: queued, or placed) with one statement.
-fn insert_rows<'g>(
+pub(crate) fn insert_rows<'g>(
     group: &'g [Admission],
     admitted: &'g [(usize, Sandbox, Option<AuditEntry>)],
 ) -> Result<PriorWrite, StoreError> {

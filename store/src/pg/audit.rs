@@ -18,9 +18,10 @@ use crate::audit::{
     self, canonical_json, chain_of, AuditEvent, AuditFilter, AuditStore, ChainHead, Checkpoint,
     ExportCursor, NewAuditEvent, RowGuard, Segment, StagedAudit, Verifier, VerifyReport,
 };
-use crate::pg::prior_write::PriorWrite;
+use crate::pg::prior_write::{bind, PriorWrite};
 use crate::pg::PgStore;
 use crate::{AuditRecord, StoreError};
+use sqlx::postgres::PgArguments;
 
 /// The advisory lock id of `chain`: "dly_aud" namespaced by the first bytes of its SHA-256.
 /// A collision only makes two chains share a lock.
@@ -132,51 +133,42 @@ pub(crate) async fn append_then_lock_counters(
             new_heads.push((chain, seq, hash));
         }
     }
-    let col = |f: fn(&AuditEvent) -> Option<String>| -> Vec<Option<String>> {
-        recs.iter().map(f).collect()
-    };
-    let rows = sqlx::query(
+    let mut args = PgArguments::default();
+    bind_record_columns(&mut args, &recs)?;
+    bind(
+        &mut args,
+        new_heads.iter().map(|h| h.0.as_str()).collect::<Vec<_>>(),
+    )?;
+    bind(
+        &mut args,
+        new_heads.iter().map(|h| h.1).collect::<Vec<i64>>(),
+    )?;
+    bind(
+        &mut args,
+        new_heads.iter().map(|h| h.2.as_str()).collect::<Vec<_>>(),
+    )?;
+    bind(&mut args, counters)?;
+    let rows = sqlx::query_with(
         "WITH ins AS (
              INSERT INTO audit_events (chain, chain_seq, org_id, project_id, actor, action,
                  resource, outcome, request_id, at, detail, prev_hash, hash, key_id)
              SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
                  $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[],
-                 $11::jsonb[], $12::text[], $13::text[], $18::text[])
+                 $11::jsonb[], $12::text[], $13::text[], $14::text[])
              RETURNING seq, chain, chain_seq, detail),
          head AS (
              INSERT INTO audit_heads (chain, chain_seq, hash)
-             SELECT * FROM UNNEST($14::text[], $15::bigint[], $16::text[])
+             SELECT * FROM UNNEST($15::text[], $16::bigint[], $17::text[])
              ON CONFLICT (chain) DO UPDATE SET chain_seq = EXCLUDED.chain_seq,
                  hash = EXCLUDED.hash),
          counters AS MATERIALIZED (
-             SELECT 1 FROM usage_counters WHERE scope = ANY($17)
+             SELECT 1 FROM usage_counters WHERE scope = ANY($18)
              ORDER BY rank, scope COLLATE \"C\" FOR UPDATE)
          SELECT seq, chain, chain_seq, detail
          FROM ins, (SELECT count(*) FROM counters) AS locked
          ORDER BY chain COLLATE \"C\", chain_seq",
+        args,
     )
-    .bind(col(|r| Some(r.chain.clone())))
-    .bind(recs.iter().map(|r| r.chain_seq).collect::<Vec<i64>>())
-    .bind(col(|r| r.org_id.clone()))
-    .bind(col(|r| r.project_id.clone()))
-    .bind(col(|r| Some(r.actor.clone())))
-    .bind(col(|r| Some(r.action.clone())))
-    .bind(col(|r| Some(r.resource.clone())))
-    .bind(col(|r| Some(r.outcome.clone())))
-    .bind(col(|r| r.request_id.clone()))
-    .bind(recs.iter().map(|r| r.at).collect::<Vec<DateTime<Utc>>>())
-    .bind(
-        recs.iter()
-            .map(|r| r.detail.clone())
-            .collect::<Vec<serde_json::Value>>(),
-    )
-    .bind(col(|r| Some(r.prev_hash.clone())))
-    .bind(col(|r| Some(r.hash.clone())))
-    .bind(new_heads.iter().map(|h| h.0.as_str()).collect::<Vec<_>>())
-    .bind(new_heads.iter().map(|h| h.1).collect::<Vec<i64>>())
-    .bind(new_heads.iter().map(|h| h.2.as_str()).collect::<Vec<_>>())
-    .bind(counters)
-    .bind(col(|r| r.key_id.clone()))
     .fetch_all(&mut **tx)
     .await?;
     if rows.len() != recs.len() {
@@ -208,6 +200,40 @@ pub(crate) async fn append_then_lock_counters(
     }
     metrics::histogram!("differently_audit_append_seconds").record(started.elapsed().as_secs_f64());
     Ok(recs)
+}
+
+/// Binds `recs` as the 14 arrays of `audit_events`' columns, `chain` to `key_id` in column
+/// order (`$n` to `$n+13`, cast `text[]` but `chain_seq` `bigint[]`, `at` `timestamptz[]`
+/// and `detail` `jsonb[]`), as a multi-row insert `SELECT`s them from `UNNEST`.
+pub(crate) fn bind_record_columns(
+    args: &mut PgArguments,
+    recs: &[AuditEvent],
+) -> Result<(), StoreError> {
+    let col =
+        |f: fn(&AuditEvent) -> Option<&str>| -> Vec<Option<&str>> { recs.iter().map(f).collect() };
+    bind(args, col(|r| Some(&r.chain)))?;
+    bind(args, recs.iter().map(|r| r.chain_seq).collect::<Vec<i64>>())?;
+    bind(args, col(|r| r.org_id.as_deref()))?;
+    bind(args, col(|r| r.project_id.as_deref()))?;
+    bind(args, col(|r| Some(&r.actor)))?;
+    bind(args, col(|r| Some(&r.action)))?;
+    bind(args, col(|r| Some(&r.resource)))?;
+    bind(args, col(|r| Some(&r.outcome)))?;
+    bind(args, col(|r| r.request_id.as_deref()))?;
+    bind(
+        args,
+        recs.iter().map(|r| r.at).collect::<Vec<DateTime<Utc>>>(),
+    )?;
+    bind(
+        args,
+        recs.iter()
+            .map(|r| r.detail.clone())
+            .collect::<Vec<serde_json::Value>>(),
+    )?;
+    bind(args, col(|r| Some(&r.prev_hash)))?;
+    bind(args, col(|r| Some(&r.hash)))?;
+    bind(args, col(|r| r.key_id.as_deref()))?;
+    Ok(())
 }
 
 /// Locks the head rows of `chains` (sorted) in that order; the newest committed head of each

@@ -79,6 +79,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0018_status_change_in_one_statement",
         include_str!("../../../migrations/0018_status_change_in_one_statement.sql"),
     ),
+    (
+        "0019_admission_in_one_statement",
+        include_str!("../../../migrations/0019_admission_in_one_statement.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

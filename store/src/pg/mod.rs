@@ -12,6 +12,7 @@ mod activation;
 pub(crate) mod activation_group;
 mod admission;
 pub(crate) mod admission_lanes;
+mod admission_swap;
 pub(crate) mod audit;
 pub(crate) mod audit_records;
 pub(crate) mod audit_standalone;
@@ -68,6 +69,19 @@ pub struct StatusSwaps {
     pub reads: u64,
 }
 
+/// Counts of a process's lone admissions since start ([`PgStore::admission_swaps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AdmissionSwaps {
+    /// Answered without the lane: written in one statement, or refused or replayed on the
+    /// unlocked read.
+    pub done: u64,
+    /// Calls that found a guard broken and wrote nothing; each then took the lane.
+    pub misses: u64,
+    /// Handed to the lane without a call (a warm or capped placement, a chain without a
+    /// head row, a fractional number in a record).
+    pub declined: u64,
+}
+
 /// `Store` on PostgreSQL. Cheap to clone (the pool is shared).
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -87,6 +101,8 @@ pub struct PgStore {
     row_memo: Arc<transition_swap::RowMemo>,
     /// Admissions waiting to be committed together, per organization (`admission_lanes`).
     admissions: Arc<admission_lanes::AdmissionLanes>,
+    /// What lone admissions did (`admission_swap`).
+    admit_swap_stats: Arc<admission_swap::AdmitSwapStats>,
 }
 
 impl PgStore {
@@ -119,6 +135,7 @@ impl PgStore {
             swap_stats: Arc::default(),
             row_memo: Arc::default(),
             admissions: Arc::default(),
+            admit_swap_stats: Arc::default(),
         })
     }
 
@@ -144,6 +161,21 @@ impl PgStore {
             misses: s.misses.load(Relaxed),
             laned: s.laned.load(Relaxed),
             reads: s.reads.load(Relaxed),
+        }
+    }
+
+    pub(crate) fn admit_swap_stats(&self) -> &admission_swap::AdmitSwapStats {
+        &self.admit_swap_stats
+    }
+
+    /// What this process's lone admissions did since start (`admission_swap`).
+    pub fn admission_swaps(&self) -> AdmissionSwaps {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.admit_swap_stats;
+        AdmissionSwaps {
+            done: s.done.load(Relaxed),
+            misses: s.misses.load(Relaxed),
+            declined: s.declined.load(Relaxed),
         }
     }
 

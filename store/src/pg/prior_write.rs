@@ -56,6 +56,12 @@ impl PriorWrite {
         }
     }
 
+    /// The write's parameters, `$1..$n` in order, for a statement that passes them on (a
+    /// server-side function taking the same arrays).
+    pub(crate) fn into_args(self) -> PgArguments {
+        self.args
+    }
+
     /// Runs the write alone (a group that appends no audit record).
     pub(crate) async fn run(
         self,

@@ -12,6 +12,7 @@ use differently_store::postgres::PgStore;
 use differently_store::testing::TestDb;
 use differently_store::Store;
 
+mod admission_swap;
 mod cases;
 mod postgres_only;
 mod status_swap;

@@ -221,19 +221,16 @@ async fn direct_admission_waits_for_the_org_s_activations() {
         actor: Actor::System("test"),
     };
     // An activation of the org, in flight: it holds the org row as activations take it.
-    let mut activation = s.pool().begin().await.unwrap();
-    sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE")
-        .bind(org.id.as_str())
-        .fetch_one(&mut *activation)
-        .await
-        .unwrap();
-    let queued = tokio::time::timeout(Duration::from_secs(5), s.admit(admission(false)))
-        .await
-        .expect("a plain admission does not wait for activations")
-        .unwrap();
-    assert!(
-        matches!(queued, Admitted::New(x) if x.status == differently_core::SandboxStatus::Queued)
-    );
+    let hold_org = || async {
+        let mut activation = s.pool().begin().await.unwrap();
+        sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE")
+            .bind(org.id.as_str())
+            .fetch_one(&mut *activation)
+            .await
+            .unwrap();
+        activation
+    };
+    let activation = hold_org().await;
     let other = db.store();
     let direct = admission(true);
     let placing = tokio::spawn(async move { other.admit(direct).await });
@@ -248,10 +245,19 @@ async fn direct_admission_waits_for_the_org_s_activations() {
         .expect("it proceeds once the activation ends")
         .unwrap()
         .unwrap();
-    // The org now has a queued sandbox (the plain admission): this one queues behind it.
+    // Nothing of the org was queued and its quotas admit it: placed in its admission.
     assert!(
-        matches!(placed, Admitted::New(x) if x.status == differently_core::SandboxStatus::Queued)
+        matches!(placed, Admitted::New(x) if x.status == differently_core::SandboxStatus::Provisioning)
     );
+    let activation = hold_org().await;
+    let queued = tokio::time::timeout(Duration::from_secs(5), s.admit(admission(false)))
+        .await
+        .expect("a plain admission does not wait for activations")
+        .unwrap();
+    assert!(
+        matches!(queued, Admitted::New(x) if x.status == differently_core::SandboxStatus::Queued)
+    );
+    activation.rollback().await.unwrap();
 }
 
 /// An organization with one project, stored.
