@@ -140,6 +140,26 @@ pub async fn explain_hot_queries(pool: &PgPool) -> Result<Vec<Explained>, LoadEr
                                                           WHERE status = 'running')) AS l(id))
              ORDER BY s.id LIMIT 100".to_owned(),
         ),
+        (
+            "store idle_candidates — idle sweep, every pass, under a one-hour default".to_owned(),
+            "SELECT id FROM (
+                 SELECT s.id, s.updated_at FROM sandboxes s
+                 LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
+                 WHERE s.status = 'running'
+                   AND (s.doc -> 'spec' ->> 'idleTimeoutSeconds') IS NOT NULL
+                   AND (s.doc -> 'spec' ->> 'idleTimeoutSeconds')::numeric
+                       < EXTRACT(EPOCH FROM (now() - GREATEST(s.updated_at,
+                             COALESCE(a.last_activity_at, s.updated_at))))
+                 UNION ALL
+                 SELECT s.id, s.updated_at FROM sandboxes s
+                 LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
+                 WHERE s.status = 'running' AND s.updated_at < now() - interval '1 hour'
+                   AND (s.doc -> 'spec' ->> 'idleTimeoutSeconds') IS NULL
+                   AND (a.last_activity_at IS NULL
+                        OR a.last_activity_at < now() - interval '1 hour')
+             ) idle
+             ORDER BY updated_at LIMIT 100".to_owned(),
+        ),
     ];
     let mut out = Vec::new();
     for (name, q) in queries {

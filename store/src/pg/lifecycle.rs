@@ -287,21 +287,36 @@ impl LifecycleStore for PgStore {
         default_idle_seconds: Option<u64>,
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
-        // Compared as seconds elapsed (numeric) rather than timestamp + interval: a stored
-        // timeout of any size (rows admitted before the API bounded it may hold up to
-        // u64::MAX) neither overflows `bigint` nor the timestamp range; it just never fires.
+        // Rows with their own timeout (few; a partial index, migration 0020) are compared
+        // as seconds elapsed (numeric) rather than timestamp + interval: a stored timeout of
+        // any size (rows admitted before the API bounded it may hold up to u64::MAX) neither
+        // overflows `bigint` nor the timestamp range; it just never fires. Rows under the
+        // default are idle when neither their last write nor their last activity is newer
+        // than `$4`, now minus the default: an index range over running rows by
+        // `updated_at`, empty while all were written recently, instead of a pass over every
+        // running row. No cutoff (no default, or one reaching before any row): none are.
+        let cutoff = default_idle_seconds.and_then(|d| idle_cutoff(now, d));
         let rows = sqlx::query(
-            "SELECT s.id, s.doc, s.env_sealed FROM sandboxes s
-             LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
-             WHERE s.status = 'running'
-               AND COALESCE((s.doc -> 'spec' ->> 'idleTimeoutSeconds')::numeric, $1::numeric)
-                   < EXTRACT(EPOCH FROM ($2 - GREATEST(s.updated_at,
-                         COALESCE(a.last_activity_at, s.updated_at))))
-             ORDER BY s.updated_at LIMIT $3",
+            "SELECT id, doc, env_sealed FROM (
+                 SELECT s.id, s.doc, s.env_sealed, s.updated_at FROM sandboxes s
+                 LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
+                 WHERE s.status = 'running'
+                   AND (s.doc -> 'spec' ->> 'idleTimeoutSeconds') IS NOT NULL
+                   AND (s.doc -> 'spec' ->> 'idleTimeoutSeconds')::numeric
+                       < EXTRACT(EPOCH FROM ($1 - GREATEST(s.updated_at,
+                             COALESCE(a.last_activity_at, s.updated_at))))
+                 UNION ALL
+                 SELECT s.id, s.doc, s.env_sealed, s.updated_at FROM sandboxes s
+                 LEFT JOIN sandbox_activity a ON a.sandbox_id = s.id
+                 WHERE s.status = 'running' AND s.updated_at < $3
+                   AND (s.doc -> 'spec' ->> 'idleTimeoutSeconds') IS NULL
+                   AND (a.last_activity_at IS NULL OR a.last_activity_at < $3)
+             ) idle
+             ORDER BY updated_at LIMIT $2",
         )
-        .bind(default_idle_seconds.map(|d| i64::try_from(d).unwrap_or(i64::MAX)))
         .bind(now)
         .bind(i64::from(limit))
+        .bind(cutoff)
         .fetch_all(self.pool())
         .await?;
         Ok(sweep_rows_of(&rows))
@@ -422,4 +437,13 @@ impl PgStore {
         tx.commit().await?;
         Ok(s)
     }
+}
+
+/// `now` minus `seconds`, the newest last write or activity of a row idle under a default
+/// timeout of `seconds`; `None` when that is before the Unix epoch (or not representable):
+/// no row was written then, so none is idle.
+fn idle_cutoff(now: DateTime<Utc>, seconds: u64) -> Option<DateTime<Utc>> {
+    let span = chrono::TimeDelta::try_seconds(i64::try_from(seconds).ok()?)?;
+    now.checked_sub_signed(span)
+        .filter(|c| *c >= DateTime::<Utc>::UNIX_EPOCH)
 }

@@ -83,6 +83,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0019_admission_in_one_statement",
         include_str!("../../../migrations/0019_admission_in_one_statement.sql"),
     ),
+    (
+        "0020_idle_candidates_by_index",
+        include_str!("../../../migrations/0020_idle_candidates_by_index.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

@@ -12,6 +12,7 @@ use crate::Env;
 conformance!(
     bounds;
     huge_stored_timeouts_never_break_the_idle_query,
+    idle_timeouts_count_from_the_last_write_or_activity,
     a_huge_ttl_renew_never_breaks_the_ttl_query,
     both_stores_refuse_nul_the_same_way,
     both_stores_refuse_nul_in_names_pools_and_snapshots,
@@ -77,6 +78,54 @@ pub async fn huge_stored_timeouts_never_break_the_idle_query(env: &Env) {
     for id in &huge[..4] {
         assert!(idle.iter().all(|x| &x.id != id), "{id} can never be idle");
     }
+}
+
+/// A row's own idle timeout overrides the default either way, and both count from its last
+/// write or its last recorded activity, whichever is newer (the two halves of the Postgres
+/// query, migration 0020, and the memory store agree).
+pub async fn idle_timeouts_count_from_the_last_write_or_activity(env: &Env) {
+    let s = env.store.as_ref();
+    let (org, prj) = tenant(s).await;
+    let own_short = running_with(s, &org, &prj, Some(30)).await;
+    let own_long = running_with(s, &org, &prj, Some(200)).await;
+    let unset = running_with(s, &org, &prj, None).await;
+    let t0 = Utc::now();
+    let at = |secs: i64| t0 + TimeDelta::seconds(secs);
+    let idle = |now, default| async move {
+        let mut ids: Vec<SandboxId> = s
+            .idle_candidates(now, default, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|x| x.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |mut v: Vec<SandboxId>| {
+        v.sort();
+        v
+    };
+    assert_eq!(idle(at(60), None).await, vec![own_short.clone()]);
+    assert_eq!(
+        idle(at(60), Some(40)).await,
+        sorted(vec![own_short.clone(), unset.clone()]),
+        "the default applies only where a row has no timeout of its own"
+    );
+    // Activity 15 s before: neither timeout has passed since.
+    s.touch_activity_many(&[(own_short.clone(), at(45)), (unset.clone(), at(45))])
+        .await
+        .unwrap();
+    assert_eq!(idle(at(60), Some(40)).await, Vec::<SandboxId>::new());
+    assert_eq!(
+        idle(at(100), Some(40)).await,
+        sorted(vec![own_short.clone(), unset.clone()])
+    );
+    assert_eq!(
+        idle(at(300), Some(40)).await,
+        sorted(vec![own_short, own_long, unset]),
+        "a longer timeout of its own holds until it passes"
+    );
 }
 
 pub async fn a_huge_ttl_renew_never_breaks_the_ttl_query(env: &Env) {
