@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use differently_bus::{decode_event, Bus, Event};
-use differently_bus_schema::{Envelope, Naming, StatusChanged};
+use differently_bus_schema::{Envelope, Naming, StatusChanged, StatusOnly};
 use differently_core::sandbox::SandboxView;
-use differently_core::{SandboxId, SandboxStatus};
+use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 use differently_store::Store;
 use futures::StreamExt;
 use tokio::sync::watch;
@@ -26,7 +26,25 @@ pub struct EventHub {
     waiters: Arc<Waiters>,
     /// Rows data-plane calls may use without a read; every event of a sandbox drops its row.
     pub running: Arc<crate::data_plane::running_rows::RunningRows>,
+    /// The status of each sandbox this process admitted lately, kept current by its events.
+    known: Arc<Mutex<HashMap<SandboxId, (Known, std::time::Instant)>>>,
 }
+
+/// A sandbox's status as this process last knew it: from its own admission, then from the
+/// sandbox's events ([`EventHub::known_status`]). Never newer than what was committed; it may
+/// lag an event still on its way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Known {
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
+    pub status: SandboxStatus,
+    pub status_version: i64,
+}
+
+/// Sandboxes whose status a process keeps ([`EventHub::remember_status`]) before it starts
+/// over, and for how long an entry counts: a create is waited on right after it is made.
+const KNOWN_LIMIT: usize = 4096;
+const KNOWN_FOR: Duration = Duration::from_secs(60);
 
 /// The last event seen for each sandbox that has a waiter; an entry lives exactly as long as
 /// some [`SandboxWatch`] of its sandbox does.
@@ -88,6 +106,14 @@ impl EventHub {
     /// of what a process that serves no waiter does per sandbox.
     fn take(&self, naming: &Naming, store: &dyn Store, ev: &Event) {
         if let Some(id) = naming.event_subject_sandbox(&ev.subject) {
+            // A sandbox admitted here lately: its known status moves with the event (only the
+            // status is decoded), before anyone who starts watching it now looks.
+            if self.knows(&id) {
+                match decode_event::<StatusOnly>(ev) {
+                    Some(env) => self.note_known(&id, env.body.status, env.status_version),
+                    None => self.forget_known(&id),
+                }
+            }
             if !self.watches(&id) {
                 self.running.forget(&id);
                 return;
@@ -161,6 +187,8 @@ impl EventHub {
     /// about to call it.
     pub fn deliver(&self, id: &SandboxId, event: Delivered, row: Option<RunningRow>) {
         let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
+        // Before any waiter is woken: one that wakes and looks finds the status it woke for.
+        self.note_known(id, event.status, event.status_version);
         let Some(tx) = waiters.get(id) else {
             self.running.forget(id);
             return;
@@ -170,6 +198,62 @@ impl EventHub {
             None => self.running.forget(id),
         }
         tx.send_replace(Some(event));
+    }
+
+    /// Keeps `s`'s status, committed by this process (its admission), for a wait that comes
+    /// next: it starts without reading the row ([`EventHub::known_status`]).
+    pub fn remember_status(&self, s: &Sandbox) {
+        let mut known = self.known_lock();
+        if known.len() >= KNOWN_LIMIT {
+            known.retain(|_, (_, at)| at.elapsed() < KNOWN_FOR);
+            if known.len() >= KNOWN_LIMIT {
+                known.clear();
+            }
+        }
+        let entry = Known {
+            org_id: s.org_id.clone(),
+            project_id: s.project_id.clone(),
+            status: s.status,
+            status_version: s.status_version,
+        };
+        known.insert(s.id.clone(), (entry, std::time::Instant::now()));
+    }
+
+    /// The status this process knows for `id`, if it admitted it lately and it has not
+    /// ended. Take the watch first: an event after that either moved this status already or
+    /// wakes the watch.
+    pub fn known_status(&self, id: &SandboxId) -> Option<Known> {
+        let known = self.known_lock();
+        let (k, at) = known.get(id)?;
+        (at.elapsed() < KNOWN_FOR).then(|| k.clone())
+    }
+
+    fn knows(&self, id: &SandboxId) -> bool {
+        self.known_lock().contains_key(id)
+    }
+
+    /// Moves a known status forward (an older event changes nothing); a final one ends it.
+    fn note_known(&self, id: &SandboxId, status: SandboxStatus, version: i64) {
+        let mut known = self.known_lock();
+        let Some((k, _)) = known.get_mut(id) else {
+            return;
+        };
+        if status.is_final() {
+            known.remove(id);
+        } else if version > k.status_version {
+            k.status = status;
+            k.status_version = version;
+        }
+    }
+
+    fn forget_known(&self, id: &SandboxId) {
+        self.known_lock().remove(id);
+    }
+
+    fn known_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<SandboxId, (Known, std::time::Instant)>> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How many sandboxes have a waiter in this process.
@@ -410,5 +494,91 @@ mod tests {
         let mut w3 = hub.watch(&id);
         assert_eq!(status(within(w3.changed()).await), None);
         assert_eq!(hub.watched(), 1);
+    }
+
+    /// A provisioning row this process admitted, and its status event's envelope at
+    /// `status`/`version`.
+    fn admitted_then(
+        status: SandboxStatus,
+        version: i64,
+    ) -> (differently_core::Sandbox, Envelope<StatusChanged>) {
+        let (mut s, _) = started();
+        s.status = SandboxStatus::Provisioning;
+        s.status_version = 2;
+        let mut later = s.clone();
+        later.status = status;
+        later.status_version = version;
+        let env = Envelope::new(s.id.clone(), version, StatusChanged::of(&later));
+        (s, env)
+    }
+
+    #[tokio::test]
+    async fn an_admitted_sandbox_s_status_moves_with_its_events_watched_or_not() {
+        let hub = EventHub::default();
+        let store = differently_store::memory::MemoryStore::new();
+        let naming = Naming::default();
+        let (s, running) = admitted_then(SandboxStatus::Running, 3);
+        assert_eq!(hub.known_status(&s.id), None, "not admitted here");
+        hub.remember_status(&s);
+        let known = hub.known_status(&s.id).expect("known");
+        assert_eq!(
+            (known.status, known.status_version, &known.org_id),
+            (SandboxStatus::Provisioning, 2, &s.org_id)
+        );
+        // Nobody waits: only the status is decoded, and it moves the known one.
+        hub.take(
+            &naming,
+            &store,
+            &on_the_wire(&running, running.encode().expect("encodes")),
+        );
+        let known = hub.known_status(&s.id).expect("known");
+        assert_eq!(
+            (known.status, known.status_version),
+            (SandboxStatus::Running, 3)
+        );
+        // An older event (out of order) changes nothing.
+        let (_, late) = admitted_then(SandboxStatus::Provisioning, 2);
+        let mut late = late;
+        late.sandbox_id = s.id.clone();
+        hub.take(
+            &naming,
+            &store,
+            &on_the_wire(&late, late.encode().expect("encodes")),
+        );
+        assert_eq!(hub.known_status(&s.id).map(|k| k.status_version), Some(3));
+        // An event that does not decode: the status is no longer known (a wait reads).
+        hub.take(
+            &naming,
+            &store,
+            &on_the_wire(&running, b"{not json".to_vec()),
+        );
+        assert_eq!(hub.known_status(&s.id), None);
+        // Watched: the status moves before the waiter wakes, and a final one ends it.
+        hub.remember_status(&s);
+        let mut w = hub.watch(&s.id);
+        hub.deliver_envelope(running.clone());
+        let woke = within(w.changed()).await.flatten().expect("woken");
+        assert_eq!(woke.status, SandboxStatus::Running);
+        assert_eq!(
+            hub.known_status(&s.id).map(|k| k.status),
+            Some(SandboxStatus::Running)
+        );
+        let (_, ended) = admitted_then(SandboxStatus::Terminated, 5);
+        let mut ended = ended;
+        ended.sandbox_id = s.id.clone();
+        hub.deliver_envelope(ended);
+        assert_eq!(hub.known_status(&s.id), None, "a final status is not kept");
+    }
+
+    #[test]
+    fn the_known_statuses_are_bounded() {
+        let hub = EventHub::default();
+        let (s, _) = started();
+        for _ in 0..KNOWN_LIMIT + 10 {
+            let mut other = s.clone();
+            other.id = SandboxId::new();
+            hub.remember_status(&other);
+        }
+        assert!(hub.known_lock().len() <= KNOWN_LIMIT);
     }
 }

@@ -133,6 +133,8 @@ async fn create(
         }
         Admitted::New(s) => s,
     };
+    // Before its events are published: they move it from here on.
+    state.events.remember_status(&sandbox);
     count_admission("admitted");
     tracing::info!(sandbox = %sandbox.id, org = %sandbox.org_id, "sandbox admitted");
     let claimed = sandbox.id != admitted_id;
@@ -428,12 +430,26 @@ async fn wait(
     let sandbox_id = SandboxId::parse(&id).map_err(|_| ApiError::not_found("sandbox"))?;
     // Watch before reading, so a change between the read and the wait is not missed.
     let mut events = state.events.watch(&sandbox_id);
-    let sandbox = load_sandbox(&state, &principal, &id).await?;
-    let (mut version, mut view) = (sandbox.status_version, sandbox.view());
+    // Right after this process admitted it (a create, then a wait for it), the hub knows its
+    // status: a wait that is not over by that status starts without reading the row. What
+    // it answers is still a read or an event's committed view.
+    let known = state.events.known_status(&sandbox_id).filter(|k| {
+        principal.owns(&k.org_id, &k.project_id) && k.status != target && !k.status.is_final()
+    });
+    let (mut version, mut view) = match known {
+        Some(k) => (k.status_version, None),
+        None => {
+            let s = load_sandbox(&state, &principal, &id).await?;
+            (s.status_version, Some(s.view()))
+        }
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
     loop {
-        if view.status == target || view.status.is_final() {
-            return Ok(Json(view));
+        if let Some(v) = view.take() {
+            if v.status == target || v.status.is_final() {
+                return Ok(Json(v));
+            }
+            view = Some(v);
         }
         // Events on the way (queued → provisioning on the way to running) cost no read. The
         // event that ends the wait carries the row's view as committed, which is the answer
@@ -444,7 +460,12 @@ async fn wait(
         tokio::pin!(recheck);
         let newer = loop {
             tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return Ok(Json(view)),
+                _ = tokio::time::sleep_until(deadline) => {
+                    return match view {
+                        Some(v) => Ok(Json(v)),
+                        None => Ok(Json(load_sandbox(&state, &principal, &id).await?.view())),
+                    };
+                }
                 event = events.changed() => match event {
                     Some(e) if e.status != target && !e.status.is_final() => continue,
                     Some(e) => break e.newer_view(version),
@@ -454,10 +475,10 @@ async fn wait(
             }
         };
         (version, view) = match newer {
-            Some(answer) => answer,
+            Some((v, answer)) => (v, Some(answer)),
             None => {
                 let s = load_sandbox(&state, &principal, &id).await?;
-                (s.status_version, s.view())
+                (s.status_version, Some(s.view()))
             }
         };
     }

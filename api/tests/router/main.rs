@@ -36,5 +36,6 @@ mod schemathesis_finds;
 mod snapshot_pages;
 mod snapshots;
 mod ui;
+mod wait;
 mod warm;
 mod webhooks;
