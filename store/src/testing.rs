@@ -75,6 +75,27 @@ impl TestDb {
     pub fn store(&self) -> PgStore {
         self.store.clone()
     }
+
+    /// A new active organization with one project, stored; their ids.
+    pub async fn tenant(&self) -> (differently_core::OrgId, differently_core::ProjectId) {
+        use crate::TenancyStore;
+        let org = crate::Org {
+            id: differently_core::OrgId::new(),
+            name: "o".into(),
+            status: crate::OrgStatus::Active,
+            created_at: chrono::Utc::now(),
+        };
+        let prj = crate::Project {
+            id: differently_core::ProjectId::new(),
+            org_id: org.id.clone(),
+            name: "p".into(),
+            created_at: chrono::Utc::now(),
+        };
+        if let Err(e) = self.store.ensure_tenant(&org, &prj).await {
+            panic!("storing a test tenant: {e}");
+        }
+        (org.id, prj.id)
+    }
 }
 
 impl Drop for TestDb {

@@ -295,27 +295,9 @@ mod tests {
     use crate::audit::{AuditStore, NewAuditEvent};
     use crate::testing::TestDb;
     use crate::{
-        Actor, AdmissionStore, DirectPlacement, Org, OrgStatus, PoolSlot, Project, Quota,
-        TenancyStore, Transition, TransitionStore, UsageStore,
+        Actor, AdmissionStore, DirectPlacement, PoolSlot, Quota, Transition, TransitionStore,
+        UsageStore,
     };
-
-    /// A new org with one project.
-    async fn tenant(store: &PgStore) -> (OrgId, ProjectId) {
-        let org = Org {
-            id: OrgId::new(),
-            name: "o".into(),
-            status: OrgStatus::Active,
-            created_at: Utc::now(),
-        };
-        let prj = Project {
-            id: ProjectId::new(),
-            org_id: org.id.clone(),
-            name: "p".into(),
-            created_at: Utc::now(),
-        };
-        store.ensure_tenant(&org, &prj).await.unwrap();
-        (org.id, prj.id)
-    }
 
     /// An admission of a new sandbox, placed directly if `direct`; its id's chain is
     /// `shard`'s (`chain_suffix`) when given.
@@ -374,6 +356,18 @@ mod tests {
         (row, shard)
     }
 
+    /// A new org with [`first`]'s sandbox and a queued one after it (on any chain); the
+    /// org, its project and `first`'s shard.
+    async fn one_queued(db: &TestDb, store: &PgStore) -> (OrgId, ProjectId, String) {
+        let (org, prj) = db.tenant().await;
+        let (_, shard) = first(store, &org, &prj).await;
+        store
+            .admit(admission(&org, &prj, false, None, None))
+            .await
+            .unwrap();
+        (org, prj, shard)
+    }
+
     async fn stored(store: &PgStore, id: &str) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM sandboxes WHERE id = $1")
             .bind(id)
@@ -386,7 +380,7 @@ mod tests {
     async fn a_lone_admission_is_one_statement_with_its_records_and_placement() {
         let db = TestDb::new().await;
         let store = db.store();
-        let (org, prj) = tenant(&store).await;
+        let (org, prj) = db.tenant().await;
         let (_, shard) = first(&store, &org, &prj).await;
         let a = admission(&org, &prj, true, Some("k1"), Some(&shard));
         let Admitted::New(row) = store.admit(a).await.unwrap() else {
@@ -431,12 +425,7 @@ mod tests {
     async fn a_refusal_on_the_read_writes_nothing() {
         let db = TestDb::new().await;
         let store = db.store();
-        let (org, prj) = tenant(&store).await;
-        let (_, shard) = first(&store, &org, &prj).await;
-        store
-            .admit(admission(&org, &prj, false, None, None))
-            .await
-            .unwrap();
+        let (org, prj, shard) = one_queued(&db, &store).await;
         let full = Quota {
             max_queued: Some(1),
             ..Quota::default()
@@ -473,7 +462,7 @@ mod tests {
         let db = TestDb::new().await;
         let store = db.store();
         let other = PgStore::connect(db.url(), 2).await.unwrap();
-        let (org, prj) = tenant(&store).await;
+        let (org, prj) = db.tenant().await;
         let (first_row, shard) = first(&store, &org, &prj).await;
         // Another create of the org; the same create (key and body) again.
         let breakers = [("usage", false), ("replay", true)];
@@ -540,7 +529,7 @@ mod tests {
     async fn less_in_use_after_the_read_still_admits() {
         let db = TestDb::new().await;
         let store = db.store();
-        let (org, prj) = tenant(&store).await;
+        let (org, prj) = db.tenant().await;
         let (_, shard) = first(&store, &org, &prj).await;
         // A queued sandbox on another chain, ended between the read and the call.
         let elsewhere = loop {
@@ -582,12 +571,7 @@ mod tests {
     async fn only_a_placing_admission_waits_for_activations() {
         let db = TestDb::new().await;
         let store = db.store();
-        let (org, prj) = tenant(&store).await;
-        let (_, shard) = first(&store, &org, &prj).await;
-        store
-            .admit(admission(&org, &prj, false, None, None))
-            .await
-            .unwrap();
+        let (org, prj, shard) = one_queued(&db, &store).await;
         let mut activation = store.pool().begin().await.unwrap();
         sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE")
             .bind(org.as_str())

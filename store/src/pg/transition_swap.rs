@@ -347,31 +347,19 @@ mod tests {
     use crate::prelude::LifecycleStore;
     use crate::testing::TestDb;
     use crate::{
-        Activation, ActivationStore, Actor, Admission, AdmissionStore, Admitted, Org, OrgStatus,
-        PoolSlot, Project, Quota, SandboxReadStore, TenancyStore, Transition, TransitionStore,
+        Activation, ActivationStore, Actor, Admission, AdmissionStore, Admitted, PoolSlot, Quota,
+        SandboxReadStore, Transition, TransitionStore,
     };
-    use differently_core::{CreateSandboxRequest, OrgId, ProjectId, SandboxSpec, SandboxStatus};
+    use differently_core::{CreateSandboxRequest, OrgId, SandboxSpec, SandboxStatus};
 
     /// A provisioning sandbox of a new org, and a second handle on the database (another
     /// process).
     async fn provisioning(db: &TestDb) -> (PgStore, PgStore, Sandbox) {
         let store = db.store();
         let other = PgStore::connect(db.url(), 2).await.unwrap();
-        let org = Org {
-            id: OrgId::new(),
-            name: "o".into(),
-            status: OrgStatus::Active,
-            created_at: Utc::now(),
-        };
-        let prj = Project {
-            id: ProjectId::new(),
-            org_id: org.id.clone(),
-            name: "p".into(),
-            created_at: Utc::now(),
-        };
-        store.ensure_tenant(&org, &prj).await.unwrap();
+        let (org, prj) = db.tenant().await;
         let spec = SandboxSpec::build(&CreateSandboxRequest::default()).unwrap();
-        let sbx = Sandbox::queued(org.id.clone(), prj.id.clone(), spec, None, Utc::now());
+        let sbx = Sandbox::queued(org, prj, spec, None, Utc::now());
         let admission = Admission {
             request_id: None,
             direct: None,
