@@ -445,11 +445,8 @@ async fn wait(
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
     loop {
-        if let Some(v) = view.take() {
-            if v.status == target || v.status.is_final() {
-                return Ok(Json(v));
-            }
-            view = Some(v);
+        if let Some(v) = view.take_if(|v| v.status == target || v.status.is_final()) {
+            return Ok(Json(v));
         }
         // Events on the way (queued → provisioning on the way to running) cost no read. The
         // event that ends the wait carries the row's view as committed, which is the answer

@@ -23,9 +23,9 @@ use differently_core::accounting;
 use sqlx::postgres::PgArguments;
 use sqlx::Row;
 
-use crate::audit::{self, chain_of, chain_suffix, AuditEvent};
+use crate::audit::{self, chain_of};
 use crate::pg::admission_lanes::{decide_item, direct_of, insert_rows, Next};
-use crate::pg::audit::bind_record_columns;
+use crate::pg::audit::{bind_record_columns, chain_onto};
 use crate::pg::audit_records::sandbox_event;
 use crate::pg::audit_standalone::has_fraction;
 use crate::pg::limits::{limits_of, LimitsSeen, LIMITS_COLUMNS, LIMITS_JOINS};
@@ -174,21 +174,12 @@ async fn settle(store: &PgStore, a: &Admission, seen: Seen) -> Result<Attempt, S
     if events.iter().any(|e| has_fraction(&e.detail)) {
         return Ok(Attempt::Declined);
     }
-    let chain = chain_of(Some(&row.org_id), row.id.as_str());
-    let mut recs = Vec::with_capacity(events.len());
-    let mut prev = Some(head.clone());
-    for e in events {
-        let rec = AuditEvent::chained(
-            audit::process_key(),
-            chain.clone(),
-            prev.take(),
-            e,
-            s.created_at,
-            request_id.clone(),
-        );
-        prev = Some((rec.chain_seq, rec.hash.clone()));
-        recs.push(rec);
-    }
+    let recs = chain_onto(
+        &chain_of(Some(&row.org_id), row.id.as_str()),
+        Some(head.clone()),
+        events.into_iter().map(|e| (e, request_id.clone())),
+        s.created_at,
+    );
     let admitted = [(0, row, None)];
     let mut args = insert_rows(std::slice::from_ref(a), &admitted)?.into_args();
     bind_record_columns(&mut args, &recs)?;
@@ -260,16 +251,17 @@ async fn read(store: &PgStore, a: &Admission) -> Result<Seen, StoreError> {
         .bind(s.project_id.as_str())
         .bind(QuotaScope::Org(s.org_id.clone()).key())
         .bind(QuotaScope::Project(s.project_id.clone()).key())
-        .bind(format!("{}{}", s.org_id, chain_suffix(s.id.as_str())))
+        .bind(chain_of(Some(&s.org_id), s.id.as_str()))
         .bind(s.idempotency_key.as_deref())
         .fetch_one(store.pool())
         .await?;
     let (limits, guards) = limits_of(&row)?;
     let seq: Option<i64> = row.try_get("chain_seq")?;
     let hash: Option<String> = row.try_get("hash")?;
-    let earlier_doc: Option<serde_json::Value> = row.try_get("doc")?;
-    let earlier = match earlier_doc {
-        Some(_) => Some((sandbox_of(&row)?, row.try_get("request_hash")?)),
+    // `request_hash` is never NULL on a stored row: its presence says the join found one.
+    let earlier_hash: Option<String> = row.try_get("request_hash")?;
+    let earlier = match earlier_hash {
+        Some(hash) => Some((sandbox_of(&row)?, hash)),
         None => None,
     };
     Ok(Seen {
@@ -292,7 +284,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::audit::{AuditStore, NewAuditEvent};
+    use crate::audit::{chain_suffix, AuditStore, NewAuditEvent};
     use crate::testing::TestDb;
     use crate::{
         Actor, AdmissionStore, DirectPlacement, PoolSlot, Quota, Transition, TransitionStore,

@@ -116,22 +116,11 @@ pub(crate) async fn append_then_lock_counters(
     let mut recs: Vec<AuditEvent> = Vec::new();
     let mut new_heads: Vec<(String, i64, String)> = Vec::with_capacity(by_chain.len());
     for (chain, events) in by_chain {
-        let mut head = heads.remove(&chain);
-        for (e, request_id) in events {
-            let rec = AuditEvent::chained(
-                audit::process_key(),
-                chain.clone(),
-                head.take(),
-                e,
-                at,
-                request_id,
-            );
-            head = Some((rec.chain_seq, rec.hash.clone()));
-            recs.push(rec);
+        let chained = chain_onto(&chain, heads.remove(&chain), events, at);
+        if let Some(last) = chained.last() {
+            new_heads.push((chain, last.chain_seq, last.hash.clone()));
         }
-        if let Some((seq, hash)) = head {
-            new_heads.push((chain, seq, hash));
-        }
+        recs.extend(chained);
     }
     let mut args = PgArguments::default();
     bind_record_columns(&mut args, &recs)?;
@@ -200,6 +189,30 @@ pub(crate) async fn append_then_lock_counters(
     }
     metrics::histogram!("differently_audit_append_seconds").record(started.elapsed().as_secs_f64());
     Ok(recs)
+}
+
+/// `events` (each with its request id) as records of `chain`, in order, the first onto
+/// `head` (`None`: the chain's first record), each onto the one before.
+pub(crate) fn chain_onto(
+    chain: &str,
+    mut head: Option<(i64, String)>,
+    events: impl IntoIterator<Item = (NewAuditEvent, Option<String>)>,
+    at: DateTime<Utc>,
+) -> Vec<AuditEvent> {
+    let mut recs = Vec::new();
+    for (e, request_id) in events {
+        let rec = AuditEvent::chained(
+            audit::process_key(),
+            chain.to_owned(),
+            head.take(),
+            e,
+            at,
+            request_id,
+        );
+        head = Some((rec.chain_seq, rec.hash.clone()));
+        recs.push(rec);
+    }
+    recs
 }
 
 /// Binds `recs` as the 14 arrays of `audit_events`' columns, `chain` to `key_id` in column

@@ -292,7 +292,7 @@ impl LifecycleStore for PgStore {
         // any size (rows admitted before the API bounded it may hold up to u64::MAX) neither
         // overflows `bigint` nor the timestamp range; it just never fires. Rows under the
         // default are idle when neither their last write nor their last activity is newer
-        // than `$4`, now minus the default: an index range over running rows by
+        // than `$3`, now minus the default: an index range over running rows by
         // `updated_at`, empty while all were written recently, instead of a pass over every
         // running row. No cutoff (no default, or one reaching before any row): none are.
         let cutoff = default_idle_seconds.and_then(|d| idle_cutoff(now, d));
