@@ -220,16 +220,6 @@ impl Naming {
         vec![WEBHOOK_CONSUMER.to_owned()]
     }
 
-    /// The webhook deliverer's durable consumer on the public stream.
-    pub fn webhook_consumer(&self, ack_wait: Duration) -> ConsumerDef {
-        ConsumerDef {
-            stream: self.stream_name("PUB"),
-            durable: WEBHOOK_CONSUMER.to_owned(),
-            filter: format!("{}.pub.>", self.prefix),
-            ack_wait,
-        }
-    }
-
     /// Every stream, in creation order.
     pub fn streams(&self) -> Vec<StreamDef> {
         vec![
@@ -281,7 +271,9 @@ pub struct StreamDef {
     pub max_bytes: Option<i64>,
 }
 
-/// Durable name of the webhook deliverer on the public stream.
+/// Durable name of the webhook fan-out on the public stream in earlier versions. The fan-out
+/// now keeps its own position in Postgres and reads with an ordered consumer; it removes this
+/// consumer when it first leads, and tenants stay denied it by name.
 pub const WEBHOOK_CONSUMER: &str = "webhooks";
 
 /// How long the public stream keeps an event: a subscriber can replay up to a day back.

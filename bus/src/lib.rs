@@ -74,6 +74,23 @@ pub trait Bus: Send + Sync + 'static {
         after: Option<u64>,
     ) -> Result<BoxStream<'static, Result<Event, BusError>>, BusError>;
 
+    /// The sequence of the last message stored in `stream` (0: none yet). A reader that
+    /// keeps its own position checks it against this: a position beyond it means the stream
+    /// was made anew and its sequences started again.
+    async fn last_sequence(&self, stream: &str) -> Result<u64, BusError>;
+
+    /// The stream sequence a durable consumer of `stream` has acked everything through (its
+    /// ack floor); `None` when no such consumer exists. For moving off a durable consumer
+    /// without skipping or re-reading more than it had left.
+    async fn consumer_ack_floor(
+        &self,
+        stream: &str,
+        durable: &str,
+    ) -> Result<Option<u64>, BusError>;
+
+    /// Removes a durable consumer of `stream` (nothing to do when there is none).
+    async fn delete_consumer(&self, stream: &str, durable: &str) -> Result<(), BusError>;
+
     /// Serves requests on `subject` (core request/reply: nothing is stored, a request with
     /// nobody serving fails at once) until the returned stream is dropped. When this returns,
     /// requests from any process reach the stream.

@@ -391,6 +391,39 @@ impl Bus for MemoryBus {
         .boxed())
     }
 
+    async fn last_sequence(&self, stream: &str) -> Result<u64, BusError> {
+        let st = self.inner.lock();
+        st.streams
+            .get(stream)
+            .map(|s| s.last_seq)
+            .ok_or_else(|| BusError::Setup(format!("no stream {stream}").into()))
+    }
+
+    async fn consumer_ack_floor(
+        &self,
+        stream: &str,
+        durable: &str,
+    ) -> Result<Option<u64>, BusError> {
+        let st = self.inner.lock();
+        let s = st
+            .streams
+            .get(stream)
+            .ok_or_else(|| BusError::Setup(format!("no stream {stream}").into()))?;
+        // Everything below the first message still in flight, or below the cursor.
+        Ok(s.consumers.get(durable).map(|c| {
+            let below = c.pending.keys().next().copied().unwrap_or(c.cursor);
+            below.saturating_sub(1)
+        }))
+    }
+
+    async fn delete_consumer(&self, stream: &str, durable: &str) -> Result<(), BusError> {
+        let mut st = self.inner.lock();
+        if let Some(s) = st.streams.get_mut(stream) {
+            s.consumers.remove(durable);
+        }
+        Ok(())
+    }
+
     async fn serve(&self, subject: &str) -> Result<BoxStream<'static, Request>, BusError> {
         let (tx, rx) = tokio::sync::mpsc::channel(SERVE_QUEUE);
         {

@@ -216,8 +216,9 @@ fn spawn_roles(
         });
     }
     if roles.contains(&Role::Worker) {
-        // Every worker process also delivers webhooks: they share the public stream's
-        // `webhooks` consumer and claim delivery rows without overlap (docs/webhooks.md).
+        // Every worker process also delivers webhooks: one at a time (a lock) fans the public
+        // stream out into delivery rows, and all claim those rows without overlap
+        // (docs/webhooks.md).
         let deliverer = differently_webhooks::Deliverer {
             store: parts.store.clone(),
             announcer: parts.announcer.clone(),

@@ -13,7 +13,24 @@ pub trait InstallationStore: Send + Sync {
     async fn installation_id(&self) -> Result<InstallationId, StoreError>;
 
     /// Tries to become the scheduler leader. `Some` while held; dropping it releases it.
-    async fn try_lead(&self) -> Result<Option<Box<dyn Leadership>>, StoreError>;
+    async fn try_lead(&self) -> Result<Option<Box<dyn Leadership>>, StoreError> {
+        self.try_lead_as(Lead::Scheduler).await
+    }
+
+    /// Tries to take the lock of `lead`: one process at a time across the installation.
+    /// `Some` while held; dropping it releases it.
+    async fn try_lead_as(&self, lead: Lead) -> Result<Option<Box<dyn Leadership>>, StoreError>;
+}
+
+/// What a process may lead, each under its own lock, so leading one does not tie up the
+/// other's process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lead {
+    /// Placement, the sweeps and the other scheduler loops.
+    Scheduler,
+    /// Reading the public stream into webhook deliveries (`differently_webhooks`): one
+    /// reader, so its position can be kept in one place and nothing needs an ack.
+    WebhookFanOut,
 }
 
 /// A held leadership. Postgres: a session advisory lock on a dedicated connection.

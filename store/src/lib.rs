@@ -42,7 +42,7 @@ pub use admission::{Admission, AdmissionStore, Admitted, DirectPlacement};
 pub use differently_core::accounting::Wall;
 pub use differently_core::tenancy::{ApiKeyRecord, Org, OrgStatus, Project, Quota, Usage};
 pub use error::StoreError;
-pub use installation::{InstallationStore, Leadership};
+pub use installation::{InstallationStore, Lead, Leadership};
 pub use sandboxes::{SandboxBrief, SandboxFilter, SandboxReadStore};
 pub use tenancy::TenancyStore;
 pub use transition::{Transition, TransitionStore};
@@ -62,8 +62,8 @@ pub mod prelude {
     pub use crate::webhooks::WebhookStore;
     pub use crate::work_claims::WorkClaimStore;
     pub use crate::{
-        ActivationStore, AdmissionStore, InstallationStore, Leadership, SandboxReadStore, Store,
-        TenancyStore, TransitionStore, UsageStore,
+        ActivationStore, AdmissionStore, InstallationStore, Lead, Leadership, SandboxReadStore,
+        Store, TenancyStore, TransitionStore, UsageStore,
     };
 }
 

@@ -495,6 +495,15 @@ pub trait WebhookStore: Send + Sync {
         Ok(all)
     }
 
+    /// The public-stream sequence the webhook fan-out has fanned out through, as last saved
+    /// ([`WebhookStore::save_fan_out_cursor`]); `None` before the first save.
+    async fn fan_out_cursor(&self) -> Result<Option<u64>, StoreError>;
+
+    /// Saves the fan-out's position: every event up to `through_seq` has its deliveries
+    /// committed. Only the fan-out's leader writes it. It may move back (the stream was made
+    /// anew, and its sequences start again).
+    async fn save_fan_out_cursor(&self, through_seq: u64) -> Result<(), StoreError>;
+
     /// Creates deliveries due now, skipping any whose (webhook, event) pair already exists,
     /// so an event handed over twice is still delivered once per webhook. Returns how many
     /// were created.

@@ -1,9 +1,10 @@
 //! Delivery: the fan-out from the public stream into delivery rows, and the dispatcher that
 //! sends them.
 //!
-//! At least once, with a bound on duplicates: a bus message is acked only after its rows
-//! are committed (a crash before that re-reads it, and the unique (webhook, event) pair makes
-//! the re-read a no-op); a row is claimed under a lease longer than the request timeout, so
+//! At least once, with a bound on duplicates: one process at a time reads the public stream
+//! in order and saves how far it got only after the rows of every event up to there are
+//! committed (a crash before that re-reads from the last save, and the unique (webhook,
+//! event) pair makes the re-read a no-op); nothing on the bus is acked. A row is claimed under a lease longer than the request timeout, so
 //! only a claimer that died mid-attempt (or whose result was not recorded) lets another
 //! process send it again. Receivers drop those duplicates by `webhook-id`.
 
@@ -11,14 +12,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use differently_bus::{Announcer, BusError};
+use differently_bus::Announcer;
+use differently_bus_schema::naming::WEBHOOK_CONSUMER;
 use differently_bus_schema::public::{Cause, EventData, Origin, PublicEvent, WebhookDisabled};
-use differently_bus_schema::{ConsumerDef, Naming};
 use differently_core::{OrgId, ProjectId};
 use differently_store::webhooks::{
     AttemptOutcome, Delivery, DisablePolicy, NewDelivery, Webhook, MAX_RESPONSE_BODY_BYTES,
 };
-use differently_store::Store;
+use differently_store::{Lead, Leadership, Store};
+use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, USER_AGENT};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -43,8 +45,6 @@ pub struct DeliveryConfig {
     pub per_webhook: usize,
     /// How often the dispatcher looks for due deliveries when idle.
     pub poll: Duration,
-    /// How long the fan-out may hold an unacked bus message.
-    pub ack_wait: Duration,
     /// A claim's lease is the timeout plus this: room to record the outcome.
     pub lease_margin: Duration,
 }
@@ -59,7 +59,6 @@ impl Default for DeliveryConfig {
             concurrency: 8,
             per_webhook: 4,
             poll: Duration::from_millis(500),
-            ack_wait: Duration::from_secs(30),
             lease_margin: Duration::from_secs(30),
         }
     }
@@ -73,17 +72,6 @@ impl DeliveryConfig {
     }
 }
 
-/// The durable consumer of the public stream that feeds webhooks (one, shared by every
-/// delivering process).
-pub fn consumer(naming: &Naming, ack_wait: Duration) -> ConsumerDef {
-    ConsumerDef {
-        stream: naming.public_stream().name,
-        durable: "webhooks".to_owned(),
-        filter: format!("{}.pub.>", naming.prefix()),
-        ack_wait,
-    }
-}
-
 /// The fan-out and the dispatcher of one process.
 #[derive(Clone)]
 pub struct Deliverer {
@@ -94,7 +82,34 @@ pub struct Deliverer {
 }
 
 /// Public events fanned out together at most.
-const FAN_BATCH: usize = 32;
+const FAN_BATCH: usize = 128;
+
+/// How often a process that does not lead the fan-out tries its lock.
+const FAN_OUT_STANDBY_POLL: Duration = Duration::from_secs(2);
+
+/// How often the leading fan-out checks it still holds its lock (as the scheduler does).
+const LEASE_PING: Duration = Duration::from_secs(1);
+
+/// How often the leading fan-out saves its cursor while it moves: a successor re-reads at
+/// most about this much of the stream. One write a second, whatever the event rate.
+const CURSOR_SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// The fan-out's position: fanned out through `through`, saved through `saved`.
+struct Cursor {
+    through: u64,
+    saved: u64,
+    saved_at: Instant,
+}
+
+impl Cursor {
+    fn new(start: u64) -> Cursor {
+        Cursor {
+            through: start,
+            saved: start,
+            saved_at: Instant::now(),
+        }
+    }
+}
 
 /// How long the fan-out gathers a batch after its first event (issue #47). A batch costs one
 /// read of the webhooks of all its projects, so events read one by one cost a round trip
@@ -120,87 +135,212 @@ impl Deliverer {
         tokio::join!(fan.fan_out(stop2), self.dispatch(stop));
     }
 
-    /// Reads public events from the durable consumer and writes their deliveries; acks only
-    /// after the rows are committed.
+    /// Fans public events out into deliveries while this process holds the fan-out's lock
+    /// (`Lead::WebhookFanOut`), and tries the lock every [`FAN_OUT_STANDBY_POLL`] while
+    /// another process holds it. The dispatcher runs on every process either way.
     pub async fn fan_out(self, mut stop: watch::Receiver<bool>) {
-        let def = consumer(self.announcer.naming(), self.config.ack_wait);
-        let mut pull = loop {
-            match self.announcer.bus().pull_ahead(&def).await {
-                Ok(p) => break p,
+        let mut leading = false;
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            match self.store.try_lead_as(Lead::WebhookFanOut).await {
+                Ok(Some(lease)) => {
+                    tracing::info!("webhooks: leading the fan-out");
+                    leading = true;
+                    self.lead_fan_out(lease, &mut stop).await;
+                }
+                Ok(None) if leading => {
+                    tracing::info!("webhooks: another process leads the fan-out now");
+                    leading = false;
+                }
+                Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "webhooks: cannot bind the public-stream consumer; retrying");
-                    if wait_or_stop(&mut stop, Duration::from_secs(2)).await {
-                        return;
-                    }
+                    tracing::warn!(error = %e, "webhooks: cannot try the fan-out's lock; retrying")
                 }
             }
+            if wait_or_stop(&mut stop, FAN_OUT_STANDBY_POLL).await {
+                return;
+            }
+        }
+    }
+
+    /// Where the fan-out starts reading: after the saved cursor. The first time, after what
+    /// the durable consumer of earlier versions acked (it is removed once the cursor holds
+    /// that), or from the stream's start when there is none: re-reading is harmless, and
+    /// "from now" would lose what was published before this process first led. A cursor
+    /// beyond the stream's end means the stream was made anew (a server that lost its
+    /// store): its sequences started again, so reading starts again from its start.
+    async fn fan_out_start(&self) -> Result<u64, String> {
+        let stream = self.announcer.naming().public_stream().name;
+        let bus = self.announcer.bus();
+        let last = bus
+            .last_sequence(&stream)
+            .await
+            .map_err(|e| e.to_string())?;
+        let cursor = match self
+            .store
+            .fan_out_cursor()
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Some(c) => c,
+            None => {
+                let floor = bus
+                    .consumer_ack_floor(&stream, WEBHOOK_CONSUMER)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let c = floor.unwrap_or(0);
+                self.store
+                    .save_fan_out_cursor(c)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if floor.is_some() {
+                    tracing::info!(
+                        through = c,
+                        "webhooks: the fan-out takes over from the durable consumer of earlier versions"
+                    );
+                }
+                c
+            }
         };
-        while !*stop.borrow() {
-            let next = tokio::select! {
-                n = pull.next(Duration::from_secs(1)) => n,
-                _ = stop.changed() => return,
-            };
-            let msg = match next {
-                Ok(Some(m)) => m,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhooks: reading the public stream failed");
-                    if wait_or_stop(&mut stop, Duration::from_millis(500)).await {
+        // Saved (or never there): the old consumer's unacked messages are read from here.
+        if let Err(e) = bus.delete_consumer(&stream, WEBHOOK_CONSUMER).await {
+            tracing::warn!(error = %e, "webhooks: cannot remove the durable consumer of earlier versions; trying again when next leading");
+        }
+        if cursor > last {
+            tracing::warn!(
+                cursor,
+                last,
+                "webhooks: the public stream ends before the fan-out's cursor (it was made anew); reading it from its start"
+            );
+            self.store
+                .save_fan_out_cursor(0)
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(0);
+        }
+        Ok(cursor)
+    }
+
+    /// The fan-out while `lease` holds: reads the public stream in order from the saved
+    /// cursor, writes each batch's deliveries (trying a failed batch again, never skipping
+    /// it), and saves the cursor at most every [`CURSOR_SAVE_EVERY`], so a successor re-reads
+    /// at most that much. Returns when the lease is lost, the reader ends, or on `stop`.
+    async fn lead_fan_out(&self, mut lease: Box<dyn Leadership>, stop: &mut watch::Receiver<bool>) {
+        let start = match self.fan_out_start().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "webhooks: cannot find where the fan-out starts; trying again");
+                return;
+            }
+        };
+        let naming = self.announcer.naming();
+        let stream = naming.public_stream().name;
+        let filter = format!("{}.pub.>", naming.prefix());
+        let mut events = match self
+            .announcer
+            .bus()
+            .events(&stream, &filter, Some(start))
+            .await
+        {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "webhooks: cannot read the public stream; trying again");
+                return;
+            }
+        };
+        let mut cursor = Cursor::new(start);
+        let mut ping = tokio::time::interval(LEASE_PING);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let first = tokio::select! {
+                e = events.next() => e,
+                _ = ping.tick() => {
+                    if !lease.still_held().await {
+                        tracing::warn!("webhooks: lost the fan-out's lock");
                         return;
                     }
+                    self.save_cursor(&mut cursor, false).await;
                     continue;
+                }
+                _ = stop.changed() => {
+                    self.save_cursor(&mut cursor, true).await;
+                    return;
+                }
+            };
+            let first = match first {
+                Some(Ok(e)) => e,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "webhooks: reading the public stream failed");
+                    continue;
+                }
+                None => {
+                    tracing::warn!("webhooks: the public stream's reader ended; leading again");
+                    self.save_cursor(&mut cursor, true).await;
+                    return;
                 }
             };
             // What arrives within `FAN_GATHER` goes in the same batch: an exec's two events,
             // and under load the events of many sessions.
-            let mut batch = vec![msg];
+            let mut batch = vec![first];
             let until = tokio::time::Instant::now() + FAN_GATHER;
             while batch.len() < FAN_BATCH {
-                let buffered = match pull.next_buffered().await {
-                    Ok(None) => {
-                        let left = until.saturating_duration_since(tokio::time::Instant::now());
-                        if left.is_zero() {
-                            break;
-                        }
-                        tokio::select! {
-                            n = pull.next(left) => n,
-                            _ = stop.changed() => break,
-                        }
-                    }
-                    other => other,
-                };
-                match buffered {
-                    Ok(Some(m)) => batch.push(m),
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "webhooks: a further event could not be taken; it is read again later");
+                match tokio::time::timeout_at(until, events.next()).await {
+                    Ok(Some(Ok(e))) => batch.push(e),
+                    Ok(Some(Err(e))) => {
+                        tracing::warn!(error = %e, "webhooks: reading the public stream failed");
                         break;
                     }
+                    Ok(None) | Err(_) => break,
                 }
             }
-            let events: Vec<(&str, &[u8])> = batch
+            let through = batch.last().map_or(cursor.through, |e| e.seq);
+            let refs: Vec<(&str, &[u8])> = batch
                 .iter()
-                .map(|m| (m.subject.as_str(), m.payload.as_ref()))
+                .map(|e| (e.subject.as_str(), e.payload.as_ref()))
                 .collect();
-            let fanned = self.fan_batch(&events).await;
-            for (i, msg) in batch.into_iter().enumerate() {
-                let acked = match &fanned {
-                    Ok(each) => match each.get(i) {
-                        Some(Err(why)) => {
-                            tracing::warn!(subject = %msg.subject, error = %why, "webhooks: not a public event this build reads; dropped");
-                            msg.acker.term().await
+            // A batch whose deliveries cannot be written is tried again until they are: the
+            // cursor never passes an event that was not fanned out.
+            loop {
+                match self.fan_batch(&refs).await {
+                    Ok(each) => {
+                        for (why, (subject, _)) in each.iter().zip(&refs) {
+                            if let Err(why) = why {
+                                tracing::warn!(%subject, error = %why, "webhooks: not a public event this build reads; passed over");
+                            }
                         }
-                        _ => msg.acker.ack().await,
-                    },
-                    Err(_) => msg.acker.nak(Duration::from_secs(1)).await,
-                };
-                if let Err(e) = acked {
-                    log_ack(&e);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "webhooks: cannot record deliveries; trying the batch again");
+                        if wait_or_stop(stop, Duration::from_secs(1)).await
+                            || !lease.still_held().await
+                        {
+                            self.save_cursor(&mut cursor, true).await;
+                            return;
+                        }
+                    }
                 }
             }
-            if let Err(e) = fanned {
-                tracing::warn!(error = %e, "webhooks: cannot record deliveries; the events are read again");
+            cursor.through = through;
+            self.save_cursor(&mut cursor, false).await;
+        }
+    }
+
+    /// Saves the cursor when it moved and either `now` or [`CURSOR_SAVE_EVERY`] passed since
+    /// the last save. A failed save is logged: the next one covers it, and a successor would
+    /// only re-read more.
+    async fn save_cursor(&self, c: &mut Cursor, now: bool) {
+        if c.through == c.saved || (!now && c.saved_at.elapsed() < CURSOR_SAVE_EVERY) {
+            return;
+        }
+        match self.store.save_fan_out_cursor(c.through).await {
+            Ok(()) => {
+                c.saved = c.through;
+                c.saved_at = Instant::now();
             }
+            Err(e) => tracing::warn!(error = %e, "webhooks: cannot save the fan-out's cursor"),
         }
     }
 
@@ -521,10 +661,6 @@ impl Deliverer {
 
 /// The delivery's webhook no longer exists (its rows go with it).
 struct Gone;
-
-fn log_ack(e: &BusError) {
-    tracing::warn!(error = %e, "webhooks: ack failed; the event may be read again (no duplicate delivery: rows are unique per event)");
-}
 
 /// Sleeps `d`; true if `stop` turned true meanwhile.
 async fn wait_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {

@@ -1,8 +1,9 @@
 //! Signed webhooks: public events delivered to tenants' HTTPS endpoints.
 //!
-//! The path of an event: the public stream (`dly.pub.>`) → a durable JetStream consumer
-//! (`webhooks`, [`engine::fan_out`]) that writes one delivery row per matching webhook and
-//! only then acks → the dispatcher ([`engine::Deliverer`]), which claims due rows under a
+//! The path of an event: the public stream (`dly.pub.>`) → the fan-out
+//! ([`engine::Deliverer::fan_out`]), run by one process at a time, which reads the stream in
+//! order, writes one delivery row per matching webhook and only then moves its saved cursor
+//! → the dispatcher ([`engine::Deliverer`]), which claims due rows under a
 //! lease, re-checks the URL's resolved addresses ([`url_policy`]), POSTs the event signed as
 //! Standard Webhooks does ([`signing`]), and records the attempt, its back-off
 //! ([`schedule`]) or the webhook's automatic disabling. Postgres holds every attempt, so a

@@ -11,6 +11,7 @@
 
 mod connect;
 mod events;
+mod positions;
 mod provision;
 mod publish;
 mod pull;
@@ -99,6 +100,22 @@ impl Bus for JetStreamBus {
         after: Option<u64>,
     ) -> Result<BoxStream<'static, Result<Event, BusError>>, BusError> {
         self.read_events(stream, filter, after).await
+    }
+
+    async fn last_sequence(&self, stream: &str) -> Result<u64, BusError> {
+        self.stream_last_sequence(stream).await
+    }
+
+    async fn consumer_ack_floor(
+        &self,
+        stream: &str,
+        durable: &str,
+    ) -> Result<Option<u64>, BusError> {
+        self.durable_ack_floor(stream, durable).await
+    }
+
+    async fn delete_consumer(&self, stream: &str, durable: &str) -> Result<(), BusError> {
+        self.delete_durable(stream, durable).await
     }
 
     async fn serve(&self, subject: &str) -> Result<BoxStream<'static, Request>, BusError> {

@@ -1,4 +1,4 @@
-//! The installation's id and the process-wide leadership flag.
+//! The installation's id and the process-wide leadership flags.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,15 +20,16 @@ impl InstallationStore for MemoryStore {
             .clone())
     }
 
-    async fn try_lead(&self) -> Result<Option<Box<dyn Leadership>>, StoreError> {
-        if self
-            .leader
+    async fn try_lead_as(&self, lead: Lead) -> Result<Option<Box<dyn Leadership>>, StoreError> {
+        let flag = match lead {
+            Lead::Scheduler => &self.leader,
+            Lead::WebhookFanOut => &self.fan_out_leader,
+        };
+        if flag
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            Ok(Some(Box::new(MemoryLeadership {
-                flag: self.leader.clone(),
-            })))
+            Ok(Some(Box::new(MemoryLeadership { flag: flag.clone() })))
         } else {
             Ok(None)
         }

@@ -146,6 +146,8 @@ impl crate::Store for MemoryStore {}
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     leader: Arc<AtomicBool>,
+    /// The webhook fan-out's (`Lead::WebhookFanOut`).
+    fan_out_leader: Arc<AtomicBool>,
     /// Policies, pools, health and explanations (`memory::placement.rs`).
     pub(crate) placement: Arc<Mutex<placement::PlacementState>>,
     /// Operations, snapshots and activity (`memory::lifecycle.rs`).

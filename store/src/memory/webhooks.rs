@@ -24,6 +24,8 @@ pub(crate) struct WebhookRow {
 pub(crate) struct WebhookState {
     hooks: BTreeMap<String, WebhookRow>,
     deliveries: BTreeMap<String, Delivery>,
+    /// `WebhookStore::fan_out_cursor`.
+    fan_out_cursor: Option<u64>,
 }
 
 impl WebhookState {
@@ -171,6 +173,15 @@ impl WebhookStore for MemoryStore {
             .collect())
     }
 
+    async fn fan_out_cursor(&self) -> Result<Option<u64>, StoreError> {
+        Ok(self.lock().webhooks.fan_out_cursor)
+    }
+
+    async fn save_fan_out_cursor(&self, through_seq: u64) -> Result<(), StoreError> {
+        self.lock().webhooks.fan_out_cursor = Some(through_seq);
+        Ok(())
+    }
+
     async fn enqueue_deliveries(
         &self,
         items: &[NewDelivery],
@@ -209,7 +220,9 @@ impl WebhookStore for MemoryStore {
         let now = stored_time(now);
         let until = stored_time(now + lease);
         let mut st = self.lock();
-        let WebhookState { hooks, deliveries } = &mut st.webhooks;
+        let WebhookState {
+            hooks, deliveries, ..
+        } = &mut st.webhooks;
         let mut hook_busy: HashMap<&str, usize> = HashMap::new();
         let mut org_busy: HashMap<&str, usize> = HashMap::new();
         let mut due = Vec::new();

@@ -11,6 +11,17 @@ use crate::StoreError;
 /// Session advisory lock of the scheduler leader (`dly_ldr`).
 const LEADER_LOCK: i64 = 0x0064_6c79_5f6c_6472; // "dly_ldr"
 
+/// Session advisory lock of the webhook fan-out (`dly_whf`).
+const WEBHOOK_FAN_OUT_LOCK: i64 = 0x0064_6c79_5f77_6866; // "dly_whf"
+
+/// The advisory lock id of `lead`.
+fn lock_of(lead: Lead) -> i64 {
+    match lead {
+        Lead::Scheduler => LEADER_LOCK,
+        Lead::WebhookFanOut => WEBHOOK_FAN_OUT_LOCK,
+    }
+}
+
 const INSTALLATION_KEY: &str = "installation_id";
 
 /// How long the leader's lock session may go without a query before Postgres ends it
@@ -38,16 +49,16 @@ impl InstallationStore for PgStore {
             .map_err(|e| StoreError::Internal(format!("stored installation id {value:?}: {e}")))
     }
 
-    async fn try_lead(&self) -> Result<Option<Box<dyn Leadership>>, StoreError> {
+    async fn try_lead_as(&self, lead: Lead) -> Result<Option<Box<dyn Leadership>>, StoreError> {
         let mut standby = self.standby.lock().await;
-        let mut conn = match standby.take() {
+        let mut conn = match standby.remove(&lead) {
             Some(c) => c,
             None => PgConnection::connect_with(&self.options).await?,
         };
         // On error the connection is dropped (closing its session) and the next attempt
         // opens a fresh one.
         let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(LEADER_LOCK)
+            .bind(lock_of(lead))
             .fetch_one(&mut conn)
             .await?;
         if got {
@@ -58,7 +69,7 @@ impl InstallationStore for PgStore {
             }
             Ok(Some(Box::new(PgLeadership { conn })))
         } else {
-            *standby = Some(conn);
+            standby.insert(lead, conn);
             Ok(None)
         }
     }

@@ -87,6 +87,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0020_idle_candidates_by_index",
         include_str!("../../../migrations/0020_idle_candidates_by_index.sql"),
     ),
+    (
+        "0021_webhook_fan_out_cursor",
+        include_str!("../../../migrations/0021_webhook_fan_out_cursor.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

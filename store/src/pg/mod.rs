@@ -87,10 +87,10 @@ pub struct AdmissionSwaps {
 pub struct PgStore {
     pool: PgPool,
     options: PgConnectOptions,
-    /// A dedicated connection kept between failed `try_lead` attempts, so a standby replica
-    /// trying every tick does not open a new session each time. It becomes the leader's
-    /// connection when an attempt succeeds.
-    standby: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
+    /// A dedicated connection per lock kept between failed `try_lead_as` attempts, so a
+    /// standby replica trying every tick does not open a new session each time. It becomes
+    /// the leader's connection when an attempt succeeds.
+    standby: Arc<tokio::sync::Mutex<std::collections::HashMap<crate::Lead, PgConnection>>>,
     /// Audit heads this process last wrote, for standalone appends (`audit_standalone`).
     audit_heads: Arc<audit_standalone::HeadCache>,
     /// One-row status changes waiting to be committed together (`transition_lane`).

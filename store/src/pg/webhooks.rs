@@ -311,6 +311,29 @@ impl WebhookStore for PgStore {
         rows.iter().map(hook_of).collect()
     }
 
+    async fn fan_out_cursor(&self) -> Result<Option<u64>, StoreError> {
+        let seq: Option<i64> =
+            sqlx::query_scalar("SELECT through_seq FROM webhook_fan_out WHERE id")
+                .fetch_optional(self.pool())
+                .await?;
+        // The column is checked non-negative.
+        Ok(seq.map(|s| u64::try_from(s).unwrap_or(0)))
+    }
+
+    async fn save_fan_out_cursor(&self, through_seq: u64) -> Result<(), StoreError> {
+        let seq = i64::try_from(through_seq).map_err(|_| {
+            StoreError::Internal(format!("fan-out cursor {through_seq} is beyond a bigint"))
+        })?;
+        sqlx::query(
+            "INSERT INTO webhook_fan_out (id, through_seq) VALUES (true, $1)
+             ON CONFLICT (id) DO UPDATE SET through_seq = EXCLUDED.through_seq, updated_at = now()",
+        )
+        .bind(seq)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
     async fn enqueue_deliveries(
         &self,
         items: &[NewDelivery],

@@ -48,6 +48,7 @@ webhook_conformance!(
     concurrent_claimers_never_share_a_delivery,
     a_flooding_tenant_does_not_hold_a_quiet_one_back,
     a_tenants_webhooks_take_turns,
+    the_fan_out_cursor_is_kept_and_its_lock_is_its_own,
 );
 
 /// A cap on deliveries in flight per webhook that no case here reaches.
@@ -730,3 +731,44 @@ pub async fn a_tenants_webhooks_take_turns(env: &Env) {
 }
 
 mod lock_order;
+
+/// The fan-out's cursor starts absent, keeps the last save (which may move back: a stream
+/// made anew) across handles, and the fan-out's lock is held by one at a time and apart from
+/// the scheduler's.
+async fn the_fan_out_cursor_is_kept_and_its_lock_is_its_own(env: &Env) {
+    use differently_store::Lead;
+    let s = &env.store;
+    assert_eq!(s.fan_out_cursor().await.unwrap(), None);
+    s.save_fan_out_cursor(41).await.unwrap();
+    s.save_fan_out_cursor(42).await.unwrap();
+    let other = env.reopen().await;
+    assert_eq!(other.fan_out_cursor().await.unwrap(), Some(42));
+    other.save_fan_out_cursor(0).await.unwrap();
+    assert_eq!(s.fan_out_cursor().await.unwrap(), Some(0));
+
+    let fan_out = s.try_lead_as(Lead::WebhookFanOut).await.unwrap();
+    assert!(fan_out.is_some(), "a free lock is taken");
+    assert!(
+        other
+            .try_lead_as(Lead::WebhookFanOut)
+            .await
+            .unwrap()
+            .is_none(),
+        "a held fan-out lock is refused to another handle"
+    );
+    let scheduler = other.try_lead().await.unwrap();
+    assert!(
+        scheduler.is_some(),
+        "the scheduler's lock is not the fan-out's"
+    );
+    drop(fan_out);
+    let mut again = None;
+    for _ in 0..100 {
+        again = other.try_lead_as(Lead::WebhookFanOut).await.unwrap();
+        if again.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(again.is_some(), "a dropped fan-out lock is free again");
+}
