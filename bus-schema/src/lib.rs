@@ -108,12 +108,19 @@ mod tests {
     fn an_event_subject_names_its_sandbox_and_nothing_else_does() {
         let n = Naming::new("t1").unwrap();
         let (org, prj, sbx) = (OrgId::new(), ProjectId::new(), SandboxId::new());
-        let subject = n.event_subject(&org, &prj, &sbx);
+        let subject = n.event_subject(&org, &prj, &sbx, SandboxStatus::Running);
         assert_eq!(n.event_subject_sandbox(&subject), Some(sbx.clone()));
+        let earlier = format!("t1.evt.{org}.{prj}.{sbx}");
+        assert_eq!(
+            n.event_subject_sandbox(&earlier),
+            Some(sbx.clone()),
+            "an earlier version's subject, without a phase"
+        );
         for other in [
-            Naming::default().event_subject(&org, &prj, &sbx),
+            Naming::default().event_subject(&org, &prj, &sbx, SandboxStatus::Running),
             n.public_subject(&org, &prj, Some(&sbx), EventType::StatusChanged),
             format!("{subject}.extra"),
+            format!("{earlier}.other"),
             format!("t1.evt.{org}.{prj}.not-a-sandbox"),
             format!("t1.evt.{org}.{sbx}"),
         ] {
@@ -135,7 +142,7 @@ mod tests {
         }
         for other in [
             Naming::default().public_subject(&org, &prj, Some(&sbx), EventType::StatusChanged),
-            n.event_subject(&org, &prj, &sbx),
+            n.event_subject(&org, &prj, &sbx, SandboxStatus::Running),
             format!("t1.pub.{org}.{prj}.{sbx}"),
             format!("t1.pub.{org}.not-a-project.{sbx}.sandbox.status.changed"),
         ] {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use differently_core::{OrgId, ProjectId, SandboxId};
+use differently_core::{OrgId, ProjectId, SandboxId, SandboxStatus};
 
 use crate::{EventType, WorkOp};
 
@@ -58,20 +58,50 @@ impl Naming {
         format!("{}.work.{pool}.{}", self.prefix, op.as_str())
     }
 
-    /// `dly.evt.<org>.<project>.<sandbox>`: a committed state change.
-    pub fn event_subject(&self, org: &OrgId, project: &ProjectId, sandbox: &SandboxId) -> String {
-        format!("{}.evt.{org}.{project}.{sandbox}", self.prefix)
+    /// `dly.evt.<org>.<project>.<sandbox>.<phase>`: a committed state change. The phase is
+    /// [`FINAL_PHASE`] for a status no transition leaves (terminated, failed) and
+    /// [`LIVE_PHASE`] otherwise, so a reader that needs only the ends (the placement leader,
+    /// which places into the room they free) filters on it ([`final_event_filter`]) and is
+    /// not sent the other three of a sandbox's four changes (issue #47).
+    ///
+    /// [`final_event_filter`]: Self::final_event_filter
+    pub fn event_subject(
+        &self,
+        org: &OrgId,
+        project: &ProjectId,
+        sandbox: &SandboxId,
+        status: SandboxStatus,
+    ) -> String {
+        let phase = if status.is_final() {
+            FINAL_PHASE
+        } else {
+            LIVE_PHASE
+        };
+        format!("{}.evt.{org}.{project}.{sandbox}.{phase}", self.prefix)
+    }
+
+    /// Every final status change ([`event_subject`](Self::event_subject)'s phase
+    /// [`FINAL_PHASE`]). Events stored by earlier versions, without a phase, do not match:
+    /// a reader of this filter must not depend on seeing every end (placement tries its
+    /// queue again every tick whether or not one came).
+    pub fn final_event_filter(&self) -> String {
+        format!("{}.evt.*.*.*.{FINAL_PHASE}", self.prefix)
     }
 
     /// The sandbox a subject of [`event_subject`](Self::event_subject) is about, read from the
     /// subject alone, so a reader can pass over another sandbox's event without decoding it.
-    /// `None` for anything else (the caller then decodes as usual).
+    /// Also reads the subjects of earlier versions, which had no phase. `None` for anything
+    /// else (the caller then decodes as usual).
     pub fn event_subject_sandbox(&self, subject: &str) -> Option<SandboxId> {
         let rest = subject
             .strip_prefix(self.prefix.as_str())?
             .strip_prefix(".evt.")?;
         let mut tokens = rest.split('.');
         let (_org, _project, sandbox) = (tokens.next()?, tokens.next()?, tokens.next()?);
+        match tokens.next() {
+            None | Some(FINAL_PHASE | LIVE_PHASE) => {}
+            Some(_) => return None,
+        }
         if tokens.next().is_some() {
             return None;
         }
@@ -86,9 +116,9 @@ impl Naming {
         sandbox: Option<&SandboxId>,
     ) -> String {
         match (project, sandbox) {
-            (Some(p), Some(s)) => self.event_subject(org, p, s),
-            (Some(p), None) => format!("{}.evt.{org}.{p}.*", self.prefix),
-            (None, Some(s)) => format!("{}.evt.{org}.*.{s}", self.prefix),
+            (Some(p), Some(s)) => format!("{}.evt.{org}.{p}.{s}.*", self.prefix),
+            (Some(p), None) => format!("{}.evt.{org}.{p}.*.*", self.prefix),
+            (None, Some(s)) => format!("{}.evt.{org}.*.{s}.*", self.prefix),
             (None, None) => format!("{}.evt.{org}.>", self.prefix),
         }
     }
@@ -270,6 +300,12 @@ pub struct StreamDef {
     /// Oldest messages are dropped beyond this many bytes (`None`: no size bound).
     pub max_bytes: Option<i64>,
 }
+
+/// The last token of an internal status event's subject when the status is final.
+pub const FINAL_PHASE: &str = "final";
+
+/// The last token of an internal status event's subject when the status is not final.
+pub const LIVE_PHASE: &str = "live";
 
 /// Durable name of the webhook fan-out on the public stream in earlier versions. The fan-out
 /// now keeps its own position in Postgres and reads with an ordered consumer; it removes this

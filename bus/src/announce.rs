@@ -256,7 +256,7 @@ impl Announcer {
         Some(self.public(&event).await)
     }
 
-    /// `dly.evt.<org>.<project>.<sandbox>`: the row's current status (and its public
+    /// `dly.evt.<org>.<project>.<sandbox>.<phase>`: the row's current status (and its public
     /// `sandbox.status.changed`), with no word on why (public `cause`: `backend`).
     pub async fn status(&self, s: &Sandbox) -> Result<Published, BusError> {
         self.status_full(s, None, None).await
@@ -291,7 +291,9 @@ impl Announcer {
         body.origin = origin;
         let mut env = Envelope::new(s.id.clone(), s.status_version, body);
         let id = msg_id(&s.id, "evt", s.status_version);
-        let subject = self.naming.event_subject(&s.org_id, &s.project_id, &s.id);
+        let subject = self
+            .naming
+            .event_subject(&s.org_id, &s.project_id, &s.id, s.status);
         let key = s.id.to_string();
         {
             let mut resending = self.resending();

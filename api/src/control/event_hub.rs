@@ -383,6 +383,7 @@ mod tests {
                 &env.body.org_id,
                 &env.body.project_id,
                 &env.sandbox_id,
+                env.body.status,
             ),
             payload: payload.into(),
         }

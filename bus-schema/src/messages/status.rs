@@ -1,4 +1,4 @@
-//! `dly.evt.<org>.<project>.<sandbox>`: a committed status change (internal: the public
+//! `dly.evt.<org>.<project>.<sandbox>.<phase>`: a committed status change (internal: the public
 //! event contract is separate and never carries `backendRef` or `auditHead`).
 
 use std::collections::BTreeMap;

@@ -142,6 +142,8 @@ both!(
     pullers_of_one_durable_share_the_messages,
     pools_do_not_see_each_others_work,
     events_replay_after_a_sequence_then_follow,
+    the_final_filter_reads_only_final_status_changes,
+    positions_of_a_stream_and_of_a_durable_consumer,
     typed_pull_decodes_terms_malformed_and_defers_newer_versions,
     typed_events_skip_what_does_not_decode,
     a_served_request_is_answered,
@@ -656,6 +658,105 @@ async fn pools_do_not_see_each_others_work(h: Harness) {
     assert_eq!(body(&d), "a-work");
     d.acker.ack().await.expect("ack");
     assert!(next(&mut a, Duration::from_millis(500)).await.is_none());
+}
+
+/// A reader of `Naming::final_event_filter` gets a sandbox's final change and none of the
+/// others, nor an earlier version's subject without a phase; the sandbox is read off every
+/// one of them.
+async fn the_final_filter_reads_only_final_status_changes(h: Harness) {
+    use differently_core::{OrgId, ProjectId, SandboxId, SandboxStatus};
+    let (org, project, sandbox) = (OrgId::new(), ProjectId::new(), SandboxId::new());
+    let subject = |status| h.naming.event_subject(&org, &project, &sandbox, status);
+    let mut ends = h.events(&h.naming.final_event_filter(), Some(0)).await;
+    for (i, status) in [
+        SandboxStatus::Provisioning,
+        SandboxStatus::Running,
+        SandboxStatus::Terminating,
+        SandboxStatus::Terminated,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let s = subject(status);
+        assert_eq!(h.naming.event_subject_sandbox(&s), Some(sandbox.clone()));
+        h.publish(&s, &format!("s{i}"), status.as_str()).await;
+    }
+    let earlier = format!("t.evt.{org}.{project}.{sandbox}");
+    h.publish(&earlier, "earlier", "terminated").await;
+    h.publish(&subject(SandboxStatus::Failed), "failed", "failed")
+        .await;
+    let first = event(&mut ends).await;
+    let second = event(&mut ends).await;
+    assert_eq!(
+        (first.payload.as_ref(), second.payload.as_ref()),
+        (&b"terminated"[..], &b"failed"[..])
+    );
+    let extra = tokio::time::timeout(Duration::from_millis(300), ends.next()).await;
+    assert!(extra.is_err(), "unexpected event {extra:?}");
+    let mut all = h.events("t.evt.>", Some(0)).await;
+    for _ in 0..6 {
+        event(&mut all).await;
+    }
+}
+
+/// The last sequence of a stream, and a durable consumer's ack floor: absent before it
+/// exists, below the first unacked message, and absent again once deleted.
+async fn positions_of_a_stream_and_of_a_durable_consumer(h: Harness) {
+    let stream = h.naming.work_stream().name;
+    assert_eq!(h.bus.last_sequence(&stream).await.expect("last"), 0);
+    let def = h.consumer("pos");
+    assert_eq!(
+        h.bus
+            .consumer_ack_floor(&stream, &def.durable)
+            .await
+            .expect("floor"),
+        None
+    );
+    let mut pull = h.pull("pos").await;
+    for i in 0..3 {
+        h.publish(&h.work("pos"), &format!("p{i}"), "x").await;
+    }
+    assert_eq!(h.bus.last_sequence(&stream).await.expect("last"), 3);
+    let first = next(&mut pull, Duration::from_secs(2))
+        .await
+        .expect("first");
+    first.acker.ack().await.expect("ack");
+    let _second = next(&mut pull, Duration::from_secs(2))
+        .await
+        .expect("second");
+    let mut floor = None;
+    for _ in 0..50 {
+        floor = h
+            .bus
+            .consumer_ack_floor(&stream, &def.durable)
+            .await
+            .expect("floor");
+        if floor == Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        floor,
+        Some(1),
+        "acked through the first, not the held second"
+    );
+    drop(pull);
+    h.bus
+        .delete_consumer(&stream, &def.durable)
+        .await
+        .expect("delete");
+    h.bus
+        .delete_consumer(&stream, &def.durable)
+        .await
+        .expect("deleting what is gone is nothing");
+    assert_eq!(
+        h.bus
+            .consumer_ack_floor(&stream, &def.durable)
+            .await
+            .expect("floor"),
+        None
+    );
 }
 
 async fn events_replay_after_a_sequence_then_follow(h: Harness) {

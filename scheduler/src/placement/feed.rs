@@ -100,10 +100,14 @@ pub(super) async fn rebuild_from_store(s: Scheduler, q: Shared) {
     }
 }
 
+/// Wakes placement whenever a sandbox ends, freeing room. Only final changes are read
+/// (`Naming::final_event_filter`): the other three of a sandbox's four are not sent here. An
+/// end announced by an earlier version, without the subject's phase, is not seen; placement
+/// still tries its queue again every tick (`SchedulerConfig::tick`).
 pub(super) async fn follow_releases(s: Scheduler, q: Shared) {
     let naming = s.announcer.naming().clone();
     let stream = naming.events_stream().name;
-    let filter = format!("{}.evt.>", naming.prefix());
+    let filter = naming.final_event_filter();
     loop {
         match s
             .announcer

@@ -68,6 +68,8 @@ struct Tuning {
     waiting_backoff: Duration,
     /// How often the leader repairs (re-sends creates whose work may have been lost).
     repair_interval: Duration,
+    /// How often placement tries its queue without being woken.
+    tick: Duration,
 }
 
 impl Default for Tuning {
@@ -76,6 +78,7 @@ impl Default for Tuning {
             max_concurrent: None,
             waiting_backoff: Duration::from_millis(200),
             repair_interval: Duration::from_millis(200),
+            tick: Duration::from_millis(50),
         }
     }
 }
@@ -184,7 +187,7 @@ async fn plane_tuned(
         announcer: announcer.clone(),
         pools: pools.clone(),
         config: SchedulerConfig {
-            tick: Duration::from_millis(50),
+            tick: tuning.tick,
             repair_interval: tuning.repair_interval,
             waiting_backoff: tuning.waiting_backoff,
             ..SchedulerConfig::default()
@@ -1076,6 +1079,59 @@ async fn a_slot_freed_before_its_release_event_goes_to_the_fair_choice() {
         a_row.status, Queued,
         "A, with more active CPU and arriving later, waits: {a_row:?}"
     );
+}
+
+/// The end of a sandbox, announced as the worker announces it, wakes placement at once:
+/// the leader reads only final status changes (`Naming::final_event_filter`), and this one
+/// must reach it. Placement's tick and the waiting back-off are an hour, so nothing else
+/// places the queued sandbox within the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announced_end_wakes_placement_for_the_sandbox_waiting_on_its_room() {
+    let p = plane_tuned(
+        Parts::Real,
+        &[("fake", serde_json::json!({}))],
+        WorkerConfig::default(),
+        Tuning {
+            max_concurrent: Some(1),
+            waiting_backoff: Duration::from_secs(3600),
+            tick: Duration::from_secs(3600),
+            ..Tuning::default()
+        },
+    )
+    .await;
+    let first = p.admit(serde_json::json!({})).await;
+    p.reaches(&first.id, Running).await;
+    let waiting = p.admit(serde_json::json!({})).await;
+    p.row_until(&waiting.id, "waited for the full pool", |r| {
+        r.status == Queued && r.status_reason.is_some()
+    })
+    .await;
+    let mut ended = None;
+    for to in [Terminating, Terminated] {
+        ended = Some(
+            p.store
+                .transition(
+                    differently_store::Transition {
+                        id: first.id.clone(),
+                        from: vec![Running, Terminating],
+                        to,
+                        reason: Some("test: ended".into()),
+                        actor: Actor::System("test"),
+                    },
+                    Utc::now(),
+                )
+                .await
+                .expect("end the first"),
+        );
+    }
+    let ended = ended.expect("ended");
+    p.announcer.status(&ended).await.expect("announce the end");
+    let row = p
+        .row_until(&waiting.id, "placed into the freed room", |r| {
+            r.status != Queued
+        })
+        .await;
+    assert!(matches!(row.status, Provisioning | Running), "{row:?}");
 }
 
 /// A placement and a snapshot's life are public events: `placement.decided` (pool, attempt,
