@@ -705,13 +705,13 @@ async fn positions_of_a_stream_and_of_a_durable_consumer(h: Harness) {
     let stream = h.naming.work_stream().name;
     assert_eq!(h.bus.last_sequence(&stream).await.expect("last"), 0);
     let def = h.consumer("pos");
-    assert_eq!(
+    let floor = || async {
         h.bus
             .consumer_ack_floor(&stream, &def.durable)
             .await
-            .expect("floor"),
-        None
-    );
+            .expect("floor")
+    };
+    assert_eq!(floor().await, None);
     let mut pull = h.pull("pos").await;
     for i in 0..3 {
         h.publish(&h.work("pos"), &format!("p{i}"), "x").await;
@@ -724,20 +724,16 @@ async fn positions_of_a_stream_and_of_a_durable_consumer(h: Harness) {
     let _second = next(&mut pull, Duration::from_secs(2))
         .await
         .expect("second");
-    let mut floor = None;
+    let mut acked = None;
     for _ in 0..50 {
-        floor = h
-            .bus
-            .consumer_ack_floor(&stream, &def.durable)
-            .await
-            .expect("floor");
-        if floor == Some(1) {
+        acked = floor().await;
+        if acked == Some(1) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        floor,
+        acked,
         Some(1),
         "acked through the first, not the held second"
     );
@@ -750,13 +746,7 @@ async fn positions_of_a_stream_and_of_a_durable_consumer(h: Harness) {
         .delete_consumer(&stream, &def.durable)
         .await
         .expect("deleting what is gone is nothing");
-    assert_eq!(
-        h.bus
-            .consumer_ack_floor(&stream, &def.durable)
-            .await
-            .expect("floor"),
-        None
-    );
+    assert_eq!(floor().await, None);
 }
 
 async fn events_replay_after_a_sequence_then_follow(h: Harness) {

@@ -223,6 +223,30 @@ async fn plane_tuned(
 }
 
 impl Plane {
+    /// Takes a running sandbox through terminating to terminated in the store alone (no
+    /// event announced), returning the ended row.
+    async fn end_in_store(&self, id: &SandboxId, reason: &str) -> Sandbox {
+        let mut row = None;
+        for to in [Terminating, Terminated] {
+            row = Some(
+                self.store
+                    .transition(
+                        differently_store::Transition {
+                            id: id.clone(),
+                            from: vec![Running, Terminating],
+                            to,
+                            reason: Some(reason.into()),
+                            actor: Actor::System("test"),
+                        },
+                        Utc::now(),
+                    )
+                    .await
+                    .expect("end in the store"),
+            );
+        }
+        row.expect("two transitions")
+    }
+
     /// Admits a sandbox the way the API does, without announcing it.
     async fn admit_quietly(&self, req: serde_json::Value) -> Sandbox {
         self.admit_quietly_in(&self.org, &self.project, req).await
@@ -1048,21 +1072,8 @@ async fn a_slot_freed_before_its_release_event_goes_to_the_fair_choice() {
     .await;
     // One of A's sandboxes ends in the store only: the leader hears of no release. A keeps
     // one CPU active, B has none: the freed slot is B's.
-    for to in [Terminating, Terminated] {
-        p.store
-            .transition(
-                differently_store::Transition {
-                    id: freed.id.clone(),
-                    from: vec![Running, Terminating],
-                    to,
-                    reason: Some("test: freed without an event".into()),
-                    actor: Actor::System("test"),
-                },
-                Utc::now(),
-            )
-            .await
-            .expect("free the slot");
-    }
+    p.end_in_store(&freed.id, "test: freed without an event")
+        .await;
     // A arrives once the leader's slot view (re-read every tick) has seen the free slot, as a
     // candidate decided late in a long pass does.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1106,25 +1117,7 @@ async fn an_announced_end_wakes_placement_for_the_sandbox_waiting_on_its_room() 
         r.status == Queued && r.status_reason.is_some()
     })
     .await;
-    let mut ended = None;
-    for to in [Terminating, Terminated] {
-        ended = Some(
-            p.store
-                .transition(
-                    differently_store::Transition {
-                        id: first.id.clone(),
-                        from: vec![Running, Terminating],
-                        to,
-                        reason: Some("test: ended".into()),
-                        actor: Actor::System("test"),
-                    },
-                    Utc::now(),
-                )
-                .await
-                .expect("end the first"),
-        );
-    }
-    let ended = ended.expect("ended");
+    let ended = p.end_in_store(&first.id, "test: ended").await;
     p.announcer.status(&ended).await.expect("announce the end");
     let row = p
         .row_until(&waiting.id, "placed into the freed room", |r| {
