@@ -90,6 +90,10 @@ const FAN_OUT_STANDBY_POLL: Duration = Duration::from_secs(2);
 /// How often the leading fan-out checks it still holds its lock (as the scheduler does).
 const LEASE_PING: Duration = Duration::from_secs(1);
 
+/// Every how many pings the leading fan-out checks the public stream was not made anew
+/// under it (one stream-info request: every 5 s).
+const STREAM_CHECK_EVERY_PINGS: u32 = 5;
+
 /// How often the leading fan-out saves its cursor while it moves: a successor re-reads at
 /// most about this much of the stream. One write a second, whatever the event rate.
 const CURSOR_SAVE_EVERY: Duration = Duration::from_secs(1);
@@ -251,6 +255,7 @@ impl Deliverer {
             }
         };
         let mut cursor = Cursor::new(start);
+        let mut pings: u32 = 0;
         let mut ping = tokio::time::interval(LEASE_PING);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -259,6 +264,13 @@ impl Deliverer {
                 _ = ping.tick() => {
                     if !lease.still_held().await {
                         tracing::warn!("webhooks: lost the fan-out's lock");
+                        return;
+                    }
+                    pings += 1;
+                    if pings.is_multiple_of(STREAM_CHECK_EVERY_PINGS) && self.stream_made_anew(&stream, cursor.through).await {
+                        // Saved through a sequence the new stream has not reached, so the
+                        // next lead reads it from its start (`fan_out_start`).
+                        self.save_cursor(&mut cursor, true).await;
                         return;
                     }
                     self.save_cursor(&mut cursor, false).await;
@@ -325,6 +337,27 @@ impl Deliverer {
             }
             cursor.through = through;
             self.save_cursor(&mut cursor, false).await;
+        }
+    }
+
+    /// Whether the public stream now ends before `through`: it was made anew while this
+    /// process read it (a NATS server that lost its store), and its reader waits for
+    /// sequences that come only much later. A failed check is taken as no.
+    async fn stream_made_anew(&self, stream: &str, through: u64) -> bool {
+        match self.announcer.bus().last_sequence(stream).await {
+            Ok(last) if last < through => {
+                tracing::warn!(
+                    last,
+                    through,
+                    "webhooks: the public stream ends before what the fan-out has read (it was made anew); reading it again from its start"
+                );
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::debug!(error = %e, "webhooks: cannot read where the public stream ends");
+                false
+            }
         }
     }
 

@@ -878,3 +878,54 @@ async fn a_cursor_beyond_the_streams_end_reads_it_from_its_start() {
     );
     let _ = w.stop.send(true);
 }
+
+/// The public stream made anew under a leading fan-out (a NATS server that lost its store:
+/// the stream comes back empty and its sequences start again). The fan-out's reader would
+/// wait for sequences past what it had read; the fan-out notices the stream ends before
+/// that and reads the new stream from its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_made_anew_under_the_fan_out_is_read_from_its_start() {
+    let w = world().await;
+    let (o, p) = w.tenant().await;
+    w.hook(&o, &p, "amnesia", &[]).await;
+    w.start(fast_config());
+    let mut ids = Vec::new();
+    for version in 1..=3 {
+        ids.push(w.status_event(&p, version).await.id);
+    }
+    eventually("three events delivered", || async {
+        w.ids_at("amnesia").len() >= 3
+    })
+    .await;
+    let admin = differently_bus::jetstream::connect(&w._nats.url(), 1)
+        .await
+        .unwrap();
+    admin
+        .context()
+        .delete_stream(w.public_stream())
+        .await
+        .unwrap();
+    w.announcer
+        .bus()
+        .ensure_streams(w.announcer.naming())
+        .await
+        .unwrap();
+    let on_the_new_stream = w.status_event(&p, 4).await;
+    assert_eq!(
+        w.announcer
+            .bus()
+            .last_sequence(&w.public_stream())
+            .await
+            .unwrap(),
+        1,
+        "the new stream starts again"
+    );
+    ids.push(on_the_new_stream.id.clone());
+    eventually("the event on the new stream delivered", || async {
+        w.ids_at("amnesia").len() >= 4
+    })
+    .await;
+    ids.sort();
+    assert_eq!(w.ids_at("amnesia"), ids);
+    let _ = w.stop.send(true);
+}
