@@ -61,9 +61,7 @@ impl JetStreamBus {
         let start = match after {
             Some(after) => after,
             None => {
-                let s = self.stream(stream).await.map_err(|e| {
-                    BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e))
-                })?;
+                let s = self.stream_or_setup_error(stream).await?;
                 s.cached_info().state.last_sequence
             }
         };

@@ -12,10 +12,7 @@ use crate::BusError;
 impl JetStreamBus {
     /// [`crate::Bus::last_sequence`].
     pub(super) async fn stream_last_sequence(&self, stream: &str) -> Result<u64, BusError> {
-        let mut s = self
-            .stream(stream)
-            .await
-            .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
+        let mut s = self.stream_or_setup_error(stream).await?;
         let info = s
             .info()
             .await
@@ -29,10 +26,7 @@ impl JetStreamBus {
         stream: &str,
         durable: &str,
     ) -> Result<Option<u64>, BusError> {
-        let s = self
-            .stream(stream)
-            .await
-            .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
+        let s = self.stream_or_setup_error(stream).await?;
         match s.consumer_info(durable).await {
             Ok(info) => Ok(Some(info.ack_floor.stream_sequence)),
             Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
@@ -45,10 +39,7 @@ impl JetStreamBus {
 
     /// [`crate::Bus::delete_consumer`].
     pub(super) async fn delete_durable(&self, stream: &str, durable: &str) -> Result<(), BusError> {
-        let s = self
-            .stream(stream)
-            .await
-            .map_err(|e| BusError::Setup(Detail::caused(format!("stream {stream}: {e}"), e)))?;
+        let s = self.stream_or_setup_error(stream).await?;
         match s.delete_consumer(durable).await {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.kind(), ConsumerErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {

@@ -185,6 +185,13 @@ impl JetStreamBus {
         self.known.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// [`stream`](Self::stream), its failure as the bus's set-up error naming the stream.
+    pub(super) async fn stream_or_setup_error(&self, name: &str) -> Result<Stream, BusError> {
+        self.stream(name)
+            .await
+            .map_err(|e| BusError::Setup(Detail::caused(format!("stream {name}: {e}"), e)))
+    }
+
     /// `get_stream` (with the short set-up timeout), recreating a stream this bus ensured
     /// before if the server lost it.
     pub(super) async fn stream(&self, name: &str) -> Result<Stream, GetStreamError> {
