@@ -98,6 +98,11 @@ const STREAM_CHECK_EVERY_PINGS: u32 = 5;
 /// most about this much of the stream. One write a second, whatever the event rate.
 const CURSOR_SAVE_EVERY: Duration = Duration::from_secs(1);
 
+/// Gauge: public events the leading fan-out has not yet fanned out (the stream's last
+/// sequence minus the cursor), set every [`STREAM_CHECK_EVERY_PINGS`] lease pings by the
+/// leader and 0 elsewhere, so its sum over processes is the lag.
+const FAN_OUT_LAG: &str = "differently_webhook_fan_out_lag_events";
+
 /// The fan-out's position: fanned out through `through`, saved through `saved`.
 struct Cursor {
     through: u64,
@@ -153,6 +158,8 @@ impl Deliverer {
                     tracing::info!("webhooks: leading the fan-out");
                     leading = true;
                     self.lead_fan_out(lease, &mut stop).await;
+                    // Only the leader's figure is the lag.
+                    metrics::gauge!(FAN_OUT_LAG).set(0.0);
                 }
                 Ok(None) if leading => {
                     tracing::info!("webhooks: another process leads the fan-out now");
@@ -343,8 +350,13 @@ impl Deliverer {
     /// Whether the public stream now ends before `through`: it was made anew while this
     /// process read it (a NATS server that lost its store), and its reader waits for
     /// sequences that come only much later. A failed check is taken as no.
+    /// The check also sets the fan-out's lag (events published and not yet fanned out).
     async fn stream_made_anew(&self, stream: &str, through: u64) -> bool {
-        match self.announcer.bus().last_sequence(stream).await {
+        let last = self.announcer.bus().last_sequence(stream).await;
+        if let Ok(last) = last {
+            metrics::gauge!(FAN_OUT_LAG).set(last.saturating_sub(through) as f64);
+        }
+        match last {
             Ok(last) if last < through => {
                 tracing::warn!(
                     last,
