@@ -51,16 +51,17 @@ pub trait Bus: Send + Sync + 'static {
     ) -> Result<Published, BusError>;
 
     /// Binds to (creating if needed) a durable pull consumer. Several processes binding the
-    /// same durable share its messages.
+    /// same durable share its messages. A waiting pull asks for at most what its caller has
+    /// room for ([`Pull::set_room`]) and keeps that request open across calls; acks are sent
+    /// without waiting for the server's confirmation (a lost one is a redelivery, which every
+    /// consumer absorbs).
     async fn pull(&self, consumer: &ConsumerDef) -> Result<Box<dyn Pull>, BusError>;
 
     /// Like [`Bus::pull`], for a consumer whose handling is idempotent and quick: messages
     /// come ahead of the caller over one standing subscription (a handful held by this
-    /// process, pushed the moment they are stored) instead of one request per fetch, and
-    /// acks are sent without waiting for the server's confirmation (a lost one is a
-    /// redelivery, which such a consumer absorbs). Per message that is about half the bus
-    /// traffic of [`Bus::pull`]. Not for work queues: a message held here waits for this
-    /// process even while another is idle. A bus that keeps nothing ahead answers `pull`.
+    /// process, pushed the moment they are stored, whatever the caller's room). Not for work
+    /// queues: a message held here waits for this process even while another is idle. A bus
+    /// that keeps nothing ahead answers `pull`.
     async fn pull_ahead(&self, consumer: &ConsumerDef) -> Result<Box<dyn Pull>, BusError> {
         self.pull(consumer).await
     }
@@ -179,6 +180,11 @@ pub trait Pull: Send {
     async fn next_buffered(&mut self) -> Result<Option<Delivery>, BusError> {
         Ok(None)
     }
+
+    /// Tells the pull how many messages its caller can start on now, the next one included.
+    /// A pull that keeps a request open at the server asks for no more than this, so work
+    /// does not wait in a process that has no room for it while another has.
+    fn set_room(&mut self, _room: usize) {}
 }
 
 /// Acknowledgement operations of one delivered message.

@@ -32,6 +32,11 @@ pub struct TypedPull<T> {
 }
 
 impl<T: Message> TypedPull<T> {
+    /// See [`Pull::set_room`].
+    pub fn set_room(&mut self, room: usize) {
+        self.inner.set_room(room);
+    }
+
     /// Waits up to `wait` for the next decodable message; `Ok(None)` when none arrived (an
     /// undecodable one is handled and also answers `None`, so the caller's loop goes on).
     pub async fn next(&mut self, wait: Duration) -> Result<Option<Typed<T>>, BusError> {

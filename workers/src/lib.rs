@@ -163,6 +163,8 @@ impl WorkerGroup {
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     return;
                 };
+                // This slot and the free ones: what one request may bring here.
+                pull.set_room(permits.available_permits() + 1);
                 let next = tokio::select! {
                     n = pull.next(Duration::from_secs(5)) => n,
                     _ = shutdown.changed() => return,

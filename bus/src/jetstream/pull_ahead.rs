@@ -53,7 +53,7 @@ impl AheadPull {
         item: Option<Result<jetstream::Message, pull::MessagesError>>,
     ) -> Result<Option<Delivery>, BusError> {
         match item {
-            Some(Ok(message)) => delivery_of(message, false).map(Some),
+            Some(Ok(message)) => delivery_of(message).map(Some),
             Some(Err(e)) => {
                 self.messages = None;
                 Err(BusError::Consume(Detail::caused(format!("pull: {e}"), e)))

@@ -398,3 +398,48 @@ async fn jetstream_recreates_streams_after_the_server_lost_its_store() {
     assert_eq!(body(&d), "new");
     d.acker.ack().await.expect("ack");
 }
+
+/// A consumer waiting on a trickle of work keeps one request open for as many messages as
+/// its caller has room for (`Pull::set_room`), rather than asking once per message: 32
+/// messages published one at a time, each after the last was taken, cost a handful of
+/// requests (one per 8 and one per second of waiting), where a fetch per message cost 32.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_a_trickle_of_work_is_served_by_few_pull_requests() {
+    const N: usize = 32;
+    let server = NatsServer::start();
+    let js = jetstream::connect(&server.url(), 1).await.expect("connect");
+    let stats = js.context().client().statistics();
+    let h = Harness::ready(Arc::new(js), Some(server)).await;
+    let mut p = h.pull("a").await;
+    p.set_room(8);
+    let sent = || {
+        stats
+            .out_messages
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = sent();
+    let started = Instant::now();
+    let (took, mut taken) = tokio::sync::mpsc::unbounded_channel();
+    let consumer = tokio::spawn(async move {
+        for _ in 0..N {
+            let d = next(&mut p, Duration::from_secs(10))
+                .await
+                .expect("the next message within 10 s");
+            d.acker.ack().await.expect("ack");
+            took.send(body(&d)).expect("the test listens");
+        }
+    });
+    for i in 0..N {
+        h.publish(&h.work("a"), &format!("m{i}"), &i.to_string())
+            .await;
+        assert_eq!(taken.recv().await, Some(i.to_string()), "taken in order");
+    }
+    consumer.await.expect("consumer");
+    let elapsed = started.elapsed().as_secs() as usize;
+    // What this client sent: the publishes, the acks, and the pull requests.
+    let requests = (sent() - before) as usize - 2 * N;
+    assert!(
+        requests <= N / 8 + 2 + elapsed,
+        "{requests} pull requests for {N} messages in {elapsed} s"
+    );
+}
