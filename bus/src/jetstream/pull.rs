@@ -106,6 +106,15 @@ impl JetStreamPull {
         true
     }
 
+    /// Buffers a message a request brought: the consumer has a leader.
+    fn took(&mut self, message: jetstream::Message) {
+        self.electing_since = None;
+        self.buffer.push_back(Buffered {
+            message,
+            fetched: Instant::now(),
+        });
+    }
+
     /// How many messages the next request asks for.
     fn asking(&self) -> usize {
         self.room.clamp(1, self.batch)
@@ -146,13 +155,7 @@ impl JetStreamPull {
                 Ok(()) = self.reconnects.changed() => break,
             };
             match next {
-                Ok(Some(Ok(message))) => {
-                    self.electing_since = None;
-                    self.buffer.push_back(Buffered {
-                        message,
-                        fetched: Instant::now(),
-                    })
-                }
+                Ok(Some(Ok(message))) => self.took(message),
                 Ok(Some(Err(e))) => {
                     if self.buffer.is_empty() {
                         return self.request_failed(e, ELECTION_RETRY).await;
@@ -202,11 +205,7 @@ impl JetStreamPull {
         };
         match next {
             Ok(Some(Ok(message))) => {
-                self.electing_since = None;
-                self.buffer.push_back(Buffered {
-                    message,
-                    fetched: Instant::now(),
-                });
+                self.took(message);
                 Ok(Took::Message)
             }
             Ok(Some(Err(e))) => {
