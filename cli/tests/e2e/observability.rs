@@ -58,6 +58,18 @@ async fn metrics_move_and_one_trace_id_spans_api_to_worker() {
         &[("DIFFERENTLY_METRICS_LISTEN", &listen[2])],
     );
     c.wait_ready().await;
+    // A row created before the scheduler leads is taken by its first rebuild from the
+    // store, under a trace of its own (`feed::rebuild_from_store`): wait for the lead, so
+    // the create's admission message is what places it. (Seen on a busy machine.)
+    let leads = eventually(Duration::from_secs(30), || {
+        c.log("scheduler").contains("scheduler: leading")
+    })
+    .await;
+    assert!(
+        leads,
+        "the scheduler did not lead within 30 s\n{}",
+        c.logs()
+    );
 
     // The API is not the metrics listener.
     let r = c.req(Method::GET, "/metrics").send().await.unwrap();
