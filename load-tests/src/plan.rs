@@ -115,7 +115,9 @@ impl Plan {
             phase_timeout_seconds: 60,
             instruction_sessions: 4,
             instruction_rate: 1,
-            instruction_idle_seconds: 5,
+            // Two of the scheduler's 5 s reconcile periods: a shorter quiet window caught one
+            // more or one fewer than the session window and over- or under-stated the idle rate.
+            instruction_idle_seconds: 10,
             ..Plan::full(binary)
         }
     }

@@ -146,13 +146,21 @@ async fn smoke_run_has_every_figure_and_the_invariants_hold() {
         counted.sessions, report.plan.instruction_sessions as u64,
         "{table}"
     );
+    // The api and the worker do most of a session's work, well above their idle rate. The
+    // scheduler places a session for a few hundred thousand instructions against an idle rate
+    // of millions a second under callgrind (leader loop, sweeps, a 5 s reconcile), so over four
+    // sessions its share is within the idle estimate's noise (CI once saw -0.4 M): for it the
+    // smoke checks that the meter counted it, not the sign of a difference of two noisy figures.
     for who in ["api", "scheduler", "worker"] {
         let p = counted
             .processes
             .iter()
             .find(|p| p.process == who)
             .unwrap_or_else(|| panic!("no instruction count for {who}:\n{table}"));
-        assert!(p.window > 0 && p.per_session > 0.0, "{p:?}\n{table}");
+        assert!(p.window > 0 && p.idle_per_second > 0.0, "{p:?}\n{table}");
+        if who != "scheduler" {
+            assert!(p.per_session > 0.0, "{p:?}\n{table}");
+        }
     }
     let instructions = per("structure.instructions")
         .value
