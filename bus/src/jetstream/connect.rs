@@ -193,6 +193,7 @@ pub async fn connect_with(url: &str, opts: ConnectOptions) -> Result<JetStreamBu
         replicas: opts.replicas.max(1),
         fetch_batch: DEFAULT_FETCH_BATCH,
         known: Arc::new(Mutex::new(Vec::new())),
+        epochs: Arc::default(),
     })
 }
 

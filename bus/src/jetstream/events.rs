@@ -7,6 +7,7 @@ use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
+use super::stream_epoch::made_anew;
 use super::JetStreamBus;
 use crate::error::Detail;
 use crate::{BusError, Event};
@@ -126,6 +127,13 @@ impl JetStreamBus {
     /// consumer lives on the stream's leader, which is usually still there, and making a new
     /// consumer waits for the meta group's leader, which is not (an election, 4–9 s, when the
     /// lost node led it). Events are forwarded once each, in stream order, by sequence.
+    ///
+    /// A stream made anew (a server that lost its store; see `stream_epoch`) starts its
+    /// sequences again: the reader is made again from its start, and its events are forwarded
+    /// with their new, lower sequences. Events the new stream had stored beyond the old
+    /// position before this was noticed (at most [`STREAM_CHECK`] after) come twice.
+    ///
+    /// [`STREAM_CHECK`]: super::stream_epoch::STREAM_CHECK
     async fn follow_events(
         self,
         stream: String,
@@ -137,6 +145,8 @@ impl JetStreamBus {
         type Made = BoxStream<'static, Result<Event, BusError>>;
         let mut reconnects = self.reconnects.clone();
         reconnects.borrow_and_update();
+        let mut epoch = self.stream_epoch(&stream);
+        let mut born = *epoch.borrow_and_update();
         // A replacement being made while the current reader is still read.
         let mut replacement: Option<futures::future::BoxFuture<'static, Made>> = None;
         loop {
@@ -170,6 +180,16 @@ impl JetStreamBus {
                     replacement = None;
                     reader = made;
                     continue;
+                }
+                Ok(()) = epoch.changed() => {
+                    let now = *epoch.borrow_and_update();
+                    if !made_anew(&mut born, now) {
+                        continue;
+                    }
+                    tracing::warn!(stream, filter, after = last, "bus: the stream was made anew (its server lost its store?); reading it again from its start");
+                    last = 0;
+                    replacement = None;
+                    "made anew"
                 }
                 () = tx.closed() => return,
             };

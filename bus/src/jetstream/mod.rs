@@ -17,6 +17,7 @@ mod publish;
 mod pull;
 mod pull_ahead;
 mod reply;
+mod stream_epoch;
 mod version;
 
 use std::sync::{Arc, Mutex};
@@ -53,6 +54,8 @@ pub struct JetStreamBus {
     fetch_batch: usize,
     /// Streams ensured so far, to recreate after a server lost its store.
     known: Arc<Mutex<Vec<StreamDef>>>,
+    /// The creation time of each stream event readers follow, so they notice one made anew.
+    epochs: stream_epoch::Epochs,
 }
 
 impl JetStreamBus {

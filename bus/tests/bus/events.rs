@@ -170,3 +170,58 @@ pub(crate) async fn typed_events_skip_what_does_not_decode(h: Harness) {
     assert_eq!(first.subject, subject);
     assert!(first.seq >= 2, "seq {}", first.seq);
 }
+
+/// A server that lost its store gets the events stream back empty from the next publisher,
+/// its sequences starting again at 1. A reader from "now" and a reader resuming from a
+/// sequence had both gone past the new stream's first events: each must read the new stream
+/// from its start (within the 5 s stream check), not wait for sequences past where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_event_readers_follow_a_stream_made_anew() {
+    let h = Harness::jetstream().await;
+    let subject = "t.evt.org1.prj1.sbx1.live";
+    for i in 0..3 {
+        h.publish(subject, &format!("old{i}"), &format!("old{i}"))
+            .await;
+    }
+    let mut resumed = h.events("t.evt.>", Some(0)).await;
+    for i in 0..3 {
+        assert_eq!(event(&mut resumed).await.payload, format!("old{i}"));
+    }
+    let mut from_now = h.events("t.evt.>", None).await;
+    h.publish(subject, "old3", "old3").await;
+    assert_eq!(event(&mut resumed).await.seq, 4);
+    assert_eq!(event(&mut from_now).await.seq, 4);
+
+    let url = h.server.as_ref().expect("a nats-server").url();
+    let admin = jetstream::connect(&url, 1).await.expect("admin connection");
+    let stream = h.naming.events_stream().name;
+    admin
+        .context()
+        .delete_stream(&stream)
+        .await
+        .expect("delete the events stream");
+    h.bus.ensure_streams(&h.naming).await.expect("made anew");
+    for i in 0..2 {
+        h.publish(subject, &format!("new{i}"), &format!("new{i}"))
+            .await;
+    }
+    assert_eq!(h.bus.last_sequence(&stream).await.expect("last"), 2);
+    for (name, reader) in [("resumed", &mut resumed), ("from now", &mut from_now)] {
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let ev = tokio::time::timeout(Duration::from_secs(30), reader.next())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{name}: the new stream's events within 30 s, got {got:?}")
+                })
+                .expect("open")
+                .expect("event");
+            got.push((ev.seq, String::from_utf8_lossy(&ev.payload).into_owned()));
+        }
+        assert_eq!(
+            got,
+            [(1, "new0".to_owned()), (2, "new1".to_owned())],
+            "{name}"
+        );
+    }
+}
