@@ -106,6 +106,13 @@ impl JetStreamPull {
         true
     }
 
+    /// The open request ended as asked (its count reached or its time up): the next waits on
+    /// a new one at once.
+    fn ended_as_asked(&mut self) {
+        self.streaming = true;
+        self.open = None;
+    }
+
     /// Buffers a message a request brought: the consumer has a leader.
     fn took(&mut self, message: jetstream::Message) {
         self.electing_since = None;
@@ -215,8 +222,7 @@ impl JetStreamPull {
                 Ok(Took::Ended)
             }
             Ok(None) => {
-                self.streaming = true;
-                self.open = None;
+                self.ended_as_asked();
                 Ok(Took::Ended)
             }
             Err(_) if tokio::time::Instant::now() >= open.overdue_at => {
@@ -310,8 +316,7 @@ impl Pull for JetStreamPull {
                 Ok(None)
             }
             Some(None) => {
-                self.streaming = true;
-                self.open = None;
+                self.ended_as_asked();
                 Ok(None)
             }
             None => Ok(None),
