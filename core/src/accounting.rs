@@ -148,21 +148,25 @@ pub fn check_admission_limits(
     }
     if let Some(max) = org.1.max_queued {
         if org.0.queued >= max {
-            return Err(LimitExceeded::new(format!(
-                "organization queue is full ({} queued)",
-                org.0.queued
-            )));
+            return Err(LimitExceeded::new(queue_full("org", org.0.queued, max)));
         }
     }
     if let Some(max) = project.1.max_queued {
         if project.0.queued >= max {
-            return Err(LimitExceeded::new(format!(
-                "project queue is full ({} queued)",
-                project.0.queued
+            return Err(LimitExceeded::new(queue_full(
+                "project",
+                project.0.queued,
+                max,
             )));
         }
     }
     Ok(())
+}
+
+/// A full queue's refusal, naming the level, the quota and its limit as every quota refusal
+/// does (`maxQueued` is no request field, so none is blamed).
+fn queue_full(level: &str, queued: u32, max: u32) -> String {
+    format!("the {level} queue quota (maxQueued) of {max} is full: {queued} queued")
 }
 
 /// Refuses a change to `to` whose additions exceed the org's (merged over the defaults) or
@@ -454,11 +458,15 @@ mod tests {
         used.add(SandboxStatus::Queued, &sbx.spec.resources);
         assert_eq!(
             check_admission_limits(&sbx, (&used, &q), (&used, &none)),
-            Err(LimitExceeded::new("organization queue is full (1 queued)"))
+            Err(LimitExceeded::new(
+                "the org queue quota (maxQueued) of 1 is full: 1 queued"
+            ))
         );
         assert_eq!(
             check_admission_limits(&sbx, (&used, &none), (&used, &q)),
-            Err(LimitExceeded::new("project queue is full (1 queued)"))
+            Err(LimitExceeded::new(
+                "the project queue quota (maxQueued) of 1 is full: 1 queued"
+            ))
         );
     }
 

@@ -134,7 +134,10 @@ pub async fn max_queued_is_enforced(env: &Env) {
     let third = new_sandbox(&org, &prj, None);
     match s.admit(admission(third.clone(), "h", Some(2))).await {
         Err(StoreError::QuotaExceeded(msg)) => {
-            assert_eq!(msg, "organization queue is full (2 queued)")
+            assert_eq!(
+                msg,
+                "the org queue quota (maxQueued) of 2 is full: 2 queued"
+            )
         }
         other => panic!("expected QuotaExceeded, got {other:?}"),
     }
@@ -267,7 +270,10 @@ pub async fn admit_enforces_max_sandbox_and_queue_limits(env: &Env) {
     s.admit(defaults(defs, first)).await.unwrap();
     let second = sandbox_of_cpu(&org.id, &small.id, 1);
     let msg = quota_exceeded(s.admit(defaults(defs, second.clone())).await);
-    assert_eq!(msg, "project queue is full (1 queued)");
+    assert_eq!(
+        msg,
+        "the project queue quota (maxQueued) of 1 is full: 1 queued"
+    );
     assert_eq!(s.get_sandbox(&second.id).await.unwrap(), None);
     assert_eq!(audit_len(s).await, audit_before + 1);
 
@@ -278,7 +284,10 @@ pub async fn admit_enforces_max_sandbox_and_queue_limits(env: &Env) {
     };
     let third = sandbox_of_cpu(&org.id, &prj.id, 1);
     let msg = quota_exceeded(s.admit(defaults(full, third.clone())).await);
-    assert_eq!(msg, "organization queue is full (2 queued)");
+    assert_eq!(
+        msg,
+        "the org queue quota (maxQueued) of 2 is full: 2 queued"
+    );
     assert_eq!(s.get_sandbox(&third.id).await.unwrap(), None);
     assert_eq!(audit_len(s).await, audit_before + 1);
     let roomy = Quota {
@@ -328,7 +337,7 @@ pub async fn admit_many_decides_in_order_like_one_by_one(env: &Env) {
             "new".into(),
             format!("replayed {}", ids[3]),
             "new".into(),
-            "quota: organization queue is full (3 queued)".into(),
+            "quota: the org queue quota (maxQueued) of 3 is full: 3 queued".into(),
             "NotFound".into(),
             "StatusConflict { current: Running }".into(),
         ]
