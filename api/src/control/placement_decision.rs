@@ -177,3 +177,85 @@ pub fn direct(
         claim_call,
     })
 }
+
+/// A dry run's answer: the policy's decision (`explained`, decided with live slot counts),
+/// then what the create meets after the policy, as the store's admission and the leader's
+/// activation would apply them now: an admission limit (a sandbox bigger than a quota, a
+/// quota of no active sandbox, a full queue) makes it `rejected` with `quota_exceeded`, and
+/// a quota that is used up now makes a placed request `waiting` with the limit's `reason`
+/// and its `wall`, as `GET …/placement` would explain the queued sandbox. Without this a dry
+/// run said `placed` for a create the API refuses with 429 or queues.
+pub async fn dry_run(
+    state: &AppState,
+    org: &OrgId,
+    project: &ProjectId,
+    spec: &SandboxSpec,
+    explained: Explained,
+) -> ApiResult<serde_json::Value> {
+    use differently_core::accounting::{check_admission_limits, waiting_reason, PoolCap, Wall};
+    use differently_core::Sandbox;
+    use differently_store::QuotaScope;
+
+    let mut doc = serde_json::to_value(&explained).map_err(ApiError::internal)?;
+    if matches!(explained.decision, Decision::Rejected { .. }) {
+        return Ok(doc);
+    }
+    let (org_scope, project_scope) = (
+        QuotaScope::Org(org.clone()),
+        QuotaScope::Project(project.clone()),
+    );
+    let org_quota = state
+        .store
+        .get_quota(&org_scope)
+        .await?
+        .unwrap_or_default()
+        .or(&state.limits.quota_defaults);
+    let project_quota = state
+        .store
+        .get_quota(&project_scope)
+        .await?
+        .unwrap_or_default();
+    let org_used = state.store.usage(&org_scope).await?;
+    let project_used = state.store.usage(&project_scope).await?;
+    let sbx = Sandbox::queued(org.clone(), project.clone(), spec.clone(), None, Utc::now());
+    let org_level = (&org_used, &org_quota);
+    let project_level = (&project_used, &project_quota);
+    let set = |doc: &mut serde_json::Value, fields: &[(&str, serde_json::Value)]| {
+        if let Some(o) = doc.as_object_mut() {
+            o.remove("pool");
+            for (k, v) in fields {
+                o.insert((*k).to_owned(), v.clone());
+            }
+        }
+    };
+    if let Err(refused) = check_admission_limits(&sbx, org_level, project_level) {
+        set(
+            &mut doc,
+            &[
+                ("decision", "rejected".into()),
+                ("code", ErrorCode::QuotaExceeded.as_str().into()),
+                ("reason", refused.message.into()),
+            ],
+        );
+        return Ok(doc);
+    }
+    if matches!(explained.decision, Decision::Placed { .. }) {
+        // The pool's own cap is the policy's (live slots: a full pool is not eligible now).
+        let no_cap = PoolCap {
+            name: "",
+            max_concurrent: None,
+        };
+        if let Some((wall, reason)) = waiting_reason(org_level, project_level, 0, &sbx, no_cap) {
+            debug_assert!(wall != Wall::Pool);
+            set(
+                &mut doc,
+                &[
+                    ("decision", "waiting".into()),
+                    ("reason", reason.into()),
+                    ("wall", wall.as_str().into()),
+                ],
+            );
+        }
+    }
+    Ok(doc)
+}

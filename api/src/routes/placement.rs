@@ -5,13 +5,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use differently_core::policy::Explained;
 use differently_core::tenancy::Scope;
 use differently_core::{CreateSandboxRequest, ErrorCode, FieldError, SandboxSpec};
 
 use crate::auth::access::load_project;
 use crate::auth::Principal;
-use crate::control::placement_decision::{explain, request_error};
+use crate::control::placement_decision::{dry_run as dry_run_decision, explain, request_error};
 use crate::error::{ApiError, ApiResult};
 use crate::requests::body::parse_json;
 use crate::AppState;
@@ -43,10 +42,10 @@ async fn dry_run(
     State(state): State<AppState>,
     p: Principal,
     body: Bytes,
-) -> ApiResult<Json<Explained>> {
+) -> ApiResult<Json<serde_json::Value>> {
     p.require(Scope::SandboxesRead)?;
     let req: CreateSandboxRequest = parse_json(&body)?;
-    let spec = SandboxSpec::build(&req).map_err(request_error)?;
+    let mut spec = SandboxSpec::build(&req).map_err(request_error)?;
     let project = match (&req.project_id, &p.project_id) {
         (Some(asked), _) => {
             let pr = load_project(&state, &p, asked.as_str()).await?;
@@ -64,5 +63,9 @@ async fn dry_run(
         Some(pr) => pr.org_id,
         None => return Err(ApiError::not_found("project")),
     };
-    Ok(Json(explain(&state, &org, &project, &spec, true).await?))
+    crate::routes::sandboxes::pin_to_snapshot(&state, &p, &req, &project, &mut spec).await?;
+    let explained = explain(&state, &org, &project, &spec, true).await?;
+    Ok(Json(
+        dry_run_decision(&state, &org, &project, &spec, explained).await?,
+    ))
 }

@@ -76,13 +76,7 @@ async fn create(
         }
     };
     let mut spec = spec;
-    if let Some(raw) = &req.from_snapshot {
-        // Restore or fork: pinned to the pool that holds the snapshot.
-        let snap = restore_source(&state, &principal, raw, &project_id).await?;
-        spec.labels
-            .insert(FROM_SNAPSHOT_LABEL.to_owned(), snap.id.to_string());
-        spec.pinned_pool = Some(snap.pool);
-    }
+    pin_to_snapshot(&state, &principal, &req, &project_id, &mut spec).await?;
     // Fail fast: a request no permitted pool could ever take is refused now, not queued.
     let (explained, effective, warm) = crate::control::placement_decision::decide_warm(
         &state,
@@ -249,6 +243,25 @@ pub fn parse_create(body: &Bytes) -> ApiResult<(CreateSandboxRequest, SandboxSpe
     let spec =
         SandboxSpec::build(&req).map_err(|e| ApiError::field(ErrorCode::ValidationFailed, e))?;
     Ok((req, spec))
+}
+
+/// A restore or fork (`fromSnapshot`): checks the snapshot as [`restore_source`] does, labels
+/// the spec with it and pins it to the pool that holds it. Nothing to do without one. The
+/// create and the placement dry-run both call it, so a dry run is placed as the create is.
+pub(crate) async fn pin_to_snapshot(
+    state: &AppState,
+    principal: &Principal,
+    req: &CreateSandboxRequest,
+    project: &differently_core::ProjectId,
+    spec: &mut SandboxSpec,
+) -> ApiResult<()> {
+    if let Some(raw) = &req.from_snapshot {
+        let snap = restore_source(state, principal, raw, project).await?;
+        spec.labels
+            .insert(FROM_SNAPSHOT_LABEL.to_owned(), snap.id.to_string());
+        spec.pinned_pool = Some(snap.pool);
+    }
+    Ok(())
 }
 
 /// The snapshot a create names in `fromSnapshot`, if the key may see it, it is of `project`

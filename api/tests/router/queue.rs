@@ -117,3 +117,87 @@ async fn the_metrics_summary_is_admin_only_and_says_when_nothing_is_kept() {
         .await;
     assert_error(&a, StatusCode::FORBIDDEN, "permission_denied");
 }
+
+/// `POST /v1/placement/dry-run` answers what the create would get now, quotas included: a
+/// size above a quota and a full queue are `rejected` with `quota_exceeded` (the create's
+/// 429), a used-up quota makes it `waiting` behind its wall (the create queues), and
+/// otherwise it is placed.
+#[tokio::test]
+async fn a_dry_run_meets_the_quotas_the_create_would() {
+    let api = api().await;
+    let org = api.tenant.org.id.to_string();
+    let dry = |body: Value| api.admin(Method::POST, "/v1/placement/dry-run", body);
+    let quota_path = format!("/v1/orgs/{org}/quota");
+    let quota = |body: Value| api.admin(Method::PUT, &quota_path, body);
+    crate::support::healthy(&api, &["fake"]);
+    let one_cpu = json!({ "resources": { "cpu": 1, "memoryMiB": 512, "diskGiB": 1 } });
+    let placed = dry(one_cpu.clone()).await;
+    assert_eq!(placed.status, StatusCode::OK, "{}", placed.body);
+    assert_eq!(placed.body["decision"], "placed", "{}", placed.body);
+    assert_eq!(placed.body["pool"], "fake", "{}", placed.body);
+
+    let put = quota(json!({ "maxCpu": 1 })).await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let two = dry(json!({ "resources": { "cpu": 2, "memoryMiB": 512, "diskGiB": 1 } })).await;
+    assert_eq!(two.body["decision"], "rejected", "{}", two.body);
+    assert_eq!(two.body["code"], "quota_exceeded", "{}", two.body);
+    assert!(
+        two.body["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("maxCpu") && r.contains("could never run")),
+        "{}",
+        two.body
+    );
+    assert!(two.body.get("pool").is_none(), "{}", two.body);
+    let create = api
+        .admin(
+            Method::POST,
+            "/v1/sandboxes",
+            json!({ "resources": { "cpu": 2, "memoryMiB": 512, "diskGiB": 1 } }),
+        )
+        .await;
+    assert_error(&create, StatusCode::TOO_MANY_REQUESTS, "quota_exceeded");
+
+    // One CPU runs already (the quota's whole): a create now queues behind the org.
+    api.running_sandbox().await;
+    let waits = dry(one_cpu.clone()).await;
+    assert_eq!(waits.body["decision"], "waiting", "{}", waits.body);
+    assert_eq!(waits.body["wall"], "org", "{}", waits.body);
+    assert!(
+        waits.body["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("waiting: org cpu quota")),
+        "{}",
+        waits.body
+    );
+    assert!(waits.body.get("pool").is_none(), "{}", waits.body);
+    assert!(
+        waits.body["pools"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty()),
+        "every pool is still explained: {}",
+        waits.body
+    );
+
+    // A full queue: the create's 429, named.
+    let put = quota(json!({ "maxCpu": 1, "maxQueued": 1 })).await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    api.sandbox().await;
+    let full = dry(one_cpu.clone()).await;
+    assert_eq!(full.body["decision"], "rejected", "{}", full.body);
+    assert_eq!(full.body["code"], "quota_exceeded", "{}", full.body);
+    assert_eq!(
+        full.body["reason"], "the org queue quota (maxQueued) of 1 is full: 1 queued",
+        "{}",
+        full.body
+    );
+    let create = api.admin(Method::POST, "/v1/sandboxes", one_cpu).await;
+    assert_error(&create, StatusCode::TOO_MANY_REQUESTS, "quota_exceeded");
+    assert!(
+        create.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("maxQueued")),
+        "{}",
+        create.body
+    );
+}

@@ -165,3 +165,57 @@ async fn a_snapshot_is_not_restored_into_another_project() {
     let same = create(api.tenant.project.id.to_string()).await;
     assert_eq!(same.status, StatusCode::ACCEPTED, "{}", same.body);
 }
+
+/// A dry run of a restore is decided as the create is: an unknown or malformed snapshot is
+/// the create's 404 naming `fromSnapshot`, and a known one pins the request to the pool that
+/// holds it, every other pool excluded with the reason the create's explanation gives.
+#[tokio::test]
+async fn a_dry_run_of_a_restore_is_pinned_to_the_snapshots_pool() {
+    let api = api().await;
+    let dry = |body: Value| api.admin(Method::POST, "/v1/placement/dry-run", body);
+    for unknown in ["snp_00000000000000000000000000", "garbage"] {
+        let a = dry(json!({ "fromSnapshot": unknown })).await;
+        assert_field_error(&a, StatusCode::NOT_FOUND, "not_found", "fromSnapshot");
+    }
+    let source = api.running_sandbox().await;
+    let snap = stored_snapshot(&api, api.tenant.project.id.as_str(), &source).await;
+    // A second pool the snapshot is not on.
+    let now = Utc::now();
+    let other = differently_core::pool::PoolRecord {
+        name: "elsewhere".into(),
+        kind: "fake".into(),
+        trust: differently_core::pool::Trust::Private,
+        region: None,
+        max_concurrent: None,
+        isolation: None,
+        cost_per_cpu_hour: 0.0,
+        typical_create_seconds: Some(0.1),
+        settings: json!({ "capabilities": ["exec"] }),
+        source: differently_core::pool::PoolSource::Api,
+        created_at: now,
+        updated_at: now,
+    };
+    api.store
+        .upsert_pool(&other, &differently_store::Actor::System("test"))
+        .await
+        .unwrap();
+    let fake = api.pools.get("fake").expect("the fake pool").record.clone();
+    assert!(api.pools.sync(vec![fake, other]).is_empty());
+    crate::support::healthy(&api, &["fake", "elsewhere"]);
+    let a = dry(json!({ "fromSnapshot": snap })).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.body["decision"], "placed", "{}", a.body);
+    assert_eq!(a.body["pool"], "fake", "{}", a.body);
+    let elsewhere = a.body["pools"]
+        .as_array()
+        .and_then(|p| p.iter().find(|v| v["name"] == "elsewhere"))
+        .unwrap_or_else(|| panic!("the other pool is explained: {}", a.body));
+    assert_eq!(elsewhere["eligible"], false, "{}", a.body);
+    assert!(
+        elsewhere["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("pinned to pool fake")),
+        "{}",
+        a.body
+    );
+}

@@ -473,3 +473,23 @@ fn operation_for(method: &str, path: &str) -> Option<(String, &'static Value)> {
     }
     best.map(|(_, t, op)| (t, op))
 }
+
+/// Marks `pools` healthy, as a worker's probe would (none runs here), so placement may
+/// choose them.
+pub fn healthy(api: &Api, pools: &[&str]) {
+    let now = Utc::now();
+    let health: Vec<_> = pools
+        .iter()
+        .map(|n| differently_core::pool::PoolHealth {
+            name: (*n).into(),
+            healthy: true,
+            capabilities: vec!["exec".into()],
+            error: None,
+            checked_at: now,
+            checked_by: "test".into(),
+            backend: None,
+        })
+        .collect();
+    api.pools
+        .apply_health(&health, now, std::time::Duration::from_secs(3600));
+}

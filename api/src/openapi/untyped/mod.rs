@@ -108,9 +108,12 @@ pub(super) fn add(s: &mut Map<String, Value>) {
             ("pools", array_of(reference("PoolVerdict"))),
         ]
     };
+    // A dry run a quota keeps waiting names its wall too (`placement_decision::dry_run`).
+    let mut dry_run = decision_fields();
+    dry_run.push(("wall", one_of_strings(Wall::ALL.map(|w| json!(w.as_str())))));
     s.insert(
         "DryRun".to_owned(),
-        served_except(&decision_fields(), &["pool", "code", "reason"]),
+        served_except(&dry_run, &["pool", "code", "reason", "wall"]),
     );
     let mut placement = decision_fields();
     placement.extend([
