@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::error::{ContextKind, ContextValue};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod audit_cmd;
 mod client;
@@ -201,8 +202,56 @@ pub enum Role {
     Worker,
 }
 
+/// The command line, as `Cli::parse` reads it, except that an error's usage line is the one
+/// `--help` shows (see [`with_help_usage`]).
+fn parse_command_line() -> Cli {
+    let mut cmd = Cli::command();
+    let parsed = cmd
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut m| Cli::from_arg_matches_mut(&mut m).map_err(|e| e.format(&mut cmd)));
+    match parsed {
+        Ok(cli) => cli,
+        Err(e) => with_help_usage(e, &mut cmd).exit(),
+    }
+}
+
+/// clap's error usage line names every option that has a value, whether typed or taken from
+/// a `DIFFERENTLY_*` variable (`Usage: differently sandbox get --url <URL> --key <KEY> <ID>`),
+/// which reads as if they were required. It is replaced by the command's own usage, as
+/// `--help` shows it: `[OPTIONS]`, then what is required (`… sandbox get [OPTIONS] <ID>`).
+fn with_help_usage(mut e: clap::Error, cmd: &mut clap::Command) -> clap::Error {
+    let Some(ContextValue::StyledStr(usage)) = e.get(ContextKind::Usage) else {
+        return e;
+    };
+    let line = usage.to_string();
+    let Some(line) = line.strip_prefix("Usage: ") else {
+        return e;
+    };
+    cmd.build();
+    if let Some(help) = help_usage(cmd, line) {
+        e.insert(ContextKind::Usage, ContextValue::StyledStr(help));
+    }
+    e
+}
+
+/// The `--help` usage of the deepest command of `cmd`'s tree whose full name (`differently
+/// sandbox get`) starts `line`; `None` if none does.
+fn help_usage(cmd: &mut clap::Command, line: &str) -> Option<clap::builder::StyledStr> {
+    let name = cmd.get_bin_name().unwrap_or(cmd.get_name()).to_owned();
+    let rest = line.strip_prefix(name.as_str())?;
+    if !(rest.is_empty() || rest.starts_with(' ')) {
+        return None;
+    }
+    for sub in cmd.get_subcommands_mut() {
+        if let Some(usage) = help_usage(sub, line) {
+            return Some(usage);
+        }
+    }
+    Some(cmd.render_usage())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

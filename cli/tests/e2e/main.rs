@@ -9,6 +9,7 @@ mod audit;
 mod audit_keys;
 mod bad_input;
 mod bus_hang;
+mod cli_offline;
 mod client_cli;
 mod client_cli_dev;
 mod client_cli_warm;
