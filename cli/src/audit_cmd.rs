@@ -10,6 +10,7 @@ use differently_store::audit::{
 };
 use differently_store::sealed::{self, SealKey};
 
+use crate::client::output;
 use crate::config::AuditSection;
 use crate::roles::AnyError;
 
@@ -43,14 +44,21 @@ pub fn run(cmd: AuditCommand) -> Result<(), AnyError> {
             })?;
             let ring = AuditKeyring::new(key).with_previous(previous_from_env(&previous_keys_env)?);
             let report = verify_export(ring, &file)?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            match &report.first_bad {
-                None => Ok(()),
-                Some(p) => Err(format!(
+            let failed = report.first_bad.as_ref().map(|p| {
+                format!(
                     "audit export does not verify: chain {} record {}: {}",
                     p.chain, p.chain_seq, p.message
                 )
-                .into()),
+            });
+            // A reader that goes away (`| head`) must not turn a failed verification into
+            // exit 0: the failure is said on stderr and the exit stays 1.
+            if let Some(message) = &failed {
+                output::failed_if_reader_goes(message.clone());
+            }
+            output::print_line(&serde_json::to_string_pretty(&report)?);
+            match failed {
+                None => Ok(()),
+                Some(message) => Err(message.into()),
             }
         }
     }

@@ -9,6 +9,7 @@ use differently_adapters::credentials::Credentials;
 use differently_adapters::pools::PoolSet;
 use differently_store::Store;
 
+use crate::client::output;
 use crate::config::Config;
 
 /// The outcome of one check, printed as one line.
@@ -113,17 +114,24 @@ pub async fn run(config: &Config) -> bool {
         }
     }
     checks.extend(pools(config, store).await);
-    let mut all = true;
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.what.as_str())
+        .collect();
+    // A reader that goes away (`| head`) must not turn a failed check into exit 0.
+    if !failed.is_empty() {
+        output::failed_if_reader_goes(format!("preflight failed: {}", failed.join(", ")));
+    }
     for c in &checks {
-        all &= c.ok;
-        println!(
+        output::print_line(&format!(
             "{:<4}  {:<24}  {}",
             if c.ok { "ok" } else { "FAIL" },
             c.what,
             c.detail
-        );
+        ));
     }
-    all
+    failed.is_empty()
 }
 
 /// Each configured pool: its adapter builds and its backend answers a health check, with

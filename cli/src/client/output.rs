@@ -1,8 +1,10 @@
 //! How answers are printed: JSON, a table, or ids; a spinner on stderr while waiting (only
 //! on a terminal). A reader that went away (`| head`) ends the process quietly, as Unix
-//! tools do, instead of a panic.
+//! tools do, instead of a panic: exit 0, or exit 1 when the command has already failed
+//! ([`failed_if_reader_goes`]).
 
 use std::io::{IsTerminal, Write};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -138,7 +140,8 @@ fn print_fields(v: &Value) {
     print_rows(&["FIELD".to_owned(), "VALUE".to_owned()], &rows);
 }
 
-/// One line on stdout; a closed pipe ends the process quietly (exit 0).
+/// One line on stdout; a closed pipe ends the process quietly (exit 0, or 1 after
+/// [`failed_if_reader_goes`]).
 pub fn print_line(line: &str) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
@@ -153,8 +156,26 @@ pub fn write_raw(w: &mut impl Write, bytes: &[u8]) {
     }
 }
 
+/// Set once the command knows it failed, before it prints its answer: what a closed pipe
+/// then says on stderr, with exit 1. See [`failed_if_reader_goes`].
+static FAILED: OnceLock<String> = OnceLock::new();
+
+/// Says that this command has failed, for the case its reader goes away while the answer is
+/// printed (`differently audit verify FILE | head`): the process then ends with
+/// `differently: {message}` on stderr and exit 1, as the failure does with the reader
+/// there. Without it a closed pipe ends the process quietly with exit 0, which for a failed
+/// verification, preflight or wait would read as success. Called before printing; the
+/// first message wins.
+pub fn failed_if_reader_goes(message: impl Into<String>) {
+    let _ = FAILED.set(message.into());
+}
+
 fn exit_on_write_error(e: &std::io::Error) -> ! {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
+        if let Some(message) = FAILED.get() {
+            eprintln!("differently: {message}");
+            std::process::exit(1);
+        }
         std::process::exit(0);
     }
     eprintln!("differently: cannot write the output: {e}");

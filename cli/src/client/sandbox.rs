@@ -488,24 +488,28 @@ pub async fn wait_for(
         .await;
     drop(waiting);
     let done = done?;
-    p.print(&to_json(&done), SANDBOX_COLUMNS)?;
-    if done.status == status {
-        return Ok(());
-    }
-    Err(if done.is_final() {
-        CliError::Wait {
+    let failed = if done.status == status {
+        None
+    } else if done.is_final() {
+        Some(CliError::Wait {
             code: "ended",
             message: format!("sandbox {id} is {} and will not be {status}", done.status),
-        }
+        })
     } else {
-        CliError::Wait {
+        Some(CliError::Wait {
             code: "timeout",
             message: format!(
                 "sandbox {id} is still {} after {seconds}s, not {status} (wait longer with {flag})",
                 done.status
             ),
-        }
-    })
+        })
+    };
+    // A reader that goes away (`| head`) must not turn a wait that failed into exit 0.
+    if let Some(e) = &failed {
+        super::output::failed_if_reader_goes(e.to_string());
+    }
+    p.print(&to_json(&done), SANDBOX_COLUMNS)?;
+    failed.map_or(Ok(()), Err)
 }
 
 /// Whether `exec` (without `-t`) sends our stdin: `-n` never, `-i` even from a terminal,

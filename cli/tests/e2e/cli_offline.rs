@@ -1,9 +1,19 @@
 //! The binary where no server is involved: a usage error names what is missing, not the
-//! options that have a value (from a flag or a `DIFFERENTLY_*` variable).
+//! options that have a value (from a flag or a `DIFFERENTLY_*` variable); and `audit
+//! verify` in a pipeline whose reader goes away ends without a panic, with its verdict as
+//! its exit code.
 
 use std::process::Command;
 
-use crate::harness::binary;
+use chrono::Utc;
+use differently_store::audit::{
+    AuditEvent, AuditKey, ExportLine, NewAuditEvent, INSTALLATION_CHAIN,
+};
+use serde_json::json;
+
+use crate::harness::{binary, run_with_stdout_closed};
+
+const KEY: &str = "5a5b5c5d5e5f606162636465666768696a6b6c6d6e6f70717273747576777879";
 
 /// Runs `differently args…` with an API URL and key in the environment, as a user who set
 /// them does; (exit code, stderr).
@@ -62,5 +72,64 @@ fn a_missing_argument_is_named_without_options_that_have_values() {
     assert_eq!(
         usage_line(&err),
         "Usage: differently sandbox get [OPTIONS] <ID>"
+    );
+}
+
+/// An export of three records on the installation chain, signed with [`KEY`], one line each.
+fn export() -> Vec<String> {
+    let key = AuditKey::from_hex(KEY).expect("test key");
+    let mut recs: Vec<AuditEvent> = vec![];
+    for i in 0..3 {
+        let prev = recs.last().map(|r| (r.chain_seq, r.hash.clone()));
+        let mut r = AuditEvent::chained(
+            &key,
+            INSTALLATION_CHAIN.into(),
+            prev,
+            NewAuditEvent {
+                org_id: None,
+                project_id: None,
+                actor: "system:test".into(),
+                action: "pool.register".into(),
+                resource: format!("p{i}"),
+                outcome: "ok".into(),
+                detail: json!({}),
+            },
+            Utc::now(),
+            None,
+        );
+        r.seq = i + 1;
+        recs.push(r);
+    }
+    recs.into_iter()
+        .map(|r| serde_json::to_string(&ExportLine::Record(Box::new(r))).expect("export line"))
+        .collect()
+}
+
+/// `differently audit verify - | head` when the reader is gone before the report: no
+/// panic (it was exit 101); exit 0 when the export verifies, exit 1 with the failure on
+/// stderr when it does not, so a failed verification never reads as success.
+#[test]
+fn audit_verify_whose_reader_goes_away_keeps_its_verdict() {
+    let verify = |text: &str| {
+        let mut cmd = Command::new(binary());
+        cmd.args(["audit", "verify", "--key-env", "E2E_AUDIT_KEY", "-"])
+            .env("E2E_AUDIT_KEY", KEY)
+            .env_remove("DIFFERENTLY_AUDIT_PREVIOUS_KEYS");
+        run_with_stdout_closed(cmd, text.as_bytes())
+    };
+    let lines = export();
+    let (code, err) = verify(&lines.join("\n"));
+    assert_eq!((code, err.as_str()), (Some(0), ""));
+
+    let tampered = lines
+        .join("\n")
+        .replace("\"resource\":\"p1\"", "\"resource\":\"px\"");
+    assert_ne!(tampered, lines.join("\n"), "nothing was changed");
+    let (code, err) = verify(&tampered);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("differently: audit export does not verify: chain installation record 2"),
+        "{err}"
     );
 }

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{binary, Cluster, Opts};
+use crate::harness::{binary, run_with_stdout_closed, Cluster, Opts};
 
 /// Runs `differently args…` with the cluster's URL and `key`; (exit code, stdout, stderr).
 async fn run(c: &Cluster, key: Option<&str>, args: &[&str]) -> (i32, String, String) {
@@ -233,6 +233,13 @@ async fn preflight_checks_what_a_server_needs_and_names_what_is_missing() {
     assert!(out.contains("FAIL  bootstrap key"), "{out}");
     assert!(out.contains("ok    postgres"), "{out}");
     assert!(!out.contains(&c.key), "the bootstrap key leaked:\n{out}");
+    // Its reader gone before the lines (`| head`): still exit 1, what failed on stderr.
+    let mut cmd = c.command(&["preflight"]);
+    cmd.env("DIFFERENTLY_NATS_URL", "nats://127.0.0.1:1");
+    let (code, err) = run_with_stdout_closed(cmd, b"");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("preflight failed: nats"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 /// What devhost cannot do (stop, and ports when isolated) through the CLI on the fake pool

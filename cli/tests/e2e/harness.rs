@@ -537,6 +537,32 @@ pub fn output_within(
     (out, timed_out)
 }
 
+/// Runs `cmd` with its stdout a pipe whose reader has already gone away, as behind a `| head`
+/// that took what it needed, and `stdin` written to its stdin then closed (a command that
+/// reads its input first cannot write before the reader is gone). Its exit code (`None`
+/// when a signal ended it) and stderr; at most a minute.
+pub fn run_with_stdout_closed(mut cmd: Command, stdin: &[u8]) -> (Option<i32>, String) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn differently");
+    drop(child.stdout.take());
+    if let Some(mut input) = child.stdin.take() {
+        // A command that ends without reading it all is not this helper's failure.
+        let _ = std::io::Write::write_all(&mut input, stdin);
+    }
+    let (out, timed_out) = output_within(child, Duration::from_secs(60), |pid| {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    assert!(!timed_out, "`differently` did not exit within a minute");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {

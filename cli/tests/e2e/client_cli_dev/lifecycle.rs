@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use crate::harness::Proc;
+use crate::harness::{run_with_stdout_closed, Proc};
 
 use super::{ids, json, output, Dev};
 
@@ -248,6 +248,15 @@ fn waits_that_give_up_exit_1_and_say_what_they_wait_for() {
             && err.contains(&format!(
                 "waiting up to 1s for sandbox {second} to be running"
             )),
+        "{err}"
+    );
+    // Its reader gone before the answer (`| head`): still exit 1, the timeout on stderr.
+    let mut cmd = dev.cmd(&["sandbox", "wait", &second, "--timeout-seconds", "1"]);
+    cmd.env("DIFFERENTLY_API_KEY", &key);
+    let (code, err) = run_with_stdout_closed(cmd, b"");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("differently: timeout: sandbox") && !err.contains("panicked"),
         "{err}"
     );
     // Waiting for what it already is: exit 0.
