@@ -1,6 +1,7 @@
 //! `differently sandbox cp`, `ls` and `mkdir`: files between this machine and a sandbox,
 //! directories included (walked here: the API moves one file per call and makes parent
-//! directories on upload), a listing, and a directory made in the sandbox.
+//! directories on upload; an empty directory is made on its own), a listing, and a
+//! directory made in the sandbox.
 
 use std::path::{Path, PathBuf};
 
@@ -88,11 +89,23 @@ async fn upload(c: &Client, from: &str, sandbox: &str, to: &str) -> Result<(), C
     let local = Path::new(from);
     let meta = std::fs::metadata(local).map_err(|e| CliError::io(from.to_owned(), e))?;
     if meta.is_dir() {
-        let mut files = Vec::new();
-        walk(local, Path::new(""), &mut files)?;
-        for rel in files {
-            let remote = join_remote(to, &rel.to_string_lossy());
-            upload_file(c, &local.join(&rel), sandbox, &remote).await?;
+        let mut tree = Tree::default();
+        walk(local, Path::new(""), &mut tree)?;
+        let remote = |rel: &Path| {
+            if rel.as_os_str().is_empty() {
+                to.to_owned()
+            } else {
+                join_remote(to, &rel.to_string_lossy())
+            }
+        };
+        for rel in &tree.files {
+            upload_file(c, &local.join(rel), sandbox, &remote(rel)).await?;
+        }
+        // An upload makes a file's parents; a directory with nothing in it is made on its
+        // own (`mkdir -p`, the route `sandbox mkdir` uses), with its mode.
+        for rel in &tree.empty_dirs {
+            c.make_dir(sandbox, &remote(rel), mode_of(&local.join(rel)))
+                .await?;
         }
         return Ok(());
     }
@@ -108,13 +121,27 @@ async fn upload(c: &Client, from: &str, sandbox: &str, to: &str) -> Result<(), C
     upload_file(c, local, sandbox, &remote).await
 }
 
-/// Every file under `root/rel`, as paths relative to `root` (symlinks followed).
-fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<(), CliError> {
+/// What a local directory holds, as paths relative to it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tree {
+    /// Every file.
+    files: Vec<PathBuf>,
+    /// Every directory with nothing in it (the empty path when the top one is empty).
+    empty_dirs: Vec<PathBuf>,
+}
+
+/// Every file and empty directory under `root/rel`, as paths relative to `root` (symlinks
+/// followed).
+fn walk(root: &Path, rel: &Path, out: &mut Tree) -> Result<(), CliError> {
     let dir = root.join(rel);
     let mut entries: Vec<_> = std::fs::read_dir(&dir)
         .map_err(|e| CliError::io(dir.display().to_string(), e))?
         .collect::<Result<_, _>>()
         .map_err(|e| CliError::io(dir.display().to_string(), e))?;
+    if entries.is_empty() {
+        out.empty_dirs.push(rel.to_owned());
+        return Ok(());
+    }
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let child = rel.join(e.file_name());
@@ -124,7 +151,7 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<(), CliError>
         if meta.is_dir() {
             walk(root, &child, out)?;
         } else {
-            out.push(child);
+            out.files.push(child);
         }
     }
     Ok(())
@@ -327,6 +354,28 @@ mod tests {
         assert_eq!(sandbox_path("./work//a/"), "/work/a/");
         assert_eq!(sandbox_path("."), "/");
         assert_eq!(sandbox_path("/abs/./kept"), "/abs/./kept");
+    }
+
+    /// A walk finds files and the directories with nothing in them, the top one included.
+    #[test]
+    fn a_walk_finds_files_and_empty_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/empty")).unwrap();
+        std::fs::create_dir_all(root.join("b/c")).unwrap();
+        std::fs::write(root.join("a/f.txt"), "f").unwrap();
+        let mut tree = Tree::default();
+        walk(root, Path::new(""), &mut tree).unwrap();
+        assert_eq!(
+            tree,
+            Tree {
+                files: vec![PathBuf::from("a/f.txt")],
+                empty_dirs: vec![PathBuf::from("a/empty"), PathBuf::from("b/c")],
+            }
+        );
+        let mut top = Tree::default();
+        walk(&root.join("a/empty"), Path::new(""), &mut top).unwrap();
+        assert_eq!(top.empty_dirs, vec![PathBuf::new()]);
     }
 
     #[test]

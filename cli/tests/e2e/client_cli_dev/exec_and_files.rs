@@ -98,26 +98,40 @@ fn files_copy_both_ways_with_directories_ls_and_rm() {
     std::fs::write(local.join("a.txt"), "alpha\n").unwrap();
     std::fs::write(local.join("sub/deeper/b.bin"), [0u8, 1, 2, 255]).unwrap();
     set_mode(&local.join("a.txt"), 0o750);
+    // Empty directories go up too, with their modes (`POST …/files/directories`).
+    std::fs::create_dir_all(local.join("empty")).unwrap();
+    std::fs::create_dir_all(local.join("sub/void")).unwrap();
+    set_mode(&local.join("empty"), 0o700);
     let remote = format!("{id}:/work/up");
     dev.ok(&["sandbox", "cp", local.to_str().unwrap(), &remote]);
     // ls: JSON list, a table, and paths with -o id.
     let listed = dev.json(&["sandbox", "ls", &id, "/work/up", "--depth", "3"]);
-    let mut paths: Vec<&str> = listed["items"]
+    let mut paths: Vec<(&str, &str)> = listed["items"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["path"].as_str().unwrap())
+        .map(|e| (e["path"].as_str().unwrap(), e["type"].as_str().unwrap()))
         .collect();
     paths.sort();
     assert_eq!(
         paths,
         [
-            "/work/up/a.txt",
-            "/work/up/sub",
-            "/work/up/sub/deeper",
-            "/work/up/sub/deeper/b.bin"
-        ]
+            ("/work/up/a.txt", "file"),
+            ("/work/up/empty", "dir"),
+            ("/work/up/sub", "dir"),
+            ("/work/up/sub/deeper", "dir"),
+            ("/work/up/sub/deeper/b.bin", "file"),
+            ("/work/up/sub/void", "dir"),
+        ],
+        "{listed}"
     );
+    let empty = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == "/work/up/empty")
+        .unwrap();
+    assert_eq!(empty["mode"].as_u64().unwrap() & 0o777, 0o700, "{empty}");
     let table = dev.ok(&["sandbox", "ls", &id, "/work/up", "-o", "table"]);
     let header = table.lines().next().unwrap();
     assert!(
@@ -139,6 +153,18 @@ fn files_copy_both_ways_with_directories_ls_and_rm() {
         [0u8, 1, 2, 255]
     );
     assert_eq!(mode(&down.join("a.txt")), 0o750);
+    assert!(down.join("sub/void").is_dir() && down.join("empty").is_dir());
+    // An empty directory on its own is made where it is copied to.
+    let alone = dev.dir.path().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    dev.ok(&[
+        "sandbox",
+        "cp",
+        alone.to_str().unwrap(),
+        &format!("{id}:/work/alone"),
+    ]);
+    let (code, _, err) = dev.run(&["sandbox", "exec", &id, "--", "test", "-d", "/work/alone"]);
+    assert_eq!(code, 0, "/work/alone was not made: {err}");
     // One file into a directory (its name kept), to stdout, and from stdin.
     dev.ok(&[
         "sandbox",
