@@ -7,8 +7,8 @@
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use differently_core::{ErrorCode, FieldError};
-use serde_json::Value;
+use differently_core::ErrorCode;
+use serde_json::{json, Value};
 
 use crate::error::ApiError;
 
@@ -66,15 +66,14 @@ fn find_in_value(v: &Value, path: String) -> Option<String> {
 
 /// The 422 for a NUL at `field` of a body.
 pub fn body_error(field: String) -> ApiError {
-    let shown = if field.is_empty() {
-        "body".to_owned()
-    } else {
-        field.clone()
-    };
-    ApiError::field(
-        ErrorCode::ValidationFailed,
-        FieldError::new(field, format!("{shown}: {MESSAGE}")),
-    )
+    refusal(ErrorCode::ValidationFailed, field, "body")
+}
+
+/// `code` for a NUL at `field` (`details.field`), its message naming the field once (`whole`
+/// when the field is the whole body or query).
+fn refusal(code: ErrorCode, field: String, whole: &str) -> ApiError {
+    let shown = if field.is_empty() { whole } else { &field };
+    ApiError::new(code, format!("{shown}: {MESSAGE}")).with_details(json!({ "field": field }))
 }
 
 /// The name of the first query parameter whose name or value decodes to a NUL (`%00`).
@@ -111,16 +110,7 @@ fn has_nul_escape(s: &str) -> bool {
 /// Middleware: a query parameter holding a NUL is a 400 naming it, before any route runs.
 pub async fn refuse_in_query(req: Request, next: Next) -> Response {
     if let Some(name) = req.uri().query().and_then(find_in_query) {
-        let shown = if name.is_empty() {
-            "query".to_owned()
-        } else {
-            name.clone()
-        };
-        return ApiError::field(
-            ErrorCode::InvalidArgument,
-            FieldError::new(name, format!("{shown}: {MESSAGE}")),
-        )
-        .into_response();
+        return refusal(ErrorCode::InvalidArgument, name, "query").into_response();
     }
     next.run(req).await
 }
@@ -152,6 +142,16 @@ mod tests {
             "no NUL, only text"
         );
         assert_eq!(f(r#"{"template":"plain"}"#), None);
+    }
+
+    #[test]
+    fn a_refusal_names_the_field_once() {
+        let e = body_error("command[0]".to_owned());
+        assert_eq!(e.message, format!("command[0]: {MESSAGE}"));
+        assert_eq!(e.details, Some(json!({ "field": "command[0]" })));
+        let e = body_error(String::new());
+        assert_eq!(e.message, format!("body: {MESSAGE}"));
+        assert_eq!(e.details, Some(json!({ "field": "" })));
     }
 
     #[test]
