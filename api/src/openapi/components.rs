@@ -47,6 +47,9 @@ use crate::routes::webhooks::{CreateWebhook, PatchWebhook, WithSecret};
 struct Derived {
     components: Vec<(&'static str, String, Value)>,
     referred: BTreeMap<String, Value>,
+    /// Each component's Rust type (`std::any::type_name`), by which a body's refusal finds
+    /// the schema of the type it was read as.
+    rust_types: Vec<(&'static str, &'static str)>,
 }
 
 impl Derived {
@@ -58,8 +61,21 @@ impl Derived {
         }
         self.components
             .push((component, T::name().into_owned(), to_json(T::schema())));
+        self.rust_types
+            .push((std::any::type_name::<T>(), component));
         self
     }
+}
+
+/// The component whose schema is that of the Rust type named `type_name`
+/// (`std::any::type_name`), if one is.
+pub(super) fn component_of(type_name: &str) -> Option<&'static str> {
+    static BY_TYPE: std::sync::OnceLock<BTreeMap<&'static str, &'static str>> =
+        std::sync::OnceLock::new();
+    BY_TYPE
+        .get_or_init(|| derived().rust_types.into_iter().collect())
+        .get(type_name)
+        .copied()
 }
 
 fn to_json(schema: impl serde::Serialize) -> Value {

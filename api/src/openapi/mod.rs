@@ -90,6 +90,85 @@ fn build_with(components: Value) -> Value {
     })
 }
 
+/// The bounds the document states for a number of a request body.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct StatedBounds {
+    pub(crate) minimum: Option<String>,
+    pub(crate) maximum: Option<String>,
+}
+
+/// The `minimum` and `maximum` the document states for the number at `path` of a body read
+/// as the Rust type `type_name` (`std::any::type_name`): what a refusal of a number beyond
+/// its type's range quotes, so it states the same bound as the field's own check. Nothing
+/// when the type is no component or the field has no stated bound.
+pub(crate) fn number_bounds(type_name: &str, path: &serde_path_to_error::Path) -> StatedBounds {
+    let Some(component) = components::component_of(type_name) else {
+        return StatedBounds::default();
+    };
+    let schemas = &document()["components"]["schemas"];
+    let steps: Vec<&serde_path_to_error::Segment> = path.iter().collect();
+    let mut found = StatedBounds::default();
+    if let Some(schema) = schemas.get(component) {
+        bounds_in(schemas, schema, &steps, 0, &mut found);
+    }
+    found
+}
+
+/// Walks `schema` along `steps` (through references and `anyOf`/`oneOf`/`allOf` branches)
+/// and takes the bounds of the first schema at its end that states any.
+fn bounds_in(
+    schemas: &Value,
+    schema: &Value,
+    steps: &[&serde_path_to_error::Segment],
+    depth: usize,
+    found: &mut StatedBounds,
+) -> bool {
+    use serde_path_to_error::Segment;
+    if depth > 32 {
+        return false;
+    }
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let name = r.trim_start_matches("#/components/schemas/");
+        return schemas
+            .get(name)
+            .is_some_and(|s| bounds_in(schemas, s, steps, depth + 1, found));
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        for branch in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if bounds_in(schemas, branch, steps, depth + 1, found) {
+                return true;
+            }
+        }
+    }
+    let Some((step, rest)) = steps.split_first() else {
+        let number = |k: &str| {
+            schema
+                .get(k)
+                .filter(|v| v.is_number())
+                .map(Value::to_string)
+        };
+        *found = StatedBounds {
+            minimum: number("minimum"),
+            maximum: number("maximum"),
+        };
+        return found.minimum.is_some() || found.maximum.is_some();
+    };
+    let next = match step {
+        Segment::Map { key } => schema
+            .get("properties")
+            .and_then(|p| p.get(key.as_str()))
+            .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object())),
+        Segment::Seq { .. } => schema.get("items"),
+        Segment::Enum { .. } | Segment::Unknown => None,
+    };
+    next.is_some_and(|s| bounds_in(schemas, s, rest, depth + 1, found))
+}
+
 /// The wire name of a serializable value (a status, a scope, a strategy).
 pub(super) fn wire<T: Serialize>(value: T) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)

@@ -738,3 +738,47 @@ fn the_terminal_is_documented_as_a_websocket_upgrade() {
         );
     }
 }
+
+/// The bounds a refusal of a number beyond its type's range quotes are the document's, found
+/// through the body type's component, references and nested objects and arrays.
+#[test]
+fn number_bounds_are_found_by_the_body_type_and_the_json_path() {
+    fn at<T: serde::de::DeserializeOwned + std::fmt::Debug>(
+        body: serde_json::Value,
+    ) -> StatedBounds {
+        let err = serde_path_to_error::deserialize::<_, T>(&body).expect_err("refused");
+        number_bounds(std::any::type_name::<T>(), err.path())
+    }
+    let stated = |min: Option<&str>, max: &str| StatedBounds {
+        minimum: min.map(str::to_owned),
+        maximum: Some(max.to_owned()),
+    };
+    assert_eq!(
+        at::<ExecRequest>(json!({ "command": ["ls"], "timeoutSeconds": -1 })),
+        stated(Some("1"), "86400")
+    );
+    assert_eq!(
+        at::<CreateSandboxRequest>(
+            json!({ "resources": { "cpu": -1, "memoryMiB": 512, "diskGiB": 1 } })
+        ),
+        stated(Some("1"), &differently_core::Resources::MAX_CPU.to_string())
+    );
+    assert_eq!(
+        at::<Quota>(json!({ "maxActive": -1 })),
+        stated(
+            Some("0"),
+            &differently_core::tenancy::MAX_QUOTA_COUNT.to_string()
+        )
+    );
+    assert_eq!(
+        at::<differently_core::warm::WarmClasses>(
+            json!({ "classes": [{ "name": "a", "size": 1, "refillPerSecond": 1.0 }, { "name": "b", "size": -1, "refillPerSecond": 1.0 }] })
+        ),
+        stated(Some("0"), &differently_core::warm::MAX_SIZE.to_string())
+    );
+    // A type that is no component states nothing.
+    assert_eq!(
+        at::<std::collections::BTreeMap<String, u8>>(json!({ "a": -1 })),
+        StatedBounds::default()
+    );
+}

@@ -1,6 +1,7 @@
-//! Strict JSON request bodies: malformed JSON, wrong types and unknown fields are a 400 that
-//! names the field, before anything is written; a well-formed value that is not acceptable
-//! is a 422 that names it too.
+//! Strict JSON request bodies: malformed JSON, wrong types, unknown and missing fields are a
+//! 400 that names the field, before anything is written; a well-formed value that is not
+//! acceptable (a number beyond its bound included) is a 422 that names it too. What serde
+//! refuses is stated by [`crate::requests::decode`], the one mapping bodies and queries share.
 
 use axum::body::Bytes;
 use differently_core::{ErrorCode, FieldError};
@@ -9,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::requests::decode::{refusal, Source};
 
 /// Parses `bytes` as `T`, reporting the JSON path of the first problem; a NUL in any string
 /// is refused (422 naming the field, see [`crate::requests::nul`]).
@@ -53,16 +55,11 @@ fn parse_strict<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
         ));
     }
     integral_numbers(&mut value);
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let field = if path == "." { String::new() } else { path };
-        let message = if field.is_empty() {
-            format!("invalid JSON body: {inner}")
-        } else {
-            format!("{field}: {inner}")
+    serde_path_to_error::deserialize(&value).map_err(|e| {
+        let source = Source::Body {
+            type_name: std::any::type_name::<T>(),
         };
-        ApiError::new(ErrorCode::InvalidArgument, message).with_details(json!({ "field": field }))
+        refusal(source, e.path(), &e.inner().to_string(), &value)
     })
 }
 

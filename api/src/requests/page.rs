@@ -62,25 +62,34 @@ pub fn parse_limit(raw: Option<&str>) -> Result<u32, ApiError> {
 /// `?limit=&cursor=` alone.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPageQuery {
+struct RawPageQuery {
     limit: Option<String>,
     cursor: Option<String>,
 }
 
-/// Validated paging parameters.
+/// Validated paging parameters of a query that has only those; as an extractor, its
+/// rejection is the 400 naming the parameter.
 #[derive(Debug)]
 pub struct PageQuery {
     pub limit: u32,
     pub cursor: Option<String>,
 }
 
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PageQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        PageQuery::parse(parts.uri.query())
+    }
+}
+
 impl PageQuery {
-    /// Validates a query that has only paging parameters.
-    pub fn from(
-        q: Result<axum::extract::Query<RawPageQuery>, axum::extract::rejection::QueryRejection>,
-    ) -> Result<PageQuery, ApiError> {
-        let axum::extract::Query(q) =
-            q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    /// Validates query string `raw`, which may hold only paging parameters.
+    pub fn parse(raw: Option<&str>) -> Result<PageQuery, ApiError> {
+        let q: RawPageQuery = crate::requests::query::parse_query(raw)?;
         Ok(PageQuery {
             limit: parse_limit(q.limit.as_deref())?,
             cursor: q.cursor,

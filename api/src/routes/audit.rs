@@ -6,7 +6,7 @@
 //! verifier (`differently audit verify`).
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -24,6 +24,7 @@ use serde_json::json;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::requests::page::{bad_query, parse_limit, Page};
+use crate::requests::query::StrictQuery;
 use crate::AppState;
 
 /// Routes of this module.
@@ -63,9 +64,8 @@ fn parse_time(field: &str, raw: Option<&str>) -> ApiResult<Option<DateTime<Utc>>
 async fn list_audit(
     State(state): State<AppState>,
     p: Principal,
-    q: Result<Query<RawAuditQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<RawAuditQuery>,
 ) -> ApiResult<Json<Page<AuditEvent>>> {
-    let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     p.require(Scope::SandboxesRead)?;
     // The whole query is checked before the organization and project are looked at, so a
     // malformed one is 400 whoever's records it asks for.

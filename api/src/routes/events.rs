@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::requests::page::bad_query;
+use crate::requests::query::StrictQuery;
 use crate::requests::sse::HEARTBEAT;
 use crate::AppState;
 
@@ -163,9 +164,8 @@ async fn events(
     State(state): State<AppState>,
     principal: Principal,
     headers: HeaderMap,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<EventsQuery>,
 ) -> ApiResult<Response> {
-    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::SandboxesRead)?;
     let project = match q.project_id.as_deref() {
         None => principal.project_id.clone(),

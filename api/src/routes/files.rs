@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -32,6 +32,7 @@ use crate::data_plane::{DataCall, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::requests::body::parse_json;
 use crate::requests::page::bad_query;
+use crate::requests::query::StrictQuery;
 use crate::AppState;
 
 /// Default upload limit: 1 GiB.
@@ -110,11 +111,10 @@ async fn upload(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    query: Result<Query<PutQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<PutQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<StatusCode> {
-    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::FilesWrite)?;
     let path = path_of(q.path.as_deref())?;
     let mode = match q.mode.as_deref() {
@@ -214,10 +214,9 @@ async fn download(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    query: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<PathQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::FilesRead)?;
     let path = path_of(q.path.as_deref())?;
     let range = headers
@@ -303,9 +302,8 @@ async fn list(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<ListQuery>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::FilesRead)?;
     let path = path_of(q.path.as_deref().or(Some("/")))?;
     let depth = match q.depth.as_deref() {
@@ -337,9 +335,8 @@ async fn delete(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    query: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<PathQuery>,
 ) -> ApiResult<StatusCode> {
-    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::FilesWrite)?;
     let path = path_of(q.path.as_deref())?;
     let call = DataCall::new(

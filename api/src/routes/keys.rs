@@ -4,7 +4,7 @@
 //! every key it made, and theirs.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -20,6 +20,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::requests::body::{invalid, parse_json};
 use crate::requests::idempotency::{self, json_answer, Replay};
 use crate::requests::page::{Page, PageQuery};
+use crate::requests::query::StrictQuery;
+
 use crate::AppState;
 
 /// Routes of this module.
@@ -191,9 +193,8 @@ struct ListKeys {
 async fn list_keys(
     State(state): State<AppState>,
     p: Principal,
-    q: Result<Query<ListKeys>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<ListKeys>,
 ) -> ApiResult<Json<Page<ApiKeyRecord>>> {
-    let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     // The whole query is checked before the organization is looked up, so a bad query gets
     // its 400 whoever's organization it names.
     let page = PageQuery {

@@ -2,7 +2,7 @@
 //! own).
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -80,9 +80,8 @@ async fn create_org_now(
 async fn list_orgs(
     State(state): State<AppState>,
     p: Principal,
-    q: Result<Query<crate::requests::page::RawPageQuery>, axum::extract::rejection::QueryRejection>,
+    q: PageQuery,
 ) -> ApiResult<Json<Page<Org>>> {
-    let q = PageQuery::from(q)?;
     // Checked for every key: a malformed cursor is a 400 whoever sends it.
     let after = q.cursor_id(OrgId::parse)?;
     if !p.is_admin() {

@@ -5,7 +5,7 @@
 //! for in-process callers (the E2B facade) to follow without a second request.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -30,7 +30,8 @@ use crate::processes::ask::{Answer, Ask, READ_PAGE_BYTES};
 use crate::processes::entry::{Ending as ProcessEnding, Stream};
 use crate::processes::{self, ask_pid, parse_pid, refusal};
 use crate::requests::body::parse_json;
-use crate::requests::page::Page;
+use crate::requests::page::{bad_query, Page};
+use crate::requests::query::StrictQuery;
 use crate::AppState;
 
 /// Largest stdin write accepted in one call.
@@ -111,7 +112,7 @@ async fn list(
     State(state): State<AppState>,
     p: Principal,
     Path(id): Path<String>,
-    Query(q): Query<ListQuery>,
+    StrictQuery(q): StrictQuery<ListQuery>,
 ) -> ApiResult<Json<Page<Process>>> {
     require_read(&p)?;
     let status = match q.status.as_deref() {
@@ -150,28 +151,38 @@ async fn get_one(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OutputQuery {
-    from: Option<u64>,
-    follow: Option<bool>,
+    from: Option<String>,
+    follow: Option<String>,
 }
 
 async fn output(
     State(state): State<AppState>,
     p: Principal,
     Path((id, raw_pid)): Path<(String, String)>,
-    Query(q): Query<OutputQuery>,
+    StrictQuery(q): StrictQuery<OutputQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let from = match q.from.as_deref() {
+        None => 0,
+        Some(f) => f.parse::<u64>().map_err(|_| {
+            bad_query(
+                "from",
+                format!("must be a byte offset between 0 and {}", u64::MAX),
+            )
+        })?,
+    };
+    let follow = match q.follow.as_deref() {
+        None | Some("true") => true,
+        Some("false") => false,
+        Some(_) => return Err(bad_query("follow", "must be true or false")),
+    };
     p.require(Scope::SandboxesExec)?;
     let (sandbox, pid) = target(&state, &p, &id, &raw_pid).await?;
     // A pid that is not there is a 404 now, not an error event later.
     let now = one(&state, &sandbox, pid).await?;
     // Where the stream really starts: an offset before what is kept starts at the oldest kept
     // byte, one past the end at the end. SSE ids count from it; frames clients read it here.
-    let from = q
-        .from
-        .unwrap_or(0)
-        .clamp(now.output_dropped, now.output_bytes);
-    let follow = q.follow.unwrap_or(true);
+    let from = from.clamp(now.output_dropped, now.output_bytes);
     let run = relay(state, sandbox.id.to_string(), pid, from, follow);
     let binary = wants_frames(&headers);
     let mut resp = respond(run, binary, OutputEncoding::Utf8, Some(from));

@@ -2,7 +2,7 @@
 //! projects; `admin` manages everything.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -18,6 +18,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::requests::body::{invalid, parse_json};
 use crate::requests::idempotency::{self, json_answer, Replay};
 use crate::requests::page::{Page, PageQuery};
+use crate::requests::query::StrictQuery;
+
 use crate::AppState;
 
 /// Routes of this module.
@@ -91,9 +93,8 @@ struct ListProjects {
 async fn list_projects(
     State(state): State<AppState>,
     p: Principal,
-    q: Result<Query<ListProjects>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<ListProjects>,
 ) -> ApiResult<Json<Page<Project>>> {
-    let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     // Checked before the organization is looked up: a malformed query is 400 for any org.
     let page = PageQuery {
         limit: crate::requests::page::parse_limit(q.limit.as_deref())?,

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -35,6 +35,7 @@ use crate::control::sandbox_pool::status_conflict;
 use crate::error::{ApiError, ApiResult};
 use crate::requests::body::parse_json;
 use crate::requests::page::{bad_query, parse_cursor, parse_limit, Page};
+use crate::requests::query::StrictQuery;
 use crate::AppState;
 
 /// Routes of this module.
@@ -344,8 +345,7 @@ fn parse_list_query(raw: Option<&str>) -> ApiResult<(ListQuery, Vec<String>)> {
             return Err(bad_query(&k, "given more than once"));
         }
     }
-    let q = serde_json::from_value(Value::Object(rest))
-        .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, format!("query: {e}")))?;
+    let q = crate::requests::query::from_params(rest)?;
     Ok((q, labels))
 }
 
@@ -417,9 +417,8 @@ async fn wait(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<WaitQuery>,
 ) -> ApiResult<Json<SandboxView>> {
-    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::SandboxesRead)?;
     let target = match q.status.as_deref() {
         None => SandboxStatus::Running,

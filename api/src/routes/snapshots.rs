@@ -2,7 +2,7 @@
 //! snapshots; taking and deleting go through the pool's workers (`mutation`).
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,7 +27,9 @@ use crate::control::mutation::{audit, audit_event, begin, op_failure, wait_op, L
 use crate::control::sandbox_pool::{
     named_pool, pool_name, pool_of, require_capability, status_conflict,
 };
-use crate::requests::page::{parse_cursor, parse_limit, Page, PageQuery, RawPageQuery};
+use crate::requests::page::{parse_cursor, parse_limit, Page, PageQuery};
+use crate::requests::query::StrictQuery;
+
 use crate::AppState;
 
 /// Routes of this module.
@@ -266,9 +268,8 @@ struct SnapshotListQuery {
 async fn list_snapshots(
     State(state): State<AppState>,
     principal: Principal,
-    query: Result<Query<SnapshotListQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<SnapshotListQuery>,
 ) -> ApiResult<Json<Page<SnapshotView>>> {
-    let Query(q) = query.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
     principal.require(Scope::SandboxesRead)?;
     // Checked before the empty page a key bound to another project gets.
     let limit = parse_limit(q.limit.as_deref())?;
@@ -303,9 +304,8 @@ async fn list_sandbox_snapshots(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    query: Result<Query<RawPageQuery>, axum::extract::rejection::QueryRejection>,
+    page: PageQuery,
 ) -> ApiResult<Json<Page<SnapshotView>>> {
-    let page = PageQuery::from(query)?;
     principal.require(Scope::SandboxesRead)?;
     let after = page.cursor_id(SnapshotId::parse)?;
     let sandbox = load_sandbox(&state, &principal, &id).await?;

@@ -5,7 +5,7 @@
 //! and on rotation, and never again.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -26,6 +26,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::requests::body::{invalid, parse_json};
 use crate::requests::idempotency::{self, json_answer, Replay};
 use crate::requests::page::{Page, PageQuery};
+use crate::requests::query::parse_query;
 use crate::AppState;
 
 /// Most event-type filters of one webhook.
@@ -227,10 +228,11 @@ struct ListWebhooks {
 async fn list_webhooks(
     State(state): State<AppState>,
     p: Principal,
-    q: Result<Query<ListWebhooks>, axum::extract::rejection::QueryRejection>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Page<Webhook>>> {
     p.require(Scope::SandboxesRead)?;
-    let Query(q) = q.map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
+    // Who may ask comes before what was asked.
+    let q: ListWebhooks = parse_query(raw.as_deref())?;
     let page = PageQuery {
         limit: crate::requests::page::parse_limit(q.limit.as_deref())?,
         cursor: q.cursor,
@@ -359,10 +361,10 @@ async fn list_deliveries(
     State(state): State<AppState>,
     p: Principal,
     Path(id): Path<String>,
-    q: Result<Query<crate::requests::page::RawPageQuery>, axum::extract::rejection::QueryRejection>,
+    RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Page<Delivery>>> {
     p.require(Scope::SandboxesRead)?;
-    let page = PageQuery::from(q)?;
+    let page = PageQuery::parse(raw.as_deref())?;
     let hook = load_webhook(&state, &p, &id).await?;
     let after = page.cursor_id(|c| {
         if valid_delivery_id(c) {

@@ -101,3 +101,92 @@ async fn pool_numbers_beyond_their_bounds_are_422() {
         .await;
     assert_bound(&a, "maxConcurrent", "1000000");
 }
+
+/// A whole number outside the range of its field's type (a negative count, one too large for
+/// 32 or 64 bits) is out of bounds like any other: 422 naming the field and the bound the
+/// field's own check states, never serde's `expected u64`. One mapping does it for every body.
+#[tokio::test]
+async fn a_number_beyond_its_type_is_a_422_stating_the_fields_bound() {
+    let api = crate::support::api().await;
+    let id = api.sandbox().await;
+    let org = api.tenant.org.id.to_string();
+    let cases = [
+        (
+            Method::POST,
+            format!("/v1/sandboxes/{id}/exec"),
+            json!({ "command": ["ls"], "timeoutSeconds": -1 }),
+            "timeoutSeconds",
+            "between 1 and 86400",
+        ),
+        (
+            Method::POST,
+            format!("/v1/sandboxes/{id}/exec"),
+            json!({ "command": ["ls"], "timeoutSeconds": 1e30 }),
+            "timeoutSeconds",
+            "between 1 and 86400",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/orgs/{org}/quota"),
+            json!({ "maxActive": -1 }),
+            "maxActive",
+            "between 0 and 1000000",
+        ),
+        (
+            Method::POST,
+            "/v1/sandboxes".to_owned(),
+            json!({ "resources": { "cpu": -1 } }),
+            "resources.cpu",
+            "between 1 and 256",
+        ),
+        (
+            Method::POST,
+            "/v1/sandboxes".to_owned(),
+            json!({ "priority": 3_000_000_000u64 }),
+            "priority",
+            "between -100 and 100",
+        ),
+        (
+            Method::PATCH,
+            format!("/v1/sandboxes/{id}"),
+            json!({ "ttlSeconds": -60 }),
+            "ttlSeconds",
+            "between 1 and 2592000",
+        ),
+    ];
+    for (method, path, body, field, bound) in cases {
+        let a = api.admin(method, &path, body).await;
+        assert_bound(&a, field, bound);
+        let message = a.body["error"]["message"].as_str().unwrap_or("");
+        assert_eq!(message, format!("{field}: must be {bound}"), "{}", a.body);
+    }
+    // A field whose bound the document does not state: the range of its type, in numbers.
+    let a = api
+        .admin(
+            Method::POST,
+            "/v1/admin/pools",
+            json!({ "name": "extra", "kind": "fake", "settings": {}, "maxConcurrent": -5 }),
+        )
+        .await;
+    assert_bound(&a, "maxConcurrent", "between 0 and 4294967295");
+    // A fraction is no whole number at all: a wrong type (400), in words, not Rust's.
+    let a = api
+        .admin(
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/exec"),
+            json!({ "command": ["ls"], "timeoutSeconds": 1.5 }),
+        )
+        .await;
+    crate::support::assert_field_error(
+        &a,
+        StatusCode::BAD_REQUEST,
+        "invalid_argument",
+        "timeoutSeconds",
+    );
+    let message = a.body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.ends_with("expected a whole number ≥ 0"),
+        "{}",
+        a.body
+    );
+}

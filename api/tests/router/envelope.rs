@@ -2,9 +2,9 @@
 //! the body, a body over the limit, a wrong method, a long target, an id that is not UTF-8.
 
 use axum::http::{Method, StatusCode};
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::support::{api, assert_error};
+use crate::support::{api, assert_error, assert_field_error};
 
 #[tokio::test]
 async fn data_after_the_json_body_is_refused() {
@@ -63,6 +63,42 @@ async fn data_after_the_json_body_is_refused() {
         )
         .await;
     assert_error(&a, StatusCode::BAD_REQUEST, "invalid_argument");
+}
+
+/// A required field left out is named in `details.field` by its full JSON path (serde names
+/// only the object that lacks it; the path gets the field's name), as every other refusal
+/// of a body names its field.
+#[tokio::test]
+async fn a_missing_field_is_named_by_its_json_path() {
+    let api = api().await;
+    let id = api.sandbox().await;
+    let org = api.tenant.org.id.to_string();
+    let cases = [
+        (
+            Method::POST,
+            format!("/v1/sandboxes/{id}/exec"),
+            json!({}),
+            "command",
+        ),
+        (Method::POST, "/v1/orgs".to_owned(), json!({}), "name"),
+        (Method::POST, "/v1/webhooks".to_owned(), json!({}), "url"),
+        (
+            Method::PUT,
+            format!("/v1/orgs/{org}/quota"),
+            json!({ "maxSandbox": { "cpu": 1 } }),
+            "maxSandbox.memoryMiB",
+        ),
+    ];
+    for (method, path, body, field) in cases {
+        let a = api.admin(method, &path, body).await;
+        assert_field_error(&a, StatusCode::BAD_REQUEST, "invalid_argument", field);
+        assert_eq!(
+            a.body["error"]["message"],
+            format!("{field}: required"),
+            "{}",
+            a.body
+        );
+    }
 }
 
 #[tokio::test]
