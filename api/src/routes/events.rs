@@ -198,16 +198,21 @@ async fn events(
             "needs format=public (the default status format carries status changes only)",
         ));
     }
+    // The header (a reconnecting `EventSource` sends it) wins over `?after=`; a bad value is
+    // refused naming the one it came from.
     let header = headers
         .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let after = match header.or(q.after) {
+        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
+    let resume = match header {
+        Some(raw) => Some(("Last-Event-ID", raw)),
+        None => q.after.map(|raw| ("after", raw)),
+    };
+    let after = match resume {
         None => None,
-        Some(raw) => Some(
+        Some((source, raw)) => Some(
             raw.trim()
                 .parse::<u64>()
-                .map_err(|_| bad_query("Last-Event-ID", "must be an event id from this stream"))?,
+                .map_err(|_| bad_query(source, "must be an event id from this stream"))?,
         ),
     };
     let naming = state.announcer.naming().clone();

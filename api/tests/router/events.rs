@@ -238,22 +238,42 @@ async fn schemas_are_listed_and_bad_queries_refused() {
         )
         .await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    for (q, field) in [
-        ("format=xml", "format"),
-        ("types=nope&format=public", "types"),
-        ("types=sandbox.status.changed", "types"),
+    // Each refusal names the parameter (or header) the bad value came from, in the API's
+    // words, never the HTTP framework's.
+    for (q, header, field) in [
+        ("format=xml", None, "format"),
+        ("types=nope&format=public", None, "types"),
+        ("types=sandbox.status.changed", None, "types"),
+        ("after=-1", None, "after"),
+        ("after=99999999999999999999", None, "after"),
+        ("bogus=1", None, "bogus"),
+        ("after=1&after=2", None, "after"),
+        ("", Some("-1"), "Last-Event-ID"),
+        ("after=-1", Some("x"), "Last-Event-ID"),
     ] {
+        let headers: Vec<(&str, &str)> = header.map(|h| ("last-event-id", h)).into_iter().collect();
         let a = api
             .call(
                 Method::GET,
                 &format!("/v1/events?{q}"),
                 Some(&key),
                 Value::Null,
-                &[],
+                &headers,
             )
             .await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{q}: {}", a.body);
-        assert_eq!(a.body["error"]["details"]["field"], field, "{}", a.body);
+        assert_eq!(
+            a.body["error"]["details"]["field"], field,
+            "{q}: {}",
+            a.body
+        );
+        let message = a.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("{field}: ")),
+            "{q}: {}",
+            a.body
+        );
+        assert!(!message.contains("deserialize"), "{q}: {}", a.body);
     }
 }
 
