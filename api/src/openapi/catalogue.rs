@@ -515,7 +515,8 @@ pub(super) fn catalogue() -> Vec<Op> {
             .errors(&[409, 422])
         .idempotent(),
         op("get", "/v1/admin/pools", "listPools", "pools", Admin,
-            "Pools with health, capabilities and source.")
+            "Pools with health, capabilities and source, by name.")
+            .query(&PAGE)
             .answers(&[Json(200, "PoolList")]),
         op("get", "/v1/admin/pools/{name}", "getPool", "pools", Admin,
             "Read a pool.")

@@ -2,7 +2,7 @@
 //! config file is; live health and used slots are served beside it.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -23,6 +23,7 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::requests::body::parse_json;
 use crate::requests::idempotency::{self, json_answer, Replay};
+use crate::requests::page::PageQuery;
 use crate::AppState;
 
 /// Routes of this module.
@@ -58,7 +59,7 @@ pub(crate) struct PoolInfo {
     used_slots: u32,
 }
 
-/// `GET /v1/admin/pools`: every pool in one page (the document's `PoolList`).
+/// A page of `GET /v1/admin/pools` (the document's `PoolList`).
 pub(crate) type PoolList = crate::requests::page::Page<PoolInfo>;
 
 /// What this process's adapter knows of a pool's backend: the version it detected and how
@@ -272,12 +273,34 @@ async fn create_pool_now(
     Ok((StatusCode::CREATED, Json(served_record(&record))))
 }
 
-async fn list_pools(State(state): State<AppState>, p: Principal) -> ApiResult<Json<PoolList>> {
+/// The prefix of a pool list's cursor (`pool_<name>` of the last pool served): a name
+/// alone would make any word a well-formed cursor, and `_` is in no pool name.
+const CURSOR_PREFIX: &str = "pool_";
+
+/// The name a pool list's cursor holds.
+fn cursor_name(cursor: &str) -> Result<String, ()> {
+    let name = cursor.strip_prefix(CURSOR_PREFIX).ok_or(())?;
+    validate_pool_name(name).map_err(|_| ())?;
+    Ok(name.to_owned())
+}
+
+/// `GET /v1/admin/pools?limit=&cursor=`: the pools by name, paged like every list.
+async fn list_pools(
+    State(state): State<AppState>,
+    p: Principal,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<PoolList>> {
     require_admin(&p)?;
-    Ok(Json(PoolList {
-        items: pool_infos(&state).await?,
-        next_cursor: None,
-    }))
+    let page = PageQuery::parse(raw.as_deref())?;
+    let after = page.cursor_id(cursor_name)?;
+    let mut items = pool_infos(&state).await?;
+    items.sort_by(|a, b| a.record.name.cmp(&b.record.name));
+    if let Some(after) = after {
+        items.retain(|i| i.record.name > after);
+    }
+    Ok(Json(PoolList::from_rows(items, page.limit, |i| {
+        format!("{CURSOR_PREFIX}{}", i.record.name)
+    })))
 }
 
 async fn find_pool(state: &AppState, name: &str) -> ApiResult<PoolRecord> {

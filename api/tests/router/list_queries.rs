@@ -136,6 +136,7 @@ async fn an_unknown_or_repeated_parameter_is_a_400_naming_it_on_every_route() {
         "/v1/webhooks".to_owned(),
         "/v1/webhooks/whk_00000000000000000000000000/deliveries".to_owned(),
         "/v1/events".to_owned(),
+        "/v1/admin/pools".to_owned(),
     ];
     for route in &routes {
         let a = api
@@ -163,3 +164,54 @@ async fn an_unknown_or_repeated_parameter_is_a_400_naming_it_on_every_route() {
     }
 }
 
+/// `GET /v1/admin/pools` pages like every list: by name, `limit` and `cursor` checked (it
+/// once answered every pool whatever they said).
+#[tokio::test]
+async fn the_pools_list_pages_by_name_and_checks_its_query() {
+    let api = api().await;
+    for name in ["zeta", "alpha"] {
+        let a = api
+            .admin(
+                Method::POST,
+                "/v1/admin/pools",
+                json!({ "name": name, "kind": "fake", "settings": {} }),
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    }
+    let all = api.admin(Method::GET, "/v1/admin/pools", Value::Null).await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.body);
+    let mut expected: Vec<String> = all.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(expected.len() >= 2, "{}", all.body);
+    expected.sort();
+    let mut seen = Vec::new();
+    let mut path = "/v1/admin/pools?limit=1".to_owned();
+    loop {
+        let a = api.admin(Method::GET, &path, Value::Null).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        let items = a.body["items"].as_array().unwrap();
+        assert!(items.len() <= 1, "{}", a.body);
+        seen.extend(items.iter().map(|p| p["name"].as_str().unwrap().to_owned()));
+        match a.body["nextCursor"].as_str() {
+            Some(c) => path = format!("/v1/admin/pools?limit=1&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected);
+    for (bad, field) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("cursor=garbage", "cursor"),
+        ("cursor=pool_", "cursor"),
+    ] {
+        let a = api
+            .admin(Method::GET, &format!("/v1/admin/pools?{bad}"), Value::Null)
+            .await;
+        assert_field_error(&a, StatusCode::BAD_REQUEST, "invalid_argument", field);
+    }
+}
