@@ -291,7 +291,8 @@ fn query_schema(op: &Op, name: &str, ty: &str) -> Value {
         "since" | "until" => json!({ "type": "string", "format": "date-time" }),
         // Absolute, without a `..` component (`files::validate_path`). Only a listing may
         // name the root: a file read, written or deleted is below it (the root is always a
-        // directory, which those answer 422), so at least one component is not `.`.
+        // directory: a read or write of it is 409, a delete 422), so at least one component
+        // is not `.`.
         "path" if op.id == "listFiles" => {
             json!({ "type": "string", "pattern": format!("{NO_PARENT}/") })
         }

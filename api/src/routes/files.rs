@@ -84,6 +84,14 @@ pub fn validate_path(path: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// Whether `path` (absolute, as [`validate_path`] lets it through) names the root directory:
+/// `/`, `//`, `/.`, `/./`.
+fn is_root(path: &str) -> bool {
+    std::path::Path::new(path)
+        .components()
+        .all(|c| matches!(c, Component::RootDir | Component::CurDir))
+}
+
 fn path_of(q: Option<&str>) -> ApiResult<String> {
     let p = q.ok_or_else(|| bad_query("path", "required"))?;
     validate_path(p).map_err(|e| ApiError::field(ErrorCode::InvalidArgument, e))?;
@@ -339,6 +347,14 @@ async fn delete(
 ) -> ApiResult<StatusCode> {
     principal.require(Scope::FilesWrite)?;
     let path = path_of(q.path.as_deref())?;
+    if is_root(&path) {
+        // Never a request that can succeed, whatever the sandbox holds: refused here, naming
+        // the field, rather than by each adapter in its own words.
+        return Err(ApiError::field(
+            ErrorCode::ValidationFailed,
+            FieldError::new("path", "the root directory cannot be deleted"),
+        ));
+    }
     let call = DataCall::new(
         &state,
         &principal,

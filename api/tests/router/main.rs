@@ -15,6 +15,7 @@ mod envelope;
 mod errors;
 mod event_causes;
 mod events;
+mod files;
 mod http_limits;
 mod keep_alive;
 mod key_lineage;
