@@ -82,3 +82,58 @@ async fn a_remembered_row_that_moved_is_read_again_and_each_call_has_one_record(
         "a call refused for its row has no record"
     );
 }
+
+/// A `cwd` that does not exist (checked by the backend, here a devhost pool's) is the same
+/// 422 naming `cwd` for buffered exec and for streamed exec in both formats: the stream's
+/// head waits for the command to start, so a refusal before it is the usual JSON error, not
+/// a 200 with an `error` event. A command that does start is streamed as ever.
+#[tokio::test]
+async fn a_missing_cwd_is_a_422_for_buffered_and_streamed_exec_alike() {
+    let root = tempfile::tempdir().expect("devhost root");
+    let api = crate::support::api_with_devhost(root.path()).await;
+    let id = api.live_sandbox_on("devhost").await;
+    let key = api.key.clone();
+    let bad = json!({ "command": ["ls"], "cwd": "/nonexistent" });
+    for (path, accept) in [
+        (format!("/v1/sandboxes/{id}/exec"), None),
+        (format!("/v1/sandboxes/{id}/exec/stream"), None),
+        (
+            format!("/v1/sandboxes/{id}/exec/stream"),
+            Some("application/vnd.differently.exec-stream"),
+        ),
+    ] {
+        let headers: Vec<(&str, &str)> = accept.map(|a| ("accept", a)).into_iter().collect();
+        let a = api
+            .call(Method::POST, &path, Some(&key), bad.clone(), &headers)
+            .await;
+        crate::support::assert_field_error(
+            &a,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+            "cwd",
+        );
+    }
+    // The same command with a directory that is there streams its output and exit.
+    let req = axum::http::Request::builder()
+        .method(Method::POST)
+        .uri(format!("/v1/sandboxes/{id}/exec/stream"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(
+            json!({ "command": ["echo", "here"], "cwd": "/" }).to_string(),
+        ))
+        .expect("request");
+    let resp = tower::ServiceExt::oneshot(api.router.clone(), req)
+        .await
+        .expect("infallible");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .expect("body");
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("event: stdout") && text.contains("here"),
+        "{text}"
+    );
+    assert!(text.contains("event: exit"), "{text}");
+}

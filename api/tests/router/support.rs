@@ -103,11 +103,16 @@ pub struct Shared {
 impl Shared {
     /// A fresh memory store, memory bus and fake pool.
     pub async fn new() -> Shared {
+        Shared::with_pools(vec![fake_pool()]).await
+    }
+
+    /// A fresh memory store and memory bus, and `pools`.
+    pub async fn with_pools(pools: Vec<PoolRecord>) -> Shared {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new());
         let naming = Naming::new("dly").expect("naming");
         bus.ensure_streams(&naming).await.expect("streams");
-        let (pools, bad) = PoolSet::from_records(vec![fake_pool()]);
+        let (pools, bad) = PoolSet::from_records(pools);
         assert!(bad.is_empty(), "fake pool: {bad:?}");
         Shared {
             store,
@@ -117,6 +122,30 @@ impl Shared {
             key: differently_api::generate_key(),
         }
     }
+}
+
+/// `api` whose pools are the fake one and a devhost pool `devhost` running commands as plain
+/// local processes (`isolation = "none"`) in directories under `root`: for what only a real
+/// backend checks, such as a `cwd` that does not exist.
+pub async fn api_with_devhost(root: &std::path::Path) -> Api {
+    let now = Utc::now();
+    let devhost = PoolRecord {
+        name: "devhost".into(),
+        kind: "devhost".into(),
+        settings: json!({ "root": root, "isolation": "none" }),
+        created_at: now,
+        updated_at: now,
+        ..fake_pool()
+    };
+    let shared = Shared::with_pools(vec![fake_pool(), devhost]).await;
+    api_over(
+        &shared,
+        Limits {
+            direct_placement: false,
+            ..Limits::default()
+        },
+    )
+    .await
 }
 
 /// Two API processes of one installation (as behind a load balancer), each with its own
@@ -328,10 +357,18 @@ impl Api {
     /// A new sandbox of the bootstrap tenant activated on the fake pool directly in the store
     /// (no scheduler runs here): its id and the activated row.
     async fn activated_sandbox(&self) -> (differently_core::SandboxId, differently_core::Sandbox) {
+        self.activated_sandbox_on("fake").await
+    }
+
+    /// [`Api::activated_sandbox`] on pool `pool`.
+    async fn activated_sandbox_on(
+        &self,
+        pool: &str,
+    ) -> (differently_core::SandboxId, differently_core::Sandbox) {
         let id = self.sandbox().await;
         let sid = differently_core::SandboxId::parse(&id).expect("sandbox id");
         let slot = differently_store::PoolSlot {
-            name: "fake".into(),
+            name: pool.into(),
             max_concurrent: None,
         };
         let activated = self
@@ -359,8 +396,13 @@ impl Api {
     /// A running sandbox with an instance on the fake backend, so data-plane calls (exec,
     /// files) reach it: made by the pool's adapter, as a worker would.
     pub async fn live_sandbox(&self) -> String {
-        let (sid, row) = self.activated_sandbox().await;
-        let pool = self.pools.get("fake").expect("the fake pool");
+        self.live_sandbox_on("fake").await
+    }
+
+    /// [`Api::live_sandbox`] on pool `pool` (its backend really makes the instance).
+    pub async fn live_sandbox_on(&self, pool_name: &str) -> String {
+        let (sid, row) = self.activated_sandbox_on(pool_name).await;
+        let pool = self.pools.get(pool_name).expect("the pool");
         let instance = pool
             .adapter
             .create(&differently_adapters::contract::CreateInstance {

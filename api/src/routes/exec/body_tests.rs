@@ -270,3 +270,50 @@ async fn a_single_line_is_sent_at_once() {
         .unwrap();
     assert_eq!(&first[..], b"event: stdout\ndata: {\"data\":\"hi\\n\"}\n\n");
 }
+
+/// A call that fails before any output is handed back by `started` as its error (the JSON
+/// answer); one that printed, ended, or stayed quiet for the window goes on as a stream with
+/// everything it produced, in order.
+#[tokio::test]
+async fn started_hands_back_only_a_failure_before_any_output() {
+    let window = Duration::from_millis(200);
+    let bad_cwd = || AdapterError::invalid_field("cwd", "cwd /nope does not exist in the sandbox");
+    let mut run = run_of(vec![], None, Err(bad_cwd()));
+    let e = run
+        .started(window)
+        .await
+        .expect_err("refused before it started");
+    assert_eq!(e.code, differently_core::ErrorCode::ValidationFailed);
+    assert_eq!(e.details, Some(json!({ "field": "cwd" })));
+
+    // Output, then the same failure: the command ran, so the stream carries both.
+    let mut run = run_of(
+        vec![ExecEvent::Stdout(Bytes::from_static(b"hi\n"))],
+        None,
+        Err(bad_cwd()),
+    );
+    run.started(window).await.expect("started");
+    let (_, frames) = frame_body(run, HEARTBEAT).await;
+    let kinds: Vec<FrameType> = frames.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FrameType::Stdout, FrameType::Error]);
+
+    // An exit without output: the exit, once.
+    let exit = ExecExit {
+        exit_code: 0,
+        duration_ms: 1,
+    };
+    let mut run = run_of(vec![], None, Ok(exit));
+    run.started(window).await.expect("started");
+    let (_, frames) = frame_body(run, HEARTBEAT).await;
+    let kinds: Vec<FrameType> = frames.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FrameType::Exit]);
+
+    // Quiet past the window: the head goes out, a later failure is the stream's error.
+    let mut run = run_of(vec![], Some(window * 2), Err(bad_cwd()));
+    let t0 = std::time::Instant::now();
+    run.started(window).await.expect("waited out");
+    assert!(t0.elapsed() < window * 2, "waited only the window");
+    let (_, frames) = frame_body(run, HEARTBEAT).await;
+    let kinds: Vec<FrameType> = frames.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FrameType::Error]);
+}

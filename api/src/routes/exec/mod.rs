@@ -64,6 +64,12 @@ use crate::AppState;
 pub use differently_core::exec::OUTPUT_CAP_BYTES;
 /// Chunks buffered between the adapter and the response body.
 pub const STREAM_BUFFER: usize = 8;
+/// Longest a streamed exec's answer waits for its command's first output or end before the
+/// head (200) goes out: a command the backend refuses before it starts (a `cwd` that does
+/// not exist) is answered with the usual JSON error within it, as buffered exec answers it;
+/// one that fails later ends its stream with an `error` event. Only a command quiet for this
+/// long has its head wait for it.
+pub const START_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
 /// Output bytes past which a body chunk stops taking in further queued events (one more
 /// event of at most 64 KiB may still join it).
 pub const COALESCE_LIMIT: usize = 256 * 1024;

@@ -69,6 +69,20 @@ pub(crate) struct Running {
     /// An event taken out of `rx` by [`Running::ready`] but not used yet; `next` returns it
     /// first, so output order is kept.
     held: Option<ExecEvent>,
+    /// The task's end when [`Running::started`] saw it (a finished task is never polled
+    /// again); `next` gives it once the output is drained.
+    finished: Option<TaskEnd>,
+}
+
+/// What the adapter's task of a streamed exec ended with.
+type TaskEnd = Result<Result<ExecExit, AdapterError>, JoinError>;
+
+/// What [`Running::started`] saw first.
+enum Start {
+    Output(ExecEvent),
+    OutputClosed,
+    Ended(TaskEnd),
+    Waited,
 }
 
 /// What a streamed exec produces next.
@@ -126,7 +140,7 @@ impl Ending {
         ))
     }
 
-    fn of(end: Result<Result<ExecExit, AdapterError>, JoinError>) -> Ending {
+    fn of(end: TaskEnd) -> Ending {
         match end {
             Ok(Ok(exit)) => Ending::Exit(text(&ExitEvent {
                 duration_ms: exit.duration_ms,
@@ -159,6 +173,7 @@ impl Running {
             task: Some(task),
             relay_end: None,
             held: None,
+            finished: None,
         }
     }
 
@@ -173,6 +188,7 @@ impl Running {
             task: None,
             relay_end: Some(end),
             held: None,
+            finished: None,
         }
     }
 
@@ -200,9 +216,58 @@ impl Running {
             self.relay_end = None;
             return ending.map(Next::End);
         }
+        if let Some(end) = self.finished.take() {
+            return Some(Next::End(Ending::of(end)));
+        }
         let end = (self.task.as_mut()?).await;
         self.task = None;
         Some(Next::End(Ending::of(end)))
+    }
+
+    /// Waits, at most `window`, for the command to show that it started: its first output, or
+    /// its end. A call that failed before any output (a `cwd` that does not exist, a sandbox
+    /// the backend refuses) is handed back as its error, for the usual JSON answer buffered
+    /// exec gives it, instead of a 200 with an `error` event; whatever else was seen stays in
+    /// the run for the body, in order. Costs no backend call: it waits on the call itself, and
+    /// only a command that is quiet for `window` has its answer's head wait that long.
+    pub(super) async fn started(&mut self, window: std::time::Duration) -> Result<(), ApiError> {
+        let Some(task) = self.task.as_mut() else {
+            return Ok(());
+        };
+        let deadline = tokio::time::sleep(window);
+        tokio::pin!(deadline);
+        let mut open = true;
+        let seen = loop {
+            let seen = tokio::select! {
+                biased;
+                ev = self.rx.recv(), if open => match ev {
+                    Some(ev) => Start::Output(ev),
+                    None => Start::OutputClosed,
+                },
+                end = &mut *task => Start::Ended(end),
+                () = &mut deadline => Start::Waited,
+            };
+            match seen {
+                // The adapter sent all it will: its end follows at once.
+                Start::OutputClosed => open = false,
+                other => break other,
+            }
+        };
+        match seen {
+            Start::Output(ev) => self.held = Some(ev),
+            Start::Ended(end) => {
+                self.task = None;
+                match (self.rx.try_recv(), end) {
+                    (Err(_), Ok(Err(e))) => return Err(ApiError::from(e)),
+                    (first, end) => {
+                        self.held = first.ok();
+                        self.finished = Some(end);
+                    }
+                }
+            }
+            Start::OutputClosed | Start::Waited => {}
+        }
+        Ok(())
     }
 
     /// An output event that is already queued, never waiting for one: what a body chunk

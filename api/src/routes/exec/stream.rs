@@ -17,7 +17,7 @@ use super::frame_body::{frame_chunks, wants_frames, FrameState};
 use super::frames;
 use super::running::{Running, StreamTask};
 use super::sse_body::sse_response;
-use super::{parse_exec, with_base_env_shared, STREAM_BUFFER};
+use super::{parse_exec, with_base_env_shared, START_WINDOW, STREAM_BUFFER};
 use crate::auth::Principal;
 use crate::data_plane::call_events::{CallEvents, ExecEvents};
 use crate::data_plane::{beside, DataCall, Target};
@@ -66,7 +66,10 @@ async fn start_stream(
     tracing::info!(sandbox = %sandbox, program = req.program(), "exec stream");
     let _ = events_tx.send(CallEvents::new(state, principal, staged.record(), sandbox));
     let task = staged.detach().await?;
-    Ok((Running::new(output, task), enc))
+    let mut run = Running::new(output, task);
+    // A command refused before it starts is the usual JSON error, as for buffered exec.
+    run.started(START_WINDOW).await?;
+    Ok((run, enc))
 }
 
 /// The adapter's task for `req` on `target`: it sends the command once `go` is given and
