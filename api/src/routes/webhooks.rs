@@ -17,7 +17,8 @@ use differently_core::{ErrorCode, FieldError, ProjectId};
 use differently_store::webhooks::{
     valid_delivery_id, valid_webhook_id, Delivery, Webhook, WebhookPatch,
 };
-use differently_webhooks::Secret;
+use differently_webhooks::{Secret, UrlError, UrlPolicy};
+use reqwest::Url;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::access::load_project;
@@ -86,13 +87,40 @@ fn secrets_enabled() -> ApiResult<()> {
 }
 
 fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
-    state
-        .limits
-        .webhooks
-        .url_policy
-        .check(url.trim())
+    let policy = &state.limits.webhooks.url_policy;
+    let url = url.trim();
+    policy
+        .check(url)
         .map(|u| u.to_string())
-        .map_err(|e| invalid(FieldError::new("url", e.to_string())))
+        .map_err(|e| invalid(FieldError::new("url", url_refusal(policy, url, e))))
+}
+
+/// What a refusal of `raw` by `policy` says: every switch that would allow the URL
+/// (docs/webhooks.md), or none when no switch would. The policy stops at its first rule, so
+/// on its own a plain-http URL to a private address named only `allow_http`, and a scheme
+/// no switch allows (`ftp`) was told to ask for `allow_http`.
+fn url_refusal(policy: &UrlPolicy, raw: &str, refused: UrlError) -> String {
+    if refused != UrlError::Scheme {
+        return refused.to_string();
+    }
+    if !Url::parse(raw).is_ok_and(|u| u.scheme() == "http") {
+        return "must use https".to_owned();
+    }
+    // Plain http: what else refuses the URL once http is allowed.
+    let with_http = UrlPolicy {
+        allow_http: true,
+        ..*policy
+    };
+    match with_http.check(raw) {
+        Ok(_) => refused.to_string(),
+        Err(UrlError::Forbidden(ip, range)) => format!(
+            "must use https, and {ip} is a {range} address, which webhooks may not reach (the \
+             operator allows both with DIFFERENTLY_WEBHOOKS_ALLOW_HTTP=true and \
+             DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE=true, [webhooks] allow_http and allow_private)"
+        ),
+        // A rule no switch lifts (a user name in the URL): that one, alone.
+        Err(other) => other.to_string(),
+    }
 }
 
 fn check_types(types: Vec<String>) -> ApiResult<Vec<String>> {

@@ -162,6 +162,31 @@ async fn urls_and_filters_are_checked_at_the_boundary() {
             a.body
         );
     }
+    // A refusal names every switch that would allow the URL, and none when no switch would.
+    const HTTP: &str = "DIFFERENTLY_WEBHOOKS_ALLOW_HTTP";
+    const PRIVATE: &str = "DIFFERENTLY_WEBHOOKS_ALLOW_PRIVATE";
+    for (url, named, not_named) in [
+        ("ftp://127.0.0.1/x", &[][..], &[HTTP, PRIVATE][..]),
+        ("ftp://hooks.example.com/", &[], &[HTTP, PRIVATE]),
+        ("http://hooks.example.com/in", &[HTTP], &[PRIVATE]),
+        ("http://10.0.0.1/x", &[HTTP, PRIVATE], &[]),
+        ("http://127.0.0.1/x", &[HTTP, PRIVATE], &[]),
+        ("https://10.0.0.7/in", &[PRIVATE], &[HTTP]),
+        ("http://u:p@hooks.example.com/", &[], &[HTTP, PRIVATE]),
+    ] {
+        let a = create(&api, &key, json!({ "url": url })).await;
+        assert_error(&a, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+        let message = a.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("url: "), "{url}: {message}");
+        for switch in named {
+            assert!(message.contains(switch), "{url}: {message}");
+        }
+        for switch in not_named {
+            assert!(!message.contains(switch), "{url}: {message}");
+        }
+    }
+    let a = create(&api, &key, json!({ "url": "ftp://127.0.0.1/x" })).await;
+    assert_eq!(a.body["error"]["message"], json!("url: must use https"));
     let a = create(
         &api,
         &key,
