@@ -22,6 +22,7 @@ mod key_lineage;
 mod lifecycle;
 mod list_queries;
 mod listener;
+mod mcp_errors;
 mod nul;
 mod opensandbox_facade;
 mod opensandbox_facade_commands;

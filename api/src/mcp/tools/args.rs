@@ -1,5 +1,6 @@
 //! Reading a tool's arguments: each missing or mistyped field is a tool error naming it, with
-//! the `/v1` codes (`validation_failed`, `invalid_argument`).
+//! the `/v1` codes (`invalid_argument` for a missing or mistyped one, `validation_failed` for
+//! a bad value).
 
 use serde_json::{Map, Value};
 
@@ -10,14 +11,16 @@ pub(super) fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
+/// The refusal of a required argument left out: what `/v1` answers for a missing body field
+/// (`invalid_argument`, `<field>: required`).
+pub(super) fn missing(field: &str) -> ToolError {
+    ToolError::field("invalid_argument", field, format!("{field}: required"))
+}
+
 pub(super) fn string<'a>(args: &'a Map<String, Value>, field: &str) -> Result<&'a str, ToolError> {
     match args.get(field) {
         Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(ToolError::field(
-            "validation_failed",
-            field,
-            format!("{field} is required"),
-        )),
+        None | Some(Value::Null) => Err(missing(field)),
         Some(_) => Err(ToolError::field(
             "invalid_argument",
             field,

@@ -1,8 +1,9 @@
 //! The tools: each a JSON Schema, a description, and the `/v1` calls it makes with the
 //! caller's key. Arguments that are a `/v1` body (create, exec) are sent as that body, so
 //! `/v1` validates them exactly as it validates its own callers; what the engine reads itself
-//! (ids, paths, encodings) is checked here with the `/v1` codes (`invalid_argument` for a wrong
-//! type or unknown field, `validation_failed` for a bad value), naming the field.
+//! (ids, paths, encodings) is checked here with the `/v1` codes (`invalid_argument` for a
+//! missing argument, a wrong type or an unknown field, `validation_failed` for a bad value),
+//! naming the field, and the request's id as `/v1` errors carry it.
 //!
 //! Results are structured content plus a text rendering. Any refusal — a missing scope,
 //! another tenant's sandbox (`not_found`), a bad argument, a quota — is a tool error
@@ -75,12 +76,14 @@ pub struct ToolError {
 }
 
 impl ToolError {
+    /// An error the MCP layer raises itself: it carries the id of the request it answers
+    /// (`/mcp`'s, as `/v1` errors carry theirs; none over stdio, where there is no request).
     fn new(code: &str, message: impl Into<String>) -> ToolError {
         ToolError {
             code: code.to_owned(),
             message: message.into(),
             details: None,
-            request_id: None,
+            request_id: differently_core::request_id::current_request_id(),
         }
     }
 
@@ -244,11 +247,7 @@ pub async fn call(
                 let body =
                     json!({ "ttlSeconds": args.get("ttlSeconds").cloned().unwrap_or(Value::Null) });
                 if body["ttlSeconds"].is_null() {
-                    return Err(ToolError::field(
-                        "validation_failed",
-                        "ttlSeconds",
-                        "ttlSeconds is required",
-                    ));
+                    return Err(args::missing("ttlSeconds"));
                 }
                 let req = V1Request::json(Method::PATCH, format!("/v1/sandboxes/{id}"), &body);
                 ok(get_json(v1, req).await?)
@@ -356,13 +355,7 @@ async fn fork(v1: &dyn V1, mut args: Map<String, Value>) -> ToolResult {
     let snap = args.remove("snapshotId");
     match &snap {
         Some(Value::String(_)) => {}
-        None | Some(Value::Null) => {
-            return Err(ToolError::field(
-                "validation_failed",
-                "snapshotId",
-                "snapshotId is required",
-            ))
-        }
+        None | Some(Value::Null) => return Err(args::missing("snapshotId")),
         Some(_) => {
             return Err(ToolError::field(
                 "invalid_argument",
@@ -658,11 +651,12 @@ async fn write_file(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
         None | Some("text") => content.as_bytes().to_vec(),
         Some("base64") => base64::engine::general_purpose::STANDARD
             .decode(content)
-            .map_err(|e| {
+            // The decoder's own words (`Invalid symbol 33, offset 0.`) are not the API's.
+            .map_err(|_| {
                 ToolError::field(
                     "validation_failed",
                     "content",
-                    format!("content is not base64: {e}"),
+                    "content is not valid base64 (standard alphabet, padded)",
                 )
             })?,
         Some(_) => {

@@ -18,11 +18,7 @@ fn pid(args: &Map<String, Value>) -> Result<u32, ToolError> {
         Some(p) => u32::try_from(p).ok().filter(|p| *p != 0).ok_or_else(|| {
             ToolError::field("validation_failed", "pid", "pid must be 1–4294967295")
         }),
-        None => Err(ToolError::field(
-            "validation_failed",
-            "pid",
-            "pid is required",
-        )),
+        None => Err(super::args::missing("pid")),
     }
 }
 
