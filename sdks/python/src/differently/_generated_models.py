@@ -535,6 +535,7 @@ class DryRun:
     code: Optional[ErrorCode]
     pool: Optional[str]
     reason: Optional[str]
+    wall: Optional[Literal["org", "project", "pool"]]
     raw: Dict[str, Any] = _raw()
 
 

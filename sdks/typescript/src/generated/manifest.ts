@@ -161,8 +161,8 @@ export const GENERATED_MODELS: Record<string, ModelSpec> = {
   DryRun: {
     schema: "DryRun",
     fields: fields<M.DryRun>()({ decision: "string", pools: "array", code: "string", pool: "string",
-      reason: "string" }),
-    enums: { "decision": DECISIONS, "code": ERROR_CODES },
+      reason: "string", wall: "string" }),
+    enums: { "decision": DECISIONS, "code": ERROR_CODES, "wall": ["org", "project", "pool"] },
   },
   StatusEvent: {
     schema: "StatusEvent",

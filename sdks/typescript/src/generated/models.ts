@@ -390,6 +390,7 @@ export interface DryRun {
   code?: ErrorCode;
   pool?: string;
   reason?: string;
+  wall?: "org" | "project" | "pool";
 }
 
 /**
