@@ -686,8 +686,11 @@ export class Pools {
   constructor(t: Transport) {
     this.#t = t;
   }
-  list(opts: CallOptions = {}): Promise<Page<Pool>> {
-    return this.#t.json({ op: "listPools", ...opts });
+  list(params: PageParams = {}, opts: CallOptions = {}): Promise<Page<Pool>> {
+    return this.#t.json({ op: "listPools", query: pageQuery(params), ...opts });
+  }
+  iterate(params: PageParams = {}, opts: CallOptions = {}): AsyncGenerator<Pool> {
+    return paginate((cursor) => this.list({ ...params, cursor }, opts), params.cursor);
   }
   get(name: string, opts: CallOptions = {}): Promise<Pool> {
     return this.#t.json({ op: "getPool", params: { name }, ...opts });

@@ -21,6 +21,7 @@ export const QUERY_PARAMS: Record<string, readonly string[]> = {
   listSnapshots: ["projectId", "limit", "cursor"],
   listSandboxSnapshots: ["limit", "cursor"],
   listOrgs: ["limit", "cursor"],
+  listPools: ["limit", "cursor"],
   listProjects: ["orgId", "limit", "cursor"],
   listKeys: ["orgId", "limit", "cursor"],
   listAudit: ["orgId", "projectId", "action", "actor", "resource", "since", "until", "limit", "cursor"],
