@@ -46,6 +46,19 @@ export async function api(method, path, body, extra) {
 
 export const get = (p) => api('GET', p);
 
+/** Every item of a paged list, following `nextCursor` (1,000 a page, the most a page holds). */
+export async function getAll(path) {
+  const items = [];
+  let cursor;
+  do {
+    const sep = path.includes('?') ? '&' : '?';
+    const page = await get(`${path}${sep}limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    items.push(...(page.items || []));
+    cursor = page.nextCursor;
+  } while (cursor);
+  return items;
+}
+
 /** The raw response of an authenticated GET (downloads). */
 export async function raw(path) {
   const resp = await fetch(path, { headers: headers(), credentials: 'omit', cache: 'no-store' });
@@ -106,7 +119,7 @@ export async function whoami() {
 async function unrecordedKey(id) {
   let admin = false;
   try {
-    await get('/v1/admin/pools');
+    await get('/v1/admin/pools?limit=1');
     admin = true;
   } catch (e) {
     if (e.status === 401) throw e;

@@ -1,7 +1,7 @@
 // Operator views (admin key): pools and their health, the fair queue per organization with
 // charts, policies, the audit log (verify, export), the trust report and secrets.
 
-import { get, qs, raw } from './api.js';
+import { get, getAll, qs, raw } from './api.js';
 import { h, replace, time, table, kv, errorBox, announce, ago } from './dom.js';
 import { lineChart } from './chart.js';
 
@@ -56,8 +56,7 @@ function backendText(p) {
 
 export async function pools(ctx) {
   const { el } = ctx;
-  const list = await get('/v1/admin/pools');
-  const items = list.items || list;
+  const items = await getAll('/v1/admin/pools');
   const warm = await warmRows(items);
   replace(el, h('h1', {}, 'Pools'), healthStrip(items),
     table('Pools', [
@@ -123,8 +122,8 @@ export async function queue(ctx) {
     strip, h('h2', {}, 'Waiting, per organization'), tableBox, h('h2', {}, 'Over time'), note, charts);
   async function tick() {
     try {
-      const [{ q, m }, p] = await Promise.all([sample(), get('/v1/admin/pools')]);
-      replace(strip, healthStrip(p.items || p));
+      const [{ q, m }, p] = await Promise.all([sample(), getAll('/v1/admin/pools')]);
+      replace(strip, healthStrip(p));
       replace(tableBox,
         h('p', {}, `${q.total} queued${q.truncated ? ' (more than counted)' : ''}, as of `, time(q.generatedAt), '.'),
         table('Queue per organization', [
