@@ -51,6 +51,9 @@ fn fs_err(path: &str, what: &str, e: Errno) -> AdapterError {
         Errno::NOTDIR => AdapterError::bad_path(path, PathProblem::NotADirectory),
         Errno::ISDIR => AdapterError::bad_path(path, PathProblem::IsADirectory),
         Errno::ROFS => AdapterError::bad_path(path, PathProblem::ReadOnly),
+        // A name over 255 bytes (or a path over 4096): the caller's to shorten, not a
+        // backend failure to retry.
+        Errno::NAMETOOLONG => name_too_long(path),
         Errno::LOOP => {
             AdapterError::permanent(format!("{path}: too many levels of symbolic links"))
         }
@@ -65,6 +68,12 @@ fn fs_err(path: &str, what: &str, e: Errno) -> AdapterError {
         ),
         other => io_err(what, io::Error::from(other)),
     }
+}
+
+/// The refusal of a path with a name longer than the filesystem takes: invalid, naming the
+/// path (the API answers 422 with `details.field: "path"`).
+pub(crate) fn name_too_long(path: &str) -> AdapterError {
+    AdapterError::invalid_field("path", format!("{path}: file name too long"))
 }
 
 /// The components of a sandbox-absolute path, checked: absolute, no NUL, no `..`, and not
@@ -546,5 +555,36 @@ mod tests {
         );
         let cause = e.source().and_then(|r| r.source()).map(|c| c.to_string());
         assert_eq!(cause.as_deref(), Some("disk on fire"));
+    }
+
+    #[test]
+    fn a_name_too_long_is_the_callers_and_names_the_path() {
+        let long = format!("/tmp/{}", "n".repeat(300));
+        let e = fs_err(&long, "create file", Errno::NAMETOOLONG);
+        assert!(!e.is_retryable(), "{e:?}");
+        let AdapterError::Permanent(r) = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(r.field(), Some("path"));
+        assert_eq!(r.message(), format!("{long}: file name too long"));
+    }
+
+    /// Through a real directory: the host's ENAMETOOLONG on each file call that makes or
+    /// opens the name.
+    #[tokio::test]
+    async fn long_names_are_refused_as_invalid_on_every_file_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = format!("/{}", "n".repeat(256));
+        let body: ByteStream = Box::pin(futures::stream::empty());
+        let refused = |e: AdapterError| {
+            matches!(&e, AdapterError::Permanent(r) if r.field() == Some("path")
+                && r.message().ends_with("file name too long"))
+        };
+        let up = upload(dir.path(), &long, None, body).await.err();
+        assert!(up.is_some_and(refused));
+        let made = make_dir(dir.path(), &long, None).await.err();
+        assert!(made.is_some_and(refused));
+        let read = download(dir.path(), &long, None).await.err();
+        assert!(read.is_some_and(refused));
     }
 }

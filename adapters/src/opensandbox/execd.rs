@@ -669,8 +669,8 @@ pub(crate) async fn execd_error_at(
     let body = resp.bytes().await.unwrap_or_default();
     let err = super::client::parse_error(status, &body);
     if let (Some(p), 400 | 500) = (path, status.as_u16()) {
-        if let Some(problem) = path_problem(&err.message) {
-            return AdapterError::bad_path(p, problem);
+        if let Some(e) = path_refusal(p, &err.message) {
+            return e;
         }
     }
     match (status.as_u16(), super::client::code_suffix(&err.code)) {
@@ -695,6 +695,23 @@ pub(crate) async fn execd_error_at(
     }
 }
 
+/// The caller's error an execd file error about `path` is, if its message says so: a path
+/// refused as it stands ([`path_problem`]), or a name longer than the filesystem takes (Go's
+/// wording of ENAMETOOLONG), which is invalid input naming the path, not a backend failure
+/// to retry.
+fn path_refusal(path: &str, message: &str) -> Option<AdapterError> {
+    if let Some(problem) = path_problem(message) {
+        return Some(AdapterError::bad_path(path, problem));
+    }
+    if message.to_ascii_lowercase().contains("file name too long") {
+        return Some(AdapterError::invalid_field(
+            "path",
+            format!("{path}: file name too long"),
+        ));
+    }
+    None
+}
+
 /// What an execd file error says about the path, read from the message: execd passes the
 /// OS error's text on (`open /work/d: is a directory`, Go's wording of `EISDIR`, under a
 /// `400`/`500`), and a path that cannot be used is the caller's to change, not a backend
@@ -715,6 +732,24 @@ fn path_problem(message: &str) -> Option<PathProblem> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_too_long_is_invalid_and_names_the_path() {
+        let long = format!("/tmp/{}", "n".repeat(300));
+        // execd passes Go's error text on.
+        let said = format!("error opening file: open {long}: file name too long");
+        let e = path_refusal(&long, &said);
+        assert!(
+            matches!(&e, Some(AdapterError::Permanent(r)) if r.field() == Some("path")
+                && r.message() == format!("{long}: file name too long")),
+            "{e:?}"
+        );
+        assert!(matches!(
+            path_refusal("/d", "open /d: is a directory"),
+            Some(AdapterError::BadPath(_))
+        ));
+        assert!(path_refusal("/d", "disk I/O error").is_none());
+    }
 
     fn kinds(evs: &[Event]) -> Vec<String> {
         evs.iter().map(|e| e.kind.clone()).collect()
