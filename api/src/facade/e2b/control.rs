@@ -18,6 +18,8 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use differently_core::sandbox::MAX_TTL_SECONDS;
+
 use crate::facade::opensandbox::inner::{q, Caller};
 
 use super::error::{E2bError, E2bResult};
@@ -169,7 +171,8 @@ fn reason(sbx: &Value) -> String {
 pub struct NewSandbox {
     #[serde(rename = "templateID")]
     template_id: Option<String>,
-    timeout: Option<u64>,
+    /// Any JSON, checked by [`seconds`] so a bad value is refused naming `timeout`.
+    timeout: Option<Value>,
     metadata: Option<BTreeMap<String, String>>,
     env_vars: Option<BTreeMap<String, String>>,
     auto_pause: Option<bool>,
@@ -213,6 +216,24 @@ fn refuse_unsupported(b: &NewSandbox) -> E2bResult<()> {
     Ok(())
 }
 
+/// A `timeout` (seconds) of a request as `/v1` bounds a TTL, from `min` (0 where E2B allows
+/// it: a connect that extends nothing); refused naming the facade's field, not the parser's.
+fn seconds(v: Option<&Value>, min: u64) -> E2bResult<Option<u64>> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|s| (min..=MAX_TTL_SECONDS).contains(s))
+            .map(Some)
+            .ok_or_else(|| {
+                E2bError::field(
+                    "timeout",
+                    format!("must be between {min} and {MAX_TTL_SECONDS}"),
+                )
+            }),
+    }
+}
+
 fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> E2bResult<T> {
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}"
@@ -236,8 +257,9 @@ pub async fn create(
     let (c, key_id) = caller(&headers)?;
     let b: NewSandbox = parse(&body)?;
     refuse_unsupported(&b)?;
+    let timeout = seconds(b.timeout.as_ref(), 1)?;
     let mut v1 = json!({
-        "ttlSeconds": b.timeout.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
+        "ttlSeconds": timeout.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
         "labels": mapping::labels_of(&b.metadata.unwrap_or_default())?,
         "env": b.env_vars.unwrap_or_default(),
     });
@@ -279,11 +301,14 @@ pub async fn create(
 
 #[derive(Debug, Default, Deserialize)]
 struct ConnectBody {
-    timeout: Option<u64>,
+    /// Any JSON, checked by [`seconds`].
+    timeout: Option<Value>,
 }
 
-/// Connect (and the deprecated resume): 200 for a running sandbox, 201 for a paused one now
-/// resumed; `timeout` only extends the sandbox's life.
+/// Connect (and the deprecated resume): 200 for a running sandbox, whose life `timeout` only
+/// extends; 201 for a paused one now resumed, which ends `timeout` seconds from now (300 when
+/// absent, E2B's default) as E2B's timeout counts only while a sandbox runs (`pause` kept it
+/// for as long as `/v1` allows).
 pub async fn connect(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
@@ -293,9 +318,12 @@ pub async fn connect(
     let started = Instant::now();
     let (c, key_id) = caller(&headers)?;
     let b: ConnectBody = parse(&body)?;
+    let timeout = seconds(b.timeout.as_ref(), 0)?;
     let mut sbx = live(&f, &c, &id).await?;
     let was_paused = mapping::state_of(sbx["status"].as_str().unwrap_or("")) == Some("paused");
     if was_paused {
+        // Checked before the resume: `/v1` cannot end a sandbox 0 s from now.
+        seconds(b.timeout.as_ref(), 1)?;
         let action = if sbx["status"] == "stopped" {
             "start"
         } else {
@@ -305,7 +333,10 @@ pub async fn connect(
         sbx = call(&f, &c, Method::POST, &uri, None, &[]).await?.1;
     }
     let sbx = until_running(&f, &c, sbx, started).await?;
-    if let Some(t) = b.timeout {
+    if was_paused {
+        let ttl = timeout.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+        set_ttl(&f, &c, &id, ttl).await?;
+    } else if let Some(t) = timeout {
         extend(&f, &c, &id, &sbx, t).await?;
     }
     let token = f.token(&id, &key_id);
@@ -328,13 +359,17 @@ async fn extend(f: &Facade, c: &Caller, id: &str, sbx: &Value, seconds: u64) -> 
         .as_str()
         .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
         .map(|t| (t.with_timezone(&chrono::Utc) - now).num_seconds());
-    if current.is_some_and(|left| left >= seconds as i64) {
+    if seconds == 0 || current.is_some_and(|left| left >= seconds as i64) {
         return Ok(());
     }
+    set_ttl(f, c, id, seconds).await.map(drop)
+}
+
+/// Sets the sandbox's end `seconds` from now (`/v1`'s TTL renew); the sandbox as it then is.
+async fn set_ttl(f: &Facade, c: &Caller, id: &str, seconds: u64) -> E2bResult<Value> {
     let uri = format!("/v1/sandboxes/{}", q(id));
     let body = json!({ "ttlSeconds": seconds });
-    call(f, c, Method::PATCH, &uri, Some(&body), &[]).await?;
-    Ok(())
+    Ok(call(f, c, Method::PATCH, &uri, Some(&body), &[]).await?.1)
 }
 
 /// `GET /sandboxes/{id}`: 200 `SandboxDetail`, 404 once it has ended.
@@ -436,7 +471,8 @@ pub async fn kill(
 
 #[derive(Debug, Deserialize)]
 struct TimeoutBody {
-    timeout: u64,
+    /// Any JSON, checked by [`seconds`].
+    timeout: Option<Value>,
 }
 
 /// `POST /sandboxes/{id}/timeout {timeout}`: the sandbox ends `timeout` seconds from now.
@@ -448,14 +484,21 @@ pub async fn set_timeout(
 ) -> E2bResult<StatusCode> {
     let (c, _) = caller(&headers)?;
     let b: TimeoutBody = parse(&body)?;
+    let timeout =
+        seconds(b.timeout.as_ref(), 1)?.ok_or_else(|| E2bError::field("timeout", "required"))?;
     live(&f, &c, &id).await?;
-    let uri = format!("/v1/sandboxes/{}", q(&id));
-    let body = json!({ "ttlSeconds": b.timeout });
-    call(&f, &c, Method::PATCH, &uri, Some(&body), &[]).await?;
+    set_ttl(&f, &c, &id, timeout).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `POST /sandboxes/{id}/pause`: 204, 409 when already paused (the SDK's `False`).
+///
+/// E2B's timeout counts only while a sandbox runs, and keeps a paused one until it is killed
+/// (for up to 30 days), while `/v1`'s TTL runs in every state. So the sandbox's TTL is first
+/// set to the longest `/v1` allows (30 days), then it is paused; connect (the resume) sets it
+/// back to the timeout the SDK passes. The TTL is raised before the pause so that no moment
+/// exists in which a paused sandbox can reach its old end; should the pause fail, a sandbox
+/// still running gets the end it had.
 pub async fn pause(
     Extension(f): Extension<Arc<Facade>>,
     headers: HeaderMap,
@@ -469,9 +512,36 @@ pub async fn pause(
             format!("sandbox {id} is already paused"),
         ));
     }
+    set_ttl(&f, &c, &id, MAX_TTL_SECONDS).await?;
     let uri = format!("/v1/sandboxes/{}/pause", q(&id));
-    call(&f, &c, Method::POST, &uri, None, &[]).await?;
+    if let Err(e) = call(&f, &c, Method::POST, &uri, None, &[]).await {
+        restore_end(&f, &c, &id, &sbx).await;
+        return Err(e);
+    }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// After a failed pause: gives `before`'s end back to the sandbox if it still runs (a
+/// concurrent pause that succeeded keeps the long end). Best effort, logged.
+async fn restore_end(f: &Facade, c: &Caller, id: &str, before: &Value) {
+    let now = chrono::Utc::now();
+    let left = before["expiresAt"]
+        .as_str()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| (t.with_timezone(&chrono::Utc) - now).num_seconds().max(1));
+    let Some(left) = left.and_then(|l| u64::try_from(l).ok()) else {
+        return;
+    };
+    let running = match live(f, c, id).await {
+        Ok(sbx) => mapping::state_of(sbx["status"].as_str().unwrap_or("")) == Some("running"),
+        Err(_) => false,
+    };
+    if running {
+        if let Err(e) = set_ttl(f, c, id, left).await {
+            tracing::warn!(sandbox = id, error = %e.message,
+                "e2b facade: a failed pause left the sandbox's longest end in place");
+        }
+    }
 }
 
 /// `GET /sandboxes/{id}/metrics`: `[]` (no backend reports E2B's metrics through `/v1`).
@@ -494,4 +564,37 @@ pub async fn not_served(method: Method, uri: axum::http::Uri) -> E2bError {
             uri.path()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_out_of_bounds_names_timeout_not_the_parser() {
+        let bad = |v: Value, min| seconds(Some(&v), min).unwrap_err();
+        for (v, min) in [
+            (json!(-5), 1),
+            (json!(0), 1),
+            (json!(MAX_TTL_SECONDS + 1), 1),
+            (json!(1.5), 1),
+            (json!("60"), 1),
+            (json!(-1), 0),
+        ] {
+            let e = bad(v.clone(), min);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{v}");
+            assert_eq!(
+                e.message,
+                format!("timeout: must be between {min} and 2592000"),
+                "{v}"
+            );
+        }
+        assert_eq!(seconds(Some(&json!(0)), 0).unwrap(), Some(0));
+        assert_eq!(seconds(Some(&json!(300)), 1).unwrap(), Some(300));
+        assert_eq!(seconds(Some(&Value::Null), 1).unwrap(), None);
+        assert_eq!(seconds(None, 1).unwrap(), None);
+        // The whole body: the SDK's negative timeout reaches `seconds`, not serde's u64.
+        let b: NewSandbox = parse(&Bytes::from_static(br#"{"timeout": -5}"#)).unwrap();
+        assert!(seconds(b.timeout.as_ref(), 1).is_err());
+    }
 }
