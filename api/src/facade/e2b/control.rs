@@ -555,14 +555,89 @@ pub async fn metrics(
     Ok(with_status(StatusCode::OK, json!([])))
 }
 
-/// Any other control-plane route.
+/// The routes of E2B's API (its `spec/openapi.yml` and the official SDKs' clients) that the
+/// facade does not serve, as `(method, path)`; `{}` is one path segment. Such a call answers
+/// 501, which both SDKs raise with the facade's message: a 404 would be turned by them into
+/// "Sandbox … not found" for a sandbox that runs.
+const E2B_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/health"),
+    ("GET", "/teams"),
+    ("GET", "/teams/{}/metrics"),
+    ("GET", "/teams/{}/metrics/max"),
+    ("GET", "/sandboxes/metrics"),
+    ("GET", "/sandboxes/{}/logs"),
+    ("GET", "/v2/sandboxes/{}/logs"),
+    ("POST", "/sandboxes/{}/fork"),
+    ("PUT", "/sandboxes/{}/network"),
+    ("POST", "/sandboxes/{}/refreshes"),
+    ("GET", "/default-templates"),
+    ("GET", "/templates"),
+    ("POST", "/templates"),
+    ("GET", "/v2/templates"),
+    ("POST", "/v2/templates"),
+    ("POST", "/v3/templates"),
+    ("GET", "/templates/{}"),
+    ("POST", "/templates/{}"),
+    ("PATCH", "/templates/{}"),
+    ("PATCH", "/v2/templates/{}"),
+    ("GET", "/templates/{}/files/{}"),
+    ("POST", "/templates/{}/builds/{}"),
+    ("POST", "/v2/templates/{}/builds/{}"),
+    ("GET", "/templates/{}/builds/{}/status"),
+    ("GET", "/templates/{}/builds/{}/logs"),
+    ("POST", "/templates/tags"),
+    ("DELETE", "/templates/tags"),
+    ("GET", "/templates/{}/tags"),
+    ("GET", "/templates/{}/tags/count"),
+    ("GET", "/templates/{}/tags/exists"),
+    ("GET", "/templates/{}/tags/groups"),
+    ("GET", "/templates/{}/tags/{}/assignments"),
+    ("GET", "/templates/aliases/{}"),
+    ("GET", "/volumes"),
+    ("POST", "/volumes"),
+    ("GET", "/volumes/{}"),
+    ("DELETE", "/volumes/{}"),
+    ("GET", "/secrets"),
+    ("POST", "/secrets"),
+    ("GET", "/secrets/{}"),
+    ("POST", "/secrets/{}"),
+    ("DELETE", "/secrets/{}"),
+    ("GET", "/api-keys"),
+    ("POST", "/api-keys"),
+    ("PATCH", "/api-keys/{}"),
+    ("DELETE", "/api-keys/{}"),
+    ("POST", "/access-tokens"),
+    ("DELETE", "/access-tokens/{}"),
+    ("GET", "/nodes"),
+    ("GET", "/nodes/{}"),
+    ("POST", "/nodes/{}"),
+];
+
+/// Whether `method` `path` (under the control plane's prefix) is a route of E2B's API.
+pub fn is_e2b_route(method: &Method, path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    E2B_ROUTES.iter().any(|(m, pattern)| {
+        let want: Vec<&str> = pattern.trim_start_matches('/').split('/').collect();
+        *m == method.as_str()
+            && want.len() == segments.len()
+            && want
+                .iter()
+                .zip(&segments)
+                .all(|(w, s)| if *w == "{}" { !s.is_empty() } else { w == s })
+    })
+}
+
+/// Any other control-plane route: 501 for a route E2B's API has (so the SDK shows the
+/// message), 404 for one it does not.
 pub async fn not_served(method: Method, uri: axum::http::Uri) -> E2bError {
+    let path = uri.path();
+    let status = match path.strip_prefix(super::PREFIX) {
+        Some(rest) if is_e2b_route(&method, rest) => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::NOT_FOUND,
+    };
     E2bError::new(
-        StatusCode::NOT_FOUND,
-        format!(
-            "{method} {} is not served by the Differently E2B facade",
-            uri.path()
-        ),
+        status,
+        format!("{method} {path} is not served by the Differently E2B facade"),
     )
 }
 
@@ -596,5 +671,46 @@ mod tests {
         // The whole body: the SDK's negative timeout reaches `seconds`, not serde's u64.
         let b: NewSandbox = parse(&Bytes::from_static(br#"{"timeout": -5}"#)).unwrap();
         assert!(seconds(b.timeout.as_ref(), 1).is_err());
+    }
+
+    #[test]
+    fn e2b_routes_not_served_are_501_and_other_paths_404() {
+        for (m, path) in [
+            (Method::PUT, "/sandboxes/sbx_1/network"),
+            (Method::POST, "/sandboxes/sbx_1/fork"),
+            (Method::GET, "/sandboxes/metrics"),
+            (Method::GET, "/sandboxes/sbx_1/logs"),
+            (Method::GET, "/v2/sandboxes/sbx_1/logs"),
+            (Method::POST, "/sandboxes/sbx_1/refreshes"),
+            (Method::GET, "/templates/base"),
+            (Method::GET, "/templates/t/tags/v1/assignments"),
+            (Method::DELETE, "/volumes/v"),
+        ] {
+            assert!(is_e2b_route(&m, path), "{m} {path}");
+        }
+        for (m, path) in [
+            (Method::GET, "/sandboxes/sbx_1/network"),
+            (Method::POST, "/sandboxes//fork"),
+            (Method::GET, "/nope"),
+            (Method::GET, "/sandboxes/sbx_1/fork/x"),
+        ] {
+            assert!(!is_e2b_route(&m, path), "{m} {path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn not_served_says_so_with_the_status_the_sdks_show() {
+        let uri = |p: &str| p.parse::<axum::http::Uri>().unwrap();
+        let e = not_served(Method::PUT, uri("/e2b/sandboxes/sbx_1/network")).await;
+        assert_eq!(e.status, StatusCode::NOT_IMPLEMENTED);
+        assert_eq!(
+            e.message,
+            "PUT /e2b/sandboxes/sbx_1/network is not served by the Differently E2B facade"
+        );
+        let e = not_served(Method::GET, uri("/e2b/no/such/route")).await;
+        assert_eq!(e.status, StatusCode::NOT_FOUND);
+        assert!(e
+            .message
+            .ends_with("is not served by the Differently E2B facade"));
     }
 }

@@ -145,25 +145,56 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
     });
     let p = |path: &str| format!("{PREFIX}{path}");
     let e = |path: &str| format!("{ENVD_PREFIX}{path}");
+    // A served path called with another method answers as an unserved route does.
+    let ns = control::not_served;
     Router::new()
         .route(
             &p("/v2/sandboxes"),
-            post(control::create).get(control::list),
+            post(control::create).get(control::list).fallback(ns),
         )
-        .route(&p("/sandboxes"), post(control::create).get(control::list))
+        .route(
+            &p("/sandboxes"),
+            post(control::create).get(control::list).fallback(ns),
+        )
+        // E2B's metrics of several sandboxes, not a sandbox named `metrics`.
+        .route(&p("/sandboxes/metrics"), any(ns))
         .route(
             &p("/sandboxes/{id}"),
-            get(control::get).delete(control::kill),
+            get(control::get).delete(control::kill).fallback(ns),
         )
-        .route(&p("/v2/sandboxes/{id}/connect"), post(control::connect))
-        .route(&p("/sandboxes/{id}/connect"), post(control::connect))
-        .route(&p("/sandboxes/{id}/resume"), post(control::connect))
-        .route(&p("/sandboxes/{id}/timeout"), post(control::set_timeout))
-        .route(&p("/sandboxes/{id}/pause"), post(control::pause))
-        .route(&p("/sandboxes/{id}/metrics"), get(control::metrics))
-        .route(&p("/sandboxes/{id}/snapshots"), post(snapshots::create))
-        .route(&p("/snapshots"), get(snapshots::list))
-        .route(&p("/templates/{id}"), delete(snapshots::delete))
+        .route(
+            &p("/v2/sandboxes/{id}/connect"),
+            post(control::connect).fallback(ns),
+        )
+        .route(
+            &p("/sandboxes/{id}/connect"),
+            post(control::connect).fallback(ns),
+        )
+        .route(
+            &p("/sandboxes/{id}/resume"),
+            post(control::connect).fallback(ns),
+        )
+        .route(
+            &p("/sandboxes/{id}/timeout"),
+            post(control::set_timeout).fallback(ns),
+        )
+        .route(
+            &p("/sandboxes/{id}/pause"),
+            post(control::pause).fallback(ns),
+        )
+        .route(
+            &p("/sandboxes/{id}/metrics"),
+            get(control::metrics).fallback(ns),
+        )
+        .route(
+            &p("/sandboxes/{id}/snapshots"),
+            post(snapshots::create).fallback(ns),
+        )
+        .route(&p("/snapshots"), get(snapshots::list).fallback(ns))
+        .route(
+            &p("/templates/{id}"),
+            delete(snapshots::delete).fallback(ns),
+        )
         .route(&e("/health"), get(envd::health))
         .route(&e("/files"), get(files::download).post(files::upload))
         // Signed URLs with `E2B_SANDBOX_URL` set: the SDKs join `/files` to its origin,
