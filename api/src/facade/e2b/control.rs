@@ -282,13 +282,10 @@ pub async fn create(
         })
         .into_iter()
         .collect();
-    let (_, sbx) = call(&f, &c, Method::POST, "/v1/sandboxes", Some(&v1), &extra)
+    let (_, sbx) = f
+        .json(&c, Method::POST, "/v1/sandboxes", Some(&v1), &extra)
         .await
-        .map_err(|e| match e.status.as_u16() {
-            // A repeat would queue or refuse the same way; only 500s are worth one.
-            429 | 502..=504 => e.no_retry(),
-            _ => e,
-        })?;
+        .map_err(create_error)?;
     let sbx = until_running(&f, &c, sbx, started).await?;
     let id = sbx["id"].as_str().unwrap_or_default();
     super::home::Homes::begin(&f, c.clone(), id);
@@ -298,6 +295,32 @@ pub async fn create(
         mapping::created(&sbx, &token, &f.traffic_token(id, &key_id)),
     ))
 }
+
+/// The SDK's error for a `/v1` create refusal. An organization-wide key has no project to
+/// create in, and E2B's API has no field to name one: the message says which key to use
+/// instead of naming `/v1`'s `projectId`, which an E2B program cannot send.
+fn create_error(e: super::InnerError) -> E2bError {
+    let e = match e {
+        super::InnerError::Answer(status, body) => {
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            if v["error"]["details"]["field"] == "projectId" {
+                return E2bError::new(StatusCode::BAD_REQUEST, ORG_WIDE_KEY);
+            }
+            E2bError::from_v1(status, &body)
+        }
+        super::InnerError::Facade(e) => E2bError::from_osb(e),
+    };
+    match e.status.as_u16() {
+        // A repeat would queue or refuse the same way; only 500s are worth one.
+        429 | 502..=504 => e.no_retry(),
+        _ => e,
+    }
+}
+
+/// Create's answer to an organization-wide key (one bound to no project).
+pub const ORG_WIDE_KEY: &str = "this API key is organization-wide, and the E2B API cannot say \
+     which project a sandbox belongs to: use a key bound to a project as E2B_API_KEY \
+     (`differently key create NAME --project PROJECT_ID --scope sandboxes:write …`)";
 
 #[derive(Debug, Default, Deserialize)]
 struct ConnectBody {
@@ -712,5 +735,26 @@ mod tests {
         assert!(e
             .message
             .ends_with("is not served by the Differently E2B facade"));
+    }
+
+    #[test]
+    fn an_org_wide_key_is_told_which_key_to_use() {
+        let body = br#"{"error":{"code":"validation_failed","message":"projectId: required for an organization-wide key","details":{"field":"projectId"}}}"#;
+        let e = create_error(super::super::InnerError::Answer(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Bytes::from_static(body),
+        ));
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.message, ORG_WIDE_KEY);
+        assert!(e.message.contains("--project"), "{}", e.message);
+        let quota = br#"{"error":{"code":"quota_exceeded","message":"full"}}"#;
+        let e = create_error(super::super::InnerError::Answer(
+            StatusCode::TOO_MANY_REQUESTS,
+            Bytes::from_static(quota),
+        ));
+        assert_eq!(
+            (e.status, e.should_retry),
+            (StatusCode::TOO_MANY_REQUESTS, Some(false))
+        );
     }
 }
