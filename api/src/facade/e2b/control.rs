@@ -292,7 +292,7 @@ pub async fn create(
     let token = f.token(id, &key_id);
     Ok(with_status(
         StatusCode::CREATED,
-        mapping::created(&sbx, &token, &f.traffic_token(id, &key_id)),
+        mapping::created(&sbx, &token, &f.traffic_token(id, &key_id), &f.domain),
     ))
 }
 
@@ -371,7 +371,7 @@ pub async fn connect(
     let traffic = f.traffic_token(&id, &key_id);
     Ok(with_status(
         status,
-        mapping::created(&sbx, &token, &traffic),
+        mapping::created(&sbx, &token, &traffic, &f.domain),
     ))
 }
 
@@ -404,7 +404,8 @@ pub async fn get(
     let (c, key_id) = caller(&headers)?;
     let sbx = live(&f, &c, &id).await?;
     let token = f.token(&id, &key_id);
-    let detail = mapping::detail(&sbx, &token).ok_or_else(|| E2bError::sandbox_not_found(&id))?;
+    let detail =
+        mapping::detail(&sbx, &token, &f.domain).ok_or_else(|| E2bError::sandbox_not_found(&id))?;
     Ok(with_status(StatusCode::OK, detail))
 }
 

@@ -140,8 +140,9 @@ pub fn template_of(sbx: &Value) -> Value {
 }
 
 /// The `Sandbox` answer of create and connect: `token` opens envd, `traffic` the sandbox's
-/// other ports (the code interpreter SDK sends only it on `/contexts`).
-pub fn created(sbx: &Value, token: &str, traffic: &str) -> Value {
+/// other ports (the code interpreter SDK sends only it on `/contexts`), `domain` the one
+/// `get_host(port)` is built from (`Facade::domain`).
+pub fn created(sbx: &Value, token: &str, traffic: &str, domain: &str) -> Value {
     json!({
         "templateID": template_of(sbx),
         "sandboxID": sbx["id"],
@@ -150,7 +151,7 @@ pub fn created(sbx: &Value, token: &str, traffic: &str) -> Value {
         "alias": null,
         "envdAccessToken": token,
         "trafficAccessToken": traffic,
-        "domain": null,
+        "domain": domain,
     })
 }
 
@@ -183,11 +184,11 @@ pub fn listed(sbx: &Value) -> Option<Value> {
     }))
 }
 
-/// A `SandboxDetail` (`None` for one that has ended).
-pub fn detail(sbx: &Value, token: &str) -> Option<Value> {
+/// A `SandboxDetail` (`None` for one that has ended), with `domain` as in [`created`].
+pub fn detail(sbx: &Value, token: &str, domain: &str) -> Option<Value> {
     let mut v = listed(sbx)?;
     v["envdAccessToken"] = json!(token);
-    v["domain"] = Value::Null;
+    v["domain"] = json!(domain);
     Some(v)
 }
 
@@ -224,6 +225,14 @@ mod tests {
         assert_eq!(unescape("odd%20key%").unwrap(), "odd key%");
         assert_eq!(unescape("gr%C3%BC%C3%9Fe").unwrap(), "grüße");
         assert!(unescape("%FF").is_err());
+    }
+
+    #[test]
+    fn the_domain_answered_is_the_one_given_never_null() {
+        let sbx = json!({"id": "sbx_1", "status": "running", "template": null});
+        let d = "e2b-facade.invalid";
+        assert_eq!(created(&sbx, "t", "tt", d)["domain"], d);
+        assert_eq!(detail(&sbx, "t", d).unwrap()["domain"], d);
     }
 
     #[test]

@@ -58,7 +58,16 @@ pub struct Facade {
     pub ports: port_proxy::Ports,
     /// The default user's homes this process is making.
     pub homes: home::Homes,
+    /// The `domain` create, connect and `get_info` answer: the SDKs build `get_host(port)`
+    /// (and, without `E2B_SANDBOX_URL`, envd's URL) from it, and fall back to E2B's own
+    /// `e2b.app` on `null`, which would send a program's traffic, and the sandbox's envd
+    /// token, to E2B's internet edge. The DNS mode's domain, else [`UNRESOLVABLE_DOMAIN`].
+    pub domain: String,
 }
+
+/// The `domain` answered when no DNS mode's domain is configured: under `.invalid`
+/// (RFC 6761), which never resolves, so a host built from it fails at once and reaches no one.
+pub const UNRESOLVABLE_DOMAIN: &str = "e2b-facade.invalid";
 
 /// Why an inner `/v1` call did not answer 2xx.
 #[derive(Debug)]
@@ -142,6 +151,9 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         ),
         ports: port_proxy::Ports::default(),
         homes: home::Homes::default(),
+        domain: dns::Domain::new(state.limits.e2b_domain.as_deref())
+            .0
+            .unwrap_or_else(|| UNRESOLVABLE_DOMAIN.to_owned()),
     });
     let p = |path: &str| format!("{PREFIX}{path}");
     let e = |path: &str| format!("{ENVD_PREFIX}{path}");
