@@ -57,7 +57,7 @@ pub async fn call(
         Err(e) => return e.into_response(),
     };
     // Paths resolve against the home, which a create may still be making.
-    if c.home == super::home::DEFAULT_HOME {
+    if super::home::is_made(&c.home) {
         f.homes.ensure(&f, &c.caller, &c.sandbox).await;
     }
     let answer = match method.as_str() {

@@ -1,6 +1,7 @@
-//! The default user's home (`/home/user`), where envd starts commands and resolves relative
-//! paths: E2B templates have it, other images and devhost sandboxes may not, so the facade
-//! makes it with `/v1`'s directory call.
+//! The homes of the two users E2B templates have, `/home/user` (the default user's) and
+//! `/root`, where envd starts commands and resolves relative paths: E2B templates have them,
+//! other images and devhost sandboxes may not, so the facade makes them with `/v1`'s
+//! directory call. (`commands.run(…, user="root")` is common on E2B: package installs.)
 //!
 //! Create answers without waiting for it: the SDK spends longer building its sandbox object
 //! than the call takes, so the home is there by its first request. Each API process remembers
@@ -23,7 +24,7 @@ use crate::facade::opensandbox::inner::{q, Caller};
 
 use super::Facade;
 
-/// Longest a request waits for a make of the home under way (a slow backend's directory
+/// Longest a request waits for a make of the homes under way (a slow backend's directory
 /// call); after it the request goes on, as it would on another API process.
 const READY_WAIT: Duration = Duration::from_secs(10);
 
@@ -39,7 +40,7 @@ pub struct Homes {
 }
 
 impl Homes {
-    /// Starts making `sandbox`'s home, in the background.
+    /// Starts making `sandbox`'s homes, in the background.
     pub fn begin(f: &Arc<Facade>, caller: Caller, sandbox: &str) {
         let (done, rx) = watch::channel(false);
         lock(&f.homes.pending).insert(sandbox.to_owned(), rx);
@@ -52,7 +53,7 @@ impl Homes {
         });
     }
 
-    /// Returns once `sandbox`'s home has been made by this process: at once when it was,
+    /// Returns once `sandbox`'s homes have been made by this process: at once when they were,
     /// after a make under way here (at most [`READY_WAIT`]), or after making it now.
     pub async fn ensure(&self, f: &Facade, caller: &Caller, sandbox: &str) {
         let pending = lock(&self.pending).get(sandbox).cloned();
@@ -84,19 +85,39 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `Start` and filesystem call, so a constant rather than a string built each time.
 pub const DEFAULT_HOME: &str = "/home/user";
 
-/// Makes the default user's home in `sandbox` (`POST …/files/directories`; for a key
-/// without `files:write`, a `mkdir -p` through `/v1` exec, as its commands run); failures are
-/// logged, not raised.
+/// `root`'s home, the other one [`make`] makes.
+pub const ROOT_HOME: &str = "/root";
+
+/// The homes [`make`] makes.
+pub const MADE: [&str; 2] = [DEFAULT_HOME, ROOT_HOME];
+
+/// Whether `home` is one the facade makes (so a call relying on it waits for [`Homes`]).
+pub fn is_made(home: &str) -> bool {
+    MADE.contains(&home)
+}
+
+/// Makes the [`MADE`] homes in `sandbox` (`POST …/files/directories` each, at once; for a
+/// key without `files:write`, one `mkdir -p` through `/v1` exec, as its commands run);
+/// failures are logged, not raised.
 pub async fn make(f: &Facade, caller: &Caller, sandbox: &str) {
     let uri = format!("/v1/sandboxes/{}/files/directories", q(sandbox));
-    let body = json!({ "path": DEFAULT_HOME });
-    let mut made = f.json(caller, Method::POST, &uri, Some(&body), &[]).await;
-    if let Err(super::InnerError::Answer(StatusCode::FORBIDDEN, _)) = made {
+    let one = |home: &'static str| {
+        let body = json!({ "path": home });
+        let uri = &uri;
+        async move { f.json(caller, Method::POST, uri, Some(&body), &[]).await }
+    };
+    let (user, root) = tokio::join!(one(DEFAULT_HOME), one(ROOT_HOME));
+    let refused = |r: &Result<_, super::InnerError>| {
+        matches!(r, Err(super::InnerError::Answer(StatusCode::FORBIDDEN, _)))
+    };
+    let made = if refused(&user) || refused(&root) {
         let uri = format!("/v1/sandboxes/{}/exec", q(sandbox));
-        let body = json!({ "command": ["mkdir", "-p", DEFAULT_HOME] });
-        made = f.json(caller, Method::POST, &uri, Some(&body), &[]).await;
-    }
-    if let Err(e) = made {
+        let body = json!({ "command": ["mkdir", "-p", DEFAULT_HOME, ROOT_HOME] });
+        vec![f.json(caller, Method::POST, &uri, Some(&body), &[]).await]
+    } else {
+        vec![user, root]
+    };
+    for e in made.into_iter().filter_map(Result::err) {
         let why = match e {
             super::InnerError::Answer(status, b) => {
                 format!("{status}: {}", String::from_utf8_lossy(&b))
@@ -112,11 +133,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_home_is_the_default_users() {
+    fn the_made_homes_are_the_default_users_and_roots() {
         assert_eq!(
             DEFAULT_HOME,
             format!("/home/{}", super::super::envd::DEFAULT_USER)
         );
+        assert!(is_made("/home/user") && is_made("/root"));
+        assert!(!is_made("/home/alice"));
     }
 
     #[test]

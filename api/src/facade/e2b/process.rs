@@ -243,11 +243,13 @@ pub(super) async fn stream_call<T: serde::de::DeserializeOwned>(
         .map_err(|e| failed_stream(&e))
 }
 
-/// How a stream is bounded and kept alive, from the request's headers.
+/// How a stream is bounded and kept alive, from the request's headers, and whether its
+/// process was started in its user's home by default (for the refusal when that is missing).
 struct Timing {
     keepalive: Duration,
     deadline: Option<Duration>,
     started: Instant,
+    in_home: bool,
 }
 
 impl Timing {
@@ -261,6 +263,7 @@ impl Timing {
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
             started: Instant::now(),
+            in_home: false,
         }
     }
 }
@@ -286,7 +289,8 @@ pub async fn start(
     let timing = Timing::of(&headers);
     let pty = req.pty.is_some();
     let v1_body = start_body(&c, &req, timing.deadline);
-    if v1_body["cwd"] == c.home.as_str() && c.home == home::DEFAULT_HOME {
+    let in_home = v1_body["cwd"] == c.home.as_str();
+    if in_home && home::is_made(&c.home) {
         f.homes.ensure(&f, &c.caller, &c.sandbox).await;
     }
     let mut resp = match start_v1(&f, &c, &v1_body).await {
@@ -296,6 +300,9 @@ pub async fn start(
     let status = resp.status();
     if !status.is_success() {
         let bytes = read_all(resp).await.unwrap_or_default();
+        if in_home && cwd_refused(&bytes) {
+            return failed_stream(&no_home(&c.home, &c.user));
+        }
         return refused(EnvdError::from_v1(&c.sandbox, status, &bytes));
     }
     // The supervisor here holds the new process: its output is followed in place, with no
@@ -307,7 +314,35 @@ pub async fn start(
     };
     let pid = attached.pid();
     let source = Source::Local(attached.follow(0));
+    let mut timing = timing;
+    timing.in_home = in_home;
     pump(f, c, pid, pty, timing, true, source)
+}
+
+/// Whether a `/v1` refusal of a start is about the request's `cwd` (one that does not exist).
+fn cwd_refused(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body).is_ok_and(|v| v["error"]["details"]["field"] == "cwd")
+}
+
+/// Whether a process's failure says its `cwd` does not exist (each backend words it its own
+/// way: devhost names the directory, the others say "the cwd").
+fn cwd_missing(e: &ConnectError) -> bool {
+    e.code == "invalid_argument"
+        && e.message.contains("cwd")
+        && e.message.contains("does not exist")
+}
+
+/// The refusal of a command that was to start in its user's home `home`, which the sandbox
+/// lacks (the facade makes only `/home/user` and `/root`): what is missing and what to do.
+fn no_home(home: &str, user: &str) -> ConnectError {
+    ConnectError::field(
+        "cwd",
+        format!(
+            "the home directory {home} of user {user:?} does not exist in the sandbox, and \
+             commands start there by default: pass cwd (e.g. cwd=\"/tmp\"), or make the \
+             directory first (files.make_dir({home:?}))"
+        ),
+    )
 }
 
 /// The `/v1` process start of `body`.
@@ -436,6 +471,7 @@ fn pump(
         kill,
         keepalive: timing.keepalive,
         deadline: timing.deadline.map(|d| timing.started + d),
+        in_home: timing.in_home,
     };
     tokio::spawn(job.run(source, tx));
     stream_response(rx)
@@ -547,6 +583,8 @@ struct Pump {
     kill: bool,
     keepalive: Duration,
     deadline: Option<Instant>,
+    /// The process was to start in its user's home (no `cwd` asked).
+    in_home: bool,
 }
 
 impl Pump {
@@ -600,6 +638,11 @@ impl Pump {
                 let _ = tx.send(connect::end(None)).await;
             }
             Ending::Failed(e) => {
+                let e = if self.in_home && cwd_missing(&e) {
+                    no_home(&self.c.home, &self.c.user)
+                } else {
+                    e
+                };
                 let _ = tx.send(connect::end(Some(&e))).await;
             }
         }
@@ -646,6 +689,36 @@ fn end_event(code: i64) -> Value {
 mod tests {
     use super::*;
     use crate::facade::opensandbox::inner::Caller;
+
+    #[test]
+    fn a_missing_home_says_which_and_how_to_go_on() {
+        for said in [
+            "cwd /home/alice does not exist in the sandbox",
+            "exec: the cwd does not exist in the sandbox",
+        ] {
+            assert!(
+                cwd_missing(&ConnectError::new("invalid_argument", said)),
+                "{said}"
+            );
+        }
+        assert!(!cwd_missing(&ConnectError::new(
+            "not_found",
+            "cwd does not exist"
+        )));
+        let e = no_home("/home/alice", "alice");
+        assert_eq!(e.code, "invalid_argument");
+        assert!(
+            e.message.contains("home directory /home/alice") && e.message.contains("pass cwd"),
+            "{}",
+            e.message
+        );
+        let refused =
+            br#"{"error":{"code":"validation_failed","message":"x","details":{"field":"cwd"}}}"#;
+        assert!(cwd_refused(refused));
+        assert!(!cwd_refused(
+            br#"{"error":{"code":"conflict","message":"x"}}"#
+        ));
+    }
 
     fn c() -> Ctx {
         Ctx {
