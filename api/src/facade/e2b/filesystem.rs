@@ -28,6 +28,8 @@ const MAX_REQUEST: usize = 64 << 10;
 const MAX_DEPTH: u64 = 10;
 /// The exit code the facade's `mv` script uses for "not found" (never `mv`'s own).
 const MISSING: i64 = 44;
+/// The exit code the facade's `mv` script uses for "the destination is a directory".
+const DIRECTORY_THERE: i64 = 45;
 
 /// `POST /filesystem.Filesystem/{method}`.
 pub async fn call(
@@ -210,14 +212,16 @@ async fn list_dir(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> 
     Ok(json!({ "entries": entries }))
 }
 
-/// A failed helper command as a Connect error.
+/// A failed helper command as a Connect error: what the facade's other file calls say for a
+/// path refused as it stands, else envd's `internal` (as its `Move` and `Remove` answer any
+/// failure of the call but a missing source).
 fn command_failed(what: &str, path: &str, stderr: &str) -> EnvdError {
     let code = if stderr.contains("Permission denied") || stderr.contains("Read-only") {
         "permission_denied"
     } else if stderr.contains("Not a directory") || stderr.contains("not a directory") {
         "invalid_argument"
     } else {
-        "unknown"
+        "internal"
     };
     ConnectError::new(code, format!("{what} '{path}': {}", stderr.trim())).into()
 }
@@ -252,11 +256,26 @@ fn exists(body: &[u8]) -> bool {
         .is_ok_and(|v| v["error"]["details"]["reason"] == "exists_not_directory")
 }
 
+/// envd's `Move`, which is Go's `os.Rename`: rename(2), except that a destination that is
+/// a directory (empty or not, the source itself included) is refused with EEXIST before the
+/// call. So: a file or directory onto a file or symlink replaces it, anything onto a
+/// directory is an error, a file onto itself is a no-op; a missing source is `not_found`,
+/// any other failure `internal`; the entry answered is the destination's. The call is
+/// `mv -T` (GNU and busybox: the destination is never a directory to move into) after
+/// making the destination's parent, as envd does.
 async fn move_entry(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
     let r: MoveRequest = parse(req)?;
     let (src, dst) = (c.resolve(&r.source), c.resolve(&r.destination));
+    if src == dst {
+        // rename(2) of a path onto itself does nothing; Go refuses it for a directory.
+        let entry = entry_of(f, c, &src).await?;
+        if entry["type"] == "FILE_TYPE_DIRECTORY" {
+            return Err(directory_there(&src, &dst));
+        }
+        return Ok(json!({ "entry": entry }));
+    }
     let script = format!(
-        r#"[ -e "$1" ] || [ -L "$1" ] || exit {MISSING}; mkdir -p -- "$(dirname -- "$2")" && mv -- "$1" "$2""#
+        r#"[ -e "$1" ] || [ -L "$1" ] || exit {MISSING}; [ -d "$2" ] && [ ! -L "$2" ] && exit {DIRECTORY_THERE}; mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2""#
     );
     let (code, _, stderr) = c
         .exec(f, &["/bin/sh", "-c", &script, "sh", &src, &dst])
@@ -264,8 +283,18 @@ async fn move_entry(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError
     match code {
         0 => Ok(json!({ "entry": entry_of(f, c, &dst).await? })),
         MISSING => Err(not_found(&src)),
+        DIRECTORY_THERE => Err(directory_there(&src, &dst)),
         _ => Err(command_failed("cannot move", &src, &stderr)),
     }
+}
+
+/// envd's answer to a move onto a directory (Go's `os.Rename`: EEXIST).
+fn directory_there(src: &str, dst: &str) -> EnvdError {
+    ConnectError::new(
+        "internal",
+        format!("error renaming: rename {src} {dst}: file exists (the destination is a directory)"),
+    )
+    .into()
 }
 
 async fn remove(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
@@ -284,6 +313,37 @@ async fn remove(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_move_is_envds_internal_unless_the_path_is_refused_as_it_stands() {
+        let code = |stderr: &str| match command_failed("cannot move", "/a", stderr) {
+            EnvdError::Rpc(e) => e.code,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            code("mv: cannot overwrite non-directory '/b' with directory '/a'"),
+            "internal"
+        );
+        assert_eq!(
+            code("mv: cannot move '/a': Permission denied"),
+            "permission_denied"
+        );
+        assert_eq!(
+            code("mv: cannot stat '/a/x': Not a directory"),
+            "invalid_argument"
+        );
+        match directory_there("/a", "/b") {
+            EnvdError::Rpc(e) => {
+                assert_eq!(e.code, "internal");
+                assert!(
+                    e.message.contains("rename /a /b: file exists"),
+                    "{}",
+                    e.message
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn entries_look_like_envds() {
