@@ -85,6 +85,9 @@ pub async fn call(
 
 #[derive(Debug, Deserialize)]
 struct PathRequest {
+    /// The SDKs' proto3 JSON leaves out a field holding its default, so `""` (the user's
+    /// home, as envd resolves it) arrives as no field at all.
+    #[serde(default)]
     path: String,
     depth: Option<u64>,
 }
@@ -299,6 +302,10 @@ fn directory_there(src: &str, dst: &str) -> EnvdError {
 
 async fn remove(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
     let r: PathRequest = parse(req)?;
+    // `""` would be the whole home (envd removes it); only a path named removes anything.
+    if r.path.is_empty() {
+        return Err(ConnectError::field("path", "required: the path to remove").into());
+    }
     let path = c.resolve(&r.path);
     if path == "/" {
         return Err(ConnectError::field("path", "cannot remove /").into());
@@ -313,6 +320,15 @@ async fn remove(f: &Facade, c: &Ctx, req: &Value) -> Result<Value, EnvdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_left_out_is_the_empty_path() {
+        // The SDKs' proto3 JSON drops `path: ""`: the home, as envd resolves it.
+        let r: PathRequest = parse(&json!({})).unwrap();
+        assert_eq!(r.path, "");
+        let r: PathRequest = parse(&json!({"depth": 2})).unwrap();
+        assert_eq!((r.path.as_str(), r.depth), ("", Some(2)));
+    }
 
     #[test]
     fn a_failed_move_is_envds_internal_unless_the_path_is_refused_as_it_stands() {
