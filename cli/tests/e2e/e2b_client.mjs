@@ -213,6 +213,14 @@ report.b_get = await outcome(async () => (await Sandbox.getInfo(sid, b)).sandbox
 report.b_kill = await outcome(() => Sandbox.kill(sid, b));
 report.b_list = await outcome(() => listIds({ flow: tag }, b));
 
+// Routes of E2B's API the facade does not serve: 501 with the facade's message, which the
+// SDK shows (a 404 would become "Sandbox … not found" for a sandbox that runs).
+report.update_network = await outcome(() => sbx.updateNetwork({ denyOut: ['1.1.1.1'] }));
+report.fork = await outcome(() => sbx.fork());
+report.after_unserved = await outcome(() => sbx.isRunning());
+// The domain getHost() is built from: one that never resolves, not E2B's own.
+report.get_host = sbx.getHost(3000);
+
 // The end.
 report.kill = await outcome(() => sbx.kill());
 report.after_kill_get = await outcome(async () => (await sbx.getInfo()).state);

@@ -2,7 +2,7 @@
 
 Run by cli/tests/e2e/e2b_facade.rs against a real `differently dev` (devhost pool). Settings
 come from the environment: DIFFERENTLY_URL, KEY_A (org A), KEY_B (another organization),
-KEY_A2 (org A, revoked mid-flow), ADMIN_KEY. With E2B_FLOW_ALIAS=1 the KEY_* are `e2b_`
+KEY_A2 (org A, revoked mid-flow), ADMIN_KEY, KEY_ORG_WIDE (org A, bound to no project). With E2B_FLOW_ALIAS=1 the KEY_* are `e2b_`
 aliases (for SDKs 2.25-2.4x, which refuse other key shapes) and DLY_KEY_A is the key itself.
 With E2B_FLOW_BACKEND=opensandbox (cli/tests/e2e/e2b_facade_osb.rs: every sandbox on an
 `opensandbox` pool) the flow also runs a background command without stdin (the steps that
@@ -13,6 +13,7 @@ the SDK answered (a value, or the exception's class and message), so a failure s
 """
 
 import base64
+import datetime
 import json
 import os
 import struct
@@ -88,6 +89,43 @@ report["info"] = {"state": str(info.state.value if hasattr(info.state, "value") 
                   "sandbox_id": info.sandbox_id}
 report["metrics"] = outcome(lambda: len(sbx.get_metrics()))
 report["is_running"] = sbx.is_running()
+# The domain get_host() is built from: one that never resolves, not E2B's own (the SDK's
+# fallback when the answer has none).
+report["get_host"] = sbx.get_host(3000)
+report["sandbox_domain"] = getattr(sbx, "sandbox_domain", None)
+
+
+def seconds_left(end_at):
+    return (end_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+
+
+# A paused sandbox outlives the timeout it had (E2B's timeout runs only while it runs), and a
+# resume gives it the timeout connect passes. In a thread, as it waits past that timeout.
+def paused_kept():
+    s = Sandbox.create(timeout=3)
+    # Named by the flow's tag (an OpenSandbox flow's fake writes to this host's /tmp).
+    kept = f"/tmp/e2b-kept-{tag}.txt"
+    s.files.write(kept, "kept " + tag)
+    s.pause()
+    time.sleep(8)  # past its 3 s and the TTL sweep after it
+    info = Sandbox.get_info(s.sandbox_id)
+    paused = [str(info.state.value), round(seconds_left(info.end_at) / 86400)]
+    r = Sandbox.connect(s.sandbox_id, timeout=90)
+    info = r.get_info()
+    resumed = [str(info.state.value), seconds_left(info.end_at), r.files.read(kept)]
+    r.kill()
+    return {"paused": paused, "resumed": resumed}
+
+
+paused_thread = threading.Thread(target=lambda: report.update(paused_kept=outcome(paused_kept)))
+paused_thread.start()
+
+# Users: root's home is made at create as the default user's is, so a command as root runs
+# there on a fresh sandbox; another user's missing home is named, with the way round it.
+report["user_root"] = outcome(lambda: sbx.commands.run('echo "$HOME"; pwd', user="root").stdout)
+report["user_other"] = outcome(lambda: sbx.commands.run("pwd", user="alice").stdout)
+report["user_other_cwd"] = outcome(
+    lambda: sbx.commands.run("pwd", user="alice", cwd="/tmp").stdout)
 
 # Commands: stdout, stderr, the sandbox's env, a non-zero exit, env and cwd per call.
 res = sbx.commands.run('echo "out $E2B_FLOW_TOKEN"; echo "err line" 1>&2')
@@ -140,6 +178,11 @@ report["write_files"] = outcome(lambda: [i.path for i in sbx.files.write_files([
     {"path": f"{d}/m1.txt", "data": "one"}, {"path": f"{d}/sub/m2.txt", "data": b"two"}])])
 report["relative"] = outcome(lambda: [sbx.files.write("rel.txt", "rel").path,
                                       sbx.commands.run("cat rel.txt").stdout])
+# An empty path (left out of the request by the SDK's proto3 JSON) is the home, as in envd.
+report["empty_path"] = outcome(lambda: [
+    sorted(e.path for e in sbx.files.list("")) == sorted(e.path for e in sbx.files.list("~")),
+    "rel.txt" in [e.name for e in sbx.files.list("")], sbx.files.exists(""),
+    sbx.files.make_dir("")])
 report["cmd_sees_file"] = outcome(lambda: sbx.commands.run(f"cat {d}/m1.txt").stdout)
 sbx.commands.run(f"echo from-cmd > {d}/cmd.txt")
 report["file_sees_cmd"] = outcome(lambda: sbx.files.read(f"{d}/cmd.txt"))
@@ -158,6 +201,42 @@ report["rename"] = outcome(lambda: sbx.files.rename(f"{d}/a.txt", f"{d}/new/b.tx
 report["after_rename"] = outcome(lambda: [sbx.files.exists(f"{d}/a.txt"),
                                           sbx.files.read(f"{d}/new/b.txt")])
 report["rename_missing"] = outcome(lambda: sbx.files.rename(f"{d}/nope", f"{d}/x").path)
+
+
+# Rename is envd's (Go's os.Rename): never into a directory; onto one is an error.
+def rename_semantics():
+    rd = f"{d}/ren"
+    sbx.files.write(f"{rd}/f.txt", "f")
+    sbx.files.write(f"{rd}/g.txt", "g")
+    sbx.files.make_dir(f"{rd}/empty")
+    sbx.files.write(f"{rd}/full/x.txt", "x")
+
+    def moved(src, dst):
+        e = sbx.files.rename(f"{rd}/{src}", f"{rd}/{dst}")
+        return [e.path, str(e.type.value)]
+
+    out = {
+        "file_onto_dir": outcome(lambda: moved("f.txt", "empty")),
+        "dir_onto_empty_dir": outcome(lambda: moved("full", "empty")),
+        "file_onto_itself": outcome(lambda: moved("f.txt", "f.txt")),
+        "dir_onto_itself": outcome(lambda: moved("full", "full")),
+        "file_onto_file": outcome(lambda: moved("g.txt", "f.txt")),
+        "dir_to_new": outcome(lambda: moved("full", "moved")),
+    }
+    out["tree"] = sorted(e.path[len(rd) + 1:] for e in sbx.files.list(rd, depth=2))
+    out["f_txt"] = sbx.files.read(f"{rd}/f.txt")
+    sbx.files.remove(rd)
+    return out
+
+
+report["rename_semantics"] = outcome(rename_semantics)
+# A name over 255 bytes is the caller's mistake, not a backend outage.
+long_name = f"{d}/" + "n" * 300
+report["long_name"] = {
+    "write": outcome(lambda: sbx.files.write(long_name, "x").path),
+    "make_dir": outcome(lambda: sbx.files.make_dir(long_name)),
+    "read": outcome(lambda: sbx.files.read(long_name)),
+}
 report["remove"] = outcome(lambda: [sbx.files.remove(f"{d}/new"),
                                     sbx.files.exists(f"{d}/new/b.txt")])
 report["read_missing"] = outcome(lambda: sbx.files.read(f"{d}/missing"))
@@ -597,6 +676,25 @@ if ALIAS:
     report["dly_key_refused"] = outcome(
         lambda: Sandbox.create(api_key=os.environ["DLY_KEY_A"]).sandbox_id)
 report["bad_env"] = outcome(lambda: Sandbox.create(envs={"1bad": "x"}).sandbox_id)
+report["timeout_negative"] = outcome(lambda: Sandbox.create(timeout=-5).sandbox_id)
+report["set_timeout_negative"] = outcome(lambda: sbx.set_timeout(-1))
+# An organization-wide key: E2B's API cannot name a project, so create says which key to use.
+report["org_wide_key"] = outcome(
+    lambda: Sandbox.create(timeout=30, api_key=os.environ["KEY_ORG_WIDE"]).sandbox_id)
+# Routes of E2B's API the facade does not serve: 501 with the facade's message, which the SDK
+# shows (a 404 would become "Sandbox … not found" for a sandbox that runs).
+if hasattr(sbx, "update_network"):
+    report["update_network"] = outcome(lambda: sbx.update_network({"deny_out": ["1.1.1.1"]}))
+if hasattr(sbx, "fork"):
+    report["fork"] = outcome(lambda: sbx.fork())
+api_key = {"X-API-KEY": os.environ["E2B_API_KEY"]}
+report["unserved_routes"] = {
+    "templates_get": http(URL + "/e2b/templates/base", headers=api_key),
+    "sandboxes_metrics": http(URL + "/e2b/sandboxes/metrics", headers=api_key),
+    "unknown": http(URL + "/e2b/no/such/route", headers=api_key),
+}
+report["after_unserved"] = outcome(lambda: sbx.is_running())
+paused_thread.join()
 
 # The end.
 w_end = sbx.files.watch_dir(d)

@@ -10,7 +10,11 @@
 //! deleted), kill and then not found; watching a directory (the sync SDK's
 //! polling watcher, the async SDK's stream); signed download and upload URLs fetched with
 //! no headers; what is not served yet answers `unimplemented`; another organization's key,
-//! envd token, watcher ids and signatures reach nothing of the first's.
+//! envd token, watcher ids and signatures reach nothing of the first's. And E2B's semantics
+//! where `/v1`'s differ ([`semantics_steps`]): a paused sandbox kept past its timeout, `root`'s
+//! home made at create, rename as envd's `os.Rename`, names too long and empty paths,
+//! timeouts and organization-wide keys refused naming what to do, E2B routes not served
+//! answering 501, and `get_host` under a domain that never resolves.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -90,6 +94,19 @@ pub(crate) fn raised<'a>(r: &'a Value, step: &str, class: &str) -> &'a str {
         .unwrap_or_default();
     assert!(mro.contains(&class), "{step}: expected {class}, got {o}");
     o["message"].as_str().unwrap()
+}
+
+/// A stored key with every sandbox scope of a new organization, bound to no project: an
+/// organization-wide key that is not an admin's.
+pub(crate) async fn org_wide_key(dev: &Dev, name: &str) -> String {
+    let org = dev.post("/v1/orgs", json!({ "name": name })).await;
+    let key = dev
+        .post(
+            "/v1/keys",
+            json!({ "orgId": org["id"], "name": name, "scopes": ALL }),
+        )
+        .await;
+    key["key"].as_str().unwrap().to_owned()
 }
 
 /// `differently key e2b-alias` with `key` on standard input; checked against the configured
@@ -201,6 +218,119 @@ pub(crate) fn snapshot_steps(r: &Value, tag: &str, restored_file: &str) -> Strin
     s1
 }
 
+/// What e2b_client.py's steps show on every backend of the flows of the facade's E2B semantics
+/// (`id` the flow's sandbox, `d` its directory): get_host's domain, users' homes, a paused
+/// sandbox kept past its timeout, rename as envd's, names too long, empty paths, timeouts
+/// and keys refused naming what to do, E2B routes not served.
+pub(crate) fn semantics_steps(r: &Value, id: &str, tag: &str) {
+    let d = format!("/tmp/e2b-{tag}");
+    // get_host is built from a domain that never resolves, not E2B's `e2b.app`; envd calls
+    // still go to E2B_SANDBOX_URL (every step below).
+    assert_eq!(r["get_host"], format!("3000-{id}.e2b-facade.invalid"));
+    assert_eq!(r["sandbox_domain"], "e2b-facade.invalid");
+
+    // Users: root runs in /root on a fresh sandbox; another user's missing home is named.
+    assert_eq!(*ok(r, "user_root"), json!("/root\n/root\n"));
+    let m = raised(r, "user_other", "InvalidArgumentException");
+    assert!(
+        m.contains("home directory /home/alice") && m.contains("pass cwd"),
+        "{m}"
+    );
+    assert_eq!(*ok(r, "user_other_cwd"), json!("/tmp\n"));
+
+    // A paused sandbox outlives its timeout (3 s) and is kept for 30 days; connect resumes it
+    // with the timeout it passes, the file still there.
+    let kept = ok(r, "paused_kept");
+    assert_eq!(kept["paused"], json!(["paused", 30]), "{kept}");
+    assert_eq!(kept["resumed"][0], "running", "{kept}");
+    let left = kept["resumed"][1].as_f64().unwrap();
+    assert!((60.0..=90.0).contains(&left), "{kept}");
+    assert_eq!(kept["resumed"][2], format!("kept {tag}"), "{kept}");
+
+    // Rename is envd's (Go's os.Rename): never into a directory, onto one an error (empty or
+    // not, itself too); a file onto itself a no-op; the entry answered the destination's.
+    let ren = ok(r, "rename_semantics");
+    let rd = format!("{d}/ren");
+    for step in ["file_onto_dir", "dir_onto_empty_dir", "dir_onto_itself"] {
+        let m = raised(ren, step, "SandboxException");
+        assert!(
+            m.contains("INTERNAL") && m.contains("file exists"),
+            "{step}: {m}"
+        );
+    }
+    assert_eq!(
+        *ok(ren, "file_onto_itself"),
+        json!([format!("{rd}/f.txt"), "file"])
+    );
+    assert_eq!(
+        *ok(ren, "file_onto_file"),
+        json!([format!("{rd}/f.txt"), "file"])
+    );
+    assert_eq!(
+        *ok(ren, "dir_to_new"),
+        json!([format!("{rd}/moved"), "dir"])
+    );
+    assert_eq!(
+        ren["tree"],
+        json!(["empty", "f.txt", "moved", "moved/x.txt"])
+    );
+    assert_eq!(ren["f_txt"], "g");
+    // A name too long is invalid input naming the path, not the backend unavailable.
+    for step in ["write", "make_dir"] {
+        let m = raised(&r["long_name"], step, "InvalidArgumentException");
+        assert!(
+            m.ends_with("file name too long") && m.contains(&d),
+            "{step}: {m}"
+        );
+    }
+    // An empty path (left out by proto3 JSON) is the home.
+    assert_eq!(*ok(r, "empty_path"), json!([true, true, true, false]));
+    for step in ["timeout_negative", "set_timeout_negative"] {
+        let m = raised(r, step, "SandboxException");
+        assert_eq!(m, "400: timeout: must be between 1 and 2592000", "{step}");
+    }
+    let m = raised(r, "org_wide_key", "SandboxException");
+    assert_eq!(
+        m,
+        format!(
+            "400: {}",
+            differently_api::facade::e2b::control::ORG_WIDE_KEY
+        )
+    );
+    // E2B routes not served: 501 with the message, which the SDK shows; the sandbox runs on.
+    for step in ["update_network", "fork"] {
+        let route = if step == "fork" { "POST" } else { "PUT" };
+        let m = raised(r, step, "SandboxException");
+        assert!(
+            m.starts_with(&format!("501: {route} /e2b/sandboxes/{id}/"))
+                && m.ends_with("is not served by the Differently E2B facade"),
+            "{step}: {m}"
+        );
+        assert!(
+            !r[step]["mro"].to_string().contains("NotFound"),
+            "{step}: {}",
+            r[step]
+        );
+    }
+    let unserved = &r["unserved_routes"];
+    envd_refusal(
+        &unserved["templates_get"],
+        501,
+        "GET /e2b/templates/base is not served by the Differently E2B facade",
+    );
+    envd_refusal(
+        &unserved["sandboxes_metrics"],
+        501,
+        "GET /e2b/sandboxes/metrics is not served by the Differently E2B facade",
+    );
+    envd_refusal(
+        &unserved["unknown"],
+        404,
+        "GET /e2b/no/such/route is not served by the Differently E2B facade",
+    );
+    assert_eq!(*ok(r, "after_unserved"), json!(true));
+}
+
 /// What differs between the SDK versions a flow runs with.
 #[derive(Clone, Copy, PartialEq)]
 enum Sdk {
@@ -241,6 +371,7 @@ async fn python_flow(python: &str, sdk: Sdk) {
     let key_a = tenant_key(&dev, "e2b-a").await;
     let key_b = tenant_key(&dev, "e2b-b").await;
     let key_a2 = tenant_key(&dev, "e2b-a2").await;
+    let key_org_wide = org_wide_key(&dev, "e2b-org-wide").await;
     // The aliases as a user gets them: `differently key e2b-alias`, the key piped in.
     let shown = |k: &str| match sdk {
         Sdk::Current => k.to_owned(),
@@ -252,6 +383,7 @@ async fn python_flow(python: &str, sdk: Sdk) {
         .env("KEY_A", shown(&key_a))
         .env("KEY_B", shown(&key_b))
         .env("KEY_A2", shown(&key_a2))
+        .env("KEY_ORG_WIDE", shown(&key_org_wide))
         .env("ADMIN_KEY", &dev.key)
         .env_remove("E2B_VALIDATE_API_KEY");
     if sdk == Sdk::V1Routes {
@@ -273,7 +405,10 @@ async fn python_flow(python: &str, sdk: Sdk) {
     assert_eq!(r["info"]["template"], "base");
     assert_eq!(*ok(&r, "metrics"), json!(0));
     assert_eq!(r["is_running"], true);
-
+    semantics_steps(&r, id, tag);
+    // devhost reads a name too long as the invalid name it is.
+    let m = raised(&r["long_name"], "read", "InvalidArgumentException");
+    assert!(m.ends_with("file name too long"), "{m}");
     // Commands.
     assert_eq!(r["run"]["stdout"], format!("out {tag}\n"));
     assert_eq!(r["run"]["stderr"], "err line\n");
@@ -517,7 +652,6 @@ async fn python_flow(python: &str, sdk: Sdk) {
     assert!(m.contains("401"), "the facade refused it, not the SDK: {m}");
     let m = raised(&r, "bad_env", "SandboxException");
     assert!(m.starts_with("400") && m.contains("env"), "{m}");
-
     // Kill, then not found everywhere.
     assert_eq!(*ok(&r, "kill"), json!(true));
     raised(&r, "after_kill_get", "NotFoundException");

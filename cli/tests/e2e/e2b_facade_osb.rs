@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 
 use crate::client_cli_dev::Dev;
 use crate::e2b_facade::{
-    flow_report, in_order, ok, python, raised, script, snapshot_steps, tenant_key,
+    flow_report, in_order, ok, org_wide_key, python, raised, script, semantics_steps,
+    snapshot_steps, tenant_key,
 };
 use crate::fake_opensandbox::{FakeRuntime, FakeServer, Variant};
 use crate::harness::wait_pool_healthy;
@@ -70,6 +71,7 @@ fn clean_host(tag: Option<&str>, home_existed: bool) {
         let _ = std::fs::remove_dir_all(format!("/tmp/e2b-{tag}"));
         let _ = std::fs::remove_file(format!("/tmp/e2b-gate-{tag}"));
         let _ = std::fs::remove_file(format!("/tmp/e2b-bg-gate-{tag}"));
+        let _ = std::fs::remove_file(format!("/tmp/e2b-kept-{tag}.txt"));
     }
     let _ = std::fs::remove_file("/home/user/rel.txt");
     if !home_existed {
@@ -96,6 +98,7 @@ async fn e2b_python_sdk_flow_on_an_opensandbox_pool() {
     let key_a = tenant_key(&dev, "e2b-osb-a").await;
     let key_b = tenant_key(&dev, "e2b-osb-b").await;
     let key_a2 = tenant_key(&dev, "e2b-osb-a2").await;
+    let key_org_wide = org_wide_key(&dev, "e2b-osb-org-wide").await;
     let home_existed = Path::new("/home/user").exists();
     let out = tokio::process::Command::new(&python)
         .arg(script())
@@ -103,6 +106,7 @@ async fn e2b_python_sdk_flow_on_an_opensandbox_pool() {
         .env("KEY_A", &key_a)
         .env("KEY_B", &key_b)
         .env("KEY_A2", &key_a2)
+        .env("KEY_ORG_WIDE", &key_org_wide)
         .env("ADMIN_KEY", &dev.key)
         .env("E2B_FLOW_BACKEND", "opensandbox")
         .env_remove("E2B_VALIDATE_API_KEY")
@@ -146,6 +150,9 @@ async fn e2b_python_sdk_flow_on_an_opensandbox_pool() {
     );
     assert_eq!(r["info"]["template"], "base");
     assert_eq!(r["is_running"], true);
+    // The facade's E2B semantics, as on devhost; the OpenSandbox adapter maps execd's "file
+    // name too long" to the invalid path it is.
+    semantics_steps(&r, id, tag);
 
     // Commands: the sandbox's env, stdout, stderr, a non-zero exit, env and cwd per call,
     // the home as the default cwd, streaming that reaches the caller while the command runs

@@ -29,6 +29,8 @@ async fn e2b_dns_mode_routes_by_host() {
     let created: Value = resp.json().await.unwrap();
     let id = created["sandboxID"].as_str().unwrap().to_owned();
     let token = created["envdAccessToken"].as_str().unwrap().to_owned();
+    // The SDK builds envd's and get_host's names from the answer's domain: the configured one.
+    assert_eq!(created["domain"], domain, "{created}");
     let listed: Value = http
         .get(format!("{}/v2/sandboxes?metadata=dns%3D1", dev.url))
         .header("host", format!("{api}:443"))

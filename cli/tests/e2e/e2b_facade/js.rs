@@ -164,6 +164,23 @@ async fn e2b_js_sdk_flow_against_dev() {
     assert_eq!(*ok(&r, "b_kill"), json!(false));
     assert_eq!(*ok(&r, "b_list"), json!([]));
 
+    // E2B routes not served: the facade's 501 message reaches the caller, not "not found".
+    for (step, route) in [("update_network", "PUT"), ("fork", "POST")] {
+        let m = threw(step, "SandboxError");
+        assert!(
+            m.starts_with(&format!("501: {route} /e2b/sandboxes/{id}/"))
+                && m.ends_with("is not served by the Differently E2B facade"),
+            "{step}: {m}"
+        );
+        assert!(
+            !r[step]["chain"].to_string().contains("NotFound"),
+            "{}",
+            r[step]
+        );
+    }
+    assert_eq!(*ok(&r, "after_unserved"), json!(true));
+    assert_eq!(r["get_host"], format!("3000-{id}.e2b-facade.invalid"));
+
     assert_eq!(*ok(&r, "kill"), json!(true));
     threw("after_kill_get", "NotFoundError");
     assert_eq!(*ok(&r, "after_kill_kill"), json!(false));
