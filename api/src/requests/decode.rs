@@ -74,6 +74,11 @@ pub(crate) fn refusal(source: Source, path: &Path, message: &str, value: &Value)
     }
 }
 
+/// The 400 for a key an object of a body names twice: `details.field` is the key's path.
+pub(crate) fn duplicate_key(path: String) -> ApiError {
+    named(ErrorCode::InvalidArgument, path, "duplicate key")
+}
+
 /// `code` with the message `field: what` and `details.field`.
 fn named(code: ErrorCode, field: String, what: impl std::fmt::Display) -> ApiError {
     ApiError::new(code, format!("{field}: {what}")).with_details(json!({ "field": field }))

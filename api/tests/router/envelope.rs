@@ -65,6 +65,68 @@ async fn data_after_the_json_body_is_refused() {
     assert_error(&a, StatusCode::BAD_REQUEST, "invalid_argument");
 }
 
+/// A key named twice in a body is refused, not read as its last value: a proxy or policy
+/// layer that reads the first would see another request than the one the server runs.
+#[tokio::test]
+async fn a_key_named_twice_in_a_body_is_refused_by_its_path() {
+    let api = api().await;
+    let key = api.key.clone();
+    let json = [("content-type", "application/json")];
+    let id = api.sandbox().await;
+    let cases: [(Method, String, &[u8], &str); 5] = [
+        (
+            Method::POST,
+            format!("/v1/sandboxes/{id}/exec"),
+            br#"{"command":["echo","1"],"command":["echo","2"]}"#,
+            "command",
+        ),
+        (
+            Method::POST,
+            "/v1/orgs".to_owned(),
+            br#"{"name":"a","name":"b"}"#,
+            "name",
+        ),
+        (
+            Method::POST,
+            "/v1/sandboxes".to_owned(),
+            br#"{"resources":{"cpu":1,"cpu":2}}"#,
+            "resources.cpu",
+        ),
+        (
+            Method::POST,
+            format!("/v1/sandboxes/{id}/exec"),
+            br#"{"command":["true"],"env":{"A":"1","B":"2","A":"3"}}"#,
+            "env.A",
+        ),
+        // Found before the body is read as its type: inside a field the route does not know.
+        (
+            Method::PATCH,
+            format!("/v1/sandboxes/{id}"),
+            br#"{"x":[{"k":1},{"k":2,"k":3}]}"#,
+            "x[1].k",
+        ),
+    ];
+    for (method, path, body, field) in cases {
+        let a = api
+            .call_raw(method, &path, Some(&key), body.to_vec(), &json)
+            .await;
+        assert_field_error(&a, StatusCode::BAD_REQUEST, "invalid_argument", field);
+        assert_eq!(
+            a.body["error"]["message"],
+            format!("{field}: duplicate key"),
+            "{}",
+            a.body
+        );
+    }
+    // Nothing was made of the refused body.
+    let orgs = api.admin(Method::GET, "/v1/orgs", Value::Null).await;
+    assert!(
+        !orgs.body.to_string().contains(r#""name":"b""#),
+        "{}",
+        orgs.body
+    );
+}
+
 /// A required field left out is named in `details.field` by its full JSON path (serde names
 /// only the object that lacks it; the path gets the field's name), as every other refusal
 /// of a body names its field.
