@@ -356,3 +356,109 @@ async fn execd_needs_the_endpoint_token_and_waits_for_a_running_sandbox() {
         "DIFFERENTLY::PROVIDER_UNAVAILABLE",
     );
 }
+
+/// Refusals axum answers itself under the facade's prefix (a path no route serves, a method
+/// the route does not have, a body over the limit) are the facade's `{code, message}` too:
+/// the SDKs read nothing else ("Unexpected SDK error occurred: 'code'").
+#[tokio::test]
+async fn every_refusal_under_the_prefix_is_an_opensandbox_body() {
+    let api = api().await;
+    let key = api.key.clone();
+    let id = api.live_sandbox().await;
+    let tok = api.facade_execd_token(&id).await;
+    for (m, path) in [
+        (Method::PATCH, format!("/v1/sandboxes/{id}/metadata")),
+        (Method::GET, "/v1/templates/tpl_x".to_owned()),
+        (Method::GET, format!("/v1/sandboxes/{id}/diagnostics/logs")),
+        (Method::GET, "/nope".to_owned()),
+        (Method::GET, String::new()),
+        (Method::GET, "/".to_owned()),
+    ] {
+        let a = osb(&api, m.clone(), &path, Some(&key), Value::Null).await;
+        assert_osb_error(&a, StatusCode::NOT_FOUND, "DIFFERENTLY::ROUTE_NOT_FOUND");
+        let msg = a.body["message"].as_str().unwrap();
+        assert!(msg.starts_with(&format!("{m} /opensandbox{path}")), "{msg}");
+    }
+    let a = osb(
+        &api,
+        Method::PUT,
+        &format!("/v1/sandboxes/{id}"),
+        Some(&key),
+        json!({}),
+    )
+    .await;
+    assert_osb_error(
+        &a,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "DIFFERENTLY::METHOD_NOT_ALLOWED",
+    );
+    assert!(a.headers.contains_key("allow"), "{:?}", a.headers);
+    let execd_auth = [HOST, ("x-differently-execd-token", tok.as_str())];
+    let a = api
+        .call(
+            Method::PUT,
+            &format!("/opensandbox/execd/{id}/command"),
+            None,
+            json!({"command": "true"}),
+            &execd_auth,
+        )
+        .await;
+    assert_osb_error(
+        &a,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "DIFFERENTLY::METHOD_NOT_ALLOWED",
+    );
+    // Over `/v1`'s 2 MiB body limit, on the lifecycle and on execd.
+    let big = format!("{{\"x\":\"{}\"}}", "a".repeat(3 << 20));
+    let a = api
+        .call_raw(
+            Method::POST,
+            "/opensandbox/v1/sandboxes",
+            None,
+            big.clone().into_bytes(),
+            &[
+                HOST,
+                ("open-sandbox-api-key", &key),
+                ("content-type", "application/json"),
+            ],
+        )
+        .await;
+    assert_osb_error(
+        &a,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "DIFFERENTLY::PAYLOAD_TOO_LARGE",
+    );
+    let mut headers = execd_auth.to_vec();
+    headers.push(("content-type", "application/json"));
+    let a = api
+        .call_raw(
+            Method::POST,
+            &format!("/opensandbox/execd/{id}/command"),
+            None,
+            big.into_bytes(),
+            &headers,
+        )
+        .await;
+    assert_osb_error(
+        &a,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "DIFFERENTLY::PAYLOAD_TOO_LARGE",
+    );
+    // A query the route cannot read.
+    let a = api
+        .call(
+            Method::DELETE,
+            &format!("/opensandbox/execd/{id}/command?id=1&id=2"),
+            None,
+            Value::Null,
+            &execd_auth,
+        )
+        .await;
+    assert!(a.body.get("error").is_none(), "{}", a.body);
+    // `/v1` outside the prefix keeps its own envelope.
+    let a = api
+        .call(Method::PATCH, "/v1/nope", Some(&key), Value::Null, &[])
+        .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert_eq!(a.code(), "not_found", "{}", a.body);
+}

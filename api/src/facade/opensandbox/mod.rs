@@ -117,6 +117,11 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         )
         .route(&x("/{*rest}"), any(execd::unsupported))
         .route(&p("/egress/{id}/{*rest}"), any(egress))
+        // Everything else under the prefix is the facade's too: its 404 in its envelope.
+        .route(PREFIX, any(error::unknown_route))
+        .route(&p("/"), any(error::unknown_route))
+        .route(&p("/{*rest}"), any(error::unknown_route))
+        .layer(axum::middleware::from_fn(error::envelope))
         .layer(Extension(facade))
 }
 
