@@ -211,7 +211,7 @@ impl DevhostAdapter {
                 return match e.kind() {
                     io::ErrorKind::NotFound => Ok(Err((127, "command not found"))),
                     io::ErrorKind::PermissionDenied => Ok(Err((126, "permission denied"))),
-                    _ => Err(io_err(&format!("spawn {program}"), e)),
+                    _ => Err(spawn_error(program, args, env, e)),
                 }
             }
         };
@@ -495,4 +495,44 @@ pub(super) async fn tar(args: &[&std::ffi::OsStr]) -> Result<(), AdapterError> {
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
+}
+
+/// Longest single argument or `NAME=value` string Linux passes to a program (`MAX_ARG_STRLEN`,
+/// 32 pages).
+const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+/// A failed spawn of `program args` with `env`, as what it means to the caller. The kernel
+/// refuses arguments and environment too large for one process (`E2BIG`): that is the
+/// request's, not the host's, so it is invalid and names the field to shorten (an argument or
+/// a variable over [`MAX_ARG_STRLEN`], else the command as a whole), never a retryable
+/// failure that clients would take for the backend being down.
+pub(super) fn spawn_error(
+    program: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    e: io::Error,
+) -> AdapterError {
+    if e.kind() != io::ErrorKind::ArgumentListTooLong {
+        return io_err(&format!("spawn {program}"), e);
+    }
+    let limit = MAX_ARG_STRLEN;
+    if let Some(name) = env
+        .iter()
+        .find_map(|(k, v)| (k.len() + v.len() + 1 >= limit).then_some(k))
+    {
+        return AdapterError::invalid_field(
+            "env",
+            format!("env {name}: too long for a process (Linux takes at most {limit} bytes per variable)"),
+        );
+    }
+    if args.iter().any(|a| a.len() >= limit) || program.len() >= limit {
+        return AdapterError::invalid_field(
+            "command",
+            format!("command: an argument is too long for a process (Linux takes at most {limit} bytes per argument)"),
+        );
+    }
+    AdapterError::invalid_field(
+        "command",
+        "command: the arguments and environment together are too long for a process (Linux's limit is about a quarter of the stack limit, 2 MiB by default)",
+    )
 }

@@ -74,7 +74,8 @@ impl DevhostAdapter {
         // Only the program holds the slave now: its exit closes the terminal (EIO on read).
         drop(cmd);
         drop(slave);
-        let mut child = spawned.map_err(|e| io_err("spawn setsid", e))?;
+        let mut child = spawned
+            .map_err(|e| super::exec::spawn_error(&req.command[0], &req.command[1..], &env, e))?;
         let Some(pgid) = child.id() else {
             return Err(AdapterError::transient(
                 "devhost: the terminal's program vanished",

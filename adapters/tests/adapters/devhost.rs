@@ -178,6 +178,35 @@ async fn exec_env_is_clean() {
     );
 }
 
+/// Arguments or a variable longer than Linux passes to a program (`E2BIG`) are the request's
+/// fault: an invalid field naming what to shorten, not a retryable failure that the API would
+/// answer as the backend being unavailable.
+#[tokio::test]
+async fn exec_beyond_the_kernels_argument_limit_is_invalid_naming_the_field() {
+    let (_root, a, at) = sandbox().await;
+    let big = "x".repeat(200 * 1024);
+    let mut req = sh("echo ${#BIG}");
+    req.env.insert("BIG".into(), big.clone());
+    let refusal = |e: AdapterError| match e {
+        AdapterError::Permanent(r) => (r.field(), r.message().to_owned()),
+        other => panic!("not a permanent refusal: {other:?}"),
+    };
+    let (field, message) = refusal(a.exec(&at, &req).await.expect_err("a 200 KiB variable"));
+    assert_eq!(field, Some("env"), "{message}");
+    assert!(message.contains("env BIG: too long"), "{message}");
+    let (field, message) = refusal(
+        a.exec(&at, &exec_req(&["echo", &big]))
+            .await
+            .expect_err("a 200 KiB argument"),
+    );
+    assert_eq!(field, Some("command"), "{message}");
+    assert!(message.contains("an argument is too long"), "{message}");
+    // Under the limit it runs.
+    let mut req = sh("echo ${#BIG}");
+    req.env.insert("BIG".into(), "x".repeat(100 * 1024));
+    assert_eq!(a.exec(&at, &req).await.expect("exec").stdout, "102400\n");
+}
+
 #[tokio::test]
 async fn exec_cwd_is_relative_to_the_sandbox() {
     let (_root, a, at) = sandbox().await;
