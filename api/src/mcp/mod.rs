@@ -12,6 +12,8 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
+use crate::requests::body::JsonError;
+
 pub mod http;
 pub mod resources;
 pub mod tools;
@@ -137,10 +139,19 @@ pub enum Message {
 }
 
 /// Decodes one JSON-RPC message; `Err` is the error response to send (id `null` when the id
-/// could not be read).
+/// could not be read). A key named twice in an object is refused (`-32600`, naming its path),
+/// as `/v1` refuses it in a body: the tool would act on the last value, a proxy in front
+/// may read the first.
 pub fn decode(raw: &[u8]) -> Result<Message, Value> {
-    let v: Value = serde_json::from_slice(raw).map_err(|e| {
-        RpcError::new(code::PARSE_ERROR, format!("not JSON: {e}")).response(Value::Null)
+    let v: Value = crate::requests::body::read_value(raw).map_err(|e| {
+        let e = match e {
+            JsonError::DuplicateKey { path } => {
+                RpcError::new(code::INVALID_REQUEST, format!("{path}: duplicate key"))
+                    .with_data(json!({ "field": path }))
+            }
+            other => RpcError::new(code::PARSE_ERROR, format!("not JSON: {other}")),
+        };
+        e.response(Value::Null)
     })?;
     let Value::Object(mut m) = v else {
         return Err(RpcError::new(
@@ -327,6 +338,29 @@ mod tests {
         assert_eq!(e["error"]["code"], code::INVALID_REQUEST);
         let e = decode(br#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#).unwrap_err();
         assert_eq!(e["id"], 7);
+    }
+
+    #[test]
+    fn a_key_named_twice_is_an_invalid_request_naming_its_path() {
+        let e = decode(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sandbox_exec",
+                "arguments":{"sandboxId":"sbx_x","command":["echo","1"],"command":["echo","2"]}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e["error"]["code"], code::INVALID_REQUEST, "{e}");
+        assert_eq!(
+            e["error"]["message"], "params.arguments.command: duplicate key",
+            "{e}"
+        );
+        assert_eq!(e["error"]["data"]["field"], "params.arguments.command");
+        assert_eq!(
+            e["id"],
+            Value::Null,
+            "an id named twice is not trusted either"
+        );
+        let e = decode(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#).unwrap_err();
+        assert_eq!(e["error"]["message"], "id: duplicate key", "{e}");
+        assert_eq!(e["id"], Value::Null);
     }
 
     #[tokio::test]

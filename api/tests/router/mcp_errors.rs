@@ -75,3 +75,33 @@ async fn an_mcp_tool_error_is_the_apis_envelope_with_the_request_id() {
     assert_eq!(e["code"], "invalid_argument", "{}", a.body);
     assert_eq!(e["details"]["field"], "bogus", "{}", a.body);
 }
+
+/// A message naming a key twice is refused as `/v1` refuses such a body: the tool would
+/// act on the last value, a proxy in front of `/mcp` may read the first.
+#[tokio::test]
+async fn an_mcp_message_naming_a_key_twice_is_refused() {
+    let api = api().await;
+    let key = api.key.clone();
+    let a = api
+        .call_raw(
+            Method::POST,
+            "/mcp",
+            Some(&key),
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sandbox_exec",
+                "arguments":{"sandboxId":"sbx_x","command":["echo","1"],"command":["echo","2"]}}}"#
+                .to_vec(),
+            &[
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+            ],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.body);
+    assert_eq!(a.body["error"]["code"], -32600, "{}", a.body);
+    assert_eq!(
+        a.body["error"]["message"], "params.arguments.command: duplicate key",
+        "{}",
+        a.body
+    );
+    assert_eq!(a.body["error"]["data"]["field"], "params.arguments.command");
+}
