@@ -170,7 +170,7 @@ async fn errors_are_opensandbox_bodies_with_its_codes() {
             a.body
         );
     }
-    // A /v1 validation error is a 400 with the /v1 field in the message.
+    // A /v1 validation error is a 400 naming the field the client sent, with /v1's unit.
     let a = osb(
         &api,
         Method::POST,
@@ -180,10 +180,10 @@ async fn errors_are_opensandbox_bodies_with_its_codes() {
     )
     .await;
     assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+    let msg = a.body["message"].as_str().unwrap();
     assert!(
-        a.body["message"].as_str().unwrap().contains("memoryMiB"),
-        "{}",
-        a.body
+        msg.starts_with("resourceLimits.memory: ") && msg.ends_with("(MiB)"),
+        "{msg}"
     );
     // Scopes apply: a read-only key cannot create.
     let ro = api.key_with(None, &["sandboxes:read"]).await;
@@ -461,4 +461,143 @@ async fn every_refusal_under_the_prefix_is_an_opensandbox_body() {
         .await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     assert_eq!(a.code(), "not_found", "{}", a.body);
+}
+
+/// `/v1`'s refusals of what the facade mapped name the field the client sent (and the unit
+/// `/v1` counts in), never `/v1`'s own field; a path check's field is named once.
+#[tokio::test]
+async fn v1_refusals_name_the_opensandbox_field() {
+    let api = api().await;
+    let key = api.key.clone();
+    let base = || json!({"image": {"uri": "img:1"}, "timeout": 600});
+    let with = |k: &str, v: Value| {
+        let mut b = base();
+        b[k] = v;
+        b
+    };
+    for (body, starts, ends) in [
+        (
+            with("timeout", json!(31_536_000)),
+            "timeout: must be between 1 and 2592000",
+            "(seconds)",
+        ),
+        (
+            with("resourceLimits", json!({"cpu": "300"})),
+            "resourceLimits.cpu: ",
+            "(whole CPUs)",
+        ),
+        (
+            with("resourceLimits", json!({"memory": "64Mi"})),
+            "resourceLimits.memory: ",
+            "(MiB)",
+        ),
+        (
+            with("resourceLimits", json!({"disk": "100000Ti"})),
+            "resourceLimits.ephemeral-storage: ",
+            "(GiB)",
+        ),
+        (
+            with("metadata", json!({"k": "v".repeat(300)})),
+            "metadata.k: ",
+            "",
+        ),
+        (json!({"image": {"uri": ""}}), "image.uri: ", ""),
+    ] {
+        let a = osb(
+            &api,
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&key),
+            body.clone(),
+        )
+        .await;
+        assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+        let msg = a.body["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with(starts) && msg.ends_with(ends),
+            "{body}: {msg}"
+        );
+        for v1 in ["ttlSeconds", "resources", "memoryMiB", "labels", "template"] {
+            assert!(!msg.contains(v1), "{body}: {msg}");
+        }
+    }
+    // An organization-wide key names the project with the extension.
+    let org_wide = api
+        .key_with(None, &["sandboxes:read", "sandboxes:write"])
+        .await;
+    let a = osb(&api, Method::POST, "/v1/sandboxes", Some(&org_wide), base()).await;
+    assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+    let msg = a.body["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("extensions.differently.projectId: required"),
+        "{msg}"
+    );
+    // Renew: an expiry beyond the longest TTL names `expiresAt`, in its own terms.
+    let id = api.live_sandbox().await;
+    let at = (chrono::Utc::now() + chrono::TimeDelta::days(60)).to_rfc3339();
+    let a = osb(
+        &api,
+        Method::POST,
+        &format!("/v1/sandboxes/{id}/renew-expiration"),
+        Some(&key),
+        json!({ "expiresAt": at }),
+    )
+    .await;
+    assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+    let msg = a.body["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("expiresAt: must be at most 2592000 seconds (30 days) from now"),
+        "{msg}"
+    );
+    // execd: a command's timeout is execd's (milliseconds, /v1 counts seconds); a path
+    // check names `path` once.
+    let tok = api.facade_execd_token(&id).await;
+    let auth = [HOST, ("x-differently-execd-token", tok.as_str())];
+    let a = api
+        .call(
+            Method::POST,
+            &format!("/opensandbox/execd/{id}/command"),
+            None,
+            json!({"command": "true", "timeout": 1_000_000_000_000u64}),
+            &auth,
+        )
+        .await;
+    assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+    let msg = a.body["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("timeout: ") && msg.ends_with("(seconds)"),
+        "{msg}"
+    );
+    for (m, path, body, want) in [
+        (
+            Method::DELETE,
+            "/directories?path=rel",
+            Value::Null,
+            "path: must be absolute",
+        ),
+        (
+            Method::POST,
+            "/directories",
+            json!({"rel": {"mode": 755}}),
+            "path: must be absolute",
+        ),
+        (
+            Method::POST,
+            "/files/mv",
+            json!([{"src": "/a", "dest": "b"}]),
+            "dest: must be absolute",
+        ),
+    ] {
+        let a = api
+            .call(
+                m,
+                &format!("/opensandbox/execd/{id}{path}"),
+                None,
+                body,
+                &auth,
+            )
+            .await;
+        assert_osb_error(&a, StatusCode::BAD_REQUEST, "SANDBOX::INVALID_PARAMETER");
+        assert_eq!(a.body["message"], want, "{path}");
+    }
 }

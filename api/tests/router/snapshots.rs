@@ -180,25 +180,7 @@ async fn a_dry_run_of_a_restore_is_pinned_to_the_snapshots_pool() {
     let source = api.running_sandbox().await;
     let snap = stored_snapshot(&api, api.tenant.project.id.as_str(), &source).await;
     // A second pool the snapshot is not on.
-    let now = Utc::now();
-    let other = differently_core::pool::PoolRecord {
-        name: "elsewhere".into(),
-        kind: "fake".into(),
-        trust: differently_core::pool::Trust::Private,
-        region: None,
-        max_concurrent: None,
-        isolation: None,
-        cost_per_cpu_hour: 0.0,
-        typical_create_seconds: Some(0.1),
-        settings: json!({ "capabilities": ["exec"] }),
-        source: differently_core::pool::PoolSource::Api,
-        created_at: now,
-        updated_at: now,
-    };
-    api.store
-        .upsert_pool(&other, &differently_store::Actor::System("test"))
-        .await
-        .unwrap();
+    let other = crate::support::api_pool(&api, "elsewhere", None).await;
     let fake = api.pools.get("fake").expect("the fake pool").record.clone();
     assert!(api.pools.sync(vec![fake, other]).is_empty());
     crate::support::healthy(&api, &["fake", "elsewhere"]);

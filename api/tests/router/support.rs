@@ -535,3 +535,29 @@ pub fn healthy(api: &Api, pools: &[&str]) {
     api.pools
         .apply_health(&health, now, std::time::Duration::from_secs(3600));
 }
+
+/// A fake pool `name` registered through the API (`source: api`), offering exec, with the
+/// given concurrency cap, put in the store as `POST /v1/admin/pools` would. The caller syncs
+/// it into `api`'s registry (a sync replaces the registry), then makes it [`healthy`].
+pub async fn api_pool(api: &Api, name: &str, max_concurrent: Option<u32>) -> PoolRecord {
+    let now = Utc::now();
+    let record = PoolRecord {
+        name: name.into(),
+        kind: "fake".into(),
+        trust: Trust::Private,
+        region: None,
+        max_concurrent,
+        isolation: None,
+        cost_per_cpu_hour: 0.0,
+        typical_create_seconds: Some(0.1),
+        settings: json!({ "capabilities": ["exec"] }),
+        source: PoolSource::Api,
+        created_at: now,
+        updated_at: now,
+    };
+    api.store
+        .upsert_pool(&record, &differently_store::Actor::System("test"))
+        .await
+        .expect("the pool is stored");
+    record
+}

@@ -173,49 +173,17 @@ async fn an_unknown_pool_is_404_and_a_tenant_key_is_refused() {
 /// registered, `b-warm` with a warm class `default` matching a create that asks for nothing.
 async fn api_with_two_pools() -> crate::support::Api {
     use differently_api::Limits;
-    use differently_core::pool::{PoolHealth, PoolRecord, PoolSource, Trust};
     let api = crate::support::api_with(Limits {
         direct_placement: true,
         ..Limits::default()
     })
     .await;
-    let now = chrono::Utc::now();
-    let record = |name: &str| PoolRecord {
-        name: name.into(),
-        kind: "fake".into(),
-        trust: Trust::Private,
-        region: None,
-        max_concurrent: None,
-        isolation: None,
-        cost_per_cpu_hour: 0.0,
-        typical_create_seconds: Some(0.1),
-        settings: json!({ "capabilities": ["exec"] }),
-        source: PoolSource::Api,
-        created_at: now,
-        updated_at: now,
-    };
-    let records = vec![record("a-cold"), record("b-warm")];
-    for r in &records {
-        api.store
-            .upsert_pool(r, &differently_store::Actor::System("test"))
-            .await
-            .unwrap();
-    }
+    let records = vec![
+        crate::support::api_pool(&api, "a-cold", None).await,
+        crate::support::api_pool(&api, "b-warm", None).await,
+    ];
     assert!(api.pools.sync(records).is_empty());
-    let health: Vec<PoolHealth> = ["a-cold", "b-warm"]
-        .iter()
-        .map(|n| PoolHealth {
-            name: (*n).into(),
-            healthy: true,
-            capabilities: vec!["exec".into()],
-            error: None,
-            checked_at: now,
-            checked_by: "test".into(),
-            backend: None,
-        })
-        .collect();
-    api.pools
-        .apply_health(&health, now, std::time::Duration::from_secs(3600));
+    crate::support::healthy(&api, &["a-cold", "b-warm"]);
     let put = api
         .admin(
             Method::PUT,
@@ -442,43 +410,15 @@ async fn deleting_a_pool_drains_its_warm_instances_first() {
 #[tokio::test]
 async fn a_capped_pool_is_claimed_from_in_admission_and_otherwise_queues() {
     use differently_api::Limits;
-    use differently_core::pool::{PoolHealth, PoolRecord, PoolSource, Trust};
     let api = crate::support::api_with(Limits {
         direct_placement: true,
         ..Limits::default()
     })
     .await;
     let now = chrono::Utc::now();
-    let record = PoolRecord {
-        name: "c-warm".into(),
-        kind: "fake".into(),
-        trust: Trust::Private,
-        region: None,
-        max_concurrent: Some(5),
-        isolation: None,
-        cost_per_cpu_hour: 0.0,
-        typical_create_seconds: Some(0.1),
-        settings: json!({ "capabilities": ["exec"] }),
-        source: PoolSource::Api,
-        created_at: now,
-        updated_at: now,
-    };
-    api.store
-        .upsert_pool(&record, &differently_store::Actor::System("test"))
-        .await
-        .unwrap();
+    let record = crate::support::api_pool(&api, "c-warm", Some(5)).await;
     assert!(api.pools.sync(vec![record]).is_empty());
-    let health = PoolHealth {
-        name: "c-warm".into(),
-        healthy: true,
-        capabilities: vec!["exec".into()],
-        error: None,
-        checked_at: now,
-        checked_by: "test".into(),
-        backend: None,
-    };
-    api.pools
-        .apply_health(&[health], now, std::time::Duration::from_secs(3600));
+    crate::support::healthy(&api, &["c-warm"]);
     let put = api
         .admin(
             Method::PUT,

@@ -10,6 +10,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::inner::Caller;
+use super::mapping::{self, Asked};
 
 /// An error as the facade serves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,9 @@ pub struct OsbError {
     pub code: String,
     pub message: String,
     pub retry_after: Option<String>,
+    /// The `/v1` field a mapped `/v1` refusal named (`details.field`), so
+    /// [`OsbError::named_for`] can name it as the OpenSandbox request spelled it.
+    pub field: Option<String>,
 }
 
 impl OsbError {
@@ -28,6 +32,7 @@ impl OsbError {
             code: code.to_owned(),
             message: message.into(),
             retry_after: None,
+            field: None,
         }
     }
 
@@ -38,6 +43,12 @@ impl OsbError {
             "SANDBOX::INVALID_PARAMETER",
             format!("{field}: {why}"),
         )
+    }
+
+    /// 400 for a `/v1` check run here (a path's), named as the client's `field`: the check's
+    /// own error already starts with its field, which is not repeated.
+    pub fn checked(field: &str, e: differently_core::FieldError) -> OsbError {
+        OsbError::field(field, e.message)
     }
 
     /// 400 for a request field Differently has no equivalent of.
@@ -77,7 +88,7 @@ impl OsbError {
         )
     }
 
-    /// The mapping of a `/v1` error answer (`{"error": {code, message}}`).
+    /// The mapping of a `/v1` error answer (`{"error": {code, message, details}}`).
     pub fn from_v1(status: StatusCode, body: &[u8], caller: &Caller) -> OsbError {
         let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let code = v["error"]["code"].as_str().unwrap_or("");
@@ -85,6 +96,7 @@ impl OsbError {
             .as_str()
             .unwrap_or("request failed")
             .to_owned();
+        let field = v["error"]["details"]["field"].as_str().map(str::to_owned);
         let mapped = match (code, caller) {
             ("unauthenticated", Caller::Anonymous) => "MISSING_API_KEY".to_owned(),
             ("unauthenticated", _) => "INVALID_API_KEY".to_owned(),
@@ -108,7 +120,32 @@ impl OsbError {
             code: mapped,
             message,
             retry_after: None,
+            field,
         }
+    }
+
+    /// This error with the `/v1` field it names (see [`mapping::V1_FIELDS`]) renamed to the
+    /// field of the OpenSandbox request `asked` that the facade filled it from, in the
+    /// message too, and the `/v1` unit added where the client's differs.
+    pub fn named_for(mut self, asked: Asked) -> OsbError {
+        let Some(v1) = self.field.take() else {
+            return self;
+        };
+        let Some((osb, unit)) = mapping::client_field(asked, &v1) else {
+            self.field = Some(v1);
+            return self;
+        };
+        if let Some(rest) = self.message.strip_prefix(v1.as_str()) {
+            if rest.starts_with(':') || rest.starts_with(' ') {
+                let mut m = format!("{osb}{rest}");
+                if !unit.is_empty() && !m.contains(unit) {
+                    m.push_str(&format!(" ({unit})"));
+                }
+                self.message = m;
+            }
+        }
+        self.field = Some(osb);
+        self
     }
 }
 

@@ -22,6 +22,7 @@ use super::commands;
 use super::error::{OsbError, OsbResult};
 use super::inner::Caller;
 use super::lifecycle::live_sandbox;
+use super::mapping::Asked;
 use super::token;
 use super::Facade;
 
@@ -197,7 +198,9 @@ pub(super) async fn stream_exec(
     background: bool,
 ) -> OsbResult<Response> {
     v1_body["tag"] = json!(tag);
-    let process = commands::start(f, caller, id, &v1_body).await?;
+    let process = commands::start(f, caller, id, &v1_body)
+        .await
+        .map_err(|e| e.named_for(Asked::Command))?;
     let cmd_id = commands::command_id(process.pid);
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let _ = tx.try_send(frame(json!({ "type": "init", "text": cmd_id })));

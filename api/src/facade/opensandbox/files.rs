@@ -447,7 +447,7 @@ pub async fn make_dirs(
         .as_object()
         .ok_or_else(|| OsbError::field("body", "must be {path: {mode}}"))?;
     for (path, perm) in m {
-        crate::routes::files::validate_path(path).map_err(|e| OsbError::field("path", e))?;
+        crate::routes::files::validate_path(path).map_err(|e| OsbError::checked("path", e))?;
         no_owner(perm)?;
         // As execd reads it: the special bits dropped, 0 (or none) not applied (755).
         let mode = mode_digits(&perm["mode"])?
@@ -479,7 +479,7 @@ pub async fn remove_dirs(
         return Err(missing("path"));
     }
     for p in paths {
-        crate::routes::files::validate_path(&p).map_err(|e| OsbError::field("path", e))?;
+        crate::routes::files::validate_path(&p).map_err(|e| OsbError::checked("path", e))?;
         if p.trim_end_matches('/').is_empty() {
             return Err(OsbError::field("path", "will not remove /"));
         }
@@ -510,8 +510,8 @@ pub async fn move_files(
         let (Some(src), Some(dest)) = (item["src"].as_str(), item["dest"].as_str()) else {
             return Err(OsbError::field("src", "src and dest are required"));
         };
-        for p in [src, dest] {
-            crate::routes::files::validate_path(p).map_err(|e| OsbError::field("path", e))?;
+        for (field, p) in [("src", src), ("dest", dest)] {
+            crate::routes::files::validate_path(p).map_err(|e| OsbError::checked(field, e))?;
         }
         tool(
             &f,
@@ -537,7 +537,7 @@ pub async fn permissions(
         .as_object()
         .ok_or_else(|| OsbError::field("body", "must be {path: {mode}}"))?;
     for (path, perm) in m {
-        crate::routes::files::validate_path(path).map_err(|e| OsbError::field("path", e))?;
+        crate::routes::files::validate_path(path).map_err(|e| OsbError::checked("path", e))?;
         no_owner(perm)?;
         if let Some(mode) = mode_digits(&perm["mode"])? {
             tool(

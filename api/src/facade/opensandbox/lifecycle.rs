@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::error::{OsbError, OsbResult};
 use super::inner::{q, Caller};
-use super::mapping::{self, created_of, is_gone, sandbox_of, snapshot_of};
+use super::mapping::{self, created_of, is_gone, sandbox_of, snapshot_of, Asked};
 use super::token::{self, Claims};
 use super::{Facade, PREFIX};
 
@@ -104,7 +104,9 @@ pub async fn create(
     let headers = resp.headers().clone();
     let bytes = super::inner::read_all(resp).await?;
     if !status.is_success() {
-        return Err(OsbError::from_v1_answer(status, &headers, &bytes, &caller));
+        return Err(
+            OsbError::from_v1_answer(status, &headers, &bytes, &caller).named_for(Asked::Create)
+        );
     }
     let sbx: Value =
         serde_json::from_slice(&bytes).map_err(|e| OsbError::internal(format!("create: {e}")))?;
@@ -301,6 +303,16 @@ pub async fn renew(
         ));
     }
     let ttl = (ms as u64).div_ceil(1000);
+    let max = differently_core::sandbox::MAX_TTL_SECONDS;
+    if ttl > max {
+        return Err(OsbError::field(
+            "expiresAt",
+            format!(
+                "must be at most {max} seconds ({} days) from now",
+                max / 86_400
+            ),
+        ));
+    }
     live_sandbox(&f, &caller, &id).await?;
     let (_, sbx) =
         f.v1.json(
@@ -309,7 +321,8 @@ pub async fn renew(
             &format!("/v1/sandboxes/{}", q(&id)),
             Some(&json!({ "ttlSeconds": ttl })),
         )
-        .await?;
+        .await
+        .map_err(|e| e.named_for(Asked::Renew))?;
     Ok(Json(json!({ "expiresAt": sbx["expiresAt"] })))
 }
 

@@ -45,6 +45,67 @@ pub fn is_gone(status: &str) -> bool {
     matches!(status, "terminating" | "terminated")
 }
 
+/// The OpenSandbox request a `/v1` call was made for, so a `/v1` refusal names the field
+/// that request sent ([`V1_FIELDS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// `POST /v1/sandboxes` (its `/v1` create body is [`create_body`]).
+    Create,
+    /// `POST /v1/sandboxes/{id}/renew-expiration` (a `/v1` TTL patch).
+    Renew,
+    /// execd's `POST /command` and a session's run (a `/v1` process).
+    Command,
+}
+
+/// The `/v1` fields the facade fills from OpenSandbox fields of another name: (request,
+/// `/v1` field, the client's field, the `/v1` unit where the client's is another). A `/v1`
+/// refusal naming the `/v1` field, or one below it (`labels.k`), names the client's
+/// instead, with the unit its bounds are in.
+pub const V1_FIELDS: &[(Asked, &str, &str, &str)] = &[
+    (Asked::Create, "template", "image.uri", ""),
+    (Asked::Create, "fromSnapshot", "snapshotId", ""),
+    (Asked::Create, "ttlSeconds", "timeout", "seconds"),
+    (
+        Asked::Create,
+        "resources.cpu",
+        "resourceLimits.cpu",
+        "whole CPUs",
+    ),
+    (
+        Asked::Create,
+        "resources.memoryMiB",
+        "resourceLimits.memory",
+        "MiB",
+    ),
+    (
+        Asked::Create,
+        "resources.diskGiB",
+        "resourceLimits.ephemeral-storage",
+        "GiB",
+    ),
+    (Asked::Create, "resources", "resourceLimits", ""),
+    (Asked::Create, "capabilities", "resourceLimits.gpu", ""),
+    (Asked::Create, "labels", "metadata", ""),
+    (
+        Asked::Create,
+        "projectId",
+        "extensions.differently.projectId",
+        "",
+    ),
+    (Asked::Renew, "ttlSeconds", "expiresAt", "seconds from now"),
+    (Asked::Command, "timeoutSeconds", "timeout", "seconds"),
+    (Asked::Command, "env", "envs", ""),
+];
+
+/// The client's field (and the `/v1` unit) for `/v1` field `v1` of a call made for `asked`.
+pub fn client_field(asked: Asked, v1: &str) -> Option<(String, &'static str)> {
+    V1_FIELDS.iter().find_map(|(a, from, to, unit)| {
+        let rest = v1.strip_prefix(from).filter(|_| *a == asked)?;
+        (rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+            .then(|| (format!("{to}{rest}"), *unit))
+    })
+}
+
 /// CPU cores from a Kubernetes quantity (`"1"`, `"500m"`, `"2.5"`), rounded up to whole cores
 /// (Differently reserves whole CPUs).
 pub fn parse_cpu(s: &str) -> Result<u64, String> {
@@ -456,6 +517,35 @@ mod tests {
         assert!(
             create_body(&json!({"networkPolicy":{"defaultAction":"allow","egress":[]}})).is_ok()
         );
+    }
+
+    #[test]
+    fn v1_fields_map_back_to_what_the_client_sent() {
+        let f = |a, v1| client_field(a, v1).map(|(f, u)| (f, u.to_owned()));
+        assert_eq!(
+            f(Asked::Create, "labels.a.b"),
+            Some(("metadata.a.b".into(), String::new()))
+        );
+        assert_eq!(
+            f(Asked::Create, "resources.memoryMiB"),
+            Some(("resourceLimits.memory".into(), "MiB".into()))
+        );
+        assert_eq!(
+            f(Asked::Create, "resources"),
+            Some(("resourceLimits".into(), String::new()))
+        );
+        assert_eq!(
+            f(Asked::Renew, "ttlSeconds").map(|(f, _)| f),
+            Some("expiresAt".into())
+        );
+        assert_eq!(
+            f(Asked::Command, "env.K").map(|(f, _)| f),
+            Some("envs.K".into())
+        );
+        // Only whole segments, and only the request's own fields.
+        assert_eq!(f(Asked::Create, "labelsX"), None);
+        assert_eq!(f(Asked::Command, "ttlSeconds"), None);
+        assert_eq!(f(Asked::Create, "env.K"), None);
     }
 
     #[test]
