@@ -136,3 +136,31 @@ async fn a_pool_without_exec_pty_answers_501_and_the_pty_routes_keep_execd_auth(
     let a = execd(&api, auth, Method::GET, &id, "/code/contexts", Value::Null).await;
     assert_osb_error(&a, StatusCode::NOT_IMPLEMENTED, "NOT_SUPPORTED");
 }
+
+/// `POST /pty` on a killed sandbox is the 404 `/ping` and `POST /session` answer there, not a
+/// session id whose socket can only be refused.
+#[tokio::test]
+async fn a_killed_sandbox_issues_no_pty_session() {
+    let root = tempfile::tempdir().expect("devhost root");
+    let api = crate::support::api_with_devhost(root.path()).await;
+    let _ops = api.complete_ops();
+    let id = api.live_sandbox_on("devhost").await;
+    let tok = api.facade_execd_token(&id).await;
+    let auth = (EXECD_TOKEN, tok.as_str());
+    // The pool has `exec.pty`: a live sandbox gets a session.
+    let a = execd(&api, auth, Method::POST, &id, "/pty", json!({})).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    let key = api.key.clone();
+    let a = api
+        .call(
+            Method::DELETE,
+            &format!("/opensandbox/v1/sandboxes/{id}"),
+            None,
+            Value::Null,
+            &[FACADE_HOST, ("open-sandbox-api-key", &key)],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT, "{}", a.body);
+    let a = execd(&api, auth, Method::POST, &id, "/pty", json!({})).await;
+    assert_osb_error(&a, StatusCode::NOT_FOUND, "DIFFERENTLY::SANDBOX_NOT_FOUND");
+}

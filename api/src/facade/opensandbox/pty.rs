@@ -2,11 +2,11 @@
 //! terminal sessions ([`crate::data_plane::pty_sessions`]).
 //!
 //! `POST /pty {cwd?, command?}` → 201 `{session_id}`: a session record only (checked: the exec
-//! scope, the sandbox, the pool's `exec.pty`; 501 `NOT_SUPPORTED` without it); the program
-//! starts on the first socket, as execd's does. `GET /pty/{sid}` → `{session_id, running,
-//! output_offset}`; `DELETE /pty/{sid}` forgets the session, sends SIGKILL to the terminal's
-//! foreground group and closes an attached socket. The
-//! terminal is the WebSocket `GET /pty/{sid}/ws[?since=N][&takeover=1]`: 404
+//! scope, the sandbox and that it is not killed, the pool's `exec.pty`; 501 `NOT_SUPPORTED`
+//! without it); the program starts on the first socket, as execd's does. `GET /pty/{sid}` →
+//! `{session_id, running, output_offset}`; `DELETE /pty/{sid}` forgets the session, sends
+//! SIGKILL to the terminal's foreground group and closes an attached socket. The terminal is
+//! the WebSocket `GET /pty/{sid}/ws[?since=N][&takeover=1]`: 404
 //! `CONTEXT_NOT_FOUND` for a session this key did not make on this sandbox, 409
 //! `ALREADY_CONNECTED` while another socket holds it (unless `takeover=1`: the holder is
 //! closed with 4001 `TAKEN_OVER`). Server frames: output kept while no socket was attached as
@@ -51,6 +51,7 @@ use crate::AppState;
 use super::error::{OsbError, OsbResult};
 use super::execd::execd_caller;
 use super::inner::Caller;
+use super::lifecycle::live_sandbox;
 use super::Facade;
 
 /// Close code of a socket whose session another socket took over (execd's).
@@ -204,6 +205,9 @@ pub async fn create(
     v1_pty::check_can_open(&state, &principal, &id)
         .await
         .map_err(|e| mapped(e, &caller))?;
+    // `check_can_open` does not look at the status: a killed sandbox is 404 here as on
+    // `/ping` and `POST /session`, not a session whose socket can only be refused.
+    live_sandbox(&f, &caller, &id).await?;
     let body: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
         CreateBody::default()
     } else {
