@@ -601,3 +601,108 @@ async fn v1_refusals_name_the_opensandbox_field() {
         assert_eq!(a.body["message"], want, "{path}");
     }
 }
+
+/// A killed sandbox looks the same on every facade route: 404 `SANDBOX_NOT_FOUND`, as a
+/// lifecycle `GET` answers (the real server has no such sandbox any more), where `/v1`'s
+/// data plane says 409 "needs a running sandbox".
+#[tokio::test]
+async fn a_killed_sandbox_is_not_found_on_every_route() {
+    let api = api().await;
+    let _ops = api.complete_ops();
+    let key = api.key.clone();
+    let id = api.live_sandbox().await;
+    let tok = api.facade_execd_token(&id).await;
+    let a = osb(
+        &api,
+        Method::DELETE,
+        &format!("/v1/sandboxes/{id}"),
+        Some(&key),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT, "{}", a.body);
+    for (m, path, body) in [
+        (Method::GET, "", Value::Null),
+        (Method::DELETE, "", Value::Null),
+        (Method::POST, "/pause", Value::Null),
+        (Method::POST, "/resume", Value::Null),
+        (
+            Method::POST,
+            "/renew-expiration",
+            json!({"expiresAt": (chrono::Utc::now() + chrono::TimeDelta::hours(1)).to_rfc3339()}),
+        ),
+        (Method::GET, "/endpoints/44772", Value::Null),
+        (Method::POST, "/snapshots", json!({})),
+    ] {
+        let a = osb(
+            &api,
+            m.clone(),
+            &format!("/v1/sandboxes/{id}{path}"),
+            Some(&key),
+            body,
+        )
+        .await;
+        assert_osb_error(&a, StatusCode::NOT_FOUND, "DIFFERENTLY::SANDBOX_NOT_FOUND");
+    }
+    let auth = [HOST, ("x-differently-execd-token", tok.as_str())];
+    for (m, path, body) in [
+        (Method::GET, "/ping", Value::Null),
+        (Method::POST, "/command", json!({"command": "true"})),
+        (Method::POST, "/command", json!({"argv": ["true"]})),
+        (Method::GET, "/command/status/1", Value::Null),
+        (Method::GET, "/command/1/logs", Value::Null),
+        (Method::DELETE, "/command?id=1", Value::Null),
+        (Method::GET, "/files/download?path=%2Fa", Value::Null),
+        (Method::GET, "/files/info?path=%2Fa", Value::Null),
+        (Method::GET, "/files/search?path=%2F", Value::Null),
+        (Method::GET, "/directories/list?path=%2F", Value::Null),
+        (Method::DELETE, "/files?path=%2Fa", Value::Null),
+        (
+            Method::POST,
+            "/files/mv",
+            json!([{"src": "/a", "dest": "/b"}]),
+        ),
+        (
+            Method::POST,
+            "/files/permissions",
+            json!({"/a": {"mode": 644}}),
+        ),
+        (Method::POST, "/directories", json!({"/d": {"mode": 755}})),
+        (Method::DELETE, "/directories?path=%2Fd", Value::Null),
+        (Method::POST, "/session", json!({})),
+        (
+            Method::POST,
+            "/session/session-01abc/run",
+            json!({"command": "true"}),
+        ),
+        (Method::DELETE, "/session/session-01abc", Value::Null),
+        (Method::POST, "/pty", json!({})),
+        (Method::GET, "/pty/pty_01abc", Value::Null),
+        (Method::DELETE, "/pty/pty_01abc", Value::Null),
+        (Method::GET, "/pty/pty_01abc/ws", Value::Null),
+    ] {
+        let a = api
+            .call(
+                m.clone(),
+                &format!("/opensandbox/execd/{id}{path}"),
+                None,
+                body,
+                &auth,
+            )
+            .await;
+        assert_osb_error(&a, StatusCode::NOT_FOUND, "DIFFERENTLY::SANDBOX_NOT_FOUND");
+    }
+    let multipart = "--b\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n\r\n{\"path\":\"/tmp/a\"}\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nhi\r\n--b--\r\n";
+    let mut headers = auth.to_vec();
+    headers.push(("content-type", "multipart/form-data; boundary=b"));
+    let a = api
+        .call_raw(
+            Method::POST,
+            &format!("/opensandbox/execd/{id}/files/upload"),
+            None,
+            multipart.as_bytes().to_vec(),
+            &headers,
+        )
+        .await;
+    assert_osb_error(&a, StatusCode::NOT_FOUND, "DIFFERENTLY::SANDBOX_NOT_FOUND");
+}

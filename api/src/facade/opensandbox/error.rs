@@ -96,7 +96,20 @@ impl OsbError {
             .as_str()
             .unwrap_or("request failed")
             .to_owned();
-        let field = v["error"]["details"]["field"].as_str().map(str::to_owned);
+        let details = &v["error"]["details"];
+        let field = details["field"].as_str().map(str::to_owned);
+        // A killed sandbox is gone for OpenSandbox clients on every route (the real server
+        // has no such sandbox any more): `/v1`'s "needs a running sandbox" conflict of a
+        // terminating or terminated one is the 404 a lifecycle `GET` answers.
+        if code == "conflict" {
+            if let Some(gone) = details["status"].as_str().filter(|s| mapping::is_gone(s)) {
+                return OsbError::new(
+                    StatusCode::NOT_FOUND,
+                    "DIFFERENTLY::SANDBOX_NOT_FOUND",
+                    format!("sandbox not found (it is {gone})"),
+                );
+            }
+        }
         let mapped = match (code, caller) {
             ("unauthenticated", Caller::Anonymous) => "MISSING_API_KEY".to_owned(),
             ("unauthenticated", _) => "INVALID_API_KEY".to_owned(),
@@ -274,4 +287,52 @@ pub async fn unknown_route(method: axum::http::Method, uri: axum::http::Uri) -> 
             uri.path()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conflict(status: &str) -> OsbError {
+        let body = json!({"error": {"code": "conflict",
+            "message": format!("this call needs a running sandbox (the sandbox is {status})"),
+            "details": {"status": status}}});
+        OsbError::from_v1(
+            StatusCode::CONFLICT,
+            body.to_string().as_bytes(),
+            &Caller::Anonymous,
+        )
+    }
+
+    #[test]
+    fn a_killed_sandboxs_conflict_is_not_found_and_a_paused_ones_stays() {
+        for gone in ["terminating", "terminated"] {
+            let e = conflict(gone);
+            assert_eq!(e.status, StatusCode::NOT_FOUND);
+            assert_eq!(e.code, "DIFFERENTLY::SANDBOX_NOT_FOUND");
+        }
+        let e = conflict("paused");
+        assert_eq!(e.status, StatusCode::CONFLICT);
+        assert_eq!(e.code, "DIFFERENTLY::CONFLICT");
+        assert!(e.message.contains("paused"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_v1_field_is_named_as_the_client_sent_it() {
+        let body = json!({"error": {"code": "validation_failed",
+            "message": "labels.k: values at most 255", "details": {"field": "labels.k"}}});
+        let e = OsbError::from_v1(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            body.to_string().as_bytes(),
+            &Caller::Anonymous,
+        );
+        let create = e.clone().named_for(Asked::Create);
+        assert_eq!(create.message, "metadata.k: values at most 255");
+        assert_eq!(create.field.as_deref(), Some("metadata.k"));
+        // A field the request did not fill from another keeps its name.
+        assert_eq!(
+            e.named_for(Asked::Command).message,
+            "labels.k: values at most 255"
+        );
+    }
 }

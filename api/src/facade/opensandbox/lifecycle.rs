@@ -38,18 +38,15 @@ pub async fn live_sandbox(f: &Facade, caller: &Caller, id: &str) -> OsbResult<Va
             None,
         )
         .await?;
-    if is_gone(sbx["status"].as_str().unwrap_or("")) {
-        return Err(not_found(id));
+    let status = sbx["status"].as_str().unwrap_or("");
+    if is_gone(status) {
+        return Err(OsbError::new(
+            StatusCode::NOT_FOUND,
+            "DIFFERENTLY::SANDBOX_NOT_FOUND",
+            format!("sandbox {id} not found (it is {status})"),
+        ));
     }
     Ok(sbx)
-}
-
-fn not_found(id: &str) -> OsbError {
-    OsbError::new(
-        StatusCode::NOT_FOUND,
-        "DIFFERENTLY::SANDBOX_NOT_FOUND",
-        format!("sandbox {id} not found"),
-    )
 }
 
 /// `GET /health`.
@@ -251,6 +248,8 @@ async fn transition(
     verb: &str,
 ) -> OsbResult<StatusCode> {
     let caller = Caller::from_headers(headers);
+    // A killed sandbox is 404 whatever its pool can do (`/v1` checks the capability first).
+    live_sandbox(f, &caller, id).await?;
     f.v1.json(
         &caller,
         Method::POST,

@@ -169,7 +169,9 @@ fn mapped(e: ApiError, caller: &Caller) -> OsbError {
     }
     let status =
         StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = json!({ "error": { "code": e.code, "message": e.message } }).to_string();
+    // With its details: a killed sandbox's conflict names its status, which makes it a 404.
+    let body = json!({ "error": { "code": e.code, "message": e.message, "details": e.details } })
+        .to_string();
     let mut o = OsbError::from_v1(status, body.as_bytes(), caller);
     o.retry_after = e.retry_after.map(|s| s.to_string());
     o
@@ -202,12 +204,12 @@ pub async fn create(
 ) -> OsbResult<Response> {
     let caller = execd_caller(&f, &headers, &id)?;
     let principal = principal_of(&state, &caller, Method::POST).await?;
+    // `check_can_open` does not look at the status: a killed sandbox is 404 here as on
+    // every route, not a session whose socket can only be refused.
+    live_sandbox(&f, &caller, &id).await?;
     v1_pty::check_can_open(&state, &principal, &id)
         .await
         .map_err(|e| mapped(e, &caller))?;
-    // `check_can_open` does not look at the status: a killed sandbox is 404 here as on
-    // `/ping` and `POST /session`, not a session whose socket can only be refused.
-    live_sandbox(&f, &caller, &id).await?;
     let body: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
         CreateBody::default()
     } else {
@@ -254,6 +256,7 @@ pub async fn status(
 ) -> OsbResult<Json<Value>> {
     let caller = execd_caller(&f, &headers, &id)?;
     let principal = principal_of(&state, &caller, Method::GET).await?;
+    live_sandbox(&f, &caller, &id).await?;
     f.ptys
         .with(&sid, &id, &principal.key_id, |r| {
             Json(json!({ "session_id": sid, "running": r.running(),
@@ -272,6 +275,7 @@ pub async fn delete(
 ) -> OsbResult<StatusCode> {
     let caller = execd_caller(&f, &headers, &id)?;
     let principal = principal_of(&state, &caller, Method::DELETE).await?;
+    live_sandbox(&f, &caller, &id).await?;
     let session = f
         .ptys
         .with(&sid, &id, &principal.key_id, |r| r.session.clone())
@@ -307,6 +311,7 @@ pub async fn ws(
 ) -> OsbResult<Response> {
     let caller = execd_caller(&f, &headers, &id)?;
     let principal = principal_of(&state, &caller, Method::GET).await?;
+    live_sandbox(&f, &caller, &id).await?;
     let takeover = qr.takeover.as_deref() == Some("1");
     let (session, request, held) = f
         .ptys
