@@ -20,7 +20,7 @@ pub mod tools;
 pub mod v1;
 
 pub use resources::{CommandLogs, Subscriptions};
-pub use v1::{InProcess, V1Request, V1Response, V1};
+pub use v1::{InProcess, ReadError, V1Request, V1Response, V1};
 
 /// Protocol revisions served through the `initialize` handshake, newest first.
 pub const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];

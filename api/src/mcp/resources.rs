@@ -144,7 +144,7 @@ async fn get(v1: &dyn V1, uri: &str, path: String) -> Result<Value, RpcError> {
     let body = resp
         .bytes(8 * 1024 * 1024)
         .await
-        .map_err(|e| RpcError::new(code::INTERNAL, e))?;
+        .map_err(|e| RpcError::new(code::INTERNAL, e.to_string()))?;
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if status.is_success() {
         return Ok(v);

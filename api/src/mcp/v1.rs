@@ -61,18 +61,31 @@ pub struct V1Response {
 }
 
 impl V1Response {
-    /// The whole body, refusing more than `cap` bytes (`Err` says so).
-    pub async fn bytes(mut self, cap: usize) -> Result<Bytes, String> {
+    /// The whole body, refusing more than `cap` bytes.
+    pub async fn bytes(mut self, cap: usize) -> Result<Bytes, ReadError> {
         let mut out = Vec::new();
         while let Some(chunk) = self.body.next().await {
-            let chunk = chunk?;
+            let chunk = chunk.map_err(ReadError::Transport)?;
             if out.len() + chunk.len() > cap {
-                return Err(format!("the API's answer exceeds {cap} bytes"));
+                return Err(ReadError::TooLarge { cap });
             }
             out.extend_from_slice(&chunk);
         }
         Ok(Bytes::from(out))
     }
+}
+
+/// Why an answer's body could not be read whole. The two are told apart because they mean
+/// different things to a caller: the API went away (retry later), or the answer is larger
+/// than this server reads (nothing is down; retrying gets the same).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReadError {
+    /// The body broke off.
+    #[error("the API's answer broke off: {0}")]
+    Transport(String),
+    /// The body is longer than the reader's cap.
+    #[error("the API's answer is longer than the {cap} bytes read of it")]
+    TooLarge { cap: usize },
 }
 
 /// Sends `/v1` requests as one caller. The future is `'static` so a call can run in a task

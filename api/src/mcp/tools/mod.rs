@@ -22,7 +22,7 @@ use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::resources::{CommandLogs, LogEntry};
-use super::v1::{V1Request, V1};
+use super::v1::{ReadError, V1Request, V1};
 use super::{code, Notifier, RpcError};
 use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
 use args::{enc, opt_int, opt_string, sandbox_id, string, wait_seconds};
@@ -31,7 +31,7 @@ pub use schemas::list;
 
 /// Output kept per stream of a command, as `/v1` exec keeps it (the rest is counted, and the
 /// `…Truncated` flag set, while the command runs on).
-pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+pub const MAX_OUTPUT_BYTES: usize = differently_core::exec::OUTPUT_CAP_BYTES;
 
 /// Largest file `files_read` returns (a longer one is cut there, `truncated: true`).
 pub const MAX_READ_BYTES: usize = 1024 * 1024;
@@ -42,6 +42,19 @@ pub const MAX_WRITE_BYTES: usize = 1024 * 1024;
 
 /// Largest JSON answer read from `/v1` (a page of 1000 sandboxes fits).
 const MAX_JSON_BYTES: usize = 8 * 1024 * 1024;
+
+/// The most bytes JSON takes for one byte of output: a control character is `\u0001`.
+const MAX_JSON_BYTES_PER_BYTE: usize = 6;
+
+/// Room in `/v1` exec's answer for everything but the two streams: the field names, the exit
+/// code, the duration and the flags take about 120 bytes.
+const EXEC_ANSWER_OVERHEAD: usize = 4 * 1024;
+
+/// Largest answer of `/v1` exec (buffered) read: the worst the documented limits allow, each
+/// stream's [`MAX_OUTPUT_BYTES`] with every byte escaped, not a round number it could exceed
+/// (1 MiB of control characters on each stream is 12 MiB of JSON).
+const MAX_EXEC_ANSWER_BYTES: usize =
+    2 * MAX_OUTPUT_BYTES * MAX_JSON_BYTES_PER_BYTE + EXEC_ANSWER_OVERHEAD;
 
 /// Longest a progress notification's `message` gets (output beyond it is in the result).
 const MAX_PROGRESS_MESSAGE: usize = 16 * 1024;
@@ -129,6 +142,22 @@ impl ToolError {
             "provider_unavailable",
             format!("the API could not be reached: {e}"),
         )
+    }
+
+    /// A `/v1` answer to `req` that could not be read whole. A broken-off body is the API
+    /// going away; one over the cap is this server's own limit (`internal`: nothing was
+    /// unreachable, and the same call gets the same answer).
+    fn read(req: &str, e: ReadError) -> ToolError {
+        match e {
+            ReadError::Transport(e) => ToolError::transport(e),
+            ReadError::TooLarge { cap } => ToolError::new(
+                "internal",
+                format!(
+                    "the answer of {req} is longer than the {cap} bytes the MCP server reads \
+                     of it (an internal limit)"
+                ),
+            ),
+        }
     }
 }
 
@@ -272,12 +301,18 @@ pub async fn call(
 /// A `/v1` call answering JSON: the value on success (`null` for an empty body), the
 /// envelope's error otherwise.
 async fn get_json(v1: &dyn V1, req: V1Request) -> ToolResult {
+    get_json_capped(v1, req, MAX_JSON_BYTES).await
+}
+
+/// [`get_json`], reading at most `cap` bytes of the answer.
+async fn get_json_capped(v1: &dyn V1, req: V1Request, cap: usize) -> ToolResult {
+    let what = format!("{} {}", req.method, req.path);
     let resp = v1.call(req).await.map_err(ToolError::transport)?;
     let status = resp.status;
     let body = resp
-        .bytes(MAX_JSON_BYTES)
+        .bytes(cap)
         .await
-        .map_err(ToolError::transport)?;
+        .map_err(|e| ToolError::read(&what, e))?;
     if !status.is_success() {
         return Err(ToolError::from_v1(status, &body));
     }
@@ -452,9 +487,10 @@ async fn exec(
     let body = Value::Object(args);
     let result = match progress {
         None => {
-            get_json(
+            get_json_capped(
                 v1,
                 V1Request::json(Method::POST, format!("/v1/sandboxes/{id}/exec"), &body),
+                MAX_EXEC_ANSWER_BYTES,
             )
             .await?
         }
@@ -465,13 +501,14 @@ async fn exec(
                 &body,
             )
             .header(header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE));
+            let what = format!("{} {}", req.method, req.path);
             let resp = v1.call(req).await.map_err(ToolError::transport)?;
             if !resp.status.is_success() {
                 let status = resp.status;
                 let b = resp
                     .bytes(MAX_JSON_BYTES)
                     .await
-                    .map_err(ToolError::transport)?;
+                    .map_err(|e| ToolError::read(&what, e))?;
                 return Err(ToolError::from_v1(status, &b));
             }
             stream_exec(resp.body, &p, base64).await?
@@ -748,5 +785,61 @@ async fn snapshot(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
             V1Request::new(Method::GET, format!("/v1/snapshots/{}", enc(&snap_id))),
         )
         .await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `/v1` that answers 200 with `len` bytes.
+    struct Answers(usize);
+
+    impl V1 for Answers {
+        fn call(
+            &self,
+            _: V1Request,
+        ) -> futures::future::BoxFuture<'static, Result<super::super::V1Response, String>> {
+            let body = Bytes::from(vec![b' '; self.0]);
+            Box::pin(async move {
+                Ok(super::super::V1Response {
+                    status: StatusCode::OK,
+                    headers: Default::default(),
+                    body: futures::stream::iter([Ok(body)]).boxed(),
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_cap_is_an_internal_error_not_an_outage() {
+        let req = V1Request::new(Method::POST, "/v1/sandboxes/sbx_x/exec");
+        let e = get_json_capped(&Answers(101), req, 100)
+            .await
+            .expect_err("over the cap");
+        assert_eq!(e.code, "internal", "{e:?}");
+        assert_eq!(
+            e.message,
+            "the answer of POST /v1/sandboxes/sbx_x/exec is longer than the 100 bytes the MCP \
+             server reads of it (an internal limit)"
+        );
+    }
+
+    #[test]
+    fn the_exec_answer_cap_holds_the_worst_answer_the_limits_allow() {
+        let worst = differently_core::exec::ExecResult {
+            exit_code: i32::MIN,
+            stdout: "\u{1}".repeat(MAX_OUTPUT_BYTES),
+            stderr: "\u{1f}".repeat(MAX_OUTPUT_BYTES),
+            stdout_truncated: true,
+            stderr_truncated: true,
+            duration_ms: u64::MAX,
+        };
+        let len = serde_json::to_vec(&worst).expect("JSON").len();
+        assert!(len <= MAX_EXEC_ANSWER_BYTES, "{len}");
+        assert!(
+            MAX_EXEC_ANSWER_BYTES - len <= EXEC_ANSWER_OVERHEAD,
+            "sized from the worst case, not far above it"
+        );
     }
 }

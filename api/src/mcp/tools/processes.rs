@@ -65,6 +65,7 @@ async fn output(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
     let pid = pid(args)?;
     let from = opt_int(args, "from")?.unwrap_or(0);
     let path = format!("/v1/sandboxes/{id}/processes/{pid}/output?from={from}&follow=false");
+    let what = format!("GET {path}");
     let req = V1Request::new(Method::GET, path)
         .header(header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE));
     let resp = v1.call(req).await.map_err(ToolError::transport)?;
@@ -73,7 +74,7 @@ async fn output(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
         let b = resp
             .bytes(MAX_JSON_BYTES)
             .await
-            .map_err(ToolError::transport)?;
+            .map_err(|e| ToolError::read(&what, e))?;
         return Err(ToolError::from_v1(status, &b));
     }
     let mut body = resp.body;
