@@ -131,12 +131,33 @@ impl Lines {
     }
 }
 
+/// How the Python SDK's `commands.set_env` script begins (1.1.1). It appends `KEY=VALUE` to
+/// the sandbox env file `$EXECD_ENVS` names, which real execd sets and loads for every
+/// command and session. `/v1` processes take their env per call and no file is loaded, so
+/// the script would fail inside the sandbox with the SDK's own "EXECD_ENVS is not set".
+const SET_ENV_SCRIPT: &str = r#"if [ -z "${EXECD_ENVS:-}" ]; then "#;
+/// What the script appends with, to tell it from a command that merely tests the variable.
+const SET_ENV_APPEND: &str = r#">> "$EXECD_ENVS""#;
+
+/// Whether `command` is the SDKs' `commands.set_env` script.
+fn is_set_env(command: &str) -> bool {
+    command.starts_with(SET_ENV_SCRIPT) && command.contains(SET_ENV_APPEND)
+}
+
 /// The `/v1` process body of an execd command, and its tag.
 fn exec_body(req: &RunCommand) -> OsbResult<(Value, &'static str)> {
     if req.uid.is_some() || req.gid.is_some() {
         return Err(OsbError::field(
             if req.uid.is_some() { "uid" } else { "gid" },
             "running as another user is not supported by the Differently facade",
+        ));
+    }
+    if req.command.as_deref().is_some_and(is_set_env) {
+        return Err(OsbError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "NOT_SUPPORTED",
+            "commands.set_env (the sandbox env file EXECD_ENVS) is not supported by the \
+             Differently facade: give env when creating the sandbox, or envs per command",
         ));
     }
     let (argv, tag) = match (&req.command, &req.argv) {
@@ -478,5 +499,25 @@ mod tests {
         assert_eq!(tag, commands::TAG_COMMAND);
         let r: RunCommand = serde_json::from_value(json!({"command":"id","uid":0})).unwrap();
         assert_eq!(exec_body(&r).unwrap_err().status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn the_sdks_set_env_script_is_refused_and_other_commands_are_not() {
+        // `opensandbox.adapters.converter.env_entry.build_set_env_command("A", "B")`, 1.1.1.
+        let script = r#"if [ -z "${EXECD_ENVS:-}" ]; then printf '%s\n' 'EXECD_ENVS is not set; cannot persist environment variable A' >&2; exit 1; fi
+mkdir -p "$(dirname "$EXECD_ENVS")"
+printf '%s\n' 'A='\''B'\''' >> "$EXECD_ENVS""#;
+        let r: RunCommand = serde_json::from_value(json!({ "command": script })).unwrap();
+        let e = exec_body(&r).unwrap_err();
+        assert_eq!(e.status, StatusCode::NOT_IMPLEMENTED);
+        assert_eq!(e.code, "NOT_SUPPORTED");
+        assert!(e.message.starts_with("commands.set_env"), "{}", e.message);
+        for fine in [
+            "echo $EXECD_ENVS",
+            r#"if [ -z "${EXECD_ENVS:-}" ]; then echo none; fi"#,
+        ] {
+            let r: RunCommand = serde_json::from_value(json!({ "command": fine })).unwrap();
+            assert!(exec_body(&r).is_ok(), "{fine}");
+        }
     }
 }
