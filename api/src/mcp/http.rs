@@ -1,6 +1,6 @@
 //! The Streamable HTTP transport at `/mcp`: a client POSTs one JSON-RPC message; a request is
-//! answered as `application/json`, or as an SSE stream when it asked for progress (its
-//! notifications come first, then the response); a notification or response gets 202. GET
+//! answered as `application/json`, or as an SSE stream when it is a `sandbox_exec` that asked
+//! for progress (its notifications come first, then the response); a notification or response gets 202. GET
 //! opens the session's server stream (resource updates); DELETE ends the session.
 //!
 //! Authentication is `Authorization: Bearer <Differently key>`, checked here (401 with
@@ -348,8 +348,12 @@ async fn handle_post(mcp: Arc<Mcp>, State(state): State<AppState>, req: Request)
         Arc::new(InProcess::new(mcp.v1.clone(), auth)),
         mcp.logs.clone(),
     );
-    let streamed =
-        method == "tools/call" && progress_token(&params).is_some() && accepts_sse(&headers);
+    // Only a streamed exec sends progress, so only it is answered as SSE: any other result
+    // (a 1 MiB file read, say) is one JSON answer, which no SSE event limit of a client cuts.
+    let streamed = method == "tools/call"
+        && params.get("name").and_then(Value::as_str) == Some("sandbox_exec")
+        && progress_token(&params).is_some()
+        && accepts_sse(&headers);
     let (tx, mut rx) = Notifier::channel();
     let key = id_key(&id);
     // The audit records of the `/v1` calls carry this request's id and trace, also when the

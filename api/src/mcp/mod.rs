@@ -49,8 +49,8 @@ pub const NOTIFY_QUEUE: usize = 256;
 /// Server → client messages: notifications sent while a request runs (progress) or at any
 /// time (resource updates), and responses. Bounded, so a client that stops reading cannot make
 /// the server hold an unbounded backlog: notifications are hints (a progress message's output
-/// is also in the result; a resource update says "read again"), so they are dropped when the
-/// queue is full, while responses wait for room.
+/// is also in the result, up to the result's bound; a resource update says "read again"), so
+/// they are dropped when the queue is full, while responses wait for room.
 #[derive(Clone, Debug)]
 pub struct Notifier {
     tx: mpsc::Sender<Value>,

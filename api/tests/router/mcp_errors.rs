@@ -1,9 +1,14 @@
 //! Tool errors the MCP layer raises itself (an argument it reads, decodes or requires) carry
 //! what `/v1`'s do (docs/mcp.md): the API's envelope with `details.field` and the request's
-//! `requestId`, the `/v1` code for the same refusal, and no library's wording.
+//! `requestId`, the `/v1` code for the same refusal, and no library's wording. And the
+//! bounds of what it answers: the largest output a command can make is a result, never an
+//! error, and fits the 1 MiB SSE event the SDKs read by default.
 
-use axum::http::{Method, StatusCode};
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use differently_api::mcp::tools::{RESULT_OUTPUT_BYTES, TEXT_OUTPUT_BYTES};
 use serde_json::{json, Value};
+use tower::ServiceExt;
 
 use crate::support::{api, Answer, Api};
 
@@ -104,4 +109,108 @@ async fn an_mcp_message_naming_a_key_twice_is_refused() {
         a.body
     );
     assert_eq!(a.body["error"]["data"]["field"], "params.arguments.command");
+}
+
+/// The SDKs' default largest SSE event (the Python SDK's `max_sse_event_size`).
+const SSE_EVENT_LIMIT: usize = 1024 * 1024;
+
+/// A command writing 1 MiB (more than `/v1` keeps) of control characters on each stream:
+/// 6 bytes of JSON each, 12 MiB of `/v1` answer.
+const LOUDEST: &str = "head -c 1300000 /dev/zero | tr '\\0' '\\1'; \
+                       head -c 1300000 /dev/zero | tr '\\0' '\\2' >&2";
+
+/// Checks the `sandbox_exec` result `r` of [`LOUDEST`]: the start of each stream, what is
+/// left out counted, within the result's bounds.
+fn check_loudest(r: &Value) {
+    assert_ne!(r["isError"], true, "{}", r["structuredContent"]);
+    let s = &r["structuredContent"];
+    for (name, byte) in [("stdout", '\u{1}'), ("stderr", '\u{2}')] {
+        let kept = s[name].as_str().expect("the stream");
+        assert!(kept.chars().all(|c| c == byte), "{name}");
+        assert!(!kept.is_empty(), "{name}");
+        assert_eq!(s[format!("{name}Truncated")], true, "{name}");
+        let omitted = s[format!("{name}OmittedBytes")].as_u64().expect("omitted");
+        assert_eq!(
+            kept.len() as u64 + omitted,
+            1024 * 1024,
+            "{name}: what /v1 kept, in the result or counted"
+        );
+    }
+    let output = serde_json::to_string(&s["stdout"]).unwrap().len()
+        + serde_json::to_string(&s["stderr"]).unwrap().len();
+    assert!(output <= RESULT_OUTPUT_BYTES + 4, "{output}");
+    let text = serde_json::to_string(&r["content"][0]["text"]).unwrap();
+    assert!(text.len() <= TEXT_OUTPUT_BYTES + 1024, "{}", text.len());
+    assert!(
+        text.contains("more bytes of stdout left out of this result"),
+        "{text:.300}"
+    );
+}
+
+/// Buffered: `/v1`'s 12 MiB answer is read whole (the cap follows from the limits, not a
+/// round 8 MiB under them), and the result is one JSON answer well under 1 MiB.
+#[tokio::test]
+async fn the_loudest_buffered_exec_is_a_result_that_fits_an_sse_event() {
+    let root = tempfile::tempdir().expect("devhost root");
+    let api = crate::support::api_with_devhost(root.path()).await;
+    let id = api.live_sandbox_on("devhost").await;
+    let a = call_tool(
+        &api,
+        "sandbox_exec",
+        json!({ "sandboxId": id, "command": ["sh", "-c", LOUDEST] }),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert!(
+        a.body.to_string().len() < SSE_EVENT_LIMIT - 64 * 1024,
+        "{}",
+        a.body.to_string().len()
+    );
+    check_loudest(&a.body["result"]);
+}
+
+/// Streamed (a progress token, answered as SSE): every event, progress and result, fits the
+/// SDKs' default event limit, and the result is the buffered one's.
+#[tokio::test]
+async fn every_event_of_the_loudest_streamed_exec_fits_the_sse_event_limit() {
+    let root = tempfile::tempdir().expect("devhost root");
+    let api = crate::support::api_with_devhost(root.path()).await;
+    let id = api.live_sandbox_on("devhost").await;
+    let message = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "sandbox_exec", "_meta": { "progressToken": "p" },
+                    "arguments": { "sandboxId": id, "command": ["sh", "-c", LOUDEST] } } });
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/mcp")
+        .header("authorization", format!("Bearer {}", api.key))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(Body::from(message.to_string()))
+        .expect("request");
+    let resp = api.router.clone().oneshot(req).await.expect("infallible");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let body = axum::body::to_bytes(resp.into_body(), 64 << 20)
+        .await
+        .expect("the stream");
+    let body = String::from_utf8(body.to_vec()).expect("UTF-8");
+    let mut result = None;
+    let mut progress = 0;
+    for event in body.split("\n\n").filter(|e| !e.is_empty()) {
+        // The event's size as the Python SDK counts it: its lines, without the newlines.
+        let size: usize = event.lines().map(str::len).sum();
+        assert!(size <= SSE_EVENT_LIMIT, "an event of {size} bytes");
+        let data = event
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .expect("data");
+        let m: Value = serde_json::from_str(data).expect("JSON");
+        if m["method"] == "notifications/progress" {
+            progress += 1;
+        } else {
+            result = Some(m["result"].clone());
+        }
+    }
+    assert!(progress > 0, "no progress");
+    check_loudest(&result.expect("the result"));
 }

@@ -2,8 +2,9 @@
 //! `DIFFERENTLY_MCP_PYTHON`; scripts/test installs it pinned) drives a real `differently dev`
 //! over both transports — Streamable HTTP at `/mcp` and `differently mcp` over stdio —
 //! through mcp_client.py, whose JSON report is asserted on here: initialize, tools, create,
-//! exec, files, a denied scope, a malformed argument, output over the cap, a streamed command's
-//! progress before its end, a cancelled command that never finishes, resources, a snapshot
+//! exec, files, a denied scope, a malformed argument, output over the cap, the loudest output
+//! (over 1 MiB of control characters per stream, buffered and streamed through the SDK's
+//! default 1 MiB SSE event), a streamed command's progress before its end, a cancelled command that never finishes, resources, a snapshot
 //! forked into a running sandbox with its files, a port URL on a pool that exposes ports, and
 //! another organization's key reaching nothing of the first's.
 
@@ -262,9 +263,49 @@ fn check(r: &Value, transport: &str) {
         "ttlSeconds"
     );
     assert_eq!(r["extend"]["isError"], false);
-    // Output over the cap: 1 MiB kept, flagged.
-    assert_eq!(r["overCap"]["stdoutLen"], 1024 * 1024, "{t}");
+    // Output over the cap: 1 MiB kept by /v1, flagged; the result carries its first 768 KiB
+    // and counts the rest.
+    assert_eq!(r["overCap"]["stdoutLen"], 768 * 1024, "{t}");
     assert_eq!(r["overCap"]["structured"]["stdoutTruncated"], true);
+    assert_eq!(
+        r["overCap"]["structured"]["stdoutOmittedBytes"],
+        256 * 1024,
+        "{t}"
+    );
+    // The loudest output /v1 keeps (1 MiB of control characters per stream, 12 MiB as /v1's
+    // JSON), buffered and streamed through the SDK's defaults (a 1 MiB SSE event over HTTP):
+    // a result, the start of each stream in it and the rest counted, never an error.
+    for (case, byte) in [("loudBuffered", "\u{1}"), ("loudStreamed", "\u{1}")] {
+        let o = &r[case];
+        assert_eq!(o["isError"], false, "{t}: {case}: {o}");
+        for (name, byte) in [("stdout", byte), ("stderr", "\u{2}")] {
+            let s = &o[name];
+            assert_eq!(s["distinct"], json!([byte]), "{t}: {case}.{name}: {o}");
+            assert_eq!(s["truncated"], true, "{t}: {case}.{name}: {o}");
+            assert_eq!(
+                s["len"].as_u64().unwrap() + s["omitted"].as_u64().unwrap(),
+                1024 * 1024,
+                "{t}: {case}.{name}: what /v1 kept is in the result or counted: {o}"
+            );
+        }
+        assert!(
+            o["textLen"].as_u64().unwrap() < 80 * 1024,
+            "{t}: {case}: the text does not repeat the output: {o}"
+        );
+    }
+    assert!(
+        r["loudStreamed"]["progressMessages"].as_u64().unwrap() > 0,
+        "{t}: {}",
+        r["loudStreamed"]
+    );
+    let big = &r["bigStreamed"];
+    assert_eq!(big["isError"], false, "{t}: {big}");
+    assert_eq!(big["stdout"]["distinct"], json!(["a"]), "{t}: {big}");
+    assert_eq!(
+        big["stdout"]["len"].as_u64().unwrap() + big["stdout"]["omitted"].as_u64().unwrap(),
+        1024 * 1024,
+        "{t}: {big}"
+    );
     // Progress before the end: "first" arrived about 2 s before the result.
     assert_eq!(r["streamed"]["structured"]["stdout"], "first\nsecond\n");
     let first = &r["progress"][0];

@@ -39,6 +39,18 @@ def outcome(r):
             "text": "".join(c.text for c in r.content if getattr(c, "type", "") == "text")}
 
 
+def output_summary(r):
+    """A sandbox_exec result without its output: what the assertions need, in a short report."""
+    sc = r.structured_content or {}
+    out = {"isError": bool(r.is_error), "error": sc.get("error")}
+    for name in ("stdout", "stderr"):
+        text = sc.get(name) or ""
+        out[name] = {"len": len(text.encode()), "distinct": sorted(set(text)),
+                     "truncated": sc.get(f"{name}Truncated"), "omitted": sc.get(f"{name}OmittedBytes")}
+    out["textLen"] = sum(len(c.text.encode()) for c in r.content if getattr(c, "type", "") == "text")
+    return out
+
+
 async def session_run(key, body):
     async with connect(key) as streams:
         read, write = streams[0], streams[1]
@@ -87,6 +99,35 @@ async def main():
         report["overCap"]["stdoutLen"] = len(report["overCap"]["structured"]["stdout"])
         report["overCap"]["structured"]["stdout"] = ""
         report["overCap"]["text"] = ""
+        # The loudest output /v1 keeps: over 1 MiB of control characters on each stream (6 bytes
+        # of JSON each), buffered and streamed. With the SDK's defaults (a 1 MiB SSE event), both
+        # are results, not errors: the result carries the start of each stream and counts the
+        # rest; a streamed call's progress carries the output as it comes.
+        loud = ("head -c 1300000 /dev/zero | tr '\\0' '\\1'; "
+                "head -c 1300000 /dev/zero | tr '\\0' '\\2' >&2")
+        report["loudBuffered"] = output_summary(await s.call_tool("sandbox_exec", {
+            "sandboxId": sid, "command": ["sh", "-c", loud]}))
+        loud_progress = []
+
+        async def on_loud_progress(progress, total, message):
+            loud_progress.append(len(message.encode()))
+
+        try:
+            r = await s.call_tool("sandbox_exec", {"sandboxId": sid, "command": ["sh", "-c", loud]},
+                                  progress_callback=on_loud_progress)
+            report["loudStreamed"] = output_summary(r)
+        except Exception as e:  # the SDK's own failure (an SSE event over its limit)
+            report["loudStreamed"] = {"exception": f"{type(e).__name__}: {e}"}
+        report["loudStreamed"]["progressMessages"] = len(loud_progress)
+        report["loudStreamed"]["progressBytes"] = sum(loud_progress)
+        # Plain text over 1 MiB, streamed: the same bound, counted in bytes of text.
+        try:
+            r = await s.call_tool("sandbox_exec", {
+                "sandboxId": sid, "command": ["sh", "-c", "head -c 1300000 /dev/zero | tr '\\0' a"]},
+                progress_callback=on_loud_progress)
+            report["bigStreamed"] = output_summary(r)
+        except Exception as e:
+            report["bigStreamed"] = {"exception": f"{type(e).__name__}: {e}"}
         # A streamed command: progress arrives while it runs, before the result.
         seen = []
 

@@ -10,6 +10,7 @@
 //! (`isError: true`) carrying the API's stable code, never a protocol error.
 
 mod args;
+mod output;
 mod processes;
 mod schemas;
 
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use base64::Engine as _;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::{json, Map, Value};
 
 use super::resources::{CommandLogs, LogEntry};
@@ -30,8 +31,11 @@ use args::{enc, opt_int, opt_string, sandbox_id, string, wait_seconds};
 pub use schemas::list;
 
 /// Output kept per stream of a command, as `/v1` exec keeps it (the rest is counted, and the
-/// `…Truncated` flag set, while the command runs on).
+/// `…Truncated` flag set, while the command runs on). A result carries less of it
+/// ([`output::RESULT_OUTPUT_BYTES`]) so that it fits one SSE event.
 pub const MAX_OUTPUT_BYTES: usize = differently_core::exec::OUTPUT_CAP_BYTES;
+
+pub use output::{RESULT_OUTPUT_BYTES, TEXT_OUTPUT_BYTES};
 
 /// Largest file `files_read` returns (a longer one is cut there, `truncated: true`).
 pub const MAX_READ_BYTES: usize = 1024 * 1024;
@@ -514,27 +518,9 @@ async fn exec(
             stream_exec(resp.body, &p, base64).await?
         }
     };
+    // The log keeps each stream's tail of what /v1 kept, before the result leaves any out.
     logs.record(&raw_id, LogEntry::new(program.unwrap_or_default(), &result));
-    let text = format!(
-        "exit code {}\n--- stdout{} ---\n{}\n--- stderr{} ---\n{}",
-        result["exitCode"],
-        if result["stdoutTruncated"] == true {
-            " (truncated)"
-        } else {
-            ""
-        },
-        result["stdout"].as_str().unwrap_or_default(),
-        if result["stderrTruncated"] == true {
-            " (truncated)"
-        } else {
-            ""
-        },
-        result["stderr"].as_str().unwrap_or_default(),
-    );
-    Ok(json!({
-        "content": [{ "type": "text", "text": text }],
-        "structuredContent": result,
-    }))
+    Ok(output::result(&result, base64))
 }
 
 async fn stream_exec(
@@ -544,41 +530,42 @@ async fn stream_exec(
 ) -> ToolResult {
     let mut dec = FrameDecoder::default();
     let (mut out, mut err) = (Kept::default(), Kept::default());
-    let mut seen: u64 = 0;
+    let mut live = ProgressText::default();
     let mut end: Option<(FrameType, Bytes)> = None;
-    while let Some(chunk) = body.next().await {
+    let mut ready = None;
+    loop {
+        let next = match ready.take() {
+            Some(next) => next,
+            None => body.next().await,
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(ToolError::transport)?;
         let frames = dec
             .push(&chunk)
             .map_err(|e| ToolError::new("internal", format!("exec stream: {e}")))?;
-        let mut message = String::new();
         for f in frames {
             match f.kind {
-                FrameType::Stdout | FrameType::Stderr => {
-                    seen += f.payload.len() as u64;
-                    if f.kind == FrameType::Stdout {
-                        out.push(&f.payload);
-                    } else {
-                        err.push(&f.payload);
-                    }
-                    if message.len() < MAX_PROGRESS_MESSAGE {
-                        let text = String::from_utf8_lossy(&f.payload);
-                        let room = MAX_PROGRESS_MESSAGE - message.len();
-                        let mut cut = text.len().min(room);
-                        while !text.is_char_boundary(cut) {
-                            cut -= 1;
-                        }
-                        message.push_str(&text[..cut]);
-                    }
+                FrameType::Stdout => {
+                    out.push(&f.payload);
+                    live.push(0, &f.payload, p);
+                }
+                FrameType::Stderr => {
+                    err.push(&f.payload);
+                    live.push(1, &f.payload, p);
                 }
                 FrameType::Exit | FrameType::Error => end = Some((f.kind, f.payload)),
                 FrameType::Heartbeat => {}
             }
         }
-        if !message.is_empty() {
-            p.send(seen, message);
+        // Output already waiting joins this notification (up to its 16 KiB), so a fast
+        // command makes few full notifications rather than one per chunk; a slow one's
+        // output is sent as soon as it arrives.
+        match body.next().now_or_never() {
+            Some(next) => ready = Some(next),
+            None => live.flush(p),
         }
     }
+    live.finish(p);
     let parse = |b: &Bytes| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
     match end {
         Some((FrameType::Exit, payload)) => {
@@ -604,6 +591,99 @@ async fn stream_exec(
             "the command's output stream ended without an exit code",
         )),
     }
+}
+
+/// Output on its way to progress notifications: every byte, in order, as text, at most
+/// [`MAX_PROGRESS_MESSAGE`] bytes of output per notification (a larger piece is split, not
+/// cut), a character split between two frames of a stream kept whole.
+#[derive(Default)]
+struct ProgressText {
+    /// Per stream (stdout, stderr): the start of a character the next frame completes.
+    held: [Vec<u8>; 2],
+    message: String,
+    /// Output bytes in `message`.
+    in_message: usize,
+    /// Output bytes sent or in `message`: the notification's `progress`.
+    bytes: u64,
+}
+
+impl ProgressText {
+    fn push(&mut self, stream: usize, payload: &[u8], p: &Progress) {
+        let mut data = std::mem::take(&mut self.held[stream]);
+        data.extend_from_slice(payload);
+        let ready = data.len() - incomplete_tail(&data);
+        let mut rest = &data[..ready];
+        while !rest.is_empty() {
+            let room = MAX_PROGRESS_MESSAGE - self.in_message;
+            let mut cut = rest.len().min(room);
+            if cut < rest.len() {
+                // Back to the start of the character the cut falls in.
+                let start = (cut.saturating_sub(3)..=cut)
+                    .rev()
+                    .find(|i| rest[*i] & 0xc0 != 0x80)
+                    .unwrap_or(cut);
+                if start == 0 && self.in_message > 0 {
+                    self.flush(p);
+                    continue;
+                }
+                if start > 0 {
+                    cut = start;
+                }
+            }
+            self.add(&rest[..cut]);
+            rest = &rest[cut..];
+            if self.in_message >= MAX_PROGRESS_MESSAGE {
+                self.flush(p);
+            }
+        }
+        self.held[stream] = data[ready..].to_vec();
+    }
+
+    fn add(&mut self, bytes: &[u8]) {
+        self.message.push_str(&String::from_utf8_lossy(bytes));
+        self.in_message += bytes.len();
+        self.bytes += bytes.len() as u64;
+    }
+
+    /// Sends what is waiting, if anything.
+    fn flush(&mut self, p: &Progress) {
+        if !self.message.is_empty() {
+            p.send(self.bytes, std::mem::take(&mut self.message));
+        }
+        self.in_message = 0;
+    }
+
+    /// Sends the rest, an unfinished character included (as U+FFFD), at the end.
+    fn finish(&mut self, p: &Progress) {
+        for stream in 0..2 {
+            let held = std::mem::take(&mut self.held[stream]);
+            if !held.is_empty() {
+                if self.in_message + held.len() > MAX_PROGRESS_MESSAGE {
+                    self.flush(p);
+                }
+                self.add(&held);
+            }
+        }
+        self.flush(p);
+    }
+}
+
+/// How many bytes at the end of `b` start a UTF-8 character that is not complete there.
+fn incomplete_tail(b: &[u8]) -> usize {
+    for back in 1..=b.len().min(3) {
+        let byte = b[b.len() - back];
+        if byte & 0xc0 == 0x80 {
+            continue;
+        }
+        let need = match byte {
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => 1,
+        };
+        return if back < need { back } else { 0 };
+    }
+    0
 }
 
 async fn read_file(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
@@ -792,6 +872,46 @@ async fn snapshot(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
 mod tests {
     use super::*;
 
+    fn messages(rx: &mut tokio::sync::mpsc::Receiver<Value>) -> Vec<(u64, String)> {
+        let mut got = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            let params = &m["params"];
+            got.push((
+                params["progress"].as_u64().expect("progress"),
+                params["message"].as_str().expect("message").to_owned(),
+            ));
+        }
+        got
+    }
+
+    #[test]
+    fn progress_carries_every_byte_in_order_in_pieces_of_at_most_16_kib() {
+        let (out, mut rx) = Notifier::channel();
+        let p = Progress {
+            token: json!("t"),
+            out,
+        };
+        let mut live = ProgressText::default();
+        let text = "☃".repeat(10_000) + &"a".repeat(40_000);
+        let b = text.as_bytes();
+        // A character split between frames, a frame far over 16 KiB, stderr in between.
+        live.push(0, &b[..1], &p);
+        live.push(0, &b[1..50_001], &p);
+        live.flush(&p);
+        live.push(1, b"err", &p);
+        live.push(0, &b[50_001..], &p);
+        live.finish(&p);
+        let got = messages(&mut rx);
+        let all: String = got.iter().map(|(_, m)| m.as_str()).collect();
+        assert_eq!(all.replacen("err", "", 1), text, "every byte, none mangled");
+        assert!(got.iter().all(|(_, m)| m.len() <= MAX_PROGRESS_MESSAGE));
+        assert!(
+            got.windows(2).all(|w| w[0].0 < w[1].0),
+            "progress increases"
+        );
+        assert_eq!(got.last().map(|g| g.0), Some(b.len() as u64 + 3));
+    }
+
     /// A `/v1` that answers 200 with `len` bytes.
     struct Answers(usize);
 
@@ -841,5 +961,23 @@ mod tests {
             MAX_EXEC_ANSWER_BYTES - len <= EXEC_ANSWER_OVERHEAD,
             "sized from the worst case, not far above it"
         );
+    }
+
+    #[test]
+    fn a_progress_notification_of_the_worst_output_fits_an_sse_event_with_room() {
+        for byte in [0x01u8, 0xff, b'"'] {
+            let (out, mut rx) = Notifier::channel();
+            let p = Progress {
+                token: json!("a-progress-token"),
+                out,
+            };
+            let mut live = ProgressText::default();
+            live.push(0, &vec![byte; 3 * MAX_PROGRESS_MESSAGE], &p);
+            live.finish(&p);
+            while let Ok(m) = rx.try_recv() {
+                let event = format!("event: message\ndata: {m}\n\n");
+                assert!(event.len() < 128 * 1024, "{byte:#x}: {}", event.len());
+            }
+        }
     }
 }

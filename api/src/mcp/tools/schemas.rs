@@ -67,7 +67,7 @@ pub fn list() -> Value {
         {
             "name": "sandbox_exec",
             "title": "Run a command",
-            "description": "Runs a command (an argv array, no shell unless you run one) in a running sandbox and returns stdout, stderr and exitCode. Each stream keeps 1 MiB (…Truncated beyond). With a progress token, output is streamed as progress notifications while it runs. A timeout gives exit code 124. Needs sandboxes:exec.",
+            "description": "Runs a command (an argv array, no shell unless you run one) in a running sandbox and returns stdout, stderr and exitCode. Each stream keeps 1 MiB (…Truncated beyond); the result carries the first 768 KiB of both as JSON text, …OmittedBytes counting the rest. With a progress token, all output is streamed as progress notifications while it runs. A timeout gives exit code 124. Needs sandboxes:exec.",
             "inputSchema": obj(json!({
                 "sandboxId": sandbox_id,
                 "command": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "The program and its arguments, e.g. [\"sh\", \"-c\", \"ls -l\"]." },
