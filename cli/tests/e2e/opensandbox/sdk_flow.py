@@ -86,9 +86,15 @@ async def async_flow(proxy: bool):
             back = await sb2.files.read_file("/tmp/osb-flow/hello.txt")
             check(label, back == payload, "resume: the file survived")
             await sb2.close()
+        if not proxy:
+            await refusals_flow(label, sb, cfg)
     finally:
         await sb.kill()
-        await sb.close()
+        try:
+            if not proxy:
+                await killed_flow(label, sb)
+        finally:
+            await sb.close()
     mgr = await SandboxManager.create(connection_config=cfg)
     try:
         try:
@@ -98,6 +104,42 @@ async def async_flow(proxy: bool):
             check(label, "SANDBOX_NOT_FOUND" in str(e), f"kill: gone ({type(e).__name__})")
     finally:
         await mgr.close()
+
+
+async def raised(call):
+    """The text of what `call` raised (the SDK's exception, whose message carries the code)."""
+    try:
+        await call
+    except Exception as e:  # any SDK exception
+        return f"{type(e).__name__}: {e}"
+    return "nothing raised"
+
+
+async def refusals_flow(label, sb, cfg):
+    """What the facade does not serve is refused in a shape the SDK reads, naming what."""
+    got = await raised(sb.commands.set_env("A", "B"))
+    check(label, "NOT_SUPPORTED" in got and "set_env" in got, f"set_env: refused ({got})")
+    got = await raised(sb.patch_metadata({"x": "y"}))
+    check(label, "ROUTE_NOT_FOUND" in got, f"patch_metadata: unknown route ({got})")
+    got = await raised(Sandbox.create(IMAGE, connection_config=cfg, timeout=timedelta(days=365)))
+    check(label, "timeout: " in got and "ttlSeconds" not in got, f"create: the field sent ({got})")
+    got = await raised(Sandbox.create(IMAGE, connection_config=cfg, resource={"cpu": "300"}))
+    check(label, "resourceLimits.cpu: " in got and "resources" not in got,
+          f"create: the field sent ({got})")
+    mgr = await SandboxManager.create(connection_config=cfg)
+    try:
+        got = await raised(mgr.get_template("tpl_x"))
+        check(label, "ROUTE_NOT_FOUND" in got, f"get_template: unknown route ({got})")
+    finally:
+        await mgr.close()
+
+
+async def killed_flow(label, sb):
+    """A killed sandbox is SANDBOX_NOT_FOUND on execd calls too, as on get_info."""
+    got = await raised(sb.commands.run("true"))
+    check(label, "SANDBOX_NOT_FOUND" in got, f"kill: a command is not found ({got})")
+    got = await raised(sb.files.read_file("/tmp/osb-flow/hello.txt"))
+    check(label, "SANDBOX_NOT_FOUND" in got, f"kill: a file read is not found ({got})")
 
 
 async def session_flow(label, commands):
