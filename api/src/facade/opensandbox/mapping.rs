@@ -386,7 +386,9 @@ pub fn create_body(req: &Value) -> Result<Value, OsbError> {
     Ok(Value::Object(out))
 }
 
-/// The `status` object of a `/v1` sandbox.
+/// The `status` object of a `/v1` sandbox. `lastTransitionAt` is the latest time `/v1`
+/// keeps (ended, first started, created): it records none for a pause or a resume, so the
+/// value stays put across them, as OpenSandbox 1.1.1's on Docker does (recorded).
 fn status_of(sbx: &Value) -> Value {
     let status = sbx["status"].as_str().unwrap_or("");
     let mut st = json!({ "state": state_of(status), "reason": status.to_ascii_uppercase() });
@@ -546,6 +548,21 @@ mod tests {
         assert_eq!(f(Asked::Create, "labelsX"), None);
         assert_eq!(f(Asked::Command, "ttlSeconds"), None);
         assert_eq!(f(Asked::Create, "env.K"), None);
+    }
+
+    #[test]
+    fn last_transition_is_the_latest_time_v1_keeps() {
+        let at = |v: Value| sandbox_of(&v)["status"]["lastTransitionAt"].clone();
+        let base = json!({"id": "sbx_1", "createdAt": "t0"});
+        let mut s = base.clone();
+        s["status"] = json!("queued");
+        assert_eq!(at(s.clone()), "t0");
+        s["status"] = json!("paused");
+        s["startedAt"] = json!("t1");
+        assert_eq!(at(s.clone()), "t1", "no time of the pause is kept");
+        s["status"] = json!("terminated");
+        s["endedAt"] = json!("t2");
+        assert_eq!(at(s), "t2");
     }
 
     #[test]
