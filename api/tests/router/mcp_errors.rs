@@ -1,8 +1,9 @@
 //! Tool errors the MCP layer raises itself (an argument it reads, decodes or requires) carry
 //! what `/v1`'s do (docs/mcp.md): the API's envelope with `details.field` and the request's
-//! `requestId`, the `/v1` code for the same refusal, and no library's wording. And the
-//! bounds of what it answers: the largest output a command can make is a result, never an
-//! error, and fits the 1 MiB SSE event the SDKs read by default.
+//! `requestId`, the `/v1` code for the same refusal, and no library's wording. What it
+//! refuses is what its schemas say (`tools/list`). And the bounds of what it answers: the
+//! largest output a command can make is a result, never an error, and fits the 1 MiB SSE
+//! event the SDKs read by default.
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
@@ -213,4 +214,152 @@ async fn every_event_of_the_loudest_streamed_exec_fits_the_sse_event_limit() {
     }
     assert!(progress > 0, "no progress");
     check_loudest(&result.expect("the result"));
+}
+
+/// The arguments a tool's required fields get in [`every_tool_schema_agrees_with_the_tool`]
+/// (the sandbox `id` exists, the rest need not).
+fn required_args(tool: &Value, id: &str) -> serde_json::Map<String, Value> {
+    let mut args = serde_json::Map::new();
+    for r in tool["inputSchema"]["required"]
+        .as_array()
+        .expect("required")
+    {
+        let name = r.as_str().expect("a name");
+        let v = match name {
+            "sandboxId" => json!(id),
+            "command" => json!(["true"]),
+            "path" => json!("/tmp"),
+            "content" => json!("x"),
+            "pid" => json!(1),
+            "signal" => json!("TERM"),
+            "port" => json!(8080),
+            "ttlSeconds" => json!(60),
+            "snapshotId" => json!("snp_01m99aaaaaaaaaaaaaaaaaaaaa"),
+            other => panic!("no value for required {other}"),
+        };
+        args.insert(name.to_owned(), v);
+    }
+    if tool["inputSchema"]["properties"]
+        .get("waitSeconds")
+        .is_some()
+    {
+        args.insert("waitSeconds".to_owned(), json!(1));
+    }
+    args
+}
+
+/// The field a tool error names, if the answer is one.
+fn refused_field(a: &Answer) -> Option<String> {
+    let r = &a.body["result"];
+    if r["isError"] != true {
+        return None;
+    }
+    let e = &r["structuredContent"]["error"];
+    Some(
+        e["details"]["field"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+/// What `tools/list` says each tool takes is what it takes (an exploratory test validated
+/// arguments against the schemas with `jsonschema`, and the server disagreed): an argument
+/// outside the schema is refused, and for each argument's bounds (integer range, string
+/// length, enum) the value just beyond is refused naming it, and the value at the bound is
+/// not, nor a large number where no maximum is stated (the tools that create and wait are
+/// checked beyond the bound only). That the body tools take every field of their bodies is
+/// `mcp::tools::schemas`'s unit test.
+#[tokio::test]
+async fn every_tool_schema_agrees_with_the_tool() {
+    let api = api().await;
+    let id = api.live_sandbox().await;
+    let key = api.key.clone();
+    let listed = api
+        .call(
+            Method::POST,
+            "/mcp",
+            Some(&key),
+            json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }),
+            &[("accept", "application/json, text/event-stream")],
+        )
+        .await;
+    let tools = listed.body["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .clone();
+    assert_eq!(tools.len(), 18);
+    let mut checked = 0;
+    for tool in &tools {
+        let name = tool["name"].as_str().expect("name");
+        let base = required_args(tool, &id);
+        let with = |arg: &str, v: Value| {
+            let mut a = base.clone();
+            a.insert(arg.to_owned(), v);
+            Value::Object(a)
+        };
+        let a = call_tool(&api, name, with("bogus", json!(1))).await;
+        assert_eq!(
+            refused_field(&a).as_deref(),
+            Some("bogus"),
+            "{name}: {}",
+            a.body
+        );
+        let waits = matches!(name, "sandbox_create" | "sandbox_fork" | "snapshot_create");
+        for (arg, s) in tool["inputSchema"]["properties"]
+            .as_object()
+            .expect("props")
+        {
+            let mut beyond = Vec::new();
+            let mut at = Vec::new();
+            if let Some(max) = s["maximum"].as_i64() {
+                beyond.push(json!(max + 1));
+                at.push(json!(max));
+            }
+            if let Some(min) = s["minimum"].as_i64() {
+                beyond.push(json!(min - 1));
+                at.push(json!(min));
+            }
+            if s["type"] == "integer" && s.get("maximum").is_none() {
+                // No bound stated: the server states none either.
+                at.push(json!(1u64 << 53));
+            }
+            if let Some(max) = s["maxLength"].as_u64() {
+                beyond.push(json!("x".repeat(max as usize + 1)));
+                at.push(json!("x".repeat(max as usize)));
+            }
+            if let Some(min) = s["minLength"].as_u64().filter(|m| *m > 0) {
+                beyond.push(json!("x".repeat(min as usize - 1)));
+            }
+            if let Some(values) = s["enum"].as_array() {
+                beyond.push(json!("not-one-of-them"));
+                at.push(values[0].clone());
+            }
+            for v in beyond {
+                let a = call_tool(&api, name, with(arg, v.clone())).await;
+                assert_eq!(
+                    refused_field(&a).as_deref(),
+                    Some(arg.as_str()),
+                    "{name}: {arg} = {v:.40} is beyond the schema's bound: {}",
+                    a.body
+                );
+                checked += 1;
+            }
+            // At the bound: accepted (an error, if any, is about something else).
+            if waits || arg == "waitSeconds" {
+                continue;
+            }
+            for v in at {
+                let a = call_tool(&api, name, with(arg, v.clone())).await;
+                assert_ne!(
+                    refused_field(&a).as_deref(),
+                    Some(arg.as_str()),
+                    "{name}: {arg} = {v:.40} is within the schema: {}",
+                    a.body
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 60, "{checked}");
 }

@@ -185,8 +185,7 @@ pub async fn call(
     args: Value,
     progress: Option<Progress>,
 ) -> Result<Value, RpcError> {
-    let known = list();
-    let Some(tool) = known
+    let Some(tool) = schemas::tools()
         .as_array()
         .and_then(|a| a.iter().find(|t| t["name"] == name))
     else {
@@ -202,21 +201,17 @@ pub async fn call(
                 "arguments must be an object",
             ));
         };
-        if !matches!(
-            name,
-            "sandbox_create" | "sandbox_fork" | "sandbox_exec" | "process_start"
-        ) {
-            // The body tools send their arguments to /v1, which refuses unknown fields itself.
-            if let Some(unknown) = args
-                .keys()
-                .find(|k| tool["inputSchema"]["properties"].get(k.as_str()).is_none())
-            {
-                return Err(ToolError::field(
-                    "invalid_argument",
-                    unknown,
-                    format!("unknown field {unknown:?}"),
-                ));
-            }
+        // The schema is the contract: an argument it does not name is refused, by every
+        // tool (the body tools' /v1 bodies would take fields their schemas leave out).
+        if let Some(unknown) = args
+            .keys()
+            .find(|k| tool["inputSchema"]["properties"].get(k.as_str()).is_none())
+        {
+            return Err(ToolError::field(
+                "invalid_argument",
+                unknown,
+                format!("unknown field {unknown:?}"),
+            ));
         }
         match name {
             "sandbox_create" => create(v1, args, None).await,

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::args::{enc, opt_int, opt_string, sandbox_id, string};
+use super::schemas::{body_fields, v1, Source};
 use super::{get_json, ok, Kept, ToolError, ToolResult, MAX_JSON_BYTES, MAX_OUTPUT_BYTES};
 use crate::mcp::v1::{V1Request, V1};
 use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
@@ -185,24 +186,41 @@ async fn signal(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
     ok(json!({ "pid": pid, "signal": signal }))
 }
 
-/// The process tools' entries of the tool list.
+/// The process tools' entries of the tool list (arguments passed to `/v1` take their schema
+/// from its document, as in `schemas`).
 pub(super) fn schemas(sandbox_id: &Value) -> Vec<Value> {
     let obj = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required, "additionalProperties": false });
+    let mut start_props = body_fields(
+        "StartProcess",
+        &[],
+        &json!({
+            "command": "Program and arguments (argv).",
+            "env": "Variables over the sandbox's own.",
+            "cwd": "Absolute working directory.",
+            "timeoutSeconds": "Killed (exit 124) after this long; default: runs until it exits or is stopped.",
+            "stdin": "Keep stdin open for process_stdin (the pool must offer exec.stdin).",
+            "tag": "A label to find it by in process_list.",
+            "pty": "Run it on a terminal of this size (the pool must offer exec.pty).",
+        }),
+    );
+    start_props["sandboxId"] = sandbox_id.clone();
+    let query = |path, param, description| {
+        v1(
+            Source::Query {
+                method: "get",
+                path,
+                param,
+            },
+            description,
+        )
+    };
     let pid = json!({ "type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": "The process's pid, as process_start returned it." });
     vec![
         json!({
             "name": "process_start",
             "title": "Start a background process",
             "description": "Starts a command in the background (a server, a long build) and returns at once with its pid; read its output with process_output, feed it with process_stdin, stop it with process_signal. Needs sandboxes:exec.",
-            "inputSchema": obj(json!({
-                "sandboxId": sandbox_id,
-                "command": { "type": "array", "items": { "type": "string" }, "minItems": 1, "description": "Program and arguments (argv)." },
-                "env": { "type": "object", "additionalProperties": { "type": "string" } },
-                "cwd": { "type": "string", "description": "Absolute working directory." },
-                "timeoutSeconds": { "type": "integer", "minimum": 1, "maximum": 86400, "description": "Killed (exit 124) after this long; default: runs until it exits or is stopped." },
-                "stdin": { "type": "boolean", "description": "Keep stdin open for process_stdin (the pool must offer exec.stdin)." },
-                "tag": { "type": "string", "description": "A label to find it by in process_list." },
-            }), &["sandboxId", "command"]),
+            "inputSchema": obj(start_props, &["sandboxId", "command"]),
             "annotations": { "destructiveHint": false, "openWorldHint": false },
         }),
         json!({
@@ -211,7 +229,7 @@ pub(super) fn schemas(sandbox_id: &Value) -> Vec<Value> {
             "description": "Lists the sandbox's background processes, running and recently ended. Needs sandboxes:read or sandboxes:exec.",
             "inputSchema": obj(json!({
                 "sandboxId": sandbox_id,
-                "status": { "type": "string", "enum": ["running", "exited", "failed"] },
+                "status": query("/v1/sandboxes/{id}/processes", "status", None),
             }), &["sandboxId"]),
             "annotations": { "readOnlyHint": true },
         }),
@@ -222,7 +240,11 @@ pub(super) fn schemas(sandbox_id: &Value) -> Vec<Value> {
             "inputSchema": obj(json!({
                 "sandboxId": sandbox_id,
                 "pid": pid,
-                "from": { "type": "integer", "minimum": 0 },
+                "from": query(
+                    "/v1/sandboxes/{id}/processes/{pid}/output",
+                    "from",
+                    Some("Byte offset to read from: `next` of the previous read (default 0)."),
+                ),
             }), &["sandboxId", "pid"]),
             "annotations": { "readOnlyHint": true },
         }),
@@ -233,8 +255,8 @@ pub(super) fn schemas(sandbox_id: &Value) -> Vec<Value> {
             "inputSchema": obj(json!({
                 "sandboxId": sandbox_id,
                 "pid": pid,
-                "data": { "type": "string" },
-                "close": { "type": "boolean" },
+                "data": { "type": "string", "description": "Text to write." },
+                "close": { "type": "boolean", "description": "Close stdin (after writing data)." },
             }), &["sandboxId", "pid"]),
             "annotations": { "destructiveHint": false, "openWorldHint": false },
         }),
@@ -245,7 +267,7 @@ pub(super) fn schemas(sandbox_id: &Value) -> Vec<Value> {
             "inputSchema": obj(json!({
                 "sandboxId": sandbox_id,
                 "pid": pid,
-                "signal": { "type": "string", "enum": ["INT", "TERM", "KILL", "HUP"] },
+                "signal": v1(Source::Body { component: "SignalProcess", field: "signal" }, Some("The signal to send.")),
             }), &["sandboxId", "pid", "signal"]),
             "annotations": { "destructiveHint": true, "openWorldHint": false },
         }),
