@@ -32,6 +32,7 @@ pub mod config;
 mod create;
 mod exec;
 mod execd;
+mod execd_errors;
 mod files;
 mod lifecycle;
 mod pty;
