@@ -8,8 +8,9 @@ use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::args::{enc, opt_int, opt_string, sandbox_id, string};
+use super::exec_tool::Kept;
 use super::schemas::{body_fields, v1, Source};
-use super::{get_json, ok, Kept, ToolError, ToolResult, MAX_JSON_BYTES, MAX_OUTPUT_BYTES};
+use super::{get_json, ok, ToolError, ToolResult, MAX_JSON_BYTES, MAX_OUTPUT_BYTES};
 use crate::mcp::v1::{V1Request, V1};
 use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
 
