@@ -34,10 +34,12 @@ async fn bad_create_requests_are_refused_and_write_nothing() {
             "invalid_argument",
             "resources.cpu",
         ),
+        // A number its field's type cannot hold is out of the field's bound (docs/api.md,
+        // Bounds), not a malformed body.
         (
             r#"{"resources": {"cpu": -1}}"#,
-            400,
-            "invalid_argument",
+            422,
+            "validation_failed",
             "resources.cpu",
         ),
         (

@@ -231,7 +231,7 @@ checks.positive_data_acceptance.expected-statuses = ["2XX", "401", "403", "404",
 # A cursor is opaque: any string is schema-valid, and one this API did not issue (not an id
 # of the listed kind) is a correct 400 naming `cursor`.
 [[operations]]
-include-operation-id = ["listSandboxes", "listSandboxSnapshots", "listSnapshots", "listOrgs", "listProjects", "listKeys", "listAudit", "listWebhooks", "listWebhookDeliveries"]
+include-operation-id = ["listSandboxes", "listSandboxSnapshots", "listSnapshots", "listOrgs", "listProjects", "listKeys", "listAudit", "listWebhooks", "listWebhookDeliveries", "listPools"]
 checks.positive_data_acceptance.expected-statuses = ["2XX", "400", "401", "403", "404", "409", "429"]
 
 # A wait is a long poll the caller bounds (up to 300 s): one second keeps each call short,

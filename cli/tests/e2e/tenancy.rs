@@ -457,8 +457,9 @@ async fn bad_tenancy_input_is_refused_and_writes_nothing() {
         (
             Method::PUT,
             quota_path.as_str(),
+            // Out of the field's bound (docs/api.md, Bounds).
             json!({"maxCpu": -1}),
-            400,
+            422,
             "maxCpu",
         ),
         (
