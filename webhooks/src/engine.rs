@@ -229,8 +229,12 @@ impl Deliverer {
                 .save_fan_out_cursor(0)
                 .await
                 .map_err(|e| e.to_string())?;
+            metrics::gauge!(FAN_OUT_LAG).set(last as f64);
             return Ok(0);
         }
+        // Served from the start of leading, not only from the first stream check a few
+        // seconds in: a scrape right after a leader took over sees the figure.
+        metrics::gauge!(FAN_OUT_LAG).set(last.saturating_sub(cursor) as f64);
         Ok(cursor)
     }
 

@@ -251,6 +251,8 @@ async fn dashboard_and_alerts_use_only_served_metrics() {
         "differently_bus_undecodable_total",
         "differently_reconcile_actions_total",
         "differently_warm_refill_seconds_bucket",
+        // Set when a worker's fan-out starts leading, which may come after the sandboxes.
+        "differently_webhook_fan_out_lag_events",
     ];
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let served = loop {
