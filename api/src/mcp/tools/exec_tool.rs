@@ -66,16 +66,7 @@ pub(super) async fn exec(
                 &body,
             )
             .header(header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE));
-            let what = format!("{} {}", req.method, req.path);
-            let resp = v1.call(req).await.map_err(ToolError::transport)?;
-            if !resp.status.is_success() {
-                let status = resp.status;
-                let b = resp
-                    .bytes(MAX_JSON_BYTES)
-                    .await
-                    .map_err(|e| ToolError::read(&what, e))?;
-                return Err(ToolError::from_v1(status, &b));
-            }
+            let resp = call_streamed(v1, req).await?;
             stream_exec(resp.body, &p, base64).await?
         }
     };

@@ -323,6 +323,22 @@ async fn get_json_capped(v1: &dyn V1, req: V1Request, cap: usize) -> ToolResult 
         .map_err(|e| ToolError::new("internal", format!("the API's answer is not JSON: {e}")))
 }
 
+/// A `/v1` call whose success is a stream the caller reads: the answer on success, the
+/// envelope's error (read up to [`MAX_JSON_BYTES`]) otherwise.
+async fn call_streamed(v1: &dyn V1, req: V1Request) -> Result<super::V1Response, ToolError> {
+    let what = format!("{} {}", req.method, req.path);
+    let resp = v1.call(req).await.map_err(ToolError::transport)?;
+    if resp.status.is_success() {
+        return Ok(resp);
+    }
+    let status = resp.status;
+    let body = resp
+        .bytes(MAX_JSON_BYTES)
+        .await
+        .map_err(|e| ToolError::read(&what, e))?;
+    Err(ToolError::from_v1(status, &body))
+}
+
 /// `POST /v1/sandboxes` with `args` as the body, then waits until the sandbox runs.
 async fn create(v1: &dyn V1, mut args: Map<String, Value>, from: Option<Value>) -> ToolResult {
     let wait = wait_seconds(&mut args)?;

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use super::args::{enc, opt_int, opt_string, sandbox_id, string};
 use super::exec_tool::Kept;
 use super::schemas::{body_fields, v1, Source};
-use super::{get_json, ok, ToolError, ToolResult, MAX_JSON_BYTES, MAX_OUTPUT_BYTES};
+use super::{call_streamed, get_json, ok, ToolError, ToolResult, MAX_OUTPUT_BYTES};
 use crate::mcp::v1::{V1Request, V1};
 use crate::routes::exec::frames::{FrameDecoder, FrameType, MEDIA_TYPE};
 
@@ -67,19 +67,9 @@ async fn output(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
     let pid = pid(args)?;
     let from = opt_int(args, "from")?.unwrap_or(0);
     let path = format!("/v1/sandboxes/{id}/processes/{pid}/output?from={from}&follow=false");
-    let what = format!("GET {path}");
     let req = V1Request::new(Method::GET, path)
         .header(header::ACCEPT, HeaderValue::from_static(MEDIA_TYPE));
-    let resp = v1.call(req).await.map_err(ToolError::transport)?;
-    if !resp.status.is_success() {
-        let status = resp.status;
-        let b = resp
-            .bytes(MAX_JSON_BYTES)
-            .await
-            .map_err(|e| ToolError::read(&what, e))?;
-        return Err(ToolError::from_v1(status, &b));
-    }
-    let mut body = resp.body;
+    let mut body = call_streamed(v1, req).await?.body;
     let mut dec = FrameDecoder::default();
     let (mut out, mut err) = (Kept::default(), Kept::default());
     let mut next = from;
