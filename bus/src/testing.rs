@@ -220,8 +220,19 @@ impl NatsServer {
         self.child = Some(child);
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let deadline = Instant::now() + START_TIMEOUT;
+        // A connection alone proves nothing: another test's server may hold the port we
+        // picked, and ours then exits on the bind after the probe has connected to theirs.
+        // Ours is ready when its own log says it listens on our port and is ready.
+        let listening = format!(
+            "Listening for client connections on 127.0.0.1:{}\n",
+            self.port
+        );
         loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            let log = self.log();
+            if log.contains(&listening)
+                && log.contains("Server is ready")
+                && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            {
                 return Ok(());
             }
             let exited = match self.child.as_mut().map(Child::try_wait) {
