@@ -45,7 +45,7 @@ pub use error::StoreError;
 pub use installation::{InstallationStore, Lead, Leadership};
 pub use sandboxes::{SandboxBrief, SandboxFilter, SandboxReadStore};
 pub use tenancy::TenancyStore;
-pub use transition::{Transition, TransitionStore};
+pub use transition::{SeenRow, Transition, TransitionStore};
 pub use usage::{QuotaScope, UsageDrift, UsageStore};
 
 use chrono::{DateTime, Utc};

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use differently_core::{Sandbox, SandboxId, SandboxStatus};
+use differently_core::{OrgId, ProjectId, Sandbox, SandboxId, SandboxStatus};
 
 use crate::{Actor, Quota, StoreError};
 
@@ -15,6 +15,15 @@ pub struct Transition {
     pub to: SandboxStatus,
     pub reason: Option<String>,
     pub actor: Actor,
+}
+
+/// A row as its caller last saw it (a running row it served a call on), at the one status of
+/// a [`Transition`]'s `from`: enough for a store to change its status without reading it first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenRow {
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
+    pub status_version: i64,
 }
 
 /// Status changes of a sandbox after activation (workers, sweeps, lifecycle operations):
@@ -41,6 +50,20 @@ pub trait TransitionStore: Send + Sync {
 
     /// Any other legal status change. Sets `endedAt` on final statuses.
     async fn transition(&self, t: Transition, now: DateTime<Utc>) -> Result<Sandbox, StoreError>;
+
+    /// `transition` of a row the caller saw at `seen` (the one status in `t.from`, at
+    /// `seen.status_version`). A store may use that to skip its read of the row; the outcome
+    /// is `transition`'s whatever the row is now: a stale `seen` costs a read, never a
+    /// different answer.
+    async fn transition_seen(
+        &self,
+        t: Transition,
+        seen: SeenRow,
+        now: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError> {
+        let _ = seen;
+        self.transition(t, now).await
+    }
 
     /// `transition`, refused with `QuotaExceeded` if what the change adds (stopped → running
     /// reserves CPU and memory again) would exceed the org's quota (its stored quota over

@@ -63,7 +63,7 @@ pub(crate) struct HeadCache {
 const CACHE_LIMIT: usize = 100_000;
 
 impl HeadCache {
-    fn get(&self, chain: &str) -> Option<(i64, String)> {
+    pub(crate) fn get(&self, chain: &str) -> Option<(i64, String)> {
         self.lock().get(chain).cloned()
     }
 

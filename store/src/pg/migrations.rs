@@ -91,6 +91,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "0021_webhook_fan_out_cursor",
         include_str!("../../../migrations/0021_webhook_fan_out_cursor.sql"),
     ),
+    (
+        "0022_status_patch_in_one_statement",
+        include_str!("../../../migrations/0022_status_patch_in_one_statement.sql"),
+    ),
 ];
 
 /// Session advisory lock serializing migrations across replicas (`dly_mig`).

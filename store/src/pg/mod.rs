@@ -32,6 +32,7 @@ mod secrets;
 mod tenancy;
 mod transition;
 pub(crate) mod transition_lane;
+pub(crate) mod transition_patch;
 pub(crate) mod transition_swap;
 mod usage;
 pub(crate) mod usage_counters;
@@ -67,6 +68,9 @@ pub struct StatusSwaps {
     pub laned: u64,
     /// Rows read for a change because none was remembered from a claim.
     pub reads: u64,
+    /// Changed from the row as the caller saw it, with no read
+    /// (`TransitionStore::transition_seen`).
+    pub patched: u64,
 }
 
 /// Counts of a process's lone admissions since start ([`PgStore::admission_swaps`]).
@@ -161,6 +165,7 @@ impl PgStore {
             misses: s.misses.load(Relaxed),
             laned: s.laned.load(Relaxed),
             reads: s.reads.load(Relaxed),
+            patched: s.patched.load(Relaxed),
         }
     }
 

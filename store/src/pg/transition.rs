@@ -13,7 +13,7 @@ use super::writes::write_sandbox;
 use super::PgStore;
 use crate::prelude::*;
 use crate::shared::rules;
-use crate::{Quota, QuotaScope, StoreError, Transition};
+use crate::{Quota, QuotaScope, SeenRow, StoreError, Transition};
 
 #[async_trait]
 impl TransitionStore for PgStore {
@@ -26,7 +26,7 @@ impl TransitionStore for PgStore {
         let change = super::transition_lane::Change::Running {
             backend_ref: backend_ref.to_owned(),
         };
-        super::transition_lane::submit(self, id, change, now).await
+        super::transition_lane::submit(self, id, change, None, now).await
     }
 
     async fn requeue(
@@ -52,7 +52,22 @@ impl TransitionStore for PgStore {
             return apply_transition(tx, s, &t, now).await;
         }
         let id = t.id.clone();
-        super::transition_lane::submit(self, &id, super::transition_lane::Change::To(t), now).await
+        super::transition_lane::submit(self, &id, super::transition_lane::Change::To(t), None, now)
+            .await
+    }
+
+    async fn transition_seen(
+        &self,
+        t: Transition,
+        seen: SeenRow,
+        now: DateTime<Utc>,
+    ) -> Result<Sandbox, StoreError> {
+        if t.to == SandboxStatus::Queued {
+            return self.transition(t, now).await;
+        }
+        let id = t.id.clone();
+        let change = super::transition_lane::Change::To(t);
+        super::transition_lane::submit(self, &id, change, Some(seen), now).await
     }
 
     async fn transition_within_quota(

@@ -29,7 +29,7 @@ use crate::pg::usage_counters;
 use crate::pg::writes::update_sandboxes;
 use crate::pg::PgStore;
 use crate::shared::rules;
-use crate::{audit, StoreError, Transition};
+use crate::{audit, SeenRow, StoreError, Transition};
 
 /// Most changes decided in one transaction.
 const MAX_GROUP: usize = 64;
@@ -63,6 +63,8 @@ pub(crate) struct Pending {
     change: Change,
     now: DateTime<Utc>,
     request_id: Option<String>,
+    /// The row as the caller saw it (`TransitionStore::transition_seen`), for a lone change.
+    seen: Option<SeenRow>,
     reply: oneshot::Sender<Result<Sandbox, StoreError>>,
 }
 
@@ -74,6 +76,7 @@ pub(crate) async fn submit(
     store: &PgStore,
     id: &SandboxId,
     change: Change,
+    seen: Option<SeenRow>,
     now: DateTime<Utc>,
 ) -> Result<Sandbox, StoreError> {
     let (reply, rx) = oneshot::channel();
@@ -82,6 +85,7 @@ pub(crate) async fn submit(
         change,
         now,
         request_id: audit::current_request_id(),
+        seen,
         reply,
     };
     let batch_store = store.clone();
@@ -98,8 +102,15 @@ pub(crate) async fn submit(
 async fn run(store: &PgStore, group: Vec<Pending>) {
     metrics::histogram!("differently_transition_group_size").record(group.len() as f64);
     if let [p] = group.as_slice() {
-        let swapped =
-            transition_swap::change(store, &p.id, &p.change, p.now, p.request_id.as_deref()).await;
+        let swapped = transition_swap::change(
+            store,
+            &p.id,
+            &p.change,
+            p.seen.as_ref(),
+            p.now,
+            p.request_id.as_deref(),
+        )
+        .await;
         if let Some(outcome) = swapped {
             if let Some(p) = group.into_iter().next() {
                 let _ = p.reply.send(outcome);

@@ -33,8 +33,9 @@ use crate::pg::audit_standalone::{bind_chained, has_fraction};
 use crate::pg::env_at_rest;
 use crate::pg::rows::{sandbox_of, to_i32, to_i64};
 use crate::pg::transition_lane::Change;
+use crate::pg::transition_patch::{self, Patched};
 use crate::pg::PgStore;
-use crate::StoreError;
+use crate::{SeenRow, StoreError};
 
 /// Calls before a change goes back to the lane: a row or head that moved twice in a row is
 /// contended, which the lane's locks settle.
@@ -51,6 +52,8 @@ pub(crate) struct SwapStats {
     pub(crate) laned: AtomicU64,
     /// Rows read because none was remembered.
     pub(crate) reads: AtomicU64,
+    /// Changed from what the caller saw, with no read (`transition_patch`).
+    pub(crate) patched: AtomicU64,
 }
 
 /// A row as read, with the chain head its next record goes onto.
@@ -135,6 +138,7 @@ pub(crate) async fn change(
     store: &PgStore,
     id: &SandboxId,
     change: &Change,
+    seen: Option<&SeenRow>,
     now: DateTime<Utc>,
     request_id: Option<&str>,
 ) -> Option<Result<Sandbox, StoreError>> {
@@ -144,7 +148,7 @@ pub(crate) async fn change(
     MISSES_SERVED.call_once(|| {
         metrics::counter!("differently_transition_swap_misses_total").increment(0);
     });
-    match attempt(store, id, change, now, request_id).await {
+    match attempt(store, id, change, seen, now, request_id).await {
         Ok(Some(done)) => {
             store.swap_stats().done.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("differently_transition_swaps_total", "outcome" => "done")
@@ -172,15 +176,36 @@ async fn attempt(
     store: &PgStore,
     id: &SandboxId,
     change: &Change,
+    seen_by_caller: Option<&SeenRow>,
     now: DateTime<Utc>,
     request_id: Option<&str>,
 ) -> Result<Option<Result<Sandbox, StoreError>>, StoreError> {
     let seen = match store.row_memo().take(id) {
         Some(seen) => seen,
-        None => match read(store, id).await? {
-            Some(seen) => seen,
-            None => return Ok(Some(Err(StoreError::NotFound))),
-        },
+        None => {
+            let patched = match (change, seen_by_caller) {
+                (Change::To(t), Some(by_caller)) => {
+                    transition_patch::patch(store, t, by_caller, now, request_id).await?
+                }
+                _ => None,
+            };
+            match patched {
+                Some(Patched::Done(next)) => {
+                    store.swap_stats().patched.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Some(Ok(*next)));
+                }
+                Some(Patched::Gone) => return Ok(Some(Err(StoreError::NotFound))),
+                Some(Patched::Moved(found)) => {
+                    store.swap_stats().misses.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("differently_transition_swap_misses_total").increment(1);
+                    *found
+                }
+                None => match read(store, id).await? {
+                    Some(seen) => seen,
+                    None => return Ok(Some(Err(StoreError::NotFound))),
+                },
+            }
+        }
     };
     settle(store, seen, change, now, request_id).await
 }

@@ -102,11 +102,20 @@ pub(crate) fn transition(
     if t.to.is_final() {
         clear_env_values(sbx);
     }
-    Ok(AuditEntry {
+    Ok(transition_entry(t, current))
+}
+
+/// The audit entry of `t` applied to a row that was at `from`: what [`transition`] records,
+/// for a store that applies it without the row in hand (`pg::transition_patch`).
+pub(crate) fn transition_entry(
+    t: &Transition,
+    from: differently_core::SandboxStatus,
+) -> AuditEntry {
+    AuditEntry {
         actor: t.actor.as_audit(),
         action: format!("sandbox.{}", t.to),
-        detail: json!({ "from": current, "to": t.to, "reason": t.reason }),
-    })
+        detail: json!({ "from": from, "to": t.to, "reason": t.reason }),
+    }
 }
 
 /// Forgets the env values of a sandbox that ended: nothing reads them after (deleting the

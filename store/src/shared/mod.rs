@@ -14,6 +14,7 @@ pub(crate) mod rules {
     pub(crate) use super::audit_entry::AuditEntry;
     pub(crate) use super::changes::{
         activate, activate_direct, admit_entry, claim_warm, mark_running, requeue, transition,
+        transition_entry,
     };
     pub(crate) use super::refusals::{
         name_taken, org_has_projects, project_has_live_sandboxes, project_has_snapshots,

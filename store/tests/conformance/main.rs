@@ -103,6 +103,7 @@ conformance!(
     rows_that_drifted_from_their_listed_instance,
     idempotency_keys_replay_refuse_and_expire,
     cas_conflict_when_status_moved,
+    a_change_from_a_seen_row_is_the_plain_change,
     concurrent_status_changes_each_apply_once,
     illegal_transition_writes_nothing,
     final_transition_sets_ended_at,

@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use differently_core::SandboxStatus::{Provisioning, Running, Terminated, Terminating};
+use differently_core::SandboxStatus::{Provisioning, Running, Stopped, Terminated, Terminating};
 use differently_store::audit::AuditStore;
 use differently_store::postgres::PgStore;
 use differently_store::testing::TestDb;
-use differently_store::{Quota, SandboxReadStore, StoreError, TransitionStore, UsageStore};
+use differently_store::{
+    Quota, SandboxReadStore, SeenRow, StoreError, TransitionStore, UsageStore,
+};
 
 use crate::cases::{activated, admit, pool, tenant, tr};
 
@@ -156,5 +158,140 @@ async fn changes_racing_across_processes_apply_once_and_the_chains_verify() {
         "swaps (done, misses, laned): api {:?}, worker {:?}",
         api.status_swaps(),
         worker.status_swaps()
+    );
+}
+
+fn seen(s: &differently_core::Sandbox) -> SeenRow {
+    SeenRow {
+        org_id: s.org_id.clone(),
+        project_id: s.project_id.clone(),
+        status_version: s.status_version,
+    }
+}
+
+/// A change of a row the caller saw running, by a process that knows the chain's head (its
+/// own last change there), is one statement with no read (`transition_patch`); a process
+/// that knows no head reads first, as a plain change does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_from_a_seen_row_reads_nothing_when_the_head_is_known() {
+    let db = TestDb::new().await;
+    let api = db.store();
+    let fresh = PgStore::connect(db.url(), 2).await.unwrap();
+    let (org, prj) = tenant(&api).await;
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        let a = admit(&api, &org, &prj).await;
+        activated(&api, &a.id, &pool("p", None), &Quota::default()).await;
+        running.push(api.mark_running(&a.id, "ref", Utc::now()).await.unwrap());
+    }
+    let delete = |s: &differently_core::Sandbox| tr(&s.id, &[Running], Terminating);
+
+    let before = api.status_swaps();
+    let (a, b) = (&running[0], &running[1]);
+    // `a`'s chain head is the one `b`'s change left only if they share a shard; the last
+    // change of `b` is this process's, so `b`'s head is known either way.
+    let changed = api
+        .transition_seen(delete(b), seen(b), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(changed.status, Terminating);
+    let after = api.status_swaps();
+    assert_eq!(
+        (
+            after.patched - before.patched,
+            after.reads - before.reads,
+            after.misses - before.misses,
+            after.done - before.done,
+        ),
+        (1, 0, 0, 1),
+        "one statement, no read"
+    );
+
+    let before = fresh.status_swaps();
+    let changed = fresh
+        .transition_seen(delete(a), seen(a), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(changed.status, Terminating);
+    let after = fresh.status_swaps();
+    assert_eq!(
+        (after.patched - before.patched, after.reads - before.reads),
+        (0, 1),
+        "no head known: read first"
+    );
+    let report = api.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+}
+
+/// An API process deletes rows it saw running while a worker stops them: whichever lands
+/// first, the other is refused on the row as it is, every record is chained once, and the
+/// counters match the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_from_seen_rows_racing_another_process_apply_once() {
+    let db = TestDb::new().await;
+    let api = Arc::new(db.store());
+    let worker = Arc::new(PgStore::connect(db.url(), 4).await.unwrap());
+    let (org, prj) = tenant(api.as_ref()).await;
+    let mut rows = Vec::new();
+    for i in 0..24 {
+        let a = admit(api.as_ref(), &org, &prj).await;
+        activated(api.as_ref(), &a.id, &pool("p", None), &Quota::default()).await;
+        rows.push(
+            api.mark_running(&a.id, &format!("ref-{i}"), Utc::now())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut tasks = Vec::new();
+    for row in &rows {
+        let (api, worker, row) = (api.clone(), worker.clone(), row.clone());
+        tasks.push(tokio::spawn(async move {
+            let stop = {
+                let (worker, id) = (worker.clone(), row.id.clone());
+                tokio::spawn(async move {
+                    worker
+                        .transition(tr(&id, &[Running], Stopped), Utc::now())
+                        .await
+                })
+            };
+            let delete = api
+                .transition_seen(tr(&row.id, &[Running], Terminating), seen(&row), Utc::now())
+                .await;
+            (stop.await.unwrap(), delete)
+        }));
+    }
+    let (mut stopped, mut deleted) = (0, 0);
+    for (t, row) in tasks.into_iter().zip(&rows) {
+        let (stop, delete) = t.await.unwrap();
+        let now = api.get_sandbox(&row.id).await.unwrap().unwrap();
+        match (stop, delete) {
+            (Ok(s), Err(StoreError::StatusConflict { current: Stopped })) => {
+                stopped += 1;
+                assert_eq!(now, s);
+            }
+            (
+                Err(StoreError::StatusConflict {
+                    current: Terminating,
+                }),
+                Ok(d),
+            ) => {
+                deleted += 1;
+                assert_eq!(now, d);
+                assert_eq!(d.status_version, row.status_version + 1);
+            }
+            other => panic!("both or neither applied: {other:?}"),
+        }
+    }
+    assert_eq!(stopped + deleted, rows.len());
+    let report = api.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(
+        api.reconcile_usage().await.unwrap(),
+        vec![],
+        "counters drifted"
+    );
+    eprintln!(
+        "stopped {stopped}, deleted {deleted}; api {:?}",
+        api.status_swaps()
     );
 }

@@ -271,3 +271,88 @@ pub async fn concurrent_status_changes_each_apply_once(env: &Env) {
     let report = s.verify_audit().await.unwrap();
     assert!(report.ok, "{report:?}");
 }
+
+/// A change of a row the caller saw (`transition_seen`) answers and writes exactly what the
+/// plain change would, whether what it saw is current, a version behind (a TTL renewal in
+/// between is kept, as it moved no status), or of another status (refused, nothing written).
+pub async fn a_change_from_a_seen_row_is_the_plain_change(env: &Env) {
+    let s = store(env);
+    let (org, prj) = tenant(s).await;
+    let seen_at = |sbx: &Sandbox, version: i64| differently_store::SeenRow {
+        org_id: sbx.org_id.clone(),
+        project_id: sbx.project_id.clone(),
+        status_version: version,
+    };
+    let t = |id: &SandboxId| Transition {
+        reason: Some("deleted".into()),
+        ..tr(id, &[Running], Terminating)
+    };
+    // Seen as it is, after a TTL renewal that kept its status version.
+    let a = admit(s, &org, &prj).await;
+    activated(s, &a.id, &pool("p", None), &Quota::default()).await;
+    s.mark_running(&a.id, "ref-a", Utc::now()).await.unwrap();
+    let renewed = s.renew_ttl(&a.id, 7200, Utc::now()).await.unwrap();
+    let now = Utc::now();
+    let mut expected = renewed.clone();
+    differently_core::accounting::transition(
+        &mut expected,
+        &[Running],
+        Terminating,
+        Some("deleted".into()),
+        now,
+    )
+    .unwrap();
+    let changed = s
+        .transition_seen(t(&a.id), seen_at(&renewed, renewed.status_version), now)
+        .await
+        .unwrap();
+    assert_eq!(changed, expected);
+    assert_eq!(get(s, &a.id).await, expected);
+    assert_eq!(changed.spec.ttl_seconds, 7200, "the renewal is kept");
+    let record = s.audit_tail(1).await.unwrap().remove(0);
+    assert_eq!(record.action, "sandbox.terminating");
+    assert_eq!(record.resource, a.id.to_string());
+    assert_eq!(
+        record.detail,
+        serde_json::json!({"from": "running", "to": "terminating", "reason": "deleted"})
+    );
+
+    // Seen a version behind (it was provisioning then): the change still applies, once.
+    let b = admit(s, &org, &prj).await;
+    let act = activated(s, &b.id, &pool("p", None), &Quota::default()).await;
+    let running = s.mark_running(&b.id, "ref-b", Utc::now()).await.unwrap();
+    let changed = s
+        .transition_seen(t(&b.id), seen_at(&act, act.status_version), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(changed.status, Terminating);
+    assert_eq!(changed.status_version, running.status_version + 1);
+    assert_eq!(get(s, &b.id).await, changed);
+
+    // Seen running, but it is terminating now: refused as the plain change is, nothing written.
+    let before = audit_len(s).await;
+    let refused = s
+        .transition_seen(
+            t(&b.id),
+            seen_at(&running, running.status_version),
+            Utc::now(),
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::StatusConflict {
+                current: Terminating
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(get(s, &b.id).await, changed);
+    assert_eq!(audit_len(s).await, before);
+    let gone = s
+        .transition_seen(t(&SandboxId::new()), seen_at(&running, 3), Utc::now())
+        .await;
+    assert!(matches!(gone, Err(StoreError::NotFound)), "{gone:?}");
+    let report = s.verify_audit().await.unwrap();
+    assert!(report.ok, "{report:?}");
+}
