@@ -163,16 +163,17 @@ pub fn router(state: AppState) -> Router {
     let e2b_domain = facade::e2b::dns::Domain::new(state.limits.e2b_domain.as_deref());
     Router::new()
         .fallback_service(routes)
-        // Before routing: the E2B facade's host names become its paths.
-        .layer(axum::middleware::from_fn_with_state(
-            e2b_domain,
-            facade::e2b::dns::route_by_host,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             requests::middleware::guard,
         ))
         .layer(axum::middleware::from_fn(requests::nul::refuse_in_query))
+        // Before routing, and before the checks whose refusals take the error shape of the
+        // path (`requests::middleware::Dialect`): the E2B facade's host names become its paths.
+        .layer(axum::middleware::from_fn_with_state(
+            e2b_domain,
+            facade::e2b::dns::route_by_host,
+        ))
         .layer(axum::middleware::from_fn(requests::middleware::request_id))
         .with_state(state)
 }

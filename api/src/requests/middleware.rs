@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use differently_bus_schema::TraceContext;
@@ -80,40 +80,41 @@ const MAX_REWRITTEN_TEXT: usize = 1024;
 /// handler having to remember, and a response that already is JSON (every `ApiError`, a 416
 /// with its envelope) is left untouched.
 pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
     let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     if target_len > MAX_URI_BYTES {
-        return ApiError::new(
+        let error = ApiError::new(
             ErrorCode::UriTooLong,
             format!(
                 "the request target is {target_len} bytes; at most {MAX_URI_BYTES} are accepted"
             ),
         )
-        .with_details(json!({ "limitBytes": MAX_URI_BYTES }))
-        .into_response();
+        .with_details(json!({ "limitBytes": MAX_URI_BYTES }));
+        return Refusal::of(error).render(&method, &path);
     }
-    let method = req.method().clone();
     // A streamed upload may take long but must keep moving; any other body arrives whole
     // within the timeout.
-    let streamed = method == Method::PUT && req.uri().path().ends_with("/files");
+    let streamed = method == Method::PUT && path.ends_with("/files");
     let window = state.limits.body_read_timeout;
     let fired = Arc::new(AtomicBool::new(false));
     let req = req.map(|b| Body::new(TimedBody::new(b, window, streamed, fired.clone())));
     let resp = next.run(req).await;
     if fired.load(Ordering::Relaxed) && resp.status().as_u16() >= 400 {
-        let mut resp = ApiError::new(
+        let error = ApiError::new(
             ErrorCode::RequestTimeout,
             format!(
                 "the request body did not arrive within {} s",
                 window.as_secs_f64()
             ),
-        )
-        .into_response();
+        );
+        let mut resp = Refusal::of(error).render(&method, &path);
         // The rest of the body may still be on its way: this connection is not reused.
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return resp;
     }
-    as_envelope(&method, resp).await
+    as_envelope(&method, &path, resp).await
 }
 
 /// Marks a response passed on as it came (a sandbox port's answer through the E2B facade's
@@ -121,9 +122,10 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
 #[derive(Debug, Clone, Copy)]
 pub struct Verbatim;
 
-/// `resp` itself when it is a success, already JSON or [`Verbatim`]; else the envelope for
-/// its status, with its headers (`Allow`, `Retry-After`, …) kept.
-async fn as_envelope(method: &Method, resp: Response) -> Response {
+/// `resp` itself when it is a success, already JSON or [`Verbatim`]; else the refusal for
+/// its status in the error shape of `path` ([`Dialect`]), with its headers (`Allow`,
+/// `Retry-After`, …) kept.
+async fn as_envelope(method: &Method, path: &str, resp: Response) -> Response {
     let status = resp.status();
     let is_json = resp
         .headers()
@@ -138,53 +140,155 @@ async fn as_envelope(method: &Method, resp: Response) -> Response {
         .await
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
         .unwrap_or_default();
-    let error = match status {
-        StatusCode::METHOD_NOT_ALLOWED => {
-            let allow = parts
-                .headers
-                .get(header::ALLOW)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let message = if allow.trim().is_empty() {
-                format!("{method} is not allowed on this route")
-            } else {
-                format!("{method} is not allowed on this route (allowed: {allow})")
-            };
-            ApiError::new(ErrorCode::MethodNotAllowed, message)
-        }
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
-        )
-        .with_details(json!({ "limitBytes": MAX_BODY_BYTES })),
-        _ => {
-            let code = ErrorCode::ALL
-                .into_iter()
-                .find(|c| c.http_status() == status.as_u16())
-                .unwrap_or(if status.is_server_error() {
-                    ErrorCode::Internal
-                } else {
-                    ErrorCode::InvalidArgument
-                });
-            let message = if text.is_empty() || code == ErrorCode::Internal {
-                status
-                    .canonical_reason()
-                    .unwrap_or("request refused")
-                    .to_owned()
-            } else {
-                text
-            };
-            ApiError::new(code, message)
-        }
-    };
-    let mut out = error.into_response();
-    *out.status_mut() = status;
+    let refusal = Refusal::of_plain(method, status, &parts.headers, text);
+    let mut out = refusal.render(method, path);
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             out.headers_mut().insert(name.clone(), value.clone());
         }
     }
     out
+}
+
+/// Whose error body a refusal made outside the handlers (by axum, a layer, or the checks
+/// before routing) is served in, by the path it was made on: each facade's SDKs read only
+/// their own shape, and fail on `/v1`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// `/v1`'s envelope, `{"error": {code, message, details, requestId}}`: every path not
+    /// named below.
+    V1,
+    /// OpenSandbox's `{code, message}`, under `/opensandbox`.
+    OpenSandbox,
+    /// E2B's `{code: <status>, message}`, under `/e2b` (its control plane and envd's HTTP
+    /// routes) and on `/files` (signed URLs).
+    E2b,
+    /// A Connect error, `{code: "<connect code>", message}`, for envd's RPCs
+    /// (`/e2b/envd/<package.Service>/<Method>`).
+    E2bRpc,
+}
+
+impl Dialect {
+    /// The dialect of a request for `path`.
+    pub fn of(path: &str) -> Dialect {
+        use crate::facade::{e2b, opensandbox};
+        if under(path, opensandbox::PREFIX).is_some() {
+            Dialect::OpenSandbox
+        } else if let Some(rest) = under(path, e2b::ENVD_PREFIX) {
+            let service = rest.trim_start_matches('/').split('/').next();
+            if service.is_some_and(|s| s.contains('.')) {
+                Dialect::E2bRpc
+            } else {
+                Dialect::E2b
+            }
+        } else if under(path, e2b::PREFIX).is_some() || path == "/files" {
+            Dialect::E2b
+        } else {
+            Dialect::V1
+        }
+    }
+}
+
+/// What follows `prefix` in `path` when `path` is `prefix` or below it.
+fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+    path.strip_prefix(prefix)
+        .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// A refusal made outside any handler, described once as `/v1` describes it (code, message,
+/// details) and served in whichever [`Dialect`] the request's path speaks.
+#[derive(Debug)]
+pub struct Refusal {
+    /// The status served (a plain-text refusal's own, which no code of ours may change).
+    pub status: StatusCode,
+    pub error: ApiError,
+    /// The code was only inferred from the status of a plain-text answer (no check of ours
+    /// named it); the OpenSandbox facade then names the status (`DIFFERENTLY::HTTP_415`).
+    pub by_status: bool,
+}
+
+impl Refusal {
+    /// A refusal of ours, served with its code's status.
+    pub fn of(error: ApiError) -> Refusal {
+        let status =
+            StatusCode::from_u16(error.code.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+        Refusal {
+            status,
+            error,
+            by_status: false,
+        }
+    }
+
+    /// The refusal for a plain-text answer of `status` to `method` (`text` its body,
+    /// `headers` its headers) made by axum or a layer.
+    fn of_plain(method: &Method, status: StatusCode, headers: &HeaderMap, text: String) -> Refusal {
+        let (error, by_status) = match status {
+            StatusCode::METHOD_NOT_ALLOWED => {
+                let allow = headers
+                    .get(header::ALLOW)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                let message = if allow.trim().is_empty() {
+                    format!("{method} is not allowed on this route")
+                } else {
+                    format!("{method} is not allowed on this route (allowed: {allow})")
+                };
+                (ApiError::new(ErrorCode::MethodNotAllowed, message), false)
+            }
+            StatusCode::PAYLOAD_TOO_LARGE => (
+                ApiError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+                )
+                .with_details(json!({ "limitBytes": MAX_BODY_BYTES })),
+                false,
+            ),
+            _ => {
+                let code = ErrorCode::ALL
+                    .into_iter()
+                    .find(|c| c.http_status() == status.as_u16())
+                    .unwrap_or(if status.is_server_error() {
+                        ErrorCode::Internal
+                    } else {
+                        ErrorCode::InvalidArgument
+                    });
+                let message = if text.is_empty() || code == ErrorCode::Internal {
+                    status
+                        .canonical_reason()
+                        .unwrap_or("request refused")
+                        .to_owned()
+                } else {
+                    text
+                };
+                (ApiError::new(code, message), true)
+            }
+        };
+        Refusal {
+            status,
+            error,
+            by_status,
+        }
+    }
+
+    /// This refusal of `method path` in the error shape of the path's [`Dialect`].
+    pub fn render(self, method: &Method, path: &str) -> Response {
+        use crate::facade::e2b::connect::ConnectError;
+        use crate::facade::e2b::error::E2bError;
+        use crate::facade::opensandbox::error::OsbError;
+        let status = self.status;
+        let mut out = match Dialect::of(path) {
+            Dialect::V1 => self.error.into_response(),
+            Dialect::OpenSandbox => OsbError::refused(&self, method, path).into_response(),
+            Dialect::E2b => E2bError::new(status, self.error.message).into_response(),
+            Dialect::E2bRpc => ConnectError::new(
+                ConnectError::code_of_v1(self.error.code.as_str()),
+                self.error.message,
+            )
+            .into_response(),
+        };
+        *out.status_mut() = status;
+        out
+    }
 }
 
 /// A request body read against a clock: the whole body within `window` (or, `idle`, each

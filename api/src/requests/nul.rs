@@ -6,11 +6,12 @@
 
 use axum::extract::Request;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use differently_core::ErrorCode;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::requests::middleware::Refusal;
 
 /// The message every NUL refusal carries.
 pub const MESSAGE: &str = "may not contain the NUL character";
@@ -107,10 +108,12 @@ fn has_nul_escape(s: &str) -> bool {
     false
 }
 
-/// Middleware: a query parameter holding a NUL is a 400 naming it, before any route runs.
+/// Middleware: a query parameter holding a NUL is a 400 naming it, before any route runs,
+/// in the error shape of the path asked for (a facade's own under its prefix).
 pub async fn refuse_in_query(req: Request, next: Next) -> Response {
     if let Some(name) = req.uri().query().and_then(find_in_query) {
-        return refusal(ErrorCode::InvalidArgument, name, "query").into_response();
+        let error = refusal(ErrorCode::InvalidArgument, name, "query");
+        return Refusal::of(error).render(req.method(), req.uri().path());
     }
     next.run(req).await
 }

@@ -74,6 +74,26 @@ async fn a_client_stalling_in_its_body_gets_408_and_is_disconnected() {
     assert!(answer.contains(r#""requestId""#), "{answer}");
 }
 
+/// Under `/opensandbox` the 408 is the facade's `{code, message}`: its SDKs read no other.
+#[tokio::test]
+async fn a_client_stalling_in_its_body_under_the_opensandbox_facade_gets_its_408() {
+    let (addr, key) = listening().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /opensandbox/v1/sandboxes HTTP/1.1\r\nhost: test\r\nopen-sandbox-api-key: {key}\r\n\
+         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"ima"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let answer = read_to_close(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(v["code"], "DIFFERENTLY::REQUEST_TIMEOUT", "{answer}");
+    assert!(v["message"].is_string(), "{answer}");
+    assert!(v.get("error").is_none(), "the /v1 envelope: {answer}");
+}
+
 #[tokio::test]
 async fn a_prompt_client_is_served() {
     let (addr, _) = listening().await;

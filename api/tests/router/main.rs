@@ -32,6 +32,7 @@ mod processes_follow;
 mod pty;
 mod pty_browser;
 mod queue;
+mod refusal_dialects;
 mod refusals;
 mod sandboxes;
 mod schemathesis_finds;

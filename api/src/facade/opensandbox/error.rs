@@ -2,15 +2,15 @@
 //! Codes keep OpenSandbox's names where one exists (clients match suffixes such as
 //! `SANDBOX_NOT_FOUND`), namespaced `DIFFERENTLY::` like the real server's `DOCKER::`.
 
-use axum::extract::Request;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::Next;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use differently_core::ErrorCode;
 use serde_json::{json, Value};
 
 use super::inner::Caller;
 use super::mapping::{self, Asked};
+use crate::requests::middleware::Refusal;
 
 /// An error as the facade serves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,85 +200,35 @@ impl IntoResponse for OsbError {
 /// A facade handler's result.
 pub type OsbResult<T> = Result<T, OsbError>;
 
-/// The most of a refusal's plain-text body kept as its message.
-const MAX_REFUSAL_TEXT: usize = 4096;
-
-/// Middleware over the facade's routes: the refusals axum answers itself (a method the route
-/// does not have, a body over the limit, a query or path it cannot read) come as plain
-/// text, which `/v1`'s outer middleware would wrap in `/v1`'s `{"error": …}`; the SDKs
-/// read only `{code, message}`. Headers such as `Allow` and `Retry-After` are kept.
-pub async fn envelope(req: Request, next: Next) -> Response {
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let resp = next.run(req).await;
-    let status = resp.status();
-    let is_json = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if status.as_u16() < 400 || is_json {
-        return resp;
-    }
-    let (parts, body) = resp.into_parts();
-    let text = axum::body::to_bytes(body, MAX_REFUSAL_TEXT)
-        .await
-        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
-        .unwrap_or_default();
-    let e = refusal(status, &method, &path, text);
-    let mut out = e.into_response();
-    for (name, value) in &parts.headers {
-        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
-            out.headers_mut().insert(name.clone(), value.clone());
-        }
-    }
-    out
-}
-
-/// The facade's error for a plain-text refusal of `method path` with `status`.
-fn refusal(status: StatusCode, method: &axum::http::Method, path: &str, text: String) -> OsbError {
-    match status {
-        StatusCode::METHOD_NOT_ALLOWED => OsbError::new(
-            status,
-            "DIFFERENTLY::METHOD_NOT_ALLOWED",
-            format!("{method} is not allowed on {path} (the Allow header lists what is)"),
-        ),
-        StatusCode::PAYLOAD_TOO_LARGE => OsbError::new(
-            status,
-            "DIFFERENTLY::PAYLOAD_TOO_LARGE",
-            format!(
-                "request bodies are limited to {} bytes",
-                crate::requests::middleware::MAX_BODY_BYTES
-            ),
-        ),
-        StatusCode::BAD_REQUEST => OsbError::new(
-            status,
-            "SANDBOX::INVALID_PARAMETER",
-            if text.is_empty() {
-                "bad request".to_owned()
-            } else {
-                text
-            },
-        ),
-        _ => OsbError::new(
-            status,
-            &format!("DIFFERENTLY::HTTP_{}", status.as_u16()),
-            if text.is_empty() || status.is_server_error() {
-                status
-                    .canonical_reason()
-                    .unwrap_or("request refused")
-                    .to_owned()
-            } else {
-                text
-            },
-        ),
+impl OsbError {
+    /// A refusal made outside the facade's handlers (axum's 405 and 413, a path or query it
+    /// cannot read, and the checks before routing: a long target, a late body, a NUL in the
+    /// query), as `crate::requests::middleware` serves it under the facade's prefix: the
+    /// SDKs read only `{code, message}`. Codes follow [`OsbError::from_v1`]; a status axum
+    /// answered on its own is named by its number.
+    pub fn refused(r: &Refusal, method: &Method, path: &str) -> OsbError {
+        let code = match r.error.code {
+            _ if r.by_status && r.status != StatusCode::BAD_REQUEST => {
+                format!("DIFFERENTLY::HTTP_{}", r.status.as_u16())
+            }
+            ErrorCode::InvalidArgument | ErrorCode::ValidationFailed => {
+                "SANDBOX::INVALID_PARAMETER".to_owned()
+            }
+            other => format!("DIFFERENTLY::{}", other.as_str().to_ascii_uppercase()),
+        };
+        let message = if r.error.code == ErrorCode::MethodNotAllowed {
+            format!("{method} is not allowed on {path} (the Allow header lists what is)")
+        } else {
+            r.error.message.clone()
+        };
+        OsbError::new(r.status, &code, message)
     }
 }
 
 /// Any path under the facade's prefix that no route serves (OpenSandbox's templates,
 /// pools, diagnostics, `PATCH …/metadata`): 404 in the facade's envelope, naming what was
 /// asked, where the router's own fallback would answer in `/v1`'s.
-pub async fn unknown_route(method: axum::http::Method, uri: axum::http::Uri) -> OsbError {
+pub async fn unknown_route(method: Method, uri: axum::http::Uri) -> OsbError {
     OsbError::new(
         StatusCode::NOT_FOUND,
         "DIFFERENTLY::ROUTE_NOT_FOUND",

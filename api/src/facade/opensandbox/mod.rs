@@ -121,7 +121,6 @@ pub fn router(state: &AppState, v1: Router) -> Router<AppState> {
         .route(PREFIX, any(error::unknown_route))
         .route(&p("/"), any(error::unknown_route))
         .route(&p("/{*rest}"), any(error::unknown_route))
-        .layer(axum::middleware::from_fn(error::envelope))
         .layer(Extension(facade))
 }
 
