@@ -12,7 +12,7 @@ use differently_bus_schema::WorkOp;
 use differently_core::sandbox::SandboxView;
 use differently_core::tenancy::Scope;
 use differently_core::{ErrorCode, Sandbox, SandboxId, SandboxStatus};
-use differently_store::{StoreError, Transition};
+use differently_store::{SeenRow, StoreError, Transition};
 
 use crate::auth::access::load_sandbox;
 use crate::auth::Principal;
@@ -125,8 +125,9 @@ async fn delete_sandbox(
     principal.require(Scope::SandboxesWrite)?;
     let actor = principal.actor();
     // A row this process saw running (an exec on it, or the event that started it) is most
-    // likely still running: try that change without reading the row first. The change is
-    // compare-and-set on the status, so a row that moved is refused and read below.
+    // likely still running: try that change without reading the row first (the store sends
+    // it guarded on the status and version seen). The change is compare-and-set on the
+    // status, so a row that moved is refused and read below.
     let remembered = SandboxId::parse(&id)
         .ok()
         .and_then(|sid| remembered(&state, &principal, &sid));
@@ -139,7 +140,12 @@ async fn delete_sandbox(
             actor: actor.clone(),
         };
         state.events.running.forget(&r.id);
-        match state.store.transition(t, Utc::now()).await {
+        let seen = SeenRow {
+            org_id: r.org_id.clone(),
+            project_id: r.project_id.clone(),
+            status_version: r.status_version,
+        };
+        match state.store.transition_seen(t, seen, Utc::now()).await {
             Ok(updated) => return Ok(deleted(&state, &principal, updated).await),
             Err(StoreError::StatusConflict { .. } | StoreError::NotFound) => {}
             Err(e) => return Err(e.into()),

@@ -152,6 +152,8 @@ async fn metrics_move_and_one_trace_id_spans_api_to_worker() {
         &[r#"pool="fake""#, r#"op="exec"#, r#"outcome="ok""#],
     );
     at_least_one(&api, "differently_bus_publish_seconds_count", &[]);
+    // The delete of a row this process served a call on is one statement with no read.
+    at_least_one(&api, "differently_transition_patches_total", &[]);
     at_least_one(&sched, "differently_activations_total", &[r#"pool="fake""#]);
     at_least_one(&sched, "differently_placement_decision_seconds_count", &[]);
     at_least_one(

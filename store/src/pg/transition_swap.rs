@@ -192,6 +192,7 @@ async fn attempt(
             match patched {
                 Some(Patched::Done(next)) => {
                     store.swap_stats().patched.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("differently_transition_patches_total").increment(1);
                     return Ok(Some(Ok(*next)));
                 }
                 Some(Patched::Gone) => return Ok(Some(Err(StoreError::NotFound))),
