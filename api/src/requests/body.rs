@@ -46,6 +46,7 @@ fn parse_strict<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
         JsonError::Trailing(e) => whole_body(format!(
             "invalid JSON body: data after the JSON value ({e})"
         )),
+        JsonError::Shape(e) => whole_body(format!("invalid JSON body: {e}")),
     })?;
     // Every body is an object: serde would otherwise read `[null, null]` into a struct,
     // field by field in order.
@@ -77,6 +78,18 @@ pub enum JsonError {
     /// A JSON value followed by more than whitespace.
     #[error("data after the JSON value ({0})")]
     Trailing(#[source] serde_json::Error),
+    /// Well-formed JSON that is not the type asked for ([`read`] only).
+    #[error("{0}")]
+    Shape(#[source] serde_json::Error),
+}
+
+/// Reads `bytes` as one `T` through [`read_value`], so a key named twice is refused as it is
+/// in `/v1` bodies. For parsers that keep their own error shape (the facades', the PTY
+/// socket's frames): each maps [`JsonError::DuplicateKey`] to its malformed-JSON refusal,
+/// naming the key.
+pub fn read<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonError> {
+    let value = read_value(bytes)?;
+    serde_json::from_value(value).map_err(JsonError::Shape)
 }
 
 /// Reads `bytes` as exactly one JSON value, refusing an object that names a key twice. The

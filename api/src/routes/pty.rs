@@ -35,6 +35,7 @@ use crate::control::sandbox_pool::{pool_of, require_capability};
 use crate::data_plane::pty_sessions::{Ending, Owner, Session};
 use crate::data_plane::{DataCall, Target};
 use crate::error::{ApiError, ApiResult};
+use crate::requests::body::JsonError;
 use crate::AppState;
 
 /// The program a terminal runs when the open names none: a login shell.
@@ -170,14 +171,15 @@ enum Control {
 
 /// Parses a client text frame; the error names the field.
 pub fn parse_control(text: &str) -> Result<PtyInput, FieldError> {
-    let c: Control = serde_json::from_str(text).map_err(|e| {
-        FieldError::new(
+    let c: Control = crate::requests::body::read(text.as_bytes()).map_err(|e| match e {
+        JsonError::DuplicateKey { path } => FieldError::new(path, "duplicate key"),
+        e => FieldError::new(
             "frame",
             format!(
                 "a text frame is {{\"type\":\"resize\",\"cols\",\"rows\"}} or \
                  {{\"type\":\"signal\",\"signal\"}}: {e}"
             ),
-        )
+        ),
     })?;
     match c {
         Control::Resize { cols, rows } => {
@@ -545,6 +547,12 @@ mod tests {
             (r#"{"type":"signal","signal":"STOP"}"#, "signal"),
             (r#"{"type":"dance"}"#, "frame"),
             ("not json", "frame"),
+            // A key named twice is named, not read as its last value.
+            (r#"{"type":"resize","cols":10,"rows":5,"cols":200}"#, "cols"),
+            (
+                r#"{"type":"signal","signal":"INT","type":"resize"}"#,
+                "type",
+            ),
         ] {
             match parse_control(text) {
                 Err(e) => assert_eq!(e.field, field, "{text}"),

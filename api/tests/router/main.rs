@@ -12,6 +12,7 @@ mod bounds;
 mod data_plane;
 mod documented;
 mod envelope;
+mod facade_duplicate_keys;
 mod errors;
 mod event_causes;
 mod events;

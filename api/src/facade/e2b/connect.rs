@@ -10,6 +10,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use crate::requests::body::JsonError;
+
 /// Content type of a Connect stream.
 pub const STREAM_CONTENT_TYPE: &str = "application/connect+json";
 const END_STREAM: u8 = 0x02;
@@ -33,6 +35,15 @@ impl ConnectError {
     /// `invalid_argument` naming the field.
     pub fn field(field: &str, why: impl std::fmt::Display) -> ConnectError {
         ConnectError::new("invalid_argument", format!("{field}: {why}"))
+    }
+
+    /// `invalid_argument` for a `what` (the body, a stream message) that is not the JSON asked
+    /// for; a key named twice is named by its path.
+    pub fn malformed(what: &str, e: JsonError) -> ConnectError {
+        match e {
+            JsonError::DuplicateKey { path } => ConnectError::field(&path, "duplicate key"),
+            other => ConnectError::field(what, other),
+        }
     }
 
     /// `unimplemented` for an RPC the facade does not serve yet, saying why.
@@ -156,7 +167,7 @@ pub fn request(content_type: Option<&str>, body: &[u8]) -> Result<Value, Connect
     if json.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
-    serde_json::from_slice(json).map_err(|e| ConnectError::field("body", e))
+    crate::requests::body::read_value(json).map_err(|e| ConnectError::malformed("body", e))
 }
 
 #[cfg(test)]
@@ -177,5 +188,25 @@ mod tests {
         assert_eq!(v["error"]["code"], "not_found");
         assert_eq!(request(Some("application/json"), b"").unwrap(), json!({}));
         assert!(request(Some("application/connect+json"), &[0, 0, 0, 0, 9, b'{']).is_err());
+    }
+
+    #[test]
+    fn a_key_named_twice_is_invalid_argument_naming_it() {
+        let twice = br#"{"path":"/a","watch":{"path":"/b","path":"/c"}}"#;
+        for e in [
+            request(Some("application/json"), twice),
+            request(Some("application/connect+json"), &message_bytes(twice)),
+        ] {
+            let e = e.expect_err("refused");
+            assert_eq!(e.code, "invalid_argument");
+            assert_eq!(e.message, "watch.path: duplicate key");
+        }
+    }
+
+    fn message_bytes(json: &[u8]) -> Vec<u8> {
+        let mut m = vec![0];
+        m.extend_from_slice(&u32::try_from(json.len()).unwrap_or(0).to_be_bytes());
+        m.extend_from_slice(json);
+        m
     }
 }

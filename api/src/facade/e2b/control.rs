@@ -240,7 +240,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> E2bResult<T> {
     } else {
         body
     };
-    serde_json::from_slice(body).map_err(|e| E2bError::field("body", e))
+    crate::requests::body::read(body).map_err(E2bError::json)
 }
 
 fn with_status(status: StatusCode, v: Value) -> Response {

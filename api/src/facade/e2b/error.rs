@@ -11,6 +11,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::facade::opensandbox::error::OsbError;
+use crate::requests::body::JsonError;
 
 /// An error as the control plane serves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +38,14 @@ impl E2bError {
     /// 400 naming the request field.
     pub fn field(field: &str, why: impl std::fmt::Display) -> E2bError {
         E2bError::new(StatusCode::BAD_REQUEST, format!("{field}: {why}"))
+    }
+
+    /// 400 for a body that is not the JSON asked for; a key named twice is named by its path.
+    pub fn json(e: JsonError) -> E2bError {
+        match e {
+            JsonError::DuplicateKey { path } => E2bError::field(&path, "duplicate key"),
+            other => E2bError::field("body", other),
+        }
     }
 
     /// 401 without a key.

@@ -326,9 +326,9 @@ fn next_message(buf: &mut BytesMut) -> Result<Option<Value>, ConnectError> {
     }
     buf.advance(5);
     let json = buf.split_to(len);
-    serde_json::from_slice(&json)
+    crate::requests::body::read_value(&json)
         .map(Some)
-        .map_err(|e| ConnectError::field("message", e))
+        .map_err(|e| ConnectError::malformed("message", e))
 }
 
 /// Reads the input stream and writes its data to the process it started with.
@@ -369,6 +369,18 @@ async fn relay_input(f: &Facade, c: &Ctx, body: Body) -> Result<(), EnvdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_input_message_naming_a_key_twice_is_invalid_argument() {
+        let json = br#"{"data":{"stdin":"YQ==","stdin":"Yg=="}}"#;
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&[0]);
+        buf.extend_from_slice(&u32::try_from(json.len()).unwrap_or(0).to_be_bytes());
+        buf.extend_from_slice(json);
+        let e = next_message(&mut buf).expect_err("refused");
+        assert_eq!(e.code, "invalid_argument");
+        assert_eq!(e.message, "data.stdin: duplicate key");
+    }
 
     #[test]
     fn a_listed_process_shows_no_environment() {

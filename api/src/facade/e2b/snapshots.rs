@@ -128,7 +128,7 @@ pub async fn create(
     let b: NewSnapshot = if body.iter().all(u8::is_ascii_whitespace) {
         NewSnapshot::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| E2bError::field("body", e))?
+        crate::requests::body::read(&body).map_err(E2bError::json)?
     };
     if b.memory == Some(true) {
         return Err(E2bError::field(

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::inner::Caller;
 use super::mapping::{self, Asked};
+use crate::requests::body::JsonError;
 use crate::requests::middleware::Refusal;
 
 /// An error as the facade serves it.
@@ -49,6 +50,16 @@ impl OsbError {
     /// own error already starts with its field, which is not repeated.
     pub fn checked(field: &str, e: differently_core::FieldError) -> OsbError {
         OsbError::field(field, e.message)
+    }
+
+    /// 400 `code` for a body (or part) that is not the JSON asked for, as execd answers it;
+    /// a key named twice is named by its path.
+    pub fn json(code: &str, e: JsonError) -> OsbError {
+        let message = match e {
+            JsonError::DuplicateKey { path } => format!("{path}: duplicate key"),
+            other => other.to_string(),
+        };
+        OsbError::new(StatusCode::BAD_REQUEST, code, message)
     }
 
     /// 400 for a request field Differently has no equivalent of.

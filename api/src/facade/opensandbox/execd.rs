@@ -194,13 +194,8 @@ pub async fn run_command(
     body: Bytes,
 ) -> OsbResult<Response> {
     let caller = execd_caller(&f, &headers, &id)?;
-    let req: RunCommand = serde_json::from_slice(&body).map_err(|e| {
-        OsbError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST_BODY",
-            e.to_string(),
-        )
-    })?;
+    let req: RunCommand = crate::requests::body::read(&body)
+        .map_err(|e| OsbError::json("INVALID_REQUEST_BODY", e))?;
     let (v1_body, tag) = exec_body(&req)?;
     stream_exec(&f, &caller, &id, v1_body, tag, req.background).await
 }

@@ -114,13 +114,8 @@ pub async fn upload(
         ));
     }
     for (m, file) in metas.iter().zip(files) {
-        let meta: Value = serde_json::from_slice(&m.data).map_err(|e| {
-            OsbError::new(
-                StatusCode::BAD_REQUEST,
-                "INVALID_FILE_METADATA",
-                e.to_string(),
-            )
-        })?;
+        let meta: Value = crate::requests::body::read_value(&m.data)
+            .map_err(|e| OsbError::json("INVALID_FILE_METADATA", e))?;
         let path = meta["path"].as_str().ok_or_else(|| {
             OsbError::new(
                 StatusCode::BAD_REQUEST,
@@ -424,13 +419,7 @@ async fn tool(f: &Facade, caller: &Caller, id: &str, argv: Vec<String>) -> OsbRe
 }
 
 fn json_body(body: &Bytes) -> OsbResult<Value> {
-    serde_json::from_slice(body).map_err(|e| {
-        OsbError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST_BODY",
-            e.to_string(),
-        )
-    })
+    crate::requests::body::read_value(body).map_err(|e| OsbError::json("INVALID_REQUEST_BODY", e))
 }
 
 /// `POST /directories` `{path: {mode, owner?, group?}}` (mkdir -p), on `/v1`'s directory

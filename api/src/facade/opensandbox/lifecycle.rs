@@ -14,6 +14,7 @@ use super::inner::{q, Caller};
 use super::mapping::{self, created_of, is_gone, sandbox_of, snapshot_of, Asked};
 use super::token::{self, Claims};
 use super::{Facade, PREFIX};
+use crate::requests::body::JsonError;
 
 /// The execd port the SDKs ask for.
 pub const EXECD_PORT: u16 = 44772;
@@ -24,8 +25,10 @@ fn parse_json(body: &Bytes) -> OsbResult<Value> {
     if body.is_empty() {
         return Ok(json!({}));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| OsbError::field("body", format!("not valid JSON: {e}")))
+    crate::requests::body::read_value(body).map_err(|e| match e {
+        JsonError::DuplicateKey { path } => OsbError::field(&path, "duplicate key"),
+        other => OsbError::field("body", format!("not valid JSON: {other}")),
+    })
 }
 
 /// A `/v1` sandbox, 404 when it is gone for OpenSandbox clients.

@@ -45,6 +45,7 @@ use crate::auth::Principal;
 use crate::data_plane::pty_sessions::{Ending, Session};
 use crate::error::ApiError;
 use crate::locks::lock;
+use crate::requests::body::JsonError;
 use crate::routes::pty as v1_pty;
 use crate::AppState;
 
@@ -213,13 +214,7 @@ pub async fn create(
     let body: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
         CreateBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            OsbError::new(
-                StatusCode::BAD_REQUEST,
-                "INVALID_REQUEST_BODY",
-                e.to_string(),
-            )
-        })?
+        crate::requests::body::read(&body).map_err(|e| OsbError::json("INVALID_REQUEST_BODY", e))?
     };
     let cwd = body.cwd.filter(|c| !c.is_empty());
     let request = v1_pty::checked_request(
@@ -452,8 +447,11 @@ enum FromClient {
 /// Parses a client text frame: execd's own `ping` and `stdin` here, `resize` and `signal`
 /// by `/v1`'s parser (the same bounds and signal names).
 fn from_client_text(t: &str) -> FromClient {
-    let v: Value = match serde_json::from_str(t) {
+    let v: Value = match crate::requests::body::read_value(t.as_bytes()) {
         Ok(v) => v,
+        Err(JsonError::DuplicateKey { path }) => {
+            return FromClient::Bad(format!("{path}: duplicate key"))
+        }
         Err(e) => return FromClient::Bad(format!("a text frame is JSON: {e}")),
     };
     match v["type"].as_str() {
@@ -584,6 +582,14 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_naming_a_key_twice_is_refused_naming_it() {
+        match from_client_text(r#"{"type":"stdin","data":"ls\n","data":"rm -rf /\n"}"#) {
+            FromClient::Bad(m) => assert_eq!(m, "data: duplicate key"),
+            _ => panic!("a frame naming data twice was taken"),
+        }
+    }
 
     #[test]
     fn the_program_is_execds_bash_line_with_a_sh_fallback() {

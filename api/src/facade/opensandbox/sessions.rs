@@ -153,13 +153,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, empty_ok: bool) -> OsbRes
     } else {
         body
     };
-    serde_json::from_slice(raw).map_err(|e| {
-        OsbError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST_BODY",
-            e.to_string(),
-        )
-    })
+    crate::requests::body::read(raw).map_err(|e| OsbError::json("INVALID_REQUEST_BODY", e))
 }
 
 /// `POST /session` body (optional).
