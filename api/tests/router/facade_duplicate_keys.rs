@@ -97,7 +97,10 @@ async fn opensandbox_execd_refuses_a_key_named_twice() {
     .await;
     assert_refused(&a, body_error.clone(), "/d: duplicate key");
     let a = post(&api, &x("/session"), br#"{"cwd":"/"}"#, &auth).await;
-    let sid = a.body["session_id"].as_str().unwrap_or("session-x").to_owned();
+    let sid = a.body["session_id"]
+        .as_str()
+        .unwrap_or("session-x")
+        .to_owned();
     let a = post(
         &api,
         &x(&format!("/session/{sid}/run")),
