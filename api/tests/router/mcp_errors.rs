@@ -363,3 +363,120 @@ async fn every_tool_schema_agrees_with_the_tool() {
     }
     assert!(checked > 60, "{checked}");
 }
+
+/// A result carrying a file or a process's output carries it once: whole in
+/// `structuredContent`, and in the text rendering (for clients without structured content)
+/// as text up to `TEXT_OUTPUT_BYTES` with a line saying where the rest is — never the whole
+/// file or output a second time, nor the structured content serialized again.
+#[tokio::test]
+async fn a_file_or_output_is_in_a_result_once() {
+    let root = tempfile::tempdir().expect("devhost root");
+    let api = crate::support::api_with_devhost(root.path()).await;
+    let id = api.live_sandbox_on("devhost").await;
+    let big = 200 * 1024;
+    let ok = |a: &Answer| {
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        assert_ne!(a.body["result"]["isError"], true, "{}", a.body);
+        a.body["result"].clone()
+    };
+    let text_of = |r: &Value| r["content"][0]["text"].as_str().expect("text").to_owned();
+
+    // A large file: whole in the structured content, an excerpt in the text.
+    let content = "a".repeat(big);
+    ok(&call_tool(
+        &api,
+        "files_write",
+        json!({ "sandboxId": id, "path": "/tmp/big.txt", "content": content }),
+    )
+    .await);
+    let a = call_tool(
+        &api,
+        "files_read",
+        json!({ "sandboxId": id, "path": "/tmp/big.txt" }),
+    )
+    .await;
+    let r = ok(&a);
+    assert_eq!(
+        r["structuredContent"]["content"].as_str().map(str::len),
+        Some(big)
+    );
+    let text = text_of(&r);
+    assert!(text.len() <= TEXT_OUTPUT_BYTES + 1024, "{}", text.len());
+    assert!(
+        text.ends_with(&format!(
+            "[… {} more bytes in structuredContent.content]",
+            big - TEXT_OUTPUT_BYTES
+        )),
+        "{:.200}",
+        &text[text.len() - 200..]
+    );
+    let whole = a.body.to_string().len();
+    assert!(whole < big + TEXT_OUTPUT_BYTES + 4096, "{whole} bytes");
+
+    // A small one: the text is what was read, then the file itself, once.
+    let small = "hello\n\"quoted\"\n";
+    ok(&call_tool(
+        &api,
+        "files_write",
+        json!({ "sandboxId": id, "path": "/tmp/small.txt", "content": small }),
+    )
+    .await);
+    let r = ok(&call_tool(
+        &api,
+        "files_read",
+        json!({ "sandboxId": id, "path": "/tmp/small.txt" }),
+    )
+    .await);
+    assert_eq!(r["structuredContent"]["content"], small);
+    assert_eq!(
+        text_of(&r),
+        format!(
+            "/tmp/small.txt: {} bytes of text\n--- /tmp/small.txt ---\n{small}",
+            small.len()
+        )
+    );
+
+    // A process's output: the same, with how it stands and where to read on.
+    let started = ok(&call_tool(
+        &api,
+        "process_start",
+        json!({ "sandboxId": id, "command": ["sh", "-c", format!("head -c {big} /dev/zero | tr '\\0' b; echo '\"e\"' >&2")] }),
+    )
+    .await);
+    let pid = started["structuredContent"]["pid"].as_u64().expect("pid");
+    let mut ended = None;
+    for _ in 0..200 {
+        let a = call_tool(
+            &api,
+            "process_output",
+            json!({ "sandboxId": id, "pid": pid }),
+        )
+        .await;
+        let r = ok(&a);
+        if r["structuredContent"]["status"] == "exited" {
+            ended = Some((a.body.to_string().len(), r));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (whole, r) = ended.expect("the process ends");
+    let s = &r["structuredContent"];
+    assert_eq!(s["stdout"].as_str().map(str::len), Some(big), "{s:.200}");
+    assert_eq!(s["stderr"], "\"e\"\n");
+    let text = text_of(&r);
+    assert!(
+        text.starts_with(&format!(
+            "process {pid} exited, exit code 0; output from byte 0 to {} (pass from: {} to read on)\n--- stdout ---\nbbb",
+            s["next"], s["next"]
+        )),
+        "{text:.300}"
+    );
+    assert!(text.len() <= TEXT_OUTPUT_BYTES + 1024, "{}", text.len());
+    assert!(text.contains("more bytes in structuredContent.stdout]"));
+    assert!(
+        text.ends_with("--- stderr ---\n\"e\"\n"),
+        "{}",
+        &text[text.len() - 100..]
+    );
+    assert!(whole < big + TEXT_OUTPUT_BYTES + 4096, "{whole} bytes");
+}

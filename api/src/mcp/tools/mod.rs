@@ -510,22 +510,36 @@ async fn read_file(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
     let structured = json!({
         "path": path, "encoding": encoding, "content": content, "truncated": truncated,
     });
-    let text = if encoding == "text" {
-        content_text(&structured)
-    } else {
-        format!(
-            "{} bytes of binary content, base64 in structuredContent.content",
-            content.len() / 4 * 3
-        )
-    };
     Ok(json!({
-        "content": [{ "type": "text", "text": text }],
+        "content": [{ "type": "text", "text": read_text(path, encoding, &content, truncated) }],
         "structuredContent": structured,
     }))
 }
 
-fn content_text(v: &Value) -> String {
-    v["content"].as_str().unwrap_or_default().to_owned()
+/// `files_read`'s text rendering: what was read, then the text itself up to
+/// [`TEXT_OUTPUT_BYTES`] (not the whole file a second time; the rest is in
+/// `structuredContent.content`). Base64 is not repeated at all: no reader wants it as prose.
+fn read_text(path: &str, encoding: &str, content: &str, truncated: bool) -> String {
+    let cut = if truncated {
+        format!(", the first {MAX_READ_BYTES} (truncated)")
+    } else {
+        String::new()
+    };
+    if encoding == "base64" {
+        return format!(
+            "{path}: {} bytes{cut}, base64 in structuredContent.content",
+            output::decoded_len(content)
+        );
+    }
+    let mut text = format!("{path}: {} bytes of text{cut}", content.len());
+    let file = output::Excerpt {
+        field: "content",
+        heading: path.to_owned(),
+        all: content,
+        omitted: 0,
+    };
+    output::excerpts(&mut text, &[file], false);
+    text
 }
 
 async fn write_file(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {

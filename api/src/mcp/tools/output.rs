@@ -1,4 +1,6 @@
-//! How much of a command's output a `sandbox_exec` result carries, and its text rendering.
+//! How much of a command's output a `sandbox_exec` result carries, and the text rendering
+//! of every result carrying output or a file (`sandbox_exec`, `process_output`,
+//! `files_read`): the bulk once, readably, up to [`TEXT_OUTPUT_BYTES`] ([`excerpts`]).
 //!
 //! A result is one JSON-RPC message, and over HTTP a streamed call's result is one SSE event:
 //! the official Python SDK refuses an event over 1 MiB by default (`max_sse_event_size`), and
@@ -63,35 +65,66 @@ pub(super) fn result(v1: &Value, base64: bool) -> Value {
 /// The text rendering: the exit code and each stream, up to [`TEXT_OUTPUT_BYTES`] in all,
 /// with a line saying where the rest is when it is not all shown.
 fn render(structured: &Value, base64: bool) -> String {
-    let out = structured["stdout"].as_str().unwrap_or_default();
-    let err = structured["stderr"].as_str().unwrap_or_default();
-    let (out_room, err_room) = share(TEXT_OUTPUT_BYTES, json_len(out), json_len(err));
     let mut text = format!("exit code {}", structured["exitCode"]);
-    for (name, all, room) in [("stdout", out, out_room), ("stderr", err, err_room)] {
+    let streams = ["stdout", "stderr"].map(|name| {
         let truncated = structured[format!("{name}Truncated")] == true;
-        text.push_str(&format!(
-            "\n--- {name}{} ---\n",
-            if truncated { " (truncated)" } else { "" }
-        ));
-        let shown = prefix(all, room, base64);
-        text.push_str(shown);
-        let unit = if base64 { "base64 characters" } else { "bytes" };
-        if shown.len() < all.len() {
-            text.push_str(&format!(
-                "\n[… {} more {unit} in structuredContent.{name}]",
-                all.len() - shown.len()
-            ));
-        }
         let omitted = structured[format!("{name}OmittedBytes")]
             .as_u64()
             .unwrap_or(0);
-        if omitted > 0 {
+        Excerpt {
+            field: name,
+            heading: format!("{name}{}", if truncated { " (truncated)" } else { "" }),
+            all: structured[name].as_str().unwrap_or_default(),
+            omitted,
+        }
+    });
+    excerpts(&mut text, &streams, base64);
+    text
+}
+
+/// A text field of a result's structured content, as its text rendering shows it.
+pub(super) struct Excerpt<'a> {
+    /// Its name in `structuredContent`.
+    pub field: &'a str,
+    /// The line above it (`--- heading ---`).
+    pub heading: String,
+    /// All of it, as the structured content carries it.
+    pub all: &'a str,
+    /// Bytes the structured content left out too (said, when not 0).
+    pub omitted: u64,
+}
+
+/// Appends `fields` to `text`, each under its heading, sharing [`TEXT_OUTPUT_BYTES`] as a
+/// result's streams share theirs; a field not shown whole ends with a line saying how much
+/// more `structuredContent` holds. So the text a client without structured content reads
+/// carries the output once, readably, and a large output is not repeated whole.
+pub(super) fn excerpts(text: &mut String, fields: &[Excerpt<'_>], base64: bool) {
+    let rooms = match fields {
+        [a, b] => {
+            let (ra, rb) = share(TEXT_OUTPUT_BYTES, json_len(a.all), json_len(b.all));
+            vec![ra, rb]
+        }
+        _ => vec![TEXT_OUTPUT_BYTES / fields.len().max(1); fields.len()],
+    };
+    for (f, room) in fields.iter().zip(rooms) {
+        text.push_str(&format!("\n--- {} ---\n", f.heading));
+        let shown = prefix(f.all, room, base64);
+        text.push_str(shown);
+        let unit = if base64 { "base64 characters" } else { "bytes" };
+        if shown.len() < f.all.len() {
             text.push_str(&format!(
-                "\n[… {omitted} more bytes of {name} left out of this result]"
+                "\n[… {} more {unit} in structuredContent.{}]",
+                f.all.len() - shown.len(),
+                f.field
+            ));
+        }
+        if f.omitted > 0 {
+            text.push_str(&format!(
+                "\n[… {} more bytes of {} left out of this result]",
+                f.omitted, f.field
             ));
         }
     }
-    text
 }
 
 /// The length of `s` as the content of a JSON string, as serde_json writes it: `"` and `\`
@@ -146,7 +179,7 @@ fn share(room: usize, a: usize, b: usize) -> (usize, usize) {
 }
 
 /// The number of bytes the base64 text `s` decodes to (`s` is whole groups of 4).
-fn decoded_len(s: &str) -> usize {
+pub(super) fn decoded_len(s: &str) -> usize {
     let pad = s.bytes().rev().take(2).filter(|b| *b == b'=').count();
     (s.len() / 4 * 3).saturating_sub(pad)
 }

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::args::{enc, opt_int, opt_string, sandbox_id, string};
 use super::exec_tool::Kept;
+use super::output;
 use super::schemas::{body_fields, v1, Source};
 use super::{call_streamed, get_json, ok, ToolError, ToolResult, MAX_OUTPUT_BYTES};
 use crate::mcp::v1::{V1Request, V1};
@@ -111,14 +112,49 @@ async fn output(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
         V1Request::new(Method::GET, format!("/v1/sandboxes/{id}/processes/{pid}")),
     )
     .await?;
-    ok(json!({
+    let structured = json!({
         "stdout": out.render(false),
         "stderr": err.render(false),
         "next": next,
         "status": process["status"],
         "exitCode": process["exitCode"],
         "outputDropped": process["outputDropped"],
+    });
+    Ok(json!({
+        "content": [{ "type": "text", "text": output_text(pid, from, &structured) }],
+        "structuredContent": structured,
     }))
+}
+
+/// `process_output`'s text rendering: how the process stands and where to read on, then the
+/// output as text (not as JSON, whose escapes would repeat it longer), up to
+/// [`super::TEXT_OUTPUT_BYTES`] as `sandbox_exec`'s.
+fn output_text(pid: u32, from: u64, s: &Value) -> String {
+    let mut text = format!(
+        "process {pid} {}",
+        s["status"].as_str().unwrap_or("unknown")
+    );
+    if !s["exitCode"].is_null() {
+        text.push_str(&format!(", exit code {}", s["exitCode"]));
+    }
+    text.push_str(&format!(
+        "; output from byte {from} to {} (pass from: {} to read on)",
+        s["next"], s["next"]
+    ));
+    if s["outputDropped"].as_u64().is_some_and(|d| d > 0) {
+        text.push_str(&format!(
+            "; {} older bytes were dropped",
+            s["outputDropped"]
+        ));
+    }
+    let streams = ["stdout", "stderr"].map(|name| output::Excerpt {
+        field: name,
+        heading: name.to_owned(),
+        all: s[name].as_str().unwrap_or_default(),
+        omitted: 0,
+    });
+    output::excerpts(&mut text, &streams, false);
+    text
 }
 
 /// `process_stdin`: writes `data` (if any), then closes stdin when `close` is true.
