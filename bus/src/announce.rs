@@ -230,6 +230,24 @@ impl Announcer {
         self.work(s, WorkOp::Create, "").await
     }
 
+    /// [`activated`](Self::activated) for a sandbox the API placed in its own admission: the
+    /// same work and `placement.decided`, and its `provisioning` in public only
+    /// ([`public_status_by`](Self::public_status_by)). No internal reader acts on it: the
+    /// admitting process knows the status from its commit (`EventHub::remember_status`), and
+    /// no other process can be waiting on a sandbox whose id it has not been told.
+    pub async fn activated_in_admission(&self, s: &Sandbox) -> Result<Published, BusError> {
+        let (me, row) = (self.clone(), s.clone());
+        let watchers = async move {
+            let _ = tokio::join!(me.public_status_by(&row, None), me.placed(&row));
+        };
+        tokio::spawn(crate::trace::scope(
+            "publish",
+            crate::trace::current(),
+            watchers,
+        ));
+        self.work(s, WorkOp::Create, "").await
+    }
+
     /// `placement.decided` for an activated sandbox: its pool and which attempt this is.
     /// Cause `quota`: placement decides under quotas and capacity. Its id is the attempt's,
     /// so a re-sent activation is a duplicate; a lost one is not re-sent (the row says where
@@ -308,6 +326,33 @@ impl Announcer {
         );
         if out.is_err() || public_out.is_err() {
             self.resend_status(key, s.status_version, subject, id, env);
+        }
+        out
+    }
+
+    /// The public `sandbox.status.changed` of the row's status alone, for a change the API
+    /// made and answered that no internal reader acts on (its admission's `provisioning`, its
+    /// delete's `terminating`): one message instead of two. Internal readers act on a sandbox
+    /// starting (the data-plane cache, the audit head) and ending (placement, waiters). A
+    /// waiter on another process for such a status learns it at its next re-read or at the
+    /// final status; a process that remembers the row running learns it at its next call,
+    /// whose audit append is guarded on the status. Not stored: re-sent in the background
+    /// with its internal form, as [`status_full`](Self::status_full) does.
+    pub async fn public_status_by(
+        &self,
+        s: &Sandbox,
+        origin: Option<Origin>,
+    ) -> Result<Published, BusError> {
+        let mut body = StatusChanged::of(s);
+        body.origin = origin;
+        let env = Envelope::new(s.id.clone(), s.status_version, body);
+        let out = self.public(&PublicEvent::from_status(&env)).await;
+        if out.is_err() {
+            let subject = self
+                .naming
+                .event_subject(&s.org_id, &s.project_id, &s.id, s.status);
+            let id = msg_id(&s.id, "evt", s.status_version);
+            self.resend_status(s.id.to_string(), s.status_version, subject, id, env);
         }
         out
     }

@@ -200,6 +200,18 @@ impl EventHub {
         tx.send_replace(Some(event));
     }
 
+    /// A change this process committed and announces in public only
+    /// (`Announcer::public_status_by`, a delete's `terminating`): this process's own waiters,
+    /// remembered row and known status take it as they would take its internal event.
+    pub fn committed_here(&self, s: &Sandbox) {
+        let delivered = Delivered {
+            status: s.status,
+            status_version: s.status_version,
+            view: Some(Arc::new(s.view())),
+        };
+        self.deliver(&s.id, delivered, RunningRow::of(s));
+    }
+
     /// Keeps `s`'s status, committed by this process (its admission), for a wait that comes
     /// next: it starts without reading the row ([`EventHub::known_status`]).
     pub fn remember_status(&self, s: &Sandbox) {
@@ -569,6 +581,37 @@ mod tests {
         ended.sandbox_id = s.id.clone();
         hub.deliver_envelope(ended);
         assert_eq!(hub.known_status(&s.id), None, "a final status is not kept");
+    }
+
+    /// A change this process announces in public only reaches its own waiters, remembered
+    /// row and known status as its internal event would.
+    #[tokio::test]
+    async fn a_change_committed_here_is_delivered_here() {
+        let hub = EventHub::default();
+        let (mut s, running) = started();
+        hub.remember_status(&s);
+        let mut w = hub.watch(&s.id);
+        hub.deliver_envelope(running);
+        within(w.changed())
+            .await
+            .flatten()
+            .expect("woken by running");
+        assert!(
+            hub.running.get(&s.id).is_some(),
+            "watched and running: remembered"
+        );
+        s.status = SandboxStatus::Terminating;
+        s.status_version += 1;
+        hub.committed_here(&s);
+        let woke = within(w.changed()).await.flatten().expect("woken");
+        assert_eq!(woke.status, SandboxStatus::Terminating);
+        assert_eq!(woke.view.as_deref(), Some(&s.view()));
+        assert_eq!(
+            hub.known_status(&s.id)
+                .map(|k| (k.status, k.status_version)),
+            Some((SandboxStatus::Terminating, s.status_version))
+        );
+        assert!(hub.running.get(&s.id).is_none(), "no longer running");
     }
 
     #[test]

@@ -99,19 +99,27 @@ async fn deleted(
     updated: Sandbox,
 ) -> (StatusCode, Json<SandboxView>) {
     let mut publishes = Vec::with_capacity(2);
-    if updated.status == SandboxStatus::Terminating {
-        let (a, s) = (state.announcer.clone(), updated.clone());
-        publishes.push((
-            "delete",
-            boxed(async move { a.work(&s, WorkOp::Delete, "").await }),
-        ));
-    }
     let (a, s) = (state.announcer.clone(), updated.clone());
     let origin = principal.origin();
-    publishes.push((
-        "status",
-        boxed(async move { a.status_by(&s, origin).await }),
-    ));
+    if updated.status == SandboxStatus::Terminating {
+        state.events.committed_here(&updated);
+        let (w, row) = (state.announcer.clone(), updated.clone());
+        publishes.push((
+            "delete",
+            boxed(async move { w.work(&row, WorkOp::Delete, "").await }),
+        ));
+        // No internal reader acts on `terminating` (`Announcer::public_status_by`); its end
+        // is announced in full by the worker.
+        publishes.push((
+            "status",
+            boxed(async move { a.public_status_by(&s, Some(origin)).await }),
+        ));
+    } else {
+        publishes.push((
+            "status",
+            boxed(async move { a.status_by(&s, origin).await }),
+        ));
+    }
     // Repair re-sends a lost delete (the terminating sweep).
     publish_bounded(updated.id.as_str(), publishes).await;
     (StatusCode::ACCEPTED, Json(updated.view()))

@@ -182,7 +182,10 @@ async fn announce_placed(state: &AppState, sandbox: &Sandbox) {
     let (a, s) = (state.announcer.clone(), sandbox.clone());
     publish_bounded(
         sandbox.id.as_str(),
-        vec![("create", boxed(async move { a.activated(&s).await }))],
+        vec![(
+            "create",
+            boxed(async move { a.activated_in_admission(&s).await }),
+        )],
     )
     .await;
 }

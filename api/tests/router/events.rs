@@ -12,7 +12,12 @@ use tower::ServiceExt;
 use crate::support::{api, Api};
 
 /// The first `n` SSE events (`event`, `id`, `data`) of `GET path`, within five seconds.
-async fn sse(api: &Api, path: &str, key: &str, n: usize) -> Vec<(String, String, Value)> {
+pub(crate) async fn sse(
+    api: &Api,
+    path: &str,
+    key: &str,
+    n: usize,
+) -> Vec<(String, String, Value)> {
     let req = Request::builder()
         .method(Method::GET)
         .uri(path)
