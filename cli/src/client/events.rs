@@ -2,15 +2,17 @@
 //! events as they happen — sandbox status changes, or with `--public` the public event
 //! contract of every type (`--types` narrows it). Without `-f` they print what the server
 //! holds (from `--after`, default the start) and end once nothing new arrives for a moment;
-//! with `-f` they follow, and resume after the last event if the connection drops.
+//! with `-f` they follow, and resume after the last event if the connection drops. A status
+//! change older than one already printed for its sandbox is not printed.
 //! `events schemas` and `events credentials` are in [`super::public_events`].
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use differently_client::events::{Event, EventFilter, PublicEventEntry, PublicEventFilter};
-use differently_client::Client;
+use differently_client::{Client, StatusEvent};
 
 use super::output::{cell, print_line};
 use super::public_events::{self, CredentialsCommand};
@@ -108,10 +110,39 @@ async fn tail(c: &Client, p: Printer, filter: EventFilter, follow: bool) -> Resu
     if p.output == Output::Table {
         print_line(&row("SEQ", "AT", "SANDBOX", "STATUS", "POOL", "REASON"));
     }
+    let mut shown = Shown::default();
     while let Some(ev) = next_unless_caught_up(follow, stream.next()).await {
-        show(p, &ev?);
+        let ev = ev?;
+        if shown.is_newer(&ev.event) {
+            show(p, &ev);
+        }
     }
     Ok(())
+}
+
+/// The highest `statusVersion` shown of each sandbox. One sandbox's changes can reach the
+/// stream in another order than they happened (two processes publish them, each after its
+/// own commit; docs/events.md "Order"), and `/v1/events` sends a late one too, also after a
+/// resume: printing it would show a sandbox going back to an older status.
+#[derive(Default)]
+struct Shown(HashMap<String, u64>);
+
+impl Shown {
+    /// Whether `e` is newer than every change of its sandbox shown so far; if so, it is
+    /// the one to compare the next with.
+    fn is_newer(&mut self, e: &StatusEvent) -> bool {
+        match self.0.get_mut(&e.sandbox_id) {
+            Some(v) if *v >= e.status_version => false,
+            Some(v) => {
+                *v = e.status_version;
+                true
+            }
+            None => {
+                self.0.insert(e.sandbox_id.clone(), e.status_version);
+                true
+            }
+        }
+    }
 }
 
 async fn tail_public(

@@ -95,6 +95,7 @@ mod hybrid_placement;
 mod hybrid_providers;
 mod idempotency;
 mod lifecycle;
+mod logs_order;
 mod mcp;
 mod mcp_inspector;
 mod nats_cluster;
