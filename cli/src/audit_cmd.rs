@@ -201,46 +201,23 @@ pub fn verify_export(
     Ok(v.finish())
 }
 
+/// The signed chain the e2e tests verify too (one definition; the CLI has no library).
+#[cfg(test)]
+#[path = "../tests/e2e/audit_chain.rs"]
+mod audit_chain;
+
 #[cfg(test)]
 mod tests {
-    use chrono::Utc;
-    use differently_store::audit::{NewAuditEvent, INSTALLATION_CHAIN};
-    use serde_json::json;
-
+    use super::audit_chain::{export_lines, three_records};
     use super::*;
 
     #[test]
     fn verifies_a_file_in_any_line_order_and_reports_an_edit() {
         let key = AuditKey::from_bytes([9; 32]);
-        let mut recs: Vec<AuditEvent> = vec![];
-        for i in 0..3 {
-            let prev = recs.last().map(|r| (r.chain_seq, r.hash.clone()));
-            let mut r = AuditEvent::chained(
-                &key,
-                INSTALLATION_CHAIN.into(),
-                prev,
-                NewAuditEvent {
-                    org_id: None,
-                    project_id: None,
-                    actor: "system:test".into(),
-                    action: "pool.register".into(),
-                    resource: format!("p{i}"),
-                    outcome: "ok".into(),
-                    detail: json!({}),
-                },
-                Utc::now(),
-                None,
-            );
-            r.seq = i + 1;
-            recs.push(r);
-        }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("export.jsonl");
-        let lines: Vec<String> = recs
-            .iter()
-            .rev()
-            .map(|r| serde_json::to_string(&ExportLine::Record(Box::new(r.clone()))).unwrap())
-            .collect();
+        let mut lines = export_lines(&three_records(&key));
+        lines.reverse();
         std::fs::write(&path, lines.join("\n")).unwrap();
         let report = verify_export(key.clone(), &path).unwrap();
         assert!(report.ok, "{report:?}");

@@ -5,12 +5,9 @@
 
 use std::process::Command;
 
-use chrono::Utc;
-use differently_store::audit::{
-    AuditEvent, AuditKey, ExportLine, NewAuditEvent, INSTALLATION_CHAIN,
-};
-use serde_json::json;
+use differently_store::audit::AuditKey;
 
+use crate::audit_chain::{export_lines, three_records};
 use crate::harness::{binary, run_with_stdout_closed};
 
 const KEY: &str = "5a5b5c5d5e5f606162636465666768696a6b6c6d6e6f70717273747576777879";
@@ -78,31 +75,7 @@ fn a_missing_argument_is_named_without_options_that_have_values() {
 /// An export of three records on the installation chain, signed with [`KEY`], one line each.
 fn export() -> Vec<String> {
     let key = AuditKey::from_hex(KEY).expect("test key");
-    let mut recs: Vec<AuditEvent> = vec![];
-    for i in 0..3 {
-        let prev = recs.last().map(|r| (r.chain_seq, r.hash.clone()));
-        let mut r = AuditEvent::chained(
-            &key,
-            INSTALLATION_CHAIN.into(),
-            prev,
-            NewAuditEvent {
-                org_id: None,
-                project_id: None,
-                actor: "system:test".into(),
-                action: "pool.register".into(),
-                resource: format!("p{i}"),
-                outcome: "ok".into(),
-                detail: json!({}),
-            },
-            Utc::now(),
-            None,
-        );
-        r.seq = i + 1;
-        recs.push(r);
-    }
-    recs.into_iter()
-        .map(|r| serde_json::to_string(&ExportLine::Record(Box::new(r))).expect("export line"))
-        .collect()
+    export_lines(&three_records(&key))
 }
 
 /// `differently audit verify - | head` when the reader is gone before the report: no

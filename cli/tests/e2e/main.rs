@@ -6,6 +6,7 @@
 mod harness;
 
 mod audit;
+mod audit_chain;
 mod audit_keys;
 mod bad_input;
 mod bus_hang;
