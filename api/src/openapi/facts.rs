@@ -408,11 +408,48 @@ fn bodies() -> Vec<Fact> {
         ),
     ]
     .into_iter()
+    .chain(pool_request())
     .chain(webhook_bodies())
     .chain(answers())
     .chain(records())
     .chain(trust_report())
     .collect()
+}
+
+/// The admin pools body's bounds, as `routes::pools` checks them (`validate_pool_name`,
+/// `check_pool_bounds`: the same for a pool from the config file).
+fn pool_request() -> Vec<Fact> {
+    use differently_core::pool::{
+        MAX_COST_PER_CPU_HOUR, MAX_POOL_CONCURRENT, MAX_REGION_CHARS, MAX_TYPICAL_CREATE_SECONDS,
+    };
+    vec![
+        at(
+            "PoolRequest",
+            "/properties/name",
+            json!({ "pattern": POOL_NAME }),
+        ),
+        at(
+            "PoolRequest",
+            "/properties/region",
+            json!({ "minLength": 1, "maxLength": MAX_REGION_CHARS,
+                    "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$" }),
+        ),
+        at(
+            "PoolRequest",
+            "/properties/maxConcurrent",
+            between(1, u64::from(MAX_POOL_CONCURRENT)),
+        ),
+        at(
+            "PoolRequest",
+            "/properties/costPerCpuHour",
+            json!({ "minimum": 0, "maximum": MAX_COST_PER_CPU_HOUR }),
+        ),
+        at(
+            "PoolRequest",
+            "/properties/typicalCreateSeconds",
+            json!({ "minimum": 0, "maximum": MAX_TYPICAL_CREATE_SECONDS }),
+        ),
+    ]
 }
 
 /// What serde cannot say of the answers routes build.
