@@ -521,9 +521,9 @@ async fn read_file(v1: &dyn V1, args: &Map<String, Value>) -> ToolResult {
 /// `structuredContent.content`). Base64 is not repeated at all: no reader wants it as prose.
 fn read_text(path: &str, encoding: &str, content: &str, truncated: bool) -> String {
     let cut = if truncated {
-        format!(", the first {MAX_READ_BYTES} (truncated)")
+        " (truncated: the file is longer)"
     } else {
-        String::new()
+        ""
     };
     if encoding == "base64" {
         return format!(
