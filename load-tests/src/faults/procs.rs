@@ -150,6 +150,32 @@ pub fn wait_port(port: u16, within: Duration) -> bool {
     false
 }
 
+/// The length of `log` now (0 if it does not exist yet): where a launch's own lines start.
+fn log_len(log: &Path) -> u64 {
+    std::fs::metadata(log).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Waits until the nats-server of `proc` says, in its log after byte `from`, that it listens
+/// on `127.0.0.1:port` and is ready. A connection alone proves nothing: another process may
+/// hold the port, and this server then exits on the bind after the probe reached the other.
+fn nats_ready(proc: &mut Spawned, from: u64, port: u16, within: Duration) -> bool {
+    let listening = format!("Listening for client connections on 127.0.0.1:{port}\n");
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let log = std::fs::read(&proc.log).unwrap_or_default();
+        let start = usize::try_from(from).unwrap_or(usize::MAX).min(log.len());
+        let ours = String::from_utf8_lossy(&log[start..]);
+        if ours.contains(&listening) && ours.contains("Server is ready") {
+            return wait_port(port, Duration::from_secs(1));
+        }
+        if proc.exited().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 /// A private nats-server ≥ 2.10 with JetStream on a loopback port, which the nemesis may
 /// kill, stop, restart on the same port and store, or restart with its store wiped.
 pub struct Nats {
@@ -177,8 +203,10 @@ impl Nats {
                 "-sd".to_owned(),
                 store.display().to_string(),
             ];
-            let mut proc = Spawned::start(binary, args, vec![], dir.join("nats.log"), &[])?;
-            if wait_port(port, Duration::from_secs(10)) {
+            let log = dir.join("nats.log");
+            let from = log_len(&log);
+            let mut proc = Spawned::start(binary, args, vec![], log, &[])?;
+            if nats_ready(&mut proc, from, port, Duration::from_secs(10)) {
                 return Ok(Nats { proc, port, store });
             }
             last = proc
@@ -200,8 +228,9 @@ impl Nats {
     pub fn restart(&mut self) -> Result<(), LoadError> {
         self.proc.kill9();
         for _ in 0..50 {
+            let from = log_len(&self.proc.log);
             self.proc.launch(&[])?;
-            if wait_port(self.port, Duration::from_secs(5)) {
+            if nats_ready(&mut self.proc, from, self.port, Duration::from_secs(5)) {
                 return Ok(());
             }
             self.proc.kill9();
