@@ -218,16 +218,7 @@ impl Announcer {
     /// task of their own (a status not stored is re-sent there), so a request or a placement
     /// pass is never held up by the slowest of several acknowledgements.
     pub async fn activated(&self, s: &Sandbox) -> Result<Published, BusError> {
-        let (me, row) = (self.clone(), s.clone());
-        let watchers = async move {
-            let _ = tokio::join!(me.status(&row), me.placed(&row));
-        };
-        tokio::spawn(crate::trace::scope(
-            "publish",
-            crate::trace::current(),
-            watchers,
-        ));
-        self.work(s, WorkOp::Create, "").await
+        self.activated_with(s, false).await
     }
 
     /// [`activated`](Self::activated) for a sandbox the API placed in its own admission: the
@@ -236,9 +227,22 @@ impl Announcer {
     /// admitting process knows the status from its commit (`EventHub::remember_status`), and
     /// no other process can be waiting on a sandbox whose id it has not been told.
     pub async fn activated_in_admission(&self, s: &Sandbox) -> Result<Published, BusError> {
+        self.activated_with(s, true).await
+    }
+
+    /// The work of an activation, answered; its status (in public only, or both forms) and
+    /// `placement.decided` in a task of their own.
+    async fn activated_with(&self, s: &Sandbox, public_only: bool) -> Result<Published, BusError> {
         let (me, row) = (self.clone(), s.clone());
         let watchers = async move {
-            let _ = tokio::join!(me.public_status_by(&row, None), me.placed(&row));
+            let status = async {
+                if public_only {
+                    me.public_status_by(&row, None).await
+                } else {
+                    me.status(&row).await
+                }
+            };
+            let _ = tokio::join!(status, me.placed(&row));
         };
         tokio::spawn(crate::trace::scope(
             "publish",
@@ -304,14 +308,7 @@ impl Announcer {
         audit_head: Option<differently_bus_schema::AuditHead>,
         origin: Option<Origin>,
     ) -> Result<Published, BusError> {
-        let mut body = StatusChanged::of(s);
-        body.audit_head = audit_head;
-        body.origin = origin;
-        let mut env = Envelope::new(s.id.clone(), s.status_version, body);
-        let id = msg_id(&s.id, "evt", s.status_version);
-        let subject = self
-            .naming
-            .event_subject(&s.org_id, &s.project_id, &s.id, s.status);
+        let (subject, id, mut env) = self.status_event(s, audit_head, origin);
         let key = s.id.to_string();
         {
             let mut resending = self.resending();
@@ -343,18 +340,31 @@ impl Announcer {
         s: &Sandbox,
         origin: Option<Origin>,
     ) -> Result<Published, BusError> {
-        let mut body = StatusChanged::of(s);
-        body.origin = origin;
-        let env = Envelope::new(s.id.clone(), s.status_version, body);
+        let (subject, id, env) = self.status_event(s, None, origin);
         let out = self.public(&PublicEvent::from_status(&env)).await;
         if out.is_err() {
-            let subject = self
-                .naming
-                .event_subject(&s.org_id, &s.project_id, &s.id, s.status);
-            let id = msg_id(&s.id, "evt", s.status_version);
             self.resend_status(s.id.to_string(), s.status_version, subject, id, env);
         }
         out
+    }
+
+    /// The internal status event of row `s` as committed: its subject, its message id and
+    /// its envelope (from which the public form is derived).
+    fn status_event(
+        &self,
+        s: &Sandbox,
+        audit_head: Option<differently_bus_schema::AuditHead>,
+        origin: Option<Origin>,
+    ) -> (String, String, Envelope<StatusChanged>) {
+        let mut body = StatusChanged::of(s);
+        body.audit_head = audit_head;
+        body.origin = origin;
+        let env = Envelope::new(s.id.clone(), s.status_version, body);
+        let id = msg_id(&s.id, "evt", s.status_version);
+        let subject = self
+            .naming
+            .event_subject(&s.org_id, &s.project_id, &s.id, s.status);
+        (subject, id, env)
     }
 
     /// `sandbox.operation.requested|finished|failed` (`ty`) for operation `op_id` of kind
